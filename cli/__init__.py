@@ -1,0 +1,1 @@
+"""The `traj` command line."""

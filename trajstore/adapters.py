@@ -1,0 +1,200 @@
+"""Turn rollout-engine responses into action calls with exact token ids and log-probs.
+
+Supported:
+- OpenAI-compatible chat or text completions from vLLM with ``return_token_ids`` (choice
+  ``token_ids``) and ``logprobs`` (chat: ``logprobs.content[i].logprob``; text completions:
+  ``logprobs.token_logprobs[i]``).
+- SGLang native ``/generate`` with ``return_logprob``: ``meta_info.output_token_logprobs`` as
+  ``[logprob, token_id, text]`` triples (and ``output_ids`` when present).
+
+Each log-prob is matched to the *sampled* token id; a top-k list is only consulted by token
+id, never by position. A response with generated text but no token ids raises
+:class:`~trajstore.errors.AdapterError`: silently dropping it would corrupt the trajectory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trajstore.errors import AdapterError
+from trajstore.models import SamplingParams
+
+_TOKEN_ID_STR = re.compile(r"^token_id:(\d+)$")
+
+
+@dataclass
+class ActionCall:
+    """One model call, ready for :meth:`TrajectoryBuilder.add_action_call`.
+
+    Attributes:
+        token_ids: generated token ids, int32, shape (N,).
+        logprobs: rollout-engine log-prob of each sampled token in nats, float32, shape (N,);
+            NaN where the engine gave none.
+        prompt_token_ids: the engine's prompt ids when it returned them (for checking that the
+            harness's context matches what the model saw), else None.
+        finish_reason: ``stop``, ``length``, ``tool_calls``, ... as reported.
+        text: the decoded completion text, for reference.
+        tool_call_ids: ids of tool calls in the response (to link observations by id).
+        call_id: the response id.
+        sampling: the call's sampling parameters, when known.
+    """
+
+    token_ids: np.ndarray
+    logprobs: np.ndarray
+    prompt_token_ids: np.ndarray | None = None
+    finish_reason: str | None = None
+    text: str | None = None
+    tool_call_ids: list[str] = field(default_factory=list)
+    call_id: str | None = None
+    sampling: SamplingParams | None = None
+
+
+def _entry_token_id(entry: dict[str, Any]) -> int | None:
+    tok = entry.get("token")
+    if isinstance(tok, str):
+        m = _TOKEN_ID_STR.match(tok)
+        if m:
+            return int(m.group(1))
+    tid = entry.get("token_id", entry.get("id"))
+    return int(tid) if isinstance(tid, int) else None
+
+
+def _sampled_logprob(i: int, sampled: int, entry: dict[str, Any]) -> float:
+    """The log-prob of token id `sampled` at position `i` from one chat ``logprobs.content`` entry."""
+    eid = _entry_token_id(entry)
+    if eid is None or eid == sampled:
+        lp = entry.get("logprob")
+        if lp is not None:
+            return float(lp)
+    for cand in entry.get("top_logprobs") or []:
+        if _entry_token_id(cand) == sampled and cand.get("logprob") is not None:
+            return float(cand["logprob"])
+    raise AdapterError(
+        f"logprobs.content[{i}] is for token {eid} but the sampled token id is {sampled}, and it is "
+        "not among that position's top_logprobs")
+
+
+def _sampling_from_request(request: dict[str, Any] | None) -> SamplingParams | None:
+    if not request:
+        return None
+    src = request.get("sampling_params", request)
+    known = {k: src.get(k) for k in ("temperature", "top_p", "top_k", "min_p")}
+    max_tokens = src.get("max_tokens", src.get("max_new_tokens", src.get("max_completion_tokens")))
+    extra = {k: v for k, v in src.items()
+             if k in ("seed", "repetition_penalty", "presence_penalty", "frequency_penalty", "stop", "n")}
+    return SamplingParams(**{k: v for k, v in known.items() if v is not None},
+                          max_tokens=max_tokens, extra=extra)
+
+
+def action_from_openai_completion(response: dict[str, Any], *, request: dict[str, Any] | None = None,
+                                  choice_index: int = 0) -> ActionCall:
+    """Action call from an OpenAI-compatible (vLLM) chat or text completion response (a dict).
+
+    Args:
+        response: the JSON response; the choice must carry ``token_ids`` (vLLM
+            ``return_token_ids: true``) and, for engine log-probs, ``logprobs``.
+        request: the request body, to record temperature / top_p / top_k / max_tokens.
+        choice_index: which choice to take (n > 1 sampling).
+
+    Raises:
+        AdapterError: no such choice; text without token ids; log-probs whose count or token
+            ids do not match the sampled ids.
+    """
+    choices = response.get("choices") or []
+    if choice_index >= len(choices):
+        raise AdapterError(f"response has {len(choices)} choice(s), no choice {choice_index}")
+    ch = choices[choice_index]
+    msg = ch.get("message") or {}
+    text = ch.get("text") if "text" in ch else msg.get("content")
+    tool_calls = msg.get("tool_calls") or []
+    ids = ch.get("token_ids")
+    if ids is None:
+        has_output = bool(text) or bool(tool_calls) or bool(msg.get("reasoning_content"))
+        raise AdapterError(
+            "completion choice has " + ("generated output" if has_output else "no output") +
+            " but no token_ids: request it with return_token_ids=true (vLLM) so the tokens the "
+            "model sampled are recorded; retokenizing text gives different ids")
+    token_ids = np.asarray(ids, dtype=np.int32)
+    lp_obj = ch.get("logprobs")
+    logprobs = np.full(len(token_ids), np.nan, dtype=np.float32)
+    if lp_obj:
+        if "content" in lp_obj and lp_obj["content"] is not None:
+            content = lp_obj["content"]
+            if len(content) != len(token_ids):
+                raise AdapterError(f"logprobs.content has {len(content)} entries for {len(token_ids)} token ids")
+            logprobs[:] = [_sampled_logprob(i, int(t), e) for i, (t, e) in enumerate(zip(token_ids, content))]
+        elif "token_logprobs" in lp_obj:
+            tl = lp_obj["token_logprobs"]
+            if len(tl) != len(token_ids):
+                raise AdapterError(f"logprobs.token_logprobs has {len(tl)} entries for {len(token_ids)} token ids")
+            toks = lp_obj.get("tokens") or [None] * len(tl)
+            for i, (t, lp, s) in enumerate(zip(token_ids, tl, toks)):
+                m = _TOKEN_ID_STR.match(s) if isinstance(s, str) else None
+                if m and int(m.group(1)) != int(t):
+                    raise AdapterError(f"logprobs.tokens[{i}] is {s!r} but the sampled token id is {int(t)}")
+                logprobs[i] = math.nan if lp is None else float(lp)
+    prompt_ids = response.get("prompt_token_ids", ch.get("prompt_token_ids"))
+    return ActionCall(
+        token_ids=token_ids,
+        logprobs=logprobs,
+        prompt_token_ids=None if prompt_ids is None else np.asarray(prompt_ids, dtype=np.int32),
+        finish_reason=ch.get("finish_reason"),
+        text=text,
+        tool_call_ids=[tc.get("id") for tc in tool_calls if tc.get("id")],
+        call_id=response.get("id"),
+        sampling=_sampling_from_request(request),
+    )
+
+
+def action_from_sglang_generate(response: dict[str, Any], *, request: dict[str, Any] | None = None) -> ActionCall:
+    """Action call from an SGLang ``/generate`` response made with ``return_logprob: true``.
+
+    Reads ``meta_info.output_token_logprobs`` (``[logprob, token_id, text]`` per generated
+    token); when ``output_ids`` is present the two must agree token by token.
+
+    Raises:
+        AdapterError: text without ``output_token_logprobs``/``output_ids``; mismatched ids.
+    """
+    meta = response.get("meta_info") or {}
+    otl = meta.get("output_token_logprobs")
+    out_ids = response.get("output_ids")
+    if otl is None and out_ids is None:
+        raise AdapterError(
+            "SGLang response has " + ("text" if response.get("text") else "no output") +
+            " but neither meta_info.output_token_logprobs nor output_ids: request it with "
+            "return_logprob=true so the sampled token ids are recorded")
+    if otl is not None:
+        token_ids = np.asarray([int(e[1]) for e in otl], dtype=np.int32)
+        logprobs = np.asarray([math.nan if e[0] is None else float(e[0]) for e in otl], dtype=np.float32)
+        if out_ids is not None:
+            ref = np.asarray(out_ids, dtype=np.int32)
+            if len(ref) != len(token_ids) or not np.array_equal(ref, token_ids):
+                raise AdapterError("meta_info.output_token_logprobs token ids differ from output_ids")
+    else:
+        token_ids = np.asarray(out_ids, dtype=np.int32)
+        logprobs = np.full(len(token_ids), np.nan, dtype=np.float32)
+    fr = meta.get("finish_reason")
+    if isinstance(fr, dict):
+        fr = fr.get("type")
+    return ActionCall(
+        token_ids=token_ids,
+        logprobs=logprobs,
+        finish_reason=fr,
+        text=response.get("text"),
+        call_id=meta.get("id"),
+        sampling=_sampling_from_request(request),
+    )
+
+
+def sampling_json(sampling: SamplingParams | dict[str, Any] | None) -> str | None:
+    if sampling is None:
+        return None
+    if isinstance(sampling, dict):
+        return json.dumps(sampling, sort_keys=True, default=str)
+    return sampling.to_json()

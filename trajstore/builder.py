@@ -1,0 +1,145 @@
+"""`TrajectoryBuilder`: what harness code calls while an episode runs.
+
+    b = TrajectoryBuilder(prompt_id="task-7", model="my-policy", tokenizer="HuggingFaceTB/SmolLM2-135M-Instruct")
+    b.add_prompt(prompt_ids)
+    b.add_action(gen_ids, gen_logprobs, policy_version=12, finish_reason="stop")
+    b.add_observation(tool_output_ids, cause_id="call_0")
+    b.set_reward(1.0)
+    writer.write(b.finish())
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from trajstore.adapters import ActionCall
+from trajstore.models import SamplingParams, Span, Trajectory
+from trajstore.validate import validate_trajectory
+
+
+class TrajectoryBuilder:
+    """Accumulates spans of one trajectory in order; :meth:`finish` validates and returns it.
+
+    Args:
+        trajectory_id: unique id (letters, digits, ``._:=+-``); a random UUID when omitted.
+        prompt_id, group_id, source, model, tokenizer, metadata: stored as given.
+    """
+
+    def __init__(self, *, trajectory_id: str | None = None, prompt_id: str | None = None,
+                 group_id: str | None = None, source: str = "sdk", model: str | None = None,
+                 tokenizer: str | None = None, metadata: dict[str, Any] | None = None):
+        self.trajectory_id = trajectory_id or uuid.uuid4().hex
+        self._fields = dict(prompt_id=prompt_id, group_id=group_id, source=source, model=model,
+                            tokenizer=tokenizer, metadata=dict(metadata or {}))
+        self._tokens: list[np.ndarray] = []
+        self._logprobs: list[np.ndarray] = []
+        self._spans: list[Span] = []
+        self._len = 0
+        self._reward: float | None = None
+        self._reward_raw: str | None = None
+        self._any_action_logprobs = False
+        self._finished = False
+
+    @property
+    def num_tokens(self) -> int:
+        return self._len
+
+    def _append(self, kind: str, ids: Sequence[int] | np.ndarray, lps: np.ndarray | None, **span: Any) -> Span:
+        if self._finished:
+            raise RuntimeError(f"trajectory {self.trajectory_id!r} is already finished")
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+            raise ValueError(f"{kind} token ids must be a 1-D sequence of integers")
+        ids = ids.astype(np.int32)
+        if lps is None:
+            lps = np.full(len(ids), np.nan, dtype=np.float32)
+        s = Span(kind=kind, start=self._len, end=self._len + len(ids), **span)
+        self._tokens.append(ids)
+        self._logprobs.append(lps)
+        self._spans.append(s)
+        self._len += len(ids)
+        return s
+
+    def add_prompt(self, token_ids: Sequence[int] | np.ndarray, *, role: str | None = None) -> Span:
+        """Append prompt tokens (system prompt, task statement). No log-probs."""
+        return self._append("prompt", token_ids, None, role=role)
+
+    def add_action(self, token_ids: Sequence[int] | np.ndarray, logprobs: Sequence[float | None] | np.ndarray | None,
+                   *, policy_version: int | None, finish_reason: str | None = None,
+                   sampling: SamplingParams | dict[str, Any] | None = None, call_id: str | None = None,
+                   tool_call_ids: list[str] | None = None) -> Span:
+        """Append one model call's generated tokens.
+
+        Args:
+            token_ids: sampled token ids, shape (N,).
+            logprobs: the rollout engine's log-prob of each sampled token (nats), shape (N,),
+                or None when the engine gave none (then the trajectory has ``logprob_source = none``).
+            policy_version: version of the weights that generated this call (required with log-probs).
+            sampling: the call's sampling parameters (temperature, top_p, ...), stored with the span.
+        """
+        if logprobs is None:
+            lps = None
+        else:
+            lps = np.asarray([np.nan if x is None else x for x in logprobs] if not isinstance(logprobs, np.ndarray)
+                             else logprobs, dtype=np.float32)
+            if len(lps) != len(token_ids):
+                raise ValueError(f"action has {len(token_ids)} token ids but {len(lps)} log-probs")
+            self._any_action_logprobs = True
+        sp = SamplingParams(**sampling) if isinstance(sampling, dict) else sampling
+        return self._append(
+            "action", token_ids, lps, role="assistant", policy_version=policy_version,
+            finish_reason=finish_reason, call_id=call_id, tool_call_ids=tool_call_ids or None,
+            temperature=sp.temperature if sp else None, top_p=sp.top_p if sp else None,
+            top_k=sp.top_k if sp else None, min_p=sp.min_p if sp else None,
+            max_tokens=sp.max_tokens if sp else None, sampling_params=sp.to_json() if sp else None,
+        )
+
+    def add_action_call(self, call: ActionCall, *, policy_version: int | None) -> Span:
+        """Append an action from an engine-response adapter (see :mod:`trajstore.adapters`)."""
+        has_lp = not np.isnan(call.logprobs).all() if len(call.logprobs) else True
+        return self.add_action(call.token_ids, call.logprobs if has_lp else None, policy_version=policy_version,
+                               finish_reason=call.finish_reason, sampling=call.sampling, call_id=call.call_id,
+                               tool_call_ids=call.tool_call_ids)
+
+    def add_observation(self, token_ids: Sequence[int] | np.ndarray, *, role: str | None = "tool",
+                        cause_id: str | None = None, call_id: str | None = None,
+                        truncated: bool | None = None) -> Span:
+        """Append environment output (tool result, user feedback). `cause_id` links it to the
+        action or tool call it answers."""
+        return self._append("observation", token_ids, None, role=role, cause_id=cause_id, call_id=call_id,
+                            truncated=truncated)
+
+    def set_reward(self, reward: float | None, *, raw: Any = None) -> None:
+        """Set the scalar reward (credited at the last action token) and keep the raw value."""
+        self._reward = None if reward is None else float(reward)
+        self._reward_raw = json.dumps(raw if raw is not None else reward, default=str) if (
+            raw is not None or reward is not None) else None
+
+    def finish(self, status: str = "completed", *, created_at: datetime | None = None) -> Trajectory:
+        """Validate and return the trajectory.
+
+        Raises:
+            TrajectoryValidationError: listing every rule the trajectory breaks.
+        """
+        t = Trajectory(
+            trajectory_id=self.trajectory_id,
+            created_at=created_at or datetime.now(timezone.utc),
+            status=status,
+            reward=self._reward,
+            reward_raw=self._reward_raw,
+            token_source="engine",
+            logprob_source="engine" if self._any_action_logprobs else "none",
+            tokens=np.concatenate(self._tokens) if self._tokens else np.zeros(0, np.int32),
+            logprobs=np.concatenate(self._logprobs) if self._logprobs else np.zeros(0, np.float32),
+            spans=self._spans,
+            **self._fields,
+        )
+        validate_trajectory(t)
+        self._finished = True
+        return t

@@ -1,0 +1,55 @@
+"""Errors with enough context (file, row, trajectory, field) to act on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class TrajstoreError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule of one trajectory: which field, and what is wrong with it."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+class TrajectoryValidationError(TrajstoreError, ValueError):
+    """A trajectory breaks one or more schema rules; all of them are listed.
+
+    Attributes:
+        trajectory_id: the offending trajectory's id (or ``"<missing>"``).
+        violations: every broken rule, in the order checked.
+    """
+
+    def __init__(self, trajectory_id: str | None, violations: list[Violation]):
+        self.trajectory_id = trajectory_id if trajectory_id else "<missing>"
+        self.violations = list(violations)
+        lines = "\n".join(f"  - {v}" for v in self.violations)
+        super().__init__(
+            f"trajectory {self.trajectory_id!r} is invalid ({len(self.violations)} "
+            f"problem{'s' if len(self.violations) != 1 else ''}):\n{lines}"
+        )
+
+
+class CorruptShardError(TrajstoreError):
+    """A shard in the store cannot be read (truncated, not Parquet, or a foreign schema)."""
+
+    def __init__(self, path: str, reason: str):
+        self.path = path
+        self.reason = reason
+        super().__init__(f"corrupt shard {path}: {reason}")
+
+
+class AdapterError(TrajstoreError, ValueError):
+    """A rollout-engine response cannot be turned into an action span (e.g. text without token ids)."""
+
+
+class StoreError(TrajstoreError):
+    """The store cannot be opened or written."""

@@ -1,0 +1,1 @@
+"""Ingest adapters for agent harness logs."""

@@ -1,0 +1,129 @@
+"""Pydantic models at the SDK boundary: what harness code hands to the writer.
+
+Field names and types mirror :mod:`trajstore.schema` (a test checks they match). Per-token
+arrays are held as numpy arrays so that long trajectories (64k tokens) cost no per-token
+Python objects; lists are accepted and converted. Semantic rules (span coverage, logprob
+ranges, ...) live in :mod:`trajstore.validate` so that every violation is reported at once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
+
+
+def _as_int32(v: Any) -> np.ndarray:
+    arr = np.asarray(v)
+    if arr.ndim != 1:
+        raise ValueError(f"expected a 1-D sequence of token ids, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"token ids must be integers, got dtype {arr.dtype}")
+    if arr.size and (arr.max() > np.iinfo(np.int32).max):
+        raise ValueError("token id does not fit in int32")
+    return arr.astype(np.int32, copy=False)
+
+
+def _as_float32_or_nan(v: Any) -> np.ndarray:
+    if isinstance(v, np.ndarray):
+        arr = v
+    else:
+        arr = np.asarray([math.nan if x is None else x for x in v], dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"expected a 1-D sequence of log-probs, got shape {arr.shape}")
+    return arr.astype(np.float32, copy=False)
+
+
+def _list_or_none(a: np.ndarray) -> list[Any]:
+    if a.dtype.kind == "f":
+        return [None if math.isnan(x) else float(x) for x in a.tolist()]
+    return a.tolist()
+
+
+TokenArray = Annotated[np.ndarray, BeforeValidator(_as_int32), PlainSerializer(_list_or_none)]
+"""int32 token ids, shape (T,)."""
+LogprobArray = Annotated[np.ndarray, BeforeValidator(_as_float32_or_nan), PlainSerializer(_list_or_none)]
+"""float32 log-probs in nats, shape (T,); NaN stands for null (unknown / not an action token)."""
+
+
+class SamplingParams(BaseModel):
+    """Sampling parameters of one model call. Unknown extra parameters are kept in `extra`."""
+
+    model_config = ConfigDict(extra="forbid")
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    max_tokens: int | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(exclude_none=True), sort_keys=True, default=str)
+
+
+class Span(BaseModel):
+    """A contiguous piece of a trajectory's tokens: ``tokens[start:end]``.
+
+    `kind` is ``prompt``, ``action`` (one model call) or ``observation`` (environment output).
+    Action spans carry the `policy_version` that generated them and the call's metadata.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    kind: str
+    start: int
+    end: int
+    role: str | None = None
+    policy_version: int | None = None
+    call_id: str | None = None
+    cause_id: str | None = None
+    tool_call_ids: list[str] | None = None
+    finish_reason: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    max_tokens: int | None = None
+    sampling_params: str | None = None
+    truncated: bool | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return self.end - self.start
+
+
+class Trajectory(BaseModel):
+    """One rollout as stored: tokens, rollout log-probs, spans, reward and provenance.
+
+    Derived columns (token counts, min/max policy version, `trainable`) are computed by the
+    writer from `spans`, so they can never disagree with the data.
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    trajectory_id: str
+    prompt_id: str | None = None
+    group_id: str | None = None
+    source: str = "sdk"
+    model: str | None = None
+    tokenizer: str | None = None
+    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    status: str = "completed"
+    reward: float | None = None
+    reward_raw: str | None = None
+    token_source: str = "engine"
+    logprob_source: str = "engine"
+    tokens: TokenArray
+    logprobs: LogprobArray
+    spans: list[Span]
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("created_at")
+    @classmethod
+    def _utc(cls, v: datetime) -> datetime:
+        return v.replace(tzinfo=timezone.utc) if v.tzinfo is None else v.astimezone(timezone.utc)
+
+    def action_spans(self) -> list[Span]:
+        return [s for s in self.spans if s.kind == "action"]

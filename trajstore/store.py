@@ -1,0 +1,324 @@
+"""The store: a root URI (local directory or any fsspec URL such as ``s3://bucket/prefix``)
+holding immutable Parquet shards that appear atomically, so any number of writers on any
+number of hosts can append at once. Layout (all names are constants below)::
+
+    <root>/trajectories/<shard>.parquet       trajectory rows (schema v1)
+    <root>/runs/<run_id>/{steps,consumed}/    training records, also Parquet shards
+    <root>/policies/<run_id>/v<N>/            published policy weights
+    <root>/_tmp/                              local only: shards being written (never read)
+
+Shard names start with the UTC write time in nanoseconds, so sorting names gives arrival order.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from trajstore.errors import CorruptShardError, StoreError
+from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, METADATA_WRITER_KEY, SCHEMA_VERSION
+
+TRAJECTORIES_DIR = "trajectories"
+RUNS_DIR = "runs"
+POLICIES_DIR = "policies"
+TMP_DIR = "_tmp"
+SHARD_SUFFIX = ".parquet"
+ROW_GROUP_TARGET_MB = 32
+"""Uncompressed bytes per Parquet row group; bounds the memory of one streamed batch."""
+PARQUET_COMPRESSION = "zstd"
+
+_HOST_TAG = "".join(c for c in socket.gethostname() if c.isalnum())[:16] or "host"
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """A readable shard: its path inside the store's filesystem, rows, size in bytes and
+    row groups, and the schema version stamped in its metadata."""
+
+    path: str
+    num_rows: int
+    size_bytes: int
+    num_row_groups: int
+    schema_version: int
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+def new_shard_name() -> str:
+    """``<utc ns, 20 digits>-<host>-<pid>-<random>.parquet``: unique across hosts and
+    processes, and sorting names sorts by write time."""
+    return f"{time.time_ns():020d}-{_HOST_TAG}-{os.getpid()}-{uuid.uuid4().hex[:12]}{SHARD_SUFFIX}"
+
+
+def _row_group_slices(table: pa.Table, target_bytes: int) -> list[tuple[int, int]]:
+    """Split rows into consecutive slices of about `target_bytes` uncompressed bytes each."""
+    n = table.num_rows
+    if n == 0:
+        return []
+    if "tokens" in table.column_names:
+        lengths = pa.compute.list_value_length(table.column("tokens")).to_numpy(zero_copy_only=False)
+        per_row = lengths.astype("int64") * 8 + 256  # int32 token + float32 logprob + scalars
+    else:
+        per_row = [max(1, table.nbytes // n)] * n
+    out, start, acc = [], 0, 0
+    for i, b in enumerate(per_row):
+        acc += int(b)
+        if acc >= target_bytes:
+            out.append((start, i + 1))
+            start, acc = i + 1, 0
+    if start < n:
+        out.append((start, n))
+    return out
+
+
+class Store:
+    """A trajectory store rooted at a URI. Create with :func:`open_store`.
+
+    Attributes:
+        uri: the URI as given (local paths are made absolute).
+        fs: the fsspec filesystem.
+        root: the root path inside `fs` (no protocol).
+        storage_options: options passed to fsspec (credentials, endpoint_url, ...).
+    """
+
+    def __init__(self, uri: str, fs: fsspec.AbstractFileSystem, root: str, storage_options: Mapping[str, Any]):
+        self.uri = uri
+        self.fs = fs
+        self.root = root.rstrip("/")
+        self.storage_options = dict(storage_options)
+        self._shard_cache: dict[tuple[str, int], ShardInfo | str] = {}
+        self._cache_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Store({self.uri!r})"
+
+    @property
+    def is_local(self) -> bool:
+        return "file" in _protocols(self.fs)
+
+    def path(self, *parts: str) -> str:
+        """Path inside `fs` for a store-relative location."""
+        return "/".join([self.root, *[p.strip("/") for p in parts if p]])
+
+    def url(self, *parts: str) -> str:
+        """Full URL (with protocol) for a store-relative location."""
+        p = self.path(*parts)
+        return p if self.is_local else self.fs.unstrip_protocol(p)
+
+    def arrow_filesystem(self) -> pafs.FileSystem:
+        """A pyarrow filesystem for the same location (native for local paths)."""
+        if self.is_local:
+            return pafs.LocalFileSystem()
+        return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def write_table(self, table: pa.Table, *, subdir: str = TRAJECTORIES_DIR,
+                    row_group_target_mb: float = ROW_GROUP_TARGET_MB,
+                    extra_metadata: Mapping[bytes, bytes] | None = None) -> str:
+        """Write `table` as one new immutable shard under `subdir`; return its path.
+
+        The shard becomes visible atomically: locally it is written to ``_tmp/``, fsynced
+        and renamed into place; on object stores it is one PUT (or one completed multipart
+        upload). Row groups hold about `row_group_target_mb` MiB of uncompressed data each.
+        The schema version is stamped into the file's key-value metadata.
+
+        Raises:
+            StoreError: if the filesystem refuses the write (the shard is then absent).
+        """
+        meta = dict(table.schema.metadata or {})
+        meta[METADATA_SCHEMA_VERSION_KEY] = str(SCHEMA_VERSION).encode()
+        meta[METADATA_WRITER_KEY] = b"trajstore"
+        meta.update(extra_metadata or {})
+        table = table.replace_schema_metadata(meta)
+        name = new_shard_name()
+        final = self.path(subdir, name)
+        slices = _row_group_slices(table, int(row_group_target_mb * 2**20))
+        try:
+            if self.is_local:
+                tmp_dir = self.path(TMP_DIR)
+                os.makedirs(tmp_dir, exist_ok=True)
+                os.makedirs(self.path(subdir), exist_ok=True)
+                tmp = f"{tmp_dir}/{name}.tmp"
+                try:
+                    with open(tmp, "wb") as fh:
+                        self._write_parquet(fh, table, slices)
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                    os.rename(tmp, final)
+                except BaseException:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+                    raise
+                _fsync_dir(self.path(subdir))
+            else:
+                buf = io.BytesIO()
+                self._write_parquet(buf, table, slices)
+                self.fs.pipe_file(final, buf.getvalue())
+        except OSError as e:
+            raise StoreError(f"could not write shard {self.url(subdir, name)}: {e}") from e
+        return final
+
+    @staticmethod
+    def _write_parquet(sink: Any, table: pa.Table, slices: list[tuple[int, int]]) -> None:
+        with pq.ParquetWriter(sink, table.schema, compression=PARQUET_COMPRESSION) as w:
+            for a, b in slices or [(0, 0)]:
+                part = table.slice(a, b - a)
+                w.write_table(part, row_group_size=max(1, part.num_rows))
+
+    def write_bytes(self, relpath: str, data: bytes) -> str:
+        """Write a small file atomically (temp + rename locally, single PUT remotely)."""
+        final = self.path(relpath)
+        if self.is_local:
+            d = os.path.dirname(final)
+            os.makedirs(d, exist_ok=True)
+            tmp = f"{final}.{uuid.uuid4().hex[:8]}.tmp"
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, final)
+            _fsync_dir(d)
+        else:
+            self.fs.pipe_file(final, data)
+        return final
+
+    # -- listing ---------------------------------------------------------------------------
+
+    def shard_paths(self, subdir: str = TRAJECTORIES_DIR) -> list[tuple[str, int]]:
+        """(path, size) of every ``*.parquet`` directly under `subdir`, sorted by name
+        (= arrival order). Hidden and temporary files are never listed."""
+        base = self.path(subdir)
+        try:
+            entries = self.fs.ls(base, detail=True, refresh=True) if not self.is_local else self.fs.ls(base, detail=True)
+        except FileNotFoundError:
+            return []
+        out = []
+        for e in entries:
+            p = e["name"]
+            name = p.rsplit("/", 1)[-1]
+            if e.get("type") == "file" and name.endswith(SHARD_SUFFIX) and not name.startswith((".", "_")):
+                out.append((p, int(e.get("size") or 0)))
+        out.sort(key=lambda x: x[0].rsplit("/", 1)[-1])
+        return out
+
+    def inspect_shard(self, path: str, size: int) -> ShardInfo:
+        """Read a shard's footer and check it is ours.
+
+        Raises:
+            CorruptShardError: truncated or not Parquet, or a schema version newer than ours.
+        """
+        key = (path, size)
+        with self._cache_lock:
+            cached = self._shard_cache.get(key)
+        if isinstance(cached, ShardInfo):
+            return cached
+        if isinstance(cached, str):
+            raise CorruptShardError(self._display(path), cached)
+        try:
+            with self.fs.open(path, "rb") as fh:
+                md = pq.read_metadata(fh)
+            kv = md.metadata or {}
+            version = int(kv.get(METADATA_SCHEMA_VERSION_KEY, b"-1"))
+            if version < 0:
+                raise ValueError("no trajstore schema version in the file metadata")
+            if version > SCHEMA_VERSION:
+                raise ValueError(f"schema version {version} is newer than this reader ({SCHEMA_VERSION})")
+            info = ShardInfo(path, md.num_rows, size, md.num_row_groups, version)
+        except (OSError, ValueError, pa.ArrowException) as e:
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            with self._cache_lock:
+                self._shard_cache[key] = reason
+            raise CorruptShardError(self._display(path), reason) from e
+        with self._cache_lock:
+            self._shard_cache[key] = info
+        return info
+
+    def list_shards(self, subdir: str = TRAJECTORIES_DIR, *, strict: bool = False) -> list[ShardInfo]:
+        """Readable shards under `subdir` in arrival order.
+
+        A shard that cannot be read is skipped with a warning naming it; with ``strict=True``
+        it raises :class:`~trajstore.errors.CorruptShardError` instead.
+        """
+        out = []
+        for path, size in self.shard_paths(subdir):
+            try:
+                out.append(self.inspect_shard(path, size))
+            except CorruptShardError as e:
+                if strict:
+                    raise
+                warnings.warn(f"skipping {e}", CorruptShardWarning, stacklevel=2)
+        return out
+
+    def _display(self, path: str) -> str:
+        return path if self.is_local else self.fs.unstrip_protocol(path)
+
+    def iter_dirs(self, subdir: str) -> Iterator[str]:
+        """Names of the directories directly under `subdir` (e.g. run ids under ``runs``)."""
+        try:
+            for e in self.fs.ls(self.path(subdir), detail=True):
+                if e.get("type") == "directory":
+                    yield e["name"].rstrip("/").rsplit("/", 1)[-1]
+        except FileNotFoundError:
+            return
+
+
+class CorruptShardWarning(UserWarning):
+    """A shard was skipped because it cannot be read."""
+
+
+def _protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
+    p = fs.protocol
+    return (p,) if isinstance(p, str) else tuple(p)
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def open_store(uri: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None) -> Store:
+    """Open (or start) a store at a local path or any fsspec URI.
+
+    Args:
+        uri: a local directory (created on first write) or e.g. ``s3://bucket/prefix``.
+        storage_options: passed to the fsspec filesystem (for s3fs: ``key``, ``secret``,
+            ``endpoint_url``, ``client_kwargs``, ...).
+
+    Raises:
+        StoreError: if the URI's protocol is unknown or its filesystem cannot be created.
+    """
+    if isinstance(uri, Store):
+        return uri
+    uri = os.fspath(uri)
+    try:
+        fs, root = fsspec.core.url_to_fs(uri, **(storage_options or {}))
+    except (ValueError, ImportError) as e:
+        raise StoreError(f"cannot open store {uri!r}: {e}") from e
+    if "file" in _protocols(fs):
+        root = os.path.abspath(root)
+        uri = root
+    return Store(uri, fs, root, storage_options or {})

@@ -1,0 +1,125 @@
+"""Write-time rules of schema v1. Every broken rule of a trajectory is collected and reported
+together in one :class:`~trajstore.errors.TrajectoryValidationError`."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from trajstore.errors import TrajectoryValidationError, Violation
+from trajstore.models import Trajectory
+from trajstore.schema import LOGPROB_SOURCES, SPAN_KINDS, STATUSES, TOKEN_SOURCES
+
+TRAJECTORY_ID_MAX_CHARS = 200
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:=+-]*$")
+
+
+def check_trajectory_id(trajectory_id: str | None) -> list[Violation]:
+    """Rules for ids: non-empty, at most 200 characters of ``[A-Za-z0-9._:=+-]``, not starting
+    with a dot or dash, so an id is safe as a file or object-key component."""
+    if not trajectory_id:
+        return [Violation("trajectory_id", "must be a non-empty string")]
+    if len(trajectory_id) > TRAJECTORY_ID_MAX_CHARS:
+        return [Violation("trajectory_id", f"longer than {TRAJECTORY_ID_MAX_CHARS} characters")]
+    if not _SAFE_ID.match(trajectory_id):
+        return [Violation(
+            "trajectory_id",
+            f"{trajectory_id!r} is not safe in a path: use letters, digits and ._:=+- "
+            "and do not start with '.' or '-'",
+        )]
+    return []
+
+
+def find_violations(traj: Trajectory) -> list[Violation]:
+    """All schema-v1 rules ``traj`` breaks, in a stable order; empty when it is valid."""
+    v: list[Violation] = check_trajectory_id(traj.trajectory_id)
+    if not traj.source:
+        v.append(Violation("source", "must be a non-empty string"))
+    if traj.status not in STATUSES:
+        v.append(Violation("status", f"{traj.status!r} is not one of {list(STATUSES)}"))
+    if traj.token_source not in TOKEN_SOURCES:
+        v.append(Violation("token_source", f"{traj.token_source!r} is not one of {list(TOKEN_SOURCES)}"))
+    if traj.logprob_source not in LOGPROB_SOURCES:
+        v.append(Violation("logprob_source", f"{traj.logprob_source!r} is not one of {list(LOGPROB_SOURCES)}"))
+    if traj.token_source == "retokenized" and traj.logprob_source == "engine":
+        v.append(Violation("logprob_source", "retokenized trajectories cannot carry engine log-probs"))
+    if traj.reward is not None and not math.isfinite(traj.reward):
+        v.append(Violation("reward", f"must be finite or null, got {traj.reward}"))
+
+    tokens, logprobs = traj.tokens, traj.logprobs
+    n = len(tokens)
+    if len(logprobs) != n:
+        v.append(Violation("logprobs", f"length {len(logprobs)} != length of tokens {n}"))
+    if n and int(tokens.min()) < 0:
+        bad = int(np.flatnonzero(tokens < 0)[0])
+        v.append(Violation("tokens", f"token ids must be >= 0 (tokens[{bad}] = {int(tokens[bad])})"))
+
+    # Span coverage: ordered, contiguous, non-empty, exactly [0, n).
+    action = np.zeros(n, dtype=bool)
+    pos = 0
+    for i, s in enumerate(traj.spans):
+        where = f"spans[{i}]"
+        if s.kind not in SPAN_KINDS:
+            v.append(Violation(f"{where}.kind", f"{s.kind!r} is not one of {list(SPAN_KINDS)}"))
+        if s.start != pos:
+            what = "gap" if s.start > pos else "overlap"
+            v.append(Violation(f"{where}.start", f"{what}: starts at {s.start}, previous span ended at {pos}"))
+        if s.end <= s.start:
+            v.append(Violation(f"{where}.end", f"end {s.end} must be > start {s.start} (no empty spans)"))
+        if s.end > n:
+            v.append(Violation(f"{where}.end", f"end {s.end} is past the last token ({n} tokens)"))
+        pos = max(pos, s.end)
+        if s.kind == "action":
+            if 0 <= s.start < s.end:
+                action[s.start:min(s.end, n)] = True
+            if traj.logprob_source == "engine" and s.policy_version is None:
+                v.append(Violation(f"{where}.policy_version", "action span without a policy version"))
+        elif s.policy_version is not None:
+            v.append(Violation(f"{where}.policy_version", f"only action spans carry a policy version ({s.kind})"))
+        if s.policy_version is not None and s.policy_version < 0:
+            v.append(Violation(f"{where}.policy_version", f"must be >= 0, got {s.policy_version}"))
+        if s.temperature is not None and not (s.temperature >= 0 and math.isfinite(s.temperature)):
+            v.append(Violation(f"{where}.temperature", f"must be finite and >= 0, got {s.temperature}"))
+        if s.top_p is not None and not (0 < s.top_p <= 1):
+            v.append(Violation(f"{where}.top_p", f"must be in (0, 1], got {s.top_p}"))
+    if pos != n and n:
+        v.append(Violation("spans", f"spans cover tokens [0, {pos}) but there are {n} tokens"))
+    if n and not traj.spans:
+        v.append(Violation("spans", f"{n} tokens but no spans"))
+
+    if len(logprobs) == n and n:
+        known = ~np.isnan(logprobs)
+        outside = known & ~action
+        if outside.any():
+            i = int(np.flatnonzero(outside)[0])
+            v.append(Violation("logprobs", f"must be null outside action spans ({int(outside.sum())} "
+                                           f"non-null, first at token {i})"))
+        if traj.logprob_source == "engine":
+            act_lp = logprobs[action]
+            missing = ~np.isfinite(act_lp)
+            if missing.any():
+                i = int(np.flatnonzero(action)[np.flatnonzero(missing)[0]])
+                v.append(Violation("logprobs", f"logprob_source is engine but {int(missing.sum())} action "
+                                               f"token(s) have no finite log-prob (first at token {i})"))
+            positive = np.isfinite(act_lp) & (act_lp > 0)
+            if positive.any():
+                i = int(np.flatnonzero(action)[np.flatnonzero(positive)[0]])
+                v.append(Violation("logprobs", f"log-probs must be <= 0 ({int(positive.sum())} positive, "
+                                               f"first at token {i}: {float(logprobs[i])})"))
+        elif known.any():
+            v.append(Violation("logprobs", "logprob_source is 'none' but some log-probs are set"))
+    return v
+
+
+def validate_trajectory(traj: Trajectory) -> Trajectory:
+    """Return ``traj`` unchanged if it satisfies schema v1.
+
+    Raises:
+        TrajectoryValidationError: listing every rule broken, naming the trajectory and field.
+    """
+    violations = find_violations(traj)
+    if violations:
+        raise TrajectoryValidationError(traj.trajectory_id, violations)
+    return traj

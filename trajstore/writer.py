@@ -1,0 +1,135 @@
+"""Buffered, thread-safe writing of trajectories into a store.
+
+A :class:`StoreWriter` validates each trajectory when it is handed over, keeps it in memory,
+and writes the buffer as one new shard when it reaches `flush_rows` rows, `flush_mb` MiB or
+`flush_seconds` seconds of age, and on close. A shard appears atomically, so readers never see
+a partial flush; trajectories still buffered when the process dies are lost, those flushed
+before are readable.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from trajstore.convert import trajectories_to_table
+from trajstore.models import Trajectory
+from trajstore.store import TRAJECTORIES_DIR, Store, open_store
+from trajstore.validate import validate_trajectory
+
+DEFAULT_FLUSH_ROWS = 1024
+DEFAULT_FLUSH_MB = 64.0
+DEFAULT_FLUSH_SECONDS = 30.0
+
+
+def _approx_bytes(t: Trajectory) -> int:
+    return len(t.tokens) * 8 + 64 * len(t.spans) + 512
+
+
+class StoreWriter:
+    """Append trajectories to a store; use as a context manager.
+
+    Args:
+        store: a :class:`~trajstore.store.Store` or a URI for :func:`~trajstore.store.open_store`.
+        flush_rows: write a shard once this many trajectories are buffered.
+        flush_mb: ... or once the buffer holds about this many MiB of token data.
+        flush_seconds: ... or once the oldest buffered trajectory is this many seconds old
+            (checked by a background thread, so an idle writer still flushes). ``None`` = never.
+        storage_options: passed to :func:`open_store` when `store` is a URI.
+
+    Raises (from :meth:`write`):
+        TrajectoryValidationError: the trajectory breaks a schema rule; nothing is buffered.
+        StoreError: a flush failed; the buffered trajectories are kept for the next attempt.
+    """
+
+    def __init__(self, store: Store | str, *, flush_rows: int = DEFAULT_FLUSH_ROWS,
+                 flush_mb: float = DEFAULT_FLUSH_MB, flush_seconds: float | None = DEFAULT_FLUSH_SECONDS,
+                 storage_options: dict[str, Any] | None = None):
+        if flush_rows < 1:
+            raise ValueError("flush_rows must be >= 1")
+        self.store = store if isinstance(store, Store) else open_store(store, storage_options=storage_options)
+        self.flush_rows = flush_rows
+        self.flush_bytes = int(flush_mb * 2**20)
+        self.flush_seconds = flush_seconds
+        self._buf: list[Trajectory] = []
+        self._buf_bytes = 0
+        self._oldest: float | None = None
+        self._lock = threading.RLock()
+        self._closed = False
+        self.shards_written: list[str] = []
+        self.rows_written = 0
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+        if flush_seconds is not None:
+            self._timer = threading.Thread(target=self._age_flusher, name="trajstore-flush", daemon=True)
+            self._timer.start()
+
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def write(self, trajectory: Trajectory) -> None:
+        """Validate and buffer one trajectory (flushing if a threshold is reached)."""
+        validate_trajectory(trajectory)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("StoreWriter is closed")
+            self._buf.append(trajectory)
+            self._buf_bytes += _approx_bytes(trajectory)
+            if self._oldest is None:
+                self._oldest = time.monotonic()
+            if len(self._buf) >= self.flush_rows or self._buf_bytes >= self.flush_bytes:
+                self._flush_locked()
+
+    def write_many(self, trajectories: Iterable[Trajectory]) -> None:
+        for t in trajectories:
+            self.write(t)
+
+    def flush(self) -> str | None:
+        """Write the buffer as one shard now; return its path (None when empty)."""
+        with self._lock:
+            return self._flush_locked()
+
+    def _flush_locked(self) -> str | None:
+        if not self._buf:
+            return None
+        table = trajectories_to_table(self._buf)
+        path = self.store.write_table(table, subdir=TRAJECTORIES_DIR)
+        self.shards_written.append(path)
+        self.rows_written += len(self._buf)
+        self._buf, self._buf_bytes, self._oldest = [], 0, None
+        return path
+
+    def _age_flusher(self) -> None:
+        assert self.flush_seconds is not None
+        tick = min(1.0, max(0.05, self.flush_seconds / 4))
+        while not self._stop.wait(tick):
+            with self._lock:
+                if self._oldest is not None and time.monotonic() - self._oldest >= self.flush_seconds:
+                    try:
+                        self._flush_locked()
+                    except Exception:  # kept buffered; the next write or close retries and raises
+                        pass
+
+    def close(self) -> None:
+        """Flush what is buffered and stop the background flusher. Idempotent."""
+        self._stop.set()
+        with self._lock:
+            if self._closed:
+                return
+            self._flush_locked()
+            self._closed = True
+        if self._timer is not None and self._timer is not threading.current_thread():
+            self._timer.join(timeout=5)
+
+
+def write_trajectories(store: Store | str, trajectories: Iterable[Trajectory], *,
+                       storage_options: dict[str, Any] | None = None, **writer_options: Any) -> list[str]:
+    """Validate and write trajectories; return the shard paths written."""
+    with StoreWriter(store, storage_options=storage_options, flush_seconds=None, **writer_options) as w:
+        w.write_many(trajectories)
+    return w.shards_written
