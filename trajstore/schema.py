@@ -109,6 +109,44 @@ def trajectory_schema() -> pa.Schema:
 TRAJECTORY_SCHEMA: Final[pa.Schema] = trajectory_schema()
 
 
+# Training records, written by `traj train` under runs/<run_id>/ (RUN_STEPS_DIR, RUN_CONSUMED_DIR),
+# as Parquet shards with the same atomic-write rules as trajectories.
+STEP_FIELDS: Final[list[tuple[pa.Field, str]]] = [
+    (pa.field("run_id", pa.string(), nullable=False), "training run id"),
+    (pa.field("step", pa.int64(), nullable=False), "policy update index, 0-based (negative = critic warm-up)"),
+    (pa.field("trainer_version", pa.int64(), nullable=False), "policy version being trained at this step"),
+    (pa.field("wall_time", pa.timestamp("us", tz="UTC"), nullable=False), "when the step finished (UTC)"),
+    (pa.field("metric", pa.string(), nullable=False), "namespaced metric name: policy/*, value/*, ratio/*, staleness/*, perf/*"),
+    (pa.field("value", pa.float64()), "metric value (units in the metric's documentation)"),
+]
+
+CONSUMED_FIELDS: Final[list[tuple[pa.Field, str]]] = [
+    (pa.field("run_id", pa.string(), nullable=False), "training run id"),
+    (pa.field("step", pa.int64(), nullable=False), "policy update that used the trajectory"),
+    (pa.field("trainer_version", pa.int64(), nullable=False), "policy version being trained at that step"),
+    (pa.field("trajectory_id", pa.string(), nullable=False), "the consumed trajectory"),
+    (pa.field("rank", pa.int64(), nullable=False), "data-parallel rank that read it"),
+    (pa.field("min_policy_version", pa.int64()), "oldest action-span policy version in the trajectory"),
+    (pa.field("max_policy_version", pa.int64()), "newest action-span policy version in the trajectory"),
+    (pa.field("staleness_min", pa.int64()), "trainer_version - max_policy_version (versions)"),
+    (pa.field("staleness_max", pa.int64()), "trainer_version - min_policy_version (versions)"),
+    (pa.field("num_action_tokens", pa.int64(), nullable=False), "action tokens trained on"),
+    (pa.field("masked_below", pa.float64()), "fraction of action tokens with ratio <= 1 - eps_low (DIS-masked)"),
+    (pa.field("masked_above", pa.float64()), "fraction of action tokens with ratio >= 1 + eps_high (DIS-masked)"),
+    (pa.field("ratio_mean", pa.float64()), "mean importance ratio over action tokens (before masking)"),
+    (pa.field("consumed_at", pa.timestamp("us", tz="UTC"), nullable=False), "when the step finished (UTC)"),
+]
+
+
+def _schema_of(fields: list[tuple[pa.Field, str]]) -> pa.Schema:
+    return pa.schema([f.with_metadata({b"doc": d.encode()}) for f, d in fields],
+                     metadata={METADATA_SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+
+
+STEP_SCHEMA: Final[pa.Schema] = _schema_of(STEP_FIELDS)
+CONSUMED_SCHEMA: Final[pa.Schema] = _schema_of(CONSUMED_FIELDS)
+
+
 def _type_json(t: pa.DataType) -> Any:
     if pa.types.is_large_list(t) or pa.types.is_list(t):
         return {
@@ -138,11 +176,14 @@ def schema_description() -> dict[str, Any]:
         "statuses": list(STATUSES),
         "token_sources": list(TOKEN_SOURCES),
         "logprob_sources": list(LOGPROB_SOURCES),
-        "fields": [
-            {"name": f.name, "type": _type_json(f.type), "nullable": f.nullable, "doc": doc}
-            for f, doc in TRAJECTORY_FIELDS
-        ],
+        "fields": _fields_json(TRAJECTORY_FIELDS),
+        "run_steps_fields": _fields_json(STEP_FIELDS),
+        "run_consumed_fields": _fields_json(CONSUMED_FIELDS),
     }
+
+
+def _fields_json(fields: list[tuple[pa.Field, str]]) -> list[dict[str, Any]]:
+    return [{"name": f.name, "type": _type_json(f.type), "nullable": f.nullable, "doc": doc} for f, doc in fields]
 
 
 def schema_json() -> str:

@@ -4,6 +4,7 @@ number of hosts can append at once. Layout (all names are constants below)::
 
     <root>/trajectories/<shard>.parquet       trajectory rows (schema v1)
     <root>/runs/<run_id>/{steps,consumed}/    training records, also Parquet shards
+    <root>/runs/<run_id>/config.json          the resolved training config
     <root>/policies/<run_id>/v<N>/            published policy weights
     <root>/_tmp/                              local only: shards being written (never read)
 
@@ -35,6 +36,9 @@ TRAJECTORIES_DIR = "trajectories"
 RUNS_DIR = "runs"
 POLICIES_DIR = "policies"
 TMP_DIR = "_tmp"
+RUN_STEPS_DIR = "steps"
+RUN_CONSUMED_DIR = "consumed"
+RUN_CONFIG_FILE = "config.json"
 SHARD_SUFFIX = ".parquet"
 ROW_GROUP_TARGET_MB = 32
 """Uncompressed bytes per Parquet row group; bounds the memory of one streamed batch."""
