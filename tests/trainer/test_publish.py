@@ -1,0 +1,156 @@
+"""Publishing policy versions: round trip, tied weights, the LATEST pointer, refusals, and
+that a partially written version is never returned as the latest (local and S3)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from trajstore.store import POLICIES_DIR, open_store  # noqa: E402
+from trajstore.trainer.publish import (  # noqa: E402
+    LATEST_FILE,
+    META_FILE,
+    WEIGHTS_FILE,
+    PolicyMismatchError,
+    PolicyNotFoundError,
+    latest_policy_version,
+    list_policy_versions,
+    load_policy_into,
+    publish_policy,
+    read_policy_meta,
+    version_dir,
+)
+
+
+def tiny_llama(seed: int, *, tie: bool = True, hidden: int = 16) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=hidden, intermediate_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                                   tie_word_embeddings=tie)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def assert_same_params(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert torch.equal(sa[k], sb[k]), k
+
+
+def test_round_trip_with_tied_embeddings_and_latest(tmp_store):
+    src1, src2, dst = tiny_llama(1), tiny_llama(2), tiny_llama(3)
+    assert src1.lm_head.weight.data_ptr() == src1.model.embed_tokens.weight.data_ptr()  # really tied
+    assert latest_policy_version(tmp_store, "run-a") is None
+    with pytest.raises(PolicyNotFoundError, match="no policy published"):
+        load_policy_into(dst, tmp_store, "run-a")
+
+    rel = publish_policy(tmp_store, "run-a", 1, src1, step=4, base_model="tiny", tokenizer="tok")
+    assert rel == "policies/run-a/v1"
+    publish_policy(tmp_store, "run-a", 2, src2, step=9, tokenizer="tok")
+    assert list_policy_versions(tmp_store, "run-a") == [1, 2]
+    assert latest_policy_version(tmp_store, "run-a") == 2
+
+    assert load_policy_into(dst, tmp_store, "run-a") == 2
+    assert_same_params(dst, src2)
+    assert dst.lm_head.weight.data_ptr() == dst.model.embed_tokens.weight.data_ptr()  # still tied
+    assert load_policy_into(dst, tmp_store, "run-a", version=1) == 1
+    assert_same_params(dst, src1)
+
+    meta = read_policy_meta(tmp_store, "run-a", 1)
+    assert (meta["run_id"], meta["version"], meta["step"], meta["base_model"], meta["tokenizer"]) == (
+        "run-a", 1, 4, "tiny", "tok")
+    assert meta["dtype"] == "float32" and meta["num_parameters"] == sum(p.numel() for p in src1.parameters())
+    # the version folder is a Hugging Face model directory
+    again = transformers.AutoModelForCausalLM.from_pretrained(open_store(tmp_store).path(version_dir("run-a", 1)))
+    assert_same_params(again, src1)
+    # nothing left behind in the temp area
+    assert os.listdir(open_store(tmp_store).path("_tmp")) == []
+
+
+def test_untied_model_round_trip(tmp_store):
+    src, dst = tiny_llama(1, tie=False), tiny_llama(2, tie=False)
+    publish_policy(tmp_store, "r", 0, src)
+    assert load_policy_into(dst, tmp_store, "r") == 0
+    assert_same_params(dst, src)
+
+
+def test_republish_replaces_version(tmp_store):
+    a, b, dst = tiny_llama(1), tiny_llama(2), tiny_llama(3)
+    publish_policy(tmp_store, "r", 3, a)
+    publish_policy(tmp_store, "r", 3, b)  # a resumed run publishes v3 again
+    assert list_policy_versions(tmp_store, "r") == [3]
+    load_policy_into(dst, tmp_store, "r", version=3)
+    assert_same_params(dst, b)
+
+
+def test_mismatched_architecture_is_refused(tmp_store):
+    publish_policy(tmp_store, "r", 0, tiny_llama(1, hidden=16))
+    with pytest.raises(PolicyMismatchError, match="policies/r/v0/model.safetensors"):
+        load_policy_into(tiny_llama(1, hidden=32), tmp_store, "r")
+    other = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2))
+    with pytest.raises(PolicyMismatchError, match="missing keys"):
+        load_policy_into(other, tmp_store, "r")
+
+
+def test_partial_version_is_never_latest(tmp_store):
+    """A version folder without meta.json (a crashed object-store upload, or a crash between
+    weights and meta) is not complete: not listed, not latest, not loadable."""
+    s = open_store(tmp_store)
+    publish_policy(s, "r", 1, tiny_llama(1))
+    # simulate an interrupted publish of v2: weights present, meta.json absent, pointer moved
+    partial = s.path(version_dir("r", 2))
+    os.makedirs(partial)
+    with open(os.path.join(partial, WEIGHTS_FILE), "wb") as fh:
+        fh.write(b"\x00" * 100)
+    s.write_bytes(f"{POLICIES_DIR}/r/{LATEST_FILE}", json.dumps({"version": 2}).encode())
+    assert list_policy_versions(s, "r") == [1]
+    assert latest_policy_version(s, "r") == 1
+    dst = tiny_llama(5)
+    assert load_policy_into(dst, s, "r") == 1
+    with pytest.raises(PolicyNotFoundError, match=r"v2 is missing or incomplete.*\[1\]"):
+        load_policy_into(dst, s, "r", version=2)
+
+
+def test_meta_from_another_publish_is_refused(tmp_store):
+    """meta.json of one publish next to weights of another (a re-publish interrupted after the
+    weights were replaced) is detected through the publish id stamped in both."""
+    s = open_store(tmp_store)
+    publish_policy(s, "r", 1, tiny_llama(1))
+    old_meta = read_policy_meta(s, "r", 1)
+    publish_policy(s, "r", 1, tiny_llama(2))
+    s.write_bytes(f"{version_dir('r', 1)}/{META_FILE}", json.dumps(old_meta).encode())
+    with pytest.raises(PolicyMismatchError, match="interrupted re-publish"):
+        load_policy_into(tiny_llama(3), s, "r", version=1)
+
+
+def test_bad_run_id_and_version():
+    with pytest.raises(ValueError, match="run_id"):
+        version_dir("a/b", 1)
+    with pytest.raises(ValueError, match=">= 0"):
+        version_dir("a", -1)
+
+
+@pytest.mark.s3
+def test_s3_round_trip_and_partial_version(s3_store_uri):
+    uri, opts = s3_store_uri
+    s = open_store(uri, storage_options=opts)
+    src, dst = tiny_llama(1), tiny_llama(2)
+    publish_policy(s, "r", 1, src, step=1)
+    assert latest_policy_version(s, "r") == 1
+    # an upload that stopped after the weights: no meta.json, pointer already moved
+    s.fs.pipe_file(s.path(version_dir("r", 2), WEIGHTS_FILE), b"\x00" * 64)
+    s.fs.pipe_file(s.path(POLICIES_DIR, "r", LATEST_FILE), json.dumps({"version": 2}).encode())
+    fresh = open_store(uri, storage_options=opts)  # another process's view
+    assert list_policy_versions(fresh, "r") == [1]
+    assert latest_policy_version(fresh, "r") == 1
+    assert load_policy_into(dst, fresh, "r") == 1
+    assert_same_params(dst, src)
+    publish_policy(s, "r", 2, tiny_llama(7), step=2)
+    assert latest_policy_version(fresh, "r") == 2
+    load_policy_into(dst, fresh, "r")
+    assert_same_params(dst, tiny_llama(7))

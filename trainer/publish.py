@@ -1,0 +1,331 @@
+"""Publishing policy weights into the store so rollout workers pick up new versions.
+
+Layout (under ``<root>/policies/<run_id>/``)::
+
+    v<N>/model.safetensors   the policy's state dict (tied tensors stored once)
+    v<N>/config.json         the model's Hugging Face config (the folder loads with from_pretrained)
+    v<N>/meta.json           written last: a version is complete iff meta.json exists
+    LATEST                   small JSON pointer {"version": N, ...}, replaced atomically
+
+Locally a version is written to ``_tmp/`` (fsynced) and renamed into place, so it appears
+whole. On object stores the weights and config are PUT first and ``meta.json`` last; readers
+only trust versions with ``meta.json``, whose ``publish_id`` must match the one stamped in the
+weights file's header.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from trajstore.errors import StoreError, TrajstoreError
+from trajstore.store import POLICIES_DIR, TMP_DIR, Store, _fsync_dir, open_store
+
+if TYPE_CHECKING:
+    import torch
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+META_FILE = "meta.json"
+LATEST_FILE = "LATEST"
+POLICY_FORMAT = "trajstore.policy"
+POLICY_FORMAT_VERSION = 1
+_VERSION_DIR = re.compile(r"^v(\d+)$")
+_PUBLISH_ID_KEY = "trajstore.publish_id"
+
+
+class PolicyNotFoundError(TrajstoreError):
+    """No complete published version matches the request (missing or partially written)."""
+
+
+class PolicyMismatchError(TrajstoreError):
+    """Published weights do not fit the model they are loaded into (missing / unexpected keys
+    or shapes), or a version's files belong to different publishes."""
+
+
+def version_dir(run_id: str, version: int) -> str:
+    """Store-relative folder of one published version: ``policies/<run_id>/v<N>``."""
+    _check_run_id(run_id)
+    if version < 0:
+        raise ValueError(f"policy version must be >= 0, got {version}")
+    return f"{POLICIES_DIR}/{run_id}/v{version}"
+
+
+def _check_run_id(run_id: str) -> None:
+    if not run_id or "/" in run_id or run_id.startswith((".", "_")):
+        raise ValueError(f"run_id {run_id!r} must be a non-empty path component not starting with '.' or '_'")
+
+
+def _unwrap(model: Any) -> Any:
+    """The bare module under DDP / FSDP-style ``.module`` wrappers."""
+    while hasattr(model, "module") and not hasattr(model, "config"):
+        model = model.module
+    return model
+
+
+def publish_policy(store: Store | str, run_id: str, version: int, model: torch.nn.Module, *,
+                   step: int | None = None, base_model: str | None = None,
+                   tokenizer: str | None = None) -> str:
+    """Write `model`'s weights as ``policies/<run_id>/v<version>/`` and point ``LATEST`` at it.
+
+    Tied tensors (e.g. input embeddings = LM head) are stored once, by safetensors'
+    ``save_model``. Weights keep the model's dtype. Publishing a version that already exists
+    (a resumed run re-publishing) replaces it; a reader never sees a mix of the two.
+
+    Args:
+        store: the store or its URI.
+        run_id: training run id (one path component).
+        version: policy version N >= 0 (the trainer's version counter).
+        model: a transformers causal LM (or a ``.module`` wrapper such as DDP around one).
+        step: training step the weights come from, recorded in meta.json.
+        base_model: name of the model training started from (e.g. the store's ``model``).
+        tokenizer: tokenizer name the policy's token ids belong to (the store's ``tokenizer``).
+
+    Returns:
+        The store-relative folder ``policies/<run_id>/v<N>``.
+
+    Raises:
+        ValueError: bad `run_id` or negative `version`.
+        StoreError: the filesystem refused a write (the version is then not complete).
+    """
+    from safetensors.torch import save_model
+
+    s = open_store(store)
+    rel = version_dir(run_id, version)
+    model = _unwrap(model)
+    publish_id = uuid.uuid4().hex
+    config = getattr(model, "config", None)
+    meta = {
+        "format": POLICY_FORMAT,
+        "format_version": POLICY_FORMAT_VERSION,
+        "run_id": run_id,
+        "version": int(version),
+        "step": None if step is None else int(step),
+        "created_at": datetime.now(timezone.utc).isoformat(),
+        "base_model": base_model if base_model is not None else getattr(config, "_name_or_path", None) or None,
+        "tokenizer": tokenizer,
+        "architecture": (getattr(config, "architectures", None) or [type(model).__name__])[0],
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "num_parameters": int(sum(p.numel() for p in model.parameters())),
+        "publish_id": publish_id,
+        "weights_file": WEIGHTS_FILE,
+    }
+    meta_bytes = (json.dumps(meta, indent=2) + "\n").encode()
+    config_bytes = config.to_json_string().encode() if config is not None else None
+    try:
+        if s.is_local:
+            _publish_local(s, rel, model, meta_bytes, config_bytes, publish_id, save_model)
+        else:
+            _publish_remote(s, rel, model, meta_bytes, config_bytes, publish_id, save_model)
+        pointer = {"version": int(version), "path": f"v{version}", "publish_id": publish_id,
+                   "updated_at": meta["created_at"]}
+        s.write_bytes(f"{POLICIES_DIR}/{run_id}/{LATEST_FILE}", (json.dumps(pointer) + "\n").encode())
+    except OSError as e:
+        raise StoreError(f"could not publish policy {s.url(rel)}: {e}") from e
+    return rel
+
+
+def _publish_local(s: Store, rel: str, model: Any, meta: bytes, config: bytes | None, publish_id: str,
+                   save_model: Any) -> None:
+    os.makedirs(s.path(TMP_DIR), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="policy-", dir=s.path(TMP_DIR))
+    final = s.path(rel)
+    parent = os.path.dirname(final)
+    try:
+        save_model(model, os.path.join(tmp, WEIGHTS_FILE), metadata={_PUBLISH_ID_KEY: publish_id})
+        files = [(CONFIG_FILE, config)] if config is not None else []
+        for name, data in [*files, (META_FILE, meta)]:
+            with open(os.path.join(tmp, name), "wb") as fh:
+                fh.write(data)
+        for name in os.listdir(tmp):
+            with open(os.path.join(tmp, name), "rb") as fh:
+                os.fsync(fh.fileno())
+        _fsync_dir(tmp)
+        os.makedirs(parent, exist_ok=True)
+        trash = None
+        if os.path.exists(final):  # re-publish: move the old version aside, then swap in
+            trash = os.path.join(s.path(TMP_DIR), f"old-{os.path.basename(final)}-{uuid.uuid4().hex[:8]}")
+            os.rename(final, trash)
+        os.rename(tmp, final)
+        _fsync_dir(parent)
+        if trash is not None:
+            shutil.rmtree(trash, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _publish_remote(s: Store, rel: str, model: Any, meta: bytes, config: bytes | None, publish_id: str,
+                    save_model: Any) -> None:
+    fs = s.fs
+    meta_path = s.path(rel, META_FILE)
+    if fs.exists(meta_path):  # re-publish: un-complete the old version before replacing its files
+        fs.rm_file(meta_path)
+    with tempfile.TemporaryDirectory(prefix="trajstore-publish-") as tmp:
+        local = os.path.join(tmp, WEIGHTS_FILE)
+        save_model(model, local, metadata={_PUBLISH_ID_KEY: publish_id})
+        fs.put_file(local, s.path(rel, WEIGHTS_FILE))
+    if config is not None:
+        fs.pipe_file(s.path(rel, CONFIG_FILE), config)
+    fs.pipe_file(meta_path, meta)
+    fs.invalidate_cache(s.path(rel))
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def _read_json(s: Store, rel: str) -> dict[str, Any] | None:
+    try:
+        data = s.fs.cat_file(s.path(rel))
+    except FileNotFoundError:
+        return None
+    try:
+        out = json.loads(data)
+    except ValueError as e:
+        raise PolicyNotFoundError(f"{s.url(rel)} is not valid JSON: {e}") from e
+    if not isinstance(out, dict):
+        raise PolicyNotFoundError(f"{s.url(rel)} is not a JSON object")
+    return out
+
+
+def read_policy_meta(store: Store | str, run_id: str, version: int) -> dict[str, Any]:
+    """meta.json of a complete published version (keys: run_id, version, step, created_at,
+    base_model, tokenizer, architecture, dtype, num_parameters, publish_id, weights_file).
+
+    Raises:
+        PolicyNotFoundError: the version does not exist or is not complete (no meta.json).
+    """
+    s = open_store(store)
+    rel = version_dir(run_id, version)
+    meta = _read_json(s, f"{rel}/{META_FILE}")
+    if meta is None:
+        raise PolicyNotFoundError(
+            f"policy {s.url(rel)} is missing or incomplete (no {META_FILE}); published versions: "
+            f"{list_policy_versions(s, run_id) or 'none'}")
+    return meta
+
+
+def list_policy_versions(store: Store | str, run_id: str) -> list[int]:
+    """Complete published versions of `run_id` (those with meta.json), ascending."""
+    s = open_store(store)
+    _check_run_id(run_id)
+    base = s.path(POLICIES_DIR, run_id)
+    if not s.is_local:
+        s.fs.invalidate_cache(base)
+    try:
+        entries = s.fs.ls(base, detail=True)
+    except FileNotFoundError:
+        return []
+    out = []
+    for e in entries:
+        m = _VERSION_DIR.match(e["name"].rstrip("/").rsplit("/", 1)[-1])
+        if m and e.get("type") == "directory" and s.fs.exists(f"{e['name'].rstrip('/')}/{META_FILE}"):
+            out.append(int(m.group(1)))
+    return sorted(out)
+
+
+def latest_policy_version(store: Store | str, run_id: str) -> int | None:
+    """The version ``LATEST`` points to, or None when nothing is published yet.
+
+    If the pointer is missing or names a version that is not complete (a crash between the
+    version and the pointer), the highest complete version is returned instead.
+    """
+    s = open_store(store)
+    _check_run_id(run_id)
+    pointer = _read_json(s, f"{POLICIES_DIR}/{run_id}/{LATEST_FILE}")
+    if pointer is not None and isinstance(pointer.get("version"), int):
+        v = pointer["version"]
+        if s.fs.exists(s.path(version_dir(run_id, v), META_FILE)):
+            return v
+    versions = list_policy_versions(s, run_id)
+    return versions[-1] if versions else None
+
+
+def load_policy_into(model: torch.nn.Module, store: Store | str, run_id: str, version: int | None = None, *,
+                     device: str | None = None) -> int:
+    """Load a published version's weights into an existing model of the same architecture.
+
+    Args:
+        model: the model to overwrite in place (a ``.module`` wrapper is unwrapped).
+        store: the store or its URI.
+        run_id: the training run that published the weights.
+        version: the version to load; None = the latest (see :func:`latest_policy_version`).
+        device: where tensors are materialised before copying (default: the model's device).
+
+    Returns:
+        The version loaded.
+
+    Raises:
+        PolicyNotFoundError: nothing published, or the version is missing / incomplete.
+        PolicyMismatchError: keys or shapes differ from the model's, or the weights file is not
+            the one meta.json describes (a publish interrupted mid-way).
+    """
+    from safetensors import safe_open
+    from safetensors.torch import load_model
+
+    s = open_store(store)
+    if version is None:
+        version = latest_policy_version(s, run_id)
+        if version is None:
+            raise PolicyNotFoundError(f"no policy published under {s.url(POLICIES_DIR, run_id)}")
+    meta = read_policy_meta(s, run_id, version)
+    rel = version_dir(run_id, version)
+    model = _unwrap(model)
+    dev = device or str(next(model.parameters()).device)
+    with tempfile.TemporaryDirectory(prefix="trajstore-policy-") as tmp:
+        if s.is_local:
+            path = s.path(rel, meta.get("weights_file", WEIGHTS_FILE))
+        else:
+            path = os.path.join(tmp, WEIGHTS_FILE)
+            try:
+                s.fs.get_file(s.path(rel, meta.get("weights_file", WEIGHTS_FILE)), path)
+            except FileNotFoundError as e:
+                raise PolicyNotFoundError(f"policy {s.url(rel)} has {META_FILE} but no weights file") from e
+        if not os.path.exists(path):
+            raise PolicyNotFoundError(f"policy {s.url(rel)} has {META_FILE} but no weights file")
+        try:
+            with safe_open(path, framework="pt") as fh:
+                stamped = (fh.metadata() or {}).get(_PUBLISH_ID_KEY)
+        except Exception as e:  # safetensors raises its own error types for a truncated header
+            raise PolicyMismatchError(f"{s.url(rel, WEIGHTS_FILE)} is not a readable safetensors file: {e}") from e
+        if stamped != meta.get("publish_id"):
+            raise PolicyMismatchError(
+                f"{s.url(rel, WEIGHTS_FILE)} belongs to publish {stamped}, but {META_FILE} describes "
+                f"{meta.get('publish_id')} (an interrupted re-publish); reload later")
+        try:
+            missing, unexpected = load_model(model, path, strict=False, device=dev)
+        except RuntimeError as e:  # shape mismatch from load_state_dict
+            raise PolicyMismatchError(f"cannot load {s.url(rel, WEIGHTS_FILE)} into {type(model).__name__}: "
+                                      f"{str(e).splitlines()[0]} ...") from e
+    if missing or unexpected:
+        raise PolicyMismatchError(
+            f"{s.url(rel, WEIGHTS_FILE)} does not match {type(model).__name__}: missing keys "
+            f"{sorted(missing)[:5]}{' ...' if len(missing) > 5 else ''}, unexpected keys "
+            f"{sorted(unexpected)[:5]}{' ...' if len(unexpected) > 5 else ''}")
+    return version
+
+
+def wait_for_policy_version(store: Store | str, run_id: str, *, newer_than: int | None,
+                            timeout_s: float, poll_s: float = 0.5) -> int | None:
+    """Poll until a version other than `newer_than` is the latest; return it (None on timeout).
+
+    Args:
+        newer_than: the version the caller holds (None = anything published counts).
+        timeout_s: seconds to wait at most.
+        poll_s: seconds between polls.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        v = latest_policy_version(store, run_id)
+        if v is not None and (newer_than is None or v > newer_than):
+            return v
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(poll_s)
