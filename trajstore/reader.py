@@ -43,6 +43,10 @@ def scan_trajectories(uri: StoreLike, *, storage_options: dict[str, Any] | None 
 
     Projection and predicates are pushed down to the Parquet scan, so selecting scalar
     columns never reads tokens. With ``dedupe`` (default) duplicate ids keep the first copy.
+    Shards whose footer is unreadable (truncated, not Parquet, foreign or newer schema) are
+    skipped with a warning naming them, or raise with ``strict``; a shard whose footer reads
+    but whose data pages are damaged can only be noticed when polars decodes it, at
+    ``collect()`` (use :func:`read_trajectories` or :func:`iter_batches` to skip those).
     """
     store = _store(uri, storage_options)
     shards = store.list_shards(TRAJECTORIES_DIR, strict=strict)
@@ -74,6 +78,9 @@ def read_trajectories(uri: StoreLike, *, columns: Sequence[str] | None = None,
     Args:
         columns: subset of schema columns to read (``trajectory_id`` is always included).
 
+    A shard whose footer cannot be read, or whose data pages cannot be decoded, is skipped
+    with a :class:`~trajstore.store.CorruptShardWarning` naming it.
+
     Raises:
         CorruptShardError: with ``strict=True``, on the first unreadable shard.
     """
@@ -83,12 +90,39 @@ def read_trajectories(uri: StoreLike, *, columns: Sequence[str] | None = None,
     if not shards:
         t = TRAJECTORY_SCHEMA.empty_table()
         return t.select(cols) if cols else t
-    table = _dataset(store, shards).to_table(columns=cols)
+    try:
+        table = _dataset(store, shards).to_table(columns=cols)
+    except (OSError, pa.ArrowException):
+        # A footer that reads but damaged data pages: find the culprit(s) shard by shard.
+        table = _read_shards_one_by_one(store, shards, cols, strict=strict)
     if dedupe and table.num_rows:
         keep = _first_copy_mask(table.column("trajectory_id"))
         if keep is not None:
             table = table.filter(pa.array(keep))
     return table
+
+
+def _read_shards_one_by_one(store: Store, shards: Sequence[ShardInfo], cols: list[str] | None, *,
+                            strict: bool) -> pa.Table:
+    """Read shards separately, skipping (with a warning naming it) any whose data cannot be decoded.
+
+    Raises:
+        CorruptShardError: with ``strict``, on the first shard that cannot be decoded.
+    """
+    fs = store.arrow_filesystem()
+    parts = []
+    for s in shards:
+        try:
+            parts.append(pq.read_table(s.path, columns=cols, schema=TRAJECTORY_SCHEMA, filesystem=fs))
+        except (OSError, pa.ArrowException) as e:
+            err = CorruptShardError(store._display(s.path), f"cannot decode: {str(e).splitlines()[0]}")
+            if strict:
+                raise err from e
+            warnings.warn(f"skipping {err}", CorruptShardWarning, stacklevel=3)
+    if not parts:
+        t = TRAJECTORY_SCHEMA.empty_table()
+        return t.select(cols) if cols else t
+    return pa.concat_tables(parts)
 
 
 def count_duplicates(uri: StoreLike, *, storage_options: dict[str, Any] | None = None) -> int:
@@ -209,7 +243,7 @@ def iter_shard_batches(store: Store, shard: ShardInfo, *, columns: Sequence[str]
             if table.num_rows:
                 yield batch_from_table(table, shard=shard.path, row_group=rg)
     except (OSError, pa.ArrowException) as e:
-        err = CorruptShardError(shard.path, f"cannot decode: {e}")
+        err = CorruptShardError(store._display(shard.path), f"cannot decode: {str(e).splitlines()[0]}")
         if strict:
             raise err from e
         warnings.warn(f"skipping rest of {err}", CorruptShardWarning, stacklevel=2)
