@@ -1,0 +1,134 @@
+"""A truncated or garbage ``.parquet`` in the store is skipped by every reader with a warning
+that names it (``strict=True`` raises :class:`CorruptShardError`); every other trajectory is
+still read."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from trajstore import (
+    CorruptShardError,
+    StoreWriter,
+    count_duplicates,
+    iter_batches,
+    open_store,
+    read_trajectories,
+    scan_trajectories,
+)
+from trajstore.store import CorruptShardWarning, Store
+
+GOOD = 30
+
+
+def _read_ids(reader: str, uri: str, opts: dict[str, Any] | None, strict: bool) -> list[str]:
+    if reader == "read_trajectories":
+        return read_trajectories(uri, storage_options=opts, strict=strict).column("trajectory_id").to_pylist()
+    if reader == "scan_trajectories":
+        return scan_trajectories(uri, storage_options=opts, strict=strict).select("trajectory_id").collect()[
+            "trajectory_id"].to_list()
+    if reader == "iter_batches":
+        return [t for b in iter_batches(uri, storage_options=opts, strict=strict) for t in b.trajectory_ids]
+    if reader == "list_shards":
+        store = open_store(uri, storage_options=opts)
+        return [t for s in store.list_shards(strict=strict)
+                for t in pq.read_table(store.fs.open(s.path, "rb"), columns=["trajectory_id"])
+                .column("trajectory_id").to_pylist()]
+    raise AssertionError(reader)
+
+
+def _fill(uri: str, opts: dict[str, Any] | None, make_trajectory: Callable[..., Any]) -> tuple[Store, list[str]]:
+    rng = np.random.default_rng(7)
+    trajs = [make_trajectory(rng, trajectory_id=f"good-{i:02d}") for i in range(GOOD)]
+    with StoreWriter(uri, storage_options=opts, flush_rows=10, flush_seconds=None) as w:
+        w.write_many(trajs)
+    return open_store(uri, storage_options=opts), [t.trajectory_id for t in trajs]
+
+
+def _plant_bad_files(store: Store) -> list[str]:
+    """A truncated copy of a real shard, a garbage file, a Parquet file from someone else (no
+    trajstore version) and one from a future schema version. Returns their file names."""
+    good_path = store.shard_paths()[1][0]
+    data = store.fs.cat_file(good_path)
+    bad = {
+        "00000000000000000001-truncated.parquet": data[: len(data) // 2],
+        "00000000000000000002-garbage.parquet": b"this is not parquet at all " * 100,
+        "99999999999999999998-empty.parquet": b"",
+    }
+    for name, payload in bad.items():
+        store.fs.pipe_file(store.path("trajectories", name), payload)
+    foreign = pa.table({"trajectory_id": ["foreign-1"], "x": [1]})
+    future = pq.read_table(store.fs.open(good_path, "rb"))
+    future = future.replace_schema_metadata({**future.schema.metadata, b"trajstore.schema_version": b"99"})
+    for name, table in (("00000000000000000003-foreign.parquet", foreign),
+                        ("99999999999999999999-future.parquet", future)):
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        store.fs.pipe_file(store.path("trajectories", name), sink.getvalue().to_pybytes())
+    return [*bad, "00000000000000000003-foreign.parquet", "99999999999999999999-future.parquet"]
+
+
+READERS = ["read_trajectories", "scan_trajectories", "iter_batches", "list_shards"]
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("s3", marks=pytest.mark.s3)])
+def test_bad_shards_skipped_with_warning_naming_them(backend: str, tmp_store: str, make_trajectory: Any,
+                                                     request: pytest.FixtureRequest) -> None:
+    uri, opts = request.getfixturevalue("s3_store_uri") if backend == "s3" else (tmp_store, None)
+    store, good_ids = _fill(uri, opts, make_trajectory)
+    bad_names = _plant_bad_files(store)
+    for reader in READERS:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ids = _read_ids(reader, uri, opts, strict=False)
+        assert sorted(ids) == sorted(good_ids), reader
+        messages = [str(w.message) for w in caught if issubclass(w.category, CorruptShardWarning)]
+        for name in bad_names:
+            assert sum(name in m for m in messages) == 1, (reader, name, messages)
+        assert len(messages) == len(bad_names), (reader, messages)
+        with pytest.raises(CorruptShardError) as ei:
+            _read_ids(reader, uri, opts, strict=True)
+        # Shards are listed in name order, so the first bad one met is the truncated copy.
+        assert ei.value.path.endswith(bad_names[0]), reader
+        assert bad_names[0] in str(ei.value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CorruptShardWarning)
+        assert count_duplicates(uri, storage_options=opts) == 0
+
+
+def test_corrupt_data_page_with_intact_footer(tmp_store: str, make_trajectory: Any) -> None:
+    """A shard whose footer reads but whose column data is damaged: the eager and streaming
+    readers skip it with a warning, strict raises, every trajectory in other shards is read.
+    The lazy reader cannot know before decoding; it must fail loudly, never return bad rows."""
+    store, good_ids = _fill(tmp_store, None, make_trajectory)
+    victim = store.shard_paths()[0][0]
+    md = pq.read_metadata(victim)
+    raw = bytearray(open(victim, "rb").read())
+    # Overwrite the middle of the tokens column chunk with garbage, leaving the footer alone.
+    paths = [md.row_group(0).column(i).path_in_schema for i in range(md.num_columns)]
+    tokens_idx = next(i for i, p in enumerate(paths) if p.startswith("tokens."))
+    chunk = md.row_group(0).column(tokens_idx)
+    start = chunk.data_page_offset
+    raw[start: start + chunk.total_compressed_size] = b"\xff" * chunk.total_compressed_size
+    bad = store.path("trajectories", "00000000000000000001-damaged.parquet")
+    with open(bad, "wb") as fh:
+        fh.write(bytes(raw))
+    lost = set(pq.read_table(victim, columns=["trajectory_id"]).column("trajectory_id").to_pylist())
+    assert len(lost) == 10
+    with pytest.raises(Exception, match="(?i)parquet|thrift|decode"):
+        scan_trajectories(tmp_store).select("trajectory_id", "tokens").collect()
+    for reader in ("read_trajectories", "iter_batches"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ids = _read_ids(reader, tmp_store, None, strict=False)
+        assert sorted(ids) == sorted(good_ids), reader  # the damaged copy's rows also exist intact
+        messages = [str(w.message) for w in caught if issubclass(w.category, CorruptShardWarning)]
+        assert any("00000000000000000001-damaged.parquet" in m for m in messages), (reader, messages)
+        with pytest.raises(CorruptShardError, match="damaged"):
+            _read_ids(reader, tmp_store, None, strict=True)
