@@ -1,0 +1,171 @@
+"""The typed configuration of `traj train`, nested by concern.
+
+Every field has a one-line doc with its unit. The resolved config is saved as
+``runs/<run_id>/config.json`` in the store and inside every checkpoint; ``--resume`` reloads it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+AdvantageEstimator = Literal["sao-gae", "grpo", "running-mean"]
+"""How advantages are computed: ``sao-gae`` = critic + skip-observation GAE (SAO); ``grpo`` =
+group-normalised rewards (needs ``group_id``); ``running-mean`` = reward minus a running mean."""
+
+PolicyLossName = Literal["dis", "ppo-clip"]
+"""``dis`` = SAO's direct double-sided importance sampling (out-of-band tokens masked);
+``ppo-clip`` = vanilla PPO clipped surrogate with the rollout log-probs as pi_old."""
+
+BehaviourLogprobs = Literal["engine", "initial-policy"]
+"""Where the behaviour policy's log-probs come from: ``engine`` = the rollout engine's, stored
+with the trajectory (required by default); ``initial-policy`` = opt-in for text-only data:
+computed once per trajectory with the frozen initial weights (ratios then measure drift from
+the start of training, not from the real sampler)."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class ModelConfig(_Section):
+    """Which network is trained and how the critic is built from it."""
+
+    name: str = Field(description="local HF directory, .gguf file, 'smollm2-135m', or a tiny random "
+                                  "model 'tiny-llama' / 'tiny-qwen3-moe' (tests)")
+    tokenizer: str | None = Field(None, description="tokenizer name the store's token ids must belong to; "
+                                                    "default: the model's canonical name")
+    tiny_vocab_size: int = Field(256, ge=8, description="vocabulary size of the tiny random models (tokens)")
+    critic_frozen_pattern: str | None = Field(r"(^|\.)self_attn\.", description="regex over critic parameter "
+                                              "names; matches are frozen (SAO: attention frozen, MLP / experts / "
+                                              "head train); None = full-parameter critic (ablation)")
+    seed: int = Field(0, description="seed for tiny-model initialisation, the value head and torch RNG")
+
+    @field_validator("critic_frozen_pattern")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            re.compile(v)
+        except re.error as e:
+            raise ValueError(f"critic_frozen_pattern {v!r} is not a valid regex: {e}") from e
+        return v
+
+
+class DataConfig(_Section):
+    """What is read from the store and how it is batched."""
+
+    batch_size: int = Field(128, ge=1, description="trajectories per policy step, all ranks together "
+                                                   "(SAO default: 128 single rollouts)")
+    max_batch_tokens: int = Field(1 << 21, ge=1, description="token budget of one step, all ranks together "
+                                                             "(tokens); a step closes early when the next "
+                                                             "trajectory would exceed it")
+    micro_batch_size: int = Field(8, ge=1, description="trajectories per forward/backward pass on one rank; "
+                                                       "the rest is gradient accumulation")
+    max_seq_len: int = Field(8192, ge=2, description="longest trajectory trained (tokens); longer ones follow "
+                                                     "`overlong`")
+    overlong: Literal["skip", "error"] = Field("skip", description="trajectories longer than max_seq_len: skip "
+                                               "them (counted in data/skipped_overlong) or stop with an error. "
+                                               "Never truncated: that would drop the reward token")
+    where: str | None = Field(None, description="SQL predicate (DuckDB) over the scalar columns; rows that fail "
+                                                "it are skipped")
+    follow: bool = Field(False, description="keep polling for new shards when the store is exhausted")
+    poll_interval_s: float = Field(2.0, gt=0, description="seconds between listings with follow")
+    idle_timeout_s: float | None = Field(None, description="with follow: stop after this many seconds "
+                                                           "without new data (None = wait forever)")
+    behaviour_logprobs: BehaviourLogprobs = Field("engine", description="source of behaviour log-probs; "
+                                                  "'initial-policy' is the explicit opt-in for text-only data")
+
+
+class OptimConfig(_Section):
+    """Two optimisers (AdamW), one per network, with separate learning rates."""
+
+    policy_lr: float = Field(1e-6, gt=0, description="policy learning rate (SAO: 1e-6)")
+    critic_lr: float = Field(5e-6, gt=0, description="critic learning rate (SAO: 5e-6)")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay (both networks)")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
+    max_grad_norm: float = Field(1.0, gt=0, description="global L2 gradient-norm clip per update")
+
+
+class AlgoConfig(_Section):
+    """The SAO update (../shared/docs/SAO.md) and the baselines it is compared with."""
+
+    advantage: AdvantageEstimator = Field("sao-gae", description="advantage estimator")
+    policy_loss: PolicyLossName = Field("dis", description="policy loss")
+    eps_low: float = Field(0.3, gt=0, lt=1, description="lower band: ratios <= 1 - eps_low are masked "
+                                                        "(SAO reasoning: 0.3, coding: 0.8)")
+    eps_high: float = Field(5.0, gt=0, description="upper band: ratios >= 1 + eps_high are masked "
+                                                   "(SAO reasoning: 5.0, coding: 3.0)")
+    loss_agg: Literal["token-mean", "seq-mean-token-mean"] = Field(
+        "token-mean", description="loss normalisation: token-mean = sum over action tokens of the whole step "
+                                  "(all ranks) / their count, masked tokens counted")
+    gamma: float = Field(1.0, gt=0, le=1, description="discount per action token (SAO: 1)")
+    lambda_alpha: float = Field(1.5, gt=0, description="alpha of lambda_policy = 1 - 1/(alpha * l), "
+                                                       "l = action tokens of the trajectory")
+    critic_updates: int = Field(2, ge=1, description="K critic updates per policy update (SAO: 2)")
+    critic_warmup_steps: int = Field(10, ge=0, description="batches that only train the critic before "
+                                                           "policy updates start (SAO: 10)")
+    value_clip: float | None = Field(None, description="clip of the new value around the step's old value "
+                                                       "(reward units); None = plain squared error")
+    running_mean_momentum: float = Field(0.9, ge=0, lt=1, description="running-mean baseline: weight of the "
+                                                                      "old mean per step")
+
+
+class RunConfig(_Section):
+    """Steps, publishing, checkpoints, logging and hardware."""
+
+    run_id: str = Field(description="training run id; records go to runs/<run_id>/, weights to "
+                                    "policies/<run_id>/")
+    max_steps: int | None = Field(None, ge=1, description="stop after this many policy steps "
+                                                          "(None = until the data ends)")
+    publish_every: int = Field(1, ge=0, description="publish the policy every N policy steps (0 = only v0 "
+                                                    "and the final version)")
+    checkpoint_every: int = Field(10, ge=1, description="checkpoint every N steps (warm-up steps count)")
+    keep_checkpoints: int = Field(2, ge=1, description="committed checkpoints kept")
+    device: str = Field("auto", description="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:N'")
+    bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU: float32 there)")
+    tensorboard: bool = Field(False, description="also write TensorBoard events to runs/<run_id>/tensorboard "
+                                                 "(local stores only)")
+    progress: bool = Field(True, description="rich progress bar on the terminal")
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._=+-]*", v):
+            raise ValueError(f"run_id {v!r} must be letters, digits and ._=+- (one path component)")
+        return v
+
+
+class TrainConfig(_Section):
+    """Everything `traj train` needs; `store` is a local path or an fsspec URI."""
+
+    store: str = Field(description="store URI (local path or s3://bucket/prefix)")
+    storage_options: dict[str, str] = Field(default_factory=dict, description="fsspec options (endpoint, keys); "
+                                            "never written to config.json")
+    model: ModelConfig
+    data: DataConfig = Field(default_factory=DataConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    algo: AlgoConfig = Field(default_factory=AlgoConfig)
+    run: RunConfig
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        if self.algo.advantage != "sao-gae" and self.algo.critic_warmup_steps:
+            # baselines without a critic have nothing to warm up
+            self.algo.critic_warmup_steps = 0
+        return self
+
+    def to_json(self) -> str:
+        """The resolved config as JSON (storage options left out: they may hold secrets)."""
+        return json.dumps(self.model_dump(mode="json", exclude={"storage_options"}), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, *, storage_options: dict[str, str] | None = None) -> TrainConfig:
+        """Parse a saved config (e.g. from a checkpoint), re-attaching `storage_options`."""
+        data = json.loads(text)
+        data["storage_options"] = dict(storage_options or {})
+        return cls.model_validate(data)

@@ -1,0 +1,453 @@
+"""The trainer's data path: trajectories streamed from a store in arrival order, checked,
+filtered, grouped into step batches under a token budget, and packed into micro-batches.
+
+Policy for trajectories longer than ``max_seq_len``: they are never truncated (that would cut
+off the token the reward is credited to); ``overlong="skip"`` leaves them out and counts them,
+``overlong="error"`` stops. Rows with ``trainable = false`` or a null reward are skipped and
+counted. Duplicated ``trajectory_id`` s keep their first copy in arrival order, as the readers do.
+
+``--where`` is a DuckDB SQL predicate over the scalar columns of a trajectory row
+(:data:`trajstore.schema.SCALAR_COLUMNS`: trajectory_id, prompt_id, group_id, source, model,
+tokenizer, created_at, status, reward, reward_raw, token_source, logprob_source, trainable,
+not_trainable_reason, min/max_policy_version, num_*tokens, num_actions, num_observations,
+metadata), e.g. ``"status = 'completed' AND num_actions >= 3"``.
+
+The :class:`DataCursor` after a batch says exactly which rows were read; a checkpoint stores it
+so a resumed run neither repeats nor skips a trajectory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import torch
+
+from trajstore.errors import TrajstoreError
+from trajstore.reader import iter_shard_batches
+from trajstore.schema import SCALAR_COLUMNS, SPAN_KIND_CODES, TRAJECTORY_SCHEMA
+from trajstore.store import TRAJECTORIES_DIR, ShardInfo, Store
+from trajstore.trainer.config import DataConfig
+
+
+class TrainDataError(TrajstoreError):
+    """The store holds data the trainer refuses (names the shard, trajectory and field)."""
+
+
+@dataclass
+class DataCursor:
+    """How far the stream has read: shards finished, the shard in progress and its next row.
+
+    Attributes:
+        done_shards: names of shards whose every row was read (any order of arrival).
+        shard: name of the shard being read, or None.
+        next_row: index (0-based, within `shard`) of the first row not yet read.
+    """
+
+    done_shards: list[str] = field(default_factory=list)
+    shard: str | None = None
+    next_row: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps({"done_shards": self.done_shards, "shard": self.shard, "next_row": self.next_row})
+
+    @classmethod
+    def from_json(cls, text: str) -> DataCursor:
+        d = json.loads(text)
+        return cls(list(d["done_shards"]), d["shard"], int(d["next_row"]))
+
+
+@dataclass
+class Sample:
+    """One trajectory ready for training. T = its token count.
+
+    Attributes:
+        trajectory_id, group_id: as stored; shard, row: where it was read.
+        tokens: int64 (T,) token ids.
+        rollout_logprobs: float32 (T,), nats; the engine's log-prob at action tokens, NaN elsewhere.
+            NaN at action tokens too when `needs_behaviour` (filled by the trainer, see
+            ``behaviour_logprobs``).
+        action_mask: bool (T,); True = token is a model action.
+        policy_version: int64 (T,); version that generated the token, -1 at non-action tokens.
+        inv_temperature: float32 (T,); 1 / sampling temperature of the token's action span
+            (1 where unknown or not an action).
+        reward: float, credited at the last action token.
+        needs_behaviour: True for text-only data admitted with ``behaviour_logprobs="initial-policy"``.
+        cursor: the stream's cursor right after this trajectory.
+    """
+
+    trajectory_id: str
+    group_id: str | None
+    shard: str
+    row: int
+    tokens: np.ndarray
+    rollout_logprobs: np.ndarray
+    action_mask: np.ndarray
+    policy_version: np.ndarray
+    inv_temperature: np.ndarray
+    reward: float
+    needs_behaviour: bool
+    cursor: DataCursor
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def num_action_tokens(self) -> int:
+        return int(self.action_mask.sum())
+
+    @property
+    def min_policy_version(self) -> int:
+        pv = self.policy_version[self.action_mask]
+        return int(pv.min()) if len(pv) else -1
+
+    @property
+    def max_policy_version(self) -> int:
+        pv = self.policy_version[self.action_mask]
+        return int(pv.max()) if len(pv) else -1
+
+
+@dataclass
+class StepBatch:
+    """The trajectories of one training step (all ranks) and the cursor after them.
+
+    Attributes:
+        samples: in arrival order. skipped: rows read but not trained, by reason.
+        wait_s: seconds spent waiting for this batch inside the stream (reading + polling).
+    """
+
+    samples: list[Sample]
+    cursor: DataCursor
+    skipped: dict[str, int]
+    wait_s: float = 0.0
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.samples)
+
+
+class PackedMicroBatch(NamedTuple):
+    """Trajectories of one micro-batch concatenated into a single row (no padding).
+
+    Positions restart at 0 for each trajectory, which makes transformers build a block-diagonal
+    causal mask (no attention across trajectories). Everything is in the *prediction frame*:
+    position p holds what is predicted from tokens[:p+1], i.e. token p+1. L = total tokens.
+
+    Fields:
+        input_ids: (1, L) int64 token ids.
+        position_ids: (1, L) int64 positions inside each trajectory.
+        targets: (1, L) int64; the next token of the same trajectory (0 at each trajectory's last
+            position, which is never an action slot).
+        action_mask: (1, L) bool; True = the predicted token is a model action (an action slot).
+        rollout_logprobs: (1, L) float32, nats; behaviour log-prob of the predicted token at action
+            slots, 0 elsewhere.
+        policy_version: (1, L) int64; version that generated the predicted token, -1 elsewhere.
+        inv_temperature: (1, L) float32; 1 / sampling temperature of the predicted token.
+        segments: (n + 1,) int64 offsets; trajectory i occupies ``[segments[i], segments[i+1])``.
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    targets: torch.Tensor
+    action_mask: torch.Tensor
+    rollout_logprobs: torch.Tensor
+    policy_version: torch.Tensor
+    inv_temperature: torch.Tensor
+    segments: torch.Tensor
+
+
+def pack(samples: Sequence[Sample], device: torch.device | str = "cpu") -> PackedMicroBatch:
+    """Pack samples into one row in the prediction frame (see :class:`PackedMicroBatch`).
+
+    An empty `samples` gives a one-token dummy row with no action slot (used so that every
+    data-parallel rank runs the same number of micro-batches).
+    """
+    if not samples:
+        z = torch.zeros((1, 1), dtype=torch.int64, device=device)
+        return PackedMicroBatch(z, z.clone(), z.clone(), torch.zeros((1, 1), dtype=torch.bool, device=device),
+                                torch.zeros((1, 1), device=device), torch.full((1, 1), -1, device=device),
+                                torch.ones((1, 1), device=device), torch.tensor([0, 1]))
+    ids, pos, tgt, act, lp, pv, itemp, seg = [], [], [], [], [], [], [], [0]
+    for s in samples:
+        t = s.num_tokens
+        ids.append(s.tokens)
+        pos.append(np.arange(t, dtype=np.int64))
+        tgt.append(np.concatenate([s.tokens[1:], [0]]))
+        act.append(np.concatenate([s.action_mask[1:], [False]]))
+        lp.append(np.concatenate([np.nan_to_num(s.rollout_logprobs[1:], nan=0.0), [0.0]]).astype(np.float32))
+        pv.append(np.concatenate([s.policy_version[1:], [-1]]))
+        itemp.append(np.concatenate([s.inv_temperature[1:], [1.0]]).astype(np.float32))
+        seg.append(seg[-1] + t)
+
+    def cat(parts: list[np.ndarray], dtype: torch.dtype) -> torch.Tensor:
+        return torch.as_tensor(np.concatenate(parts)).to(dtype=dtype).unsqueeze(0).to(device)
+
+    return PackedMicroBatch(cat(ids, torch.int64), cat(pos, torch.int64), cat(tgt, torch.int64),
+                            cat(act, torch.bool), cat(lp, torch.float32), cat(pv, torch.int64),
+                            cat(itemp, torch.float32), torch.tensor(seg, dtype=torch.int64))
+
+
+def split_for_rank(samples: Sequence[Sample], rank: int, world_size: int) -> list[Sample]:
+    """This rank's disjoint share of a step: trajectories sorted by length (longest first) are
+    dealt round-robin, so ranks get similar token counts. Deterministic on every rank."""
+    order = sorted(range(len(samples)), key=lambda i: (-samples[i].num_tokens, i))
+    return [samples[i] for i in order[rank::world_size]]
+
+
+def micro_batches(samples: Sequence[Sample], micro_batch_size: int, num_micro: int) -> list[list[Sample]]:
+    """Split into exactly `num_micro` micro-batches of at most `micro_batch_size` trajectories
+    (trailing ones may be empty so that every rank runs the same number of passes)."""
+    out = [list(samples[i:i + micro_batch_size]) for i in range(0, len(samples), micro_batch_size)]
+    if len(out) > num_micro:
+        raise ValueError(f"{len(samples)} samples do not fit {num_micro} micro-batches of {micro_batch_size}")
+    return out + [[] for _ in range(num_micro - len(out))]
+
+
+ListShards = Callable[[], list[ShardInfo]]
+
+
+class TrajectoryStream:
+    """Reads a store's trajectories in arrival order and yields :class:`StepBatch` es.
+
+    Args:
+        store: the store. cfg: the data section of the training config.
+        tokenizer: the model's tokenizer identity; a row whose ``tokenizer`` differs is refused.
+        vocab_size: the model's vocabulary; a token id at or above it is refused.
+        cursor: where to continue (a fresh cursor reads from the first shard).
+        max_batch_size: cap on trajectories per step (defaults to ``cfg.batch_size``).
+        list_shards: how shards are listed (distributed runs list on rank 0 and broadcast).
+
+    Raises (from :meth:`next_batch`):
+        TrainDataError: tokenizer mismatch, text-only data without the opt-in, token id outside
+            the vocabulary, overlong trajectory with ``overlong="error"``, or a bad ``where``.
+    """
+
+    def __init__(self, store: Store, cfg: DataConfig, *, tokenizer: str, vocab_size: int,
+                 cursor: DataCursor | None = None, list_shards: ListShards | None = None):
+        if cfg.max_seq_len > cfg.max_batch_tokens:
+            raise ValueError(f"max_seq_len ({cfg.max_seq_len}) exceeds max_batch_tokens ({cfg.max_batch_tokens})")
+        self.store = store
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.cursor = cursor or DataCursor()
+        self._list = list_shards or (lambda: store.list_shards(TRAJECTORIES_DIR))
+        self._done = list(self.cursor.done_shards)
+        self._done_set = set(self._done)
+        self._seen: set[str] = set()
+        self._pending: Sample | None = None
+        self._iter: Iterator[Sample] | None = None
+        self._skipped: dict[str, int] = {}
+        self._warned_null_tokenizer = False
+        self._duck = None
+        if cfg.where:
+            self._check_where(cfg.where)
+        self._rebuild_seen()
+
+    # -- public --------------------------------------------------------------------------
+
+    def next_batch(self) -> StepBatch | None:
+        """The next step's trajectories: up to ``batch_size`` of them and at most
+        ``max_batch_tokens`` tokens. Without ``follow`` a final short batch is returned, then
+        None. With ``follow`` it waits for new shards (polling every ``poll_interval_s``) until
+        the batch is full or ``idle_timeout_s`` passes without data."""
+        t0 = time.perf_counter()
+        samples: list[Sample] = []
+        tokens = 0
+        idle_since = time.monotonic()
+        while len(samples) < self.cfg.batch_size:
+            s = self._pending or self._next_sample()
+            self._pending = None
+            if s is None:
+                if not self.cfg.follow:
+                    break
+                timeout = self.cfg.idle_timeout_s
+                if timeout is not None and time.monotonic() - idle_since >= timeout:
+                    break
+                time.sleep(self.cfg.poll_interval_s)
+                continue
+            idle_since = time.monotonic()
+            if samples and tokens + s.num_tokens > self.cfg.max_batch_tokens:
+                self._pending = s
+                break
+            samples.append(s)
+            tokens += s.num_tokens
+        skipped, self._skipped = self._skipped, {}
+        if not samples:
+            return None
+        return StepBatch(samples, samples[-1].cursor, skipped, time.perf_counter() - t0)
+
+    def close(self) -> None:
+        if self._duck is not None:
+            self._duck.close()
+            self._duck = None
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _next_sample(self) -> Sample | None:
+        while True:
+            if self._iter is None:
+                shard = self._next_shard()
+                if shard is None:
+                    return None
+                start = self.cursor.next_row if self.cursor.shard == shard.name else 0
+                self._iter = self._read_shard(shard, start)
+            s = next(self._iter, None)
+            if s is not None:
+                return s
+            self._iter = None
+
+    def _next_shard(self) -> ShardInfo | None:
+        shards = [s for s in self._list() if s.name not in self._done_set]
+        if not shards:
+            return None
+        # The shard in progress (resume) first; otherwise the oldest not yet read.
+        for s in shards:
+            if s.name == self.cursor.shard:
+                return s
+        return shards[0]
+
+    def _read_shard(self, shard: ShardInfo, start_row: int) -> Iterator[Sample]:
+        base = 0
+        for batch in iter_shard_batches(self.store, shard, strict=True):
+            n = len(batch)
+            if base + n > start_row:
+                yield from self._samples_of(batch, shard, base, start_row)
+            base += n
+        # the shard is finished: every later sample's cursor says so
+        self._done.append(shard.name)
+        self._done_set.add(shard.name)
+        self.cursor = DataCursor(list(self._done), None, 0)
+
+    def _samples_of(self, batch, shard: ShardInfo, base: int, start_row: int) -> Iterator[Sample]:  # noqa: ANN001
+        table = batch.table
+        keep_where = self._where_mask(table)
+        act = batch.action_mask()
+        flat_spans = pc.list_flatten(table.column("spans").combine_chunks())
+        temps = flat_spans.field("temperature").fill_null(1.0).to_numpy(zero_copy_only=False).astype(np.float32)
+        col = {c: table.column(c).to_pylist() for c in
+               ("tokenizer", "token_source", "logprob_source", "trainable", "group_id", "num_tokens")}
+        for i in range(len(batch)):
+            row = base + i
+            if row < start_row:
+                continue
+            tid = str(batch.trajectory_ids[i])
+            cursor = DataCursor(list(self._done), shard.name, row + 1)
+            self.cursor = cursor
+            if tid in self._seen:
+                self._skip("duplicate")
+                continue
+            self._seen.add(tid)
+            if keep_where is not None and not keep_where[i]:
+                self._skip("where")
+                continue
+            where = f"trajectory {tid!r} (shard {shard.name}, row {row})"
+            self._check_tokenizer(col["tokenizer"][i], where)
+            if not col["trainable"][i]:
+                self._skip("not_trainable")
+                continue
+            if math.isnan(batch.reward[i]):
+                self._skip("no_reward")
+                continue
+            if col["num_tokens"][i] > self.cfg.max_seq_len:
+                if self.cfg.overlong == "error":
+                    raise TrainDataError(f"{where}: {col['num_tokens'][i]} tokens > max_seq_len "
+                                         f"{self.cfg.max_seq_len} (use --overlong skip to leave such rows out)")
+                self._skip("overlong")
+                continue
+            a, b = int(batch.token_offsets[i]), int(batch.token_offsets[i + 1])
+            tokens = batch.tokens[a:b].astype(np.int64)
+            if len(tokens) and int(tokens.max()) >= self.vocab_size:
+                raise TrainDataError(f"{where}: field tokens: id {int(tokens.max())} is outside the model's "
+                                     f"vocabulary of {self.vocab_size}")
+            mask = act[a:b].copy()
+            lps = np.where(batch.logprob_valid[a:b], batch.logprobs[a:b], np.nan).astype(np.float32)
+            text_only = (col["logprob_source"][i] != "engine" or col["token_source"][i] != "engine"
+                         or bool(np.isnan(lps[mask]).any()))
+            if text_only and self.cfg.behaviour_logprobs != "initial-policy":
+                raise TrainDataError(
+                    f"{where}: no rollout log-probs for its actions (logprob_source={col['logprob_source'][i]}, "
+                    f"token_source={col['token_source'][i]}). DIS needs the sampler's log-probs; recomputing "
+                    "them with current weights would make every ratio 1. To train on text-only data anyway, "
+                    "opt in with --behaviour-logprobs initial-policy (computed once with the initial weights, "
+                    "recorded in the run config)")
+            so, eo = int(batch.span_offsets[i]), int(batch.span_offsets[i + 1])
+            pv = np.full(len(tokens), -1, dtype=np.int64)
+            itemp = np.ones(len(tokens), dtype=np.float32)
+            for k in range(so, eo):
+                if batch.span_kind[k] == SPAN_KIND_CODES["action"]:
+                    s0, s1 = int(batch.span_start[k]), int(batch.span_end[k])
+                    pv[s0:s1] = batch.span_policy_version[k]
+                    t = float(temps[k])
+                    itemp[s0:s1] = 1.0 / t if t > 0 else 1.0
+            if text_only:
+                lps[:] = np.nan
+            yield Sample(tid, col["group_id"][i], shard.name, row, tokens, lps, mask, pv, itemp,
+                         float(batch.reward[i]), text_only, cursor)
+
+    def _skip(self, reason: str) -> None:
+        self._skipped[reason] = self._skipped.get(reason, 0) + 1
+
+    def _check_tokenizer(self, tok: str | None, where: str) -> None:
+        if tok is None:
+            if not self._warned_null_tokenizer:
+                warnings.warn(f"{where} has no tokenizer recorded; assuming it is {self.tokenizer!r}", stacklevel=3)
+                self._warned_null_tokenizer = True
+            return
+        if tok != self.tokenizer:
+            raise TrainDataError(f"{where}: field tokenizer is {tok!r} but the model's tokenizer is "
+                                 f"{self.tokenizer!r}; token ids would mean different text (pass --tokenizer "
+                                 "only if the two are really the same tokenizer)")
+
+    # -- where / resume ------------------------------------------------------------------
+
+    def _check_where(self, where: str) -> None:
+        import duckdb
+
+        self._duck = duckdb.connect()
+        empty = TRAJECTORY_SCHEMA.empty_table().select(list(SCALAR_COLUMNS))
+        try:
+            self._duck.register("trajectories", empty)
+            self._duck.execute(f"SELECT count(*) FROM trajectories WHERE ({where})").fetchall()
+        except duckdb.Error as e:
+            raise TrainDataError(f"--where {where!r} is not a valid predicate over the scalar columns: "
+                                 f"{str(e).splitlines()[0]}") from e
+        finally:
+            self._duck.unregister("trajectories")
+
+    def _where_mask(self, table: pa.Table) -> np.ndarray | None:
+        if not self.cfg.where:
+            return None
+        t = table.select([c for c in SCALAR_COLUMNS if c in table.column_names])
+        t = t.append_column("__row", pa.array(np.arange(t.num_rows, dtype=np.int64)))
+        self._duck.register("trajectories", t)
+        try:
+            rows = self._duck.execute(f"SELECT __row FROM trajectories WHERE ({self.cfg.where})").fetchnumpy()["__row"]
+        finally:
+            self._duck.unregister("trajectories")
+        keep = np.zeros(t.num_rows, dtype=bool)
+        keep[np.asarray(rows, dtype=np.int64)] = True
+        return keep
+
+    def _rebuild_seen(self) -> None:
+        """Ids of every row already read (for first-copy-wins dedupe after a resume)."""
+        if not self._done and self.cursor.shard is None:
+            return
+        by_name = {s.name: s for s in self.store.list_shards(TRAJECTORIES_DIR)}
+        for name, upto in [*((n, None) for n in self._done), (self.cursor.shard, self.cursor.next_row)]:
+            if name is None or name not in by_name:
+                continue
+            path = by_name[name].path
+            fh = self.store.fs.open(path, "rb") if not self.store.is_local else path
+            ids = pq.read_table(fh, columns=["trajectory_id"]).column("trajectory_id").to_pylist()
+            self._seen.update(ids if upto is None else ids[:upto])

@@ -1,0 +1,190 @@
+"""Policy and critic networks for `traj train`.
+
+Policy: a transformers causal LM. Critic: a copy of the policy's backbone (initialised from
+the policy weights) with a scalar value head; parameters whose names match a pattern (the
+attention projections by default, SAO.md section 3) are frozen. Both are wrapped in small
+modules whose ``forward`` returns exactly what the loss needs, so DDP sees every used weight.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from trajstore.errors import TrajstoreError
+from trajstore.hub import resolve_model
+
+TINY_MODELS = ("tiny-llama", "tiny-qwen3-moe")
+"""Random-weight test models: 2 layers, hidden 64, vocabulary ``ModelConfig.tiny_vocab_size``."""
+
+
+class ModelLoadError(TrajstoreError):
+    """The requested model cannot be built or loaded."""
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    """A policy and where it came from.
+
+    Attributes:
+        model: the causal LM (float32 parameters, train mode).
+        name: canonical model name (recorded in policy meta and checked against the store).
+        tokenizer: tokenizer identity the store's ``tokenizer`` column must equal.
+        vocab_size: rows of the output embedding (token ids must be below it).
+    """
+
+    model: nn.Module
+    name: str
+    tokenizer: str
+    vocab_size: int
+
+
+def _tiny_config(kind: str, vocab_size: int):  # noqa: ANN202 - a transformers config
+    common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+                  tie_word_embeddings=False)
+    if kind == "tiny-llama":
+        from transformers import LlamaConfig
+
+        return LlamaConfig(**common)
+    from transformers import Qwen3MoeConfig
+
+    return Qwen3MoeConfig(**common, head_dim=16, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                          norm_topk_prob=True, decoder_sparse_step=1)
+
+
+def load_policy(name: str, *, tokenizer: str | None = None, tiny_vocab_size: int = 256, seed: int = 0) -> LoadedPolicy:
+    """Build or load the policy.
+
+    Args:
+        name: ``tiny-llama`` / ``tiny-qwen3-moe`` (random weights from `seed`), ``smollm2-135m``,
+            a local Hugging Face directory or a ``.gguf`` file (dequantised to float32).
+        tokenizer: override of the tokenizer identity (default: the model's canonical name; for a
+            local directory that is its absolute path unless config.json names the model).
+        tiny_vocab_size: vocabulary of the tiny models (tokens).
+        seed: torch seed for the tiny models' initialisation.
+
+    Raises:
+        ModelLoadError: unknown name, or transformers cannot load the files.
+    """
+    from transformers import AutoModelForCausalLM
+
+    if name in TINY_MODELS:
+        cfg = _tiny_config(name, tiny_vocab_size)
+        cfg._attn_implementation = "sdpa"
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+        canonical = name
+    else:
+        ref = resolve_model(name)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(ref.directory, dtype=torch.float32,
+                                                         attn_implementation="sdpa", **ref.from_pretrained_kwargs())
+        except (OSError, ValueError, KeyError) as e:
+            raise ModelLoadError(f"cannot load model {name!r} from {ref.directory}: {e}") from e
+        canonical = ref.name
+        if ref.gguf_file is None:
+            canonical = getattr(model.config, "_name_or_path", None) or ref.name
+    model.train()
+    if getattr(model.config, "use_cache", None):
+        model.config.use_cache = False
+    vocab = model.get_output_embeddings().weight.shape[0]
+    return LoadedPolicy(model=model, name=canonical, tokenizer=tokenizer or canonical, vocab_size=int(vocab))
+
+
+def backbone_of(causal_lm: nn.Module) -> nn.Module:
+    """The decoder stack of a transformers causal LM (``model.model`` for Llama / Qwen)."""
+    prefix = getattr(causal_lm, "base_model_prefix", "model")
+    base = getattr(causal_lm, prefix, None)
+    if base is None:
+        raise ModelLoadError(f"{type(causal_lm).__name__} has no backbone attribute {prefix!r}")
+    return base
+
+
+class Critic(nn.Module):
+    """Value model: the policy's backbone (copied) and a linear value head.
+
+    ``forward(input_ids, position_ids) -> values``; Shape: (1, L) ids and positions of a packed
+    row (positions restart at 0 for each trajectory) -> (1, L) float32 values in reward units.
+    """
+
+    def __init__(self, backbone: nn.Module, hidden_size: int, *, seed: int = 0):
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = nn.Linear(hidden_size, 1)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + 1)
+            nn.init.normal_(self.value_head.weight, std=hidden_size ** -0.5)
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        h = self.backbone(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
+        return self.value_head(h).squeeze(-1).float()
+
+
+def build_critic(policy: nn.Module, *, frozen_pattern: str | None, seed: int = 0) -> Critic:
+    """A critic initialised from the policy's current weights, with matching parameters frozen.
+
+    Args:
+        policy: the causal LM (its backbone is deep-copied; the LM head is not used).
+        frozen_pattern: regex searched in each critic parameter name (e.g.
+            ``backbone.layers.0.self_attn.q_proj.weight``); matches get ``requires_grad=False``.
+            None = every parameter trains (full-parameter critic).
+
+    Raises:
+        ValueError: the pattern matches no parameter (a typo would silently train attention),
+            or every backbone parameter.
+    """
+    backbone = copy.deepcopy(backbone_of(policy))
+    critic = Critic(backbone, int(policy.config.hidden_size), seed=seed)
+    if frozen_pattern is not None:
+        rx = re.compile(frozen_pattern)
+        frozen = [n for n, p in critic.named_parameters() if rx.search(n)]
+        if not frozen:
+            names = [n for n, _ in critic.named_parameters()][:6]
+            raise ValueError(f"critic_frozen_pattern {frozen_pattern!r} matches no critic parameter "
+                             f"(names look like {names})")
+        for n, p in critic.named_parameters():
+            if rx.search(n):
+                p.requires_grad_(False)
+        if not any(p.requires_grad for n, p in critic.named_parameters() if n.startswith("backbone.")):
+            raise ValueError(f"critic_frozen_pattern {frozen_pattern!r} freezes the whole critic backbone")
+    return critic
+
+
+def frozen_parameter_names(module: nn.Module) -> list[str]:
+    """Names of parameters with ``requires_grad=False``."""
+    return [n for n, p in module.named_parameters() if not p.requires_grad]
+
+
+class PolicyLogprobs(nn.Module):
+    """Per-token log-probs (and entropy) of given next tokens under the policy, without ever
+    materialising (L, V) logits (chunked over the sequence, trajstore.trainer.logprobs).
+
+    ``forward(input_ids, position_ids, targets, inv_temperature) -> (logprobs, entropy)``.
+    Shapes: input_ids, position_ids, targets (1, L) int64; inv_temperature (1, L) float32
+    (1 / sampling temperature of the token's action span; 1 elsewhere); outputs (1, L) float32,
+    nats. Entropy is returned detached (a diagnostic only).
+    """
+
+    def __init__(self, causal_lm: nn.Module, *, chunk_size: int = 1024):
+        super().__init__()
+        self.lm = causal_lm
+        self.chunk_size = chunk_size
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, targets: torch.Tensor,
+                inv_temperature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from trajstore.trainer.logprobs import token_logprobs_from_hidden
+
+        h = backbone_of(self.lm)(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
+        # logits / T = (h W^T) / T = (h / T) W^T: scaling the hidden state applies the temperature
+        h = h * inv_temperature.unsqueeze(-1).to(h.dtype)
+        weight = self.lm.get_output_embeddings().weight
+        bias = getattr(self.lm.get_output_embeddings(), "bias", None)
+        lp, ent = token_logprobs_from_hidden(h, weight, targets, bias=bias, chunk_size=self.chunk_size)
+        return lp.float(), ent.detach().float()
