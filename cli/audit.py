@@ -1,0 +1,199 @@
+"""``traj stats`` and ``traj sql``: audits of a store through DuckDB (see :mod:`trajstore.audit`).
+Parse options, call the library, render rich tables, JSON or CSV."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import decimal
+import io
+import json
+import math
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from trajstore.cli.main import app, friendly_errors
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+def parse_storage_options(items: list[str]) -> dict[str, Any]:
+    """``key=value`` strings to fsspec options; ``true``/``false`` become booleans.
+
+    Raises:
+        ValueError: an item has no ``=``.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--storage-option {item!r}: expected key=value")
+        out[key] = {"true": True, "false": False}.get(value.lower(), value)
+    return out
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, (dt.datetime, dt.date)):
+        return v.isoformat()
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    return v
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.4g}"
+    return str(_jsonable(v))
+
+
+def _fetch(rel: Any) -> tuple[list[str], list[tuple[Any, ...]]]:
+    return list(rel.columns), rel.fetchall()
+
+
+def render(tables: dict[str, Any], fmt: OutputFormat) -> None:
+    """Print named relations: rich tables, one JSON object {name: [row objects]}, or CSV
+    sections each headed by a ``# name`` line."""
+    fetched = {name: _fetch(rel) for name, rel in tables.items()}
+    if fmt is OutputFormat.json:
+        doc = {name: [{c: _jsonable(v) for c, v in zip(cols, row)} for row in rows]
+               for name, (cols, rows) in fetched.items()}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    elif fmt is OutputFormat.csv:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        for i, (name, (cols, rows)) in enumerate(fetched.items()):
+            if len(fetched) > 1:
+                buf.write(("\n" if i else "") + f"# {name}\n")
+            w.writerow(cols)
+            w.writerows([[_jsonable(v) if not isinstance(v, float) or math.isfinite(v) else "" for v in r]
+                         for r in rows])
+        sys.stdout.write(buf.getvalue())
+    else:
+        from rich.console import Console
+
+        console = Console()
+        for name, (cols, rows) in fetched.items():
+            for title, part_cols, part_rows in _column_groups(name, cols, rows, console.width):
+                console.print(_rich_table(title, part_cols, part_rows))
+
+
+def _column_groups(name: str, cols: list[str], rows: list[tuple[Any, ...]], width: int
+                   ) -> list[tuple[str, list[str], list[tuple[str, ...]]]]:
+    """Split a wide table into pieces that fit `width` characters; each piece repeats the
+    leading key columns (text columns such as run_id, source)."""
+    cells = [tuple(_cell(v) for v in r) for r in rows]
+    need = [max([len(c)] + [len(r[i]) for r in cells]) + 3 for i, c in enumerate(cols)]
+    keys = 0
+    while keys < len(cols) - 1 and rows and all(isinstance(r[keys], str) or r[keys] is None for r in rows):
+        keys += 1
+    groups: list[list[int]] = []
+    budget = width - 1 - sum(need[:keys])
+    for i in range(keys, len(cols)):
+        if not groups or sum(need[j] for j in groups[-1]) + need[i] > budget:
+            groups.append([])
+        groups[-1].append(i)
+    if len(groups) <= 1:
+        return [(name, cols, cells)]
+    out = []
+    for g in groups:
+        idx = list(range(keys)) + g
+        out.append((f"{name} ({cols[g[0]]} .. {cols[g[-1]]})", [cols[i] for i in idx],
+                    [tuple(r[i] for i in idx) for r in cells]))
+    return out
+
+
+def _rich_table(title: str, cols: list[str], rows: list[tuple[str, ...]]) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for c in cols:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*r)
+    if not rows:
+        t.caption = "(no rows)"
+    return t
+
+
+@app.command("stats")
+@friendly_errors
+def stats_cmd(
+    store: str = typer.Argument(..., help="store URI (local path or s3://bucket/prefix)"),
+    staleness: bool = typer.Option(False, "--staleness", help="trainer version - policy version of consumed "
+                                   "tokens/trajectories; version spread and lag of unconsumed data"),
+    clip: bool = typer.Option(False, "--clip", help="DIS masked fractions per step and staleness bucket"),
+    coverage: bool = typer.Option(False, "--coverage", help="action tokens with log-probs / policy versions; "
+                                  "untrainable trajectories and why"),
+    rewards: bool = typer.Option(False, "--rewards", help="reward distribution per source"),
+    lengths: bool = typer.Option(False, "--lengths", help="turns, action / observation tokens per source"),
+    statuses: bool = typer.Option(False, "--statuses", help="trajectories per source and status"),
+    duplicates: bool = typer.Option(False, "--duplicates", help="trajectory ids stored more than once"),
+    where: Optional[str] = typer.Option(None, "--where", help="SQL predicate over trajectories columns, "
+                                        "e.g. \"source = 'sdk' AND reward IS NOT NULL\""),
+    run: Optional[str] = typer.Option(None, "--run", help="only this training run's records"),
+    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table | json | csv"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="also draw the plottable reports into this PNG"),
+    storage_option: list[str] = typer.Option([], "--storage-option", help="fsspec option key=value (repeatable)"),
+) -> None:
+    """Audit reports over a store (no report flag: an overview and every report)."""
+    from trajstore import audit
+    from trajstore.audit.views import run_ids
+    from trajstore.store import open_store
+
+    s = open_store(store, storage_options=parse_storage_options(storage_option))
+    if run is not None and run not in run_ids(s):
+        raise audit.AuditError(f"run {run!r} not found under {s.url('runs')} (runs: {', '.join(run_ids(s)) or 'none'})")
+    conn = audit.connect(s)
+    chosen = {"staleness": staleness, "clip": clip, "coverage": coverage, "rewards": rewards,
+              "lengths": lengths, "statuses": statuses, "duplicates": duplicates}
+    everything = not any(chosen.values())
+    builders = {
+        "overview": lambda: audit.overview_report(conn, where=where, run=run),
+        "staleness": lambda: audit.staleness_report(conn, where=where, run=run),
+        "clip": lambda: audit.clip_report(conn, where=where, run=run),
+        "coverage": lambda: audit.coverage_report(conn, where=where),
+        "rewards": lambda: audit.reward_report(conn, where=where),
+        "lengths": lambda: audit.length_report(conn, where=where),
+        "statuses": lambda: audit.status_report(conn, where=where),
+        "duplicates": lambda: audit.duplicate_report(conn, where=where),
+    }
+    reports = {name: build() for name, build in builders.items()
+               if everything or chosen.get(name, False)}
+    render({f"{name}.{t}": rel for name, rep in reports.items() for t, rel in rep.tables().items()}, fmt)
+    if plot is not None:
+        from trajstore.audit.plots import plot_reports
+
+        panels = plot_reports(reports, plot)
+        typer.echo(f"wrote {plot} ({', '.join(panels)})", err=True)
+
+
+@app.command("sql")
+@friendly_errors
+def sql_cmd(
+    store: str = typer.Argument(..., help="store URI (local path or s3://bucket/prefix)"),
+    query: str = typer.Argument(..., help="one SELECT over the views trajectories, spans, steps, consumed, "
+                                "step_metrics"),
+    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table | json | csv"),
+    storage_option: list[str] = typer.Option([], "--storage-option", help="fsspec option key=value (repeatable)"),
+) -> None:
+    """Run one read-only SELECT against the store's DuckDB views."""
+    from trajstore import audit
+
+    conn = audit.connect(store, storage_options=parse_storage_options(storage_option))
+    render({"result": audit.sql(conn, query)}, fmt)
