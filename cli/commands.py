@@ -1,2 +1,3 @@
 """Imports every command module so each registers its commands on ``trajstore.cli.main.app``.
 Add one import line per module."""
+from trajstore.cli import audit  # noqa: F401
