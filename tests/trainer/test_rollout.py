@@ -1,0 +1,214 @@
+"""The guess-the-number environment (hand-checked cases), chat-template span accounting on the
+real SmolLM2 tokenizer, the sampler's log-probs, and a worker run on a tiny random model whose
+stored engine log-probs match a recomputation at the same weights."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from trajstore.errors import TrajstoreError
+from trajstore.rollout import GuessNumberEnv, action_text, observation_tokens, prompt_tokens
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+# -- environment -----------------------------------------------------------------------------
+
+
+def test_env_answers_each_guess_and_rewards_success():
+    env = GuessNumberEnv(target=7, low=1, high=20, max_turns=4)
+    msgs = env.reset()
+    assert [m["role"] for m in msgs] == ["system", "user"] and "between 1 and 20" in msgs[1]["content"]
+    r = env.step("My guess is 10.")
+    assert (r.guess, r.done, r.reward) == (10, False, None) and r.text.startswith("Lower.") and "3 guesses" in r.text
+    r = env.step("3")
+    assert r.text.startswith("Higher.") and "2 guesses" in r.text
+    r = env.step("seven")  # no integer: a reminder, and the turn is used
+    assert (r.guess, r.done) == (None, False) and "did not see a number" in r.text and env.guesses[-1] is None
+    r = env.step("7")
+    assert (r.done, r.reward) == (True, 1.0) and "Correct" in r.text
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step("7")
+
+
+def test_env_partial_reward_when_out_of_turns():
+    env = GuessNumberEnv(target=7, low=1, high=20, max_turns=4)
+    env.reset()
+    assert "not between" in env.step("30").text  # out of range: not a valid guess
+    env.step("11")
+    env.step("2")
+    r = env.step("12")
+    # valid guesses 11, 2, 12 -> closest distance min(4, 5, 5) = 4; 0.5 * (1 - 4/19) = 0.394736...
+    assert r.done and r.reward == pytest.approx(0.5 * (1 - 4 / 19)) and r.reward == pytest.approx(0.3947368)
+    env.reset()
+    for _ in range(4):
+        r = env.step("no idea")
+    assert (r.done, r.reward) == (True, 0.0)
+
+
+def test_env_rejects_bad_setup():
+    with pytest.raises(ValueError, match="outside"):
+        GuessNumberEnv(target=0, low=1, high=20)
+    with pytest.raises(ValueError, match="max_turns must be >= 3"):
+        GuessNumberEnv(target=3, max_turns=2)
+    envs = [GuessNumberEnv.sample(random.Random(s), low=1, high=5) for s in range(50)]
+    assert {e.target for e in envs} == {1, 2, 3, 4, 5}
+
+
+# -- span accounting on the real tokenizer -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smol_tokenizer():
+    from trajstore.hub import load_tokenizer
+
+    try:
+        return load_tokenizer("smollm2-135m")
+    except TrajstoreError as e:
+        pytest.skip(str(e))
+
+
+@pytest.mark.parametrize("stopped", [True, False])
+def test_spans_concatenate_to_the_rendered_conversation(smol_tokenizer, stopped):
+    tok = smol_tokenizer
+    env = GuessNumberEnv(target=5)
+    msgs = env.reset()
+    p = prompt_tokens(tok, msgs)
+    rendered = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert tok.decode(p) == rendered and rendered.endswith("<|im_start|>assistant\n")
+    action = tok("12", add_special_tokens=False)["input_ids"] + ([tok.eos_token_id] if stopped else [])
+    assert action_text(tok, action) == "12"
+    obs = observation_tokens(tok, msgs, action, "Lower.")
+    full = tok.apply_chat_template([*msgs, {"role": "assistant", "content": "12"}, {"role": "user", "content": "Lower."}],
+                                   tokenize=False, add_generation_prompt=True)
+    assert tok.decode(p + action + obs) == full
+    # the observation is the end of the assistant turn the model did not generate, the reply
+    # and the next assistant header
+    expected = ("\n" if stopped else "<|im_end|>\n") + "<|im_start|>user\nLower.<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.decode(obs) == expected
+
+
+def test_prefix_unstable_template_is_refused(smol_tokenizer):
+    class Shifty:  # renders earlier turns differently once the conversation grows
+        chat_template = "x"
+        eos_token_id = smol_tokenizer.eos_token_id
+        name_or_path = "shifty"
+
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            return f"[{len(messages)}]" + "".join(m["content"] for m in messages)
+
+        def decode(self, ids, **kw):
+            return smol_tokenizer.decode(ids, **kw)
+
+        def __call__(self, text, add_special_tokens):
+            return smol_tokenizer(text, add_special_tokens=add_special_tokens)
+
+    with pytest.raises(TrajstoreError, match="'shifty' is not prefix-stable"):
+        observation_tokens(Shifty(), [{"role": "user", "content": "hi"}], [42], "ok")
+
+
+# -- sampler ------------------------------------------------------------------------------------
+
+
+def test_sampling_logprobs_top_p_hand_case():
+    from trajstore.trainer.rollout import sampling_logprobs
+
+    probs = torch.tensor([0.15, 0.5, 0.05, 0.3])
+    lp = sampling_logprobs(probs.log(), temperature=1.0, top_p=0.7)
+    # sorted 0.5, 0.3, 0.15, 0.05: mass before each = 0, 0.5, 0.8, 0.95 -> keep the first two,
+    # renormalised: 0.5/0.8 = 0.625, 0.3/0.8 = 0.375
+    assert torch.allclose(lp.exp(), torch.tensor([0.0, 0.625, 0.0, 0.375]), atol=1e-6)
+    same = sampling_logprobs(probs.log(), temperature=1.0, top_p=1.0)
+    assert torch.allclose(same, probs.log(), atol=1e-6)
+    hot = sampling_logprobs(probs.log(), temperature=2.0, top_p=1.0)
+    # T = 2: p_i proportional to sqrt(p_i)
+    assert torch.allclose(hot.exp(), probs.sqrt() / probs.sqrt().sum(), atol=1e-6)
+
+
+def tiny_policy(seed: int, vocab: int):
+    from trajstore.trainer.models import load_policy
+
+    return load_policy("tiny-llama", tiny_vocab_size=vocab, seed=seed).model
+
+
+def recompute_logprobs(model, tokens: np.ndarray) -> np.ndarray:
+    """log p(tokens[t] | tokens[:t]) from one full forward pass (no cache), nats; [0] = nan."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor(tokens[None], dtype=torch.long), use_cache=False).logits[0].float()
+    lp = torch.log_softmax(logits[:-1], dim=-1).gather(-1, torch.tensor(tokens[1:, None], dtype=torch.long))[:, 0]
+    return np.concatenate([[np.nan], lp.numpy()])
+
+
+def test_sample_action_stops_and_limits():
+    from trajstore.trainer.rollout import SamplingConfig, sample_action
+
+    model = tiny_policy(0, 64)
+    g = torch.Generator().manual_seed(0)
+    a = sample_action(model, [1, 2, 3], sampling=SamplingConfig(max_new_tokens=5), stop_token_ids=[], generator=g)
+    assert (len(a.token_ids), a.finish_reason) == (5, "length")
+    b = sample_action(model, [1, 2, 3], sampling=SamplingConfig(max_new_tokens=5), stop_token_ids=range(64),
+                      generator=g)
+    assert (len(b.token_ids), b.finish_reason) == (1, "stop")
+    ctx = [1, 2, 3]
+    full = recompute_logprobs(model, np.array(ctx + a.token_ids))
+    np.testing.assert_allclose(a.logprobs, full[len(ctx):], atol=1e-5)
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingConfig(top_p=0.0)
+
+
+# -- the worker ---------------------------------------------------------------------------------
+
+
+def test_worker_writes_valid_trajectories_and_follows_published_versions(tmp_store, smol_tokenizer):
+    from trajstore.reader import read_trajectories
+    from trajstore.trainer.publish import publish_policy
+    from trajstore.trainer.rollout import RolloutWorker, SamplingConfig
+    from trajstore.writer import StoreWriter
+
+    vocab = len(smol_tokenizer)
+    worker_model = tiny_policy(0, vocab)
+    worker = RolloutWorker(worker_model, smol_tokenizer, tmp_store, run_id="r", model_name="tiny-llama",
+                           tokenizer_name="HuggingFaceTB/SmolLM2-135M-Instruct",
+                           sampling=SamplingConfig(max_new_tokens=6), seed=3, env_kwargs={"max_turns": 3})
+    with StoreWriter(tmp_store, flush_seconds=None) as w:
+        first = worker.run(2, w)
+        trainer_model = tiny_policy(1, vocab)  # stands in for updated weights
+        publish_policy(tmp_store, "r", 1, trainer_model)
+        second = worker.run(1, w)
+    assert [s.policy_versions for s in first] == [[0, 0, 0]] * 2  # random models never guess right
+    assert second[0].policy_versions == [1, 1, 1] and worker.version == 1
+
+    table = read_trajectories(tmp_store)
+    assert table.num_rows == 3
+    rows = {r["trajectory_id"]: r for r in table.to_pylist()}
+    weights = {0: tiny_policy(0, vocab), 1: trainer_model}
+    for s in [*first, *second]:
+        r = rows[s.trajectory_id]
+        assert (r["logprob_source"], r["token_source"], r["tokenizer"], r["source"]) == (
+            "engine", "engine", "HuggingFaceTB/SmolLM2-135M-Instruct", "trajstore/rollout-worker")
+        assert r["reward"] == s.reward and 0.0 <= r["reward"] <= 0.5
+        kinds = [sp["kind"] for sp in r["spans"]]
+        assert kinds == ["prompt", "action", "observation", "action", "observation", "action"]
+        tokens = np.array(r["tokens"])
+        # the stored tokens are the rendered conversation the model conditioned on
+        assert smol_tokenizer.decode(tokens[: r["spans"][1]["start"]]).endswith("<|im_start|>assistant\n")
+        for sp in r["spans"][2::2]:
+            text = smol_tokenizer.decode(tokens[sp["start"]:sp["end"]])
+            assert "<|im_start|>user\n" in text and text.endswith("<|im_start|>assistant\n")
+        stored = np.array([np.nan if x is None else x for x in r["logprobs"]], dtype=np.float64)
+        recomputed = recompute_logprobs(weights[s.policy_versions[0]], tokens)
+        action = np.zeros(len(tokens), bool)
+        for sp in r["spans"]:
+            if sp["kind"] == "action":
+                action[sp["start"]:sp["end"]] = True
+                assert (sp["policy_version"], sp["temperature"], sp["top_p"], sp["top_k"], sp["max_tokens"]) == (
+                    s.policy_versions[0], 1.0, 1.0, -1, 6)
+        assert np.isnan(stored[~action]).all()
+        # at unchanged weights the trainer-side log-prob equals the captured one
+        np.testing.assert_allclose(stored[action], recomputed[action], atol=1e-4)
+        assert not math.isnan(recomputed[action].sum())

@@ -1,0 +1,297 @@
+"""A rollout worker: samples multi-turn episodes from a causal LM, records token ids, sampling
+log-probs and the policy version of every action through the writer SDK, and loads newly
+published policy versions between episodes. The asynchronous half of ``traj demo``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from trajstore.builder import TrajectoryBuilder
+from trajstore.models import SamplingParams, Trajectory
+from trajstore.rollout import GuessNumberEnv, Message, action_text, observation_tokens, prompt_tokens
+from trajstore.store import Store, open_store
+from trajstore.trainer.publish import latest_policy_version, load_policy_into
+from trajstore.writer import StoreWriter
+
+ROLLOUT_SOURCE = "trajstore/rollout-worker"
+"""The ``source`` column of trajectories this worker writes."""
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How actions are sampled.
+
+    Attributes:
+        temperature: softmax temperature (> 0); 1 = the model's own distribution.
+        top_p: nucleus mass in (0, 1]; 1 = no truncation.
+        max_new_tokens: tokens per action at most (the end-of-turn token included).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 24
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+    def to_sampling_params(self) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=-1,
+                              max_tokens=self.max_new_tokens)
+
+
+@dataclass(frozen=True)
+class SampledAction:
+    """One model call.
+
+    Attributes:
+        token_ids: sampled ids, shape (N,), N <= max_new_tokens, ending with the stop token
+            when ``finish_reason == "stop"``.
+        logprobs: log-prob (nats, <= 0) of each sampled id under the distribution it was drawn
+            from (temperature- and top-p-adjusted; equal to the model's when both are 1), shape (N,).
+        finish_reason: ``stop`` (a stop token was sampled) or ``length`` (max_new_tokens reached).
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+
+
+def _cache_kwarg(model: nn.Module) -> str:
+    params = inspect.signature(type(model).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def sampling_logprobs(logits: torch.Tensor, *, temperature: float, top_p: float) -> torch.Tensor:
+    """Log-probabilities of the sampling distribution for next-token logits.
+
+    ``log softmax(logits / temperature)``, then with top_p < 1 the smallest set of most
+    likely tokens whose mass reaches top_p is kept and renormalised (Holtzman et al. 2020,
+    "The Curious Case of Neural Text Degeneration", section 3.1); the others get -inf.
+
+    Shape: logits (V,) or (B, V) -> same shape, float32.
+    """
+    lp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    if top_p >= 1.0:
+        return lp
+    sorted_lp, order = lp.sort(dim=-1, descending=True)
+    mass_before = sorted_lp.exp().cumsum(dim=-1) - sorted_lp.exp()
+    drop_sorted = mass_before >= top_p  # keeps the first token always
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    lp = lp.masked_fill(drop, float("-inf"))
+    return lp - torch.logsumexp(lp, dim=-1, keepdim=True)
+
+
+@torch.no_grad()
+def sample_action(model: nn.Module, context_ids: Sequence[int], *, sampling: SamplingConfig,
+                  stop_token_ids: Sequence[int], generator: torch.Generator | None = None) -> SampledAction:
+    """Sample one action after `context_ids` with a KV cache, keeping each token's log-prob.
+
+    Args:
+        model: a transformers causal LM (evaluated without gradients; its mode is restored).
+        context_ids: everything the model conditions on (prompt, earlier actions and
+            observations), shape (T,).
+        sampling: temperature, top_p and the token limit.
+        stop_token_ids: ids that end the action (kept as its last token).
+        generator: torch RNG for reproducible sampling (on the model's device).
+
+    Returns:
+        The :class:`SampledAction`.
+    """
+    if not len(context_ids):
+        raise ValueError("sample_action needs at least one context token")
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        cache = DynamicCache()
+        kw = _cache_kwarg(model)
+        inp = torch.tensor([list(context_ids)], dtype=torch.long, device=device)
+        stops = set(int(t) for t in stop_token_ids)
+        ids: list[int] = []
+        lps: list[float] = []
+        finish = "length"
+        for _ in range(sampling.max_new_tokens):
+            out = model(input_ids=inp, use_cache=True, logits_to_keep=1, **{kw: cache})
+            lp = sampling_logprobs(out.logits[0, -1], temperature=sampling.temperature, top_p=sampling.top_p)
+            tok = int(torch.multinomial(lp.exp(), 1, generator=generator))
+            ids.append(tok)
+            lps.append(float(lp[tok]))
+            if tok in stops:
+                finish = "stop"
+                break
+            inp = torch.tensor([[tok]], dtype=torch.long, device=device)
+        return SampledAction(ids, lps, finish)
+    finally:
+        model.train(was_training)
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """What one episode produced (for progress output and the demo's summary).
+
+    Attributes:
+        trajectory_id, prompt_id: as stored.
+        reward: the environment's reward in [0, 1].
+        solved: the number was found.
+        num_actions: model calls in the episode.
+        policy_versions: version used by each action, in order.
+        num_tokens: tokens in the trajectory.
+        seconds: wall time of the episode (s).
+    """
+
+    trajectory_id: str
+    prompt_id: str
+    reward: float
+    solved: bool
+    num_actions: int
+    policy_versions: list[int]
+    num_tokens: int
+    seconds: float
+
+
+class RolloutWorker:
+    """Plays :class:`~trajstore.rollout.GuessNumberEnv` episodes with a policy and writes them.
+
+    Between episodes (and, with ``sync_every_action``, between actions) the worker asks the
+    store for the latest published version of `run_id` and loads it when it is newer than the
+    one it holds; every action span records the version of the weights that generated it.
+
+    Args:
+        model: the policy (a transformers causal LM); the version-0 weights when nothing is
+            published yet.
+        tokenizer: its tokenizer (with a chat template).
+        store: where trajectories go and policies come from.
+        run_id: the training run whose ``policies/<run_id>/`` versions are followed.
+        model_name, tokenizer_name: recorded in the ``model`` / ``tokenizer`` columns; the
+            trainer refuses a store whose tokenizer differs from its model's.
+        sampling: sampling parameters (recorded on every action span).
+        seed: seeds the task draws and the sampler.
+        initial_version: version of the weights `model` holds at start.
+        sync_every_action: also check for new weights before every action, so a trajectory
+            can cross policy versions (as in real asynchronous rollouts).
+        env_kwargs: passed to :meth:`GuessNumberEnv.sample` (low, high, max_turns).
+    """
+
+    def __init__(self, model: nn.Module, tokenizer: Any, store: Store | str, *, run_id: str, model_name: str,
+                 tokenizer_name: str, sampling: SamplingConfig | None = None, seed: int = 0,
+                 initial_version: int = 0, sync_every_action: bool = False,
+                 env_kwargs: dict[str, int] | None = None, storage_options: dict[str, Any] | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.store = store if isinstance(store, Store) else open_store(store, storage_options=storage_options)
+        self.run_id = run_id
+        self.model_name = model_name
+        self.tokenizer_name = tokenizer_name
+        self.sampling = sampling or SamplingConfig()
+        self.version = initial_version
+        self.sync_every_action = sync_every_action
+        self.env_kwargs = dict(env_kwargs or {})
+        self.rng = random.Random(seed)
+        self.generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+        self.stop_token_ids = sorted({t for t in (tokenizer.eos_token_id,) if t is not None})
+        if not self.stop_token_ids:
+            raise ValueError(f"tokenizer {tokenizer_name!r} has no end-of-sequence token to stop actions")
+        self.loads: list[tuple[int, float]] = []
+        """(version, seconds to load) for every policy load."""
+
+    def sync_policy(self) -> bool:
+        """Load the latest published version if it differs from the held one; True if loaded."""
+        latest = latest_policy_version(self.store, self.run_id)
+        if latest is None or latest == self.version:
+            return False
+        t0 = time.perf_counter()
+        self.version = load_policy_into(self.model, self.store, self.run_id, latest)
+        self.loads.append((self.version, time.perf_counter() - t0))
+        return True
+
+    def run_episode(self, env: GuessNumberEnv) -> tuple[Trajectory, EpisodeSummary]:
+        """Play one episode to its end; return the validated trajectory and its summary.
+
+        Spans: prompt = the chat-template rendering of the system and user messages plus the
+        assistant header; action = the generated ids (end token included); observation = the
+        template's rendering of the environment's reply up to the next assistant header (see
+        :func:`trajstore.rollout.observation_tokens`). Their concatenation is exactly what the
+        model conditioned on.
+        """
+        t0 = time.perf_counter()
+        messages: list[Message] = env.reset()
+        b = TrajectoryBuilder(prompt_id=env.prompt_id, source=ROLLOUT_SOURCE, model=self.model_name,
+                              tokenizer=self.tokenizer_name,
+                              metadata={"env": "guess-number", "target": env.target, "low": env.low,
+                                        "high": env.high, "max_turns": env.max_turns})
+        context = prompt_tokens(self.tokenizer, messages)
+        b.add_prompt(context, role="user")
+        versions: list[int] = []
+        sp = self.sampling.to_sampling_params()
+        reply = None
+        for turn in range(env.max_turns):
+            if self.sync_every_action and turn > 0:
+                self.sync_policy()
+            act = sample_action(self.model, context, sampling=self.sampling, stop_token_ids=self.stop_token_ids,
+                                generator=self.generator)
+            b.add_action(act.token_ids, act.logprobs, policy_version=self.version, finish_reason=act.finish_reason,
+                         sampling=sp, call_id=f"turn-{turn}")
+            versions.append(self.version)
+            reply = env.step(action_text(self.tokenizer, act.token_ids))
+            if reply.done:
+                break
+            obs = observation_tokens(self.tokenizer, messages, act.token_ids, reply.text)
+            messages += [{"role": "assistant", "content": action_text(self.tokenizer, act.token_ids)},
+                         {"role": "user", "content": reply.text}]
+            b.add_observation(obs, role="user", cause_id=f"turn-{turn}")
+            context = context + act.token_ids + obs
+        assert reply is not None and reply.done and reply.reward is not None
+        b.set_reward(reply.reward, raw={"reward": reply.reward, "solved": reply.reward == 1.0,
+                                        "guesses": env.guesses, "verdict": reply.text})
+        traj = b.finish("completed")
+        summary = EpisodeSummary(traj.trajectory_id, env.prompt_id, float(reply.reward), reply.reward == 1.0,
+                                 len(versions), versions, len(traj.tokens), time.perf_counter() - t0)
+        return traj, summary
+
+    def run(self, num_episodes: int | None, writer: StoreWriter, *, should_stop: Callable[[], bool] | None = None,
+            on_episode: Callable[[EpisodeSummary], None] | None = None) -> list[EpisodeSummary]:
+        """Play episodes and write each one (flushed per episode so the trainer sees it at once).
+
+        Args:
+            num_episodes: episodes to play (None = until `should_stop` returns True).
+            writer: the store writer (its buffer is flushed after every episode).
+            should_stop: polled before each episode.
+            on_episode: called with each summary after its trajectory is written.
+        """
+        if num_episodes is None and should_stop is None:
+            raise ValueError("run() needs num_episodes or should_stop")
+        out: list[EpisodeSummary] = []
+        while num_episodes is None or len(out) < num_episodes:
+            if should_stop is not None and should_stop():
+                break
+            self.sync_policy()
+            env = GuessNumberEnv.sample(self.rng, **self.env_kwargs)
+            traj, summary = self.run_episode(env)
+            writer.write(traj)
+            writer.flush()
+            out.append(summary)
+            if on_episode is not None:
+                on_episode(summary)
+        return out
+
+
+def summaries_to_json(summaries: Sequence[EpisodeSummary]) -> str:
+    """The summaries as a JSON list (one object per episode)."""
+    return json.dumps([asdict(s) for s in summaries])
