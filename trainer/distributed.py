@@ -1,0 +1,130 @@
+"""Data parallelism for `traj train` under ``torchrun``: process group setup (gloo on CPU, NCCL on
+CUDA), DDP wrapping, and the few collectives the loop needs.
+
+Every rank reads the same step batch (shard listings come from rank 0) and trains on its own
+disjoint share of it (:func:`trajstore.trainer.data.split_for_rank`); DDP averages gradients,
+so parameters are identical on every rank after every update. A single process (no
+``WORLD_SIZE``) runs the same code with the collectives turned into no-ops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """This process's place in the job: rank in [0, world_size), and its device."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def resolve_device(device: str, local_rank: int = 0) -> torch.device:
+    """'auto' -> ``cuda:<local_rank>`` when CUDA is available, else CPU; other strings as given."""
+    if device == "auto":
+        return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+    d = torch.device(device)
+    if d.type == "cuda" and d.index is None:
+        d = torch.device(f"cuda:{local_rank}")
+    return d
+
+
+def init_distributed(device: str = "auto") -> DistEnv:
+    """Join the torchrun process group when ``WORLD_SIZE`` > 1 (backend: NCCL on CUDA, gloo on
+    CPU); otherwise describe a single process. Idempotent."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = resolve_device(device, local_rank)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+    return DistEnv(rank, world, local_rank, dev)
+
+
+def shutdown(env: DistEnv) -> None:
+    if env.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def wrap(module: nn.Module, env: DistEnv) -> nn.Module:
+    """DDP around `module` in a multi-process job (parameters are broadcast from rank 0)."""
+    if not env.distributed:
+        return module
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ids = [env.device.index] if env.device.type == "cuda" else None
+    return DDP(module, device_ids=ids, broadcast_buffers=False)
+
+
+def unwrap(module: nn.Module) -> nn.Module:
+    return module.module if hasattr(module, "no_sync") and hasattr(module, "module") else module
+
+
+@contextlib.contextmanager
+def maybe_no_sync(module: nn.Module, skip_sync: bool) -> Iterator[None]:
+    """Inside: backward passes accumulate locally without the gradient all-reduce (DDP's
+    ``no_sync``) when `skip_sync`; a plain context otherwise."""
+    if skip_sync and hasattr(module, "no_sync"):
+        with module.no_sync():
+            yield
+    else:
+        yield
+
+
+def all_reduce_sum(t: torch.Tensor, env: DistEnv) -> torch.Tensor:
+    """Sum of `t` over ranks (in place; returned for chaining)."""
+    if env.distributed:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+def all_reduce_max(t: torch.Tensor, env: DistEnv) -> torch.Tensor:
+    if env.distributed:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t
+
+
+def broadcast_object(obj: T, env: DistEnv) -> T:
+    """Rank 0's `obj` on every rank (picklable objects)."""
+    if not env.distributed:
+        return obj
+    box = [obj if env.is_main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]  # type: ignore[return-value]
+
+
+def gather_objects(obj: Any, env: DistEnv) -> list[Any]:
+    """Every rank's `obj`, in rank order (on every rank)."""
+    if not env.distributed:
+        return [obj]
+    out: list[Any] = [None] * env.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier(env: DistEnv) -> None:
+    if env.distributed:
+        dist.barrier()

@@ -1,0 +1,185 @@
+"""What a training run records: per-step metrics (long format, ``runs/<run_id>/steps``) and one
+row per consumed trajectory (``runs/<run_id>/consumed``), both as immutable Parquet shards in
+the store, plus the terminal progress bar and optional TensorBoard events.
+
+Each records shard carries the run's *iteration* (0-based index of the batch, warm-up included)
+in its footer. A run resumed from the checkpoint of iteration i deletes the shards of later
+iterations (:meth:`RunRecorder.rollback_after`): they describe updates the checkpoint does not
+contain, and those trajectories are trained (and recorded) again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from trajstore.schema import CONSUMED_SCHEMA, STEP_SCHEMA
+from trajstore.store import RUN_CONFIG_FILE, RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, Store
+from trajstore.trainer.data import PackedMicroBatch, Sample
+
+ITERATION_KEY = b"trajstore.train.iteration"
+"""Footer key of a records shard: the iteration whose records it holds (decimal)."""
+
+METRIC_DOCS: Mapping[str, str] = {
+    "policy/loss": "policy loss of the step (token-mean over action tokens)",
+    "policy/grad_norm": "policy gradient L2 norm before clipping",
+    "policy/entropy": "mean entropy of the policy at action tokens (nats)",
+    "policy/kl_k3": "k3 estimate of KL(pi_rollout || pi_theta) per action token (nats)",
+    "policy/advantage_mean": "mean advantage over action tokens (reward units)",
+    "policy/lambda_mean": "mean length-adaptive lambda_policy of the step's trajectories",
+    "value/loss": "critic loss of the last of the K updates",
+    "value/grad_norm": "critic gradient L2 norm before clipping (last update)",
+    "value/explained_variance": "1 - Var(R - V) / Var(R) over action tokens, values before the update",
+    "value/mean": "mean predicted value at action tokens (reward units)",
+    "value/return_mean": "mean return target at action tokens (reward units)",
+    "ratio/mean": "mean importance ratio pi_theta / pi_rollout over action tokens",
+    "ratio/min": "smallest ratio", "ratio/max": "largest ratio",
+    "ratio/masked_below": "fraction of action tokens with ratio <= 1 - eps_low",
+    "ratio/masked_above": "fraction of action tokens with ratio >= 1 + eps_high",
+    "ratio/zero_grad": "fraction of action tokens that got no gradient",
+    "staleness/mean": "mean staleness of action tokens (policy versions)",
+    "staleness/max": "largest staleness of an action token (policy versions)",
+    "reward/mean": "mean trajectory reward of the step",
+    "data/trajectories": "trajectories trained in the step (all ranks)",
+    "data/action_tokens": "action tokens trained in the step (all ranks)",
+    "perf/tokens_per_s": "tokens (all kinds, all ranks) per second of step time",
+    "perf/step_s": "wall seconds of the step (data wait included)",
+    "perf/data_wait_frac": "share of the step's wall time spent waiting for data",
+}
+"""Units and meaning of the metric names the loop writes (``data/skipped_<reason>`` also)."""
+
+
+def consumed_rows(samples: Sequence[Sample], *, step: int, trainer_version: int, rank: int,
+                  logprobs: torch.Tensor | None, packed: PackedMicroBatch | None, eps_low: float,
+                  eps_high: float) -> list[dict[str, Any]]:
+    """One CONSUMED_SCHEMA row (minus run_id / consumed_at) per sample of a micro-batch.
+
+    Args:
+        samples: the micro-batch's trajectories, in packing order.
+        logprobs: (1, L) float, current-policy log-probs in the prediction frame, or None for
+            critic-only steps (then the ratio columns are null).
+        packed: the packed micro-batch the log-probs belong to.
+    """
+    out = []
+    for i, s in enumerate(samples):
+        row: dict[str, Any] = {
+            "step": step, "trainer_version": trainer_version, "trajectory_id": s.trajectory_id, "rank": rank,
+            "min_policy_version": s.min_policy_version, "max_policy_version": s.max_policy_version,
+            "staleness_min": trainer_version - s.max_policy_version,
+            "staleness_max": trainer_version - s.min_policy_version,
+            "num_action_tokens": s.num_action_tokens,
+            "masked_below": None, "masked_above": None, "ratio_mean": None,
+        }
+        if logprobs is not None and packed is not None:
+            a, b = int(packed.segments[i]), int(packed.segments[i + 1])
+            m = packed.action_mask[0, a:b]
+            if bool(m.any()):
+                r = torch.exp(logprobs[0, a:b][m].float() - packed.rollout_logprobs[0, a:b][m])
+                row["masked_below"] = float((r <= 1 - eps_low).float().mean())
+                row["masked_above"] = float((r >= 1 + eps_high).float().mean())
+                row["ratio_mean"] = float(r.mean())
+        out.append(row)
+    return out
+
+
+class RunRecorder:
+    """Writes a run's records (rank 0 only) and shows progress.
+
+    Args:
+        store: the store. run_id: the run.
+        total_steps: for the progress bar (None = unknown).
+        progress: draw a rich progress bar. tensorboard: also write TensorBoard events (local
+            stores only, under ``runs/<run_id>/tensorboard``).
+    """
+
+    def __init__(self, store: Store, run_id: str, *, total_steps: int | None = None, progress: bool = True,
+                 tensorboard: bool = False):
+        self.store = store
+        self.run_id = run_id
+        self._tb = None
+        if tensorboard:
+            if not store.is_local:
+                raise ValueError("--tensorboard needs a local store (TensorBoard writes files in place)")
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(store.path(RUNS_DIR, run_id, "tensorboard"))
+        self._progress = None
+        self._task = None
+        if progress:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("[bold]train[/] {task.description}"), BarColumn(),
+                                      MofNCompleteColumn(), TimeElapsedColumn(), transient=False)
+            self._progress.start()
+            self._task = self._progress.add_task("", total=total_steps)
+
+    def subdir(self, kind: str) -> str:
+        return f"{RUNS_DIR}/{self.run_id}/{kind}"
+
+    def save_config(self, config_json: str) -> str:
+        """Write the resolved config to ``runs/<run_id>/config.json`` (atomically)."""
+        return self.store.write_bytes(f"{RUNS_DIR}/{self.run_id}/{RUN_CONFIG_FILE}", config_json.encode())
+
+    def write_step(self, *, iteration: int, step: int, trainer_version: int, metrics: Mapping[str, float],
+                   consumed: Sequence[Mapping[str, Any]]) -> None:
+        """Write one iteration's metrics and consumption rows as two shards, then update the
+        progress bar and TensorBoard."""
+        now = datetime.now(timezone.utc)
+        meta = {ITERATION_KEY: str(iteration).encode()}
+        names = sorted(metrics)
+        steps = pa.table({
+            "run_id": [self.run_id] * len(names), "step": [step] * len(names),
+            "trainer_version": [trainer_version] * len(names), "wall_time": [now] * len(names),
+            "metric": names, "value": [float(metrics[n]) for n in names],
+        }, schema=STEP_SCHEMA)
+        self.store.write_table(steps, subdir=self.subdir(RUN_STEPS_DIR), extra_metadata=meta)
+        if consumed:
+            cols = {f.name: [] for f in CONSUMED_SCHEMA}
+            for r in consumed:
+                for name in cols:
+                    cols[name].append(self.run_id if name == "run_id" else now if name == "consumed_at" else r[name])
+            self.store.write_table(pa.table(cols, schema=CONSUMED_SCHEMA), subdir=self.subdir(RUN_CONSUMED_DIR),
+                                   extra_metadata=meta)
+        if self._tb is not None:
+            for n in names:
+                if np.isfinite(metrics[n]):
+                    self._tb.add_scalar(n, metrics[n], global_step=iteration)
+        if self._progress is not None:
+            desc = (f"step {step} v{trainer_version} "
+                    + " ".join(f"{k.split('/')[-1]}={metrics[k]:.3g}" for k in
+                               ("reward/mean", "value/explained_variance", "ratio/mean", "perf/tokens_per_s")
+                               if k in metrics))
+            self._progress.update(self._task, advance=1 if step >= 0 else 0, description=desc)
+
+    def rollback_after(self, iteration: int) -> int:
+        """Delete records shards of iterations > `iteration` (work lost with the process that
+        wrote them); return how many shards were removed. Idempotent."""
+        removed = 0
+        for kind in (RUN_STEPS_DIR, RUN_CONSUMED_DIR):
+            for path, _size in self.store.shard_paths(self.subdir(kind)):
+                with self.store.fs.open(path, "rb") as fh:
+                    md = pq.read_metadata(fh).metadata or {}
+                it = int(md.get(ITERATION_KEY, b"-1"))
+                if it > iteration:
+                    self.store.fs.rm_file(path)
+                    removed += 1
+        return removed
+
+    def set_completed(self, steps: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=steps)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
