@@ -1,3 +1,4 @@
 """Imports every command module so each registers its commands on ``trajstore.cli.main.app``.
 Add one import line per module."""
 from trajstore.cli import audit  # noqa: F401
+from trajstore.cli import ingest  # noqa: F401

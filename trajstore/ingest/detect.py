@@ -1,0 +1,184 @@
+"""Finding input files, reading them robustly (invalid UTF-8, JSON vs JSONL) and telling
+their format apart by shape. Detection looks at keys only, never at file names, except the
+documented pairing of V1 eval ``traj_<task>.json`` with ``eval_<task>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from trajstore.ingest.core import Origin, Problem
+
+InputFormat = Literal[
+    "openhands-v0-events", "openhands-v0-session", "openhands-v0-eval", "openhands-v0-resolver",
+    "openhands-v0-feedback", "openhands-swe-gym", "openhands-v1-events", "openhands-v1-eval",
+    "openhands-v1-completions", "chat-messages", "swe-agent", "nebius-swe-agent", "nemo-gym",
+]
+FORMATS: Final[tuple[str, ...]] = InputFormat.__args__  # type: ignore[attr-defined]
+INPUT_SUFFIXES: Final[tuple[str, ...]] = (".json", ".jsonl", ".traj")
+EVENTS_DIR: Final[str] = "events"
+"""Name of the per-event directory of an OpenHands session store (``sessions/<id>/events/<n>.json``)."""
+
+
+@dataclass
+class InputUnit:
+    """One thing that yields trajectories: a file, or an event-store directory (`files` in order)."""
+
+    path: str
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def is_event_dir(self) -> bool:
+        return bool(self.files)
+
+
+def _event_sort_key(name: str) -> tuple[int, str]:
+    stem = name.rsplit(".", 1)[0]
+    digits = stem.split("-")[1] if stem.startswith("event-") and "-" in stem else stem
+    return (int(digits), name) if digits.isdigit() else (1 << 62, name)
+
+
+def discover(paths: list[str]) -> tuple[list[InputUnit], list[Problem]]:
+    """Expand files and directories (recursively) into input units, sorted by path.
+
+    A directory named ``events`` whose files are ``<n>.json`` is one unit (an event store).
+
+    Returns:
+        (units, problems): a path that does not exist is a problem.
+    """
+    units: list[InputUnit] = []
+    problems: list[Problem] = []
+    for p in paths:
+        p = os.fspath(p)
+        if os.path.isfile(p):
+            units.append(InputUnit(p))
+        elif os.path.isdir(p):
+            for root, dirs, files in os.walk(p):
+                dirs.sort()
+                cand = sorted(f for f in files if f.endswith(INPUT_SUFFIXES))
+                if os.path.basename(root) == EVENTS_DIR and cand and all(
+                        _event_sort_key(f)[0] < (1 << 62) for f in cand):
+                    units.append(InputUnit(root, [os.path.join(root, f) for f in sorted(cand, key=_event_sort_key)]))
+                    continue
+                units.extend(InputUnit(os.path.join(root, f)) for f in cand)
+        else:
+            problems.append(Problem(Origin(p), "malformed", "no such file or directory"))
+    units.sort(key=lambda u: u.path)
+    return units, problems
+
+
+def read_text(path: str) -> str:
+    """File content as text; invalid UTF-8 bytes become U+FFFD, a UTF-8 BOM is dropped."""
+    with open(path, "rb") as f:
+        data = f.read()
+    return data.decode("utf-8", errors="replace").lstrip("\ufeff")
+
+
+@dataclass
+class Loaded:
+    """A file's JSON content: `whole` (one document) or `lines` ((line number, value) per
+    JSONL line), plus per-line problems."""
+
+    whole: Any = None
+    lines: list[tuple[int, Any]] | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+
+def load_json_or_jsonl(path: str) -> Loaded:
+    """Parse a file as one JSON document, or else as JSON Lines (one value per non-empty line).
+
+    Raises:
+        ValueError: neither (the message gives the JSON error's line and column).
+    """
+    text = read_text(path)
+    if not text.strip():
+        raise ValueError("empty file")
+    try:
+        return Loaded(whole=json.loads(text))
+    except json.JSONDecodeError as whole_err:
+        rows = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
+        if len(rows) < 2:
+            raise ValueError(f"not valid JSON: {whole_err.msg} at line {whole_err.lineno} column {whole_err.colno}") \
+                from None
+        out = Loaded(lines=[])
+        for n, ln in rows:
+            try:
+                out.lines.append((n, json.loads(ln)))  # type: ignore[union-attr]
+            except json.JSONDecodeError as e:
+                snippet = ln.strip()[:40]
+                out.problems.append(Problem(Origin(path, n), "malformed",
+                                            f"not valid JSON ({e.msg} at column {e.colno}): {snippet!r}"))
+        if not out.lines:
+            raise ValueError(f"no line is valid JSON (first error: {out.problems[0].reason})")
+        return out
+
+
+def detect_record(d: Any) -> str | None:
+    """Format of one record (a dict that is a whole trajectory / row), or None."""
+    if not isinstance(d, dict):
+        return None
+    if "responses_create_params" in d and "response" in d:
+        return "nemo-gym"
+    if "trajectory" in d and "history" in d and "info" in d:
+        return "swe-agent"
+    if "messages" in d and "response" in d:
+        return "openhands-v1-completions"
+    if "history" in d and isinstance(d["history"], list):
+        if ("issue" in d or "success" in d) and "instance_id" not in d:
+            return "openhands-v0-resolver"
+        if any(isinstance(e, dict) and "kind" in e for e in d["history"][:5]):
+            return "openhands-v1-eval"
+        return "openhands-v0-eval"
+    if "feedback" in d and "trajectory" in d:
+        return "openhands-v0-feedback"
+    if "messages" in d and ("resolved" in d or "instance_id" in d):
+        return "openhands-swe-gym"
+    if "trajectory" in d and isinstance(d["trajectory"], list) and ("target" in d or "model_name" in d):
+        return "nebius-swe-agent"
+    return None
+
+
+def detect_event(d: Any) -> str | None:
+    """``openhands-v1-events`` for a V1 event (``kind``), ``openhands-v0-events`` for a V0 event."""
+    if not isinstance(d, dict):
+        return None
+    if isinstance(d.get("kind"), str) and ("id" in d or "source" in d):
+        return "openhands-v1-events"
+    if "action" in d or "observation" in d:
+        return "openhands-v0-events"
+    return None
+
+
+def not_a_trajectory(d: Any) -> str | None:
+    """Why a known non-trajectory file holds no trajectory, or None."""
+    if isinstance(d, dict):
+        if "final_score" in d or "checkpoints" in d:
+            return "evaluation score only (its trajectory is the matching traj_<task>.json)"
+        if "error" in d and "traceback" in d:
+            return f"evaluator crash report, no trajectory and no score: {str(d['error'])[:120]}"
+        if "conversation_id" in d and ("llm_model" in d or "title" in d):
+            return "conversation metadata only (its events are in the events/ directory next to it)"
+    return None
+
+
+def detect_document(d: Any) -> str | None:
+    """Format of a whole JSON document (object or array), or None when unknown."""
+    fmt = detect_record(d)
+    if fmt:
+        return fmt
+    if isinstance(d, list) and d:
+        first = next((x for x in d if isinstance(x, dict)), None)
+        if first is None:
+            return None
+        fmt = detect_record(first)
+        if fmt:
+            return fmt
+        ev = detect_event(first)
+        if ev:
+            return ev
+        if "role" in first and ("content" in first or "tool_calls" in first):
+            return "chat-messages"
+    return None

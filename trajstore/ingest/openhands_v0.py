@@ -1,0 +1,312 @@
+"""OpenHands V0 (``openhands/`` package, 2024-2025) logs -> conversations.
+
+Shapes handled (see ``SOURCES.md`` of the fixtures): ``event_to_dict`` event lists (saved
+trajectories, GUI exports, the ``sessions/<id>/events/<n>.json`` store, flat eval histories),
+the older ``[action, observation]`` pair history, resolver output (``dataclasses.asdict``
+events without ids), the 2024 feedback rows (websocket messages mixed in) and SWE-Gym rows
+(OpenAI chat messages).
+
+Mapping: agent actions with ``tool_call_metadata`` become one assistant message per model
+response (``model_response.id``), with that response's text and all its tool calls; their
+observations become ``tool`` messages answering the ``tool_call_id``. Actions without it
+(prompt-based CodeAct) become assistant text in CodeAct's own tags (``<execute_bash>`` ...),
+their observations ``user`` messages linked by the event's ``cause``. Unknown action kinds
+are rendered as their JSON arguments and counted as degraded; websocket status/error
+messages, agent-state changes and null observations are not part of the conversation.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from trajstore.ingest.core import (
+    Conversation,
+    Message,
+    Origin,
+    RecordError,
+    Reward,
+    ToolCall,
+    arguments_text,
+    bool_reward,
+    parse_time,
+    text_of,
+)
+
+KNOWN_ACTIONS = frozenset({
+    "message", "system", "run", "run_ipython", "read", "write", "edit", "browse", "browse_interactive",
+    "think", "finish", "reject", "delegate", "recall", "mcp", "condensation", "change_agent_state",
+    "initialize", "null", "start", "add_task", "modify_task", "summarize", "push", "send_pr",
+})
+_IGNORED_ACTIONS = frozenset({"change_agent_state", "initialize", "recall", "null", "start", "condensation"})
+_IGNORED_OBSERVATIONS = frozenset({"agent_state_changed", "null", "user_rejected"})
+_CODEACT_TAGS = {"run": ("execute_bash", "command"), "run_ipython": ("execute_ipython", "code"),
+                 "browse_interactive": ("execute_browse", "browser_actions")}
+_TRUNCATING_ERRORS = ("maximum iteration", "max_iterations", "budget", "context window", "ContextWindowExceeded")
+
+
+def status_from_error(error: Any) -> str:
+    """Run status from an eval ``error`` field: none -> completed; iteration / budget / context
+    limits -> truncated; anything else -> failed."""
+    if not error:
+        return "completed"
+    s = str(error)
+    return "truncated" if any(t.lower() in s.lower() for t in _TRUNCATING_ERRORS) else "failed"
+
+
+class _Builder:
+    """Turns V0 events (in order) into messages, linking observations by ids."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.by_response: dict[str, Message] = {}
+        self.action_ids: list[str] = []  # assistant call ids not yet answered (for id-less formats)
+        self.degraded = 0
+        self.unknown_kinds: set[str] = set()
+        self.ignored = 0
+        self.last_time = None
+        self.model: str | None = None
+        self.finished = False
+
+    def add(self, ev: Any, idx: int) -> None:
+        if not isinstance(ev, dict):
+            raise RecordError(f"event {idx} is a {type(ev).__name__}, not an object")
+        t = parse_time(ev.get("timestamp"))
+        if t is not None:
+            self.last_time = t
+        if "action" in ev and ev["action"] is not None:
+            self._action(ev, idx)
+        elif "observation" in ev and ev["observation"] is not None:
+            self._observation(ev, idx)
+        else:  # websocket status / error messages of the 2024 GUI
+            self.ignored += 1
+
+    def _event_id(self, ev: dict[str, Any], idx: int) -> str:
+        return str(ev["id"]) if ev.get("id") is not None else f"event-{idx}"
+
+    def _action(self, ev: dict[str, Any], idx: int) -> None:
+        kind = ev["action"]
+        if not isinstance(kind, str):
+            raise RecordError(f"event {idx}: 'action' is {type(kind).__name__}, not a string")
+        args = ev.get("args") if isinstance(ev.get("args"), dict) else {
+            k: v for k, v in ev.items() if k not in ("action", "id", "timestamp", "source", "message", "cause")}
+        source = ev.get("source")
+        if source is None:  # resolver dumps carry no source: the first message is the task
+            source = "user" if kind == "message" and not any(m.role == "assistant" for m in self.messages) else "agent"
+        if kind in _IGNORED_ACTIONS:
+            self.ignored += 1
+            return
+        if kind == "system":
+            self.messages.append(Message("system", text_of(args.get("content", ev.get("message"))),
+                                         call_id=self._event_id(ev, idx)))
+            return
+        if kind == "message" and source == "user":
+            self.messages.append(Message("user", text_of(args.get("content", ev.get("message"))),
+                                         call_id=self._event_id(ev, idx)))
+            return
+        if source not in ("agent", None):  # environment-issued actions are not model calls
+            self.ignored += 1
+            return
+        if kind not in KNOWN_ACTIONS:
+            self.degraded += 1
+            self.unknown_kinds.add(kind)
+        if kind == "finish":
+            self.finished = True
+        tcm = ev.get("tool_call_metadata")
+        if isinstance(tcm, dict) and tcm.get("tool_call_id"):
+            self._tool_call_action(ev, idx, tcm, args)
+            return
+        eid = self._event_id(ev, idx)
+        self.messages.append(Message("assistant", self._codeact_text(kind, args, ev), call_id=eid))
+        self.action_ids.append(eid)
+        llm = ev.get("llm_metrics")
+        if isinstance(llm, dict) and isinstance(llm.get("model_name"), str):
+            self.model = self.model or llm["model_name"]
+
+    def _tool_call_action(self, ev: dict[str, Any], idx: int, tcm: dict[str, Any], args: dict[str, Any]) -> None:
+        resp = tcm.get("model_response") if isinstance(tcm.get("model_response"), dict) else {}
+        rid = str(resp.get("id") or f"response-of-{self._event_id(ev, idx)}")
+        if rid in self.by_response:
+            return  # a later tool call of a response already turned into one assistant message
+        choice = (resp.get("choices") or [{}])[0] if isinstance(resp.get("choices"), list) else {}
+        msg = choice.get("message") if isinstance(choice, dict) and isinstance(choice.get("message"), dict) else {}
+        calls = [ToolCall(str(c.get("id")), str((c.get("function") or {}).get("name")),
+                          arguments_text((c.get("function") or {}).get("arguments", "")))
+                 for c in (msg.get("tool_calls") or []) if isinstance(c, dict)]
+        if not calls:  # response not logged: rebuild the call from the action itself
+            calls = [ToolCall(str(tcm["tool_call_id"]), str(tcm.get("function_name") or ev["action"]),
+                              json.dumps({k: v for k, v in args.items() if k != "thought"}, ensure_ascii=False))]
+        content = text_of(msg.get("content")) if msg else str(args.get("thought") or "")
+        reasoning = msg.get("reasoning_content") if isinstance(msg.get("reasoning_content"), str) else None
+        m = Message("assistant", content, reasoning=reasoning, tool_calls=calls, call_id=rid,
+                    finish_reason=choice.get("finish_reason") if isinstance(choice, dict) else None)
+        self.by_response[rid] = m
+        self.messages.append(m)
+        if isinstance(resp.get("model"), str):
+            self.model = self.model or resp["model"]
+
+    @staticmethod
+    def _codeact_text(kind: str, args: dict[str, Any], ev: dict[str, Any]) -> str:
+        thought = str(args.get("thought") or "")
+        if kind in ("message", "finish", "think", "reject"):
+            body = str(args.get("content") or args.get("final_thought") or ev.get("message") or "")
+            return "\n\n".join(dict.fromkeys(p for p in (thought, body) if p))
+        if kind in _CODEACT_TAGS:
+            tag, field = _CODEACT_TAGS[kind]
+            code = str(args.get(field, ""))
+            return (thought + "\n" if thought else "") + f"<{tag}>\n{code}\n</{tag}>"
+        rest = {k: v for k, v in args.items() if k != "thought"}
+        return (thought + "\n" if thought else "") + json.dumps({"action": kind, "args": rest}, ensure_ascii=False,
+                                                                 default=str)
+
+    def _observation(self, ev: dict[str, Any], idx: int) -> None:
+        kind = ev["observation"]
+        content = ev.get("content")
+        if kind in _IGNORED_OBSERVATIONS and not content:
+            self.ignored += 1
+            return
+        if kind in _IGNORED_OBSERVATIONS:
+            self.ignored += 1
+            return
+        text = text_of(content if content is not None else ev.get("message"))
+        tcm = ev.get("tool_call_metadata")
+        if isinstance(tcm, dict) and tcm.get("tool_call_id"):
+            self.messages.append(Message("tool", text, call_id=self._event_id(ev, idx),
+                                         cause_id=str(tcm["tool_call_id"])))
+            return
+        cause = ev.get("cause")
+        if cause is not None:
+            cause_id = str(cause)
+            if cause_id in self.action_ids:
+                self.action_ids.remove(cause_id)
+        elif self.action_ids:  # id-less formats (resolver): answers the oldest unanswered action
+            cause_id = self.action_ids.pop(0)
+        else:
+            cause_id = None
+        self.messages.append(Message("user", text, call_id=self._event_id(ev, idx), cause_id=cause_id))
+
+
+def events_to_conversation(events: list[Any], *, source: str, key: str | None, origin: Origin) -> Conversation:
+    """Build a conversation from a list of V0 events (flat dicts or ``[action, observation]`` pairs).
+
+    Raises:
+        RecordError: the list is not a list of events, or holds no conversation message.
+    """
+    if not isinstance(events, list):
+        raise RecordError(f"history is a {type(events).__name__}, not a list of events")
+    b = _Builder()
+    for i, ev in enumerate(events):
+        if isinstance(ev, list) and len(ev) == 2:  # older eval outputs: [action, observation] pairs
+            for part in ev:
+                if isinstance(part, dict) and part:
+                    b.add(part, i)
+        else:
+            b.add(ev, i)
+    if not any(m.role in ("assistant", "user") for m in b.messages):
+        raise RecordError(f"no conversation messages among {len(events)} events")
+    meta: dict[str, Any] = {"ignored_events": b.ignored}
+    if b.unknown_kinds:
+        meta["unknown_event_kinds"] = sorted(b.unknown_kinds)
+    return Conversation(source=source, key=key, messages=b.messages, origin=origin, model=b.model,
+                        created_at=b.last_time, metadata=meta, degraded_events=b.degraded,
+                        status="completed")
+
+
+def parse_event_list(data: Any, origin: Origin, *, source: str = "openhands/v0-events",
+                     key: str | None = None) -> Conversation:
+    """A saved trajectory / GUI export / session store: a JSON array of V0 events."""
+    return events_to_conversation(data, source=source, key=key, origin=origin)
+
+
+def parse_eval_output(row: Any, origin: Origin) -> Conversation:
+    """One line of a V0 evaluation ``output.jsonl`` (``EvalOutput``).
+
+    Reward: ``test_result.report.resolved`` (SWE-bench harness) when present, else null.
+    Status from ``error`` (see :func:`status_from_error`).
+    """
+    if not isinstance(row, dict) or "history" not in row:
+        raise RecordError("eval output row has no 'history'")
+    conv = events_to_conversation(row["history"], source="openhands/v0-eval",
+                                  key=str(row.get("instance_id")) if row.get("instance_id") else None, origin=origin)
+    tr = row.get("test_result") if isinstance(row.get("test_result"), dict) else {}
+    report = tr.get("report") if isinstance(tr.get("report"), dict) else {}
+    if "resolved" in report:
+        conv.reward = bool_reward(report["resolved"])
+    conv.status = status_from_error(row.get("error"))
+    conv.prompt_id = conv.key
+    md = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
+    llm = md.get("llm_config") if isinstance(md.get("llm_config"), dict) else {}
+    conv.model = llm.get("model") or conv.model
+    conv.metadata.update({"instance_id": row.get("instance_id"), "error": row.get("error"),
+                          "agent_class": md.get("agent_class")})
+    if conv.status == "completed" and not conv.reward.raw and "resolved" not in report:
+        conv.metadata["reward_note"] = "no test_result.report.resolved: not evaluated"
+    return conv
+
+
+def parse_resolver_output(row: Any, origin: Origin) -> Conversation:
+    """One line of a V0 resolver ``output.jsonl``; reward = ``success`` (LLM-judged), the
+    explanation is kept in metadata."""
+    if not isinstance(row, dict) or "history" not in row:
+        raise RecordError("resolver output row has no 'history'")
+    issue = row.get("issue") if isinstance(row.get("issue"), dict) else {}
+    key = "{}/{}#{}".format(issue.get("owner"), issue.get("repo"), issue.get("number")) if issue else None
+    conv = events_to_conversation(row["history"], source="openhands/v0-resolver", key=key, origin=origin)
+    conv.reward = bool_reward(row.get("success"))
+    conv.status = status_from_error(row.get("error"))
+    conv.prompt_id = key
+    conv.metadata.update({"issue": key, "base_commit": row.get("base_commit"), "error": row.get("error"),
+                          "success_explanation": row.get("success_explanation", row.get("result_explanation"))})
+    return conv
+
+
+def parse_feedback_row(row: Any, origin: Origin) -> Conversation:
+    """One row of the 2024 ``all-hands/openhands-feedback`` dataset; reward 1.0 for
+    ``positive`` feedback, 0.0 for ``negative`` (raw value kept)."""
+    if not isinstance(row, dict) or "trajectory" not in row:
+        raise RecordError("feedback row has no 'trajectory'")
+    conv = events_to_conversation(row["trajectory"], source="openhands/v0-feedback", key=None, origin=origin)
+    fb = row.get("feedback")
+    conv.reward = Reward({"positive": 1.0, "negative": 0.0}.get(fb) if isinstance(fb, str) else None, fb)
+    for ev in row["trajectory"]:
+        if isinstance(ev, dict) and ev.get("action") == "initialize" and isinstance(ev.get("args"), dict):
+            conv.model = ev["args"].get("LLM_MODEL") or conv.model
+    conv.created_at = conv.created_at or parse_time(row.get("timestamp"))
+    conv.metadata.update({"feedback": fb, "feedback_version": row.get("version"), "permissions": row.get("permissions")})
+    return conv
+
+
+def chat_messages(raw: Any, origin_desc: str) -> list[Message]:
+    """OpenAI chat messages (system / user / assistant with tool_calls / tool) as :class:`Message` s.
+
+    Raises:
+        RecordError: a message is not an object or has an unknown role.
+    """
+    if not isinstance(raw, list):
+        raise RecordError(f"{origin_desc} is a {type(raw).__name__}, not a list of messages")
+    out = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise RecordError(f"{origin_desc}[{i}] has no 'role'")
+        role = m["role"]
+        if role not in ("system", "user", "assistant", "tool", "developer", "function"):
+            raise RecordError(f"{origin_desc}[{i}]: unknown role {role!r}")
+        role = {"developer": "system", "function": "tool"}.get(role, role)
+        calls = [ToolCall(str(c.get("id")) if c.get("id") else None, str((c.get("function") or {}).get("name")),
+                          arguments_text((c.get("function") or {}).get("arguments", "")))
+                 for c in (m.get("tool_calls") or []) if isinstance(c, dict)]
+        reasoning = m.get("reasoning_content") if isinstance(m.get("reasoning_content"), str) else None
+        out.append(Message(role, text_of(m.get("content")), reasoning=reasoning or None, tool_calls=calls,
+                           cause_id=str(m["tool_call_id"]) if m.get("tool_call_id") else None))
+    return out
+
+
+def parse_swe_gym_row(row: Any, origin: Origin) -> Conversation:
+    """One SWE-Gym ``OpenHands-Sampled-Trajectories`` row; reward = ``resolved``."""
+    if not isinstance(row, dict) or "messages" not in row:
+        raise RecordError("SWE-Gym row has no 'messages'")
+    msgs = chat_messages(row["messages"], "messages")
+    key = str(row.get("instance_id")) if row.get("instance_id") else None
+    return Conversation(source="openhands/swe-gym", key=key, messages=msgs, origin=origin,
+                        reward=bool_reward(row.get("resolved")), prompt_id=key,
+                        metadata={"instance_id": row.get("instance_id"), "run_id": row.get("run_id")})

@@ -1,0 +1,475 @@
+"""`ingest_paths`: agent logs on disk -> trajectories in a store.
+
+Reads every input unit, detects (or is told) its format, parses it into conversations or
+engine rollouts, tokenizes conversations with a chat template, derives deterministic ids,
+skips ids already stored and writes the rest through :class:`~trajstore.writer.StoreWriter`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from trajstore.errors import TrajectoryValidationError, TrajstoreError
+from trajstore.hub import SMOLLM2_ALIAS, load_tokenizer, resolve_model
+from trajstore.ingest import detect, nemo_gym, openhands_v0, openhands_v1, swe_agent
+from trajstore.ingest.core import (
+    DEFAULT_MAX_OBSERVATION_CHARS,
+    Conversation,
+    EngineRollout,
+    Origin,
+    Parsed,
+    Problem,
+    RecordError,
+    cap_text,
+    slug,
+)
+from trajstore.ingest.render import render_conversation, template_features
+from trajstore.models import Span, Trajectory
+from trajstore.reader import read_trajectories
+from trajstore.store import Store, open_store
+from trajstore.validate import validate_trajectory
+from trajstore.writer import StoreWriter
+
+ROW_PARSERS: dict[str, Callable[[Any, Origin], Parsed]] = {
+    "openhands-v0-eval": openhands_v0.parse_eval_output,
+    "openhands-v0-resolver": openhands_v0.parse_resolver_output,
+    "openhands-v0-feedback": openhands_v0.parse_feedback_row,
+    "openhands-swe-gym": openhands_v0.parse_swe_gym_row,
+    "openhands-v1-eval": openhands_v1.parse_eval_output,
+    "openhands-v1-completions": openhands_v1.parse_completion_log,
+    "swe-agent": swe_agent.parse_traj,
+    "nebius-swe-agent": swe_agent.parse_nebius_row,
+    "nemo-gym": nemo_gym.parse_rollout,
+}
+"""Formats whose records (a document, an array item or a JSONL line) are one trajectory each."""
+
+
+class IngestError(TrajstoreError):
+    """``strict`` ingest found problems; nothing was written. `report` lists them all."""
+
+    def __init__(self, report: IngestReport):
+        self.report = report
+        shown = "\n".join(f"  - {p}" for p in report.problems[:10])
+        more = f"\n  ... and {len(report.problems) - 10} more" if len(report.problems) > 10 else ""
+        super().__init__(f"strict ingest: {len(report.problems)} problem(s), nothing written:\n{shown}{more}")
+
+
+@dataclass
+class IngestReport:
+    """What an ingest did.
+
+    Attributes:
+        files_seen: input files read (each event file of an event store counts).
+        trajectories_parsed: trajectories built from the input.
+        trajectories_written: new rows written to the store.
+        skipped: trajectories not written, by reason (``already_in_store``,
+            ``duplicate_in_input``, ``superseded_completion_log``, ``invalid``).
+        problems: input that yielded nothing (malformed / no_trajectory / invalid / unsupported).
+        by_format: trajectories parsed per input format.
+        degraded_events: events of unknown kind rendered generically or skipped.
+        truncated_observations: observations capped at ``max_observation_chars``.
+        written_ids: ids of the rows written, in order.
+    """
+
+    files_seen: int = 0
+    trajectories_parsed: int = 0
+    trajectories_written: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    problems: list[Problem] = field(default_factory=list)
+    by_format: Counter[str] = field(default_factory=Counter)
+    degraded_events: int = 0
+    truncated_observations: int = 0
+    written_ids: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"files_seen": self.files_seen, "trajectories_parsed": self.trajectories_parsed,
+                "trajectories_written": self.trajectories_written, "skipped": dict(self.skipped),
+                "problems": [p.to_dict() for p in self.problems],
+                "problems_by_kind": dict(Counter(p.kind for p in self.problems)),
+                "by_format": dict(self.by_format), "degraded_events": self.degraded_events,
+                "truncated_observations": self.truncated_observations}
+
+
+# -- parsing -----------------------------------------------------------------------------------
+
+def _parse_records(fmt: str, items: list[tuple[Origin, Any]]) -> Iterator[Parsed]:
+    parser = ROW_PARSERS[fmt]
+    for origin, rec in items:
+        try:
+            yield parser(rec, origin)
+        except RecordError as e:
+            yield Problem(origin, "malformed", str(e))
+
+
+def parse_unit(unit: detect.InputUnit, fmt: str = "auto") -> Iterator[Parsed]:
+    """Parse one input unit into conversations, engine rollouts and problems (never raises
+    for bad input)."""
+    if unit.is_event_dir:
+        yield from _parse_event_dir(unit, fmt)
+        return
+    path = unit.path
+    try:
+        loaded = detect.load_json_or_jsonl(path)
+    except (ValueError, OSError) as e:
+        yield Problem(Origin(path), "malformed", str(e))
+        return
+    yield from loaded.problems
+    if loaded.lines is not None:  # JSONL: rows, or the events of one conversation
+        values = [v for _, v in loaded.lines]
+        kind = fmt if fmt != "auto" else (detect.detect_record(values[0]) or detect.detect_event(values[0]))
+        if kind in ("openhands-v1-events", "openhands-v0-events"):
+            try:
+                yield (openhands_v1.parse_persisted_events(values, Origin(path)) if kind == "openhands-v1-events"
+                       else openhands_v0.parse_event_list(values, Origin(path)))
+            except RecordError as e:
+                yield Problem(Origin(path), "malformed", str(e))
+            return
+        if kind not in ROW_PARSERS:
+            yield Problem(Origin(path, loaded.lines[0][0]), "unsupported", "unrecognised record shape "
+                          f"(keys: {_keys(values[0])}); name the format with --format")
+            return
+        yield from _parse_records(kind, [(Origin(path, n), v) for n, v in loaded.lines])
+        return
+    doc = loaded.whole
+    why_not = detect.not_a_trajectory(doc)
+    if why_not and fmt == "auto":
+        if os.path.basename(path).startswith("eval_"):
+            task = openhands_v1.task_of(path, "eval_")
+            traj = os.path.join(os.path.dirname(path), f"traj_{task}.json")
+            if not os.path.exists(traj):
+                why_not += f"; no traj_{task}.json next to it"
+        yield Problem(Origin(path), "no_trajectory", why_not)
+        return
+    kind = fmt if fmt != "auto" else detect.detect_document(doc)
+    if kind is None:
+        yield Problem(Origin(path), "unsupported", f"unrecognised content (keys: {_keys(doc)}); "
+                      "name the format with --format")
+        return
+    if kind in ROW_PARSERS:
+        items = ([(Origin(path, i + 1), r) for i, r in enumerate(doc)] if isinstance(doc, list)
+                 else [(Origin(path), doc)])
+        yield from _parse_records(kind, items)
+        return
+    try:
+        if kind == "openhands-v1-events":
+            name = os.path.basename(path)
+            if name.startswith("traj_"):
+                task = openhands_v1.task_of(path, "traj_")
+                ev_path = os.path.join(os.path.dirname(path), f"eval_{task}.json")
+                ev = None
+                if os.path.exists(ev_path):
+                    try:
+                        ev = json.loads(detect.read_text(ev_path))
+                    except ValueError as e:
+                        yield Problem(Origin(ev_path), "malformed", f"eval file is not valid JSON: {e}")
+                yield openhands_v1.parse_task_trajectory(doc, Origin(path), ev, ev_path if ev is not None else None)
+            else:
+                yield openhands_v1.parse_persisted_events(doc, Origin(path))
+        elif kind == "openhands-v0-events":
+            yield openhands_v0.parse_event_list(doc, Origin(path))
+        elif kind == "chat-messages":
+            yield openhands_v1.parse_chat_messages(doc, Origin(path))
+        else:
+            yield Problem(Origin(path), "unsupported", f"format {kind!r} does not apply to a single file")
+    except RecordError as e:
+        yield Problem(Origin(path), "malformed", str(e))
+
+
+def _keys(v: Any) -> str:
+    if isinstance(v, dict):
+        return ", ".join(list(v)[:8])
+    return f"a JSON {type(v).__name__}"
+
+
+def _parse_event_dir(unit: detect.InputUnit, fmt: str) -> Iterator[Parsed]:
+    events: list[Any] = []
+    for f in unit.files:
+        try:
+            events.append(json.loads(detect.read_text(f)))
+        except (ValueError, OSError) as e:
+            yield Problem(Origin(f), "malformed", f"event file is not valid JSON: {e}")
+    if not events:
+        return
+    session_dir = os.path.dirname(unit.path)
+    meta: dict[str, Any] = {}
+    meta_path = os.path.join(session_dir, "metadata.json")
+    if os.path.exists(meta_path):
+        try:
+            meta = json.loads(detect.read_text(meta_path))
+        except ValueError as e:
+            yield Problem(Origin(meta_path), "malformed", f"session metadata is not valid JSON: {e}")
+    key = str(meta.get("conversation_id") or os.path.basename(session_dir))
+    kind = fmt if fmt != "auto" else detect.detect_event(next((e for e in events if isinstance(e, dict)), None))
+    try:
+        if kind == "openhands-v1-events":
+            conv = openhands_v1.events_conversation(events, Origin(unit.path), source="openhands/v1-events", key=key)
+        else:
+            conv = openhands_v0.events_to_conversation(events, source="openhands/v0-session", key=key,
+                                                       origin=Origin(unit.path))
+    except RecordError as e:
+        yield Problem(Origin(unit.path), "malformed", str(e))
+        return
+    conv.model = meta.get("llm_model") or conv.model
+    conv.metadata.update({k: meta[k] for k in ("conversation_id", "title", "trigger", "selected_repository")
+                          if k in meta})
+    yield conv
+
+
+# -- building trajectories -----------------------------------------------------------------------
+
+def _content_hash(payload: Any) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:20]
+
+
+def _trajectory_id(source: str, key: str | None, digest: str) -> str:
+    return f"{slug(source)}:{slug(key)}:{digest}" if key else f"{slug(source)}:{digest}"
+
+
+def _reward_raw(conv: Conversation | EngineRollout) -> str | None:
+    r = conv.reward
+    if r.raw is None and r.value is None:
+        return None
+    return json.dumps(r.raw if r.raw is not None else r.value, sort_keys=True, default=str)
+
+
+def _created_at(conv: Conversation | EngineRollout) -> datetime:
+    if conv.created_at is not None:
+        return conv.created_at
+    try:
+        return datetime.fromtimestamp(os.path.getmtime(conv.origin.path), tz=timezone.utc)
+    except OSError:
+        return datetime.now(timezone.utc)
+
+
+def conversation_to_trajectory(conv: Conversation, tokenizer: Any, *, tokenizer_name: str, input_format: str,
+                               max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS) -> Trajectory:
+    """Tokenize a conversation with the tokenizer's chat template and cut it into spans.
+
+    Spans: every message before the first assistant message (system prompt, task, demos) is
+    one prompt span; each assistant message is an action span (header and end-of-turn tokens
+    included); every other message is an observation span, linked by ``cause_id``.
+
+    Returns:
+        A validated :class:`Trajectory` with ``token_source = retokenized``, ``logprob_source
+        = none`` and no policy versions.
+
+    Raises:
+        ValueError: the conversation cannot be rendered.
+        TrajectoryValidationError: the result breaks a schema rule.
+    """
+    digest = _content_hash({"source": conv.source, "key": conv.key, "reward": _reward_raw(conv),
+                            "messages": [m.canonical() for m in conv.messages], "tokenizer": tokenizer_name,
+                            "max_observation_chars": max_observation_chars})
+    first_action = next((i for i, m in enumerate(conv.messages) if m.role == "assistant"), len(conv.messages))
+    truncated = []
+    for i, m in enumerate(conv.messages):
+        if i >= first_action and m.role != "assistant":
+            cap_text(m, max_observation_chars)
+            if m.truncated:
+                truncated.append({"message": i, "original_chars": m.original_chars})
+    rendered = render_conversation(tokenizer, conv.messages)
+    n_tok = len(rendered.token_ids)
+    starts = rendered.message_starts + [n_tok]
+    spans: list[Span] = []
+    prompt_end = starts[first_action]
+    if prompt_end > 0:
+        roles = [m.role for m in conv.messages[:first_action]]
+        spans.append(Span(kind="prompt", start=0, end=prompt_end, role="system" if "system" in roles or not roles
+                          else roles[0]))
+    for i in range(first_action, len(conv.messages)):
+        m = conv.messages[i]
+        s, e = max(starts[i], prompt_end if i == first_action else starts[i]), starts[i + 1]
+        if e <= s:
+            continue
+        if m.role == "assistant":
+            spans.append(Span(kind="action", start=s, end=e, role="assistant", call_id=m.call_id,
+                              tool_call_ids=[t.id for t in m.tool_calls if t.id] or None,
+                              finish_reason=m.finish_reason))
+        else:
+            spans.append(Span(kind="observation", start=s, end=e, role=m.role, call_id=m.call_id,
+                              cause_id=m.cause_id, truncated=True if m.truncated else None))
+    native_tools, native_reasoning = template_features(tokenizer)
+    meta = dict(conv.metadata)
+    meta["ingest"] = {"format": input_format, "path": conv.origin.path, "line": conv.origin.line,
+                      "render_method": rendered.method,
+                      "tool_calls": "template" if native_tools else "flattened-json",
+                      "reasoning": "template" if native_reasoning else "flattened-think"}
+    if truncated:
+        meta["truncated_observations"] = truncated
+    if conv.degraded_events:
+        meta["degraded_events"] = conv.degraded_events
+    if conv.reward.error:
+        meta["reward_error"] = conv.reward.error
+    traj = Trajectory(
+        trajectory_id=_trajectory_id(conv.source, conv.key, digest), prompt_id=conv.prompt_id, source=conv.source,
+        model=conv.model, tokenizer=tokenizer_name, created_at=_created_at(conv), status=conv.status,
+        reward=conv.reward.value, reward_raw=_reward_raw(conv), token_source="retokenized", logprob_source="none",
+        tokens=rendered.token_ids, logprobs=np.full(n_tok, np.nan, dtype=np.float32), spans=spans, metadata=meta)
+    return validate_trajectory(traj)
+
+
+def rollout_to_trajectory(r: EngineRollout, *, input_format: str) -> Trajectory:
+    """Keep an engine rollout's token ids and log-probs exactly (``token_source = engine``).
+    Action spans get :data:`~trajstore.ingest.nemo_gym.UNKNOWN_POLICY_VERSION`.
+
+    Raises:
+        TrajectoryValidationError: the result breaks a schema rule (e.g. a positive log-prob).
+    """
+    tokens = np.concatenate([np.asarray(s.token_ids, dtype=np.int64) for s in r.segments]).astype(np.int32)
+    lps = np.concatenate([np.asarray(s.logprobs, dtype=np.float32) if s.logprobs is not None
+                          else np.full(len(s.token_ids), np.nan, dtype=np.float32) for s in r.segments])
+    spans, pos = [], 0
+    for s in r.segments:
+        n = len(s.token_ids)
+        act = s.kind == "action"
+        spans.append(Span(kind=s.kind, start=pos, end=pos + n, role=s.role, call_id=s.call_id, cause_id=s.cause_id,
+                          policy_version=nemo_gym.UNKNOWN_POLICY_VERSION if act else None,
+                          finish_reason=s.finish_reason if act else None,
+                          temperature=s.temperature if act else None, top_p=s.top_p if act else None))
+        pos += n
+    digest = _content_hash({"source": r.source, "key": r.key, "reward": _reward_raw(r),
+                            "tokens": hashlib.sha256(tokens.tobytes()).hexdigest()})
+    meta = dict(r.metadata)
+    meta["ingest"] = {"format": input_format, "path": r.origin.path, "line": r.origin.line}
+    traj = Trajectory(
+        trajectory_id=_trajectory_id(r.source, r.key, digest), prompt_id=r.prompt_id, source=r.source, model=r.model,
+        tokenizer=None, created_at=_created_at(r), status=r.status, reward=r.reward.value, reward_raw=_reward_raw(r),
+        token_source="engine", logprob_source="engine", tokens=tokens, logprobs=lps, spans=spans, metadata=meta)
+    return validate_trajectory(traj)
+
+
+def _format_of(item: Conversation | EngineRollout) -> str:
+    return item.metadata.get("ingest", {}).get("format") if False else item.source
+
+
+def iter_trajectories(paths: list[str], *, format: str = "auto", tokenizer: str = SMOLLM2_ALIAS,
+                      max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
+                      report: IngestReport | None = None,
+                      progress: Callable[[int, int], None] | None = None) -> Iterator[Trajectory]:
+    """Parse and tokenize everything under `paths`, yielding trajectories (problems go to `report`).
+
+    Args:
+        paths: files and directories (searched recursively for ``.json``, ``.jsonl``, ``.traj``).
+        format: ``auto`` or one of :data:`~trajstore.ingest.detect.FORMATS` for every input.
+        tokenizer: name for :func:`trajstore.hub.load_tokenizer` (loaded on first text-only input).
+        max_observation_chars: cap per observation (characters); None = no cap.
+        progress: called as ``progress(units_done, units_total)``.
+    """
+    if format != "auto" and format not in detect.FORMATS:
+        raise ValueError(f"unknown input format {format!r}; choose auto or one of {', '.join(detect.FORMATS)}")
+    report = report if report is not None else IngestReport()
+    units, problems = detect.discover(paths)
+    report.problems.extend(problems)
+    tok = None
+    tok_name = resolve_model(tokenizer).name
+    completion_logs: list[Conversation] = []
+
+    def build(item: Conversation | EngineRollout) -> Trajectory | None:
+        nonlocal tok
+        try:
+            if isinstance(item, EngineRollout):
+                t = rollout_to_trajectory(item, input_format=item.source)
+            else:
+                if tok is None:
+                    tok = load_tokenizer(tokenizer)
+                t = conversation_to_trajectory(item, tok, tokenizer_name=tok_name, input_format=item.source,
+                                               max_observation_chars=max_observation_chars)
+                report.truncated_observations += len(t.metadata.get("truncated_observations", []))
+                report.degraded_events += item.degraded_events
+        except (ValueError, TrajectoryValidationError) as e:
+            report.problems.append(Problem(item.origin, "invalid", str(e)))
+            return None
+        report.trajectories_parsed += 1
+        report.by_format[item.source] += 1
+        return t
+
+    for n, unit in enumerate(units):
+        report.files_seen += len(unit.files) if unit.is_event_dir else 1
+        for item in parse_unit(unit, format):
+            if isinstance(item, Problem):
+                report.problems.append(item)
+            elif isinstance(item, Conversation) and item.source == "openhands/v1-completions":
+                completion_logs.append(item)  # resolved once the whole directory is read
+            else:
+                t = build(item)
+                if t is not None:
+                    yield t
+        if progress:
+            progress(n + 1, len(units))
+    kept, superseded = openhands_v1.drop_superseded(completion_logs)
+    report.skipped["superseded_completion_log"] += len(superseded)
+    for c in kept:
+        t = build(c)
+        if t is not None:
+            yield t
+
+
+def ingest_paths(paths: list[str] | str, store: Store | str, *, format: str = "auto",
+                 tokenizer: str = SMOLLM2_ALIAS, strict: bool = False,
+                 max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
+                 storage_options: dict[str, Any] | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> IngestReport:
+    """Ingest agent logs into a store; re-ingesting the same input writes nothing new.
+
+    Args:
+        paths: files or directories of logs.
+        store: a :class:`~trajstore.store.Store` or URI (local path or ``s3://bucket/prefix``).
+        format: ``auto`` (detect per file) or a name from :data:`~trajstore.ingest.detect.FORMATS`.
+        tokenizer: tokenizer for text-only formats (default SmolLM2-135M-Instruct).
+        strict: any problem in the input fails the ingest with nothing written.
+        max_observation_chars: cap per observation, characters (None = no cap).
+        storage_options: fsspec options when `store` is a URI (s3fs: key, secret, endpoint_url).
+
+    Returns:
+        An :class:`IngestReport`.
+
+    Raises:
+        IngestError: with ``strict``, when any problem was found (nothing written).
+        ValueError: unknown `format`.
+        TrajstoreError: the tokenizer cannot be loaded, or the store cannot be read or written.
+    """
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    st = store if isinstance(store, Store) else open_store(store, storage_options=storage_options)
+    report = IngestReport()
+    existing = set(read_trajectories(st, columns=["trajectory_id"]).column("trajectory_id").to_pylist())
+    seen: set[str] = set()
+    trajs = iter_trajectories(paths, format=format, tokenizer=tokenizer, max_observation_chars=max_observation_chars,
+                              report=report, progress=progress)
+    pending: list[Trajectory] = []
+    writer = None if strict else StoreWriter(st, flush_seconds=None)
+    try:
+        for t in trajs:
+            if t.trajectory_id in existing:
+                report.skipped["already_in_store"] += 1
+                continue
+            if t.trajectory_id in seen:
+                report.skipped["duplicate_in_input"] += 1
+                continue
+            seen.add(t.trajectory_id)
+            if writer is None:
+                pending.append(t)
+            else:
+                writer.write(t)
+                report.written_ids.append(t.trajectory_id)
+    finally:
+        if writer is not None:
+            writer.close()
+    if strict:
+        if report.problems:
+            raise IngestError(report)
+        with StoreWriter(st, flush_seconds=None) as w:
+            for t in pending:
+                w.write(t)
+                report.written_ids.append(t.trajectory_id)
+    report.trajectories_written = len(report.written_ids)
+    report.skipped = Counter({k: v for k, v in report.skipped.items() if v})
+    return report
