@@ -1,0 +1,72 @@
+"""`traj stats` and `traj sql` through typer's CliRunner and as a real subprocess."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from trajstore.cli.main import app
+
+runner = CliRunner()
+
+
+def test_stats_json_staleness_numbers(known_store):
+    res = runner.invoke(app, ["stats", known_store.uri, "--staleness", "--format", "json", "--run", "r1"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert set(doc) == {"staleness.by_run", "staleness.by_source", "staleness.histogram", "staleness.unconsumed"}
+    (r1,) = doc["staleness.by_run"]
+    # Hand-computed in test_reports: r1 token p50/p90 = 3/5 over 12 action tokens.
+    assert (r1["run_id"], r1["action_tokens"], r1["token_p50"], r1["token_p90"]) == ("r1", 12, 3, 5)
+
+
+def test_stats_overview_has_every_report_and_table_output(known_store):
+    res = runner.invoke(app, ["stats", known_store.uri, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    names = {k.split(".")[0] for k in json.loads(res.stdout)}
+    assert names == {"overview", "staleness", "clip", "coverage", "rewards", "lengths", "statuses", "duplicates"}
+    res = runner.invoke(app, ["stats", known_store.uri, "--statuses", "--where", "source = 'sdk'"])
+    assert res.exit_code == 0 and "truncated" in res.stdout and "openhands" not in res.stdout
+
+
+def test_stats_csv_and_plot(known_store, tmp_path):
+    png = tmp_path / "audit.png"
+    res = runner.invoke(app, ["stats", known_store.uri, "--clip", "--rewards", "--format", "csv", "--plot", str(png)])
+    assert res.exit_code == 0, res.output
+    sections = res.stdout.split("\n\n")
+    assert sections[0].startswith("# clip.by_step\n")
+    table = list(csv.DictReader(io.StringIO(sections[0].split("\n", 1)[1])))
+    assert [(r["run_id"], r["step"], r["trajectories"]) for r in table] == [("r1", "0", "2"), ("r1", "1", "1"),
+                                                                         ("r2", "0", "1")]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_errors_are_one_line(known_store):
+    res = runner.invoke(app, ["stats", known_store.uri, "--run", "nope"])
+    assert res.exit_code == 1 and "run 'nope' not found" in res.output and "r1, r2" in res.output
+    res = runner.invoke(app, ["stats", known_store.uri, "--where", "bogus_col = 1"])
+    assert res.exit_code == 1 and "invalid --where predicate" in res.output
+    res = runner.invoke(app, ["stats", known_store.uri, "--coverage", "--plot", "x.png"])
+    assert res.exit_code == 1 and "nothing to plot" in res.output
+    res = runner.invoke(app, ["sql", known_store.uri, "DROP VIEW spans"])
+    assert res.exit_code == 1 and "read-only" in res.output
+    res = runner.invoke(app, ["stats", known_store.uri, "--storage-option", "novalue"])
+    assert res.exit_code == 1 and "expected key=value" in res.output
+
+
+@pytest.mark.slow
+def test_sql_as_subprocess(known_store):
+    out = subprocess.run(
+        [sys.executable, "-c", "from trajstore.cli.main import app; app()", "sql", known_store.uri,
+         "SELECT trajectory_id, reward FROM trajectories WHERE reward IS NOT NULL ORDER BY trajectory_id",
+         "--format", "json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["result"] == [
+        {"trajectory_id": "A", "reward": 1.0}, {"trajectory_id": "B", "reward": 0.0},
+        {"trajectory_id": "C", "reward": -1.0}, {"trajectory_id": "F", "reward": 0.5}]
