@@ -184,7 +184,10 @@ class TrajectoryBatch:
 
 
 def _list_flat(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array]:
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if isinstance(col, pa.ChunkedArray):  # combine_chunks copies even a single chunk
+        arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    else:
+        arr = col
     offsets = arr.offsets.to_numpy()
     values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
     if offsets[0] != 0:
