@@ -1,0 +1,131 @@
+"""Rollout-engine adapters: exact token ids and the sampled token's log-prob, looked up by id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from trajstore import AdapterError, TrajectoryBuilder, action_from_openai_completion, action_from_sglang_generate
+
+
+def _chat_response(token_ids: list[int], content: list[dict[str, Any]] | None, **choice: Any) -> dict[str, Any]:
+    ch: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": "Hello there"},
+                          "finish_reason": "stop", "token_ids": token_ids}
+    if content is not None:
+        ch["logprobs"] = {"content": content}
+    ch.update(choice)
+    return {"id": "chatcmpl-1", "choices": [ch], "prompt_token_ids": [1, 2, 3]}
+
+
+def test_vllm_chat_completion_with_token_id_strings() -> None:
+    # vLLM with return_tokens_as_token_ids=True spells each token "token_id:<id>".
+    content = [
+        {"token": "token_id:15", "logprob": -0.25, "top_logprobs": []},
+        {"token": "token_id:7", "logprob": -1.5, "top_logprobs": []},
+        {"token": "token_id:99", "logprob": -0.0, "top_logprobs": []},
+    ]
+    call = action_from_openai_completion(
+        _chat_response([15, 7, 99], content), request={"temperature": 0.8, "top_p": 0.95, "max_tokens": 64, "seed": 3})
+    assert call.token_ids.dtype == np.int32 and call.token_ids.tolist() == [15, 7, 99]
+    assert call.logprobs.dtype == np.float32 and call.logprobs.tolist() == [-0.25, -1.5, -0.0]
+    assert call.prompt_token_ids.tolist() == [1, 2, 3]
+    assert call.finish_reason == "stop" and call.call_id == "chatcmpl-1"
+    assert call.sampling.temperature == 0.8 and call.sampling.top_p == 0.95 and call.sampling.max_tokens == 64
+    assert call.sampling.extra == {"seed": 3}
+
+
+def test_logprob_looked_up_by_sampled_id_never_by_top_k_position() -> None:
+    # Position 1: the entry's own token is 8 (not the sampled 7); the sampled id 7 sits at the
+    # *second* place of top_logprobs with -2.0. Taking the entry's logprob (-0.1) or the first
+    # top-k entry (-0.1) would be wrong; the right value is -2.0.
+    content = [
+        {"token": "token_id:15", "logprob": -0.25, "top_logprobs": [{"token": "token_id:15", "logprob": -0.25}]},
+        {"token": "token_id:8", "logprob": -0.1,
+         "top_logprobs": [{"token": "token_id:8", "logprob": -0.1}, {"token": "token_id:7", "logprob": -2.0}]},
+    ]
+    call = action_from_openai_completion(_chat_response([15, 7], content))
+    assert call.logprobs.tolist() == [-0.25, -2.0]
+
+
+def test_sampled_id_missing_from_top_logprobs_is_an_error() -> None:
+    content = [{"token": "token_id:8", "logprob": -0.1, "top_logprobs": [{"token": "token_id:9", "logprob": -3.0}]}]
+    with pytest.raises(AdapterError, match=r"logprobs.content\[0\] is for token 8 but the sampled token id is 7"):
+        action_from_openai_completion(_chat_response([7], content))
+
+
+def test_logprob_count_mismatch_is_an_error() -> None:
+    content = [{"token": "token_id:1", "logprob": -0.1}]
+    with pytest.raises(AdapterError, match="1 entries for 2 token ids"):
+        action_from_openai_completion(_chat_response([1, 2], content))
+
+
+def test_vllm_text_completion_format() -> None:
+    resp = {"id": "cmpl-9", "choices": [{
+        "index": 0, "text": " world", "finish_reason": "length", "token_ids": [42, 43],
+        "logprobs": {"tokens": ["token_id:42", "token_id:43"], "token_logprobs": [-0.5, -0.75],
+                     "top_logprobs": [{"token_id:42": -0.5}, {"token_id:43": -0.75}]},
+    }]}
+    call = action_from_openai_completion(resp)
+    assert call.token_ids.tolist() == [42, 43]
+    assert call.logprobs.tolist() == [-0.5, -0.75]
+    assert call.finish_reason == "length" and call.text == " world"
+    resp["choices"][0]["logprobs"]["tokens"][1] = "token_id:44"
+    with pytest.raises(AdapterError, match=r"logprobs.tokens\[1\] is 'token_id:44' but the sampled token id is 43"):
+        action_from_openai_completion(resp)
+
+
+def test_text_without_token_ids_is_an_error_not_dropped() -> None:
+    resp = _chat_response([1], None)
+    del resp["choices"][0]["token_ids"]
+    with pytest.raises(AdapterError, match="generated output but no token_ids.*return_token_ids"):
+        action_from_openai_completion(resp)
+    tool_only = {"choices": [{"message": {"content": None, "tool_calls": [{"id": "c1"}]}, "finish_reason": "tool_calls"}]}
+    with pytest.raises(AdapterError, match="generated output but no token_ids"):
+        action_from_openai_completion(tool_only)
+    with pytest.raises(AdapterError, match="no choice 1"):
+        action_from_openai_completion(_chat_response([1], None), choice_index=1)
+
+
+def test_chat_completion_without_logprobs_gives_nan_and_tool_call_ids() -> None:
+    resp = _chat_response([5, 6], None, message={"role": "assistant", "content": None,
+                                                  "tool_calls": [{"id": "call_x", "type": "function"}]})
+    call = action_from_openai_completion(resp)
+    assert np.isnan(call.logprobs).all() and call.tool_call_ids == ["call_x"]
+
+
+def test_sglang_generate_output_token_logprobs() -> None:
+    resp = {"text": "ok!", "output_ids": [300, 301, 302],
+            "meta_info": {"id": "sg-1", "finish_reason": {"type": "stop", "matched": 2},
+                          "output_token_logprobs": [[-0.5, 300, "ok"], [-0.125, 301, "!"], [-3.0, 302, None]]}}
+    call = action_from_sglang_generate(resp, request={"sampling_params": {"temperature": 0.6, "top_k": 20,
+                                                                          "max_new_tokens": 128}})
+    assert call.token_ids.tolist() == [300, 301, 302]
+    assert call.logprobs.tolist() == [-0.5, -0.125, -3.0]
+    assert call.finish_reason == "stop" and call.call_id == "sg-1"
+    assert call.sampling.temperature == 0.6 and call.sampling.top_k == 20 and call.sampling.max_tokens == 128
+    resp["output_ids"] = [300, 301, 303]
+    with pytest.raises(AdapterError, match="differ from output_ids"):
+        action_from_sglang_generate(resp)
+
+
+def test_sglang_text_without_ids_is_an_error() -> None:
+    with pytest.raises(AdapterError, match="text but neither meta_info.output_token_logprobs nor output_ids"):
+        action_from_sglang_generate({"text": "hello", "meta_info": {"finish_reason": {"type": "stop"}}})
+
+
+def test_adapter_calls_build_a_valid_trajectory() -> None:
+    content = [{"token": "token_id:11", "logprob": -0.5}, {"token": "token_id:12", "logprob": -0.25}]
+    b = TrajectoryBuilder(trajectory_id="adapt-1")
+    b.add_prompt([1, 2, 3])
+    span = b.add_action_call(action_from_openai_completion(_chat_response([11, 12], content),
+                                                          request={"temperature": 1.0}), policy_version=4)
+    b.add_observation([9])
+    sg = action_from_sglang_generate({"meta_info": {"output_token_logprobs": [[-1.0, 13, "x"]]}})
+    b.add_action_call(sg, policy_version=5)
+    t = b.finish()
+    assert t.tokens.tolist() == [1, 2, 3, 11, 12, 9, 13]
+    assert np.array_equal(t.logprobs, np.array([np.nan] * 3 + [-0.5, -0.25, np.nan, -1.0], np.float32), equal_nan=True)
+    assert (span.start, span.end, span.policy_version, span.temperature) == (3, 5, 4, 1.0)
+    assert span.call_id == "chatcmpl-1" and span.finish_reason == "stop"
