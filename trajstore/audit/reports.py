@@ -149,7 +149,7 @@ class DuplicateReport(Report):
 
 @dataclass(frozen=True)
 class OverviewReport(Report):
-    """One row of store totals: ``shards``, ``trajectories``, ``tokens``, ``action_tokens``,
+    """One row of store totals: ``shards`` (files holding any matching row), ``trajectories``, ``tokens``, ``action_tokens``,
     ``sources``, ``runs``, ``steps`` (distinct run/step pairs), ``consumed`` records."""
 
     totals: duckdb.DuckDBPyRelation
@@ -431,7 +431,8 @@ def overview_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None
     """Store totals over the selected trajectories (and run). Raises AuditError on a bad predicate."""
     rf = _run_filter(run)
     return OverviewReport(totals=conn.sql(
-        f"WITH {_selected(conn, where)} SELECT (SELECT count(DISTINCT shard) FROM sel) AS shards, "
+        f"WITH {_selected(conn, where)} SELECT (SELECT count(DISTINCT shard) FROM _trajectory_rows "
+        f"WHERE {_where(conn, where)}) AS shards, "
         f"(SELECT count(*) FROM sel) AS trajectories, (SELECT coalesce(sum(num_tokens), 0) FROM sel) AS tokens, "
         f"(SELECT coalesce(sum(num_action_tokens), 0) FROM sel) AS action_tokens, "
         f"(SELECT count(DISTINCT source) FROM sel) AS sources, "
