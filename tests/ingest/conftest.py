@@ -1,0 +1,23 @@
+"""Shared helpers of the ingest tests: the real fixtures and the token oracle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trajstore.hub import load_tokenizer
+
+FIX = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "trajectories"
+
+
+@pytest.fixture(scope="session")
+def tok():
+    return load_tokenizer("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def fix() -> Path:
+    if not FIX.exists():
+        pytest.skip("shared fixtures not present")
+    return FIX.resolve()
