@@ -9,7 +9,7 @@ import inspect
 import json
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -187,12 +187,14 @@ class RolloutWorker:
         sync_every_action: also check for new weights before every action, so a trajectory
             can cross policy versions (as in real asynchronous rollouts).
         env_kwargs: passed to :meth:`GuessNumberEnv.sample` (low, high, max_turns).
+        extra_metadata: merged into every trajectory's ``metadata`` (e.g. a demo run tag).
     """
 
     def __init__(self, model: nn.Module, tokenizer: Any, store: Store | str, *, run_id: str, model_name: str,
                  tokenizer_name: str, sampling: SamplingConfig | None = None, seed: int = 0,
                  initial_version: int = 0, sync_every_action: bool = False,
-                 env_kwargs: dict[str, int] | None = None, storage_options: dict[str, Any] | None = None):
+                 env_kwargs: dict[str, int] | None = None, extra_metadata: dict[str, Any] | None = None,
+                 storage_options: dict[str, Any] | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.store = store if isinstance(store, Store) else open_store(store, storage_options=storage_options)
@@ -203,6 +205,7 @@ class RolloutWorker:
         self.version = initial_version
         self.sync_every_action = sync_every_action
         self.env_kwargs = dict(env_kwargs or {})
+        self.extra_metadata = dict(extra_metadata or {})
         self.rng = random.Random(seed)
         self.generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
         self.stop_token_ids = sorted({t for t in (tokenizer.eos_token_id,) if t is not None})
@@ -235,7 +238,7 @@ class RolloutWorker:
         b = TrajectoryBuilder(prompt_id=env.prompt_id, source=ROLLOUT_SOURCE, model=self.model_name,
                               tokenizer=self.tokenizer_name,
                               metadata={"env": "guess-number", "target": env.target, "low": env.low,
-                                        "high": env.high, "max_turns": env.max_turns})
+                                        "high": env.high, "max_turns": env.max_turns, **self.extra_metadata})
         context = prompt_tokens(self.tokenizer, messages)
         b.add_prompt(context, role="user")
         versions: list[int] = []
@@ -265,31 +268,34 @@ class RolloutWorker:
                                  len(versions), versions, len(traj.tokens), time.perf_counter() - t0)
         return traj, summary
 
-    def run(self, num_episodes: int | None, writer: StoreWriter, *, should_stop: Callable[[], bool] | None = None,
-            on_episode: Callable[[EpisodeSummary], None] | None = None) -> list[EpisodeSummary]:
-        """Play episodes and write each one (flushed per episode so the trainer sees it at once).
+    def iter_run(self, num_episodes: int | None, writer: StoreWriter, *,
+                 should_stop: Callable[[], bool] | None = None) -> Iterator[EpisodeSummary]:
+        """Play episodes, write each one (flushed per episode so a trainer sees it at once) and
+        yield its summary.
 
         Args:
             num_episodes: episodes to play (None = until `should_stop` returns True).
             writer: the store writer (its buffer is flushed after every episode).
             should_stop: polled before each episode.
-            on_episode: called with each summary after its trajectory is written.
         """
         if num_episodes is None and should_stop is None:
-            raise ValueError("run() needs num_episodes or should_stop")
-        out: list[EpisodeSummary] = []
-        while num_episodes is None or len(out) < num_episodes:
+            raise ValueError("iter_run() needs num_episodes or should_stop")
+        done = 0
+        while num_episodes is None or done < num_episodes:
             if should_stop is not None and should_stop():
-                break
+                return
             self.sync_policy()
             env = GuessNumberEnv.sample(self.rng, **self.env_kwargs)
             traj, summary = self.run_episode(env)
             writer.write(traj)
             writer.flush()
-            out.append(summary)
-            if on_episode is not None:
-                on_episode(summary)
-        return out
+            done += 1
+            yield summary
+
+    def run(self, num_episodes: int | None, writer: StoreWriter, *,
+            should_stop: Callable[[], bool] | None = None) -> list[EpisodeSummary]:
+        """:meth:`iter_run` to the end; the summaries in order."""
+        return list(self.iter_run(num_episodes, writer, should_stop=should_stop))
 
 
 def summaries_to_json(summaries: Sequence[EpisodeSummary]) -> str:

@@ -212,3 +212,37 @@ def test_worker_writes_valid_trajectories_and_follows_published_versions(tmp_sto
         # at unchanged weights the trainer-side log-prob equals the captured one
         np.testing.assert_allclose(stored[action], recomputed[action], atol=1e-4)
         assert not math.isnan(recomputed[action].sum())
+
+
+def test_trajectory_crosses_versions_with_sync_every_action(tmp_store, smol_tokenizer):
+    """With per-action syncing, a version published mid-episode is used from the next action on,
+    and each action span records the version that generated it."""
+    from trajstore.rollout import GuessNumberEnv
+    from trajstore.trainer.publish import publish_policy
+    from trajstore.trainer.rollout import RolloutWorker, SamplingConfig
+
+    vocab = len(smol_tokenizer)
+    newer = tiny_policy(1, vocab)
+
+    class PublishingDuringEpisode(RolloutWorker):
+        """The first sync (before the second action) finds a trainer has just published v1."""
+
+        def sync_policy(self) -> bool:
+            if not self.loads:
+                publish_policy(tmp_store, "r", 1, newer)
+            return super().sync_policy()
+
+    w = PublishingDuringEpisode(tiny_policy(0, vocab), smol_tokenizer, tmp_store, run_id="r", model_name="tiny",
+                                tokenizer_name="tok", sampling=SamplingConfig(max_new_tokens=3),
+                                sync_every_action=True, extra_metadata={"demo_run": "x"})
+    traj, summary = w.run_episode(GuessNumberEnv(target=3, max_turns=3))
+    assert summary.policy_versions == [0, 1, 1]
+    assert [s.policy_version for s in traj.spans if s.kind == "action"] == [0, 1, 1]
+    assert traj.metadata["demo_run"] == "x" and traj.metadata["target"] == 3
+    # the v1 actions' log-probs are v1's: recompute them at v1 weights
+    tokens = np.asarray(traj.tokens)
+    recomputed = recompute_logprobs(newer, tokens)
+    for sp in traj.spans:
+        if sp.kind == "action" and sp.policy_version == 1:
+            np.testing.assert_allclose(np.asarray(traj.logprobs)[sp.start:sp.end], recomputed[sp.start:sp.end],
+                                       atol=1e-4)
