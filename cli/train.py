@@ -1,0 +1,86 @@
+"""``traj train``: parse options into a :class:`~trajstore.trainer.config.TrainConfig`, run the
+streaming SAO trainer, print a summary (``--format json`` for machines)."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import typer
+
+from trajstore.cli.main import app, friendly_errors
+
+
+@app.command("train")
+@friendly_errors
+def train_cmd(
+    store: str = typer.Argument(..., help="store URI (local path or s3://bucket/prefix)"),
+    model: str = typer.Option(..., "--model", help="HF directory, .gguf file, 'smollm2-135m', or "
+                                                   "'tiny-llama' / 'tiny-qwen3-moe' (random, for tests)"),
+    run_id: str = typer.Option(..., "--run-id", help="run id: records in runs/<id>/, weights in policies/<id>/"),
+    batch_size: int = typer.Option(128, "--batch-size", help="trajectories per policy step (all ranks)"),
+    micro_batch_size: int = typer.Option(8, "--micro-batch-size", help="trajectories per forward pass"),
+    max_batch_tokens: int = typer.Option(1 << 21, "--max-batch-tokens", help="token budget of one step"),
+    max_seq_len: int = typer.Option(8192, "--max-seq-len", help="longest trajectory trained (tokens)"),
+    overlong: str = typer.Option("skip", "--overlong", help="longer trajectories: skip | error (never truncated)"),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="policy steps to run (default: until "
+                                                                   "the data ends)"),
+    where: str | None = typer.Option(None, "--where", help="DuckDB predicate over scalar columns, e.g. "
+                                                           "\"status = 'completed'\""),
+    follow: bool = typer.Option(False, "--follow", help="keep waiting for new shards"),
+    idle_timeout: float | None = typer.Option(None, "--idle-timeout", help="with --follow: stop after this "
+                                                                           "many seconds without data"),
+    poll_interval: float = typer.Option(2.0, "--poll-interval", help="seconds between listings with --follow"),
+    resume: bool = typer.Option(False, "--resume", help="continue the run from its latest checkpoint"),
+    publish_every: int = typer.Option(1, "--publish-every", help="publish the policy every N steps "
+                                                                 "(0: only v0 and the final one)"),
+    checkpoint_every: int = typer.Option(10, "--checkpoint-every", help="checkpoint every N iterations"),
+    behaviour_logprobs: str = typer.Option("engine", "--behaviour-logprobs",
+                                           help="engine | initial-policy (opt-in for text-only data: "
+                                                "computed once with the initial weights)"),
+    tokenizer: str | None = typer.Option(None, "--tokenizer", help="tokenizer name the store must record "
+                                                                   "(default: the model's name)"),
+    advantage: str = typer.Option("sao-gae", "--advantage", help="sao-gae | grpo | running-mean"),
+    policy_loss: str = typer.Option("dis", "--policy-loss", help="dis | ppo-clip"),
+    critic_updates: int = typer.Option(2, "--critic-updates", help="K critic updates per policy update"),
+    critic_warmup_steps: int = typer.Option(10, "--critic-warmup-steps", help="critic-only batches first"),
+    policy_lr: float = typer.Option(1e-6, "--policy-lr", help="policy learning rate"),
+    critic_lr: float = typer.Option(5e-6, "--critic-lr", help="critic learning rate"),
+    eps_low: float = typer.Option(0.3, "--eps-low", help="DIS lower band"),
+    eps_high: float = typer.Option(5.0, "--eps-high", help="DIS upper band"),
+    critic_frozen_pattern: str = typer.Option(r"(^|\.)self_attn\.", "--critic-frozen-pattern",
+                                              help="regex of frozen critic parameters ('' = none)"),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N"),
+    tensorboard: bool = typer.Option(False, "--tensorboard", help="also write TensorBoard events"),
+    seed: int = typer.Option(0, "--seed", help="random seed"),
+    fmt: Literal["text", "json"] = typer.Option("text", "--format", help="summary format: text | json"),
+) -> None:
+    """Train a policy with SAO on the trajectories of STORE, as they arrive."""
+    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+    from trajstore.trainer.loop import train
+
+    cfg = TrainConfig(
+        store=store,
+        model=ModelConfig(name=model, tokenizer=tokenizer, seed=seed,
+                          critic_frozen_pattern=critic_frozen_pattern or None),
+        data=DataConfig(batch_size=batch_size, micro_batch_size=micro_batch_size, max_batch_tokens=max_batch_tokens,
+                        max_seq_len=max_seq_len, overlong=overlong, where=where, follow=follow,
+                        idle_timeout_s=idle_timeout, poll_interval_s=poll_interval,
+                        behaviour_logprobs=behaviour_logprobs),
+        optim=OptimConfig(policy_lr=policy_lr, critic_lr=critic_lr),
+        algo=AlgoConfig(advantage=advantage, policy_loss=policy_loss, critic_updates=critic_updates,
+                        critic_warmup_steps=critic_warmup_steps, eps_low=eps_low, eps_high=eps_high),
+        run=RunConfig(run_id=run_id, max_steps=max_steps, publish_every=publish_every,
+                      checkpoint_every=checkpoint_every, device=device, tensorboard=tensorboard,
+                      progress=fmt == "text"),
+    )
+    summary = train(cfg, resume=resume)
+    last = summary.history[-1] if summary.history else {}
+    out = {"store": store, "run_id": run_id, "iterations": summary.iterations, "steps": summary.steps,
+           "policy_version": summary.version, "last_metrics": last}
+    if fmt == "json":
+        typer.echo(json.dumps(out, indent=2))
+    else:
+        typer.echo(f"run {run_id}: {summary.iterations} iterations, {summary.steps} policy steps, "
+                   f"policy v{summary.version} published under {store}/policies/{run_id}/")
+        typer.echo(f"records: runs/{run_id}/steps and runs/{run_id}/consumed (query with traj sql)")

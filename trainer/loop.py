@@ -1,0 +1,552 @@
+"""The streaming SAO training loop (../shared/docs/SAO.md), torchtune-style: :func:`setup`
+builds everything once, :func:`train` streams step batches from the store and for each one
+computes values, advantages, K critic updates and one policy update, then records, publishes
+and checkpoints. Variants (advantage estimator, policy loss) are picked once in :func:`setup`.
+
+Per iteration i (one step batch of trajectories):
+  1. values of the batch from the critic (no grad), in the prediction frame;
+  2. advantages: SAO skip-observation GAE with length-adaptive lambda_policy, returns with
+     lambda_critic = 1 (or a baseline: GRPO group-normalised / running-mean reward);
+  3. K critic updates on the returns (warm-up iterations stop here);
+  4. one policy update with DIS against the rollout engine's log-probs; version += 1.
+Losses are sums over the step's action tokens divided by their global count (all
+micro-batches, all ranks), so micro-batching and data parallelism do not change the update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from trajstore.errors import TrajstoreError
+from trajstore.store import Store, open_store
+from trajstore.trainer import distributed as D
+from trajstore.trainer.checkpoint import (
+    CheckpointError,
+    TrainerState,
+    load_latest_checkpoint,
+    save_checkpoint,
+    set_rng_state,
+)
+from trajstore.trainer.config import TrainConfig
+from trajstore.trainer.data import (
+    DataCursor,
+    PackedMicroBatch,
+    Sample,
+    StepBatch,
+    TrajectoryStream,
+    micro_batches,
+    pack,
+    split_for_rank,
+)
+from trajstore.trainer.models import Critic, LoadedPolicy, PolicyLogprobs, build_critic, load_policy
+from trajstore.trainer.records import RunRecorder, consumed_rows
+
+# -- advantage estimators (picked once at setup) -----------------------------------------------
+
+AdvantageFn = Callable[[PackedMicroBatch, list[Sample], torch.Tensor | None, dict[str, float]],
+                       tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]]
+"""(packed, samples, values (1, L) or None, per-trajectory scalar advantages) ->
+(advantages (1, L), returns (1, L) or None, lambda_policy (n,))."""
+
+
+def _rows(x: torch.Tensor, seg: torch.Tensor) -> torch.Tensor:
+    """(1, L) packed -> (n, Tmax) padded with zeros, one row per trajectory."""
+    lens = (seg[1:] - seg[:-1]).tolist()
+    out = x.new_zeros((len(lens), max(lens)))
+    for i, (a, n) in enumerate(zip(seg[:-1].tolist(), lens)):
+        out[i, :n] = x[0, a:a + n]
+    return out
+
+
+def _packed(rows: torch.Tensor, seg: torch.Tensor) -> torch.Tensor:
+    """(n, Tmax) -> (1, L): the inverse of :func:`_rows`."""
+    lens = (seg[1:] - seg[:-1]).tolist()
+    return torch.cat([rows[i, :n] for i, n in enumerate(lens)]).unsqueeze(0)
+
+
+def _reward_rows(mb: PackedMicroBatch, samples: list[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n, Tmax) rewards (the trajectory's reward at its last action slot) and action mask."""
+    mask = _rows(mb.action_mask, mb.segments)
+    rewards = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    for i, s in enumerate(samples):
+        idx = torch.nonzero(mask[i]).flatten()
+        if len(idx):
+            rewards[i, idx[-1]] = s.reward
+    return rewards, mask
+
+
+def sao_gae_advantages(cfg: TrainConfig) -> AdvantageFn:
+    from trajstore.trainer.advantages import sao_targets
+
+    def fn(mb: PackedMicroBatch, samples: list[Sample], values: torch.Tensor | None,
+           _scalar: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        rewards, mask = _reward_rows(mb, samples)
+        t = sao_targets(rewards, _rows(values, mb.segments), mask, gamma=cfg.algo.gamma, alpha=cfg.algo.lambda_alpha)
+        return _packed(t.advantages, mb.segments), _packed(t.returns, mb.segments), t.lambda_policy
+
+    return fn
+
+
+def scalar_advantages(_cfg: TrainConfig) -> AdvantageFn:
+    """Baselines: each trajectory's scalar advantage (computed on the whole step batch) on all
+    of its action slots; no critic targets."""
+
+    def fn(mb: PackedMicroBatch, samples: list[Sample], _values: torch.Tensor | None,
+           scalar: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        adv = torch.zeros(mb.action_mask.shape, dtype=torch.float32, device=mb.action_mask.device)
+        for i, s in enumerate(samples):
+            a, b = int(mb.segments[i]), int(mb.segments[i + 1])
+            adv[0, a:b] = scalar[s.trajectory_id]
+        return adv * mb.action_mask, None, torch.ones(len(samples))
+
+    return fn
+
+
+def _scalar_baseline_fn(cfg: TrainConfig) -> Callable[[list[Sample], TrainerState], dict[str, float]]:
+    """Per-trajectory scalar advantages for the baselines, from the global step batch."""
+    from trajstore.trainer import baselines
+
+    if cfg.algo.advantage == "grpo":
+        def grpo(samples: list[Sample], _state: TrainerState) -> dict[str, float]:
+            missing = [s.trajectory_id for s in samples if s.group_id is None]
+            if missing:
+                raise TrajstoreError(f"--advantage grpo needs group_id on every trajectory; "
+                                     f"{missing[0]!r} has none")
+            groups = sorted({s.group_id for s in samples})
+            gidx = torch.tensor([groups.index(s.group_id) for s in samples])
+            adv = baselines.grpo_advantages(torch.tensor([s.reward for s in samples]), gidx)
+            return {s.trajectory_id: float(a) for s, a in zip(samples, adv)}
+        return grpo
+
+    def running_mean(samples: list[Sample], state: TrainerState) -> dict[str, float]:
+        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
+        base = float(rewards.mean()) if state.baseline is None else state.baseline
+        out = {s.trajectory_id: float(r - base) for s, r in zip(samples, rewards)}
+        m = cfg.algo.running_mean_momentum
+        state.baseline = m * base + (1 - m) * float(rewards.mean())
+        return out
+
+    return running_mean
+
+
+# -- setup -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Trainer:
+    """Everything :func:`train` uses, built once by :func:`setup`."""
+
+    cfg: TrainConfig
+    env: D.DistEnv
+    store: Store
+    loaded: LoadedPolicy
+    policy: nn.Module  # PolicyLogprobs, DDP-wrapped in a multi-process job
+    critic: nn.Module | None  # Critic, DDP-wrapped likewise; None for the baselines
+    optimizers: dict[str, torch.optim.Optimizer]
+    stream: TrajectoryStream
+    recorder: RunRecorder | None
+    state: TrainerState
+    advantage_fn: AdvantageFn
+    scalar_fn: Callable[[list[Sample], TrainerState], dict[str, float]] | None
+    policy_loss_fn: Callable[..., Any]
+    value_loss_fn: Callable[..., Any] | None
+    behaviour: PolicyLogprobs | None
+    published: int | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.env.device.type == "cuda" and self.cfg.run.bf16:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+
+def _policy_loss(cfg: TrainConfig) -> Callable[..., Any]:
+    from trajstore.trainer import losses
+
+    return losses.dis_policy_loss if cfg.algo.policy_loss == "dis" else losses.ppo_clip_policy_loss
+
+
+def setup(cfg: TrainConfig, *, resume: bool = False) -> Trainer:
+    """Load models, optimisers, the data stream and the recorder; restore a checkpoint with
+    `resume`.
+
+    Raises:
+        CheckpointError: `resume` with a checkpoint from another model, or a fresh start on a run
+            id that already has checkpoints.
+    """
+    env = D.init_distributed(cfg.run.device)
+    store = open_store(cfg.store, storage_options=cfg.storage_options or None)
+    torch.manual_seed(cfg.model.seed)
+    loaded = load_policy(cfg.model.name, tokenizer=cfg.model.tokenizer, tiny_vocab_size=cfg.model.tiny_vocab_size,
+                         seed=cfg.model.seed)
+    ckpt = load_latest_checkpoint(store, cfg.run.run_id) if resume else None
+    if not resume and load_latest_checkpoint(store, cfg.run.run_id) is not None:
+        raise CheckpointError(f"run {cfg.run.run_id!r} already has checkpoints in {store.uri}; "
+                              "pass --resume to continue it or choose another --run-id")
+    behaviour = None
+    if cfg.data.behaviour_logprobs == "initial-policy":
+        # frozen copy of the *initial* weights (the checkpoint keeps it implicit: on resume the
+        # initial weights are rebuilt from the model source, never from the current policy)
+        behaviour = PolicyLogprobs(copy.deepcopy(loaded.model)).to(env.device).eval().requires_grad_(False)
+    critic = build_critic(loaded.model, frozen_pattern=cfg.model.critic_frozen_pattern, seed=cfg.model.seed) \
+        if cfg.algo.advantage == "sao-gae" else None
+    state = TrainerState(iteration=0, step=0, version=0, baseline=None, cursor=DataCursor())
+    if ckpt is not None:
+        saved = TrainConfig.from_json(ckpt.config_json)
+        if saved.model.name != cfg.model.name:
+            raise CheckpointError(f"checkpoint {ckpt.path} trained model {saved.model.name!r}, not {cfg.model.name!r}")
+        loaded.model.load_state_dict(ckpt.policy)
+        if critic is not None:
+            if ckpt.critic is None:
+                raise CheckpointError(f"checkpoint {ckpt.path} has no critic (trained with a baseline)")
+            critic.load_state_dict(ckpt.critic)
+        state = ckpt.state
+    loaded.model.to(env.device)
+    policy = D.wrap(PolicyLogprobs(loaded.model), env)
+    optimizers = {"policy": torch.optim.AdamW(
+        [p for p in loaded.model.parameters() if p.requires_grad], lr=cfg.optim.policy_lr,
+        betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay)}
+    if critic is not None:
+        critic.to(env.device)
+        optimizers["critic"] = torch.optim.AdamW(
+            [p for p in critic.parameters() if p.requires_grad], lr=cfg.optim.critic_lr,
+            betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay)
+        critic = D.wrap(critic, env)
+    if ckpt is not None:
+        for k, o in optimizers.items():
+            o.load_state_dict(ckpt.optim[k])
+        set_rng_state(ckpt.rng)
+    list_shards = None
+    if env.distributed:
+        list_shards = lambda: D.broadcast_object(store.list_shards() if env.is_main else None, env)  # noqa: E731
+    stream = TrajectoryStream(store, cfg.data, tokenizer=loaded.tokenizer, vocab_size=loaded.vocab_size,
+                              cursor=state.cursor, list_shards=list_shards)
+    recorder = None
+    if env.is_main:
+        recorder = RunRecorder(store, cfg.run.run_id, total_steps=cfg.run.max_steps, progress=cfg.run.progress,
+                               tensorboard=cfg.run.tensorboard)
+        if resume:
+            recorder.rollback_after(state.iteration - 1)
+        recorder.save_config(cfg.to_json())
+    D.barrier(env)
+    if cfg.algo.advantage == "sao-gae":
+        adv_fn, scalar_fn = sao_gae_advantages(cfg), None
+    else:
+        adv_fn, scalar_fn = scalar_advantages(cfg), _scalar_baseline_fn(cfg)
+    value_loss_fn = None
+    if critic is not None:
+        from trajstore.trainer.losses import value_loss as value_loss_fn
+    tr = Trainer(cfg, env, store, loaded, policy, critic, optimizers, stream, recorder, state, adv_fn, scalar_fn,
+                 _policy_loss(cfg), value_loss_fn, behaviour)
+    if ckpt is None:
+        _publish(tr, force=True)
+    else:
+        from trajstore.trainer.publish import latest_policy_version
+
+        tr.published = latest_policy_version(store, cfg.run.run_id)
+    return tr
+
+
+def _publish(tr: Trainer, *, force: bool = False) -> None:
+    """Publish the current policy version (rank 0) unless it is already the published one."""
+    if tr.published == tr.state.version and not force:
+        return
+    if tr.env.is_main:
+        from trajstore.trainer.publish import publish_policy
+
+        publish_policy(tr.store, tr.cfg.run.run_id, tr.state.version, tr.loaded.model, step=tr.state.step,
+                       base_model=tr.loaded.name, tokenizer=tr.loaded.tokenizer)
+    tr.published = tr.state.version
+    D.barrier(tr.env)
+
+
+# -- one iteration -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Micro:
+    """A micro-batch and what the step computed for it. All tensors (1, L)."""
+
+    samples: list[Sample]
+    mb: PackedMicroBatch
+    values: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    logprobs: torch.Tensor | None = None
+
+
+def _prepare(tr: Trainer, batch: StepBatch) -> tuple[list[_Micro], torch.Tensor]:
+    """This rank's micro-batches (same count on every rank) and the step's global action-token count."""
+    cfg, env = tr.cfg, tr.env
+    local = split_for_rank(batch.samples, env.rank, env.world_size)
+    per_rank = math.ceil(len(batch.samples) / env.world_size)
+    n_micro = max(1, math.ceil(per_rank / cfg.data.micro_batch_size))
+    micros = [_Micro(s, pack(s, env.device)) for s in micro_batches(local, cfg.data.micro_batch_size, n_micro)]
+    if tr.behaviour is not None:
+        for m in micros:
+            need = [i for i, s in enumerate(m.samples) if s.needs_behaviour]
+            if need:
+                with torch.no_grad(), tr.autocast():
+                    lp, _ = tr.behaviour(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)
+                fill = torch.zeros_like(m.mb.action_mask)
+                for i in need:
+                    fill[0, int(m.mb.segments[i]):int(m.mb.segments[i + 1])] = True
+                fill &= m.mb.action_mask
+                m.mb = m.mb._replace(rollout_logprobs=torch.where(fill, lp.float(), m.mb.rollout_logprobs))
+    count = torch.tensor(float(sum(int(m.mb.action_mask.sum()) for m in micros)), device=env.device)
+    return micros, D.all_reduce_sum(count, env)
+
+
+def _clip_and_step(params: list[nn.Parameter], opt: torch.optim.Optimizer, max_norm: float) -> float:
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return float(norm)
+
+
+def _critic_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor) -> dict[str, float]:
+    """One critic update over the step's micro-batches (gradients accumulated)."""
+    assert tr.critic is not None and tr.value_loss_fn is not None
+    world = tr.env.world_size
+    total = 0.0
+    for j, m in enumerate(micros):
+        with D.maybe_no_sync(tr.critic, j < len(micros) - 1), tr.autocast():
+            v = tr.critic(m.mb.input_ids, m.mb.position_ids)
+            loss, _stats = tr.value_loss_fn(v.float(), m.returns, m.mb.action_mask, old_values=m.values,
+                                            clip=tr.cfg.algo.value_clip, num_tokens=n_tokens)
+            (loss * world).backward()
+        total += float(loss.detach())
+    params = [p for p in D.unwrap(tr.critic).parameters() if p.requires_grad]
+    norm = _clip_and_step(params, tr.optimizers["critic"], tr.cfg.optim.max_grad_norm)
+    return {"value/loss": float(D.all_reduce_sum(torch.tensor(total, device=tr.env.device), tr.env)),
+            "value/grad_norm": norm}
+
+
+def _policy_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor) -> dict[str, float]:
+    """One policy update (DIS or PPO-clip) over the step's micro-batches."""
+    cfg, world = tr.cfg, tr.env.world_size
+    sums = {k: 0.0 for k in ("loss", "n", "below", "above", "zero", "ratio", "kl", "entropy")}
+    rmin, rmax = math.inf, -math.inf
+    for j, m in enumerate(micros):
+        with D.maybe_no_sync(tr.policy, j < len(micros) - 1), tr.autocast():
+            lp, ent = tr.policy(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)
+            loss, st = tr.policy_loss_fn(lp.float(), m.mb.rollout_logprobs, m.advantages, m.mb.action_mask,
+                                         cfg.algo.eps_low, cfg.algo.eps_high, agg=cfg.algo.loss_agg,
+                                         num_tokens=n_tokens)
+            (loss * world).backward()
+        m.logprobs = lp.detach()
+        n = float(st.num_tokens)
+        sums["loss"] += float(loss.detach())
+        sums["n"] += n
+        sums["below"] += float(st.frac_below) * n
+        sums["above"] += float(st.frac_above) * n
+        sums["zero"] += float(st.frac_zero_grad) * n
+        sums["ratio"] += float(st.ratio_mean) * n
+        sums["kl"] += float(st.kl_k3) * n
+        sums["entropy"] += float((ent * m.mb.action_mask).sum())
+        if n:
+            rmin, rmax = min(rmin, float(st.ratio_min)), max(rmax, float(st.ratio_max))
+    norm = _clip_and_step([p for p in tr.loaded.model.parameters() if p.requires_grad], tr.optimizers["policy"],
+                          cfg.optim.max_grad_norm)
+    keys = sorted(sums)
+    red = D.all_reduce_sum(torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=tr.env.device), tr.env)
+    s = dict(zip(keys, red.tolist()))
+    lo = D.all_reduce_max(torch.tensor([-rmin, rmax], dtype=torch.float64, device=tr.env.device), tr.env).tolist()
+    n = max(s["n"], 1.0)
+    return {"policy/loss": s["loss"], "policy/grad_norm": norm, "policy/entropy": s["entropy"] / n,
+            "policy/kl_k3": s["kl"] / n, "ratio/mean": s["ratio"] / n, "ratio/masked_below": s["below"] / n,
+            "ratio/masked_above": s["above"] / n, "ratio/zero_grad": s["zero"] / n,
+            "ratio/min": -lo[0], "ratio/max": lo[1]}
+
+
+def _value_stats(tr: Trainer, micros: list[_Micro]) -> dict[str, float]:
+    """Global value statistics before the critic update, incl. explained variance
+    ``1 - Var(R - V) / Var(R)`` over all action tokens of the step (all ranks)."""
+    acc = torch.zeros(5, dtype=torch.float64, device=tr.env.device)
+    for m in micros:
+        mask = m.mb.action_mask
+        r, v = m.returns[mask].double(), m.values[mask].double()
+        acc += torch.stack([r.sum(), (r * r).sum(), (r - v).sum(), ((r - v) ** 2).sum(), v.sum()])
+    n = D.all_reduce_sum(torch.tensor(float(sum(int(m.mb.action_mask.sum()) for m in micros)),
+                                      dtype=torch.float64, device=tr.env.device), tr.env)
+    acc = D.all_reduce_sum(acc, tr.env)
+    n = max(float(n), 1.0)
+    var_r = float(acc[1] / n - (acc[0] / n) ** 2)
+    var_e = float(acc[3] / n - (acc[2] / n) ** 2)
+    return {"value/explained_variance": 1.0 - var_e / var_r if var_r > 1e-12 else float("nan"),
+            "value/mean": float(acc[4]) / n, "value/return_mean": float(acc[0]) / n}
+
+
+def train_step(tr: Trainer, batch: StepBatch) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Train on one step batch; return (metrics, consumed rows of this rank)."""
+    cfg, env, state = tr.cfg, tr.env, tr.state
+    warmup = state.iteration < cfg.algo.critic_warmup_steps
+    step = state.step if not warmup else state.iteration - cfg.algo.critic_warmup_steps
+    trainer_version = state.version
+    micros, n_tokens = _prepare(tr, batch)
+    scalar = tr.scalar_fn(batch.samples, state) if tr.scalar_fn is not None else {}
+    metrics: dict[str, float] = {}
+    # 1-2. values (no grad, without DDP hooks), advantages and critic targets
+    for m in micros:
+        if tr.critic is not None:
+            with torch.no_grad(), tr.autocast():
+                m.values = D.unwrap(tr.critic)(m.mb.input_ids, m.mb.position_ids).float()
+        m.advantages, m.returns, lam = tr.advantage_fn(m.mb, m.samples, m.values, scalar)
+        metrics.setdefault("_lam", 0.0)
+        metrics["_lam"] += float(lam.sum()) if m.samples else 0.0
+    lam_sum = float(D.all_reduce_sum(torch.tensor(metrics.pop("_lam"), device=env.device), env))
+    # 3. K critic updates
+    if tr.critic is not None:
+        metrics.update(_value_stats(tr, micros))
+        for _ in range(cfg.algo.critic_updates):
+            metrics.update(_critic_update(tr, micros, n_tokens))
+    # 4. one policy update with DIS, then the version moves on
+    if not warmup:
+        metrics.update(_policy_update(tr, micros, n_tokens))
+        adv = sum(float((m.advantages * m.mb.action_mask).sum()) for m in micros)
+        metrics["policy/advantage_mean"] = float(D.all_reduce_sum(torch.tensor(adv, device=env.device), env)) / max(
+            float(n_tokens), 1.0)
+        metrics["policy/lambda_mean"] = lam_sum / max(len(batch.samples), 1)
+        state.step += 1
+        state.version += 1
+    consumed: list[dict[str, Any]] = []
+    for m in micros:
+        consumed += consumed_rows(m.samples, step=step, trainer_version=trainer_version, rank=env.rank,
+                                  logprobs=m.logprobs, packed=m.mb, eps_low=cfg.algo.eps_low,
+                                  eps_high=cfg.algo.eps_high)
+    stale = [trainer_version - v for s in batch.samples for v in s.policy_version[s.action_mask].tolist()]
+    metrics["staleness/mean"] = sum(stale) / max(len(stale), 1)
+    metrics["staleness/max"] = float(max(stale, default=0))
+    metrics["reward/mean"] = sum(s.reward for s in batch.samples) / len(batch.samples)
+    metrics["data/trajectories"] = float(len(batch.samples))
+    metrics["data/action_tokens"] = float(n_tokens)
+    for reason, k in batch.skipped.items():
+        metrics[f"data/skipped_{reason}"] = float(k)
+    state.iteration += 1
+    state.cursor = batch.cursor
+    return metrics, consumed
+
+
+# -- the loop ----------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainSummary:
+    """What a run did: iterations and policy steps done (in total, resumes included), the final
+    version, and the metrics of every iteration of this process (rank 0)."""
+
+    iterations: int
+    steps: int
+    version: int
+    history: list[dict[str, float]]
+
+
+def _batches(tr: Trainer) -> Iterator[tuple[StepBatch | None, float]]:
+    """(batch, seconds the loop waited for it). One process: a reader thread keeps up to two
+    batches ready; with several ranks batches are read in step (shard listing is a collective)."""
+    if tr.env.distributed:
+        while True:
+            t0 = time.perf_counter()
+            b = tr.stream.next_batch()
+            yield b, time.perf_counter() - t0
+            if b is None:
+                return
+    q: queue.Queue[Any] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                b = tr.stream.next_batch()
+                q.put(b)
+                if b is None:
+                    return
+        except BaseException as e:  # surfaced in the training thread
+            q.put(e)
+
+    th = threading.Thread(target=reader, name="trajstore-train-reader", daemon=True)
+    th.start()
+    try:
+        while True:
+            t0 = time.perf_counter()
+            b = q.get()
+            if isinstance(b, BaseException):
+                raise b
+            yield b, time.perf_counter() - t0
+            if b is None:
+                return
+    finally:
+        stop.set()
+
+
+def train(cfg: TrainConfig, *, resume: bool = False, trainer: Trainer | None = None) -> TrainSummary:
+    """Run `traj train`: stream the store, update, record, publish and checkpoint until
+    ``max_steps`` policy steps are done or the data ends (with ``follow``: until idle timeout).
+
+    Raises:
+        TrainDataError: data the trainer refuses (see :mod:`trajstore.trainer.data`).
+        CheckpointError: see :func:`setup`.
+    """
+    tr = trainer or setup(cfg, resume=resume)
+    state, run = tr.state, cfg.run
+    last_ckpt = state.iteration
+    try:
+        if tr.recorder is not None:
+            tr.recorder.set_completed(state.step)
+        for batch, wait_s in _batches(tr):
+            if run.max_steps is not None and state.step >= run.max_steps:
+                break
+            if batch is None:
+                break
+            t0 = time.perf_counter()
+            iteration = state.iteration
+            metrics, consumed = train_step(tr, batch)
+            if tr.env.device.type == "cuda":
+                torch.cuda.synchronize(tr.env.device)
+            step_s = time.perf_counter() - t0 + wait_s
+            tokens = float(D.all_reduce_sum(torch.tensor(float(sum(s.num_tokens for s in batch.samples)),
+                                                         device=tr.env.device), tr.env)) / tr.env.world_size
+            metrics.update({"perf/step_s": step_s, "perf/tokens_per_s": tokens / step_s,
+                            "perf/data_wait_frac": wait_s / step_s})
+            rows = [r for part in D.gather_objects(consumed, tr.env) for r in part]
+            if tr.recorder is not None:
+                tr.recorder.write_step(iteration=iteration, step=rows[0]["step"] if rows else state.step - 1,
+                                       trainer_version=rows[0]["trainer_version"] if rows else state.version,
+                                       metrics=metrics, consumed=rows)
+            tr.history.append(metrics)
+            if metrics.get("policy/loss") is not None and run.publish_every and state.step % run.publish_every == 0:
+                _publish(tr)
+            if state.iteration - last_ckpt >= run.checkpoint_every:
+                checkpoint(tr)
+                last_ckpt = state.iteration
+        if state.iteration != last_ckpt:
+            checkpoint(tr)
+        _publish(tr)
+    finally:
+        tr.stream.close()
+        if tr.recorder is not None:
+            tr.recorder.close()
+    return TrainSummary(state.iteration, state.step, state.version, tr.history)
+
+
+def checkpoint(tr: Trainer) -> None:
+    """Save policy, critic, optimisers, RNG, counters and cursor (rank 0), then sync ranks."""
+    if tr.env.is_main:
+        save_checkpoint(tr.store, tr.cfg.run.run_id, state=tr.state, policy=tr.loaded.model,
+                        critic=D.unwrap(tr.critic) if tr.critic is not None else None,
+                        optimizers=tr.optimizers, config_json=tr.cfg.to_json(), keep=tr.cfg.run.keep_checkpoints)
+    D.barrier(tr.env)
+
+
+__all__ = ["Trainer", "TrainSummary", "checkpoint", "setup", "train", "train_step", "Critic"]
