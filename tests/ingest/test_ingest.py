@@ -1,0 +1,130 @@
+"""ingest_paths end to end: malformed input, --strict, idempotent re-ingest, S3 (moto),
+observation capping and hostile text; the CLI in-process and as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from trajstore.cli.main import app
+from trajstore.ingest import TRUNCATION_MARKER, IngestError, ingest_paths
+from trajstore.reader import read_trajectories
+
+
+def _lines(fix, rel):
+    return (fix / rel).read_text().splitlines()
+
+
+@pytest.fixture()
+def mixed(tmp_path, fix):
+    """A JSONL with a good row, a non-JSON line, a row without history, and a good row."""
+    rows = _lines(fix, "openhands/v0_resolver_output_2024-11/output.jsonl")
+    p = tmp_path / "logs" / "output.jsonl"
+    p.parent.mkdir()
+    p.write_text("\n".join([rows[0], "<PLACEHOLDER ROW>", json.dumps({"issue": {}, "success": True,
+                                                                       "history": "oops"}), rows[1]]) + "\n")
+    return p
+
+
+def test_malformed_lines_are_reported_and_the_rest_ingested(tmp_path, mixed):
+    rep = ingest_paths([str(mixed)], str(tmp_path / "store"))
+    assert rep.trajectories_written == 2
+    where = sorted((p.origin.line, p.kind) for p in rep.problems)
+    assert where == [(2, "malformed"), (3, "malformed")]
+    assert all(p.origin.path == str(mixed) for p in rep.problems)
+    assert "not valid JSON" in rep.problems[0].reason and "history" in rep.problems[1].reason
+
+
+def test_strict_writes_nothing(tmp_path, mixed):
+    with pytest.raises(IngestError) as e:
+        ingest_paths([str(mixed)], str(tmp_path / "store"), strict=True)
+    assert f"{mixed}:2" in str(e.value)
+    assert read_trajectories(str(tmp_path / "store")).num_rows == 0
+
+
+def test_reingest_is_idempotent(tmp_path, fix):
+    src = [str(fix / "swe-agent"), str(fix / "openhands/v0_saved_trajectory")]
+    first = ingest_paths(src, str(tmp_path / "s"))
+    again = ingest_paths(src, str(tmp_path / "s"))
+    assert first.trajectories_written == 6 and again.trajectories_written == 0
+    assert again.skipped["already_in_store"] == 6
+    ids = read_trajectories(str(tmp_path / "s"), columns=["trajectory_id"], dedupe=False)
+    assert ids.num_rows == 6
+
+
+def test_duplicate_files_in_one_run(tmp_path, fix):
+    a = tmp_path / "a.traj"
+    a.write_bytes((fix / "swe-agent/v0.x_gpt4_pydicom__pydicom-1458.traj").read_bytes())
+    b = tmp_path / "copy" / "a.traj"
+    b.parent.mkdir()
+    b.write_bytes(a.read_bytes())
+    rep = ingest_paths([str(tmp_path)], str(tmp_path / "store"))
+    assert rep.trajectories_written == 1 and rep.skipped["duplicate_in_input"] == 1
+
+
+def test_ingest_into_s3(s3_store_uri, fix):
+    uri, opts = s3_store_uri
+    rep = ingest_paths([str(fix / "nemo-gym")], uri, storage_options=opts)
+    assert rep.trajectories_written == 10
+    t = read_trajectories(uri, storage_options=opts, columns=["token_source", "reward"])
+    assert t.num_rows == 10
+    again = ingest_paths([str(fix / "nemo-gym")], uri, storage_options=opts)
+    assert again.trajectories_written == 0 and again.skipped["already_in_store"] == 10
+
+
+def test_huge_observation_capped_and_hostile_text(tmp_path, tok):
+    huge = "<div>" + "x" * 50_000 + "</div>"
+    events = [
+        {"id": 0, "source": "user", "action": "message", "args": {"content": "browse"}},
+        {"id": 1, "source": "agent", "action": "browse", "args": {"url": "http://x", "thought": "look"}},
+        {"id": 2, "source": "agent", "observation": "browse", "cause": 1, "content": huge},
+        {"id": 3, "source": "agent", "action": "warp_drive", "args": {"speed": 9}},
+        {"id": 4, "source": "agent", "observation": "run", "cause": 3, "content": "\x1b[31mred\x1b[0m\r\nline"},
+    ]
+    raw = json.dumps(events).encode().replace(b"line", b"l\xffine")  # invalid UTF-8 inside a string
+    p = tmp_path / "t.json"
+    p.write_bytes(raw)
+    rep = ingest_paths([str(p)], str(tmp_path / "s"), max_observation_chars=1000)
+    assert rep.trajectories_written == 1 and rep.truncated_observations == 1 and rep.degraded_events == 1
+    t = read_trajectories(str(tmp_path / "s")).to_pylist()[0]
+    obs = [s for s in t["spans"] if s["kind"] == "observation"]
+    assert obs[0]["truncated"] is True and obs[0]["cause_id"] == "1" and obs[1]["cause_id"] == "3"
+    text = tok.decode(t["tokens"][obs[0]["start"]:obs[0]["end"]])
+    assert TRUNCATION_MARKER.format(dropped=len(huge) - 1000, total=len(huge)).strip() in text
+    assert len(text) < 1200
+    meta = json.loads(t["metadata"])
+    assert meta["truncated_observations"] == [{"message": 2, "original_chars": len(huge)}]
+    assert meta["unknown_event_kinds"] == ["warp_drive"]
+    assert "\ufffd" in tok.decode(t["tokens"])
+
+
+def test_unknown_shape_and_missing_path(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text('{"hello": 1}')
+    q = tmp_path / "bad.json"
+    q.write_text('{"history": [1, 2')
+    rep = ingest_paths([str(p), str(q), str(tmp_path / "nope")], str(tmp_path / "s"))
+    by = {pr.origin.path: pr for pr in rep.problems}
+    assert by[str(p)].kind == "unsupported" and "hello" in by[str(p)].reason
+    assert by[str(q)].kind == "malformed" and "line 1" in by[str(q)].reason
+    assert by[str(tmp_path / "nope")].reason == "no such file or directory"
+
+
+def test_cli_json_summary_and_strict_exit(tmp_path, fix, mixed):
+    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), "--store", str(tmp_path / "s"),
+                                 "--output", "json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["trajectories_written"] == 2 and out["by_format"] == {"swe-agent": 2}
+    r = CliRunner().invoke(app, ["ingest", str(mixed), "--store", str(tmp_path / "s2"), "--strict"])
+    assert r.exit_code == 1 and "nothing written" in r.stderr
+
+
+def test_cli_subprocess(tmp_path, fix):
+    r = subprocess.run(["traj", "ingest", str(fix / "openhands/v0_saved_trajectory/basic.json"), "--store",
+                        str(tmp_path / "s"), "--output", "json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["trajectories_written"] == 1
