@@ -347,10 +347,6 @@ def rollout_to_trajectory(r: EngineRollout, *, input_format: str) -> Trajectory:
     return validate_trajectory(traj)
 
 
-def _format_of(item: Conversation | EngineRollout) -> str:
-    return item.metadata.get("ingest", {}).get("format") if False else item.source
-
-
 def iter_trajectories(paths: list[str], *, format: str = "auto", tokenizer: str = SMOLLM2_ALIAS,
                       max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
                       report: IngestReport | None = None,
