@@ -4,6 +4,7 @@ schema v1. Per-token columns are built from concatenated numpy arrays (no per-to
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,13 +54,26 @@ def _large_list(arrays: Sequence[np.ndarray], dtype: np.dtype, with_nulls: bool)
     return pa.LargeListArray.from_arrays(pa.array(offsets), values)
 
 
+def _spans_array(trajectories: Sequence[Trajectory], list_type: pa.ListType) -> pa.ListArray:
+    """The ``spans`` column built field by field (one Arrow array per span field, then offsets),
+    which avoids a Python dict per span."""
+    counts = np.fromiter((len(t.spans) for t in trajectories), dtype=np.int32, count=len(trajectories))
+    offsets = np.zeros(len(trajectories) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    get = operator.attrgetter(*(f.name for f, _ in SPAN_FIELDS))
+    rows = [get(s) for t in trajectories for s in t.spans]
+    columns = list(zip(*rows)) if rows else [()] * len(SPAN_FIELDS)
+    children = [pa.array(col, type=f.type) for col, (f, _) in zip(columns, SPAN_FIELDS)]
+    values = pa.StructArray.from_arrays(children, fields=list(SPAN_TYPE))
+    return pa.ListArray.from_arrays(pa.array(offsets), values, type=list_type)
+
+
 def trajectories_to_table(trajectories: Sequence[Trajectory]) -> pa.Table:
     """Arrow table of schema v1 with one row per trajectory (derived columns computed here).
 
     Log-prob NaNs become Arrow nulls. Inputs are assumed validated.
     """
     rows: dict[str, list[Any]] = {f.name: [] for f in TRAJECTORY_SCHEMA if f.name not in ("tokens", "logprobs", "spans")}
-    span_rows: list[list[dict[str, Any]]] = []
     for t in trajectories:
         d = _derived(t)
         for name in rows:
@@ -69,7 +83,6 @@ def trajectories_to_table(trajectories: Sequence[Trajectory]) -> pa.Table:
                 rows[name].append(json.dumps(t.metadata, sort_keys=True, default=str) if t.metadata else None)
             else:
                 rows[name].append(getattr(t, name))
-        span_rows.append([s.model_dump() for s in t.spans])
     columns: dict[str, pa.Array] = {}
     for f in TRAJECTORY_SCHEMA:
         if f.name == "tokens":
@@ -77,7 +90,7 @@ def trajectories_to_table(trajectories: Sequence[Trajectory]) -> pa.Table:
         elif f.name == "logprobs":
             columns[f.name] = _large_list([t.logprobs for t in trajectories], np.float32, with_nulls=True)
         elif f.name == "spans":
-            columns[f.name] = pa.array(span_rows, type=f.type)
+            columns[f.name] = _spans_array(trajectories, f.type)
         else:
             columns[f.name] = pa.array(rows[f.name], type=f.type)
     return pa.Table.from_arrays(list(columns.values()), schema=TRAJECTORY_SCHEMA)
