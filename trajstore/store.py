@@ -180,7 +180,16 @@ class Store:
 
     @staticmethod
     def _write_parquet(sink: Any, table: pa.Table, slices: list[tuple[int, int]]) -> None:
-        with pq.ParquetWriter(sink, table.schema, compression=PARQUET_COMPRESSION) as w:
+        opts: dict[str, Any] = {}
+        per_token = [f"{c}.list.element" for c in PER_TOKEN_COLUMNS if c in table.column_names]
+        if per_token:
+            # Per-token columns: no dictionary (a 49k+ vocabulary overflows the dictionary page
+            # and falls back anyway) and no min/max statistics (useless for pruning token ids);
+            # log-probs byte-stream-split, which zstd compresses better than plain floats.
+            others = [c for c in _leaf_paths(table.schema) if c not in per_token]
+            opts = dict(use_dictionary=others, write_statistics=others,
+                        column_encoding={c: "BYTE_STREAM_SPLIT" for c in per_token if c.startswith("logprobs.")})
+        with pq.ParquetWriter(sink, table.schema, compression=PARQUET_COMPRESSION, **opts) as w:
             for a, b in slices or [(0, 0)]:
                 part = table.slice(a, b - a)
                 w.write_table(part, row_group_size=max(1, part.num_rows))
@@ -280,6 +289,20 @@ class Store:
                     yield e["name"].rstrip("/").rsplit("/", 1)[-1]
         except FileNotFoundError:
             return
+
+
+PER_TOKEN_COLUMNS = ("tokens", "logprobs")
+
+
+def _leaf_paths(schema: pa.Schema) -> list[str]:
+    """Parquet column paths (``a.list.element.b``) of every leaf of an Arrow schema."""
+    def walk(prefix: str, t: pa.DataType) -> list[str]:
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return walk(f"{prefix}.list.element", t.value_type)
+        if pa.types.is_struct(t):
+            return [p for i in range(t.num_fields) for p in walk(f"{prefix}.{t.field(i).name}", t.field(i).type)]
+        return [prefix]
+    return [p for f in schema for p in walk(f.name, f.type)]
 
 
 class CorruptShardWarning(UserWarning):
