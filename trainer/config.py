@@ -100,9 +100,10 @@ class AlgoConfig(_Section):
                                                         "(SAO reasoning: 0.3, coding: 0.8)")
     eps_high: float = Field(5.0, gt=0, description="upper band: ratios >= 1 + eps_high are masked "
                                                    "(SAO reasoning: 5.0, coding: 3.0)")
-    loss_agg: Literal["token-mean", "seq-mean-token-mean"] = Field(
-        "token-mean", description="loss normalisation: token-mean = sum over action tokens of the whole step "
-                                  "(all ranks) / their count, masked tokens counted")
+    loss_agg: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = Field(
+        "token-mean", description="loss normalisation (trainer.losses.aggregate): token-mean = sum over the "
+                                  "step's action tokens (all ranks) / their count, DIS-masked tokens counted; "
+                                  "seq-* = averaged over the step's trajectories")
     gamma: float = Field(1.0, gt=0, le=1, description="discount per action token (SAO: 1)")
     lambda_alpha: float = Field(1.5, gt=0, description="alpha of lambda_policy = 1 - 1/(alpha * l), "
                                                        "l = action tokens of the trajectory")

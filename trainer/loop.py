@@ -315,7 +315,7 @@ def _clip_and_step(params: list[nn.Parameter], opt: torch.optim.Optimizer, max_n
     return float(norm)
 
 
-def _critic_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor) -> dict[str, float]:
+def _critic_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor, n_seqs: int) -> dict[str, float]:
     """One critic update over the step's micro-batches (gradients accumulated)."""
     assert tr.critic is not None and tr.value_loss_fn is not None
     world = tr.env.world_size
@@ -323,8 +323,10 @@ def _critic_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor) ->
     for j, m in enumerate(micros):
         with D.maybe_no_sync(tr.critic, j < len(micros) - 1), tr.autocast():
             v = tr.critic(m.mb.input_ids, m.mb.position_ids)
-            loss, _stats = tr.value_loss_fn(v.float(), m.returns, m.mb.action_mask, old_values=m.values,
-                                            clip=tr.cfg.algo.value_clip, num_tokens=n_tokens)
+            clip = tr.cfg.algo.value_clip
+            loss, _stats = tr.value_loss_fn(v.float(), m.returns, m.mb.action_mask,
+                                            old_values=m.values if clip is not None else None, clip_range=clip,
+                                            agg=tr.cfg.algo.loss_agg, num_tokens=n_tokens, num_sequences=n_seqs)
             (loss * world).backward()
         total += float(loss.detach())
     params = [p for p in D.unwrap(tr.critic).parameters() if p.requires_grad]
@@ -333,7 +335,7 @@ def _critic_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor) ->
             "value/grad_norm": norm}
 
 
-def _policy_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor) -> dict[str, float]:
+def _policy_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor, n_seqs: int) -> dict[str, float]:
     """One policy update (DIS or PPO-clip) over the step's micro-batches."""
     cfg, world = tr.cfg, tr.env.world_size
     sums = {k: 0.0 for k in ("loss", "n", "below", "above", "zero", "ratio", "kl", "entropy")}
@@ -343,7 +345,7 @@ def _policy_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor) ->
             lp, ent = tr.policy(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)
             loss, st = tr.policy_loss_fn(lp.float(), m.mb.rollout_logprobs, m.advantages, m.mb.action_mask,
                                          cfg.algo.eps_low, cfg.algo.eps_high, agg=cfg.algo.loss_agg,
-                                         num_tokens=n_tokens)
+                                         num_tokens=n_tokens, num_sequences=n_seqs)
             (loss * world).backward()
         m.logprobs = lp.detach()
         n = float(st.num_tokens)
@@ -410,10 +412,10 @@ def train_step(tr: Trainer, batch: StepBatch) -> tuple[dict[str, float], list[di
     if tr.critic is not None:
         metrics.update(_value_stats(tr, micros))
         for _ in range(cfg.algo.critic_updates):
-            metrics.update(_critic_update(tr, micros, n_tokens))
+            metrics.update(_critic_update(tr, micros, n_tokens, len(batch.samples)))
     # 4. one policy update with DIS, then the version moves on
     if not warmup:
-        metrics.update(_policy_update(tr, micros, n_tokens))
+        metrics.update(_policy_update(tr, micros, n_tokens, len(batch.samples)))
         adv = sum(float((m.advantages * m.mb.action_mask).sum()) for m in micros)
         metrics["policy/advantage_mean"] = float(D.all_reduce_sum(torch.tensor(adv, device=env.device), env)) / max(
             float(n_tokens), 1.0)

@@ -174,17 +174,18 @@ class PolicyLogprobs(nn.Module):
 
     def __init__(self, causal_lm: nn.Module, *, chunk_size: int = 1024):
         super().__init__()
+        if getattr(causal_lm.get_output_embeddings(), "bias", None) is not None:
+            raise ModelLoadError(f"{type(causal_lm).__name__}: an LM head with a bias is not supported")
         self.lm = causal_lm
         self.chunk_size = chunk_size
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, targets: torch.Tensor,
                 inv_temperature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        from trajstore.trainer.logprobs import token_logprobs_from_hidden
+        from trajstore.trainer.logprobs import token_logprobs_and_entropy
 
         h = backbone_of(self.lm)(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
         # logits / T = (h W^T) / T = (h / T) W^T: scaling the hidden state applies the temperature
         h = h * inv_temperature.unsqueeze(-1).to(h.dtype)
-        weight = self.lm.get_output_embeddings().weight
-        bias = getattr(self.lm.get_output_embeddings(), "bias", None)
-        lp, ent = token_logprobs_from_hidden(h, weight, targets, bias=bias, chunk_size=self.chunk_size)
+        lp, ent = token_logprobs_and_entropy(h, self.lm.get_output_embeddings().weight, targets,
+                                             chunk_size=self.chunk_size)
         return lp.float(), ent.detach().float()

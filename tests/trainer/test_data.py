@@ -1,0 +1,167 @@
+"""The trainer's data path: arrival order, exact resume from a cursor, --where, refusals
+(tokenizer mismatch, text-only data), overlong policy, token budget, follow, packing."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trajstore import open_store, write_trajectories
+from trajstore.trainer.config import DataConfig
+from trajstore.trainer.data import DataCursor, TrainDataError, TrajectoryStream, micro_batches, pack, split_for_rank
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
+from _train_synth import VOCAB, make_trajectory, write_synthetic_store  # noqa: E402
+
+
+def _stream(root: str | Path, cursor: DataCursor | None = None, tokenizer: str = "tiny-llama", **cfg) -> TrajectoryStream:
+    return TrajectoryStream(open_store(str(root)), DataConfig(**cfg), tokenizer=tokenizer, vocab_size=VOCAB,
+                            cursor=cursor)
+
+
+def _drain(s: TrajectoryStream) -> list[list[str]]:
+    out = []
+    while (b := s.next_batch()) is not None:
+        out.append([x.trajectory_id for x in b.samples])
+    return out
+
+
+def test_arrival_order_and_batch_sizes(tmp_path: Path) -> None:
+    ids = write_synthetic_store(tmp_path, 22, per_shard=5)
+    batches = _drain(_stream(tmp_path, batch_size=8))
+    assert [len(b) for b in batches] == [8, 8, 6]
+    assert sum(batches, []) == ids
+
+
+@pytest.mark.parametrize("stop_after", [1, 2, 3])
+def test_resume_from_cursor_reads_every_row_exactly_once(tmp_path: Path, stop_after: int) -> None:
+    ids = write_synthetic_store(tmp_path, 23, per_shard=4)
+    first = _stream(tmp_path, batch_size=5)
+    seen = []
+    for _ in range(stop_after):
+        b = first.next_batch()
+        seen += [x.trajectory_id for x in b.samples]
+    # a fresh stream from the saved cursor (through its JSON form, as a checkpoint stores it)
+    rest = _drain(_stream(tmp_path, DataCursor.from_json(b.cursor.to_json()), batch_size=5))
+    assert seen + sum(rest, []) == ids
+
+
+def test_duplicates_keep_first_copy_also_after_resume(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    a = [make_trajectory(rng, trajectory_id=f"a{i}") for i in range(4)]
+    write_trajectories(str(tmp_path), a)
+    s = _stream(tmp_path, batch_size=4)
+    b = s.next_batch()
+    write_trajectories(str(tmp_path), [make_trajectory(rng, trajectory_id="a1"), make_trajectory(rng, trajectory_id="b0")])
+    resumed = _stream(tmp_path, b.cursor, batch_size=4)
+    nb = resumed.next_batch()
+    assert [x.trajectory_id for x in nb.samples] == ["b0"] and nb.skipped == {"duplicate": 1}
+
+
+def test_where_filters_on_scalar_columns(tmp_path: Path) -> None:
+    write_synthetic_store(tmp_path, 12, per_shard=6)
+    got = sum(_drain(_stream(tmp_path, batch_size=50, where="trajectory_id >= 't00004' AND num_actions = 3")), [])
+    assert got == [f"t{i:05d}" for i in range(4, 12)]
+    with pytest.raises(TrainDataError, match="not a valid predicate.*no_such_column"):
+        _stream(tmp_path, where="no_such_column = 1")
+
+
+def test_tokenizer_mismatch_is_refused_naming_the_row(tmp_path: Path) -> None:
+    write_synthetic_store(tmp_path, 3, tokenizer="HuggingFaceTB/SmolLM2-135M-Instruct")
+    with pytest.raises(TrainDataError, match=r"trajectory 't00000' \(shard .*row 0\): field tokenizer is "
+                                             r"'HuggingFaceTB/SmolLM2-135M-Instruct' but the model's tokenizer is 'tiny-llama'"):
+        _stream(tmp_path).next_batch()
+
+
+def test_text_only_data_needs_the_explicit_opt_in(tmp_path: Path) -> None:
+    write_synthetic_store(tmp_path, 3, with_logprobs=False)
+    with pytest.raises(TrainDataError, match="no rollout log-probs.*--behaviour-logprobs initial-policy"):
+        _stream(tmp_path).next_batch()
+    b = _stream(tmp_path, behaviour_logprobs="initial-policy").next_batch()
+    assert len(b.samples) == 3 and all(s.needs_behaviour for s in b.samples)
+    assert all(np.isnan(s.rollout_logprobs).all() for s in b.samples)  # never a placeholder value
+
+
+def test_token_id_outside_vocabulary_is_refused(tmp_path: Path) -> None:
+    write_synthetic_store(tmp_path, 2)
+    s = TrajectoryStream(open_store(str(tmp_path)), DataConfig(), tokenizer="tiny-llama", vocab_size=4)
+    with pytest.raises(TrainDataError, match="field tokens: id .* outside the model's vocabulary of 4"):
+        s.next_batch()
+
+
+def test_overlong_policy_skip_or_error(tmp_path: Path) -> None:
+    ids = write_synthetic_store(tmp_path, 10)
+    store = open_store(str(tmp_path))
+    lengths = {i: n for i, n in zip(*[[r[k] for r in store_rows(store)] for k in ("trajectory_id", "num_tokens")])}
+    limit = sorted(lengths.values())[5]
+    b = _stream(tmp_path, batch_size=50, max_seq_len=limit).next_batch()
+    assert [x.trajectory_id for x in b.samples] == [i for i in ids if lengths[i] <= limit]
+    assert b.skipped["overlong"] == sum(v > limit for v in lengths.values()) > 0
+    with pytest.raises(TrainDataError, match="tokens > max_seq_len"):
+        _stream(tmp_path, batch_size=50, max_seq_len=limit, overlong="error").next_batch()
+
+
+def store_rows(store) -> list[dict]:  # noqa: ANN001
+    from trajstore import read_trajectories
+
+    return read_trajectories(store, columns=["num_tokens"]).to_pylist()
+
+
+def test_token_budget_closes_a_batch_early(tmp_path: Path) -> None:
+    write_synthetic_store(tmp_path, 12)
+    s = _stream(tmp_path, batch_size=12, max_batch_tokens=200, max_seq_len=200)
+    total = 0
+    while (b := s.next_batch()) is not None:
+        assert b.num_tokens <= 200
+        total += len(b.samples)
+    assert total == 12
+
+
+def test_follow_waits_for_new_shards(tmp_path: Path) -> None:
+    write_synthetic_store(tmp_path, 2, prefix="a")
+    s = _stream(tmp_path, batch_size=4, follow=True, poll_interval_s=0.05, idle_timeout_s=5.0)
+
+    def later() -> None:
+        time.sleep(0.3)
+        write_synthetic_store(tmp_path, 2, prefix="b", seed=1)
+
+    th = threading.Thread(target=later)
+    th.start()
+    b = s.next_batch()
+    th.join()
+    assert [x.trajectory_id for x in b.samples] == ["a00000", "a00001", "b00000", "b00001"]
+    s2 = _stream(tmp_path, b.cursor, batch_size=4, follow=True, poll_interval_s=0.05, idle_timeout_s=0.2)
+    t0 = time.monotonic()
+    assert s2.next_batch() is None and time.monotonic() - t0 >= 0.2
+
+
+def test_pack_uses_the_prediction_frame(tmp_path: Path) -> None:
+    write_synthetic_store(tmp_path, 2)
+    a, b = _stream(tmp_path).next_batch().samples
+    mb = pack([a, b])
+    L = a.num_tokens + b.num_tokens
+    assert mb.input_ids.shape == (1, L) and mb.segments.tolist() == [0, a.num_tokens, L]
+    # position p predicts token p+1 of the same trajectory
+    assert mb.targets[0, : a.num_tokens - 1].tolist() == a.tokens[1:].tolist()
+    assert mb.action_mask[0, : a.num_tokens - 1].tolist() == a.action_mask[1:].tolist()
+    assert not mb.action_mask[0, a.num_tokens - 1] and not mb.action_mask[0, L - 1]
+    assert mb.position_ids[0, a.num_tokens].item() == 0
+    first_act = int(np.argmax(a.action_mask))
+    assert mb.rollout_logprobs[0, first_act - 1].item() == pytest.approx(float(a.rollout_logprobs[first_act]))
+    assert int(mb.action_mask.sum()) == a.num_action_tokens + b.num_action_tokens
+
+
+def test_rank_split_is_disjoint_and_micro_batches_align(tmp_path: Path) -> None:
+    write_synthetic_store(tmp_path, 7)
+    samples = _stream(tmp_path, batch_size=7).next_batch().samples
+    parts = [split_for_rank(samples, r, 3) for r in range(3)]
+    ids = [s.trajectory_id for p in parts for s in p]
+    assert sorted(ids) == sorted(s.trajectory_id for s in samples) and len(set(ids)) == 7
+    mbs = micro_batches(parts[2], 2, 2)  # rank 2 has 2 samples -> one full, one empty micro-batch
+    assert [len(m) for m in mbs] == [2, 0]
+    assert pack([]).action_mask.sum() == 0

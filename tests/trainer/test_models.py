@@ -1,0 +1,67 @@
+"""Policy / critic construction: frozen critic attention by pattern (dense and MoE), critic
+initialised from the policy, packed rows equal separate forwards, temperature-scaled log-probs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trajstore.trainer.models import TINY_MODELS, PolicyLogprobs, backbone_of, build_critic, load_policy
+
+VOCAB = 128
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_critic_freezes_exactly_attention_and_copies_policy(name: str) -> None:
+    pol = load_policy(name, tiny_vocab_size=VOCAB)
+    critic = build_critic(pol.model, frozen_pattern=r"(^|\.)self_attn\.")
+    frozen = {n for n, p in critic.named_parameters() if not p.requires_grad}
+    attn = {n for n, _ in critic.named_parameters() if ".self_attn." in n}
+    assert frozen == attn and len(attn) >= 8  # q, k, v, o in each of 2 layers (+ q/k norms for Qwen3)
+    trainable = {n for n, p in critic.named_parameters() if p.requires_grad}
+    assert "value_head.weight" in trainable and any(".mlp." in n for n in trainable)
+    # initialised from the policy's backbone, but a separate copy
+    pol_sd = backbone_of(pol.model).state_dict()
+    for k, v in critic.backbone.state_dict().items():
+        assert torch.equal(v, pol_sd[k]), k
+        assert v.data_ptr() != pol_sd[k].data_ptr()
+    assert pol.vocab_size == VOCAB and pol.tokenizer == name
+
+
+def test_bad_frozen_pattern_is_refused() -> None:
+    pol = load_policy("tiny-llama", tiny_vocab_size=VOCAB)
+    with pytest.raises(ValueError, match="matches no critic parameter"):
+        build_critic(pol.model, frozen_pattern=r"attention_typo")
+    with pytest.raises(ValueError, match="freezes the whole critic backbone"):
+        build_critic(pol.model, frozen_pattern=r"^backbone\.")
+    full = build_critic(pol.model, frozen_pattern=None)
+    assert all(p.requires_grad for p in full.parameters())
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_packed_row_equals_separate_forwards(name: str) -> None:
+    """Positions restarting at 0 give a block-diagonal mask: no attention across trajectories."""
+    pol = load_policy(name, tiny_vocab_size=VOCAB)
+    critic = build_critic(pol.model, frozen_pattern=r"(^|\.)self_attn\.").eval()
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randint(0, VOCAB, (1, 7), generator=g), torch.randint(0, VOCAB, (1, 5), generator=g)
+    with torch.no_grad():
+        packed = critic(torch.cat([a, b], 1), torch.cat([torch.arange(7), torch.arange(5)]).unsqueeze(0))
+        va = critic(a, torch.arange(7).unsqueeze(0))
+        vb = critic(b, torch.arange(5).unsqueeze(0))
+    torch.testing.assert_close(packed, torch.cat([va, vb], 1), atol=1e-5, rtol=1e-5)
+
+
+def test_policy_logprobs_apply_the_sampling_temperature() -> None:
+    pol = load_policy("tiny-llama", tiny_vocab_size=VOCAB)
+    fwd = PolicyLogprobs(pol.model, chunk_size=3)
+    ids = torch.randint(0, VOCAB, (1, 9), generator=torch.Generator().manual_seed(1))
+    pos = torch.arange(9).unsqueeze(0)
+    tgt = torch.roll(ids, -1, 1)
+    inv_t = torch.full((1, 9), 1 / 0.7)
+    with torch.no_grad():
+        lp, ent = fwd(ids, pos, tgt, inv_t)
+        logits = pol.model(input_ids=ids, position_ids=pos).logits / 0.7
+    ref = logits.log_softmax(-1).gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(lp, ref, atol=1e-5, rtol=1e-5)
+    assert lp.shape == ent.shape == (1, 9)
