@@ -276,7 +276,7 @@ class RolloutWorker:
         Args:
             num_episodes: episodes to play (None = until `should_stop` returns True).
             writer: the store writer (its buffer is flushed after every episode).
-            should_stop: polled before each episode.
+            should_stop: called before each episode; it may block to pace the worker.
         """
         if num_episodes is None and should_stop is None:
             raise ValueError("iter_run() needs num_episodes or should_stop")

@@ -1,0 +1,46 @@
+"""``traj demo``: parse sizes, run :func:`trajstore.demo.run_demo`, print the audits."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from trajstore.cli.main import app, friendly_errors
+from trajstore.demo import DEFAULT_STORE, DemoConfig
+
+
+@app.command("demo")
+@friendly_errors
+def demo_cmd(
+    store: str = typer.Option(DEFAULT_STORE, "--store", help="local store directory (reused; each demo is a run)"),
+    model: str = typer.Option("smollm2-135m", "--model", help="policy: smollm2-135m, a HF directory or .gguf file"),
+    steps: int = typer.Option(4, "--steps", min=1, help="policy updates the trainer makes"),
+    episodes: Optional[int] = typer.Option(None, "--episodes", min=1, help="episodes the worker plays at most "
+                                           "(default: until the trainer finishes)"),
+    max_new_tokens: int = typer.Option(24, "--max-new-tokens", min=1, help="tokens per action at most"),
+    batch_size: int = typer.Option(4, "--batch-size", min=1, help="trajectories per training step"),
+    warmup_steps: int = typer.Option(1, "--critic-warmup-steps", min=0, help="critic-only steps first"),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="training run id (default demo-<UTC time>)"),
+    seed: int = typer.Option(0, "--seed", help="seed of tasks and sampling"),
+    fmt: str = typer.Option("table", "--format", help="table | json (the summary as one JSON object)"),
+) -> None:
+    """Run the asynchronous RL loop on real model output: a rollout worker plays guess-the-number
+    with SmolLM2-135M-Instruct into a local store while `traj train` consumes it and publishes new
+    policy versions; then print staleness, clip audits and reward per policy version."""
+    from rich.console import Console
+
+    from trajstore.demo import print_summary, result_to_dict, run_demo
+
+    if fmt not in ("table", "json"):
+        raise ValueError(f"--format must be table or json, got {fmt!r}")
+    cfg = DemoConfig(store=store, model=model, steps=steps, episodes=episodes, max_new_tokens=max_new_tokens,
+                     batch_size=batch_size, critic_warmup_steps=warmup_steps, run_id=run_id, seed=seed,
+                     tokenizer=model if not model.startswith("tiny-") else "smollm2-135m")
+    console = Console(stderr=fmt == "json")
+    result = run_demo(cfg, console=console)
+    if fmt == "json":
+        typer.echo(json.dumps(result_to_dict(result), indent=2))
+    else:
+        print_summary(result, console)

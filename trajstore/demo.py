@@ -1,0 +1,378 @@
+"""``traj demo``: the whole asynchronous loop on real model output, on one machine.
+
+A rollout worker (this process) plays guess-the-number episodes with the policy and writes
+them to a local store; the trainer (``traj train`` in a child process) consumes them as they
+arrive, publishes new policy versions into the same store, and the worker loads each new
+version between episodes. At the end the staleness and clip audits and the reward per policy
+version are read back from the store with DuckDB. Heavy imports (torch) happen inside functions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trajstore.errors import TrajstoreError
+from trajstore.hub import SMOLLM2_ALIAS, SMOLLM2_NAME
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from trajstore.trainer.config import TrainConfig
+    from trajstore.trainer.rollout import EpisodeSummary
+
+DEFAULT_STORE = "demo-store"
+TRAINER_LOG_FILE = "trainer.log"
+"""The trainer child's stdout and stderr, kept at ``runs/<run_id>/trainer.log`` in the store."""
+
+
+class DemoError(TrajstoreError):
+    """The demo could not run to the end (the trainer failed or timed out)."""
+
+
+class DemoConfig(BaseModel):
+    """Sizes of the demo; the defaults finish in a few minutes on 2 CPU cores with SmolLM2-135M."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store: str = Field(DEFAULT_STORE, description="local store directory (created; reused across demos)")
+    model: str = Field(SMOLLM2_ALIAS, description="policy: 'smollm2-135m', a local HF directory, a .gguf file, "
+                                                  "or 'tiny-llama' (random weights, for tests)")
+    tokenizer: str = Field(SMOLLM2_ALIAS, description="tokenizer that renders the chats (the model's own for "
+                                                      "real models; SmolLM2's for the tiny test model)")
+    run_id: str | None = Field(None, description="training run id (default demo-<UTC time>)")
+    steps: int = Field(4, ge=1, description="policy updates the trainer makes")
+    critic_warmup_steps: int = Field(1, ge=0, description="critic-only batches before the policy updates")
+    batch_size: int = Field(4, ge=1, description="trajectories per training step")
+    micro_batch_size: int = Field(2, ge=1, description="trajectories per forward/backward pass")
+    episodes: int | None = Field(None, ge=1, description="episodes the worker plays at most (default: until the "
+                                                         "trainer finishes, at most 3x what it consumes)")
+    max_ahead_batches: int = Field(2, ge=1, description="the worker pauses while it is this many step batches "
+                                                        "ahead of the trainer (bounds staleness, as asynchronous "
+                                                        "RL systems bound off-policyness)")
+    max_new_tokens: int = Field(24, ge=1, description="tokens per action at most")
+    max_turns: int = Field(4, ge=3, description="guesses per episode (turns)")
+    high: int = Field(20, ge=2, description="the hidden number is in [1, high]")
+    policy_lr: float = Field(1e-5, gt=0, description="policy learning rate (higher than SAO's 1e-6 so a few "
+                                                     "steps move the policy visibly)")
+    critic_lr: float = Field(5e-5, gt=0, description="critic learning rate")
+    seed: int = Field(0, description="seeds tasks, sampling and (tiny models) initial weights")
+    timeout_s: float = Field(1800.0, gt=0, description="give up after this many seconds")
+
+    def resolved_run_id(self) -> str:
+        return self.run_id or "demo-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+@dataclass
+class DemoResult:
+    """What a demo produced (everything is also in the store).
+
+    Attributes:
+        store: absolute path of the store.
+        run_id: the training run.
+        episodes: one summary per episode the worker played, in order.
+        versions_loaded: policy versions the worker loaded from the store, in order.
+        reward_by_version: rows {policy_version, trajectories, mean_reward, solved, consumed}.
+        staleness: rows of the staleness audit for the run (``staleness_report(...).by_run``).
+        clip: rows of the clip audit per step (``clip_report(...).by_step``).
+        seconds: wall time (s).
+    """
+
+    store: str
+    run_id: str
+    episodes: list[EpisodeSummary]
+    versions_loaded: list[int]
+    reward_by_version: list[dict[str, Any]] = field(default_factory=list)
+    staleness: list[dict[str, Any]] = field(default_factory=list)
+    staleness_histogram: list[dict[str, Any]] = field(default_factory=list)
+    clip: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def policy_versions_seen(self) -> list[int]:
+        """Distinct policy versions that generated actions in this demo."""
+        return sorted({v for e in self.episodes for v in e.policy_versions})
+
+
+def demo_filter(run_id: str) -> str:
+    """DuckDB predicate selecting this demo's trajectories (the store may hold earlier demos)."""
+    return f"json_extract_string(metadata, '$.demo_run') = '{run_id}'"
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def train_config(cfg: DemoConfig, run_id: str, store: str) -> TrainConfig:
+    """The trainer's config for a demo: follow the store, stop after `cfg.steps` policy steps,
+    publish every step, read only this demo's trajectories."""
+    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+
+    tiny = cfg.model.startswith("tiny-")
+    return TrainConfig(
+        store=store,
+        model=ModelConfig(name=cfg.model, tokenizer=_tokenizer_identity(cfg) if tiny else None,
+                          tiny_vocab_size=_vocab_size(cfg) if tiny else 256, seed=cfg.seed),
+        data=DataConfig(batch_size=cfg.batch_size, micro_batch_size=cfg.micro_batch_size, max_seq_len=4096,
+                        where=demo_filter(run_id), follow=True, poll_interval_s=0.5,
+                        idle_timeout_s=max(120.0, 40.0 * cfg.max_turns * cfg.max_new_tokens / 24)),
+        optim=OptimConfig(policy_lr=cfg.policy_lr, critic_lr=cfg.critic_lr),
+        algo=AlgoConfig(critic_warmup_steps=cfg.critic_warmup_steps),
+        run=RunConfig(run_id=run_id, max_steps=cfg.steps, publish_every=1, checkpoint_every=10**6,
+                      progress=False),
+    )
+
+
+def _tokenizer_identity(cfg: DemoConfig) -> str:
+    from trajstore.hub import resolve_model
+
+    return resolve_model(cfg.tokenizer).name
+
+
+def _vocab_size(cfg: DemoConfig) -> int:
+    from trajstore.hub import load_tokenizer
+
+    return len(load_tokenizer(cfg.tokenizer))
+
+
+def _start_trainer(config: TrainConfig, config_path: Path, log_path: Path, threads: int) -> subprocess.Popen[bytes]:
+    """Start ``traj train``'s library entry (:func:`trajstore.trainer.loop.train`) in a child
+    process with `threads` torch threads, its output going to `log_path`."""
+    config_path.write_text(config.to_json())
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    cmd = [sys.executable, "-m", "trajstore.demo", "train-child", str(config_path), str(threads)]
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def _train_child(config_path: str, threads: int) -> None:
+    """The trainer process of a demo: load the saved config and train."""
+    import torch
+
+    from trajstore.trainer.config import TrainConfig
+    from trajstore.trainer.loop import train
+
+    torch.set_num_threads(threads)
+    summary = train(TrainConfig.from_json(Path(config_path).read_text()))
+    print(f"trainer done: {summary.iterations} iterations, {summary.steps} policy steps, "
+          f"final version v{summary.version}", flush=True)
+
+
+def _echo_new_lines(path: Path, pos: int, say: Any) -> int:
+    """Print the trainer log's complete lines after byte `pos`; return the new position."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(pos)
+            data = fh.read()
+    except OSError:
+        return pos
+    from rich.markup import escape
+
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].decode(errors="replace").splitlines():
+        if line.strip():
+            say(f"[dim]trainer |[/] {escape(line)}", highlight=False)
+    return pos + end
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no trainer log)"
+
+
+def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
+    """Run the asynchronous loop: worker here, trainer in a child process, the store between.
+
+    Args:
+        cfg: sizes and paths.
+        console: rich console for progress lines (None = quiet).
+
+    Returns:
+        The :class:`DemoResult` with the audits read back from the store.
+
+    Raises:
+        DemoError: the trainer exited with an error (its log tail is in the message) or the
+            demo ran past ``cfg.timeout_s``.
+        TrajstoreError: the model or tokenizer cannot be loaded.
+    """
+    import torch
+
+    from trajstore.hub import load_tokenizer
+    from trajstore.store import RUNS_DIR, open_store
+    from trajstore.trainer.models import load_policy
+    from trajstore.trainer.publish import latest_policy_version
+    from trajstore.trainer.rollout import RolloutWorker, SamplingConfig
+    from trajstore.writer import StoreWriter
+
+    t0 = time.monotonic()
+    run_id = cfg.resolved_run_id()
+    store = open_store(cfg.store)
+    if not store.is_local:
+        raise ValueError(f"traj demo runs on a local store; got {cfg.store!r}")
+    run_dir = Path(store.path(RUNS_DIR, run_id))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_path = run_dir / TRAINER_LOG_FILE
+    say = console.print if console is not None else (lambda *a, **k: None)
+
+    cores = _cpu_count()
+    trainer_threads = max(1, cores - 1)
+    torch.set_num_threads(1)
+    tokenizer = load_tokenizer(cfg.tokenizer)
+    tiny = cfg.model.startswith("tiny-")
+    say(f"[bold]traj demo[/] run [cyan]{run_id}[/] store [cyan]{store.uri}[/] "
+        f"({cores} cores: trainer {trainer_threads} thread(s), worker 1)")
+    say(f"loading policy {cfg.model} ...")
+    policy = load_policy(cfg.model, tiny_vocab_size=len(tokenizer) if tiny else 256, seed=cfg.seed,
+                         tokenizer=_tokenizer_identity(cfg) if tiny else None)
+    model = policy.model.eval()
+    tcfg = train_config(cfg, run_id, store.uri)
+    trainer = _start_trainer(tcfg, run_dir / "demo-train-config.json", log_path, trainer_threads)
+    say(f"trainer started (pid {trainer.pid}, log {log_path}); it trains {cfg.steps} policy steps of "
+        f"{cfg.batch_size} trajectories after {cfg.critic_warmup_steps} critic warm-up step(s)")
+
+    needed = (cfg.steps + cfg.critic_warmup_steps) * cfg.batch_size
+    max_episodes = cfg.episodes or 3 * needed
+    worker = RolloutWorker(
+        model, tokenizer, store, run_id=run_id, model_name=policy.name, tokenizer_name=policy.tokenizer,
+        sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens), seed=cfg.seed,
+        env_kwargs={"max_turns": cfg.max_turns, "high": cfg.high}, extra_metadata={"demo_run": run_id})
+
+    def should_stop() -> bool:
+        """True when the trainer is gone or time is up; otherwise blocks while the worker is
+        `max_ahead_batches` batches ahead of the trainer's latest published version."""
+        while True:
+            if time.monotonic() - t0 > cfg.timeout_s or trainer.poll() is not None:
+                return True
+            version = latest_policy_version(store, run_id) or 0
+            allowed = (cfg.critic_warmup_steps + version + cfg.max_ahead_batches) * cfg.batch_size
+            if len(episodes) < allowed:
+                return False
+            time.sleep(0.5)
+
+    def on_episode(s: EpisodeSummary) -> None:
+        vs = sorted(set(s.policy_versions))
+        say(f"episode {len(episodes) + 1:3d}  policy v{','.join(map(str, vs)):<4} reward {s.reward:.2f} "
+            f"{'solved' if s.solved else '      '} {s.num_actions} turns {s.num_tokens:4d} tokens "
+            f"{s.seconds:5.1f}s")
+
+    episodes: list[EpisodeSummary] = []
+    try:
+        with StoreWriter(store, flush_seconds=None) as writer:
+            loaded, log_pos = 0, 0
+            for s in worker.iter_run(max_episodes, writer, should_stop=should_stop):
+                log_pos = _echo_new_lines(log_path, log_pos, say)
+                for v, secs in worker.loads[loaded:]:
+                    say(f"[green]worker loaded policy v{v}[/] from the store ({secs:.1f}s)")
+                loaded = len(worker.loads)
+                on_episode(s)
+                episodes.append(s)
+        say(f"worker done: {len(episodes)} episodes; waiting for the trainer ...")
+        remaining = max(1.0, cfg.timeout_s - (time.monotonic() - t0))
+        try:
+            code = trainer.wait(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            raise DemoError(f"the trainer did not finish within {cfg.timeout_s:.0f}s; log: {log_path}\n"
+                            f"{_tail(log_path)}") from None
+    finally:
+        if trainer.poll() is None:
+            trainer.terminate()
+            try:
+                trainer.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                trainer.kill()
+    if code != 0:
+        raise DemoError(f"the trainer exited with code {code}; log: {log_path}\n{_tail(log_path)}")
+    result = DemoResult(store=store.uri, run_id=run_id, episodes=episodes,
+                        versions_loaded=[v for v, _ in worker.loads])
+    _read_audits(result)
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def _rows(rel: Any) -> list[dict[str, Any]]:
+    cols = rel.columns
+    return [dict(zip(cols, r)) for r in rel.fetchall()]
+
+
+def _read_audits(result: DemoResult) -> None:
+    from trajstore import audit
+
+    conn = audit.connect(result.store)
+    where = demo_filter(result.run_id)
+    st = audit.staleness_report(conn, where=where, run=result.run_id)
+    result.staleness = _rows(st.by_run)
+    result.staleness_histogram = _rows(st.histogram)
+    result.clip = _rows(audit.clip_report(conn, where=where, run=result.run_id).by_step)
+    result.reward_by_version = _rows(audit.sql(conn, reward_by_version_sql(result.run_id)))
+
+
+def reward_by_version_sql(run_id: str) -> str:
+    """Per policy version that generated a demo trajectory (its newest action span): trajectories,
+    mean reward, share solved (reward = 1) and how many the run consumed."""
+    return (
+        "SELECT t.max_policy_version AS policy_version, count(*) AS trajectories, "
+        "round(avg(t.reward), 3) AS mean_reward, round(avg(CAST(t.reward = 1 AS DOUBLE)), 3) AS solved, "
+        f"count(c.trajectory_id) AS consumed FROM trajectories t LEFT JOIN (SELECT DISTINCT trajectory_id FROM "
+        f"consumed WHERE run_id = '{run_id}') c USING (trajectory_id) WHERE {demo_filter(run_id)} "
+        "GROUP BY ALL ORDER BY policy_version")
+
+
+def print_summary(result: DemoResult, console: Console) -> None:
+    """Render the audits and where to look next."""
+    from rich.table import Table
+
+    def table(title: str, rows: list[dict[str, Any]], cols: list[str]) -> Table:
+        t = Table(title=title, title_justify="left")
+        for c in cols:
+            t.add_column(c, justify="right")
+        for r in rows:
+            t.add_row(*["-" if r.get(c) is None else (f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]))
+                        for c in cols])
+        return t
+
+    console.print(table("reward per policy version", result.reward_by_version,
+                        ["policy_version", "trajectories", "mean_reward", "solved", "consumed"]))
+    console.print(table("staleness of trained data (trainer version - policy version, in versions)",
+                        result.staleness, ["consumed", "action_tokens", "token_p50", "token_mean", "token_max",
+                                           "traj_max"]))
+    console.print(table("staleness histogram", result.staleness_histogram,
+                        ["staleness", "trajectories", "action_tokens"]))
+    console.print(table("DIS clip audit per step (fraction of action tokens masked)", result.clip,
+                        ["step", "trainer_version", "trajectories", "action_tokens", "masked_below",
+                         "masked_above", "ratio_mean"]))
+    versions = result.policy_versions_seen
+    max_stale = max((r.get("token_max") or 0 for r in result.staleness), default=0)
+    console.print(f"{len(result.episodes)} episodes from policy versions {versions}; worker loaded versions "
+                  f"{result.versions_loaded}; max staleness {max_stale}; {result.seconds:.0f}s")
+    console.print(f"store: [cyan]{result.store}[/]  (run {result.run_id})")
+    console.print(f"  traj stats {result.store} --run {result.run_id}")
+    console.print(f"  traj sql {result.store} \"SELECT * FROM step_metrics WHERE run_id = '{result.run_id}'\"")
+
+
+def result_to_dict(result: DemoResult) -> dict[str, Any]:
+    """The result as plain JSON-able data (what ``traj demo --format json`` prints)."""
+    from dataclasses import asdict
+
+    d = asdict(result)
+    d["policy_versions_seen"] = result.policy_versions_seen
+    return json.loads(json.dumps(d, default=str))
+
+
+if __name__ == "__main__":  # python -m trajstore.demo train-child CONFIG THREADS (started by run_demo)
+    if len(sys.argv) != 4 or sys.argv[1] != "train-child":
+        sys.exit("usage: python -m trajstore.demo train-child CONFIG.json THREADS (use `traj demo`)")
+    _train_child(sys.argv[2], int(sys.argv[3]))
