@@ -2,4 +2,5 @@
 Add one import line per module."""
 from trajstore.cli import audit  # noqa: F401
 from trajstore.cli import ingest  # noqa: F401
+from trajstore.cli import demo  # noqa: F401
 from trajstore.cli import train  # noqa: F401
