@@ -1,0 +1,375 @@
+"""Store benchmark: trajstore shards vs orjson JSONL vs bare pyarrow Parquet, same data, same run.
+
+    python bench/store.py                      # ~20,000 trajectories (about 60 M tokens)
+    python bench/store.py --trajectories 4000  # smaller, for a busy machine
+
+Synthetic data: lengths lognormal (median 2,048 tokens, sigma 0.9) clipped to [64, 65,536];
+one prompt span (~8% of tokens) then alternating action / observation spans of ~300 tokens;
+token ids Zipf-distributed over a 49,152-token vocabulary (scattered by a fixed permutation);
+rollout log-probs float32 on action tokens (most near 0, a long negative tail), null elsewhere.
+
+Prints bytes per token, write and read throughput (tokens/s), scalar-only vs full read cost,
+peak RSS of streaming the store with ``iter_batches`` (in a fresh subprocess) against a full
+eager read, and the ratios against the targets of issue 2. Exit status 0 even when a target
+is missed: this is a measurement, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trajstore import StoreWriter, iter_batches, open_store, read_trajectories
+from trajstore.convert import trajectories_to_table
+from trajstore.models import Span, Trajectory
+from trajstore.schema import SCALAR_COLUMNS
+
+VOCAB_SIZE = 49_152
+MEDIAN_TOKENS = 2_048
+LENGTH_SIGMA = 0.9
+MIN_TOKENS, MAX_TOKENS = 64, 65_536
+TURN_TOKENS = 300
+
+
+# -- synthetic data ----------------------------------------------------------------------------
+
+
+def synth_trajectories(n: int, seed: int) -> list[Trajectory]:
+    """`n` valid trajectories with long-tailed lengths (see module docstring)."""
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(VOCAB_SIZE).astype(np.int32)
+    lengths = np.clip(rng.lognormal(np.log(MEDIAN_TOKENS), LENGTH_SIGMA, n), MIN_TOKENS, MAX_TOKENS).astype(np.int64)
+    created = datetime(2026, 7, 1, tzinfo=timezone.utc)
+    out = []
+    for i, total in enumerate(lengths.tolist()):
+        ranks = np.minimum(rng.zipf(1.15, total) - 1, VOCAB_SIZE - 1)
+        tokens = perm[ranks]
+        logprobs = np.full(total, np.nan, dtype=np.float32)
+        n_prompt = max(8, int(total * rng.uniform(0.04, 0.12)))
+        spans = [Span(kind="prompt", start=0, end=n_prompt, role="user")]
+        pos, turn, version = n_prompt, 0, int(rng.integers(0, 100))
+        while pos < total:
+            kind = "action" if turn % 2 == 0 else "observation"
+            end = min(total, pos + max(1, int(rng.exponential(TURN_TOKENS))))
+            if kind == "action":
+                k = end - pos
+                # Most sampled tokens are near-certain; a minority carry the entropy.
+                lp = np.where(rng.random(k) < 0.7, -rng.exponential(0.01, k), -rng.exponential(1.5, k))
+                logprobs[pos:end] = lp.astype(np.float32)
+                version += int(rng.random() < 0.1)
+                spans.append(Span(kind="action", start=pos, end=end, role="assistant", policy_version=version,
+                                  call_id=f"c{turn}", finish_reason="tool_calls", temperature=1.0, top_p=1.0,
+                                  sampling_params='{"temperature": 1.0, "top_p": 1.0}'))
+            else:
+                spans.append(Span(kind="observation", start=pos, end=end, role="tool", cause_id=f"c{turn - 1}"))
+            pos, turn = end, turn + 1
+        out.append(Trajectory(
+            trajectory_id=f"bench-{seed}-{i:06d}", prompt_id=f"task-{i % 997}", source="bench", model="policy",
+            tokenizer="HuggingFaceTB/SmolLM2-135M-Instruct", created_at=created, status="completed",
+            reward=float(rng.random() < 0.4), reward_raw=None, token_source="engine", logprob_source="engine",
+            tokens=tokens, logprobs=logprobs, spans=spans, metadata={"turns": turn},
+        ))
+    return out
+
+
+# -- JSONL baseline (orjson) -------------------------------------------------------------------
+
+
+def jsonl_write(path: Path, trajs: list[Trajectory]) -> None:
+    """One JSON object per line; numpy arrays serialised natively (NaN log-probs -> null)."""
+    opt = orjson.OPT_SERIALIZE_NUMPY
+    with open(path, "wb") as fh:
+        for t in trajs:
+            d = {
+                "trajectory_id": t.trajectory_id, "prompt_id": t.prompt_id, "source": t.source, "model": t.model,
+                "tokenizer": t.tokenizer, "created_at": t.created_at.isoformat(), "status": t.status,
+                "reward": t.reward, "token_source": t.token_source, "logprob_source": t.logprob_source,
+                "tokens": t.tokens, "logprobs": t.logprobs,
+                "spans": [s.model_dump(exclude_none=True) for s in t.spans], "metadata": t.metadata,
+            }
+            fh.write(orjson.dumps(d, option=opt))
+            fh.write(b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def jsonl_write_lists(path: Path, trajs: list[Trajectory]) -> None:
+    """Same lines, but from Python lists (what a harness holding engine JSON has): float32
+    log-probs widened to Python floats, NaN -> None."""
+    with open(path, "wb") as fh:
+        for t in trajs:
+            lp = t.logprobs.tolist()
+            d = {
+                "trajectory_id": t.trajectory_id, "prompt_id": t.prompt_id, "source": t.source, "model": t.model,
+                "tokenizer": t.tokenizer, "created_at": t.created_at.isoformat(), "status": t.status,
+                "reward": t.reward, "token_source": t.token_source, "logprob_source": t.logprob_source,
+                "tokens": t.tokens.tolist(), "logprobs": [None if x != x else x for x in lp],
+                "spans": [s.model_dump(exclude_none=True) for s in t.spans], "metadata": t.metadata,
+            }
+            fh.write(orjson.dumps(d))
+            fh.write(b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def jsonl_read(path: Path, *, scalars_only: bool = False) -> int:
+    """Parse every line; hand tokens (int32) and log-probs (float32, NaN = null) as numpy arrays,
+    as the trainer needs them. Returns the number of tokens read. `scalars_only` still has to
+    parse every line (JSONL has no projection) but skips the array conversion."""
+    n = 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            d = orjson.loads(line)
+            if scalars_only:
+                n += len(d["tokens"])
+                continue
+            tok = np.asarray(d["tokens"], dtype=np.int32)
+            lp = pa.array(d["logprobs"], type=pa.float32()).to_numpy(zero_copy_only=False)
+            assert len(lp) == len(tok)
+            n += len(tok)
+    return n
+
+
+# -- timing helpers ----------------------------------------------------------------------------
+
+
+def timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
+    """Best wall time of `repeat` runs (seconds) and the last result."""
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        gc.collect()
+        t0 = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def drop_page_cache_hint(path: Path) -> None:
+    """Best effort: ask the kernel to forget the file pages so reads are not just memcpy."""
+    for p in ([path] if path.is_file() else list(path.rglob("*.parquet"))):
+        try:
+            fd = os.open(p, os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+        except (OSError, AttributeError):
+            pass
+
+
+RSS_CHILD = r"""
+import sys, json
+import numpy as np
+from trajstore import iter_batches, read_trajectories
+
+def status_kib(key):  # VmRSS now / VmHWM peak of this process (reset by exec, unlike ru_maxrss)
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+
+mode, uri = sys.argv[1], sys.argv[2]
+base = status_kib("VmRSS")
+tokens = 0
+max_batch = 0
+if mode == "stream":
+    for b in iter_batches(uri):
+        tokens += int(b.tokens.size)
+        _ = float(b.logprobs[b.logprob_valid].sum()) + int(b.action_mask().sum())
+        max_batch = max(max_batch, b.tokens.nbytes + b.logprobs.nbytes)
+else:
+    t = read_trajectories(uri)
+    tokens = int(t.column("num_tokens").to_numpy().sum())
+peak = status_kib("VmHWM")
+print(json.dumps({"base_kib": base, "peak_kib": peak, "tokens": tokens, "max_batch_bytes": max_batch}))
+"""
+
+
+def peak_rss(mode: str, uri: str) -> dict[str, int]:
+    out = subprocess.run([sys.executable, "-c", RSS_CHILD, mode, uri], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# -- the benchmark -----------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    name: str
+    bytes_per_token: float
+    write_tps: float
+    read_tps: float
+    scalar_read_s: float
+    full_read_s: float
+
+
+def fmt_rate(x: float) -> str:
+    return f"{x / 1e6:8.1f} M"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trajectories", type=int, default=20_000, help="number of synthetic trajectories")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workdir", type=Path, default=None, help="where to write (default: a temp dir, removed)")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per read measurement (best is kept)")
+    args = ap.parse_args()
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="trajstore-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        run(args, work)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, work: Path) -> None:
+    t0 = time.perf_counter()
+    trajs = synth_trajectories(args.trajectories, args.seed)
+    lengths = np.array([len(t.tokens) for t in trajs])
+    n_tok = int(lengths.sum())
+    n_act = int(sum(int((~np.isnan(t.logprobs)).sum()) for t in trajs))
+    print(f"# trajstore store benchmark  ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
+          f"{os.cpu_count()} CPUs visible, python {sys.version.split()[0]}, pyarrow {pa.__version__})")
+    print(f"data: {len(trajs):,} trajectories, {n_tok:,} tokens ({n_act / n_tok:.0%} action), lengths "
+          f"median {int(np.median(lengths)):,} / p90 {int(np.percentile(lengths, 90)):,} / "
+          f"p99 {int(np.percentile(lengths, 99)):,} / max {int(lengths.max()):,}  "
+          f"(generated in {time.perf_counter() - t0:.1f} s)")
+
+    rows: list[Row] = []
+
+    # trajstore: SDK objects -> validated -> shards (StoreWriter default flush thresholds).
+    store_dir = work / "store"
+    def write_store() -> None:
+        with StoreWriter(str(store_dir), flush_seconds=None) as w:
+            for t in trajs:
+                w.write(t)
+    w_s, _ = timed(write_store)
+    drop_page_cache_hint(store_dir)
+    full_s, table = timed(lambda: read_trajectories(str(store_dir)), args.repeat)
+    assert table.num_rows == len(trajs)
+    del table
+    scal_s, _ = timed(lambda: read_trajectories(str(store_dir), columns=list(SCALAR_COLUMNS)), args.repeat)
+    def stream() -> int:
+        return sum(int(b.tokens.size) for b in iter_batches(str(store_dir)))
+    stream_s, streamed = timed(stream, args.repeat)
+    assert streamed == n_tok
+    store_bytes = dir_bytes(store_dir / "trajectories")
+    rows.append(Row("trajstore", store_bytes / n_tok, n_tok / w_s, n_tok / full_s, scal_s, full_s))
+
+    # Bare pyarrow: the same Arrow table, one pq.write_table call, zstd, default row groups.
+    table = trajectories_to_table(trajs)
+    pq_path = work / "bare.parquet"
+    def write_bare() -> None:
+        with open(pq_path, "wb") as fh:
+            pq.write_table(table, fh, compression="zstd")
+            fh.flush()
+            os.fsync(fh.fileno())
+    bw_s, _ = timed(write_bare)
+    del table
+    drop_page_cache_hint(pq_path)
+    bfull_s, _ = timed(lambda: pq.read_table(pq_path), args.repeat)
+    bscal_s, _ = timed(lambda: pq.read_table(pq_path, columns=list(SCALAR_COLUMNS)), args.repeat)
+    rows.append(Row("bare pyarrow", pq_path.stat().st_size / n_tok, n_tok / bw_s, n_tok / bfull_s, bscal_s, bfull_s))
+
+    # orjson JSONL.
+    jl = work / "data.jsonl"
+    jw_s, _ = timed(lambda: jsonl_write(jl, trajs))
+    drop_page_cache_hint(jl)
+    jfull_s, got = timed(lambda: jsonl_read(jl), 1)
+    assert got == n_tok
+    jscal_s, _ = timed(lambda: jsonl_read(jl, scalars_only=True), 1)
+    rows.append(Row("orjson JSONL", jl.stat().st_size / n_tok, n_tok / jw_s, n_tok / jfull_s, jscal_s, jfull_s))
+    jl2 = work / "data-lists.jsonl"
+    jw2_s, _ = timed(lambda: jsonl_write_lists(jl2, trajs))
+    drop_page_cache_hint(jl2)
+    jfull2_s, got = timed(lambda: jsonl_read(jl2), 1)
+    assert got == n_tok
+    jscal2_s, _ = timed(lambda: jsonl_read(jl2, scalars_only=True), 1)
+    rows.append(Row("JSONL (lists)", jl2.stat().st_size / n_tok, n_tok / jw2_s, n_tok / jfull2_s, jscal2_s, jfull2_s))
+    jl2.unlink()
+    del trajs
+    gc.collect()
+
+    print()
+    print(f"{'format':<14}{'bytes/token':>12}{'write tok/s':>14}{'read tok/s':>14}"
+          f"{'scalar read':>13}{'full read':>11}{'scalar/full':>13}")
+    for r in rows:
+        print(f"{r.name:<14}{r.bytes_per_token:>12.2f}{fmt_rate(r.write_tps):>14}{fmt_rate(r.read_tps):>14}"
+              f"{r.scalar_read_s * 1e3:>10.1f} ms{r.full_read_s:>9.2f} s{r.scalar_read_s / r.full_read_s:>13.4f}")
+    print(f"trajstore iter_batches (flat numpy per row group): {fmt_rate(n_tok / stream_s)} tok/s "
+          f"({stream_s:.2f} s)")
+
+    # Zero-copy hand-off and bounded streaming memory.
+    b = next(iter(iter_batches(str(store_dir))))
+    values = b.table.column("tokens").chunk(0).values
+    zero_copy = bool(np.shares_memory(b.tokens, np.frombuffer(values.buffers()[1], dtype=np.uint8)))
+    # The same store cut to its first quarter of shards (hard links): streaming memory must not
+    # grow with the store, a full read's does.
+    quarter = work / "store-quarter"
+    shard_files = sorted((store_dir / "trajectories").glob("*.parquet"))
+    (quarter / "trajectories").mkdir(parents=True, exist_ok=True)
+    for f in shard_files[: max(1, len(shard_files) // 4)]:
+        os.link(f, quarter / "trajectories" / f.name)
+    stream_rss = peak_rss("stream", str(store_dir))
+    full_rss = peak_rss("full", str(store_dir))
+    stream_q_rss = peak_rss("stream", str(quarter))
+    full_q_rss = peak_rss("full", str(quarter))
+    raw_bytes = n_tok * 8
+    print()
+    print(f"tokens handed to the trainer zero-copy from the Arrow buffer: {'yes' if zero_copy else 'NO'}")
+    print(f"store on disk {store_bytes / 2**20:,.0f} MiB; decoded tokens+logprobs {raw_bytes / 2**20:,.0f} MiB")
+    def grow(m: dict[str, int]) -> float:
+        return (m["peak_kib"] - m["base_kib"]) / 1024
+
+    for name, m in (("iter_batches, whole store", stream_rss), ("iter_batches, 1/4 store", stream_q_rss),
+                    ("read_trajectories, whole", full_rss), ("read_trajectories, 1/4", full_q_rss)):
+        print(f"peak RSS {name:<27} {m['peak_kib'] / 1024:8.0f} MiB  (+{grow(m):,.0f} MiB over the "
+              f"{m['base_kib'] / 1024:.0f} MiB after import)")
+    if stream_rss["max_batch_bytes"]:
+        print(f"largest streamed batch: {stream_rss['max_batch_bytes'] / 2**20:.1f} MiB of tokens+logprobs")
+
+    ts, bare, js, js_lists = rows
+    print(f"(the targets below use the faster JSONL writer, orjson with numpy arrays; against JSONL "
+          f"written from Python lists: write {ts.write_tps / js_lists.write_tps:.2f}x, read "
+          f"{ts.read_tps / js_lists.read_tps:.2f}x, bytes {ts.bytes_per_token / js_lists.bytes_per_token:.3f})")
+    checks = [
+        ("bytes/token <= 1/4 of JSONL", ts.bytes_per_token / js.bytes_per_token, "<=", 0.25),
+        ("read >= 10x JSONL", ts.read_tps / js.read_tps, ">=", 10.0),
+        ("write >= 2x JSONL", ts.write_tps / js.write_tps, ">=", 2.0),
+        ("bytes/token within 2x of bare pyarrow", ts.bytes_per_token / bare.bytes_per_token, "<=", 2.0),
+        ("read within 2x of bare pyarrow", ts.read_tps / bare.read_tps, ">=", 0.5),
+        ("write within 2x of bare pyarrow", ts.write_tps / bare.write_tps, ">=", 0.5),
+        ("streaming memory: whole store / 1/4 store (bounded)", grow(stream_rss) / max(1.0, grow(stream_q_rss)),
+         "<=", 1.5),
+        ("streaming memory <= 1/2 of a full eager read", grow(stream_rss) / max(1.0, grow(full_rss)), "<=", 0.5),
+    ]
+    print()
+    print("targets (issue 2):")
+    for name, value, op, bound in checks:
+        ok = value <= bound if op == "<=" else value >= bound
+        print(f"  {'MET ' if ok else 'MISS'}  {name:<52} ratio {value:8.3f}  (target {op} {bound})")
+    print(f"  {'MET ' if zero_copy else 'MISS'}  zero-copy hand-off of tokens")
+
+
+if __name__ == "__main__":
+    main()
