@@ -166,7 +166,7 @@ def _publish_remote(s: Store, rel: str, model: Any, meta: bytes, config: bytes |
                     save_model: Any) -> None:
     fs = s.fs
     meta_path = s.path(rel, META_FILE)
-    if fs.exists(meta_path):  # re-publish: un-complete the old version before replacing its files
+    if _is_complete(s, rel):  # re-publish: un-complete the old version before replacing its files
         fs.rm_file(meta_path)
     with tempfile.TemporaryDirectory(prefix="trajstore-publish-") as tmp:
         local = os.path.join(tmp, WEIGHTS_FILE)
@@ -179,6 +179,15 @@ def _publish_remote(s: Store, rel: str, model: Any, meta: bytes, config: bytes |
 
 
 # -- reading ---------------------------------------------------------------------------------
+
+
+def _is_complete(s: Store, rel: str) -> bool:
+    """Whether the version folder `rel` has its meta.json (asked fresh: object-store listings
+    are cached by fsspec, and another process may have published since)."""
+    path = s.path(rel, META_FILE)
+    if not s.is_local:
+        s.fs.invalidate_cache(s.path(rel))
+    return bool(s.fs.exists(path))
 
 
 def _read_json(s: Store, rel: str) -> dict[str, Any] | None:
@@ -226,7 +235,7 @@ def list_policy_versions(store: Store | str, run_id: str) -> list[int]:
     out = []
     for e in entries:
         m = _VERSION_DIR.match(e["name"].rstrip("/").rsplit("/", 1)[-1])
-        if m and e.get("type") == "directory" and s.fs.exists(f"{e['name'].rstrip('/')}/{META_FILE}"):
+        if m and e.get("type") == "directory" and _is_complete(s, f"{POLICIES_DIR}/{run_id}/{m.group()}"):
             out.append(int(m.group(1)))
     return sorted(out)
 
@@ -242,7 +251,7 @@ def latest_policy_version(store: Store | str, run_id: str) -> int | None:
     pointer = _read_json(s, f"{POLICIES_DIR}/{run_id}/{LATEST_FILE}")
     if pointer is not None and isinstance(pointer.get("version"), int):
         v = pointer["version"]
-        if s.fs.exists(s.path(version_dir(run_id, v), META_FILE)):
+        if _is_complete(s, version_dir(run_id, v)):
             return v
     versions = list_policy_versions(s, run_id)
     return versions[-1] if versions else None

@@ -150,6 +150,7 @@ def test_s3_round_trip_and_partial_version(s3_store_uri):
     assert latest_policy_version(fresh, "r") == 1
     assert load_policy_into(dst, fresh, "r") == 1
     assert_same_params(dst, src)
+    fresh.fs.ls(fresh.path(version_dir("r", 2)))  # a cached listing without meta.json must not hide v2
     publish_policy(s, "r", 2, tiny_llama(7), step=2)
     assert latest_policy_version(fresh, "r") == 2
     load_policy_into(dst, fresh, "r")
