@@ -76,7 +76,7 @@ def wrap(module: nn.Module, env: DistEnv) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     ids = [env.device.index] if env.device.type == "cuda" else None
-    return DDP(module, device_ids=ids, broadcast_buffers=False)
+    return DDP(module, device_ids=ids)
 
 
 def unwrap(module: nn.Module) -> nn.Module:
