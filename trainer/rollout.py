@@ -18,7 +18,7 @@ from torch import nn
 
 from trajstore.builder import TrajectoryBuilder
 from trajstore.models import SamplingParams, Trajectory
-from trajstore.rollout import GuessNumberEnv, Message, action_text, observation_tokens, prompt_tokens
+from trajstore.rollout import EnvReply, GuessNumberEnv, Message, action_text, observation_tokens, prompt_tokens
 from trajstore.store import Store, open_store
 from trajstore.trainer.publish import latest_policy_version, load_policy_into
 from trajstore.writer import StoreWriter
@@ -97,49 +97,73 @@ def sampling_logprobs(logits: torch.Tensor, *, temperature: float, top_p: float)
 
 
 @torch.no_grad()
-def sample_action(model: nn.Module, context_ids: Sequence[int], *, sampling: SamplingConfig,
-                  stop_token_ids: Sequence[int], generator: torch.Generator | None = None) -> SampledAction:
-    """Sample one action after `context_ids` with a KV cache, keeping each token's log-prob.
+def sample_actions(model: nn.Module, contexts: Sequence[Sequence[int]], *, sampling: SamplingConfig,
+                   stop_token_ids: Sequence[int], generator: torch.Generator | None = None) -> list[SampledAction]:
+    """Sample one action after each context, all contexts in one left-padded batch with a KV
+    cache, keeping each sampled token's log-prob.
+
+    Rows are left-padded to the longest context (attention mask 0 on padding, positions
+    counted from each row's first real token), so every row sees exactly its own context; a
+    row that sampled a stop token keeps being fed (and ignored) until all rows are done.
 
     Args:
         model: a transformers causal LM (evaluated without gradients; its mode is restored).
-        context_ids: everything the model conditions on (prompt, earlier actions and
-            observations), shape (T,).
+        contexts: B token-id sequences, each everything its model call conditions on (prompt,
+            earlier actions and observations); lengths T_b >= 1 may differ.
         sampling: temperature, top_p and the token limit.
-        stop_token_ids: ids that end the action (kept as its last token).
+        stop_token_ids: ids that end an action (kept as its last token).
         generator: torch RNG for reproducible sampling (on the model's device).
 
     Returns:
-        The :class:`SampledAction`.
+        B :class:`SampledAction` s, in the order of `contexts`.
     """
-    if not len(context_ids):
-        raise ValueError("sample_action needs at least one context token")
+    if not contexts or any(len(c) == 0 for c in contexts):
+        raise ValueError("sample_actions needs at least one context, each with at least one token")
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
+    B, T = len(contexts), max(len(c) for c in contexts)
+    ids = torch.zeros((B, T), dtype=torch.long, device=device)
+    mask = torch.zeros((B, T), dtype=torch.long, device=device)
+    for i, c in enumerate(contexts):
+        ids[i, T - len(c):] = torch.as_tensor(list(c), dtype=torch.long)
+        mask[i, T - len(c):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    stops = torch.as_tensor(sorted({int(t) for t in stop_token_ids}) or [-1], device=device)
+    out_ids: list[list[int]] = [[] for _ in range(B)]
+    out_lps: list[list[float]] = [[] for _ in range(B)]
+    done = torch.zeros(B, dtype=torch.bool, device=device)
     was_training = model.training
     model.eval()
     try:
-        cache = DynamicCache()
-        kw = _cache_kwarg(model)
-        inp = torch.tensor([list(context_ids)], dtype=torch.long, device=device)
-        stops = set(int(t) for t in stop_token_ids)
-        ids: list[int] = []
-        lps: list[float] = []
-        finish = "length"
+        cache, kw = DynamicCache(), _cache_kwarg(model)
+        inp, pos = ids, positions
         for _ in range(sampling.max_new_tokens):
-            out = model(input_ids=inp, use_cache=True, logits_to_keep=1, **{kw: cache})
-            lp = sampling_logprobs(out.logits[0, -1], temperature=sampling.temperature, top_p=sampling.top_p)
-            tok = int(torch.multinomial(lp.exp(), 1, generator=generator))
-            ids.append(tok)
-            lps.append(float(lp[tok]))
-            if tok in stops:
-                finish = "stop"
+            out = model(input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
+                        **{kw: cache})
+            lp = sampling_logprobs(out.logits[:, -1], temperature=sampling.temperature, top_p=sampling.top_p)
+            tok = torch.multinomial(lp.exp(), 1, generator=generator)[:, 0]
+            tok_lp = lp.gather(-1, tok[:, None])[:, 0]
+            for i in torch.nonzero(~done).flatten().tolist():
+                out_ids[i].append(int(tok[i]))
+                out_lps[i].append(float(tok_lp[i]))
+            done |= torch.isin(tok, stops)
+            if bool(done.all()):
                 break
-            inp = torch.tensor([[tok]], dtype=torch.long, device=device)
-        return SampledAction(ids, lps, finish)
+            inp, pos = tok[:, None], pos[:, -1:] + 1
+            mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=device)], dim=1)
+        stop_set = set(stops.tolist())
+        return [SampledAction(out_ids[i], out_lps[i], "stop" if out_ids[i][-1] in stop_set else "length")
+                for i in range(B)]
     finally:
         model.train(was_training)
+
+
+def sample_action(model: nn.Module, context_ids: Sequence[int], *, sampling: SamplingConfig,
+                  stop_token_ids: Sequence[int], generator: torch.Generator | None = None) -> SampledAction:
+    """:func:`sample_actions` for one context, shape (T,)."""
+    return sample_actions(model, [context_ids], sampling=sampling, stop_token_ids=stop_token_ids,
+                          generator=generator)[0]
 
 
 @dataclass(frozen=True)
@@ -186,6 +210,8 @@ class RolloutWorker:
         initial_version: version of the weights `model` holds at start.
         sync_every_action: also check for new weights before every action, so a trajectory
             can cross policy versions (as in real asynchronous rollouts).
+        parallel_episodes: episodes played side by side, their actions sampled as one batch
+            (on CPU a batch of 4 costs little more than one sequence).
         env_kwargs: passed to :meth:`GuessNumberEnv.sample` (low, high, max_turns).
         extra_metadata: merged into every trajectory's ``metadata`` (e.g. a demo run tag).
     """
@@ -193,7 +219,7 @@ class RolloutWorker:
     def __init__(self, model: nn.Module, tokenizer: Any, store: Store | str, *, run_id: str, model_name: str,
                  tokenizer_name: str, sampling: SamplingConfig | None = None, seed: int = 0,
                  initial_version: int = 0, sync_every_action: bool = False,
-                 env_kwargs: dict[str, int] | None = None, extra_metadata: dict[str, Any] | None = None,
+                 parallel_episodes: int = 1, env_kwargs: dict[str, int] | None = None, extra_metadata: dict[str, Any] | None = None,
                  storage_options: dict[str, Any] | None = None):
         self.model = model
         self.tokenizer = tokenizer
@@ -204,6 +230,9 @@ class RolloutWorker:
         self.sampling = sampling or SamplingConfig()
         self.version = initial_version
         self.sync_every_action = sync_every_action
+        if parallel_episodes < 1:
+            raise ValueError(f"parallel_episodes must be >= 1, got {parallel_episodes}")
+        self.parallel_episodes = parallel_episodes
         self.env_kwargs = dict(env_kwargs or {})
         self.extra_metadata = dict(extra_metadata or {})
         self.rng = random.Random(seed)
@@ -225,7 +254,12 @@ class RolloutWorker:
         return True
 
     def run_episode(self, env: GuessNumberEnv) -> tuple[Trajectory, EpisodeSummary]:
-        """Play one episode to its end; return the validated trajectory and its summary.
+        """:meth:`run_episodes` for one environment."""
+        return self.run_episodes([env])[0]
+
+    def run_episodes(self, envs: Sequence[GuessNumberEnv]) -> list[tuple[Trajectory, EpisodeSummary]]:
+        """Play episodes side by side to their ends (the actions of each turn are sampled as one
+        batch); return each validated trajectory and its summary, in the order of `envs`.
 
         Spans: prompt = the chat-template rendering of the system and user messages plus the
         assistant header; action = the generated ids (end token included); observation = the
@@ -234,43 +268,31 @@ class RolloutWorker:
         model conditioned on.
         """
         t0 = time.perf_counter()
-        messages: list[Message] = env.reset()
-        b = TrajectoryBuilder(prompt_id=env.prompt_id, source=ROLLOUT_SOURCE, model=self.model_name,
-                              tokenizer=self.tokenizer_name,
-                              metadata={"env": "guess-number", "target": env.target, "low": env.low,
-                                        "high": env.high, "max_turns": env.max_turns, **self.extra_metadata})
-        context = prompt_tokens(self.tokenizer, messages)
-        b.add_prompt(context, role="user")
-        versions: list[int] = []
         sp = self.sampling.to_sampling_params()
-        reply = None
-        for turn in range(env.max_turns):
+        eps = [_Episode.start(env, self) for env in envs]
+        turn = 0
+        while active := [e for e in eps if e.reply is None or not e.reply.done]:
             if self.sync_every_action and turn > 0:
                 self.sync_policy()
-            act = sample_action(self.model, context, sampling=self.sampling, stop_token_ids=self.stop_token_ids,
-                                generator=self.generator)
-            b.add_action(act.token_ids, act.logprobs, policy_version=self.version, finish_reason=act.finish_reason,
-                         sampling=sp, call_id=f"turn-{turn}")
-            versions.append(self.version)
-            reply = env.step(action_text(self.tokenizer, act.token_ids))
-            if reply.done:
-                break
-            obs = observation_tokens(self.tokenizer, messages, act.token_ids, reply.text)
-            messages += [{"role": "assistant", "content": action_text(self.tokenizer, act.token_ids)},
-                         {"role": "user", "content": reply.text}]
-            b.add_observation(obs, role="user", cause_id=f"turn-{turn}")
-            context = context + act.token_ids + obs
-        assert reply is not None and reply.done and reply.reward is not None
-        b.set_reward(reply.reward, raw={"reward": reply.reward, "solved": reply.reward == 1.0,
-                                        "guesses": env.guesses, "verdict": reply.text})
-        traj = b.finish("completed")
-        summary = EpisodeSummary(traj.trajectory_id, env.prompt_id, float(reply.reward), reply.reward == 1.0,
-                                 len(versions), versions, len(traj.tokens), time.perf_counter() - t0)
-        return traj, summary
+            acts = sample_actions(self.model, [e.context for e in active], sampling=self.sampling,
+                                  stop_token_ids=self.stop_token_ids, generator=self.generator)
+            for e, act in zip(active, acts):
+                e.step(act, turn, self, sp)
+            turn += 1
+        out = []
+        for e in eps:
+            assert e.reply is not None and e.reply.reward is not None
+            e.builder.set_reward(e.reply.reward, raw={"reward": e.reply.reward, "solved": e.reply.reward == 1.0,
+                                                      "guesses": e.env.guesses, "verdict": e.reply.text})
+            traj = e.builder.finish("completed")
+            out.append((traj, EpisodeSummary(traj.trajectory_id, e.env.prompt_id, float(e.reply.reward),
+                                             e.reply.reward == 1.0, len(e.versions), e.versions, len(traj.tokens),
+                                             time.perf_counter() - t0)))
+        return out
 
     def iter_run(self, num_episodes: int | None, writer: StoreWriter, *,
                  should_stop: Callable[[], bool] | None = None) -> Iterator[EpisodeSummary]:
-        """Play episodes, write each one (flushed per episode so a trainer sees it at once) and
+        """Play episodes (`parallel_episodes` at a time), write each one (flushed per episode so a trainer sees it at once) and
         yield its summary.
 
         Args:
@@ -285,17 +307,54 @@ class RolloutWorker:
             if should_stop is not None and should_stop():
                 return
             self.sync_policy()
-            env = GuessNumberEnv.sample(self.rng, **self.env_kwargs)
-            traj, summary = self.run_episode(env)
-            writer.write(traj)
+            n = self.parallel_episodes if num_episodes is None else min(self.parallel_episodes, num_episodes - done)
+            played = self.run_episodes([GuessNumberEnv.sample(self.rng, **self.env_kwargs) for _ in range(n)])
+            writer.write_many(t for t, _ in played)
             writer.flush()
-            done += 1
-            yield summary
+            done += n
+            yield from (summary for _, summary in played)
 
     def run(self, num_episodes: int | None, writer: StoreWriter, *,
             should_stop: Callable[[], bool] | None = None) -> list[EpisodeSummary]:
         """:meth:`iter_run` to the end; the summaries in order."""
         return list(self.iter_run(num_episodes, writer, should_stop=should_stop))
+
+
+@dataclass
+class _Episode:
+    """One episode in progress inside :meth:`RolloutWorker.run_episodes`."""
+
+    env: GuessNumberEnv
+    builder: TrajectoryBuilder
+    messages: list[Message]
+    context: list[int]
+    versions: list[int]
+    reply: EnvReply | None = None
+
+    @classmethod
+    def start(cls, env: GuessNumberEnv, w: RolloutWorker) -> _Episode:
+        messages = env.reset()
+        b = TrajectoryBuilder(prompt_id=env.prompt_id, source=ROLLOUT_SOURCE, model=w.model_name,
+                              tokenizer=w.tokenizer_name,
+                              metadata={"env": "guess-number", "target": env.target, "low": env.low,
+                                        "high": env.high, "max_turns": env.max_turns, **w.extra_metadata})
+        context = prompt_tokens(w.tokenizer, messages)
+        b.add_prompt(context, role="user")
+        return cls(env, b, messages, list(context), [])
+
+    def step(self, act: SampledAction, turn: int, w: RolloutWorker, sp: SamplingParams) -> None:
+        """Record the action, let the environment answer, and extend the context."""
+        self.builder.add_action(act.token_ids, act.logprobs, policy_version=w.version,
+                                finish_reason=act.finish_reason, sampling=sp, call_id=f"turn-{turn}")
+        self.versions.append(w.version)
+        text = action_text(w.tokenizer, act.token_ids)
+        self.reply = self.env.step(text)
+        if self.reply.done:
+            return
+        obs = observation_tokens(w.tokenizer, self.messages, act.token_ids, self.reply.text)
+        self.messages += [{"role": "assistant", "content": text}, {"role": "user", "content": self.reply.text}]
+        self.builder.add_observation(obs, role="user", cause_id=f"turn-{turn}")
+        self.context += act.token_ids + obs
 
 
 def summaries_to_json(summaries: Sequence[EpisodeSummary]) -> str:

@@ -151,7 +151,8 @@ def _start_trainer(config: TrainConfig, config_path: Path, log_path: Path, threa
     """Start ``traj train``'s library entry (:func:`trajstore.trainer.loop.train`) in a child
     process with `threads` torch threads, its output going to `log_path`."""
     config_path.write_text(config.to_json())
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               HF_HUB_DISABLE_PROGRESS_BARS="1", TQDM_DISABLE="1")
     cmd = [sys.executable, "-m", "trajstore.demo", "train-child", str(config_path), str(threads)]
     with open(log_path, "wb") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -181,7 +182,8 @@ def _echo_new_lines(path: Path, pos: int, say: Any) -> int:
     from rich.markup import escape
 
     end = data.rfind(b"\n") + 1
-    for line in data[:end].decode(errors="replace").splitlines():
+    for line in data[:end].decode(errors="replace").split("\n"):
+        line = line.rsplit("\r", 1)[-1]  # a progress bar redraws with carriage returns
         if line.strip():
             say(f"[dim]trainer |[/] {escape(line)}", highlight=False)
     return pos + end
@@ -231,6 +233,9 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
     cores = _cpu_count()
     trainer_threads = max(1, cores - 1)
     torch.set_num_threads(1)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     tokenizer = load_tokenizer(cfg.tokenizer)
     tiny = cfg.model.startswith("tiny-")
     say(f"[bold]traj demo[/] run [cyan]{run_id}[/] store [cyan]{store.uri}[/] "
@@ -249,7 +254,8 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
     worker = RolloutWorker(
         model, tokenizer, store, run_id=run_id, model_name=policy.name, tokenizer_name=policy.tokenizer,
         sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens), seed=cfg.seed,
-        env_kwargs={"max_turns": cfg.max_turns, "high": cfg.high}, extra_metadata={"demo_run": run_id})
+        parallel_episodes=cfg.batch_size, env_kwargs={"max_turns": cfg.max_turns, "high": cfg.high},
+        extra_metadata={"demo_run": run_id})
 
     def should_stop() -> bool:
         """True when the trainer is gone or time is up; otherwise blocks while the worker is

@@ -161,6 +161,23 @@ def test_sample_action_stops_and_limits():
         SamplingConfig(top_p=0.0)
 
 
+def test_batched_sampling_matches_each_rows_own_recomputation():
+    """Left padding must not leak: each row's captured log-probs equal a padding-free full
+    forward over that row's own context + action (contexts of different lengths)."""
+    from trajstore.trainer.rollout import SamplingConfig, sample_actions
+
+    model = tiny_policy(0, 64)
+    contexts = [[5], list(range(1, 12)), [7, 8, 9, 10]]
+    acts = sample_actions(model, contexts, sampling=SamplingConfig(max_new_tokens=6), stop_token_ids=[3],
+                          generator=torch.Generator().manual_seed(1))
+    assert len(acts) == 3
+    for ctx, a in zip(contexts, acts):
+        assert 1 <= len(a.token_ids) <= 6 and (a.finish_reason == "stop") == (a.token_ids[-1] == 3)
+        assert 3 not in a.token_ids[:-1]  # a row stops at its first stop token
+        full = recompute_logprobs(model, np.array(ctx + a.token_ids))
+        np.testing.assert_allclose(a.logprobs, full[len(ctx):], atol=1e-5)
+
+
 # -- the worker ---------------------------------------------------------------------------------
 
 
@@ -174,7 +191,8 @@ def test_worker_writes_valid_trajectories_and_follows_published_versions(tmp_sto
     worker_model = tiny_policy(0, vocab)
     worker = RolloutWorker(worker_model, smol_tokenizer, tmp_store, run_id="r", model_name="tiny-llama",
                            tokenizer_name="HuggingFaceTB/SmolLM2-135M-Instruct",
-                           sampling=SamplingConfig(max_new_tokens=6), seed=3, env_kwargs={"max_turns": 3})
+                           sampling=SamplingConfig(max_new_tokens=6), seed=3, env_kwargs={"max_turns": 3},
+                           parallel_episodes=2)
     with StoreWriter(tmp_store, flush_seconds=None) as w:
         first = worker.run(2, w)
         trainer_model = tiny_policy(1, vocab)  # stands in for updated weights
