@@ -56,10 +56,37 @@ def train_cmd(
     fmt: Literal["text", "json"] = typer.Option("text", "--format", help="summary format: text | json"),
 ) -> None:
     """Train a policy with SAO on the trajectories of STORE, as they arrive."""
-    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+    from pydantic import ValidationError
+
     from trajstore.trainer.loop import train
 
-    cfg = TrainConfig(
+    try:
+        cfg = _config(**locals())
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} (got {err.get('input')!r})"
+                             for err in e.errors())
+        raise ValueError(f"invalid option: {problems}") from None
+    summary = train(cfg, resume=resume)
+    last = summary.history[-1] if summary.history else {}
+    out = {"store": store, "run_id": run_id, "iterations": summary.iterations, "steps": summary.steps,
+           "policy_version": summary.version, "last_metrics": last}
+    if fmt == "json":
+        typer.echo(json.dumps(out, indent=2))
+    else:
+        typer.echo(f"run {run_id}: {summary.iterations} iterations, {summary.steps} policy steps, "
+                   f"policy v{summary.version} published under {store}/policies/{run_id}/")
+        typer.echo(f"records: runs/{run_id}/steps and runs/{run_id}/consumed (query with traj sql)")
+
+
+def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed options
+            run_id, batch_size, micro_batch_size, max_batch_tokens, max_seq_len, overlong, max_steps,
+            where, follow, idle_timeout, poll_interval, publish_every, checkpoint_every, behaviour_logprobs,
+            tokenizer, advantage, policy_loss, critic_updates, critic_warmup_steps, policy_lr, critic_lr, eps_low,
+            eps_high, critic_frozen_pattern, device, tensorboard, seed, fmt, **_ignored):
+    """The TrainConfig for the parsed options (pydantic validates every field)."""
+    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+
+    return TrainConfig(
         store=store,
         model=ModelConfig(name=model, tokenizer=tokenizer, seed=seed,
                           critic_frozen_pattern=critic_frozen_pattern or None),
@@ -74,13 +101,3 @@ def train_cmd(
                       checkpoint_every=checkpoint_every, device=device, tensorboard=tensorboard,
                       progress=fmt == "text"),
     )
-    summary = train(cfg, resume=resume)
-    last = summary.history[-1] if summary.history else {}
-    out = {"store": store, "run_id": run_id, "iterations": summary.iterations, "steps": summary.steps,
-           "policy_version": summary.version, "last_metrics": last}
-    if fmt == "json":
-        typer.echo(json.dumps(out, indent=2))
-    else:
-        typer.echo(f"run {run_id}: {summary.iterations} iterations, {summary.steps} policy steps, "
-                   f"policy v{summary.version} published under {store}/policies/{run_id}/")
-        typer.echo(f"records: runs/{run_id}/steps and runs/{run_id}/consumed (query with traj sql)")

@@ -112,10 +112,12 @@ class RunRecorder:
         self._progress = None
         self._task = None
         if progress:
+            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._progress = Progress(TextColumn("[bold]train[/] {task.description}"), BarColumn(),
-                                      MofNCompleteColumn(), TimeElapsedColumn(), transient=False)
+                                      MofNCompleteColumn(), TimeElapsedColumn(), transient=False,
+                                      console=Console(stderr=True))
             self._progress.start()
             self._task = self._progress.add_task("", total=total_steps)
 
