@@ -24,6 +24,8 @@ def demo_cmd(
     warmup_steps: int = typer.Option(1, "--critic-warmup-steps", min=0, help="critic-only steps first"),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="training run id (default demo-<UTC time>)"),
     seed: int = typer.Option(0, "--seed", help="seed of tasks and sampling"),
+    keep_weights: bool = typer.Option(False, "--keep-weights", help="keep every published version and the "
+                                      "checkpoint (about 0.5 GB per SmolLM2 version); default: only the last"),
     fmt: str = typer.Option("table", "--format", help="table | json (the summary as one JSON object)"),
 ) -> None:
     """Run the asynchronous RL loop on real model output: a rollout worker plays guess-the-number
@@ -37,8 +39,10 @@ def demo_cmd(
         raise ValueError(f"--format must be table or json, got {fmt!r}")
     cfg = DemoConfig(store=store, model=model, steps=steps, episodes=episodes, max_new_tokens=max_new_tokens,
                      batch_size=batch_size, critic_warmup_steps=warmup_steps, run_id=run_id, seed=seed,
-                     tokenizer=model if not model.startswith("tiny-") else "smollm2-135m")
+                     keep_weights=keep_weights, tokenizer=model if not model.startswith("tiny-") else "smollm2-135m")
     console = Console(stderr=fmt == "json")
+    if not console.is_terminal:  # piped or logged: do not squeeze the audit tables into 80 columns
+        console.width = max(console.width, 120)
     result = run_demo(cfg, console=console)
     if fmt == "json":
         typer.echo(json.dumps(result_to_dict(result), indent=2))

@@ -39,7 +39,7 @@ def demo_run(tmp_path_factory):
     b.add_action([4, 5], [-0.5, -0.25], policy_version=0)
     b.set_reward(1.0)
     write_trajectories(store, [b.finish()])
-    cfg = DemoConfig(store=store, run_id="demo-test", **TINY)
+    cfg = DemoConfig(store=store, run_id="demo-test", keep_weights=True, **TINY)
     return cfg, run_demo(cfg)
 
 
@@ -53,6 +53,7 @@ def test_demo_runs_the_asynchronous_loop(demo_run):
     assert len(result.policy_versions_seen) >= 2
     assert result.versions_loaded and result.versions_loaded == sorted(result.versions_loaded)
     assert list_policy_versions(result.store, cfg.run_id) == [0, 1, 2]  # v0 + one per policy step
+    assert result.freed_bytes == 0  # keep_weights
     # pacing: never more than max_ahead_batches ahead of the trainer
     assert needed <= len(result.episodes) <= (cfg.critic_warmup_steps + cfg.steps + cfg.max_ahead_batches + 1) \
         * cfg.batch_size
@@ -86,6 +87,30 @@ def test_trainer_failure_is_reported_with_its_log(demo_run):
         run_demo(again)  # same run id: the trainer refuses to start over an existing run
 
 
+def test_prune_weights_keeps_only_the_latest_version(tmp_store):
+    import transformers
+
+    from trajstore.demo import prune_weights
+    from trajstore.store import open_store
+    from trajstore.trainer.publish import list_policy_versions, publish_policy
+
+    cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1)
+    model = transformers.LlamaForCausalLM(cfg)
+    s = open_store(tmp_store)
+    for v in range(3):
+        publish_policy(s, "r", v, model)
+    ckpt = os.path.join(s.path("runs", "r", "checkpoints"), "c0")
+    os.makedirs(ckpt)
+    with open(os.path.join(ckpt, "state.bin"), "wb") as fh:
+        fh.write(b"x" * 1000)
+    sizes = [sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(s.path("policies", "r", f"v{v}"))
+                 for f in fs) for v in range(3)]
+    assert prune_weights(s, "r") == sizes[0] + sizes[1] + 1000
+    assert list_policy_versions(s, "r") == [2] and not os.path.exists(ckpt)
+    assert prune_weights(s, "r") == 0
+
+
 def test_demo_config_refusals(tmp_path):
     with pytest.raises(ValueError, match="max_turns"):
         DemoConfig(max_turns=2)
@@ -104,4 +129,7 @@ def test_cli_demo_json_subprocess(tmp_path):
     res = json.loads(out.stdout)
     assert len(res["policy_versions_seen"]) >= 2 and res["staleness"][0]["token_max"] >= 1
     assert res["store"] == str(store)
+    assert res["freed_bytes"] > 0  # superseded versions and the checkpoint are removed by default
+    versions = os.listdir(store / "policies" / res["run_id"])
+    assert sorted(versions) == ["LATEST", "v2"]
     assert "episode" in out.stderr  # progress goes to stderr with --format json

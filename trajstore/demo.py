@@ -65,6 +65,9 @@ class DemoConfig(BaseModel):
     policy_lr: float = Field(1e-5, gt=0, description="policy learning rate (higher than SAO's 1e-6 so a few "
                                                      "steps move the policy visibly)")
     critic_lr: float = Field(5e-5, gt=0, description="critic learning rate")
+    keep_weights: bool = Field(False, description="keep every published policy version and the trainer's "
+                                                  "checkpoint (about 0.5 GB per SmolLM2 version, 2 GB per "
+                                                  "checkpoint); by default only the final version is kept")
     seed: int = Field(0, description="seeds tasks, sampling and (tiny models) initial weights")
     timeout_s: float = Field(1800.0, gt=0, description="give up after this many seconds")
 
@@ -84,6 +87,7 @@ class DemoResult:
         reward_by_version: rows {policy_version, trajectories, mean_reward, solved, consumed}.
         staleness: rows of the staleness audit for the run (``staleness_report(...).by_run``).
         clip: rows of the clip audit per step (``clip_report(...).by_step``).
+        freed_bytes: bytes of superseded policy versions and checkpoints removed at the end.
         seconds: wall time (s).
     """
 
@@ -95,6 +99,7 @@ class DemoResult:
     staleness: list[dict[str, Any]] = field(default_factory=list)
     staleness_histogram: list[dict[str, Any]] = field(default_factory=list)
     clip: list[dict[str, Any]] = field(default_factory=list)
+    freed_bytes: int = 0
     seconds: float = 0.0
 
     @property
@@ -305,8 +310,34 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
     result = DemoResult(store=store.uri, run_id=run_id, episodes=episodes,
                         versions_loaded=[v for v, _ in worker.loads])
     _read_audits(result)
+    if not cfg.keep_weights:
+        result.freed_bytes = prune_weights(store, run_id)
     result.seconds = time.monotonic() - t0
     return result
+
+
+def _tree_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+def prune_weights(store: Any, run_id: str) -> int:
+    """Remove a finished demo run's superseded policy versions (all but the latest) and its
+    checkpoints (a demo is never resumed); return the bytes freed. Local stores only."""
+    import shutil
+
+    from trajstore.trainer.checkpoint import CHECKPOINTS_DIR
+    from trajstore.trainer.publish import latest_policy_version, list_policy_versions, version_dir
+    from trajstore.store import RUNS_DIR
+
+    latest = latest_policy_version(store, run_id)
+    doomed = [store.path(version_dir(run_id, v)) for v in list_policy_versions(store, run_id) if v != latest]
+    doomed.append(store.path(RUNS_DIR, run_id, CHECKPOINTS_DIR))
+    freed = 0
+    for path in doomed:
+        if os.path.isdir(path):
+            freed += _tree_bytes(path)
+            shutil.rmtree(path)
+    return freed
 
 
 def _rows(rel: Any) -> list[dict[str, Any]]:
@@ -364,6 +395,9 @@ def print_summary(result: DemoResult, console: Console) -> None:
     max_stale = max((r.get("token_max") or 0 for r in result.staleness), default=0)
     console.print(f"{len(result.episodes)} episodes from policy versions {versions}; worker loaded versions "
                   f"{result.versions_loaded}; max staleness {max_stale}; {result.seconds:.0f}s")
+    if result.freed_bytes:
+        console.print(f"removed {result.freed_bytes / 2**30:.1f} GiB of superseded policy versions and checkpoints "
+                      "(keep them with --keep-weights)")
     console.print(f"store: [cyan]{result.store}[/]  (run {result.run_id})")
     console.print(f"  traj stats {result.store} --run {result.run_id}")
     console.print(f"  traj sql {result.store} \"SELECT * FROM step_metrics WHERE run_id = '{result.run_id}'\"")
