@@ -173,16 +173,18 @@ def skip_observation_gae(
     Non-action positions get exactly 0 advantage and 0 return, and their values (even inf or
     NaN) and rewards (which must be 0) enter nothing. No gradient flows (targets are constants).
 
-    How it is fast (no Python loop over tokens): with ``c = gamma * lambda_b`` the two running
-    sums ``G_t = sum_k c^{n(t,k)} r_k`` and ``F_t = sum_k c^{n(t,k)} V_k`` (``n(t, k)`` = action
-    tokens in ``[t, k)``) are linear recurrences in which an observation token is the identity.
-    Then ``R_t = G_t + gamma * (1 - lambda_b) * F_{t+1}`` and ``A_t = R_t - V_t`` (expand
-    ``sum c^j delta_j`` and collect the value terms). Both sums are solved with cumulative sums
-    inside chunks rescaled by ``c^{-n}`` (chunk length chosen so ``c^{-n}`` stays in range),
-    and the chunk carries by small explicit transfer matrices, recursively. There are no
-    matmuls, so lowered float32 matmul precision settings do not touch it.
+    How it is fast (no Python loop over tokens, no compaction): with ``c = gamma * lambda_b``
+    the two running sums ``G_t = sum_{k >= t} c^{n(t,k)} r_k`` and
+    ``F_t = sum_{k >= t} c^{n(t,k)} V_k`` over action tokens ``k`` (``n(t, k)`` = action tokens
+    in ``[t, k)``) are linear recurrences in which an observation token is the identity. Then
+    ``R_t = G_t + gamma * (1 - lambda_b) * F_{t+1}`` and ``A_t = R_t - V_t`` (expand
+    ``sum_j c^j delta_j`` and collect the value terms). Both sums are solved on time-reversed
+    rows with cumulative sums inside chunks rescaled by ``c^{-n}`` (chunk length chosen so that
+    ``c^{-n}`` stays within range), and the carries between chunks by small explicit transfer
+    matrices, recursively. There are no matmuls, so a lowered float32 matmul precision setting
+    does not touch the result.
 
-    Shapes:
+    Args:
         rewards: ``(B, T)`` float; reward credited to each token (nonzero only on action
             tokens; typically the trajectory reward on its last action token).
         values: ``(B, T)`` float; critic value per token (only action positions are read).
@@ -209,7 +211,8 @@ def skip_observation_gae(
         return GAEResult(torch.zeros_like(r), torch.zeros_like(r))
     # Fast exact checks; the slow locator only runs when one fails (it raises, or the failure
     # came from a NaN reward on an action token, which then simply propagates).
-    if not (torch.equal(m * m, m) and torch.equal(r * m, r)):
+    mask_ok = action_mask.dtype == torch.bool or torch.equal(m * m, m)
+    if not (mask_ok and torch.equal(r * m, r)):
         _raise_if_bad_mask_or_rewards(r, m)
     v_act = v * m  # values at action tokens, 0 elsewhere ...
     if not bool(torch.isfinite(v_act.sum())):  # ... unless inf/NaN sat at a non-action token
@@ -217,13 +220,13 @@ def skip_observation_gae(
 
     lam_b = _lambda_per_row(lam, batch, dtype, r.device)
     log_c = torch.log(gamma * lam_b).clamp(min=_LOG_C_FLOOR[dtype]).view(batch, 1)
-    g, f = _discounted_sums(torch.stack((r, v_act)), m, log_c)
-
-    returns = torch.empty_like(r)
-    k = (gamma * (1.0 - lam_b)).view(batch, 1)
-    torch.addcmul(g[:, : length - 1], k, f[:, 1:length], out=returns[:, : length - 1])
-    returns[:, length - 1] = g[:, length - 1]
-    returns.mul_(m)
+    # Solved on time-reversed rows (s = T - 1 - t), where both recursions run forwards.
+    m_rev = m.flip(-1)
+    z = _reversed_discounted_sums(r.flip(-1), v_act.flip(-1), m_rev, log_c)
+    # R_t = G_t + gamma (1 - lambda) F_{t+1}; reversed, F_{t+1} is F at s - 1 (0 for s = 0)
+    returns_rev = z[0]
+    returns_rev[:, 1:].addcmul_((gamma * (1.0 - lam_b)).view(batch, 1), z[1][:, :-1])
+    returns = returns_rev.mul_(m_rev).flip(-1)
     advantages = returns - v_act
     return GAEResult(advantages, returns)
 
@@ -239,54 +242,51 @@ def _chunk_size(log_c: Tensor, dtype: torch.dtype) -> int:
     return min(_MAX_CHUNK, 2 ** int(math.floor(math.log2(fit))))
 
 
-def _discounted_sums(x: Tensor, m: Tensor, log_c: Tensor) -> tuple[Tensor, Tensor]:
-    """Solve ``Y_t = x_t + c^{m_t} Y_{t+1}`` (``Y_T = 0``) for two channels at once.
+def _reversed_discounted_sums(x0: Tensor, x1: Tensor, m: Tensor, log_c: Tensor) -> Tensor:
+    """Solve ``Z_s = x_s + c^{m_s} Z_{s-1}`` (``Z_{-1} = 0``) for two channels at once.
 
     Args:
-        x: ``(2, B, T)``, zero where ``m == 0``.
-        m: ``(B, T)`` 0/1 action mask.
+        x0, x1: ``(B, S)``, zero where ``m == 0``.
+        m: ``(B, S)`` 0/1 action mask.
         log_c: ``(B, 1)`` finite ``log(gamma * lambda) <= 0``.
 
     Returns:
-        the two ``(B, T)`` channels of ``Y``.
+        ``(2, B, S)`` (a fresh tensor the caller may overwrite).
 
-    Runs on time-reversed rows (``s = T - 1 - t``), where the recursion is a forward one:
-    ``Z_s = x_s + c^{m_s} Z_{s-1}``. Inside a chunk, with ``N_s`` the inclusive count of actions
-    from the chunk start, ``Z_s = c^{N_s} (cumsum_{u<=s} c^{-N_u} x_u + Z_before_chunk)``.
+    Inside a chunk, with ``N_s`` the inclusive count of actions from the chunk start,
+    ``Z_s = c^{N_s} (cumsum_{u<=s} c^{-N_u} x_u + Z_before_chunk)``; the chunk length keeps
+    ``c^{-N}`` within range. The values before each chunk come from :func:`_block_scan` on the
+    chunk totals.
     """
-    channels, batch, length = x.shape
-    dtype = x.dtype
+    batch, length = m.shape
+    dtype = x0.dtype
     chunk = _chunk_size(log_c, dtype)
     if chunk == 1:  # gamma * lambda so small that no rescaling is safe: all by blocks
-        z = _block_scan(x.flip(-1), m.flip(-1), log_c)
-        return z[0].flip(-1), z[1].flip(-1)
+        return _block_scan(torch.stack((x0, x1)), m, log_c)
     chunk = min(chunk, 1 << max(0, (length - 1).bit_length()))  # no wider than the row
     n_chunks = -(-length // chunk)
     padded = n_chunks * chunk
-    pad = padded - length
-
-    m_rev = torch.zeros(batch, padded, dtype=dtype, device=x.device)
-    m_rev[:, :length] = m.flip(-1)
-    counts = m_rev.view(batch, n_chunks, chunk).cumsum(-1)  # N_s, inclusive, per chunk
+    if padded != length:
+        m = torch.nn.functional.pad(m, (0, padded - length))
+    counts = m.reshape(batch, n_chunks, chunk).cumsum(-1)  # N_s, inclusive, per chunk
     per_chunk = counts[..., -1].clone()  # actions per chunk, (B, n_chunks)
-    scaled_log = counts.view(batch, padded).mul_(log_c)  # N_s * log c  (<= 0)
-    grow = torch.exp(-scaled_log)  # c^{-N_s} >= 1
-    shrink = scaled_log.exp_()  # c^{N_s} <= 1
+    grow = counts.view(batch, padded).mul_(-log_c).exp_()  # c^{-N_s} >= 1, in counts' storage
+    shrink = torch.reciprocal(grow)  # c^{N_s} <= 1
 
-    xs = torch.zeros(channels, batch, padded, dtype=dtype, device=x.device)
-    torch.mul(x.flip(-1), grow[:, :length], out=xs[:, :, :length])
-    q = xs.view(channels, batch, n_chunks, chunk).cumsum_(-1)  # in place on xs
+    xs = torch.empty(2, batch, padded, dtype=dtype, device=x0.device)
+    if padded != length:
+        xs[..., length:] = 0
+    torch.mul(x0, grow[:, :length], out=xs[0, :, :length])
+    torch.mul(x1, grow[:, :length], out=xs[1, :, :length])
+    q = xs.view(2, batch, n_chunks, chunk).cumsum_(-1)  # in place on xs
     # Z at each chunk end without what came before the chunk, then the chunk-level recursion
     # Z_end_q = c^{cnt_q} Q_end_q + c^{cnt_q} Z_end_{q-1}.
     decay = torch.exp(per_chunk * log_c)  # (B, n_chunks)
     ends = _block_scan(q[..., -1] * decay, per_chunk, log_c)  # (2, B, n_chunks)
     before = torch.zeros_like(ends)
     before[..., 1:] = ends[..., :-1]
-    q.add_(before.unsqueeze(-1))
-    z = xs.view(channels, batch, padded).mul_(shrink)
-    if pad:
-        z = z[..., :length]
-    return z[0].flip(-1), z[1].flip(-1)
+    z = q.add_(before.unsqueeze(-1)).view(2, batch, padded).mul_(shrink)
+    return z[..., :length]
 
 
 def _block_scan(a: Tensor, e: Tensor, log_c: Tensor) -> Tensor:
@@ -340,7 +340,10 @@ def sao_targets(
     ``returns`` use ``lambda_critic = 1`` (:data:`LAMBDA_CRITIC`), i.e. discounted Monte-Carlo
     returns over action tokens. The paper runs ``gamma = 1``.
 
-    Shapes: as :func:`skip_observation_gae` (``rewards, values, action_mask``: ``(B, T)``).
+    Args:
+        rewards, values, action_mask: ``(B, T)`` each, as for :func:`skip_observation_gae`.
+        gamma: float in ``[0, 1]``, discount per action token.
+        alpha: > 0, dimensionless, the length-adaptive lambda's constant.
 
     Returns:
         :class:`SAOTargets` with ``advantages (B, T)``, ``returns (B, T)``,
