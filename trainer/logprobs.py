@@ -61,13 +61,20 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
     Per token with logits ``z = h W^T / tau``, ``p = softmax(z)``, ``zbar = sum_v p_v z_v``:
     ``logp = z_y - lse(z)``, ``H = lse(z) - zbar``;
     ``dlogp/dz = onehot(y) - p``, ``dH/dz = -p * (z - zbar)``.
-    Saved for backward: the inputs and two floats per token (lse, H); logits are recomputed.
+    Saved for backward: the inputs and two floats per token (lse, H); logits are recomputed,
+    under the autocast state of the forward pass so that they come out bit-identical.
     """
 
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk: int, tau: float):
         n = hidden.shape[0]
         dtype = _compute_dtype(hidden)
+        device_type = hidden.device.type
+        ctx.autocast = (
+            device_type,
+            torch.is_autocast_enabled(device_type),
+            torch.get_autocast_dtype(device_type),
+        )
         logprobs = torch.empty(n, dtype=dtype, device=hidden.device)
         entropy = torch.empty_like(logprobs)
         lse = torch.empty_like(logprobs)
@@ -95,6 +102,7 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
     def backward(ctx, grad_logprobs: Tensor | None, grad_entropy: Tensor | None):
         hidden, weight, targets, lse, entropy = ctx.saved_tensors
         chunk, tau = ctx.chunk, ctx.tau
+        device_type, autocast_on, autocast_dtype = ctx.autocast
         n = hidden.shape[0]
         want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if grad_logprobs is None:
@@ -112,7 +120,8 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
         for start in range(0, n, chunk):
             end = min(start + chunk, n)
             h = hidden[start:end]
-            z = (h @ weight.T).to(lse.dtype)
+            with torch.autocast(device_type, dtype=autocast_dtype, enabled=autocast_on):
+                z = (h @ weight.T).to(lse.dtype)
             if tau != 1.0:
                 z.div_(tau)
             g_lp = grad_logprobs[start:end].to(lse.dtype)[:, None]
