@@ -270,8 +270,9 @@ def _reversed_discounted_sums(x0: Tensor, x1: Tensor, m: Tensor, log_c: Tensor) 
         m = torch.nn.functional.pad(m, (0, padded - length))
     counts = m.reshape(batch, n_chunks, chunk).cumsum(-1)  # N_s, inclusive, per chunk
     per_chunk = counts[..., -1].clone()  # actions per chunk, (B, n_chunks)
-    grow = counts.view(batch, padded).mul_(-log_c).exp_()  # c^{-N_s} >= 1, in counts' storage
-    shrink = torch.reciprocal(grow)  # c^{N_s} <= 1
+    scaled = counts.view(batch, padded).mul_(log_c)  # N_s log c <= 0, in counts' storage
+    shrink = torch.exp(scaled)  # c^{N_s} <= 1
+    grow = scaled.neg_().exp_()  # c^{-N_s} >= 1
 
     xs = torch.empty(2, batch, padded, dtype=dtype, device=x0.device)
     if padded != length:
