@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 import typer
 
@@ -17,12 +16,12 @@ def demo_cmd(
     store: str = typer.Option(DEFAULT_STORE, "--store", help="local store directory (reused; each demo is a run)"),
     model: str = typer.Option("smollm2-135m", "--model", help="policy: smollm2-135m, a HF directory or .gguf file"),
     steps: int = typer.Option(4, "--steps", min=1, help="policy updates the trainer makes"),
-    episodes: Optional[int] = typer.Option(None, "--episodes", min=1, help="episodes the worker plays at most "
+    episodes: int | None = typer.Option(None, "--episodes", min=1, help="episodes the worker plays at most "
                                            "(default: until the trainer finishes)"),
     max_new_tokens: int = typer.Option(24, "--max-new-tokens", min=1, help="tokens per action at most"),
     batch_size: int = typer.Option(4, "--batch-size", min=1, help="trajectories per training step"),
     warmup_steps: int = typer.Option(1, "--critic-warmup-steps", min=0, help="critic-only steps first"),
-    run_id: Optional[str] = typer.Option(None, "--run-id", help="training run id (default demo-<UTC time>)"),
+    run_id: str | None = typer.Option(None, "--run-id", help="training run id (default demo-<UTC time>)"),
     seed: int = typer.Option(0, "--seed", help="seed of tasks and sampling"),
     keep_weights: bool = typer.Option(False, "--keep-weights", help="keep every published version and the "
                                       "checkpoint (about 0.5 GB per SmolLM2 version); default: only the last"),

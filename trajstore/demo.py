@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from trajstore.errors import TrajstoreError
-from trajstore.hub import SMOLLM2_ALIAS, SMOLLM2_NAME
+from trajstore.hub import SMOLLM2_ALIAS
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -325,9 +325,9 @@ def prune_weights(store: Any, run_id: str) -> int:
     checkpoints (a demo is never resumed); return the bytes freed. Local stores only."""
     import shutil
 
+    from trajstore.store import RUNS_DIR
     from trajstore.trainer.checkpoint import CHECKPOINTS_DIR
     from trajstore.trainer.publish import latest_policy_version, list_policy_versions, version_dir
-    from trajstore.store import RUNS_DIR
 
     latest = latest_policy_version(store, run_id)
     doomed = [store.path(version_dir(run_id, v)) for v in list_policy_versions(store, run_id) if v != latest]
