@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from trajstore.errors import TrajstoreError
-from trajstore.store import Store, open_store
+from trajstore.store import RUN_CONSUMED_DIR, RUNS_DIR, Store, open_store
 from trajstore.trainer import distributed as D
 from trajstore.trainer.checkpoint import (
     CheckpointError,
@@ -191,8 +191,9 @@ def setup(cfg: TrainConfig, *, resume: bool = False) -> Trainer:
     loaded = load_policy(cfg.model.name, tokenizer=cfg.model.tokenizer, tiny_vocab_size=cfg.model.tiny_vocab_size,
                          seed=cfg.model.seed)
     ckpt = load_latest_checkpoint(store, cfg.run.run_id) if resume else None
-    if not resume and load_latest_checkpoint(store, cfg.run.run_id) is not None:
-        raise CheckpointError(f"run {cfg.run.run_id!r} already has checkpoints in {store.uri}; "
+    if not resume and (load_latest_checkpoint(store, cfg.run.run_id) is not None
+                       or store.shard_paths(f"{RUNS_DIR}/{cfg.run.run_id}/{RUN_CONSUMED_DIR}")):
+        raise CheckpointError(f"run {cfg.run.run_id!r} already has checkpoints or records in {store.uri}; "
                               "pass --resume to continue it or choose another --run-id")
     behaviour = None
     if cfg.data.behaviour_logprobs == "initial-policy":
@@ -249,12 +250,10 @@ def setup(cfg: TrainConfig, *, resume: bool = False) -> Trainer:
         from trajstore.trainer.losses import value_loss as value_loss_fn
     tr = Trainer(cfg, env, store, loaded, policy, critic, optimizers, stream, recorder, state, adv_fn, scalar_fn,
                  _policy_loss(cfg), value_loss_fn, behaviour)
-    if ckpt is None:
-        _publish(tr, force=True)
-    else:
-        from trajstore.trainer.publish import latest_policy_version
-
-        tr.published = latest_policy_version(store, cfg.run.run_id)
+    # v0 on a fresh start; on resume the checkpoint's version again, so LATEST stops pointing at
+    # versions the killed process published after its last checkpoint (they are re-trained and
+    # re-published under the same numbers)
+    _publish(tr, force=True)
     return tr
 
 
@@ -517,8 +516,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, trainer: Trainer | None = N
             if tr.env.device.type == "cuda":
                 torch.cuda.synchronize(tr.env.device)
             step_s = time.perf_counter() - t0 + wait_s
-            tokens = float(D.all_reduce_sum(torch.tensor(float(sum(s.num_tokens for s in batch.samples)),
-                                                         device=tr.env.device), tr.env)) / tr.env.world_size
+            tokens = float(batch.num_tokens)  # every rank holds the whole step batch: all ranks' tokens
             metrics.update({"perf/step_s": step_s, "perf/tokens_per_s": tokens / step_s,
                             "perf/data_wait_frac": wait_s / step_s})
             rows = [r for part in D.gather_objects(consumed, tr.env) for r in part]

@@ -128,4 +128,4 @@ def test_fresh_start_on_an_existing_run_is_refused(tmp_path: Path) -> None:
     assert first.returncode == 0, first.stderr[-2000:]
     again = subprocess.run(_train_cmd(tmp_path, "x"), env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 1
-    assert again.stderr.strip().splitlines()[-1].startswith("error: run 'x' already has checkpoints")
+    assert again.stderr.strip().splitlines()[-1].startswith("error: run 'x' already has checkpoints or records")

@@ -65,3 +65,29 @@ def test_policy_logprobs_apply_the_sampling_temperature() -> None:
     ref = logits.log_softmax(-1).gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
     torch.testing.assert_close(lp, ref, atol=1e-5, rtol=1e-5)
     assert lp.shape == ent.shape == (1, 9)
+
+
+def test_local_hf_directory_loads_with_its_path_as_tokenizer_identity(tmp_path) -> None:  # noqa: ANN001
+    src = load_policy("tiny-llama", tiny_vocab_size=VOCAB)
+    src.model.save_pretrained(tmp_path / "tiny")
+    pol = load_policy(str(tmp_path / "tiny"))
+    assert pol.tokenizer == str(tmp_path / "tiny") and pol.vocab_size == VOCAB
+    for (n, a), (_, b) in zip(src.model.state_dict().items(), pol.model.state_dict().items()):
+        assert torch.equal(a, b), n
+    assert load_policy(str(tmp_path / "tiny"), tokenizer="my/tok").tokenizer == "my/tok"
+
+
+def test_unknown_model_is_a_clear_error() -> None:
+    from trajstore.errors import TrajstoreError
+
+    with pytest.raises(TrajstoreError, match="neither 'smollm2-135m', a .gguf file, nor a local"):
+        load_policy("no/such-model-dir")
+
+
+@pytest.mark.slow
+def test_smollm2_alias_loads_the_real_model_with_a_frozen_attention_critic() -> None:
+    pol = load_policy("smollm2-135m")
+    assert pol.tokenizer == "HuggingFaceTB/SmolLM2-135M-Instruct" and pol.vocab_size == 49152
+    critic = build_critic(pol.model, frozen_pattern=r"(^|\.)self_attn\.")
+    frozen = [n for n, p in critic.named_parameters() if not p.requires_grad]
+    assert len(frozen) == 4 * pol.model.config.num_hidden_layers
