@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -145,7 +145,7 @@ class TrainConfig(_Section):
     """Everything `traj train` needs; `store` is a local path or an fsspec URI."""
 
     store: str = Field(description="store URI (local path or s3://bucket/prefix)")
-    storage_options: dict[str, str] = Field(default_factory=dict, description="fsspec options (endpoint, keys); "
+    storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options (endpoint, keys); "
                                             "never written to config.json")
     model: ModelConfig
     data: DataConfig = Field(default_factory=DataConfig)
@@ -165,7 +165,7 @@ class TrainConfig(_Section):
         return json.dumps(self.model_dump(mode="json", exclude={"storage_options"}), indent=2, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json(cls, text: str, *, storage_options: dict[str, str] | None = None) -> TrainConfig:
+    def from_json(cls, text: str, *, storage_options: dict[str, Any] | None = None) -> TrainConfig:
         """Parse a saved config (e.g. from a checkpoint), re-attaching `storage_options`."""
         data = json.loads(text)
         data["storage_options"] = dict(storage_options or {})

@@ -131,3 +131,33 @@ def test_text_only_needs_opt_in_and_uses_the_initial_policy(tmp_path: Path) -> N
     assert abs(s.history[1]["ratio/mean"] - 1.0) > 1e-3
     saved = json.loads(Path(open_store(str(tmp_path)).path("runs", "yes", "config.json")).read_text())
     assert saved["data"]["behaviour_logprobs"] == "initial-policy"
+
+
+@pytest.mark.s3
+def test_train_and_resume_on_an_s3_store(s3_store_uri: tuple[str, dict]) -> None:
+    """Records, checkpoints and published policies go through fsspec to a moto S3 bucket."""
+    import pyarrow.parquet as pq
+
+    uri, opts = s3_store_uri
+    import numpy as np
+
+    from _train_synth import make_trajectory
+    from trajstore.writer import write_trajectories
+
+    rng = np.random.default_rng(0)
+    trajs = [make_trajectory(rng, trajectory_id=f"s{i}") for i in range(8)]
+    write_trajectories(uri, trajs[:4], storage_options=opts)
+    write_trajectories(uri, trajs[4:], storage_options=opts)
+    cfg = _cfg(Path("unused"), max_steps=1, warmup=0)
+    cfg.store, cfg.storage_options = uri, opts
+    assert train(cfg).steps == 1
+    cfg.run.max_steps = None
+    s = train(cfg, resume=True)  # continues from the S3 checkpoint with the remaining batch
+    assert (s.steps, s.iterations) == (2, 2)
+    store = open_store(uri, storage_options=opts)
+    ids = []
+    for path, _ in store.shard_paths("runs/r/consumed"):
+        with store.fs.open(path, "rb") as fh:
+            ids += pq.read_table(fh).column("trajectory_id").to_pylist()
+    assert sorted(ids) == sorted(t.trajectory_id for t in trajs)
+    assert list_policy_versions(store, "r") == [0, 1, 2]
