@@ -77,7 +77,13 @@ def test_demo_runs_the_asynchronous_loop(demo_run):
     # the store holds the foreign row plus every episode
     t = read_trajectories(result.store, columns=["trajectory_id", "source"])
     assert t.num_rows == len(result.episodes) + 1
-    assert os.path.exists(os.path.join(result.store, "runs", cfg.run_id, "trainer.log"))
+    run_dir = os.path.join(result.store, "runs", cfg.run_id)
+    assert os.path.exists(os.path.join(run_dir, "trainer.log"))
+    with open(os.path.join(run_dir, "demo-config.json")) as fh:
+        assert DemoConfig.model_validate_json(fh.read()) == cfg
+    with open(os.path.join(run_dir, "config.json")) as fh:  # the trainer's resolved config
+        saved = json.load(fh)
+    assert (saved["run"]["max_steps"], saved["data"]["batch_size"]) == (cfg.steps, cfg.batch_size)
 
 
 def test_trainer_failure_is_reported_with_its_log(demo_run):

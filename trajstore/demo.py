@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 DEFAULT_STORE = "demo-store"
 TRAINER_LOG_FILE = "trainer.log"
 """The trainer child's stdout and stderr, kept at ``runs/<run_id>/trainer.log`` in the store."""
+DEMO_CONFIG_FILE = "demo-config.json"
+"""The resolved :class:`DemoConfig`, saved at ``runs/<run_id>/demo-config.json``."""
+DEMO_TRAIN_CONFIG_FILE = "demo-train-config.json"
+"""The :class:`~trajstore.trainer.config.TrainConfig` handed to the trainer child (the trainer
+also saves its own resolved copy as ``runs/<run_id>/config.json``)."""
 
 
 class DemoError(TrajstoreError):
@@ -62,8 +67,8 @@ class DemoConfig(BaseModel):
     max_new_tokens: int = Field(24, ge=1, description="tokens per action at most")
     max_turns: int = Field(4, ge=3, description="guesses per episode (turns)")
     high: int = Field(20, ge=2, description="the hidden number is in [1, high]")
-    policy_lr: float = Field(1e-5, gt=0, description="policy learning rate (higher than SAO's 1e-6 so a few "
-                                                     "steps move the policy visibly)")
+    policy_lr: float = Field(1e-5, gt=0, description="policy learning rate (10x SAO's 1e-6: over a few "
+                                                     "steps SAO's rate leaves every ratio at 1.000)")
     critic_lr: float = Field(5e-5, gt=0, description="critic learning rate")
     keep_weights: bool = Field(False, description="keep every published policy version and the trainer's "
                                                   "checkpoint (about 0.5 GB per SmolLM2 version, 2 GB per "
@@ -233,6 +238,7 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
     run_dir = Path(store.path(RUNS_DIR, run_id))
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / TRAINER_LOG_FILE
+    (run_dir / DEMO_CONFIG_FILE).write_text(cfg.model_copy(update={"run_id": run_id}).model_dump_json(indent=2))
     say = console.print if console is not None else (lambda *a, **k: None)
 
     cores = _cpu_count()
@@ -250,7 +256,7 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
                          tokenizer=_tokenizer_identity(cfg) if tiny else None)
     model = policy.model.eval()
     tcfg = train_config(cfg, run_id, store.uri)
-    trainer = _start_trainer(tcfg, run_dir / "demo-train-config.json", log_path, trainer_threads)
+    trainer = _start_trainer(tcfg, run_dir / DEMO_TRAIN_CONFIG_FILE, log_path, trainer_threads)
     say(f"trainer started (pid {trainer.pid}, log {log_path}); it trains {cfg.steps} policy steps of "
         f"{cfg.batch_size} trajectories after {cfg.critic_warmup_steps} critic warm-up step(s)")
 
