@@ -161,3 +161,17 @@ def test_train_and_resume_on_an_s3_store(s3_store_uri: tuple[str, dict]) -> None
             ids += pq.read_table(fh).column("trajectory_id").to_pylist()
     assert sorted(ids) == sorted(t.trajectory_id for t in trajs)
     assert list_policy_versions(store, "r") == [0, 1, 2]
+
+
+def test_tensorboard_events_are_written_next_to_the_records(tmp_path: Path) -> None:
+    write_synthetic_store(tmp_path, 4)
+    cfg = _cfg(tmp_path, max_steps=1, warmup=0)
+    cfg.run.tensorboard = True
+    train(cfg)
+    events = list((tmp_path / "runs" / "r" / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(events[0].parent))
+    acc.Reload()
+    assert {"policy/loss", "value/explained_variance", "perf/tokens_per_s"} <= set(acc.Tags()["scalars"])
