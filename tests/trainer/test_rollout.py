@@ -144,6 +144,17 @@ def recompute_logprobs(model, tokens: np.ndarray) -> np.ndarray:
     return np.concatenate([[np.nan], lp.numpy()])
 
 
+def trainer_logprobs(model, tokens: np.ndarray) -> np.ndarray:
+    """The same quantity through the trainer's PolicyLogprobs (temperature 1); [0] = nan."""
+    from trajstore.trainer.models import PolicyLogprobs
+
+    ids = torch.tensor(tokens[None], dtype=torch.long)
+    L = ids.shape[1] - 1
+    with torch.no_grad():
+        lp, _ = PolicyLogprobs(model)(ids[:, :-1], torch.arange(L)[None], ids[:, 1:], torch.ones((1, L)))
+    return np.concatenate([[np.nan], lp[0].numpy()])
+
+
 def test_sample_action_stops_and_limits():
     from trajstore.trainer.rollout import SamplingConfig, sample_action
 
@@ -227,8 +238,11 @@ def test_worker_writes_valid_trajectories_and_follows_published_versions(tmp_sto
                 assert (sp["policy_version"], sp["temperature"], sp["top_p"], sp["top_k"], sp["max_tokens"]) == (
                     s.policy_versions[0], 1.0, 1.0, -1, 6)
         assert np.isnan(stored[~action]).all()
-        # at unchanged weights the trainer-side log-prob equals the captured one
+        # at unchanged weights the trainer-side log-prob equals the captured one: both a plain
+        # full forward and the trainer's own PolicyLogprobs module (chunked, temperature-scaled)
         np.testing.assert_allclose(stored[action], recomputed[action], atol=1e-4)
+        np.testing.assert_allclose(stored[action], trainer_logprobs(weights[s.policy_versions[0]], tokens)[action],
+                                   atol=1e-4)
         assert not math.isnan(recomputed[action].sum())
 
 
