@@ -17,6 +17,13 @@ import math
 import torch
 from torch import Tensor
 
+# The trajectory-level baselines live in baselines.py; they are re-exported here because the
+# issue names this module for the advantage estimators.
+from trajstore.trainer.baselines import (
+    RunningMeanBaseline,
+    grpo_advantages,
+    make_trajectory_baseline,
+)
 from trajstore.trainer.types import GAEResult, SAOTargets
 
 __all__ = [
@@ -25,6 +32,9 @@ __all__ = [
     "skip_observation_gae",
     "skip_observation_gae_reference",
     "sao_targets",
+    "grpo_advantages",
+    "RunningMeanBaseline",
+    "make_trajectory_baseline",
 ]
 
 LAMBDA_CRITIC = 1.0
@@ -47,7 +57,7 @@ def length_adaptive_lambda(num_action_tokens: Tensor | int, alpha: float = 1.5) 
     ``l`` = number of action tokens of the trajectory.
 
     Clamp (our choice; the paper leaves it open): ``l`` is clamped to ``>= 1`` (a row with no
-    action token has nothing for lambda to act on), and the result to ``[0, 1)``. With the
+    action token has nothing for lambda to act on), and the result to ``[0, 1]``. With the
     default ``alpha = 1.5`` only the lower clamp of ``l`` can bind (``l = 1`` gives 1/3); the
     clamp at 0 matters only for ``alpha < 1``.
 
@@ -57,7 +67,8 @@ def length_adaptive_lambda(num_action_tokens: Tensor | int, alpha: float = 1.5) 
         alpha: > 0, dimensionless.
 
     Returns:
-        ``(B,)`` float32 tensor (``()`` for an int input) of lambdas in ``[0, 1)``.
+        ``(B,)`` float32 tensor (``()`` for an int input) of lambdas in ``[0, 1]`` (below 1
+        except that float32 rounds it to 1 beyond ~10^7 action tokens).
 
     Raises:
         ValueError: ``alpha <= 0``.
