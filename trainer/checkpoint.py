@@ -48,14 +48,15 @@ class TrainerState:
         iteration: batches fully trained (warm-up included); the next batch is this index.
         step: policy updates done (the next policy step's index).
         version: current policy version (v0 = initial weights; +1 per policy update).
-        baseline: running-mean reward baseline (reward units), None until first update.
+        baseline: the running-mean baseline's window of past rewards (reward units, oldest
+            first), None when that baseline is not used.
         cursor: data cursor after the last trained batch.
     """
 
     iteration: int
     step: int
     version: int
-    baseline: float | None
+    baseline: list[float] | None
     cursor: DataCursor
 
     def to_json(self) -> str:

@@ -112,8 +112,8 @@ class AlgoConfig(_Section):
                                                            "policy updates start (SAO: 10)")
     value_clip: float | None = Field(None, description="clip of the new value around the step's old value "
                                                        "(reward units); None = plain squared error")
-    running_mean_momentum: float = Field(0.9, ge=0, lt=1, description="running-mean baseline: weight of the "
-                                                                      "old mean per step")
+    running_mean_window: int = Field(128, ge=1, description="running-mean baseline: trajectories in the "
+                                                            "window of past rewards")
 
 
 class RunConfig(_Section):

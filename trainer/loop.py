@@ -113,31 +113,31 @@ def scalar_advantages(_cfg: TrainConfig) -> AdvantageFn:
     return fn
 
 
-def _scalar_baseline_fn(cfg: TrainConfig) -> Callable[[list[Sample], TrainerState], dict[str, float]]:
-    """Per-trajectory scalar advantages for the baselines, from the global step batch."""
-    from trajstore.trainer import baselines
+def _scalar_baseline_fn(cfg: TrainConfig, state: TrainerState) -> Callable[[list[Sample], TrainerState], dict[str, float]]:
+    """Per-trajectory scalar advantages for the baselines (trainer.baselines), computed on the
+    global step batch; the running mean's window lives in ``state.baseline`` (checkpointed)."""
+    from trajstore.trainer.baselines import RunningMeanBaseline, make_trajectory_baseline
 
-    if cfg.algo.advantage == "grpo":
-        def grpo(samples: list[Sample], _state: TrainerState) -> dict[str, float]:
+    baseline = make_trajectory_baseline(cfg.algo.advantage, window=cfg.algo.running_mean_window)
+    if isinstance(baseline, RunningMeanBaseline) and state.baseline is not None:
+        baseline.load_state_dict({"history": torch.tensor(state.baseline, dtype=torch.float64)})
+
+    def fn(samples: list[Sample], st: TrainerState) -> dict[str, float]:
+        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
+        group_ids = None
+        if cfg.algo.advantage == "grpo":
             missing = [s.trajectory_id for s in samples if s.group_id is None]
             if missing:
                 raise TrajstoreError(f"--advantage grpo needs group_id on every trajectory; "
                                      f"{missing[0]!r} has none")
-            groups = sorted({s.group_id for s in samples})
-            gidx = torch.tensor([groups.index(s.group_id) for s in samples])
-            adv = baselines.grpo_advantages(torch.tensor([s.reward for s in samples]), gidx)
-            return {s.trajectory_id: float(a) for s, a in zip(samples, adv)}
-        return grpo
+            labels = {g: i for i, g in enumerate(sorted({s.group_id for s in samples}))}
+            group_ids = torch.tensor([labels[s.group_id] for s in samples])
+        adv = baseline(rewards, group_ids)
+        if isinstance(baseline, RunningMeanBaseline):
+            st.baseline = baseline.state_dict()["history"].tolist()
+        return {s.trajectory_id: float(a) for s, a in zip(samples, adv)}
 
-    def running_mean(samples: list[Sample], state: TrainerState) -> dict[str, float]:
-        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
-        base = float(rewards.mean()) if state.baseline is None else state.baseline
-        out = {s.trajectory_id: float(r - base) for s, r in zip(samples, rewards)}
-        m = cfg.algo.running_mean_momentum
-        state.baseline = m * base + (1 - m) * float(rewards.mean())
-        return out
-
-    return running_mean
+    return fn
 
 
 # -- setup -------------------------------------------------------------------------------------
@@ -244,7 +244,7 @@ def setup(cfg: TrainConfig, *, resume: bool = False) -> Trainer:
     if cfg.algo.advantage == "sao-gae":
         adv_fn, scalar_fn = sao_gae_advantages(cfg), None
     else:
-        adv_fn, scalar_fn = scalar_advantages(cfg), _scalar_baseline_fn(cfg)
+        adv_fn, scalar_fn = scalar_advantages(cfg), _scalar_baseline_fn(cfg, state)
     value_loss_fn = None
     if critic is not None:
         from trajstore.trainer.losses import value_loss as value_loss_fn

@@ -28,7 +28,7 @@ TRAJ = [sys.executable, "-c", "from trajstore.cli.main import app; app()"]
 
 
 def _state(it: int) -> TrainerState:
-    return TrainerState(iteration=it, step=it - 1, version=it - 1, baseline=0.5,
+    return TrainerState(iteration=it, step=it - 1, version=it - 1, baseline=[0.5, 1.0],
                         cursor=DataCursor(["a.parquet"], "b.parquet", it))
 
 
