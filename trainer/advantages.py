@@ -46,7 +46,7 @@ _EXPONENT_BUDGET_NATS = {torch.float32: 60.0, torch.float64: 600.0}
 # gamma * lambda == 0 is run as exp(_LOG_C_FLOOR); the contribution of the next action is then
 # below exp(-80) ~ 2e-35 of it, far below float32 resolution.
 _LOG_C_FLOOR = {torch.float32: -80.0, torch.float64: -700.0}
-_MAX_CHUNK = 1024  # tokens per chunk of the first scan level
+_MAX_CHUNK = 128  # tokens per chunk of the first scan level
 _BLOCK = 32  # elements per block of the upper scan levels (explicit transfer matrices)
 
 
@@ -96,8 +96,10 @@ def _check_inputs(
     if isinstance(lam, Tensor):
         if lam.dim() > 1 or (lam.dim() == 1 and lam.shape[0] != rewards.shape[0]):
             raise ValueError(f"lam must be a float or a (B,) tensor, got {tuple(lam.shape)}")
-        if bool(((lam < 0) | (lam > 1) | lam.isnan()).any()):
-            raise ValueError("lam must lie in [0, 1]")
+        if lam.numel():
+            low, high = (float(x) for x in torch.aminmax(lam))
+            if not (0.0 <= low and high <= 1.0):  # NaN fails too
+                raise ValueError(f"lam must lie in [0, 1], got values in [{low}, {high}]")
     elif not 0.0 <= lam <= 1.0:
         raise ValueError(f"lam must be in [0, 1], got {lam}")
 
@@ -220,26 +222,23 @@ def skip_observation_gae(
     batch, length = r.shape
     if batch == 0 or length == 0:
         return GAEResult(torch.zeros_like(r), torch.zeros_like(r))
-    # Fast exact checks; the slow locator only runs when one fails (it raises, or the failure
-    # came from a NaN reward on an action token, which then simply propagates).
-    mask_ok = action_mask.dtype == torch.bool or torch.equal(m * m, m)
-    if not (mask_ok and torch.equal(r * m, r)):
+    # Fast exact checks (a sum of |x| is 0 exactly when every x is 0; NaN and inf show up);
+    # the slow locator only runs when one fails: it raises, or the failure came from a non-finite
+    # reward on an action token, which then simply propagates.
+    scratch = torch.addcmul(r, r, m, value=-1.0)  # r - r m: rewards off action tokens
+    ok = float(scratch.abs_().sum()) == 0.0
+    if ok and action_mask.dtype != torch.bool:
+        torch.addcmul(m, m, m, value=-1.0, out=scratch)  # m - m^2: zero only for 0 and 1
+        ok = float(scratch.abs_().sum()) == 0.0
+    if not ok:
         _raise_if_bad_mask_or_rewards(r, m)
-    v_act = v * m  # values at action tokens, 0 elsewhere ...
-    if not bool(torch.isfinite(v_act.sum())):  # ... unless inf/NaN sat at a non-action token
-        v_act = torch.where(m != 0, v, 0.0)
-
     lam_b = _lambda_per_row(lam, batch, dtype, r.device)
     log_c = torch.log(gamma * lam_b).clamp(min=_LOG_C_FLOOR[dtype]).view(batch, 1)
-    # Solved on time-reversed rows (s = T - 1 - t), where both recursions run forwards.
-    m_rev = m.flip(-1)
-    z = _reversed_discounted_sums(r.flip(-1), v_act.flip(-1), m_rev, log_c)
-    # R_t = G_t + gamma (1 - lambda) F_{t+1}; reversed, F_{t+1} is F at s - 1 (0 for s = 0)
-    returns_rev = z[0]
-    returns_rev[:, 1:].addcmul_((gamma * (1.0 - lam_b)).view(batch, 1), z[1][:, :-1])
-    returns = returns_rev.mul_(m_rev).flip(-1)
-    advantages = returns - v_act
-    return GAEResult(advantages, returns)
+    k = (gamma * (1.0 - lam_b)).view(batch, 1)
+    chunk = _chunk_size(log_c, dtype)
+    if chunk == 1:  # gamma * lambda so small that no rescaling is safe
+        return _gae_by_blocks(r, v, m, log_c, k)
+    return _gae_by_active_chunks(r, v, m, log_c, k, chunk)
 
 
 def _chunk_size(log_c: Tensor, dtype: torch.dtype) -> int:
@@ -253,52 +252,107 @@ def _chunk_size(log_c: Tensor, dtype: torch.dtype) -> int:
     return min(_MAX_CHUNK, 2 ** int(math.floor(math.log2(fit))))
 
 
-def _reversed_discounted_sums(x0: Tensor, x1: Tensor, m: Tensor, log_c: Tensor) -> Tensor:
-    """Solve ``Z_s = x_s + c^{m_s} Z_{s-1}`` (``Z_{-1} = 0``) for two channels at once.
+def _values_at_actions(v: Tensor, m: Tensor) -> Tensor:
+    """``v`` at action tokens, exactly 0 elsewhere, even where ``v`` is inf or NaN."""
+    out = v * m
+    if not bool(torch.isfinite(out.sum())):
+        out = torch.where(m != 0, v, 0.0)
+    return out
+
+
+def _gae_by_active_chunks(
+    r: Tensor, v: Tensor, m: Tensor, log_c: Tensor, k: Tensor, chunk: int
+) -> GAEResult:
+    """The fast path of :func:`skip_observation_gae`.
 
     Args:
-        x0, x1: ``(B, S)``, zero where ``m == 0``.
-        m: ``(B, S)`` 0/1 action mask.
+        r, v, m: ``(B, T)`` rewards (0 off actions), values, 0/1 action mask.
         log_c: ``(B, 1)`` finite ``log(gamma * lambda) <= 0``.
+        k: ``(B, 1)`` ``gamma * (1 - lambda)``.
+        chunk: tokens per chunk, with ``chunk * |log c|`` within the exponent budget.
 
-    Returns:
-        ``(2, B, S)`` (a fresh tensor the caller may overwrite).
-
-    Inside a chunk, with ``N_s`` the inclusive count of actions from the chunk start,
-    ``Z_s = c^{N_s} (cumsum_{u<=s} c^{-N_u} x_u + Z_before_chunk)``; the chunk length keeps
-    ``c^{-N}`` within range. The values before each chunk come from :func:`_block_scan` on the
-    chunk totals.
+    Rows are cut into chunks; a chunk without an action token is the identity for both running
+    sums and gets zero outputs, so only chunks that hold an action token are gathered and
+    computed (about a quarter of them in agent trajectories). Each is solved on reversed time
+    (``s = T - 1 - t``), where ``Z_s = x_s + c^{m_s} Z_{s-1}`` runs forwards: with ``N_s`` the
+    inclusive count of actions from the chunk's start, ``Z_s = c^{N_s} (cumsum_{u <= s}
+    c^{-N_u} x_u + Z_before_chunk)``. ``Z_before_chunk`` comes from :func:`_block_scan` over
+    each row's active chunks.
     """
     batch, length = m.shape
-    dtype = x0.dtype
-    chunk = _chunk_size(log_c, dtype)
-    if chunk == 1:  # gamma * lambda so small that no rescaling is safe: all by blocks
-        return _block_scan(torch.stack((x0, x1)), m, log_c)
+    dtype = m.dtype
     chunk = min(chunk, 1 << max(0, (length - 1).bit_length()))  # no wider than the row
     n_chunks = -(-length // chunk)
     padded = n_chunks * chunk
     if padded != length:
-        m = torch.nn.functional.pad(m, (0, padded - length))
-    counts = m.reshape(batch, n_chunks, chunk).cumsum(-1)  # N_s, inclusive, per chunk
-    per_chunk = counts[..., -1].clone()  # actions per chunk, (B, n_chunks)
-    scaled = counts.view(batch, padded).mul_(log_c)  # N_s log c <= 0, in counts' storage
+        r, v, m = (torch.nn.functional.pad(x, (0, padded - length)) for x in (r, v, m))
+    # chunks holding an action token, each row's taken from its end backwards
+    has_action = m.view(batch, n_chunks, chunk).sum(-1).flip(-1) > 0  # (B, n_chunks)
+    row, back = has_action.nonzero(as_tuple=True)  # (K,) each
+    if row.numel() == 0:
+        zeros = torch.zeros(batch, length, dtype=dtype, device=m.device)
+        return GAEResult(zeros, zeros.clone())
+    src = row * n_chunks + (n_chunks - 1 - back)  # chunk index in (B * n_chunks)
+    rank = (has_action.cumsum(-1) - 1)[row, back]  # position among the row's active chunks
+    width = int(has_action.sum(-1).max())
+
+    def gather(x: Tensor) -> Tensor:
+        return x.reshape(batch * n_chunks, chunk).index_select(0, src)  # (K, chunk)
+
+    m_a = gather(m)
+    v_a = _values_at_actions(gather(v), m_a)
+    m_rev = m_a.flip(-1)
+    log_c_a, k_a = log_c[row], k[row]  # (K, 1) each
+
+    counts = m_rev.cumsum(-1)  # N_s
+    per_chunk = counts[:, -1].clone()  # actions per chunk, (K,)
+    scaled = counts.mul_(log_c_a)  # N_s log c <= 0, in counts' storage
     shrink = torch.exp(scaled)  # c^{N_s} <= 1
     grow = scaled.neg_().exp_()  # c^{-N_s} >= 1
+    xs = torch.empty(2, row.numel(), chunk, dtype=dtype, device=m.device)
+    torch.mul(gather(r).flip(-1), grow, out=xs[0])
+    torch.mul(v_a.flip(-1), grow, out=xs[1])
+    q = xs.cumsum_(-1)
 
-    xs = torch.empty(2, batch, padded, dtype=dtype, device=x0.device)
-    if padded != length:
-        xs[..., length:] = 0
-    torch.mul(x0, grow[:, :length], out=xs[0, :, :length])
-    torch.mul(x1, grow[:, :length], out=xs[1, :, :length])
-    q = xs.view(2, batch, n_chunks, chunk).cumsum_(-1)  # in place on xs
-    # Z at each chunk end without what came before the chunk, then the chunk-level recursion
-    # Z_end_q = c^{cnt_q} Q_end_q + c^{cnt_q} Z_end_{q-1}.
-    decay = torch.exp(per_chunk * log_c)  # (B, n_chunks)
-    ends = _block_scan(q[..., -1] * decay, per_chunk, log_c)  # (2, B, n_chunks)
+    # Chunk level, per row over its active chunks (padded to `width` with identities):
+    # Z_end_j = c^{cnt_j} Q_end_j + c^{cnt_j} Z_end_{j-1}.
+    slot = row * width + rank
+    ends_in = torch.zeros(2, batch * width, dtype=dtype, device=m.device)
+    ends_in[:, slot] = q[..., -1] * torch.exp(per_chunk * log_c_a.squeeze(1))
+    exps = torch.zeros(batch * width, dtype=dtype, device=m.device)
+    exps[slot] = per_chunk
+    ends = _block_scan(ends_in.view(2, batch, width), exps.view(batch, width), log_c)
     before = torch.zeros_like(ends)
     before[..., 1:] = ends[..., :-1]
-    z = q.add_(before.unsqueeze(-1)).view(2, batch, padded).mul_(shrink)
-    return z[..., :length]
+    carry = before.reshape(2, batch * width)[:, slot]  # Z just before each chunk, (2, K)
+    z = q.add_(carry.unsqueeze(-1)).mul_(shrink)  # G (z[0]) and F (z[1]), reversed in-chunk
+
+    # R_t = G_t + gamma (1 - lambda) F_{t+1}; reversed, F_{t+1} is F at s - 1, which for the
+    # chunk's first position is the carry.
+    returns_rev = z[0]
+    returns_rev[:, 1:].addcmul_(k_a, z[1][:, :-1])
+    returns_rev[:, 0].addcmul_(k_a.squeeze(1), carry[1])
+    returns_a = returns_rev.mul_(m_rev).flip(-1)
+    out = torch.zeros(2, batch * n_chunks, chunk, dtype=dtype, device=m.device)
+    out[0].index_copy_(0, src, returns_a - v_a)
+    out[1].index_copy_(0, src, returns_a)
+    out = out.view(2, batch, padded)
+    if padded != length:
+        out = out[..., :length].contiguous()
+    return GAEResult(out[0], out[1])
+
+
+def _gae_by_blocks(r: Tensor, v: Tensor, m: Tensor, log_c: Tensor, k: Tensor) -> GAEResult:
+    """:func:`skip_observation_gae` for ``gamma * lambda`` too small for in-chunk rescaling:
+    every token goes through :func:`_block_scan` (correct for any ``c``, slower). Arguments as
+    :func:`_gae_by_active_chunks`."""
+    v_act = _values_at_actions(v, m)
+    m_rev = m.flip(-1)
+    z = _block_scan(torch.stack((r, v_act)).flip(-1), m_rev, log_c)
+    returns_rev = z[0]
+    returns_rev[:, 1:].addcmul_(k, z[1][:, :-1])
+    returns = returns_rev.mul_(m_rev).flip(-1)
+    return GAEResult(returns - v_act, returns)
 
 
 def _block_scan(a: Tensor, e: Tensor, log_c: Tensor) -> Tensor:
