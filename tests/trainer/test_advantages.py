@@ -147,6 +147,21 @@ def test_fast_float32_matches_float64_reference_on_long_rows(gamma, lam):
     torch.testing.assert_close(fast.returns.double(), ref.returns, rtol=0, atol=2e-5 * scale)
 
 
+@pytest.mark.parametrize("gamma, lam", [(1.0, 0.999), (0.99, 0.5)])
+def test_fast_equals_reference_on_dense_long_rows(gamma, lam):
+    # every token an action (no chunk skipped) over thousands of tokens: the chunk-level
+    # recursion then spans several blocks and recurses
+    gen = torch.Generator().manual_seed(11)
+    mask = torch.ones(2, 9000, dtype=f64)
+    mask[1, 8000:] = 0  # padding
+    rewards = torch.randn(2, 9000, generator=gen, dtype=f64) * mask
+    values = torch.randn(2, 9000, generator=gen, dtype=f64)
+    fast = skip_observation_gae(rewards, values, mask, gamma, lam)
+    ref = skip_observation_gae_reference(rewards, values, mask, gamma, lam)
+    torch.testing.assert_close(fast.advantages, ref.advantages, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(fast.returns, ref.returns, rtol=1e-9, atol=1e-9)
+
+
 def _compress(x: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
     return [x[b][mask[b] != 0] for b in range(x.shape[0])]
 
