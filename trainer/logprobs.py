@@ -18,8 +18,9 @@ __all__ = [
 ]
 
 DEFAULT_CHUNK_TOKENS = 1024
-"""Tokens per chunk; peak extra memory is about 3 x chunk x V float32 values
-(1024 x 49,152 -> ~600 MB), against >= 3 x N x V for the full logits."""
+"""Tokens per chunk. Peak extra memory is about two float32 (chunk, V) buffers plus the weight
+gradient (1024 x 49,152 x 4 B = 192 MiB each; measured +438 MiB at H = 576 in bench/math.py),
+against several (N, V) buffers for the full logits."""
 
 
 def _compute_dtype(hidden: Tensor) -> torch.dtype:
@@ -168,7 +169,7 @@ def token_logprobs_and_entropy(
     comparable with the engine's (SAO.md, mechanism 1: DIS ratios).
 
     Memory: the backward pass recomputes each chunk's logits instead of saving them, so the
-    peak extra memory is O(chunk_size x V) (about 3 float32 buffers of that size) instead of
+    peak extra memory is O(chunk_size x V) (about 2 float32 buffers of that size) instead of
     O(N x V); the cost is one extra (chunk x H x V) matmul per chunk.
 
     Args:
