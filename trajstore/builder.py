@@ -56,6 +56,9 @@ class TrajectoryBuilder:
         ids = np.asarray(ids)
         if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
             raise ValueError(f"{kind} token ids must be a 1-D sequence of integers")
+        if ids.size and (ids.max() > np.iinfo(np.int32).max or ids.min() < np.iinfo(np.int32).min):
+            bad = int(np.flatnonzero((ids > np.iinfo(np.int32).max) | (ids < np.iinfo(np.int32).min))[0])
+            raise ValueError(f"{kind} token ids must fit in int32 (token_ids[{bad}] = {ids[bad]})")
         ids = ids.astype(np.int32)
         if lps is None:
             lps = np.full(len(ids), np.nan, dtype=np.float32)

@@ -23,8 +23,9 @@ def _as_int32(v: Any) -> np.ndarray:
         raise ValueError(f"expected a 1-D sequence of token ids, got shape {arr.shape}")
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"token ids must be integers, got dtype {arr.dtype}")
-    if arr.size and (arr.max() > np.iinfo(np.int32).max):
-        raise ValueError("token id does not fit in int32")
+    if arr.size and (arr.max() > np.iinfo(np.int32).max or arr.min() < np.iinfo(np.int32).min):
+        bad = int(np.flatnonzero((arr > np.iinfo(np.int32).max) | (arr < np.iinfo(np.int32).min))[0])
+        raise ValueError(f"token id does not fit in int32 (tokens[{bad}] = {arr[bad]})")
     return arr.astype(np.int32, copy=False)
 
 

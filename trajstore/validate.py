@@ -3,6 +3,7 @@ together in one :class:`~trajstore.errors.TrajectoryValidationError`."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -13,6 +14,10 @@ from trajstore.models import Trajectory
 from trajstore.schema import LOGPROB_SOURCES, SPAN_KINDS, STATUSES, TOKEN_SOURCES
 
 TRAJECTORY_ID_MAX_CHARS = 200
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_TRAJECTORY_STR_FIELDS = ("prompt_id", "group_id", "source", "model", "tokenizer", "reward_raw")
+_SPAN_STR_FIELDS = ("role", "call_id", "cause_id", "finish_reason", "sampling_params")
+_SPAN_INT64_FIELDS = ("start", "end", "policy_version", "top_k", "max_tokens")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:=+-]*$")
 
 
@@ -32,6 +37,43 @@ def check_trajectory_id(trajectory_id: str | None) -> list[Violation]:
     return []
 
 
+def _not_utf8(value: str | None) -> bool:
+    """True when `value` cannot be stored as an Arrow/Parquet string (e.g. lone surrogates)."""
+    if value is None:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _storability_violations(traj: Trajectory) -> list[Violation]:
+    """Values the models accept but Arrow cannot store: strings that are not valid UTF-8,
+    integers outside int64, metadata that is not JSON-serialisable. Caught here so that one
+    such trajectory can never fail a later flush (and block the writer's whole buffer)."""
+    v: list[Violation] = []
+    for name in _TRAJECTORY_STR_FIELDS:
+        if _not_utf8(getattr(traj, name)):
+            v.append(Violation(name, "is not valid UTF-8 (lone surrogate?)"))
+    if traj.metadata:
+        try:
+            json.dumps(traj.metadata, sort_keys=True, default=str)
+        except (TypeError, ValueError, RecursionError) as e:
+            v.append(Violation("metadata", f"is not JSON-serialisable: {e}"))
+    for i, s in enumerate(traj.spans):
+        for name in _SPAN_STR_FIELDS:
+            if _not_utf8(getattr(s, name)):
+                v.append(Violation(f"spans[{i}].{name}", "is not valid UTF-8 (lone surrogate?)"))
+        if s.tool_call_ids and any(_not_utf8(x) for x in s.tool_call_ids):
+            v.append(Violation(f"spans[{i}].tool_call_ids", "is not valid UTF-8 (lone surrogate?)"))
+        for name in _SPAN_INT64_FIELDS:
+            x = getattr(s, name)
+            if x is not None and not (_INT64_MIN <= x <= _INT64_MAX):
+                v.append(Violation(f"spans[{i}].{name}", f"{x} does not fit in int64"))
+    return v
+
+
 def find_violations(traj: Trajectory) -> list[Violation]:
     """All schema-v1 rules ``traj`` breaks, in a stable order; empty when it is valid."""
     v: list[Violation] = check_trajectory_id(traj.trajectory_id)
@@ -47,6 +89,7 @@ def find_violations(traj: Trajectory) -> list[Violation]:
         v.append(Violation("logprob_source", "retokenized trajectories cannot carry engine log-probs"))
     if traj.reward is not None and not math.isfinite(traj.reward):
         v.append(Violation("reward", f"must be finite or null, got {traj.reward}"))
+    v += _storability_violations(traj)
 
     tokens, logprobs = traj.tokens, traj.logprobs
     n = len(tokens)

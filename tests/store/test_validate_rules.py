@@ -190,3 +190,53 @@ def test_token_ids_must_fit_int32() -> None:
         Trajectory(**_base(tokens=[1, 2, 3, 4, 5, 2**31]))
     with pytest.raises(ValidationError, match="integers"):
         Trajectory(**_base(tokens=np.array([1.0, 2, 3, 4, 5, 6])))
+
+
+def test_token_ids_below_int32_do_not_wrap() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"int32 \(tokens\[5\]"):
+        Trajectory(**_base(tokens=[1, 2, 3, 4, 5, -(2**40)]))
+
+
+@pytest.mark.parametrize("ids", [[2**40, 5], [2**32 + 5], np.array([2**63], dtype=np.uint64), [-(2**32)]])
+def test_builder_refuses_ids_outside_int32_instead_of_wrapping(ids: Any) -> None:
+    from trajstore import TrajectoryBuilder
+
+    b = TrajectoryBuilder(trajectory_id="wrap")
+    with pytest.raises(ValueError, match="must fit in int32"):
+        b.add_prompt(ids)
+    assert b.num_tokens == 0
+
+
+_circular: dict[str, Any] = {}
+_circular["self"] = _circular
+
+# Values the models accept but Arrow cannot store: each used to fail only at flush time,
+# which left the bad record in the writer's buffer and made every later flush fail too.
+UNSTORABLE: list[tuple[str, dict[str, Any], str, str]] = [
+    ("policy version beyond int64", dict(spans=_spans(("prompt", 0, 2), ("observation", 5, 6))[:1] + [
+        dict(kind="action", start=2, end=5, policy_version=2**70), dict(kind="observation", start=5, end=6)]),
+     "spans[1].policy_version", "does not fit in int64"),
+    ("max_tokens beyond int64", dict(spans=_spans(("prompt", 0, 2), ("action", 2, 5), ("observation", 5, 6),
+                                                  max_tokens=2**64)),
+     "spans[1].max_tokens", "does not fit in int64"),
+    ("lone surrogate in model", dict(model="\ud800"), "model", "UTF-8"),
+    ("lone surrogate in call_id", dict(spans=_spans(("prompt", 0, 2), ("action", 2, 5), ("observation", 5, 6),
+                                                    call_id="\udcff")),
+     "spans[1].call_id", "UTF-8"),
+    ("circular metadata", dict(metadata=_circular), "metadata", "not JSON-serialisable"),
+]
+
+
+@pytest.mark.parametrize(("update", "field", "fragment"), [c[1:] for c in UNSTORABLE], ids=[c[0] for c in UNSTORABLE])
+def test_unstorable_values_are_refused_at_write_and_do_not_block_the_writer(
+        tmp_store: str, update: dict[str, Any], field: str, fragment: str) -> None:
+    bad = Trajectory(**_base(trajectory_id="bad-one", **update))
+    assert any(v.field == field and fragment in v.message for v in find_violations(bad)), find_violations(bad)
+    with StoreWriter(tmp_store, flush_rows=2, flush_seconds=None) as w:
+        w.write(Trajectory(**_base(trajectory_id="good-1")))
+        with pytest.raises(TrajectoryValidationError, match="bad-one"):
+            w.write(bad)
+        w.write(Trajectory(**_base(trajectory_id="good-2")))
+    assert read_trajectories(tmp_store).column("trajectory_id").to_pylist() == ["good-1", "good-2"]
