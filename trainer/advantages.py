@@ -379,8 +379,7 @@ def _block_scan(a: Tensor, e: Tensor, log_c: Tensor) -> Tensor:
         e = torch.nn.functional.pad(e, (0, padded - size))
     exps = e.reshape(batch, n_blocks, block).cumsum(-1)  # E_s
     diff = exps.unsqueeze(-1) - exps.unsqueeze(-2)  # [s, u] = E_s - E_u
-    lower = torch.ones(block, block, dtype=a.dtype, device=a.device).tril_()
-    transfer = torch.exp(diff.clamp_(min=0).mul_(log_c.view(batch, 1, 1, 1))).mul_(lower)
+    transfer = torch.exp(diff.clamp_(min=0).mul_(log_c.view(batch, 1, 1, 1))).tril_()
     a4 = a.reshape(channels, batch, n_blocks, 1, block)
     z = (transfer * a4).sum(-1)  # (K, B, n_blocks, block): z_s = sum_u M[s, u] a_u
     if n_blocks > 1:
