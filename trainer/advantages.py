@@ -191,11 +191,12 @@ def skip_observation_gae(
     ``F_t = sum_{k >= t} c^{n(t,k)} V_k`` over action tokens ``k`` (``n(t, k)`` = action tokens
     in ``[t, k)``) are linear recurrences in which an observation token is the identity. Then
     ``R_t = G_t + gamma * (1 - lambda_b) * F_{t+1}`` and ``A_t = R_t - V_t`` (expand
-    ``sum_j c^j delta_j`` and collect the value terms). Both sums are solved on time-reversed
-    rows with cumulative sums inside chunks rescaled by ``c^{-n}`` (chunk length chosen so that
-    ``c^{-n}`` stays within range), and the carries between chunks by small explicit transfer
-    matrices, recursively. There are no matmuls, so a lowered float32 matmul precision setting
-    does not touch the result.
+    ``sum_j c^j delta_j`` and collect the value terms). Rows are cut into chunks of up to 128
+    tokens; chunks without an action token are identities and are skipped. Both sums are solved
+    on time-reversed chunks with cumulative sums rescaled by ``c^{-n}`` (chunk length chosen so
+    that ``c^{-n}`` stays within range), and the carries between chunks by small explicit
+    transfer matrices, recursively. There are no matmuls, so a lowered float32 matmul
+    precision setting does not touch the result.
 
     Args:
         rewards: ``(B, T)`` float; reward credited to each token (nonzero only on action
