@@ -63,7 +63,14 @@ def _cell(v: Any) -> str:
 
 
 def _fetch(rel: Any) -> tuple[list[str], list[tuple[Any, ...]]]:
-    return list(rel.columns), rel.fetchall()
+    import duckdb
+
+    from trajstore.audit import AuditError
+
+    try:
+        return list(rel.columns), rel.fetchall()
+    except duckdb.Error as e:  # raised while running (casts, malformed JSON, refused file access)
+        raise AuditError(f"query failed: {e}") from e
 
 
 def render(tables: dict[str, Any], fmt: OutputFormat) -> None:
@@ -154,9 +161,9 @@ def stats_cmd(
     """Audit reports over a store (no report flag: an overview and every report)."""
     from trajstore import audit
     from trajstore.audit.views import run_ids
-    from trajstore.store import open_store
+    from trajstore.cli.main import open_existing_store
 
-    s = open_store(store, storage_options=parse_storage_options(storage_option))
+    s = open_existing_store(store, parse_storage_options(storage_option))
     if run is not None and run not in run_ids(s):
         raise audit.AuditError(f"run {run!r} not found under {s.url('runs')} (runs: {', '.join(run_ids(s)) or 'none'})")
     conn = audit.connect(s)
@@ -173,8 +180,13 @@ def stats_cmd(
         "statuses": lambda: audit.status_report(conn, where=where),
         "duplicates": lambda: audit.duplicate_report(conn, where=where),
     }
-    reports = {name: build() for name, build in builders.items()
-               if everything or chosen.get(name, False)}
+    import duckdb
+
+    try:
+        reports = {name: build() for name, build in builders.items()
+                   if everything or chosen.get(name, False)}
+    except duckdb.Error as e:
+        raise audit.AuditError(f"report query failed: {e}") from e
     render({f"{name}.{t}": rel for name, rep in reports.items() for t, rel in rep.tables().items()}, fmt)
     if plot is not None:
         from trajstore.audit.plots import plot_reports
@@ -195,5 +207,7 @@ def sql_cmd(
     """Run one read-only SELECT against the store's DuckDB views."""
     from trajstore import audit
 
-    conn = audit.connect(store, storage_options=parse_storage_options(storage_option))
+    from trajstore.cli.main import open_existing_store
+
+    conn = audit.connect(open_existing_store(store, parse_storage_options(storage_option)))
     render({"result": audit.sql(conn, query)}, fmt)

@@ -42,6 +42,18 @@ def friendly_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def open_existing_store(uri: str, storage_options: dict[str, Any] | None = None) -> Any:
+    """Open a store that a read-only command inspects: a local path that does not exist is
+    an error (a mistyped path would otherwise audit an empty store without a word)."""
+    from trajstore.errors import StoreError
+    from trajstore.store import open_store
+
+    s = open_store(uri, storage_options=storage_options)
+    if s.is_local and not os.path.isdir(s.root):
+        raise StoreError(f"no store at {s.uri}: the directory does not exist")
+    return s
+
+
 @app.command("schema")
 @friendly_errors
 def schema_cmd() -> None:
@@ -53,14 +65,17 @@ def schema_cmd() -> None:
 
 @app.command("info")
 @friendly_errors
-def info_cmd(store: str = typer.Argument(..., help="store URI (local path or s3://bucket/prefix)")) -> None:
+def info_cmd(
+    store: str = typer.Argument(..., help="store URI (local path or s3://bucket/prefix)"),
+    storage_option: list[str] = typer.Option([], "--storage-option", help="fsspec option key=value (repeatable)"),
+) -> None:
     """Shards, trajectories and duplicates in a store."""
     import json
 
+    from trajstore.cli.audit import parse_storage_options
     from trajstore.reader import count_duplicates, read_trajectories
-    from trajstore.store import open_store
 
-    s = open_store(store)
+    s = open_existing_store(store, parse_storage_options(storage_option))
     shards = s.list_shards()
     t = read_trajectories(s, columns=["num_tokens"])
     typer.echo(json.dumps({

@@ -221,6 +221,8 @@ class Store:
             entries = self.fs.ls(base, detail=True, refresh=True) if not self.is_local else self.fs.ls(base, detail=True)
         except FileNotFoundError:
             return []
+        except Exception as e:  # unreachable endpoint, bad credentials or options, a file in the way
+            raise StoreError(f"cannot list {self.url(subdir)}: {type(e).__name__}: {e}") from e
         out = []
         for e in entries:
             p = e["name"]
@@ -284,11 +286,14 @@ class Store:
     def iter_dirs(self, subdir: str) -> Iterator[str]:
         """Names of the directories directly under `subdir` (e.g. run ids under ``runs``)."""
         try:
-            for e in self.fs.ls(self.path(subdir), detail=True):
-                if e.get("type") == "directory":
-                    yield e["name"].rstrip("/").rsplit("/", 1)[-1]
+            entries = self.fs.ls(self.path(subdir), detail=True)
         except FileNotFoundError:
             return
+        except Exception as e:
+            raise StoreError(f"cannot list {self.url(subdir)}: {type(e).__name__}: {e}") from e
+        for e in entries:
+            if e.get("type") == "directory":
+                yield e["name"].rstrip("/").rsplit("/", 1)[-1]
 
 
 PER_TOKEN_COLUMNS = ("tokens", "logprobs")
@@ -348,4 +353,6 @@ def open_store(uri: str | os.PathLike[str], *, storage_options: Mapping[str, Any
     if "file" in _protocols(fs):
         root = os.path.abspath(root)
         uri = root
+        if os.path.exists(root) and not os.path.isdir(root):
+            raise StoreError(f"cannot open store {uri!r}: it is a file, not a directory")
     return Store(uri, fs, root, storage_options or {})

@@ -70,3 +70,36 @@ def test_sql_as_subprocess(known_store):
     assert json.loads(out.stdout)["result"] == [
         {"trajectory_id": "A", "reward": 1.0}, {"trajectory_id": "B", "reward": 0.0},
         {"trajectory_id": "C", "reward": -1.0}, {"trajectory_id": "F", "reward": 0.5}]
+
+
+def test_runtime_query_errors_are_one_line(known_store):
+    # Errors DuckDB raises while fetching (not while binding) used to escape as tracebacks.
+    res = runner.invoke(app, ["sql", known_store.uri, "SELECT 'a'::INT"])
+    assert res.exit_code == 1 and "query failed" in res.output and "Traceback" not in res.output
+    res = runner.invoke(app, ["sql", known_store.uri, "SELECT * FROM duckdb_extensions()"])
+    assert res.exit_code == 1 and "query failed" in res.output
+
+
+@pytest.mark.parametrize("where", ["1=1) UNION SELECT 1 FROM (SELECT 1", "1=1) UNION SELECT 1 --",
+                                   "1=1) GROUP BY ALL HAVING (1=1", "1=1) ORDER BY (1", "1=1) LIMIT (1"])
+def test_where_cannot_change_the_query_shape(known_store, where):
+    res = runner.invoke(app, ["stats", known_store.uri, "--statuses", "--where", where])
+    assert res.exit_code == 1 and "invalid --where predicate" in res.output, res.output
+
+
+def test_where_with_trailing_comment_still_filters(known_store):
+    res = runner.invoke(app, ["stats", known_store.uri, "--statuses", "--format", "json",
+                              "--where", "reward IS NOT NULL -- only rewarded"])
+    assert res.exit_code == 0, res.output
+    assert sum(r["trajectories"] for r in json.loads(res.output)["statuses.by_source"]) == 4
+
+
+@pytest.mark.parametrize("cmd", [["stats"], ["info"], ["sql", "{store}", "SELECT 1"]])
+def test_missing_or_file_store_is_one_line(tmp_path, cmd):
+    missing = str(tmp_path / "no-such-store")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for store, msg in ((missing, "no store at"), (str(a_file), "is a file, not a directory")):
+        args = [cmd[0], store, *cmd[2:]] if len(cmd) > 1 else [cmd[0], store]
+        res = runner.invoke(app, args)
+        assert res.exit_code == 1 and msg in res.output and store in res.output, res.output

@@ -164,3 +164,30 @@ def test_schema_version_stamped_in_every_shard(tmp_store: str, make_trajectory: 
         md = pq.read_metadata(p).metadata
         assert md[b"trajstore.schema_version"] == b"1"
         assert pq.read_metadata(p).row_group(0).column(0).compression == "ZSTD"
+
+
+def test_store_path_that_is_a_file_is_a_store_error(tmp_path) -> None:
+    from trajstore.errors import StoreError
+    from trajstore.store import open_store
+
+    f = tmp_path / "not-a-dir"
+    f.write_text("x")
+    with pytest.raises(StoreError, match="is a file, not a directory"):
+        open_store(str(f))
+
+
+def test_listing_failure_is_a_store_error_naming_the_location(tmp_store, monkeypatch) -> None:
+    # e.g. an unreachable S3 endpoint or bad storage options: not a raw botocore/TypeError traceback.
+    from trajstore.errors import StoreError
+    from trajstore.store import open_store
+
+    s = open_store(tmp_store)
+
+    def boom(*a, **k):
+        raise ConnectionError("endpoint unreachable")
+
+    monkeypatch.setattr(s.fs, "ls", boom)
+    with pytest.raises(StoreError, match=r"cannot list .*trajectories: ConnectionError: endpoint unreachable"):
+        s.list_shards()
+    with pytest.raises(StoreError, match="cannot list"):
+        list(s.iter_dirs("runs"))

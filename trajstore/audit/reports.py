@@ -10,6 +10,8 @@ such that at least ceil(p * N / 100) observations are <= v. For unweighted data 
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, fields
 
 import duckdb
@@ -157,22 +159,41 @@ class OverviewReport(Report):
 
 # -- helpers -------------------------------------------------------------------------------
 
+def _plain_filter(conn: duckdb.DuckDBPyConnection, probe: str) -> bool:
+    """True when `probe` parses as a plain ``SELECT ... FROM trajectories WHERE ...``: a
+    predicate that closes the parenthesis early and appends UNION, GROUP BY, HAVING, ORDER BY
+    or LIMIT changes the query's shape and is refused."""
+    try:
+        doc = json.loads(conn.execute("SELECT json_serialize_sql(?)", [probe]).fetchall()[0][0])
+        node = doc["statements"][0]["node"]
+    except (duckdb.Error, KeyError, IndexError, TypeError, ValueError):
+        return False
+    return (not doc.get("error") and node.get("type") == "SELECT_NODE"
+            and (node.get("from_table") or {}).get("type") == "BASE_TABLE"
+            and not node.get("group_expressions") and node.get("having") is None
+            and not node.get("modifiers") and not (node.get("cte_map") or {}).get("map")
+            and not node.get("group_sets") and node.get("qualify") is None and node.get("sample") is None
+            and node.get("aggregate_handling", "STANDARD_HANDLING") == "STANDARD_HANDLING")
+
+
 def _where(conn: duckdb.DuckDBPyConnection, where: str | None) -> str:
     """Check a user predicate over ``trajectories`` columns; return it parenthesised."""
     if where is None or not where.strip():
         return "TRUE"
-    probe = f"SELECT count(*) FROM trajectories WHERE ({where})"
+    # The newline ends a trailing "--" comment, which would otherwise swallow the closing
+    # parenthesis (and, in a report, the rest of its query).
+    probe = f"SELECT count(*) FROM trajectories WHERE ({where}\n)"
     try:
         statements = duckdb.extract_statements(probe)
     except duckdb.Error as e:
         raise AuditError(f"invalid --where predicate {where!r}: {e}") from e
-    if len(statements) != 1 or statements[0].type.name != "SELECT":
+    if len(statements) != 1 or statements[0].type.name != "SELECT" or not _plain_filter(conn, probe):
         raise AuditError(f"invalid --where predicate {where!r}: must be one boolean expression")
     try:
         conn.sql(probe + " LIMIT 0").fetchall()
     except duckdb.Error as e:
         raise AuditError(f"invalid --where predicate {where!r} (columns of the trajectories view): {e}") from e
-    return f"({where})"
+    return f"({where}\n)"
 
 
 def _run_filter(run: str | None, column: str = "run_id") -> str:
