@@ -55,6 +55,38 @@ class ActionCall:
     sampling: SamplingParams | None = None
 
 
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
+
+def _token_ids(value: Any, where: str) -> np.ndarray:
+    """`value` as int32 token ids; a flat list of integers in [0, 2**31) or AdapterError naming
+    `where` (floats, strings, nested lists and out-of-range ids are never coerced)."""
+    if not isinstance(value, (list, tuple, np.ndarray)):
+        raise AdapterError(f"{where} must be a list of token ids, got {type(value).__name__}")
+    for i, x in enumerate(value):
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+            raise AdapterError(f"{where}[{i}] must be an integer token id, got {x!r}")
+        if not 0 <= int(x) <= _INT32_MAX:
+            raise AdapterError(f"{where}[{i}] = {int(x)} is not a token id in [0, 2**31)")
+    return np.asarray([int(x) for x in value], dtype=np.int32).reshape(-1)
+
+
+def _malformed(kind: str, fn: Any) -> Any:
+    """Wrap an adapter so that a response of the wrong shape raises AdapterError, not a raw
+    AttributeError / TypeError / KeyError from deep inside."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> ActionCall:
+        try:
+            return fn(*args, **kwargs)
+        except AdapterError:
+            raise
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
+            raise AdapterError(f"malformed {kind} response: {type(e).__name__}: {e}") from e
+    return wrapper
+
+
 def _entry_token_id(entry: dict[str, Any]) -> int | None:
     tok = entry.get("token")
     if isinstance(tok, str):
@@ -107,7 +139,9 @@ def action_from_openai_completion(response: dict[str, Any], *, request: dict[str
             ids do not match the sampled ids.
     """
     choices = response.get("choices") or []
-    if choice_index >= len(choices):
+    if not isinstance(choices, list):
+        raise AdapterError(f"response.choices must be a list, got {type(choices).__name__}")
+    if not 0 <= choice_index < len(choices):
         raise AdapterError(f"response has {len(choices)} choice(s), no choice {choice_index}")
     ch = choices[choice_index]
     msg = ch.get("message") or {}
@@ -120,7 +154,7 @@ def action_from_openai_completion(response: dict[str, Any], *, request: dict[str
             "completion choice has " + ("generated output" if has_output else "no output") +
             " but no token_ids: request it with return_token_ids=true (vLLM) so the tokens the "
             "model sampled are recorded; retokenizing text gives different ids")
-    token_ids = np.asarray(ids, dtype=np.int32)
+    token_ids = _token_ids(ids, f"choices[{choice_index}].token_ids")
     lp_obj = ch.get("logprobs")
     logprobs = np.full(len(token_ids), np.nan, dtype=np.float32)
     if lp_obj:
@@ -143,7 +177,7 @@ def action_from_openai_completion(response: dict[str, Any], *, request: dict[str
     return ActionCall(
         token_ids=token_ids,
         logprobs=logprobs,
-        prompt_token_ids=None if prompt_ids is None else np.asarray(prompt_ids, dtype=np.int32),
+        prompt_token_ids=None if prompt_ids is None else _token_ids(prompt_ids, "prompt_token_ids"),
         finish_reason=ch.get("finish_reason"),
         text=text,
         tool_call_ids=[tc.get("id") for tc in tool_calls if tc.get("id")],
@@ -170,14 +204,14 @@ def action_from_sglang_generate(response: dict[str, Any], *, request: dict[str, 
             " but neither meta_info.output_token_logprobs nor output_ids: request it with "
             "return_logprob=true so the sampled token ids are recorded")
     if otl is not None:
-        token_ids = np.asarray([int(e[1]) for e in otl], dtype=np.int32)
+        token_ids = _token_ids([e[1] for e in otl], "meta_info.output_token_logprobs[*][1]")
         logprobs = np.asarray([math.nan if e[0] is None else float(e[0]) for e in otl], dtype=np.float32)
         if out_ids is not None:
-            ref = np.asarray(out_ids, dtype=np.int32)
+            ref = _token_ids(out_ids, "output_ids")
             if len(ref) != len(token_ids) or not np.array_equal(ref, token_ids):
                 raise AdapterError("meta_info.output_token_logprobs token ids differ from output_ids")
     else:
-        token_ids = np.asarray(out_ids, dtype=np.int32)
+        token_ids = _token_ids(out_ids, "output_ids")
         logprobs = np.full(len(token_ids), np.nan, dtype=np.float32)
     fr = meta.get("finish_reason")
     if isinstance(fr, dict):
@@ -190,6 +224,10 @@ def action_from_sglang_generate(response: dict[str, Any], *, request: dict[str, 
         call_id=meta.get("id"),
         sampling=_sampling_from_request(request),
     )
+
+
+action_from_openai_completion = _malformed("OpenAI/vLLM completion", action_from_openai_completion)
+action_from_sglang_generate = _malformed("SGLang /generate", action_from_sglang_generate)
 
 
 def sampling_json(sampling: SamplingParams | dict[str, Any] | None) -> str | None:

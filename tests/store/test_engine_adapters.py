@@ -129,3 +129,35 @@ def test_adapter_calls_build_a_valid_trajectory() -> None:
     assert np.array_equal(t.logprobs, np.array([np.nan] * 3 + [-0.5, -0.25, np.nan, -1.0], np.float32), equal_nan=True)
     assert (span.start, span.end, span.policy_version, span.temperature) == (3, 5, 4, 1.0)
     assert span.call_id == "chatcmpl-1" and span.finish_reason == "stop"
+
+
+@pytest.mark.parametrize(("response", "fragment"), [
+    ({"choices": [{"token_ids": [1.5, 2]}]}, "token_ids[0] must be an integer token id, got 1.5"),
+    ({"choices": [{"token_ids": ["1", "2"]}]}, "must be an integer token id, got '1'"),
+    ({"choices": [{"token_ids": [[1], [2]]}]}, "must be an integer token id, got [1]"),
+    ({"choices": [{"token_ids": [2**40]}]}, "is not a token id in [0, 2**31)"),
+    ({"choices": [{"token_ids": [-3]}]}, "is not a token id"),
+    ({"choices": [{"token_ids": 5}]}, "must be a list of token ids"),
+    ({"choices": "x"}, "choices must be a list"),
+    ({"choices": [None]}, "malformed OpenAI/vLLM completion response"),
+    ({"choices": [{"token_ids": [1, 2], "logprobs": {"content": [None, None]}}]}, "malformed"),
+    ({"choices": [{"token_ids": [1], "message": {"tool_calls": "x"}}]}, "malformed"),
+])
+def test_openai_malformed_responses_raise_adapter_error(response: dict, fragment: str) -> None:
+    # Floats were truncated to ints and huge ids wrapped silently; wrong shapes were raw tracebacks.
+    with pytest.raises(AdapterError) as ei:
+        action_from_openai_completion(response)
+    assert fragment in str(ei.value)
+
+
+@pytest.mark.parametrize(("response", "fragment"), [
+    ({"output_ids": [1, 2], "meta_info": {"output_token_logprobs": [-1, -2]}}, "malformed SGLang"),
+    ({"output_ids": [1, 2], "meta_info": {"output_token_logprobs": [None, None]}}, "malformed SGLang"),
+    ({"output_ids": "abc"}, "output_ids must be a list of token ids"),
+    ({"meta_info": {"output_token_logprobs": [[-1.0, 1.7, None]]}}, "must be an integer token id, got 1.7"),
+    ([{"output_ids": [1]}], "malformed SGLang"),
+])
+def test_sglang_malformed_responses_raise_adapter_error(response: Any, fragment: str) -> None:
+    with pytest.raises(AdapterError) as ei:
+        action_from_sglang_generate(response)
+    assert fragment in str(ei.value)
