@@ -30,7 +30,14 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from trajstore.errors import CorruptShardError, StoreError
-from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, METADATA_WRITER_KEY, SCHEMA_VERSION
+from trajstore.schema import (
+    CONSUMED_SCHEMA,
+    METADATA_SCHEMA_VERSION_KEY,
+    METADATA_WRITER_KEY,
+    SCHEMA_VERSION,
+    STEP_SCHEMA,
+    TRAJECTORY_SCHEMA,
+)
 
 TRAJECTORIES_DIR = "trajectories"
 RUNS_DIR = "runs"
@@ -232,11 +239,16 @@ class Store:
         out.sort(key=lambda x: x[0].rsplit("/", 1)[-1])
         return out
 
-    def inspect_shard(self, path: str, size: int) -> ShardInfo:
+    def inspect_shard(self, path: str, size: int, expected: pa.Schema | None = None) -> ShardInfo:
         """Read a shard's footer and check it is ours.
 
+        With `expected`, the file's columns must also fit that schema: no unknown columns,
+        every known column with its type, every required column present (a nullable column
+        may be missing: older schema versions lack it).
+
         Raises:
-            CorruptShardError: truncated or not Parquet, or a schema version newer than ours.
+            CorruptShardError: truncated or not Parquet, a schema version newer than ours, or
+                (with `expected`) columns that do not fit.
         """
         key = (path, size)
         with self._cache_lock:
@@ -254,6 +266,10 @@ class Store:
                 raise ValueError("no trajstore schema version in the file metadata")
             if version > SCHEMA_VERSION:
                 raise ValueError(f"schema version {version} is newer than this reader ({SCHEMA_VERSION})")
+            if expected is not None:
+                problem = _schema_mismatch(md.schema.to_arrow_schema(), expected)
+                if problem:
+                    raise ValueError(problem)
             info = ShardInfo(path, md.num_rows, size, md.num_row_groups, version)
         except (OSError, ValueError, pa.ArrowException) as e:
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -273,7 +289,7 @@ class Store:
         out = []
         for path, size in self.shard_paths(subdir):
             try:
-                out.append(self.inspect_shard(path, size))
+                out.append(self.inspect_shard(path, size, _expected_schema(subdir)))
             except CorruptShardError as e:
                 if strict:
                     raise
@@ -297,6 +313,30 @@ class Store:
 
 
 PER_TOKEN_COLUMNS = ("tokens", "logprobs")
+
+
+def _expected_schema(subdir: str) -> pa.Schema | None:
+    """The schema of the shards under a store subdirectory (None when unknown)."""
+    parts = subdir.strip("/").split("/")
+    if parts == [TRAJECTORIES_DIR]:
+        return TRAJECTORY_SCHEMA
+    if len(parts) == 3 and parts[0] == RUNS_DIR:
+        return {RUN_STEPS_DIR: STEP_SCHEMA, RUN_CONSUMED_DIR: CONSUMED_SCHEMA}.get(parts[2])
+    return None
+
+
+def _schema_mismatch(actual: pa.Schema, expected: pa.Schema) -> str | None:
+    """Why a shard's columns do not fit `expected` (None when they do)."""
+    for f in actual:
+        i = expected.get_field_index(f.name)
+        if i < 0:
+            return f"unexpected column {f.name!r} (not in the trajstore schema)"
+        if not f.type.equals(expected.field(i).type):
+            return f"column {f.name!r} has type {f.type}, expected {expected.field(i).type}"
+    for f in expected:
+        if not f.nullable and actual.get_field_index(f.name) < 0:
+            return f"required column {f.name!r} is missing"
+    return None
 
 
 def _leaf_paths(schema: pa.Schema) -> list[str]:

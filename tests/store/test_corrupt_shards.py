@@ -132,3 +132,48 @@ def test_corrupt_data_page_with_intact_footer(tmp_store: str, make_trajectory: A
         assert any("00000000000000000001-damaged.parquet" in m for m in messages), (reader, messages)
         with pytest.raises(CorruptShardError, match="damaged"):
             _read_ids(reader, tmp_store, None, strict=True)
+
+
+def _stamped_variants(good: pa.Table) -> dict[str, tuple[pa.Table, str]]:
+    """Shards that carry trajstore's schema-version stamp (kept by pyarrow when a shard is
+    read, edited and written back) but whose columns do not fit schema v1."""
+    renamed = good.set_column(0, "trajectory_id", pa.array([f"x{i}" for i in range(good.num_rows)]))
+    return {
+        "extra column": (renamed.append_column("extra", pa.array(range(good.num_rows))), "unexpected column 'extra'"),
+        "wrong type": (renamed.set_column(renamed.schema.get_field_index("reward"), "reward",
+                                          pa.array(["x"] * good.num_rows)), "column 'reward' has type string"),
+        "missing required": (renamed.select(["trajectory_id"]), "required column 'source' is missing"),
+    }
+
+
+@pytest.mark.parametrize("variant", ["extra column", "wrong type", "missing required"])
+@pytest.mark.parametrize("reader", ["read_trajectories", "scan_trajectories", "iter_batches", "list_shards"])
+def test_stamped_shard_with_foreign_columns_is_skipped(tmp_store: str, make_trajectory: Callable[..., Any],
+                                                       variant: str, reader: str) -> None:
+    # Used to break scan (SchemaError), iter_batches (KeyError/ValueError) and, through
+    # union_by_name, retype columns of every DuckDB query over the store.
+    with StoreWriter(tmp_store, flush_seconds=None) as w:
+        w.write_many(make_trajectory(np.random.default_rng(i), trajectory_id=f"g{i}") for i in range(3))
+    store = open_store(tmp_store)
+    good = pq.read_table(store.list_shards()[0].path)
+    table, reason = _stamped_variants(good)[variant]
+    bad = store.path("trajectories", f"zzzz-{variant.replace(' ', '-')}.parquet")
+    pq.write_table(table, bad)
+    with pytest.warns(CorruptShardWarning, match=reason):
+        ids = _read_ids(reader, tmp_store, None, strict=False)
+    assert sorted(ids) == ["g0", "g1", "g2"]
+    with pytest.raises(CorruptShardError, match=reason):
+        _read_ids(reader, tmp_store, None, strict=True)
+
+
+def test_shard_missing_a_nullable_column_is_read(tmp_store: str, make_trajectory: Callable[..., Any]) -> None:
+    # An older schema version may lack a nullable column added later: still readable.
+    with StoreWriter(tmp_store, flush_seconds=None) as w:
+        w.write(make_trajectory(np.random.default_rng(0), trajectory_id="g0"))
+    store = open_store(tmp_store)
+    good = pq.read_table(store.list_shards()[0].path)
+    pq.write_table(good.drop_columns(["metadata"]).set_column(0, "trajectory_id", pa.array(["old"])),
+                   store.path("trajectories", "zzzz-old.parquet"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sorted(read_trajectories(tmp_store).column("trajectory_id").to_pylist()) == ["g0", "old"]
