@@ -128,3 +128,17 @@ def test_cli_subprocess(tmp_path, fix):
                         str(tmp_path / "s"), "--output", "json"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["trajectories_written"] == 1
+
+
+def test_json_nested_too_deeply_is_a_problem_not_a_crash(tmp_path):
+    # json.loads raised RecursionError, which escaped every handler as a traceback.
+    deep = "[" * 100_000 + "]" * 100_000
+    p = tmp_path / "deep.json"
+    p.write_text(deep)
+    q = tmp_path / "deep.jsonl"
+    q.write_text('{"hello": 1}\n' + deep + "\n")
+    rep = ingest_paths([str(p), str(q)], str(tmp_path / "s"))
+    reasons = {(pr.origin.path, pr.origin.line): pr.reason for pr in rep.problems}
+    assert "nested too deeply" in reasons[(str(p), None)]
+    assert "nested too deeply" in reasons[(str(q), 2)]
+    assert rep.trajectories_written == 0

@@ -87,6 +87,15 @@ class Loaded:
     problems: list[Problem] = field(default_factory=list)
 
 
+def json_loads(text: str) -> Any:
+    """``json.loads``, with nesting too deep for Python's parser as a ValueError (not a
+    RecursionError that escapes every handler)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to parse") from None
+
+
 def load_json_or_jsonl(path: str) -> Loaded:
     """Parse a file as one JSON document, or else as JSON Lines (one value per non-empty line).
 
@@ -97,7 +106,7 @@ def load_json_or_jsonl(path: str) -> Loaded:
     if not text.strip():
         raise ValueError("empty file")
     try:
-        return Loaded(whole=json.loads(text))
+        return Loaded(whole=json_loads(text))
     except json.JSONDecodeError as whole_err:
         rows = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
         if len(rows) < 2:
@@ -106,11 +115,11 @@ def load_json_or_jsonl(path: str) -> Loaded:
         out = Loaded(lines=[])
         for n, ln in rows:
             try:
-                out.lines.append((n, json.loads(ln)))  # type: ignore[union-attr]
-            except json.JSONDecodeError as e:
+                out.lines.append((n, json_loads(ln)))  # type: ignore[union-attr]
+            except ValueError as e:
                 snippet = ln.strip()[:40]
-                out.problems.append(Problem(Origin(path, n), "malformed",
-                                            f"not valid JSON ({e.msg} at column {e.colno}): {snippet!r}"))
+                why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
+                out.problems.append(Problem(Origin(path, n), "malformed", f"not valid JSON ({why}): {snippet!r}"))
         if not out.lines:
             raise ValueError(f"no line is valid JSON (first error: {out.problems[0].reason})")
         return out

@@ -168,7 +168,7 @@ def parse_unit(unit: detect.InputUnit, fmt: str = "auto") -> Iterator[Parsed]:
                 ev = None
                 if os.path.exists(ev_path):
                     try:
-                        ev = json.loads(detect.read_text(ev_path))
+                        ev = detect.json_loads(detect.read_text(ev_path))
                     except ValueError as e:
                         yield Problem(Origin(ev_path), "malformed", f"eval file is not valid JSON: {e}")
                 yield openhands_v1.parse_task_trajectory(doc, Origin(path), ev, ev_path if ev is not None else None)
@@ -194,7 +194,7 @@ def _parse_event_dir(unit: detect.InputUnit, fmt: str) -> Iterator[Parsed]:
     events: list[Any] = []
     for f in unit.files:
         try:
-            events.append(json.loads(detect.read_text(f)))
+            events.append(detect.json_loads(detect.read_text(f)))
         except (ValueError, OSError) as e:
             yield Problem(Origin(f), "malformed", f"event file is not valid JSON: {e}")
     if not events:
@@ -204,7 +204,7 @@ def _parse_event_dir(unit: detect.InputUnit, fmt: str) -> Iterator[Parsed]:
     meta_path = os.path.join(session_dir, "metadata.json")
     if os.path.exists(meta_path):
         try:
-            meta = json.loads(detect.read_text(meta_path))
+            meta = detect.json_loads(detect.read_text(meta_path))
         except ValueError as e:
             yield Problem(Origin(meta_path), "malformed", f"session metadata is not valid JSON: {e}")
     key = str(meta.get("conversation_id") or os.path.basename(session_dir))
