@@ -107,3 +107,48 @@ def test_phase_shift_draws_from_the_new_range() -> None:
     before = {sample_episode("guess", spec.phase_at(4), rng).target for _ in range(200)}
     after = {sample_episode("guess", spec.phase_at(5), rng).target for _ in range(200)}
     assert before == set(range(8)) and after == set(range(8, 16))
+
+
+def test_cli_refuses_bad_options_in_one_line(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+
+    runner = CliRunner()
+    r = runner.invoke(app, ["bench", "learning", "--arms", "sao,sao2", "--store-root", str(tmp_path)])
+    assert r.exit_code == 1 and "unknown arm 'sao2'" in r.output
+    r = runner.invoke(app, ["bench", "learning", "--conditions", "4-1e-3", "--store-root", str(tmp_path)])
+    assert r.exit_code == 1 and "K:lr pairs" in r.output
+    assert not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_gae_no_skip_mask_spans_first_to_last_action() -> None:
+    """The no-skip variant runs GAE over actions and the observations between them, and not past
+    the reward slot. Values 0, reward 1, gamma 1: delta is 1 at the last action and 0 elsewhere,
+    so A_t = lambda^(steps to the last action); 4 steps -> lambda = 1 - 1/(1.5 * 4) = 5/6, and
+    the first action (3 steps back) gets (5/6)^3 = 0.5787 (skipping observations it would be 1
+    step back with lambda = 1 - 1/(1.5 * 2) = 2/3)."""
+    import torch
+
+    from trajstore.bench_learning.harness import _gae_no_skip_fn
+    from trajstore.trainer.data import PackedMicroBatch
+
+    class _Cfg:
+        class algo:  # noqa: N801 - stands in for AlgoConfig
+            gamma, lambda_alpha = 1.0, 1.5
+
+    class _Tr:
+        cfg = _Cfg
+
+    # one row of 7 slots: prompt, prompt, action, obs, obs, action, end  (prediction frame)
+    mask = torch.tensor([[0, 0, 1, 0, 0, 1, 0]], dtype=torch.bool)
+    mb = PackedMicroBatch(*[None] * len(PackedMicroBatch._fields))._replace(
+        action_mask=mask, segments=torch.tensor([0, 7]))
+
+    class _S:
+        reward = 1.0
+
+    adv, ret, _ = _gae_no_skip_fn(_Tr)(mb, [_S()], torch.full((1, 7), 0.0), {})
+    assert adv[0].tolist() == pytest.approx([0, 0, (5 / 6) ** 3, 0, 0, 1, 0], abs=1e-6)
+    # returns: 1 on every step from the first to the last action, 0 outside
+    assert ret.tolist() == [[0, 0, 1, 1, 1, 1, 0]]

@@ -235,8 +235,10 @@ def _prompt_mean_scalar_fn(window: int, prompt_of: dict[str, str]) -> Callable[.
 
 def _gae_no_skip_fn(tr: Any) -> Callable[..., Any]:
     """Token-level GAE without skipping observations: the mask passed to GAE (and to the
-    critic's returns) marks every token after the prompt (actions and observations) as a step;
-    advantages are then kept on action tokens only, where the policy loss reads them."""
+    critic's returns) marks every slot from the first action to the last one (actions and the
+    observations between them) as a step, so observation values enter the deltas; advantages
+    are then kept on action tokens only, where the policy loss reads them. lambda_policy counts
+    those steps too (the trainer's math has no no-skip variant; this is the mask trick)."""
     from trajstore.trainer.advantages import sao_targets
     from trajstore.trainer.loop import _packed, _reward_rows, _rows
 
@@ -244,10 +246,11 @@ def _gae_no_skip_fn(tr: Any) -> Callable[..., Any]:
 
     def fn(mb: Any, samples: list[Any], values: torch.Tensor | None, _scalar: dict[str, float]) -> Any:
         rewards, mask = _reward_rows(mb, samples)
-        first = mask.float().argmax(dim=1, keepdim=True)
+        # from the first action slot to the last one (the reward slot), observations included
         pos = torch.arange(mask.shape[1]).unsqueeze(0)
-        lens = (mb.segments[1:] - mb.segments[:-1]).unsqueeze(1)
-        steps = (pos >= first) & (pos < lens)
+        first = mask.float().argmax(dim=1, keepdim=True)
+        last = mask.shape[1] - 1 - mask.flip(1).float().argmax(dim=1, keepdim=True)
+        steps = (pos >= first) & (pos <= last)
         t = sao_targets(rewards, _rows(values, mb.segments), steps, gamma=cfg.algo.gamma, alpha=cfg.algo.lambda_alpha)
         adv = t.advantages * mask
         return _packed(adv, mb.segments), _packed(t.returns, mb.segments), t.lambda_policy
