@@ -50,6 +50,8 @@ def ingest_cmd(
 
     if output not in ("table", "json"):
         raise typer.BadParameter("--output must be 'table' or 'json'")
+    if max_observation_chars < 0:
+        raise typer.BadParameter(f"--max-observation-chars must be >= 0 (0 = no cap), got {max_observation_chars}")
     err = Console(stderr=True)
     with Progress(console=err, transient=True, disable=output == "json" or not err.is_terminal) as prog:
         task = prog.add_task("ingesting", total=None)

@@ -142,3 +142,14 @@ def test_json_nested_too_deeply_is_a_problem_not_a_crash(tmp_path):
     assert "nested too deeply" in reasons[(str(p), None)]
     assert "nested too deeply" in reasons[(str(q), 2)]
     assert rep.trajectories_written == 0
+
+
+def test_negative_observation_cap_is_refused(tmp_path):
+    # A negative cap used to keep the text and add a marker with a negative "dropped" count.
+    p = tmp_path / "x.json"
+    p.write_text('[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]')
+    with pytest.raises(ValueError, match="max_observation_chars must be >= 0"):
+        ingest_paths([str(p)], str(tmp_path / "s"), max_observation_chars=-5)
+    r = CliRunner().invoke(app, ["ingest", str(p), "--store", str(tmp_path / "s"), "--max-observation-chars", "-5"])
+    assert r.exit_code == 2 and "--max-observation-chars must be >= 0" in r.output
+    assert not (tmp_path / "s").exists()

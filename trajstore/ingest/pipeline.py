@@ -433,6 +433,8 @@ def ingest_paths(paths: list[str] | str, store: Store | str, *, format: str = "a
         ValueError: unknown `format`.
         TrajstoreError: the tokenizer cannot be loaded, or the store cannot be read or written.
     """
+    if max_observation_chars is not None and max_observation_chars < 0:
+        raise ValueError(f"max_observation_chars must be >= 0 (None = no cap), got {max_observation_chars}")
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     st = store if isinstance(store, Store) else open_store(store, storage_options=storage_options)
     report = IngestReport()
