@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from trajstore.errors import TrajstoreError
 from trajstore.schema import CONSUMED_SCHEMA, STEP_SCHEMA
 from trajstore.store import RUN_CONFIG_FILE, RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, Store
 from trajstore.trainer.data import PackedMicroBatch, Sample
@@ -106,7 +107,11 @@ class RunRecorder:
         if tensorboard:
             if not store.is_local:
                 raise ValueError("--tensorboard needs a local store (TensorBoard writes files in place)")
-            from torch.utils.tensorboard import SummaryWriter
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                raise TrajstoreError("--tensorboard needs the tensorboard package: "
+                                     "pip install 'trajstore[tensorboard]'") from e
 
             self._tb = SummaryWriter(store.path(RUNS_DIR, run_id, "tensorboard"))
         self._progress = None
