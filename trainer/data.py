@@ -216,6 +216,15 @@ def micro_batches(samples: Sequence[Sample], micro_batch_size: int, num_micro: i
 ListShards = Callable[[], list[ShardInfo]]
 
 
+def _text_only_error(where: str, logprob_source: str, token_source: str) -> TrainDataError:
+    return TrainDataError(
+        f"{where}: no rollout log-probs for its actions (logprob_source={logprob_source}, "
+        f"token_source={token_source}). DIS needs the sampler's log-probs; recomputing "
+        "them with current weights would make every ratio 1. To train on text-only data anyway, "
+        "opt in with --behaviour-logprobs initial-policy (computed once with the initial weights, "
+        "recorded in the run config)")
+
+
 class TrajectoryStream:
     """Reads a store's trajectories in arrival order and yields :class:`StepBatch` es.
 
@@ -375,12 +384,7 @@ class TrajectoryStream:
             text_only = (col["logprob_source"][i] != "engine" or col["token_source"][i] != "engine"
                          or bool(np.isnan(lps[mask]).any()))
             if text_only and self.cfg.behaviour_logprobs != "initial-policy":
-                raise TrainDataError(
-                    f"{where}: no rollout log-probs for its actions (logprob_source={col['logprob_source'][i]}, "
-                    f"token_source={col['token_source'][i]}). DIS needs the sampler's log-probs; recomputing "
-                    "them with current weights would make every ratio 1. To train on text-only data anyway, "
-                    "opt in with --behaviour-logprobs initial-policy (computed once with the initial weights, "
-                    "recorded in the run config)")
+                raise _text_only_error(where, col["logprob_source"][i], col["token_source"][i])
             so, eo = int(batch.span_offsets[i]), int(batch.span_offsets[i + 1])
             pv = np.full(len(tokens), -1, dtype=np.int64)
             itemp = np.ones(len(tokens), dtype=np.float32)
@@ -394,6 +398,31 @@ class TrajectoryStream:
                 lps[:] = np.nan
             yield Sample(tid, col["group_id"][i], shard.name, row, tokens, lps, mask, pv, itemp,
                          float(batch.reward[i]), text_only, cursor)
+
+    def precheck(self) -> None:
+        """Apply the refusals (tokenizer mismatch, text-only data without the opt-in) to every
+        row already in the store, reading scalar columns only, so that a run that would be
+        refused stops before it writes anything (config, published v0, records).
+
+        Raises:
+            TrainDataError: as :meth:`next_batch` would on the first refused row.
+        """
+        cols = ["tokenizer", "token_source", "logprob_source", "trainable", "reward"]
+        for shard in self._list():
+            if shard.name in self._done_set:
+                continue
+            table = pq.read_table(shard.path, columns=[c for c in SCALAR_COLUMNS],
+                                  filesystem=self.store.arrow_filesystem())
+            keep = self._where_mask(table)
+            rows = table.select(["trajectory_id", *cols]).to_pylist()
+            for row_i, r in enumerate(rows):
+                if (keep is not None and not keep[row_i]) or not r["trainable"] or r["reward"] is None:
+                    continue
+                where = f"trajectory {r['trajectory_id']!r} (shard {shard.name}, row {row_i})"
+                self._check_tokenizer(r["tokenizer"], where)
+                text_only = r["logprob_source"] != "engine" or r["token_source"] != "engine"
+                if text_only and self.cfg.behaviour_logprobs != "initial-policy":
+                    raise _text_only_error(where, r["logprob_source"], r["token_source"])
 
     def _skip(self, reason: str) -> None:
         self._skipped[reason] = self._skipped.get(reason, 0) + 1
@@ -414,11 +443,21 @@ class TrajectoryStream:
     def _check_where(self, where: str) -> None:
         import duckdb
 
+        from trajstore.audit.reports import _plain_filter
+
         self._duck = duckdb.connect()
+        # The predicate only ever sees in-memory Arrow tables: no file or network access.
+        self._duck.execute("SET enable_external_access = false")
+        self._duck.execute("SET lock_configuration = true")
         empty = TRAJECTORY_SCHEMA.empty_table().select(list(SCALAR_COLUMNS))
+        # The newline ends a trailing "--" comment that would swallow the closing parenthesis.
+        probe = f"SELECT count(*) FROM trajectories WHERE ({where}\n)"
         try:
+            if len(duckdb.extract_statements(probe)) != 1 or not _plain_filter(self._duck, probe):
+                raise TrainDataError(f"--where {where!r} is not a valid predicate over the scalar columns: "
+                                     "must be one boolean expression")
             self._duck.register("trajectories", empty)
-            self._duck.execute(f"SELECT count(*) FROM trajectories WHERE ({where})").fetchall()
+            self._duck.execute(probe).fetchall()
         except duckdb.Error as e:
             raise TrainDataError(f"--where {where!r} is not a valid predicate over the scalar columns: "
                                  f"{str(e).splitlines()[0]}") from e
@@ -432,7 +471,7 @@ class TrajectoryStream:
         t = t.append_column("__row", pa.array(np.arange(t.num_rows, dtype=np.int64)))
         self._duck.register("trajectories", t)
         try:
-            rows = self._duck.execute(f"SELECT __row FROM trajectories WHERE ({self.cfg.where})").fetchnumpy()["__row"]
+            rows = self._duck.execute(f"SELECT __row FROM trajectories WHERE ({self.cfg.where}\n)").fetchnumpy()["__row"]
         finally:
             self._duck.unregister("trajectories")
         keep = np.zeros(t.num_rows, dtype=bool)

@@ -233,6 +233,7 @@ def setup(cfg: TrainConfig, *, resume: bool = False) -> Trainer:
         list_shards = lambda: D.broadcast_object(store.list_shards() if env.is_main else None, env)  # noqa: E731
     stream = TrajectoryStream(store, cfg.data, tokenizer=loaded.tokenizer, vocab_size=loaded.vocab_size,
                               cursor=state.cursor, list_shards=list_shards)
+    stream.precheck()  # refuse before anything is written (config, v0, records); every rank lists
     recorder = None
     if env.is_main:
         recorder = RunRecorder(store, cfg.run.run_id, total_steps=cfg.run.max_steps, progress=cfg.run.progress,

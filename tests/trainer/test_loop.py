@@ -115,12 +115,19 @@ def test_tokenizer_mismatch_is_refused(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 4, tokenizer="HuggingFaceTB/SmolLM2-135M-Instruct")
     with pytest.raises(TrainDataError, match="field tokenizer is 'HuggingFaceTB/SmolLM2-135M-Instruct'"):
         train(_cfg(tmp_path))
+    _assert_nothing_written(tmp_path)
+
+
+def _assert_nothing_written(root: Path) -> None:
+    """A refused run stops before it saves a config, publishes v0 or writes records."""
+    assert not (root / "runs").exists() and not (root / "policies").exists()
 
 
 def test_text_only_needs_opt_in_and_uses_the_initial_policy(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 8, with_logprobs=False)
     with pytest.raises(TrainDataError, match="--behaviour-logprobs initial-policy"):
         train(_cfg(tmp_path, run_id="no"))
+    _assert_nothing_written(tmp_path)
     cfg = _cfg(tmp_path, run_id="yes", warmup=0, max_steps=2)
     cfg.data.behaviour_logprobs = "initial-policy"
     cfg.optim = OptimConfig(policy_lr=1e-2)
