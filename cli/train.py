@@ -54,6 +54,7 @@ def train_cmd(
     tensorboard: bool = typer.Option(False, "--tensorboard", help="also write TensorBoard events"),
     seed: int = typer.Option(0, "--seed", help="random seed"),
     fmt: Literal["text", "json"] = typer.Option("text", "--format", help="summary format: text | json"),
+    storage_option: list[str] = typer.Option([], "--storage-option", help="fsspec option key=value (repeatable)"),
 ) -> None:
     """Train a policy with SAO on the trajectories of STORE, as they arrive."""
     from pydantic import ValidationError
@@ -66,6 +67,11 @@ def train_cmd(
         problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} (got {err.get('input')!r})"
                              for err in e.errors())
         raise ValueError(f"invalid option: {problems}") from None
+    if not follow:
+        # Without --follow an empty store trains nothing: a mistyped local path is an error.
+        from trajstore.cli.main import open_existing_store
+
+        open_existing_store(store, cfg.storage_options)
     summary = train(cfg, resume=resume)
     last = summary.history[-1] if summary.history else {}
     out = {"store": store, "run_id": run_id, "iterations": summary.iterations, "steps": summary.steps,
@@ -82,12 +88,14 @@ def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed opti
             run_id, batch_size, micro_batch_size, max_batch_tokens, max_seq_len, overlong, max_steps,
             where, follow, idle_timeout, poll_interval, publish_every, checkpoint_every, behaviour_logprobs,
             tokenizer, advantage, policy_loss, critic_updates, critic_warmup_steps, policy_lr, critic_lr, eps_low,
-            eps_high, critic_frozen_pattern, device, tensorboard, seed, fmt, **_ignored):
+            eps_high, critic_frozen_pattern, device, tensorboard, seed, fmt, storage_option=(), **_ignored):
     """The TrainConfig for the parsed options (pydantic validates every field)."""
+    from trajstore.cli.audit import parse_storage_options
     from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 
     return TrainConfig(
         store=store,
+        storage_options=parse_storage_options(list(storage_option or [])),
         model=ModelConfig(name=model, tokenizer=tokenizer, seed=seed,
                           critic_frozen_pattern=critic_frozen_pattern or None),
         data=DataConfig(batch_size=batch_size, micro_batch_size=micro_batch_size, max_batch_tokens=max_batch_tokens,

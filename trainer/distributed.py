@@ -44,9 +44,16 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
     """'auto' -> ``cuda:<local_rank>`` when CUDA is available, else CPU; other strings as given."""
     if device == "auto":
         return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-    d = torch.device(device)
+    try:
+        d = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"--device {device!r} is not a device (auto, cpu, cuda or cuda:N): {e}") from None
+    if d.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device!r}: CUDA is not available on this machine (use auto or cpu)")
     if d.type == "cuda" and d.index is None:
         d = torch.device(f"cuda:{local_rank}")
+    if d.type == "cuda" and d.index >= torch.cuda.device_count():
+        raise ValueError(f"--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return d
 
 

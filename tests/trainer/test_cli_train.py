@@ -46,3 +46,39 @@ def test_refusals_are_one_clear_line(tmp_path: Path, setup: dict, args: list[str
     errors = [line for line in r.output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and message in errors[0]
     assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    # The --where connection could read any file and take predicates that reshape its query.
+    (["--where", "(SELECT count(*) FROM read_csv('/etc/passwd')) > 0"], "file system operations are disabled"),
+    (["--where", "1=1) ORDER BY (1"], "must be one boolean expression"),
+    (["--where", "1=1) UNION SELECT 1 --"], "is not a valid predicate"),
+    # Bad devices were raw RuntimeError / AttributeError tracebacks from torch.
+    (["--device", "tpu"], "--device 'tpu' is not a device"),
+    (["--storage-option", "novalue"], "expected key=value"),
+])
+def test_more_refusals_are_one_clear_line(tmp_path: Path, args: list[str], message: str) -> None:
+    write_synthetic_store(tmp_path, 2)
+    r = _run(str(tmp_path), *BASE, "--run-id", "bad", *args)
+    assert r.exit_code == 1, r.output
+    errors = [line for line in r.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and message in errors[0], r.output
+    assert "Traceback" not in r.output
+
+
+def test_cuda_device_without_cuda_is_one_line(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    write_synthetic_store(tmp_path, 2)
+    r = _run(str(tmp_path), *BASE, "--run-id", "bad", "--device", "cuda")
+    assert r.exit_code == 1 and "CUDA is not available" in r.output, r.output
+
+
+def test_missing_store_without_follow_is_an_error(tmp_path: Path) -> None:
+    # A mistyped path used to "train" 0 iterations, exit 0 and create a store with policies/ there.
+    missing = tmp_path / "no-such-store"
+    r = _run(str(missing), *BASE, "--run-id", "m1", "--max-steps", "1")
+    assert r.exit_code == 1 and "no store at" in r.output, r.output
+    assert not missing.exists()
