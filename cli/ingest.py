@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Optional
 
 import typer
@@ -52,6 +53,9 @@ def ingest_cmd(
         raise typer.BadParameter("--output must be 'table' or 'json'")
     if max_observation_chars < 0:
         raise typer.BadParameter(f"--max-observation-chars must be >= 0 (0 = no cap), got {max_observation_chars}")
+    missing = [p for p in paths if "://" not in p and not os.path.exists(p)]
+    if missing:
+        raise FileNotFoundError(f"no such input path: {', '.join(missing)}")
     err = Console(stderr=True)
     with Progress(console=err, transient=True, disable=output == "json" or not err.is_terminal) as prog:
         task = prog.add_task("ingesting", total=None)

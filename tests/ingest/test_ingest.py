@@ -123,6 +123,13 @@ def test_cli_json_summary_and_strict_exit(tmp_path, fix, mixed):
     assert r.exit_code == 1 and "nothing written" in r.stderr
 
 
+def test_cli_missing_input_path_is_an_error_and_writes_nothing(tmp_path, fix):
+    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), str(tmp_path / "typo"), "--store",
+                                 str(tmp_path / "s")])
+    assert r.exit_code == 1 and "no such input path" in r.stderr and str(tmp_path / "typo") in r.stderr
+    assert not (tmp_path / "s").exists()
+
+
 def test_cli_subprocess(tmp_path, fix):
     r = subprocess.run(["traj", "ingest", str(fix / "openhands/v0_saved_trajectory/basic.json"), "--store",
                         str(tmp_path / "s"), "--output", "json"], capture_output=True, text=True, timeout=120)

@@ -83,8 +83,8 @@ class CoverageReport(Report):
 
     Attributes:
         tokens: per (source, token_source): ``trajectories``, ``action_tokens`` and the shares
-            (0..1) of action tokens with a rollout log-prob (``with_logprob``), with a policy
-            version (``with_policy_version``) and with both (``with_both``). Reads ``logprobs``
+            (0..1) of action tokens with a rollout log-prob (``share_with_logprob``), with a policy
+            version (``share_with_policy_version``) and with both (``share_with_both``). Reads ``logprobs``
             (never ``tokens``).
         not_trainable: per (source, reason): trajectories SAO cannot train on, with an example
             id. Reasons: the stored ``not_trainable_reason`` (e.g. "no action tokens"),
@@ -354,8 +354,8 @@ def coverage_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None
         f"{tok_count(ver)} AS v, {lp_count(ver)} AS b FROM _trajectories_full f "
         f"WHERE f.trajectory_id IN (SELECT trajectory_id FROM sel)) "
         f"SELECT source, token_source, count(*) AS trajectories, sum(a) AS action_tokens, "
-        f"sum(l) / nullif(sum(a), 0) AS with_logprob, sum(v) / nullif(sum(a), 0) AS with_policy_version, "
-        f"sum(b) / nullif(sum(a), 0) AS with_both FROM t GROUP BY ALL ORDER BY source, token_source")
+        f"sum(l) / nullif(sum(a), 0) AS share_with_logprob, sum(v) / nullif(sum(a), 0) AS share_with_policy_version, "
+        f"sum(b) / nullif(sum(a), 0) AS share_with_both FROM t GROUP BY ALL ORDER BY source, token_source")
     not_trainable = conn.sql(
         f"WITH {sel}, unv AS (SELECT DISTINCT trajectory_id FROM spans WHERE kind = 'action' "
         f"AND policy_version IS NULL), r AS ("
