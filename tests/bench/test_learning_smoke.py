@@ -88,9 +88,16 @@ def test_harness_only_arms_train(tmp_path, arm: str) -> None:
 def test_smoke_sao_learns_the_sequence_task(tmp_path) -> None:
     """The learning signal is real: 120 SAO steps from a random init, seed 0, evaluated on the
     same 256 fresh episodes and sampler seed as the untrained version 0."""
+    import torch
+
     cfg = SuiteConfig.preset("smoke", store_root=str(tmp_path))
     (spec,) = cfg.specs()
-    res = run_one(spec, str(tmp_path / spec.run_id))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny model: threads only add overhead (the suite runs 1 per run too)
+    try:
+        res = run_one(spec, str(tmp_path / spec.run_id))
+    finally:
+        torch.set_num_threads(threads)
     s = summarise(res)
     # untrained: ~1/27 of terms right by chance (27-token vocabulary); trained: > 0.3
     assert s.initial_reward < 0.08

@@ -51,7 +51,7 @@ class SuiteConfig(BaseModel):
     tasks: list[TaskName] = Field(default_factory=lambda: ["sequence", "guess"], description="tasks")
     arms: list[str] = Field(default_factory=lambda: list(ARMS), description="arm names")
     conditions: list[tuple[int, float]] = Field(
-        default_factory=lambda: [(0, 1e-3), (4, 1e-3)],
+        default_factory=lambda: [(0, 1e-3), (4, 1e-3), (4, 3e-3)],
         description="(staleness K in versions, policy = critic learning rate) pairs")
     seeds: list[int] = Field(default_factory=lambda: [0], description="seeds")
     steps: dict[str, int] = Field(default_factory=lambda: {"sequence": 150, "guess": 200},
