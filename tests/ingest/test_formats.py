@@ -158,7 +158,9 @@ def test_v1_eval_output_and_task_files(tok, fix):
     d = fix / "openhands/v1_sdk_eval_openagentsafety_gpt4o"
     got = build(tok, d / "output.jsonl")
     for _, t in got:
-        assert t.spans[0].kind == "prompt" and t.reward == 0.0  # final_score.result = 0
+        # checkpoints [] and final_score {total: 0, result: 0}: nothing graded, so no reward (not 0)
+        assert t.spans[0].kind == "prompt" and t.reward is None
+        assert json.loads(t.reward_raw) == {"total": 0, "result": 0}
     r = IngestReport()
     ts = {t.prompt_id: t for t in iter_trajectories([str(d)], report=r)}
     assert ts["safety-transitions"].reward == 1.0

@@ -130,7 +130,8 @@ def events_conversation(events: Any, origin: Origin, *, source: str, key: str | 
 def score_reward(test_result: Any) -> Reward:
     """Reward from a V1 eval ``test_result`` / ``eval_<task>.json``: ``final_score.result``
     (bool -> 1.0 / 0.0), raw = the ``final_score`` object. An evaluator crash (``error`` /
-    ``traceback`` instead of a score) is no reward, with the error kept."""
+    ``traceback`` instead of a score) is no reward, with the error kept; so is a score with no
+    graded checkpoints (``total = 0``)."""
     if not isinstance(test_result, dict):
         return Reward()
     if "final_score" not in test_result:
@@ -138,6 +139,9 @@ def score_reward(test_result: Any) -> Reward:
             return Reward(None, None, error=str(test_result["error"]))
         return Reward()
     fs = test_result["final_score"]
+    if isinstance(fs, dict) and fs.get("total") == 0 and not test_result.get("checkpoints"):
+        # nothing was graded (no checkpoints, total 0): "0 of 0" is not a score of 0
+        return Reward(None, fs, error="no checkpoints graded (final_score.total = 0)")
     r = float_reward(fs.get("result") if isinstance(fs, dict) else fs)
     return Reward(r.value, fs, error=r.error)
 
