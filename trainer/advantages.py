@@ -288,7 +288,7 @@ def _gae_by_active_chunks(
     if padded != length:
         r, v, m = (torch.nn.functional.pad(x, (0, padded - length)) for x in (r, v, m))
     # chunks holding an action token, each row's taken from its end backwards
-    has_action = m.view(batch, n_chunks, chunk).sum(-1).flip(-1) > 0  # (B, n_chunks)
+    has_action = m.reshape(batch, n_chunks, chunk).sum(-1).flip(-1) > 0  # (B, n_chunks)
     row, back = has_action.nonzero(as_tuple=True)  # (K,) each
     if row.numel() == 0:
         zeros = torch.zeros(batch, length, dtype=dtype, device=m.device)

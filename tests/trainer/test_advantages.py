@@ -266,3 +266,15 @@ def test_accepts_bool_mask_and_returns_float32_for_float32_inputs():
     # gamma = lambda = 1, V = 0: every action token's advantage is the final reward 1
     assert adv.tolist() == [[1.0, 0.0, 1.0]] and ret.tolist() == [[1.0, 0.0, 1.0]]
     assert math.isclose(float(ret.sum()), 2.0)
+
+
+def test_non_contiguous_inputs():
+    gen = torch.Generator().manual_seed(12)
+    rewards, values, mask = _random_problem(3, 500, gen)
+    # the same data laid out column-major: (B, T) views of (T, B) tensors
+    r_t, v_t, m_t = (x.t().contiguous().t() for x in (rewards, values, mask))
+    assert not r_t.is_contiguous()
+    out = skip_observation_gae(r_t, v_t, m_t, 0.99, 0.9)
+    ref = skip_observation_gae_reference(rewards, values, mask, 0.99, 0.9)
+    torch.testing.assert_close(out.advantages, ref.advantages, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(out.returns, ref.returns, rtol=1e-10, atol=1e-10)
