@@ -105,7 +105,8 @@ def _check_inputs(
 
 
 def _raise_if_bad_mask_or_rewards(rewards: Tensor, mask: Tensor) -> None:
-    """Slow exact check, run only after a fast check failed; raises or returns."""
+    """Slow exact check that names the first offending row and position; the fast path runs it
+    only after its own check failed, so there it always raises."""
     bad_mask = (mask != 0) & (mask != 1)
     if bool(bad_mask.any()):
         b, t = (int(i) for i in bad_mask.nonzero()[0])
@@ -117,6 +118,10 @@ def _raise_if_bad_mask_or_rewards(rewards: Tensor, mask: Tensor) -> None:
             f"reward {float(rewards[b, t])} credited on a non-action token (row {b}, position "
             f"{t}); rewards must sit on model action tokens (SAO.md, mechanism 4)"
         )
+    bad = ~torch.isfinite(rewards)
+    if bool(bad.any()):
+        b, t = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"reward {float(rewards[b, t])} at row {b}, position {t} is not finite")
 
 
 def _lambda_per_row(lam: float | Tensor, batch: int, dtype: torch.dtype, device) -> Tensor:
@@ -150,6 +155,7 @@ def skip_observation_gae_reference(
     dtype = _compute_dtype(rewards, values)
     r, v, m = (x.to(dtype) for x in (rewards, values, action_mask))
     _raise_if_bad_mask_or_rewards(r, m)
+    _values_at_actions(v, m)  # raises on a non-finite value at an action token
     batch, length = r.shape
     lam_b = _lambda_per_row(lam, batch, dtype, r.device)
     advantages = torch.zeros_like(r)
@@ -214,8 +220,9 @@ def skip_observation_gae(
 
     Raises:
         ValueError: shapes differ or are not 2-D; gamma or lam outside ``[0, 1]``; a mask entry
-            other than 0/1; a nonzero (or NaN) reward on a non-action token (a caller error:
-            the message names the row and position).
+            other than 0/1; a nonzero reward on a non-action token (a caller error: the
+            message names the row and position); a non-finite reward, or a non-finite value
+            at an action token (non-action values may be anything).
     """
     _check_inputs(rewards, values, action_mask, gamma, lam)
     dtype = _compute_dtype(rewards, values)
@@ -223,23 +230,35 @@ def skip_observation_gae(
     batch, length = r.shape
     if batch == 0 or length == 0:
         return GAEResult(torch.zeros_like(r), torch.zeros_like(r))
-    # Fast exact checks (a sum of |x| is 0 exactly when every x is 0; NaN and inf show up);
-    # the slow locator only runs when one fails: it raises, or the failure came from a non-finite
-    # reward on an action token, which then simply propagates.
-    scratch = torch.addcmul(r, r, m, value=-1.0)  # r - r m: rewards off action tokens
-    ok = float(scratch.abs_().sum()) == 0.0
-    if ok and action_mask.dtype != torch.bool:
-        torch.addcmul(m, m, m, value=-1.0, out=scratch)  # m - m^2: zero only for 0 and 1
-        ok = float(scratch.abs_().sum()) == 0.0
-    if not ok:
-        _raise_if_bad_mask_or_rewards(r, m)
+    mask_is_bool = action_mask.dtype == torch.bool
     lam_b = _lambda_per_row(lam, batch, dtype, r.device)
     log_c = torch.log(gamma * lam_b).clamp(min=_LOG_C_FLOOR[dtype]).view(batch, 1)
     k = (gamma * (1.0 - lam_b)).view(batch, 1)
     chunk = _chunk_size(log_c, dtype)
     if chunk == 1:  # gamma * lambda so small that no rescaling is safe
+        _check_rewards_and_mask(r, m, mask_is_bool, torch.empty(2, batch, length, dtype=dtype))
         return _gae_by_blocks(r, v, m, log_c, k)
-    return _gae_by_active_chunks(r, v, m, log_c, k, chunk)
+    return _gae_by_active_chunks(r, v, m, log_c, k, chunk, mask_is_bool)
+
+
+def _check_rewards_and_mask(r: Tensor, m: Tensor, mask_is_bool: bool, scratch: Tensor) -> None:
+    """Raise on a reward off the action tokens, a non-finite reward or a mask entry other than
+    0/1; otherwise leave both ``(B, T)`` rows of ``scratch`` all zero.
+
+    Fast exact checks: ``scratch[0] = r - r m`` and ``scratch[1] = m - m^2`` must be all zero,
+    tested by ``sum |x| == 0`` (exact: a sum of non-negative numbers is 0 only when all are; NaN
+    and inf make it NaN or inf). The slow locator runs only when one fails, to name the position.
+    """
+    torch.addcmul(r, r, m, value=-1.0, out=scratch[0])
+    ok = float(scratch[0].abs_().sum()) == 0.0
+    if mask_is_bool:
+        scratch[1].zero_()
+    else:
+        torch.addcmul(m, m, m, value=-1.0, out=scratch[1])
+        ok = ok and float(scratch[1].abs_().sum()) == 0.0
+    if not ok:
+        _raise_if_bad_mask_or_rewards(r, m)
+        raise AssertionError("unreachable: the fast input check failed but the slow one did not")
 
 
 def _chunk_size(log_c: Tensor, dtype: torch.dtype) -> int:
@@ -254,23 +273,28 @@ def _chunk_size(log_c: Tensor, dtype: torch.dtype) -> int:
 
 
 def _values_at_actions(v: Tensor, m: Tensor) -> Tensor:
-    """``v`` at action tokens, exactly 0 elsewhere, even where ``v`` is inf or NaN."""
+    """``v`` at action tokens, exactly 0 elsewhere, even where ``v`` is inf or NaN; raises on a
+    non-finite value at an action token."""
     out = v * m
     if not bool(torch.isfinite(out.sum())):
         out = torch.where(m != 0, v, 0.0)
+        bad = ~torch.isfinite(out)
+        if bool(bad.any()):
+            raise ValueError(f"non-finite value {float(out[bad][0])} at an action token")
     return out
 
 
 def _gae_by_active_chunks(
-    r: Tensor, v: Tensor, m: Tensor, log_c: Tensor, k: Tensor, chunk: int
+    r: Tensor, v: Tensor, m: Tensor, log_c: Tensor, k: Tensor, chunk: int, mask_is_bool: bool
 ) -> GAEResult:
-    """The fast path of :func:`skip_observation_gae`.
+    """The fast path of :func:`skip_observation_gae`, input checks included.
 
     Args:
-        r, v, m: ``(B, T)`` rewards (0 off actions), values, 0/1 action mask.
+        r, v, m: ``(B, T)`` rewards, values, action mask (unchecked).
         log_c: ``(B, 1)`` finite ``log(gamma * lambda) <= 0``.
         k: ``(B, 1)`` ``gamma * (1 - lambda)``.
         chunk: tokens per chunk, with ``chunk * |log c|`` within the exponent budget.
+        mask_is_bool: the caller's mask was boolean (0/1 by construction).
 
     Rows are cut into chunks; a chunk without an action token is the identity for both running
     sums and gets zero outputs, so only chunks that hold an action token are gathered and
@@ -287,12 +311,15 @@ def _gae_by_active_chunks(
     padded = n_chunks * chunk
     if padded != length:
         r, v, m = (torch.nn.functional.pad(x, (0, padded - length)) for x in (r, v, m))
+    # the output buffer doubles as the checks' scratch, which they leave all zero
+    out = torch.empty(2, batch, padded, dtype=dtype, device=m.device)
+    _check_rewards_and_mask(r, m, mask_is_bool, out)
     # chunks holding an action token, each row's taken from its end backwards
     has_action = m.reshape(batch, n_chunks, chunk).sum(-1).flip(-1) > 0  # (B, n_chunks)
     row, back = has_action.nonzero(as_tuple=True)  # (K,) each
     if row.numel() == 0:
-        zeros = torch.zeros(batch, length, dtype=dtype, device=m.device)
-        return GAEResult(zeros, zeros.clone())
+        out = out[..., :length].contiguous() if padded != length else out
+        return GAEResult(out[0], out[1])
     src = row * n_chunks + (n_chunks - 1 - back)  # chunk index in (B * n_chunks)
     rank = (has_action.cumsum(-1) - 1)[row, back]  # position among the row's active chunks
     width = int(has_action.sum(-1).max())
@@ -334,10 +361,9 @@ def _gae_by_active_chunks(
     returns_rev[:, 1:].addcmul_(k_a, z[1][:, :-1])
     returns_rev[:, 0].addcmul_(k_a.squeeze(1), carry[1])
     returns_a = returns_rev.mul_(m_rev).flip(-1)
-    out = torch.zeros(2, batch * n_chunks, chunk, dtype=dtype, device=m.device)
-    out[0].index_copy_(0, src, returns_a - v_a)
-    out[1].index_copy_(0, src, returns_a)
-    out = out.view(2, batch, padded)
+    rows_out = out.view(2, batch * n_chunks, chunk)  # zero outside the active chunks
+    rows_out[0].index_copy_(0, src, returns_a - v_a)
+    rows_out[1].index_copy_(0, src, returns_a)
     if padded != length:
         out = out[..., :length].contiguous()
     return GAEResult(out[0], out[1])

@@ -70,6 +70,15 @@ def test_reward_on_non_action_token_raises_with_row_and_position(gae):
 
 
 @pytest.mark.parametrize("gae", IMPLEMENTATIONS)
+def test_non_finite_reward_or_action_value_raises(gae):
+    mask = torch.tensor([[0.0, 1.0, 1.0]])
+    with pytest.raises(ValueError, match=r"row 0, position 2 is not finite"):
+        gae(torch.tensor([[0.0, 0.0, float("nan")]]), torch.zeros(1, 3), mask, 1.0, 1.0)
+    with pytest.raises(ValueError, match="non-finite value"):
+        gae(torch.zeros(1, 3), torch.tensor([[0.0, float("inf"), 0.0]]), mask, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("gae", IMPLEMENTATIONS)
 def test_mask_must_be_zero_or_one(gae):
     mask = torch.tensor([[1.0, 0.5]])
     with pytest.raises(ValueError, match="0 or 1"):
