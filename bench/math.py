@@ -226,7 +226,7 @@ def main() -> int:
         print(f"\nlog-probs + entropy, forward + backward, T={LOGPROB_TOKENS:,} V={VOCAB:,} H={HIDDEN} float32")
         for variant in ("full", "chunked"):
             r = lp[variant]
-            print(f"  {variant:8s} peak +{r["peak_extra_mib"]:,.0f} MiB anonymous RSS, "
+            print(f"  {variant:8s} peak +{r['peak_extra_mib']:,.0f} MiB anonymous RSS, "
                   f"{r['median_s']:.2f} s (runs {', '.join(f'{t:.2f}' for t in r['times_s'])})")
         print(f"  memory {lp['memory_ratio']:.1f}x lower (target >= {TARGET_MEMORY_RATIO:.0f}x: {_verdict(mem_ok)}); "
               f"time {lp['time_ratio']:.2f}x (target <= {TARGET_TIME_RATIO}x: {_verdict(time_ok)})")
