@@ -32,15 +32,14 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
+import argparse
+import json
+import statistics
+import subprocess
+import time
 
-import torch  # noqa: E402
-
-from trajstore.trainer.advantages import (  # noqa: E402
+import torch
+from trajstore.trainer.advantages import (
     length_adaptive_lambda,
     skip_observation_gae,
     skip_observation_gae_reference,
@@ -125,7 +124,9 @@ def bench_gae(repeat: int) -> dict:
         for name, call in calls.items():
             fast_times[name].extend(timed(call, 1, warmup=0))
     for name, (gamma, lam_) in configs.items():
-        loop_times = timed(lambda: skip_observation_gae_reference(rewards, values, mask, gamma, lam_), 2, 0)
+        loop_times = timed(
+            lambda g=gamma, l=lam_: skip_observation_gae_reference(rewards, values, mask, g, l), 2, 0
+        )
         fast = skip_observation_gae(rewards, values, mask, gamma, lam_)
         ref = skip_observation_gae_reference(rewards.double(), values.double(), mask, gamma,
                                              lam_.double() if isinstance(lam_, torch.Tensor) else lam_)

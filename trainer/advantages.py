@@ -28,13 +28,13 @@ from trajstore.trainer.types import GAEResult, SAOTargets
 
 __all__ = [
     "LAMBDA_CRITIC",
+    "RunningMeanBaseline",
+    "grpo_advantages",
     "length_adaptive_lambda",
+    "make_trajectory_baseline",
+    "sao_targets",
     "skip_observation_gae",
     "skip_observation_gae_reference",
-    "sao_targets",
-    "grpo_advantages",
-    "RunningMeanBaseline",
-    "make_trajectory_baseline",
 ]
 
 LAMBDA_CRITIC = 1.0
@@ -269,7 +269,7 @@ def _chunk_size(log_c: Tensor, dtype: torch.dtype) -> int:
     fit = _EXPONENT_BUDGET_NATS[dtype] / worst
     if fit < 2.0:
         return 1
-    return min(_MAX_CHUNK, 2 ** int(math.floor(math.log2(fit))))
+    return min(_MAX_CHUNK, 2 ** math.floor(math.log2(fit)))
 
 
 def _values_at_actions(v: Tensor, m: Tensor) -> Tensor:

@@ -14,11 +14,11 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "TrajectoryBaselineName",
-    "TrajectoryBaseline",
-    "grpo_advantages",
     "GroupNormBaseline",
     "RunningMeanBaseline",
+    "TrajectoryBaseline",
+    "TrajectoryBaselineName",
+    "grpo_advantages",
     "make_trajectory_baseline",
     "to_action_tokens",
 ]

@@ -12,23 +12,23 @@ Notation used in every docstring here:
 
 from __future__ import annotations
 
-from typing import Callable, Literal, Mapping, Protocol
+from collections.abc import Callable, Mapping
+from typing import Literal, Protocol
 
 import torch
 from torch import Tensor
-
 from trajstore.trainer.types import PolicyLossStats, StalenessStats, ValueLossStats
 
 __all__ = [
+    "POLICY_LOSSES",
     "Aggregation",
     "PolicyLossFn",
     "PolicyLossName",
-    "POLICY_LOSSES",
     "aggregate",
     "dis_policy_loss",
+    "explained_variance",
     "ppo_clip_policy_loss",
     "value_loss",
-    "explained_variance",
 ]
 
 Aggregation = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
@@ -41,7 +41,7 @@ PolicyLossName = Literal["dis", "ppo-clip"]
 _PPO_LOG_RATIO_BOUND_NATS = 20.0
 
 
-def _count(x: Tensor | int | float) -> Tensor:
+def _count(x: Tensor | float) -> Tensor:
     return torch.as_tensor(x)
 
 

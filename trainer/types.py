@@ -13,9 +13,9 @@ from torch import Tensor
 
 __all__ = [
     "GAEResult",
+    "PolicyLossStats",
     "SAOTargets",
     "StalenessStats",
-    "PolicyLossStats",
     "ValueLossStats",
 ]
 

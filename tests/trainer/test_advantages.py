@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-
 from trajstore.trainer.advantages import (
     LAMBDA_CRITIC,
     length_adaptive_lambda,
@@ -86,7 +85,8 @@ def test_mask_must_be_zero_or_one(gae):
 
 
 @pytest.mark.parametrize(
-    "kwargs", [dict(gamma=1.1, lam=1.0), dict(gamma=1.0, lam=-0.1), dict(gamma=1.0, lam=torch.ones(3))]
+    "kwargs",
+    [{"gamma": 1.1, "lam": 1.0}, {"gamma": 1.0, "lam": -0.1}, {"gamma": 1.0, "lam": torch.ones(3)}],
 )
 def test_bad_gamma_or_lambda_raises(kwargs):
     with pytest.raises(ValueError):

@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-
 from trajstore.trainer.baselines import (
     GroupNormBaseline,
     RunningMeanBaseline,

@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-
 from trajstore.trainer.logprobs import (
     token_logprobs_and_entropy,
     token_logprobs_and_entropy_reference,

@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-
 from trajstore.trainer.losses import (
     POLICY_LOSSES,
     aggregate,
@@ -96,7 +95,7 @@ def test_dis_hand_computed_three_tokens():
 
 
 def test_dis_unchanged_policy_ratio_exactly_one_nothing_masked():
-    logprobs, rollout, advantages, mask = _policy_inputs(seed=1)
+    _, rollout, advantages, mask = _policy_inputs(seed=1)
     _, st = dis_policy_loss(rollout.clone().requires_grad_(), rollout, advantages, mask, 0.3, 5.0)
     assert st.ratio_min.item() == 1.0 and st.ratio_max.item() == 1.0 and st.ratio_mean.item() == 1.0
     assert st.frac_below.item() == 0.0 and st.frac_above.item() == 0.0
