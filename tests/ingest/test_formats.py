@@ -244,3 +244,31 @@ def test_nemo_gym_text_only_rows_are_retokenized(tok, fix):
         out = row["response"]["output"]
         assert sum(s.kind == "observation" for s in t.spans) == sum(o["type"] == "function_call_output" for o in out)
         assert t.reward == float(row["reward"])
+
+
+def test_v0_eval_pair_history_matches_the_flat_history(tok, fix, tmp_path):
+    """Older eval outputs hold ``[action, observation]`` pairs instead of a flat event list. No
+    public fixture has that shape, so it is made from the flat fixture: every observation is
+    paired with the action it answers (by ``cause``), actions without one get ``{}``. The pair
+    file must detect as V0 eval output and give exactly the same spans and token ids."""
+    src = fix / "openhands/v0_eval_output_multi_swe_bench_v0.35/output.jsonl"
+    row = json.loads(src.read_text().splitlines()[0])
+    flat = row["history"]
+    obs_by_cause = {e["cause"]: e for e in flat if "observation" in e and e.get("cause") is not None}
+    paired_obs = {id(e) for e in obs_by_cause.values()}
+    pairs = []
+    for e in flat:
+        if "observation" in e and id(e) in paired_obs:
+            continue  # emitted next to its action
+        if "observation" in e:
+            pairs.append([{}, e])
+        else:
+            pairs.append([e, obs_by_cause.get(e.get("id"), {})])
+    assert any(p[0] and p[1] for p in pairs) and len(pairs) < len(flat)
+    (tmp_path / "flat.jsonl").write_text(json.dumps(row) + "\n")
+    (tmp_path / "pairs.jsonl").write_text(json.dumps({**row, "history": pairs}) + "\n")
+    (_, t_flat), = build(tok, tmp_path / "flat.jsonl")
+    (_, t_pairs), = build(tok, tmp_path / "pairs.jsonl")
+    assert kinds(t_pairs) == kinds(t_flat)
+    assert t_pairs.tokens.tolist() == t_flat.tokens.tolist()
+    assert [s.cause_id for s in t_pairs.spans] == [s.cause_id for s in t_flat.spans]
