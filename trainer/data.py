@@ -443,7 +443,7 @@ class TrajectoryStream:
     def _check_where(self, where: str) -> None:
         import duckdb
 
-        from trajstore.audit.reports import _plain_filter
+        from trajstore.audit import is_plain_predicate
 
         self._duck = duckdb.connect()
         # The predicate only ever sees in-memory Arrow tables: no file or network access.
@@ -453,7 +453,7 @@ class TrajectoryStream:
         # The newline ends a trailing "--" comment that would swallow the closing parenthesis.
         probe = f"SELECT count(*) FROM trajectories WHERE ({where}\n)"
         try:
-            if len(duckdb.extract_statements(probe)) != 1 or not _plain_filter(self._duck, probe):
+            if not is_plain_predicate(self._duck, where):
                 raise TrainDataError(f"--where {where!r} is not a valid predicate over the scalar columns: "
                                      "must be one boolean expression")
             self._duck.register("trajectories", empty)

@@ -89,6 +89,21 @@ def test_where_filter_restricts_every_report(conn):
         audit.reward_report(conn, where="TRUE); COPY (SELECT 1) TO 'x.csv'; SELECT (1")
 
 
+@pytest.mark.parametrize("where, plain", [
+    ("source = 'sdk' AND reward IS NOT NULL", True),
+    ("reward IS NOT NULL -- trailing comment", True),
+    ("no_such_column > 1", True),  # parses; binding is the caller's check
+    ("TRUE); COPY (SELECT 1) TO 'x.csv'; SELECT (1", False),
+    ("1=1) UNION SELECT 1 FROM (SELECT 1", False),
+    ("1=1) GROUP BY source HAVING (1=1", False),
+    ("1=1) ORDER BY 1 LIMIT (1", False),
+])
+def test_is_plain_predicate(where, plain):
+    import duckdb
+
+    assert audit.is_plain_predicate(duckdb.connect(), where) is plain
+
+
 def test_clip_per_step_and_staleness_bucket(conn):
     rep = audit.clip_report(conn)
     steps = {(r["run_id"], r["step"]): r for r in rows(rep.by_step)}

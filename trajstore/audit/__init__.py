@@ -20,6 +20,7 @@ from trajstore.audit.reports import (
     clip_report,
     coverage_report,
     duplicate_report,
+    is_plain_predicate,
     length_report,
     overview_report,
     reward_report,
@@ -31,6 +32,6 @@ from trajstore.audit.views import VIEW_NAMES, AuditError, connect, sql
 __all__ = [
     "PERCENTILES", "VIEW_NAMES", "AuditError", "ClipReport", "CoverageReport", "DuplicateReport", "LengthReport",
     "OverviewReport", "Report", "RewardReport", "StalenessReport", "StatusReport", "clip_report", "connect",
-    "coverage_report", "duplicate_report", "length_report", "overview_report", "reward_report", "sql",
-    "staleness_report", "status_report",
+    "coverage_report", "duplicate_report", "is_plain_predicate", "length_report", "overview_report",
+    "reward_report", "sql", "staleness_report", "status_report",
 ]

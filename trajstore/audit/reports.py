@@ -159,10 +159,28 @@ class OverviewReport(Report):
 
 # -- helpers -------------------------------------------------------------------------------
 
-def _plain_filter(conn: duckdb.DuckDBPyConnection, probe: str) -> bool:
-    """True when `probe` parses as a plain ``SELECT ... FROM trajectories WHERE ...``: a
-    predicate that closes the parenthesis early and appends UNION, GROUP BY, HAVING, ORDER BY
-    or LIMIT changes the query's shape and is refused."""
+def _predicate_probe(where: str) -> str:
+    # The newline ends a trailing "--" comment, which would otherwise swallow the closing
+    # parenthesis (and, in a report, the rest of its query).
+    return f"SELECT count(*) FROM trajectories WHERE ({where}\n)"
+
+
+def is_plain_predicate(conn: duckdb.DuckDBPyConnection, where: str) -> bool:
+    """True when `where` is one boolean expression over a ``trajectories`` relation, i.e. when
+    ``SELECT count(*) FROM trajectories WHERE (<where>)`` parses as exactly one plain
+    SELECT. A predicate that closes the parenthesis early and appends UNION, GROUP BY, HAVING,
+    ORDER BY, LIMIT, a second statement, ... changes the query's shape and gives False.
+
+    Only parses (with DuckDB's ``json_serialize_sql`` on `conn`); whether the columns exist is
+    for the caller to check by running the predicate.
+
+    Raises:
+        duckdb.Error: `where` does not even split into statements (e.g. an unterminated quote).
+    """
+    probe = _predicate_probe(where)
+    statements = duckdb.extract_statements(probe)
+    if len(statements) != 1 or statements[0].type.name != "SELECT":
+        return False
     try:
         doc = json.loads(conn.execute("SELECT json_serialize_sql(?)", [probe]).fetchall()[0][0])
         node = doc["statements"][0]["node"]
@@ -180,17 +198,14 @@ def _where(conn: duckdb.DuckDBPyConnection, where: str | None) -> str:
     """Check a user predicate over ``trajectories`` columns; return it parenthesised."""
     if where is None or not where.strip():
         return "TRUE"
-    # The newline ends a trailing "--" comment, which would otherwise swallow the closing
-    # parenthesis (and, in a report, the rest of its query).
-    probe = f"SELECT count(*) FROM trajectories WHERE ({where}\n)"
     try:
-        statements = duckdb.extract_statements(probe)
+        plain = is_plain_predicate(conn, where)
     except duckdb.Error as e:
         raise AuditError(f"invalid --where predicate {where!r}: {e}") from e
-    if len(statements) != 1 or statements[0].type.name != "SELECT" or not _plain_filter(conn, probe):
+    if not plain:
         raise AuditError(f"invalid --where predicate {where!r}: must be one boolean expression")
     try:
-        conn.sql(probe + " LIMIT 0").fetchall()
+        conn.sql(_predicate_probe(where) + " LIMIT 0").fetchall()
     except duckdb.Error as e:
         raise AuditError(f"invalid --where predicate {where!r} (columns of the trajectories view): {e}") from e
     return f"({where}\n)"
