@@ -66,7 +66,6 @@ class _Builder:
         self.ignored = 0
         self.last_time = None
         self.model: str | None = None
-        self.finished = False
 
     def add(self, ev: Any, idx: int) -> None:
         if not isinstance(ev, dict):
@@ -110,8 +109,6 @@ class _Builder:
         if kind not in KNOWN_ACTIONS:
             self.degraded += 1
             self.unknown_kinds.add(kind)
-        if kind == "finish":
-            self.finished = True
         tcm = ev.get("tool_call_metadata")
         if isinstance(tcm, dict) and tcm.get("tool_call_id"):
             self._tool_call_action(ev, idx, tcm, args)
@@ -161,13 +158,10 @@ class _Builder:
 
     def _observation(self, ev: dict[str, Any], idx: int) -> None:
         kind = ev["observation"]
-        content = ev.get("content")
-        if kind in _IGNORED_OBSERVATIONS and not content:
-            self.ignored += 1
-            return
         if kind in _IGNORED_OBSERVATIONS:
             self.ignored += 1
             return
+        content = ev.get("content")
         text = text_of(content if content is not None else ev.get("message"))
         tcm = ev.get("tool_call_metadata")
         if isinstance(tcm, dict) and tcm.get("tool_call_id"):

@@ -56,8 +56,7 @@ def v1_events_to_messages(events: list[Any]) -> tuple[list[Message], dict[str, A
     """
     msgs: list[Message] = []
     by_response: dict[str, Message] = {}
-    info: dict[str, Any] = {"degraded": 0, "unknown_kinds": set(), "ignored": 0, "last_time": None, "model": None,
-                            "finished": False}
+    info: dict[str, Any] = {"degraded": 0, "unknown_kinds": set(), "ignored": 0, "last_time": None, "model": None}
     for i, ev in enumerate(events):
         if not isinstance(ev, dict) or not isinstance(ev.get("kind"), str):
             raise RecordError(f"event {i} has no 'kind'")
@@ -90,9 +89,6 @@ def v1_events_to_messages(events: list[Any]) -> tuple[list[Message], dict[str, A
                 m = Message("assistant", thought, reasoning=reasoning or None, tool_calls=[call], call_id=rid)
                 by_response[rid] = m
                 msgs.append(m)
-            action = ev.get("action") if isinstance(ev.get("action"), dict) else {}
-            if action.get("kind") == "FinishAction":
-                info["finished"] = True
         elif kind in _TOOL_RESULT_KINDS:
             msgs.append(Message("tool", _observation_text(ev), call_id=ev.get("id"),
                                 cause_id=str(ev.get("tool_call_id") or ev.get("action_id") or "") or None))
