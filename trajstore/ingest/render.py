@@ -174,9 +174,7 @@ def render_conversation(tokenizer: Any, messages: list[Message]) -> RenderedConv
                 end = pos + len(anchor)
                 closing = prefix[j + len(anchor):]
                 b = end + _common_prefix_len(full[end:end + len(closing)], closing)
-                if not full.startswith(closing, end) and method == "prefix":
-                    method = "anchored"
-                elif method == "prefix":
+                if method == "prefix":
                     method = "anchored"
         if b is None:
             b = max(prev, _common_prefix_len(full, prefix))
