@@ -197,6 +197,67 @@ def pack(samples: Sequence[Sample], device: torch.device | str = "cpu") -> Packe
                             cat(itemp, torch.float32), torch.tensor(seg, dtype=torch.int64))
 
 
+def to_rows(x: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
+    """One row per trajectory of a packed tensor, zero-padded on the right.
+
+    Args:
+        x: ``(1, L)`` packed tensor (any dtype), e.g. a :class:`PackedMicroBatch` field or the
+            critic's values of one.
+        segments: ``(n + 1,)`` int64 offsets of the packing (:attr:`PackedMicroBatch.segments`).
+
+    Returns:
+        ``(n, Tmax)`` tensor of ``x``'s dtype and device, ``Tmax`` = longest trajectory: row ``i``
+        is ``x[0, segments[i]:segments[i + 1]]`` followed by zeros.
+    """
+    lens = (segments[1:] - segments[:-1]).tolist()
+    out = x.new_zeros((len(lens), max(lens)))
+    for i, (a, n) in enumerate(zip(segments[:-1].tolist(), lens)):
+        out[i, :n] = x[0, a:a + n]
+    return out
+
+
+def to_packed(rows: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
+    """``(n, Tmax)`` rows -> ``(1, L)`` packed: the inverse of :func:`to_rows` (padding dropped)."""
+    lens = (segments[1:] - segments[:-1]).tolist()
+    return torch.cat([rows[i, :n] for i, n in enumerate(lens)]).unsqueeze(0)
+
+
+class GAEInputs(NamedTuple):
+    """A packed micro-batch laid out as one row per trajectory, as the advantage estimators
+    (:mod:`trajstore.trainer.advantages`) take it. n = trajectories, Tmax = the longest one.
+
+    Fields:
+        rewards: (n, Tmax) float32; the trajectory's reward at its last action slot, 0 elsewhere.
+        values: (n, Tmax) float; the critic's values (prediction frame), 0 in the padding.
+        action_mask: (n, Tmax) bool; True = action slot.
+    """
+
+    rewards: torch.Tensor
+    values: torch.Tensor
+    action_mask: torch.Tensor
+
+
+def gae_inputs(mb: PackedMicroBatch, samples: Sequence[Sample], values: torch.Tensor) -> GAEInputs:
+    """Rewards, values and action mask of a micro-batch, one row per trajectory (see
+    :class:`GAEInputs`); map results back with :func:`to_packed`.
+
+    Args:
+        mb: the packed micro-batch of `samples` (possibly the one-token dummy of ``pack([])``).
+        samples: its trajectories, in packing order.
+        values: ``(1, L)`` float critic values of `mb`.
+    """
+    mask = to_rows(mb.action_mask, mb.segments)
+    n, width = mask.shape
+    reward = torch.zeros(n, dtype=torch.float32)
+    reward[:len(samples)] = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    # last action slot per row (argmax takes the first maximum, here of the reversed row); a row
+    # without one gets 0 at its end, i.e. no reward
+    last = width - 1 - mask.flip(1).to(torch.uint8).argmax(1)
+    rewards = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    rewards[torch.arange(n, device=mask.device), last] = torch.where(mask.any(1), reward.to(mask.device), 0.0)
+    return GAEInputs(rewards, to_rows(values, mb.segments), mask)
+
+
 def split_for_rank(samples: Sequence[Sample], rank: int, world_size: int) -> list[Sample]:
     """This rank's disjoint share of a step: trajectories sorted by length (longest first) are
     dealt round-robin, so ranks get similar token counts. Deterministic on every rank."""

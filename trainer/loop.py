@@ -45,9 +45,11 @@ from trajstore.trainer.data import (
     Sample,
     StepBatch,
     TrajectoryStream,
+    gae_inputs,
     micro_batches,
     pack,
     split_for_rank,
+    to_packed,
 )
 from trajstore.trainer.models import Critic, LoadedPolicy, PolicyLogprobs, build_critic, load_policy
 from trajstore.trainer.records import RunRecorder, consumed_rows
@@ -60,40 +62,14 @@ AdvantageFn = Callable[[PackedMicroBatch, list[Sample], torch.Tensor | None, dic
 (advantages (1, L), returns (1, L) or None, lambda_policy (n,))."""
 
 
-def _rows(x: torch.Tensor, seg: torch.Tensor) -> torch.Tensor:
-    """(1, L) packed -> (n, Tmax) padded with zeros, one row per trajectory."""
-    lens = (seg[1:] - seg[:-1]).tolist()
-    out = x.new_zeros((len(lens), max(lens)))
-    for i, (a, n) in enumerate(zip(seg[:-1].tolist(), lens)):
-        out[i, :n] = x[0, a:a + n]
-    return out
-
-
-def _packed(rows: torch.Tensor, seg: torch.Tensor) -> torch.Tensor:
-    """(n, Tmax) -> (1, L): the inverse of :func:`_rows`."""
-    lens = (seg[1:] - seg[:-1]).tolist()
-    return torch.cat([rows[i, :n] for i, n in enumerate(lens)]).unsqueeze(0)
-
-
-def _reward_rows(mb: PackedMicroBatch, samples: list[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(n, Tmax) rewards (the trajectory's reward at its last action slot) and action mask."""
-    mask = _rows(mb.action_mask, mb.segments)
-    rewards = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
-    for i, s in enumerate(samples):
-        idx = torch.nonzero(mask[i]).flatten()
-        if len(idx):
-            rewards[i, idx[-1]] = s.reward
-    return rewards, mask
-
-
 def sao_gae_advantages(cfg: TrainConfig) -> AdvantageFn:
     from trajstore.trainer.advantages import sao_targets
 
     def fn(mb: PackedMicroBatch, samples: list[Sample], values: torch.Tensor | None,
            _scalar: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        rewards, mask = _reward_rows(mb, samples)
-        t = sao_targets(rewards, _rows(values, mb.segments), mask, gamma=cfg.algo.gamma, alpha=cfg.algo.lambda_alpha)
-        return _packed(t.advantages, mb.segments), _packed(t.returns, mb.segments), t.lambda_policy
+        x = gae_inputs(mb, samples, values)
+        t = sao_targets(x.rewards, x.values, x.action_mask, gamma=cfg.algo.gamma, alpha=cfg.algo.lambda_alpha)
+        return to_packed(t.advantages, mb.segments), to_packed(t.returns, mb.segments), t.lambda_policy
 
     return fn
 

@@ -10,10 +10,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from trajstore import open_store, write_trajectories
 from trajstore.trainer.config import DataConfig
-from trajstore.trainer.data import DataCursor, TrainDataError, TrajectoryStream, micro_batches, pack, split_for_rank
+from trajstore.trainer.data import (
+    DataCursor,
+    Sample,
+    TrainDataError,
+    TrajectoryStream,
+    gae_inputs,
+    micro_batches,
+    pack,
+    split_for_rank,
+    to_packed,
+    to_rows,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
 from _train_synth import VOCAB, make_trajectory, write_synthetic_store  # noqa: E402
@@ -165,3 +177,31 @@ def test_rank_split_is_disjoint_and_micro_batches_align(tmp_path: Path) -> None:
     mbs = micro_batches(parts[2], 2, 2)  # rank 2 has 2 samples -> one full, one empty micro-batch
     assert [len(m) for m in mbs] == [2, 0]
     assert pack([]).action_mask.sum() == 0
+
+
+def _sample(tid: str, action_mask: list[bool], reward: float) -> Sample:
+    t = len(action_mask)
+    mask = np.array(action_mask)
+    return Sample(tid, None, "s", 0, np.arange(t, dtype=np.int64), np.where(mask, -0.5, np.nan).astype(np.float32),
+                  mask, np.where(mask, 0, -1).astype(np.int64), np.ones(t, dtype=np.float32), reward, False,
+                  DataCursor())
+
+
+def test_gae_inputs_rows_and_back() -> None:
+    # token masks [0 1 1 0 1] and [0 1 0]; in the prediction frame (shifted left by one, last
+    # slot never an action) the action slots are [1 1 0 1 0] and [1 0 0]: the last action slot
+    # is 3 in row 0 and 0 in row 1, where the rewards go
+    a, b = _sample("a", [False, True, True, False, True], 2.0), _sample("b", [False, True, False], -1.0)
+    mb = pack([a, b])
+    values = torch.arange(1.0, 9.0).unsqueeze(0)  # (1, 8)
+    x = gae_inputs(mb, [a, b], values)
+    assert x.action_mask.tolist() == [[True, True, False, True, False], [True, False, False, False, False]]
+    assert x.rewards.tolist() == [[0, 0, 0, 2.0, 0], [-1.0, 0, 0, 0, 0]]
+    assert x.rewards.dtype == torch.float32
+    assert x.values.tolist() == [[1, 2, 3, 4, 5], [6, 7, 8, 0, 0]]
+    assert torch.equal(to_packed(x.values, mb.segments), values)
+    assert torch.equal(to_rows(mb.input_ids, mb.segments), torch.tensor([[0, 1, 2, 3, 4], [0, 1, 2, 0, 0]]))
+    # a row without an action slot gets no reward; the dummy micro-batch of an idle rank too
+    c = _sample("c", [True, False], 5.0)  # its only action token is position 0: no action slot
+    assert gae_inputs(pack([c]), [c], torch.zeros(1, 2)).rewards.tolist() == [[0.0, 0.0]]
+    assert gae_inputs(pack([]), [], torch.zeros(1, 1)).rewards.tolist() == [[0.0]]

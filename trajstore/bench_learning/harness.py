@@ -240,20 +240,21 @@ def _gae_no_skip_fn(tr: Any) -> Callable[..., Any]:
     are then kept on action tokens only, where the policy loss reads them. lambda_policy counts
     those steps too (the trainer's math has no no-skip variant; this is the mask trick)."""
     from trajstore.trainer.advantages import sao_targets
-    from trajstore.trainer.loop import _packed, _reward_rows, _rows
+    from trajstore.trainer.data import gae_inputs, to_packed
 
     cfg = tr.cfg
 
     def fn(mb: Any, samples: list[Any], values: torch.Tensor | None, _scalar: dict[str, float]) -> Any:
-        rewards, mask = _reward_rows(mb, samples)
+        x = gae_inputs(mb, samples, values)
+        mask = x.action_mask
         # from the first action slot to the last one (the reward slot), observations included
         pos = torch.arange(mask.shape[1]).unsqueeze(0)
         first = mask.float().argmax(dim=1, keepdim=True)
         last = mask.shape[1] - 1 - mask.flip(1).float().argmax(dim=1, keepdim=True)
         steps = (pos >= first) & (pos <= last)
-        t = sao_targets(rewards, _rows(values, mb.segments), steps, gamma=cfg.algo.gamma, alpha=cfg.algo.lambda_alpha)
+        t = sao_targets(x.rewards, x.values, steps, gamma=cfg.algo.gamma, alpha=cfg.algo.lambda_alpha)
         adv = t.advantages * mask
-        return _packed(adv, mb.segments), _packed(t.returns, mb.segments), t.lambda_policy
+        return to_packed(adv, mb.segments), to_packed(t.returns, mb.segments), t.lambda_policy
 
     return fn
 
