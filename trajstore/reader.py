@@ -115,7 +115,7 @@ def _read_shards_one_by_one(store: Store, shards: Sequence[ShardInfo], cols: lis
         try:
             parts.append(pq.read_table(s.path, columns=cols, schema=TRAJECTORY_SCHEMA, filesystem=fs))
         except (OSError, pa.ArrowException) as e:
-            err = CorruptShardError(store._display(s.path), f"cannot decode: {str(e).splitlines()[0]}")
+            err = CorruptShardError(store.url_of(s.path), f"cannot decode: {str(e).splitlines()[0]}")
             if strict:
                 raise err from e
             warnings.warn(f"skipping {err}", CorruptShardWarning, stacklevel=3)
@@ -246,7 +246,7 @@ def iter_shard_batches(store: Store, shard: ShardInfo, *, columns: Sequence[str]
             if table.num_rows:
                 yield batch_from_table(table, shard=shard.path, row_group=rg)
     except (OSError, pa.ArrowException) as e:
-        err = CorruptShardError(store._display(shard.path), f"cannot decode: {str(e).splitlines()[0]}")
+        err = CorruptShardError(store.url_of(shard.path), f"cannot decode: {str(e).splitlines()[0]}")
         if strict:
             raise err from e
         warnings.warn(f"skipping rest of {err}", CorruptShardWarning, stacklevel=2)

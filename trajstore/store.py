@@ -128,8 +128,12 @@ class Store:
 
     def url(self, *parts: str) -> str:
         """Full URL (with protocol) for a store-relative location."""
-        p = self.path(*parts)
-        return p if self.is_local else self.fs.unstrip_protocol(p)
+        return self.url_of(self.path(*parts))
+
+    def url_of(self, path: str) -> str:
+        """Full URL (with protocol) of a path inside `fs`, e.g. a :attr:`ShardInfo.path`; local
+        paths are returned as they are. What errors, warnings and DuckDB show and read."""
+        return path if self.is_local else self.fs.unstrip_protocol(path)
 
     def arrow_filesystem(self) -> pafs.FileSystem:
         """A pyarrow filesystem for the same location (native for local paths)."""
@@ -256,7 +260,7 @@ class Store:
         if isinstance(cached, ShardInfo):
             return cached
         if isinstance(cached, str):
-            raise CorruptShardError(self._display(path), cached)
+            raise CorruptShardError(self.url_of(path), cached)
         try:
             with self.fs.open(path, "rb") as fh:
                 md = pq.read_metadata(fh)
@@ -275,7 +279,7 @@ class Store:
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             with self._cache_lock:
                 self._shard_cache[key] = reason
-            raise CorruptShardError(self._display(path), reason) from e
+            raise CorruptShardError(self.url_of(path), reason) from e
         with self._cache_lock:
             self._shard_cache[key] = info
         return info
@@ -295,9 +299,6 @@ class Store:
                     raise
                 warnings.warn(f"skipping {e}", CorruptShardWarning, stacklevel=2)
         return out
-
-    def _display(self, path: str) -> str:
-        return path if self.is_local else self.fs.unstrip_protocol(path)
 
     def iter_dirs(self, subdir: str) -> Iterator[str]:
         """Names of the directories directly under `subdir` (e.g. run ids under ``runs``)."""

@@ -67,7 +67,7 @@ def _empty_source(conn: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema)
 
 
 def _shard_urls(store: Store, subdir: str) -> list[str]:
-    return [s.path if store.is_local else store.fs.unstrip_protocol(s.path) for s in store.list_shards(subdir)]
+    return [store.url_of(s.path) for s in store.list_shards(subdir)]
 
 
 def run_ids(store: Store) -> list[str]:
