@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from trajstore.ingest import IngestReport, conversation_to_trajectory, iter_trajectories
-from trajstore.ingest.core import Conversation, EngineRollout, Problem
+from trajstore.ingest.core import Conversation, EngineRollout, Origin, Problem
 from trajstore.ingest.detect import InputUnit
 from trajstore.ingest.pipeline import parse_unit
 from trajstore.ingest.render import template_features, to_template_messages
+from trajstore.ingest.swe_agent import parse_traj
 
 TOK_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -207,6 +208,17 @@ def test_swe_agent(tok, fix, name):
     if name.startswith("v1"):
         ids = [h["tool_call_ids"][0] for h in d["history"] if h["role"] == "tool"]
         assert [s.cause_id for s in t.spans if s.kind == "observation"] == ids
+
+
+def test_swe_agent_tool_call_without_id_is_linked_by_step():
+    # an id-less call has id None (not the string "None"), so its observation falls back to
+    # the synthetic step id of the action before it
+    d = {"history": [{"role": "system", "content": "s"},
+                     {"role": "assistant", "content": "a", "tool_calls": [{"function": {"name": "bash"}}]},
+                     {"role": "user", "content": "o"}], "info": {}}
+    conv = parse_traj(d, Origin("x.traj"))
+    assert conv.messages[1].tool_calls[0].id is None
+    assert conv.messages[2].cause_id == "step-0"
 
 
 def test_nebius_rows(tok, fix):

@@ -208,6 +208,18 @@ def arguments_text(args: Any) -> str:
     return json.dumps(args, ensure_ascii=False, default=str)
 
 
+def tool_calls_of(raw: Any) -> list[ToolCall]:
+    """The ``tool_calls`` list of an OpenAI chat message (``{"id", "function": {"name",
+    "arguments"}}`` items) as :class:`ToolCall` s; non-object items are skipped, a missing id is None."""
+    out = []
+    for c in raw or []:
+        if isinstance(c, dict):
+            fn = c.get("function") or {}
+            out.append(ToolCall(str(c["id"]) if c.get("id") else None, str(fn.get("name")),
+                                arguments_text(fn.get("arguments", ""))))
+    return out
+
+
 def cap_text(msg: Message, max_chars: int | None) -> Message:
     """Cap an observation's content at `max_chars` characters, keeping its head and tail around
     a visible :data:`TRUNCATION_MARKER`; sets ``truncated`` and ``original_chars``."""

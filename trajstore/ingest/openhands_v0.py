@@ -27,10 +27,10 @@ from trajstore.ingest.core import (
     RecordError,
     Reward,
     ToolCall,
-    arguments_text,
     bool_reward,
     parse_time,
     text_of,
+    tool_calls_of,
 )
 
 KNOWN_ACTIONS = frozenset({
@@ -127,9 +127,7 @@ class _Builder:
             return  # a later tool call of a response already turned into one assistant message
         choice = (resp.get("choices") or [{}])[0] if isinstance(resp.get("choices"), list) else {}
         msg = choice.get("message") if isinstance(choice, dict) and isinstance(choice.get("message"), dict) else {}
-        calls = [ToolCall(str(c.get("id")), str((c.get("function") or {}).get("name")),
-                          arguments_text((c.get("function") or {}).get("arguments", "")))
-                 for c in (msg.get("tool_calls") or []) if isinstance(c, dict)]
+        calls = tool_calls_of(msg.get("tool_calls"))
         if not calls:  # response not logged: rebuild the call from the action itself
             calls = [ToolCall(str(tcm["tool_call_id"]), str(tcm.get("function_name") or ev["action"]),
                               json.dumps({k: v for k, v in args.items() if k != "thought"}, ensure_ascii=False))]
@@ -286,9 +284,7 @@ def chat_messages(raw: Any, origin_desc: str) -> list[Message]:
         if role not in ("system", "user", "assistant", "tool", "developer", "function"):
             raise RecordError(f"{origin_desc}[{i}]: unknown role {role!r}")
         role = {"developer": "system", "function": "tool"}.get(role, role)
-        calls = [ToolCall(str(c.get("id")) if c.get("id") else None, str((c.get("function") or {}).get("name")),
-                          arguments_text((c.get("function") or {}).get("arguments", "")))
-                 for c in (m.get("tool_calls") or []) if isinstance(c, dict)]
+        calls = tool_calls_of(m.get("tool_calls"))
         reasoning = m.get("reasoning_content") if isinstance(m.get("reasoning_content"), str) else None
         out.append(Message(role, text_of(m.get("content")), reasoning=reasoning or None, tool_calls=calls,
                            cause_id=str(m["tool_call_id"]) if m.get("tool_call_id") else None))

@@ -15,7 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from trajstore.ingest.core import Conversation, Message, Origin, RecordError, ToolCall, arguments_text, bool_reward, text_of
+from trajstore.ingest.core import (
+    Conversation,
+    Message,
+    Origin,
+    RecordError,
+    bool_reward,
+    text_of,
+    tool_calls_of,
+)
 
 
 def status_from_exit(exit_status: Any) -> str:
@@ -46,9 +54,7 @@ def parse_traj(d: Any, origin: Origin) -> Conversation:
         role = h["role"]
         text = text_of(h.get("content"))
         if role == "assistant":
-            calls = [ToolCall(str(c.get("id")), str((c.get("function") or {}).get("name")),
-                              arguments_text((c.get("function") or {}).get("arguments", "")))
-                     for c in (h.get("tool_calls") or []) if isinstance(c, dict)]
+            calls = tool_calls_of(h.get("tool_calls"))
             cid = f"step-{step}"
             step += 1
             msgs.append(Message("assistant", text, tool_calls=calls, call_id=cid))
