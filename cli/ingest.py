@@ -8,17 +8,8 @@ from typing import Optional
 
 import typer
 
+from trajstore.cli.audit import parse_storage_options
 from trajstore.cli.main import app, friendly_errors
-
-
-def _storage_options(pairs: list[str]) -> dict[str, str]:
-    out = {}
-    for p in pairs:
-        if "=" not in p:
-            raise typer.BadParameter(f"--storage-option expects key=value, got {p!r}")
-        k, v = p.split("=", 1)
-        out[k] = v
-    return out
 
 
 @app.command("ingest")
@@ -62,7 +53,7 @@ def ingest_cmd(
         try:
             report = ingest_paths(paths, store, format=input_format, tokenizer=tokenizer, strict=strict,
                                   max_observation_chars=max_observation_chars or None,
-                                  storage_options=_storage_options(storage_option or []),
+                                  storage_options=parse_storage_options(storage_option or []),
                                   progress=lambda done, total: prog.update(task, completed=done, total=total))
         except IngestError as e:
             if output == "json":
