@@ -14,7 +14,6 @@ id, never by position. A response with generated text but no token ids raises
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -228,11 +227,3 @@ def action_from_sglang_generate(response: dict[str, Any], *, request: dict[str, 
 
 action_from_openai_completion = _malformed("OpenAI/vLLM completion", action_from_openai_completion)
 action_from_sglang_generate = _malformed("SGLang /generate", action_from_sglang_generate)
-
-
-def sampling_json(sampling: SamplingParams | dict[str, Any] | None) -> str | None:
-    if sampling is None:
-        return None
-    if isinstance(sampling, dict):
-        return json.dumps(sampling, sort_keys=True, default=str)
-    return sampling.to_json()
