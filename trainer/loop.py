@@ -51,6 +51,7 @@ from trajstore.trainer.data import (
     split_for_rank,
     to_packed,
 )
+from trajstore.trainer.losses import POLICY_LOSSES, PolicyLossFn, value_loss
 from trajstore.trainer.models import Critic, LoadedPolicy, PolicyLogprobs, build_critic, load_policy
 from trajstore.trainer.records import RunRecorder, consumed_rows
 
@@ -135,7 +136,7 @@ class Trainer:
     state: TrainerState
     advantage_fn: AdvantageFn
     scalar_fn: Callable[[list[Sample], TrainerState], dict[str, float]] | None
-    policy_loss_fn: Callable[..., Any]
+    policy_loss_fn: PolicyLossFn
     value_loss_fn: Callable[..., Any] | None
     behaviour: PolicyLogprobs | None
     published: int | None = None
@@ -145,12 +146,6 @@ class Trainer:
         if self.env.device.type == "cuda" and self.cfg.run.bf16:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
-
-
-def _policy_loss(cfg: TrainConfig) -> Callable[..., Any]:
-    from trajstore.trainer import losses
-
-    return losses.dis_policy_loss if cfg.algo.policy_loss == "dis" else losses.ppo_clip_policy_loss
 
 
 def setup(cfg: TrainConfig, *, resume: bool = False) -> Trainer:
@@ -222,11 +217,8 @@ def setup(cfg: TrainConfig, *, resume: bool = False) -> Trainer:
         adv_fn, scalar_fn = sao_gae_advantages(cfg), None
     else:
         adv_fn, scalar_fn = scalar_advantages(cfg), _scalar_baseline_fn(cfg, state)
-    value_loss_fn = None
-    if critic is not None:
-        from trajstore.trainer.losses import value_loss as value_loss_fn
     tr = Trainer(cfg, env, store, loaded, policy, critic, optimizers, stream, recorder, state, adv_fn, scalar_fn,
-                 _policy_loss(cfg), value_loss_fn, behaviour)
+                 POLICY_LOSSES[cfg.algo.policy_loss], value_loss if critic is not None else None, behaviour)
     # v0 on a fresh start; on resume the checkpoint's version again, so LATEST stops pointing at
     # versions the killed process published after its last checkpoint (they are re-trained and
     # re-published under the same numbers)

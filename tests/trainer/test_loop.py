@@ -111,6 +111,16 @@ def test_baselines_train_without_a_critic(tmp_path: Path, advantage: str) -> Non
     assert any(not torch.equal(p, pol0[n]) for n, p in tr.loaded.model.named_parameters())
 
 
+@pytest.mark.parametrize("name", ["dis", "ppo-clip"])
+def test_setup_picks_the_named_policy_loss(tmp_path: Path, name: str) -> None:
+    from trajstore.trainer.losses import dis_policy_loss, ppo_clip_policy_loss
+
+    write_synthetic_store(tmp_path, 4)
+    tr = setup(_cfg(tmp_path, policy_loss=name, max_steps=1, warmup=0))
+    assert tr.policy_loss_fn is {"dis": dis_policy_loss, "ppo-clip": ppo_clip_policy_loss}[name]
+    assert train(tr.cfg, trainer=tr).steps == 1
+
+
 def test_tokenizer_mismatch_is_refused(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 4, tokenizer="HuggingFaceTB/SmolLM2-135M-Instruct")
     with pytest.raises(TrainDataError, match="field tokenizer is 'HuggingFaceTB/SmolLM2-135M-Instruct'"):
