@@ -98,12 +98,15 @@ SCALAR_COLUMNS: Final[tuple[str, ...]] = tuple(
 """Columns cheap to read: everything but the per-token lists and the spans."""
 
 
+def _schema_of(fields: list[tuple[pa.Field, str]]) -> pa.Schema:
+    """Arrow schema of `fields`, each field's doc in its metadata and the schema version in the schema's."""
+    return pa.schema([f.with_metadata({b"doc": d.encode()}) for f, d in fields],
+                     metadata={METADATA_SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+
+
 def trajectory_schema() -> pa.Schema:
     """The Arrow schema of one trajectory row, with the schema version in its metadata."""
-    return pa.schema(
-        [f.with_metadata({b"doc": doc.encode()}) for f, doc in TRAJECTORY_FIELDS],
-        metadata={METADATA_SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()},
-    )
+    return _schema_of(TRAJECTORY_FIELDS)
 
 
 TRAJECTORY_SCHEMA: Final[pa.Schema] = trajectory_schema()
@@ -136,11 +139,6 @@ CONSUMED_FIELDS: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("ratio_mean", pa.float64()), "mean importance ratio over action tokens (before masking)"),
     (pa.field("consumed_at", pa.timestamp("us", tz="UTC"), nullable=False), "when the step finished (UTC)"),
 ]
-
-
-def _schema_of(fields: list[tuple[pa.Field, str]]) -> pa.Schema:
-    return pa.schema([f.with_metadata({b"doc": d.encode()}) for f, d in fields],
-                     metadata={METADATA_SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()})
 
 
 STEP_SCHEMA: Final[pa.Schema] = _schema_of(STEP_FIELDS)
