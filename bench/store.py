@@ -17,6 +17,7 @@ is missed: this is a measurement, not a test.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -92,41 +93,37 @@ def synth_trajectories(n: int, seed: int) -> list[Trajectory]:
 # -- JSONL baseline (orjson) -------------------------------------------------------------------
 
 
-def jsonl_write(path: Path, trajs: list[Trajectory]) -> None:
-    """One JSON object per line; numpy arrays serialised natively (NaN log-probs -> null)."""
-    opt = orjson.OPT_SERIALIZE_NUMPY
+def _jsonl_record(t: Trajectory, tokens: Any, logprobs: Any) -> dict[str, Any]:
+    return {
+        "trajectory_id": t.trajectory_id, "prompt_id": t.prompt_id, "source": t.source, "model": t.model,
+        "tokenizer": t.tokenizer, "created_at": t.created_at.isoformat(), "status": t.status,
+        "reward": t.reward, "token_source": t.token_source, "logprob_source": t.logprob_source,
+        "tokens": tokens, "logprobs": logprobs,
+        "spans": [s.model_dump(exclude_none=True) for s in t.spans], "metadata": t.metadata,
+    }
+
+
+def _write_lines(path: Path, lines: Any) -> None:
     with open(path, "wb") as fh:
-        for t in trajs:
-            d = {
-                "trajectory_id": t.trajectory_id, "prompt_id": t.prompt_id, "source": t.source, "model": t.model,
-                "tokenizer": t.tokenizer, "created_at": t.created_at.isoformat(), "status": t.status,
-                "reward": t.reward, "token_source": t.token_source, "logprob_source": t.logprob_source,
-                "tokens": t.tokens, "logprobs": t.logprobs,
-                "spans": [s.model_dump(exclude_none=True) for s in t.spans], "metadata": t.metadata,
-            }
-            fh.write(orjson.dumps(d, option=opt))
+        for line in lines:
+            fh.write(line)
             fh.write(b"\n")
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def jsonl_write(path: Path, trajs: list[Trajectory]) -> None:
+    """One JSON object per line; numpy arrays serialised natively (NaN log-probs -> null)."""
+    opt = orjson.OPT_SERIALIZE_NUMPY
+    _write_lines(path, (orjson.dumps(_jsonl_record(t, t.tokens, t.logprobs), option=opt) for t in trajs))
 
 
 def jsonl_write_lists(path: Path, trajs: list[Trajectory]) -> None:
     """Same lines, but from Python lists (what a harness holding engine JSON has): float32
     log-probs widened to Python floats, NaN -> None."""
-    with open(path, "wb") as fh:
-        for t in trajs:
-            lp = t.logprobs.tolist()
-            d = {
-                "trajectory_id": t.trajectory_id, "prompt_id": t.prompt_id, "source": t.source, "model": t.model,
-                "tokenizer": t.tokenizer, "created_at": t.created_at.isoformat(), "status": t.status,
-                "reward": t.reward, "token_source": t.token_source, "logprob_source": t.logprob_source,
-                "tokens": t.tokens.tolist(), "logprobs": [None if x != x else x for x in lp],
-                "spans": [s.model_dump(exclude_none=True) for s in t.spans], "metadata": t.metadata,
-            }
-            fh.write(orjson.dumps(d))
-            fh.write(b"\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    _write_lines(path, (orjson.dumps(_jsonl_record(t, t.tokens.tolist(),
+                                                   [None if x != x else x for x in t.logprobs.tolist()]))
+                        for t in trajs))
 
 
 def jsonl_read(path: Path, *, scalars_only: bool = False) -> int:
@@ -291,22 +288,16 @@ def run(args: argparse.Namespace, work: Path) -> None:
     bscal_s, _ = timed(lambda: pq.read_table(pq_path, columns=list(SCALAR_COLUMNS)), args.repeat)
     rows.append(Row("bare pyarrow", pq_path.stat().st_size / n_tok, n_tok / bw_s, n_tok / bfull_s, bscal_s, bfull_s))
 
-    # orjson JSONL.
-    jl = work / "data.jsonl"
-    jw_s, _ = timed(lambda: jsonl_write(jl, trajs))
-    drop_page_cache_hint(jl)
-    jfull_s, got = timed(lambda: jsonl_read(jl), 1)
-    assert got == n_tok
-    jscal_s, _ = timed(lambda: jsonl_read(jl, scalars_only=True), 1)
-    rows.append(Row("orjson JSONL", jl.stat().st_size / n_tok, n_tok / jw_s, n_tok / jfull_s, jscal_s, jfull_s))
-    jl2 = work / "data-lists.jsonl"
-    jw2_s, _ = timed(lambda: jsonl_write_lists(jl2, trajs))
-    drop_page_cache_hint(jl2)
-    jfull2_s, got = timed(lambda: jsonl_read(jl2), 1)
-    assert got == n_tok
-    jscal2_s, _ = timed(lambda: jsonl_read(jl2, scalars_only=True), 1)
-    rows.append(Row("JSONL (lists)", jl2.stat().st_size / n_tok, n_tok / jw2_s, n_tok / jfull2_s, jscal2_s, jfull2_s))
-    jl2.unlink()
+    # orjson JSONL, written from numpy arrays and from Python lists (same lines, same reader).
+    for name, write, jl in (("orjson JSONL", jsonl_write, work / "data.jsonl"),
+                            ("JSONL (lists)", jsonl_write_lists, work / "data-lists.jsonl")):
+        jw_s, _ = timed(functools.partial(write, jl, trajs))
+        drop_page_cache_hint(jl)
+        jfull_s, got = timed(functools.partial(jsonl_read, jl), 1)
+        assert got == n_tok
+        jscal_s, _ = timed(functools.partial(jsonl_read, jl, scalars_only=True), 1)
+        rows.append(Row(name, jl.stat().st_size / n_tok, n_tok / jw_s, n_tok / jfull_s, jscal_s, jfull_s))
+        jl.unlink()
     del trajs
     gc.collect()
 
