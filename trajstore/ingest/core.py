@@ -92,25 +92,24 @@ class Origin:
         return f"{self.path}:{self.line}" if self.line is not None else self.path
 
 
-@dataclass
-class Conversation:
-    """A text-only trajectory: messages to be rendered with a chat template.
+@dataclass(kw_only=True)
+class ParsedTrajectory:
+    """What every parsed trajectory carries, whatever its token source.
 
     Attributes:
         source: harness and format, e.g. ``openhands/v0-eval`` (stored in ``source``).
         key: instance / conversation id used in the trajectory id (None = use the origin).
-        messages: the chat in order.
+        origin: the file (and line) it was read from.
         reward: see :class:`Reward`.
         status: completed | truncated | aborted | failed.
         model: model name from the log, when known.
+        prompt_id: stored in ``prompt_id`` (None = unknown).
         created_at: time of the last logged event (UTC), when known.
         metadata: stored in the trajectory's free-form metadata.
-        degraded_events: events of unknown kind rendered generically (see parsers).
     """
 
     source: str
     key: str | None
-    messages: list[Message]
     origin: Origin
     reward: Reward = field(default_factory=Reward)
     status: str = "completed"
@@ -118,6 +117,18 @@ class Conversation:
     prompt_id: str | None = None
     created_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class Conversation(ParsedTrajectory):
+    """A text-only trajectory: messages to be rendered with a chat template.
+
+    Attributes:
+        messages: the chat in order.
+        degraded_events: events of unknown kind rendered generically (see parsers).
+    """
+
+    messages: list[Message]
     degraded_events: int = 0
 
 
@@ -137,21 +148,16 @@ class EngineSegment:
     top_p: float | None = None
 
 
-@dataclass
-class EngineRollout:
+@dataclass(kw_only=True)
+class EngineRollout(ParsedTrajectory):
     """A trajectory whose token ids and log-probs come from the rollout engine; stored exactly,
-    never re-tokenized."""
+    never re-tokenized.
 
-    source: str
-    key: str | None
+    Attributes:
+        segments: the token pieces in order (see :class:`EngineSegment`).
+    """
+
     segments: list[EngineSegment]
-    origin: Origin
-    reward: Reward = field(default_factory=Reward)
-    status: str = "completed"
-    model: str | None = None
-    prompt_id: str | None = None
-    created_at: datetime | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

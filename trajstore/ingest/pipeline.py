@@ -27,6 +27,7 @@ from trajstore.ingest.core import (
     EngineRollout,
     Origin,
     Parsed,
+    ParsedTrajectory,
     Problem,
     RecordError,
     cap_text,
@@ -234,14 +235,14 @@ def _trajectory_id(source: str, key: str | None, digest: str) -> str:
     return f"{slug(source)}:{slug(key)}:{digest}" if key else f"{slug(source)}:{digest}"
 
 
-def _reward_raw(conv: Conversation | EngineRollout) -> str | None:
+def _reward_raw(conv: ParsedTrajectory) -> str | None:
     r = conv.reward
     if r.raw is None and r.value is None:
         return None
     return json.dumps(r.raw if r.raw is not None else r.value, sort_keys=True, default=str)
 
 
-def _created_at(conv: Conversation | EngineRollout) -> datetime:
+def _created_at(conv: ParsedTrajectory) -> datetime:
     if conv.created_at is not None:
         return conv.created_at
     try:
