@@ -13,6 +13,7 @@ trained (model) messages; reward = ``target`` (resolved).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from trajstore.ingest.core import (
@@ -70,7 +71,6 @@ def parse_traj(d: Any, origin: Origin) -> Conversation:
     env = d.get("environment")
     key = None
     if isinstance(d.get("replay_config"), str):
-        import json
         try:
             key = json.loads(d["replay_config"])["problem_statement"]["id"]
         except (ValueError, KeyError, TypeError):
