@@ -407,12 +407,13 @@ class TrajectoryStream:
         temps = flat_spans.field("temperature").fill_null(1.0).to_numpy(zero_copy_only=False).astype(np.float32)
         col = {c: table.column(c).to_pylist() for c in
                ("tokenizer", "token_source", "logprob_source", "trainable", "group_id", "num_tokens")}
+        done = list(self._done)  # unchanged while this shard is read: one copy, shared by its rows' cursors
         for i in range(len(batch)):
             row = base + i
             if row < start_row:
                 continue
             tid = str(batch.trajectory_ids[i])
-            cursor = DataCursor(list(self._done), shard.name, row + 1)
+            cursor = DataCursor(done, shard.name, row + 1)
             self.cursor = cursor
             if tid in self._seen:
                 self._skip("duplicate")
