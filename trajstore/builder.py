@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from trajstore.adapters import ActionCall
-from trajstore.models import SamplingParams, Span, Trajectory
+from trajstore.models import SamplingParams, Span, Trajectory, as_token_ids
 from trajstore.validate import validate_trajectory
 
 
@@ -53,13 +53,8 @@ class TrajectoryBuilder:
     def _append(self, kind: str, ids: Sequence[int] | np.ndarray, lps: np.ndarray | None, **span: Any) -> Span:
         if self._finished:
             raise RuntimeError(f"trajectory {self.trajectory_id!r} is already finished")
-        ids = np.asarray(ids)
-        if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
-            raise ValueError(f"{kind} token ids must be a 1-D sequence of integers")
-        if ids.size and (ids.max() > np.iinfo(np.int32).max or ids.min() < np.iinfo(np.int32).min):
-            bad = int(np.flatnonzero((ids > np.iinfo(np.int32).max) | (ids < np.iinfo(np.int32).min))[0])
-            raise ValueError(f"{kind} token ids must fit in int32 (token_ids[{bad}] = {ids[bad]})")
-        ids = ids.astype(np.int32)
+        # A copy: the caller may reuse its buffer before finish().
+        ids = as_token_ids(np.array(ids), name=f"{kind} token_ids")
         if lps is None:
             lps = np.full(len(ids), np.nan, dtype=np.float32)
         s = Span(kind=kind, start=self._len, end=self._len + len(ids), **span)

@@ -17,15 +17,25 @@ import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
 
 
-def _as_int32(v: Any) -> np.ndarray:
+def as_token_ids(v: Any, *, name: str = "tokens") -> np.ndarray:
+    """`v` as int32 token ids, shape (T,), refusing anything int32 cannot hold exactly (a plain
+    cast would wrap 2**32 + 5 to 5). No copy when `v` already is an int32 array.
+
+    Args:
+        v: a 1-D sequence or array of integers.
+        name: what `v` is, for the error message (``tokens[5]``).
+
+    Raises:
+        ValueError: not 1-D, not integers, or an id outside int32 (naming the first one).
+    """
     arr = np.asarray(v)
     if arr.ndim != 1:
-        raise ValueError(f"expected a 1-D sequence of token ids, got shape {arr.shape}")
+        raise ValueError(f"{name}: expected a 1-D sequence of token ids, got shape {arr.shape}")
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"token ids must be integers, got dtype {arr.dtype}")
+        raise ValueError(f"{name}: token ids must be integers, got dtype {arr.dtype}")
     if arr.size and (arr.max() > np.iinfo(np.int32).max or arr.min() < np.iinfo(np.int32).min):
         bad = int(np.flatnonzero((arr > np.iinfo(np.int32).max) | (arr < np.iinfo(np.int32).min))[0])
-        raise ValueError(f"token id does not fit in int32 (tokens[{bad}] = {arr[bad]})")
+        raise ValueError(f"token ids must fit in int32 ({name}[{bad}] = {arr[bad]})")
     return arr.astype(np.int32, copy=False)
 
 
@@ -45,7 +55,7 @@ def _list_or_none(a: np.ndarray) -> list[Any]:
     return a.tolist()
 
 
-TokenArray = Annotated[np.ndarray, BeforeValidator(_as_int32), PlainSerializer(_list_or_none)]
+TokenArray = Annotated[np.ndarray, BeforeValidator(as_token_ids), PlainSerializer(_list_or_none)]
 """int32 token ids, shape (T,)."""
 LogprobArray = Annotated[np.ndarray, BeforeValidator(_as_float32_or_nan), PlainSerializer(_list_or_none)]
 """float32 log-probs in nats, shape (T,); NaN stands for null (unknown / not an action token)."""
