@@ -157,11 +157,6 @@ def build_critic(policy: nn.Module, *, frozen_pattern: str | None, seed: int = 0
     return critic
 
 
-def frozen_parameter_names(module: nn.Module) -> list[str]:
-    """Names of parameters with ``requires_grad=False``."""
-    return [n for n, p in module.named_parameters() if not p.requires_grad]
-
-
 class PolicyLogprobs(nn.Module):
     """Per-token log-probs (and entropy) of given next tokens under the policy, without ever
     materialising (L, V) logits (chunked over the sequence, trajstore.trainer.logprobs).

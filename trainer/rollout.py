@@ -6,11 +6,10 @@ published policy versions between episodes. The asynchronous half of ``traj demo
 from __future__ import annotations
 
 import inspect
-import json
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -355,8 +354,3 @@ class _Episode:
         self.messages += [{"role": "assistant", "content": text}, {"role": "user", "content": self.reply.text}]
         self.builder.add_observation(obs, role="user", cause_id=f"turn-{turn}")
         self.context += act.token_ids + obs
-
-
-def summaries_to_json(summaries: Sequence[EpisodeSummary]) -> str:
-    """The summaries as a JSON list (one object per episode)."""
-    return json.dumps([asdict(s) for s in summaries])
