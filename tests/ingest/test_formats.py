@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from trajstore.ingest import IngestReport, conversation_to_trajectory, iter_trajectories
-from trajstore.ingest.core import Conversation, EngineRollout, Origin, Problem
+from trajstore.ingest.core import Conversation, EngineRollout, Origin, Problem, RecordError
 from trajstore.ingest.detect import InputUnit
 from trajstore.ingest.pipeline import parse_unit
+from trajstore.ingest.openhands_v1 import parse_completion_log
 from trajstore.ingest.render import template_features, to_template_messages
 from trajstore.ingest.swe_agent import parse_traj
 
@@ -192,6 +193,15 @@ def test_v1_completion_logs_native_and_prompt_based(tok, fix):
     assert "<function=execute_bash>" in text  # prompt-based calls kept verbatim
     obs = [s for s in prompt.spans if s.kind == "observation"]
     assert obs and all(s.cause_id for s in obs)  # linked through raw_messages
+
+
+def test_prompt_based_completion_log_without_parsed_response_is_a_record_error():
+    # raw_response is fine but response (which holds the parsed tool calls) has no choices:
+    # a RecordError (reported as a problem), not a KeyError that stops the whole ingest
+    d = {"messages": [{"role": "user", "content": "x"}], "response": {},
+         "raw_response": {"choices": [{"message": {"content": "y"}}]}}
+    with pytest.raises(RecordError, match="choices"):
+        parse_completion_log(d, Origin("log.json"))
 
 
 @pytest.mark.parametrize("name", ["v0.x_gpt4_pydicom__pydicom-1458.traj",

@@ -25,6 +25,7 @@ from trajstore.ingest.core import (
     float_reward,
     parse_time,
     text_of,
+    tool_calls_of,
 )
 from trajstore.ingest.openhands_v0 import chat_messages, status_from_error
 
@@ -201,6 +202,9 @@ def parse_completion_log(d: Any, origin: Origin) -> Conversation:
     try:
         choice = resp["choices"][0]
         rmsg = choice["message"]
+        calls_msg = d["response"]["choices"][0]["message"]  # holds the parsed tool calls (see below)
+        if not isinstance(rmsg, dict) or not isinstance(calls_msg, dict):
+            raise TypeError("the message is not an object")
     except (KeyError, IndexError, TypeError) as e:
         raise RecordError(f"response has no choices[0].message ({e})") from None
     out = chat_messages([{**rmsg, "role": "assistant"}], "response.choices[0].message")[0]
@@ -217,8 +221,7 @@ def parse_completion_log(d: Any, origin: Origin) -> Conversation:
                     m.cause_id = r.cause_id
         # raw_response stops before the tool-call text (stop word ``</function``): the parsed
         # calls of ``response`` are rendered after it
-        conv_calls = chat_messages([{**d["response"]["choices"][0]["message"], "role": "assistant"}], "response")[0]
-        out.tool_calls = conv_calls.tool_calls
+        out.tool_calls = tool_calls_of(calls_msg.get("tool_calls"))
     msgs.append(out)
     model = resp.get("model") if isinstance(resp.get("model"), str) else None
     return Conversation(source="openhands/v1-completions", key=None, messages=msgs, origin=origin, model=model,
