@@ -236,6 +236,12 @@ def weighted_percentiles_sql(hist: str, groups: tuple[str, ...], value: str, wei
             f"sum({weight}) OVER ({part}) AS total FROM {hist}) {'GROUP BY ' + g if g else ''}")
 
 
+def _summary_columns(prefix: str, *extra: str) -> str:
+    """Output columns of :func:`weighted_percentiles_sql`: ``{prefix}p50, {prefix}p90, {prefix}p99``
+    then ``{prefix}<extra>`` for each extra statistic (``max``, ``mean``)."""
+    return ", ".join([f"{prefix}p{p}" for p in PERCENTILES] + [f"{prefix}{e}" for e in extra])
+
+
 # -- reports -------------------------------------------------------------------------------
 
 def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None,
@@ -271,9 +277,8 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
             f"rp AS ({weighted_percentiles_sql('trh', groups, 'staleness', 'n', 'traj_')}), "
             f"cnt AS (SELECT {g}, count(*) AS consumed FROM c GROUP BY {g}), "
             f"ntok AS (SELECT {g}, sum(n) AS action_tokens FROM tok GROUP BY {g}) "
-            f"SELECT {g}, consumed, action_tokens, "
-            + ", ".join(f"token_p{p}" for p in PERCENTILES) + ", token_max, token_mean, "
-            + ", ".join(f"traj_p{p}" for p in PERCENTILES) + ", traj_max "
+            f"SELECT {g}, consumed, action_tokens, {_summary_columns('token_', 'max', 'mean')}, "
+            f"{_summary_columns('traj_', 'max')} "
             f"FROM cnt LEFT JOIN ntok USING ({g}) LEFT JOIN tp USING ({g}) LEFT JOIN rp USING ({g}) ORDER BY {g}")
 
     histogram = conn.sql(
@@ -300,9 +305,8 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
         f"lg AS ({weighted_percentiles_sql('ul', ('source',), 'lag', 'n', 'lag_')}), "
         f"tl AS ({weighted_percentiles_sql('ut', ('source',), 'lag', 'n', 'token_lag_')}) "
         f"SELECT source, trajectories, action_tokens, (SELECT newest FROM nw) AS newest_version, "
-        + ", ".join(f"spread_p{p}" for p in PERCENTILES) + ", spread_max, "
-        + ", ".join(f"lag_p{p}" for p in PERCENTILES) + ", lag_max, "
-        + ", ".join(f"token_lag_p{p}" for p in PERCENTILES) + ", token_lag_max "
+        f"{_summary_columns('spread_', 'max')}, {_summary_columns('lag_', 'max')}, "
+        f"{_summary_columns('token_lag_', 'max')} "
         f"FROM cnt LEFT JOIN ntok USING (source) LEFT JOIN sp USING (source) LEFT JOIN lg USING (source) "
         f"LEFT JOIN tl USING (source) ORDER BY source")
     return StalenessReport(by_run=summary(("run_id",)), by_source=summary(("run_id", "source")),
