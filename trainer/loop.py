@@ -340,18 +340,17 @@ def _policy_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor, n_
             "ratio/min": -lo[0], "ratio/max": lo[1]}
 
 
-def _value_stats(tr: Trainer, micros: list[_Micro]) -> dict[str, float]:
+def _value_stats(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor) -> dict[str, float]:
     """Global value statistics before the critic update, incl. explained variance
-    ``1 - Var(R - V) / Var(R)`` over all action tokens of the step (all ranks)."""
+    ``1 - Var(R - V) / Var(R)`` over all action tokens of the step (all ranks; `n_tokens` is
+    their count, from :func:`_prepare`)."""
     acc = torch.zeros(5, dtype=torch.float64, device=tr.env.device)
     for m in micros:
         mask = m.mb.action_mask
         r, v = m.returns[mask].double(), m.values[mask].double()
         acc += torch.stack([r.sum(), (r * r).sum(), (r - v).sum(), ((r - v) ** 2).sum(), v.sum()])
-    n = D.all_reduce_sum(torch.tensor(float(sum(int(m.mb.action_mask.sum()) for m in micros)),
-                                      dtype=torch.float64, device=tr.env.device), tr.env)
     acc = D.all_reduce_sum(acc, tr.env)
-    n = max(float(n), 1.0)
+    n = max(float(n_tokens), 1.0)
     var_r = float(acc[1] / n - (acc[0] / n) ** 2)
     var_e = float(acc[3] / n - (acc[2] / n) ** 2)
     return {"value/explained_variance": 1.0 - var_e / var_r if var_r > 1e-12 else float("nan"),
@@ -378,7 +377,7 @@ def train_step(tr: Trainer, batch: StepBatch) -> tuple[dict[str, float], list[di
     lam_sum = float(D.all_reduce_sum(torch.tensor(metrics.pop("_lam"), device=env.device), env))
     # 3. K critic updates
     if tr.critic is not None:
-        metrics.update(_value_stats(tr, micros))
+        metrics.update(_value_stats(tr, micros, n_tokens))
         for _ in range(cfg.algo.critic_updates):
             metrics.update(_critic_update(tr, micros, n_tokens, len(batch.samples)))
     # 4. one policy update with DIS, then the version moves on
