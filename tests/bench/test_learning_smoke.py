@@ -14,6 +14,7 @@ from trajstore.bench_learning.codec import CharCodec, CodecError
 from trajstore.bench_learning.harness import ARMS, BenchError, RunSpec, get_arm, run_one
 from trajstore.bench_learning.suite import SuiteConfig, summarise
 from trajstore.bench_learning.tasks import GuessNumberTask, SequenceTask, TaskPhase, sample_episode
+from trajstore.trainer.publish import list_policy_versions
 
 
 def test_codec_round_trip_and_errors() -> None:
@@ -63,6 +64,9 @@ def test_staleness_is_exact_and_runs_land_in_the_store(tmp_path) -> None:
     res = run_one(spec, str(tmp_path / "store"))
     assert [r["version_sampled"] for r in res.history] == [0, 0, 0, 1, 2, 3]
     root = tmp_path / "store"
+    assert res.store == str(root)
+    # after the last publish (version 6) versions below 6 - K - 1 = 3 are pruned, except v0
+    assert list_policy_versions(res.store, spec.run_id) == [0, 3, 4, 5, 6]
     con = duckdb.connect()
     rows = con.sql(
         f"SELECT c.step, max(c.trainer_version - t.max_policy_version), min(c.trainer_version - t.min_policy_version),"

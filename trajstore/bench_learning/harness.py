@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trajstore.bench_learning.codec import CharCodec
 from trajstore.bench_learning.tasks import TaskName, TaskPhase, clone_episode, sample_episode
 from trajstore.errors import TrajstoreError
+from trajstore.store import Store
 
 BENCH_SOURCE = "trajstore/bench-learning"
 """The ``source`` column of the benchmark's trajectories."""
@@ -310,7 +311,6 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
         BenchError: unknown arm, or the trainer's stream returned a batch other than the one
             just written.
     """
-    from trajstore.store import POLICIES_DIR, open_store
     from trajstore.trainer.loop import setup, train_step
     from trajstore.trainer.models import load_policy
     from trajstore.trainer.publish import load_policy_into, publish_policy
@@ -377,7 +377,7 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
                     publish_policy(store, run_id, tr.state.version, tr.loaded.model, step=tr.state.step,
                                    base_model=tr.loaded.name, tokenizer=tr.loaded.tokenizer)
                     tr.published = tr.state.version
-                    _prune_versions(store.path(POLICIES_DIR, run_id), keep_from=tr.state.version - spec.staleness - 1)
+                    _prune_versions(store, run_id, keep_from=tr.state.version - spec.staleness - 1)
                 row = {
                     "iteration": iteration, "step": -1 if warm else step_before, "version_sampled": held,
                     "phase": 1 if phase is not spec.phase else 0,
@@ -402,7 +402,7 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
     eval_seed = 10_000 + spec.seed
     initial_reward = evaluate(initial, codec, spec, final_phase, seed=eval_seed)
     final_reward = evaluate(trained, codec, spec, final_phase, seed=eval_seed)
-    return RunResult(spec, open_store(store_uri).uri, history, initial_reward, final_reward, time.monotonic() - t0)
+    return RunResult(spec, store.uri, history, initial_reward, final_reward, time.monotonic() - t0)
 
 
 def copy_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -412,13 +412,14 @@ def copy_model(model: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(model).eval()
 
 
-def _prune_versions(policies_dir: str, *, keep_from: int) -> None:
+def _prune_versions(store: Store, run_id: str, *, keep_from: int) -> None:
     """Delete published versions below `keep_from` (never v0: it is the untrained baseline);
-    a run only ever loads ``latest - K``, and ~100 versions per run would fill the disk."""
-    import os
+    a run only ever loads ``latest - K``, and ~100 versions per run would fill the disk.
+    The benchmark's stores are local directories."""
+    from trajstore.trainer.publish import list_policy_versions, version_dir
 
-    if keep_from <= 1 or not os.path.isdir(policies_dir):
+    if keep_from <= 1:
         return
-    for name in os.listdir(policies_dir):
-        if name.startswith("v") and name[1:].isdigit() and 0 < int(name[1:]) < keep_from:
-            shutil.rmtree(os.path.join(policies_dir, name), ignore_errors=True)
+    for v in list_policy_versions(store, run_id):
+        if 0 < v < keep_from:
+            shutil.rmtree(store.path(version_dir(run_id, v)), ignore_errors=True)
