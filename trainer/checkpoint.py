@@ -18,9 +18,6 @@ import io
 import json
 import os
 import random
-import shutil
-import tempfile
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +25,7 @@ from typing import Any
 import torch
 
 from trajstore.errors import TrajstoreError
-from trajstore.store import RUNS_DIR, TMP_DIR, Store, _fsync_dir
+from trajstore.store import RUNS_DIR, Store
 from trajstore.trainer.data import DataCursor
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -131,26 +128,10 @@ def save_checkpoint(store: Store, run_id: str, *, state: TrainerState, policy: t
         "config.json": config_json.encode(),
     }
     if store.is_local:
-        os.makedirs(store.path(TMP_DIR), exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix="ckpt-", dir=store.path(TMP_DIR))
-        try:
+        with store.local_dir_commit(rel, prefix="ckpt-") as tmp:  # replaces an uncommitted leftover
             for fname, data in files.items():
                 with open(os.path.join(tmp, fname), "wb") as fh:
                     fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            _fsync_dir(tmp)
-            final = store.path(rel)
-            os.makedirs(os.path.dirname(final), exist_ok=True)
-            if os.path.exists(final):  # an uncommitted leftover of a crashed run: replace it
-                trash = store.path(TMP_DIR, f"old-{name}-{uuid.uuid4().hex[:8]}")
-                os.rename(final, trash)
-                shutil.rmtree(trash, ignore_errors=True)
-            os.rename(tmp, final)
-            _fsync_dir(os.path.dirname(final))
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     else:
         for fname, data in files.items():
             store.fs.pipe_file(store.path(rel, fname), data)

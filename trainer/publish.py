@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import tempfile
 import time
 import uuid
@@ -26,7 +25,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from trajstore.errors import StoreError, TrajstoreError
-from trajstore.store import POLICIES_DIR, TMP_DIR, Store, _fsync_dir, open_store
+from trajstore.store import POLICIES_DIR, Store, open_store
 
 if TYPE_CHECKING:
     import torch
@@ -134,32 +133,12 @@ def publish_policy(store: Store | str, run_id: str, version: int, model: torch.n
 
 def _publish_local(s: Store, rel: str, model: Any, meta: bytes, config: bytes | None, publish_id: str,
                    save_model: Any) -> None:
-    os.makedirs(s.path(TMP_DIR), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="policy-", dir=s.path(TMP_DIR))
-    final = s.path(rel)
-    parent = os.path.dirname(final)
-    try:
+    with s.local_dir_commit(rel, prefix="policy-") as tmp:  # a re-publish replaces the old folder
         save_model(model, os.path.join(tmp, WEIGHTS_FILE), metadata={_PUBLISH_ID_KEY: publish_id})
         files = [(CONFIG_FILE, config)] if config is not None else []
         for name, data in [*files, (META_FILE, meta)]:
             with open(os.path.join(tmp, name), "wb") as fh:
                 fh.write(data)
-        for name in os.listdir(tmp):
-            with open(os.path.join(tmp, name), "rb") as fh:
-                os.fsync(fh.fileno())
-        _fsync_dir(tmp)
-        os.makedirs(parent, exist_ok=True)
-        trash = None
-        if os.path.exists(final):  # re-publish: move the old version aside, then swap in
-            trash = os.path.join(s.path(TMP_DIR), f"old-{os.path.basename(final)}-{uuid.uuid4().hex[:8]}")
-            os.rename(final, trash)
-        os.rename(tmp, final)
-        _fsync_dir(parent)
-        if trash is not None:
-            shutil.rmtree(trash, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _publish_remote(s: Store, rel: str, model: Any, meta: bytes, config: bytes | None, publish_id: str,

@@ -13,8 +13,11 @@ Shard names start with the UTC write time in nanoseconds, so sorting names gives
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import shutil
+import tempfile
 import socket
 import threading
 import time
@@ -204,6 +207,43 @@ class Store:
             for a, b in slices or [(0, 0)]:
                 part = table.slice(a, b - a)
                 w.write_table(part, row_group_size=max(1, part.num_rows))
+
+    @contextlib.contextmanager
+    def local_dir_commit(self, relpath: str, *, prefix: str = "dir-") -> Iterator[str]:
+        """Build a directory and make it appear at `relpath` atomically (local stores only).
+
+        Yields a fresh temporary directory under ``_tmp/`` to fill. On a clean exit every file
+        in it and the directory itself are fsynced, an existing directory at `relpath` is moved
+        aside, the new one is renamed into place and the parent fsynced, then the old one is
+        removed. On an error the temporary directory is removed and `relpath` is untouched.
+
+        Raises:
+            StoreError: the store is not local (object stores have no rename).
+        """
+        if not self.is_local:
+            raise StoreError(f"local_dir_commit needs a local store, not {self.uri}")
+        os.makedirs(self.path(TMP_DIR), exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=prefix, dir=self.path(TMP_DIR))
+        final = self.path(relpath)
+        parent = os.path.dirname(final)
+        try:
+            yield tmp
+            for name in os.listdir(tmp):
+                with open(os.path.join(tmp, name), "rb") as fh:
+                    os.fsync(fh.fileno())
+            _fsync_dir(tmp)
+            os.makedirs(parent, exist_ok=True)
+            old = None
+            if os.path.exists(final):
+                old = self.path(TMP_DIR, f"old-{os.path.basename(final)}-{uuid.uuid4().hex[:8]}")
+                os.rename(final, old)
+            os.rename(tmp, final)
+            _fsync_dir(parent)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
     def write_bytes(self, relpath: str, data: bytes) -> str:
         """Write a small file atomically (temp + rename locally, single PUT remotely)."""
