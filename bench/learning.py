@@ -5,7 +5,7 @@ multi-turn tasks from scratch through writer SDK -> store -> trainer -> publishe
 a rollout worker lagging K versions behind, for 8 arms x staleness / learning-rate conditions
 x seeds. Same as ``traj bench learning``; this script only forwards its arguments.
 
-    python bench/learning.py                       # the full table (~20-30 min on 2 cores)
+    python bench/learning.py                       # the full table (about 13-15 min on 2 cores)
     python bench/learning.py --preset smoke        # one SAO run (seconds)
 """
 

@@ -17,7 +17,7 @@ app.add_typer(bench_app, name="bench")
 @bench_app.command("learning")
 @friendly_errors
 def learning_cmd(
-    preset: str = typer.Option("full", help="'full' (the LEARNING.md table, ~20-30 min on 2 cores) or 'smoke'"),
+    preset: str = typer.Option("full", help="'full' (the LEARNING.md table, about 13-15 min on 2 cores) or 'smoke'"),
     store_root: str = typer.Option("bench-learning-store", help="directory; one store per run under it"),
     out_dir: str = typer.Option("bench/learning_plots", help="plots and table.md go here"),
     tasks: Optional[str] = typer.Option(None, help="comma-separated tasks (guess, sequence); default: the preset's"),

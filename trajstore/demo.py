@@ -406,7 +406,7 @@ def print_summary(result: DemoResult, console: Console) -> None:
                       "(keep them with --keep-weights)")
     console.print(f"store: [cyan]{result.store}[/]  (run {result.run_id})")
     console.print(f"  traj stats {result.store} --run {result.run_id}")
-    console.print(f"  traj sql {result.store} \"SELECT * FROM step_metrics WHERE run_id = '{result.run_id}'\"")
+    console.print(f"  traj sql {result.store} \"SELECT * FROM step_metrics WHERE run_id = '{result.run_id}' ORDER BY step\"")
 
 
 def result_to_dict(result: DemoResult) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The benchmark's grid (arms x tasks x staleness/learning-rate conditions x seeds), run in
 worker processes, summarised per run (final reward, steps to a threshold, recovery after the
 reward shift, max masked fraction) and rendered as a table and plots. Presets: ``full`` (the
-table in bench/LEARNING.md, ~20-30 min on 2 cores) and ``smoke`` (one SAO run, seconds).
+table in bench/LEARNING.md, about 13-15 min on 2 cores) and ``smoke`` (one SAO run, seconds).
 """
 
 from __future__ import annotations
