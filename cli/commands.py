@@ -4,4 +4,4 @@ from trajstore.cli import audit  # noqa: F401
 from trajstore.cli import ingest  # noqa: F401
 from trajstore.cli import demo  # noqa: F401
 from trajstore.cli import train  # noqa: F401
-from trajstore.cli import bench_learning  # noqa: F401
+from trajstore.cli import bench  # noqa: F401

@@ -1,4 +1,4 @@
-"""``traj demo``: parse sizes, run :func:`trajstore.demo.run_demo`, print the audits."""
+"""``traj demo``: parse sizes, run :func:`trajstore.trainer.demo.run_demo`, print the audits."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import typer
 
 from trajstore.cli.main import app, friendly_errors
-from trajstore.demo import DEFAULT_STORE, DemoConfig
+from trajstore.trainer.demo import DEFAULT_STORE, DemoConfig
 
 
 @app.command("demo")
@@ -32,7 +32,7 @@ def demo_cmd(
     policy versions; then print staleness, clip audits and reward per policy version."""
     from rich.console import Console
 
-    from trajstore.demo import print_summary, result_to_dict, run_demo
+    from trajstore.trainer.demo import print_summary, result_to_dict, run_demo
 
     if fmt not in ("table", "json"):
         raise ValueError(f"--format must be table or json, got {fmt!r}")

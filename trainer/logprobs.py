@@ -19,7 +19,7 @@ __all__ = [
 
 DEFAULT_CHUNK_TOKENS = 1024
 """Tokens per chunk. Peak extra memory is about two float32 (chunk, V) buffers plus the weight
-gradient (1024 x 49,152 x 4 B = 192 MiB each; measured +438 MiB at H = 576 in bench/math.py),
+gradient (1024 x 49,152 x 4 B = 192 MiB each; measured +438 MiB at H = 576 in bench/sao_math.py),
 against several (N, V) buffers for the full logits."""
 
 

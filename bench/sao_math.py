@@ -16,7 +16,7 @@
    the kernel may drop them under memory pressure, which made ``ru_maxrss`` unreliable on the
    shared box. Targets: >= 8x less peak memory, <= 1.3x the time.
 
-    python bench/math.py [--repeat 30] [--skip-logprobs]
+    python bench/sao_math.py [--repeat 30] [--skip-logprobs]
 
 Prints a readable report and a final JSON line; exit code 1 if a target is missed. The dev box
 is a shared 2-core VM: the load average is printed next to the timings.

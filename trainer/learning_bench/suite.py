@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trajstore.bench_learning.harness import ARMS, RunResult, RunSpec
-from trajstore.bench_learning.tasks import TaskName, TaskPhase
+from trajstore.trainer.learning_bench.harness import ARMS, RunResult, RunSpec
+from trajstore.trainer.envs import TaskName, TaskPhase
 
 Preset = Literal["full", "smoke"]
 
@@ -160,7 +160,7 @@ def _run_in_child(spec_json: str, store_uri: str) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
-    from trajstore.bench_learning.harness import run_one
+    from trajstore.trainer.learning_bench.harness import run_one
 
     res = run_one(RunSpec.model_validate_json(spec_json), store_uri)
     out = {"spec": json.loads(res.spec.model_dump_json()), "store": res.store, "history": res.history,

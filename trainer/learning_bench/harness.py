@@ -24,8 +24,8 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from trajstore.bench_learning.codec import CharCodec
-from trajstore.bench_learning.tasks import TaskName, TaskPhase, clone_episode, sample_episode
+from trajstore.trainer.learning_bench.codec import CharCodec
+from trajstore.trainer.envs import TaskName, TaskPhase, clone_episode, sample_episode
 from trajstore.errors import TrajstoreError
 from trajstore.store import Store
 
@@ -160,7 +160,7 @@ def play_episodes(model: torch.nn.Module, codec: CharCodec, episodes: list[Any],
         One :class:`_Played` per episode, in order (trajectory validated, not yet written).
     """
     from trajstore.builder import TrajectoryBuilder
-    from trajstore.trainer.rollout import SamplingConfig, sample_actions
+    from trajstore.trainer.rollout_worker import SamplingConfig, sample_actions
 
     sampling = SamplingConfig(max_new_tokens=1)
     sp = sampling.to_sampling_params()

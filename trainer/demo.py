@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from trajstore.trainer.config import TrainConfig
-    from trajstore.trainer.rollout import EpisodeSummary
+    from trajstore.trainer.rollout_worker import EpisodeSummary
 
 DEFAULT_STORE = "demo-store"
 TRAINER_LOG_FILE = "trainer.log"
@@ -163,7 +163,7 @@ def _start_trainer(config: TrainConfig, config_path: Path, log_path: Path, threa
     config_path.write_text(config.to_json())
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                HF_HUB_DISABLE_PROGRESS_BARS="1", TQDM_DISABLE="1")
-    cmd = [sys.executable, "-m", "trajstore.demo", "train-child", str(config_path), str(threads)]
+    cmd = [sys.executable, "-m", "trajstore.trainer.demo", "train-child", str(config_path), str(threads)]
     with open(log_path, "wb") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -227,7 +227,7 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
     from trajstore.store import RUNS_DIR, open_store
     from trajstore.trainer.models import load_policy
     from trajstore.trainer.publish import latest_policy_version
-    from trajstore.trainer.rollout import RolloutWorker, SamplingConfig
+    from trajstore.trainer.rollout_worker import RolloutWorker, SamplingConfig
     from trajstore.writer import StoreWriter
 
     t0 = time.monotonic()
@@ -418,7 +418,7 @@ def result_to_dict(result: DemoResult) -> dict[str, Any]:
     return json.loads(json.dumps(d, default=str))
 
 
-if __name__ == "__main__":  # python -m trajstore.demo train-child CONFIG THREADS (started by run_demo)
+if __name__ == "__main__":  # python -m trajstore.trainer.demo train-child CONFIG THREADS (started by run_demo)
     if len(sys.argv) != 4 or sys.argv[1] != "train-child":
-        sys.exit("usage: python -m trajstore.demo train-child CONFIG.json THREADS (use `traj demo`)")
+        sys.exit("usage: python -m trajstore.trainer.demo train-child CONFIG.json THREADS (use `traj demo`)")
     _train_child(sys.argv[2], int(sys.argv[3]))

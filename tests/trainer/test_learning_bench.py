@@ -10,10 +10,10 @@ import random
 import duckdb
 import pytest
 
-from trajstore.bench_learning.codec import CharCodec, CodecError
-from trajstore.bench_learning.harness import ARMS, BenchError, RunSpec, get_arm, run_one
-from trajstore.bench_learning.suite import SuiteConfig, summarise
-from trajstore.bench_learning.tasks import GuessNumberTask, SequenceTask, TaskPhase, sample_episode
+from trajstore.trainer.learning_bench.codec import CharCodec, CodecError
+from trajstore.trainer.learning_bench.harness import ARMS, BenchError, RunSpec, get_arm, run_one
+from trajstore.trainer.learning_bench.suite import SuiteConfig, summarise
+from trajstore.trainer.envs import GuessNumberTask, SequenceTask, TaskPhase, sample_episode
 from trajstore.trainer.publish import list_policy_versions
 
 
@@ -141,7 +141,7 @@ def test_gae_no_skip_mask_spans_first_to_last_action() -> None:
     step back with lambda = 1 - 1/(1.5 * 2) = 2/3)."""
     import torch
 
-    from trajstore.bench_learning.harness import _gae_no_skip_fn
+    from trajstore.trainer.learning_bench.harness import _gae_no_skip_fn
     from trajstore.trainer.data import PackedMicroBatch
 
     class _Cfg:

@@ -17,7 +17,8 @@ from torch import nn
 
 from trajstore.builder import TrajectoryBuilder
 from trajstore.models import SamplingParams, Trajectory
-from trajstore.rollout import EnvReply, GuessNumberEnv, Message, action_text, observation_tokens, prompt_tokens
+from trajstore.chat_template import Message, action_text, observation_tokens, prompt_tokens
+from trajstore.trainer.envs.guess_chat import EnvReply, GuessNumberEnv
 from trajstore.store import Store, open_store
 from trajstore.trainer.publish import latest_policy_version, load_policy_into
 from trajstore.writer import StoreWriter
@@ -190,7 +191,7 @@ class EpisodeSummary:
 
 
 class RolloutWorker:
-    """Plays :class:`~trajstore.rollout.GuessNumberEnv` episodes with a policy and writes them.
+    """Plays :class:`~trajstore.trainer.envs.guess_chat.GuessNumberEnv` episodes with a policy and writes them.
 
     Between episodes (and, with ``sync_every_action``, between actions) the worker asks the
     store for the latest published version of `run_id` and loads it when it is newer than the
@@ -263,7 +264,7 @@ class RolloutWorker:
         Spans: prompt = the chat-template rendering of the system and user messages plus the
         assistant header; action = the generated ids (end token included); observation = the
         template's rendering of the environment's reply up to the next assistant header (see
-        :func:`trajstore.rollout.observation_tokens`). Their concatenation is exactly what the
+        :func:`trajstore.chat_template.observation_tokens`). Their concatenation is exactly what the
         model conditioned on.
         """
         t0 = time.perf_counter()

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trajstore.demo import DemoConfig, DemoError, run_demo  # noqa: E402
+from trajstore.trainer.demo import DemoConfig, DemoError, run_demo  # noqa: E402
 
 TINY = {"model": "tiny-llama", "tokenizer": "smollm2-135m", "steps": 2, "batch_size": 2, "micro_batch_size": 1,
         "critic_warmup_steps": 1, "max_new_tokens": 4, "max_turns": 3, "timeout_s": 300}
@@ -96,7 +96,7 @@ def test_trainer_failure_is_reported_with_its_log(demo_run):
 def test_prune_weights_keeps_only_the_latest_version(tmp_store):
     import transformers
 
-    from trajstore.demo import prune_weights
+    from trajstore.trainer.demo import prune_weights
     from trajstore.store import open_store
     from trajstore.trainer.publish import list_policy_versions, publish_policy
 

@@ -1,4 +1,4 @@
-"""``traj bench learning``: the learning benchmark (trajstore.bench_learning.suite)."""
+"""``traj bench learning``: the learning benchmark (trajstore.trainer.learning_bench.suite)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ def learning_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from trajstore.bench_learning.harness import get_arm
-    from trajstore.bench_learning.suite import (
+    from trajstore.trainer.learning_bench.harness import get_arm
+    from trajstore.trainer.learning_bench.suite import (
         SuiteConfig,
         run_suite,
         save_plots,
