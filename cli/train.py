@@ -9,6 +9,7 @@ from typing import Literal
 import typer
 
 from trajstore.cli.main import app, friendly_errors
+from trajstore.trainer.config import CRITIC_TRAINABLE_PATTERN
 
 
 @app.command("train")
@@ -48,8 +49,9 @@ def train_cmd(
     critic_lr: float = typer.Option(5e-6, "--critic-lr", help="critic learning rate"),
     eps_low: float = typer.Option(0.3, "--eps-low", help="DIS lower band"),
     eps_high: float = typer.Option(5.0, "--eps-high", help="DIS upper band"),
-    critic_frozen_pattern: str = typer.Option(r"(^|\.)self_attn\.", "--critic-frozen-pattern",
-                                              help="regex of frozen critic parameters ('' = none)"),
+    critic_trainable_pattern: str = typer.Option(CRITIC_TRAINABLE_PATTERN, "--critic-trainable-pattern",
+                                                 help="regex of the critic parameters that train (default: "
+                                                      "MLP / MoE projections + value head; '' = all)"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N"),
     tensorboard: bool = typer.Option(False, "--tensorboard", help="also write TensorBoard events"),
     seed: int = typer.Option(0, "--seed", help="random seed"),
@@ -88,7 +90,7 @@ def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed opti
             run_id, batch_size, micro_batch_size, max_batch_tokens, max_seq_len, overlong, max_steps,
             where, follow, idle_timeout, poll_interval, publish_every, checkpoint_every, behaviour_logprobs,
             tokenizer, advantage, policy_loss, critic_updates, critic_warmup_steps, policy_lr, critic_lr, eps_low,
-            eps_high, critic_frozen_pattern, device, tensorboard, seed, fmt, storage_option=(), **_ignored):
+            eps_high, critic_trainable_pattern, device, tensorboard, seed, fmt, storage_option=(), **_ignored):
     """The TrainConfig for the parsed options (pydantic validates every field)."""
     from trajstore.cli.audit import parse_storage_options
     from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
@@ -97,7 +99,7 @@ def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed opti
         store=store,
         storage_options=parse_storage_options(list(storage_option or [])),
         model=ModelConfig(name=model, tokenizer=tokenizer, seed=seed,
-                          critic_frozen_pattern=critic_frozen_pattern or None),
+                          critic_trainable_pattern=critic_trainable_pattern or None),
         data=DataConfig(batch_size=batch_size, micro_batch_size=micro_batch_size, max_batch_tokens=max_batch_tokens,
                         max_seq_len=max_seq_len, overlong=overlong, where=where, follow=follow,
                         idle_timeout_s=idle_timeout, poll_interval_s=poll_interval,

@@ -12,6 +12,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+CRITIC_TRAINABLE_PATTERN = (r"^value_head\.|\.mlp\.(?:experts\.|shared_experts?\.)?"
+                            r"(?:gate_up_proj|gate_proj|up_proj|down_proj)(?:\.|$)")
+"""Default trainable set of the critic (SAO.md, mechanism 3, "frozen attention"): the value head
+and the MLP projections (dense ``mlp.{gate,up,down}_proj``) or MoE expert projections
+(``mlp.experts.{gate_up,down}_proj``, shared experts likewise). Everything else stays frozen at
+the policy's weights: token embeddings, every norm, attention (q/k/v/o and q/k norms), and the MoE
+router (``mlp.gate``, not an expert projection). The paper trains only "the MLP / MoE expert
+projections (and the value head)"; it showed frozen attention on MoE critics, and on dense models
+we freeze attention and train the MLP blocks (SAO.md, "What the paper leaves open")."""
+
 AdvantageEstimator = Literal["sao-gae", "grpo", "running-mean"]
 """How advantages are computed: ``sao-gae`` = critic + skip-observation GAE (SAO); ``grpo`` =
 group-normalised rewards (needs ``group_id``); ``running-mean`` = reward minus a running mean."""
@@ -39,12 +49,22 @@ class ModelConfig(_Section):
     tokenizer: str | None = Field(None, description="tokenizer name the store's token ids must belong to; "
                                                     "default: the model's canonical name")
     tiny_vocab_size: int = Field(256, ge=8, description="vocabulary size of the tiny random models (tokens)")
-    critic_frozen_pattern: str | None = Field(r"(^|\.)self_attn\.", description="regex over critic parameter "
-                                              "names; matches are frozen (SAO: attention frozen, MLP / experts / "
-                                              "head train); None = full-parameter critic (ablation)")
+    critic_trainable_pattern: str | None = Field(
+        CRITIC_TRAINABLE_PATTERN, description="regex over critic parameter names; only matches train (default: "
+        "MLP / MoE expert projections + value head; embeddings, norms, attention and router frozen, SAO.md "
+        "mechanism 3); None = full-parameter critic (ablation)")
     seed: int = Field(0, description="seed for tiny-model initialisation, the value head and torch RNG")
 
-    @field_validator("critic_frozen_pattern")
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "critic_frozen_pattern" in data:
+            raise ValueError("model.critic_frozen_pattern was replaced by critic_trainable_pattern (a regex of "
+                             "the critic parameters that train; the default trains MLP / MoE projections and the "
+                             "value head only)")
+        return data
+
+    @field_validator("critic_trainable_pattern")
     @classmethod
     def _regex(cls, v: str | None) -> str | None:
         if v is None:
@@ -52,7 +72,7 @@ class ModelConfig(_Section):
         try:
             re.compile(v)
         except re.error as e:
-            raise ValueError(f"critic_frozen_pattern {v!r} is not a valid regex: {e}") from e
+            raise ValueError(f"critic_trainable_pattern {v!r} is not a valid regex: {e}") from e
         return v
 
 

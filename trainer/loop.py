@@ -171,7 +171,8 @@ def setup(cfg: TrainConfig, *, resume: bool = False) -> Trainer:
         # frozen copy of the *initial* weights (the checkpoint keeps it implicit: on resume the
         # initial weights are rebuilt from the model source, never from the current policy)
         behaviour = PolicyLogprobs(copy.deepcopy(loaded.model)).to(env.device).eval().requires_grad_(False)
-    critic = build_critic(loaded.model, frozen_pattern=cfg.model.critic_frozen_pattern, seed=cfg.model.seed) \
+    critic = build_critic(loaded.model, trainable_pattern=cfg.model.critic_trainable_pattern,
+                          seed=cfg.model.seed) \
         if cfg.algo.advantage == "sao-gae" else None
     state = TrainerState(iteration=0, step=0, version=0, baseline=None, cursor=DataCursor())
     if ckpt is not None:

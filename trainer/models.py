@@ -1,8 +1,9 @@
 """Policy and critic networks for `traj train`.
 
 Policy: a transformers causal LM. Critic: a copy of the policy's backbone (initialised from
-the policy weights) with a scalar value head; parameters whose names match a pattern (the
-attention projections by default, SAO.md section 3) are frozen. Both are wrapped in small
+the policy weights) with a scalar value head; only parameters whose names match a pattern train
+(MLP / MoE expert projections and the value head by default; embeddings, norms and attention
+frozen: SAO.md section 3). Both are wrapped in small
 modules whose ``forward`` returns exactly what the loss needs, so DDP sees every used weight.
 """
 
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 from trajstore.errors import TrajstoreError
+from trajstore.trainer.config import CRITIC_TRAINABLE_PATTERN
 from trajstore.hub import resolve_model
 
 TINY_MODELS = ("tiny-llama", "tiny-qwen3-moe")
@@ -127,33 +129,42 @@ class Critic(nn.Module):
         return self.value_head(h).squeeze(-1).float()
 
 
-def build_critic(policy: nn.Module, *, frozen_pattern: str | None, seed: int = 0) -> Critic:
-    """A critic initialised from the policy's current weights, with matching parameters frozen.
+def build_critic(policy: nn.Module, *, trainable_pattern: str | None = CRITIC_TRAINABLE_PATTERN,
+                 seed: int = 0) -> Critic:
+    """A critic initialised from the policy's current weights, training only the parameters whose
+    names match `trainable_pattern` (SAO.md, mechanism 3: attention frozen, MLP / MoE expert
+    projections and the value head train; arXiv 2607.07508).
 
     Args:
         policy: the causal LM (its backbone is deep-copied; the LM head is not used).
-        frozen_pattern: regex searched in each critic parameter name (e.g.
-            ``backbone.layers.0.self_attn.q_proj.weight``); matches get ``requires_grad=False``.
-            None = every parameter trains (full-parameter critic).
+        trainable_pattern: regex searched in each critic parameter name (e.g.
+            ``backbone.layers.0.mlp.up_proj.weight``, ``value_head.weight``); matches keep
+            ``requires_grad=True``, every other parameter is frozen. Default
+            :data:`CRITIC_TRAINABLE_PATTERN`. None = every parameter trains (the full-parameter
+            critic ablation).
+        seed: seeds the value head's initialisation.
+
+    Returns:
+        The :class:`Critic` (float32, train mode, the policy's device).
 
     Raises:
-        ValueError: the pattern matches no parameter (a typo would silently train attention),
-            or every backbone parameter.
+        ValueError: the pattern leaves the value head frozen (a critic that cannot fit any value),
+            or matches no backbone parameter (a typo would silently train the head alone).
     """
     backbone = copy.deepcopy(backbone_of(policy))
     critic = Critic(backbone, int(policy.config.hidden_size), seed=seed)
-    if frozen_pattern is not None:
-        rx = re.compile(frozen_pattern)
-        frozen = [n for n, p in critic.named_parameters() if rx.search(n)]
-        if not frozen:
-            names = [n for n, _ in critic.named_parameters()][:6]
-            raise ValueError(f"critic_frozen_pattern {frozen_pattern!r} matches no critic parameter "
-                             f"(names look like {names})")
+    if trainable_pattern is not None:
+        rx = re.compile(trainable_pattern)
+        names = [n for n, _ in critic.named_parameters()]
+        train = {n for n in names if rx.search(n)}
+        if not any(n.startswith("value_head.") for n in train):
+            raise ValueError(f"critic_trainable_pattern {trainable_pattern!r} leaves the value head frozen "
+                             "(names look like value_head.weight)")
+        if not any(n.startswith("backbone.") for n in train):
+            raise ValueError(f"critic_trainable_pattern {trainable_pattern!r} matches no backbone parameter "
+                             f"(names look like {[n for n in names if n.startswith('backbone.')][:4]})")
         for n, p in critic.named_parameters():
-            if rx.search(n):
-                p.requires_grad_(False)
-        if not any(p.requires_grad for n, p in critic.named_parameters() if n.startswith("backbone.")):
-            raise ValueError(f"critic_frozen_pattern {frozen_pattern!r} freezes the whole critic backbone")
+            p.requires_grad_(n in train)
     return critic
 
 

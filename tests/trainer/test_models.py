@@ -1,4 +1,4 @@
-"""Policy / critic construction: frozen critic attention by pattern (dense and MoE), critic
+"""Policy / critic construction: the critic's trainable set by pattern (dense and MoE), critic
 initialised from the policy, packed rows equal separate forwards, temperature-scaled log-probs."""
 
 from __future__ import annotations
@@ -12,14 +12,20 @@ VOCAB = 128
 
 
 @pytest.mark.parametrize("name", TINY_MODELS)
-def test_critic_freezes_exactly_attention_and_copies_policy(name: str) -> None:
+def test_critic_trains_exactly_mlp_projections_and_value_head(name: str) -> None:
+    """SAO.md mechanism 3: embeddings, norms, attention (and the MoE router) frozen; only the MLP /
+    expert projections and the value head train. Expected sets written out per architecture."""
     pol = load_policy(name, tiny_vocab_size=VOCAB)
-    critic = build_critic(pol.model, frozen_pattern=r"(^|\.)self_attn\.")
-    frozen = {n for n, p in critic.named_parameters() if not p.requires_grad}
-    attn = {n for n, _ in critic.named_parameters() if ".self_attn." in n}
-    assert frozen == attn and len(attn) >= 8  # q, k, v, o in each of 2 layers (+ q/k norms for Qwen3)
+    critic = build_critic(pol.model)
     trainable = {n for n, p in critic.named_parameters() if p.requires_grad}
-    assert "value_head.weight" in trainable and any(".mlp." in n for n in trainable)
+    if name == "tiny-llama":
+        mlp = {f"backbone.layers.{i}.mlp.{k}_proj.weight" for i in (0, 1) for k in ("gate", "up", "down")}
+    else:  # Qwen3-MoE: fused expert projections; the router mlp.gate.weight stays frozen
+        mlp = {f"backbone.layers.{i}.mlp.experts.{k}_proj" for i in (0, 1) for k in ("gate_up", "down")}
+    assert trainable == mlp | {"value_head.weight", "value_head.bias"}
+    frozen = {n for n, p in critic.named_parameters() if not p.requires_grad}
+    assert "backbone.embed_tokens.weight" in frozen and "backbone.norm.weight" in frozen
+    assert {n for n in frozen if ".self_attn." in n} == {n for n, _ in critic.named_parameters() if ".self_attn." in n}
     # initialised from the policy's backbone, but a separate copy
     pol_sd = backbone_of(pol.model).state_dict()
     for k, v in critic.backbone.state_dict().items():
@@ -28,21 +34,33 @@ def test_critic_freezes_exactly_attention_and_copies_policy(name: str) -> None:
     assert pol.vocab_size == VOCAB and pol.tokenizer == name
 
 
-def test_bad_frozen_pattern_is_refused() -> None:
+def test_bad_trainable_pattern_is_refused() -> None:
     pol = load_policy("tiny-llama", tiny_vocab_size=VOCAB)
-    with pytest.raises(ValueError, match="matches no critic parameter"):
-        build_critic(pol.model, frozen_pattern=r"attention_typo")
-    with pytest.raises(ValueError, match="freezes the whole critic backbone"):
-        build_critic(pol.model, frozen_pattern=r"^backbone\.")
-    full = build_critic(pol.model, frozen_pattern=None)
+    with pytest.raises(ValueError, match="matches no backbone parameter"):
+        build_critic(pol.model, trainable_pattern=r"^value_head\.|mlp_typo")
+    with pytest.raises(ValueError, match="leaves the value head frozen"):
+        build_critic(pol.model, trainable_pattern=r"\.mlp\.")
+    full = build_critic(pol.model, trainable_pattern=None)
     assert all(p.requires_grad for p in full.parameters())
+    attn = build_critic(pol.model, trainable_pattern=r"self_attn|^value_head\.")  # configurable by pattern
+    assert {n for n, p in attn.named_parameters() if p.requires_grad} == {
+        n for n, _ in attn.named_parameters() if "self_attn" in n or n.startswith("value_head.")}
+
+
+def test_config_refuses_the_replaced_frozen_pattern_key() -> None:
+    from pydantic import ValidationError
+
+    from trajstore.trainer.config import ModelConfig
+
+    with pytest.raises(ValidationError, match="replaced by critic_trainable_pattern"):
+        ModelConfig(name="tiny-llama", critic_frozen_pattern="self_attn")
 
 
 @pytest.mark.parametrize("name", TINY_MODELS)
 def test_packed_row_equals_separate_forwards(name: str) -> None:
     """Positions restarting at 0 give a block-diagonal mask: no attention across trajectories."""
     pol = load_policy(name, tiny_vocab_size=VOCAB)
-    critic = build_critic(pol.model, frozen_pattern=r"(^|\.)self_attn\.").eval()
+    critic = build_critic(pol.model).eval()
     g = torch.Generator().manual_seed(0)
     a, b = torch.randint(0, VOCAB, (1, 7), generator=g), torch.randint(0, VOCAB, (1, 5), generator=g)
     with torch.no_grad():
@@ -88,6 +106,6 @@ def test_unknown_model_is_a_clear_error() -> None:
 def test_smollm2_alias_loads_the_real_model_with_a_frozen_attention_critic() -> None:
     pol = load_policy("smollm2-135m")
     assert pol.tokenizer == "HuggingFaceTB/SmolLM2-135M-Instruct" and pol.vocab_size == 49152
-    critic = build_critic(pol.model, frozen_pattern=r"(^|\.)self_attn\.")
-    frozen = [n for n, p in critic.named_parameters() if not p.requires_grad]
-    assert len(frozen) == 4 * pol.model.config.num_hidden_layers
+    critic = build_critic(pol.model)
+    trainable = [n for n, p in critic.named_parameters() if p.requires_grad]
+    assert len(trainable) == 3 * pol.model.config.num_hidden_layers + 2  # gate/up/down per layer + head

@@ -262,7 +262,8 @@ def _gae_no_skip_fn(tr: Any) -> Callable[..., Any]:
 
 def train_config(spec: RunSpec, store_uri: str) -> Any:
     """The trainer's config for a run (no follow: the harness writes a batch, then reads it)."""
-    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+    from trajstore.trainer.config import (CRITIC_TRAINABLE_PATTERN, AlgoConfig, DataConfig, ModelConfig,
+                                          OptimConfig, RunConfig, TrainConfig)
 
     arm = get_arm(spec.arm)
     codec = CharCodec()
@@ -270,7 +271,7 @@ def train_config(spec: RunSpec, store_uri: str) -> Any:
     return TrainConfig(
         store=store_uri,
         model=ModelConfig(name="tiny-llama", tokenizer=codec.name, tiny_vocab_size=codec.vocab_size, seed=spec.seed,
-                          critic_frozen_pattern=None if arm.full_critic else r"(^|\.)self_attn\."),
+                          critic_trainable_pattern=None if arm.full_critic else CRITIC_TRAINABLE_PATTERN),
         data=DataConfig(batch_size=spec.batch_size, micro_batch_size=spec.batch_size, max_seq_len=512,
                         max_batch_tokens=512 * spec.batch_size, follow=False),
         optim=OptimConfig(policy_lr=spec.policy_lr, critic_lr=spec.critic_lr),
