@@ -9,19 +9,22 @@ import json
 import numpy as np
 import pytest
 
-from trajstore.ingest import IngestReport, conversation_to_trajectory, iter_trajectories
+from trajstore.ingest import IngestReport, conversation_to_trajectories, iter_trajectories
 from trajstore.ingest.core import Conversation, EngineRollout, Origin, Problem, RecordError
 from trajstore.ingest.detect import InputUnit
 from trajstore.ingest.pipeline import parse_unit
 from trajstore.ingest.openhands_v1 import parse_completion_log
-from trajstore.ingest.render import template_features, to_template_messages
+from trajstore.ingest.render import template_features, template_message, with_tools_text
 from trajstore.ingest.swe_agent import parse_traj
 
 TOK_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 def build(tok, path, **kw):
-    """(conversation, trajectory) pairs of one input file, each checked against the oracle."""
+    """(conversation, trajectory) pairs of one input file, each checked against the oracle:
+    the ids are the template's render of the whole conversation (tokenized as one text), less
+    ChatML's separator ``\\n`` after the last ``<|im_end|>`` when the conversation ends with
+    a model call (it belongs to no span: nothing follows)."""
     out = []
     for item in parse_unit(InputUnit(str(path))):
         assert not isinstance(item, Problem), str(item)
@@ -29,21 +32,25 @@ def build(tok, path, **kw):
             out.append((item, None))
             continue
         conv = copy.deepcopy(item)
-        t = conversation_to_trajectory(item, tok, tokenizer_name=TOK_NAME, input_format=item.source, **kw)
-        tools, reasoning = template_features(tok)
-        oracle = tok.apply_chat_template(to_template_messages(item.messages, native_tool_calls=tools,
-                                                              native_reasoning=reasoning), tokenize=True)
-        oracle = oracle["input_ids"] if not isinstance(oracle, list) else oracle
-        assert t.tokens.tolist() == list(oracle), f"{path}: ids differ from the template render"
+        (t,) = conversation_to_trajectories(item, tok, tokenizer_name=TOK_NAME, input_format=item.source, **kw)
+        features = template_features(tok)
+        full = tok.apply_chat_template(with_tools_text([template_message(m, features) for m in item.messages],
+                                                       item.tools), tokenize=False)
+        if item.messages[-1].role == "assistant":
+            assert full.endswith("<|im_end|>\n")
+            full = full[:-1]
+        assert t.tokens.tolist() == tok(full, add_special_tokens=False)["input_ids"], \
+            f"{path}: ids differ from the template render"
         assert t.token_source == "retokenized" and t.logprob_source == "none"
         assert all(s.policy_version is None for s in t.spans) and np.isnan(t.logprobs).all()
-        # actions start with the assistant header; observations with their role header
+        # actions hold the generated text and its end of turn; observations start with the
+        # separator after an action, then their role header
         for s in t.spans:
             text = tok.decode(t.tokens[s.start:s.end].tolist())
             if s.kind == "action":
-                assert text.startswith("<|im_start|>assistant\n") and text.rstrip("\n").endswith("<|im_end|>")
-            elif s.kind == "observation":
-                assert text.startswith(f"<|im_start|>{s.role}\n")
+                assert not text.startswith("<|im_start|>") and text.endswith("<|im_end|>"), text[-40:]
+            elif s.kind == "observation" and s.role is not None:
+                assert text.lstrip("\n").startswith(f"<|im_start|>{s.role}\n"), text[:40]
         out.append((conv, t))
     return out
 

@@ -10,15 +10,14 @@ from trajstore.ingest.detect import FORMATS, InputFormat
 from trajstore.ingest.pipeline import (
     IngestError,
     IngestReport,
-    conversation_to_trajectory,
     ingest_paths,
     iter_trajectories,
     rollout_to_trajectory,
 )
-from trajstore.ingest.render import RenderedConversation, render_conversation
+from trajstore.ingest.render import RenderedPart, conversation_to_trajectories, render_conversation
 
 __all__ = [
     "DEFAULT_MAX_OBSERVATION_CHARS", "FORMATS", "IngestError", "IngestReport", "InputFormat", "Problem",
-    "RenderedConversation", "TRUNCATION_MARKER", "conversation_to_trajectory", "ingest_paths", "iter_trajectories",
+    "RenderedPart", "TRUNCATION_MARKER", "conversation_to_trajectories", "ingest_paths", "iter_trajectories",
     "render_conversation", "rollout_to_trajectory",
 ]

@@ -50,6 +50,10 @@ class Message:
         original_chars: length of the content before capping (characters).
         tool_calls_in_content: the calls are already in `content` (prompt-based tool calling):
             they are recorded for linking but not rendered again.
+        context: assistant: what the harness actually sent for this call, when it is not
+            "everything logged before it" (a condenser or history processor rewrote the history,
+            the tool list changed); None = the previous call's context plus everything logged
+            since (see :class:`Context`).
     """
 
     role: Role
@@ -63,12 +67,34 @@ class Message:
     original_chars: int | None = None
     tool_calls_in_content: bool = False
     """True when the tool calls are already written in `content` (prompt-based tool calling)."""
+    context: Context | None = None
 
     def canonical(self) -> dict[str, Any]:
         """The content-bearing fields, for hashing (ids of calls included, ingest flags not)."""
         return {"role": self.role, "content": self.content, "reasoning": self.reasoning,
                 "tool_calls": [[t.id, t.name, t.arguments] for t in self.tool_calls],
                 "cause_id": self.cause_id}
+
+
+@dataclass
+class Context:
+    """The messages (and tools) a harness sent for one model call, when they differ from the
+    calls before it: e.g. after an OpenHands ``Condensation`` or under a SWE-agent history
+    processor. A stored trajectory never claims a context the model did not see, so a call
+    whose context does not extend the previous call's is rendered as the start of a new
+    trajectory (:mod:`trajstore.ingest.render`).
+
+    Attributes:
+        messages: the messages before the call, in the order sent.
+        tools: the tool definitions sent with the call (OpenAI ``{"type": "function",
+            "function": {...}}`` form); None = none.
+        change: why this context differs, stored in the split trajectories' metadata
+            (``condensation``, ``history-processor``, ``tools-changed``, ...).
+    """
+
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None
+    change: str
 
 
 @dataclass
@@ -106,6 +132,10 @@ class ParsedTrajectory:
         prompt_id: stored in ``prompt_id`` (None = unknown).
         created_at: time of the last logged event (UTC), when known.
         metadata: stored in the trajectory's free-form metadata.
+        fidelity_gaps: what the stored trajectory cannot reproduce of what the model was sent
+            or generated, as ``{flag: one-line reason}`` (e.g. ``"tool_parameters"``); stored
+            under metadata ``fidelity_gaps``, counted in the ingest summary and by
+            ``traj stats --coverage``. Empty = reconstructed as the harness sent it.
     """
 
     source: str
@@ -117,6 +147,7 @@ class ParsedTrajectory:
     prompt_id: str | None = None
     created_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    fidelity_gaps: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -124,11 +155,16 @@ class Conversation(ParsedTrajectory):
     """A text-only trajectory: messages to be rendered with a chat template.
 
     Attributes:
-        messages: the chat in order.
+        messages: the chat in order (every model call is one assistant message).
+        tools: the tool definitions the model was given, OpenAI form (``{"type": "function",
+            "function": {"name", "description", "parameters"}}``); None = none logged. Rendered
+            as ``tools=`` where the template reads them, else as plain text in the system
+            message (:func:`trajstore.chat_template.tools_system_text`).
         degraded_events: events of unknown kind rendered generically (see parsers).
     """
 
     messages: list[Message]
+    tools: list[dict[str, Any]] | None = None
     degraded_events: int = 0
 
 
@@ -205,6 +241,99 @@ def text_of(content: Any) -> str:
     if isinstance(content, dict) and isinstance(content.get("text"), str):
         return content["text"]
     return json.dumps(content, ensure_ascii=False, default=str)
+
+
+def join_blocks(texts: list[str]) -> str:
+    """Several text blocks of one message (e.g. a V1 system prompt and its dynamic context) as
+    one string: joined by a newline, none added after a block that already ends with one
+    (the harnesses' string serializers join blocks with ``"\n"``; an error header that ends
+    in a newline is not followed by a blank line)."""
+    out = ""
+    for t in texts:
+        if out and not out.endswith("\n"):
+            out += "\n"
+        out += t
+    return out
+
+
+def reasoning_of(d: dict[str, Any]) -> tuple[str | None, bool]:
+    """The reasoning text an assistant message carries, under any common field name.
+
+    Looks at ``reasoning_content`` (OpenAI-compatible servers, LiteLLM), ``reasoning``
+    (a string, or an object with ``content`` / ``text`` / ``summary``), ``thinking_blocks``
+    (Anthropic: ``{"type": "thinking", "thinking": ...}`` blocks, joined by newlines) and
+    ``thinking``, in that order; the first non-empty one wins.
+
+    Returns:
+        (text or None, redacted): `redacted` is True when there were ``redacted_thinking``
+        blocks (encrypted reasoning the model saw but the log cannot show).
+    """
+    redacted = False
+    rc = d.get("reasoning_content")
+    if isinstance(rc, str) and rc:
+        return rc, False
+    r = d.get("reasoning")
+    if isinstance(r, dict):
+        r = r.get("content") or r.get("text") or r.get("summary")
+    if isinstance(r, list):
+        r = "\n".join(text_of(x.get("text") if isinstance(x, dict) else x) for x in r) or None
+    if isinstance(r, str) and r:
+        return r, False
+    blocks = d.get("thinking_blocks")
+    if isinstance(blocks, list) and blocks:
+        texts = []
+        for b in blocks:
+            if isinstance(b, dict) and b.get("type") == "redacted_thinking":
+                redacted = True
+            elif isinstance(b, dict) and isinstance(b.get("thinking"), str) and b["thinking"]:
+                texts.append(b["thinking"])
+        if texts:
+            return "\n".join(texts), redacted
+    th = d.get("thinking")
+    if isinstance(th, str) and th:
+        return th, redacted
+    return None, redacted
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])|(?<=[A-Z])([A-Z][a-z])", r"_\1\2", name).lower()
+
+
+def tool_definitions(raw: Any) -> list[dict[str, Any]] | None:
+    """Tool definitions as sent to the model, in OpenAI form ``{"type": "function", "function":
+    {"name", "description", "parameters"}}``.
+
+    Accepts OpenAI chat tools (``{"type": "function", "function": {...}}``), Responses-API /
+    flat tools (``{"type": "function", "name", "description", "parameters"}``, Anthropic's
+    ``input_schema``) and OpenHands V1 ``ToolDefinition`` dumps (no ``name``: the SDK names a
+    tool after its class, ``TerminalTool`` -> ``terminal``; else ``title``). Keys a model never
+    sees (``kind``, ``annotations``, ``action_type``, ...) are dropped; ``parameters`` is kept
+    only when logged. None for an empty or missing list.
+    """
+    if not isinstance(raw, list) or not raw:
+        return None
+    out = []
+    for t in raw:
+        if not isinstance(t, dict):
+            continue
+        fn = t["function"] if isinstance(t.get("function"), dict) else t
+        name = fn.get("name")
+        if not name and isinstance(fn.get("kind"), str) and fn["kind"].endswith("Tool"):
+            name = _snake(fn["kind"][:-len("Tool")])
+        name = name or fn.get("title")
+        d: dict[str, Any] = {"name": str(name)}
+        if isinstance(fn.get("description"), str):
+            d["description"] = fn["description"]
+        params = fn.get("parameters", fn.get("input_schema"))
+        if isinstance(params, dict):
+            d["parameters"] = params
+        out.append({"type": "function", "function": d})
+    return out or None
+
+
+def tools_without_parameters(tools: list[dict[str, Any]] | None) -> list[str]:
+    """Names of the tools in `tools` whose parameter schema was not logged."""
+    return [t["function"]["name"] for t in tools or [] if "parameters" not in t["function"]]
 
 
 def arguments_text(args: Any) -> str:

@@ -13,7 +13,6 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -27,13 +26,16 @@ from trajstore.ingest.core import (
     EngineRollout,
     Origin,
     Parsed,
-    ParsedTrajectory,
     Problem,
     RecordError,
-    cap_text,
-    slug,
 )
-from trajstore.ingest.render import render_conversation, template_features
+from trajstore.ingest.render import (
+    content_hash,
+    conversation_to_trajectories,
+    created_at,
+    reward_raw,
+    trajectory_id,
+)
 from trajstore.models import Span, Trajectory
 from trajstore.reader import read_trajectories
 from trajstore.store import Store, open_store
@@ -78,6 +80,8 @@ class IngestReport:
         by_format: trajectories parsed per input format.
         degraded_events: events of unknown kind rendered generically or skipped.
         truncated_observations: observations capped at ``max_observation_chars``.
+        fidelity_gaps: trajectories per fidelity flag (metadata ``fidelity_gaps``: what the
+            stored trajectory cannot reproduce of what the model was sent or generated).
         written_ids: ids of the rows written, in order.
     """
 
@@ -89,6 +93,7 @@ class IngestReport:
     by_format: Counter[str] = field(default_factory=Counter)
     degraded_events: int = 0
     truncated_observations: int = 0
+    fidelity_gaps: Counter[str] = field(default_factory=Counter)
     written_ids: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,7 +102,8 @@ class IngestReport:
                 "problems": [p.to_dict() for p in self.problems],
                 "problems_by_kind": dict(Counter(p.kind for p in self.problems)),
                 "by_format": dict(self.by_format), "degraded_events": self.degraded_events,
-                "truncated_observations": self.truncated_observations}
+                "truncated_observations": self.truncated_observations,
+                "fidelity_gaps": dict(self.fidelity_gaps)}
 
 
 # -- parsing -----------------------------------------------------------------------------------
@@ -227,97 +233,6 @@ def _parse_event_dir(unit: detect.InputUnit, fmt: str) -> Iterator[Parsed]:
 
 # -- building trajectories -----------------------------------------------------------------------
 
-def _content_hash(payload: Any) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:20]
-
-
-def _trajectory_id(source: str, key: str | None, digest: str) -> str:
-    return f"{slug(source)}:{slug(key)}:{digest}" if key else f"{slug(source)}:{digest}"
-
-
-def _reward_raw(conv: ParsedTrajectory) -> str | None:
-    r = conv.reward
-    if r.raw is None and r.value is None:
-        return None
-    return json.dumps(r.raw if r.raw is not None else r.value, sort_keys=True, default=str)
-
-
-def _created_at(conv: ParsedTrajectory) -> datetime:
-    if conv.created_at is not None:
-        return conv.created_at
-    try:
-        return datetime.fromtimestamp(os.path.getmtime(conv.origin.path), tz=timezone.utc)
-    except OSError:
-        return datetime.now(timezone.utc)
-
-
-def conversation_to_trajectory(conv: Conversation, tokenizer: Any, *, tokenizer_name: str, input_format: str,
-                               max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS) -> Trajectory:
-    """Tokenize a conversation with the tokenizer's chat template and cut it into spans.
-
-    Spans: every message before the first assistant message (system prompt, task, demos) is
-    one prompt span; each assistant message is an action span (header and end-of-turn tokens
-    included); every other message is an observation span, linked by ``cause_id``.
-
-    Returns:
-        A validated :class:`Trajectory` with ``token_source = retokenized``, ``logprob_source
-        = none`` and no policy versions.
-
-    Raises:
-        ValueError: the conversation cannot be rendered.
-        TrajectoryValidationError: the result breaks a schema rule.
-    """
-    digest = _content_hash({"source": conv.source, "key": conv.key, "reward": _reward_raw(conv),
-                            "messages": [m.canonical() for m in conv.messages], "tokenizer": tokenizer_name,
-                            "max_observation_chars": max_observation_chars})
-    first_action = next((i for i, m in enumerate(conv.messages) if m.role == "assistant"), len(conv.messages))
-    truncated = []
-    for i, m in enumerate(conv.messages):
-        if i >= first_action and m.role != "assistant":
-            cap_text(m, max_observation_chars)
-            if m.truncated:
-                truncated.append({"message": i, "original_chars": m.original_chars})
-    rendered = render_conversation(tokenizer, conv.messages)
-    n_tok = len(rendered.token_ids)
-    starts = rendered.message_starts + [n_tok]
-    spans: list[Span] = []
-    prompt_end = starts[first_action]
-    if prompt_end > 0:
-        roles = [m.role for m in conv.messages[:first_action]]
-        spans.append(Span(kind="prompt", start=0, end=prompt_end, role="system" if "system" in roles or not roles
-                          else roles[0]))
-    for i in range(first_action, len(conv.messages)):
-        m = conv.messages[i]
-        s, e = max(starts[i], prompt_end if i == first_action else starts[i]), starts[i + 1]
-        if e <= s:
-            continue
-        if m.role == "assistant":
-            spans.append(Span(kind="action", start=s, end=e, role="assistant", call_id=m.call_id,
-                              tool_call_ids=[t.id for t in m.tool_calls if t.id] or None,
-                              finish_reason=m.finish_reason))
-        else:
-            spans.append(Span(kind="observation", start=s, end=e, role=m.role, call_id=m.call_id,
-                              cause_id=m.cause_id, truncated=True if m.truncated else None))
-    native_tools, native_reasoning = template_features(tokenizer)
-    meta = dict(conv.metadata)
-    meta["ingest"] = {"format": input_format, "path": conv.origin.path, "line": conv.origin.line,
-                      "render_method": rendered.method,
-                      "tool_calls": "template" if native_tools else "flattened-json",
-                      "reasoning": "template" if native_reasoning else "flattened-think"}
-    if truncated:
-        meta["truncated_observations"] = truncated
-    if conv.degraded_events:
-        meta["degraded_events"] = conv.degraded_events
-    if conv.reward.error:
-        meta["reward_error"] = conv.reward.error
-    traj = Trajectory(
-        trajectory_id=_trajectory_id(conv.source, conv.key, digest), prompt_id=conv.prompt_id, source=conv.source,
-        model=conv.model, tokenizer=tokenizer_name, created_at=_created_at(conv), status=conv.status,
-        reward=conv.reward.value, reward_raw=_reward_raw(conv), token_source="retokenized", logprob_source="none",
-        tokens=rendered.token_ids, logprobs=np.full(n_tok, np.nan, dtype=np.float32), spans=spans, metadata=meta)
-    return validate_trajectory(traj)
-
-
 def rollout_to_trajectory(r: EngineRollout, *, input_format: str) -> Trajectory:
     """Keep an engine rollout's token ids and log-probs exactly (``token_source = engine``).
     Action spans get :data:`~trajstore.ingest.nemo_gym.UNKNOWN_POLICY_VERSION`.
@@ -337,13 +252,13 @@ def rollout_to_trajectory(r: EngineRollout, *, input_format: str) -> Trajectory:
                           finish_reason=s.finish_reason if act else None,
                           temperature=s.temperature if act else None, top_p=s.top_p if act else None))
         pos += n
-    digest = _content_hash({"source": r.source, "key": r.key, "reward": _reward_raw(r),
+    digest = content_hash({"source": r.source, "key": r.key, "reward": reward_raw(r),
                             "tokens": hashlib.sha256(tokens.tobytes()).hexdigest()})
     meta = dict(r.metadata)
     meta["ingest"] = {"format": input_format, "path": r.origin.path, "line": r.origin.line}
     traj = Trajectory(
-        trajectory_id=_trajectory_id(r.source, r.key, digest), prompt_id=r.prompt_id, source=r.source, model=r.model,
-        tokenizer=None, created_at=_created_at(r), status=r.status, reward=r.reward.value, reward_raw=_reward_raw(r),
+        trajectory_id=trajectory_id(r.source, r.key, digest), prompt_id=r.prompt_id, source=r.source, model=r.model,
+        tokenizer=None, created_at=created_at(r), status=r.status, reward=r.reward.value, reward_raw=reward_raw(r),
         token_source="engine", logprob_source="engine", tokens=tokens, logprobs=lps, spans=spans, metadata=meta)
     return validate_trajectory(traj)
 
@@ -370,24 +285,26 @@ def iter_trajectories(paths: list[str], *, format: str = "auto", tokenizer: str 
     tok_name = resolve_model(tokenizer).name
     completion_logs: list[Conversation] = []
 
-    def build(item: Conversation | EngineRollout) -> Trajectory | None:
+    def build(item: Conversation | EngineRollout) -> list[Trajectory]:
         nonlocal tok
         try:
             if isinstance(item, EngineRollout):
-                t = rollout_to_trajectory(item, input_format=item.source)
+                ts = [rollout_to_trajectory(item, input_format=item.source)]
             else:
                 if tok is None:
                     tok = load_tokenizer(tokenizer)
-                t = conversation_to_trajectory(item, tok, tokenizer_name=tok_name, input_format=item.source,
-                                               max_observation_chars=max_observation_chars)
-                report.truncated_observations += len(t.metadata.get("truncated_observations", []))
+                ts = conversation_to_trajectories(item, tok, tokenizer_name=tok_name, input_format=item.source,
+                                                  max_observation_chars=max_observation_chars)
+                report.truncated_observations += len(ts[0].metadata.get("truncated_observations", []))
                 report.degraded_events += item.degraded_events
         except (ValueError, TrajectoryValidationError) as e:
             report.problems.append(Problem(item.origin, "invalid", str(e)))
-            return None
-        report.trajectories_parsed += 1
-        report.by_format[item.source] += 1
-        return t
+            return []
+        report.trajectories_parsed += len(ts)
+        report.by_format[item.source] += len(ts)
+        for t in ts:
+            report.fidelity_gaps.update(t.metadata.get("fidelity_gaps") or {})
+        return ts
 
     for n, unit in enumerate(units):
         report.files_seen += len(unit.files) if unit.is_event_dir else 1
@@ -397,17 +314,13 @@ def iter_trajectories(paths: list[str], *, format: str = "auto", tokenizer: str 
             elif isinstance(item, Conversation) and item.source == "openhands/v1-completions":
                 completion_logs.append(item)  # resolved once the whole directory is read
             else:
-                t = build(item)
-                if t is not None:
-                    yield t
+                yield from build(item)
         if progress:
             progress(n + 1, len(units))
     kept, superseded = openhands_v1.drop_superseded(completion_logs)
     report.skipped["superseded_completion_log"] += len(superseded)
     for c in kept:
-        t = build(c)
-        if t is not None:
-            yield t
+        yield from build(c)
 
 
 def ingest_paths(paths: list[str] | str, store: Store | str, *, format: str = "auto",

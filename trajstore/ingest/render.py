@@ -1,19 +1,26 @@
-"""Tokenize a conversation with a chat template and cut the tokens into spans.
+"""Tokenize a conversation with a chat template and cut it into spans, one trajectory per
+context the model actually saw.
 
-The token ids are exactly the template's render of the whole conversation (the oracle:
-``tokenizer.apply_chat_template(messages, tokenize=True)``). Span boundaries are found in the
-rendered text and mapped to tokens through the tokenizer's offsets:
+Every model call k (an assistant message) is rendered the way a rollout engine would have
+served it: its prompt is the template's render of the call's context with the generation
+prompt (``G_k``), and its action is what the model generated: the assistant turn after the
+generation prompt, closed by its end-of-turn token, without the template's separator
+(:mod:`trajstore.chat_template`, issue 12 item 7). A call's context is everything logged
+before it, or what the harness says it sent instead (:class:`~trajstore.ingest.core.Context`:
+condensation, history processors, a changed tool list).
 
-* append-only templates: message ``k`` starts where the render of ``messages[:k]`` ends
-  (checked to be a prefix of the full render);
-* templates that are not append-only (reasoning dropped from earlier turns, a different header
-  on the last turn, ...): message ``k-1``'s content is located in the full render and its
-  closing text (what the template writes after it when it is last) is appended; failing that,
-  the longest common prefix of the two renders is used (method ``approximate``).
+Consecutive calls share one trajectory while each call's prompt ``G_k`` starts with the text
+stored so far (the previous prompt plus the previous generation); the text between is the
+observation span(s): the separator, the environment's messages (one span per message) and
+the next generation prompt. When a call's prompt does not extend it (the harness rewrote the
+history, or the template drops earlier reasoning), a new trajectory starts at that call with
+the whole rewritten context as its prompt: a stored trajectory never claims a context the
+model did not see. Messages after the last call are kept as observations when the template
+renders them after it unchanged.
 
-An assistant turn's role header and its closing tokens (``<|im_start|>assistant\\n`` ...
-``<|im_end|>\\n`` in ChatML) belong to the action span, as the model generates the end-of-turn
-token and the header is what a rollout engine would have appended as the generation prompt.
+Token ids are the tokenization of each trajectory's whole text; span boundaries are mapped
+from characters to tokens through the tokenizer's offsets (a token straddling a boundary
+stays with the left span).
 
 Templates that do not render ``tool_calls`` / ``reasoning_content`` (SmolLM2's ChatML) get
 them written into the assistant content, in this documented form::
@@ -21,39 +28,60 @@ them written into the assistant content, in this documented form::
     <think>\\n{reasoning}\\n</think>\\n\\n{content}\\n<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>
 
 (one ``<tool_call>`` block per call, arguments parsed from JSON when they are valid JSON).
+Tool definitions go to ``tools=`` when the template reads ``tools``, else into the system
+message as :func:`trajstore.chat_template.tools_system_text`.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 import numpy as np
 
-from trajstore.ingest.core import Message
+from trajstore.chat_template import (
+    generated_text,
+    render_chat,
+    template_renders_tools,
+    template_source,
+    tools_system_text,
+    turn_markers,
+)
+from trajstore.ingest.core import (
+    DEFAULT_MAX_OBSERVATION_CHARS,
+    Conversation,
+    Message,
+    ParsedTrajectory,
+    cap_text,
+    slug,
+)
+from trajstore.models import Span, Trajectory
+from trajstore.validate import validate_trajectory
 
-RenderMethod = Literal["prefix", "anchored", "approximate"]
+RenderMethod = Literal["exact", "approximate"]
+SpanKind = Literal["prompt", "action", "observation"]
+
+_PROBE = "\u2063probe-content\u2063"
 
 
-@dataclass
-class RenderedConversation:
-    """The tokens of a conversation and where each message starts.
+@dataclass(frozen=True)
+class TemplateFeatures:
+    """What the tokenizer's chat template renders natively (else ingest writes it as text)."""
 
-    Attributes:
-        token_ids: int32, shape (T,): the template's render of the whole conversation.
-        message_starts: token index where each message's span starts, length = len(messages),
-            non-decreasing; message k covers ``[message_starts[k], message_starts[k+1])`` (the
-            last message runs to T). ``preamble`` tokens before ``message_starts[0]`` are text
-            the template adds itself (a default system prompt).
-        method: how the boundaries were found (worst over all messages).
-    """
+    tool_calls: bool
+    reasoning: bool
+    tools: bool
 
-    token_ids: np.ndarray
-    message_starts: list[int]
-    method: RenderMethod
-    text: str
+
+def template_features(tokenizer: Any) -> TemplateFeatures:
+    """Which of ``tool_calls``, ``reasoning_content`` and ``tools`` the template reads."""
+    tpl = template_source(tokenizer)
+    return TemplateFeatures("tool_calls" in tpl, "reasoning_content" in tpl, template_renders_tools(tokenizer))
 
 
 def _tool_call_block(name: str, arguments: str) -> str:
@@ -64,128 +92,380 @@ def _tool_call_block(name: str, arguments: str) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}, ensure_ascii=False) + "\n</tool_call>"
 
 
-def template_features(tokenizer: Any) -> tuple[bool, bool]:
-    """(renders tool_calls natively, renders reasoning_content natively) for the tokenizer's template."""
-    tpl = tokenizer.chat_template or ""
-    if isinstance(tpl, dict):
-        tpl = " ".join(tpl.values())
-    return "tool_calls" in tpl, "reasoning_content" in tpl
+def template_message(m: Message, features: TemplateFeatures) -> dict[str, Any]:
+    """One message as a dict for ``apply_chat_template`` (OpenAI chat shape)."""
+    d: dict[str, Any] = {"role": m.role}
+    content = m.content
+    if m.role == "assistant":
+        if m.reasoning:
+            if features.reasoning:
+                d["reasoning_content"] = m.reasoning
+            else:
+                content = f"<think>\n{m.reasoning}\n</think>\n\n{content}"
+        if m.tool_calls and not m.tool_calls_in_content:
+            if features.tool_calls:
+                d["tool_calls"] = [{"id": t.id, "type": "function",
+                                    "function": {"name": t.name, "arguments": t.arguments}} for t in m.tool_calls]
+            else:
+                for t in m.tool_calls:
+                    content += ("\n" if content else "") + _tool_call_block(t.name, t.arguments)
+    if m.role == "tool" and m.cause_id:
+        d["tool_call_id"] = m.cause_id
+    d["content"] = content
+    return d
 
 
-def to_template_messages(messages: list[Message], *, native_tool_calls: bool,
-                         native_reasoning: bool) -> list[dict[str, Any]]:
-    """Messages as dicts for ``apply_chat_template`` (OpenAI chat shape)."""
-    out = []
-    for m in messages:
-        d: dict[str, Any] = {"role": m.role}
-        content = m.content
-        if m.role == "assistant":
-            if m.reasoning:
-                if native_reasoning:
-                    d["reasoning_content"] = m.reasoning
-                else:
-                    content = f"<think>\n{m.reasoning}\n</think>\n\n{content}"
-            if m.tool_calls and not m.tool_calls_in_content:
-                if native_tool_calls:
-                    d["tool_calls"] = [{"id": t.id, "type": "function",
-                                        "function": {"name": t.name, "arguments": t.arguments}}
-                                       for t in m.tool_calls]
-                else:
-                    for t in m.tool_calls:
-                        content += ("\n" if content else "") + _tool_call_block(t.name, t.arguments)
-        if m.role == "tool" and m.cause_id:
-            d["tool_call_id"] = m.cause_id
-        d["content"] = content
-        out.append(d)
-    return out
+def with_tools_text(msgs: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """`msgs` with the plain-text tool list appended to the system message (a system message
+    of its own first when there is none)."""
+    if not tools:
+        return msgs
+    text = tools_system_text(tools)
+    if msgs and msgs[0]["role"] == "system":
+        first = dict(msgs[0])
+        first["content"] = (first["content"] + "\n\n" if first["content"] else "") + text
+        return [first, *msgs[1:]]
+    return [{"role": "system", "content": text}, *msgs]
 
 
-def _common_prefix_len(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    lo, hi = 0, n
-    while lo < hi:  # binary search on prefix equality (C-speed slice compares)
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+@dataclass
+class PartSpan:
+    """One span of a rendered part: token range ``[start, end)`` and the index of the message
+    it holds in the conversation (None: template text only, or a message of a rewritten context)."""
+
+    kind: SpanKind
+    start: int
+    end: int
+    message: int | None
 
 
-def _render(tokenizer: Any, msgs: list[dict[str, Any]]) -> str:
-    return tokenizer.apply_chat_template(msgs, tokenize=False) if msgs else ""
+@dataclass
+class RenderedPart:
+    """One trajectory's worth of a conversation: the calls that saw one growing context.
+
+    Attributes:
+        token_ids: int32, shape (T,): the tokenization of `text`.
+        spans: ordered spans covering ``[0, T)`` exactly.
+        text: the rendered text (prompt, actions and observations in order).
+        method: ``exact``, or ``approximate`` when a boundary was not where the template puts it.
+        change: why this part starts a new context (None for the first part): the context's
+            ``change`` (``condensation``, ...) or ``template`` (the template rewrote earlier turns).
+        notes: what was approximated, one line each.
+    """
+
+    token_ids: np.ndarray
+    spans: list[PartSpan]
+    text: str
+    method: RenderMethod
+    change: str | None
+    notes: list[str] = field(default_factory=list)
 
 
-def _preamble_chars(tokenizer: Any, msgs: list[dict[str, Any]]) -> int:
-    """Characters the template writes before the first message (e.g. a default system prompt)."""
-    if not msgs:
-        return 0
-    one = _render(tokenizer, msgs[:1])
-    two = _render(tokenizer, msgs[:1] * 2)
-    if not two.startswith(one):
-        return 0
-    block = two[len(one):]
-    return len(one) - len(block) if block and one.endswith(block) else 0
+@dataclass
+class _Part:
+    text: str
+    bounds: list[tuple[SpanKind, int, int, int | None]]
+    change: str | None
+    method: RenderMethod = "exact"
+    notes: list[str] = field(default_factory=list)
 
 
-def render_conversation(tokenizer: Any, messages: list[Message]) -> RenderedConversation:
-    """Render `messages` with the tokenizer's chat template and locate every message's tokens.
+class _Renderer:
+    def __init__(self, tokenizer: Any):
+        self.tok = tokenizer
+        self.features = template_features(tokenizer)
+        self.markers = turn_markers(tokenizer)
+        self._dicts: dict[int, dict[str, Any]] = {}
+
+    def dicts(self, msgs: list[Message], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        out = []
+        for m in msgs:
+            d = self._dicts.get(id(m))
+            if d is None:
+                d = self._dicts[id(m)] = template_message(m, self.features)
+            out.append(d)
+        return out if self.features.tools else with_tools_text(out, tools)
+
+    def render(self, msgs: list[Message], tools: list[dict[str, Any]] | None, *, gen: bool,
+               extra: dict[str, Any] | None = None) -> str:
+        d = self.dicts(msgs, tools)
+        if extra is not None:
+            d = [*d, extra]
+        try:
+            return render_chat(self.tok, d, add_generation_prompt=gen,
+                               tools=tools if self.features.tools and tools else None)
+        except Exception as e:  # jinja raises TemplateError / TypeError for shapes it rejects
+            raise ValueError(f"chat template cannot render the conversation: {e}") from e
+
+    def cuts(self, base: list[Message], msgs: list[Message], tools: list[dict[str, Any]] | None, within: str,
+             lo: int, hi: int) -> list[int] | None:
+        """Where messages 1.. of `msgs` start when rendered after `base`, as character offsets
+        in ``[lo, hi]`` of `within`; None when the template does not render them as a prefix."""
+        out = []
+        for j in range(1, len(msgs)):
+            r = self.render(base + msgs[:j], tools, gen=False)
+            if not within.startswith(r) or not (lo <= len(r) <= hi) or (out and len(r) < out[-1]):
+                return None
+            out.append(len(r))
+        return out
+
+
+def _observations(part: _Part, start: int, end: int, idx: list[int], cuts: list[int] | None) -> None:
+    """Observation spans over characters ``[start, end)``: one per message of `idx` when `cuts`
+    (where messages 1.. start) are known; none logged (consecutive calls) = one span of template text."""
+    if not idx:
+        part.bounds.append(("observation", start, end, None))
+        return
+    if cuts is None:
+        part.bounds.append(("observation", start, end, idx[0]))
+        if len(idx) > 1:
+            part.method = "approximate"
+            part.notes.append(f"messages {idx[0]}-{idx[-1]} kept as one observation span (the template "
+                              "does not render them one after the other)")
+        return
+    edges = [start, *cuts, end]
+    for i, k in enumerate(idx):
+        part.bounds.append(("observation", edges[i], edges[i + 1], k))
+
+
+def render_conversation(tokenizer: Any, messages: list[Message], *,
+                        tools: list[dict[str, Any]] | None = None) -> list[RenderedPart]:
+    """Render `messages` with the tokenizer's chat template and cut them into spans, one part
+    per context the model saw (see the module docstring).
 
     Args:
         tokenizer: a transformers fast tokenizer with a chat template (needs offset mapping).
-        messages: the conversation (at least one message).
+        messages: the conversation (at least one message); assistant messages are model calls.
+        tools: tool definitions sent with the calls that carry no :class:`Context` of their own.
 
     Returns:
-        A :class:`RenderedConversation`; ``token_ids`` equal
-        ``tokenizer.apply_chat_template(<template messages>, tokenize=True)``.
+        The parts in order; a conversation whose calls all extend one context gives one part.
 
     Raises:
         ValueError: the template cannot render the conversation, or the tokenizer gives no offsets.
     """
     if not messages:
         raise ValueError("empty conversation")
-    native_tools, native_reasoning = template_features(tokenizer)
-    tmsgs = to_template_messages(messages, native_tool_calls=native_tools, native_reasoning=native_reasoning)
-    try:
-        full = _render(tokenizer, tmsgs)
-    except Exception as e:  # jinja raises TemplateError / TypeError for shapes it rejects
-        raise ValueError(f"chat template cannot render the conversation: {e}") from e
-    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+    r = _Renderer(tokenizer)
+    actions = [i for i, m in enumerate(messages) if m.role == "assistant"]
+    parts: list[_Part] = []
+    if not actions:
+        text = r.render(messages, tools, gen=False)
+        parts.append(_Part(text, [("prompt", 0, len(text), None)], None))
+        return [_tokenize(tokenizer, p) for p in parts]
+
+    cur: _Part | None = None
+    ctx: list[Message] = []
+    ctx_tools = tools
+    prev: int | None = None
+    for k in actions:
+        m = messages[k]
+        change = None
+        between = list(range(prev + 1, k)) if prev is not None else []
+        if m.context is not None:
+            ctx, ctx_tools, change = list(m.context.messages), m.context.tools, m.context.change
+        elif prev is None:
+            ctx = messages[:k]
+        else:
+            ctx = ctx + [messages[prev]] + [messages[i] for i in between]
+        turn = r.render(ctx + [m], ctx_tools, gen=False)
+        # an empty context has no generation prompt of its own (templates refuse to render it)
+        prompt = r.render(ctx, ctx_tools, gen=True) if ctx else ""
+        gen = generated_text(prompt, turn, r.markers, stopped=m.finish_reason != "length") if ctx else None
+        approx_note = None
+        if gen is None:
+            # the template renders this turn with another header than its generation prompt
+            # (or a different preamble): take the prompt from the turn itself, up to its content
+            probe = r.render(ctx, ctx_tools, gen=False, extra={"role": "assistant", "content": _PROBE})
+            at = probe.rfind(_PROBE)
+            head = probe[:at] if at >= 0 and turn.startswith(probe[:at]) else ""
+            prompt = head
+            gen = generated_text(head, turn, r.markers, stopped=m.finish_reason != "length") or turn[len(head):]
+            if ctx:
+                approx_note = (f"message {k}: the template's generation prompt is not how it renders the assistant "
+                               "turn; the prompt was taken from the rendered turn")
+        if cur is not None and prompt.startswith(cur.text):
+            lo = len(cur.text)
+            cuts = None
+            if between and m.context is None:
+                base = ctx[:len(ctx) - len(between)]
+                cuts = r.cuts(base, [messages[i] for i in between], ctx_tools, prompt, lo, len(prompt))
+            _observations(cur, lo, len(prompt), between, cuts)
+        else:
+            if cur is not None:
+                parts.append(cur)
+                change = change or "template"
+            cur = _Part("", [("prompt", 0, len(prompt), None)], change)
+        if approx_note:
+            cur.method = "approximate"
+            cur.notes.append(approx_note)
+        cur.bounds.append(("action", len(prompt), len(prompt) + len(gen), k))
+        cur.text = prompt + gen
+        prev = k
+
+    assert cur is not None and prev is not None
+    tail = list(range(prev + 1, len(messages)))
+    if tail:
+        base = ctx + [messages[prev]]
+        tail_msgs = [messages[i] for i in tail]
+        full = r.render(base + tail_msgs, ctx_tools, gen=False)
+        if full.startswith(cur.text) and len(full) > len(cur.text):
+            lo = len(cur.text)
+            _observations(cur, lo, len(full), tail, r.cuts(base, tail_msgs, ctx_tools, full, lo, len(full)))
+            cur.text = full
+        else:
+            cur.method = "approximate"
+            cur.notes.append(f"messages {tail[0]}-{tail[-1]} after the last model call are not stored (the template "
+                             "renders the earlier turns differently once they follow)")
+    parts.append(cur)
+    return [_tokenize(tokenizer, p) for p in parts]
+
+
+def _tokenize(tokenizer: Any, part: _Part) -> RenderedPart:
+    enc = tokenizer(part.text, add_special_tokens=False, return_offsets_mapping=True)
     ids = enc["input_ids"]
     offsets = enc.get("offset_mapping")
     if offsets is None:
         raise ValueError("tokenizer gives no offset mapping (a fast tokenizer is needed)")
     starts = [o[0] for o in offsets]
+    n = len(ids)
+    spans: list[PartSpan] = []
+    pos = 0
+    for kind, _, end_c, msg in part.bounds:
+        end = n if end_c >= len(part.text) else bisect.bisect_left(starts, end_c)
+        if end > pos:
+            spans.append(PartSpan(kind, pos, end, msg))
+            pos = end
+    if pos < n:  # cannot happen: the last bound ends at the end of the text
+        spans[-1].end = n
+    return RenderedPart(np.asarray(ids, dtype=np.int32), spans, part.text, part.method, part.change, part.notes)
 
-    method: RenderMethod = "prefix"
-    char_bounds = [_preamble_chars(tokenizer, tmsgs)]
-    for k in range(1, len(tmsgs)):
-        prev = char_bounds[-1]
-        prefix = _render(tokenizer, tmsgs[:k])
-        if len(prefix) >= prev and full.startswith(prefix):
-            char_bounds.append(len(prefix))
-            continue
-        b = None
-        anchor = tmsgs[k - 1]["content"]
-        if anchor:
-            pos = full.find(anchor, prev)
-            j = prefix.rfind(anchor)
-            if pos >= 0 and j >= 0:
-                end = pos + len(anchor)
-                closing = prefix[j + len(anchor):]
-                b = end + _common_prefix_len(full[end:end + len(closing)], closing)
-                if method == "prefix":
-                    method = "anchored"
-        if b is None:
-            b = max(prev, _common_prefix_len(full, prefix))
-            method = "approximate"
-        char_bounds.append(max(prev, b))
 
-    def to_token(c: int) -> int:
-        # first token starting at or after char c (a token straddling c stays with the left span)
-        return bisect.bisect_left(starts, c)
+# -- conversation -> trajectories ----------------------------------------------------------------
 
-    msg_starts = [to_token(c) for c in char_bounds]
-    for i in range(1, len(msg_starts)):
-        msg_starts[i] = max(msg_starts[i], msg_starts[i - 1])
-    return RenderedConversation(np.asarray(ids, dtype=np.int32), msg_starts, method, full)
+def content_hash(payload: Any) -> str:
+    """Short stable digest of a JSON-able payload (20 hex characters)."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:20]
+
+
+def trajectory_id(source: str, key: str | None, digest: str) -> str:
+    """``<source>:<key>:<digest>`` (``<source>:<digest>`` without a key), safe as a path component."""
+    return f"{slug(source)}:{slug(key)}:{digest}" if key else f"{slug(source)}:{digest}"
+
+
+def reward_raw(conv: ParsedTrajectory) -> str | None:
+    """The raw reward as JSON (None when there is neither a raw value nor a reward)."""
+    r = conv.reward
+    if r.raw is None and r.value is None:
+        return None
+    return json.dumps(r.raw if r.raw is not None else r.value, sort_keys=True, default=str)
+
+
+def created_at(conv: ParsedTrajectory) -> datetime:
+    """The trajectory's time: the last logged event's, else the file's modification time, else now."""
+    if conv.created_at is not None:
+        return conv.created_at
+    try:
+        return datetime.fromtimestamp(os.path.getmtime(conv.origin.path), tz=timezone.utc)
+    except OSError:
+        return datetime.now(timezone.utc)
+
+
+def _context_digest(conv: Conversation) -> list[Any]:
+    pos = {id(m): i for i, m in enumerate(conv.messages)}
+    out = []
+    for i, m in enumerate(conv.messages):
+        if m.context is not None:
+            out.append([i, m.context.change, m.context.tools,
+                        [pos[id(c)] if id(c) in pos else c.canonical() for c in m.context.messages]])
+    return out
+
+
+def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenizer_name: str, input_format: str,
+                                 max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS) -> list[Trajectory]:
+    """Tokenize a conversation with the tokenizer's chat template: one trajectory per context
+    the model saw (usually one).
+
+    Spans: the first call's context is one prompt span; each assistant message is an action
+    span (what the model generated, end-of-turn token included); every other message is an
+    observation span, linked by ``cause_id``. When the conversation splits (see
+    :func:`render_conversation`), every part carries metadata ``episode`` =
+    ``{"id", "part", "parts", "change"}`` and the same reward, prompt id and group id
+    (``group_id`` keeps its meaning, a GRPO group of rollouts of one prompt: parts of one
+    episode in one group would cancel each other's advantage).
+
+    Returns:
+        Validated :class:`Trajectory` s with ``token_source = retokenized``, ``logprob_source
+        = none`` and no policy versions; metadata ``fidelity_gaps`` names what could not be
+        reproduced (the conversation's own gaps plus the render's approximations).
+
+    Raises:
+        ValueError: the conversation cannot be rendered.
+        TrajectoryValidationError: a result breaks a schema rule.
+    """
+    digest = content_hash({"source": conv.source, "key": conv.key, "reward": reward_raw(conv),
+                           "messages": [m.canonical() for m in conv.messages], "tokenizer": tokenizer_name,
+                           "max_observation_chars": max_observation_chars, "tools": conv.tools,
+                           "contexts": _context_digest(conv)})
+    first_action = next((i for i, m in enumerate(conv.messages) if m.role == "assistant"), len(conv.messages))
+    truncated = []
+    for i, m in enumerate(conv.messages):
+        if i >= first_action and m.role != "assistant":
+            cap_text(m, max_observation_chars)
+            if m.truncated:
+                truncated.append({"message": i, "original_chars": m.original_chars})
+    parts = render_conversation(tokenizer, conv.messages, tools=conv.tools)
+    features = template_features(tokenizer)
+    base_id = trajectory_id(conv.source, conv.key, digest)
+    gaps = dict(conv.fidelity_gaps)
+    if first_action < len(conv.messages) and conv.messages[first_action].context is None and not any(
+            m.role in ("system", "user") for m in conv.messages[:first_action]):
+        gaps.setdefault("prompt", "no system or user message before the first model call: the task the model was "
+                                  "given is not in the log (the prompt is the template's default)")
+    notes = [n for p in parts for n in p.notes]
+    if notes:
+        gaps.setdefault("render", "; ".join(notes))
+    out = []
+    for n, part in enumerate(parts):
+        spans: list[Span] = []
+        for s in part.spans:
+            m = conv.messages[s.message] if s.message is not None else None
+            if s.kind == "prompt":
+                ctx = conv.messages[:first_action] if n == 0 else []
+                roles = [x.role for x in ctx]
+                spans.append(Span(kind="prompt", start=s.start, end=s.end,
+                                  role="system" if "system" in roles or not roles else roles[0]))
+            elif s.kind == "action":
+                assert m is not None
+                spans.append(Span(kind="action", start=s.start, end=s.end, role="assistant", call_id=m.call_id,
+                                  tool_call_ids=[t.id for t in m.tool_calls if t.id] or None,
+                                  finish_reason=m.finish_reason))
+            else:
+                spans.append(Span(kind="observation", start=s.start, end=s.end, role=m.role if m else None,
+                                  call_id=m.call_id if m else None, cause_id=m.cause_id if m else None,
+                                  truncated=True if m is not None and m.truncated else None))
+        meta = dict(conv.metadata)
+        meta["ingest"] = {"format": input_format, "path": conv.origin.path, "line": conv.origin.line,
+                          "render_method": part.method,
+                          "tool_calls": "template" if features.tool_calls else "flattened-json",
+                          "reasoning": "template" if features.reasoning else "flattened-think",
+                          "tools": None if not conv.tools else "template" if features.tools else "system-text"}
+        if len(parts) > 1:
+            meta["episode"] = {"id": base_id, "part": n + 1, "parts": len(parts), "change": part.change}
+        if gaps:
+            meta["fidelity_gaps"] = gaps
+        if truncated:
+            meta["truncated_observations"] = truncated
+        if conv.degraded_events:
+            meta["degraded_events"] = conv.degraded_events
+        if conv.reward.error:
+            meta["reward_error"] = conv.reward.error
+        n_tok = len(part.token_ids)
+        traj = Trajectory(
+            trajectory_id=base_id if len(parts) == 1 else f"{base_id}:part{n + 1}", prompt_id=conv.prompt_id,
+            group_id=None, source=conv.source, model=conv.model, tokenizer=tokenizer_name, created_at=created_at(conv),
+            status=conv.status, reward=conv.reward.value,
+            reward_raw=reward_raw(conv), token_source="retokenized", logprob_source="none", tokens=part.token_ids,
+            logprobs=np.full(n_tok, np.nan, dtype=np.float32), spans=spans, metadata=meta)
+        out.append(validate_trajectory(traj))
+    return out
