@@ -3,7 +3,9 @@
 Layout (under ``<root>/policies/<run_id>/``)::
 
     v<N>/model.safetensors   the policy's state dict (tied tensors stored once)
-    v<N>/config.json         the model's Hugging Face config (the folder loads with from_pretrained)
+    v<N>/config.json         the model's Hugging Face config
+    v<N>/tokenizer*.json ... the tokenizer's files, when the tokenizer name resolves offline
+                             (trajstore.hub), so the folder loads with from_pretrained alone
     v<N>/meta.json           written last: a version is complete iff meta.json exists
     LATEST                   small JSON pointer {"version": N, ...}, replaced atomically
 
@@ -15,51 +17,41 @@ weights file's header.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import re
 import tempfile
-import time
 import uuid
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from trajstore.errors import StoreError, TrajstoreError
+from trajstore.policies import (  # noqa: F401 - the read side is re-exported for the trainer's callers
+    CONFIG_FILE,
+    LATEST_FILE,
+    META_FILE,
+    WEIGHTS_FILE,
+    PolicyNotFoundError,
+    is_complete,
+    latest_policy_version,
+    list_policy_versions,
+    read_policy_meta,
+    version_dir,
+    wait_for_policy_version,
+)
 from trajstore.store import POLICIES_DIR, Store, open_store
 
 if TYPE_CHECKING:
     import torch
 
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
-META_FILE = "meta.json"
-LATEST_FILE = "LATEST"
 POLICY_FORMAT = "trajstore.policy"
 POLICY_FORMAT_VERSION = 1
-_VERSION_DIR = re.compile(r"^v(\d+)$")
 _PUBLISH_ID_KEY = "trajstore.publish_id"
-
-
-class PolicyNotFoundError(TrajstoreError):
-    """No complete published version matches the request (missing or partially written)."""
 
 
 class PolicyMismatchError(TrajstoreError):
     """Published weights do not fit the model they are loaded into (missing / unexpected keys
     or shapes), or a version's files belong to different publishes."""
-
-
-def version_dir(run_id: str, version: int) -> str:
-    """Store-relative folder of one published version: ``policies/<run_id>/v<N>``."""
-    _check_run_id(run_id)
-    if version < 0:
-        raise ValueError(f"policy version must be >= 0, got {version}")
-    return f"{POLICIES_DIR}/{run_id}/v{version}"
-
-
-def _check_run_id(run_id: str) -> None:
-    if not run_id or "/" in run_id or run_id.startswith((".", "_")):
-        raise ValueError(f"run_id {run_id!r} must be a non-empty path component not starting with '.' or '_'")
 
 
 def _unwrap(model: Any) -> Any:
@@ -86,6 +78,10 @@ def publish_policy(store: Store | str, run_id: str, version: int, model: torch.n
         step: training step the weights come from, recorded in meta.json.
         base_model: name of the model training started from (e.g. the store's ``model``).
         tokenizer: tokenizer name the policy's token ids belong to (the store's ``tokenizer``).
+            When it resolves offline (``smollm2-135m``, its canonical name, a local HF directory
+            or .gguf file; :func:`trajstore.hub.resolve_model`), the tokenizer's files are written
+            beside the weights so that rollout servers (vLLM, SGLang, ``traj serve``) can load the
+            folder with ``from_pretrained``; ``meta.json`` lists them under ``tokenizer_files``.
 
     Returns:
         The store-relative folder ``policies/<run_id>/v<N>``.
@@ -116,13 +112,16 @@ def publish_policy(store: Store | str, run_id: str, version: int, model: torch.n
         "publish_id": publish_id,
         "weights_file": WEIGHTS_FILE,
     }
+    files = [(CONFIG_FILE, config.to_json_string().encode())] if config is not None else []
+    tok_files = tokenizer_files(tokenizer) if tokenizer else ()
+    meta["tokenizer_files"] = [name for name, _ in tok_files]
+    files += list(tok_files)
     meta_bytes = (json.dumps(meta, indent=2) + "\n").encode()
-    config_bytes = config.to_json_string().encode() if config is not None else None
     try:
         if s.is_local:
-            _publish_local(s, rel, model, meta_bytes, config_bytes, publish_id, save_model)
+            _publish_local(s, rel, model, meta_bytes, files, publish_id, save_model)
         else:
-            _publish_remote(s, rel, model, meta_bytes, config_bytes, publish_id, save_model)
+            _publish_remote(s, rel, model, meta_bytes, files, publish_id, save_model)
         pointer = {"version": int(version), "path": f"v{version}", "publish_id": publish_id,
                    "updated_at": meta["created_at"]}
         s.write_bytes(f"{POLICIES_DIR}/{run_id}/{LATEST_FILE}", (json.dumps(pointer) + "\n").encode())
@@ -131,109 +130,46 @@ def publish_policy(store: Store | str, run_id: str, version: int, model: torch.n
     return rel
 
 
-def _publish_local(s: Store, rel: str, model: Any, meta: bytes, config: bytes | None, publish_id: str,
+@functools.lru_cache(maxsize=4)
+def tokenizer_files(tokenizer: str) -> tuple[tuple[str, bytes], ...]:
+    """(file name, bytes) of the tokenizer's ``save_pretrained`` files, or () when the name does
+    not resolve offline (e.g. a bare identity string recorded by an older store)."""
+    from trajstore.hub import load_tokenizer, resolve_model
+
+    try:
+        resolve_model(tokenizer)
+    except TrajstoreError:
+        return ()
+    tok = load_tokenizer(tokenizer)
+    with tempfile.TemporaryDirectory(prefix="trajstore-tokenizer-") as tmp:
+        tok.save_pretrained(tmp)
+        return tuple((name, open(os.path.join(tmp, name), "rb").read()) for name in sorted(os.listdir(tmp))
+                     if os.path.isfile(os.path.join(tmp, name)))
+
+
+def _publish_local(s: Store, rel: str, model: Any, meta: bytes, files: list[tuple[str, bytes]], publish_id: str,
                    save_model: Any) -> None:
     with s.local_dir_commit(rel, prefix="policy-") as tmp:  # a re-publish replaces the old folder
         save_model(model, os.path.join(tmp, WEIGHTS_FILE), metadata={_PUBLISH_ID_KEY: publish_id})
-        files = [(CONFIG_FILE, config)] if config is not None else []
         for name, data in [*files, (META_FILE, meta)]:
             with open(os.path.join(tmp, name), "wb") as fh:
                 fh.write(data)
 
 
-def _publish_remote(s: Store, rel: str, model: Any, meta: bytes, config: bytes | None, publish_id: str,
+def _publish_remote(s: Store, rel: str, model: Any, meta: bytes, files: list[tuple[str, bytes]], publish_id: str,
                     save_model: Any) -> None:
     fs = s.fs
     meta_path = s.path(rel, META_FILE)
-    if _is_complete(s, rel):  # re-publish: un-complete the old version before replacing its files
+    if is_complete(s, rel):  # re-publish: un-complete the old version before replacing its files
         fs.rm_file(meta_path)
     with tempfile.TemporaryDirectory(prefix="trajstore-publish-") as tmp:
         local = os.path.join(tmp, WEIGHTS_FILE)
         save_model(model, local, metadata={_PUBLISH_ID_KEY: publish_id})
         fs.put_file(local, s.path(rel, WEIGHTS_FILE))
-    if config is not None:
-        fs.pipe_file(s.path(rel, CONFIG_FILE), config)
+    for name, data in files:
+        fs.pipe_file(s.path(rel, name), data)
     fs.pipe_file(meta_path, meta)
     fs.invalidate_cache(s.path(rel))
-
-
-# -- reading ---------------------------------------------------------------------------------
-
-
-def _is_complete(s: Store, rel: str) -> bool:
-    """Whether the version folder `rel` has its meta.json (asked fresh: object-store listings
-    are cached by fsspec, and another process may have published since)."""
-    path = s.path(rel, META_FILE)
-    if not s.is_local:
-        s.fs.invalidate_cache(s.path(rel))
-    return bool(s.fs.exists(path))
-
-
-def _read_json(s: Store, rel: str) -> dict[str, Any] | None:
-    try:
-        data = s.fs.cat_file(s.path(rel))
-    except FileNotFoundError:
-        return None
-    try:
-        out = json.loads(data)
-    except ValueError as e:
-        raise PolicyNotFoundError(f"{s.url(rel)} is not valid JSON: {e}") from e
-    if not isinstance(out, dict):
-        raise PolicyNotFoundError(f"{s.url(rel)} is not a JSON object")
-    return out
-
-
-def read_policy_meta(store: Store | str, run_id: str, version: int) -> dict[str, Any]:
-    """meta.json of a complete published version (keys: run_id, version, step, created_at,
-    base_model, tokenizer, architecture, dtype, num_parameters, publish_id, weights_file).
-
-    Raises:
-        PolicyNotFoundError: the version does not exist or is not complete (no meta.json).
-    """
-    s = open_store(store)
-    rel = version_dir(run_id, version)
-    meta = _read_json(s, f"{rel}/{META_FILE}")
-    if meta is None:
-        raise PolicyNotFoundError(
-            f"policy {s.url(rel)} is missing or incomplete (no {META_FILE}); published versions: "
-            f"{list_policy_versions(s, run_id) or 'none'}")
-    return meta
-
-
-def list_policy_versions(store: Store | str, run_id: str) -> list[int]:
-    """Complete published versions of `run_id` (those with meta.json), ascending."""
-    s = open_store(store)
-    _check_run_id(run_id)
-    base = s.path(POLICIES_DIR, run_id)
-    if not s.is_local:
-        s.fs.invalidate_cache(base)
-    try:
-        entries = s.fs.ls(base, detail=True)
-    except FileNotFoundError:
-        return []
-    out = []
-    for e in entries:
-        m = _VERSION_DIR.match(e["name"].rstrip("/").rsplit("/", 1)[-1])
-        if m and e.get("type") == "directory" and _is_complete(s, f"{POLICIES_DIR}/{run_id}/{m.group()}"):
-            out.append(int(m.group(1)))
-    return sorted(out)
-
-
-def latest_policy_version(store: Store | str, run_id: str) -> int | None:
-    """The version ``LATEST`` points to, or None when nothing is published yet.
-
-    If the pointer is missing or names a version that is not complete (a crash between the
-    version and the pointer), the highest complete version is returned instead.
-    """
-    s = open_store(store)
-    _check_run_id(run_id)
-    pointer = _read_json(s, f"{POLICIES_DIR}/{run_id}/{LATEST_FILE}")
-    if pointer is not None and isinstance(pointer.get("version"), int):
-        v = pointer["version"]
-        if _is_complete(s, version_dir(run_id, v)):
-            return v
-    versions = list_policy_versions(s, run_id)
-    return versions[-1] if versions else None
 
 
 def load_policy_into(model: torch.nn.Module, store: Store | str, run_id: str, version: int | None = None, *,
@@ -298,22 +234,3 @@ def load_policy_into(model: torch.nn.Module, store: Store | str, run_id: str, ve
             f"{sorted(missing)[:5]}{' ...' if len(missing) > 5 else ''}, unexpected keys "
             f"{sorted(unexpected)[:5]}{' ...' if len(unexpected) > 5 else ''}")
     return version
-
-
-def wait_for_policy_version(store: Store | str, run_id: str, *, newer_than: int | None,
-                            timeout_s: float, poll_s: float = 0.5) -> int | None:
-    """Poll until a version other than `newer_than` is the latest; return it (None on timeout).
-
-    Args:
-        newer_than: the version the caller holds (None = anything published counts).
-        timeout_s: seconds to wait at most.
-        poll_s: seconds between polls.
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        v = latest_policy_version(store, run_id)
-        if v is not None and (newer_than is None or v > newer_than):
-            return v
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(poll_s)
