@@ -60,10 +60,54 @@ def resolve_model(name_or_path: str) -> ModelRef:
         "Hugging Face directory (nothing is downloaded at run time)")
 
 
+def tokenizer_cache_dir() -> str:
+    """Where tokenizers converted from GGUF files are kept: ``$TRAJSTORE_CACHE/tokenizers``
+    (default ``~/.cache/trajstore/tokenizers``)."""
+    root = os.environ.get("TRAJSTORE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "trajstore")
+    return os.path.join(root, "tokenizers")
+
+
+def _gguf_cache_path(ref: ModelRef) -> str:
+    st = os.stat(os.path.join(ref.directory, ref.gguf_file or ""))
+    key = f"{os.path.splitext(ref.gguf_file or 'x')[0]}-{st.st_size}-{int(st.st_mtime)}"
+    return os.path.join(tokenizer_cache_dir(), key)
+
+
 @functools.lru_cache(maxsize=8)
 def load_tokenizer(name_or_path: str = SMOLLM2_ALIAS) -> Any:
-    """A transformers tokenizer for an alias, GGUF file or HF directory (cached per name)."""
+    """A transformers tokenizer for an alias, GGUF file or HF directory (cached per name).
+
+    Converting a GGUF file's vocabulary takes tens of seconds, so the converted tokenizer is
+    saved once under :func:`tokenizer_cache_dir` (keyed by the file's name, size and mtime;
+    written to a temporary folder and renamed, so a reader never sees half of it) and loaded
+    from there afterwards. An unwritable cache only costs the conversion again.
+    """
+    import tempfile
+
     from transformers import AutoTokenizer
 
     ref = resolve_model(name_or_path)
-    return AutoTokenizer.from_pretrained(ref.directory, **ref.from_pretrained_kwargs())
+    if ref.gguf_file is None:
+        return AutoTokenizer.from_pretrained(ref.directory)
+    cached = _gguf_cache_path(ref)
+    if os.path.isfile(os.path.join(cached, "tokenizer_config.json")):
+        try:
+            return AutoTokenizer.from_pretrained(cached)
+        except (OSError, ValueError):
+            pass  # a damaged cache entry: convert again below
+    tok = AutoTokenizer.from_pretrained(ref.directory, **ref.from_pretrained_kwargs())
+    import shutil
+
+    tmp = None
+    try:
+        os.makedirs(os.path.dirname(cached), exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=os.path.dirname(cached))
+        tok.save_pretrained(tmp)
+        os.rename(tmp, cached)  # fails if another process got there first: theirs is as good
+        tmp = None
+    except OSError:
+        pass
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return tok

@@ -1,0 +1,76 @@
+"""``traj proxy``: parse options, run :func:`trajstore.proxy.run_proxy`."""
+
+from __future__ import annotations
+
+import typer
+
+from trajstore.cli.main import app, friendly_errors
+from trajstore.proxy.config import DEFAULT_CLIENT_TOKEN_ENV, DEFAULT_UPSTREAM_KEY_ENV
+
+
+@app.command("proxy")
+@friendly_errors
+def proxy_cmd(
+    upstream: str = typer.Option(..., "--upstream", help="base URL of vLLM / SGLang / traj serve, "
+                                                         "e.g. http://127.0.0.1:8000"),
+    store: str = typer.Option(..., "--store", help="store URI the trajectories are written to"),
+    host: str = typer.Option("127.0.0.1", "--host", help="interface to bind (loopback by default)"),
+    port: int = typer.Option(8100, "--port", help="TCP port (0 = any free port; the bound one is printed)"),
+    engine: str = typer.Option("vllm", "--engine", help="upstream dialect: vllm (also traj serve) | sglang"),
+    tokenizer: str | None = typer.Option(None, "--tokenizer", help="tokenizer name recorded (must equal the "
+                                                                    "trainer's; default: the response's model)"),
+    policy_version: int = typer.Option(0, "--policy-version", min=0, help="version recorded when nothing "
+                                                                          "else says"),
+    follow_run: str | None = typer.Option(None, "--follow-run", help="training run whose published versions "
+                                                                     "the upstream loads (weight sync)"),
+    policy_store: str | None = typer.Option(None, "--policy-store", help="store the run publishes into "
+                                                                         "(default: --store)"),
+    reload_mode: str = typer.Option("drain", "--reload-mode", help="drain (hold new calls, finish in-flight "
+                                                                   "ones, then reload) | tag"),
+    poll: float = typer.Option(1.0, "--poll", help="seconds between checks for a new version"),
+    weights_cache: str | None = typer.Option(None, "--weights-cache", help="local folder for versions of a "
+                                                                           "remote store"),
+    max_staleness: int | None = typer.Option(None, "--max-staleness", min=0, help="AReaL's eta: hold new "
+                                             "episodes while running + unconsumed trajectories reach "
+                                             "(eta + 1) x batch size"),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="the trainer's batch size "
+                                                                           "(default: the run's config.json)"),
+    session_timeout: float = typer.Option(600.0, "--session-timeout", help="idle episodes end as aborted "
+                                                                           "after this many seconds"),
+    upstream_timeout: float = typer.Option(600.0, "--upstream-timeout", help="seconds one upstream call may "
+                                                                             "take"),
+    max_request_mb: float = typer.Option(32.0, "--max-request-mb", help="largest request body (MiB)"),
+    upstream_key_env: str = typer.Option(DEFAULT_UPSTREAM_KEY_ENV, "--upstream-key-env",
+                                         help="environment variable with the upstream's API key"),
+    client_token_env: str = typer.Option(DEFAULT_CLIENT_TOKEN_ENV, "--client-token-env",
+                                         help="environment variable with the token clients must send "
+                                              "(unset: no client auth)"),
+    require_session: bool = typer.Option(False, "--require-session", help="refuse calls without a session"),
+) -> None:
+    """Record every model call of any OpenAI-compatible harness as trajectories: point its base
+    URL at http://HOST:PORT/s/<session>/v1, end episodes with POST /s/<session>/finish."""
+    from pydantic import ValidationError
+
+    from trajstore.proxy.config import ProxyConfig
+
+    try:
+        cfg = ProxyConfig(upstream=upstream, store=store, host=host, port=port, engine=engine, tokenizer=tokenizer,
+                          policy_version=policy_version, follow_run=follow_run, policy_store=policy_store,
+                          reload_mode=reload_mode, poll_s=poll, weights_cache=weights_cache,
+                          max_staleness=max_staleness, batch_size=batch_size, session_timeout_s=session_timeout,
+                          upstream_timeout_s=upstream_timeout, max_request_mb=max_request_mb,
+                          upstream_key_env=upstream_key_env, client_token_env=client_token_env,
+                          require_session=require_session)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
+        raise ValueError(f"invalid option: {problems}") from None
+    try:
+        from trajstore.proxy.app import run_proxy
+    except ModuleNotFoundError as e:
+        raise ValueError(f"traj proxy needs {e.name}: pip install 'trajstore[proxy]'") from None
+
+    def ready(h: str, p: int) -> None:
+        typer.echo(f"traj proxy: http://{h}:{p}/v1 -> {cfg.upstream}, recording into {store}", err=True)
+        typer.echo(f"  harness base URL: http://{h}:{p}/s/<session>/v1", err=True)
+
+    run_proxy(cfg, on_ready=ready)

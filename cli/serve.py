@@ -1,0 +1,39 @@
+"""``traj serve``: parse options, run :func:`trajstore.trainer.serve.run_serve`."""
+
+from __future__ import annotations
+
+import typer
+
+from trajstore.cli.main import app, friendly_errors
+
+
+@app.command("serve")
+@friendly_errors
+def serve_cmd(
+    model: str = typer.Option("smollm2-135m", "--model", help="smollm2-135m, a local HF directory, a .gguf "
+                                                              "file, or tiny-llama (random weights, tests)"),
+    tokenizer: str | None = typer.Option(None, "--tokenizer", help="tokenizer (default: the model's)"),
+    host: str = typer.Option("127.0.0.1", "--host", help="interface to bind (loopback by default)"),
+    port: int = typer.Option(8000, "--port", help="TCP port (0 = any free port; the bound one is printed)"),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N"),
+    dtype: str = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16"),
+    max_batch_size: int = typer.Option(16, "--max-batch-size", min=1, help="requests sampled together at most"),
+    weight_version: str = typer.Option("0", "--weight-version", help="weight version until the first reload"),
+    served_model_name: str | None = typer.Option(None, "--served-model-name", help="model name in responses"),
+    threads: int | None = typer.Option(None, "--threads", min=1, help="torch CPU threads"),
+    sample_log: str | None = typer.Option(None, "--sample-log", help="append every generation to this JSONL"),
+    seed: int = typer.Option(0, "--seed", help="seed of the tiny random models' weights"),
+) -> None:
+    """Serve a local model over an OpenAI-compatible API (chat and text completions, streaming,
+    token ids and log-probs in vLLM's shape, SGLang's /update_weights_from_disk)."""
+    from trajstore.trainer.serve import ServeConfig, run_serve
+
+    cfg = ServeConfig(model=model, tokenizer=tokenizer, host=host, port=port, device=device, dtype=dtype,
+                      max_batch_size=max_batch_size, weight_version=weight_version,
+                      served_model_name=served_model_name, threads=threads, sample_log=sample_log, seed=seed)
+
+    def ready(h: str, p: int) -> None:
+        typer.echo(f"traj serve: {cfg.served_model_name or model} on http://{h}:{p}/v1 "
+                   f"(weight version {weight_version})", err=True)
+
+    run_serve(cfg, on_ready=ready)

@@ -1,0 +1,526 @@
+"""The ``traj proxy`` ASGI application: OpenAI-compatible routes that forward to the upstream
+and record every call (see :mod:`trajstore.proxy` for the whole picture).
+
+Routes (each ``/v1/...`` route also exists under ``/s/<session>/v1/...``):
+
+* ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or not), ``GET /v1/models``;
+* ``POST /s/<session>/reward`` ``{"reward": float, "raw": any}``;
+* ``POST /s/<session>/finish`` ``{"status": "completed", "reward": ..., "metadata": {...}}``:
+  ends the episode and returns once its trajectories are durable in the store;
+* ``GET /proxy/stats``: counters, per-version call counts, open sessions, weight sync state;
+* ``GET /health``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from trajstore.errors import AdapterError, TrajstoreError
+from trajstore.proxy.config import ProxyConfig
+from trajstore.proxy.recorder import Recorder, Session, VersionedSlice, check_session_key
+from trajstore.proxy.sync import StalenessGate, StalenessOverflow, Ticket, Versioning, WeightSync
+from trajstore.proxy.upstream import (
+    Augmented,
+    CallResult,
+    StreamAccumulator,
+    augment,
+    parse_version,
+    read_call,
+    strip_response,
+    synthesize_stream,
+)
+from trajstore.store import RUN_CONFIG_FILE, RUNS_DIR, open_store
+from trajstore.writer import StoreWriter
+
+log = logging.getLogger("trajstore.proxy")
+STATUSES = ("completed", "truncated", "aborted", "failed")
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+
+def _observation_of(body: dict[str, Any], chat: bool) -> tuple[str | None, str | None]:
+    """(role, cause id) of what a chat request added after the last assistant message."""
+    if not chat:
+        return None, None
+    msgs = body.get("messages") or []
+    tail = []
+    for m in reversed(msgs):
+        if not isinstance(m, dict) or m.get("role") == "assistant":
+            break
+        tail.append(m)
+    tools = [m for m in reversed(tail) if m.get("role") == "tool"]
+    if tools:
+        return "tool", tools[0].get("tool_call_id")
+    return "user", None
+
+
+def label_versions(call: CallResult, ticket: Ticket, versioning: Versioning, default: int) -> list[VersionedSlice]:
+    """Which policy version produced which of a call's tokens.
+
+    Per-token versions reported by the upstream (``weight_version_spans``) split the call;
+    otherwise the upstream's single reported version, else the version the proxy loaded, is
+    used, unless a reload happened while the call ran and the versions at its start and end
+    differ: then the call is flagged with both (min, max) and labelled with the older.
+    """
+    n = len(call.action.token_ids)
+    if call.version_spans:
+        parsed = [(a, b, parse_version(v)) for a, b, v in call.version_spans]
+        if all(v is not None for _, _, v in parsed) and parsed[0][0] == 0 and parsed[-1][1] == n:
+            out: list[VersionedSlice] = []
+            for a, b, v in parsed:
+                assert v is not None
+                if out and out[-1].version == v and out[-1].end == a:
+                    out[-1].end = b
+                else:
+                    out.append(VersionedSlice(a, b, v))
+            return out
+    start = ticket.version
+    crossed = versioning.epoch != ticket.epoch
+    reported = parse_version(call.reported_version)
+    end = reported if reported is not None else versioning.version
+    if crossed and start is not None and end is not None and start != end:
+        lo, hi = min(start, end), max(start, end)
+        return [VersionedSlice(0, n, lo, (lo, hi))]
+    v = reported if reported is not None else (start if start is not None else default)
+    return [VersionedSlice(0, n, v)]
+
+
+class ProxyState:
+    """Everything the routes share; built in the lifespan."""
+
+    def __init__(self, cfg: ProxyConfig):
+        self.cfg = cfg
+        self.store = open_store(cfg.store)
+        self.policy_store = open_store(cfg.policy_store) if cfg.policy_store else self.store
+        key = os.environ.get(cfg.upstream_key_env)
+        self.upstream_headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.client_token = os.environ.get(cfg.client_token_env) or None
+        self.client = httpx.AsyncClient(base_url=cfg.upstream, timeout=httpx.Timeout(cfg.upstream_timeout_s),
+                                        limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256))
+        self.writer = StoreWriter(self.store, flush_rows=1 << 30, flush_mb=1 << 20, flush_seconds=None)
+        self.gate: StalenessGate | None = None
+        if cfg.max_staleness is not None:
+            if not cfg.follow_run:
+                raise TrajstoreError("--max-staleness needs --follow-run RUN (the run whose consumption it tracks)")
+            self.gate = StalenessGate(self.policy_store, cfg.follow_run, max_staleness=cfg.max_staleness,
+                                      batch_size=cfg.batch_size or self._run_batch_size(),
+                                      hold_timeout_s=cfg.hold_timeout_s)
+        self.recorder = Recorder(self.writer, tokenizer=cfg.tokenizer,
+                                 run_metadata={"run_id": cfg.follow_run} if cfg.follow_run else {},
+                                 on_written=self.gate.on_written if self.gate else None)
+        self.versioning = Versioning(None if cfg.follow_run else cfg.policy_version, mode=cfg.reload_mode)
+        self.sync: WeightSync | None = None
+        if cfg.follow_run:
+            self.sync = WeightSync(self.client, self.policy_store, cfg.follow_run, self.versioning,
+                                   headers=self.upstream_headers, poll_s=cfg.poll_s,
+                                   drain_timeout_s=cfg.drain_timeout_s, cache_dir=cfg.weights_cache)
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.started = time.time()
+        self.errors: dict[str, int] = {}
+
+    def _run_batch_size(self) -> int:
+        try:
+            cfg = json.loads(self.policy_store.fs.cat_file(
+                self.policy_store.path(RUNS_DIR, self.cfg.follow_run or "", RUN_CONFIG_FILE)))
+            return int(cfg["data"]["batch_size"])
+        except (FileNotFoundError, KeyError, ValueError, TypeError) as e:
+            raise TrajstoreError(f"--max-staleness needs the trainer's batch size: pass --batch-size, or start "
+                                 f"the trainer first so that runs/{self.cfg.follow_run}/{RUN_CONFIG_FILE} exists "
+                                 f"({type(e).__name__})") from None
+
+    def count_error(self, kind: str) -> None:
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+
+    async def start(self) -> None:
+        if self.gate is not None:
+            await asyncio.to_thread(self.gate.load_written)
+        if self.sync is not None:
+            await self.sync.poll_once()  # the upstream serves the latest published version first
+            self.tasks.append(asyncio.create_task(self.sync.run()))
+        self.tasks.append(asyncio.create_task(self._reaper()))
+
+    async def _reaper(self) -> None:
+        tick = min(1.0, self.cfg.session_timeout_s / 4)
+        while True:
+            await asyncio.sleep(tick)
+            for key in self.recorder.idle(self.cfg.session_timeout_s):
+                await self.end_session(key, "aborted", reason=f"idle for {self.cfg.session_timeout_s:g}s")
+
+    async def end_session(self, key: str, status: str, *, reason: str | None = None,
+                          metadata: dict[str, Any] | None = None) -> tuple[list[str], str | None]:
+        """End episode `key`: write its trajectories; return their ids and the final status."""
+        s = self.recorder.sessions.get(key)
+        if s is None:
+            return [], None
+        n = s.num_trajectories
+        trajs = self.recorder.close(key, status, reason=reason, metadata=metadata)
+        try:
+            await self.recorder.persist(trajs)
+        finally:
+            if self.gate is not None:
+                self.gate.release(max(n, 1))
+        return [t.trajectory_id for t in trajs], (trajs[0].status if trajs else None)
+
+    async def stop(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        for t in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        for key in list(self.recorder.sessions):
+            try:
+                await self.end_session(key, "aborted", reason="proxy shut down")
+            except Exception as e:  # noqa: BLE001 - keep closing the others
+                log.error("could not write session %s at shutdown: %s", key, e)
+        await asyncio.to_thread(self.writer.close)
+        await self.client.aclose()
+
+
+async def _read_limited(request: Request, limit: int) -> bytes | None:
+    """The request body, or None when it is larger than `limit` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            return None
+        chunks.append(part)
+    return b"".join(chunks)
+
+
+def create_app(cfg: ProxyConfig) -> FastAPI:
+    """The proxy application for `cfg` (state is built when the server starts)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        st = ProxyState(cfg)
+        app.state.proxy = st
+        await st.start()
+        try:
+            yield
+        finally:
+            await st.stop()
+
+    app = FastAPI(title="traj proxy", docs_url=None, redoc_url=None, lifespan=lifespan)
+    limit = int(cfg.max_request_mb * 2**20)
+
+    @app.middleware("http")
+    async def auth(request: Request, call_next: Any) -> Response:
+        st: ProxyState = request.app.state.proxy
+        if st.client_token and request.url.path != "/health":
+            got = request.headers.get("authorization", "")
+            if not hmac.compare_digest(got.encode(), f"Bearer {st.client_token}".encode()):
+                return _error(401, "missing or wrong bearer token", "authentication_error")
+        return await call_next(request)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        st: ProxyState = app.state.proxy
+        return {"status": "ok", "policy_version": st.versioning.version}
+
+    @app.get("/proxy/stats")
+    async def stats() -> dict[str, Any]:
+        st: ProxyState = app.state.proxy
+        r = st.recorder
+        out: dict[str, Any] = {
+            **dict(r.stats), "open_sessions": len(r.sessions), "errors": dict(st.errors),
+            "calls_by_version": {str(k): v for k, v in sorted(r.calls_by_version.items())},
+            "policy_version": st.versioning.version, "reload_epoch": st.versioning.epoch,
+            "uptime_s": round(time.time() - st.started, 1)}
+        if st.sync is not None:
+            out["weight_loads"] = [{"version": v, "seconds": round(s, 3)} for v, s in st.sync.loads]
+            out["weight_load_failures"] = st.sync.failures
+        if st.gate is not None:
+            out["staleness_gate"] = {"capacity": st.gate.capacity, "running": st.gate.running,
+                                     "unconsumed": st.gate.unconsumed, "held": st.gate.held,
+                                     "refused": st.gate.refused}
+        return out
+
+    async def models(request: Request) -> Response:
+        st: ProxyState = request.app.state.proxy
+        headers = st.upstream_headers or _client_auth(st, request)
+        try:
+            r = await st.client.get("/v1/models", headers=headers)
+        except httpx.HTTPError as e:
+            return _error(502, f"upstream unreachable: {type(e).__name__}", "upstream_error")
+        return Response(r.content, status_code=r.status_code, media_type="application/json")
+
+    app.add_api_route("/v1/models", models, methods=["GET"])
+    app.add_api_route("/s/{session}/v1/models", models, methods=["GET"])
+
+    def _client_auth(st: ProxyState, request: Request) -> dict[str, str]:
+        """Without a configured upstream key, a client's own Authorization header goes upstream
+        (unless it is the proxy's token)."""
+        got = request.headers.get("authorization")
+        return {"Authorization": got} if got and not st.client_token else {}
+
+    async def forward(request: Request, session: str | None, chat: bool) -> Response:
+        st: ProxyState = request.app.state.proxy
+        raw = await _read_limited(request, limit)
+        if raw is None:
+            return _error(413, f"request body larger than {cfg.max_request_mb:g} MiB (--max-request-mb)")
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                raise ValueError("not an object")
+        except ValueError as e:
+            return _error(400, f"request body is not a JSON object: {e}")
+        if body.get("n") not in (None, 1):
+            return _error(400, "traj proxy records one choice per call: n must be 1")
+        key = session or request.headers.get("x-trajectory-id")
+        try:
+            key = check_session_key(key) if key else None
+        except ValueError as e:
+            return _error(400, str(e))
+        if key is None and cfg.require_session:
+            return _error(400, "no session: use the base URL http://HOST:PORT/s/<session>/v1 or an "
+                               "X-Trajectory-Id header (--require-session)")
+        ephemeral = key is None
+        key = key or f"call-{uuid.uuid4().hex[:16]}"
+        s = st.recorder.sessions.get(key)
+        if s is None:
+            if st.gate is not None:
+                try:
+                    await st.gate.admit()
+                except StalenessOverflow as e:
+                    st.count_error("staleness_refused")
+                    return _error(503, str(e), "staleness_limit")
+            s = st.recorder.open(key, prompt_id=request.headers.get("x-prompt-id"))
+        s.in_flight += 1
+        s.last_active = time.monotonic()
+        aug = augment(body, chat=chat, engine=cfg.engine)
+        path = "/v1/chat/completions" if chat else "/v1/completions"
+        headers = st.upstream_headers or _client_auth(st, request)
+        obs = _observation_of(body, chat)
+        stack = contextlib.AsyncExitStack()
+        handed_over = False
+        try:
+            ticket = await stack.enter_async_context(st.versioning.call())
+            if aug.stream_upstream:
+                req = st.client.build_request("POST", path, json=aug.body, headers=headers)
+                try:
+                    upstream = await st.client.send(req, stream=True)
+                except httpx.TimeoutException:
+                    return _upstream_failed(st, s, 504, "upstream timed out")
+                except httpx.HTTPError as e:
+                    return _upstream_failed(st, s, 502, f"upstream unreachable: {type(e).__name__}")
+                if upstream.status_code != 200:
+                    content = await upstream.aread()
+                    await upstream.aclose()
+                    s.mark("failed", f"upstream HTTP {upstream.status_code}")
+                    st.count_error(f"upstream_{upstream.status_code}")
+                    return Response(content, status_code=upstream.status_code, media_type="application/json")
+                stack.push_async_callback(upstream.aclose)
+                handed_over = True
+                return StreamingResponse(_relay(st, s, upstream, stack, aug, body, chat, ticket, obs, ephemeral),
+                                         media_type="text/event-stream")
+            try:
+                r = await st.client.post(path, json=aug.body, headers=headers)
+            except httpx.TimeoutException:
+                return _upstream_failed(st, s, 504, "upstream timed out")
+            except httpx.HTTPError as e:
+                return _upstream_failed(st, s, 502, f"upstream unreachable: {type(e).__name__}")
+            if r.status_code != 200:
+                s.mark("failed", f"upstream HTTP {r.status_code}")
+                st.count_error(f"upstream_{r.status_code}")
+                return Response(r.content, status_code=r.status_code, media_type="application/json")
+            data = r.json()
+            await _record(st, s, data, body, chat, ticket, obs)
+            strip_response(data, aug, chat=chat)
+            if aug.stream_to_client:  # an upstream that cannot stream the ids: the proxy streams
+                include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                events = synthesize_stream(data, chat=chat, include_usage=include_usage)
+
+                async def replay() -> AsyncIterator[bytes]:
+                    for e in events:
+                        yield e
+                return StreamingResponse(replay(), media_type="text/event-stream")
+            return JSONResponse(data)
+        finally:
+            if not handed_over:
+                await stack.aclose()
+                s.in_flight -= 1
+                s.last_active = time.monotonic()
+                if ephemeral:
+                    await st.end_session(key, "completed")
+
+    def _upstream_failed(st: ProxyState, s: Session, status: int, message: str) -> JSONResponse:
+        s.mark("failed", message)
+        st.count_error("upstream_timeout" if status == 504 else "upstream_unreachable")
+        return _error(status, message, "upstream_error")
+
+    async def _record(st: ProxyState, s: Session, data: dict[str, Any], body: dict[str, Any], chat: bool,
+                      ticket: Ticket, obs: tuple[str | None, str | None]) -> None:
+        try:
+            call = read_call(data, body)
+            slices = label_versions(call, ticket, st.versioning, cfg.policy_version)
+            async with s.lock:
+                st.recorder.record(s, call, slices, observation_role=obs[0] or "tool", observation_cause=obs[1])
+        except (AdapterError, TrajstoreError, ValueError) as e:
+            s.mark("failed", f"not recorded: {e}")
+            st.count_error("record_failed")
+            log.warning("session %s: call not recorded: %s", s.key, e)
+
+    async def _relay(st: ProxyState, s: Session, upstream: httpx.Response, stack: contextlib.AsyncExitStack,
+                     aug: Augmented, body: dict[str, Any], chat: bool, ticket: Ticket,
+                     obs: tuple[str | None, str | None], ephemeral: bool) -> AsyncIterator[bytes]:
+        acc = StreamAccumulator(chat)
+        recorded = failed = False
+        try:
+            async for line in upstream.aiter_lines():
+                if not line.strip():
+                    continue
+                if not line.startswith("data:"):
+                    yield (line + "\n\n").encode()
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    if not failed and acc.finish_reason is not None:
+                        await _record(st, s, acc.response(), body, chat, ticket, obs)
+                        recorded = True
+                    yield b"data: [DONE]\n\n"
+                    continue
+                try:
+                    chunk = json.loads(payload)
+                except ValueError:
+                    yield (line + "\n\n").encode()
+                    continue
+                if isinstance(chunk, dict) and "error" in chunk:
+                    failed = True
+                    s.mark("failed", f"upstream stream error: {str(chunk['error'])[:200]}")
+                    st.count_error("upstream_stream_error")
+                    yield f"data: {payload}\n\n".encode()
+                    continue
+                acc.feed(chunk)
+                strip_response(chunk, aug, chat=chat)
+                yield f"data: {json.dumps(chunk)}\n\n".encode()
+            if not recorded and not failed:
+                if acc.finish_reason is not None:
+                    await _record(st, s, acc.response(), body, chat, ticket, obs)
+                    recorded = True
+                else:
+                    s.mark("failed", "upstream stream ended without a finish reason")
+        except httpx.HTTPError as e:
+            s.mark("failed", f"upstream stream broke: {type(e).__name__}")
+            st.count_error("upstream_stream_broken")
+            err = {"error": {"message": f"upstream stream broke: {type(e).__name__}", "type": "upstream_error"}}
+            yield f"data: {json.dumps(err)}\n\n".encode()
+        except BaseException:
+            if not recorded:  # the client went away mid-stream (cancelled) or the server stops
+                s.mark("aborted", "client disconnected mid-stream")
+                st.count_error("client_disconnect")
+            raise
+        finally:
+            await stack.aclose()
+            s.in_flight -= 1
+            s.last_active = time.monotonic()
+            if ephemeral:
+                await st.end_session(s.key, "completed")
+
+    for chat, name in ((True, "chat/completions"), (False, "completions")):
+        def make(chat: bool = chat) -> Any:
+            async def plain(request: Request) -> Response:
+                return await forward(request, None, chat)
+
+            async def scoped(request: Request, session: str) -> Response:
+                return await forward(request, session, chat)
+            return plain, scoped
+        plain, scoped = make()
+        app.add_api_route(f"/v1/{name}", plain, methods=["POST"])
+        app.add_api_route(f"/s/{{session}}/v1/{name}", scoped, methods=["POST"])
+
+    async def _json_body(request: Request) -> dict[str, Any] | None:
+        raw = await _read_limited(request, limit)
+        if not raw:
+            return {} if raw is not None else None
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
+
+    @app.post("/s/{session}/reward")
+    async def reward(request: Request, session: str) -> JSONResponse:
+        st: ProxyState = request.app.state.proxy
+        body = await _json_body(request)
+        if body is None or not isinstance(body.get("reward"), (int, float)) or isinstance(body.get("reward"), bool):
+            return _error(400, "body must be {\"reward\": <number>, \"raw\": <any, optional>}")
+        s = st.recorder.sessions.get(session)
+        if s is None:
+            return _error(404, f"no open session {session!r} (a session opens with its first call)")
+        st.recorder.set_reward(s, float(body["reward"]), body.get("raw"))
+        s.last_active = time.monotonic()
+        return JSONResponse({"session": session, "reward": float(body["reward"])})
+
+    @app.post("/s/{session}/finish")
+    async def finish(request: Request, session: str) -> JSONResponse:
+        st: ProxyState = request.app.state.proxy
+        body = await _json_body(request)
+        if body is None:
+            return _error(400, "body must be a JSON object")
+        status = body.get("status", "completed")
+        if status not in STATUSES:
+            return _error(400, f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+        meta = body.get("metadata") or {}
+        if not isinstance(meta, dict):
+            return _error(400, "metadata must be a JSON object")
+        s = st.recorder.sessions.get(session)
+        if s is None:
+            return _error(404, f"no open session {session!r} (a session opens with its first call)")
+        if "reward" in body:
+            r = body["reward"]
+            if r is not None and (not isinstance(r, (int, float)) or isinstance(r, bool)):
+                return _error(400, "reward must be a number or null")
+            st.recorder.set_reward(s, None if r is None else float(r), body.get("reward_raw"))
+        for _ in range(600):  # a call still streaming its last bytes is recorded first (<= 60 s)
+            if s.in_flight == 0:
+                break
+            await asyncio.sleep(0.1)
+        try:
+            ids, final = await st.end_session(session, status, metadata=meta)
+        except TrajstoreError as e:
+            return _error(500, f"could not write the trajectories: {e}", "store_error")
+        return JSONResponse({"session": session, "trajectories": ids, "status": final})
+
+    return app
+
+
+def run_proxy(cfg: ProxyConfig, *, on_ready: Any = None) -> None:
+    """Serve until SIGINT / SIGTERM; then open episodes are written as ``aborted``.
+
+    Args:
+        on_ready: called with the bound ``(host, port)`` once the socket listens.
+    """
+    import socket
+
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="traj proxy: %(message)s")
+    app = create_app(cfg)
+    sock = socket.socket(socket.AF_INET6 if ":" in cfg.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((cfg.host, cfg.port))
+    sock.listen(2048)
+    host, port = sock.getsockname()[:2]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=30,
+                                           access_log=False))
+    if on_ready is not None:
+        on_ready(host, port)
+    server.run(sockets=[sock])

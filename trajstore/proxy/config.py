@@ -1,0 +1,61 @@
+"""The typed options of ``traj proxy``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_UPSTREAM_KEY_ENV = "TRAJ_UPSTREAM_API_KEY"
+DEFAULT_CLIENT_TOKEN_ENV = "TRAJ_PROXY_TOKEN"
+
+
+class ProxyConfig(BaseModel):
+    """Everything ``traj proxy`` needs; secrets are never fields, only the names of the
+    environment variables that hold them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    upstream: str = Field(description="base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000 "
+                                      "(with or without a trailing /v1)")
+    store: str = Field(description="store URI the trajectories are written to")
+    host: str = Field("127.0.0.1", description="interface to bind (loopback by default)")
+    port: int = Field(8100, ge=0, le=65535, description="TCP port (0 = any free port)")
+    engine: Literal["vllm", "sglang"] = Field("vllm", description="the upstream's request/response dialect "
+                                                                  "(traj serve speaks vllm)")
+    tokenizer: str | None = Field(None, description="tokenizer name recorded with every trajectory (must equal "
+                                                    "the trainer's; default: the response's model name)")
+    policy_version: int = Field(0, ge=0, description="version recorded when neither the upstream nor weight sync "
+                                                     "says otherwise")
+    session_timeout_s: float = Field(600.0, gt=0, description="an episode without a call for this long ends "
+                                                              "as aborted (s)")
+    upstream_timeout_s: float = Field(600.0, gt=0, description="one upstream call may take this long (s)")
+    max_request_mb: float = Field(32.0, gt=0, description="largest accepted request body (MiB)")
+    upstream_key_env: str = Field(DEFAULT_UPSTREAM_KEY_ENV, description="environment variable holding the "
+                                  "upstream's API key (sent as a bearer token; never logged or stored)")
+    client_token_env: str = Field(DEFAULT_CLIENT_TOKEN_ENV, description="environment variable holding the token "
+                                  "clients must send as 'Authorization: Bearer ...'; unset = no client auth")
+    require_session: bool = Field(False, description="refuse calls without a session key (otherwise each is "
+                                                     "recorded as a one-call trajectory)")
+    follow_run: str | None = Field(None, description="training run whose published versions the upstream loads")
+    policy_store: str | None = Field(None, description="store the run publishes into (default: --store)")
+    reload_mode: Literal["drain", "tag"] = Field("drain", description="drain: hold new calls and let in-flight "
+                                                 "ones finish before a reload; tag: no waiting, label each call "
+                                                 "from what the upstream reports")
+    poll_s: float = Field(1.0, gt=0, description="seconds between checks for a new published version")
+    drain_timeout_s: float = Field(600.0, gt=0, description="longest wait for in-flight calls before a reload (s)")
+    weights_cache: str | None = Field(None, description="local folder for copies of versions from a remote "
+                                                        "store (the upstream must be able to read it)")
+    max_staleness: int | None = Field(None, ge=0, description="AReaL's eta: hold new episodes while running + "
+                                      "unconsumed trajectories reach (eta + 1) x batch size (needs --follow-run)")
+    batch_size: int | None = Field(None, ge=1, description="the trainer's trajectories per step (default: the "
+                                                           "run's config.json)")
+    hold_timeout_s: float = Field(600.0, gt=0, description="a held episode is refused with 503 after this (s)")
+
+    @field_validator("upstream")
+    @classmethod
+    def _base(cls, v: str) -> str:
+        v = v.rstrip("/")
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"upstream must be an http(s) URL, got {v!r}")
+        return v.removesuffix("/v1")

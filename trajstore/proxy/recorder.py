@@ -1,0 +1,242 @@
+"""Sessions of ``traj proxy``: model calls grouped into trajectories, written through the SDK.
+
+A session is one episode of one harness (its key comes from the URL prefix
+``/s/<session>/v1`` or the ``X-Trajectory-Id`` header). Each call's prompt token ids, as the
+server saw them, must start with the tokens the trajectory holds so far (the previous prompt
+plus the previous output); the rest of the prompt is the observation span, and the call's
+sampled ids are the action span. A prompt that does not extend them (context condensed,
+reasoning dropped by the chat template) closes the trajectory and starts a new one of the
+same episode (same ``group_id``); nothing is ever re-tokenised. Trajectories are written when
+the episode ends (``/finish``, idle timeout, shutdown) with the episode's reward and status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trajstore.builder import TrajectoryBuilder
+from trajstore.models import Trajectory
+from trajstore.proxy.upstream import CallResult
+from trajstore.writer import StoreWriter
+
+PROXY_SOURCE = "trajstore/proxy"
+"""The ``source`` column of trajectories the proxy writes."""
+
+_SAFE_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:=+-]{0,127}$")
+
+
+def check_session_key(key: str) -> str:
+    """A session key as given, or ValueError: letters, digits and ``._:=+-``, at most 128."""
+    if not _SAFE_KEY.match(key or ""):
+        raise ValueError(f"session key {key!r} must be 1-128 letters, digits or ._:=+- (starting with a "
+                         "letter or digit)")
+    return key
+
+
+@dataclass
+class VersionedSlice:
+    """A piece of one call's generated tokens produced under one version (or flagged).
+
+    Attributes:
+        start, end: token offsets within the call's output.
+        version: the policy version recorded on the action span.
+        flagged: (min, max) versions when the piece may mix two versions (no boundary reported);
+            then `version` is the min and the span's sampling parameters carry both.
+    """
+
+    start: int
+    end: int
+    version: int
+    flagged: tuple[int, int] | None = None
+
+
+@dataclass
+class Session:
+    """One episode in progress (see the module docstring)."""
+
+    key: str
+    episode: str
+    prompt_id: str | None
+    tokenizer: str | None
+    extra_metadata: dict[str, Any]
+    created: float = field(default_factory=time.monotonic)
+    last_active: float = field(default_factory=time.monotonic)
+    done: list[TrajectoryBuilder] = field(default_factory=list)
+    current: TrajectoryBuilder | None = None
+    tokens: list[int] = field(default_factory=list)
+    calls: int = 0
+    in_flight: int = 0
+    context_breaks: int = 0
+    errors: list[str] = field(default_factory=list)
+    taint: str | None = None
+    reward: float | None = None
+    reward_raw: Any = None
+    mixed_calls: list[dict[str, Any]] = field(default_factory=list)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def group_id(self) -> str:
+        return f"{self.key}.{self.episode}"
+
+    @property
+    def num_trajectories(self) -> int:
+        return len(self.done) + (self.current is not None)
+
+    def mark(self, taint: str, error: str) -> None:
+        """Record an error; the episode can no longer end ``completed`` or ``truncated``
+        (``failed`` for upstream errors wins over ``aborted`` for client disconnects)."""
+        self.errors.append(error)
+        if self.taint != "failed":
+            self.taint = taint
+
+
+class Recorder:
+    """Open sessions and the writer; every method runs on the proxy's event loop.
+
+    Args:
+        writer: where trajectories go (flushed by :meth:`persist` before a finish returns).
+        model_name, tokenizer: recorded in the ``model`` / ``tokenizer`` columns (tokenizer:
+            None = the response's model name).
+        run_metadata: merged into every trajectory's metadata (e.g. the followed run).
+        on_written: called with each written trajectory (the staleness gate counts them).
+    """
+
+    def __init__(self, writer: StoreWriter, *, tokenizer: str | None, run_metadata: dict[str, Any],
+                 on_written: Callable[[Trajectory], None] | None = None):
+        self.writer = writer
+        self.tokenizer = tokenizer
+        self.run_metadata = dict(run_metadata)
+        self.on_written = on_written
+        self.sessions: dict[str, Session] = {}
+        self.stats: Counter[str] = Counter()
+        self.calls_by_version: Counter[int] = Counter()
+        self._flush_lock = asyncio.Lock()
+        self._written_gen = 0
+        self._flushed_gen = 0
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    def open(self, key: str, *, prompt_id: str | None, metadata: dict[str, Any] | None = None) -> Session:
+        """The open session `key`, or a new episode for it."""
+        s = self.sessions.get(key)
+        if s is None:
+            s = Session(key=key, episode=uuid.uuid4().hex[:12], prompt_id=prompt_id, tokenizer=self.tokenizer,
+                        extra_metadata=dict(metadata or {}))
+            self.sessions[key] = s
+            self.stats["sessions"] += 1
+        return s
+
+    def record(self, s: Session, call: CallResult, slices: Sequence[VersionedSlice], *, observation_role: str,
+               observation_cause: str | None) -> None:
+        """Append one call to its session's trajectory (see the module docstring).
+
+        Raises:
+            AdapterError: the upstream gave no prompt token ids.
+        """
+        from trajstore.errors import AdapterError
+
+        a = call.action
+        if a.prompt_token_ids is None:
+            raise AdapterError("the upstream returned no prompt_token_ids, so the observation between calls "
+                               "cannot be cut from the ids it saw (vLLM: return_token_ids; see the README)")
+        prompt = a.prompt_token_ids.tolist()
+        n = len(s.tokens)
+        if s.current is not None and (len(prompt) < n or prompt[:n] != s.tokens):
+            s.done.append(s.current)
+            s.current = None
+            s.context_breaks += 1
+            self.stats["context_breaks"] += 1
+        if s.current is None:
+            s.current = TrajectoryBuilder(
+                trajectory_id=f"{s.group_id}.{s.num_trajectories}", prompt_id=s.prompt_id, group_id=s.group_id,
+                source=PROXY_SOURCE, model=call.model, tokenizer=s.tokenizer or call.model)
+            s.current.add_prompt(prompt, role="user")
+        elif len(prompt) > n:
+            s.current.add_observation(prompt[n:], role=observation_role, cause_id=observation_cause)
+        ids = a.token_ids
+        lps = a.logprobs
+        has_lp = len(lps) == 0 or not all(x != x for x in lps.tolist())  # NaN != NaN
+        for sl in slices:
+            sampling = a.sampling
+            if sl.flagged is not None:
+                lo, hi = sl.flagged
+                base = sampling.model_dump() if sampling is not None else {}
+                base["extra"] = {**base.get("extra", {}), "policy_version_min": lo, "policy_version_max": hi,
+                                 "mixed_policy_versions": True}
+                from trajstore.models import SamplingParams
+
+                sampling = SamplingParams(**base)
+                s.mixed_calls.append({"call_id": a.call_id, "min_version": lo, "max_version": hi,
+                                      "trajectory_segment": s.num_trajectories - 1})
+                self.stats["mixed_version_calls"] += 1
+            s.current.add_action(ids[sl.start:sl.end], lps[sl.start:sl.end] if has_lp else None,
+                                 policy_version=sl.version, finish_reason=a.finish_reason, sampling=sampling,
+                                 call_id=a.call_id, tool_call_ids=a.tool_call_ids or None)
+            self.calls_by_version[sl.version] += 1
+        s.tokens = prompt + ids.tolist()
+        s.calls += 1
+        self.stats["calls_recorded"] += 1
+
+    def set_reward(self, s: Session, reward: float | None, raw: Any = None) -> None:
+        s.reward, s.reward_raw = reward, raw
+
+    def close(self, key: str, status: str, *, reason: str | None = None,
+              metadata: dict[str, Any] | None = None) -> list[Trajectory]:
+        """End the episode `key` and build its trajectories (not yet persisted).
+
+        `status` is what the harness asked for; a session that saw an upstream error ends
+        ``failed`` and one whose client went away mid-call ends ``aborted`` instead of
+        ``completed`` / ``truncated`` (the requested status stays in the metadata).
+        """
+        s = self.sessions.pop(key)
+        final = status
+        if s.taint is not None and status in ("completed", "truncated"):
+            final = s.taint
+        builders = [*s.done, *([s.current] if s.current is not None else [])]
+        out = []
+        for i, b in enumerate(builders):
+            b.set_reward(s.reward, raw=s.reward_raw)
+            t = b.finish(final)
+            t.metadata.update({
+                **self.run_metadata, **s.extra_metadata, **(metadata or {}),
+                "session": s.key, "episode_id": s.group_id, "segment": i, "segments": len(builders),
+                "calls": s.calls, "context_breaks": s.context_breaks, "requested_status": status,
+                **({"end_reason": reason} if reason else {}), **({"errors": s.errors[:20]} if s.errors else {}),
+                **({"mixed_version_calls": [m for m in s.mixed_calls if m["trajectory_segment"] == i]}
+                   if s.mixed_calls else {}),
+            })
+            out.append(t)
+        self.stats[f"episodes_{final}"] += 1
+        return out
+
+    def idle(self, timeout_s: float) -> list[str]:
+        """Keys of sessions without a call in flight and idle for `timeout_s` seconds."""
+        now = time.monotonic()
+        return [k for k, s in self.sessions.items() if s.in_flight == 0 and now - s.last_active >= timeout_s]
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    async def persist(self, trajectories: Sequence[Trajectory]) -> None:
+        """Write and flush (group commit: concurrent callers share one shard), so a finished
+        episode is durable when its ``/finish`` returns."""
+        if not trajectories:
+            return
+        await asyncio.to_thread(self.writer.write_many, trajectories)
+        self._written_gen += 1
+        mine = self._written_gen
+        async with self._flush_lock:
+            if self._flushed_gen < mine:
+                gen = self._written_gen
+                await asyncio.to_thread(self.writer.flush)
+                self._flushed_gen = gen
+        self.stats["trajectories_written"] += len(trajectories)
+        if self.on_written is not None:
+            for t in trajectories:
+                self.on_written(t)

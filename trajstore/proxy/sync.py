@@ -1,0 +1,297 @@
+"""Weight sync and bounded staleness for ``traj proxy``.
+
+:class:`Versioning` knows which policy version the upstream holds and which calls are in
+flight. :class:`WeightSync` follows a training run's published versions
+(``policies/<run>/LATEST``, :mod:`trajstore.policies`) and asks the upstream to load each new
+one with SGLang's ``POST /update_weights_from_disk`` (``traj serve`` speaks it too). In
+``drain`` mode new calls wait while the in-flight ones finish, so no call crosses a reload; in
+``tag`` mode calls keep flowing and each one is labelled from what the upstream reports
+(per-token versions are split into separate action spans, otherwise a call that crossed a
+reload is flagged with both versions).
+
+:class:`StalenessGate` is AReaL's bounded staleness (Fu et al. 2025, "AReaL: A Large-Scale
+Asynchronous Reinforcement Learning System for Language Reasoning", section 5.1, eta): a new
+episode may start only while the trajectories that are running or finished but not yet
+consumed by the trainer number fewer than ``(max_staleness + 1) * batch_size``. Consumption is
+read from the run's ``runs/<run>/consumed`` records in the store, so the count is right after a
+proxy or trainer restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+import pyarrow.parquet as pq
+
+from trajstore.errors import TrajstoreError
+from trajstore.policies import latest_policy_version, version_dir
+from trajstore.store import RUN_CONSUMED_DIR, RUNS_DIR, TRAJECTORIES_DIR, Store
+
+log = logging.getLogger("trajstore.proxy")
+
+ReloadMode = Literal["drain", "tag"]
+COUNTED_STATUSES: tuple[str, ...] = ("completed", "truncated")
+"""Statuses of trajectories the staleness gate expects the trainer to consume (train proxy
+data with ``--where "status IN ('completed', 'truncated')"``)."""
+
+
+class StalenessOverflow(TrajstoreError):
+    """A new episode waited longer than the hold timeout for the staleness bound."""
+
+
+@dataclass
+class Ticket:
+    """What :meth:`Versioning.call` hands a call: the version and reload epoch at its start."""
+
+    version: int | None
+    epoch: int
+
+
+class Versioning:
+    """The upstream's policy version as the proxy knows it, and the calls in flight.
+
+    Args:
+        version: the version the upstream holds at start (None = unknown).
+        mode: ``drain`` = reloads wait for in-flight calls and hold new ones; ``tag`` = no waiting.
+    """
+
+    def __init__(self, version: int | None, *, mode: ReloadMode = "drain"):
+        self.version = version
+        self.mode = mode
+        self.epoch = 0
+        self.in_flight = 0
+        self._open = asyncio.Event()
+        self._open.set()
+        self._idle = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def call(self) -> AsyncIterator[Ticket]:
+        """Around one upstream call: waits while a drain-mode reload runs."""
+        await self._open.wait()
+        self.in_flight += 1
+        try:
+            yield Ticket(self.version, self.epoch)
+        finally:
+            self.in_flight -= 1
+            async with self._idle:
+                self._idle.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def reloading(self, drain_timeout_s: float) -> AsyncIterator[None]:
+        """Hold new calls and wait (at most `drain_timeout_s`) for in-flight ones in drain mode."""
+        if self.mode == "drain":
+            self._open.clear()
+            try:
+                async with self._idle:
+                    await asyncio.wait_for(self._idle.wait_for(lambda: self.in_flight == 0), drain_timeout_s)
+            except asyncio.TimeoutError:
+                log.warning("drain timeout: %d call(s) still in flight cross this reload (they are flagged)",
+                            self.in_flight)
+        try:
+            yield
+        finally:
+            self._open.set()
+
+    def loaded(self, version: int) -> None:
+        self.version = version
+        self.epoch += 1
+
+
+def local_version_path(store: Store, run_id: str, version: int, cache_dir: str | None) -> str:
+    """A filesystem path of a published version the upstream can read: the folder itself for a
+    local store, else a copy downloaded into `cache_dir` (the upstream must see that folder)."""
+    rel = version_dir(run_id, version)
+    if store.is_local:
+        return store.path(rel)
+    if not cache_dir:
+        raise TrajstoreError(f"{store.url(rel)} is not on a local disk; pass --weights-cache DIR (a folder the "
+                             "upstream server can read) to download published versions there")
+    dest = os.path.join(cache_dir, run_id, f"v{version}")
+    if not os.path.isdir(dest):
+        tmp = dest + f".tmp-{os.getpid()}"
+        store.fs.get(store.path(rel), tmp, recursive=True)
+        os.replace(tmp, dest)
+    return dest
+
+
+class WeightSync:
+    """Polls a run's latest published version and has the upstream load new ones.
+
+    Args:
+        client: the proxy's httpx client (its base URL is the upstream).
+        store, run_id: where the versions are published.
+        versioning: updated after each successful load.
+        headers: upstream auth headers.
+        poll_s: seconds between polls; drain_timeout_s: see :meth:`Versioning.reloading`.
+        cache_dir: local copies of versions of a remote store.
+    """
+
+    def __init__(self, client: httpx.AsyncClient, store: Store, run_id: str, versioning: Versioning, *,
+                 headers: dict[str, str], poll_s: float = 1.0, drain_timeout_s: float = 600.0,
+                 reload_timeout_s: float = 900.0, cache_dir: str | None = None):
+        self.client = client
+        self.store = store
+        self.run_id = run_id
+        self.versioning = versioning
+        self.headers = headers
+        self.poll_s = poll_s
+        self.drain_timeout_s = drain_timeout_s
+        self.reload_timeout_s = reload_timeout_s
+        self.cache_dir = cache_dir
+        self.loads: list[tuple[int, float]] = []
+        self.failures = 0
+
+    async def load(self, version: int) -> bool:
+        """Ask the upstream to load `version`; True on success (failures are logged, retried later)."""
+        path = await asyncio.to_thread(local_version_path, self.store, self.run_id, version, self.cache_dir)
+        body = {"model_path": path, "weight_version": str(version)}
+        t0 = time.perf_counter()
+        async with self.versioning.reloading(self.drain_timeout_s):
+            try:
+                r = await self.client.post("/update_weights_from_disk", json=body, headers=self.headers,
+                                           timeout=self.reload_timeout_s)
+                ok = r.status_code == 200 and bool(r.json().get("success", True))
+                msg = r.text[:300]
+            except (httpx.HTTPError, ValueError) as e:
+                ok, msg = False, f"{type(e).__name__}: {e}"
+            if ok:
+                self.versioning.loaded(version)
+        if ok:
+            self.loads.append((version, time.perf_counter() - t0))
+            log.info("upstream loaded policy v%d (%.1fs)", version, time.perf_counter() - t0)
+        else:
+            self.failures += 1
+            log.warning("upstream failed to load policy v%d: %s", version, msg)
+        return ok
+
+    async def poll_once(self) -> int | None:
+        """Load the latest version if it is newer than the upstream's; return it when loaded."""
+        latest = await asyncio.to_thread(latest_policy_version, self.store, self.run_id)
+        cur = self.versioning.version
+        if latest is None or (cur is not None and latest <= cur):
+            return None
+        return latest if await self.load(latest) else None
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.poll_once()
+            except Exception as e:  # noqa: BLE001 - keep following; the next poll retries
+                log.warning("weight sync: %s: %s", type(e).__name__, e)
+            await asyncio.sleep(self.poll_s)
+
+
+class StalenessGate:
+    """Admission control for new episodes (see the module docstring).
+
+    Args:
+        store, run_id: the run whose consumed records are read.
+        max_staleness: eta >= 0 (versions).
+        batch_size: the trainer's trajectories per step (B).
+        hold_timeout_s: how long a new episode waits for room before it is refused.
+        poll_s: seconds between reads of the consumed records while someone waits.
+    """
+
+    def __init__(self, store: Store, run_id: str, *, max_staleness: int, batch_size: int,
+                 hold_timeout_s: float = 600.0, poll_s: float = 0.5):
+        if max_staleness < 0 or batch_size < 1:
+            raise ValueError("max_staleness must be >= 0 and batch_size >= 1")
+        self.store = store
+        self.run_id = run_id
+        self.capacity = (max_staleness + 1) * batch_size
+        self.hold_timeout_s = hold_timeout_s
+        self.poll_s = poll_s
+        self.running = 0
+        self.written: set[str] = set()
+        self.consumed: set[str] = set()
+        self._shards: dict[str, frozenset[str]] = {}
+        self._last_refresh = 0.0
+        self.held = 0
+        self.refused = 0
+
+    @property
+    def unconsumed(self) -> int:
+        return len(self.written - self.consumed)
+
+    @property
+    def load(self) -> int:
+        """Running episodes plus finished, not yet consumed trajectories."""
+        return self.running + self.unconsumed
+
+    def _refresh(self) -> None:
+        sub = f"{RUNS_DIR}/{self.run_id}/{RUN_CONSUMED_DIR}"
+        shards = {sh.path: sh for sh in self.store.list_shards(sub)}
+        for path in list(self._shards):
+            if path not in shards:  # rolled back by a resumed trainer
+                del self._shards[path]
+        for path in shards:
+            if path not in self._shards:
+                with self.store.fs.open(path, "rb") as fh:
+                    ids = pq.read_table(fh, columns=["trajectory_id"]).column(0).to_pylist()
+                self._shards[path] = frozenset(ids)
+        self.consumed = set().union(*self._shards.values()) if self._shards else set()
+        self._last_refresh = time.monotonic()
+
+    def load_written(self) -> None:
+        """Read which of this run's proxy trajectories the store already holds (at start)."""
+        from trajstore.proxy.recorder import PROXY_SOURCE
+        from trajstore.reader import read_trajectories
+
+        if not self.store.list_shards(TRAJECTORIES_DIR):
+            self._refresh()
+            return
+        t = read_trajectories(self.store, columns=["trajectory_id", "source", "status", "metadata"])
+        for tid, src, status, meta in zip(*(t.column(c).to_pylist() for c in
+                                           ("trajectory_id", "source", "status", "metadata"))):
+            if src != PROXY_SOURCE or status not in COUNTED_STATUSES:
+                continue
+            try:
+                run = json.loads(meta or "{}").get("run_id")
+            except ValueError:
+                continue
+            if run == self.run_id:
+                self.written.add(tid)
+        self._refresh()
+
+    def on_written(self, trajectory: Any) -> None:
+        if trajectory.status in COUNTED_STATUSES:
+            self.written.add(trajectory.trajectory_id)
+
+    async def admit(self, n: int = 1) -> None:
+        """Wait until `n` more running trajectories fit; then count them as running.
+
+        Raises:
+            StalenessOverflow: no room within ``hold_timeout_s`` (the episode is refused, not dropped).
+        """
+        deadline = time.monotonic() + self.hold_timeout_s
+        waited = False
+        while True:
+            if self.load + n <= self.capacity:
+                self.running += n
+                return
+            if not waited:
+                self.held += 1
+                waited = True
+            if time.monotonic() >= deadline:
+                self.refused += 1
+                raise StalenessOverflow(
+                    f"max staleness: {self.running} running + {self.unconsumed} finished but unconsumed "
+                    f"trajectories of run {self.run_id!r} fill the bound of {self.capacity} "
+                    f"(= (max_staleness + 1) x batch size); the trainer is not consuming")
+            if time.monotonic() - self._last_refresh >= self.poll_s:
+                await asyncio.to_thread(self._refresh)
+                continue
+            await asyncio.sleep(self.poll_s / 4)
+
+    def release(self, n: int = 1) -> None:
+        """`n` running trajectories ended (written or dropped)."""
+        self.running = max(0, self.running - n)
