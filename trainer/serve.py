@@ -3,7 +3,8 @@
 It answers ``/v1/chat/completions`` and ``/v1/completions`` (streaming or not) and
 ``/v1/models`` in vLLM's shape, including vLLM's extensions for RL: ``return_token_ids`` (the
 sampled ``token_ids`` per choice and the ``prompt_token_ids``), per-token ``logprobs``,
-``allowed_token_ids``, ``stop_token_ids``. Like SGLang it reports the weight version
+``allowed_token_ids``, ``stop_token_ids``, ``guided_choice`` (also as ``structured_outputs.choice``).
+Like SGLang it reports the weight version
 (``metadata.weight_version``; ``GET /model_info``) and reloads weights with
 ``POST /update_weights_from_disk {"model_path": ..., "weight_version": ...}``. It is the rollout
 server of ``traj demo`` and of the proxy's tests on machines without vLLM or SGLang; it is not
@@ -265,6 +266,14 @@ class _Call:
         if not body.get("ignore_eos"):
             stop_ids |= set(app.engine.eos_token_ids)
         allowed = body.get("allowed_token_ids")
+        guided = body.get("guided_choice") or (body.get("structured_outputs") or {}).get("choice")
+        choices = None
+        if guided is not None:
+            if not isinstance(guided, list) or not guided or not all(isinstance(c, str) and c for c in guided):
+                raise ValueError("guided_choice must be a non-empty list of non-empty strings")
+            eos = app.engine.eos_token_ids[:1]
+            choices = tuple(tuple(app.tokenizer(c, add_special_tokens=False)["input_ids"]) + tuple(eos)
+                            for c in guided)
         temperature = body.get("temperature")
         self.sampling = Sampling(
             max_new_tokens=int(max_tokens), temperature=1.0 if temperature is None else float(temperature),
@@ -272,7 +281,7 @@ class _Call:
             top_k=int(body.get("top_k") if body.get("top_k") is not None else -1),
             stop_token_ids=tuple(sorted(stop_ids)),
             allowed_token_ids=None if allowed is None else tuple(int(t) for t in allowed),
-            seed=body.get("seed"), top_logprobs=top)
+            seed=body.get("seed"), top_logprobs=top, choices=choices)
         if self.sampling.max_new_tokens < 1 or self.sampling.temperature < 0 or not 0 < self.sampling.top_p <= 1:
             raise ValueError("need max_tokens >= 1, temperature >= 0 and 0 < top_p <= 1")
         stop = body.get("stop")
@@ -611,6 +620,11 @@ def run_serve(cfg: ServeConfig, *, on_ready: Any = None) -> None:
     server = uvicorn.Server(uvicorn.Config(api, log_level="warning", timeout_graceful_shutdown=10))
     if on_ready is not None:
         on_ready(host, port)
+    # uvicorn re-raises a SIGTERM after its graceful shutdown; with this handler in place that
+    # ends the process normally (exit 0) once everything is written.
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: None)
     try:
         server.run(sockets=[sock])
     finally:

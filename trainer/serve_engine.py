@@ -51,6 +51,8 @@ class Sampling:
         allowed_token_ids: sample only among these ids (vLLM's ``allowed_token_ids``).
         seed: seeds this request's own generator (reproducible regardless of batch mates).
         top_logprobs: how many alternatives per position to report (0 = none).
+        choices: the output must be one of these token sequences (vLLM's ``guided_choice``):
+            each step may only continue a choice that the tokens so far start.
     """
 
     max_new_tokens: int = 16
@@ -61,6 +63,17 @@ class Sampling:
     allowed_token_ids: tuple[int, ...] | None = None
     seed: int | None = None
     top_logprobs: int = 0
+    choices: tuple[tuple[int, ...], ...] | None = None
+
+    def allowed_after(self, generated: Sequence[int]) -> tuple[int, ...] | None:
+        """The ids allowed next: ``allowed_token_ids`` narrowed by ``choices`` (None = all)."""
+        if self.choices is None:
+            return self.allowed_token_ids
+        k = len(generated)
+        nxt = {c[k] for c in self.choices if len(c) > k and tuple(c[:k]) == tuple(generated)}
+        if self.allowed_token_ids is not None:
+            nxt &= set(self.allowed_token_ids)
+        return tuple(sorted(nxt)) if nxt else tuple(self.stop_token_ids[:1])
 
 
 @dataclass(frozen=True)
@@ -145,10 +158,10 @@ def version_of_dir(path: str) -> str | None:
     return None if v is None else str(v)
 
 
-def processed_logprobs(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
+def processed_logprobs(logits: torch.Tensor, s: Sampling, allowed: Sequence[int] | None = None) -> torch.Tensor:
     """Log-probabilities of the distribution a token is drawn from, for one row of logits.
 
-    Order as in vLLM's sampler: restrict to ``allowed_token_ids``, divide by the temperature,
+    Order as in vLLM's sampler: restrict to `allowed` (default ``allowed_token_ids``), divide by the temperature,
     keep the top-k, then the top-p nucleus (Holtzman et al. 2020, "The Curious Case of Neural
     Text Degeneration", section 3.1: the smallest set of most likely tokens whose mass reaches
     p), renormalise. Excluded tokens get -inf. Temperature 0 (greedy) reports the model's
@@ -157,9 +170,10 @@ def processed_logprobs(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
     Shape: logits (V,) -> (V,) float32, nats.
     """
     x = logits.float()
-    if s.allowed_token_ids is not None:
+    allowed = s.allowed_token_ids if allowed is None else allowed
+    if allowed is not None:
         keep = torch.full_like(x, float("-inf"))
-        idx = torch.as_tensor(s.allowed_token_ids, device=x.device)
+        idx = torch.as_tensor(allowed, device=x.device)
         keep[idx] = 0.0
         x = x + keep
     if s.temperature > 0:
@@ -289,13 +303,13 @@ class Engine:
         return True
 
     def _sample(self, logits: torch.Tensor, reqs: list[GenRequest], gens: list[torch.Generator | None],
-                active: list[bool]) -> list[tuple[int, float, tuple[tuple[int, float], ...]] | None]:
+                active: list[bool], outputs: list[list[int]]) -> list[tuple[int, float, tuple[tuple[int, float], ...]] | None]:
         out: list[tuple[int, float, tuple[tuple[int, float], ...]] | None] = []
         for i, r in enumerate(reqs):
             if not active[i]:
                 out.append(None)
                 continue
-            lp = processed_logprobs(logits[i], r.sampling)
+            lp = processed_logprobs(logits[i], r.sampling, r.sampling.allowed_after(outputs[i]))
             if r.sampling.temperature <= 0:
                 tok = int(lp.argmax())
             else:
@@ -349,7 +363,8 @@ class Engine:
                 mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=self.device)], dim=1)
             out = self.model(input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=True,
                              past_key_values=cache, logits_to_keep=1)
-            picks = self._sample(out.logits[:, -1], reqs, gens, active)
+            picks = self._sample(out.logits[:, -1], reqs, gens, active,
+                                 [c[len(c) - n:] if n else [] for c, n in zip(contexts, generated)])
             toks = torch.zeros(B, dtype=torch.long, device=self.device)
             version = self.version
             for i, pick in enumerate(picks):

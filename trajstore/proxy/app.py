@@ -168,13 +168,13 @@ class ProxyState:
         if s is None:
             return [], None
         n = s.num_trajectories
-        trajs = self.recorder.close(key, status, reason=reason, metadata=metadata)
+        trajs, final = self.recorder.close(key, status, reason=reason, metadata=metadata)
         try:
             await self.recorder.persist(trajs)
         finally:
             if self.gate is not None:
                 self.gate.release(max(n, 1))
-        return [t.trajectory_id for t in trajs], (trajs[0].status if trajs else None)
+        return [t.trajectory_id for t in trajs], final
 
     async def stop(self) -> None:
         for t in self.tasks:
@@ -523,4 +523,9 @@ def run_proxy(cfg: ProxyConfig, *, on_ready: Any = None) -> None:
                                            access_log=False))
     if on_ready is not None:
         on_ready(host, port)
+    # uvicorn re-raises a SIGTERM after its graceful shutdown; with this handler in place that
+    # ends the process normally (exit 0) once everything is written.
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: None)
     server.run(sockets=[sock])

@@ -188,8 +188,8 @@ class Recorder:
         s.reward, s.reward_raw = reward, raw
 
     def close(self, key: str, status: str, *, reason: str | None = None,
-              metadata: dict[str, Any] | None = None) -> list[Trajectory]:
-        """End the episode `key` and build its trajectories (not yet persisted).
+              metadata: dict[str, Any] | None = None) -> tuple[list[Trajectory], str]:
+        """End the episode `key`; return its trajectories (not yet persisted) and final status.
 
         `status` is what the harness asked for; a session that saw an upstream error ends
         ``failed`` and one whose client went away mid-call ends ``aborted`` instead of
@@ -214,7 +214,7 @@ class Recorder:
             })
             out.append(t)
         self.stats[f"episodes_{final}"] += 1
-        return out
+        return out, final
 
     def idle(self, timeout_s: float) -> list[str]:
         """Keys of sessions without a call in flight and idle for `timeout_s` seconds."""

@@ -1,0 +1,311 @@
+"""traj proxy against the fast fake upstream (trajstore.proxy.testing): what is recorded, what
+the client sees, concurrency, and every failure path (upstream errors and timeouts, client
+disconnects, SIGKILL, SIGTERM, auth, size limits)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+openai = pytest.importorskip("openai")
+
+from trajstore.proxy.testing import EOS, render  # noqa: E402
+from trajstore.reader import read_trajectories  # noqa: E402
+from trajstore.store import open_store  # noqa: E402
+
+from .conftest import proxy_process  # noqa: E402
+
+REPLY = "ok"
+# The fake upstream's reply "ok": token id = byte + 4, then EOS (0):
+# "o" = 111 -> 115, "k" = 107 -> 111, EOS = 0.
+REPLY_IDS = [115, 111, 0]
+# its log-probs are -0.5 - 0.001 * position: -0.5, -0.501, -0.502
+REPLY_LPS = np.array([-0.5, -0.501, -0.502], dtype=np.float32)
+
+
+def client(base: str, session: str | None = None, **kw) -> openai.OpenAI:
+    url = f"{base}/s/{session}/v1" if session else f"{base}/v1"
+    return openai.OpenAI(base_url=url, api_key=kw.pop("api_key", "sk-client"), max_retries=0, **kw)
+
+
+def rows(store: str) -> list[dict]:
+    return sorted(read_trajectories(store).to_pylist(), key=lambda r: r["trajectory_id"])
+
+
+def action_ids(row: dict) -> list[list[int]]:
+    return [row["tokens"][s["start"]:s["end"]] for s in row["spans"] if s["kind"] == "action"]
+
+
+def play(c: openai.OpenAI, turns: int, *, stream: bool = False) -> list[dict]:
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    for t in range(turns):
+        r = c.chat.completions.create(model="fake", messages=msgs, stream=stream)
+        text = "".join(ch.choices[0].delta.content or "" for ch in r if ch.choices) if stream else \
+            r.choices[0].message.content
+        assert text == REPLY
+        msgs += [{"role": "assistant", "content": text}, {"role": "user", "content": f"turn {t}"}]
+    return msgs
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_multi_turn_session_is_one_trajectory_with_the_engines_ids(fake_upstream, start_proxy, tmp_path, stream):
+    px = start_proxy(fake_upstream.url)
+    msgs = play(client(px.url, "ep-1"), 3, stream=stream)
+    r = httpx.post(f"{px.url}/s/ep-1/finish", json={"status": "completed", "reward": 0.75,
+                                                    "metadata": {"task": "t1"}})
+    assert r.status_code == 200 and r.json()["status"] == "completed"
+    (row,) = rows(str(tmp_path / "store"))
+    assert row["status"] == "completed" and row["reward"] == 0.75 and row["source"] == "trajstore/proxy"
+    # the whole trajectory is the last prompt the upstream saw (the conversation without the last
+    # reply and the unanswered user message after it) plus that reply's ids
+    final_prompt = render(msgs[:-2])
+    assert row["tokens"] == final_prompt + REPLY_IDS
+    kinds = [s["kind"] for s in row["spans"]]
+    assert kinds == ["prompt", "action", "observation", "action", "observation", "action"]
+    assert action_ids(row) == [REPLY_IDS] * 3
+    lp = np.array(row["logprobs"], dtype=np.float32)
+    for s in row["spans"]:
+        if s["kind"] == "action":
+            assert s["policy_version"] == 0 and s["finish_reason"] == "stop"
+            np.testing.assert_array_equal(lp[s["start"]:s["end"]], REPLY_LPS)  # bit for bit
+        if s["kind"] == "observation":
+            assert s["role"] == "user"
+    assert json.loads(row["metadata"])["task"] == "t1"
+
+
+def test_the_client_sees_what_it_would_have_seen_without_the_proxy(fake_upstream, start_proxy):
+    px = start_proxy(fake_upstream.url)
+    msgs = [{"role": "user", "content": "hi"}]
+    via = httpx.post(f"{px.url}/v1/chat/completions", json={"model": "fake", "messages": msgs}).json()
+    direct = httpx.post(f"{fake_upstream.url}/v1/chat/completions", json={"model": "fake", "messages": msgs}).json()
+    for d in (via, direct):
+        d.pop("id"), d.pop("created")
+    assert via == direct and "prompt_token_ids" not in via and via["choices"][0]["logprobs"] is None
+    # what the client asks for itself stays
+    asked = {"model": "fake", "messages": msgs, "logprobs": True, "return_token_ids": True}
+    via = httpx.post(f"{px.url}/v1/chat/completions", json=asked).json()
+    assert via["choices"][0]["token_ids"] == REPLY_IDS and via["prompt_token_ids"] == render(msgs)
+    assert [e["logprob"] for e in via["choices"][0]["logprobs"]["content"]] == pytest.approx(REPLY_LPS.tolist())
+    # streams too: no chunk carries the ids the proxy asked for
+    with httpx.stream("POST", f"{px.url}/v1/chat/completions",
+                      json={"model": "fake", "messages": msgs, "stream": True}) as r:
+        chunks = [json.loads(ln[5:]) for ln in r.iter_lines() if ln.startswith("data:") and "[DONE]" not in ln]
+    assert chunks and all("prompt_token_ids" not in c for c in chunks)
+    assert all("token_ids" not in ch and ch.get("logprobs") is None for c in chunks for ch in c["choices"])
+
+
+def test_a_prompt_that_does_not_extend_starts_a_new_trajectory_of_the_same_episode(fake_upstream, start_proxy,
+                                                                                    tmp_path):
+    px = start_proxy(fake_upstream.url)
+    c = client(px.url, "ep-2")
+    msgs = play(c, 2)
+    condensed = [{"role": "user", "content": "summary of the above"}]  # context condensed
+    c.chat.completions.create(model="fake", messages=condensed)
+    httpx.post(f"{px.url}/s/ep-2/finish", json={"reward": 1.0}).raise_for_status()
+    a, b = rows(str(tmp_path / "store"))
+    assert a["group_id"] == b["group_id"] and a["trajectory_id"] != b["trajectory_id"]
+    assert len(action_ids(a)) == 2 and b["tokens"] == render(condensed) + REPLY_IDS
+    assert a["reward"] == b["reward"] == 1.0
+    meta = [json.loads(r["metadata"]) for r in (a, b)]
+    assert [m["segment"] for m in meta] == [0, 1] and all(m["context_breaks"] == 1 for m in meta)
+    assert httpx.get(f"{px.url}/proxy/stats").json()["context_breaks"] == 1
+    del msgs
+
+
+def test_16_concurrent_sessions_give_16_correct_trajectories(fake_upstream, start_proxy, tmp_path):
+    px = start_proxy(fake_upstream.url)
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            play(client(px.url, f"c{i}"), 3, stream=i % 2 == 1)
+            httpx.post(f"{px.url}/s/c{i}/finish", json={"reward": i / 16}).raise_for_status()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors[:3]
+    got = rows(str(tmp_path / "store"))
+    assert len(got) == 16 and len({r["trajectory_id"] for r in got}) == 16
+    by_session = {json.loads(r["metadata"])["session"]: r for r in got}
+    assert sorted(by_session) == sorted(f"c{i}" for i in range(16))
+    for i in range(16):
+        r = by_session[f"c{i}"]
+        assert r["reward"] == i / 16 and r["status"] == "completed" and action_ids(r) == [REPLY_IDS] * 3
+
+
+def test_sessions_by_header_and_calls_without_a_session(fake_upstream, start_proxy, tmp_path):
+    px = start_proxy(fake_upstream.url)
+    c = client(px.url, default_headers={"X-Trajectory-Id": "hdr-1"})
+    c.chat.completions.create(model="fake", messages=[{"role": "user", "content": "a"}])
+    httpx.post(f"{px.url}/s/hdr-1/finish", json={}).raise_for_status()
+    client(px.url).chat.completions.create(model="fake", messages=[{"role": "user", "content": "b"}])
+    got = rows(str(tmp_path / "store"))
+    sessions = sorted(json.loads(r["metadata"])["session"] for r in got)
+    assert len(got) == 2 and sessions[1] == "hdr-1" and sessions[0].startswith("call-")
+
+
+def test_upstream_500_reaches_the_client_and_the_episode_is_not_complete(fake_upstream, start_proxy, tmp_path):
+    px = start_proxy(fake_upstream.url)
+    c = client(px.url, "e500")
+    play(c, 1)
+    httpx.post(f"{fake_upstream.url}/_fake/config", json={"status": 500})
+    with pytest.raises(openai.InternalServerError):
+        c.chat.completions.create(model="fake", messages=[{"role": "user", "content": "x"}])
+    r = httpx.post(f"{px.url}/s/e500/finish", json={"status": "completed", "reward": 1.0}).json()
+    assert r["status"] == "failed"
+    (row,) = rows(str(tmp_path / "store"))
+    meta = json.loads(row["metadata"])
+    assert row["status"] == "failed" and meta["requested_status"] == "completed" and "HTTP 500" in meta["errors"][0]
+
+
+def test_upstream_timeout_is_a_504_and_fails_the_episode(fake_upstream, start_proxy, tmp_path):
+    px = start_proxy(fake_upstream.url, upstream_timeout_s=0.3)
+    c = client(px.url, "slow")
+    httpx.post(f"{fake_upstream.url}/_fake/config", json={"delay_s": 1.5})
+    with pytest.raises(openai.APIStatusError) as e:
+        c.chat.completions.create(model="fake", messages=[{"role": "user", "content": "x"}])
+    assert e.value.status_code == 504
+    r = httpx.post(f"{px.url}/s/slow/finish", json={}).json()
+    assert r["status"] == "failed" and r["trajectories"] == []  # its only call failed: nothing to store
+    assert not os.path.isdir(tmp_path / "store" / "trajectories") or not rows(str(tmp_path / "store"))
+
+
+def test_client_disconnect_mid_stream_leaves_the_episode_aborted(fake_upstream, start_proxy, tmp_path):
+    px = start_proxy(fake_upstream.url)
+    play(client(px.url, "dc"), 1)
+    httpx.post(f"{fake_upstream.url}/_fake/config", json={"token_delay_s": 0.3})
+    body = {"model": "fake", "messages": [{"role": "user", "content": "x"}], "stream": True}
+    with httpx.stream("POST", f"{px.url}/s/dc/v1/chat/completions", json=body) as r:
+        for line in r.iter_lines():
+            if line.startswith("data:"):
+                break  # the client goes away after the first event
+    deadline = time.monotonic() + 10
+    while httpx.get(f"{px.url}/proxy/stats").json()["errors"].get("client_disconnect", 0) < 1:
+        assert time.monotonic() < deadline, "the proxy never noticed the disconnect"
+        time.sleep(0.1)
+    assert httpx.post(f"{px.url}/s/dc/finish", json={"status": "completed"}).json()["status"] == "aborted"
+    (row,) = rows(str(tmp_path / "store"))
+    assert row["status"] == "aborted" and len(action_ids(row)) == 1  # the cut call is not recorded
+
+
+def test_an_upstream_stream_that_stops_without_finishing_fails_the_episode(fake_upstream, start_proxy):
+    px = start_proxy(fake_upstream.url)
+    httpx.post(f"{fake_upstream.url}/_fake/config", json={"cut_stream_after": 1})
+    body = {"model": "fake", "messages": [{"role": "user", "content": "x"}], "stream": True}
+    with httpx.stream("POST", f"{px.url}/s/cut/v1/chat/completions", json=body) as r:
+        list(r.iter_lines())
+    assert httpx.post(f"{px.url}/s/cut/finish", json={}).json()["status"] == "failed"
+
+
+def test_idle_sessions_end_aborted(fake_upstream, start_proxy, tmp_path):
+    px = start_proxy(fake_upstream.url, session_timeout_s=0.5)
+    play(client(px.url, "idle"), 1)
+    deadline = time.monotonic() + 10
+    while not os.path.isdir(tmp_path / "store" / "trajectories") or not rows(str(tmp_path / "store")):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    (row,) = rows(str(tmp_path / "store"))
+    assert row["status"] == "aborted" and json.loads(row["metadata"])["end_reason"].startswith("idle")
+    assert httpx.post(f"{px.url}/s/idle/finish", json={}).status_code == 404
+
+
+def test_reward_and_finish_refuse_bad_input(fake_upstream, start_proxy):
+    px = start_proxy(fake_upstream.url)
+    assert httpx.post(f"{px.url}/s/nobody/finish", json={}).status_code == 404
+    play(client(px.url, "r1"), 1)
+    assert httpx.post(f"{px.url}/s/r1/reward", json={"reward": "high"}).status_code == 400
+    assert httpx.post(f"{px.url}/s/r1/finish", json={"status": "great"}).status_code == 400
+    assert httpx.post(f"{px.url}/s/r1/reward", json={"reward": 0.5, "raw": {"ok": True}}).status_code == 200
+    assert httpx.post(f"{px.url}/s/bad key!/v1/chat/completions", json={}).status_code in (400, 404)
+
+
+def test_upstream_key_is_sent_but_never_stored_or_logged(fake_upstream, tmp_path):
+    secret = "sk-upstream-" + "9f3c1d7e5a"
+    store, log = str(tmp_path / "store"), str(tmp_path / "proxy.log")
+    proc, url = proxy_process(fake_upstream.url, store, env={"TRAJ_UPSTREAM_API_KEY": secret}, log_path=log)
+    try:
+        play(client(url, "k1"), 2)
+        httpx.post(f"{url}/s/k1/finish", json={}).raise_for_status()
+        httpx.post(f"{fake_upstream.url}/_fake/config", json={"status": 500})
+        with pytest.raises(openai.InternalServerError):
+            client(url, "k2").chat.completions.create(model="fake", messages=[{"role": "user", "content": "x"}])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    seen = httpx.get(f"{fake_upstream.url}/_fake/seen").json()
+    assert seen and all(h == f"Bearer {secret}" for h in seen)  # the client's own key never goes upstream
+    for root, _, files in os.walk(tmp_path):
+        for f in files:
+            assert secret.encode() not in open(os.path.join(root, f), "rb").read(), f
+
+
+def test_client_token_and_request_size_limit(fake_upstream, start_proxy, monkeypatch):
+    monkeypatch.setenv("TRAJ_PROXY_TOKEN", "let-me-in")
+    px = start_proxy(fake_upstream.url, max_request_mb=0.001)
+    msgs = [{"role": "user", "content": "hi"}]
+    with pytest.raises(openai.AuthenticationError):
+        client(px.url, "a1").chat.completions.create(model="fake", messages=msgs)
+    ok = client(px.url, "a1", api_key="let-me-in")
+    assert ok.chat.completions.create(model="fake", messages=msgs).choices[0].message.content == REPLY
+    big = [{"role": "user", "content": "x" * 5000}]  # 5 kB > 0.001 MiB = 1048 bytes
+    with pytest.raises(openai.APIStatusError) as e:
+        ok.chat.completions.create(model="fake", messages=big)
+    assert e.value.status_code == 413
+    assert httpx.get(f"{px.url}/health").status_code == 200  # health needs no token
+
+
+def _wait_rows(store: str, n: int, timeout: float = 30) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = rows(store) if os.path.isdir(os.path.join(store, "trajectories")) else []
+        if len(got) >= n or time.monotonic() > deadline:
+            return got
+        time.sleep(0.1)
+
+
+def test_sigkill_leaves_no_partial_shard_and_nothing_marked_complete(fake_upstream, tmp_path):
+    store = str(tmp_path / "store")
+    proc, url = proxy_process(fake_upstream.url, store)
+    try:
+        for i in range(3):
+            play(client(url, f"done{i}"), 2)
+            httpx.post(f"{url}/s/done{i}/finish", json={"reward": 1.0}).raise_for_status()
+        for i in range(4):
+            play(client(url, f"open{i}"), 1)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    shards = open_store(store).list_shards(strict=True)  # every shard readable (strict raises otherwise)
+    assert shards
+    got = rows(store)
+    sessions = sorted(json.loads(r["metadata"])["session"] for r in got)
+    assert sessions == ["done0", "done1", "done2"]  # finished episodes are durable; open ones are not stored
+
+
+def test_sigterm_writes_open_episodes_as_aborted(fake_upstream, tmp_path):
+    store = str(tmp_path / "store")
+    proc, url = proxy_process(fake_upstream.url, store)
+    for i in range(3):
+        play(client(url, f"open{i}"), 2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    got = rows(store)
+    assert sorted(json.loads(r["metadata"])["session"] for r in got) == ["open0", "open1", "open2"]
+    assert all(r["status"] == "aborted" and len(action_ids(r)) == 2 for r in got)
+    assert all(json.loads(r["metadata"])["end_reason"] == "proxy shut down" for r in got)
+
+
+def test_eos_constant_matches_the_fake():
+    assert EOS == REPLY_IDS[-1]

@@ -1,0 +1,145 @@
+"""A fast fake OpenAI-compatible upstream in vLLM's shape, for the proxy's tests and benchmark.
+
+No model: a byte-level "tokenizer" (token id = byte value + 4; 1, 2, 3 frame chat messages,
+0 ends a turn) renders chats prefix-stably, and each reply is a fixed text whose token
+log-probs are -0.5 - 0.001 * position. ``POST /_fake/config`` changes its behaviour (HTTP
+status to answer with, delays, a stream that stops half way); ``GET /_fake/seen`` returns the
+Authorization headers it received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+EOS = 0
+
+
+def render(messages: list[dict[str, Any]]) -> list[int]:
+    """Prompt ids of a chat: ``1 role 2 content 0 3`` per message, then ``1 assistant 2``."""
+    out: list[int] = []
+    for m in messages:
+        content = m.get("content") or ""
+        if m.get("tool_calls"):
+            content += json.dumps([tc["function"] for tc in m["tool_calls"]])
+        out += [1, *(b + 4 for b in str(m.get("role", "")).encode()), 2, *(b + 4 for b in content.encode()), EOS, 3]
+    return out + [1, *(b + 4 for b in b"assistant"), 2]
+
+
+def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> FastAPI:
+    """The fake upstream. `config` keys: ``status`` (int, answer every call with it), ``delay_s``
+    (before answering), ``token_delay_s`` (between streamed tokens), ``cut_stream_after`` (close
+    a stream after that many tokens, without a finish reason), ``weight_version`` (reported)."""
+    app = FastAPI()
+    cfg: dict[str, Any] = {"status": 200, "delay_s": 0.0, "token_delay_s": 0.0, "cut_stream_after": None,
+                           "weight_version": "0", **(config or {})}
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    @app.post("/_fake/config")
+    async def set_config(request: Request) -> dict[str, Any]:
+        cfg.update(await request.json())
+        return cfg
+
+    @app.get("/_fake/seen")
+    async def get_seen() -> list[str]:
+        return list(seen)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": "fake", "object": "model"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Any:
+        body = await request.json()
+        with lock:
+            seen.append(request.headers.get("authorization", ""))
+        if cfg["delay_s"]:
+            await asyncio.sleep(cfg["delay_s"])
+        if cfg["status"] != 200:
+            return JSONResponse({"error": {"message": "fake upstream failure", "code": cfg["status"]}},
+                                status_code=cfg["status"])
+        prompt = render(body.get("messages") or [])
+        text = reply
+        ids = [b + 4 for b in text.encode()] + [EOS]
+        lps = [-0.5 - 0.001 * i for i in range(len(ids))]
+        rid = "chatcmpl-" + uuid.uuid4().hex
+        want_ids = bool(body.get("return_token_ids"))
+        want_lp = bool(body.get("logprobs"))
+        entries = [{"token": chr(t - 4) if t >= 4 else "", "logprob": lp, "bytes": [], "top_logprobs": []}
+                   for t, lp in zip(ids, lps)]
+        if not body.get("stream"):
+            ch: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                  "logprobs": {"content": entries} if want_lp else None, "finish_reason": "stop"}
+            if want_ids:
+                ch["token_ids"] = ids
+            resp = {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": "fake",
+                    "choices": [ch], "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
+                                               "total_tokens": len(prompt) + len(ids)},
+                    "metadata": {"weight_version": cfg["weight_version"]}}
+            if want_ids:
+                resp["prompt_token_ids"] = prompt
+            return JSONResponse(resp)
+
+        async def events() -> Any:
+            base = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": "fake"}
+            first: dict[str, Any] = dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                         "finish_reason": None}])
+            if want_ids:
+                first["prompt_token_ids"] = prompt
+            yield f"data: {json.dumps(first)}\n\n"
+            for i, (t, e) in enumerate(zip(ids, entries)):
+                if cfg["cut_stream_after"] is not None and i >= cfg["cut_stream_after"]:
+                    return
+                if cfg["token_delay_s"]:
+                    await asyncio.sleep(cfg["token_delay_s"])
+                ch = {"index": 0, "delta": {"content": e["token"]} if t != EOS else {},
+                      "logprobs": {"content": [e]} if want_lp else None, "finish_reason": None}
+                if want_ids:
+                    ch["token_ids"] = [t]
+                yield f"data: {json.dumps(dict(base, choices=[ch]))}\n\n"
+            yield f"data: {json.dumps(dict(base, choices=[{'index': 0, 'delta': {}, 'finish_reason': 'stop'}]))}\n\n"
+            yield "data: [DONE]\n\n"
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return app
+
+
+class ServerThread:
+    """Run an ASGI app with uvicorn on 127.0.0.1 in a daemon thread; ``with`` stops it."""
+
+    def __init__(self, app: Any, port: int = 0):
+        import socket
+
+        import uvicorn
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(1024)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not start within 30 s")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        self.sock.close()
