@@ -1,16 +1,18 @@
 """``traj demo``: the whole asynchronous loop on real model output, on one machine.
 
-A rollout worker (this process) plays guess-the-number episodes with the policy and writes
-them to a local store; the trainer (``traj train`` in a child process) consumes them as they
-arrive, publishes new policy versions into the same store, and the worker loads each new
-version between episodes. At the end the staleness and clip audits and the reward per policy
-version are read back from the store with DuckDB. Heavy imports (torch) happen inside functions.
+The real topology, as child processes: ``traj serve`` samples, ``traj proxy`` records every
+call into a local store and has the server load each version the trainer publishes, and the
+trainer (``traj train --follow``) consumes trajectories as they arrive. Agents in this process
+play guess-the-number through the proxy with the official ``openai`` client. At the end the
+staleness and clip audits, the reward per policy version and the critic's explained variance
+are read back from the store with DuckDB. This process never imports torch.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -24,17 +26,22 @@ from pydantic import BaseModel, ConfigDict, Field
 from trajstore.errors import TrajstoreError
 from trajstore.hub import SMOLLM2_ALIAS
 
+from trajstore.trainer.envs.guess_chat import EpisodeSummary, GuessNumberEnv
+
 if TYPE_CHECKING:
     from rich.console import Console
 
     from trajstore.trainer.config import TrainConfig
-    from trajstore.trainer.rollout_worker import EpisodeSummary
 
 DEFAULT_STORE = "demo-store"
 TRAINER_LOG_FILE = "trainer.log"
 """The trainer child's stdout and stderr, kept at ``runs/<run_id>/trainer.log`` in the store."""
 DEMO_CONFIG_FILE = "demo-config.json"
 """The resolved :class:`DemoConfig`, saved at ``runs/<run_id>/demo-config.json``."""
+SERVE_LOG_FILE = "serve.log"
+"""``traj serve``'s output, at ``runs/<run_id>/serve.log``."""
+PROXY_LOG_FILE = "proxy.log"
+"""``traj proxy``'s output, at ``runs/<run_id>/proxy.log``."""
 DEMO_TRAIN_CONFIG_FILE = "demo-train-config.json"
 """The :class:`~trajstore.trainer.config.TrainConfig` handed to the trainer child (the trainer
 also saves its own resolved copy as ``runs/<run_id>/config.json``)."""
@@ -61,9 +68,9 @@ class DemoConfig(BaseModel):
     micro_batch_size: int = Field(2, ge=1, description="trajectories per forward/backward pass")
     episodes: int | None = Field(None, ge=1, description="episodes the worker plays at most (default: until the "
                                                          "trainer finishes, at most 3x what it consumes)")
-    max_ahead_batches: int = Field(2, ge=1, description="the worker pauses while it is this many step batches "
-                                                        "ahead of the trainer (bounds staleness, as asynchronous "
-                                                        "RL systems bound off-policyness)")
+    max_ahead_batches: int = Field(2, ge=1, description="the proxy holds new episodes while this many step "
+                                                        "batches are running or waiting for the trainer "
+                                                        "(its --max-staleness is this minus 1, AReaL's eta)")
     max_new_tokens: int = Field(24, ge=1, description="tokens per action at most")
     max_turns: int = Field(4, ge=3, description="guesses per episode (turns)")
     high: int = Field(20, ge=2, description="the hidden number is in [1, high]")
@@ -88,10 +95,13 @@ class DemoResult:
         store: absolute path of the store.
         run_id: the training run.
         episodes: one summary per episode the worker played, in order.
-        versions_loaded: policy versions the worker loaded from the store, in order.
+        versions_loaded: policy versions the rollout server loaded (weight sync), in order.
+        calls_by_version: model calls the proxy recorded per policy version.
         reward_by_version: rows {policy_version, trajectories, mean_reward, solved, consumed}.
         staleness: rows of the staleness audit for the run (``staleness_report(...).by_run``).
         clip: rows of the clip audit per step (``clip_report(...).by_step``).
+        explained_variance: rows {step, explained_variance} of the critic before each update
+            (1 - Var(R - V) / Var(R); above 0 means the critic predicts returns better than their mean).
         freed_bytes: bytes of superseded policy versions and checkpoints removed at the end.
         seconds: wall time (s).
     """
@@ -100,10 +110,12 @@ class DemoResult:
     run_id: str
     episodes: list[EpisodeSummary]
     versions_loaded: list[int]
+    calls_by_version: dict[int, int] = field(default_factory=dict)
     reward_by_version: list[dict[str, Any]] = field(default_factory=list)
     staleness: list[dict[str, Any]] = field(default_factory=list)
     staleness_histogram: list[dict[str, Any]] = field(default_factory=list)
     clip: list[dict[str, Any]] = field(default_factory=list)
+    explained_variance: list[dict[str, Any]] = field(default_factory=list)
     freed_bytes: int = 0
     seconds: float = 0.0
 
@@ -116,6 +128,12 @@ class DemoResult:
 def demo_filter(run_id: str) -> str:
     """DuckDB predicate selecting this demo's trajectories (the store may hold earlier demos)."""
     return f"json_extract_string(metadata, '$.demo_run') = '{run_id}'"
+
+
+def _model_identity(cfg: DemoConfig) -> str:
+    from trajstore.hub import resolve_model
+
+    return resolve_model(cfg.model).name
 
 
 def _cpu_count() -> int:
@@ -136,7 +154,7 @@ def train_config(cfg: DemoConfig, run_id: str, store: str) -> TrainConfig:
         model=ModelConfig(name=cfg.model, tokenizer=_tokenizer_identity(cfg) if tiny else None,
                           tiny_vocab_size=_vocab_size(cfg) if tiny else 256, seed=cfg.seed),
         data=DataConfig(batch_size=cfg.batch_size, micro_batch_size=cfg.micro_batch_size, max_seq_len=4096,
-                        where=demo_filter(run_id), follow=True, poll_interval_s=0.5,
+                        where=f"{demo_filter(run_id)} AND status = 'completed'", follow=True, poll_interval_s=0.5,
                         idle_timeout_s=max(120.0, 40.0 * cfg.max_turns * cfg.max_new_tokens / 24)),
         optim=OptimConfig(policy_lr=cfg.policy_lr, critic_lr=cfg.critic_lr),
         algo=AlgoConfig(critic_warmup_steps=cfg.critic_warmup_steps),
@@ -206,8 +224,91 @@ def _tail(path: Path, lines: int = 25) -> str:
         return "(no trainer log)"
 
 
+def _traj_child(args: list[str], log_path: Path, threads: int | None = None) -> subprocess.Popen[bytes]:
+    """A ``traj`` command of this interpreter as a child process, its output going to `log_path`."""
+    env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", TQDM_DISABLE="1")
+    if threads is not None:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    cmd = [sys.executable, "-c", "from trajstore.cli.main import app; app()", *args]
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, what: str, deadline: float) -> None:
+    import httpx
+
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DemoError(f"{what} exited with code {proc.returncode}; log: {log}\n{_tail(log)}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise DemoError(f"{what} did not start in time; log: {log}\n{_tail(log)}")
+
+
+def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 30.0) -> None:
+    """SIGTERM (the proxy then writes its open episodes as aborted), SIGKILL after `timeout`."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def play_episode(base_url: str, env: GuessNumberEnv, *, model: str, max_new_tokens: int,
+                 metadata: dict[str, Any]) -> EpisodeSummary:
+    """One guess-the-number episode by an agent written against the official ``openai`` client,
+    whose only setting is the base URL (``.../s/<session>/v1`` of ``traj proxy``; the key is a
+    placeholder the client insists on). The proxy records the calls; the agent ends the episode
+    with ``POST .../s/<session>/finish`` and its reward.
+
+    Raises:
+        openai.APIError: a call failed (the proxy then records the episode as failed or aborted).
+    """
+    import httpx
+    import openai
+
+    t0 = time.perf_counter()
+    client = openai.OpenAI(base_url=base_url, api_key="unused")
+    messages: list[dict[str, str]] = [dict(m) for m in env.reset()]
+    while True:
+        r = client.chat.completions.create(model=model, messages=messages, max_tokens=max_new_tokens,
+                                           temperature=1.0, top_p=1.0)
+        text = r.choices[0].message.content or ""
+        reply = env.step(text)
+        if reply.done:
+            break
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": reply.text}]
+    raw = {"reward": reply.reward, "solved": reply.reward == 1.0, "guesses": env.guesses, "verdict": reply.text}
+    done = httpx.post(base_url.removesuffix("/v1") + "/finish", timeout=120, json={
+        "status": "completed", "reward": reply.reward, "reward_raw": raw, "prompt_id": env.prompt_id,
+        "metadata": {**metadata, "env": "guess-number", "target": env.target, "low": env.low, "high": env.high,
+                     "max_turns": env.max_turns}}).json()
+    ids = done.get("trajectories") or ["?"]
+    return EpisodeSummary(ids[0], env.prompt_id, float(reply.reward or 0.0), reply.reward == 1.0,
+                          len(done.get("policy_versions") or []), list(done.get("policy_versions") or []),
+                          int(done.get("num_tokens") or 0), time.perf_counter() - t0)
+
+
 def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
-    """Run the asynchronous loop: worker here, trainer in a child process, the store between.
+    """Run the asynchronous loop as its real topology: ``traj serve`` (the rollout server),
+    ``traj proxy`` (records every call, has the server load each published version, bounds
+    staleness) and ``traj train --follow`` (consumes the store, publishes versions) as child
+    processes; agents play episodes through the proxy with the official ``openai`` client.
 
     Args:
         cfg: sizes and paths.
@@ -217,20 +318,17 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
         The :class:`DemoResult` with the audits read back from the store.
 
     Raises:
-        DemoError: the trainer exited with an error (its log tail is in the message) or the
-            demo ran past ``cfg.timeout_s``.
-        TrajstoreError: the model or tokenizer cannot be loaded.
+        DemoError: a child process failed (its log tail is in the message) or the demo ran past
+            ``cfg.timeout_s``.
     """
-    import torch
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-    from trajstore.hub import load_tokenizer
+    import httpx
+
     from trajstore.store import RUNS_DIR, open_store
-    from trajstore.trainer.models import load_policy
-    from trajstore.trainer.publish import latest_policy_version
-    from trajstore.trainer.rollout_worker import RolloutWorker, SamplingConfig
-    from trajstore.writer import StoreWriter
 
     t0 = time.monotonic()
+    deadline = t0 + cfg.timeout_s
     run_id = cfg.resolved_run_id()
     store = open_store(cfg.store)
     if not store.is_local:
@@ -239,82 +337,97 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / TRAINER_LOG_FILE
     (run_dir / DEMO_CONFIG_FILE).write_text(cfg.model_copy(update={"run_id": run_id}).model_dump_json(indent=2))
-    say = console.print if console is not None else (lambda *a, **k: None)
+    def say(*args: Any, **kw: Any) -> None:  # soft wrap: rich never breaks a line mid-phrase
+        if console is not None:
+            console.print(*args, soft_wrap=True, **kw)
 
     cores = _cpu_count()
     trainer_threads = max(1, cores - 1)
-    torch.set_num_threads(1)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    tokenizer = load_tokenizer(cfg.tokenizer)
-    tiny = cfg.model.startswith("tiny-")
-    say(f"[bold]traj demo[/] run [cyan]{run_id}[/] store [cyan]{store.uri}[/] "
-        f"({cores} cores: trainer {trainer_threads} thread(s), worker 1)")
-    say(f"loading policy {cfg.model} ...")
-    policy = load_policy(cfg.model, tiny_vocab_size=len(tokenizer) if tiny else 256, seed=cfg.seed,
-                         tokenizer=_tokenizer_identity(cfg) if tiny else None)
-    model = policy.model.eval()
+    say(f"[bold]traj demo[/] run [cyan]{run_id}[/], store [cyan]{store.uri}[/] ({cores} cores)")
     tcfg = train_config(cfg, run_id, store.uri)
-    trainer = _start_trainer(tcfg, run_dir / DEMO_TRAIN_CONFIG_FILE, log_path, trainer_threads)
-    say(f"trainer started (pid {trainer.pid}, log {log_path}); it trains {cfg.steps} policy steps of "
-        f"{cfg.batch_size} trajectories after {cfg.critic_warmup_steps} critic warm-up step(s)")
-
-    needed = (cfg.steps + cfg.critic_warmup_steps) * cfg.batch_size
-    max_episodes = cfg.episodes or 3 * needed
-    worker = RolloutWorker(
-        model, tokenizer, store, run_id=run_id, model_name=policy.name, tokenizer_name=policy.tokenizer,
-        sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens), seed=cfg.seed,
-        parallel_episodes=cfg.batch_size, env_kwargs={"max_turns": cfg.max_turns, "high": cfg.high},
-        extra_metadata={"demo_run": run_id})
-
-    def should_stop() -> bool:
-        """True when the trainer is gone or time is up; otherwise blocks while the worker is
-        `max_ahead_batches` batches ahead of the trainer's latest published version."""
-        while True:
-            if time.monotonic() - t0 > cfg.timeout_s or trainer.poll() is not None:
-                return True
-            version = latest_policy_version(store, run_id) or 0
-            allowed = (cfg.critic_warmup_steps + version + cfg.max_ahead_batches) * cfg.batch_size
-            if len(episodes) < allowed:
-                return False
-            time.sleep(0.5)
-
-    def on_episode(s: EpisodeSummary) -> None:
-        vs = sorted(set(s.policy_versions))
-        say(f"episode {len(episodes) + 1:3d}  policy v{','.join(map(str, vs)):<4} reward {s.reward:.2f} "
-            f"{'solved' if s.solved else '      '} {s.num_actions} turns {s.num_tokens:4d} tokens "
-            f"{s.seconds:5.1f}s")
-
+    serve_port, proxy_port = _free_port(), _free_port()
+    tiny = cfg.model.startswith("tiny-")
+    procs: dict[str, subprocess.Popen[bytes]] = {}
     episodes: list[EpisodeSummary] = []
+    stats: dict[str, Any] = {}
     try:
-        with StoreWriter(store, flush_seconds=None) as writer:
-            loaded, log_pos = 0, 0
-            for s in worker.iter_run(max_episodes, writer, should_stop=should_stop):
+        say(f"starting traj serve --model {cfg.model} (loading the model takes a while) ...")
+        procs["serve"] = _traj_child(
+            ["serve", "--model", cfg.model, "--tokenizer", cfg.tokenizer, "--port", str(serve_port),
+             "--threads", "1", "--seed", str(cfg.seed), "--max-batch-size", str(cfg.batch_size)],
+            run_dir / SERVE_LOG_FILE)
+        say(f"starting traj train --follow ({trainer_threads} thread(s)): {cfg.steps} policy steps of "
+            f"{cfg.batch_size} trajectories after {cfg.critic_warmup_steps} critic warm-up step(s) ...")
+        procs["trainer"] = _start_trainer(tcfg, run_dir / DEMO_TRAIN_CONFIG_FILE, log_path, trainer_threads)
+        serve_url = f"http://127.0.0.1:{serve_port}"
+        _wait_ready(serve_url + "/health", procs["serve"], run_dir / SERVE_LOG_FILE, "traj serve", deadline)
+        say(f"traj serve is up at {serve_url}; starting traj proxy (weight sync on, at most "
+            f"{cfg.max_ahead_batches} batch(es) running or waiting for the trainer) ...")
+        procs["proxy"] = _traj_child(
+            ["proxy", "--upstream", serve_url, "--store", store.uri, "--port", str(proxy_port), "--follow-run", run_id,
+             "--tokenizer", _tokenizer_identity(cfg) if tiny else _model_identity(cfg), "--poll", "0.5",
+             "--max-staleness", str(cfg.max_ahead_batches - 1), "--batch-size", str(cfg.batch_size),
+             "--hold-timeout", str(int(cfg.timeout_s)), "--session-timeout", str(int(cfg.timeout_s))],
+            run_dir / PROXY_LOG_FILE)
+        proxy_url = f"http://127.0.0.1:{proxy_port}"
+        _wait_ready(proxy_url + "/health", procs["proxy"], run_dir / PROXY_LOG_FILE, "traj proxy", deadline)
+        say(f"traj proxy is up: agents use base URL {proxy_url}/s/<session>/v1")
+
+        needed = (cfg.steps + cfg.critic_warmup_steps) * cfg.batch_size
+        max_episodes = cfg.episodes or 3 * needed
+        rng = random.Random(cfg.seed)
+        trainer = procs["trainer"]
+        log_pos, loads_seen = 0, 0
+        started = 0
+        with ThreadPoolExecutor(max_workers=cfg.batch_size, thread_name_prefix="agent") as pool:
+            running: set[Future[EpisodeSummary]] = set()
+            while True:
+                while (trainer.poll() is None and started < max_episodes and len(running) < cfg.batch_size
+                       and time.monotonic() < deadline):
+                    env = GuessNumberEnv.sample(rng, high=cfg.high, max_turns=cfg.max_turns)
+                    started += 1
+                    running.add(pool.submit(play_episode, f"{proxy_url}/s/{run_id}-ep{started}/v1", env,
+                                            model=cfg.model, max_new_tokens=cfg.max_new_tokens,
+                                            metadata={"demo_run": run_id}))
+                if not running:
+                    break
+                finished, running = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
                 log_pos = _echo_new_lines(log_path, log_pos, say)
-                for v, secs in worker.loads[loaded:]:
-                    say(f"[green]worker loaded policy v{v}[/] from the store ({secs:.1f}s)")
-                loaded = len(worker.loads)
-                on_episode(s)
-                episodes.append(s)
-        say(f"worker done: {len(episodes)} episodes; waiting for the trainer ...")
-        remaining = max(1.0, cfg.timeout_s - (time.monotonic() - t0))
+                try:
+                    stats = httpx.get(proxy_url + "/proxy/stats", timeout=5).json()
+                except (httpx.HTTPError, ValueError):
+                    pass
+                for load in stats.get("weight_loads", [])[loads_seen:]:
+                    say(f"[green]traj serve loaded policy v{load['version']}[/] ({load['seconds']:.1f}s)")
+                loads_seen = len(stats.get("weight_loads", []))
+                for f in finished:
+                    try:
+                        e = f.result()
+                    except Exception as exc:  # noqa: BLE001 - an episode cut short when the demo stops
+                        say(f"[yellow]episode ended early: {type(exc).__name__}[/]")
+                        continue
+                    episodes.append(e)
+                    vs = sorted(set(e.policy_versions))
+                    say(f"episode {len(episodes):3d}  policy v{','.join(map(str, vs)):<4} reward {e.reward:.2f} "
+                        f"{'solved' if e.solved else '      '} {e.num_actions} turns {e.num_tokens:4d} tokens "
+                        f"{e.seconds:5.1f}s", highlight=False)
+                if trainer.poll() is not None or time.monotonic() >= deadline:
+                    _stop(procs.pop("proxy"))  # held and in-flight episodes end (written as aborted)
+        say(f"agents done: {len(episodes)} episodes; waiting for the trainer ...")
         try:
-            code = trainer.wait(timeout=remaining)
+            code = trainer.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             raise DemoError(f"the trainer did not finish within {cfg.timeout_s:.0f}s; log: {log_path}\n"
                             f"{_tail(log_path)}") from None
+        _echo_new_lines(log_path, log_pos, say)
     finally:
-        if trainer.poll() is None:
-            trainer.terminate()
-            try:
-                trainer.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                trainer.kill()
+        for name in ("proxy", "serve", "trainer"):
+            _stop(procs.get(name))
     if code != 0:
         raise DemoError(f"the trainer exited with code {code}; log: {log_path}\n{_tail(log_path)}")
     result = DemoResult(store=store.uri, run_id=run_id, episodes=episodes,
-                        versions_loaded=[v for v, _ in worker.loads])
+                        versions_loaded=[w["version"] for w in stats.get("weight_loads", [])],
+                        calls_by_version={int(k): v for k, v in stats.get("calls_by_version", {}).items()})
     _read_audits(result)
     if not cfg.keep_weights:
         result.freed_bytes = prune_weights(store, run_id)
@@ -361,6 +474,9 @@ def _read_audits(result: DemoResult) -> None:
     result.staleness_histogram = _rows(st.histogram)
     result.clip = _rows(audit.clip_report(conn, where=where, run=result.run_id).by_step)
     result.reward_by_version = _rows(audit.sql(conn, reward_by_version_sql(result.run_id)))
+    result.explained_variance = _rows(audit.sql(conn, (
+        "SELECT step, value AS explained_variance FROM step_metrics WHERE run_id = "
+        f"'{result.run_id}' AND metric = 'value/explained_variance' ORDER BY step")))
 
 
 def reward_by_version_sql(run_id: str) -> str:
@@ -389,6 +505,9 @@ def print_summary(result: DemoResult, console: Console) -> None:
 
     console.print(table("reward per policy version", result.reward_by_version,
                         ["policy_version", "trajectories", "mean_reward", "solved", "consumed"]))
+    console.print(table("model calls per policy version, as recorded by traj proxy",
+                        [{"policy_version": v, "calls": n} for v, n in sorted(result.calls_by_version.items())],
+                        ["policy_version", "calls"]))
     console.print(table("staleness of trained data (trainer version - policy version, in versions)",
                         result.staleness, ["consumed", "action_tokens", "token_p50", "token_mean", "token_max",
                                            "traj_max"]))
@@ -397,16 +516,21 @@ def print_summary(result: DemoResult, console: Console) -> None:
     console.print(table("DIS clip audit per step (fraction of action tokens masked)", result.clip,
                         ["step", "trainer_version", "trajectories", "action_tokens", "masked_below",
                          "masked_above", "ratio_mean"]))
+    console.print(table("critic explained variance per step (1 - Var(R - V) / Var(R); > 0: better than the "
+                        "mean return)", result.explained_variance, ["step", "explained_variance"]))
     versions = result.policy_versions_seen
     max_stale = max((r.get("token_max") or 0 for r in result.staleness), default=0)
-    console.print(f"{len(result.episodes)} episodes from policy versions {versions}; worker loaded versions "
-                  f"{result.versions_loaded}; max staleness {max_stale}; {result.seconds:.0f}s")
+    plain = {"soft_wrap": True, "markup": False, "highlight": False}
+    console.print(f"{len(result.episodes)} episodes from policy versions {versions}; the server loaded "
+                  f"versions {result.versions_loaded}; max staleness {max_stale}; {result.seconds:.0f}s", **plain)
     if result.freed_bytes:
         console.print(f"removed {result.freed_bytes / 2**30:.1f} GiB of superseded policy versions and checkpoints "
-                      "(keep them with --keep-weights)")
-    console.print(f"store: [cyan]{result.store}[/]  (run {result.run_id})")
-    console.print(f"  traj stats {result.store} --run {result.run_id}")
-    console.print(f"  traj sql {result.store} \"SELECT * FROM step_metrics WHERE run_id = '{result.run_id}' ORDER BY step\"")
+                      "(keep them with --keep-weights)", **plain)
+    console.print(f"store: {result.store} (run {result.run_id}); look closer with:", **plain)
+    # commands a user copies: each on its own line, unstyled and never wrapped
+    console.print(f"traj stats {result.store} --run {result.run_id}", **plain)
+    console.print(f"traj sql {result.store} \"SELECT * FROM step_metrics WHERE run_id = '{result.run_id}' "
+                  "ORDER BY step\"", **plain)
 
 
 def result_to_dict(result: DemoResult) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from torch import nn
 from trajstore.builder import TrajectoryBuilder
 from trajstore.models import SamplingParams, Trajectory
 from trajstore.chat_template import Message, action_text, observation_tokens, prompt_tokens
-from trajstore.trainer.envs.guess_chat import EnvReply, GuessNumberEnv
+from trajstore.trainer.envs.guess_chat import EnvReply, EpisodeSummary, GuessNumberEnv  # noqa: F401 - re-exported
 from trajstore.store import Store, open_store
 from trajstore.trainer.publish import latest_policy_version, load_policy_into
 from trajstore.writer import StoreWriter
@@ -164,30 +164,6 @@ def sample_action(model: nn.Module, context_ids: Sequence[int], *, sampling: Sam
     """:func:`sample_actions` for one context, shape (T,)."""
     return sample_actions(model, [context_ids], sampling=sampling, stop_token_ids=stop_token_ids,
                           generator=generator)[0]
-
-
-@dataclass(frozen=True)
-class EpisodeSummary:
-    """What one episode produced (for progress output and the demo's summary).
-
-    Attributes:
-        trajectory_id, prompt_id: as stored.
-        reward: the environment's reward in [0, 1].
-        solved: the number was found.
-        num_actions: model calls in the episode.
-        policy_versions: version used by each action, in order.
-        num_tokens: tokens in the trajectory.
-        seconds: wall time of the episode (s).
-    """
-
-    trajectory_id: str
-    prompt_id: str
-    reward: float
-    solved: bool
-    num_actions: int
-    policy_versions: list[int]
-    num_tokens: int
-    seconds: float
 
 
 class RolloutWorker:

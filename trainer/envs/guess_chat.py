@@ -126,3 +126,27 @@ class GuessNumberEnv:
             return 0.0
         d = min(abs(g - self.target) for g in valid)
         return 0.5 * (1.0 - d / (self.high - self.low))
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """What one episode produced (for progress output and the demo's summary).
+
+    Attributes:
+        trajectory_id, prompt_id: as stored.
+        reward: the environment's reward in [0, 1].
+        solved: the number was found.
+        num_actions: model calls in the episode.
+        policy_versions: version used by each action, in order.
+        num_tokens: tokens in the trajectory.
+        seconds: wall time of the episode (s).
+    """
+
+    trajectory_id: str
+    prompt_id: str
+    reward: float
+    solved: bool
+    num_actions: int
+    policy_versions: list[int]
+    num_tokens: int
+    seconds: float

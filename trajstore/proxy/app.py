@@ -5,8 +5,9 @@ Routes (each ``/v1/...`` route also exists under ``/s/<session>/v1/...``):
 
 * ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or not), ``GET /v1/models``;
 * ``POST /s/<session>/reward`` ``{"reward": float, "raw": any}``;
-* ``POST /s/<session>/finish`` ``{"status": "completed", "reward": ..., "metadata": {...}}``:
-  ends the episode and returns once its trajectories are durable in the store;
+* ``POST /s/<session>/finish`` ``{"status": "completed", "reward": ..., "prompt_id": ..., "metadata":
+  {...}}``: ends the episode and returns once its trajectories are durable in the store, with
+  their ids, final status, the policy version of each action and the token count;
 * ``GET /proxy/stats``: counters, per-version call counts, open sessions, weight sync state;
 * ``GET /health``.
 """
@@ -128,7 +129,9 @@ class ProxyState:
         if cfg.follow_run:
             self.sync = WeightSync(self.client, self.policy_store, cfg.follow_run, self.versioning,
                                    headers=self.upstream_headers, poll_s=cfg.poll_s,
-                                   drain_timeout_s=cfg.drain_timeout_s, cache_dir=cfg.weights_cache)
+                                   drain_timeout_s=cfg.drain_timeout_s, cache_dir=cfg.weights_cache,
+                                   extra_body={"mode": "retract"} if cfg.reload_mode == "tag" and cfg.engine == "vllm"
+                                   else None)
         self.tasks: list[asyncio.Task[Any]] = []
         self.started = time.time()
         self.errors: dict[str, int] = {}
@@ -162,11 +165,14 @@ class ProxyState:
                 await self.end_session(key, "aborted", reason=f"idle for {self.cfg.session_timeout_s:g}s")
 
     async def end_session(self, key: str, status: str, *, reason: str | None = None,
-                          metadata: dict[str, Any] | None = None) -> tuple[list[str], str | None]:
-        """End episode `key`: write its trajectories; return their ids and the final status."""
+                          metadata: dict[str, Any] | None = None, prompt_id: str | None = None
+                          ) -> tuple[list[Any], str | None]:
+        """End episode `key`: write its trajectories; return them and the final status."""
         s = self.recorder.sessions.get(key)
         if s is None:
             return [], None
+        if prompt_id is not None:
+            s.prompt_id = prompt_id
         n = s.num_trajectories
         trajs, final = self.recorder.close(key, status, reason=reason, metadata=metadata)
         try:
@@ -174,7 +180,7 @@ class ProxyState:
         finally:
             if self.gate is not None:
                 self.gate.release(max(n, 1))
-        return [t.trajectory_id for t in trajs], final
+        return trajs, final
 
     async def stop(self) -> None:
         for t in self.tasks:
@@ -493,11 +499,18 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
             if s.in_flight == 0:
                 break
             await asyncio.sleep(0.1)
+        prompt_id = body.get("prompt_id")
+        if prompt_id is not None and not isinstance(prompt_id, str):
+            return _error(400, "prompt_id must be a string")
         try:
-            ids, final = await st.end_session(session, status, metadata=meta)
+            trajs, final = await st.end_session(session, status, metadata=meta, prompt_id=prompt_id)
         except TrajstoreError as e:
             return _error(500, f"could not write the trajectories: {e}", "store_error")
-        return JSONResponse({"session": session, "trajectories": ids, "status": final})
+        return JSONResponse({"session": session, "status": final,
+                             "trajectories": [t.trajectory_id for t in trajs],
+                             "policy_versions": [sp.policy_version for t in trajs for sp in t.spans
+                                                 if sp.kind == "action"],
+                             "num_tokens": sum(len(t.tokens) for t in trajs)})
 
     return app
 

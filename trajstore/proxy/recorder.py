@@ -204,6 +204,7 @@ class Recorder:
         for i, b in enumerate(builders):
             b.set_reward(s.reward, raw=s.reward_raw)
             t = b.finish(final)
+            t.prompt_id = s.prompt_id
             t.metadata.update({
                 **self.run_metadata, **s.extra_metadata, **(metadata or {}),
                 "session": s.key, "episode_id": s.group_id, "segment": i, "segments": len(builders),

@@ -133,11 +133,14 @@ class WeightSync:
         headers: upstream auth headers.
         poll_s: seconds between polls; drain_timeout_s: see :meth:`Versioning.reloading`.
         cache_dir: local copies of versions of a remote store.
+        extra_body: more fields of the reload request (``{"mode": "retract"}`` asks ``traj serve``
+            to continue in-flight calls under the new weights and report where they changed).
     """
 
     def __init__(self, client: httpx.AsyncClient, store: Store, run_id: str, versioning: Versioning, *,
                  headers: dict[str, str], poll_s: float = 1.0, drain_timeout_s: float = 600.0,
-                 reload_timeout_s: float = 900.0, cache_dir: str | None = None):
+                 reload_timeout_s: float = 900.0, cache_dir: str | None = None,
+                 extra_body: dict[str, Any] | None = None):
         self.client = client
         self.store = store
         self.run_id = run_id
@@ -147,13 +150,14 @@ class WeightSync:
         self.drain_timeout_s = drain_timeout_s
         self.reload_timeout_s = reload_timeout_s
         self.cache_dir = cache_dir
+        self.extra_body = dict(extra_body or {})
         self.loads: list[tuple[int, float]] = []
         self.failures = 0
 
     async def load(self, version: int) -> bool:
         """Ask the upstream to load `version`; True on success (failures are logged, retried later)."""
         path = await asyncio.to_thread(local_version_path, self.store, self.run_id, version, self.cache_dir)
-        body = {"model_path": path, "weight_version": str(version)}
+        body = {"model_path": path, "weight_version": str(version), **self.extra_body}
         t0 = time.perf_counter()
         async with self.versioning.reloading(self.drain_timeout_s):
             try:
