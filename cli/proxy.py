@@ -35,6 +35,8 @@ def proxy_cmd(
                                              "(eta + 1) x batch size"),
     batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="the trainer's batch size "
                                                                            "(default: the run's config.json)"),
+    hold_timeout: float = typer.Option(600.0, "--hold-timeout", help="with --max-staleness: a held episode "
+                                                                      "is refused (503) after this many seconds"),
     session_timeout: float = typer.Option(600.0, "--session-timeout", help="idle episodes end as aborted "
                                                                            "after this many seconds"),
     upstream_timeout: float = typer.Option(600.0, "--upstream-timeout", help="seconds one upstream call may "
@@ -57,7 +59,8 @@ def proxy_cmd(
         cfg = ProxyConfig(upstream=upstream, store=store, host=host, port=port, engine=engine, tokenizer=tokenizer,
                           policy_version=policy_version, follow_run=follow_run, policy_store=policy_store,
                           reload_mode=reload_mode, poll_s=poll, weights_cache=weights_cache,
-                          max_staleness=max_staleness, batch_size=batch_size, session_timeout_s=session_timeout,
+                          max_staleness=max_staleness, batch_size=batch_size, hold_timeout_s=hold_timeout,
+                          session_timeout_s=session_timeout,
                           upstream_timeout_s=upstream_timeout, max_request_mb=max_request_mb,
                           upstream_key_env=upstream_key_env, client_token_env=client_token_env,
                           require_session=require_session)

@@ -412,7 +412,7 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
                         f"{'solved' if e.solved else '      '} {e.num_actions} turns {e.num_tokens:4d} tokens "
                         f"{e.seconds:5.1f}s", highlight=False)
                 if trainer.poll() is not None or time.monotonic() >= deadline:
-                    _stop(procs.pop("proxy"))  # held and in-flight episodes end (written as aborted)
+                    _stop(procs.get("proxy"))  # held and in-flight episodes end (written as aborted)
         say(f"agents done: {len(episodes)} episodes; waiting for the trainer ...")
         try:
             code = trainer.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -475,18 +475,19 @@ def _read_audits(result: DemoResult) -> None:
     result.clip = _rows(audit.clip_report(conn, where=where, run=result.run_id).by_step)
     result.reward_by_version = _rows(audit.sql(conn, reward_by_version_sql(result.run_id)))
     result.explained_variance = _rows(audit.sql(conn, (
-        "SELECT step, value AS explained_variance FROM step_metrics WHERE run_id = "
-        f"'{result.run_id}' AND metric = 'value/explained_variance' ORDER BY step")))
+        "SELECT step, \"value/explained_variance\" AS explained_variance FROM step_metrics WHERE run_id = "
+        f"'{result.run_id}' ORDER BY step")))
 
 
 def reward_by_version_sql(run_id: str) -> str:
-    """Per policy version that generated a demo trajectory (its newest action span): trajectories,
+    """Per policy version that generated a completed demo trajectory (its newest action span): trajectories,
     mean reward, share solved (reward = 1) and how many the run consumed."""
     return (
         "SELECT t.max_policy_version AS policy_version, count(*) AS trajectories, "
         "round(avg(t.reward), 3) AS mean_reward, round(avg(CAST(t.reward = 1 AS DOUBLE)), 3) AS solved, "
         f"count(c.trajectory_id) AS consumed FROM trajectories t LEFT JOIN (SELECT DISTINCT trajectory_id FROM "
         f"consumed WHERE run_id = '{run_id}') c USING (trajectory_id) WHERE {demo_filter(run_id)} "
+        "AND t.status = 'completed' "
         "GROUP BY ALL ORDER BY policy_version")
 
 
