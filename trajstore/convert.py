@@ -27,10 +27,10 @@ def _derived(t: Trajectory) -> dict[str, Any]:
                 versions.append(s.policy_version)
         elif s.kind == "observation":
             n_obs += 1
-    trainable = counts["action"] > 0
+    trainable = counts["action"] > 0 and t.not_trainable_reason is None
     return {
         "trainable": trainable,
-        "not_trainable_reason": None if trainable else "no action tokens",
+        "not_trainable_reason": None if trainable else t.not_trainable_reason or "no action tokens",
         "min_policy_version": min(versions) if versions else None,
         "max_policy_version": max(versions) if versions else None,
         "num_tokens": len(t.tokens),
@@ -108,12 +108,17 @@ def table_to_trajectories(table: pa.Table) -> list[Trajectory]:
     scalars = table.select([n for n in ("trajectory_id", "prompt_id", "group_id", "source", "model",
                                         "tokenizer", "created_at", "status", "reward", "reward_raw",
                                         "token_source", "logprob_source", "metadata")]).to_pylist()
+    # a declared reason (not the derived "no action tokens") goes back into the model
+    declared = [None if t or r == "no action tokens" else r for t, r in zip(
+        table.column("trainable").to_pylist(), table.column("not_trainable_reason").to_pylist())] \
+        if "not_trainable_reason" in table.column_names else [None] * table.num_rows
     spans = table.column("spans").to_pylist()
     span_names = [f.name for f, _ in SPAN_FIELDS]
     for i, row in enumerate(scalars):
         row["metadata"] = json.loads(row["metadata"]) if row["metadata"] else {}
         out.append(Trajectory(
             **row,
+            not_trainable_reason=declared[i],
             tokens=tok_val[tok_off[i]:tok_off[i + 1]],
             logprobs=lp_val[lp_off[i]:lp_off[i + 1]].astype(np.float32),
             spans=[Span(**{k: s[k] for k in span_names}) for s in spans[i]],

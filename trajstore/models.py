@@ -126,6 +126,10 @@ class Trajectory(BaseModel):
     reward_raw: str | None = None
     token_source: str = "engine"
     logprob_source: str = "engine"
+    not_trainable_reason: str | None = None
+    """Set by the producer when the trajectory must not be trained on although it has action
+    tokens (e.g. engine token ids of an unknown tokenizer); stored as ``trainable = false``
+    with this reason. None = trainable when it has action tokens."""
     tokens: TokenArray
     logprobs: LogprobArray
     spans: list[Span]

@@ -25,7 +25,9 @@ from trajstore.schema import (
 
 REPO = Path(__file__).resolve().parents[2]
 
-DERIVED = {"trainable", "not_trainable_reason", "min_policy_version", "max_policy_version", "num_tokens",
+# not_trainable_reason is also a model field: a producer may declare one (e.g. engine ids of an
+# unknown tokenizer); without one it is derived ("no action tokens")
+DERIVED = {"trainable", "min_policy_version", "max_policy_version", "num_tokens",
            "num_prompt_tokens", "num_action_tokens", "num_observation_tokens", "num_actions", "num_observations"}
 """Columns the writer computes from `spans` / `tokens`; they are not SDK inputs."""
 
