@@ -26,6 +26,10 @@ def ingest_cmd(
                                               help="cap each observation at this many characters (0 = no cap)"),
     output: str = typer.Option("table", "--output", help="summary as 'table' or 'json' (for scripts); --format "
                                "selects the input format, so the summary format is --output"),
+    engine_tokenizer: Optional[str] = typer.Option(None, "--engine-tokenizer",
+                                                   help="tokenizer that engine token ids in the logs belong to when "
+                                                   "the log does not name it ('model' = each rollout's model name); "
+                                                   "without it such rollouts are stored as not trainable"),
     storage_option: Optional[list[str]] = typer.Option(None, "--storage-option",
                                                        help="fsspec option key=value (repeatable)"),
 ) -> None:
@@ -53,6 +57,7 @@ def ingest_cmd(
         try:
             report = ingest_paths(paths, store, format=input_format, tokenizer=tokenizer, strict=strict,
                                   max_observation_chars=max_observation_chars or None,
+                                  engine_tokenizer=engine_tokenizer,
                                   storage_options=parse_storage_options(storage_option or []),
                                   progress=lambda done, total: prog.update(task, completed=done, total=total))
         except IngestError as e:
@@ -75,6 +80,10 @@ def ingest_cmd(
         t.add_row("observations truncated", str(report.truncated_observations))
     if report.degraded_events:
         t.add_row("unknown events degraded", str(report.degraded_events))
+    if report.engine_ids_discarded:
+        t.add_row("engine token ids discarded (re-tokenized)", str(report.engine_ids_discarded))
+    for flag, n in sorted(report.fidelity_gaps.items()):
+        t.add_row(f"not faithful: {flag}", str(n))
     out.print(t)
     for p in report.problems:
         err.print(f"[yellow]skipped[/yellow] {p}", markup=True, highlight=False, soft_wrap=True)

@@ -90,10 +90,14 @@ class CoverageReport(Report):
             id. Reasons: the stored ``not_trainable_reason`` (e.g. "no action tokens"),
             "no engine logprobs" (DIS impossible), "action without policy_version" (staleness
             unknown), "no reward". A trajectory appears once per reason.
+        fidelity: per (source, flag): ingested trajectories that do not reproduce exactly what the
+            model was sent or generated (metadata ``fidelity_gaps``, set by ``traj ingest``: e.g.
+            ``tool_parameters``, ``observations``, ``system_prompt``), with an example id.
     """
 
     tokens: duckdb.DuckDBPyRelation
     not_trainable: duckdb.DuckDBPyRelation
+    fidelity: duckdb.DuckDBPyRelation
 
 
 @dataclass(frozen=True)
@@ -386,7 +390,14 @@ def coverage_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None
         f"SELECT source, 'no reward', trajectory_id FROM sel WHERE trainable AND reward IS NULL) "
         f"SELECT source, reason, count(*) AS trajectories, min(trajectory_id) AS example_id FROM r "
         f"GROUP BY ALL ORDER BY source, reason")
-    return CoverageReport(tokens=tokens, not_trainable=not_trainable)
+    fidelity = conn.sql(
+        f"WITH {sel}, g AS (SELECT source, trajectory_id, "
+        f"json_keys(json_extract(metadata, '$.fidelity_gaps')) AS flags FROM sel "
+        f"WHERE json_extract(metadata, '$.fidelity_gaps') IS NOT NULL), f AS ("
+        f"SELECT source, unnest(flags) AS flag, trajectory_id FROM g) "
+        f"SELECT source, flag, count(*) AS trajectories, min(trajectory_id) AS example_id FROM f "
+        f"GROUP BY ALL ORDER BY source, flag")
+    return CoverageReport(tokens=tokens, not_trainable=not_trainable, fidelity=fidelity)
 
 
 REWARD_BINS: int = 20

@@ -12,12 +12,16 @@ from trajstore.ingest.pipeline import (
     IngestReport,
     ingest_paths,
     iter_trajectories,
-    rollout_to_trajectory,
 )
-from trajstore.ingest.render import RenderedPart, conversation_to_trajectories, render_conversation
+from trajstore.ingest.render import (
+    RenderedPart,
+    conversation_to_trajectories,
+    render_conversation,
+    rollout_to_trajectories,
+)
 
 __all__ = [
     "DEFAULT_MAX_OBSERVATION_CHARS", "FORMATS", "IngestError", "IngestReport", "InputFormat", "Problem",
     "RenderedPart", "TRUNCATION_MARKER", "conversation_to_trajectories", "ingest_paths", "iter_trajectories",
-    "render_conversation", "rollout_to_trajectory",
+    "render_conversation", "rollout_to_trajectories",
 ]

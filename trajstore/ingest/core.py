@@ -171,7 +171,9 @@ class Conversation(ParsedTrajectory):
 @dataclass
 class EngineSegment:
     """A piece of an engine rollout: `kind` prompt | action | observation, its token ids
-    (int, shape (n,)) and, for actions, per-token log-probs (nats, shape (n,))."""
+    (int, shape (n,)) and, for actions, per-token log-probs (nats, shape (n,); None = the
+    engine logged none). A prompt segment after an action starts a new context: the call's
+    prompt did not extend what came before (see :class:`EngineRollout`)."""
 
     kind: Literal["prompt", "action", "observation"]
     token_ids: list[int]
@@ -182,18 +184,25 @@ class EngineSegment:
     finish_reason: str | None = None
     temperature: float | None = None
     top_p: float | None = None
+    tool_call_ids: list[str] | None = None
 
 
 @dataclass(kw_only=True)
 class EngineRollout(ParsedTrajectory):
-    """A trajectory whose token ids and log-probs come from the rollout engine; stored exactly,
-    never re-tokenized.
+    """A trajectory whose token ids (and log-probs, when logged) come from the rollout engine;
+    stored exactly, never re-tokenized.
 
     Attributes:
-        segments: the token pieces in order (see :class:`EngineSegment`).
+        segments: the token pieces in order (see :class:`EngineSegment`); every prompt segment
+            after the first starts a new trajectory of the same episode (the model's context
+            was rewritten there).
+        tokenizer: the tokenizer the ids belong to, when the log names it (None: the ingest's
+            ``engine_tokenizer`` option, else stored as not trainable: ids of an unknown
+            vocabulary would be trained as other text).
     """
 
     segments: list[EngineSegment]
+    tokenizer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -249,8 +258,8 @@ def join_blocks(texts: list[str]) -> str:
     (the harnesses' string serializers join blocks with ``"\n"``; an error header that ends
     in a newline is not followed by a blank line)."""
     out = ""
-    for t in texts:
-        if out and not out.endswith("\n"):
+    for i, t in enumerate(texts):
+        if i and not out.endswith("\n"):
             out += "\n"
         out += t
     return out
@@ -334,6 +343,22 @@ def tool_definitions(raw: Any) -> list[dict[str, Any]] | None:
 def tools_without_parameters(tools: list[dict[str, Any]] | None) -> list[str]:
     """Names of the tools in `tools` whose parameter schema was not logged."""
     return [t["function"]["name"] for t in tools or [] if "parameters" not in t["function"]]
+
+
+def terminal_text(output: str, md: dict[str, Any]) -> str:
+    """A shell command's observation as OpenHands sends it (V0 ``CmdOutputObservation.
+    to_agent_observation``, V1 ``TerminalObservation.to_llm_content``): ``prefix + output +
+    suffix``, then the working directory, the Python interpreter and the exit code (unless it
+    is -1) on lines of their own, each when logged in the observation's `md` metadata."""
+    ret = f"{md.get('prefix') or ''}{output}{md.get('suffix') or ''}"
+    if md.get("working_dir"):
+        ret += f"\n[Current working directory: {md['working_dir']}]"
+    if md.get("py_interpreter_path"):
+        ret += f"\n[Python interpreter: {md['py_interpreter_path']}]"
+    exit_code = md.get("exit_code", -1)
+    if exit_code is not None and exit_code != -1:
+        ret += f"\n[Command finished with exit code {exit_code}]"
+    return ret
 
 
 def arguments_text(args: Any) -> str:

@@ -170,6 +170,8 @@ def not_a_trajectory(d: Any) -> str | None:
             return f"evaluator crash report, no trajectory and no score: {str(d['error'])[:120]}"
         if "conversation_id" in d and ("llm_model" in d or "title" in d):
             return "conversation metadata only (its events are in the events/ directory next to it)"
+        if "execution_status" in d and isinstance(d.get("agent"), dict):
+            return "conversation state (OpenHands V1 base_state.json: read with the events/ directory next to it)"
     return None
 
 

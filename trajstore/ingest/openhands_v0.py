@@ -12,7 +12,9 @@ observations become ``tool`` messages answering the ``tool_call_id``. Actions wi
 (prompt-based CodeAct) become assistant text in CodeAct's own tags (``<execute_bash>`` ...),
 their observations ``user`` messages linked by the event's ``cause``. Unknown action kinds
 are rendered as their JSON arguments and counted as degraded; websocket status/error
-messages, agent-state changes and null observations are not part of the conversation.
+messages, agent-state changes and null observations are not part of the conversation. The
+``system`` action's ``tools`` are the tool definitions; ``run`` results get CodeAct's command
+metadata; what the log cannot reproduce is named in ``fidelity_gaps``.
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ from trajstore.ingest.core import (
     ToolCall,
     bool_reward,
     parse_time,
+    reasoning_of,
+    terminal_text,
     text_of,
     tool_calls_of,
+    tool_definitions,
 )
 
 KNOWN_ACTIONS = frozenset({
@@ -42,6 +47,11 @@ _IGNORED_ACTIONS = frozenset({"change_agent_state", "initialize", "recall", "nul
 _IGNORED_OBSERVATIONS = frozenset({"agent_state_changed", "null", "user_rejected"})
 _CODEACT_TAGS = {"run": ("execute_bash", "command"), "run_ipython": ("execute_ipython", "code"),
                  "browse_interactive": ("execute_browse", "browser_actions")}
+_VERBATIM_OBSERVATIONS = frozenset({"run_ipython", "read", "message", "error", "think", "finish", "browse",
+                                    "mcp", "chat"})
+"""Observation kinds CodeAct sends as their logged content. ``run`` observations add the command
+metadata (reproduced from ``extras.metadata`` when logged, else flagged); others (file edits'
+diffs, ...) are flagged ``observation_format``."""
 _TRUNCATING_ERRORS = ("maximum iteration", "max_iterations", "budget", "context window", "ContextWindowExceeded")
 
 
@@ -66,6 +76,8 @@ class _Builder:
         self.ignored = 0
         self.last_time = None
         self.model: str | None = None
+        self.tools: list[dict[str, Any]] | None = None
+        self.gaps: dict[str, str] = {}
 
     def add(self, ev: Any, idx: int) -> None:
         if not isinstance(ev, dict):
@@ -94,10 +106,14 @@ class _Builder:
             source = "user" if kind == "message" and not any(m.role == "assistant" for m in self.messages) else "agent"
         if kind in _IGNORED_ACTIONS:
             self.ignored += 1
+            if kind == "condensation":
+                self.gaps.setdefault("condensation", "a V0 condenser rewrote the history mid-run; later calls were "
+                                                     "sent the condensed history, stored here uncondensed")
             return
         if kind == "system":
             self.messages.append(Message("system", text_of(args.get("content", ev.get("message"))),
                                          call_id=self._event_id(ev, idx)))
+            self.tools = tool_definitions(args.get("tools")) or self.tools
             return
         if kind == "message" and source == "user":
             self.messages.append(Message("user", text_of(args.get("content", ev.get("message"))),
@@ -114,6 +130,9 @@ class _Builder:
             self._tool_call_action(ev, idx, tcm, args)
             return
         eid = self._event_id(ev, idx)
+        if kind not in ("message", "finish", "think", "reject"):
+            self.gaps.setdefault("action_text", "prompt-based CodeAct actions are logged as parsed arguments: their "
+                                                "text is rebuilt in CodeAct's tags, not the model's literal output")
         self.messages.append(Message("assistant", self._codeact_text(kind, args, ev), call_id=eid))
         self.action_ids.append(eid)
         llm = ev.get("llm_metrics")
@@ -132,7 +151,9 @@ class _Builder:
             calls = [ToolCall(str(tcm["tool_call_id"]), str(tcm.get("function_name") or ev["action"]),
                               json.dumps({k: v for k, v in args.items() if k != "thought"}, ensure_ascii=False))]
         content = text_of(msg.get("content")) if msg else str(args.get("thought") or "")
-        reasoning = msg.get("reasoning_content") if isinstance(msg.get("reasoning_content"), str) else None
+        reasoning, redacted = reasoning_of(msg) if msg else (None, False)
+        if redacted:
+            self.gaps.setdefault("reasoning", "redacted (encrypted) reasoning blocks sent back to the model")
         m = Message("assistant", content, reasoning=reasoning, tool_calls=calls, call_id=rid,
                     finish_reason=choice.get("finish_reason") if isinstance(choice, dict) else None)
         self.by_response[rid] = m
@@ -161,6 +182,12 @@ class _Builder:
             return
         content = ev.get("content")
         text = text_of(content if content is not None else ev.get("message"))
+        extras = ev.get("extras") if isinstance(ev.get("extras"), dict) else {}
+        if kind == "run" and isinstance(extras.get("metadata"), dict):
+            text = terminal_text(text, extras["metadata"])  # CmdOutputObservation.to_agent_observation
+        elif kind == "run" or kind not in _VERBATIM_OBSERVATIONS:
+            self.gaps.setdefault("observation_format", f"{kind!r} observations are stored as logged; CodeAct's "
+                                 "formatting of them for the model is version-specific and not reproduced")
         tcm = ev.get("tool_call_metadata")
         if isinstance(tcm, dict) and tcm.get("tool_call_id"):
             self.messages.append(Message("tool", text, call_id=self._event_id(ev, idx),
@@ -199,9 +226,15 @@ def events_to_conversation(events: list[Any], *, source: str, key: str | None, o
     meta: dict[str, Any] = {"ignored_events": b.ignored}
     if b.unknown_kinds:
         meta["unknown_event_kinds"] = sorted(b.unknown_kinds)
+    gaps = dict(b.gaps)
+    if not any(m.role == "system" for m in b.messages):
+        gaps["system_prompt"] = ("no system action in the log: the system prompt (and tool definitions) CodeAct "
+                                 "sent is not logged")
+    elif b.tools is None and any(m.tool_calls for m in b.messages):
+        gaps["tools"] = "the model called tools but no tool definitions are logged (the system action has no tools)"
     return Conversation(source=source, key=key, messages=b.messages, origin=origin, model=b.model,
                         created_at=b.last_time, metadata=meta, degraded_events=b.degraded,
-                        status="completed")
+                        status="completed", tools=b.tools, fidelity_gaps=gaps)
 
 
 def parse_event_list(data: Any, origin: Origin, *, source: str = "openhands/v0-events",
@@ -231,6 +264,9 @@ def parse_eval_output(row: Any, origin: Origin) -> Conversation:
     conv.model = llm.get("model") or conv.model
     conv.metadata.update({"instance_id": row.get("instance_id"), "error": row.get("error"),
                           "agent_class": md.get("agent_class")})
+    metrics = row.get("metrics") if isinstance(row.get("metrics"), dict) else {}
+    if isinstance(metrics.get("token_usages"), list):  # one entry per LLM call
+        conv.metadata["harness_model_calls"] = len(metrics["token_usages"])
     if conv.status == "completed" and not conv.reward.raw and "resolved" not in report:
         conv.metadata["reward_note"] = "no test_result.report.resolved: not evaluated"
     return conv
@@ -285,7 +321,7 @@ def chat_messages(raw: Any, origin_desc: str) -> list[Message]:
             raise RecordError(f"{origin_desc}[{i}]: unknown role {role!r}")
         role = {"developer": "system", "function": "tool"}.get(role, role)
         calls = tool_calls_of(m.get("tool_calls"))
-        reasoning = m.get("reasoning_content") if isinstance(m.get("reasoning_content"), str) else None
+        reasoning = reasoning_of(m)[0] if role == "assistant" else None
         out.append(Message(role, text_of(m.get("content")), reasoning=reasoning or None, tool_calls=calls,
                            cause_id=str(m["tool_call_id"]) if m.get("tool_call_id") else None))
     return out
@@ -298,5 +334,5 @@ def parse_swe_gym_row(row: Any, origin: Origin) -> Conversation:
     msgs = chat_messages(row["messages"], "messages")
     key = str(row.get("instance_id")) if row.get("instance_id") else None
     return Conversation(source="openhands/swe-gym", key=key, messages=msgs, origin=origin,
-                        reward=bool_reward(row.get("resolved")), prompt_id=key,
+                        reward=bool_reward(row.get("resolved")), prompt_id=key, tools=tool_definitions(row.get("tools")),
                         metadata={"instance_id": row.get("instance_id"), "run_id": row.get("run_id")})

@@ -7,15 +7,11 @@ skips ids already stored and writes the rest through :class:`~trajstore.writer.S
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from trajstore.errors import TrajectoryValidationError, TrajstoreError
 from trajstore.hub import SMOLLM2_ALIAS, load_tokenizer, resolve_model
@@ -29,17 +25,10 @@ from trajstore.ingest.core import (
     Problem,
     RecordError,
 )
-from trajstore.ingest.render import (
-    content_hash,
-    conversation_to_trajectories,
-    created_at,
-    reward_raw,
-    trajectory_id,
-)
-from trajstore.models import Span, Trajectory
+from trajstore.ingest.render import conversation_to_trajectories, rollout_to_trajectories
+from trajstore.models import Trajectory
 from trajstore.reader import read_trajectories
 from trajstore.store import Store, open_store
-from trajstore.validate import validate_trajectory
 from trajstore.writer import StoreWriter
 
 ROW_PARSERS: dict[str, Callable[[Any, Origin], Parsed]] = {
@@ -82,6 +71,9 @@ class IngestReport:
         truncated_observations: observations capped at ``max_observation_chars``.
         fidelity_gaps: trajectories per fidelity flag (metadata ``fidelity_gaps``: what the
             stored trajectory cannot reproduce of what the model was sent or generated).
+        engine_ids_discarded: records whose engine token ids were not used (placeholder or
+            partial ids, TokenEvents that do not line up): re-tokenized instead, metadata
+            ``engine_token_ids_discarded`` says why.
         written_ids: ids of the rows written, in order.
     """
 
@@ -94,6 +86,7 @@ class IngestReport:
     degraded_events: int = 0
     truncated_observations: int = 0
     fidelity_gaps: Counter[str] = field(default_factory=Counter)
+    engine_ids_discarded: int = 0
     written_ids: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,7 +96,7 @@ class IngestReport:
                 "problems_by_kind": dict(Counter(p.kind for p in self.problems)),
                 "by_format": dict(self.by_format), "degraded_events": self.degraded_events,
                 "truncated_observations": self.truncated_observations,
-                "fidelity_gaps": dict(self.fidelity_gaps)}
+                "fidelity_gaps": dict(self.fidelity_gaps), "engine_ids_discarded": self.engine_ids_discarded}
 
 
 # -- parsing -----------------------------------------------------------------------------------
@@ -214,6 +207,13 @@ def _parse_event_dir(unit: detect.InputUnit, fmt: str) -> Iterator[Parsed]:
             meta = detect.json_loads(detect.read_text(meta_path))
         except ValueError as e:
             yield Problem(Origin(meta_path), "malformed", f"session metadata is not valid JSON: {e}")
+    state: Any = None
+    state_path = os.path.join(session_dir, "base_state.json")
+    if os.path.exists(state_path):  # OpenHands V1 conversation folder
+        try:
+            state = detect.json_loads(detect.read_text(state_path))
+        except ValueError as e:
+            yield Problem(Origin(state_path), "malformed", f"conversation state is not valid JSON: {e}")
     key = str(meta.get("conversation_id") or os.path.basename(session_dir))
     kind = fmt if fmt != "auto" else detect.detect_event(next((e for e in events if isinstance(e, dict)), None))
     try:
@@ -225,6 +225,8 @@ def _parse_event_dir(unit: detect.InputUnit, fmt: str) -> Iterator[Parsed]:
     except RecordError as e:
         yield Problem(Origin(unit.path), "malformed", str(e))
         return
+    if state is not None:
+        openhands_v1.apply_base_state(conv, state)
     conv.model = meta.get("llm_model") or conv.model
     conv.metadata.update({k: meta[k] for k in ("conversation_id", "title", "trigger", "selected_repository")
                           if k in meta})
@@ -233,38 +235,9 @@ def _parse_event_dir(unit: detect.InputUnit, fmt: str) -> Iterator[Parsed]:
 
 # -- building trajectories -----------------------------------------------------------------------
 
-def rollout_to_trajectory(r: EngineRollout, *, input_format: str) -> Trajectory:
-    """Keep an engine rollout's token ids and log-probs exactly (``token_source = engine``).
-    Action spans get :data:`~trajstore.ingest.nemo_gym.UNKNOWN_POLICY_VERSION`.
-
-    Raises:
-        TrajectoryValidationError: the result breaks a schema rule (e.g. a positive log-prob).
-    """
-    tokens = np.concatenate([np.asarray(s.token_ids, dtype=np.int64) for s in r.segments]).astype(np.int32)
-    lps = np.concatenate([np.asarray(s.logprobs, dtype=np.float32) if s.logprobs is not None
-                          else np.full(len(s.token_ids), np.nan, dtype=np.float32) for s in r.segments])
-    spans, pos = [], 0
-    for s in r.segments:
-        n = len(s.token_ids)
-        act = s.kind == "action"
-        spans.append(Span(kind=s.kind, start=pos, end=pos + n, role=s.role, call_id=s.call_id, cause_id=s.cause_id,
-                          policy_version=nemo_gym.UNKNOWN_POLICY_VERSION if act else None,
-                          finish_reason=s.finish_reason if act else None,
-                          temperature=s.temperature if act else None, top_p=s.top_p if act else None))
-        pos += n
-    digest = content_hash({"source": r.source, "key": r.key, "reward": reward_raw(r),
-                            "tokens": hashlib.sha256(tokens.tobytes()).hexdigest()})
-    meta = dict(r.metadata)
-    meta["ingest"] = {"format": input_format, "path": r.origin.path, "line": r.origin.line}
-    traj = Trajectory(
-        trajectory_id=trajectory_id(r.source, r.key, digest), prompt_id=r.prompt_id, source=r.source, model=r.model,
-        tokenizer=None, created_at=created_at(r), status=r.status, reward=r.reward.value, reward_raw=reward_raw(r),
-        token_source="engine", logprob_source="engine", tokens=tokens, logprobs=lps, spans=spans, metadata=meta)
-    return validate_trajectory(traj)
-
-
 def iter_trajectories(paths: list[str], *, format: str = "auto", tokenizer: str = SMOLLM2_ALIAS,
                       max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
+                      engine_tokenizer: str | None = None,
                       report: IngestReport | None = None,
                       progress: Callable[[int, int], None] | None = None) -> Iterator[Trajectory]:
     """Parse and tokenize everything under `paths`, yielding trajectories (problems go to `report`).
@@ -274,6 +247,9 @@ def iter_trajectories(paths: list[str], *, format: str = "auto", tokenizer: str 
         format: ``auto`` or one of :data:`~trajstore.ingest.detect.FORMATS` for every input.
         tokenizer: name for :func:`trajstore.hub.load_tokenizer` (loaded on first text-only input).
         max_observation_chars: cap per observation (characters); None = no cap.
+        engine_tokenizer: the tokenizer engine token ids belong to when the log does not name
+            it (``"model"`` = each rollout's model name); None = such rollouts are stored as
+            not trainable (see :func:`~trajstore.ingest.render.rollout_to_trajectories`).
         progress: called as ``progress(units_done, units_total)``.
     """
     if format != "auto" and format not in detect.FORMATS:
@@ -289,7 +265,7 @@ def iter_trajectories(paths: list[str], *, format: str = "auto", tokenizer: str 
         nonlocal tok
         try:
             if isinstance(item, EngineRollout):
-                ts = [rollout_to_trajectory(item, input_format=item.source)]
+                ts = rollout_to_trajectories(item, input_format=item.source, engine_tokenizer=engine_tokenizer)
             else:
                 if tok is None:
                     tok = load_tokenizer(tokenizer)
@@ -297,13 +273,14 @@ def iter_trajectories(paths: list[str], *, format: str = "auto", tokenizer: str 
                                                   max_observation_chars=max_observation_chars)
                 report.truncated_observations += len(ts[0].metadata.get("truncated_observations", []))
                 report.degraded_events += item.degraded_events
+                report.engine_ids_discarded += "engine_token_ids_discarded" in item.metadata
         except (ValueError, TrajectoryValidationError) as e:
             report.problems.append(Problem(item.origin, "invalid", str(e)))
             return []
         report.trajectories_parsed += len(ts)
         report.by_format[item.source] += len(ts)
         for t in ts:
-            report.fidelity_gaps.update(t.metadata.get("fidelity_gaps") or {})
+            report.fidelity_gaps.update(list(t.metadata.get("fidelity_gaps") or {}))
         return ts
 
     for n, unit in enumerate(units):
@@ -326,6 +303,7 @@ def iter_trajectories(paths: list[str], *, format: str = "auto", tokenizer: str 
 def ingest_paths(paths: list[str] | str, store: Store | str, *, format: str = "auto",
                  tokenizer: str = SMOLLM2_ALIAS, strict: bool = False,
                  max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
+                 engine_tokenizer: str | None = None,
                  storage_options: dict[str, Any] | None = None,
                  progress: Callable[[int, int], None] | None = None) -> IngestReport:
     """Ingest agent logs into a store; re-ingesting the same input writes nothing new.
@@ -337,6 +315,7 @@ def ingest_paths(paths: list[str] | str, store: Store | str, *, format: str = "a
         tokenizer: tokenizer for text-only formats (default SmolLM2-135M-Instruct).
         strict: any problem in the input fails the ingest with nothing written.
         max_observation_chars: cap per observation, characters (None = no cap).
+        engine_tokenizer: see :func:`iter_trajectories`.
         storage_options: fsspec options when `store` is a URI (s3fs: key, secret, endpoint_url).
 
     Returns:
@@ -355,7 +334,7 @@ def ingest_paths(paths: list[str] | str, store: Store | str, *, format: str = "a
     existing = set(read_trajectories(st, columns=["trajectory_id"]).column("trajectory_id").to_pylist())
     seen: set[str] = set()
     trajs = iter_trajectories(paths, format=format, tokenizer=tokenizer, max_observation_chars=max_observation_chars,
-                              report=report, progress=progress)
+                              engine_tokenizer=engine_tokenizer, report=report, progress=progress)
     pending: list[Trajectory] = []
     writer = None if strict else StoreWriter(st, flush_seconds=None)
     try:

@@ -27,7 +27,8 @@ them written into the assistant content, in this documented form::
 
     <think>\\n{reasoning}\\n</think>\\n\\n{content}\\n<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>
 
-(one ``<tool_call>`` block per call, arguments parsed from JSON when they are valid JSON).
+(one ``<tool_call>`` block per call; the arguments verbatim as the model wrote them when they
+are valid JSON, else as a JSON string).
 Tool definitions go to ``tools=`` when the template reads ``tools``, else into the system
 message as :func:`trajstore.chat_template.tools_system_text`.
 """
@@ -55,6 +56,8 @@ from trajstore.chat_template import (
 from trajstore.ingest.core import (
     DEFAULT_MAX_OBSERVATION_CHARS,
     Conversation,
+    EngineRollout,
+    EngineSegment,
     Message,
     ParsedTrajectory,
     cap_text,
@@ -85,11 +88,15 @@ def template_features(tokenizer: Any) -> TemplateFeatures:
 
 
 def _tool_call_block(name: str, arguments: str) -> str:
+    """A tool call as text: the arguments verbatim as the model wrote them when they are valid
+    JSON (re-serializing would change the generated text), else as a JSON string."""
     try:
-        args: Any = json.loads(arguments) if arguments else {}
+        json.loads(arguments) if arguments else None
+        args_text = arguments if arguments else "{}"
     except (json.JSONDecodeError, TypeError):
-        args = arguments
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}, ensure_ascii=False) + "\n</tool_call>"
+        args_text = json.dumps(arguments, ensure_ascii=False)
+    return "<tool_call>\n{\"name\": " + json.dumps(name, ensure_ascii=False) + ", \"arguments\": " + args_text \
+        + "}\n</tool_call>"
 
 
 def template_message(m: Message, features: TemplateFeatures) -> dict[str, Any]:
@@ -371,6 +378,14 @@ def created_at(conv: ParsedTrajectory) -> datetime:
         return datetime.now(timezone.utc)
 
 
+def _check_call_count(item: ParsedTrajectory, calls: int, gaps: dict[str, str]) -> None:
+    """Flag a log whose model calls differ from the harness's own count (metadata
+    ``harness_model_calls``, e.g. SWE-agent's ``api_calls``)."""
+    n = item.metadata.get("harness_model_calls")
+    if isinstance(n, int) and n != calls:
+        gaps.setdefault("model_calls", f"the harness counted {n} model calls, the log holds {calls}")
+
+
 def _context_digest(conv: Conversation) -> list[Any]:
     pos = {id(m): i for i, m in enumerate(conv.messages)}
     out = []
@@ -425,6 +440,7 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
     notes = [n for p in parts for n in p.notes]
     if notes:
         gaps.setdefault("render", "; ".join(notes))
+    _check_call_count(conv, sum(m.role == "assistant" for m in conv.messages), gaps)
     out = []
     for n, part in enumerate(parts):
         spans: list[Span] = []
@@ -467,5 +483,87 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
             status=conv.status, reward=conv.reward.value,
             reward_raw=reward_raw(conv), token_source="retokenized", logprob_source="none", tokens=part.token_ids,
             logprobs=np.full(n_tok, np.nan, dtype=np.float32), spans=spans, metadata=meta)
+        out.append(validate_trajectory(traj))
+    return out
+
+
+UNKNOWN_POLICY_VERSION = 0
+"""Stored on action spans of engine rollouts with log-probs whose logs do not say which policy
+version generated them (metadata ``policy_version_known: false``)."""
+
+ENGINE_TOKENIZER_FROM_MODEL = "model"
+"""``engine_tokenizer`` value meaning: each rollout's engine ids belong to the tokenizer named
+like its model (true when the engine served a Hugging Face repo id under its own name)."""
+
+
+def _engine_parts(segments: list[EngineSegment]) -> list[list[EngineSegment]]:
+    parts: list[list[EngineSegment]] = []
+    for s in segments:
+        if not parts or (s.kind == "prompt" and any(x.kind == "action" for x in parts[-1])):
+            parts.append([])
+        parts[-1].append(s)
+    return parts
+
+
+def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
+                            engine_tokenizer: str | None = None) -> list[Trajectory]:
+    """Keep an engine rollout's token ids (and log-probs) exactly (``token_source = engine``):
+    one trajectory per context (a prompt segment after an action starts the next part, with
+    metadata ``episode`` as in :func:`conversation_to_trajectories`).
+
+    Log-probs are all-or-nothing per rollout: when some action lacks them none is stored
+    (``logprob_source = none``, metadata ``engine_logprobs_discarded``). With log-probs, action
+    spans get :data:`UNKNOWN_POLICY_VERSION`. The tokenizer is the rollout's own, else
+    `engine_tokenizer` (:data:`ENGINE_TOKENIZER_FROM_MODEL` = the rollout's model name); with
+    neither, the trajectory is stored with ``trainable = false`` and the reason.
+
+    Raises:
+        TrajectoryValidationError: a result breaks a schema rule (e.g. a positive log-prob).
+    """
+    acts = [s for s in r.segments if s.kind == "action"]
+    with_lp = bool(acts) and all(s.logprobs is not None for s in acts)
+    meta0 = dict(r.metadata)
+    if not with_lp and any(s.logprobs is not None for s in acts):
+        meta0["engine_logprobs_discarded"] = (f"{sum(s.logprobs is None for s in acts)} of {len(acts)} model calls "
+                                              "have no log-probs")
+    tokenizer = r.tokenizer or (r.model if engine_tokenizer == ENGINE_TOKENIZER_FROM_MODEL else engine_tokenizer)
+    reason = None if tokenizer else (
+        f"engine token ids of an unnamed tokenizer (model {r.model!r}): name it with the ingest's engine_tokenizer "
+        "option (--engine-tokenizer), else ids of another vocabulary would be trained as other text")
+    all_ids = np.concatenate([np.asarray(s.token_ids, dtype=np.int64) for s in r.segments]).astype(np.int32)
+    digest = content_hash({"source": r.source, "key": r.key, "reward": reward_raw(r), "tokenizer": tokenizer,
+                           "tokens": hashlib.sha256(all_ids.tobytes()).hexdigest(),
+                           "cuts": [len(s.token_ids) for s in r.segments]})
+    base_id = trajectory_id(r.source, r.key, digest)
+    parts = _engine_parts(r.segments)
+    gaps = dict(r.fidelity_gaps)
+    _check_call_count(r, len(acts), gaps)
+    out = []
+    for n, segs in enumerate(parts):
+        tokens = np.concatenate([np.asarray(s.token_ids, dtype=np.int64) for s in segs]).astype(np.int32)
+        lps = np.concatenate([np.asarray(s.logprobs, dtype=np.float32) if with_lp and s.logprobs is not None
+                              else np.full(len(s.token_ids), np.nan, dtype=np.float32) for s in segs])
+        spans, pos = [], 0
+        for s in segs:
+            k = len(s.token_ids)
+            act = s.kind == "action"
+            spans.append(Span(kind=s.kind, start=pos, end=pos + k, role=s.role, call_id=s.call_id,
+                              cause_id=s.cause_id, tool_call_ids=s.tool_call_ids if act else None,
+                              policy_version=UNKNOWN_POLICY_VERSION if act and with_lp else None,
+                              finish_reason=s.finish_reason if act else None,
+                              temperature=s.temperature if act else None, top_p=s.top_p if act else None))
+            pos += k
+        meta = dict(meta0)
+        meta["ingest"] = {"format": input_format, "path": r.origin.path, "line": r.origin.line}
+        if len(parts) > 1:
+            meta["episode"] = {"id": base_id, "part": n + 1, "parts": len(parts), "change": "engine-prompt"}
+        if gaps:
+            meta["fidelity_gaps"] = gaps
+        traj = Trajectory(
+            trajectory_id=base_id if len(parts) == 1 else f"{base_id}:part{n + 1}", prompt_id=r.prompt_id,
+            source=r.source, model=r.model, tokenizer=tokenizer, created_at=created_at(r), status=r.status,
+            reward=r.reward.value, reward_raw=reward_raw(r), token_source="engine",
+            logprob_source="engine" if with_lp else "none", tokens=tokens, logprobs=lps, spans=spans, metadata=meta,
+            not_trainable_reason=reason)
         out.append(validate_trajectory(traj))
     return out

@@ -1,0 +1,45 @@
+"""Format-neutral helpers of the parsers: reasoning under every common field name, tool
+definitions in their common shapes, joining a message's text blocks."""
+
+from __future__ import annotations
+
+import pytest
+
+from trajstore.ingest.core import join_blocks, reasoning_of, tool_definitions
+
+
+@pytest.mark.parametrize("msg, expected", [
+    ({"reasoning_content": "A"}, ("A", False)),
+    ({"reasoning": "B"}, ("B", False)),
+    ({"reasoning": {"content": "C"}}, ("C", False)),
+    ({"thinking_blocks": [{"type": "thinking", "thinking": "D1", "signature": "s"},
+                          {"type": "thinking", "thinking": "D2"}]}, ("D1\nD2", False)),
+    ({"thinking_blocks": [{"type": "redacted_thinking", "data": "xx"}]}, (None, True)),
+    ({"thinking": "E"}, ("E", False)),
+    ({"reasoning_content": "", "thinking": "F"}, ("F", False)),  # the first non-empty field wins
+    ({"content": "no reasoning"}, (None, False)),
+])
+def test_reasoning_under_any_field_name(msg, expected):
+    assert reasoning_of(msg) == expected
+
+
+def test_tool_definitions_in_every_shape():
+    params = {"type": "object", "properties": {"q": {"type": "string"}}}
+    openai_chat = [{"type": "function", "function": {"name": "search", "description": "Look up.", "parameters": params}}]
+    responses = [{"type": "function", "name": "search", "description": "Look up.", "parameters": params,
+                  "strict": True}]
+    anthropic = [{"name": "search", "description": "Look up.", "input_schema": params}]
+    want = [{"type": "function", "function": {"name": "search", "description": "Look up.", "parameters": params}}]
+    assert tool_definitions(openai_chat) == tool_definitions(responses) == tool_definitions(anthropic) == want
+    # OpenHands V1 ToolDefinition dump: named after its class (FileEditorTool -> file_editor), no parameters
+    v1 = [{"description": "Edit files.", "action_type": "FileEditorAction", "kind": "FileEditorTool",
+           "title": "file_editor", "annotations": {"readOnlyHint": False}}]
+    assert tool_definitions(v1) == [{"type": "function", "function": {"name": "file_editor",
+                                                                      "description": "Edit files."}}]
+    assert tool_definitions([]) is None and tool_definitions(None) is None
+
+
+def test_join_blocks():
+    assert join_blocks(["a", "b"]) == "a\nb"
+    assert join_blocks(["[An error occurred during execution.]\n", "out"]) == "[An error occurred during execution.]\nout"
+    assert join_blocks([]) == "" and join_blocks(["", "x"]) == "\nx"  # as "\n".join does
