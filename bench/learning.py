@@ -1,12 +1,11 @@
-"""Learning benchmark: does the pipeline learn? (issue 7; results in bench/LEARNING.md)
+"""Learning benchmark: SAO and its ablations, from a supervised warm start, under simulated
+asynchrony, with paired seeds (issue 15; results in bench/LEARNING.md). Same as
+``traj bench learning``; this script only forwards its arguments. Writes to a fresh directory
+under the system temp dir (``--scratch`` to choose), never into the checkout.
 
-Tiny random-init Llama policies (2 layers, d = 64, a 27-token character vocabulary) learn two
-multi-turn tasks from scratch through writer SDK -> store -> trainer -> published versions ->
-a rollout worker lagging K versions behind, for 8 arms x staleness / learning-rate conditions
-x seeds. Same as ``traj bench learning``; this script only forwards its arguments.
-
-    python bench/learning.py                       # the full table (about 13-15 min on 2 cores)
-    python bench/learning.py --preset smoke        # one SAO run (seconds)
+    python bench/learning.py                       # the default grid (<= 15 min on 2 cores)
+    python bench/learning.py --preset smoke        # <= 1 min
+    python bench/learning.py --preset calibrate    # the one-off learning-rate calibration
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Optional
 
 import typer
@@ -14,83 +13,78 @@ bench_app = typer.Typer(help="Benchmarks that exercise the whole pipeline.", no_
 app.add_typer(bench_app, name="bench")
 
 
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--{what} must be comma-separated integers, got {text!r}") from None
+
+
 @bench_app.command("learning")
 @friendly_errors
 def learning_cmd(
-    preset: str = typer.Option("full", help="'full' (the LEARNING.md table, about 13-15 min on 2 cores) or 'smoke'"),
-    store_root: str = typer.Option("bench-learning-store", help="directory; one store per run under it"),
-    out_dir: str = typer.Option("bench/learning_plots", help="plots and table.md go here"),
-    tasks: Optional[str] = typer.Option(None, help="comma-separated tasks (guess, sequence); default: the preset's"),
-    arms: Optional[str] = typer.Option(None, help="comma-separated arm names; default: the preset's"),
-    seeds: Optional[str] = typer.Option(None, help="comma-separated seeds; default: the preset's"),
-    workers: Optional[int] = typer.Option(None, min=1, help="runs in parallel (one torch thread each)"),
-    conditions: Optional[str] = typer.Option(None, help="comma-separated K:lr pairs, e.g. '0:1e-3,4:3e-3'; "
-                                                        "default: the preset's"),
-    reuse: bool = typer.Option(False, help="keep runs already finished under --store-root (resume a grid)"),
-    fmt: str = typer.Option("table", "--format", help="'table' or 'json' (the summaries)"),
+    preset: str = typer.Option("default", help="default (the bench/LEARNING.md grid, <= 15 min on 2 cores), "
+                                               "smoke (<= 1 min) or calibrate (the one-off learning-rate "
+                                               "calibration)"),
+    scratch: Optional[str] = typer.Option(None, help="directory for cached warm starts and a fresh run directory "
+                                                     "(default: <system temp>/trajstore-bench-learning)"),
+    seeds: Optional[str] = typer.Option(None, help="comma-separated seeds (default: the preset's)"),
+    arms: Optional[str] = typer.Option(None, help="comma-separated arms of the chain task (default: all)"),
+    processes: Optional[int] = typer.Option(None, min=1, help="worker processes (default: the preset's)"),
+    reanalyse: Optional[str] = typer.Option(None, help="a finished run directory: redo its statistics, figures and "
+                                                       "report from the saved results (no training)"),
+    fmt: str = typer.Option("table", "--format", help="table or json (the summary)"),
 ) -> None:
-    """Train every arm on every task at each staleness / learning rate and seed through the real
-    pipeline; print the results table and save plots."""
-    from dataclasses import asdict
-
+    """Train SAO and its ablations from a supervised warm start under simulated asynchrony, score
+    their advantages against an oracle, and report the paper's claims with paired-seed intervals."""
     from rich.console import Console
     from rich.table import Table
 
     from trajstore.trainer.learning_bench.harness import get_arm
-    from trajstore.trainer.learning_bench.suite import (
-        SuiteConfig,
-        run_suite,
-        save_plots,
-        save_results,
-        table_rows,
-    )
+    from trajstore.trainer.learning_bench.suite import SuiteConfig, reanalyse as redo, run_suite
 
-    if preset not in ("full", "smoke"):
-        raise ValueError(f"--preset must be 'full' or 'smoke', got {preset!r}")
+    if preset not in ("default", "smoke", "calibrate"):
+        raise ValueError(f"--preset must be default, smoke or calibrate, got {preset!r}")
     if fmt not in ("table", "json"):
         raise ValueError(f"--format must be 'table' or 'json', got {fmt!r}")
-    over: dict = {"store_root": store_root, "out_dir": out_dir}
-    if tasks:
-        over["tasks"] = [t.strip() for t in tasks.split(",")]
-    if arms:
-        over["arms"] = [get_arm(a.strip()).name for a in arms.split(",")]
+    over: dict = {}
+    if scratch:
+        over["scratch"] = scratch
     if seeds:
-        try:
-            over["seeds"] = [int(s) for s in seeds.split(",")]
-        except ValueError:
-            raise ValueError(f"--seeds must be comma-separated integers, got {seeds!r}") from None
-    if conditions:
-        try:
-            over["conditions"] = [(int(c.split(":")[0]), float(c.split(":")[1])) for c in conditions.split(",")]
-        except (ValueError, IndexError):
-            raise ValueError(f"--conditions must be comma-separated K:lr pairs, got {conditions!r}") from None
-    if workers:
-        over["workers"] = workers
-    over["reuse"] = reuse
-    cfg = SuiteConfig.preset(preset, **over)  # type: ignore[arg-type]
+        over["seeds"] = _ints(seeds, "seeds")
+    if arms:
+        over["chain_arms"] = [get_arm(a.strip()).name for a in arms.split(",")]
+    if processes:
+        over["processes"] = processes
     err = Console(stderr=True)
-    n = len(cfg.specs())
-    err.print(f"traj bench learning: {n} runs, {cfg.workers} worker(s), stores under {cfg.store_root}")
-    t0 = time.monotonic()
-
-    def on_done(s, i, total):  # noqa: ANN001
-        err.print(f"[{i}/{total}] {s.run_id}: untrained {s.initial_reward:.3f} -> final {s.final_reward:.3f} "
-                  f"({s.seconds:.0f}s)", highlight=False)
-
-    results, summaries = run_suite(cfg, on_done=on_done)
-    seconds = time.monotonic() - t0
-    plots = save_plots(results, cfg.out_dir)
-    res_path, table_path = save_results(cfg, results, summaries, seconds)
-    rows = table_rows(summaries)
+    if reanalyse:
+        summary = redo(reanalyse)
+        cfg = SuiteConfig.model_validate_json(open(f"{reanalyse}/config.json").read())
+    else:
+        cfg = SuiteConfig.preset_config(preset, **over)  # type: ignore[arg-type]
+        summary = run_suite(cfg, log=lambda m: err.print(m, highlight=False))
     if fmt == "json":
-        typer.echo(json.dumps({"summaries": [asdict(s) for s in summaries], "plots": plots, "results": res_path,
-                               "table": table_path, "seconds": seconds}, default=str))
+        typer.echo(json.dumps(summary, default=str))
         return
-    out = Console(width=250)
-    t = Table(title=f"learning benchmark ({n} runs, {seconds / 60:.1f} min)", title_justify="left")
-    for c in rows[0]:
-        t.add_column(c, justify="right")
-    for r in rows:
-        t.add_row(*r.values())
-    out.print(t)
-    out.print(f"plots: {', '.join(plots)}\nresults: {res_path}\ntable: {table_path}")
+    out = Console(width=160)
+    if "calibration" in summary:
+        t = Table(title="learning-rate calibration (SAO, seed 0)", title_justify="left")
+        for c in ("policy lr", "median KL / step (nats/token)", "eval start", "eval end"):
+            t.add_column(c, justify="right")
+        for r in summary["calibration"]:
+            t.add_row(f"{r['policy_lr']:g}", f"{r['kl_step_median']:.2e}", f"{r['initial_eval']:.3f}",
+                      f"{r['final_eval']:.3f}")
+        out.print(t)
+        out.print(f"lr for 1e-3 nats/token: {summary['calibrated_lr']:.3g}")
+    else:
+        t = Table(title=f"paper claims ({len(cfg.seeds)} paired seeds, {summary['seconds'] / 60:.1f} min)",
+                  title_justify="left")
+        for c in ("comparison", "metric", "difference [95% CI]", "verdict"):
+            t.add_column(c)
+        for c in summary["claims"]:
+            iv = c["interval"]
+            t.add_row(f"{c['arm']} - {c['ref']} ({c['task']})", c["metric"],
+                      f"{iv['mean']:+.3f} [{iv['low']:+.3f}, {iv['high']:+.3f}]", c["verdict"])
+        out.print(t)
+    out.print("report:", highlight=False)
+    typer.echo(f"{summary['out_dir']}/report.md")

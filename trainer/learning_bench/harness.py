@@ -1,21 +1,23 @@
-"""One benchmark run through the real pipeline, in one process, alternating:
+"""One benchmark run: an arm trained from the seed's warm start through the real pipeline, fed by
+a simulated asynchronous rollout system.
 
-  rollout worker (policy version ``latest - K`` loaded from ``policies/<run>/``) plays a step
-  batch of episodes -> writer SDK -> local store shard -> the trainer's ``TrajectoryStream``
-  reads exactly that batch -> :func:`trajstore.trainer.loop.train_step` -> records written ->
-  the new version published into the store.
+  event timeline (schedule.simulate) -> every action sampled by the engine copy of the policy
+  version current when the action starts (mismatch injected, engine log-probs recorded) ->
+  TrajectoryBuilder + StoreWriter (one shard per trainer iteration, trajectories in completion
+  order) -> the trainer's TrajectoryStream reads exactly that batch -> trainer.loop.train_step ->
+  records -> the new weights go to the engine when the timeline publishes them.
 
-Staleness is therefore exact: every action of iteration i was sampled by version
-``max(0, v_i - K)`` where ``v_i`` is the trainer's version when it consumes the batch. Arms that
-the trainer has no option for are set up here by replacing one picked-once function of the
-:class:`~trajstore.trainer.loop.Trainer` (per-prompt running mean, GAE without skipping).
+Arms that the trainer has no option for replace one picked-once function of the
+:class:`~trajstore.trainer.loop.Trainer`: the GAE variants its ``advantage_fn``, "no correction"
+its ``policy_loss_fn``. A spy around the policy loss records each action token's log-ratio
+``log pi_theta - log pi_rollout`` by staleness (histograms, DIS band occupancy).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,261 +26,76 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from trajstore.trainer.learning_bench.codec import CharCodec
-from trajstore.trainer.envs import TaskName, TaskPhase, clone_episode, sample_episode
 from trajstore.errors import TrajstoreError
-from trajstore.store import Store
+from trajstore.trainer.envs import FAMILIES, TaskName, draw_instance, make_episode, max_action_tokens
+from trajstore.trainer.learning_bench.codec import CharCodec
+from trajstore.trainer.learning_bench.estimators import EstimatorName, trainer_advantage_fn
+from trajstore.trainer.learning_bench.sampler import LlamaEngine, Mismatch, Row, new_row, play
+from trajstore.trainer.learning_bench.schedule import AsyncConfig, Timeline, simulate
 
 BENCH_SOURCE = "trajstore/bench-learning"
 """The ``source`` column of the benchmark's trajectories."""
 
-ArmName = Literal["sao", "sao-k1", "sao-full-critic", "running-mean-prompt8", "running-mean-global128",
-                  "grpo-dis", "ppo-clip", "gae-no-skip"]
+LOG_RATIO_EDGES = [round(-2.0 + 0.05 * i, 2) for i in range(81)]
+"""Bin edges (nats) of the log-ratio histograms, -2 .. 2; values outside go to the end bins."""
+MAX_STALENESS_BIN = 8
+"""Staleness levels >= this are pooled in the histograms ("8+")."""
+MICRO_BATCH = 8
+"""Trajectories per forward pass: packing fewer rows keeps the packed attention small (it is
+quadratic in the packed length); the update is the same (token-mean over the global count)."""
+DIS_BAND = (0.3, 5.0)
+"""SAO's DIS band (eps_low, eps_high) for reasoning (SAO.md mechanism 1); the benchmark's DIS arms
+use it, and the per-staleness band occupancy is measured against it in every arm."""
 
 
 @dataclass(frozen=True)
 class Arm:
-    """One algorithm variant.
+    """One algorithm variant; each differs from ``sao`` in exactly one respect (`changes`).
 
     Attributes:
-        name: short name (table rows).
-        description: what differs from SAO, in words.
+        name: short name. changes: what differs from ``sao``, in words.
         algo: overrides of :class:`~trajstore.trainer.config.AlgoConfig` fields.
-        full_critic: train every critic parameter (no frozen attention).
-        group_size: episodes per prompt (GRPO groups); 1 = single rollout per prompt.
-        advantage_override: ``None``, ``"gae-no-skip"`` or ``"running-mean-per-prompt"``.
-        prompt_window: trajectories per prompt in the per-prompt running mean.
+        full_critic: train every critic parameter (no frozen embeddings / norms / attention).
+        group_size: rollouts per prompt (GRPO groups); 1 = single rollout per prompt.
+        estimator: the policy's advantage estimator when there is a critic.
+        correction: ``dis`` (SAO), ``ppo-clip`` (against the rollout log-probs) or ``none``
+            (the ratio is recomputed with the current weights, hence 1: plain policy gradient).
     """
 
     name: str
-    description: str
+    changes: str
     algo: dict[str, Any] = field(default_factory=dict)
     full_critic: bool = False
     group_size: int = 1
-    advantage_override: str | None = None
-    prompt_window: int = 8
+    estimator: EstimatorName = "token"
+    correction: Literal["dis", "ppo-clip", "none"] = "dis"
+
+    @property
+    def has_critic(self) -> bool:
+        return self.algo.get("advantage", "sao-gae") == "sao-gae"
 
 
 ARMS: dict[str, Arm] = {a.name: a for a in (
-    Arm("sao", "SAO: DIS, critic K=2, frozen attention, skip-observation GAE, adaptive lambda"),
-    Arm("sao-k1", "SAO with K=1 critic update per policy update", algo={"critic_updates": 1}),
-    Arm("sao-full-critic", "SAO with a full-parameter critic (attention trains too)", full_critic=True),
-    Arm("running-mean-prompt8", "reward minus the mean of the last 8 rewards of the same prompt, no critic",
-        algo={"advantage": "running-mean"}, advantage_override="running-mean-per-prompt", prompt_window=8),
-    Arm("running-mean-global128", "reward minus the mean of the last 128 rewards, no critic",
+    Arm("sao", "SAO: DIS (0.3 / 5.0), critic K = 2 with frozen embeddings / norms / attention, token-level "
+               "skip-observation GAE, single rollout per prompt"),
+    Arm("sao-k1", "K = 1 critic update per policy update", algo={"critic_updates": 1}),
+    Arm("full-critic", "full-parameter critic (attention, embeddings, norms train too)", full_critic=True),
+    Arm("running-mean-8", "no critic: A = R - mean of the last 8 rewards (global window)",
+        algo={"advantage": "running-mean", "running_mean_window": 8}),
+    Arm("running-mean-128", "no critic: A = R - mean of the last 128 rewards (global window)",
         algo={"advantage": "running-mean", "running_mean_window": 128}),
-    Arm("grpo-dis", "GRPO group-normalised rewards (4 rollouts per prompt) with DIS, no critic",
+    Arm("ppo-clip", "PPO-clip 0.2 / 0.28 with pi_old = rollout log-probs instead of DIS",
+        algo={"policy_loss": "ppo-clip", "eps_low": 0.2, "eps_high": 0.28}, correction="ppo-clip"),
+    Arm("no-correction", "no off-policy correction: ratio recomputed with current weights (= 1)",
+        correction="none"),
+    Arm("grpo-dis", "GRPO: 4 rollouts per prompt, group-normalised rewards, no critic (DIS kept)",
         algo={"advantage": "grpo"}, group_size=4),
-    Arm("ppo-clip", "vanilla PPO clip (0.2) against the rollout log-probs, no masking; critic and GAE as SAO",
-        algo={"policy_loss": "ppo-clip", "eps_low": 0.2, "eps_high": 0.2}),
-    Arm("gae-no-skip", "token-level GAE over actions and observations (no skipping), else SAO",
-        advantage_override="gae-no-skip"),
+    Arm("grpo-no-dis", "GRPO (as grpo-dis) without correction: ratio recomputed (= 1)",
+        algo={"advantage": "grpo"}, group_size=4, correction="none"),
+    Arm("gae-turn-last", "turn-level GAE, a turn's value read at its last token", estimator="turn-last"),
+    Arm("gae-turn-avg", "turn-level GAE, a turn's value = mean over its tokens", estimator="turn-avg"),
+    Arm("gae-no-skip", "token-level GAE through observation tokens (no skipping)", estimator="no-skip"),
 )}
-
-
-class RunSpec(BaseModel):
-    """One run: an arm on a task at a staleness, learning rate and seed."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    task: TaskName = Field(description="task name")
-    arm: str = Field(description="arm name (a key of ARMS)")
-    staleness: int = Field(0, ge=0, description="K: rollouts come from policy version latest - K (versions)")
-    policy_lr: float = Field(1e-3, gt=0, description="policy learning rate")
-    critic_lr: float = Field(1e-3, gt=0, description="critic learning rate")
-    seed: int = Field(0, description="seeds model init, task draws and sampling")
-    steps: int = Field(60, ge=1, description="policy steps (versions published after the first)")
-    critic_warmup_steps: int = Field(3, ge=0, description="critic-only iterations before policy steps "
-                                                          "(critic arms only)")
-    batch_size: int = Field(32, ge=1, description="episodes per step batch")
-    phase: TaskPhase = Field(default_factory=TaskPhase, description="how instances are drawn before the shift")
-    shift_step: int | None = Field(None, ge=1, description="policy step at which `shifted` replaces `phase`")
-    shifted: TaskPhase | None = Field(None, description="instances after the shift")
-    modulus: int = Field(10, ge=2, le=10, description="sequence task modulus")
-    sampler_dtype: Literal["float32", "bfloat16"] = Field("float32", description="rollout worker weights' dtype "
-                                                          "(bfloat16: ratios are not exactly 1 at K = 0)")
-    eval_episodes: int = Field(256, ge=1, description="episodes of the final evaluation (fresh draws)")
-
-    @property
-    def run_id(self) -> str:
-        lr = f"{self.policy_lr:g}".replace("+", "")
-        return f"{self.task}-{self.arm}-k{self.staleness}-lr{lr}-s{self.seed}"
-
-    def phase_at(self, step: int) -> TaskPhase:
-        """The phase in force for iterations trained at policy step `step`."""
-        if self.shift_step is not None and self.shifted is not None and step >= self.shift_step:
-            return self.shifted
-        return self.phase
-
-
-@dataclass
-class RunResult:
-    """What one run produced (everything is also in its store).
-
-    Attributes:
-        spec: the run. store: its store URI.
-        history: one dict per iteration: ``iteration``, ``step`` (policy step trained, -1 in
-            warm-up), ``version_sampled``, ``reward`` (mean reward of the batch, as sampled),
-            ``masked`` (fraction of action tokens DIS-masked or PPO-clipped), ``explained_variance``,
-            ``ratio_mean``, ``entropy``, ``staleness_max`` (versions).
-        initial_reward, final_reward: mean reward of `eval_episodes` fresh episodes sampled by
-            version 0 and by the final version, same draws and sampler seed, final phase.
-        seconds: wall time (s).
-    """
-
-    spec: RunSpec
-    store: str
-    history: list[dict[str, float]]
-    initial_reward: float
-    final_reward: float
-    seconds: float
-
-
-class BenchError(TrajstoreError):
-    """The benchmark could not run (bad arm name, the stream returned a different batch)."""
-
-
-# -- rollout ---------------------------------------------------------------------------------
-
-
-@dataclass
-class _Played:
-    trajectory: Any
-    prompt_id: str
-    reward: float
-
-
-def play_episodes(model: torch.nn.Module, codec: CharCodec, episodes: list[Any], *, version: int,
-                  generator: torch.Generator, metadata: dict[str, Any] | None = None,
-                  group_ids: list[str | None] | None = None) -> list[_Played]:
-    """Play `episodes` side by side (one sampling batch per turn) and build their trajectories.
-
-    Spans: prompt = BOS + the prompt text; each action = the one sampled token with its
-    sampling log-prob (nats) and `version`; each observation = the environment's reply.
-
-    Returns:
-        One :class:`_Played` per episode, in order (trajectory validated, not yet written).
-    """
-    from trajstore.builder import TrajectoryBuilder
-    from trajstore.trainer.rollout_worker import SamplingConfig, sample_actions
-
-    sampling = SamplingConfig(max_new_tokens=1)
-    sp = sampling.to_sampling_params()
-    builders, contexts, rewards = [], [], [None] * len(episodes)
-    for i, ep in enumerate(episodes):
-        b = TrajectoryBuilder(prompt_id=ep.prompt_id, group_id=group_ids[i] if group_ids else None,
-                              source=BENCH_SOURCE, model="tiny-llama", tokenizer=codec.name,
-                              metadata=dict(metadata or {}))
-        ctx = [codec.bos_token_id] + codec.encode(ep.prompt())
-        b.add_prompt(ctx, role="user")
-        builders.append(b)
-        contexts.append(ctx)
-    active = list(range(len(episodes)))
-    turn = 0
-    while active:
-        acts = sample_actions(model, [contexts[i] for i in active], sampling=sampling,
-                              stop_token_ids=[codec.eos_token_id], generator=generator)
-        still = []
-        for i, act in zip(active, acts):
-            builders[i].add_action(act.token_ids, act.logprobs, policy_version=version,
-                                   finish_reason=act.finish_reason, sampling=sp, call_id=f"turn-{turn}")
-            reply = episodes[i].step(codec.decode(act.token_ids))
-            if reply.done:
-                rewards[i] = float(reply.reward)
-                continue
-            obs = codec.encode(reply.observation)
-            builders[i].add_observation(obs, role="user", cause_id=f"turn-{turn}")
-            contexts[i] = contexts[i] + list(act.token_ids) + obs
-            still.append(i)
-        active = still
-        turn += 1
-    out = []
-    for b, ep, r in zip(builders, episodes, rewards):
-        b.set_reward(r)
-        out.append(_Played(b.finish("completed"), ep.prompt_id, float(r)))
-    return out
-
-
-def evaluate(model: torch.nn.Module, codec: CharCodec, spec: RunSpec, phase: TaskPhase, *, seed: int) -> float:
-    """Mean reward of ``spec.eval_episodes`` fresh episodes from `phase`, sampled (temperature 1)
-    with a generator seeded by `seed`: the same draws for every model evaluated with one seed."""
-    rng = random.Random(seed)
-    eps = [sample_episode(spec.task, phase, rng, modulus=spec.modulus) for _ in range(spec.eval_episodes)]
-    gen = torch.Generator().manual_seed(seed)
-    played = play_episodes(model, codec, eps, version=0, generator=gen)
-    return sum(p.reward for p in played) / len(played)
-
-
-# -- arm plumbing ----------------------------------------------------------------------------
-
-
-def _prompt_mean_scalar_fn(window: int, prompt_of: dict[str, str]) -> Callable[..., dict[str, float]]:
-    """Per-prompt running mean: A = R - mean(last `window` rewards of the same prompt_id seen in
-    earlier batches), 0-baseline for a prompt not seen yet (trainer.baselines.RunningMeanBaseline
-    per prompt)."""
-    from trajstore.trainer.baselines import RunningMeanBaseline
-
-    per_prompt: dict[str, RunningMeanBaseline] = {}
-
-    def fn(samples: list[Any], _state: Any) -> dict[str, float]:
-        out: dict[str, float] = {}
-        by_prompt: dict[str, list[Any]] = {}
-        for s in samples:
-            by_prompt.setdefault(prompt_of[s.trajectory_id], []).append(s)
-        for pid, group in by_prompt.items():
-            base = per_prompt.setdefault(pid, RunningMeanBaseline(window))
-            adv = base(torch.tensor([s.reward for s in group], dtype=torch.float64))
-            out.update({s.trajectory_id: float(a) for s, a in zip(group, adv)})
-        return out
-
-    return fn
-
-
-def _gae_no_skip_fn(tr: Any) -> Callable[..., Any]:
-    """Token-level GAE without skipping observations: the mask passed to GAE (and to the
-    critic's returns) marks every slot from the first action to the last one (actions and the
-    observations between them) as a step, so observation values enter the deltas; advantages
-    are then kept on action tokens only, where the policy loss reads them. lambda_policy counts
-    those steps too (the trainer's math has no no-skip variant; this is the mask trick)."""
-    from trajstore.trainer.advantages import sao_targets
-    from trajstore.trainer.data import gae_inputs, to_packed
-
-    cfg = tr.cfg
-
-    def fn(mb: Any, samples: list[Any], values: torch.Tensor | None, _scalar: dict[str, float]) -> Any:
-        x = gae_inputs(mb, samples, values)
-        mask = x.action_mask
-        # from the first action slot to the last one (the reward slot), observations included
-        pos = torch.arange(mask.shape[1]).unsqueeze(0)
-        first = mask.float().argmax(dim=1, keepdim=True)
-        last = mask.shape[1] - 1 - mask.flip(1).float().argmax(dim=1, keepdim=True)
-        steps = (pos >= first) & (pos <= last)
-        t = sao_targets(x.rewards, x.values, steps, gamma=cfg.algo.gamma, alpha=cfg.algo.lambda_alpha)
-        adv = t.advantages * mask
-        return to_packed(adv, mb.segments), to_packed(t.returns, mb.segments), t.lambda_policy
-
-    return fn
-
-
-def train_config(spec: RunSpec, store_uri: str) -> Any:
-    """The trainer's config for a run (no follow: the harness writes a batch, then reads it)."""
-    from trajstore.trainer.config import (CRITIC_TRAINABLE_PATTERN, AlgoConfig, DataConfig, ModelConfig,
-                                          OptimConfig, RunConfig, TrainConfig)
-
-    arm = get_arm(spec.arm)
-    codec = CharCodec()
-    algo = {"critic_warmup_steps": spec.critic_warmup_steps, **arm.algo}
-    return TrainConfig(
-        store=store_uri,
-        model=ModelConfig(name="tiny-llama", tokenizer=codec.name, tiny_vocab_size=codec.vocab_size, seed=spec.seed,
-                          critic_trainable_pattern=None if arm.full_critic else CRITIC_TRAINABLE_PATTERN),
-        data=DataConfig(batch_size=spec.batch_size, micro_batch_size=spec.batch_size, max_seq_len=512,
-                        max_batch_tokens=512 * spec.batch_size, follow=False),
-        optim=OptimConfig(policy_lr=spec.policy_lr, critic_lr=spec.critic_lr),
-        algo=AlgoConfig(**algo),
-        run=RunConfig(run_id=spec.run_id, max_steps=spec.steps, publish_every=1, checkpoint_every=10**6,
-                      device="cpu", progress=False),
-    )
 
 
 def get_arm(name: str) -> Arm:
@@ -293,134 +110,395 @@ def get_arm(name: str) -> Arm:
         raise BenchError(f"unknown arm {name!r}; known arms: {', '.join(ARMS)}") from None
 
 
-# -- one run ---------------------------------------------------------------------------------
+class BenchError(TrajstoreError):
+    """The benchmark could not run (bad arm name, the stream returned a different batch)."""
+
+
+class RunSpec(BaseModel):
+    """One run: an arm on a task from a seed's warm start."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task: TaskName = Field(description="task name")
+    arm: str = Field(description="arm name (a key of ARMS)")
+    seed: int = Field(0, description="seeds the warm start, task draws, latencies, sampler and evaluation")
+    warm_start: str = Field(description="directory of the seed's warm-start model (HF format)")
+    steps: int = Field(60, ge=1, description="policy steps")
+    critic_warmup: int = Field(10, ge=0, description="critic-only iterations before the first policy step "
+                                                     "(critic arms)")
+    policy_lr: float = Field(gt=0, description="policy learning rate (calibrated once, same for every arm)")
+    critic_lr_factor: float = Field(5.0, gt=0, description="critic learning rate / policy learning rate "
+                                                           "(SAO.md: 5e-6 / 1e-6)")
+    batch_size: int = Field(32, ge=1, description="trajectories per iteration")
+    workers: int = Field(64, ge=1, description="simulated rollout workers")
+    turn_latency_sigma: float = Field(1.0, ge=0, description="lognormal sigma of the per-turn latency")
+    train_step_s: float = Field(1.0, ge=0, description="simulated seconds per trainer iteration "
+                                                       "(median turn latency = 1 s)")
+    bf16: bool = Field(True, description="engine weights and logits rounded to bfloat16")
+    logit_noise: float = Field(0.0, ge=0, description="sd of Gaussian logit noise at the engine (nats)")
+    eval_every: int = Field(10, ge=1, description="policy steps between evaluations")
+    eval_per_family: int = Field(32, ge=1, description="fixed evaluation episodes per difficulty family")
+    stages: list[tuple[int, str]] = Field(default_factory=list, description="pref-shift: (first policy step, "
+                                          "preferred style) per stage, the first at step 0")
+    measure_kl: bool = Field(False, description="also measure the exact per-step KL(pi_before || pi_after) "
+                                                "over the batch's action slots (nats/token; 2 extra forwards)")
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.task}-{self.arm}-s{self.seed}"
+
+    def preferred_at(self, step: int) -> str | None:
+        """The preferred style for episodes started at policy version `step` (None: no stages)."""
+        if not self.stages:
+            return None
+        firsts = [s for s, _ in self.stages]
+        return self.stages[max(0, bisect.bisect_right(firsts, step) - 1)][1]
+
+
+@dataclass
+class RunResult:
+    """What one run produced (its store also holds the trajectories and the trainer's records).
+
+    Attributes:
+        spec: the run. store: its store URI. seconds: wall time (s).
+        history: one dict per trainer iteration (see :func:`run_one` for the keys).
+        evals: one dict per evaluation: ``step``, ``reward`` (mean over the fixed episodes),
+            ``by_family`` ({family: mean reward}), ``preferred`` (pref-shift stage style).
+        log_ratio_hist: ``{staleness level: counts over LOG_RATIO_EDGES bins (+ under/overflow)}``
+            of action tokens' ``log pi_theta - log pi_rollout`` at the policy update.
+        band: ``{staleness level: [tokens, below 1 - eps_low, above 1 + eps_high]}`` for the DIS band.
+        staleness_tokens: ``{staleness level: action tokens trained}`` (policy iterations).
+    """
+
+    spec: RunSpec
+    store: str
+    history: list[dict[str, float]]
+    evals: list[dict[str, Any]]
+    log_ratio_hist: dict[int, list[int]]
+    band: dict[int, list[int]]
+    staleness_tokens: dict[int, int]
+    seconds: float
+
+
+# -- evaluation --------------------------------------------------------------------------------
+
+
+def eval_instances(seed: int, per_family: int) -> list[tuple[str, int, int]]:
+    """The fixed evaluation instances of a seed: `per_family` of each family, the same for every arm."""
+    rng = random.Random(f"eval-{seed}")
+    out: list[tuple[str, int, int]] = []
+    for fam in FAMILIES:
+        while sum(1 for f, _, _ in out if f == fam) < per_family:
+            inst = draw_instance(rng)
+            if inst[0] == fam:
+                out.append(inst)
+    return out
+
+
+def evaluate(model: torch.nn.Module, task: TaskName, instances: list[tuple[str, int, int]], *, seed: int,
+             preferred: str | None) -> dict[str, Any]:
+    """Mean reward of the float32 policy (no mismatch, temperature 1) on `instances`, sampled with
+    a generator seeded by `seed`, overall and per family."""
+    codec = CharCodec()
+    rows = [new_row(make_episode(task, inst, preferred=preferred), codec, max_action_tokens(task)) for inst in instances]
+    play(LlamaEngine(model), rows, codec, generator=torch.Generator().manual_seed(seed))
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        by.setdefault(r.episode.family, []).append(float(r.reward or 0.0))
+    allr = [x for v in by.values() for x in v]
+    return {"reward": sum(allr) / len(allr), "by_family": {f: sum(v) / len(v) for f, v in by.items()},
+            "preferred": preferred}
+
+
+# -- the trainer side --------------------------------------------------------------------------
+
+
+def no_correction_loss(loss_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`loss_fn` with the behaviour log-probs replaced by the current policy's own (detached): every
+    ratio is exactly 1 and nothing is masked, i.e. the plain policy gradient ``-A grad log pi``
+    that a trainer recomputing "old" log-probs with its current weights computes (SAO.md, "Data
+    the method depends on")."""
+
+    def fn(logprobs, _rollout_logprobs, advantages, action_mask, *a, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+        return loss_fn(logprobs, logprobs.detach(), advantages, action_mask, *a, **kw)
+
+    return fn
+
+
+def train_config(spec: RunSpec, store_uri: str) -> Any:
+    """The trainer's config for a run (no follow: the harness writes a batch, then reads it)."""
+    from trajstore.trainer.config import (CRITIC_TRAINABLE_PATTERN, AlgoConfig, DataConfig, ModelConfig, OptimConfig,
+                                          RunConfig, TrainConfig)
+
+    arm = get_arm(spec.arm)
+    codec = CharCodec()
+    algo = {"critic_warmup_steps": spec.critic_warmup, "eps_low": DIS_BAND[0], "eps_high": DIS_BAND[1], **arm.algo}
+    return TrainConfig(
+        store=store_uri,
+        model=ModelConfig(name=spec.warm_start, tokenizer=codec.name, seed=spec.seed,
+                          critic_trainable_pattern=None if arm.full_critic else CRITIC_TRAINABLE_PATTERN),
+        data=DataConfig(batch_size=spec.batch_size, micro_batch_size=MICRO_BATCH, max_seq_len=256,
+                        max_batch_tokens=256 * spec.batch_size, follow=False),
+        optim=OptimConfig(policy_lr=spec.policy_lr, critic_lr=spec.policy_lr * spec.critic_lr_factor),
+        algo=AlgoConfig(**algo),
+        run=RunConfig(run_id=spec.run_id, max_steps=spec.steps, publish_every=0, checkpoint_every=10**6,
+                      device="cpu", progress=False),
+    )
+
+
+@dataclass
+class _Spy:
+    """Collects log-ratios by staleness at each policy-loss call (see the module docstring)."""
+
+    staleness: list[torch.Tensor] = field(default_factory=list)  # (1, L) per slot, per micro-batch in order
+    calls: int = 0
+    hist: dict[int, list[int]] = field(default_factory=dict)
+    band: dict[int, list[int]] = field(default_factory=dict)
+    tokens: dict[int, int] = field(default_factory=dict)
+
+    def wrap(self, loss_fn: Callable[..., Any]) -> Callable[..., Any]:
+        edges = torch.tensor(LOG_RATIO_EDGES)
+
+        def fn(logprobs, rollout_logprobs, advantages, action_mask, *a, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+            st_all = self.staleness[self.calls] if self.calls < len(self.staleness) else None
+            self.calls += 1
+            if st_all is None or st_all.shape != action_mask.shape:
+                raise BenchError("the policy loss saw a packing other than the harness's")
+            m = action_mask.bool()
+            lr = (logprobs.detach() - rollout_logprobs)[m].double()
+            st = st_all[m].clamp(max=MAX_STALENESS_BIN)
+            b = torch.bucketize(lr, edges.double())  # 0 = below the first edge, len(edges) = above the last
+            r = lr.exp()
+            for s in st.unique().tolist():
+                sel = st == s
+                h = self.hist.setdefault(int(s), [0] * (len(LOG_RATIO_EDGES) + 1))
+                for k, c in zip(*torch.unique(b[sel], return_counts=True)):
+                    h[int(k)] += int(c)
+                bd = self.band.setdefault(int(s), [0, 0, 0])
+                bd[0] += int(sel.sum())
+                bd[1] += int((r[sel] <= 1 - DIS_BAND[0]).sum())
+                bd[2] += int((r[sel] >= 1 + DIS_BAND[1]).sum())
+                self.tokens[int(s)] = self.tokens.get(int(s), 0) + int(sel.sum())
+            return loss_fn(logprobs, rollout_logprobs, advantages, action_mask, *a, **kw)
+
+        return fn
+
+
+def _exact_kl(model: torch.nn.Module, packs: list[Any], before: torch.Tensor | None) -> tuple[torch.Tensor, float]:
+    """Log-softmax at the action slots of the packed micro-batches ``(N, V)``, and the mean
+    ``KL(before || now)`` over those slots (nats per token; NaN without `before`)."""
+    with torch.no_grad():
+        lp = torch.cat([torch.log_softmax(model(input_ids=mb.input_ids, position_ids=mb.position_ids).logits[0].float()
+                                          [mb.action_mask[0]], -1) for mb in packs])
+    if before is None:
+        return lp, math.nan
+    return lp, float((before.exp() * (before - lp)).sum(-1).mean())
+
+
+# -- one run -------------------------------------------------------------------------------------
+
+
+def _percentile(xs: list[int], q: float) -> float:
+    if not xs:
+        return math.nan
+    s = sorted(xs)
+    return float(s[min(len(s) - 1, int(q * len(s)))])
 
 
 def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, float]], None] | None = None,
             ) -> RunResult:
-    """Train one arm on one task through the pipeline (see the module docstring).
+    """Train one arm on one task from the seed's warm start (see the module docstring).
 
-    Args:
-        spec: the run. store_uri: a local store directory for this run (created).
-        on_iteration: called with each iteration's history row (progress output).
-
-    Returns:
-        The :class:`RunResult` (the store also holds trajectories, ``runs/<run_id>/`` records
-        and the last K+1 published versions).
+    History keys per iteration: ``iteration``, ``step`` (policy step trained, -1 in warm-up),
+    ``trainer_version``, ``reward`` (batch mean as sampled) and ``reward_<family>``,
+    ``zero_grad`` (fraction of action tokens with zero policy gradient: DIS-masked, or on PPO's
+    active clipped branch), ``grad_norm`` (policy, before clipping), ``entropy`` (nats/token),
+    ``kl_rollout`` (k3 estimate of KL(rollout || policy), nats/token), ``ratio_mean``,
+    ``explained_variance``, ``value_loss``, ``staleness_mean`` / ``staleness_p95`` /
+    ``staleness_max`` (versions, over action tokens), ``kl_step`` (with ``measure_kl``).
 
     Raises:
         BenchError: unknown arm, or the trainer's stream returned a batch other than the one
             just written.
     """
+    from trajstore.builder import TrajectoryBuilder
+    from trajstore.trainer.data import micro_batches, pack, split_for_rank
     from trajstore.trainer.loop import setup, train_step
-    from trajstore.trainer.models import load_policy
-    from trajstore.trainer.publish import load_policy_into, publish_policy
     from trajstore.writer import StoreWriter
 
     t0 = time.monotonic()
     arm = get_arm(spec.arm)
     codec = CharCodec()
+    mismatch = Mismatch(bf16=spec.bf16, logit_noise=spec.logit_noise)
     cfg = train_config(spec, store_uri)
     tr = setup(cfg)
-    store = tr.store
-    run_id = spec.run_id
-    prompt_of: dict[str, str] = {}
-    if arm.advantage_override == "running-mean-per-prompt":
-        tr.scalar_fn = _prompt_mean_scalar_fn(arm.prompt_window, prompt_of)
-    elif arm.advantage_override == "gae-no-skip":
-        tr.advantage_fn = _gae_no_skip_fn(tr)
-    sampler = load_policy("tiny-llama", tokenizer=codec.name, tiny_vocab_size=codec.vocab_size, seed=spec.seed).model
-    if spec.sampler_dtype == "bfloat16":
-        sampler = sampler.to(torch.bfloat16)
-    sampler.eval()
-    held = load_policy_into(sampler, store, run_id, 0)
-    initial = copy_model(sampler)
-    rng = random.Random(spec.seed)
+    if arm.has_critic and arm.estimator != "token":
+        tr.advantage_fn = trainer_advantage_fn(arm.estimator, cfg.algo.gamma, cfg.algo.lambda_alpha)
+    if arm.correction == "none":
+        tr.policy_loss_fn = no_correction_loss(tr.policy_loss_fn)
+    spy = _Spy()
+    tr.policy_loss_fn = spy.wrap(tr.policy_loss_fn)
+    warmup = cfg.algo.critic_warmup_steps if tr.critic is not None else 0
+
+    # the timeline: prompts drawn in order (the same stream in every arm of the seed)
+    acfg = AsyncConfig(workers=spec.workers, batch_size=spec.batch_size, group_size=arm.group_size,
+                       turn_latency_sigma=spec.turn_latency_sigma, train_step_s=spec.train_step_s)
+    task_rng = random.Random(f"tasks-{spec.seed}")
+    n_prompts = 4 * (warmup + spec.steps) * spec.batch_size + spec.workers
+    instances = [draw_instance(task_rng) for _ in range(n_prompts)]
+    from trajstore.trainer.envs.chain import TURNS
+
+    timeline: Timeline = simulate([TURNS[f] for f, _, _ in instances], acfg, iterations=warmup + spec.steps,
+                                  warmup=warmup, seed=spec.seed)
+    consumed = {k for it in timeline.iterations for k in it.rollouts}
+    actions = sorted((t, k, j) for k in consumed for j, t in enumerate(timeline.rollouts[k].action_starts))
+    action_times = [a[0] for a in actions]
+
+    engine = LlamaEngine(tr.loaded.model, mismatch)
+    engine_version = 0
     gen = torch.Generator().manual_seed(spec.seed)
+    evals_inst = eval_instances(spec.seed, spec.eval_per_family)
+    rows: dict[int, Row] = {}
+    builders: dict[int, TrajectoryBuilder] = {}
+    finished: dict[int, Any] = {}
+    family_of: dict[str, str] = {}
+    sampling = {"temperature": 1.0, "top_p": 1.0, "max_tokens": max_action_tokens(spec.task)}
     history: list[dict[str, float]] = []
-    total = spec.steps + (tr.cfg.algo.critic_warmup_steps if tr.critic is not None else 0)
+    evals: list[dict[str, Any]] = []
+
+    def on_action(row: Row, ids: list[int], lps: list[float], reply: Any, obs: list[int]) -> None:
+        k, j, v = row.tag
+        b = builders[k]
+        b.add_action(ids, lps, policy_version=v, finish_reason="stop" if ids[-1] == codec.eos_token_id else "length",
+                     sampling=sampling, call_id=f"turn-{j}")
+        if reply.done:
+            b.set_reward(float(reply.reward))
+            t = b.finish("completed")
+            finished[k] = t
+            family_of[t.trajectory_id] = row.episode.family
+        else:
+            b.add_observation(obs, role="user", cause_id=f"turn-{j}")
+
+    def sample_until(t_end: float, pointer: int) -> int:
+        """Sample every consumed rollout's actions starting before `t_end`, version by version."""
+        nonlocal engine_version
+        stop = bisect.bisect_left(action_times, t_end)
+        seg = actions[pointer:stop]
+        by_version: dict[int, list[tuple[float, int, int]]] = {}
+        for a in seg:
+            by_version.setdefault(timeline.version_at(a[0]), []).append(a)
+        for v in sorted(by_version):
+            if v != engine_version:
+                if v != tr.state.version:
+                    raise BenchError(f"{spec.run_id}: an action needs version {v}, the trainer is at "
+                                     f"{tr.state.version}")
+                engine.load(tr.loaded.model)
+                engine_version = v
+            per_rollout: dict[int, list[int]] = {}
+            for _, k, j in by_version[v]:
+                per_rollout.setdefault(k, []).append(j)
+            rnd = 0
+            while True:
+                batch_rows = []
+                for k, js in per_rollout.items():
+                    if rnd < len(js):
+                        j = js[rnd]
+                        if k not in rows:
+                            r = timeline.rollouts[k]
+                            inst = instances[r.prompt]
+                            ep = make_episode(spec.task, inst, preferred=spec.preferred_at(timeline.version_at(
+                                r.action_starts[0])))
+                            rows[k] = new_row(ep, codec, max_action_tokens(spec.task))
+                            builders[k] = TrajectoryBuilder(
+                                trajectory_id=f"{spec.run_id}-r{k}", prompt_id=ep.prompt_id,
+                                group_id=f"{spec.run_id}-p{r.prompt}" if arm.group_size > 1 else None,
+                                source=BENCH_SOURCE, model="tiny-llama-warm", tokenizer=codec.name,
+                                metadata={"bench_run": spec.run_id, "arm": spec.arm, "family": inst[0]})
+                            builders[k].add_prompt(rows[k].context, role="user")
+                        rows[k].tag = (k, j, v)
+                        batch_rows.append(rows[k])
+                if not batch_rows:
+                    break
+                play(engine, batch_rows, codec, generator=gen, until="action", on_action=on_action)
+                rnd += 1
+        return stop
+
+    def do_eval(step: int) -> None:
+        e = evaluate(tr.loaded.model, spec.task, evals_inst, seed=20_000 + spec.seed, preferred=spec.preferred_at(step))
+        e["step"] = step
+        evals.append(e)
+
+    pointer = 0
+    do_eval(0)
     try:
-        with StoreWriter(store, flush_seconds=None) as writer:
-            for iteration in range(total):
-                latest = tr.state.version
-                want = max(0, latest - spec.staleness)
-                if want != held:
-                    held = load_policy_into(sampler, store, run_id, want)
-                phase = spec.phase_at(tr.state.step)
-                n_prompts = math.ceil(spec.batch_size / arm.group_size)
-                eps, groups = [], []
-                for j in range(n_prompts):
-                    ep = sample_episode(spec.task, phase, rng, modulus=spec.modulus)
-                    for g in range(min(arm.group_size, spec.batch_size - len(eps))):
-                        eps.append(ep if g == 0 else clone_episode(ep))
-                        groups.append(f"{run_id}-i{iteration}-p{j}" if arm.group_size > 1 else None)
-                played = play_episodes(sampler, codec, eps, version=held, generator=gen, group_ids=groups,
-                                       metadata={"bench_run": run_id, "arm": spec.arm, "task": spec.task,
-                                                 "phase": 1 if phase is not spec.phase else 0})
-                for p in played:
-                    prompt_of[p.trajectory.trajectory_id] = p.prompt_id
-                writer.write_many(p.trajectory for p in played)
+        with StoreWriter(tr.store, flush_seconds=None) as writer:
+            for it in timeline.iterations:
+                pointer = sample_until(it.start, pointer)
+                if engine_version != tr.state.version:
+                    # the version published at the previous iteration's end had no action yet;
+                    # actions from now until this iteration's end use it
+                    engine.load(tr.loaded.model)
+                    engine_version = tr.state.version
+                missing = [k for k in it.rollouts if k not in finished]
+                if missing:
+                    raise BenchError(f"{spec.run_id}: rollout {missing[0]} is consumed before it finished")
+                trajs = [finished.pop(k) for k in it.rollouts]
+                for k in it.rollouts:
+                    rows.pop(k, None)
+                    builders.pop(k, None)
+                writer.write_many(trajs)
                 writer.flush()
                 batch = tr.stream.next_batch()
-                wrote = {p.trajectory.trajectory_id for p in played}
-                if batch is None or {s.trajectory_id for s in batch.samples} != wrote:
-                    raise BenchError(f"{run_id} iteration {iteration}: the trainer's stream did not return the "
-                                     f"{len(wrote)} trajectories just written")
+                if batch is None or [s.trajectory_id for s in batch.samples] != [t.trajectory_id for t in trajs]:
+                    raise BenchError(f"{spec.run_id} iteration {it.index}: the trainer's stream did not return the "
+                                     f"{len(trajs)} trajectories just written, in completion order")
+                version = tr.state.version
+                # the loop's micro-batches (one rank): the spy's per-slot staleness must align with them
+                local = split_for_rank(batch.samples, 0, 1)
+                packs = [pack(m) for m in micro_batches(local, cfg.data.micro_batch_size,
+                                                        math.ceil(len(local) / cfg.data.micro_batch_size))]
+                spy.staleness = [torch.where(p.action_mask, version - p.policy_version, 0) for p in packs]
+                spy.calls = 0
+                kl_before = None
+                if spec.measure_kl and it.publishes is not None:
+                    kl_before, _ = _exact_kl(tr.loaded.model, packs, None)
                 step_before = tr.state.step
-                warm = tr.state.iteration < tr.cfg.algo.critic_warmup_steps and tr.critic is not None
-                metrics, consumed = train_step(tr, batch)
+                metrics, consumed_rows = train_step(tr, batch)
                 if tr.recorder is not None:
-                    tr.recorder.write_step(iteration=iteration,
-                                           step=consumed[0]["step"] if consumed else step_before,
-                                           trainer_version=consumed[0]["trainer_version"] if consumed else latest,
-                                           metrics=metrics, consumed=consumed)
-                if not warm:
-                    publish_policy(store, run_id, tr.state.version, tr.loaded.model, step=tr.state.step,
-                                   base_model=tr.loaded.name, tokenizer=tr.loaded.tokenizer)
-                    tr.published = tr.state.version
-                    _prune_versions(store, run_id, keep_from=tr.state.version - spec.staleness - 1)
-                row = {
-                    "iteration": iteration, "step": -1 if warm else step_before, "version_sampled": held,
-                    "phase": 1 if phase is not spec.phase else 0,
-                    "reward": sum(p.reward for p in played) / len(played),
-                    "masked": metrics.get("ratio/masked_below", math.nan) + metrics.get("ratio/masked_above", math.nan),
+                    tr.recorder.write_step(iteration=it.index, step=consumed_rows[0]["step"] if consumed_rows else
+                                           step_before, trainer_version=version, metrics=metrics,
+                                           consumed=consumed_rows)
+                stale = torch.cat([st[p.action_mask] for st, p in zip(spy.staleness, packs)]).tolist()
+                row: dict[str, float] = {
+                    "iteration": it.index, "step": step_before if it.publishes is not None else -1,
+                    "trainer_version": version, "time_s": it.start,
+                    "reward": sum(t.reward for t in trajs) / len(trajs),
                     "zero_grad": metrics.get("ratio/zero_grad", math.nan),
-                    "explained_variance": metrics.get("value/explained_variance", math.nan),
-                    "ratio_mean": metrics.get("ratio/mean", math.nan),
+                    "grad_norm": metrics.get("policy/grad_norm", math.nan),
                     "entropy": metrics.get("policy/entropy", math.nan),
-                    "staleness_max": metrics.get("staleness/max", math.nan),
+                    "kl_rollout": metrics.get("policy/kl_k3", math.nan),
+                    "ratio_mean": metrics.get("ratio/mean", math.nan),
+                    "explained_variance": metrics.get("value/explained_variance", math.nan),
+                    "value_loss": metrics.get("value/loss", math.nan),
+                    "staleness_mean": sum(stale) / max(len(stale), 1),
+                    "staleness_p95": _percentile(stale, 0.95),
+                    "staleness_max": float(max(stale, default=0)),
                 }
+                for fam in FAMILIES:
+                    rs = [t.reward for t in trajs if family_of[t.trajectory_id] == fam]
+                    row[f"reward_{fam}"] = sum(rs) / len(rs) if rs else math.nan
+                if kl_before is not None:
+                    row["kl_step"] = _exact_kl(tr.loaded.model, packs, kl_before)[1]
                 history.append(row)
                 if on_iteration is not None:
                     on_iteration(row)
+                if it.publishes is not None and tr.state.step % spec.eval_every == 0:
+                    do_eval(tr.state.step)
     finally:
         tr.stream.close()
         if tr.recorder is not None:
             tr.recorder.close()
-    final_phase = spec.phase_at(spec.steps)
-    trained = copy_model(sampler)
-    trained.load_state_dict(tr.loaded.model.state_dict())
-    eval_seed = 10_000 + spec.seed
-    initial_reward = evaluate(initial, codec, spec, final_phase, seed=eval_seed)
-    final_reward = evaluate(trained, codec, spec, final_phase, seed=eval_seed)
-    return RunResult(spec, store.uri, history, initial_reward, final_reward, time.monotonic() - t0)
+    if evals[-1]["step"] != tr.state.step:
+        do_eval(tr.state.step)
+    return RunResult(spec, tr.store.uri, history, evals, spy.hist, spy.band, spy.tokens, time.monotonic() - t0)
 
-
-def copy_model(model: torch.nn.Module) -> torch.nn.Module:
-    """A deep copy in eval mode (the sampler's dtype)."""
-    import copy
-
-    return copy.deepcopy(model).eval()
-
-
-def _prune_versions(store: Store, run_id: str, *, keep_from: int) -> None:
-    """Delete published versions below `keep_from` (never v0: it is the untrained baseline);
-    a run only ever loads ``latest - K``, and ~100 versions per run would fill the disk.
-    The benchmark's stores are local directories."""
-    from trajstore.trainer.publish import list_policy_versions, version_dir
-
-    if keep_from <= 1:
-        return
-    for v in list_policy_versions(store, run_id):
-        if 0 < v < keep_from:
-            shutil.rmtree(store.path(version_dir(run_id, v)), ignore_errors=True)

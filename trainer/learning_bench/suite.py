@@ -1,7 +1,10 @@
-"""The benchmark's grid (arms x tasks x staleness/learning-rate conditions x seeds), run in
-worker processes, summarised per run (final reward, steps to a threshold, recovery after the
-reward shift, max masked fraction) and rendered as a table and plots. Presets: ``full`` (the
-table in bench/LEARNING.md, about 13-15 min on 2 cores) and ``smoke`` (one SAO run, seconds).
+"""``traj bench learning``: presets, the grid of runs (arms x tasks x paired seeds) and the
+advantage-quality study run in worker processes, then the pre-registered statistics, the figures
+and a report, all written under a fresh directory of the scratch area (never into the checkout).
+
+Presets: ``default`` (the grid behind bench/LEARNING.md, <= 15 min on 2 cores), ``smoke`` (CI:
+one seed, the advantage-quality study at small size and one short SAO run, <= 1 min) and
+``calibrate`` (the one-off learning-rate calibration that fixed :data:`POLICY_LR`).
 """
 
 from __future__ import annotations
@@ -9,330 +12,442 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trajstore.trainer.learning_bench.harness import ARMS, RunResult, RunSpec
-from trajstore.trainer.envs import TaskName, TaskPhase
+from trajstore.trainer.envs import FAMILIES
+from trajstore.trainer.learning_bench.harness import (ARMS, DIS_BAND, LOG_RATIO_EDGES, RunResult, RunSpec, get_arm,
+                                                      run_one)
+from trajstore.trainer.learning_bench.oracle import BASELINE_ARMS, CRITIC_ARMS, QualityConfig
+from trajstore.trainer.learning_bench.stats import CLAIMS, Interval, auc, bootstrap_interval, paired, verdict
+from trajstore.trainer.learning_bench.warmstart import WarmStartConfig
 
-Preset = Literal["full", "smoke"]
+Preset = Literal["default", "smoke", "calibrate"]
 
-GUESS_PHASE = TaskPhase(target_low=0, target_high=7, max_turns=7)
-"""Guess the number before the shift: targets uniform in [0, 7], 7 guesses over [0, 15]."""
-GUESS_SHIFTED = TaskPhase(target_low=8, target_high=15, max_turns=7)
-"""After the shift the targets move to [8, 15]: a policy tuned to the first range loses
-reward until it relearns (the paper's staged reward-preference shift, in miniature)."""
-SEQUENCE_PHASE = TaskPhase(length=4, step_sizes=(1, 2))
-"""Sequence completion: 4 terms to produce, common difference 1 or 2, modulus 10."""
+POLICY_LR = 5e-4
+"""The RL learning rate of every arm (critic: 5x). Calibrated once with ``traj bench learning
+--preset calibrate`` (SAO, seed 0, 20 policy steps per candidate lr): the median per-step
+KL(pi_before || pi_after) was 6.2e-4 nats per action token at 3e-4 and 9.8e-4 at 5e-4
+(interpolated 5.04e-4 for 1e-3); the table is in bench/LEARNING.md."""
+CALIBRATION_LRS = (1e-4, 2e-4, 3e-4, 5e-4, 1e-3)
+CALIBRATION_TARGET_KL = 1e-3
+"""nats per action token, exact over the vocabulary at the batch's action slots."""
+SHIFT_STYLES = ("<", "=", ">")
+"""Preferred style of each stage of the pref-shift task."""
 
-THRESHOLD = {"guess": 0.7, "sequence": 0.4}
-"""Reward the smoothed batch reward must reach for "steps to threshold" (per task)."""
-SMOOTH = 10
-"""Iterations in the moving average used for thresholds and recovery."""
-RECOVERY_FRACTION = 0.9
-"""Recovered = the smoothed reward is back to this fraction of its level just before the shift."""
-RESULT_FILE = "bench-result.json"
-"""A finished run's spec, history and evaluation rewards, at the root of its store."""
+
+def default_scratch() -> Path:
+    """``<system temp dir>/trajstore-bench-learning``: where the benchmark writes unless told."""
+    return Path(tempfile.gettempdir()) / "trajstore-bench-learning"
 
 
 class SuiteConfig(BaseModel):
-    """What ``traj bench learning`` runs."""
+    """What ``traj bench learning`` runs (see the presets)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    store_root: str = Field("bench-learning-store", description="directory; one local store per run under it")
-    out_dir: str = Field("bench/learning_plots", description="plots, results.json and table.md go here")
-    tasks: list[TaskName] = Field(default_factory=lambda: ["sequence", "guess"], description="tasks")
-    arms: list[str] = Field(default_factory=lambda: list(ARMS), description="arm names")
-    conditions: list[tuple[int, float]] = Field(
-        default_factory=lambda: [(0, 1e-3), (4, 1e-3), (4, 3e-3)],
-        description="(staleness K in versions, policy = critic learning rate) pairs")
-    seeds: list[int] = Field(default_factory=lambda: [0], description="seeds")
-    steps: dict[str, int] = Field(default_factory=lambda: {"sequence": 150, "guess": 200},
-                                  description="policy steps per task")
-    shift_step: int | None = Field(100, description="guess: policy step of the reward shift (None = no shift)")
-    batch_size: int = Field(32, ge=1, description="episodes per step")
-    workers: int = Field(2, ge=1, description="runs in parallel (one torch thread each)")
-    reuse: bool = Field(False, description="keep a run whose store already holds its finished result "
-                                           "(RESULT_FILE) instead of rerunning it (an interrupted grid resumes)")
+    preset: Preset = "default"
+    scratch: str = Field(default_factory=lambda: str(default_scratch()),
+                         description="directory for warm starts (cached per seed) and a fresh run directory")
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
+    chain_arms: list[str] = Field(default_factory=lambda: list(ARMS))
+    chain_steps: int = 25
+    shift_arms: list[str] = Field(default_factory=lambda: ["sao", "running-mean-8", "running-mean-128"])
+    shift_stage_steps: int = Field(12, description="policy steps per preference stage (3 stages)")
+    batch_size: int = 32
+    workers: int = Field(64, description="simulated rollout workers")
+    critic_warmup: int = 10
+    policy_lr: float = POLICY_LR
+    logit_noise: float = Field(0.2, description="sd of the engine's logit noise (nats), on top of bf16 rounding")
+    eval_every: int = 5
+    eval_per_family: int = 32
+    kl_arms: list[str] = Field(default_factory=lambda: ["sao", "no-correction", "ppo-clip", "grpo-dis"],
+                               description="arms whose exact per-step KL is measured (2 extra forwards per step)")
+    quality: QualityConfig | None = Field(default_factory=lambda: QualityConfig(critic_iterations=(10, 30)))
+    warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig)
+    processes: int = Field(2, ge=1, description="worker processes (one torch thread each)")
+    calibrate_lrs: list[float] = Field(default_factory=list, description="calibrate preset: candidate policy lrs")
 
     @classmethod
-    def preset(cls, name: Preset, **overrides: Any) -> SuiteConfig:
-        """The ``full`` grid or the ``smoke`` run (SAO, sequence task, K = 0, seed 0, 120 steps)."""
-        if name == "full":
-            return cls(**overrides)
-        if name == "smoke":
-            base = dict(tasks=["sequence"], arms=["sao"], conditions=[(0, 1e-3)], seeds=[0],
-                        steps={"sequence": 120, "guess": 120}, shift_step=None, workers=1)
-            return cls(**{**base, **overrides})
-        raise ValueError(f"unknown preset {name!r}; expected 'full' or 'smoke'")
+    def preset_config(cls, name: Preset, **overrides: Any) -> SuiteConfig:
+        """The named preset with `overrides` applied (unknown preset: ValueError)."""
+        if name == "default":
+            base: dict[str, Any] = {}
+        elif name == "smoke":
+            base = dict(seeds=[0], chain_arms=["sao"], chain_steps=6, shift_arms=[], batch_size=16, workers=32,
+                        critic_warmup=3, eval_every=3, eval_per_family=8, processes=1,
+                        quality=QualityConfig(critic_iterations=(40,), prompts=6, mc_rollouts=16,
+                                              estimators=("sao", "running-mean-128")),
+                        warm_start=WarmStartConfig(steps=200))
+        elif name == "calibrate":
+            base = dict(seeds=[0], chain_arms=["sao"], chain_steps=20, shift_arms=[], quality=None,
+                        calibrate_lrs=list(CALIBRATION_LRS))
+        else:
+            raise ValueError(f"unknown preset {name!r}; expected default, smoke or calibrate")
+        return cls(preset=name, **{**base, **overrides})
 
-    def specs(self) -> list[RunSpec]:
-        """Every run of the grid, in a stable order."""
+    def shifts(self) -> list[int]:
+        """Policy steps at which the pref-shift preference changes."""
+        return [self.shift_stage_steps * i for i in range(1, len(SHIFT_STYLES))]
+
+    def specs(self, warm: dict[int, str]) -> list[RunSpec]:
+        """Every RL run, in a stable order (`warm`: seed -> warm-start directory)."""
+        common = dict(batch_size=self.batch_size, workers=self.workers, critic_warmup=self.critic_warmup,
+                      logit_noise=self.logit_noise, eval_every=self.eval_every, eval_per_family=self.eval_per_family)
         out = []
-        for task in self.tasks:
-            for k, lr in self.conditions:
-                for arm in self.arms:
-                    for seed in self.seeds:
-                        extra: dict[str, Any] = {"phase": SEQUENCE_PHASE} if task == "sequence" else {
-                            "phase": GUESS_PHASE, "shift_step": self.shift_step,
-                            "shifted": GUESS_SHIFTED if self.shift_step else None}
-                        out.append(RunSpec(task=task, arm=arm, staleness=k, policy_lr=lr, critic_lr=lr, seed=seed,
-                                           steps=self.steps[task], batch_size=self.batch_size, **extra))
+        lrs = self.calibrate_lrs or [self.policy_lr]
+        for lr in lrs:
+            for arm in self.chain_arms:
+                for s in self.seeds:
+                    out.append(RunSpec(task="chain", arm=arm, seed=s, warm_start=warm[s], steps=self.chain_steps,
+                                       policy_lr=lr, measure_kl=arm in self.kl_arms, **common))
+        stages = [(i * self.shift_stage_steps, st) for i, st in enumerate(SHIFT_STYLES)]
+        for arm in self.shift_arms:
+            for s in self.seeds:
+                out.append(RunSpec(task="pref-shift", arm=arm, seed=s, warm_start=warm[s], policy_lr=self.policy_lr,
+                                   steps=self.shift_stage_steps * len(SHIFT_STYLES), stages=stages,
+                                   measure_kl=arm in self.kl_arms, **common))
         return out
 
 
-@dataclass
-class RunSummary:
-    """The table's numbers for one run.
-
-    Attributes:
-        run_id, task, arm, staleness (versions), lr, seed: the run.
-        initial_reward: evaluation reward of version 0 (untrained), final phase.
-        final_reward: evaluation reward of the final version, same episodes and sampler seed.
-        last_reward: mean batch reward over the last SMOOTH iterations (as sampled, lagged).
-        steps_to_threshold: first policy step whose SMOOTH-iteration moving average reaches
-            THRESHOLD[task]; None = never.
-        recovery_steps: policy steps after the shift until the moving average (post-shift
-            iterations only) is back to RECOVERY_FRACTION of its pre-shift level; None = never
-            or no shift.
-        max_masked: largest per-step fraction of action tokens DIS-masked (PPO: clipped branch
-            active), over the run.
-        explained_variance: mean critic explained variance over the last 20 iterations (NaN
-            for arms without a critic).
-        seconds: wall time (s).
-    """
-
-    run_id: str
-    task: str
-    arm: str
-    staleness: int
-    lr: float
-    seed: int
-    initial_reward: float
-    final_reward: float
-    last_reward: float
-    steps_to_threshold: int | None
-    recovery_steps: int | None
-    max_masked: float
-    explained_variance: float
-    seconds: float
+# -- jobs (run in worker processes) --------------------------------------------------------------
 
 
-def _moving(xs: Sequence[float], w: int) -> list[float]:
-    return [sum(xs[max(0, i - w + 1):i + 1]) / len(xs[max(0, i - w + 1):i + 1]) for i in range(len(xs))]
-
-
-def summarise(res: RunResult) -> RunSummary:
-    """Reduce a run's history to the table's numbers (see :class:`RunSummary`)."""
-    spec, h = res.spec, [r for r in res.history if r["step"] >= 0]
-    rewards = [r["reward"] for r in h]
-    steps = [int(r["step"]) for r in h]
-    pre = [(s, r) for s, r, row in zip(steps, rewards, h) if row["phase"] == 0]
-    smooth_pre = _moving([r for _, r in pre], SMOOTH)
-    thr = THRESHOLD[spec.task]
-    to_thr = next((s for (s, _), m in zip(pre, smooth_pre) if m >= thr), None)
-    recovery = None
-    if spec.shift_step is not None and spec.shifted is not None:
-        before = [r for _, r in pre][-SMOOTH:]
-        level = sum(before) / max(len(before), 1)
-        post = [(s, r) for s, r, row in zip(steps, rewards, h) if row["phase"] == 1]
-        smooth_post = _moving([r for _, r in post], SMOOTH)
-        for i, ((s, _), m) in enumerate(zip(post, smooth_post)):
-            if i + 1 >= SMOOTH and m >= RECOVERY_FRACTION * level:
-                recovery = s - spec.shift_step
-                break
-    masked = [r["masked"] for r in h if not math.isnan(r["masked"])]
-    ev = [r["explained_variance"] for r in res.history[-20:] if not math.isnan(r["explained_variance"])]
-    return RunSummary(spec.run_id, spec.task, spec.arm, spec.staleness, spec.policy_lr, spec.seed,
-                      res.initial_reward, res.final_reward, sum(rewards[-SMOOTH:]) / max(len(rewards[-SMOOTH:]), 1),
-                      to_thr, recovery, max(masked, default=math.nan),
-                      sum(ev) / len(ev) if ev else math.nan, res.seconds)
-
-
-def _run_in_child(spec_json: str, store_uri: str) -> dict[str, Any]:
+def _job_warm(scratch: str, seed: int, cfg_json: str) -> tuple[int, str]:
     import torch
 
     torch.set_num_threads(1)
-    from trajstore.trainer.learning_bench.harness import run_one
+    from trajstore.trainer.learning_bench.warmstart import ensure_warm_start
 
-    res = run_one(RunSpec.model_validate_json(spec_json), store_uri)
-    out = {"spec": json.loads(res.spec.model_dump_json()), "store": res.store, "history": res.history,
-           "initial_reward": res.initial_reward, "final_reward": res.final_reward, "seconds": res.seconds}
-    (Path(store_uri) / RESULT_FILE).write_text(json.dumps(out))
+    cfg = WarmStartConfig(**json.loads(cfg_json))
+    return seed, str(ensure_warm_start(scratch, seed, cfg))
+
+
+def _job_run(spec_json: str, store: str, out: str) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(1)
+    spec = RunSpec.model_validate_json(spec_json)
+    res = run_one(spec, store)
+    d = {"spec": json.loads(spec.model_dump_json()), "store": res.store, "history": res.history, "evals": res.evals,
+         "log_ratio_hist": res.log_ratio_hist, "band": res.band, "staleness_tokens": res.staleness_tokens,
+         "seconds": res.seconds}
+    Path(out).write_text(json.dumps(d))
+    return d
+
+
+def _job_quality(warm: str, seed: int, cfg_json: str, out: str) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(1)
+    from trajstore.trainer.learning_bench.oracle import advantage_quality
+
+    d = json.loads(cfg_json)
+    d["critic_iterations"] = tuple(d["critic_iterations"])
+    t0 = time.monotonic()
+    res = advantage_quality(warm, seed, QualityConfig(**d))
+    res["seconds"] = time.monotonic() - t0
+    Path(out).write_text(json.dumps(res))
+    return res
+
+
+def _pool(n: int):  # noqa: ANN202
+    import multiprocessing as mp
+
+    return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"))
+
+
+def run_suite(cfg: SuiteConfig, *, log: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """Run the preset: warm starts (cached), every run and the advantage-quality study, then the
+    analysis. Everything goes to a fresh ``<scratch>/<preset>-<UTC time>/`` directory.
+
+    Returns:
+        The summary (also written as ``summary.json`` there): paths, timings, per-claim verdicts.
+    """
+    t0 = time.monotonic()
+    scratch = Path(cfg.scratch).expanduser().resolve()
+    out = scratch / f"{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{os.getpid()}"
+    (out / "results").mkdir(parents=True, exist_ok=False)
+    (out / "stores").mkdir()
+    (out / "config.json").write_text(cfg.model_dump_json(indent=2))
+    log(f"traj bench learning --preset {cfg.preset}: writing to {out}")
+    warm: dict[int, str] = {}
+    ws_json = json.dumps(asdict(cfg.warm_start))
+    t_warm = time.monotonic()
+    if cfg.processes == 1:
+        for s in cfg.seeds:
+            warm[s] = _job_warm(str(scratch), s, ws_json)[1]
+    else:
+        with _pool(cfg.processes) as pool:
+            for f in as_completed([pool.submit(_job_warm, str(scratch), s, ws_json) for s in cfg.seeds]):
+                s, d = f.result()
+                warm[s] = d
+    log(f"warm starts ready for seeds {cfg.seeds} ({time.monotonic() - t_warm:.0f}s)")
+    specs = cfg.specs(warm)
+    jobs: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = []
+    if cfg.quality is not None:
+        qjson = json.dumps(asdict(cfg.quality))
+        for s in cfg.seeds:
+            jobs.append((f"quality-s{s}", _job_quality, (warm[s], s, qjson, str(out / "results" / f"quality-s{s}.json"))))
+    for sp in specs:
+        name = f"{sp.run_id}-lr{sp.policy_lr:g}" if cfg.calibrate_lrs else sp.run_id
+        jobs.append((name, _job_run, (sp.model_dump_json(), str(out / "stores" / name),
+                                      str(out / "results" / f"{name}.json"))))
+    done: dict[str, Any] = {}
+    if cfg.processes == 1:
+        for i, (name, fn, args) in enumerate(jobs):
+            done[name] = fn(*args)
+            log(f"[{i + 1}/{len(jobs)}] {name} ({time.monotonic() - t0:.0f}s)")
+    else:
+        with _pool(cfg.processes) as pool:
+            futs = {pool.submit(fn, *args): name for name, fn, args in jobs}
+            for i, f in enumerate(as_completed(futs)):
+                done[futs[f]] = f.result()
+                log(f"[{i + 1}/{len(jobs)}] {futs[f]} ({time.monotonic() - t0:.0f}s)")
+    summary = analyse(cfg, done, out)
+    summary["seconds"] = time.monotonic() - t0
+    summary["out_dir"] = str(out)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    (out / "report.md").write_text(render_report(cfg, summary))
+    return summary
+
+
+def reanalyse(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Redo the statistics, figures and report of a finished run directory from its saved
+    results (no training); overwrites only that directory's summary, report and figures."""
+    out = Path(out_dir)
+    cfg = SuiteConfig.model_validate_json((out / "config.json").read_text())
+    done = {p.stem: json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))}
+    old = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
+    summary = analyse(cfg, done, out)
+    summary["seconds"] = old.get("seconds", math.nan)
+    summary["out_dir"] = str(out)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    (out / "report.md").write_text(render_report(cfg, summary))
+    return summary
+
+
+# -- analysis --------------------------------------------------------------------------------------
+
+
+def _iv(iv: Interval) -> dict[str, Any]:
+    return {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n, "diffs": list(iv.diffs)}
+
+
+def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Statistics, verdicts and figures from the finished jobs (see :mod:`.stats`, :mod:`.plots`)."""
+    from trajstore.trainer.learning_bench import plots
+
+    runs = [d for k, d in done.items() if not k.startswith("quality-")]
+    summary: dict[str, Any] = {"figures": {}, "claims": [], "auc": {}, "quality": {}}
+    if cfg.calibrate_lrs:
+        return _calibration(cfg, runs, summary)
+    by: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for d in runs:
+        sp = d["spec"]
+        by.setdefault((sp["task"], sp["arm"]), {})[sp["seed"]] = d
+    # areas under the evaluation curves
+    metric: dict[str, dict[str, dict[int, float]]] = {"auc": {}, "post-shift-auc": {}}
+    for (task, arm), seeds in by.items():
+        for s, d in seeds.items():
+            if task == "chain":
+                metric["auc"].setdefault(arm, {})[s] = auc(d["evals"])
+            else:
+                steps = cfg.shift_stage_steps * len(SHIFT_STYLES)
+                vals = [auc(d["evals"], first=sh, last=min(sh + cfg.shift_stage_steps, steps)) for sh in cfg.shifts()]
+                metric["post-shift-auc"].setdefault(arm, {})[s] = sum(vals) / len(vals)
+    summary["auc"] = {m: {a: v for a, v in vals.items()} for m, vals in metric.items()}
+    # advantage quality
+    quality = [d for k, d in done.items() if k.startswith("quality-")]
+    if quality:
+        first = quality[0]["checkpoints"]
+        for ci, cp in enumerate(first):
+            n = cp["critic_iterations"]
+            per: dict[str, dict[str, dict[int, float]]] = {"corr": {}, "cos": {}}
+            for q in quality:
+                for est, v in q["checkpoints"][ci]["estimators"].items():
+                    for k in ("corr", "cos"):
+                        per[k].setdefault(est, {})[q["seed"]] = v[k]
+            rel = statistics.mean(q["checkpoints"][ci]["reliability"] for q in quality)
+            ev = statistics.mean(q["checkpoints"][ci]["explained_variance"] for q in quality)
+            summary["quality"][str(n)] = {"reliability": rel, "explained_variance": ev,
+                                          "values": per, "tokens": quality[0]["tokens"]}
+            order = [a for a in ARMS if a in per["corr"]]
+            bars = {e: {k: bootstrap_interval(list(per[k][e].values())) for k in ("corr", "cos")} for e in order}
+            summary["figures"][f"quality-{n}"] = plots.quality_plot(
+                bars, rel, out / f"advantage-quality-{n}.png",
+                title=f"advantage quality vs the Monte-Carlo oracle A* (fixed warm-start policy, critics after {n} "
+                      f"critic iterations; mean over {len(quality)} seeds, 95% bootstrap CI)")
+        metric["corr"] = summary["quality"][str(first[0]["critic_iterations"])]["values"]["corr"]
+        metric["cos"] = summary["quality"][str(first[0]["critic_iterations"])]["values"]["cos"]
+    # DIS masked fraction in the sao runs (testability of the DIS claims)
+    sao_band = [d["band"] for (task, arm), seeds in by.items() if arm == "sao" and task == "chain"
+                for d in seeds.values()]
+    tot = sum(v[0] for b in sao_band for v in b.values())
+    dis_masked = sum(v[1] + v[2] for b in sao_band for v in b.values()) / tot if tot else None
+    summary["dis_masked_sao"] = dis_masked
+    # claims
+    forest: dict[str, list[dict[str, Any]]] = {}
+    for c in CLAIMS:
+        vals = metric.get(c.metric, {})
+        if c.arm not in vals or c.ref not in vals:
+            continue
+        iv = paired(vals, c.arm, c.ref)
+        v, why = verdict(c, iv, dis_masked=dis_masked)
+        summary["claims"].append({"key": c.key, "paper": c.paper, "task": c.task, "metric": c.metric, "arm": c.arm,
+                                  "ref": c.ref, "interval": _iv(iv), "verdict": v, "reason": why})
+    # forest plots: every arm against sao (and grpo-no-dis against grpo-dis)
+    for metric_name, unit, title in (
+            ("auc", "paired difference in AUC of the evaluation reward (reward units), arm - sao",
+             "chain task: area under the evaluation-reward curve, difference to sao"),
+            ("post-shift-auc", "paired difference in post-shift AUC (reward units), arm - sao",
+             "pref-shift task: evaluation reward after each preference shift, difference to sao")):
+        vals = metric.get(metric_name, {})
+        rows = []
+        for arm in ARMS:
+            if arm == "sao" or arm not in vals or "sao" not in vals:
+                continue
+            iv = paired(vals, arm, "sao")
+            claim = next((c for c in CLAIMS if c.arm == arm and c.ref == "sao" and c.metric == metric_name), None)
+            v = verdict(claim, iv, dis_masked=dis_masked)[0] if claim else "no paper claim"
+            rows.append({"label": f"{arm} - sao", "mean": iv.mean, "low": iv.low, "high": iv.high, "verdict": v,
+                         "unit": unit})
+        if metric_name == "auc" and "grpo-no-dis" in vals and "grpo-dis" in vals:
+            iv = paired(vals, "grpo-no-dis", "grpo-dis")
+            claim = next(c for c in CLAIMS if c.key == "grpo-dis-vs-none")
+            rows.append({"label": "grpo-no-dis - grpo-dis", "mean": iv.mean, "low": iv.low, "high": iv.high,
+                         "verdict": verdict(claim, iv, dis_masked=dis_masked)[0], "unit": unit.replace(
+                             "arm - sao", "arm - reference")})
+        if rows:
+            forest[metric_name] = rows
+            summary["figures"][f"forest-{metric_name}"] = plots.forest_plot(
+                rows, out / f"forest-{metric_name}.png", title=title + f" ({len(cfg.seeds)} paired seeds, 95% CI)")
+    # curves and diagnostics
+    evals = {task: {arm: [d["evals"] for d in seeds.values()] for (t, arm), seeds in by.items() if t == task}
+             for task in ("chain", "pref-shift")}
+    hist = {task: {arm: [d["history"] for d in seeds.values()] for (t, arm), seeds in by.items() if t == task}
+            for task in ("chain", "pref-shift")}
+    groups = {"critic vs baselines": ["sao", "sao-k1", "full-critic", "running-mean-8", "running-mean-128"],
+              "off-policy correction": ["sao", "ppo-clip", "no-correction", "grpo-dis", "grpo-no-dis"],
+              "GAE variants": ["sao", "gae-turn-last", "gae-turn-avg", "gae-no-skip"]}
+    if evals["chain"]:
+        summary["figures"]["curves-chain"] = plots.curves_plot(
+            groups, evals["chain"], out / "curves-chain.png",
+            title=f"chain task: evaluation reward ({3 * cfg.eval_per_family} fixed episodes, mean over seeds)")
+        summary["figures"]["diagnostics-chain"] = plots.diagnostics_plot(
+            hist["chain"], out / "diagnostics-chain.png", title="chain task: training diagnostics (mean over seeds)")
+        lr_arms = [a for a in ("sao", "no-correction", "grpo-dis") if a in evals["chain"]]
+        hists = {a: _merge_hist([d["log_ratio_hist"] for d in by[("chain", a)].values()]) for a in lr_arms}
+        bands = {a: _merge_hist([d["band"] for d in by[("chain", a)].values()]) for a in lr_arms}
+        summary["figures"]["log-ratio"] = plots.log_ratio_plot(
+            hists, bands, LOG_RATIO_EDGES, out / "log-ratio-by-staleness.png", eps=DIS_BAND,
+            title=f"log-ratio at the policy update by staleness (engine: bf16, logit noise sd {cfg.logit_noise:g})")
+        stal = {}
+        for arm in ARMS:
+            if arm in hist["chain"]:
+                rs = [[r for r in h if r["step"] >= 0] for h in hist["chain"][arm]]
+                means = [statistics.mean(r["staleness_mean"] for r in h) for h in rs]
+                p95s = [statistics.mean(r["staleness_p95"] for r in h) for h in rs]
+                stal[arm] = (statistics.mean(means), statistics.mean(p95s), min(p95s), max(p95s))
+        summary["staleness"] = stal
+        summary["figures"]["staleness"] = plots.staleness_plot(
+            stal, out / "staleness.png", title="staleness of trained tokens: single rollout vs GRPO groups of 4")
+    if evals["pref-shift"]:
+        summary["figures"]["curves-shift"] = plots.curves_plot(
+            {"critic vs running means": list(evals["pref-shift"])}, evals["pref-shift"], out / "curves-shift.png",
+            title="pref-shift task: evaluation reward under the preference in force", shifts=cfg.shifts())
+        summary["figures"]["families-shift"] = plots.family_shift_plot(
+            evals["pref-shift"], FAMILIES, cfg.shifts(), out / "families-shift.png",
+            title="pref-shift task: evaluation reward per difficulty family around each shift")
+    summary["runs"] = {f"{t}/{a}": {"seconds": [d["seconds"] for d in s.values()],
+                                    "final_eval": statistics.mean(d["evals"][-1]["reward"] for d in s.values()),
+                                    "initial_eval": statistics.mean(d["evals"][0]["reward"] for d in s.values()),
+                                    "kl_step_median": _median_kl([d["history"] for d in s.values()]),
+                                    "zero_grad": _mean_key([d["history"] for d in s.values()], "zero_grad"),
+                                    "grad_norm_max": _max_key([d["history"] for d in s.values()], "grad_norm")}
+                       for (t, a), s in by.items()}
+    return summary
+
+
+def _merge_hist(parts: list[dict[Any, list[int]]]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for p in parts:
+        for k, v in p.items():
+            acc = out.setdefault(int(k), [0] * len(v))
+            for i, x in enumerate(v):
+                acc[i] += x
     return out
 
 
-def _result_of(d: dict[str, Any]) -> RunResult:
-    return RunResult(RunSpec.model_validate(d["spec"]), d["store"], d["history"], d["initial_reward"],
-                     d["final_reward"], d["seconds"])
+def _median_kl(histories: list[list[dict[str, Any]]]) -> float:
+    xs = [r["kl_step"] for h in histories for r in h if r.get("kl_step") is not None and not math.isnan(r["kl_step"])]
+    return statistics.median(xs) if xs else math.nan
 
 
-def run_suite(cfg: SuiteConfig, *, on_done: Callable[[RunSummary, int, int], None] | None = None,
-              ) -> tuple[list[RunResult], list[RunSummary]]:
-    """Run every spec of `cfg` (``cfg.workers`` child processes, one torch thread each; 1 = in
-    this process). Each run gets a fresh store ``<store_root>/<run_id>`` (an old one is removed).
-
-    Returns:
-        (results, summaries) in the order of :meth:`SuiteConfig.specs`.
-    """
-    import shutil
-
-    specs = cfg.specs()
-    root = Path(cfg.store_root).resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    results: dict[str, RunResult] = {}
-    summaries: dict[str, RunSummary] = {}
-    todo = []
-    for s in specs:
-        kept = root / s.run_id / RESULT_FILE
-        if cfg.reuse and kept.is_file():
-            old = json.loads(kept.read_text())
-            if RunSpec.model_validate(old["spec"]) == s:
-                results[s.run_id] = _result_of(old)
-                summaries[s.run_id] = summarise(results[s.run_id])
-                continue
-        shutil.rmtree(root / s.run_id, ignore_errors=True)
-        todo.append(s)
-
-    def done(res: RunResult) -> None:
-        results[res.spec.run_id] = res
-        summaries[res.spec.run_id] = summarise(res)
-        if on_done is not None:
-            on_done(summaries[res.spec.run_id], len(results), len(specs))
-
-    if cfg.workers == 1:
-        for s in todo:
-            done(_result_of(_run_in_child(s.model_dump_json(), str(root / s.run_id))))
-    else:
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(max_workers=cfg.workers, mp_context=mp.get_context("spawn")) as pool:
-            futs = [pool.submit(_run_in_child, s.model_dump_json(), str(root / s.run_id)) for s in todo]
-            for f in as_completed(futs):
-                done(_result_of(f.result()))
-    return [results[s.run_id] for s in specs], [summaries[s.run_id] for s in specs]
+def _mean_key(histories: list[list[dict[str, Any]]], key: str) -> float:
+    xs = [r[key] for h in histories for r in h if r["step"] >= 0 and not math.isnan(r.get(key, math.nan))]
+    return statistics.mean(xs) if xs else math.nan
 
 
-# -- rendering -------------------------------------------------------------------------------
+def _max_key(histories: list[list[dict[str, Any]]], key: str) -> float:
+    xs = [r[key] for h in histories for r in h if r["step"] >= 0 and not math.isnan(r.get(key, math.nan))]
+    return max(xs) if xs else math.nan
 
 
-def _fmt(x: Any, nd: int = 3) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return "nan" if math.isnan(x) else f"{x:.{nd}f}"
-    return str(x)
-
-
-def table_rows(summaries: Sequence[RunSummary]) -> list[dict[str, str]]:
-    """One row per (task, K, lr, arm), seeds aggregated: rewards as mean over seeds, steps and
-    recovery listed per seed (``-`` = never), max masked as the max over seeds."""
-    groups: dict[tuple[str, int, float, str], list[RunSummary]] = {}
-    for s in summaries:
-        groups.setdefault((s.task, s.staleness, s.lr, s.arm), []).append(s)
+def _calibration(cfg: SuiteConfig, runs: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
+    """Median per-step KL for each candidate lr and the log-log interpolated lr for the target."""
     rows = []
-    for (task, k, lr, arm), ss in groups.items():
-        def mean(xs: list[float]) -> float:
-            xs = [x for x in xs if not math.isnan(x)]
-            return sum(xs) / len(xs) if xs else math.nan
-
-        rows.append({
-            "task": task, "K": str(k), "lr": f"{lr:g}", "arm": arm, "seeds": ",".join(str(s.seed) for s in ss),
-            "untrained": _fmt(mean([s.initial_reward for s in ss])),
-            "final": _fmt(mean([s.final_reward for s in ss])),
-            "final per seed": "/".join(_fmt(s.final_reward, 2) for s in ss),
-            "last batches": _fmt(mean([s.last_reward for s in ss])),
-            "steps to thr": "/".join(_fmt(s.steps_to_threshold) for s in ss),
-            "recovery": "/".join(_fmt(s.recovery_steps) for s in ss) if task == "guess" else "n/a",
-            "max masked": _fmt(max((s.max_masked for s in ss if not math.isnan(s.max_masked)), default=math.nan)),
-            "EV": _fmt(mean([s.explained_variance for s in ss]), 2),
-        })
-    return rows
+    for d in sorted(runs, key=lambda d: d["spec"]["policy_lr"]):
+        rows.append({"policy_lr": d["spec"]["policy_lr"], "kl_step_median": _median_kl([d["history"]]),
+                     "final_eval": d["evals"][-1]["reward"], "initial_eval": d["evals"][0]["reward"]})
+    summary["calibration"] = rows
+    pick = math.nan
+    for a, b in zip(rows, rows[1:]):
+        if a["kl_step_median"] <= CALIBRATION_TARGET_KL <= b["kl_step_median"]:
+            la, lb = math.log(a["policy_lr"]), math.log(b["policy_lr"])
+            ka, kb = math.log(a["kl_step_median"]), math.log(b["kl_step_median"])
+            pick = math.exp(la + (math.log(CALIBRATION_TARGET_KL) - ka) * (lb - la) / (kb - ka))
+    summary["calibrated_lr"] = pick
+    return summary
 
 
-def markdown_table(rows: Sequence[dict[str, str]]) -> str:
-    """The rows as a GitHub markdown table."""
-    if not rows:
-        return "(no runs)\n"
-    cols = list(rows[0])
-    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    out += ["| " + " | ".join(r[c] for c in cols) + " |" for r in rows]
-    return "\n".join(out) + "\n"
+# -- report ----------------------------------------------------------------------------------------
 
 
-def save_plots(results: Sequence[RunResult], out_dir: str | os.PathLike[str]) -> list[str]:
-    """One PNG per (task, K, lr): reward vs step, masked fraction vs step and critic explained
-    variance vs step, one line per arm (mean over seeds, 10-iteration moving average). Returns
-    the paths written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    groups: dict[tuple[str, int, float], dict[str, list[RunResult]]] = {}
-    for r in results:
-        groups.setdefault((r.spec.task, r.spec.staleness, r.spec.policy_lr), {}).setdefault(r.spec.arm, []).append(r)
-    paths = []
-    for (task, k, lr), arms in groups.items():
-        fig, axes = plt.subplots(1, 3, figsize=(15, 4), dpi=70)
-        for arm, rs in arms.items():
-            for ax, key in zip(axes, ("reward", "masked", "explained_variance")):
-                series = []
-                for r in rs:
-                    h = [row for row in r.history if row["step"] >= 0]
-                    series.append([row[key] for row in h])
-                n = min(len(s) for s in series)
-                avg = [sum(s[i] for s in series) / len(series) for i in range(n)]
-                if all(math.isnan(x) for x in avg):
-                    continue
-                ax.plot(range(n), _moving([0.0 if math.isnan(x) else x for x in avg], SMOOTH), label=arm, lw=1.2)
-        for ax, title in zip(axes, ("batch reward (as sampled)", "masked fraction of action tokens",
-                                    "critic explained variance")):
-            ax.set_title(title)
-            ax.set_xlabel("policy step")
-        axes[2].set_ylim(-1, 1)
-        shift = next((r.spec.shift_step for rs in arms.values() for r in rs if r.spec.shifted is not None), None)
-        if shift:
-            for ax in axes:
-                ax.axvline(shift, color="grey", ls="--", lw=0.8)
-        axes[0].legend(fontsize=7)
-        fig.suptitle(f"{task}: staleness K={k}, lr={lr:g} (mean over seeds, {SMOOTH}-step moving average)")
-        fig.tight_layout()
-        p = out / f"{task}-k{k}-lr{lr:g}.png"
-        fig.savefig(p)
-        plt.close(fig)
-        paths.append(str(p))
-    return paths
-
-
-def save_results(cfg: SuiteConfig, results: Sequence[RunResult], summaries: Sequence[RunSummary],
-                 seconds: float) -> tuple[str, str]:
-    """Write ``results.json`` (config, summaries, every run's history; ~MBs, so next to the
-    stores in ``cfg.store_root``) and ``table.md`` (into ``cfg.out_dir``); return both paths."""
-    import platform
-
-    import torch
-    import transformers
-
-    out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    meta = {"seconds": seconds, "python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "cpus": os.cpu_count(),
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    data = {"config": json.loads(cfg.model_dump_json()), "meta": meta,
-            "summaries": [asdict(s) for s in summaries],
-            "histories": {r.spec.run_id: r.history for r in results}}
-    rp = Path(cfg.store_root) / "results.json"
-    rp.write_text(json.dumps(data, default=lambda x: None))
-    tp = out / "table.md"
-    tp.write_text(markdown_table(table_rows(summaries)))
-    return str(rp), str(tp)
+def render_report(cfg: SuiteConfig, summary: dict[str, Any]) -> str:
+    """``report.md``: what ran, the per-claim verdicts, the figures (relative links)."""
+    lines = [f"# traj bench learning --preset {cfg.preset}", "",
+             f"{len(cfg.seeds)} seeds, {summary.get('seconds', 0) / 60:.1f} min. Output: `{summary.get('out_dir')}`.", ""]
+    if "calibration" in summary:
+        lines += ["| policy lr | median per-step KL (nats/token) | eval reward start -> end |", "|---|---|---|"]
+        for r in summary["calibration"]:
+            lines.append(f"| {r['policy_lr']:g} | {r['kl_step_median']:.2e} | {r['initial_eval']:.3f} -> "
+                         f"{r['final_eval']:.3f} |")
+        lines += ["", f"Interpolated lr for {CALIBRATION_TARGET_KL:g} nats/token: {summary['calibrated_lr']:.3g}", ""]
+        return "\n".join(lines)
+    if summary["claims"]:
+        lines += ["| claim | comparison | metric | verdict | why |", "|---|---|---|---|---|"]
+        for c in summary["claims"]:
+            lines.append(f"| {c['paper']} | {c['arm']} - {c['ref']} ({c['task']}) | {c['metric']} | **{c['verdict']}** "
+                         f"| {c['reason']} |")
+        lines.append("")
+    lines += ["| task/arm | eval reward start -> end | AUC (mean over seeds) | median KL/step | zero-grad frac | "
+              "max grad norm |", "|---|---|---|---|---|---|"]
+    for k, r in summary["runs"].items():
+        task, arm = k.split("/")
+        m = summary["auc"]["auc" if task == "chain" else "post-shift-auc"].get(arm, {})
+        a = statistics.mean(m.values()) if m else math.nan
+        lines.append(f"| {k} | {r['initial_eval']:.3f} -> {r['final_eval']:.3f} | {a:.3f} | {r['kl_step_median']:.2e} "
+                     f"| {r['zero_grad']:.4f} | {r['grad_norm_max']:.2f} |")
+    lines.append("")
+    for name, path in summary["figures"].items():
+        lines.append(f"![{name}]({Path(path).name})")
+    return "\n".join(lines) + "\n"
