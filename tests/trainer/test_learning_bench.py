@@ -272,3 +272,29 @@ def test_smoke_preset_critic_beats_the_running_mean_and_leaves_the_checkout_alon
     assert sao[0] > rm[0] + 0.1, (sao, rm)
     assert sao[1] > rm[1], (sao, rm)
     assert summary["runs"]["chain/sao"]["final_eval"] > 0  # the short SAO run went through the pipeline
+
+
+def test_cli_refuses_bad_options_in_one_line(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+
+    runner = CliRunner()
+    r = runner.invoke(app, ["bench", "learning", "--arms", "sao,sao2", "--scratch", str(tmp_path)])
+    assert r.exit_code == 1 and "unknown arm 'sao2'" in r.output
+    r = runner.invoke(app, ["bench", "learning", "--preset", "full", "--scratch", str(tmp_path)])
+    assert r.exit_code == 1 and "--preset must be default, smoke or calibrate" in r.output
+    r = runner.invoke(app, ["bench", "learning", "--seeds", "0,x", "--scratch", str(tmp_path)])
+    assert r.exit_code == 1 and "--seeds must be comma-separated integers" in r.output
+    assert not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_shift_evaluations_land_on_every_shift_step() -> None:
+    from trajstore.trainer.learning_bench.suite import SuiteConfig
+
+    cfg = SuiteConfig.preset_config("default", chain_arms=[], shift_arms=["sao"], seeds=[0])
+    (spec,) = cfg.specs({0: "unused"})
+    assert spec.stages == [(0, "<"), (12, "="), (24, ">")] and spec.steps == 36
+    assert all(s % spec.eval_every == 0 for s in cfg.shifts())
+    with pytest.raises(ValueError, match="must divide"):
+        SuiteConfig.preset_config("default", shift_eval_every=5).specs({s: "x" for s in range(5)})

@@ -67,7 +67,9 @@ class SuiteConfig(BaseModel):
     critic_warmup: int = 10
     policy_lr: float = POLICY_LR
     logit_noise: float = Field(0.2, description="sd of the engine's logit noise (nats), on top of bf16 rounding")
-    eval_every: int = 5
+    eval_every: int = Field(5, description="chain task: policy steps between evaluations")
+    shift_eval_every: int = Field(4, description="pref-shift task: policy steps between evaluations (divides the "
+                                                 "stage length, so every shift step is evaluated)")
     eval_per_family: int = 32
     kl_arms: list[str] = Field(default_factory=lambda: ["sao", "no-correction", "ppo-clip", "grpo-dis"],
                                description="arms whose exact per-step KL is measured (2 extra forwards per step)")
@@ -110,11 +112,15 @@ class SuiteConfig(BaseModel):
                     out.append(RunSpec(task="chain", arm=arm, seed=s, warm_start=warm[s], steps=self.chain_steps,
                                        policy_lr=lr, measure_kl=arm in self.kl_arms, **common))
         stages = [(i * self.shift_stage_steps, st) for i, st in enumerate(SHIFT_STYLES)]
+        if self.shift_arms and self.shift_stage_steps % self.shift_eval_every:
+            raise ValueError(f"shift_eval_every {self.shift_eval_every} must divide shift_stage_steps "
+                             f"{self.shift_stage_steps}")
+        common_shift = {**common, "eval_every": self.shift_eval_every}
         for arm in self.shift_arms:
             for s in self.seeds:
                 out.append(RunSpec(task="pref-shift", arm=arm, seed=s, warm_start=warm[s], policy_lr=self.policy_lr,
                                    steps=self.shift_stage_steps * len(SHIFT_STYLES), stages=stages,
-                                   measure_kl=arm in self.kl_arms, **common))
+                                   measure_kl=arm in self.kl_arms, **common_shift))
         return out
 
 
@@ -194,7 +200,9 @@ def run_suite(cfg: SuiteConfig, *, log: Callable[[str], None] = lambda _m: None)
     specs = cfg.specs(warm)
     jobs: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = []
     if cfg.quality is not None:
-        qjson = json.dumps(asdict(cfg.quality))
+        from dataclasses import replace
+
+        qjson = json.dumps(asdict(replace(cfg.quality, policy_lr=cfg.policy_lr)))
         for s in cfg.seeds:
             jobs.append((f"quality-s{s}", _job_quality, (warm[s], s, qjson, str(out / "results" / f"quality-s{s}.json"))))
     for sp in specs:
@@ -372,9 +380,20 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
                                     "initial_eval": statistics.mean(d["evals"][0]["reward"] for d in s.values()),
                                     "kl_step_median": _median_kl([d["history"] for d in s.values()]),
                                     "zero_grad": _mean_key([d["history"] for d in s.values()], "zero_grad"),
-                                    "grad_norm_max": _max_key([d["history"] for d in s.values()], "grad_norm")}
+                                    "grad_norm_max": _max_key([d["history"] for d in s.values()], "grad_norm"),
+                                    "collapsed": sum(_collapsed(d["evals"]) for d in s.values()),
+                                    "seeds": len(s)}
                        for (t, a), s in by.items()}
     return summary
+
+
+COLLAPSE_DROP = 0.1
+"""A run *collapsed* if its evaluation reward ever fell more than this below its warm start's
+(reward units; fixed before running)."""
+
+
+def _collapsed(evals: list[dict[str, Any]]) -> bool:
+    return any(e["reward"] < evals[0]["reward"] - COLLAPSE_DROP for e in evals[1:])
 
 
 def _merge_hist(parts: list[dict[Any, list[int]]]) -> dict[int, list[int]]:
@@ -440,13 +459,13 @@ def render_report(cfg: SuiteConfig, summary: dict[str, Any]) -> str:
                          f"| {c['reason']} |")
         lines.append("")
     lines += ["| task/arm | eval reward start -> end | AUC (mean over seeds) | median KL/step | zero-grad frac | "
-              "max grad norm |", "|---|---|---|---|---|---|"]
+              "max grad norm | collapsed seeds |", "|---|---|---|---|---|---|---|"]
     for k, r in summary["runs"].items():
         task, arm = k.split("/")
         m = summary["auc"]["auc" if task == "chain" else "post-shift-auc"].get(arm, {})
         a = statistics.mean(m.values()) if m else math.nan
         lines.append(f"| {k} | {r['initial_eval']:.3f} -> {r['final_eval']:.3f} | {a:.3f} | {r['kl_step_median']:.2e} "
-                     f"| {r['zero_grad']:.4f} | {r['grad_norm_max']:.2f} |")
+                     f"| {r['zero_grad']:.4f} | {r['grad_norm_max']:.2f} | {r['collapsed']}/{r['seeds']} |")
     lines.append("")
     for name, path in summary["figures"].items():
         lines.append(f"![{name}]({Path(path).name})")
