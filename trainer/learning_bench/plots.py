@@ -230,7 +230,7 @@ def staleness_plot(stats: dict[str, tuple[float, float, float, float]], path: st
     over seeds of the p95)."""
     plt = _plt()
     arms = list(stats)
-    fig, ax = plt.subplots(figsize=(1.0 * len(arms) + 3, 3.8), dpi=110)
+    fig, ax = plt.subplots(figsize=(1.0 * len(arms) + 3, 4.4), dpi=110)
     for i, a in enumerate(arms):
         mean, p95, lo, hi = stats[a]
         ax.bar(i - 0.18, mean, width=0.36, color=ARM_COLORS.get(a, "grey"))
@@ -238,7 +238,7 @@ def staleness_plot(stats: dict[str, tuple[float, float, float, float]], path: st
         ax.errorbar(i + 0.18, p95, yerr=[[p95 - lo], [hi - p95]], color="black", capsize=3, lw=1)
     ax.set_xticks(range(len(arms)))
     ax.set_xticklabels(arms, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("staleness of trained action tokens (policy versions)")
+    ax.set_ylabel("staleness (policy versions)")
     from matplotlib.patches import Patch
 
     ax.legend(handles=[Patch(facecolor="grey", label="mean"), Patch(facecolor="grey", alpha=0.45, hatch="//",

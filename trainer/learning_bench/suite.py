@@ -383,7 +383,8 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
                                     "grad_norm_max": _max_key([d["history"] for d in s.values()], "grad_norm"),
                                     "collapsed": sum(_collapsed(d["evals"]) for d in s.values()),
                                     "seeds": len(s)}
-                       for (t, a), s in by.items()}
+                       for (t, a), s in sorted(by.items(), key=lambda kv: (kv[0][0] != "chain", list(ARMS).index(
+                           kv[0][1])))}
     return summary
 
 
@@ -458,14 +459,16 @@ def render_report(cfg: SuiteConfig, summary: dict[str, Any]) -> str:
             lines.append(f"| {c['paper']} | {c['arm']} - {c['ref']} ({c['task']}) | {c['metric']} | **{c['verdict']}** "
                          f"| {c['reason']} |")
         lines.append("")
-    lines += ["| task/arm | eval reward start -> end | AUC (mean over seeds) | median KL/step | zero-grad frac | "
+    lines += ["| task/arm | eval reward start -> end | AUC (chain) / post-shift AUC (mean over seeds) | "
+              "median KL/step (nats/token) | zero-grad frac | "
               "max grad norm | collapsed seeds |", "|---|---|---|---|---|---|---|"]
     for k, r in summary["runs"].items():
         task, arm = k.split("/")
         m = summary["auc"]["auc" if task == "chain" else "post-shift-auc"].get(arm, {})
         a = statistics.mean(m.values()) if m else math.nan
+        collapsed = f"{r['collapsed']}/{r['seeds']}" if task == "chain" else "n/a (shifts drop the reward)"
         lines.append(f"| {k} | {r['initial_eval']:.3f} -> {r['final_eval']:.3f} | {a:.3f} | {r['kl_step_median']:.2e} "
-                     f"| {r['zero_grad']:.4f} | {r['grad_norm_max']:.2f} | {r['collapsed']}/{r['seeds']} |")
+                     f"| {r['zero_grad']:.4f} | {r['grad_norm_max']:.2f} | {collapsed} |")
     lines.append("")
     for name, path in summary["figures"].items():
         lines.append(f"![{name}]({Path(path).name})")
