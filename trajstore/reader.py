@@ -1,6 +1,8 @@
 """Reading a store: lazy (polars), eager (Arrow) and streaming flat batches for the trainer.
 
-Only shards whose footer reads and whose schema version we understand are read; others are
+Every reader returns schema v2 (:mod:`trajstore.schema`): shards of an older schema version are
+converted on read (:func:`trajstore.convert.upgrade_table`), so a store holding v1 and v2
+shards reads as one; a nullable column a shard lacks comes back as nulls. Only shards whose footer reads and whose schema version we understand are read; others are
 skipped with a :class:`~trajstore.store.CorruptShardWarning` naming them (``strict=True``
 raises). Duplicate ``trajectory_id`` s resolve deterministically: the first copy in arrival
 order (shard name, then row) wins; :func:`count_duplicates` says how many copies were dropped.
@@ -21,8 +23,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from trajstore.convert import conform_table, ranges_positions, upgrade_table, v1_read_columns
 from trajstore.errors import CorruptShardError
-from trajstore.schema import SPAN_KIND_CODES, TRAJECTORY_SCHEMA
+from trajstore.schema import SCHEMA_VERSION, SPAN_KIND_CODES, TRAJECTORY_SCHEMA, trajectory_schema
 from trajstore.store import TRAJECTORIES_DIR, CorruptShardWarning, ShardInfo, Store, open_store
 
 StoreLike = Store | str | os.PathLike[str]
@@ -32,17 +35,73 @@ def _store(uri: StoreLike, storage_options: dict[str, Any] | None) -> Store:
     return uri if isinstance(uri, Store) else open_store(uri, storage_options=storage_options)
 
 
-def _dataset(store: Store, shards: Sequence[ShardInfo]) -> pads.Dataset:
-    return pads.dataset([s.path for s in shards], schema=TRAJECTORY_SCHEMA, format="parquet",
+def _dataset(store: Store, shards: Sequence[ShardInfo], version: int = SCHEMA_VERSION) -> pads.Dataset:
+    return pads.dataset([s.path for s in shards], schema=trajectory_schema(version), format="parquet",
                         filesystem=store.arrow_filesystem())
+
+
+def version_runs(shards: Sequence[ShardInfo]) -> list[tuple[int, list[ShardInfo]]]:
+    """Consecutive shards of one schema version, in arrival order: ``[(version, shards), ...]``.
+    Reading run after run keeps arrival order (which decides duplicates) across versions."""
+    runs: list[tuple[int, list[ShardInfo]]] = []
+    for s in shards:
+        if runs and runs[-1][0] == s.schema_version:
+            runs[-1][1].append(s)
+        else:
+            runs.append((s.schema_version, [s]))
+    return runs
+
+
+def _scan_v1_logprobs(batch: pl.Series) -> pl.Series:
+    """polars UDF: a struct series (v1 ``logprobs``, ``spans``) -> v2 action-aligned ``logprobs``."""
+    t = pa.table({"spans": batch.struct.field("spans").to_arrow(),
+                  "logprobs": batch.struct.field("logprobs").to_arrow(),
+                  "logprob_source": pa.nulls(len(batch), pa.string())})
+    t = t.cast(pa.schema([pa.field("spans", trajectory_schema(1).field("spans").type),
+                          pa.field("logprobs", trajectory_schema(1).field("logprobs").type),
+                          pa.field("logprob_source", pa.string())]))
+    return pl.Series(batch.name, upgrade_table(t, 1, columns=["logprobs"]).column("logprobs"))
+
+
+def _scan_run(store: Store, version: int, shards: Sequence[ShardInfo]) -> pl.LazyFrame:
+    """One run of same-version shards as a LazyFrame of every schema-v2 column."""
+    schema_v = trajectory_schema(version)
+    target = pl.from_arrow(schema_v.empty_table()).schema
+    if store.is_local:
+        lf = pl.scan_parquet([s.path for s in shards], schema=target, missing_columns="insert")
+    else:
+        lf = pl.scan_pyarrow_dataset(_dataset(store, shards, version))
+    if version == 1:
+        # v2 columns from v1 ones; polars only evaluates what a query selects.
+        sp_type = pl.from_arrow(TRAJECTORY_SCHEMA.empty_table().select(["spans", "logprobs"])).schema
+        lf = lf.with_columns(
+            pl.struct("logprobs", "spans").map_batches(_scan_v1_logprobs, return_dtype=sp_type["logprobs"])
+            .alias("logprobs"),
+            pl.struct("spans", "logprob_source").map_batches(_scan_v1_spans, return_dtype=sp_type["spans"])
+            .alias("spans"),
+            pl.when(pl.col("logprob_source") == "none").then(pl.col("num_action_tokens")).otherwise(0)
+            .cast(pl.Int64).alias("num_missing_logprobs"),
+        ).select(TRAJECTORY_SCHEMA.names)
+    return lf
+
+
+def _scan_v1_spans(batch: pl.Series) -> pl.Series:
+    """polars UDF: a struct series (v1 ``spans``, ``logprob_source``) -> v2 ``spans`` (missing
+    log-prob counts follow v1's write-time rule: engine rows have every one, none rows none)."""
+    t = pa.table({"spans": batch.struct.field("spans").to_arrow(),
+                  "logprob_source": batch.struct.field("logprob_source").to_arrow()})
+    t = t.cast(pa.schema([pa.field("spans", trajectory_schema(1).field("spans").type),
+                          pa.field("logprob_source", pa.string())]))
+    return pl.Series(batch.name, upgrade_table(t, 1, columns=["spans"]).column("spans"))
 
 
 def scan_trajectories(uri: StoreLike, *, storage_options: dict[str, Any] | None = None,
                       strict: bool = False, dedupe: bool = True) -> pl.LazyFrame:
-    """A polars LazyFrame over every trajectory in the store (schema v1 columns).
+    """A polars LazyFrame over every trajectory in the store (schema v2 columns).
 
     Projection and predicates are pushed down to the Parquet scan, so selecting scalar
-    columns never reads tokens. With ``dedupe`` (default) duplicate ids keep the first copy.
+    columns never reads tokens. Shards of schema v1 are converted as they are read; a nullable
+    column a shard lacks is null. With ``dedupe`` (default) duplicate ids keep the first copy.
     Shards whose footer is unreadable (truncated, not Parquet, foreign or newer schema) are
     skipped with a warning naming them, or raise with ``strict``; a shard whose footer reads
     but whose data pages are damaged can only be noticed when polars decodes it, at
@@ -52,10 +111,8 @@ def scan_trajectories(uri: StoreLike, *, storage_options: dict[str, Any] | None 
     shards = store.list_shards(TRAJECTORIES_DIR, strict=strict)
     if not shards:
         return pl.from_arrow(TRAJECTORY_SCHEMA.empty_table()).lazy()
-    if store.is_local:
-        lf = pl.scan_parquet([s.path for s in shards])
-    else:
-        lf = pl.scan_pyarrow_dataset(_dataset(store, shards))
+    parts = [_scan_run(store, v, run) for v, run in version_runs(shards)]
+    lf = parts[0] if len(parts) == 1 else pl.concat(parts, how="vertical_relaxed")
     if dedupe:
         lf = lf.filter(pl.col("trajectory_id").is_first_distinct())
     return lf
@@ -70,28 +127,53 @@ def _first_copy_mask(ids: pa.Array | pa.ChunkedArray, seen: set[str] | None = No
     return None if keep.all() else keep
 
 
+def _read_run(store: Store, version: int, shards: Sequence[ShardInfo], cols: list[str] | None) -> pa.Table:
+    """Same-version shards as one schema-v2 table (`cols` or every column)."""
+    if version == SCHEMA_VERSION:
+        return conform_table(_dataset(store, shards, version).to_table(columns=cols), cols)
+    return upgrade_table(_dataset(store, shards, version).to_table(columns=v1_read_columns(cols)), version,
+                         columns=cols)
+
+
+def read_shard(store: Store, shard: ShardInfo, *, columns: Sequence[str] | None = None) -> pa.Table:
+    """One shard as a schema-v2 table (`columns` or all; rows in file order, duplicates kept;
+    v1 converted, missing nullable columns filled with nulls).
+
+    Raises:
+        OSError, pyarrow.ArrowException: the shard cannot be decoded.
+    """
+    return _read_run(store, shard.schema_version, [shard], None if columns is None else list(columns))
+
+
 def read_trajectories(uri: StoreLike, *, columns: Sequence[str] | None = None,
                       storage_options: dict[str, Any] | None = None, strict: bool = False,
                       dedupe: bool = True) -> pa.Table:
-    """Every trajectory in the store as one Arrow table (rows in arrival order).
+    """Every trajectory in the store as one Arrow table of schema v2 (rows in arrival order).
 
     Args:
         columns: subset of schema columns to read (``trajectory_id`` is always included).
 
     A shard whose footer cannot be read, or whose data pages cannot be decoded, is skipped
-    with a :class:`~trajstore.store.CorruptShardWarning` naming it.
+    with a :class:`~trajstore.store.CorruptShardWarning` naming it. Schema-v1 shards are
+    converted (see :func:`trajstore.convert.upgrade_table`).
 
     Raises:
         CorruptShardError: with ``strict=True``, on the first unreadable shard.
+        ValueError: a name in `columns` is not a schema column.
     """
     store = _store(uri, storage_options)
     shards = store.list_shards(TRAJECTORIES_DIR, strict=strict)
     cols = None if columns is None else list(dict.fromkeys(["trajectory_id", *columns]))
+    if cols is not None:
+        unknown = [c for c in cols if c not in TRAJECTORY_SCHEMA.names]
+        if unknown:
+            raise ValueError(f"unknown column(s) {unknown}; the trajectory schema has {TRAJECTORY_SCHEMA.names}")
     if not shards:
         t = TRAJECTORY_SCHEMA.empty_table()
         return t.select(cols) if cols else t
     try:
-        table = _dataset(store, shards).to_table(columns=cols)
+        parts = [_read_run(store, v, run, cols) for v, run in version_runs(shards)]
+        table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     except (OSError, pa.ArrowException):
         # A footer that reads but damaged data pages: find the culprit(s) shard by shard.
         table = _read_shards_one_by_one(store, shards, cols, strict=strict)
@@ -109,11 +191,10 @@ def _read_shards_one_by_one(store: Store, shards: Sequence[ShardInfo], cols: lis
     Raises:
         CorruptShardError: with ``strict``, on the first shard that cannot be decoded.
     """
-    fs = store.arrow_filesystem()
     parts = []
     for s in shards:
         try:
-            parts.append(pq.read_table(s.path, columns=cols, schema=TRAJECTORY_SCHEMA, filesystem=fs))
+            parts.append(_read_run(store, s.schema_version, [s], cols))
         except (OSError, pa.ArrowException) as e:
             err = CorruptShardError(store.url_of(s.path), f"cannot decode: {str(e).splitlines()[0]}")
             if strict:
@@ -135,18 +216,21 @@ def count_duplicates(uri: StoreLike, *, storage_options: dict[str, Any] | None =
 class TrajectoryBatch:
     """One Parquet row group's trajectories as flat numpy arrays (no per-token Python objects).
 
-    ``n`` trajectories, ``N`` tokens in all, ``S`` spans in all. Token positions inside a
-    trajectory are relative to its first token.
+    ``n`` trajectories, ``N`` tokens in all, ``A`` action tokens in all, ``S`` spans in all.
+    Token positions inside a trajectory are relative to its first token.
 
     Attributes:
         shard: path of the shard the rows come from; row_group: its index there.
-        table: the rows as Arrow (all columns read), for scalar fields.
+        table: the rows as Arrow (schema v2, all columns read), for scalar fields.
         trajectory_ids: ids, shape (n,), object.
         token_offsets: int64 (n+1,); trajectory i is ``tokens[token_offsets[i]:token_offsets[i+1]]``.
         tokens: int32 (N,). Zero-copy view of the Arrow buffer.
-        logprobs: float32 (N,), nats. Zero-copy view of the Arrow buffer; undefined where
-            ``logprob_valid`` is False (null in the store).
-        logprob_valid: bool (N,); True where the rollout log-prob is known.
+        logprob_offsets: int64 (n+1,); trajectory i's action log-probs are
+            ``logprobs[logprob_offsets[i]:logprob_offsets[i+1]]``.
+        logprobs: float32 (A,), nats: the rollout log-prob of each action token, in token order
+            (aligned with ``tokens[action_positions()]``). Zero-copy view of the Arrow buffer
+            (for shards of schema v2); NaN where the engine gave none.
+        logprob_valid: bool (A,); True where the rollout log-prob is known (not NaN).
         span_offsets: int64 (n+1,); trajectory i's spans are ``span_*[span_offsets[i]:span_offsets[i+1]]``.
         span_kind: int8 (S,); 0 prompt, 1 action, 2 observation (``schema.SPAN_KIND_CODES``).
         span_start, span_end: int64 (S,); token range of each span, end exclusive.
@@ -160,6 +244,7 @@ class TrajectoryBatch:
     trajectory_ids: np.ndarray
     token_offsets: np.ndarray
     tokens: np.ndarray
+    logprob_offsets: np.ndarray
     logprobs: np.ndarray
     logprob_valid: np.ndarray
     span_offsets: np.ndarray
@@ -172,15 +257,32 @@ class TrajectoryBatch:
     def __len__(self) -> int:
         return len(self.trajectory_ids)
 
+    def _span_base(self) -> np.ndarray:
+        return np.repeat(self.token_offsets[:-1], np.diff(self.span_offsets))
+
     def action_mask(self) -> np.ndarray:
         """bool (N,): 1 = token is a model action (computed from the spans, vectorised)."""
         mask = np.zeros(len(self.tokens), dtype=np.int8)
         is_act = self.span_kind == SPAN_KIND_CODES["action"]
-        base = np.repeat(self.token_offsets[:-1], np.diff(self.span_offsets))
+        base = self._span_base()
         np.add.at(mask, (base + self.span_start)[is_act], 1)
         ends = (base + self.span_end)[is_act]
         np.add.at(mask, ends[ends < len(mask)], -1)
         return np.cumsum(mask, dtype=np.int32) > 0
+
+    def action_positions(self) -> np.ndarray:
+        """int64 (A,): flat index into ``tokens`` of each action token, in order, so that
+        ``logprobs[j]`` is the log-prob of ``tokens[action_positions()[j]]``."""
+        is_act = self.span_kind == SPAN_KIND_CODES["action"]
+        starts = (self._span_base() + self.span_start)[is_act]
+        return ranges_positions(starts, (self.span_end - self.span_start)[is_act])
+
+    def logprobs_full(self) -> np.ndarray:
+        """float32 (N,), nats: the full-length view aligned with ``tokens``: the action
+        tokens' log-probs in place, NaN at prompt / observation tokens and where unknown (a copy)."""
+        out = np.full(len(self.tokens), np.nan, dtype=np.float32)
+        out[self.action_positions()] = self.logprobs
+        return out
 
 
 def _list_flat(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array]:
@@ -196,13 +298,15 @@ def _list_flat(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array]:
 
 
 def batch_from_table(table: pa.Table, *, shard: str = "", row_group: int = -1) -> TrajectoryBatch:
-    """Flat arrays for a table holding (at least) the ``tokens``, ``logprobs`` and ``spans`` columns."""
+    """Flat arrays for a schema-v2 table holding (at least) ``trajectory_id``, ``tokens``,
+    ``logprobs`` and ``spans``."""
     tok_off, tok_vals = _list_flat(table.column("tokens"))
-    _, lp_vals = _list_flat(table.column("logprobs"))
+    lp_off, lp_vals = _list_flat(table.column("logprobs"))
     tokens = tok_vals.to_numpy(zero_copy_only=True) if tok_vals.null_count == 0 else tok_vals.to_numpy(zero_copy_only=False)
-    lp_data = pa.Array.from_buffers(pa.float32(), len(lp_vals), [None, lp_vals.buffers()[1]], offset=lp_vals.offset)
-    logprobs = lp_data.to_numpy(zero_copy_only=True)
-    logprob_valid = lp_vals.is_valid().to_numpy(zero_copy_only=False)
+    logprobs = lp_vals.to_numpy(zero_copy_only=lp_vals.null_count == 0)
+    if lp_vals.null_count:  # never written by trajstore; tolerate a foreign writer's nulls as unknown
+        logprobs = logprobs.astype(np.float32)
+    logprob_valid = ~np.isnan(logprobs)
     sp_off, sp_vals = _list_flat(table.column("spans"))
     kinds = sp_vals.field("kind")
     kind_codes = np.full(len(sp_vals), -1, dtype=np.int8)
@@ -214,13 +318,35 @@ def batch_from_table(table: pa.Table, *, shard: str = "", row_group: int = -1) -
     return TrajectoryBatch(
         shard=shard, row_group=row_group, table=table,
         trajectory_ids=table.column("trajectory_id").to_numpy(),
-        token_offsets=tok_off, tokens=tokens, logprobs=logprobs, logprob_valid=logprob_valid,
-        span_offsets=sp_off, span_kind=kind_codes,
+        token_offsets=tok_off, tokens=tokens, logprob_offsets=lp_off, logprobs=logprobs,
+        logprob_valid=logprob_valid, span_offsets=sp_off, span_kind=kind_codes,
         span_start=sp_vals.field("start").to_numpy(zero_copy_only=False).astype(np.int64, copy=False),
         span_end=sp_vals.field("end").to_numpy(zero_copy_only=False).astype(np.int64, copy=False),
         span_policy_version=pv,
         reward=np.asarray(reward, dtype=np.float64),
     )
+
+
+def iter_shard_tables(store: Store, shard: ShardInfo, *, columns: Sequence[str] | None = None
+                      ) -> Iterator[tuple[int, pa.Table]]:
+    """``(row_group, table)`` for each row group of one shard, as schema v2 (`columns` or all;
+    v1 converted, missing nullable columns filled with nulls).
+
+    Raises:
+        OSError, pyarrow.ArrowException: a row group cannot be decoded.
+    """
+    fh = store.fs.open(shard.path, "rb") if not store.is_local else None
+    try:
+        pf = pq.ParquetFile(fh if fh is not None else shard.path, memory_map=store.is_local)
+        present = set(pf.schema_arrow.names)
+        want = list(columns) if columns is not None else TRAJECTORY_SCHEMA.names
+        read = want if shard.schema_version == SCHEMA_VERSION else v1_read_columns(want)
+        read = [c for c in read if c in present]
+        for rg in range(pf.num_row_groups):
+            yield rg, upgrade_table(pf.read_row_group(rg, columns=read), shard.schema_version, columns=want)
+    finally:
+        if fh is not None:
+            fh.close()
 
 
 def iter_shard_batches(store: Store, shard: ShardInfo, *, columns: Sequence[str] | None = None,
@@ -234,10 +360,7 @@ def iter_shard_batches(store: Store, shard: ShardInfo, *, columns: Sequence[str]
     cols = None if columns is None else list(dict.fromkeys(
         ["trajectory_id", "tokens", "logprobs", "spans", "reward", *columns]))
     try:
-        fh = store.fs.open(shard.path, "rb") if not store.is_local else None
-        pf = pq.ParquetFile(fh if fh is not None else shard.path, memory_map=store.is_local)
-        for rg in range(pf.num_row_groups):
-            table = pf.read_row_group(rg, columns=cols)
+        for rg, table in iter_shard_tables(store, shard, columns=cols):
             if skip_ids is not None:
                 keep = _first_copy_mask(table.column("trajectory_id"), skip_ids)
                 if keep is not None:

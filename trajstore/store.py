@@ -2,7 +2,7 @@
 holding immutable Parquet shards that appear atomically, so any number of writers on any
 number of hosts can append at once. Layout (all names are constants below)::
 
-    <root>/trajectories/<shard>.parquet       trajectory rows (schema v1)
+    <root>/trajectories/<shard>.parquet       trajectory rows (schema v2; v1 still read)
     <root>/runs/<run_id>/{steps,consumed}/    training records, also Parquet shards
     <root>/runs/<run_id>/config.json          the resolved training config
     <root>/policies/<run_id>/v<N>/            published policy weights
@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,9 +37,10 @@ from trajstore.schema import (
     CONSUMED_SCHEMA,
     METADATA_SCHEMA_VERSION_KEY,
     METADATA_WRITER_KEY,
+    READABLE_VERSIONS,
     SCHEMA_VERSION,
     STEP_SCHEMA,
-    TRAJECTORY_SCHEMA,
+    trajectory_schema,
 )
 
 TRAJECTORIES_DIR = "trajectories"
@@ -67,6 +68,8 @@ class ShardInfo:
     size_bytes: int
     num_row_groups: int
     schema_version: int
+    columns: tuple[str, ...] = ()
+    """Top-level column names in the file (an older shard may lack a nullable column)."""
 
     @property
     def name(self) -> str:
@@ -154,13 +157,16 @@ class Store:
         The shard becomes visible atomically: locally it is written to ``_tmp/``, fsynced
         and renamed into place; on object stores it is one PUT (or one completed multipart
         upload). Row groups hold about `row_group_target_mb` MiB of uncompressed data each.
-        The schema version is stamped into the file's key-value metadata.
+        The schema version is stamped into the file's key-value metadata (the table schema's
+        own ``trajstore.schema_version`` when it has one, else :data:`SCHEMA_VERSION`).
 
         Raises:
             StoreError: if the filesystem refuses the write (the shard is then absent).
         """
         meta = dict(table.schema.metadata or {})
-        meta[METADATA_SCHEMA_VERSION_KEY] = str(SCHEMA_VERSION).encode()
+        # The table's own version when it carries one (convert.trajectories_to_table(version=1)
+        # for tests and benchmarks of the v1 read path), else the current one.
+        meta.setdefault(METADATA_SCHEMA_VERSION_KEY, str(SCHEMA_VERSION).encode())
         meta[METADATA_WRITER_KEY] = b"trajstore"
         meta.update(extra_metadata or {})
         table = table.replace_schema_metadata(meta)
@@ -207,6 +213,69 @@ class Store:
             for a, b in slices or [(0, 0)]:
                 part = table.slice(a, b - a)
                 w.write_table(part, row_group_size=max(1, part.num_rows))
+
+    def rewrite_shard(self, path: str, table: pa.Table, *,
+                      row_group_target_mb: float = ROW_GROUP_TARGET_MB) -> int:
+        """Replace an existing shard's content with `table`, keeping its name (hence its place in
+        arrival order, and any training cursor that names it). Atomic: a reader sees either the
+        old file or the new one, never a mix or a partial file (locally: temp file in ``_tmp/``,
+        fsync, ``os.replace`` over the old one, fsync of the directory; on object stores: one
+        PUT or one completed multipart upload to the same key). Returns the new size in bytes.
+
+        A process killed part-way leaves the old shard in place and, locally, a
+        ``_tmp/<name>.rewrite-<pid>.tmp`` file that :meth:`remove_stale_rewrites` deletes.
+
+        Raises:
+            StoreError: the write failed (the old shard is untouched).
+        """
+        meta = dict(table.schema.metadata or {})
+        meta.setdefault(METADATA_SCHEMA_VERSION_KEY, str(SCHEMA_VERSION).encode())
+        meta[METADATA_WRITER_KEY] = b"trajstore"
+        table = table.replace_schema_metadata(meta)
+        slices = _row_group_slices(table, int(row_group_target_mb * 2**20))
+        name = path.rsplit("/", 1)[-1]
+        try:
+            if self.is_local:
+                os.makedirs(self.path(TMP_DIR), exist_ok=True)
+                tmp = self.path(TMP_DIR, f"{name}{_REWRITE_MARK}{os.getpid()}.tmp")
+                try:
+                    with open(tmp, "wb") as fh:
+                        self._write_parquet(fh, table, slices)
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                    size = os.path.getsize(tmp)
+                    os.replace(tmp, path)
+                except BaseException:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+                    raise
+                _fsync_dir(os.path.dirname(path))
+            else:
+                buf = io.BytesIO()
+                self._write_parquet(buf, table, slices)
+                size = buf.tell()
+                self.fs.pipe_file(path, buf.getvalue())
+        except OSError as e:
+            raise StoreError(f"could not rewrite shard {self.url_of(path)}: {e}") from e
+        return size
+
+    def remove_stale_rewrites(self) -> list[str]:
+        """Delete ``_tmp/`` files left by a :meth:`rewrite_shard` whose process is gone (local
+        stores; a no-op elsewhere). Returns the paths removed."""
+        if not self.is_local or not os.path.isdir(self.path(TMP_DIR)):
+            return []
+        removed = []
+        for name in os.listdir(self.path(TMP_DIR)):
+            head, mark, tail = name.rpartition(_REWRITE_MARK)
+            if not mark or not tail.endswith(".tmp") or not tail[:-4].isdigit():
+                continue
+            pid = int(tail[:-4])
+            if pid != os.getpid() and _pid_alive(pid):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path(TMP_DIR, name))
+                removed.append(self.path(TMP_DIR, name))
+        return removed
 
     @contextlib.contextmanager
     def local_dir_commit(self, relpath: str, *, prefix: str = "dir-") -> Iterator[str]:
@@ -283,10 +352,12 @@ class Store:
         out.sort(key=lambda x: x[0].rsplit("/", 1)[-1])
         return out
 
-    def inspect_shard(self, path: str, size: int, expected: pa.Schema | None = None) -> ShardInfo:
+    def inspect_shard(self, path: str, size: int,
+                      expected: pa.Schema | Callable[[int], pa.Schema | None] | None = None) -> ShardInfo:
         """Read a shard's footer and check it is ours.
 
-        With `expected`, the file's columns must also fit that schema: no unknown columns,
+        With `expected` (a schema, or a function from the shard's schema version to the schema
+        of that version), the file's columns must also fit that schema: no unknown columns,
         every known column with its type, every required column present (a nullable column
         may be missing: older schema versions lack it).
 
@@ -310,11 +381,13 @@ class Store:
                 raise ValueError("no trajstore schema version in the file metadata")
             if version > SCHEMA_VERSION:
                 raise ValueError(f"schema version {version} is newer than this reader ({SCHEMA_VERSION})")
-            if expected is not None:
-                problem = _schema_mismatch(md.schema.to_arrow_schema(), expected)
+            arrow_schema = md.schema.to_arrow_schema()
+            want = expected(version) if callable(expected) else expected
+            if want is not None:
+                problem = _schema_mismatch(arrow_schema, want)
                 if problem:
                     raise ValueError(problem)
-            info = ShardInfo(path, md.num_rows, size, md.num_row_groups, version)
+            info = ShardInfo(path, md.num_rows, size, md.num_row_groups, version, tuple(arrow_schema.names))
         except (OSError, ValueError, pa.ArrowException) as e:
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             with self._cache_lock:
@@ -356,14 +429,17 @@ class Store:
 PER_TOKEN_COLUMNS = ("tokens", "logprobs")
 
 
-def _expected_schema(subdir: str) -> pa.Schema | None:
-    """The schema of the shards under a store subdirectory (None when unknown)."""
+def _expected_schema(subdir: str) -> Callable[[int], pa.Schema | None]:
+    """Schema version -> the schema of the shards under a store subdirectory (None when unknown)."""
     parts = subdir.strip("/").split("/")
-    if parts == [TRAJECTORIES_DIR]:
-        return TRAJECTORY_SCHEMA
-    if len(parts) == 3 and parts[0] == RUNS_DIR:
-        return {RUN_STEPS_DIR: STEP_SCHEMA, RUN_CONSUMED_DIR: CONSUMED_SCHEMA}.get(parts[2])
-    return None
+
+    def of_version(version: int) -> pa.Schema | None:
+        if parts == [TRAJECTORIES_DIR]:
+            return trajectory_schema(version) if version in READABLE_VERSIONS else None
+        if len(parts) == 3 and parts[0] == RUNS_DIR:  # unchanged since v1
+            return {RUN_STEPS_DIR: STEP_SCHEMA, RUN_CONSUMED_DIR: CONSUMED_SCHEMA}.get(parts[2])
+        return None
+    return of_version
 
 
 def _schema_mismatch(actual: pa.Schema, expected: pa.Schema) -> str | None:
@@ -398,6 +474,19 @@ class CorruptShardWarning(UserWarning):
 def _protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
     p = fs.protocol
     return (p,) if isinstance(p, str) else tuple(p)
+
+
+_REWRITE_MARK = ".rewrite-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _fsync_dir(path: str) -> None:

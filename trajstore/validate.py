@@ -1,4 +1,4 @@
-"""Write-time rules of schema v1. Every broken rule of a trajectory is collected and reported
+"""Write-time rules of schema v2. Every broken rule of a trajectory is collected and reported
 together in one :class:`~trajstore.errors.TrajectoryValidationError`."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def _storability_violations(traj: Trajectory) -> list[Violation]:
 
 
 def find_violations(traj: Trajectory) -> list[Violation]:
-    """All schema-v1 rules ``traj`` breaks, in a stable order; empty when it is valid."""
+    """All schema-v2 rules ``traj`` breaks, in a stable order; empty when it is valid."""
     v: list[Violation] = check_trajectory_id(traj.trajectory_id)
     if not traj.source:
         v.append(Violation("source", "must be a non-empty string"))
@@ -141,11 +141,15 @@ def find_violations(traj: Trajectory) -> list[Violation]:
                                            f"non-null, first at token {i})"))
         if traj.logprob_source == "engine":
             act_lp = logprobs[action]
-            missing = ~np.isfinite(act_lp)
-            if missing.any():
-                i = int(np.flatnonzero(action)[np.flatnonzero(missing)[0]])
-                v.append(Violation("logprobs", f"logprob_source is engine but {int(missing.sum())} action "
-                                               f"token(s) have no finite log-prob (first at token {i})"))
+            infinite = np.isinf(act_lp)
+            if infinite.any():
+                i = int(np.flatnonzero(action)[np.flatnonzero(infinite)[0]])
+                v.append(Violation("logprobs", f"{int(infinite.sum())} action token(s) have an infinite log-prob "
+                                               f"(first at token {i}: {float(logprobs[i])}); store an unknown "
+                                               "log-prob as NaN/None, never a stand-in value"))
+            if len(act_lp) and np.isnan(act_lp).all():
+                v.append(Violation("logprobs", "logprob_source is engine but no action token has a log-prob "
+                                               "(use logprob_source 'none')"))
             positive = np.isfinite(act_lp) & (act_lp > 0)
             if positive.any():
                 i = int(np.flatnonzero(action)[np.flatnonzero(positive)[0]])
@@ -157,7 +161,12 @@ def find_violations(traj: Trajectory) -> list[Violation]:
 
 
 def validate_trajectory(traj: Trajectory) -> Trajectory:
-    """Return ``traj`` unchanged if it satisfies schema v1.
+    """Return ``traj`` unchanged if it satisfies schema v2.
+
+    Log-probs (the SDK model holds them full length, NaN = none): known only at action tokens,
+    each <= 0 and finite. With ``logprob_source = engine`` an action token may be NaN (the engine
+    gave no value for it: stored as NaN and counted in ``num_missing_logprobs``, so the trainer
+    and the audits see it), but not every one of them; with ``none`` every one is NaN.
 
     Raises:
         TrajectoryValidationError: listing every rule broken, naming the trajectory and field.

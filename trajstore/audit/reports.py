@@ -84,8 +84,8 @@ class CoverageReport(Report):
     Attributes:
         tokens: per (source, token_source): ``trajectories``, ``action_tokens`` and the shares
             (0..1) of action tokens with a rollout log-prob (``share_with_logprob``), with a policy
-            version (``share_with_policy_version``) and with both (``share_with_both``). Reads ``logprobs``
-            (never ``tokens``).
+            version (``share_with_policy_version``) and with both (``share_with_both``). Reads only
+            ``spans`` (their ``num_missing_logprobs``), never ``tokens`` or ``logprobs``.
         not_trainable: per (source, reason): trajectories SAO cannot train on, with an example
             id. Reasons: the stored ``not_trainable_reason`` (e.g. "no action tokens"),
             "no engine logprobs" (DIS impossible), "action without policy_version" (staleness
@@ -366,8 +366,9 @@ def coverage_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None
     ver = "list_filter(spans, lambda s: s.kind = 'action' AND s.policy_version IS NOT NULL)"
 
     def lp_count(spans: str) -> str:
+        # schema v2: each action span counts its tokens without an engine log-prob
         return (f"coalesce(list_sum(list_transform({spans}, lambda s: "
-                f"list_aggregate(list_slice(logprobs, s.start + 1, s.\"end\"), 'count'))), 0)")
+                f"s.\"end\" - s.start - s.num_missing_logprobs)), 0)")
 
     def tok_count(spans: str) -> str:
         return f"coalesce(list_sum(list_transform({spans}, lambda s: s.\"end\" - s.start)), 0)"

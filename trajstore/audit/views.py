@@ -20,13 +20,23 @@ from trajstore.errors import TrajstoreError
 from trajstore.schema import (
     CONSUMED_SCHEMA,
     SCALAR_COLUMNS,
+    SCHEMA_VERSION,
     SPAN_FIELDS,
+    SPAN_FIELDS_V1,
     STEP_SCHEMA,
     TRAJECTORY_SCHEMA,
 )
-from trajstore.store import RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, TRAJECTORIES_DIR, Store, open_store
+from trajstore.store import (
+    RUN_CONSUMED_DIR,
+    RUN_STEPS_DIR,
+    RUNS_DIR,
+    TRAJECTORIES_DIR,
+    ShardInfo,
+    Store,
+    open_store,
+)
 
-VIEW_NAMES: tuple[str, ...] = ("trajectories", "spans", "steps", "consumed", "step_metrics")
+VIEW_NAMES: tuple[str, ...] = ("trajectories", "spans", "span_logprobs", "steps", "consumed", "step_metrics")
 """Views every audit connection has (empty, with the right columns, when there is no data)."""
 
 SPAN_GROUP_COLUMNS: tuple[str, ...] = (
@@ -66,6 +76,65 @@ def _empty_source(conn: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema)
     return name
 
 
+def _duck_type(t: pa.DataType) -> str:
+    """DuckDB type name of an Arrow scalar type of the schemas."""
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
+    return {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN",
+            pa.float32(): "FLOAT", pa.int32(): "INTEGER"}[t]
+
+
+def _column_or_null(f: pa.Field, present: set[str]) -> str:
+    """The column if some file has it, else a typed NULL (an older shard may lack a nullable column)."""
+    if f.name in present:
+        return _quote_ident(f.name)
+    return f"CAST(NULL AS {_duck_type(f.type)}) AS {_quote_ident(f.name)}"
+
+
+def _v1_as_v2(f: pa.Field, present: set[str]) -> str:
+    """SQL for a schema-v2 column computed from the columns of v1 shards (see :mod:`trajstore.schema`)."""
+    if f.name == "num_missing_logprobs":  # v1's write-time rule: engine rows have every one
+        return ("CASE WHEN logprob_source = 'none' THEN num_action_tokens ELSE 0 END "
+                "AS num_missing_logprobs")
+    if f.name == "logprobs":  # keep the action tokens' values, in order; null -> NaN
+        return ("flatten(list_transform(list_filter(spans, lambda s: s.kind = 'action'), lambda s: "
+                "list_transform(logprobs[s.start + 1:s.\"end\"], lambda x: coalesce(x, 'NaN'::FLOAT)))) "
+                "AS logprobs")
+    if f.name == "spans":
+        kept = ", ".join(f"{_quote_ident(g.name)} := s.{_quote_ident(g.name)}" for g, _ in SPAN_FIELDS_V1)
+        act = "s.kind = 'action'"
+        before = ("coalesce(list_sum(list_transform(list_filter(spans[1:i - 1], lambda p: p.kind = 'action'), "
+                  "lambda p: p.\"end\" - p.start)), 0)")
+        missing = "CASE WHEN logprob_source = 'none' THEN s.\"end\" - s.start ELSE 0 END"
+        return (f"list_transform(spans, lambda s, i: struct_pack({kept}, "
+                f"logprob_start := CASE WHEN {act} THEN {before} END, "
+                f"num_missing_logprobs := CASE WHEN {act} THEN {missing} END)) AS spans")
+    return _column_or_null(f, present)
+
+
+def _trajectory_rows_sql(conn: duckdb.DuckDBPyConnection, store: Store) -> tuple[str, list[str]]:
+    """SELECT of every stored trajectory row as schema v2 plus ``shard`` and ``shard_row``
+    (shards of schema v1 converted in SQL), and the shard URLs it reads."""
+    by_version: dict[int, list[ShardInfo]] = {}
+    for info in store.list_shards(TRAJECTORIES_DIR):
+        by_version.setdefault(info.schema_version, []).append(info)
+    selects, urls = [], []
+    for version, shards in sorted(by_version.items()):
+        present = {c for s in shards for c in s.columns}
+        urls += [store.url_of(s.path) for s in shards]
+        src = _read_parquet([store.url_of(s.path) for s in shards])
+        if version == SCHEMA_VERSION:
+            cols = [_column_or_null(f, present) for f in TRAJECTORY_SCHEMA]
+        else:
+            cols = [_v1_as_v2(f, present) for f in TRAJECTORY_SCHEMA]
+        selects.append(f"SELECT {', '.join(cols)}, filename AS shard, file_row_number AS shard_row FROM {src}")
+    if not selects:
+        src = _empty_source(conn, "_trajstore_empty_trajectories", TRAJECTORY_SCHEMA)
+        all_cols = ", ".join(_quote_ident(f.name) for f in TRAJECTORY_SCHEMA)
+        selects.append(f"SELECT {all_cols}, filename AS shard, file_row_number AS shard_row FROM {src}")
+    return " UNION ALL BY NAME ".join(selects), urls
+
+
 def _shard_urls(store: Store, subdir: str) -> list[str]:
     return [store.url_of(s.path) for s in store.list_shards(subdir)]
 
@@ -81,7 +150,10 @@ def connect(uri: str | os.PathLike[str] | Store, *,
 
     Views (a snapshot of the shards listed now; reconnect to see newer shards):
 
-    - ``trajectories``: one row per trajectory, every scalar column of schema v1 (no
+    Shards of schema v1 are converted in SQL, so a store holding both versions reads as one; a
+    nullable column that no shard has is NULL.
+
+    - ``trajectories``: one row per trajectory, every scalar column of schema v2 (no
       ``tokens``/``logprobs``/``spans``) plus ``shard`` (the file it was read from). Duplicate
       ``trajectory_id`` s keep the first copy in arrival order (shard name, then row), exactly
       as :mod:`trajstore.reader`.
@@ -89,6 +161,13 @@ def connect(uri: str | os.PathLike[str] | Store, *,
       (0-based), ``kind``, ``start``, ``"end"`` (exclusive), ``num_tokens`` (= end - start),
       ``policy_version`` and the other span fields, plus the trajectory's
       :data:`SPAN_GROUP_COLUMNS`. Built from the ``spans`` column only: never reads tokens.
+    - ``span_logprobs``: one row per action span: ``trajectory_id``, ``span_index`` (as in
+      ``spans``), ``start``, ``"end"``, ``num_tokens``, ``policy_version``, ``call_id``,
+      ``finish_reason``, ``temperature``, ``num_missing_logprobs`` and ``logprobs`` (FLOAT[],
+      ``num_tokens`` long: the rollout log-prob of each of the span's tokens, nats, NaN where the
+      engine gave none), plus :data:`SPAN_GROUP_COLUMNS`. Reads the ``logprobs`` column, so
+      filter by trajectory when the store is large, e.g.
+      ``SELECT span_index, list_sum(logprobs) FROM span_logprobs WHERE trajectory_id = 'x'``.
     - ``steps``, ``consumed``: the training records of every run under ``runs/<run_id>/``
       (schemas ``STEP_SCHEMA`` / ``CONSUMED_SCHEMA``), all runs together (``run_id`` column).
     - ``step_metrics``: ``steps`` pivoted to one row per (run_id, step) with ``trainer_version``,
@@ -113,14 +192,10 @@ def connect(uri: str | os.PathLike[str] | Store, *,
         conn.register_filesystem(store.fs)
     allowed: list[str] = []
 
-    traj_urls = _shard_urls(store, TRAJECTORIES_DIR)
+    rows_sql, traj_urls = _trajectory_rows_sql(conn, store)
     allowed += traj_urls
-    raw = _read_parquet(traj_urls) if traj_urls else _empty_source(conn, "_trajstore_empty_trajectories",
-                                                                   TRAJECTORY_SCHEMA)
-    all_cols = ", ".join(_quote_ident(f.name) for f in TRAJECTORY_SCHEMA)
-    # Every row as stored, with its shard and row number (duplicates included).
-    conn.execute(f"CREATE VIEW _trajectory_rows AS SELECT {all_cols}, filename AS shard, "
-                 f"file_row_number AS shard_row FROM {raw}")
+    # Every row as stored (as schema v2), with its shard and row number (duplicates included).
+    conn.execute(f"CREATE VIEW _trajectory_rows AS {rows_sql}")
     # First copy of each id in arrival order: shard names sort by write time.
     conn.execute("CREATE VIEW _trajectories_full AS SELECT * FROM _trajectory_rows QUALIFY row_number() "
                  "OVER (PARTITION BY trajectory_id ORDER BY shard, shard_row) = 1")
@@ -135,6 +210,16 @@ def connect(uri: str | os.PathLike[str] | Store, *,
         f'sp."end" AS "end", sp."end" - sp.start AS num_tokens, sp.policy_version AS policy_version, '
         f"{span_cols}, {group_cols} FROM (SELECT trajectory_id, {group_cols}, "
         f"unnest(range(len(spans))) AS span_index, unnest(spans) AS sp FROM _trajectories_full)")
+    # Action spans with their own log-probs (the slice of the action-aligned list).
+    conn.execute(
+        f"CREATE VIEW span_logprobs AS SELECT trajectory_id, span_index, sp.start AS start, sp.\"end\" AS \"end\", "
+        f"sp.\"end\" - sp.start AS num_tokens, sp.policy_version AS policy_version, sp.call_id AS call_id, "
+        f"sp.finish_reason AS finish_reason, sp.temperature AS temperature, "
+        f"sp.num_missing_logprobs AS num_missing_logprobs, "
+        f"logprobs[sp.logprob_start + 1:sp.logprob_start + sp.\"end\" - sp.start] AS logprobs, "
+        f"{group_cols} FROM (SELECT trajectory_id, logprobs, {group_cols}, "
+        f"unnest(range(len(spans))) AS span_index, unnest(spans) AS sp FROM _trajectories_full) "
+        f"WHERE sp.kind = 'action'")
 
     runs = run_ids(store)
     for view, subdir, schema in (("steps", RUN_STEPS_DIR, STEP_SCHEMA),
