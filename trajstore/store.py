@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import fsspec
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -54,6 +56,8 @@ SHARD_SUFFIX = ".parquet"
 ROW_GROUP_TARGET_MB = 32
 """Uncompressed bytes per Parquet row group; bounds the memory of one streamed batch."""
 PARQUET_COMPRESSION = "zstd"
+BROKEN_LINK_SIZE = -1
+"""Size :meth:`Store.shard_paths` gives a symlink that points to no regular file."""
 
 _HOST_TAG = "".join(c for c in socket.gethostname() if c.isalnum())[:16] or "host"
 
@@ -82,19 +86,43 @@ def new_shard_name() -> str:
     return f"{time.time_ns():020d}-{_HOST_TAG}-{os.getpid()}-{uuid.uuid4().hex[:12]}{SHARD_SUFFIX}"
 
 
+SPAN_BYTES_ESTIMATE = 96
+"""Uncompressed bytes assumed per span when sizing row groups (a dozen small fields)."""
+
+
+def row_bytes(table: pa.Table) -> np.ndarray:
+    """Approximate uncompressed bytes of each row, int64 (n,): list columns by their element
+    count times the element width (``spans`` at :data:`SPAN_BYTES_ESTIMATE` each), strings by
+    their length (``metadata`` can be megabytes), fixed-width columns by their width."""
+    n = table.num_rows
+    out = np.zeros(n, dtype=np.int64)
+    for name, col in zip(table.column_names, table.columns):
+        t = col.type
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            counts = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            vt = t.value_type
+            width = vt.byte_width if pa.types.is_integer(vt) or pa.types.is_floating(vt) else SPAN_BYTES_ESTIMATE
+            out += counts * width
+        elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t):
+            out += pc.binary_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        else:
+            try:
+                out += t.byte_width
+            except ValueError:  # bool and other bit-packed or nested types
+                out += 1
+    return out
+
+
 def _row_group_slices(table: pa.Table, target_bytes: int) -> list[tuple[int, int]]:
-    """Split rows into consecutive slices of about `target_bytes` uncompressed bytes each."""
+    """Split rows into consecutive slices of about `target_bytes` uncompressed bytes each
+    (:func:`row_bytes`; a single row larger than the target gets a row group of its own)."""
     n = table.num_rows
     if n == 0:
         return []
-    if "tokens" in table.column_names:
-        lengths = pa.compute.list_value_length(table.column("tokens")).to_numpy(zero_copy_only=False)
-        per_row = lengths.astype("int64") * 8 + 256  # int32 token + float32 logprob + scalars
-    else:
-        per_row = [max(1, table.nbytes // n)] * n
+    per_row = row_bytes(table)
     out, start, acc = [], 0, 0
-    for i, b in enumerate(per_row):
-        acc += int(b)
+    for i, b in enumerate(per_row.tolist()):
+        acc += b
         if acc >= target_bytes:
             out.append((start, i + 1))
             start, acc = i + 1, 0
@@ -140,6 +168,24 @@ class Store:
         """Full URL (with protocol) of a path inside `fs`, e.g. a :attr:`ShardInfo.path`; local
         paths are returned as they are. What errors, warnings and DuckDB show and read."""
         return path if self.is_local else self.fs.unstrip_protocol(path)
+
+    def exists(self) -> bool:
+        """Whether anything is stored at the root: a local directory, or at least one object
+        under the prefix (object stores have no empty directories, so a mistyped prefix or
+        bucket gives False).
+
+        Raises:
+            StoreError: the location cannot be checked (unreachable endpoint, bad credentials).
+        """
+        if self.is_local:
+            return os.path.isdir(self.root)
+        try:
+            self.fs.invalidate_cache(self.root)
+            return bool(self.fs.exists(self.root)) and bool(self.fs.ls(self.root, detail=False))
+        except FileNotFoundError:
+            return False
+        except Exception as e:  # unreachable endpoint, bad credentials or options
+            raise StoreError(f"cannot check {self.uri}: {type(e).__name__}: {e}") from e
 
     def arrow_filesystem(self) -> pafs.FileSystem:
         """A pyarrow filesystem for the same location (native for local paths)."""
@@ -335,7 +381,9 @@ class Store:
 
     def shard_paths(self, subdir: str = TRAJECTORIES_DIR) -> list[tuple[str, int]]:
         """(path, size) of every ``*.parquet`` directly under `subdir`, sorted by name
-        (= arrival order). Hidden and temporary files are never listed."""
+        (= arrival order). Hidden and temporary files are never listed. A symbolic link (local
+        stores) is listed with the size of the file it points to, or :data:`BROKEN_LINK_SIZE`
+        when it points to no regular file (:meth:`inspect_shard` then reports it)."""
         base = self.path(subdir)
         try:
             entries = self.fs.ls(base, detail=True, refresh=True) if not self.is_local else self.fs.ls(base, detail=True)
@@ -347,8 +395,12 @@ class Store:
         for e in entries:
             p = e["name"]
             name = p.rsplit("/", 1)[-1]
-            if e.get("type") == "file" and name.endswith(SHARD_SUFFIX) and not name.startswith((".", "_")):
+            if not name.endswith(SHARD_SUFFIX) or name.startswith((".", "_")):
+                continue
+            if e.get("type") == "file":
                 out.append((p, int(e.get("size") or 0)))
+            elif e.get("islink"):  # local symlink: read what it points to; a broken one is reported
+                out.append((p, os.path.getsize(p) if os.path.isfile(p) else BROKEN_LINK_SIZE))
         out.sort(key=lambda x: x[0].rsplit("/", 1)[-1])
         return out
 
@@ -365,6 +417,9 @@ class Store:
             CorruptShardError: truncated or not Parquet, a schema version newer than ours, or
                 (with `expected`) columns that do not fit.
         """
+        if size == BROKEN_LINK_SIZE:
+            dest = os.readlink(path) if os.path.islink(path) else "?"
+            raise CorruptShardError(self.url_of(path), f"broken symlink to {dest} (not a readable file)")
         key = (path, size)
         with self._cache_lock:
             cached = self._shard_cache.get(key)

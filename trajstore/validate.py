@@ -10,7 +10,7 @@ import re
 import numpy as np
 
 from trajstore.errors import TrajectoryValidationError, Violation
-from trajstore.models import Trajectory
+from trajstore.models import Span, Trajectory
 from trajstore.schema import LOGPROB_SOURCES, SPAN_KINDS, STATUSES, TOKEN_SOURCES
 
 TRAJECTORY_ID_MAX_CHARS = 200
@@ -18,7 +18,7 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _TRAJECTORY_STR_FIELDS = ("prompt_id", "group_id", "source", "model", "tokenizer", "reward_raw")
 _SPAN_STR_FIELDS = ("role", "call_id", "cause_id", "finish_reason", "sampling_params")
 _SPAN_INT64_FIELDS = ("start", "end", "policy_version", "top_k", "max_tokens")
-_SAFE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:=+-]*$")
+_SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:=+-]*")  # fullmatch: `$` would accept a trailing "\n"
 
 
 def check_trajectory_id(trajectory_id: str | None) -> list[Violation]:
@@ -28,7 +28,7 @@ def check_trajectory_id(trajectory_id: str | None) -> list[Violation]:
         return [Violation("trajectory_id", "must be a non-empty string")]
     if len(trajectory_id) > TRAJECTORY_ID_MAX_CHARS:
         return [Violation("trajectory_id", f"longer than {TRAJECTORY_ID_MAX_CHARS} characters")]
-    if not _SAFE_ID.match(trajectory_id):
+    if not _SAFE_ID.fullmatch(trajectory_id):
         return [Violation(
             "trajectory_id",
             f"{trajectory_id!r} is not safe in a path: use letters, digits and ._:=+- "
@@ -48,6 +48,50 @@ def _not_utf8(value: str | None) -> bool:
     return False
 
 
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not standard JSON")
+
+
+def _json_problem(text: str) -> str | None:
+    """Why `text` is not one standard JSON value (NaN / Infinity refused), or None."""
+    try:
+        json.loads(text, parse_constant=_reject_constant)
+    except ValueError as e:
+        return str(e).splitlines()[0]
+    except RecursionError:
+        return "nested too deeply"
+    return None
+
+
+def _clip(text: str, n: int = 60) -> str:
+    return repr(text if len(text) <= n else text[:n] + "...")
+
+
+def _sampling_violations(where: str, s: Span) -> list[Violation]:
+    """Rules for the sampling parameters an action span records (they change what its
+    log-probs mean, so an impossible value is refused rather than stored)."""
+    v: list[Violation] = []
+    if s.temperature is not None and not (s.temperature >= 0 and math.isfinite(s.temperature)):
+        v.append(Violation(f"{where}.temperature", f"must be finite and >= 0, got {s.temperature}"))
+    if s.top_p is not None and not (0 < s.top_p <= 1):
+        v.append(Violation(f"{where}.top_p", f"must be in (0, 1], got {s.top_p}"))
+    if s.min_p is not None and not (0 <= s.min_p <= 1):
+        v.append(Violation(f"{where}.min_p", f"must be finite and in [0, 1], got {s.min_p}"))
+    if s.top_k is not None and s.top_k < -1:
+        v.append(Violation(f"{where}.top_k", f"must be -1 or 0 (disabled) or >= 1, got {s.top_k}"))
+    if s.max_tokens is not None and s.max_tokens < 1:
+        v.append(Violation(f"{where}.max_tokens", f"must be >= 1, got {s.max_tokens}"))
+    if s.sampling_params is not None:
+        problem = _json_problem(s.sampling_params)
+        if problem:
+            v.append(Violation(f"{where}.sampling_params",
+                               f"is not valid JSON ({problem}): {_clip(s.sampling_params)}"))
+        elif not isinstance(json.loads(s.sampling_params), dict):
+            v.append(Violation(f"{where}.sampling_params",
+                               f"must be a JSON object, got {_clip(s.sampling_params)}"))
+    return v
+
+
 def _storability_violations(traj: Trajectory) -> list[Violation]:
     """Values the models accept but Arrow cannot store: strings that are not valid UTF-8,
     integers outside int64, metadata that is not JSON-serialisable. Caught here so that one
@@ -58,9 +102,19 @@ def _storability_violations(traj: Trajectory) -> list[Violation]:
             v.append(Violation(name, "is not valid UTF-8 (lone surrogate?)"))
     if traj.metadata:
         try:
-            json.dumps(traj.metadata, sort_keys=True, default=str)
-        except (TypeError, ValueError, RecursionError) as e:
+            json.dumps(traj.metadata, sort_keys=True, default=str, allow_nan=False)
+        except ValueError as e:
+            if "not JSON compliant" in str(e):
+                v.append(Violation("metadata", "holds NaN or Infinity, which is not standard JSON "
+                                               "(store null or a string instead)"))
+            else:
+                v.append(Violation("metadata", f"is not JSON-serialisable: {e}"))
+        except (TypeError, RecursionError) as e:
             v.append(Violation("metadata", f"is not JSON-serialisable: {e}"))
+    if traj.reward_raw is not None:
+        problem = _json_problem(traj.reward_raw)
+        if problem:
+            v.append(Violation("reward_raw", f"is not valid JSON ({problem}): {_clip(traj.reward_raw)}"))
     for i, s in enumerate(traj.spans):
         for name in _SPAN_STR_FIELDS:
             if _not_utf8(getattr(s, name)):
@@ -123,10 +177,7 @@ def find_violations(traj: Trajectory) -> list[Violation]:
             v.append(Violation(f"{where}.policy_version", f"only action spans carry a policy version ({s.kind})"))
         if s.policy_version is not None and s.policy_version < 0:
             v.append(Violation(f"{where}.policy_version", f"must be >= 0, got {s.policy_version}"))
-        if s.temperature is not None and not (s.temperature >= 0 and math.isfinite(s.temperature)):
-            v.append(Violation(f"{where}.temperature", f"must be finite and >= 0, got {s.temperature}"))
-        if s.top_p is not None and not (0 < s.top_p <= 1):
-            v.append(Violation(f"{where}.top_p", f"must be in (0, 1], got {s.top_p}"))
+        v += _sampling_violations(where, s)
     if pos != n and n:
         v.append(Violation("spans", f"spans cover tokens [0, {pos}) but there are {n} tokens"))
     if n and not traj.spans:
