@@ -206,6 +206,60 @@ def _read_shards_one_by_one(store: Store, shards: Sequence[ShardInfo], cols: lis
     return pa.concat_tables(parts)
 
 
+@dataclass
+class StoreSummary:
+    """What :func:`summarize_store` found.
+
+    Attributes:
+        store: the store's URI. shards: readable trajectory shards.
+        trajectories: distinct trajectories (duplicates dropped). tokens: their tokens.
+        duplicates_dropped: rows whose id appeared earlier in arrival order.
+        schema_versions: shards per schema version.
+        skipped: one message per shard that could not be read (each named once).
+    """
+
+    store: str
+    shards: int
+    trajectories: int
+    tokens: int
+    duplicates_dropped: int
+    schema_versions: dict[int, int]
+    skipped: list[str]
+
+
+def summarize_store(uri: StoreLike, *, storage_options: dict[str, Any] | None = None) -> StoreSummary:
+    """Shard, trajectory and token counts of a store, reading ids and token counts only.
+
+    Unreadable shards are not warned about (each would be named by every listing) but
+    collected in :attr:`StoreSummary.skipped`, one message per shard.
+    """
+    store = _store(uri, storage_options)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CorruptShardWarning)
+        shards = store.list_shards(TRAJECTORIES_DIR)
+        if shards:
+            cols = ["trajectory_id", "num_tokens"]
+            try:
+                parts = [_read_run(store, v, run, cols) for v, run in version_runs(shards)]
+                table = pa.concat_tables(parts)
+            except (OSError, pa.ArrowException):
+                table = _read_shards_one_by_one(store, shards, cols, strict=False)
+        else:
+            table = TRAJECTORY_SCHEMA.empty_table().select(["trajectory_id", "num_tokens"])
+    skipped = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, CorruptShardWarning)))
+    for w in caught:  # anything else is not ours to swallow
+        if not issubclass(w.category, CorruptShardWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    keep = _first_copy_mask(table.column("trajectory_id")) if table.num_rows else None
+    if keep is not None:
+        table = table.filter(pa.array(keep))
+    versions: dict[int, int] = {}
+    for sh in shards:
+        versions[sh.schema_version] = versions.get(sh.schema_version, 0) + 1
+    return StoreSummary(store.uri, len(shards), table.num_rows, int(pc.sum(table.column("num_tokens")).as_py() or 0),
+                        0 if keep is None else int((~keep).sum()), versions, skipped)
+
+
 def count_duplicates(uri: StoreLike, *, storage_options: dict[str, Any] | None = None) -> int:
     """Rows whose ``trajectory_id`` already appeared earlier in arrival order (dropped by readers)."""
     t = read_trajectories(uri, columns=["trajectory_id"], storage_options=storage_options, dedupe=False)

@@ -10,13 +10,16 @@ registered on the connection (no DuckDB extension is downloaded).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-from trajstore.errors import TrajstoreError
+from trajstore.errors import TrajstoreError, one_line
 from trajstore.schema import (
     CONSUMED_SCHEMA,
     SCALAR_COLUMNS,
@@ -238,25 +241,36 @@ def connect(uri: str | os.PathLike[str] | Store, *,
 
     if allowed:
         conn.execute("SET allowed_paths = ?", [allowed])
+    # DuckDB's temp directory (default `.tmp` under the working directory) stays readable with
+    # external access disabled: point it at a private, empty directory of our own instead.
+    spill = tempfile.mkdtemp(prefix="trajstore-duckdb-")
+    weakref.finalize(conn, shutil.rmtree, spill, True)
+    conn.execute("SET temp_directory = ?", [spill])
     conn.execute("SET enable_external_access = false")
     conn.execute("SET lock_configuration = true")
     return conn
 
 
-def sql(conn: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyRelation:
-    """Run one read-only statement on an audit connection and return its relation.
+def sql(conn: duckdb.DuckDBPyConnection, query: str, *, limit: int | None = None) -> duckdb.DuckDBPyRelation:
+    """Run one read-only statement on an audit connection and return its relation (lazy: read
+    it in batches with ``rel.to_arrow_reader(n)`` to keep memory bounded by a batch).
 
     Only statement types in :data:`READ_ONLY_STATEMENT_TYPES` are accepted, so COPY ... TO,
     CREATE, INSERT, ATTACH, SET and PRAGMA never reach DuckDB (and cannot touch the store).
 
+    Args:
+        limit: at most this many rows (>= 1); None = all.
+
     Raises:
         AuditError: the text is not exactly one statement, is not a SELECT, or DuckDB rejects it
-            (parse / bind error, naming the problem).
+            (parse / bind error, naming the problem on one line); `limit` < 1.
     """
+    if limit is not None and limit < 1:
+        raise AuditError(f"limit must be >= 1, got {limit}")
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as e:
-        raise AuditError(f"invalid SQL: {e}") from e
+        raise AuditError(f"invalid SQL: {one_line(str(e))}") from e
     if len(statements) != 1:
         raise AuditError(f"expected exactly one SQL statement, got {len(statements)}")
     kind = statements[0].type.name
@@ -264,6 +278,7 @@ def sql(conn: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyRelation:
         raise AuditError(f"read-only: refusing a {kind} statement; only SELECT queries run against the store "
                          f"(views: {', '.join(VIEW_NAMES)})")
     try:
-        return conn.sql(query)
+        rel = conn.sql(query)
+        return rel if limit is None else rel.limit(limit)
     except duckdb.Error as e:
-        raise AuditError(f"query failed: {e}") from e
+        raise AuditError(f"query failed: {one_line(str(e))}") from e
