@@ -191,6 +191,9 @@ def connect(uri: str | os.PathLike[str] | Store, *,
     """
     store = uri if isinstance(uri, Store) else open_store(uri, storage_options=storage_options)
     conn = duckdb.connect(":memory:")
+    # Every query reads the same shards: keep their footers instead of parsing them per query
+    # (about 0.5 ms a file, a second per query over a store of a million short trajectories).
+    conn.execute("SET parquet_metadata_cache = true")
     if not store.is_local:
         conn.register_filesystem(store.fs)
     allowed: list[str] = []
@@ -199,9 +202,19 @@ def connect(uri: str | os.PathLike[str] | Store, *,
     allowed += traj_urls
     # Every row as stored (as schema v2), with its shard and row number (duplicates included).
     conn.execute(f"CREATE VIEW _trajectory_rows AS {rows_sql}")
-    # First copy of each id in arrival order: shard names sort by write time.
-    conn.execute("CREATE VIEW _trajectories_full AS SELECT * FROM _trajectory_rows QUALIFY row_number() "
-                 "OVER (PARTITION BY trajectory_id ORDER BY shard, shard_row) = 1")
+    # First copy of each id in arrival order (shard names sort by write time). The later copies
+    # are found once here from the ids alone and kept as a small table; a window over the full
+    # rows in every query would re-sort whole rows (spans included) each time.
+    conn.execute(
+        "CREATE TEMP TABLE _dropped_rows AS SELECT shard, shard_row FROM (SELECT shard, shard_row, row_number() "
+        "OVER (PARTITION BY trajectory_id ORDER BY shard, shard_row) AS copy FROM _trajectory_rows "
+        "WHERE trajectory_id IN (SELECT trajectory_id FROM _trajectory_rows GROUP BY trajectory_id "
+        "HAVING count(*) > 1)) WHERE copy > 1")
+    if conn.execute("SELECT count(*) FROM _dropped_rows").fetchall()[0][0]:
+        conn.execute("CREATE VIEW _trajectories_full AS SELECT r.* FROM _trajectory_rows r "
+                     "ANTI JOIN _dropped_rows d ON r.shard = d.shard AND r.shard_row = d.shard_row")
+    else:
+        conn.execute("CREATE VIEW _trajectories_full AS SELECT * FROM _trajectory_rows")
     scalars = ", ".join(_quote_ident(c) for c in SCALAR_COLUMNS)
     conn.execute(f"CREATE VIEW trajectories AS SELECT {scalars}, shard FROM _trajectories_full")
     span_cols = ", ".join(
