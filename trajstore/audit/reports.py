@@ -11,6 +11,7 @@ such that at least ceil(p * N / 100) observations are <= v. For unweighted data 
 from __future__ import annotations
 
 import json
+import uuid
 
 from dataclasses import dataclass, fields
 
@@ -262,13 +263,21 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
     Raises:
         AuditError: the predicate is invalid.
     """
-    sel = _selected(conn, where)
-    base = (f"WITH {sel}, "
-            f"c AS (SELECT c.run_id, c.step, c.trainer_version, c.trajectory_id, sel.source FROM consumed c "
-            f"JOIN sel USING (trajectory_id) WHERE {_run_filter(run, 'c.run_id')}), "
+    # Scan spans, trajectories and consumed records once each, into small temporary tables
+    # (per trajectory and policy version: the action tokens), which the four result tables
+    # share; re-deriving them per table read the spans column four times.
+    tag = uuid.uuid4().hex[:12]
+    vh, sel_t, c_t = f"_staleness_versions_{tag}", f"_staleness_sel_{tag}", f"_staleness_consumed_{tag}"
+    conn.execute(f"CREATE TEMP TABLE {vh} AS SELECT trajectory_id, policy_version, sum(num_tokens) AS n FROM spans "
+                 f"WHERE kind = 'action' AND policy_version IS NOT NULL GROUP BY trajectory_id, policy_version")
+    conn.execute(f"CREATE TEMP TABLE {sel_t} AS WITH {_selected(conn, where)} SELECT trajectory_id, source, "
+                 f"min_policy_version, max_policy_version FROM sel")
+    conn.execute(f"CREATE TEMP TABLE {c_t} AS SELECT c.run_id, c.step, c.trainer_version, c.trajectory_id, "
+                 f"s.source FROM consumed c JOIN {sel_t} s USING (trajectory_id) WHERE {_run_filter(run, 'c.run_id')}")
+    base = (f"WITH c AS (SELECT * FROM {c_t}), "
             f"tok AS (SELECT c.run_id, c.step, c.trajectory_id, c.source, "
-            f"c.trainer_version - sp.policy_version AS staleness, sp.num_tokens AS n FROM c JOIN spans sp "
-            f"USING (trajectory_id) WHERE sp.kind = 'action' AND sp.policy_version IS NOT NULL), "
+            f"c.trainer_version - v.policy_version AS staleness, v.n AS n FROM c JOIN {vh} v "
+            f"USING (trajectory_id)), "
             f"tr AS (SELECT run_id, step, trajectory_id, any_value(source) AS source, max(staleness) AS staleness "
             f"FROM tok GROUP BY run_id, step, trajectory_id)")
 
@@ -293,14 +302,13 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
         f"ORDER BY run_id, staleness")
 
     consumed_ids = f"SELECT trajectory_id FROM consumed WHERE {_run_filter(run)}"
-    newest = "(SELECT max(policy_version) FROM spans WHERE kind = 'action')"
+    newest = f"(SELECT max(policy_version) FROM {vh})"
     unconsumed = conn.sql(
-        f"WITH {sel}, u AS (SELECT trajectory_id, source, min_policy_version, max_policy_version FROM sel "
+        f"WITH u AS (SELECT trajectory_id, source, min_policy_version, max_policy_version FROM {sel_t} "
         f"WHERE min_policy_version IS NOT NULL AND trajectory_id NOT IN ({consumed_ids})), "
         f"nw AS (SELECT {newest} AS newest), "
-        f"ut AS (SELECT u.source, nw.newest - sp.policy_version AS lag, sum(sp.num_tokens) AS n FROM u "
-        f"JOIN spans sp USING (trajectory_id), nw WHERE sp.kind = 'action' AND sp.policy_version IS NOT NULL "
-        f"GROUP BY ALL), "
+        f"ut AS (SELECT u.source, nw.newest - v.policy_version AS lag, sum(v.n) AS n FROM u "
+        f"JOIN {vh} v USING (trajectory_id), nw GROUP BY ALL), "
         f"us AS (SELECT source, max_policy_version - min_policy_version AS spread, count(*) AS n FROM u GROUP BY ALL), "
         f"ul AS (SELECT u.source, nw.newest - min_policy_version AS lag, count(*) AS n FROM u, nw GROUP BY ALL), "
         f"cnt AS (SELECT source, count(*) AS trajectories FROM u GROUP BY source), "
