@@ -157,9 +157,14 @@ def trajectories_to_table(trajectories: Sequence[Trajectory], *, version: int = 
     np.cumsum(n_act, out=lp_offsets[1:])
     is_action = np.asarray(span_is_action, dtype=bool)
     derived = {name: np.full(len(span_is_action), -1, dtype=np.int64) for name in DERIVED_SPAN_FIELDS}
-    derived["num_missing_logprobs"][is_action] = segment_sums(np.isnan(action_lp), lens)
+    nan = np.isnan(action_lp)
+    if nan.any():
+        derived["num_missing_logprobs"][is_action] = segment_sums(nan, lens)
+        missing_per_traj = segment_sums(nan, n_act)
+    else:  # the usual case (engine log-probs for every action token): no prefix sums needed
+        derived["num_missing_logprobs"][is_action] = 0
+        missing_per_traj = np.zeros(len(trajectories), dtype=np.int64)
     derived["logprob_start"][is_action] = (np.cumsum(lens) - lens) - lp_offsets[np.asarray(act_row, dtype=np.int64)]
-    missing_per_traj = segment_sums(np.isnan(action_lp), n_act)
 
     columns: dict[str, pa.Array] = {}
     for f in TRAJECTORY_SCHEMA:

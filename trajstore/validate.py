@@ -39,7 +39,7 @@ def check_trajectory_id(trajectory_id: str | None) -> list[Violation]:
 
 def _not_utf8(value: str | None) -> bool:
     """True when `value` cannot be stored as an Arrow/Parquet string (e.g. lone surrogates)."""
-    if value is None:
+    if value is None or value.isascii():
         return False
     try:
         value.encode("utf-8")
@@ -52,24 +52,32 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not standard JSON")
 
 
+_STRICT_JSON = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _parse_json(text: str) -> tuple[object, str | None]:
+    """(value, None) for one standard JSON value (NaN / Infinity refused), else (None, why)."""
+    try:
+        return _STRICT_JSON.decode(text), None
+    except ValueError as e:
+        return None, str(e).splitlines()[0]
+    except RecursionError:
+        return None, "nested too deeply"
+
+
 def _json_problem(text: str) -> str | None:
     """Why `text` is not one standard JSON value (NaN / Infinity refused), or None."""
-    try:
-        json.loads(text, parse_constant=_reject_constant)
-    except ValueError as e:
-        return str(e).splitlines()[0]
-    except RecursionError:
-        return "nested too deeply"
-    return None
+    return _parse_json(text)[1]
 
 
 def _clip(text: str, n: int = 60) -> str:
     return repr(text if len(text) <= n else text[:n] + "...")
 
 
-def _sampling_violations(where: str, s: Span) -> list[Violation]:
+def _sampling_violations(where: str, s: Span, parsed: dict[str, tuple[object, str | None]]) -> list[Violation]:
     """Rules for the sampling parameters an action span records (they change what its
-    log-probs mean, so an impossible value is refused rather than stored)."""
+    log-probs mean, so an impossible value is refused rather than stored). `parsed` caches
+    ``sampling_params`` texts already parsed (spans of one trajectory usually share one)."""
     v: list[Violation] = []
     if s.temperature is not None and not (s.temperature >= 0 and math.isfinite(s.temperature)):
         v.append(Violation(f"{where}.temperature", f"must be finite and >= 0, got {s.temperature}"))
@@ -82,11 +90,13 @@ def _sampling_violations(where: str, s: Span) -> list[Violation]:
     if s.max_tokens is not None and s.max_tokens < 1:
         v.append(Violation(f"{where}.max_tokens", f"must be >= 1, got {s.max_tokens}"))
     if s.sampling_params is not None:
-        problem = _json_problem(s.sampling_params)
+        if s.sampling_params not in parsed:
+            parsed[s.sampling_params] = _parse_json(s.sampling_params)
+        value, problem = parsed[s.sampling_params]
         if problem:
             v.append(Violation(f"{where}.sampling_params",
                                f"is not valid JSON ({problem}): {_clip(s.sampling_params)}"))
-        elif not isinstance(json.loads(s.sampling_params), dict):
+        elif not isinstance(value, dict):
             v.append(Violation(f"{where}.sampling_params",
                                f"must be a JSON object, got {_clip(s.sampling_params)}"))
     return v
@@ -155,6 +165,7 @@ def find_violations(traj: Trajectory) -> list[Violation]:
 
     # Span coverage: ordered, contiguous, non-empty, exactly [0, n).
     action = np.zeros(n, dtype=bool)
+    parsed: dict[str, tuple[object, str | None]] = {}
     pos = 0
     for i, s in enumerate(traj.spans):
         where = f"spans[{i}]"
@@ -177,7 +188,7 @@ def find_violations(traj: Trajectory) -> list[Violation]:
             v.append(Violation(f"{where}.policy_version", f"only action spans carry a policy version ({s.kind})"))
         if s.policy_version is not None and s.policy_version < 0:
             v.append(Violation(f"{where}.policy_version", f"must be >= 0, got {s.policy_version}"))
-        v += _sampling_violations(where, s)
+        v += _sampling_violations(where, s, parsed)
     if pos != n and n:
         v.append(Violation("spans", f"spans cover tokens [0, {pos}) but there are {n} tokens"))
     if n and not traj.spans:
