@@ -260,6 +260,66 @@ def summarize_store(uri: StoreLike, *, storage_options: dict[str, Any] | None = 
                         0 if keep is None else int((~keep).sum()), versions, skipped)
 
 
+def read_trajectories_by_id(uri: StoreLike, ids: Sequence[str], *, columns: Sequence[str] | None = None,
+                            storage_options: dict[str, Any] | None = None, strict: bool = False) -> pa.Table:
+    """The trajectories with the given ids (first stored copy of each), in arrival order; ids
+    not in the store are absent from the result.
+
+    Reads the ``trajectory_id`` column of every shard (a few bytes per row), then decodes only
+    the row groups that hold a wanted row, and takes those rows: the cost grows with the number
+    of ids asked for and the row-group size (``ROW_GROUP_TARGET_MB``), not with the store.
+
+    Args:
+        ids: trajectory ids to fetch.
+        columns: subset of schema columns (``trajectory_id`` is always included).
+
+    Raises:
+        CorruptShardError: with ``strict=True``, on the first unreadable shard.
+    """
+    store = _store(uri, storage_options)
+    cols = list(dict.fromkeys(["trajectory_id", *(columns if columns is not None else TRAJECTORY_SCHEMA.names)]))
+    wanted = set(ids)
+    fs = store.arrow_filesystem()
+    parts: list[pa.Table] = []
+    for shard in store.list_shards(TRAJECTORIES_DIR, strict=strict):
+        if not wanted:
+            break
+        try:
+            pf = pq.ParquetFile(shard.path, filesystem=fs) if not store.is_local else pq.ParquetFile(shard.path)
+            shard_ids = pf.read(columns=["trajectory_id"]).column("trajectory_id")
+            hit = pc.is_in(shard_ids, value_set=pa.array(list(wanted), pa.string())).to_numpy(zero_copy_only=False)
+            if not hit.any():
+                continue
+            rows = np.flatnonzero(hit)
+            hit_ids = shard_ids.take(pa.array(rows)).to_pylist()
+            seen_here: set[str] = set()  # first copy inside the shard
+            first = []
+            for r, t in zip(rows.tolist(), hit_ids):
+                if t in wanted and t not in seen_here:
+                    seen_here.add(t)
+                    first.append(r)
+            keep = first
+            wanted -= seen_here
+            bounds = np.cumsum([0] + [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)])
+            read = cols if shard.schema_version == SCHEMA_VERSION else v1_read_columns(cols)
+            read = [c for c in read if c in set(pf.schema_arrow.names)]
+            by_rg: dict[int, list[int]] = {}
+            for r in keep:
+                rg = int(np.searchsorted(bounds, r, side="right") - 1)
+                by_rg.setdefault(rg, []).append(r - int(bounds[rg]))
+            for rg, local in by_rg.items():
+                t = pf.read_row_group(rg, columns=read).take(pa.array(local))
+                parts.append(upgrade_table(t, shard.schema_version, columns=cols))
+        except (OSError, pa.ArrowException) as e:
+            err = CorruptShardError(store.url_of(shard.path), f"cannot decode: {str(e).splitlines()[0]}")
+            if strict:
+                raise err from e
+            warnings.warn(f"skipping {err}", CorruptShardWarning, stacklevel=2)
+    if not parts:
+        return TRAJECTORY_SCHEMA.empty_table().select(cols)
+    return pa.concat_tables(parts)
+
+
 def count_duplicates(uri: StoreLike, *, storage_options: dict[str, Any] | None = None) -> int:
     """Rows whose ``trajectory_id`` already appeared earlier in arrival order (dropped by readers)."""
     t = read_trajectories(uri, columns=["trajectory_id"], storage_options=storage_options, dedupe=False)
