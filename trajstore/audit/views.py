@@ -205,15 +205,16 @@ def connect(uri: str | os.PathLike[str] | Store, *,
     # First copy of each id in arrival order (shard names sort by write time). The later copies
     # are found once here from the ids alone and kept as a small table; a window over the full
     # rows in every query would re-sort whole rows (spans included) each time.
-    conn.execute(
-        "CREATE TEMP TABLE _dropped_rows AS SELECT shard, shard_row FROM (SELECT shard, shard_row, row_number() "
-        "OVER (PARTITION BY trajectory_id ORDER BY shard, shard_row) AS copy FROM _trajectory_rows "
-        "WHERE trajectory_id IN (SELECT trajectory_id FROM _trajectory_rows GROUP BY trajectory_id "
-        "HAVING count(*) > 1)) WHERE copy > 1")
-    if conn.execute("SELECT count(*) FROM _dropped_rows").fetchall()[0][0]:
+    conn.execute("CREATE TEMP TABLE _duplicated_ids AS SELECT trajectory_id FROM _trajectory_rows "
+                 "GROUP BY trajectory_id HAVING count(*) > 1")
+    if conn.execute("SELECT count(*) FROM _duplicated_ids").fetchall()[0][0]:
+        conn.execute(
+            "CREATE TEMP TABLE _dropped_rows AS SELECT shard, shard_row FROM (SELECT shard, shard_row, row_number() "
+            "OVER (PARTITION BY trajectory_id ORDER BY shard, shard_row) AS copy FROM _trajectory_rows "
+            "WHERE trajectory_id IN (SELECT trajectory_id FROM _duplicated_ids)) WHERE copy > 1")
         conn.execute("CREATE VIEW _trajectories_full AS SELECT r.* FROM _trajectory_rows r "
                      "ANTI JOIN _dropped_rows d ON r.shard = d.shard AND r.shard_row = d.shard_row")
-    else:
+    else:  # the usual case: one pass over the ids, and the view is the rows as stored
         conn.execute("CREATE VIEW _trajectories_full AS SELECT * FROM _trajectory_rows")
     scalars = ", ".join(_quote_ident(c) for c in SCALAR_COLUMNS)
     conn.execute(f"CREATE VIEW trajectories AS SELECT {scalars}, shard FROM _trajectories_full")
