@@ -62,6 +62,29 @@ BROKEN_LINK_SIZE = -1
 _HOST_TAG = "".join(c for c in socket.gethostname() if c.isalnum())[:16] or "host"
 
 
+_SHARD_CACHE: dict[tuple[str, int, object], ShardInfo | str] = {}
+"""Footer facts (or why a shard is unreadable) by (URL, size, expected schema): shards are
+immutable, a rewrite (``traj migrate``) changes the size, so every Store of the process shares
+it and a store opened per call does not re-read every footer."""
+_SHARD_CACHE_LOCK = threading.Lock()
+SHARD_CACHE_MAX_ENTRIES = 1_000_000
+
+
+def _cache_put(key: tuple[str, int, object], value: ShardInfo | str) -> None:
+    if len(_SHARD_CACHE) >= SHARD_CACHE_MAX_ENTRIES:
+        _SHARD_CACHE.clear()
+    _SHARD_CACHE[key] = value
+
+
+def _schema_key(expected: object) -> object:
+    """Hashable identity of what a shard was checked against (a schema, a per-version function, None)."""
+    if expected is None:
+        return None
+    if isinstance(expected, pa.Schema):
+        return expected.to_string()
+    return getattr(expected, "cache_key", id(expected))
+
+
 @dataclass(frozen=True)
 class ShardInfo:
     """A readable shard: its path inside the store's filesystem, rows, size in bytes and
@@ -146,8 +169,8 @@ class Store:
         self.fs = fs
         self.root = root.rstrip("/")
         self.storage_options = dict(storage_options)
-        self._shard_cache: dict[tuple[str, int], ShardInfo | str] = {}
-        self._cache_lock = threading.Lock()
+        self._shard_cache = _SHARD_CACHE  # shared by every Store of the process: shards are immutable
+        self._cache_lock = _SHARD_CACHE_LOCK
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -420,7 +443,7 @@ class Store:
         if size == BROKEN_LINK_SIZE:
             dest = os.readlink(path) if os.path.islink(path) else "?"
             raise CorruptShardError(self.url_of(path), f"broken symlink to {dest} (not a readable file)")
-        key = (path, size)
+        key = (self.url_of(path), size, _schema_key(expected))
         with self._cache_lock:
             cached = self._shard_cache.get(key)
         if isinstance(cached, ShardInfo):
@@ -446,10 +469,10 @@ class Store:
         except (OSError, ValueError, pa.ArrowException) as e:
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             with self._cache_lock:
-                self._shard_cache[key] = reason
+                _cache_put(key, reason)
             raise CorruptShardError(self.url_of(path), reason) from e
         with self._cache_lock:
-            self._shard_cache[key] = info
+            _cache_put(key, info)
         return info
 
     def list_shards(self, subdir: str = TRAJECTORIES_DIR, *, strict: bool = False) -> list[ShardInfo]:
@@ -494,6 +517,9 @@ def _expected_schema(subdir: str) -> Callable[[int], pa.Schema | None]:
         if len(parts) == 3 and parts[0] == RUNS_DIR:  # unchanged since v1
             return {RUN_STEPS_DIR: STEP_SCHEMA, RUN_CONSUMED_DIR: CONSUMED_SCHEMA}.get(parts[2])
         return None
+    kind = TRAJECTORIES_DIR if parts == [TRAJECTORIES_DIR] else (
+        parts[2] if len(parts) == 3 and parts[0] == RUNS_DIR else None)
+    of_version.cache_key = ("expected", kind)  # type: ignore[attr-defined]
     return of_version
 
 
