@@ -67,6 +67,8 @@ _SHARD_CACHE: dict[tuple[str, int, object], ShardInfo | str] = {}
 immutable, a rewrite (``traj migrate``) changes the size, so every Store of the process shares
 it and a store opened per call does not re-read every footer."""
 _SHARD_CACHE_LOCK = threading.Lock()
+_SCHEMA_NAMES: dict[tuple[object, int, object], tuple[str, ...]] = {}
+"""Column names of each distinct serialised Arrow schema that passed the schema check."""
 SHARD_CACHE_MAX_ENTRIES = 1_000_000
 
 
@@ -451,21 +453,31 @@ class Store:
         if isinstance(cached, str):
             raise CorruptShardError(self.url_of(path), cached)
         try:
-            with self.fs.open(path, "rb") as fh:
-                md = pq.read_metadata(fh)
+            if self.is_local:
+                md = pq.read_metadata(path)
+            else:
+                with self.fs.open(path, "rb") as fh:
+                    md = pq.read_metadata(fh)
             kv = md.metadata or {}
             version = int(kv.get(METADATA_SCHEMA_VERSION_KEY, b"-1"))
             if version < 0:
                 raise ValueError("no trajstore schema version in the file metadata")
             if version > SCHEMA_VERSION:
                 raise ValueError(f"schema version {version} is newer than this reader ({SCHEMA_VERSION})")
-            arrow_schema = md.schema.to_arrow_schema()
-            want = expected(version) if callable(expected) else expected
-            if want is not None:
-                problem = _schema_mismatch(arrow_schema, want)
-                if problem:
-                    raise ValueError(problem)
-            info = ShardInfo(path, md.num_rows, size, md.num_row_groups, version, tuple(arrow_schema.names))
+            # Shards of one writer carry the same serialised Arrow schema: check each distinct one once.
+            schema_key = (kv.get(b"ARROW:schema"), version, _schema_key(expected))
+            names = _SCHEMA_NAMES.get(schema_key) if schema_key[0] is not None else None
+            if names is None:
+                arrow_schema = md.schema.to_arrow_schema()
+                want = expected(version) if callable(expected) else expected
+                if want is not None:
+                    problem = _schema_mismatch(arrow_schema, want)
+                    if problem:
+                        raise ValueError(problem)
+                names = tuple(arrow_schema.names)
+                if schema_key[0] is not None:
+                    _SCHEMA_NAMES[schema_key] = names
+            info = ShardInfo(path, md.num_rows, size, md.num_row_groups, version, names)
         except (OSError, ValueError, pa.ArrowException) as e:
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             with self._cache_lock:
