@@ -274,12 +274,13 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
                  f"min_policy_version, max_policy_version FROM sel")
     conn.execute(f"CREATE TEMP TABLE {c_t} AS SELECT c.run_id, c.step, c.trainer_version, c.trajectory_id, "
                  f"s.source FROM consumed c JOIN {sel_t} s USING (trajectory_id) WHERE {_run_filter(run, 'c.run_id')}")
-    base = (f"WITH c AS (SELECT * FROM {c_t}), "
-            f"tok AS (SELECT c.run_id, c.step, c.trajectory_id, c.source, "
-            f"c.trainer_version - v.policy_version AS staleness, v.n AS n FROM c JOIN {vh} v "
-            f"USING (trajectory_id)), "
-            f"tr AS (SELECT run_id, step, trajectory_id, any_value(source) AS source, max(staleness) AS staleness "
-            f"FROM tok GROUP BY run_id, step, trajectory_id)")
+    tok_t, tr_t = f"_staleness_tok_{tag}", f"_staleness_tr_{tag}"
+    conn.execute(f"CREATE TEMP TABLE {tok_t} AS SELECT c.run_id, c.step, c.trajectory_id, c.source, "
+                 f"c.trainer_version - v.policy_version AS staleness, v.n AS n FROM {c_t} c JOIN {vh} v "
+                 f"USING (trajectory_id)")
+    conn.execute(f"CREATE TEMP TABLE {tr_t} AS SELECT run_id, step, trajectory_id, any_value(source) AS source, "
+                 f"max(staleness) AS staleness FROM {tok_t} GROUP BY run_id, step, trajectory_id")
+    base = f"WITH c AS (SELECT * FROM {c_t}), tok AS (SELECT * FROM {tok_t}), tr AS (SELECT * FROM {tr_t})"
 
     def summary(groups: tuple[str, ...]) -> duckdb.DuckDBPyRelation:
         g = ", ".join(groups)
