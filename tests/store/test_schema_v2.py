@@ -92,7 +92,8 @@ def _v1_and_v2_store(uri: str, make_trajectory: Any, storage_options: dict[str, 
     """Shards in arrival order: v1 (10 rows), v2 (10 rows), v1 (the first 3 ids again: duplicates)."""
     rng = np.random.default_rng(77)
     store = open_store(uri, storage_options=storage_options)
-    first = [make_trajectory(rng, trajectory_id=f"v1-{i}", with_logprobs=i % 3 != 0) for i in range(10)]
+    first = [make_trajectory(rng, trajectory_id=f"v1-{i}", with_logprobs=i % 3 != 0, with_actions=i != 4)
+             for i in range(10)]  # v1-4 has no action at all (empty log-prob list after conversion)
     second = [make_trajectory(rng, trajectory_id=f"v2-{i}", with_logprobs=i % 4 != 0) for i in range(10)]
     store.write_table(trajectories_to_table(first, version=1))
     store.write_table(trajectories_to_table(second))
