@@ -26,7 +26,15 @@ import pyarrow.parquet as pq
 from trajstore.convert import conform_table, ranges_positions, upgrade_table, v1_read_columns
 from trajstore.errors import CorruptShardError
 from trajstore.schema import SCHEMA_VERSION, SPAN_KIND_CODES, TRAJECTORY_SCHEMA, trajectory_schema
-from trajstore.store import TRAJECTORIES_DIR, CorruptShardWarning, ShardInfo, Store, open_store
+from trajstore.store import (
+    TRAJECTORIES_DIR,
+    CorruptShardWarning,
+    ShardInfo,
+    Store,
+    decode_id_index,
+    id_hashes,
+    open_store,
+)
 
 StoreLike = Store | str | os.PathLike[str]
 
@@ -265,9 +273,12 @@ def read_trajectories_by_id(uri: StoreLike, ids: Sequence[str], *, columns: Sequ
     """The trajectories with the given ids (first stored copy of each), in arrival order; ids
     not in the store are absent from the result.
 
-    Reads the ``trajectory_id`` column of every shard (a few bytes per row), then decodes only
-    the row groups that hold a wanted row, and takes those rows: the cost grows with the number
-    of ids asked for and the row-group size (``ROW_GROUP_TARGET_MB``), not with the store.
+    Each shard's footer (read when the store is listed) holds an id index, sorted 64-bit id
+    hashes with their rows (:data:`trajstore.store.METADATA_ID_INDEX_KEY`): shards without a
+    wanted id are never opened, and only the row groups holding a wanted row are decoded (a
+    shard without the index, e.g. one written before it existed, has its ``trajectory_id``
+    column read instead). The cost grows with the number of ids asked for and the row-group
+    size (``ROW_GROUP_TARGET_MB``), not with the store.
 
     Args:
         ids: trajectory ids to fetch.
@@ -275,49 +286,73 @@ def read_trajectories_by_id(uri: StoreLike, ids: Sequence[str], *, columns: Sequ
 
     Raises:
         CorruptShardError: with ``strict=True``, on the first unreadable shard.
+        ValueError: a name in `columns` is not a schema column.
     """
     store = _store(uri, storage_options)
     cols = list(dict.fromkeys(["trajectory_id", *(columns if columns is not None else TRAJECTORY_SCHEMA.names)]))
-    wanted = set(ids)
-    fs = store.arrow_filesystem()
+    unknown = [c for c in cols if c not in TRAJECTORY_SCHEMA.names]
+    if unknown:
+        raise ValueError(f"unknown column(s) {unknown}; the trajectory schema has {TRAJECTORY_SCHEMA.names}")
+    wanted = dict.fromkeys(ids)
+    hashes = dict(zip(id_hashes(list(wanted)).tolist(), wanted)) if wanted else {}
     parts: list[pa.Table] = []
     for shard in store.list_shards(TRAJECTORIES_DIR, strict=strict):
         if not wanted:
             break
         try:
-            pf = pq.ParquetFile(shard.path, filesystem=fs) if not store.is_local else pq.ParquetFile(shard.path)
-            shard_ids = pf.read(columns=["trajectory_id"]).column("trajectory_id")
-            hit = pc.is_in(shard_ids, value_set=pa.array(list(wanted), pa.string())).to_numpy(zero_copy_only=False)
-            if not hit.any():
-                continue
-            rows = np.flatnonzero(hit)
-            hit_ids = shard_ids.take(pa.array(rows)).to_pylist()
-            seen_here: set[str] = set()  # first copy inside the shard
-            first = []
-            for r, t in zip(rows.tolist(), hit_ids):
-                if t in wanted and t not in seen_here:
-                    seen_here.add(t)
-                    first.append(r)
-            keep = first
-            wanted -= seen_here
-            bounds = np.cumsum([0] + [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)])
-            read = cols if shard.schema_version == SCHEMA_VERSION else v1_read_columns(cols)
-            read = [c for c in read if c in set(pf.schema_arrow.names)]
-            by_rg: dict[int, list[int]] = {}
-            for r in keep:
-                rg = int(np.searchsorted(bounds, r, side="right") - 1)
-                by_rg.setdefault(rg, []).append(r - int(bounds[rg]))
-            for rg, local in by_rg.items():
-                t = pf.read_row_group(rg, columns=read).take(pa.array(local))
-                parts.append(upgrade_table(t, shard.schema_version, columns=cols))
+            if shard.id_index is not None:
+                h, rows = decode_id_index(shard.id_index)
+                live = np.fromiter((k for k, v in hashes.items() if v in wanted), dtype=np.uint64)
+                pos = np.searchsorted(h, live)
+                pos = pos[pos < len(h)]
+                pos = pos[np.isin(h[pos], live)]
+                if not len(pos):
+                    continue  # no wanted id here: the shard is not opened
+                # every row with a matching hash (an id stored twice in a shard appears twice)
+                lo, hi = np.searchsorted(h, h[pos], "left"), np.searchsorted(h, h[pos], "right")
+                candidates = np.unique(np.concatenate([rows[a:b] for a, b in zip(lo, hi)]).astype(np.int64))
+            else:
+                candidates = None
+            got = _rows_of(store, shard, candidates, wanted, cols)
         except (OSError, pa.ArrowException) as e:
             err = CorruptShardError(store.url_of(shard.path), f"cannot decode: {str(e).splitlines()[0]}")
             if strict:
                 raise err from e
             warnings.warn(f"skipping {err}", CorruptShardWarning, stacklevel=2)
+            continue
+        if got is not None:
+            parts.append(got)
+            for t in got.column("trajectory_id").to_pylist():
+                wanted.pop(t, None)
     if not parts:
         return TRAJECTORY_SCHEMA.empty_table().select(cols)
     return pa.concat_tables(parts)
+
+
+def _rows_of(store: Store, shard: ShardInfo, candidates: np.ndarray | None, wanted: dict[str, None],
+             cols: list[str]) -> pa.Table | None:
+    """The first row of each wanted id in one shard (`candidates`: rows that may hold one, from
+    the id index; None = find them from the shard's ``trajectory_id`` column)."""
+    pf = pq.ParquetFile(shard.path) if store.is_local else pq.ParquetFile(store.fs.open(shard.path, "rb"))
+    if candidates is None:
+        shard_ids = pf.read(columns=["trajectory_id"]).column("trajectory_id")
+        hit = pc.is_in(shard_ids, value_set=pa.array(list(wanted), pa.string())).to_numpy(zero_copy_only=False)
+        candidates = np.flatnonzero(hit)
+        if not len(candidates):
+            return None
+    bounds = np.cumsum([0, *shard.row_group_rows])
+    read = cols if shard.schema_version == SCHEMA_VERSION else v1_read_columns(cols)
+    read = [c for c in read if c in set(shard.columns)]
+    out = []
+    for rg in np.unique(np.searchsorted(bounds, candidates, side="right") - 1).tolist():
+        local = candidates[(candidates >= bounds[rg]) & (candidates < bounds[rg + 1])] - bounds[rg]
+        out.append(pf.read_row_group(rg, columns=read).take(pa.array(local)))
+    table = upgrade_table(pa.concat_tables(out), shard.schema_version, columns=cols)
+    # exact ids (a hash can collide), first copy inside the shard
+    tids = table.column("trajectory_id").to_pylist()
+    seen: set[str] = set()
+    keep = [i for i, t in enumerate(tids) if t in wanted and not (t in seen or seen.add(t))]
+    return table.take(pa.array(keep, pa.int64())) if keep else None
 
 
 def count_duplicates(uri: StoreLike, *, storage_options: dict[str, Any] | None = None) -> int:

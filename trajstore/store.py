@@ -13,7 +13,9 @@ Shard names start with the UTC write time in nanoseconds, so sorting names gives
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import io
 import os
 import shutil
@@ -78,6 +80,52 @@ def _cache_put(key: tuple[str, int, object], value: ShardInfo | str) -> None:
     _SHARD_CACHE[key] = value
 
 
+METADATA_ID_INDEX_KEY = b"trajstore.id_index"
+"""Footer key of a shard's id index: base64 of ``uint64[n]`` sorted id hashes then ``uint32[n]``
+row numbers in the same order (:func:`id_hashes`), so a reader finds the rows of given ids from
+the footer it already read, without reading the ``trajectory_id`` column."""
+
+
+def id_hashes(ids: pa.Array | pa.ChunkedArray | list[str]) -> np.ndarray:
+    """uint64 (n,): the first 8 bytes of BLAKE2b of each id's UTF-8 (stable across processes)."""
+    values = ids.to_pylist() if not isinstance(ids, list) else ids
+    raw = b"".join(hashlib.blake2b(v.encode(), digest_size=8).digest() for v in values)
+    return np.frombuffer(raw, dtype="<u8").copy()
+
+
+def encode_id_index(ids: pa.Array | pa.ChunkedArray) -> bytes:
+    """The footer value of :data:`METADATA_ID_INDEX_KEY` for a shard whose rows have `ids`."""
+    h = id_hashes(ids)
+    order = np.argsort(h, kind="stable")
+    return base64.b64encode(h[order].astype("<u8").tobytes() + order.astype("<u4").tobytes())
+
+
+def decode_id_index(value: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted uint64 hashes, uint32 row numbers) from :func:`encode_id_index`'s bytes."""
+    raw = base64.b64decode(value)
+    n = len(raw) // 12
+    return np.frombuffer(raw[:8 * n], dtype="<u8"), np.frombuffer(raw[8 * n:], dtype="<u4")
+
+
+def _stamped(table: pa.Table, extra_metadata: Mapping[bytes, bytes] | None) -> pa.Table:
+    """`table` with the shard metadata: schema version (the table schema's own
+    ``trajstore.schema_version`` when it has one, e.g. ``trajectories_to_table(version=1)`` for
+    tests and benchmarks of the v1 read path, else the current one) and the writer."""
+    meta = dict(table.schema.metadata or {})
+    meta.setdefault(METADATA_SCHEMA_VERSION_KEY, str(SCHEMA_VERSION).encode())
+    meta[METADATA_WRITER_KEY] = b"trajstore"
+    meta.update(extra_metadata or {})
+    return table.replace_schema_metadata(meta)
+
+
+def _footer_only(table: pa.Table) -> dict[bytes, bytes]:
+    """Footer entries kept out of the Arrow schema (which every shard repeats in its footer):
+    the id index of a trajectory table."""
+    if "trajectory_id" in table.column_names and "spans" in table.column_names:
+        return {METADATA_ID_INDEX_KEY: encode_id_index(table.column("trajectory_id"))}
+    return {}
+
+
 def _schema_key(expected: object) -> object:
     """Hashable identity of what a shard was checked against (a schema, a per-version function, None)."""
     if expected is None:
@@ -99,6 +147,10 @@ class ShardInfo:
     schema_version: int
     columns: tuple[str, ...] = ()
     """Top-level column names in the file (an older shard may lack a nullable column)."""
+    row_group_rows: tuple[int, ...] = ()
+    """Rows in each row group, in order."""
+    id_index: bytes | None = None
+    """The footer's id index (:data:`METADATA_ID_INDEX_KEY`), None when the shard has none."""
 
     @property
     def name(self) -> str:
@@ -234,13 +286,7 @@ class Store:
         Raises:
             StoreError: if the filesystem refuses the write (the shard is then absent).
         """
-        meta = dict(table.schema.metadata or {})
-        # The table's own version when it carries one (convert.trajectories_to_table(version=1)
-        # for tests and benchmarks of the v1 read path), else the current one.
-        meta.setdefault(METADATA_SCHEMA_VERSION_KEY, str(SCHEMA_VERSION).encode())
-        meta[METADATA_WRITER_KEY] = b"trajstore"
-        meta.update(extra_metadata or {})
-        table = table.replace_schema_metadata(meta)
+        table = _stamped(table, extra_metadata)
         name = new_shard_name()
         final = self.path(subdir, name)
         slices = _row_group_slices(table, int(row_group_target_mb * 2**20))
@@ -284,6 +330,9 @@ class Store:
             for a, b in slices or [(0, 0)]:
                 part = table.slice(a, b - a)
                 w.write_table(part, row_group_size=max(1, part.num_rows))
+            footer = _footer_only(table)
+            if footer:
+                w.add_key_value_metadata(footer)
 
     def rewrite_shard(self, path: str, table: pa.Table, *,
                       row_group_target_mb: float = ROW_GROUP_TARGET_MB) -> int:
@@ -299,10 +348,7 @@ class Store:
         Raises:
             StoreError: the write failed (the old shard is untouched).
         """
-        meta = dict(table.schema.metadata or {})
-        meta.setdefault(METADATA_SCHEMA_VERSION_KEY, str(SCHEMA_VERSION).encode())
-        meta[METADATA_WRITER_KEY] = b"trajstore"
-        table = table.replace_schema_metadata(meta)
+        table = _stamped(table, None)
         slices = _row_group_slices(table, int(row_group_target_mb * 2**20))
         name = path.rsplit("/", 1)[-1]
         try:
@@ -477,7 +523,9 @@ class Store:
                 names = tuple(arrow_schema.names)
                 if schema_key[0] is not None:
                     _SCHEMA_NAMES[schema_key] = names
-            info = ShardInfo(path, md.num_rows, size, md.num_row_groups, version, names)
+            info = ShardInfo(path, md.num_rows, size, md.num_row_groups, version, names,
+                             tuple(md.row_group(i).num_rows for i in range(md.num_row_groups)),
+                             kv.get(METADATA_ID_INDEX_KEY))
         except (OSError, ValueError, pa.ArrowException) as e:
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             with self._cache_lock:

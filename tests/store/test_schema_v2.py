@@ -254,3 +254,34 @@ def test_read_by_id_first_copy_arrival_order_and_only_the_row_groups_needed(
     n_rg = sum(pq.read_metadata(s.path).num_row_groups for s in store.list_shards())
     assert n_rg >= 10 and 1 <= len(reads) <= 3  # at most one row group per wanted row, not the store
     assert read_trajectories_by_id(tmp_store, ["b1"], columns=["reward"]).column_names == ["trajectory_id", "reward"]
+
+
+def test_read_by_id_uses_the_footer_index_and_falls_back_without_it(
+        tmp_store: str, make_trajectory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow.parquet as pq
+
+    from trajstore import read_trajectories_by_id
+    from trajstore.store import METADATA_ID_INDEX_KEY
+
+    rng = np.random.default_rng(22)
+    store = open_store(tmp_store)
+    store.write_table(trajectories_to_table([make_trajectory(rng, trajectory_id=f"x{i}") for i in range(5)]))
+    store.write_table(trajectories_to_table([make_trajectory(rng, trajectory_id=f"y{i}") for i in range(5)]))
+    # a shard written without the index (as by another Parquet writer): found by its id column
+    bare = trajectories_to_table([make_trajectory(rng, trajectory_id=f"z{i}") for i in range(5)])
+    pq.write_table(bare, f"{store.path('trajectories')}/99999999999999999999-bare.parquet")
+    shards = store.list_shards(strict=True)
+    assert [s.id_index is not None for s in shards] == [True, True, False]
+    assert METADATA_ID_INDEX_KEY not in (pq.read_schema(shards[0].path).metadata or {})  # footer only
+    opened: list[str] = []
+    real = pq.ParquetFile.__init__
+
+    def counting(self: pq.ParquetFile, source: Any, *a: Any, **k: Any) -> None:
+        opened.append(str(source))
+        real(self, source, *a, **k)
+
+    monkeypatch.setattr(pq.ParquetFile, "__init__", counting)
+    got = read_trajectories_by_id(tmp_store, ["y3", "z1"], columns=["num_tokens"])
+    assert got.column("trajectory_id").to_pylist() == ["y3", "z1"]
+    # the x shard holds neither id: its index says so and it is never opened
+    assert not any(shards[0].path in o for o in opened) and any(shards[1].path in o for o in opened)
