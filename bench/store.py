@@ -249,6 +249,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="runs per read measurement (best is kept)")
     ap.add_argument("--fetch", type=int, default=100, help="random trajectories fetched by id")
     ap.add_argument("--no-peers", action="store_true", help="skip Lance and Delta Lake")
+    ap.add_argument("--row-group-sweep", default="", help="also measure these row-group targets (MiB, comma "
+                    "separated, e.g. 32,8,2): bytes/token, read, stream and fetch-by-id of the same v2 table")
     args = ap.parse_args()
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="trajstore-bench-"))
@@ -425,6 +427,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
     ]
     if not args.no_peers:
         checks += peers(work, table, chunks, ids, n_tok, args)
+    if args.row_group_sweep:
+        row_group_sweep(work, table, chunks, ids, n_tok, args)
     del table
     print()
     print("targets (issues 2 and 11):")
@@ -432,6 +436,32 @@ def run(args: argparse.Namespace, work: Path) -> None:
         ok = value <= bound if op == "<=" else value >= bound
         print(f"  {'MET ' if ok else 'MISS'}  {name:<62} ratio {value:8.3f}  (target {op} {bound})")
     print(f"  {'MET ' if zero_copy else 'MISS'}  zero-copy hand-off of tokens")
+
+
+def row_group_sweep(work: Path, table: pa.Table, chunks: list[int], ids: list[str], n_tok: int,
+                    args: argparse.Namespace) -> None:
+    """The row-group target trades fetch-by-id (one row group decoded per hit) against scans."""
+    rng = np.random.default_rng(args.seed + 1)
+    want = [ids[i] for i in rng.choice(len(ids), size=min(args.fetch, len(ids)), replace=False)]
+    print()
+    print(f"row-group target sweep (same v2 table, appends of {chunks[0]:,} rows):")
+    for mb in [float(x) for x in args.row_group_sweep.split(",")]:
+        root = work / f"rg-{mb:g}"
+        store = open_store(str(root))
+        a = 0
+        t0 = time.perf_counter()
+        for n in chunks:
+            store.write_table(table.slice(a, n), row_group_target_mb=mb)
+            a += n
+        w_s = time.perf_counter() - t0
+        n_rg = sum(s.num_row_groups for s in store.list_shards())
+        r_s, _ = timed(lambda: read_trajectories(str(root)), args.repeat)
+        st_s, _ = timed(lambda: sum(int(b.tokens.size) for b in iter_batches(str(root))), args.repeat)
+        f_s, _ = timed(lambda: read_trajectories_by_id(str(root), want), args.repeat)
+        print(f"  {mb:>5g} MiB: {n_rg:6,} row groups  {dir_bytes(root / 'trajectories') / n_tok:5.2f} B/tok  "
+              f"write {fmt_rate(n_tok / w_s)}  read {fmt_rate(n_tok / r_s)}  stream {fmt_rate(n_tok / st_s)}  "
+              f"fetch {len(want)} by id {f_s * 1e3:7.1f} ms")
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # -- peers: Lance and Delta Lake ---------------------------------------------------------------
