@@ -127,12 +127,19 @@ def scan_trajectories(uri: StoreLike, *, storage_options: dict[str, Any] | None 
 
 
 def _first_copy_mask(ids: pa.Array | pa.ChunkedArray, seen: set[str] | None = None) -> np.ndarray | None:
-    """Boolean keep-mask for first occurrences (None when every id is new and distinct)."""
-    s = pl.Series(values=ids) if not isinstance(ids, pl.Series) else ids
-    keep = s.is_first_distinct().to_numpy()
-    if seen:
-        keep &= ~s.is_in(list(seen)).to_numpy()
-    return None if keep.all() else keep
+    """Boolean keep-mask for first occurrences, also dropping ids in `seen` (None when every id
+    is new and distinct). O(len(ids)) whatever the size of `seen`."""
+    if pc.count_distinct(ids).as_py() == len(ids) and (
+            not seen or not any(t in seen for t in ids.to_pylist())):
+        return None  # the usual case, found without building a mask
+    keep = np.ones(len(ids), dtype=bool)
+    local: set[str] = set()
+    for i, t in enumerate(ids.to_pylist()):
+        if (seen is not None and t in seen) or t in local:
+            keep[i] = False
+        else:
+            local.add(t)
+    return keep
 
 
 def _read_run(store: Store, version: int, shards: Sequence[ShardInfo], cols: list[str] | None) -> pa.Table:
