@@ -271,6 +271,30 @@ def time_cli_staleness(root: str, repeat: int) -> float:
     return best_of(run, repeat)
 
 
+PHASES_CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from trajstore.cli.main import app  # noqa: F401  (what `traj stats` imports)
+from trajstore import audit
+from trajstore.store import open_store
+t1 = time.perf_counter()
+s = open_store(sys.argv[1]); s.list_shards(); t2 = time.perf_counter()
+conn = audit.connect(s); t3 = time.perf_counter()
+rep = audit.staleness_report(conn); t4 = time.perf_counter()
+for rel in rep.tables().values():
+    rel.fetchall()
+t5 = time.perf_counter()
+print(json.dumps({"import_s": round(t1 - t0, 2), "list_shards_s": round(t2 - t1, 2), "connect_s": round(t3 - t2, 2),
+                  "report_scans_s": round(t4 - t3, 2), "report_tables_s": round(t5 - t4, 2)}))
+"""
+
+
+def staleness_phases(root: str) -> dict[str, float]:
+    """Where `traj stats --staleness` spends its time, in a fresh process (see PHASES_CHILD)."""
+    out = subprocess.run([sys.executable, "-c", PHASES_CHILD, root], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def count_part(counts: list[int], repeat: int, workdir: str | None) -> dict[str, Any]:
     check_generator()
     base = tempfile.mkdtemp(prefix="trajstore-audit-bench-", dir=workdir)
@@ -283,6 +307,7 @@ def count_part(counts: list[int], repeat: int, workdir: str | None) -> dict[str,
             info["build_s"] = round(time.perf_counter() - t, 1)
             info.update(time_reports(root, repeat))
             info["cli_staleness_s"] = round(time_cli_staleness(root, max(1, repeat - 1)), 2)
+            info["cli_staleness_phases"] = staleness_phases(root)
             results[str(n)] = info
             print(json.dumps({str(n): info}), flush=True)
             shutil.rmtree(root, ignore_errors=True)
