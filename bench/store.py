@@ -1,17 +1,30 @@
-"""Store benchmark: trajstore shards vs orjson JSONL vs bare pyarrow Parquet, same data, same run.
+"""Store benchmark: schema v2 vs v1, bare pyarrow, JSONL, Lance and Delta Lake; same data, same run.
 
     python bench/store.py                      # ~20,000 trajectories (about 60 M tokens)
     python bench/store.py --trajectories 4000  # smaller, for a busy machine
+    python bench/store.py --no-peers           # without Lance / Delta Lake
 
 Synthetic data: lengths lognormal (median 2,048 tokens, sigma 0.9) clipped to [64, 65,536];
 one prompt span (~8% of tokens) then alternating action / observation spans of ~300 tokens;
 token ids Zipf-distributed over a 49,152-token vocabulary (scattered by a fixed permutation);
-rollout log-probs float32 on action tokens (most near 0, a long negative tail), null elsewhere.
+rollout log-probs float32 on action tokens (most near 0, a long negative tail).
 
-Prints bytes per token, write and read throughput (tokens/s), scalar-only vs full read cost,
-peak RSS of streaming the store with ``iter_batches`` (in a fresh subprocess) against a full
-eager read, and the ratios against the targets of issue 2. Exit status 0 even when a target
-is missed: this is a measurement, not a test.
+Part 1, layouts: the same trajectories written and read as schema v2 (log-probs of action
+tokens only) and as schema v1 (log-probs as long as the tokens, null elsewhere), through the
+same code (validate + encode + one shard per flush of the writer's default size), plus v2
+``StoreWriter`` end to end, bare pyarrow on the same v2 table (one ``pq.write_table`` /
+``pq.read_table``), and orjson JSONL for reference. Prints bytes per token, write and read
+tokens/s, the streaming reader, peak RSS of streaming vs a full read, and the targets of
+issues 2 and 11 (v2 read and write >= 2.5x v1; bytes/token no worse; within 1.25x of bare
+pyarrow on the same table).
+
+Part 2, peers (needs the ``bench`` extra: ``pip install pylance deltalake``): Lance and Delta
+Lake writing the same v2 table in appends of one writer flush (1,024 rows), then scanning the
+scalar columns, streaming tokens + log-probs, and fetching 100 random trajectories by id
+(Lance with a BTREE scalar index on ``trajectory_id``, its fast path). trajstore does the same
+through its public readers (``read_trajectories``, ``iter_batches``, ``read_trajectories_by_id``).
+
+Exit status 0 even when a target is missed: this is a measurement, not a test.
 """
 
 from __future__ import annotations
@@ -37,10 +50,16 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trajstore import StoreWriter, iter_batches, open_store, read_trajectories
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+
+from trajstore import StoreWriter, iter_batches, open_store, read_trajectories, read_trajectories_by_id
 from trajstore.convert import trajectories_to_table
 from trajstore.models import Span, Trajectory
-from trajstore.schema import SCALAR_COLUMNS
+from trajstore.schema import SCALAR_COLUMNS, TRAJECTORY_SCHEMA_V1
+from trajstore.store import TRAJECTORIES_DIR
+from trajstore.validate import validate_trajectory
+from trajstore.writer import DEFAULT_FLUSH_ROWS
 
 VOCAB_SIZE = 49_152
 MEDIAN_TOKENS = 2_048
@@ -228,6 +247,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", type=Path, default=None, help="where to write (default: a temp dir, removed)")
     ap.add_argument("--repeat", type=int, default=2, help="runs per read measurement (best is kept)")
+    ap.add_argument("--fetch", type=int, default=100, help="random trajectories fetched by id")
+    ap.add_argument("--no-peers", action="store_true", help="skip Lance and Delta Lake")
+    ap.add_argument("--row-group-sweep", default="", help="also measure these row-group targets (MiB, comma "
+                    "separated, e.g. 32,8,2): bytes/token, read, stream and fetch-by-id of the same v2 table")
     args = ap.parse_args()
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="trajstore-bench-"))
@@ -237,6 +260,25 @@ def main() -> None:
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def write_layout(root: Path, trajs: list[Trajectory], version: int, chunks: list[int]) -> None:
+    """What the writer does per flush, for either layout: validate, encode, one shard."""
+    store = open_store(str(root))
+    a = 0
+    for n in chunks:
+        part = trajs[a:a + n]
+        for t in part:
+            validate_trajectory(t)
+        store.write_table(trajectories_to_table(part, version=version))
+        a += n
+
+
+def read_v1_raw(root: Path) -> pa.Table:
+    """v1 shards as the v1 reader read them: one dataset scan, no conversion (the v1 baseline)."""
+    store = open_store(str(root))
+    shards = store.list_shards(TRAJECTORIES_DIR)
+    return pads.dataset([s.path for s in shards], schema=TRAJECTORY_SCHEMA_V1, format="parquet").to_table()
 
 
 def run(args: argparse.Namespace, work: Path) -> None:
@@ -254,26 +296,41 @@ def run(args: argparse.Namespace, work: Path) -> None:
 
     rows: list[Row] = []
 
-    # trajstore: SDK objects -> validated -> shards (StoreWriter default flush thresholds).
-    store_dir = work / "store"
-    def write_store() -> None:
-        with StoreWriter(str(store_dir), flush_seconds=None) as w:
+    # v2 through the SDK writer (StoreWriter defaults); its flushes fix the chunking for the rest.
+    sdk_dir = work / "sdk-v2"
+    def write_sdk() -> list[int]:
+        with StoreWriter(str(sdk_dir), flush_seconds=None) as w:
             for t in trajs:
                 w.write(t)
-    w_s, _ = timed(write_store)
-    drop_page_cache_hint(store_dir)
-    full_s, table = timed(lambda: read_trajectories(str(store_dir)), args.repeat)
-    assert table.num_rows == len(trajs)
-    del table
-    scal_s, _ = timed(lambda: read_trajectories(str(store_dir), columns=list(SCALAR_COLUMNS)), args.repeat)
-    def stream() -> int:
-        return sum(int(b.tokens.size) for b in iter_batches(str(store_dir)))
-    stream_s, streamed = timed(stream, args.repeat)
-    assert streamed == n_tok
-    store_bytes = dir_bytes(store_dir / "trajectories")
-    rows.append(Row("trajstore", store_bytes / n_tok, n_tok / w_s, n_tok / full_s, scal_s, full_s))
+        return [s.num_rows for s in open_store(str(sdk_dir)).list_shards()]
+    sdk_w_s, chunks = timed(write_sdk)
+    shutil.rmtree(sdk_dir, ignore_errors=True)
 
-    # Bare pyarrow: the same Arrow table, one pq.write_table call, zstd, default row groups.
+    dirs = {2: work / "store-v2", 1: work / "store-v1"}
+    for version in (1, 2):
+        w_s, _ = timed(functools.partial(write_layout, dirs[version], trajs, version, chunks))
+        drop_page_cache_hint(dirs[version])
+        if version == 1:
+            full_s, table = timed(lambda: read_v1_raw(dirs[1]), args.repeat)
+        else:
+            full_s, table = timed(lambda: read_trajectories(str(dirs[2])), args.repeat)
+        assert table.num_rows == len(trajs)
+        del table
+        scal_s, _ = timed(lambda: read_trajectories(str(dirs[version]), columns=list(SCALAR_COLUMNS)),
+                          args.repeat)
+        nbytes = dir_bytes(dirs[version] / "trajectories")
+        rows.append(Row(f"v{version}", nbytes / n_tok, n_tok / w_s, n_tok / full_s, scal_s, full_s))
+    conv_s, _ = timed(lambda: read_trajectories(str(dirs[1])), args.repeat)
+
+    def stream(root: Path) -> int:
+        return sum(int(b.tokens.size) for b in iter_batches(str(root)))
+    stream_s = {}
+    for version in (1, 2):
+        stream_s[version], streamed = timed(functools.partial(stream, dirs[version]), args.repeat)
+        assert streamed == n_tok
+
+    # Bare pyarrow: the same v2 table, one pq.write_table call, zstd, default row groups; and
+    # trajstore writing that same table as shards of the writer's flush size (no SDK objects).
     table = trajectories_to_table(trajs)
     pq_path = work / "bare.parquet"
     def write_bare() -> None:
@@ -282,11 +339,21 @@ def run(args: argparse.Namespace, work: Path) -> None:
             fh.flush()
             os.fsync(fh.fileno())
     bw_s, _ = timed(write_bare)
-    del table
+    tbl_dir = work / "table-v2"
+    def write_table_shards() -> None:
+        store = open_store(str(tbl_dir))
+        a = 0
+        for n in chunks:
+            store.write_table(table.slice(a, n))
+            a += n
+    tw_s, _ = timed(write_table_shards)
+    shutil.rmtree(tbl_dir, ignore_errors=True)
     drop_page_cache_hint(pq_path)
     bfull_s, _ = timed(lambda: pq.read_table(pq_path), args.repeat)
     bscal_s, _ = timed(lambda: pq.read_table(pq_path, columns=list(SCALAR_COLUMNS)), args.repeat)
-    rows.append(Row("bare pyarrow", pq_path.stat().st_size / n_tok, n_tok / bw_s, n_tok / bfull_s, bscal_s, bfull_s))
+    bare = Row("bare pyarrow", pq_path.stat().st_size / n_tok, n_tok / bw_s, n_tok / bfull_s, bscal_s, bfull_s)
+    rows.append(bare)
+    pq_path.unlink()
 
     # orjson JSONL, written from numpy arrays and from Python lists (same lines, same reader).
     for name, write, jl in (("orjson JSONL", jsonl_write, work / "data.jsonl"),
@@ -298,6 +365,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         jscal_s, _ = timed(functools.partial(jsonl_read, jl, scalars_only=True), 1)
         rows.append(Row(name, jl.stat().st_size / n_tok, n_tok / jw_s, n_tok / jfull_s, jscal_s, jfull_s))
         jl.unlink()
+    ids = [t.trajectory_id for t in trajs]
     del trajs
     gc.collect()
 
@@ -307,15 +375,21 @@ def run(args: argparse.Namespace, work: Path) -> None:
     for r in rows:
         print(f"{r.name:<14}{r.bytes_per_token:>12.2f}{fmt_rate(r.write_tps):>14}{fmt_rate(r.read_tps):>14}"
               f"{r.scalar_read_s * 1e3:>10.1f} ms{r.full_read_s:>9.2f} s{r.scalar_read_s / r.full_read_s:>13.4f}")
-    print(f"trajstore iter_batches (flat numpy per row group): {fmt_rate(n_tok / stream_s)} tok/s "
-          f"({stream_s:.2f} s)")
+    v1, v2 = rows[0], rows[1]
+    print("(v1/v2 write = validate + encode + one shard per writer flush, from SDK objects; v1 read = the v1 "
+          "reader's dataset scan, no conversion; v2 read = read_trajectories)")
+    print(f"v2 StoreWriter end to end (SDK objects -> shards): {fmt_rate(n_tok / sdk_w_s)} tok/s")
+    print(f"v2 shards from the prebuilt Arrow table (Store.write_table per flush): {fmt_rate(n_tok / tw_s)} tok/s "
+          f"(bare pyarrow, one file: {fmt_rate(bare.write_tps)} tok/s)")
+    print(f"v1 store read through today's reader (converted to v2 on read): {fmt_rate(n_tok / conv_s)} tok/s")
+    print(f"iter_batches (flat numpy per row group): v2 {fmt_rate(n_tok / stream_s[2])} tok/s, "
+          f"v1 {fmt_rate(n_tok / stream_s[1])} tok/s (converted per row group)")
 
     # Zero-copy hand-off and bounded streaming memory.
+    store_dir = dirs[2]
     b = next(iter(iter_batches(str(store_dir))))
     values = b.table.column("tokens").chunk(0).values
     zero_copy = bool(np.shares_memory(b.tokens, np.frombuffer(values.buffers()[1], dtype=np.uint8)))
-    # The same store cut to its first quarter of shards (hard links): streaming memory must not
-    # grow with the store, a full read's does.
     quarter = work / "store-quarter"
     shard_files = sorted((store_dir / "trajectories").glob("*.parquet"))
     (quarter / "trajectories").mkdir(parents=True, exist_ok=True)
@@ -324,42 +398,199 @@ def run(args: argparse.Namespace, work: Path) -> None:
     stream_rss = peak_rss("stream", str(store_dir))
     full_rss = peak_rss("full", str(store_dir))
     stream_q_rss = peak_rss("stream", str(quarter))
-    full_q_rss = peak_rss("full", str(quarter))
-    raw_bytes = n_tok * 8
     print()
     print(f"tokens handed to the trainer zero-copy from the Arrow buffer: {'yes' if zero_copy else 'NO'}")
-    print(f"store on disk {store_bytes / 2**20:,.0f} MiB; decoded tokens+logprobs {raw_bytes / 2**20:,.0f} MiB")
+
     def grow(m: dict[str, int]) -> float:
         return (m["peak_kib"] - m["base_kib"]) / 1024
 
     for name, m in (("iter_batches, whole store", stream_rss), ("iter_batches, 1/4 store", stream_q_rss),
-                    ("read_trajectories, whole", full_rss), ("read_trajectories, 1/4", full_q_rss)):
+                    ("read_trajectories, whole", full_rss)):
         print(f"peak RSS {name:<27} {m['peak_kib'] / 1024:8.0f} MiB  (+{grow(m):,.0f} MiB over the "
               f"{m['base_kib'] / 1024:.0f} MiB after import)")
-    if stream_rss["max_batch_bytes"]:
-        print(f"largest streamed batch: {stream_rss['max_batch_bytes'] / 2**20:.1f} MiB of tokens+logprobs")
 
-    ts, bare, js, js_lists = rows
-    print(f"(the targets below use the faster JSONL writer, orjson with numpy arrays; against JSONL "
-          f"written from Python lists: write {ts.write_tps / js_lists.write_tps:.2f}x, read "
-          f"{ts.read_tps / js_lists.read_tps:.2f}x, bytes {ts.bytes_per_token / js_lists.bytes_per_token:.3f})")
+    js = rows[3]
     checks = [
-        ("bytes/token <= 1/4 of JSONL", ts.bytes_per_token / js.bytes_per_token, "<=", 0.25),
-        ("read >= 10x JSONL", ts.read_tps / js.read_tps, ">=", 10.0),
-        ("write >= 2x JSONL", ts.write_tps / js.write_tps, ">=", 2.0),
-        ("bytes/token within 2x of bare pyarrow", ts.bytes_per_token / bare.bytes_per_token, "<=", 2.0),
-        ("read within 2x of bare pyarrow", ts.read_tps / bare.read_tps, ">=", 0.5),
-        ("write within 2x of bare pyarrow", ts.write_tps / bare.write_tps, ">=", 0.5),
+        ("v2 write >= 2.5x v1", v2.write_tps / v1.write_tps, ">=", 2.5),
+        ("v2 read >= 2.5x v1", v2.read_tps / v1.read_tps, ">=", 2.5),
+        ("v2 bytes/token no worse than v1", v2.bytes_per_token / v1.bytes_per_token, "<=", 1.0),
+        ("v2 read within 1.25x of bare pyarrow (same table)", v2.read_tps / bare.read_tps, ">=", 0.8),
+        ("v2 shard write within 1.25x of bare pyarrow (same table)", (n_tok / tw_s) / bare.write_tps, ">=", 0.8),
+        ("v2 SDK write within 1.25x of bare pyarrow (same table)", v2.write_tps / bare.write_tps, ">=", 0.8),
+        ("v2 bytes/token within 1.25x of bare pyarrow", v2.bytes_per_token / bare.bytes_per_token, "<=", 1.25),
+        ("bytes/token <= 1/4 of JSONL", v2.bytes_per_token / js.bytes_per_token, "<=", 0.25),
+        ("read >= 10x JSONL", v2.read_tps / js.read_tps, ">=", 10.0),
+        ("write >= 2x JSONL", v2.write_tps / js.write_tps, ">=", 2.0),
         ("streaming memory: whole store / 1/4 store (bounded)", grow(stream_rss) / max(1.0, grow(stream_q_rss)),
          "<=", 1.5),
         ("streaming memory <= 1/2 of a full eager read", grow(stream_rss) / max(1.0, grow(full_rss)), "<=", 0.5),
     ]
+    if not args.no_peers:
+        checks += peers(work, table, chunks, ids, n_tok, args)
+    if args.row_group_sweep:
+        row_group_sweep(work, table, chunks, ids, n_tok, args)
+    del table
     print()
-    print("targets (issue 2):")
+    print("targets (issues 2 and 11):")
     for name, value, op, bound in checks:
         ok = value <= bound if op == "<=" else value >= bound
-        print(f"  {'MET ' if ok else 'MISS'}  {name:<52} ratio {value:8.3f}  (target {op} {bound})")
+        print(f"  {'MET ' if ok else 'MISS'}  {name:<62} ratio {value:8.3f}  (target {op} {bound})")
     print(f"  {'MET ' if zero_copy else 'MISS'}  zero-copy hand-off of tokens")
+
+
+def row_group_sweep(work: Path, table: pa.Table, chunks: list[int], ids: list[str], n_tok: int,
+                    args: argparse.Namespace) -> None:
+    """The row-group target trades fetch-by-id (one row group decoded per hit) against scans."""
+    rng = np.random.default_rng(args.seed + 1)
+    want = [ids[i] for i in rng.choice(len(ids), size=min(args.fetch, len(ids)), replace=False)]
+    print()
+    print(f"row-group target sweep (same v2 table, appends of {chunks[0]:,} rows):")
+    for mb in [float(x) for x in args.row_group_sweep.split(",")]:
+        root = work / f"rg-{mb:g}"
+        store = open_store(str(root))
+        a = 0
+        t0 = time.perf_counter()
+        for n in chunks:
+            store.write_table(table.slice(a, n), row_group_target_mb=mb)
+            a += n
+        w_s = time.perf_counter() - t0
+        n_rg = sum(s.num_row_groups for s in store.list_shards())
+        r_s, _ = timed(lambda: read_trajectories(str(root)), args.repeat)
+        st_s, _ = timed(lambda: sum(int(b.tokens.size) for b in iter_batches(str(root))), args.repeat)
+        f_s, _ = timed(lambda: read_trajectories_by_id(str(root), want), args.repeat)
+        print(f"  {mb:>5g} MiB: {n_rg:6,} row groups  {dir_bytes(root / 'trajectories') / n_tok:5.2f} B/tok  "
+              f"write {fmt_rate(n_tok / w_s)}  read {fmt_rate(n_tok / r_s)}  stream {fmt_rate(n_tok / st_s)}  "
+              f"fetch {len(want)} by id {f_s * 1e3:7.1f} ms")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# -- peers: Lance and Delta Lake ---------------------------------------------------------------
+
+
+@dataclass
+class Peer:
+    name: str
+    bytes_per_token: float
+    write_tps: float
+    scan_scalars_s: float
+    stream_tps: float
+    fetch_s: float
+
+
+def peers(work: Path, table: pa.Table, chunks: list[int], ids: list[str], n_tok: int,
+          args: argparse.Namespace) -> list[tuple[str, float, str, float]]:
+    rng = np.random.default_rng(args.seed + 1)
+    want = [ids[i] for i in rng.choice(len(ids), size=min(args.fetch, len(ids)), replace=False)]
+    scalars = list(SCALAR_COLUMNS)
+    results: list[Peer] = []
+
+    # trajstore (the v2 store written above by the writer path; same chunks)
+    root = str(work / "store-v2")
+    w_s, _ = timed(lambda: _append_trajstore(work / "peer-trajstore", table, chunks))
+    shutil.rmtree(work / "peer-trajstore", ignore_errors=True)
+    scan_s, t = timed(lambda: read_trajectories(root, columns=scalars), args.repeat)
+    assert t.num_rows == table.num_rows
+    def stream_ts() -> int:
+        return sum(int(b.tokens.size) + int(b.logprobs.size) * 0 for b in iter_batches(root))
+    st_s, _ = timed(stream_ts, args.repeat)
+    f_s, got = timed(lambda: read_trajectories_by_id(root, want), args.repeat)
+    assert sorted(got.column("trajectory_id").to_pylist()) == sorted(want)
+    results.append(Peer("trajstore", dir_bytes(work / "store-v2" / "trajectories") / n_tok, n_tok / w_s, scan_s,
+                        n_tok / st_s, f_s))
+
+    try:
+        import lance  # noqa: F401
+        results.append(_lance(work / "lance", table, chunks, want, scalars, n_tok, args))
+    except ImportError:
+        print("(Lance not measured: `pip install pylance`, or the bench extra)")
+    try:
+        import deltalake  # noqa: F401
+        results.append(_delta(work / "delta", table, chunks, want, scalars, n_tok, args))
+    except ImportError:
+        print("(Delta Lake not measured: `pip install deltalake`, or the bench extra)")
+
+    print()
+    print(f"peers: appends of {chunks[0]:,} rows (one writer flush), {len(want)} random trajectories fetched by id")
+    print(f"{'store':<12}{'bytes/token':>12}{'append tok/s':>14}{'scan scalars':>14}{'stream tok/s':>14}"
+          f"{'fetch by id':>13}")
+    for p in results:
+        print(f"{p.name:<12}{p.bytes_per_token:>12.2f}{fmt_rate(p.write_tps):>14}{p.scan_scalars_s * 1e3:>11.1f} ms"
+              f"{fmt_rate(p.stream_tps):>14}{p.fetch_s * 1e3:>10.1f} ms")
+    ours, others = results[0], results[1:]
+    checks = []
+    for label, attr, better in (("append tok/s", "write_tps", "high"), ("scan scalars", "scan_scalars_s", "low"),
+                                ("stream tok/s", "stream_tps", "high"), ("fetch by id", "fetch_s", "low"),
+                                ("bytes/token", "bytes_per_token", "low")):
+        if not others:
+            break
+        vals = [getattr(p, attr) for p in others]
+        best = max(vals) if better == "high" else min(vals)
+        mine = getattr(ours, attr)
+        ratio = mine / best if better == "high" else best / mine
+        checks.append((f"{label}: trajstore vs the faster peer", ratio, ">=", 1.0))
+    return checks
+
+
+def _append_trajstore(root: Path, table: pa.Table, chunks: list[int]) -> None:
+    store = open_store(str(root))
+    a = 0
+    for n in chunks:
+        store.write_table(table.slice(a, n))
+        a += n
+
+
+def _lance(root: Path, table: pa.Table, chunks: list[int], want: list[str], scalars: list[str], n_tok: int,
+           args: argparse.Namespace) -> Peer:
+    import lance
+
+    def write() -> None:
+        a = 0
+        for n in chunks:
+            lance.write_dataset(table.slice(a, n), str(root), mode="append" if a else "create")
+            a += n
+    w_s, _ = timed(write)
+    ds = lance.dataset(str(root))
+    idx_s, _ = timed(lambda: ds.create_scalar_index("trajectory_id", index_type="BTREE"))
+    ds = lance.dataset(str(root))
+    scan_s, t = timed(lambda: ds.to_table(columns=scalars), args.repeat)
+    assert t.num_rows == table.num_rows
+
+    def stream() -> int:
+        return sum(int(pc.sum(pc.list_value_length(b.column(0))).as_py() or 0)
+                   for b in ds.to_batches(columns=["tokens", "logprobs"]))
+    st_s, got = timed(stream, args.repeat)
+    assert got == n_tok
+    quoted = ", ".join("'" + w + "'" for w in want)
+    f_s, got = timed(lambda: ds.to_table(filter=f"trajectory_id IN ({quoted})"), args.repeat)
+    assert got.num_rows == len(want)
+    print(f"(Lance: the BTREE index on trajectory_id took {idx_s:.2f} s after the appends; not in append tok/s)")
+    return Peer(f"Lance {lance.__version__}", dir_bytes(root) / n_tok, n_tok / w_s, scan_s, n_tok / st_s, f_s)
+
+
+def _delta(root: Path, table: pa.Table, chunks: list[int], want: list[str], scalars: list[str], n_tok: int,
+           args: argparse.Namespace) -> Peer:
+    import deltalake
+    from deltalake import DeltaTable, write_deltalake
+
+    def write() -> None:
+        a = 0
+        for n in chunks:
+            write_deltalake(str(root), table.slice(a, n), mode="append")
+            a += n
+    w_s, _ = timed(write)
+    dt = DeltaTable(str(root))
+    ds = dt.to_pyarrow_dataset()
+    scan_s, t = timed(lambda: ds.to_table(columns=scalars), args.repeat)
+    assert t.num_rows == table.num_rows
+
+    def stream() -> int:
+        return sum(int(pc.sum(pc.list_value_length(b.column(0))).as_py() or 0)
+                   for b in ds.to_batches(columns=["tokens", "logprobs"]))
+    st_s, got = timed(stream, args.repeat)
+    assert got == n_tok
+    f_s, got = timed(lambda: ds.to_table(filter=pc.field("trajectory_id").isin(want)), args.repeat)
+    assert got.num_rows == len(want)
+    return Peer(f"Delta {deltalake.__version__}", dir_bytes(root) / n_tok, n_tok / w_s, scan_s, n_tok / st_s, f_s)
 
 
 if __name__ == "__main__":

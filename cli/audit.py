@@ -191,23 +191,107 @@ def stats_cmd(
     if plot is not None:
         from trajstore.audit.plots import plot_reports
 
-        panels = plot_reports(reports, plot)
-        typer.echo(f"wrote {plot} ({', '.join(panels)})", err=True)
+        # What is really written: a directory gets a file inside it; a name without a suffix
+        # gets ".png" (matplotlib adds it), so say that name, not the one given.
+        out = plot / "traj-stats.png" if plot.is_dir() else (plot if plot.suffix else plot.with_suffix(".png"))
+        panels = plot_reports(reports, out)
+        typer.echo(f"wrote {out} ({', '.join(panels)})", err=True)
+
+
+SQL_BATCH_ROWS = 10_000
+"""Rows fetched from DuckDB at a time by ``traj sql``: its memory is bounded by one batch."""
+SQL_TABLE_MAX_ROWS = 1_000
+"""Rows ``traj sql`` shows as a table (a table needs every row for its widths); csv / json stream all."""
+
+
+def _sql_batches(rel: Any) -> Any:
+    """Arrow record batches of `rel`, :data:`SQL_BATCH_ROWS` rows at a time, DuckDB errors
+    (raised while rows are produced: failed casts, malformed JSON) as one-line AuditErrors."""
+    import duckdb
+
+    from trajstore.audit import AuditError
+    from trajstore.errors import one_line
+
+    try:
+        reader = rel.to_arrow_reader(SQL_BATCH_ROWS)
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                return
+            yield batch
+    except duckdb.Error as e:
+        raise AuditError(f"query failed: {one_line(str(e))}") from e
+
+
+def _columns(rel: Any) -> list[str]:
+    return list(rel.columns)
+
+
+def _stream_csv(rel: Any) -> None:
+    out = sys.stdout
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(_columns(rel))
+    for batch in _sql_batches(rel):
+        w.writerows([[_jsonable(v) if not isinstance(v, float) or math.isfinite(v) else "" for v in row.values()]
+                     for row in batch.to_pylist()])
+        out.flush()
+
+
+def _stream_json(rel: Any) -> None:
+    """``{"result": [row objects]}``, written a batch at a time (valid JSON when complete)."""
+    out = sys.stdout
+    cols = _columns(rel)
+    out.write('{\n  "result": [')
+    first = True
+    for batch in _sql_batches(rel):
+        for row in batch.to_pylist():
+            out.write(("\n    " if first else ",\n    ")
+                      + json.dumps({c: _jsonable(v) for c, v in zip(cols, row.values())}))
+            first = False
+        out.flush()
+    out.write("\n  ]\n}\n" if not first else "]\n}\n")
+
+
+def _show_table(rel: Any) -> None:
+    from rich.console import Console
+
+    cols = _columns(rel)
+    rows: list[tuple[Any, ...]] = []
+    more = False
+    for batch in _sql_batches(rel):
+        for row in batch.to_pylist():
+            if len(rows) == SQL_TABLE_MAX_ROWS:
+                more = True
+                break
+            rows.append(tuple(row.values()))
+        if more:
+            break
+    console = Console()
+    for title, part_cols, part_rows in _column_groups("result", cols, rows, console.width):
+        console.print(_rich_table(title, part_cols, part_rows))
+    if more:
+        typer.echo(f"(showing the first {SQL_TABLE_MAX_ROWS} rows; use --limit N, or --format csv|json to "
+                   "stream every row)", err=True)
 
 
 @app.command("sql")
 @friendly_errors
 def sql_cmd(
     store: str = typer.Argument(..., help="store URI (local path or s3://bucket/prefix)"),
-    query: str = typer.Argument(..., help="one SELECT over the views trajectories, spans, steps, consumed, "
-                                "step_metrics"),
-    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table | json | csv"),
+    query: str = typer.Argument(..., help="one SELECT over the views trajectories, spans, span_logprobs, steps, "
+                                "consumed, step_metrics"),
+    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table | json | csv (json and csv "
+                                     "stream every row as it arrives)"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="at most N rows"),
     storage_option: list[str] = typer.Option([], "--storage-option", help="fsspec option key=value (repeatable)"),
 ) -> None:
-    """Run one read-only SELECT against the store's DuckDB views."""
+    """Run one read-only SELECT against the store's DuckDB views. Rows are fetched in batches of
+    10,000, so memory stays bounded however large the result; a table shows the first 1,000."""
     from trajstore import audit
 
     from trajstore.cli.main import open_existing_store
 
     conn = audit.connect(open_existing_store(store, parse_storage_options(storage_option)))
-    render({"result": audit.sql(conn, query)}, fmt)
+    rel = audit.sql(conn, query, limit=limit)
+    {OutputFormat.csv: _stream_csv, OutputFormat.json: _stream_json, OutputFormat.table: _show_table}[fmt](rel)

@@ -7,3 +7,4 @@ from trajstore.cli import train  # noqa: F401
 from trajstore.cli import bench  # noqa: F401
 from trajstore.cli import serve  # noqa: F401
 from trajstore.cli import proxy  # noqa: F401
+from trajstore.cli import store  # noqa: F401

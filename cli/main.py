@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from trajstore.errors import TrajstoreError
+from trajstore.errors import TrajstoreError, one_line
 
 app = typer.Typer(
     name="traj",
@@ -36,21 +36,23 @@ def friendly_errors(fn: F) -> F:
         except (TrajstoreError, FileNotFoundError, ValueError) as e:
             if os.environ.get("TRAJ_TRACEBACK"):
                 raise
-            typer.echo(f"error: {e}", err=True)
+            typer.echo(f"error: {one_line(str(e))}", err=True)
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
 
 
 def open_existing_store(uri: str, storage_options: dict[str, Any] | None = None) -> Any:
-    """Open a store that a read-only command inspects: a local path that does not exist is
-    an error (a mistyped path would otherwise audit an empty store without a word)."""
+    """Open a store that a read-only command inspects: a local directory or remote prefix
+    that does not exist is an error (a mistyped path, prefix or bucket would otherwise audit an
+    empty store without a word)."""
     from trajstore.errors import StoreError
     from trajstore.store import open_store
 
     s = open_store(uri, storage_options=storage_options)
-    if s.is_local and not os.path.isdir(s.root):
-        raise StoreError(f"no store at {s.uri}: the directory does not exist")
+    if not s.exists():
+        what = "the directory does not exist" if s.is_local else "nothing is stored under that prefix"
+        raise StoreError(f"no store at {s.uri}: {what}")
     return s
 
 
@@ -69,18 +71,19 @@ def info_cmd(
     store: str = typer.Argument(..., help="store URI (local path or s3://bucket/prefix)"),
     storage_option: list[str] = typer.Option([], "--storage-option", help="fsspec option key=value (repeatable)"),
 ) -> None:
-    """Shards, trajectories and duplicates in a store."""
+    """Shards, trajectories and duplicates in a store (unreadable shards named once on stderr)."""
     import json
 
     from trajstore.cli.audit import parse_storage_options
-    from trajstore.reader import count_duplicates, read_trajectories
+    from trajstore.reader import summarize_store
 
-    s = open_existing_store(store, parse_storage_options(storage_option))
-    shards = s.list_shards()
-    t = read_trajectories(s, columns=["num_tokens"])
+    s = summarize_store(open_existing_store(store, parse_storage_options(storage_option)))
+    for message in s.skipped:
+        typer.echo(f"warning: {message}", err=True)
     typer.echo(json.dumps({
-        "store": s.uri, "shards": len(shards), "trajectories": t.num_rows,
-        "tokens": int(sum(t.column("num_tokens").to_pylist())), "duplicates_dropped": count_duplicates(s),
+        "store": s.store, "shards": s.shards, "trajectories": s.trajectories, "tokens": s.tokens,
+        "duplicates_dropped": s.duplicates_dropped, "skipped_shards": len(s.skipped),
+        "schema_versions": {f"v{k}": n for k, n in sorted(s.schema_versions.items())},
     }, indent=2))
 
 

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 import torch
 
 from trajstore.errors import TrajstoreError
-from trajstore.reader import iter_shard_batches
+from trajstore.reader import iter_shard_batches, read_shard
 from trajstore.schema import SCALAR_COLUMNS, SPAN_KIND_CODES, TRAJECTORY_SCHEMA
 from trajstore.store import TRAJECTORIES_DIR, ShardInfo, Store
 from trajstore.trainer.config import DataConfig
@@ -403,6 +403,7 @@ class TrajectoryStream:
         table = batch.table
         keep_where = self._where_mask(table)
         act = batch.action_mask()
+        full_lps = batch.logprobs_full()  # (N,) aligned with tokens; schema v2 stores action tokens only
         flat_spans = pc.list_flatten(table.column("spans").combine_chunks())
         temps = flat_spans.field("temperature").fill_null(1.0).to_numpy(zero_copy_only=False).astype(np.float32)
         col = {c: table.column(c).to_pylist() for c in
@@ -442,7 +443,7 @@ class TrajectoryStream:
                 raise TrainDataError(f"{where}: field tokens: id {int(tokens.max())} is outside the model's "
                                      f"vocabulary of {self.vocab_size}")
             mask = act[a:b].copy()
-            lps = np.where(batch.logprob_valid[a:b], batch.logprobs[a:b], np.nan).astype(np.float32)
+            lps = full_lps[a:b].copy()
             text_only = (col["logprob_source"][i] != "engine" or col["token_source"][i] != "engine"
                          or bool(np.isnan(lps[mask]).any()))
             if text_only and self.cfg.behaviour_logprobs != "initial-policy":
@@ -473,8 +474,7 @@ class TrajectoryStream:
         for shard in self._list():
             if shard.name in self._done_set:
                 continue
-            table = pq.read_table(shard.path, columns=[c for c in SCALAR_COLUMNS],
-                                  filesystem=self.store.arrow_filesystem())
+            table = read_shard(self.store, shard, columns=SCALAR_COLUMNS)
             keep = self._where_mask(table)
             rows = table.select(["trajectory_id", *cols]).to_pylist()
             for row_i, r in enumerate(rows):

@@ -20,6 +20,7 @@ from trajstore.reader import (
     count_duplicates,
     iter_batches,
     read_trajectories,
+    read_trajectories_by_id,
     scan_trajectories,
 )
 from trajstore.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
@@ -33,5 +34,5 @@ __all__ = [
     "StoreError", "StoreWriter", "TRAJECTORY_SCHEMA", "Trajectory", "TrajectoryBatch", "TrajectoryBuilder",
     "TrajectoryValidationError", "TrajstoreError", "Violation", "action_from_openai_completion",
     "action_from_sglang_generate", "count_duplicates", "iter_batches", "open_store", "read_trajectories",
-    "scan_trajectories", "write_trajectories",
+    "read_trajectories_by_id", "scan_trajectories", "write_trajectories",
 ]

@@ -1,5 +1,6 @@
 """Conversion between SDK models (:class:`~trajstore.models.Trajectory`) and Arrow tables of
-schema v1. Per-token columns are built from concatenated numpy arrays (no per-token Python)."""
+schema v2, and of tables read from older shards (v1) into v2. Per-token columns are built from
+concatenated numpy arrays (no per-token Python)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,19 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from trajstore.models import Span, Trajectory
-from trajstore.schema import SPAN_FIELDS, SPAN_TYPE, TRAJECTORY_SCHEMA
+from trajstore.schema import (
+    DERIVED_SPAN_FIELDS,
+    READABLE_VERSIONS,
+    SCHEMA_VERSION,
+    SPAN_FIELDS,
+    SPAN_FIELDS_V1,
+    SPAN_TYPE,
+    TRAJECTORY_SCHEMA,
+    TRAJECTORY_SCHEMA_V1,
+)
 
 
 def _derived(t: Trajectory) -> dict[str, Any]:
@@ -42,69 +53,206 @@ def _derived(t: Trajectory) -> dict[str, Any]:
     }
 
 
-def _large_list(arrays: Sequence[np.ndarray], dtype: np.dtype, with_nulls: bool) -> pa.LargeListArray:
+def _large_list(arrays: Sequence[np.ndarray], dtype: np.dtype, list_type: pa.DataType) -> pa.LargeListArray:
     lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
     offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     flat = np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype)
-    if with_nulls:
-        values = pa.array(flat, mask=np.isnan(flat))
-    else:
-        values = pa.array(flat)
-    return pa.LargeListArray.from_arrays(pa.array(offsets), values)
+    return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat), type=list_type)
 
 
-def _spans_array(trajectories: Sequence[Trajectory], list_type: pa.ListType) -> pa.ListArray:
+def ranges_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(starts[i], starts[i] + lengths[i])`` for all i, vectorised.
+
+    Args:
+        starts, lengths: int64 (K,). Lengths must be >= 0.
+
+    Returns:
+        int64 (sum(lengths),): the positions of every range, in order.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    # Position j of the output lies in range r(j); it equals starts[r] + (j - first output index of r).
+    firsts = np.cumsum(lengths) - lengths
+    return np.repeat(starts - firsts, lengths) + np.arange(total, dtype=np.int64)
+
+
+def segment_sums(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Sums of consecutive segments of `values` (K segments of `lengths`, empty ones give 0)."""
+    c = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(values, out=c[1:])
+    ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
+    return c[ends] - c[ends - lengths]
+
+
+def _spans_array(trajectories: Sequence[Trajectory], list_type: pa.ListType,
+                 derived: dict[str, np.ndarray]) -> pa.ListArray:
     """The ``spans`` column built field by field (one Arrow array per span field, then offsets),
-    which avoids a Python dict per span."""
+    which avoids a Python dict per span. `derived` holds each derived span field per span in
+    order, -1 on non-action spans (stored as null)."""
     counts = np.fromiter((len(t.spans) for t in trajectories), dtype=np.int32, count=len(trajectories))
     offsets = np.zeros(len(trajectories) + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
-    get = operator.attrgetter(*(f.name for f, _ in SPAN_FIELDS))
+    model_fields = [f for f, _ in SPAN_FIELDS if f.name not in DERIVED_SPAN_FIELDS]
+    get = operator.attrgetter(*(f.name for f in model_fields))
     rows = [get(s) for t in trajectories for s in t.spans]
-    columns = list(zip(*rows)) if rows else [()] * len(SPAN_FIELDS)
-    children = [pa.array(col, type=f.type) for col, (f, _) in zip(columns, SPAN_FIELDS)]
+    columns = list(zip(*rows)) if rows else [()] * len(model_fields)
+    by_name = {f.name: pa.array(col, type=f.type) for col, f in zip(columns, model_fields)}
+    for name, arr in derived.items():
+        by_name[name] = pa.array(arr, type=pa.int64(), mask=arr < 0)
+    children = [by_name[f.name] for f, _ in SPAN_FIELDS]
     values = pa.StructArray.from_arrays(children, fields=list(SPAN_TYPE))
     return pa.ListArray.from_arrays(pa.array(offsets), values, type=list_type)
 
 
-def trajectories_to_table(trajectories: Sequence[Trajectory]) -> pa.Table:
-    """Arrow table of schema v1 with one row per trajectory (derived columns computed here).
+def trajectories_to_table(trajectories: Sequence[Trajectory], *, version: int = SCHEMA_VERSION) -> pa.Table:
+    """Arrow table of schema `version` with one row per trajectory (derived columns computed here).
 
-    Log-prob NaNs become Arrow nulls. Inputs are assumed validated.
+    v2 (default): the SDK model's full-length log-probs (NaN outside actions) are cut to the
+    action tokens in token order (see :mod:`trajstore.schema`); NaN inside an action stays NaN
+    and is counted in ``num_missing_logprobs``. ``version=1`` builds the old layout (full-length
+    log-probs, NaN -> null), which only benchmarks and tests of the v1 read path need.
+    Inputs are assumed validated.
+
+    Raises:
+        ValueError: `version` is not 1 or 2.
     """
-    rows: dict[str, list[Any]] = {f.name: [] for f in TRAJECTORY_SCHEMA if f.name not in ("tokens", "logprobs", "spans")}
-    for t in trajectories:
+    if version == 1:
+        return _trajectories_to_table_v1(trajectories)
+    if version != SCHEMA_VERSION:
+        raise ValueError(f"cannot write schema version {version}")
+    rows: dict[str, list[Any]] = {f.name: [] for f in TRAJECTORY_SCHEMA
+                                  if f.name not in ("tokens", "logprobs", "spans", "num_missing_logprobs")}
+    act_starts: list[int] = []   # flat (batch-wide) token index of each action span's first token
+    act_lens: list[int] = []
+    act_row: list[int] = []      # trajectory (row) of each action span
+    span_is_action: list[bool] = []
+    base = 0
+    for row, t in enumerate(trajectories):
         d = _derived(t)
         for name in rows:
             if name in d:
                 rows[name].append(d[name])
             elif name == "metadata":
-                rows[name].append(json.dumps(t.metadata, sort_keys=True, default=str) if t.metadata else None)
+                rows[name].append(metadata_json(t.metadata))
             else:
                 rows[name].append(getattr(t, name))
+        for s in t.spans:
+            is_act = s.kind == "action"
+            span_is_action.append(is_act)
+            if is_act:
+                act_starts.append(base + s.start)
+                act_lens.append(s.end - s.start)
+                act_row.append(row)
+        base += len(t.tokens)
+    lens = np.asarray(act_lens, dtype=np.int64)
+    full = (np.concatenate([t.logprobs for t in trajectories]).astype(np.float32, copy=False)
+            if trajectories else np.zeros(0, np.float32))
+    action_lp = full[ranges_positions(np.asarray(act_starts, dtype=np.int64), lens)]
+    n_act = np.asarray(rows["num_action_tokens"], dtype=np.int64)
+    lp_offsets = np.zeros(len(trajectories) + 1, dtype=np.int64)
+    np.cumsum(n_act, out=lp_offsets[1:])
+    is_action = np.asarray(span_is_action, dtype=bool)
+    derived = {name: np.full(len(span_is_action), -1, dtype=np.int64) for name in DERIVED_SPAN_FIELDS}
+    nan = np.isnan(action_lp)
+    if nan.any():
+        derived["num_missing_logprobs"][is_action] = segment_sums(nan, lens)
+        missing_per_traj = segment_sums(nan, n_act)
+    else:  # the usual case (engine log-probs for every action token): no prefix sums needed
+        derived["num_missing_logprobs"][is_action] = 0
+        missing_per_traj = np.zeros(len(trajectories), dtype=np.int64)
+    derived["logprob_start"][is_action] = (np.cumsum(lens) - lens) - lp_offsets[np.asarray(act_row, dtype=np.int64)]
+
     columns: dict[str, pa.Array] = {}
     for f in TRAJECTORY_SCHEMA:
         if f.name == "tokens":
-            columns[f.name] = _large_list([t.tokens for t in trajectories], np.int32, with_nulls=False)
+            columns[f.name] = _large_list([t.tokens for t in trajectories], np.int32, f.type)
         elif f.name == "logprobs":
-            columns[f.name] = _large_list([t.logprobs for t in trajectories], np.float32, with_nulls=True)
+            columns[f.name] = pa.LargeListArray.from_arrays(pa.array(lp_offsets), pa.array(action_lp), type=f.type)
         elif f.name == "spans":
-            columns[f.name] = _spans_array(trajectories, f.type)
+            columns[f.name] = _spans_array(trajectories, f.type, derived)
+        elif f.name == "num_missing_logprobs":
+            columns[f.name] = pa.array(missing_per_traj, type=f.type)
         else:
             columns[f.name] = pa.array(rows[f.name], type=f.type)
     return pa.Table.from_arrays(list(columns.values()), schema=TRAJECTORY_SCHEMA)
 
 
+def _trajectories_to_table_v1(trajectories: Sequence[Trajectory]) -> pa.Table:
+    schema = TRAJECTORY_SCHEMA_V1
+    columns: dict[str, pa.Array] = {}
+    derived = [_derived(t) for t in trajectories]
+    v1_span_fields = [f for f, _ in SPAN_FIELDS_V1]
+    for f in schema:
+        if f.name == "tokens":
+            columns[f.name] = _large_list([t.tokens for t in trajectories], np.int32, f.type)
+        elif f.name == "logprobs":
+            lengths = np.fromiter((len(t.logprobs) for t in trajectories), dtype=np.int64, count=len(trajectories))
+            offsets = np.zeros(len(trajectories) + 1, dtype=np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            flat = (np.concatenate([t.logprobs for t in trajectories]).astype(np.float32, copy=False)
+                    if trajectories else np.zeros(0, np.float32))
+            columns[f.name] = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat, mask=np.isnan(flat)),
+                                                            type=f.type)
+        elif f.name == "spans":
+            get = operator.attrgetter(*(g.name for g in v1_span_fields))
+            rows = [get(s) for t in trajectories for s in t.spans]
+            cols = list(zip(*rows)) if rows else [()] * len(v1_span_fields)
+            counts = np.fromiter((len(t.spans) for t in trajectories), dtype=np.int32, count=len(trajectories))
+            offsets = np.zeros(len(trajectories) + 1, dtype=np.int32)
+            np.cumsum(counts, out=offsets[1:])
+            values = pa.StructArray.from_arrays([pa.array(c, type=g.type) for c, g in zip(cols, v1_span_fields)],
+                                                fields=v1_span_fields)
+            columns[f.name] = pa.ListArray.from_arrays(pa.array(offsets), values, type=f.type)
+        elif f.name == "metadata":
+            columns[f.name] = pa.array([metadata_json(t.metadata) for t in trajectories], type=f.type)
+        elif derived and f.name in derived[0]:
+            columns[f.name] = pa.array([d[f.name] for d in derived], type=f.type)
+        else:
+            columns[f.name] = pa.array([getattr(t, f.name) for t in trajectories], type=f.type)
+    return pa.Table.from_arrays(list(columns.values()), schema=schema)
+
+
+def metadata_json(metadata: dict[str, Any]) -> str | None:
+    """The ``metadata`` column's text: standard JSON (sorted keys), None for an empty object.
+
+    Raises:
+        ValueError: a float in it is NaN or infinite (not standard JSON; validation reports it first).
+    """
+    if not metadata:
+        return None
+    return json.dumps(metadata, sort_keys=True, default=str, allow_nan=False)
+
+
+def action_positions(spans_kind: np.ndarray, spans_start: np.ndarray, spans_end: np.ndarray,
+                     span_base: np.ndarray) -> np.ndarray:
+    """Flat token index of every action token, in order.
+
+    Args:
+        spans_kind: bool (S,), True for action spans. spans_start, spans_end: int64 (S,),
+            token offsets inside their trajectory. span_base: int64 (S,), flat index of the
+            first token of each span's trajectory.
+
+    Returns:
+        int64 (A,), A = total action tokens.
+    """
+    st = (span_base + spans_start)[spans_kind]
+    return ranges_positions(st, (spans_end - spans_start)[spans_kind])
+
+
 def table_to_trajectories(table: pa.Table) -> list[Trajectory]:
-    """Inverse of :func:`trajectories_to_table` (derived columns are dropped; nulls -> NaN)."""
+    """Inverse of :func:`trajectories_to_table` for a schema-v2 table (derived columns are
+    dropped; log-probs are expanded to the SDK's full length, NaN outside action spans)."""
     out = []
     tokens_col = table.column("tokens").combine_chunks()
     lp_col = table.column("logprobs").combine_chunks()
     tok_off = tokens_col.offsets.to_numpy()
     tok_val = tokens_col.values.to_numpy()
     lp_off = lp_col.offsets.to_numpy()
-    lp_val = lp_col.values.to_numpy(zero_copy_only=False)  # nulls -> NaN
+    lp_val = lp_col.values.to_numpy(zero_copy_only=False)
     scalars = table.select([n for n in ("trajectory_id", "prompt_id", "group_id", "source", "model",
                                         "tokenizer", "created_at", "status", "reward", "reward_raw",
                                         "token_source", "logprob_source", "metadata")]).to_pylist()
@@ -113,17 +261,146 @@ def table_to_trajectories(table: pa.Table) -> list[Trajectory]:
         table.column("trainable").to_pylist(), table.column("not_trainable_reason").to_pylist())] \
         if "not_trainable_reason" in table.column_names else [None] * table.num_rows
     spans = table.column("spans").to_pylist()
-    span_names = [f.name for f, _ in SPAN_FIELDS]
+    span_names = [f.name for f, _ in SPAN_FIELDS if f.name not in DERIVED_SPAN_FIELDS]
     for i, row in enumerate(scalars):
         row["metadata"] = json.loads(row["metadata"]) if row["metadata"] else {}
+        tok = tok_val[tok_off[i]:tok_off[i + 1]]
+        full = np.full(len(tok), np.nan, dtype=np.float32)
+        acts = [(s["start"], s["end"]) for s in spans[i] if s["kind"] == "action"]
+        pos = ranges_positions(np.array([a for a, _ in acts], np.int64), np.array([b - a for a, b in acts], np.int64))
+        full[pos] = lp_val[lp_off[i]:lp_off[i + 1]]
         out.append(Trajectory(
-            **row,
-            not_trainable_reason=declared[i],
-            tokens=tok_val[tok_off[i]:tok_off[i + 1]],
-            logprobs=lp_val[lp_off[i]:lp_off[i + 1]].astype(np.float32),
+            **row, not_trainable_reason=declared[i], tokens=tok, logprobs=full,
             spans=[Span(**{k: s[k] for k in span_names}) for s in spans[i]],
         ))
     return out
+
+
+# -- older schema versions ---------------------------------------------------------------------
+
+
+def v1_read_columns(columns: Sequence[str] | None) -> list[str] | None:
+    """Columns to read from a schema-v1 shard to produce `columns` of schema v2 (None = all).
+
+    ``logprobs``, ``spans`` and ``num_missing_logprobs`` are rebuilt from ``spans``,
+    ``logprob_source`` and ``num_action_tokens`` (and v1's full-length ``logprobs`` when asked for).
+    """
+    if columns is None:
+        return None
+    v1_names = set(TRAJECTORY_SCHEMA_V1.names)
+    need = [c for c in columns if c in v1_names]
+    if {"logprobs", "spans", "num_missing_logprobs"} & set(columns):
+        need += ["spans", "logprob_source", "num_action_tokens"]
+    return list(dict.fromkeys(need))
+
+
+def upgrade_table(table: pa.Table, version: int, *, columns: Sequence[str] | None = None) -> pa.Table:
+    """A table read from a shard of schema `version` as schema v2 (the current one).
+
+    v1 -> v2: ``logprobs`` keeps only the action tokens' values, in token order, nulls -> NaN;
+    the spans gain ``num_missing_logprobs`` (NaN/null action tokens of the span) and the row
+    ``num_missing_logprobs``. Without v1's ``logprobs`` in `table`, the counts follow v1's
+    write-time rule (engine: every action token has a log-prob; none: none has).
+
+    Args:
+        table: columns read with :func:`v1_read_columns` (any subset of the v1 schema).
+        version: the shard's schema version.
+        columns: v2 columns wanted, in order (None = the whole v2 schema).
+
+    Returns:
+        `columns` of schema v2 (missing nullable columns filled with nulls).
+
+    Raises:
+        ValueError: unknown `version`.
+    """
+    if version == SCHEMA_VERSION:
+        return conform_table(table, columns)
+    if version != 1:
+        raise ValueError(f"cannot convert schema version {version} (this package reads {list(READABLE_VERSIONS)})")
+    cols = dict(zip(table.column_names, table.columns))
+    if "spans" in cols:
+        sp = _combined(cols["spans"])
+        sp_off = sp.offsets.to_numpy().astype(np.int64)
+        sp_off = sp_off - sp_off[0]
+        values = sp.values.slice(int(sp.offsets[0].as_py()), int(sp_off[-1]))
+        kind = pc.equal(values.field("kind"), "action").to_numpy(zero_copy_only=False)
+        start = values.field("start").to_numpy(zero_copy_only=False).astype(np.int64)
+        end = values.field("end").to_numpy(zero_copy_only=False).astype(np.int64)
+        lens = np.where(kind, end - start, 0)
+        spans_per_row = np.diff(sp_off)
+        n_act = segment_sums(lens, spans_per_row)
+        if "logprobs" in cols:
+            lp = _combined(cols["logprobs"])
+            lp_off = lp.offsets.to_numpy().astype(np.int64)
+            flat = lp.values.slice(int(lp_off[0]), int(lp_off[-1] - lp_off[0]))
+            flat_np = flat.to_numpy(zero_copy_only=False).astype(np.float32)  # nulls -> NaN
+            base = np.repeat(lp_off[:-1] - lp_off[0], spans_per_row)
+            pos = ranges_positions((base + start)[kind], lens[kind])
+            action_lp = flat_np[pos]
+            missing_act = segment_sums(np.isnan(action_lp), lens[kind])
+        else:
+            action_lp = None
+            none = np.repeat(pc.equal(cols["logprob_source"], "none").to_numpy(zero_copy_only=False), spans_per_row)
+            missing_act = np.where(none[kind], lens[kind], 0)
+        missing = np.full(len(kind), -1, dtype=np.int64)
+        missing[kind] = missing_act
+        # logprob_start: action tokens of the same row's earlier spans
+        before = np.cumsum(lens) - lens
+        row_first = np.repeat(np.cumsum(n_act) - n_act, spans_per_row)
+        lp_start = np.where(kind, before - row_first, -1)
+        derived = {"logprob_start": lp_start, "num_missing_logprobs": missing}
+        children = [values.field(f.name) for f, _ in SPAN_FIELDS_V1]
+        children += [pa.array(derived[n], type=pa.int64(), mask=derived[n] < 0) for n in DERIVED_SPAN_FIELDS]
+        new_values = pa.StructArray.from_arrays(children, fields=list(SPAN_TYPE), mask=None)
+        cols["spans"] = pa.ListArray.from_arrays(pa.array(sp_off.astype(np.int32)), new_values,
+                                                 type=TRAJECTORY_SCHEMA.field("spans").type)
+        cols["num_missing_logprobs"] = pa.array(segment_sums(np.where(kind, missing, 0), spans_per_row), pa.int64())
+        if action_lp is not None:
+            off = np.zeros(len(n_act) + 1, dtype=np.int64)
+            np.cumsum(n_act, out=off[1:])
+            cols["logprobs"] = pa.LargeListArray.from_arrays(pa.array(off), pa.array(action_lp, pa.float32()),
+                                                             type=TRAJECTORY_SCHEMA.field("logprobs").type)
+    elif "logprob_source" in cols and "num_action_tokens" in cols:
+        none = pc.equal(cols["logprob_source"], "none")
+        cols["num_missing_logprobs"] = pc.if_else(none, cols["num_action_tokens"], 0)
+    if "logprobs" in cols and pa.types.is_large_list(cols["logprobs"].type) and \
+            cols["logprobs"].type.value_field.nullable:
+        raise ValueError("v1 logprobs cannot be converted without the spans column")
+    out = pa.table(cols)
+    want = list(columns) if columns is not None else TRAJECTORY_SCHEMA.names
+    return conform_table(out, want)
+
+
+def _combined(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    if isinstance(col, pa.ChunkedArray):
+        return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    return col
+
+
+def conform_table(table: pa.Table, columns: Sequence[str] | None = None) -> pa.Table:
+    """`columns` (default: every schema-v2 column) of `table` in that order, with the schema's
+    types; a column the shard lacks is filled with nulls (older shards may lack a nullable
+    column such as ``group_id``). The schema's field docs and version travel along.
+
+    Raises:
+        ValueError: a required (non-nullable) column is missing, or a name is not in the schema.
+    """
+    want = list(columns) if columns is not None else TRAJECTORY_SCHEMA.names
+    arrays, fields = [], []
+    for name in want:
+        i = TRAJECTORY_SCHEMA.get_field_index(name)
+        if i < 0:
+            raise ValueError(f"no column {name!r} in the trajectory schema")
+        f = TRAJECTORY_SCHEMA.field(i)
+        if name in table.column_names:
+            col = table.column(name)
+            arrays.append(col if col.type.equals(f.type) else col.cast(f.type))
+        elif f.nullable:
+            arrays.append(pa.nulls(table.num_rows, f.type))
+        else:
+            raise ValueError(f"required column {name!r} is missing")
+        fields.append(f)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=TRAJECTORY_SCHEMA.metadata))
 
 
 assert SPAN_TYPE.num_fields == len(SPAN_FIELDS)

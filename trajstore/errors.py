@@ -9,6 +9,19 @@ class TrajstoreError(Exception):
     """Base class of every error this package raises on purpose."""
 
 
+def one_line(message: str) -> str:
+    """`message` on one line: DuckDB and other libraries append a ``LINE 1: ...`` echo of the
+    query with a ``^^^`` marker and blank lines; those are dropped and the remaining lines
+    joined with spaces."""
+    keep = []
+    for line in message.splitlines():
+        s = line.strip()
+        if not s or s.startswith("LINE ") or set(s) <= {"^", "~"}:
+            continue
+        keep.append(s)
+    return " ".join(keep)
+
+
 @dataclass(frozen=True)
 class Violation:
     """One broken rule of one trajectory: which field, and what is wrong with it."""

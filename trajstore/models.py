@@ -138,7 +138,11 @@ class Trajectory(BaseModel):
     @field_validator("created_at")
     @classmethod
     def _utc(cls, v: datetime) -> datetime:
-        return v.replace(tzinfo=timezone.utc) if v.tzinfo is None else v.astimezone(timezone.utc)
+        try:
+            return v.replace(tzinfo=timezone.utc) if v.tzinfo is None else v.astimezone(timezone.utc)
+        except OverflowError:  # e.g. 0001-01-01T00:00:00+05:00 is before year 1 in UTC
+            raise ValueError(f"{v.isoformat()} is outside the range of UTC timestamps "
+                             "(year 1 to 9999 after conversion to UTC)") from None
 
     def action_spans(self) -> list[Span]:
         return [s for s in self.spans if s.kind == "action"]

@@ -1,20 +1,38 @@
-"""Trajectory schema v1: the single source of truth for what a stored trajectory is.
+"""Trajectory schema v2: the single source of truth for what a stored trajectory is.
 
-One row per trajectory. Token ids and rollout log-probs are flat per-trajectory lists, and
-`spans` cut them into prompt / action / observation pieces (DESIGN.md, "Data model").
-Everything else in the package (pydantic models, validation, readers, ``schemas/*.json``)
-derives from or is tested against the Arrow schema defined here.
+One row per trajectory. ``tokens`` holds every token id of the trajectory; ``spans`` cut it
+into prompt / action / observation pieces; ``logprobs`` holds one rollout log-prob per
+*action* token, in token order (DESIGN.md, "Data model"). Everything else in the package
+(pydantic models, validation, readers, ``schemas/*.json``) derives from or is tested against
+the Arrow schema defined here.
+
+Log-prob layout (v2). Action span ``k`` of a trajectory owns the contiguous slice
+``logprobs[a_k : a_k + (end_k - start_k)]``, where ``a_k`` is the number of action tokens in
+the action spans before it (stored as the span's ``logprob_start``). The list never holds nulls (decoding nested lists with nulls costs
+about 3x). A token whose engine log-prob is unknown holds NaN, the IEEE "no value" that poisons
+any arithmetic, so it can never pass for a real log-prob; the span's ``num_missing_logprobs``
+and the trajectory's ``num_missing_logprobs`` count such tokens, so audits and readers know
+without scanning values. ``logprob_source = none`` means every action token is NaN.
+
+Schema v1 (still read; :func:`trajstore.convert.upgrade_table` converts on read and
+``traj migrate`` rewrites) kept ``logprobs`` as long as ``tokens``, null outside action spans,
+and had no ``num_missing_logprobs`` columns.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Final, Literal, get_args
 
 import pyarrow as pa
 
-SCHEMA_VERSION: Final[int] = 1
-"""Bumped only by adding nullable columns; readers accept any version <= their own."""
+SCHEMA_VERSION: Final[int] = 2
+"""Version written into every new shard. Readers accept every version <= their own and convert
+older ones on read (:data:`READABLE_VERSIONS`)."""
+
+READABLE_VERSIONS: Final[tuple[int, ...]] = (1, 2)
+"""Schema versions this package reads (1 is converted to 2 on read)."""
 
 METADATA_SCHEMA_VERSION_KEY: Final[bytes] = b"trajstore.schema_version"
 METADATA_WRITER_KEY: Final[bytes] = b"trajstore.writer"
@@ -52,7 +70,16 @@ SPAN_FIELDS: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("max_tokens", pa.int64()), "action: max new tokens of the call, when known"),
     (pa.field("sampling_params", pa.string()), "action: all sampling parameters of the call as JSON, when known"),
     (pa.field("truncated", pa.bool_()), "observation text was capped at ingest (see metadata for sizes)"),
+    (pa.field("logprob_start", pa.int64()),
+     "action: index in `logprobs` of this span's first log-prob (= action tokens before it), so its "
+     "log-probs are logprobs[logprob_start : logprob_start + end - start]; null on other kinds (derived)"),
+    (pa.field("num_missing_logprobs", pa.int64()),
+     "action: tokens of this span without an engine log-prob (NaN in `logprobs`); 0 = complete; "
+     "null on other kinds (derived)"),
 ]
+
+DERIVED_SPAN_FIELDS: Final[tuple[str, ...]] = ("logprob_start", "num_missing_logprobs")
+"""Span fields the writer computes (from the spans and `logprobs`); they are not SDK inputs."""
 
 SPAN_TYPE: Final[pa.StructType] = pa.struct([f for f, _ in SPAN_FIELDS])
 
@@ -81,13 +108,29 @@ TRAJECTORY_FIELDS: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("num_observation_tokens", pa.int64(), nullable=False), "tokens in observation spans"),
     (pa.field("num_actions", pa.int64(), nullable=False), "number of action spans (model calls)"),
     (pa.field("num_observations", pa.int64(), nullable=False), "number of observation spans"),
+    (pa.field("num_missing_logprobs", pa.int64(), nullable=False),
+     "action tokens without an engine log-prob (NaN in `logprobs`); = num_action_tokens when "
+     "logprob_source is none"),
     (pa.field("tokens", pa.large_list(pa.field("item", pa.int32(), nullable=False)), nullable=False),
      "token ids of the whole trajectory in order"),
-    (pa.field("logprobs", pa.large_list(pa.field("item", pa.float32()))),
-     "rollout-engine log-prob per token (nats, <= 0); null outside action spans or when unknown"),
+    (pa.field("logprobs", pa.large_list(pa.field("item", pa.float32(), nullable=False)), nullable=False),
+     "rollout-engine log-prob of each action token in token order (nats, <= 0), num_action_tokens long; "
+     "action span k's values start after the action tokens of the spans before it; NaN = unknown"),
     (pa.field("spans", pa.list_(pa.field("item", SPAN_TYPE, nullable=False)), nullable=False),
      "ordered spans covering `tokens` exactly"),
     (pa.field("metadata", pa.string()), "free-form JSON object"),
+]
+
+# Schema v1, frozen: what shards stamped version 1 hold (read, then converted to v2).
+SPAN_FIELDS_V1: Final[list[tuple[pa.Field, str]]] = [
+    (f, d) for f, d in SPAN_FIELDS if f.name not in DERIVED_SPAN_FIELDS]
+TRAJECTORY_FIELDS_V1: Final[list[tuple[pa.Field, str]]] = [
+    (pa.field("spans", pa.list_(pa.field("item", pa.struct([f for f, _ in SPAN_FIELDS_V1]), nullable=False)),
+              nullable=False), d) if f.name == "spans"
+    else (pa.field("logprobs", pa.large_list(pa.field("item", pa.float32()))),
+          "rollout-engine log-prob per token (nats, <= 0); null outside action spans or when unknown")
+    if f.name == "logprobs" else (f, d)
+    for f, d in TRAJECTORY_FIELDS if f.name != "num_missing_logprobs"
 ]
 
 FIELD_DOCS: Final[dict[str, str]] = {f.name: doc for f, doc in TRAJECTORY_FIELDS}
@@ -99,18 +142,29 @@ SCALAR_COLUMNS: Final[tuple[str, ...]] = tuple(
 """Columns cheap to read: everything but the per-token lists and the spans."""
 
 
-def _schema_of(fields: list[tuple[pa.Field, str]]) -> pa.Schema:
+def _schema_of(fields: list[tuple[pa.Field, str]], version: int = SCHEMA_VERSION) -> pa.Schema:
     """Arrow schema of `fields`, each field's doc in its metadata and the schema version in the schema's."""
     return pa.schema([f.with_metadata({b"doc": d.encode()}) for f, d in fields],
-                     metadata={METADATA_SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+                     metadata={METADATA_SCHEMA_VERSION_KEY: str(version).encode()})
 
 
-def trajectory_schema() -> pa.Schema:
-    """The Arrow schema of one trajectory row, with the schema version in its metadata."""
-    return _schema_of(TRAJECTORY_FIELDS)
+@functools.lru_cache(maxsize=None)
+def trajectory_schema(version: int = SCHEMA_VERSION) -> pa.Schema:
+    """The Arrow schema of one trajectory row of schema `version` (default: the current one),
+    with the version in its metadata.
+
+    Raises:
+        ValueError: `version` is not in :data:`READABLE_VERSIONS`.
+    """
+    if version == SCHEMA_VERSION:
+        return _schema_of(TRAJECTORY_FIELDS)
+    if version == 1:
+        return _schema_of(TRAJECTORY_FIELDS_V1, 1)
+    raise ValueError(f"unknown trajectory schema version {version} (this package reads {list(READABLE_VERSIONS)})")
 
 
 TRAJECTORY_SCHEMA: Final[pa.Schema] = trajectory_schema()
+TRAJECTORY_SCHEMA_V1: Final[pa.Schema] = trajectory_schema(1)
 
 
 # Training records, written by `traj train` under runs/<run_id>/ (RUN_STEPS_DIR, RUN_CONSUMED_DIR),
@@ -146,49 +200,75 @@ STEP_SCHEMA: Final[pa.Schema] = _schema_of(STEP_FIELDS)
 CONSUMED_SCHEMA: Final[pa.Schema] = _schema_of(CONSUMED_FIELDS)
 
 
-def _type_json(t: pa.DataType) -> Any:
+def _type_json(t: pa.DataType, span_docs: dict[str, str] | None = None) -> Any:
+    span_docs = SPAN_FIELD_DOCS if span_docs is None else span_docs
     if pa.types.is_large_list(t) or pa.types.is_list(t):
         return {
             "type": "large_list" if pa.types.is_large_list(t) else "list",
-            "item": _type_json(t.value_type),
+            "item": _type_json(t.value_type, span_docs),
             "item_nullable": t.value_field.nullable,
         }
     if pa.types.is_struct(t):
         return {
             "type": "struct",
             "fields": [
-                {"name": t.field(i).name, "type": _type_json(t.field(i).type),
-                 "nullable": t.field(i).nullable, "doc": SPAN_FIELD_DOCS.get(t.field(i).name, "")}
+                {"name": t.field(i).name, "type": _type_json(t.field(i).type, span_docs),
+                 "nullable": t.field(i).nullable, "doc": span_docs.get(t.field(i).name, "")}
                 for i in range(t.num_fields)
             ],
         }
     return str(t)
 
 
-def schema_description() -> dict[str, Any]:
-    """JSON-serialisable description of schema v1 (what ``schemas/trajectory.v1.json`` holds)."""
+LOGPROB_LAYOUT: Final[dict[int, str]] = {
+    1: "logprobs is as long as tokens; null outside action spans and where the engine gave none",
+    2: ("logprobs holds one float32 per action token, in token order (num_action_tokens long, never null); "
+        "action span k owns logprobs[a_k : a_k + end_k - start_k], a_k = action tokens of the spans before it "
+        "(spans[k].logprob_start); "
+        "NaN = the engine gave no log-prob for that token, counted in spans[].num_missing_logprobs and "
+        "num_missing_logprobs"),
+}
+"""How ``logprobs`` lines up with ``tokens`` in each schema version (also in ``schemas/``)."""
+
+
+def schema_description(version: int = SCHEMA_VERSION) -> dict[str, Any]:
+    """JSON-serialisable description of schema `version` (what ``schemas/trajectory.v<N>.json`` holds).
+
+    Raises:
+        ValueError: `version` is not in :data:`READABLE_VERSIONS`.
+    """
+    fields = TRAJECTORY_FIELDS if version == SCHEMA_VERSION else (
+        TRAJECTORY_FIELDS_V1 if version == 1 else None)
+    if fields is None:
+        raise ValueError(f"unknown trajectory schema version {version} (this package reads {list(READABLE_VERSIONS)})")
+    span_docs = SPAN_FIELD_DOCS if version == SCHEMA_VERSION else {f.name: d for f, d in SPAN_FIELDS_V1}
     return {
         "name": "trajstore.trajectory",
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": version,
         "metadata_key": METADATA_SCHEMA_VERSION_KEY.decode(),
         "span_kinds": list(SPAN_KINDS),
         "statuses": list(STATUSES),
         "token_sources": list(TOKEN_SOURCES),
         "logprob_sources": list(LOGPROB_SOURCES),
-        "fields": _fields_json(TRAJECTORY_FIELDS),
-        "run_steps_fields": _fields_json(STEP_FIELDS),
-        "run_consumed_fields": _fields_json(CONSUMED_FIELDS),
+        "logprob_layout": LOGPROB_LAYOUT[version],
+        "fields": _fields_json(fields, span_docs),
+        "run_steps_fields": _fields_json(STEP_FIELDS, span_docs),
+        "run_consumed_fields": _fields_json(CONSUMED_FIELDS, span_docs),
     }
 
 
-def _fields_json(fields: list[tuple[pa.Field, str]]) -> list[dict[str, Any]]:
-    return [{"name": f.name, "type": _type_json(f.type), "nullable": f.nullable, "doc": doc} for f, doc in fields]
+def _fields_json(fields: list[tuple[pa.Field, str]], span_docs: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"name": f.name, "type": _type_json(f.type, span_docs), "nullable": f.nullable, "doc": doc}
+            for f, doc in fields]
 
 
-def schema_json() -> str:
-    """The description as the exact text stored in ``schemas/`` (sorted keys, 2-space indent)."""
-    return json.dumps(schema_description(), indent=2, sort_keys=True) + "\n"
+def schema_json(version: int = SCHEMA_VERSION) -> str:
+    """The description as the exact text stored in ``schemas/trajectory.v<version>.json``
+    (sorted keys, 2-space indent)."""
+    return json.dumps(schema_description(version), indent=2, sort_keys=True) + "\n"
 
 
-if __name__ == "__main__":  # python -m trajstore.schema > schemas/trajectory.v1.json
-    print(schema_json(), end="")
+if __name__ == "__main__":  # python -m trajstore.schema [VERSION] > schemas/trajectory.v<VERSION>.json
+    import sys
+
+    print(schema_json(int(sys.argv[1]) if len(sys.argv) > 1 else SCHEMA_VERSION), end="")

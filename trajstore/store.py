@@ -2,7 +2,7 @@
 holding immutable Parquet shards that appear atomically, so any number of writers on any
 number of hosts can append at once. Layout (all names are constants below)::
 
-    <root>/trajectories/<shard>.parquet       trajectory rows (schema v1)
+    <root>/trajectories/<shard>.parquet       trajectory rows (schema v2; v1 still read)
     <root>/runs/<run_id>/{steps,consumed}/    training records, also Parquet shards
     <root>/runs/<run_id>/config.json          the resolved training config
     <root>/policies/<run_id>/v<N>/            published policy weights
@@ -13,7 +13,9 @@ Shard names start with the UTC write time in nanoseconds, so sorting names gives
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import io
 import os
 import shutil
@@ -23,12 +25,14 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import fsspec
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -37,9 +41,10 @@ from trajstore.schema import (
     CONSUMED_SCHEMA,
     METADATA_SCHEMA_VERSION_KEY,
     METADATA_WRITER_KEY,
+    READABLE_VERSIONS,
     SCHEMA_VERSION,
     STEP_SCHEMA,
-    TRAJECTORY_SCHEMA,
+    trajectory_schema,
 )
 
 TRAJECTORIES_DIR = "trajectories"
@@ -53,8 +58,81 @@ SHARD_SUFFIX = ".parquet"
 ROW_GROUP_TARGET_MB = 32
 """Uncompressed bytes per Parquet row group; bounds the memory of one streamed batch."""
 PARQUET_COMPRESSION = "zstd"
+BROKEN_LINK_SIZE = -1
+"""Size :meth:`Store.shard_paths` gives a symlink that points to no regular file."""
 
 _HOST_TAG = "".join(c for c in socket.gethostname() if c.isalnum())[:16] or "host"
+
+
+_SHARD_CACHE: dict[tuple[str, int, object], ShardInfo | str] = {}
+"""Footer facts (or why a shard is unreadable) by (URL, size, expected schema): shards are
+immutable, a rewrite (``traj migrate``) changes the size, so every Store of the process shares
+it and a store opened per call does not re-read every footer."""
+_SHARD_CACHE_LOCK = threading.Lock()
+_SCHEMA_NAMES: dict[tuple[object, int, object], tuple[str, ...]] = {}
+"""Column names of each distinct serialised Arrow schema that passed the schema check."""
+SHARD_CACHE_MAX_ENTRIES = 1_000_000
+
+
+def _cache_put(key: tuple[str, int, object], value: ShardInfo | str) -> None:
+    if len(_SHARD_CACHE) >= SHARD_CACHE_MAX_ENTRIES:
+        _SHARD_CACHE.clear()
+    _SHARD_CACHE[key] = value
+
+
+METADATA_ID_INDEX_KEY = b"trajstore.id_index"
+"""Footer key of a shard's id index: base64 of ``uint64[n]`` sorted id hashes then ``uint32[n]``
+row numbers in the same order (:func:`id_hashes`), so a reader finds the rows of given ids from
+the footer it already read, without reading the ``trajectory_id`` column."""
+
+
+def id_hashes(ids: pa.Array | pa.ChunkedArray | list[str]) -> np.ndarray:
+    """uint64 (n,): the first 8 bytes of BLAKE2b of each id's UTF-8 (stable across processes)."""
+    values = ids.to_pylist() if not isinstance(ids, list) else ids
+    raw = b"".join(hashlib.blake2b(v.encode(), digest_size=8).digest() for v in values)
+    return np.frombuffer(raw, dtype="<u8").copy()
+
+
+def encode_id_index(ids: pa.Array | pa.ChunkedArray) -> bytes:
+    """The footer value of :data:`METADATA_ID_INDEX_KEY` for a shard whose rows have `ids`."""
+    h = id_hashes(ids)
+    order = np.argsort(h, kind="stable")
+    return base64.b64encode(h[order].astype("<u8").tobytes() + order.astype("<u4").tobytes())
+
+
+def decode_id_index(value: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted uint64 hashes, uint32 row numbers) from :func:`encode_id_index`'s bytes."""
+    raw = base64.b64decode(value)
+    n = len(raw) // 12
+    return np.frombuffer(raw[:8 * n], dtype="<u8"), np.frombuffer(raw[8 * n:], dtype="<u4")
+
+
+def _stamped(table: pa.Table, extra_metadata: Mapping[bytes, bytes] | None) -> pa.Table:
+    """`table` with the shard metadata: schema version (the table schema's own
+    ``trajstore.schema_version`` when it has one, e.g. ``trajectories_to_table(version=1)`` for
+    tests and benchmarks of the v1 read path, else the current one) and the writer."""
+    meta = dict(table.schema.metadata or {})
+    meta.setdefault(METADATA_SCHEMA_VERSION_KEY, str(SCHEMA_VERSION).encode())
+    meta[METADATA_WRITER_KEY] = b"trajstore"
+    meta.update(extra_metadata or {})
+    return table.replace_schema_metadata(meta)
+
+
+def _footer_only(table: pa.Table) -> dict[bytes, bytes]:
+    """Footer entries kept out of the Arrow schema (which every shard repeats in its footer):
+    the id index of a trajectory table."""
+    if "trajectory_id" in table.column_names and "spans" in table.column_names:
+        return {METADATA_ID_INDEX_KEY: encode_id_index(table.column("trajectory_id"))}
+    return {}
+
+
+def _schema_key(expected: object) -> object:
+    """Hashable identity of what a shard was checked against (a schema, a per-version function, None)."""
+    if expected is None:
+        return None
+    if isinstance(expected, pa.Schema):
+        return expected.to_string()
+    return getattr(expected, "cache_key", id(expected))
 
 
 @dataclass(frozen=True)
@@ -67,6 +145,12 @@ class ShardInfo:
     size_bytes: int
     num_row_groups: int
     schema_version: int
+    columns: tuple[str, ...] = ()
+    """Top-level column names in the file (an older shard may lack a nullable column)."""
+    row_group_rows: tuple[int, ...] = ()
+    """Rows in each row group, in order."""
+    id_index: bytes | None = None
+    """The footer's id index (:data:`METADATA_ID_INDEX_KEY`), None when the shard has none."""
 
     @property
     def name(self) -> str:
@@ -79,19 +163,43 @@ def new_shard_name() -> str:
     return f"{time.time_ns():020d}-{_HOST_TAG}-{os.getpid()}-{uuid.uuid4().hex[:12]}{SHARD_SUFFIX}"
 
 
+SPAN_BYTES_ESTIMATE = 96
+"""Uncompressed bytes assumed per span when sizing row groups (a dozen small fields)."""
+
+
+def row_bytes(table: pa.Table) -> np.ndarray:
+    """Approximate uncompressed bytes of each row, int64 (n,): list columns by their element
+    count times the element width (``spans`` at :data:`SPAN_BYTES_ESTIMATE` each), strings by
+    their length (``metadata`` can be megabytes), fixed-width columns by their width."""
+    n = table.num_rows
+    out = np.zeros(n, dtype=np.int64)
+    for name, col in zip(table.column_names, table.columns):
+        t = col.type
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            counts = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            vt = t.value_type
+            width = vt.byte_width if pa.types.is_integer(vt) or pa.types.is_floating(vt) else SPAN_BYTES_ESTIMATE
+            out += counts * width
+        elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t):
+            out += pc.binary_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        else:
+            try:
+                out += t.byte_width
+            except ValueError:  # bool and other bit-packed or nested types
+                out += 1
+    return out
+
+
 def _row_group_slices(table: pa.Table, target_bytes: int) -> list[tuple[int, int]]:
-    """Split rows into consecutive slices of about `target_bytes` uncompressed bytes each."""
+    """Split rows into consecutive slices of about `target_bytes` uncompressed bytes each
+    (:func:`row_bytes`; a single row larger than the target gets a row group of its own)."""
     n = table.num_rows
     if n == 0:
         return []
-    if "tokens" in table.column_names:
-        lengths = pa.compute.list_value_length(table.column("tokens")).to_numpy(zero_copy_only=False)
-        per_row = lengths.astype("int64") * 8 + 256  # int32 token + float32 logprob + scalars
-    else:
-        per_row = [max(1, table.nbytes // n)] * n
+    per_row = row_bytes(table)
     out, start, acc = [], 0, 0
-    for i, b in enumerate(per_row):
-        acc += int(b)
+    for i, b in enumerate(per_row.tolist()):
+        acc += b
         if acc >= target_bytes:
             out.append((start, i + 1))
             start, acc = i + 1, 0
@@ -115,8 +223,8 @@ class Store:
         self.fs = fs
         self.root = root.rstrip("/")
         self.storage_options = dict(storage_options)
-        self._shard_cache: dict[tuple[str, int], ShardInfo | str] = {}
-        self._cache_lock = threading.Lock()
+        self._shard_cache = _SHARD_CACHE  # shared by every Store of the process: shards are immutable
+        self._cache_lock = _SHARD_CACHE_LOCK
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -138,6 +246,24 @@ class Store:
         paths are returned as they are. What errors, warnings and DuckDB show and read."""
         return path if self.is_local else self.fs.unstrip_protocol(path)
 
+    def exists(self) -> bool:
+        """Whether anything is stored at the root: a local directory, or at least one object
+        under the prefix (object stores have no empty directories, so a mistyped prefix or
+        bucket gives False).
+
+        Raises:
+            StoreError: the location cannot be checked (unreachable endpoint, bad credentials).
+        """
+        if self.is_local:
+            return os.path.isdir(self.root)
+        try:
+            self.fs.invalidate_cache(self.root)
+            return bool(self.fs.exists(self.root)) and bool(self.fs.ls(self.root, detail=False))
+        except FileNotFoundError:
+            return False
+        except Exception as e:  # unreachable endpoint, bad credentials or options
+            raise StoreError(f"cannot check {self.uri}: {type(e).__name__}: {e}") from e
+
     def arrow_filesystem(self) -> pafs.FileSystem:
         """A pyarrow filesystem for the same location (native for local paths)."""
         if self.is_local:
@@ -154,16 +280,13 @@ class Store:
         The shard becomes visible atomically: locally it is written to ``_tmp/``, fsynced
         and renamed into place; on object stores it is one PUT (or one completed multipart
         upload). Row groups hold about `row_group_target_mb` MiB of uncompressed data each.
-        The schema version is stamped into the file's key-value metadata.
+        The schema version is stamped into the file's key-value metadata (the table schema's
+        own ``trajstore.schema_version`` when it has one, else :data:`SCHEMA_VERSION`).
 
         Raises:
             StoreError: if the filesystem refuses the write (the shard is then absent).
         """
-        meta = dict(table.schema.metadata or {})
-        meta[METADATA_SCHEMA_VERSION_KEY] = str(SCHEMA_VERSION).encode()
-        meta[METADATA_WRITER_KEY] = b"trajstore"
-        meta.update(extra_metadata or {})
-        table = table.replace_schema_metadata(meta)
+        table = _stamped(table, extra_metadata)
         name = new_shard_name()
         final = self.path(subdir, name)
         slices = _row_group_slices(table, int(row_group_target_mb * 2**20))
@@ -207,6 +330,69 @@ class Store:
             for a, b in slices or [(0, 0)]:
                 part = table.slice(a, b - a)
                 w.write_table(part, row_group_size=max(1, part.num_rows))
+            footer = _footer_only(table)
+            if footer:
+                w.add_key_value_metadata(footer)
+
+    def rewrite_shard(self, path: str, table: pa.Table, *,
+                      row_group_target_mb: float = ROW_GROUP_TARGET_MB) -> int:
+        """Replace an existing shard's content with `table`, keeping its name (hence its place in
+        arrival order, and any training cursor that names it). Atomic: a reader sees either the
+        old file or the new one, never a mix or a partial file (locally: temp file in ``_tmp/``,
+        fsync, ``os.replace`` over the old one, fsync of the directory; on object stores: one
+        PUT or one completed multipart upload to the same key). Returns the new size in bytes.
+
+        A process killed part-way leaves the old shard in place and, locally, a
+        ``_tmp/<name>.rewrite-<pid>.tmp`` file that :meth:`remove_stale_rewrites` deletes.
+
+        Raises:
+            StoreError: the write failed (the old shard is untouched).
+        """
+        table = _stamped(table, None)
+        slices = _row_group_slices(table, int(row_group_target_mb * 2**20))
+        name = path.rsplit("/", 1)[-1]
+        try:
+            if self.is_local:
+                os.makedirs(self.path(TMP_DIR), exist_ok=True)
+                tmp = self.path(TMP_DIR, f"{name}{_REWRITE_MARK}{os.getpid()}.tmp")
+                try:
+                    with open(tmp, "wb") as fh:
+                        self._write_parquet(fh, table, slices)
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                    size = os.path.getsize(tmp)
+                    os.replace(tmp, path)
+                except BaseException:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+                    raise
+                _fsync_dir(os.path.dirname(path))
+            else:
+                buf = io.BytesIO()
+                self._write_parquet(buf, table, slices)
+                size = buf.tell()
+                self.fs.pipe_file(path, buf.getvalue())
+        except OSError as e:
+            raise StoreError(f"could not rewrite shard {self.url_of(path)}: {e}") from e
+        return size
+
+    def remove_stale_rewrites(self) -> list[str]:
+        """Delete ``_tmp/`` files left by a :meth:`rewrite_shard` whose process is gone (local
+        stores; a no-op elsewhere). Returns the paths removed."""
+        if not self.is_local or not os.path.isdir(self.path(TMP_DIR)):
+            return []
+        removed = []
+        for name in os.listdir(self.path(TMP_DIR)):
+            head, mark, tail = name.rpartition(_REWRITE_MARK)
+            if not mark or not tail.endswith(".tmp") or not tail[:-4].isdigit():
+                continue
+            pid = int(tail[:-4])
+            if pid != os.getpid() and _pid_alive(pid):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path(TMP_DIR, name))
+                removed.append(self.path(TMP_DIR, name))
+        return removed
 
     @contextlib.contextmanager
     def local_dir_commit(self, relpath: str, *, prefix: str = "dir-") -> Iterator[str]:
@@ -266,7 +452,9 @@ class Store:
 
     def shard_paths(self, subdir: str = TRAJECTORIES_DIR) -> list[tuple[str, int]]:
         """(path, size) of every ``*.parquet`` directly under `subdir`, sorted by name
-        (= arrival order). Hidden and temporary files are never listed."""
+        (= arrival order). Hidden and temporary files are never listed. A symbolic link (local
+        stores) is listed with the size of the file it points to, or :data:`BROKEN_LINK_SIZE`
+        when it points to no regular file (:meth:`inspect_shard` then reports it)."""
         base = self.path(subdir)
         try:
             entries = self.fs.ls(base, detail=True, refresh=True) if not self.is_local else self.fs.ls(base, detail=True)
@@ -278,15 +466,21 @@ class Store:
         for e in entries:
             p = e["name"]
             name = p.rsplit("/", 1)[-1]
-            if e.get("type") == "file" and name.endswith(SHARD_SUFFIX) and not name.startswith((".", "_")):
+            if not name.endswith(SHARD_SUFFIX) or name.startswith((".", "_")):
+                continue
+            if e.get("type") == "file":
                 out.append((p, int(e.get("size") or 0)))
+            elif e.get("islink"):  # local symlink: read what it points to; a broken one is reported
+                out.append((p, os.path.getsize(p) if os.path.isfile(p) else BROKEN_LINK_SIZE))
         out.sort(key=lambda x: x[0].rsplit("/", 1)[-1])
         return out
 
-    def inspect_shard(self, path: str, size: int, expected: pa.Schema | None = None) -> ShardInfo:
+    def inspect_shard(self, path: str, size: int,
+                      expected: pa.Schema | Callable[[int], pa.Schema | None] | None = None) -> ShardInfo:
         """Read a shard's footer and check it is ours.
 
-        With `expected`, the file's columns must also fit that schema: no unknown columns,
+        With `expected` (a schema, or a function from the shard's schema version to the schema
+        of that version), the file's columns must also fit that schema: no unknown columns,
         every known column with its type, every required column present (a nullable column
         may be missing: older schema versions lack it).
 
@@ -294,7 +488,10 @@ class Store:
             CorruptShardError: truncated or not Parquet, a schema version newer than ours, or
                 (with `expected`) columns that do not fit.
         """
-        key = (path, size)
+        if size == BROKEN_LINK_SIZE:
+            dest = os.readlink(path) if os.path.islink(path) else "?"
+            raise CorruptShardError(self.url_of(path), f"broken symlink to {dest} (not a readable file)")
+        key = (self.url_of(path), size, _schema_key(expected))
         with self._cache_lock:
             cached = self._shard_cache.get(key)
         if isinstance(cached, ShardInfo):
@@ -302,26 +499,40 @@ class Store:
         if isinstance(cached, str):
             raise CorruptShardError(self.url_of(path), cached)
         try:
-            with self.fs.open(path, "rb") as fh:
-                md = pq.read_metadata(fh)
+            if self.is_local:
+                md = pq.read_metadata(path)
+            else:
+                with self.fs.open(path, "rb") as fh:
+                    md = pq.read_metadata(fh)
             kv = md.metadata or {}
             version = int(kv.get(METADATA_SCHEMA_VERSION_KEY, b"-1"))
             if version < 0:
                 raise ValueError("no trajstore schema version in the file metadata")
             if version > SCHEMA_VERSION:
                 raise ValueError(f"schema version {version} is newer than this reader ({SCHEMA_VERSION})")
-            if expected is not None:
-                problem = _schema_mismatch(md.schema.to_arrow_schema(), expected)
-                if problem:
-                    raise ValueError(problem)
-            info = ShardInfo(path, md.num_rows, size, md.num_row_groups, version)
+            # Shards of one writer carry the same serialised Arrow schema: check each distinct one once.
+            schema_key = (kv.get(b"ARROW:schema"), version, _schema_key(expected))
+            names = _SCHEMA_NAMES.get(schema_key) if schema_key[0] is not None else None
+            if names is None:
+                arrow_schema = md.schema.to_arrow_schema()
+                want = expected(version) if callable(expected) else expected
+                if want is not None:
+                    problem = _schema_mismatch(arrow_schema, want)
+                    if problem:
+                        raise ValueError(problem)
+                names = tuple(arrow_schema.names)
+                if schema_key[0] is not None:
+                    _SCHEMA_NAMES[schema_key] = names
+            info = ShardInfo(path, md.num_rows, size, md.num_row_groups, version, names,
+                             tuple(md.row_group(i).num_rows for i in range(md.num_row_groups)),
+                             kv.get(METADATA_ID_INDEX_KEY))
         except (OSError, ValueError, pa.ArrowException) as e:
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             with self._cache_lock:
-                self._shard_cache[key] = reason
+                _cache_put(key, reason)
             raise CorruptShardError(self.url_of(path), reason) from e
         with self._cache_lock:
-            self._shard_cache[key] = info
+            _cache_put(key, info)
         return info
 
     def list_shards(self, subdir: str = TRAJECTORIES_DIR, *, strict: bool = False) -> list[ShardInfo]:
@@ -356,14 +567,20 @@ class Store:
 PER_TOKEN_COLUMNS = ("tokens", "logprobs")
 
 
-def _expected_schema(subdir: str) -> pa.Schema | None:
-    """The schema of the shards under a store subdirectory (None when unknown)."""
+def _expected_schema(subdir: str) -> Callable[[int], pa.Schema | None]:
+    """Schema version -> the schema of the shards under a store subdirectory (None when unknown)."""
     parts = subdir.strip("/").split("/")
-    if parts == [TRAJECTORIES_DIR]:
-        return TRAJECTORY_SCHEMA
-    if len(parts) == 3 and parts[0] == RUNS_DIR:
-        return {RUN_STEPS_DIR: STEP_SCHEMA, RUN_CONSUMED_DIR: CONSUMED_SCHEMA}.get(parts[2])
-    return None
+
+    def of_version(version: int) -> pa.Schema | None:
+        if parts == [TRAJECTORIES_DIR]:
+            return trajectory_schema(version) if version in READABLE_VERSIONS else None
+        if len(parts) == 3 and parts[0] == RUNS_DIR:  # unchanged since v1
+            return {RUN_STEPS_DIR: STEP_SCHEMA, RUN_CONSUMED_DIR: CONSUMED_SCHEMA}.get(parts[2])
+        return None
+    kind = TRAJECTORIES_DIR if parts == [TRAJECTORIES_DIR] else (
+        parts[2] if len(parts) == 3 and parts[0] == RUNS_DIR else None)
+    of_version.cache_key = ("expected", kind)  # type: ignore[attr-defined]
+    return of_version
 
 
 def _schema_mismatch(actual: pa.Schema, expected: pa.Schema) -> str | None:
@@ -398,6 +615,19 @@ class CorruptShardWarning(UserWarning):
 def _protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
     p = fs.protocol
     return (p,) if isinstance(p, str) else tuple(p)
+
+
+_REWRITE_MARK = ".rewrite-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _fsync_dir(path: str) -> None:

@@ -1,4 +1,4 @@
-"""Write-time rules of schema v1. Every broken rule of a trajectory is collected and reported
+"""Write-time rules of schema v2. Every broken rule of a trajectory is collected and reported
 together in one :class:`~trajstore.errors.TrajectoryValidationError`."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 import numpy as np
 
 from trajstore.errors import TrajectoryValidationError, Violation
-from trajstore.models import Trajectory
+from trajstore.models import Span, Trajectory
 from trajstore.schema import LOGPROB_SOURCES, SPAN_KINDS, STATUSES, TOKEN_SOURCES
 
 TRAJECTORY_ID_MAX_CHARS = 200
@@ -18,7 +18,7 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _TRAJECTORY_STR_FIELDS = ("prompt_id", "group_id", "source", "model", "tokenizer", "reward_raw")
 _SPAN_STR_FIELDS = ("role", "call_id", "cause_id", "finish_reason", "sampling_params")
 _SPAN_INT64_FIELDS = ("start", "end", "policy_version", "top_k", "max_tokens")
-_SAFE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:=+-]*$")
+_SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:=+-]*")  # fullmatch: `$` would accept a trailing "\n"
 
 
 def check_trajectory_id(trajectory_id: str | None) -> list[Violation]:
@@ -28,7 +28,7 @@ def check_trajectory_id(trajectory_id: str | None) -> list[Violation]:
         return [Violation("trajectory_id", "must be a non-empty string")]
     if len(trajectory_id) > TRAJECTORY_ID_MAX_CHARS:
         return [Violation("trajectory_id", f"longer than {TRAJECTORY_ID_MAX_CHARS} characters")]
-    if not _SAFE_ID.match(trajectory_id):
+    if not _SAFE_ID.fullmatch(trajectory_id):
         return [Violation(
             "trajectory_id",
             f"{trajectory_id!r} is not safe in a path: use letters, digits and ._:=+- "
@@ -39,13 +39,67 @@ def check_trajectory_id(trajectory_id: str | None) -> list[Violation]:
 
 def _not_utf8(value: str | None) -> bool:
     """True when `value` cannot be stored as an Arrow/Parquet string (e.g. lone surrogates)."""
-    if value is None:
+    if value is None or value.isascii():
         return False
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         return True
     return False
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not standard JSON")
+
+
+_STRICT_JSON = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _parse_json(text: str) -> tuple[object, str | None]:
+    """(value, None) for one standard JSON value (NaN / Infinity refused), else (None, why)."""
+    try:
+        return _STRICT_JSON.decode(text), None
+    except ValueError as e:
+        return None, str(e).splitlines()[0]
+    except RecursionError:
+        return None, "nested too deeply"
+
+
+def _json_problem(text: str) -> str | None:
+    """Why `text` is not one standard JSON value (NaN / Infinity refused), or None."""
+    return _parse_json(text)[1]
+
+
+def _clip(text: str, n: int = 60) -> str:
+    return repr(text if len(text) <= n else text[:n] + "...")
+
+
+def _sampling_violations(where: str, s: Span, parsed: dict[str, tuple[object, str | None]]) -> list[Violation]:
+    """Rules for the sampling parameters an action span records (they change what its
+    log-probs mean, so an impossible value is refused rather than stored). `parsed` caches
+    ``sampling_params`` texts already parsed (spans of one trajectory usually share one)."""
+    v: list[Violation] = []
+    if s.temperature is not None and not (s.temperature >= 0 and math.isfinite(s.temperature)):
+        v.append(Violation(f"{where}.temperature", f"must be finite and >= 0, got {s.temperature}"))
+    if s.top_p is not None and not (0 < s.top_p <= 1):
+        v.append(Violation(f"{where}.top_p", f"must be in (0, 1], got {s.top_p}"))
+    if s.min_p is not None and not (0 <= s.min_p <= 1):
+        v.append(Violation(f"{where}.min_p", f"must be finite and in [0, 1], got {s.min_p}"))
+    if s.top_k is not None and s.top_k < -1:
+        v.append(Violation(f"{where}.top_k", f"must be -1 or 0 (disabled) or >= 1, got {s.top_k}"))
+    if s.max_tokens is not None and s.max_tokens < 1:
+        v.append(Violation(f"{where}.max_tokens", f"must be >= 1, got {s.max_tokens}"))
+    if s.sampling_params is not None:
+        if s.sampling_params not in parsed:
+            parsed[s.sampling_params] = _parse_json(s.sampling_params)
+        value, problem = parsed[s.sampling_params]
+        if problem:
+            v.append(Violation(f"{where}.sampling_params",
+                               f"is not valid JSON ({problem}): {_clip(s.sampling_params)}"))
+        elif not isinstance(value, dict):
+            v.append(Violation(f"{where}.sampling_params",
+                               f"must be a JSON object, got {_clip(s.sampling_params)}"))
+    return v
 
 
 def _storability_violations(traj: Trajectory) -> list[Violation]:
@@ -58,9 +112,19 @@ def _storability_violations(traj: Trajectory) -> list[Violation]:
             v.append(Violation(name, "is not valid UTF-8 (lone surrogate?)"))
     if traj.metadata:
         try:
-            json.dumps(traj.metadata, sort_keys=True, default=str)
-        except (TypeError, ValueError, RecursionError) as e:
+            json.dumps(traj.metadata, sort_keys=True, default=str, allow_nan=False)
+        except ValueError as e:
+            if "not JSON compliant" in str(e):
+                v.append(Violation("metadata", "holds NaN or Infinity, which is not standard JSON "
+                                               "(store null or a string instead)"))
+            else:
+                v.append(Violation("metadata", f"is not JSON-serialisable: {e}"))
+        except (TypeError, RecursionError) as e:
             v.append(Violation("metadata", f"is not JSON-serialisable: {e}"))
+    if traj.reward_raw is not None:
+        problem = _json_problem(traj.reward_raw)
+        if problem:
+            v.append(Violation("reward_raw", f"is not valid JSON ({problem}): {_clip(traj.reward_raw)}"))
     for i, s in enumerate(traj.spans):
         for name in _SPAN_STR_FIELDS:
             if _not_utf8(getattr(s, name)):
@@ -75,7 +139,7 @@ def _storability_violations(traj: Trajectory) -> list[Violation]:
 
 
 def find_violations(traj: Trajectory) -> list[Violation]:
-    """All schema-v1 rules ``traj`` breaks, in a stable order; empty when it is valid."""
+    """All schema-v2 rules ``traj`` breaks, in a stable order; empty when it is valid."""
     v: list[Violation] = check_trajectory_id(traj.trajectory_id)
     if not traj.source:
         v.append(Violation("source", "must be a non-empty string"))
@@ -101,6 +165,7 @@ def find_violations(traj: Trajectory) -> list[Violation]:
 
     # Span coverage: ordered, contiguous, non-empty, exactly [0, n).
     action = np.zeros(n, dtype=bool)
+    parsed: dict[str, tuple[object, str | None]] = {}
     pos = 0
     for i, s in enumerate(traj.spans):
         where = f"spans[{i}]"
@@ -123,10 +188,7 @@ def find_violations(traj: Trajectory) -> list[Violation]:
             v.append(Violation(f"{where}.policy_version", f"only action spans carry a policy version ({s.kind})"))
         if s.policy_version is not None and s.policy_version < 0:
             v.append(Violation(f"{where}.policy_version", f"must be >= 0, got {s.policy_version}"))
-        if s.temperature is not None and not (s.temperature >= 0 and math.isfinite(s.temperature)):
-            v.append(Violation(f"{where}.temperature", f"must be finite and >= 0, got {s.temperature}"))
-        if s.top_p is not None and not (0 < s.top_p <= 1):
-            v.append(Violation(f"{where}.top_p", f"must be in (0, 1], got {s.top_p}"))
+        v += _sampling_violations(where, s, parsed)
     if pos != n and n:
         v.append(Violation("spans", f"spans cover tokens [0, {pos}) but there are {n} tokens"))
     if n and not traj.spans:
@@ -141,11 +203,15 @@ def find_violations(traj: Trajectory) -> list[Violation]:
                                            f"non-null, first at token {i})"))
         if traj.logprob_source == "engine":
             act_lp = logprobs[action]
-            missing = ~np.isfinite(act_lp)
-            if missing.any():
-                i = int(np.flatnonzero(action)[np.flatnonzero(missing)[0]])
-                v.append(Violation("logprobs", f"logprob_source is engine but {int(missing.sum())} action "
-                                               f"token(s) have no finite log-prob (first at token {i})"))
+            infinite = np.isinf(act_lp)
+            if infinite.any():
+                i = int(np.flatnonzero(action)[np.flatnonzero(infinite)[0]])
+                v.append(Violation("logprobs", f"{int(infinite.sum())} action token(s) have an infinite log-prob "
+                                               f"(first at token {i}: {float(logprobs[i])}); store an unknown "
+                                               "log-prob as NaN/None, never a stand-in value"))
+            if len(act_lp) and np.isnan(act_lp).all():
+                v.append(Violation("logprobs", "logprob_source is engine but no action token has a log-prob "
+                                               "(use logprob_source 'none')"))
             positive = np.isfinite(act_lp) & (act_lp > 0)
             if positive.any():
                 i = int(np.flatnonzero(action)[np.flatnonzero(positive)[0]])
@@ -157,7 +223,12 @@ def find_violations(traj: Trajectory) -> list[Violation]:
 
 
 def validate_trajectory(traj: Trajectory) -> Trajectory:
-    """Return ``traj`` unchanged if it satisfies schema v1.
+    """Return ``traj`` unchanged if it satisfies schema v2.
+
+    Log-probs (the SDK model holds them full length, NaN = none): known only at action tokens,
+    each <= 0 and finite. With ``logprob_source = engine`` an action token may be NaN (the engine
+    gave no value for it: stored as NaN and counted in ``num_missing_logprobs``, so the trainer
+    and the audits see it), but not every one of them; with ``none`` every one is NaN.
 
     Raises:
         TrajectoryValidationError: listing every rule broken, naming the trajectory and field.

@@ -14,9 +14,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from trajstore.convert import trajectories_to_table
+from trajstore.convert import metadata_json, trajectories_to_table
 from trajstore.models import Trajectory
-from trajstore.store import TRAJECTORIES_DIR, Store, open_store
+from trajstore.store import SPAN_BYTES_ESTIMATE, TRAJECTORIES_DIR, Store, open_store
 from trajstore.validate import validate_trajectory
 
 DEFAULT_FLUSH_ROWS = 1024
@@ -25,7 +25,14 @@ DEFAULT_FLUSH_SECONDS = 30.0
 
 
 def _approx_bytes(t: Trajectory) -> int:
-    return len(t.tokens) * 8 + 64 * len(t.spans) + 512
+    """Uncompressed bytes `t` adds to a shard, for flush sizing: int32 tokens, one float32 per
+    action token (schema v2), the spans, the metadata JSON (can be megabytes) and the strings."""
+    n_action = sum(s.end - s.start for s in t.spans if s.kind == "action")
+    meta = metadata_json(t.metadata)
+    strings = sum(len(x) for x in (t.trajectory_id, t.prompt_id, t.group_id, t.source, t.model, t.tokenizer,
+                                   t.reward_raw) if x)
+    return (len(t.tokens) * 4 + n_action * 4 + SPAN_BYTES_ESTIMATE * len(t.spans)
+            + (len(meta) if meta else 0) + strings + 256)
 
 
 class StoreWriter:
@@ -34,7 +41,8 @@ class StoreWriter:
     Args:
         store: a :class:`~trajstore.store.Store` or a URI for :func:`~trajstore.store.open_store`.
         flush_rows: write a shard once this many trajectories are buffered.
-        flush_mb: ... or once the buffer holds about this many MiB of token data.
+        flush_mb: ... or once the buffer holds about this many MiB (uncompressed: tokens,
+            log-probs, spans, metadata and strings).
         flush_seconds: ... or once the oldest buffered trajectory is this many seconds old
             (checked by a background thread, so an idle writer still flushes). ``None`` = never.
         storage_options: passed to :func:`open_store` when `store` is a URI.

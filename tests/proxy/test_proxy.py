@@ -74,7 +74,8 @@ def test_multi_turn_session_is_one_trajectory_with_the_engines_ids(fake_upstream
     for s in row["spans"]:
         if s["kind"] == "action":
             assert s["policy_version"] == 0 and s["finish_reason"] == "stop"
-            np.testing.assert_array_equal(lp[s["start"]:s["end"]], REPLY_LPS)  # bit for bit
+            np.testing.assert_array_equal(lp[s["logprob_start"]:s["logprob_start"] + s["end"] - s["start"]],
+                                          REPLY_LPS)  # bit for bit; schema v2: action tokens only
         if s["kind"] == "observation":
             assert s["role"] == "user"
     assert json.loads(row["metadata"])["task"] == "t1"

@@ -117,7 +117,8 @@ def test_tool_calling_loop_is_stored_bit_for_bit(serve, start_proxy, tmp_path, s
         rec = sampled[s["call_id"]]
         assert row["tokens"][:s["start"]] == rec["prompt_token_ids"]  # the context the server saw
         assert row["tokens"][s["start"]:s["end"]] == rec["token_ids"]
-        np.testing.assert_array_equal(lps[s["start"]:s["end"]], np.asarray(rec["logprobs"], dtype=np.float32))
+        a = s["logprob_start"]  # schema v2: log-probs of action tokens only
+        np.testing.assert_array_equal(lps[a:a + s["end"] - s["start"]], np.asarray(rec["logprobs"], dtype=np.float32))
         assert s["policy_version"] == 0
         if i < tool_turns:
             assert s["finish_reason"] == "tool_calls" and s["tool_call_ids"]
@@ -200,7 +201,7 @@ def test_weight_reload_during_traffic_labels_every_action_with_its_version(serve
         for s in actions:
             claimed, other = s["policy_version"], 1 - s["policy_version"]
             seen.add(claimed)
-            rec = lps[s["start"]:s["end"]]
+            rec = lps[s["logprob_start"]:s["logprob_start"] + s["end"] - s["start"]]  # schema v2
             mine = _teacher_forced(v[claimed], row["tokens"], s["start"], s["end"], allowed)
             theirs = _teacher_forced(v[other], row["tokens"], s["start"], s["end"], allowed)
             np.testing.assert_allclose(rec, mine, atol=2e-3)  # sampled by the claimed version ...

@@ -78,7 +78,7 @@ def _check_store(uri: str, storage_options: dict[str, Any] | None) -> None:
             r = rows[f"p{p}-t{i:03d}"]
             prompt, action, lps = _tokens(p, i)
             assert np.array_equal(tok_col[r].values.to_numpy(), np.concatenate([prompt, action]))
-            got_lp = lp_col[r].values.to_numpy(zero_copy_only=False)[len(prompt):]
+            got_lp = lp_col[r].values.to_numpy()  # schema v2: one per action token, no nulls
             assert np.array_equal(got_lp, lps)
             assert reward[r].as_py() == float(i)
     if store.is_local:  # nothing left behind in the temp area

@@ -70,13 +70,29 @@ def _assert_bit_exact(expected: list[Trajectory], table: pa.Table, *, exact_sche
         tok = table.column("tokens")[i].values.to_numpy()
         assert tok.dtype == np.int32 and np.array_equal(tok, t.tokens)
         lp = table.column("logprobs")[i].values
-        assert lp.type == pa.float32()
-        # Nulls exactly where the input had NaN; values equal bit for bit elsewhere.
-        valid = lp.is_valid().to_numpy(zero_copy_only=False)
-        assert np.array_equal(valid, ~np.isnan(t.logprobs))
-        got_bits = lp.fill_null(0.0).to_numpy().view(np.uint32)[valid]
-        assert np.array_equal(got_bits, t.logprobs.view(np.uint32)[valid])
-        assert row["spans"] == [{k: s.model_dump()[k] for k in span_names} for s in t.spans]
+        assert lp.type == pa.float32() and lp.null_count == 0
+        # v2: exactly the action tokens' values, in token order, bit for bit (NaN where the SDK had none).
+        act = np.zeros(len(t.tokens), dtype=bool)
+        for s in t.spans:
+            if s.kind == "action":
+                act[s.start:s.end] = True
+        want = t.logprobs[act]
+        assert np.array_equal(lp.to_numpy().view(np.uint32), want.view(np.uint32))
+        # Each action span's derived fields: where its slice starts and how many values it lacks.
+        offset = 0
+        for s, stored in zip(t.spans, row["spans"]):
+            if s.kind == "action":
+                n = s.end - s.start
+                assert stored["logprob_start"] == offset
+                assert stored["num_missing_logprobs"] == int(np.isnan(t.logprobs[s.start:s.end]).sum())
+                offset += n
+            else:
+                assert stored["logprob_start"] is None and stored["num_missing_logprobs"] is None
+        assert row["num_missing_logprobs"] == int(np.isnan(want).sum())
+        assert row["spans"] == [{**{k: s.model_dump()[k] for k in span_names if k in s.model_dump()},
+                                 "logprob_start": stored["logprob_start"],
+                                 "num_missing_logprobs": stored["num_missing_logprobs"]}
+                                for s, stored in zip(t.spans, row["spans"])]
         for name in ("prompt_id", "group_id", "source", "model", "tokenizer", "status", "reward_raw",
                      "token_source", "logprob_source"):
             assert row[name] == getattr(t, name), name
@@ -123,13 +139,21 @@ def _roundtrip(uri: str, storage_options: dict[str, Any] | None, trajs: list[Tra
     by_id = {t.trajectory_id: t for t in trajs}
     seen = []
     for batch in iter_batches(uri, storage_options=storage_options, strict=True):
+        full, positions = batch.logprobs_full(), batch.action_positions()
         for j, tid in enumerate(batch.trajectory_ids):
             t = by_id[tid]
             a, b = batch.token_offsets[j], batch.token_offsets[j + 1]
             assert np.array_equal(batch.tokens[a:b], t.tokens)
-            assert np.array_equal(batch.logprob_valid[a:b], ~np.isnan(t.logprobs))
-            ok = batch.logprob_valid[a:b]
-            assert np.array_equal(batch.logprobs[a:b][ok].view(np.uint32), t.logprobs[ok].view(np.uint32))
+            # Action-aligned flat log-probs, and the full-length view, both bit-exact.
+            act = np.zeros(len(t.tokens), dtype=bool)
+            for s in t.spans:
+                if s.kind == "action":
+                    act[s.start:s.end] = True
+            la, lb = batch.logprob_offsets[j], batch.logprob_offsets[j + 1]
+            assert np.array_equal(batch.logprobs[la:lb].view(np.uint32), t.logprobs[act].view(np.uint32))
+            assert np.array_equal(batch.logprob_valid[la:lb], ~np.isnan(t.logprobs[act]))
+            assert np.array_equal(full[a:b].view(np.uint32), t.logprobs.view(np.uint32))
+            assert np.array_equal(batch.tokens[positions[la:lb]], t.tokens[act])
             s0, s1 = batch.span_offsets[j], batch.span_offsets[j + 1]
             assert batch.span_policy_version[s0:s1].tolist() == [
                 -1 if s.policy_version is None else s.policy_version for s in t.spans]
@@ -162,7 +186,7 @@ def test_schema_version_stamped_in_every_shard(tmp_store: str, make_trajectory: 
     assert len(paths) == 3
     for p in paths:
         md = pq.read_metadata(p).metadata
-        assert md[b"trajstore.schema_version"] == b"1"
+        assert md[b"trajstore.schema_version"] == b"2"
         assert pq.read_metadata(p).row_group(0).column(0).compression == "ZSTD"
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from trajstore import StoreWriter, Trajectory, TrajectoryValidationError, read_trajectories
+from trajstore import StoreWriter, Trajectory, TrajectoryValidationError, read_trajectories, write_trajectories
 from trajstore.validate import TRAJECTORY_ID_MAX_CHARS, find_violations, validate_trajectory
 
 NAN = math.nan
@@ -110,10 +110,10 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
      "must be null outside action spans (1 non-null, first at token 0)"),
     ("logprob on an observation token", dict(logprobs=[NAN, NAN, -0.1, -0.2, -0.3, -1.0]), "logprobs",
      "first at token 5"),
-    ("engine action token without logprob", dict(logprobs=[NAN, NAN, -0.1, NAN, -0.3, NAN]), "logprobs",
-     "1 action token(s) have no finite log-prob (first at token 3)"),
+    ("engine trajectory with no action log-prob at all", dict(logprobs=[NAN] * 6), "logprobs",
+     "logprob_source is engine but no action token has a log-prob"),
     ("engine action token with -inf logprob", dict(logprobs=[NAN, NAN, -0.1, -0.2, -math.inf, NAN]), "logprobs",
-     "no finite log-prob (first at token 4)"),
+     "1 action token(s) have an infinite log-prob (first at token 4: -inf)"),
     ("positive logprob", dict(logprobs=[NAN, NAN, -0.1, 0.2, -0.3, NAN]), "logprobs",
      "must be <= 0 (1 positive, first at token 3"),
     ("logprob_source none with logprobs", dict(logprob_source="none"), "logprobs",
@@ -173,6 +173,19 @@ def test_no_action_tokens_is_storable_but_not_trainable(tmp_store: str) -> None:
     assert row["not_trainable_reason"] == "no action tokens"
     assert row["num_action_tokens"] == 0 and row["num_actions"] == 0
     assert row["min_policy_version"] is None and row["max_policy_version"] is None
+
+
+def test_engine_action_token_without_logprob_is_accepted_and_counted(tmp_store: str) -> None:
+    # Schema v2: a token the engine gave no log-prob for is stored as NaN and counted, never
+    # refused (ingest issue, item 5) and never given a made-up value.
+    traj = Trajectory(**_base(logprobs=[NAN, NAN, -0.1, NAN, -0.3, NAN]))
+    assert validate_trajectory(traj) is traj
+    write_trajectories(tmp_store, [traj])
+    row = read_trajectories(tmp_store).to_pylist()[0]
+    # action tokens 2..4: values [-0.1, NaN, -0.3] -> one missing
+    assert row["num_missing_logprobs"] == 1
+    assert [s["num_missing_logprobs"] for s in row["spans"]] == [None, 1, None]
+    assert row["logprobs"][0] == pytest.approx(-0.1) and math.isnan(row["logprobs"][1])
 
 
 def test_action_without_logprobs_needs_no_version_when_source_is_none() -> None:

@@ -230,7 +230,6 @@ def test_worker_writes_valid_trajectories_and_follows_published_versions(tmp_sto
         for sp in r["spans"][2::2]:
             text = smol_tokenizer.decode(tokens[sp["start"]:sp["end"]])
             assert "<|im_start|>user\n" in text and text.endswith("<|im_start|>assistant\n")
-        stored = np.array([np.nan if x is None else x for x in r["logprobs"]], dtype=np.float64)
         recomputed = recompute_logprobs(weights[s.policy_versions[0]], tokens)
         action = np.zeros(len(tokens), bool)
         for sp in r["spans"]:
@@ -238,7 +237,10 @@ def test_worker_writes_valid_trajectories_and_follows_published_versions(tmp_sto
                 action[sp["start"]:sp["end"]] = True
                 assert (sp["policy_version"], sp["temperature"], sp["top_p"], sp["top_k"], sp["max_tokens"]) == (
                     s.policy_versions[0], 1.0, 1.0, -1, 6)
-        assert np.isnan(stored[~action]).all()
+        # schema v2 stores one log-prob per action token, in order: spread back to full length
+        assert len(r["logprobs"]) == int(action.sum())
+        stored = np.full(len(tokens), np.nan)
+        stored[action] = r["logprobs"]
         # at unchanged weights the trainer-side log-prob equals the captured one: both a plain
         # full forward and the trainer's own PolicyLogprobs module (chunked, temperature-scaled)
         np.testing.assert_allclose(stored[action], recomputed[action], atol=1e-4)

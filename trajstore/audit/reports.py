@@ -11,6 +11,7 @@ such that at least ceil(p * N / 100) observations are <= v. For unweighted data 
 from __future__ import annotations
 
 import json
+import uuid
 
 from dataclasses import dataclass, fields
 
@@ -84,8 +85,8 @@ class CoverageReport(Report):
     Attributes:
         tokens: per (source, token_source): ``trajectories``, ``action_tokens`` and the shares
             (0..1) of action tokens with a rollout log-prob (``share_with_logprob``), with a policy
-            version (``share_with_policy_version``) and with both (``share_with_both``). Reads ``logprobs``
-            (never ``tokens``).
+            version (``share_with_policy_version``) and with both (``share_with_both``). Reads only
+            ``spans`` (their ``num_missing_logprobs``), never ``tokens`` or ``logprobs``.
         not_trainable: per (source, reason): trajectories SAO cannot train on, with an example
             id. Reasons: the stored ``not_trainable_reason`` (e.g. "no action tokens"),
             "no engine logprobs" (DIS impossible), "action without policy_version" (staleness
@@ -262,15 +263,24 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
     Raises:
         AuditError: the predicate is invalid.
     """
-    sel = _selected(conn, where)
-    base = (f"WITH {sel}, "
-            f"c AS (SELECT c.run_id, c.step, c.trainer_version, c.trajectory_id, sel.source FROM consumed c "
-            f"JOIN sel USING (trajectory_id) WHERE {_run_filter(run, 'c.run_id')}), "
-            f"tok AS (SELECT c.run_id, c.step, c.trajectory_id, c.source, "
-            f"c.trainer_version - sp.policy_version AS staleness, sp.num_tokens AS n FROM c JOIN spans sp "
-            f"USING (trajectory_id) WHERE sp.kind = 'action' AND sp.policy_version IS NOT NULL), "
-            f"tr AS (SELECT run_id, step, trajectory_id, any_value(source) AS source, max(staleness) AS staleness "
-            f"FROM tok GROUP BY run_id, step, trajectory_id)")
+    # Scan spans, trajectories and consumed records once each, into small temporary tables
+    # (per trajectory and policy version: the action tokens), which the four result tables
+    # share; re-deriving them per table read the spans column four times.
+    tag = uuid.uuid4().hex[:12]
+    vh, sel_t, c_t = f"_staleness_versions_{tag}", f"_staleness_sel_{tag}", f"_staleness_consumed_{tag}"
+    conn.execute(f"CREATE TEMP TABLE {vh} AS SELECT trajectory_id, policy_version, sum(num_tokens) AS n FROM spans "
+                 f"WHERE kind = 'action' AND policy_version IS NOT NULL GROUP BY trajectory_id, policy_version")
+    conn.execute(f"CREATE TEMP TABLE {sel_t} AS WITH {_selected(conn, where)} SELECT trajectory_id, source, "
+                 f"min_policy_version, max_policy_version FROM sel")
+    conn.execute(f"CREATE TEMP TABLE {c_t} AS SELECT c.run_id, c.step, c.trainer_version, c.trajectory_id, "
+                 f"s.source FROM consumed c JOIN {sel_t} s USING (trajectory_id) WHERE {_run_filter(run, 'c.run_id')}")
+    tok_t, tr_t = f"_staleness_tok_{tag}", f"_staleness_tr_{tag}"
+    conn.execute(f"CREATE TEMP TABLE {tok_t} AS SELECT c.run_id, c.step, c.trajectory_id, c.source, "
+                 f"c.trainer_version - v.policy_version AS staleness, v.n AS n FROM {c_t} c JOIN {vh} v "
+                 f"USING (trajectory_id)")
+    conn.execute(f"CREATE TEMP TABLE {tr_t} AS SELECT run_id, step, trajectory_id, any_value(source) AS source, "
+                 f"max(staleness) AS staleness FROM {tok_t} GROUP BY run_id, step, trajectory_id")
+    base = f"WITH c AS (SELECT * FROM {c_t}), tok AS (SELECT * FROM {tok_t}), tr AS (SELECT * FROM {tr_t})"
 
     def summary(groups: tuple[str, ...]) -> duckdb.DuckDBPyRelation:
         g = ", ".join(groups)
@@ -293,14 +303,13 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
         f"ORDER BY run_id, staleness")
 
     consumed_ids = f"SELECT trajectory_id FROM consumed WHERE {_run_filter(run)}"
-    newest = "(SELECT max(policy_version) FROM spans WHERE kind = 'action')"
+    newest = f"(SELECT max(policy_version) FROM {vh})"
     unconsumed = conn.sql(
-        f"WITH {sel}, u AS (SELECT trajectory_id, source, min_policy_version, max_policy_version FROM sel "
+        f"WITH u AS (SELECT trajectory_id, source, min_policy_version, max_policy_version FROM {sel_t} "
         f"WHERE min_policy_version IS NOT NULL AND trajectory_id NOT IN ({consumed_ids})), "
         f"nw AS (SELECT {newest} AS newest), "
-        f"ut AS (SELECT u.source, nw.newest - sp.policy_version AS lag, sum(sp.num_tokens) AS n FROM u "
-        f"JOIN spans sp USING (trajectory_id), nw WHERE sp.kind = 'action' AND sp.policy_version IS NOT NULL "
-        f"GROUP BY ALL), "
+        f"ut AS (SELECT u.source, nw.newest - v.policy_version AS lag, sum(v.n) AS n FROM u "
+        f"JOIN {vh} v USING (trajectory_id), nw GROUP BY ALL), "
         f"us AS (SELECT source, max_policy_version - min_policy_version AS spread, count(*) AS n FROM u GROUP BY ALL), "
         f"ul AS (SELECT u.source, nw.newest - min_policy_version AS lag, count(*) AS n FROM u, nw GROUP BY ALL), "
         f"cnt AS (SELECT source, count(*) AS trajectories FROM u GROUP BY source), "
@@ -366,8 +375,9 @@ def coverage_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None
     ver = "list_filter(spans, lambda s: s.kind = 'action' AND s.policy_version IS NOT NULL)"
 
     def lp_count(spans: str) -> str:
+        # schema v2: each action span counts its tokens without an engine log-prob
         return (f"coalesce(list_sum(list_transform({spans}, lambda s: "
-                f"list_aggregate(list_slice(logprobs, s.start + 1, s.\"end\"), 'count'))), 0)")
+                f"s.\"end\" - s.start - s.num_missing_logprobs)), 0)")
 
     def tok_count(spans: str) -> str:
         return f"coalesce(list_sum(list_transform({spans}, lambda s: s.\"end\" - s.start)), 0)"

@@ -10,23 +10,36 @@ registered on the connection (no DuckDB extension is downloaded).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-from trajstore.errors import TrajstoreError
+from trajstore.errors import TrajstoreError, one_line
 from trajstore.schema import (
     CONSUMED_SCHEMA,
     SCALAR_COLUMNS,
+    SCHEMA_VERSION,
     SPAN_FIELDS,
+    SPAN_FIELDS_V1,
     STEP_SCHEMA,
     TRAJECTORY_SCHEMA,
 )
-from trajstore.store import RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, TRAJECTORIES_DIR, Store, open_store
+from trajstore.store import (
+    RUN_CONSUMED_DIR,
+    RUN_STEPS_DIR,
+    RUNS_DIR,
+    TRAJECTORIES_DIR,
+    ShardInfo,
+    Store,
+    open_store,
+)
 
-VIEW_NAMES: tuple[str, ...] = ("trajectories", "spans", "steps", "consumed", "step_metrics")
+VIEW_NAMES: tuple[str, ...] = ("trajectories", "spans", "span_logprobs", "steps", "consumed", "step_metrics")
 """Views every audit connection has (empty, with the right columns, when there is no data)."""
 
 SPAN_GROUP_COLUMNS: tuple[str, ...] = (
@@ -66,6 +79,65 @@ def _empty_source(conn: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema)
     return name
 
 
+def _duck_type(t: pa.DataType) -> str:
+    """DuckDB type name of an Arrow scalar type of the schemas."""
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
+    return {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN",
+            pa.float32(): "FLOAT", pa.int32(): "INTEGER"}[t]
+
+
+def _column_or_null(f: pa.Field, present: set[str]) -> str:
+    """The column if some file has it, else a typed NULL (an older shard may lack a nullable column)."""
+    if f.name in present:
+        return _quote_ident(f.name)
+    return f"CAST(NULL AS {_duck_type(f.type)}) AS {_quote_ident(f.name)}"
+
+
+def _v1_as_v2(f: pa.Field, present: set[str]) -> str:
+    """SQL for a schema-v2 column computed from the columns of v1 shards (see :mod:`trajstore.schema`)."""
+    if f.name == "num_missing_logprobs":  # v1's write-time rule: engine rows have every one
+        return ("CASE WHEN logprob_source = 'none' THEN num_action_tokens ELSE 0 END "
+                "AS num_missing_logprobs")
+    if f.name == "logprobs":  # keep the action tokens' values, in order; null -> NaN
+        return ("flatten(list_transform(list_filter(spans, lambda s: s.kind = 'action'), lambda s: "
+                "list_transform(logprobs[s.start + 1:s.\"end\"], lambda x: coalesce(x, 'NaN'::FLOAT)))) "
+                "AS logprobs")
+    if f.name == "spans":
+        kept = ", ".join(f"{_quote_ident(g.name)} := s.{_quote_ident(g.name)}" for g, _ in SPAN_FIELDS_V1)
+        act = "s.kind = 'action'"
+        before = ("coalesce(list_sum(list_transform(list_filter(spans[1:i - 1], lambda p: p.kind = 'action'), "
+                  "lambda p: p.\"end\" - p.start)), 0)")
+        missing = "CASE WHEN logprob_source = 'none' THEN s.\"end\" - s.start ELSE 0 END"
+        return (f"list_transform(spans, lambda s, i: struct_pack({kept}, "
+                f"logprob_start := CASE WHEN {act} THEN {before} END, "
+                f"num_missing_logprobs := CASE WHEN {act} THEN {missing} END)) AS spans")
+    return _column_or_null(f, present)
+
+
+def _trajectory_rows_sql(conn: duckdb.DuckDBPyConnection, store: Store) -> tuple[str, list[str]]:
+    """SELECT of every stored trajectory row as schema v2 plus ``shard`` and ``shard_row``
+    (shards of schema v1 converted in SQL), and the shard URLs it reads."""
+    by_version: dict[int, list[ShardInfo]] = {}
+    for info in store.list_shards(TRAJECTORIES_DIR):
+        by_version.setdefault(info.schema_version, []).append(info)
+    selects, urls = [], []
+    for version, shards in sorted(by_version.items()):
+        present = {c for s in shards for c in s.columns}
+        urls += [store.url_of(s.path) for s in shards]
+        src = _read_parquet([store.url_of(s.path) for s in shards])
+        if version == SCHEMA_VERSION:
+            cols = [_column_or_null(f, present) for f in TRAJECTORY_SCHEMA]
+        else:
+            cols = [_v1_as_v2(f, present) for f in TRAJECTORY_SCHEMA]
+        selects.append(f"SELECT {', '.join(cols)}, filename AS shard, file_row_number AS shard_row FROM {src}")
+    if not selects:
+        src = _empty_source(conn, "_trajstore_empty_trajectories", TRAJECTORY_SCHEMA)
+        all_cols = ", ".join(_quote_ident(f.name) for f in TRAJECTORY_SCHEMA)
+        selects.append(f"SELECT {all_cols}, filename AS shard, file_row_number AS shard_row FROM {src}")
+    return " UNION ALL BY NAME ".join(selects), urls
+
+
 def _shard_urls(store: Store, subdir: str) -> list[str]:
     return [store.url_of(s.path) for s in store.list_shards(subdir)]
 
@@ -81,7 +153,10 @@ def connect(uri: str | os.PathLike[str] | Store, *,
 
     Views (a snapshot of the shards listed now; reconnect to see newer shards):
 
-    - ``trajectories``: one row per trajectory, every scalar column of schema v1 (no
+    Shards of schema v1 are converted in SQL, so a store holding both versions reads as one; a
+    nullable column that no shard has is NULL.
+
+    - ``trajectories``: one row per trajectory, every scalar column of schema v2 (no
       ``tokens``/``logprobs``/``spans``) plus ``shard`` (the file it was read from). Duplicate
       ``trajectory_id`` s keep the first copy in arrival order (shard name, then row), exactly
       as :mod:`trajstore.reader`.
@@ -89,6 +164,13 @@ def connect(uri: str | os.PathLike[str] | Store, *,
       (0-based), ``kind``, ``start``, ``"end"`` (exclusive), ``num_tokens`` (= end - start),
       ``policy_version`` and the other span fields, plus the trajectory's
       :data:`SPAN_GROUP_COLUMNS`. Built from the ``spans`` column only: never reads tokens.
+    - ``span_logprobs``: one row per action span: ``trajectory_id``, ``span_index`` (as in
+      ``spans``), ``start``, ``"end"``, ``num_tokens``, ``policy_version``, ``call_id``,
+      ``finish_reason``, ``temperature``, ``num_missing_logprobs`` and ``logprobs`` (FLOAT[],
+      ``num_tokens`` long: the rollout log-prob of each of the span's tokens, nats, NaN where the
+      engine gave none), plus :data:`SPAN_GROUP_COLUMNS`. Reads the ``logprobs`` column, so
+      filter by trajectory when the store is large, e.g.
+      ``SELECT span_index, list_sum(logprobs) FROM span_logprobs WHERE trajectory_id = 'x'``.
     - ``steps``, ``consumed``: the training records of every run under ``runs/<run_id>/``
       (schemas ``STEP_SCHEMA`` / ``CONSUMED_SCHEMA``), all runs together (``run_id`` column).
     - ``step_metrics``: ``steps`` pivoted to one row per (run_id, step) with ``trainer_version``,
@@ -109,21 +191,31 @@ def connect(uri: str | os.PathLike[str] | Store, *,
     """
     store = uri if isinstance(uri, Store) else open_store(uri, storage_options=storage_options)
     conn = duckdb.connect(":memory:")
+    # Every query reads the same shards: keep their footers instead of parsing them per query
+    # (about 0.5 ms a file, a second per query over a store of a million short trajectories).
+    conn.execute("SET parquet_metadata_cache = true")
     if not store.is_local:
         conn.register_filesystem(store.fs)
     allowed: list[str] = []
 
-    traj_urls = _shard_urls(store, TRAJECTORIES_DIR)
+    rows_sql, traj_urls = _trajectory_rows_sql(conn, store)
     allowed += traj_urls
-    raw = _read_parquet(traj_urls) if traj_urls else _empty_source(conn, "_trajstore_empty_trajectories",
-                                                                   TRAJECTORY_SCHEMA)
-    all_cols = ", ".join(_quote_ident(f.name) for f in TRAJECTORY_SCHEMA)
-    # Every row as stored, with its shard and row number (duplicates included).
-    conn.execute(f"CREATE VIEW _trajectory_rows AS SELECT {all_cols}, filename AS shard, "
-                 f"file_row_number AS shard_row FROM {raw}")
-    # First copy of each id in arrival order: shard names sort by write time.
-    conn.execute("CREATE VIEW _trajectories_full AS SELECT * FROM _trajectory_rows QUALIFY row_number() "
-                 "OVER (PARTITION BY trajectory_id ORDER BY shard, shard_row) = 1")
+    # Every row as stored (as schema v2), with its shard and row number (duplicates included).
+    conn.execute(f"CREATE VIEW _trajectory_rows AS {rows_sql}")
+    # First copy of each id in arrival order (shard names sort by write time). The later copies
+    # are found once here from the ids alone and kept as a small table; a window over the full
+    # rows in every query would re-sort whole rows (spans included) each time.
+    conn.execute("CREATE TEMP TABLE _duplicated_ids AS SELECT trajectory_id FROM _trajectory_rows "
+                 "GROUP BY trajectory_id HAVING count(*) > 1")
+    if conn.execute("SELECT count(*) FROM _duplicated_ids").fetchall()[0][0]:
+        conn.execute(
+            "CREATE TEMP TABLE _dropped_rows AS SELECT shard, shard_row FROM (SELECT shard, shard_row, row_number() "
+            "OVER (PARTITION BY trajectory_id ORDER BY shard, shard_row) AS copy FROM _trajectory_rows "
+            "WHERE trajectory_id IN (SELECT trajectory_id FROM _duplicated_ids)) WHERE copy > 1")
+        conn.execute("CREATE VIEW _trajectories_full AS SELECT r.* FROM _trajectory_rows r "
+                     "ANTI JOIN _dropped_rows d ON r.shard = d.shard AND r.shard_row = d.shard_row")
+    else:  # the usual case: one pass over the ids, and the view is the rows as stored
+        conn.execute("CREATE VIEW _trajectories_full AS SELECT * FROM _trajectory_rows")
     scalars = ", ".join(_quote_ident(c) for c in SCALAR_COLUMNS)
     conn.execute(f"CREATE VIEW trajectories AS SELECT {scalars}, shard FROM _trajectories_full")
     span_cols = ", ".join(
@@ -135,6 +227,16 @@ def connect(uri: str | os.PathLike[str] | Store, *,
         f'sp."end" AS "end", sp."end" - sp.start AS num_tokens, sp.policy_version AS policy_version, '
         f"{span_cols}, {group_cols} FROM (SELECT trajectory_id, {group_cols}, "
         f"unnest(range(len(spans))) AS span_index, unnest(spans) AS sp FROM _trajectories_full)")
+    # Action spans with their own log-probs (the slice of the action-aligned list).
+    conn.execute(
+        f"CREATE VIEW span_logprobs AS SELECT trajectory_id, span_index, sp.start AS start, sp.\"end\" AS \"end\", "
+        f"sp.\"end\" - sp.start AS num_tokens, sp.policy_version AS policy_version, sp.call_id AS call_id, "
+        f"sp.finish_reason AS finish_reason, sp.temperature AS temperature, "
+        f"sp.num_missing_logprobs AS num_missing_logprobs, "
+        f"logprobs[sp.logprob_start + 1:sp.logprob_start + sp.\"end\" - sp.start] AS logprobs, "
+        f"{group_cols} FROM (SELECT trajectory_id, logprobs, {group_cols}, "
+        f"unnest(range(len(spans))) AS span_index, unnest(spans) AS sp FROM _trajectories_full) "
+        f"WHERE sp.kind = 'action'")
 
     runs = run_ids(store)
     for view, subdir, schema in (("steps", RUN_STEPS_DIR, STEP_SCHEMA),
@@ -153,25 +255,36 @@ def connect(uri: str | os.PathLike[str] | Store, *,
 
     if allowed:
         conn.execute("SET allowed_paths = ?", [allowed])
+    # DuckDB's temp directory (default `.tmp` under the working directory) stays readable with
+    # external access disabled: point it at a private, empty directory of our own instead.
+    spill = tempfile.mkdtemp(prefix="trajstore-duckdb-")
+    weakref.finalize(conn, shutil.rmtree, spill, True)
+    conn.execute("SET temp_directory = ?", [spill])
     conn.execute("SET enable_external_access = false")
     conn.execute("SET lock_configuration = true")
     return conn
 
 
-def sql(conn: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyRelation:
-    """Run one read-only statement on an audit connection and return its relation.
+def sql(conn: duckdb.DuckDBPyConnection, query: str, *, limit: int | None = None) -> duckdb.DuckDBPyRelation:
+    """Run one read-only statement on an audit connection and return its relation (lazy: read
+    it in batches with ``rel.to_arrow_reader(n)`` to keep memory bounded by a batch).
 
     Only statement types in :data:`READ_ONLY_STATEMENT_TYPES` are accepted, so COPY ... TO,
     CREATE, INSERT, ATTACH, SET and PRAGMA never reach DuckDB (and cannot touch the store).
 
+    Args:
+        limit: at most this many rows (>= 1); None = all.
+
     Raises:
         AuditError: the text is not exactly one statement, is not a SELECT, or DuckDB rejects it
-            (parse / bind error, naming the problem).
+            (parse / bind error, naming the problem on one line); `limit` < 1.
     """
+    if limit is not None and limit < 1:
+        raise AuditError(f"limit must be >= 1, got {limit}")
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as e:
-        raise AuditError(f"invalid SQL: {e}") from e
+        raise AuditError(f"invalid SQL: {one_line(str(e))}") from e
     if len(statements) != 1:
         raise AuditError(f"expected exactly one SQL statement, got {len(statements)}")
     kind = statements[0].type.name
@@ -179,6 +292,7 @@ def sql(conn: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyRelation:
         raise AuditError(f"read-only: refusing a {kind} statement; only SELECT queries run against the store "
                          f"(views: {', '.join(VIEW_NAMES)})")
     try:
-        return conn.sql(query)
+        rel = conn.sql(query)
+        return rel if limit is None else rel.limit(limit)
     except duckdb.Error as e:
-        raise AuditError(f"query failed: {e}") from e
+        raise AuditError(f"query failed: {one_line(str(e))}") from e

@@ -1,5 +1,5 @@
 """schema.py is the single source of truth: the pydantic SDK models match the Arrow schema field
-by field, and ``schemas/trajectory.v1.json`` is exactly what the code generates."""
+by field, and ``schemas/trajectory.v1.json`` / ``v2.json`` are exactly what the code generates."""
 
 from __future__ import annotations
 
@@ -15,12 +15,14 @@ import pyarrow as pa
 
 from trajstore.models import Span, Trajectory
 from trajstore.schema import (
+    DERIVED_SPAN_FIELDS,
     SCHEMA_VERSION,
     SPAN_FIELDS,
     SPAN_KINDS,
     TRAJECTORY_FIELDS,
     TRAJECTORY_SCHEMA,
     schema_json,
+    trajectory_schema,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +30,8 @@ REPO = Path(__file__).resolve().parents[2]
 # not_trainable_reason is also a model field: a producer may declare one (e.g. engine ids of an
 # unknown tokenizer); without one it is derived ("no action tokens")
 DERIVED = {"trainable", "min_policy_version", "max_policy_version", "num_tokens",
-           "num_prompt_tokens", "num_action_tokens", "num_observation_tokens", "num_actions", "num_observations"}
+           "num_prompt_tokens", "num_action_tokens", "num_observation_tokens", "num_actions", "num_observations",
+           "num_missing_logprobs"}
 """Columns the writer computes from `spans` / `tokens`; they are not SDK inputs."""
 
 # Arrow type -> the Python type the model must use for it.
@@ -79,8 +82,12 @@ def test_trajectory_model_matches_arrow_schema_field_by_field() -> None:
 
 def test_span_model_matches_span_struct() -> None:
     model = Span.model_fields
-    assert list(model) == [f.name for f, _ in SPAN_FIELDS]
+    assert set(DERIVED_SPAN_FIELDS) == {"logprob_start", "num_missing_logprobs"}
+    assert list(model) == [f.name for f, _ in SPAN_FIELDS if f.name not in DERIVED_SPAN_FIELDS]
     for f, _ in SPAN_FIELDS:
+        if f.name in DERIVED_SPAN_FIELDS:
+            assert f.type == pa.int64() and f.nullable
+            continue
         inner, optional = _unwrap(model[f.name].annotation)
         if pa.types.is_list(f.type):
             assert typing.get_origin(inner) is list and typing.get_args(inner) == (str,)
@@ -95,17 +102,35 @@ def test_token_columns_are_large_lists_and_version_is_stamped() -> None:
     tok = TRAJECTORY_SCHEMA.field("tokens").type
     lp = TRAJECTORY_SCHEMA.field("logprobs").type
     assert tok == pa.large_list(pa.field("item", pa.int32(), nullable=False))
-    assert lp == pa.large_list(pa.field("item", pa.float32()))
+    # v2: one non-null float32 per action token (no nulls inside the list)
+    assert lp == pa.large_list(pa.field("item", pa.float32(), nullable=False))
+    assert not TRAJECTORY_SCHEMA.field("logprobs").nullable
+    assert SCHEMA_VERSION == 2
     assert pa.types.is_struct(TRAJECTORY_SCHEMA.field("spans").type.value_type)
     assert TRAJECTORY_SCHEMA.metadata[b"trajstore.schema_version"] == str(SCHEMA_VERSION).encode()
     assert SPAN_KINDS == ("prompt", "action", "observation")
 
 
 def test_schemas_json_has_not_drifted() -> None:
-    path = REPO / "schemas" / "trajectory.v1.json"
-    assert path.read_text() == schema_json(), (
-        "schemas/trajectory.v1.json differs from trajstore.schema; regenerate with "
-        "`python -m trajstore.schema > schemas/trajectory.v1.json`")
-    described = {f["name"]: f for f in json.loads(path.read_text())["fields"]}
+    for version in (1, 2):
+        path = REPO / "schemas" / f"trajectory.v{version}.json"
+        assert path.read_text() == schema_json(version), (
+            f"schemas/trajectory.v{version}.json differs from trajstore.schema; regenerate with "
+            f"`python -m trajstore.schema {version} > schemas/trajectory.v{version}.json`")
+    described = {f["name"]: f for f in json.loads((REPO / "schemas" / "trajectory.v2.json").read_text())["fields"]}
     assert list(described) == TRAJECTORY_SCHEMA.names
     assert described["tokens"]["type"] == {"type": "large_list", "item": "int32", "item_nullable": False}
+    assert described["logprobs"]["type"] == {"type": "large_list", "item": "float", "item_nullable": False}
+    v1 = {f["name"]: f for f in json.loads((REPO / "schemas" / "trajectory.v1.json").read_text())["fields"]}
+    assert v1["logprobs"]["type"]["item_nullable"] is True and "num_missing_logprobs" not in v1
+
+
+def test_v1_schema_is_frozen_as_it_was_written() -> None:
+    """The v1 description must not change with v2 edits: readers convert real v1 shards with it.
+    Checked against the v1 layout by hand: 26 columns, logprobs nullable floats, 16 span fields."""
+    v1 = trajectory_schema(1)
+    assert v1.metadata[b"trajstore.schema_version"] == b"1"
+    assert len(v1.names) == 26 and "num_missing_logprobs" not in v1.names
+    assert v1.field("logprobs").type == pa.large_list(pa.field("item", pa.float32()))
+    span = v1.field("spans").type.value_type
+    assert span.num_fields == 16 and span.field(span.num_fields - 1).name == "truncated"

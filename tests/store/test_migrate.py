@@ -1,0 +1,135 @@
+"""``traj migrate``: v1 shards rewritten as v2 under their own names, rows and order unchanged;
+killed with SIGKILL mid-run it loses nothing and a rerun finishes the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+from trajstore import TrajectoryBuilder, open_store, read_trajectories
+from trajstore.cli.main import app
+from trajstore.convert import trajectories_to_table
+from trajstore.migrate import migrate_store
+from trajstore.store import TMP_DIR
+
+CHILD = Path(__file__).with_name("_migrate_child.py")
+
+
+def _big_v1_store(uri: str, n_shards: int, tokens: int, seed: int = 0) -> pa.Table:
+    """`n_shards` v1 shards of 2 trajectories each (``tokens`` action tokens, some without
+    log-probs); returns the same rows encoded directly as v2 (what migration must produce)."""
+    rng = np.random.default_rng(seed)
+    store = open_store(uri)
+    everything = []
+    for k in range(n_shards):
+        trajs = []
+        for j in range(2):
+            b = TrajectoryBuilder(trajectory_id=f"m{k}-{j}", group_id=f"g{k}")
+            b.add_prompt(rng.integers(0, 49152, 50))
+            b.add_action(rng.integers(0, 49152, tokens), -rng.exponential(1.0, tokens).astype(np.float32),
+                         policy_version=k)
+            b.add_observation(rng.integers(0, 49152, 20))
+            b.add_action(rng.integers(0, 49152, 30), None if j else -rng.exponential(1.0, 30), policy_version=k)
+            b.set_reward(float(j))
+            trajs.append(b.finish())
+        store.write_table(trajectories_to_table(trajs, version=1))
+        everything += trajs
+    assert [s.schema_version for s in store.list_shards(strict=True)] == [1] * n_shards
+    return trajectories_to_table(everything)
+
+
+def _assert_same(got: pa.Table, want: pa.Table) -> None:
+    assert got.column("trajectory_id").to_pylist() == want.column("trajectory_id").to_pylist()
+    for name in want.column_names:
+        a, b = got.column(name).combine_chunks(), want.column(name).combine_chunks()
+        if name == "logprobs":
+            assert a.offsets.to_pylist() == b.offsets.to_pylist()
+            assert np.array_equal(a.values.to_numpy().view(np.uint32), b.values.to_numpy().view(np.uint32))
+        elif name == "tokens":
+            assert np.array_equal(a.values.to_numpy(), b.values.to_numpy())
+        else:
+            assert a.to_pylist() == b.to_pylist(), name
+
+
+def test_migrate_rewrites_v1_as_v2_under_the_same_names(tmp_store: str) -> None:
+    want = _big_v1_store(tmp_store, 3, 500)
+    store = open_store(tmp_store)
+    names_before = [s.name for s in store.list_shards()]
+    dry = migrate_store(tmp_store, dry_run=True)
+    assert (len(dry.migrated), dry.rows, dry.already_current) == (3, 6, 0)
+    assert [s.schema_version for s in store.list_shards()] == [1, 1, 1]  # dry run wrote nothing
+
+    res = migrate_store(tmp_store)
+    assert (len(res.migrated), res.rows, res.already_current) == (3, 6, 0)
+    shards = open_store(tmp_store).list_shards(strict=True)
+    assert [s.name for s in shards] == names_before
+    assert [s.schema_version for s in shards] == [2, 2, 2]
+    _assert_same(read_trajectories(tmp_store, strict=True), want)
+    again = migrate_store(tmp_store)
+    assert (again.migrated, again.already_current) == ([], 3)
+
+
+def test_migrate_cli(tmp_store: str) -> None:
+    _big_v1_store(tmp_store, 2, 10)
+    r = CliRunner().invoke(app, ["migrate", tmp_store])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert (out["shards_migrated"], out["rows"], out["shards_already_current"]) == (2, 4, 0)
+    assert [s.schema_version for s in open_store(tmp_store).list_shards()] == [2, 2]
+    r = CliRunner().invoke(app, ["migrate", str(Path(tmp_store) / "typo")])
+    assert r.exit_code == 1 and "does not exist" in r.output
+
+
+def test_migrate_killed_mid_run_loses_nothing_and_reruns(tmp_store: str) -> None:
+    # ~1.6 MB per shard so that one rewrite takes long enough to be hit in the middle.
+    want = _big_v1_store(tmp_store, 10, 200_000)
+    rng = random.Random(1234)
+    killed_mid = 0
+    for attempt in range(2):
+        proc = subprocess.Popen([sys.executable, str(CHILD), tmp_store], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        durations: list[float] = []
+        try:
+            while True:
+                line = proc.stdout.readline()
+                assert line, f"child exited early: {proc.wait()} {proc.stderr.read() if proc.stderr else ''}"
+                word, *rest = line.split()
+                assert word == "migrated", line
+                durations.append(float(rest[1]))
+                if len(durations) >= 2:
+                    # Kill part-way through the next shard's rewrite.
+                    time.sleep(rng.uniform(0.1, 0.8) * float(np.median(durations)))
+                    os.kill(proc.pid, signal.SIGKILL)
+                    break
+        finally:
+            tail = proc.stdout.read()
+            proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+        killed_mid += "done" not in tail
+        # Nothing lost, nothing partial: every shard reads (strict), some v1 and some v2.
+        shards = open_store(tmp_store).list_shards(strict=True)
+        assert len(shards) == 10
+        versions = [s.schema_version for s in shards]
+        assert 2 in versions and 1 in versions, versions
+        _assert_same(read_trajectories(tmp_store, strict=True), want)
+    assert killed_mid == 2
+
+    res = migrate_store(tmp_store)
+    assert len(res.migrated) >= 1
+    assert [s.schema_version for s in open_store(tmp_store).list_shards(strict=True)] == [2] * 10
+    _assert_same(read_trajectories(tmp_store, strict=True), want)
+    tmp = Path(tmp_store) / TMP_DIR
+    assert not tmp.exists() or not [p for p in tmp.iterdir() if ".rewrite-" in p.name]
