@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trajstore.errors import TrajstoreError
 from trajstore.trainer.envs import FAMILIES, TaskName, draw_instance, make_episode, max_action_tokens
+from trajstore.trainer.envs.chain import TURNS
 from trajstore.trainer.learning_bench.codec import CharCodec
 from trajstore.trainer.learning_bench.estimators import EstimatorName, trainer_advantage_fn
 from trajstore.trainer.learning_bench.sampler import LlamaEngine, Mismatch, Row, new_row, play
@@ -346,8 +347,6 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
     task_rng = random.Random(f"tasks-{spec.seed}")
     n_prompts = 4 * (warmup + spec.steps) * spec.batch_size + spec.workers
     instances = [draw_instance(task_rng) for _ in range(n_prompts)]
-    from trajstore.trainer.envs.chain import TURNS
-
     timeline: Timeline = simulate([TURNS[f] for f, _, _ in instances], acfg, iterations=warmup + spec.steps,
                                   warmup=warmup, seed=spec.seed)
     consumed = {k for it in timeline.iterations for k in it.rollouts}

@@ -24,9 +24,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from trajstore.trainer.envs import FAMILIES
-from trajstore.trainer.learning_bench.harness import (ARMS, DIS_BAND, LOG_RATIO_EDGES, RunResult, RunSpec, get_arm,
-                                                      run_one)
-from trajstore.trainer.learning_bench.oracle import BASELINE_ARMS, CRITIC_ARMS, QualityConfig
+from trajstore.trainer.learning_bench.harness import ARMS, DIS_BAND, LOG_RATIO_EDGES, RunSpec, run_one
+from trajstore.trainer.learning_bench.oracle import QualityConfig
 from trajstore.trainer.learning_bench.stats import CLAIMS, Interval, auc, bootstrap_interval, paired, verdict
 from trajstore.trainer.learning_bench.warmstart import WarmStartConfig
 
