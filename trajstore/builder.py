@@ -55,6 +55,11 @@ class TrajectoryBuilder:
             raise RuntimeError(f"trajectory {self.trajectory_id!r} is already finished")
         # A copy: the caller may reuse its buffer before finish().
         ids = as_token_ids(np.array(ids), name=f"{kind} token_ids")
+        if len(ids) == 0:  # refused here, before any state changes, so the builder stays usable
+            what = f"{kind} call {span.get('call_id')!r}" if kind == "action" else f"{kind} span"
+            why = f" (finish_reason {span['finish_reason']!r})" if span.get("finish_reason") else ""
+            raise ValueError(f"{what} has no tokens{why}: a span must hold at least one token, so it is not "
+                             "added; leave it out (finish with status='truncated' if the episode was cut there)")
         if lps is None:
             lps = np.full(len(ids), np.nan, dtype=np.float32)
         s = Span(kind=kind, start=self._len, end=self._len + len(ids), **span)
@@ -80,6 +85,10 @@ class TrajectoryBuilder:
                 or None when the engine gave none (then the trajectory has ``logprob_source = none``).
             policy_version: version of the weights that generated this call (required with log-probs).
             sampling: the call's sampling parameters (temperature, top_p, ...), stored with the span.
+
+        Raises:
+            ValueError: no token ids (a call cut at zero tokens), or a log-prob count that differs
+                from the token count; nothing is added and the builder stays usable.
         """
         if logprobs is None:
             lps = None
