@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -18,7 +20,27 @@ InputFormat = Literal[
     "openhands-v1-completions", "chat-messages", "swe-agent", "nebius-swe-agent", "nemo-gym",
 ]
 FORMATS: Final[tuple[str, ...]] = InputFormat.__args__  # type: ignore[attr-defined]
-INPUT_SUFFIXES: Final[tuple[str, ...]] = (".json", ".jsonl", ".traj")
+FORMAT_HELP: Final[dict[str, str]] = {
+    "openhands-v0-events": "OpenHands V0 event list: saved trajectory, GUI export, events/ store",
+    "openhands-v0-session": "OpenHands V0 sessions/<id>/events/<n>.json",
+    "openhands-v0-eval": "OpenHands V0 evaluation output.jsonl",
+    "openhands-v0-resolver": "OpenHands V0 resolver output.jsonl",
+    "openhands-v0-feedback": "OpenHands 2024 feedback dataset rows",
+    "openhands-swe-gym": "SWE-Gym OpenHands-Sampled-Trajectories rows",
+    "openhands-v1-events": "OpenHands V1 persisted events",
+    "openhands-v1-eval": "OpenHands V1 evaluation output",
+    "openhands-v1-completions": "OpenHands V1 log_completions files",
+    "chat-messages": "a bare JSON list of OpenAI chat messages",
+    "swe-agent": "SWE-agent .traj files",
+    "nebius-swe-agent": "nebius SWE-agent-trajectories rows",
+    "nemo-gym": "NeMo Gym rollouts with engine token ids",
+}
+"""One line per input format, for ``traj ingest --help``."""
+INPUT_SUFFIXES: Final[tuple[str, ...]] = (".json", ".jsonl", ".traj", ".parquet")
+"""Files a directory walk reads; others are counted as ignored (a file named explicitly is always read)."""
+PARQUET_MAGIC: Final[bytes] = b"PAR1"
+PARQUET_BATCH_ROWS: Final[int] = 64
+"""Rows decoded at a time from a Parquet shard (published trajectory rows can be megabytes each)."""
 EVENTS_DIR: Final[str] = "events"
 """Name of the per-event directory of an OpenHands session store (``sessions/<id>/events/<n>.json``)."""
 
@@ -41,33 +63,78 @@ def _event_sort_key(name: str) -> tuple[int, str]:
     return (int(digits), name) if digits.isdigit() else (1 << 62, name)
 
 
-def discover(paths: list[str]) -> tuple[list[InputUnit], list[Problem]]:
+def discover(paths: list[str], ignored: Counter[str] | None = None) -> tuple[list[InputUnit], list[Problem]]:
     """Expand files and directories (recursively) into input units, sorted by path.
 
     A directory named ``events`` whose files are ``<n>.json`` is one unit (an event store).
+    Inside directories only :data:`INPUT_SUFFIXES` are read; other files are counted in
+    `ignored` by suffix (never dropped without a word), and a directory with no input file at
+    all is a problem.
 
     Returns:
         (units, problems): a path that does not exist is a problem.
     """
     units: list[InputUnit] = []
     problems: list[Problem] = []
+    ignored = ignored if ignored is not None else Counter()
     for p in paths:
         p = os.fspath(p)
         if os.path.isfile(p):
             units.append(InputUnit(p))
         elif os.path.isdir(p):
+            before = len(units)
+            skipped: Counter[str] = Counter()
             for root, dirs, files in os.walk(p):
                 dirs.sort()
+                dirs[:] = [d for d in dirs if not d.startswith(".")]  # .git, .cache (HF snapshots)
                 cand = sorted(f for f in files if f.endswith(INPUT_SUFFIXES))
+                skipped.update(_suffix(f) for f in files if not f.endswith(INPUT_SUFFIXES))
                 if os.path.basename(root) == EVENTS_DIR and cand and all(
                         _event_sort_key(f)[0] < (1 << 62) for f in cand):
                     units.append(InputUnit(root, [os.path.join(root, f) for f in sorted(cand, key=_event_sort_key)]))
                     continue
                 units.extend(InputUnit(os.path.join(root, f)) for f in cand)
+            ignored.update(skipped)
+            if len(units) == before:
+                found = ", ".join(f"{n} {sfx}" for sfx, n in skipped.most_common(5)) or "no files"
+                problems.append(Problem(Origin(p), "unsupported", f"no {'/'.join(INPUT_SUFFIXES)} file in this "
+                                        f"directory ({found}); name the files to read them anyway"))
         else:
             problems.append(Problem(Origin(p), "malformed", "no such file or directory"))
     units.sort(key=lambda u: u.path)
     return units, problems
+
+
+def _suffix(name: str) -> str:
+    stem, dot, ext = name.rpartition(".")
+    return f".{ext}" if dot and stem else "(no suffix)"
+
+
+def is_parquet(path: str) -> bool:
+    """True when the file starts with the Parquet magic bytes (whatever its name)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == PARQUET_MAGIC
+    except OSError:
+        return False
+
+
+def iter_parquet_rows(path: str, batch_rows: int = PARQUET_BATCH_ROWS) -> Iterator[tuple[int, Any]]:
+    """Rows of a Parquet shard (e.g. a Hugging Face ``train-00000-of-00001.parquet``) as
+    ``(row number from 1, dict)``, decoded `batch_rows` at a time with pyarrow, so the rows
+    reach the same parsers as JSON / JSONL rows.
+
+    Raises:
+        pyarrow.ArrowException, OSError: the file is not readable Parquet.
+    """
+    import pyarrow.parquet as pq
+
+    n = 0
+    with pq.ParquetFile(path) as f:
+        for batch in f.iter_batches(batch_size=batch_rows):
+            for row in batch.to_pylist():
+                n += 1
+                yield n, row
 
 
 def read_text(path: str) -> str:

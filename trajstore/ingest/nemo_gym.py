@@ -246,7 +246,7 @@ def _engine_rollout(calls: list[_Call], resp: dict[str, Any], params: dict[str, 
                 segs.append(EngineSegment("observation", p[len(seen):], role="tool", cause_id=cause))
         else:  # the first call, or a prompt that rewrote the history: a new context
             segs.append(EngineSegment("prompt", list(p), role="user"))
-        segs.append(EngineSegment("action", list(g), [float(x) for x in lp] if lp is not None else None,
+        segs.append(EngineSegment("action", list(g), list(lp) if lp is not None else None,
                                   role="assistant", call_id=str(c.message.call_id),
                                   tool_call_ids=[t.id for t in c.message.tool_calls if t.id] or None,
                                   finish_reason=c.status,

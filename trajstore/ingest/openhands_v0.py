@@ -30,6 +30,7 @@ from trajstore.ingest.core import (
     Reward,
     ToolCall,
     bool_reward,
+    order_by_id,
     parse_time,
     reasoning_of,
     terminal_text,
@@ -213,6 +214,7 @@ def events_to_conversation(events: list[Any], *, source: str, key: str | None, o
     """
     if not isinstance(events, list):
         raise RecordError(f"history is a {type(events).__name__}, not a list of events")
+    events, reordered = order_by_id(events)
     b = _Builder()
     for i, ev in enumerate(events):
         if isinstance(ev, list) and len(ev) == 2:  # older eval outputs: [action, observation] pairs
@@ -224,6 +226,8 @@ def events_to_conversation(events: list[Any], *, source: str, key: str | None, o
     if not any(m.role in ("assistant", "user") for m in b.messages):
         raise RecordError(f"no conversation messages among {len(events)} events")
     meta: dict[str, Any] = {"ignored_events": b.ignored}
+    if reordered:
+        meta["reordered_events"] = reordered
     if b.unknown_kinds:
         meta["unknown_event_kinds"] = sorted(b.unknown_kinds)
     gaps = dict(b.gaps)

@@ -418,10 +418,6 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
         ValueError: the conversation cannot be rendered.
         TrajectoryValidationError: a result breaks a schema rule.
     """
-    digest = content_hash({"source": conv.source, "key": conv.key, "reward": reward_raw(conv),
-                           "messages": [m.canonical() for m in conv.messages], "tokenizer": tokenizer_name,
-                           "max_observation_chars": max_observation_chars, "tools": conv.tools,
-                           "contexts": _context_digest(conv)})
     first_action = next((i for i, m in enumerate(conv.messages) if m.role == "assistant"), len(conv.messages))
     truncated = []
     for i, m in enumerate(conv.messages):
@@ -429,6 +425,11 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
             cap_text(m, max_observation_chars)
             if m.truncated:
                 truncated.append({"message": i, "original_chars": m.original_chars})
+    # The id hashes what is stored (messages after capping), not the cap option: a cap that cuts
+    # nothing leaves the id unchanged, so re-ingesting with another cap stays idempotent.
+    digest = content_hash({"source": conv.source, "key": conv.key, "reward": reward_raw(conv),
+                           "messages": [m.canonical() for m in conv.messages], "tokenizer": tokenizer_name,
+                           "tools": conv.tools, "contexts": _context_digest(conv)})
     parts = render_conversation(tokenizer, conv.messages, tools=conv.tools)
     features = template_features(tokenizer)
     base_id = trajectory_id(conv.source, conv.key, digest)
