@@ -165,3 +165,140 @@ def test_hf_parquet_rows(reported, tmp_path, tok):
         ("prompt", "<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nFix it.<|im_end|>\n"),
         ("action", "<|im_start|>assistant\nDone.<|im_end|>\n"),
     ]
+
+
+MINI_PROMPT = "<|im_start|>system\nYou run shell commands.<|im_end|>\n<|im_start|>user\nFix the bug in x.<|im_end|>\n"
+MINI_ACTION_1 = ('<|im_start|>assistant\nLook first.\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n'
+                 '</tool_call><|im_end|>\n')
+MINI_OBS = "<|im_start|>tool\n<returncode>0</returncode>\n<output>\nx\n</output><|im_end|>\n"
+MINI_ACTION_2 = ('<|im_start|>assistant\nSubmit.\n<tool_call>\n{"name": "bash", "arguments": {"command": '
+                 '"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}\n</tool_call><|im_end|>\n')
+
+
+def test_mini_swe_agent_v2(reported, tmp_path, tok):
+    # task-1.traj.json (exit_status Submitted) and noexit.json (LimitsExceeded): the same turns,
+    # the 'exit' message of task-1 is not a model turn.
+    rep = ingest_paths([str(reported / "mini-swe-agent-v2")], str(tmp_path / "s"))
+    assert (rep.trajectories_written, rep.refused, dict(rep.by_format)) == (2, 0, {"mini-swe-agent": 2})
+    rows = {Path(json.loads(r["metadata"])["ingest"]["path"]).name: r
+            for r in read_trajectories(str(tmp_path / "s")).to_pylist()}
+    task, noexit = rows["task-1.traj.json"], rows["noexit.json"]
+    for row in (task, noexit):
+        assert row["source"] == "mini-swe-agent" and row["model"] == "demo/model" and row["reward"] is None
+        assert row["prompt_id"] == "demo__repo-1"
+        assert span_texts(row, tok) == [("prompt", MINI_PROMPT), ("action", MINI_ACTION_1),
+                                        ("observation", MINI_OBS), ("action", MINI_ACTION_2)]
+        # 2 actions, 1 tool observation linked to call_a
+        acts = [s for s in row["spans"] if s["kind"] == "action"]
+        (obs,) = [s for s in row["spans"] if s["kind"] == "observation"]
+        assert [a["tool_call_ids"] for a in acts] == [["call_a"], ["call_b"]] and obs["cause_id"] == "call_a"
+        assert acts[0]["call_id"] == "r1" and acts[0]["finish_reason"] == "tool_calls"
+    assert task["status"] == "completed" and noexit["status"] == "truncated"
+    assert json.loads(task["metadata"])["exit_messages"] == 1
+    assert json.loads(noexit["metadata"])["exit_status"] == "LimitsExceeded"
+
+
+def test_mini_swe_agent_v1_text_format(tmp_path, tok):
+    # The README's task-v1: a v1 text-format run that submits in its only action. v1 appends the
+    # submission as a user message after a terminating exit: no model call saw it.
+    d = {"info": {"exit_status": "Submitted", "submission": "diff --git a/x b/x", "mini_version": "1.17.3",
+                  "config": {"model": {"model_name": "demo/model"}}},
+         "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "T"},
+                      {"role": "assistant", "content": "THOUGHT: done\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"},
+                      {"role": "user", "content": "diff --git a/x b/x"}],
+         "trajectory_format": "mini-swe-agent-1"}
+    p = tmp_path / "task-v1.traj.json"
+    p.write_text(json.dumps(d))
+    rep = ingest_paths([str(p)], str(tmp_path / "s"))
+    assert rep.trajectories_written == 1 and rep.problems == []
+    (row,) = read_trajectories(str(tmp_path / "s")).to_pylist()
+    assert (row["source"], row["status"], row["prompt_id"]) == ("mini-swe-agent", "completed", "task-v1")
+    assert span_texts(row, tok) == [
+        ("prompt", "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nT<|im_end|>\n"),
+        ("action", "<|im_start|>assistant\nTHOUGHT: done\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"
+                   "<|im_end|>\n"),
+    ]
+
+
+SMITH_PROMPT = ("<|im_start|>system\nYou are a coding agent.<|im_end|>\n<|im_start|>user\n<uploaded_files>/testbed"
+                "</uploaded_files> Fix the off-by-one.<|im_end|>\n")
+
+
+def test_swe_smith_hf_row(reported, tmp_path, tok):
+    # rows.jsonl: 'messages' is a JSON-encoded string; resolved true / false.
+    rep = ingest_paths([str(reported / "swe-smith-hf-row")], str(tmp_path / "s"))
+    assert (rep.trajectories_written, rep.refused, dict(rep.by_format)) == (2, 0, {"swe-smith": 2})
+    rows = sorted(read_trajectories(str(tmp_path / "s")).to_pylist(), key=lambda r: -r["reward"])
+    assert [r["reward"] for r in rows] == [1.0, 0.0]
+    for r in rows:
+        assert r["source"] == "swe-smith" and r["model"] == "demo-model"
+        assert r["prompt_id"] == "demo__lib.abc123.func_pm__x1"
+        assert span_texts(r, tok) == [
+            ("prompt", SMITH_PROMPT),
+            ("action", "<|im_start|>assistant\nLet me look.\n\n<function=bash>\n<parameter=command>ls /testbed"
+                       "</parameter>\n</function><|im_end|>\n"),
+            ("observation", "<|im_start|>user\nOBSERVATION:\nsrc tests<|im_end|>\n"),
+            ("action", "<|im_start|>assistant\nDone.\n\n<function=submit>\n</function><|im_end|>\n"),
+        ]
+        assert r["spans"][2]["cause_id"] == r["spans"][1]["call_id"] == "step-0"
+    meta = json.loads(rows[0]["metadata"])
+    assert meta["traj_id"] == "demo__lib.abc123.func_pm__x1.t1" and meta["instance_id"] == "demo__lib.abc123.func_pm__x1"
+
+
+def test_tau_bench_results(reported, tmp_path, tok):
+    # results.json: task 0 (reward 1.0) and task 1, an evaluator crash (info.error, empty traj).
+    rep = ingest_paths([str(reported / "tau-bench-results")], str(tmp_path / "s"))
+    assert (rep.trajectories_written, rep.refused) == (1, 0)  # the crash is reported, not refused
+    (crash,) = rep.problems
+    assert (crash.origin.line, crash.kind) == (2, "no_trajectory")
+    assert "evaluator crash" in crash.reason and "EOF when reading a line" in crash.reason
+    (row,) = read_trajectories(str(tmp_path / "s")).to_pylist()
+    assert (row["source"], row["reward"], row["status"], row["prompt_id"]) == ("tau-bench", 1.0, "completed", "task-0")
+    assert span_texts(row, tok) == [
+        ("prompt", "<|im_start|>system\nStore policy.<|im_end|>\n<|im_start|>user\nHi, return item A.<|im_end|>\n"),
+        ("action", '<|im_start|>assistant\nLooking it up.\n<tool_call>\n{"name": "get_order", "arguments": '
+                   '{"order_id": "#1"}}\n</tool_call><|im_end|>\n'),
+        ("observation", '<|im_start|>tool\n{"status":"delivered"}<|im_end|>\n'),
+        ("action", "<|im_start|>assistant\nDone.<|im_end|>\n"),
+    ]
+    assert row["spans"][2]["cause_id"] == "call_1"  # 1 tool observation, linked to its call
+    assert json.loads(row["metadata"])["task"] == {"user_id": "u1", "instruction": "Return item A."}
+
+
+def test_other_formats(reported, tmp_path, tok):
+    rep = ingest_paths([str(reported / "other-formats")], str(tmp_path / "s"))
+    assert (rep.refused, rep.trajectories_written) == (0, 5)
+    assert dict(rep.by_format) == {"atif": 1, "nebius/swe-rebench-openhands": 2, "verl": 2}
+    rows = read_trajectories(str(tmp_path / "s")).to_pylist()
+    by = {}
+    for r in rows:
+        by.setdefault(r["source"], []).append(r)
+    # ATIF: prompt_token_ids [1, 2, 3, 4], completion_token_ids [5, 6, 7], logprobs [-0.1, -0.2, -0.3]
+    (a,) = by["atif"]
+    assert (a["token_source"], a["logprob_source"], a["model"], a["prompt_id"]) == ("engine", "engine", "demo", "s1")
+    assert a["tokens"] == [1, 2, 3, 4, 5, 6, 7]
+    assert [(s["kind"], s["start"], s["end"]) for s in a["spans"]] == [("prompt", 0, 4), ("action", 4, 7)]
+    lps = a["logprobs"]
+    action_lps = lps[4:7] if len(lps) == 7 else lps  # schema v1 (full length) or v2 (action tokens only)
+    assert np.allclose(action_lps, [-0.1, -0.2, -0.3])
+    assert "no token ids" in json.loads(a["metadata"])["last_observation"]
+    # nebius SWE-rebench-openhands: resolved 1 / 0
+    neb = sorted(by["nebius/swe-rebench-openhands"], key=lambda r: -r["reward"])
+    assert [r["reward"] for r in neb] == [1.0, 0.0] and [r["prompt_id"] for r in neb] == ["org__repo-1"] * 2
+    for r in neb:
+        assert span_texts(r, tok) == [
+            ("prompt", "<|im_start|>system\nYou are an agent.<|im_end|>\n<|im_start|>user\nFix.<|im_end|>\n"),
+            ("action", '<|im_start|>assistant\n<tool_call>\n{"name": "execute_bash", "arguments": {"command": "ls"}}'
+                       '\n</tool_call><|im_end|>\n'),
+            ("observation", "<|im_start|>tool\na<|im_end|>\n"),
+            ("action", "<|im_start|>assistant\ndone<|im_end|>\n"),
+        ]
+        assert r["spans"][2]["cause_id"] == "c1" and r["status"] == "completed"
+    # verl: two identical samples of one prompt (GRPO n = 2), both kept, one prompt_id
+    v = by["verl"]
+    assert len(v) == 2 and len({r["trajectory_id"] for r in v}) == 2 and len({r["prompt_id"] for r in v}) == 1
+    for r in v:
+        assert r["reward"] == 1.0 and r["token_source"] == "retokenized"
+        assert span_texts(r, tok) == [("prompt", "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"),
+                                      ("action", "a<|im_end|>")]
+        assert json.loads(r["metadata"])["special_tokens_in_text"] is True

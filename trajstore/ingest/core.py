@@ -205,6 +205,29 @@ class EngineRollout(ParsedTrajectory):
     tokenizer: str | None = None
 
 
+@dataclass
+class TextSegment:
+    """A piece of an already-rendered text rollout: `kind` prompt | action | observation and its
+    exact text (special tokens of the chat template included when the log kept them)."""
+
+    kind: Literal["prompt", "action", "observation"]
+    text: str
+    role: str | None = None
+
+
+@dataclass(kw_only=True)
+class TextRollout(ParsedTrajectory):
+    """A trajectory logged as the very text the model was given and produced (an RL framework's
+    rollout dump: prompt already formatted by the chat template, then the completion). Each
+    segment is tokenized as it is, with no chat template (``token_source = retokenized``).
+
+    Attributes:
+        segments: the text pieces in order (see :class:`TextSegment`).
+    """
+
+    segments: list[TextSegment]
+
+
 @dataclass(frozen=True)
 class Problem:
     """Something in the input that was not ingested: where, what kind, and why."""
@@ -220,7 +243,7 @@ class Problem:
         return {"path": self.origin.path, "line": self.origin.line, "kind": self.kind, "reason": self.reason}
 
 
-Parsed = Conversation | EngineRollout | Problem
+Parsed = Conversation | EngineRollout | TextRollout | Problem
 
 
 class RecordError(ValueError):
@@ -359,6 +382,21 @@ def terminal_text(output: str, md: dict[str, Any]) -> str:
     if exit_code is not None and exit_code != -1:
         ret += f"\n[Command finished with exit code {exit_code}]"
     return ret
+
+
+def json_field(value: Any, field: str) -> Any:
+    """A field that datasets store either as JSON or as a JSON-encoded string (Hugging Face rows
+    often keep the chat as a string): a string is decoded, anything else returned as is.
+
+    Raises:
+        RecordError: the string is not valid JSON.
+    """
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except (ValueError, RecursionError) as e:
+            raise RecordError(f"{field} is a string that is not JSON ({e})") from None
+    return value
 
 
 def arguments_text(args: Any) -> str:

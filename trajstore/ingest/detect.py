@@ -18,6 +18,7 @@ InputFormat = Literal[
     "openhands-v0-events", "openhands-v0-session", "openhands-v0-eval", "openhands-v0-resolver",
     "openhands-v0-feedback", "openhands-swe-gym", "openhands-v1-events", "openhands-v1-eval",
     "openhands-v1-completions", "chat-messages", "swe-agent", "nebius-swe-agent", "nemo-gym",
+    "mini-swe-agent", "swe-smith", "nebius-swe-rebench-openhands", "tau-bench", "atif", "verl-rollouts",
 ]
 FORMATS: Final[tuple[str, ...]] = InputFormat.__args__  # type: ignore[attr-defined]
 FORMAT_HELP: Final[dict[str, str]] = {
@@ -34,6 +35,12 @@ FORMAT_HELP: Final[dict[str, str]] = {
     "swe-agent": "SWE-agent .traj files",
     "nebius-swe-agent": "nebius SWE-agent-trajectories rows",
     "nemo-gym": "NeMo Gym rollouts with engine token ids",
+    "mini-swe-agent": "mini-swe-agent .traj.json, text (mini-swe-agent-1) or tool-call (mini-swe-agent-1.1) format",
+    "swe-smith": "SWE-smith-trajectories rows (messages as a JSON string)",
+    "nebius-swe-rebench-openhands": "nebius SWE-rebench-openhands rows (chat under 'trajectory', 'tools')",
+    "tau-bench": "tau-bench results files (task results with 'traj', 'reward', 'info')",
+    "atif": "ATIF trajectory.json (Harbor / Terminal-Bench), engine token ids kept",
+    "verl-rollouts": "verl / SkyRL rollout dumps (input, output, score, step per line)",
 }
 """One line per input format, for ``traj ingest --help``."""
 INPUT_SUFFIXES: Final[tuple[str, ...]] = (".json", ".jsonl", ".traj", ".parquet")
@@ -192,16 +199,35 @@ def load_json_or_jsonl(path: str) -> Loaded:
         return out
 
 
+def _is_chat(v: Any) -> bool:
+    """A non-empty list whose first item looks like an OpenAI chat message."""
+    return (isinstance(v, list) and bool(v) and isinstance(v[0], dict) and "role" in v[0]
+            and ("content" in v[0] or "tool_calls" in v[0]))
+
+
 def detect_record(d: Any) -> str | None:
-    """Format of one record (a dict that is a whole trajectory / row), or None."""
+    """Format of one record (a dict that is a whole trajectory / row), or None.
+
+    Keys only, most specific first: a harness's own marker (``trajectory_format``,
+    ``schema_version``) before shapes that several harnesses share (``messages`` + ``resolved``).
+    """
     if not isinstance(d, dict):
         return None
+    if isinstance(d.get("trajectory_format"), str) and d["trajectory_format"].startswith("mini-swe-agent"):
+        return "mini-swe-agent"
+    if isinstance(d.get("schema_version"), str) and d["schema_version"].startswith("ATIF") and "steps" in d:
+        return "atif"
     if "responses_create_params" in d and "response" in d:
         return "nemo-gym"
     if "trajectory" in d and "history" in d and "info" in d:
         return "swe-agent"
     if "messages" in d and "response" in d:
         return "openhands-v1-completions"
+    if "traj" in d and "reward" in d and ("task_id" in d or "info" in d):
+        return "tau-bench"
+    if any(k in d for k in rollout_dump_keys("input")) and any(k in d for k in rollout_dump_keys("output")) \
+            and ("score" in d or "step" in d):
+        return "verl-rollouts"
     if "history" in d and isinstance(d["history"], list):
         if ("issue" in d or "success" in d) and "instance_id" not in d:
             return "openhands-v0-resolver"
@@ -210,11 +236,24 @@ def detect_record(d: Any) -> str | None:
         return "openhands-v0-eval"
     if "feedback" in d and "trajectory" in d:
         return "openhands-v0-feedback"
+    if "messages" in d and isinstance(d["messages"], list) and isinstance(d.get("info"), dict) \
+            and "mini_version" in d["info"]:
+        return "mini-swe-agent"
+    if "messages" in d and ("traj_id" in d or ("patch" in d and "model" in d)):
+        return "swe-smith"
     if "messages" in d and ("resolved" in d or "instance_id" in d):
         return "openhands-swe-gym"
+    if "trajectory" in d and (_is_chat(d["trajectory"]) or (isinstance(d["trajectory"], str) and "resolved" in d)) \
+            and ("resolved" in d or "tools" in d):
+        return "nebius-swe-rebench-openhands"
     if "trajectory" in d and isinstance(d["trajectory"], list) and ("target" in d or "model_name" in d):
         return "nebius-swe-agent"
     return None
+
+
+def rollout_dump_keys(which: str) -> tuple[str, ...]:
+    """Field names of a verl / SkyRL rollout dump's ``input`` or ``output`` text."""
+    return ("input", "input_prompt") if which == "input" else ("output", "output_response")
 
 
 def detect_event(d: Any) -> str | None:

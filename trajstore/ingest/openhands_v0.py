@@ -30,6 +30,7 @@ from trajstore.ingest.core import (
     Reward,
     ToolCall,
     bool_reward,
+    json_field,
     order_by_id,
     parse_time,
     reasoning_of,
@@ -335,7 +336,7 @@ def parse_swe_gym_row(row: Any, origin: Origin) -> Conversation:
     """One SWE-Gym ``OpenHands-Sampled-Trajectories`` row; reward = ``resolved``."""
     if not isinstance(row, dict) or "messages" not in row:
         raise RecordError("SWE-Gym row has no 'messages'")
-    msgs = chat_messages(row["messages"], "messages")
+    msgs = chat_messages(json_field(row["messages"], "messages"), "messages")
     key = str(row.get("instance_id")) if row.get("instance_id") else None
     return Conversation(source="openhands/swe-gym", key=key, messages=msgs, origin=origin,
                         reward=bool_reward(row.get("resolved")), prompt_id=key, tools=tool_definitions(row.get("tools")),

@@ -1,8 +1,11 @@
 """`ingest_paths`: agent logs on disk -> trajectories in a store.
 
-Reads every input unit, detects (or is told) its format, parses it into conversations or
-engine rollouts, tokenizes conversations with a chat template, derives deterministic ids,
-skips ids already stored and writes the rest through :class:`~trajstore.writer.StoreWriter`.
+Reads every input unit (JSON, JSONL, Parquet, event directories), detects (or is told) the
+format of each record, parses it into conversations, engine rollouts or text rollouts,
+tokenizes the text with the tokenizer (conversations through its chat template), derives
+deterministic ids, skips ids already stored and writes the rest through
+:class:`~trajstore.writer.StoreWriter`. Whatever goes wrong with one record is that record's
+:class:`~trajstore.ingest.core.Problem` only.
 """
 
 from __future__ import annotations
@@ -14,10 +17,23 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from trajstore.adapters import engine_logprob, token_ids_from
 from trajstore.errors import AdapterError, TrajstoreError
 from trajstore.hub import SMOLLM2_ALIAS, load_tokenizer, resolve_model
-from trajstore.ingest import detect, nemo_gym, openhands_v0, openhands_v1, swe_agent
+from trajstore.ingest import (
+    atif,
+    chat_rows,
+    detect,
+    mini_swe_agent,
+    nemo_gym,
+    openhands_v0,
+    openhands_v1,
+    rollout_dumps,
+    swe_agent,
+    tau_bench,
+)
 from trajstore.ingest.core import (
     DEFAULT_MAX_OBSERVATION_CHARS,
     Conversation,
@@ -26,11 +42,21 @@ from trajstore.ingest.core import (
     Parsed,
     Problem,
     RecordError,
+    TextRollout,
 )
-from trajstore.ingest.render import conversation_to_trajectories, rollout_to_trajectories
-from trajstore.models import Trajectory
+from trajstore.ingest.render import (
+    content_hash,
+    conversation_to_trajectories,
+    created_at,
+    reward_raw,
+    rollout_to_trajectories,
+    status_part,
+    trajectory_id,
+)
+from trajstore.models import Span, Trajectory
 from trajstore.reader import read_trajectories
 from trajstore.store import Store, open_store
+from trajstore.validate import validate_trajectory
 from trajstore.writer import StoreWriter
 
 ROW_PARSERS: dict[str, Callable[[Any, Origin], Parsed]] = {
@@ -43,6 +69,12 @@ ROW_PARSERS: dict[str, Callable[[Any, Origin], Parsed]] = {
     "swe-agent": swe_agent.parse_traj,
     "nebius-swe-agent": swe_agent.parse_nebius_row,
     "nemo-gym": nemo_gym.parse_rollout,
+    "mini-swe-agent": mini_swe_agent.parse_traj,
+    "swe-smith": chat_rows.parse_swe_smith_row,
+    "nebius-swe-rebench-openhands": chat_rows.parse_swe_rebench_openhands_row,
+    "tau-bench": tau_bench.parse_result,
+    "atif": atif.parse_trajectory,
+    "verl-rollouts": rollout_dumps.parse_row,
 }
 """Formats whose records (a document, an array item or a JSONL line) are one trajectory each."""
 
@@ -341,6 +373,68 @@ def check_engine_segments(r: EngineRollout) -> EngineRollout:
     return r
 
 
+def text_rollout_to_trajectory(r: TextRollout, tokenizer: Any, *, tokenizer_name: str,
+                               input_format: str) -> Trajectory:
+    """Tokenize each segment of an already-rendered text rollout as it is (no chat template, no
+    special tokens added) and make it one span.
+
+    Returns:
+        A validated :class:`Trajectory` with ``token_source = retokenized`` and ``logprob_source
+        = none``; metadata ``special_tokens_in_text`` says whether the prompt text holds the
+        tokenizer's special tokens (if not, the dump dropped them and the prompt ids differ from
+        what the model saw).
+
+    Raises:
+        RecordError: a segment tokenizes to nothing.
+        TrajectoryValidationError: the result breaks a schema rule.
+    """
+    ids: list[np.ndarray] = []
+    spans: list[Span] = []
+    pos = 0
+    for k, seg in enumerate(r.segments):
+        t = np.asarray(tokenizer(seg.text, add_special_tokens=False)["input_ids"], dtype=np.int32)
+        if not len(t):
+            raise RecordError(f"segment {k} ({seg.kind}) has no tokens")
+        spans.append(Span(kind=seg.kind, start=pos, end=pos + len(t), role=seg.role))
+        ids.append(t)
+        pos += len(t)
+    tokens = np.concatenate(ids)
+    special = [x for x in getattr(tokenizer, "all_special_tokens", []) if x]
+    digest = content_hash({"source": r.source, "key": r.key, "reward": reward_raw(r), **status_part(r),
+                           "tokenizer": tokenizer_name,
+                            "segments": [[s.kind, s.text] for s in r.segments]})
+    meta = dict(r.metadata)
+    meta["ingest"] = {"format": input_format, "path": r.origin.path, "line": r.origin.line, "render_method": "raw-text"}
+    meta["special_tokens_in_text"] = any(x in r.segments[0].text for x in special)
+    if r.reward.error:
+        meta["reward_error"] = r.reward.error
+    traj = Trajectory(
+        trajectory_id=trajectory_id(r.source, r.key, digest), prompt_id=r.prompt_id, source=r.source, model=r.model,
+        tokenizer=tokenizer_name, created_at=created_at(r), status=r.status, reward=r.reward.value,
+        reward_raw=reward_raw(r), token_source="retokenized", logprob_source="none", tokens=tokens,
+        logprobs=np.full(len(tokens), np.nan, dtype=np.float32), spans=spans, metadata=meta)
+    return validate_trajectory(traj)
+
+
+@dataclass(frozen=True)
+class IngestProgress:
+    """Where an ingest stands, passed to the ``progress`` callback after every input unit and
+    every trajectory built.
+
+    Attributes:
+        files_done / files_total: input units read (a file, or an event-store directory).
+        records: trajectories built so far.
+        problems: problems found so far.
+        tokens: tokens in the trajectories built so far.
+    """
+
+    files_done: int
+    files_total: int
+    records: int
+    problems: int
+    tokens: int
+
+
 def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer: str = SMOLLM2_ALIAS,
                       max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
                       engine_tokenizer: str | None = None,
@@ -377,14 +471,16 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
     completion_logs: list[Conversation] = []
     tokens = 0
 
-    def build(item: Conversation | EngineRollout) -> list[Trajectory]:
+    def build(item: Conversation | EngineRollout | TextRollout) -> list[Trajectory]:
         nonlocal tok, tokens
-        if isinstance(item, Conversation) and tok is None:
+        if not isinstance(item, EngineRollout) and tok is None:
             tok = load_tokenizer(tokenizer)  # outside the per-record guard: a missing tokenizer stops the ingest
         try:
             if isinstance(item, EngineRollout):
                 ts = rollout_to_trajectories(check_engine_segments(item), input_format=item.source,
                                              engine_tokenizer=engine_tokenizer)
+            elif isinstance(item, TextRollout):
+                ts = [text_rollout_to_trajectory(item, tok, tokenizer_name=tok_name, input_format=item.source)]
             else:
                 ts = conversation_to_trajectories(item, tok, tokenizer_name=tok_name, input_format=item.source,
                                                   max_observation_chars=max_observation_chars)
