@@ -18,6 +18,10 @@ from trajstore.ingest.mini_swe_agent import status_from_exit
 from trajstore.reader import read_trajectories
 
 
+GEN = "<|im_start|>assistant\n"
+"""ChatML's generation prompt: it ends the span before each action (actions hold only generated tokens)."""
+
+
 def span_texts(row, tok) -> list[tuple[str, str]]:
     return [(s["kind"], tok.decode(row["tokens"][s["start"]:s["end"]])) for s in row["spans"]]
 
@@ -62,11 +66,11 @@ def test_mini_swe_agent_v1_text_actions_link_observations(tmp_path, tok):
     row = only_row(tmp_path / "s")
     assert row["status"] == "truncated" and row["prompt_id"] == "run"
     assert span_texts(row, tok) == [
-        ("prompt", "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nT<|im_end|>\n"),
-        ("action", "<|im_start|>assistant\n```bash\nls\n```<|im_end|>\n"),
-        ("observation", "<|im_start|>user\n<output>a</output><|im_end|>\n"),
-        ("action", "<|im_start|>assistant\n```bash\ncat a\n```<|im_end|>\n"),
-        ("observation", "<|im_start|>user\n<output>1</output><|im_end|>\n"),
+        ("prompt", "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nT<|im_end|>\n" + GEN),
+        ("action", "```bash\nls\n```<|im_end|>"),
+        ("observation", "\n<|im_start|>user\n<output>a</output><|im_end|>\n" + GEN),
+        ("action", "```bash\ncat a\n```<|im_end|>"),
+        ("observation", "\n<|im_start|>user\n<output>1</output><|im_end|>\n"),
     ]
     acts = [s for s in row["spans"] if s["kind"] == "action"]
     obs = [s for s in row["spans"] if s["kind"] == "observation"]
@@ -126,11 +130,11 @@ def test_atif_without_token_ids_is_a_chat(tmp_path, tok):
     row = only_row(tmp_path / "s")
     assert row["token_source"] == "retokenized" and row["source"] == "atif" and row["reward"] is None
     assert span_texts(row, tok) == [
-        ("prompt", "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nList files.<|im_end|>\n"),
-        ("action", '<|im_start|>assistant\n<think>\nls is enough\n</think>\n\nListing.\n<tool_call>\n'
-                   '{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call><|im_end|>\n'),
-        ("observation", "<|im_start|>tool\na.txt<|im_end|>\n"),
-        ("action", "<|im_start|>assistant\nOne file.<|im_end|>\n"),
+        ("prompt", "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nList files.<|im_end|>\n" + GEN),
+        ("action", '<think>\nls is enough\n</think>\n\nListing.\n<tool_call>\n'
+                   '{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call><|im_end|>'),
+        ("observation", "\n<|im_start|>tool\na.txt<|im_end|>\n" + GEN),
+        ("action", "One file.<|im_end|>"),
     ]
     assert row["spans"][2]["cause_id"] == "t1"
 
@@ -205,8 +209,9 @@ def test_parquet_directory_of_dataset_shards(tmp_path, tok):
     rows = sorted(read_trajectories(str(tmp_path / "s")).to_pylist(), key=lambda r: r["reward"])
     assert [r["reward"] for r in rows] == [0.0, 1.0]
     assert span_texts(rows[0], tok) == [("prompt", "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
-                                                   "trained by Hugging Face<|im_end|>\n<|im_start|>user\nfix<|im_end|>\n"),
-                                        ("action", "<|im_start|>assistant\nok<|im_end|>\n")]
+                                                   "trained by Hugging Face<|im_end|>\n<|im_start|>user\nfix<|im_end|>\n"
+                                                   + GEN),
+                                        ("action", "ok<|im_end|>")]
 
 
 def test_swe_gym_rows_with_messages_as_a_json_string(tmp_path):

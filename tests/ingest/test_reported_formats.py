@@ -145,6 +145,11 @@ def tok():
     return load_tokenizer("smollm2-135m")
 
 
+GEN = "<|im_start|>assistant\n"
+"""ChatML's generation prompt: since action spans hold only generated tokens, it ends the span
+before each action; the newline after <|im_end|> starts the span after it."""
+
+
 def span_texts(t, tok) -> list[tuple[str, str]]:
     """(kind, decoded text) of every span of a stored row (a dict) or Trajectory."""
     tokens = t["tokens"] if isinstance(t, dict) else t.tokens.tolist()
@@ -162,17 +167,17 @@ def test_hf_parquet_rows(reported, tmp_path, tok):
     assert row["source"] == "openhands/swe-gym" and row["reward"] == 1.0 and row["prompt_id"] == "demo__lib-1"
     assert json.loads(row["metadata"])["ingest"]["line"] == 1  # Parquet row 1
     assert span_texts(row, tok) == [
-        ("prompt", "<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nFix it.<|im_end|>\n"),
-        ("action", "<|im_start|>assistant\nDone.<|im_end|>\n"),
+        ("prompt", "<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nFix it.<|im_end|>\n" + GEN),
+        ("action", "Done.<|im_end|>"),
     ]
 
 
-MINI_PROMPT = "<|im_start|>system\nYou run shell commands.<|im_end|>\n<|im_start|>user\nFix the bug in x.<|im_end|>\n"
-MINI_ACTION_1 = ('<|im_start|>assistant\nLook first.\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n'
-                 '</tool_call><|im_end|>\n')
-MINI_OBS = "<|im_start|>tool\n<returncode>0</returncode>\n<output>\nx\n</output><|im_end|>\n"
-MINI_ACTION_2 = ('<|im_start|>assistant\nSubmit.\n<tool_call>\n{"name": "bash", "arguments": {"command": '
-                 '"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}\n</tool_call><|im_end|>\n')
+MINI_PROMPT = ("<|im_start|>system\nYou run shell commands.<|im_end|>\n<|im_start|>user\nFix the bug in x.<|im_end|>\n"
+               + GEN)
+MINI_ACTION_1 = 'Look first.\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call><|im_end|>'
+MINI_OBS = "\n<|im_start|>tool\n<returncode>0</returncode>\n<output>\nx\n</output><|im_end|>\n" + GEN
+MINI_ACTION_2 = ('Submit.\n<tool_call>\n{"name": "bash", "arguments": {"command": '
+                 '"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}\n</tool_call><|im_end|>')
 
 
 def test_mini_swe_agent_v2(reported, tmp_path, tok):
@@ -214,14 +219,13 @@ def test_mini_swe_agent_v1_text_format(tmp_path, tok):
     (row,) = read_trajectories(str(tmp_path / "s")).to_pylist()
     assert (row["source"], row["status"], row["prompt_id"]) == ("mini-swe-agent", "completed", "task-v1")
     assert span_texts(row, tok) == [
-        ("prompt", "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nT<|im_end|>\n"),
-        ("action", "<|im_start|>assistant\nTHOUGHT: done\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"
-                   "<|im_end|>\n"),
+        ("prompt", "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nT<|im_end|>\n" + GEN),
+        ("action", "THOUGHT: done\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```<|im_end|>"),
     ]
 
 
 SMITH_PROMPT = ("<|im_start|>system\nYou are a coding agent.<|im_end|>\n<|im_start|>user\n<uploaded_files>/testbed"
-                "</uploaded_files> Fix the off-by-one.<|im_end|>\n")
+                "</uploaded_files> Fix the off-by-one.<|im_end|>\n" + GEN)
 
 
 def test_swe_smith_hf_row(reported, tmp_path, tok):
@@ -235,10 +239,10 @@ def test_swe_smith_hf_row(reported, tmp_path, tok):
         assert r["prompt_id"] == "demo__lib.abc123.func_pm__x1"
         assert span_texts(r, tok) == [
             ("prompt", SMITH_PROMPT),
-            ("action", "<|im_start|>assistant\nLet me look.\n\n<function=bash>\n<parameter=command>ls /testbed"
-                       "</parameter>\n</function><|im_end|>\n"),
-            ("observation", "<|im_start|>user\nOBSERVATION:\nsrc tests<|im_end|>\n"),
-            ("action", "<|im_start|>assistant\nDone.\n\n<function=submit>\n</function><|im_end|>\n"),
+            ("action", "Let me look.\n\n<function=bash>\n<parameter=command>ls /testbed</parameter>\n</function>"
+                       "<|im_end|>"),
+            ("observation", "\n<|im_start|>user\nOBSERVATION:\nsrc tests<|im_end|>\n" + GEN),
+            ("action", "Done.\n\n<function=submit>\n</function><|im_end|>"),
         ]
         assert r["spans"][2]["cause_id"] == r["spans"][1]["call_id"] == "step-0"
     meta = json.loads(rows[0]["metadata"])
@@ -255,11 +259,12 @@ def test_tau_bench_results(reported, tmp_path, tok):
     (row,) = read_trajectories(str(tmp_path / "s")).to_pylist()
     assert (row["source"], row["reward"], row["status"], row["prompt_id"]) == ("tau-bench", 1.0, "completed", "task-0")
     assert span_texts(row, tok) == [
-        ("prompt", "<|im_start|>system\nStore policy.<|im_end|>\n<|im_start|>user\nHi, return item A.<|im_end|>\n"),
-        ("action", '<|im_start|>assistant\nLooking it up.\n<tool_call>\n{"name": "get_order", "arguments": '
-                   '{"order_id": "#1"}}\n</tool_call><|im_end|>\n'),
-        ("observation", '<|im_start|>tool\n{"status":"delivered"}<|im_end|>\n'),
-        ("action", "<|im_start|>assistant\nDone.<|im_end|>\n"),
+        ("prompt", "<|im_start|>system\nStore policy.<|im_end|>\n<|im_start|>user\nHi, return item A.<|im_end|>\n"
+                   + GEN),
+        ("action", 'Looking it up.\n<tool_call>\n{"name": "get_order", "arguments": {"order_id": "#1"}}\n'
+                   '</tool_call><|im_end|>'),
+        ("observation", '\n<|im_start|>tool\n{"status":"delivered"}<|im_end|>\n' + GEN),
+        ("action", "Done.<|im_end|>"),
     ]
     assert row["spans"][2]["cause_id"] == "call_1"  # 1 tool observation, linked to its call
     assert json.loads(row["metadata"])["task"] == {"user_id": "u1", "instruction": "Return item A."}
@@ -287,11 +292,10 @@ def test_other_formats(reported, tmp_path, tok):
     assert [r["reward"] for r in neb] == [1.0, 0.0] and [r["prompt_id"] for r in neb] == ["org__repo-1"] * 2
     for r in neb:
         assert span_texts(r, tok) == [
-            ("prompt", "<|im_start|>system\nYou are an agent.<|im_end|>\n<|im_start|>user\nFix.<|im_end|>\n"),
-            ("action", '<|im_start|>assistant\n<tool_call>\n{"name": "execute_bash", "arguments": {"command": "ls"}}'
-                       '\n</tool_call><|im_end|>\n'),
-            ("observation", "<|im_start|>tool\na<|im_end|>\n"),
-            ("action", "<|im_start|>assistant\ndone<|im_end|>\n"),
+            ("prompt", "<|im_start|>system\nYou are an agent.<|im_end|>\n<|im_start|>user\nFix.<|im_end|>\n" + GEN),
+            ("action", '<tool_call>\n{"name": "execute_bash", "arguments": {"command": "ls"}}\n</tool_call><|im_end|>'),
+            ("observation", "\n<|im_start|>tool\na<|im_end|>\n" + GEN),
+            ("action", "done<|im_end|>"),
         ]
         assert r["spans"][2]["cause_id"] == "c1" and r["status"] == "completed"
     # verl: two identical samples of one prompt (GRPO n = 2), both kept, one prompt_id
