@@ -236,11 +236,12 @@ def test_a_cap_that_truncates_nothing_keeps_the_ids(tmp_path, fix):
     src = [str(fix / "swe-agent")]
     store = str(tmp_path / "s")
     first = ingest_paths(src, store)
-    assert first.trajectories_written == 2 and first.truncated_observations == 0
+    # 7 = the 0.x run (one context) + the 1.x run, whose history processor gives 6 contexts
+    assert first.trajectories_written == 7 and first.truncated_observations == 0
     again = ingest_paths(src, store, max_observation_chars=None)  # no cap: nothing changes
-    assert again.trajectories_written == 0 and again.skipped == {"already_in_store": 2}
+    assert again.trajectories_written == 0 and again.skipped == {"already_in_store": 7}
     cut = ingest_paths(src, store, max_observation_chars=50)  # this cap cuts observations: new content
-    assert cut.truncated_observations > 0 and cut.trajectories_written == 2
+    assert cut.truncated_observations > 0 and cut.trajectories_written > 0
 
 
 def test_a_directory_is_never_skipped_silently(tmp_path):

@@ -261,7 +261,8 @@ def test_tau_bench_results(reported, tmp_path, tok):
     assert span_texts(row, tok) == [
         ("prompt", "<|im_start|>system\nStore policy.<|im_end|>\n<|im_start|>user\nHi, return item A.<|im_end|>\n"
                    + GEN),
-        ("action", 'Looking it up.\n<tool_call>\n{"name": "get_order", "arguments": {"order_id": "#1"}}\n'
+        # the arguments as the model wrote them ('{"order_id":"#1"}'), not re-serialised
+        ("action", 'Looking it up.\n<tool_call>\n{"name": "get_order", "arguments": {"order_id":"#1"}}\n'
                    '</tool_call><|im_end|>'),
         ("observation", '\n<|im_start|>tool\n{"status":"delivered"}<|im_end|>\n' + GEN),
         ("action", "Done.<|im_end|>"),
@@ -293,7 +294,7 @@ def test_other_formats(reported, tmp_path, tok):
     for r in neb:
         assert span_texts(r, tok) == [
             ("prompt", "<|im_start|>system\nYou are an agent.<|im_end|>\n<|im_start|>user\nFix.<|im_end|>\n" + GEN),
-            ("action", '<tool_call>\n{"name": "execute_bash", "arguments": {"command": "ls"}}\n</tool_call><|im_end|>'),
+            ("action", '<tool_call>\n{"name": "execute_bash", "arguments": {"command":"ls"}}\n</tool_call><|im_end|>'),
             ("observation", "\n<|im_start|>tool\na<|im_end|>\n" + GEN),
             ("action", "done<|im_end|>"),
         ]

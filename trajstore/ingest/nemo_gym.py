@@ -67,8 +67,9 @@ def _ids(it: dict[str, Any]) -> tuple[list[int], list[int], Any] | None:
 
 
 def _is_placeholder(ids: tuple[list[int], list[int], Any]) -> bool:
-    # a real prompt holds at least the chat template's role header; [0] / [0] is a stand-in
-    return len(ids[0]) <= 1
+    # a real prompt holds at least the chat template's role header; an empty or [0] prompt is a
+    # stand-in (a one-token prompt of another id is read as real: too short to judge)
+    return len(ids[0]) <= 1 and all(x == 0 for x in ids[0])
 
 
 def _read_items(items: list[Any], where: str) -> tuple[list[Message], list[_Call]]:
