@@ -76,7 +76,8 @@ class Sample:
         rollout_logprobs: float32 (T,), nats; the engine's log-prob at action tokens, NaN elsewhere.
             NaN at action tokens too when `needs_behaviour` (filled by the trainer, see
             ``behaviour_logprobs``).
-        action_mask: bool (T,); True = token is a model action.
+        action_mask: bool (T,); True = token is a model action trained on (an engine action
+            token without a log-prob is False: DIS cannot weigh it).
         policy_version: int64 (T,); version that generated the token, -1 at non-action tokens.
         inv_temperature: float32 (T,); 1 / sampling temperature of the token's action span
             (1 where unknown or not an action).
@@ -444,8 +445,12 @@ class TrajectoryStream:
                                      f"vocabulary of {self.vocab_size}")
             mask = act[a:b].copy()
             lps = full_lps[a:b].copy()
-            text_only = (col["logprob_source"][i] != "engine" or col["token_source"][i] != "engine"
-                         or bool(np.isnan(lps[mask]).any()))
+            text_only = col["logprob_source"][i] != "engine" or col["token_source"][i] != "engine"
+            if not text_only:
+                # An action token whose engine log-prob is unknown (NaN: a null or an engine's -9999
+                # stand-in, counted in num_missing_logprobs) has no behaviour log-prob for DIS: it is
+                # left out of the action mask, so it never reaches the loss or the ratio statistics.
+                mask &= ~np.isnan(lps)
             if text_only and self.cfg.behaviour_logprobs != "initial-policy":
                 raise _text_only_error(where, col["logprob_source"][i], col["token_source"][i])
             so, eo = int(batch.span_offsets[i]), int(batch.span_offsets[i + 1])

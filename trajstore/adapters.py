@@ -108,7 +108,7 @@ def engine_logprob(value: Any, where: str) -> float:
     :data:`ENGINE_LOGPROB_FLOOR` stand-in.
 
     Raises:
-        AdapterError: `value` is not a number (a string, a bool, a list), naming `where`.
+        AdapterError: `value` is not a number (a string, a bool, a list) or is positive, naming `where`.
     """
     if value is None:
         return math.nan
@@ -117,6 +117,8 @@ def engine_logprob(value: Any, where: str) -> float:
     v = float(value)
     if not math.isfinite(v) or v <= ENGINE_LOGPROB_FLOOR:
         return math.nan
+    if v > 0:
+        raise AdapterError(f"{where} is {v!r}, not a log-prob (a log-probability is <= 0)")
     return v
 
 

@@ -57,6 +57,9 @@ def test_vllm_9999_sentinel_a_logprob_that_is_not_a_number_names_the_token():
     resp = {"choices": [{"token_ids": [1, 2], "logprobs": {"content": [{"logprob": -0.1}, {"logprob": "-0.2"}]}}]}
     with pytest.raises(AdapterError, match=r"logprobs.content\[1\].logprob is '-0.2', not a number"):
         action_from_openai_completion(resp)
+    resp["choices"][0]["logprobs"]["content"][1]["logprob"] = 0.5
+    with pytest.raises(AdapterError, match=r"logprobs.content\[1\].logprob is 0.5, not a log-prob"):
+        action_from_openai_completion(resp)
 
 
 def test_ids_in_logprob_entries():
@@ -307,3 +310,44 @@ def test_other_formats(reported, tmp_path, tok):
         assert span_texts(r, tok) == [("prompt", "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"),
                                       ("action", "a<|im_end|>")]
         assert json.loads(r["metadata"])["special_tokens_in_text"] is True
+
+
+def test_vllm_9999_sentinel_is_stored_missing_masked_by_the_trainer_and_counted(tmp_path):
+    # vllm-9999-sentinel/repro.py end to end: the SDK stores the stand-in as missing (NaN,
+    # counted in num_missing_logprobs), the coverage audit counts it, and the trainer's stream
+    # leaves that token out of the action mask, so DIS statistics stay finite.
+    torch = pytest.importorskip("torch")
+    from trajstore import StoreWriter, audit
+    from trajstore.store import open_store
+    from trajstore.trainer.config import DataConfig
+    from trajstore.trainer.data import TrajectoryStream
+    from trajstore.trainer.losses import dis_policy_loss
+
+    resp = {"id": "chatcmpl-1", "prompt_token_ids": [1, 2, 3],
+            "choices": [{"index": 0, "finish_reason": "stop", "token_ids": [10, 11, 12],
+                         "message": {"role": "assistant", "content": "yes"},
+                         "logprobs": {"content": [{"token": "y", "logprob": -0.1, "top_logprobs": []},
+                                                  {"token": "es", "logprob": -9999.0, "top_logprobs": []},
+                                                  {"token": "<eos>", "logprob": -0.01, "top_logprobs": []}]}}]}
+    b = TrajectoryBuilder(trajectory_id="sentinel-1", prompt_id="p", tokenizer="tiny")
+    b.add_prompt([1, 2, 3])
+    b.add_action_call(action_from_openai_completion(resp), policy_version=0)
+    b.set_reward(1.0)
+    t = b.finish()
+    assert t.logprob_source == "engine" and math.isnan(t.logprobs[4])  # token 11: missing, not -9999
+    store = str(tmp_path / "s")
+    with StoreWriter(store) as w:
+        w.write(t)
+    (row,) = read_trajectories(store).to_pylist()
+    assert row["num_missing_logprobs"] == 1  # of 3 action tokens
+    rel = audit.coverage_report(audit.connect(open_store(store))).tables()["tokens"]
+    share = dict(zip(rel.columns, rel.fetchall()[0]))["share_with_logprob"]
+    assert share == pytest.approx(2 / 3)  # 2 of the 3 action tokens have an engine log-prob
+    stream = TrajectoryStream(open_store(store), DataConfig(), tokenizer="tiny", vocab_size=100)
+    (s,) = stream.next_batch().samples
+    # tokens [1, 2, 3, 10, 11, 12]: actions 10 and 12 are trained, 11 (no log-prob) is not
+    assert s.action_mask.tolist() == [False, False, False, True, False, True]
+    old = torch.tensor(s.rollout_logprobs[s.action_mask]).unsqueeze(0)  # [-0.1, -0.01]
+    new = torch.tensor([[-0.1, -0.01]])
+    _, st = dis_policy_loss(new, old, torch.ones(1, 2), torch.ones(1, 2, dtype=torch.bool), 0.2, 0.2)
+    assert float(st.ratio_mean) == pytest.approx(1.0) and float(st.kl_k3) == pytest.approx(0.0, abs=1e-6)
