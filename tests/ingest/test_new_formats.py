@@ -5,6 +5,7 @@ engine tokens). Inputs are small hand-made documents in the shape of each harnes
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pyarrow as pa
@@ -98,7 +99,7 @@ def test_atif_engine_tokens_across_steps(tmp_path):
     # observation tokens [9, 9] and samples [5]. Steps are written out of order: read by step_id.
     doc = _atif([_agent(3, [1, 2, 3, 4, 9, 9], [5], [-0.5], observation="late"),
                  {"step_id": 1, "source": "user", "message": "task"},
-                 _agent(2, [1, 2], [3, 4], [-0.25, -0.75], observation="out")])
+                 _agent(2, [1, 2], [3, 4], [-0.25, -9999.0], observation="out")])
     trial = tmp_path / "trial-1"
     (trial / "agent").mkdir(parents=True)
     (trial / "verifier").mkdir()
@@ -112,7 +113,9 @@ def test_atif_engine_tokens_across_steps(tmp_path):
         ("prompt", 0, 2), ("action", 2, 4), ("observation", 4, 6), ("action", 6, 7)]
     assert row["spans"][2]["cause_id"] == "2"  # the observation answers step 2
     lps = action_logprobs(row)
-    assert lps == pytest.approx([-0.25, -0.75, -0.5])
+    # -9999.0 (an engine's stand-in for -inf) is stored as missing, never as a value
+    assert lps[0] == pytest.approx(-0.25) and math.isnan(lps[1]) and lps[2] == pytest.approx(-0.5)
+    assert row["num_missing_logprobs"] == 1
     assert row["reward"] == 1.0 and row["model"] == "m" and row["token_source"] == "engine"
 
 

@@ -87,11 +87,15 @@ def _engine_segments(steps: list[dict[str, Any]]) -> tuple[list[EngineSegment] |
                 return None, (f"agent step {s.get('step_id')}: prompt_token_ids do not extend the previous step's "
                               "prompt + completion (the context was rewritten)")
             if len(p) > len(seen):
-                segs.append(EngineSegment("observation", list(p[len(seen):]), role="tool", cause_id=segs[-1].call_id))
+                prev = segs[-1]
+                segs.append(EngineSegment("observation", list(p[len(seen):]), role="tool",
+                                          cause_id=(prev.tool_call_ids or [prev.call_id])[0]))
         if not c:
             return None, f"agent step {s.get('step_id')} has no completion tokens"
+        ids = [str(tc["tool_call_id"]) for tc in s.get("tool_calls") or []
+               if isinstance(tc, dict) and tc.get("tool_call_id")]
         segs.append(EngineSegment("action", list(c), list(lp) if isinstance(lp, list) else None, role="assistant",
-                                  call_id=cid))
+                                  call_id=cid, tool_call_ids=ids or None))
         seen = list(p) + list(c)
     return segs, ""
 
