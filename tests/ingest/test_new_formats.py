@@ -189,7 +189,9 @@ def test_skyrl_field_names_and_empty_output(tmp_path, tok):
     assert "output is empty" in rep.problems[0].reason
     row = only_row(tmp_path / "s")
     assert span_texts(row, tok) == [("prompt", "Q: 1+1?\nA:"), ("action", " 2")]
-    assert row["reward"] == 0.5 and json.loads(row["metadata"])["special_tokens_in_text"] is False
+    meta = json.loads(row["metadata"])
+    assert row["reward"] == 0.5 and meta["special_tokens_in_text"] is False
+    assert list(meta["fidelity_gaps"]) == ["special_tokens"]
 
 
 # -- Parquet shards of published datasets ----------------------------------------------------------

@@ -202,6 +202,7 @@ def test_mini_swe_agent_v2(reported, tmp_path, tok):
         assert [a["tool_call_ids"] for a in acts] == [["call_a"], ["call_b"]] and obs["cause_id"] == "call_a"
         assert acts[0]["call_id"] == "r1" and acts[0]["finish_reason"] == "tool_calls"
     assert task["status"] == "completed" and noexit["status"] == "truncated"
+    assert list(json.loads(task["metadata"])["fidelity_gaps"]) == ["tools"]  # the bash tool's schema is not logged
     assert json.loads(task["metadata"])["exit_messages"] == 1
     assert json.loads(noexit["metadata"])["exit_status"] == "LimitsExceeded"
 
@@ -271,7 +272,9 @@ def test_tau_bench_results(reported, tmp_path, tok):
         ("action", "Done.<|im_end|>"),
     ]
     assert row["spans"][2]["cause_id"] == "call_1"  # 1 tool observation, linked to its call
-    assert json.loads(row["metadata"])["task"] == {"user_id": "u1", "instruction": "Return item A."}
+    meta = json.loads(row["metadata"])
+    assert meta["task"] == {"user_id": "u1", "instruction": "Return item A."}
+    assert list(meta["fidelity_gaps"]) == ["tools"]  # the results file has no tool definitions
 
 
 def test_other_formats(reported, tmp_path, tok):

@@ -169,5 +169,11 @@ def parse_trajectory(d: Any, origin: Origin) -> EngineRollout | Conversation:
                              created_at=created, prompt_id=key, metadata={**meta, "policy_version_known": False})
     if any("completion_token_ids" in _metrics(s) for s in steps):
         meta["engine_token_ids"] = f"not used: {why_not}; re-tokenized from the messages"
-    return Conversation(source=SOURCE, key=key, messages=_messages(steps), origin=origin, reward=reward, model=model,
-                        created_at=created, prompt_id=key, metadata=meta)
+    msgs = _messages(steps)
+    gaps = {}
+    if any(m.tool_calls for m in msgs):
+        gaps["tools"] = "ATIF does not log the tool definitions the agent sent"
+    if not any(m.role == "system" for m in msgs):
+        gaps["system_prompt"] = "no system step: the agent's system prompt is not in the trajectory"
+    return Conversation(source=SOURCE, key=key, messages=msgs, origin=origin, reward=reward, model=model,
+                        created_at=created, prompt_id=key, metadata=meta, fidelity_gaps=gaps)

@@ -104,4 +104,6 @@ def parse_swe_rebench_openhands_row(row: Any, origin: Origin) -> Conversation:
     tools = tool_list(row.get("tools"))
     if tools is not None:
         conv.tools = tools
+    elif any(m.tool_calls for m in msgs):
+        conv.fidelity_gaps["tools"] = "the row's 'tools' is empty, but the model made tool calls"
     return conv

@@ -92,5 +92,9 @@ def parse_traj(d: Any, origin: Origin) -> Conversation:
     model_cfg = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
     model = model_cfg.get("model_name") if isinstance(model_cfg.get("model_name"), str) else None
     key = _key(d, origin)
+    gaps = {}
+    if any(m.tool_calls for m in msgs):
+        gaps["tools"] = ("mini-swe-agent sends its tool definitions (the bash tool) with every call; the "
+                         ".traj.json file does not log them")
     return Conversation(source=SOURCE, key=key, messages=msgs, origin=origin, prompt_id=key, model=model,
-                        status=status_from_exit(exit_status), metadata=meta)
+                        status=status_from_exit(exit_status), metadata=meta, fidelity_gaps=gaps)

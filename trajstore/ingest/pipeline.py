@@ -406,6 +406,12 @@ def text_rollout_to_trajectory(r: TextRollout, tokenizer: Any, *, tokenizer_name
     meta = dict(r.metadata)
     meta["ingest"] = {"format": input_format, "path": r.origin.path, "line": r.origin.line, "render_method": "raw-text"}
     meta["special_tokens_in_text"] = any(x in r.segments[0].text for x in special)
+    gaps = dict(r.fidelity_gaps)
+    if not meta["special_tokens_in_text"]:
+        gaps["special_tokens"] = ("the prompt text holds none of the tokenizer's special tokens: the dump dropped "
+                                  "them (skip_special_tokens), so the prompt ids differ from what the model saw")
+    if gaps:
+        meta["fidelity_gaps"] = gaps
     if r.reward.error:
         meta["reward_error"] = r.reward.error
     traj = Trajectory(

@@ -51,5 +51,8 @@ def parse_result(row: Any, origin: Origin) -> Conversation | Problem:
     else:
         reward = float_reward(row.get("reward"))
         status = "completed"
+    gaps = {}
+    if any(m.tool_calls for m in msgs):
+        gaps["tools"] = "tau-bench sends the environment's tools with every call; the results file does not log them"
     return Conversation(source=SOURCE, key=key, messages=msgs, origin=origin, reward=reward, status=status,
-                        prompt_id=f"task-{task_id}", metadata=meta)
+                        prompt_id=f"task-{task_id}", metadata=meta, fidelity_gaps=gaps)
