@@ -8,9 +8,10 @@ from typing import Optional
 
 import typer
 
-from trajstore.cli.main import app, friendly_errors
+from trajstore.cli.main import FormatOption, TrajTyper, app, friendly_errors
+from trajstore.display import OutputFormat
 
-bench_app = typer.Typer(help="Benchmarks that exercise the whole pipeline.", no_args_is_help=True)
+bench_app = TrajTyper(help="Benchmarks that exercise the whole pipeline.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
 
@@ -27,7 +28,7 @@ def learning_cmd(
     conditions: Optional[str] = typer.Option(None, help="comma-separated K:lr pairs, e.g. '0:1e-3,4:3e-3'; "
                                                         "default: the preset's"),
     reuse: bool = typer.Option(False, help="keep runs already finished under --store-root (resume a grid)"),
-    fmt: str = typer.Option("table", "--format", help="'table' or 'json' (the summaries)"),
+    fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Train every arm on every task at each staleness / learning rate and seed through the real
     pipeline; print the results table and save plots."""
@@ -47,8 +48,6 @@ def learning_cmd(
 
     if preset not in ("full", "smoke"):
         raise ValueError(f"--preset must be 'full' or 'smoke', got {preset!r}")
-    if fmt not in ("table", "json"):
-        raise ValueError(f"--format must be 'table' or 'json', got {fmt!r}")
     over: dict = {"store_root": store_root, "out_dir": out_dir}
     if tasks:
         over["tasks"] = [t.strip() for t in tasks.split(",")]
@@ -82,9 +81,16 @@ def learning_cmd(
     plots = save_plots(results, cfg.out_dir)
     res_path, table_path = save_results(cfg, results, summaries, seconds)
     rows = table_rows(summaries)
-    if fmt == "json":
+    if fmt is OutputFormat.json:
         typer.echo(json.dumps({"summaries": [asdict(s) for s in summaries], "plots": plots, "results": res_path,
                                "table": table_path, "seconds": seconds}, default=str))
+        return
+    if fmt is OutputFormat.csv:
+        from trajstore.display import TableData, render_tables
+
+        dicts = [asdict(s) for s in summaries]
+        render_tables([TableData("summaries", list(dicts[0]) if dicts else [], [tuple(d.values()) for d in dicts])],
+                      fmt)
         return
     out = Console(width=250)
     t = Table(title=f"learning benchmark ({n} runs, {seconds / 60:.1f} min)", title_justify="left")

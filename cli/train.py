@@ -1,21 +1,19 @@
 """``traj train``: parse options into a :class:`~trajstore.trainer.config.TrainConfig`, run the
-streaming SAO trainer, print a summary (``--format json`` for machines)."""
+streaming SAO trainer, print a summary (``--format json|csv`` for programs)."""
 
 from __future__ import annotations
 
-import json
-from typing import Literal
-
 import typer
 
-from trajstore.cli.main import app, friendly_errors
+from trajstore.cli.main import FormatOption, StoreArgument, app, friendly_errors
+from trajstore.display import OutputFormat
 from trajstore.trainer.config import CRITIC_TRAINABLE_PATTERN
 
 
 @app.command("train")
 @friendly_errors
 def train_cmd(
-    store: str = typer.Argument(..., help="store URI (local path or s3://bucket/prefix)"),
+    store: StoreArgument,
     model: str = typer.Option(..., "--model", help="HF directory, .gguf file, 'smollm2-135m', or "
                                                    "'tiny-llama' / 'tiny-qwen3-moe' (random, for tests)"),
     run_id: str = typer.Option(..., "--run-id", help="run id: records in runs/<id>/, weights in policies/<id>/"),
@@ -28,11 +26,11 @@ def train_cmd(
                                                                    "the data ends)"),
     where: str | None = typer.Option(None, "--where", help="DuckDB predicate over scalar columns, e.g. "
                                                            "\"status = 'completed'\""),
-    follow: bool = typer.Option(False, "--follow", help="keep waiting for new shards"),
+    follow: bool = typer.Option(False, "--follow/--no-follow", help="keep waiting for new shards"),
     idle_timeout: float | None = typer.Option(None, "--idle-timeout", help="with --follow: stop after this "
                                                                            "many seconds without data"),
     poll_interval: float = typer.Option(2.0, "--poll-interval", help="seconds between listings with --follow"),
-    resume: bool = typer.Option(False, "--resume", help="continue the run from its latest checkpoint"),
+    resume: bool = typer.Option(False, "--resume/--no-resume", help="continue the run from its latest checkpoint"),
     publish_every: int = typer.Option(1, "--publish-every", help="publish the policy every N steps "
                                                                  "(0: only v0 and the final one)"),
     checkpoint_every: int = typer.Option(10, "--checkpoint-every", help="checkpoint every N iterations"),
@@ -53,14 +51,15 @@ def train_cmd(
                                                  help="regex of the critic parameters that train (default: "
                                                       "MLP / MoE projections + value head; '' = all)"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N"),
-    tensorboard: bool = typer.Option(False, "--tensorboard", help="also write TensorBoard events"),
+    tensorboard: bool = typer.Option(False, "--tensorboard/--no-tensorboard", help="also write TensorBoard events"),
     seed: int = typer.Option(0, "--seed", help="random seed"),
-    fmt: Literal["text", "json"] = typer.Option("text", "--format", help="summary format: text | json"),
+    fmt: FormatOption = OutputFormat.table,
     storage_option: list[str] = typer.Option([], "--storage-option", help="fsspec option key=value (repeatable)"),
 ) -> None:
     """Train a policy with SAO on the trajectories of STORE, as they arrive."""
     from pydantic import ValidationError
 
+    from trajstore.display import print_command, render_record
     from trajstore.trainer.loop import train
 
     try:
@@ -78,12 +77,16 @@ def train_cmd(
     last = summary.history[-1] if summary.history else {}
     out = {"store": store, "run_id": run_id, "iterations": summary.iterations, "steps": summary.steps,
            "policy_version": summary.version, "last_metrics": last}
-    if fmt == "json":
-        typer.echo(json.dumps(out, indent=2))
-    else:
-        typer.echo(f"run {run_id}: {summary.iterations} iterations, {summary.steps} policy steps, "
-                   f"policy v{summary.version} published under {store}/policies/{run_id}/")
-        typer.echo(f"records: runs/{run_id}/steps and runs/{run_id}/consumed (query with traj sql)")
+    if fmt is not OutputFormat.table:
+        render_record("traj train", out, fmt)
+        return
+    from rich.console import Console
+
+    console = Console()
+    console.print(f"run {run_id}: {summary.iterations} iterations, {summary.steps} policy steps, "
+                  f"policy v{summary.version} published under {store}/policies/{run_id}/", highlight=False)
+    console.print(f"records: runs/{run_id}/steps and runs/{run_id}/consumed; per step:", highlight=False)
+    print_command(console, f"traj sql {store} \"SELECT * FROM step_metrics WHERE run_id = '{run_id}' ORDER BY step\"")
 
 
 def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed options
@@ -109,5 +112,5 @@ def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed opti
                         critic_warmup_steps=critic_warmup_steps, eps_low=eps_low, eps_high=eps_high),
         run=RunConfig(run_id=run_id, max_steps=max_steps, publish_every=publish_every,
                       checkpoint_every=checkpoint_every, device=device, tensorboard=tensorboard,
-                      progress=fmt == "text"),
+                      progress=fmt is OutputFormat.table),
     )

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import uuid
-
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import ClassVar
 
 import duckdb
 
@@ -22,13 +23,23 @@ from trajstore.audit.views import AuditError, sql_literal
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
 """Percentiles every distribution summary reports (nearest rank, see the module docstring)."""
 
+_NOT_CONSUMED = "no training run consumed the selected trajectories"
+
 EXACT_STALENESS_BUCKETS: int = 4
 """Staleness 0..3 versions get a bucket each; from 4 on, buckets double: [4, 7], [8, 15], ..."""
 
 
 @dataclass(frozen=True)
 class Report:
-    """Base of every report: named DuckDB relations (lazy; each fetch re-runs its query)."""
+    """Base of every report: named DuckDB relations (lazy; each fetch re-runs its query).
+
+    Class attributes (for display): ``KEYS`` maps a table to the columns that identify its rows
+    (kept in every part when a wide table is cut to fit a terminal); ``EMPTY`` says why a table
+    can have no rows.
+    """
+
+    KEYS: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    EMPTY: ClassVar[Mapping[str, str]] = {}
 
     def tables(self) -> dict[str, duckdb.DuckDBPyRelation]:
         """The report's relations by field name, in declaration order."""
@@ -59,6 +70,11 @@ class StalenessReport(Report):
     histogram: duckdb.DuckDBPyRelation
     unconsumed: duckdb.DuckDBPyRelation
 
+    KEYS = {"by_run": ("run_id",), "by_source": ("run_id", "source"), "histogram": ("run_id", "staleness"),
+            "unconsumed": ("source",)}
+    EMPTY = {"by_run": _NOT_CONSUMED, "by_source": _NOT_CONSUMED, "histogram": _NOT_CONSUMED,
+             "unconsumed": "no unconsumed trajectory has policy versions"}
+
 
 @dataclass(frozen=True)
 class ClipReport(Report):
@@ -76,6 +92,9 @@ class ClipReport(Report):
 
     by_step: duckdb.DuckDBPyRelation
     by_staleness: duckdb.DuckDBPyRelation
+
+    KEYS = {"by_step": ("run_id", "step"), "by_staleness": ("run_id", "staleness_lo", "staleness_hi")}
+    EMPTY = {"by_step": _NOT_CONSUMED, "by_staleness": _NOT_CONSUMED}
 
 
 @dataclass(frozen=True)
@@ -100,6 +119,10 @@ class CoverageReport(Report):
     not_trainable: duckdb.DuckDBPyRelation
     fidelity: duckdb.DuckDBPyRelation
 
+    KEYS = {"tokens": ("source", "token_source"), "not_trainable": ("source", "reason"), "fidelity": ("source", "flag")}
+    EMPTY = {"tokens": "no trajectories selected", "not_trainable": "every selected trajectory is trainable",
+             "fidelity": "no selected trajectory has a recorded fidelity gap"}
+
 
 @dataclass(frozen=True)
 class RewardReport(Report):
@@ -116,6 +139,9 @@ class RewardReport(Report):
     by_source: duckdb.DuckDBPyRelation
     histogram: duckdb.DuckDBPyRelation
 
+    KEYS = {"by_source": ("source",), "histogram": ("source", "bin")}
+    EMPTY = {"by_source": "no trajectories selected", "histogram": "no selected trajectory has a reward"}
+
 
 @dataclass(frozen=True)
 class LengthReport(Report):
@@ -131,12 +157,18 @@ class LengthReport(Report):
     by_source: duckdb.DuckDBPyRelation
     histogram: duckdb.DuckDBPyRelation
 
+    KEYS = {"by_source": ("source",), "histogram": ("source", "action_tokens_lo", "action_tokens_hi")}
+    EMPTY = {"by_source": "no trajectories selected", "histogram": "no trajectories selected"}
+
 
 @dataclass(frozen=True)
 class StatusReport(Report):
     """Per (source, status): ``trajectories`` and ``share`` (0..1) of the source's trajectories."""
 
     by_source: duckdb.DuckDBPyRelation
+
+    KEYS = {"by_source": ("source", "status")}
+    EMPTY = {"by_source": "no trajectories selected"}
 
 
 @dataclass(frozen=True)
@@ -153,6 +185,9 @@ class DuplicateReport(Report):
     summary: duckdb.DuckDBPyRelation
     ids: duckdb.DuckDBPyRelation
 
+    KEYS = {"summary": (), "ids": ("trajectory_id",)}
+    EMPTY = {"ids": "no trajectory id is stored twice"}
+
 
 @dataclass(frozen=True)
 class OverviewReport(Report):
@@ -160,6 +195,8 @@ class OverviewReport(Report):
     ``sources``, ``runs``, ``steps`` (distinct run/step pairs), ``consumed`` records."""
 
     totals: duckdb.DuckDBPyRelation
+
+    KEYS = {"totals": ()}
 
 
 # -- helpers -------------------------------------------------------------------------------
