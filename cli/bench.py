@@ -35,7 +35,6 @@ def learning_cmd(
     from dataclasses import asdict
 
     from rich.console import Console
-    from rich.table import Table
 
     from trajstore.trainer.learning_bench.harness import get_arm
     from trajstore.trainer.learning_bench.suite import (
@@ -92,11 +91,9 @@ def learning_cmd(
         render_tables([TableData("summaries", list(dicts[0]) if dicts else [], [tuple(d.values()) for d in dicts])],
                       fmt)
         return
-    out = Console(width=250)
-    t = Table(title=f"learning benchmark ({n} runs, {seconds / 60:.1f} min)", title_justify="left")
-    for c in rows[0]:
-        t.add_column(c, justify="right")
-    for r in rows:
-        t.add_row(*r.values())
-    out.print(t)
-    out.print(f"plots: {', '.join(plots)}\nresults: {res_path}\ntable: {table_path}")
+    from trajstore.display import TableData, render_tables
+
+    out = Console()
+    render_tables([TableData(f"learning benchmark ({n} runs, {seconds / 60:.1f} min)", list(rows[0]) if rows else [],
+                             [tuple(r.values()) for r in rows], keys=["task", "K", "lr", "arm"])], fmt, console=out)
+    out.print(f"plots: {', '.join(plots)}\nresults: {res_path}\ntable: {table_path}", highlight=False)
