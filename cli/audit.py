@@ -71,6 +71,10 @@ def stats_cmd(
     from trajstore import audit
     from trajstore.audit.views import run_ids
 
+    if plot is not None:  # before any work: a missing extra is one line, not tables then an error
+        from trajstore.audit.plots import require_matplotlib
+
+        require_matplotlib()
     s = open_existing_store(store, parse_storage_options(storage_option))
     if run is not None and run not in run_ids(s):
         raise audit.AuditError(f"run {run!r} not found under {s.url('runs')} (runs: {', '.join(run_ids(s)) or 'none'})")

@@ -17,7 +17,7 @@ from typing import Any
 
 from trajstore.audit.reports import ClipReport, LengthReport, Report, RewardReport, StalenessReport
 from trajstore.audit.views import AuditError
-from trajstore.errors import MissingExtraError
+from trajstore.extras import INSTALL_PLOT_EXTRA, require
 
 PLOTTABLE: tuple[type[Report], ...] = (StalenessReport, ClipReport, RewardReport, LengthReport)
 """Report types that have a picture; the others are tables only."""
@@ -236,6 +236,11 @@ def _groups(rep: Report) -> int:
     return len({r[0] for r in getattr(rep, rel).select(key).fetchall()})
 
 
+def require_matplotlib() -> None:
+    """Raise a one-line MissingExtraError naming the ``plot`` extra when matplotlib is missing."""
+    require(("matplotlib",), what="--plot", install=INSTALL_PLOT_EXTRA)
+
+
 def draw_reports(reports: Mapping[str, Report]) -> Any:
     """A matplotlib Figure with one section per plottable report (in the given order).
 
@@ -246,13 +251,12 @@ def draw_reports(reports: Mapping[str, Report]) -> Any:
     chosen = [rep for rep in reports.values() if isinstance(rep, PLOTTABLE)]
     if not chosen:
         raise AuditError("nothing to plot: --plot draws --staleness, --clip, --rewards and --lengths")
-    try:
-        import matplotlib
+    require_matplotlib()
+    import matplotlib
 
-        matplotlib.use("Agg")
-        from matplotlib.figure import Figure
-    except ImportError as e:
-        raise MissingExtraError("--plot needs matplotlib: pip install 'trajstore[plot]'") from e
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
     heights = []
     for rep in chosen:
         n = _groups(rep)
