@@ -37,6 +37,10 @@ def test_shares_always_have_three_decimals():
     assert _fmt("masked_below", [2 / 3, None]) == ["0.667", "-"]
     assert _fmt("perf/data_wait_frac", [1.2e-5]) == ["0.000"]
     assert _fmt("share", [1.0]) == ["1.000"]
+    # a share whose name does not say so is declared by the caller
+    assert column_formatter("solved", [1.0], share=True)(1.0) == "1.000"
+    out = _render([TableData("reward", ["version", "solved"], [(0, 0.0), (1, 1.0)], shares=["solved"])], 60)
+    assert "1.000" in out and "0.000" in out
 
 
 def test_float_columns_never_use_scientific_notation():
@@ -48,8 +52,9 @@ def test_float_columns_never_use_scientific_notation():
     assert _fmt("ratio_mean", [0.5086, -0.2796]) == ["0.509", "-0.280"]
     # largest 0.0145 is 10^-2 -> 3 + 1 = 4 decimals
     assert _fmt("loss", [0.0145, 0.00001]) == ["0.0145", "0.0000"]
-    # whole numbers stored as floats (an avg over a pivot) print as integers
-    assert _fmt("data/trajectories", [8.0, 4.0]) == ["8", "4"]
+    # a float column keeps its decimals when its values happen to be whole (largest 8 -> 3)
+    assert _fmt("data/trajectories", [8.0, 4.0]) == ["8.000", "4.000"]
+    assert _fmt("p50", [0.0, 1.0]) == ["0.000", "1.000"]
     assert _fmt("x", [float("nan"), 1.5]) == ["nan", "1.500"]
     assert _fmt("n", [3, None, 12]) == ["3", "-", "12"]
 

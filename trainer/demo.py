@@ -492,33 +492,29 @@ def reward_by_version_sql(run_id: str) -> str:
 
 
 def print_summary(result: DemoResult, console: Console) -> None:
-    """Render the audits and where to look next."""
-    from rich.table import Table
+    """Render the audits and where to look next (tables through :mod:`trajstore.display`, as
+    every command prints them)."""
+    from trajstore.display import TableData, print_command, render_tables
 
-    def table(title: str, rows: list[dict[str, Any]], cols: list[str]) -> Table:
-        t = Table(title=title, title_justify="left")
-        for c in cols:
-            t.add_column(c, justify="right")
-        for r in rows:
-            t.add_row(*["-" if r.get(c) is None else (f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]))
-                        for c in cols])
-        return t
+    def table(title: str, rows: list[dict[str, Any]], cols: list[str], keys: list[str]) -> TableData:
+        return TableData(title, cols, [tuple(r.get(c) for c in cols) for r in rows], keys=keys, shares=["solved"])
 
-    console.print(table("reward per policy version", result.reward_by_version,
-                        ["policy_version", "trajectories", "mean_reward", "solved", "consumed"]))
-    console.print(table("model calls per policy version, as recorded by traj proxy",
-                        [{"policy_version": v, "calls": n} for v, n in sorted(result.calls_by_version.items())],
-                        ["policy_version", "calls"]))
-    console.print(table("staleness of trained data (trainer version - policy version, in versions)",
-                        result.staleness, ["consumed", "action_tokens", "token_p50", "token_mean", "token_max",
-                                           "traj_max"]))
-    console.print(table("staleness histogram", result.staleness_histogram,
-                        ["staleness", "trajectories", "action_tokens"]))
-    console.print(table("DIS clip audit per step (fraction of action tokens masked)", result.clip,
-                        ["step", "trainer_version", "trajectories", "action_tokens", "masked_below",
-                         "masked_above", "ratio_mean"]))
-    console.print(table("critic explained variance per step (1 - Var(R - V) / Var(R); > 0: better than the "
-                        "mean return)", result.explained_variance, ["step", "explained_variance"]))
+    render_tables([
+        table("reward per policy version", result.reward_by_version,
+              ["policy_version", "trajectories", "mean_reward", "solved", "consumed"], ["policy_version"]),
+        table("model calls per policy version, as recorded by traj proxy",
+              [{"policy_version": v, "calls": n} for v, n in sorted(result.calls_by_version.items())],
+              ["policy_version", "calls"], ["policy_version"]),
+        table("staleness of trained data (trainer version - policy version, in versions)", result.staleness,
+              ["consumed", "action_tokens", "token_p50", "token_mean", "token_max", "traj_max"], []),
+        table("staleness histogram", result.staleness_histogram, ["staleness", "trajectories", "action_tokens"],
+              ["staleness"]),
+        table("DIS clip audit per step (share of action tokens masked)", result.clip,
+              ["step", "trainer_version", "trajectories", "action_tokens", "masked_below", "masked_above",
+               "ratio_mean"], ["step"]),
+        table("critic explained variance per step (1 - Var(R - V) / Var(R); > 0: better than the mean return)",
+              result.explained_variance, ["step", "explained_variance"], ["step"]),
+    ], "table", console=console)
     versions = result.policy_versions_seen
     max_stale = max((r.get("token_max") or 0 for r in result.staleness), default=0)
     plain = {"soft_wrap": True, "markup": False, "highlight": False}
@@ -528,10 +524,9 @@ def print_summary(result: DemoResult, console: Console) -> None:
         console.print(f"removed {result.freed_bytes / 2**30:.1f} GiB of superseded policy versions and checkpoints "
                       "(keep them with --keep-weights)", **plain)
     console.print(f"store: {result.store} (run {result.run_id}); look closer with:", **plain)
-    # commands a user copies: each on its own line, unstyled and never wrapped
-    console.print(f"traj stats {result.store} --run {result.run_id}", **plain)
-    console.print(f"traj sql {result.store} \"SELECT * FROM step_metrics WHERE run_id = '{result.run_id}' "
-                  "ORDER BY step\"", **plain)
+    print_command(console, f"traj stats {result.store} --run {result.run_id}")
+    print_command(console, f"traj sql {result.store} \"SELECT * FROM step_metrics WHERE run_id = '{result.run_id}' "
+                           "ORDER BY step\"")
 
 
 def result_to_dict(result: DemoResult) -> dict[str, Any]:

@@ -8,8 +8,8 @@ Number format (the ``table`` output; JSON and CSV keep full precision):
   have :data:`SHARE_DECIMALS` decimals: ``0.000``, ``0.250``, ``1.000``;
 - other float columns get one number of decimals per column from their largest magnitude: 3
   between 0.1 and 10, one fewer per power of ten above (``35.00``, ``777.6``, ``14160``), one more
-  per power of ten below (``0.0145``), at most :data:`MAX_DECIMALS`; none in a column of whole
-  numbers. Never scientific notation;
+  per power of ten below (``0.0145``), at most :data:`MAX_DECIMALS`; integer columns print as
+  integers. Never scientific notation;
 - missing values print as ``-``, times as ``YYYY-MM-DD HH:MM:SS+00:00``.
 
 Table layout (``render_tables``), chosen from the console width:
@@ -114,22 +114,26 @@ def _plain(v: Any) -> str:
 def _decimals(values: Iterable[float | int]) -> int:
     """Decimals for a float column, from its largest magnitude m: 3 for m in [0.1, 10) (like
     shares), one fewer per power of ten above (35.0 -> 2: ``35.00``; 29710 -> 0: ``29710``), one
-    more per power of ten below 0.1 (0.0145 -> 4: ``0.0145``), at most MAX_DECIMALS; none when
-    every value is a whole number (``8.0`` -> ``8``)."""
-    finite = [abs(float(x)) for x in values if math.isfinite(x)]
-    if all(x == int(x) for x in finite):
-        return 0
-    biggest = max(finite)
+    more per power of ten below 0.1 (0.0145 -> 4: ``0.0145``), at most MAX_DECIMALS. A float
+    column keeps its decimals even when every value is whole (``8.000``): the type says it is
+    a measurement, and the same column never prints ``1`` in one run and ``1.000`` in another."""
+    biggest = max((abs(float(x)) for x in values if math.isfinite(x)), default=0.0)
+    if biggest == 0.0:
+        return SHARE_DECIMALS
     e = math.floor(math.log10(biggest))
     return max(0, min(MAX_DECIMALS, SHARE_DECIMALS - e if e >= 0 else SHARE_DECIMALS - 1 - e))
 
 
-def column_formatter(name: str, values: Sequence[Any]) -> Callable[[Any], str]:
+def column_formatter(name: str, values: Sequence[Any], *, share: bool | None = None) -> Callable[[Any], str]:
     """The cell formatter of one column: shares with SHARE_DECIMALS decimals, other float columns
-    with one shared number of decimals (see :func:`_decimals`), ints as they are, missing as ``-``."""
+    with one shared number of decimals (see :func:`_decimals`), ints as they are, missing as ``-``.
+
+    Args:
+        share: the column holds shares in [0, 1]; None: decide by its name (:func:`is_share_column`).
+    """
     nums = [_number(v) for v in values]
     floats = [x for x in nums if isinstance(x, float)]
-    if floats and is_share_column(name):
+    if floats and (is_share_column(name) if share is None else share):
         places = SHARE_DECIMALS
     elif floats:
         places = _decimals(x for x in nums if x is not None)
@@ -182,6 +186,8 @@ class TableData:
             consumed the selected trajectories").
         wrap: prose columns that may wrap at spaces (a description); every other cell stays on
             one line.
+        shares: columns holding shares in [0, 1] whose names do not say so (``solved``); they
+            print like ``share_*`` columns.
     """
 
     name: str
@@ -190,6 +196,7 @@ class TableData:
     keys: Sequence[str] | None = None
     empty_note: str | None = None
     wrap: Sequence[str] = ()
+    shares: Sequence[str] = ()
 
 
 def infer_keys(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> tuple[str, ...]:
@@ -389,7 +396,7 @@ def print_table(console: Console, table: TableData) -> None:
     cols = []
     for i, name in enumerate(table.columns):
         values = [r[i] for r in rows]
-        fmt = column_formatter(name, values)
+        fmt = column_formatter(name, values, share=True if name in table.shares else None)
         cols.append(_Col(name, [fmt(v) for v in values], right=any(_number(v) is not None for v in values),
                          wrap=name in table.wrap))
     keys = list(table.keys) if table.keys is not None else list(infer_keys(table.columns, rows))
