@@ -117,3 +117,20 @@ def test_empty_report_says_why(tmp_store, tmp_path):
     assert texts == ["no training run consumed the selected trajectories", "no selected trajectory has a reward"]
     assert plot_reports({"clip": audit.clip_report(conn)}, tmp_path / "x.png") == ["clip"]
     assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_source_keeps_its_colour_in_every_section(many, tmp_path):
+    # the rewards show src-0 and src-2, the lengths src-0, src-1, src-2: src-2 is the second
+    # group of one section and the third of the other, and keeps one colour
+    where = "source IN ('src-0', 'src-1', 'src-2')"
+    reports = {"rewards": audit.reward_report(many, where="source IN ('src-0', 'src-2')"),
+               "lengths": audit.length_report(many, where=where)}
+    fig = _draw(tmp_path, "colours", reports)
+    colour_of = []
+    for i in range(2):
+        (ax,) = _section(fig, i)
+        handles, labels = ax.get_legend_handles_labels()
+        colour_of.append({label: h.patches[0].get_facecolor() for h, label in zip(handles, labels)})
+    assert set(colour_of[0]) == {"src-0", "src-2"} and set(colour_of[1]) == {"src-0", "src-1", "src-2"}
+    assert colour_of[0]["src-2"] == colour_of[1]["src-2"]
+    assert len(set(colour_of[1].values())) == 3

@@ -68,12 +68,16 @@ def _no_data(fig: Any, title: str, why: str) -> None:
     ax.set_yticks([])
 
 
-def _panels(fig: Any, groups: Sequence[str], title: str, sharey: bool = False) -> list[tuple[str, Any, Any]]:
-    """Axes for the groups: one shared axes (<= MAX_OVERLAID groups, one colour each) or one
+def _panels(fig: Any, groups: Sequence[str], title: str, colours: Mapping[str, int],
+            sharey: bool = False) -> list[tuple[str, Any, Any]]:
+    """Axes for the groups: one shared axes (<= MAX_OVERLAID groups, one colour each: from
+    `colours` (group -> palette index, the same in every section) when it has them all) or one
     axes per group (facets, one colour). Returns (group, axes, colour) per group."""
     fig.suptitle(title)
     if len(groups) <= MAX_OVERLAID:
         ax = fig.subplots()
+        if all(g in colours for g in groups):
+            return [(g, ax, _colour(colours[g])) for g in groups]
         return [(g, ax, _colour(i)) for i, g in enumerate(groups)]
     cols = min(FACET_COLUMNS, len(groups))
     rows = math.ceil(len(groups) / cols)
@@ -135,7 +139,7 @@ def _category_axis(axes: Sequence[Any], positions: Sequence[int], labels: Sequen
 # -- one section per report --------------------------------------------------------------------
 
 
-def _staleness(fig: Any, rep: StalenessReport) -> None:
+def _staleness(fig: Any, rep: StalenessReport, colours: Mapping[str, int]) -> None:
     title = "staleness of consumed action tokens"
     runs = _by(_rows(rep.histogram), "run_id")
     if not runs:
@@ -146,7 +150,7 @@ def _staleness(fig: Any, rep: StalenessReport) -> None:
     for run, rows in runs.items():
         total = sum(r["action_tokens"] for r in rows) or 1
         series[run] = {r["staleness"]: r["action_tokens"] / total for r in rows}
-    panels = _panels(fig, list(runs), title, sharey=True)
+    panels = _panels(fig, list(runs), title, colours, sharey=True)
     _bars(panels, series, positions, 1.0, positions)
     axes = _finish(panels, "staleness (trainer version - policy version)", "share of the run's action tokens", "run")
     _category_axis(axes, positions, None)
@@ -154,12 +158,12 @@ def _staleness(fig: Any, rep: StalenessReport) -> None:
         ax.set_ylim(0, 1.05 * max(max(v.values()) for v in series.values()))
 
 
-def _clip(fig: Any, rep: ClipReport) -> None:
+def _clip(fig: Any, rep: ClipReport, colours: Mapping[str, int]) -> None:
     title = "DIS-masked share of action tokens per step"
     runs = _by(_rows(rep.by_step), "run_id")
     if not runs:
         return _no_data(fig, title, "no training run consumed the selected trajectories")
-    panels = _panels(fig, list(runs), title, sharey=True)
+    panels = _panels(fig, list(runs), title, colours, sharey=True)
     top = 0.0
     for run, ax, colour in panels:
         rows = [r for r in runs[run] if r["masked_below"] is not None]
@@ -184,7 +188,7 @@ def _clip(fig: Any, rep: ClipReport) -> None:
                     color="0.4")
 
 
-def _rewards(fig: Any, rep: RewardReport) -> None:
+def _rewards(fig: Any, rep: RewardReport, colours: Mapping[str, int]) -> None:
     title = "rewards"
     sources = _by(_rows(rep.histogram), "source")
     if not sources:
@@ -196,7 +200,7 @@ def _rewards(fig: Any, rep: RewardReport) -> None:
     keys = sorted({r["bin"] for rows in sources.values() for r in rows})
     centres = [lo + (b + 0.5) * step if hi > lo else lo for b in keys]
     series = {s: {r["bin"]: r["trajectories"] for r in rows} for s, rows in sources.items()}
-    panels = _panels(fig, list(sources), title)
+    panels = _panels(fig, list(sources), title, colours)
     _bars(panels, series, centres, step, keys)
     axes = _finish(panels, "reward", "trajectories", "source")
     for ax in axes:
@@ -204,7 +208,7 @@ def _rewards(fig: Any, rep: RewardReport) -> None:
         ax.set_xlim(lo - 0.02 * (hi - lo), hi + 0.02 * (hi - lo)) if hi > lo else ax.set_xlim(lo - 1, lo + 1)
 
 
-def _lengths(fig: Any, rep: LengthReport) -> None:
+def _lengths(fig: Any, rep: LengthReport, colours: Mapping[str, int]) -> None:
     title = "action tokens per trajectory"
     sources = _by(_rows(rep.histogram), "source")
     if not sources:
@@ -217,7 +221,7 @@ def _lengths(fig: Any, rep: LengthReport) -> None:
     positions = list(range(min(found), max(found) + 1))
     labels = ["0" if k == 0 else "1" if k == 1 else f"{2 ** (k - 1)}-{2 ** k - 1}" for k in positions]
     series = {s: {index(r["action_tokens_lo"]): r["trajectories"] for r in rows} for s, rows in sources.items()}
-    panels = _panels(fig, list(sources), title)
+    panels = _panels(fig, list(sources), title, colours)
     _bars(panels, series, positions, 1.0, positions)
     axes = _finish(panels, "action tokens (power-of-two bins)", "trajectories", "source")
     _category_axis(axes, positions, labels)
@@ -225,15 +229,15 @@ def _lengths(fig: Any, rep: LengthReport) -> None:
         _integer_axis(ax.yaxis)
 
 
-_DRAW: dict[type[Report], Callable[[Any, Any], None]] = {
+_DRAW: dict[type[Report], Callable[[Any, Any, Mapping[str, int]], None]] = {
     StalenessReport: _staleness, ClipReport: _clip, RewardReport: _rewards, LengthReport: _lengths}
 
 
-def _groups(rep: Report) -> int:
-    """Runs or sources the report's picture shows (decides its height)."""
+def _groups(rep: Report) -> tuple[str, set[str]]:
+    """("run_id" or "source", the runs or sources the report's picture shows)."""
     rel, key = {StalenessReport: ("histogram", "run_id"), ClipReport: ("by_step", "run_id"),
                 RewardReport: ("histogram", "source"), LengthReport: ("histogram", "source")}[type(rep)]
-    return len({r[0] for r in getattr(rep, rel).select(key).fetchall()})
+    return key, {str(r[0]) for r in getattr(rep, rel).select(key).fetchall()}
 
 
 def require_matplotlib() -> None:
@@ -258,13 +262,19 @@ def draw_reports(reports: Mapping[str, Report]) -> Any:
     from matplotlib.figure import Figure
 
     heights = []
+    universe: dict[str, set[str]] = {}
     for rep in chosen:
-        n = _groups(rep)
-        heights.append(4.0 if n <= MAX_OVERLAID else 0.8 + 2.0 * math.ceil(n / FACET_COLUMNS))
+        key, names = _groups(rep)
+        universe.setdefault(key, set()).update(names)
+        heights.append(4.0 if len(names) <= MAX_OVERLAID else 0.8 + 2.0 * math.ceil(len(names) / FACET_COLUMNS))
+    colours: dict[str, int] = {}  # a run or source keeps its colour in every section
+    for names in universe.values():
+        if len(names) <= 10:  # the palette's distinct colours
+            colours.update({n: i for i, n in enumerate(sorted(names))})
     fig = Figure(figsize=(11, sum(heights)), layout="constrained")  # no pyplot: nothing global to close
     subfigs = fig.subfigures(len(chosen), 1, height_ratios=heights, squeeze=False)[:, 0]
     for sf, rep in zip(subfigs, chosen):
-        _DRAW[type(rep)](sf, rep)
+        _DRAW[type(rep)](sf, rep, colours)
     return fig
 
 
