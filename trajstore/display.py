@@ -277,7 +277,8 @@ def render_record(name: str, record: Mapping[str, Any], fmt: OutputFormat | str,
         return
     console = console or _stdout_console()
     _print_title(console, name)
-    console.print(_rich_table([_Col("field", list(flat)), _Col("value", [_cell_for(k, v) for k, v in flat.items()])]))
+    console.print(_rich_table([_Col("field", list(flat)),
+                               _Col("value", [_cell_for(k, v) for k, v in flat.items()], wrap=True)]))
 
 
 def flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -9,7 +9,6 @@ import pytest
 from trajstore.hub import load_tokenizer
 
 
-
 @pytest.fixture(scope="session")
 def tok():
     return load_tokenizer("smollm2-135m")
