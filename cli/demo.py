@@ -24,7 +24,8 @@ def demo_cmd(
     warmup_steps: int = typer.Option(1, "--critic-warmup-steps", min=0, help="critic-only steps first"),
     run_id: str | None = typer.Option(None, "--run-id", help="training run id (default demo-<UTC time>)"),
     seed: int = typer.Option(0, "--seed", help="seed of tasks and sampling"),
-    keep_weights: bool = typer.Option(False, "--keep-weights/--no-keep-weights", help="keep every published version and the "
+    keep_weights: bool = typer.Option(False, "--keep-weights/--no-keep-weights",
+                                      help="keep every published version and the "
                                       "checkpoint (about 0.5 GB per SmolLM2 version); default: only the last"),
     fmt: FormatOption = OutputFormat.table,
 ) -> None:

@@ -106,7 +106,8 @@ FormatOption = Annotated[OutputFormat, typer.Option(
 """``--format table|json|csv``: the output format, the same on every command (default ``table``)."""
 
 StorageOptions = Annotated[list[str], typer.Option(
-    "--storage-option", metavar="KEY=VALUE", help="fsspec option key=value for remote stores, e.g. endpoint_url=http://... "
+    "--storage-option", metavar="KEY=VALUE",
+    help="fsspec option key=value for remote stores, e.g. endpoint_url=http://... "
     "(repeatable)", show_default=False)]
 """``--storage-option key=value`` (repeatable); parse with :func:`parse_storage_options`."""
 

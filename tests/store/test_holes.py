@@ -202,5 +202,5 @@ def test_missing_remote_prefix_is_an_error(s3_store_uri: tuple[str, dict[str, An
     bucket_typo = "s3://no-such-bucket-xyz/store"
     r = CliRunner().invoke(app, ["stats", bucket_typo, *so])
     assert r.exit_code == 1 and "no store at" in r.output
-    r = CliRunner().invoke(app, ["info", uri, *so])
+    r = CliRunner().invoke(app, ["info", uri, *so, "--format", "json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["trajectories"] == 1
