@@ -43,10 +43,12 @@ from trajstore.errors import TrajstoreError, one_line
 
 
 def _tidy_params(command: Any, ctx: Any) -> None:
-    """Upper-case argument metavars (``STORE``, ``PATHS...``); flags take no value, so no type."""
+    """Upper-case argument metavars (``STORE``, ``PATHS...``; an argument taking several values
+    ends in ``...``); flags take no value, so no type."""
     for p in command.get_params(ctx):
-        if p.param_type_name == "argument" and p.metavar is None:
-            p.metavar = p.name.upper() + ("..." if p.nargs != 1 else "")
+        if p.param_type_name == "argument":
+            name = p.metavar or p.name.upper()
+            p.metavar = name + ("..." if p.nargs != 1 and not name.endswith("...") else "")
         elif getattr(p, "is_flag", False) and not getattr(p, "count", False) and p.metavar is None:
             p.metavar = ""
 
