@@ -273,3 +273,16 @@ def test_cli_exit_status(tmp_path, fix):
                            (["--format", "yaml"], "not an output format")]:
         r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), *args])
         assert r.exit_code == 2 and fragment in r.output, (args, r.output)
+
+
+def test_cli_progress_bar_on_a_terminal(tmp_path, fix, monkeypatch):
+    # On a terminal (forced here) the bar shows files, records and tokens; not when piped.
+    import trajstore.cli.ingest as cli_ingest
+
+    monkeypatch.setattr(cli_ingest, "PROGRESS_DELAY_S", 0.0)
+    tty = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "FORCE_COLOR": "1", "COLUMNS": "160"}
+    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), "--store", str(tmp_path / "s")], env=tty)
+    assert r.exit_code == 0 and "ingesting" in r.stderr
+    assert "files" in r.stderr and "records" in r.stderr and "tokens" in r.stderr
+    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), "--store", str(tmp_path / "s2")])
+    assert r.exit_code == 0 and "ingesting" not in r.stderr
