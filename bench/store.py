@@ -59,7 +59,6 @@ from trajstore.models import Span, Trajectory
 from trajstore.schema import SCALAR_COLUMNS, TRAJECTORY_SCHEMA_V1
 from trajstore.store import TRAJECTORIES_DIR
 from trajstore.validate import validate_trajectory
-from trajstore.writer import DEFAULT_FLUSH_ROWS
 
 VOCAB_SIZE = 49_152
 MEDIAN_TOKENS = 2_048

@@ -16,7 +16,7 @@ import pytest
 
 from trajstore import StoreWriter, Trajectory, TrajectoryBuilder, open_store, read_trajectories
 from trajstore.convert import trajectories_to_table
-from trajstore.errors import StoreError, TrajectoryValidationError
+from trajstore.errors import TrajectoryValidationError
 from trajstore.store import CorruptShardWarning
 from trajstore.validate import check_trajectory_id, find_violations
 
