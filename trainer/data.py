@@ -78,12 +78,15 @@ class Sample:
             ``behaviour_logprobs``).
         action_mask: bool (T,); True = token is a model action trained on (an engine action
             token without a log-prob is False: DIS cannot weigh it).
-        policy_version: int64 (T,); version that generated the token, -1 at non-action tokens.
+        policy_version: int64 (T,); version that generated the token, -1 at non-action tokens; for a
+            mixed-version action span (schema field ``policy_version_max``) the oldest version, so
+            staleness is never under-counted.
         inv_temperature: float32 (T,); 1 / sampling temperature of the token's action span
             (1 where unknown or not an action).
         reward: float, credited at the last action token.
         needs_behaviour: True for text-only data admitted with ``behaviour_logprobs="initial-policy"``.
         cursor: the stream's cursor right after this trajectory.
+        mixed_version_actions: action spans produced by several versions without a known boundary.
     """
 
     trajectory_id: str
@@ -98,6 +101,7 @@ class Sample:
     reward: float
     needs_behaviour: bool
     cursor: DataCursor
+    mixed_version_actions: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -407,6 +411,7 @@ class TrajectoryStream:
         full_lps = batch.logprobs_full()  # (N,) aligned with tokens; schema v2 stores action tokens only
         flat_spans = pc.list_flatten(table.column("spans").combine_chunks())
         temps = flat_spans.field("temperature").fill_null(1.0).to_numpy(zero_copy_only=False).astype(np.float32)
+        mixed = flat_spans.field("policy_version_max").is_valid().to_numpy(zero_copy_only=False)
         col = {c: table.column(c).to_pylist() for c in
                ("tokenizer", "token_source", "logprob_source", "trainable", "group_id", "num_tokens")}
         done = list(self._done)  # unchanged while this shard is read: one copy, shared by its rows' cursors
@@ -465,7 +470,7 @@ class TrajectoryStream:
             if text_only:
                 lps[:] = np.nan
             yield Sample(tid, col["group_id"][i], shard.name, row, tokens, lps, mask, pv, itemp,
-                         float(batch.reward[i]), text_only, cursor)
+                         float(batch.reward[i]), text_only, cursor, int(mixed[so:eo].sum()))
 
     def precheck(self) -> None:
         """Apply the refusals (tokenizer mismatch, text-only data without the opt-in) to every

@@ -398,6 +398,7 @@ def train_step(tr: Trainer, batch: StepBatch) -> tuple[dict[str, float], list[di
     stale = [trainer_version - v for s in batch.samples for v in s.policy_version[s.action_mask].tolist()]
     metrics["staleness/mean"] = sum(stale) / max(len(stale), 1)
     metrics["staleness/max"] = float(max(stale, default=0))
+    metrics["staleness/mixed_version_actions"] = float(sum(s.mixed_version_actions for s in batch.samples))
     metrics["reward/mean"] = sum(s.reward for s in batch.samples) / len(batch.samples)
     metrics["data/trajectories"] = float(len(batch.samples))
     metrics["data/action_tokens"] = float(n_tokens)

@@ -46,6 +46,8 @@ METRIC_DOCS: Mapping[str, str] = {
     "ratio/zero_grad": "fraction of action tokens that got no gradient",
     "staleness/mean": "mean staleness of action tokens (policy versions)",
     "staleness/max": "largest staleness of an action token (policy versions)",
+    "staleness/mixed_version_actions": "action spans of the step made by several policy versions without a known "
+                                       "boundary (counted at their oldest version)",
     "reward/mean": "mean trajectory reward of the step",
     "data/trajectories": "trajectories trained in the step (all ranks)",
     "data/action_tokens": "action tokens trained in the step (all ranks)",

@@ -55,7 +55,10 @@ class StalenessReport(Report):
             ``action_tokens``, per-token staleness (trainer_version - the action span's
             policy_version) ``token_p50/p90/p99/max/mean``, and per-trajectory staleness (trainer
             version - the oldest action span's version, i.e. the worst token)
-            ``traj_p50/p90/p99/max``.
+            ``traj_p50/p90/p99/max``, and ``mixed_version_actions``: consumed action spans whose
+            tokens came from several versions without a known boundary (span field
+            ``policy_version_max`` set); their tokens count at their oldest version, so the
+            staleness shown is an upper bound for them.
         by_source: the same per (run_id, source).
         histogram: per (run_id, staleness): ``action_tokens`` and ``trajectories`` at that value.
         unconsumed: per source, trajectories with versioned actions not consumed (by the selected
@@ -305,7 +308,8 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
     # share; re-deriving them per table read the spans column four times.
     tag = uuid.uuid4().hex[:12]
     vh, sel_t, c_t = f"_staleness_versions_{tag}", f"_staleness_sel_{tag}", f"_staleness_consumed_{tag}"
-    conn.execute(f"CREATE TEMP TABLE {vh} AS SELECT trajectory_id, policy_version, sum(num_tokens) AS n FROM spans "
+    conn.execute(f"CREATE TEMP TABLE {vh} AS SELECT trajectory_id, policy_version, sum(num_tokens) AS n, "
+                 f"count(policy_version_max) AS mixed FROM spans "
                  f"WHERE kind = 'action' AND policy_version IS NOT NULL GROUP BY trajectory_id, policy_version")
     conn.execute(f"CREATE TEMP TABLE {sel_t} AS WITH {_selected(conn, where)} SELECT trajectory_id, source, "
                  f"min_policy_version, max_policy_version FROM sel")
@@ -313,7 +317,8 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
                  f"s.source FROM consumed c JOIN {sel_t} s USING (trajectory_id) WHERE {_run_filter(run, 'c.run_id')}")
     tok_t, tr_t = f"_staleness_tok_{tag}", f"_staleness_tr_{tag}"
     conn.execute(f"CREATE TEMP TABLE {tok_t} AS SELECT c.run_id, c.step, c.trajectory_id, c.source, "
-                 f"c.trainer_version - v.policy_version AS staleness, v.n AS n FROM {c_t} c JOIN {vh} v "
+                 f"c.trainer_version - v.policy_version AS staleness, v.n AS n, v.mixed AS mixed "
+                 f"FROM {c_t} c JOIN {vh} v "
                  f"USING (trajectory_id)")
     conn.execute(f"CREATE TEMP TABLE {tr_t} AS SELECT run_id, step, trajectory_id, any_value(source) AS source, "
                  f"max(staleness) AS staleness FROM {tok_t} GROUP BY run_id, step, trajectory_id")
@@ -327,9 +332,10 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
             f"tp AS ({weighted_percentiles_sql('th', groups, 'staleness', 'n', 'token_')}), "
             f"rp AS ({weighted_percentiles_sql('trh', groups, 'staleness', 'n', 'traj_')}), "
             f"cnt AS (SELECT {g}, count(*) AS consumed FROM c GROUP BY {g}), "
-            f"ntok AS (SELECT {g}, sum(n) AS action_tokens FROM tok GROUP BY {g}) "
+            f"ntok AS (SELECT {g}, sum(n) AS action_tokens, sum(mixed) AS mixed_version_actions FROM tok "
+            f"GROUP BY {g}) "
             f"SELECT {g}, consumed, action_tokens, {_summary_columns('token_', 'max', 'mean')}, "
-            f"{_summary_columns('traj_', 'max')} "
+            f"{_summary_columns('traj_', 'max')}, mixed_version_actions "
             f"FROM cnt LEFT JOIN ntok USING ({g}) LEFT JOIN tp USING ({g}) LEFT JOIN rp USING ({g}) ORDER BY {g}")
 
     histogram = conn.sql(

@@ -26,6 +26,7 @@ from trajstore.schema import (
     SCALAR_COLUMNS,
     SCHEMA_VERSION,
     SPAN_FIELDS,
+    SPAN_FIELDS_NEW_IN_V2,
     SPAN_FIELDS_V1,
     STEP_SCHEMA,
     TRAJECTORY_SCHEMA,
@@ -111,9 +112,11 @@ def _v1_as_v2(f: pa.Field, present: set[str]) -> str:
         before = ("coalesce(list_sum(list_transform(list_filter(spans[1:i - 1], lambda p: p.kind = 'action'), "
                   "lambda p: p.\"end\" - p.start)), 0)")
         missing = "CASE WHEN logprob_source = 'none' THEN s.\"end\" - s.start ELSE 0 END"
-        return (f"list_transform(spans, lambda s, i: struct_pack({kept}, "
-                f"logprob_start := CASE WHEN {act} THEN {before} END, "
-                f"num_missing_logprobs := CASE WHEN {act} THEN {missing} END)) AS spans")
+        derived = {"logprob_start": f"CASE WHEN {act} THEN {before} END",
+                   "num_missing_logprobs": f"CASE WHEN {act} THEN {missing} END"}
+        added = ", ".join(f"{_quote_ident(g.name)} := {derived.get(g.name, f'NULL::{_duck_type(g.type)}')}"
+                          for g, _ in SPAN_FIELDS if g.name in SPAN_FIELDS_NEW_IN_V2)
+        return f"list_transform(spans, lambda s, i: struct_pack({kept}, {added})) AS spans"
     return _column_or_null(f, present)
 
 
