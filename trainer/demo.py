@@ -446,7 +446,7 @@ def prune_weights(store: Any, run_id: str) -> int:
 
     from trajstore.store import RUNS_DIR
     from trajstore.trainer.checkpoint import CHECKPOINTS_DIR
-    from trajstore.trainer.publish import latest_policy_version, list_policy_versions, version_dir
+    from trajstore.policies import latest_policy_version, list_policy_versions, version_dir
 
     latest = latest_policy_version(store, run_id)
     doomed = [store.path(version_dir(run_id, v)) for v in list_policy_versions(store, run_id) if v != latest]

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from trajstore.errors import StoreError, TrajstoreError
-from trajstore.policies import (  # noqa: F401 - the read side is re-exported for the trainer's callers
+from trajstore.policies import (
     CONFIG_FILE,
     LATEST_FILE,
     META_FILE,
@@ -34,10 +34,8 @@ from trajstore.policies import (  # noqa: F401 - the read side is re-exported fo
     PolicyNotFoundError,
     is_complete,
     latest_policy_version,
-    list_policy_versions,
     read_policy_meta,
     version_dir,
-    wait_for_policy_version,
 )
 from trajstore.store import POLICIES_DIR, Store, open_store
 

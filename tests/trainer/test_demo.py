@@ -46,7 +46,7 @@ def demo_run(tmp_path_factory):
 
 def test_demo_runs_the_asynchronous_loop(demo_run):
     from trajstore.reader import read_trajectories
-    from trajstore.trainer.publish import list_policy_versions
+    from trajstore.policies import list_policy_versions
 
     cfg, result = demo_run
     needed = (cfg.steps + cfg.critic_warmup_steps) * cfg.batch_size  # 3 iterations x 2 = 6
@@ -114,7 +114,8 @@ def test_prune_weights_keeps_only_the_latest_version(tmp_store):
 
     from trajstore.trainer.demo import prune_weights
     from trajstore.store import open_store
-    from trajstore.trainer.publish import list_policy_versions, publish_policy
+    from trajstore.policies import list_policy_versions
+    from trajstore.trainer.publish import publish_policy
 
     cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
                                    num_attention_heads=2, num_key_value_heads=1)

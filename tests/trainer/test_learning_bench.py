@@ -14,7 +14,7 @@ from trajstore.trainer.learning_bench.codec import CharCodec, CodecError
 from trajstore.trainer.learning_bench.harness import ARMS, BenchError, RunSpec, get_arm, run_one
 from trajstore.trainer.learning_bench.suite import SuiteConfig, summarise
 from trajstore.trainer.envs import GuessNumberTask, SequenceTask, TaskPhase, sample_episode
-from trajstore.trainer.publish import list_policy_versions
+from trajstore.policies import list_policy_versions
 
 
 def test_codec_round_trip_and_errors() -> None:

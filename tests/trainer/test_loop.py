@@ -15,7 +15,7 @@ from trajstore import open_store
 from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import TrainDataError
 from trajstore.trainer.loop import setup, train, train_step
-from trajstore.trainer.publish import list_policy_versions
+from trajstore.policies import list_policy_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
 from _train_synth import VOCAB, write_synthetic_store  # noqa: E402

@@ -417,7 +417,7 @@ def _prune_versions(store: Store, run_id: str, *, keep_from: int) -> None:
     """Delete published versions below `keep_from` (never v0: it is the untrained baseline);
     a run only ever loads ``latest - K``, and ~100 versions per run would fill the disk.
     The benchmark's stores are local directories."""
-    from trajstore.trainer.publish import list_policy_versions, version_dir
+    from trajstore.policies import list_policy_versions, version_dir
 
     if keep_from <= 1:
         return
