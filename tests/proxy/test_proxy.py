@@ -310,3 +310,19 @@ def test_sigterm_writes_open_episodes_as_aborted(fake_upstream, tmp_path):
 
 def test_eos_constant_matches_the_fake():
     assert EOS == REPLY_IDS[-1]
+
+
+def test_servers_accept_connections_with_nagle_off():
+    """Without TCP_NODELAY on the listening socket, uvicorn's two sends per response (head, body)
+    wait for the client's delayed ACK: ~40 ms per call on loopback (found with bench/proxy.py)."""
+    import socket
+
+    from trajstore.proxy.server import listening_socket
+
+    with listening_socket("127.0.0.1", 0) as lsock, socket.create_connection(lsock.getsockname()) as client:
+        conn, _ = lsock.accept()
+        with conn:
+            assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    busy = listening_socket("127.0.0.1", 0)
+    with busy, pytest.raises(OSError):
+        listening_socket("127.0.0.1", busy.getsockname()[1]).close()  # in use: a clear OSError, no leak

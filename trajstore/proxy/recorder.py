@@ -80,6 +80,33 @@ class Session:
     reward_raw: Any = None
     mixed_calls: list[dict[str, Any]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    recording: asyncio.Task[None] | None = None
+    """The call being recorded after its answer went out (each waits for the one before)."""
+    _idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self._idle.set()
+
+    def begin(self) -> None:
+        """A call started (it counts until its recording is done)."""
+        self.in_flight += 1
+        self._idle.clear()
+        self.last_active = time.monotonic()
+
+    def end(self) -> None:
+        """A call is answered and recorded (or failed)."""
+        self.in_flight = max(0, self.in_flight - 1)
+        self.last_active = time.monotonic()
+        if self.in_flight == 0:
+            self._idle.set()
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no call is in flight or being recorded; False after `timeout_s`."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     @property
     def group_id(self) -> str:

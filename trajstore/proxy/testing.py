@@ -132,14 +132,11 @@ class ServerThread:
     """Run an ASGI app with uvicorn on 127.0.0.1 in a daemon thread; ``with`` stops it."""
 
     def __init__(self, app: Any, port: int = 0):
-        import socket
-
         import uvicorn
 
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", port))
-        self.sock.listen(1024)
+        from trajstore.proxy.server import listening_socket
+
+        self.sock = listening_socket("127.0.0.1", port, backlog=1024)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
