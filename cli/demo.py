@@ -53,3 +53,5 @@ def demo_cmd(
                        if isinstance(v, list) and v and isinstance(v[0], dict)], fmt)
     else:
         print_summary(result, console)
+    if result.shortfall:  # the summary is printed, but the demo did not do what was asked
+        raise typer.Exit(1)
