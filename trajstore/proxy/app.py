@@ -7,8 +7,10 @@ Routes (each ``/v1/...`` route also exists under ``/s/<session>/v1/...``):
 * ``POST /s/<session>/reward`` ``{"reward": float, "raw": any}``;
 * ``POST /s/<session>/finish`` ``{"status": "completed", "reward": ..., "prompt_id": ..., "metadata":
   {...}}``: ends the episode and returns once its trajectories are durable in the store, with
-  their ids, final status, the policy version of each action and the token count;
-* ``GET /proxy/stats``: counters, per-version call counts, open sessions, weight sync state;
+  their ids, final status, the policy version of each action (``policy_versions``; the oldest
+  for a mixed-version call, whose newest is in ``policy_versions_max``, else null) and the token count;
+* ``GET /proxy/stats``: counters (``mixed_version_calls`` among them), per-version counts of the
+  calls made by one version, open sessions, weight sync state;
 * ``GET /health``.
 """
 
@@ -76,7 +78,8 @@ def label_versions(call: CallResult, ticket: Ticket, end: Ticket, default: int) 
     Per-token versions reported by the upstream (``weight_version_spans``) split the call;
     otherwise the upstream's single reported version, else the version the proxy loaded, is
     used, unless a reload happened while the call ran and the versions at its start and end
-    differ: then the call is flagged with both (min, max) and labelled with the older.
+    differ: then the call is flagged with both (min, max): one action span with
+    ``policy_version`` = min and ``policy_version_max`` = max, never one version alone.
 
     Args:
         ticket: the upstream's version and reload epoch when the call started.
@@ -577,6 +580,8 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
                              "trajectories": [t.trajectory_id for t in trajs],
                              "policy_versions": [sp.policy_version for t in trajs for sp in t.spans
                                                  if sp.kind == "action"],
+                             "policy_versions_max": [sp.policy_version_max for t in trajs for sp in t.spans
+                                                     if sp.kind == "action"],
                              "num_tokens": sum(len(t.tokens) for t in trajs)})
 
     return app
