@@ -218,17 +218,19 @@ PRODUCERS_DONE_GRACE_S = 10.0
 finished episode is already durable then: ``/finish`` returns after the write)."""
 
 
-def stop_waiting_when_closed(pipe: Any, data: Any, grace_s: float = PRODUCERS_DONE_GRACE_S) -> threading.Thread:
-    """Let a following trainer wait for data as long as `pipe` is open, then at most `grace_s`.
+def stop_waiting_when_closed(fd: int, data: Any, grace_s: float = PRODUCERS_DONE_GRACE_S) -> threading.Thread:
+    """Let a following trainer wait for data as long as the pipe `fd` is open, then at most `grace_s`.
 
-    A daemon thread reads `pipe` (the demo's end of it stays open while its agents play; it
-    also closes when the demo process dies) and at end of file sets ``data.idle_timeout_s``
-    (the live :class:`~trajstore.trainer.config.DataConfig` of the trainer's stream, which
-    reads it at every empty poll) to `grace_s`. Returns the thread.
+    A daemon thread reads file descriptor `fd` (the demo's end of the pipe stays open while its
+    agents play; it also closes when the demo process dies) and at end of file sets
+    ``data.idle_timeout_s`` (the live :class:`~trajstore.trainer.config.DataConfig` of the
+    trainer's stream, which reads it at every empty poll) to `grace_s`. It reads the raw
+    descriptor: a daemon thread blocked inside ``sys.stdin.buffer.read`` holds the buffer's lock
+    and aborts the interpreter at exit ("could not acquire lock for <stdin>"). Returns the thread.
     """
 
     def watch() -> None:
-        while pipe.read(4096):
+        while os.read(fd, 4096):
             pass
         data.idle_timeout_s = grace_s
 
@@ -247,7 +249,7 @@ def _train_child(config_path: str, threads: int) -> None:
     torch.set_num_threads(threads)
     cfg = TrainConfig.from_json(Path(config_path).read_text())
     tr = setup(cfg)
-    stop_waiting_when_closed(sys.stdin.buffer, tr.stream.cfg)
+    stop_waiting_when_closed(sys.stdin.fileno(), tr.stream.cfg)
     summary = train(cfg, trainer=tr)
     print(f"trainer done: {summary.iterations} iterations, {summary.steps} policy steps, "
           f"final version v{summary.version}", flush=True)

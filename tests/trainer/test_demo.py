@@ -162,7 +162,7 @@ def test_the_trainer_waits_while_the_demo_plays_then_stops(tmp_path):
                               tokenizer="tiny-llama", vocab_size=VOCAB)
     r, w = os.pipe()
     with os.fdopen(r, "rb") as producers, os.fdopen(w, "wb") as demo_end:
-        stop_waiting_when_closed(producers, stream.cfg, grace_s=0.1)
+        stop_waiting_when_closed(producers.fileno(), stream.cfg, grace_s=0.1)
         got: list = []
         reader = threading.Thread(target=lambda: got.append(stream.next_batch()), daemon=True)
         reader.start()
@@ -176,6 +176,23 @@ def test_the_trainer_waits_while_the_demo_plays_then_stops(tmp_path):
     reader.join(30)
     assert not reader.is_alive() and stream.cfg.idle_timeout_s == 0.1
     assert [s.trajectory_id for s in got[0].samples] == ["t00000"]
+
+
+def test_the_trainer_child_exits_cleanly_while_its_stdin_pipe_is_still_open():
+    """The watching thread must not hold Python's stdin buffer lock: a daemon thread blocked in
+    sys.stdin.buffer.read aborts the interpreter at exit (SIGABRT, exit code -6), which failed
+    a demo whose trainer had done all its steps."""
+    code = ("import sys, types\nfrom trajstore.trainer.demo import stop_waiting_when_closed\n"
+            "stop_waiting_when_closed(sys.stdin.fileno(), types.SimpleNamespace(idle_timeout_s=None))\n"
+            "print('trained')")
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        out, err = p.stdout.read(), p.stderr.read()  # the demo keeps its end of stdin open meanwhile
+        assert p.wait(timeout=60) == 0, err.decode()[-1000:]
+        assert out == b"trained\n"
+    finally:
+        p.stdin.close()
 
 
 def _result(steps_done: int):
