@@ -34,6 +34,9 @@ def demo_cmd(
     policy versions; then print staleness, clip audits and reward per policy version."""
     from rich.console import Console
 
+    from trajstore.extras import INSTALL_TRAIN_EXTRA, require
+
+    require(("torch", "transformers", "safetensors"), what="traj demo", install=INSTALL_TRAIN_EXTRA)
     from trajstore.trainer.demo import print_summary, result_to_dict, run_demo
 
     cfg = DemoConfig(store=store, model=model, steps=steps, episodes=episodes, max_new_tokens=max_new_tokens,

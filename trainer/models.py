@@ -59,6 +59,28 @@ def _tiny_config(kind: str, vocab_size: int):  # noqa: ANN202 - a transformers c
                           norm_topk_prob=True, decoder_sparse_step=1)
 
 
+def policy_identity(name: str, *, tokenizer: str | None = None) -> tuple[str, str]:
+    """(canonical model name, tokenizer identity) of a policy without loading its weights, so
+    that the data can be checked before the (slow) model load. Same values as
+    :func:`load_policy` records in :class:`LoadedPolicy`.
+
+    Raises:
+        TrajstoreError: unknown name or missing files (from :func:`trajstore.hub.resolve_model`).
+    """
+    if name in TINY_MODELS:
+        return name, tokenizer or name
+    ref = resolve_model(name)
+    canonical = ref.name
+    if ref.gguf_file is None:  # a HF directory: what from_pretrained records (reads config.json only)
+        from transformers import AutoConfig
+
+        try:
+            canonical = getattr(AutoConfig.from_pretrained(ref.directory), "_name_or_path", None) or ref.name
+        except (OSError, ValueError, KeyError) as e:
+            raise ModelLoadError(f"cannot read the config of model {name!r} in {ref.directory}: {e}") from e
+    return canonical, tokenizer or canonical
+
+
 def load_policy(name: str, *, tokenizer: str | None = None, tiny_vocab_size: int = 256, seed: int = 0) -> LoadedPolicy:
     """Build or load the policy.
 
@@ -119,10 +141,13 @@ class Critic(nn.Module):
         super().__init__()
         self.backbone = backbone
         self.value_head = nn.Linear(hidden_size, 1)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed + 1)
-            nn.init.normal_(self.value_head.weight, std=hidden_size ** -0.5)
+        # Zero weight and bias: every first value is exactly 0 (issue 14: a random head started the
+        # demo's critic at a mean of 1.8 against returns of ~0.28, so every advantage was mostly
+        # critic error). The head's gradient (value error x hidden state) is non-zero, so it moves
+        # on the first update and the backbone's gradient follows from the second.
+        nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
+        del seed  # the head is deterministic now; the argument stays for build_critic's callers
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         h = self.backbone(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state

@@ -17,9 +17,11 @@ weights file's header.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import shutil
 import tempfile
 import uuid
 from datetime import datetime, timezone
@@ -168,6 +170,47 @@ def _publish_remote(s: Store, rel: str, model: Any, meta: bytes, files: list[tup
         fs.pipe_file(s.path(rel, name), data)
     fs.pipe_file(meta_path, meta)
     fs.invalidate_cache(s.path(rel))
+
+
+def prune_versions(store: Store | str, run_id: str, *, keep: int) -> list[int]:
+    """Delete all but the `keep` newest complete published versions of `run_id`.
+
+    The version ``LATEST`` names and the one before it are never deleted, whatever `keep` says:
+    a rollout server that read ``LATEST`` a moment ago may still be loading the previous one.
+    Folders without ``meta.json`` (a publish in progress) are left alone.
+
+    Args:
+        keep: versions to keep (>= 2); 0 keeps every version.
+
+    Returns:
+        The versions deleted, ascending.
+
+    Raises:
+        ValueError: `keep` is 1 or negative.
+    """
+    if keep == 0:
+        return []
+    if keep < 2:
+        raise ValueError(f"keep must be 0 (all) or >= 2 (the latest and the one before), got {keep}")
+    s = open_store(store)
+    versions = list_policy_versions(s, run_id)
+    latest = latest_policy_version(s, run_id)
+    protected = set(versions[-keep:])
+    if latest is not None:
+        before = [v for v in versions if v < latest]
+        protected |= {latest, *before[-1:]}
+    doomed = [v for v in versions if v not in protected]
+    for v in doomed:
+        rel = version_dir(run_id, v)
+        if s.is_local:  # un-complete first (meta.json), so that no reader trusts a half-deleted version
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(s.path(rel, META_FILE))
+            shutil.rmtree(s.path(rel), ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                s.fs.rm_file(s.path(rel, META_FILE))
+            s.fs.rm(s.path(rel), recursive=True)
+    return doomed
 
 
 def load_policy_into(model: torch.nn.Module, store: Store | str, run_id: str, version: int | None = None, *,

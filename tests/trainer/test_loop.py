@@ -48,8 +48,9 @@ def test_smoke_three_steps_change_every_trainable_and_no_frozen_parameter(tmp_pa
     assert frozen and all(".mlp." not in n or ".mlp.gate.weight" in n for n in frozen)  # attention, norms, ...
     for n, p in tr.critic.named_parameters():
         assert torch.equal(p, crit0[n]) == (n in frozen), n
-    # published v0 (initial weights) and one version per policy step
-    assert list_policy_versions(tmp_path, "r") == [0, 1, 2, 3]
+    # published v0 (initial weights) and one version per policy step; --keep-versions 3 (default)
+    # pruned v0 once v3 was out
+    assert list_policy_versions(tmp_path, "r") == [1, 2, 3]
 
 
 def test_records_steps_consumed_and_config(tmp_path: Path) -> None:

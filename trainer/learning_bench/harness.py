@@ -267,7 +267,8 @@ def train_config(spec: RunSpec, store_uri: str) -> Any:
 
     arm = get_arm(spec.arm)
     codec = CharCodec()
-    algo = {"critic_warmup_steps": spec.critic_warmup_steps, **arm.algo}
+    # a fixed warm-up: the grid compares arms over the same number of policy steps
+    algo = {"critic_warmup_steps": spec.critic_warmup_steps, "critic_warmup_until": "budget", **arm.algo}
     return TrainConfig(
         store=store_uri,
         model=ModelConfig(name="tiny-llama", tokenizer=codec.name, tiny_vocab_size=codec.vocab_size, seed=spec.seed,
