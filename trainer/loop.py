@@ -243,7 +243,7 @@ def _resume_point(store: Store, cfg: TrainConfig, *, resume: bool) -> Checkpoint
     return ckpt
 
 
-def setup(cfg: TrainConfig, *, resume: bool = False) -> Trainer:
+def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) -> Trainer:
     """Check the store, the checkpoint and the data, then load models, optimisers, the data
     stream and the recorder; restore a checkpoint with `resume`.
 
@@ -254,7 +254,8 @@ def setup(cfg: TrainConfig, *, resume: bool = False) -> Trainer:
         StoreError: the store is not writable.
         CheckpointError: see :func:`_resume_point`; a checkpoint's tensors do not fit the model.
         TrainDataError: data the trainer refuses (:meth:`TrajectoryStream.precheck`), or nothing
-            to train on a fresh run without ``follow``.
+            to train on a fresh run without ``follow`` (unless `allow_empty`: a caller that writes
+            the data itself after setup, such as the learning benchmark).
     """
     env = D.init_distributed(cfg.run.device)
     store = open_store(cfg.store, storage_options=cfg.storage_options or None)
@@ -272,7 +273,7 @@ def setup(cfg: TrainConfig, *, resume: bool = False) -> Trainer:
     stream = TrajectoryStream(store, cfg.data, tokenizer=tokenizer, vocab_size=None, cursor=state.cursor,
                               list_shards=list_shards)
     census = stream.precheck()
-    if census.trainable == 0 and not cfg.data.follow and ckpt is None:
+    if census.trainable == 0 and not cfg.data.follow and ckpt is None and not allow_empty:
         raise TrainDataError(f"nothing to train in {store.uri}: {census.describe()}; nothing was written "
                              "(use --follow to wait for trajectories)")
     torch.manual_seed(cfg.model.seed)

@@ -167,7 +167,7 @@ def build_critic(policy: nn.Module, *, trainable_pattern: str | None = CRITIC_TR
             ``requires_grad=True``, every other parameter is frozen. Default
             :data:`CRITIC_TRAINABLE_PATTERN`. None = every parameter trains (the full-parameter
             critic ablation).
-        seed: seeds the value head's initialisation.
+        seed: unused (the value head starts at zero, see :class:`Critic`); kept for callers.
 
     Returns:
         The :class:`Critic` (float32, train mode, the policy's device).
