@@ -58,6 +58,13 @@ def train_cmd(
                                                  help="regex of the critic parameters that train (default: "
                                                       "MLP / MoE projections + value head; '' = all)"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N"),
+    strategy: str = typer.Option("ddp", "--strategy", help="ddp (whole models on every rank; small models) | fsdp "
+                                                            "(FSDP2: parameters, gradients and optimiser state "
+                                                            "sharded over the ranks; run under torchrun)"),
+    activation_checkpointing: bool = typer.Option(False, "--activation-checkpointing/--no-activation-checkpointing",
+                                                  help="recompute decoder layers in the backward pass (less memory)"),
+    publish_dtype: str = typer.Option("auto", "--publish-dtype", help="auto (bfloat16 when computing in bf16 on "
+                                                                      "CUDA, else float32) | bfloat16 | float32"),
     tensorboard: bool = typer.Option(False, "--tensorboard/--no-tensorboard", help="also write TensorBoard events"),
     seed: int = typer.Option(0, "--seed", help="random seed"),
     fmt: FormatOption = OutputFormat.table,
@@ -123,7 +130,8 @@ def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed opti
             where, follow, idle_timeout, poll_interval, publish_every, checkpoint_every, keep_checkpoints,
             keep_versions, behaviour_logprobs, tokenizer, advantage, policy_loss, critic_updates,
             critic_warmup_steps, critic_warmup_until, policy_lr, critic_lr, eps_low,
-            eps_high, critic_trainable_pattern, device, tensorboard, seed, fmt, storage_option=(), **_ignored):
+            eps_high, critic_trainable_pattern, device, strategy, activation_checkpointing, publish_dtype, tensorboard,
+            seed, fmt, storage_option=(), **_ignored):
     """The TrainConfig for the parsed options (pydantic validates every field)."""
     from trajstore.cli.audit import parse_storage_options
     from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
@@ -143,7 +151,9 @@ def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed opti
                         eps_low=eps_low, eps_high=eps_high),
         run=RunConfig(run_id=run_id, max_steps=max_steps, publish_every=publish_every,
                       checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,
-                      keep_versions=keep_versions, device=device, tensorboard=tensorboard,
+                      keep_versions=keep_versions, device=device, strategy=strategy,
+                      activation_checkpointing=activation_checkpointing, publish_dtype=publish_dtype,
+                      tensorboard=tensorboard,
                       progress=fmt is OutputFormat.table),
     )
 

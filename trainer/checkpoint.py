@@ -14,10 +14,12 @@ moment leaves the previous committed checkpoint intact. Tensors are loaded with
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import random
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -123,15 +125,18 @@ class _LatestFile(BaseModel):
 
 @dataclass
 class Checkpoint:
-    """A loaded checkpoint: state dicts (CPU tensors), the counters and the saved config JSON."""
+    """A loaded checkpoint: state dicts (CPU tensors), the counters and the saved config JSON.
+    A sharded checkpoint (FSDP, ``sharded``) carries no state dicts here: its tensors are loaded
+    into the sharded models by :func:`load_checkpoint_sharded`."""
 
     path: str
     state: TrainerState
-    policy: dict[str, torch.Tensor]
+    policy: dict[str, torch.Tensor] | None
     critic: dict[str, torch.Tensor] | None
-    optim: dict[str, Any]
+    optim: dict[str, Any] | None
     rng: dict[str, Any]
     config_json: str
+    sharded: bool = False
 
 
 def _ckpt_root(run_id: str) -> str:
@@ -168,10 +173,40 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _write_small(path: str, data: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(data)
+
+
+def _commit_folder(store: Store, rel: str, fill: Callable[[str], None]) -> None:
+    """Have `fill(folder)` write a checkpoint's files into a local folder, then make them appear
+    at `rel`: locally by renaming a fsynced ``_tmp/`` folder into place (atomic), on object stores
+    by uploading each file from a local temporary folder (``LATEST``, written after, commits)."""
+    if store.is_local:
+        with store.local_dir_commit(rel, prefix="ckpt-") as tmp:  # replaces an uncommitted leftover
+            fill(tmp)
+        return
+    with tempfile.TemporaryDirectory(prefix="trajstore-ckpt-") as tmp:
+        fill(tmp)
+        for fname in sorted(os.listdir(tmp)):
+            store.fs.put_file(os.path.join(tmp, fname), store.path(rel, fname))
+
+
+def _commit_latest(store: Store, run_id: str, state: TrainerState, keep: int) -> None:
+    name = f"it{state.iteration:08d}"
+    store.write_bytes(f"{_ckpt_root(run_id)}/{LATEST_FILE}",
+                      json.dumps({"iteration": state.iteration, "dir": name}).encode())
+    _prune(store, run_id, keep=keep, latest=name)
+
+
 def save_checkpoint(store: Store, run_id: str, *, state: TrainerState, policy: torch.nn.Module,
                     critic: torch.nn.Module | None, optimizers: Mapping[str, torch.optim.Optimizer],
                     config_json: str, keep: int = 2) -> str:
     """Write a checkpoint atomically and make it the latest; prune older ones beyond `keep`.
+
+    Whole (unsharded) state dicts, one ``.pt`` file each, written by ``torch.save`` straight to
+    the file (never a second copy of the weights in memory). For FSDP-sharded models see
+    :func:`save_checkpoint_sharded`.
 
     Returns:
         The store-relative folder of the checkpoint.
@@ -179,28 +214,120 @@ def save_checkpoint(store: Store, run_id: str, *, state: TrainerState, policy: t
     Raises:
         OSError: the filesystem refused a write (the previous checkpoint stays the latest).
     """
-    name = f"it{state.iteration:08d}"
-    rel = f"{_ckpt_root(run_id)}/{name}"
-    files = {
-        "policy.pt": _tensor_bytes(policy.state_dict()),
-        "critic.pt": _tensor_bytes(critic.state_dict() if critic is not None else {}),
-        "optim.pt": _tensor_bytes({k: o.state_dict() for k, o in optimizers.items()}),
-        "rng.pt": _tensor_bytes(rng_state()),
-        "state.json": state.to_json().encode(),
-        "config.json": config_json.encode(),
-    }
-    if store.is_local:
-        with store.local_dir_commit(rel, prefix="ckpt-") as tmp:  # replaces an uncommitted leftover
-            for fname, data in files.items():
-                with open(os.path.join(tmp, fname), "wb") as fh:
-                    fh.write(data)
-    else:
-        for fname, data in files.items():
-            store.fs.pipe_file(store.path(rel, fname), data)
-    store.write_bytes(f"{_ckpt_root(run_id)}/{LATEST_FILE}",
-                      json.dumps({"iteration": state.iteration, "dir": name}).encode())
-    _prune(store, run_id, keep=keep, latest=name)
+    rel = f"{_ckpt_root(run_id)}/it{state.iteration:08d}"
+
+    def fill(folder: str) -> None:
+        torch.save(policy.state_dict(), os.path.join(folder, "policy.pt"))
+        torch.save(critic.state_dict() if critic is not None else {}, os.path.join(folder, "critic.pt"))
+        torch.save({k: o.state_dict() for k, o in optimizers.items()}, os.path.join(folder, "optim.pt"))
+        torch.save(rng_state(), os.path.join(folder, "rng.pt"))
+        _write_small(os.path.join(folder, "state.json"), state.to_json().encode())
+        _write_small(os.path.join(folder, "config.json"), config_json.encode())
+
+    _commit_folder(store, rel, fill)
+    _commit_latest(store, run_id, state, keep)
     return rel
+
+
+SHARDED_METADATA = ".metadata"
+"""The file torch.distributed.checkpoint writes beside its shards; its presence marks a sharded
+checkpoint folder (``.metadata`` + ``__<rank>_0.distcp`` instead of the ``.pt`` files)."""
+
+
+def _sharded_state(modules: Mapping[str, torch.nn.Module],
+                   optimizers: Mapping[str, torch.optim.Optimizer]) -> dict[str, Any]:
+    """The DCP state of FSDP-sharded modules and their optimisers, keyed ``model/<name>`` and
+    ``optim/<name>`` (parameter-name keyed, so it reshards to any world size).
+
+    Pass only optimisers that have stepped: for one without state, torch's
+    ``get_optimizer_state_dict`` runs a zero-gradient step to create it, which advances Adam's
+    step counter and changes every later update (a policy optimiser checkpointed during the
+    critic warm-up would then diverge from an uninterrupted run)."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    out: dict[str, Any] = {f"model/{k}": get_model_state_dict(m) for k, m in modules.items()}
+    out.update({f"optim/{k}": get_optimizer_state_dict(modules[k], o) for k, o in optimizers.items()})
+    return out
+
+
+def save_checkpoint_sharded(store: Store, run_id: str, *, state: TrainerState,
+                            modules: Mapping[str, torch.nn.Module], optimizers: Mapping[str, torch.optim.Optimizer],
+                            config_json: str, keep: int, is_main: bool,
+                            broadcast: Callable[[Any], Any], barrier: Callable[[], None]) -> str:
+    """Write a checkpoint of FSDP-sharded models with torch.distributed.checkpoint (every rank
+    writes its own shards, nobody gathers whole weights), atomically, and make it the latest.
+    Called on every rank; `broadcast` / `barrier` are the job's collectives. Resumable at any
+    world size (:func:`load_checkpoint_sharded`).
+
+    Args:
+        modules: the sharded roots by name (``policy``, ``critic``); optimizers: by the same names.
+        is_main: this is rank 0 (writes the small files, renames, commits ``LATEST``).
+
+    Returns:
+        The store-relative folder of the checkpoint.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    rel = f"{_ckpt_root(run_id)}/it{state.iteration:08d}"
+    sd = _sharded_state(modules, {k: o for k, o in optimizers.items() if o.state})
+    small = {"rng.pt": _tensor_bytes(rng_state()), "state.json": state.to_json().encode(),
+             "config.json": config_json.encode()}
+    if store.is_local:
+        ctx = store.local_dir_commit(rel, prefix="ckpt-") if is_main else contextlib.nullcontext(None)
+        with ctx as tmp:
+            tmp = broadcast(tmp)
+            dcp.save(sd, storage_writer=dcp.FileSystemWriter(tmp))
+            if is_main:
+                for fname, data in small.items():
+                    _write_small(os.path.join(tmp, fname), data)
+            barrier()  # every rank's shards are written before rank 0 renames the folder
+    else:
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+        dcp.save(sd, storage_writer=FsspecWriter(store.url(rel), **store.storage_options))
+        if is_main:
+            for fname, data in small.items():
+                store.fs.pipe_file(store.path(rel, fname), data)
+        barrier()
+    if is_main:
+        _commit_latest(store, run_id, state, keep)
+    barrier()
+    return rel
+
+
+def load_checkpoint_sharded(store: Store, ckpt: Checkpoint, modules: Mapping[str, torch.nn.Module],
+                            optimizers: Mapping[str, torch.optim.Optimizer]) -> None:
+    """Load a sharded checkpoint into FSDP-sharded `modules` and their `optimizers` (every
+    rank), resharding to the current world size.
+
+    Raises:
+        CheckpointError: the shards are missing, unreadable or do not fit the models.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+    if store.is_local:
+        reader: Any = dcp.FileSystemReader(store.path(ckpt.path))
+    else:
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+        reader = FsspecReader(store.url(ckpt.path), **store.storage_options)
+    try:
+        saved = {key.split(".", 1)[0] for key in reader.read_metadata().state_dict_metadata}
+        missing = [f"model/{k}" for k in modules if not any(x.startswith(f"model/{k}") for x in saved)]
+        if missing:
+            raise ValueError(f"no {', '.join(missing)} in it")
+        # optimisers that had not stepped when the checkpoint was taken stay fresh
+        optimizers = {k: o for k, o in optimizers.items() if any(x.startswith(f"optim/{k}") for x in saved)}
+        sd = _sharded_state(modules, optimizers)
+        dcp.load(sd, storage_reader=reader)
+    except Exception as e:  # noqa: BLE001 - DCP wraps per-rank failures in its own exception types
+        raise CheckpointError(f"checkpoint {store.url(ckpt.path)} does not fit the sharded models: "
+                              f"{_one_line(e)}") from None
+    for k, m in modules.items():
+        set_model_state_dict(m, sd[f"model/{k}"])
+    for k, o in optimizers.items():
+        set_optimizer_state_dict(modules[k], o, sd[f"optim/{k}"])
 
 
 def _prune(store: Store, run_id: str, *, keep: int, latest: str) -> None:
@@ -302,10 +429,24 @@ def load_latest_checkpoint(store: Store, run_id: str, *, map_location: str = "cp
         TrainConfig.from_json(config_json)
     except (ValueError, ValidationError) as e:
         raise CheckpointError(f"checkpoint file {store.url(rel, 'config.json')} is invalid: {_one_line(e)}") from None
+    rng = load("rng.pt", rng_check)
+    if store.fs.exists(store.path(rel, SHARDED_METADATA)):
+        import torch.distributed.checkpoint as dcp
+
+        try:
+            if store.is_local:
+                dcp.FileSystemReader(store.path(rel)).read_metadata()
+            elif not store.fs.cat_file(store.path(rel, SHARDED_METADATA)):
+                raise ValueError("empty file")
+        except Exception as e:  # noqa: BLE001 - a damaged .metadata is a pickle or I/O error
+            raise CheckpointError(f"checkpoint file {store.url(rel, SHARDED_METADATA)} is unreadable: "
+                                  f"{_one_line(e)}") from None
+        return Checkpoint(path=rel, state=state, policy=None, critic=None, optim=None, rng=rng,
+                          config_json=config_json, sharded=True)
     policy = load("policy.pt", lambda o: _check_tensor_dict(o, "policy.pt"))
     critic = load("critic.pt", lambda o: _check_tensor_dict(o, "critic.pt"))
     return Checkpoint(path=rel, state=state, policy=policy, critic=critic or None,
-                      optim=load("optim.pt", optim_check), rng=load("rng.pt", rng_check), config_json=config_json)
+                      optim=load("optim.pt", optim_check), rng=rng, config_json=config_json)
 
 
 def load_state_dict_checked(module: torch.nn.Module, state: Mapping[str, torch.Tensor], *, what: str) -> None:

@@ -163,7 +163,17 @@ class RunConfig(_Section):
     keep_versions: int = Field(3, ge=0, description="published policy versions kept (0 = all); the latest and "
                                                     "the one before are always kept, so at least 2")
     device: str = Field("auto", description="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:N'")
-    bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU: float32 there)")
+    bf16: bool = Field(True, description="bf16 compute on CUDA (ddp: autocast over float32 weights; fsdp: bf16 "
+                                         "parameters with float32 gradient reduction and optimiser state); "
+                                         "ignored on CPU: float32 there")
+    strategy: Literal["ddp", "fsdp"] = Field("ddp", description="ddp = every rank holds whole models (small models); "
+                                             "fsdp = FSDP2 shards parameters, gradients and optimiser state over "
+                                             "the ranks (when policy + critic do not fit one device)")
+    activation_checkpointing: bool = Field(False, description="recompute each decoder layer's activations in the "
+                                                              "backward pass (less memory, ~1 more forward pass)")
+    publish_dtype: Literal["auto", "bfloat16", "float32"] = Field(
+        "auto", description="dtype of published weights; auto = bfloat16 when the run computes in bf16 (CUDA), "
+                            "else float32")
     tensorboard: bool = Field(False, description="also write TensorBoard events to runs/<run_id>/tensorboard "
                                                  "(local stores only)")
     progress: bool = Field(True, description="rich progress bar on the terminal")

@@ -38,11 +38,13 @@ from trajstore.trainer.checkpoint import (
     Checkpoint,
     CheckpointError,
     TrainerState,
+    load_checkpoint_sharded,
     load_latest_checkpoint,
     load_optimizer_checked,
     load_state_dict_checked,
     read_latest_pointer,
     save_checkpoint,
+    save_checkpoint_sharded,
     set_rng_state,
 )
 from trajstore.trainer.config import TrainConfig
@@ -66,6 +68,7 @@ from trajstore.trainer.models import (
     LoadedPolicy,
     PolicyLogprobs,
     build_critic,
+    decoder_layers,
     load_policy,
     policy_identity,
 )
@@ -257,7 +260,7 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
             to train on a fresh run without ``follow`` (unless `allow_empty`: a caller that writes
             the data itself after setup, such as the learning benchmark).
     """
-    env = D.init_distributed(cfg.run.device)
+    env = D.init_distributed(cfg.run.device, strategy=cfg.run.strategy)
     store = open_store(cfg.store, storage_options=cfg.storage_options or None)
     check_writable(store)
     if env.is_main:
@@ -281,36 +284,13 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
                          seed=cfg.model.seed)
     stream.vocab_size = loaded.vocab_size
     stream.check_vocabulary(census)  # still before the first write
-    behaviour = None
-    if cfg.data.behaviour_logprobs == "initial-policy":
-        # frozen copy of the *initial* weights (the checkpoint keeps it implicit: on resume the
-        # initial weights are rebuilt from the model source, never from the current policy)
-        behaviour = PolicyLogprobs(copy.deepcopy(loaded.model)).to(env.device).eval().requires_grad_(False)
-    critic = build_critic(loaded.model, trainable_pattern=cfg.model.critic_trainable_pattern,
-                          seed=cfg.model.seed) \
-        if cfg.algo.advantage == "sao-gae" else None
-    if ckpt is not None:
-        load_state_dict_checked(loaded.model, ckpt.policy, what=store.url(ckpt.path, "policy.pt"))
-        if critic is not None:
-            if ckpt.critic is None:
-                raise CheckpointError(f"checkpoint {store.url(ckpt.path)} has no critic (trained with a baseline)")
-            load_state_dict_checked(critic, ckpt.critic, what=store.url(ckpt.path, "critic.pt"))
-    loaded.model.to(env.device)
-    policy = D.wrap(PolicyLogprobs(loaded.model), env)
-    optimizers = {"policy": torch.optim.AdamW(
-        [p for p in loaded.model.parameters() if p.requires_grad], lr=cfg.optim.policy_lr,
-        betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay)}
-    if critic is not None:
-        critic.to(env.device)
-        optimizers["critic"] = torch.optim.AdamW(
-            [p for p in critic.parameters() if p.requires_grad], lr=cfg.optim.critic_lr,
-            betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay)
-        critic = D.wrap(critic, env)
+    if ckpt is not None and ckpt.sharded != (cfg.run.strategy == "fsdp"):
+        raise CheckpointError(f"checkpoint {store.url(ckpt.path)} was written with --strategy "
+                              f"{'fsdp' if ckpt.sharded else 'ddp'}; resume it with that strategy (any world size)")
+    build = _models_fsdp if cfg.run.strategy == "fsdp" else _models_ddp
+    policy, critic, behaviour, optimizers = build(cfg, env, loaded, store, ckpt)
     if ckpt is not None:
         for k, o in optimizers.items():
-            if k not in ckpt.optim:
-                raise CheckpointError(f"checkpoint file {store.url(ckpt.path, 'optim.pt')} has no {k} optimiser")
-            load_optimizer_checked(o, ckpt.optim[k], what=store.url(ckpt.path, "optim.pt"))
             for g in o.param_groups:  # the resolved config's hyper-parameters, not the saved ones
                 g.update(lr=cfg.optim.policy_lr if k == "policy" else cfg.optim.critic_lr,
                          betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay)
@@ -343,15 +323,114 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
     return tr
 
 
+Models = tuple[nn.Module, "nn.Module | None", "PolicyLogprobs | None", dict[str, torch.optim.Optimizer]]
+"""(policy, critic or None, behaviour policy or None, optimisers by name) as the loop uses them."""
+
+
+def _optimizers(cfg: TrainConfig, policy_params: list[nn.Parameter],
+                critic_params: list[nn.Parameter] | None) -> dict[str, torch.optim.Optimizer]:
+    out = {"policy": torch.optim.AdamW(policy_params, lr=cfg.optim.policy_lr, betas=cfg.optim.betas,
+                                       weight_decay=cfg.optim.weight_decay)}
+    if critic_params is not None:
+        out["critic"] = torch.optim.AdamW(critic_params, lr=cfg.optim.critic_lr, betas=cfg.optim.betas,
+                                          weight_decay=cfg.optim.weight_decay)
+    return out
+
+
+def _critic_of(cfg: TrainConfig, loaded: LoadedPolicy) -> Critic | None:
+    if cfg.algo.advantage != "sao-gae":
+        return None
+    return build_critic(loaded.model, trainable_pattern=cfg.model.critic_trainable_pattern, seed=cfg.model.seed)
+
+
+def _behaviour_of(cfg: TrainConfig, loaded: LoadedPolicy) -> PolicyLogprobs | None:
+    """A frozen copy of the *initial* weights for text-only data (the checkpoint keeps it
+    implicit: on resume the initial weights are rebuilt from the model source)."""
+    if cfg.data.behaviour_logprobs != "initial-policy":
+        return None
+    return PolicyLogprobs(copy.deepcopy(loaded.model)).eval().requires_grad_(False)
+
+
+def _models_ddp(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy, store: Store,
+                ckpt: Checkpoint | None) -> Models:
+    """Whole models on every rank (DDP-wrapped with several ranks); a checkpoint's state dicts
+    are loaded before wrapping."""
+    behaviour = _behaviour_of(cfg, loaded)
+    critic = _critic_of(cfg, loaded)
+    if ckpt is not None:
+        load_state_dict_checked(loaded.model, ckpt.policy, what=store.url(ckpt.path, "policy.pt"))
+        if critic is not None:
+            if ckpt.critic is None:
+                raise CheckpointError(f"checkpoint {store.url(ckpt.path)} has no critic (trained with a baseline)")
+            load_state_dict_checked(critic, ckpt.critic, what=store.url(ckpt.path, "critic.pt"))
+    if cfg.run.activation_checkpointing:
+        for m in (loaded.model, critic):
+            if m is not None:
+                for layer in decoder_layers(m):
+                    D.checkpoint_activations(layer)
+    loaded.model.to(env.device)
+    if behaviour is not None:
+        behaviour.to(env.device)
+    policy = D.wrap(PolicyLogprobs(loaded.model), env)
+    if critic is not None:
+        critic.to(env.device)
+    optimizers = _optimizers(cfg, [p for p in loaded.model.parameters() if p.requires_grad],
+                             [p for p in critic.parameters() if p.requires_grad] if critic is not None else None)
+    if critic is not None:
+        critic = D.wrap(critic, env)
+    if ckpt is not None:
+        for k, o in optimizers.items():
+            if k not in ckpt.optim:
+                raise CheckpointError(f"checkpoint file {store.url(ckpt.path, 'optim.pt')} has no {k} optimiser")
+            load_optimizer_checked(o, ckpt.optim[k], what=store.url(ckpt.path, "optim.pt"))
+    return policy, critic, behaviour, optimizers
+
+
+def _models_fsdp(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy, store: Store,
+                 ckpt: Checkpoint | None) -> Models:
+    """Policy and critic each sharded with FSDP2 (one group per decoder layer, the rest in the
+    root); optimisers over the sharded parameters; a sharded checkpoint resharded into them."""
+    behaviour = _behaviour_of(cfg, loaded)
+    critic = _critic_of(cfg, loaded)
+    bf16, ac = cfg.run.bf16, cfg.run.activation_checkpointing
+    loaded.model.to(env.device)
+    policy = D.shard(PolicyLogprobs(loaded.model), decoder_layers(loaded.model), env, bf16=bf16,
+                     activation_checkpointing=ac)
+    if critic is not None:
+        critic = D.shard(critic.to(env.device), decoder_layers(critic), env, bf16=bf16, activation_checkpointing=ac)
+    if behaviour is not None:
+        behaviour = D.shard(behaviour.to(env.device), decoder_layers(behaviour.lm), env, bf16=bf16)
+    optimizers = _optimizers(cfg, [p for p in loaded.model.parameters() if p.requires_grad],
+                             [p for p in critic.parameters() if p.requires_grad] if critic is not None else None)
+    if ckpt is not None:
+        modules = {"policy": policy, **({"critic": critic} if critic is not None else {})}
+        load_checkpoint_sharded(store, ckpt, modules, optimizers)
+    return policy, critic, behaviour, optimizers
+
+
+def publish_dtype(cfg: TrainConfig, env: D.DistEnv) -> torch.dtype:
+    """dtype of published weights: ``run.publish_dtype``, where ``auto`` = bfloat16 when the run
+    computes in bf16 (CUDA with ``run.bf16``), else float32."""
+    if cfg.run.publish_dtype == "auto":
+        return torch.bfloat16 if env.device.type == "cuda" and cfg.run.bf16 else torch.float32
+    return getattr(torch, cfg.run.publish_dtype)
+
+
 def _publish(tr: Trainer, *, force: bool = False) -> None:
-    """Publish the current policy version (rank 0) unless it is already the published one."""
+    """Publish the current policy version (rank 0) unless it is already the published one.
+    FSDP: every rank takes part in gathering the full state dict (on rank 0's CPU, one tensor at
+    a time), which rank 0 writes as one safetensors model."""
     if tr.published == tr.state.version and not force:
         return
+    state_dict = None
+    if D.is_sharded(tr.policy):
+        state_dict = D.full_state_dict(tr.policy, tr.env, prefix="lm.")
     if tr.env.is_main:
         from trajstore.trainer.publish import prune_versions, publish_policy
 
         publish_policy(tr.store, tr.cfg.run.run_id, tr.state.version, tr.loaded.model, step=tr.state.step,
-                       base_model=tr.loaded.name, tokenizer=tr.loaded.tokenizer)
+                       base_model=tr.loaded.name, tokenizer=tr.loaded.tokenizer, state_dict=state_dict,
+                       dtype=publish_dtype(tr.cfg, tr.env))
         prune_versions(tr.store, tr.cfg.run.run_id, keep=tr.cfg.run.keep_versions)
     tr.published = tr.state.version
     D.barrier(tr.env)
@@ -722,12 +801,21 @@ def train(cfg: TrainConfig, *, resume: bool = False, trainer: Trainer | None = N
 
 
 def checkpoint(tr: Trainer) -> None:
-    """Save policy, critic, optimisers, RNG, counters and cursor (rank 0), then sync ranks."""
+    """Save policy, critic, optimisers, RNG, counters and cursor, then sync ranks: whole state
+    dicts from rank 0 (ddp), or every rank's shards with torch.distributed.checkpoint (fsdp)."""
     tr.last_checkpoint = tr.state.iteration
+    run = tr.cfg.run
+    if D.is_sharded(tr.policy):
+        modules = {"policy": tr.policy, **({"critic": tr.critic} if tr.critic is not None else {})}
+        save_checkpoint_sharded(tr.store, run.run_id, state=tr.state, modules=modules, optimizers=tr.optimizers,
+                                config_json=tr.cfg.to_json(), keep=run.keep_checkpoints, is_main=tr.env.is_main,
+                                broadcast=lambda obj: D.broadcast_object(obj, tr.env),
+                                barrier=lambda: D.barrier(tr.env))
+        return
     if tr.env.is_main:
-        save_checkpoint(tr.store, tr.cfg.run.run_id, state=tr.state, policy=tr.loaded.model,
+        save_checkpoint(tr.store, run.run_id, state=tr.state, policy=tr.loaded.model,
                         critic=D.unwrap(tr.critic) if tr.critic is not None else None,
-                        optimizers=tr.optimizers, config_json=tr.cfg.to_json(), keep=tr.cfg.run.keep_checkpoints)
+                        optimizers=tr.optimizers, config_json=tr.cfg.to_json(), keep=run.keep_checkpoints)
     D.barrier(tr.env)
 
 

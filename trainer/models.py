@@ -130,6 +130,23 @@ def backbone_of(causal_lm: nn.Module) -> nn.Module:
     return base
 
 
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The decoder layers of a causal LM, a :class:`Critic` or a backbone (``layers`` of the
+    backbone, as in Llama / Qwen / Mistral), in execution order: FSDP's unit of sharding and of
+    activation checkpointing.
+
+    Raises:
+        ModelLoadError: no ``layers`` list found.
+    """
+    base = model.backbone if isinstance(model, Critic) else model
+    if not hasattr(base, "layers"):
+        base = backbone_of(base)
+    layers = getattr(base, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ModelLoadError(f"{type(model).__name__} has no decoder layers list (backbone.layers)")
+    return list(layers)
+
+
 class Critic(nn.Module):
     """Value model: the policy's backbone (copied) and a linear value head.
 
@@ -151,7 +168,8 @@ class Critic(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         h = self.backbone(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
-        return self.value_head(h).squeeze(-1).float()
+        # a fresh tensor, not a view: FSDP2 hooks the module's outputs for its backward pass
+        return self.value_head(h).squeeze(-1).float().clone()
 
 
 def build_critic(policy: nn.Module, *, trainable_pattern: str | None = CRITIC_TRAINABLE_PATTERN,
@@ -219,4 +237,4 @@ class PolicyLogprobs(nn.Module):
         h = h * inv_temperature.unsqueeze(-1).to(h.dtype)
         lp, ent = token_logprobs_and_entropy(h, self.lm.get_output_embeddings().weight, targets,
                                              chunk_size=self.chunk_size)
-        return lp.float(), ent.detach().float()
+        return lp.float().clone(), ent.detach().float().clone()  # not views (FSDP2 hooks the outputs)

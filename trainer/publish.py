@@ -18,6 +18,7 @@ weights file's header.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import json
 import os
@@ -63,12 +64,14 @@ def _unwrap(model: Any) -> Any:
 
 def publish_policy(store: Store | str, run_id: str, version: int, model: torch.nn.Module, *,
                    step: int | None = None, base_model: str | None = None,
-                   tokenizer: str | None = None) -> str:
+                   tokenizer: str | None = None, state_dict: dict[str, torch.Tensor] | None = None,
+                   dtype: torch.dtype | None = None) -> str:
     """Write `model`'s weights as ``policies/<run_id>/v<version>/`` and point ``LATEST`` at it.
 
-    Tied tensors (e.g. input embeddings = LM head) are stored once, by safetensors'
-    ``save_model``. Weights keep the model's dtype. Publishing a version that already exists
-    (a resumed run re-publishing) replaces it; a reader never sees a mix of the two.
+    Tied tensors (e.g. input embeddings = LM head) are stored once, under the name safetensors'
+    ``save_model`` keeps (the alphabetically first), so ``load_model`` and ``from_pretrained``
+    load the file. Publishing a version that already exists (a resumed run re-publishing)
+    replaces it; a reader never sees a mix of the two.
 
     Args:
         store: the store or its URI.
@@ -77,6 +80,11 @@ def publish_policy(store: Store | str, run_id: str, version: int, model: torch.n
         model: a transformers causal LM (or a ``.module`` wrapper such as DDP around one).
         step: training step the weights come from, recorded in meta.json.
         base_model: name of the model training started from (e.g. the store's ``model``).
+        state_dict: the weights to write, when `model`'s own are not whole on this process
+            (FSDP: the full state dict gathered on rank 0); `model` then gives the config, the
+            names of tied tensors and the metadata. Default: ``model.state_dict()``.
+        dtype: floating-point dtype of the published weights (e.g. ``torch.bfloat16``, what
+            rollout servers run); default: as they are.
         tokenizer: tokenizer name the policy's token ids belong to (the store's ``tokenizer``).
             When it resolves offline (``smollm2-135m``, its canonical name, a local HF directory
             or .gguf file; :func:`trajstore.hub.resolve_model`), the tokenizer's files are written
@@ -90,8 +98,6 @@ def publish_policy(store: Store | str, run_id: str, version: int, model: torch.n
         ValueError: bad `run_id` or negative `version`.
         StoreError: the filesystem refused a write (the version is then not complete).
     """
-    from safetensors.torch import save_model
-
     s = open_store(store)
     rel = version_dir(run_id, version)
     model = _unwrap(model)
@@ -107,16 +113,20 @@ def publish_policy(store: Store | str, run_id: str, version: int, model: torch.n
         "base_model": base_model if base_model is not None else getattr(config, "_name_or_path", None) or None,
         "tokenizer": tokenizer,
         "architecture": (getattr(config, "architectures", None) or [type(model).__name__])[0],
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "dtype": str(dtype or next(model.parameters()).dtype).removeprefix("torch."),
         "num_parameters": int(sum(p.numel() for p in model.parameters())),
         "publish_id": publish_id,
         "weights_file": WEIGHTS_FILE,
     }
+    if config is not None and dtype is not None:  # from_pretrained(dtype="auto") and vLLM read it
+        config = copy.copy(config)
+        config.dtype = dtype
     files = [(CONFIG_FILE, config.to_json_string().encode())] if config is not None else []
     tok_files = tokenizer_files(tokenizer) if tokenizer else ()
     meta["tokenizer_files"] = [name for name, _ in tok_files]
     files += list(tok_files)
     meta_bytes = (json.dumps(meta, indent=2) + "\n").encode()
+    save_model = _weights_writer(model, state_dict, dtype)
     try:
         if s.is_local:
             _publish_local(s, rel, model, meta_bytes, files, publish_id, save_model)
@@ -128,6 +138,45 @@ def publish_policy(store: Store | str, run_id: str, version: int, model: torch.n
     except OSError as e:
         raise StoreError(f"could not publish policy {s.url(rel)}: {e}") from e
     return rel
+
+
+def tied_names(model: torch.nn.Module) -> dict[str, str]:
+    """Names of tied parameters that are not stored, each mapped to the name that is (of each
+    group of names sharing one tensor, the alphabetically first is kept, as safetensors'
+    ``save_model`` / ``load_model`` do). Works on FSDP-sharded models (a tied DTensor is one
+    object too)."""
+    groups: dict[int, list[str]] = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(t), []).append(name)
+    out = {}
+    for names in groups.values():
+        keep, *drop = sorted(names)
+        out.update({d: keep for d in drop})
+    return out
+
+
+def _weights_writer(model: Any, state_dict: dict[str, Any] | None, dtype: Any) -> Any:
+    """A ``save_model(model, filename, metadata=...)`` stand-in that writes `state_dict`
+    (default ``model.state_dict()``) with tied duplicates dropped and floats cast to `dtype`."""
+
+    def save(_model: Any, filename: str, metadata: dict[str, str] | None = None) -> None:
+        from safetensors.torch import save_file
+
+        sd = state_dict if state_dict is not None else model.state_dict()
+        tied = tied_names(model)
+        meta = dict(metadata or {})
+        out = {}
+        for name, t in sd.items():
+            if name in tied:
+                meta.setdefault(name, tied[name])  # what save_model records for a dropped name
+                continue
+            t = t.detach()
+            if dtype is not None and t.is_floating_point() and t.dtype != dtype:
+                t = t.to(dtype)
+            out[name] = t.contiguous()
+        save_file(out, filename, metadata=meta)
+
+    return save
 
 
 @functools.lru_cache(maxsize=4)

@@ -49,17 +49,17 @@ def _patch_save(monkeypatch: pytest.MonkeyPatch, signals: int, at_version: int) 
     """Send `signals` SIGTERMs to this process while version `at_version`'s weights are written."""
     import safetensors.torch
 
-    original = safetensors.torch.save_model
+    original = safetensors.torch.save_file
 
-    def save(model, filename, metadata=None):  # noqa: ANN001, ANN202
-        original(model, filename, metadata=metadata)
+    def save(tensors, filename, metadata=None):  # noqa: ANN001, ANN202
+        original(tensors, filename, metadata=metadata)
         if _count[0] == at_version:
             for _ in range(signals):
                 os.kill(os.getpid(), signal.SIGTERM)
         _count[0] += 1
 
     _count = [0]
-    monkeypatch.setattr(safetensors.torch, "save_model", save)
+    monkeypatch.setattr(safetensors.torch, "save_file", save)
 
 
 def test_sigterm_during_a_publish_finishes_it_and_stops_cleanly(tmp_path: Path,
