@@ -25,6 +25,7 @@ import os
 import shutil
 import tempfile
 import uuid
+import warnings
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -189,7 +190,12 @@ def tokenizer_files(tokenizer: str) -> tuple[tuple[str, bytes], ...]:
         resolve_model(tokenizer)
     except TrajstoreError:
         return ()
-    tok = load_tokenizer(tokenizer)
+    try:
+        tok = load_tokenizer(tokenizer)
+    except (OSError, ValueError, KeyError) as e:  # e.g. a model directory that holds no tokenizer files
+        warnings.warn(f"published versions carry no tokenizer files: tokenizer {tokenizer!r} does not load "
+                      f"({str(e).splitlines()[0] if str(e) else type(e).__name__})", stacklevel=2)
+        return ()
     with tempfile.TemporaryDirectory(prefix="trajstore-tokenizer-") as tmp:
         tok.save_pretrained(tmp)
         return tuple((name, open(os.path.join(tmp, name), "rb").read()) for name in sorted(os.listdir(tmp))
