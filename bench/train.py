@@ -119,14 +119,35 @@ def _saved_tensor_mb(fn, exclude: set[int]):  # noqa: ANN001, ANN202
     return sum(seen.values()) / 2**20, out
 
 
+def runtime_baseline(model: str) -> float:
+    """RSS (MB) of this process once it has imported what a `traj train` run imports (torch,
+    transformers with the model's architecture module, pyarrow, duckdb, safetensors, DCP, rich,
+    gguf for a GGUF model) and run a toy forward/backward pass (autograd and thread pools set
+    up), before any model exists: what the runtime costs whatever the model's size."""
+    import duckdb  # noqa: F401
+    import pyarrow.dataset  # noqa: F401
+    import rich.progress  # noqa: F401
+    import safetensors.torch  # noqa: F401
+    import torch
+    import torch.distributed.checkpoint  # noqa: F401
+    import transformers.models.llama.modeling_llama  # noqa: F401 - SmolLM2 and the tiny model are Llamas
+
+    import trajstore.trainer.loop  # noqa: F401
+
+    if model == "smollm2-135m":
+        import gguf  # noqa: F401
+        import transformers.integrations.ggml  # noqa: F401
+    toy = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    toy(torch.randn(4, 8)).sum().backward()
+    return _status_mb("VmRSS")
+
+
 def memory_child(model: str, out_path: str) -> None:
     """Runs in a fresh process: one real `traj train` step of `model`, then the floor."""
+    baseline = runtime_baseline(model)
     import torch
-    import transformers  # noqa: F401 - part of the runtime baseline
 
-    from trajstore.trainer import loop  # noqa: F401
-
-    baseline = _status_mb("VmRSS")
+    from trajstore.trainer import loop
     with tempfile.TemporaryDirectory(prefix="bench-mem-") as root:
         # the demo's shape: ~230 tokens per trajectory, 4 per step, micro-batches of 2
         write_store(root, 4, model=model, shape=(80, 3, 24, 40))

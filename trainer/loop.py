@@ -328,12 +328,16 @@ Models = tuple[nn.Module, "nn.Module | None", "PolicyLogprobs | None", dict[str,
 
 
 def _optimizers(cfg: TrainConfig, policy_params: list[nn.Parameter],
-                critic_params: list[nn.Parameter] | None) -> dict[str, torch.optim.Optimizer]:
+                critic_params: list[nn.Parameter] | None, *, fused: bool) -> dict[str, torch.optim.Optimizer]:
+    """AdamW for each network. `fused` (whole tensors on CPU or CUDA): one kernel per step and no
+    temporaries, where the default multi-tensor (foreach) path allocates about one more copy of
+    the parameters during each step (measured: +128 MB for 128 MB of parameters)."""
+    kw = {"fused": True} if fused else {}
     out = {"policy": torch.optim.AdamW(policy_params, lr=cfg.optim.policy_lr, betas=cfg.optim.betas,
-                                       weight_decay=cfg.optim.weight_decay)}
+                                       weight_decay=cfg.optim.weight_decay, **kw)}
     if critic_params is not None:
         out["critic"] = torch.optim.AdamW(critic_params, lr=cfg.optim.critic_lr, betas=cfg.optim.betas,
-                                          weight_decay=cfg.optim.weight_decay)
+                                          weight_decay=cfg.optim.weight_decay, **kw)
     return out
 
 
@@ -375,7 +379,8 @@ def _models_ddp(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy, store: S
     if critic is not None:
         critic.to(env.device)
     optimizers = _optimizers(cfg, [p for p in loaded.model.parameters() if p.requires_grad],
-                             [p for p in critic.parameters() if p.requires_grad] if critic is not None else None)
+                             [p for p in critic.parameters() if p.requires_grad] if critic is not None else None,
+                             fused=env.device.type in ("cpu", "cuda"))
     if critic is not None:
         critic = D.wrap(critic, env)
     if ckpt is not None:
@@ -401,7 +406,8 @@ def _models_fsdp(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy, store: 
     if behaviour is not None:
         behaviour = D.shard(behaviour.to(env.device), decoder_layers(behaviour.lm), env, bf16=bf16)
     optimizers = _optimizers(cfg, [p for p in loaded.model.parameters() if p.requires_grad],
-                             [p for p in critic.parameters() if p.requires_grad] if critic is not None else None)
+                             [p for p in critic.parameters() if p.requires_grad] if critic is not None else None,
+                             fused=False)  # DTensor parameters: the multi-tensor path
     if ckpt is not None:
         modules = {"policy": policy, **({"critic": critic} if critic is not None else {})}
         load_checkpoint_sharded(store, ckpt, modules, optimizers)
