@@ -1,45 +1,77 @@
-"""Benchmark of `traj train` steps on CPU with a tiny model: tokens per second of a training step
-and the share of step time spent waiting for data, streaming from a local store, against the
-same steps on batches already in memory (measured in the same run).
+"""Benchmarks of `traj train` (issue 14), each against a baseline measured in the same run:
 
-    python bench/train.py [--trajectories 96] [--batch-size 16] [--repeat 2] [--model tiny-llama]
+  memory    peak RSS of a real one-step `traj train` (load, publish v0, one policy step with K=2
+            critic updates, checkpoint, publish v1) against the analytic floor, one fresh process
+            per model. Floor = the process's own baseline (Python + torch + transformers imported,
+            measured) + weights, gradients and AdamW states of every trainable parameter of both
+            models (4 + 4 + 8 bytes in float32) + frozen weights (4 bytes) + one micro-batch of
+            activations (the bytes autograd saves for the backward pass of the larger of the two
+            models' forward passes, measured with saved-tensor hooks). Target: <= 1.3x.
+  overhead  SAO step time (train_step: values, GAE, K critic updates, DIS policy update, records'
+            statistics, the non-finite check) against a bare loop over the same micro-batches of
+            the same policy and critic: one no-grad critic forward, K critic forward+backward+AdamW
+            steps and one policy forward+backward+AdamW step with a plain sum as the loss.
+            Target: <= 1.25x.
+  padding   share of the tokens the models compute that are padding, for the demo's length mix,
+            with the trainer's packing (one row per micro-batch, no padding) and, for comparison,
+            with rows padded to the longest trajectory of their micro-batch. Target: < 10%.
+  wait      share of step time spent waiting for data, streaming from a local store vs the same
+            steps on batches already in memory (issue 6 target: < 5%).
 
-Target (issue 6): data wait under 5% of step time on CPU with a tiny model.
+    python bench/train.py [--sections memory,overhead,padding,wait] [--models tiny-llama,smollm2-135m]
+
+Timings on a shared machine are noisy: the paths are alternated and medians reported.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
 from trajstore import TrajectoryBuilder, write_trajectories
-from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
-from trajstore.trainer.loop import setup, train, train_step
 
-VOCAB = 256
+DEMO_LENGTHS = (219, 234, 227, 229, 219, 230, 233, 219, 226, 211, 261, 213, 227, 216, 258, 229, 242, 247, 224, 230)
+"""Token counts of 20 trajectories of a `traj demo` run (SmolLM2-135M playing guess-the-number,
+read from its store with `read_trajectories(..., columns=["num_tokens"])`); `--lengths-from
+STORE` measures another store's mix instead."""
+
+TOKENIZER_OF = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}
 
 
-def write_store(root: str, n: int, *, seed: int = 0, per_shard: int = 32, turns: int = 4) -> int:
-    """Multi-turn trajectories (prompt 64 tokens, `turns` x (action 48, observation 32)) with
-    engine log-probs; return total tokens."""
+def _vocab(model: str) -> int:
+    return 49152 if model == "smollm2-135m" else 256
+
+
+def write_store(root: str, n: int, *, model: str, seed: int = 0, per_shard: int = 32,
+                shape: tuple[int, int, int, int] = (64, 4, 48, 32)) -> int:
+    """Multi-turn trajectories (prompt, `turns` x (action, observation), last action) with engine
+    log-probs; `shape` = (prompt tokens, turns, action tokens (+-50%), observation tokens).
+    Return the total tokens."""
+    prompt, turns, action, obs = shape
+    vocab = _vocab(model)
     rng = np.random.default_rng(seed)
     total = 0
     for start in range(0, n, per_shard):
         batch = []
         for i in range(start, min(n, start + per_shard)):
-            b = TrajectoryBuilder(trajectory_id=f"b{i:06d}", model="tiny", tokenizer="tiny-llama")
-            b.add_prompt(rng.integers(0, VOCAB, 64))
+            b = TrajectoryBuilder(trajectory_id=f"b{i:06d}", model="bench", tokenizer=TOKENIZER_OF.get(model, model))
+            b.add_prompt(rng.integers(0, vocab, prompt))
             for t in range(turns):
-                n_act = int(rng.integers(32, 64))
-                b.add_action(rng.integers(0, VOCAB, n_act), np.full(n_act, -math.log(VOCAB), np.float32),
+                n_act = int(rng.integers(action // 2, action * 3 // 2 + 1))
+                b.add_action(rng.integers(0, vocab, n_act), np.full(n_act, -math.log(vocab), np.float32),
                              policy_version=max(0, i // 32 - t % 2), sampling={"temperature": 1.0})
                 if t < turns - 1:
-                    b.add_observation(rng.integers(0, VOCAB, 32))
+                    b.add_observation(rng.integers(0, vocab, obs))
             b.set_reward(float(rng.integers(0, 2)))
             t = b.finish()
             total += len(t.tokens)
@@ -48,60 +80,301 @@ def write_store(root: str, n: int, *, seed: int = 0, per_shard: int = 32, turns:
     return total
 
 
-def config(root: str, run_id: str, args: argparse.Namespace) -> TrainConfig:
+def config(root: str, run_id: str, *, model: str, batch_size: int, micro_batch_size: int, **run):  # noqa: ANN003, ANN201
+    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+
     return TrainConfig(
-        store=root, model=ModelConfig(name=args.model, tiny_vocab_size=VOCAB, tokenizer="tiny-llama"),
-        data=DataConfig(batch_size=args.batch_size, micro_batch_size=args.micro_batch_size, max_seq_len=4096),
+        store=root, model=ModelConfig(name=model),
+        data=DataConfig(batch_size=batch_size, micro_batch_size=micro_batch_size, max_seq_len=4096),
         optim=OptimConfig(), algo=AlgoConfig(critic_warmup_steps=0),
-        run=RunConfig(run_id=run_id, publish_every=0, checkpoint_every=10_000, progress=False, device="cpu"))
+        run=RunConfig(**{"run_id": run_id, "publish_every": 0, "checkpoint_every": 10_000, "progress": False,
+                         "device": "cpu", **run}))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trajectories", type=int, default=96)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--micro-batch-size", type=int, default=4)
-    ap.add_argument("--repeat", type=int, default=2, help="alternating rounds of both paths")
-    ap.add_argument("--model", default="tiny-llama", choices=["tiny-llama", "tiny-qwen3-moe"])
-    args = ap.parse_args()
+# -- memory ------------------------------------------------------------------------------------
+
+
+def _status_mb(key: str) -> float:
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    raise KeyError(key)
+
+
+def _saved_tensor_mb(fn, exclude: set[int]):  # noqa: ANN001, ANN202
+    """(MB of the distinct tensors autograd saves for the backward pass while `fn()` runs, not
+    counting storages in `exclude` (the parameters, counted in the state), fn's result)."""
+    import torch
+
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        if t.device.type == "cpu" and st.data_ptr() not in exclude:
+            seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return sum(seen.values()) / 2**20, out
+
+
+def runtime_baseline(model: str) -> float:
+    """RSS (MB) of this process once it has imported what a `traj train` run imports (torch,
+    transformers with the model's architecture module, pyarrow, duckdb, safetensors, DCP, rich,
+    gguf for a GGUF model) and run a toy forward/backward pass (autograd and thread pools set
+    up), before any model exists: what the runtime costs whatever the model's size."""
+    import duckdb  # noqa: F401
+    import pyarrow.dataset  # noqa: F401
+    import rich.progress  # noqa: F401
+    import safetensors.torch  # noqa: F401
+    import torch
+    import torch.distributed.checkpoint  # noqa: F401
+    import transformers.models.llama.modeling_llama  # noqa: F401 - SmolLM2 and the tiny model are Llamas
+
+    import trajstore.trainer.loop  # noqa: F401
+
+    if model == "smollm2-135m":
+        import gguf  # noqa: F401
+        import transformers.integrations.ggml  # noqa: F401
+    toy = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    toy(torch.randn(4, 8)).sum().backward()
+    return _status_mb("VmRSS")
+
+
+def memory_child(model: str, out_path: str) -> None:
+    """Runs in a fresh process: one real `traj train` step of `model`, then the floor."""
+    baseline = runtime_baseline(model)
+    import torch
+
+    from trajstore.trainer import loop
+    with tempfile.TemporaryDirectory(prefix="bench-mem-") as root:
+        # the demo's shape: ~230 tokens per trajectory, 4 per step, micro-batches of 2
+        write_store(root, 4, model=model, shape=(80, 3, 24, 40))
+        cfg = config(root, "mem", model=model, batch_size=4, micro_batch_size=2, max_steps=1, publish_every=1)
+        tr = loop.setup(cfg)
+        summary = loop.train(cfg, trainer=tr)
+        peak = _status_mb("VmHWM")
+        # the floor, from the models as trained
+        pol = [p for p in tr.loaded.model.parameters()]
+        crit = list(tr.critic.parameters())
+        p_train = sum(p.numel() for p in pol if p.requires_grad)
+        p_frozen = sum(p.numel() for p in pol if not p.requires_grad)
+        c_train = sum(p.numel() for p in crit if p.requires_grad)
+        c_frozen = sum(p.numel() for p in crit if not p.requires_grad)
+        state_mb = (16 * (p_train + c_train) + 4 * (p_frozen + c_frozen)) / 2**20
+        # one micro-batch of activations: the largest micro-batch of the step through each model
+        from trajstore.trainer.data import TrajectoryStream, micro_batches, pack
+
+        stream = TrajectoryStream(tr.store, cfg.data, tokenizer=tr.loaded.tokenizer, vocab_size=tr.loaded.vocab_size)
+        batch = stream.next_batch()
+        stream.close()
+        mbs = [pack(m) for m in micro_batches(batch.samples, cfg.data.micro_batch_size,
+                                             math.ceil(len(batch.samples) / cfg.data.micro_batch_size))]
+        mb = max(mbs, key=lambda m: m.input_ids.shape[1])
+        params = {p.untyped_storage().data_ptr() for p in pol + crit}  # counted in the state already
+        act_policy, lp = _saved_tensor_mb(lambda: tr.policy(mb.input_ids, mb.position_ids, mb.targets,
+                                                            mb.inv_temperature)[0], params)
+        del lp
+        act_critic, v = _saved_tensor_mb(lambda: tr.critic(mb.input_ids, mb.position_ids), params)
+        del v
+        act = max(act_policy, act_critic)
+        floor = baseline + state_mb + act
+        json.dump({
+            "model": model, "steps": summary.steps, "tokens_per_micro_batch": int(mb.input_ids.shape[1]),
+            "baseline_rss_mb": round(baseline, 1), "peak_rss_mb": round(peak, 1),
+            "policy_trainable": p_train, "policy_frozen": p_frozen, "critic_trainable": c_train,
+            "critic_frozen": c_frozen, "state_mb": round(state_mb, 1),
+            "activations_policy_mb": round(act_policy, 1), "activations_critic_mb": round(act_critic, 1),
+            "floor_mb": round(floor, 1), "ratio": round(peak / floor, 3),
+            "ratio_above_baseline": round((peak - baseline) / (state_mb + act), 3),
+            "torch": torch.__version__,
+        }, open(out_path, "w"))
+
+
+def bench_memory(models: list[str]) -> list[dict]:
+    rows = []
+    for model in models:
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            p = subprocess.run([sys.executable, __file__, "--memory-child", model, out.name], capture_output=True,
+                               text=True, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")})
+            if p.returncode != 0:
+                raise SystemExit(f"memory child for {model} failed:\n{p.stderr[-3000:]}")
+            rows.append(json.load(open(out.name)))
+    print("\n== memory: peak RSS of a one-step traj train vs the analytic floor")
+    print(f"{'model':<14}{'baseline':>10}{'state':>10}{'activ.':>9}{'floor':>10}{'peak':>10}{'ratio':>8}  target <= 1.3x")
+    for r in rows:
+        act = max(r["activations_policy_mb"], r["activations_critic_mb"])
+        print(f"{r['model']:<14}{r['baseline_rss_mb']:>9,.0f}M{r['state_mb']:>9,.0f}M{act:>8,.0f}M"
+              f"{r['floor_mb']:>9,.0f}M{r['peak_rss_mb']:>9,.0f}M{r['ratio']:>7.2f}x  "
+              f"{'met' if r['ratio'] <= 1.3 else 'NOT met'}  (above baseline: {r['ratio_above_baseline']:.2f}x)")
+    return rows
+
+
+# -- overhead ----------------------------------------------------------------------------------
+
+
+def bench_overhead(model: str, *, trajectories: int, batch_size: int, micro: int, repeat: int) -> dict:
+    import torch
+
+    from trajstore.trainer import distributed as D
+    from trajstore.trainer.loop import _prepare, setup, train_step
+
+    with tempfile.TemporaryDirectory(prefix="bench-overhead-") as root:
+        write_store(root, trajectories, model=model, shape=(80, 3, 24, 40))
+        tr = setup(config(root, "overhead", model=model, batch_size=batch_size, micro_batch_size=micro))
+        batches = []
+        while (b := tr.stream.next_batch()) is not None:
+            batches.append(b)
+        tr.stream.close()
+        K = tr.cfg.algo.critic_updates
+        critic = D.unwrap(tr.critic)
+        pol_params = [p for p in tr.loaded.model.parameters() if p.requires_grad]
+        crit_params = [p for p in critic.parameters() if p.requires_grad]
+        opt_p = torch.optim.AdamW(pol_params, lr=1e-12)
+        opt_c = torch.optim.AdamW(crit_params, lr=1e-12)
+
+        def bare(batch) -> None:  # noqa: ANN001
+            micros, _n = _prepare(tr, batch)
+            for m in micros:
+                with torch.no_grad():
+                    critic(m.mb.input_ids, m.mb.position_ids)
+            for _ in range(K):
+                for m in micros:
+                    critic(m.mb.input_ids, m.mb.position_ids).sum().backward()
+                opt_c.step()
+                opt_c.zero_grad(set_to_none=True)
+            for m in micros:
+                tr.policy(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)[0].sum().backward()
+            opt_p.step()
+            opt_p.zero_grad(set_to_none=True)
+
+        sao, base = [], []
+        for rep in range(repeat):  # alternate the two: the shared machine's load drifts
+            for i, b in enumerate(batches):
+                for fn, acc in ((train_step, sao), (bare, base)) if (rep + i) % 2 == 0 else ((bare, base),
+                                                                                             (train_step, sao)):
+                    t0 = time.perf_counter()
+                    fn(tr, b) if fn is train_step else fn(b)
+                    if rep or i:  # the first round pays one-off costs (allocator, kernels)
+                        acc.append(time.perf_counter() - t0)
+        tokens = statistics.mean(b.num_tokens for b in batches)
+    s, bb = statistics.median(sao), statistics.median(base)
+    return {"model": model, "tokens_per_step": tokens, "sao_step_s": s, "bare_s": bb, "ratio": s / bb}
+
+
+# -- padding -----------------------------------------------------------------------------------
+
+
+def bench_padding(lengths: list[int], *, batch_size: int, micro: int, worlds: tuple[int, ...] = (1, 2)) -> list[dict]:
+    """Computed tokens of the demo's length mix, batched as the trainer batches it."""
+    from trajstore.trainer.data import micro_batches, split_for_rank
+
+    class _S:  # the attributes split_for_rank / micro_batches look at
+        def __init__(self, n: int):
+            self.num_tokens = n
+
+    rows = []
+    for world in worlds:
+        packed = padded = real = 0
+        for start in range(0, len(lengths), batch_size):
+            step = [_S(n) for n in lengths[start:start + batch_size]]
+            per_rank = math.ceil(len(step) / world)
+            n_micro = max(1, math.ceil(per_rank / micro))
+            for rank in range(world):
+                for mb in micro_batches(split_for_rank(step, rank, world), micro, n_micro):
+                    tok = [s.num_tokens for s in mb]
+                    real += sum(tok)
+                    packed += sum(tok) if tok else 1  # pack([]) is a one-token dummy row
+                    padded += len(tok) * max(tok) if tok else 1
+        rows.append({"world": world, "real_tokens": real, "packed_computed": packed, "padded_computed": padded,
+                     "packed_padding_share": (packed - real) / packed, "padded_padding_share": (padded - real) / padded})
+    return rows
+
+
+# -- data wait ---------------------------------------------------------------------------------
+
+
+def bench_wait(model: str, *, trajectories: int, batch_size: int, micro: int, repeat: int) -> dict:
+    from trajstore.trainer.loop import setup, train, train_step
+
     with tempfile.TemporaryDirectory(prefix="bench-train-") as root:
-        tokens = write_store(root, args.trajectories)
-        print(f"store: {args.trajectories} trajectories, {tokens:,} tokens, batch {args.batch_size} "
-              f"(micro-batch {args.micro_batch_size}), model {args.model}, CPU")
-
-        mem_tps, mem_step, tps, wait, step_s = [], [], [], [], []
-        for rep in range(args.repeat):  # alternate the two paths: the shared box's load drifts
-            # streaming: `traj train`'s loop reading the store (reader thread, records written per step)
-            summary = train(config(root, f"streaming-{rep}", args))
+        write_store(root, trajectories, model=model)
+        mem_tps, tps, wait = [], [], []
+        for rep in range(repeat):  # alternate the two paths: the shared box's load drifts
+            summary = train(config(root, f"streaming-{rep}", model=model, batch_size=batch_size, micro_batch_size=micro))
             hist = summary.history[1:]  # the first step pays one-off costs (allocator, thread start)
             tps += [h["perf/tokens_per_s"] for h in hist]
             wait += [h["perf/data_wait_frac"] for h in hist]
-            step_s += [h["perf/step_s"] for h in hist]
-            # baseline: the same steps on batches already read into memory (no data path at all)
-            tr = setup(config(root, f"in-memory-{rep}", args))
+            tr = setup(config(root, f"in-memory-{rep}", model=model, batch_size=batch_size, micro_batch_size=micro))
             batches = []
             while (b := tr.stream.next_batch()) is not None:
                 batches.append(b)
             for i, b in enumerate(batches):
                 t0 = time.perf_counter()
                 train_step(tr, b)
-                dt = time.perf_counter() - t0
                 if i:
-                    mem_tps.append(b.num_tokens / dt)
-                    mem_step.append(dt)
+                    mem_tps.append(b.num_tokens / (time.perf_counter() - t0))
             tr.stream.close()
             if tr.recorder is not None:
                 tr.recorder.close()
+    return {"model": model, "in_memory_tokens_per_s": statistics.median(mem_tps),
+            "streaming_tokens_per_s": statistics.median(tps), "wait_mean": statistics.mean(wait), "wait_max": max(wait)}
 
-    m_tps, s_tps = statistics.median(mem_tps), statistics.median(tps)
-    print(f"{'path':<34}{'tokens/s (median)':>18}{'step s (median)':>17}{'data wait share':>17}")
-    print(f"{'in-memory batches (baseline)':<34}{m_tps:>18,.0f}{statistics.median(mem_step):>17.3f}{'0 (none)':>17}")
-    print(f"{'streaming from the store':<34}{s_tps:>18,.0f}{statistics.median(step_s):>17.3f}"
-          f"{statistics.mean(wait):>16.2%} ")
-    print(f"ratio streaming / in-memory tokens/s: {s_tps / m_tps:.2f}x")
-    worst = max(wait)
-    verdict = "met" if statistics.mean(wait) < 0.05 else "NOT met"
-    print(f"data wait share: mean {statistics.mean(wait):.2%}, max {worst:.2%} (target < 5%: {verdict})")
+
+def _lengths_from(store: str) -> list[int]:
+    import trajstore
+
+    return trajstore.read_trajectories(store, columns=["num_tokens"]).column("num_tokens").to_pylist()
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--memory-child":
+        memory_child(sys.argv[2], sys.argv[3])
+        return
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sections", default="memory,overhead,padding,wait")
+    ap.add_argument("--models", default="tiny-llama,smollm2-135m", help="models of the memory and overhead sections")
+    ap.add_argument("--repeat", type=int, default=2, help="alternating rounds of timed paths")
+    ap.add_argument("--lengths-from", default=None, help="a store whose length mix the padding section uses "
+                                                         "(default: DEMO_LENGTHS, measured from a demo run)")
+    ap.add_argument("--json", default=None, help="also write every figure to this JSON file")
+    args = ap.parse_args()
+    sections = set(args.sections.split(","))
+    models = args.models.split(",")
+    out: dict = {"command": " ".join(sys.argv), "cpu_count": os.cpu_count(), "load_avg": os.getloadavg()}
+    if "memory" in sections:
+        out["memory"] = bench_memory(models)
+    if "overhead" in sections:
+        print("\n== overhead: SAO step time vs bare forward+backward of the same policy and critic, same tokens")
+        out["overhead"] = []
+        for model in models:
+            big = model == "smollm2-135m"
+            r = bench_overhead(model, trajectories=4 if big else 48, batch_size=2 if big else 8, micro=2 if big else 4,
+                               repeat=args.repeat)
+            out["overhead"].append(r)
+            print(f"{model:<14} {r['tokens_per_step']:>6.0f} tokens/step  SAO step {r['sao_step_s']:.3f}s  bare "
+                  f"{r['bare_s']:.3f}s  ratio {r['ratio']:.3f}x (target <= 1.25x: "
+                  f"{'met' if r['ratio'] <= 1.25 else 'NOT met'})")
+    if "padding" in sections:
+        lengths = _lengths_from(args.lengths_from) if args.lengths_from else list(DEMO_LENGTHS)
+        print(f"\n== padding: {len(lengths)} trajectories of {min(lengths)}..{max(lengths)} tokens (mean "
+              f"{statistics.mean(lengths):.0f}), the demo's batch 4 / micro-batch 2")
+        out["padding"] = bench_padding(lengths, batch_size=4, micro=2)
+        for r in out["padding"]:
+            print(f"world {r['world']}: packed (the trainer) {r['packed_padding_share']:.2%} padding of "
+                  f"{r['packed_computed']:,} computed tokens (target < 10%: "
+                  f"{'met' if r['packed_padding_share'] < 0.10 else 'NOT met'}); padded rows would be "
+                  f"{r['padded_padding_share']:.2%} of {r['padded_computed']:,}")
+    if "wait" in sections:
+        r = bench_wait("tiny-llama", trajectories=96, batch_size=16, micro=4, repeat=args.repeat)
+        out["wait"] = r
+        print(f"\n== data wait (tiny-llama): in-memory {r['in_memory_tokens_per_s']:,.0f} tok/s, streaming "
+              f"{r['streaming_tokens_per_s']:,.0f} tok/s ({r['streaming_tokens_per_s'] / r['in_memory_tokens_per_s']:.2f}x); "
+              f"wait share mean {r['wait_mean']:.2%}, max {r['wait_max']:.2%} (target < 5%: "
+              f"{'met' if r['wait_mean'] < 0.05 else 'NOT met'})")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

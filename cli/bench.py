@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import typer
 
-from trajstore.cli.main import app, friendly_errors
+from trajstore.cli.main import FormatOption, TrajTyper, app, friendly_errors
+from trajstore.display import OutputFormat
 
-bench_app = typer.Typer(help="Benchmarks that exercise the whole pipeline.", no_args_is_help=True)
+bench_app = TrajTyper(help="Benchmarks that exercise the whole pipeline.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
 
@@ -33,20 +33,18 @@ def learning_cmd(
     processes: Optional[int] = typer.Option(None, min=1, help="worker processes (default: the preset's)"),
     reanalyse: Optional[str] = typer.Option(None, help="a finished run directory: redo its statistics, figures and "
                                                        "report from the saved results (no training)"),
-    fmt: str = typer.Option("table", "--format", help="table or json (the summary)"),
+    fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Train SAO and its ablations from a supervised warm start under simulated asynchrony, score
     their advantages against an oracle, and report the paper's claims with paired-seed intervals."""
     from rich.console import Console
-    from rich.table import Table
 
+    from trajstore.display import TableData, print_command, render_record, render_tables
     from trajstore.trainer.learning_bench.harness import get_arm
     from trajstore.trainer.learning_bench.suite import SuiteConfig, reanalyse as redo, run_suite
 
     if preset not in ("default", "smoke", "calibrate"):
         raise ValueError(f"--preset must be default, smoke or calibrate, got {preset!r}")
-    if fmt not in ("table", "json"):
-        raise ValueError(f"--format must be 'table' or 'json', got {fmt!r}")
     over: dict = {}
     if scratch:
         over["scratch"] = scratch
@@ -63,28 +61,24 @@ def learning_cmd(
     else:
         cfg = SuiteConfig.preset_config(preset, **over)  # type: ignore[arg-type]
         summary = run_suite(cfg, log=lambda m: err.print(m, highlight=False))
-    if fmt == "json":
-        typer.echo(json.dumps(summary, default=str))
+    if fmt is OutputFormat.json:
+        render_record("traj bench learning", summary, fmt)
         return
-    out = Console(width=160)
     if "calibration" in summary:
-        t = Table(title="learning-rate calibration (SAO, seed 0)", title_justify="left")
-        for c in ("policy lr", "median KL / step (nats/token)", "eval start", "eval end"):
-            t.add_column(c, justify="right")
-        for r in summary["calibration"]:
-            t.add_row(f"{r['policy_lr']:g}", f"{r['kl_step_median']:.2e}", f"{r['initial_eval']:.3f}",
-                      f"{r['final_eval']:.3f}")
-        out.print(t)
-        out.print(f"lr for 1e-3 nats/token: {summary['calibrated_lr']:.3g}")
+        tables = [TableData("learning-rate calibration (SAO, seed 0)",
+                            ["policy_lr", "kl_step_median", "initial_eval", "final_eval"],
+                            [(r["policy_lr"], r["kl_step_median"], r["initial_eval"], r["final_eval"])
+                             for r in summary["calibration"]], keys=["policy_lr"])]
     else:
-        t = Table(title=f"paper claims ({len(cfg.seeds)} paired seeds, {summary['seconds'] / 60:.1f} min)",
-                  title_justify="left")
-        for c in ("comparison", "metric", "difference [95% CI]", "verdict"):
-            t.add_column(c)
-        for c in summary["claims"]:
-            iv = c["interval"]
-            t.add_row(f"{c['arm']} - {c['ref']} ({c['task']})", c["metric"],
-                      f"{iv['mean']:+.3f} [{iv['low']:+.3f}, {iv['high']:+.3f}]", c["verdict"])
-        out.print(t)
-    out.print("report:", highlight=False)
-    typer.echo(f"{summary['out_dir']}/report.md")
+        tables = [TableData(f"paper claims ({len(cfg.seeds)} paired seeds, {summary['seconds'] / 60:.1f} min)",
+                            ["comparison", "metric", "difference", "ci_low", "ci_high", "verdict"],
+                            [(f"{c['arm']} - {c['ref']} ({c['task']})", c["metric"], c["interval"]["mean"],
+                              c["interval"]["low"], c["interval"]["high"], c["verdict"]) for c in summary["claims"]],
+                            keys=["comparison", "metric"], wrap=["verdict"])]
+    out = Console()
+    render_tables(tables, fmt, console=out)
+    if fmt is OutputFormat.table:
+        if "calibration" in summary:
+            out.print(f"lr for 1e-3 nats/token: {summary['calibrated_lr']:.3g}", highlight=False)
+        out.print("report:", highlight=False)
+        print_command(out, f"{summary['out_dir']}/report.md")

@@ -6,7 +6,8 @@ import json
 
 import typer
 
-from trajstore.cli.main import app, friendly_errors
+from trajstore.cli.main import FormatOption, app, friendly_errors
+from trajstore.display import OutputFormat
 from trajstore.trainer.demo import DEFAULT_STORE, DemoConfig
 
 
@@ -23,27 +24,37 @@ def demo_cmd(
     warmup_steps: int = typer.Option(1, "--critic-warmup-steps", min=0, help="critic-only steps first"),
     run_id: str | None = typer.Option(None, "--run-id", help="training run id (default demo-<UTC time>)"),
     seed: int = typer.Option(0, "--seed", help="seed of tasks and sampling"),
-    keep_weights: bool = typer.Option(False, "--keep-weights", help="keep every published version and the "
+    keep_weights: bool = typer.Option(False, "--keep-weights/--no-keep-weights",
+                                      help="keep every published version and the "
                                       "checkpoint (about 0.5 GB per SmolLM2 version); default: only the last"),
-    fmt: str = typer.Option("table", "--format", help="table | json (the summary as one JSON object)"),
+    fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Run the asynchronous RL loop on real model output: a rollout worker plays guess-the-number
     with SmolLM2-135M-Instruct into a local store while `traj train` consumes it and publishes new
     policy versions; then print staleness, clip audits and reward per policy version."""
     from rich.console import Console
 
+    from trajstore.extras import INSTALL_TRAIN_EXTRA, require
+
+    require(("torch", "transformers", "safetensors"), what="traj demo", install=INSTALL_TRAIN_EXTRA)
     from trajstore.trainer.demo import print_summary, result_to_dict, run_demo
 
-    if fmt not in ("table", "json"):
-        raise ValueError(f"--format must be table or json, got {fmt!r}")
     cfg = DemoConfig(store=store, model=model, steps=steps, episodes=episodes, max_new_tokens=max_new_tokens,
                      batch_size=batch_size, critic_warmup_steps=warmup_steps, run_id=run_id, seed=seed,
                      keep_weights=keep_weights, tokenizer=model if not model.startswith("tiny-") else "smollm2-135m")
-    console = Console(stderr=fmt == "json")
+    console = Console(stderr=fmt is not OutputFormat.table)  # progress; results go to stdout
     if not console.is_terminal:  # piped or logged: do not squeeze the audit tables into 80 columns
         console.width = max(console.width, 120)
     result = run_demo(cfg, console=console)
-    if fmt == "json":
+    if fmt is OutputFormat.json:
         typer.echo(json.dumps(result_to_dict(result), indent=2))
+    elif fmt is OutputFormat.csv:  # the result's tables, one CSV section each
+        from trajstore.display import TableData, render_tables
+
+        doc = result_to_dict(result)
+        render_tables([TableData(k, list(v[0]), [tuple(r.values()) for r in v]) for k, v in doc.items()
+                       if isinstance(v, list) and v and isinstance(v[0], dict)], fmt)
     else:
         print_summary(result, console)
+    if result.shortfall:  # the summary is printed, but the demo did not do what was asked
+        raise typer.Exit(1)

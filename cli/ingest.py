@@ -1,31 +1,112 @@
-"""``traj ingest``: agent logs -> store (thin wrapper over :func:`trajstore.ingest.ingest_paths`)."""
+"""``traj ingest``: agent logs -> store (thin wrapper over :func:`trajstore.ingest.ingest_paths`).
+
+Exit status: 0 when every record was stored or deliberately skipped (already stored, a
+duplicate, a file that holds no trajectory); 1 when any record was refused (malformed, invalid,
+unsupported: all other records are stored first) or ``--strict`` found a problem (nothing
+stored); 2 for usage errors (unknown option value, missing input path).
+"""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
-from typing import Optional
+import sys
+import time
+from typing import Any, Optional
+
+from enum import Enum
 
 import typer
 
-from trajstore.cli.audit import parse_storage_options
+from trajstore.cli.audit import OutputFormat, parse_storage_options
 from trajstore.cli.main import app, friendly_errors
+from trajstore.ingest.detect import FORMAT_HELP, FORMATS
+
+PROGRESS_DELAY_S = 0.5
+"""The progress bar appears only once an ingest has run this long (seconds)."""
+
+InputFormatChoice = Enum("InputFormatChoice", {n: n for n in ("auto", *FORMATS)}, type=str)  # type: ignore[misc]
+"""``--input-format`` values: ``auto`` or one of :data:`trajstore.ingest.FORMATS`."""
+
+_INPUT_FORMAT_HELP = ("input format, detected per record when 'auto': "
+                      + "; ".join(f"{name} ({FORMAT_HELP[name]})" for name in FORMATS))
 
 
-@app.command("ingest")
+class _LazyProgress:
+    """A rich progress bar (files, records, tokens) on stderr that starts only when the ingest
+    has run for :data:`PROGRESS_DELAY_S` and stderr is a terminal."""
+
+    def __init__(self, enabled: bool):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.t0 = time.monotonic()
+        console = Console(stderr=True)
+        self.enabled = enabled and console.is_terminal
+        self.prog = Progress(TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
+                             TextColumn("{task.fields[records]:,} records  {task.fields[tokens]:,} tokens  "
+                                        "{task.fields[problems]:,} problems"), TimeElapsedColumn(),
+                             console=console, transient=True)
+        self.task = self.prog.add_task("ingest", total=None, records=0, tokens=0, problems=0)
+        self.started = False
+
+    def __call__(self, p: Any) -> None:
+        if not self.enabled:
+            return
+        if not self.started and time.monotonic() - self.t0 >= PROGRESS_DELAY_S:
+            self.prog.start()
+            self.started = True
+        self.prog.update(self.task, completed=p.files_done, total=p.files_total, records=p.records,
+                         tokens=p.tokens, problems=p.problems)
+
+    def stop(self) -> None:
+        if self.started:
+            self.prog.stop()
+
+
+def _summary_rows(report: Any) -> list[tuple[str, int]]:
+    rows = [("files seen", report.files_seen), ("trajectories parsed", report.trajectories_parsed),
+            ("trajectories written", report.trajectories_written), ("records refused", report.refused)]
+    rows += [(f"skipped: {reason}", n) for reason, n in sorted(report.skipped.items())]
+    rows += [(f"problems: {kind}", n) for kind, n in sorted(report.to_dict()["problems_by_kind"].items())]
+    rows += [(f"files ignored: {sfx}", n) for sfx, n in sorted(report.ignored_files.items())]
+    if report.truncated_observations:
+        rows.append(("observations truncated", report.truncated_observations))
+    if report.degraded_events:
+        rows.append(("unknown events degraded", report.degraded_events))
+    if report.engine_ids_discarded:
+        rows.append(("engine token ids discarded (re-tokenized)", report.engine_ids_discarded))
+    rows += [(f"not faithful: {flag}", n) for flag, n in sorted(report.fidelity_gaps.items())]
+    return rows
+
+
+_HELP = (
+    "Ingest agent logs (OpenHands V0/V1, SWE-agent, mini-swe-agent, tau-bench, ATIF, NeMo Gym, verl dumps, "
+    "published datasets as JSON, JSONL or Parquet) into a store.\n\n"
+    "Each malformed file, line, row or event is reported with path, line and reason, and the rest is still "
+    "ingested (--strict makes any problem fatal). Re-ingesting the same logs adds nothing.\n\n"
+    "Exit status: 0 = every record stored or deliberately skipped; 1 = some record refused (all others "
+    "stored); 2 = usage error."
+)
+
+
+@app.command("ingest", help=_HELP)
 @friendly_errors
 def ingest_cmd(
-    paths: list[str] = typer.Argument(..., help="log files or directories (searched for .json, .jsonl, .traj)"),
+    paths: list[str] = typer.Argument(..., metavar="PATH",
+                                      help="log files or directories (searched for .json, .jsonl, .traj, .parquet)"),
     store: str = typer.Option(..., "--store", help="store URI: local directory or s3://bucket/prefix"),
-    input_format: str = typer.Option("auto", "--format", help="input format: auto (detect per file) or one of "
-                                     "trajstore.ingest.FORMATS, e.g. openhands-v0-eval, swe-agent, nemo-gym"),
+    input_format: InputFormatChoice = typer.Option("auto", "--input-format", metavar="NAME", show_choices=False,
+                                                   help=_INPUT_FORMAT_HELP),
     tokenizer: str = typer.Option("smollm2-135m", "--tokenizer",
                                   help="tokenizer + chat template for text-only logs (alias, .gguf or HF dir)"),
-    strict: bool = typer.Option(False, "--strict", help="fail (exit 1, nothing written) on any malformed input"),
+    strict: bool = typer.Option(False, "--strict/--no-strict",
+                                help="fail (exit 1, nothing written) on any problem in the input"),
     max_observation_chars: int = typer.Option(200_000, "--max-observation-chars",
                                               help="cap each observation at this many characters (0 = no cap)"),
-    output: str = typer.Option("table", "--output", help="summary as 'table' or 'json' (for scripts); --format "
-                               "selects the input format, so the summary format is --output"),
+    fmt: str = typer.Option("table", "--format", help="summary output: table | json | csv"),
+    output: Optional[str] = typer.Option(None, "--output", hidden=True, help="deprecated spelling of --format"),
     engine_tokenizer: Optional[str] = typer.Option(None, "--engine-tokenizer",
                                                    help="tokenizer that engine token ids in the logs belong to when "
                                                    "the log does not name it ('model' = each rollout's model name); "
@@ -33,57 +114,52 @@ def ingest_cmd(
     storage_option: Optional[list[str]] = typer.Option(None, "--storage-option",
                                                        help="fsspec option key=value (repeatable)"),
 ) -> None:
-    """Ingest OpenHands (V0, V1), SWE-agent, nebius and NeMo Gym logs into a store.
-
-    Malformed files, lines or events are reported with path, line and reason; the rest is still
-    ingested (``--strict`` makes any problem fatal). Re-ingesting the same logs adds nothing.
-    """
+    """See :data:`_HELP`."""
     from rich.console import Console
-    from rich.progress import Progress
     from rich.table import Table
 
     from trajstore.ingest import IngestError, ingest_paths
 
-    if output not in ("table", "json"):
-        raise typer.BadParameter("--output must be 'table' or 'json'")
+    if output is not None:
+        if fmt != "table" and fmt != output:
+            raise typer.BadParameter(f"--output {output!r} contradicts --format {fmt!r}; use --format only",
+                                     param_hint="--output")
+        fmt = output
+    if fmt not in {f.value for f in OutputFormat}:
+        hint = (f" ({fmt!r} is an input format: use --input-format {fmt})" if fmt in FORMATS else "")
+        raise typer.BadParameter(f"{fmt!r} is not an output format: table | json | csv{hint}", param_hint="--format")
     if max_observation_chars < 0:
         raise typer.BadParameter(f"--max-observation-chars must be >= 0 (0 = no cap), got {max_observation_chars}")
     missing = [p for p in paths if "://" not in p and not os.path.exists(p)]
     if missing:
-        raise FileNotFoundError(f"no such input path: {', '.join(missing)}")
+        raise typer.BadParameter(f"no such input path: {', '.join(missing)}", param_hint="PATH...")
     err = Console(stderr=True)
-    with Progress(console=err, transient=True, disable=output == "json" or not err.is_terminal) as prog:
-        task = prog.add_task("ingesting", total=None)
-        try:
-            report = ingest_paths(paths, store, format=input_format, tokenizer=tokenizer, strict=strict,
-                                  max_observation_chars=max_observation_chars or None,
-                                  engine_tokenizer=engine_tokenizer,
-                                  storage_options=parse_storage_options(storage_option or []),
-                                  progress=lambda done, total: prog.update(task, completed=done, total=total))
-        except IngestError as e:
-            if output == "json":
-                typer.echo(json.dumps({**e.report.to_dict(), "failed": True}, indent=2))
-            raise
-    if output == "json":
+    bar = _LazyProgress(enabled=fmt == "table")
+    try:
+        report = ingest_paths(paths, store, input_format=input_format.value, tokenizer=tokenizer, strict=strict,
+                              max_observation_chars=max_observation_chars or None,
+                              engine_tokenizer=engine_tokenizer,
+                              storage_options=parse_storage_options(storage_option or []), progress=bar)
+    except IngestError as e:
+        bar.stop()
+        if fmt == "json":
+            typer.echo(json.dumps({**e.report.to_dict(), "failed": True}, indent=2))
+        raise
+    bar.stop()
+    if fmt == "json":
         typer.echo(json.dumps(report.to_dict(), indent=2))
-        return
-    out = Console()
-    t = Table(title="traj ingest", show_header=False)
-    t.add_row("files seen", str(report.files_seen))
-    t.add_row("trajectories parsed", str(report.trajectories_parsed))
-    t.add_row("trajectories written", str(report.trajectories_written))
-    for reason, n in sorted(report.skipped.items()):
-        t.add_row(f"skipped: {reason}", str(n))
-    for kind, n in sorted(report.to_dict()["problems_by_kind"].items()):
-        t.add_row(f"problems: {kind}", str(n))
-    if report.truncated_observations:
-        t.add_row("observations truncated", str(report.truncated_observations))
-    if report.degraded_events:
-        t.add_row("unknown events degraded", str(report.degraded_events))
-    if report.engine_ids_discarded:
-        t.add_row("engine token ids discarded (re-tokenized)", str(report.engine_ids_discarded))
-    for flag, n in sorted(report.fidelity_gaps.items()):
-        t.add_row(f"not faithful: {flag}", str(n))
-    out.print(t)
-    for p in report.problems:
-        err.print(f"[yellow]skipped[/yellow] {p}", markup=True, highlight=False, soft_wrap=True)
+    elif fmt == "csv":
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(["metric", "value"])
+        w.writerows(_summary_rows(report))
+    else:
+        t = Table(title="traj ingest", show_header=False)
+        for k, v in _summary_rows(report):
+            t.add_row(k, str(v))
+        Console().print(t)
+    if fmt != "json":
+        for p in report.problems:
+            tag = "refused" if p.kind != "no_trajectory" else "skipped"
+            err.print(f"[yellow]{tag}[/yellow] {p}", markup=True, highlight=False, soft_wrap=True)
+    if report.refused:
+        raise typer.Exit(1)

@@ -47,7 +47,8 @@ def proxy_cmd(
     client_token_env: str = typer.Option(DEFAULT_CLIENT_TOKEN_ENV, "--client-token-env",
                                          help="environment variable with the token clients must send "
                                               "(unset: no client auth)"),
-    require_session: bool = typer.Option(False, "--require-session", help="refuse calls without a session"),
+    require_session: bool = typer.Option(False, "--require-session/--no-require-session",
+                                         help="refuse calls without a session"),
 ) -> None:
     """Record every model call of any OpenAI-compatible harness as trajectories: point its base
     URL at http://HOST:PORT/s/<session>/v1, end episodes with POST /s/<session>/finish."""

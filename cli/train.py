@@ -1,21 +1,19 @@
 """``traj train``: parse options into a :class:`~trajstore.trainer.config.TrainConfig`, run the
-streaming SAO trainer, print a summary (``--format json`` for machines)."""
+streaming SAO trainer, print a summary (``--format json|csv`` for programs)."""
 
 from __future__ import annotations
 
-import json
-from typing import Literal
-
 import typer
 
-from trajstore.cli.main import app, friendly_errors
+from trajstore.cli.main import FormatOption, StoreArgument, app, friendly_errors
+from trajstore.display import OutputFormat
 from trajstore.trainer.config import CRITIC_TRAINABLE_PATTERN
 
 
 @app.command("train")
 @friendly_errors
 def train_cmd(
-    store: str = typer.Argument(..., help="store URI (local path or s3://bucket/prefix)"),
+    store: StoreArgument,
     model: str = typer.Option(..., "--model", help="HF directory, .gguf file, 'smollm2-135m', or "
                                                    "'tiny-llama' / 'tiny-qwen3-moe' (random, for tests)"),
     run_id: str = typer.Option(..., "--run-id", help="run id: records in runs/<id>/, weights in policies/<id>/"),
@@ -28,14 +26,17 @@ def train_cmd(
                                                                    "the data ends)"),
     where: str | None = typer.Option(None, "--where", help="DuckDB predicate over scalar columns, e.g. "
                                                            "\"status = 'completed'\""),
-    follow: bool = typer.Option(False, "--follow", help="keep waiting for new shards"),
+    follow: bool = typer.Option(False, "--follow/--no-follow", help="keep waiting for new shards"),
     idle_timeout: float | None = typer.Option(None, "--idle-timeout", help="with --follow: stop after this "
                                                                            "many seconds without data"),
     poll_interval: float = typer.Option(2.0, "--poll-interval", help="seconds between listings with --follow"),
-    resume: bool = typer.Option(False, "--resume", help="continue the run from its latest checkpoint"),
+    resume: bool = typer.Option(False, "--resume/--no-resume", help="continue the run from its latest checkpoint"),
     publish_every: int = typer.Option(1, "--publish-every", help="publish the policy every N steps "
                                                                  "(0: only v0 and the final one)"),
     checkpoint_every: int = typer.Option(10, "--checkpoint-every", help="checkpoint every N iterations"),
+    keep_checkpoints: int = typer.Option(2, "--keep-checkpoints", help="committed checkpoints kept"),
+    keep_versions: int = typer.Option(3, "--keep-versions", help="published versions kept (0 = all; at least 2: "
+                                                                 "the latest and the one before)"),
     behaviour_logprobs: str = typer.Option("engine", "--behaviour-logprobs",
                                            help="engine | initial-policy (opt-in for text-only data: "
                                                 "computed once with the initial weights)"),
@@ -44,7 +45,11 @@ def train_cmd(
     advantage: str = typer.Option("sao-gae", "--advantage", help="sao-gae | grpo | running-mean"),
     policy_loss: str = typer.Option("dis", "--policy-loss", help="dis | ppo-clip"),
     critic_updates: int = typer.Option(2, "--critic-updates", help="K critic updates per policy update"),
-    critic_warmup_steps: int = typer.Option(10, "--critic-warmup-steps", help="critic-only batches first"),
+    critic_warmup_steps: int = typer.Option(10, "--critic-warmup-steps", help="budget of critic-only batches "
+                                                                          "before the first policy step"),
+    critic_warmup_until: str = typer.Option("explained-variance", "--critic-warmup-until",
+                                            help="explained-variance (end once the critic's EV on an unseen batch "
+                                                 "is > 0, or at the budget) | budget (always the full budget)"),
     policy_lr: float = typer.Option(1e-6, "--policy-lr", help="policy learning rate"),
     critic_lr: float = typer.Option(5e-6, "--critic-lr", help="critic learning rate"),
     eps_low: float = typer.Option(0.3, "--eps-low", help="DIS lower band"),
@@ -53,44 +58,80 @@ def train_cmd(
                                                  help="regex of the critic parameters that train (default: "
                                                       "MLP / MoE projections + value head; '' = all)"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N"),
-    tensorboard: bool = typer.Option(False, "--tensorboard", help="also write TensorBoard events"),
+    strategy: str = typer.Option("ddp", "--strategy", help="ddp (whole models on every rank; small models) | fsdp "
+                                                            "(FSDP2: parameters, gradients and optimiser state "
+                                                            "sharded over the ranks; run under torchrun)"),
+    activation_checkpointing: bool = typer.Option(False, "--activation-checkpointing/--no-activation-checkpointing",
+                                                  help="recompute decoder layers in the backward pass (less memory)"),
+    publish_dtype: str = typer.Option("auto", "--publish-dtype", help="auto (bfloat16 when computing in bf16 on "
+                                                                      "CUDA, else float32) | bfloat16 | float32"),
+    tensorboard: bool = typer.Option(False, "--tensorboard/--no-tensorboard", help="also write TensorBoard events"),
     seed: int = typer.Option(0, "--seed", help="random seed"),
-    fmt: Literal["text", "json"] = typer.Option("text", "--format", help="summary format: text | json"),
+    fmt: FormatOption = OutputFormat.table,
     storage_option: list[str] = typer.Option([], "--storage-option", help="fsspec option key=value (repeatable)"),
 ) -> None:
     """Train a policy with SAO on the trajectories of STORE, as they arrive."""
     from pydantic import ValidationError
 
-    from trajstore.trainer.loop import train
+    from trajstore.display import print_command, render_record
+    from trajstore.extras import INSTALL_TRAIN_EXTRA, require
 
     try:
         cfg = _config(**locals())
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} (got {err.get('input')!r})"
-                             for err in e.errors())
-        raise ValueError(f"invalid option: {problems}") from None
+        problems = "; ".join(f"{_flag(err['loc'])}: {err['msg']} (got {err.get('input')!r})" for err in e.errors())
+        raise ValueError(f"invalid option {problems}") from None
+    require(("torch", "transformers", "safetensors"), what="traj train", install=INSTALL_TRAIN_EXTRA)
+    from trajstore.trainer.loop import train
+
     if not follow:
         # Without --follow an empty store trains nothing: a mistyped local path is an error.
         from trajstore.cli.main import open_existing_store
 
         open_existing_store(store, cfg.storage_options)
-    summary = train(cfg, resume=resume)
+    from trajstore.trainer.loop import TrainingInterrupted
+
+    try:
+        summary = train(cfg, resume=resume)
+    except TrainingInterrupted as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(143) from None
     last = summary.history[-1] if summary.history else {}
     out = {"store": store, "run_id": run_id, "iterations": summary.iterations, "steps": summary.steps,
            "policy_version": summary.version, "last_metrics": last}
-    if fmt == "json":
-        typer.echo(json.dumps(out, indent=2))
-    else:
-        typer.echo(f"run {run_id}: {summary.iterations} iterations, {summary.steps} policy steps, "
-                   f"policy v{summary.version} published under {store}/policies/{run_id}/")
-        typer.echo(f"records: runs/{run_id}/steps and runs/{run_id}/consumed (query with traj sql)")
+    out["warnings"] = summary.warnings
+    for w in summary.warnings:
+        typer.echo(f"warning: {w}", err=True)
+    if fmt is not OutputFormat.table:
+        render_record("traj train", out, fmt)
+        return
+    from rich.console import Console
+
+    console = Console()
+    console.print(f"run {run_id}: {summary.iterations} iterations, {summary.steps} policy steps, "
+                  f"policy v{summary.version} published under {store}/policies/{run_id}/", highlight=False)
+    console.print(f"records: runs/{run_id}/steps and runs/{run_id}/consumed; per step:", highlight=False)
+    print_command(console, f"traj sql {store} \"SELECT * FROM step_metrics WHERE run_id = '{run_id}' ORDER BY step\"")
+
+
+_FLAG_OF = {"idle_timeout_s": "--idle-timeout", "poll_interval_s": "--poll-interval", "name": "--model",
+            "progress": "--format"}
+"""Config fields whose command-line flag is not ``--`` + the field name with dashes."""
+
+
+def _flag(loc: tuple) -> str:
+    """The command-line flag of a pydantic error location such as ``('optim', 'policy_lr')``."""
+    field = next((str(p) for p in reversed(loc) if isinstance(p, str)), "")
+    return _FLAG_OF.get(field, "--" + field.replace("_", "-")) if field else "option"
 
 
 def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed options
             run_id, batch_size, micro_batch_size, max_batch_tokens, max_seq_len, overlong, max_steps,
-            where, follow, idle_timeout, poll_interval, publish_every, checkpoint_every, behaviour_logprobs,
-            tokenizer, advantage, policy_loss, critic_updates, critic_warmup_steps, policy_lr, critic_lr, eps_low,
-            eps_high, critic_trainable_pattern, device, tensorboard, seed, fmt, storage_option=(), **_ignored):
+            where, follow, idle_timeout, poll_interval, publish_every, checkpoint_every, keep_checkpoints,
+            keep_versions, behaviour_logprobs, tokenizer, advantage, policy_loss, critic_updates,
+            critic_warmup_steps, critic_warmup_until, policy_lr, critic_lr, eps_low,
+            eps_high, critic_trainable_pattern, device, strategy, activation_checkpointing, publish_dtype, tensorboard,
+            seed, fmt, storage_option=(), **_ignored):
     """The TrainConfig for the parsed options (pydantic validates every field)."""
     from trajstore.cli.audit import parse_storage_options
     from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
@@ -106,8 +147,69 @@ def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed opti
                         behaviour_logprobs=behaviour_logprobs),
         optim=OptimConfig(policy_lr=policy_lr, critic_lr=critic_lr),
         algo=AlgoConfig(advantage=advantage, policy_loss=policy_loss, critic_updates=critic_updates,
-                        critic_warmup_steps=critic_warmup_steps, eps_low=eps_low, eps_high=eps_high),
+                        critic_warmup_steps=critic_warmup_steps, critic_warmup_until=critic_warmup_until,
+                        eps_low=eps_low, eps_high=eps_high),
         run=RunConfig(run_id=run_id, max_steps=max_steps, publish_every=publish_every,
-                      checkpoint_every=checkpoint_every, device=device, tensorboard=tensorboard,
-                      progress=fmt == "text"),
+                      checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,
+                      keep_versions=keep_versions, device=device, strategy=strategy,
+                      activation_checkpointing=activation_checkpointing, publish_dtype=publish_dtype,
+                      tensorboard=tensorboard,
+                      progress=fmt is OutputFormat.table),
     )
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n} B"  # pragma: no cover
+
+
+@app.command("runs")
+@friendly_errors
+def runs_cmd(
+    store: StoreArgument,
+    fmt: FormatOption = OutputFormat.table,
+    storage_option: list[str] = typer.Option([], "--storage-option", help="fsspec option key=value (repeatable)"),
+) -> None:
+    """Training runs in STORE: published versions, checkpoints and records, with their sizes
+    (prune with `traj train --keep-versions N --keep-checkpoints N`)."""
+    import dataclasses
+
+    from trajstore.cli.audit import parse_storage_options
+    from trajstore.cli.main import open_existing_store
+    from trajstore.display import TableData, render_record, render_tables
+    from trajstore.trainer.runs import list_runs
+
+    report = list_runs(open_existing_store(store, parse_storage_options(storage_option)))
+    if fmt is OutputFormat.json:
+        out = dataclasses.asdict(report)
+        for r, info in zip(out["runs"], report.runs):
+            r.update(versions_bytes=info.versions_bytes, checkpoints_bytes=info.checkpoints_bytes,
+                     total_bytes=info.total_bytes)
+        render_record("traj runs", out, fmt)
+        return
+    table = fmt is OutputFormat.table
+    size = _size if table else (lambda n: n)
+    rows = []
+    for r in report.runs:
+        vs = [v.version for v in r.versions]
+        versions = ("-" if not vs else f"v{vs[0]}" if len(vs) == 1 else f"{len(vs)}: v{vs[0]} .. v{vs[-1]}")
+        incomplete = sum(not v.complete for v in r.versions)
+        if incomplete:
+            versions += f" ({incomplete} incomplete)"
+        ckpts = ", ".join(f"it{c.iteration}{'*' if c.latest else ''}" for c in r.checkpoints) or "-"
+        rows.append((r.run_id, r.model, versions, r.latest_version, size(r.versions_bytes), ckpts,
+                     size(r.checkpoints_bytes), size(r.records_bytes), size(r.total_bytes)))
+    unit = "" if table else "_bytes"
+    render_tables([TableData(f"training runs in {report.store}",
+                             ["run", "model", "versions", "latest_version", "versions" + (unit or "_size"),
+                              "checkpoints", "checkpoints" + (unit or "_size"), "records" + (unit or "_size"),
+                              "total" + (unit or "_size")], rows, keys=["run"],
+                             empty_note=f"no training runs in {report.store}")], fmt)
+    if table and report.runs:
+        typer.echo("* = the checkpoint LATEST names (what --resume continues from)")
+    if table and report.tmp_bytes:
+        typer.echo(f"temporary files under _tmp/: {_size(report.tmp_bytes)} (removed by the next writer or trainer "
+                   "once an hour old)")

@@ -1,6 +1,7 @@
 """Write trajectories from a harness with the writer SDK, then read them back.
 
-Run: python examples/write_with_sdk.py [STORE]   (default ./example-store)
+Run: python examples/write_with_sdk.py [--store STORE]
+     (default: a new scratch directory under the system temp dir, printed first)
 
 The responses below have the shape vLLM returns for a chat completion requested with
 ``return_token_ids: true, logprobs: true`` (and SGLang's /generate with ``return_logprob``);
@@ -9,7 +10,8 @@ a real harness passes the JSON it got from the engine.
 
 from __future__ import annotations
 
-import sys
+import argparse
+import tempfile
 
 import trajstore
 from trajstore import StoreWriter, TrajectoryBuilder, action_from_openai_completion, action_from_sglang_generate
@@ -59,4 +61,9 @@ def main(store_uri: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "example-store")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--store", help="store URI (local directory or s3://...); default: a new scratch directory")
+    args = ap.parse_args()
+    store = args.store or tempfile.mkdtemp(prefix="trajstore-example-")
+    print(f"store: {store}")
+    main(store)

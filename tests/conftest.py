@@ -9,7 +9,9 @@ Fixtures:
                         ``("s3://<bucket>/store", {...})``. Pass both to ``open_store``.
     tmp_store           a fresh local store path (str, not yet created) under ``tmp_path``.
     make_trajectory     the :func:`random_trajectory` factory below, for tests that build data.
-    fixtures_dir        ``<repo>/../shared/fixtures`` (read-only real data; never copy it).
+    fixtures_dir        ``<repo>/../shared/fixtures`` (read-only real data; never copy it). A
+                        plain clone has no ``../shared``: tests that take this fixture skip,
+                        naming the path they looked for (:data:`MISSING_SHARED`).
 
 Helpers (plain functions, importable nowhere else: use the ``make_trajectory`` fixture):
     random_trajectory   a valid schema-v1 :class:`trajstore.Trajectory` with a random span layout.
@@ -33,7 +35,10 @@ import pytest
 from trajstore.models import SamplingParams, Span, Trajectory
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = REPO_ROOT / ".." / "shared" / "fixtures"
+SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
+MISSING_SHARED = (f"needs the real harness logs in {SHARED_FIXTURES} (the shared/ folder beside the checkout, "
+                  "as CI has it); a plain clone has none")
+"""Skip reason of every test that reads ``../shared``."""
 
 MOTO_KEY = "testing"
 MOTO_SECRET = "testing"
@@ -109,7 +114,7 @@ def tmp_store(tmp_path: Path) -> str:
 def fixtures_dir() -> Path:
     """The read-only real fixtures (``../shared/fixtures`` next to the repo root)."""
     if not SHARED_FIXTURES.is_dir():
-        pytest.skip(f"shared fixtures not found at {SHARED_FIXTURES}")
+        pytest.skip(MISSING_SHARED)
     return SHARED_FIXTURES.resolve()
 
 

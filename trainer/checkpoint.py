@@ -14,21 +14,25 @@ moment leaves the previous committed checkpoint intact. Tensors are loaded with
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import random
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trajstore.errors import TrajstoreError
 from trajstore.store import RUNS_DIR, Store
+from trajstore.trainer.config import TrainConfig
 from trajstore.trainer.data import DataCursor
+from trajstore.trainer.runs import CHECKPOINTS_DIR
 
-CHECKPOINTS_DIR = "checkpoints"
 LATEST_FILE = "LATEST"
 _FILES = ("policy.pt", "critic.pt", "optim.pt", "rng.pt", "state.json", "config.json")
 
@@ -48,6 +52,7 @@ class TrainerState:
         baseline: the running-mean baseline's window of past rewards (reward units, oldest
             first), None when that baseline is not used.
         cursor: data cursor after the last trained batch.
+        warmup_done: the critic warm-up has ended (policy steps run from the next batch on).
     """
 
     iteration: int
@@ -55,29 +60,83 @@ class TrainerState:
     version: int
     baseline: list[float] | None
     cursor: DataCursor
+    warmup_done: bool = False
 
     def to_json(self) -> str:
         return json.dumps({"iteration": self.iteration, "step": self.step, "version": self.version,
-                           "baseline": self.baseline, "cursor": json.loads(self.cursor.to_json())}, indent=2)
+                           "baseline": self.baseline, "cursor": json.loads(self.cursor.to_json()),
+                           "warmup_done": self.warmup_done}, indent=2)
 
     @classmethod
     def from_json(cls, text: str) -> TrainerState:
-        d = json.loads(text)
-        return cls(int(d["iteration"]), int(d["step"]), int(d["version"]), d["baseline"],
-                   DataCursor.from_json(json.dumps(d["cursor"])))
+        """Parse and validate ``state.json``.
+
+        Raises:
+            ValueError: not JSON, a missing or mistyped field, a negative counter, more policy
+                steps than iterations, or a version below the step count.
+        """
+        d = _StateFile.model_validate_json(text)
+        done = d.warmup_done if d.warmup_done is not None else d.step > 0  # older files: inferred
+        return cls(d.iteration, d.step, d.version, d.baseline,
+                   DataCursor(list(d.cursor.done_shards), d.cursor.shard, d.cursor.next_row), done)
+
+
+class _CursorFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    done_shards: list[str]
+    shard: str | None
+    next_row: int = Field(ge=0)
+
+
+class _StateFile(BaseModel):
+    """The schema of ``state.json`` (what :meth:`TrainerState.from_json` accepts)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    iteration: int = Field(ge=0)
+    step: int = Field(ge=0)
+    version: int = Field(ge=0)
+    baseline: list[float] | None
+    cursor: _CursorFile
+    warmup_done: bool | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> _StateFile:
+        if self.step > self.iteration:
+            raise ValueError(f"step {self.step} > iteration {self.iteration} (a policy step is an iteration)")
+        if self.version < self.step:
+            raise ValueError(f"version {self.version} < step {self.step} (each policy step adds a version)")
+        return self
+
+
+class _LatestFile(BaseModel):
+    """The schema of ``LATEST``: the committed checkpoint's iteration and its folder name, which
+    must be a plain ``it<8 digits>`` name (never a path that leaves the run's folder)."""
+
+    model_config = ConfigDict(extra="forbid")
+    iteration: int = Field(ge=0)
+    dir: str = Field(pattern=r"^it\d{8,}$")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> _LatestFile:
+        if self.dir != f"it{self.iteration:08d}":
+            raise ValueError(f"dir {self.dir!r} is not the folder of iteration {self.iteration}")
+        return self
 
 
 @dataclass
 class Checkpoint:
-    """A loaded checkpoint: state dicts (CPU tensors), the counters and the saved config JSON."""
+    """A loaded checkpoint: state dicts (CPU tensors), the counters and the saved config JSON.
+    A sharded checkpoint (FSDP, ``sharded``) carries no state dicts here: its tensors are loaded
+    into the sharded models by :func:`load_checkpoint_sharded`."""
 
     path: str
     state: TrainerState
-    policy: dict[str, torch.Tensor]
+    policy: dict[str, torch.Tensor] | None
     critic: dict[str, torch.Tensor] | None
-    optim: dict[str, Any]
+    optim: dict[str, Any] | None
     rng: dict[str, Any]
     config_json: str
+    sharded: bool = False
 
 
 def _ckpt_root(run_id: str) -> str:
@@ -99,11 +158,45 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    v = json.loads(state["python"])
-    random.setstate((v[0], tuple(v[1]), v[2]))
+    """Restore :func:`rng_state`'s output.
+
+    Raises:
+        ValueError: the states are not what :func:`rng_state` saves.
+    """
+    try:
+        torch.set_rng_state(state["torch"])
+        v = json.loads(state["python"])
+        random.setstate((v[0], tuple(v[1]), v[2]))
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as e:
+        raise ValueError(f"not a saved RNG state: {_one_line(e)}") from None
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _write_small(path: str, data: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(data)
+
+
+def _commit_folder(store: Store, rel: str, fill: Callable[[str], None]) -> None:
+    """Have `fill(folder)` write a checkpoint's files into a local folder, then make them appear
+    at `rel`: locally by renaming a fsynced ``_tmp/`` folder into place (atomic), on object stores
+    by uploading each file from a local temporary folder (``LATEST``, written after, commits)."""
+    if store.is_local:
+        with store.local_dir_commit(rel, prefix="ckpt-") as tmp:  # replaces an uncommitted leftover
+            fill(tmp)
+        return
+    with tempfile.TemporaryDirectory(prefix="trajstore-ckpt-") as tmp:
+        fill(tmp)
+        for fname in sorted(os.listdir(tmp)):
+            store.fs.put_file(os.path.join(tmp, fname), store.path(rel, fname))
+
+
+def _commit_latest(store: Store, run_id: str, state: TrainerState, keep: int) -> None:
+    name = f"it{state.iteration:08d}"
+    store.write_bytes(f"{_ckpt_root(run_id)}/{LATEST_FILE}",
+                      json.dumps({"iteration": state.iteration, "dir": name}).encode())
+    _prune(store, run_id, keep=keep, latest=name)
 
 
 def save_checkpoint(store: Store, run_id: str, *, state: TrainerState, policy: torch.nn.Module,
@@ -111,34 +204,130 @@ def save_checkpoint(store: Store, run_id: str, *, state: TrainerState, policy: t
                     config_json: str, keep: int = 2) -> str:
     """Write a checkpoint atomically and make it the latest; prune older ones beyond `keep`.
 
+    Whole (unsharded) state dicts, one ``.pt`` file each, written by ``torch.save`` straight to
+    the file (never a second copy of the weights in memory). For FSDP-sharded models see
+    :func:`save_checkpoint_sharded`.
+
     Returns:
         The store-relative folder of the checkpoint.
 
     Raises:
         OSError: the filesystem refused a write (the previous checkpoint stays the latest).
     """
-    name = f"it{state.iteration:08d}"
-    rel = f"{_ckpt_root(run_id)}/{name}"
-    files = {
-        "policy.pt": _tensor_bytes(policy.state_dict()),
-        "critic.pt": _tensor_bytes(critic.state_dict() if critic is not None else {}),
-        "optim.pt": _tensor_bytes({k: o.state_dict() for k, o in optimizers.items()}),
-        "rng.pt": _tensor_bytes(rng_state()),
-        "state.json": state.to_json().encode(),
-        "config.json": config_json.encode(),
-    }
-    if store.is_local:
-        with store.local_dir_commit(rel, prefix="ckpt-") as tmp:  # replaces an uncommitted leftover
-            for fname, data in files.items():
-                with open(os.path.join(tmp, fname), "wb") as fh:
-                    fh.write(data)
-    else:
-        for fname, data in files.items():
-            store.fs.pipe_file(store.path(rel, fname), data)
-    store.write_bytes(f"{_ckpt_root(run_id)}/{LATEST_FILE}",
-                      json.dumps({"iteration": state.iteration, "dir": name}).encode())
-    _prune(store, run_id, keep=keep, latest=name)
+    rel = f"{_ckpt_root(run_id)}/it{state.iteration:08d}"
+
+    def fill(folder: str) -> None:
+        torch.save(policy.state_dict(), os.path.join(folder, "policy.pt"))
+        torch.save(critic.state_dict() if critic is not None else {}, os.path.join(folder, "critic.pt"))
+        torch.save({k: o.state_dict() for k, o in optimizers.items()}, os.path.join(folder, "optim.pt"))
+        torch.save(rng_state(), os.path.join(folder, "rng.pt"))
+        _write_small(os.path.join(folder, "state.json"), state.to_json().encode())
+        _write_small(os.path.join(folder, "config.json"), config_json.encode())
+
+    _commit_folder(store, rel, fill)
+    _commit_latest(store, run_id, state, keep)
     return rel
+
+
+SHARDED_METADATA = ".metadata"
+"""The file torch.distributed.checkpoint writes beside its shards; its presence marks a sharded
+checkpoint folder (``.metadata`` + ``__<rank>_0.distcp`` instead of the ``.pt`` files)."""
+
+
+def _sharded_state(modules: Mapping[str, torch.nn.Module],
+                   optimizers: Mapping[str, torch.optim.Optimizer]) -> dict[str, Any]:
+    """The DCP state of FSDP-sharded modules and their optimisers, keyed ``model/<name>`` and
+    ``optim/<name>`` (parameter-name keyed, so it reshards to any world size).
+
+    Pass only optimisers that have stepped: for one without state, torch's
+    ``get_optimizer_state_dict`` runs a zero-gradient step to create it, which advances Adam's
+    step counter and changes every later update (a policy optimiser checkpointed during the
+    critic warm-up would then diverge from an uninterrupted run)."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    out: dict[str, Any] = {f"model/{k}": get_model_state_dict(m) for k, m in modules.items()}
+    out.update({f"optim/{k}": get_optimizer_state_dict(modules[k], o) for k, o in optimizers.items()})
+    return out
+
+
+def save_checkpoint_sharded(store: Store, run_id: str, *, state: TrainerState,
+                            modules: Mapping[str, torch.nn.Module], optimizers: Mapping[str, torch.optim.Optimizer],
+                            config_json: str, keep: int, is_main: bool,
+                            broadcast: Callable[[Any], Any], barrier: Callable[[], None]) -> str:
+    """Write a checkpoint of FSDP-sharded models with torch.distributed.checkpoint (every rank
+    writes its own shards, nobody gathers whole weights), atomically, and make it the latest.
+    Called on every rank; `broadcast` / `barrier` are the job's collectives. Resumable at any
+    world size (:func:`load_checkpoint_sharded`).
+
+    Args:
+        modules: the sharded roots by name (``policy``, ``critic``); optimizers: by the same names.
+        is_main: this is rank 0 (writes the small files, renames, commits ``LATEST``).
+
+    Returns:
+        The store-relative folder of the checkpoint.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    rel = f"{_ckpt_root(run_id)}/it{state.iteration:08d}"
+    sd = _sharded_state(modules, {k: o for k, o in optimizers.items() if o.state})
+    small = {"rng.pt": _tensor_bytes(rng_state()), "state.json": state.to_json().encode(),
+             "config.json": config_json.encode()}
+    if store.is_local:
+        ctx = store.local_dir_commit(rel, prefix="ckpt-") if is_main else contextlib.nullcontext(None)
+        with ctx as tmp:
+            tmp = broadcast(tmp)
+            dcp.save(sd, storage_writer=dcp.FileSystemWriter(tmp))
+            if is_main:
+                for fname, data in small.items():
+                    _write_small(os.path.join(tmp, fname), data)
+            barrier()  # every rank's shards are written before rank 0 renames the folder
+    else:
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+        dcp.save(sd, storage_writer=FsspecWriter(store.url(rel), **store.storage_options))
+        if is_main:
+            for fname, data in small.items():
+                store.fs.pipe_file(store.path(rel, fname), data)
+        barrier()
+    if is_main:
+        _commit_latest(store, run_id, state, keep)
+    barrier()
+    return rel
+
+
+def load_checkpoint_sharded(store: Store, ckpt: Checkpoint, modules: Mapping[str, torch.nn.Module],
+                            optimizers: Mapping[str, torch.optim.Optimizer]) -> None:
+    """Load a sharded checkpoint into FSDP-sharded `modules` and their `optimizers` (every
+    rank), resharding to the current world size.
+
+    Raises:
+        CheckpointError: the shards are missing, unreadable or do not fit the models.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+    if store.is_local:
+        reader: Any = dcp.FileSystemReader(store.path(ckpt.path))
+    else:
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+        reader = FsspecReader(store.url(ckpt.path), **store.storage_options)
+    try:
+        saved = {key.split(".", 1)[0] for key in reader.read_metadata().state_dict_metadata}
+        missing = [f"model/{k}" for k in modules if not any(x.startswith(f"model/{k}") for x in saved)]
+        if missing:
+            raise ValueError(f"no {', '.join(missing)} in it")
+        # optimisers that had not stepped when the checkpoint was taken stay fresh
+        optimizers = {k: o for k, o in optimizers.items() if any(x.startswith(f"optim/{k}") for x in saved)}
+        sd = _sharded_state(modules, optimizers)
+        dcp.load(sd, storage_reader=reader)
+    except Exception as e:  # noqa: BLE001 - DCP wraps per-rank failures in its own exception types
+        raise CheckpointError(f"checkpoint {store.url(ckpt.path)} does not fit the sharded models: "
+                              f"{_one_line(e)}") from None
+    for k, m in modules.items():
+        set_model_state_dict(m, sd[f"model/{k}"])
+    for k, o in optimizers.items():
+        set_optimizer_state_dict(modules[k], o, sd[f"optim/{k}"])
 
 
 def _prune(store: Store, run_id: str, *, keep: int, latest: str) -> None:
@@ -147,31 +336,163 @@ def _prune(store: Store, run_id: str, *, keep: int, latest: str) -> None:
         store.fs.rm(store.path(_ckpt_root(run_id), old), recursive=True)
 
 
+def _one_line(e: Exception) -> str:
+    if isinstance(e, ValidationError):
+        return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in e.errors())
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def read_latest_pointer(store: Store, run_id: str) -> str | None:
+    """Store-relative folder of the committed checkpoint ``LATEST`` names, or None without one.
+
+    Raises:
+        CheckpointError: ``LATEST`` is unreadable, not the JSON object
+            ``{"iteration": i, "dir": "it<i, 8 digits>"}``, or names a path outside the run's
+            checkpoints folder.
+    """
+    latest = f"{_ckpt_root(run_id)}/{LATEST_FILE}"
+    try:
+        raw = store.fs.cat_file(store.path(latest))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise CheckpointError(f"checkpoint pointer {store.url(latest)} is unreadable: {_one_line(e)}") from None
+    try:
+        pointer = _LatestFile.model_validate_json(raw)
+    except ValidationError as e:
+        raise CheckpointError(f"checkpoint pointer {store.url(latest)} is invalid: {_one_line(e)}") from None
+    return f"{_ckpt_root(run_id)}/{pointer.dir}"
+
+
+def _check_tensor_dict(obj: Any, what: str) -> dict[str, torch.Tensor]:
+    if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                            for k, v in obj.items()):
+        raise ValueError(f"{what} is not a state dict (a mapping of parameter names to tensors)")
+    return obj
+
+
 def load_latest_checkpoint(store: Store, run_id: str, *, map_location: str = "cpu") -> Checkpoint | None:
     """The committed checkpoint ``LATEST`` names, or None when the run has none.
 
+    Every file is checked: present, readable by ``torch.load(weights_only=True)`` (no pickled code
+    runs), of the expected structure (state dicts of tensors, the optimiser states, the RNG
+    states, a valid ``state.json`` whose iteration matches ``LATEST``, a valid ``config.json``).
+    Whether the tensors fit the model is checked when they are loaded into it
+    (:func:`load_state_dict_checked`).
+
     Raises:
-        CheckpointError: ``LATEST`` names a folder that lacks a file or cannot be read.
+        CheckpointError: naming the file: ``LATEST`` invalid or pointing outside the run's
+            checkpoints folder, a file missing, unreadable or of the wrong structure.
     """
-    try:
-        pointer = json.loads(store.fs.cat_file(store.path(_ckpt_root(run_id), LATEST_FILE)))
-    except FileNotFoundError:
+    rel = read_latest_pointer(store, run_id)
+    if rel is None:
         return None
-    rel = f"{_ckpt_root(run_id)}/{pointer['dir']}"
 
     def read(fname: str) -> bytes:
         try:
             return store.fs.cat_file(store.path(rel, fname))
-        except FileNotFoundError as e:
-            raise CheckpointError(f"checkpoint {store.url(rel)} has no {fname}") from e
+        except FileNotFoundError:
+            raise CheckpointError(f"checkpoint {store.url(rel)} has no {fname} (incomplete or damaged; "
+                                  "resume from an earlier checkpoint by pointing LATEST at it)") from None
+        except OSError as e:
+            raise CheckpointError(f"checkpoint file {store.url(rel, fname)} is unreadable: {_one_line(e)}") from None
 
-    def load(fname: str) -> Any:
+    def load(fname: str, check: Callable[[Any], Any]) -> Any:
+        data = read(fname)
         try:
-            return torch.load(io.BytesIO(read(fname)), map_location=map_location, weights_only=True)
-        except (RuntimeError, EOFError) as e:
-            raise CheckpointError(f"checkpoint file {store.url(rel, fname)} is unreadable: {e}") from e
+            obj = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+            return check(obj)
+        except Exception as e:  # noqa: BLE001 - torch.load raises many types for garbage / foreign pickles
+            raise CheckpointError(f"checkpoint file {store.url(rel, fname)} is unreadable: {_one_line(e)}") from None
 
-    critic = load("critic.pt")
-    return Checkpoint(path=rel, state=TrainerState.from_json(read("state.json").decode()),
-                      policy=load("policy.pt"), critic=critic or None, optim=load("optim.pt"),
-                      rng=load("rng.pt"), config_json=read("config.json").decode())
+    def optim_check(obj: Any) -> dict[str, Any]:
+        if not isinstance(obj, dict) or not all(isinstance(v, dict) and {"state", "param_groups"} <= set(v)
+                                                for v in obj.values()):
+            raise ValueError("not a mapping of optimiser names to optimiser state dicts")
+        return obj
+
+    def rng_check(obj: Any) -> dict[str, Any]:
+        if not isinstance(obj, dict) or not isinstance(obj.get("torch"), torch.Tensor) \
+                or not isinstance(obj.get("python"), str):
+            raise ValueError("not the RNG states this trainer saves (torch tensor and python state)")
+        return obj
+
+    try:
+        state = TrainerState.from_json(read("state.json").decode())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint file {store.url(rel, 'state.json')} is invalid: {_one_line(e)}") from None
+    if f"it{state.iteration:08d}" != rel.rsplit("/", 1)[-1]:
+        raise CheckpointError(f"checkpoint file {store.url(rel, 'state.json')} says iteration {state.iteration}, "
+                              f"but its folder is {rel.rsplit('/', 1)[-1]}")
+    config_json = read("config.json").decode(errors="replace")
+    try:
+        TrainConfig.from_json(config_json)
+    except (ValueError, ValidationError) as e:
+        raise CheckpointError(f"checkpoint file {store.url(rel, 'config.json')} is invalid: {_one_line(e)}") from None
+    rng = load("rng.pt", rng_check)
+    if store.fs.exists(store.path(rel, SHARDED_METADATA)):
+        import torch.distributed.checkpoint as dcp
+
+        try:
+            if store.is_local:
+                dcp.FileSystemReader(store.path(rel)).read_metadata()
+            elif not store.fs.cat_file(store.path(rel, SHARDED_METADATA)):
+                raise ValueError("empty file")
+        except Exception as e:  # noqa: BLE001 - a damaged .metadata is a pickle or I/O error
+            raise CheckpointError(f"checkpoint file {store.url(rel, SHARDED_METADATA)} is unreadable: "
+                                  f"{_one_line(e)}") from None
+        return Checkpoint(path=rel, state=state, policy=None, critic=None, optim=None, rng=rng,
+                          config_json=config_json, sharded=True)
+    policy = load("policy.pt", lambda o: _check_tensor_dict(o, "policy.pt"))
+    critic = load("critic.pt", lambda o: _check_tensor_dict(o, "critic.pt"))
+    return Checkpoint(path=rel, state=state, policy=policy, critic=critic or None,
+                      optim=load("optim.pt", optim_check), rng=rng, config_json=config_json)
+
+
+def load_state_dict_checked(module: torch.nn.Module, state: Mapping[str, torch.Tensor], *, what: str) -> None:
+    """``module.load_state_dict(state)`` (strict), with missing / unexpected keys and shape
+    mismatches reported as one line naming `what` (the checkpoint file).
+
+    Raises:
+        CheckpointError: the state dict does not fit the module.
+    """
+    own = module.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    shapes = [f"{k}: {tuple(state[k].shape)} vs model {tuple(own[k].shape)}" for k in own
+              if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+    if missing or unexpected or shapes:
+        parts = []
+        if missing:
+            parts.append(f"missing keys {missing[:3]}{' ...' if len(missing) > 3 else ''}")
+        if unexpected:
+            parts.append(f"unexpected keys {unexpected[:3]}{' ...' if len(unexpected) > 3 else ''}")
+        if shapes:
+            parts.append(f"wrong shapes {shapes[:2]}{' ...' if len(shapes) > 2 else ''}")
+        raise CheckpointError(f"checkpoint file {what} does not fit the model: {'; '.join(parts)}")
+    module.load_state_dict(state)
+
+
+def load_optimizer_checked(opt: torch.optim.Optimizer, state: Mapping[str, Any], *, what: str) -> None:
+    """``opt.load_state_dict(state)`` after checking that every saved per-parameter tensor
+    (Adam's moments) has its parameter's shape.
+
+    Raises:
+        CheckpointError: a different number of parameter groups or parameters, or a shape that
+            does not match (names `what`, the checkpoint file).
+    """
+    params = [p for g in opt.param_groups for p in g["params"]]
+    groups = state.get("param_groups", [])
+    saved_ids = [i for g in groups for i in g.get("params", [])]
+    if len(groups) != len(opt.param_groups) or len(saved_ids) != len(params):
+        raise CheckpointError(f"checkpoint file {what} does not fit the optimiser: {len(saved_ids)} parameters in "
+                              f"{len(groups)} group(s) saved, {len(params)} in {len(opt.param_groups)} now")
+    for idx, p in zip(saved_ids, params):
+        for k, v in state.get("state", {}).get(idx, {}).items():
+            if isinstance(v, torch.Tensor) and v.dim() > 0 and tuple(v.shape) != tuple(p.shape):
+                raise CheckpointError(f"checkpoint file {what} does not fit the optimiser: state {k!r} of "
+                                      f"parameter {idx} has shape {tuple(v.shape)}, the parameter {tuple(p.shape)}")
+    try:
+        opt.load_state_dict(dict(state))
+    except (ValueError, KeyError, RuntimeError) as e:
+        raise CheckpointError(f"checkpoint file {what} does not fit the optimiser: {_one_line(e)}") from None

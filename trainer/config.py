@@ -38,7 +38,8 @@ the start of training, not from the real sampler)."""
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False)
+    # allow_inf_nan=False: `--policy-lr inf` used to publish an all-NaN policy and exit 0
+    model_config = ConfigDict(extra="forbid", frozen=False, allow_inf_nan=False)
 
 
 class ModelConfig(_Section):
@@ -95,8 +96,8 @@ class DataConfig(_Section):
                                                 "it are skipped")
     follow: bool = Field(False, description="keep polling for new shards when the store is exhausted")
     poll_interval_s: float = Field(2.0, gt=0, description="seconds between listings with follow")
-    idle_timeout_s: float | None = Field(None, description="with follow: stop after this many seconds "
-                                                           "without new data (None = wait forever)")
+    idle_timeout_s: float | None = Field(None, gt=0, description="with follow: stop after this many seconds "
+                                                                 "without new data (None = wait forever)")
     behaviour_logprobs: BehaviourLogprobs = Field("engine", description="source of behaviour log-probs; "
                                                   "'initial-policy' is the explicit opt-in for text-only data")
 
@@ -107,8 +108,15 @@ class OptimConfig(_Section):
     policy_lr: float = Field(1e-6, gt=0, description="policy learning rate (SAO: 1e-6)")
     critic_lr: float = Field(5e-6, gt=0, description="critic learning rate (SAO: 5e-6)")
     weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay (both networks)")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas, each in [0, 1)")
     max_grad_norm: float = Field(1.0, gt=0, description="global L2 gradient-norm clip per update")
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in v):
+            raise ValueError(f"AdamW betas must each be in [0, 1), got {v}")
+        return v
 
 
 class AlgoConfig(_Section):
@@ -128,9 +136,13 @@ class AlgoConfig(_Section):
     lambda_alpha: float = Field(1.5, gt=0, description="alpha of lambda_policy = 1 - 1/(alpha * l), "
                                                        "l = action tokens of the trajectory")
     critic_updates: int = Field(2, ge=1, description="K critic updates per policy update (SAO: 2)")
-    critic_warmup_steps: int = Field(10, ge=0, description="batches that only train the critic before "
-                                                           "policy updates start (SAO: 10)")
-    value_clip: float | None = Field(None, description="clip of the new value around the step's old value "
+    critic_warmup_steps: int = Field(10, ge=0, description="budget of batches that only train the critic before "
+                                                           "policy updates start (SAO: a 10-step warm-up)")
+    critic_warmup_until: Literal["explained-variance", "budget"] = Field(
+        "explained-variance", description="when the warm-up ends: 'explained-variance' = after the first batch on "
+        "which the critic's explained variance (values before that batch's update, i.e. on unseen data) is above "
+        "0, or when the budget runs out; 'budget' = always after critic_warmup_steps batches")
+    value_clip: float | None = Field(None, gt=0, description="clip of the new value around the step's old value "
                                                        "(reward units); None = plain squared error")
     running_mean_window: int = Field(128, ge=1, description="running-mean baseline: trajectories in the "
                                                             "window of past rewards")
@@ -146,12 +158,33 @@ class RunConfig(_Section):
     publish_every: int = Field(1, ge=0, description="publish the policy every N policy steps (0 = only v0 "
                                                     "and the final version)")
     checkpoint_every: int = Field(10, ge=1, description="checkpoint every N steps (warm-up steps count)")
-    keep_checkpoints: int = Field(2, ge=1, description="committed checkpoints kept")
+    keep_checkpoints: int = Field(2, ge=1, description="committed checkpoints kept (older ones are deleted "
+                                                      "once a newer one is committed)")
+    keep_versions: int = Field(3, ge=0, description="published policy versions kept (0 = all); the latest and "
+                                                    "the one before are always kept, so at least 2")
     device: str = Field("auto", description="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:N'")
-    bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU: float32 there)")
+    bf16: bool = Field(True, description="bf16 compute on CUDA (ddp: autocast over float32 weights; fsdp: bf16 "
+                                         "parameters with float32 gradient reduction and optimiser state); "
+                                         "ignored on CPU: float32 there")
+    strategy: Literal["ddp", "fsdp"] = Field("ddp", description="ddp = every rank holds whole models (small models); "
+                                             "fsdp = FSDP2 shards parameters, gradients and optimiser state over "
+                                             "the ranks (when policy + critic do not fit one device)")
+    activation_checkpointing: bool = Field(False, description="recompute each decoder layer's activations in the "
+                                                              "backward pass (less memory, ~1 more forward pass)")
+    publish_dtype: Literal["auto", "bfloat16", "float32"] = Field(
+        "auto", description="dtype of published weights; auto = bfloat16 when the run computes in bf16 (CUDA), "
+                            "else float32")
     tensorboard: bool = Field(False, description="also write TensorBoard events to runs/<run_id>/tensorboard "
                                                  "(local stores only)")
     progress: bool = Field(True, description="rich progress bar on the terminal")
+
+    @field_validator("keep_versions")
+    @classmethod
+    def _keep_versions(cls, v: int) -> int:
+        if v == 1:
+            raise ValueError("must be 0 (keep all) or at least 2: a rollout server may still be loading the "
+                             "version before the latest")
+        return v
 
     @field_validator("run_id")
     @classmethod

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -76,13 +77,17 @@ class Sample:
         rollout_logprobs: float32 (T,), nats; the engine's log-prob at action tokens, NaN elsewhere.
             NaN at action tokens too when `needs_behaviour` (filled by the trainer, see
             ``behaviour_logprobs``).
-        action_mask: bool (T,); True = token is a model action.
-        policy_version: int64 (T,); version that generated the token, -1 at non-action tokens.
+        action_mask: bool (T,); True = token is a model action trained on (an engine action
+            token without a log-prob is False: DIS cannot weigh it).
+        policy_version: int64 (T,); version that generated the token, -1 at non-action tokens; for a
+            mixed-version action span (schema field ``policy_version_max``) the oldest version, so
+            staleness is never under-counted.
         inv_temperature: float32 (T,); 1 / sampling temperature of the token's action span
             (1 where unknown or not an action).
         reward: float, credited at the last action token.
         needs_behaviour: True for text-only data admitted with ``behaviour_logprobs="initial-policy"``.
         cursor: the stream's cursor right after this trajectory.
+        mixed_version_actions: action spans produced by several versions without a known boundary.
     """
 
     trajectory_id: str
@@ -97,6 +102,7 @@ class Sample:
     reward: float
     needs_behaviour: bool
     cursor: DataCursor
+    mixed_version_actions: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -277,6 +283,98 @@ def micro_batches(samples: Sequence[Sample], micro_batch_size: int, num_micro: i
 ListShards = Callable[[], list[ShardInfo]]
 
 
+@dataclass
+class StoreCensus:
+    """What :meth:`TrajectoryStream.precheck` found in the rows not yet read.
+
+    Attributes:
+        rows: rows looked at (from the cursor on).
+        trainable: rows that would be trained now (first copies, passing every filter).
+        skipped: rows that would be skipped, by reason (duplicate, where, not_trainable,
+            no_reward, overlong).
+        max_token_id: largest token id of the trainable rows' shards (None when none, or before
+            :meth:`TrajectoryStream.check_vocabulary`).
+        candidates: (shard, row indices) of the trainable rows, for the vocabulary check.
+    """
+
+    rows: int = 0
+    trainable: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    max_token_id: int | None = None
+    candidates: list[tuple[ShardInfo, list[int]]] = field(default_factory=list, repr=False)
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+    def describe(self) -> str:
+        """One phrase, e.g. ``12 rows: 0 trainable (12 filtered by --where)``."""
+        names = {"where": "filtered by --where", "not_trainable": "marked not trainable",
+                 "no_reward": "without a reward", "overlong": "longer than --max-seq-len",
+                 "duplicate": "duplicate ids"}
+        why = ", ".join(f"{k} {names.get(r, r)}" for r, k in sorted(self.skipped.items()))
+        return f"{self.rows} rows: {self.trainable} trainable" + (f" ({why})" if why else "")
+
+
+def _file_of(store: Store, shard: ShardInfo) -> pq.ParquetFile:
+    fh = store.fs.open(shard.path, "rb") if not store.is_local else shard.path
+    return pq.ParquetFile(fh)
+
+
+def read_scalar_columns(store: Store, shard: ShardInfo) -> pa.Table:
+    """The scalar columns (:data:`~trajstore.schema.SCALAR_COLUMNS`) of a shard as schema v2
+    (:func:`trajstore.reader.read_shard`: older schemas converted, a nullable column that an
+    older shard lacks, e.g. ``group_id`` or ``metadata``, filled with nulls)."""
+    return read_shard(store, shard, columns=SCALAR_COLUMNS)
+
+
+def with_missing_nullable_columns(table: pa.Table, columns: Sequence[str], *, shard: str) -> pa.Table:
+    """`table` with every name of `columns` it lacks added as an all-null column of the current
+    schema's type (nullable columns only), in the order of `columns` plus any others after."""
+    out = []
+    for c in columns:
+        if c in table.column_names:
+            out.append((c, table.column(c)))
+            continue
+        f = TRAJECTORY_SCHEMA.field(c)
+        if not f.nullable:
+            raise TrainDataError(f"shard {shard}: required column {c!r} is missing (schema too old or not a "
+                                 "trajectory shard; `traj migrate` rewrites old shards)")
+        out.append((c, pa.nulls(table.num_rows, type=f.type)))
+    out += [(c, table.column(c)) for c in table.column_names if c not in columns]
+    return pa.table(dict(out))
+
+
+def _read_column(store: Store, shard: ShardInfo, column: str) -> pa.ChunkedArray:
+    return read_shard(store, shard, columns=[column]).column(column)
+
+
+def shard_max_token_id(store: Store, shard: ShardInfo) -> int | None:
+    """The largest token id of a shard from its Parquet column statistics (footer only), or
+    None when a row group has no statistics for ``tokens`` (then the column must be read)."""
+    md = _file_of(store, shard).metadata
+    top: int | None = None
+    for rg in range(md.num_row_groups):
+        group = md.row_group(rg)
+        if group.num_rows == 0:
+            continue
+        stats = None
+        for j in range(group.num_columns):
+            col = group.column(j)
+            if col.path_in_schema in ("tokens.list.element", "tokens.list.item"):
+                stats = col.statistics
+                break
+        if stats is None or not stats.has_min_max:
+            return None
+        top = int(stats.max) if top is None else max(top, int(stats.max))
+    return top
+
+
+
+def _overlong_message(where: str, num_tokens: int, max_seq_len: int) -> str:
+    return (f"{where}: field num_tokens: {num_tokens} tokens > --max-seq-len {max_seq_len} with --overlong error "
+            "(use --overlong skip to leave such rows out, or raise --max-seq-len)")
+
+
 def _text_only_error(where: str, logprob_source: str, token_source: str) -> TrainDataError:
     return TrainDataError(
         f"{where}: no rollout log-probs for its actions (logprob_source={logprob_source}, "
@@ -292,7 +390,8 @@ class TrajectoryStream:
     Args:
         store: the store. cfg: the data section of the training config.
         tokenizer: the model's tokenizer identity; a row whose ``tokenizer`` differs is refused.
-        vocab_size: the model's vocabulary; a token id at or above it is refused.
+        vocab_size: the model's vocabulary; a token id at or above it is refused. None until the
+            model is loaded (:meth:`precheck` does not need it; reading does).
         cursor: where to continue (a fresh cursor reads from the first shard).
         max_batch_size: cap on trajectories per step (defaults to ``cfg.batch_size``).
         list_shards: how shards are listed (distributed runs list on rank 0 and broadcast).
@@ -302,7 +401,7 @@ class TrajectoryStream:
             the vocabulary, overlong trajectory with ``overlong="error"``, or a bad ``where``.
     """
 
-    def __init__(self, store: Store, cfg: DataConfig, *, tokenizer: str, vocab_size: int,
+    def __init__(self, store: Store, cfg: DataConfig, *, tokenizer: str, vocab_size: int | None,
                  cursor: DataCursor | None = None, list_shards: ListShards | None = None):
         if cfg.max_seq_len > cfg.max_batch_tokens:
             raise ValueError(f"max_seq_len ({cfg.max_seq_len}) exceeds max_batch_tokens ({cfg.max_batch_tokens})")
@@ -320,6 +419,10 @@ class TrajectoryStream:
         self._skipped: dict[str, int] = {}
         self._warned_null_tokenizer = False
         self._duck = None
+        self.on_wait: Callable[[str], None] | None = None
+        """Called with :meth:`waiting_message` before each poll while ``follow`` waits for data."""
+        self.stop_event: threading.Event | None = None
+        """Once set, a following stream stops waiting (returns what it has, or None)."""
         if cfg.where:
             self._check_where(cfg.where)
         self._rebuild_seen()
@@ -344,6 +447,10 @@ class TrajectoryStream:
                 timeout = self.cfg.idle_timeout_s
                 if timeout is not None and time.monotonic() - idle_since >= timeout:
                     break
+                if self.stop_event is not None and self.stop_event.is_set():
+                    break
+                if self.on_wait is not None:
+                    self.on_wait(self.waiting_message(len(samples)))
                 time.sleep(self.cfg.poll_interval_s)
                 continue
             idle_since = time.monotonic()
@@ -356,6 +463,14 @@ class TrajectoryStream:
         if not samples:
             return None
         return StepBatch(samples, samples[-1].cursor, skipped, time.perf_counter() - t0)
+
+    def waiting_message(self, in_batch: int) -> str:
+        """What a following stream waits for, e.g. ``waiting for new trajectories in
+        /data/store/trajectories: 12 seen so far, 3/8 for the next step (polling every 2s)``."""
+        idle = f"; stopping after {self.cfg.idle_timeout_s:g}s without data" if self.cfg.idle_timeout_s else ""
+        return (f"waiting for new trajectories in {self.store.url(TRAJECTORIES_DIR)}: {len(self._seen)} seen so far, "
+                f"{in_batch}/{self.cfg.batch_size} for the next step (polling every {self.cfg.poll_interval_s:g}s"
+                f"{idle})")
 
     def close(self) -> None:
         if self._duck is not None:
@@ -401,12 +516,15 @@ class TrajectoryStream:
 
     def _samples_of(self, batch, shard: ShardInfo, base: int, start_row: int) -> Iterator[Sample]:  # noqa: ANN001
         table = batch.table
-        keep_where = self._where_mask(table)
+        keep_where = self._where_mask(table, shard=shard.name)
         act = batch.action_mask()
         full_lps = batch.logprobs_full()  # (N,) aligned with tokens; schema v2 stores action tokens only
         flat_spans = pc.list_flatten(table.column("spans").combine_chunks())
         temps = flat_spans.field("temperature").fill_null(1.0).to_numpy(zero_copy_only=False).astype(np.float32)
-        col = {c: table.column(c).to_pylist() for c in
+        mixed = flat_spans.field("policy_version_max").is_valid().to_numpy(zero_copy_only=False)
+        present = with_missing_nullable_columns(table.select([c for c in SCALAR_COLUMNS if c in table.column_names]),
+                                                SCALAR_COLUMNS, shard=shard.name)  # older shards: nulls
+        col = {c: present.column(c).to_pylist() for c in
                ("tokenizer", "token_source", "logprob_source", "trainable", "group_id", "num_tokens")}
         done = list(self._done)  # unchanged while this shard is read: one copy, shared by its rows' cursors
         for i in range(len(batch)):
@@ -433,19 +551,24 @@ class TrajectoryStream:
                 continue
             if col["num_tokens"][i] > self.cfg.max_seq_len:
                 if self.cfg.overlong == "error":
-                    raise TrainDataError(f"{where}: {col['num_tokens'][i]} tokens > max_seq_len "
-                                         f"{self.cfg.max_seq_len} (use --overlong skip to leave such rows out)")
+                    raise TrainDataError(_overlong_message(where, col["num_tokens"][i], self.cfg.max_seq_len))
                 self._skip("overlong")
                 continue
             a, b = int(batch.token_offsets[i]), int(batch.token_offsets[i + 1])
             tokens = batch.tokens[a:b].astype(np.int64)
+            if self.vocab_size is None:
+                raise ValueError("TrajectoryStream.vocab_size must be set before reading batches")
             if len(tokens) and int(tokens.max()) >= self.vocab_size:
                 raise TrainDataError(f"{where}: field tokens: id {int(tokens.max())} is outside the model's "
                                      f"vocabulary of {self.vocab_size}")
             mask = act[a:b].copy()
             lps = full_lps[a:b].copy()
-            text_only = (col["logprob_source"][i] != "engine" or col["token_source"][i] != "engine"
-                         or bool(np.isnan(lps[mask]).any()))
+            text_only = col["logprob_source"][i] != "engine" or col["token_source"][i] != "engine"
+            if not text_only:
+                # An action token whose engine log-prob is unknown (NaN: a null or an engine's -9999
+                # stand-in, counted in num_missing_logprobs) has no behaviour log-prob for DIS: it is
+                # left out of the action mask, so it never reaches the loss or the ratio statistics.
+                mask &= ~np.isnan(lps)
             if text_only and self.cfg.behaviour_logprobs != "initial-policy":
                 raise _text_only_error(where, col["logprob_source"][i], col["token_source"][i])
             so, eo = int(batch.span_offsets[i]), int(batch.span_offsets[i + 1])
@@ -460,31 +583,97 @@ class TrajectoryStream:
             if text_only:
                 lps[:] = np.nan
             yield Sample(tid, col["group_id"][i], shard.name, row, tokens, lps, mask, pv, itemp,
-                         float(batch.reward[i]), text_only, cursor)
+                         float(batch.reward[i]), text_only, cursor, int(mixed[so:eo].sum()))
 
-    def precheck(self) -> None:
-        """Apply the refusals (tokenizer mismatch, text-only data without the opt-in) to every
-        row already in the store, reading scalar columns only, so that a run that would be
-        refused stops before it writes anything (config, published v0, records).
+    def precheck(self) -> StoreCensus:
+        """Apply every refusal to the rows already in the store (from the cursor on), reading
+        scalar columns and Parquet statistics only, so that a run that would be refused stops
+        before it writes anything (config, published v0, records).
+
+        Refusals: a ``--where`` that DuckDB cannot evaluate on the data, tokenizer mismatch,
+        text-only data without the opt-in, ``overlong="error"`` with a longer row. Token ids are
+        checked by :meth:`check_vocabulary` once the model (its vocabulary) is known.
+
+        Returns:
+            What the rows would become (see :class:`StoreCensus`); ``census.trainable == 0`` is
+            for the caller to judge (an error on a fresh run without ``follow``).
 
         Raises:
-            TrainDataError: as :meth:`next_batch` would on the first refused row.
+            TrainDataError: as :meth:`next_batch` would on the first refused row, naming the
+                shard, row and field.
         """
-        cols = ["tokenizer", "token_source", "logprob_source", "trainable", "reward"]
+        census = StoreCensus()
+        seen = set(self._seen)
         for shard in self._list():
             if shard.name in self._done_set:
                 continue
-            table = read_shard(self.store, shard, columns=SCALAR_COLUMNS)
-            keep = self._where_mask(table)
-            rows = table.select(["trajectory_id", *cols]).to_pylist()
+            start = self.cursor.next_row if shard.name == self.cursor.shard else 0
+            table = read_scalar_columns(self.store, shard)
+            keep = self._where_mask(table, shard=shard.name)
+            rows = table.select(["trajectory_id", "tokenizer", "token_source", "logprob_source", "trainable",
+                                 "reward", "num_tokens"]).to_pylist()
+            candidates: list[int] = []
             for row_i, r in enumerate(rows):
-                if (keep is not None and not keep[row_i]) or not r["trainable"] or r["reward"] is None:
+                if row_i < start:
+                    continue
+                census.rows += 1
+                if r["trajectory_id"] in seen:
+                    census.skip("duplicate")
+                    continue
+                seen.add(r["trajectory_id"])
+                if keep is not None and not keep[row_i]:
+                    census.skip("where")
                     continue
                 where = f"trajectory {r['trajectory_id']!r} (shard {shard.name}, row {row_i})"
                 self._check_tokenizer(r["tokenizer"], where)
+                if not r["trainable"]:
+                    census.skip("not_trainable")
+                    continue
+                if r["reward"] is None or math.isnan(r["reward"]):
+                    census.skip("no_reward")
+                    continue
+                if r["num_tokens"] > self.cfg.max_seq_len:
+                    if self.cfg.overlong == "error":
+                        raise TrainDataError(_overlong_message(where, r["num_tokens"], self.cfg.max_seq_len))
+                    census.skip("overlong")
+                    continue
                 text_only = r["logprob_source"] != "engine" or r["token_source"] != "engine"
                 if text_only and self.cfg.behaviour_logprobs != "initial-policy":
                     raise _text_only_error(where, r["logprob_source"], r["token_source"])
+                candidates.append(row_i)
+            census.trainable += len(candidates)
+            if candidates:
+                census.candidates.append((shard, candidates))
+        return census
+
+    def check_vocabulary(self, census: StoreCensus) -> None:
+        """Refuse a token id at or above ``vocab_size`` in any row `census` found trainable,
+        from each shard's Parquet statistics of ``tokens`` (the column is read only for a shard
+        without statistics, or to name the offending row). Sets ``census.max_token_id``.
+
+        Raises:
+            TrainDataError: naming the trajectory, shard, row and the id.
+        """
+        if self.vocab_size is None:
+            raise ValueError("check_vocabulary needs vocab_size (set it once the model is loaded)")
+        for shard, rows in census.candidates:
+            self._check_vocabulary(shard, rows, census)
+
+    def _check_vocabulary(self, shard: ShardInfo, rows: list[int], census: StoreCensus) -> None:
+        """Refuse a token id >= the vocabulary in any of `rows` of `shard` (row indices)."""
+        assert self.vocab_size is not None
+        top = shard_max_token_id(self.store, shard)
+        if top is None or top >= self.vocab_size:  # no statistics, or a bad id somewhere: read the ids
+            tokens = _read_column(self.store, shard, "tokens")
+            for row_i in rows:
+                ids = tokens[row_i].values
+                if len(ids) and (m := pc.max(ids).as_py()) >= self.vocab_size:
+                    tid = read_scalar_columns(self.store, shard).column("trajectory_id")[row_i].as_py()
+                    raise TrainDataError(f"trajectory {tid!r} (shard {shard.name}, row {row_i}): field tokens: "
+                                         f"id {m} is outside the model's vocabulary of {self.vocab_size}")
+            top = pc.max(pc.list_flatten(tokens)).as_py() if len(tokens) else None
+        if top is not None:
+            census.max_token_id = max(census.max_token_id if census.max_token_id is not None else -1, int(top))
 
     def _skip(self, reason: str) -> None:
         self._skipped[reason] = self._skipped.get(reason, 0) + 1
@@ -526,14 +715,20 @@ class TrajectoryStream:
         finally:
             self._duck.unregister("trajectories")
 
-    def _where_mask(self, table: pa.Table) -> np.ndarray | None:
+    def _where_mask(self, table: pa.Table, *, shard: str) -> np.ndarray | None:
+        import duckdb
+
         if not self.cfg.where:
             return None
-        t = table.select([c for c in SCALAR_COLUMNS if c in table.column_names])
+        t = with_missing_nullable_columns(table.select([c for c in SCALAR_COLUMNS if c in table.column_names]),
+                                          SCALAR_COLUMNS, shard=shard)
         t = t.append_column("__row", pa.array(np.arange(t.num_rows, dtype=np.int64)))
         self._duck.register("trajectories", t)
         try:
             rows = self._duck.execute(f"SELECT __row FROM trajectories WHERE ({self.cfg.where}\n)").fetchnumpy()["__row"]
+        except duckdb.Error as e:  # e.g. CAST(source AS INTEGER) on a value that is no integer
+            raise TrainDataError(f"--where {self.cfg.where!r} fails on shard {shard}: "
+                                 f"{str(e).splitlines()[0]}") from None
         finally:
             self._duck.unregister("trajectories")
         keep = np.zeros(t.num_rows, dtype=bool)

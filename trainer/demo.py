@@ -15,6 +15,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -45,6 +46,11 @@ PROXY_LOG_FILE = "proxy.log"
 DEMO_TRAIN_CONFIG_FILE = "demo-train-config.json"
 """The :class:`~trajstore.trainer.config.TrainConfig` handed to the trainer child (the trainer
 also saves its own resolved copy as ``runs/<run_id>/config.json``)."""
+
+
+TRAINER_FINISH_S = 300.0
+"""Once the agents are done, the trainer gets at least this long to train on what is stored
+and exit (s)."""
 
 
 class DemoError(TrajstoreError):
@@ -81,7 +87,8 @@ class DemoConfig(BaseModel):
                                                   "checkpoint (about 0.5 GB per SmolLM2 version, 2 GB per "
                                                   "checkpoint); by default only the final version is kept")
     seed: int = Field(0, description="seeds tasks, sampling and (tiny models) initial weights")
-    timeout_s: float = Field(1800.0, gt=0, description="give up after this many seconds")
+    timeout_s: float = Field(1800.0, gt=0, description="no new episode starts after this many seconds; the "
+                                                       "trainer then has at most 5 more minutes to finish")
 
     def resolved_run_id(self) -> str:
         return self.run_id or "demo-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -104,6 +111,10 @@ class DemoResult:
             (1 - Var(R - V) / Var(R); above 0 means the critic predicts returns better than their mean).
         freed_bytes: bytes of superseded policy versions and checkpoints removed at the end.
         seconds: wall time (s).
+        steps_asked: policy steps the trainer was asked for (``DemoConfig.steps``).
+        steps_done: policy steps it made (from the run's ``step_metrics``); fewer than asked
+            when the agents stopped (``timeout_s``, ``episodes``) before enough completed
+            trajectories existed: see :attr:`shortfall`.
     """
 
     store: str
@@ -118,6 +129,17 @@ class DemoResult:
     explained_variance: list[dict[str, Any]] = field(default_factory=list)
     freed_bytes: int = 0
     seconds: float = 0.0
+    steps_asked: int = 0
+    steps_done: int = 0
+
+    @property
+    def shortfall(self) -> str | None:
+        """A plain sentence when the trainer made fewer policy steps than asked, else None."""
+        if self.steps_done >= self.steps_asked:
+            return None
+        return (f"the trainer made {self.steps_done} of the {self.steps_asked} policy steps asked for: the agents "
+                f"stopped before enough completed episodes existed (see runs/{self.run_id}/trainer.log); the "
+                "audits below cover only what was trained")
 
     @property
     def policy_versions_seen(self) -> list[int]:
@@ -153,9 +175,12 @@ def train_config(cfg: DemoConfig, run_id: str, store: str) -> TrainConfig:
         store=store,
         model=ModelConfig(name=cfg.model, tokenizer=_tokenizer_identity(cfg) if tiny else None,
                           tiny_vocab_size=_vocab_size(cfg) if tiny else 256, seed=cfg.seed),
+        # no idle timeout: the trainer waits as long as the demo's agents play (an episode batch
+        # took 165 s on a loaded 2-core machine); the demo tells it when they are done
+        # (:func:`stop_waiting_when_closed`)
         data=DataConfig(batch_size=cfg.batch_size, micro_batch_size=cfg.micro_batch_size, max_seq_len=4096,
                         where=f"{demo_filter(run_id)} AND status = 'completed'", follow=True, poll_interval_s=0.5,
-                        idle_timeout_s=max(120.0, 40.0 * cfg.max_turns * cfg.max_new_tokens / 24)),
+                        idle_timeout_s=None),
         optim=OptimConfig(policy_lr=cfg.policy_lr, critic_lr=cfg.critic_lr),
         algo=AlgoConfig(critic_warmup_steps=cfg.critic_warmup_steps),
         run=RunConfig(run_id=run_id, max_steps=cfg.steps, publish_every=1, checkpoint_every=10**6,
@@ -177,24 +202,55 @@ def _vocab_size(cfg: DemoConfig) -> int:
 
 def _start_trainer(config: TrainConfig, config_path: Path, log_path: Path, threads: int) -> subprocess.Popen[bytes]:
     """Start ``traj train``'s library entry (:func:`trajstore.trainer.loop.train`) in a child
-    process with `threads` torch threads, its output going to `log_path`."""
+    process with `threads` torch threads, its output going to `log_path`. The child waits for
+    data while its stdin (a pipe from this process) is open; close it when no more episodes
+    will come."""
     config_path.write_text(config.to_json())
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                HF_HUB_DISABLE_PROGRESS_BARS="1", TQDM_DISABLE="1")
     cmd = [sys.executable, "-m", "trajstore.trainer.demo", "train-child", str(config_path), str(threads)]
     with open(log_path, "wb") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+PRODUCERS_DONE_GRACE_S = 10.0
+"""Once the demo's agents are done, the trainer stops after this long without new data (every
+finished episode is already durable then: ``/finish`` returns after the write)."""
+
+
+def stop_waiting_when_closed(fd: int, data: Any, grace_s: float = PRODUCERS_DONE_GRACE_S) -> threading.Thread:
+    """Let a following trainer wait for data as long as the pipe `fd` is open, then at most `grace_s`.
+
+    A daemon thread reads file descriptor `fd` (the demo's end of the pipe stays open while its
+    agents play; it also closes when the demo process dies) and at end of file sets
+    ``data.idle_timeout_s`` (the live :class:`~trajstore.trainer.config.DataConfig` of the
+    trainer's stream, which reads it at every empty poll) to `grace_s`. It reads the raw
+    descriptor: a daemon thread blocked inside ``sys.stdin.buffer.read`` holds the buffer's lock
+    and aborts the interpreter at exit ("could not acquire lock for <stdin>"). Returns the thread.
+    """
+
+    def watch() -> None:
+        while os.read(fd, 4096):
+            pass
+        data.idle_timeout_s = grace_s
+
+    th = threading.Thread(target=watch, name="demo-producers-watch", daemon=True)
+    th.start()
+    return th
 
 
 def _train_child(config_path: str, threads: int) -> None:
-    """The trainer process of a demo: load the saved config and train."""
+    """The trainer process of a demo: load the saved config and train while the demo plays."""
     import torch
 
     from trajstore.trainer.config import TrainConfig
-    from trajstore.trainer.loop import train
+    from trajstore.trainer.loop import setup, train
 
     torch.set_num_threads(threads)
-    summary = train(TrainConfig.from_json(Path(config_path).read_text()))
+    cfg = TrainConfig.from_json(Path(config_path).read_text())
+    tr = setup(cfg)
+    stop_waiting_when_closed(sys.stdin.fileno(), tr.stream.cfg)
+    summary = train(cfg, trainer=tr)
     print(f"trainer done: {summary.iterations} iterations, {summary.steps} policy steps, "
           f"final version v{summary.version}", flush=True)
 
@@ -414,11 +470,13 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
                 if trainer.poll() is not None or time.monotonic() >= deadline:
                     _stop(procs.get("proxy"))  # held and in-flight episodes end (written as aborted)
         say(f"agents done: {len(episodes)} episodes; waiting for the trainer ...")
+        if trainer.stdin is not None:  # no more episodes: the trainer stops once the store has no more
+            trainer.stdin.close()
         try:
-            code = trainer.wait(timeout=max(1.0, deadline - time.monotonic()))
+            code = trainer.wait(timeout=max(TRAINER_FINISH_S, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            raise DemoError(f"the trainer did not finish within {cfg.timeout_s:.0f}s; log: {log_path}\n"
-                            f"{_tail(log_path)}") from None
+            raise DemoError(f"the trainer did not finish within {cfg.timeout_s:.0f}s (+{TRAINER_FINISH_S:.0f}s); "
+                            f"log: {log_path}\n{_tail(log_path)}") from None
         _echo_new_lines(log_path, log_pos, say)
     finally:
         for name in ("proxy", "serve", "trainer"):
@@ -427,8 +485,11 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
         raise DemoError(f"the trainer exited with code {code}; log: {log_path}\n{_tail(log_path)}")
     result = DemoResult(store=store.uri, run_id=run_id, episodes=episodes,
                         versions_loaded=[w["version"] for w in stats.get("weight_loads", [])],
-                        calls_by_version={int(k): v for k, v in stats.get("calls_by_version", {}).items()})
+                        calls_by_version={int(k): v for k, v in stats.get("calls_by_version", {}).items()},
+                        steps_asked=cfg.steps)
     _read_audits(result)
+    if result.shortfall:
+        say(f"[bold red]WARNING: {result.shortfall}[/]")
     if not cfg.keep_weights:
         result.freed_bytes = prune_weights(store, run_id)
     result.seconds = time.monotonic() - t0
@@ -446,7 +507,7 @@ def prune_weights(store: Any, run_id: str) -> int:
 
     from trajstore.store import RUNS_DIR
     from trajstore.trainer.checkpoint import CHECKPOINTS_DIR
-    from trajstore.trainer.publish import latest_policy_version, list_policy_versions, version_dir
+    from trajstore.policies import latest_policy_version, list_policy_versions, version_dir
 
     latest = latest_policy_version(store, run_id)
     doomed = [store.path(version_dir(run_id, v)) for v in list_policy_versions(store, run_id) if v != latest]
@@ -477,6 +538,8 @@ def _read_audits(result: DemoResult) -> None:
     result.explained_variance = _rows(audit.sql(conn, (
         "SELECT step, \"value/explained_variance\" AS explained_variance FROM step_metrics WHERE run_id = "
         f"'{result.run_id}' ORDER BY step")))
+    # critic warm-up iterations are recorded as step -1; policy steps count from 0
+    result.steps_done = len({r["step"] for r in result.explained_variance if r["step"] is not None and r["step"] >= 0})
 
 
 def reward_by_version_sql(run_id: str) -> str:
@@ -492,33 +555,30 @@ def reward_by_version_sql(run_id: str) -> str:
 
 
 def print_summary(result: DemoResult, console: Console) -> None:
-    """Render the audits and where to look next."""
-    from rich.table import Table
+    """Render the audits and where to look next (tables through :mod:`trajstore.display`, as
+    every command prints them)."""
+    from trajstore.display import TableData, print_command, render_tables
 
-    def table(title: str, rows: list[dict[str, Any]], cols: list[str]) -> Table:
-        t = Table(title=title, title_justify="left")
-        for c in cols:
-            t.add_column(c, justify="right")
-        for r in rows:
-            t.add_row(*["-" if r.get(c) is None else (f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]))
-                        for c in cols])
-        return t
+    def table(title: str, rows: list[dict[str, Any]], cols: list[str], keys: list[str]) -> TableData:
+        return TableData(title, cols, [tuple(r.get(c) for c in cols) for r in rows], keys=keys, shares=["solved"])
 
-    console.print(table("reward per policy version", result.reward_by_version,
-                        ["policy_version", "trajectories", "mean_reward", "solved", "consumed"]))
-    console.print(table("model calls per policy version, as recorded by traj proxy",
-                        [{"policy_version": v, "calls": n} for v, n in sorted(result.calls_by_version.items())],
-                        ["policy_version", "calls"]))
-    console.print(table("staleness of trained data (trainer version - policy version, in versions)",
-                        result.staleness, ["consumed", "action_tokens", "token_p50", "token_mean", "token_max",
-                                           "traj_max"]))
-    console.print(table("staleness histogram", result.staleness_histogram,
-                        ["staleness", "trajectories", "action_tokens"]))
-    console.print(table("DIS clip audit per step (fraction of action tokens masked)", result.clip,
-                        ["step", "trainer_version", "trajectories", "action_tokens", "masked_below",
-                         "masked_above", "ratio_mean"]))
-    console.print(table("critic explained variance per step (1 - Var(R - V) / Var(R); > 0: better than the "
-                        "mean return)", result.explained_variance, ["step", "explained_variance"]))
+    render_tables([
+        table("reward per policy version", result.reward_by_version,
+              ["policy_version", "trajectories", "mean_reward", "solved", "consumed"], ["policy_version"]),
+        table("model calls per policy version, as recorded by traj proxy",
+              [{"policy_version": v, "calls": n} for v, n in sorted(result.calls_by_version.items())],
+              ["policy_version", "calls"], ["policy_version"]),
+        table("staleness of trained data (trainer version - policy version, in versions)", result.staleness,
+              ["consumed", "action_tokens", "token_p50", "token_mean", "token_max", "traj_max",
+               "mixed_version_actions"], []),
+        table("staleness histogram", result.staleness_histogram, ["staleness", "trajectories", "action_tokens"],
+              ["staleness"]),
+        table("DIS clip audit per step (share of action tokens masked)", result.clip,
+              ["step", "trainer_version", "trajectories", "action_tokens", "masked_below", "masked_above",
+               "ratio_mean"], ["step"]),
+        table("critic explained variance per step (1 - Var(R - V) / Var(R); > 0: better than the mean return)",
+              result.explained_variance, ["step", "explained_variance"], ["step"]),
+    ], "table", console=console)
     versions = result.policy_versions_seen
     max_stale = max((r.get("token_max") or 0 for r in result.staleness), default=0)
     plain = {"soft_wrap": True, "markup": False, "highlight": False}
@@ -528,10 +588,12 @@ def print_summary(result: DemoResult, console: Console) -> None:
         console.print(f"removed {result.freed_bytes / 2**30:.1f} GiB of superseded policy versions and checkpoints "
                       "(keep them with --keep-weights)", **plain)
     console.print(f"store: {result.store} (run {result.run_id}); look closer with:", **plain)
-    # commands a user copies: each on its own line, unstyled and never wrapped
-    console.print(f"traj stats {result.store} --run {result.run_id}", **plain)
-    console.print(f"traj sql {result.store} \"SELECT * FROM step_metrics WHERE run_id = '{result.run_id}' "
-                  "ORDER BY step\"", **plain)
+    print_command(console, f"traj stats {result.store} --run {result.run_id}")
+    print_command(console, f"traj sql {result.store} \"SELECT * FROM step_metrics WHERE run_id = '{result.run_id}' "
+                           "ORDER BY step\"")
+    if result.shortfall:  # last, where it cannot be missed (traj demo also exits with code 1)
+        console.print(f"WARNING: {result.shortfall}", style="bold red", soft_wrap=True, markup=False,
+                      highlight=False)
 
 
 def result_to_dict(result: DemoResult) -> dict[str, Any]:
@@ -540,6 +602,7 @@ def result_to_dict(result: DemoResult) -> dict[str, Any]:
 
     d = asdict(result)
     d["policy_versions_seen"] = result.policy_versions_seen
+    d["shortfall"] = result.shortfall
     return json.loads(json.dumps(d, default=str))
 
 

@@ -1,10 +1,19 @@
 """Data parallelism for `traj train` under ``torchrun``: process group setup (gloo on CPU, NCCL on
-CUDA), DDP wrapping, and the few collectives the loop needs.
+CUDA), the two strategies, and the few collectives the loop needs.
 
 Every rank reads the same step batch (shard listings come from rank 0) and trains on its own
-disjoint share of it (:func:`trajstore.trainer.data.split_for_rank`); DDP averages gradients,
-so parameters are identical on every rank after every update. A single process (no
-``WORLD_SIZE``) runs the same code with the collectives turned into no-ops.
+disjoint share of it (:func:`trajstore.trainer.data.split_for_rank`); gradients are averaged
+over ranks, so every rank applies the same update. Strategies (``--strategy``):
+
+- ``ddp`` (small models): every rank holds the whole model, gradients and optimiser state;
+  DDP all-reduces gradients. A single process (no ``WORLD_SIZE``) runs the same code with the
+  collectives turned into no-ops.
+- ``fsdp`` (models whose weights, gradients and optimiser states do not fit one device):
+  PyTorch FSDP2 (``torch.distributed.fsdp.fully_shard``) shards parameters, gradients and
+  optimiser state over the ranks, one group per decoder layer plus a root group (embeddings,
+  final norm, LM / value head). Mixed precision on CUDA: bf16 parameters and compute, float32
+  gradient reduction and optimiser state (:data:`MIXED_PRECISION`). With one process a
+  single-rank process group is created, so the same code runs (useful to test it on one GPU).
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -57,18 +66,103 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
     return d
 
 
-def init_distributed(device: str = "auto") -> DistEnv:
+Strategy = Literal["ddp", "fsdp"]
+"""How models are spread over the ranks (see the module docstring)."""
+
+
+def init_distributed(device: str = "auto", *, strategy: Strategy = "ddp") -> DistEnv:
     """Join the torchrun process group when ``WORLD_SIZE`` > 1 (backend: NCCL on CUDA, gloo on
-    CPU); otherwise describe a single process. Idempotent."""
+    CPU); otherwise describe a single process (with ``fsdp``: in a one-rank process group, which
+    FSDP2's device mesh needs). Idempotent."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     dev = resolve_device(device, local_rank)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
+    backend = "nccl" if dev.type == "cuda" else "gloo"
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+        dist.init_process_group(backend=backend)
+    elif strategy == "fsdp" and not dist.is_initialized():
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     return DistEnv(rank, world, local_rank, dev)
+
+
+def mixed_precision(env: DistEnv, bf16: bool) -> Any:
+    """FSDP2's mixed-precision policy: on CUDA with `bf16`, bf16 parameters and compute with
+    float32 gradient reduce-scatter (the sharded float32 parameters and optimiser state stay
+    float32); otherwise float32 throughout (CPU: bf16 matmuls are slow there and the tests
+    compare against float32 references)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if env.device.type == "cuda" and bf16:
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def shard(module: nn.Module, layers: list[nn.Module], env: DistEnv, *, bf16: bool,
+          activation_checkpointing: bool = False) -> nn.Module:
+    """Shard `module` in place with FSDP2: each of `layers` (the decoder layers) is its own
+    group, `module` the root group holding everything else (embeddings, norm, heads; tied
+    weights stay in one group). Parameters become DTensors sharded on dim 0 over all ranks.
+
+    Args:
+        module: the root (e.g. ``PolicyLogprobs`` or ``Critic``), on its device.
+        layers: submodules to shard separately, in execution order.
+        activation_checkpointing: recompute each layer's activations in the backward pass
+            instead of keeping them (less memory, about one more forward pass of compute).
+
+    Returns:
+        `module` (now also an ``FSDPModule``).
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(env.device.type, (env.world_size,))
+    mp = mixed_precision(env, bf16)
+    for layer in layers:
+        if activation_checkpointing:
+            checkpoint_activations(layer)
+        fully_shard(layer, mesh=mesh, mp_policy=mp)
+    fully_shard(module, mesh=mesh, mp_policy=mp)
+    return module
+
+
+def checkpoint_activations(layer: nn.Module) -> None:
+    """Recompute `layer`'s forward in the backward pass (non-reentrant activation checkpointing):
+    only the layer's input is kept between the passes."""
+    from torch.utils.checkpoint import checkpoint
+
+    forward = layer.forward
+
+    def checkpointed(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return forward(*args, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    layer.forward = checkpointed  # type: ignore[method-assign]
+
+
+def full_state_dict(module: nn.Module, env: DistEnv, *, prefix: str = "") -> dict[str, torch.Tensor]:
+    """The whole (unsharded) state dict of an FSDP-sharded `module`, on rank 0's CPU (other
+    ranks get an empty dict); a collective: every rank must call it. Keys starting with
+    `prefix` have it removed (e.g. ``lm.`` of :class:`~trajstore.trainer.models.PolicyLogprobs`),
+    others are dropped."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    sd = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not env.is_main:
+        return {}
+    return {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix)}
+
+
+def is_sharded(module: nn.Module | None) -> bool:
+    """Whether `module` is sharded by FSDP2."""
+    if module is None:
+        return False
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
 
 
 def shutdown(env: DistEnv) -> None:
@@ -130,6 +224,26 @@ def gather_objects(obj: Any, env: DistEnv) -> list[Any]:
     out: list[Any] = [None] * env.world_size
     dist.all_gather_object(out, obj)
     return out
+
+
+def full(t: torch.Tensor) -> torch.Tensor:
+    """The whole value of a tensor that may be a DTensor (FSDP2's sharded parameters, and the
+    norms computed from them); a plain tensor as it is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def all_finite(params: list[torch.Tensor], env: DistEnv) -> bool:
+    """Whether every element of `params` is finite, on every rank (one pass over the local
+    shards: the sum of per-tensor norms is non-finite iff some element is NaN or infinite, or so
+    large that its square overflows, which is no usable weight either)."""
+    local = [p.to_local() if hasattr(p, "to_local") else p for p in params]
+    local = [p.detach() for p in local if p.numel()]
+    bad = 0.0
+    if local:
+        total = torch.stack([n.float() for n in torch._foreach_norm(local)]).sum()
+        bad = 0.0 if bool(torch.isfinite(total)) else 1.0
+    flag = torch.tensor([bad], device=env.device)
+    return float(all_reduce_max(flag, env)) == 0.0
 
 
 def barrier(env: DistEnv) -> None:

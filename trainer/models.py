@@ -59,6 +59,28 @@ def _tiny_config(kind: str, vocab_size: int):  # noqa: ANN202 - a transformers c
                           norm_topk_prob=True, decoder_sparse_step=1)
 
 
+def policy_identity(name: str, *, tokenizer: str | None = None) -> tuple[str, str]:
+    """(canonical model name, tokenizer identity) of a policy without loading its weights, so
+    that the data can be checked before the (slow) model load. Same values as
+    :func:`load_policy` records in :class:`LoadedPolicy`.
+
+    Raises:
+        TrajstoreError: unknown name or missing files (from :func:`trajstore.hub.resolve_model`).
+    """
+    if name in TINY_MODELS:
+        return name, tokenizer or name
+    ref = resolve_model(name)
+    canonical = ref.name
+    if ref.gguf_file is None:  # a HF directory: what from_pretrained records (reads config.json only)
+        from transformers import AutoConfig
+
+        try:
+            canonical = getattr(AutoConfig.from_pretrained(ref.directory), "_name_or_path", None) or ref.name
+        except (OSError, ValueError, KeyError) as e:
+            raise ModelLoadError(f"cannot read the config of model {name!r} in {ref.directory}: {e}") from e
+    return canonical, tokenizer or canonical
+
+
 def load_policy(name: str, *, tokenizer: str | None = None, tiny_vocab_size: int = 256, seed: int = 0) -> LoadedPolicy:
     """Build or load the policy.
 
@@ -108,6 +130,23 @@ def backbone_of(causal_lm: nn.Module) -> nn.Module:
     return base
 
 
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The decoder layers of a causal LM, a :class:`Critic` or a backbone (``layers`` of the
+    backbone, as in Llama / Qwen / Mistral), in execution order: FSDP's unit of sharding and of
+    activation checkpointing.
+
+    Raises:
+        ModelLoadError: no ``layers`` list found.
+    """
+    base = model.backbone if isinstance(model, Critic) else model
+    if not hasattr(base, "layers"):
+        base = backbone_of(base)
+    layers = getattr(base, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ModelLoadError(f"{type(model).__name__} has no decoder layers list (backbone.layers)")
+    return list(layers)
+
+
 class Critic(nn.Module):
     """Value model: the policy's backbone (copied) and a linear value head.
 
@@ -119,14 +158,18 @@ class Critic(nn.Module):
         super().__init__()
         self.backbone = backbone
         self.value_head = nn.Linear(hidden_size, 1)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed + 1)
-            nn.init.normal_(self.value_head.weight, std=hidden_size ** -0.5)
+        # Zero weight and bias: every first value is exactly 0 (issue 14: a random head started the
+        # demo's critic at a mean of 1.8 against returns of ~0.28, so every advantage was mostly
+        # critic error). The head's gradient (value error x hidden state) is non-zero, so it moves
+        # on the first update and the backbone's gradient follows from the second.
+        nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
+        del seed  # the head is deterministic now; the argument stays for build_critic's callers
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         h = self.backbone(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
-        return self.value_head(h).squeeze(-1).float()
+        # a fresh tensor, not a view: FSDP2 hooks the module's outputs for its backward pass
+        return self.value_head(h).squeeze(-1).float().clone()
 
 
 def build_critic(policy: nn.Module, *, trainable_pattern: str | None = CRITIC_TRAINABLE_PATTERN,
@@ -142,7 +185,7 @@ def build_critic(policy: nn.Module, *, trainable_pattern: str | None = CRITIC_TR
             ``requires_grad=True``, every other parameter is frozen. Default
             :data:`CRITIC_TRAINABLE_PATTERN`. None = every parameter trains (the full-parameter
             critic ablation).
-        seed: seeds the value head's initialisation.
+        seed: unused (the value head starts at zero, see :class:`Critic`); kept for callers.
 
     Returns:
         The :class:`Critic` (float32, train mode, the policy's device).
@@ -194,4 +237,4 @@ class PolicyLogprobs(nn.Module):
         h = h * inv_temperature.unsqueeze(-1).to(h.dtype)
         lp, ent = token_logprobs_and_entropy(h, self.lm.get_output_embeddings().weight, targets,
                                              chunk_size=self.chunk_size)
-        return lp.float(), ent.detach().float()
+        return lp.float().clone(), ent.detach().float().clone()  # not views (FSDP2 hooks the outputs)

@@ -17,16 +17,20 @@ weights file's header.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import functools
 import json
 import os
+import shutil
 import tempfile
 import uuid
+import warnings
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from trajstore.errors import StoreError, TrajstoreError
-from trajstore.policies import (  # noqa: F401 - the read side is re-exported for the trainer's callers
+from trajstore.policies import (
     CONFIG_FILE,
     LATEST_FILE,
     META_FILE,
@@ -34,10 +38,8 @@ from trajstore.policies import (  # noqa: F401 - the read side is re-exported fo
     PolicyNotFoundError,
     is_complete,
     latest_policy_version,
-    list_policy_versions,
     read_policy_meta,
     version_dir,
-    wait_for_policy_version,
 )
 from trajstore.store import POLICIES_DIR, Store, open_store
 
@@ -63,12 +65,14 @@ def _unwrap(model: Any) -> Any:
 
 def publish_policy(store: Store | str, run_id: str, version: int, model: torch.nn.Module, *,
                    step: int | None = None, base_model: str | None = None,
-                   tokenizer: str | None = None) -> str:
+                   tokenizer: str | None = None, state_dict: dict[str, torch.Tensor] | None = None,
+                   dtype: torch.dtype | None = None) -> str:
     """Write `model`'s weights as ``policies/<run_id>/v<version>/`` and point ``LATEST`` at it.
 
-    Tied tensors (e.g. input embeddings = LM head) are stored once, by safetensors'
-    ``save_model``. Weights keep the model's dtype. Publishing a version that already exists
-    (a resumed run re-publishing) replaces it; a reader never sees a mix of the two.
+    Tied tensors (e.g. input embeddings = LM head) are stored once, under the name safetensors'
+    ``save_model`` keeps (the alphabetically first), so ``load_model`` and ``from_pretrained``
+    load the file. Publishing a version that already exists (a resumed run re-publishing)
+    replaces it; a reader never sees a mix of the two.
 
     Args:
         store: the store or its URI.
@@ -77,6 +81,11 @@ def publish_policy(store: Store | str, run_id: str, version: int, model: torch.n
         model: a transformers causal LM (or a ``.module`` wrapper such as DDP around one).
         step: training step the weights come from, recorded in meta.json.
         base_model: name of the model training started from (e.g. the store's ``model``).
+        state_dict: the weights to write, when `model`'s own are not whole on this process
+            (FSDP: the full state dict gathered on rank 0); `model` then gives the config, the
+            names of tied tensors and the metadata. Default: ``model.state_dict()``.
+        dtype: floating-point dtype of the published weights (e.g. ``torch.bfloat16``, what
+            rollout servers run); default: as they are.
         tokenizer: tokenizer name the policy's token ids belong to (the store's ``tokenizer``).
             When it resolves offline (``smollm2-135m``, its canonical name, a local HF directory
             or .gguf file; :func:`trajstore.hub.resolve_model`), the tokenizer's files are written
@@ -90,8 +99,6 @@ def publish_policy(store: Store | str, run_id: str, version: int, model: torch.n
         ValueError: bad `run_id` or negative `version`.
         StoreError: the filesystem refused a write (the version is then not complete).
     """
-    from safetensors.torch import save_model
-
     s = open_store(store)
     rel = version_dir(run_id, version)
     model = _unwrap(model)
@@ -107,16 +114,20 @@ def publish_policy(store: Store | str, run_id: str, version: int, model: torch.n
         "base_model": base_model if base_model is not None else getattr(config, "_name_or_path", None) or None,
         "tokenizer": tokenizer,
         "architecture": (getattr(config, "architectures", None) or [type(model).__name__])[0],
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "dtype": str(dtype or next(model.parameters()).dtype).removeprefix("torch."),
         "num_parameters": int(sum(p.numel() for p in model.parameters())),
         "publish_id": publish_id,
         "weights_file": WEIGHTS_FILE,
     }
+    if config is not None and dtype is not None:  # from_pretrained(dtype="auto") and vLLM read it
+        config = copy.copy(config)
+        config.dtype = dtype
     files = [(CONFIG_FILE, config.to_json_string().encode())] if config is not None else []
     tok_files = tokenizer_files(tokenizer) if tokenizer else ()
     meta["tokenizer_files"] = [name for name, _ in tok_files]
     files += list(tok_files)
     meta_bytes = (json.dumps(meta, indent=2) + "\n").encode()
+    save_model = _weights_writer(model, state_dict, dtype)
     try:
         if s.is_local:
             _publish_local(s, rel, model, meta_bytes, files, publish_id, save_model)
@@ -130,6 +141,45 @@ def publish_policy(store: Store | str, run_id: str, version: int, model: torch.n
     return rel
 
 
+def tied_names(model: torch.nn.Module) -> dict[str, str]:
+    """Names of tied parameters that are not stored, each mapped to the name that is (of each
+    group of names sharing one tensor, the alphabetically first is kept, as safetensors'
+    ``save_model`` / ``load_model`` do). Works on FSDP-sharded models (a tied DTensor is one
+    object too)."""
+    groups: dict[int, list[str]] = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(t), []).append(name)
+    out = {}
+    for names in groups.values():
+        keep, *drop = sorted(names)
+        out.update({d: keep for d in drop})
+    return out
+
+
+def _weights_writer(model: Any, state_dict: dict[str, Any] | None, dtype: Any) -> Any:
+    """A ``save_model(model, filename, metadata=...)`` stand-in that writes `state_dict`
+    (default ``model.state_dict()``) with tied duplicates dropped and floats cast to `dtype`."""
+
+    def save(_model: Any, filename: str, metadata: dict[str, str] | None = None) -> None:
+        from safetensors.torch import save_file
+
+        sd = state_dict if state_dict is not None else model.state_dict()
+        tied = tied_names(model)
+        meta = dict(metadata or {})
+        out = {}
+        for name, t in sd.items():
+            if name in tied:
+                meta.setdefault(name, tied[name])  # what save_model records for a dropped name
+                continue
+            t = t.detach()
+            if dtype is not None and t.is_floating_point() and t.dtype != dtype:
+                t = t.to(dtype)
+            out[name] = t.contiguous()
+        save_file(out, filename, metadata=meta)
+
+    return save
+
+
 @functools.lru_cache(maxsize=4)
 def tokenizer_files(tokenizer: str) -> tuple[tuple[str, bytes], ...]:
     """(file name, bytes) of the tokenizer's ``save_pretrained`` files, or () when the name does
@@ -140,7 +190,12 @@ def tokenizer_files(tokenizer: str) -> tuple[tuple[str, bytes], ...]:
         resolve_model(tokenizer)
     except TrajstoreError:
         return ()
-    tok = load_tokenizer(tokenizer)
+    try:
+        tok = load_tokenizer(tokenizer)
+    except (OSError, ValueError, KeyError) as e:  # e.g. a model directory that holds no tokenizer files
+        warnings.warn(f"published versions carry no tokenizer files: tokenizer {tokenizer!r} does not load "
+                      f"({str(e).splitlines()[0] if str(e) else type(e).__name__})", stacklevel=2)
+        return ()
     with tempfile.TemporaryDirectory(prefix="trajstore-tokenizer-") as tmp:
         tok.save_pretrained(tmp)
         return tuple((name, open(os.path.join(tmp, name), "rb").read()) for name in sorted(os.listdir(tmp))
@@ -170,6 +225,47 @@ def _publish_remote(s: Store, rel: str, model: Any, meta: bytes, files: list[tup
         fs.pipe_file(s.path(rel, name), data)
     fs.pipe_file(meta_path, meta)
     fs.invalidate_cache(s.path(rel))
+
+
+def prune_versions(store: Store | str, run_id: str, *, keep: int) -> list[int]:
+    """Delete all but the `keep` newest complete published versions of `run_id`.
+
+    The version ``LATEST`` names and the one before it are never deleted, whatever `keep` says:
+    a rollout server that read ``LATEST`` a moment ago may still be loading the previous one.
+    Folders without ``meta.json`` (a publish in progress) are left alone.
+
+    Args:
+        keep: versions to keep (>= 2); 0 keeps every version.
+
+    Returns:
+        The versions deleted, ascending.
+
+    Raises:
+        ValueError: `keep` is 1 or negative.
+    """
+    if keep == 0:
+        return []
+    if keep < 2:
+        raise ValueError(f"keep must be 0 (all) or >= 2 (the latest and the one before), got {keep}")
+    s = open_store(store)
+    versions = list_policy_versions(s, run_id)
+    latest = latest_policy_version(s, run_id)
+    protected = set(versions[-keep:])
+    if latest is not None:
+        before = [v for v in versions if v < latest]
+        protected |= {latest, *before[-1:]}
+    doomed = [v for v in versions if v not in protected]
+    for v in doomed:
+        rel = version_dir(run_id, v)
+        if s.is_local:  # un-complete first (meta.json), so that no reader trusts a half-deleted version
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(s.path(rel, META_FILE))
+            shutil.rmtree(s.path(rel), ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                s.fs.rm_file(s.path(rel, META_FILE))
+            s.fs.rm(s.path(rel), recursive=True)
+    return doomed
 
 
 def load_policy_into(model: torch.nn.Module, store: Store | str, run_id: str, version: int | None = None, *,

@@ -10,6 +10,9 @@ contain, and those trajectories are trained (and recorded) again.
 
 from __future__ import annotations
 
+import math
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -46,14 +49,41 @@ METRIC_DOCS: Mapping[str, str] = {
     "ratio/zero_grad": "fraction of action tokens that got no gradient",
     "staleness/mean": "mean staleness of action tokens (policy versions)",
     "staleness/max": "largest staleness of an action token (policy versions)",
+    "staleness/mixed_version_actions": "action spans of the step made by several policy versions without a known "
+                                       "boundary (counted at their oldest version)",
     "reward/mean": "mean trajectory reward of the step",
     "data/trajectories": "trajectories trained in the step (all ranks)",
     "data/action_tokens": "action tokens trained in the step (all ranks)",
     "perf/tokens_per_s": "tokens (all kinds, all ranks) per second of step time",
     "perf/step_s": "wall seconds of the step (data wait included)",
     "perf/data_wait_frac": "share of the step's wall time spent waiting for data",
+    "warn/critic_ev_not_positive": "1 when the critic's explained variance on the step (values before its "
+                                   "update) is not above 0, i.e. its values add more noise than they remove "
+                                   "from the advantages; 0 otherwise",
 }
 """Units and meaning of the metric names the loop writes (``data/skipped_<reason>`` also)."""
+
+
+PROGRESS_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("reward/mean", "reward", ".3g"),
+    ("value/explained_variance", "EV", ".2f"),
+    ("ratio/mean", "ratio", ".3f"),
+    ("perf/tokens_per_s", "tok/s", ",.0f"),
+)
+"""(metric, label, format) shown on the progress line; every label is distinct."""
+
+
+def progress_line(step: int, trainer_version: int, metrics: Mapping[str, float]) -> str:
+    """The progress bar's description of one iteration, e.g.
+    ``step 3 v3 reward=0.5 EV=0.12 ratio=1.002 tok/s=1,234`` (warm-up iterations say so, and a
+    critic whose explained variance is not above 0 is flagged, see ``warn/critic_ev_not_positive``)."""
+    parts = [f"warm-up {step}" if step < 0 else f"step {step}", f"v{trainer_version}"]
+    for key, label, fmt in PROGRESS_FIELDS:
+        if key in metrics:
+            parts.append(f"{label}={metrics[key]:{fmt}}")
+    if metrics.get("warn/critic_ev_not_positive"):
+        parts.append("[critic not useful yet: EV<=0]")
+    return " ".join(parts)
 
 
 def consumed_rows(samples: Sequence[Sample], *, step: int, trainer_version: int, rank: int,
@@ -99,6 +129,9 @@ class RunRecorder:
             stores only, under ``runs/<run_id>/tensorboard``).
     """
 
+    WAIT_LOG_EVERY_S = 30.0
+    """Without a progress bar: seconds between repeated "waiting for ..." lines."""
+
     def __init__(self, store: Store, run_id: str, *, total_steps: int | None = None, progress: bool = True,
                  tensorboard: bool = False):
         self.store = store
@@ -116,6 +149,7 @@ class RunRecorder:
             self._tb = SummaryWriter(store.path(RUNS_DIR, run_id, "tensorboard"))
         self._progress = None
         self._task = None
+        self._last_wait: tuple[str, float] = ("", -math.inf)
         if progress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -158,11 +192,19 @@ class RunRecorder:
                 if np.isfinite(metrics[n]):
                     self._tb.add_scalar(n, metrics[n], global_step=iteration)
         if self._progress is not None:
-            desc = (f"step {step} v{trainer_version} "
-                    + " ".join(f"{k.split('/')[-1]}={metrics[k]:.3g}" for k in
-                               ("reward/mean", "value/explained_variance", "ratio/mean", "perf/tokens_per_s")
-                               if k in metrics))
-            self._progress.update(self._task, advance=1 if step >= 0 else 0, description=desc)
+            self._progress.update(self._task, advance=1 if step >= 0 else 0,
+                                  description=progress_line(step, trainer_version, metrics))
+
+    def waiting(self, message: str) -> None:
+        """Show what the trainer waits for: on the progress line, or (without one) as a line on
+        stderr, at most every :attr:`WAIT_LOG_EVERY_S` seconds while the message stays the same."""
+        if self._progress is not None:
+            self._progress.update(self._task, description=message)
+            return
+        now = time.monotonic()
+        if message != self._last_wait[0] or now - self._last_wait[1] >= self.WAIT_LOG_EVERY_S:
+            self._last_wait = (message, now)
+            print(message, file=sys.stderr, flush=True)
 
     def rollback_after(self, iteration: int) -> int:
         """Delete records shards of iterations > `iteration` (work lost with the process that

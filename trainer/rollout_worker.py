@@ -18,9 +18,10 @@ from torch import nn
 from trajstore.builder import TrajectoryBuilder
 from trajstore.models import SamplingParams, Trajectory
 from trajstore.chat_template import Message, action_text, observation_tokens, prompt_tokens
-from trajstore.trainer.envs.guess_chat import EnvReply, EpisodeSummary, GuessNumberEnv  # noqa: F401 - re-exported
+from trajstore.trainer.envs.guess_chat import EnvReply, EpisodeSummary, GuessNumberEnv
 from trajstore.store import Store, open_store
-from trajstore.trainer.publish import latest_policy_version, load_policy_into
+from trajstore.policies import latest_policy_version
+from trajstore.trainer.publish import load_policy_into
 from trajstore.writer import StoreWriter
 
 ROLLOUT_SOURCE = "trajstore/rollout-worker"

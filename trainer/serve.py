@@ -606,16 +606,13 @@ def run_serve(cfg: ServeConfig, *, on_ready: Any = None) -> None:
     Args:
         on_ready: called with the bound ``(host, port)`` once the socket listens.
     """
-    import socket
-
     import uvicorn
+
+    from trajstore.proxy.server import listening_socket
 
     state = load_serve_app(cfg)
     api = build_app(state)
-    sock = socket.socket(socket.AF_INET6 if ":" in cfg.host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((cfg.host, cfg.port))
-    sock.listen(2048)  # connections wait in the backlog until uvicorn accepts them
+    sock = listening_socket(cfg.host, cfg.port)  # connections wait in the backlog until uvicorn accepts them
     host, port = sock.getsockname()[:2]
     server = uvicorn.Server(uvicorn.Config(api, log_level="warning", timeout_graceful_shutdown=10))
     if on_ready is not None:

@@ -8,8 +8,16 @@ Supported:
   ``[logprob, token_id, text]`` triples (and ``output_ids`` when present).
 
 Each log-prob is matched to the *sampled* token id; a top-k list is only consulted by token
-id, never by position. A response with generated text but no token ids raises
-:class:`~trajstore.errors.AdapterError`: silently dropping it would corrupt the trajectory.
+id, never by position. Sampled ids are read from ``token_ids`` / ``output_ids`` or, when an
+engine returns them nowhere else, from the log-prob entries (``"token_id:<n>"`` token strings
+of vLLM ``--return-tokens-as-token-ids``, or a ``token_id`` field). A response with generated
+text but no token ids raises :class:`~trajstore.errors.AdapterError`: silently dropping it
+would corrupt the trajectory.
+
+A log-prob the engine could not give is *missing* (NaN), never a number: ``null``, NaN, +-inf
+and the stand-in :data:`ENGINE_LOGPROB_FLOOR` (vLLM's JSON-safe clamp of -inf) all become NaN.
+The store keeps such a token as missing (schema v2 counts it in ``num_missing_logprobs``), the
+trainer leaves it out of the policy loss and ``traj stats --coverage`` counts it.
 """
 
 from __future__ import annotations
@@ -53,15 +61,31 @@ class ActionCall:
     call_id: str | None = None
     sampling: SamplingParams | None = None
 
+    @property
+    def missing_logprobs(self) -> np.ndarray:
+        """Positions (int64, shape (M,)) of generated tokens without an engine log-prob (NaN)."""
+        return np.flatnonzero(np.isnan(self.logprobs))
+
+
+ENGINE_LOGPROB_FLOOR = -9999.0
+"""vLLM's OpenAI server writes ``max(logprob, -9999.0)`` so that JSON never holds -inf: a value at
+or below it stands for "impossible under the processed distribution", not a measured log-prob."""
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
-def _token_ids(value: Any, where: str) -> np.ndarray:
+def token_ids_from(value: Any, where: str) -> np.ndarray:
     """`value` as int32 token ids; a flat list of integers in [0, 2**31) or AdapterError naming
     `where` (floats, strings, nested lists and out-of-range ids are never coerced)."""
     if not isinstance(value, (list, tuple, np.ndarray)):
         raise AdapterError(f"{where} must be a list of token ids, got {type(value).__name__}")
+    if isinstance(value, (list, tuple)) and all(type(x) is int for x in value):  # the usual case, ~10x faster
+        try:
+            arr = np.asarray(value, dtype=np.int64).reshape(-1)
+        except OverflowError:  # beyond int64: the loop below names it
+            arr = None
+        if arr is not None and (not len(arr) or (int(arr.min()) >= 0 and int(arr.max()) <= _INT32_MAX)):
+            return arr.astype(np.int32)
     for i, x in enumerate(value):
         if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
             raise AdapterError(f"{where}[{i}] must be an integer token id, got {x!r}")
@@ -86,29 +110,71 @@ def _malformed(kind: str, fn: Any) -> Any:
     return wrapper
 
 
-def _entry_token_id(entry: dict[str, Any]) -> int | None:
+def engine_logprob(value: Any, where: str) -> float:
+    """An engine log-prob as float32-able float; NaN (= missing) for null, NaN, +-inf and the
+    :data:`ENGINE_LOGPROB_FLOOR` stand-in.
+
+    Raises:
+        AdapterError: `value` is not a number (a string, a bool, a list) or is positive, naming `where`.
+    """
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise AdapterError(f"{where} is {value!r}, not a number")
+    v = float(value)
+    if not math.isfinite(v) or v <= ENGINE_LOGPROB_FLOOR:
+        return math.nan
+    if v > 0:
+        raise AdapterError(f"{where} is {v!r}, not a log-prob (a log-probability is <= 0)")
+    return v
+
+
+def _entry_token_id(entry: Any, where: str) -> int | None:
+    """The token id a chat ``logprobs.content`` entry (or top-k candidate) names, or None when it
+    names none: a ``"token_id:<n>"`` token string or an integer ``token_id`` / ``id`` field."""
+    if not isinstance(entry, dict):
+        raise AdapterError(f"{where} is {type(entry).__name__}, not an object")
     tok = entry.get("token")
     if isinstance(tok, str):
         m = _TOKEN_ID_STR.match(tok)
         if m:
             return int(m.group(1))
     tid = entry.get("token_id", entry.get("id"))
-    return int(tid) if isinstance(tid, int) else None
+    if isinstance(tid, bool) or not isinstance(tid, (int, np.integer)):
+        return None
+    return int(tid)
 
 
 def _sampled_logprob(i: int, sampled: int, entry: dict[str, Any]) -> float:
-    """The log-prob of token id `sampled` at position `i` from one chat ``logprobs.content`` entry."""
-    eid = _entry_token_id(entry)
+    """The log-prob of token id `sampled` at position `i` from one chat ``logprobs.content`` entry;
+    NaN when the entry is for that token but holds no real value."""
+    where = f"logprobs.content[{i}]"
+    eid = _entry_token_id(entry, where)
     if eid is None or eid == sampled:
-        lp = entry.get("logprob")
-        if lp is not None:
-            return float(lp)
-    for cand in entry.get("top_logprobs") or []:
-        if _entry_token_id(cand) == sampled and cand.get("logprob") is not None:
-            return float(cand["logprob"])
+        return engine_logprob(entry.get("logprob"), f"{where}.logprob")
+    for k, cand in enumerate(entry.get("top_logprobs") or []):
+        if _entry_token_id(cand, f"{where}.top_logprobs[{k}]") == sampled:
+            return engine_logprob(cand.get("logprob"), f"{where}.top_logprobs[{k}].logprob")
     raise AdapterError(
-        f"logprobs.content[{i}] is for token {eid} but the sampled token id is {sampled}, and it is "
+        f"{where} is for token {eid} but the sampled token id is {sampled}, and it is "
         "not among that position's top_logprobs")
+
+
+def _ids_from_entries(entries: list[Any], where: str) -> np.ndarray | None:
+    """Sampled ids spelled inside log-prob entries (every entry must name one), else None when
+    no entry names an id.
+
+    Raises:
+        AdapterError: some entries name an id and some do not (naming the first that does not).
+    """
+    ids = [_entry_token_id(e, f"{where}[{i}]") for i, e in enumerate(entries)]
+    if not ids or all(x is None for x in ids):
+        return None
+    gap = next(i for i, x in enumerate(ids + [None]) if x is None)
+    if gap < len(ids):
+        raise AdapterError(f"no token_ids, and {where}[{gap}] names no token id while other entries do "
+                           "('token_id:<n>' token string or a token_id field)")
+    return token_ids_from(ids, f"{where}[*] token ids")
 
 
 def _sampling_from_request(request: dict[str, Any] | None) -> SamplingParams | None:
@@ -128,14 +194,21 @@ def action_from_openai_completion(response: dict[str, Any], *, request: dict[str
     """Action call from an OpenAI-compatible (vLLM) chat or text completion response (a dict).
 
     Args:
-        response: the JSON response; the choice must carry ``token_ids`` (vLLM
-            ``return_token_ids: true``) and, for engine log-probs, ``logprobs``.
+        response: the JSON response; the choice must carry its sampled ids, as ``token_ids``
+            (vLLM ``return_token_ids: true``) or inside every ``logprobs`` entry (vLLM
+            ``--return-tokens-as-token-ids``: ``"token_id:<n>"`` token strings; a ``token_id``
+            field), and, for engine log-probs, ``logprobs`` (chat ``content[i].logprob``, text
+            ``token_logprobs[i]``).
         request: the request body, to record temperature / top_p / top_k / max_tokens.
         choice_index: which choice to take (n > 1 sampling).
 
+    Returns:
+        An :class:`ActionCall`; ``logprobs`` (nats, float32, shape (N,)) is NaN where the engine
+        gave no value (null, NaN, +-inf, the -9999.0 stand-in: see :attr:`ActionCall.missing_logprobs`).
+
     Raises:
-        AdapterError: no such choice; text without token ids; log-probs whose count or token
-            ids do not match the sampled ids.
+        AdapterError: no such choice; output without token ids; log-probs whose count or token
+            ids do not match the sampled ids; a log-prob that is not a number.
     """
     choices = response.get("choices") or []
     if not isinstance(choices, list):
@@ -146,37 +219,41 @@ def action_from_openai_completion(response: dict[str, Any], *, request: dict[str
     msg = ch.get("message") or {}
     text = ch.get("text") if "text" in ch else msg.get("content")
     tool_calls = msg.get("tool_calls") or []
+    lp_obj = ch.get("logprobs") or {}
+    content = lp_obj.get("content")
+    tl = lp_obj.get("token_logprobs")
     ids = ch.get("token_ids")
-    if ids is None:
-        has_output = bool(text) or bool(tool_calls) or bool(msg.get("reasoning_content"))
-        raise AdapterError(
-            "completion choice has " + ("generated output" if has_output else "no output") +
-            " but no token_ids: request it with return_token_ids=true (vLLM) so the tokens the "
-            "model sampled are recorded; retokenizing text gives different ids")
-    token_ids = _token_ids(ids, f"choices[{choice_index}].token_ids")
-    lp_obj = ch.get("logprobs")
+    if ids is not None:
+        token_ids = token_ids_from(ids, f"choices[{choice_index}].token_ids")
+    else:  # vLLM --return-tokens-as-token-ids (no return_token_ids), or a token_id field per entry
+        token_ids = (_ids_from_entries(content, "logprobs.content") if isinstance(content, list)
+                     else _ids_from_entries([{"token": t} for t in lp_obj.get("tokens") or []], "logprobs.tokens")
+                     if isinstance(tl, list) else None)
+        if token_ids is None:
+            has_output = bool(text) or bool(tool_calls) or bool(msg.get("reasoning_content"))
+            raise AdapterError(
+                "completion choice has " + ("generated output" if has_output else "no output") +
+                " but no token_ids: request it with return_token_ids=true (vLLM) so the tokens the "
+                "model sampled are recorded; retokenizing text gives different ids")
     logprobs = np.full(len(token_ids), np.nan, dtype=np.float32)
-    if lp_obj:
-        if "content" in lp_obj and lp_obj["content"] is not None:
-            content = lp_obj["content"]
-            if len(content) != len(token_ids):
-                raise AdapterError(f"logprobs.content has {len(content)} entries for {len(token_ids)} token ids")
-            logprobs[:] = [_sampled_logprob(i, int(t), e) for i, (t, e) in enumerate(zip(token_ids, content))]
-        elif "token_logprobs" in lp_obj:
-            tl = lp_obj["token_logprobs"]
-            if len(tl) != len(token_ids):
-                raise AdapterError(f"logprobs.token_logprobs has {len(tl)} entries for {len(token_ids)} token ids")
-            toks = lp_obj.get("tokens") or [None] * len(tl)
-            for i, (t, lp, s) in enumerate(zip(token_ids, tl, toks)):
-                m = _TOKEN_ID_STR.match(s) if isinstance(s, str) else None
-                if m and int(m.group(1)) != int(t):
-                    raise AdapterError(f"logprobs.tokens[{i}] is {s!r} but the sampled token id is {int(t)}")
-                logprobs[i] = math.nan if lp is None else float(lp)
+    if content is not None:
+        if len(content) != len(token_ids):
+            raise AdapterError(f"logprobs.content has {len(content)} entries for {len(token_ids)} token ids")
+        logprobs[:] = [_sampled_logprob(i, int(t), e) for i, (t, e) in enumerate(zip(token_ids, content))]
+    elif tl is not None:
+        if len(tl) != len(token_ids):
+            raise AdapterError(f"logprobs.token_logprobs has {len(tl)} entries for {len(token_ids)} token ids")
+        toks = lp_obj.get("tokens") or [None] * len(tl)
+        for i, (t, lp, s) in enumerate(zip(token_ids, tl, toks)):
+            m = _TOKEN_ID_STR.match(s) if isinstance(s, str) else None
+            if m and int(m.group(1)) != int(t):
+                raise AdapterError(f"logprobs.tokens[{i}] is {s!r} but the sampled token id is {int(t)}")
+            logprobs[i] = engine_logprob(lp, f"logprobs.token_logprobs[{i}]")
     prompt_ids = response.get("prompt_token_ids", ch.get("prompt_token_ids"))
     return ActionCall(
         token_ids=token_ids,
         logprobs=logprobs,
-        prompt_token_ids=None if prompt_ids is None else _token_ids(prompt_ids, "prompt_token_ids"),
+        prompt_token_ids=None if prompt_ids is None else token_ids_from(prompt_ids, "prompt_token_ids"),
         finish_reason=ch.get("finish_reason"),
         text=text,
         tool_call_ids=[tc.get("id") for tc in tool_calls if tc.get("id")],
@@ -189,10 +266,12 @@ def action_from_sglang_generate(response: dict[str, Any], *, request: dict[str, 
     """Action call from an SGLang ``/generate`` response made with ``return_logprob: true``.
 
     Reads ``meta_info.output_token_logprobs`` (``[logprob, token_id, text]`` per generated
-    token); when ``output_ids`` is present the two must agree token by token.
+    token); when ``output_ids`` is present the two must agree token by token. A null or
+    non-finite log-prob is missing (NaN), as in :func:`action_from_openai_completion`.
 
     Raises:
-        AdapterError: text without ``output_token_logprobs``/``output_ids``; mismatched ids.
+        AdapterError: text without ``output_token_logprobs``/``output_ids``; mismatched ids; a
+            log-prob that is not a number.
     """
     meta = response.get("meta_info") or {}
     otl = meta.get("output_token_logprobs")
@@ -203,14 +282,15 @@ def action_from_sglang_generate(response: dict[str, Any], *, request: dict[str, 
             " but neither meta_info.output_token_logprobs nor output_ids: request it with "
             "return_logprob=true so the sampled token ids are recorded")
     if otl is not None:
-        token_ids = _token_ids([e[1] for e in otl], "meta_info.output_token_logprobs[*][1]")
-        logprobs = np.asarray([math.nan if e[0] is None else float(e[0]) for e in otl], dtype=np.float32)
+        token_ids = token_ids_from([e[1] for e in otl], "meta_info.output_token_logprobs[*][1]")
+        logprobs = np.asarray([engine_logprob(e[0], f"meta_info.output_token_logprobs[{i}][0]")
+                               for i, e in enumerate(otl)], dtype=np.float32)
         if out_ids is not None:
-            ref = _token_ids(out_ids, "output_ids")
+            ref = token_ids_from(out_ids, "output_ids")
             if len(ref) != len(token_ids) or not np.array_equal(ref, token_ids):
                 raise AdapterError("meta_info.output_token_logprobs token ids differ from output_ids")
     else:
-        token_ids = _token_ids(out_ids, "output_ids")
+        token_ids = token_ids_from(out_ids, "output_ids")
         logprobs = np.full(len(token_ids), np.nan, dtype=np.float32)
     fr = meta.get("finish_reason")
     if isinstance(fr, dict):

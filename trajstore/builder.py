@@ -55,6 +55,11 @@ class TrajectoryBuilder:
             raise RuntimeError(f"trajectory {self.trajectory_id!r} is already finished")
         # A copy: the caller may reuse its buffer before finish().
         ids = as_token_ids(np.array(ids), name=f"{kind} token_ids")
+        if len(ids) == 0:  # refused here, before any state changes, so the builder stays usable
+            what = f"{kind} call {span.get('call_id')!r}" if kind == "action" else f"{kind} span"
+            why = f" (finish_reason {span['finish_reason']!r})" if span.get("finish_reason") else ""
+            raise ValueError(f"{what} has no tokens{why}: a span must hold at least one token, so it is not "
+                             "added; leave it out (finish with status='truncated' if the episode was cut there)")
         if lps is None:
             lps = np.full(len(ids), np.nan, dtype=np.float32)
         s = Span(kind=kind, start=self._len, end=self._len + len(ids), **span)
@@ -71,15 +76,22 @@ class TrajectoryBuilder:
     def add_action(self, token_ids: Sequence[int] | np.ndarray, logprobs: Sequence[float | None] | np.ndarray | None,
                    *, policy_version: int | None, finish_reason: str | None = None,
                    sampling: SamplingParams | dict[str, Any] | None = None, call_id: str | None = None,
-                   tool_call_ids: list[str] | None = None) -> Span:
+                   tool_call_ids: list[str] | None = None, policy_version_max: int | None = None) -> Span:
         """Append one model call's generated tokens.
 
         Args:
             token_ids: sampled token ids, shape (N,).
             logprobs: the rollout engine's log-prob of each sampled token (nats), shape (N,),
                 or None when the engine gave none (then the trajectory has ``logprob_source = none``).
-            policy_version: version of the weights that generated this call (required with log-probs).
+            policy_version: version of the weights that generated this call (required with log-probs);
+                the oldest one when `policy_version_max` is given.
             sampling: the call's sampling parameters (temperature, top_p, ...), stored with the span.
+            policy_version_max: for a call whose tokens came from several versions without a known
+                boundary (weights reloaded mid-generation): the newest; must be > `policy_version`.
+
+        Raises:
+            ValueError: no token ids (a call cut at zero tokens), or a log-prob count that differs
+                from the token count; nothing is added and the builder stays usable.
         """
         if logprobs is None:
             lps = None
@@ -96,6 +108,7 @@ class TrajectoryBuilder:
             temperature=sp.temperature if sp else None, top_p=sp.top_p if sp else None,
             top_k=sp.top_k if sp else None, min_p=sp.min_p if sp else None,
             max_tokens=sp.max_tokens if sp else None, sampling_params=sp.to_json() if sp else None,
+            policy_version_max=policy_version_max,
         )
 
     def add_action_call(self, call: ActionCall, *, policy_version: int | None) -> Span:

@@ -36,6 +36,8 @@ def _derived(t: Trajectory) -> dict[str, Any]:
             n_actions += 1
             if s.policy_version is not None:
                 versions.append(s.policy_version)
+            if s.policy_version_max is not None:  # a mixed-version span: its newest version counts too
+                versions.append(s.policy_version_max)
         elif s.kind == "observation":
             n_obs += 1
     trainable = counts["action"] > 0 and t.not_trainable_reason is None
@@ -349,8 +351,11 @@ def upgrade_table(table: pa.Table, version: int, *, columns: Sequence[str] | Non
         row_first = np.repeat(np.cumsum(n_act) - n_act, spans_per_row)
         lp_start = np.where(kind, before - row_first, -1)
         derived = {"logprob_start": lp_start, "num_missing_logprobs": missing}
-        children = [values.field(f.name) for f, _ in SPAN_FIELDS_V1]
-        children += [pa.array(derived[n], type=pa.int64(), mask=derived[n] < 0) for n in DERIVED_SPAN_FIELDS]
+        v1_names = {f.name for f, _ in SPAN_FIELDS_V1}
+        children = [values.field(f.name) if f.name in v1_names
+                    else pa.array(derived[f.name], type=pa.int64(), mask=derived[f.name] < 0)
+                    if f.name in derived else pa.nulls(len(values), f.type)  # new in v2, unknown in v1
+                    for f, _ in SPAN_FIELDS]
         new_values = pa.StructArray.from_arrays(children, fields=list(SPAN_TYPE), mask=None)
         cols["spans"] = pa.ListArray.from_arrays(pa.array(sp_off.astype(np.int32)), new_values,
                                                  type=TRAJECTORY_SCHEMA.field("spans").type)

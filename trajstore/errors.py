@@ -64,5 +64,10 @@ class AdapterError(TrajstoreError, ValueError):
     """A rollout-engine response cannot be turned into an action span (e.g. text without token ids)."""
 
 
+class MissingExtraError(TrajstoreError, ImportError):
+    """An optional dependency is not installed; the message names the ``pip install`` that adds
+    it (e.g. "--plot needs matplotlib: pip install 'trajstore[plot]'")."""
+
+
 class StoreError(TrajstoreError):
     """The store cannot be opened or written."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trajstore.errors import TrajstoreError
+from trajstore.extras import INSTALL_TRAIN_EXTRA, require
 
 SMOLLM2_ALIAS = "smollm2-135m"
 SMOLLM2_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -81,12 +82,17 @@ def load_tokenizer(name_or_path: str = SMOLLM2_ALIAS) -> Any:
     saved once under :func:`tokenizer_cache_dir` (keyed by the file's name, size and mtime;
     written to a temporary folder and renamed, so a reader never sees half of it) and loaded
     from there afterwards. An unwritable cache only costs the conversion again.
+
+    Raises:
+        MissingExtraError: transformers (and, to convert a GGUF file, gguf and torch, which
+            transformers reads it with) are not installed: the ``train`` extra.
     """
     import tempfile
 
+    ref = resolve_model(name_or_path)
+    require(("transformers",), what=f"the tokenizer {name_or_path!r}", install=INSTALL_TRAIN_EXTRA)
     from transformers import AutoTokenizer
 
-    ref = resolve_model(name_or_path)
     if ref.gguf_file is None:
         return AutoTokenizer.from_pretrained(ref.directory)
     cached = _gguf_cache_path(ref)
@@ -95,6 +101,8 @@ def load_tokenizer(name_or_path: str = SMOLLM2_ALIAS) -> Any:
             return AutoTokenizer.from_pretrained(cached)
         except (OSError, ValueError):
             pass  # a damaged cache entry: convert again below
+    require(("gguf", "torch"), what=f"the tokenizer {name_or_path!r} (read from {ref.gguf_file})",
+            install=INSTALL_TRAIN_EXTRA)
     tok = AutoTokenizer.from_pretrained(ref.directory, **ref.from_pretrained_kwargs())
     import shutil
 

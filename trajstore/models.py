@@ -80,7 +80,10 @@ class Span(BaseModel):
     """A contiguous piece of a trajectory's tokens: ``tokens[start:end]``.
 
     `kind` is ``prompt``, ``action`` (one model call) or ``observation`` (environment output).
-    Action spans carry the `policy_version` that generated them and the call's metadata.
+    Action spans carry the `policy_version` that generated them and the call's metadata. A call
+    whose tokens came from two versions without a reported boundary (weights reloaded
+    mid-generation) is one span flagged with both: `policy_version` the oldest,
+    `policy_version_max` the newest (see :mod:`trajstore.schema`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -100,6 +103,7 @@ class Span(BaseModel):
     max_tokens: int | None = None
     sampling_params: str | None = None
     truncated: bool | None = None
+    policy_version_max: int | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -2,8 +2,8 @@
 
 Every reader returns schema v2 (:mod:`trajstore.schema`): shards of an older schema version are
 converted on read (:func:`trajstore.convert.upgrade_table`), so a store holding v1 and v2
-shards reads as one; a nullable column a shard lacks comes back as nulls. Only shards whose footer reads and whose schema version we understand are read; others are
-skipped with a :class:`~trajstore.store.CorruptShardWarning` naming them (``strict=True``
+shards reads as one; a nullable column a shard lacks comes back as nulls. Only shards whose
+footer reads and whose schema version we understand are read; others are skipped with a :class:`~trajstore.store.CorruptShardWarning` naming them (``strict=True``
 raises). Duplicate ``trajectory_id`` s resolve deterministically: the first copy in arrival
 order (shard name, then row) wins; :func:`count_duplicates` says how many copies were dropped.
 """

@@ -58,7 +58,9 @@ SPAN_FIELDS: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("start", pa.int64(), nullable=False), "first token index (inclusive)"),
     (pa.field("end", pa.int64(), nullable=False), "one past the last token index (exclusive)"),
     (pa.field("role", pa.string()), "chat role the span came from (system, user, assistant, tool, ...)"),
-    (pa.field("policy_version", pa.int64()), "policy version that generated an action span; null elsewhere"),
+    (pa.field("policy_version", pa.int64()),
+     "policy version that generated an action span (the oldest of them when `policy_version_max` is set); "
+     "null elsewhere"),
     (pa.field("call_id", pa.string()), "id of the model call (action) or of the event (observation)"),
     (pa.field("cause_id", pa.string()), "observation: id of the action / tool call it answers"),
     (pa.field("tool_call_ids", pa.list_(pa.string())), "action: ids of the tool calls it issued"),
@@ -76,10 +78,18 @@ SPAN_FIELDS: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("num_missing_logprobs", pa.int64()),
      "action: tokens of this span without an engine log-prob (NaN in `logprobs`); 0 = complete; "
      "null on other kinds (derived)"),
+    (pa.field("policy_version_max", pa.int64()),
+     "action: the newest policy version that produced tokens of this span when more than one did and the "
+     "engine did not report where the version changed (a mixed-version call, e.g. weights reloaded "
+     "mid-generation); `policy_version` is then the oldest, and staleness is counted from it. Null = every "
+     "token of the span comes from `policy_version`"),
 ]
 
 DERIVED_SPAN_FIELDS: Final[tuple[str, ...]] = ("logprob_start", "num_missing_logprobs")
 """Span fields the writer computes (from the spans and `logprobs`); they are not SDK inputs."""
+
+SPAN_FIELDS_NEW_IN_V2: Final[tuple[str, ...]] = (*DERIVED_SPAN_FIELDS, "policy_version_max")
+"""Span fields schema v1 did not have (null or derived when a v1 shard is read)."""
 
 SPAN_TYPE: Final[pa.StructType] = pa.struct([f for f, _ in SPAN_FIELDS])
 
@@ -122,8 +132,10 @@ TRAJECTORY_FIELDS: Final[list[tuple[pa.Field, str]]] = [
 ]
 
 # Schema v1, frozen: what shards stamped version 1 hold (read, then converted to v2).
+_SPAN_DOCS_V1: Final[dict[str, str]] = {
+    "policy_version": "policy version that generated an action span; null elsewhere"}  # v1 had no mixed spans
 SPAN_FIELDS_V1: Final[list[tuple[pa.Field, str]]] = [
-    (f, d) for f, d in SPAN_FIELDS if f.name not in DERIVED_SPAN_FIELDS]
+    (f, _SPAN_DOCS_V1.get(f.name, d)) for f, d in SPAN_FIELDS if f.name not in SPAN_FIELDS_NEW_IN_V2]
 TRAJECTORY_FIELDS_V1: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("spans", pa.list_(pa.field("item", pa.struct([f for f, _ in SPAN_FIELDS_V1]), nullable=False)),
               nullable=False), d) if f.name == "spans"

@@ -51,6 +51,9 @@ TRAJECTORIES_DIR = "trajectories"
 RUNS_DIR = "runs"
 POLICIES_DIR = "policies"
 TMP_DIR = "_tmp"
+TMP_STALE_AFTER_S = 3600.0
+"""Age (seconds since the last modification) after which a ``_tmp/`` entry is a leftover of a
+crashed or killed writer, removed by the next writer or trainer that starts."""
 RUN_STEPS_DIR = "steps"
 RUN_CONSUMED_DIR = "consumed"
 RUN_CONFIG_FILE = "config.json"
@@ -324,7 +327,10 @@ class Store:
             # and falls back anyway) and no min/max statistics (useless for pruning token ids);
             # log-probs byte-stream-split, which zstd compresses better than plain floats.
             others = [c for c in _leaf_paths(table.schema) if c not in per_token]
-            opts = dict(use_dictionary=others, write_statistics=others,
+            # ... except min/max of token ids: the trainer checks them against the model's
+            # vocabulary from the footer alone, before it writes anything (a few bytes per row group)
+            stats = others + [c for c in per_token if c.startswith("tokens.")]
+            opts = dict(use_dictionary=others, write_statistics=stats,
                         column_encoding={c: "BYTE_STREAM_SPLIT" for c in per_token if c.startswith("logprobs.")})
         with pq.ParquetWriter(sink, table.schema, compression=PARQUET_COMPRESSION, **opts) as w:
             for a, b in slices or [(0, 0)]:
@@ -430,6 +436,38 @@ class Store:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+    def clean_stale_tmp(self, *, older_than_s: float = TMP_STALE_AFTER_S) -> int:
+        """Remove what crashed or killed writers left under ``_tmp/`` (local stores; object
+        stores have no ``_tmp/``): every entry whose newest modification, of itself or of any
+        file inside it, is older than `older_than_s`. An entry still being written is newer and
+        stays; a shard temp file of a process still alive on this host stays at any age.
+
+        Returns:
+            Bytes freed.
+        """
+        base = self.path(TMP_DIR)
+        if not self.is_local or not os.path.isdir(base):
+            return 0
+        cutoff = time.time() - older_than_s
+        freed = 0
+        for name in os.listdir(base):
+            path = os.path.join(base, name)
+            parts = name.split("-")
+            if len(parts) >= 4 and parts[1] == _HOST_TAG and parts[2].isdigit() and _pid_alive(int(parts[2])):
+                continue
+            try:
+                newest, size = _newest_mtime_and_size(path)
+            except FileNotFoundError:  # removed meanwhile (committed or cleaned by another process)
+                continue
+            if newest < cutoff:
+                if os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+                freed += size
+        return freed
 
     def write_bytes(self, relpath: str, data: bytes) -> str:
         """Write a small file atomically (temp + rename locally, single PUT remotely)."""
@@ -625,9 +663,22 @@ def _pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:  # alive, another user's
         return True
     return True
+
+
+def _newest_mtime_and_size(path: str) -> tuple[float, int]:
+    """(newest mtime of `path` and everything under it, total bytes of its files)."""
+    st = os.stat(path)
+    newest, size = st.st_mtime, 0 if os.path.isdir(path) else st.st_size
+    for d, dirs, files in os.walk(path):
+        for n in dirs + files:
+            with contextlib.suppress(FileNotFoundError):
+                s = os.stat(os.path.join(d, n))
+                newest = max(newest, s.st_mtime)
+                size += s.st_size if n in files else 0
+    return newest, size
 
 
 def _fsync_dir(path: str) -> None:

@@ -17,7 +17,7 @@ TRAJECTORY_ID_MAX_CHARS = 200
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _TRAJECTORY_STR_FIELDS = ("prompt_id", "group_id", "source", "model", "tokenizer", "reward_raw")
 _SPAN_STR_FIELDS = ("role", "call_id", "cause_id", "finish_reason", "sampling_params")
-_SPAN_INT64_FIELDS = ("start", "end", "policy_version", "top_k", "max_tokens")
+_SPAN_INT64_FIELDS = ("start", "end", "policy_version", "top_k", "max_tokens", "policy_version_max")
 _SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:=+-]*")  # fullmatch: `$` would accept a trailing "\n"
 
 
@@ -188,6 +188,13 @@ def find_violations(traj: Trajectory) -> list[Violation]:
             v.append(Violation(f"{where}.policy_version", f"only action spans carry a policy version ({s.kind})"))
         if s.policy_version is not None and s.policy_version < 0:
             v.append(Violation(f"{where}.policy_version", f"must be >= 0, got {s.policy_version}"))
+        if s.policy_version_max is not None:
+            if s.kind != "action" or s.policy_version is None:
+                v.append(Violation(f"{where}.policy_version_max", "only an action span with a policy_version can "
+                                   "be flagged as mixed-version"))
+            elif s.policy_version_max <= s.policy_version:
+                v.append(Violation(f"{where}.policy_version_max", f"must be > policy_version {s.policy_version} "
+                                   f"(the oldest version of a mixed-version span), got {s.policy_version_max}"))
         v += _sampling_violations(where, s, parsed)
     if pos != n and n:
         v.append(Violation("spans", f"spans cover tokens [0, {pos}) but there are {n} tokens"))

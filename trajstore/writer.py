@@ -58,6 +58,7 @@ class StoreWriter:
         if flush_rows < 1:
             raise ValueError("flush_rows must be >= 1")
         self.store = store if isinstance(store, Store) else open_store(store, storage_options=storage_options)
+        self.store.clean_stale_tmp()  # leftovers of killed writers (an hour old, never in use)
         self.flush_rows = flush_rows
         self.flush_bytes = int(flush_mb * 2**20)
         self.flush_seconds = flush_seconds

@@ -11,6 +11,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+import trajstore as ts
 from trajstore.cli.main import app
 
 runner = CliRunner()
@@ -103,3 +104,66 @@ def test_missing_or_file_store_is_one_line(tmp_path, cmd):
         args = [cmd[0], store, *cmd[2:]] if len(cmd) > 1 else [cmd[0], store]
         res = runner.invoke(app, args)
         assert res.exit_code == 1 and msg in res.output and store in res.output, res.output
+
+
+# -- table layout at a fixed terminal width ---------------------------------------------------
+
+def _headers(out: str) -> list[list[str]]:
+    """Column names of every table drawn in `out` (the lines between ┏ and ┡)."""
+    return [[c.strip() for c in line.strip("┃").split("┃")] for line in out.splitlines() if line.startswith("┃")]
+
+
+def _add_run(store, run: str, steps: int) -> None:
+    import pyarrow as pa
+
+    from trajstore.schema import CONSUMED_SCHEMA
+
+    from .conftest import consumed_row
+
+    rows = [consumed_row(run, s, 10 + s, tid, 4, 4, 6 + s, 0.1 * (s % 3), 0.05 * (s % 2), 1.0 + 0.01 * s)
+            for s in range(steps) for tid in ("A", "C")]
+    store.write_table(pa.Table.from_pylist(rows, schema=CONSUMED_SCHEMA), subdir=f"runs/{run}/consumed")
+
+
+def test_clip_keeps_step_in_every_part_and_the_run_in_the_title(known_store):
+    _add_run(known_store, "r3", steps=12)
+    res = runner.invoke(app, ["stats", known_store.uri, "--clip", "--run", "r3"], env={"COLUMNS": "60"})
+    assert res.exit_code == 0, res.output
+    by_step = res.stdout.split("clip.by_staleness")[0]
+    titles = [line for line in by_step.splitlines() if line.startswith("clip.by_step")]
+    assert len(titles) >= 2, by_step  # 8 columns do not fit 60 characters
+    # run_id is constant under --run: in the title, never a column; 2 trajectories every step too
+    assert all("run_id=r3" in t and "trajectories=2" in t for t in titles), titles
+    heads = _headers(by_step)
+    assert len(heads) == len(titles) and all(h[0] == "step" for h in heads), heads
+    assert not any("run_id" in h for h in heads)
+    assert max(len(line) for line in res.stdout.splitlines()) <= 60
+
+
+def test_stats_without_training_runs_hides_the_empty_reports(tmp_store):
+    from .conftest import KNOWN, _traj
+
+    ts.write_trajectories(tmp_store, [_traj(t, *KNOWN[t]) for t in "ACE"])
+    res = runner.invoke(app, ["stats", tmp_store], env={"COLUMNS": "100"})
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert "(no rows)" not in out
+    assert "clip: no rows (no training run consumed the selected trajectories)" in out
+    assert "staleness.by_run, staleness.by_source, staleness.histogram: no rows" in out
+    assert "duplicates.ids: no rows (no trajectory id is stored twice)" in out
+    assert "clip.by_step" not in out
+    # 3 trajectories: overview, unconsumed, coverage, rewards, lengths, statuses, duplicates (~150 lines
+    # with the notes), not one empty box per table
+    assert len(out.splitlines()) < 200, len(out.splitlines())
+
+
+def test_sql_step_metrics_is_readable(known_store):
+    res = runner.invoke(app, ["sql", known_store.uri, "SELECT * FROM step_metrics WHERE run_id = 'r1' ORDER BY step"],
+                        env={"COLUMNS": "60"})
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    # 2 steps x (trainer_version, wall_time, policy/loss, ratio/masked_below): too wide for 60
+    # columns, so transposed; run_id (constant) and wall_time (one value, T0) go to the title
+    assert lines[0].startswith("result (run_id=r1, wall_time=2026-07-01 00:00:00+00:00)"), lines[0]
+    assert _headers(res.stdout) == [["step", "0", "1"]] or _headers(res.stdout)[0][0] == "step"
+    assert any(line.startswith("│ policy/loss") and "0.500" in line and "0.400" in line for line in lines), lines

@@ -131,7 +131,7 @@ def test_sql_csv_memory_is_bounded_by_the_batch(known_store, tmp_path):
 def test_info_prints_each_corrupt_shard_once_without_source_lines(known_store):
     bad = Path(known_store.path("trajectories")) / "00000000000000000001-bad.parquet"
     bad.write_bytes(b"not parquet at all")
-    res = runner.invoke(app, ["info", known_store.uri])
+    res = runner.invoke(app, ["info", known_store.uri, "--format", "json"])
     assert res.exit_code == 0, res.output
     lines = [ln for ln in res.output.splitlines() if "bad.parquet" in ln]
     assert len(lines) == 1, res.output

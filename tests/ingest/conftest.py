@@ -8,9 +8,6 @@ import pytest
 
 from trajstore.hub import load_tokenizer
 
-FIX = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "trajectories"
-REPORTED = FIX.parent / "reported"
-
 
 @pytest.fixture(scope="session")
 def tok():
@@ -18,15 +15,14 @@ def tok():
 
 
 @pytest.fixture(scope="session")
-def fix() -> Path:
-    if not FIX.exists():
-        pytest.skip("shared fixtures not present")
-    return FIX.resolve()
+def fix(fixtures_dir: Path) -> Path:
+    """``../shared/fixtures/trajectories`` (tests using it skip in a plain clone, see tests/conftest.py)."""
+    return fixtures_dir / "trajectories"
 
 
 @pytest.fixture(scope="session")
-def reported() -> Path:
+def reported(fixtures_dir: Path) -> Path:
     """``../shared/fixtures/reported``: small inputs of reported faults, each with its expected result."""
-    if not REPORTED.exists():
-        pytest.skip("shared fixtures not present")
-    return REPORTED.resolve()
+    if not (fixtures_dir / "reported").is_dir():
+        pytest.skip(f"needs {fixtures_dir / 'reported'} (reported-fault fixtures in the shared folder)")
+    return fixtures_dir / "reported"

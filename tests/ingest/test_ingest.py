@@ -129,7 +129,7 @@ def test_cli_json_summary_and_strict_exit(tmp_path, fix, mixed):
 def test_cli_missing_input_path_is_an_error_and_writes_nothing(tmp_path, fix):
     r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), str(tmp_path / "typo"), "--store",
                                  str(tmp_path / "s")])
-    assert r.exit_code == 1 and "no such input path" in r.stderr and str(tmp_path / "typo") in r.stderr
+    assert r.exit_code == 2 and "no such input path" in r.stderr and str(tmp_path / "typo") in r.stderr
     assert not (tmp_path / "s").exists()
 
 
@@ -163,3 +163,126 @@ def test_negative_observation_cap_is_refused(tmp_path):
     r = CliRunner().invoke(app, ["ingest", str(p), "--store", str(tmp_path / "s"), "--max-observation-chars", "-5"])
     assert r.exit_code == 2 and "--max-observation-chars must be >= 0" in r.output
     assert not (tmp_path / "s").exists()
+
+
+# -- one bad record costs only itself (issue 12, item 6) -----------------------------------------
+
+def _nemo_row(q: str, gen: list[int]) -> dict:
+    return {"responses_create_params": {"input": [{"role": "user", "content": q}]},
+            "response": {"output": [{"id": "o1", "type": "message", "generation_token_ids": gen,
+                                     "generation_log_probs": [-0.5] * len(gen), "prompt_token_ids": [1, 2]}]},
+            "reward": 1.0}
+
+
+def test_jsonl_format_is_detected_per_line(tmp_path):
+    # The first line is of no known shape and the third of another format: neither decides the
+    # file. Line 1 is parsed as the file's format (nemo-gym, from line 2), so its reason names
+    # what it lacks; line 3 (a SWE-Gym chat row) is read as what it is.
+    swe_gym = {"instance_id": "x-1", "resolved": True,
+               "messages": [{"role": "user", "content": "fix"}, {"role": "assistant", "content": "done"}]}
+    p = tmp_path / "mixed.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in [{"note": "header"}, _nemo_row("a", [5, 6]), swe_gym,
+                                                    _nemo_row("b", [7])]) + "\n")
+    rep = ingest_paths([str(p)], str(tmp_path / "s"))
+    assert rep.trajectories_written == 3
+    assert dict(rep.by_format) == {"nemo-gym": 2, "openhands/swe-gym": 1}
+    assert [(pr.origin.line, pr.kind) for pr in rep.problems] == [(1, "malformed")]
+    assert "no 'response' object" in rep.problems[0].reason
+
+
+def test_a_parser_crash_is_a_problem_of_that_record_only(tmp_path, monkeypatch):
+    # Any exception (not only the parsers' RecordError) stays with its record.
+    from trajstore.ingest import pipeline
+
+    real = pipeline.ROW_PARSERS["nemo-gym"]
+
+    def flaky(row, origin):
+        if row["reward"] == 0.5:
+            raise KeyError("surprise")
+        return real(row, origin)
+
+    monkeypatch.setitem(pipeline.ROW_PARSERS, "nemo-gym", flaky)
+    rows = [_nemo_row("a", [5]), {**_nemo_row("b", [6]), "reward": 0.5}, _nemo_row("c", [7])]
+    p = tmp_path / "r.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in rows))
+    rep = ingest_paths([str(p)], str(tmp_path / "s"))
+    assert rep.trajectories_written == 2
+    assert [(pr.origin.line, pr.reason) for pr in rep.problems] == [(2, "KeyError: 'surprise'")]
+
+
+def test_out_of_order_events_are_read_in_id_order(tmp_path, fix):
+    # basic.json holds V0 events with ids 0, 3, 4, 5; the same events shuffled give the same
+    # conversation, hence the same trajectory id (already in the store), with the count noted.
+    events = json.loads((fix / "openhands/v0_saved_trajectory/basic.json").read_text())
+    shuffled = [events[2], events[0], events[3], events[1]]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "t.json").write_text(json.dumps(events))
+    (tmp_path / "b" / "t.json").write_text(json.dumps(shuffled))
+    store = str(tmp_path / "s")
+    first = ingest_paths([str(tmp_path / "a")], store)
+    again = ingest_paths([str(tmp_path / "b")], store)
+    assert first.trajectories_written == 1 and again.trajectories_written == 0
+    assert again.skipped == {"already_in_store": 1}
+    # two different events with one id: the order is unknowable, the trajectory is refused
+    clash = [events[0], {**events[1], "id": 0}]
+    (tmp_path / "c.json").write_text(json.dumps(clash))
+    rep = ingest_paths([str(tmp_path / "c.json")], store)
+    assert rep.trajectories_written == 0
+    assert "share id 0 with different content" in rep.problems[0].reason
+
+
+def test_a_cap_that_truncates_nothing_keeps_the_ids(tmp_path, fix):
+    src = [str(fix / "swe-agent")]
+    store = str(tmp_path / "s")
+    first = ingest_paths(src, store)
+    # 7 = the 0.x run (one context) + the 1.x run, whose history processor gives 6 contexts
+    assert first.trajectories_written == 7 and first.truncated_observations == 0
+    again = ingest_paths(src, store, max_observation_chars=None)  # no cap: nothing changes
+    assert again.trajectories_written == 0 and again.skipped == {"already_in_store": 7}
+    cut = ingest_paths(src, store, max_observation_chars=50)  # this cap cuts observations: new content
+    assert cut.truncated_observations > 0 and cut.trajectories_written > 0
+
+
+def test_a_directory_is_never_skipped_silently(tmp_path):
+    d = tmp_path / "dataset"
+    d.mkdir()
+    (d / "README.md").write_text("# a dataset card")
+    (d / "data.arrow").write_bytes(b"\x00")
+    rep = ingest_paths([str(d)], str(tmp_path / "s"))
+    assert rep.files_seen == 0 and rep.ignored_files == {".md": 1, ".arrow": 1}
+    assert [(pr.origin.path, pr.kind) for pr in rep.problems] == [(str(d), "unsupported")]
+    assert "(1 .md, 1 .arrow)" in rep.problems[0].reason or "(1 .arrow, 1 .md)" in rep.problems[0].reason
+
+
+def test_cli_exit_status(tmp_path, fix):
+    # 0: everything stored or deliberately skipped; 1: a record refused (the others still stored);
+    # 2: usage errors.
+    good = str(fix / "swe-agent")
+    r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(_nemo_row("a", [5])) + "\n" + json.dumps({"response": 3}) + "\n")
+    r = CliRunner().invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s"), "--format", "json"])
+    out = json.loads(r.stdout)
+    assert r.exit_code == 1 and out["trajectories_written"] == 1 and out["refused"] == 1
+    r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), "--format", "csv"])
+    assert r.exit_code == 0 and r.stdout.splitlines()[:2] == ["metric,value", "files seen,2"]
+    for args, fragment in [(["--input-format", "nope"], "nope"),
+                           (["--format", "swe-agent"], "is an input format: use --input-format swe-agent"),
+                           (["--format", "yaml"], "not an output format")]:
+        r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), *args])
+        assert r.exit_code == 2 and fragment in r.output, (args, r.output)
+
+
+def test_cli_progress_bar_on_a_terminal(tmp_path, fix, monkeypatch):
+    # On a terminal (forced here) the bar shows files, records and tokens; not when piped.
+    import trajstore.cli.ingest as cli_ingest
+
+    monkeypatch.setattr(cli_ingest, "PROGRESS_DELAY_S", 0.0)
+    tty = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "FORCE_COLOR": "1", "COLUMNS": "160"}
+    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), "--store", str(tmp_path / "s")], env=tty)
+    assert r.exit_code == 0 and "ingesting" in r.stderr
+    assert "files" in r.stderr and "records" in r.stderr and "tokens" in r.stderr
+    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), "--store", str(tmp_path / "s2")])
+    assert r.exit_code == 0 and "ingesting" not in r.stderr

@@ -310,3 +310,74 @@ def test_sigterm_writes_open_episodes_as_aborted(fake_upstream, tmp_path):
 
 def test_eos_constant_matches_the_fake():
     assert EOS == REPLY_IDS[-1]
+
+
+def test_servers_accept_connections_with_nagle_off():
+    """Without TCP_NODELAY on the listening socket, uvicorn's two sends per response (head, body)
+    wait for the client's delayed ACK: ~40 ms per call on loopback (found with bench/proxy.py)."""
+    import socket
+
+    from trajstore.proxy.server import listening_socket
+
+    with listening_socket("127.0.0.1", 0) as lsock, socket.create_connection(lsock.getsockname()) as client:
+        conn, _ = lsock.accept()
+        with conn:
+            assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    busy = listening_socket("127.0.0.1", 0)
+    with busy, pytest.raises(OSError):
+        listening_socket("127.0.0.1", busy.getsockname()[1]).close()  # in use: a clear OSError, no leak
+
+
+def _publish_marker(store: str, run: str, version: int) -> None:
+    """A published version as traj proxy sees it (meta.json, then LATEST); the fake upstream
+    loads nothing, so no weights are needed."""
+    d = os.path.join(store, "policies", run, f"v{version}")
+    os.makedirs(d)
+    with open(os.path.join(d, "meta.json"), "w") as fh:
+        json.dump({"run_id": run, "version": version}, fh)
+    tmp = os.path.join(store, "policies", run, "LATEST.tmp")
+    with open(tmp, "w") as fh:
+        json.dump({"version": version}, fh)
+    os.replace(tmp, os.path.join(store, "policies", run, "LATEST"))
+
+
+def _wait_for(pred, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_a_call_across_a_reload_without_a_reported_boundary_carries_both_versions(fake_upstream, start_proxy,
+                                                                                  tmp_path):
+    """tag mode, an upstream that reports only the version at the end of a call (SGLang's
+    weight_version): a call that a reload crossed is one action span with policy_version 0 and
+    policy_version_max 1, never labelled with one of them alone."""
+    store = str(tmp_path / "store")
+    _publish_marker(store, "r", 0)
+    px = start_proxy(fake_upstream.url, store=store, follow_run="r", reload_mode="tag", poll_s=0.05)
+    stats = lambda: httpx.get(f"{px.url}/proxy/stats").json()  # noqa: E731
+    _wait_for(lambda: stats()["policy_version"] == 0, "v0 loaded")
+    httpx.post(f"{fake_upstream.url}/_fake/config", json={"delay_s": 1.0}).raise_for_status()
+    c = client(px.url, "mix")
+    msgs = [{"role": "user", "content": "hi"}]
+    answer: list = []
+    call = threading.Thread(target=lambda: answer.append(c.chat.completions.create(model="fake", messages=msgs)))
+    call.start()
+    time.sleep(0.3)  # the call is in flight at the upstream ...
+    _publish_marker(store, "r", 1)  # ... when the trainer publishes v1 and the proxy has it loaded
+    _wait_for(lambda: stats()["policy_version"] == 1, "v1 loaded")
+    call.join(30)
+    httpx.post(f"{fake_upstream.url}/_fake/config", json={"delay_s": 0.0}).raise_for_status()
+    msgs += [{"role": "assistant", "content": answer[0].choices[0].message.content}, {"role": "user", "content": "x"}]
+    c.chat.completions.create(model="fake", messages=msgs)  # all of it under v1
+    done = httpx.post(f"{px.url}/s/mix/finish", json={"reward": 1.0}).json()
+    assert (done["policy_versions"], done["policy_versions_max"]) == ([0, 1], [1, None])
+    (row,) = rows(store)
+    actions = [(s["policy_version"], s["policy_version_max"]) for s in row["spans"] if s["kind"] == "action"]
+    assert actions == [(0, 1), (1, None)]
+    assert (row["min_policy_version"], row["max_policy_version"]) == (0, 1)
+    meta = json.loads(row["metadata"])
+    assert [(m["min_version"], m["max_version"]) for m in meta["mixed_version_calls"]] == [(0, 1)]
+    st = stats()
+    assert st["mixed_version_calls"] == 1 and st["calls_by_version"] == {"1": 1}  # the mixed call is in neither

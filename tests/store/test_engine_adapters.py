@@ -140,7 +140,7 @@ def test_adapter_calls_build_a_valid_trajectory() -> None:
     ({"choices": [{"token_ids": 5}]}, "must be a list of token ids"),
     ({"choices": "x"}, "choices must be a list"),
     ({"choices": [None]}, "malformed OpenAI/vLLM completion response"),
-    ({"choices": [{"token_ids": [1, 2], "logprobs": {"content": [None, None]}}]}, "malformed"),
+    ({"choices": [{"token_ids": [1, 2], "logprobs": {"content": [None, None]}}]}, "logprobs.content[0] is NoneType, not an object"),
     ({"choices": [{"token_ids": [1], "message": {"tool_calls": "x"}}]}, "malformed"),
 ])
 def test_openai_malformed_responses_raise_adapter_error(response: dict, fragment: str) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from trajstore import StoreWriter, Trajectory, TrajectoryBuilder, open_store, read_trajectories
 from trajstore.convert import trajectories_to_table
-from trajstore.errors import StoreError, TrajectoryValidationError
+from trajstore.errors import TrajectoryValidationError
 from trajstore.store import CorruptShardWarning
 from trajstore.validate import check_trajectory_id, find_violations
 
@@ -202,5 +202,5 @@ def test_missing_remote_prefix_is_an_error(s3_store_uri: tuple[str, dict[str, An
     bucket_typo = "s3://no-such-bucket-xyz/store"
     r = CliRunner().invoke(app, ["stats", bucket_typo, *so])
     assert r.exit_code == 1 and "no store at" in r.output
-    r = CliRunner().invoke(app, ["info", uri, *so])
+    r = CliRunner().invoke(app, ["info", uri, *so, "--format", "json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["trajectories"] == 1

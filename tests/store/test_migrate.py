@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -83,7 +82,7 @@ def test_migrate_rewrites_v1_as_v2_under_the_same_names(tmp_store: str) -> None:
 
 def test_migrate_cli(tmp_store: str) -> None:
     _big_v1_store(tmp_store, 2, 10)
-    r = CliRunner().invoke(app, ["migrate", tmp_store])
+    r = CliRunner().invoke(app, ["migrate", tmp_store, "--format", "json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert (out["shards_migrated"], out["rows"], out["shards_already_current"]) == (2, 4, 0)

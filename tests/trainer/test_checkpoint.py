@@ -18,6 +18,7 @@ import torch
 
 from trajstore import open_store
 from trajstore.trainer.checkpoint import TrainerState, load_latest_checkpoint, save_checkpoint
+from trajstore.trainer.config import ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import DataCursor
 from trajstore.trainer.records import RunRecorder
 
@@ -25,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=import
 from _train_synth import write_synthetic_store  # noqa: E402
 
 TRAJ = [sys.executable, "-c", "from trajstore.cli.main import app; app()"]
+CONFIG = TrainConfig(store="unused", model=ModelConfig(name="tiny-llama"), run=RunConfig(run_id="r")).to_json()
 
 
 def _state(it: int) -> TrainerState:
@@ -39,7 +41,7 @@ def test_round_trip_and_uncommitted_folder_is_ignored(tmp_path: Path) -> None:
     net(torch.ones(1, 3)).sum().backward()
     opt.step()
     save_checkpoint(store, "r", state=_state(3), policy=net, critic=None, optimizers={"policy": opt},
-                    config_json="{}")
+                    config_json=CONFIG)
     # a later checkpoint that crashed before its LATEST commit: files exist, pointer does not move
     os.makedirs(store.path("runs/r/checkpoints/it00000004"))
     Path(store.path("runs/r/checkpoints/it00000004/policy.pt")).write_bytes(b"partial")
@@ -54,7 +56,7 @@ def test_keep_prunes_old_checkpoints(tmp_path: Path) -> None:
     store = open_store(str(tmp_path))
     net = torch.nn.Linear(2, 2)
     for it in (1, 2, 3):
-        save_checkpoint(store, "r", state=_state(it), policy=net, critic=None, optimizers={}, config_json="{}", keep=2)
+        save_checkpoint(store, "r", state=_state(it), policy=net, critic=None, optimizers={}, config_json=CONFIG, keep=2)
     assert sorted(store.iter_dirs("runs/r/checkpoints")) == ["it00000002", "it00000003"]
 
 

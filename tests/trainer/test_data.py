@@ -114,7 +114,7 @@ def test_overlong_policy_skip_or_error(tmp_path: Path) -> None:
     b = _stream(tmp_path, batch_size=50, max_seq_len=limit).next_batch()
     assert [x.trajectory_id for x in b.samples] == [i for i in ids if lengths[i] <= limit]
     assert b.skipped["overlong"] == sum(v > limit for v in lengths.values()) > 0
-    with pytest.raises(TrainDataError, match="tokens > max_seq_len"):
+    with pytest.raises(TrainDataError, match="tokens > --max-seq-len"):
         _stream(tmp_path, batch_size=50, max_seq_len=limit, overlong="error").next_batch()
 
 

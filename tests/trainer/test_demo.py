@@ -9,6 +9,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,7 +48,7 @@ def demo_run(tmp_path_factory):
 
 def test_demo_runs_the_asynchronous_loop(demo_run):
     from trajstore.reader import read_trajectories
-    from trajstore.trainer.publish import list_policy_versions
+    from trajstore.policies import list_policy_versions
 
     cfg, result = demo_run
     needed = (cfg.steps + cfg.critic_warmup_steps) * cfg.batch_size  # 3 iterations x 2 = 6
@@ -58,6 +60,7 @@ def test_demo_runs_the_asynchronous_loop(demo_run):
     for v in result.policy_versions_seen:
         assert result.calls_by_version[v] >= sum(e.policy_versions.count(v) for e in result.episodes)
     assert [r["step"] for r in result.explained_variance] == [-1, 0, 1]
+    assert (result.steps_asked, result.steps_done, result.shortfall) == (2, 2, None)
     assert list_policy_versions(result.store, cfg.run_id) == [0, 1, 2]  # v0 + one per policy step
     assert result.freed_bytes == 0  # keep_weights
     # pacing (the proxy's staleness gate): never more than max_ahead_batches ahead of the trainer
@@ -114,7 +117,8 @@ def test_prune_weights_keeps_only_the_latest_version(tmp_store):
 
     from trajstore.trainer.demo import prune_weights
     from trajstore.store import open_store
-    from trajstore.trainer.publish import list_policy_versions, publish_policy
+    from trajstore.policies import list_policy_versions
+    from trajstore.trainer.publish import publish_policy
 
     cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
                                    num_attention_heads=2, num_key_value_heads=1)
@@ -138,6 +142,84 @@ def test_demo_config_refusals(tmp_path):
         DemoConfig(max_turns=2)
     with pytest.raises(ValueError, match="local store"):
         run_demo(DemoConfig(store="s3://bucket/x", **TINY))
+
+
+def test_the_trainer_waits_while_the_demo_plays_then_stops(tmp_path):
+    """The demo's trainer has no idle timeout while the agents play (a batch of episodes took
+    165 s on a loaded machine, past the old 160 s timeout); once the demo closes the pipe it
+    stops after the grace period, with the partial batch the store holds."""
+    from trajstore.store import open_store
+    from trajstore.trainer.config import DataConfig
+    from trajstore.trainer.data import TrajectoryStream
+    from trajstore.trainer.demo import stop_waiting_when_closed
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _train_synth import VOCAB, write_synthetic_store
+
+    write_synthetic_store(tmp_path, 1)
+    stream = TrajectoryStream(open_store(str(tmp_path)), DataConfig(batch_size=2, micro_batch_size=1, follow=True,
+                                                                    poll_interval_s=0.02, idle_timeout_s=None),
+                              tokenizer="tiny-llama", vocab_size=VOCAB)
+    r, w = os.pipe()
+    with os.fdopen(r, "rb") as producers, os.fdopen(w, "wb") as demo_end:
+        stop_waiting_when_closed(producers.fileno(), stream.cfg, grace_s=0.1)
+        got: list = []
+        reader = threading.Thread(target=lambda: got.append(stream.next_batch()), daemon=True)
+        reader.start()
+        reader.join(1.5)  # 1 of 2 trajectories, the demo still playing: 15 grace periods later it waits on
+        assert reader.is_alive() and stream.cfg.idle_timeout_s is None
+        demo_end.write(b"still playing\n")
+        demo_end.flush()
+        reader.join(0.3)
+        assert reader.is_alive()
+    # the demo closed its end (as it does when its agents are done, or when it dies)
+    reader.join(30)
+    assert not reader.is_alive() and stream.cfg.idle_timeout_s == 0.1
+    assert [s.trajectory_id for s in got[0].samples] == ["t00000"]
+
+
+def test_the_trainer_child_exits_cleanly_while_its_stdin_pipe_is_still_open():
+    """The watching thread must not hold Python's stdin buffer lock: a daemon thread blocked in
+    sys.stdin.buffer.read aborts the interpreter at exit (SIGABRT, exit code -6), which failed
+    a demo whose trainer had done all its steps."""
+    code = ("import sys, types\nfrom trajstore.trainer.demo import stop_waiting_when_closed\n"
+            "stop_waiting_when_closed(sys.stdin.fileno(), types.SimpleNamespace(idle_timeout_s=None))\n"
+            "print('trained')")
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        out, err = p.stdout.read(), p.stderr.read()  # the demo keeps its end of stdin open meanwhile
+        assert p.wait(timeout=60) == 0, err.decode()[-1000:]
+        assert out == b"trained\n"
+    finally:
+        p.stdin.close()
+
+
+def _result(steps_done: int):
+    from trajstore.trainer.demo import DemoResult
+
+    return DemoResult(store="/tmp/s", run_id="demo-x", episodes=[], versions_loaded=[0], steps_asked=4,
+                      steps_done=steps_done)
+
+
+def test_a_trainer_that_made_fewer_steps_than_asked_is_reported_plainly(monkeypatch):
+    import trajstore.trainer.demo as demo_mod
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+
+    assert _result(4).shortfall is None
+    assert "made 2 of the 4 policy steps" in _result(2).shortfall
+    runner = CliRunner()
+    for steps_done, code in ((2, 1), (4, 0)):
+        monkeypatch.setattr(demo_mod, "run_demo", lambda cfg, console=None, n=steps_done: _result(n))
+        out = runner.invoke(app, ["demo", "--store", "/tmp/unused", "--model", "tiny-llama"])
+        assert out.exit_code == code, out.output
+        assert ("WARNING: the trainer made 2 of the 4 policy steps" in out.output) == (code == 1)
+        out = runner.invoke(app, ["demo", "--store", "/tmp/unused", "--model", "tiny-llama", "--format", "json"])
+        assert out.exit_code == code
+        body = out.stdout if hasattr(out, "stdout") else out.output
+        assert (json.loads(body[body.index("{"):])["shortfall"] is not None) == (code == 1)
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from trajstore import open_store
 from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import TrainDataError
 from trajstore.trainer.loop import setup, train, train_step
-from trajstore.trainer.publish import list_policy_versions
+from trajstore.policies import list_policy_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
 from _train_synth import VOCAB, write_synthetic_store  # noqa: E402
@@ -48,8 +48,9 @@ def test_smoke_three_steps_change_every_trainable_and_no_frozen_parameter(tmp_pa
     assert frozen and all(".mlp." not in n or ".mlp.gate.weight" in n for n in frozen)  # attention, norms, ...
     for n, p in tr.critic.named_parameters():
         assert torch.equal(p, crit0[n]) == (n in frozen), n
-    # published v0 (initial weights) and one version per policy step
-    assert list_policy_versions(tmp_path, "r") == [0, 1, 2, 3]
+    # published v0 (initial weights) and one version per policy step; --keep-versions 3 (default)
+    # pruned v0 once v3 was out
+    assert list_policy_versions(tmp_path, "r") == [1, 2, 3]
 
 
 def test_records_steps_consumed_and_config(tmp_path: Path) -> None:

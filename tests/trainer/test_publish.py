@@ -12,19 +12,17 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from trajstore.store import POLICIES_DIR, open_store  # noqa: E402
-from trajstore.trainer.publish import (  # noqa: E402
+from trajstore.policies import (  # noqa: E402
     LATEST_FILE,
     META_FILE,
     WEIGHTS_FILE,
-    PolicyMismatchError,
     PolicyNotFoundError,
     latest_policy_version,
     list_policy_versions,
-    load_policy_into,
-    publish_policy,
     read_policy_meta,
     version_dir,
 )
+from trajstore.trainer.publish import PolicyMismatchError, load_policy_into, publish_policy  # noqa: E402
 
 
 def tiny_llama(seed: int, *, tie: bool = True, hidden: int = 16) -> torch.nn.Module:

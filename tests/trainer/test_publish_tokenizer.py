@@ -11,7 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from trajstore.trainer.publish import META_FILE, publish_policy  # noqa: E402
+from trajstore.policies import META_FILE  # noqa: E402
+from trajstore.trainer.publish import publish_policy  # noqa: E402
 
 
 def _tokenizer_or_skip():

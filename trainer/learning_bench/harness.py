@@ -332,7 +332,7 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
     codec = CharCodec()
     mismatch = Mismatch(bf16=spec.bf16, logit_noise=spec.logit_noise)
     cfg = train_config(spec, store_uri)
-    tr = setup(cfg)
+    tr = setup(cfg, allow_empty=True)  # the harness writes each batch after setup
     if arm.has_critic and arm.estimator != "token":
         tr.advantage_fn = trainer_advantage_fn(arm.estimator, cfg.algo.gamma, cfg.algo.lambda_alpha)
     if arm.correction == "none":

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import uuid
-
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import ClassVar
 
 import duckdb
 
@@ -22,13 +23,23 @@ from trajstore.audit.views import AuditError, sql_literal
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
 """Percentiles every distribution summary reports (nearest rank, see the module docstring)."""
 
+_NOT_CONSUMED = "no training run consumed the selected trajectories"
+
 EXACT_STALENESS_BUCKETS: int = 4
 """Staleness 0..3 versions get a bucket each; from 4 on, buckets double: [4, 7], [8, 15], ..."""
 
 
 @dataclass(frozen=True)
 class Report:
-    """Base of every report: named DuckDB relations (lazy; each fetch re-runs its query)."""
+    """Base of every report: named DuckDB relations (lazy; each fetch re-runs its query).
+
+    Class attributes (for display): ``KEYS`` maps a table to the columns that identify its rows
+    (kept in every part when a wide table is cut to fit a terminal); ``EMPTY`` says why a table
+    can have no rows.
+    """
+
+    KEYS: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    EMPTY: ClassVar[Mapping[str, str]] = {}
 
     def tables(self) -> dict[str, duckdb.DuckDBPyRelation]:
         """The report's relations by field name, in declaration order."""
@@ -44,7 +55,10 @@ class StalenessReport(Report):
             ``action_tokens``, per-token staleness (trainer_version - the action span's
             policy_version) ``token_p50/p90/p99/max/mean``, and per-trajectory staleness (trainer
             version - the oldest action span's version, i.e. the worst token)
-            ``traj_p50/p90/p99/max``.
+            ``traj_p50/p90/p99/max``, and ``mixed_version_actions``: consumed action spans whose
+            tokens came from several versions without a known boundary (span field
+            ``policy_version_max`` set); their tokens count at their oldest version, so the
+            staleness shown is an upper bound for them.
         by_source: the same per (run_id, source).
         histogram: per (run_id, staleness): ``action_tokens`` and ``trajectories`` at that value.
         unconsumed: per source, trajectories with versioned actions not consumed (by the selected
@@ -58,6 +72,11 @@ class StalenessReport(Report):
     by_source: duckdb.DuckDBPyRelation
     histogram: duckdb.DuckDBPyRelation
     unconsumed: duckdb.DuckDBPyRelation
+
+    KEYS = {"by_run": ("run_id",), "by_source": ("run_id", "source"), "histogram": ("run_id", "staleness"),
+            "unconsumed": ("source",)}
+    EMPTY = {"by_run": _NOT_CONSUMED, "by_source": _NOT_CONSUMED, "histogram": _NOT_CONSUMED,
+             "unconsumed": "no unconsumed trajectory has policy versions"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +95,9 @@ class ClipReport(Report):
 
     by_step: duckdb.DuckDBPyRelation
     by_staleness: duckdb.DuckDBPyRelation
+
+    KEYS = {"by_step": ("run_id", "step"), "by_staleness": ("run_id", "staleness_lo", "staleness_hi")}
+    EMPTY = {"by_step": _NOT_CONSUMED, "by_staleness": _NOT_CONSUMED}
 
 
 @dataclass(frozen=True)
@@ -100,6 +122,10 @@ class CoverageReport(Report):
     not_trainable: duckdb.DuckDBPyRelation
     fidelity: duckdb.DuckDBPyRelation
 
+    KEYS = {"tokens": ("source", "token_source"), "not_trainable": ("source", "reason"), "fidelity": ("source", "flag")}
+    EMPTY = {"tokens": "no trajectories selected", "not_trainable": "every selected trajectory is trainable",
+             "fidelity": "no selected trajectory has a recorded fidelity gap"}
+
 
 @dataclass(frozen=True)
 class RewardReport(Report):
@@ -116,6 +142,9 @@ class RewardReport(Report):
     by_source: duckdb.DuckDBPyRelation
     histogram: duckdb.DuckDBPyRelation
 
+    KEYS = {"by_source": ("source",), "histogram": ("source", "bin")}
+    EMPTY = {"by_source": "no trajectories selected", "histogram": "no selected trajectory has a reward"}
+
 
 @dataclass(frozen=True)
 class LengthReport(Report):
@@ -131,12 +160,18 @@ class LengthReport(Report):
     by_source: duckdb.DuckDBPyRelation
     histogram: duckdb.DuckDBPyRelation
 
+    KEYS = {"by_source": ("source",), "histogram": ("source", "action_tokens_lo", "action_tokens_hi")}
+    EMPTY = {"by_source": "no trajectories selected", "histogram": "no trajectories selected"}
+
 
 @dataclass(frozen=True)
 class StatusReport(Report):
     """Per (source, status): ``trajectories`` and ``share`` (0..1) of the source's trajectories."""
 
     by_source: duckdb.DuckDBPyRelation
+
+    KEYS = {"by_source": ("source", "status")}
+    EMPTY = {"by_source": "no trajectories selected"}
 
 
 @dataclass(frozen=True)
@@ -153,6 +188,9 @@ class DuplicateReport(Report):
     summary: duckdb.DuckDBPyRelation
     ids: duckdb.DuckDBPyRelation
 
+    KEYS = {"summary": (), "ids": ("trajectory_id",)}
+    EMPTY = {"ids": "no trajectory id is stored twice"}
+
 
 @dataclass(frozen=True)
 class OverviewReport(Report):
@@ -160,6 +198,8 @@ class OverviewReport(Report):
     ``sources``, ``runs``, ``steps`` (distinct run/step pairs), ``consumed`` records."""
 
     totals: duckdb.DuckDBPyRelation
+
+    KEYS = {"totals": ()}
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -268,7 +308,8 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
     # share; re-deriving them per table read the spans column four times.
     tag = uuid.uuid4().hex[:12]
     vh, sel_t, c_t = f"_staleness_versions_{tag}", f"_staleness_sel_{tag}", f"_staleness_consumed_{tag}"
-    conn.execute(f"CREATE TEMP TABLE {vh} AS SELECT trajectory_id, policy_version, sum(num_tokens) AS n FROM spans "
+    conn.execute(f"CREATE TEMP TABLE {vh} AS SELECT trajectory_id, policy_version, sum(num_tokens) AS n, "
+                 f"count(policy_version_max) AS mixed FROM spans "
                  f"WHERE kind = 'action' AND policy_version IS NOT NULL GROUP BY trajectory_id, policy_version")
     conn.execute(f"CREATE TEMP TABLE {sel_t} AS WITH {_selected(conn, where)} SELECT trajectory_id, source, "
                  f"min_policy_version, max_policy_version FROM sel")
@@ -276,7 +317,8 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
                  f"s.source FROM consumed c JOIN {sel_t} s USING (trajectory_id) WHERE {_run_filter(run, 'c.run_id')}")
     tok_t, tr_t = f"_staleness_tok_{tag}", f"_staleness_tr_{tag}"
     conn.execute(f"CREATE TEMP TABLE {tok_t} AS SELECT c.run_id, c.step, c.trajectory_id, c.source, "
-                 f"c.trainer_version - v.policy_version AS staleness, v.n AS n FROM {c_t} c JOIN {vh} v "
+                 f"c.trainer_version - v.policy_version AS staleness, v.n AS n, v.mixed AS mixed "
+                 f"FROM {c_t} c JOIN {vh} v "
                  f"USING (trajectory_id)")
     conn.execute(f"CREATE TEMP TABLE {tr_t} AS SELECT run_id, step, trajectory_id, any_value(source) AS source, "
                  f"max(staleness) AS staleness FROM {tok_t} GROUP BY run_id, step, trajectory_id")
@@ -290,9 +332,10 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
             f"tp AS ({weighted_percentiles_sql('th', groups, 'staleness', 'n', 'token_')}), "
             f"rp AS ({weighted_percentiles_sql('trh', groups, 'staleness', 'n', 'traj_')}), "
             f"cnt AS (SELECT {g}, count(*) AS consumed FROM c GROUP BY {g}), "
-            f"ntok AS (SELECT {g}, sum(n) AS action_tokens FROM tok GROUP BY {g}) "
+            f"ntok AS (SELECT {g}, sum(n) AS action_tokens, sum(mixed) AS mixed_version_actions FROM tok "
+            f"GROUP BY {g}) "
             f"SELECT {g}, consumed, action_tokens, {_summary_columns('token_', 'max', 'mean')}, "
-            f"{_summary_columns('traj_', 'max')} "
+            f"{_summary_columns('traj_', 'max')}, mixed_version_actions "
             f"FROM cnt LEFT JOIN ntok USING ({g}) LEFT JOIN tp USING ({g}) LEFT JOIN rp USING ({g}) ORDER BY {g}")
 
     histogram = conn.sql(

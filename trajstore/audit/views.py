@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from trajstore.errors import TrajstoreError, one_line
@@ -25,6 +26,7 @@ from trajstore.schema import (
     SCALAR_COLUMNS,
     SCHEMA_VERSION,
     SPAN_FIELDS,
+    SPAN_FIELDS_NEW_IN_V2,
     SPAN_FIELDS_V1,
     STEP_SCHEMA,
     TRAJECTORY_SCHEMA,
@@ -36,6 +38,7 @@ from trajstore.store import (
     TRAJECTORIES_DIR,
     ShardInfo,
     Store,
+    decode_id_index,
     open_store,
 )
 
@@ -109,17 +112,31 @@ def _v1_as_v2(f: pa.Field, present: set[str]) -> str:
         before = ("coalesce(list_sum(list_transform(list_filter(spans[1:i - 1], lambda p: p.kind = 'action'), "
                   "lambda p: p.\"end\" - p.start)), 0)")
         missing = "CASE WHEN logprob_source = 'none' THEN s.\"end\" - s.start ELSE 0 END"
-        return (f"list_transform(spans, lambda s, i: struct_pack({kept}, "
-                f"logprob_start := CASE WHEN {act} THEN {before} END, "
-                f"num_missing_logprobs := CASE WHEN {act} THEN {missing} END)) AS spans")
+        derived = {"logprob_start": f"CASE WHEN {act} THEN {before} END",
+                   "num_missing_logprobs": f"CASE WHEN {act} THEN {missing} END"}
+        added = ", ".join(f"{_quote_ident(g.name)} := {derived.get(g.name, f'NULL::{_duck_type(g.type)}')}"
+                          for g, _ in SPAN_FIELDS if g.name in SPAN_FIELDS_NEW_IN_V2)
+        return f"list_transform(spans, lambda s, i: struct_pack({kept}, {added})) AS spans"
     return _column_or_null(f, present)
 
 
-def _trajectory_rows_sql(conn: duckdb.DuckDBPyConnection, store: Store) -> tuple[str, list[str]]:
+def _maybe_duplicated(shards: Sequence[ShardInfo]) -> bool:
+    """False when the shards' footer id indexes prove every trajectory id distinct (no two equal
+    id hashes), so the connection needs no pass over the ids; True when some id may repeat or a
+    shard has no index."""
+    if any(s.id_index is None for s in shards):
+        return True
+    hashes = [decode_id_index(s.id_index)[0] for s in shards]
+    allh = np.sort(np.concatenate(hashes)) if hashes else np.zeros(0, np.uint64)
+    return bool((allh[1:] == allh[:-1]).any())
+
+
+def _trajectory_rows_sql(conn: duckdb.DuckDBPyConnection, shards: Sequence[ShardInfo],
+                         store: Store) -> tuple[str, list[str]]:
     """SELECT of every stored trajectory row as schema v2 plus ``shard`` and ``shard_row``
     (shards of schema v1 converted in SQL), and the shard URLs it reads."""
     by_version: dict[int, list[ShardInfo]] = {}
-    for info in store.list_shards(TRAJECTORIES_DIR):
+    for info in shards:
         by_version.setdefault(info.schema_version, []).append(info)
     selects, urls = [], []
     for version, shards in sorted(by_version.items()):
@@ -198,16 +215,19 @@ def connect(uri: str | os.PathLike[str] | Store, *,
         conn.register_filesystem(store.fs)
     allowed: list[str] = []
 
-    rows_sql, traj_urls = _trajectory_rows_sql(conn, store)
+    traj_shards = store.list_shards(TRAJECTORIES_DIR)
+    rows_sql, traj_urls = _trajectory_rows_sql(conn, traj_shards, store)
     allowed += traj_urls
     # Every row as stored (as schema v2), with its shard and row number (duplicates included).
     conn.execute(f"CREATE VIEW _trajectory_rows AS {rows_sql}")
     # First copy of each id in arrival order (shard names sort by write time). The later copies
     # are found once here from the ids alone and kept as a small table; a window over the full
     # rows in every query would re-sort whole rows (spans included) each time.
+    # The footers' id indexes usually prove there is no duplicate without reading any id.
+    maybe = _maybe_duplicated(traj_shards)
     conn.execute("CREATE TEMP TABLE _duplicated_ids AS SELECT trajectory_id FROM _trajectory_rows "
-                 "GROUP BY trajectory_id HAVING count(*) > 1")
-    if conn.execute("SELECT count(*) FROM _duplicated_ids").fetchall()[0][0]:
+                 f"{'' if maybe else 'WHERE false '}GROUP BY trajectory_id HAVING count(*) > 1")
+    if maybe and conn.execute("SELECT count(*) FROM _duplicated_ids").fetchall()[0][0]:
         conn.execute(
             "CREATE TEMP TABLE _dropped_rows AS SELECT shard, shard_row FROM (SELECT shard, shard_row, row_number() "
             "OVER (PARTITION BY trajectory_id ORDER BY shard, shard_row) AS copy FROM _trajectory_rows "

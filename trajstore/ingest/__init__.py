@@ -1,14 +1,17 @@
-"""`traj ingest`: real agent logs (OpenHands V0/V1, SWE-agent, nebius, NeMo Gym) into a store.
+"""`traj ingest`: real agent logs (OpenHands V0/V1, SWE-agent, mini-swe-agent, tau-bench, ATIF,
+nebius, SWE-smith, NeMo Gym, verl / SkyRL dumps; JSON, JSONL or Parquet) into a store.
 
-Parsers (one module per harness) turn files into format-neutral conversations or engine
-rollouts (:mod:`~trajstore.ingest.core`); :mod:`~trajstore.ingest.render` tokenizes
-conversations with a chat template; :func:`ingest_paths` writes the result.
+Parsers (one module per harness) turn records into format-neutral conversations, engine
+rollouts or text rollouts (:mod:`~trajstore.ingest.core`); :mod:`~trajstore.ingest.render`
+tokenizes conversations with a chat template; :func:`ingest_paths` writes the result. One bad
+record costs only itself: it becomes a :class:`Problem` with path, line and reason.
 """
 
 from trajstore.ingest.core import DEFAULT_MAX_OBSERVATION_CHARS, TRUNCATION_MARKER, Problem
 from trajstore.ingest.detect import FORMATS, InputFormat
 from trajstore.ingest.pipeline import (
     IngestError,
+    IngestProgress,
     IngestReport,
     ingest_paths,
     iter_trajectories,
@@ -21,7 +24,7 @@ from trajstore.ingest.render import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_OBSERVATION_CHARS", "FORMATS", "IngestError", "IngestReport", "InputFormat", "Problem",
+    "DEFAULT_MAX_OBSERVATION_CHARS", "FORMATS", "IngestError", "IngestProgress", "IngestReport", "InputFormat", "Problem",
     "RenderedPart", "TRUNCATION_MARKER", "conversation_to_trajectories", "ingest_paths", "iter_trajectories",
     "render_conversation", "rollout_to_trajectories",
 ]

@@ -205,6 +205,29 @@ class EngineRollout(ParsedTrajectory):
     tokenizer: str | None = None
 
 
+@dataclass
+class TextSegment:
+    """A piece of an already-rendered text rollout: `kind` prompt | action | observation and its
+    exact text (special tokens of the chat template included when the log kept them)."""
+
+    kind: Literal["prompt", "action", "observation"]
+    text: str
+    role: str | None = None
+
+
+@dataclass(kw_only=True)
+class TextRollout(ParsedTrajectory):
+    """A trajectory logged as the very text the model was given and produced (an RL framework's
+    rollout dump: prompt already formatted by the chat template, then the completion). Each
+    segment is tokenized as it is, with no chat template (``token_source = retokenized``).
+
+    Attributes:
+        segments: the text pieces in order (see :class:`TextSegment`).
+    """
+
+    segments: list[TextSegment]
+
+
 @dataclass(frozen=True)
 class Problem:
     """Something in the input that was not ingested: where, what kind, and why."""
@@ -220,7 +243,7 @@ class Problem:
         return {"path": self.origin.path, "line": self.origin.line, "kind": self.kind, "reason": self.reason}
 
 
-Parsed = Conversation | EngineRollout | Problem
+Parsed = Conversation | EngineRollout | TextRollout | Problem
 
 
 class RecordError(ValueError):
@@ -361,6 +384,21 @@ def terminal_text(output: str, md: dict[str, Any]) -> str:
     return ret
 
 
+def json_field(value: Any, field: str) -> Any:
+    """A field that datasets store either as JSON or as a JSON-encoded string (Hugging Face rows
+    often keep the chat as a string): a string is decoded, anything else returned as is.
+
+    Raises:
+        RecordError: the string is not valid JSON.
+    """
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except (ValueError, RecursionError) as e:
+            raise RecordError(f"{field} is a string that is not JSON ({e})") from None
+    return value
+
+
 def arguments_text(args: Any) -> str:
     """Tool-call arguments as JSON text (strings are kept verbatim, as the model wrote them)."""
     if isinstance(args, str):
@@ -368,16 +406,62 @@ def arguments_text(args: Any) -> str:
     return json.dumps(args, ensure_ascii=False, default=str)
 
 
-def tool_calls_of(raw: Any) -> list[ToolCall]:
+def tool_calls_of(raw: Any, where: str = "tool_calls") -> list[ToolCall]:
     """The ``tool_calls`` list of an OpenAI chat message (``{"id", "function": {"name",
-    "arguments"}}`` items) as :class:`ToolCall` s; non-object items are skipped, a missing id is None."""
+    "arguments"}}`` items) as :class:`ToolCall` s; a missing id is None, an empty object (some
+    prompt-based logs write ``[{}]``) holds no call.
+
+    Raises:
+        RecordError: `raw` is not a list, an item is not an object, or its ``function`` is not an
+            object with a ``name`` (naming the item: ``tool_calls[0].function is a str``).
+    """
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise RecordError(f"{where} is a {type(raw).__name__}, not a list")
     out = []
-    for c in raw or []:
-        if isinstance(c, dict):
-            fn = c.get("function") or {}
-            out.append(ToolCall(str(c["id"]) if c.get("id") else None, str(fn.get("name")),
-                                arguments_text(fn.get("arguments", ""))))
+    for i, c in enumerate(raw):
+        if not isinstance(c, dict):
+            raise RecordError(f"{where}[{i}] is a {type(c).__name__}, not an object")
+        if not c:
+            continue
+        fn = c.get("function")
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            what = f"a {type(fn).__name__} ({str(fn)[:40]!r})" if not isinstance(fn, dict) else "an object without a name"
+            raise RecordError(f"{where}[{i}].function is {what}, not an object with a name")
+        out.append(ToolCall(str(c["id"]) if c.get("id") else None, fn["name"],
+                            arguments_text(fn.get("arguments", ""))))
     return out
+
+
+def order_by_id(items: list[Any], *, key: str = "id", what: str = "event") -> tuple[list[Any], int]:
+    """`items` in the order of their integer `key` when every object item carries one (OpenHands
+    V0 event ids, ATIF ``step_id``): a log written or merged out of order is read in the order
+    it happened. Items of other shapes (id-less events, ``[action, observation]`` pairs) are
+    returned unchanged. An exact repeat of an item is dropped.
+
+    Returns:
+        (ordered items, number of items that were out of order or repeated).
+
+    Raises:
+        RecordError: two different items share an id (the order cannot be known).
+    """
+    ids = [it.get(key) if isinstance(it, dict) else None for it in items]
+    if not items or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        return items, 0
+    first: dict[int, int] = {}
+    keep: list[int] = []
+    for n, i in enumerate(ids):
+        if i in first:
+            if items[first[i]] != items[n]:
+                raise RecordError(f"{what}s {first[i]} and {n} share {key} {i} with different content: "
+                                  "their order cannot be known")
+            continue
+        first[i] = n
+        keep.append(n)
+    ordered = sorted(keep, key=lambda n: ids[n])
+    moved = len(items) - len(keep) + sum(1 for a, b in zip(ordered, keep) if a != b)
+    return [items[n] for n in ordered], moved
 
 
 def cap_text(msg: Message, max_chars: int | None) -> Message:

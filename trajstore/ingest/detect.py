@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -16,9 +18,36 @@ InputFormat = Literal[
     "openhands-v0-events", "openhands-v0-session", "openhands-v0-eval", "openhands-v0-resolver",
     "openhands-v0-feedback", "openhands-swe-gym", "openhands-v1-events", "openhands-v1-eval",
     "openhands-v1-completions", "chat-messages", "swe-agent", "nebius-swe-agent", "nemo-gym",
+    "mini-swe-agent", "swe-smith", "nebius-swe-rebench-openhands", "tau-bench", "atif", "verl-rollouts",
 ]
 FORMATS: Final[tuple[str, ...]] = InputFormat.__args__  # type: ignore[attr-defined]
-INPUT_SUFFIXES: Final[tuple[str, ...]] = (".json", ".jsonl", ".traj")
+FORMAT_HELP: Final[dict[str, str]] = {
+    "openhands-v0-events": "OpenHands V0 event list: saved trajectory, GUI export, events/ store",
+    "openhands-v0-session": "OpenHands V0 sessions/<id>/events/<n>.json",
+    "openhands-v0-eval": "OpenHands V0 evaluation output.jsonl",
+    "openhands-v0-resolver": "OpenHands V0 resolver output.jsonl",
+    "openhands-v0-feedback": "OpenHands 2024 feedback dataset rows",
+    "openhands-swe-gym": "SWE-Gym OpenHands-Sampled-Trajectories rows",
+    "openhands-v1-events": "OpenHands V1 persisted events",
+    "openhands-v1-eval": "OpenHands V1 evaluation output",
+    "openhands-v1-completions": "OpenHands V1 log_completions files",
+    "chat-messages": "a bare JSON list of OpenAI chat messages",
+    "swe-agent": "SWE-agent .traj files",
+    "nebius-swe-agent": "nebius SWE-agent-trajectories rows",
+    "nemo-gym": "NeMo Gym rollouts with engine token ids",
+    "mini-swe-agent": "mini-swe-agent .traj.json, text (mini-swe-agent-1) or tool-call (mini-swe-agent-1.1) format",
+    "swe-smith": "SWE-smith-trajectories rows (messages as a JSON string)",
+    "nebius-swe-rebench-openhands": "nebius SWE-rebench-openhands rows (chat under 'trajectory', 'tools')",
+    "tau-bench": "tau-bench results files (task results with 'traj', 'reward', 'info')",
+    "atif": "ATIF trajectory.json (Harbor / Terminal-Bench), engine token ids kept",
+    "verl-rollouts": "verl / SkyRL rollout dumps (input, output, score, step per line)",
+}
+"""One line per input format, for ``traj ingest --help``."""
+INPUT_SUFFIXES: Final[tuple[str, ...]] = (".json", ".jsonl", ".traj", ".parquet")
+"""Files a directory walk reads; others are counted as ignored (a file named explicitly is always read)."""
+PARQUET_MAGIC: Final[bytes] = b"PAR1"
+PARQUET_BATCH_ROWS: Final[int] = 64
+"""Rows decoded at a time from a Parquet shard (published trajectory rows can be megabytes each)."""
 EVENTS_DIR: Final[str] = "events"
 """Name of the per-event directory of an OpenHands session store (``sessions/<id>/events/<n>.json``)."""
 
@@ -41,33 +70,78 @@ def _event_sort_key(name: str) -> tuple[int, str]:
     return (int(digits), name) if digits.isdigit() else (1 << 62, name)
 
 
-def discover(paths: list[str]) -> tuple[list[InputUnit], list[Problem]]:
+def discover(paths: list[str], ignored: Counter[str] | None = None) -> tuple[list[InputUnit], list[Problem]]:
     """Expand files and directories (recursively) into input units, sorted by path.
 
     A directory named ``events`` whose files are ``<n>.json`` is one unit (an event store).
+    Inside directories only :data:`INPUT_SUFFIXES` are read; other files are counted in
+    `ignored` by suffix (never dropped without a word), and a directory with no input file at
+    all is a problem.
 
     Returns:
         (units, problems): a path that does not exist is a problem.
     """
     units: list[InputUnit] = []
     problems: list[Problem] = []
+    ignored = ignored if ignored is not None else Counter()
     for p in paths:
         p = os.fspath(p)
         if os.path.isfile(p):
             units.append(InputUnit(p))
         elif os.path.isdir(p):
+            before = len(units)
+            skipped: Counter[str] = Counter()
             for root, dirs, files in os.walk(p):
                 dirs.sort()
+                dirs[:] = [d for d in dirs if not d.startswith(".")]  # .git, .cache (HF snapshots)
                 cand = sorted(f for f in files if f.endswith(INPUT_SUFFIXES))
+                skipped.update(_suffix(f) for f in files if not f.endswith(INPUT_SUFFIXES))
                 if os.path.basename(root) == EVENTS_DIR and cand and all(
                         _event_sort_key(f)[0] < (1 << 62) for f in cand):
                     units.append(InputUnit(root, [os.path.join(root, f) for f in sorted(cand, key=_event_sort_key)]))
                     continue
                 units.extend(InputUnit(os.path.join(root, f)) for f in cand)
+            ignored.update(skipped)
+            if len(units) == before:
+                found = ", ".join(f"{n} {sfx}" for sfx, n in skipped.most_common(5)) or "no files"
+                problems.append(Problem(Origin(p), "unsupported", f"no {'/'.join(INPUT_SUFFIXES)} file in this "
+                                        f"directory ({found}); name the files to read them anyway"))
         else:
             problems.append(Problem(Origin(p), "malformed", "no such file or directory"))
     units.sort(key=lambda u: u.path)
     return units, problems
+
+
+def _suffix(name: str) -> str:
+    stem, dot, ext = name.rpartition(".")
+    return f".{ext}" if dot and stem else "(no suffix)"
+
+
+def is_parquet(path: str) -> bool:
+    """True when the file starts with the Parquet magic bytes (whatever its name)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == PARQUET_MAGIC
+    except OSError:
+        return False
+
+
+def iter_parquet_rows(path: str, batch_rows: int = PARQUET_BATCH_ROWS) -> Iterator[tuple[int, Any]]:
+    """Rows of a Parquet shard (e.g. a Hugging Face ``train-00000-of-00001.parquet``) as
+    ``(row number from 1, dict)``, decoded `batch_rows` at a time with pyarrow, so the rows
+    reach the same parsers as JSON / JSONL rows.
+
+    Raises:
+        pyarrow.ArrowException, OSError: the file is not readable Parquet.
+    """
+    import pyarrow.parquet as pq
+
+    n = 0
+    with pq.ParquetFile(path) as f:
+        for batch in f.iter_batches(batch_size=batch_rows):
+            for row in batch.to_pylist():
+                n += 1
+                yield n, row
 
 
 def read_text(path: str) -> str:
@@ -125,16 +199,35 @@ def load_json_or_jsonl(path: str) -> Loaded:
         return out
 
 
+def _is_chat(v: Any) -> bool:
+    """A non-empty list whose first item looks like an OpenAI chat message."""
+    return (isinstance(v, list) and bool(v) and isinstance(v[0], dict) and "role" in v[0]
+            and ("content" in v[0] or "tool_calls" in v[0]))
+
+
 def detect_record(d: Any) -> str | None:
-    """Format of one record (a dict that is a whole trajectory / row), or None."""
+    """Format of one record (a dict that is a whole trajectory / row), or None.
+
+    Keys only, most specific first: a harness's own marker (``trajectory_format``,
+    ``schema_version``) before shapes that several harnesses share (``messages`` + ``resolved``).
+    """
     if not isinstance(d, dict):
         return None
+    if isinstance(d.get("trajectory_format"), str) and d["trajectory_format"].startswith("mini-swe-agent"):
+        return "mini-swe-agent"
+    if isinstance(d.get("schema_version"), str) and d["schema_version"].startswith("ATIF") and "steps" in d:
+        return "atif"
     if "responses_create_params" in d and "response" in d:
         return "nemo-gym"
     if "trajectory" in d and "history" in d and "info" in d:
         return "swe-agent"
     if "messages" in d and "response" in d:
         return "openhands-v1-completions"
+    if "traj" in d and "reward" in d and ("task_id" in d or "info" in d):
+        return "tau-bench"
+    if any(k in d for k in rollout_dump_keys("input")) and any(k in d for k in rollout_dump_keys("output")) \
+            and ("score" in d or "step" in d):
+        return "verl-rollouts"
     if "history" in d and isinstance(d["history"], list):
         if ("issue" in d or "success" in d) and "instance_id" not in d:
             return "openhands-v0-resolver"
@@ -143,11 +236,24 @@ def detect_record(d: Any) -> str | None:
         return "openhands-v0-eval"
     if "feedback" in d and "trajectory" in d:
         return "openhands-v0-feedback"
+    if "messages" in d and isinstance(d["messages"], list) and isinstance(d.get("info"), dict) \
+            and "mini_version" in d["info"]:
+        return "mini-swe-agent"
+    if "messages" in d and ("traj_id" in d or ("patch" in d and "model" in d)):
+        return "swe-smith"
     if "messages" in d and ("resolved" in d or "instance_id" in d):
         return "openhands-swe-gym"
+    if "trajectory" in d and (_is_chat(d["trajectory"]) or (isinstance(d["trajectory"], str) and "resolved" in d)) \
+            and ("resolved" in d or "tools" in d):
+        return "nebius-swe-rebench-openhands"
     if "trajectory" in d and isinstance(d["trajectory"], list) and ("target" in d or "model_name" in d):
         return "nebius-swe-agent"
     return None
+
+
+def rollout_dump_keys(which: str) -> tuple[str, ...]:
+    """Field names of a verl / SkyRL rollout dump's ``input`` or ``output`` text."""
+    return ("input", "input_prompt") if which == "input" else ("output", "output_response")
 
 
 def detect_event(d: Any) -> str | None:

@@ -67,8 +67,9 @@ def _ids(it: dict[str, Any]) -> tuple[list[int], list[int], Any] | None:
 
 
 def _is_placeholder(ids: tuple[list[int], list[int], Any]) -> bool:
-    # a real prompt holds at least the chat template's role header; [0] / [0] is a stand-in
-    return len(ids[0]) <= 1
+    # a real prompt holds at least the chat template's role header; an empty or [0] prompt is a
+    # stand-in (a one-token prompt of another id is read as real: too short to judge)
+    return len(ids[0]) <= 1 and all(x == 0 for x in ids[0])
 
 
 def _read_items(items: list[Any], where: str) -> tuple[list[Message], list[_Call]]:
@@ -246,7 +247,7 @@ def _engine_rollout(calls: list[_Call], resp: dict[str, Any], params: dict[str, 
                 segs.append(EngineSegment("observation", p[len(seen):], role="tool", cause_id=cause))
         else:  # the first call, or a prompt that rewrote the history: a new context
             segs.append(EngineSegment("prompt", list(p), role="user"))
-        segs.append(EngineSegment("action", list(g), [float(x) for x in lp] if lp is not None else None,
+        segs.append(EngineSegment("action", list(g), list(lp) if lp is not None else None,
                                   role="assistant", call_id=str(c.message.call_id),
                                   tool_call_ids=[t.id for t in c.message.tool_calls if t.id] or None,
                                   finish_reason=c.status,

@@ -30,6 +30,8 @@ from trajstore.ingest.core import (
     Reward,
     ToolCall,
     bool_reward,
+    json_field,
+    order_by_id,
     parse_time,
     reasoning_of,
     terminal_text,
@@ -213,6 +215,7 @@ def events_to_conversation(events: list[Any], *, source: str, key: str | None, o
     """
     if not isinstance(events, list):
         raise RecordError(f"history is a {type(events).__name__}, not a list of events")
+    events, reordered = order_by_id(events)
     b = _Builder()
     for i, ev in enumerate(events):
         if isinstance(ev, list) and len(ev) == 2:  # older eval outputs: [action, observation] pairs
@@ -224,6 +227,8 @@ def events_to_conversation(events: list[Any], *, source: str, key: str | None, o
     if not any(m.role in ("assistant", "user") for m in b.messages):
         raise RecordError(f"no conversation messages among {len(events)} events")
     meta: dict[str, Any] = {"ignored_events": b.ignored}
+    if reordered:
+        meta["reordered_events"] = reordered
     if b.unknown_kinds:
         meta["unknown_event_kinds"] = sorted(b.unknown_kinds)
     gaps = dict(b.gaps)
@@ -331,7 +336,7 @@ def parse_swe_gym_row(row: Any, origin: Origin) -> Conversation:
     """One SWE-Gym ``OpenHands-Sampled-Trajectories`` row; reward = ``resolved``."""
     if not isinstance(row, dict) or "messages" not in row:
         raise RecordError("SWE-Gym row has no 'messages'")
-    msgs = chat_messages(row["messages"], "messages")
+    msgs = chat_messages(json_field(row["messages"], "messages"), "messages")
     key = str(row.get("instance_id")) if row.get("instance_id") else None
     return Conversation(source="openhands/swe-gym", key=key, messages=msgs, origin=origin,
                         reward=bool_reward(row.get("resolved")), prompt_id=key, tools=tool_definitions(row.get("tools")),

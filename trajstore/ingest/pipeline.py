@@ -1,21 +1,39 @@
 """`ingest_paths`: agent logs on disk -> trajectories in a store.
 
-Reads every input unit, detects (or is told) its format, parses it into conversations or
-engine rollouts, tokenizes conversations with a chat template, derives deterministic ids,
-skips ids already stored and writes the rest through :class:`~trajstore.writer.StoreWriter`.
+Reads every input unit (JSON, JSONL, Parquet, event directories), detects (or is told) the
+format of each record, parses it into conversations, engine rollouts or text rollouts,
+tokenizes the text with the tokenizer (conversations through its chat template), derives
+deterministic ids, skips ids already stored and writes the rest through
+:class:`~trajstore.writer.StoreWriter`. Whatever goes wrong with one record is that record's
+:class:`~trajstore.ingest.core.Problem` only.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajstore.errors import TrajectoryValidationError, TrajstoreError
+import numpy as np
+
+from trajstore.adapters import engine_logprob, token_ids_from
+from trajstore.errors import AdapterError, TrajstoreError
 from trajstore.hub import SMOLLM2_ALIAS, load_tokenizer, resolve_model
-from trajstore.ingest import detect, nemo_gym, openhands_v0, openhands_v1, swe_agent
+from trajstore.ingest import (
+    atif,
+    chat_rows,
+    detect,
+    mini_swe_agent,
+    nemo_gym,
+    openhands_v0,
+    openhands_v1,
+    rollout_dumps,
+    swe_agent,
+    tau_bench,
+)
 from trajstore.ingest.core import (
     DEFAULT_MAX_OBSERVATION_CHARS,
     Conversation,
@@ -24,11 +42,21 @@ from trajstore.ingest.core import (
     Parsed,
     Problem,
     RecordError,
+    TextRollout,
 )
-from trajstore.ingest.render import conversation_to_trajectories, rollout_to_trajectories
-from trajstore.models import Trajectory
+from trajstore.ingest.render import (
+    content_hash,
+    conversation_to_trajectories,
+    created_at,
+    reward_raw,
+    rollout_to_trajectories,
+    status_part,
+    trajectory_id,
+)
+from trajstore.models import Span, Trajectory
 from trajstore.reader import read_trajectories
 from trajstore.store import Store, open_store
+from trajstore.validate import validate_trajectory
 from trajstore.writer import StoreWriter
 
 ROW_PARSERS: dict[str, Callable[[Any, Origin], Parsed]] = {
@@ -41,8 +69,18 @@ ROW_PARSERS: dict[str, Callable[[Any, Origin], Parsed]] = {
     "swe-agent": swe_agent.parse_traj,
     "nebius-swe-agent": swe_agent.parse_nebius_row,
     "nemo-gym": nemo_gym.parse_rollout,
+    "mini-swe-agent": mini_swe_agent.parse_traj,
+    "swe-smith": chat_rows.parse_swe_smith_row,
+    "nebius-swe-rebench-openhands": chat_rows.parse_swe_rebench_openhands_row,
+    "tau-bench": tau_bench.parse_result,
+    "atif": atif.parse_trajectory,
+    "verl-rollouts": rollout_dumps.parse_row,
 }
 """Formats whose records (a document, an array item or a JSONL line) are one trajectory each."""
+
+
+REFUSING_KINDS = frozenset({"malformed", "invalid", "unsupported"})
+"""Problem kinds that mean input was refused (``traj ingest`` exits 1); ``no_trajectory`` is a skip."""
 
 
 class IngestError(TrajstoreError):
@@ -66,6 +104,7 @@ class IngestReport:
         skipped: trajectories not written, by reason (``already_in_store``,
             ``duplicate_in_input``, ``superseded_completion_log``, ``invalid``).
         problems: input that yielded nothing (malformed / no_trajectory / invalid / unsupported).
+        ignored_files: files a directory walk did not read, by suffix (``.md``, ``.png``, ...).
         by_format: trajectories parsed per input format.
         degraded_events: events of unknown kind rendered generically or skipped.
         truncated_observations: observations capped at ``max_observation_chars``.
@@ -82,6 +121,7 @@ class IngestReport:
     trajectories_written: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     problems: list[Problem] = field(default_factory=list)
+    ignored_files: Counter[str] = field(default_factory=Counter)
     by_format: Counter[str] = field(default_factory=Counter)
     degraded_events: int = 0
     truncated_observations: int = 0
@@ -89,9 +129,16 @@ class IngestReport:
     engine_ids_discarded: int = 0
     written_ids: list[str] = field(default_factory=list)
 
+    @property
+    def refused(self) -> int:
+        """Problems that refused input (malformed, invalid, unsupported). ``no_trajectory`` ones
+        (score-only files, evaluator crash rows, metadata files) are deliberately skipped."""
+        return sum(p.kind in REFUSING_KINDS for p in self.problems)
+
     def to_dict(self) -> dict[str, Any]:
         return {"files_seen": self.files_seen, "trajectories_parsed": self.trajectories_parsed,
-                "trajectories_written": self.trajectories_written, "skipped": dict(self.skipped),
+                "trajectories_written": self.trajectories_written, "refused": self.refused,
+                "skipped": dict(self.skipped), "ignored_files": dict(self.ignored_files),
                 "problems": [p.to_dict() for p in self.problems],
                 "problems_by_kind": dict(Counter(p.kind for p in self.problems)),
                 "by_format": dict(self.by_format), "degraded_events": self.degraded_events,
@@ -101,22 +148,90 @@ class IngestReport:
 
 # -- parsing -----------------------------------------------------------------------------------
 
-def _parse_records(fmt: str, items: list[tuple[Origin, Any]]) -> Iterator[Parsed]:
-    parser = ROW_PARSERS[fmt]
-    for origin, rec in items:
-        try:
-            yield parser(rec, origin)
-        except RecordError as e:
-            yield Problem(origin, "malformed", str(e))
+EVENT_FORMATS = ("openhands-v1-events", "openhands-v0-events")
+"""Formats whose records are the events of *one* conversation (a JSONL file of them is one trajectory)."""
+
+
+def _why(e: BaseException) -> str:
+    """The reason of a record's problem: a parser's own message, or the unexpected error's type and text."""
+    return str(e) if isinstance(e, RecordError) else f"{type(e).__name__}: {e}"
+
+
+def _parse_record(kind: str, origin: Origin, rec: Any) -> Parsed:
+    """One record through its format's parser; any exception is this record's problem only."""
+    try:
+        return ROW_PARSERS[kind](rec, origin)
+    except Exception as e:  # noqa: BLE001 - one bad record costs only itself (issue 12, item 6)
+        return Problem(origin, "malformed", _why(e))
+
+
+def _sniff(value: Any) -> str | None:
+    return detect.detect_record(value) or detect.detect_event(value)
+
+
+def _parse_rows(path: str, rows: Iterable[tuple[int, Any]], fmt: str) -> Iterator[Parsed]:
+    """The rows of a JSONL file, a JSON array or a Parquet shard (``(line, value)`` pairs).
+
+    Each row's format is detected on its own, so one odd row never decides the file. A row of
+    no known shape is parsed as the file's format (that of the first row that has one), so its
+    problem names what it lacks; rows before that first recognised row wait for it. When the
+    first recognised thing is an event, the whole file is one conversation's event list.
+    """
+    if fmt in EVENT_FORMATS:
+        yield from _parse_event_list(path, [v for _, v in rows], fmt)
+        return
+    file_kind = None if fmt == "auto" else fmt
+    waiting: list[tuple[int, Any]] = []
+    seen = 0
+    it = iter(rows)
+    for n, v in it:
+        seen += 1
+        kind = file_kind if fmt != "auto" else detect.detect_record(v)
+        if kind is None and file_kind is None:
+            ev = detect.detect_event(v)
+            if ev is not None:  # a JSONL of events: one conversation
+                yield from _parse_event_list(path, [w for _, w in waiting] + [v] + [w for _, w in it], ev)
+                return
+            waiting.append((n, v))
+            continue
+        if file_kind is None:
+            file_kind = kind
+            for wn, wv in waiting:
+                yield _parse_record(file_kind, Origin(path, wn), wv)
+            waiting = []
+        yield _parse_record(kind or file_kind, Origin(path, n), v)
+    if file_kind is None and waiting:
+        n0, v0 = waiting[0]
+        yield Problem(Origin(path, n0), "unsupported",
+                      f"no record of a known shape among {seen} (keys of the first: {_keys(v0)}); "
+                      "name the format with --input-format")
+
+
+def _parse_event_list(path: str, events: list[Any], kind: str) -> Iterator[Parsed]:
+    try:
+        yield (openhands_v1.parse_persisted_events(events, Origin(path)) if kind == "openhands-v1-events"
+               else openhands_v0.parse_event_list(events, Origin(path)))
+    except Exception as e:  # noqa: BLE001
+        yield Problem(Origin(path), "malformed", _why(e))
 
 
 def parse_unit(unit: detect.InputUnit, fmt: str = "auto") -> Iterator[Parsed]:
-    """Parse one input unit into conversations, engine rollouts and problems (never raises
-    for bad input)."""
+    """Parse one input unit into conversations, engine rollouts and problems.
+
+    Never raises for bad input: an unreadable file, line, row or event, and any exception a
+    parser raises on one record, become a :class:`Problem` with the path, the line (JSONL line,
+    array index + 1, Parquet row + 1) and the reason, and parsing goes on with the next record.
+    """
     if unit.is_event_dir:
         yield from _parse_event_dir(unit, fmt)
         return
     path = unit.path
+    if detect.is_parquet(path):
+        try:
+            yield from _parse_rows(path, detect.iter_parquet_rows(path), fmt)
+        except Exception as e:  # noqa: BLE001 - an unreadable shard, or one that breaks mid-way
+            yield Problem(Origin(path), "malformed", f"cannot read Parquet: {_why(e)}")
+        return
     try:
         loaded = detect.load_json_or_jsonl(path)
     except (ValueError, OSError) as e:
@@ -124,22 +239,15 @@ def parse_unit(unit: detect.InputUnit, fmt: str = "auto") -> Iterator[Parsed]:
         return
     yield from loaded.problems
     if loaded.lines is not None:  # JSONL: rows, or the events of one conversation
-        values = [v for _, v in loaded.lines]
-        kind = fmt if fmt != "auto" else (detect.detect_record(values[0]) or detect.detect_event(values[0]))
-        if kind in ("openhands-v1-events", "openhands-v0-events"):
-            try:
-                yield (openhands_v1.parse_persisted_events(values, Origin(path)) if kind == "openhands-v1-events"
-                       else openhands_v0.parse_event_list(values, Origin(path)))
-            except RecordError as e:
-                yield Problem(Origin(path), "malformed", str(e))
-            return
-        if kind not in ROW_PARSERS:
-            yield Problem(Origin(path, loaded.lines[0][0]), "unsupported", "unrecognised record shape "
-                          f"(keys: {_keys(values[0])}); name the format with --format")
-            return
-        yield from _parse_records(kind, [(Origin(path, n), v) for n, v in loaded.lines])
+        yield from _parse_rows(path, loaded.lines, fmt)
         return
-    doc = loaded.whole
+    try:
+        yield from _parse_document(path, loaded.whole, fmt)
+    except Exception as e:  # noqa: BLE001
+        yield Problem(Origin(path), "malformed", _why(e))
+
+
+def _parse_document(path: str, doc: Any, fmt: str) -> Iterator[Parsed]:
     why_not = detect.not_a_trajectory(doc)
     if why_not and fmt == "auto":
         if os.path.basename(path).startswith("eval_"):
@@ -152,41 +260,39 @@ def parse_unit(unit: detect.InputUnit, fmt: str = "auto") -> Iterator[Parsed]:
     kind = fmt if fmt != "auto" else detect.detect_document(doc)
     if kind is None:
         yield Problem(Origin(path), "unsupported", f"unrecognised content (keys: {_keys(doc)}); "
-                      "name the format with --format")
+                      "name the format with --input-format")
         return
     if kind in ROW_PARSERS:
-        items = ([(Origin(path, i + 1), r) for i, r in enumerate(doc)] if isinstance(doc, list)
-                 else [(Origin(path), doc)])
-        yield from _parse_records(kind, items)
-        return
-    try:
-        if kind == "openhands-v1-events":
-            name = os.path.basename(path)
-            if name.startswith("traj_"):
-                task = openhands_v1.task_of(path, "traj_")
-                ev_path = os.path.join(os.path.dirname(path), f"eval_{task}.json")
-                ev = None
-                if os.path.exists(ev_path):
-                    try:
-                        ev = detect.json_loads(detect.read_text(ev_path))
-                    except ValueError as e:
-                        yield Problem(Origin(ev_path), "malformed", f"eval file is not valid JSON: {e}")
-                yield openhands_v1.parse_task_trajectory(doc, Origin(path), ev, ev_path if ev is not None else None)
-            else:
-                yield openhands_v1.parse_persisted_events(doc, Origin(path))
-        elif kind == "openhands-v0-events":
-            yield openhands_v0.parse_event_list(doc, Origin(path))
-        elif kind == "chat-messages":
-            yield openhands_v1.parse_chat_messages(doc, Origin(path))
+        if isinstance(doc, list):
+            yield from _parse_rows(path, ((i + 1, r) for i, r in enumerate(doc)), fmt)
         else:
-            yield Problem(Origin(path), "unsupported", f"format {kind!r} does not apply to a single file")
-    except RecordError as e:
-        yield Problem(Origin(path), "malformed", str(e))
+            yield _parse_record(kind, Origin(path), doc)
+        return
+    if kind == "openhands-v1-events":
+        name = os.path.basename(path)
+        if name.startswith("traj_"):
+            task = openhands_v1.task_of(path, "traj_")
+            ev_path = os.path.join(os.path.dirname(path), f"eval_{task}.json")
+            ev = None
+            if os.path.exists(ev_path):
+                try:
+                    ev = detect.json_loads(detect.read_text(ev_path))
+                except ValueError as e:
+                    yield Problem(Origin(ev_path), "malformed", f"eval file is not valid JSON: {e}")
+            yield openhands_v1.parse_task_trajectory(doc, Origin(path), ev, ev_path if ev is not None else None)
+        else:
+            yield openhands_v1.parse_persisted_events(doc, Origin(path))
+    elif kind == "openhands-v0-events":
+        yield openhands_v0.parse_event_list(doc, Origin(path))
+    elif kind == "chat-messages":
+        yield openhands_v1.parse_chat_messages(doc, Origin(path))
+    else:
+        yield Problem(Origin(path), "unsupported", f"format {kind!r} does not apply to a single file")
 
 
 def _keys(v: Any) -> str:
     if isinstance(v, dict):
-        return ", ".join(list(v)[:8])
+        return ", ".join(map(str, list(v)[:8])) or "an empty object"
     return f"a JSON {type(v).__name__}"
 
 
@@ -205,14 +311,18 @@ def _parse_event_dir(unit: detect.InputUnit, fmt: str) -> Iterator[Parsed]:
     if os.path.exists(meta_path):
         try:
             meta = detect.json_loads(detect.read_text(meta_path))
-        except ValueError as e:
+        except (ValueError, OSError) as e:
             yield Problem(Origin(meta_path), "malformed", f"session metadata is not valid JSON: {e}")
+        if not isinstance(meta, dict):
+            yield Problem(Origin(meta_path), "malformed", f"session metadata is a JSON {type(meta).__name__}, "
+                          "not an object; ignored")
+            meta = {}
     state: Any = None
     state_path = os.path.join(session_dir, "base_state.json")
     if os.path.exists(state_path):  # OpenHands V1 conversation folder
         try:
             state = detect.json_loads(detect.read_text(state_path))
-        except ValueError as e:
+        except (ValueError, OSError) as e:
             yield Problem(Origin(state_path), "malformed", f"conversation state is not valid JSON: {e}")
     key = str(meta.get("conversation_id") or os.path.basename(session_dir))
     kind = fmt if fmt != "auto" else detect.detect_event(next((e for e in events if isinstance(e, dict)), None))
@@ -222,12 +332,12 @@ def _parse_event_dir(unit: detect.InputUnit, fmt: str) -> Iterator[Parsed]:
         else:
             conv = openhands_v0.events_to_conversation(events, source="openhands/v0-session", key=key,
                                                        origin=Origin(unit.path))
-    except RecordError as e:
-        yield Problem(Origin(unit.path), "malformed", str(e))
+    except Exception as e:  # noqa: BLE001
+        yield Problem(Origin(unit.path), "malformed", _why(e))
         return
     if state is not None:
         openhands_v1.apply_base_state(conv, state)
-    conv.model = meta.get("llm_model") or conv.model
+    conv.model = meta["llm_model"] if isinstance(meta.get("llm_model"), str) else conv.model
     conv.metadata.update({k: meta[k] for k in ("conversation_id", "title", "trigger", "selected_repository")
                           if k in meta})
     yield conv
@@ -235,95 +345,219 @@ def _parse_event_dir(unit: detect.InputUnit, fmt: str) -> Iterator[Parsed]:
 
 # -- building trajectories -----------------------------------------------------------------------
 
-def iter_trajectories(paths: list[str], *, format: str = "auto", tokenizer: str = SMOLLM2_ALIAS,
+def check_engine_segments(r: EngineRollout) -> EngineRollout:
+    """Check an engine rollout's numbers as the adapters check an engine response, in place:
+    token ids are integers in [0, 2**31); log-probs are numbers, and a null / non-finite /
+    -9999.0 stand-in log-prob becomes NaN (missing), never a value; an action whose log-probs
+    are all missing has none (``logprobs = None``).
+
+    Raises:
+        RecordError: naming the segment and the position of the first bad value (a token id
+            past int64, a log-prob that is a string, counts that differ).
+    """
+    if not r.segments:
+        raise RecordError("the rollout has no token segments")
+    for k, seg in enumerate(r.segments):
+        where = f"segment {k} ({seg.kind}{' ' + str(seg.call_id) if seg.call_id else ''})"
+        try:
+            seg.token_ids = token_ids_from(seg.token_ids, f"{where} token ids").tolist()
+            if seg.logprobs is None:
+                continue
+            if not isinstance(seg.logprobs, (list, tuple)) or len(seg.logprobs) != len(seg.token_ids):
+                n = len(seg.logprobs) if isinstance(seg.logprobs, (list, tuple)) else "no"
+                raise RecordError(f"{where}: {len(seg.token_ids)} token ids but {n} log-probs")
+            lps = [engine_logprob(x, f"{where} log-prob [{i}]") for i, x in enumerate(seg.logprobs)]
+            seg.logprobs = None if lps and all(math.isnan(x) for x in lps) else lps
+        except AdapterError as e:
+            raise RecordError(str(e)) from None
+    return r
+
+
+def text_rollout_to_trajectory(r: TextRollout, tokenizer: Any, *, tokenizer_name: str,
+                               input_format: str) -> Trajectory:
+    """Tokenize each segment of an already-rendered text rollout as it is (no chat template, no
+    special tokens added) and make it one span.
+
+    Returns:
+        A validated :class:`Trajectory` with ``token_source = retokenized`` and ``logprob_source
+        = none``; metadata ``special_tokens_in_text`` says whether the prompt text holds the
+        tokenizer's special tokens (if not, the dump dropped them and the prompt ids differ from
+        what the model saw).
+
+    Raises:
+        RecordError: a segment tokenizes to nothing.
+        TrajectoryValidationError: the result breaks a schema rule.
+    """
+    ids: list[np.ndarray] = []
+    spans: list[Span] = []
+    pos = 0
+    for k, seg in enumerate(r.segments):
+        t = np.asarray(tokenizer(seg.text, add_special_tokens=False)["input_ids"], dtype=np.int32)
+        if not len(t):
+            raise RecordError(f"segment {k} ({seg.kind}) has no tokens")
+        spans.append(Span(kind=seg.kind, start=pos, end=pos + len(t), role=seg.role))
+        ids.append(t)
+        pos += len(t)
+    tokens = np.concatenate(ids)
+    special = [x for x in getattr(tokenizer, "all_special_tokens", []) if x]
+    digest = content_hash({"source": r.source, "key": r.key, "reward": reward_raw(r), **status_part(r),
+                           "tokenizer": tokenizer_name,
+                            "segments": [[s.kind, s.text] for s in r.segments]})
+    meta = dict(r.metadata)
+    meta["ingest"] = {"format": input_format, "path": r.origin.path, "line": r.origin.line, "render_method": "raw-text"}
+    meta["special_tokens_in_text"] = any(x in r.segments[0].text for x in special)
+    gaps = dict(r.fidelity_gaps)
+    if not meta["special_tokens_in_text"]:
+        gaps["special_tokens"] = ("the prompt text holds none of the tokenizer's special tokens: the dump dropped "
+                                  "them (skip_special_tokens), so the prompt ids differ from what the model saw")
+    if gaps:
+        meta["fidelity_gaps"] = gaps
+    if r.reward.error:
+        meta["reward_error"] = r.reward.error
+    traj = Trajectory(
+        trajectory_id=trajectory_id(r.source, r.key, digest), prompt_id=r.prompt_id, source=r.source, model=r.model,
+        tokenizer=tokenizer_name, created_at=created_at(r), status=r.status, reward=r.reward.value,
+        reward_raw=reward_raw(r), token_source="retokenized", logprob_source="none", tokens=tokens,
+        logprobs=np.full(len(tokens), np.nan, dtype=np.float32), spans=spans, metadata=meta)
+    return validate_trajectory(traj)
+
+
+@dataclass(frozen=True)
+class IngestProgress:
+    """Where an ingest stands, passed to the ``progress`` callback after every input unit and
+    every trajectory built.
+
+    Attributes:
+        files_done / files_total: input units read (a file, or an event-store directory).
+        records: trajectories built so far.
+        problems: problems found so far.
+        tokens: tokens in the trajectories built so far.
+    """
+
+    files_done: int
+    files_total: int
+    records: int
+    problems: int
+    tokens: int
+
+
+def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer: str = SMOLLM2_ALIAS,
                       max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
                       engine_tokenizer: str | None = None,
                       report: IngestReport | None = None,
-                      progress: Callable[[int, int], None] | None = None) -> Iterator[Trajectory]:
+                      progress: Callable[[IngestProgress], None] | None = None) -> Iterator[Trajectory]:
     """Parse and tokenize everything under `paths`, yielding trajectories (problems go to `report`).
 
+    One bad record costs only itself: whatever goes wrong while reading, parsing or building one
+    record (a row, a line, an event file, a document) becomes a :class:`Problem` with its path,
+    line and reason, and the ingest goes on with the next record and file.
+
     Args:
-        paths: files and directories (searched recursively for ``.json``, ``.jsonl``, ``.traj``).
-        format: ``auto`` or one of :data:`~trajstore.ingest.detect.FORMATS` for every input.
+        paths: files and directories (searched recursively for :data:`~trajstore.ingest.detect.INPUT_SUFFIXES`).
+        input_format: ``auto`` (detected per record) or one of :data:`~trajstore.ingest.detect.FORMATS`
+            for every input.
         tokenizer: name for :func:`trajstore.hub.load_tokenizer` (loaded on first text-only input).
         max_observation_chars: cap per observation (characters); None = no cap.
         engine_tokenizer: the tokenizer engine token ids belong to when the log does not name
             it (``"model"`` = each rollout's model name); None = such rollouts are stored as
             not trainable (see :func:`~trajstore.ingest.render.rollout_to_trajectories`).
-        progress: called as ``progress(units_done, units_total)``.
+        progress: called with an :class:`IngestProgress` after every unit and trajectory.
+
+    Raises:
+        ValueError: unknown `input_format`.
+        TrajstoreError: the tokenizer cannot be loaded (it is needed by every text-only record).
     """
-    if format != "auto" and format not in detect.FORMATS:
-        raise ValueError(f"unknown input format {format!r}; choose auto or one of {', '.join(detect.FORMATS)}")
+    if input_format != "auto" and input_format not in detect.FORMATS:
+        raise ValueError(f"unknown input format {input_format!r}; choose auto or one of {', '.join(detect.FORMATS)}")
     report = report if report is not None else IngestReport()
-    units, problems = detect.discover(paths)
+    units, problems = detect.discover(paths, report.ignored_files)
     report.problems.extend(problems)
     tok = None
     tok_name = resolve_model(tokenizer).name
     completion_logs: list[Conversation] = []
+    tokens = 0
 
-    def build(item: Conversation | EngineRollout) -> list[Trajectory]:
-        nonlocal tok
+    def build(item: Conversation | EngineRollout | TextRollout) -> list[Trajectory]:
+        nonlocal tok, tokens
+        if not isinstance(item, EngineRollout) and tok is None:
+            tok = load_tokenizer(tokenizer)  # outside the per-record guard: a missing tokenizer stops the ingest
         try:
             if isinstance(item, EngineRollout):
-                ts = rollout_to_trajectories(item, input_format=item.source, engine_tokenizer=engine_tokenizer)
+                ts = rollout_to_trajectories(check_engine_segments(item), input_format=item.source,
+                                             engine_tokenizer=engine_tokenizer)
+            elif isinstance(item, TextRollout):
+                ts = [text_rollout_to_trajectory(item, tok, tokenizer_name=tok_name, input_format=item.source)]
             else:
-                if tok is None:
-                    tok = load_tokenizer(tokenizer)
                 ts = conversation_to_trajectories(item, tok, tokenizer_name=tok_name, input_format=item.source,
                                                   max_observation_chars=max_observation_chars)
                 report.truncated_observations += len(ts[0].metadata.get("truncated_observations", []))
                 report.degraded_events += item.degraded_events
                 report.engine_ids_discarded += "engine_token_ids_discarded" in item.metadata
-        except (ValueError, TrajectoryValidationError) as e:
-            report.problems.append(Problem(item.origin, "invalid", str(e)))
+        except Exception as e:  # noqa: BLE001 - one bad record costs only itself
+            report.problems.append(Problem(item.origin, "invalid", _why(e)))
             return []
         report.trajectories_parsed += len(ts)
         report.by_format[item.source] += len(ts)
         for t in ts:
             report.fidelity_gaps.update(list(t.metadata.get("fidelity_gaps") or {}))
+            tokens += len(t.tokens)
         return ts
+
+    def tick(done: int) -> None:
+        if progress:
+            progress(IngestProgress(done, len(units), report.trajectories_parsed, len(report.problems), tokens))
 
     for n, unit in enumerate(units):
         report.files_seen += len(unit.files) if unit.is_event_dir else 1
-        for item in parse_unit(unit, format):
-            if isinstance(item, Problem):
-                report.problems.append(item)
-            elif isinstance(item, Conversation) and item.source == "openhands/v1-completions":
-                completion_logs.append(item)  # resolved once the whole directory is read
-            else:
-                yield from build(item)
-        if progress:
-            progress(n + 1, len(units))
+        try:
+            for item in parse_unit(unit, input_format):
+                if isinstance(item, Problem):
+                    report.problems.append(item)
+                elif isinstance(item, Conversation) and item.source == "openhands/v1-completions":
+                    completion_logs.append(item)  # resolved once the whole directory is read
+                else:
+                    for t in build(item):
+                        yield t
+                        tick(n)
+        except TrajstoreError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a fault outside any one record: the rest of this file is lost
+            report.problems.append(Problem(Origin(unit.path), "malformed", f"reading stopped: {_why(e)}"))
+        tick(n + 1)
     kept, superseded = openhands_v1.drop_superseded(completion_logs)
     report.skipped["superseded_completion_log"] += len(superseded)
     for c in kept:
-        yield from build(c)
+        for t in build(c):
+            yield t
+            tick(len(units))
 
 
-def ingest_paths(paths: list[str] | str, store: Store | str, *, format: str = "auto",
+def ingest_paths(paths: list[str] | str, store: Store | str, *, input_format: str = "auto",
                  tokenizer: str = SMOLLM2_ALIAS, strict: bool = False,
                  max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
                  engine_tokenizer: str | None = None,
                  storage_options: dict[str, Any] | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> IngestReport:
+                 progress: Callable[[IngestProgress], None] | None = None) -> IngestReport:
     """Ingest agent logs into a store; re-ingesting the same input writes nothing new.
 
     Args:
         paths: files or directories of logs.
         store: a :class:`~trajstore.store.Store` or URI (local path or ``s3://bucket/prefix``).
-        format: ``auto`` (detect per file) or a name from :data:`~trajstore.ingest.detect.FORMATS`.
+        input_format: ``auto`` (detected per record) or a name from :data:`~trajstore.ingest.detect.FORMATS`.
         tokenizer: tokenizer for text-only formats (default SmolLM2-135M-Instruct).
         strict: any problem in the input fails the ingest with nothing written.
         max_observation_chars: cap per observation, characters (None = no cap).
         engine_tokenizer: see :func:`iter_trajectories`.
         storage_options: fsspec options when `store` is a URI (s3fs: key, secret, endpoint_url).
+        progress: called with an :class:`IngestProgress` as the ingest advances.
 
     Returns:
-        An :class:`IngestReport`.
+        An :class:`IngestReport` (``report.refused`` > 0: some record was refused; every other
+        record was still written).
 
     Raises:
         IngestError: with ``strict``, when any problem was found (nothing written).
-        ValueError: unknown `format`.
+        ValueError: unknown `input_format`.
         TrajstoreError: the tokenizer cannot be loaded, or the store cannot be read or written.
     """
     if max_observation_chars is not None and max_observation_chars < 0:
@@ -333,8 +567,9 @@ def ingest_paths(paths: list[str] | str, store: Store | str, *, format: str = "a
     report = IngestReport()
     existing = set(read_trajectories(st, columns=["trajectory_id"]).column("trajectory_id").to_pylist())
     seen: set[str] = set()
-    trajs = iter_trajectories(paths, format=format, tokenizer=tokenizer, max_observation_chars=max_observation_chars,
-                              engine_tokenizer=engine_tokenizer, report=report, progress=progress)
+    trajs = iter_trajectories(paths, input_format=input_format, tokenizer=tokenizer,
+                              max_observation_chars=max_observation_chars, engine_tokenizer=engine_tokenizer,
+                              report=report, progress=progress)
     pending: list[Trajectory] = []
     writer = None if strict else StoreWriter(st, flush_seconds=None)
     try:

@@ -360,6 +360,12 @@ def trajectory_id(source: str, key: str | None, digest: str) -> str:
     return f"{slug(source)}:{slug(key)}:{digest}" if key else f"{slug(source)}:{digest}"
 
 
+def status_part(t: ParsedTrajectory) -> dict[str, str]:
+    """The status as part of a trajectory's identity (the same turns that ended submitted or cut
+    by a limit are two outcomes); ``completed`` adds nothing, so earlier ids stay the same."""
+    return {} if t.status == "completed" else {"status": t.status}
+
+
 def reward_raw(conv: ParsedTrajectory) -> str | None:
     """The raw reward as JSON (None when there is neither a raw value nor a reward)."""
     r = conv.reward
@@ -418,10 +424,6 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
         ValueError: the conversation cannot be rendered.
         TrajectoryValidationError: a result breaks a schema rule.
     """
-    digest = content_hash({"source": conv.source, "key": conv.key, "reward": reward_raw(conv),
-                           "messages": [m.canonical() for m in conv.messages], "tokenizer": tokenizer_name,
-                           "max_observation_chars": max_observation_chars, "tools": conv.tools,
-                           "contexts": _context_digest(conv)})
     first_action = next((i for i, m in enumerate(conv.messages) if m.role == "assistant"), len(conv.messages))
     truncated = []
     for i, m in enumerate(conv.messages):
@@ -429,6 +431,11 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
             cap_text(m, max_observation_chars)
             if m.truncated:
                 truncated.append({"message": i, "original_chars": m.original_chars})
+    # The id hashes what is stored (messages after capping), not the cap option: a cap that cuts
+    # nothing leaves the id unchanged, so re-ingesting with another cap stays idempotent.
+    digest = content_hash({"source": conv.source, "key": conv.key, "reward": reward_raw(conv), **status_part(conv),
+                           "messages": [m.canonical() for m in conv.messages], "tokenizer": tokenizer_name,
+                           "tools": conv.tools, "contexts": _context_digest(conv)})
     parts = render_conversation(tokenizer, conv.messages, tools=conv.tools)
     features = template_features(tokenizer)
     base_id = trajectory_id(conv.source, conv.key, digest)
@@ -531,7 +538,8 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
         f"engine token ids of an unnamed tokenizer (model {r.model!r}): name it with the ingest's engine_tokenizer "
         "option (--engine-tokenizer), else ids of another vocabulary would be trained as other text")
     all_ids = np.concatenate([np.asarray(s.token_ids, dtype=np.int64) for s in r.segments]).astype(np.int32)
-    digest = content_hash({"source": r.source, "key": r.key, "reward": reward_raw(r), "tokenizer": tokenizer,
+    digest = content_hash({"source": r.source, "key": r.key, "reward": reward_raw(r), **status_part(r),
+                           "tokenizer": tokenizer,
                            "tokens": hashlib.sha256(all_ids.tobytes()).hexdigest(),
                            "cuts": [len(s.token_ids) for s in r.segments]})
     base_id = trajectory_id(r.source, r.key, digest)

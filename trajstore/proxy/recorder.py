@@ -46,9 +46,9 @@ class VersionedSlice:
 
     Attributes:
         start, end: token offsets within the call's output.
-        version: the policy version recorded on the action span.
-        flagged: (min, max) versions when the piece may mix two versions (no boundary reported);
-            then `version` is the min and the span's sampling parameters carry both.
+        version: the policy version recorded on the action span (the oldest when flagged).
+        flagged: (min, max) versions when the piece may mix two versions (no boundary reported):
+            the span is stored with ``policy_version`` = min and ``policy_version_max`` = max.
     """
 
     start: int
@@ -80,6 +80,33 @@ class Session:
     reward_raw: Any = None
     mixed_calls: list[dict[str, Any]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    recording: asyncio.Task[None] | None = None
+    """The call being recorded after its answer went out (each waits for the one before)."""
+    _idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self._idle.set()
+
+    def begin(self) -> None:
+        """A call started (it counts until its recording is done)."""
+        self.in_flight += 1
+        self._idle.clear()
+        self.last_active = time.monotonic()
+
+    def end(self) -> None:
+        """A call is answered and recorded (or failed)."""
+        self.in_flight = max(0, self.in_flight - 1)
+        self.last_active = time.monotonic()
+        if self.in_flight == 0:
+            self._idle.set()
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no call is in flight or being recorded; False after `timeout_s`."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     @property
     def group_id(self) -> str:
@@ -164,22 +191,17 @@ class Recorder:
         lps = a.logprobs
         has_lp = len(lps) == 0 or not all(x != x for x in lps.tolist())  # NaN != NaN
         for sl in slices:
-            sampling = a.sampling
+            newest = None
             if sl.flagged is not None:
-                lo, hi = sl.flagged
-                base = sampling.model_dump() if sampling is not None else {}
-                base["extra"] = {**base.get("extra", {}), "policy_version_min": lo, "policy_version_max": hi,
-                                 "mixed_policy_versions": True}
-                from trajstore.models import SamplingParams
-
-                sampling = SamplingParams(**base)
-                s.mixed_calls.append({"call_id": a.call_id, "min_version": lo, "max_version": hi,
+                lo, newest = sl.flagged
+                s.mixed_calls.append({"call_id": a.call_id, "min_version": lo, "max_version": newest,
                                       "trajectory_segment": s.num_trajectories - 1})
                 self.stats["mixed_version_calls"] += 1
+            else:
+                self.calls_by_version[sl.version] += 1
             s.current.add_action(ids[sl.start:sl.end], lps[sl.start:sl.end] if has_lp else None,
-                                 policy_version=sl.version, finish_reason=a.finish_reason, sampling=sampling,
-                                 call_id=a.call_id, tool_call_ids=a.tool_call_ids or None)
-            self.calls_by_version[sl.version] += 1
+                                 policy_version=sl.version, policy_version_max=newest, finish_reason=a.finish_reason,
+                                 sampling=a.sampling, call_id=a.call_id, tool_call_ids=a.tool_call_ids or None)
         s.tokens = prompt + ids.tolist()
         s.calls += 1
         self.stats["calls_recorded"] += 1

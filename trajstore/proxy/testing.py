@@ -4,7 +4,9 @@ No model: a byte-level "tokenizer" (token id = byte value + 4; 1, 2, 3 frame cha
 0 ends a turn) renders chats prefix-stably, and each reply is a fixed text whose token
 log-probs are -0.5 - 0.001 * position. ``POST /_fake/config`` changes its behaviour (HTTP
 status to answer with, delays, a stream that stops half way); ``GET /_fake/seen`` returns the
-Authorization headers it received.
+Authorization headers it received. ``POST /update_weights_from_disk`` (SGLang's reload request,
+as ``traj proxy --follow-run`` sends it) makes the body's ``weight_version`` the reported one
+and logs the request (``GET /_fake/loads``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
     cfg: dict[str, Any] = {"status": 200, "delay_s": 0.0, "token_delay_s": 0.0, "cut_stream_after": None,
                            "weight_version": "0", **(config or {})}
     seen: list[str] = []
+    loads: list[dict[str, Any]] = []
     lock = threading.Lock()
 
     @app.post("/_fake/config")
@@ -51,6 +54,19 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
     @app.get("/_fake/seen")
     async def get_seen() -> list[str]:
         return list(seen)
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights(request: Request) -> Any:
+        body = await request.json()
+        if not isinstance(body.get("model_path"), str):
+            return JSONResponse({"success": False, "message": "model_path is required"}, status_code=400)
+        loads.append(body)
+        cfg["weight_version"] = str(body.get("weight_version", len(loads)))
+        return {"success": True, "message": f"loaded {body['model_path']}", "weight_version": cfg["weight_version"]}
+
+    @app.get("/_fake/loads")
+    async def get_loads() -> list[dict[str, Any]]:
+        return list(loads)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -116,14 +132,11 @@ class ServerThread:
     """Run an ASGI app with uvicorn on 127.0.0.1 in a daemon thread; ``with`` stops it."""
 
     def __init__(self, app: Any, port: int = 0):
-        import socket
-
         import uvicorn
 
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", port))
-        self.sock.listen(1024)
+        from trajstore.proxy.server import listening_socket
+
+        self.sock = listening_socket("127.0.0.1", port, backlog=1024)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))

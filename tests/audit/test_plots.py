@@ -1,0 +1,136 @@
+"""Audit plots with many groups: distinct colours or facets, integer axes, bars on their ticks,
+the legend outside the data, all-zero data. The figure is inspected, and every test also saves
+its PNG under pytest's tmp_path (look at them with `pytest --basetemp=DIR`)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+import trajstore as ts
+from trajstore import audit
+from trajstore.audit.plots import FACET_COLUMNS, MAX_OVERLAID, draw_reports, plot_reports
+from trajstore.schema import CONSUMED_SCHEMA
+
+from .conftest import _traj, consumed_row
+
+pytest.importorskip("matplotlib")
+
+N_SOURCES = 9  # > MAX_OVERLAID: facets
+N_RUNS = 8
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    """9 sources x 2 trajectories (src-k: actions of 2**(k+1) and 3 tokens at versions 0 and 1,
+    reward k/8 and -1); 8 runs consuming them (run-r at trainer versions r+1, r+2: staleness
+    r..r+2); run 'calm' masks nothing."""
+    root = str(tmp_path_factory.mktemp("plots") / "store")
+    trajs = []
+    for k in range(N_SOURCES):
+        for j, reward in enumerate((k / 8, -1.0)):
+            trajs.append(_traj(f"t{k}-{j}", f"src-{k}", "completed", reward,
+                               [("prompt", 2, None, False), ("action", 2 ** (k + 1), 0, True),
+                                ("observation", 1, None, False), ("action", 3, 1, True)]))
+    ts.write_trajectories(root, trajs)
+    store = ts.store.open_store(root)
+    for r in range(N_RUNS):
+        rows = [consumed_row(f"run-{r}", step, r + 1 + step, f"t{k}-0", 0, 1, 2 ** (k + 1) + 3,
+                             0.05 * (r + step), 0.01 * step, 1.0) for step in range(2) for k in range(3)]
+        store.write_table(pa.Table.from_pylist(rows, schema=CONSUMED_SCHEMA), subdir=f"runs/run-{r}/consumed")
+    rows = [consumed_row("calm", step, 1 + step, "t0-0", 0, 1, 5, 0.0, 0.0, 1.0) for step in range(3)]
+    store.write_table(pa.Table.from_pylist(rows, schema=CONSUMED_SCHEMA), subdir="runs/calm/consumed")
+    return audit.connect(store)
+
+
+def _section(fig, i):
+    """Visible axes of the i-th report section."""
+    return [a for a in fig.subfigs[i].axes if a.get_visible()]
+
+
+def _draw(tmp_path, name, reports):
+    fig = draw_reports(reports)
+    fig.savefig(tmp_path / f"{name}.png", dpi=60)
+    fig.canvas.draw()
+    return fig
+
+
+def test_many_sources_get_one_panel_each(many, tmp_path):
+    fig = _draw(tmp_path, "lengths", {"lengths": audit.length_report(many)})
+    axes = _section(fig, 0)
+    assert len(axes) == N_SOURCES and N_SOURCES > MAX_OVERLAID
+    assert [a.get_title() for a in axes] == [f"src-{k}" for k in range(N_SOURCES)]
+    # 9 panels, 4 per row: 3 rows; the figure section is tall enough for them
+    assert len({round(a.get_position().y0, 3) for a in axes}) == -(-N_SOURCES // FACET_COLUMNS)
+    # src-k's actions: 2**(k+1) + 3 tokens, bin [2**(k+1), 2**(k+2) - 1] for k >= 1 -> one bar of height 2
+    for k, a in enumerate(axes):
+        heights = [p.get_height() for p in a.patches if p.get_height() > 0]
+        assert heights == [2], (k, heights)
+
+
+def test_bars_sit_on_their_integer_ticks_and_colours_differ(many, tmp_path):
+    reports = {"staleness": audit.staleness_report(many, where="source IN ('src-0', 'src-1', 'src-2')")}
+    fig = _draw(tmp_path, "staleness", reports)
+    # 9 runs (8 + calm): facets, each run's panel has integer ticks only
+    axes = _section(fig, 0)
+    assert len(axes) == N_RUNS + 1
+    for a in axes:
+        ticks = a.get_xticks()
+        assert all(float(t).is_integer() for t in ticks), ticks
+    few = {"staleness": audit.staleness_report(many, run="run-3")}
+    fig = _draw(tmp_path, "staleness-one-run", few)
+    (ax,) = _section(fig, 0)
+    # run-3 consumed at trainer versions 4 and 5 spans of versions 0 and 1: staleness 3..5
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["3", "4", "5"]
+    centres = sorted(p.get_x() + p.get_width() / 2 for p in ax.patches)
+    assert centres == pytest.approx([3, 4, 5])  # one run: the bar is centred on its tick
+
+
+def test_overlaid_groups_have_distinct_colours_and_the_legend_is_outside(many, tmp_path):
+    where = "source IN ('src-1', 'src-2', 'src-3', 'src-4', 'src-5', 'src-6')"
+    fig = _draw(tmp_path, "rewards", {"rewards": audit.reward_report(many, where=where)})
+    (ax,) = _section(fig, 0)
+    colours = {p.get_facecolor() for p in ax.patches}
+    assert len(colours) == 6  # MAX_OVERLAID sources, six colours
+    legend = ax.get_legend()
+    assert legend is not None and legend.get_window_extent().x0 >= ax.get_window_extent().x1
+    # every reward bar lies inside the rewards' range [-1, 0.75]
+    for p in ax.patches:
+        centre = p.get_x() + p.get_width() / 2
+        assert -1 - 1e-9 <= centre <= 0.75 + 1e-9
+
+
+def test_all_zero_clip_rates_get_a_sensible_axis(many, tmp_path):
+    fig = _draw(tmp_path, "clip-calm", {"clip": audit.clip_report(many, run="calm")})
+    (ax,) = _section(fig, 0)
+    bottom, top = ax.get_ylim()
+    assert top == 1.0 and -0.05 < bottom < 0  # not -0.04..0.04 around nothing; 0 stays visible
+    assert any("no action token was masked" in t.get_text() for t in ax.texts)
+    assert all(float(t).is_integer() for t in ax.get_xticks())
+
+
+def test_empty_report_says_why(tmp_store, tmp_path):
+    ts.write_trajectories(tmp_store, [_traj("A", "sdk", "completed", None, [("prompt", 1, None, False)])])
+    conn = audit.connect(tmp_store)
+    fig = _draw(tmp_path, "empty", {"clip": audit.clip_report(conn), "rewards": audit.reward_report(conn)})
+    texts = [t.get_text() for i in range(2) for a in _section(fig, i) for t in a.texts]
+    assert texts == ["no training run consumed the selected trajectories", "no selected trajectory has a reward"]
+    assert plot_reports({"clip": audit.clip_report(conn)}, tmp_path / "x.png") == ["clip"]
+    assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_source_keeps_its_colour_in_every_section(many, tmp_path):
+    # the rewards show src-0 and src-2, the lengths src-0, src-1, src-2: src-2 is the second
+    # group of one section and the third of the other, and keeps one colour
+    where = "source IN ('src-0', 'src-1', 'src-2')"
+    reports = {"rewards": audit.reward_report(many, where="source IN ('src-0', 'src-2')"),
+               "lengths": audit.length_report(many, where=where)}
+    fig = _draw(tmp_path, "colours", reports)
+    colour_of = []
+    for i in range(2):
+        (ax,) = _section(fig, i)
+        handles, labels = ax.get_legend_handles_labels()
+        colour_of.append({label: h.patches[0].get_facecolor() for h, label in zip(handles, labels)})
+    assert set(colour_of[0]) == {"src-0", "src-2"} and set(colour_of[1]) == {"src-0", "src-1", "src-2"}
+    assert colour_of[0]["src-2"] == colour_of[1]["src-2"]
+    assert len(set(colour_of[1].values())) == 3

@@ -1,0 +1,177 @@
+"""Conventions every ``traj`` command follows (see trajstore.cli.main's docstring), checked on
+every registered command, so commands added later inherit the checks; plus flag parsing and
+``--format`` on the commands that are cheap to run."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from types import SimpleNamespace
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+import trajstore as ts
+from trajstore.cli.main import app
+
+runner = CliRunner()
+WIDTH = {"COLUMNS": "100"}
+
+
+def _commands(group=None, path=()):
+    group = group or typer.main.get_command(app)
+    for name, cmd in sorted(group.commands.items()):
+        if hasattr(cmd, "commands"):
+            yield from _commands(cmd, (*path, name))
+        else:
+            yield (*path, name), cmd
+
+
+ALL = list(_commands())
+SERVERS = {("proxy",), ("serve",)}
+"""Commands that run until stopped and print only start-up lines: no result to format."""
+
+
+def test_every_command_is_registered():
+    names = {" ".join(p) for p, _ in ALL}
+    assert {"stats", "sql", "info", "schema", "train", "demo", "ingest", "bench learning"} <= names
+
+
+@pytest.mark.parametrize("path", [p for p, _ in ALL], ids=[" ".join(p) for p, _ in ALL])
+def test_help_shows_metavars_and_flags_without_values(path):
+    res = runner.invoke(app, [*path, "--help"], env=WIDTH)
+    assert res.exit_code == 0, res.output
+    assert "<bool>" not in res.output  # a flag takes no value
+    usage = next(line for line in res.output.splitlines() if "Usage:" in line)
+    assert "{" not in usage and "}" not in usage, usage
+    cmd = dict(ALL)[path]
+    for p in cmd.params:
+        if p.param_type_name == "argument":  # STORE, QUERY, PATH...: upper case, "..." when it takes several
+            shown = (p.metavar or p.name.upper()).removesuffix("...") + ("..." if p.nargs != 1 else "")
+            assert shown.isupper() and shown in usage.split(), (shown, usage)
+
+
+def _required(cmd) -> list[str]:
+    """Placeholder values for a command's required arguments and options ("x" each)."""
+    args = []
+    for p in cmd.params:
+        if p.required:
+            args += ["x"] if p.param_type_name == "argument" else [p.opts[0], "x"]
+    return args
+
+
+@pytest.mark.parametrize("path", [p for p, _ in ALL], ids=[" ".join(p) for p, _ in ALL])
+def test_format_means_output_format_everywhere(path):
+    cmd = dict(ALL)[path]
+    fmt = [p for p in cmd.params if "--format" in getattr(p, "opts", [])]
+    if path in SERVERS:
+        assert not fmt, f"traj {' '.join(path)} serves until stopped: what would --format format?"
+        return
+    assert fmt, f"traj {' '.join(path)} prints a result but has no --format table|json|csv"
+    assert fmt[0].default in ("table", ts.display.OutputFormat.table)
+    # an input format (or anything else) is refused as a usage error that lists the output formats
+    res = runner.invoke(app, [*path, *_required(cmd), "--format", "swe-agent"], env=WIDTH)
+    assert res.exit_code == 2, res.output
+    assert all(f in res.output for f in ("table", "json", "csv")), res.output
+
+
+def test_boolean_switches_come_in_pairs():
+    # Switches with a default behaviour can be turned on and off; report selectors of `stats`
+    # only pick what to print.
+    selectors = {"--staleness", "--clip", "--coverage", "--rewards", "--lengths", "--statuses", "--duplicates"}
+    for path, cmd in ALL:
+        for p in cmd.params:
+            if getattr(p, "is_bool_flag", False) and not set(p.opts) & selectors:
+                assert p.secondary_opts, f"traj {' '.join(path)} {p.opts[0]} has no --no- form"
+
+
+# -- flag parsing and --format on commands that are cheap to run -----------------------------
+
+
+@pytest.fixture
+def store(tmp_path, make_trajectory):
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    ts.write_trajectories(str(tmp_path / "s"), [make_trajectory(rng, trajectory_id=f"t{i}") for i in range(3)])
+    return str(tmp_path / "s")
+
+
+@pytest.fixture
+def fake_train(monkeypatch):
+    seen = {}
+
+    def train(cfg, *, resume=False):
+        seen["cfg"], seen["resume"] = cfg, resume
+        return SimpleNamespace(iterations=2, steps=1, version=1, history=[{"policy/loss": 0.25}])
+
+    monkeypatch.setattr("trajstore.trainer.loop.train", train)
+    return seen
+
+
+@pytest.mark.parametrize(("flags", "follow", "resume"), [((), False, False), (("--follow",), True, False),
+                                                         (("--follow", "--no-follow", "--resume"), False, True)])
+def test_train_boolean_flags(store, fake_train, flags, follow, resume):
+    res = runner.invoke(app, ["train", store, "--model", "tiny-llama", "--run-id", "r", *flags], env=WIDTH)
+    assert res.exit_code == 0, res.output
+    assert fake_train["cfg"].data.follow is follow and fake_train["resume"] is resume
+
+
+def test_train_flag_takes_no_value(store, fake_train):
+    res = runner.invoke(app, ["train", store, "--model", "tiny-llama", "--run-id", "r", "--follow", "yes"])
+    assert res.exit_code == 2 and "cfg" not in fake_train  # usage error: 'yes' is an extra argument
+
+
+def test_train_formats(store, fake_train):
+    base = ["train", store, "--model", "tiny-llama", "--run-id", "r7"]
+    doc = json.loads(runner.invoke(app, [*base, "--format", "json"]).stdout)
+    assert (doc["run_id"], doc["steps"], doc["last_metrics"]) == ("r7", 1, {"policy/loss": 0.25})
+    rows = list(csv.DictReader(io.StringIO(runner.invoke(app, [*base, "--format", "csv"]).stdout)))
+    assert rows[0]["policy_version"] == "1" and rows[0]["last_metrics.policy/loss"] == "0.25"
+    text = runner.invoke(app, [*base], env=WIDTH).stdout
+    # the command to copy is one line of its own, whatever the width
+    cmd = f"traj sql {store} \"SELECT * FROM step_metrics WHERE run_id = 'r7' ORDER BY step\""
+    assert cmd in text.splitlines()
+    res = runner.invoke(app, [*base, "--format", "text"])
+    assert res.exit_code == 2
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
+def test_info_formats(store, fmt):
+    res = runner.invoke(app, ["info", store, "--format", fmt], env=WIDTH)
+    assert res.exit_code == 0, res.output
+    if fmt == "json":
+        assert json.loads(res.stdout)["trajectories"] == 3
+    elif fmt == "csv":
+        assert next(csv.DictReader(io.StringIO(res.stdout)))["trajectories"] == "3"
+    else:
+        assert "trajectories" in res.stdout and "{" not in res.stdout
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
+def test_schema_formats(fmt):
+    res = runner.invoke(app, ["schema", "--format", fmt], env=WIDTH)
+    assert res.exit_code == 0, res.output
+    if fmt == "json":
+        assert json.loads(res.stdout) == json.loads(ts.schema.schema_json())
+    elif fmt == "csv":
+        assert "trajectory_id,string,False" in res.stdout
+    else:
+        assert "schema.trajectories" in res.stdout and "trajectory_id" in res.stdout
+
+
+def test_demo_formats(monkeypatch, tmp_path):
+    from trajstore.trainer import demo
+
+    result = demo.DemoResult(store=str(tmp_path), run_id="d1", episodes=[], versions_loaded=[0],
+                             reward_by_version=[{"policy_version": 0, "trajectories": 4, "mean_reward": 0.5,
+                                                 "solved": 0.25, "consumed": 4}])
+    monkeypatch.setattr(demo, "run_demo", lambda cfg, console=None: result)
+    res = runner.invoke(app, ["demo", "--format", "json", "--store", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["run_id"] == "d1"
+    res = runner.invoke(app, ["demo", "--format", "csv", "--store", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("policy_version,trajectories,mean_reward,solved,consumed\n0,4,0.5,0.25,4")

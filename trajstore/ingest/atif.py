@@ -1,0 +1,179 @@
+"""ATIF ``trajectory.json`` (Agent Trajectory Interchange Format, Harbor / Terminal-Bench) ->
+engine rollouts or conversations.
+
+An ATIF document is ``{"schema_version": "ATIF-v1.x", "session_id", "agent", "steps": [...]}``;
+each step has ``source`` system | user | agent, a ``message``, and agent steps may carry
+``tool_calls`` (``tool_call_id``, ``function_name``, ``arguments``), an ``observation``
+(``results`` answering ``source_call_id``) and ``metrics``. Since v1.3 / v1.4 ``metrics`` can
+hold ``completion_token_ids``, ``logprobs`` and ``prompt_token_ids`` (the whole context sent).
+
+Engine tokens: when every agent step has ``prompt_token_ids`` and ``completion_token_ids``, and
+each step's prompt extends the previous prompt + completion, the trajectory is built from them
+(``token_source = engine``): the first prompt is the prompt span, each completion an action
+span with its ``logprobs`` as engine log-probs, and what a later prompt adds an observation
+span. The last step's observation reached no model call, so it has no token ids and is not
+stored (noted in metadata). Otherwise the steps become a chat, re-tokenized, and the reason
+the engine ids were not used is kept in metadata (``engine_token_ids``).
+
+Steps are read in ``step_id`` order. A Harbor trial keeps its score next to the agent
+directory (``<trial>/verifier/reward.txt``); when present it is the reward.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from trajstore.ingest.core import (
+    Conversation,
+    EngineRollout,
+    EngineSegment,
+    Message,
+    Origin,
+    RecordError,
+    Reward,
+    ToolCall,
+    arguments_text,
+    float_reward,
+    order_by_id,
+    parse_time,
+    text_of,
+)
+
+SOURCE = "atif"
+REWARD_FILE = os.path.join("verifier", "reward.txt")
+"""Where a Harbor trial keeps its verifier score, relative to the trial directory."""
+
+
+def _steps(d: dict[str, Any]) -> list[dict[str, Any]]:
+    steps = d.get("steps")
+    if not isinstance(steps, list):
+        raise RecordError("ATIF trajectory has no 'steps' list")
+    for i, s in enumerate(steps):
+        if not isinstance(s, dict) or s.get("source") not in ("system", "user", "agent"):
+            raise RecordError(f"steps[{i}] has no valid 'source' (system, user or agent)")
+    ordered, _ = order_by_id(steps, key="step_id", what="step")
+    return ordered
+
+
+def _metrics(step: dict[str, Any]) -> dict[str, Any]:
+    m = step.get("metrics")
+    return m if isinstance(m, dict) else {}
+
+
+def _engine_segments(steps: list[dict[str, Any]]) -> tuple[list[EngineSegment] | None, str]:
+    """Engine segments from the agent steps' token ids, or (None, why not)."""
+    agents = [s for s in steps if s["source"] == "agent"]
+    if not agents:
+        return None, "no agent step"
+    segs: list[EngineSegment] = []
+    seen: list[Any] = []
+    for n, s in enumerate(agents):
+        m = _metrics(s)
+        p, c = m.get("prompt_token_ids"), m.get("completion_token_ids")
+        if not isinstance(c, list):
+            return None, f"agent step {s.get('step_id')} has no completion_token_ids"
+        if not isinstance(p, list):
+            return None, f"agent step {s.get('step_id')} has no prompt_token_ids"
+        cid = str(s.get("step_id"))
+        lp = m.get("logprobs")
+        if n == 0:
+            if not p:
+                return None, f"agent step {s.get('step_id')} has empty prompt_token_ids"
+            segs.append(EngineSegment("prompt", list(p), role="user"))
+        else:
+            if p[:len(seen)] != seen:
+                return None, (f"agent step {s.get('step_id')}: prompt_token_ids do not extend the previous step's "
+                              "prompt + completion (the context was rewritten)")
+            if len(p) > len(seen):
+                prev = segs[-1]
+                segs.append(EngineSegment("observation", list(p[len(seen):]), role="tool",
+                                          cause_id=(prev.tool_call_ids or [prev.call_id])[0]))
+        if not c:
+            return None, f"agent step {s.get('step_id')} has no completion tokens"
+        ids = [str(tc["tool_call_id"]) for tc in s.get("tool_calls") or []
+               if isinstance(tc, dict) and tc.get("tool_call_id")]
+        segs.append(EngineSegment("action", list(c), list(lp) if isinstance(lp, list) else None, role="assistant",
+                                  call_id=cid, tool_call_ids=ids or None))
+        seen = list(p) + list(c)
+    return segs, ""
+
+
+def _messages(steps: list[dict[str, Any]]) -> list[Message]:
+    msgs: list[Message] = []
+    for s in steps:
+        src = s["source"]
+        text = text_of(s.get("message"))
+        if src in ("system", "user"):
+            msgs.append(Message(src, text, call_id=str(s.get("step_id"))))
+            continue
+        calls = []
+        for k, tc in enumerate(s.get("tool_calls") or []):
+            if not isinstance(tc, dict) or not isinstance(tc.get("function_name"), str):
+                raise RecordError(f"step {s.get('step_id')}: tool_calls[{k}] has no function_name")
+            calls.append(ToolCall(str(tc["tool_call_id"]) if tc.get("tool_call_id") else None, tc["function_name"],
+                                  arguments_text(tc.get("arguments", {}))))
+        reasoning = s.get("reasoning_content") if isinstance(s.get("reasoning_content"), str) else None
+        cid = str(s.get("step_id"))
+        msgs.append(Message("assistant", text, reasoning=reasoning or None, tool_calls=calls, call_id=cid))
+        obs = s.get("observation")
+        for k, r in enumerate(obs.get("results") or [] if isinstance(obs, dict) else []):
+            if not isinstance(r, dict):
+                raise RecordError(f"step {s.get('step_id')}: observation.results[{k}] is not an object")
+            src_call = r.get("source_call_id")
+            msgs.append(Message("tool" if src_call else "user", text_of(r.get("content")),
+                                cause_id=str(src_call) if src_call else cid))
+    return msgs
+
+
+def _harbor_reward(path: str) -> Reward:
+    """The verifier score of the Harbor trial `path` (``<trial>/agent/trajectory.json``) belongs to."""
+    trial = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    f = os.path.join(trial, REWARD_FILE)
+    if not os.path.isfile(f):
+        return Reward()
+    try:
+        with open(f, encoding="utf-8") as fh:
+            text = fh.read().strip()
+        return float_reward(json.loads(text))
+    except (OSError, ValueError):
+        return Reward(None, None, error=f"{f} holds no number")
+
+
+def parse_trajectory(d: Any, origin: Origin) -> EngineRollout | Conversation:
+    """One ATIF trajectory document.
+
+    Raises:
+        RecordError: no ``steps`` list, a step without a valid ``source``, two steps sharing a
+            ``step_id``, or a malformed tool call / observation.
+    """
+    if not isinstance(d, dict):
+        raise RecordError("ATIF trajectory is not an object")
+    steps = _steps(d)
+    agent = d["agent"] if isinstance(d.get("agent"), dict) else {}
+    model = agent.get("model_name") if isinstance(agent.get("model_name"), str) else None
+    model = model or next((s["model_name"] for s in steps if isinstance(s.get("model_name"), str)), None)
+    key = str(d["session_id"]) if d.get("session_id") else None
+    meta: dict[str, Any] = {"schema_version": d.get("schema_version"), "session_id": key,
+                            "agent": {k: agent.get(k) for k in ("name", "version") if k in agent},
+                            "final_metrics": d.get("final_metrics") if isinstance(d.get("final_metrics"), dict) else None}
+    created = parse_time(next((s.get("timestamp") for s in reversed(steps) if s.get("timestamp")), None))
+    reward = _harbor_reward(origin.path)
+    segs, why_not = _engine_segments(steps)
+    if segs is not None:
+        last = next(s for s in reversed(steps) if s["source"] == "agent")
+        if isinstance(last.get("observation"), dict) and last["observation"].get("results"):
+            meta["last_observation"] = "not stored: it reached no model call, so it has no token ids"
+        return EngineRollout(source=SOURCE, key=key, segments=segs, origin=origin, reward=reward, model=model,
+                             created_at=created, prompt_id=key, metadata={**meta, "policy_version_known": False})
+    if any("completion_token_ids" in _metrics(s) for s in steps):
+        meta["engine_token_ids"] = f"not used: {why_not}; re-tokenized from the messages"
+    msgs = _messages(steps)
+    gaps = {}
+    if any(m.tool_calls for m in msgs):
+        gaps["tools"] = "ATIF does not log the tool definitions the agent sent"
+    if not any(m.role == "system" for m in msgs):
+        gaps["system_prompt"] = "no system step: the agent's system prompt is not in the trajectory"
+    return Conversation(source=SOURCE, key=key, messages=msgs, origin=origin, reward=reward, model=model,
+                        created_at=created, prompt_id=key, metadata=meta, fidelity_gaps=gaps)

@@ -1,0 +1,28 @@
+"""The listening socket ``traj proxy``, ``traj serve`` and the test servers hand to uvicorn."""
+
+from __future__ import annotations
+
+import socket
+
+
+def listening_socket(host: str, port: int, *, backlog: int = 2048) -> socket.socket:
+    """A TCP socket bound to ``(host, port)`` (port 0 = any free one) and listening.
+
+    ``TCP_NODELAY`` is set on it, so every connection it accepts inherits it (Linux). Without
+    it, uvicorn (which writes a response's head and body as two sends and, given a socket,
+    does not set the option itself) waits for the client's delayed ACK before the body goes
+    out: about 40 ms added to every call on loopback, measured with ``bench/proxy.py``.
+
+    Raises:
+        OSError: the address is in use or cannot be bound.
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    return sock
