@@ -38,6 +38,7 @@ from trajstore.policies import (
     PolicyNotFoundError,
     is_complete,
     latest_policy_version,
+    list_policy_versions,
     read_policy_meta,
     version_dir,
 )

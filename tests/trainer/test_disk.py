@@ -18,7 +18,8 @@ from trajstore import StoreWriter, open_store
 from trajstore.cli.main import app
 from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop import train
-from trajstore.trainer.publish import latest_policy_version, list_policy_versions, prune_versions, publish_policy
+from trajstore.policies import latest_policy_version, list_policy_versions
+from trajstore.trainer.publish import prune_versions, publish_policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
 from _train_synth import VOCAB, write_synthetic_store  # noqa: E402

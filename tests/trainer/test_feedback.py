@@ -17,7 +17,7 @@ import pytest
 
 from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop import TrainingInterrupted, train
-from trajstore.trainer.publish import latest_policy_version, list_policy_versions
+from trajstore.policies import latest_policy_version, list_policy_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
 from _train_synth import VOCAB, write_synthetic_store  # noqa: E402

@@ -23,7 +23,7 @@ from trajstore import write_trajectories
 from trajstore.cli.main import app
 from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop import NonFiniteUpdateError, setup, train
-from trajstore.trainer.publish import latest_policy_version, list_policy_versions
+from trajstore.policies import latest_policy_version, list_policy_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
 from _train_synth import make_trajectory, write_synthetic_store  # noqa: E402
@@ -311,20 +311,18 @@ def test_missing_train_extra_is_one_line_naming_the_install_command(tmp_path: Pa
     itself must import without torch."""
     import subprocess
 
-    fake = tmp_path / "no-torch"
-    (fake / "torch").mkdir(parents=True)
-    (fake / "torch" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
     write_synthetic_store(tmp_path / "s", 2)
     args = [str(tmp_path / "s") if a == "STORE" else a for a in command]
     env = {k: v for k, v in os.environ.items() if k != "TRAJ_TRACEBACK"}
-    env["PYTHONPATH"] = str(fake) + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, "-c", "from trajstore.cli.main import app; app()", *args,
+    # torch unimportable as if never installed (sys.modules[name] = None: import fails, find_spec is None)
+    hide = "import sys; sys.modules['torch'] = None; from trajstore.cli.main import app; app()"
+    p = subprocess.run([sys.executable, "-c", hide, *args,
                         "--store" if command == ["demo"] else "--seed", str(tmp_path / "d") if command == ["demo"]
                         else "0"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert p.returncode == 1, p.stderr[-2000:]
     assert "Traceback" not in p.stderr
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: traj {command[0]} needs the 'train' extra"), p.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"error: traj {command[0]} needs torch: "), p.stderr
     assert "pip install torch==2.13.0 && pip install 'trajstore[train]'" in lines[0]
     assert not (tmp_path / "s" / "runs").exists()
 
