@@ -105,7 +105,8 @@ def fake_train(monkeypatch):
 
     def train(cfg, *, resume=False):
         seen["cfg"], seen["resume"] = cfg, resume
-        return SimpleNamespace(iterations=2, steps=1, version=1, history=[{"policy/loss": 0.25}])
+        return SimpleNamespace(iterations=2, steps=1, version=1, history=[{"policy/loss": 0.25}],
+                               warnings=[])
 
     monkeypatch.setattr("trajstore.trainer.loop.train", train)
     return seen
