@@ -111,13 +111,35 @@ def test_a_prompt_that_does_not_extend_starts_a_new_trajectory_of_the_same_episo
     c.chat.completions.create(model="fake", messages=condensed)
     httpx.post(f"{px.url}/s/ep-2/finish", json={"reward": 1.0}).raise_for_status()
     a, b = rows(str(tmp_path / "store"))
-    assert a["group_id"] == b["group_id"] and a["trajectory_id"] != b["trajectory_id"]
+    assert a["trajectory_id"] != b["trajectory_id"]
     assert len(action_ids(a)) == 2 and b["tokens"] == render(condensed) + REPLY_IDS
     assert a["reward"] == b["reward"] == 1.0
+    # linked as ingest links the parts of a split episode (trajstore/ingest/render.py); group_id
+    # is a GRPO group, which the client did not name: parts of one episode are not a group
+    assert a["group_id"] is None and b["group_id"] is None
     meta = [json.loads(r["metadata"]) for r in (a, b)]
-    assert [m["segment"] for m in meta] == [0, 1] and all(m["context_breaks"] == 1 for m in meta)
+    (ep,) = {m["episode"]["id"] for m in meta}
+    assert ep.startswith("ep-2.") and a["trajectory_id"].startswith(ep)
+    assert [(m["episode"]["part"], m["episode"]["parts"], m["episode"]["change"]) for m in meta] == [
+        (1, 2, None), (2, 2, "engine-prompt")]
+    assert not any(k in m for m in meta for k in ("episode_id", "segment", "segments"))
+    assert all(m["context_breaks"] == 1 for m in meta)
     assert httpx.get(f"{px.url}/proxy/stats").json()["context_breaks"] == 1
     del msgs
+
+
+def test_group_id_is_only_the_grpo_group_the_client_names(fake_upstream, start_proxy, tmp_path):
+    px = start_proxy(fake_upstream.url)
+    play(client(px.url, "g-hdr", default_headers={"X-Group-Id": "prompt-7", "X-Prompt-Id": "p7"}), 1)
+    play(client(px.url, "g-fin"), 1)
+    play(client(px.url, "g-none"), 1)
+    assert httpx.post(f"{px.url}/s/g-fin/finish", json={"group_id": 7}).status_code == 400
+    for s, body in (("g-hdr", {}), ("g-fin", {"group_id": "prompt-7"}), ("g-none", {})):
+        httpx.post(f"{px.url}/s/{s}/finish", json=body).raise_for_status()
+    by = {json.loads(r["metadata"])["session"]: r for r in rows(str(tmp_path / "store"))}
+    assert {s: (r["group_id"], r["prompt_id"]) for s, r in by.items()} == {
+        "g-hdr": ("prompt-7", "p7"), "g-fin": ("prompt-7", None), "g-none": (None, None)}
+    assert not any("episode" in json.loads(r["metadata"]) for r in by.values())  # one trajectory each
 
 
 def test_16_concurrent_sessions_give_16_correct_trajectories(fake_upstream, start_proxy, tmp_path):
@@ -378,6 +400,6 @@ def test_a_call_across_a_reload_without_a_reported_boundary_carries_both_version
     assert actions == [(0, 1), (1, None)]
     assert (row["min_policy_version"], row["max_policy_version"]) == (0, 1)
     meta = json.loads(row["metadata"])
-    assert [(m["min_version"], m["max_version"]) for m in meta["mixed_version_calls"]] == [(0, 1)]
+    assert [(m["min_version"], m["max_version"], m["part"]) for m in meta["mixed_version_calls"]] == [(0, 1, 1)]
     st = stats()
     assert st["mixed_version_calls"] == 1 and st["calls_by_version"] == {"1": 1}  # the mixed call is in neither

@@ -77,15 +77,21 @@ def test_demo_runs_the_asynchronous_loop(demo_run):
     # reward per version agrees with the agents' own summaries. An episode whose prompt stopped
     # extending its tokens (the tiny model's random text does not always re-tokenise to itself)
     # is stored as several trajectories of one episode, each with the episode's reward.
-    t = read_trajectories(result.store, columns=["trajectory_id", "source", "status", "reward", "group_id",
+    # The parts of a split episode are linked by metadata episode.id, as ingest links them.
+    t = read_trajectories(result.store, columns=["trajectory_id", "source", "status", "reward", "metadata",
                                                  "max_policy_version"]).to_pylist()
     done = [r for r in t if r["source"] == "trajstore/proxy" and r["status"] == "completed"]
+
+    def episode_of(r: dict) -> str:
+        ep = json.loads(r["metadata"] or "{}").get("episode")
+        return ep["id"] if ep else r["trajectory_id"]
+
     reward_of = {e.trajectory_id: e.reward for e in result.episodes}
-    by_group = {r["group_id"]: reward_of[r["trajectory_id"]] for r in done if r["trajectory_id"] in reward_of}
-    assert len(by_group) == len(result.episodes)  # every episode's first trajectory is stored, completed
+    by_episode = {episode_of(r): reward_of[r["trajectory_id"]] for r in done if r["trajectory_id"] in reward_of}
+    assert len(by_episode) == len(result.episodes)  # every episode's first trajectory is stored, completed
     by_version: dict[int, list[float]] = {}
     for r in done:
-        assert r["reward"] == pytest.approx(by_group[r["group_id"]])
+        assert r["reward"] == pytest.approx(by_episode[episode_of(r)])
         by_version.setdefault(r["max_policy_version"], []).append(r["reward"])
     assert {r["policy_version"]: r["trajectories"] for r in result.reward_by_version} == {
         v: len(rs) for v, rs in by_version.items()}

@@ -5,9 +5,11 @@ Routes (each ``/v1/...`` route also exists under ``/s/<session>/v1/...``):
 
 * ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or not), ``GET /v1/models``;
 * ``POST /s/<session>/reward`` ``{"reward": float, "raw": any}``;
-* ``POST /s/<session>/finish`` ``{"status": "completed", "reward": ..., "prompt_id": ..., "metadata":
-  {...}}``: ends the episode and returns once its trajectories are durable in the store, with
-  their ids, final status, the policy version of each action (``policy_versions``; the oldest
+* ``POST /s/<session>/finish`` ``{"status": "completed", "reward": ..., "prompt_id": ..., "group_id": ...,
+  "metadata": {...}}``: ends the episode and returns once its trajectories are durable in the
+  store (``prompt_id`` / ``group_id`` may also come as ``X-Prompt-Id`` / ``X-Group-Id`` headers on
+  the session's first call; ``group_id`` is a GRPO group of rollouts of one prompt, none by
+  default), with their ids, final status, the policy version of each action (``policy_versions``; the oldest
   for a mixed-version call, whose newest is in ``policy_versions_max``, else null) and the token count;
 * ``GET /proxy/stats``: counters (``mixed_version_calls`` among them), per-version counts of the
   calls made by one version, open sessions, weight sync state;
@@ -370,7 +372,8 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
                 except StalenessOverflow as e:
                     st.count_error("staleness_refused")
                     return _error(503, str(e), "staleness_limit")
-            s = st.recorder.open(key, prompt_id=request.headers.get("x-prompt-id"))
+            s = st.recorder.open(key, prompt_id=request.headers.get("x-prompt-id"),
+                                 group_id=request.headers.get("x-group-id"))
         s.begin()
         aug = augment(body, chat=chat, engine=cfg.engine)
         path = "/v1/chat/completions" if chat else "/v1/completions"
@@ -572,6 +575,11 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
         prompt_id = body.get("prompt_id")
         if prompt_id is not None and not isinstance(prompt_id, str):
             return _error(400, "prompt_id must be a string")
+        group_id = body.get("group_id")
+        if group_id is not None and not isinstance(group_id, str):
+            return _error(400, "group_id must be a string (a GRPO group: rollouts of one prompt)")
+        if group_id is not None:
+            s.group_id = group_id
         try:
             trajs, final = await st.end_session(session, status, metadata=meta, prompt_id=prompt_id)
         except TrajstoreError as e:

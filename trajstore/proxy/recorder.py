@@ -6,8 +6,17 @@ server saw them, must start with the tokens the trajectory holds so far (the pre
 plus the previous output); the rest of the prompt is the observation span, and the call's
 sampled ids are the action span. A prompt that does not extend them (context condensed,
 reasoning dropped by the chat template) closes the trajectory and starts a new one of the
-same episode (same ``group_id``); nothing is ever re-tokenised. Trajectories are written when
-the episode ends (``/finish``, idle timeout, shutdown) with the episode's reward and status.
+same episode; nothing is ever re-tokenised. Trajectories are written when the episode ends
+(``/finish``, idle timeout, shutdown) with the episode's reward and status.
+
+An episode split into several trajectories is linked as ingest links one
+(:func:`trajstore.ingest.render.conversation_to_trajectories`): every part carries metadata
+``episode = {"id", "part", "parts", "change"}`` (``part`` counts from 1; ``change`` is None
+for the first part and ``engine-prompt`` for the others, ingest's name for a new engine prompt
+after an action: the proxy sees the ids the server got, not why the harness changed them).
+``group_id`` keeps its meaning, a GRPO group of rollouts of one prompt, and is set only when the
+client names one (``X-Group-Id`` header on the session's first call, or ``group_id`` in
+``/finish``): parts of one episode in one group would cancel each other's advantage.
 """
 
 from __future__ import annotations
@@ -108,8 +117,12 @@ class Session:
             return False
         return True
 
+    group_id: str | None = None
+    """The GRPO group the client named (None: none)."""
+
     @property
-    def group_id(self) -> str:
+    def episode_id(self) -> str:
+        """``<session key>.<random>``: the trajectories' id prefix and metadata ``episode.id``."""
         return f"{self.key}.{self.episode}"
 
     @property
@@ -150,12 +163,13 @@ class Recorder:
 
     # -- sessions -------------------------------------------------------------------------------
 
-    def open(self, key: str, *, prompt_id: str | None, metadata: dict[str, Any] | None = None) -> Session:
-        """The open session `key`, or a new episode for it."""
+    def open(self, key: str, *, prompt_id: str | None, group_id: str | None = None,
+             metadata: dict[str, Any] | None = None) -> Session:
+        """The open session `key`, or a new episode for it (`group_id`: a GRPO group the client named)."""
         s = self.sessions.get(key)
         if s is None:
             s = Session(key=key, episode=uuid.uuid4().hex[:12], prompt_id=prompt_id, tokenizer=self.tokenizer,
-                        extra_metadata=dict(metadata or {}))
+                        extra_metadata=dict(metadata or {}), group_id=group_id)
             self.sessions[key] = s
             self.stats["sessions"] += 1
         return s
@@ -182,7 +196,7 @@ class Recorder:
             self.stats["context_breaks"] += 1
         if s.current is None:
             s.current = TrajectoryBuilder(
-                trajectory_id=f"{s.group_id}.{s.num_trajectories}", prompt_id=s.prompt_id, group_id=s.group_id,
+                trajectory_id=f"{s.episode_id}.{s.num_trajectories}", prompt_id=s.prompt_id, group_id=s.group_id,
                 source=PROXY_SOURCE, model=call.model, tokenizer=s.tokenizer or call.model)
             s.current.add_prompt(prompt, role="user")
         elif len(prompt) > n:
@@ -195,7 +209,7 @@ class Recorder:
             if sl.flagged is not None:
                 lo, newest = sl.flagged
                 s.mixed_calls.append({"call_id": a.call_id, "min_version": lo, "max_version": newest,
-                                      "trajectory_segment": s.num_trajectories - 1})
+                                      "part": s.num_trajectories})
                 self.stats["mixed_version_calls"] += 1
             else:
                 self.calls_by_version[sl.version] += 1
@@ -227,12 +241,15 @@ class Recorder:
             b.set_reward(s.reward, raw=s.reward_raw)
             t = b.finish(final)
             t.prompt_id = s.prompt_id
+            t.group_id = s.group_id
             t.metadata.update({
                 **self.run_metadata, **s.extra_metadata, **(metadata or {}),
-                "session": s.key, "episode_id": s.group_id, "segment": i, "segments": len(builders),
+                "session": s.key,
+                **({"episode": {"id": s.episode_id, "part": i + 1, "parts": len(builders),
+                                "change": None if i == 0 else "engine-prompt"}} if len(builders) > 1 else {}),
                 "calls": s.calls, "context_breaks": s.context_breaks, "requested_status": status,
                 **({"end_reason": reason} if reason else {}), **({"errors": s.errors[:20]} if s.errors else {}),
-                **({"mixed_version_calls": [m for m in s.mixed_calls if m["trajectory_segment"] == i]}
+                **({"mixed_version_calls": [m for m in s.mixed_calls if m["part"] == i + 1]}
                    if s.mixed_calls else {}),
             })
             out.append(t)
