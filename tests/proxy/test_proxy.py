@@ -179,13 +179,15 @@ def test_sessions_by_header_and_calls_without_a_session(fake_upstream, start_pro
     assert len(got) == 2 and sessions[1] == "hdr-1" and sessions[0].startswith("call-")
 
 
-def test_upstream_500_reaches_the_client_and_the_episode_is_not_complete(fake_upstream, start_proxy, tmp_path):
+@pytest.mark.parametrize("stream", [False, True])
+def test_upstream_500_reaches_the_client_and_the_episode_is_not_complete(fake_upstream, start_proxy, tmp_path,
+                                                                         stream):
     px = start_proxy(fake_upstream.url)
     c = client(px.url, "e500")
     play(c, 1)
     httpx.post(f"{fake_upstream.url}/_fake/config", json={"status": 500})
     with pytest.raises(openai.InternalServerError):
-        c.chat.completions.create(model="fake", messages=[{"role": "user", "content": "x"}])
+        c.chat.completions.create(model="fake", messages=[{"role": "user", "content": "x"}], stream=stream)
     r = httpx.post(f"{px.url}/s/e500/finish", json={"status": "completed", "reward": 1.0}).json()
     assert r["status"] == "failed"
     (row,) = rows(str(tmp_path / "store"))
@@ -193,16 +195,37 @@ def test_upstream_500_reaches_the_client_and_the_episode_is_not_complete(fake_up
     assert row["status"] == "failed" and meta["requested_status"] == "completed" and "HTTP 500" in meta["errors"][0]
 
 
-def test_upstream_timeout_is_a_504_and_fails_the_episode(fake_upstream, start_proxy, tmp_path):
+@pytest.mark.parametrize("stream", [False, True])
+def test_upstream_timeout_is_a_504_and_fails_the_episode(fake_upstream, start_proxy, tmp_path, stream):
     px = start_proxy(fake_upstream.url, upstream_timeout_s=0.3)
     c = client(px.url, "slow")
     httpx.post(f"{fake_upstream.url}/_fake/config", json={"delay_s": 1.5})
     with pytest.raises(openai.APIStatusError) as e:
-        c.chat.completions.create(model="fake", messages=[{"role": "user", "content": "x"}])
+        c.chat.completions.create(model="fake", messages=[{"role": "user", "content": "x"}], stream=stream)
     assert e.value.status_code == 504
     r = httpx.post(f"{px.url}/s/slow/finish", json={}).json()
     assert r["status"] == "failed" and r["trajectories"] == []  # its only call failed: nothing to store
     assert not os.path.isdir(tmp_path / "store" / "trajectories") or not rows(str(tmp_path / "store"))
+
+
+def test_an_upstream_that_stalls_mid_stream_is_an_error_event_and_fails_the_episode(fake_upstream, start_proxy,
+                                                                                     tmp_path):
+    """The answer started (200, first tokens relayed), then the upstream went silent for longer
+    than --upstream-timeout: the client's stream ends in an error, the call is not recorded."""
+    px = start_proxy(fake_upstream.url, upstream_timeout_s=0.5)
+    c = client(px.url, "stall")
+    play(c, 1)
+    httpx.post(f"{fake_upstream.url}/_fake/config", json={"token_delay_s": 2.0})
+    with pytest.raises(openai.APIError, match="upstream stream broke"):
+        for _ in c.chat.completions.create(model="fake", messages=[{"role": "user", "content": "x"}], stream=True):
+            pass
+    httpx.post(f"{fake_upstream.url}/_fake/config", json={"token_delay_s": 0.0})
+    r = httpx.post(f"{px.url}/s/stall/finish", json={"status": "completed"}).json()
+    assert r["status"] == "failed" and len(r["policy_versions"]) == 1  # the stalled call is not recorded
+    (row,) = rows(str(tmp_path / "store"))
+    meta = json.loads(row["metadata"])
+    assert row["status"] == "failed" and meta["requested_status"] == "completed"
+    assert "upstream stream broke: ReadTimeout" in meta["errors"][0]
 
 
 def test_client_disconnect_mid_stream_leaves_the_episode_aborted(fake_upstream, start_proxy, tmp_path):
@@ -301,20 +324,48 @@ def _wait_rows(store: str, n: int, timeout: float = 30) -> list[dict]:
 def test_sigkill_leaves_no_partial_shard_and_nothing_marked_complete(fake_upstream, tmp_path):
     store = str(tmp_path / "store")
     proc, url = proxy_process(fake_upstream.url, store)
+    finished: list[str] = []  # /finish answered 200 before the kill
+    stop = threading.Event()
+
+    def hammer(w: int) -> None:  # episodes finishing (shards being written) when the kill lands
+        for i in range(1000):
+            if stop.is_set():
+                return
+            try:
+                play(client(url, f"busy{w}-{i}"), 2)
+                httpx.post(f"{url}/s/busy{w}-{i}/finish", json={"reward": 1.0}).raise_for_status()
+                finished.append(f"busy{w}-{i}")
+            except Exception:  # noqa: BLE001 - the proxy is gone
+                return
+
+    threads = [threading.Thread(target=hammer, args=(w,)) for w in range(6)]
     try:
         for i in range(3):
             play(client(url, f"done{i}"), 2)
             httpx.post(f"{url}/s/done{i}/finish", json={"reward": 1.0}).raise_for_status()
         for i in range(4):
             play(client(url, f"open{i}"), 1)
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        while len(finished) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         proc.kill()
         proc.wait(timeout=30)
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    assert len(finished) >= 6, "the hammer never got going"
     shards = open_store(store).list_shards(strict=True)  # every shard readable (strict raises otherwise)
     assert shards
     got = rows(store)
-    sessions = sorted(json.loads(r["metadata"])["session"] for r in got)
-    assert sessions == ["done0", "done1", "done2"]  # finished episodes are durable; open ones are not stored
+    sessions = [json.loads(r["metadata"])["session"] for r in got]
+    assert len(sessions) == len(set(sessions))  # each stored once
+    assert {"done0", "done1", "done2", *finished} <= set(sessions)  # finished episodes are durable
+    assert not any(s.startswith("open") for s in sessions)  # open ones are not stored, not even as aborted
+    # what is stored is whole: an episode cut by the kill is either absent or complete
+    assert all(r["status"] == "completed" and action_ids(r) == [REPLY_IDS] * 2 for r in got)
 
 
 def test_sigterm_writes_open_episodes_as_aborted(fake_upstream, tmp_path):
