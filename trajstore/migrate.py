@@ -5,6 +5,11 @@ Interrupting it (even SIGKILL) loses nothing: a shard is either still the old fi
 the new one, and a rerun skips shards that are current. Readers convert old shards on read in
 any case (:mod:`trajstore.reader`), so migrating only saves that conversion and the old layout's
 decoding cost.
+
+Readers running meanwhile keep working: the Arrow readers, ``iter_batches``, the trainer's
+stream and fetch-by-id convert each file by the schema version in its own footer, not the one
+they listed, and the DuckDB views recognise a rewritten row by its log-prob count. Only a polars
+LazyFrame planned before the rewrite fails at ``collect()`` (scan again).
 """
 
 from __future__ import annotations

@@ -25,7 +25,14 @@ import pyarrow.parquet as pq
 
 from trajstore.convert import conform_table, ranges_positions, upgrade_table, v1_read_columns
 from trajstore.errors import CorruptShardError
-from trajstore.schema import SCHEMA_VERSION, SPAN_KIND_CODES, TRAJECTORY_SCHEMA, trajectory_schema
+from trajstore.schema import (
+    METADATA_SCHEMA_VERSION_KEY,
+    READABLE_VERSIONS,
+    SCHEMA_VERSION,
+    SPAN_KIND_CODES,
+    TRAJECTORY_SCHEMA,
+    trajectory_schema,
+)
 from trajstore.store import (
     TRAJECTORIES_DIR,
     CorruptShardWarning,
@@ -46,6 +53,29 @@ def _store(uri: StoreLike, storage_options: dict[str, Any] | None) -> Store:
 def _dataset(store: Store, shards: Sequence[ShardInfo], version: int = SCHEMA_VERSION) -> pads.Dataset:
     return pads.dataset([s.path for s in shards], schema=trajectory_schema(version), format="parquet",
                         filesystem=store.arrow_filesystem())
+
+
+def file_version(pf: pq.ParquetFile, shard: ShardInfo) -> int:
+    """The schema version stamped in an opened shard's own footer (the listing's
+    :attr:`ShardInfo.schema_version` when the footer has none). ``traj migrate`` can rewrite a v1
+    shard as v2 under the same name between a listing and the read, so the file's own stamp,
+    read with the file, decides how it is converted; the listing's could be stale.
+
+    Raises:
+        pyarrow.ArrowInvalid: the stamp is not a schema version this package reads (readers
+            then skip the shard with a warning, as for any shard that cannot be decoded).
+    """
+    raw = (pf.metadata.metadata or {}).get(METADATA_SCHEMA_VERSION_KEY)
+    version = shard.schema_version if raw is None else int(raw)
+    if version not in READABLE_VERSIONS:
+        raise pa.ArrowInvalid(f"schema version {version} is not readable by this package "
+                              f"({list(READABLE_VERSIONS)})")
+    return version
+
+
+def _open(store: Store, shard: ShardInfo) -> pq.ParquetFile:
+    return (pq.ParquetFile(shard.path, memory_map=True) if store.is_local
+            else pq.ParquetFile(store.fs.open(shard.path, "rb")))
 
 
 def version_runs(shards: Sequence[ShardInfo]) -> list[tuple[int, list[ShardInfo]]]:
@@ -114,6 +144,9 @@ def scan_trajectories(uri: StoreLike, *, storage_options: dict[str, Any] | None 
     skipped with a warning naming them, or raise with ``strict``; a shard whose footer reads
     but whose data pages are damaged can only be noticed when polars decodes it, at
     ``collect()`` (use :func:`read_trajectories` or :func:`iter_batches` to skip those).
+    A LazyFrame planned before ``traj migrate`` rewrote one of its v1 shards raises polars'
+    ``SchemaError`` at ``collect()``: scan again (the other readers convert each file by the
+    version in its own footer and need nothing).
     """
     store = _store(uri, storage_options)
     shards = store.list_shards(TRAJECTORIES_DIR, strict=strict)
@@ -143,11 +176,26 @@ def _first_copy_mask(ids: pa.Array | pa.ChunkedArray, seen: set[str] | None = No
 
 
 def _read_run(store: Store, version: int, shards: Sequence[ShardInfo], cols: list[str] | None) -> pa.Table:
-    """Same-version shards as one schema-v2 table (`cols` or every column)."""
+    """Same-version shards as one schema-v2 table (`cols` or every column).
+
+    Shards listed as an older version are read file by file, each converted by the version in
+    its own footer (:func:`file_version`): ``traj migrate`` may have rewritten one as v2 since
+    the listing. A current-version shard is never rewritten, so those runs are one dataset scan.
+    """
     if version == SCHEMA_VERSION:
         return conform_table(_dataset(store, shards, version).to_table(columns=cols), cols)
-    return upgrade_table(_dataset(store, shards, version).to_table(columns=v1_read_columns(cols)), version,
-                         columns=cols)
+    parts = []
+    for shard in shards:
+        pf = _open(store, shard)
+        try:
+            v = file_version(pf, shard)
+            read = cols if v == SCHEMA_VERSION else v1_read_columns(cols)
+            present = set(pf.schema_arrow.names)
+            read = [c for c in (read if read is not None else pf.schema_arrow.names) if c in present]
+            parts.append(upgrade_table(pf.read(columns=read), v, columns=cols))
+        finally:
+            pf.close()
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
 def read_shard(store: Store, shard: ShardInfo, *, columns: Sequence[str] | None = None) -> pa.Table:
@@ -340,21 +388,22 @@ def _rows_of(store: Store, shard: ShardInfo, candidates: np.ndarray | None, want
              cols: list[str]) -> pa.Table | None:
     """The first row of each wanted id in one shard (`candidates`: rows that may hold one, from
     the id index; None = find them from the shard's ``trajectory_id`` column)."""
-    pf = pq.ParquetFile(shard.path) if store.is_local else pq.ParquetFile(store.fs.open(shard.path, "rb"))
+    pf = _open(store, shard)
+    version = file_version(pf, shard)  # the listing's version and row groups may predate a migrate
     if candidates is None:
         shard_ids = pf.read(columns=["trajectory_id"]).column("trajectory_id")
         hit = pc.is_in(shard_ids, value_set=pa.array(list(wanted), pa.string())).to_numpy(zero_copy_only=False)
         candidates = np.flatnonzero(hit)
         if not len(candidates):
             return None
-    bounds = np.cumsum([0, *shard.row_group_rows])
-    read = cols if shard.schema_version == SCHEMA_VERSION else v1_read_columns(cols)
-    read = [c for c in read if c in set(shard.columns)]
+    bounds = np.cumsum([0, *(pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups))])
+    read = cols if version == SCHEMA_VERSION else v1_read_columns(cols)
+    read = [c for c in read if c in set(pf.schema_arrow.names)]
     out = []
     for rg in np.unique(np.searchsorted(bounds, candidates, side="right") - 1).tolist():
         local = candidates[(candidates >= bounds[rg]) & (candidates < bounds[rg + 1])] - bounds[rg]
         out.append(pf.read_row_group(rg, columns=read).take(pa.array(local)))
-    table = upgrade_table(pa.concat_tables(out), shard.schema_version, columns=cols)
+    table = upgrade_table(pa.concat_tables(out), version, columns=cols)
     # exact ids (a hash can collide), first copy inside the shard
     tids = table.column("trajectory_id").to_pylist()
     seen: set[str] = set()
@@ -495,11 +544,12 @@ def iter_shard_tables(store: Store, shard: ShardInfo, *, columns: Sequence[str] 
     try:
         pf = pq.ParquetFile(fh if fh is not None else shard.path, memory_map=store.is_local)
         present = set(pf.schema_arrow.names)
+        version = file_version(pf, shard)  # not the listing's: a migrate may have rewritten the shard since
         want = list(columns) if columns is not None else TRAJECTORY_SCHEMA.names
-        read = want if shard.schema_version == SCHEMA_VERSION else v1_read_columns(want)
+        read = want if version == SCHEMA_VERSION else v1_read_columns(want)
         read = [c for c in read if c in present]
         for rg in range(pf.num_row_groups):
-            yield rg, upgrade_table(pf.read_row_group(rg, columns=read), shard.schema_version, columns=want)
+            yield rg, upgrade_table(pf.read_row_group(rg, columns=read), version, columns=want)
     finally:
         if fh is not None:
             fh.close()

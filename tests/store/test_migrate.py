@@ -17,11 +17,12 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from trajstore import TrajectoryBuilder, open_store, read_trajectories
+from trajstore import TrajectoryBuilder, audit, open_store, read_trajectories, read_trajectories_by_id
 from trajstore.cli.main import app
-from trajstore.convert import trajectories_to_table
+from trajstore.convert import table_to_trajectories, trajectories_to_table
 from trajstore.migrate import migrate_store
-from trajstore.store import TMP_DIR
+from trajstore.reader import iter_shard_batches, read_shard
+from trajstore.store import TMP_DIR, Store
 
 CHILD = Path(__file__).with_name("_migrate_child.py")
 
@@ -132,3 +133,40 @@ def test_migrate_killed_mid_run_loses_nothing_and_reruns(tmp_store: str) -> None
     _assert_same(read_trajectories(tmp_store, strict=True), want)
     tmp = Path(tmp_store) / TMP_DIR
     assert not tmp.exists() or not [p for p in tmp.iterdir() if ".rewrite-" in p.name]
+
+
+def test_a_listing_from_before_a_migrate_still_reads_the_rewritten_shards(
+        tmp_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A trainer or viewer lists the shards (v1), `traj migrate` then rewrites them as v2 under the
+    # same names, then the reader opens them: each file must be converted by its own footer's
+    # version, not the listing's (reading v2 log-probs as v1 raised IndexError or shifted values).
+    want = _big_v1_store(tmp_store, 1, 40)  # 1 shard, 2 rows: m0-0, m0-1
+    store = open_store(tmp_store)
+    (old,) = store.list_shards(strict=True)
+    # One row per row group in the v1 shard (the rewrite makes one row group of both rows), so a
+    # stale row-group layout would also send the id lookup to the wrong rows.
+    table = trajectories_to_table(table_to_trajectories(read_trajectories(tmp_store)), version=1)
+    store.rewrite_shard(old.path, table, row_group_target_mb=1e-6)
+    (stale,) = store.list_shards(strict=True)
+    assert (stale.schema_version, stale.num_row_groups) == (1, 2)
+    conn = audit.connect(tmp_store)  # its views were built for a v1 shard
+    query = "SELECT trajectory_id, span_index, logprobs FROM span_logprobs ORDER BY 1, 2"
+    before = conn.sql(query).fetchall()
+    assert len(before) == 4  # 2 trajectories x 2 action spans
+    migrate_store(tmp_store)
+    (fresh,) = open_store(tmp_store).list_shards(strict=True)
+    assert (fresh.schema_version, fresh.num_row_groups) == (2, 1)
+
+    after = conn.sql(query).fetchall()
+    assert [r[:2] for r in after] == [r[:2] for r in before]
+    for (_, _, a), (_, _, b) in zip(after, before):
+        assert np.array_equal(np.asarray(a, np.float32).view(np.uint32), np.asarray(b, np.float32).view(np.uint32))
+    _assert_same(read_shard(store, stale), want)
+    batches = list(iter_shard_batches(store, stale, strict=True))
+    assert [t for b in batches for t in b.trajectory_ids] == ["m0-0", "m0-1"]
+    want_lp = want.column("logprobs").combine_chunks().values.to_numpy()
+    assert np.array_equal(np.concatenate([b.logprobs for b in batches]).view(np.uint32), want_lp.view(np.uint32))
+    monkeypatch.setattr(Store, "list_shards", lambda self, *a, **k: [stale])
+    _assert_same(read_trajectories(tmp_store, strict=True), want)
+    got = read_trajectories_by_id(tmp_store, ["m0-1"], strict=True)
+    _assert_same(got, want.slice(1, 1))

@@ -103,9 +103,14 @@ def _v1_as_v2(f: pa.Field, present: set[str]) -> str:
         return ("CASE WHEN logprob_source = 'none' THEN num_action_tokens ELSE 0 END "
                 "AS num_missing_logprobs")
     if f.name == "logprobs":  # keep the action tokens' values, in order; null -> NaN
-        return ("flatten(list_transform(list_filter(spans, lambda s: s.kind = 'action'), lambda s: "
+        # A row whose list is already num_action_tokens long is v2: `traj migrate` rewrote the
+        # shard after this connection listed it as v1 (when every token is an action token the
+        # two layouts hold the same values, so either branch gives the same list).
+        return ("CASE WHEN len(logprobs) = num_action_tokens "
+                "THEN list_transform(logprobs, lambda x: coalesce(x, 'NaN'::FLOAT)) "
+                "ELSE flatten(list_transform(list_filter(spans, lambda s: s.kind = 'action'), lambda s: "
                 "list_transform(logprobs[s.start + 1:s.\"end\"], lambda x: coalesce(x, 'NaN'::FLOAT)))) "
-                "AS logprobs")
+                "END AS logprobs")
     if f.name == "spans":
         kept = ", ".join(f"{_quote_ident(g.name)} := s.{_quote_ident(g.name)}" for g, _ in SPAN_FIELDS_V1)
         act = "s.kind = 'action'"
