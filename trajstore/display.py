@@ -371,13 +371,16 @@ def _table_width(cols: Sequence[_Col]) -> int:
 
 def _rich_table(cols: Sequence[_Col], max_widths: Mapping[int, int] | None = None) -> Any:
     from rich.table import Table
+    from rich.text import Text
 
+    # Names and cells are data (paths, ids, SQL results), never rich markup: as plain strings a
+    # value such as "[/tmp/store/x.parquet]" raised MarkupError and "[bold]" vanished.
     t = Table(header_style="bold")
     for i, c in enumerate(cols):
-        t.add_column(c.name, justify="right" if c.right else "left", no_wrap=not c.wrap,
+        t.add_column(Text(c.name), justify="right" if c.right else "left", no_wrap=not c.wrap,
                      overflow="fold" if c.wrap else "ellipsis", max_width=(max_widths or {}).get(i))
     for r in zip(*(c.cells for c in cols)):
-        t.add_row(*r)
+        t.add_row(*(Text(v) for v in r))
     return t
 
 

@@ -159,3 +159,10 @@ def test_plot_reports_the_file_it_wrote(known_store, tmp_path):
     assert res.exit_code == 0, res.output
     (png,) = list(d.iterdir())
     assert png.suffix == ".png" and f"wrote {png}" in res.output
+
+
+def test_sql_table_prints_values_that_look_like_markup_as_they_are(known_store):
+    # Cells and column names are data: "[/x]" raised rich's MarkupError and "[bold]" vanished.
+    res = runner.invoke(app, ["sql", known_store.uri, "SELECT '[/x]' AS \"[b]c\", '[bold]y[/bold]' AS v"])
+    assert res.exit_code == 0, res.output
+    assert "[/x]" in res.stdout and "[b]c" in res.stdout and "[bold]y[/bold]" in res.stdout

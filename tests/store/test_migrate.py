@@ -83,6 +83,12 @@ def test_migrate_rewrites_v1_as_v2_under_the_same_names(tmp_store: str) -> None:
 
 def test_migrate_cli(tmp_store: str) -> None:
     _big_v1_store(tmp_store, 2, 10)
+    # The table lists the shard paths as "[path, ...]": rendered as rich markup this raised
+    # MarkupError (after migrating) instead of printing the table.
+    r = CliRunner().invoke(app, ["migrate", tmp_store, "--dry-run"], env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    first = open_store(tmp_store).list_shards()[0]
+    assert f"[{first.path}, " in r.stdout and "shards_migrated" in r.stdout
     r = CliRunner().invoke(app, ["migrate", tmp_store, "--format", "json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)

@@ -20,9 +20,12 @@ from trajstore import (
     iter_batches,
     open_store,
     read_trajectories,
+    read_trajectories_by_id,
     scan_trajectories,
 )
 from trajstore.convert import trajectories_to_table
+from trajstore.migrate import migrate_store
+from trajstore.reader import summarize_store
 from trajstore.schema import TRAJECTORY_SCHEMA
 
 NAN = math.nan
@@ -135,6 +138,20 @@ def _check_mixed(uri: str, expected: list[Any], storage_options: dict[str, Any] 
     assert np.array_equal(np.concatenate(lps).view(np.uint32),
                           want.column("logprobs").combine_chunks().values.to_numpy().view(np.uint32))
 
+    # traj info: 23 rows in 3 shards, the 3 later copies of v1-0..v1-2 dropped
+    summary = summarize_store(uri, storage_options=storage_options)
+    assert (summary.trajectories, summary.duplicates_dropped, summary.shards) == (20, 3, 3)
+    # a viewer's fetch: the first copy (shard 1, v1) of v1-2, then v2-5; absent ids are absent
+    got = read_trajectories_by_id(uri, ["v2-5", "v1-2", "nope"], storage_options=storage_options, strict=True)
+    assert got.column("trajectory_id").to_pylist() == ["v1-2", "v2-5"]
+    pick = want.take(pa.array([2, 15]))  # rows of v1-2 and v2-5 in `expected` order
+    for name in TRAJECTORY_SCHEMA.names:
+        if name == "logprobs":
+            assert np.array_equal(got.column(name).combine_chunks().values.to_numpy().view(np.uint32),
+                                  pick.column(name).combine_chunks().values.to_numpy().view(np.uint32))
+        else:
+            assert got.column(name).to_pylist() == pick.column(name).to_pylist(), name
+
     conn = audit.connect(open_store(uri, storage_options=storage_options))
     ((n, miss),) = conn.sql("SELECT count(*), sum(num_missing_logprobs) FROM trajectories").fetchall()
     assert (n, miss) == (20, sum(want.column("num_missing_logprobs").to_pylist()))
@@ -154,9 +171,21 @@ def _check_mixed(uri: str, expected: list[Any], storage_options: dict[str, Any] 
     assert sorted(sp) == want_sp
 
 
+def _migrate_and_check(uri: str, expected: list[Any], storage_options: dict[str, Any] | None) -> None:
+    """After `traj migrate` every shard is v2, under its old name, and reads exactly as before."""
+    store = open_store(uri, storage_options=storage_options)
+    names = [s.name for s in store.list_shards(strict=True)]
+    res = migrate_store(store)
+    assert (len(res.migrated), res.already_current, res.rows) == (2, 1, 13)  # v1 shards: 10 + 3 rows
+    shards = open_store(uri, storage_options=storage_options).list_shards(strict=True)
+    assert [s.name for s in shards] == names and [s.schema_version for s in shards] == [2, 2, 2]
+    _check_mixed(uri, expected, storage_options)
+
+
 def test_store_with_v1_and_v2_shards_reads_as_one_local(tmp_store: str, make_trajectory: Any) -> None:
     expected = _v1_and_v2_store(tmp_store, make_trajectory)
     _check_mixed(tmp_store, expected, None)
+    _migrate_and_check(tmp_store, expected, None)
 
 
 @pytest.mark.s3
@@ -165,6 +194,7 @@ def test_store_with_v1_and_v2_shards_reads_as_one_s3(s3_store_uri: tuple[str, di
     uri, opts = s3_store_uri
     expected = _v1_and_v2_store(uri, make_trajectory, opts)
     _check_mixed(uri, expected, opts)
+    _migrate_and_check(uri, expected, opts)  # a rewrite on S3 is one PUT to the same key
 
 
 def test_span_logprobs_view_by_hand(tmp_store: str) -> None:
