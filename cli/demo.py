@@ -14,7 +14,7 @@ from trajstore.trainer.demo import DEFAULT_STORE, DemoConfig
 @app.command("demo")
 @friendly_errors
 def demo_cmd(
-    store: str = typer.Option(DEFAULT_STORE, "--store", help="local store directory (reused; each demo is a run)"),
+    store: str = typer.Option(DEFAULT_STORE, "--store", metavar="STORE", help="local store directory (reused; each demo is a run)"),
     model: str = typer.Option("smollm2-135m", "--model", help="policy: smollm2-135m, a HF directory or .gguf file"),
     steps: int = typer.Option(4, "--steps", min=1, help="policy updates the trainer makes"),
     episodes: int | None = typer.Option(None, "--episodes", min=1, help="episodes the worker plays at most "

@@ -20,7 +20,7 @@ from enum import Enum
 import typer
 
 from trajstore.cli.audit import OutputFormat, parse_storage_options
-from trajstore.cli.main import app, friendly_errors
+from trajstore.cli.main import StorageOptions, app, friendly_errors
 from trajstore.ingest.detect import FORMAT_HELP, FORMATS
 
 PROGRESS_DELAY_S = 0.5
@@ -96,7 +96,7 @@ _HELP = (
 def ingest_cmd(
     paths: list[str] = typer.Argument(..., metavar="PATH",
                                       help="log files or directories (searched for .json, .jsonl, .traj, .parquet)"),
-    store: str = typer.Option(..., "--store", help="store URI: local directory or s3://bucket/prefix"),
+    store: str = typer.Option(..., "--store", metavar="STORE", help="store URI: local directory or s3://bucket/prefix"),
     input_format: InputFormatChoice = typer.Option("auto", "--input-format", metavar="NAME", show_choices=False,
                                                    help=_INPUT_FORMAT_HELP),
     tokenizer: str = typer.Option("smollm2-135m", "--tokenizer",
@@ -111,12 +111,10 @@ def ingest_cmd(
                                                    help="tokenizer that engine token ids in the logs belong to when "
                                                    "the log does not name it ('model' = each rollout's model name); "
                                                    "without it such rollouts are stored as not trainable"),
-    storage_option: Optional[list[str]] = typer.Option(None, "--storage-option",
-                                                       help="fsspec option key=value (repeatable)"),
+    storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
     """See :data:`_HELP`."""
     from rich.console import Console
-    from rich.table import Table
 
     from trajstore.ingest import IngestError, ingest_paths
 
@@ -152,11 +150,10 @@ def ingest_cmd(
         w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(["metric", "value"])
         w.writerows(_summary_rows(report))
-    else:
-        t = Table(title="traj ingest", show_header=False)
-        for k, v in _summary_rows(report):
-            t.add_row(k, str(v))
-        Console().print(t)
+    else:  # the shared renderer, as every command's tables
+        from trajstore.display import render_record
+
+        render_record("traj ingest", dict(_summary_rows(report)), "table")
     if fmt != "json":
         for p in report.problems:
             tag = "refused" if p.kind != "no_trajectory" else "skipped"

@@ -13,7 +13,7 @@ from trajstore.proxy.config import DEFAULT_CLIENT_TOKEN_ENV, DEFAULT_UPSTREAM_KE
 def proxy_cmd(
     upstream: str = typer.Option(..., "--upstream", help="base URL of vLLM / SGLang / traj serve, "
                                                          "e.g. http://127.0.0.1:8000"),
-    store: str = typer.Option(..., "--store", help="store URI the trajectories are written to"),
+    store: str = typer.Option(..., "--store", metavar="STORE", help="store URI the trajectories are written to"),
     host: str = typer.Option("127.0.0.1", "--host", help="interface to bind (loopback by default)"),
     port: int = typer.Option(8100, "--port", help="TCP port (0 = any free port; the bound one is printed)"),
     engine: str = typer.Option("vllm", "--engine", help="upstream dialect: vllm (also traj serve) | sglang"),
@@ -23,7 +23,7 @@ def proxy_cmd(
                                                                           "else says"),
     follow_run: str | None = typer.Option(None, "--follow-run", help="training run whose published versions "
                                                                      "the upstream loads (weight sync)"),
-    policy_store: str | None = typer.Option(None, "--policy-store", help="store the run publishes into "
+    policy_store: str | None = typer.Option(None, "--policy-store", metavar="STORE", help="store the run publishes into "
                                                                          "(default: --store)"),
     reload_mode: str = typer.Option("drain", "--reload-mode", help="drain (hold new calls, finish in-flight "
                                                                    "ones, then reload) | tag"),

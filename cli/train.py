@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from trajstore.cli.main import FormatOption, StoreArgument, app, friendly_errors
+from trajstore.cli.main import FormatOption, StorageOptions, StoreArgument, app, friendly_errors
 from trajstore.display import OutputFormat
 from trajstore.trainer.config import CRITIC_TRAINABLE_PATTERN
 
@@ -68,7 +68,7 @@ def train_cmd(
     tensorboard: bool = typer.Option(False, "--tensorboard/--no-tensorboard", help="also write TensorBoard events"),
     seed: int = typer.Option(0, "--seed", help="random seed"),
     fmt: FormatOption = OutputFormat.table,
-    storage_option: list[str] = typer.Option([], "--storage-option", help="fsspec option key=value (repeatable)"),
+    storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
     """Train a policy with SAO on the trajectories of STORE, as they arrive."""
     from pydantic import ValidationError
@@ -171,7 +171,7 @@ def _size(n: int) -> str:
 def runs_cmd(
     store: StoreArgument,
     fmt: FormatOption = OutputFormat.table,
-    storage_option: list[str] = typer.Option([], "--storage-option", help="fsspec option key=value (repeatable)"),
+    storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
     """Training runs in STORE: published versions, checkpoints and records, with their sizes
     (prune with `traj train --keep-versions N --keep-checkpoints N`)."""

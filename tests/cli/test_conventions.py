@@ -176,3 +176,30 @@ def test_demo_formats(monkeypatch, tmp_path):
     res = runner.invoke(app, ["demo", "--format", "csv", "--store", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith("policy_version,trajectories,mean_reward,solved,consumed\n0,4,0.5,0.25,4")
+
+
+@pytest.mark.parametrize("path", [p for p, _ in ALL], ids=[" ".join(p) for p, _ in ALL])
+def test_store_options_read_store_and_storage_options_read_key_value(path):
+    # `traj demo --store STORE`, `traj proxy --store STORE --policy-store STORE`, like the
+    # STORE argument of the other commands; --storage-option always takes KEY=VALUE (StorageOptions)
+    res = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+    cmd = dict(ALL)[path]
+    for p in cmd.params:
+        if p.param_type_name != "option":
+            continue
+        if p.opts[0] in ("--store", "--policy-store"):
+            assert p.metavar == "STORE", (path, p.opts)
+            assert f"{p.opts[0]}" in res.output and "STORE" in res.output
+        if p.opts[0] == "--storage-option":
+            assert p.metavar == "KEY=VALUE" and p.multiple, (path, p.opts)
+
+
+def test_commands_render_tables_through_the_shared_renderer():
+    # a rich Table built in a command would skip the layout rules (keys in every part, constants
+    # in the title, empty tables as one line); trajstore.display is the one place tables are made
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    offenders = [str(f.relative_to(root)) for d in ("cli", "trainer", "trajstore/audit")
+                 for f in sorted((root / d).rglob("*.py")) if "rich.table" in f.read_text()]
+    assert offenders == []
