@@ -59,7 +59,9 @@ def test_audit_benchmark_leaves_the_checkout_alone():
 @pytest.mark.slow
 def test_store_and_train_benchmarks_leave_the_checkout_alone():
     _run_from_checkout("bench/store.py", "--trajectories", "200", "--repeat", "1")
-    _run_from_checkout("bench/train.py", "--trajectories", "16", "--batch-size", "8", "--repeat", "1")
+    # the sections that write stores and checkpoints (memory, wait), on the tiny model
+    _run_from_checkout("bench/train.py", "--sections", "memory,padding,wait", "--models", "tiny-llama",
+                       "--repeat", "1", timeout=900)
 
 
 @pytest.mark.slow
