@@ -105,7 +105,7 @@ def test_all_zero_clip_rates_get_a_sensible_axis(many, tmp_path):
     (ax,) = _section(fig, 0)
     bottom, top = ax.get_ylim()
     assert top == 1.0 and -0.05 < bottom < 0  # not -0.04..0.04 around nothing; 0 stays visible
-    assert any("no action token was masked" in t.get_text() for t in ax.texts)
+    assert any("no action token\nwas masked" in t.get_text() for t in ax.texts)
     assert all(float(t).is_integer() for t in ax.get_xticks())
 
 
@@ -134,3 +134,39 @@ def test_a_source_keeps_its_colour_in_every_section(many, tmp_path):
     assert set(colour_of[0]) == {"src-0", "src-2"} and set(colour_of[1]) == {"src-0", "src-1", "src-2"}
     assert colour_of[0]["src-2"] == colour_of[1]["src-2"]
     assert len(set(colour_of[1].values())) == 3
+
+
+def test_binary_rewards_are_two_labelled_bars_not_slivers(tmp_store, tmp_path):
+    # rewards 0 and 1 only: 2 of the 20 equal-width bins are occupied, [0, 0.05) and [0.95, 1]
+    trajs = [_traj(f"b{i}", "sdk", "completed", float(i % 2), [("prompt", 1, None, False)]) for i in range(6)]
+    ts.write_trajectories(tmp_store, trajs)
+    fig = _draw(tmp_path, "binary", {"rewards": audit.reward_report(audit.connect(tmp_store))})
+    (ax,) = _section(fig, 0)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0 to 0.05", "0.95 to 1"]
+    bars = [p for p in ax.patches if p.get_height() > 0]
+    assert sorted(p.get_height() for p in bars) == [3, 3]  # 3 zeros, 3 ones
+    assert all(p.get_width() >= 0.5 for p in bars)  # wide bars on a category axis (0.8 of a slot)
+
+
+def test_an_empty_section_takes_one_line_of_height(many, tmp_store, tmp_path):
+    ts.write_trajectories(tmp_store, [_traj("A", "sdk", "completed", 1.0, [("prompt", 1, None, False)])])
+    conn = audit.connect(tmp_store)
+    fig = _draw(tmp_path, "empty-and-full", {"clip": audit.clip_report(conn), "rewards": audit.reward_report(conn)})
+    empty, full = (fig.subfigs[i].bbox.height for i in range(2))
+    assert empty < full / 2  # "no training run ..." needs a line, not a full-height blank axes
+
+
+def test_faceted_clip_key_sits_beside_the_panels(many, tmp_path):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = _draw(tmp_path, "clip-facets", {"clip": audit.clip_report(many)})
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    axes = _section(fig, 0)
+    assert len(axes) == N_RUNS + 1 > MAX_OVERLAID
+    (legend,) = fig.subfigs[0].legends
+    # what is drawn (line samples and labels) lies right of every panel; the legend's own box
+    # padding may touch the last column
+    left = min(a.get_window_extent(renderer).x0 for a in [*legend.legend_handles, *legend.get_texts()])
+    assert all(left >= a.get_window_extent(renderer).x1 for a in axes)
+    assert [t.get_text().split("\n")[0] for t in legend.get_texts()] == ["below band", "above band"]

@@ -26,6 +26,9 @@ MAX_OVERLAID: int = 6
 """At most this many groups (runs, sources) share one axes; more are drawn as facets."""
 FACET_COLUMNS: int = 4
 """Facets per row."""
+DISCRETE_REWARD_BINS: int = 4
+"""At most this many occupied reward bins (of REWARD_BINS) are drawn as labelled categories
+rather than on a continuous axis (binary 0/1 rewards would be two slivers at its ends)."""
 PALETTE: str = "tab10"
 """Matplotlib's qualitative colour map for overlaid groups (10 distinct colours > MAX_OVERLAID)."""
 
@@ -174,17 +177,28 @@ def _clip(fig: Any, rep: ClipReport, colours: Mapping[str, int]) -> None:
         ax.plot(steps, below, color=colour, marker="o", markersize=3, label=f"{run}: below band (ratio <= 1 - eps_low)")
         ax.plot(steps, above, color=colour, marker="^", markersize=3, linestyle="--",
                 label=f"{run}: above band (ratio >= 1 + eps_high)")
-    axes = _finish(panels, "step", "share of action tokens masked", "run: DIS band")
-    if len(axes) > 1:
-        axes[0].legend(["below band", "above band"], fontsize="x-small", frameon=False)
-    elif len(panels) == 1:
-        _legend_outside(axes[0], "run: DIS band")
+    axes = _finish(panels, "step", "share of action tokens masked", "run")
+    # one key for the line styles (and, on shared axes, one entry per run's colour): never one
+    # entry per run x band, and always beside the data
+    from matplotlib.lines import Line2D
+
+    style = {"color": "0.3", "markersize": 3}
+    handles = [Line2D([], [], marker="o", **style), Line2D([], [], marker="^", linestyle="--", **style)]
+    labels = ["below band\n(ratio <= 1 - eps_low)", "above band\n(ratio >= 1 + eps_high)"]
+    if len(axes) > 1:  # facets: beside the grid, never over a panel
+        fig.legend(handles, labels, loc="outside right upper", fontsize="small", frameon=False)
+    else:
+        if len(panels) > 1:
+            handles = [Line2D([], [], color=c) for _, _, c in panels] + handles
+            labels = [f"run {g}" for g, _, _ in panels] + labels
+        axes[0].legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                       fontsize="small", frameon=False)
     top = 1.0 if top == 0 else min(1.05, top * 1.15)
     for ax in axes:
         _integer_axis(ax.xaxis)
         ax.set_ylim(-0.02 * top, top)  # a share of 0 stays visible above the axis
         if not any(line.get_ydata().any() for line in ax.get_lines()):
-            ax.text(0.5, 0.5, "no action token was masked", ha="center", va="center", transform=ax.transAxes,
+            ax.text(0.5, 0.5, "no action token\nwas masked", ha="center", va="center", transform=ax.transAxes,
                     color="0.4")
 
 
@@ -198,14 +212,23 @@ def _rewards(fig: Any, rep: RewardReport, colours: Mapping[str, int]) -> None:
         r["bin_hi"] for rows in sources.values() for r in rows)
     step = (first["bin_hi"] - first["bin_lo"]) or 1.0  # equal-width bins; one bin when all rewards are equal
     keys = sorted({r["bin"] for rows in sources.values() for r in rows})
-    centres = [lo + (b + 0.5) * step if hi > lo else lo for b in keys]
     series = {s: {r["bin"]: r["trajectories"] for r in rows} for s, rows in sources.items()}
     panels = _panels(fig, list(sources), title, colours)
-    _bars(panels, series, centres, step, keys)
-    axes = _finish(panels, "reward", "trajectories", "source")
+    if hi > lo and len(keys) <= DISCRETE_REWARD_BINS:
+        # a few distinct rewards (0/1, a handful of scores) in equal-width bins would be slivers at
+        # the ends of a long empty axis: one labelled category per occupied bin instead
+        _bars(panels, series, list(range(len(keys))), 1.0, keys)
+        axes = _finish(panels, "reward (occupied bins)", "trajectories", "source")
+        edges = {r["bin"]: (r["bin_lo"], r["bin_hi"]) for rows in sources.values() for r in rows}
+        _category_axis(axes, list(range(len(keys))), [f"{edges[b][0]:.3g} to {edges[b][1]:.3g}" for b in keys])
+    else:
+        centres = [lo + (b + 0.5) * step if hi > lo else lo for b in keys]
+        _bars(panels, series, centres, step, keys)
+        axes = _finish(panels, "reward", "trajectories", "source")
+        for ax in axes:
+            ax.set_xlim(lo - 0.02 * (hi - lo), hi + 0.02 * (hi - lo)) if hi > lo else ax.set_xlim(lo - 1, lo + 1)
     for ax in axes:
         _integer_axis(ax.yaxis)
-        ax.set_xlim(lo - 0.02 * (hi - lo), hi + 0.02 * (hi - lo)) if hi > lo else ax.set_xlim(lo - 1, lo + 1)
 
 
 def _lengths(fig: Any, rep: LengthReport, colours: Mapping[str, int]) -> None:
@@ -219,7 +242,8 @@ def _lengths(fig: Any, rep: LengthReport, colours: Mapping[str, int]) -> None:
 
     found = [index(r["action_tokens_lo"]) for rows in sources.values() for r in rows]
     positions = list(range(min(found), max(found) + 1))
-    labels = ["0" if k == 0 else "1" if k == 1 else f"{2 ** (k - 1)}-{2 ** k - 1}" for k in positions]
+    labels = ["0" if k == 0 else "1" if k == 1 else f"{_compact(2 ** (k - 1))}-{_compact(2 ** k - 1)}"
+              for k in positions]
     series = {s: {index(r["action_tokens_lo"]): r["trajectories"] for r in rows} for s, rows in sources.items()}
     panels = _panels(fig, list(sources), title, colours)
     _bars(panels, series, positions, 1.0, positions)
@@ -227,6 +251,14 @@ def _lengths(fig: Any, rep: LengthReport, colours: Mapping[str, int]) -> None:
     _category_axis(axes, positions, labels)
     for ax in axes:
         _integer_axis(ax.yaxis)
+
+
+def _compact(n: int) -> str:
+    """A token count for a tick label: 511, 1k, 16k, 1M (rounded; bins are powers of two)."""
+    for div, unit in ((2**20, "M"), (2**10, "k")):
+        if n >= div - 1 and n >= 1023:
+            return f"{round(n / div)}{unit}"
+    return str(n)
 
 
 _DRAW: dict[type[Report], Callable[[Any, Any, Mapping[str, int]], None]] = {
@@ -266,7 +298,8 @@ def draw_reports(reports: Mapping[str, Report]) -> Any:
     for rep in chosen:
         key, names = _groups(rep)
         universe.setdefault(key, set()).update(names)
-        heights.append(4.0 if len(names) <= MAX_OVERLAID else 0.8 + 2.0 * math.ceil(len(names) / FACET_COLUMNS))
+        heights.append(1.2 if not names else 4.0 if len(names) <= MAX_OVERLAID else
+                       0.8 + 2.0 * math.ceil(len(names) / FACET_COLUMNS))  # an empty report: one line
     colours: dict[str, int] = {}  # a run or source keeps its colour in every section
     for names in universe.values():
         if len(names) <= 10:  # the palette's distinct colours
