@@ -187,7 +187,7 @@ def log_ratio_plot(hists: dict[str, dict[int, list[int]]], bands: dict[str, dict
     import matplotlib as mpl
 
     arms = list(hists)
-    fig, axes = plt.subplots(1, len(arms) + 1, figsize=(5.2 * (len(arms) + 1), 3.9), dpi=100)
+    fig, axes = plt.subplots(1, len(arms) + 1, figsize=(5.2 * (len(arms) + 1), 3.9), dpi=100, layout="constrained")
     levels = sorted({lvl for h in hists.values() for lvl in h})
     cmap = mpl.colormaps["viridis"]
     centres = [edges[0] - 0.025] + [(a + b) / 2 for a, b in zip(edges, edges[1:])] + [edges[-1] + 0.025]
@@ -197,8 +197,7 @@ def log_ratio_plot(hists: dict[str, dict[int, list[int]]], bands: dict[str, dict
             if not h or not sum(h):
                 continue
             tot = sum(h)
-            ax.plot(centres, [c / tot for c in h], color=cmap(lvl / max(max(levels), 1)), lw=1.1,
-                    label=f"staleness {lvl}{'+' if lvl == max(levels) and lvl >= 8 else ''} ({tot} tokens)")
+            ax.plot(centres, [c / tot for c in h], color=cmap(lvl / max(max(levels), 1)), lw=1.1)
         for x in (math.log(1 - eps[0]), math.log(1 + eps[1])):
             ax.axvline(x, color="grey", ls="--", lw=0.8)
         ax.set_yscale("log")
@@ -206,7 +205,14 @@ def log_ratio_plot(hists: dict[str, dict[int, list[int]]], bands: dict[str, dict
         ax.set_xlabel("log pi_theta - log pi_rollout (nats; end bins = beyond +-2)")
         ax.set_ylabel("fraction of action tokens")
         ax.set_title(f"{arm}", fontsize=9)
-        ax.legend(fontsize=6, loc="upper left", frameon=False)
+    # one colour key for every histogram panel, beside them (a legend per panel sat on the curves)
+    names = [f"{lvl}{'+' if lvl == max(levels) and lvl >= 8 else ''}" for lvl in levels]
+    if levels:
+        norm = mpl.colors.Normalize(vmin=-0.5 / max(max(levels), 1), vmax=1 + 0.5 / max(max(levels), 1))
+        bar = fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(axes[:-1]), pad=0.01, fraction=0.02,
+                           ticks=[lvl / max(max(levels), 1) for lvl in levels])
+        bar.ax.set_yticklabels(names, fontsize=7)
+        bar.set_label("staleness (policy versions)", fontsize=8)
     ax = axes[-1]
     for arm in arms:
         b = bands[arm]
@@ -215,11 +221,13 @@ def log_ratio_plot(hists: dict[str, dict[int, list[int]]], bands: dict[str, dict
                 label=arm)
     ax.set_xlabel("staleness (policy versions)")
     ax.set_ylabel(f"fraction outside the DIS band ({1 - eps[0]:g}, {1 + eps[1]:g})")
-    ax.xaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True))
+    if levels and len(levels) <= 12:  # every level labelled, the last one "8+" when it pools the rest
+        ax.set_xticks(levels, names)
+    else:
+        ax.xaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True))
     ax.legend(fontsize=8, frameon=False)
     ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return str(path)
