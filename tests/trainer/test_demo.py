@@ -5,6 +5,7 @@ staleness, and audits that agree with what the agents played."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -43,7 +44,16 @@ def demo_run(tmp_path_factory):
     b.set_reward(1.0)
     write_trajectories(store, [b.finish()])
     cfg = DemoConfig(store=store, run_id="demo-test", keep_weights=True, **TINY)
-    return cfg, run_demo(cfg)
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=60, color_system=None)  # narrow: no line may wrap mid-phrase
+    result = run_demo(cfg, console=console)
+    PROGRESS["text"] = console.file.getvalue()
+    return cfg, result
+
+
+PROGRESS: dict[str, str] = {}
+"""What the module's demo run printed as it went (filled by the demo_run fixture)."""
 
 
 def test_demo_runs_the_asynchronous_loop(demo_run):
@@ -109,6 +119,36 @@ def test_demo_runs_the_asynchronous_loop(demo_run):
     with open(os.path.join(run_dir, "config.json")) as fh:  # the trainer's resolved config
         saved = json.load(fh)
     assert (saved["run"]["max_steps"], saved["data"]["batch_size"]) == (cfg.steps, cfg.batch_size)
+
+
+def test_progress_starts_at_once_and_each_episode_shows_its_own_time(demo_run):
+    import re
+
+    _, result = demo_run
+    lines = PROGRESS["text"].splitlines()
+    # the first lines come before any model is loaded: the user sees at once what is starting
+    assert lines[0].startswith("traj demo run demo-test, store ")
+    assert lines[1].startswith("starting traj serve --model tiny-llama")
+    # soft wrap: a long progress line stays one line even at 60 columns (no "policy steps of" on a line of its own)
+    start = next(line for line in lines if line.startswith("starting traj train --follow"))
+    assert "2 policy steps of 2 trajectories after 1 critic warm-up step(s)" in start
+    # one line per finished episode, each with that episode's own duration (not the batch's)
+    shown = [float(m.group(1)) for line in lines if (m := re.match(r"episode +\d+ .* ([0-9.]+)s$", line))]
+    assert shown == [round(e.seconds, 1) for e in result.episodes]
+
+
+def test_summary_commands_are_whole_lines_at_any_width(demo_run):
+    from rich.console import Console
+
+    from trajstore.trainer.demo import print_summary
+
+    _, result = demo_run
+    console = Console(file=io.StringIO(), width=40, color_system=None)
+    print_summary(result, console)
+    lines = console.file.getvalue().splitlines()
+    assert f"traj stats {result.store} --run demo-test" in lines
+    assert (f"traj sql {result.store} \"SELECT * FROM step_metrics WHERE run_id = 'demo-test' ORDER BY step\""
+            in lines)
 
 
 def test_trainer_failure_is_reported_with_its_log(demo_run):
