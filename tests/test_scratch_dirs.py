@@ -72,3 +72,20 @@ def test_rollout_worker_example_counts_what_it_wrote():
     assert f"wrote 1 trajectories to {store} (1 in the store)" in out
     assert f"traj sql {store} \"SELECT prompt_id, reward, num_actions FROM trajectories\"" in out.splitlines()
     shutil.rmtree(store)
+
+
+@pytest.mark.parametrize("preset", ["default", "smoke", "calibrate"])
+def test_learning_benchmark_writes_under_the_system_temp_dir_by_default(preset, tmp_path, monkeypatch):
+    # issue 16 point 1: --out-dir bench/learning_plots, relative to the working directory, made
+    # the smoke preset overwrite the committed table.md. Now every preset writes under
+    # <system temp>/..., whatever the working directory (the full run from the checkout: the
+    # slow test_smoke_preset_..._leaves_the_checkout_alone).
+    import tempfile
+
+    pytest.importorskip("torch")
+    from trajstore.trainer.learning_bench.suite import SuiteConfig
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "sys-tmp"))
+    monkeypatch.chdir(REPO)
+    scratch = Path(SuiteConfig.preset_config(preset).scratch)
+    assert scratch.is_absolute() and scratch.resolve().is_relative_to((tmp_path / "sys-tmp").resolve())
