@@ -63,6 +63,8 @@ def train_cmd(
                                                             "sharded over the ranks; run under torchrun)"),
     activation_checkpointing: bool = typer.Option(False, "--activation-checkpointing/--no-activation-checkpointing",
                                                   help="recompute decoder layers in the backward pass (less memory)"),
+    bf16: bool = typer.Option(True, "--bf16/--no-bf16", help="bf16 compute on CUDA (no effect on CPU, which computes "
+                                                             "in float32)"),
     publish_dtype: str = typer.Option("auto", "--publish-dtype", help="auto (bfloat16 when computing in bf16 on "
                                                                       "CUDA, else float32) | bfloat16 | float32"),
     tensorboard: bool = typer.Option(False, "--tensorboard/--no-tensorboard", help="also write TensorBoard events"),
@@ -131,7 +133,7 @@ def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed opti
             keep_versions, behaviour_logprobs, tokenizer, advantage, policy_loss, critic_updates,
             critic_warmup_steps, critic_warmup_until, policy_lr, critic_lr, eps_low,
             eps_high, critic_trainable_pattern, device, strategy, activation_checkpointing, publish_dtype, tensorboard,
-            seed, fmt, storage_option=(), **_ignored):
+            seed, fmt, storage_option=(), bf16=True, **_ignored):
     """The TrainConfig for the parsed options (pydantic validates every field)."""
     from trajstore.cli.audit import parse_storage_options
     from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
@@ -152,7 +154,7 @@ def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed opti
         run=RunConfig(run_id=run_id, max_steps=max_steps, publish_every=publish_every,
                       checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,
                       keep_versions=keep_versions, device=device, strategy=strategy,
-                      activation_checkpointing=activation_checkpointing, publish_dtype=publish_dtype,
+                      activation_checkpointing=activation_checkpointing, bf16=bf16, publish_dtype=publish_dtype,
                       tensorboard=tensorboard,
                       progress=fmt is OutputFormat.table),
     )

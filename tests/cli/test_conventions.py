@@ -120,6 +120,14 @@ def test_train_boolean_flags(store, fake_train, flags, follow, resume):
     assert fake_train["cfg"].data.follow is follow and fake_train["resume"] is resume
 
 
+@pytest.mark.parametrize(("flags", "bf16"), [((), True), (("--no-bf16",), False), (("--no-bf16", "--bf16"), True)])
+def test_train_bf16_switch(store, fake_train, flags, bf16):
+    # the README's "--bf16, on by default" is a real switch with its --no- form
+    res = runner.invoke(app, ["train", store, "--model", "tiny-llama", "--run-id", "r", *flags], env=WIDTH)
+    assert res.exit_code == 0, res.output
+    assert fake_train["cfg"].run.bf16 is bf16
+
+
 def test_train_flag_takes_no_value(store, fake_train):
     res = runner.invoke(app, ["train", store, "--model", "tiny-llama", "--run-id", "r", "--follow", "yes"])
     assert res.exit_code == 2 and "cfg" not in fake_train  # usage error: 'yes' is an extra argument
