@@ -210,7 +210,7 @@ def runs_cmd(
                               "checkpoints", "checkpoints" + (unit or "_size"), "records" + (unit or "_size"),
                               "total" + (unit or "_size")], rows, keys=["run"],
                              empty_note=f"no training runs in {report.store}")], fmt)
-    if table and report.runs:
+    if table and any(c.latest for r in report.runs for c in r.checkpoints):
         typer.echo("* = the checkpoint LATEST names (what --resume continues from)")
     if table and report.tmp_bytes:
         typer.echo(f"temporary files under _tmp/: {_size(report.tmp_bytes)} (removed by the next writer or trainer "

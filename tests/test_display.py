@@ -158,3 +158,11 @@ def test_render_record_formats():
     render_record("traj train", rec, "table", console=console)
     out = console.file.getvalue()
     assert out.startswith("traj train\n") and "last_metrics.policy/loss" in out and "0.500" in out
+
+
+def test_sizes_formatted_for_people_align_right_like_numbers():
+    out = _render([TableData("runs", ["run", "size"], [("a", "6.4 KB"), ("bb", "512 B"), ("c", None)])], 40)
+    # right-aligned: the unit letters line up at the column's right edge ("6.4 KB" is 6 wide, "512 B" 5)
+    assert "│ a   │ 6.4 KB │" in out and "│ bb  │  512 B │" in out, out
+    out = _render([TableData("t", ["run", "note"], [("a", "6.4 KB free"), ("bb", "x")])], 40)
+    assert "│ bb  │ x           │" in out, out  # other text stays left-aligned ("6.4 KB free" is 11 wide)

@@ -70,6 +70,10 @@ def is_share_column(name: str) -> bool:
     return bool(_SHARE_NAME.search(name.rsplit("/", 1)[-1]))
 
 
+_SIZE = re.compile(r"^-?[0-9][0-9.,]* ?(?:[kKMGTP]i?)?B$")
+"""A size already formatted for people (``6.4 KB``, ``512 B``, ``1.5 GiB``): aligned right like numbers."""
+
+
 def _number(v: Any) -> float | int | None:
     if isinstance(v, bool):
         return None
@@ -401,8 +405,9 @@ def print_table(console: Console, table: TableData) -> None:
     for i, name in enumerate(table.columns):
         values = [r[i] for r in rows]
         fmt = column_formatter(name, values, share=True if name in table.shares else None)
-        cols.append(_Col(name, [fmt(v) for v in values], right=any(_number(v) is not None for v in values),
-                         wrap=name in table.wrap))
+        right = any(_number(v) is not None for v in values) or (
+            any(isinstance(v, str) for v in values) and all(v is None or _SIZE.match(str(v)) for v in values))
+        cols.append(_Col(name, [fmt(v) for v in values], right=right, wrap=name in table.wrap))
     keys = list(table.keys) if table.keys is not None else list(infer_keys(table.columns, rows))
 
     constants: list[tuple[str, str]] = []
