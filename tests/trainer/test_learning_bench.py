@@ -297,3 +297,34 @@ def test_shift_evaluations_land_on_every_shift_step() -> None:
     assert all(s % spec.eval_every == 0 for s in cfg.shifts())
     with pytest.raises(ValueError, match="must divide"):
         SuiteConfig.preset_config("default", shift_eval_every=5).specs({s: "x" for s in range(5)})
+
+
+def test_reanalyse_refuses_a_run_directory_committed_to_git(tmp_path) -> None:
+    """Issue 16: the benchmark never writes over committed files. A run directory copied into a
+    git checkout and committed is refused by --reanalyse (it would rewrite report.md and the
+    figures in place), in one line, with every committed file left as it was."""
+    import shutil
+    import subprocess
+
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+    from trajstore.trainer.learning_bench.suite import SuiteConfig, committed_files
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    run = tmp_path / "repo" / "bench" / "run"
+    (run / "results").mkdir(parents=True)
+    (run / "config.json").write_text(SuiteConfig.preset_config("smoke").model_dump_json())
+    (run / "report.md").write_text("committed report\n")
+    git = ["git", "-C", str(tmp_path / "repo"), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "a run"], check=True)
+    assert sorted(committed_files(run)) == ["config.json", "report.md"]
+    assert committed_files(tmp_path) == []  # not a work tree
+    r = CliRunner().invoke(app, ["bench", "learning", "--reanalyse", str(run)])
+    assert r.exit_code == 1, r.output
+    assert "refusing to overwrite 2 file(s) committed to git" in r.output and len(r.output.strip().splitlines()) == 1
+    assert (run / "report.md").read_text() == "committed report\n"
+    assert sorted(p.name for p in run.iterdir()) == ["config.json", "report.md", "results"]

@@ -44,10 +44,17 @@ def _smooth(ys: list[float], w: int) -> list[float]:
     return [sum(ys[max(0, i - w + 1):i + 1]) / len(ys[max(0, i - w + 1):i + 1]) for i in range(len(ys))]
 
 
+def _arm_order(arms: Sequence[str]) -> list[str]:
+    """`arms` in the fixed order of :data:`ARM_COLORS` (unknown names last), so that legends do not
+    follow the order in which runs happened to finish."""
+    known = list(ARM_COLORS)
+    return sorted(arms, key=lambda a: (known.index(a) if a in known else len(known), a))
+
+
 def _legend_panel(ax, arms: Sequence[str], extra: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:  # noqa: ANN001
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=ARM_COLORS.get(a, "grey"), lw=2, label=a) for a in arms]
+    handles = [Line2D([], [], color=ARM_COLORS.get(a, "grey"), lw=2, label=a) for a in _arm_order(arms)]
     handles += [Line2D([], [], label=label, **style) for label, style in extra]
     ax.legend(handles=handles, loc="center left", frameon=False, fontsize=9)
     ax.axis("off")
@@ -139,7 +146,7 @@ def curves_plot(groups: dict[str, Sequence[str]], runs: dict[str, list[list[dict
         ax.set_xlabel("policy step")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(ylabel, fontsize=8)
-    _legend_panel(axes[-1], arms_seen, [("reward shift", {"color": "grey", "ls": "--"})] if shifts else ())
+    _legend_panel(axes[-1], arms_seen, [("preference shift", {"color": "grey", "ls": "--"})] if shifts else ())
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
@@ -161,7 +168,8 @@ def diagnostics_plot(histories: dict[str, list[list[dict[str, Any]]]], path: str
     fig, axes = plt.subplots(1, len(panels) + 1, figsize=(20, 3.8), dpi=100,
                              gridspec_kw={"width_ratios": [1] * len(panels) + [0.5]})
     for ax, (key, label) in zip(axes, panels):
-        for arm, runs in histories.items():
+        for arm in _arm_order(list(histories)):
+            runs = histories[arm]
             pol = [[r for r in h if r["step"] >= 0] for h in runs]
             xs, ys = _mean_curve(pol, key)
             if xs:
@@ -267,7 +275,8 @@ def family_shift_plot(runs: dict[str, list[list[dict[str, Any]]]], families: Seq
     fig, axes = plt.subplots(1, len(families) + 1, figsize=(4.2 * len(families) + 2.2, 3.6), dpi=110,
                              gridspec_kw={"width_ratios": [1] * len(families) + [0.5]})
     for ax, fam in zip(axes, families):
-        for arm, rs in runs.items():
+        for arm in _arm_order(list(runs)):
+            rs = runs[arm]
             flat = [[{"step": e["step"], "r": e["by_family"].get(fam, math.nan)} for e in r] for r in rs]
             xs, ys = _mean_curve(flat, "r")
             ax.plot(xs, ys, color=ARM_COLORS.get(arm, "grey"), lw=1.4)

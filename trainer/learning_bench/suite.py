@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from trajstore.trainer.envs import FAMILIES
-from trajstore.trainer.learning_bench.harness import ARMS, DIS_BAND, LOG_RATIO_EDGES, RunSpec, run_one
+from trajstore.trainer.learning_bench.harness import ARMS, DIS_BAND, LOG_RATIO_EDGES, BenchError, RunSpec, run_one
 from trajstore.trainer.learning_bench.oracle import QualityConfig
 from trajstore.trainer.learning_bench.stats import CLAIMS, Interval, auc, bootstrap_interval, paired, verdict
 from trajstore.trainer.learning_bench.warmstart import WarmStartConfig
@@ -227,10 +227,29 @@ def run_suite(cfg: SuiteConfig, *, log: Callable[[str], None] = lambda _m: None)
     return summary
 
 
+def committed_files(directory: str | os.PathLike[str]) -> list[str]:
+    """Files under `directory` that git tracks (paths relative to it); [] outside a git work tree
+    or without git. The benchmark never writes over these (issue 16)."""
+    import shutil
+    import subprocess
+
+    d = Path(directory)
+    if not d.is_dir() or shutil.which("git") is None:
+        return []
+    proc = subprocess.run(["git", "-C", str(d), "ls-files", "-z", "--", "."], capture_output=True)
+    if proc.returncode != 0:  # not a work tree
+        return []
+    return [n for n in proc.stdout.decode().split("\0") if n]
+
+
 def reanalyse(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Redo the statistics, figures and report of a finished run directory from its saved
     results (no training); overwrites only that directory's summary, report and figures."""
     out = Path(out_dir)
+    tracked = committed_files(out)
+    if tracked:
+        raise BenchError(f"--reanalyse {out}: refusing to overwrite {len(tracked)} file(s) committed to git there "
+                         f"(e.g. {tracked[0]}); copy the run directory out of the checkout first")
     cfg = SuiteConfig.model_validate_json((out / "config.json").read_text())
     done = {p.stem: json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))}
     old = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
