@@ -233,7 +233,10 @@ def train_config(spec: RunSpec, store_uri: str) -> Any:
 
     arm = get_arm(spec.arm)
     codec = CharCodec()
-    algo = {"critic_warmup_steps": spec.critic_warmup, "eps_low": DIS_BAND[0], "eps_high": DIS_BAND[1], **arm.algo}
+    # a fixed warm-up of spec.critic_warmup iterations (SAO.md: 10 steps): the simulated timeline
+    # publishes nothing during exactly that many iterations, so the trainer must not end it early
+    algo = {"critic_warmup_steps": spec.critic_warmup, "critic_warmup_until": "budget", "eps_low": DIS_BAND[0],
+            "eps_high": DIS_BAND[1], **arm.algo}
     return TrainConfig(
         store=store_uri,
         model=ModelConfig(name=spec.warm_start, tokenizer=codec.name, seed=spec.seed,

@@ -170,7 +170,7 @@ def _critic_trainer(warm_start: str, seed: int, full: bool, k: int, cfg: Quality
                                       critic_trainable_pattern=None if full else CRITIC_TRAINABLE_PATTERN),
         data=DataConfig(batch_size=cfg.batch_size, micro_batch_size=8, max_seq_len=256),
         optim=OptimConfig(policy_lr=cfg.policy_lr, critic_lr=cfg.policy_lr * cfg.critic_lr_factor),
-        algo=AlgoConfig(critic_updates=k, critic_warmup_steps=10**6),
+        algo=AlgoConfig(critic_updates=k, critic_warmup_steps=10**6, critic_warmup_until="budget"),  # critic only
         run=RunConfig(run_id=f"quality-{'full' if full else 'mlp'}-k{k}", device="cpu", progress=False))
     return setup(tc, allow_empty=True)  # the oracle writes its batches after setup
 
