@@ -267,7 +267,7 @@ def test_smoke_preset_critic_beats_the_running_mean_and_leaves_the_checkout_alon
     monkeypatch.chdir(repo)
     r = CliRunner().invoke(app, ["bench", "learning", "--preset", "smoke", "--format", "json"])
     assert r.exit_code == 0, r.output
-    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    summary = json.loads(r.stdout)  # --format json: the summary object, indented, alone on stdout
     assert Path(summary["out_dir"]).resolve().is_relative_to(tmp_path.resolve())
     assert (Path(summary["out_dir"]) / "report.md").is_file()
     assert _checkout_snapshot(repo) == before
