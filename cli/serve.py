@@ -26,6 +26,9 @@ def serve_cmd(
 ) -> None:
     """Serve a local model over an OpenAI-compatible API (chat and text completions, streaming,
     token ids and log-probs in vLLM's shape, SGLang's /update_weights_from_disk)."""
+    from trajstore.extras import INSTALL_TRAIN_EXTRA, require
+
+    require(("torch", "transformers"), what="traj serve", install=INSTALL_TRAIN_EXTRA)
     from trajstore.trainer.serve import ServeConfig, run_serve
 
     cfg = ServeConfig(model=model, tokenizer=tokenizer, host=host, port=port, device=device, dtype=dtype,

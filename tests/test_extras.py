@@ -51,3 +51,14 @@ def test_tokenizer_without_transformers_is_one_line(without, tmp_path):
     with pytest.raises(MissingExtraError, match=r"needs transformers: pip install torch==2\.13\.0 && pip install "
                                                 r"'trajstore\[train\]'$"):
         load_tokenizer(str(tmp_path))  # a (local Hugging Face) directory: only transformers is needed
+
+
+def test_serve_without_the_train_extra_is_one_line(without, monkeypatch):
+    # it raised ModuleNotFoundError with a traceback from inside the model loader
+    pytest.importorskip("torch")
+    monkeypatch.setattr("trajstore.trainer.serve.run_serve", lambda cfg, on_ready=None: None)  # never serve here
+    without("torch")
+    res = CliRunner().invoke(app, ["serve", "--model", "tiny-llama", "--port", "0"])
+    assert res.exit_code == 1
+    assert res.output == ("error: traj serve needs torch: pip install torch==2.13.0 && pip install "
+                          "'trajstore[train]'\n")
