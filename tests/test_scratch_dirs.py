@@ -51,6 +51,7 @@ def test_sdk_example_writes_to_a_scratch_dir():
     shutil.rmtree(store)
 
 
+@pytest.mark.slow  # a minute or more on 2 cores: CI's slow step
 def test_audit_benchmark_leaves_the_checkout_alone():
     _run_from_checkout("bench/audit.py", "--trajectories", "40", "--spans", "4", "--tokens-per-span", "8",
                        "--scale", "2", "--repeat", "1")

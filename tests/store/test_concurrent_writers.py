@@ -90,6 +90,7 @@ def test_eight_processes_local(tmp_store: str) -> None:
     _check_store(tmp_store, None)
 
 
+@pytest.mark.slow  # a minute or more on 2 cores: CI's slow step
 @pytest.mark.s3
 def test_eight_processes_s3(s3_store_uri: tuple[str, dict[str, Any]]) -> None:
     uri, opts = s3_store_uri

@@ -86,6 +86,7 @@ def _consumed_ids(store: Path, run_id: str) -> list[str]:
     return sorted(i for (i,) in rows)
 
 
+@pytest.mark.slow  # a minute or more on 2 cores: CI's slow step
 def test_sigkill_at_random_moments_then_resume_trains_each_trajectory_once(tmp_path: Path) -> None:
     ids = write_synthetic_store(tmp_path, 20, per_shard=3)
     env = {**os.environ, "TRAJ_TRACEBACK": "1"}

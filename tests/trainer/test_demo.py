@@ -56,6 +56,7 @@ PROGRESS: dict[str, str] = {}
 """What the module's demo run printed as it went (filled by the demo_run fixture)."""
 
 
+@pytest.mark.slow  # a minute or more on 2 cores: CI's slow step
 def test_demo_runs_the_asynchronous_loop(demo_run):
     from trajstore.reader import read_trajectories
     from trajstore.policies import list_policy_versions
@@ -121,6 +122,7 @@ def test_demo_runs_the_asynchronous_loop(demo_run):
     assert (saved["run"]["max_steps"], saved["data"]["batch_size"]) == (cfg.steps, cfg.batch_size)
 
 
+@pytest.mark.slow  # a minute or more on 2 cores: CI's slow step
 def test_progress_starts_at_once_and_each_episode_shows_its_own_time(demo_run):
     import re
 
@@ -137,6 +139,7 @@ def test_progress_starts_at_once_and_each_episode_shows_its_own_time(demo_run):
     assert shown == [round(e.seconds, 1) for e in result.episodes]
 
 
+@pytest.mark.slow  # a minute or more on 2 cores: CI's slow step
 def test_summary_commands_are_whole_lines_at_any_width(demo_run):
     from rich.console import Console
 
@@ -151,6 +154,7 @@ def test_summary_commands_are_whole_lines_at_any_width(demo_run):
             in lines)
 
 
+@pytest.mark.slow  # a minute or more on 2 cores: CI's slow step
 def test_trainer_failure_is_reported_with_its_log(demo_run):
     cfg, _ = demo_run
     again = cfg.model_copy(update={"timeout_s": 120})
