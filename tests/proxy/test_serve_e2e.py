@@ -127,6 +127,32 @@ def test_tool_calling_loop_is_stored_bit_for_bit(serve, start_proxy, tmp_path, s
     assert [o["cause_id"] for o in obs] == [a["tool_call_ids"][0] for a in actions[:tool_turns]]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_text_completions_and_models_through_the_proxy(serve, start_proxy, tmp_path, stream):
+    """/v1/completions (the text endpoint) is recorded bit for bit too; /v1/models is the server's."""
+    url, log = serve
+    px = start_proxy(url, tokenizer=TOKENIZER)
+    session = f"text-{int(stream)}"
+    c = openai.OpenAI(base_url=f"{px.url}/s/{session}/v1", api_key="none", max_retries=0)
+    assert [m.id for m in c.models.list()] == [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]]
+    r = c.completions.create(model="tiny-llama", prompt="The capital of France is", max_tokens=6, stream=stream,
+                             extra_body={"seed": 3})
+    if stream:
+        chunks = [ch for ch in r if ch.choices]
+        assert chunks and all(ch.choices[0].logprobs is None for ch in chunks)
+    else:  # the client gets what it asked for: no ids or log-probs the proxy added
+        assert r.choices[0].logprobs is None and "token_ids" not in (r.choices[0].model_extra or {})
+        assert "prompt_token_ids" not in (r.model_extra or {})
+    assert httpx.post(f"{px.url}/s/{session}/finish", json={}).json()["status"] == "completed"
+    (row,) = session_rows(str(tmp_path / "store"), session)
+    (a,) = [s for s in row["spans"] if s["kind"] == "action"]
+    rec = samples(log)[a["call_id"]]
+    assert rec["endpoint"] == "completions"
+    assert row["tokens"][:a["start"]] == rec["prompt_token_ids"] and row["tokens"][a["start"]:] == rec["token_ids"]
+    lps = np.asarray(row["logprobs"], dtype=np.float32)[a["logprob_start"]:a["logprob_start"] + a["end"] - a["start"]]
+    np.testing.assert_array_equal(lps, np.asarray(rec["logprobs"], dtype=np.float32))
+
+
 def _allowed(tokenizer) -> list[int]:
     """Ids whose any sequence re-tokenises to itself after the assistant header (words with a
     leading space), plus the end-of-turn id: conversations stay prefix-stable."""
