@@ -12,8 +12,15 @@ chat calls whose prompt grows by the last answer plus an observation; the same c
 straight to the upstream (the baseline) and once through the proxy (session URL
 ``/s/<key>/v1``, then ``POST /s/<key>/finish``), in alternating rounds so drift hits both.
 
+A third path, ``--hop`` (on by default), goes through a bare pass-through forwarder built
+from the proxy's own stack (FastAPI on uvicorn, one httpx client, the same listening socket)
+that records nothing: proxy - hop is what recording costs, hop - direct what any Python HTTP
+hop costs on this machine.
+
 Per call: latency from sending the request to the last byte (and, streaming, to the first
-chunk). Printed per mode and level: p50 and p99 direct and through the proxy, the added
+chunk). A call that fails (connection error, HTTP error) is counted in ``errors`` for its
+configuration and its session is dropped (through the proxy it is finished as ``failed``),
+instead of ending the run. Printed per mode and level: p50 and p99 direct and through the proxy, the added
 latency (proxy - direct, per percentile), calls/s both ways (the proxy's wall time includes
 the ``/finish`` calls, which write the episode to the store before returning) and their ratio.
 The target (issue 13): p50 added latency <= 5 ms on loopback.
@@ -92,6 +99,55 @@ def start_proxy(upstream: str, store: str, log: str) -> tuple[subprocess.Popen[b
     return proc, url
 
 
+HOP_APP = '''
+import sys, httpx, uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+from trajstore.proxy.server import listening_socket
+up, port = sys.argv[1], int(sys.argv[2])
+app = FastAPI(docs_url=None, redoc_url=None)
+client = httpx.AsyncClient(base_url=up, timeout=120, limits=httpx.Limits(max_connections=1024,
+                           max_keepalive_connections=256))
+
+async def fwd(request: Request):
+    raw = await request.body()
+    req = client.build_request("POST", "/v1/chat/completions", content=raw,
+                               headers={"content-type": "application/json"})
+    r = await client.send(req, stream=True)
+    if r.headers.get("content-type", "").startswith("text/event-stream"):
+        async def relay():
+            try:
+                async for part in r.aiter_raw():
+                    yield part
+            finally:
+                await r.aclose()
+        return StreamingResponse(relay(), media_type="text/event-stream")
+    body = await r.aread()
+    await r.aclose()
+    return Response(body, status_code=r.status_code, media_type="application/json")
+
+app.add_api_route("/v1/chat/completions", fwd, methods=["POST"])
+app.add_api_route("/s/{key}/v1/chat/completions", fwd, methods=["POST"])
+
+@app.post("/s/{key}/finish")
+async def finish(key: str):
+    return {"status": "completed"}
+
+uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False)).run(
+    sockets=[listening_socket("127.0.0.1", port)])
+'''
+
+
+def start_hop(upstream: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The pass-through forwarder (see the module docstring) in its own process."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-c", HOP_APP, upstream, str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    _wait_http(url + "/docs-not-here", proc)
+    return proc, url
+
+
 @dataclass
 class Sample:
     """Latencies (s) of one configuration's calls and its wall time."""
@@ -101,6 +157,8 @@ class Sample:
     calls: int = 0
     wall: float = 0.0
     finished: list[str] = field(default_factory=list)  # sessions whose /finish answered "completed"
+    errors: int = 0  # calls that failed (their sessions are dropped)
+    failed: list[str] = field(default_factory=list)  # through the proxy: sessions finished as failed
 
 
 async def _call(client: httpx.AsyncClient, url: str, body: dict[str, Any], stream: bool, out: Sample) -> str:
@@ -152,18 +210,33 @@ async def run_load(base: str, *, proxy: bool, stream: bool, concurrency: int, se
                 url = f"{base}/s/{key}/v1/chat/completions" if proxy else f"{base}/v1/chat/completions"
                 msgs = [{"role": "system", "content": "You are a careful agent."},
                         {"role": "user", "content": f"task {key}: " + OBSERVATION}]
+                ok = True
                 for _ in range(turns):
                     body: dict[str, Any] = {"model": "fake", "messages": msgs, "temperature": 1.0}
                     if stream:
                         body["stream"] = True
-                    text = await _call(client, url, body, stream, out)
+                    try:
+                        text = await _call(client, url, body, stream, out)
+                    except httpx.HTTPError as e:
+                        out.errors += 1
+                        print(f"{tag}: call failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                        ok = False
+                        break
                     out.calls += 1
                     msgs = [*msgs, {"role": "assistant", "content": text}, {"role": "user", "content": OBSERVATION}]
                 if proxy:
-                    r = await client.post(f"{base}/s/{key}/finish", json={"reward": 1.0})
-                    r.raise_for_status()
-                    if r.json()["status"] == "completed":
+                    try:
+                        r = await client.post(f"{base}/s/{key}/finish",
+                                              json={"reward": 1.0} if ok else {"status": "failed"})
+                        r.raise_for_status()
+                    except httpx.HTTPError as e:
+                        out.errors += 1
+                        print(f"{tag}: finish failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                        continue
+                    if ok and r.json()["status"] == "completed":
                         out.finished.append(key)
+                    elif not ok:
+                        out.failed.append(key)
 
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -175,9 +248,11 @@ def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs) * 1e3, q)) if xs else float("nan")
 
 
-def check_store(store: str, expected: dict[str, int]) -> dict[str, Any]:
+def check_store(store: str, expected: dict[str, int], failed: set[str] | None = None) -> dict[str, Any]:
     """Every session of `expected` (session key -> calls) stored once, completed, with one
-    action span per call; and nothing else stored."""
+    action span per call; and nothing else stored but the `failed` sessions (a call of theirs
+    failed), which must not be ``completed``."""
+    failed = failed or set()
     from trajstore.reader import read_trajectories
 
     t = read_trajectories(store, columns=["trajectory_id", "status", "num_actions", "metadata"]).to_pylist()
@@ -188,9 +263,11 @@ def check_store(store: str, expected: dict[str, int]) -> dict[str, Any]:
     dup = sorted(k for k, rs in by_session.items() if len(rs) > 1)
     bad = sorted(k for k, rs in by_session.items() if k in expected and any(
         r["status"] != "completed" or r["num_actions"] != expected[k] for r in rs))
-    extra = sorted(set(by_session) - set(expected))
+    bad += sorted(k for k, rs in by_session.items() if k in failed and any(r["status"] == "completed" for r in rs))
+    extra = sorted(set(by_session) - set(expected) - failed)
     return {"sessions_sent": len(expected), "sessions_stored": len(by_session), "rows": len(t), "lost": len(lost),
             "duplicated": len(dup), "wrong": len(bad), "unexpected": len(extra),
+            "failed_sessions": len(failed),
             "ok": not (lost or dup or bad or extra), "examples": (lost + dup + bad + extra)[:5]}
 
 
@@ -204,6 +281,7 @@ def main() -> None:
     ap.add_argument("--reply-tokens", type=int, default=64, help="tokens per answer (SSE: one chunk each)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating direct/proxy rounds per configuration")
     ap.add_argument("--modes", nargs="+", default=["json", "sse"], choices=["json", "sse"])
+    ap.add_argument("--no-hop", action="store_true", help="skip the pass-through forwarder baseline")
     ap.add_argument("--keep", action="store_true", help="keep the temporary store and the proxy log")
     ap.add_argument("--json", action="store_true", help="print the results as one JSON object")
     args = ap.parse_args()
@@ -213,11 +291,18 @@ def main() -> None:
     procs: list[subprocess.Popen[bytes]] = []
     results: list[dict[str, Any]] = []
     expected: dict[str, int] = {}  # session finished through the proxy -> its calls
+    failed: set[str] = set()  # sessions through the proxy with a failed call
+    stats: dict[str, Any] = {}
     try:
         up, up_url = start_upstream(args.reply_tokens)
         procs.append(up)
         px, px_url = start_proxy(up_url, store, log)
         procs.append(px)
+        hop_url = None
+        if not args.no_hop:
+            hop, hop_url = start_hop(up_url)
+            procs.append(hop)
+            asyncio.run(run_load(hop_url, proxy=True, stream=False, concurrency=2, sessions=4, turns=2, tag="warm"))
         # warm both paths (connections, first-call imports)
         asyncio.run(run_load(up_url, proxy=False, stream=False, concurrency=2, sessions=4, turns=2, tag="warm"))
         w = asyncio.run(run_load(px_url, proxy=True, stream=True, concurrency=2, sessions=4, turns=2, tag="warm"))
@@ -226,23 +311,32 @@ def main() -> None:
             stream = mode == "sse"
             for c in args.concurrency:
                 n = args.sessions or max(24, 4 * c)
-                direct, via = Sample(), Sample()
+                got = {"direct": Sample(), "hop": Sample(), "proxy": Sample()}
+                paths = [("direct", up_url), *([("hop", hop_url)] if hop_url else []), ("proxy", px_url)]
                 for rnd in range(args.rounds):
-                    for is_proxy in ((False, True) if rnd % 2 == 0 else (True, False)):
-                        s = asyncio.run(run_load(px_url if is_proxy else up_url, proxy=is_proxy, stream=stream,
-                                                 concurrency=c, sessions=n, turns=args.turns,
-                                                 tag=f"{mode}-c{c}-r{rnd}"))
-                        agg = via if is_proxy else direct
+                    for path, base in (paths if rnd % 2 == 0 else paths[::-1]):
+                        s = asyncio.run(run_load(base, proxy=path != "direct", stream=stream, concurrency=c,
+                                                 sessions=n, turns=args.turns, tag=f"{mode}-c{c}-r{rnd}-{path}"))
+                        agg = got[path]
                         agg.total += s.total
                         agg.first += s.first
                         agg.calls += s.calls
                         agg.wall += s.wall
                         agg.finished += s.finished
+                        agg.errors += s.errors
+                        agg.failed += s.failed
+                direct, hop, via = got["direct"], got["hop"], got["proxy"]
                 expected.update(dict.fromkeys(via.finished, args.turns))
+                failed.update(via.failed)
                 row = {"mode": mode, "concurrency": c, "calls": via.calls,
                        "direct_p50_ms": _pct(direct.total, 50), "direct_p99_ms": _pct(direct.total, 99),
                        "proxy_p50_ms": _pct(via.total, 50), "proxy_p99_ms": _pct(via.total, 99),
-                       "direct_calls_per_s": direct.calls / direct.wall, "proxy_calls_per_s": via.calls / via.wall}
+                       "direct_calls_per_s": direct.calls / direct.wall, "proxy_calls_per_s": via.calls / via.wall,
+                       "errors": {"direct": direct.errors, "hop": hop.errors, "proxy": via.errors}}
+                if hop_url:
+                    row.update({"hop_p50_ms": _pct(hop.total, 50), "hop_p99_ms": _pct(hop.total, 99),
+                                "hop_calls_per_s": hop.calls / hop.wall})
+                    row["recording_p50_ms"] = row["proxy_p50_ms"] - row["hop_p50_ms"]
                 row["added_p50_ms"] = row["proxy_p50_ms"] - row["direct_p50_ms"]
                 row["added_p99_ms"] = row["proxy_p99_ms"] - row["direct_p99_ms"]
                 row["throughput_ratio"] = row["proxy_calls_per_s"] / row["direct_calls_per_s"]
@@ -255,7 +349,11 @@ def main() -> None:
                           f"proxy p50 {row['proxy_p50_ms']:7.2f} p99 {row['proxy_p99_ms']:7.2f} | added p50 "
                           f"{row['added_p50_ms']:6.2f} p99 {row['added_p99_ms']:7.2f} ms | calls/s "
                           f"{row['direct_calls_per_s']:6.0f} -> {row['proxy_calls_per_s']:6.0f} "
-                          f"({row['throughput_ratio']:.2f}x)", flush=True)
+                          f"({row['throughput_ratio']:.2f}x)"
+                          + (f" | bare hop p50 {row['hop_p50_ms']:7.2f} p99 {row['hop_p99_ms']:7.2f} "
+                             f"({row['hop_calls_per_s']:.0f}/s): recording adds p50 {row['recording_p50_ms']:.2f}"
+                             if hop_url else "")
+                          + (f" | ERRORS {row['errors']}" if any(row["errors"].values()) else ""), flush=True)
         stats = httpx.get(px_url + "/proxy/stats", timeout=30).json()
     finally:
         for p in reversed(procs):
@@ -265,7 +363,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 p.kill()
     # the proxy was stopped cleanly: nothing is open, everything it answered is durable
-    integrity = check_store(store, expected)
+    integrity = check_store(store, expected, failed)
     summary = {
         "results": results,
         "target_p50_added_ms": TARGET_P50_MS,
