@@ -52,7 +52,8 @@ def test_mini_swe_agent_exit_status(exit_status, status):
 
 
 def test_mini_swe_agent_v1_text_actions_link_observations(tmp_path, tok):
-    d = {"info": {"exit_status": "LimitsExceeded", "submission": ""},
+    # model_stats.api_calls = 3 but the log holds 2 assistant turns: flagged, never silent
+    d = {"info": {"exit_status": "LimitsExceeded", "submission": "", "model_stats": {"api_calls": 3}},
          "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "T"},
                       {"role": "assistant", "content": "```bash\nls\n```"},
                       {"role": "user", "content": "<output>a</output>"},
@@ -76,6 +77,8 @@ def test_mini_swe_agent_v1_text_actions_link_observations(tmp_path, tok):
     acts = [s for s in row["spans"] if s["kind"] == "action"]
     obs = [s for s in row["spans"] if s["kind"] == "observation"]
     assert [a["call_id"] for a in acts] == ["step-0", "step-1"] and [o["cause_id"] for o in obs] == ["step-0", "step-1"]
+    assert json.loads(row["metadata"])["fidelity_gaps"]["model_calls"] == \
+        "the harness counted 3 model calls, the log holds 2"
 
 
 # -- ATIF ----------------------------------------------------------------------------------------

@@ -201,6 +201,8 @@ def test_mini_swe_agent_v2(reported, tmp_path, tok):
         (obs,) = [s for s in row["spans"] if s["kind"] == "observation"]
         assert [a["tool_call_ids"] for a in acts] == [["call_a"], ["call_b"]] and obs["cause_id"] == "call_a"
         assert acts[0]["call_id"] == "r1" and acts[0]["finish_reason"] == "tool_calls"
+        # one action per model call: the agent's own count, info.model_stats.api_calls = 2
+        assert len(acts) == json.loads(row["metadata"])["harness_model_calls"] == 2
     assert task["status"] == "completed" and noexit["status"] == "truncated"
     assert list(json.loads(task["metadata"])["fidelity_gaps"]) == ["tools"]  # the bash tool's schema is not logged
     assert json.loads(task["metadata"])["exit_messages"] == 1

@@ -8,6 +8,8 @@ actions remain possible). ``info.exit_status`` says how the run ended and sets `
 What the model never saw is not a turn: v2's ``exit`` message (the submission, or why the run
 stopped) and, in v1, the user message the agent appends after a terminating exit (its text is
 the submission). Both are kept in metadata. The files carry no reward (evaluation is separate).
+``info.model_stats.api_calls`` (the agent's own count of model calls) is kept as metadata
+``harness_model_calls``; a log holding another number of actions is flagged (``model_calls``).
 """
 
 from __future__ import annotations
@@ -66,6 +68,9 @@ def parse_traj(d: Any, origin: Origin) -> Conversation:
                             "exit_status": exit_status,
                             "model_stats": info.get("model_stats") if isinstance(info.get("model_stats"), dict) else None,
                             "reward_note": "mini-swe-agent trajectories carry no evaluation"}
+    stats = meta["model_stats"] or {}
+    if isinstance(stats.get("api_calls"), int) and not isinstance(stats["api_calls"], bool):
+        meta["harness_model_calls"] = stats["api_calls"]  # checked against the actions (fidelity gap model_calls)
     if isinstance(submission, str) and len(submission) <= SUBMISSION_META_CHARS:
         meta["submission"] = submission
     if exits:
