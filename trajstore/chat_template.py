@@ -70,6 +70,98 @@ def render_chat(tokenizer: Any, messages: Sequence[dict[str, Any]], *, add_gener
     return text
 
 
+class ChatRenderer:
+    """Renders many conversations that share their messages with one tokenizer's chat template:
+    the same text as :func:`render_chat`, without preparing every message again on each call.
+
+    ``apply_chat_template`` copies and normalizes every message of the conversation on each call
+    (drops ``None`` values, rebuilds plain JSON data for the sandbox, aliases reasoning fields)
+    before the jinja render. Ingest renders each call's growing context (issue 12 item 7), so a
+    conversation of N calls is normalized O(N^2) times. Here each message is prepared once
+    (:meth:`prepare`, the same steps) and the compiled template is rendered with the same
+    variables (``messages``, ``tools``, ``documents``, ``add_generation_prompt`` and the
+    tokenizer's special tokens). Before use the fast path is checked against
+    ``apply_chat_template`` on a probe conversation with a system prompt, tools, reasoning, a
+    tool call and a tool result; on any difference, or when transformers' helpers are not
+    importable, every render goes through :func:`render_chat`.
+    """
+
+    def __init__(self, tokenizer: Any):
+        self.tok = tokenizer
+        key = (id(tokenizer), template_source(tokenizer), repr(getattr(tokenizer, "special_tokens_map", None)))
+        if key not in _FAST:
+            _FAST[key] = _fast_path(tokenizer)
+        self._fast = _FAST[key]
+
+    @property
+    def fast(self) -> bool:
+        """True when renders skip ``apply_chat_template`` (checked equal on the probe)."""
+        return self._fast is not None
+
+    def prepare(self, message: dict[str, Any]) -> dict[str, Any]:
+        """`message` as the template will see it (on the fast path: normalized once; the
+        sandbox is immutable, so a prepared message can be shared by many renders)."""
+        return _prepare(message) if self._fast is not None else message
+
+    def render(self, prepared: Sequence[dict[str, Any]], *, add_generation_prompt: bool,
+               tools: list[dict[str, Any]] | None = None) -> str:
+        """:func:`render_chat` of messages returned by :meth:`prepare` (same arguments, errors and text)."""
+        fast = self._fast
+        if fast is None or not prepared or (tools is not None and not all(isinstance(t, dict) for t in tools)):
+            return render_chat(self.tok, prepared, add_generation_prompt=add_generation_prompt, tools=tools)
+        compiled, plain, variables = fast[tools is not None]
+        text = compiled.render(messages=list(prepared), tools=None if tools is None else plain(tools), documents=None,
+                               add_generation_prompt=add_generation_prompt, **variables)
+        if not isinstance(text, str):
+            raise TrajstoreError("the chat template did not return text")
+        return text
+
+
+_FAST: dict[tuple[int, str, str], Any] = {}
+
+
+def _prepare(message: dict[str, Any]) -> dict[str, Any]:
+    from transformers.utils.chat_template_utils import _alias_reasoning_fields, _plain_template_data
+
+    (out,) = _alias_reasoning_fields([_plain_template_data({k: v for k, v in message.items() if v is not None})])
+    return out
+
+
+_PROBE_TOOLS = [{"type": "function", "function": {"name": "probe_tool", "description": "Probe.", "parameters": {
+    "type": "object", "properties": {"x": {"type": "string", "description": "an argument"}}, "required": ["x"]}}}]
+_PROBE_CHAT = [
+    {"role": "system", "content": "S"}, {"role": "user", "content": "U"},
+    {"role": "assistant", "content": "A", "reasoning_content": "R", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "probe_tool", "arguments": '{"x": "1"}'}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "O"}, {"role": "assistant", "content": "B", "tool_calls": None},
+    {"role": "user", "content": "V"}]
+
+
+def _fast_path(tokenizer: Any) -> Any:
+    """{has tools: (compiled template, plain-data function, template variables)}, or None when
+    the fast path is unavailable or renders the probe differently from ``apply_chat_template``."""
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template, _plain_template_data
+
+        if not getattr(tokenizer, "chat_template", None):
+            return None
+        variables = _plain_template_data(dict(tokenizer.special_tokens_map))
+        fast = {has: (_compile_jinja_template(tokenizer.get_chat_template(None, _PROBE_TOOLS if has else None)),
+                      _plain_template_data, variables) for has in (False, True)}
+        probe = ChatRenderer.__new__(ChatRenderer)
+        probe.tok, probe._fast = tokenizer, fast
+        for n in (2, 3, len(_PROBE_CHAT)):
+            msgs = [dict(m) for m in _PROBE_CHAT[:n]]
+            for gen in (False, True):
+                for tools in (None, _PROBE_TOOLS):
+                    if probe.render([_prepare(m) for m in msgs], add_generation_prompt=gen, tools=tools) != \
+                            render_chat(tokenizer, msgs, add_generation_prompt=gen, tools=tools):
+                        return None
+        return fast
+    except Exception:  # an older/newer transformers, or a template that rejects the probe
+        return None
+
+
 def encode(tokenizer: Any, text: str) -> list[int]:
     """Token ids of `text` exactly as written (no BOS/EOS added)."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -236,3 +236,44 @@ def test_render_conversation_without_any_call_is_one_prompt(tok):
     (part,) = render_conversation(tok, [Message("system", "S"), Message("user", "U")])
     assert [(s.kind, s.start, s.end) for s in part.spans] == [("prompt", 0, len(part.token_ids))]
     assert part.text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
+
+
+@pytest.mark.parametrize("which", ["chatml", "llama3", "drop_old_reasoning"])
+def test_chat_renderer_renders_what_apply_chat_template_renders(tok, llama3_tok, templated, fix, which):
+    """The ingest fast path (messages prepared once, the compiled template rendered directly)
+    gives the very text of ``apply_chat_template`` for every prefix of a real conversation,
+    with and without the generation prompt and tools."""
+    import json
+
+    from trajstore.chat_template import ChatRenderer, render_chat
+    from trajstore.ingest.openhands_v0 import parse_swe_gym_row
+    from trajstore.ingest.render import template_features, template_message
+
+    t = {"chatml": tok, "llama3": llama3_tok, "drop_old_reasoning": None}[which] or templated(DROP_OLD_REASONING)
+    row = json.loads((fix / "openhands/swe-gym_openhands_sampled_trajectories_hf_rows/sample_raw.json").read_text())
+    row = row[0] if isinstance(row, list) else row
+    conv = parse_swe_gym_row(row, Origin("sample_raw.json"))
+    assert conv.tools and any(m.tool_calls for m in conv.messages)  # the probe covers tools and tool calls
+    msgs = [template_message(m, template_features(t)) for m in conv.messages[:8]]
+    msgs[2] = {**msgs[2], "reasoning_content": "why", "tool_calls": None}  # reasoning and a None value too
+    r = ChatRenderer(t)
+    assert r.fast  # the probe matched, so this test exercises the fast path
+    prepared = [r.prepare(m) for m in msgs]
+    for n in range(1, len(msgs) + 1):
+        for gen in (False, True):
+            for tools in (None, conv.tools):
+                assert r.render(prepared[:n], add_generation_prompt=gen, tools=tools) == \
+                    render_chat(t, msgs[:n], add_generation_prompt=gen, tools=tools), (n, gen, tools is None)
+
+
+def test_chat_renderer_falls_back_when_the_probe_differs(tok, monkeypatch):
+    import trajstore.chat_template as ct
+
+    monkeypatch.setattr(ct, "_FAST", {})
+    monkeypatch.setattr(ct, "_prepare", lambda m: {**m, "content": "changed"})
+    r = ct.ChatRenderer(tok)
+    assert not r.fast
+    msgs = [{"role": "user", "content": "hi"}]
+    assert r.render([r.prepare(m) for m in msgs], add_generation_prompt=True) == \
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n" \
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"

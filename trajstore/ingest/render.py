@@ -46,8 +46,8 @@ from typing import Any, Literal
 import numpy as np
 
 from trajstore.chat_template import (
+    ChatRenderer,
     generated_text,
-    render_chat,
     template_renders_tools,
     template_source,
     tools_system_text,
@@ -180,27 +180,41 @@ class _Part:
 class _Renderer:
     def __init__(self, tokenizer: Any):
         self.tok = tokenizer
+        self.chat = ChatRenderer(tokenizer)
         self.features = template_features(tokenizer)
         self.markers = turn_markers(tokenizer)
         self._dicts: dict[int, dict[str, Any]] = {}
+        self._heads: dict[tuple[int, int], tuple[Any, Any, list[dict[str, Any]]]] = {}
 
     def dicts(self, msgs: list[Message], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        """The messages as the template sees them, each prepared once per conversation; the
+        plain-text tool list (templates without ``tools``) joins the first message once per tool list."""
         out = []
         for m in msgs:
             d = self._dicts.get(id(m))
             if d is None:
-                d = self._dicts[id(m)] = template_message(m, self.features)
+                d = self._dicts[id(m)] = self.chat.prepare(template_message(m, self.features))
             out.append(d)
-        return out if self.features.tools else with_tools_text(out, tools)
+        if self.features.tools or not tools:
+            return out
+        first = msgs[0] if msgs else None
+        key = (id(first), id(tools))
+        got = self._heads.get(key)
+        if got is None:  # the cache entry keeps `first` and `tools` alive, so their ids stay theirs
+            head = with_tools_text([template_message(first, self.features)] if first is not None else [], tools)
+            got = self._heads[key] = (first, tools, [self.chat.prepare(h) for h in head])
+        if first is not None and first.role == "system":
+            return got[2] + out[1:]  # the system message with the tool list appended
+        return got[2][:1] + out  # a system message of its own first
 
     def render(self, msgs: list[Message], tools: list[dict[str, Any]] | None, *, gen: bool,
                extra: dict[str, Any] | None = None) -> str:
         d = self.dicts(msgs, tools)
         if extra is not None:
-            d = [*d, extra]
+            d = [*d, self.chat.prepare(extra)]
         try:
-            return render_chat(self.tok, d, add_generation_prompt=gen,
-                               tools=tools if self.features.tools and tools else None)
+            return self.chat.render(d, add_generation_prompt=gen,
+                                    tools=tools if self.features.tools and tools else None)
         except Exception as e:  # jinja raises TemplateError / TypeError for shapes it rejects
             raise ValueError(f"chat template cannot render the conversation: {e}") from e
 
