@@ -284,15 +284,18 @@ def table_to_trajectories(table: pa.Table) -> list[Trajectory]:
 def v1_read_columns(columns: Sequence[str] | None) -> list[str] | None:
     """Columns to read from a schema-v1 shard to produce `columns` of schema v2 (None = all).
 
-    ``logprobs``, ``spans`` and ``num_missing_logprobs`` are rebuilt from ``spans``,
-    ``logprob_source`` and ``num_action_tokens`` (and v1's full-length ``logprobs`` when asked for).
+    ``logprobs`` and ``spans`` are rebuilt from ``spans``, ``logprob_source`` and
+    ``num_action_tokens`` (and v1's full-length ``logprobs`` when asked for);
+    ``num_missing_logprobs`` alone from ``logprob_source`` and ``num_action_tokens``.
     """
     if columns is None:
         return None
     v1_names = set(TRAJECTORY_SCHEMA_V1.names)
     need = [c for c in columns if c in v1_names]
-    if {"logprobs", "spans", "num_missing_logprobs"} & set(columns):
+    if {"logprobs", "spans"} & set(columns):
         need += ["spans", "logprob_source", "num_action_tokens"]
+    elif "num_missing_logprobs" in columns:  # v1's write-time rule needs no spans (a scalar read stays scalar)
+        need += ["logprob_source", "num_action_tokens"]
     return list(dict.fromkeys(need))
 
 

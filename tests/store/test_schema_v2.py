@@ -315,3 +315,28 @@ def test_read_by_id_uses_the_footer_index_and_falls_back_without_it(
     assert got.column("trajectory_id").to_pylist() == ["y3", "z1"]
     # the x shard holds neither id: its index says so and it is never opened
     assert not any(shards[0].path in o for o in opened) and any(shards[1].path in o for o in opened)
+
+
+def test_scalar_read_of_a_v1_shard_does_not_decode_spans(tmp_store: str, make_trajectory: Any,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow.parquet as pq
+
+    from trajstore.schema import SCALAR_COLUMNS
+
+    rng = np.random.default_rng(31)
+    trajs = [make_trajectory(rng, trajectory_id=f"s{i}", with_logprobs=i != 1) for i in range(3)]
+    open_store(tmp_store).write_table(trajectories_to_table(trajs, version=1))
+    asked: list[Any] = []
+    real = pq.ParquetFile.read
+
+    def recording(self: pq.ParquetFile, columns: Any = None, *a: Any, **k: Any) -> pa.Table:
+        asked.append(columns)
+        return real(self, columns, *a, **k)
+
+    monkeypatch.setattr(pq.ParquetFile, "read", recording)
+    got = read_trajectories(tmp_store, columns=list(SCALAR_COLUMNS), strict=True)
+    assert asked and all(c is not None and "spans" not in c and "logprobs" not in c for c in asked), asked
+    # s1 has no log-probs (logprob_source none): every action token missing; the others none missing
+    want = trajectories_to_table(trajs)
+    assert got.column("num_missing_logprobs").to_pylist() == want.column("num_missing_logprobs").to_pylist()
+    assert got.column("num_missing_logprobs").to_pylist()[1] == want.column("num_action_tokens").to_pylist()[1]
