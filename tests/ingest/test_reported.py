@@ -134,6 +134,23 @@ def test_v1_tool_definitions_reach_the_prompt(tok, reported):
     assert t.metadata["ingest"]["tools"] == "system-text" and "fidelity_gaps" not in t.metadata
 
 
+def test_tool_definitions_reach_the_prompt_nemo_gym(tok, reported, tmp_path):
+    """The same family in NeMo Gym: ``responses_create_params.tools`` (Responses-API shape, flat,
+    with ``strict``) reaches the prompt as the documented <tools> block (V0, SWE-Gym rows and
+    completion logs: tests/ingest/test_fidelity.py)."""
+    row = json.loads((reported / "nemo-gym-placeholder-token-ids/rollouts.jsonl").read_text().splitlines()[0])
+    row["responses_create_params"]["tools"] = [{"type": "function", "name": "search", "description": "Look up a fact.",
+                                                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+                                                "strict": True}]
+    (tmp_path / "r.jsonl").write_text(json.dumps(row) + "\n")
+    (t,), _ = ingest(tmp_path / "r.jsonl")
+    tool = '{"description": "Look up a fact.", "name": "search", "parameters": {"properties": {"q": {"type": "string"}}, ' \
+           '"type": "object"}}'  # the function object, keys sorted, `strict` is no part of it
+    assert spans(tok, t)[0] == ("prompt", SYS.format(f"You are a test agent.\n\n# Tools\n\n<tools>\n{tool}\n</tools>")
+                                + USER.format("look up two facts") + GEN)
+    assert t.metadata["ingest"]["tools"] == "system-text"
+
+
 def test_nemo_gym_placeholder_token_ids_never_replace_the_conversation(tok, reported):
     ts, _ = ingest(reported / "nemo-gym-placeholder-token-ids")
     assert [t.reward for t in ts] == [1.0, 0.0]
