@@ -286,3 +286,29 @@ def test_cli_progress_bar_on_a_terminal(tmp_path, fix, monkeypatch):
     assert "files" in r.stderr and "records" in r.stderr and "tokens" in r.stderr
     r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), "--store", str(tmp_path / "s2")])
     assert r.exit_code == 0 and "ingesting" not in r.stderr
+
+
+@pytest.mark.slow
+def test_every_real_fixture_is_stored_or_turned_away_with_a_reason(tmp_path, fix):
+    """The whole ``../shared/fixtures/trajectories`` tree (~12 CPU-seconds, hence slow): every
+    log file ends up in a stored trajectory (its own or its events/ folder's), or is turned
+    away with a reason, or is a completion log superseded by a later one of the same run."""
+    from pathlib import Path
+
+    st = str(tmp_path / "s")
+    rep = ingest_paths([str(fix)], st)
+    assert rep.refused == 0 and rep.ignored_files == {".md": 1}  # SOURCES.md
+    # base_state.json x3, the V0 session's metadata.json, eval_*.json x4 (scores of traj_*.json or a crash)
+    assert [p.kind for p in rep.problems] == ["no_trajectory"] * 8 and all(len(p.reason) > 20 for p in rep.problems)
+    # V1 completion logs: each log repeats the run's earlier requests, so only the last of each
+    # folder is a trajectory: llm-logs 6 - 1 = 5, nonfncall-llm-logs 4 - 1 = 3
+    assert rep.skipped == {"superseded_completion_log": 8}
+    logs = fix / "openhands/sdk_v1_llm_completion_logs_2025-09"
+    superseded = {p for d in ("llm-logs", "nonfncall-llm-logs") for p in sorted((logs / d).glob("*.json"))[:-1]}
+    origins = {Path(json.loads(m)["ingest"]["path"]).resolve()
+               for m in read_trajectories(st, columns=["metadata"]).column("metadata").to_pylist()}
+    away = {Path(p.origin.path).resolve() for p in rep.problems}
+    files = [p for p in fix.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl", ".traj", ".parquet")]
+    unaccounted = [p for p in files if p not in superseded and p.resolve() not in away
+                   and not ({p.resolve(), *p.resolve().parents} & origins)]
+    assert unaccounted == []
