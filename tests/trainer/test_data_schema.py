@@ -43,3 +43,31 @@ def test_stream_reads_v1_v2_and_missing_columns_as_one(tmp_path: Path) -> None:
         # The full-length view the trainer packs: the engine's values at action tokens, NaN elsewhere.
         assert np.array_equal(sample.rollout_logprobs.view(np.uint32), t.logprobs.view(np.uint32))
         assert not sample.needs_behaviour
+
+
+def test_every_reader_fills_missing_nullable_columns_with_nulls(tmp_path: Path) -> None:
+    """Issue 14 Why: shards of an older schema that lack `group_id` and `metadata` crashed
+    `scan_trajectories(...).collect()` (and `traj train`), while `read_trajectories` read them."""
+    import warnings
+
+    from trajstore import iter_batches, read_trajectories, scan_trajectories
+
+    rng = np.random.default_rng(5)
+    store = open_store(str(tmp_path / "s"))
+    store.write_table(trajectories_to_table([make_trajectory(rng, trajectory_id="new", group_id="g")]))
+    store.write_table(trajectories_to_table([make_trajectory(rng, trajectory_id="old")])
+                      .drop_columns(["group_id", "metadata"]))
+    root = str(tmp_path / "s")
+    want = {"new": "g", "old": None}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # read as data, not skipped as a corrupt shard
+        lazy = scan_trajectories(root).select("trajectory_id", "group_id", "metadata").collect()
+        assert dict(zip(lazy["trajectory_id"].to_list(), lazy["group_id"].to_list())) == want
+        assert lazy["metadata"].to_list() == [None, None]
+        table = read_trajectories(root, columns=["trajectory_id", "group_id"])
+        assert dict(zip(*table.to_pydict().values())) == want
+        batches = list(iter_batches(root))
+        got = {}
+        for b in batches:
+            got.update(zip(b.trajectory_ids, b.table.column("group_id").to_pylist()))
+        assert got == want

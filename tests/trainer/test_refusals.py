@@ -135,16 +135,18 @@ def test_a_where_that_fails_on_the_data_is_one_line(tmp_path: Path) -> None:
     _nothing_written(tmp_path)
 
 
-def test_token_id_outside_the_vocabulary_in_a_later_shard_is_refused_before_any_write(tmp_path: Path) -> None:
+@pytest.mark.parametrize("token", [256, 263])  # "at or above the vocabulary size": 256 is the first bad id
+def test_token_id_outside_the_vocabulary_in_a_later_shard_is_refused_before_any_write(tmp_path: Path,
+                                                                                     token: int) -> None:
     write_synthetic_store(tmp_path, 8, per_shard=2)  # 4 good shards first
     rng = np.random.default_rng(1)
     bad = make_trajectory(rng, trajectory_id="bad")
     tokens = np.array(bad.tokens, dtype=np.int32)
-    tokens[-1] = 263  # the final action token; the CLI's tiny-llama has a vocabulary of 256
+    tokens[-1] = token  # the final action token; the CLI's tiny-llama has a vocabulary of 256
     write_trajectories(str(tmp_path), [make_trajectory(rng, trajectory_id="ok"),
                                        bad.model_copy(update={"tokens": tokens})])
     err = _one_error(_run(str(tmp_path), *BASE, "--run-id", "v"), "trajectory 'bad'", "row 1",
-                     "id 263 is outside the model's vocabulary of 256")
+                     f"id {token} is outside the model's vocabulary of 256")
     assert "field tokens" in err
     _nothing_written(tmp_path)
 
