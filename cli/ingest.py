@@ -115,6 +115,7 @@ def ingest_cmd(
 ) -> None:
     """See :data:`_HELP`."""
     from rich.console import Console
+    from rich.markup import escape
 
     from trajstore.ingest import IngestError, ingest_paths
 
@@ -157,6 +158,6 @@ def ingest_cmd(
     if fmt != "json":
         for p in report.problems:
             tag = "refused" if p.kind != "no_trajectory" else "skipped"
-            err.print(f"[yellow]{tag}[/yellow] {p}", markup=True, highlight=False, soft_wrap=True)
+            err.print(f"[yellow]{tag}[/yellow] {escape(str(p))}", markup=True, highlight=False, soft_wrap=True)
     if report.refused:
         raise typer.Exit(1)

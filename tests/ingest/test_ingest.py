@@ -312,3 +312,14 @@ def test_every_real_fixture_is_stored_or_turned_away_with_a_reason(tmp_path, fix
     unaccounted = [p for p in files if p not in superseded and p.resolve() not in away
                    and not ({p.resolve(), *p.resolve().parents} & origins)]
     assert unaccounted == []
+
+
+def test_cli_problem_lines_print_brackets_as_they_are(tmp_path):
+    # A path or message holding rich markup ("[red]", "[bold]") is printed verbatim, never parsed
+    # (the tags used to vanish from the line; a closing tag such as "[/x]" raised MarkupError).
+    bad = tmp_path / "run[red]" / "bad[bold].jsonl"
+    bad.parent.mkdir()
+    bad.write_text(json.dumps({"response": 3}) + "\n")
+    r = CliRunner().invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s")])
+    assert r.exit_code == 1, r.output
+    assert "run[red]/bad[bold].jsonl" in r.stderr and "Traceback" not in r.output
