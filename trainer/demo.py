@@ -134,12 +134,17 @@ class DemoResult:
 
     @property
     def shortfall(self) -> str | None:
-        """A plain sentence when the trainer made fewer policy steps than asked, else None."""
-        if self.steps_done >= self.steps_asked:
-            return None
-        return (f"the trainer made {self.steps_done} of the {self.steps_asked} policy steps asked for: the agents "
-                f"stopped before enough completed episodes existed (see runs/{self.run_id}/trainer.log); the "
-                "audits below cover only what was trained")
+        """A plain sentence when the trainer made fewer policy steps than asked, or when the
+        rollout server never loaded a version the trainer published (weight sync failed), else None."""
+        if self.steps_done < self.steps_asked:
+            return (f"the trainer made {self.steps_done} of the {self.steps_asked} policy steps asked for: the "
+                    f"agents stopped before enough completed episodes existed (see runs/{self.run_id}/trainer.log); "
+                    "the audits below cover only what was trained")
+        if self.steps_done >= 2 and not self.versions_loaded:
+            return (f"the rollout server never loaded a policy version the trainer published (see "
+                    f"runs/{self.run_id}/proxy.log and serve.log): every episode ran on v0, so the staleness "
+                    "below comes from the trainer moving ahead alone")
+        return None
 
     @property
     def policy_versions_seen(self) -> list[int]:

@@ -252,6 +252,17 @@ def _result(steps_done: int):
                       steps_done=steps_done)
 
 
+def test_a_weight_sync_that_never_loaded_a_version_is_reported_plainly():
+    # A default demo run with SmolLM2 played every episode on v0 (the server refused each
+    # published version) and said nothing: the summary must say so, and traj demo exit 1.
+    from trajstore.trainer.demo import DemoResult
+
+    r = DemoResult(store="/tmp/s", run_id="demo-x", episodes=[], versions_loaded=[], steps_asked=4, steps_done=4)
+    assert "never loaded a policy version" in r.shortfall and "runs/demo-x/proxy.log" in r.shortfall
+    assert DemoResult(store="/tmp/s", run_id="demo-x", episodes=[], versions_loaded=[1, 2, 3], steps_asked=4,
+                      steps_done=4).shortfall is None
+
+
 def test_a_trainer_that_made_fewer_steps_than_asked_is_reported_plainly(monkeypatch):
     import trajstore.trainer.demo as demo_mod
     from typer.testing import CliRunner
