@@ -323,6 +323,14 @@ def run(args: argparse.Namespace, work: Path) -> None:
 
     # Where the write time goes, per layout: validation (the same code for both), encoding SDK
     # objects as Arrow, and Parquet (zstd) shards from the prebuilt Arrow table.
+    def write_shards(root: Path, tab: pa.Table) -> None:
+        """`tab` written as shards of the writer's flush size (`chunks`), no SDK objects."""
+        store = open_store(str(root))
+        a = 0
+        for n in chunks:
+            store.write_table(tab.slice(a, n))
+            a += n
+
     def validate_all() -> None:
         for t in trajs:
             validate_trajectory(t)
@@ -331,13 +339,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
     for version in (1, 2):
         enc_s, tab = timed(lambda: trajectories_to_table(trajs, version=version))
         root = work / f"split-v{version}"
-        def shards() -> None:
-            store = open_store(str(root))
-            a = 0
-            for n in chunks:
-                store.write_table(tab.slice(a, n))
-                a += n
-        pq_s, _ = timed(shards)
+        pq_s, _ = timed(functools.partial(write_shards, root, tab))
         shutil.rmtree(root, ignore_errors=True)
         split[version] = (enc_s, pq_s)
         del tab
@@ -360,13 +362,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
             os.fsync(fh.fileno())
     bw_s, _ = timed(write_bare)
     tbl_dir = work / "table-v2"
-    def write_table_shards() -> None:
-        store = open_store(str(tbl_dir))
-        a = 0
-        for n in chunks:
-            store.write_table(table.slice(a, n))
-            a += n
-    tw_s, _ = timed(write_table_shards)
+    tw_s, _ = timed(functools.partial(write_shards, tbl_dir, table))
     shutil.rmtree(tbl_dir, ignore_errors=True)
     drop_page_cache_hint(pq_path)
     bfull_s, _ = timed(lambda: pq.read_table(pq_path), args.repeat)
