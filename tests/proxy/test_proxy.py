@@ -277,6 +277,25 @@ def test_reward_and_finish_refuse_bad_input(fake_upstream, start_proxy):
     assert httpx.post(f"{px.url}/s/bad key!/v1/chat/completions", json={}).status_code in (400, 404)
 
 
+def test_a_finish_the_store_would_refuse_keeps_the_session_open(fake_upstream, start_proxy, tmp_path):
+    # A reward of 1e400 (inf), NaN or NaN in metadata ended the session, then failed at write
+    # time: the recorded calls were lost (500, then 404 on a retry). Now each is a 400 and the
+    # session stays open, so a corrected finish stores the episode with all its calls.
+    px = start_proxy(fake_upstream.url)
+    play(client(px.url, "nf"), 2)
+    url = f"{px.url}/s/nf"
+    for body in ('{"reward": 1e400}', '{"reward": NaN}', '{"metadata": {"a": NaN}}', '{"reward_raw": [Infinity]}',
+                 '{"metadata": {"episode": "mine"}}'):
+        r = httpx.post(f"{url}/finish", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 400, (body, r.text)
+    r = httpx.post(f"{url}/reward", content='{"reward": -Infinity}', headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    ok = httpx.post(f"{url}/finish", json={"reward": 1.0})
+    assert ok.status_code == 200, ok.text
+    (row,) = rows(str(tmp_path / "store"))
+    assert row["status"] == "completed" and row["reward"] == 1.0 and row["num_actions"] == 2
+
+
 def test_upstream_key_is_sent_but_never_stored_or_logged(fake_upstream, tmp_path):
     secret = "sk-upstream-" + "9f3c1d7e5a"
     store, log = str(tmp_path / "store"), str(tmp_path / "proxy.log")

@@ -23,6 +23,7 @@ import contextlib
 import hmac
 import json
 import logging
+import math
 import os
 import time
 import uuid
@@ -35,7 +36,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from trajstore.errors import AdapterError, TrajstoreError
 from trajstore.proxy.config import ProxyConfig
-from trajstore.proxy.recorder import Recorder, Session, VersionedSlice, check_session_key
+from trajstore.proxy.recorder import (
+    RESERVED_METADATA_KEYS,
+    Recorder,
+    Session,
+    VersionedSlice,
+    check_session_key,
+)
 from trajstore.proxy.sync import StalenessGate, StalenessOverflow, Ticket, Versioning, WeightSync
 from trajstore.proxy.upstream import (
     Augmented,
@@ -542,8 +549,13 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
     async def reward(request: Request, session: str) -> JSONResponse:
         st: ProxyState = request.app.state.proxy
         body = await _json_body(request)
-        if body is None or not isinstance(body.get("reward"), (int, float)) or isinstance(body.get("reward"), bool):
-            return _error(400, "body must be {\"reward\": <number>, \"raw\": <any, optional>}")
+        r = None if body is None else body.get("reward")
+        if not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r):
+            return _error(400, "body must be {\"reward\": <finite number>, \"raw\": <any, optional>}")
+        try:
+            json.dumps(body.get("raw"), allow_nan=False)
+        except ValueError:
+            return _error(400, "raw must not hold NaN or Infinity (the store keeps strict JSON)")
         s = st.recorder.sessions.get(session)
         if s is None:
             return _error(404, f"no open session {session!r} (a session opens with its first call)")
@@ -563,13 +575,24 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
         meta = body.get("metadata") or {}
         if not isinstance(meta, dict):
             return _error(400, "metadata must be a JSON object")
+        reserved = sorted(set(meta) & RESERVED_METADATA_KEYS)
+        if reserved:
+            return _error(400, f"metadata keys {reserved} are the proxy's own (reserved: "
+                               f"{', '.join(sorted(RESERVED_METADATA_KEYS))})")
+        # Refused here, while the session is still open: a value the store refuses at write time
+        # would end the session and lose its recorded calls.
+        for field in ("metadata", "reward_raw"):
+            try:
+                json.dumps(body.get(field), allow_nan=False)
+            except ValueError:
+                return _error(400, f"{field} must not hold NaN or Infinity (the store keeps strict JSON)")
         s = st.recorder.sessions.get(session)
         if s is None:
             return _error(404, f"no open session {session!r} (a session opens with its first call)")
         if "reward" in body:
             r = body["reward"]
-            if r is not None and (not isinstance(r, (int, float)) or isinstance(r, bool)):
-                return _error(400, "reward must be a number or null")
+            if r is not None and (not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r)):
+                return _error(400, f"reward must be a finite number or null, got {r!r}")
             st.recorder.set_reward(s, None if r is None else float(r), body.get("reward_raw"))
         await s.wait_idle(60.0)  # a call still streaming its last bytes, or being recorded, comes first
         prompt_id = body.get("prompt_id")

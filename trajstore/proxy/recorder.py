@@ -137,6 +137,12 @@ class Session:
             self.taint = taint
 
 
+RESERVED_METADATA_KEYS: frozenset[str] = frozenset({
+    "session", "episode", "calls", "context_breaks", "requested_status", "end_reason", "errors",
+    "mixed_version_calls"})
+"""Metadata keys the proxy writes on each trajectory; a client's ``/finish`` metadata may not use them."""
+
+
 class Recorder:
     """Open sessions and the writer; every method runs on the proxy's event loop.
 
