@@ -219,6 +219,14 @@ def find_violations(traj: Trajectory) -> list[Violation]:
             if len(act_lp) and np.isnan(act_lp).all():
                 v.append(Violation("logprobs", "logprob_source is engine but no action token has a log-prob "
                                                "(use logprob_source 'none')"))
+            below = act_lp < MIN_SAMPLED_LOGPROB  # NaN compares False
+            if below.any():
+                i = int(np.flatnonzero(action)[np.flatnonzero(below)[0]])
+                v.append(Violation("logprobs", f"{int(below.sum())} action token(s) have a log-prob below "
+                                               f"{MIN_SAMPLED_LOGPROB:g} nats (first at token {i}: "
+                                               f"{float(logprobs[i])}): a sampled token cannot be that unlikely; "
+                                               "it is an engine's stand-in (vLLM writes -9999.0 for -inf): store "
+                                               "an unknown log-prob as NaN/None, never a stand-in value"))
             positive = np.isfinite(act_lp) & (act_lp > 0)
             if positive.any():
                 i = int(np.flatnonzero(action)[np.flatnonzero(positive)[0]])
@@ -227,6 +235,12 @@ def find_violations(traj: Trajectory) -> list[Violation]:
         elif known.any():
             v.append(Violation("logprobs", "logprob_source is 'none' but some log-probs are set"))
     return v
+
+
+MIN_SAMPLED_LOGPROB: float = -1000.0
+"""The lowest log-prob (nats) a sampled action token may have. exp(-746) is already 0 in float64
+(and exp(-104) in float32), so an engine cannot have sampled a token below it: such a value is
+a stand-in for "impossible" (vLLM's -9999.0 clamp of -inf), refused like -inf."""
 
 
 def validate_trajectory(traj: Trajectory) -> Trajectory:

@@ -36,8 +36,9 @@ def _sdk_trajectories(make_trajectory: Any, n: int = 40) -> list[Trajectory]:
     b = TrajectoryBuilder(trajectory_id="sdk-built:1", prompt_id="task-7", group_id="g1", model="pol",
                           tokenizer="tok", metadata={"env": "swe", "k": [1, 2]})
     b.add_prompt([1, 2, 3], role="system")
-    # Log-probs chosen to exercise float32 bit patterns: -0.0, subnormal, the smallest float32.
-    b.add_action([10, 11, 12, 13], np.array([-0.0, -1e-45, -3.4028235e38, -0.5], np.float32),
+    # Log-probs chosen to exercise float32 bit patterns: -0.0, subnormal, and the lowest value the
+    # store accepts (a float32 just above MIN_SAMPLED_LOGPROB = -1000).
+    b.add_action([10, 11, 12, 13], np.array([-0.0, -1e-45, -999.99994, -0.5], np.float32),
                  policy_version=3, finish_reason="tool_calls",
                  sampling=SamplingParams(temperature=0.7, top_p=0.9, top_k=40, min_p=0.05, max_tokens=512,
                                          extra={"seed": 7}),

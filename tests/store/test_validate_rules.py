@@ -114,6 +114,10 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
      "logprob_source is engine but no action token has a log-prob"),
     ("engine action token with -inf logprob", dict(logprobs=[NAN, NAN, -0.1, -0.2, -math.inf, NAN]), "logprobs",
      "1 action token(s) have an infinite log-prob (first at token 4: -inf)"),
+    # vLLM's -9999.0 stand-in for -inf (and any value no engine can have sampled) given through the SDK
+    ("engine stand-in -9999 logprob", dict(logprobs=[NAN, NAN, -0.1, -9999.0, -0.3, NAN]), "logprobs",
+     "1 action token(s) have a log-prob below -1000 nats (first at token 3: -9999.0)"),
+    ("logprob -1e30", dict(logprobs=[NAN, NAN, -1e30, -0.2, -0.3, NAN]), "logprobs", "(first at token 2: -1.00000001"),
     ("positive logprob", dict(logprobs=[NAN, NAN, -0.1, 0.2, -0.3, NAN]), "logprobs",
      "must be <= 0 (1 positive, first at token 3"),
     ("logprob_source none with logprobs", dict(logprob_source="none"), "logprobs",
