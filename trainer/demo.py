@@ -140,7 +140,7 @@ class DemoResult:
             return (f"the trainer made {self.steps_done} of the {self.steps_asked} policy steps asked for: the "
                     f"agents stopped before enough completed episodes existed (see runs/{self.run_id}/trainer.log); "
                     "the audits below cover only what was trained")
-        if self.steps_done >= 2 and not self.versions_loaded:
+        if self.steps_done >= 2 and not any(v >= 1 for v in self.versions_loaded):
             return (f"the rollout server never loaded a policy version the trainer published (see "
                     f"runs/{self.run_id}/proxy.log and serve.log): every episode ran on v0, so the staleness "
                     "below comes from the trainer moving ahead alone")

@@ -248,7 +248,7 @@ def test_the_trainer_child_exits_cleanly_while_its_stdin_pipe_is_still_open():
 def _result(steps_done: int):
     from trajstore.trainer.demo import DemoResult
 
-    return DemoResult(store="/tmp/s", run_id="demo-x", episodes=[], versions_loaded=[0], steps_asked=4,
+    return DemoResult(store="/tmp/s", run_id="demo-x", episodes=[], versions_loaded=[0, 1, 2], steps_asked=4,
                       steps_done=steps_done)
 
 
@@ -257,8 +257,10 @@ def test_a_weight_sync_that_never_loaded_a_version_is_reported_plainly():
     # published version) and said nothing: the summary must say so, and traj demo exit 1.
     from trajstore.trainer.demo import DemoResult
 
-    r = DemoResult(store="/tmp/s", run_id="demo-x", episodes=[], versions_loaded=[], steps_asked=4, steps_done=4)
-    assert "never loaded a policy version" in r.shortfall and "runs/demo-x/proxy.log" in r.shortfall
+    for loaded in ([], [0]):  # nothing, or only the initial weights
+        r = DemoResult(store="/tmp/s", run_id="demo-x", episodes=[], versions_loaded=loaded, steps_asked=4,
+                       steps_done=4)
+        assert "never loaded a policy version" in r.shortfall and "runs/demo-x/proxy.log" in r.shortfall
     assert DemoResult(store="/tmp/s", run_id="demo-x", episodes=[], versions_loaded=[1, 2, 3], steps_asked=4,
                       steps_done=4).shortfall is None
 
