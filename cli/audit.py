@@ -72,9 +72,10 @@ def stats_cmd(
     from trajstore.audit.views import run_ids
 
     if plot is not None:  # before any work: a missing extra is one line, not tables then an error
-        from trajstore.audit.plots import require_matplotlib
+        from trajstore.audit.plots import plot_destination, require_matplotlib
 
         require_matplotlib()
+        plot_out = plot_destination(plot)  # a bad destination is refused before the reports run
     s = open_existing_store(store, parse_storage_options(storage_option))
     if run is not None and run not in run_ids(s):
         raise audit.AuditError(f"run {run!r} not found under {s.url('runs')} (runs: {', '.join(run_ids(s)) or 'none'})")
@@ -103,11 +104,8 @@ def stats_cmd(
     if plot is not None:
         from trajstore.audit.plots import plot_reports
 
-        # What is really written: a directory gets a file inside it; a name without a suffix
-        # gets ".png" (matplotlib adds it), so say that name, not the one given.
-        out = plot / "traj-stats.png" if plot.is_dir() else (plot if plot.suffix else plot.with_suffix(".png"))
-        panels = plot_reports(reports, out)
-        typer.echo(f"wrote {out} ({', '.join(panels)})", err=True)
+        panels = plot_reports(reports, plot_out)  # the name really written (see plot_destination)
+        typer.echo(f"wrote {plot_out} ({', '.join(panels)})", err=True)
 
 
 SQL_BATCH_ROWS = 10_000

@@ -161,6 +161,17 @@ def test_plot_reports_the_file_it_wrote(known_store, tmp_path):
     assert png.suffix == ".png" and f"wrote {png}" in res.output
 
 
+def test_plot_into_a_place_that_cannot_hold_it_is_one_line_before_any_report(known_store, tmp_path):
+    # A file as folder, a missing folder: NotADirectoryError / FileNotFoundError tracebacks came
+    # after every report had been computed and printed.
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for target, why in [(afile / "p.png", "is not a folder"), (tmp_path / "nodir" / "sub" / "p.png", "does not exist")]:
+        res = runner.invoke(app, ["stats", known_store.uri, "--clip", "--plot", str(target)])
+        assert res.exit_code == 1, res.output
+        assert res.output.strip().splitlines() == [f"error: cannot write the plot {target}: {target.parent} {why}"]
+
+
 def test_sql_table_prints_values_that_look_like_markup_as_they_are(known_store):
     # Cells and column names are data: "[/x]" raised rich's MarkupError and "[bold]" vanished.
     res = runner.invoke(app, ["sql", known_store.uri, "SELECT '[/x]' AS \"[b]c\", '[bold]y[/bold]' AS v"])

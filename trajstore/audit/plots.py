@@ -319,5 +319,27 @@ def plot_reports(reports: Mapping[str, Report], path: str | os.PathLike[str]) ->
         MissingExtraError: matplotlib is missing (install the ``plot`` extra).
         AuditError: no report is plottable.
     """
-    draw_reports(reports).savefig(os.fspath(path), dpi=100)
+    fig = draw_reports(reports)
+    try:
+        fig.savefig(os.fspath(path), dpi=100)
+    except OSError as e:
+        raise AuditError(f"cannot write the plot {os.fspath(path)}: {e.strerror or e}") from None
     return [name for name, rep in reports.items() if isinstance(rep, PLOTTABLE)]
+
+
+def plot_destination(path: str | os.PathLike[str]) -> str:
+    """The file ``--plot PATH`` writes (a directory gets ``traj-stats.png`` inside it; a name
+    without a suffix gets ``.png``), checked writable before any report is computed.
+
+    Raises:
+        AuditError: its folder is missing, is not a folder, or is not writable.
+    """
+    p = os.fspath(path)
+    out = os.path.join(p, "traj-stats.png") if os.path.isdir(p) else (p if os.path.splitext(p)[1] else p + ".png")
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):
+        why = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise AuditError(f"cannot write the plot {out}: {folder} {why}")
+    if not os.access(folder, os.W_OK) or (os.path.exists(out) and not os.access(out, os.W_OK)):
+        raise AuditError(f"cannot write the plot {out}: permission denied")
+    return out
