@@ -296,6 +296,18 @@ def test_a_finish_the_store_would_refuse_keeps_the_session_open(fake_upstream, s
     assert row["status"] == "completed" and row["reward"] == 1.0 and row["num_actions"] == 2
 
 
+def test_nan_or_infinity_in_a_call_is_a_400_and_the_proxy_keeps_serving(fake_upstream, start_proxy):
+    # "temperature": NaN was a plain-text 500 (the forwarder could not re-encode it as JSON).
+    px = start_proxy(fake_upstream.url)
+    for body in ('{"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": NaN}',
+                 '{"model": "m", "messages": [{"role": "user", "content": "x"}], "top_p": Infinity}',
+                 '{"model": "m", "messages": [{"role": "user", "content": "x"}], "top_p": 1e400}'):
+        r = httpx.post(f"{px.url}/s/nan/v1/chat/completions", content=body,
+                       headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "not a JSON object" in r.json()["error"]["message"], r.text
+    play(client(px.url, "after"), 1)  # still serving
+
+
 def test_upstream_key_is_sent_but_never_stored_or_logged(fake_upstream, tmp_path):
     secret = "sk-upstream-" + "9f3c1d7e5a"
     store, log = str(tmp_path / "store"), str(tmp_path / "proxy.log")

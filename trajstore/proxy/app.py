@@ -60,6 +60,27 @@ from trajstore.writer import StoreWriter
 log = logging.getLogger("trajstore.proxy")
 STATUSES = ("completed", "truncated", "aborted", "failed")
 
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+def _finite_float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise ValueError(f"number {text[:40]} is out of the float range")
+    return x
+
+
+def strict_json_loads(raw: bytes | str) -> Any:
+    """``json.loads`` that refuses NaN, Infinity and numbers that overflow to infinity (Python
+    accepts them; the upstream, the store and the client's SDK do not).
+
+    Raises:
+        ValueError: invalid or non-strict JSON, with the reason.
+    """
+    return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
@@ -354,7 +375,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
         if raw is None:
             return _error(413, f"request body larger than {cfg.max_request_mb:g} MiB (--max-request-mb)")
         try:
-            body = json.loads(raw)
+            body = strict_json_loads(raw)
             if not isinstance(body, dict):
                 raise ValueError("not an object")
         except ValueError as e:
@@ -540,7 +561,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
         if not raw:
             return {} if raw is not None else None
         try:
-            body = json.loads(raw)
+            body = strict_json_loads(raw)
         except ValueError:
             return None
         return body if isinstance(body, dict) else None
