@@ -703,11 +703,15 @@ def open_store(uri: str | os.PathLike[str], *, storage_options: Mapping[str, Any
             ``endpoint_url``, ``client_kwargs``, ...).
 
     Raises:
-        StoreError: if the URI's protocol is unknown or its filesystem cannot be created.
+        StoreError: if the URI is empty, its protocol is unknown or its filesystem cannot be
+            created, or a local path is a file.
     """
     if isinstance(uri, Store):
         return uri
     uri = os.fspath(uri)
+    if not uri.strip():  # an unset $STORE in a script: never the current directory by accident
+        raise StoreError("the store URI is empty (give a directory or e.g. s3://bucket/prefix; '.' for the "
+                         "current directory)")
     try:
         fs, root = fsspec.core.url_to_fs(uri, **(storage_options or {}))
     except (ValueError, ImportError) as e:

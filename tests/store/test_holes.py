@@ -204,3 +204,22 @@ def test_missing_remote_prefix_is_an_error(s3_store_uri: tuple[str, dict[str, An
     assert r.exit_code == 1 and "no store at" in r.output
     r = CliRunner().invoke(app, ["info", uri, *so, "--format", "json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["trajectories"] == 1
+
+
+def test_an_empty_store_uri_is_refused_not_the_current_directory(tmp_path, monkeypatch):
+    # `traj ingest x.json --store "$STORE"` with STORE unset wrote trajectories/ and _tmp/ into
+    # the working directory (a checkout) and exited 0.
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+    from trajstore.errors import StoreError
+    from trajstore.store import open_store
+
+    monkeypatch.chdir(tmp_path)
+    for uri in ("", "  "):
+        with pytest.raises(StoreError, match="the store URI is empty"):
+            open_store(uri)
+    (tmp_path / "x.json").write_text("{}")
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "x.json"), "--store", ""])
+    assert res.exit_code != 0 and "the store URI is empty" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json"]
