@@ -800,6 +800,12 @@ def train(cfg: TrainConfig, *, resume: bool = False, trainer: Trainer | None = N
         warnings.append(f"the critic's explained variance was not above 0 on {len(bad)} of {len(policy_steps)} policy "
                         f"steps (first policy step: {first:.3g}); its values added noise to those advantages "
                         "(a longer warm-up, --critic-warmup-steps, or a larger --critic-lr helps)")
+    asked = tr.cfg.run.max_steps
+    if asked is not None and state.step < asked and tr.history and tr.stop.signal_name is None:
+        warmup = sum(1 for h in tr.history if "policy/loss" not in h)
+        warnings.append(f"made {state.step} of the {asked} policy steps asked for (--max-steps): the data ran out "
+                        f"after {len(tr.history)} iteration(s) in this run, {warmup} of them critic warm-up "
+                        "(--critic-warmup-steps)")
     if not tr.history:
         what = tr.census.describe() if tr.census is not None else "no rows"
         warnings.append(f"no trajectory was trained in this run ({'since the checkpoint: ' if resume else ''}{what})")

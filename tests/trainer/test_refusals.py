@@ -352,6 +352,19 @@ def test_resume_with_nothing_new_warns(trained: Path, tmp_path: Path) -> None:
     assert json.loads(r.output[r.output.index("{"):])["warnings"]
 
 
+def test_fewer_policy_steps_than_asked_warns(tmp_path: Path) -> None:
+    """A new user asked for 2 steps on a 3-trajectory store and got "0 policy steps" without a
+    word: the critic warm-up had used every batch."""
+    write_synthetic_store(tmp_path, 3)
+    r = _run(str(tmp_path), "--model", "tiny-llama", "--max-seq-len", "512", "--critic-warmup-steps", "10",
+             "--critic-warmup-until", "budget", "--batch-size", "1", "--micro-batch-size", "1", "--max-steps", "2",
+             "--run-id", "few")
+    assert r.exit_code == 0, r.output
+    warn = [line for line in r.output.splitlines() if line.startswith("warning: ")]
+    assert warn == ["warning: made 0 of the 2 policy steps asked for (--max-steps): the data ran out after 3 "
+                    "iteration(s) in this run, 3 of them critic warm-up (--critic-warmup-steps)"], r.output
+
+
 def test_vocabulary_check_reads_statistics_only_and_reads_tokens_without_them(tmp_path: Path,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from trajstore import open_store
