@@ -147,14 +147,20 @@ def tied_names(model: torch.nn.Module) -> dict[str, str]:
     group of names sharing one tensor, the alphabetically first is kept, as safetensors'
     ``save_model`` / ``load_model`` do). Works on FSDP-sharded models (a tied DTensor is one
     object too)."""
-    groups: dict[int, list[str]] = {}
-    for name, t in model.state_dict(keep_vars=True).items():
-        groups.setdefault(id(t), []).append(name)
     out = {}
-    for names in groups.values():
+    for names in tied_groups(model):
         keep, *drop = sorted(names)
         out.update({d: keep for d in drop})
     return out
+
+
+def tied_groups(model: torch.nn.Module) -> list[list[str]]:
+    """The state-dict names of `model`, grouped by the tensor they share (a group of one for
+    an untied parameter or buffer)."""
+    groups: dict[int, list[str]] = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(t), []).append(name)
+    return list(groups.values())
 
 
 def _weights_writer(model: Any, state_dict: dict[str, Any] | None, dtype: Any) -> Any:

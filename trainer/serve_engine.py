@@ -121,8 +121,8 @@ class _Reload:
 def load_weights_from_dir(model: nn.Module, path: str) -> None:
     """Copy the ``*.safetensors`` weights of a Hugging Face folder into `model` in place.
 
-    A tied tensor may be stored under any one of its names (a missing LM head is accepted when
-    the model ties it to the input embeddings).
+    A tied tensor (e.g. an LM head tied to the input embeddings) may be stored under any one of
+    its names.
 
     Raises:
         WeightLoadError: no safetensors file, unknown or missing tensors, or wrong shapes.
@@ -143,15 +143,12 @@ def load_weights_from_dir(model: nn.Module, path: str) -> None:
     except RuntimeError as e:
         raise WeightLoadError(f"cannot load {path} into {type(model).__name__}: {str(e).splitlines()[0]}") from e
     # A tied tensor is stored once under one of its names (trajstore's publish keeps the
-    # alphabetically first, e.g. SmolLM2's lm_head.weight for model.embed_tokens.weight): a name
-    # is not missing when another name of the same tensor was loaded.
-    aliases: dict[int, list[str]] = {}
-    for name, t in model.state_dict(keep_vars=True).items():
-        aliases.setdefault(id(t), []).append(name)
-    group = {n: names for names in aliases.values() for n in names}
-    tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
-    missing = [k for k in missing if not (tied and k.endswith("lm_head.weight"))
-               and not any(n in state for n in group.get(k, ()))]
+    # alphabetically first, e.g. SmolLM2's lm_head.weight; from_pretrained's save keeps
+    # model.embed_tokens.weight): a name is not missing when another name of its tensor was loaded.
+    from trajstore.trainer.publish import tied_groups
+
+    group = {n: names for names in tied_groups(model) for n in names}
+    missing = [k for k in missing if not any(n in state for n in group[k])]
     if missing or unexpected:
         raise WeightLoadError(f"{path} does not match {type(model).__name__}: missing {sorted(missing)[:5]}, "
                               f"unexpected {sorted(unexpected)[:5]}")

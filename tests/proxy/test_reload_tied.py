@@ -40,3 +40,14 @@ def test_a_really_missing_tensor_is_still_refused(tmp_path):
     save_file(sd, str(tmp_path / "model.safetensors"))
     with pytest.raises(WeightLoadError, match="missing .*model.norm.weight"):
         load_weights_from_dir(_tiny(2, tied=False), str(tmp_path))
+
+
+def test_a_tied_head_saved_under_the_embedding_name_loads(tmp_path):
+    # from_pretrained's save_pretrained keeps model.embed_tokens.weight and drops lm_head.weight
+    from safetensors.torch import save_file
+
+    trained, served = _tiny(1, tied=True), _tiny(2, tied=True)
+    save_file({k: v.contiguous() for k, v in trained.state_dict().items() if k != "lm_head.weight"},
+              str(tmp_path / "model.safetensors"))
+    load_weights_from_dir(served, str(tmp_path))
+    assert torch.equal(served.lm_head.weight, trained.lm_head.weight)
