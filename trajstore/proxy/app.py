@@ -573,10 +573,6 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
         r = None if body is None else body.get("reward")
         if not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r):
             return _error(400, "body must be {\"reward\": <finite number>, \"raw\": <any, optional>}")
-        try:
-            json.dumps(body.get("raw"), allow_nan=False)
-        except ValueError:
-            return _error(400, "raw must not hold NaN or Infinity (the store keeps strict JSON)")
         s = st.recorder.sessions.get(session)
         if s is None:
             return _error(404, f"no open session {session!r} (a session opens with its first call)")
@@ -589,7 +585,8 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
         st: ProxyState = request.app.state.proxy
         body = await _json_body(request)
         if body is None:
-            return _error(400, "body must be a JSON object")
+            return _error(400, "body must be a JSON object (strict JSON: no NaN or Infinity, which the store "
+                               "would refuse after the session had ended)")
         status = body.get("status", "completed")
         if status not in STATUSES:
             return _error(400, f"status must be one of {', '.join(STATUSES)}, got {status!r}")
@@ -600,13 +597,6 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
         if reserved:
             return _error(400, f"metadata keys {reserved} are the proxy's own (reserved: "
                                f"{', '.join(sorted(RESERVED_METADATA_KEYS))})")
-        # Refused here, while the session is still open: a value the store refuses at write time
-        # would end the session and lose its recorded calls.
-        for field in ("metadata", "reward_raw"):
-            try:
-                json.dumps(body.get(field), allow_nan=False)
-            except ValueError:
-                return _error(400, f"{field} must not hold NaN or Infinity (the store keeps strict JSON)")
         s = st.recorder.sessions.get(session)
         if s is None:
             return _error(404, f"no open session {session!r} (a session opens with its first call)")
