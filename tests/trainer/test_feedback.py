@@ -102,7 +102,8 @@ def test_sigterm_to_a_following_traj_train_exits_0_with_a_checkpoint(tmp_path: P
             if line.startswith("waiting for new trajectories"):
                 waiting.set()
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     assert waiting.wait(120), "".join(seen)
     assert "4 seen so far, 0/2 for the next step" in "".join(seen)
     steps = tmp_path / "runs/f/steps"
@@ -110,8 +111,10 @@ def test_sigterm_to_a_following_traj_train_exits_0_with_a_checkpoint(tmp_path: P
     while time.monotonic() < deadline and len(list(steps.glob("*.parquet")) if steps.exists() else []) < 2:
         time.sleep(0.1)
     p.send_signal(signal.SIGTERM)
-    out, _ = p.communicate(timeout=60)
-    time.sleep(0.2)
+    # stderr belongs to the reader thread alone: communicate() would race it for the last lines
+    p.wait(timeout=60)  # the JSON summary on stdout is a few hundred bytes: it cannot fill the pipe
+    out = p.stdout.read()  # type: ignore[union-attr]
+    reader.join(timeout=30)
     assert p.returncode == 0, "".join(seen)
     assert any("warning: stopped by SIGTERM after iteration 2" in line for line in seen), "".join(seen)
     assert json.loads(out)["iterations"] == 2
