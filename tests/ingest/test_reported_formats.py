@@ -128,7 +128,7 @@ def test_one_bad_record_costs_only_itself(reported, tmp_path):
     assert "log-prob [0] is 'x', not a number" in where[("nemo-gym-logprob-not-a-number.jsonl", 1)].reason
     assert "token ids[2] = 1180591620717411303424 is not a token id" in \
         where[("nemo-gym-token-id-overflow.jsonl", 2)].reason
-    assert "tool_calls[0].function is a str ('ls')" in where[("tool-call-function-is-a-string.json", None)].reason
+    assert "tool_calls[0].function is a string ('ls'), expected an object with a name" in where[("tool-call-function-is-a-string.json", None)].reason
     assert rep.refused == 4
     rows = read_trajectories(str(tmp_path / "s")).to_pylist()
     origin = {(Path(m["path"]).name, m["line"]): r for r in rows for m in [json.loads(r["metadata"])["ingest"]]}

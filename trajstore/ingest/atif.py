@@ -36,6 +36,7 @@ from trajstore.ingest.core import (
     ToolCall,
     arguments_text,
     float_reward,
+    json_type,
     order_by_id,
     parse_time,
     text_of,
@@ -53,6 +54,9 @@ def _steps(d: dict[str, Any]) -> list[dict[str, Any]]:
     for i, s in enumerate(steps):
         if not isinstance(s, dict) or s.get("source") not in ("system", "user", "agent"):
             raise RecordError(f"steps[{i}] has no valid 'source' (system, user or agent)")
+        if s.get("tool_calls") is not None and not isinstance(s["tool_calls"], list):
+            raise RecordError(f"steps[{i}].tool_calls is {json_type(s['tool_calls'])}, expected a list of tool calls "
+                              "(objects with tool_call_id, function_name, arguments)")
     ordered, _ = order_by_id(steps, key="step_id", what="step")
     return ordered
 

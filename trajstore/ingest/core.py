@@ -7,7 +7,9 @@ name the file, line and reason for anything that could not be read.
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -99,12 +101,14 @@ class Context:
 
 @dataclass
 class Reward:
-    """A reward as logged: `value` (float or None = no reward), the `raw` JSON-able value, and
-    `error` when the evaluator crashed (then value is None: a crash is not a score)."""
+    """A reward as logged: `value` (float or None = no reward), the `raw` JSON-able value,
+    `error` when the evaluator crashed (then value is None: a crash is not a score) and the
+    input `field` it was read from (``resolved``, ``score``, ...; for error messages)."""
 
     value: float | None = None
     raw: Any = None
     error: str | None = None
+    field: str | None = None
 
 
 @dataclass
@@ -235,6 +239,10 @@ class Problem:
     origin: Origin
     kind: ProblemKind
     reason: str
+
+    def __post_init__(self) -> None:  # one line, whatever produced the reason
+        if "\n" in self.reason or "\r" in self.reason:
+            object.__setattr__(self, "reason", " ".join(s.strip() for s in self.reason.splitlines() if s.strip()))
 
     def __str__(self) -> str:
         return f"{self.origin}: {self.kind}: {self.reason}"
@@ -406,6 +414,25 @@ def arguments_text(args: Any) -> str:
     return json.dumps(args, ensure_ascii=False, default=str)
 
 
+def json_type(v: Any) -> str:
+    """What `v` is, in JSON words with a short excerpt, for error messages: ``a string ('ls -la')``,
+    ``an object (keys: name, arguments)``, ``a number (3)``, ``null``."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return f"a boolean ({str(v).lower()})"
+    if isinstance(v, str):
+        return f"a string ({_clip_value(v)})"
+    if isinstance(v, dict):
+        keys = ", ".join(map(str, list(v)[:5])) + (", ..." if len(v) > 5 else "")
+        return f"an object (keys: {keys})" if v else "an empty object"
+    if isinstance(v, (int, float)):
+        return f"a number ({_clip_value(v)})"
+    if isinstance(v, (list, tuple)):
+        return f"a list of {len(v)}"
+    return f"a {type(v).__name__}"
+
+
 def tool_calls_of(raw: Any, where: str = "tool_calls") -> list[ToolCall]:
     """The ``tool_calls`` list of an OpenAI chat message (``{"id", "function": {"name",
     "arguments"}}`` items) as :class:`ToolCall` s; a missing id is None, an empty object (some
@@ -418,17 +445,19 @@ def tool_calls_of(raw: Any, where: str = "tool_calls") -> list[ToolCall]:
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise RecordError(f"{where} is a {type(raw).__name__}, not a list")
+        raise RecordError(f"{where} is {json_type(raw)}, expected a list of tool calls "
+                          '({"id", "function": {"name", "arguments"}} objects)')
     out = []
     for i, c in enumerate(raw):
         if not isinstance(c, dict):
-            raise RecordError(f"{where}[{i}] is a {type(c).__name__}, not an object")
+            raise RecordError(f"{where}[{i}] is {json_type(c)}, expected a tool call object "
+                              '({"id", "function": {"name", "arguments"}})')
         if not c:
             continue
         fn = c.get("function")
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            what = f"a {type(fn).__name__} ({str(fn)[:40]!r})" if not isinstance(fn, dict) else "an object without a name"
-            raise RecordError(f"{where}[{i}].function is {what}, not an object with a name")
+            what = json_type(fn) if not isinstance(fn, dict) else "an object without a string 'name'"
+            raise RecordError(f"{where}[{i}].function is {what}, expected an object with a name and arguments")
         out.append(ToolCall(str(c["id"]) if c.get("id") else None, fn["name"],
                             arguments_text(fn.get("arguments", ""))))
     return out
@@ -495,26 +524,83 @@ def parse_time(v: Any) -> datetime | None:
     return None
 
 
-def bool_reward(v: Any) -> Reward:
-    """A boolean-ish outcome (True/False, 1/0) as reward 1.0 / 0.0; other types are no reward."""
-    if isinstance(v, bool):
-        return Reward(1.0 if v else 0.0, v)
-    if isinstance(v, (int, float)) and v in (0, 1):
-        return Reward(float(v), v)
-    if v is None:
-        return Reward()
-    return Reward(None, v, error=f"unrecognised outcome value {v!r}")
+TRUE_SPELLINGS: frozenset[str] = frozenset({"true", "1", "yes"})
+FALSE_SPELLINGS: frozenset[str] = frozenset({"false", "0", "no"})
+"""String spellings of an outcome (compared lower-cased, stripped): SWE-smith / SWE-agent rows and
+CSV-derived datasets write ``resolved: "true"``."""
 
 
-def float_reward(v: Any) -> Reward:
-    """A numeric reward (bool counts as 1.0 / 0.0); None or a non-number is no reward."""
+def _clip_value(v: Any, n: int = 40) -> str:
+    """`v` as a short repr for an error line (a huge integer is described, never converted)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 200:
+        try:
+            return f"an integer of {len(str(abs(v)))} digits"
+        except ValueError:  # more digits than Python converts
+            return f"an integer of more than {sys.get_int_max_str_digits()} digits"
+    r = repr(v)
+    return r if len(r) <= n else r[:n] + "..."
+
+
+def bool_reward(v: Any, field: str = "resolved") -> Reward:
+    """A boolean-ish outcome as reward 1.0 / 0.0: True/False, 1/0, or the strings of
+    :data:`TRUE_SPELLINGS` / :data:`FALSE_SPELLINGS` (the raw value is kept as logged);
+    None or an empty string is no reward.
+
+    Args:
+        v: the logged value.
+        field: its name in the input (``resolved``, ``target``, ...), for the error.
+
+    Raises:
+        RecordError: any other value (``resolved is 'maybe': expected true/false or 1/0``):
+            never stored as a silent null reward.
+    """
     if isinstance(v, bool):
-        return Reward(1.0 if v else 0.0, v)
-    if isinstance(v, (int, float)) and np.isfinite(v):
-        return Reward(float(v), v)
-    if v is None:
-        return Reward()
-    return Reward(None, v, error=f"reward {v!r} is not a finite number")
+        return Reward(1.0 if v else 0.0, v, field=field)
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v in (0, 1):
+        return Reward(float(v), v, field=field)
+    if v is None or (isinstance(v, str) and not v.strip()):
+        return Reward(None, v or None, field=field)
+    if isinstance(v, str) and v.strip().lower() in TRUE_SPELLINGS | FALSE_SPELLINGS:
+        return Reward(1.0 if v.strip().lower() in TRUE_SPELLINGS else 0.0, v, field=field)
+    raise RecordError(f"{field} is {_clip_value(v)}: expected true/false or 1/0")
+
+
+def float_reward(v: Any, field: str = "reward") -> Reward:
+    """A numeric reward: a finite number, a bool (1.0 / 0.0), or a string holding either
+    (``"0.5"``, ``"true"``; the raw value is kept as logged); None or an empty string is no
+    reward.
+
+    Args:
+        v: the logged value.
+        field: its name in the input (``reward``, ``score``, ...), for the error.
+
+    Raises:
+        RecordError: NaN, an infinity, a number too large for a float, or a value that is not
+            a number (``score is 'n/a': expected a finite number``): never a silent null.
+    """
+    if isinstance(v, bool):
+        return Reward(1.0 if v else 0.0, v, field=field)
+    if v is None or (isinstance(v, str) and not v.strip()):
+        return Reward(None, v or None, field=field)
+    x: float | None = None
+    if isinstance(v, (int, float)):
+        try:
+            x = float(v)
+        except OverflowError:
+            raise RecordError(f"{field} is {_clip_value(v)}: too large for a reward (a finite number)") from None
+    elif isinstance(v, str):
+        s = v.strip().lower()
+        if s in ("true", "false"):
+            return Reward(1.0 if s == "true" else 0.0, v, field=field)
+        try:
+            x = float(s)
+        except ValueError:
+            raise RecordError(f"{field} is {_clip_value(v)}: expected a finite number") from None
+    else:
+        raise RecordError(f"{field} is a {type(v).__name__} ({_clip_value(v)}): expected a finite number")
+    if not math.isfinite(x):
+        raise RecordError(f"{field} is {_clip_value(v)}: expected a finite number")
+    return Reward(x, v, field=field)
 
 
 _SLUG = re.compile(r"[^A-Za-z0-9._=+-]+")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -94,6 +96,11 @@ def discover(paths: list[str], ignored: Counter[str] | None = None) -> tuple[lis
             for root, dirs, files in os.walk(p):
                 dirs.sort()
                 dirs[:] = [d for d in dirs if not d.startswith(".")]  # .git, .cache (HF snapshots)
+                special = {f: k for f in files if (k := special_file_kind(os.path.join(root, f)))}
+                for f in sorted(special):  # a named pipe would block the read forever: never opened
+                    problems.append(Problem(Origin(os.path.join(root, f)), "no_trajectory",
+                                            f"{special[f]}, not a regular file: skipped, never opened"))
+                files = [f for f in files if f not in special]
                 cand = sorted(f for f in files if f.endswith(INPUT_SUFFIXES))
                 skipped.update(_suffix(f) for f in files if not f.endswith(INPUT_SUFFIXES))
                 if os.path.basename(root) == EVENTS_DIR and cand and all(
@@ -106,10 +113,85 @@ def discover(paths: list[str], ignored: Counter[str] | None = None) -> tuple[lis
                 found = ", ".join(f"{n} {sfx}" for sfx, n in skipped.most_common(5)) or "no files"
                 problems.append(Problem(Origin(p), "unsupported", f"no {'/'.join(INPUT_SUFFIXES)} file in this "
                                         f"directory ({found}); name the files to read them anyway"))
+        elif kind := special_file_kind(p):
+            problems.append(Problem(Origin(p), "unsupported", f"{kind}, not a regular file: not read "
+                                    "(traj ingest reads files and directories)"))
         else:
             problems.append(Problem(Origin(p), "malformed", "no such file or directory"))
     units.sort(key=lambda u: u.path)
     return units, problems
+
+
+def special_file_kind(path: str) -> str | None:
+    """What `path` is when it exists but is neither a regular file nor a directory (following
+    symbolic links): ``a named pipe (FIFO)``, ``a socket``, ``a character device``, ``a block
+    device``; None otherwise (regular file, directory, missing, unreadable). Never opens it:
+    opening a named pipe blocks until a writer appears."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a special file")
+
+
+class NotARegularFile(OSError):
+    """An input path is a named pipe, socket or device: refused before any read (a read of a
+    named pipe blocks until a writer appears)."""
+
+
+def read_bytes(path: str, limit: int | None = None) -> bytes:
+    """The bytes of a regular file (the first `limit` only, when given).
+
+    Opened without blocking and checked with ``fstat`` before reading, so a named pipe or a
+    device (even one that replaced a regular file after the directory walk) is refused, never
+    waited on.
+
+    Raises:
+        NotARegularFile: not a regular file (the message says what it is).
+        OSError: it cannot be read.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotARegularFile(f"{special_file_kind(path) or 'a special file'}, not a regular file: not read")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read() if limit is None else f.read(limit)
+    finally:
+        os.close(fd)
+
+
+_BINARY_MAGIC: Final[tuple[tuple[bytes, str], ...]] = (
+    (b"\x1f\x8b", "gzip-compressed data (decompress it first)"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed data (decompress it first)"),
+    (b"BZh", "bzip2-compressed data (decompress it first)"),
+    (b"\xfd7zXZ\x00", "xz-compressed data (decompress it first)"),
+    (b"PK\x03\x04", "a zip archive (extract it first)"),
+    (b"\xff\xfe", "UTF-16 text (save it as UTF-8)"),
+    (b"\xfe\xff", "UTF-16 text (save it as UTF-8)"),
+)
+BINARY_SNIFF_BYTES: Final[int] = 8192
+"""Bytes looked at to tell text from binary content."""
+
+
+def binary_kind(data: bytes) -> str | None:
+    """Why `data` (a file's start) is not JSON / JSONL text: a compressed or archive format by
+    its magic bytes, ``binary data`` when it holds NUL bytes or more than 10 % of characters
+    that are invalid UTF-8 or control characters; None for text."""
+    for magic, what in _BINARY_MAGIC:
+        if data.startswith(magic) and (magic != b"BZh" or data[3:4].isdigit()):  # bzip2: "BZh" + block size
+            return what
+    head = data[:BINARY_SNIFF_BYTES]
+    if b"\x00" in head:
+        return "binary data"
+    text = head.decode("utf-8", errors="replace")
+    bad = sum(1 for c in text if c == "\ufffd" or (ord(c) < 32 and c not in "\t\n\r\f\b"))
+    if text and bad > len(text) // 10:
+        return "binary data"
+    return None
 
 
 def _suffix(name: str) -> str:
@@ -118,10 +200,10 @@ def _suffix(name: str) -> str:
 
 
 def is_parquet(path: str) -> bool:
-    """True when the file starts with the Parquet magic bytes (whatever its name)."""
+    """True when the file starts with the Parquet magic bytes (whatever its name); False for
+    anything else, a named pipe or an unreadable file included (never blocks)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(4) == PARQUET_MAGIC
+        return read_bytes(path, 4) == PARQUET_MAGIC
     except OSError:
         return False
 
@@ -145,27 +227,106 @@ def iter_parquet_rows(path: str, batch_rows: int = PARQUET_BATCH_ROWS) -> Iterat
 
 
 def read_text(path: str) -> str:
-    """File content as text; invalid UTF-8 bytes become U+FFFD, a UTF-8 BOM is dropped."""
-    with open(path, "rb") as f:
-        data = f.read()
+    """File content as text; invalid UTF-8 bytes become U+FFFD, a UTF-8 BOM is dropped.
+
+    Raises:
+        NotARegularFile: a named pipe, socket or device (see :func:`read_bytes`).
+        ValueError: binary content (compressed, an archive, random bytes: :func:`binary_kind`),
+            named as such; a ``.parquet`` name without the Parquet magic bytes says so.
+        OSError: the file cannot be read.
+    """
+    data = read_bytes(path)
+    why = binary_kind(data)
+    if why:
+        if path.endswith(".parquet"):
+            raise ValueError(f"not valid Parquet (the file does not start with the Parquet magic bytes "
+                             f"{PARQUET_MAGIC.decode()}): {why}")
+        raise ValueError(f"not a recognised format: {why}; traj ingest reads JSON, JSONL and Parquet")
     return data.decode("utf-8", errors="replace").lstrip("\ufeff")
 
 
 @dataclass
 class Loaded:
     """A file's JSON content: `whole` (one document) or `lines` ((line number, value) per
-    JSONL line), plus per-line problems."""
+    JSONL line), plus per-line problems. `huge_ints`: `whole` holds :class:`HugeInt` stand-ins
+    (see :func:`find_huge_int`)."""
 
     whole: Any = None
     lines: list[tuple[int, Any]] | None = None
     problems: list[Problem] = field(default_factory=list)
+    huge_ints: bool = False
+
+
+@dataclass(frozen=True)
+class HugeInt:
+    """Stands in for a JSON integer with more digits than Python converts
+    (``sys.get_int_max_str_digits()``, 4300 by default), so the rest of a document can be read
+    and the record holding it refused with the field's name."""
+
+    digits: int
+
+
+def _huge_int_limit() -> int:
+    return sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
+
+
+def _parse_int(s: str) -> int | HugeInt:
+    limit = _huge_int_limit()
+    n = len(s) - s.startswith("-")
+    return HugeInt(n) if limit and n > limit else int(s)
+
+
+def _is_int_limit(e: ValueError) -> bool:
+    return "integer string conversion" in str(e)
+
+
+def find_huge_int(v: Any, where: str = "") -> tuple[str, int] | None:
+    """(field path, digits) of the first :class:`HugeInt` in `v` (``messages[2].content``,
+    ``reward``; ``""`` when `v` is one), or None."""
+    if isinstance(v, HugeInt):
+        return where, v.digits
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if isinstance(x, (dict, list, HugeInt)):
+                hit = find_huge_int(x, f"{where}.{k}" if where else str(k))
+                if hit:
+                    return hit
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            if isinstance(x, (dict, list, HugeInt)):
+                hit = find_huge_int(x, f"{where}[{i}]")
+                if hit:
+                    return hit
+    return None
+
+
+def huge_int_reason(hit: tuple[str, int]) -> str:
+    """The one-line reason for a record refused because of :func:`find_huge_int`'s `hit`."""
+    where, digits = hit
+    return (f"field {where or '(the whole value)'} is an integer of {digits} digits: too large for any field "
+            f"(numbers are read up to {_huge_int_limit()} digits)")
 
 
 def json_loads(text: str) -> Any:
     """``json.loads``, with nesting too deep for Python's parser as a ValueError (not a
-    RecursionError that escapes every handler)."""
+    RecursionError that escapes every handler). An integer too long to convert is a ValueError
+    naming its field (:func:`huge_int_reason`)."""
     try:
         return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to parse") from None
+    except ValueError as e:
+        if not _is_int_limit(e) or isinstance(e, json.JSONDecodeError):
+            raise
+        hit = find_huge_int(_loads_with_huge_ints(text))
+        raise ValueError(huge_int_reason(hit) if hit else str(e)) from None
+
+
+def _loads_with_huge_ints(text: str) -> Any:
+    """``json.loads`` with :class:`HugeInt` stand-ins for integers too long to convert (slower:
+    used only once the fast parse has met one)."""
+    try:
+        return json.loads(text, parse_int=_parse_int)
     except RecursionError:
         raise ValueError("JSON nested too deeply to parse") from None
 
@@ -180,7 +341,14 @@ def load_json_or_jsonl(path: str) -> Loaded:
     if not text.strip():
         raise ValueError("empty file")
     try:
-        return Loaded(whole=json_loads(text))
+        try:
+            return Loaded(whole=json.loads(text))
+        except RecursionError:
+            raise ValueError("JSON nested too deeply to parse") from None
+        except ValueError as e:  # an integer too long to convert: read the rest, refuse its record
+            if isinstance(e, json.JSONDecodeError) or not _is_int_limit(e):
+                raise
+            return Loaded(whole=_loads_with_huge_ints(text), huge_ints=True)
     except json.JSONDecodeError as whole_err:
         rows = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
         if len(rows) < 2:
@@ -192,8 +360,11 @@ def load_json_or_jsonl(path: str) -> Loaded:
                 out.lines.append((n, json_loads(ln)))  # type: ignore[union-attr]
             except ValueError as e:
                 snippet = ln.strip()[:40]
-                why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
-                out.problems.append(Problem(Origin(path, n), "malformed", f"not valid JSON ({why}): {snippet!r}"))
+                if isinstance(e, json.JSONDecodeError):
+                    why = f"not valid JSON ({e.msg} at column {e.colno}): {snippet!r}"
+                else:  # nested too deeply, an integer too long (naming its field)
+                    why = str(e) if str(e).startswith("field ") else f"not valid JSON ({e}): {snippet!r}"
+                out.problems.append(Problem(Origin(path, n), "malformed", why))
         if not out.lines:
             raise ValueError(f"no line is valid JSON (first error: {out.problems[0].reason})")
         return out

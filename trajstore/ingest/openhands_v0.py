@@ -148,7 +148,8 @@ class _Builder:
             return  # a later tool call of a response already turned into one assistant message
         choice = (resp.get("choices") or [{}])[0] if isinstance(resp.get("choices"), list) else {}
         msg = choice.get("message") if isinstance(choice, dict) and isinstance(choice.get("message"), dict) else {}
-        calls = tool_calls_of(msg.get("tool_calls"))
+        calls = tool_calls_of(msg.get("tool_calls"), f"event {self._event_id(ev, idx)}: "
+                              "tool_call_metadata.model_response.choices[0].message.tool_calls")
         if not calls:  # response not logged: rebuild the call from the action itself
             calls = [ToolCall(str(tcm["tool_call_id"]), str(tcm.get("function_name") or ev["action"]),
                               json.dumps({k: v for k, v in args.items() if k != "thought"}, ensure_ascii=False))]
@@ -261,7 +262,7 @@ def parse_eval_output(row: Any, origin: Origin) -> Conversation:
     tr = row.get("test_result") if isinstance(row.get("test_result"), dict) else {}
     report = tr.get("report") if isinstance(tr.get("report"), dict) else {}
     if "resolved" in report:
-        conv.reward = bool_reward(report["resolved"])
+        conv.reward = bool_reward(report["resolved"], "test_result.report.resolved")
     conv.status = status_from_error(row.get("error"))
     conv.prompt_id = conv.key
     md = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
@@ -285,7 +286,7 @@ def parse_resolver_output(row: Any, origin: Origin) -> Conversation:
     issue = row.get("issue") if isinstance(row.get("issue"), dict) else {}
     key = "{}/{}#{}".format(issue.get("owner"), issue.get("repo"), issue.get("number")) if issue else None
     conv = events_to_conversation(row["history"], source="openhands/v0-resolver", key=key, origin=origin)
-    conv.reward = bool_reward(row.get("success"))
+    conv.reward = bool_reward(row.get("success"), "success")
     conv.status = status_from_error(row.get("error"))
     conv.prompt_id = key
     conv.metadata.update({"issue": key, "base_commit": row.get("base_commit"), "error": row.get("error"),
@@ -325,7 +326,7 @@ def chat_messages(raw: Any, origin_desc: str) -> list[Message]:
         if role not in ("system", "user", "assistant", "tool", "developer", "function"):
             raise RecordError(f"{origin_desc}[{i}]: unknown role {role!r}")
         role = {"developer": "system", "function": "tool"}.get(role, role)
-        calls = tool_calls_of(m.get("tool_calls"))
+        calls = tool_calls_of(m.get("tool_calls"), f"{origin_desc}[{i}].tool_calls")
         reasoning = reasoning_of(m)[0] if role == "assistant" else None
         out.append(Message(role, text_of(m.get("content")), reasoning=reasoning or None, tool_calls=calls,
                            cause_id=str(m["tool_call_id"]) if m.get("tool_call_id") else None))

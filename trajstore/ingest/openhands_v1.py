@@ -355,7 +355,8 @@ def score_reward(test_result: Any) -> Reward:
     if isinstance(fs, dict) and fs.get("total") == 0 and not test_result.get("checkpoints"):
         # nothing was graded (no checkpoints, total 0): "0 of 0" is not a score of 0
         return Reward(None, fs, error="no checkpoints graded (final_score.total = 0)")
-    r = float_reward(fs.get("result") if isinstance(fs, dict) else fs)
+    r = float_reward(fs.get("result") if isinstance(fs, dict) else fs,
+                     "final_score.result" if isinstance(fs, dict) else "final_score")
     return Reward(r.value, fs, error=r.error)
 
 
@@ -494,7 +495,7 @@ def parse_completion_log(d: Any, origin: Origin) -> Conversation:
                     m.cause_id = r.cause_id
         # raw_response stops before the tool-call text (stop word ``</function``): the parsed
         # calls of ``response`` are rendered after it
-        out.tool_calls = tool_calls_of(calls_msg.get("tool_calls"))
+        out.tool_calls = tool_calls_of(calls_msg.get("tool_calls"), "response.choices[0].message.tool_calls")
     msgs.append(out)
     model = resp.get("model") if isinstance(resp.get("model"), str) else None
     # prompt-based tool calling: the SDK already wrote the tools into the system message of `messages`

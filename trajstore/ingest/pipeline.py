@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError as PydanticValidationError
 
 from trajstore.adapters import engine_logprob, token_ids_from
-from trajstore.errors import AdapterError, TrajstoreError
+from trajstore.errors import AdapterError, TrajectoryValidationError, TrajstoreError, one_line
 from trajstore.hub import SMOLLM2_ALIAS, load_tokenizer, resolve_model
 from trajstore.ingest import (
     atif,
@@ -43,6 +45,7 @@ from trajstore.ingest.core import (
     Problem,
     RecordError,
     TextRollout,
+    _clip_value,
 )
 from trajstore.ingest.render import (
     content_hash,
@@ -152,9 +155,44 @@ EVENT_FORMATS = ("openhands-v1-events", "openhands-v0-events")
 """Formats whose records are the events of *one* conversation (a JSONL file of them is one trajectory)."""
 
 
-def _why(e: BaseException) -> str:
-    """The reason of a record's problem: a parser's own message, or the unexpected error's type and text."""
-    return str(e) if isinstance(e, RecordError) else f"{type(e).__name__}: {e}"
+FIELD_WORDS: dict[str, str] = {
+    "reward": "the reward", "reward_raw": "the reward", "model": "the model name", "prompt_id": "the task id",
+    "group_id": "the group id", "created_at": "the time stamp", "status": "the status",
+    "tokens": "the token ids", "logprobs": "the log-probs", "spans": "the turns",
+    "metadata": "the fields kept as metadata", "trajectory_id": "the instance id", "tokenizer": "the tokenizer name",
+    "not_trainable_reason": "the not-trainable reason",
+}
+"""Stored-trajectory fields in the words of the input they come from (never ``reward_raw``)."""
+
+
+def _field_words(name: str, item: Any = None) -> str:
+    head = re.split(r"[.\[]", name, maxsplit=1)[0]
+    if head in ("reward", "reward_raw") and getattr(getattr(item, "reward", None), "field", None):
+        return f"the reward (field {item.reward.field!r})"
+    if head == "spans":
+        m = re.match(r"spans\[(\d+)\]\.?(.*)", name)
+        if m:
+            return f"turn span {int(m.group(1)) + 1}" + (f" ({m.group(2)})" if m.group(2) else "")
+    return FIELD_WORDS.get(head, name)
+
+
+def _why(e: BaseException, item: Any = None) -> str:
+    """The reason of a record's problem, on one line in the input's terms: a parser's own
+    message; the broken rules of the trajectory built from the record (naming the input's
+    field, e.g. the reward's ``resolved``, never a stored column such as ``reward_raw``); a
+    pydantic error as ``field: message (got value)``; else the error's type and text."""
+    if isinstance(e, RecordError):
+        return one_line(str(e))
+    if isinstance(e, TrajectoryValidationError):
+        return "the trajectory built from it would be invalid: " + "; ".join(
+            f"{_field_words(v.field, item)}: {one_line(v.message)}" for v in e.violations)
+    if isinstance(e, PydanticValidationError):
+        parts = []
+        for err in e.errors():
+            loc = ".".join(str(x) for x in err.get("loc", ())) or "value"
+            parts.append(f"{_field_words(loc, item)}: {err.get('msg', 'invalid')} (got {_clip_value(err.get('input'), 60)})")
+        return "; ".join(parts)
+    return one_line(f"{type(e).__name__}: {e}")
 
 
 def _parse_record(kind: str, origin: Origin, rec: Any) -> Parsed:
@@ -169,14 +207,22 @@ def _sniff(value: Any) -> str | None:
     return detect.detect_record(value) or detect.detect_event(value)
 
 
-def _parse_rows(path: str, rows: Iterable[tuple[int, Any]], fmt: str) -> Iterator[Parsed]:
+def _parse_rows(path: str, rows: Iterable[tuple[int, Any]], fmt: str, huge_ints: bool = False) -> Iterator[Parsed]:
     """The rows of a JSONL file, a JSON array or a Parquet shard (``(line, value)`` pairs).
 
     Each row's format is detected on its own, so one odd row never decides the file. A row of
     no known shape is parsed as the file's format (that of the first row that has one), so its
     problem names what it lacks; rows before that first recognised row wait for it. When the
     first recognised thing is an event, the whole file is one conversation's event list.
+    With `huge_ints` (a JSON array holding integers too long to convert), a row holding one
+    is refused naming its field and the others are parsed.
     """
+    if huge_ints:
+        rows = list(rows)
+        bad = {n: hit for n, v in rows if (hit := detect.find_huge_int(v))}
+        for n, hit in bad.items():
+            yield Problem(Origin(path, n), "malformed", detect.huge_int_reason(hit))
+        rows = [(n, v) for n, v in rows if n not in bad]
     if fmt in EVENT_FORMATS:
         yield from _parse_event_list(path, [v for _, v in rows], fmt)
         return
@@ -230,7 +276,7 @@ def parse_unit(unit: detect.InputUnit, fmt: str = "auto") -> Iterator[Parsed]:
         try:
             yield from _parse_rows(path, detect.iter_parquet_rows(path), fmt)
         except Exception as e:  # noqa: BLE001 - an unreadable shard, or one that breaks mid-way
-            yield Problem(Origin(path), "malformed", f"cannot read Parquet: {_why(e)}")
+            yield Problem(Origin(path), "malformed", f"not valid Parquet: {_why(e)}")
         return
     try:
         loaded = detect.load_json_or_jsonl(path)
@@ -242,12 +288,17 @@ def parse_unit(unit: detect.InputUnit, fmt: str = "auto") -> Iterator[Parsed]:
         yield from _parse_rows(path, loaded.lines, fmt)
         return
     try:
-        yield from _parse_document(path, loaded.whole, fmt)
+        yield from _parse_document(path, loaded.whole, fmt, loaded.huge_ints)
     except Exception as e:  # noqa: BLE001
         yield Problem(Origin(path), "malformed", _why(e))
 
 
-def _parse_document(path: str, doc: Any, fmt: str) -> Iterator[Parsed]:
+def _parse_document(path: str, doc: Any, fmt: str, huge_ints: bool = False) -> Iterator[Parsed]:
+    if huge_ints and not (isinstance(doc, list) and (fmt if fmt != "auto" else detect.detect_document(doc))
+                          in ROW_PARSERS):
+        hit = detect.find_huge_int(doc)
+        yield Problem(Origin(path), "malformed", detect.huge_int_reason(hit) if hit else "an integer too long to read")
+        return
     why_not = detect.not_a_trajectory(doc)
     if why_not and fmt == "auto":
         if os.path.basename(path).startswith("eval_"):
@@ -264,7 +315,7 @@ def _parse_document(path: str, doc: Any, fmt: str) -> Iterator[Parsed]:
         return
     if kind in ROW_PARSERS:
         if isinstance(doc, list):
-            yield from _parse_rows(path, ((i + 1, r) for i, r in enumerate(doc)), fmt)
+            yield from _parse_rows(path, ((i + 1, r) for i, r in enumerate(doc)), fmt, huge_ints)
         else:
             yield _parse_record(kind, Origin(path), doc)
         return
@@ -277,8 +328,8 @@ def _parse_document(path: str, doc: Any, fmt: str) -> Iterator[Parsed]:
             if os.path.exists(ev_path):
                 try:
                     ev = detect.json_loads(detect.read_text(ev_path))
-                except ValueError as e:
-                    yield Problem(Origin(ev_path), "malformed", f"eval file is not valid JSON: {e}")
+                except (ValueError, OSError) as e:
+                    yield Problem(Origin(ev_path), "malformed", f"eval file cannot be read: {e}")
             yield openhands_v1.parse_task_trajectory(doc, Origin(path), ev, ev_path if ev is not None else None)
         else:
             yield openhands_v1.parse_persisted_events(doc, Origin(path))
@@ -494,7 +545,7 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
                 report.degraded_events += item.degraded_events
                 report.engine_ids_discarded += "engine_token_ids_discarded" in item.metadata
         except Exception as e:  # noqa: BLE001 - one bad record costs only itself
-            report.problems.append(Problem(item.origin, "invalid", _why(e)))
+            report.problems.append(Problem(item.origin, "invalid", _why(e, item)))
             return []
         report.trajectories_parsed += len(ts)
         report.by_format[item.source] += len(ts)

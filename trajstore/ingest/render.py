@@ -38,6 +38,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -380,12 +381,29 @@ def status_part(t: ParsedTrajectory) -> dict[str, str]:
     return {} if t.status == "completed" else {"status": t.status}
 
 
+def _standard_json(v: Any) -> Any:
+    """`v` with every NaN / infinite float replaced by its name as a string (``"NaN"``), so it
+    serialises as standard JSON (a raw score object of an evaluator may hold NaN)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v) if not math.isnan(v) else "NaN"
+    if isinstance(v, dict):
+        return {k: _standard_json(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_standard_json(x) for x in v]
+    return v
+
+
 def reward_raw(conv: ParsedTrajectory) -> str | None:
-    """The raw reward as JSON (None when there is neither a raw value nor a reward)."""
+    """The raw reward as standard JSON (None when there is neither a raw value nor a reward;
+    NaN / infinities inside a raw score object become strings, see :func:`_standard_json`)."""
     r = conv.reward
     if r.raw is None and r.value is None:
         return None
-    return json.dumps(r.raw if r.raw is not None else r.value, sort_keys=True, default=str)
+    raw = r.raw if r.raw is not None else r.value
+    try:
+        return json.dumps(raw, sort_keys=True, default=str, allow_nan=False)
+    except ValueError:
+        return json.dumps(_standard_json(raw), sort_keys=True, default=str, allow_nan=False)
 
 
 def created_at(conv: ParsedTrajectory) -> datetime:

@@ -131,7 +131,7 @@ def parse_traj(d: Any, origin: Origin) -> Conversation:
             demos.add(len(msgs))
             msgs.append(Message("assistant", text))
         elif role == "assistant":
-            calls = tool_calls_of(h.get("tool_calls"))
+            calls = tool_calls_of(h.get("tool_calls"), f"history[{i}].tool_calls")
             cid = f"step-{step}"
             step += 1
             reasoning, redacted = reasoning_of(h)
@@ -235,7 +235,7 @@ def parse_nebius_row(row: Any, origin: Origin) -> Conversation:
     unmasked = [i for i, m in enumerate(row["trajectory"]) if m.get("role") in ("ai", "assistant") and not m.get("mask")]
     key = str(row["instance_id"]) if row.get("instance_id") else None
     return Conversation(source="nebius/swe-agent", key=key, messages=msgs, origin=origin, prompt_id=key,
-                        reward=bool_reward(row.get("target")), model=row.get("model_name"),
+                        reward=bool_reward(row.get("target"), "target"), model=row.get("model_name"),
                         status=status_from_exit(row.get("exit_status")),
                         metadata={"instance_id": key, "exit_status": row.get("exit_status"),
                                   "unmasked_ai_messages": unmasked})
