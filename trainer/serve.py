@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trajstore.errors import TrajstoreError
 from trajstore.hub import SMOLLM2_ALIAS
+from trajstore.proxy.request import ChatFields, check_request
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 _TOOLS_SYSTEM = ("You may call one or more functions to assist with the user query. Function signatures "
@@ -230,19 +231,20 @@ class _Call:
 
         self.chat = chat
         self.body = body
-        if body.get("n", 1) not in (1, None):
+        # typed as vLLM types them; a bad field is a 400 naming it (a 500 before: tools: "nope", seed: 1e300)
+        p = check_request(body, chat=chat)
+        if p.n not in (1, None):
             raise ValueError("traj serve samples one choice per request (n = 1)")
-        self.stream = bool(body.get("stream"))
-        self.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        self.return_token_ids = bool(body.get("return_token_ids"))
-        self.tools = body.get("tools") if body.get("tool_choice") != "none" else None
+        self.stream = bool(p.stream)
+        self.include_usage = bool((p.stream_options or {}).get("include_usage"))
+        self.return_token_ids = bool(p.return_token_ids)
+        self.tools = None
         if chat:
-            msgs = body.get("messages")
-            if not isinstance(msgs, list) or not msgs:
-                raise ValueError("messages must be a non-empty list")
-            self.prompt_ids = app.renderer.prompt_ids(msgs, body.get("tools"))
-            self.want_logprobs = bool(body.get("logprobs"))
-            top = int(body.get("top_logprobs") or 0)
+            assert isinstance(p, ChatFields)
+            self.tools = p.tools if p.tool_choice != "none" else None
+            self.prompt_ids = app.renderer.prompt_ids(body["messages"], p.tools)
+            self.want_logprobs = bool(p.logprobs)
+            top = p.top_logprobs or 0
         else:
             prompt = body.get("prompt")
             if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
@@ -254,19 +256,21 @@ class _Call:
                 self.prompt_ids = [int(t) for t in prompt]
             else:
                 raise ValueError("prompt must be a string or a non-empty list of token ids (one prompt)")
-            lp = body.get("logprobs")
-            self.want_logprobs = lp is not None and lp is not False
-            top = int(lp or 0) if not isinstance(lp, bool) else 0
+            self.want_logprobs = p.logprobs is not None and body.get("logprobs") is not False  # as the proxy reads it
+            top = (p.logprobs or 0) if self.want_logprobs else 0
         vocab = app.vocab_size
         bad = [t for t in self.prompt_ids if not 0 <= t < vocab]
         if bad:
             raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab})")
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or app.cfg.max_tokens_default
-        stop_ids = set(int(t) for t in body.get("stop_token_ids") or [])
-        if not body.get("ignore_eos"):
+        max_tokens = p.max_completion_tokens or p.max_tokens or app.cfg.max_tokens_default
+        stop_ids = set(p.stop_token_ids or [])
+        if not p.ignore_eos:
             stop_ids |= set(app.engine.eos_token_ids)
-        allowed = body.get("allowed_token_ids")
-        guided = body.get("guided_choice") or (body.get("structured_outputs") or {}).get("choice")
+        allowed = p.allowed_token_ids
+        structured = body.get("structured_outputs") or {}
+        if not isinstance(structured, dict):
+            raise ValueError("structured_outputs: must be an object")
+        guided = body.get("guided_choice") or structured.get("choice")
         choices = None
         if guided is not None:
             if not isinstance(guided, list) or not guided or not all(isinstance(c, str) and c for c in guided):
@@ -274,17 +278,15 @@ class _Call:
             eos = app.engine.eos_token_ids[:1]
             choices = tuple(tuple(app.tokenizer(c, add_special_tokens=False)["input_ids"]) + tuple(eos)
                             for c in guided)
-        temperature = body.get("temperature")
         self.sampling = Sampling(
-            max_new_tokens=int(max_tokens), temperature=1.0 if temperature is None else float(temperature),
-            top_p=float(body.get("top_p") if body.get("top_p") is not None else 1.0),
-            top_k=int(body.get("top_k") if body.get("top_k") is not None else -1),
+            max_new_tokens=int(max_tokens), temperature=1.0 if p.temperature is None else p.temperature,
+            top_p=1.0 if p.top_p is None else p.top_p, top_k=-1 if p.top_k is None else p.top_k,
             stop_token_ids=tuple(sorted(stop_ids)),
-            allowed_token_ids=None if allowed is None else tuple(int(t) for t in allowed),
-            seed=body.get("seed"), top_logprobs=top, choices=choices)
+            allowed_token_ids=None if allowed is None else tuple(allowed),
+            seed=p.seed, top_logprobs=top, choices=choices)
         if self.sampling.max_new_tokens < 1 or self.sampling.temperature < 0 or not 0 < self.sampling.top_p <= 1:
             raise ValueError("need max_tokens >= 1, temperature >= 0 and 0 < top_p <= 1")
-        stop = body.get("stop")
+        stop = p.stop
         self.stop_strings = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())

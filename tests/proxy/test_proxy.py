@@ -308,6 +308,34 @@ def test_nan_or_infinity_in_a_call_is_a_400_and_the_proxy_keeps_serving(fake_ups
     play(client(px.url, "after"), 1)  # still serving
 
 
+def test_a_field_the_upstream_would_refuse_is_a_400_naming_it_and_never_forwarded(fake_upstream, start_proxy,
+                                                                                   tmp_path):
+    # A fractional max_tokens went upstream (vLLM answers 400) and the episode was stored as
+    # failed. Now the proxy refuses it first, like vLLM's and OpenAI's own check, and the
+    # session goes on: the next, valid call and the finish store a completed episode.
+    px = start_proxy(fake_upstream.url)
+    msgs = [{"role": "user", "content": "x"}]
+    bad = [("max_tokens", 10.5), ("max_tokens", 0), ("seed", 1e300), ("seed", 2**63), ("tools", "nope"),
+           ("tools", [1]), ("temperature", -1), ("top_p", 0), ("logprobs", "many"), ("stop", [1])]
+    for name, value in bad:
+        r = httpx.post(f"{px.url}/s/typo/v1/chat/completions", json={"model": "fake", "messages": msgs, name: value})
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == name, r.text
+        assert err["message"].split(":")[0].split("[")[0] == name, r.text  # "tools[0]: Input should be ..."
+    for body in ({"model": "fake", "messages": "hi"}, {"model": "fake", "messages": ["hi"]}, {"model": "fake"}):
+        r = httpx.post(f"{px.url}/s/typo/v1/chat/completions", json=body)
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith("messages"), r.text
+    r = httpx.post(f"{px.url}/s/typo/v1/completions", json={"model": "fake", "prompt": "x", "logprobs": 2.5})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs", r.text
+    assert httpx.get(f"{fake_upstream.url}/_fake/seen").json() == []  # none of them was forwarded
+    ok = httpx.post(f"{px.url}/s/typo/v1/chat/completions",
+                    json={"model": "fake", "messages": msgs, "max_tokens": 10.0, "seed": 7})  # 10.0 is an integer
+    assert ok.status_code == 200, ok.text
+    assert httpx.post(f"{px.url}/s/typo/finish", json={}).json()["status"] == "completed"
+    (row,) = rows(str(tmp_path / "store"))
+    assert row["status"] == "completed" and row["num_actions"] == 1
+
+
 def test_upstream_key_is_sent_but_never_stored_or_logged(fake_upstream, tmp_path):
     secret = "sk-upstream-" + "9f3c1d7e5a"
     store, log = str(tmp_path / "store"), str(tmp_path / "proxy.log")

@@ -238,3 +238,20 @@ def test_weight_reload_during_traffic_labels_every_action_with_its_version(serve
     assert seen == {0, 1}
     if mode == "tag":  # the server reported where versions changed inside a call: split, not flagged
         assert split_calls >= 1
+
+
+def test_serve_answers_a_bad_field_with_a_400_naming_it(serve):
+    # tools: "nope" and seed: 1e300 were 500s (the template iterated the string; torch could not
+    # seed from 1e300); a fractional max_tokens was truncated. Each is a 400 naming the field, as
+    # vLLM answers, and the server keeps serving.
+    url, _ = serve
+    msgs = [{"role": "user", "content": "hi"}]
+    for name, value in (("tools", "nope"), ("tools", [1]), ("seed", 1e300), ("seed", -(2**63) - 1),
+                        ("max_tokens", 10.5), ("temperature", "hot"), ("stop", 3), ("structured_outputs", "x")):
+        r = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": msgs, name: value}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith(name), (name, r.text)
+    r = httpx.post(f"{url}/v1/completions", json={"model": "m", "prompt": "hi", "seed": 1e300}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("seed"), r.text
+    r = httpx.post(f"{url}/v1/chat/completions", timeout=120,
+                   json={"model": "m", "messages": msgs, "max_tokens": 3.0, "seed": 2**63 - 1})  # both valid
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3, r.text

@@ -43,6 +43,7 @@ from trajstore.proxy.recorder import (
     VersionedSlice,
     check_session_key,
 )
+from trajstore.proxy.request import RequestFieldError, check_request
 from trajstore.proxy.sync import StalenessGate, StalenessOverflow, Ticket, Versioning, WeightSync
 from trajstore.proxy.upstream import (
     Augmented,
@@ -82,8 +83,11 @@ def strict_json_loads(raw: bytes | str) -> Any:
 
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+def _error(status: int, message: str, kind: str = "invalid_request_error", *, param: str | None = None
+           ) -> JSONResponse:
+    """An error in OpenAI's shape (``param``: the request field at fault, if one is)."""
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}},
+                        status_code=status)
 
 
 def _observation_of(body: dict[str, Any], chat: bool) -> tuple[str | None, str | None]:
@@ -380,8 +384,12 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
                 raise ValueError("not an object")
         except ValueError as e:
             return _error(400, f"request body is not a JSON object: {e}")
-        if body.get("n") not in (None, 1):
-            return _error(400, "traj proxy records one choice per call: n must be 1")
+        try:  # a request the upstream would refuse never reaches it (nor fails the episode)
+            fields = check_request(body, chat=chat)
+        except RequestFieldError as e:
+            return _error(400, str(e), param=e.field)
+        if fields.n not in (None, 1):
+            return _error(400, "traj proxy records one choice per call: n must be 1", param="n")
         key = session or request.headers.get("x-trajectory-id")
         try:
             key = check_session_key(key) if key else None
