@@ -148,18 +148,15 @@ def parse_storage_options(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def open_existing_store(uri: str, storage_options: dict[str, Any] | None = None) -> Any:
-    """Open a store that a read-only command inspects: a local directory or remote prefix
-    that does not exist is an error (a mistyped path, prefix or bucket would otherwise audit an
-    empty store without a word)."""
-    from trajstore.errors import StoreError
-    from trajstore.store import open_store
+def open_existing_store(uri: str, storage_options: dict[str, Any] | None = None, *,
+                        missing_ok: bool = False) -> Any:
+    """Open a store that a read-side command inspects (:func:`trajstore.store.open_existing_store`):
+    a local directory or remote prefix that does not exist, or one that is not a store (a folder
+    of logs, ``/tmp``), is an error, exit status :data:`EXIT_ERROR` (it would otherwise audit an
+    empty store without a word). An empty directory is an empty store."""
+    from trajstore.store import open_existing_store as open_checked
 
-    s = open_store(uri, storage_options=storage_options)
-    if not s.exists():
-        what = "the directory does not exist" if s.is_local else "nothing is stored under that prefix"
-        raise StoreError(f"no store at {s.uri}: {what}")
-    return s
+    return open_checked(uri, storage_options=storage_options, missing_ok=missing_ok)
 
 
 @app.command("schema")

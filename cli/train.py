@@ -86,11 +86,11 @@ def train_cmd(
     require(("torch", "transformers", "safetensors"), what="traj train", install=INSTALL_TRAIN_EXTRA)
     from trajstore.trainer.loop import train
 
-    if not follow:
-        # Without --follow an empty store trains nothing: a mistyped local path is an error.
-        from trajstore.cli.main import open_existing_store
+    # Without --follow a missing store trains nothing: a mistyped path is an error. With it the
+    # store may not exist yet, but a folder that is not a store is refused either way.
+    from trajstore.cli.main import open_existing_store
 
-        open_existing_store(store, cfg.storage_options)
+    open_existing_store(store, cfg.storage_options, missing_ok=follow)
     from trajstore.trainer.loop import TrainingInterrupted
 
     try:

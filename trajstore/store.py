@@ -54,6 +54,9 @@ TMP_DIR = "_tmp"
 TMP_STALE_AFTER_S = 3600.0
 """Age (seconds since the last modification) after which a ``_tmp/`` entry is a leftover of a
 crashed or killed writer, removed by the next writer or trainer that starts."""
+LAYOUT_RUNS_CHECKED = 16
+"""At most this many ``runs/`` / ``policies/`` folders are looked into when deciding whether a
+location is a store (:meth:`Store.layout_problem`): one of ours is enough."""
 RUN_STEPS_DIR = "steps"
 RUN_CONSUMED_DIR = "consumed"
 RUN_CONFIG_FILE = "config.json"
@@ -266,6 +269,58 @@ class Store:
             return False
         except Exception as e:  # unreachable endpoint, bad credentials or options
             raise StoreError(f"cannot check {self.uri}: {type(e).__name__}: {e}") from e
+
+    def layout_problem(self) -> str | None:
+        """Why an existing location is not a trajstore store (None when it is one).
+
+        A store is what this package writes: an empty local directory (a store nothing was
+        written to yet), or a root holding at least one of ``trajectories/`` with ``*.parquet``
+        shards (or nothing) directly inside, ``runs/<run_id>/`` with ``steps/``, ``consumed/``,
+        ``config.json`` or ``checkpoints/``, ``policies/<run_id>/`` with ``LATEST`` or
+        ``v<N>/``. Anything else (a folder of logs, a home directory, a Parquet dataset) would
+        read as an empty store without a word, so read-side commands refuse it. Hidden entries
+        (``.DS_Store``, ``.git``) are ignored. Call on a location that :meth:`exists`.
+
+        Raises:
+            StoreError: the location cannot be listed.
+        """
+        def names(*parts: str) -> dict[str, str] | None:  # visible entry name -> "file" / "directory"
+            try:
+                entries = self.fs.ls(self.path(*parts), detail=True, **({} if self.is_local else {"refresh": True}))
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            except Exception as e:  # unreachable endpoint, bad credentials or options
+                raise StoreError(f"cannot list {self.url(*parts)}: {type(e).__name__}: {e}") from e
+            out = {}
+            for e in entries:
+                name = e["name"].rstrip("/").rsplit("/", 1)[-1]
+                if name and not name.startswith(".") and e["name"].rstrip("/") != self.path(*parts).rstrip("/"):
+                    out[name] = e.get("type") or "file"
+            return out
+
+        top = names()
+        if not top:
+            return None  # an empty directory: an empty store
+        if top.get(TRAJECTORIES_DIR) == "directory":
+            shards = names(TRAJECTORIES_DIR) or {}
+            if not shards or any(n.endswith(SHARD_SUFFIX) for n in shards):
+                return None
+        for sub, marks in ((RUNS_DIR, (RUN_STEPS_DIR, RUN_CONSUMED_DIR, RUN_CONFIG_FILE, "checkpoints")),
+                           (POLICIES_DIR, ("LATEST",))):
+            if top.get(sub) != "directory":
+                continue
+            for run in sorted(n for n, kind in (names(sub) or {}).items() if kind == "directory")[:LAYOUT_RUNS_CHECKED]:
+                inside = names(sub, run) or {}
+                if any(m in inside for m in marks) or (sub == POLICIES_DIR and any(
+                        n[:1] == "v" and n[1:].isdigit() for n in inside)):
+                    return None
+        parquet = sorted(n for n in top if n.endswith(SHARD_SUFFIX))
+        hint = (f"; it holds .parquet files ({parquet[0]}{', ...' if len(parquet) > 1 else ''}): give the store's "
+                "root, not its trajectories/ folder, or import a Parquet dataset with `traj ingest`") if parquet else ""
+        return (f"{self.uri} is not a trajstore store: it holds {len(top)} entr{'y' if len(top) == 1 else 'ies'} "
+                f"but no trajectories/*.parquet, runs/<id>/ or policies/<id>/{hint} (create a store with "
+                "`traj ingest LOGS --store DIR`, the writer SDK `StoreWriter(DIR)` or `traj proxy --store DIR`; "
+                "an empty directory is an empty store)")
 
     def arrow_filesystem(self) -> pafs.FileSystem:
         """A pyarrow filesystem for the same location (native for local paths)."""
@@ -722,3 +777,32 @@ def open_store(uri: str | os.PathLike[str], *, storage_options: Mapping[str, Any
         if os.path.exists(root) and not os.path.isdir(root):
             raise StoreError(f"cannot open store {uri!r}: it is a file, not a directory")
     return Store(uri, fs, root, storage_options or {})
+
+
+def open_existing_store(uri: str | os.PathLike[str] | Store, *, storage_options: Mapping[str, Any] | None = None,
+                        missing_ok: bool = False) -> Store:
+    """Open a store that must already exist: what read-side commands (``traj stats``, ``sql``,
+    ``info``, ``runs``, ``migrate``, ``train``) inspect. A mistyped path, prefix or bucket, or a
+    folder that is not a store (:meth:`Store.layout_problem`), would otherwise read as an empty
+    store without a word.
+
+    Args:
+        missing_ok: a location where nothing exists yet is fine (``traj train --follow`` waits
+            for the first shard); a location that exists must still be a store.
+
+    Raises:
+        StoreError: nothing at `uri` (a local directory that does not exist, an object-store
+            prefix with no object under it), or something that is not a store; the location
+            cannot be checked.
+    """
+    s = open_store(uri, storage_options=storage_options)
+    if not s.exists():
+        if missing_ok:
+            return s
+        what = "the directory does not exist" if s.is_local else "nothing is stored under that prefix"
+        raise StoreError(f"no store at {s.uri}: {what} (create one with `traj ingest LOGS --store {s.uri}` or the "
+                         "writer SDK)")
+    problem = s.layout_problem()
+    if problem:
+        raise StoreError(problem)
+    return s

@@ -9,6 +9,9 @@ before are readable.
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -35,6 +38,17 @@ def _approx_bytes(t: Trajectory) -> int:
             + (len(meta) if meta else 0) + strings + 256)
 
 
+def _positive(name: str, value: Any, alternative: str = "") -> float:
+    """`value` as a finite float > 0, else ValueError naming the argument."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        out = math.nan
+    if isinstance(value, bool) or not math.isfinite(out) or out <= 0:
+        raise ValueError(f"{name} must be a finite number > 0{alternative}, got {value!r}")
+    return out
+
+
 class StoreWriter:
     """Append trajectories to a store; use as a context manager.
 
@@ -56,8 +70,14 @@ class StoreWriter:
                  flush_mb: float = DEFAULT_FLUSH_MB, flush_seconds: float | None = DEFAULT_FLUSH_SECONDS,
                  storage_options: dict[str, Any] | None = None):
         if flush_rows < 1:
-            raise ValueError("flush_rows must be >= 1")
+            raise ValueError(f"flush_rows must be >= 1, got {flush_rows!r}")
+        flush_mb = _positive("flush_mb", flush_mb)
+        if flush_seconds is not None:  # nan compares false with everything: the age flusher would never flush
+            flush_seconds = _positive("flush_seconds", flush_seconds, " or None (never)")
         self.store = store if isinstance(store, Store) else open_store(store, storage_options=storage_options)
+        if self.store.is_local:  # the store exists from now on: read-side commands read it as empty, not missing
+            with contextlib.suppress(OSError):  # an unwritable place is reported by the first flush, as before
+                os.makedirs(self.store.path(TRAJECTORIES_DIR), exist_ok=True)
         self.store.clean_stale_tmp()  # leftovers of killed writers (an hour old, never in use)
         self.flush_rows = flush_rows
         self.flush_bytes = int(flush_mb * 2**20)
