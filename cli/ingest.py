@@ -1,9 +1,10 @@
 """``traj ingest``: agent logs -> store (thin wrapper over :func:`trajstore.ingest.ingest_paths`).
 
-Exit status: 0 when every record was stored or deliberately skipped (already stored, a
-duplicate, a file that holds no trajectory); 1 when any record was refused (malformed, invalid,
-unsupported: all other records are stored first) or ``--strict`` found a problem (nothing
-stored); 2 for usage errors (unknown option value, missing input path).
+Exit status (the same scheme as every command, see :mod:`trajstore.cli.main`): 0 when every
+record was stored or deliberately skipped (already stored, a duplicate, a file that holds no
+trajectory); 3 when some record was refused (malformed, invalid, unsupported: all other records
+are stored first); 1 for an error (``--strict`` found a problem: nothing stored; the store cannot
+be written); 2 for usage errors (unknown option value, missing input path).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from enum import Enum
 import typer
 
 from trajstore.cli.audit import OutputFormat, parse_storage_options
-from trajstore.cli.main import StorageOptions, app, friendly_errors
+from trajstore.cli.main import EXIT_REFUSED, StorageOptions, app, friendly_errors
 from trajstore.ingest.detect import FORMAT_HELP, FORMATS
 
 PROGRESS_DELAY_S = 0.5
@@ -86,8 +87,8 @@ _HELP = (
     "published datasets as JSON, JSONL or Parquet) into a store.\n\n"
     "Each malformed file, line, row or event is reported with path, line and reason, and the rest is still "
     "ingested (--strict makes any problem fatal). Re-ingesting the same logs adds nothing.\n\n"
-    "Exit status: 0 = every record stored or deliberately skipped; 1 = some record refused (all others "
-    "stored); 2 = usage error."
+    "Exit status: 0 = every record stored or deliberately skipped; 3 = some record refused (all others "
+    "stored); 1 = error (--strict found a problem: nothing stored; the store cannot be written); 2 = usage error."
 )
 
 
@@ -160,4 +161,4 @@ def ingest_cmd(
             tag = "refused" if p.kind != "no_trajectory" else "skipped"
             err.print(f"[yellow]{tag}[/yellow] {escape(str(p))}", markup=True, highlight=False, soft_wrap=True)
     if report.refused:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_REFUSED)

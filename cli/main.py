@@ -21,25 +21,39 @@ registered command, so new commands inherit them by using what is defined here):
 - **Stores** are the first argument (:data:`StoreArgument`), remote ones take
   ``--storage-option key=value`` (:data:`StorageOptions`, :func:`parse_storage_options`);
   read-only commands open them with :func:`open_existing_store`.
-- **Errors**: :func:`friendly_errors` turns known errors into one line on stderr, exit code 1
-  (``TRAJ_TRACEBACK=1`` shows the traceback); bad usage exits 2. A missing optional
-  dependency is a :class:`~trajstore.errors.MissingExtraError` naming the ``pip install``.
+- **Errors**: :func:`friendly_errors` turns known errors into one line on stderr
+  (``TRAJ_TRACEBACK=1`` shows the traceback). A missing optional dependency is a
+  :class:`~trajstore.errors.MissingExtraError` naming the ``pip install``.
+- **Exit status**, the same on every command (README "Exit status"): 0 done; 1
+  (:data:`EXIT_ERROR`) an error, one line on stderr (no store or not a store at the path, an
+  invalid ``--where``, a failed query, a refused checkpoint, an uncaught exception); 2
+  (:data:`EXIT_USAGE`) bad usage (unknown option, bad option value, missing input path);
+  3 (:data:`EXIT_REFUSED`) ``traj ingest`` stored every record it could but refused some;
+  143 ``traj train`` stopped at once by a second SIGTERM / Ctrl-C (the first finishes the
+  step, checkpoints and exits 0).
+- **Warnings** of the library (:class:`~trajstore.errors.TrajstoreWarning`, e.g. a corrupt shard
+  skipped) print as one ``warning: ...`` line on stderr each, never as Python's
+  ``file:line: Category`` text.
 - **Progress and notes** go to stderr, results to stdout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+import trajstore
+import trajstore.cli
 from trajstore.display import OutputFormat
-from trajstore.errors import TrajstoreError, one_line
+from trajstore.errors import TrajstoreError, TrajstoreWarning, one_line
 
 
 def _tidy_params(command: Any, ctx: Any) -> None:
@@ -114,21 +128,71 @@ StorageOptions = Annotated[list[str], typer.Option(
 """``--storage-option key=value`` (repeatable); parse with :func:`parse_storage_options`."""
 
 
+EXIT_ERROR = 1
+"""Exit status of a command that failed with an error (one line on stderr)."""
+EXIT_USAGE = 2
+"""Exit status of bad usage: unknown option, bad option value, missing input path (click's own)."""
+EXIT_REFUSED = 3
+"""Exit status of ``traj ingest`` when some records were refused and every other one was stored."""
+
 F = TypeVar("F", bound=Callable[..., Any])
+
+def _package_dirs() -> tuple[str, ...]:
+    """Folders of trajstore, trajstore.cli and trajstore.trainer (found without importing the trainer)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("trajstore.trainer")
+    trainer = list(spec.submodule_search_locations or []) if spec is not None else []
+    return tuple(d.rstrip(os.sep) + os.sep for d in [os.path.dirname(trajstore.__file__ or ""),
+                                                      os.path.dirname(trajstore.cli.__file__ or ""), *trainer])
+
+
+_PACKAGE_DIRS = _package_dirs()
+
+
+def _is_ours(category: type[Warning], filename: str) -> bool:
+    """A warning the library issued on purpose (shown as one line), not a third-party one."""
+    return issubclass(category, TrajstoreWarning) or (
+        issubclass(category, UserWarning) and filename.startswith(_PACKAGE_DIRS))
+
+
+@contextlib.contextmanager
+def one_line_warnings() -> Any:
+    """Within the block, the library's warnings print as ``warning: <one line>`` on stderr, each
+    distinct text once; other warnings print as Python prints them."""
+    seen: set[str] = set()
+    with warnings.catch_warnings():
+        original = warnings.showwarning
+
+        def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                 line: Any = None) -> None:
+            if not _is_ours(category, filename):
+                original(message, category, filename, lineno, file, line)
+                return
+            text = one_line(str(message))
+            if text not in seen:
+                seen.add(text)
+                typer.echo(f"warning: {text}", err=True)
+
+        warnings.showwarning = show
+        yield
 
 
 def friendly_errors(fn: F) -> F:
-    """Turn known errors into one clear line on stderr and exit code 1 (2 for bad usage)."""
+    """Turn known errors into one clear line on stderr and exit status :data:`EXIT_ERROR`
+    (click exits :data:`EXIT_USAGE` for bad usage), and the library's warnings into one line
+    each (:func:`one_line_warnings`)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with one_line_warnings():
+                return fn(*args, **kwargs)
         except (TrajstoreError, FileNotFoundError, ValueError) as e:
             if os.environ.get("TRAJ_TRACEBACK"):
                 raise
             typer.echo(f"error: {one_line(str(e))}", err=True)
-            raise typer.Exit(1) from None
+            raise typer.Exit(EXIT_ERROR) from None
 
     return wrapper  # type: ignore[return-value]
 

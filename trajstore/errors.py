@@ -9,6 +9,11 @@ class TrajstoreError(Exception):
     """Base class of every error this package raises on purpose."""
 
 
+class TrajstoreWarning(UserWarning):
+    """Base class of every warning this package issues on purpose (the ``traj`` commands print
+    each as one ``warning: ...`` line)."""
+
+
 def one_line(message: str) -> str:
     """`message` on one line: DuckDB and other libraries append a ``LINE 1: ...`` echo of the
     query with a ``^^^`` marker and blank lines; those are dropped and the remaining lines

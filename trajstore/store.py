@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from trajstore.errors import CorruptShardError, StoreError
+from trajstore.errors import CorruptShardError, StoreError, TrajstoreWarning
 from trajstore.schema import (
     CONSUMED_SCHEMA,
     METADATA_SCHEMA_VERSION_KEY,
@@ -701,7 +701,7 @@ def _leaf_paths(schema: pa.Schema) -> list[str]:
     return [p for f in schema for p in walk(f.name, f.type)]
 
 
-class CorruptShardWarning(UserWarning):
+class CorruptShardWarning(TrajstoreWarning):
     """A shard was skipped because it cannot be read."""
 
 

@@ -256,8 +256,9 @@ def test_a_directory_is_never_skipped_silently(tmp_path):
 
 
 def test_cli_exit_status(tmp_path, fix):
-    # 0: everything stored or deliberately skipped; 1: a record refused (the others still stored);
-    # 2: usage errors.
+    # 0: everything stored or deliberately skipped; 3: a record refused (the others still stored);
+    # 1: an error, nothing stored (a store that cannot be written); 2: usage errors. A refusal and an
+    # error used to share 1, so a script could not tell "the others are stored" from "nothing is".
     good = str(fix / "swe-agent")
     r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), "--format", "json"])
     assert r.exit_code == 0, r.output
@@ -265,7 +266,11 @@ def test_cli_exit_status(tmp_path, fix):
     bad.write_text(json.dumps(_nemo_row("a", [5])) + "\n" + json.dumps({"response": 3}) + "\n")
     r = CliRunner().invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s"), "--format", "json"])
     out = json.loads(r.stdout)
-    assert r.exit_code == 1 and out["trajectories_written"] == 1 and out["refused"] == 1
+    assert r.exit_code == 3 and out["trajectories_written"] == 1 and out["refused"] == 1
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    r = CliRunner().invoke(app, ["ingest", good, "--store", str(a_file)])
+    assert r.exit_code == 1 and "is a file, not a directory" in r.output, r.output
     r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), "--format", "csv"])
     assert r.exit_code == 0 and r.stdout.splitlines()[:2] == ["metric,value", "files seen,2"]
     for args, fragment in [(["--input-format", "nope"], "nope"),
@@ -321,5 +326,5 @@ def test_cli_problem_lines_print_brackets_as_they_are(tmp_path):
     bad.parent.mkdir()
     bad.write_text(json.dumps({"response": 3}) + "\n")
     r = CliRunner().invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s")])
-    assert r.exit_code == 1, r.output
+    assert r.exit_code == 3, r.output  # refused
     assert "run[red]/bad[bold].jsonl" in r.stderr and "Traceback" not in r.output
