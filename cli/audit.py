@@ -95,12 +95,19 @@ def stats_cmd(
     }
     import duckdb
 
+    from trajstore.errors import one_line
+
     try:
         reports = {name: build() for name, build in builders.items()
                    if everything or chosen.get(name, False)}
-    except duckdb.Error as e:
-        raise audit.AuditError(f"report query failed: {e}") from e
-    render_tables(report_tables(reports), fmt)
+        tables = report_tables(reports)
+    except (duckdb.Error, audit.AuditError) as e:
+        if isinstance(e, audit.AuditError) and "--where" in str(e):
+            raise
+        # a value of the wrong type in a row (CAST(source AS INT)) only fails while the rows are read
+        with_where = f" with --where {where!r}" if where else ""
+        raise audit.AuditError(f"report query failed{with_where}: {one_line(str(e)).removeprefix('query failed: ')}") from e
+    render_tables(tables, fmt)
     if plot is not None:
         from trajstore.audit.plots import plot_reports
 

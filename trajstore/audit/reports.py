@@ -253,6 +253,14 @@ def _where(conn: duckdb.DuckDBPyConnection, where: str | None) -> str:
         conn.sql(_predicate_probe(where) + " LIMIT 0").fetchall()
     except duckdb.Error as e:
         raise AuditError(f"invalid --where predicate {where!r} (columns of the trajectories view): {e}") from e
+    # Evaluated once on a row of NULLs with the view's column types: a literal of the wrong type
+    # (``reward = 'x'``) fails when it is cast, which LIMIT 0 never does.
+    try:
+        conn.sql("WITH _t AS (SELECT * FROM trajectories LIMIT 0) SELECT count(*) FROM (SELECT _t.* FROM "
+                 f"(SELECT 1) AS _one LEFT JOIN _t ON true) AS trajectories WHERE ({where}\n)").fetchall()
+    except duckdb.Error as e:
+        raise AuditError(f"invalid --where predicate {where!r} (types of the trajectories view's columns, e.g. "
+                         f"reward DOUBLE, status VARCHAR): {e}") from e
     return f"({where}\n)"
 
 

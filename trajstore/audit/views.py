@@ -314,8 +314,8 @@ def sql(conn: duckdb.DuckDBPyConnection, query: str, *, limit: int | None = None
         raise AuditError(f"expected exactly one SQL statement, got {len(statements)}")
     kind = statements[0].type.name
     if kind not in READ_ONLY_STATEMENT_TYPES:
-        raise AuditError(f"read-only: refusing a {kind} statement; only SELECT queries run against the store "
-                         f"(views: {', '.join(VIEW_NAMES)})")
+        raise AuditError(f"read-only: refusing this {kind.replace('_', ' ')} statement; only SELECT queries run "
+                         f"against the store (views: {', '.join(VIEW_NAMES)})")
     try:
         rel = conn.sql(query)
         return rel if limit is None else rel.limit(limit)
