@@ -176,7 +176,8 @@ def runs_cmd(
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
     """Training runs in STORE: published versions, checkpoints and records, with their sizes
-    (prune with `traj train --keep-versions N --keep-checkpoints N`)."""
+    (prune with `traj train --keep-versions N --keep-checkpoints N`). A damaged checkpoint or
+    LATEST pointer is named on stderr, one line each."""
     import dataclasses
 
     from trajstore.cli.audit import parse_storage_options
@@ -185,6 +186,9 @@ def runs_cmd(
     from trajstore.trainer.runs import list_runs
 
     report = list_runs(open_existing_store(store, parse_storage_options(storage_option)))
+    for r in report.runs:
+        for problem in r.problems:
+            typer.echo(f"warning: run {r.run_id}: {problem}", err=True)
     if fmt is OutputFormat.json:
         out = dataclasses.asdict(report)
         for r, info in zip(out["runs"], report.runs):
@@ -203,12 +207,14 @@ def runs_cmd(
             versions += f" ({incomplete} incomplete)"
         ckpts = ", ".join(f"it{c.iteration}{'*' if c.latest else ''}" for c in r.checkpoints) or "-"
         rows.append((r.run_id, r.model, versions, r.latest_version, size(r.versions_bytes), ckpts,
-                     size(r.checkpoints_bytes), size(r.records_bytes), size(r.total_bytes)))
+                     size(r.checkpoints_bytes), size(r.records_bytes), size(r.total_bytes),
+                     (f"{len(r.problems)} (on stderr)" if table else "; ".join(r.problems)) if r.problems else
+                     ("-" if table else "")))
     unit = "" if table else "_bytes"
     render_tables([TableData(f"training runs in {report.store}",
                              ["run", "model", "versions", "latest_version", "versions" + (unit or "_size"),
                               "checkpoints", "checkpoints" + (unit or "_size"), "records" + (unit or "_size"),
-                              "total" + (unit or "_size")], rows, keys=["run"],
+                              "total" + (unit or "_size"), "problems"], rows, keys=["run"],
                              empty_note=f"no training runs in {report.store}")], fmt)
     if table and any(c.latest for r in report.runs for c in r.checkpoints):
         typer.echo("* = the checkpoint LATEST names (what --resume continues from)")

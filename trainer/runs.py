@@ -51,6 +51,10 @@ class RunInfo:
     versions: list[VersionInfo] = field(default_factory=list)
     checkpoints: list[CheckpointInfo] = field(default_factory=list)
     records_bytes: int = 0
+    problems: list[str] = field(default_factory=list)
+    """What is damaged: an unreadable or dangling ``LATEST`` (checkpoints or policies), a checkpoint
+    with a file missing, empty or truncated, a ``state.json`` that does not match its folder
+    (what ``traj train --resume`` would refuse), one line each naming the file."""
 
     @property
     def versions_bytes(self) -> int:
@@ -89,6 +93,65 @@ def _json(store: Store, *parts: str) -> dict | None:
     return out if isinstance(out, dict) else None
 
 
+def _read_json(store: Store, *parts: str) -> tuple[bool, dict | None, str | None]:
+    """(exists, the JSON object or None, why it is not one or None) of a small file."""
+    try:
+        raw = store.fs.cat_file(store.path(*parts))
+    except FileNotFoundError:
+        return False, None, None
+    except OSError as e:
+        return True, None, f"unreadable ({type(e).__name__}: {e})"
+    try:
+        out = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        return True, None, f"not valid JSON ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+    return (True, out, None) if isinstance(out, dict) else (True, None, f"not a JSON object ({type(out).__name__})")
+
+
+CHECKPOINT_FILES = ("policy.pt", "critic.pt", "optim.pt", "rng.pt", "state.json", "config.json")
+"""The files of a whole-state-dict checkpoint folder (``trainer/checkpoint.py`` writes them)."""
+SHARDED_CHECKPOINT_FILES = (".metadata", "rng.pt", "state.json", "config.json")
+"""The files a sharded (FSDP) checkpoint folder has besides its ``*.distcp`` shards."""
+
+
+def _checkpoint_problems(store: Store, run_id: str, folder: str, iteration: int) -> list[str]:
+    """What is wrong with one checkpoint folder, checked without torch: every file present and
+    non-empty, each ``.pt`` a whole zip archive (what ``torch.save`` writes; a truncated one has
+    no central directory), ``state.json`` valid JSON naming this folder's iteration."""
+    import zipfile
+
+    rel = (RUNS_DIR, run_id, CHECKPOINTS_DIR, folder)
+    try:
+        entries = {e["name"].rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)
+                   for e in store.fs.ls(store.path(*rel), detail=True)}
+    except (FileNotFoundError, NotADirectoryError):
+        return [f"checkpoint {store.url(*rel)} is not a folder"]
+    need = SHARDED_CHECKPOINT_FILES if ".metadata" in entries else CHECKPOINT_FILES
+    out = []
+    missing = [f for f in need if f not in entries]
+    if missing:
+        out.append(f"checkpoint {store.url(*rel)} has no {', '.join(missing)}")
+    for f in need:
+        if f in entries and entries[f] == 0:
+            out.append(f"checkpoint file {store.url(*rel, f)} is empty")
+        elif f in entries and f.endswith(".pt"):
+            try:
+                with store.fs.open(store.path(*rel, f), "rb") as fh:
+                    whole = zipfile.is_zipfile(fh)
+            except OSError:
+                whole = False
+            if not whole:
+                out.append(f"checkpoint file {store.url(*rel, f)} is damaged (not a whole torch.save archive)")
+    if "state.json" in entries and entries["state.json"]:
+        _, state, why = _read_json(store, *rel, "state.json")
+        if why:
+            out.append(f"checkpoint file {store.url(*rel, 'state.json')} is {why}")
+        elif state is not None and state.get("iteration") != iteration:
+            out.append(f"checkpoint file {store.url(*rel, 'state.json')} says iteration {state.get('iteration')!r}, "
+                       f"not {iteration}")
+    return out
+
+
 def list_runs(store: Store | str, *, storage_options: dict | None = None) -> RunsReport:
     """The runs of `store` (any with a ``runs/<id>/`` or ``policies/<id>/`` folder), by id.
 
@@ -103,20 +166,37 @@ def list_runs(store: Store | str, *, storage_options: dict | None = None) -> Run
         cfg = _json(s, RUNS_DIR, run_id, "config.json")
         if cfg is not None:
             info.model = (cfg.get("model") or {}).get("name")
-        latest = _json(s, POLICIES_DIR, run_id, "LATEST")
-        if latest is not None and isinstance(latest.get("version"), int):
+        found, latest, why = _read_json(s, POLICIES_DIR, run_id, "LATEST")
+        if latest is not None and isinstance(latest.get("version"), int) and not isinstance(latest["version"], bool):
             info.latest_version = latest["version"]
+        elif found:
+            info.problems.append(f"{s.url(POLICIES_DIR, run_id, 'LATEST')} is {why or 'not a pointer'} "
+                                 "(a rollout server following this run cannot load the latest version)")
         for d in s.iter_dirs(f"{POLICIES_DIR}/{run_id}"):
             if m := _VERSION.match(d):
                 info.versions.append(VersionInfo(int(m.group(1)), _du(s, POLICIES_DIR, run_id, d),
                                                  s.fs.exists(s.path(POLICIES_DIR, run_id, d, "meta.json"))))
         info.versions.sort(key=lambda v: v.version)
-        pointer = _json(s, RUNS_DIR, run_id, CHECKPOINTS_DIR, "LATEST")
+        if info.latest_version is not None and not any(v.version == info.latest_version and v.complete
+                                                       for v in info.versions):
+            info.problems.append(f"{s.url(POLICIES_DIR, run_id, 'LATEST')} names v{info.latest_version}, which is "
+                                 "missing or incomplete")
+        found, pointer, why = _read_json(s, RUNS_DIR, run_id, CHECKPOINTS_DIR, "LATEST")
+        latest_dir = pointer.get("dir") if pointer is not None else None
         for d in s.iter_dirs(f"{RUNS_DIR}/{run_id}/{CHECKPOINTS_DIR}"):
             if m := _CKPT.match(d):
                 info.checkpoints.append(CheckpointInfo(int(m.group(1)), _du(s, RUNS_DIR, run_id, CHECKPOINTS_DIR, d),
-                                                       pointer is not None and pointer.get("dir") == d))
+                                                       latest_dir == d))
+                info.problems += _checkpoint_problems(s, run_id, d, int(m.group(1)))
         info.checkpoints.sort(key=lambda c: c.iteration)
+        where = s.url(RUNS_DIR, run_id, CHECKPOINTS_DIR, "LATEST")
+        if found and (why or not isinstance(latest_dir, str) or not _CKPT.match(latest_dir)):
+            info.problems.append(f"{where} is {why or 'not a checkpoint pointer'}: --resume refuses this run")
+        elif found and not any(c.latest for c in info.checkpoints):
+            info.problems.append(f"{where} names {latest_dir}, which does not exist: --resume refuses this run")
+        elif not found and info.checkpoints:
+            info.problems.append(f"{where} is missing (no checkpoint was committed): --resume cannot continue "
+                                 "this run")
         info.records_bytes = _du(s, RUNS_DIR, run_id, RUN_STEPS_DIR) + _du(s, RUNS_DIR, run_id, RUN_CONSUMED_DIR)
         runs.append(info)
     return RunsReport(s.uri, runs, _du(s, TMP_DIR) if s.is_local else 0)
