@@ -30,7 +30,9 @@ def train_cmd(
     idle_timeout: float | None = typer.Option(None, "--idle-timeout", help="with --follow: stop after this "
                                                                            "many seconds without data"),
     poll_interval: float = typer.Option(2.0, "--poll-interval", help="seconds between listings with --follow"),
-    resume: bool = typer.Option(False, "--resume/--no-resume", help="continue the run from its latest checkpoint"),
+    resume: bool = typer.Option(False, "--resume/--no-resume",
+                                help="continue the run from its latest checkpoint; a run with no checkpoint and no "
+                                     "records starts fresh with a warning (so a supervisor may always pass it)"),
     publish_every: int = typer.Option(1, "--publish-every", help="publish the policy every N steps "
                                                                  "(0: only v0 and the final one)"),
     checkpoint_every: int = typer.Option(10, "--checkpoint-every", help="checkpoint every N iterations"),

@@ -24,6 +24,7 @@ import signal
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trajstore.errors import StoreError, TrajstoreError
+from trajstore.errors import StoreError, TrajstoreError, TrajstoreWarning
 from trajstore.store import RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, Store, open_store
 from trajstore.trainer import distributed as D
 from trajstore.trainer.checkpoint import (
@@ -162,6 +163,8 @@ class Trainer:
     history: list[dict[str, float]] = field(default_factory=list)
     census: StoreCensus | None = None
     last_checkpoint: int = 0
+    resumed_fresh: bool = False
+    """``--resume`` found no checkpoint (and no records): the run started at iteration 0."""
     stop: StopRequest = field(default_factory=lambda: StopRequest())
 
     def in_warmup(self) -> bool:
@@ -210,6 +213,13 @@ def _run_has_records(store: Store, run_id: str) -> bool:
                 or store.shard_paths(f"{RUNS_DIR}/{run_id}/{RUN_STEPS_DIR}"))
 
 
+def resume_fresh_message(store: Store, run_id: str) -> str:
+    """What ``--resume`` of a run without any checkpoint or record says (it starts the run fresh)."""
+    return (f"--resume: run {run_id!r} has no checkpoint in {store.uri} (no "
+            f"{RUNS_DIR}/{run_id}/checkpoints/LATEST), so it starts fresh at iteration 0; check --run-id if "
+            "you meant to continue a run (`traj runs STORE` lists them)")
+
+
 def _resume_point(store: Store, cfg: TrainConfig, *, resume: bool) -> Checkpoint | None:
     """The checkpoint to resume from (validated), or None for a fresh start.
 
@@ -235,6 +245,9 @@ def _resume_point(store: Store, cfg: TrainConfig, *, resume: bool) -> Checkpoint
                 f"cannot resume run {run_id!r}: {store.url(RUNS_DIR, run_id)} has training records but no "
                 f"checkpoint ({store.url(RUNS_DIR, run_id, 'checkpoints', 'LATEST')} is missing), so they cannot "
                 "be matched to weights; start a new --run-id (nothing was changed)")
+        # A supervisor may always pass --resume (the first start has nothing to resume), so this is
+        # no error; but a mistyped --run-id must not start a new run without a word.
+        warnings.warn(resume_fresh_message(store, run_id), TrajstoreWarning, stacklevel=2)
         return None
     saved = TrainConfig.from_json(ckpt.config_json)
     if saved.model.name != cfg.model.name:
@@ -314,6 +327,7 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
                  POLICY_LOSSES[cfg.algo.policy_loss], value_loss if critic is not None else None, behaviour)
     tr.census = census
     tr.last_checkpoint = state.iteration
+    tr.resumed_fresh = resume and ckpt is None
     if recorder is not None:
         stream.on_wait = recorder.waiting
     # v0 on a fresh start; on resume the checkpoint's version again, so LATEST stops pointing at
@@ -806,6 +820,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, trainer: Trainer | None = N
         warnings.append(f"made {state.step} of the {asked} policy steps asked for (--max-steps): the data ran out "
                         f"after {len(tr.history)} iteration(s) in this run, {warmup} of them critic warm-up "
                         "(--critic-warmup-steps)")
+    if resume and tr.resumed_fresh:
+        warnings.append(resume_fresh_message(tr.store, tr.cfg.run.run_id))
     if not tr.history:
         what = tr.census.describe() if tr.census is not None else "no rows"
         warnings.append(f"no trajectory was trained in this run ({'since the checkpoint: ' if resume else ''}{what})")
