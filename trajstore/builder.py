@@ -23,6 +23,21 @@ from trajstore.models import SamplingParams, Span, Trajectory, as_token_ids
 from trajstore.validate import validate_trajectory
 
 
+def _json_default(v: Any) -> Any:
+    """JSON for what ``json`` cannot encode itself: numpy scalars and arrays as numbers and lists
+    (a float32 as the decimal numpy prints for it, ``np.float32(0.1)`` -> 0.1, not
+    0.10000000149011612), anything else as its text."""
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(str(v)) if np.isfinite(v) else float(v)
+    if isinstance(v, np.ndarray):  # json calls back here for each numpy element
+        return list(v) if v.ndim else v[()]
+    return str(v)
+
+
 class TrajectoryBuilder:
     """Accumulates spans of one trajectory in order; :meth:`finish` validates and returns it.
 
@@ -129,7 +144,7 @@ class TrajectoryBuilder:
     def set_reward(self, reward: float | None, *, raw: Any = None) -> None:
         """Set the scalar reward (credited at the last action token) and keep the raw value."""
         self._reward = None if reward is None else float(reward)
-        self._reward_raw = json.dumps(raw if raw is not None else reward, default=str) if (
+        self._reward_raw = json.dumps(raw if raw is not None else reward, default=_json_default) if (
             raw is not None or reward is not None) else None
 
     def finish(self, status: str = "completed", *, created_at: datetime | None = None) -> Trajectory:
