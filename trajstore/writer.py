@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import os
 import threading
 import time
@@ -40,11 +41,8 @@ def _approx_bytes(t: Trajectory) -> int:
 
 def _positive(name: str, value: Any, alternative: str = "") -> float:
     """`value` as a finite float > 0, else ValueError naming the argument."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        out = math.nan
-    if isinstance(value, bool) or not math.isfinite(out) or out <= 0:
+    out = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+    if not math.isfinite(out) or out <= 0:
         raise ValueError(f"{name} must be a finite number > 0{alternative}, got {value!r}")
     return out
 
