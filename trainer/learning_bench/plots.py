@@ -12,9 +12,31 @@ from typing import Any
 ARM_COLORS = {
     "sao": "#000000", "sao-k1": "#1f77b4", "full-critic": "#17becf", "running-mean-8": "#d62728",
     "running-mean-128": "#ff9896", "ppo-clip": "#9467bd", "no-correction": "#8c564b", "grpo-dis": "#2ca02c",
-    "grpo-no-dis": "#98df8a", "gae-turn-last": "#ff7f0e", "gae-turn-avg": "#bcbd22", "gae-no-skip": "#e377c2",
+    "grpo-no-dis": "#98df8a", "gae-turn-last": "#ff7f0e", "gae-turn-avg": "#7f7f7f", "gae-no-skip": "#e377c2",
 }
-"""One fixed colour per arm (estimators of the advantage-quality study use their arm's colour)."""
+"""One fixed colour per arm (estimators of the advantage-quality study use their arm's colour).
+``gae-turn-avg`` is grey, not olive: olive sat between the two GRPO greens in the diagnostics, and
+any yellow sat too close to ``gae-turn-last``'s orange."""
+ARM_DASHED = frozenset({"running-mean-128", "grpo-no-dis"})
+"""Arms drawn dashed in line plots: the lighter member of a pair of similar hues (running-mean-8 /
+-128, grpo-dis / grpo-no-dis), so the pair stays apart where the lines cross."""
+
+
+def arm_style(arm: str) -> dict[str, Any]:
+    """Colour and line style of `arm` in line plots (legends use the same, so they match)."""
+    return {"color": ARM_COLORS.get(arm, "grey"), "ls": "--" if arm in ARM_DASHED else "-"}
+
+
+def ci_note(seeds: int) -> str:
+    """What the whiskers / bars of a figure over `seeds` paired seeds mean (a bootstrap over one
+    seed has no interval, so none is drawn or promised)."""
+    return "95% bootstrap CI" if seeds >= 2 else "no interval"
+
+
+def seeds_note(seeds: int) -> str:
+    return f"mean over {seeds} seeds" if seeds != 1 else "1 seed"
+
+
 VERDICT_COLORS = {"reproduced": "#2ca02c", "not reproduced": "#d62728", "not testable at this scale": "#7f7f7f",
                   "no paper claim": "#1f77b4"}
 
@@ -54,7 +76,7 @@ def _arm_order(arms: Sequence[str]) -> list[str]:
 def _legend_panel(ax, arms: Sequence[str], extra: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:  # noqa: ANN001
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=ARM_COLORS.get(a, "grey"), lw=2, label=a) for a in _arm_order(arms)]
+    handles = [Line2D([], [], lw=2, label=a, **arm_style(a)) for a in _arm_order(arms)]
     handles += [Line2D([], [], label=label, **style) for label, style in extra]
     ax.legend(handles=handles, loc="center left", frameon=False, fontsize=9)
     ax.axis("off")
@@ -82,8 +104,11 @@ def forest_plot(rows: Sequence[dict[str, Any]], path: str | Path, *, title: str)
     ax.set_title(title, fontsize=10)
     from matplotlib.lines import Line2D
 
-    ax.legend(handles=[Line2D([], [], color=c, lw=2.5, marker="o", label=v) for v, c in VERDICT_COLORS.items()],
-              loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8, title="verdict")
+    shown = [v for v in VERDICT_COLORS if any(r["verdict"] == v for r in rows)]  # no key for what is not drawn
+    shown += sorted({r["verdict"] for r in rows} - set(VERDICT_COLORS))
+    ax.legend(handles=[Line2D([], [], color=VERDICT_COLORS.get(v, "grey"), lw=2.5, marker="o", label=v)
+                       for v in shown], loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8,
+              title="verdict")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
@@ -123,29 +148,35 @@ def quality_plot(per_estimator: dict[str, dict[str, Any]], reliability: float, p
 
 
 def curves_plot(groups: dict[str, Sequence[str]], runs: dict[str, list[list[dict[str, Any]]]], path: str | Path, *,
-                title: str, key: str = "reward", ylabel: str = "evaluation reward (mean over fixed episodes, 0-1)",
+                title: str, key: str = "reward", ylabel: str = "evaluation reward\n(mean over fixed episodes, 0-1)",
                 shifts: Sequence[int] = ()) -> str:
     """Evaluation reward vs policy step, mean over seeds, one panel per group of arms (every
-    panel repeats ``sao`` for reference), the legend in a panel of its own."""
+    panel repeats ``sao`` for reference; a group with no other arm run is left out), panels on
+    one y scale, the legend in a panel of its own."""
     plt = _plt()
-    n = len(groups)
+    # a panel that would only repeat the reference arm (smoke: sao alone) is left out
+    drawn = {g: [a for a in arms if a in runs] for g, arms in groups.items()}
+    kept = {g: arms for g, arms in drawn.items() if any(a != "sao" for a in arms)}
+    if not kept:
+        kept = {"all arms run": _arm_order(list(runs))}
+    n = len(kept)
     fig, axes = plt.subplots(1, n + 1, figsize=(4.2 * n + 2.4, 3.8), dpi=110,
                              gridspec_kw={"width_ratios": [1] * n + [0.55]})
     arms_seen: list[str] = []
-    for ax, (gname, arms) in zip(axes, groups.items()):
+    for ax, (gname, arms) in zip(axes, kept.items()):
+        if ax is not axes[0]:
+            ax.sharey(axes[0])  # one scale, so the panels compare at a glance
         for arm in arms:
-            if arm not in runs:
-                continue
             xs, ys = _mean_curve(runs[arm], key)
-            ax.plot(xs, ys, color=ARM_COLORS.get(arm, "grey"), lw=1.8 if arm == "sao" else 1.3)
+            ax.plot(xs, ys, lw=1.8 if arm == "sao" else 1.3, **arm_style(arm))
             if arm not in arms_seen:
                 arms_seen.append(arm)
         for s in shifts:
             ax.axvline(s, color="grey", ls="--", lw=0.8)
         ax.set_title(gname, fontsize=9)
         ax.set_xlabel("policy step")
+        ax.set_ylabel(ylabel, fontsize=8)  # on every panel: each reads on its own
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel(ylabel, fontsize=8)
     _legend_panel(axes[-1], arms_seen, [("preference shift", {"color": "grey", "ls": "--"})] if shifts else ())
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -161,25 +192,28 @@ def diagnostics_plot(histories: dict[str, list[list[dict[str, Any]]]], path: str
     PPO-clipped), critic explained variance. Arms without a value enter only the panels they
     have data for; their colour stays theirs; the legend is a panel of its own."""
     plt = _plt()
-    panels = (("grad_norm", "policy gradient norm (L2, before clipping)"),
-              ("entropy", "policy entropy (nats / action token)"),
-              ("zero_grad", "zero-gradient fraction of action tokens"),
-              ("explained_variance", "critic explained variance (1 = perfect)"))
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(20, 3.8), dpi=100,
+    panels = (("grad_norm", "gradient norm", "policy-loss gradient L2 norm, all\nparameters, before clipping at 1.0"),
+              ("entropy", "entropy", "policy entropy\n(nats per action token)"),
+              ("zero_grad", "tokens without gradient", "fraction of action tokens with zero\n"
+                                                       "gradient (DIS-masked / clipped; 0-1)"),
+              ("explained_variance", "critic fit", "critic explained variance of its\n"
+                                                   "targets (1 = perfect, 0 = the mean)"))
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(20, 4.0), dpi=100,
                              gridspec_kw={"width_ratios": [1] * len(panels) + [0.5]})
-    for ax, (key, label) in zip(axes, panels):
+    for ax, (key, name, label) in zip(axes, panels):
         for arm in _arm_order(list(histories)):
             runs = histories[arm]
             pol = [[r for r in h if r["step"] >= 0] for h in runs]
             xs, ys = _mean_curve(pol, key)
             if xs:
-                ax.plot(xs, _smooth(ys, smooth), color=ARM_COLORS.get(arm, "grey"), lw=1.2)
-        ax.set_title(label, fontsize=8)
+                ax.plot(xs, _smooth(ys, smooth), lw=1.2, **arm_style(arm))
+        ax.set_title(name, fontsize=9)
+        ax.set_ylabel(label, fontsize=8)
         ax.set_xlabel("policy step")
         ax.grid(alpha=0.3)
     axes[3].set_ylim(-1, 1)
     _legend_panel(axes[-1], list(histories))
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(f"{title}; moving average of {smooth} iterations", fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -211,7 +245,8 @@ def log_ratio_plot(hists: dict[str, dict[int, list[int]]], bands: dict[str, dict
         ax.set_yscale("log")
         ax.set_xlim(edges[0] - 0.05, edges[-1] + 0.05)
         ax.set_xlabel("log pi_theta - log pi_rollout (nats; end bins = beyond +-2)")
-        ax.set_ylabel("fraction of action tokens")
+        width = edges[1] - edges[0] if len(edges) > 1 else math.nan
+        ax.set_ylabel(f"fraction of the level's action tokens\nper {width:g}-nat bin")
         ax.set_title(f"{arm}", fontsize=9)
     # one colour key for every histogram panel, beside them (a legend per panel sat on the curves)
     names = [f"{lvl}{'+' if lvl == max(levels) and lvl >= 8 else ''}" for lvl in levels]
@@ -225,43 +260,48 @@ def log_ratio_plot(hists: dict[str, dict[int, list[int]]], bands: dict[str, dict
     for arm in arms:
         b = bands[arm]
         lv = sorted(b)
-        ax.plot(lv, [(b[v][1] + b[v][2]) / max(b[v][0], 1) for v in lv], "o-", color=ARM_COLORS.get(arm, "grey"),
-                label=arm)
+        ax.plot(lv, [(b[v][1] + b[v][2]) / max(b[v][0], 1) for v in lv], marker="o", label=arm, **arm_style(arm))
     ax.set_xlabel("staleness (policy versions)")
-    ax.set_ylabel(f"fraction outside the DIS band ({1 - eps[0]:g}, {1 + eps[1]:g})")
+    ax.set_ylabel(f"fraction of action tokens outside\nthe DIS band ({1 - eps[0]:g}, {1 + eps[1]:g}) of the ratio")
     if levels and len(levels) <= 12:  # every level labelled, the last one "8+" when it pools the rest
         ax.set_xticks(levels, names)
     else:
         ax.xaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True))
     ax.legend(fontsize=8, frameon=False)
     ax.grid(alpha=0.3)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(f"{title}; dashed: DIS band edges log {1 - eps[0]:g}, log {1 + eps[1]:g}", fontsize=10)
     fig.savefig(path)
     plt.close(fig)
     return str(path)
 
 
-def staleness_plot(stats: dict[str, tuple[float, float, float, float]], path: str | Path, *, title: str) -> str:
-    """Mean and p95 staleness of trained action tokens per arm (mean over seeds; whiskers = min / max
-    over seeds of the p95)."""
+def staleness_plot(stats: dict[str, tuple[float, float, float, float]], path: str | Path, *, title: str,
+                   seeds: int = 2) -> str:
+    """Mean and p95 staleness of trained action tokens per arm (mean over `seeds` seeds; whiskers =
+    min / max over seeds of the p95, none for one seed). The key shows the two bar kinds in
+    outline (each arm's bars carry its own colour, named under them)."""
     plt = _plt()
+    from matplotlib.patches import Patch
+
     arms = list(stats)
-    fig, ax = plt.subplots(figsize=(1.0 * len(arms) + 3, 4.4), dpi=110)
+    # wide enough for the title and the key beside one or two arms (smoke) as for twelve
+    fig, ax = plt.subplots(figsize=(max(1.0 * len(arms) + 3, 8.0), 4.4), dpi=110, layout="constrained")
     for i, a in enumerate(arms):
         mean, p95, lo, hi = stats[a]
         ax.bar(i - 0.18, mean, width=0.36, color=ARM_COLORS.get(a, "grey"))
         ax.bar(i + 0.18, p95, width=0.36, color=ARM_COLORS.get(a, "grey"), alpha=0.45, hatch="//")
-        ax.errorbar(i + 0.18, p95, yerr=[[p95 - lo], [hi - p95]], color="black", capsize=3, lw=1)
+        if seeds >= 2:
+            ax.errorbar(i + 0.18, p95, yerr=[[p95 - lo], [hi - p95]], color="black", capsize=3, lw=1)
     ax.set_xticks(range(len(arms)))
     ax.set_xticklabels(arms, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("staleness (policy versions)")
-    from matplotlib.patches import Patch
-
-    ax.legend(handles=[Patch(facecolor="grey", label="mean"), Patch(facecolor="grey", alpha=0.45, hatch="//",
-                                                                     label="p95 (whiskers: seed min / max)")],
+    ax.set_xlim(-0.8, max(len(arms) - 0.2, 1.2))
+    ax.set_ylabel("staleness of trained action tokens\n(policy versions behind the trainer)")
+    p95_label = "p95 (whiskers: min / max over seeds)" if seeds >= 2 else "p95 (1 seed: no whiskers)"
+    ax.legend(handles=[Patch(facecolor="white", edgecolor="black", label="mean: solid bar in the arm's colour"),
+                       Patch(facecolor="white", edgecolor="black", hatch="//", label=f"{p95_label}:\n"
+                             "hatched, lighter bar")],
               loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(f"{title} ({seeds_note(seeds)})", fontsize=10)
     fig.savefig(path)
     plt.close(fig)
     return str(path)
@@ -279,14 +319,14 @@ def family_shift_plot(runs: dict[str, list[list[dict[str, Any]]]], families: Seq
             rs = runs[arm]
             flat = [[{"step": e["step"], "r": e["by_family"].get(fam, math.nan)} for e in r] for r in rs]
             xs, ys = _mean_curve(flat, "r")
-            ax.plot(xs, ys, color=ARM_COLORS.get(arm, "grey"), lw=1.4)
+            ax.plot(xs, ys, lw=1.4, **arm_style(arm))
         for s in shifts:
             ax.axvline(s, color="grey", ls="--", lw=0.8)
         ax.set_title(f"{fam} family", fontsize=9)
         ax.set_xlabel("policy step")
         ax.set_ylim(0, 1)
+        ax.set_ylabel("evaluation reward (0-1)")  # every panel: the same scale, labelled where it is read
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("evaluation reward (0-1)")
     _legend_panel(axes[-1], list(runs), [("preference shift", {"color": "grey", "ls": "--"})])
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -272,6 +272,11 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
     """Statistics, verdicts and figures from the finished jobs (see :mod:`.stats`, :mod:`.plots`)."""
     from trajstore.trainer.learning_bench import plots
 
+    # by name, not in the order the workers finished: a fresh run and --reanalyse of its directory
+    # must give the same figures (the quality bars' bootstrap resampled seeds in completion order)
+    done = dict(sorted(done.items()))
+    n_seeds = len(cfg.seeds)
+    of_seeds = plots.seeds_note(n_seeds)  # "mean over 5 seeds" / "1 seed"
     runs = [d for k, d in done.items() if not k.startswith("quality-")]
     summary: dict[str, Any] = {"figures": {}, "claims": [], "auc": {}, "quality": {}}
     if cfg.calibrate_lrs:
@@ -307,11 +312,12 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
             summary["quality"][str(n)] = {"reliability": rel, "explained_variance": ev,
                                           "values": per, "tokens": quality[0]["tokens"]}
             order = [a for a in ARMS if a in per["corr"]]
-            bars = {e: {k: bootstrap_interval(list(per[k][e].values())) for k in ("corr", "cos")} for e in order}
+            bars = {e: {k: bootstrap_interval([per[k][e][s] for s in sorted(per[k][e])]) for k in ("corr", "cos")}
+                    for e in order}
             summary["figures"][f"quality-{n}"] = plots.quality_plot(
                 bars, rel, out / f"advantage-quality-{n}.png",
                 title=f"advantage quality vs the Monte-Carlo oracle A* (fixed warm-start policy, critics after {n} "
-                      f"critic iterations; mean over {len(quality)} seeds, 95% bootstrap CI)")
+                      f"critic iterations; {plots.seeds_note(len(quality))}, {plots.ci_note(len(quality))})")
         metric["corr"] = summary["quality"][str(first[0]["critic_iterations"])]["values"]["corr"]
         metric["cos"] = summary["quality"][str(first[0]["critic_iterations"])]["values"]["cos"]
     # DIS masked fraction in the sao runs (testability of the DIS claims)
@@ -332,9 +338,9 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
                                   "ref": c.ref, "interval": _iv(iv), "verdict": v, "reason": why})
     # forest plots: every arm against sao (and grpo-no-dis against grpo-dis)
     for metric_name, unit, title in (
-            ("auc", "paired difference in AUC of the evaluation reward (reward units), arm - sao",
+            ("auc", "paired difference in AUC of the evaluation reward (reward units), arm - reference",
              "chain task: area under the evaluation-reward curve, difference to sao"),
-            ("post-shift-auc", "paired difference in post-shift AUC (reward units), arm - sao",
+            ("post-shift-auc", "paired difference in post-shift AUC (reward units), arm - reference",
              "pref-shift task: evaluation reward after each preference shift, difference to sao")):
         vals = metric.get(metric_name, {})
         rows = []
@@ -350,12 +356,12 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
             iv = paired(vals, "grpo-no-dis", "grpo-dis")
             claim = next(c for c in CLAIMS if c.key == "grpo-dis-vs-none")
             rows.append({"label": "grpo-no-dis - grpo-dis", "mean": iv.mean, "low": iv.low, "high": iv.high,
-                         "verdict": verdict(claim, iv, dis_masked=dis_masked)[0], "unit": unit.replace(
-                             "arm - sao", "arm - reference")})
+                         "verdict": verdict(claim, iv, dis_masked=dis_masked)[0], "unit": unit})
         if rows:
             forest[metric_name] = rows
             summary["figures"][f"forest-{metric_name}"] = plots.forest_plot(
-                rows, out / f"forest-{metric_name}.png", title=title + f" ({len(cfg.seeds)} paired seeds, 95% CI)")
+                rows, out / f"forest-{metric_name}.png",
+                title=f"{title} ({n_seeds} paired seed{'s' if n_seeds != 1 else ''}, {plots.ci_note(n_seeds)})")
     # curves and diagnostics
     evals = {task: {arm: [d["evals"] for d in seeds.values()] for (t, arm), seeds in by.items() if t == task}
              for task in ("chain", "pref-shift")}
@@ -367,9 +373,9 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
     if evals["chain"]:
         summary["figures"]["curves-chain"] = plots.curves_plot(
             groups, evals["chain"], out / "curves-chain.png",
-            title=f"chain task: evaluation reward ({3 * cfg.eval_per_family} fixed episodes, mean over seeds)")
+            title=f"chain task: evaluation reward ({3 * cfg.eval_per_family} fixed episodes, {of_seeds})")
         summary["figures"]["diagnostics-chain"] = plots.diagnostics_plot(
-            hist["chain"], out / "diagnostics-chain.png", title="chain task: training diagnostics (mean over seeds)")
+            hist["chain"], out / "diagnostics-chain.png", title=f"chain task: training diagnostics ({of_seeds})")
         lr_arms = [a for a in ("sao", "no-correction", "grpo-dis") if a in evals["chain"]]
         hists = {a: _merge_hist([d["log_ratio_hist"] for d in by[("chain", a)].values()]) for a in lr_arms}
         bands = {a: _merge_hist([d["band"] for d in by[("chain", a)].values()]) for a in lr_arms}
@@ -385,14 +391,16 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
                 stal[arm] = (statistics.mean(means), statistics.mean(p95s), min(p95s), max(p95s))
         summary["staleness"] = stal
         summary["figures"]["staleness"] = plots.staleness_plot(
-            stal, out / "staleness.png", title="staleness of trained tokens: single rollout vs GRPO groups of 4")
+            stal, out / "staleness.png", seeds=n_seeds,
+            title="staleness of trained tokens: single rollout vs GRPO groups of 4")
     if evals["pref-shift"]:
         summary["figures"]["curves-shift"] = plots.curves_plot(
             {"critic vs running means": list(evals["pref-shift"])}, evals["pref-shift"], out / "curves-shift.png",
-            title="pref-shift task: evaluation reward under the preference in force", shifts=cfg.shifts())
+            title=f"pref-shift task: evaluation reward under the preference in force ({of_seeds})",
+            shifts=cfg.shifts())
         summary["figures"]["families-shift"] = plots.family_shift_plot(
             evals["pref-shift"], FAMILIES, cfg.shifts(), out / "families-shift.png",
-            title="pref-shift task: evaluation reward per difficulty family around each shift")
+            title=f"pref-shift task: evaluation reward per difficulty family around each shift ({of_seeds})")
     summary["runs"] = {f"{t}/{a}": {"seconds": [d["seconds"] for d in s.values()],
                                     "final_eval": statistics.mean(d["evals"][-1]["reward"] for d in s.values()),
                                     "initial_eval": statistics.mean(d["evals"][0]["reward"] for d in s.values()),
