@@ -37,8 +37,7 @@ STAGES = {
     "tokenizer (encode with offsets)": ("tokenization_utils_base.py", "__call__"),
     "parsing (json + parsers)": ("pipeline.py", "parse_unit"),
     "validation": ("validate.py", "validate_trajectory"),
-    "store write (buffer + Parquet flush)": ("writer.py", "write"),
-    "store flush on close (Parquet)": ("writer.py", "close"),
+    "store commit (lock, new ids, Parquet shard)": ("pipeline.py", "flush"),
 }
 """Stage -> (file, function) whose cumulative time is the stage's (from the cProfile of one ingest)."""
 

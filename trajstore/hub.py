@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,9 @@ def _gguf_cache_path(ref: ModelRef) -> str:
     return os.path.join(tokenizer_cache_dir(), key)
 
 
+_TRANSFORMERS_IMPORT_LOCK = threading.Lock()
+
+
 @functools.lru_cache(maxsize=8)
 def load_tokenizer(name_or_path: str = SMOLLM2_ALIAS) -> Any:
     """A transformers tokenizer for an alias, GGUF file or HF directory (cached per name).
@@ -91,7 +95,8 @@ def load_tokenizer(name_or_path: str = SMOLLM2_ALIAS) -> Any:
 
     ref = resolve_model(name_or_path)
     require(("transformers",), what=f"the tokenizer {name_or_path!r}", install=INSTALL_TRAIN_EXTRA)
-    from transformers import AutoTokenizer
+    with _TRANSFORMERS_IMPORT_LOCK:  # its lazy module is not thread-safe: a second thread got ImportError
+        from transformers import AutoTokenizer
 
     if ref.gguf_file is None:
         return AutoTokenizer.from_pretrained(ref.directory)
