@@ -167,3 +167,21 @@ def test_sql_step_metrics_is_readable(known_store):
     assert lines[0].startswith("result (run_id=r1, wall_time=2026-07-01 00:00:00+00:00)"), lines[0]
     assert _headers(res.stdout) == [["step", "0", "1"]] or _headers(res.stdout)[0][0] == "step"
     assert any(line.startswith("│ policy/loss") and "0.500" in line and "0.400" in line for line in lines), lines
+
+
+def test_coverage_reasons_wrap_instead_of_being_cut_alike(tmp_store, make_trajectory):
+    # Two reasons that share their first 63 characters used to be cut to the same text at 80 columns.
+    import numpy as np
+
+    common = "engine token ids discarded: the log names no tokenizer for them"
+    reasons = [common + " (pass --engine-tokenizer NAME to keep them)", common + " and its model is unknown"]
+    rng = np.random.default_rng(0)
+    ts.write_trajectories(tmp_store, [make_trajectory(rng, trajectory_id=f"u{i}").model_copy(
+        update={"trainable": False, "not_trainable_reason": r}) for i, r in enumerate(reasons)])
+    res = runner.invoke(app, ["stats", tmp_store, "--coverage"], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    table = res.stdout.split("coverage.not_trainable")[1].split("└")[0]
+    text = " ".join(" ".join(c.strip() for c in line.strip("│").split("│")[:1]) for line in table.splitlines()
+                    if line.startswith("│"))
+    assert reasons[0] in text and reasons[1] in text and "…" not in table, table
+    assert max(len(line) for line in res.stdout.splitlines()) <= 80

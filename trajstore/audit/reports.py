@@ -35,11 +35,13 @@ class Report:
 
     Class attributes (for display): ``KEYS`` maps a table to the columns that identify its rows
     (kept in every part when a wide table is cut to fit a terminal); ``EMPTY`` says why a table
-    can have no rows.
+    can have no rows; ``WRAP`` names a table's prose columns, wrapped at spaces on a narrow
+    terminal instead of cut (cut reasons could all read the same).
     """
 
     KEYS: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     EMPTY: ClassVar[Mapping[str, str]] = {}
+    WRAP: ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
     def tables(self) -> dict[str, duckdb.DuckDBPyRelation]:
         """The report's relations by field name, in declaration order."""
@@ -125,6 +127,7 @@ class CoverageReport(Report):
     KEYS = {"tokens": ("source", "token_source"), "not_trainable": ("source", "reason"), "fidelity": ("source", "flag")}
     EMPTY = {"tokens": "no trajectories selected", "not_trainable": "every selected trajectory is trainable",
              "fidelity": "no selected trajectory has a recorded fidelity gap"}
+    WRAP = {"not_trainable": ("reason",)}
 
 
 @dataclass(frozen=True)
