@@ -73,11 +73,20 @@ PROGRESS_FIELDS: tuple[tuple[str, str, str], ...] = (
 """(metric, label, format) shown on the progress line; every label is distinct."""
 
 
-def progress_line(step: int, trainer_version: int, metrics: Mapping[str, float]) -> str:
+def progress_line(step: int, trainer_version: int, metrics: Mapping[str, float], *,
+                  iteration: int | None = None) -> str:
     """The progress bar's description of one iteration, e.g.
-    ``step 3 v3 reward=0.5 EV=0.12 ratio=1.002 tok/s=1,234`` (warm-up iterations say so, and a
-    critic whose explained variance is not above 0 is flagged, see ``warn/critic_ev_not_positive``)."""
-    parts = [f"warm-up {step}" if step < 0 else f"step {step}", f"v{trainer_version}"]
+    ``step 3 v3 reward=0.5 EV=0.12 ratio=1.002 tok/s=1,234``; a critic warm-up iteration (recorded
+    as a negative step, ``iteration - budget``) reads ``critic warm-up 3/10``: the third of at
+    most 10 critic-only batches (``--critic-warmup-steps``; it may end early). A critic whose
+    explained variance is not above 0 is flagged, see ``warn/critic_ev_not_positive``."""
+    if step >= 0:
+        head = f"step {step}"
+    elif iteration is not None:
+        head = f"critic warm-up {iteration + 1}/{iteration - step}"
+    else:
+        head = f"critic warm-up (step {step})"
+    parts = [head, f"v{trainer_version}"]
     for key, label, fmt in PROGRESS_FIELDS:
         if key in metrics:
             parts.append(f"{label}={metrics[key]:{fmt}}")
@@ -193,7 +202,7 @@ class RunRecorder:
                     self._tb.add_scalar(n, metrics[n], global_step=iteration)
         if self._progress is not None:
             self._progress.update(self._task, advance=1 if step >= 0 else 0,
-                                  description=progress_line(step, trainer_version, metrics))
+                                  description=progress_line(step, trainer_version, metrics, iteration=iteration))
 
     def waiting(self, message: str) -> None:
         """Show what the trainer waits for: on the progress line, or (without one) as a line on

@@ -336,8 +336,10 @@ def test_progress_line_labels_every_figure_once() -> None:
     line = progress_line(3, 3, {"reward/mean": 0.5, "value/explained_variance": 0.123, "ratio/mean": 1.0021,
                                 "perf/tokens_per_s": 1234.4})
     assert line == "step 3 v3 reward=0.5 EV=0.12 ratio=1.002 tok/s=1,234"
-    warm = progress_line(-2, 0, {"value/explained_variance": -0.5, "warn/critic_ev_not_positive": 1.0})
-    assert warm == "warm-up -2 v0 EV=-0.50 [critic not useful yet: EV<=0]"
+    # a warm-up iteration is recorded as step = iteration - budget: iteration 7 at step -2 is the
+    # 8th (7 + 1) of a budget of 9 (7 - (-2)) critic-only batches; "warm-up -2" explained nothing
+    warm = progress_line(-2, 0, {"value/explained_variance": -0.5, "warn/critic_ev_not_positive": 1.0}, iteration=7)
+    assert warm == "critic warm-up 8/9 v0 EV=-0.50 [critic not useful yet: EV<=0]"
 
 
 def test_resume_with_nothing_new_warns(trained: Path, tmp_path: Path) -> None:
