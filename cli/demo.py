@@ -17,7 +17,7 @@ def demo_cmd(
     store: str = typer.Option(DEFAULT_STORE, "--store", metavar="STORE", help="local store directory (reused; each demo is a run)"),
     model: str = typer.Option("smollm2-135m", "--model", help="policy: smollm2-135m, a HF directory or .gguf file"),
     steps: int = typer.Option(4, "--steps", min=1, help="policy updates the trainer makes"),
-    episodes: int | None = typer.Option(None, "--episodes", min=1, help="episodes the worker plays at most "
+    episodes: int | None = typer.Option(None, "--episodes", min=1, help="episodes the agents play at most "
                                            "(default: until the trainer finishes)"),
     max_new_tokens: int = typer.Option(24, "--max-new-tokens", min=1, help="tokens per action at most"),
     batch_size: int = typer.Option(4, "--batch-size", min=1, help="trajectories per training step"),
@@ -29,9 +29,10 @@ def demo_cmd(
                                       "checkpoint (about 0.5 GB per SmolLM2 version); default: only the last"),
     fmt: FormatOption = OutputFormat.table,
 ) -> None:
-    """Run the asynchronous RL loop on real model output: a rollout worker plays guess-the-number
-    with SmolLM2-135M-Instruct into a local store while `traj train` consumes it and publishes new
-    policy versions; then print staleness, clip audits and reward per policy version."""
+    """Run the asynchronous RL loop on real model output: agents play guess-the-number with
+    SmolLM2-135M-Instruct through `traj proxy` (in front of `traj serve`), which records every call
+    into a local store, while `traj train --follow` consumes it and publishes new policy versions
+    that the server reloads; then print staleness, clip audits and reward per policy version."""
     from rich.console import Console
 
     from trajstore.extras import INSTALL_TRAIN_EXTRA, require

@@ -72,7 +72,7 @@ class DemoConfig(BaseModel):
     critic_warmup_steps: int = Field(1, ge=0, description="critic-only batches before the policy updates")
     batch_size: int = Field(4, ge=1, description="trajectories per training step")
     micro_batch_size: int = Field(2, ge=1, description="trajectories per forward/backward pass")
-    episodes: int | None = Field(None, ge=1, description="episodes the worker plays at most (default: until the "
+    episodes: int | None = Field(None, ge=1, description="episodes the agents play at most (default: until the "
                                                          "trainer finishes, at most 3x what it consumes)")
     max_ahead_batches: int = Field(2, ge=1, description="the proxy holds new episodes while this many step "
                                                         "batches are running or waiting for the trainer "
@@ -439,7 +439,7 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
         rng = random.Random(cfg.seed)
         trainer = procs["trainer"]
         log_pos, loads_seen = 0, 0
-        started = 0
+        started, cut_short, stopping = 0, 0, False
         with ThreadPoolExecutor(max_workers=cfg.batch_size, thread_name_prefix="agent") as pool:
             running: set[Future[EpisodeSummary]] = set()
             while True:
@@ -465,7 +465,12 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
                     try:
                         e = f.result()
                     except Exception as exc:  # noqa: BLE001 - an episode cut short when the demo stops
-                        say(f"[yellow]episode ended early: {type(exc).__name__}[/]")
+                        if stopping:  # expected: counted and explained once below, not one alarming line each
+                            cut_short += 1
+                        else:
+                            from rich.markup import escape
+
+                            say(f"[yellow]episode ended early: {escape(f'{type(exc).__name__}: {exc}')}[/]")
                         continue
                     episodes.append(e)
                     vs = sorted(set(e.policy_versions))
@@ -473,7 +478,11 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
                         f"{'solved' if e.solved else '      '} {e.num_actions} turns {e.num_tokens:4d} tokens "
                         f"{e.seconds:5.1f}s", highlight=False)
                 if trainer.poll() is not None or time.monotonic() >= deadline:
+                    stopping = True
                     _stop(procs.get("proxy"))  # held and in-flight episodes end (written as aborted)
+        if cut_short:
+            say(f"{cut_short} episode(s) in flight were cut short when the trainer finished and the demo stopped "
+                "the proxy (expected: they are stored as aborted and not trained on)", highlight=False)
         say(f"agents done: {len(episodes)} episodes; waiting for the trainer ...")
         if trainer.stdin is not None:  # no more episodes: the trainer stops once the store has no more
             trainer.stdin.close()
