@@ -5,7 +5,11 @@ Run: python examples/write_with_sdk.py [--store STORE]
 
 The responses below have the shape vLLM returns for a chat completion requested with
 ``return_token_ids: true, logprobs: true`` (and SGLang's /generate with ``return_logprob``);
-a real harness passes the JSON it got from the engine.
+a real harness passes the JSON it got from the engine. Every call is stamped with policy version 0
+(the initial weights), as a new run's first rollouts are: a worker following a training run stamps
+each call with the version its engine has loaded (``examples/rollout_worker.py``), so the trainer
+sees staleness >= 0. The token ids and log-probs are made up: training on this store would mask
+most tokens (SmolLM2 gives them other log-probs); train on what an engine sampled.
 """
 
 from __future__ import annotations
@@ -42,13 +46,13 @@ def main(store_uri: str) -> None:
             b.add_prompt([1, 9690, 198, 2683], role="user")                 # system + task, rendered
             call = action_from_openai_completion(
                 fake_vllm_response([504, 3456, 2], [-0.12, -1.5, -0.01], f"chatcmpl-{episode}a"), request=request)
-            b.add_action_call(call, policy_version=7)                        # weights version 7 sampled it
+            b.add_action_call(call, policy_version=0)                        # the weights version that sampled it
             b.add_observation([1, 2684, 198, 42, 2], cause_id=call.tool_call_ids[0])  # tool output
             sg = action_from_sglang_generate({
                 "text": "done", "meta_info": {"id": f"sg-{episode}", "finish_reason": {"type": "stop"},
                                               "output_token_logprobs": [[-0.3, 1249, None], [-0.05, 2, None]]}},
                 request={"sampling_params": {"temperature": 1.0}})
-            b.add_action_call(sg, policy_version=8)                          # a newer version answered
+            b.add_action_call(sg, policy_version=0)                          # (a reload mid-episode: a newer one)
             b.set_reward(1.0 if episode != 1 else 0.0, raw={"resolved": episode != 1})
             writer.write(b.finish(status="completed"))
 
