@@ -107,7 +107,8 @@ def stats_cmd(
             raise
         # a value of the wrong type in a row (CAST(source AS INT)) only fails while the rows are read
         with_where = f" with --where {where!r}" if where else ""
-        raise audit.AuditError(f"report query failed{with_where}: {one_line(str(e)).removeprefix('query failed: ')}") from e
+        message = one_line(str(e)).removeprefix("query failed: ")
+        raise audit.AuditError(f"report query failed{with_where}: {message}") from e
     render_tables(tables, fmt)
     if plot is not None:
         from trajstore.audit.plots import plot_reports
