@@ -41,7 +41,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -103,7 +105,20 @@ class TrajTyper(typer.Typer):
 
     def command(self, name: str | None = None, *, cls: type[TyperCommand] | None = None,
                 **kwargs: Any) -> Callable[[Any], Any]:
-        return super().command(name, cls=cls or TrajCommand, **kwargs)
+        def decorator(f: Any) -> Any:
+            text = kwargs.get("help") or inspect.getdoc(f)
+            kw = {**kwargs, "help": unwrap_help(text)} if text else kwargs
+            return super(TrajTyper, self).command(name, cls=cls or TrajCommand, **kw)(f)
+
+        return decorator
+
+
+def unwrap_help(text: str) -> str:
+    """A help text whose source lines are joined within each paragraph (paragraphs stay apart):
+    rich keeps single newlines, so a docstring wrapped at 100 columns in the source printed as
+    hard breaks ('... (--format json: the' / 'JSON description ...') in ``traj --help``."""
+    paragraphs = [" ".join(line.strip() for line in p.splitlines()) for p in re.split(r"\n\s*\n", text.strip())]
+    return "\n\n".join(p for p in paragraphs if p)
 
 
 app = TrajTyper(

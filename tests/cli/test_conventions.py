@@ -53,6 +53,14 @@ def test_help_shows_metavars_and_flags_without_values(path):
             assert shown.isupper() and shown in usage.split(), (shown, usage)
 
 
+@pytest.mark.parametrize("path", [p for p, _ in ALL], ids=[" ".join(p) for p, _ in ALL])
+def test_help_texts_have_no_hard_line_breaks(path):
+    # A docstring wrapped in the source printed its line breaks in `traj --help` ("... (--format
+    # json: the" / "JSON description ..."): within a paragraph there is no newline.
+    help_text = dict(ALL)[path].help or ""
+    assert help_text and all("\n" not in para for para in help_text.split("\n\n")), repr(help_text)
+
+
 def _required(cmd) -> list[str]:
     """Placeholder values for a command's required arguments and options ("x" each)."""
     args = []
