@@ -351,3 +351,33 @@ def test_odd_tool_calls_in_an_atif_step(reported, tmp_path):
     (p,) = ingest_paths([str(f)], str(tmp_path / "s")).problems
     assert p.reason == (f"steps[{agent}].tool_calls is a string ('bash ls'), expected a list of tool calls "
                         "(objects with tool_call_id, function_name, arguments)")
+
+
+@pytest.mark.parametrize("fmt, row, reason", [
+    ("swe-agent", {"trajectory": 2.5, "history": [], "info": {}},
+     "trajectory is a number (2.5), expected a list of steps"),
+    ("openhands-v0-eval", {"instance_id": "i", "history": [{"id": 0, "observation": {"kind": "run"}}]},
+     "event 0: observation is an object (keys: kind), expected the observation's kind (a string)"),
+])
+def test_odd_types_in_other_formats_name_the_field(tmp_path, fmt, row, reason):
+    f = write_jsonl(tmp_path / "rows.jsonl", [row])
+    (p,) = ingest_paths([str(f)], str(tmp_path / "s"), input_format=fmt).problems
+    assert p.reason == reason
+
+
+# -- unpaired surrogates (an emoji cut in half, written as a lone \udXXX escape) ------------------
+
+def test_an_unpaired_surrogate_is_replaced_and_flagged_not_a_unicode_traceback(tmp_path):
+    chat = [dict(m) for m in CHAT]
+    chat[3]["content"] = "src tests \ud83d"  # the high half of an emoji, its low half cut off
+    f = tmp_path / "rows.jsonl"
+    f.write_text(json.dumps(smith_row(1, messages=json.dumps(chat))) + "\n"  # ASCII escapes, as harnesses write
+                 + json.dumps({"input": "2+2? \udcff", "output": "4", "score": 1, "step": 0}) + "\n")
+    rep = ingest_paths([str(f)], str(tmp_path / "s"))
+    assert rep.problems == []
+    rows = stored(tmp_path / "s")
+    assert len(rows) == 2
+    for r in rows:
+        gaps = json.loads(r["metadata"])["fidelity_gaps"]
+        assert gaps["unpaired_surrogates"].startswith("1 unpaired UTF-16 surrogate(s)")
+    assert rep.fidelity_gaps["unpaired_surrogates"] == 2

@@ -496,7 +496,7 @@ def order_by_id(items: list[Any], *, key: str = "id", what: str = "event") -> tu
 def cap_text(msg: Message, max_chars: int | None) -> Message:
     """Cap an observation's content at `max_chars` characters, keeping its head and tail around
     a visible :data:`TRUNCATION_MARKER`; sets ``truncated`` and ``original_chars``."""
-    if max_chars is None or len(msg.content) <= max_chars:
+    if max_chars is None or len(msg.content) <= max_chars or msg.truncated:  # capped once only
         return msg
     total = len(msg.content)
     head = max_chars * 3 // 4

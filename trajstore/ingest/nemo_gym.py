@@ -35,6 +35,7 @@ from trajstore.ingest.core import (
     ToolCall,
     arguments_text,
     float_reward,
+    json_type,
     parse_time,
     text_of,
     tool_definitions,
@@ -63,6 +64,9 @@ def _ids(it: dict[str, Any]) -> tuple[list[int], list[int], Any] | None:
     g = it.get("generation_token_ids")
     if not isinstance(g, list) or not g:
         return None
+    if it.get("prompt_token_ids") is not None and not isinstance(it["prompt_token_ids"], list):
+        raise RecordError(f"an output item's prompt_token_ids is {json_type(it['prompt_token_ids'])}, "
+                          "expected a list of token ids")
     return list(it.get("prompt_token_ids") or []), list(g), it.get("generation_log_probs")
 
 

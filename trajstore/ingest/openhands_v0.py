@@ -31,6 +31,7 @@ from trajstore.ingest.core import (
     ToolCall,
     bool_reward,
     json_field,
+    json_type,
     order_by_id,
     parse_time,
     reasoning_of,
@@ -87,6 +88,9 @@ class _Builder:
         t = parse_time(ev.get("timestamp"))
         if t is not None:
             self.last_time = t
+        for k in ("action", "observation"):
+            if ev.get(k) is not None and not isinstance(ev[k], str):
+                raise RecordError(f"event {idx}: {k} is {json_type(ev[k])}, expected the {k}'s kind (a string)")
         if "action" in ev and ev["action"] is not None:
             self._action(ev, idx)
         elif "observation" in ev and ev["observation"] is not None:
@@ -317,7 +321,7 @@ def chat_messages(raw: Any, origin_desc: str) -> list[Message]:
         RecordError: a message is not an object or has an unknown role.
     """
     if not isinstance(raw, list):
-        raise RecordError(f"{origin_desc} is a {type(raw).__name__}, not a list of messages")
+        raise RecordError(f"{origin_desc} is {json_type(raw)}, expected a list of chat messages")
     out = []
     for i, m in enumerate(raw):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):

@@ -11,6 +11,7 @@ deterministic ids, skips ids already stored and writes the rest through
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import math
 import os
@@ -172,7 +173,9 @@ FIELD_WORDS: dict[str, str] = {
     "group_id": "the group id", "created_at": "the time stamp", "status": "the status",
     "tokens": "the token ids", "logprobs": "the log-probs", "spans": "the turns",
     "metadata": "the fields kept as metadata", "trajectory_id": "the instance id", "tokenizer": "the tokenizer name",
-    "not_trainable_reason": "the not-trainable reason",
+    "not_trainable_reason": "the not-trainable reason", "call_id": "a model call's id (response or message id)",
+    "cause_id": "an observation's tool call id", "finish_reason": "a model call's finish_reason",
+    "tool_call_ids": "a model call's tool call ids", "role": "a message's role",
 }
 """Stored-trajectory fields in the words of the input they come from (never ``reward_raw``)."""
 
@@ -408,6 +411,56 @@ def _parse_event_dir(unit: detect.InputUnit, fmt: str) -> Iterator[Parsed]:
 
 # -- building trajectories -----------------------------------------------------------------------
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def replace_surrogates(item: Any) -> int:
+    """Replace every unpaired UTF-16 surrogate (a lone ``\\udXXX`` JSON escape: not text, and
+    neither hashable as UTF-8, tokenizable nor storable) in the strings of a parsed record by
+    U+FFFD, in place: dataclass fields (the origin excepted), list items, dict keys and values.
+
+    Returns:
+        The number of surrogates replaced (0: nothing changed).
+    """
+    seen: set[int] = set()
+
+    def fix(v: Any) -> tuple[Any, int]:
+        if isinstance(v, str):
+            n = len(_SURROGATE.findall(v)) if not v.isascii() else 0
+            return (_SURROGATE.sub("\ufffd", v), n) if n else (v, 0)
+        if isinstance(v, (list, dict)) or dataclasses.is_dataclass(v):
+            if id(v) in seen:
+                return v, 0
+            seen.add(id(v))
+        total = 0
+        if isinstance(v, list):
+            for i, x in enumerate(v):
+                new, n = fix(x)
+                if n:
+                    v[i], total = new, total + n
+        elif isinstance(v, dict):
+            for k in list(v):
+                new, n = fix(v[k])
+                nk, nn = fix(k)
+                if n or nn:
+                    if nn:
+                        del v[k]
+                    v[nk], total = new, total + n + nn
+        elif isinstance(v, tuple):
+            parts = [fix(x) for x in v]
+            total = sum(n for _, n in parts)
+            if total:
+                v = tuple(x for x, _ in parts)
+        elif dataclasses.is_dataclass(v) and not isinstance(v, (type, Origin)):
+            for f in dataclasses.fields(v):
+                new, n = fix(getattr(v, f.name))
+                if n:
+                    setattr(v, f.name, new)
+                    total += n
+        return v, total
+
+    return fix(item)[1]
+
 def check_engine_segments(r: EngineRollout) -> EngineRollout:
     """Check an engine rollout's numbers as the adapters check an engine response, in place:
     token ids are integers in [0, 2**31); log-probs are numbers, and a null / non-finite /
@@ -545,17 +598,16 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
         if not isinstance(item, EngineRollout) and tok is None:
             tok = load_tokenizer(tokenizer)  # outside the per-record guard: a missing tokenizer stops the ingest
         try:
-            if isinstance(item, EngineRollout):
-                ts = rollout_to_trajectories(check_engine_segments(item), input_format=item.source,
-                                             engine_tokenizer=engine_tokenizer)
-            elif isinstance(item, TextRollout):
-                ts = [text_rollout_to_trajectory(item, tok, tokenizer_name=tok_name, input_format=item.source)]
-            else:
-                ts = conversation_to_trajectories(item, tok, tokenizer_name=tok_name, input_format=item.source,
-                                                  max_observation_chars=max_observation_chars)
-                report.truncated_observations += len(ts[0].metadata.get("truncated_observations", []))
-                report.degraded_events += item.degraded_events
-                report.engine_ids_discarded += "engine_token_ids_discarded" in item.metadata
+            try:
+                ts = build_one(item)
+            except Exception:  # an unpaired surrogate in the text (hashing, tokenizing, storing fail on it)?
+                n = replace_surrogates(item)
+                if not n:
+                    raise
+                item.fidelity_gaps["unpaired_surrogates"] = (
+                    f"{n} unpaired UTF-16 surrogate(s) in the log's text (e.g. an emoji cut in half by the harness's "
+                    "truncation, written as a lone \\udXXX escape) replaced by U+FFFD")
+                ts = build_one(item)
         except Exception as e:  # noqa: BLE001 - one bad record costs only itself
             report.problems.append(Problem(item.origin, "invalid", _why(e, item)))
             return []
@@ -564,6 +616,20 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
         for t in ts:
             report.fidelity_gaps.update(list(t.metadata.get("fidelity_gaps") or {}))
             tokens += len(t.tokens)
+        return ts
+
+    def build_one(item: Conversation | EngineRollout | TextRollout) -> list[Trajectory]:
+        if isinstance(item, EngineRollout):
+            ts = rollout_to_trajectories(check_engine_segments(item), input_format=item.source,
+                                         engine_tokenizer=engine_tokenizer)
+        elif isinstance(item, TextRollout):
+            ts = [text_rollout_to_trajectory(item, tok, tokenizer_name=tok_name, input_format=item.source)]
+        else:
+            ts = conversation_to_trajectories(item, tok, tokenizer_name=tok_name, input_format=item.source,
+                                              max_observation_chars=max_observation_chars)
+            report.truncated_observations += len(ts[0].metadata.get("truncated_observations", []))
+            report.degraded_events += item.degraded_events
+            report.engine_ids_discarded += "engine_token_ids_discarded" in item.metadata
         return ts
 
     def tick(done: int) -> None:

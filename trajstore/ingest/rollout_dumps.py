@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from trajstore.ingest.core import Origin, RecordError, TextRollout, TextSegment, float_reward
+from trajstore.ingest.core import Origin, RecordError, TextRollout, TextSegment, float_reward, json_type
 
 SOURCE = "verl"
 INPUT_KEYS = ("input", "input_prompt")
@@ -32,7 +32,7 @@ def _field(row: dict[str, Any], keys: tuple[str, ...], what: str) -> str:
         if k in row:
             v = row[k]
             if not isinstance(v, str):
-                raise RecordError(f"{k} is a {type(v).__name__}, not the {what} text")
+                raise RecordError(f"{k} is {json_type(v)}, expected the {what} text (a string)")
             return v
     raise RecordError(f"rollout dump row has no {what} ({' or '.join(keys)})")
 
@@ -50,7 +50,7 @@ def parse_row(row: Any, origin: Origin) -> TextRollout:
     if not output:
         raise RecordError("output is empty: the sample holds no generated text")
     step = row.get("step", row.get("global_step"))
-    group = hashlib.sha256(prompt.encode()).hexdigest()[:16]
+    group = hashlib.sha256(prompt.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     key = (f"step{step}-" if step is not None else "") + f"line{origin.line}"
     meta = {k: row[k] for k in EXTRA_META_KEYS if isinstance(row.get(k), (str, int, float, bool))
             and not (isinstance(row[k], str) and len(row[k]) > 2000)}

@@ -26,6 +26,7 @@ from trajstore.ingest.core import (
     RecordError,
     ToolCall,
     bool_reward,
+    json_type,
     reasoning_of,
     text_of,
     tool_calls_of,
@@ -146,6 +147,8 @@ def parse_traj(d: Any, origin: Origin) -> Conversation:
             elif any(m.role == "assistant" for m in msgs) and pending:
                 cause = pending[0]
             msgs.append(Message(role, text, cause_id=cause))
+    if d.get("trajectory") is not None and not isinstance(d["trajectory"], list):
+        raise RecordError(f"trajectory is {json_type(d['trajectory'])}, expected a list of steps")
     traj_steps = [s for s in d.get("trajectory") or [] if isinstance(s, dict)]
     function_calling = any(m.tool_calls for m in msgs)
     for n in range(step, len(traj_steps)):  # steps the history does not hold (1.x: the final one)
