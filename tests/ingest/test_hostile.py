@@ -82,6 +82,22 @@ def test_a_named_pipe_in_a_folder_is_skipped_never_opened(tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
+def test_cli_names_the_skipped_pipe_and_exits_0(tmp_path):
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+
+    d = tmp_path / "logs"
+    d.mkdir()
+    write_jsonl(d / "a.jsonl", [smith_row(1)])
+    os.mkfifo(d / "pipe.json")
+    r = run_with_deadline(lambda: CliRunner().invoke(app, ["ingest", str(d), "--store", str(tmp_path / "s")]))
+    assert r.exit_code == 0, r.output
+    assert f"skipped {d / 'pipe.json'}: no_trajectory: a named pipe (FIFO), not a regular file: skipped, never " \
+           "opened" in " ".join(r.output.split())
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
 def test_a_named_pipe_named_on_the_command_line_is_refused_and_read_text_never_blocks(tmp_path):
     fifo = tmp_path / "p.json"
     os.mkfifo(fifo)

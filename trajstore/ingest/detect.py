@@ -10,7 +10,7 @@ import os
 import stat
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -143,12 +143,13 @@ class NotARegularFile(OSError):
     named pipe blocks until a writer appears)."""
 
 
-def read_bytes(path: str, limit: int | None = None) -> bytes:
+def read_bytes(path: str, limit: int | None = None, *, check: Callable[[bytes], None] | None = None) -> bytes:
     """The bytes of a regular file (the first `limit` only, when given).
 
     Opened without blocking and checked with ``fstat`` before reading, so a named pipe or a
     device (even one that replaced a regular file after the directory walk) is refused, never
-    waited on.
+    waited on. `check` sees the first :data:`BINARY_SNIFF_BYTES` before the rest is read (it
+    raises to stop: a multi-GB binary file is never read whole).
 
     Raises:
         NotARegularFile: not a regular file (the message says what it is).
@@ -159,7 +160,13 @@ def read_bytes(path: str, limit: int | None = None) -> bytes:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise NotARegularFile(f"{special_file_kind(path) or 'a special file'}, not a regular file: not read")
         with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read() if limit is None else f.read(limit)
+            if limit is not None:
+                return f.read(limit)
+            if check is None:
+                return f.read()
+            head = f.read(BINARY_SNIFF_BYTES)
+            check(head)
+            return head + f.read()
     finally:
         os.close(fd)
 
@@ -235,13 +242,15 @@ def read_text(path: str) -> str:
             named as such; a ``.parquet`` name without the Parquet magic bytes says so.
         OSError: the file cannot be read.
     """
-    data = read_bytes(path)
-    why = binary_kind(data)
-    if why:
-        if path.endswith(".parquet"):
+    def refuse_binary(head: bytes) -> None:
+        why = binary_kind(head)
+        if why and path.endswith(".parquet"):
             raise ValueError(f"not valid Parquet (the file does not start with the Parquet magic bytes "
                              f"{PARQUET_MAGIC.decode()}): {why}")
-        raise ValueError(f"not a recognised format: {why}; traj ingest reads JSON, JSONL and Parquet")
+        if why:
+            raise ValueError(f"not a recognised format: {why}; traj ingest reads JSON, JSONL and Parquet")
+
+    data = read_bytes(path, check=refuse_binary)
     return data.decode("utf-8", errors="replace").lstrip("\ufeff")
 
 
