@@ -397,3 +397,13 @@ def test_an_unpaired_surrogate_is_replaced_and_flagged_not_a_unicode_traceback(t
         gaps = json.loads(r["metadata"])["fidelity_gaps"]
         assert gaps["unpaired_surrogates"].startswith("1 unpaired UTF-16 surrogate(s)")
     assert rep.fidelity_gaps["unpaired_surrogates"] == 2
+
+
+def test_a_huge_integer_inside_a_json_encoded_string_field(tmp_path):
+    # SWE-smith keeps the chat as a JSON string: the number is only met when that string is decoded
+    chat = json.dumps(CHAT)[:-1] + f', {{"role": "user", "content": "x", "n": {HUGE}}}]'
+    f = write_jsonl(tmp_path / "rows.jsonl", [smith_row(1, messages=chat), smith_row(2)])
+    rep = ingest_paths([str(f)], str(tmp_path / "s"))
+    assert rep.trajectories_written == 1
+    assert by_line(rep)[("rows.jsonl", 1)].reason == ("field messages[5].n is an integer of 5000 digits: too large "
+                                                      "for any field (numbers are read up to 4300 digits)")

@@ -392,6 +392,65 @@ def terminal_text(output: str, md: dict[str, Any]) -> str:
     return ret
 
 
+@dataclass(frozen=True)
+class HugeInt:
+    """Stands in for a JSON integer with more digits than Python converts
+    (``sys.get_int_max_str_digits()``, 4300 by default), so the rest of a document can be read
+    and the record holding it refused with the field's name."""
+
+    digits: int
+
+
+def _huge_int_limit() -> int:
+    return sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
+
+
+def _parse_int(s: str) -> int | HugeInt:
+    limit = _huge_int_limit()
+    n = len(s) - s.startswith("-")
+    return HugeInt(n) if limit and n > limit else int(s)
+
+
+def is_int_limit(e: ValueError) -> bool:
+    return "integer string conversion" in str(e)
+
+
+def find_huge_int(v: Any, where: str = "") -> tuple[str, int] | None:
+    """(field path, digits) of the first :class:`HugeInt` in `v` (``messages[2].content``,
+    ``reward``; ``""`` when `v` is one), or None."""
+    if isinstance(v, HugeInt):
+        return where, v.digits
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if isinstance(x, (dict, list, HugeInt)):
+                hit = find_huge_int(x, f"{where}.{k}" if where else str(k))
+                if hit:
+                    return hit
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            if isinstance(x, (dict, list, HugeInt)):
+                hit = find_huge_int(x, f"{where}[{i}]")
+                if hit:
+                    return hit
+    return None
+
+
+def huge_int_reason(hit: tuple[str, int]) -> str:
+    """The one-line reason for a record refused because of :func:`find_huge_int`'s `hit`."""
+    where, digits = hit
+    return (f"field {where or '(the whole value)'} is an integer of {digits} digits: too large for any field "
+            f"(numbers are read up to {_huge_int_limit()} digits)")
+
+
+def loads_with_huge_ints(text: str) -> Any:
+    """``json.loads`` with :class:`HugeInt` stand-ins for integers too long to convert (slower:
+    used only once the fast parse has met one)."""
+    try:
+        return json.loads(text, parse_int=_parse_int)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to parse") from None
+
+
 def json_field(value: Any, field: str) -> Any:
     """A field that datasets store either as JSON or as a JSON-encoded string (Hugging Face rows
     often keep the chat as a string): a string is decoded, anything else returned as is.
@@ -402,7 +461,14 @@ def json_field(value: Any, field: str) -> Any:
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except (ValueError, RecursionError) as e:
+        except RecursionError:
+            raise RecordError(f"{field} is a string of JSON nested too deeply to parse") from None
+        except ValueError as e:
+            if is_int_limit(e) and not isinstance(e, json.JSONDecodeError):
+                hit = find_huge_int(loads_with_huge_ints(value))
+                if hit:
+                    sep = "" if hit[0].startswith("[") or not hit[0] else "."
+                    raise RecordError(huge_int_reason((f"{field}{sep}{hit[0]}", hit[1]))) from None
             raise RecordError(f"{field} is a string that is not JSON ({e})") from None
     return value
 

@@ -8,13 +8,20 @@ from __future__ import annotations
 import json
 import os
 import stat
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from trajstore.ingest.core import Origin, Problem
+from trajstore.ingest.core import (  # noqa: F401 - HugeInt, find_huge_int, huge_int_reason: detect's API too
+    HugeInt,
+    Origin,
+    Problem,
+    find_huge_int,
+    huge_int_reason,
+    is_int_limit,
+    loads_with_huge_ints,
+)
 
 InputFormat = Literal[
     "openhands-v0-events", "openhands-v0-session", "openhands-v0-eval", "openhands-v0-resolver",
@@ -266,56 +273,6 @@ class Loaded:
     huge_ints: bool = False
 
 
-@dataclass(frozen=True)
-class HugeInt:
-    """Stands in for a JSON integer with more digits than Python converts
-    (``sys.get_int_max_str_digits()``, 4300 by default), so the rest of a document can be read
-    and the record holding it refused with the field's name."""
-
-    digits: int
-
-
-def _huge_int_limit() -> int:
-    return sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
-
-
-def _parse_int(s: str) -> int | HugeInt:
-    limit = _huge_int_limit()
-    n = len(s) - s.startswith("-")
-    return HugeInt(n) if limit and n > limit else int(s)
-
-
-def _is_int_limit(e: ValueError) -> bool:
-    return "integer string conversion" in str(e)
-
-
-def find_huge_int(v: Any, where: str = "") -> tuple[str, int] | None:
-    """(field path, digits) of the first :class:`HugeInt` in `v` (``messages[2].content``,
-    ``reward``; ``""`` when `v` is one), or None."""
-    if isinstance(v, HugeInt):
-        return where, v.digits
-    if isinstance(v, dict):
-        for k, x in v.items():
-            if isinstance(x, (dict, list, HugeInt)):
-                hit = find_huge_int(x, f"{where}.{k}" if where else str(k))
-                if hit:
-                    return hit
-    elif isinstance(v, list):
-        for i, x in enumerate(v):
-            if isinstance(x, (dict, list, HugeInt)):
-                hit = find_huge_int(x, f"{where}[{i}]")
-                if hit:
-                    return hit
-    return None
-
-
-def huge_int_reason(hit: tuple[str, int]) -> str:
-    """The one-line reason for a record refused because of :func:`find_huge_int`'s `hit`."""
-    where, digits = hit
-    return (f"field {where or '(the whole value)'} is an integer of {digits} digits: too large for any field "
-            f"(numbers are read up to {_huge_int_limit()} digits)")
-
-
 def json_loads(text: str) -> Any:
     """``json.loads``, with nesting too deep for Python's parser as a ValueError (not a
     RecursionError that escapes every handler). An integer too long to convert is a ValueError
@@ -325,19 +282,10 @@ def json_loads(text: str) -> Any:
     except RecursionError:
         raise ValueError("JSON nested too deeply to parse") from None
     except ValueError as e:
-        if not _is_int_limit(e) or isinstance(e, json.JSONDecodeError):
+        if not is_int_limit(e) or isinstance(e, json.JSONDecodeError):
             raise
-        hit = find_huge_int(_loads_with_huge_ints(text))
+        hit = find_huge_int(loads_with_huge_ints(text))
         raise ValueError(huge_int_reason(hit) if hit else str(e)) from None
-
-
-def _loads_with_huge_ints(text: str) -> Any:
-    """``json.loads`` with :class:`HugeInt` stand-ins for integers too long to convert (slower:
-    used only once the fast parse has met one)."""
-    try:
-        return json.loads(text, parse_int=_parse_int)
-    except RecursionError:
-        raise ValueError("JSON nested too deeply to parse") from None
 
 
 def load_json_or_jsonl(path: str) -> Loaded:
@@ -355,9 +303,9 @@ def load_json_or_jsonl(path: str) -> Loaded:
         except RecursionError:
             raise ValueError("JSON nested too deeply to parse") from None
         except ValueError as e:  # an integer too long to convert: read the rest, refuse its record
-            if isinstance(e, json.JSONDecodeError) or not _is_int_limit(e):
+            if isinstance(e, json.JSONDecodeError) or not is_int_limit(e):
                 raise
-            return Loaded(whole=_loads_with_huge_ints(text), huge_ints=True)
+            return Loaded(whole=loads_with_huge_ints(text), huge_ints=True)
     except json.JSONDecodeError as whole_err:
         rows = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
         if len(rows) < 2:

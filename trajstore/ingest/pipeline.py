@@ -205,7 +205,8 @@ def _why(e: BaseException, item: Any = None) -> str:
         parts = []
         for err in e.errors():
             loc = ".".join(str(x) for x in err.get("loc", ())) or "value"
-            parts.append(f"{_field_words(loc, item)}: {err.get('msg', 'invalid')} (got {_clip_value(err.get('input'), 60)})")
+            got = _clip_value(err.get("input"), 60)
+            parts.append(f"{_field_words(loc, item)}: {err.get('msg', 'invalid')} (got {got})")
         return "; ".join(parts)
     return one_line(f"{type(e).__name__}: {e}")
 

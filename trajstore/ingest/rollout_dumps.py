@@ -55,7 +55,8 @@ def parse_row(row: Any, origin: Origin) -> TextRollout:
     meta = {k: row[k] for k in EXTRA_META_KEYS if isinstance(row.get(k), (str, int, float, bool))
             and not (isinstance(row[k], str) and len(row[k]) > 2000)}
     meta["step"] = step
-    return TextRollout(source=SOURCE, key=key, origin=origin, reward=float_reward(*next(((row[k], k) for k in ("score", "reward") if k in row), (None, "score"))),
+    score_key = "score" if "score" in row or "reward" not in row else "reward"
+    return TextRollout(source=SOURCE, key=key, origin=origin, reward=float_reward(row.get(score_key), score_key),
                        prompt_id=f"prompt-{group}", metadata=meta,
                        segments=[TextSegment("prompt", prompt, role="user"), TextSegment("action", output,
                                                                                           role="assistant")])
