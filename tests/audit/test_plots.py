@@ -66,6 +66,10 @@ def test_many_sources_get_one_panel_each(many, tmp_path):
     for k, a in enumerate(axes):
         heights = [p.get_height() for p in a.patches if p.get_height() > 0]
         assert heights == [2], (k, heights)
+    # every row's first panel says what its own y scale counts (one label for the grid sat by the
+    # middle row only); the shared x is labelled once below the grid
+    assert [a.get_ylabel() for a in axes[::FACET_COLUMNS]] == ["trajectories (count)"] * 3
+    assert fig.subfigs[0]._supylabel is None and fig.subfigs[0]._supxlabel.get_text().startswith("action tokens")
 
 
 def test_bars_sit_on_their_integer_ticks_and_colours_differ(many, tmp_path):
@@ -170,3 +174,8 @@ def test_faceted_clip_key_sits_beside_the_panels(many, tmp_path):
     left = min(a.get_window_extent(renderer).x0 for a in [*legend.legend_handles, *legend.get_texts()])
     assert all(left >= a.get_window_extent(renderer).x1 for a in axes)
     assert [t.get_text().split("\n")[0] for t in legend.get_texts()] == ["below band", "above band"]
+    # the key's line styles are drawn in the panels' one colour (a grey sample matched no line)
+    from matplotlib.colors import to_rgba
+
+    drawn = {to_rgba(line.get_color()) for a in axes for line in a.get_lines()}
+    assert len(drawn) == 1 and {to_rgba(h.get_color()) for h in legend.legend_handles} == drawn

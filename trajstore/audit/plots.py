@@ -99,7 +99,8 @@ def _panels(fig: Any, groups: Sequence[str], title: str, colours: Mapping[str, i
 
 
 def _finish(panels: list[tuple[str, Any, Any]], xlabel: str, ylabel: str, legend: str) -> list[Any]:
-    """Axis labels (on the one axes, or once for all facets) and the legend outside the data."""
+    """Axis labels (on the one axes; for facets: x once below the grid, which shares x, and y on
+    the first panel of every row, whose scale is its own) and the legend outside the data."""
     axes = list(dict.fromkeys(ax for _, ax, _ in panels))
     if len(axes) == 1:
         axes[0].set(xlabel=xlabel, ylabel=ylabel)
@@ -108,7 +109,9 @@ def _finish(panels: list[tuple[str, Any, Any]], xlabel: str, ylabel: str, legend
     else:
         fig = axes[0].get_figure()
         fig.supxlabel(xlabel, fontsize="small")
-        fig.supylabel(ylabel, fontsize="small")
+        # one label for the whole grid sat beside the middle row only, and read as belonging to it
+        for ax in axes[::FACET_COLUMNS]:
+            ax.set_ylabel(ylabel, fontsize="small")
     for ax in axes:
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
@@ -182,7 +185,10 @@ def _clip(fig: Any, rep: ClipReport, colours: Mapping[str, int]) -> None:
     # entry per run x band, and always beside the data
     from matplotlib.lines import Line2D
 
-    style = {"color": "0.3", "markersize": 3}
+    # in the colour of the lines when they all have one (facets, a single run); neutral grey only
+    # beside several run colours, where these entries name line styles, not runs
+    one = {tuple(c) if not isinstance(c, str) else c for _, _, c in panels}
+    style = {"color": panels[0][2] if len(one) == 1 else "0.3", "markersize": 3}
     handles = [Line2D([], [], marker="o", **style), Line2D([], [], marker="^", linestyle="--", **style)]
     labels = ["below band\n(ratio <= 1 - eps_low)", "above band\n(ratio >= 1 + eps_high)"]
     if len(axes) > 1:  # facets: beside the grid, never over a panel
@@ -218,13 +224,13 @@ def _rewards(fig: Any, rep: RewardReport, colours: Mapping[str, int]) -> None:
         # a few distinct rewards (0/1, a handful of scores) in equal-width bins would be slivers at
         # the ends of a long empty axis: one labelled category per occupied bin instead
         _bars(panels, series, list(range(len(keys))), 1.0, keys)
-        axes = _finish(panels, "reward (occupied bins)", "trajectories", "source")
+        axes = _finish(panels, "reward (occupied bins)", "trajectories (count)", "source")
         edges = {r["bin"]: (r["bin_lo"], r["bin_hi"]) for rows in sources.values() for r in rows}
         _category_axis(axes, list(range(len(keys))), [f"{edges[b][0]:.3g} to {edges[b][1]:.3g}" for b in keys])
     else:
         centres = [lo + (b + 0.5) * step if hi > lo else lo for b in keys]
         _bars(panels, series, centres, step, keys)
-        axes = _finish(panels, "reward", "trajectories", "source")
+        axes = _finish(panels, "reward", "trajectories (count)", "source")
         for ax in axes:
             ax.set_xlim(lo - 0.02 * (hi - lo), hi + 0.02 * (hi - lo)) if hi > lo else ax.set_xlim(lo - 1, lo + 1)
     for ax in axes:
@@ -247,7 +253,7 @@ def _lengths(fig: Any, rep: LengthReport, colours: Mapping[str, int]) -> None:
     series = {s: {index(r["action_tokens_lo"]): r["trajectories"] for r in rows} for s, rows in sources.items()}
     panels = _panels(fig, list(sources), title, colours)
     _bars(panels, series, positions, 1.0, positions)
-    axes = _finish(panels, "action tokens (power-of-two bins)", "trajectories", "source")
+    axes = _finish(panels, "action tokens (power-of-two bins)", "trajectories (count)", "source")
     _category_axis(axes, positions, labels)
     for ax in axes:
         _integer_axis(ax.yaxis)
