@@ -113,8 +113,10 @@ def train_cmd(
 
     console = Console()
     console.print(f"run {run_id}: {summary.iterations} iterations, {summary.steps} policy steps, "
-                  f"policy v{summary.version} published under {store}/policies/{run_id}/", highlight=False)
-    console.print(f"records: runs/{run_id}/steps and runs/{run_id}/consumed; per step:", highlight=False)
+                  f"policy v{summary.version} published under {store}/policies/{run_id}/", highlight=False,
+                  soft_wrap=True)  # never cut a path in two: the terminal wraps it, or a log keeps it whole
+    console.print(f"records: runs/{run_id}/steps and runs/{run_id}/consumed; per step:", highlight=False,
+                  soft_wrap=True)
     print_command(console, f"traj sql {store} \"SELECT * FROM step_metrics WHERE run_id = '{run_id}' ORDER BY step\"")
 
 

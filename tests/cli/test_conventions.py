@@ -151,6 +151,9 @@ def test_train_formats(store, fake_train):
     # the command to copy is one line of its own, whatever the width
     cmd = f"traj sql {store} \"SELECT * FROM step_metrics WHERE run_id = 'r7' ORDER BY step\""
     assert cmd in text.splitlines()
+    # the summary line is not cut mid-path at a narrow width (it was: "published under" / "<path>")
+    narrow = runner.invoke(app, [*base], env={"COLUMNS": "40"}).stdout
+    assert f"published under {store}/policies/r7/" in narrow.splitlines()[0], narrow
     res = runner.invoke(app, [*base, "--format", "text"])
     assert res.exit_code == 2
 
