@@ -215,10 +215,12 @@ def runs_cmd(
                      (f"{len(r.problems)} (on stderr)" if table else "; ".join(r.problems)) if r.problems else
                      ("-" if table else "")))
     unit = "" if table else "_bytes"
-    render_tables([TableData(f"training runs in {report.store}",
-                             ["run", "model", "versions", "latest_version", "versions" + (unit or "_size"),
-                              "checkpoints", "checkpoints" + (unit or "_size"), "records" + (unit or "_size"),
-                              "total" + (unit or "_size"), "problems"], rows, keys=["run"],
+    columns = ["run", "model", "versions", "latest_version", "versions" + (unit or "_size"), "checkpoints",
+               "checkpoints" + (unit or "_size"), "records" + (unit or "_size"), "total" + (unit or "_size"),
+               "problems"]
+    if table and not any(r.problems for r in report.runs):  # a column of dashes says nothing
+        columns, rows = columns[:-1], [row[:-1] for row in rows]
+    render_tables([TableData(f"training runs in {report.store}", columns, rows, keys=["run"],
                              empty_note=f"no training runs in {report.store}")], fmt)
     if table and any(c.latest for r in report.runs for c in r.checkpoints):
         typer.echo("* = the checkpoint LATEST names (what --resume continues from)")
