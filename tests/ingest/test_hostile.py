@@ -165,6 +165,7 @@ def _waiters_on(path: Path) -> int:
                if "->" in ln and ln.split()[-3].rsplit(":", 1)[-1] == str(ino))
 
 
+@pytest.mark.slow  # two CLI processes (~10 s on 2 cores); the two-thread test above covers the same logic fast
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux /proc/locks to see the waiting runs")
 def test_two_traj_ingest_processes_at_once_store_each_trajectory_once(tmp_path):
     f = write_jsonl(tmp_path / "rows.jsonl", [smith_row(n) for n in range(4)])
