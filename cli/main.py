@@ -5,7 +5,8 @@ registered command, so new commands inherit them by using what is defined here):
 
 - **Register** on :data:`app` (or on a sub-app made with :class:`TrajTyper`), so that usage lines
   read ``traj stats [OPTIONS] STORE`` and ``traj ingest [OPTIONS] PATHS...`` (argument metavars are
-  the upper-cased parameter names) and flags show no ``<bool>`` value.
+  the upper-cased parameter names) and flags show no ``<bool>`` value. Help texts (docstrings)
+  may wrap in the source: :func:`unwrap_help` joins each paragraph's lines.
 - **Boolean switches** are declared as pairs, ``typer.Option(False, "--follow/--no-follow")``:
   ``--follow`` and ``--no-follow`` work; there is no ``--follow yes``. Flags that only pick
   what to show (``traj stats --staleness``) stay single flags.
