@@ -125,8 +125,13 @@ def _scalar_baseline_fn(cfg: TrainConfig, state: TrainerState) -> Callable[[list
         if cfg.algo.advantage == "grpo":
             missing = [s.trajectory_id for s in samples if s.group_id is None]
             if missing:
-                raise TrajstoreError(f"--advantage grpo needs group_id on every trajectory; "
-                                     f"{missing[0]!r} has none")
+                raise TrajstoreError(
+                    f"--advantage grpo needs group_id on every trajectory (the rollouts of one prompt share "
+                    f"one); {missing[0]!r} has none ({len(missing)} of this batch's {len(samples)} lack it). Set "
+                    "it when capturing: through `traj proxy`, send an X-Group-Id header on the session's first "
+                    "call (or \"group_id\" in the POST /s/<session>/finish body); with the writer SDK, "
+                    "TrajectoryBuilder(group_id=...). Or train with --advantage sao-gae / running-mean, "
+                    "which need no groups")
             labels = {g: i for i, g in enumerate(sorted({s.group_id for s in samples}))}
             group_ids = torch.tensor([labels[s.group_id] for s in samples])
         adv = baseline(rewards, group_ids)

@@ -112,6 +112,21 @@ def test_baselines_train_without_a_critic(tmp_path: Path, advantage: str) -> Non
     assert any(not torch.equal(p, pol0[n]) for n, p in tr.loaded.model.named_parameters())
 
 
+def test_grpo_without_group_id_says_how_to_set_it_when_capturing(tmp_path: Path) -> None:
+    from trajstore.errors import TrajstoreError
+
+    write_synthetic_store(tmp_path, 4)  # no group_id
+    tr = setup(_cfg(tmp_path, advantage="grpo", max_steps=1))
+    with pytest.raises(TrajstoreError) as e:
+        train(tr.cfg, trainer=tr)
+    msg = str(e.value)
+    # the names a user types: the proxy's header (trajstore/proxy/app.py reads x-group-id, case-
+    # insensitive), its /finish body field, and the SDK's builder argument
+    assert "'t00000' has none" in msg and "4 of this batch's 4" in msg
+    assert "X-Group-Id" in msg and '"group_id" in the POST /s/<session>/finish body' in msg
+    assert "TrajectoryBuilder(group_id=...)" in msg
+
+
 @pytest.mark.parametrize("name", ["dis", "ppo-clip"])
 def test_setup_picks_the_named_policy_loss(tmp_path: Path, name: str) -> None:
     from trajstore.trainer.losses import dis_policy_loss, ppo_clip_policy_loss
