@@ -10,8 +10,10 @@
   overhead  SAO step time (train_step: values, GAE, K critic updates, DIS policy update, records'
             statistics, the non-finite check) against a bare loop over the same micro-batches of
             the same policy and critic: one no-grad critic forward, K critic forward+backward+AdamW
-            steps and one policy forward+backward+AdamW step with a plain sum as the loss.
-            Target: <= 1.25x.
+            steps and one policy forward+backward+AdamW step with a plain sum as the loss (AdamW
+            built as the trainer builds it: fused on CPU/CUDA, same betas and weight decay).
+            Medians of alternated pairs, wall and process CPU time, and a per-phase breakdown.
+            `--threads` sets torch's intra-op threads. Target: <= 1.25x.
   padding   share of the tokens the models compute that are padding, for the demo's length mix,
             with the trainer's packing (one row per micro-batch, no padding) and, for comparison,
             with rows padded to the longest trajectory of their micro-batch. Target: < 10%.
@@ -214,11 +216,55 @@ def bench_memory(models: list[str]) -> list[dict]:
 # -- overhead ----------------------------------------------------------------------------------
 
 
-def bench_overhead(model: str, *, trajectories: int, batch_size: int, micro: int, repeat: int) -> dict:
+class _PhaseTimer:
+    """Wall seconds per phase of `train_step`, from wrappers around the loop's own functions
+    (installed only for the untimed breakdown pass, removed afterwards)."""
+
+    SAO = ("_prepare", "_value_stats", "_critic_update", "_policy_update", "_clip_and_step", "consumed_rows")
+
+    def __init__(self, tr) -> None:  # noqa: ANN001
+        from trajstore.trainer import loop
+
+        self.loop, self.tr, self.s = loop, tr, {}
+        self._saved = {n: getattr(loop, n) for n in self.SAO}
+        self._saved_tr = {n: getattr(tr, n) for n in ("advantage_fn", "policy_loss_fn", "value_loss_fn")}
+
+    def wrap(self, name: str, fn):  # noqa: ANN001, ANN201
+        def timed(*a, **k):  # noqa: ANN002, ANN003, ANN202
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.add(name, time.perf_counter() - t0)
+        return timed
+
+    def add(self, name: str, dt: float) -> None:
+        self.s[name] = self.s.get(name, 0.0) + dt
+
+    def __enter__(self) -> _PhaseTimer:
+        for n, f in self._saved.items():
+            setattr(self.loop, n, self.wrap(n, f))
+        for n, f in self._saved_tr.items():
+            setattr(self.tr, n, self.wrap(n, f))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for n, f in self._saved.items():
+            setattr(self.loop, n, f)
+        for n, f in self._saved_tr.items():
+            setattr(self.tr, n, f)
+
+
+def bench_overhead(model: str, *, trajectories: int, batch_size: int, micro: int, repeat: int,
+                   min_samples: int = 0) -> dict:
+    """Median wall time of `train_step` vs the bare loop, alternated batch by batch (the shared
+    machine's load drifts; each pair sees the same load), the first round dropped, at least
+    `min_samples` pairs. Also: process CPU time of each (less sensitive to other processes when
+    torch runs one thread), and a per-phase breakdown from one more, untimed round."""
     import torch
 
     from trajstore.trainer import distributed as D
-    from trajstore.trainer.loop import _prepare, setup, train_step
+    from trajstore.trainer.loop import _optimizers, _prepare, setup, train_step
 
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as root:
         write_store(root, trajectories, model=model, shape=(80, 3, 24, 40))
@@ -231,36 +277,86 @@ def bench_overhead(model: str, *, trajectories: int, batch_size: int, micro: int
         critic = D.unwrap(tr.critic)
         pol_params = [p for p in tr.loaded.model.parameters() if p.requires_grad]
         crit_params = [p for p in critic.parameters() if p.requires_grad]
-        opt_p = torch.optim.AdamW(pol_params, lr=1e-12)
-        opt_c = torch.optim.AdamW(crit_params, lr=1e-12)
+        # the trainer's own optimiser kind and settings (fused AdamW on CPU / CUDA, its betas and
+        # weight decay), at a negligible learning rate: the same per-step optimiser cost
+        opts = _optimizers(tr.cfg, pol_params, crit_params, fused=bool(tr.optimizers["policy"].defaults["fused"]))
+        opt_p, opt_c = opts["policy"], opts["critic"]
+        for o in (opt_p, opt_c):
+            for g in o.param_groups:
+                g["lr"] = 1e-12
+        bare_phase: dict[str, float] = {}
 
         def bare(batch) -> None:  # noqa: ANN001
+            t = [time.perf_counter()]
             micros, _n = _prepare(tr, batch)
+            t.append(time.perf_counter())
             for m in micros:
                 with torch.no_grad():
                     critic(m.mb.input_ids, m.mb.position_ids)
+            t.append(time.perf_counter())
             for _ in range(K):
                 for m in micros:
                     critic(m.mb.input_ids, m.mb.position_ids).sum().backward()
                 opt_c.step()
                 opt_c.zero_grad(set_to_none=True)
+            t.append(time.perf_counter())
             for m in micros:
                 tr.policy(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)[0].sum().backward()
             opt_p.step()
             opt_p.zero_grad(set_to_none=True)
+            t.append(time.perf_counter())
+            for name, a, b in zip(("prepare", "values (no-grad critic forward)", "critic updates", "policy update"),
+                                  t, t[1:]):
+                bare_phase[name] = bare_phase.get(name, 0.0) + b - a
 
+        rounds = max(repeat, math.ceil((min_samples + 1) / len(batches)))
         sao, base = [], []
-        for rep in range(repeat):  # alternate the two: the shared machine's load drifts
+        for rep in range(rounds):
             for i, b in enumerate(batches):
-                for fn, acc in ((train_step, sao), (bare, base)) if (rep + i) % 2 == 0 else ((bare, base),
-                                                                                             (train_step, sao)):
-                    t0 = time.perf_counter()
+                pair = ((train_step, sao), (bare, base))
+                for fn, acc in pair if (rep + i) % 2 == 0 else pair[::-1]:
+                    t0, c0 = time.perf_counter(), time.process_time()
                     fn(tr, b) if fn is train_step else fn(b)
                     if rep or i:  # the first round pays one-off costs (allocator, kernels)
-                        acc.append(time.perf_counter() - t0)
+                        acc.append((time.perf_counter() - t0, time.process_time() - c0))
+        # breakdown: one more round, instrumented (the timed rounds above were not)
+        bare_phase.clear()
+        with _PhaseTimer(tr) as pt:
+            for b in batches:
+                t0 = time.perf_counter()
+                train_step(tr, b)
+                pt.add("train_step", time.perf_counter() - t0)
+        for b in batches:
+            bare(b)
         tokens = statistics.mean(b.num_tokens for b in batches)
-    s, bb = statistics.median(sao), statistics.median(base)
-    return {"model": model, "tokens_per_step": tokens, "sao_step_s": s, "bare_s": bb, "ratio": s / bb}
+    n = len(batches)
+    sao_ph = {k: v / n for k, v in pt.s.items()}
+    sao_ph["rest (no-grad critic forward, statistics)"] = sao_ph["train_step"] - sum(
+        sao_ph.get(k, 0.0) for k in ("_prepare", "advantage_fn", "_value_stats", "_critic_update", "_policy_update",
+                                     "consumed_rows"))
+    s, bb = statistics.median(w for w, _ in sao), statistics.median(w for w, _ in base)
+    sc, bc = statistics.median(c for _, c in sao), statistics.median(c for _, c in base)
+    return {"model": model, "tokens_per_step": tokens, "threads": torch.get_num_threads(), "samples": len(sao),
+            "sao_step_s": s, "bare_s": bb, "ratio": s / bb,
+            "sao_mean_s": statistics.mean(w for w, _ in sao), "bare_mean_s": statistics.mean(w for w, _ in base),
+            "sao_cpu_s": sc, "bare_cpu_s": bc, "cpu_ratio": sc / bc,
+            # each pair ran back to back under about the same load: the median of per-pair ratios
+            "paired_ratio_median": statistics.median(a / b for (a, _), (b, _) in zip(sao, base)),
+            "sao_wall_samples_s": [round(w, 4) for w, _ in sao], "bare_wall_samples_s": [round(w, 4) for w, _ in base],
+            "sao_breakdown_s": sao_ph, "bare_breakdown_s": {k: v / n for k, v in bare_phase.items()}}
+
+
+def _print_breakdown(r: dict) -> None:
+    sao, bare = r["sao_breakdown_s"], r["bare_breakdown_s"]
+    print(f"  breakdown, ms/step (one instrumented round): SAO train_step {sao['train_step'] * 1e3:.1f}, bare "
+          f"{sum(bare.values()) * 1e3:.1f}")
+    for k in ("_prepare", "rest (no-grad critic forward, statistics)", "advantage_fn", "_value_stats",
+              "_critic_update", "value_loss_fn", "_policy_update", "policy_loss_fn", "_clip_and_step",
+              "consumed_rows"):
+        if k in sao:
+            print(f"    SAO  {k:<44}{sao[k] * 1e3:>9.1f}")
+    for k, v in bare.items():
+        print(f"    bare {k:<44}{v * 1e3:>9.1f}")
 
 
 # -- padding -----------------------------------------------------------------------------------
@@ -338,10 +434,18 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="alternating rounds of timed paths")
     ap.add_argument("--lengths-from", default=None, help="a store whose length mix the padding section uses "
                                                          "(default: DEMO_LENGTHS, measured from a demo run)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads (default: torch's own, one per core). On a shared machine "
+                         "loaded by other jobs, 1 avoids the stalls of a parallel region waiting for a "
+                         "descheduled thread, which hit the op-heavy paths hardest")
     ap.add_argument("--json", default=None, help="also write every figure to this JSON file")
     args = ap.parse_args()
     sections = set(args.sections.split(","))
     models = args.models.split(",")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     out: dict = {"command": " ".join(sys.argv), "cpu_count": os.cpu_count(), "load_avg": os.getloadavg()}
     if "memory" in sections:
         out["memory"] = bench_memory(models)
@@ -350,12 +454,16 @@ def main() -> None:
         out["overhead"] = []
         for model in models:
             big = model == "smollm2-135m"
+            # the tiny model's steps take ~0.3 s: 30 pairs cost little and tame the tails
             r = bench_overhead(model, trajectories=4 if big else 48, batch_size=2 if big else 8, micro=2 if big else 4,
-                               repeat=args.repeat)
+                               repeat=args.repeat, min_samples=0 if big else 30)
             out["overhead"].append(r)
-            print(f"{model:<14} {r['tokens_per_step']:>6.0f} tokens/step  SAO step {r['sao_step_s']:.3f}s  bare "
-                  f"{r['bare_s']:.3f}s  ratio {r['ratio']:.3f}x (target <= 1.25x: "
-                  f"{'met' if r['ratio'] <= 1.25 else 'NOT met'})")
+            print(f"{model:<14} {r['tokens_per_step']:>6.0f} tokens/step, {r['threads']} thread(s), {r['samples']} "
+                  f"pairs: SAO step {r['sao_step_s']:.3f}s  bare {r['bare_s']:.3f}s (medians)  ratio "
+                  f"{r['ratio']:.3f}x (target <= 1.25x: {'met' if r['ratio'] <= 1.25 else 'NOT met'}); means "
+                  f"{r['sao_mean_s']:.3f}s / {r['bare_mean_s']:.3f}s; CPU time {r['sao_cpu_s']:.3f}s / "
+                  f"{r['bare_cpu_s']:.3f}s = {r['cpu_ratio']:.3f}x; median of per-pair ratios {r['paired_ratio_median']:.3f}x")
+            _print_breakdown(r)
     if "padding" in sections:
         lengths = _lengths_from(args.lengths_from) if args.lengths_from else list(DEMO_LENGTHS)
         print(f"\n== padding: {len(lengths)} trajectories of {min(lengths)}..{max(lengths)} tokens (mean "
