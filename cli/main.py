@@ -27,10 +27,10 @@ registered command, so new commands inherit them by using what is defined here):
   :class:`~trajstore.errors.MissingExtraError` naming the ``pip install``.
 - **Exit status**, the same on every command (README "Exit status"): 0 done; 1
   (:data:`EXIT_ERROR`) an error, one line on stderr (no store or not a store at the path, an
-  invalid ``--where``, a failed query, a refused checkpoint, an uncaught exception); 2
-  (:data:`EXIT_USAGE`) bad usage (unknown option, bad option value, missing input path);
-  3 (:data:`EXIT_REFUSED`) ``traj ingest`` stored every record it could but refused some;
-  143 ``traj train`` stopped at once by a second SIGTERM / Ctrl-C (the first finishes the
+  invalid ``--where``, a failed query, a refused checkpoint, an uncaught exception), and also
+  (:data:`EXIT_REFUSED`, the same value, as issue 12 specifies) ``traj ingest`` stored every
+  record it could but refused some, each refusal listed; 2 (:data:`EXIT_USAGE`) bad usage
+  (unknown option, bad option value, missing input path); 143 ``traj train`` stopped at once by a second SIGTERM / Ctrl-C (the first finishes the
   step, checkpoints and exits 0).
 - **Warnings** of the library (:class:`~trajstore.errors.TrajstoreWarning`, e.g. a corrupt shard
   skipped) print as one ``warning: ...`` line on stderr each, never as Python's
@@ -148,8 +148,12 @@ EXIT_ERROR = 1
 """Exit status of a command that failed with an error (one line on stderr)."""
 EXIT_USAGE = 2
 """Exit status of bad usage: unknown option, bad option value, missing input path (click's own)."""
-EXIT_REFUSED = 3
-"""Exit status of ``traj ingest`` when some records were refused and every other one was stored."""
+EXIT_REFUSED = 1
+"""Exit status of ``traj ingest`` when some records were refused and every other one was stored.
+
+The same value as :data:`EXIT_ERROR`, as the ingest contract fixes it (0 every record stored or
+deliberately skipped, 1 any record refused, 2 usage): scripts tell the two apart by stderr, where
+each refusal is listed and an error is one ``error:`` line."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 

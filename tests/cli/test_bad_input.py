@@ -25,12 +25,13 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_readme_exit_status_table_matches_the_code(tmp_path: Path) -> None:
-    # The table is what scripts rely on; store errors used to exit 1, which the README reserved
-    # for "some record refused".
+    # The table is what scripts rely on. Issue 12 fixes ingest's contract (1 when any record was
+    # refused); errors exit 1 too, told apart by the stderr lines the table names.
     rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", README.read_text(), flags=re.M))
-    assert (EXIT_ERROR, EXIT_USAGE, EXIT_REFUSED) == (1, 2, 3)
+    assert (EXIT_ERROR, EXIT_USAGE, EXIT_REFUSED) == (1, 2, 1)  # issue 12: 1 when any record was refused
     assert rows["1"].startswith("error") and "not a store" in rows["1"]
-    assert rows["2"].startswith("bad usage") and rows["3"].startswith("`traj ingest` refused some records")
+    assert "`traj ingest` refused some records" in rows["1"] and "3" not in rows
+    assert rows["2"].startswith("bad usage")
     res = runner.invoke(app, ["stats", str(tmp_path / "nope")])
     assert res.exit_code == 1 and "no store at" in res.stderr
     res = runner.invoke(app, ["stats", str(tmp_path), "--no-such-flag"])

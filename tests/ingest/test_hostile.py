@@ -10,6 +10,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -170,7 +171,7 @@ def _waiters_on(path: Path) -> int:
 def test_two_traj_ingest_processes_at_once_store_each_trajectory_once(tmp_path):
     f = write_jsonl(tmp_path / "rows.jsonl", [smith_row(n) for n in range(4)])
     store = open_store(str(tmp_path / "s"))
-    cmd = ["traj", "ingest", str(f), "--store", store.uri, "--format", "json"]
+    cmd = [str(Path(sys.executable).with_name("traj")), "ingest", str(f), "--store", store.uri, "--format", "json"]
     with store_lock(store):  # both runs parse, then wait to commit: neither has stored anything yet
         procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
         lock_file = Path(store.path("_locks", "ingest.lock"))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -134,7 +136,7 @@ def test_cli_missing_input_path_is_an_error_and_writes_nothing(tmp_path, fix):
 
 
 def test_cli_subprocess(tmp_path, fix):
-    r = subprocess.run(["traj", "ingest", str(fix / "openhands/v0_saved_trajectory/basic.json"), "--store",
+    r = subprocess.run([str(Path(sys.executable).with_name("traj")), "ingest", str(fix / "openhands/v0_saved_trajectory/basic.json"), "--store",
                         str(tmp_path / "s"), "--output", "json"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["trajectories_written"] == 1
@@ -266,7 +268,7 @@ def test_cli_exit_status(tmp_path, fix):
     bad.write_text(json.dumps(_nemo_row("a", [5])) + "\n" + json.dumps({"response": 3}) + "\n")
     r = CliRunner().invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s"), "--format", "json"])
     out = json.loads(r.stdout)
-    assert r.exit_code == 3 and out["trajectories_written"] == 1 and out["refused"] == 1
+    assert r.exit_code == 1 and out["trajectories_written"] == 1 and out["refused"] == 1
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
     r = CliRunner().invoke(app, ["ingest", good, "--store", str(a_file)])
@@ -326,5 +328,5 @@ def test_cli_problem_lines_print_brackets_as_they_are(tmp_path):
     bad.parent.mkdir()
     bad.write_text(json.dumps({"response": 3}) + "\n")
     r = CliRunner().invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s")])
-    assert r.exit_code == 3, r.output  # refused
+    assert r.exit_code == 1, r.output  # refused
     assert "run[red]/bad[bold].jsonl" in r.stderr and "Traceback" not in r.output
