@@ -87,8 +87,9 @@ _HELP = (
     "published datasets as JSON, JSONL or Parquet) into a store.\n\n"
     "Each malformed file, line, row or event is reported with path, line and reason, and the rest is still "
     "ingested (--strict makes any problem fatal). Re-ingesting the same logs adds nothing.\n\n"
-    "Exit status: 0 = every record stored or deliberately skipped; 3 = some record refused (all others "
-    "stored); 1 = error (--strict found a problem: nothing stored; the store cannot be written); 2 = usage error."
+    "Exit status: 0 = every record stored or deliberately skipped; 1 = some record refused (all others "
+    "stored, each refusal listed) or an error (--strict found a problem: nothing stored; the store cannot be "
+    "written); 2 = usage error."
 )
 
 
