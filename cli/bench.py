@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from trajstore.cli.main import FormatOption, TrajTyper, app, friendly_errors
+from trajstore.cli.main import FormatOption, InvalidOptionError, TrajTyper, app, friendly_errors
 from trajstore.display import OutputFormat
 
 bench_app = TrajTyper(help="Benchmarks that exercise the whole pipeline.", no_args_is_help=True)
@@ -17,7 +17,7 @@ def _ints(text: str, what: str) -> list[int]:
     try:
         return [int(s) for s in text.split(",")]
     except ValueError:
-        raise ValueError(f"--{what} must be comma-separated integers, got {text!r}") from None
+        raise InvalidOptionError(f"invalid option --{what}: must be comma-separated integers (got {text!r})") from None
 
 
 @bench_app.command("learning")
@@ -40,18 +40,21 @@ def learning_cmd(
     from rich.console import Console
 
     from trajstore.display import TableData, print_command, render_record, render_tables
-    from trajstore.trainer.learning_bench.harness import get_arm
+    from trajstore.trainer.learning_bench.harness import BenchError, get_arm
     from trajstore.trainer.learning_bench.suite import SuiteConfig, reanalyse as redo, run_suite
 
     if preset not in ("default", "smoke", "calibrate"):
-        raise ValueError(f"--preset must be default, smoke or calibrate, got {preset!r}")
+        raise InvalidOptionError(f"invalid option --preset: must be default, smoke or calibrate (got {preset!r})")
     over: dict = {}
     if scratch:
         over["scratch"] = scratch
     if seeds:
         over["seeds"] = _ints(seeds, "seeds")
     if arms:
-        over["chain_arms"] = [get_arm(a.strip()).name for a in arms.split(",")]
+        try:
+            over["chain_arms"] = [get_arm(a.strip()).name for a in arms.split(",")]
+        except BenchError as e:
+            raise InvalidOptionError(f"invalid option --arms: {e}") from None
     if processes:
         over["processes"] = processes
     err = Console(stderr=True)

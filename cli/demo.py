@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from trajstore.cli.main import FormatOption, app, friendly_errors
+from trajstore.cli.main import FormatOption, app, friendly_errors, invalid_options
 from trajstore.display import OutputFormat
 from trajstore.trainer.demo import DEFAULT_STORE, DemoConfig
 
@@ -40,9 +40,15 @@ def demo_cmd(
     require(("torch", "transformers", "safetensors"), what="traj demo", install=INSTALL_TRAIN_EXTRA)
     from trajstore.trainer.demo import print_summary, result_to_dict, run_demo
 
-    cfg = DemoConfig(store=store, model=model, steps=steps, episodes=episodes, max_new_tokens=max_new_tokens,
-                     batch_size=batch_size, critic_warmup_steps=warmup_steps, run_id=run_id, seed=seed,
-                     keep_weights=keep_weights, tokenizer=model if not model.startswith("tiny-") else "smollm2-135m")
+    from pydantic import ValidationError
+
+    try:
+        cfg = DemoConfig(store=store, model=model, steps=steps, episodes=episodes, max_new_tokens=max_new_tokens,
+                         batch_size=batch_size, critic_warmup_steps=warmup_steps, run_id=run_id, seed=seed,
+                         keep_weights=keep_weights,
+                         tokenizer=model if not model.startswith("tiny-") else "smollm2-135m")
+    except ValidationError as e:
+        raise invalid_options(e) from None
     console = Console(stderr=fmt is not OutputFormat.table)  # progress; results go to stdout
     if not console.is_terminal:  # piped or logged: do not squeeze the audit tables into 80 columns
         console.width = max(console.width, 120)

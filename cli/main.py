@@ -198,6 +198,33 @@ def one_line_warnings() -> Any:
         yield
 
 
+class InvalidOptionError(ValueError):
+    """A command-line option has a bad value: one line on stderr, exit status :data:`EXIT_USAGE`
+    (bad usage, like click's own checks), not :data:`EXIT_ERROR`."""
+
+
+def invalid_options(error: Any, flag_of: Callable[[tuple], str] | None = None) -> InvalidOptionError:
+    """One :class:`InvalidOptionError` for a pydantic ``ValidationError`` raised while a command
+    built its config from its options: ``invalid option --port: Input should be greater than or
+    equal to 0 (got -1); ...``.
+
+    Args:
+        error: the ``pydantic.ValidationError``.
+        flag_of: maps an error location (``('optim', 'policy_lr')``) to its flag; default: the last
+            field name with ``_`` as ``-`` (``port`` -> ``--port``).
+    """
+    def default_flag(loc: tuple) -> str:
+        field = next((str(p) for p in reversed(loc) if isinstance(p, str)), "")
+        return "--" + field.replace("_", "-") if field else "option"
+
+    def problem(err: dict[str, Any]) -> str:
+        msg = one_line(str(err["msg"])).removeprefix("Value error, ")  # a validator's own text
+        got = repr(err.get("input"))
+        return f"{(flag_of or default_flag)(tuple(err['loc']))}: {msg}" + ("" if got in msg else f" (got {got})")
+
+    return InvalidOptionError("invalid option " + "; ".join(problem(err) for err in error.errors()))
+
+
 def friendly_errors(fn: F) -> F:
     """Turn known errors into one clear line on stderr and exit status :data:`EXIT_ERROR`
     (click exits :data:`EXIT_USAGE` for bad usage), and the library's warnings into one line
@@ -208,6 +235,11 @@ def friendly_errors(fn: F) -> F:
         try:
             with one_line_warnings():
                 return fn(*args, **kwargs)
+        except InvalidOptionError as e:
+            if os.environ.get("TRAJ_TRACEBACK"):
+                raise
+            typer.echo(f"error: {one_line(str(e))}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
         except (TrajstoreError, FileNotFoundError, ValueError) as e:
             if os.environ.get("TRAJ_TRACEBACK"):
                 raise
@@ -221,13 +253,13 @@ def parse_storage_options(items: list[str] | None) -> dict[str, Any]:
     """``key=value`` strings to fsspec options; ``true``/``false`` become booleans.
 
     Raises:
-        ValueError: an item has no ``=``.
+        InvalidOptionError: an item has no ``=`` (a ``ValueError``; exit status 2 in a command).
     """
     out: dict[str, Any] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"--storage-option {item!r}: expected key=value")
+            raise InvalidOptionError(f"invalid option --storage-option: expected key=value (got {item!r})")
         out[key] = {"true": True, "false": False}.get(value.lower(), value)
     return out
 

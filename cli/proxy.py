@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from trajstore.cli.main import app, friendly_errors
+from trajstore.cli.main import app, friendly_errors, invalid_options
 from trajstore.proxy.config import DEFAULT_CLIENT_TOKEN_ENV, DEFAULT_UPSTREAM_KEY_ENV
 
 
@@ -66,8 +66,7 @@ def proxy_cmd(
                           upstream_key_env=upstream_key_env, client_token_env=client_token_env,
                           require_session=require_session)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
-        raise ValueError(f"invalid option: {problems}") from None
+        raise invalid_options(e, _flag) from None
     try:
         from trajstore.proxy.app import run_proxy
     except ModuleNotFoundError as e:
@@ -78,3 +77,12 @@ def proxy_cmd(
         typer.echo(f"  harness base URL: http://{h}:{p}/s/<session>/v1", err=True)
 
     run_proxy(cfg, on_ready=ready)
+
+
+def _flag(loc: tuple) -> str:
+    """The flag of a :class:`~trajstore.proxy.config.ProxyConfig` field (``hold_timeout_s`` ->
+    ``--hold-timeout``, ``poll_s`` -> ``--poll``)."""
+    field = next((str(p) for p in reversed(loc) if isinstance(p, str)), "")
+    if not field:
+        return "option"
+    return "--" + field.removesuffix("_s").replace("_", "-")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from trajstore.cli.main import app, friendly_errors
+from trajstore.cli.main import app, friendly_errors, invalid_options
 
 
 @app.command("serve")
@@ -31,9 +31,14 @@ def serve_cmd(
     require(("torch", "transformers"), what="traj serve", install=INSTALL_TRAIN_EXTRA)
     from trajstore.trainer.serve import ServeConfig, run_serve
 
-    cfg = ServeConfig(model=model, tokenizer=tokenizer, host=host, port=port, device=device, dtype=dtype,
-                      max_batch_size=max_batch_size, weight_version=weight_version,
-                      served_model_name=served_model_name, threads=threads, sample_log=sample_log, seed=seed)
+    from pydantic import ValidationError
+
+    try:
+        cfg = ServeConfig(model=model, tokenizer=tokenizer, host=host, port=port, device=device, dtype=dtype,
+                          max_batch_size=max_batch_size, weight_version=weight_version,
+                          served_model_name=served_model_name, threads=threads, sample_log=sample_log, seed=seed)
+    except ValidationError as e:
+        raise invalid_options(e) from None
 
     def ready(h: str, p: int) -> None:
         typer.echo(f"traj serve: {cfg.served_model_name or model} on http://{h}:{p}/v1 "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from trajstore.cli.main import FormatOption, StorageOptions, StoreArgument, app, friendly_errors
+from trajstore.cli.main import FormatOption, StorageOptions, StoreArgument, app, friendly_errors, invalid_options
 from trajstore.display import OutputFormat
 from trajstore.trainer.config import CRITIC_TRAINABLE_PATTERN
 
@@ -83,8 +83,7 @@ def train_cmd(
     try:
         cfg = _config(**locals())
     except ValidationError as e:
-        problems = "; ".join(f"{_flag(err['loc'])}: {err['msg']} (got {err.get('input')!r})" for err in e.errors())
-        raise ValueError(f"invalid option {problems}") from None
+        raise invalid_options(e, _flag) from None
     require(("torch", "transformers", "safetensors"), what="traj train", install=INSTALL_TRAIN_EXTRA)
     from trajstore.trainer.loop import train
 

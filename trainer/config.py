@@ -148,6 +148,14 @@ class AlgoConfig(_Section):
                                                             "window of past rewards")
 
 
+def check_training_run_id(run_id: str) -> str:
+    """``run_id`` unchanged if it is one path component of letters, digits and ``._=+-`` (not
+    starting with punctuation); else ValueError naming it."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._=+-]*", run_id):
+        raise ValueError(f"run_id {run_id!r} must be letters, digits and ._=+- (one path component)")
+    return run_id
+
+
 class RunConfig(_Section):
     """Steps, publishing, checkpoints, logging and hardware."""
 
@@ -189,9 +197,7 @@ class RunConfig(_Section):
     @field_validator("run_id")
     @classmethod
     def _run_id(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._=+-]*", v):
-            raise ValueError(f"run_id {v!r} must be letters, digits and ._=+- (one path component)")
-        return v
+        return check_training_run_id(v)
 
 
 class TrainConfig(_Section):

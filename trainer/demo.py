@@ -22,11 +22,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trajstore.errors import TrajstoreError
 from trajstore.hub import SMOLLM2_ALIAS
 
+from trajstore.trainer.config import check_training_run_id
 from trajstore.trainer.envs.guess_chat import EpisodeSummary, GuessNumberEnv
 
 if TYPE_CHECKING:
@@ -61,6 +62,11 @@ class DemoConfig(BaseModel):
     """Sizes of the demo; the defaults finish in a few minutes on 2 CPU cores with SmolLM2-135M."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, v: str | None) -> str | None:  # refused before anything starts, as traj train does
+        return v if v is None else check_training_run_id(v)
 
     store: str = Field(DEFAULT_STORE, description="local store directory (created; reused across demos)")
     model: str = Field(SMOLLM2_ALIAS, description="policy: 'smollm2-135m', a local HF directory, a .gguf file, "

@@ -38,6 +38,31 @@ def test_readme_exit_status_table_matches_the_code(tmp_path: Path) -> None:
     assert res.exit_code == 2
 
 
+@pytest.mark.parametrize("args", [
+    ["serve", "--port", "-1"],  # was pydantic's multi-line dump, exit 1
+    ["train", "{store}", "--model", "tiny-llama", "--run-id", "t", "--policy-lr", "nan"],
+    ["train", "{store}", "--model", "tiny-llama", "--run-id", "t", "--batch-size", "-3"],
+    ["train", "{store}", "--model", "tiny-llama", "--run-id", "t", "--overlong", "maybe"],
+    ["train", "{store}", "--model", "tiny-llama", "--run-id", "../evil"],
+    ["info", "{store}", "--storage-option", "badformat"],
+    ["proxy", "--store", "{store}", "--upstream", "notaurl"],
+    ["proxy", "--upstream", "http://127.0.0.1:9", "--store", "{store}", "--hold-timeout", "-1"],
+    ["demo", "--store", "{store}/d", "--run-id", "../evil"],
+    ["bench", "learning", "--scratch", "{store}", "--preset", "full"],
+], ids=lambda a: " ".join(a[:1] + a[-2:]))
+def test_a_bad_option_value_is_bad_usage_one_line_naming_the_option(tmp_path: Path, args: list[str]) -> None:
+    pytest.importorskip("torch") if args[0] in ("serve", "train", "demo", "bench") else None
+    pytest.importorskip("fastapi") if args[0] == "proxy" else None
+    args = [a.replace("{store}", str(tmp_path)) for a in args]
+    flag = next(a for a in reversed(args) if a.startswith("--"))
+    res = runner.invoke(app, args)
+    assert res.exit_code == EXIT_USAGE, res.output
+    errors = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(errors) == 1 and errors[0].startswith(f"error: invalid option {flag}"), res.stderr
+    assert "pydantic" not in res.stderr and "validation error" not in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
+
+
 # -- traj stats --where --------------------------------------------------------------------------
 
 

@@ -36,9 +36,10 @@ def _run(*args: str):  # noqa: ANN202
     return CliRunner().invoke(app, ["train", *args], env={"TRAJ_TRACEBACK": ""})
 
 
-def _one_error(r, *needles: str) -> str:  # noqa: ANN001
-    """The run failed with exactly one `error:` line containing every needle, and no traceback."""
-    assert r.exit_code == 1, r.output
+def _one_error(r, *needles: str, code: int = 1) -> str:  # noqa: ANN001
+    """The run failed (exit status ``code``) with exactly one `error:` line containing every needle,
+    and no traceback."""
+    assert r.exit_code == code, r.output
     errors = [line for line in r.output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, r.output
     for n in needles:
@@ -80,7 +81,7 @@ def _cfg(store: Path, run_id: str = "r", **run) -> TrainConfig:
 ])
 def test_non_finite_or_out_of_range_options_are_refused(tmp_path: Path, args: list[str], flag: str) -> None:
     write_synthetic_store(tmp_path, 2)
-    _one_error(_run(str(tmp_path), *BASE, "--run-id", "x", *args), f"invalid option {flag}")
+    _one_error(_run(str(tmp_path), *BASE, "--run-id", "x", *args), f"invalid option {flag}", code=2)  # bad usage
     _nothing_written(tmp_path)
 
 
