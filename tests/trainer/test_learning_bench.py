@@ -172,6 +172,10 @@ def test_auc_bootstrap_and_verdicts_by_hand() -> None:
     assert verdict(dis, iv, dis_masked=1e-4)[0] == "not testable at this scale"
     grpo = next(c for c in CLAIMS if c.key == "sao-vs-grpo")
     assert verdict(grpo, bootstrap_interval([0.0, 0.01, -0.01, 0.02, -0.02]))[0] == "not testable at this scale"
+    # one seed (the smoke preset): a difference without an interval is no verdict either way
+    one = verdict(claim, bootstrap_interval([-0.1]))
+    assert one[0] == "undetermined" and one[1].startswith("fewer than 2 paired seeds, no interval")
+    assert verdict(dis, bootstrap_interval([0.3]), dis_masked=1e-4)[0] == "undetermined"
 
 
 def test_no_correction_makes_every_ratio_one() -> None:

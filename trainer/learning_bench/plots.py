@@ -38,7 +38,7 @@ def seeds_note(seeds: int) -> str:
 
 
 VERDICT_COLORS = {"reproduced": "#2ca02c", "not reproduced": "#d62728", "not testable at this scale": "#7f7f7f",
-                  "no paper claim": "#1f77b4"}
+                  "no paper claim": "#1f77b4", "undetermined": "#bcbd22"}
 
 
 def _plt():  # noqa: ANN202

@@ -146,11 +146,14 @@ def verdict(claim: Claim, interval: Interval, *, dis_masked: float | None = None
     Verdicts: ``reproduced`` (interval excludes 0 in the paper's direction), ``not reproduced``
     (it contains 0, or excludes it the other way: the reason says which), ``not testable at this
     scale`` (a scale note decided before running; for DIS claims: DIS masked less than
-    :data:`MIN_DIS_MASKED` of the tokens).
+    :data:`MIN_DIS_MASKED` of the tokens), ``undetermined`` (fewer than 2 paired seeds: no
+    interval, so no verdict either way; the smoke preset).
     """
     want = -1 if claim.direction == "ref-better" else 1
     side = interval.excludes_zero()
     ci = f"difference {interval.mean:+.3f}, 95% CI [{interval.low:+.3f}, {interval.high:+.3f}] over {interval.n} seeds"
+    if interval.n < 2:  # one seed: a difference without an interval supports no verdict
+        return "undetermined", f"fewer than 2 paired seeds, no interval: {ci}"
     if claim.scale_note == "dis" and dis_masked is not None and dis_masked < MIN_DIS_MASKED:
         return "not testable at this scale", (f"DIS masked {dis_masked:.2%} of action tokens (< {MIN_DIS_MASKED:.1%}): "
                                               f"with and without DIS the updates are nearly the same; {ci}")
@@ -158,8 +161,6 @@ def verdict(claim: Claim, interval: Interval, *, dis_masked: float | None = None
         return "reproduced", ci
     if claim.scale_note and claim.scale_note != "dis":
         return "not testable at this scale", f"{claim.scale_note}; {ci}"
-    if interval.n < 2:
-        return "not reproduced", f"fewer than 2 seeds, no interval: {ci}"
     if side == -want:
         return "not reproduced", f"opposite direction: {ci}"
     return "not reproduced", f"interval includes 0: {ci}"
