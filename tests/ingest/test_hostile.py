@@ -409,3 +409,29 @@ def test_a_huge_integer_inside_a_json_encoded_string_field(tmp_path):
     assert rep.trajectories_written == 1
     assert by_line(rep)[("rows.jsonl", 1)].reason == ("field messages[5].n is an integer of 5000 digits: too large "
                                                       "for any field (numbers are read up to 4300 digits)")
+
+
+# -- a cut-off JSON document -------------------------------------------------------------------------
+
+
+def test_a_truncated_single_document_file_says_where_the_document_breaks_off(tmp_path, fix):
+    # A .traj cut after 3000 bytes was refused as "no line is valid JSON ... at column 2: '{'": it was
+    # read as JSON Lines, whose first line is a lone brace. It is one document: the whole-document
+    # parser's position (checked with json.loads by hand: line 14 column 19) and "truncated".
+    head = (fix / "swe-agent/v0.x_gpt4_pydicom__pydicom-1458.traj").read_bytes()[:3000]
+    for name in ("cut.traj", "cut.json"):
+        (tmp_path / "in").mkdir(exist_ok=True)
+        (tmp_path / "in" / name).write_bytes(head)
+    rep = ingest_paths([str(tmp_path / "in")], str(tmp_path / "s"))
+    assert rep.trajectories_written == 0
+    assert sorted((Path(p.origin.path).name, p.kind, p.reason) for p in rep.problems) == [
+        (n, "malformed", "not valid JSON: Unterminated string starting at line 14 column 19 "
+                         "(the document ends early: the file looks truncated)") for n in ("cut.json", "cut.traj")]
+
+
+def test_a_jsonl_line_error_reads_without_a_doubled_word(tmp_path):
+    f = tmp_path / "rows.jsonl"
+    f.write_text('{"a": 1}\n{"b": "xx\n')  # json says "Unterminated string starting at"; we add "at column"
+    rep = ingest_paths([str(f)], str(tmp_path / "s"))
+    reasons = {p.origin.line: p.reason for p in rep.problems}
+    assert reasons[2] == "not valid JSON (Unterminated string starting at column 7): '{\"b\": \"xx'"

@@ -309,22 +309,32 @@ def load_json_or_jsonl(path: str) -> Loaded:
     except json.JSONDecodeError as whole_err:
         rows = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
         if len(rows) < 2:
-            raise ValueError(f"not valid JSON: {whole_err.msg} at line {whole_err.lineno} column {whole_err.colno}") \
-                from None
+            raise ValueError(_document_error(whole_err, text)) from None
         out = Loaded(lines=[])
         for n, ln in rows:
             try:
                 out.lines.append((n, json_loads(ln)))  # type: ignore[union-attr]
             except ValueError as e:
                 snippet = ln.strip()[:40]
-                if isinstance(e, json.JSONDecodeError):
-                    why = f"not valid JSON ({e.msg} at column {e.colno}): {snippet!r}"
+                if isinstance(e, json.JSONDecodeError):  # msg may end in "at" ("... starting at")
+                    why = f"not valid JSON ({e.msg.removesuffix(' at')} at column {e.colno}): {snippet!r}"
                 else:  # nested too deeply, an integer too long (naming its field)
                     why = str(e) if str(e).startswith("field ") else f"not valid JSON ({e}): {snippet!r}"
                 out.problems.append(Problem(Origin(path, n), "malformed", why))
         if not out.lines:
+            if text.lstrip()[:1] in "{[":  # one document (a .json, a SWE-agent .traj) that does not parse
+                raise ValueError(_document_error(whole_err, text)) from None
             raise ValueError(f"no line is valid JSON (first error: {out.problems[0].reason})")
         return out
+
+
+def _document_error(err: json.JSONDecodeError, text: str) -> str:
+    """One line for a file that fails to parse as one JSON document: the parser's message with
+    its line and column, and a note when the document is cut off (the parse fails at its end, or
+    inside a string that never closes)."""
+    cut = err.msg.startswith("Unterminated string") or err.pos >= len(text.rstrip())
+    return (f"not valid JSON: {err.msg.removesuffix(' at')} at line {err.lineno} column {err.colno}"
+            + (" (the document ends early: the file looks truncated)" if cut else ""))
 
 
 def _is_chat(v: Any) -> bool:
