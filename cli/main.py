@@ -30,8 +30,8 @@ registered command, so new commands inherit them by using what is defined here):
   invalid ``--where``, a failed query, a refused checkpoint, an uncaught exception), and also
   (:data:`EXIT_REFUSED`, the same value, as issue 12 specifies) ``traj ingest`` stored every
   record it could but refused some, each refusal listed; 2 (:data:`EXIT_USAGE`) bad usage
-  (unknown option, bad option value, missing input path); 143 ``traj train`` stopped at once by a second SIGTERM / Ctrl-C (the first finishes the
-  step, checkpoints and exits 0).
+  (unknown option, bad option value, missing input path); 143 ``traj train`` stopped at once
+  by a second SIGTERM / Ctrl-C (the first finishes the step, checkpoints and exits 0).
 - **Warnings** of the library (:class:`~trajstore.errors.TrajstoreWarning`, e.g. a corrupt shard
   skipped) print as one ``warning: ...`` line on stderr each, never as Python's
   ``file:line: Category`` text.

@@ -448,14 +448,17 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
         started, cut_short, stopping = 0, 0, False
         with ThreadPoolExecutor(max_workers=cfg.batch_size, thread_name_prefix="agent") as pool:
             running: set[Future[EpisodeSummary]] = set()
+            number: dict[Future[EpisodeSummary], int] = {}  # the N of session <run>-epN (the stored id)
             while True:
                 while (trainer.poll() is None and started < max_episodes and len(running) < cfg.batch_size
                        and time.monotonic() < deadline):
                     env = GuessNumberEnv.sample(rng, high=cfg.high, max_turns=cfg.max_turns)
                     started += 1
-                    running.add(pool.submit(play_episode, f"{proxy_url}/s/{run_id}-ep{started}/v1", env,
-                                            model=cfg.model, max_new_tokens=cfg.max_new_tokens,
-                                            metadata={"demo_run": run_id}))
+                    fut = pool.submit(play_episode, f"{proxy_url}/s/{run_id}-ep{started}/v1", env,
+                                      model=cfg.model, max_new_tokens=cfg.max_new_tokens,
+                                      metadata={"demo_run": run_id})
+                    running.add(fut)
+                    number[fut] = started
                 if not running:
                     break
                 finished, running = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
@@ -480,7 +483,8 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
                         continue
                     episodes.append(e)
                     vs = sorted(set(e.policy_versions))
-                    say(f"episode {len(episodes):3d}  policy v{','.join(map(str, vs)):<4} reward {e.reward:.2f} "
+                    # numbered as stored (trajectory id <run>-epN...), not in finishing order
+                    say(f"episode {number.pop(f):3d}  policy v{','.join(map(str, vs)):<4} reward {e.reward:.2f} "
                         f"{'solved' if e.solved else '      '} {e.num_actions} turns {e.num_tokens:4d} tokens "
                         f"{e.seconds:5.1f}s", highlight=False)
                 if trainer.poll() is not None or time.monotonic() >= deadline:
@@ -602,7 +606,10 @@ def print_summary(result: DemoResult, console: Console) -> None:
     versions = result.policy_versions_seen
     max_stale = max((r.get("token_max") or 0 for r in result.staleness), default=0)
     plain = {"soft_wrap": True, "markup": False, "highlight": False}
-    console.print(f"{len(result.episodes)} episodes from policy versions {versions}; the server loaded "
+    stored = sum(int(r.get("trajectories") or 0) for r in result.reward_by_version)
+    split = (f" (stored as {stored} completed trajectories: an episode whose next prompt did not extend "
+             "the tokens already sampled is split at that context break)") if stored > len(result.episodes) else ""
+    console.print(f"{len(result.episodes)} episodes{split} from policy versions {versions}; the server loaded "
                   f"versions {result.versions_loaded}; max staleness {max_stale}; {result.seconds:.0f}s", **plain)
     if result.freed_bytes:
         console.print(f"removed {result.freed_bytes / 2**30:.1f} GiB of superseded policy versions and checkpoints "

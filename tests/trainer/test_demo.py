@@ -300,3 +300,26 @@ def test_cli_demo_json_subprocess(tmp_path):
     versions = os.listdir(store / "policies" / res["run_id"])
     assert sorted(versions) == ["LATEST", "v2"]
     assert "episode" in out.stderr  # progress goes to stderr with --format json
+
+
+def test_the_summary_explains_more_stored_trajectories_than_episodes():
+    # A walkthrough saw "23 episodes" above a reward table of 24 trajectories: one episode had been
+    # split at a context break. The line now says so; equal counts say nothing extra.
+    import io
+
+    from rich.console import Console
+
+    from trajstore.trainer.demo import DemoResult, print_summary
+    from trajstore.trainer.envs.guess_chat import EpisodeSummary
+
+    ep = EpisodeSummary(trajectory_id="t", prompt_id="p", reward=1.0, solved=True, num_actions=2,
+                        policy_versions=[0, 1], num_tokens=10, seconds=1.0)
+    for stored, note in ((3, True), (2, False)):
+        r = DemoResult(store="/tmp/s", run_id="demo-x", episodes=[ep, ep], versions_loaded=[0, 1], steps_asked=1,
+                       steps_done=1)
+        r.reward_by_version = [{"policy_version": 0, "trajectories": 1},
+                               {"policy_version": 1, "trajectories": stored - 1}]
+        buf = io.StringIO()
+        print_summary(r, Console(file=buf, width=200))
+        line = next(ln for ln in buf.getvalue().splitlines() if ln.startswith("2 episodes"))
+        assert ("stored as 3 completed trajectories" in line and "context break" in line) is note, line
