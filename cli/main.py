@@ -203,24 +203,27 @@ class InvalidOptionError(ValueError):
     (bad usage, like click's own checks), not :data:`EXIT_ERROR`."""
 
 
-def invalid_options(error: Any, flag_of: Callable[[tuple], str] | None = None) -> InvalidOptionError:
+def invalid_options(error: Any, renamed: dict[str, str] | None = None) -> InvalidOptionError:
     """One :class:`InvalidOptionError` for a pydantic ``ValidationError`` raised while a command
     built its config from its options: ``invalid option --port: Input should be greater than or
     equal to 0 (got -1); ...``.
 
     Args:
         error: the ``pydantic.ValidationError``.
-        flag_of: maps an error location (``('optim', 'policy_lr')``) to its flag; default: the last
-            field name with ``_`` as ``-`` (``port`` -> ``--port``).
+        renamed: config fields whose flag is not the derived one. A field's flag is derived as
+            ``--`` + its name with ``_`` as ``-`` and a seconds suffix ``_s`` dropped
+            (``hold_timeout_s`` -> ``--hold-timeout``).
     """
-    def default_flag(loc: tuple) -> str:
+    def flag(loc: tuple) -> str:
         field = next((str(p) for p in reversed(loc) if isinstance(p, str)), "")
-        return "--" + field.replace("_", "-") if field else "option"
+        if not field:
+            return "option"
+        return (renamed or {}).get(field) or "--" + field.removesuffix("_s").replace("_", "-")
 
     def problem(err: dict[str, Any]) -> str:
         msg = one_line(str(err["msg"])).removeprefix("Value error, ")  # a validator's own text
         got = repr(err.get("input"))
-        return f"{(flag_of or default_flag)(tuple(err['loc']))}: {msg}" + ("" if got in msg else f" (got {got})")
+        return f"{flag(tuple(err['loc']))}: {msg}" + ("" if got in msg else f" (got {got})")
 
     return InvalidOptionError("invalid option " + "; ".join(problem(err) for err in error.errors()))
 

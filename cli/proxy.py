@@ -66,7 +66,7 @@ def proxy_cmd(
                           upstream_key_env=upstream_key_env, client_token_env=client_token_env,
                           require_session=require_session)
     except ValidationError as e:
-        raise invalid_options(e, _flag) from None
+        raise invalid_options(e) from None
     try:
         from trajstore.proxy.app import run_proxy
     except ModuleNotFoundError as e:
@@ -77,12 +77,3 @@ def proxy_cmd(
         typer.echo(f"  harness base URL: http://{h}:{p}/s/<session>/v1", err=True)
 
     run_proxy(cfg, on_ready=ready)
-
-
-def _flag(loc: tuple) -> str:
-    """The flag of a :class:`~trajstore.proxy.config.ProxyConfig` field (``hold_timeout_s`` ->
-    ``--hold-timeout``, ``poll_s`` -> ``--poll``)."""
-    field = next((str(p) for p in reversed(loc) if isinstance(p, str)), "")
-    if not field:
-        return "option"
-    return "--" + field.removesuffix("_s").replace("_", "-")

@@ -83,7 +83,7 @@ def train_cmd(
     try:
         cfg = _config(**locals())
     except ValidationError as e:
-        raise invalid_options(e, _flag) from None
+        raise invalid_options(e, _FLAG_OF) from None
     require(("torch", "transformers", "safetensors"), what="traj train", install=INSTALL_TRAIN_EXTRA)
     from trajstore.trainer.loop import train
 
@@ -119,15 +119,8 @@ def train_cmd(
     print_command(console, f"traj sql {store} \"SELECT * FROM step_metrics WHERE run_id = '{run_id}' ORDER BY step\"")
 
 
-_FLAG_OF = {"idle_timeout_s": "--idle-timeout", "poll_interval_s": "--poll-interval", "name": "--model",
-            "progress": "--format"}
-"""Config fields whose command-line flag is not ``--`` + the field name with dashes."""
-
-
-def _flag(loc: tuple) -> str:
-    """The command-line flag of a pydantic error location such as ``('optim', 'policy_lr')``."""
-    field = next((str(p) for p in reversed(loc) if isinstance(p, str)), "")
-    return _FLAG_OF.get(field, "--" + field.replace("_", "-")) if field else "option"
+_FLAG_OF = {"name": "--model", "progress": "--format"}
+"""Config fields whose command-line flag is not the one :func:`invalid_options` derives."""
 
 
 def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed options
