@@ -107,8 +107,9 @@ ROW_SEEDS: dict[str, Callable[[int], Any]] = {
     "atif": _atif,
     "verl-rollouts": lambda i: {"input": f"<|im_start|>user\nq{i}<|im_end|>\n<|im_start|>assistant\n",
                                 "output": "a<|im_end|>", "score": 1.0, "step": 1},
+    "chat-messages": lambda i: {"messages": _chat(i), "reward": 1.0, "id": f"c{i}"},
 }
-"""Formats whose records are rows (a JSONL line each)."""
+"""Formats whose records are rows (a JSONL line each); chat-messages is also a whole file."""
 
 DOC_SEEDS: dict[str, Callable[[int], Any]] = {
     "openhands-v0-events": _v0_events,

@@ -7,14 +7,27 @@
   under ``trajectory``, the tool definitions under ``tools``, ``resolved`` (0/1) the reward,
   ``exit_status`` how the run ended.
 
-Both keep the model name and provenance columns when the row has them.
+- plain chat records (``chat-messages``): a bare list of OpenAI chat messages, or an object
+  holding one under ``messages`` (the OpenAI fine-tuning JSONL shape), optionally with
+  ``tools`` and a ``reward`` (or ``score``) and ``resolved``.
+
+All keep the model name and provenance columns when the row has them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from trajstore.ingest.core import Conversation, Message, Origin, RecordError, bool_reward, json_field
+from trajstore.ingest.core import (
+    Conversation,
+    Message,
+    Origin,
+    RecordError,
+    Reward,
+    bool_reward,
+    float_reward,
+    json_field,
+)
 from trajstore.ingest.openhands_v0 import chat_messages
 
 PROVENANCE_KEYS = ("instance_id", "traj_id", "trajectory_id", "run_id", "repo", "model", "model_name",
@@ -106,4 +119,41 @@ def parse_swe_rebench_openhands_row(row: Any, origin: Origin) -> Conversation:
         conv.tools = tools
     elif any(m.tool_calls for m in msgs):
         conv.fidelity_gaps["tools"] = "the row's 'tools' is empty, but the model made tool calls"
+    return conv
+
+
+def parse_chat_record(row: Any, origin: Origin) -> Conversation:
+    """One plain chat record: a bare list of OpenAI chat messages, or an object with the chat
+    under ``messages`` (a list, or a JSON-encoded list) and optionally ``tools``, a numeric
+    ``reward`` or ``score``, a boolean-ish ``resolved``, an ``id`` and the provenance keys of
+    :data:`PROVENANCE_KEYS`. A file holding a single bare list is one record too.
+
+    Raises:
+        RecordError: neither a list of messages nor an object with ``messages``; a ``reward``,
+            ``score`` or ``resolved`` that is not a number / outcome; ``tools`` that are not tool
+            definitions.
+    """
+    if isinstance(row, list):
+        return Conversation(source="chat-messages", key=None, origin=origin, messages=chat_messages(row, "messages"))
+    if not isinstance(row, dict) or "messages" not in row:
+        raise RecordError("a chat record is a list of chat messages or an object with 'messages' "
+                          f"(got {'an object with keys ' + ', '.join(map(str, list(row)[:6])) if isinstance(row, dict) else 'a JSON ' + type(row).__name__})")
+    msgs = chat_messages(json_field(row["messages"], "messages"), "messages")
+    reward = Reward()
+    for k in ("reward", "score"):
+        if row.get(k) is not None:
+            reward = float_reward(row[k], k)
+            break
+    else:
+        if row.get("resolved") is not None:
+            reward = bool_reward(row["resolved"])
+    key = next((str(row[k]) for k in ("id", "trajectory_id", "traj_id", "instance_id")
+                if isinstance(row.get(k), (str, int)) and not isinstance(row.get(k), bool) and str(row[k])), None)
+    model = next((row[k] for k in ("model", "model_name") if isinstance(row.get(k), str)), None)
+    conv = Conversation(source="chat-messages", key=key, messages=msgs, origin=origin, model=model, reward=reward,
+                        prompt_id=str(row["instance_id"]) if row.get("instance_id") else None,
+                        metadata=_provenance(row))
+    tools = tool_list(row.get("tools"))
+    if tools is not None:
+        conv.tools = tools
     return conv

@@ -40,7 +40,7 @@ FORMAT_HELP: Final[dict[str, str]] = {
     "openhands-v1-events": "OpenHands V1 persisted events",
     "openhands-v1-eval": "OpenHands V1 evaluation output",
     "openhands-v1-completions": "OpenHands V1 log_completions files",
-    "chat-messages": "a bare JSON list of OpenAI chat messages",
+    "chat-messages": "OpenAI chat messages: a JSON list of them, or per JSONL line a list or {\"messages\": [...]}",
     "swe-agent": "SWE-agent .traj files",
     "nebius-swe-agent": "nebius SWE-agent-trajectories rows",
     "nemo-gym": "NeMo Gym rollouts with engine token ids",
@@ -386,7 +386,15 @@ def detect_record(d: Any) -> str | None:
         return "nebius-swe-rebench-openhands"
     if "trajectory" in d and isinstance(d["trajectory"], list) and ("target" in d or "model_name" in d):
         return "nebius-swe-agent"
+    if "messages" in d and _is_chat(d["messages"]):  # last: the shape every chat format shares
+        return "chat-messages"
     return None
+
+
+def detect_row(v: Any) -> str | None:
+    """Format of one row of a JSONL file or JSON array: :func:`detect_record`, or
+    ``chat-messages`` for a row that is itself a list of chat messages."""
+    return detect_record(v) or ("chat-messages" if _is_chat(v) else None)
 
 
 def rollout_dump_keys(which: str) -> tuple[str, ...]:

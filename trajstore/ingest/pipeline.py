@@ -91,6 +91,7 @@ ROW_PARSERS: dict[str, Callable[[Any, Origin], Parsed]] = {
     "tau-bench": tau_bench.parse_result,
     "atif": atif.parse_trajectory,
     "verl-rollouts": rollout_dumps.parse_row,
+    "chat-messages": chat_rows.parse_chat_record,
 }
 """Formats whose records (a document, an array item or a JSONL line) are one trajectory each."""
 
@@ -248,7 +249,7 @@ def _parse_rows(path: str, rows: Iterable[tuple[int, Any]], fmt: str, huge_ints:
     it = iter(rows)
     for n, v in it:
         seen += 1
-        kind = file_kind if fmt != "auto" else detect.detect_record(v)
+        kind = file_kind if fmt != "auto" else detect.detect_row(v)
         if kind is None and file_kind is None:
             ev = detect.detect_event(v)
             if ev is not None:  # a JSONL of events: one conversation
@@ -310,8 +311,9 @@ def parse_unit(unit: detect.InputUnit, fmt: str = "auto") -> Iterator[Parsed]:
 
 
 def _parse_document(path: str, doc: Any, fmt: str, huge_ints: bool = False) -> Iterator[Parsed]:
-    if huge_ints and not (isinstance(doc, list) and (fmt if fmt != "auto" else detect.detect_document(doc))
-                          in ROW_PARSERS):
+    one_chat = detect._is_chat(doc)  # a bare list of messages is one record, not rows
+    if huge_ints and (one_chat or not (isinstance(doc, list) and (fmt if fmt != "auto" else detect.detect_document(doc))
+                                       in ROW_PARSERS)):
         hit = detect.find_huge_int(doc)
         yield Problem(Origin(path), "malformed", detect.huge_int_reason(hit) if hit else "an integer too long to read")
         return
@@ -328,6 +330,9 @@ def _parse_document(path: str, doc: Any, fmt: str, huge_ints: bool = False) -> I
     if kind is None:
         yield Problem(Origin(path), "unsupported", f"unrecognised content (keys: {_keys(doc)}); "
                       "name the format with --input-format")
+        return
+    if kind == "chat-messages" and one_chat:
+        yield _parse_record(kind, Origin(path), doc)
         return
     if kind in ROW_PARSERS:
         if isinstance(doc, list):
@@ -351,8 +356,6 @@ def _parse_document(path: str, doc: Any, fmt: str, huge_ints: bool = False) -> I
             yield openhands_v1.parse_persisted_events(doc, Origin(path))
     elif kind == "openhands-v0-events":
         yield openhands_v0.parse_event_list(doc, Origin(path))
-    elif kind == "chat-messages":
-        yield openhands_v1.parse_chat_messages(doc, Origin(path))
     else:
         yield Problem(Origin(path), "unsupported", f"format {kind!r} does not apply to a single file")
 

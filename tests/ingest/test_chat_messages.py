@@ -1,0 +1,86 @@
+"""Plain OpenAI chat records (``chat-messages``): a whole file holding one list of messages is one
+trajectory; in a JSONL file (or a JSON array of records) every line is one, as a bare list or as
+``{"messages": [...]}`` (the fine-tuning shape), detected per line or named with --input-format.
+
+Regression: ``--input-format chat-messages`` on a JSONL file refused every line with
+``KeyError: 'chat-messages'`` (found by a new-user walkthrough, issue 12).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from trajstore.cli.main import app
+from trajstore.ingest import IngestReport, ingest_paths, iter_trajectories
+from trajstore.reader import read_trajectories
+
+
+def _chat(i: int) -> list[dict]:
+    return [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": f"what is {i}+1?"},
+            {"role": "assistant", "content": f"{i + 1}"}]
+
+
+def _trajs(path, fmt="auto"):
+    rep = IngestReport()
+    out = list(iter_trajectories([str(path)], input_format=fmt, report=rep))
+    return out, rep
+
+
+@pytest.mark.parametrize("fmt", ["auto", "chat-messages"])
+@pytest.mark.parametrize("shape", ["bare", "object"])
+def test_jsonl_lines_are_one_trajectory_each(tmp_path, fmt, shape):
+    p = tmp_path / "chats.jsonl"
+    rows = [_chat(i) if shape == "bare" else {"messages": _chat(i), "reward": 0.5 * i, "id": f"c{i}"}
+            for i in range(3)]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trajs, rep = _trajs(p, fmt)
+    assert rep.problems == []
+    assert len(trajs) == 3
+    assert sorted(t.metadata["ingest"]["line"] for t in trajs) == [1, 2, 3]
+    assert {t.source for t in trajs} == {"chat-messages"}
+    assert all(sum(1 for s in t.spans if s.kind == "action") == 1 for t in trajs)
+    if shape == "object":
+        assert sorted(t.reward for t in trajs) == [0.0, 0.5, 1.0]
+        assert sorted(t.trajectory_id.split(":")[1] for t in trajs) == ["c0", "c1", "c2"]
+
+
+def test_whole_file_list_of_messages_is_one_trajectory(tmp_path):
+    p = tmp_path / "conv-llm-message.json"
+    p.write_text(json.dumps(_chat(7)))
+    for fmt in ("auto", "chat-messages"):
+        trajs, rep = _trajs(p, fmt)
+        assert rep.problems == [] and len(trajs) == 1
+        assert trajs[0].metadata["ingest"]["line"] is None
+
+
+def test_json_array_of_chat_records_is_one_trajectory_per_item(tmp_path):
+    p = tmp_path / "chats.json"
+    p.write_text(json.dumps([{"messages": _chat(i)} for i in range(4)]))
+    trajs, rep = _trajs(p)
+    assert rep.problems == [] and len(trajs) == 4
+
+
+def test_a_bad_line_costs_only_itself_and_is_named(tmp_path):
+    p = tmp_path / "chats.jsonl"
+    p.write_text(json.dumps(_chat(1)) + "\n" + json.dumps({"messages": "not a chat"}) + "\n"
+                 + json.dumps({"messages": _chat(2), "reward": "n/a"}) + "\n" + json.dumps(_chat(3)) + "\n")
+    trajs, rep = _trajs(p, "chat-messages")
+    assert sorted(t.metadata["ingest"]["line"] for t in trajs) == [1, 4]
+    assert sorted(pr.origin.line for pr in rep.problems) == [2, 3]
+    reasons = {pr.origin.line: pr.reason for pr in rep.problems}
+    assert "KeyError" not in " ".join(reasons.values())
+    assert "reward" in reasons[3]
+
+
+def test_cli_input_format_chat_messages_on_jsonl_stores_every_line(tmp_path):
+    p = tmp_path / "chats.jsonl"
+    p.write_text("".join(json.dumps({"messages": _chat(i)}) + "\n" for i in range(3)))
+    store = tmp_path / "store"
+    res = CliRunner().invoke(app, ["ingest", str(p), "--store", str(store), "--input-format", "chat-messages"])
+    assert res.exit_code == 0, res.output
+    assert len(read_trajectories(str(store))) == 3
+    again = ingest_paths([str(p)], str(store), input_format="chat-messages")
+    assert again.trajectories_written == 0  # idempotent
