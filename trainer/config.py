@@ -199,6 +199,14 @@ class RunConfig(_Section):
     def _run_id(cls, v: str) -> str:
         return check_training_run_id(v)
 
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        """The spelling only; whether the machine has that device is checked when the run starts."""
+        if not re.fullmatch(r"auto|cpu|cuda(:[0-9]+)?", v):
+            raise ValueError("expected auto, cpu, cuda or cuda:N")
+        return v
+
 
 class TrainConfig(_Section):
     """Everything `traj train` needs; `store` is a local path or an fsspec URI."""

@@ -44,6 +44,7 @@ def test_readme_exit_status_table_matches_the_code(tmp_path: Path) -> None:
     ["train", "{store}", "--model", "tiny-llama", "--run-id", "t", "--batch-size", "-3"],
     ["train", "{store}", "--model", "tiny-llama", "--run-id", "t", "--overlong", "maybe"],
     ["train", "{store}", "--model", "tiny-llama", "--run-id", "../evil"],
+    ["train", "{store}", "--model", "tiny-llama", "--run-id", "t", "--device", "tpu"],  # was exit 1 at run time
     ["info", "{store}", "--storage-option", "badformat"],
     ["proxy", "--store", "{store}", "--upstream", "notaurl"],
     ["proxy", "--upstream", "http://127.0.0.1:9", "--store", "{store}", "--hold-timeout", "-1"],

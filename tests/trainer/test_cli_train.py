@@ -54,7 +54,7 @@ def test_refusals_are_one_clear_line(tmp_path: Path, setup: dict, args: list[str
     (["--where", "1=1) ORDER BY (1"], "must be one boolean expression"),
     (["--where", "1=1) UNION SELECT 1 --"], "is not a valid predicate"),
     # Bad devices were raw RuntimeError / AttributeError tracebacks from torch.
-    (["--device", "tpu"], "--device 'tpu' is not a device"),
+    (["--device", "tpu"], "invalid option --device: expected auto, cpu, cuda or cuda:N"),
     (["--storage-option", "novalue"], "invalid option --storage-option: expected key=value"),
 ])
 def test_more_refusals_are_one_clear_line(tmp_path: Path, args: list[str], message: str) -> None:
