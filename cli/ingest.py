@@ -2,8 +2,8 @@
 
 Exit status (the same scheme as every command, see :mod:`trajstore.cli.main`): 0 when every
 record was stored or deliberately skipped (already stored, a duplicate, a file that holds no
-trajectory); 3 when some record was refused (malformed, invalid, unsupported: all other records
-are stored first); 1 for an error (``--strict`` found a problem: nothing stored; the store cannot
+trajectory); 1 when some record was refused (malformed, invalid, unsupported: all other records
+are stored first, each refusal listed) and for an error (``--strict`` found a problem: nothing stored; the store cannot
 be written); 2 for usage errors (unknown option value, missing input path).
 """
 
@@ -47,9 +47,9 @@ class _LazyProgress:
         self.enabled = enabled and console.is_terminal
         self.prog = Progress(TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
                              TextColumn("{task.fields[records]:,} records  {task.fields[tokens]:,} tokens  "
-                                        "{task.fields[problems]:,} problems"), TimeElapsedColumn(),
+                                        "{task.fields[refused]:,} refused"), TimeElapsedColumn(),
                              console=console, transient=True)
-        self.task = self.prog.add_task("ingest", total=None, records=0, tokens=0, problems=0)
+        self.task = self.prog.add_task("ingest", total=None, records=0, tokens=0, refused=0)
         self.started = False
 
     def __call__(self, p: Any) -> None:
@@ -59,7 +59,7 @@ class _LazyProgress:
             self.prog.start()
             self.started = True
         self.prog.update(self.task, completed=p.files_done, total=p.files_total, records=p.records,
-                         tokens=p.tokens, problems=p.problems)
+                         tokens=p.tokens, refused=p.refused)
 
     def stop(self) -> None:
         if self.started:
@@ -67,10 +67,14 @@ class _LazyProgress:
 
 
 def _summary_rows(report: Any) -> list[tuple[str, int]]:
+    """The summary: what was refused (exit status 1, each listed on stderr as ``refused``) kept
+    apart from what was deliberately skipped (exit status 0, listed as ``skipped``)."""
     rows = [("files seen", report.files_seen), ("trajectories parsed", report.trajectories_parsed),
             ("trajectories written", report.trajectories_written), ("records refused", report.refused)]
+    rows += [(f"refused: {kind}", n) for kind, n in sorted(report.refused_by_kind.items())]
     rows += [(f"skipped: {reason}", n) for reason, n in sorted(report.skipped.items())]
-    rows += [(f"problems: {kind}", n) for kind, n in sorted(report.to_dict()["problems_by_kind"].items())]
+    if report.skipped_inputs:
+        rows.append(("skipped: no_trajectory (input holding none)", report.skipped_inputs))
     rows += [(f"files ignored: {sfx}", n) for sfx, n in sorted(report.ignored_files.items())]
     if report.truncated_observations:
         rows.append(("observations truncated", report.truncated_observations))
@@ -120,6 +124,7 @@ def ingest_cmd(
     from rich.markup import escape
 
     from trajstore.ingest import IngestError, ingest_paths
+    from trajstore.ingest.pipeline import REFUSING_KINDS
 
     if output is not None:
         if fmt != "table" and fmt != output:
@@ -159,7 +164,7 @@ def ingest_cmd(
         render_record("traj ingest", dict(_summary_rows(report)), "table")
     if fmt != "json":
         for p in report.problems:
-            tag = "refused" if p.kind != "no_trajectory" else "skipped"
+            tag = "refused" if p.kind in REFUSING_KINDS else "skipped"
             err.print(f"[yellow]{tag}[/yellow] {escape(str(p))}", markup=True, highlight=False, soft_wrap=True)
     if report.refused:
         raise typer.Exit(EXIT_REFUSED)

@@ -151,12 +151,24 @@ class IngestReport:
         (score-only files, evaluator crash rows, metadata files) are deliberately skipped."""
         return sum(p.kind in REFUSING_KINDS for p in self.problems)
 
+    @property
+    def refused_by_kind(self) -> Counter[str]:
+        """Refused input (:attr:`refused`) by problem kind (``malformed``, ``invalid``, ``unsupported``)."""
+        return Counter(p.kind for p in self.problems if p.kind in REFUSING_KINDS)
+
+    @property
+    def skipped_inputs(self) -> int:
+        """Input (files, rows) deliberately skipped because it holds no trajectory
+        (``no_trajectory`` problems: score-only files, evaluator crash rows, metadata files)."""
+        return sum(p.kind not in REFUSING_KINDS for p in self.problems)
+
     def to_dict(self) -> dict[str, Any]:
         return {"files_seen": self.files_seen, "trajectories_parsed": self.trajectories_parsed,
                 "trajectories_written": self.trajectories_written, "refused": self.refused,
                 "skipped": dict(self.skipped), "ignored_files": dict(self.ignored_files),
                 "problems": [p.to_dict() for p in self.problems],
                 "problems_by_kind": dict(Counter(p.kind for p in self.problems)),
+                "refused_by_kind": dict(self.refused_by_kind), "skipped_inputs": self.skipped_inputs,
                 "by_format": dict(self.by_format), "degraded_events": self.degraded_events,
                 "truncated_observations": self.truncated_observations,
                 "fidelity_gaps": dict(self.fidelity_gaps), "engine_ids_discarded": self.engine_ids_discarded}
@@ -547,8 +559,9 @@ class IngestProgress:
     Attributes:
         files_done / files_total: input units read (a file, or an event-store directory).
         records: trajectories built so far.
-        problems: problems found so far.
+        problems: problems found so far (refused and skipped input).
         tokens: tokens in the trajectories built so far.
+        refused: of `problems`, those that refused input (see :attr:`IngestReport.refused`).
     """
 
     files_done: int
@@ -556,6 +569,7 @@ class IngestProgress:
     records: int
     problems: int
     tokens: int
+    refused: int = 0
 
 
 def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer: str = SMOLLM2_ALIAS,
@@ -635,7 +649,8 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
 
     def tick(done: int) -> None:
         if progress:
-            progress(IngestProgress(done, len(units), report.trajectories_parsed, len(report.problems), tokens))
+            progress(IngestProgress(done, len(units), report.trajectories_parsed, len(report.problems), tokens,
+                                    report.refused))
 
     for n, unit in enumerate(units):
         report.files_seen += len(unit.files) if unit.is_event_dir else 1

@@ -1,0 +1,58 @@
+"""Findings of a new-user walkthrough (issue 16's closing pass): each a cosmetic slip in what a
+command prints, checked through ``CliRunner`` at a fixed width."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trajstore.cli.main import EXIT_REFUSED, EXIT_USAGE, app
+
+runner = CliRunner()
+WIDTH = {"COLUMNS": "120"}
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+
+
+def _lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.strip()]
+
+
+# -- traj ingest: refused vs skipped -------------------------------------------------------------
+
+
+@pytest.fixture
+def mixed_logs(tmp_path: Path) -> Path:
+    """One malformed file (refused) and one OpenHands metadata-only file (skipped, no trajectory)."""
+    src = FIXTURES / "trajectories" / "openhands" / "v0_session_event_store_2025-07"
+    meta = next(src.rglob("metadata.json"), None) if src.is_dir() else None
+    if meta is None:
+        pytest.skip(f"fixtures not found under {FIXTURES} (a plain clone has no ../shared)")
+    d = tmp_path / "logs"
+    d.mkdir()
+    shutil.copy(meta, d / "metadata.json")
+    (d / "broken.jsonl").write_text('{"instance_id": \n')
+    return d
+
+
+def test_ingest_summary_keeps_refused_apart_from_skipped(tmp_path: Path, mixed_logs: Path) -> None:
+    res = runner.invoke(app, ["ingest", str(mixed_logs), "--store", str(tmp_path / "s")], env=WIDTH)
+    assert res.exit_code == EXIT_REFUSED, res.output
+    assert "problems" not in res.stdout  # the word that lumped skips in with refusals
+    rows = [ln.strip("│ ").split("│") for ln in res.stdout.splitlines() if "│" in ln]
+    labels = {r[0].strip(): int(r[-1].strip()) for r in rows if r[-1].strip().isdigit()}
+    assert labels["records refused"] == 1 and labels["refused: malformed"] == 1
+    assert labels["skipped: no_trajectory (input holding none)"] == 1
+    tags = sorted(ln.split()[0] for ln in _lines(res.stderr))
+    assert tags == ["refused", "skipped"]  # stderr lists each under the same word as the summary
+
+
+def test_ingest_json_summary_counts_refused_and_skipped_inputs(tmp_path: Path, mixed_logs: Path) -> None:
+    import json
+
+    res = runner.invoke(app, ["ingest", str(mixed_logs), "--store", str(tmp_path / "s"), "--format", "json"],
+                        env=WIDTH)
+    doc = json.loads(res.stdout)
+    assert doc["refused"] == 1 and doc["refused_by_kind"] == {"malformed": 1} and doc["skipped_inputs"] == 1
