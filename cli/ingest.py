@@ -21,7 +21,7 @@ from enum import Enum
 import typer
 
 from trajstore.cli.audit import OutputFormat, parse_storage_options
-from trajstore.cli.main import EXIT_REFUSED, StorageOptions, app, friendly_errors
+from trajstore.cli.main import EXIT_ERROR, EXIT_REFUSED, StorageOptions, app, friendly_errors
 from trajstore.ingest.detect import FORMAT_HELP, FORMATS
 
 PROGRESS_DELAY_S = 0.5
@@ -150,7 +150,15 @@ def ingest_cmd(
         bar.stop()
         if fmt == "json":
             typer.echo(json.dumps({**e.report.to_dict(), "failed": True}, indent=2))
-        raise
+        if os.environ.get("TRAJ_TRACEBACK"):
+            raise
+        # one line per problem, as without --strict (the exception's own text joins them into one)
+        problems = e.report.problems
+        typer.echo(f"error: strict ingest: {len(problems)} problem(s) in the input, nothing written:", err=True)
+        for p in problems:
+            tag = "refused" if p.kind in REFUSING_KINDS else "skipped"
+            typer.echo(f"  {tag} {p}", err=True)
+        raise typer.Exit(EXIT_ERROR) from None
     bar.stop()
     if fmt == "json":
         typer.echo(json.dumps(report.to_dict(), indent=2))

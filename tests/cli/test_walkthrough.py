@@ -56,3 +56,16 @@ def test_ingest_json_summary_counts_refused_and_skipped_inputs(tmp_path: Path, m
                         env=WIDTH)
     doc = json.loads(res.stdout)
     assert doc["refused"] == 1 and doc["refused_by_kind"] == {"malformed": 1} and doc["skipped_inputs"] == 1
+
+
+def test_strict_ingest_lists_one_problem_per_line(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("a", "b", "c"):
+        (logs / f"{name}.jsonl").write_text('{"x": \n')
+    res = runner.invoke(app, ["ingest", str(logs), "--store", str(tmp_path / "s"), "--strict"], env=WIDTH)
+    assert res.exit_code == 1, res.output
+    lines = _lines(res.stderr)
+    assert lines[0] == "error: strict ingest: 3 problem(s) in the input, nothing written:"
+    assert [ln.split()[:2] for ln in lines[1:]] == [["refused", str(logs / f"{n}.jsonl:")] for n in "abc"]
+    assert not (tmp_path / "s").exists()  # nothing written
