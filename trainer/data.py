@@ -694,7 +694,7 @@ class TrajectoryStream:
     def _check_where(self, where: str) -> None:
         import duckdb
 
-        from trajstore.audit import is_plain_predicate
+        from trajstore.audit import is_plain_predicate, predicate_error
 
         self._duck = duckdb.connect()
         # The predicate only ever sees in-memory Arrow tables: no file or network access.
@@ -711,7 +711,7 @@ class TrajectoryStream:
             self._duck.execute(probe).fetchall()
         except duckdb.Error as e:
             raise TrainDataError(f"--where {where!r} is not a valid predicate over the scalar columns: "
-                                 f"{str(e).splitlines()[0]}") from e
+                                 f"{predicate_error(where, e)}") from e
         finally:
             self._duck.unregister("trajectories")
 

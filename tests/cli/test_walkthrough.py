@@ -69,3 +69,27 @@ def test_strict_ingest_lists_one_problem_per_line(tmp_path: Path) -> None:
     assert lines[0] == "error: strict ingest: 3 problem(s) in the input, nothing written:"
     assert [ln.split()[:2] for ln in lines[1:]] == [["refused", str(logs / f"{n}.jsonl:")] for n in "abc"]
     assert not (tmp_path / "s").exists()  # nothing written
+
+
+# -- traj stats --where: the user's text, DuckDB's reason ----------------------------------------
+
+
+@pytest.fixture
+def small_store(tmp_path: Path, make_trajectory) -> str:
+    import numpy as np
+
+    import trajstore as ts
+
+    uri = str(tmp_path / "store")
+    rng = np.random.default_rng(0)
+    ts.write_trajectories(uri, [make_trajectory(rng, trajectory_id=f"t{i}") for i in range(3)])
+    return uri
+
+
+@pytest.mark.parametrize("where, near", [("reward >", '">"'), ("(reward > 1", '"1"'), ("rewardx > 1", '"rewardx"')])
+def test_where_syntax_error_quotes_the_users_text_not_our_wrapping(small_store: str, where: str, near: str) -> None:
+    res = runner.invoke(app, ["stats", small_store, "--statuses", "--where", where], env=WIDTH)
+    assert res.exit_code == 1, res.output
+    [line] = _lines(res.stderr)
+    assert line.startswith(f"error: invalid --where predicate {where!r}") and near in line, line
+    assert '")"' not in line and "LINE" not in line and "WHERE (" not in line, line
