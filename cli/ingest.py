@@ -21,7 +21,7 @@ from enum import Enum
 import typer
 
 from trajstore.cli.audit import OutputFormat, parse_storage_options
-from trajstore.cli.main import EXIT_ERROR, EXIT_REFUSED, StorageOptions, app, friendly_errors
+from trajstore.cli.main import EXIT_ERROR, EXIT_REFUSED, InvalidOptionError, StorageOptions, app, friendly_errors
 from trajstore.ingest.detect import FORMAT_HELP, FORMATS
 
 PROGRESS_DELAY_S = 0.5
@@ -128,17 +128,18 @@ def ingest_cmd(
 
     if output is not None:
         if fmt != "table" and fmt != output:
-            raise typer.BadParameter(f"--output {output!r} contradicts --format {fmt!r}; use --format only",
-                                     param_hint="--output")
+            raise InvalidOptionError(f"invalid option --output: {output!r} contradicts --format {fmt!r}; "
+                                     "use --format only")
         fmt = output
     if fmt not in {f.value for f in OutputFormat}:
         hint = (f" ({fmt!r} is an input format: use --input-format {fmt})" if fmt in FORMATS else "")
-        raise typer.BadParameter(f"{fmt!r} is not an output format: table | json | csv{hint}", param_hint="--format")
+        raise InvalidOptionError(f"invalid option --format: {fmt!r} is not an output format: table | json | csv{hint}")
     if max_observation_chars < 0:
-        raise typer.BadParameter(f"--max-observation-chars must be >= 0 (0 = no cap), got {max_observation_chars}")
+        raise InvalidOptionError(f"invalid option --max-observation-chars: must be >= 0 (0 = no cap), "
+                                 f"got {max_observation_chars}")
     missing = [p for p in paths if "://" not in p and not os.path.exists(p)]
     if missing:
-        raise typer.BadParameter(f"no such input path: {', '.join(missing)}", param_hint="PATH...")
+        raise InvalidOptionError(f"no such input path: {', '.join(missing)}")
     err = Console(stderr=True)
     bar = _LazyProgress(enabled=fmt == "table")
     try:

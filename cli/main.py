@@ -30,7 +30,8 @@ registered command, so new commands inherit them by using what is defined here):
   invalid ``--where``, a failed query, a refused checkpoint, an uncaught exception), and also
   (:data:`EXIT_REFUSED`, the same value, as issue 12 specifies) ``traj ingest`` stored every
   record it could but refused some, each refusal listed; 2 (:data:`EXIT_USAGE`) bad usage
-  (unknown option, bad option value, missing input path); 143 ``traj train`` stopped at once
+  (unknown option, bad option value, missing input path), one ``error:`` line too, click's own
+  usage errors included (:class:`TrajGroup`); 143 ``traj train`` stopped at once
   by a second SIGTERM / Ctrl-C (the first finishes the step, checkpoints and exits 0).
 - **Warnings** of the library (:class:`~trajstore.errors.TrajstoreWarning`, e.g. a corrupt shard
   skipped) print as one ``warning: ...`` line on stderr each, never as Python's
@@ -87,12 +88,66 @@ class TrajCommand(TyperCommand):
         return super().format_help(ctx, formatter)
 
 
+def usage_error_line(e: Any) -> str:
+    """A click usage error (unknown option, bad option value, missing argument) as one line,
+    worded as our own bad-usage errors are (``invalid option --limit: ...``)."""
+    click = _click_exceptions()
+    param = getattr(e, "param", None)
+    is_option = getattr(param, "param_type_name", "") == "option"
+    name = None
+    if param is not None:
+        name = max(param.opts, key=len) if is_option and param.opts else (
+            (param.metavar or (param.name or "").upper()).removesuffix("..."))
+    if isinstance(e, click.MissingParameter) and name:
+        return f"missing {'option' if is_option else 'argument'} {name}"
+    if isinstance(e, click.BadParameter):
+        hint = e.param_hint if e.param_hint is not None else name
+        if hint:
+            hint = " / ".join(hint) if isinstance(hint, (list, tuple)) else str(hint).replace("'", "")
+            kind = "option" if is_option or hint.startswith("-") else "argument"
+            return f"invalid {kind} {hint}: {one_line(e.message).removeprefix('Value error, ')}"
+    text = one_line(e.format_message()).removesuffix(".")
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
+
+
 class TrajGroup(TyperGroup):
-    """The group counterpart of :class:`TrajCommand` (``--help`` shows no ``<bool>``)."""
+    """The group counterpart of :class:`TrajCommand` (``--help`` shows no ``<bool>``).
+
+    Click's own usage errors (``--limit -1``, an unknown option, a missing argument, a
+    ``typer.BadParameter`` raised by a command) print as one ``error: ...`` line on stderr, exit
+    status :data:`EXIT_USAGE`, as the commands' own bad-usage errors do, not as typer's boxed
+    usage panel."""
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         _tidy_params(self, ctx)
         return super().format_help(ctx, formatter)
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _one_line_click_errors():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _one_line_click_errors():
+            return super().invoke(ctx)
+
+
+def _click_exceptions() -> Any:
+    """The module of click's exception classes that typer raises (typer >= 0.20 vendors click as
+    ``typer._click``; earlier versions use click itself)."""
+    return sys.modules[typer.BadParameter.__module__]
+
+
+@contextlib.contextmanager
+def _one_line_click_errors() -> Any:
+    click = _click_exceptions()
+    try:
+        yield
+    except click.ClickException as e:
+        if type(e).__name__ == "NoArgsIsHelpError" or os.environ.get("TRAJ_TRACEBACK"):
+            raise  # `traj` alone prints its help
+        line = usage_error_line(e) if isinstance(e, click.UsageError) else one_line(e.format_message())
+        typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(e.exit_code) from None
 
 
 class TrajTyper(typer.Typer):

@@ -93,3 +93,26 @@ def test_where_syntax_error_quotes_the_users_text_not_our_wrapping(small_store: 
     [line] = _lines(res.stderr)
     assert line.startswith(f"error: invalid --where predicate {where!r}") and near in line, line
     assert '")"' not in line and "LINE" not in line and "WHERE (" not in line, line
+
+
+# -- click's own usage errors: one line, exit 2 ---------------------------------------------------
+
+
+@pytest.mark.parametrize("args, line", [
+    (["sql", "{store}", "SELECT 1", "--limit", "-1"], "error: invalid option --limit: "),
+    (["ingest", "{store}/nonexistent", "--store", "{store}/s"], "error: no such input path: {store}/nonexistent"),
+    (["ingest", "{store}/nonexistent"], "error: missing option --store"),
+    (["stats", "{store}", "--no-such-flag"], "error: no such option: --no-such-flag"),
+    (["stats"], "error: missing argument STORE"),
+    (["stats", "{store}", "--format", "xml"], "error: invalid option --format: 'xml' is not one of"),
+    (["no-such-command"], "error: no such command 'no-such-command'"),
+    (["bench", "learning", "--no-such-flag"], "error: no such option: --no-such-flag"),
+], ids=lambda a: " ".join(a) if isinstance(a, list) else None)
+def test_click_usage_errors_are_one_line_exit_2(tmp_path: Path, args: list[str], line: str) -> None:
+    args = [a.replace("{store}", str(tmp_path)) for a in args]
+    res = runner.invoke(app, args, env=WIDTH)
+    assert res.exit_code == EXIT_USAGE, res.output
+    assert _lines(res.stderr) == [ln for ln in _lines(res.stderr) if ln.startswith("error: ")]
+    [got] = _lines(res.stderr)
+    assert got.startswith(line.replace("{store}", str(tmp_path))), got
+    assert "╭" not in res.output and "Usage:" not in res.output
