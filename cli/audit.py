@@ -14,6 +14,7 @@ import typer
 
 from trajstore.cli.main import (
     FormatOption,
+    InvalidOptionError,
     StorageOptions,
     StoreArgument,
     app,
@@ -72,18 +73,24 @@ def stats_cmd(
     from trajstore import audit
     from trajstore.audit.views import run_ids
 
+    chosen = {"staleness": staleness, "clip": clip, "coverage": coverage, "rewards": rewards,
+              "lengths": lengths, "statuses": statuses, "duplicates": duplicates}
+    everything = not any(chosen.values())
     if plot is not None:  # before any work: a missing extra is one line, not tables then an error
-        from trajstore.audit.plots import plot_destination, require_matplotlib
+        from trajstore.audit.plots import PLOTTED_FLAGS, UnsupportedPlotFormat, plot_destination, require_matplotlib
 
+        if not everything and not any(chosen[f.removeprefix("--")] for f in PLOTTED_FLAGS):
+            raise InvalidOptionError(f"invalid option --plot: nothing to plot: it draws {', '.join(PLOTTED_FLAGS)} (or every report "
+                                     "when no report flag is given); none of them is chosen")
         require_matplotlib()
-        plot_out = plot_destination(plot)  # a bad destination is refused before the reports run
+        try:
+            plot_out = plot_destination(plot)  # a bad destination is refused before the reports run
+        except UnsupportedPlotFormat as e:
+            raise InvalidOptionError(f"invalid option --plot: {e}") from None
     s = open_existing_store(store, parse_storage_options(storage_option))
     if run is not None and run not in run_ids(s):
         raise audit.AuditError(f"run {run!r} not found under {s.url('runs')} (runs: {', '.join(run_ids(s)) or 'none'})")
     conn = audit.connect(s)
-    chosen = {"staleness": staleness, "clip": clip, "coverage": coverage, "rewards": rewards,
-              "lengths": lengths, "statuses": statuses, "duplicates": duplicates}
-    everything = not any(chosen.values())
     builders = {
         "overview": lambda: audit.overview_report(conn, where=where, run=run),
         "staleness": lambda: audit.staleness_report(conn, where=where, run=run),

@@ -116,3 +116,24 @@ def test_click_usage_errors_are_one_line_exit_2(tmp_path: Path, args: list[str],
     [got] = _lines(res.stderr)
     assert got.startswith(line.replace("{store}", str(tmp_path))), got
     assert "╭" not in res.output and "Usage:" not in res.output
+
+
+# -- traj stats --plot: checked before any report runs ------------------------------------------
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--plot", "{tmp}/p.txt"], "invalid option --plot: cannot draw a plot as '.txt'"),
+    (["--statuses", "--plot", "{tmp}/p.png"], "invalid option --plot: nothing to plot"),
+])
+def test_plot_option_is_checked_before_any_report(small_store: str, tmp_path: Path, args: list[str],
+                                                  says: str) -> None:
+    pytest.importorskip("matplotlib")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    res = runner.invoke(app, ["stats", small_store, *args], env=WIDTH)
+    assert res.exit_code == EXIT_USAGE, res.output
+    assert res.stdout == ""  # no report printed before the refusal
+    [line] = _lines(res.stderr)
+    assert line.startswith(f"error: {says}"), line
+    if ".txt" in says:
+        assert ".png" in line and ".svg" in line and ".pdf" in line  # names what is supported
+    assert not (tmp_path / "p.txt").exists() and not (tmp_path / "p.png").exists()

@@ -20,6 +20,19 @@ from trajstore.audit.views import AuditError
 from trajstore.extras import INSTALL_PLOT_EXTRA, require
 
 PLOTTABLE: tuple[type[Report], ...] = (StalenessReport, ClipReport, RewardReport, LengthReport)
+PLOTTED_FLAGS = ("--staleness", "--clip", "--rewards", "--lengths")
+"""The ``traj stats`` report flags whose reports :data:`PLOTTABLE` draws."""
+
+
+class UnsupportedPlotFormat(AuditError):
+    """``--plot`` names a file whose suffix matplotlib cannot write (bad usage, not a failure)."""
+
+
+def plot_suffixes() -> list[str]:
+    """File suffixes matplotlib can write (``.png``, ``.pdf``, ``.svg``, ...); needs matplotlib."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return sorted(f".{ext}" for ext in FigureCanvasBase.get_supported_filetypes())
 """Report types that have a picture; the others are tables only."""
 
 MAX_OVERLAID: int = 6
@@ -338,10 +351,14 @@ def plot_destination(path: str | os.PathLike[str]) -> str:
     without a suffix gets ``.png``), checked writable before any report is computed.
 
     Raises:
+        UnsupportedPlotFormat: its suffix is not one matplotlib writes (:func:`plot_suffixes`).
         AuditError: its folder is missing, is not a folder, or is not writable.
     """
     p = os.fspath(path)
     out = os.path.join(p, "traj-stats.png") if os.path.isdir(p) else (p if os.path.splitext(p)[1] else p + ".png")
+    suffix = os.path.splitext(out)[1].lower()
+    if suffix not in (supported := plot_suffixes()):
+        raise UnsupportedPlotFormat(f"cannot draw a plot as {suffix!r} ({out}): use one of {', '.join(supported)}")
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):
         why = "is not a folder" if os.path.exists(folder) else "does not exist"
