@@ -87,7 +87,7 @@ def stats_cmd(
             plot_out = plot_destination(plot)  # a bad destination is refused before the reports run
         except UnsupportedPlotFormat as e:
             raise InvalidOptionError(f"invalid option --plot: {e}") from None
-    s = open_existing_store(store, parse_storage_options(storage_option))
+    s = open_existing_store(store, parse_storage_options(storage_option, store))
     if run is not None and run not in run_ids(s):
         raise audit.AuditError(f"run {run!r} not found under {s.url('runs')} (runs: {', '.join(run_ids(s)) or 'none'})")
     conn = audit.connect(s)
@@ -216,6 +216,6 @@ def sql_cmd(
     10,000, so memory stays bounded however large the result; a table shows the first 1,000."""
     from trajstore import audit
 
-    conn = audit.connect(open_existing_store(store, parse_storage_options(storage_option)))
+    conn = audit.connect(open_existing_store(store, parse_storage_options(storage_option, store)))
     rel = audit.sql(conn, query, limit=limit)
     {OutputFormat.csv: _stream_csv, OutputFormat.json: _stream_json, OutputFormat.table: _show_table}[fmt](rel)

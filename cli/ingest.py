@@ -146,7 +146,7 @@ def ingest_cmd(
         report = ingest_paths(paths, store, input_format=input_format.value, tokenizer=tokenizer, strict=strict,
                               max_observation_chars=max_observation_chars or None,
                               engine_tokenizer=engine_tokenizer,
-                              storage_options=parse_storage_options(storage_option or []), progress=bar)
+                              storage_options=parse_storage_options(storage_option or [], store), progress=bar)
     except IngestError as e:
         bar.stop()
         if fmt == "json":

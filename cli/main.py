@@ -307,8 +307,21 @@ def friendly_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def parse_storage_options(items: list[str] | None) -> dict[str, Any]:
+def is_local_uri(uri: str) -> bool:
+    """True for a local path or ``file://`` URL (no fsspec option applies to it)."""
+    from fsspec.core import split_protocol
+
+    return split_protocol(uri)[0] in (None, "file", "local")
+
+
+def parse_storage_options(items: list[str] | None, store: str | None = None) -> dict[str, Any]:
     """``key=value`` strings to fsspec options; ``true``/``false`` become booleans.
+
+    Args:
+        items: the ``--storage-option`` values.
+        store: the store they are for. When it is a local path the options are ignored (``{}``)
+            with one ``warning:`` line on stderr: they apply only to remote stores, and were
+            silently accepted.
 
     Raises:
         InvalidOptionError: an item has no ``=`` (a ``ValueError``; exit status 2 in a command).
@@ -319,6 +332,10 @@ def parse_storage_options(items: list[str] | None) -> dict[str, Any]:
         if not sep or not key:
             raise InvalidOptionError(f"invalid option --storage-option: expected key=value (got {item!r})")
         out[key] = {"true": True, "false": False}.get(value.lower(), value)
+    if out and store is not None and is_local_uri(store):
+        typer.echo(f"warning: --storage-option applies only to remote stores (s3://...); ignored for the local "
+                   f"store {store} ({', '.join(out)})", err=True)
+        return {}
     return out
 
 
@@ -371,7 +388,7 @@ def info_cmd(store: StoreArgument, fmt: FormatOption = OutputFormat.table,
     from trajstore.display import render_record
     from trajstore.reader import summarize_store
 
-    s = summarize_store(open_existing_store(store, parse_storage_options(storage_option)))
+    s = summarize_store(open_existing_store(store, parse_storage_options(storage_option, store)))
     for message in s.skipped:
         typer.echo(f"warning: {message}", err=True)
     render_record(f"store {s.store}", {

@@ -137,3 +137,24 @@ def test_plot_option_is_checked_before_any_report(small_store: str, tmp_path: Pa
     if ".txt" in says:
         assert ".png" in line and ".svg" in line and ".pdf" in line  # names what is supported
     assert not (tmp_path / "p.txt").exists() and not (tmp_path / "p.png").exists()
+
+
+# -- --storage-option on a local store ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("cmd", [["info", "{store}"], ["stats", "{store}", "--statuses"], ["runs", "{store}"],
+                                 ["sql", "{store}", "SELECT 1 AS one"]])
+def test_storage_option_on_a_local_store_warns_once(small_store: str, cmd: list[str]) -> None:
+    args = [a.replace("{store}", small_store) for a in cmd]
+    res = runner.invoke(app, [*args, "--storage-option", "anon=true", "--storage-option", "endpoint_url=http://x"],
+                        env=WIDTH)
+    assert res.exit_code == 0, res.output
+    assert _lines(res.stderr) == [f"warning: --storage-option applies only to remote stores (s3://...); ignored for "
+                                  f"the local store {small_store} (anon, endpoint_url)"]
+
+
+def test_storage_option_is_kept_for_a_remote_store() -> None:
+    from trajstore.cli.main import parse_storage_options
+
+    assert parse_storage_options(["anon=true"], "s3://bucket/p") == {"anon": True}
+    assert parse_storage_options(["anon=true"], "file:///tmp/x") == {}
