@@ -188,3 +188,37 @@ def test_quiet_loading_silences_transformers_bars_and_future_warnings(capsys: py
     assert hf_logging.is_progress_bar_enabled()  # restored after the load
     if gguf is not None:
         assert gguf.tqdm is not hf_logging.tqdm
+
+
+# -- traj bench learning with one seed: no 'nan' interval ---------------------------------------
+
+
+def test_one_seed_interval_reads_n_a_not_nan() -> None:
+    pytest.importorskip("torch")
+    from trajstore.trainer.learning_bench.stats import CLAIMS, bootstrap_interval, verdict
+
+    iv = bootstrap_interval([-0.1])
+    assert not iv.has_interval and iv.describe() == "difference -0.100, CI n/a (1 seed)"
+    v, why = verdict(CLAIMS[0], iv)
+    assert v == "undetermined" and "nan" not in why and "CI n/a (1 seed)" in why
+    assert "95% CI [" in bootstrap_interval([-0.1, 0.2, 0.0]).describe()
+
+
+def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from trajstore.trainer.learning_bench import suite
+    from trajstore.trainer.learning_bench.stats import CLAIMS, bootstrap_interval, verdict
+
+    iv = bootstrap_interval([0.05])
+    claims = [{"paper": c.paper, "arm": c.arm, "ref": c.ref, "task": c.task, "metric": c.metric,
+               "interval": {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n},
+               "verdict": verdict(c, iv)[0], "reason": verdict(c, iv)[1]} for c in CLAIMS[:2]]
+    fake = {"claims": claims, "seconds": 42.0, "out_dir": str(tmp_path), "runs": {}, "auc": {}, "figures": {}}
+    monkeypatch.setattr(suite, "run_suite", lambda cfg, log=None: fake)
+    res = runner.invoke(app, ["bench", "learning", "--preset", "smoke", "--scratch", str(tmp_path)], env=WIDTH)
+    assert res.exit_code == 0, res.output
+    assert "nan" not in res.stdout.lower()
+    assert "paper claims (1 seed, CI n/a, 0.7 min)" in res.stdout
+    assert "ci_low" not in res.stdout
+    cfg = suite.SuiteConfig.preset_config("smoke", scratch=str(tmp_path))
+    assert "nan" not in suite.render_report(cfg, fake)  # report.md: the reasons say 'CI n/a (1 seed)'
