@@ -222,3 +222,15 @@ def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, t
     assert "ci_low" not in res.stdout
     cfg = suite.SuiteConfig.preset_config("smoke", scratch=str(tmp_path))
     assert "nan" not in suite.render_report(cfg, fake)  # report.md: the reasons say 'CI n/a (1 seed)'
+
+
+# -- traj train's progress line -----------------------------------------------------------------
+
+
+def test_progress_line_shows_n_a_for_a_metric_without_a_value() -> None:
+    pytest.importorskip("torch")
+    from trajstore.trainer.records import progress_line
+
+    line = progress_line(0, 0, {"value/explained_variance": float("nan"), "ratio/mean": 1.0})
+    assert "EV=n/a" in line and "nan" not in line and "ratio=1.000" in line
+    assert "EV=0.12" in progress_line(1, 1, {"value/explained_variance": 0.12})
