@@ -234,3 +234,33 @@ def test_progress_line_shows_n_a_for_a_metric_without_a_value() -> None:
     line = progress_line(0, 0, {"value/explained_variance": float("nan"), "ratio/mean": 1.0})
     assert "EV=n/a" in line and "nan" not in line and "ratio=1.000" in line
     assert "EV=0.12" in progress_line(1, 1, {"value/explained_variance": 0.12})
+
+
+# -- plots: the clip plot of a one-step run ------------------------------------------------------
+
+
+@pytest.mark.parametrize("steps", [[0], [0, 1, 2], list(range(40))])
+def test_clip_plot_steps_are_whole_numbers_with_room_around_them(steps: list[int]) -> None:
+    from types import SimpleNamespace
+
+    pytest.importorskip("matplotlib")
+    import duckdb
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from trajstore.audit.plots import _clip
+
+    rows = ", ".join(f"('r1', {s}, 0.0, 0.0)" for s in steps)
+    rel = duckdb.sql(f"SELECT * FROM (VALUES {rows}) AS t(run_id, step, masked_below, masked_above)")
+    fig = Figure()
+    _clip(fig, SimpleNamespace(by_step=rel), {})
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    lo, hi = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+    assert all(float(t).is_integer() for t in ticks) and ticks, ticks
+    assert lo <= min(steps) - 0.5 and hi >= max(steps) + 0.5  # the points sit inside, not on the frame
+    if len(steps) == 1:
+        assert ticks == [steps[0]]

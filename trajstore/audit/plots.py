@@ -213,8 +213,15 @@ def _clip(fig: Any, rep: ClipReport, colours: Mapping[str, int]) -> None:
         axes[0].legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
                        fontsize="small", frameon=False)
     top = 1.0 if top == 0 else min(1.05, top * 1.15)
+    all_steps = [r["step"] for rows in runs.values() for r in rows if r["masked_below"] is not None]
     for ax in axes:
         _integer_axis(ax.xaxis)
+        if all_steps:  # steps are whole numbers: a one-step run is one tick, not -0.04 .. 0.04
+            lo, hi = min(all_steps), max(all_steps)
+            pad = max(0.5, 0.03 * (hi - lo))
+            ax.set_xlim(lo - pad, hi + pad)
+            if hi - lo < 6:
+                ax.set_xticks(range(lo, hi + 1))
         ax.set_ylim(-0.02 * top, top)  # a share of 0 stays visible above the axis
         if not any(line.get_ydata().any() for line in ax.get_lines()):
             ax.text(0.5, 0.5, "no action token\nwas masked", ha="center", va="center", transform=ax.transAxes,
