@@ -264,3 +264,61 @@ def test_clip_plot_steps_are_whole_numbers_with_room_around_them(steps: list[int
     assert lo <= min(steps) - 0.5 and hi >= max(steps) + 0.5  # the points sit inside, not on the frame
     if len(steps) == 1:
         assert ticks == [steps[0]]
+
+
+# -- traj train: rows without a tokenizer ---------------------------------------------------------
+
+
+def _null_tokenizer_store(root: Path, *, trainable_too: bool) -> None:
+    import sys
+
+    import numpy as np
+
+    from trajstore import write_trajectories
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
+    from _train_synth import VOCAB, make_trajectory  # noqa: E402, F401
+
+    rng = np.random.default_rng(0)
+    engine = [make_trajectory(rng, trajectory_id=f"ng{i}").model_copy(update={
+        "tokenizer": None, "not_trainable_reason": "engine token ids of an unnamed tokenizer"}) for i in range(3)]
+    ok = [make_trajectory(rng, trajectory_id=f"ok{i}", tokenizer="tiny-llama") for i in range(2)]
+    extra = [make_trajectory(rng, trajectory_id=f"sdk{i}").model_copy(update={"tokenizer": None})
+             for i in range(2)] if trainable_too else []
+    write_trajectories(str(root), engine + ok + extra)
+
+
+def _vocab() -> int:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
+    from _train_synth import VOCAB  # noqa: E402
+
+    return VOCAB
+
+
+@pytest.mark.parametrize("trainable_too", [False, True])
+def test_null_tokenizer_warning_is_about_trainable_rows_only_and_once(tmp_path: Path, trainable_too: bool) -> None:
+    import warnings
+
+    pytest.importorskip("torch")
+    from trajstore import open_store
+    from trajstore.trainer.config import DataConfig
+    from trajstore.trainer.data import TrajectoryStream
+
+    _null_tokenizer_store(tmp_path, trainable_too=trainable_too)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        s = TrajectoryStream(open_store(str(tmp_path)), DataConfig(batch_size=2), tokenizer="tiny-llama",
+                             vocab_size=_vocab())
+        trained = []
+        while (b := s.next_batch()) is not None:
+            trained += [x.trajectory_id for x in b.samples]
+    texts = [str(w.message) for w in seen if "tokenizer" in str(w.message)]
+    assert not any(t.startswith("ng") for t in trained)  # engine rows of an unnamed tokenizer: never trained
+    if not trainable_too:  # the NeMo Gym case: nothing is 'assumed' about rows that are not trained
+        assert texts == []
+    else:
+        assert texts == ["trainable trajectories with no tokenizer recorded (null tokenizer column) are trained as "
+                         "token ids of the model's tokenizer 'tiny-llama'"]
+        assert {"sdk0", "sdk1"} <= set(trained)
