@@ -21,7 +21,7 @@ from enum import Enum
 import typer
 
 from trajstore.cli.audit import OutputFormat, parse_storage_options
-from trajstore.cli.main import EXIT_ERROR, EXIT_REFUSED, InvalidOptionError, StorageOptions, app, friendly_errors
+from trajstore.cli.main import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REFUSED, InvalidOptionError, StorageOptions, app, friendly_errors
 from trajstore.ingest.detect import FORMAT_HELP, FORMATS
 
 PROGRESS_DELAY_S = 0.5
@@ -123,7 +123,7 @@ def ingest_cmd(
     from rich.console import Console
     from rich.markup import escape
 
-    from trajstore.ingest import IngestError, ingest_paths
+    from trajstore.ingest import IngestError, IngestInterrupted, ingest_paths
     from trajstore.ingest.pipeline import REFUSING_KINDS
 
     if output is not None:
@@ -147,6 +147,14 @@ def ingest_cmd(
                               max_observation_chars=max_observation_chars or None,
                               engine_tokenizer=engine_tokenizer,
                               storage_options=parse_storage_options(storage_option or [], store), progress=bar)
+    except IngestInterrupted as e:  # Ctrl-C: say what the store now holds (typer would exit 130 silently)
+        bar.stop()
+        n = e.report.trajectories_written
+        stored = (f"this ingest stored {n} trajector{'y' if n == 1 else 'ies'} before it, each whole"
+                  if n else "nothing was stored")
+        typer.echo(f"interrupted: {stored} (shards appear atomically, so nothing partial was written); "
+                   "run the same ingest again to add the rest", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     except IngestError as e:
         bar.stop()
         if fmt == "json":

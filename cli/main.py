@@ -31,8 +31,10 @@ registered command, so new commands inherit them by using what is defined here):
   (:data:`EXIT_REFUSED`, the same value, as issue 12 specifies) ``traj ingest`` stored every
   record it could but refused some, each refusal listed; 2 (:data:`EXIT_USAGE`) bad usage
   (unknown option, bad option value, missing input path), one ``error:`` line too, click's own
-  usage errors included (:class:`TrajGroup`); 143 ``traj train`` stopped at once
-  by a second SIGTERM / Ctrl-C (the first finishes the step, checkpoints and exits 0).
+  usage errors included (:class:`TrajGroup`); 130 (:data:`EXIT_INTERRUPTED`) stopped by Ctrl-C
+  (``traj ingest`` says on one line how many trajectories it stored before, each whole); 143
+  ``traj train`` stopped at once by a second SIGTERM / Ctrl-C (the first finishes the step,
+  checkpoints and exits 0).
 - **Warnings** of the library (:class:`~trajstore.errors.TrajstoreWarning`, e.g. a corrupt shard
   skipped) print as one ``warning: ...`` line on stderr each, never as Python's
   ``file:line: Category`` text.
@@ -203,6 +205,8 @@ EXIT_ERROR = 1
 """Exit status of a command that failed with an error (one line on stderr)."""
 EXIT_USAGE = 2
 """Exit status of bad usage: unknown option, bad option value, missing input path (click's own)."""
+EXIT_INTERRUPTED = 130
+"""Exit status of a command stopped by Ctrl-C (SIGINT), as shells report it (128 + 2)."""
 EXIT_REFUSED = 1
 """Exit status of ``traj ingest`` when some records were refused and every other one was stored.
 

@@ -322,3 +322,37 @@ def test_null_tokenizer_warning_is_about_trainable_rows_only_and_once(tmp_path: 
         assert texts == ["trainable trajectories with no tokenizer recorded (null tokenizer column) are trained as "
                          "token ids of the model's tokenizer 'tiny-llama'"]
         assert {"sdk0", "sdk1"} <= set(trained)
+
+
+# -- Ctrl-C during traj ingest ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_ctrl_c_during_ingest_says_what_was_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   strict: bool) -> None:
+    import trajstore as ts
+    from trajstore.cli import ingest as ingest_cli
+    from trajstore.cli.main import EXIT_INTERRUPTED
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for i in range(5):
+        (logs / f"c{i}.json").write_text(f'[{{"role": "user", "content": "hi {i}"}}, '
+                                         f'{{"role": "assistant", "content": "yo {i}"}}]')
+
+    def interrupt_after_two(self, p) -> None:  # the user presses Ctrl-C once two are built
+        if p.records >= 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ingest_cli._LazyProgress, "__call__", interrupt_after_two)
+    store = tmp_path / "s"
+    res = runner.invoke(app, ["ingest", str(logs), "--store", str(store), *(["--strict"] if strict else [])],
+                        env=WIDTH)
+    assert res.exit_code == EXIT_INTERRUPTED == 130, res.output
+    [line] = _lines(res.stderr)
+    stored = 0 if strict else 2  # non-strict flushes what it built; strict writes nothing until the end
+    assert line.startswith("interrupted: " + ("nothing was stored" if strict else
+                                               "this ingest stored 2 trajectories before it, each whole")), line
+    assert "run the same ingest again" in line
+    n = ts.read_trajectories(str(store), columns=["trajectory_id"]).num_rows if store.exists() else 0
+    assert n == stored

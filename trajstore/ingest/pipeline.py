@@ -109,6 +109,18 @@ class IngestError(TrajstoreError):
         super().__init__(f"strict ingest: {len(report.problems)} problem(s), nothing written:\n{shown}{more}")
 
 
+class IngestInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped an ingest. Still a ``KeyboardInterrupt``; `report` says what was
+    stored before it: every new shard appears atomically (temporary file renamed into place; one
+    PUT on object stores) and what a non-strict ingest had buffered is flushed first, so the store holds whole
+    trajectories only, ``report.trajectories_written`` of them from this ingest. Running the
+    same ingest again adds the rest."""
+
+    def __init__(self, report: IngestReport):
+        super().__init__(f"ingest interrupted after storing {report.trajectories_written} trajectories")
+        self.report = report
+
+
 @dataclass
 class IngestReport:
     """What an ingest did.
@@ -729,16 +741,23 @@ def ingest_paths(paths: list[str] | str, store: Store | str, *, input_format: st
                 pending.append(t)
             else:
                 commit.add(t)
-    except BaseException:
+    except BaseException as e:
         if not strict:  # what was built before the failure is still stored (re-ingest adds the rest)
             with contextlib.suppress(Exception):
                 commit.flush()
+        if isinstance(e, KeyboardInterrupt) and not isinstance(e, IngestInterrupted):
+            report.trajectories_written = len(report.written_ids)
+            raise IngestInterrupted(report) from e
         raise
     if strict and report.problems:
         raise IngestError(report)
-    for t in pending:
-        commit.add(t)
-    commit.flush()
+    try:
+        for t in pending:
+            commit.add(t)
+        commit.flush()
+    except KeyboardInterrupt as e:  # strict: the shards committed so far are whole; say how many
+        report.trajectories_written = len(report.written_ids)
+        raise IngestInterrupted(report) from e
     report.trajectories_written = len(report.written_ids)
     report.skipped = Counter({k: v for k, v in report.skipped.items() if v})
     return report
