@@ -59,7 +59,7 @@ from typer.core import TyperCommand, TyperGroup
 import trajstore
 import trajstore.cli
 from trajstore.display import OutputFormat
-from trajstore.errors import TrajstoreError, TrajstoreWarning, one_line
+from trajstore.errors import TrajstoreError, TrajstoreWarning, one_line, os_error_line
 
 
 def _tidy_params(command: Any, ctx: Any) -> None:
@@ -302,10 +302,15 @@ def friendly_errors(fn: F) -> F:
                 raise
             typer.echo(f"error: {one_line(str(e))}", err=True)
             raise typer.Exit(EXIT_USAGE) from None
-        except (TrajstoreError, FileNotFoundError, ValueError) as e:
+        except (TrajstoreError, ValueError) as e:
             if os.environ.get("TRAJ_TRACEBACK"):
                 raise
             typer.echo(f"error: {one_line(str(e))}", err=True)
+            raise typer.Exit(EXIT_ERROR) from None
+        except OSError as e:  # a path the system refused: name it and the reason, not '[Errno 1] ...'
+            if os.environ.get("TRAJ_TRACEBACK") or isinstance(e, BrokenPipeError):
+                raise  # `traj sql ... | head`: click ends quietly on a closed pipe
+            typer.echo(f"error: {one_line(os_error_line(e))}", err=True)
             raise typer.Exit(EXIT_ERROR) from None
 
     return wrapper  # type: ignore[return-value]

@@ -356,3 +356,33 @@ def test_ctrl_c_during_ingest_says_what_was_stored(tmp_path: Path, monkeypatch: 
     assert "run the same ingest again" in line
     n = ts.read_trajectories(str(store), columns=["trajectory_id"]).num_rows if store.exists() else 0
     assert n == stored
+
+
+# -- a store path the system refuses ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where, says", [
+    ("{file}/store", "cannot list {file}/store/trajectories: Not a directory"),
+    ("/proc/nope", "cannot write the store /proc/nope: No such file or directory: /proc does not let a folder"),
+    ("/sys/nope", "cannot write the store /sys/nope: "),  # EPERM / EROFS: was a traceback
+])
+def test_an_unwritable_store_is_one_line_naming_the_path_and_reason(tmp_path: Path, where: str, says: str) -> None:
+    if where.startswith(("/proc", "/sys")) and not Path(where).parent.is_dir():
+        pytest.skip(f"no {Path(where).parent} here")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "c.json").write_text('[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]')
+    store = where.replace("{file}", str(blocker))
+    res = runner.invoke(app, ["ingest", str(logs), "--store", store], env=WIDTH)
+    assert res.exit_code == 1, res.output
+    [line] = _lines(res.stderr)
+    assert line.startswith("error: " + says.replace("{file}", str(blocker))), line
+    assert "Errno" not in line and "Traceback" not in res.output
+
+
+def test_an_os_error_anywhere_is_one_line_naming_the_path() -> None:
+    from trajstore.errors import os_error_line
+
+    assert os_error_line(PermissionError(13, "Permission denied", "/x/y")) == "/x/y: Permission denied"

@@ -787,8 +787,11 @@ def store_lock(st: Store, name: str = INGEST_LOCK) -> Iterator[None]:
     else:
         d = os.path.join(tempfile.gettempdir(), "trajstore-locks")
         fname = f"{hashlib.sha256(st.url().encode()).hexdigest()[:24]}.{name}.lock"
-    os.makedirs(d, exist_ok=True)
-    fd = os.open(os.path.join(d, fname), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        os.makedirs(d, exist_ok=True)
+        fd = os.open(os.path.join(d, fname), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as e:  # the store's folder cannot be created or written: one line naming it
+        raise st.write_refused(e) from e
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
