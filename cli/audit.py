@@ -77,7 +77,8 @@ def stats_cmd(
               "lengths": lengths, "statuses": statuses, "duplicates": duplicates}
     everything = not any(chosen.values())
     if plot is not None:  # before any work: a missing extra is one line, not tables then an error
-        from trajstore.audit.plots import PLOTTED_FLAGS, UnsupportedPlotFormat, plot_destination, require_matplotlib
+        from trajstore.audit.plots import (PLOTTED_FLAGS, UnsupportedPlotFormat, plot_destination,
+                                           require_matplotlib)
 
         if not everything and not any(chosen[f.removeprefix("--")] for f in PLOTTED_FLAGS):
             raise InvalidOptionError(f"invalid option --plot: nothing to plot: it draws {', '.join(PLOTTED_FLAGS)} (or every report "

@@ -21,7 +21,8 @@ from enum import Enum
 import typer
 
 from trajstore.cli.audit import OutputFormat, parse_storage_options
-from trajstore.cli.main import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REFUSED, InvalidOptionError, StorageOptions, app, friendly_errors
+from trajstore.cli.main import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REFUSED, InvalidOptionError, StorageOptions,
+                                app, friendly_errors)
 from trajstore.ingest.detect import FORMAT_HELP, FORMATS
 
 PROGRESS_DELAY_S = 0.5

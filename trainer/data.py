@@ -679,7 +679,7 @@ class TrajectoryStream:
         self._skipped[reason] = self._skipped.get(reason, 0) + 1
 
     def _check_tokenizer(self, tok: str | None, where: str) -> None:
-        if tok is None:  # only trainable rows get here: ingest stores engine ids of an unnamed tokenizer as not trainable
+        if tok is None:  # only trainable rows get here (ingest stores unnamed engine tokenizers' rows not trainable)
             if not self._warned_null_tokenizer:
                 # one text for every row (the CLI prints each distinct warning once)
                 warnings.warn(f"trainable trajectories with no tokenizer recorded (null tokenizer column) are trained "

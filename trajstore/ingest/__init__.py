@@ -25,7 +25,8 @@ from trajstore.ingest.render import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_OBSERVATION_CHARS", "FORMATS", "IngestError", "IngestInterrupted", "IngestProgress", "IngestReport", "InputFormat", "Problem",
+    "DEFAULT_MAX_OBSERVATION_CHARS", "FORMATS", "IngestError", "IngestInterrupted", "IngestProgress", "IngestReport",
+    "InputFormat", "Problem",
     "RenderedPart", "TRUNCATION_MARKER", "conversation_to_trajectories", "ingest_paths", "iter_trajectories",
     "render_conversation", "rollout_to_trajectories",
 ]
