@@ -14,6 +14,7 @@ import typer
 
 from trajstore.cli.main import (
     FormatOption,
+    InvalidOptionError,
     StorageOptions,
     StoreArgument,
     app,
@@ -72,18 +73,25 @@ def stats_cmd(
     from trajstore import audit
     from trajstore.audit.views import run_ids
 
-    if plot is not None:  # before any work: a missing extra is one line, not tables then an error
-        from trajstore.audit.plots import plot_destination, require_matplotlib
-
-        require_matplotlib()
-        plot_out = plot_destination(plot)  # a bad destination is refused before the reports run
-    s = open_existing_store(store, parse_storage_options(storage_option))
-    if run is not None and run not in run_ids(s):
-        raise audit.AuditError(f"run {run!r} not found under {s.url('runs')} (runs: {', '.join(run_ids(s)) or 'none'})")
-    conn = audit.connect(s)
     chosen = {"staleness": staleness, "clip": clip, "coverage": coverage, "rewards": rewards,
               "lengths": lengths, "statuses": statuses, "duplicates": duplicates}
     everything = not any(chosen.values())
+    if plot is not None:  # before any work: a missing extra is one line, not tables then an error
+        from trajstore.audit.plots import (PLOTTED_FLAGS, UnsupportedPlotFormat, plot_destination,
+                                           require_matplotlib)
+
+        if not everything and not any(chosen[f.removeprefix("--")] for f in PLOTTED_FLAGS):
+            raise InvalidOptionError(f"invalid option --plot: nothing to plot: it draws {', '.join(PLOTTED_FLAGS)} (or every report "
+                                     "when no report flag is given); none of them is chosen")
+        require_matplotlib()
+        try:
+            plot_out = plot_destination(plot)  # a bad destination is refused before the reports run
+        except UnsupportedPlotFormat as e:
+            raise InvalidOptionError(f"invalid option --plot: {e}") from None
+    s = open_existing_store(store, parse_storage_options(storage_option, store))
+    if run is not None and run not in run_ids(s):
+        raise audit.AuditError(f"run {run!r} not found under {s.url('runs')} (runs: {', '.join(run_ids(s)) or 'none'})")
+    conn = audit.connect(s)
     builders = {
         "overview": lambda: audit.overview_report(conn, where=where, run=run),
         "staleness": lambda: audit.staleness_report(conn, where=where, run=run),
@@ -209,6 +217,6 @@ def sql_cmd(
     10,000, so memory stays bounded however large the result; a table shows the first 1,000."""
     from trajstore import audit
 
-    conn = audit.connect(open_existing_store(store, parse_storage_options(storage_option)))
+    conn = audit.connect(open_existing_store(store, parse_storage_options(storage_option, store)))
     rel = audit.sql(conn, query, limit=limit)
     {OutputFormat.csv: _stream_csv, OutputFormat.json: _stream_json, OutputFormat.table: _show_table}[fmt](rel)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from typing import Optional
 
 import typer
@@ -73,10 +75,16 @@ def learning_cmd(
                             [(r["policy_lr"], r["kl_step_median"], r["initial_eval"], r["final_eval"])
                              for r in summary["calibration"]], keys=["policy_lr"])]
     else:
-        tables = [TableData(f"paper claims ({len(cfg.seeds)} paired seeds, {summary['seconds'] / 60:.1f} min)",
-                            ["comparison", "metric", "difference", "ci_low", "ci_high", "verdict"],
+        n_seeds = len(cfg.seeds)
+        # one seed (smoke) has no interval: no CI columns of nan, and the title says why
+        with_ci = n_seeds >= 2
+        minutes = summary.get("seconds", math.nan) / 60
+        cols = ["comparison", "metric", "difference", *(["ci_low", "ci_high"] if with_ci else []), "verdict"]
+        tables = [TableData(f"paper claims ({f'{n_seeds} paired seeds' if with_ci else f'{n_seeds} seed, CI n/a'}"
+                            + (f", {minutes:.1f} min)" if math.isfinite(minutes) else ")"), cols,
                             [(f"{c['arm']} - {c['ref']} ({c['task']})", c["metric"], c["interval"]["mean"],
-                              c["interval"]["low"], c["interval"]["high"], c["verdict"]) for c in summary["claims"]],
+                              *((c["interval"]["low"], c["interval"]["high"]) if with_ci else ()), c["verdict"])
+                             for c in summary["claims"]],
                             keys=["comparison", "metric"], wrap=["verdict"])]
     out = Console()
     render_tables(tables, fmt, console=out)

@@ -2,8 +2,8 @@
 
 Exit status (the same scheme as every command, see :mod:`trajstore.cli.main`): 0 when every
 record was stored or deliberately skipped (already stored, a duplicate, a file that holds no
-trajectory); 3 when some record was refused (malformed, invalid, unsupported: all other records
-are stored first); 1 for an error (``--strict`` found a problem: nothing stored; the store cannot
+trajectory); 1 when some record was refused (malformed, invalid, unsupported: all other records
+are stored first, each refusal listed) and for an error (``--strict`` found a problem: nothing stored; the store cannot
 be written); 2 for usage errors (unknown option value, missing input path).
 """
 
@@ -21,7 +21,8 @@ from enum import Enum
 import typer
 
 from trajstore.cli.audit import OutputFormat, parse_storage_options
-from trajstore.cli.main import EXIT_REFUSED, StorageOptions, app, friendly_errors
+from trajstore.cli.main import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REFUSED, InvalidOptionError, StorageOptions,
+                                app, friendly_errors)
 from trajstore.ingest.detect import FORMAT_HELP, FORMATS
 
 PROGRESS_DELAY_S = 0.5
@@ -47,9 +48,9 @@ class _LazyProgress:
         self.enabled = enabled and console.is_terminal
         self.prog = Progress(TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
                              TextColumn("{task.fields[records]:,} records  {task.fields[tokens]:,} tokens  "
-                                        "{task.fields[problems]:,} problems"), TimeElapsedColumn(),
+                                        "{task.fields[refused]:,} refused"), TimeElapsedColumn(),
                              console=console, transient=True)
-        self.task = self.prog.add_task("ingest", total=None, records=0, tokens=0, problems=0)
+        self.task = self.prog.add_task("ingest", total=None, records=0, tokens=0, refused=0)
         self.started = False
 
     def __call__(self, p: Any) -> None:
@@ -59,7 +60,7 @@ class _LazyProgress:
             self.prog.start()
             self.started = True
         self.prog.update(self.task, completed=p.files_done, total=p.files_total, records=p.records,
-                         tokens=p.tokens, problems=p.problems)
+                         tokens=p.tokens, refused=p.refused)
 
     def stop(self) -> None:
         if self.started:
@@ -67,10 +68,14 @@ class _LazyProgress:
 
 
 def _summary_rows(report: Any) -> list[tuple[str, int]]:
+    """The summary: what was refused (exit status 1, each listed on stderr as ``refused``) kept
+    apart from what was deliberately skipped (exit status 0, listed as ``skipped``)."""
     rows = [("files seen", report.files_seen), ("trajectories parsed", report.trajectories_parsed),
             ("trajectories written", report.trajectories_written), ("records refused", report.refused)]
+    rows += [(f"refused: {kind}", n) for kind, n in sorted(report.refused_by_kind.items())]
     rows += [(f"skipped: {reason}", n) for reason, n in sorted(report.skipped.items())]
-    rows += [(f"problems: {kind}", n) for kind, n in sorted(report.to_dict()["problems_by_kind"].items())]
+    if report.skipped_inputs:
+        rows.append(("skipped: no_trajectory (input holding none)", report.skipped_inputs))
     rows += [(f"files ignored: {sfx}", n) for sfx, n in sorted(report.ignored_files.items())]
     if report.truncated_observations:
         rows.append(("observations truncated", report.truncated_observations))
@@ -119,33 +124,51 @@ def ingest_cmd(
     from rich.console import Console
     from rich.markup import escape
 
-    from trajstore.ingest import IngestError, ingest_paths
+    from trajstore.ingest import IngestError, IngestInterrupted, ingest_paths
+    from trajstore.ingest.pipeline import REFUSING_KINDS
 
     if output is not None:
         if fmt != "table" and fmt != output:
-            raise typer.BadParameter(f"--output {output!r} contradicts --format {fmt!r}; use --format only",
-                                     param_hint="--output")
+            raise InvalidOptionError(f"invalid option --output: {output!r} contradicts --format {fmt!r}; "
+                                     "use --format only")
         fmt = output
     if fmt not in {f.value for f in OutputFormat}:
         hint = (f" ({fmt!r} is an input format: use --input-format {fmt})" if fmt in FORMATS else "")
-        raise typer.BadParameter(f"{fmt!r} is not an output format: table | json | csv{hint}", param_hint="--format")
+        raise InvalidOptionError(f"invalid option --format: {fmt!r} is not an output format: table | json | csv{hint}")
     if max_observation_chars < 0:
-        raise typer.BadParameter(f"--max-observation-chars must be >= 0 (0 = no cap), got {max_observation_chars}")
+        raise InvalidOptionError(f"invalid option --max-observation-chars: must be >= 0 (0 = no cap), "
+                                 f"got {max_observation_chars}")
     missing = [p for p in paths if "://" not in p and not os.path.exists(p)]
     if missing:
-        raise typer.BadParameter(f"no such input path: {', '.join(missing)}", param_hint="PATH...")
+        raise InvalidOptionError(f"no such input path: {', '.join(missing)}")
     err = Console(stderr=True)
     bar = _LazyProgress(enabled=fmt == "table")
     try:
         report = ingest_paths(paths, store, input_format=input_format.value, tokenizer=tokenizer, strict=strict,
                               max_observation_chars=max_observation_chars or None,
                               engine_tokenizer=engine_tokenizer,
-                              storage_options=parse_storage_options(storage_option or []), progress=bar)
+                              storage_options=parse_storage_options(storage_option or [], store), progress=bar)
+    except IngestInterrupted as e:  # Ctrl-C: say what the store now holds (typer would exit 130 silently)
+        bar.stop()
+        n = e.report.trajectories_written
+        stored = (f"this ingest stored {n} trajector{'y' if n == 1 else 'ies'} before it, each whole"
+                  if n else "nothing was stored")
+        typer.echo(f"interrupted: {stored} (shards appear atomically, so nothing partial was written); "
+                   "run the same ingest again to add the rest", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     except IngestError as e:
         bar.stop()
         if fmt == "json":
             typer.echo(json.dumps({**e.report.to_dict(), "failed": True}, indent=2))
-        raise
+        if os.environ.get("TRAJ_TRACEBACK"):
+            raise
+        # one line per problem, as without --strict (the exception's own text joins them into one)
+        problems = e.report.problems
+        typer.echo(f"error: strict ingest: {len(problems)} problem(s) in the input, nothing written:", err=True)
+        for p in problems:
+            tag = "refused" if p.kind in REFUSING_KINDS else "skipped"
+            typer.echo(f"  {tag} {p}", err=True)
+        raise typer.Exit(EXIT_ERROR) from None
     bar.stop()
     if fmt == "json":
         typer.echo(json.dumps(report.to_dict(), indent=2))
@@ -159,7 +182,7 @@ def ingest_cmd(
         render_record("traj ingest", dict(_summary_rows(report)), "table")
     if fmt != "json":
         for p in report.problems:
-            tag = "refused" if p.kind != "no_trajectory" else "skipped"
+            tag = "refused" if p.kind in REFUSING_KINDS else "skipped"
             err.print(f"[yellow]{tag}[/yellow] {escape(str(p))}", markup=True, highlight=False, soft_wrap=True)
     if report.refused:
         raise typer.Exit(EXIT_REFUSED)

@@ -30,8 +30,11 @@ registered command, so new commands inherit them by using what is defined here):
   invalid ``--where``, a failed query, a refused checkpoint, an uncaught exception), and also
   (:data:`EXIT_REFUSED`, the same value, as issue 12 specifies) ``traj ingest`` stored every
   record it could but refused some, each refusal listed; 2 (:data:`EXIT_USAGE`) bad usage
-  (unknown option, bad option value, missing input path); 143 ``traj train`` stopped at once
-  by a second SIGTERM / Ctrl-C (the first finishes the step, checkpoints and exits 0).
+  (unknown option, bad option value, missing input path), one ``error:`` line too, click's own
+  usage errors included (:class:`TrajGroup`); 130 (:data:`EXIT_INTERRUPTED`) stopped by Ctrl-C
+  (``traj ingest`` says on one line how many trajectories it stored before, each whole); 143
+  ``traj train`` stopped at once by a second SIGTERM / Ctrl-C (the first finishes the step,
+  checkpoints and exits 0).
 - **Warnings** of the library (:class:`~trajstore.errors.TrajstoreWarning`, e.g. a corrupt shard
   skipped) print as one ``warning: ...`` line on stderr each, never as Python's
   ``file:line: Category`` text.
@@ -56,7 +59,7 @@ from typer.core import TyperCommand, TyperGroup
 import trajstore
 import trajstore.cli
 from trajstore.display import OutputFormat
-from trajstore.errors import TrajstoreError, TrajstoreWarning, one_line
+from trajstore.errors import TrajstoreError, TrajstoreWarning, one_line, os_error_line
 
 
 def _tidy_params(command: Any, ctx: Any) -> None:
@@ -87,12 +90,66 @@ class TrajCommand(TyperCommand):
         return super().format_help(ctx, formatter)
 
 
+def usage_error_line(e: Any) -> str:
+    """A click usage error (unknown option, bad option value, missing argument) as one line,
+    worded as our own bad-usage errors are (``invalid option --limit: ...``)."""
+    click = _click_exceptions()
+    param = getattr(e, "param", None)
+    is_option = getattr(param, "param_type_name", "") == "option"
+    name = None
+    if param is not None:
+        name = max(param.opts, key=len) if is_option and param.opts else (
+            (param.metavar or (param.name or "").upper()).removesuffix("..."))
+    if isinstance(e, click.MissingParameter) and name:
+        return f"missing {'option' if is_option else 'argument'} {name}"
+    if isinstance(e, click.BadParameter):
+        hint = e.param_hint if e.param_hint is not None else name
+        if hint:
+            hint = " / ".join(hint) if isinstance(hint, (list, tuple)) else str(hint).replace("'", "")
+            kind = "option" if is_option or hint.startswith("-") else "argument"
+            return f"invalid {kind} {hint}: {one_line(e.message).removeprefix('Value error, ')}"
+    text = one_line(e.format_message()).removesuffix(".")
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
+
+
 class TrajGroup(TyperGroup):
-    """The group counterpart of :class:`TrajCommand` (``--help`` shows no ``<bool>``)."""
+    """The group counterpart of :class:`TrajCommand` (``--help`` shows no ``<bool>``).
+
+    Click's own usage errors (``--limit -1``, an unknown option, a missing argument, a
+    ``typer.BadParameter`` raised by a command) print as one ``error: ...`` line on stderr, exit
+    status :data:`EXIT_USAGE`, as the commands' own bad-usage errors do, not as typer's boxed
+    usage panel."""
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         _tidy_params(self, ctx)
         return super().format_help(ctx, formatter)
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _one_line_click_errors():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _one_line_click_errors():
+            return super().invoke(ctx)
+
+
+def _click_exceptions() -> Any:
+    """The module of click's exception classes that typer raises (typer >= 0.20 vendors click as
+    ``typer._click``; earlier versions use click itself)."""
+    return sys.modules[typer.BadParameter.__module__]
+
+
+@contextlib.contextmanager
+def _one_line_click_errors() -> Any:
+    click = _click_exceptions()
+    try:
+        yield
+    except click.ClickException as e:
+        if type(e).__name__ == "NoArgsIsHelpError" or os.environ.get("TRAJ_TRACEBACK"):
+            raise  # `traj` alone prints its help
+        line = usage_error_line(e) if isinstance(e, click.UsageError) else one_line(e.format_message())
+        typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(e.exit_code) from None
 
 
 class TrajTyper(typer.Typer):
@@ -148,6 +205,8 @@ EXIT_ERROR = 1
 """Exit status of a command that failed with an error (one line on stderr)."""
 EXIT_USAGE = 2
 """Exit status of bad usage: unknown option, bad option value, missing input path (click's own)."""
+EXIT_INTERRUPTED = 130
+"""Exit status of a command stopped by Ctrl-C (SIGINT), as shells report it (128 + 2)."""
 EXIT_REFUSED = 1
 """Exit status of ``traj ingest`` when some records were refused and every other one was stored.
 
@@ -243,17 +302,35 @@ def friendly_errors(fn: F) -> F:
                 raise
             typer.echo(f"error: {one_line(str(e))}", err=True)
             raise typer.Exit(EXIT_USAGE) from None
-        except (TrajstoreError, FileNotFoundError, ValueError) as e:
+        except (TrajstoreError, ValueError) as e:
             if os.environ.get("TRAJ_TRACEBACK"):
                 raise
             typer.echo(f"error: {one_line(str(e))}", err=True)
+            raise typer.Exit(EXIT_ERROR) from None
+        except OSError as e:  # a path the system refused: name it and the reason, not '[Errno 1] ...'
+            if os.environ.get("TRAJ_TRACEBACK") or isinstance(e, BrokenPipeError):
+                raise  # `traj sql ... | head`: click ends quietly on a closed pipe
+            typer.echo(f"error: {one_line(os_error_line(e))}", err=True)
             raise typer.Exit(EXIT_ERROR) from None
 
     return wrapper  # type: ignore[return-value]
 
 
-def parse_storage_options(items: list[str] | None) -> dict[str, Any]:
+def is_local_uri(uri: str) -> bool:
+    """True for a local path or ``file://`` URL (no fsspec option applies to it)."""
+    from fsspec.core import split_protocol
+
+    return split_protocol(uri)[0] in (None, "file", "local")
+
+
+def parse_storage_options(items: list[str] | None, store: str | None = None) -> dict[str, Any]:
     """``key=value`` strings to fsspec options; ``true``/``false`` become booleans.
+
+    Args:
+        items: the ``--storage-option`` values.
+        store: the store they are for. When it is a local path the options are ignored (``{}``)
+            with one ``warning:`` line on stderr: they apply only to remote stores, and were
+            silently accepted.
 
     Raises:
         InvalidOptionError: an item has no ``=`` (a ``ValueError``; exit status 2 in a command).
@@ -264,6 +341,10 @@ def parse_storage_options(items: list[str] | None) -> dict[str, Any]:
         if not sep or not key:
             raise InvalidOptionError(f"invalid option --storage-option: expected key=value (got {item!r})")
         out[key] = {"true": True, "false": False}.get(value.lower(), value)
+    if out and store is not None and is_local_uri(store):
+        typer.echo(f"warning: --storage-option applies only to remote stores (s3://...); ignored for the local "
+                   f"store {store} ({', '.join(out)})", err=True)
+        return {}
     return out
 
 
@@ -316,7 +397,7 @@ def info_cmd(store: StoreArgument, fmt: FormatOption = OutputFormat.table,
     from trajstore.display import render_record
     from trajstore.reader import summarize_store
 
-    s = summarize_store(open_existing_store(store, parse_storage_options(storage_option)))
+    s = summarize_store(open_existing_store(store, parse_storage_options(storage_option, store)))
     for message in s.skipped:
         typer.echo(f"warning: {message}", err=True)
     render_record(f"store {s.store}", {

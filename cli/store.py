@@ -27,7 +27,7 @@ def migrate_cmd(
     from trajstore.display import render_record
     from trajstore.migrate import migrate_store
 
-    s = open_existing_store(store, parse_storage_options(storage_option))
+    s = open_existing_store(store, parse_storage_options(storage_option, store))
     with Progress(console=Console(stderr=True), transient=True, disable=dry_run) as progress:
         task = progress.add_task("migrating shards", total=None)
 

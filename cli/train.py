@@ -136,7 +136,7 @@ def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed opti
 
     return TrainConfig(
         store=store,
-        storage_options=parse_storage_options(list(storage_option or [])),
+        storage_options=parse_storage_options(list(storage_option or []), store),
         model=ModelConfig(name=model, tokenizer=tokenizer, seed=seed,
                           critic_trainable_pattern=critic_trainable_pattern or None),
         data=DataConfig(batch_size=batch_size, micro_batch_size=micro_batch_size, max_batch_tokens=max_batch_tokens,
@@ -181,7 +181,7 @@ def runs_cmd(
     from trajstore.display import TableData, render_record, render_tables
     from trajstore.trainer.runs import list_runs
 
-    report = list_runs(open_existing_store(store, parse_storage_options(storage_option)))
+    report = list_runs(open_existing_store(store, parse_storage_options(storage_option, store)))
     for r in report.runs:
         for problem in r.problems:
             typer.echo(f"warning: run {r.run_id}: {problem}", err=True)

@@ -542,10 +542,10 @@ class TrajectoryStream:
                 self._skip("where")
                 continue
             where = f"trajectory {tid!r} (shard {shard.name}, row {row})"
-            self._check_tokenizer(col["tokenizer"][i], where)
-            if not col["trainable"][i]:
+            if not col["trainable"][i]:  # never trained: its tokenizer (often unknown: engine ids) is moot
                 self._skip("not_trainable")
                 continue
+            self._check_tokenizer(col["tokenizer"][i], where)
             if math.isnan(batch.reward[i]):
                 self._skip("no_reward")
                 continue
@@ -625,10 +625,10 @@ class TrajectoryStream:
                     census.skip("where")
                     continue
                 where = f"trajectory {r['trajectory_id']!r} (shard {shard.name}, row {row_i})"
-                self._check_tokenizer(r["tokenizer"], where)
                 if not r["trainable"]:
                     census.skip("not_trainable")
                     continue
+                self._check_tokenizer(r["tokenizer"], where)
                 if r["reward"] is None or math.isnan(r["reward"]):
                     census.skip("no_reward")
                     continue
@@ -679,9 +679,11 @@ class TrajectoryStream:
         self._skipped[reason] = self._skipped.get(reason, 0) + 1
 
     def _check_tokenizer(self, tok: str | None, where: str) -> None:
-        if tok is None:
+        if tok is None:  # only trainable rows get here (ingest stores unnamed engine tokenizers' rows not trainable)
             if not self._warned_null_tokenizer:
-                warnings.warn(f"{where} has no tokenizer recorded; assuming it is {self.tokenizer!r}", stacklevel=3)
+                # one text for every row (the CLI prints each distinct warning once)
+                warnings.warn(f"trainable trajectories with no tokenizer recorded (null tokenizer column) are trained "
+                              f"as token ids of the model's tokenizer {self.tokenizer!r}", stacklevel=3)
                 self._warned_null_tokenizer = True
             return
         if tok != self.tokenizer:
@@ -694,7 +696,7 @@ class TrajectoryStream:
     def _check_where(self, where: str) -> None:
         import duckdb
 
-        from trajstore.audit import is_plain_predicate
+        from trajstore.audit import is_plain_predicate, predicate_error
 
         self._duck = duckdb.connect()
         # The predicate only ever sees in-memory Arrow tables: no file or network access.
@@ -711,7 +713,7 @@ class TrajectoryStream:
             self._duck.execute(probe).fetchall()
         except duckdb.Error as e:
             raise TrainDataError(f"--where {where!r} is not a valid predicate over the scalar columns: "
-                                 f"{str(e).splitlines()[0]}") from e
+                                 f"{predicate_error(where, e)}") from e
         finally:
             self._duck.unregister("trajectories")
 

@@ -97,18 +97,21 @@ def load_policy(name: str, *, tokenizer: str | None = None, tiny_vocab_size: int
     """
     from transformers import AutoModelForCausalLM
 
+    from trajstore.hub import quiet_loading
+
     if name in TINY_MODELS:
         cfg = _tiny_config(name, tiny_vocab_size)
         cfg._attn_implementation = "sdpa"
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), quiet_loading():
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
         canonical = name
     else:
         ref = resolve_model(name)
         try:
-            model = AutoModelForCausalLM.from_pretrained(ref.directory, dtype=torch.float32,
-                                                         attn_implementation="sdpa", **ref.from_pretrained_kwargs())
+            with quiet_loading():  # no transformers progress bars / FutureWarnings between our own lines
+                model = AutoModelForCausalLM.from_pretrained(ref.directory, dtype=torch.float32,
+                                                             attn_implementation="sdpa", **ref.from_pretrained_kwargs())
         except (OSError, ValueError, KeyError) as e:
             raise ModelLoadError(f"cannot load model {name!r} from {ref.directory}: {e}") from e
         canonical = ref.name

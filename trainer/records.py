@@ -88,8 +88,9 @@ def progress_line(step: int, trainer_version: int, metrics: Mapping[str, float],
         head = f"critic warm-up (step {step})"
     parts = [head, f"v{trainer_version}"]
     for key, label, fmt in PROGRESS_FIELDS:
-        if key in metrics:
-            parts.append(f"{label}={metrics[key]:{fmt}}")
+        if key in metrics:  # NaN (no value yet: e.g. EV before the critic has varied returns) reads n/a
+            v = metrics[key]
+            parts.append(f"{label}={v:{fmt}}" if math.isfinite(v) else f"{label}=n/a")
     if metrics.get("warn/critic_ev_not_positive"):
         parts.append("[critic not useful yet: EV<=0]")
     return " ".join(parts)

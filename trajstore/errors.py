@@ -5,6 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def os_reason(e: OSError) -> str:
+    """The reason of an ``OSError`` in words (``Permission denied``), without Python's
+    ``[Errno 13] ...: 'path'`` wrapping; the path is for the caller to name."""
+    return e.strerror or (str(e.args[-1]) if e.args else type(e).__name__)
+
+
+def os_error_line(e: OSError) -> str:
+    """``<path>: <reason>`` for an ``OSError`` (``/sys/nope: Operation not permitted``), or the
+    reason alone when it names no path."""
+    paths = [p for p in (e.filename, e.filename2) if p is not None]
+    return (" -> ".join(str(p) for p in paths) + ": " if paths else "") + os_reason(e)
+
+
 class TrajstoreError(Exception):
     """Base class of every error this package raises on purpose."""
 

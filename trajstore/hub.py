@@ -7,10 +7,14 @@ hub at run time). Other names are a local Hugging Face directory or a ``.gguf`` 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
+import sys
 import threading
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +82,42 @@ def _gguf_cache_path(ref: ModelRef) -> str:
 _TRANSFORMERS_IMPORT_LOCK = threading.Lock()
 
 
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """Load a model or tokenizer without transformers' own progress bars ("Converting and
+    de-quantizing GGUF tensors", "Loading weights") and its FutureWarnings about deprecated
+    config fields: they interleave with our commands' own progress lines and ask the user to
+    change code that is not theirs. Loading warnings (missing weights, ...) still print.
+
+    The bars are off through transformers' switch (``disable_progress_bar``); the GGUF reader
+    uses tqdm directly, so its ``tqdm`` is pointed at transformers' switchable one while the
+    block runs. The warnings filter is scoped to the block in the main thread only (warning
+    filters are process-wide, and ``catch_warnings`` is not thread-safe)."""
+    with _TRANSFORMERS_IMPORT_LOCK:
+        from transformers.utils import logging as hf_logging
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    gguf = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
+    if gguf is None and importlib.util.find_spec("gguf") is not None:
+        with contextlib.suppress(ImportError), _TRANSFORMERS_IMPORT_LOCK:
+            import transformers.modeling_gguf_pytorch_utils as gguf
+    raw_tqdm = getattr(gguf, "tqdm", None)
+    if raw_tqdm is not None:
+        gguf.tqdm = hf_logging.tqdm  # type: ignore[union-attr]
+    try:
+        if threading.current_thread() is threading.main_thread():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                yield
+        else:
+            yield
+    finally:
+        if raw_tqdm is not None:
+            gguf.tqdm = raw_tqdm  # type: ignore[union-attr]
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 @functools.lru_cache(maxsize=8)
 def load_tokenizer(name_or_path: str = SMOLLM2_ALIAS) -> Any:
     """A transformers tokenizer for an alias, GGUF file or HF directory (cached per name).
@@ -91,10 +131,15 @@ def load_tokenizer(name_or_path: str = SMOLLM2_ALIAS) -> Any:
         MissingExtraError: transformers (and, to convert a GGUF file, gguf and torch, which
             transformers reads it with) are not installed: the ``train`` extra.
     """
-    import tempfile
-
     ref = resolve_model(name_or_path)
     require(("transformers",), what=f"the tokenizer {name_or_path!r}", install=INSTALL_TRAIN_EXTRA)
+    with quiet_loading():
+        return _load_tokenizer(ref, name_or_path)
+
+
+def _load_tokenizer(ref: ModelRef, name_or_path: str) -> Any:
+    import tempfile
+
     with _TRANSFORMERS_IMPORT_LOCK:  # its lazy module is not thread-safe: a second thread got ImportError
         from transformers import AutoTokenizer
 

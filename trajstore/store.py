@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import hashlib
 import io
 import os
@@ -214,6 +215,17 @@ def _row_group_slices(table: pa.Table, target_bytes: int) -> list[tuple[int, int
     return out
 
 
+def _why(e: BaseException) -> str:
+    """Why a filesystem call failed, in one phrase: the system's reason for an ``OSError``
+    (``Not a directory``, not ``NotADirectoryError: [Errno 20] ...: '<path>'``; the caller names
+    the path), else the exception's class and text (remote errors)."""
+    from trajstore.errors import os_reason
+
+    if isinstance(e, OSError) and e.strerror:
+        return os_reason(e)
+    return f"{type(e).__name__}: {e}"
+
+
 class Store:
     """A trajectory store rooted at a URI. Create with :func:`open_store`.
 
@@ -268,7 +280,7 @@ class Store:
         except FileNotFoundError:
             return False
         except Exception as e:  # unreachable endpoint, bad credentials or options
-            raise StoreError(f"cannot check {self.uri}: {type(e).__name__}: {e}") from e
+            raise StoreError(f"cannot check {self.uri}: {_why(e)}") from e
 
     def layout_problem(self) -> str | None:
         """Why an existing location is not a trajstore store (None when it is one).
@@ -290,7 +302,7 @@ class Store:
             except (FileNotFoundError, NotADirectoryError):
                 return None
             except Exception as e:  # unreachable endpoint, bad credentials or options
-                raise StoreError(f"cannot list {self.url(*parts)}: {type(e).__name__}: {e}") from e
+                raise StoreError(f"cannot list {self.url(*parts)}: {_why(e)}") from e
             out = {}
             for e in entries:
                 name = e["name"].rstrip("/").rsplit("/", 1)[-1]
@@ -329,6 +341,21 @@ class Store:
         return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
 
     # -- writing ---------------------------------------------------------------------------
+
+    def write_refused(self, e: OSError, doing: str | None = None) -> StoreError:
+        """A one-line :class:`StoreError` for an ``OSError`` raised while writing the store:
+        ``cannot write the store /sys/nope: Operation not permitted`` (the path the system
+        refused is named too when it is not the store's root), not Python's ``[Errno 1] ...``."""
+        from trajstore.errors import os_reason
+
+        where = e.filename if e.filename not in (None, self.root, self.root + "/") else None
+        head = doing or f"cannot write the store {self.uri}"
+        reason = os_reason(e)
+        missing = self.root if where is None else str(where)
+        parent = os.path.dirname(os.path.abspath(missing)) if self.is_local else ""
+        if e.errno == errno.ENOENT and parent and os.path.isdir(parent):  # /proc/nope: mkdir says ENOENT
+            reason += f": {parent} does not let a folder be created in it"
+        return StoreError(f"{head}: {reason}" + (f" ({where})" if where else ""))
 
     def write_table(self, table: pa.Table, *, subdir: str = TRAJECTORIES_DIR,
                     row_group_target_mb: float = ROW_GROUP_TARGET_MB,
@@ -370,7 +397,7 @@ class Store:
                 self._write_parquet(buf, table, slices)
                 self.fs.pipe_file(final, buf.getvalue())
         except OSError as e:
-            raise StoreError(f"could not write shard {self.url(subdir, name)}: {e}") from e
+            raise self.write_refused(e, f"could not write shard {self.url(subdir, name)}") from e
         return final
 
     @staticmethod
@@ -434,7 +461,7 @@ class Store:
                 size = buf.tell()
                 self.fs.pipe_file(path, buf.getvalue())
         except OSError as e:
-            raise StoreError(f"could not rewrite shard {self.url_of(path)}: {e}") from e
+            raise self.write_refused(e, f"could not rewrite shard {self.url_of(path)}") from e
         return size
 
     def remove_stale_rewrites(self) -> list[str]:
@@ -554,7 +581,7 @@ class Store:
         except FileNotFoundError:
             return []
         except Exception as e:  # unreachable endpoint, bad credentials or options, a file in the way
-            raise StoreError(f"cannot list {self.url(subdir)}: {type(e).__name__}: {e}") from e
+            raise StoreError(f"cannot list {self.url(subdir)}: {_why(e)}") from e
         out = []
         for e in entries:
             p = e["name"]
@@ -651,7 +678,7 @@ class Store:
         except FileNotFoundError:
             return
         except Exception as e:
-            raise StoreError(f"cannot list {self.url(subdir)}: {type(e).__name__}: {e}") from e
+            raise StoreError(f"cannot list {self.url(subdir)}: {_why(e)}") from e
         for e in entries:
             if e.get("type") == "directory":
                 yield e["name"].rstrip("/").rsplit("/", 1)[-1]

@@ -54,7 +54,8 @@ def test_errors_are_one_line(known_store):
     res = runner.invoke(app, ["stats", known_store.uri, "--where", "bogus_col = 1"])
     assert res.exit_code == 1 and "invalid --where predicate" in res.output
     res = runner.invoke(app, ["stats", known_store.uri, "--coverage", "--plot", "x.png"])
-    assert res.exit_code == 1 and "nothing to plot" in res.output
+    # bad usage, refused before any report is printed
+    assert res.exit_code == 2 and "invalid option --plot: nothing to plot" in res.output and not res.stdout
     res = runner.invoke(app, ["sql", known_store.uri, "DROP VIEW spans"])
     assert res.exit_code == 1 and "read-only" in res.output
     res = runner.invoke(app, ["stats", known_store.uri, "--storage-option", "novalue"])

@@ -163,7 +163,7 @@ def test_negative_observation_cap_is_refused(tmp_path):
     with pytest.raises(ValueError, match="max_observation_chars must be >= 0"):
         ingest_paths([str(p)], str(tmp_path / "s"), max_observation_chars=-5)
     r = CliRunner().invoke(app, ["ingest", str(p), "--store", str(tmp_path / "s"), "--max-observation-chars", "-5"])
-    assert r.exit_code == 2 and "--max-observation-chars must be >= 0" in r.output
+    assert r.exit_code == 2 and "error: invalid option --max-observation-chars: must be >= 0" in r.output
     assert not (tmp_path / "s").exists()
 
 

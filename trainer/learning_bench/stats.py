@@ -44,6 +44,19 @@ class Interval:
     n: int
     diffs: tuple[float, ...]
 
+    @property
+    def has_interval(self) -> bool:
+        """False with fewer than two seeds (or no finite bound): there is no interval to show."""
+        return self.n >= 2 and not (math.isnan(self.low) or math.isnan(self.high))
+
+    def describe(self) -> str:
+        """``difference +0.012, 95% CI [-0.003, +0.027] over 3 seeds``; with one seed
+        ``difference +0.012, CI n/a (1 seed)`` (a bootstrap of one value has no interval, and
+        ``[+nan, +nan]`` read as a bug)."""
+        if not self.has_interval:
+            return f"difference {self.mean:+.3f}, CI n/a ({self.n} seed{'s' if self.n != 1 else ''})"
+        return f"difference {self.mean:+.3f}, 95% CI [{self.low:+.3f}, {self.high:+.3f}] over {self.n} seeds"
+
     def excludes_zero(self) -> int:
         """+1 if the interval lies above 0, -1 below, 0 if it contains 0 (or is undefined)."""
         if self.n < 2 or math.isnan(self.low):
@@ -151,7 +164,7 @@ def verdict(claim: Claim, interval: Interval, *, dis_masked: float | None = None
     """
     want = -1 if claim.direction == "ref-better" else 1
     side = interval.excludes_zero()
-    ci = f"difference {interval.mean:+.3f}, 95% CI [{interval.low:+.3f}, {interval.high:+.3f}] over {interval.n} seeds"
+    ci = interval.describe()
     if interval.n < 2:  # one seed: a difference without an interval supports no verdict
         return "undetermined", f"fewer than 2 paired seeds, no interval: {ci}"
     if claim.scale_note == "dis" and dis_masked is not None and dis_masked < MIN_DIS_MASKED:

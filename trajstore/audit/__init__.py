@@ -21,6 +21,7 @@ from trajstore.audit.reports import (
     coverage_report,
     duplicate_report,
     is_plain_predicate,
+    predicate_error,
     length_report,
     overview_report,
     reward_report,
@@ -32,6 +33,6 @@ from trajstore.audit.views import VIEW_NAMES, AuditError, connect, sql
 __all__ = [
     "PERCENTILES", "VIEW_NAMES", "AuditError", "ClipReport", "CoverageReport", "DuplicateReport", "LengthReport",
     "OverviewReport", "Report", "RewardReport", "StalenessReport", "StatusReport", "clip_report", "connect",
-    "coverage_report", "duplicate_report", "is_plain_predicate", "length_report", "overview_report",
+    "coverage_report", "duplicate_report", "is_plain_predicate", "predicate_error", "length_report", "overview_report",
     "reward_report", "sql", "staleness_report", "status_report",
 ]

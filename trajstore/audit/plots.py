@@ -20,6 +20,19 @@ from trajstore.audit.views import AuditError
 from trajstore.extras import INSTALL_PLOT_EXTRA, require
 
 PLOTTABLE: tuple[type[Report], ...] = (StalenessReport, ClipReport, RewardReport, LengthReport)
+PLOTTED_FLAGS = ("--staleness", "--clip", "--rewards", "--lengths")
+"""The ``traj stats`` report flags whose reports :data:`PLOTTABLE` draws."""
+
+
+class UnsupportedPlotFormat(AuditError):
+    """``--plot`` names a file whose suffix matplotlib cannot write (bad usage, not a failure)."""
+
+
+def plot_suffixes() -> list[str]:
+    """File suffixes matplotlib can write (``.png``, ``.pdf``, ``.svg``, ...); needs matplotlib."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return sorted(f".{ext}" for ext in FigureCanvasBase.get_supported_filetypes())
 """Report types that have a picture; the others are tables only."""
 
 MAX_OVERLAID: int = 6
@@ -200,8 +213,15 @@ def _clip(fig: Any, rep: ClipReport, colours: Mapping[str, int]) -> None:
         axes[0].legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
                        fontsize="small", frameon=False)
     top = 1.0 if top == 0 else min(1.05, top * 1.15)
+    all_steps = [r["step"] for rows in runs.values() for r in rows if r["masked_below"] is not None]
     for ax in axes:
         _integer_axis(ax.xaxis)
+        if all_steps:  # steps are whole numbers: a one-step run is one tick, not -0.04 .. 0.04
+            lo, hi = min(all_steps), max(all_steps)
+            pad = max(0.5, 0.03 * (hi - lo))
+            ax.set_xlim(lo - pad, hi + pad)
+            if hi - lo < 6:
+                ax.set_xticks(range(lo, hi + 1))
         ax.set_ylim(-0.02 * top, top)  # a share of 0 stays visible above the axis
         if not any(line.get_ydata().any() for line in ax.get_lines()):
             ax.text(0.5, 0.5, "no action token\nwas masked", ha="center", va="center", transform=ax.transAxes,
@@ -338,10 +358,14 @@ def plot_destination(path: str | os.PathLike[str]) -> str:
     without a suffix gets ``.png``), checked writable before any report is computed.
 
     Raises:
+        UnsupportedPlotFormat: its suffix is not one matplotlib writes (:func:`plot_suffixes`).
         AuditError: its folder is missing, is not a folder, or is not writable.
     """
     p = os.fspath(path)
     out = os.path.join(p, "traj-stats.png") if os.path.isdir(p) else (p if os.path.splitext(p)[1] else p + ".png")
+    suffix = os.path.splitext(out)[1].lower()
+    if suffix not in (supported := plot_suffixes()):
+        raise UnsupportedPlotFormat(f"cannot draw a plot as {suffix!r} ({out}): use one of {', '.join(supported)}")
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):
         why = "is not a folder" if os.path.exists(folder) else "does not exist"

@@ -213,6 +213,21 @@ def _predicate_probe(where: str) -> str:
     return f"SELECT count(*) FROM trajectories WHERE ({where}\n)"
 
 
+def predicate_error(where: str, error: duckdb.Error) -> str:
+    """DuckDB's reason for refusing the user predicate `where`, in terms of the text the user
+    typed: `error` came from the parenthesised probe (``WHERE (<where>\n)``), so a syntax error
+    there can name a ``)`` the user never wrote (``reward >`` -> 'syntax error at or near ")"').
+    The predicate is parsed again unwrapped and that reason is returned when it fails too; the
+    ``LINE 1: ...`` echo of our query is dropped either way."""
+    from trajstore.errors import one_line
+
+    try:
+        duckdb.extract_statements(f"SELECT count(*) FROM trajectories WHERE {where}")
+    except duckdb.Error as unwrapped:
+        return one_line(str(unwrapped))
+    return one_line(str(error))
+
+
 def is_plain_predicate(conn: duckdb.DuckDBPyConnection, where: str) -> bool:
     """True when `where` is one boolean expression over a ``trajectories`` relation, i.e. when
     ``SELECT count(*) FROM trajectories WHERE (<where>)`` parses as exactly one plain
@@ -249,13 +264,14 @@ def _where(conn: duckdb.DuckDBPyConnection, where: str | None) -> str:
     try:
         plain = is_plain_predicate(conn, where)
     except duckdb.Error as e:
-        raise AuditError(f"invalid --where predicate {where!r}: {e}") from e
+        raise AuditError(f"invalid --where predicate {where!r}: {predicate_error(where, e)}") from e
     if not plain:
         raise AuditError(f"invalid --where predicate {where!r}: must be one boolean expression")
     try:
         conn.sql(_predicate_probe(where) + " LIMIT 0").fetchall()
     except duckdb.Error as e:
-        raise AuditError(f"invalid --where predicate {where!r} (columns of the trajectories view): {e}") from e
+        raise AuditError(f"invalid --where predicate {where!r} (columns of the trajectories view): "
+                         f"{predicate_error(where, e)}") from e
     # Evaluated once on a row of NULLs with the view's column types: a literal of the wrong type
     # (``reward = 'x'``) fails when it is cast, which LIMIT 0 never does.
     try:

@@ -11,6 +11,7 @@ from trajstore.ingest.core import DEFAULT_MAX_OBSERVATION_CHARS, TRUNCATION_MARK
 from trajstore.ingest.detect import FORMATS, InputFormat
 from trajstore.ingest.pipeline import (
     IngestError,
+    IngestInterrupted,
     IngestProgress,
     IngestReport,
     ingest_paths,
@@ -24,7 +25,8 @@ from trajstore.ingest.render import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_OBSERVATION_CHARS", "FORMATS", "IngestError", "IngestProgress", "IngestReport", "InputFormat", "Problem",
+    "DEFAULT_MAX_OBSERVATION_CHARS", "FORMATS", "IngestError", "IngestInterrupted", "IngestProgress", "IngestReport",
+    "InputFormat", "Problem",
     "RenderedPart", "TRUNCATION_MARKER", "conversation_to_trajectories", "ingest_paths", "iter_trajectories",
     "render_conversation", "rollout_to_trajectories",
 ]

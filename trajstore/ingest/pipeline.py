@@ -110,6 +110,18 @@ class IngestError(TrajstoreError):
         super().__init__(f"strict ingest: {len(report.problems)} problem(s), nothing written:\n{shown}{more}")
 
 
+class IngestInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped an ingest. Still a ``KeyboardInterrupt``; `report` says what was
+    stored before it: every new shard appears atomically (temporary file renamed into place; one
+    PUT on object stores) and what a non-strict ingest had buffered is flushed first, so the store holds whole
+    trajectories only, ``report.trajectories_written`` of them from this ingest. Running the
+    same ingest again adds the rest."""
+
+    def __init__(self, report: IngestReport):
+        super().__init__(f"ingest interrupted after storing {report.trajectories_written} trajectories")
+        self.report = report
+
+
 @dataclass
 class IngestReport:
     """What an ingest did.
@@ -152,12 +164,24 @@ class IngestReport:
         (score-only files, evaluator crash rows, metadata files) are deliberately skipped."""
         return sum(p.kind in REFUSING_KINDS for p in self.problems)
 
+    @property
+    def refused_by_kind(self) -> Counter[str]:
+        """Refused input (:attr:`refused`) by problem kind (``malformed``, ``invalid``, ``unsupported``)."""
+        return Counter(p.kind for p in self.problems if p.kind in REFUSING_KINDS)
+
+    @property
+    def skipped_inputs(self) -> int:
+        """Input (files, rows) deliberately skipped because it holds no trajectory
+        (``no_trajectory`` problems: score-only files, evaluator crash rows, metadata files)."""
+        return sum(p.kind not in REFUSING_KINDS for p in self.problems)
+
     def to_dict(self) -> dict[str, Any]:
         return {"files_seen": self.files_seen, "trajectories_parsed": self.trajectories_parsed,
                 "trajectories_written": self.trajectories_written, "refused": self.refused,
                 "skipped": dict(self.skipped), "ignored_files": dict(self.ignored_files),
                 "problems": [p.to_dict() for p in self.problems],
                 "problems_by_kind": dict(Counter(p.kind for p in self.problems)),
+                "refused_by_kind": dict(self.refused_by_kind), "skipped_inputs": self.skipped_inputs,
                 "by_format": dict(self.by_format), "degraded_events": self.degraded_events,
                 "truncated_observations": self.truncated_observations,
                 "fidelity_gaps": dict(self.fidelity_gaps), "engine_ids_discarded": self.engine_ids_discarded}
@@ -550,8 +574,9 @@ class IngestProgress:
     Attributes:
         files_done / files_total: input units read (a file, or an event-store directory).
         records: trajectories built so far.
-        problems: problems found so far.
+        problems: problems found so far (refused and skipped input).
         tokens: tokens in the trajectories built so far.
+        refused: of `problems`, those that refused input (see :attr:`IngestReport.refused`).
     """
 
     files_done: int
@@ -559,6 +584,7 @@ class IngestProgress:
     records: int
     problems: int
     tokens: int
+    refused: int = 0
 
 
 def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer: str = SMOLLM2_ALIAS,
@@ -638,7 +664,8 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
 
     def tick(done: int) -> None:
         if progress:
-            progress(IngestProgress(done, len(units), report.trajectories_parsed, len(report.problems), tokens))
+            progress(IngestProgress(done, len(units), report.trajectories_parsed, len(report.problems), tokens,
+                                    report.refused))
 
     for n, unit in enumerate(units):
         report.files_seen += len(unit.files) if unit.is_event_dir else 1
@@ -717,16 +744,23 @@ def ingest_paths(paths: list[str] | str, store: Store | str, *, input_format: st
                 pending.append(t)
             else:
                 commit.add(t)
-    except BaseException:
+    except BaseException as e:
         if not strict:  # what was built before the failure is still stored (re-ingest adds the rest)
             with contextlib.suppress(Exception):
                 commit.flush()
+        if isinstance(e, KeyboardInterrupt) and not isinstance(e, IngestInterrupted):
+            report.trajectories_written = len(report.written_ids)
+            raise IngestInterrupted(report) from e
         raise
     if strict and report.problems:
         raise IngestError(report)
-    for t in pending:
-        commit.add(t)
-    commit.flush()
+    try:
+        for t in pending:
+            commit.add(t)
+        commit.flush()
+    except KeyboardInterrupt as e:  # strict: the shards committed so far are whole; say how many
+        report.trajectories_written = len(report.written_ids)
+        raise IngestInterrupted(report) from e
     report.trajectories_written = len(report.written_ids)
     report.skipped = Counter({k: v for k, v in report.skipped.items() if v})
     return report
@@ -756,8 +790,11 @@ def store_lock(st: Store, name: str = INGEST_LOCK) -> Iterator[None]:
     else:
         d = os.path.join(tempfile.gettempdir(), "trajstore-locks")
         fname = f"{hashlib.sha256(st.url().encode()).hexdigest()[:24]}.{name}.lock"
-    os.makedirs(d, exist_ok=True)
-    fd = os.open(os.path.join(d, fname), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        os.makedirs(d, exist_ok=True)
+        fd = os.open(os.path.join(d, fname), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as e:  # the store's folder cannot be created or written: one line naming it
+        raise st.write_refused(e) from e
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
