@@ -58,8 +58,8 @@ from trajstore.trainer.data import (
     TrainDataError,
     TrajectoryStream,
     gae_inputs,
-    micro_batches,
     pack,
+    token_micro_batches,
     split_for_rank,
     to_packed,
 )
@@ -171,6 +171,11 @@ class Trainer:
     resumed_fresh: bool = False
     """``--resume`` found no checkpoint (and no records): the run started at iteration 0."""
     stop: StopRequest = field(default_factory=lambda: StopRequest())
+    say: Callable[[str], None] = field(default=lambda _message: None)
+    """Tells the user what the trainer is doing within a step (rank 0: the progress line, or a
+    line on stderr every few seconds without a terminal); a no-op elsewhere."""
+    last_pass: tuple[float, int] | None = None
+    """(start time, tokens) of the step's previous forward/backward pass, for tokens/s."""
 
     def in_warmup(self) -> bool:
         """Whether the next batch only trains the critic (SAO's value warm-up): there is a critic,
@@ -302,6 +307,7 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
                          seed=cfg.model.seed)
     stream.vocab_size = loaded.vocab_size
     stream.check_vocabulary(census)  # still before the first write
+    plan = _memory_plan(cfg, env, loaded)  # refuses a run that cannot fit, still before the first write
     if ckpt is not None and ckpt.sharded != (cfg.run.strategy == "fsdp"):
         raise CheckpointError(f"checkpoint {store.url(ckpt.path)} was written with --strategy "
                               f"{'fsdp' if ckpt.sharded else 'ddp'}; resume it with that strategy (any world size)")
@@ -323,6 +329,7 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
         if resume:
             recorder.rollback_after(state.iteration - 1)
         recorder.save_config(cfg.to_json())
+        recorder.note(plan.describe())
     D.barrier(env)
     if cfg.algo.advantage == "sao-gae":
         adv_fn, scalar_fn = sao_gae_advantages(cfg), None
@@ -335,11 +342,46 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
     tr.resumed_fresh = resume and ckpt is None
     if recorder is not None:
         stream.on_wait = recorder.waiting
+        tr.say = recorder.activity
     # v0 on a fresh start; on resume the checkpoint's version again, so LATEST stops pointing at
     # versions the killed process published after its last checkpoint (they are re-trained and
     # re-published under the same numbers)
     _publish(tr, force=True)
     return tr
+
+
+def _memory_plan(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy) -> Any:
+    """The memory plan (trainer.memory) of this run, resolved into ``cfg`` (micro-batch token
+    bound, activation checkpointing) so that config.json records what ran. Planned against the
+    RAM available on CPU; on CUDA nothing is estimated (the user's bounds, or micro_batch_size x
+    max_seq_len tokens, and checkpointing only when asked). Rank 0 decides for every rank.
+
+    Raises:
+        TrainMemoryError: the longest micro-batch allowed cannot fit (names the options to lower).
+    """
+    from trajstore.trainer.memory import available_memory_bytes, model_shape, plan_memory
+
+    plan = None
+    if env.is_main:
+        shape = model_shape(loaded.model, cfg.model.critic_trainable_pattern,
+                            with_critic=cfg.algo.advantage == "sao-gae")
+        available = available_memory_bytes() if env.device.type == "cpu" else None
+        processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if env.device.type == "cpu" else 1
+        try:
+            plan = plan_memory(shape, max_seq_len=cfg.data.max_seq_len, micro_batch_size=cfg.data.micro_batch_size,
+                               micro_batch_tokens=cfg.data.micro_batch_tokens,
+                               activation_checkpointing=cfg.run.activation_checkpointing,
+                               behaviour_copy=cfg.data.behaviour_logprobs == "initial-policy",
+                               available=available, processes=processes)
+        except TrajstoreError as e:
+            plan = e
+    if env.distributed:
+        plan = D.broadcast_object(plan, env)
+    if isinstance(plan, BaseException):
+        raise plan
+    cfg.data.micro_batch_tokens = plan.micro_batch_tokens
+    cfg.run.activation_checkpointing = plan.activation_checkpointing
+    return plan
 
 
 Models = tuple[nn.Module, "nn.Module | None", "PolicyLogprobs | None", dict[str, torch.optim.Optimizer]]
@@ -480,13 +522,17 @@ def _prepare(tr: Trainer, batch: StepBatch) -> tuple[list[_Micro], torch.Tensor]
     """This rank's micro-batches (same count on every rank) and the step's global action-token count."""
     cfg, env = tr.cfg, tr.env
     local = split_for_rank(batch.samples, env.rank, env.world_size)
-    per_rank = math.ceil(len(batch.samples) / env.world_size)
-    n_micro = max(1, math.ceil(per_rank / cfg.data.micro_batch_size))
-    micros = [_Micro(s, pack(s, env.device)) for s in micro_batches(local, cfg.data.micro_batch_size, n_micro)]
+    parts = token_micro_batches(local, cfg.data.micro_batch_size, cfg.data.micro_batch_tokens)
+    # every rank runs the same number of passes (empty micro-batches pad the shorter ranks)
+    n_micro = max(1, int(D.all_reduce_max(torch.tensor([float(len(parts))], device=env.device), env)))
+    micros = [_Micro(s, pack(s, env.device)) for s in parts + [[] for _ in range(n_micro - len(parts))]]
+    tr.last_pass = None
     if tr.behaviour is not None:
-        for m in micros:
+        todo = [m for m in micros if any(s.needs_behaviour for s in m.samples)]
+        for j, m in enumerate(todo):
             need = [i for i, s in enumerate(m.samples) if s.needs_behaviour]
             if need:
+                _say(tr, "initial-policy log-probs", j, len(todo), m)
                 with torch.no_grad(), tr.autocast():
                     lp, _ = tr.behaviour(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)
                 fill = torch.zeros_like(m.mb.action_mask)
@@ -496,6 +542,19 @@ def _prepare(tr: Trainer, batch: StepBatch) -> tuple[list[_Micro], torch.Tensor]
                 m.mb = m.mb._replace(rollout_logprobs=torch.where(fill, lp.float(), m.mb.rollout_logprobs))
     count = torch.tensor(float(sum(int(m.mb.action_mask.sum()) for m in micros)), device=env.device)
     return micros, D.all_reduce_sum(count, env)
+
+
+def _say(tr: Trainer, what: str, j: int, n: int, m: _Micro) -> None:
+    """Report the pass about to run: ``step 1: critic update 1/2, micro-batch 2/3 (11,500 tokens,
+    2 trajectories; last pass 61 tok/s)``; tokens/s of the previous pass of this step."""
+    now = time.perf_counter()
+    rate = ""
+    if tr.last_pass is not None and now > tr.last_pass[0]:
+        rate = f"; last pass {tr.last_pass[1] / (now - tr.last_pass[0]):,.0f} tok/s"
+    tr.last_pass = (now, int(m.mb.input_ids.shape[1]))
+    head = f"step {tr.state.step}" if not tr.in_warmup() else f"critic warm-up {tr.state.iteration + 1}"
+    tr.say(f"{head}: {what}, micro-batch {j + 1}/{n} ({int(m.mb.input_ids.shape[1]):,} tokens, "
+           f"{len(m.samples)} trajectories{rate})")
 
 
 def _clip_and_step(tr: Trainer, params: list[nn.Parameter], opt: torch.optim.Optimizer, max_norm: float, *,
@@ -518,12 +577,14 @@ def _clip_and_step(tr: Trainer, params: list[nn.Parameter], opt: torch.optim.Opt
     return float(D.full(norm))
 
 
-def _critic_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor, n_seqs: int) -> dict[str, float]:
+def _critic_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor, n_seqs: int, *,
+                   what: str = "critic update") -> dict[str, float]:
     """One critic update over the step's micro-batches (gradients accumulated)."""
     assert tr.critic is not None and tr.value_loss_fn is not None
     world = tr.env.world_size
     total = 0.0
     for j, m in enumerate(micros):
+        _say(tr, what, j, len(micros), m)
         with D.maybe_no_sync(tr.critic, j < len(micros) - 1), tr.autocast():
             v = tr.critic(m.mb.input_ids, m.mb.position_ids)
             clip = tr.cfg.algo.value_clip
@@ -544,6 +605,7 @@ def _policy_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor, n_
     sums = {k: 0.0 for k in ("loss", "n", "below", "above", "zero", "ratio", "kl", "entropy")}
     rmin, rmax = math.inf, -math.inf
     for j, m in enumerate(micros):
+        _say(tr, "policy update", j, len(micros), m)
         with D.maybe_no_sync(tr.policy, j < len(micros) - 1), tr.autocast():
             lp, ent = tr.policy(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)
             loss, st = tr.policy_loss_fn(lp.float(), m.mb.rollout_logprobs, m.advantages, m.mb.action_mask,
@@ -604,8 +666,9 @@ def train_step(tr: Trainer, batch: StepBatch) -> tuple[dict[str, float], list[di
     scalar = tr.scalar_fn(batch.samples, state) if tr.scalar_fn is not None else {}
     metrics: dict[str, float] = {}
     # 1-2. values (no grad, without DDP hooks), advantages and critic targets
-    for m in micros:
+    for j, m in enumerate(micros):
         if tr.critic is not None:
+            _say(tr, "critic values", j, len(micros), m)
             with torch.no_grad(), tr.autocast():
                 m.values = D.unwrap(tr.critic)(m.mb.input_ids, m.mb.position_ids).float()
         m.advantages, m.returns, lam = tr.advantage_fn(m.mb, m.samples, m.values, scalar)
@@ -620,8 +683,9 @@ def train_step(tr: Trainer, batch: StepBatch) -> tuple[dict[str, float], list[di
         metrics["warn/critic_ev_not_positive"] = 1.0 if ev <= 0 else 0.0
         if warmup and cfg.algo.critic_warmup_until == "explained-variance" and ev > 0:
             state.warmup_done = True  # the critic explains returns of a batch it has not trained on
-        for _ in range(cfg.algo.critic_updates):
-            metrics.update(_critic_update(tr, micros, n_tokens, len(batch.samples)))
+        for k in range(cfg.algo.critic_updates):
+            metrics.update(_critic_update(tr, micros, n_tokens, len(batch.samples),
+                                          what=f"critic update {k + 1}/{cfg.algo.critic_updates}"))
     # 4. one policy update with DIS, then the version moves on
     if not warmup:
         state.warmup_done = True

@@ -159,6 +159,7 @@ class RunRecorder:
         self._progress = None
         self._task = None
         self._last_wait: tuple[str, float] = ("", -math.inf)
+        self._last_activity = -math.inf
         if progress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -213,6 +214,29 @@ class RunRecorder:
         now = time.monotonic()
         if message != self._last_wait[0] or now - self._last_wait[1] >= self.WAIT_LOG_EVERY_S:
             self._last_wait = (message, now)
+            print(message, file=sys.stderr, flush=True)
+
+    ACTIVITY_LOG_EVERY_S = 10.0
+    """Without a live progress bar: seconds between lines saying what a step is doing."""
+
+    def activity(self, message: str) -> None:
+        """Show what the current step is doing (e.g. ``step 0: critic update 1/2, micro-batch 1/3
+        (11,500 tokens, ...)``) so that a long pass is never silent: on the live progress line, or
+        (without a terminal or a progress bar) as a line on stderr, the first one at once and then
+        at most every :attr:`ACTIVITY_LOG_EVERY_S` seconds."""
+        if self._progress is not None and self._progress.console.is_terminal:
+            self._progress.update(self._task, description=message)
+            return
+        now = time.monotonic()
+        if now - self._last_activity >= self.ACTIVITY_LOG_EVERY_S:
+            self._last_activity = now
+            print(message, file=sys.stderr, flush=True)
+
+    def note(self, message: str) -> None:
+        """A line that stays (above the progress bar, or on stderr), e.g. the memory plan."""
+        if self._progress is not None:
+            self._progress.console.print(message, highlight=False, markup=False, soft_wrap=True)
+        else:
             print(message, file=sys.stderr, flush=True)
 
     def rollback_after(self, iteration: int) -> int:
