@@ -146,6 +146,27 @@ def test_every_pass_says_what_it_does_and_micro_batches_keep_the_token_bound(
     assert max(int(p["n"]) for p in passes) >= 2  # 4 trajectories of ~25-40 tokens: split by tokens
 
 
+def test_a_long_pass_repeats_its_line_while_it_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from trajstore.store import open_store
+
+    monkeypatch.setattr(RunRecorder, "STILL_RUNNING_EVERY_S", 0.2)
+    rec = RunRecorder(open_store(str(tmp_path)), "r", progress=False)
+    try:
+        rec.activity("step 0: policy update, micro-batch 1/1 (12,725 tokens, 2 trajectories)")
+        time.sleep(1.0)
+        rec.pass_done()
+        time.sleep(0.5)
+    finally:
+        rec.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "step 0: policy update, micro-batch 1/1 (12,725 tokens, 2 trajectories)"
+    still = [ln for ln in lines if "... still running (" in ln]
+    assert 1 <= len(still) <= 6 and len(lines) == 1 + len(still), lines  # and none after pass_done
+
+
 def _published(store: Path, run_id: str) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
