@@ -233,9 +233,10 @@ def plan_memory(shape: ModelShape, *, max_seq_len: int, micro_batch_size: int, m
     per = f" per process ({processes} processes)" if processes > 1 else ""
     raise TrainMemoryError(
         f"not enough memory: a micro-batch of {tokens:,} tokens ({what}) needs about {peak / GIB:.1f} GiB{per} "
-        f"({static / GIB:.1f} GiB of weights, gradients and AdamW states of policy and critic, "
+        f"({static / GIB:.1f} GiB of weights, gradients and AdamW states, "
         f"{(peak - static) / GIB:.1f} GiB of activations{' with activation checkpointing' if ac else ''}), but "
-        f"{available / GIB:.1f} GiB is available; {lower}, or use a machine with more memory; nothing was written")
+        f"{available / GIB:.1f} GiB is available (at most {HEADROOM:.0%} of it is planned); {lower}, or use a "
+        "machine with more memory; nothing was written")
 
 
 __all__ = ["GIB", "MemoryPlan", "ModelShape", "TrainMemoryError", "activation_bytes", "available_memory_bytes",
