@@ -145,6 +145,21 @@ def _scalar_baseline_fn(cfg: TrainConfig, state: TrainerState) -> Callable[[list
 # -- setup -------------------------------------------------------------------------------------
 
 
+class CheckpointGate:
+    """Auto activation checkpointing (trainer.memory): the decoder layers are wrapped, and a
+    micro-batch of more than `above` tokens is checkpointed (0: every one). Set before each pass."""
+
+    def __init__(self, above: int) -> None:
+        self.above = above
+        self.on = above == 0
+
+    def set_tokens(self, tokens: int) -> None:
+        self.on = tokens > self.above
+
+    def __call__(self) -> bool:
+        return self.on
+
+
 @dataclass
 class Trainer:
     """Everything :func:`train` uses, built once by :func:`setup`."""
@@ -174,6 +189,8 @@ class Trainer:
     say: Callable[[str], None] = field(default=lambda _message: None)
     """Tells the user what the trainer is doing within a step (rank 0: the progress line, or a
     line on stderr every few seconds without a terminal); a no-op elsewhere."""
+    checkpoint_gate: CheckpointGate | None = None
+    """Which micro-batches recompute their layers (auto activation checkpointing, ddp)."""
     last_pass: tuple[float, int] | None = None
     """(start time, tokens) of the step's previous forward/backward pass, for tokens/s."""
 
@@ -312,7 +329,8 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
         raise CheckpointError(f"checkpoint {store.url(ckpt.path)} was written with --strategy "
                               f"{'fsdp' if ckpt.sharded else 'ddp'}; resume it with that strategy (any world size)")
     build = _models_fsdp if cfg.run.strategy == "fsdp" else _models_ddp
-    policy, critic, behaviour, optimizers = build(cfg, env, loaded, store, ckpt)
+    gate = CheckpointGate(plan.checkpoint_above_tokens)
+    policy, critic, behaviour, optimizers = build(cfg, env, loaded, store, ckpt, gate=gate)
     if ckpt is not None:
         for k, o in optimizers.items():
             for g in o.param_groups:  # the resolved config's hyper-parameters, not the saved ones
@@ -338,6 +356,7 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
     tr = Trainer(cfg, env, store, loaded, policy, critic, optimizers, stream, recorder, state, adv_fn, scalar_fn,
                  POLICY_LOSSES[cfg.algo.policy_loss], value_loss if critic is not None else None, behaviour)
     tr.census = census
+    tr.checkpoint_gate = gate
     tr.last_checkpoint = state.iteration
     tr.resumed_fresh = resume and ckpt is None
     if recorder is not None:
@@ -417,7 +436,7 @@ def _behaviour_of(cfg: TrainConfig, loaded: LoadedPolicy) -> PolicyLogprobs | No
 
 
 def _models_ddp(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy, store: Store,
-                ckpt: Checkpoint | None) -> Models:
+                ckpt: Checkpoint | None, *, gate: Callable[[], bool] | None = None) -> Models:
     """Whole models on every rank (DDP-wrapped with several ranks); a checkpoint's state dicts
     are loaded before wrapping."""
     behaviour = _behaviour_of(cfg, loaded)
@@ -432,7 +451,7 @@ def _models_ddp(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy, store: S
         for m in (loaded.model, critic):
             if m is not None:
                 for layer in decoder_layers(m):
-                    D.checkpoint_activations(layer)
+                    D.checkpoint_activations(layer, gate)
     loaded.model.to(env.device)
     if behaviour is not None:
         behaviour.to(env.device)
@@ -453,9 +472,11 @@ def _models_ddp(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy, store: S
 
 
 def _models_fsdp(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy, store: Store,
-                 ckpt: Checkpoint | None) -> Models:
+                 ckpt: Checkpoint | None, *, gate: Callable[[], bool] | None = None) -> Models:
     """Policy and critic each sharded with FSDP2 (one group per decoder layer, the rest in the
-    root); optimisers over the sharded parameters; a sharded checkpoint resharded into them."""
+    root); optimisers over the sharded parameters; a sharded checkpoint resharded into them.
+    Activation checkpointing, when on, covers every micro-batch (`gate` is not used)."""
+    del gate
     behaviour = _behaviour_of(cfg, loaded)
     critic = _critic_of(cfg, loaded)
     bf16, ac = cfg.run.bf16, cfg.run.activation_checkpointing
@@ -532,7 +553,7 @@ def _prepare(tr: Trainer, batch: StepBatch) -> tuple[list[_Micro], torch.Tensor]
         for j, m in enumerate(todo):
             need = [i for i, s in enumerate(m.samples) if s.needs_behaviour]
             if need:
-                _say(tr, "initial-policy log-probs", j, len(todo), m)
+                _start_pass(tr, "initial-policy log-probs", j, len(todo), m)
                 with torch.no_grad(), tr.autocast():
                     lp, _ = tr.behaviour(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)
                 fill = torch.zeros_like(m.mb.action_mask)
@@ -544,9 +565,12 @@ def _prepare(tr: Trainer, batch: StepBatch) -> tuple[list[_Micro], torch.Tensor]
     return micros, D.all_reduce_sum(count, env)
 
 
-def _say(tr: Trainer, what: str, j: int, n: int, m: _Micro) -> None:
-    """Report the pass about to run: ``step 1: critic update 1/2, micro-batch 2/3 (11,500 tokens,
-    2 trajectories; last pass 61 tok/s)``; tokens/s of the previous pass of this step."""
+def _start_pass(tr: Trainer, what: str, j: int, n: int, m: _Micro) -> None:
+    """Before each pass over a micro-batch: decide whether it is checkpointed (auto activation
+    checkpointing) and report it: ``step 1: critic update 1/2, micro-batch 2/3 (11,500 tokens,
+    2 trajectories; last pass 61 tok/s)``, with tokens/s of the previous pass of this step."""
+    if tr.checkpoint_gate is not None:
+        tr.checkpoint_gate.set_tokens(int(m.mb.input_ids.shape[1]))
     now = time.perf_counter()
     rate = ""
     if tr.last_pass is not None and now > tr.last_pass[0]:
@@ -584,7 +608,7 @@ def _critic_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor, n_
     world = tr.env.world_size
     total = 0.0
     for j, m in enumerate(micros):
-        _say(tr, what, j, len(micros), m)
+        _start_pass(tr, what, j, len(micros), m)
         with D.maybe_no_sync(tr.critic, j < len(micros) - 1), tr.autocast():
             v = tr.critic(m.mb.input_ids, m.mb.position_ids)
             clip = tr.cfg.algo.value_clip
@@ -605,7 +629,7 @@ def _policy_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor, n_
     sums = {k: 0.0 for k in ("loss", "n", "below", "above", "zero", "ratio", "kl", "entropy")}
     rmin, rmax = math.inf, -math.inf
     for j, m in enumerate(micros):
-        _say(tr, "policy update", j, len(micros), m)
+        _start_pass(tr, "policy update", j, len(micros), m)
         with D.maybe_no_sync(tr.policy, j < len(micros) - 1), tr.autocast():
             lp, ent = tr.policy(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)
             loss, st = tr.policy_loss_fn(lp.float(), m.mb.rollout_logprobs, m.advantages, m.mb.action_mask,
@@ -668,7 +692,7 @@ def train_step(tr: Trainer, batch: StepBatch) -> tuple[dict[str, float], list[di
     # 1-2. values (no grad, without DDP hooks), advantages and critic targets
     for j, m in enumerate(micros):
         if tr.critic is not None:
-            _say(tr, "critic values", j, len(micros), m)
+            _start_pass(tr, "critic values", j, len(micros), m)
             with torch.no_grad(), tr.autocast():
                 m.values = D.unwrap(tr.critic)(m.mb.input_ids, m.mb.position_ids).float()
         m.advantages, m.returns, lam = tr.advantage_fn(m.mb, m.samples, m.values, scalar)

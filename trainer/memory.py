@@ -139,6 +139,8 @@ class MemoryPlan:
         micro_batch_tokens: most tokens packed into one micro-batch (a single trajectory longer
             than that still goes alone: it is never split).
         activation_checkpointing: whether decoder layers are recomputed in the backward pass.
+        checkpoint_above_tokens: with checkpointing, only micro-batches of more tokens than this
+            are checkpointed (those that would not fit without it); 0 = every micro-batch.
         peak_bytes: estimated peak of one process for the largest micro-batch the plan allows
             (``max(micro_batch_tokens, max_seq_len)`` tokens).
         available_bytes: the memory it was planned against (None: unknown, nothing checked).
@@ -148,13 +150,17 @@ class MemoryPlan:
 
     micro_batch_tokens: int
     activation_checkpointing: bool
+    checkpoint_above_tokens: int
     peak_bytes: int
     available_bytes: int | None
     static_bytes: int
     reason: str
 
     def describe(self) -> str:
-        ac = "on" if self.activation_checkpointing else "off"
+        ac = "off"
+        if self.activation_checkpointing:
+            ac = (f"on for micro-batches of more than {self.checkpoint_above_tokens:,} tokens"
+                  if self.checkpoint_above_tokens else "on")
         avail = f" of {self.available_bytes / GIB:.1f} GiB available" if self.available_bytes is not None else ""
         return (f"memory plan: micro-batches of at most {self.micro_batch_tokens:,} tokens, activation "
                 f"checkpointing {ac}; estimated peak {self.peak_bytes / GIB:.1f} GiB{avail} ({self.reason})")
@@ -200,10 +206,13 @@ def plan_memory(shape: ModelShape, *, max_seq_len: int, micro_batch_size: int, m
         ac = bool(activation_checkpointing)
         tokens = micro_batch_tokens or full
         peak = static + activation_bytes(shape, max(tokens, max_seq_len), checkpointing=ac)
-        return MemoryPlan(tokens, ac, peak, None, static, "available memory unknown: not checked")
+        return MemoryPlan(tokens, ac, 0, peak, None, static, "available memory unknown: not checked")
     budget = int(available * HEADROOM) // max(processes, 1)
+    no_ac_fit = 0
     for ac in candidates:
         fit = _max_tokens(shape, budget - static, checkpointing=ac)
+        if not ac:
+            no_ac_fit = fit
         need = max(micro_batch_tokens or 0, max_seq_len)
         if fit < need:
             continue
@@ -219,7 +228,8 @@ def plan_memory(shape: ModelShape, *, max_seq_len: int, micro_batch_size: int, m
             no_ac = static + activation_bytes(shape, max_seq_len, checkpointing=False)
             why += (f"; checkpointing because a {max_seq_len:,}-token trajectory would need "
                     f"{no_ac / GIB:.1f} GiB without it")
-        return MemoryPlan(tokens, ac, peak, available, static, why)
+        above = no_ac_fit if ac and activation_checkpointing is None else 0
+        return MemoryPlan(tokens, ac, above, peak, available, static, why)
     ac = candidates[-1]
     tokens = max(micro_batch_tokens or 0, max_seq_len)
     peak = static + activation_bytes(shape, tokens, checkpointing=ac)

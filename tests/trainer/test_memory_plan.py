@@ -119,9 +119,9 @@ def test_token_micro_batches_never_exceed_the_bound_and_keep_order() -> None:
     assert [len(p) for p in token_micro_batches([_S(10)] * 5, 8, None)] == [5]
 
 
-def _cfg(store: Path, run_id: str = "r", **data) -> TrainConfig:
+def _cfg(store: Path, run_id: str = "r", micro_batch_size: int = 4, **data) -> TrainConfig:
     return TrainConfig(store=str(store), model=ModelConfig(name="tiny-llama", tiny_vocab_size=VOCAB),
-                       data=DataConfig(batch_size=4, micro_batch_size=4, max_seq_len=512, **data),
+                       data=DataConfig(batch_size=4, micro_batch_size=micro_batch_size, max_seq_len=512, **data),
                        algo=AlgoConfig(critic_warmup_steps=0),
                        run=RunConfig(run_id=run_id, progress=False, checkpoint_every=100, max_steps=1))
 
@@ -198,3 +198,58 @@ def test_a_run_that_cannot_fit_is_refused_before_anything_is_written(
     assert len(lines) == 1 and "not enough memory" in lines[0] and "--max-seq-len" in lines[0], r.stderr
     after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "_tmp" not in p.parts)
     assert after == before  # no config, no v0, no records
+
+
+def test_auto_checkpointing_covers_only_the_micro_batches_that_need_it() -> None:
+    avail = 21 * GIB
+    auto = M.plan_memory(SMOLLM2_135M, max_seq_len=8192, micro_batch_size=2, micro_batch_tokens=None,
+                         activation_checkpointing=None, behaviour_copy=True, available=avail)
+    fit = auto.checkpoint_above_tokens  # the most tokens that fit without checkpointing
+    assert 0 < fit < 8192
+    static = M.static_bytes(SMOLLM2_135M, behaviour_copy=True)
+    assert static + M.activation_bytes(SMOLLM2_135M, fit, checkpointing=False) <= M.HEADROOM * avail
+    assert static + M.activation_bytes(SMOLLM2_135M, fit + 1, checkpointing=False) > M.HEADROOM * avail
+    forced = M.plan_memory(SMOLLM2_135M, max_seq_len=8192, micro_batch_size=2, micro_batch_tokens=None,
+                           activation_checkpointing=True, behaviour_copy=True, available=avail)
+    assert forced.activation_checkpointing and forced.checkpoint_above_tokens == 0
+
+
+def test_the_loop_checkpoints_only_long_micro_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.utils.checkpoint as tuc
+
+    from trajstore.trainer.models import load_policy
+
+    shape = M.model_shape(load_policy("tiny-llama", tiny_vocab_size=VOCAB).model,
+                          ModelConfig(name="x").critic_trainable_pattern, with_critic=True)
+    static = M.static_bytes(shape, behaviour_copy=False)
+    # room for 40 tokens without checkpointing: longer micro-batches need it; with it a 64-token one fits
+    avail = int((static + M.activation_bytes(shape, 40, checkpointing=False)) / M.HEADROOM) + 1
+    monkeypatch.setattr(M, "available_memory_bytes", lambda: avail)
+    seen: list[int] = []
+    original = tuc.checkpoint
+
+    def counting(fn, *args, **kwargs):  # noqa: ANN001, ANN202
+        h = args[0] if args else kwargs["hidden_states"]
+        seen.append(int(h.shape[1]))
+        return original(fn, *args, **kwargs)
+
+    monkeypatch.setattr(tuc, "checkpoint", counting)
+    write_synthetic_store(tmp_path, 8, per_shard=8)
+    lens = []
+    import trajstore.trainer.loop as L
+
+    pack = L.pack
+
+    def recording_pack(samples, device="cpu"):  # noqa: ANN001, ANN202
+        mb = pack(samples, device)
+        lens.append(int(mb.input_ids.shape[1]))
+        return mb
+
+    monkeypatch.setattr(L, "pack", recording_pack)
+    cfg = _cfg(tmp_path, micro_batch_size=2)
+    cfg.data.max_seq_len = 64
+    train(cfg)
+    assert cfg.run.activation_checkpointing is True and cfg.data.micro_batch_tokens >= 64
+    assert any(n > 40 for n in lens) and any(n <= 40 for n in lens), lens  # both kinds of micro-batch ran
+    assert seen and all(n > 40 for n in seen), seen  # only the long ones were checkpointed
+    assert set(seen) == {n for n in lens if n > 40}
