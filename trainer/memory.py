@@ -140,7 +140,8 @@ class MemoryPlan:
             than that still goes alone: it is never split).
         activation_checkpointing: whether decoder layers are recomputed in the backward pass.
         checkpoint_above_tokens: with checkpointing, only micro-batches of more tokens than this
-            are checkpointed (those that would not fit without it); 0 = every micro-batch.
+            are checkpointed (auto: the shorter ones stay under `peak_bytes` without it, so the
+            peak is that of checkpointing every micro-batch); 0 = every micro-batch.
         peak_bytes: estimated peak of one process for the largest micro-batch the plan allows
             (``max(micro_batch_tokens, max_seq_len)`` tokens).
         available_bytes: the memory it was planned against (None: unknown, nothing checked).
@@ -188,7 +189,9 @@ def plan_memory(shape: ModelShape, *, max_seq_len: int, micro_batch_size: int, m
         max_seq_len: longest trajectory trained (``--max-seq-len``): the smallest micro-batch that
             must fit.
         micro_batch_size: trajectories per micro-batch (``--micro-batch-size``).
-        micro_batch_tokens: the user's bound (``--micro-batch-tokens``), None = auto.
+        micro_batch_tokens: the user's bound (``--micro-batch-tokens``), None = auto: `max_seq_len`
+            where the memory is known (the peak is then that of one longest trajectory), else
+            ``micro_batch_size x max_seq_len``.
         activation_checkpointing: the user's choice, None = auto (off unless a micro-batch of
             ``max_seq_len`` tokens would not fit without it).
         behaviour_copy: a frozen initial policy is held too (``--behaviour-logprobs initial-policy``).
@@ -208,27 +211,21 @@ def plan_memory(shape: ModelShape, *, max_seq_len: int, micro_batch_size: int, m
         peak = static + activation_bytes(shape, max(tokens, max_seq_len), checkpointing=ac)
         return MemoryPlan(tokens, ac, 0, peak, None, static, "available memory unknown: not checked")
     budget = int(available * HEADROOM) // max(processes, 1)
-    no_ac_fit = 0
+    # auto: one longest trajectory's worth of tokens. A larger pass is no faster on CPU (and its
+    # attention grows with the square of its tokens), a smaller one could not hold that trajectory.
+    tokens = micro_batch_tokens or max_seq_len
+    need = max(tokens, max_seq_len)
     for ac in candidates:
-        fit = _max_tokens(shape, budget - static, checkpointing=ac)
-        if not ac:
-            no_ac_fit = fit
-        need = max(micro_batch_tokens or 0, max_seq_len)
-        if fit < need:
+        peak = static + activation_bytes(shape, need, checkpointing=ac)
+        if peak > budget:
             continue
-        tokens = micro_batch_tokens or max(min(fit, full), 1)
-        peak = static + activation_bytes(shape, max(tokens, max_seq_len), checkpointing=ac)
-        if micro_batch_tokens is not None:
-            why = "--micro-batch-tokens"
-        elif fit >= full:
-            why = f"--micro-batch-size {micro_batch_size} x --max-seq-len {max_seq_len:,}"
-        else:
-            why = "bounded by the memory available"
+        why = "--micro-batch-tokens" if micro_batch_tokens is not None else "auto: one --max-seq-len trajectory"
+        above = 0
         if ac and activation_checkpointing is None:
-            no_ac = static + activation_bytes(shape, max_seq_len, checkpointing=False)
-            why += (f"; checkpointing because a {max_seq_len:,}-token trajectory would need "
-                    f"{no_ac / GIB:.1f} GiB without it")
-        above = no_ac_fit if ac and activation_checkpointing is None else 0
+            # auto: micro-batches short enough to stay under the checkpointed peak run without it
+            above = _max_tokens(shape, peak - static, checkpointing=False)
+            no_ac = static + activation_bytes(shape, need, checkpointing=False)
+            why += f"; checkpointing because {need:,} tokens would need {no_ac / GIB:.1f} GiB without it"
         return MemoryPlan(tokens, ac, above, peak, available, static, why)
     ac = candidates[-1]
     tokens = max(micro_batch_tokens or 0, max_seq_len)

@@ -59,15 +59,16 @@ def test_auto_plan_switches_checkpointing_on_for_long_trajectories_and_fits() ->
     plan = M.plan_memory(SMOLLM2_135M, max_seq_len=8192, micro_batch_size=2, micro_batch_tokens=None,
                          activation_checkpointing=None, behaviour_copy=True, available=avail)
     assert plan.activation_checkpointing and plan.peak_bytes <= M.HEADROOM * avail
-    assert plan.micro_batch_tokens >= 8192  # a max-length trajectory always fits one micro-batch
-    assert "checkpointing because a 8,192-token trajectory would need" in plan.describe()
+    assert plan.micro_batch_tokens == 8192  # one max-length trajectory's worth: the peak of the longest one
+    assert "checkpointing because 8,192 tokens would need" in plan.describe()
     short = M.plan_memory(SMOLLM2_135M, max_seq_len=1024, micro_batch_size=2, micro_batch_tokens=None,
                           activation_checkpointing=None, behaviour_copy=True, available=avail)
-    assert not short.activation_checkpointing and short.micro_batch_tokens == 2048
-    # less memory: the token bound shrinks below micro_batch_size x max_seq_len, never below max_seq_len
-    tight = M.plan_memory(SMOLLM2_135M, max_seq_len=2048, micro_batch_size=8, micro_batch_tokens=None,
-                          activation_checkpointing=False, behaviour_copy=False, available=12 * GIB)
-    assert 2048 <= tight.micro_batch_tokens < 8 * 2048 and tight.peak_bytes <= M.HEADROOM * 12 * GIB
+    assert not short.activation_checkpointing and short.micro_batch_tokens == 1024
+    # the user's bound is kept (above max_seq_len too) while it fits
+    mine = M.plan_memory(SMOLLM2_135M, max_seq_len=2048, micro_batch_size=8, micro_batch_tokens=4096,
+                         activation_checkpointing=None, behaviour_copy=False, available=avail)
+    assert mine.micro_batch_tokens == 4096 and not mine.activation_checkpointing
+    assert mine.peak_bytes <= M.HEADROOM * avail
 
 
 @pytest.mark.parametrize(("kw", "names"), [
@@ -204,11 +205,12 @@ def test_auto_checkpointing_covers_only_the_micro_batches_that_need_it() -> None
     avail = 21 * GIB
     auto = M.plan_memory(SMOLLM2_135M, max_seq_len=8192, micro_batch_size=2, micro_batch_tokens=None,
                          activation_checkpointing=None, behaviour_copy=True, available=avail)
-    fit = auto.checkpoint_above_tokens  # the most tokens that fit without checkpointing
-    assert 0 < fit < 8192
+    fit = auto.checkpoint_above_tokens  # the most tokens that stay under the checkpointed peak without it
+    assert 0 < fit < 8192 and auto.peak_bytes <= M.HEADROOM * avail
     static = M.static_bytes(SMOLLM2_135M, behaviour_copy=True)
-    assert static + M.activation_bytes(SMOLLM2_135M, fit, checkpointing=False) <= M.HEADROOM * avail
-    assert static + M.activation_bytes(SMOLLM2_135M, fit + 1, checkpointing=False) > M.HEADROOM * avail
+    assert static + M.activation_bytes(SMOLLM2_135M, fit, checkpointing=False) <= auto.peak_bytes
+    assert static + M.activation_bytes(SMOLLM2_135M, fit + 1, checkpointing=False) > auto.peak_bytes
+    assert "on for micro-batches of more than" in auto.describe()
     forced = M.plan_memory(SMOLLM2_135M, max_seq_len=8192, micro_batch_size=2, micro_batch_tokens=None,
                            activation_checkpointing=True, behaviour_copy=True, available=avail)
     assert forced.activation_checkpointing and forced.checkpoint_above_tokens == 0
@@ -222,9 +224,12 @@ def test_the_loop_checkpoints_only_long_micro_batches(tmp_path: Path, monkeypatc
     shape = M.model_shape(load_policy("tiny-llama", tiny_vocab_size=VOCAB).model,
                           ModelConfig(name="x").critic_trainable_pattern, with_critic=True)
     static = M.static_bytes(shape, behaviour_copy=False)
-    # room for 40 tokens without checkpointing: longer micro-batches need it; with it a 64-token one fits
+    # room for 40 tokens without checkpointing: a 64-token trajectory needs it
     avail = int((static + M.activation_bytes(shape, 40, checkpointing=False)) / M.HEADROOM) + 1
     monkeypatch.setattr(M, "available_memory_bytes", lambda: avail)
+    thr = M.plan_memory(shape, max_seq_len=64, micro_batch_size=2, micro_batch_tokens=None,
+                        activation_checkpointing=None, behaviour_copy=False, available=avail).checkpoint_above_tokens
+    assert 0 < thr <= 40
     seen: list[int] = []
     original = tuc.checkpoint
 
@@ -250,6 +255,6 @@ def test_the_loop_checkpoints_only_long_micro_batches(tmp_path: Path, monkeypatc
     cfg.data.max_seq_len = 64
     train(cfg)
     assert cfg.run.activation_checkpointing is True and cfg.data.micro_batch_tokens >= 64
-    assert any(n > 40 for n in lens) and any(n <= 40 for n in lens), lens  # both kinds of micro-batch ran
-    assert seen and all(n > 40 for n in seen), seen  # only the long ones were checkpointed
-    assert set(seen) == {n for n in lens if n > 40}
+    assert any(n > thr for n in lens) and any(n <= thr for n in lens), (thr, lens)  # both kinds ran
+    assert seen and all(n > thr for n in seen), (thr, seen)  # only the long ones were checkpointed
+    assert set(seen) == {n for n in lens if n > thr}
