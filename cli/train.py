@@ -22,8 +22,8 @@ def train_cmd(
     max_batch_tokens: int = typer.Option(1 << 21, "--max-batch-tokens", help="token budget of one policy step "
                                                                               "(all micro-batches together)"),
     micro_batch_tokens: int | None = typer.Option(None, "--micro-batch-tokens",
-                                                  help="most tokens in one forward/backward pass (default: what "
-                                                       "the memory available allows, printed at the start)"),
+                                                  help="most tokens in one forward/backward pass (default: "
+                                                       "--max-seq-len on CPU; the plan is printed at the start)"),
     max_seq_len: int = typer.Option(8192, "--max-seq-len", help="longest trajectory trained (tokens)"),
     overlong: str = typer.Option("skip", "--overlong", help="longer trajectories: skip | error (never truncated)"),
     max_steps: int | None = typer.Option(None, "--max-steps", help="policy steps to run (default: until "
