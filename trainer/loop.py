@@ -59,9 +59,9 @@ from trajstore.trainer.data import (
     TrajectoryStream,
     gae_inputs,
     pack,
-    token_micro_batches,
     split_for_rank,
     to_packed,
+    token_micro_batches,
 )
 from trajstore.trainer.losses import POLICY_LOSSES, PolicyLossFn, value_loss
 from trajstore.trainer.models import (
@@ -578,7 +578,7 @@ def _start_pass(tr: Trainer, what: str, j: int, n: int, m: _Micro) -> None:
     tr.last_pass = (now, int(m.mb.input_ids.shape[1]))
     head = f"step {tr.state.step}" if not tr.in_warmup() else f"critic warm-up {tr.state.iteration + 1}"
     tr.say(f"{head}: {what}, micro-batch {j + 1}/{n} ({int(m.mb.input_ids.shape[1]):,} tokens, "
-           f"{len(m.samples)} trajectories{rate})")
+           f"{len(m.samples)} trajector{'y' if len(m.samples) == 1 else 'ies'}{rate})")
 
 
 def _clip_and_step(tr: Trainer, params: list[nn.Parameter], opt: torch.optim.Optimizer, max_norm: float, *,
