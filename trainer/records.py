@@ -14,6 +14,7 @@ import math
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -94,6 +95,19 @@ def progress_line(step: int, trainer_version: int, metrics: Mapping[str, float],
     if metrics.get("warn/critic_ev_not_positive"):
         parts.append("[critic not useful yet: EV<=0]")
     return " ".join(parts)
+
+
+def _still_running(ref: weakref.ref[RunRecorder], closed: threading.Event) -> None:
+    """Heartbeat of :meth:`RunRecorder.activity` until the recorder is closed or dropped."""
+    while True:
+        rec = ref()
+        if rec is None:
+            return
+        wait = min(rec.STILL_RUNNING_EVERY_S, 5.0)
+        rec._still_running_tick()
+        del rec
+        if closed.wait(wait):
+            return
 
 
 def _duration(seconds: float) -> str:
@@ -249,21 +263,20 @@ class RunRecorder:
                 self._last_activity = now
                 print(message, file=sys.stderr, flush=True)
             if self._heartbeat is None:
-                self._heartbeat = threading.Thread(target=self._still_running, name="trajstore-train-heartbeat",
-                                                   daemon=True)
+                # holds the recorder weakly: a recorder dropped without close() ends its thread too
+                self._heartbeat = threading.Thread(target=_still_running, args=(weakref.ref(self), self._closed),
+                                                   name="trajstore-train-heartbeat", daemon=True)
                 self._heartbeat.start()
 
-    def _still_running(self) -> None:
-        while not self._closed.wait(min(self.STILL_RUNNING_EVERY_S, 5.0)):
-            with self._activity_lock:
-                if self._activity is None:
-                    continue
-                message, since = self._activity
-                now = time.monotonic()
-                if now - since >= self.STILL_RUNNING_EVERY_S and now - self._last_activity >= \
-                        self.STILL_RUNNING_EVERY_S:
-                    self._last_activity = now
-                    print(f"{message} ... still running ({_duration(now - since)})", file=sys.stderr, flush=True)
+    def _still_running_tick(self) -> None:
+        with self._activity_lock:
+            if self._activity is None:
+                return
+            message, since = self._activity
+            now = time.monotonic()
+            if now - since >= self.STILL_RUNNING_EVERY_S and now - self._last_activity >= self.STILL_RUNNING_EVERY_S:
+                self._last_activity = now
+                print(f"{message} ... still running ({_duration(now - since)})", file=sys.stderr, flush=True)
 
     def pass_done(self) -> None:
         """The pass announced by :meth:`activity` ended (no "still running" lines for it)."""
