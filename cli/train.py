@@ -19,7 +19,11 @@ def train_cmd(
     run_id: str = typer.Option(..., "--run-id", help="run id: records in runs/<id>/, weights in policies/<id>/"),
     batch_size: int = typer.Option(128, "--batch-size", help="trajectories per policy step (all ranks)"),
     micro_batch_size: int = typer.Option(8, "--micro-batch-size", help="trajectories per forward pass"),
-    max_batch_tokens: int = typer.Option(1 << 21, "--max-batch-tokens", help="token budget of one step"),
+    max_batch_tokens: int = typer.Option(1 << 21, "--max-batch-tokens", help="token budget of one policy step "
+                                                                              "(all micro-batches together)"),
+    micro_batch_tokens: int | None = typer.Option(None, "--micro-batch-tokens",
+                                                  help="most tokens in one forward/backward pass (default: "
+                                                       "--max-seq-len on CPU; the plan is printed at the start)"),
     max_seq_len: int = typer.Option(8192, "--max-seq-len", help="longest trajectory trained (tokens)"),
     overlong: str = typer.Option("skip", "--overlong", help="longer trajectories: skip | error (never truncated)"),
     max_steps: int | None = typer.Option(None, "--max-steps", help="policy steps to run (default: until "
@@ -63,8 +67,10 @@ def train_cmd(
     strategy: str = typer.Option("ddp", "--strategy", help="ddp (whole models on every rank; small models) | fsdp "
                                                             "(FSDP2: parameters, gradients and optimiser state "
                                                             "sharded over the ranks; run under torchrun)"),
-    activation_checkpointing: bool = typer.Option(False, "--activation-checkpointing/--no-activation-checkpointing",
-                                                  help="recompute decoder layers in the backward pass (less memory)"),
+    activation_checkpointing: bool | None = typer.Option(
+        None, "--activation-checkpointing/--no-activation-checkpointing",
+        help="recompute decoder layers in the backward pass (less memory, slower; default: on when a "
+             "--max-seq-len trajectory would not fit the memory available without it)"),
     bf16: bool = typer.Option(True, "--bf16/--no-bf16", help="bf16 compute on CUDA (no effect on CPU, which computes "
                                                              "in float32)"),
     publish_dtype: str = typer.Option("auto", "--publish-dtype", help="auto (bfloat16 when computing in bf16 on "
@@ -129,7 +135,7 @@ def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed opti
             keep_versions, behaviour_logprobs, tokenizer, advantage, policy_loss, critic_updates,
             critic_warmup_steps, critic_warmup_until, policy_lr, critic_lr, eps_low,
             eps_high, critic_trainable_pattern, device, strategy, activation_checkpointing, publish_dtype, tensorboard,
-            seed, fmt, storage_option=(), bf16=True, **_ignored):
+            seed, fmt, storage_option=(), bf16=True, micro_batch_tokens=None, **_ignored):
     """The TrainConfig for the parsed options (pydantic validates every field)."""
     from trajstore.cli.audit import parse_storage_options
     from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
@@ -140,6 +146,7 @@ def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed opti
         model=ModelConfig(name=model, tokenizer=tokenizer, seed=seed,
                           critic_trainable_pattern=critic_trainable_pattern or None),
         data=DataConfig(batch_size=batch_size, micro_batch_size=micro_batch_size, max_batch_tokens=max_batch_tokens,
+                        micro_batch_tokens=micro_batch_tokens,
                         max_seq_len=max_seq_len, overlong=overlong, where=where, follow=follow,
                         idle_timeout_s=idle_timeout, poll_interval_s=poll_interval,
                         behaviour_logprobs=behaviour_logprobs),

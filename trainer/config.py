@@ -87,6 +87,10 @@ class DataConfig(_Section):
                                                              "trajectory would exceed it")
     micro_batch_size: int = Field(8, ge=1, description="trajectories per forward/backward pass on one rank; "
                                                        "the rest is gradient accumulation")
+    micro_batch_tokens: int | None = Field(None, ge=1, description="most tokens packed into one forward/backward "
+                                           "pass (tokens; a longer trajectory goes alone, never split); None = "
+                                           "auto (trainer.memory.plan_memory): max_seq_len on CPU, where the memory "
+                                           "is planned; micro_batch_size x max_seq_len on CUDA")
     max_seq_len: int = Field(8192, ge=2, description="longest trajectory trained (tokens); longer ones follow "
                                                      "`overlong`")
     overlong: Literal["skip", "error"] = Field("skip", description="trajectories longer than max_seq_len: skip "
@@ -177,8 +181,11 @@ class RunConfig(_Section):
     strategy: Literal["ddp", "fsdp"] = Field("ddp", description="ddp = every rank holds whole models (small models); "
                                              "fsdp = FSDP2 shards parameters, gradients and optimiser state over "
                                              "the ranks (when policy + critic do not fit one device)")
-    activation_checkpointing: bool = Field(False, description="recompute each decoder layer's activations in the "
-                                                              "backward pass (less memory, ~1 more forward pass)")
+    activation_checkpointing: bool | None = Field(None, description="recompute each decoder layer's activations in "
+                                                  "the backward pass (less memory, ~1 more forward pass); None = auto: "
+                                                  "when a trajectory of max_seq_len tokens would not fit the memory "
+                                                  "available without it, for the micro-batches that would raise the "
+                                                  "peak (trainer.memory)")
     publish_dtype: Literal["auto", "bfloat16", "float32"] = Field(
         "auto", description="dtype of published weights; auto = bfloat16 when the run computes in bf16 (CUDA), "
                             "else float32")

@@ -280,6 +280,25 @@ def micro_batches(samples: Sequence[Sample], micro_batch_size: int, num_micro: i
     return out + [[] for _ in range(num_micro - len(out))]
 
 
+def token_micro_batches(samples: Sequence[Sample], micro_batch_size: int, max_tokens: int | None) -> list[list[Sample]]:
+    """Split in order into micro-batches of at most `micro_batch_size` trajectories and at most
+    `max_tokens` tokens (None: no token bound); a trajectory longer than `max_tokens` goes alone
+    (trajectories are never split). The step's loss is normalised by its global token count, so
+    how it is split does not change the update (tests/trainer/test_losses.py)."""
+    out: list[list[Sample]] = []
+    cur: list[Sample] = []
+    n = 0
+    for s in samples:
+        if cur and (len(cur) >= micro_batch_size or (max_tokens is not None and n + s.num_tokens > max_tokens)):
+            out.append(cur)
+            cur, n = [], 0
+        cur.append(s)
+        n += s.num_tokens
+    if cur:
+        out.append(cur)
+    return out
+
+
 ListShards = Callable[[], list[ShardInfo]]
 
 

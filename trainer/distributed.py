@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -128,15 +128,16 @@ def shard(module: nn.Module, layers: list[nn.Module], env: DistEnv, *, bf16: boo
     return module
 
 
-def checkpoint_activations(layer: nn.Module) -> None:
+def checkpoint_activations(layer: nn.Module, enabled: Callable[[], bool] | None = None) -> None:
     """Recompute `layer`'s forward in the backward pass (non-reentrant activation checkpointing):
-    only the layer's input is kept between the passes."""
+    only the layer's input is kept between the passes. `enabled` (called at each forward; None =
+    always) lets the trainer checkpoint only the micro-batches that need it."""
     from torch.utils.checkpoint import checkpoint
 
     forward = layer.forward
 
     def checkpointed(*args: Any, **kwargs: Any) -> Any:
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() or (enabled is not None and not enabled()):
             return forward(*args, **kwargs)
         return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 

@@ -58,10 +58,10 @@ from trajstore.trainer.data import (
     TrainDataError,
     TrajectoryStream,
     gae_inputs,
-    micro_batches,
     pack,
     split_for_rank,
     to_packed,
+    token_micro_batches,
 )
 from trajstore.trainer.losses import POLICY_LOSSES, PolicyLossFn, value_loss
 from trajstore.trainer.models import (
@@ -145,6 +145,21 @@ def _scalar_baseline_fn(cfg: TrainConfig, state: TrainerState) -> Callable[[list
 # -- setup -------------------------------------------------------------------------------------
 
 
+class CheckpointGate:
+    """Auto activation checkpointing (trainer.memory): the decoder layers are wrapped, and a
+    micro-batch of more than `above` tokens is checkpointed (0: every one). Set before each pass."""
+
+    def __init__(self, above: int) -> None:
+        self.above = above
+        self.on = above == 0
+
+    def set_tokens(self, tokens: int) -> None:
+        self.on = tokens > self.above
+
+    def __call__(self) -> bool:
+        return self.on
+
+
 @dataclass
 class Trainer:
     """Everything :func:`train` uses, built once by :func:`setup`."""
@@ -171,6 +186,13 @@ class Trainer:
     resumed_fresh: bool = False
     """``--resume`` found no checkpoint (and no records): the run started at iteration 0."""
     stop: StopRequest = field(default_factory=lambda: StopRequest())
+    say: Callable[[str], None] = field(default=lambda _message: None)
+    """Tells the user what the trainer is doing within a step (rank 0: the progress line, or a
+    line on stderr every few seconds without a terminal); a no-op elsewhere."""
+    checkpoint_gate: CheckpointGate | None = None
+    """Which micro-batches recompute their layers (auto activation checkpointing, ddp)."""
+    last_pass: tuple[float, int] | None = None
+    """(start time, tokens) of the step's previous forward/backward pass, for tokens/s."""
 
     def in_warmup(self) -> bool:
         """Whether the next batch only trains the critic (SAO's value warm-up): there is a critic,
@@ -302,11 +324,13 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
                          seed=cfg.model.seed)
     stream.vocab_size = loaded.vocab_size
     stream.check_vocabulary(census)  # still before the first write
+    plan = _memory_plan(cfg, env, loaded)  # refuses a run that cannot fit, still before the first write
     if ckpt is not None and ckpt.sharded != (cfg.run.strategy == "fsdp"):
         raise CheckpointError(f"checkpoint {store.url(ckpt.path)} was written with --strategy "
                               f"{'fsdp' if ckpt.sharded else 'ddp'}; resume it with that strategy (any world size)")
     build = _models_fsdp if cfg.run.strategy == "fsdp" else _models_ddp
-    policy, critic, behaviour, optimizers = build(cfg, env, loaded, store, ckpt)
+    gate = CheckpointGate(plan.checkpoint_above_tokens)
+    policy, critic, behaviour, optimizers = build(cfg, env, loaded, store, ckpt, gate=gate)
     if ckpt is not None:
         for k, o in optimizers.items():
             for g in o.param_groups:  # the resolved config's hyper-parameters, not the saved ones
@@ -323,6 +347,7 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
         if resume:
             recorder.rollback_after(state.iteration - 1)
         recorder.save_config(cfg.to_json())
+        recorder.note(plan.describe())
     D.barrier(env)
     if cfg.algo.advantage == "sao-gae":
         adv_fn, scalar_fn = sao_gae_advantages(cfg), None
@@ -331,15 +356,51 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
     tr = Trainer(cfg, env, store, loaded, policy, critic, optimizers, stream, recorder, state, adv_fn, scalar_fn,
                  POLICY_LOSSES[cfg.algo.policy_loss], value_loss if critic is not None else None, behaviour)
     tr.census = census
+    tr.checkpoint_gate = gate
     tr.last_checkpoint = state.iteration
     tr.resumed_fresh = resume and ckpt is None
     if recorder is not None:
         stream.on_wait = recorder.waiting
+        tr.say = recorder.activity
     # v0 on a fresh start; on resume the checkpoint's version again, so LATEST stops pointing at
     # versions the killed process published after its last checkpoint (they are re-trained and
     # re-published under the same numbers)
     _publish(tr, force=True)
     return tr
+
+
+def _memory_plan(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy) -> Any:
+    """The memory plan (trainer.memory) of this run, resolved into ``cfg`` (micro-batch token
+    bound, activation checkpointing) so that config.json records what ran. Planned against the
+    RAM available on CPU; on CUDA nothing is estimated (the user's bounds, or micro_batch_size x
+    max_seq_len tokens, and checkpointing only when asked). Rank 0 decides for every rank.
+
+    Raises:
+        TrainMemoryError: the longest micro-batch allowed cannot fit (names the options to lower).
+    """
+    from trajstore.trainer.memory import available_memory_bytes, model_shape, plan_memory
+
+    plan = None
+    if env.is_main:
+        shape = model_shape(loaded.model, cfg.model.critic_trainable_pattern,
+                            with_critic=cfg.algo.advantage == "sao-gae")
+        available = available_memory_bytes() if env.device.type == "cpu" else None
+        processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if env.device.type == "cpu" else 1
+        try:
+            plan = plan_memory(shape, max_seq_len=cfg.data.max_seq_len, micro_batch_size=cfg.data.micro_batch_size,
+                               micro_batch_tokens=cfg.data.micro_batch_tokens,
+                               activation_checkpointing=cfg.run.activation_checkpointing,
+                               behaviour_copy=cfg.data.behaviour_logprobs == "initial-policy",
+                               available=available, processes=processes)
+        except TrajstoreError as e:
+            plan = e
+    if env.distributed:
+        plan = D.broadcast_object(plan, env)
+    if isinstance(plan, BaseException):
+        raise plan
+    cfg.data.micro_batch_tokens = plan.micro_batch_tokens
+    cfg.run.activation_checkpointing = plan.activation_checkpointing
+    return plan
 
 
 Models = tuple[nn.Module, "nn.Module | None", "PolicyLogprobs | None", dict[str, torch.optim.Optimizer]]
@@ -375,7 +436,7 @@ def _behaviour_of(cfg: TrainConfig, loaded: LoadedPolicy) -> PolicyLogprobs | No
 
 
 def _models_ddp(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy, store: Store,
-                ckpt: Checkpoint | None) -> Models:
+                ckpt: Checkpoint | None, *, gate: Callable[[], bool] | None = None) -> Models:
     """Whole models on every rank (DDP-wrapped with several ranks); a checkpoint's state dicts
     are loaded before wrapping."""
     behaviour = _behaviour_of(cfg, loaded)
@@ -390,7 +451,7 @@ def _models_ddp(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy, store: S
         for m in (loaded.model, critic):
             if m is not None:
                 for layer in decoder_layers(m):
-                    D.checkpoint_activations(layer)
+                    D.checkpoint_activations(layer, gate)
     loaded.model.to(env.device)
     if behaviour is not None:
         behaviour.to(env.device)
@@ -411,9 +472,11 @@ def _models_ddp(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy, store: S
 
 
 def _models_fsdp(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy, store: Store,
-                 ckpt: Checkpoint | None) -> Models:
+                 ckpt: Checkpoint | None, *, gate: Callable[[], bool] | None = None) -> Models:
     """Policy and critic each sharded with FSDP2 (one group per decoder layer, the rest in the
-    root); optimisers over the sharded parameters; a sharded checkpoint resharded into them."""
+    root); optimisers over the sharded parameters; a sharded checkpoint resharded into them.
+    Activation checkpointing, when on, covers every micro-batch (`gate` is not used)."""
+    del gate
     behaviour = _behaviour_of(cfg, loaded)
     critic = _critic_of(cfg, loaded)
     bf16, ac = cfg.run.bf16, cfg.run.activation_checkpointing
@@ -480,13 +543,17 @@ def _prepare(tr: Trainer, batch: StepBatch) -> tuple[list[_Micro], torch.Tensor]
     """This rank's micro-batches (same count on every rank) and the step's global action-token count."""
     cfg, env = tr.cfg, tr.env
     local = split_for_rank(batch.samples, env.rank, env.world_size)
-    per_rank = math.ceil(len(batch.samples) / env.world_size)
-    n_micro = max(1, math.ceil(per_rank / cfg.data.micro_batch_size))
-    micros = [_Micro(s, pack(s, env.device)) for s in micro_batches(local, cfg.data.micro_batch_size, n_micro)]
+    parts = token_micro_batches(local, cfg.data.micro_batch_size, cfg.data.micro_batch_tokens)
+    # every rank runs the same number of passes (empty micro-batches pad the shorter ranks)
+    n_micro = max(1, int(D.all_reduce_max(torch.tensor([float(len(parts))], device=env.device), env)))
+    micros = [_Micro(s, pack(s, env.device)) for s in parts + [[] for _ in range(n_micro - len(parts))]]
+    tr.last_pass = None
     if tr.behaviour is not None:
-        for m in micros:
+        todo = [m for m in micros if any(s.needs_behaviour for s in m.samples)]
+        for j, m in enumerate(todo):
             need = [i for i, s in enumerate(m.samples) if s.needs_behaviour]
             if need:
+                _start_pass(tr, "initial-policy log-probs", j, len(todo), m)
                 with torch.no_grad(), tr.autocast():
                     lp, _ = tr.behaviour(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)
                 fill = torch.zeros_like(m.mb.action_mask)
@@ -496,6 +563,22 @@ def _prepare(tr: Trainer, batch: StepBatch) -> tuple[list[_Micro], torch.Tensor]
                 m.mb = m.mb._replace(rollout_logprobs=torch.where(fill, lp.float(), m.mb.rollout_logprobs))
     count = torch.tensor(float(sum(int(m.mb.action_mask.sum()) for m in micros)), device=env.device)
     return micros, D.all_reduce_sum(count, env)
+
+
+def _start_pass(tr: Trainer, what: str, j: int, n: int, m: _Micro) -> None:
+    """Before each pass over a micro-batch: decide whether it is checkpointed (auto activation
+    checkpointing) and report it: ``step 1: critic update 1/2, micro-batch 2/3 (11,500 tokens,
+    2 trajectories; last pass 61 tok/s)``, with tokens/s of the previous pass of this step."""
+    if tr.checkpoint_gate is not None:
+        tr.checkpoint_gate.set_tokens(int(m.mb.input_ids.shape[1]))
+    now = time.perf_counter()
+    rate = ""
+    if tr.last_pass is not None and now > tr.last_pass[0]:
+        rate = f"; last pass {tr.last_pass[1] / (now - tr.last_pass[0]):,.0f} tok/s"
+    tr.last_pass = (now, int(m.mb.input_ids.shape[1]))
+    head = f"step {tr.state.step}" if not tr.in_warmup() else f"critic warm-up {tr.state.iteration + 1}"
+    tr.say(f"{head}: {what}, micro-batch {j + 1}/{n} ({int(m.mb.input_ids.shape[1]):,} tokens, "
+           f"{len(m.samples)} trajector{'y' if len(m.samples) == 1 else 'ies'}{rate})")
 
 
 def _clip_and_step(tr: Trainer, params: list[nn.Parameter], opt: torch.optim.Optimizer, max_norm: float, *,
@@ -518,12 +601,14 @@ def _clip_and_step(tr: Trainer, params: list[nn.Parameter], opt: torch.optim.Opt
     return float(D.full(norm))
 
 
-def _critic_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor, n_seqs: int) -> dict[str, float]:
+def _critic_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor, n_seqs: int, *,
+                   what: str = "critic update") -> dict[str, float]:
     """One critic update over the step's micro-batches (gradients accumulated)."""
     assert tr.critic is not None and tr.value_loss_fn is not None
     world = tr.env.world_size
     total = 0.0
     for j, m in enumerate(micros):
+        _start_pass(tr, what, j, len(micros), m)
         with D.maybe_no_sync(tr.critic, j < len(micros) - 1), tr.autocast():
             v = tr.critic(m.mb.input_ids, m.mb.position_ids)
             clip = tr.cfg.algo.value_clip
@@ -544,6 +629,7 @@ def _policy_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor, n_
     sums = {k: 0.0 for k in ("loss", "n", "below", "above", "zero", "ratio", "kl", "entropy")}
     rmin, rmax = math.inf, -math.inf
     for j, m in enumerate(micros):
+        _start_pass(tr, "policy update", j, len(micros), m)
         with D.maybe_no_sync(tr.policy, j < len(micros) - 1), tr.autocast():
             lp, ent = tr.policy(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)
             loss, st = tr.policy_loss_fn(lp.float(), m.mb.rollout_logprobs, m.advantages, m.mb.action_mask,
@@ -604,8 +690,9 @@ def train_step(tr: Trainer, batch: StepBatch) -> tuple[dict[str, float], list[di
     scalar = tr.scalar_fn(batch.samples, state) if tr.scalar_fn is not None else {}
     metrics: dict[str, float] = {}
     # 1-2. values (no grad, without DDP hooks), advantages and critic targets
-    for m in micros:
+    for j, m in enumerate(micros):
         if tr.critic is not None:
+            _start_pass(tr, "critic values", j, len(micros), m)
             with torch.no_grad(), tr.autocast():
                 m.values = D.unwrap(tr.critic)(m.mb.input_ids, m.mb.position_ids).float()
         m.advantages, m.returns, lam = tr.advantage_fn(m.mb, m.samples, m.values, scalar)
@@ -620,8 +707,9 @@ def train_step(tr: Trainer, batch: StepBatch) -> tuple[dict[str, float], list[di
         metrics["warn/critic_ev_not_positive"] = 1.0 if ev <= 0 else 0.0
         if warmup and cfg.algo.critic_warmup_until == "explained-variance" and ev > 0:
             state.warmup_done = True  # the critic explains returns of a batch it has not trained on
-        for _ in range(cfg.algo.critic_updates):
-            metrics.update(_critic_update(tr, micros, n_tokens, len(batch.samples)))
+        for k in range(cfg.algo.critic_updates):
+            metrics.update(_critic_update(tr, micros, n_tokens, len(batch.samples),
+                                          what=f"critic update {k + 1}/{cfg.algo.critic_updates}"))
     # 4. one policy update with DIS, then the version moves on
     if not warmup:
         state.warmup_done = True

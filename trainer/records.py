@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -96,6 +98,24 @@ def progress_line(step: int, trainer_version: int, metrics: Mapping[str, float],
     return " ".join(parts)
 
 
+def _still_running(ref: weakref.ref[RunRecorder], closed: threading.Event) -> None:
+    """Heartbeat of :meth:`RunRecorder.activity` until the recorder is closed or dropped."""
+    while True:
+        rec = ref()
+        if rec is None:
+            return
+        wait = min(rec.STILL_RUNNING_EVERY_S, 5.0)
+        rec._still_running_tick()
+        del rec
+        if closed.wait(wait):
+            return
+
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m}m{s}s" if m else f"{s}s"
+
+
 def consumed_rows(samples: Sequence[Sample], *, step: int, trainer_version: int, rank: int,
                   logprobs: torch.Tensor | None, packed: PackedMicroBatch | None, eps_low: float,
                   eps_high: float) -> list[dict[str, Any]]:
@@ -160,6 +180,11 @@ class RunRecorder:
         self._progress = None
         self._task = None
         self._last_wait: tuple[str, float] = ("", -math.inf)
+        self._last_activity = -math.inf
+        self._activity: tuple[str, float] | None = None
+        self._activity_lock = threading.Lock()
+        self._heartbeat: threading.Thread | None = None
+        self._closed = threading.Event()
         if progress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -181,6 +206,7 @@ class RunRecorder:
                    consumed: Sequence[Mapping[str, Any]]) -> None:
         """Write one iteration's metrics and consumption rows as two shards, then update the
         progress bar and TensorBoard."""
+        self.pass_done()
         now = datetime.now(timezone.utc)
         meta = {ITERATION_KEY: str(iteration).encode()}
         names = sorted(metrics)
@@ -216,6 +242,55 @@ class RunRecorder:
             self._last_wait = (message, now)
             print(message, file=sys.stderr, flush=True)
 
+    ACTIVITY_LOG_EVERY_S = 10.0
+    """Without a live progress bar: seconds between lines saying what a step is doing."""
+    STILL_RUNNING_EVERY_S = 60.0
+    """Without a live progress bar: a pass that runs longer repeats its line with the time spent
+    (a micro-batch of 12,000 tokens of SmolLM2-135M takes minutes on 2 CPU cores)."""
+
+    def activity(self, message: str) -> None:
+        """Show what the current step is doing (e.g. ``step 0: critic update 1/2, micro-batch 1/3
+        (11,500 tokens, ...)``) so that a long pass is never silent: on the live progress line
+        (whose clock keeps ticking), or (without a terminal or a progress bar) as a line on stderr,
+        the first one at once and then at most every :attr:`ACTIVITY_LOG_EVERY_S` seconds, and
+        ``... still running (3m0s)`` every :attr:`STILL_RUNNING_EVERY_S` seconds of one pass."""
+        if self._progress is not None and self._progress.console.is_terminal:
+            self._progress.update(self._task, description=message)
+            return
+        now = time.monotonic()
+        with self._activity_lock:
+            self._activity = (message, now)
+            if now - self._last_activity >= self.ACTIVITY_LOG_EVERY_S:
+                self._last_activity = now
+                print(message, file=sys.stderr, flush=True)
+            if self._heartbeat is None:
+                # holds the recorder weakly: a recorder dropped without close() ends its thread too
+                self._heartbeat = threading.Thread(target=_still_running, args=(weakref.ref(self), self._closed),
+                                                   name="trajstore-train-heartbeat", daemon=True)
+                self._heartbeat.start()
+
+    def _still_running_tick(self) -> None:
+        with self._activity_lock:
+            if self._activity is None:
+                return
+            message, since = self._activity
+            now = time.monotonic()
+            if now - since >= self.STILL_RUNNING_EVERY_S and now - self._last_activity >= self.STILL_RUNNING_EVERY_S:
+                self._last_activity = now
+                print(f"{message} ... still running ({_duration(now - since)})", file=sys.stderr, flush=True)
+
+    def pass_done(self) -> None:
+        """The pass announced by :meth:`activity` ended (no "still running" lines for it)."""
+        with self._activity_lock:
+            self._activity = None
+
+    def note(self, message: str) -> None:
+        """A line that stays (above the progress bar, or on stderr), e.g. the memory plan."""
+        if self._progress is not None:
+            self._progress.console.print(message, highlight=False, markup=False, soft_wrap=True)
+        else:
+            print(message, file=sys.stderr, flush=True)
+
     def rollback_after(self, iteration: int) -> int:
         """Delete records shards of iterations > `iteration` (work lost with the process that
         wrote them); return how many shards were removed. Idempotent."""
@@ -235,6 +310,7 @@ class RunRecorder:
             self._progress.update(self._task, completed=steps)
 
     def close(self) -> None:
+        self._closed.set()
         if self._progress is not None:
             self._progress.stop()
             self._progress = None

@@ -27,7 +27,7 @@ def test_train_prints_a_json_summary(tmp_path: Path) -> None:
     r = _run(str(tmp_path), *BASE, "--run-id", "c1", "--max-steps", "2", "--format", "json",
              "--where", "num_actions = 3")
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)  # notes (memory plan) go to stderr
     assert (out["iterations"], out["steps"], out["policy_version"]) == (3, 2, 2)
     assert out["last_metrics"]["data/trajectories"] == 4
     assert (tmp_path / "policies" / "c1" / "v2" / "meta.json").exists()
