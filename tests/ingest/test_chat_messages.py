@@ -84,3 +84,18 @@ def test_cli_input_format_chat_messages_on_jsonl_stores_every_line(tmp_path):
     assert len(read_trajectories(str(store))) == 3
     again = ingest_paths([str(p)], str(store), input_format="chat-messages")
     assert again.trajectories_written == 0  # idempotent
+
+
+@pytest.mark.parametrize("fmt", ["auto", "chat-messages"])
+def test_a_file_of_one_message_list_with_a_bad_first_message_names_the_field(tmp_path, fmt):
+    """A file holding one message list whose first message lacks a role was read as an array of
+    records: each message refused as 'not a chat record' under a made-up line number (or, auto,
+    'unrecognised content'), never naming the message at fault."""
+    p = tmp_path / "one.jsonl"
+    p.write_text(json.dumps([{"content": "x"}, {"role": "user", "content": "q"},
+                             {"role": "assistant", "content": "a"}]) + "\n")
+    trajs, rep = _trajs(p, fmt)
+    assert trajs == []
+    assert len(rep.problems) == 1, [pr.reason for pr in rep.problems]
+    assert "messages[0]" in rep.problems[0].reason and "role" in rep.problems[0].reason
+

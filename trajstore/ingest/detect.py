@@ -343,6 +343,15 @@ def _is_chat(v: Any) -> bool:
             and ("content" in v[0] or "tool_calls" in v[0]))
 
 
+def is_message_list(v: Any) -> bool:
+    """A list that reads as ONE conversation rather than an array of records: every item an
+    object that is no record of a known format, and some item a chat message (a role and a
+    content or tool calls). Its first message may be the broken one (no role), which
+    :func:`_is_chat` alone misread as an array of records, each refused as not a chat record."""
+    return (isinstance(v, list) and bool(v) and all(isinstance(m, dict) and detect_record(m) is None for m in v)
+            and any("role" in m and ("content" in m or "tool_calls" in m) for m in v))
+
+
 def detect_record(d: Any) -> str | None:
     """Format of one record (a dict that is a whole trajectory / row), or None.
 
@@ -442,6 +451,6 @@ def detect_document(d: Any) -> str | None:
         ev = detect_event(first)
         if ev:
             return ev
-        if "role" in first and ("content" in first or "tool_calls" in first):
+        if is_message_list(d):
             return "chat-messages"
     return None
