@@ -99,3 +99,34 @@ def test_a_file_of_one_message_list_with_a_bad_first_message_names_the_field(tmp
     assert len(rep.problems) == 1, [pr.reason for pr in rep.problems]
     assert "messages[0]" in rep.problems[0].reason and "role" in rep.problems[0].reason
 
+
+
+def test_a_message_that_is_not_an_object_or_has_a_non_string_role_says_so(tmp_path):
+    p = tmp_path / "c.jsonl"
+    p.write_text(json.dumps([{"role": "user", "content": "q"}, "hello"]) + "\n"
+                 + json.dumps([{"role": "user", "content": "q"}, {"role": 7, "content": "a"}]) + "\n")
+    trajs, rep = _trajs(p, "chat-messages")
+    reasons = {pr.origin.line: pr.reason for pr in rep.problems}
+    assert "messages[1] is a string" in reasons[1] and "has no 'role'" not in reasons[1]
+    assert "messages[1].role is" in reasons[2] and "has no 'role'" not in reasons[2]
+
+
+def test_legacy_function_call_is_kept_as_the_assistant_tool_call(tmp_path):
+    """OpenAI's legacy ``function_call`` (with a ``function`` role reply) was accepted and then
+    dropped: the assistant's action was stored empty, the call lost."""
+    p = tmp_path / "fc.jsonl"
+    row = [{"role": "user", "content": "weather?"},
+           {"role": "assistant", "content": None,
+            "function_call": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}},
+           {"role": "function", "name": "get_weather", "content": "sunny"},
+           {"role": "assistant", "content": "It is sunny."}]
+    p.write_text(json.dumps(row) + "\n" + json.dumps(row[:2]) + "\n")
+    trajs, rep = _trajs(p, "chat-messages")
+    assert rep.problems == [] and len(trajs) == 2
+    actions = [s for s in trajs[0].spans if s.kind == "action"]
+    assert len(actions) == 2
+    from trajstore.ingest import chat_rows
+    from trajstore.ingest.core import Origin
+    conv = chat_rows.parse_chat_record(row, Origin(str(p), 1))
+    calls = [c for m in conv.messages for c in m.tool_calls]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Oslo"})]
