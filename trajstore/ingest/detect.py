@@ -300,15 +300,16 @@ def load_json_or_jsonl(path: str) -> Loaded:
     try:
         try:
             return Loaded(whole=json.loads(text))
-        except RecursionError:
-            raise ValueError("JSON nested too deeply to parse") from None
         except ValueError as e:  # an integer too long to convert: read the rest, refuse its record
             if isinstance(e, json.JSONDecodeError) or not is_int_limit(e):
                 raise
             return Loaded(whole=loads_with_huge_ints(text), huge_ints=True)
-    except json.JSONDecodeError as whole_err:
+    except (json.JSONDecodeError, RecursionError) as whole_err:
+        # too deep a nesting on one JSONL line costs that line only, not the file's other lines
         rows = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
         if len(rows) < 2:
+            if isinstance(whole_err, RecursionError):
+                raise ValueError("JSON nested too deeply to parse") from None
             raise ValueError(_document_error(whole_err, text)) from None
         out = Loaded(lines=[])
         for n, ln in rows:
@@ -322,6 +323,8 @@ def load_json_or_jsonl(path: str) -> Loaded:
                     why = str(e) if str(e).startswith("field ") else f"not valid JSON ({e}): {snippet!r}"
                 out.problems.append(Problem(Origin(path, n), "malformed", why))
         if not out.lines:
+            if isinstance(whole_err, RecursionError):
+                raise ValueError("JSON nested too deeply to parse") from None
             if text.lstrip()[:1] in "{[":  # one document (a .json, a SWE-agent .traj) that does not parse
                 raise ValueError(_document_error(whole_err, text)) from None
             raise ValueError(f"no line is valid JSON (first error: {out.problems[0].reason})")
