@@ -130,3 +130,15 @@ def test_legacy_function_call_is_kept_as_the_assistant_tool_call(tmp_path):
     conv = chat_rows.parse_chat_record(row, Origin(str(p), 1))
     calls = [c for m in conv.messages for c in m.tool_calls]
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Oslo"})]
+
+
+@pytest.mark.parametrize("fmt", ["auto", "chat-messages"])
+def test_an_empty_message_list_is_refused_by_name_not_as_a_python_error(tmp_path, fmt):
+    p = tmp_path / "e.jsonl"
+    p.write_text("[]\n" + json.dumps({"messages": []}) + "\n" + json.dumps(_chat(1)) + "\n")
+    trajs, rep = _trajs(p, fmt)
+    assert len(trajs) == 1
+    reasons = {pr.origin.line: (pr.kind, pr.reason) for pr in rep.problems}
+    assert set(reasons) == {1, 2}
+    for kind, reason in reasons.values():
+        assert kind == "malformed" and "messages is an empty list" in reason and "ValueError" not in reason

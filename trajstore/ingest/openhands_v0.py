@@ -322,6 +322,8 @@ def chat_messages(raw: Any, origin_desc: str) -> list[Message]:
     """
     if not isinstance(raw, list):
         raise RecordError(f"{origin_desc} is {json_type(raw)}, expected a list of chat messages")
+    if not raw:  # refused here, by name, not later as 'invalid: ValueError: empty conversation'
+        raise RecordError(f"{origin_desc} is an empty list: no conversation to store")
     out = []
     for i, m in enumerate(raw):
         if not isinstance(m, dict):
