@@ -127,7 +127,9 @@ def ingest_cmd(
     from trajstore.ingest import IngestError, IngestInterrupted, ingest_paths
     from trajstore.ingest.pipeline import REFUSING_KINDS
 
+    fmt = fmt.lower()  # case-insensitive, as --format is on every other command (`traj stats --format JSON`)
     if output is not None:
+        output = output.lower()
         if fmt != "table" and fmt != output:
             raise InvalidOptionError(f"invalid option --output: {output!r} contradicts --format {fmt!r}; "
                                      "use --format only")

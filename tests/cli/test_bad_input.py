@@ -224,3 +224,12 @@ def test_numpy_rewards_are_stored_as_numbers() -> None:
     assert json.loads(raw(1.0, raw={"score": np.float32(0.5), "passed": np.bool_(True),
                                     "per_test": np.array([1, 0], dtype=np.int8)})) == {
         "score": 0.5, "passed": True, "per_test": [1, 0]}
+
+
+def test_ingest_format_is_case_insensitive_like_every_other_commands(tmp_path):
+    # `traj stats --format JSON` worked, `traj ingest --format JSON` was refused as no output format.
+    p = tmp_path / "c.jsonl"
+    p.write_text(json.dumps([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]) + "\n")
+    res = CliRunner().invoke(app, ["ingest", str(p), "--store", str(tmp_path / "s"), "--format", "JSON"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["trajectories_written"] == 1

@@ -84,3 +84,61 @@ def test_cli_input_format_chat_messages_on_jsonl_stores_every_line(tmp_path):
     assert len(read_trajectories(str(store))) == 3
     again = ingest_paths([str(p)], str(store), input_format="chat-messages")
     assert again.trajectories_written == 0  # idempotent
+
+
+@pytest.mark.parametrize("fmt", ["auto", "chat-messages"])
+def test_a_file_of_one_message_list_with_a_bad_first_message_names_the_field(tmp_path, fmt):
+    """A file holding one message list whose first message lacks a role was read as an array of
+    records: each message refused as 'not a chat record' under a made-up line number (or, auto,
+    'unrecognised content'), never naming the message at fault."""
+    p = tmp_path / "one.jsonl"
+    p.write_text(json.dumps([{"content": "x"}, {"role": "user", "content": "q"},
+                             {"role": "assistant", "content": "a"}]) + "\n")
+    trajs, rep = _trajs(p, fmt)
+    assert trajs == []
+    assert len(rep.problems) == 1, [pr.reason for pr in rep.problems]
+    assert "messages[0]" in rep.problems[0].reason and "role" in rep.problems[0].reason
+
+
+
+def test_a_message_that_is_not_an_object_or_has_a_non_string_role_says_so(tmp_path):
+    p = tmp_path / "c.jsonl"
+    p.write_text(json.dumps([{"role": "user", "content": "q"}, "hello"]) + "\n"
+                 + json.dumps([{"role": "user", "content": "q"}, {"role": 7, "content": "a"}]) + "\n")
+    trajs, rep = _trajs(p, "chat-messages")
+    reasons = {pr.origin.line: pr.reason for pr in rep.problems}
+    assert "messages[1] is a string" in reasons[1] and "has no 'role'" not in reasons[1]
+    assert "messages[1].role is" in reasons[2] and "has no 'role'" not in reasons[2]
+
+
+def test_legacy_function_call_is_kept_as_the_assistant_tool_call(tmp_path):
+    """OpenAI's legacy ``function_call`` (with a ``function`` role reply) was accepted and then
+    dropped: the assistant's action was stored empty, the call lost."""
+    p = tmp_path / "fc.jsonl"
+    row = [{"role": "user", "content": "weather?"},
+           {"role": "assistant", "content": None,
+            "function_call": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}},
+           {"role": "function", "name": "get_weather", "content": "sunny"},
+           {"role": "assistant", "content": "It is sunny."}]
+    p.write_text(json.dumps(row) + "\n" + json.dumps(row[:2]) + "\n")
+    trajs, rep = _trajs(p, "chat-messages")
+    assert rep.problems == [] and len(trajs) == 2
+    actions = [s for s in trajs[0].spans if s.kind == "action"]
+    assert len(actions) == 2
+    from trajstore.ingest import chat_rows
+    from trajstore.ingest.core import Origin
+    conv = chat_rows.parse_chat_record(row, Origin(str(p), 1))
+    calls = [c for m in conv.messages for c in m.tool_calls]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Oslo"})]
+
+
+@pytest.mark.parametrize("fmt", ["auto", "chat-messages"])
+def test_an_empty_message_list_is_refused_by_name_not_as_a_python_error(tmp_path, fmt):
+    p = tmp_path / "e.jsonl"
+    p.write_text("[]\n" + json.dumps({"messages": []}) + "\n" + json.dumps(_chat(1)) + "\n")
+    trajs, rep = _trajs(p, fmt)
+    assert len(trajs) == 1
+    reasons = {pr.origin.line: (pr.kind, pr.reason) for pr in rep.problems}
+    assert set(reasons) == {1, 2}
+    for kind, reason in reasons.values():
+        assert kind == "malformed" and "messages is an empty list" in reason and "ValueError" not in reason

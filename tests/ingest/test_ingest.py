@@ -156,6 +156,19 @@ def test_json_nested_too_deeply_is_a_problem_not_a_crash(tmp_path):
     assert rep.trajectories_written == 0
 
 
+def test_a_too_deep_first_jsonl_line_costs_only_itself(tmp_path):
+    # With the deep line first, parsing the file as one document hit the recursion limit before
+    # any JSON error, and the whole file was refused: the good chat on line 2 was never stored.
+    deep = "[" * 100_000 + "]" * 100_000
+    q = tmp_path / "deep-first.jsonl"
+    q.write_text(deep + "\n" + json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+                 + "\n")
+    rep = ingest_paths([str(q)], str(tmp_path / "s"))
+    reasons = {(pr.origin.path, pr.origin.line): pr.reason for pr in rep.problems}
+    assert list(reasons) == [(str(q), 1)] and "nested too deeply" in reasons[(str(q), 1)]
+    assert rep.trajectories_written == 1
+
+
 def test_negative_observation_cap_is_refused(tmp_path):
     # A negative cap used to keep the text and add a marker with a negative "dropped" count.
     p = tmp_path / "x.json"

@@ -300,15 +300,16 @@ def load_json_or_jsonl(path: str) -> Loaded:
     try:
         try:
             return Loaded(whole=json.loads(text))
-        except RecursionError:
-            raise ValueError("JSON nested too deeply to parse") from None
         except ValueError as e:  # an integer too long to convert: read the rest, refuse its record
             if isinstance(e, json.JSONDecodeError) or not is_int_limit(e):
                 raise
             return Loaded(whole=loads_with_huge_ints(text), huge_ints=True)
-    except json.JSONDecodeError as whole_err:
+    except (json.JSONDecodeError, RecursionError) as whole_err:
+        # too deep a nesting on one JSONL line costs that line only, not the file's other lines
         rows = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
         if len(rows) < 2:
+            if isinstance(whole_err, RecursionError):
+                raise ValueError("JSON nested too deeply to parse") from None
             raise ValueError(_document_error(whole_err, text)) from None
         out = Loaded(lines=[])
         for n, ln in rows:
@@ -322,6 +323,8 @@ def load_json_or_jsonl(path: str) -> Loaded:
                     why = str(e) if str(e).startswith("field ") else f"not valid JSON ({e}): {snippet!r}"
                 out.problems.append(Problem(Origin(path, n), "malformed", why))
         if not out.lines:
+            if isinstance(whole_err, RecursionError):
+                raise ValueError("JSON nested too deeply to parse") from None
             if text.lstrip()[:1] in "{[":  # one document (a .json, a SWE-agent .traj) that does not parse
                 raise ValueError(_document_error(whole_err, text)) from None
             raise ValueError(f"no line is valid JSON (first error: {out.problems[0].reason})")
@@ -341,6 +344,15 @@ def _is_chat(v: Any) -> bool:
     """A non-empty list whose first item looks like an OpenAI chat message."""
     return (isinstance(v, list) and bool(v) and isinstance(v[0], dict) and "role" in v[0]
             and ("content" in v[0] or "tool_calls" in v[0]))
+
+
+def is_message_list(v: Any) -> bool:
+    """A list that reads as ONE conversation rather than an array of records: every item an
+    object that is no record of a known format, and some item a chat message (a role and a
+    content or tool calls). Its first message may be the broken one (no role), which
+    :func:`_is_chat` alone misread as an array of records, each refused as not a chat record."""
+    return (isinstance(v, list) and bool(v) and all(isinstance(m, dict) and detect_record(m) is None for m in v)
+            and any("role" in m and ("content" in m or "tool_calls" in m) for m in v))
 
 
 def detect_record(d: Any) -> str | None:
@@ -442,6 +454,6 @@ def detect_document(d: Any) -> str | None:
         ev = detect_event(first)
         if ev:
             return ev
-        if "role" in first and ("content" in first or "tool_calls" in first):
+        if is_message_list(d):
             return "chat-messages"
     return None

@@ -322,15 +322,23 @@ def chat_messages(raw: Any, origin_desc: str) -> list[Message]:
     """
     if not isinstance(raw, list):
         raise RecordError(f"{origin_desc} is {json_type(raw)}, expected a list of chat messages")
+    if not raw:  # refused here, by name, not later as 'invalid: ValueError: empty conversation'
+        raise RecordError(f"{origin_desc} is an empty list: no conversation to store")
     out = []
     for i, m in enumerate(raw):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        if not isinstance(m, dict):
+            raise RecordError(f"{origin_desc}[{i}] is {json_type(m)}, expected a chat message object")
+        if m.get("role") is None:
             raise RecordError(f"{origin_desc}[{i}] has no 'role'")
+        if not isinstance(m["role"], str):
+            raise RecordError(f"{origin_desc}[{i}].role is {json_type(m['role'])}, expected a string")
         role = m["role"]
         if role not in ("system", "user", "assistant", "tool", "developer", "function"):
             raise RecordError(f"{origin_desc}[{i}]: unknown role {role!r}")
         role = {"developer": "system", "function": "tool"}.get(role, role)
         calls = tool_calls_of(m.get("tool_calls"), f"{origin_desc}[{i}].tool_calls")
+        if not calls and m.get("function_call") is not None:  # OpenAI's legacy single call
+            calls = tool_calls_of([{"function": m["function_call"]}], f"{origin_desc}[{i}].function_call")
         reasoning = reasoning_of(m)[0] if role == "assistant" else None
         out.append(Message(role, text_of(m.get("content")), reasoning=reasoning or None, tool_calls=calls,
                            cause_id=str(m["tool_call_id"]) if m.get("tool_call_id") else None))
