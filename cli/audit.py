@@ -217,6 +217,8 @@ def sql_cmd(
     10,000, so memory stays bounded however large the result; a table shows the first 1,000."""
     from trajstore import audit
 
+    if not query.strip():
+        raise typer.BadParameter("the query is empty (give one SELECT)", param_hint="QUERY")
     conn = audit.connect(open_existing_store(store, parse_storage_options(storage_option, store)))
     rel = audit.sql(conn, query, limit=limit)
     {OutputFormat.csv: _stream_csv, OutputFormat.json: _stream_json, OutputFormat.table: _show_table}[fmt](rel)

@@ -100,6 +100,7 @@ def test_where_syntax_error_quotes_the_users_text_not_our_wrapping(small_store: 
 
 @pytest.mark.parametrize("args, line", [
     (["sql", "{store}", "SELECT 1", "--limit", "-1"], "error: invalid option --limit: "),
+    (["sql", "{store}", "  "], "error: invalid argument QUERY: the query is empty"),  # was exit 1
     (["ingest", "{store}/nonexistent", "--store", "{store}/s"], "error: no such input path: {store}/nonexistent"),
     (["ingest", "{store}/nonexistent"], "error: missing option --store"),
     (["stats", "{store}", "--no-such-flag"], "error: no such option: --no-such-flag"),

@@ -142,3 +142,24 @@ def test_an_empty_message_list_is_refused_by_name_not_as_a_python_error(tmp_path
     assert set(reasons) == {1, 2}
     for kind, reason in reasons.values():
         assert kind == "malformed" and "messages is an empty list" in reason and "ValueError" not in reason
+
+
+def test_a_one_line_jsonl_file_keeps_its_line_number(tmp_path):
+    # a JSONL file of one line parses as one JSON document too; its record and its refusal
+    # still name line 1 (they carried no line)
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text(json.dumps({"messages": _chat(1)}) + "\n")
+    bad.write_text(json.dumps({"messages": _chat(2), "reward": "n/a"}) + "\n")
+    trajs, rep = _trajs(tmp_path)
+    assert [t.metadata["ingest"]["line"] for t in trajs] == [1]
+    assert [(pr.origin.path, pr.origin.line) for pr in rep.problems] == [(str(bad), 1)]
+
+
+@pytest.mark.parametrize("fmt", ["auto", "chat-messages", "swe-smith"])
+def test_an_empty_json_array_is_a_skip_under_every_format(tmp_path, fmt):
+    # auto refused it as 'unrecognised content' (exit 1); a named format stored nothing, silently
+    p = tmp_path / "empty.json"
+    p.write_text("[]")
+    trajs, rep = _trajs(p, fmt)
+    assert trajs == []
+    assert [(pr.kind, pr.reason) for pr in rep.problems] == [("no_trajectory", "an empty JSON array (no records)")]

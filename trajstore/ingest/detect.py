@@ -299,11 +299,15 @@ def load_json_or_jsonl(path: str) -> Loaded:
         raise ValueError("empty file")
     try:
         try:
-            return Loaded(whole=json.loads(text))
+            whole = json.loads(text)
         except ValueError as e:  # an integer too long to convert: read the rest, refuse its record
             if isinstance(e, json.JSONDecodeError) or not is_int_limit(e):
                 raise
             return Loaded(whole=loads_with_huge_ints(text), huge_ints=True)
+        rows = [i + 1 for i, ln in enumerate(text.splitlines()) if ln.strip()]
+        if path.endswith(".jsonl") and isinstance(whole, dict) and len(rows) == 1 and not not_a_trajectory(whole):
+            return Loaded(lines=[(rows[0], whole)])  # a JSONL file of one line: its record keeps its line number
+        return Loaded(whole=whole)
     except (json.JSONDecodeError, RecursionError) as whole_err:
         # too deep a nesting on one JSONL line costs that line only, not the file's other lines
         rows = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]

@@ -342,6 +342,9 @@ def _parse_document(path: str, doc: Any, fmt: str, huge_ints: bool = False) -> I
         hit = detect.find_huge_int(doc)
         yield Problem(Origin(path), "malformed", detect.huge_int_reason(hit) if hit else "an integer too long to read")
         return
+    if isinstance(doc, list) and not doc:  # whatever the format: nothing to store, nothing wrong
+        yield Problem(Origin(path), "no_trajectory", "an empty JSON array (no records)")
+        return
     why_not = detect.not_a_trajectory(doc)
     if why_not and fmt == "auto":
         if os.path.basename(path).startswith("eval_"):
