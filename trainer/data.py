@@ -44,6 +44,11 @@ class TrainDataError(TrajstoreError):
     """The store holds data the trainer refuses (names the shard, trajectory and field)."""
 
 
+class StreamClosed(RuntimeError):
+    """A :class:`TrajectoryStream` was read after :meth:`TrajectoryStream.close` (a reader thread
+    still filtering when the run ended); never seen by a user."""
+
+
 @dataclass
 class DataCursor:
     """How far the stream has read: shards finished, the shard in progress and its next row.
@@ -438,6 +443,7 @@ class TrajectoryStream:
         self._skipped: dict[str, int] = {}
         self._warned_null_tokenizer = False
         self._duck = None
+        self._duck_lock = threading.Lock()  # the reader thread filters while the training thread may close
         self.on_wait: Callable[[str], None] | None = None
         """Called with :meth:`waiting_message` before each poll while ``follow`` waits for data."""
         self.stop_event: threading.Event | None = None
@@ -492,9 +498,13 @@ class TrajectoryStream:
                 f"{idle})")
 
     def close(self) -> None:
-        if self._duck is not None:
-            self._duck.close()
-            self._duck = None
+        """Release the ``--where`` connection. Safe while a reader thread is filtering a shard:
+        it waits for that call (DuckDB refuses to close a busy connection), and a later read of
+        the closed stream raises :class:`StreamClosed`."""
+        with self._duck_lock:
+            if self._duck is not None:
+                self._duck.close()
+                self._duck = None
 
     # -- reading -------------------------------------------------------------------------
 
@@ -744,14 +754,17 @@ class TrajectoryStream:
         t = with_missing_nullable_columns(table.select([c for c in SCALAR_COLUMNS if c in table.column_names]),
                                           SCALAR_COLUMNS, shard=shard)
         t = t.append_column("__row", pa.array(np.arange(t.num_rows, dtype=np.int64)))
-        self._duck.register("trajectories", t)
-        try:
-            rows = self._duck.execute(f"SELECT __row FROM trajectories WHERE ({self.cfg.where}\n)").fetchnumpy()["__row"]
-        except duckdb.Error as e:  # e.g. CAST(source AS INTEGER) on a value that is no integer
-            raise TrainDataError(f"--where {self.cfg.where!r} fails on shard {shard}: "
-                                 f"{str(e).splitlines()[0]}") from None
-        finally:
-            self._duck.unregister("trajectories")
+        with self._duck_lock:
+            if self._duck is None:
+                raise StreamClosed("the training stream was closed")
+            self._duck.register("trajectories", t)
+            try:
+                rows = self._duck.execute(f"SELECT __row FROM trajectories WHERE ({self.cfg.where}\n)").fetchnumpy()["__row"]
+            except duckdb.Error as e:  # e.g. CAST(source AS INTEGER) on a value that is no integer
+                raise TrainDataError(f"--where {self.cfg.where!r} fails on shard {shard}: "
+                                     f"{str(e).splitlines()[0]}") from None
+            finally:
+                self._duck.unregister("trajectories")
         keep = np.zeros(t.num_rows, dtype=bool)
         keep[np.asarray(rows, dtype=np.int64)] = True
         return keep

@@ -205,3 +205,56 @@ def test_gae_inputs_rows_and_back() -> None:
     c = _sample("c", [True, False], 5.0)  # its only action token is position 0: no action slot
     assert gae_inputs(pack([c]), [c], torch.zeros(1, 2)).rewards.tolist() == [[0.0, 0.0]]
     assert gae_inputs(pack([]), [], torch.zeros(1, 1)).rewards.tolist() == [[0.0]]
+
+
+def test_close_while_a_reader_thread_filters_waits_for_it(tmp_path: Path) -> None:
+    # traj demo's trainer failed at the end of a run with DuckDB's ResourceInUseException: the
+    # training thread closed the --where connection while the reader thread was filtering a shard
+    # (DuckDB 2 refuses to close a busy connection instead of waiting). The filter is slowed down
+    # here so that close() always lands while it runs.
+    import threading
+    import time
+
+    import pyarrow as pa
+
+    from trajstore.schema import TRAJECTORY_SCHEMA
+    from trajstore.trainer.data import SCALAR_COLUMNS, StreamClosed
+
+    class SlowConnection:
+        def __init__(self, conn) -> None:  # noqa: ANN001
+            self.conn = conn
+
+        def execute(self, *args):  # noqa: ANN002, ANN202
+            time.sleep(0.3)
+            return self.conn.execute(*args)
+
+        def __getattr__(self, name: str):  # noqa: ANN204
+            return getattr(self.conn, name)
+
+    s = _stream(tmp_path, where="reward > 0.5")
+    s._duck = SlowConnection(s._duck)
+    n = 10
+    cols = {c: pa.nulls(n, TRAJECTORY_SCHEMA.field(c).type) for c in SCALAR_COLUMNS}
+    cols["reward"] = pa.array([i / n for i in range(n)])
+    table = pa.table(cols)
+    started, outcome = threading.Event(), {}
+
+    def filtering() -> None:
+        try:
+            for _ in range(3):
+                started.set()
+                outcome["mask"] = s._where_mask(table, shard="x.parquet")
+        except StreamClosed:
+            outcome["closed"] = True
+        except Exception as e:  # noqa: BLE001
+            outcome["error"] = e
+
+    th = threading.Thread(target=filtering)
+    th.start()
+    started.wait()
+    time.sleep(0.1)  # inside the first filter's query
+    s.close()
+    th.join(timeout=30)
+    assert "error" not in outcome, outcome
+    assert outcome["closed"] and outcome["mask"].tolist() == [False] * 6 + [True] * 4  # the filter it waited for
+    s.close()  # idempotent
