@@ -51,12 +51,19 @@ def test_float_columns_never_use_scientific_notation():
     # largest 0.52 (in [0.1, 1)) -> 3 decimals, like shares
     assert _fmt("ratio_mean", [0.5086, -0.2796]) == ["0.509", "-0.280"]
     # largest 0.0145 is 10^-2 -> 3 + 1 = 4 decimals
-    assert _fmt("loss", [0.0145, 0.00001]) == ["0.0145", "0.0000"]
+    assert _fmt("loss", [0.0145, 0.0031]) == ["0.0145", "0.0031"]
+    # a value that would keep fewer than two significant digits gets its own decimals: a mixed
+    # column of step metrics (loss 0.498 next to 1504.7 tokens/s) printed the loss as "0"
+    assert _fmt("value", [1504.74, 0.498, 0.004, 0.0]) == ["1505", "0.498", "0.00400", "0"]
+    assert _fmt("loss", [0.0145, 0.00001]) == ["0.0145", "0.000010"]
+    assert _fmt("share", [0.0001, 0.5]) == ["0.000", "0.500"]  # shares keep their 3 decimals
     # a float column keeps its decimals when its values happen to be whole (largest 8 -> 3)
     assert _fmt("data/trajectories", [8.0, 4.0]) == ["8.000", "4.000"]
     assert _fmt("p50", [0.0, 1.0]) == ["0.000", "1.000"]
     assert _fmt("x", [float("nan"), 1.5]) == ["nan", "1.500"]
     assert _fmt("n", [3, None, 12]) == ["3", "-", "12"]
+    import decimal  # DuckDB's SUM over integers: a whole Decimal is an integer ("18", not "18.00")
+    assert _fmt("s", [decimal.Decimal(18), decimal.Decimal(3)]) == ["18", "3"]
 
 
 def test_other_values():

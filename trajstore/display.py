@@ -8,8 +8,9 @@ Number format (the ``table`` output; JSON and CSV keep full precision):
   have :data:`SHARE_DECIMALS` decimals: ``0.000``, ``0.250``, ``1.000``;
 - other float columns get one number of decimals per column from their largest magnitude: 3
   between 0.1 and 10, one fewer per power of ten above (``35.00``, ``777.6``, ``14160``), one more
-  per power of ten below (``0.0145``), at most :data:`MAX_DECIMALS`; integer columns print as
-  integers. Never scientific notation;
+  per power of ten below (``0.0145``), at most :data:`MAX_DECIMALS`; a value that would show
+  fewer than two significant digits at its column's decimals gets its own (``1505`` above
+  ``0.498``, never ``0``); integer columns print as integers. Never scientific notation;
 - missing values print as ``-``, times as ``YYYY-MM-DD HH:MM:SS+00:00``.
 
 Table layout (``render_tables``), chosen from the console width:
@@ -77,8 +78,8 @@ _SIZE = re.compile(r"^-?[0-9][0-9.,]* ?(?:[kKMGTP]i?)?B$")
 def _number(v: Any) -> float | int | None:
     if isinstance(v, bool):
         return None
-    if isinstance(v, decimal.Decimal):
-        return float(v)
+    if isinstance(v, decimal.Decimal):  # DuckDB's SUM of integers, DECIMAL columns
+        return int(v) if v.is_finite() and v.as_tuple().exponent >= 0 else float(v)
     if isinstance(v, (int, float)):
         return v
     return None
@@ -137,7 +138,8 @@ def column_formatter(name: str, values: Sequence[Any], *, share: bool | None = N
     """
     nums = [_number(v) for v in values]
     floats = [x for x in nums if isinstance(x, float)]
-    if floats and (is_share_column(name) if share is None else share):
+    share_col = bool(floats) and (is_share_column(name) if share is None else share)
+    if share_col:
         places = SHARE_DECIMALS
     elif floats:
         places = _decimals(x for x in nums if x is not None)
@@ -152,6 +154,10 @@ def column_formatter(name: str, values: Sequence[Any], *, share: bool | None = N
             return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
         if places is None:
             return str(x)
+        if not share_col and x != 0 and abs(x) < 10 ** (1 - places):
+            # fewer than two significant digits at the column's decimals (0.498 next to 1504.7
+            # would print 0): this value gets its own, as a column holding only it would
+            return f"{x:.{_decimals([x])}f}"
         return f"{x:.{places}f}"
 
     return fmt
@@ -163,8 +169,8 @@ def jsonable(v: Any) -> Any:
         return None
     if isinstance(v, (dt.datetime, dt.date)):
         return v.isoformat()
-    if isinstance(v, decimal.Decimal):
-        return float(v)
+    if isinstance(v, decimal.Decimal):  # DuckDB's SUM of integers, DECIMAL columns
+        return int(v) if v.is_finite() and v.as_tuple().exponent >= 0 else float(v)
     if isinstance(v, bytes):
         return v.hex()
     if isinstance(v, (list, tuple)):
