@@ -342,6 +342,9 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
                  f"min_policy_version, max_policy_version FROM sel")
     conn.execute(f"CREATE TEMP TABLE {c_t} AS SELECT c.run_id, c.step, c.trainer_version, c.trajectory_id, "
                  f"s.source FROM consumed c JOIN {sel_t} s USING (trajectory_id) WHERE {_run_filter(run, 'c.run_id')}")
+    uv_t = f"_staleness_unversioned_{tag}"
+    conn.execute(f"CREATE TEMP TABLE {uv_t} AS SELECT trajectory_id, sum(num_tokens) AS n FROM spans "
+                 f"WHERE kind = 'action' AND policy_version IS NULL GROUP BY trajectory_id")
     tok_t, tr_t = f"_staleness_tok_{tag}", f"_staleness_tr_{tag}"
     conn.execute(f"CREATE TEMP TABLE {tok_t} AS SELECT c.run_id, c.step, c.trajectory_id, c.source, "
                  f"c.trainer_version - v.policy_version AS staleness, v.n AS n, v.mixed AS mixed "
@@ -358,11 +361,12 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
             f"trh AS (SELECT {g}, staleness, count(*) AS n FROM tr GROUP BY {g}, staleness), "
             f"tp AS ({weighted_percentiles_sql('th', groups, 'staleness', 'n', 'token_')}), "
             f"rp AS ({weighted_percentiles_sql('trh', groups, 'staleness', 'n', 'traj_')}), "
-            f"cnt AS (SELECT {g}, count(*) AS consumed FROM c GROUP BY {g}), "
+            f"cnt AS (SELECT {g}, count(*) AS consumed, coalesce(sum(u.n), 0) AS unversioned_action_tokens "
+            f"FROM c LEFT JOIN {uv_t} u USING (trajectory_id) GROUP BY {g}), "
             f"ntok AS (SELECT {g}, sum(n) AS action_tokens, sum(mixed) AS mixed_version_actions FROM tok "
             f"GROUP BY {g}) "
             f"SELECT {g}, consumed, action_tokens, {_summary_columns('token_', 'max', 'mean')}, "
-            f"{_summary_columns('traj_', 'max')}, mixed_version_actions "
+            f"{_summary_columns('traj_', 'max')}, mixed_version_actions, unversioned_action_tokens "
             f"FROM cnt LEFT JOIN ntok USING ({g}) LEFT JOIN tp USING ({g}) LEFT JOIN rp USING ({g}) ORDER BY {g}")
 
     histogram = conn.sql(
@@ -420,7 +424,10 @@ def clip_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None,
         AuditError: the predicate is invalid.
     """
     base = (f"WITH {_selected(conn, where)}, c AS (SELECT c.*, "
-            f"coalesce(c.staleness_max, c.trainer_version - c.min_policy_version) AS staleness FROM consumed c "
+            # a record without a policy version (null; -1 in records written before this was fixed)
+            # has no staleness: never trainer_version + 1
+            f"CASE WHEN c.min_policy_version IS NULL OR c.min_policy_version < 0 THEN NULL "
+            f"ELSE coalesce(c.staleness_max, c.trainer_version - c.min_policy_version) END AS staleness FROM consumed c "
             f"JOIN sel USING (trajectory_id) WHERE {_run_filter(run, 'c.run_id')})")
     by_step = conn.sql(
         f"{base} SELECT run_id, step, max(trainer_version) AS trainer_version, count(*) AS trajectories, "
