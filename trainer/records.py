@@ -49,7 +49,8 @@ METRIC_DOCS: Mapping[str, str] = {
     "ratio/masked_below": "fraction of action tokens with ratio <= 1 - eps_low",
     "ratio/masked_above": "fraction of action tokens with ratio >= 1 + eps_high",
     "ratio/zero_grad": "fraction of action tokens that got no gradient",
-    "staleness/mean": "mean staleness of action tokens with a policy version (policy versions; absent when none has one)",
+    "staleness/mean": "mean staleness of action tokens with a policy version (policy versions; absent when "
+                      "none has one)",
     "staleness/max": "largest staleness of an action token (policy versions; absent when none has a version)",
     "staleness/unversioned_action_tokens": "action tokens without a policy version (ingested text logs): "
                                            "their staleness is undefined, left out of staleness/*",

@@ -457,7 +457,8 @@ def clip_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None,
             # a record without a policy version (null; -1 in records written before this was fixed)
             # has no staleness: never trainer_version + 1
             f"CASE WHEN c.min_policy_version IS NULL OR c.min_policy_version < 0 THEN NULL "
-            f"ELSE coalesce(c.staleness_max, c.trainer_version - c.min_policy_version) END AS staleness FROM consumed c "
+            f"ELSE coalesce(c.staleness_max, c.trainer_version - c.min_policy_version) END AS staleness "
+            f"FROM consumed c "
             f"JOIN sel USING (trajectory_id) WHERE {_run_filter(run, 'c.run_id')})")
     by_step = conn.sql(
         f"{base} SELECT run_id, step, max(trainer_version) AS trainer_version, count(*) AS trajectories, "
