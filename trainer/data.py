@@ -118,14 +118,21 @@ class Sample:
         return int(self.action_mask.sum())
 
     @property
-    def min_policy_version(self) -> int:
+    def versioned_policy_version(self) -> np.ndarray:
+        """Policy versions of the action tokens that have one (ingested text logs have none: their
+        tokens are left out, so their staleness is undefined, never ``trainer_version - (-1)``)."""
         pv = self.policy_version[self.action_mask]
-        return int(pv.min()) if len(pv) else -1
+        return pv[pv >= 0]
 
     @property
-    def max_policy_version(self) -> int:
-        pv = self.policy_version[self.action_mask]
-        return int(pv.max()) if len(pv) else -1
+    def min_policy_version(self) -> int | None:
+        pv = self.versioned_policy_version
+        return int(pv.min()) if len(pv) else None
+
+    @property
+    def max_policy_version(self) -> int | None:
+        pv = self.versioned_policy_version
+        return int(pv.max()) if len(pv) else None
 
 
 @dataclass

@@ -725,9 +725,14 @@ def train_step(tr: Trainer, batch: StepBatch) -> tuple[dict[str, float], list[di
         consumed += consumed_rows(m.samples, step=step, trainer_version=trainer_version, rank=env.rank,
                                   logprobs=m.logprobs, packed=m.mb, eps_low=cfg.algo.eps_low,
                                   eps_high=cfg.algo.eps_high)
-    stale = [trainer_version - v for s in batch.samples for v in s.policy_version[s.action_mask].tolist()]
-    metrics["staleness/mean"] = sum(stale) / max(len(stale), 1)
-    metrics["staleness/max"] = float(max(stale, default=0))
+    # staleness is defined only for action tokens with a policy version (text-only logs have none);
+    # without any, the step has no staleness metric rather than a made-up 0 or trainer_version + 1
+    stale = [trainer_version - v for s in batch.samples for v in s.versioned_policy_version.tolist()]
+    if stale:
+        metrics["staleness/mean"] = sum(stale) / len(stale)
+        metrics["staleness/max"] = float(max(stale))
+    metrics["staleness/unversioned_action_tokens"] = float(
+        sum(s.num_action_tokens - len(s.versioned_policy_version) for s in batch.samples))
     metrics["staleness/mixed_version_actions"] = float(sum(s.mixed_version_actions for s in batch.samples))
     metrics["reward/mean"] = sum(s.reward for s in batch.samples) / len(batch.samples)
     metrics["data/trajectories"] = float(len(batch.samples))

@@ -49,8 +49,11 @@ METRIC_DOCS: Mapping[str, str] = {
     "ratio/masked_below": "fraction of action tokens with ratio <= 1 - eps_low",
     "ratio/masked_above": "fraction of action tokens with ratio >= 1 + eps_high",
     "ratio/zero_grad": "fraction of action tokens that got no gradient",
-    "staleness/mean": "mean staleness of action tokens (policy versions)",
-    "staleness/max": "largest staleness of an action token (policy versions)",
+    "staleness/mean": "mean staleness of action tokens with a policy version (policy versions; absent when "
+                      "none has one)",
+    "staleness/max": "largest staleness of an action token (policy versions; absent when none has a version)",
+    "staleness/unversioned_action_tokens": "action tokens without a policy version (ingested text logs): "
+                                           "their staleness is undefined, left out of staleness/*",
     "staleness/mixed_version_actions": "action spans of the step made by several policy versions without a known "
                                        "boundary (counted at their oldest version)",
     "reward/mean": "mean trajectory reward of the step",
@@ -132,8 +135,9 @@ def consumed_rows(samples: Sequence[Sample], *, step: int, trainer_version: int,
         row: dict[str, Any] = {
             "step": step, "trainer_version": trainer_version, "trajectory_id": s.trajectory_id, "rank": rank,
             "min_policy_version": s.min_policy_version, "max_policy_version": s.max_policy_version,
-            "staleness_min": trainer_version - s.max_policy_version,
-            "staleness_max": trainer_version - s.min_policy_version,
+            # null (undefined) for a trajectory whose action tokens carry no policy version
+            "staleness_min": None if s.max_policy_version is None else trainer_version - s.max_policy_version,
+            "staleness_max": None if s.min_policy_version is None else trainer_version - s.min_policy_version,
             "num_action_tokens": s.num_action_tokens,
             "masked_below": None, "masked_above": None, "ratio_mean": None,
         }

@@ -162,6 +162,9 @@ def _staleness(fig: Any, rep: StalenessReport, colours: Mapping[str, int]) -> No
     title = "staleness of consumed action tokens"
     runs = _by(_rows(rep.histogram), "run_id")
     if not runs:
+        if _rows(rep.by_run):
+            return _no_data(fig, title, "the consumed trajectories' action tokens carry no policy version "
+                                        "(text-only logs): staleness is undefined")
         return _no_data(fig, title, "no training run consumed the selected trajectories")
     values = [r["staleness"] for rows in runs.values() for r in rows]
     positions = list(range(min(values), max(values) + 1))

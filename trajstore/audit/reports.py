@@ -24,6 +24,10 @@ PERCENTILES: tuple[int, ...] = (50, 90, 99)
 """Percentiles every distribution summary reports (nearest rank, see the module docstring)."""
 
 _NOT_CONSUMED = "no training run consumed the selected trajectories"
+_NO_STALENESS = ("the consumed trajectories' action tokens carry no policy version (text-only logs): their "
+                 "staleness is undefined (by_run: unversioned_action_tokens)")
+_NO_CLIP_STALENESS = ("the consumed trajectories carry no policy version (text-only logs): their staleness is "
+                      "undefined (by_step has them)")
 
 EXACT_STALENESS_BUCKETS: int = 4
 """Staleness 0..3 versions get a bucket each; from 4 on, buckets double: [4, 7], [8, 15], ..."""
@@ -47,6 +51,16 @@ class Report:
         """The report's relations by field name, in declaration order."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def empty_note(self, table: str) -> str | None:
+        """Why ``table`` has no rows (``EMPTY``; a report may tell cases apart by its other tables)."""
+        return self.EMPTY.get(table)
+
+
+def _consumed_but_unversioned(rep: Report, table: str, consumed: str, note: str) -> str | None:
+    """The note for a staleness table without rows: ``note`` (staleness undefined) when the
+    ``consumed`` table of the same report has rows, else the report's own ``EMPTY`` note."""
+    return note if getattr(rep, consumed).limit(1).fetchall() else rep.EMPTY.get(table)
+
 
 @dataclass(frozen=True)
 class StalenessReport(Report):
@@ -60,7 +74,11 @@ class StalenessReport(Report):
             ``traj_p50/p90/p99/max``, and ``mixed_version_actions``: consumed action spans whose
             tokens came from several versions without a known boundary (span field
             ``policy_version_max`` set); their tokens count at their oldest version, so the
-            staleness shown is an upper bound for them.
+            staleness shown is an upper bound for them; ``unversioned_action_tokens``: consumed
+            action tokens without a policy version (text-only logs trained with
+            ``--behaviour-logprobs initial-policy``), whose staleness is undefined, so they are
+            in no other column (``action_tokens`` and the staleness columns count versioned
+            tokens only).
         by_source: the same per (run_id, source).
         histogram: per (run_id, staleness): ``action_tokens`` and ``trajectories`` at that value.
         unconsumed: per source, trajectories with versioned actions not consumed (by the selected
@@ -80,6 +98,11 @@ class StalenessReport(Report):
     EMPTY = {"by_run": _NOT_CONSUMED, "by_source": _NOT_CONSUMED, "histogram": _NOT_CONSUMED,
              "unconsumed": "no unconsumed trajectory has policy versions"}
 
+    def empty_note(self, table: str) -> str | None:
+        if table == "histogram":
+            return _consumed_but_unversioned(self, table, "by_run", _NO_STALENESS)
+        return super().empty_note(table)
+
 
 @dataclass(frozen=True)
 class ClipReport(Report):
@@ -92,7 +115,8 @@ class ClipReport(Report):
             ``masked`` (their sum), ``ratio_mean``.
         by_staleness: per (run_id, staleness bucket ``[staleness_lo, staleness_hi]``) with the
             trajectory's staleness = ``consumed.staleness_max`` (trainer version - oldest span):
-            the same fractions.
+            the same fractions. Trajectories without a policy version (undefined staleness) are
+            in ``by_step`` only.
     """
 
     by_step: duckdb.DuckDBPyRelation
@@ -100,6 +124,11 @@ class ClipReport(Report):
 
     KEYS = {"by_step": ("run_id", "step"), "by_staleness": ("run_id", "staleness_lo", "staleness_hi")}
     EMPTY = {"by_step": _NOT_CONSUMED, "by_staleness": _NOT_CONSUMED}
+
+    def empty_note(self, table: str) -> str | None:
+        if table == "by_staleness":
+            return _consumed_but_unversioned(self, table, "by_step", _NO_CLIP_STALENESS)
+        return super().empty_note(table)
 
 
 @dataclass(frozen=True)
@@ -342,6 +371,9 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
                  f"min_policy_version, max_policy_version FROM sel")
     conn.execute(f"CREATE TEMP TABLE {c_t} AS SELECT c.run_id, c.step, c.trainer_version, c.trajectory_id, "
                  f"s.source FROM consumed c JOIN {sel_t} s USING (trajectory_id) WHERE {_run_filter(run, 'c.run_id')}")
+    uv_t = f"_staleness_unversioned_{tag}"
+    conn.execute(f"CREATE TEMP TABLE {uv_t} AS SELECT trajectory_id, sum(num_tokens) AS n FROM spans "
+                 f"WHERE kind = 'action' AND policy_version IS NULL GROUP BY trajectory_id")
     tok_t, tr_t = f"_staleness_tok_{tag}", f"_staleness_tr_{tag}"
     conn.execute(f"CREATE TEMP TABLE {tok_t} AS SELECT c.run_id, c.step, c.trajectory_id, c.source, "
                  f"c.trainer_version - v.policy_version AS staleness, v.n AS n, v.mixed AS mixed "
@@ -358,11 +390,13 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
             f"trh AS (SELECT {g}, staleness, count(*) AS n FROM tr GROUP BY {g}, staleness), "
             f"tp AS ({weighted_percentiles_sql('th', groups, 'staleness', 'n', 'token_')}), "
             f"rp AS ({weighted_percentiles_sql('trh', groups, 'staleness', 'n', 'traj_')}), "
-            f"cnt AS (SELECT {g}, count(*) AS consumed FROM c GROUP BY {g}), "
+            f"cnt AS (SELECT {g}, count(*) AS consumed, coalesce(sum(u.n), 0) AS unversioned_action_tokens "
+            f"FROM c LEFT JOIN {uv_t} u USING (trajectory_id) GROUP BY {g}), "
             f"ntok AS (SELECT {g}, sum(n) AS action_tokens, sum(mixed) AS mixed_version_actions FROM tok "
             f"GROUP BY {g}) "
-            f"SELECT {g}, consumed, action_tokens, {_summary_columns('token_', 'max', 'mean')}, "
-            f"{_summary_columns('traj_', 'max')}, mixed_version_actions "
+            f"SELECT {g}, consumed, coalesce(action_tokens, 0) AS action_tokens, "
+            f"{_summary_columns('token_', 'max', 'mean')}, {_summary_columns('traj_', 'max')}, "
+            f"coalesce(mixed_version_actions, 0) AS mixed_version_actions, unversioned_action_tokens "
             f"FROM cnt LEFT JOIN ntok USING ({g}) LEFT JOIN tp USING ({g}) LEFT JOIN rp USING ({g}) ORDER BY {g}")
 
     histogram = conn.sql(
@@ -420,7 +454,11 @@ def clip_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None,
         AuditError: the predicate is invalid.
     """
     base = (f"WITH {_selected(conn, where)}, c AS (SELECT c.*, "
-            f"coalesce(c.staleness_max, c.trainer_version - c.min_policy_version) AS staleness FROM consumed c "
+            # a record without a policy version (null; -1 in records written before this was fixed)
+            # has no staleness: never trainer_version + 1
+            f"CASE WHEN c.min_policy_version IS NULL OR c.min_policy_version < 0 THEN NULL "
+            f"ELSE coalesce(c.staleness_max, c.trainer_version - c.min_policy_version) END AS staleness "
+            f"FROM consumed c "
             f"JOIN sel USING (trajectory_id) WHERE {_run_filter(run, 'c.run_id')})")
     by_step = conn.sql(
         f"{base} SELECT run_id, step, max(trainer_version) AS trainer_version, count(*) AS trajectories, "

@@ -1,0 +1,67 @@
+"""Text-only trajectories (ingested logs: no policy version) trained with
+``--behaviour-logprobs initial-policy`` have an undefined staleness, and every report says so
+the same way: consumed records carry null versions (never -1, which made staleness
+trainer_version + 1), step metrics leave them out, the staleness and clip audits agree, and the
+plot never claims that nothing was consumed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from trajstore import audit, open_store, write_trajectories
+from trajstore.trainer.config import DataConfig, ModelConfig, AlgoConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop import train
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
+from _train_synth import VOCAB, make_trajectory  # noqa: E402
+
+
+def test_text_only_logs_have_undefined_staleness_in_every_report(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    trajs = [make_trajectory(rng, trajectory_id=f"t{i}", policy_versions=(None,), with_logprobs=False)
+             for i in range(4)]
+    write_trajectories(str(tmp_path), trajs)
+    cfg = TrainConfig(
+        store=str(tmp_path), model=ModelConfig(name="tiny-llama", tiny_vocab_size=VOCAB),
+        data=DataConfig(batch_size=4, micro_batch_size=2, max_seq_len=512, max_batch_tokens=8192,
+                        behaviour_logprobs="initial-policy"),
+        algo=AlgoConfig(critic_warmup_steps=0),
+        run=RunConfig(run_id="r1", max_steps=1, checkpoint_every=100, progress=False))
+    summary = train(cfg)
+    metrics = summary.history[0]
+    action_tokens = int(metrics["data/action_tokens"])
+    assert "staleness/mean" not in metrics and "staleness/max" not in metrics
+    assert metrics["staleness/unversioned_action_tokens"] == action_tokens
+
+    conn = audit.connect(open_store(str(tmp_path)))
+    rows = conn.sql("SELECT min_policy_version, max_policy_version, staleness_min, staleness_max "
+                    "FROM consumed").fetchall()
+    assert rows and all(r == (None, None, None, None) for r in rows)
+
+    st = audit.staleness_report(conn, run="r1")
+    by_run = dict(zip(st.by_run.columns, st.by_run.fetchall()[0]))
+    assert by_run["consumed"] == 4
+    assert by_run["unversioned_action_tokens"] == action_tokens
+    assert by_run["action_tokens"] == 0 and by_run["token_p50"] is None and by_run["traj_max"] is None
+    assert st.histogram.fetchall() == []
+    clip = audit.clip_report(conn, run="r1")
+    assert clip.by_staleness.fetchall() == []  # no made-up staleness bucket (was staleness 1)
+    assert sum(r[4] for r in clip.by_step.fetchall()) == action_tokens
+    step_rel = conn.sql("SELECT * FROM step_metrics")
+    cols, sm = step_rel.columns, step_rel.fetchall()[0]
+    assert "staleness/mean" not in cols or dict(zip(cols, sm))["staleness/mean"] is None
+
+    # the empty tables' notes say why, never that nothing was consumed
+    for rep, table in ((st, "histogram"), (clip, "by_staleness")):
+        note = rep.empty_note(table)
+        assert "undefined" in note and "no training run consumed" not in note
+
+    from trajstore.audit.plots import draw_reports
+
+    fig = draw_reports({"staleness": st})
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert not any("no training run consumed" in t for t in texts)
+    assert any("staleness is undefined" in t for t in texts)
