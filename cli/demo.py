@@ -49,6 +49,9 @@ def demo_cmd(
                          tokenizer=model if not model.startswith("tiny-") else "smollm2-135m")
     except ValidationError as e:
         raise invalid_options(e) from None
+    from trajstore.store import open_store_for_writing
+
+    open_store_for_writing(cfg.store, command="traj demo")  # a mistyped --store: refused before a model loads
     console = Console(stderr=fmt is not OutputFormat.table)  # progress; results go to stdout
     if not console.is_terminal:  # piped or logged: do not squeeze the audit tables into 80 columns
         console.width = max(console.width, 120)

@@ -143,13 +143,17 @@ def ingest_cmd(
     missing = [p for p in paths if "://" not in p and not os.path.exists(p)]
     if missing:
         raise InvalidOptionError(f"no such input path: {', '.join(missing)}")
+    from trajstore.store import open_store_for_writing
+
+    storage_options = parse_storage_options(storage_option or [], store)
+    open_store_for_writing(store, command="traj ingest", storage_options=storage_options)  # before anything is read
     err = Console(stderr=True)
     bar = _LazyProgress(enabled=fmt == "table")
     try:
         report = ingest_paths(paths, store, input_format=input_format.value, tokenizer=tokenizer, strict=strict,
                               max_observation_chars=max_observation_chars or None,
                               engine_tokenizer=engine_tokenizer,
-                              storage_options=parse_storage_options(storage_option or [], store), progress=bar)
+                              storage_options=storage_options, progress=bar)
     except IngestInterrupted as e:  # Ctrl-C: say what the store now holds (typer would exit 130 silently)
         bar.stop()
         n = e.report.trajectories_written

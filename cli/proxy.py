@@ -67,6 +67,9 @@ def proxy_cmd(
                           require_session=require_session)
     except ValidationError as e:
         raise invalid_options(e) from None
+    from trajstore.store import open_store_for_writing
+
+    open_store_for_writing(cfg.store, command="traj proxy")  # before the server binds or a shard is written
     try:
         from trajstore.proxy.app import run_proxy
     except ModuleNotFoundError as e:

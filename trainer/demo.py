@@ -392,7 +392,7 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
 
     import httpx
 
-    from trajstore.store import RUNS_DIR, open_store
+    from trajstore.store import RUNS_DIR, TRAJECTORIES_DIR, open_store
 
     t0 = time.monotonic()
     deadline = t0 + cfg.timeout_s
@@ -402,6 +402,9 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
         raise ValueError(f"traj demo runs on a local store; got {cfg.store!r}")
     run_dir = Path(store.path(RUNS_DIR, run_id))
     run_dir.mkdir(parents=True, exist_ok=True)
+    # an empty trajectories/ (what StoreWriter makes) marks the folder as a store before the demo's
+    # `traj proxy --store` child checks it: runs/<id>/ holds only logs until the trainer writes config.json
+    Path(store.path(TRAJECTORIES_DIR)).mkdir(exist_ok=True)
     log_path = run_dir / TRAINER_LOG_FILE
     (run_dir / DEMO_CONFIG_FILE).write_text(cfg.model_copy(update={"run_id": run_id}).model_dump_json(indent=2))
     def say(*args: Any, **kw: Any) -> None:  # soft wrap: rich never breaks a line mid-phrase

@@ -296,20 +296,55 @@ class Store:
         Raises:
             StoreError: the location cannot be listed.
         """
-        def names(*parts: str) -> dict[str, str] | None:  # visible entry name -> "file" / "directory"
-            try:
-                entries = self.fs.ls(self.path(*parts), detail=True, **({} if self.is_local else {"refresh": True}))
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-            except Exception as e:  # unreachable endpoint, bad credentials or options
-                raise StoreError(f"cannot list {self.url(*parts)}: {_why(e)}") from e
-            out = {}
-            for e in entries:
-                name = e["name"].rstrip("/").rsplit("/", 1)[-1]
-                if name and not name.startswith(".") and e["name"].rstrip("/") != self.path(*parts).rstrip("/"):
-                    out[name] = e.get("type") or "file"
-            return out
+        top = self._foreign_entries()
+        if top is None:
+            return None
+        return (f"{self.uri} is not a trajstore store: it holds {_entries(top)} but no trajectories/*.parquet, "
+                f"runs/<id>/ or policies/<id>/{_parquet_hint(top)} (create a store with "
+                "`traj ingest LOGS --store DIR`, the writer SDK `StoreWriter(DIR)` or `traj proxy --store DIR`; "
+                "an empty directory is an empty store)")
 
+    def write_problem(self, command: str) -> str | None:
+        """Why `command` (``traj ingest``, ``traj demo``, ``traj proxy``) must not create or write
+        a store here (None when it may): a local folder that exists, holds visible entries and is
+        not a store (the check of :meth:`layout_problem`), such as a source tree or a folder of
+        notes, would get ``trajectories/``, ``runs/``, ``policies/`` and ``_tmp/`` written into
+        it. A missing folder, an empty one and an existing store are fine; remote locations are
+        not checked (a prefix has no folder to mistake, and listing it costs a round trip).
+
+        Raises:
+            StoreError: the location cannot be listed.
+        """
+        if not self.is_local or not self.exists():
+            return None
+        top = self._foreign_entries()
+        if top is None:
+            return None
+        return (f"{command} would write into {self.uri}, which is not a trajstore store: it holds {_entries(top)} "
+                f"but no trajectories/*.parquet, runs/<id>/ or policies/<id>/{_parquet_hint(top)}; nothing was "
+                "written (give a new or empty folder, or an existing store)")
+
+    def _names(self, *parts: str) -> dict[str, str] | None:
+        """Visible entries of a store-relative folder: name -> "file" / "directory" (None when
+        it does not exist)."""
+        try:
+            entries = self.fs.ls(self.path(*parts), detail=True, **({} if self.is_local else {"refresh": True}))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except Exception as e:  # unreachable endpoint, bad credentials or options
+            raise StoreError(f"cannot list {self.url(*parts)}: {_why(e)}") from e
+        out = {}
+        for e in entries:
+            name = e["name"].rstrip("/").rsplit("/", 1)[-1]
+            if name and not name.startswith(".") and e["name"].rstrip("/") != self.path(*parts).rstrip("/"):
+                out[name] = e.get("type") or "file"
+        return out
+
+    def _foreign_entries(self) -> dict[str, str] | None:
+        """The visible top-level entries of a location that is not a store; None when it is one
+        (an empty directory included). The one layout check behind :meth:`layout_problem` (read
+        side) and :meth:`write_problem` (commands that create a store)."""
+        names = self._names
         top = names()
         if not top:
             return None  # an empty directory: an empty store
@@ -326,13 +361,7 @@ class Store:
                 if any(m in inside for m in marks) or (sub == POLICIES_DIR and any(
                         n[:1] == "v" and n[1:].isdigit() for n in inside)):
                     return None
-        parquet = sorted(n for n in top if n.endswith(SHARD_SUFFIX))
-        hint = (f"; it holds .parquet files ({parquet[0]}{', ...' if len(parquet) > 1 else ''}): give the store's "
-                "root, not its trajectories/ folder, or import a Parquet dataset with `traj ingest`") if parquet else ""
-        return (f"{self.uri} is not a trajstore store: it holds {len(top)} entr{'y' if len(top) == 1 else 'ies'} "
-                f"but no trajectories/*.parquet, runs/<id>/ or policies/<id>/{hint} (create a store with "
-                "`traj ingest LOGS --store DIR`, the writer SDK `StoreWriter(DIR)` or `traj proxy --store DIR`; "
-                "an empty directory is an empty store)")
+        return top
 
     def arrow_filesystem(self) -> pafs.FileSystem:
         """A pyarrow filesystem for the same location (native for local paths)."""
@@ -776,6 +805,19 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _entries(top: Mapping[str, str]) -> str:
+    return f"{len(top)} entr{'y' if len(top) == 1 else 'ies'}"
+
+
+def _parquet_hint(top: Mapping[str, str]) -> str:
+    """A hint for a folder of .parquet files: likely a store's trajectories/ folder given as its root."""
+    parquet = sorted(n for n in top if n.endswith(SHARD_SUFFIX))
+    if not parquet:
+        return ""
+    return (f"; it holds .parquet files ({parquet[0]}{', ...' if len(parquet) > 1 else ''}): give the store's "
+            "root, not its trajectories/ folder, or import a Parquet dataset with `traj ingest`")
+
+
 def open_store(uri: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None) -> Store:
     """Open (or start) a store at a local path or any fsspec URI.
 
@@ -830,6 +872,29 @@ def open_existing_store(uri: str | os.PathLike[str] | Store, *, storage_options:
         raise StoreError(f"no store at {s.uri}: {what} (create one with `traj ingest LOGS --store {s.uri}` or the "
                          "writer SDK)")
     problem = s.layout_problem()
+    if problem:
+        raise StoreError(problem)
+    return s
+
+
+def open_store_for_writing(uri: str | os.PathLike[str] | Store, *, command: str,
+                           storage_options: Mapping[str, Any] | None = None) -> Store:
+    """Open a store that a command creates or writes (``traj ingest --store``, ``traj demo
+    --store``, ``traj proxy --store``), refusing before anything is written a local folder that
+    exists, is not empty and is not a store (:meth:`Store.write_problem`): a mistyped path to a
+    source tree would otherwise get ``trajectories/``, ``runs/``, ``policies/`` and ``_tmp/``
+    written into it. A missing folder (created on first write), an empty folder and an existing
+    store are fine; remote URLs are not checked. The writer SDK (:class:`StoreWriter`) does not
+    call this: a program choosing its folder is trusted.
+
+    Args:
+        command: what writes, for the message (``"traj ingest"``).
+
+    Raises:
+        StoreError: the folder is not a store, or cannot be listed; :func:`open_store`'s errors.
+    """
+    s = open_store(uri, storage_options=storage_options)
+    problem = s.write_problem(command)
     if problem:
         raise StoreError(problem)
     return s

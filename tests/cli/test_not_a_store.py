@@ -128,3 +128,108 @@ def test_s3_prefix_of_other_data_is_not_a_store(s3_store_uri: tuple[str, dict[st
     assert res.exit_code == 1 and "not a trajstore store" in res.stderr
     res = runner.invoke(app, ["info", uri, *so, "--format", "json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["trajectories"] == 1, res.output
+
+
+# -- write side: commands that create or write a store refuse a folder of something else ----------
+
+WRITE_COMMANDS = {
+    "ingest": ["ingest", "{logs}", "--store", "{s}"],
+    "demo": ["demo", "--store", "{s}", "--model", "tiny-llama", "--steps", "1"],
+    "proxy": ["proxy", "--upstream", "http://127.0.0.1:9", "--store", "{s}", "--port", "0"],
+}
+
+
+def _chat_log(root: Path) -> Path:
+    p = root / "chat.jsonl"
+    p.write_text(json.dumps([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]) + "\n")
+    return p
+
+
+def _write_args(name: str, store: Path, logs: Path) -> list[str]:
+    return [a.replace("{s}", str(store)).replace("{logs}", str(logs)) for a in WRITE_COMMANDS[name]]
+
+
+def _project_folder(root: Path) -> Path:
+    """A mistyped --store: a source tree (hidden entries do not count)."""
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "main.py").write_text("print('hi')\n")
+    (root / "notes.txt").write_text("notes\n")
+    (root / ".git").mkdir()
+    return root
+
+
+@pytest.fixture
+def no_model_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """demo and proxy reach their library entry (no model, no server): each records its name and exits 7."""
+    import typer
+
+    import trajstore.proxy.app as proxy_app
+    import trajstore.trainer.demo as demo
+
+    reached: list[str] = []
+
+    def stop(name: str) -> Any:
+        def run(*args: Any, **kwargs: Any) -> None:
+            reached.append(name)
+            raise typer.Exit(7)
+        return run
+
+    monkeypatch.setattr(demo, "run_demo", stop("demo"))
+    monkeypatch.setattr(proxy_app, "run_proxy", stop("proxy"))
+    return reached
+
+
+@pytest.mark.parametrize("name", sorted(WRITE_COMMANDS))
+def test_write_commands_refuse_a_non_empty_folder_that_is_not_a_store(tmp_path: Path, name: str,
+                                                                      no_model_runs: list[str]) -> None:
+    folder = _project_folder(tmp_path / "project")
+    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+    res = runner.invoke(app, _write_args(name, folder, _chat_log(tmp_path)), env=WIDTH)
+    assert res.exit_code == 1, res.output
+    line = res.stderr
+    assert line.count("\n") == 1 and line.startswith("error: "), line
+    assert f"traj {name} would write into {folder}, which is not a trajstore store: it holds 2 entries" in line
+    assert "give a new or empty folder, or an existing store" in line and "Traceback" not in line
+    assert no_model_runs == []  # refused before a model loads or a server starts
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before  # nothing created in it
+
+
+@pytest.mark.parametrize("name", sorted(WRITE_COMMANDS))
+def test_write_commands_accept_a_missing_or_empty_folder_or_a_store(tmp_path: Path, name: str,
+                                                                    no_model_runs: list[str],
+                                                                    make_trajectory: Any) -> None:
+    missing = tmp_path / "new" / "store"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / ".DS_Store").write_bytes(b"\0")
+    store = tmp_path / "store"
+    ts.write_trajectories(str(store), [make_trajectory(np.random.default_rng(0), trajectory_id="a")])
+    logs = _chat_log(tmp_path)
+    for folder in (missing, empty, store):
+        res = runner.invoke(app, _write_args(name, folder, logs), env=WIDTH)
+        if name == "ingest":
+            assert res.exit_code == 0, (folder, res.output)
+            assert len(list((folder / "trajectories").glob("*.parquet"))) == (2 if folder == store else 1)
+        else:
+            assert res.exit_code == 7 and no_model_runs[-1] == name, (folder, res.output)
+    assert no_model_runs == ([] if name == "ingest" else [name] * 3)
+
+
+def test_open_store_for_writing_checks_local_folders_only(tmp_path: Path) -> None:
+    from trajstore.store import open_store_for_writing
+
+    assert open_store_for_writing(str(tmp_path / "new"), command="traj ingest").uri == str(tmp_path / "new")
+    assert not (tmp_path / "new").exists()  # opening creates nothing
+    with pytest.raises(StoreError, match=r"traj ingest would write into .*logs, which is not a trajstore store: "
+                                         r"it holds 2 entries"):
+        open_store_for_writing(str(_logs_folder(tmp_path / "logs")), command="traj ingest")
+    shards = tmp_path / "shards"  # a store's trajectories/ folder given as its root
+    shards.mkdir()
+    (shards / "part-0.parquet").write_bytes(b"PAR1")
+    with pytest.raises(StoreError, match="it holds 1 entry .*give the store's root"):
+        open_store_for_writing(str(shards), command="traj ingest")
+    # remote URLs are not checked (nothing is listed: no endpoint is needed)
+    assert open_store_for_writing("memory://somewhere/else", command="traj ingest").uri == "memory://somewhere/else"
+    # the writer SDK is unchanged: a program choosing its folder is trusted
+    with ts.StoreWriter(str(tmp_path / "logs"), flush_seconds=None):
+        pass

@@ -265,7 +265,7 @@ def test_a_weight_sync_that_never_loaded_a_version_is_reported_plainly():
                       steps_done=4).shortfall is None
 
 
-def test_a_trainer_that_made_fewer_steps_than_asked_is_reported_plainly(monkeypatch):
+def test_a_trainer_that_made_fewer_steps_than_asked_is_reported_plainly(monkeypatch, tmp_path):
     import trajstore.trainer.demo as demo_mod
     from typer.testing import CliRunner
 
@@ -276,10 +276,10 @@ def test_a_trainer_that_made_fewer_steps_than_asked_is_reported_plainly(monkeypa
     runner = CliRunner()
     for steps_done, code in ((2, 1), (4, 0)):
         monkeypatch.setattr(demo_mod, "run_demo", lambda cfg, console=None, n=steps_done: _result(n))
-        out = runner.invoke(app, ["demo", "--store", "/tmp/unused", "--model", "tiny-llama"])
+        out = runner.invoke(app, ["demo", "--store", str(tmp_path / "unused"), "--model", "tiny-llama"])
         assert out.exit_code == code, out.output
         assert ("WARNING: the trainer made 2 of the 4 policy steps" in out.output) == (code == 1)
-        out = runner.invoke(app, ["demo", "--store", "/tmp/unused", "--model", "tiny-llama", "--format", "json"])
+        out = runner.invoke(app, ["demo", "--store", str(tmp_path / "unused"), "--model", "tiny-llama", "--format", "json"])
         assert out.exit_code == code
         body = out.stdout if hasattr(out, "stdout") else out.output
         assert (json.loads(body[body.index("{"):])["shortfall"] is not None) == (code == 1)
