@@ -56,6 +56,9 @@ def test_float_columns_never_use_scientific_notation():
     # column of step metrics (loss 0.498 next to 1504.7 tokens/s) printed the loss as "0"
     assert _fmt("value", [1504.74, 0.498, 0.004, 0.0]) == ["1505", "0.498", "0.00400", "0"]
     assert _fmt("loss", [0.0145, 0.00001]) == ["0.0145", "0.000010"]
+    # too small for MAX_DECIMALS: scientific, never a false zero (a KL of -2.8e-9 read -0.000000)
+    assert _fmt("policy/kl_k3", [-2.7625694585769722e-09]) == ["-2.76e-09"]
+    assert _fmt("value", [3.5, 3e-9, 0.0]) == ["3.500", "3.00e-09", "0.000"]
     assert _fmt("share", [0.0001, 0.5]) == ["0.000", "0.500"]  # shares keep their 3 decimals
     # a float column keeps its decimals when its values happen to be whole (largest 8 -> 3)
     assert _fmt("data/trajectories", [8.0, 4.0]) == ["8.000", "4.000"]

@@ -10,7 +10,8 @@ Number format (the ``table`` output; JSON and CSV keep full precision):
   between 0.1 and 10, one fewer per power of ten above (``35.00``, ``777.6``, ``14160``), one more
   per power of ten below (``0.0145``), at most :data:`MAX_DECIMALS`; a value that would show
   fewer than two significant digits at its column's decimals gets its own (``1505`` above
-  ``0.498``, never ``0``); integer columns print as integers. Never scientific notation;
+  ``0.498``, never ``0``); integer columns print as integers. Scientific notation only for a
+  non-zero value too small for :data:`MAX_DECIMALS` (``-2.76e-09``, never ``-0.000000``);
 - missing values print as ``-``, times as ``YYYY-MM-DD HH:MM:SS+00:00``.
 
 Table layout (``render_tables``), chosen from the console width:
@@ -157,7 +158,10 @@ def column_formatter(name: str, values: Sequence[Any], *, share: bool | None = N
         if not share_col and x != 0 and abs(x) < 10 ** (1 - places):
             # fewer than two significant digits at the column's decimals (0.498 next to 1504.7
             # would print 0): this value gets its own, as a column holding only it would
-            return f"{x:.{_decimals([x])}f}"
+            own = _decimals([x])
+            if abs(x) < 10 ** (1 - own):  # below MAX_DECIMALS' reach (a KL of -2.8e-9): never a false 0
+                return f"{x:.2e}"
+            return f"{x:.{own}f}"
         return f"{x:.{places}f}"
 
     return fmt
