@@ -208,12 +208,17 @@ def test_weight_reload_during_traffic_labels_every_action_with_its_version(serve
     for t in threads:
         t.start()
     time.sleep(1.0)
-    publish_policy(store, run, 1, v[1])
-    deadline = time.monotonic() + 120
-    while not any(x["version"] == 1 for x in httpx.get(f"{px.url}/proxy/stats").json().get("weight_loads", [])):
-        assert time.monotonic() < deadline, "the proxy never had the server load v1"
-        time.sleep(0.1)
-    time.sleep(1.0)
+    # version k holds the weights v[k % 2]; in tag mode several reloads, so that one lands inside
+    # a call however the calls are timed on a loaded machine (one reload could fall between calls)
+    last = 1 if mode == "drain" else 4
+    for k in range(1, last + 1):
+        publish_policy(store, run, k, v[k % 2])
+        deadline = time.monotonic() + 120
+        while not any(x["version"] == k for x in httpx.get(f"{px.url}/proxy/stats").json().get("weight_loads", [])):
+            assert time.monotonic() < deadline, f"the proxy never had the server load v{k}"
+            time.sleep(0.1)
+        time.sleep(0.5)
+    time.sleep(0.5)
     stop.set()
     for t in threads:
         t.join(timeout=300)
@@ -225,7 +230,7 @@ def test_weight_reload_during_traffic_labels_every_action_with_its_version(serve
         lps = np.asarray(row["logprobs"], dtype=np.float32)
         actions = [s for s in row["spans"] if s["kind"] == "action"]
         for s in actions:
-            claimed, other = s["policy_version"], 1 - s["policy_version"]
+            claimed, other = s["policy_version"] % 2, 1 - s["policy_version"] % 2
             seen.add(claimed)
             rec = lps[s["logprob_start"]:s["logprob_start"] + s["end"] - s["start"]]  # schema v2
             mine = _teacher_forced(v[claimed], row["tokens"], s["start"], s["end"], allowed)
