@@ -52,6 +52,11 @@ TRAJECTORIES_DIR = "trajectories"
 RUNS_DIR = "runs"
 POLICIES_DIR = "policies"
 TMP_DIR = "_tmp"
+LOCKS_DIR = "_locks"
+"""Lock files of writers that serialise their commits (``traj ingest``: ``_locks/ingest.lock``)."""
+STORE_FIRST_ENTRIES = frozenset({TRAJECTORIES_DIR, TMP_DIR, LOCKS_DIR})
+"""What a writer creates before its first shard: a folder holding only these (``trajectories/``
+empty) is a store being created. ``runs/`` and ``policies/`` count only with their own marks."""
 TMP_STALE_AFTER_S = 3600.0
 """Age (seconds since the last modification) after which a ``_tmp/`` entry is a leftover of a
 crashed or killed writer, removed by the next writer or trainer that starts."""
@@ -348,6 +353,11 @@ class Store:
         top = names()
         if not top:
             return None  # an empty directory: an empty store
+        if set(top) <= STORE_FIRST_ENTRIES and not (top.get(TRAJECTORIES_DIR) == "directory"
+                                              and names(TRAJECTORIES_DIR)):
+            # only what a writer creates first (_locks/, _tmp/, an empty trajectories/): a store
+            # another process is creating right now (two ingests into a new store at once)
+            return None
         if top.get(TRAJECTORIES_DIR) == "directory":
             shards = names(TRAJECTORIES_DIR) or {}
             if not shards or any(n.endswith(SHARD_SUFFIX) for n in shards):

@@ -233,3 +233,21 @@ def test_open_store_for_writing_checks_local_folders_only(tmp_path: Path) -> Non
     # the writer SDK is unchanged: a program choosing its folder is trusted
     with ts.StoreWriter(str(tmp_path / "logs"), flush_seconds=None):
         pass
+
+
+def test_a_store_another_writer_is_creating_is_a_store(tmp_path: Path) -> None:
+    # two `traj ingest` into a new store at once: the second saw the first's _locks/ and was
+    # refused as "not a trajstore store" (CI's slow step)
+    from trajstore.store import open_store_for_writing
+
+    creating = tmp_path / "creating"
+    (creating / "_locks").mkdir(parents=True)
+    (creating / "_locks" / "ingest.lock").write_bytes(b"")
+    (creating / "_tmp").mkdir()
+    (creating / "trajectories").mkdir()
+    assert open_store_for_writing(str(creating), command="traj ingest").uri == str(creating)
+    (creating / "trajectories").rmdir()  # (an empty trajectories/ alone makes any folder a store)
+    assert open_store_for_writing(str(creating), command="traj ingest").uri == str(creating)
+    (creating / "notes.txt").write_text("mine")
+    with pytest.raises(StoreError, match="not a trajstore store"):
+        open_store_for_writing(str(creating), command="traj ingest")

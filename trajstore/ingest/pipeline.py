@@ -65,7 +65,7 @@ from trajstore.ingest.render import (
 from trajstore.convert import trajectories_to_table
 from trajstore.models import Span, Trajectory
 from trajstore.reader import read_shard, read_trajectories
-from trajstore.store import TRAJECTORIES_DIR, CorruptShardWarning, Store, open_store
+from trajstore.store import LOCKS_DIR, TRAJECTORIES_DIR, CorruptShardWarning, Store, open_store
 from trajstore.validate import validate_trajectory
 from trajstore.writer import DEFAULT_FLUSH_MB, DEFAULT_FLUSH_ROWS
 from trajstore.writer import _approx_bytes as approx_bytes  # the SDK writer's flush sizing
@@ -772,8 +772,6 @@ def ingest_paths(paths: list[str] | str, store: Store | str, *, input_format: st
 
 INGEST_LOCK = "ingest"
 """Name of the store lock every ingest commit holds (:func:`store_lock`)."""
-LOCKS_DIR = "_locks"
-"""Store folder of lock files (local stores); a lock file is empty and never removed."""
 
 
 @contextlib.contextmanager
