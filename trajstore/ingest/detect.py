@@ -344,7 +344,7 @@ def _document_error(err: json.JSONDecodeError, text: str) -> str:
             + (" (the document ends early: the file looks truncated)" if cut else ""))
 
 
-def _is_chat(v: Any) -> bool:
+def is_chat(v: Any) -> bool:
     """A non-empty list whose first item looks like an OpenAI chat message."""
     return (isinstance(v, list) and bool(v) and isinstance(v[0], dict) and "role" in v[0]
             and ("content" in v[0] or "tool_calls" in v[0]))
@@ -354,7 +354,7 @@ def is_message_list(v: Any) -> bool:
     """A list that reads as ONE conversation rather than an array of records: every item an
     object that is no record of a known format, and some item a chat message (a role and a
     content or tool calls). Its first message may be the broken one (no role), which
-    :func:`_is_chat` alone misread as an array of records, each refused as not a chat record."""
+    :func:`is_chat` alone misread as an array of records, each refused as not a chat record."""
     return (isinstance(v, list) and bool(v) and all(isinstance(m, dict) and detect_record(m) is None for m in v)
             and any("role" in m and ("content" in m or "tool_calls" in m) for m in v))
 
@@ -397,12 +397,12 @@ def detect_record(d: Any) -> str | None:
         return "swe-smith"
     if "messages" in d and ("resolved" in d or "instance_id" in d):
         return "openhands-swe-gym"
-    if "trajectory" in d and (_is_chat(d["trajectory"]) or (isinstance(d["trajectory"], str) and "resolved" in d)) \
+    if "trajectory" in d and (is_chat(d["trajectory"]) or (isinstance(d["trajectory"], str) and "resolved" in d)) \
             and ("resolved" in d or "tools" in d):
         return "nebius-swe-rebench-openhands"
     if "trajectory" in d and isinstance(d["trajectory"], list) and ("target" in d or "model_name" in d):
         return "nebius-swe-agent"
-    if "messages" in d and _is_chat(d["messages"]):  # last: the shape every chat format shares
+    if "messages" in d and is_chat(d["messages"]):  # last: the shape every chat format shares
         return "chat-messages"
     return None
 
@@ -410,7 +410,7 @@ def detect_record(d: Any) -> str | None:
 def detect_row(v: Any) -> str | None:
     """Format of one row of a JSONL file or JSON array: :func:`detect_record`, or
     ``chat-messages`` for a row that is itself a list of chat messages."""
-    return detect_record(v) or ("chat-messages" if _is_chat(v) else None)
+    return detect_record(v) or ("chat-messages" if is_chat(v) else None)
 
 
 def rollout_dump_keys(which: str) -> tuple[str, ...]:

@@ -336,7 +336,7 @@ def parse_unit(unit: detect.InputUnit, fmt: str = "auto") -> Iterator[Parsed]:
 
 def _parse_document(path: str, doc: Any, fmt: str, huge_ints: bool = False) -> Iterator[Parsed]:
     # a bare list of messages is one record, not rows (even when its first message is broken)
-    one_chat = detect._is_chat(doc) or (fmt in ("auto", "chat-messages") and detect.is_message_list(doc))
+    one_chat = detect.is_chat(doc) or (fmt in ("auto", "chat-messages") and detect.is_message_list(doc))
     if huge_ints and (one_chat or not (isinstance(doc, list) and (fmt if fmt != "auto" else detect.detect_document(doc))
                                        in ROW_PARSERS)):
         hit = detect.find_huge_int(doc)
