@@ -536,8 +536,3 @@ def drop_superseded(convs: list[Conversation]) -> tuple[list[Conversation], list
                 kept.append(c)
     return kept, gone
 
-
-def parse_chat_messages(data: Any, origin: Origin) -> Conversation:
-    """A bare JSON list of OpenAI chat messages (e.g. the SDK's ``*-llm-message.json``); other
-    chat records (``{"messages": [...]}`` lines) are :func:`trajstore.ingest.chat_rows.parse_chat_record`."""
-    return Conversation(source="chat-messages", key=None, messages=chat_messages(data, "messages"), origin=origin)
