@@ -48,6 +48,7 @@ import functools
 import inspect
 import os
 import re
+import shutil
 import sys
 import warnings
 from collections.abc import Callable
@@ -87,7 +88,29 @@ class TrajCommand(TyperCommand):
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         _tidy_params(self, ctx)
-        return super().format_help(ctx, formatter)
+        with _plain_help_when_narrow(self):
+            return super().format_help(ctx, formatter)
+
+
+PLAIN_HELP_BELOW_COLUMNS = 120
+"""Terminals narrower than this get click's plain help layout instead of typer's rich panels.
+
+typer's options panel is a six-column table (name, short name, ``--no-`` name, short ``--no-``,
+type, help) that rich shrinks to the terminal: at 80 columns ``traj train --help`` cut option
+names to ``--micro-batch-s…`` and wrapped help texts to 16 characters. Click's layout puts a long
+option's help on the next line instead, so every name stays whole at any width."""
+
+
+@contextlib.contextmanager
+def _plain_help_when_narrow(command: Any) -> Any:
+    narrow = shutil.get_terminal_size().columns < PLAIN_HELP_BELOW_COLUMNS
+    saved = command.rich_markup_mode
+    if narrow:
+        command.rich_markup_mode = None
+    try:
+        yield
+    finally:
+        command.rich_markup_mode = saved
 
 
 def usage_error_line(e: Any) -> str:
@@ -122,7 +145,8 @@ class TrajGroup(TyperGroup):
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         _tidy_params(self, ctx)
-        return super().format_help(ctx, formatter)
+        with _plain_help_when_narrow(self):
+            return super().format_help(ctx, formatter)
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         with _one_line_click_errors():

@@ -53,6 +53,22 @@ def test_help_shows_metavars_and_flags_without_values(path):
             assert shown.isupper() and shown in usage.split(), (shown, usage)
 
 
+@pytest.mark.parametrize("columns", [80, 100, 200])
+@pytest.mark.parametrize("path", [p for p, _ in ALL], ids=[" ".join(p) for p, _ in ALL])
+def test_help_names_every_option_whole_and_fits_the_terminal(path, columns):
+    # At 80 columns typer's rich options table cut `traj train --help` names to
+    # `--micro-batch-s…` and wrapped help texts at 16 characters: every option name (and its
+    # --no- form) must appear whole, and no line may be wider than the terminal.
+    res = runner.invoke(app, [*path, "--help"], env={"COLUMNS": str(columns)})
+    assert res.exit_code == 0, res.output
+    words = set(res.output.replace("/", " ").replace(",", " ").split())
+    for p in dict(ALL)[path].params:
+        for name in [*p.opts, *p.secondary_opts] if p.param_type_name == "option" and not p.hidden else []:
+            assert name in words, (name, res.output)
+    assert "…" not in res.output
+    assert max(map(len, res.output.splitlines())) <= columns, res.output
+
+
 @pytest.mark.parametrize("path", [p for p, _ in ALL], ids=[" ".join(p) for p, _ in ALL])
 def test_help_texts_have_no_hard_line_breaks(path):
     # A docstring wrapped in the source printed its line breaks in `traj --help` ("... (--format
