@@ -347,6 +347,8 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
         if resume:
             recorder.rollback_after(state.iteration - 1)
         recorder.save_config(cfg.to_json())
+        if census.rows:  # what the store holds now (a --follow run may start on an empty store)
+            recorder.note(f"data: {census.describe()}")
         recorder.note(plan.describe())
     D.barrier(env)
     if cfg.algo.advantage == "sao-gae":
@@ -918,6 +920,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, trainer: Trainer | None = N
         warnings.append(f"made {state.step} of the {asked} policy steps asked for (--max-steps): the data ran out "
                         f"after {len(tr.history)} iteration(s) in this run, {warmup} of them critic warm-up "
                         "(--critic-warmup-steps)")
+    overlong = int(sum(h.get("data/skipped_overlong", 0.0) for h in tr.history))
+    if overlong:
+        warnings.append(f"{overlong} trajector{'y' if overlong == 1 else 'ies'} longer than --max-seq-len "
+                        f"{tr.cfg.data.max_seq_len} tokens {'was' if overlong == 1 else 'were'} skipped, not trained "
+                        "(raise --max-seq-len to train them; --overlong error stops at the first)")
     if resume and tr.resumed_fresh:
         warnings.append(resume_fresh_message(tr.store, tr.cfg.run.run_id))
     if not tr.history:

@@ -392,3 +392,20 @@ def test_vocabulary_check_reads_statistics_only_and_reads_tokens_without_them(tm
     with pytest.raises(data.TrainDataError, match="is outside the model's vocabulary of 100"):
         stream.check_vocabulary(stream.precheck())
     assert reads == [first.name]
+
+
+def test_overlong_skip_is_said_on_the_console(tmp_path: Path) -> None:
+    """Issue 16 walkthrough: with the default --overlong skip, a trajectory longer than
+    --max-seq-len was left out with no word on the console (only a data/skipped_overlong metric in
+    the run's records): the start says what the data holds, the end warns what was not trained."""
+    rng = np.random.default_rng(2)
+    write_trajectories(str(tmp_path), [make_trajectory(rng, trajectory_id="long", num_turns=12,
+                                                       action_len=(30, 40))])  # read first
+    write_synthetic_store(tmp_path, 4, per_shard=2)
+    args = [a if a != "512" else "200" for a in BASE]  # --max-seq-len 200
+    r = _run(str(tmp_path), *args, "--run-id", "s", "--max-steps", "2")
+    assert r.exit_code == 0, r.output
+    assert "data: 5 rows: 4 trainable (1 longer than --max-seq-len)" in r.output
+    warns = [line for line in r.output.splitlines() if line.startswith("warning: ") and "--max-seq-len" in line]
+    assert warns == ["warning: 1 trajectory longer than --max-seq-len 200 tokens was skipped, not trained "
+                     "(raise --max-seq-len to train them; --overlong error stops at the first)"], r.output
