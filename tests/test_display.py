@@ -138,6 +138,37 @@ def test_long_text_is_shortened_with_a_pointer_to_full_output():
     assert "openhands" in out  # the key column is never shortened
 
 
+def test_long_text_columns_are_shortened_rather_than_cut_into_parts():
+    # `traj sql` of trajectory_id, num_tokens, metadata at 80 (and 200) columns printed two parts
+    # that repeated the 72-character id, and the metadata part still showed only `{"exit…`.
+    ids = [f"nebius-swe-agent:repo__name-{i}_17:9e0628dfefc4fe64d363aaaaaaaaaaaaaaaa" for i in range(6)]
+    meta = ['{"exit_status": "submitted", "ingest": {"format": "nebius/swe-agent", "line": %d, '
+            '"path": "../shared/fixtures/trajectories/nebius/x.jsonl"}}' % i for i in range(6)]
+    rows = [(t, 5000 + i, m) for i, (t, m) in enumerate(zip(ids, meta))]
+    for width in (80, 200):
+        out = _render([TableData("result", ["trajectory_id", "num_tokens", "metadata"], rows)], width=width)
+        lines = out.splitlines()
+        assert lines[0] == "result", out  # one table, no "[1/2]"
+        header = next(line for line in lines if "┃" in line)
+        assert [h.strip() for h in header.split("┃")[1:-1]] == ["trajectory_id", "num_tokens", "metadata"]
+        assert max(map(len, lines)) <= width and "--format csv or json" in out
+        assert '{"exit_status": "submitted"' in out  # the shortened column keeps a readable start
+
+
+def test_few_wide_rows_with_long_keys_are_transposed_under_row_numbers():
+    # `traj sql STORE "SELECT * FROM trajectories LIMIT 3"` at 80 columns: nine parts, one column each
+    cols = ["trajectory_id", "prompt_id", "num_tokens", "num_prompt_tokens", "num_action_tokens", "metadata"]
+    rows = [(f"nebius-swe-agent:tomerfiliba__plumbum-{i}_17:9e0628dfefc4fe64d363", f"tomerfiliba__plumbum-{i}",
+             5534 + i, 2057 - i, 465 + i, '{"exit_status": "submitted", "line": %d}' % i) for i in range(3)]
+    out = _render([TableData("result", cols, rows)], width=80)
+    lines = out.splitlines()
+    assert lines[0] == "result" and max(map(len, lines)) <= 80, out
+    header = next(line for line in lines if "┃" in line)
+    assert [h.strip() for h in header.split("┃")[1:-1]] == ["column", "row 1", "row 2", "row 3"]
+    assert any(line.startswith("│ num_prompt_tokens ") and "2056" in line for line in lines), out
+    assert any(line.startswith("│ trajectory_id ") for line in lines), out
+
+
 def test_print_command_is_one_unstyled_line():
     cmd = "traj sql ./demo-store \"SELECT * FROM step_metrics WHERE run_id = 'demo-20260701T000000Z' ORDER BY step\""
     console = Console(width=40, file=io.StringIO(), force_terminal=True)

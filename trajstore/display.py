@@ -18,9 +18,12 @@ Table layout (``render_tables``), chosen from the console width:
 
 - columns whose value is the same in every row (two rows or more) are dropped and shown in the
   title, e.g. ``clip.by_step (run_id=r1)``;
-- a table that fits is printed as is; a narrow table with few rows but many columns is
-  transposed (one row per column); otherwise its columns are cut into parts that fit, and each
-  part repeats the table's key columns (``step``, ``source``, ...);
+- a table that fits is printed as is; one too wide because of long text columns (ids, JSON
+  metadata, paths) is printed whole with those shortened to one width of at least
+  :data:`KEEP_WHOLE_WIDTH` characters; a table with few rows but many columns is transposed (one
+  row per column; values shortened if need be, and numbered ``row 1..n`` when the keys are too
+  long to head them); otherwise its columns are cut into parts that fit, and each part repeats
+  the table's key columns (``step``, ``source``, ...);
 - tables without rows are not drawn: one line per report says so, after the tables;
 - titles are printed on their own line at full width (never squeezed into a narrow table).
 
@@ -62,6 +65,10 @@ MAX_TRANSPOSED_ROWS: int = 8
 """A table with at most this many rows may be printed transposed when it is too wide."""
 MIN_CELL_WIDTH: int = 12
 """A text column is never shortened below this many characters."""
+KEEP_WHOLE_WIDTH: int = 24
+"""A table too wide because of long text columns (ids, JSON metadata, shard paths) is printed whole
+with those columns shortened, as long as each keeps this many characters: cut into parts that each
+repeat the key columns, the same columns had to be shortened anyway (``{"exit…``)."""
 
 _SHARE_NAME = re.compile(r"(^|_)(share|frac|fraction)(_|$)|^masked")
 
@@ -435,6 +442,13 @@ def print_table(console: Console, table: TableData) -> None:
         console.print(_rich_table(cols))
         return
 
+    caps = _shorten_to_fit(cols, width)
+    if caps is not None:  # long text columns (ids, JSON metadata, paths): shortened, the table whole
+        _print_title(console, title)
+        console.print(_rich_table(cols, caps))
+        console.print(SHORTENED_NOTE, style="dim", markup=False, highlight=False)
+        return
+
     if len(rows) <= MAX_TRANSPOSED_ROWS and not any(c.wrap for c in cols):
         heads = [" / ".join(k.cells[i] for k in key_cols) if key_cols else ("value" if len(rows) == 1 else
                  f"row {i + 1}") for i in range(len(rows))]
@@ -443,6 +457,17 @@ def print_table(console: Console, table: TableData) -> None:
         if _table_width(transposed) <= width:
             _print_title(console, title)
             console.print(_rich_table(transposed))
+            return
+        caps = _shorten_to_fit(transposed, width, floor=MIN_CELL_WIDTH, numbers_too=True, whole=[0])
+        if caps is not None and key_cols and any(len(h) > min(caps.values()) for h in heads):
+            # long keys (trajectory ids) shortened alike in the header: rows 1..n, the keys as rows
+            transposed = [_Col("column", [c.name for c in cols])]
+            transposed += [_Col(f"row {i + 1}", [c.cells[i] for c in cols], right=True) for i in range(len(rows))]
+            caps = _shorten_to_fit(transposed, width, floor=MIN_CELL_WIDTH, numbers_too=True, whole=[0])
+        if caps is not None:  # the column names stay whole, the values are shortened
+            _print_title(console, title)
+            console.print(_rich_table(transposed, caps))
+            console.print(SHORTENED_NOTE, style="dim", markup=False, highlight=False)
             return
 
     parts = _pack(key_cols, rest, width)
@@ -459,8 +484,27 @@ def print_table(console: Console, table: TableData) -> None:
         _print_title(console, title + label)
         console.print(_rich_table(shown, max_widths))
         if max_widths:
-            console.print("(… = shortened; --format csv or json prints every value in full)", style="dim",
-                          markup=False, highlight=False)
+            console.print(SHORTENED_NOTE, style="dim", markup=False, highlight=False)
+
+
+SHORTENED_NOTE = "(… = shortened; --format csv or json prints every value in full)"
+
+
+def _shorten_to_fit(cols: Sequence[_Col], width: int, *, floor: int = KEEP_WHOLE_WIDTH,
+                    numbers_too: bool = False, whole: Sequence[int] = ()) -> dict[int, int] | None:
+    """Widths (by column index) to which the longest one-line text columns (with `numbers_too`,
+    any one-line column: a transposed table's value columns) are cut, longest first and to one
+    common cap, so the whole table fits `width`; None when that cap would fall below `floor`
+    characters. Columns in `whole` are never cut."""
+    text = sorted((k for k, c in enumerate(cols) if (numbers_too or not c.right) and not c.wrap and k not in whole),
+                  key=lambda k: -cols[k].width)
+    excess = _table_width(cols) - width
+    content = [cols[k].width - _PAD for k in text]
+    for n in range(1, len(text) + 1):  # cut the n longest to one cap
+        cap = (sum(content[:n]) - excess) // n
+        if cap >= (content[n] if n < len(content) else 0):
+            return {k: cap for k in text[:n]} if cap >= floor else None
+    return None
 
 
 def _short(name: str) -> str:
