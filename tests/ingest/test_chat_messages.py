@@ -163,3 +163,15 @@ def test_an_empty_json_array_is_a_skip_under_every_format(tmp_path, fmt):
     trajs, rep = _trajs(p, fmt)
     assert trajs == []
     assert [(pr.kind, pr.reason) for pr in rep.problems] == [("no_trajectory", "an empty JSON array (no records)")]
+
+
+def test_a_chat_row_with_a_text_response_field_is_a_chat_row(tmp_path):
+    # {"messages": [...], "response": "<text>"} (a common SFT/eval export) was detected as an
+    # OpenHands V1 completion log, whose "response" is a LiteLLM response object, and refused as
+    # "response has no choices[0].message (string indices must be integers, not 'str')"
+    p = tmp_path / "chats.jsonl"
+    rows = [{"messages": _chat(i), "response": f"{i + 1}", "reward": 1.0} for i in range(2)]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trajs, rep = _trajs(p)
+    assert rep.problems == [] and len(trajs) == 2
+    assert {t.source for t in trajs} == {"chat-messages"}
