@@ -7,7 +7,6 @@ import csv
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -65,7 +64,7 @@ def stats_cmd(
                                         "e.g. \"source = 'sdk' AND reward IS NOT NULL\""),
     run: Optional[str] = typer.Option(None, "--run", help="only this training run's records"),
     fmt: FormatOption = OutputFormat.table,
-    plot: Optional[Path] = typer.Option(None, "--plot", metavar="FILE.png",
+    plot: Optional[str] = typer.Option(None, "--plot", metavar="FILE.png",
                                         help="also draw the plottable reports into this PNG"),
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:

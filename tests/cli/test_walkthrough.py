@@ -140,6 +140,20 @@ def test_plot_option_is_checked_before_any_report(small_store: str, tmp_path: Pa
     assert not (tmp_path / "p.txt").exists() and not (tmp_path / "p.png").exists()
 
 
+@pytest.mark.parametrize("target, says", [
+    ("", "error: cannot write the plot: the file name is empty"),  # read as "." it drew ./traj-stats.png
+    ("/proc/p.png", "error: cannot write the plot /proc/p.png: "),  # os.access said yes (root); failed after the report
+])
+def test_plot_destination_that_cannot_be_written_is_refused_before_any_report(small_store: str, target: str,
+                                                                              says: str) -> None:
+    pytest.importorskip("matplotlib")
+    res = runner.invoke(app, ["stats", small_store, "--rewards", "--plot", target], env=WIDTH)
+    assert res.exit_code == 1, res.output
+    assert res.stdout == ""  # no report printed before the refusal
+    [line] = _lines(res.stderr)
+    assert line.startswith(says), line
+
+
 # -- --storage-option on a local store ----------------------------------------------------------
 
 

@@ -362,9 +362,12 @@ def plot_destination(path: str | os.PathLike[str]) -> str:
 
     Raises:
         UnsupportedPlotFormat: its suffix is not one matplotlib writes (:func:`plot_suffixes`).
-        AuditError: its folder is missing, is not a folder, or is not writable.
+        AuditError: the name is empty, or its folder is missing, is not a folder, or the file
+            cannot be opened for writing (tried, then removed again if it did not exist).
     """
     p = os.fspath(path)
+    if not p.strip():
+        raise AuditError("cannot write the plot: the file name is empty")
     out = os.path.join(p, "traj-stats.png") if os.path.isdir(p) else (p if os.path.splitext(p)[1] else p + ".png")
     suffix = os.path.splitext(out)[1].lower()
     if suffix not in (supported := plot_suffixes()):
@@ -373,6 +376,12 @@ def plot_destination(path: str | os.PathLike[str]) -> str:
     if not os.path.isdir(folder):
         why = "is not a folder" if os.path.exists(folder) else "does not exist"
         raise AuditError(f"cannot write the plot {out}: {folder} {why}")
-    if not os.access(folder, os.W_OK) or (os.path.exists(out) and not os.access(out, os.W_OK)):
-        raise AuditError(f"cannot write the plot {out}: permission denied")
+    existed = os.path.exists(out)
+    try:  # really open it (os.access says yes to root even on /proc): append, so nothing is changed yet
+        with open(out, "ab"):
+            pass
+    except OSError as e:
+        raise AuditError(f"cannot write the plot {out}: {e.strerror or e}") from None
+    if not existed:
+        os.remove(out)
     return out
