@@ -138,6 +138,8 @@ def test_every_pass_says_what_it_does_and_micro_batches_keep_the_token_bound(
     assert s.steps == 1
     err = capsys.readouterr().err
     assert "memory plan: micro-batches of at most 60 tokens, activation checkpointing off" in err, err
+    # the estimate is that of a full micro-batch, and says so (the demo's read as its real peak)
+    assert re.search(r"estimated peak \d+\.\d GiB when a micro-batch holds 60 tokens, less for shorter ones", err), err
     passes = [m.groupdict() for m in _PASS.finditer(err)]
     kinds = [p["what"] for p in passes]
     for what in ("initial-policy log-probs", "critic values", "critic update 1/2", "critic update 2/2",
