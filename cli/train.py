@@ -164,10 +164,13 @@ def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed opti
 
 
 def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
+    """Bytes for people in binary units (``512 B``, ``6.4 KiB``, ``3.6 GiB``), as the memory plan,
+    the README and bench/RESULTS.md give them (``traj runs`` printed MB / GB beside them)."""
+    f = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if f < 1024 or unit == "TiB":
+            return f"{f:.0f} {unit}" if unit == "B" else f"{f:.1f} {unit}"
+        f /= 1024
     return f"{n} B"  # pragma: no cover
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -77,6 +78,11 @@ def test_traj_runs_lists_versions_checkpoints_and_sizes(tmp_path: Path) -> None:
     assert run["total_bytes"] == run["versions_bytes"] + run["checkpoints_bytes"] + run["records_bytes"] > 0
     table = CliRunner().invoke(app, ["runs", str(tmp_path)], terminal_width=160)
     assert table.exit_code == 0 and "3: v0 .. v2" in table.output and "it2*" in table.output, table.output
+    # binary units, as the memory plan, README and bench/RESULTS.md give sizes (it printed "3.6 MB")
+    total = run["total_bytes"] / 1024 ** (2 if run["total_bytes"] >= 1024 ** 2 else 1)
+    unit = "MiB" if run["total_bytes"] >= 1024 ** 2 else "KiB"
+    assert f"{total:.1f} {unit}" in table.output, table.output
+    assert not re.search(r"\d (KB|MB|GB)\b", table.output), table.output
 
 
 def _age(path: Path, seconds: float) -> None:
