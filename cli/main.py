@@ -51,7 +51,7 @@ import re
 import shutil
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -90,6 +90,42 @@ class TrajCommand(TyperCommand):
         _tidy_params(self, ctx)
         with _plain_help_when_narrow(self):
             return super().format_help(ctx, formatter)
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _refuse_conflicting_repeats(self, ctx, args)
+        return super().parse_args(ctx, args)
+
+
+def _refuse_conflicting_repeats(command: Any, ctx: Any, args: Sequence[str]) -> None:
+    """An option that takes one value, given twice with different values (``--store a --store b``,
+    ``--follow --no-follow``), is bad usage: click silently kept the last one, so a command line
+    pasted together from two sources wrote into a store its user did not see. The same value twice
+    is harmless and accepted; repeatable options (``--storage-option``) are not concerned."""
+    by_name = {}
+    for p in command.get_params(ctx):
+        if p.param_type_name == "option" and not p.multiple and not getattr(p, "count", False):
+            for name in (*p.opts, *p.secondary_opts):
+                by_name[name] = p
+    seen: dict[str, tuple[str, str]] = {}  # param name -> (what was given, its value)
+    i = 0
+    while i < len(args) and args[i] != "--":
+        name, eq, value = args[i].partition("=")
+        p = by_name.get(name) if name.startswith("-") else None
+        if p is not None:
+            if getattr(p, "is_flag", False):
+                given, value = name, name
+            elif eq:
+                given = args[i]
+            else:
+                value = args[i + 1] if i + 1 < len(args) else ""
+                given = f"{name} {value}"
+                i += 1
+            if p.name in seen and seen[p.name][1] != value:
+                raise _click_exceptions().UsageError(
+                    f"option {max(p.opts, key=len)} given twice with different values ({seen[p.name][0]}, {given}): "
+                    "give it once", ctx=ctx)
+            seen.setdefault(p.name, (given, value))
+        i += 1
 
 
 PLAIN_HELP_BELOW_COLUMNS = 120

@@ -238,3 +238,25 @@ def test_commands_render_tables_through_the_shared_renderer():
     offenders = [str(f.relative_to(root)) for d in ("cli", "trainer", "trajstore/audit")
                  for f in sorted((root / d).rglob("*.py")) if "rich.table" in f.read_text()]
     assert offenders == []
+
+
+@pytest.mark.parametrize("path", [p for p, c in ALL if any(o.opts[0] == "--format" for o in c.params)],
+                         ids=[" ".join(p) for p, c in ALL if any(o.opts[0] == "--format" for o in c.params)])
+def test_an_option_given_twice_with_different_values_is_bad_usage(path, tmp_path):
+    # `--store a --store b` silently used b (click keeps the last value): one line, exit 2, nothing run
+    cmd = dict(ALL)[path]
+    res = runner.invoke(app, [*path, *_required(cmd), "--format", "json", "--format=csv"])
+    assert res.exit_code == 2, res.output
+    assert res.output == ("error: option --format given twice with different values (--format json, "
+                          "--format=csv): give it once\n"), res.output
+
+
+def test_the_same_value_twice_and_repeatable_options_are_accepted(tmp_path):
+    ts.write_trajectories(str(tmp_path), [])  # an empty store
+    res = runner.invoke(app, ["info", str(tmp_path), "--format", "json", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["train", "x", "--model", "m", "--run-id", "r", "--follow", "--no-follow"])
+    assert res.exit_code == 2 and "--follow, --no-follow" in res.output, res.output
+    res = runner.invoke(app, ["sql", str(tmp_path), "SELECT 1 AS one", "--storage-option", "a=1",
+                              "--storage-option", "b=2", "--format", "csv"])
+    assert "given twice" not in res.output, res.output
