@@ -97,13 +97,15 @@ class TrajCommand(TyperCommand):
 
 
 def _refuse_conflicting_repeats(command: Any, ctx: Any, args: Sequence[str]) -> None:
-    """An option that takes one value, given twice with different values (``--store a --store b``,
-    ``--follow --no-follow``), is bad usage: click silently kept the last one, so a command line
-    pasted together from two sources wrote into a store its user did not see. The same value twice
-    is harmless and accepted; repeatable options (``--storage-option``) are not concerned."""
+    """An option that takes one value, given twice with different values (``--store a --store b``),
+    is bad usage: click silently kept the last one, so a command line pasted together from two
+    sources wrote into a store its user did not see. The same value twice is harmless and
+    accepted; repeatable options (``--storage-option``) are not concerned, and a later flag
+    overrides an earlier one as usual (``--follow ... --no-follow``: an alias's default turned off)."""
     by_name = {}
     for p in command.get_params(ctx):
-        if p.param_type_name == "option" and not p.multiple and not getattr(p, "count", False):
+        if (p.param_type_name == "option" and not p.multiple and not getattr(p, "count", False)
+                and not getattr(p, "is_flag", False)):
             for name in (*p.opts, *p.secondary_opts):
                 by_name[name] = p
     seen: dict[str, tuple[str, str]] = {}  # param name -> (what was given, its value)
@@ -112,9 +114,7 @@ def _refuse_conflicting_repeats(command: Any, ctx: Any, args: Sequence[str]) -> 
         name, eq, value = args[i].partition("=")
         p = by_name.get(name) if name.startswith("-") else None
         if p is not None:
-            if getattr(p, "is_flag", False):
-                given, value = name, name
-            elif eq:
+            if eq:
                 given = args[i]
             else:
                 value = args[i + 1] if i + 1 < len(args) else ""

@@ -255,8 +255,7 @@ def test_the_same_value_twice_and_repeatable_options_are_accepted(tmp_path):
     ts.write_trajectories(str(tmp_path), [])  # an empty store
     res = runner.invoke(app, ["info", str(tmp_path), "--format", "json", "--format", "json"])
     assert res.exit_code == 0, res.output
-    res = runner.invoke(app, ["train", "x", "--model", "m", "--run-id", "r", "--follow", "--no-follow"])
-    assert res.exit_code == 2 and "--follow, --no-follow" in res.output, res.output
+    # flags: the later one wins (test_train_boolean_flags)
     res = runner.invoke(app, ["sql", str(tmp_path), "SELECT 1 AS one", "--storage-option", "a=1",
                               "--storage-option", "b=2", "--format", "csv"])
     assert "given twice" not in res.output, res.output
