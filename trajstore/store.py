@@ -901,9 +901,13 @@ def open_store_for_writing(uri: str | os.PathLike[str] | Store, *, command: str,
         command: what writes, for the message (``"traj ingest"``).
 
     Raises:
-        StoreError: the folder is not a store, or cannot be listed; :func:`open_store`'s errors.
+        StoreError: the folder is not a store, or cannot be listed; a ``memory://`` URL (gone
+            with the process); :func:`open_store`'s errors.
     """
     s = open_store(uri, storage_options=storage_options)
+    if "memory" in ((s.fs.protocol,) if isinstance(s.fs.protocol, str) else tuple(s.fs.protocol)):
+        raise StoreError(f"{command} cannot write into {s.uri}: a memory:// store lives only inside one Python "
+                         "process and would be gone when the command exits (use a folder or s3://...)")
     problem = s.write_problem(command)
     if problem:
         raise StoreError(problem)

@@ -229,7 +229,14 @@ def test_open_store_for_writing_checks_local_folders_only(tmp_path: Path) -> Non
     with pytest.raises(StoreError, match="it holds 1 entry .*give the store's root"):
         open_store_for_writing(str(shards), command="traj ingest")
     # remote URLs are not checked (nothing is listed: no endpoint is needed)
-    assert open_store_for_writing("memory://somewhere/else", command="traj ingest").uri == "memory://somewhere/else"
+    s3 = open_store_for_writing("s3://bucket/else", command="traj ingest",
+                                storage_options={"endpoint_url": "http://127.0.0.1:9", "anon": True})
+    assert s3.uri == "s3://bucket/else"
+    # a memory:// store is gone when the command's process exits: `traj ingest --store memory://x`
+    # said it wrote 1 trajectory that nothing could ever read
+    with pytest.raises(StoreError, match=r"traj ingest cannot write into memory://somewhere/else: a memory:// store "
+                                         r"lives only inside one Python process"):
+        open_store_for_writing("memory://somewhere/else", command="traj ingest")
     # the writer SDK is unchanged: a program choosing its folder is trusted
     with ts.StoreWriter(str(tmp_path / "logs"), flush_seconds=None):
         pass
