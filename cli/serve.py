@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from trajstore.cli.main import app, friendly_errors, invalid_options
+from trajstore.cli.main import EXIT_INTERRUPTED, app, friendly_errors, invalid_options
 
 
 @app.command("serve")
@@ -44,4 +44,8 @@ def serve_cmd(
         typer.echo(f"traj serve: {cfg.served_model_name or model} on http://{h}:{p}/v1 "
                    f"(weight version {weight_version})", err=True)
 
-    run_serve(cfg, on_ready=ready)
+    try:
+        run_serve(cfg, on_ready=ready)
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C after its graceful shutdown
+        typer.echo("traj serve: stopped", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None

@@ -10,6 +10,7 @@ modules whose ``forward`` returns exactly what the loss needs, so DDP sees every
 from __future__ import annotations
 
 import copy
+import inspect
 import re
 from dataclasses import dataclass
 
@@ -241,3 +242,12 @@ class PolicyLogprobs(nn.Module):
         lp, ent = token_logprobs_and_entropy(h, self.lm.get_output_embeddings().weight, targets,
                                              chunk_size=self.chunk_size)
         return lp.float().clone(), ent.detach().float().clone()  # not views (FSDP2 hooks the outputs)
+
+
+def cache_kwarg(model: nn.Module) -> str:
+    """Name of the KV-cache argument of ``model.forward``: ``cache`` in transformers releases that
+    renamed it (``past_key_values`` there is deprecated and prints a FutureWarning on every call,
+    as ``traj serve`` did on its first request), ``past_key_values`` before."""
+    params = inspect.signature(type(model).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+

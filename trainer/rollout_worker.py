@@ -5,7 +5,6 @@ published policy versions between episodes. The asynchronous half of ``traj demo
 
 from __future__ import annotations
 
-import inspect
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -21,6 +20,7 @@ from trajstore.chat_template import Message, action_text, observation_tokens, pr
 from trajstore.trainer.envs.guess_chat import EnvReply, EpisodeSummary, GuessNumberEnv
 from trajstore.store import Store, open_store
 from trajstore.policies import latest_policy_version
+from trajstore.trainer.models import cache_kwarg
 from trajstore.trainer.publish import load_policy_into
 from trajstore.writer import StoreWriter
 
@@ -70,11 +70,6 @@ class SampledAction:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
-
-
-def _cache_kwarg(model: nn.Module) -> str:
-    params = inspect.signature(type(model).forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
 
 
 def sampling_logprobs(logits: torch.Tensor, *, temperature: float, top_p: float) -> torch.Tensor:
@@ -137,7 +132,7 @@ def sample_actions(model: nn.Module, contexts: Sequence[Sequence[int]], *, sampl
     was_training = model.training
     model.eval()
     try:
-        cache, kw = DynamicCache(), _cache_kwarg(model)
+        cache, kw = DynamicCache(), cache_kwarg(model)
         inp, pos = ids, positions
         for _ in range(sampling.max_new_tokens):
             out = model(input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,

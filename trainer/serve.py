@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 import threading
 import time
 import uuid
@@ -616,7 +617,15 @@ def run_serve(cfg: ServeConfig, *, on_ready: Any = None) -> None:
     api = build_app(state)
     sock = listening_socket(cfg.host, cfg.port)  # connections wait in the backlog until uvicorn accepts them
     host, port = sock.getsockname()[:2]
-    server = uvicorn.Server(uvicorn.Config(api, log_level="warning", timeout_graceful_shutdown=10))
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if not self.should_exit:  # one line, at once: the stop itself takes seconds (in-flight requests, the engine)
+                print("traj serve: stopping (in-flight requests end first, at most 10 s)", file=sys.stderr, flush=True)
+            super().handle_exit(sig, frame)
+
+    # lifespan off: the app has no startup/shutdown hooks, and uvicorn's lifespan task printed a
+    # CancelledError traceback on Ctrl-C
+    server = _Server(uvicorn.Config(api, log_level="warning", timeout_graceful_shutdown=10, lifespan="off"))
     if on_ready is not None:
         on_ready(host, port)
     # uvicorn re-raises a SIGTERM after its graceful shutdown; with this handler in place that

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from trajstore.errors import TrajstoreError
+from trajstore.trainer.models import cache_kwarg
 
 ReloadMode = Literal["drain", "abort", "retract"]
 """How a reload treats requests being generated: ``drain`` = finish them under the old weights
@@ -368,7 +369,7 @@ class Engine:
                 pos = pos[:, -1:] + 1
                 mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=self.device)], dim=1)
             out = self.model(input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=True,
-                             past_key_values=cache, logits_to_keep=1)
+                             logits_to_keep=1, **{cache_kwarg(self.model): cache})
             picks = self._sample(out.logits[:, -1], reqs, gens, active,
                                  [c[len(c) - n:] if n else [] for c, n in zip(contexts, generated)])
             toks = torch.zeros(B, dtype=torch.long, device=self.device)

@@ -260,3 +260,29 @@ def test_serve_answers_a_bad_field_with_a_400_naming_it(serve):
     r = httpx.post(f"{url}/v1/chat/completions", timeout=120,
                    json={"model": "m", "messages": msgs, "max_tokens": 3.0, "seed": 2**63 - 1})  # both valid
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3, r.text
+
+
+def test_serve_stderr_is_our_lines_only_and_ctrl_c_says_it_stops(tokenizer):
+    """Issue 16 walkthrough: the first request printed transformers' FutureWarning about
+    ``past_key_values`` (the KV-cache argument was renamed ``cache``), and Ctrl-C stopped the
+    server after seconds of silence, with a CancelledError traceback from uvicorn's lifespan."""
+    import signal
+
+    port = free_port()
+    proc = subprocess.Popen([*TRAJ, "serve", "--model", "tiny-llama", "--port", str(port), "--threads", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/health", 300, proc)
+        r = httpx.post(url + "/v1/chat/completions", json={"model": "x", "max_tokens": 3,
+                                                           "messages": [{"role": "user", "content": "hi"}]}, timeout=60)
+        assert r.status_code == 200, r.text
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.splitlines() == [f"traj serve: tiny-llama on http://127.0.0.1:{port}/v1 (weight version 0)",
+                                "traj serve: stopping (in-flight requests end first, at most 10 s)",
+                                "traj serve: stopped"], err
