@@ -199,6 +199,10 @@ def test_render_record_formats():
     render_record("traj train", rec, "table", console=console)
     out = console.file.getvalue()
     assert out.startswith("traj train\n") and "last_metrics.policy/loss" in out and "0.500" in out
+    # an empty list is nothing, printed like a missing value (`traj migrate` showed `shards │ []`)
+    console = Console(width=60, file=io.StringIO(), color_system=None)
+    render_record("traj migrate", {"shards_migrated": 0, "shards": []}, "table", console=console)
+    assert "│ shards          │ -     │" in console.file.getvalue(), console.file.getvalue()
 
 
 def test_sizes_formatted_for_people_align_right_like_numbers():

@@ -314,6 +314,8 @@ def flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _cell_for(name: str, v: Any) -> str:
+    if isinstance(v, (list, tuple, dict)) and not v:  # `shards │ []` in traj migrate: nothing, like a missing value
+        return "-"
     return column_formatter(name, [v])(v)
 
 
