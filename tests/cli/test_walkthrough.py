@@ -236,7 +236,9 @@ def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, t
     assert "paper claims (1 seed, CI n/a, 0.7 min)" in res.stdout
     assert "ci_low" not in res.stdout
     cfg = suite.SuiteConfig.preset_config("smoke", scratch=str(tmp_path))
-    assert "nan" not in suite.render_report(cfg, fake)  # report.md: the reasons say 'CI n/a (1 seed)'
+    report = suite.render_report(cfg, fake)
+    assert "nan" not in report  # report.md: the reasons say 'CI n/a (1 seed)'
+    assert "\n1 seed, 0.7 min." in report and "1 seeds" not in report
 
 
 # -- traj train's progress line -----------------------------------------------------------------

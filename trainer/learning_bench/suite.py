@@ -471,7 +471,7 @@ def _calibration(cfg: SuiteConfig, runs: list[dict[str, Any]], summary: dict[str
 def render_report(cfg: SuiteConfig, summary: dict[str, Any]) -> str:
     """``report.md``: what ran, the per-claim verdicts, the figures (relative links)."""
     lines = [f"# traj bench learning --preset {cfg.preset}", "",
-             f"{len(cfg.seeds)} seeds, {summary.get('seconds', 0) / 60:.1f} min. Output: `{summary.get('out_dir')}`.", ""]
+             f"{len(cfg.seeds)} seed{'s' if len(cfg.seeds) != 1 else ''}, {summary.get('seconds', 0) / 60:.1f} min. Output: `{summary.get('out_dir')}`.", ""]
     if "calibration" in summary:
         lines += ["| policy lr | median per-step KL (nats/token) | eval reward start -> end |", "|---|---|---|"]
         for r in summary["calibration"]:
