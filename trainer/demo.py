@@ -496,7 +496,10 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
         if cut_short:
             say(f"{cut_short} episode(s) in flight were cut short when the trainer finished and the demo stopped "
                 "the proxy (expected: they are stored as aborted and not trained on)", highlight=False)
-        say(f"agents done: {len(episodes)} episodes; waiting for the trainer ...")
+        # the trainer often finishes first (it made its steps): its last lines first, then no waiting
+        log_pos = _echo_new_lines(log_path, log_pos, say)
+        say(f"agents done: {len(episodes)} episodes; "
+            + ("waiting for the trainer ..." if trainer.poll() is None else "the trainer had already finished"))
         if trainer.stdin is not None:  # no more episodes: the trainer stops once the store has no more
             trainer.stdin.close()
         try:

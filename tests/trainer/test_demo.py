@@ -137,6 +137,11 @@ def test_progress_starts_at_once_and_each_episode_shows_its_own_time(demo_run):
     # one line per finished episode, each with that episode's own duration (not the batch's)
     shown = [float(m.group(1)) for line in lines if (m := re.match(r"episode +\d+ .* ([0-9.]+)s$", line))]
     assert shown == [round(e.seconds, 1) for e in result.episodes]
+    # "agents done ...; waiting for the trainer" was printed after "trainer done: ..."
+    agents = next(i for i, line in enumerate(lines) if line.startswith("agents done: "))
+    trainer_first = any(line.startswith("trainer | trainer done: ") for line in lines[:agents])
+    assert lines[agents].endswith("the trainer had already finished" if trainer_first else
+                                  "waiting for the trainer ..."), lines[agents]
 
 
 @pytest.mark.slow  # a minute or more on 2 cores: CI's slow step
