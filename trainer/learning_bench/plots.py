@@ -198,8 +198,11 @@ def diagnostics_plot(histories: dict[str, list[list[dict[str, Any]]]], path: str
                                                        "gradient (DIS-masked / clipped; 0-1)"),
               ("explained_variance", "critic fit", "critic explained variance of its\n"
                                                    "targets (1 = perfect, 0 = the mean)"))
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(20, 4.0), dpi=100,
-                             gridspec_kw={"width_ratios": [1] * len(panels) + [0.5]})
+    # a 2 x 2 grid with the legend beside it: in one row of four the 2000 x 400 figure shrank to
+    # unreadable panels in a report or viewer
+    fig, named = plt.subplot_mosaic([["0", "1", "legend"], ["2", "3", "legend"]], figsize=(12, 7.2), dpi=100,
+                                    gridspec_kw={"width_ratios": [1, 1, 0.42]})
+    axes = [named[str(i)] for i in range(len(panels))] + [named["legend"]]
     for ax, (key, name, label) in zip(axes, panels):
         for arm in _arm_order(list(histories)):
             runs = histories[arm]
