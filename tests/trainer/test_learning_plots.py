@@ -64,7 +64,10 @@ def test_diagnostics_legend_matches_the_lines_and_every_panel_has_a_unit(tmp_pat
     histories = {a: [hist(sc, ev), hist(sc, ev)] for a, (sc, ev) in arms.items()}
     plots.diagnostics_plot(histories, tmp_path / "d.png", title="t", smooth=1)
     (fig,) = kept_figures
-    *data, key_ax = fig.axes
+    key_ax = next(ax for ax in fig.axes if ax.get_legend() is not None)
+    data = [ax for ax in fig.axes if ax is not key_ax]
+    # a 2 x 2 grid (one row of four was a 2000 x 400 figure): two rows of panels
+    assert len(data) == 4 and len({round(ax.get_position().y0, 3) for ax in data}) == 2
     legend = key_ax.get_legend()
     keyed = {t.get_text(): _style(h) for t, h in zip(legend.get_texts(), legend.legend_handles)}
     assert set(keyed) == set(arms)
