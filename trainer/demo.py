@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trajstore.errors import TrajstoreError
 from trajstore.hub import SMOLLM2_ALIAS
+from trajstore.proxy.config import GRACEFUL_SHUTDOWN_S
 
 from trajstore.trainer.config import check_training_run_id
 from trajstore.trainer.envs.guess_chat import EpisodeSummary, GuessNumberEnv
@@ -492,10 +493,12 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
                         f"{e.seconds:5.1f}s", highlight=False)
                 if trainer.poll() is not None or time.monotonic() >= deadline:
                     stopping = True
-                    _stop(procs.get("proxy"))  # held and in-flight episodes end (written as aborted)
+                    # held and in-flight episodes end (written as aborted); wait past the proxy's
+                    # own graceful shutdown, or the SIGKILL lost the episodes it was about to write
+                    _stop(procs.get("proxy"), timeout=GRACEFUL_SHUTDOWN_S + 30)
         if cut_short:
             say(f"{cut_short} episode(s) in flight were cut short when the trainer finished and the demo stopped "
-                "the proxy (expected: they are stored as aborted and not trained on)", highlight=False)
+                "the proxy (expected: those with recorded calls are stored as aborted, and not trained on)", highlight=False)
         # the trainer often finishes first (it made its steps): its last lines first, then no waiting
         log_pos = _echo_new_lines(log_path, log_pos, say)
         say(f"agents done: {len(episodes)} episodes; "
@@ -510,7 +513,7 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
         _echo_new_lines(log_path, log_pos, say)
     finally:
         for name in ("proxy", "serve", "trainer"):
-            _stop(procs.get(name))
+            _stop(procs.get(name), timeout=GRACEFUL_SHUTDOWN_S + 30 if name == "proxy" else 30.0)
     if code != 0:
         raise DemoError(f"the trainer exited with code {code}; log: {log_path}\n{_tail(log_path)}")
     result = DemoResult(store=store.uri, run_id=run_id, episodes=episodes,

@@ -513,3 +513,43 @@ def test_a_call_across_a_reload_without_a_reported_boundary_carries_both_version
     assert [(m["min_version"], m["max_version"], m["part"]) for m in meta["mixed_version_calls"]] == [(0, 1, 1)]
     st = stats()
     assert st["mixed_version_calls"] == 1 and st["calls_by_version"] == {"1": 1}  # the mixed call is in neither
+
+
+def test_sigterm_with_a_held_episode_refuses_it_and_still_writes_the_open_ones_at_once(fake_upstream, tmp_path):
+    """Issue 16 walkthrough: `traj demo` stopped its proxy while --max-staleness held new
+    episodes; the held calls kept uvicorn's graceful shutdown waiting its whole 30 s, the demo
+    killed the proxy at 30 s, and the episodes in flight (3 recorded calls) were never written,
+    though the demo said they were stored as aborted."""
+    import threading
+
+    store = str(tmp_path / "store")
+    proc, url = proxy_process(fake_upstream.url, store, "--follow-run", "r", "--max-staleness", "0",
+                              "--batch-size", "1", "--hold-timeout", "600")
+    held: list[BaseException] = []
+    try:
+        play(client(url, "open0"), 2)  # the one episode the bound admits
+
+        def held_call() -> None:
+            try:
+                client(url, "held").chat.completions.create(model="fake", messages=[{"role": "user", "content": "x"}])
+            except BaseException as e:  # noqa: BLE001 - checked below
+                held.append(e)
+
+        t = threading.Thread(target=held_call)
+        t.start()
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{url}/proxy/stats").json().get("staleness_gate", {}).get("held", 0) < 1:
+            assert time.monotonic() < deadline, httpx.get(f"{url}/proxy/stats").json()
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        assert time.monotonic() - t0 < 15  # not the 30 s graceful timeout
+        t.join(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert len(held) == 1 and isinstance(held[0], openai.APIStatusError) and held[0].status_code == 503, held
+    (row,) = rows(store)
+    assert json.loads(row["metadata"])["session"] == "open0"
+    assert row["status"] == "aborted" and len(action_ids(row)) == 2

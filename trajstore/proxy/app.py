@@ -36,7 +36,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from trajstore.errors import AdapterError, TrajstoreError
-from trajstore.proxy.config import ProxyConfig
+from trajstore.proxy.config import GRACEFUL_SHUTDOWN_S, ProxyConfig
 from trajstore.proxy.recorder import (
     RESERVED_METADATA_KEYS,
     Recorder,
@@ -719,8 +719,18 @@ def run_proxy(cfg: ProxyConfig, *, on_ready: Any = None) -> None:
     app = create_app(cfg)
     sock = listening_socket(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=30,
-                                           access_log=False))
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # held episodes end at once (503): they would keep the graceful shutdown waiting for
+            # its whole timeout, and a supervisor (traj demo) killed the proxy before the open
+            # episodes were written as aborted
+            st = getattr(app.state, "proxy", None)
+            if st is not None and st.gate is not None:
+                st.gate.closing = True
+            super().handle_exit(sig, frame)
+
+    server = _Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                                    access_log=False))
     if on_ready is not None:
         on_ready(host, port)
     # uvicorn re-raises a SIGTERM after its graceful shutdown; with this handler in place that

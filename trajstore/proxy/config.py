@@ -10,6 +10,11 @@ DEFAULT_UPSTREAM_KEY_ENV = "TRAJ_UPSTREAM_API_KEY"
 DEFAULT_CLIENT_TOKEN_ENV = "TRAJ_PROXY_TOKEN"
 
 
+GRACEFUL_SHUTDOWN_S = 30
+"""Seconds uvicorn lets in-flight calls finish after SIGTERM / SIGINT, before open episodes are
+written as ``aborted``; a supervisor should wait longer than this before it kills the proxy."""
+
+
 class ProxyConfig(BaseModel):
     """Everything ``traj proxy`` needs; secrets are never fields, only the names of the
     environment variables that hold them."""

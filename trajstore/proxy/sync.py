@@ -221,6 +221,9 @@ class StalenessGate:
         self._last_refresh = 0.0
         self.held = 0
         self.refused = 0
+        self.closing = False
+        """Set when the proxy begins to shut down: held episodes are refused at once instead of
+        holding uvicorn's graceful shutdown (and so the writing of open episodes) for its timeout."""
 
     @property
     def unconsumed(self) -> int:
@@ -274,7 +277,8 @@ class StalenessGate:
         """Wait until `n` more running trajectories fit; then count them as running.
 
         Raises:
-            StalenessOverflow: no room within ``hold_timeout_s`` (the episode is refused, not dropped).
+            StalenessOverflow: no room within ``hold_timeout_s``, or the proxy began to shut down
+                while the episode waited (:attr:`closing`): refused, not dropped.
         """
         deadline = time.monotonic() + self.hold_timeout_s
         waited = False
@@ -282,6 +286,10 @@ class StalenessGate:
             if self.load + n <= self.capacity:
                 self.running += n
                 return
+            if self.closing:
+                self.refused += 1
+                raise StalenessOverflow("the proxy is shutting down; this episode was held by --max-staleness "
+                                        "and is not started")
             if not waited:
                 self.held += 1
                 waited = True
