@@ -132,3 +132,13 @@ def test_curves_panels_share_one_labelled_scale_and_skip_a_panel_of_sao_alone(tm
     keyed = {t.get_text(): _style(h) for t, h in zip(key2.get_legend().get_texts(), key2.get_legend().legend_handles)}
     for ax in data2:
         assert {_style(line) for line in ax.get_lines()} <= set(keyed.values())
+
+
+def test_staleness_title_names_only_the_arms_shown():
+    # the smoke preset's figure showed sao alone under "single rollout vs GRPO groups of 4"
+    from trajstore.trainer.learning_bench.suite import staleness_title
+
+    assert staleness_title(["sao"]) == "staleness of trained tokens: single rollout (sao)"
+    assert staleness_title(["sao", "no-correction"]) == "staleness of trained tokens: single rollout"
+    assert staleness_title(["sao", "grpo-dis"]) == "staleness of trained tokens: single rollout vs GRPO groups of 4"
+    assert staleness_title(["grpo-dis", "grpo-no-dis"]) == "staleness of trained tokens: GRPO groups of 4"

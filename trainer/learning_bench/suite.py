@@ -391,8 +391,7 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
                 stal[arm] = (statistics.mean(means), statistics.mean(p95s), min(p95s), max(p95s))
         summary["staleness"] = stal
         summary["figures"]["staleness"] = plots.staleness_plot(
-            stal, out / "staleness.png", seeds=n_seeds,
-            title="staleness of trained tokens: single rollout vs GRPO groups of 4")
+            stal, out / "staleness.png", seeds=n_seeds, title=staleness_title(list(stal)))
     if evals["pref-shift"]:
         summary["figures"]["curves-shift"] = plots.curves_plot(
             {"critic vs running means": list(evals["pref-shift"])}, evals["pref-shift"], out / "curves-shift.png",
@@ -466,6 +465,16 @@ def _calibration(cfg: SuiteConfig, runs: list[dict[str, Any]], summary: dict[str
 
 
 # -- report ----------------------------------------------------------------------------------------
+
+
+def staleness_title(arms: list[str]) -> str:
+    """Title of the staleness figure, naming only the kinds of arm it shows (the smoke preset's
+    figure, with sao alone, was titled "single rollout vs GRPO groups of 4")."""
+    grpo = any(a.startswith("grpo") for a in arms)
+    single = any(not a.startswith("grpo") for a in arms)
+    what = ("single rollout vs GRPO groups of 4" if grpo and single else "GRPO groups of 4" if grpo else
+            "single rollout" + ("" if len(arms) > 1 else f" ({arms[0]})"))
+    return f"staleness of trained tokens: {what}"
 
 
 def render_report(cfg: SuiteConfig, summary: dict[str, Any]) -> str:
