@@ -60,7 +60,8 @@ SPAN_FIELDS: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("role", pa.string()), "chat role the span came from (system, user, assistant, tool, ...)"),
     (pa.field("policy_version", pa.int64()),
      "policy version that generated an action span (the oldest of them when `policy_version_max` is set); "
-     "null elsewhere"),
+     "null elsewhere, and on action spans of logs that never recorded it (text-only logs; engine rollouts with "
+     "metadata `policy_version_known: false`), whose staleness is undefined"),
     (pa.field("call_id", pa.string()), "id of the model call (action) or of the event (observation)"),
     (pa.field("cause_id", pa.string()), "observation: id of the action / tool call it answers"),
     (pa.field("tool_call_ids", pa.list_(pa.string())), "action: ids of the tool calls it issued"),

@@ -163,6 +163,9 @@ def find_violations(traj: Trajectory) -> list[Violation]:
         bad = int(np.flatnonzero(tokens < 0)[0])
         v.append(Violation("tokens", f"token ids must be >= 0 (tokens[{bad}] = {int(tokens[bad])})"))
 
+    # engine log-probs need the version that produced them, unless the trajectory says its logs
+    # never recorded one (ingested NeMo Gym / ATIF rollouts): then its staleness is undefined
+    unknown_version = isinstance(traj.metadata, dict) and traj.metadata.get("policy_version_known") is False
     # Span coverage: ordered, contiguous, non-empty, exactly [0, n).
     action = np.zeros(n, dtype=bool)
     parsed: dict[str, tuple[object, str | None]] = {}
@@ -182,8 +185,9 @@ def find_violations(traj: Trajectory) -> list[Violation]:
         if s.kind == "action":
             if 0 <= s.start < s.end:
                 action[s.start:min(s.end, n)] = True
-            if traj.logprob_source == "engine" and s.policy_version is None:
-                v.append(Violation(f"{where}.policy_version", "action span without a policy version"))
+            if traj.logprob_source == "engine" and s.policy_version is None and not unknown_version:
+                v.append(Violation(f"{where}.policy_version", "action span without a policy version (logs that "
+                                   "never recorded one say so with metadata policy_version_known: false)"))
         elif s.policy_version is not None:
             v.append(Violation(f"{where}.policy_version", f"only action spans carry a policy version ({s.kind})"))
         if s.policy_version is not None and s.policy_version < 0:

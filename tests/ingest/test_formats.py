@@ -261,7 +261,9 @@ def test_nemo_gym_engine_ids_kept_exactly(fix):
         assert t.token_source == "engine" and t.logprob_source == "engine"
         assert t.tokens.tolist() == msg["prompt_token_ids"] + msg["generation_token_ids"]
         a = t.spans[1]
-        assert kinds(t) == "pa" and a.policy_version == 0 and t.metadata["policy_version_known"] is False
+        # the logs never say which version sampled: no made-up version 0 (the audits showed its
+        # staleness and full version coverage), so staleness is undefined
+        assert kinds(t) == "pa" and a.policy_version is None and t.metadata["policy_version_known"] is False
         np.testing.assert_array_equal(t.logprobs[a.start:a.end], np.asarray(msg["generation_log_probs"], np.float32))
         assert np.isnan(t.logprobs[:a.start]).all()
         assert t.reward == row["reward"] == 0.0 and t.reward_raw == "0.0"

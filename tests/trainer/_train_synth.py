@@ -17,12 +17,12 @@ VOCAB = 128
 def make_trajectory(rng: np.random.Generator, *, trajectory_id: str, tokenizer: str = "tiny-llama",
                     policy_versions: tuple[int, ...] = (0,), with_logprobs: bool = True,
                     num_turns: int = 3, group_id: str | None = None, reward: float | None = None,
-                    action_len: tuple[int, int] = (3, 9)):
+                    action_len: tuple[int, int] = (3, 9), metadata: dict | None = None):
     """A prompt, then `num_turns` x (action, observation) with a final action. Log-probs are
     near log(1/VOCAB) (what a freshly initialised tiny model assigns), so importance ratios start
     near 1; temperature 1 is recorded on every action."""
     b = TrajectoryBuilder(trajectory_id=trajectory_id, prompt_id=f"p-{trajectory_id}", group_id=group_id,
-                          model="tiny", tokenizer=tokenizer)
+                          model="tiny", tokenizer=tokenizer, metadata=metadata)
     b.add_prompt(rng.integers(0, VOCAB, int(rng.integers(4, 9))))
     for turn in range(num_turns):
         n = int(rng.integers(*action_len))

@@ -65,3 +65,36 @@ def test_text_only_logs_have_undefined_staleness_in_every_report(tmp_path: Path)
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
     assert not any("no training run consumed" in t for t in texts)
     assert any("staleness is undefined" in t for t in texts)
+
+
+def test_engine_rollouts_whose_logs_have_no_version_train_with_undefined_staleness(tmp_path: Path) -> None:
+    """Issue 16 walkthrough: ingested NeMo Gym rollouts (engine ids and log-probs, no policy
+    version in the logs) were stored with a made-up version 0, so `traj stats` showed
+    share_with_policy_version 1.000 and staleness lags of 0. They now carry no version (metadata
+    policy_version_known: false), train on their engine log-probs, and their staleness is undefined."""
+    import pytest
+
+    from trajstore.errors import TrajectoryValidationError
+
+    rng = np.random.default_rng(1)
+    flag = {"policy_version_known": False}
+    trajs = [make_trajectory(rng, trajectory_id=f"e{i}", policy_versions=(None,), metadata=flag) for i in range(4)]
+    # without the flag an engine rollout still needs its version (a harness that forgot it)
+    with pytest.raises(TrajectoryValidationError, match="policy_version_known"):
+        make_trajectory(rng, trajectory_id="forgot", policy_versions=(None,))
+    write_trajectories(str(tmp_path), trajs)
+    conn = audit.connect(open_store(str(tmp_path)))
+    cov = audit.coverage_report(conn)
+    (row,) = [dict(zip(cov.tokens.columns, r)) for r in cov.tokens.fetchall()]
+    assert row["share_with_logprob"] == 1.0 and row["share_with_policy_version"] == 0.0
+    assert audit.staleness_report(conn).unconsumed.fetchall() == []  # no lag of a made-up version 0
+
+    cfg = TrainConfig(
+        store=str(tmp_path), model=ModelConfig(name="tiny-llama", tiny_vocab_size=VOCAB),
+        data=DataConfig(batch_size=4, micro_batch_size=2, max_seq_len=512, max_batch_tokens=8192),
+        algo=AlgoConfig(critic_warmup_steps=0),
+        run=RunConfig(run_id="r1", max_steps=1, checkpoint_every=100, progress=False))
+    summary = train(cfg)  # engine log-probs: no --behaviour-logprobs initial-policy needed
+    metrics = summary.history[0]
+    assert summary.steps == 1 and "staleness/mean" not in metrics
+    assert metrics["staleness/unversioned_action_tokens"] == metrics["data/action_tokens"] > 0

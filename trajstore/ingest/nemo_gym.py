@@ -14,8 +14,8 @@ logged) an action span, and the tokens a later call's prompt adds after the prev
 generation an observation span (a prompt that does not extend them starts a new trajectory of
 the episode). Otherwise (no ids, placeholder ids such as ``[0]``, or only some calls with ids)
 the rollout is a text conversation, re-tokenized, and metadata says which ids were discarded.
-The policy version is not in the logs: action spans get version 0 and metadata
-``policy_version_known: false``.
+The policy version is not in the logs: action spans carry none (null) and metadata says
+``policy_version_known: false``; their staleness is undefined.
 """
 
 from __future__ import annotations

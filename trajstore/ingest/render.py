@@ -526,10 +526,6 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
     return out
 
 
-UNKNOWN_POLICY_VERSION = 0
-"""Stored on action spans of engine rollouts with log-probs whose logs do not say which policy
-version generated them (metadata ``policy_version_known: false``)."""
-
 ENGINE_TOKENIZER_FROM_MODEL = "model"
 """``engine_tokenizer`` value meaning: each rollout's engine ids belong to the tokenizer named
 like its model (true when the engine served a Hugging Face repo id under its own name)."""
@@ -552,7 +548,9 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
 
     Log-probs are all-or-nothing per rollout: when some action lacks them none is stored
     (``logprob_source = none``, metadata ``engine_logprobs_discarded``). With log-probs, action
-    spans get :data:`UNKNOWN_POLICY_VERSION`. The tokenizer is the rollout's own, else
+    spans carry no policy version (null: the logs never say which version generated them) and
+    metadata says ``policy_version_known: false``, so their staleness is undefined in the audits and
+    the trainer, as for text-only logs; they train on their engine log-probs. The tokenizer is the rollout's own, else
     `engine_tokenizer` (:data:`ENGINE_TOKENIZER_FROM_MODEL` = the rollout's model name); with
     neither, the trajectory is stored with ``trainable = false`` and the reason.
 
@@ -562,6 +560,8 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
     acts = [s for s in r.segments if s.kind == "action"]
     with_lp = bool(acts) and all(s.logprobs is not None for s in acts)
     meta0 = dict(r.metadata)
+    if with_lp:  # version 0 was stored before: audits showed a made-up staleness and full version coverage
+        meta0["policy_version_known"] = False
     if not with_lp and any(s.logprobs is not None for s in acts):
         meta0["engine_logprobs_discarded"] = (f"{sum(s.logprobs is None for s in acts)} of {len(acts)} model calls "
                                               "have no log-probs")
@@ -589,7 +589,7 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
             act = s.kind == "action"
             spans.append(Span(kind=s.kind, start=pos, end=pos + k, role=s.role, call_id=s.call_id,
                               cause_id=s.cause_id, tool_call_ids=s.tool_call_ids if act else None,
-                              policy_version=UNKNOWN_POLICY_VERSION if act and with_lp else None,
+                              policy_version=None,
                               finish_reason=s.finish_reason if act else None,
                               temperature=s.temperature if act else None, top_p=s.top_p if act else None))
             pos += k
