@@ -43,7 +43,7 @@ def report_tables(reports: dict[str, Any]) -> list[TableData]:
         for t, rel in rep.tables().items():
             cols, rows = _fetch(rel)
             out.append(TableData(f"{name}.{t}", cols, rows, keys=rep.KEYS.get(t), empty_note=rep.empty_note(t),
-                                 wrap=rep.WRAP.get(t, ())))
+                                 wrap=rep.WRAP.get(t, ()), note=rep.NOTES.get(t)))
     return out
 
 

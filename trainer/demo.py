@@ -592,8 +592,12 @@ def print_summary(result: DemoResult, console: Console) -> None:
     every command prints them)."""
     from trajstore.display import TableData, print_command, render_tables
 
-    def table(title: str, rows: list[dict[str, Any]], cols: list[str], keys: list[str]) -> TableData:
-        return TableData(title, cols, [tuple(r.get(c) for c in cols) for r in rows], keys=keys, shares=["solved"])
+    from trajstore.audit.reports import STALENESS_HISTOGRAM_NOTE
+
+    def table(title: str, rows: list[dict[str, Any]], cols: list[str], keys: list[str],
+              note: str | None = None) -> TableData:
+        return TableData(title, cols, [tuple(r.get(c) for c in cols) for r in rows], keys=keys, shares=["solved"],
+                         note=note)
 
     render_tables([
         table("reward per policy version", result.reward_by_version,
@@ -605,7 +609,7 @@ def print_summary(result: DemoResult, console: Console) -> None:
               ["consumed", "action_tokens", "token_p50", "token_mean", "token_max", "traj_max",
                "mixed_version_actions"], []),
         table("staleness histogram", result.staleness_histogram, ["staleness", "trajectories", "action_tokens"],
-              ["staleness"]),
+              ["staleness"], note=STALENESS_HISTOGRAM_NOTE.replace(", the bucket clip.by_staleness uses", "")),
         table("DIS clip audit per step (share of action tokens masked)", result.clip,
               ["step", "trainer_version", "trajectories", "action_tokens", "masked_below", "masked_above",
                "ratio_mean"], ["step"]),

@@ -209,6 +209,8 @@ class TableData:
             one line.
         shares: columns holding shares in [0, 1] whose names do not say so (``solved``); they
             print like ``share_*`` columns.
+        note: what a column counts when its name cannot say it, printed (dim) under the table
+            in ``table`` output only.
     """
 
     name: str
@@ -218,6 +220,7 @@ class TableData:
     empty_note: str | None = None
     wrap: Sequence[str] = ()
     shares: Sequence[str] = ()
+    note: str | None = None
 
 
 def infer_keys(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> tuple[str, ...]:
@@ -270,6 +273,8 @@ def render_tables(tables: Sequence[TableData], fmt: OutputFormat | str, *, conso
     for t in tables:
         if t.rows:
             print_table(console, t)
+            if t.note:
+                console.print(f"({t.note})", style="dim", markup=False, highlight=False)
         else:
             empty.append(t)
     for line in _empty_notes(tables, empty):

@@ -186,3 +186,21 @@ def test_coverage_reasons_wrap_instead_of_being_cut_alike(tmp_store, make_trajec
                     if line.startswith("│"))
     assert reasons[0] in text and reasons[1] in text and "…" not in table, table
     assert max(len(line) for line in res.stdout.splitlines()) <= 80
+
+
+def test_histogram_and_clip_by_staleness_say_what_their_token_counts_are(known_store):
+    # issue 16 walkthrough: staleness 1 had 542 action tokens in staleness.histogram and 288 in
+    # clip.by_staleness, with nothing on screen saying that one buckets tokens and the other
+    # trajectories (by their oldest token)
+    from trajstore.audit.reports import CLIP_BY_STALENESS_NOTE, STALENESS_HISTOGRAM_NOTE
+
+    res = runner.invoke(app, ["stats", known_store.uri, "--staleness", "--clip", "--run", "r1"],
+                        env={"COLUMNS": "250"})
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    for table, note in (("staleness.histogram", STALENESS_HISTOGRAM_NOTE), ("clip.by_staleness", CLIP_BY_STALENESS_NOTE)):
+        start = next(i for i, line in enumerate(lines) if line.startswith(table))
+        end = next(i for i, line in enumerate(lines) if i > start and line.startswith("└"))
+        assert lines[end + 1] == f"({note})", lines[start:end + 2]
+    doc = runner.invoke(app, ["stats", known_store.uri, "--staleness", "--run", "r1", "--format", "json"]).stdout
+    assert "oldest token" not in doc  # notes are for people; json / csv stay data

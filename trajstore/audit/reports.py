@@ -24,6 +24,12 @@ PERCENTILES: tuple[int, ...] = (50, 90, 99)
 """Percentiles every distribution summary reports (nearest rank, see the module docstring)."""
 
 _NOT_CONSUMED = "no training run consumed the selected trajectories"
+STALENESS_HISTOGRAM_NOTE = ("action_tokens: each token at its own staleness; trajectories: each once, at the "
+                            "staleness of its oldest token, the bucket clip.by_staleness uses")
+"""Why ``staleness.histogram`` and ``clip.by_staleness`` give one staleness different token counts."""
+CLIP_BY_STALENESS_NOTE = ("a trajectory's bucket is the staleness of its oldest token, and all its action tokens "
+                          "count there; staleness.histogram counts each token at its own staleness")
+
 _NO_STALENESS = ("the consumed trajectories' action tokens carry no policy version (text-only logs): their "
                  "staleness is undefined (by_run: unversioned_action_tokens)")
 _NO_CLIP_STALENESS = ("the consumed trajectories carry no policy version (text-only logs): their staleness is "
@@ -40,12 +46,14 @@ class Report:
     Class attributes (for display): ``KEYS`` maps a table to the columns that identify its rows
     (kept in every part when a wide table is cut to fit a terminal); ``EMPTY`` says why a table
     can have no rows; ``WRAP`` names a table's prose columns, wrapped at spaces on a narrow
-    terminal instead of cut (cut reasons could all read the same).
+    terminal instead of cut (cut reasons could all read the same); ``NOTES`` says what a
+    table's columns count where their names cannot (printed under the table).
     """
 
     KEYS: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     EMPTY: ClassVar[Mapping[str, str]] = {}
     WRAP: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    NOTES: ClassVar[Mapping[str, str]] = {}
 
     def tables(self) -> dict[str, duckdb.DuckDBPyRelation]:
         """The report's relations by field name, in declaration order."""
@@ -97,6 +105,7 @@ class StalenessReport(Report):
             "unconsumed": ("source",)}
     EMPTY = {"by_run": _NOT_CONSUMED, "by_source": _NOT_CONSUMED, "histogram": _NOT_CONSUMED,
              "unconsumed": "no unconsumed trajectory has policy versions"}
+    NOTES = {"histogram": STALENESS_HISTOGRAM_NOTE}
 
     def empty_note(self, table: str) -> str | None:
         if table == "histogram":
@@ -124,6 +133,7 @@ class ClipReport(Report):
 
     KEYS = {"by_step": ("run_id", "step"), "by_staleness": ("run_id", "staleness_lo", "staleness_hi")}
     EMPTY = {"by_step": _NOT_CONSUMED, "by_staleness": _NOT_CONSUMED}
+    NOTES = {"by_staleness": CLIP_BY_STALENESS_NOTE}
 
     def empty_note(self, table: str) -> str | None:
         if table == "by_staleness":
