@@ -116,8 +116,10 @@ def train_cmd(
         return
     from rich.console import Console
 
+    from trajstore.display import plural
+
     console = Console()
-    console.print(f"run {run_id}: {summary.iterations} iterations, {summary.steps} policy steps, "
+    console.print(f"run {run_id}: {plural(summary.iterations, 'iteration')}, {plural(summary.steps, 'policy step')}, "
                   f"policy v{summary.version} published under {store}/policies/{run_id}/", highlight=False,
                   soft_wrap=True)  # never cut a path in two: the terminal wraps it, or a log keeps it whole
     console.print(f"records: runs/{run_id}/steps and runs/{run_id}/consumed; per step:", highlight=False,

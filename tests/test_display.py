@@ -14,6 +14,7 @@ from trajstore.display import (
     TableData,
     column_formatter,
     infer_keys,
+    plural,
     print_command,
     render_record,
     render_tables,
@@ -211,3 +212,10 @@ def test_sizes_formatted_for_people_align_right_like_numbers():
     assert "│ a   │ 6.4 KB │" in out and "│ bb  │  512 B │" in out, out
     out = _render([TableData("t", ["run", "note"], [("a", "6.4 KB free"), ("bb", "x")])], 40)
     assert "│ bb  │ x           │" in out, out  # other text stays left-aligned ("6.4 KB free" is 11 wide)
+
+
+def test_plural_follows_the_count():
+    # "1 iterations, 1 policy steps", "(1 thread(s))", "2 batch(es)" in traj train / traj demo
+    assert [plural(1, "iteration"), plural(2, "iteration"), plural(0, "batch", "batches")] == [
+        "1 iteration", "2 iterations", "0 batches"]
+    assert plural(1, "trajectory", "trajectories") == "1 trajectory" and plural(12000, "token") == "12,000 tokens"

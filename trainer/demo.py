@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trajstore.errors import TrajstoreError
+from trajstore.display import plural
 from trajstore.hub import SMOLLM2_ALIAS
 from trajstore.proxy.config import GRACEFUL_SHUTDOWN_S
 
@@ -263,7 +264,7 @@ def _train_child(config_path: str, threads: int) -> None:
     tr = setup(cfg)
     stop_waiting_when_closed(sys.stdin.fileno(), tr.stream.cfg)
     summary = train(cfg, trainer=tr)
-    print(f"trainer done: {summary.iterations} iterations, {summary.steps} policy steps, "
+    print(f"trainer done: {plural(summary.iterations, 'iteration')}, {plural(summary.steps, 'policy step')}, "
           f"final version v{summary.version}", flush=True)
 
 
@@ -427,13 +428,14 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
             ["serve", "--model", cfg.model, "--tokenizer", cfg.tokenizer, "--port", str(serve_port),
              "--threads", "1", "--seed", str(cfg.seed), "--max-batch-size", str(cfg.batch_size)],
             run_dir / SERVE_LOG_FILE)
-        say(f"starting traj train --follow ({trainer_threads} thread(s)): {cfg.steps} policy steps of "
-            f"{cfg.batch_size} trajectories after {cfg.critic_warmup_steps} critic warm-up step(s) ...")
+        say(f"starting traj train --follow ({plural(trainer_threads, 'thread')}): "
+            f"{plural(cfg.steps, 'policy step')} of {plural(cfg.batch_size, 'trajectory', 'trajectories')} after "
+            f"{plural(cfg.critic_warmup_steps, 'critic warm-up step')} ...", highlight=False)
         procs["trainer"] = _start_trainer(tcfg, run_dir / DEMO_TRAIN_CONFIG_FILE, log_path, trainer_threads)
         serve_url = f"http://127.0.0.1:{serve_port}"
         _wait_ready(serve_url + "/health", procs["serve"], run_dir / SERVE_LOG_FILE, "traj serve", deadline)
         say(f"traj serve is up at {serve_url}; starting traj proxy (weight sync on, at most "
-            f"{cfg.max_ahead_batches} batch(es) running or waiting for the trainer) ...")
+            f"{plural(cfg.max_ahead_batches, 'batch', 'batches')} running or waiting for the trainer) ...")
         procs["proxy"] = _traj_child(
             ["proxy", "--upstream", serve_url, "--store", store.uri, "--port", str(proxy_port), "--follow-run", run_id,
              "--tokenizer", _tokenizer_identity(cfg) if tiny else _model_identity(cfg), "--poll", "0.5",
@@ -497,7 +499,7 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
                     # own graceful shutdown, or the SIGKILL lost the episodes it was about to write
                     _stop(procs.get("proxy"), timeout=GRACEFUL_SHUTDOWN_S + 30)
         if cut_short:
-            say(f"{cut_short} episode(s) in flight were cut short when the trainer finished and the demo stopped "
+            say(f"{plural(cut_short, 'episode')} in flight {'was' if cut_short == 1 else 'were'} cut short when the trainer finished and the demo stopped "
                 "the proxy (expected: those with recorded calls are stored as aborted, and not trained on)", highlight=False)
         # the trainer often finishes first (it made its steps): its last lines first, then no waiting
         log_pos = _echo_new_lines(log_path, log_pos, say)

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trajstore.display import plural
 from trajstore.errors import StoreError, TrajstoreError, TrajstoreWarning
 from trajstore.store import RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, Store, open_store
 from trajstore.trainer import distributed as D
@@ -918,7 +919,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, trainer: Trainer | None = N
     if asked is not None and state.step < asked and tr.history and tr.stop.signal_name is None:
         warmup = sum(1 for h in tr.history if "policy/loss" not in h)
         warnings.append(f"made {state.step} of the {asked} policy steps asked for (--max-steps): the data ran out "
-                        f"after {len(tr.history)} iteration(s) in this run, {warmup} of them critic warm-up "
+                        f"after {plural(len(tr.history), 'iteration')} in this run, {warmup} of them critic warm-up "
                         "(--critic-warmup-steps)")
     overlong = int(sum(h.get("data/skipped_overlong", 0.0) for h in tr.history))
     if overlong:

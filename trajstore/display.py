@@ -324,6 +324,11 @@ def _cell_for(name: str, v: Any) -> str:
     return column_formatter(name, [v])(v)
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 iteration``, ``2 iterations``, ``0 batches`` (`many`: an irregular plural)."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
 def print_command(console: Console, command: str) -> None:
     """Print a command the user is meant to copy: on its own line, unstyled, never wrapped."""
     console.print(command, markup=False, highlight=False, soft_wrap=True, style=None, emoji=False)

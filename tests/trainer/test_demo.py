@@ -138,7 +138,9 @@ def test_progress_starts_at_once_and_each_episode_shows_its_own_time(demo_run):
     assert lines[1].startswith("starting traj serve --model tiny-llama")
     # soft wrap: a long progress line stays one line even at 60 columns (no "policy steps of" on a line of its own)
     start = next(line for line in lines if line.startswith("starting traj train --follow"))
-    assert "2 policy steps of 2 trajectories after 1 critic warm-up step(s)" in start
+    # plurals follow the count ("(1 thread(s))", "1 critic warm-up step(s)" before)
+    assert re.search(r"\((1 thread|[2-9]\d* threads)\): 2 policy steps of 2 trajectories after 1 critic warm-up "
+                     r"step \.\.\.$", start), start
     # one line per finished episode, each with that episode's own duration (not the batch's)
     shown = [float(m.group(1)) for line in lines if (m := re.match(r"episode +\d+ .* ([0-9.]+)s$", line))]
     assert shown == [round(e.seconds, 1) for e in result.episodes]

@@ -365,7 +365,7 @@ def test_fewer_policy_steps_than_asked_warns(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     warn = [line for line in r.output.splitlines() if line.startswith("warning: ")]
     assert warn == ["warning: made 0 of the 2 policy steps asked for (--max-steps): the data ran out after 3 "
-                    "iteration(s) in this run, 3 of them critic warm-up (--critic-warmup-steps)"], r.output
+                    "iterations in this run, 3 of them critic warm-up (--critic-warmup-steps)"], r.output
 
 
 def test_vocabulary_check_reads_statistics_only_and_reads_tokens_without_them(tmp_path: Path,
