@@ -225,7 +225,7 @@ def test_weight_reload_during_traffic_labels_every_action_with_its_version(serve
     assert not errors, errors[:2]
     rows = [r for r in read_trajectories(store).to_pylist() if json.loads(r["metadata"])["session"].startswith(run)]
     assert len(rows) >= 4
-    seen, split_calls = set(), 0
+    seen, split_calls, distinct = set(), 0, []
     for row in rows:
         lps = np.asarray(row["logprobs"], dtype=np.float32)
         actions = [s for s in row["spans"] if s["kind"] == "action"]
@@ -236,11 +236,17 @@ def test_weight_reload_during_traffic_labels_every_action_with_its_version(serve
             mine = _teacher_forced(v[claimed], row["tokens"], s["start"], s["end"], allowed)
             theirs = _teacher_forced(v[other], row["tokens"], s["start"], s["end"], allowed)
             np.testing.assert_allclose(rec, mine, atol=2e-3)  # sampled by the claimed version ...
-            assert np.abs(rec - theirs).max() > 1e-2  # ... and not by the other one
+            # ... which explains them better than the other one. A short span (tag mode splits calls
+            # at reloads) can have log-probs under both random models within 1e-2 of each other (CI saw
+            # 0.0088 on a loaded machine), so "clearly not the other one" is asserted over all spans
+            off = float(np.abs(rec - theirs).max())
+            assert off > float(np.abs(rec - mine).max()), (off, s)
+            distinct.append(off > 1e-2)
         ids = [s["call_id"] for s in actions]
         split_calls += len(ids) - len(set(ids))
         assert "mixed_version_calls" not in json.loads(row["metadata"])
     assert seen == {0, 1}
+    assert sum(distinct) >= 0.75 * len(distinct), distinct  # the two versions' log-probs are told apart
     if mode == "tag":  # the server reported where versions changed inside a call: split, not flagged
         assert split_calls >= 1
 
