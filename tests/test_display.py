@@ -95,8 +95,8 @@ def test_wide_table_keeps_the_key_in_every_part_and_the_constant_in_the_title():
     out = _render([_wide_steps()], width=80)
     titles = [line for line in out.splitlines() if line.startswith("result")]
     assert len(titles) >= 2, out
-    for title in titles:
-        assert "(run_id=r1)" in title  # constant column moved to the title ...
+    assert "(run_id=r1)" in titles[0]  # constant column moved to the title (the first part's only) ...
+    assert not any("run_id" in t for t in titles[1:])
     assert "run_id " not in out.replace("run_id=r1", "")  # ... and not repeated as a column
     parts = out.split("\nresult")
     for part in parts:
@@ -219,3 +219,12 @@ def test_plural_follows_the_count():
     assert [plural(1, "iteration"), plural(2, "iteration"), plural(0, "batch", "batches")] == [
         "1 iteration", "2 iterations", "0 batches"]
     assert plural(1, "trajectory", "trajectories") == "1 trajectory" and plural(12000, "token") == "12,000 tokens"
+
+
+def test_columns_without_values_are_named_once_in_the_title():
+    # `staleness.by_source (run_id=r1, token_p50=-, token_p90=-, ... traj_max=-, ...)` listed eleven dashes
+    cols = ["source", "consumed", "token_p50", "token_p90", "token_max", "traj_max", "policy/loss", "policy/kl"]
+    rows = [("a", 1, None, None, None, None, None, None), ("b", 2, None, None, None, None, None, None)]
+    out = _render([TableData("staleness.by_source", cols, rows)], width=100)
+    assert out.splitlines()[0] == ("staleness.by_source (no values: token_{p50,p90,max}, traj_max, "
+                                   "policy/{loss,kl})"), out

@@ -445,7 +445,7 @@ def print_table(console: Console, table: TableData) -> None:
         if varying:
             constants = [(c.name, c.cells[0]) for c in cols if len(set(c.cells)) == 1]
             cols = varying
-    title = table.name + (" (" + ", ".join(f"{n}={v}" for n, v in constants) + ")" if constants else "")
+    title = table.name + _constants_note(constants)
     key_cols = [c for c in cols if c.name in keys]
     rest = [c for c in cols if c.name not in keys]
 
@@ -493,7 +493,8 @@ def print_table(console: Console, table: TableData) -> None:
                 j = max(text, key=lambda k: shown[k].width)
                 max_widths[j] = max(MIN_CELL_WIDTH, shown[j].width - _PAD - excess)
         label = f" [{i + 1}/{len(parts)}{': ' + family if family else ''}]" if len(parts) > 1 else ""
-        _print_title(console, title + label)
+        # the constants once, with the first part (they were repeated over all 8 parts of step_metrics)
+        _print_title(console, (title if i == 0 else table.name) + label)
         console.print(_rich_table(shown, max_widths))
         if max_widths:
             console.print(SHORTENED_NOTE, style="dim", markup=False, highlight=False)
@@ -517,6 +518,25 @@ def _shorten_to_fit(cols: Sequence[_Col], width: int, *, floor: int = KEEP_WHOLE
         if cap >= (content[n] if n < len(content) else 0):
             return {k: cap for k in text[:n]} if cap >= floor else None
     return None
+
+
+def _constants_note(constants: Sequence[tuple[str, str]]) -> str:
+    """`` (run_id=r1, status=completed; no values: token_{p50,p90,max}, traj_max)`` for a title:
+    columns with one value, and those without any value (all ``-``) named once, families folded
+    (``staleness.by_source`` listed eleven ``name=-``)."""
+    if not constants:
+        return ""
+    valued = [f"{n}={v}" for n, v in constants if v != "-"]
+    empty: dict[str, list[str]] = {}
+    for n, v in constants:
+        if v == "-":
+            empty.setdefault(_family(n), []).append(n)
+    names = [ns[0] if len(ns) == 1 else f"{fam}{'/' if '/' in ns[0] else '_'}{{{','.join(_short(n) for n in ns)}}}"
+             for fam, ns in empty.items()]
+    parts = [", ".join(valued)] if valued else []
+    if names:
+        parts.append("no values: " + ", ".join(names))
+    return " (" + "; ".join(parts) + ")"
 
 
 def _short(name: str) -> str:
