@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from trajstore.hub import quiet_loading
 from trajstore.trainer.envs import FAMILIES, STYLES, TaskName, draw_instance, make_episode
 from trajstore.trainer.learning_bench.codec import CharCodec
 
@@ -142,7 +143,8 @@ def ensure_warm_start(scratch: str | os.PathLike[str], seed: int, cfg: WarmStart
     model = train_warm_start(seed, cfg)
     tmp = final.with_name(final.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    with quiet_loading():  # no transformers "Writing model shards" bar between the bench's own lines
+        model.save_pretrained(tmp)
     (tmp / "warmstart.json").write_text(json.dumps({"seed": seed, "config": asdict(cfg),
                                                     "seconds": time.monotonic() - t0}, indent=2))
     try:
