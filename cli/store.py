@@ -36,7 +36,9 @@ def migrate_cmd(
 
         result = migrate_store(s, dry_run=dry_run, on_shard=step)
     render_record("traj migrate", {
-        "store": result.store, "dry_run": result.dry_run, "shards_migrated": len(result.migrated),
+        # a dry run migrates nothing: it said "shards_migrated 3"
+        "store": result.store, "dry_run": result.dry_run,
+        ("shards_to_migrate" if result.dry_run else "shards_migrated"): len(result.migrated),
         "shards_already_current": result.already_current, "rows": result.rows,
         "bytes_before": result.bytes_before, "bytes_after": result.bytes_after,
         "shards": result.migrated,

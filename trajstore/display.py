@@ -321,6 +321,8 @@ def flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def _cell_for(name: str, v: Any) -> str:
     if isinstance(v, (list, tuple, dict)) and not v:  # `shards │ []` in traj migrate: nothing, like a missing value
         return "-"
+    if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):  # names (shards): one per line
+        return "\n".join(v)
     return column_formatter(name, [v])(v)
 
 
