@@ -205,3 +205,13 @@ def test_histogram_and_clip_by_staleness_say_what_their_token_counts_are(known_s
         assert lines[end + 1] == f"({note})", lines[start:end + 2]
     doc = runner.invoke(app, ["stats", known_store.uri, "--staleness", "--run", "r1", "--format", "json"]).stdout
     assert "oldest token" not in doc  # notes are for people; json / csv stay data
+
+
+@pytest.mark.parametrize("column, where", [("tokens", "read_trajectories"), ("logprobs", "span_logprobs"),
+                                           ("spans", "the view spans")])
+def test_a_list_column_asked_of_the_trajectories_view_says_where_it_is(known_store, column, where):
+    # `traj schema` lists tokens / logprobs / spans, but `SELECT tokens FROM trajectories` only said
+    # "Binder Error: Referenced column "tokens" not found" (walkthrough of issue 16)
+    res = runner.invoke(app, ["sql", known_store.uri, f"SELECT {column} FROM trajectories"])
+    assert res.exit_code == 1
+    assert res.output.startswith("error: query failed: ") and where in res.output and res.output.count("\n") == 1

@@ -10,6 +10,7 @@ registered on the connection (no DuckDB extension is downloaded).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import weakref
@@ -320,4 +321,19 @@ def sql(conn: duckdb.DuckDBPyConnection, query: str, *, limit: int | None = None
         rel = conn.sql(query)
         return rel if limit is None else rel.limit(limit)
     except duckdb.Error as e:
-        raise AuditError(f"query failed: {one_line(str(e))}") from e
+        raise AuditError(f"query failed: {one_line(str(e))}{_list_column_hint(str(e))}") from e
+
+
+_LIST_COLUMN_HINTS = {
+    "tokens": "token ids are in no view: read them with trajstore.read_trajectories(STORE, columns=['tokens'])",
+    "logprobs": "the rollout log-probs are in the view span_logprobs, one row per action span",
+    "spans": "the spans are in the view spans, one row per span"}
+"""Where the list columns of the schema are: the ``trajectories`` view holds the scalar columns
+only, while ``traj schema`` lists every column of the stored rows."""
+
+
+def _list_column_hint(message: str) -> str:
+    m = re.search(r'Referenced column "(\w+)" not found', message)
+    if m and m.group(1) in _LIST_COLUMN_HINTS:
+        return f" (the trajectories view holds the scalar columns; {_LIST_COLUMN_HINTS[m.group(1)]})"
+    return ""
