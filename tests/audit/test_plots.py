@@ -119,7 +119,8 @@ def test_empty_report_says_why(tmp_store, tmp_path):
     fig = _draw(tmp_path, "empty", {"clip": audit.clip_report(conn), "rewards": audit.reward_report(conn)})
     texts = [t.get_text() for i in range(2) for a in _section(fig, i) for t in a.texts]
     assert texts == ["no training run consumed the selected trajectories", "no selected trajectory has a reward"]
-    assert plot_reports({"clip": audit.clip_report(conn)}, tmp_path / "x.png") == ["clip"]
+    # the CLI's "wrote x.png (...)" names an empty section as such, not as drawn
+    assert plot_reports({"clip": audit.clip_report(conn)}, tmp_path / "x.png") == ["clip (no data)"]
     assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
 
 

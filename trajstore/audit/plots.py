@@ -342,7 +342,8 @@ def draw_reports(reports: Mapping[str, Report]) -> Any:
 
 def plot_reports(reports: Mapping[str, Report], path: str | os.PathLike[str]) -> list[str]:
     """Draw one section per plottable report (:func:`draw_reports`) into a PNG at `path`;
-    return the drawn reports' names.
+    return the drawn reports' names, ``"<name> (no data)"`` for a section that only says why it
+    is empty (the CLI's "wrote p.png (staleness, clip, ...)" named empty panels as drawn).
 
     Raises:
         MissingExtraError: matplotlib is missing (install the ``plot`` extra).
@@ -353,7 +354,8 @@ def plot_reports(reports: Mapping[str, Report], path: str | os.PathLike[str]) ->
         fig.savefig(os.fspath(path), dpi=100)
     except OSError as e:
         raise AuditError(f"cannot write the plot {os.fspath(path)}: {e.strerror or e}") from None
-    return [name for name, rep in reports.items() if isinstance(rep, PLOTTABLE)]
+    return [name if _groups(rep)[1] else f"{name} (no data)" for name, rep in reports.items()
+            if isinstance(rep, PLOTTABLE)]
 
 
 def plot_destination(path: str | os.PathLike[str]) -> str:
