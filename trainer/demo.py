@@ -601,6 +601,8 @@ def print_summary(result: DemoResult, console: Console) -> None:
         return TableData(title, cols, [tuple(r.get(c) for c in cols) for r in rows], keys=keys, shares=["solved"],
                          note=note)
 
+    warmup_note = ("step -1: critic warm-up, the critic trained alone before the first policy step"
+                   if any(r.get("step") == -1 for r in result.clip + result.explained_variance) else None)
     render_tables([
         table("reward per policy version", result.reward_by_version,
               ["policy_version", "trajectories", "mean_reward", "solved", "consumed"], ["policy_version"]),
@@ -612,11 +614,11 @@ def print_summary(result: DemoResult, console: Console) -> None:
                "mixed_version_actions"], []),
         table("staleness histogram", result.staleness_histogram, ["staleness", "trajectories", "action_tokens"],
               ["staleness"], note=STALENESS_HISTOGRAM_NOTE.replace(", the bucket clip.by_staleness uses", "")),
-        table("DIS clip audit per step (share of action tokens masked)", result.clip,
+        table("DIS clip audit per step: share of action tokens masked", result.clip,
               ["step", "trainer_version", "trajectories", "action_tokens", "masked_below", "masked_above",
-               "ratio_mean"], ["step"]),
-        table("critic explained variance per step (1 - Var(R - V) / Var(R); > 0: better than the mean return)",
-              result.explained_variance, ["step", "explained_variance"], ["step"]),
+               "ratio_mean"], ["step"], note=warmup_note),
+        table("critic explained variance per step: 1 - Var(R - V) / Var(R), > 0 is better than the mean return",
+              result.explained_variance, ["step", "explained_variance"], ["step"], note=warmup_note),
     ], "table", console=console)
     versions = result.policy_versions_seen
     max_stale = max((r.get("token_max") or 0 for r in result.staleness), default=0)

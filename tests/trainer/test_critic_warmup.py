@@ -118,3 +118,5 @@ def test_demo_summary_shows_the_explained_variance_of_every_step() -> None:
             if line.startswith("\u2502")]  # the table's body rows, between its vertical bars
     # one row per step, in step order, each with its value (tables show 3 decimals)
     assert rows[:3] == [["-1", "-0.413"], ["0", "0.063"], ["1", "0.312"]], out[head:]
+    # step -1 is said to be the warm-up, under the table
+    assert "(step -1: critic warm-up, the critic trained alone before the first policy step)" in out[head:]
