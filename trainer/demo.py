@@ -499,8 +499,9 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
                     # own graceful shutdown, or the SIGKILL lost the episodes it was about to write
                     _stop(procs.get("proxy"), timeout=GRACEFUL_SHUTDOWN_S + 30)
         if cut_short:
-            say(f"{plural(cut_short, 'episode')} in flight {'was' if cut_short == 1 else 'were'} cut short when the trainer finished and the demo stopped "
-                "the proxy (expected: those with recorded calls are stored as aborted, and not trained on)", highlight=False)
+            say(f"{plural(cut_short, 'episode')} in flight {'was' if cut_short == 1 else 'were'} cut short when the "
+                "trainer finished and the demo stopped the proxy (expected: those with recorded calls are stored as "
+                "aborted, and not trained on)", highlight=False)
         # the trainer often finishes first (it made its steps): its last lines first, then no waiting
         log_pos = _echo_new_lines(log_path, log_pos, say)
         say(f"agents done: {len(episodes)} episodes; "
@@ -613,7 +614,7 @@ def print_summary(result: DemoResult, console: Console) -> None:
               ["consumed", "action_tokens", "token_p50", "token_mean", "token_max", "traj_max",
                "mixed_version_actions"], []),
         table("staleness histogram", result.staleness_histogram, ["staleness", "trajectories", "action_tokens"],
-              ["staleness"], note=STALENESS_HISTOGRAM_NOTE.replace(", the bucket clip.by_staleness uses", "")),
+              ["staleness"], note=STALENESS_HISTOGRAM_NOTE),
         table("DIS clip audit per step: share of action tokens masked", result.clip,
               ["step", "trainer_version", "trajectories", "action_tokens", "masked_below", "masked_above",
                "ratio_mean"], ["step"], note=warmup_note),

@@ -199,7 +199,8 @@ def test_histogram_and_clip_by_staleness_say_what_their_token_counts_are(known_s
                         env={"COLUMNS": "250"})
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
-    for table, note in (("staleness.histogram", STALENESS_HISTOGRAM_NOTE), ("clip.by_staleness", CLIP_BY_STALENESS_NOTE)):
+    for table, note in (("staleness.histogram", f"{STALENESS_HISTOGRAM_NOTE}, the bucket clip.by_staleness uses"),
+                        ("clip.by_staleness", CLIP_BY_STALENESS_NOTE)):
         start = next(i for i, line in enumerate(lines) if line.startswith(table))
         end = next(i for i, line in enumerate(lines) if i > start and line.startswith("└"))
         assert lines[end + 1] == f"({note})", lines[start:end + 2]

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trajstore.display import plural
 from trajstore.trainer.envs import FAMILIES
 from trajstore.trainer.learning_bench.harness import ARMS, DIS_BAND, LOG_RATIO_EDGES, BenchError, RunSpec, run_one
 from trajstore.trainer.learning_bench.oracle import QualityConfig
@@ -480,7 +481,8 @@ def staleness_title(arms: list[str]) -> str:
 def render_report(cfg: SuiteConfig, summary: dict[str, Any]) -> str:
     """``report.md``: what ran, the per-claim verdicts, the figures (relative links)."""
     lines = [f"# traj bench learning --preset {cfg.preset}", "",
-             f"{len(cfg.seeds)} seed{'s' if len(cfg.seeds) != 1 else ''}, {summary.get('seconds', 0) / 60:.1f} min. Output: `{summary.get('out_dir')}`.", ""]
+             f"{plural(len(cfg.seeds), 'seed')}, {summary.get('seconds', 0) / 60:.1f} min. "
+             f"Output: `{summary.get('out_dir')}`.", ""]
     if "calibration" in summary:
         lines += ["| policy lr | median per-step KL (nats/token) | eval reward start -> end |", "|---|---|---|"]
         for r in summary["calibration"]:

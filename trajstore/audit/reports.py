@@ -25,7 +25,7 @@ PERCENTILES: tuple[int, ...] = (50, 90, 99)
 
 _NOT_CONSUMED = "no training run consumed the selected trajectories"
 STALENESS_HISTOGRAM_NOTE = ("action_tokens: each token at its own staleness; trajectories: each once, at the "
-                            "staleness of its oldest token, the bucket clip.by_staleness uses")
+                            "staleness of its oldest token")
 """Why ``staleness.histogram`` and ``clip.by_staleness`` give one staleness different token counts."""
 CLIP_BY_STALENESS_NOTE = ("a trajectory's bucket is the staleness of its oldest token, and all its action tokens "
                           "count there; staleness.histogram counts each token at its own staleness")
@@ -105,7 +105,7 @@ class StalenessReport(Report):
             "unconsumed": ("source",)}
     EMPTY = {"by_run": _NOT_CONSUMED, "by_source": _NOT_CONSUMED, "histogram": _NOT_CONSUMED,
              "unconsumed": "no unconsumed trajectory has policy versions"}
-    NOTES = {"histogram": STALENESS_HISTOGRAM_NOTE}
+    NOTES = {"histogram": f"{STALENESS_HISTOGRAM_NOTE}, the bucket clip.by_staleness uses"}
 
     def empty_note(self, table: str) -> str | None:
         if table == "histogram":
