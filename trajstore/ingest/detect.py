@@ -375,7 +375,7 @@ def detect_record(d: Any) -> str | None:
         return "nemo-gym"
     if "trajectory" in d and "history" in d and "info" in d:
         return "swe-agent"
-    if "messages" in d and isinstance(d["response"] if "response" in d else None, dict):
+    if "messages" in d and isinstance(d.get("response"), dict):
         return "openhands-v1-completions"  # a LiteLLM response object; a chat row may carry a text "response"
     if "traj" in d and "reward" in d and ("task_id" in d or "info" in d):
         return "tau-bench"

@@ -549,10 +549,11 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
     Log-probs are all-or-nothing per rollout: when some action lacks them none is stored
     (``logprob_source = none``, metadata ``engine_logprobs_discarded``). With log-probs, action
     spans carry no policy version (null: the logs never say which version generated them) and
-    metadata says ``policy_version_known: false``, so their staleness is undefined in the audits and
-    the trainer, as for text-only logs; they train on their engine log-probs. The tokenizer is the rollout's own, else
-    `engine_tokenizer` (:data:`ENGINE_TOKENIZER_FROM_MODEL` = the rollout's model name); with
-    neither, the trajectory is stored with ``trainable = false`` and the reason.
+    metadata says ``policy_version_known: false``, so their staleness is undefined in the audits
+    and the trainer, as for text-only logs; they train on their engine log-probs. The tokenizer
+    is the rollout's own, else `engine_tokenizer` (:data:`ENGINE_TOKENIZER_FROM_MODEL` = the
+    rollout's model name); with neither, the trajectory is stored with ``trainable = false`` and
+    the reason.
 
     Raises:
         TrajectoryValidationError: a result breaks a schema rule (e.g. a positive log-prob).
