@@ -111,7 +111,9 @@ class DemoResult:
         run_id: the training run.
         episodes: one summary per episode the worker played, in order.
         versions_loaded: policy versions the rollout server loaded (weight sync), in order.
-        calls_by_version: model calls the proxy recorded per policy version.
+        calls_by_version: model calls the proxy recorded per policy version, counted in the store
+            (action spans of the run's trajectories, aborted ones included) once the proxy has
+            stopped: its live /proxy/stats, read once a second, missed the last calls.
         reward_by_version: rows {policy_version, trajectories, mean_reward, solved, consumed}.
         staleness: rows of the staleness audit for the run (``staleness_report(...).by_run``).
         clip: rows of the clip audit per step (``clip_report(...).by_step``).
@@ -521,7 +523,6 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
         raise DemoError(f"the trainer exited with code {code}; log: {log_path}\n{_tail(log_path)}")
     result = DemoResult(store=store.uri, run_id=run_id, episodes=episodes,
                         versions_loaded=[w["version"] for w in stats.get("weight_loads", [])],
-                        calls_by_version={int(k): v for k, v in stats.get("calls_by_version", {}).items()},
                         steps_asked=cfg.steps)
     _read_audits(result)
     if result.shortfall:
@@ -574,6 +575,10 @@ def _read_audits(result: DemoResult) -> None:
     result.explained_variance = _rows(audit.sql(conn, (
         "SELECT step, \"value/explained_variance\" AS explained_variance FROM step_metrics WHERE run_id = "
         f"'{result.run_id}' ORDER BY step")))
+    result.calls_by_version = {int(r["policy_version"]): int(r["calls"]) for r in _rows(audit.sql(conn, (
+        "SELECT policy_version, count(*) AS calls FROM spans WHERE kind = 'action' AND policy_version IS NOT NULL "
+        f"AND trajectory_id IN (SELECT trajectory_id FROM trajectories WHERE {demo_filter(result.run_id)}) "
+        "GROUP BY 1 ORDER BY 1")))}
     # critic warm-up iterations are recorded as step -1; policy steps count from 0
     result.steps_done = len({r["step"] for r in result.explained_variance if r["step"] is not None and r["step"] >= 0})
 

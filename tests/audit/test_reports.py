@@ -141,7 +141,9 @@ def test_coverage(conn):
     assert (oh["trajectories"], oh["action_tokens"]) == (2, 9)
     assert (oh["share_with_logprob"], oh["share_with_policy_version"], oh["share_with_both"]) == pytest.approx((6 / 9, 8 / 9, 6 / 9))
     nt = [pick(r, "source", "reason", "trajectories", "example_id") for r in rows(rep.not_trainable)]
-    assert nt == [("openhands", "action without policy_version", 1, "D"), ("openhands", "no engine logprobs", 1, "D"),
+    # an action without a policy version is no reason: it trains, its staleness undefined (issue 16
+    # walkthrough: every ingested trajectory was listed as not trainable, traj train trained them)
+    assert nt == [("openhands", "no engine logprobs: trains only with --behaviour-logprobs initial-policy", 1, "D"),
                   ("openhands", "no reward", 1, "D"), ("sdk", "no action tokens", 1, "E")]
 
 

@@ -24,6 +24,8 @@ PERCENTILES: tuple[int, ...] = (50, 90, 99)
 """Percentiles every distribution summary reports (nearest rank, see the module docstring)."""
 
 _NOT_CONSUMED = "no training run consumed the selected trajectories"
+NO_ENGINE_LOGPROBS = "no engine logprobs: trains only with --behaviour-logprobs initial-policy"
+"""The coverage reason of a trainable row without rollout log-probs (text-only logs)."""
 STALENESS_HISTOGRAM_NOTE = ("action_tokens: each token at its own staleness; trajectories: each once, at the "
                             "staleness of its oldest token")
 """Why ``staleness.histogram`` and ``clip.by_staleness`` give one staleness different token counts."""
@@ -150,10 +152,12 @@ class CoverageReport(Report):
             (0..1) of action tokens with a rollout log-prob (``share_with_logprob``), with a policy
             version (``share_with_policy_version``) and with both (``share_with_both``). Reads only
             ``spans`` (their ``num_missing_logprobs``), never ``tokens`` or ``logprobs``.
-        not_trainable: per (source, reason): trajectories SAO cannot train on, with an example
-            id. Reasons: the stored ``not_trainable_reason`` (e.g. "no action tokens"),
-            "no engine logprobs" (DIS impossible), "action without policy_version" (staleness
-            unknown), "no reward". A trajectory appears once per reason.
+        not_trainable: per (source, reason): trajectories ``traj train`` does not train as they
+            are, with an example id. Reasons: the stored ``not_trainable_reason`` (e.g. "no action
+            tokens"), :data:`NO_ENGINE_LOGPROBS` (DIS needs behaviour log-probs: only with
+            ``--behaviour-logprobs initial-policy``), "no reward". A trajectory appears once per
+            reason. Actions without a policy version are no reason (they train; their staleness
+            is undefined): ``tokens.share_with_policy_version`` counts them.
         fidelity: per (source, flag): ingested trajectories that do not reproduce exactly what the
             model was sent or generated (metadata ``fidelity_gaps``, set by ``traj ingest``: e.g.
             ``tool_parameters``, ``observations``, ``system_prompt``), with an example id.
@@ -508,13 +512,11 @@ def coverage_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None
         f"sum(l) / nullif(sum(a), 0) AS share_with_logprob, sum(v) / nullif(sum(a), 0) AS share_with_policy_version, "
         f"sum(b) / nullif(sum(a), 0) AS share_with_both FROM t GROUP BY ALL ORDER BY source, token_source")
     not_trainable = conn.sql(
-        f"WITH {sel}, unv AS (SELECT DISTINCT trajectory_id FROM spans WHERE kind = 'action' "
-        f"AND policy_version IS NULL), r AS ("
+        f"WITH {sel}, r AS ("
         f"SELECT source, coalesce(not_trainable_reason, 'not trainable') AS reason, trajectory_id FROM sel "
         f"WHERE NOT trainable UNION ALL "
-        f"SELECT source, 'no engine logprobs', trajectory_id FROM sel WHERE trainable AND logprob_source <> 'engine' "
-        f"UNION ALL SELECT source, 'action without policy_version', trajectory_id FROM sel "
-        f"WHERE trajectory_id IN (SELECT trajectory_id FROM unv) UNION ALL "
+        f"SELECT source, '{NO_ENGINE_LOGPROBS}', trajectory_id FROM sel WHERE trainable "
+        f"AND logprob_source <> 'engine' UNION ALL "
         f"SELECT source, 'no reward', trajectory_id FROM sel WHERE trainable AND reward IS NULL) "
         f"SELECT source, reason, count(*) AS trajectories, min(trajectory_id) AS example_id FROM r "
         f"GROUP BY ALL ORDER BY source, reason")
