@@ -167,6 +167,15 @@ def demo_filter(run_id: str) -> str:
     return f"json_extract_string(metadata, '$.demo_run') = '{run_id}'"
 
 
+def proxy_run_filter(run_id: str) -> str:
+    """DuckDB predicate selecting every trajectory the demo's proxy wrote, aborted ones included:
+    the proxy tags them with its --follow-run (metadata ``run_id``), while ``demo_run`` comes with
+    an agent's /finish, which an episode cut short never sent."""
+    from trajstore.proxy.recorder import PROXY_SOURCE
+
+    return f"source = '{PROXY_SOURCE}' AND json_extract_string(metadata, '$.run_id') = '{run_id}'"
+
+
 def _model_identity(cfg: DemoConfig) -> str:
     from trajstore.hub import resolve_model
 
@@ -577,7 +586,7 @@ def _read_audits(result: DemoResult) -> None:
         f"'{result.run_id}' ORDER BY step")))
     result.calls_by_version = {int(r["policy_version"]): int(r["calls"]) for r in _rows(audit.sql(conn, (
         "SELECT policy_version, count(*) AS calls FROM spans WHERE kind = 'action' AND policy_version IS NOT NULL "
-        f"AND trajectory_id IN (SELECT trajectory_id FROM trajectories WHERE {demo_filter(result.run_id)}) "
+        f"AND trajectory_id IN (SELECT trajectory_id FROM trajectories WHERE {proxy_run_filter(result.run_id)}) "
         "GROUP BY 1 ORDER BY 1")))}
     # critic warm-up iterations are recorded as step -1; policy steps count from 0
     result.steps_done = len({r["step"] for r in result.explained_variance if r["step"] is not None and r["step"] >= 0})
