@@ -625,7 +625,7 @@ def print_summary(result: DemoResult, console: Console) -> None:
               [{"policy_version": v, "calls": n} for v, n in sorted(result.calls_by_version.items())],
               ["policy_version", "calls"], ["policy_version"]),
         table("staleness of trained data (trainer version - policy version, in versions)", result.staleness,
-              ["consumed", "action_tokens", "token_p50", "token_mean", "token_max", "traj_max",
+              ["consumed", "versioned_action_tokens", "token_p50", "token_mean", "token_max", "traj_max",
                "mixed_version_actions"], []),
         table("staleness histogram", result.staleness_histogram, ["staleness", "trajectories", "action_tokens"],
               ["staleness"], note=STALENESS_HISTOGRAM_NOTE),

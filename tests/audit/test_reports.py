@@ -34,12 +34,12 @@ def test_staleness_consumed_by_run(conn):
     # p50: cum >= ceil(6) -> 3; p90: cum >= ceil(10.8) = 11 -> 5; p99: 12 -> 5; mean 44/12.
     # Trajectories (worst span): A 3, B 2, C 5 -> sorted [2,3,5]: p50 rank 2 -> 3, p90 rank 3 -> 5.
     r1 = by_run["r1"]
-    assert (r1["consumed"], r1["action_tokens"]) == (3, 12)
+    assert (r1["consumed"], r1["versioned_action_tokens"]) == (3, 12)
     assert pick(r1, *STAT) == (3, 5, 5, 5, 3, 5, 5, 5)
     assert r1["token_mean"] == pytest.approx(44 / 12)
     # r2: A@10: v5 x3 -> 5, v7 x1 -> 3: {3:1, 5:3}, N = 4: p50 rank 2 -> 5; mean (3 + 15) / 4.
     r2 = by_run["r2"]
-    assert (r2["consumed"], r2["action_tokens"]) == (1, 4)
+    assert (r2["consumed"], r2["versioned_action_tokens"]) == (1, 4)
     assert pick(r2, *STAT) == (5, 5, 5, 5, 5, 5, 5, 5)
     assert r2["token_mean"] == pytest.approx(4.5)
 
@@ -49,9 +49,9 @@ def test_staleness_by_source_and_histogram(conn):
     by_src = {r["source"]: r for r in rows(rep.by_source)}
     # r1 sdk: A, B: {1:1, 2:2, 3:3}, N = 6, cum 1,3,6: p50 rank 3 -> 2; p90 rank ceil(5.4) = 6 -> 3.
     # Trajectories [2, 3]: p50 rank 1 -> 2, p90 rank 2 -> 3. Mean (1 + 4 + 9) / 6.
-    assert pick(by_src["sdk"], "consumed", "action_tokens", *STAT) == (2, 6, 2, 3, 3, 3, 2, 3, 3, 3)
+    assert pick(by_src["sdk"], "consumed", "versioned_action_tokens", *STAT) == (2, 6, 2, 3, 3, 3, 2, 3, 3, 3)
     assert by_src["sdk"]["token_mean"] == pytest.approx(14 / 6)
-    assert pick(by_src["openhands"], "consumed", "action_tokens", *STAT) == (1, 6, 5, 5, 5, 5, 5, 5, 5, 5)
+    assert pick(by_src["openhands"], "consumed", "versioned_action_tokens", *STAT) == (1, 6, 5, 5, 5, 5, 5, 5, 5, 5)
     hist = [pick(r, "run_id", "staleness", "action_tokens", "trajectories") for r in rows(rep.histogram)]
     assert hist == [("r1", 1, 1, 0), ("r1", 2, 2, 1), ("r1", 3, 3, 1), ("r1", 5, 6, 1)]
 
@@ -81,7 +81,7 @@ def test_where_filter_restricts_every_report(conn):
     rep = audit.staleness_report(conn, where="source = 'sdk'", run="r1")
     (only,) = rows(rep.by_run)
     # Same as the r1 / sdk row above: A and B only.
-    assert pick(only, "consumed", "action_tokens", "token_p50", "token_p90") == (2, 6, 2, 3)
+    assert pick(only, "consumed", "versioned_action_tokens", "token_p50", "token_p90") == (2, 6, 2, 3)
     assert [r["source"] for r in rows(audit.status_report(conn, where="reward < 0").by_source)] == ["openhands"]
     with pytest.raises(audit.AuditError, match="no_such_column"):
         audit.reward_report(conn, where="no_such_column > 1")

@@ -45,7 +45,7 @@ def test_text_only_logs_have_undefined_staleness_in_every_report(tmp_path: Path)
     by_run = dict(zip(st.by_run.columns, st.by_run.fetchall()[0]))
     assert by_run["consumed"] == 4
     assert by_run["unversioned_action_tokens"] == action_tokens
-    assert by_run["action_tokens"] == 0 and by_run["token_p50"] is None and by_run["traj_max"] is None
+    assert by_run["versioned_action_tokens"] == 0 and by_run["token_p50"] is None and by_run["traj_max"] is None
     assert st.histogram.fetchall() == []
     clip = audit.clip_report(conn, run="r1")
     assert clip.by_staleness.fetchall() == []  # no made-up staleness bucket (was staleness 1)

@@ -78,7 +78,7 @@ class StalenessReport(Report):
 
     Attributes:
         by_run: one row per run over consumed trajectories: ``consumed`` (consumption records),
-            ``action_tokens``, per-token staleness (trainer_version - the action span's
+            ``versioned_action_tokens`` (action tokens with a policy version), per-token staleness (trainer_version - the action span's
             policy_version) ``token_p50/p90/p99/max/mean``, and per-trajectory staleness (trainer
             version - the oldest action span's version, i.e. the worst token)
             ``traj_p50/p90/p99/max``, and ``mixed_version_actions``: consumed action spans whose
@@ -86,9 +86,10 @@ class StalenessReport(Report):
             ``policy_version_max`` set); their tokens count at their oldest version, so the
             staleness shown is an upper bound for them; ``unversioned_action_tokens``: consumed
             action tokens without a policy version (text-only logs trained with
-            ``--behaviour-logprobs initial-policy``), whose staleness is undefined, so they are
-            in no other column (``action_tokens`` and the staleness columns count versioned
-            tokens only).
+            ``--behaviour-logprobs initial-policy``, engine rollouts whose logs had none), whose
+            staleness is undefined, so they are in no other column (the staleness columns count
+            versioned tokens only; a bare ``action_tokens 0`` beside them read as "nothing
+            consumed").
         by_source: the same per (run_id, source).
         histogram: per (run_id, staleness): ``action_tokens`` and ``trajectories`` at that value.
         unconsumed: per source, trajectories with versioned actions not consumed (by the selected
@@ -408,7 +409,7 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
             f"FROM c LEFT JOIN {uv_t} u USING (trajectory_id) GROUP BY {g}), "
             f"ntok AS (SELECT {g}, sum(n) AS action_tokens, sum(mixed) AS mixed_version_actions FROM tok "
             f"GROUP BY {g}) "
-            f"SELECT {g}, consumed, coalesce(action_tokens, 0) AS action_tokens, "
+            f"SELECT {g}, consumed, coalesce(action_tokens, 0) AS versioned_action_tokens, "
             f"{_summary_columns('token_', 'max', 'mean')}, {_summary_columns('traj_', 'max')}, "
             f"coalesce(mixed_version_actions, 0) AS mixed_version_actions, unversioned_action_tokens "
             f"FROM cnt LEFT JOIN ntok USING ({g}) LEFT JOIN tp USING ({g}) LEFT JOIN rp USING ({g}) ORDER BY {g}")
