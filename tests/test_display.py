@@ -228,3 +228,11 @@ def test_columns_without_values_are_named_once_in_the_title():
     out = _render([TableData("staleness.by_source", cols, rows)], width=100)
     assert out.splitlines()[0] == ("staleness.by_source (no values: token_{p50,p90,max}, traj_max, "
                                    "policy/{loss,kl})"), out
+
+
+def test_constants_join_a_title_that_ends_in_brackets():
+    # `paper claims (1 seed, CI n/a, 0.3 min) (comparison=..., verdict=...)`
+    rows = [("x - sao", "auc", 0.1, "undetermined"), ("x - sao", "corr", 0.2, "undetermined")]
+    out = _render([TableData("paper claims (1 seed, 0.3 min)", ["comparison", "metric", "difference", "verdict"],
+                             rows)], width=100)
+    assert out.splitlines()[0] == "paper claims (1 seed, 0.3 min; comparison=x - sao, verdict=undetermined)", out

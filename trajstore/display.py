@@ -447,7 +447,9 @@ def print_table(console: Console, table: TableData) -> None:
         if varying:
             constants = [(c.name, c.cells[0]) for c in cols if len(set(c.cells)) == 1]
             cols = varying
-    title = table.name + _constants_note(constants)
+    note = _constants_note(constants)
+    # one pair of brackets: "paper claims (1 seed, 0.3 min; comparison=...)", not "(...) (...)"
+    title = table.name[:-1] + "; " + note[2:] if note and table.name.endswith(")") else table.name + note
     key_cols = [c for c in cols if c.name in keys]
     rest = [c for c in cols if c.name not in keys]
 

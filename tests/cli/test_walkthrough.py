@@ -233,7 +233,7 @@ def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, t
     res = runner.invoke(app, ["bench", "learning", "--preset", "smoke", "--scratch", str(tmp_path)], env=WIDTH)
     assert res.exit_code == 0, res.output
     assert "nan" not in res.stdout.lower()
-    assert "paper claims (1 seed, CI n/a, 0.7 min)" in res.stdout
+    assert "paper claims (1 seed, CI n/a, 0.7 min" in res.stdout
     assert "ci_low" not in res.stdout
     cfg = suite.SuiteConfig.preset_config("smoke", scratch=str(tmp_path))
     report = suite.render_report(cfg, fake)

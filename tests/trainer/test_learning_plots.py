@@ -138,7 +138,7 @@ def test_staleness_title_names_only_the_arms_shown():
     # the smoke preset's figure showed sao alone under "single rollout vs GRPO groups of 4"
     from trajstore.trainer.learning_bench.suite import staleness_title
 
-    assert staleness_title(["sao"]) == "staleness of trained tokens: single rollout (sao)"
+    assert staleness_title(["sao"]) == "staleness of trained tokens: single rollout, sao"
     assert staleness_title(["sao", "no-correction"]) == "staleness of trained tokens: single rollout"
     assert staleness_title(["sao", "grpo-dis"]) == "staleness of trained tokens: single rollout vs GRPO groups of 4"
     assert staleness_title(["grpo-dis", "grpo-no-dis"]) == "staleness of trained tokens: GRPO groups of 4"

@@ -474,7 +474,7 @@ def staleness_title(arms: list[str]) -> str:
     grpo = any(a.startswith("grpo") for a in arms)
     single = any(not a.startswith("grpo") for a in arms)
     what = ("single rollout vs GRPO groups of 4" if grpo and single else "GRPO groups of 4" if grpo else
-            "single rollout" + ("" if len(arms) > 1 else f" ({arms[0]})"))
+            "single rollout" + ("" if len(arms) > 1 else f", {arms[0]}"))
     return f"staleness of trained tokens: {what}"
 
 
