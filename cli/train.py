@@ -225,7 +225,7 @@ def runs_cmd(
     if table and not any(r.problems for r in report.runs):  # a column of dashes says nothing
         columns, rows = columns[:-1], [row[:-1] for row in rows]
     render_tables([TableData(f"training runs in {report.store}", columns, rows, keys=["run"],
-                             empty_note=f"no training runs in {report.store}")], fmt)
+                             empty_note="no run has trained on this store yet")], fmt)
     if table and any(c.latest for r in report.runs for c in r.checkpoints):
         typer.echo("* = the checkpoint LATEST names (what --resume continues from)")
     if table and report.tmp_bytes:

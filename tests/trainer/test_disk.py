@@ -115,3 +115,11 @@ def test_stale_tmp_leftovers_are_removed_when_a_trainer_starts(tmp_path: Path) -
     _age(tmp_path / "_tmp" / "ckpt-dead", 3700)
     train(_cfg(tmp_path))
     assert not (tmp_path / "_tmp" / "ckpt-dead").exists()
+
+
+def test_traj_runs_on_a_store_without_runs_says_so_once(tmp_path: Path) -> None:
+    # "training runs in S: no rows (no training runs in S)" named the store twice
+    write_synthetic_store(tmp_path, 1)
+    r = CliRunner().invoke(app, ["runs", str(tmp_path)], env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    assert r.output == f"training runs in {tmp_path}: no rows (no run has trained on this store yet)\n"
