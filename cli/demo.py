@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import typer
 
@@ -53,7 +54,9 @@ def demo_cmd(
 
     open_store_for_writing(cfg.store, command="traj demo")  # a mistyped --store: refused before a model loads
     console = Console(stderr=fmt is not OutputFormat.table)  # progress; results go to stdout
-    if not console.is_terminal:  # piped or logged: do not squeeze the audit tables into 80 columns
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        # piped or logged without a width: do not squeeze the audit tables into rich's default 80
+        # columns; a width the user set (COLUMNS=80) is kept, as every other command keeps it
         console.width = max(console.width, 120)
     result = run_demo(cfg, console=console)
     if fmt is OutputFormat.json:

@@ -109,7 +109,9 @@ TRAJECTORY_FIELDS: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("token_source", pa.string(), nullable=False), "engine (ids from the rollout engine) | retokenized"),
     (pa.field("logprob_source", pa.string(), nullable=False), "engine (per-token rollout log-probs) | none"),
     (pa.field("trainable", pa.bool_(), nullable=False),
-     "has at least one action token and no reason against training (see not_trainable_reason)"),
+     "no stored reason against training (see not_trainable_reason: e.g. no action token, an unnamed engine "
+     "tokenizer); a missing reward or missing engine log-probs are checked by `traj train` itself and listed "
+     "by `traj stats --coverage`, not here"),
     (pa.field("not_trainable_reason", pa.string()), "why `trainable` is false"),
     (pa.field("min_policy_version", pa.int64()), "smallest policy version over action spans"),
     (pa.field("max_policy_version", pa.int64()), "largest policy version over action spans"),

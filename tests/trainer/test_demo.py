@@ -336,3 +336,24 @@ def test_the_summary_explains_more_stored_trajectories_than_episodes():
         print_summary(r, Console(file=buf, width=200))
         line = next(ln for ln in buf.getvalue().splitlines() if ln.startswith("2 episodes"))
         assert ("stored as 3 completed trajectories" in line and "context break" in line) is note, line
+
+
+def test_a_width_the_user_set_is_kept_when_piped(monkeypatch, tmp_path):
+    # `COLUMNS=80 traj demo | tee log` printed 110-column tables: piped output was widened to 120
+    # even when the user had set the width, unlike every other command
+    import trajstore.trainer.demo as demo_mod
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+
+    widths = []
+
+    def fake(cfg, console=None):  # noqa: ANN001, ANN202
+        widths.append(console.width)
+        return _result(4)
+
+    monkeypatch.setattr(demo_mod, "run_demo", fake)
+    for env in ({"COLUMNS": "80"}, {"COLUMNS": ""}):
+        out = CliRunner().invoke(app, ["demo", "--store", str(tmp_path / "unused"), "--model", "tiny-llama"], env=env)
+        assert out.exit_code == 0, out.output
+    assert widths[0] == 80 and widths[1] >= 120, widths
