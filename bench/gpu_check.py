@@ -53,7 +53,7 @@ def _peak_tflops(name: str, override: float | None) -> float | None:
 def check_kernel(device: str, dtype, n: int, hidden: int, vocab: int) -> dict:  # noqa: ANN001
     import torch
 
-    from trajstore.trainer.logprobs import token_logprobs_and_entropy, token_logprobs_and_entropy_reference
+    from trajstore.trainer.sao.logprobs import token_logprobs_and_entropy, token_logprobs_and_entropy_reference
 
     g = torch.Generator(device=device).manual_seed(0)
     h0 = torch.randn(n, hidden, device=device, dtype=dtype, generator=g)
@@ -99,9 +99,9 @@ def run(args: argparse.Namespace) -> dict:
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     from trajstore import TrajectoryBuilder, write_trajectories
-    from trajstore.trainer import distributed as D
-    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
-    from trajstore.trainer.loop import setup, train
+    from trajstore.trainer.loop import distributed as D
+    from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+    from trajstore.trainer.loop.train import setup, train
 
     device = "cpu" if args.cpu else "cuda"
     result: dict = {"device": device, "torch": torch.__version__}

@@ -20,7 +20,7 @@ if not torch.cuda.is_available():
 PYEOF
 # trajstore.trainer lives in trainer/ (a package-dir mapping): install it in place when the
 # interpreter does not import it yet (offline: no dependency is fetched)
-if ! "$PY" -c "import trajstore.trainer.loop" 2>/dev/null; then
+if ! "$PY" -c "import trajstore.trainer.loop.train" 2>/dev/null; then
   "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e . \
     || { echo "gpu_check: cannot install trajstore into $PY offline; its dependencies (transformers, pyarrow, polars, duckdb, pydantic, fsspec, safetensors, rich, typer) must be importable" >&2; exit 2; }
 fi

@@ -39,7 +39,7 @@ import subprocess
 import time
 
 import torch
-from trajstore.trainer.advantages import (
+from trajstore.trainer.sao.advantages import (
     length_adaptive_lambda,
     skip_observation_gae,
     skip_observation_gae_reference,
@@ -145,7 +145,7 @@ def bench_gae(repeat: int) -> dict:
 
 _CHILD = r"""
 import json, sys, threading, time, torch
-from trajstore.trainer.logprobs import token_logprobs_and_entropy, token_logprobs_and_entropy_reference
+from trajstore.trainer.sao.logprobs import token_logprobs_and_entropy, token_logprobs_and_entropy_reference
 variant, n, v, h, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 fn = token_logprobs_and_entropy if variant == "chunked" else token_logprobs_and_entropy_reference
 gen = torch.Generator().manual_seed(0)

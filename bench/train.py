@@ -83,7 +83,7 @@ def write_store(root: str, n: int, *, model: str, seed: int = 0, per_shard: int 
 
 
 def config(root: str, run_id: str, *, model: str, batch_size: int, micro_batch_size: int, **run):  # noqa: ANN003, ANN201
-    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+    from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 
     return TrainConfig(
         store=root, model=ModelConfig(name=model),
@@ -134,7 +134,7 @@ def runtime_baseline(model: str) -> float:
     import torch.distributed.checkpoint  # noqa: F401
     import transformers.models.llama.modeling_llama  # noqa: F401 - SmolLM2 and the tiny model are Llamas
 
-    import trajstore.trainer.loop  # noqa: F401
+    import trajstore.trainer.loop.train  # noqa: F401
 
     if model == "smollm2-135m":
         import gguf  # noqa: F401
@@ -149,7 +149,7 @@ def memory_child(model: str, out_path: str) -> None:
     baseline = runtime_baseline(model)
     import torch
 
-    from trajstore.trainer import loop
+    from trajstore.trainer.loop import train as loop
     with tempfile.TemporaryDirectory(prefix="bench-mem-") as root:
         # the demo's shape: ~230 tokens per trajectory, 4 per step, micro-batches of 2
         write_store(root, 4, model=model, shape=(80, 3, 24, 40))
@@ -223,7 +223,7 @@ class _PhaseTimer:
     SAO = ("_prepare", "_value_stats", "_critic_update", "_policy_update", "_clip_and_step", "consumed_rows")
 
     def __init__(self, tr) -> None:  # noqa: ANN001
-        from trajstore.trainer import loop
+        from trajstore.trainer.loop import train as loop
 
         self.loop, self.tr, self.s = loop, tr, {}
         self._saved = {n: getattr(loop, n) for n in self.SAO}
@@ -263,8 +263,8 @@ def bench_overhead(model: str, *, trajectories: int, batch_size: int, micro: int
     torch runs one thread), and a per-phase breakdown from one more, untimed round."""
     import torch
 
-    from trajstore.trainer import distributed as D
-    from trajstore.trainer.loop import _optimizers, _prepare, setup, train_step
+    from trajstore.trainer.loop import distributed as D
+    from trajstore.trainer.loop.train import _optimizers, _prepare, setup, train_step
 
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as root:
         write_store(root, trajectories, model=model, shape=(80, 3, 24, 40))
@@ -392,7 +392,7 @@ def bench_padding(lengths: list[int], *, batch_size: int, micro: int, worlds: tu
 
 
 def bench_wait(model: str, *, trajectories: int, batch_size: int, micro: int, repeat: int) -> dict:
-    from trajstore.trainer.loop import setup, train, train_step
+    from trajstore.trainer.loop.train import setup, train, train_step
 
     with tempfile.TemporaryDirectory(prefix="bench-train-") as root:
         write_store(root, trajectories, model=model)

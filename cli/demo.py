@@ -1,4 +1,4 @@
-"""``traj demo``: parse sizes, run :func:`trajstore.trainer.demo.run_demo`, print the audits."""
+"""``traj demo``: parse sizes, run :func:`trajstore.trainer.apps.demo.run_demo`, print the audits."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import typer
 
 from trajstore.cli.main import FormatOption, app, friendly_errors, invalid_options
 from trajstore.display import OutputFormat
-from trajstore.trainer.demo import DEFAULT_STORE, DemoConfig
+from trajstore.trainer.apps.demo import DEFAULT_STORE, DemoConfig
 
 
 @app.command("demo")
@@ -39,7 +39,7 @@ def demo_cmd(
     from trajstore.extras import INSTALL_TRAIN_EXTRA, require
 
     require(("torch", "transformers", "safetensors"), what="traj demo", install=INSTALL_TRAIN_EXTRA)
-    from trajstore.trainer.demo import print_summary, result_to_dict, run_demo
+    from trajstore.trainer.apps.demo import print_summary, result_to_dict, run_demo
 
     from pydantic import ValidationError
 

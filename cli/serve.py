@@ -1,4 +1,4 @@
-"""``traj serve``: parse options, run :func:`trajstore.trainer.serve.run_serve`."""
+"""``traj serve``: parse options, run :func:`trajstore.trainer.serving.serve.run_serve`."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def serve_cmd(
     from trajstore.extras import INSTALL_TRAIN_EXTRA, require
 
     require(("torch", "transformers"), what="traj serve", install=INSTALL_TRAIN_EXTRA)
-    from trajstore.trainer.serve import ServeConfig, run_serve
+    from trajstore.trainer.serving.serve import ServeConfig, run_serve
 
     from pydantic import ValidationError
 

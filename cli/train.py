@@ -1,4 +1,4 @@
-"""``traj train``: parse options into a :class:`~trajstore.trainer.config.TrainConfig`, run the
+"""``traj train``: parse options into a :class:`~trajstore.trainer.loop.config.TrainConfig`, run the
 streaming SAO trainer, print a summary (``--format json|csv`` for programs)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import typer
 
 from trajstore.cli.main import FormatOption, StorageOptions, StoreArgument, app, friendly_errors, invalid_options
 from trajstore.display import OutputFormat
-from trajstore.trainer.config import CRITIC_TRAINABLE_PATTERN
+from trajstore.trainer.loop.config import CRITIC_TRAINABLE_PATTERN
 
 
 @app.command("train")
@@ -91,14 +91,14 @@ def train_cmd(
     except ValidationError as e:
         raise invalid_options(e, _FLAG_OF) from None
     require(("torch", "transformers", "safetensors"), what="traj train", install=INSTALL_TRAIN_EXTRA)
-    from trajstore.trainer.loop import train
+    from trajstore.trainer.loop.train import train
 
     # Without --follow a missing store trains nothing: a mistyped path is an error. With it the
     # store may not exist yet, but a folder that is not a store is refused either way.
     from trajstore.cli.main import open_existing_store
 
     open_existing_store(store, cfg.storage_options, missing_ok=follow)
-    from trajstore.trainer.loop import TrainingInterrupted
+    from trajstore.trainer.loop.train import TrainingInterrupted
 
     try:
         summary = train(cfg, resume=resume)
@@ -140,7 +140,7 @@ def _config(*, store, model,  # noqa: ANN001, ANN202 - the command's parsed opti
             seed, fmt, storage_option=(), bf16=True, micro_batch_tokens=None, **_ignored):
     """The TrainConfig for the parsed options (pydantic validates every field)."""
     from trajstore.cli.audit import parse_storage_options
-    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+    from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 
     return TrainConfig(
         store=store,
@@ -191,7 +191,7 @@ def runs_cmd(
     from trajstore.cli.audit import parse_storage_options
     from trajstore.cli.main import open_existing_store
     from trajstore.display import TableData, render_record, render_tables
-    from trajstore.trainer.runs import list_runs
+    from trajstore.trainer.loop.runs import list_runs
 
     report = list_runs(open_existing_store(store, parse_storage_options(storage_option, store)))
     for r in report.runs:

@@ -21,7 +21,7 @@ import torch
 import trajstore
 from trajstore.hub import load_tokenizer
 from trajstore.trainer.models import load_policy
-from trajstore.trainer.rollout_worker import RolloutWorker, SamplingConfig
+from trajstore.trainer.apps.rollout_worker import RolloutWorker, SamplingConfig
 
 
 def main() -> None:

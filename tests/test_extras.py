@@ -56,7 +56,7 @@ def test_tokenizer_without_transformers_is_one_line(without, tmp_path):
 def test_serve_without_the_train_extra_is_one_line(without, monkeypatch):
     # it raised ModuleNotFoundError with a traceback from inside the model loader
     pytest.importorskip("torch")
-    monkeypatch.setattr("trajstore.trainer.serve.run_serve", lambda cfg, on_ready=None: None)  # never serve here
+    monkeypatch.setattr("trajstore.trainer.serving.serve.run_serve", lambda cfg, on_ready=None: None)  # never serve here
     without("torch")
     res = CliRunner().invoke(app, ["serve", "--model", "tiny-llama", "--port", "0"])
     assert res.exit_code == 1

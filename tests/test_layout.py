@@ -67,13 +67,13 @@ def test_core_never_imports_torch_or_the_trainer() -> None:
     "import torch",
     "import torch.nn as nn",
     "def f():\n    from torch import nn\n",
-    "def f():\n    import trajstore.trainer.loop\n",
+    "def f():\n    import trajstore.trainer.loop.train\n",
     "from trajstore.trainer.data import DataCursor",
     "from trajstore import trainer",
     "from . import trainer",
     "from .trainer.loop import train",
-    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from trajstore.trainer.config import TrainConfig\n",
-    "import importlib\ndef f():\n    return importlib.import_module('trajstore.trainer.loop')\n",
+    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from trajstore.trainer.loop.config import TrainConfig\n",
+    "import importlib\ndef f():\n    return importlib.import_module('trajstore.trainer.loop.train')\n",
 ])
 def test_the_check_catches_each_way_of_importing(src: str) -> None:
     assert forbidden_imports(src)

@@ -37,7 +37,7 @@ from trajstore.errors import TrajstoreError
 from trajstore.reader import iter_shard_batches, read_shard
 from trajstore.schema import SCALAR_COLUMNS, SPAN_KIND_CODES, TRAJECTORY_SCHEMA
 from trajstore.store import TRAJECTORIES_DIR, ShardInfo, Store
-from trajstore.trainer.config import DataConfig
+from trajstore.trainer.loop.config import DataConfig
 
 
 class TrainDataError(TrajstoreError):
@@ -242,7 +242,7 @@ def to_packed(rows: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
 
 class GAEInputs(NamedTuple):
     """A packed micro-batch laid out as one row per trajectory, as the advantage estimators
-    (:mod:`trajstore.trainer.advantages`) take it. n = trajectories, Tmax = the longest one.
+    (:mod:`trajstore.trainer.sao.advantages`) take it. n = trajectories, Tmax = the longest one.
 
     Fields:
         rewards: (n, Tmax) float32; the trajectory's reward at its last action slot, 0 elsewhere.

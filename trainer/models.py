@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from trajstore.errors import TrajstoreError
-from trajstore.trainer.config import CRITIC_TRAINABLE_PATTERN
+from trajstore.trainer.loop.config import CRITIC_TRAINABLE_PATTERN
 from trajstore.hub import resolve_model
 
 TINY_MODELS = ("tiny-llama", "tiny-qwen3-moe")
@@ -217,7 +217,7 @@ def build_critic(policy: nn.Module, *, trainable_pattern: str | None = CRITIC_TR
 
 class PolicyLogprobs(nn.Module):
     """Per-token log-probs (and entropy) of given next tokens under the policy, without ever
-    materialising (L, V) logits (chunked over the sequence, trajstore.trainer.logprobs).
+    materialising (L, V) logits (chunked over the sequence, trajstore.trainer.sao.logprobs).
 
     ``forward(input_ids, position_ids, targets, inv_temperature) -> (logprobs, entropy)``.
     Shapes: input_ids, position_ids, targets (1, L) int64; inv_temperature (1, L) float32
@@ -234,7 +234,7 @@ class PolicyLogprobs(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, targets: torch.Tensor,
                 inv_temperature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        from trajstore.trainer.logprobs import token_logprobs_and_entropy
+        from trajstore.trainer.sao.logprobs import token_logprobs_and_entropy
 
         h = backbone_of(self.lm)(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
         # logits / T = (h W^T) / T = (h / T) W^T: scaling the hidden state applies the temperature

@@ -9,7 +9,7 @@ strings: the generation prompt is the difference between rendering with and with
 ``add_generation_prompt``, and the end-of-turn / separator split comes from rendering a probe
 assistant turn (:func:`turn_markers`).
 
-Used by the rollout worker (:mod:`trajstore.trainer.rollout_worker`: :func:`prompt_tokens`,
+Used by the rollout worker (:mod:`trajstore.trainer.apps.rollout_worker`: :func:`prompt_tokens`,
 :func:`action_text`, :func:`observation_tokens`) and by ingest (:mod:`trajstore.ingest.render`:
 :func:`render_chat`, :func:`turn_markers`, :func:`generated_text`). Torch-free.
 """

@@ -1,6 +1,6 @@
 """Where published policy versions live in a store, and how to find them (torch-free).
 
-``traj train`` publishes (``trajstore.trainer.publish``); rollout servers and ``traj proxy``
+``traj train`` publishes (``trajstore.trainer.loop.publish``); rollout servers and ``traj proxy``
 read. Layout under ``<root>/policies/<run_id>/``::
 
     v<N>/model.safetensors   the policy's weights

@@ -114,7 +114,7 @@ def test_a_corrupt_shard_is_one_warning_line_naming_it(small_store: str, cmd: li
 
 def _run_layout(root: Path) -> Path:
     """A run with one committed checkpoint (iteration 2) and a published v0, as the trainer lays
-    them out (trainer/checkpoint.py, trainer/publish.py), with tiny files."""
+    them out (trainer/loop/checkpoint.py, trainer/loop/publish.py), with tiny files."""
     import torch
 
     ck = root / "runs" / "r" / "checkpoints" / "it00000002"
@@ -187,8 +187,8 @@ def test_runs_names_a_bad_policies_latest(tmp_path: Path) -> None:
 def test_resume_without_a_checkpoint_warns(tmp_path: Path) -> None:
     from trajstore.errors import TrajstoreWarning
     from trajstore.store import open_store
-    from trajstore.trainer.config import ModelConfig, RunConfig, TrainConfig
-    from trajstore.trainer.loop import _resume_point
+    from trajstore.trainer.loop.config import ModelConfig, RunConfig, TrainConfig
+    from trajstore.trainer.loop.train import _resume_point
 
     cfg = TrainConfig(store=str(tmp_path), model=ModelConfig(name="tiny-llama"), run=RunConfig(run_id="r1x"))
     with pytest.warns(TrajstoreWarning, match=r"--resume: run 'r1x' has no checkpoint .* starts fresh at iteration 0"):

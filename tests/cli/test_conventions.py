@@ -132,7 +132,7 @@ def fake_train(monkeypatch):
         return SimpleNamespace(iterations=2, steps=1, version=1, history=[{"policy/loss": 0.25}],
                                warnings=[])
 
-    monkeypatch.setattr("trajstore.trainer.loop.train", train)
+    monkeypatch.setattr("trajstore.trainer.loop.train.train", train)
     return seen
 
 
@@ -199,7 +199,7 @@ def test_schema_formats(fmt):
 
 
 def test_demo_formats(monkeypatch, tmp_path):
-    from trajstore.trainer import demo
+    from trajstore.trainer.apps import demo
 
     result = demo.DemoResult(store=str(tmp_path), run_id="d1", episodes=[], versions_loaded=[0],
                              reward_by_version=[{"policy_version": 0, "trajectories": 4, "mean_reward": 0.5,

@@ -164,7 +164,7 @@ def no_model_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     import typer
 
     import trajstore.proxy.app as proxy_app
-    import trajstore.trainer.demo as demo
+    import trajstore.trainer.apps.demo as demo
 
     reached: list[str] = []
 

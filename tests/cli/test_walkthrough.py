@@ -210,7 +210,7 @@ def test_quiet_loading_silences_transformers_bars_and_future_warnings(capsys: py
 
 def test_one_seed_interval_reads_n_a_not_nan() -> None:
     pytest.importorskip("torch")
-    from trajstore.trainer.learning_bench.stats import CLAIMS, bootstrap_interval, verdict
+    from trajstore.trainer.apps.learning_bench.stats import CLAIMS, bootstrap_interval, verdict
 
     iv = bootstrap_interval([-0.1])
     assert not iv.has_interval and iv.describe() == "difference -0.100, CI n/a (1 seed)"
@@ -221,8 +221,8 @@ def test_one_seed_interval_reads_n_a_not_nan() -> None:
 
 def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from trajstore.trainer.learning_bench import suite
-    from trajstore.trainer.learning_bench.stats import CLAIMS, bootstrap_interval, verdict
+    from trajstore.trainer.apps.learning_bench import suite
+    from trajstore.trainer.apps.learning_bench.stats import CLAIMS, bootstrap_interval, verdict
 
     iv = bootstrap_interval([0.05])
     claims = [{"paper": c.paper, "arm": c.arm, "ref": c.ref, "task": c.task, "metric": c.metric,
@@ -246,7 +246,7 @@ def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, t
 
 def test_progress_line_shows_n_a_for_a_metric_without_a_value() -> None:
     pytest.importorskip("torch")
-    from trajstore.trainer.records import progress_line
+    from trajstore.trainer.loop.records import progress_line
 
     line = progress_line(0, 0, {"value/explained_variance": float("nan"), "ratio/mean": 1.0})
     assert "EV=n/a" in line and "nan" not in line and "ratio=1.000" in line
@@ -320,7 +320,7 @@ def test_null_tokenizer_warning_is_about_trainable_rows_only_and_once(tmp_path: 
 
     pytest.importorskip("torch")
     from trajstore import open_store
-    from trajstore.trainer.config import DataConfig
+    from trajstore.trainer.loop.config import DataConfig
     from trajstore.trainer.data import TrajectoryStream
 
     _null_tokenizer_store(tmp_path, trainable_too=trainable_too)

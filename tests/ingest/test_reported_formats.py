@@ -324,9 +324,9 @@ def test_vllm_9999_sentinel_is_stored_missing_masked_by_the_trainer_and_counted(
     torch = pytest.importorskip("torch")
     from trajstore import StoreWriter, audit
     from trajstore.store import open_store
-    from trajstore.trainer.config import DataConfig
+    from trajstore.trainer.loop.config import DataConfig
     from trajstore.trainer.data import TrajectoryStream
-    from trajstore.trainer.losses import dis_policy_loss
+    from trajstore.trainer.sao.losses import dis_policy_loss
 
     resp = {"id": "chatcmpl-1", "prompt_token_ids": [1, 2, 3],
             "choices": [{"index": 0, "finish_reason": "stop", "token_ids": [10, 11, 12],

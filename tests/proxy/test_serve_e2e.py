@@ -175,7 +175,7 @@ def _teacher_forced(model, tokens: list[int], start: int, end: int, allowed: lis
 def test_weight_reload_during_traffic_labels_every_action_with_its_version(serve, start_proxy, tokenizer,
                                                                           tmp_path, mode):
     from trajstore.trainer.models import load_policy
-    from trajstore.trainer.publish import publish_policy
+    from trajstore.trainer.loop.publish import publish_policy
 
     url, _ = serve
     store = str(tmp_path / "store")

@@ -41,12 +41,12 @@ def _tiny_model() -> torch.nn.Module:
 class SimulatedTrainer:
     """The trainer's data path and records without the model update: TrajectoryStream reads
     step batches (follow mode), consumed_rows + RunRecorder.write_step record them, then the
-    next version is published (the order of trainer/loop.py)."""
+    next version is published (the order of trainer/loop/train.py)."""
 
     def __init__(self, store: str):
-        from trajstore.trainer.config import DataConfig
+        from trajstore.trainer.loop.config import DataConfig
         from trajstore.trainer.data import TrajectoryStream
-        from trajstore.trainer.records import RunRecorder
+        from trajstore.trainer.loop.records import RunRecorder
 
         self.store = store
         self.model = _tiny_model()
@@ -57,12 +57,12 @@ class SimulatedTrainer:
         self.version = 0
 
     def publish(self) -> None:
-        from trajstore.trainer.publish import publish_policy
+        from trajstore.trainer.loop.publish import publish_policy
 
         publish_policy(self.store, RUN, self.version, self.model)
 
     def step(self, step: int) -> None:
-        from trajstore.trainer.records import consumed_rows
+        from trajstore.trainer.loop.records import consumed_rows
 
         batch = self.stream.next_batch()
         assert batch is not None and len(batch.samples) == B

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
-from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import split_for_rank
-from trajstore.trainer.loop import checkpoint, setup, train_step
+from trajstore.trainer.loop.train import checkpoint, setup, train_step
 
 
 def main() -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
-from trajstore.trainer import distributed as D
-from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
-from trajstore.trainer.loop import setup, train
+from trajstore.trainer.loop import distributed as D
+from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop.train import setup, train
 
 
 def config(store: str, run_id: str, strategy: str, max_steps: int, publish_dtype: str = "auto") -> TrainConfig:

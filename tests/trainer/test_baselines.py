@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from trajstore.trainer.baselines import (
+from trajstore.trainer.sao.baselines import (
     GroupNormBaseline,
     RunningMeanBaseline,
     grpo_advantages,

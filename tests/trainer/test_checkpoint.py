@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from trajstore import open_store
-from trajstore.trainer.checkpoint import TrainerState, load_latest_checkpoint, save_checkpoint
-from trajstore.trainer.config import ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop.checkpoint import TrainerState, load_latest_checkpoint, save_checkpoint
+from trajstore.trainer.loop.config import ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import DataCursor
-from trajstore.trainer.records import RunRecorder
+from trajstore.trainer.loop.records import RunRecorder
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
 from _train_synth import write_synthetic_store  # noqa: E402

@@ -12,8 +12,8 @@ import duckdb
 import pytest
 import torch
 
-from trajstore.trainer import loop
-from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop import train as loop
+from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.models import build_critic, load_policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
@@ -105,7 +105,7 @@ def test_demo_summary_shows_the_explained_variance_of_every_step() -> None:
 
     from rich.console import Console
 
-    from trajstore.trainer.demo import DemoResult, print_summary
+    from trajstore.trainer.apps.demo import DemoResult, print_summary
 
     evs = [(-1, -0.4126), (0, 0.0631), (1, 0.3119)]
     result = DemoResult(store="/tmp/s", run_id="d", episodes=[], versions_loaded=[0], steps_asked=2, steps_done=2,

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from trajstore import open_store, write_trajectories
-from trajstore.trainer.config import DataConfig
+from trajstore.trainer.loop.config import DataConfig
 from trajstore.trainer.data import (
     DataCursor,
     Sample,

@@ -10,7 +10,7 @@ import numpy as np
 
 from trajstore import open_store
 from trajstore.convert import trajectories_to_table
-from trajstore.trainer.config import DataConfig
+from trajstore.trainer.loop.config import DataConfig
 from trajstore.trainer.data import TrajectoryStream
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path

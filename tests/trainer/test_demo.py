@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trajstore.trainer.demo import DemoConfig, DemoError, run_demo  # noqa: E402
+from trajstore.trainer.apps.demo import DemoConfig, DemoError, run_demo  # noqa: E402
 
 TINY = {"model": "tiny-llama", "tokenizer": "smollm2-135m", "steps": 2, "batch_size": 2, "micro_batch_size": 1,
         "critic_warmup_steps": 1, "max_new_tokens": 4, "max_turns": 3, "timeout_s": 300}
@@ -156,7 +156,7 @@ def test_progress_starts_at_once_and_each_episode_shows_its_own_time(demo_run):
 def test_summary_commands_are_whole_lines_at_any_width(demo_run):
     from rich.console import Console
 
-    from trajstore.trainer.demo import print_summary
+    from trajstore.trainer.apps.demo import print_summary
 
     _, result = demo_run
     console = Console(file=io.StringIO(), width=40, color_system=None)
@@ -178,10 +178,10 @@ def test_trainer_failure_is_reported_with_its_log(demo_run):
 def test_prune_weights_keeps_only_the_latest_version(tmp_store):
     import transformers
 
-    from trajstore.trainer.demo import prune_weights
+    from trajstore.trainer.apps.demo import prune_weights
     from trajstore.store import open_store
     from trajstore.policies import list_policy_versions
-    from trajstore.trainer.publish import publish_policy
+    from trajstore.trainer.loop.publish import publish_policy
 
     cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
                                    num_attention_heads=2, num_key_value_heads=1)
@@ -212,9 +212,9 @@ def test_the_trainer_waits_while_the_demo_plays_then_stops(tmp_path):
     165 s on a loaded machine, past the old 160 s timeout); once the demo closes the pipe it
     stops after the grace period, with the partial batch the store holds."""
     from trajstore.store import open_store
-    from trajstore.trainer.config import DataConfig
+    from trajstore.trainer.loop.config import DataConfig
     from trajstore.trainer.data import TrajectoryStream
-    from trajstore.trainer.demo import stop_waiting_when_closed
+    from trajstore.trainer.apps.demo import stop_waiting_when_closed
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _train_synth import VOCAB, write_synthetic_store
@@ -245,7 +245,7 @@ def test_the_trainer_child_exits_cleanly_while_its_stdin_pipe_is_still_open():
     """The watching thread must not hold Python's stdin buffer lock: a daemon thread blocked in
     sys.stdin.buffer.read aborts the interpreter at exit (SIGABRT, exit code -6), which failed
     a demo whose trainer had done all its steps."""
-    code = ("import sys, types\nfrom trajstore.trainer.demo import stop_waiting_when_closed\n"
+    code = ("import sys, types\nfrom trajstore.trainer.apps.demo import stop_waiting_when_closed\n"
             "stop_waiting_when_closed(sys.stdin.fileno(), types.SimpleNamespace(idle_timeout_s=None))\n"
             "print('trained')")
     p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -259,7 +259,7 @@ def test_the_trainer_child_exits_cleanly_while_its_stdin_pipe_is_still_open():
 
 
 def _result(steps_done: int):
-    from trajstore.trainer.demo import DemoResult
+    from trajstore.trainer.apps.demo import DemoResult
 
     return DemoResult(store="/tmp/s", run_id="demo-x", episodes=[], versions_loaded=[0, 1, 2], steps_asked=4,
                       steps_done=steps_done)
@@ -268,7 +268,7 @@ def _result(steps_done: int):
 def test_a_weight_sync_that_never_loaded_a_version_is_reported_plainly():
     # A default demo run with SmolLM2 played every episode on v0 (the server refused each
     # published version) and said nothing: the summary must say so, and traj demo exit 1.
-    from trajstore.trainer.demo import DemoResult
+    from trajstore.trainer.apps.demo import DemoResult
 
     for loaded in ([], [0]):  # nothing, or only the initial weights
         r = DemoResult(store="/tmp/s", run_id="demo-x", episodes=[], versions_loaded=loaded, steps_asked=4,
@@ -279,7 +279,7 @@ def test_a_weight_sync_that_never_loaded_a_version_is_reported_plainly():
 
 
 def test_a_trainer_that_made_fewer_steps_than_asked_is_reported_plainly(monkeypatch, tmp_path):
-    import trajstore.trainer.demo as demo_mod
+    import trajstore.trainer.apps.demo as demo_mod
     from typer.testing import CliRunner
 
     from trajstore.cli.main import app
@@ -322,8 +322,8 @@ def test_the_summary_explains_more_stored_trajectories_than_episodes():
 
     from rich.console import Console
 
-    from trajstore.trainer.demo import DemoResult, print_summary
-    from trajstore.trainer.envs.guess_chat import EpisodeSummary
+    from trajstore.trainer.apps.demo import DemoResult, print_summary
+    from trajstore.trainer.apps.envs.guess_chat import EpisodeSummary
 
     ep = EpisodeSummary(trajectory_id="t", prompt_id="p", reward=1.0, solved=True, num_actions=2,
                         policy_versions=[0, 1], num_tokens=10, seconds=1.0)
@@ -341,7 +341,7 @@ def test_the_summary_explains_more_stored_trajectories_than_episodes():
 def test_a_width_the_user_set_is_kept_when_piped(monkeypatch, tmp_path):
     # `COLUMNS=80 traj demo | tee log` printed 110-column tables: piped output was widened to 120
     # even when the user had set the width, unlike every other command
-    import trajstore.trainer.demo as demo_mod
+    import trajstore.trainer.apps.demo as demo_mod
     from typer.testing import CliRunner
 
     from trajstore.cli.main import app

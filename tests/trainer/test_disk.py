@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 
 from trajstore import StoreWriter, open_store
 from trajstore.cli.main import app
-from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
-from trajstore.trainer.loop import train
+from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop.train import train
 from trajstore.policies import latest_policy_version, list_policy_versions
-from trajstore.trainer.publish import prune_versions, publish_policy
+from trajstore.trainer.loop.publish import prune_versions, publish_policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
 from _train_synth import VOCAB, write_synthetic_store  # noqa: E402

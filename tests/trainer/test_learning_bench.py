@@ -11,11 +11,11 @@ import random
 import pytest
 import torch
 
-from trajstore.trainer.envs import ChainTask, PrefChainTask, draw_instance, make_episode
-from trajstore.trainer.learning_bench.codec import CharCodec, CodecError
-from trajstore.trainer.learning_bench.estimators import no_skip_gae, turn_index, turn_level_gae
-from trajstore.trainer.learning_bench.schedule import AsyncConfig, simulate
-from trajstore.trainer.learning_bench.stats import CLAIMS, auc, bootstrap_interval, verdict
+from trajstore.trainer.apps.envs import ChainTask, PrefChainTask, draw_instance, make_episode
+from trajstore.trainer.apps.learning_bench.codec import CharCodec, CodecError
+from trajstore.trainer.apps.learning_bench.estimators import no_skip_gae, turn_index, turn_level_gae
+from trajstore.trainer.apps.learning_bench.schedule import AsyncConfig, simulate
+from trajstore.trainer.apps.learning_bench.stats import CLAIMS, auc, bootstrap_interval, verdict
 
 
 def test_codec_round_trip_and_errors() -> None:
@@ -119,7 +119,7 @@ def test_turn_level_and_no_skip_gae_by_hand() -> None:
 def test_engine_matches_transformers_and_records_its_own_logprobs() -> None:
     """Without mismatch the engine's recorded log-probs equal transformers' teacher-forced ones
     (float32 rounding); with bf16 + logit noise they are the noisy distribution's, not the model's."""
-    from trajstore.trainer.learning_bench.sampler import LlamaEngine, Mismatch, new_row, play, score_tokens
+    from trajstore.trainer.apps.learning_bench.sampler import LlamaEngine, Mismatch, new_row, play, score_tokens
     from trajstore.trainer.models import load_policy
 
     codec = CharCodec()
@@ -139,7 +139,7 @@ def test_engine_matches_transformers_and_records_its_own_logprobs() -> None:
 def test_a_row_can_start_mid_action() -> None:
     """The oracle restarts episodes inside an action: the context then already ends with the
     action's first tokens, and they are not appended twice."""
-    from trajstore.trainer.learning_bench.sampler import LlamaEngine, Row, play
+    from trajstore.trainer.apps.learning_bench.sampler import LlamaEngine, Row, play
     from trajstore.trainer.models import load_policy
 
     codec = CharCodec()
@@ -179,8 +179,8 @@ def test_auc_bootstrap_and_verdicts_by_hand() -> None:
 
 
 def test_no_correction_makes_every_ratio_one() -> None:
-    from trajstore.trainer.learning_bench.harness import no_correction_loss
-    from trajstore.trainer.losses import dis_policy_loss
+    from trajstore.trainer.apps.learning_bench.harness import no_correction_loss
+    from trajstore.trainer.sao.losses import dis_policy_loss
 
     lp = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
     rollout = torch.tensor([[-3.0, -2.0, 0.0]])  # ratios e^2, 1, e^-0.5: DIS would mask the first
@@ -195,7 +195,7 @@ def test_no_correction_makes_every_ratio_one() -> None:
 
 @pytest.fixture(scope="module")
 def tiny_warm_start(tmp_path_factory) -> str:  # noqa: ANN001
-    from trajstore.trainer.learning_bench.warmstart import WarmStartConfig, ensure_warm_start
+    from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig, ensure_warm_start
 
     return str(ensure_warm_start(tmp_path_factory.mktemp("scratch"), 0, WarmStartConfig(steps=3, batch_episodes=8)))
 
@@ -207,9 +207,9 @@ def test_a_tiny_run_mixes_versions_inside_trajectories(tmp_path, tiny_warm_start
     the stream), and the recorded staleness is trainer version - action version."""
     import duckdb
 
-    from trajstore.trainer.learning_bench.harness import RunSpec, run_one
+    from trajstore.trainer.apps.learning_bench.harness import RunSpec, run_one
 
-    from trajstore.trainer.learning_bench.harness import train_config
+    from trajstore.trainer.apps.learning_bench.harness import train_config
 
     spec = RunSpec(task="chain", arm=arm, seed=0, warm_start=tiny_warm_start, steps=5, critic_warmup=3,
                    policy_lr=3e-4, batch_size=8, workers=16, eval_every=5, eval_per_family=2, logit_noise=0.2)
@@ -299,7 +299,7 @@ def test_cli_refuses_bad_options_in_one_line(tmp_path) -> None:
 
 
 def test_shift_evaluations_land_on_every_shift_step() -> None:
-    from trajstore.trainer.learning_bench.suite import SuiteConfig
+    from trajstore.trainer.apps.learning_bench.suite import SuiteConfig
 
     cfg = SuiteConfig.preset_config("default", chain_arms=[], shift_arms=["sao"], seeds=[0])
     (spec,) = cfg.specs({0: "unused"})
@@ -319,7 +319,7 @@ def test_reanalyse_refuses_a_run_directory_committed_to_git(tmp_path) -> None:
     from typer.testing import CliRunner
 
     from trajstore.cli.main import app
-    from trajstore.trainer.learning_bench.suite import SuiteConfig, committed_files
+    from trajstore.trainer.apps.learning_bench.suite import SuiteConfig, committed_files
 
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
@@ -344,7 +344,7 @@ def test_saving_a_warm_start_prints_no_transformers_progress_bar(tmp_path, monke
     # `traj bench learning` printed "Writing model shards: 100%|██████████| 1/1" between its lines
     import transformers
 
-    from trajstore.trainer.learning_bench import warmstart
+    from trajstore.trainer.apps.learning_bench import warmstart
 
     tiny = transformers.LlamaForCausalLM(transformers.LlamaConfig(
         vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,

@@ -13,7 +13,7 @@ pytest.importorskip("matplotlib")
 def test_log_ratio_figure_has_one_key_beside_the_panels(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
-    from trajstore.trainer.learning_bench import plots
+    from trajstore.trainer.apps.learning_bench import plots
 
     figures, close = [], plt.close
     monkeypatch.setattr(plt, "close", lambda fig: figures.append(fig))  # keep the figure to inspect it
@@ -49,7 +49,7 @@ def _style(line):  # noqa: ANN001, ANN202
 
 
 def test_diagnostics_legend_matches_the_lines_and_every_panel_has_a_unit(tmp_path, kept_figures):
-    from trajstore.trainer.learning_bench import plots
+    from trajstore.trainer.apps.learning_bench import plots
 
     def hist(scale: float, ev: bool) -> list[dict]:
         rows = [{"step": -1, "grad_norm": 9.0, "entropy": 9.0, "zero_grad": 9.0}]  # warm-up: not plotted
@@ -84,7 +84,7 @@ def test_diagnostics_legend_matches_the_lines_and_every_panel_has_a_unit(tmp_pat
 def test_one_arm_one_seed_staleness_figure_is_whole_and_keys_bar_kinds_in_outline(tmp_path, kept_figures):
     from matplotlib.container import ErrorbarContainer
 
-    from trajstore.trainer.learning_bench import plots
+    from trajstore.trainer.apps.learning_bench import plots
 
     plots.staleness_plot({"sao": (1.25, 2.5, 2.5, 2.5)}, tmp_path / "s.png", title="staleness of trained tokens: "
                          "single rollout vs GRPO groups of 4", seeds=1)
@@ -101,7 +101,7 @@ def test_one_arm_one_seed_staleness_figure_is_whole_and_keys_bar_kinds_in_outlin
 
 
 def test_forest_key_lists_only_the_verdicts_drawn(tmp_path, kept_figures):
-    from trajstore.trainer.learning_bench import plots
+    from trajstore.trainer.apps.learning_bench import plots
 
     rows = [{"label": "a - sao", "mean": -0.01, "low": -0.02, "high": 0.01, "verdict": "not reproduced", "unit": "u"},
             {"label": "b - sao", "mean": -0.03, "low": -0.05, "high": -0.01, "verdict": "reproduced", "unit": "u"}]
@@ -113,7 +113,7 @@ def test_forest_key_lists_only_the_verdicts_drawn(tmp_path, kept_figures):
 
 
 def test_curves_panels_share_one_labelled_scale_and_skip_a_panel_of_sao_alone(tmp_path, kept_figures):
-    from trajstore.trainer.learning_bench import plots
+    from trajstore.trainer.apps.learning_bench import plots
 
     evals = [[{"step": s, "reward": 0.5 + 0.01 * s} for s in (0, 5, 10)]]
     groups = {"critic vs baselines": ["sao", "running-mean-128"], "GAE variants": ["sao", "gae-no-skip"]}
@@ -136,7 +136,7 @@ def test_curves_panels_share_one_labelled_scale_and_skip_a_panel_of_sao_alone(tm
 
 def test_staleness_title_names_only_the_arms_shown():
     # the smoke preset's figure showed sao alone under "single rollout vs GRPO groups of 4"
-    from trajstore.trainer.learning_bench.suite import staleness_title
+    from trajstore.trainer.apps.learning_bench.suite import staleness_title
 
     assert staleness_title(["sao"]) == "staleness of trained tokens: single rollout, sao"
     assert staleness_title(["sao", "no-correction"]) == "staleness of trained tokens: single rollout"

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from trajstore import open_store
-from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import TrainDataError
-from trajstore.trainer.loop import setup, train, train_step
+from trajstore.trainer.loop.train import setup, train, train_step
 from trajstore.policies import list_policy_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
@@ -129,7 +129,7 @@ def test_grpo_without_group_id_says_how_to_set_it_when_capturing(tmp_path: Path)
 
 @pytest.mark.parametrize("name", ["dis", "ppo-clip"])
 def test_setup_picks_the_named_policy_loss(tmp_path: Path, name: str) -> None:
-    from trajstore.trainer.losses import dis_policy_loss, ppo_clip_policy_loss
+    from trajstore.trainer.sao.losses import dis_policy_loss, ppo_clip_policy_loss
 
     write_synthetic_store(tmp_path, 4)
     tr = setup(_cfg(tmp_path, policy_loss=name, max_steps=1, warmup=0))

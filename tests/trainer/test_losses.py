@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from trajstore.trainer.losses import (
+from trajstore.trainer.sao.losses import (
     POLICY_LOSSES,
     aggregate,
     dis_policy_loss,

@@ -17,11 +17,11 @@ import torch
 from typer.testing import CliRunner
 
 from trajstore.cli.main import app
-from trajstore.trainer import memory as M
-from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop import memory as M
+from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import token_micro_batches
-from trajstore.trainer.loop import train
-from trajstore.trainer.records import RunRecorder
+from trajstore.trainer.loop.train import train
+from trajstore.trainer.loop.records import RunRecorder
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
 from _train_synth import VOCAB, write_synthetic_store  # noqa: E402
@@ -240,7 +240,7 @@ def test_the_loop_checkpoints_only_long_micro_batches(tmp_path: Path, monkeypatc
     monkeypatch.setattr(tuc, "checkpoint", counting)
     write_synthetic_store(tmp_path, 8, per_shard=8)
     lens = []
-    import trajstore.trainer.loop as L
+    import trajstore.trainer.loop.train as L
 
     pack = L.pack
 

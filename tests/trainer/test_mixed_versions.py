@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 
 import trajstore as ts  # noqa: E402
 from trajstore import open_store  # noqa: E402
-from trajstore.trainer.config import DataConfig  # noqa: E402
+from trajstore.trainer.loop.config import DataConfig  # noqa: E402
 from trajstore.trainer.data import TrajectoryStream  # noqa: E402
 
 

@@ -22,7 +22,7 @@ from trajstore.policies import (  # noqa: E402
     read_policy_meta,
     version_dir,
 )
-from trajstore.trainer.publish import PolicyMismatchError, load_policy_into, publish_policy  # noqa: E402
+from trajstore.trainer.loop.publish import PolicyMismatchError, load_policy_into, publish_policy  # noqa: E402
 
 
 def tiny_llama(seed: int, *, tie: bool = True, hidden: int = 16) -> torch.nn.Module:

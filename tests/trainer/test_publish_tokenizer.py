@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from trajstore.policies import META_FILE  # noqa: E402
-from trajstore.trainer.publish import publish_policy  # noqa: E402
+from trajstore.trainer.loop.publish import publish_policy  # noqa: E402
 
 
 def _tokenizer_or_skip():

@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 from trajstore import write_trajectories
 from trajstore.cli.main import app
-from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
-from trajstore.trainer.loop import NonFiniteUpdateError, setup, train
+from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop.train import NonFiniteUpdateError, setup, train
 from trajstore.policies import latest_policy_version, list_policy_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
@@ -166,7 +166,7 @@ def test_overlong_error_is_refused_before_any_write(tmp_path: Path) -> None:
 def test_text_only_data_is_refused_before_the_model_is_loaded(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 16: the refusal took 17 s because the model was loaded first."""
-    from trajstore.trainer import loop
+    from trajstore.trainer.loop import train as loop
 
     write_synthetic_store(tmp_path, 2, with_logprobs=False)
 
@@ -332,7 +332,7 @@ def test_missing_train_extra_is_one_line_naming_the_install_command(tmp_path: Pa
 
 def test_progress_line_labels_every_figure_once() -> None:
     """Issue 16: the progress line had two unlabelled `mean=` fields (reward and ratio)."""
-    from trajstore.trainer.records import progress_line
+    from trajstore.trainer.loop.records import progress_line
 
     line = progress_line(3, 3, {"reward/mean": 0.5, "value/explained_variance": 0.123, "ratio/mean": 1.0021,
                                 "perf/tokens_per_s": 1234.4})

@@ -12,7 +12,7 @@ import pytest
 
 from trajstore.errors import TrajstoreError
 from trajstore.chat_template import action_text, observation_tokens, prompt_tokens
-from trajstore.trainer.envs.guess_chat import GuessNumberEnv
+from trajstore.trainer.apps.envs.guess_chat import GuessNumberEnv
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -117,7 +117,7 @@ def test_prefix_unstable_template_is_refused(smol_tokenizer):
 
 
 def test_sampling_logprobs_top_p_hand_case():
-    from trajstore.trainer.rollout_worker import sampling_logprobs
+    from trajstore.trainer.apps.rollout_worker import sampling_logprobs
 
     probs = torch.tensor([0.15, 0.5, 0.05, 0.3])
     lp = sampling_logprobs(probs.log(), temperature=1.0, top_p=0.7)
@@ -157,7 +157,7 @@ def trainer_logprobs(model, tokens: np.ndarray) -> np.ndarray:
 
 
 def test_sample_action_stops_and_limits():
-    from trajstore.trainer.rollout_worker import SamplingConfig, sample_action
+    from trajstore.trainer.apps.rollout_worker import SamplingConfig, sample_action
 
     model = tiny_policy(0, 64)
     g = torch.Generator().manual_seed(0)
@@ -176,7 +176,7 @@ def test_sample_action_stops_and_limits():
 def test_batched_sampling_matches_each_rows_own_recomputation():
     """Left padding must not leak: each row's captured log-probs equal a padding-free full
     forward over that row's own context + action (contexts of different lengths)."""
-    from trajstore.trainer.rollout_worker import SamplingConfig, sample_actions
+    from trajstore.trainer.apps.rollout_worker import SamplingConfig, sample_actions
 
     model = tiny_policy(0, 64)
     contexts = [[5], list(range(1, 12)), [7, 8, 9, 10]]
@@ -195,8 +195,8 @@ def test_batched_sampling_matches_each_rows_own_recomputation():
 
 def test_worker_writes_valid_trajectories_and_follows_published_versions(tmp_store, smol_tokenizer):
     from trajstore.reader import read_trajectories
-    from trajstore.trainer.publish import publish_policy
-    from trajstore.trainer.rollout_worker import RolloutWorker, SamplingConfig
+    from trajstore.trainer.loop.publish import publish_policy
+    from trajstore.trainer.apps.rollout_worker import RolloutWorker, SamplingConfig
     from trajstore.writer import StoreWriter
 
     vocab = len(smol_tokenizer)
@@ -252,9 +252,9 @@ def test_worker_writes_valid_trajectories_and_follows_published_versions(tmp_sto
 def test_trajectory_crosses_versions_with_sync_every_action(tmp_store, smol_tokenizer):
     """With per-action syncing, a version published mid-episode is used from the next action on,
     and each action span records the version that generated it."""
-    from trajstore.trainer.envs.guess_chat import GuessNumberEnv
-    from trajstore.trainer.publish import publish_policy
-    from trajstore.trainer.rollout_worker import RolloutWorker, SamplingConfig
+    from trajstore.trainer.apps.envs.guess_chat import GuessNumberEnv
+    from trajstore.trainer.loop.publish import publish_policy
+    from trajstore.trainer.apps.rollout_worker import RolloutWorker, SamplingConfig
 
     vocab = len(smol_tokenizer)
     newer = tiny_policy(1, vocab)

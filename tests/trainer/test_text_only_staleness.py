@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from trajstore import audit, open_store, write_trajectories
-from trajstore.trainer.config import DataConfig, ModelConfig, AlgoConfig, RunConfig, TrainConfig
-from trajstore.trainer.loop import train
+from trajstore.trainer.loop.config import DataConfig, ModelConfig, AlgoConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop.train import train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
 from _train_synth import VOCAB, make_trajectory  # noqa: E402

@@ -146,7 +146,7 @@ def load_weights_from_dir(model: nn.Module, path: str) -> None:
     # A tied tensor is stored once under one of its names (trajstore's publish keeps the
     # alphabetically first, e.g. SmolLM2's lm_head.weight; from_pretrained's save keeps
     # model.embed_tokens.weight): a name is not missing when another name of its tensor was loaded.
-    from trajstore.trainer.publish import tied_groups
+    from trajstore.trainer.loop.publish import tied_groups
 
     group = {n: names for names in tied_groups(model) for n in names}
     missing = [k for k in missing if not any(n in state for n in group[k])]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trajstore.trainer.envs.base import Reply
-from trajstore.trainer.envs.chain import TAGS, TERMS_PER_ACTION, ChainTask
+from trajstore.trainer.apps.envs.base import Reply
+from trajstore.trainer.apps.envs.chain import TAGS, TERMS_PER_ACTION, ChainTask
 
 STYLES = ("<", "=", ">")
 """Style tokens an action may start with."""
@@ -25,7 +25,7 @@ MAX_ACTION_TOKENS = 1 + TERMS_PER_ACTION + 1
 
 @dataclass
 class PrefChainTask:
-    """A :class:`~trajstore.trainer.envs.chain.ChainTask` instance played with styled actions.
+    """A :class:`~trajstore.trainer.apps.envs.chain.ChainTask` instance played with styled actions.
 
     Prompt ``G<tag><x0><x1>|``. Action: ``<style><d1><d2>`` then the end token; an action whose
     first character is not a style gets no credit for its terms. Observations are the chain

@@ -35,8 +35,8 @@ from torch import nn
 from trajstore.display import plural
 from trajstore.errors import StoreError, TrajstoreError, TrajstoreWarning
 from trajstore.store import RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, Store, open_store
-from trajstore.trainer import distributed as D
-from trajstore.trainer.checkpoint import (
+from trajstore.trainer.loop import distributed as D
+from trajstore.trainer.loop.checkpoint import (
     Checkpoint,
     CheckpointError,
     TrainerState,
@@ -49,7 +49,7 @@ from trajstore.trainer.checkpoint import (
     save_checkpoint_sharded,
     set_rng_state,
 )
-from trajstore.trainer.config import TrainConfig
+from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.data import (
     DataCursor,
     PackedMicroBatch,
@@ -64,7 +64,7 @@ from trajstore.trainer.data import (
     to_packed,
     token_micro_batches,
 )
-from trajstore.trainer.losses import POLICY_LOSSES, PolicyLossFn, value_loss
+from trajstore.trainer.sao.losses import POLICY_LOSSES, PolicyLossFn, value_loss
 from trajstore.trainer.models import (
     Critic,
     LoadedPolicy,
@@ -74,7 +74,7 @@ from trajstore.trainer.models import (
     load_policy,
     policy_identity,
 )
-from trajstore.trainer.records import RunRecorder, consumed_rows
+from trajstore.trainer.loop.records import RunRecorder, consumed_rows
 
 # -- advantage estimators (picked once at setup) -----------------------------------------------
 
@@ -85,7 +85,7 @@ AdvantageFn = Callable[[PackedMicroBatch, list[Sample], torch.Tensor | None, dic
 
 
 def sao_gae_advantages(cfg: TrainConfig) -> AdvantageFn:
-    from trajstore.trainer.advantages import sao_targets
+    from trajstore.trainer.sao.advantages import sao_targets
 
     def fn(mb: PackedMicroBatch, samples: list[Sample], values: torch.Tensor | None,
            _scalar: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
@@ -114,7 +114,7 @@ def scalar_advantages(_cfg: TrainConfig) -> AdvantageFn:
 def _scalar_baseline_fn(cfg: TrainConfig, state: TrainerState) -> Callable[[list[Sample], TrainerState], dict[str, float]]:
     """Per-trajectory scalar advantages for the baselines (trainer.baselines), computed on the
     global step batch; the running mean's window lives in ``state.baseline`` (checkpointed)."""
-    from trajstore.trainer.baselines import RunningMeanBaseline, make_trajectory_baseline
+    from trajstore.trainer.sao.baselines import RunningMeanBaseline, make_trajectory_baseline
 
     baseline = make_trajectory_baseline(cfg.algo.advantage, window=cfg.algo.running_mean_window)
     if isinstance(baseline, RunningMeanBaseline) and state.baseline is not None:
@@ -381,7 +381,7 @@ def _memory_plan(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy) -> Any:
     Raises:
         TrainMemoryError: the longest micro-batch allowed cannot fit (names the options to lower).
     """
-    from trajstore.trainer.memory import available_memory_bytes, model_shape, plan_memory
+    from trajstore.trainer.loop.memory import available_memory_bytes, model_shape, plan_memory
 
     plan = None
     if env.is_main:
@@ -517,7 +517,7 @@ def _publish(tr: Trainer, *, force: bool = False) -> None:
     if D.is_sharded(tr.policy):
         state_dict = D.full_state_dict(tr.policy, tr.env, prefix="lm.")
     if tr.env.is_main:
-        from trajstore.trainer.publish import prune_versions, publish_policy
+        from trajstore.trainer.loop.publish import prune_versions, publish_policy
 
         publish_policy(tr.store, tr.cfg.run.run_id, tr.state.version, tr.loaded.model, step=tr.state.step,
                        base_model=tr.loaded.name, tokenizer=tr.loaded.tokenizer, state_dict=state_dict,

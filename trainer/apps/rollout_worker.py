@@ -17,11 +17,11 @@ from torch import nn
 from trajstore.builder import TrajectoryBuilder
 from trajstore.models import SamplingParams, Trajectory
 from trajstore.chat_template import Message, action_text, observation_tokens, prompt_tokens
-from trajstore.trainer.envs.guess_chat import EnvReply, EpisodeSummary, GuessNumberEnv
+from trajstore.trainer.apps.envs.guess_chat import EnvReply, EpisodeSummary, GuessNumberEnv
 from trajstore.store import Store, open_store
 from trajstore.policies import latest_policy_version
 from trajstore.trainer.models import cache_kwarg
-from trajstore.trainer.publish import load_policy_into
+from trajstore.trainer.loop.publish import load_policy_into
 from trajstore.writer import StoreWriter
 
 ROLLOUT_SOURCE = "trajstore/rollout-worker"
@@ -163,7 +163,7 @@ def sample_action(model: nn.Module, context_ids: Sequence[int], *, sampling: Sam
 
 
 class RolloutWorker:
-    """Plays :class:`~trajstore.trainer.envs.guess_chat.GuessNumberEnv` episodes with a policy and writes them.
+    """Plays :class:`~trajstore.trainer.apps.envs.guess_chat.GuessNumberEnv` episodes with a policy and writes them.
 
     Between episodes (and, with ``sync_every_action``, between actions) the worker asks the
     store for the latest published version of `run_id` and loads it when it is newer than the

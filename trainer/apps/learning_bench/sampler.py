@@ -18,8 +18,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from trajstore.trainer.envs.base import Episode, Reply
-from trajstore.trainer.learning_bench.codec import CharCodec
+from trajstore.trainer.apps.envs.base import Episode, Reply
+from trajstore.trainer.apps.learning_bench.codec import CharCodec
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from trajstore.display import plural
-from trajstore.trainer.envs import FAMILIES
-from trajstore.trainer.learning_bench.harness import ARMS, DIS_BAND, LOG_RATIO_EDGES, BenchError, RunSpec, run_one
-from trajstore.trainer.learning_bench.oracle import QualityConfig
-from trajstore.trainer.learning_bench.stats import CLAIMS, Interval, auc, bootstrap_interval, paired, verdict
-from trajstore.trainer.learning_bench.warmstart import WarmStartConfig
+from trajstore.trainer.apps.envs import FAMILIES
+from trajstore.trainer.apps.learning_bench.harness import ARMS, DIS_BAND, LOG_RATIO_EDGES, BenchError, RunSpec, run_one
+from trajstore.trainer.apps.learning_bench.oracle import QualityConfig
+from trajstore.trainer.apps.learning_bench.stats import CLAIMS, Interval, auc, bootstrap_interval, paired, verdict
+from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig
 
 Preset = Literal["default", "smoke", "calibrate"]
 
@@ -131,7 +131,7 @@ def _job_warm(scratch: str, seed: int, cfg_json: str) -> tuple[int, str]:
     import torch
 
     torch.set_num_threads(1)
-    from trajstore.trainer.learning_bench.warmstart import ensure_warm_start
+    from trajstore.trainer.apps.learning_bench.warmstart import ensure_warm_start
 
     cfg = WarmStartConfig(**json.loads(cfg_json))
     return seed, str(ensure_warm_start(scratch, seed, cfg))
@@ -154,7 +154,7 @@ def _job_quality(warm: str, seed: int, cfg_json: str, out: str) -> dict[str, Any
     import torch
 
     torch.set_num_threads(1)
-    from trajstore.trainer.learning_bench.oracle import advantage_quality
+    from trajstore.trainer.apps.learning_bench.oracle import advantage_quality
 
     d = json.loads(cfg_json)
     d["critic_iterations"] = tuple(d["critic_iterations"])
@@ -271,7 +271,7 @@ def _iv(iv: Interval) -> dict[str, Any]:
 
 def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]:
     """Statistics, verdicts and figures from the finished jobs (see :mod:`.stats`, :mod:`.plots`)."""
-    from trajstore.trainer.learning_bench import plots
+    from trajstore.trainer.apps.learning_bench import plots
 
     # by name, not in the order the workers finished: a fresh run and --reanalyse of its directory
     # must give the same figures (the quality bars' bootstrap resampled seeds in completion order)

@@ -29,13 +29,13 @@ from trajstore.display import plural
 from trajstore.hub import SMOLLM2_ALIAS
 from trajstore.proxy.config import GRACEFUL_SHUTDOWN_S
 
-from trajstore.trainer.config import check_training_run_id
-from trajstore.trainer.envs.guess_chat import EpisodeSummary, GuessNumberEnv
+from trajstore.trainer.loop.config import check_training_run_id
+from trajstore.trainer.apps.envs.guess_chat import EpisodeSummary, GuessNumberEnv
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from trajstore.trainer.config import TrainConfig
+    from trajstore.trainer.loop.config import TrainConfig
 
 DEFAULT_STORE = "demo-store"
 TRAINER_LOG_FILE = "trainer.log"
@@ -47,7 +47,7 @@ SERVE_LOG_FILE = "serve.log"
 PROXY_LOG_FILE = "proxy.log"
 """``traj proxy``'s output, at ``runs/<run_id>/proxy.log``."""
 DEMO_TRAIN_CONFIG_FILE = "demo-train-config.json"
-"""The :class:`~trajstore.trainer.config.TrainConfig` handed to the trainer child (the trainer
+"""The :class:`~trajstore.trainer.loop.config.TrainConfig` handed to the trainer child (the trainer
 also saves its own resolved copy as ``runs/<run_id>/config.json``)."""
 
 
@@ -192,7 +192,7 @@ def _cpu_count() -> int:
 def train_config(cfg: DemoConfig, run_id: str, store: str) -> TrainConfig:
     """The trainer's config for a demo: follow the store, stop after `cfg.steps` policy steps,
     publish every step, read only this demo's trajectories."""
-    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+    from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 
     tiny = cfg.model.startswith("tiny-")
     return TrainConfig(
@@ -225,14 +225,14 @@ def _vocab_size(cfg: DemoConfig) -> int:
 
 
 def _start_trainer(config: TrainConfig, config_path: Path, log_path: Path, threads: int) -> subprocess.Popen[bytes]:
-    """Start ``traj train``'s library entry (:func:`trajstore.trainer.loop.train`) in a child
+    """Start ``traj train``'s library entry (:func:`trajstore.trainer.loop.train.train`) in a child
     process with `threads` torch threads, its output going to `log_path`. The child waits for
     data while its stdin (a pipe from this process) is open; close it when no more episodes
     will come."""
     config_path.write_text(config.to_json())
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                HF_HUB_DISABLE_PROGRESS_BARS="1", TQDM_DISABLE="1")
-    cmd = [sys.executable, "-m", "trajstore.trainer.demo", "train-child", str(config_path), str(threads)]
+    cmd = [sys.executable, "-m", "trajstore.trainer.apps.demo", "train-child", str(config_path), str(threads)]
     with open(log_path, "wb") as log:
         return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -247,7 +247,7 @@ def stop_waiting_when_closed(fd: int, data: Any, grace_s: float = PRODUCERS_DONE
 
     A daemon thread reads file descriptor `fd` (the demo's end of the pipe stays open while its
     agents play; it also closes when the demo process dies) and at end of file sets
-    ``data.idle_timeout_s`` (the live :class:`~trajstore.trainer.config.DataConfig` of the
+    ``data.idle_timeout_s`` (the live :class:`~trajstore.trainer.loop.config.DataConfig` of the
     trainer's stream, which reads it at every empty poll) to `grace_s`. It reads the raw
     descriptor: a daemon thread blocked inside ``sys.stdin.buffer.read`` holds the buffer's lock
     and aborts the interpreter at exit ("could not acquire lock for <stdin>"). Returns the thread.
@@ -267,8 +267,8 @@ def _train_child(config_path: str, threads: int) -> None:
     """The trainer process of a demo: load the saved config and train while the demo plays."""
     import torch
 
-    from trajstore.trainer.config import TrainConfig
-    from trajstore.trainer.loop import setup, train
+    from trajstore.trainer.loop.config import TrainConfig
+    from trajstore.trainer.loop.train import setup, train
 
     torch.set_num_threads(threads)
     cfg = TrainConfig.from_json(Path(config_path).read_text())
@@ -552,7 +552,7 @@ def prune_weights(store: Any, run_id: str) -> int:
     import shutil
 
     from trajstore.store import RUNS_DIR
-    from trajstore.trainer.checkpoint import CHECKPOINTS_DIR
+    from trajstore.trainer.loop.checkpoint import CHECKPOINTS_DIR
     from trajstore.policies import latest_policy_version, list_policy_versions, version_dir
 
     latest = latest_policy_version(store, run_id)
@@ -665,7 +665,7 @@ def result_to_dict(result: DemoResult) -> dict[str, Any]:
     return json.loads(json.dumps(d, default=str))
 
 
-if __name__ == "__main__":  # python -m trajstore.trainer.demo train-child CONFIG THREADS (started by run_demo)
+if __name__ == "__main__":  # python -m trajstore.trainer.apps.demo train-child CONFIG THREADS (started by run_demo)
     if len(sys.argv) != 4 or sys.argv[1] != "train-child":
-        sys.exit("usage: python -m trajstore.trainer.demo train-child CONFIG.json THREADS (use `traj demo`)")
+        sys.exit("usage: python -m trajstore.trainer.apps.demo train-child CONFIG.json THREADS (use `traj demo`)")
     _train_child(sys.argv[2], int(sys.argv[3]))

@@ -24,7 +24,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from trajstore.trainer.advantages import length_adaptive_lambda, sao_targets, skip_observation_gae
+from trajstore.trainer.sao.advantages import length_adaptive_lambda, sao_targets, skip_observation_gae
 
 EstimatorName = Literal["token", "turn-last", "turn-avg", "no-skip"]
 """``token`` = SAO (skip-observation, token level); the others as in the module docstring."""

@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 
 import torch
 from torch import Tensor
-from trajstore.trainer.types import PolicyLossStats, StalenessStats, ValueLossStats
+from trajstore.trainer.sao.types import PolicyLossStats, StalenessStats, ValueLossStats
 
 __all__ = [
     "POLICY_LOSSES",

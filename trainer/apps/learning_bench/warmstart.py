@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from trajstore.hub import quiet_loading
-from trajstore.trainer.envs import FAMILIES, STYLES, TaskName, draw_instance, make_episode
-from trajstore.trainer.learning_bench.codec import CharCodec
+from trajstore.trainer.apps.envs import FAMILIES, STYLES, TaskName, draw_instance, make_episode
+from trajstore.trainer.apps.learning_bench.codec import CharCodec
 
 DEMO_ACCURACY = {"easy": 0.9, "medium": 0.6, "hard": 0.35}
 """Probability that the demonstrator writes a term right, per family (else a uniform digit)."""

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from trajstore.trainer.envs import TaskName, draw_instance, make_episode, max_action_tokens
-from trajstore.trainer.learning_bench.codec import CharCodec
-from trajstore.trainer.learning_bench.estimators import advantages_by
-from trajstore.trainer.learning_bench.sampler import LlamaEngine, Row, new_row, play
+from trajstore.trainer.apps.envs import TaskName, draw_instance, make_episode, max_action_tokens
+from trajstore.trainer.apps.learning_bench.codec import CharCodec
+from trajstore.trainer.apps.learning_bench.estimators import advantages_by
+from trajstore.trainer.apps.learning_bench.sampler import LlamaEngine, Row, new_row, play
 
 CRITIC_ARMS = {"sao": ("token", False, 2), "sao-k1": ("token", False, 1), "full-critic": ("token", True, 2),
                "gae-turn-last": ("turn-last", False, 2), "gae-turn-avg": ("turn-avg", False, 2),
@@ -160,9 +160,9 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float:
 
 def _critic_trainer(warm_start: str, seed: int, full: bool, k: int, cfg: QualityConfig, root: str):
     """A trainer set up like the benchmark's critic arms (warm-up only, never a policy step)."""
-    from trajstore.trainer.config import (CRITIC_TRAINABLE_PATTERN, AlgoConfig, DataConfig, ModelConfig, OptimConfig,
+    from trajstore.trainer.loop.config import (CRITIC_TRAINABLE_PATTERN, AlgoConfig, DataConfig, ModelConfig, OptimConfig,
                                           RunConfig, TrainConfig)
-    from trajstore.trainer.loop import setup
+    from trajstore.trainer.loop.train import setup
 
     codec = CharCodec()
     tc = TrainConfig(
@@ -183,9 +183,9 @@ def advantage_quality(warm_start: str, seed: int, cfg: QualityConfig, *, task: T
         {"corr": pearson with A*, "cos": gradient cosine}}}], "tokens": action tokens scored}``.
     """
     from trajstore.trainer.data import StepBatch, DataCursor, gae_inputs, pack, to_rows
-    from trajstore.trainer.loop import train_step
+    from trajstore.trainer.loop.train import train_step
     from trajstore.trainer.models import PolicyLogprobs, load_policy
-    from trajstore.trainer.baselines import RunningMeanBaseline, grpo_advantages
+    from trajstore.trainer.sao.baselines import RunningMeanBaseline, grpo_advantages
 
     codec = CharCodec()
     policy = load_policy(warm_start, tokenizer=codec.name).model

@@ -5,7 +5,7 @@ assignment, heterogeneous difficulty).
 Three families, named by a tag in the prompt, each with its own step and number of turns. How
 hard a family is comes from the warm start: the noisy demonstrator the policy is first fitted to
 is right 90 % / 60 % / 35 % of the time on easy / medium / hard
-(:data:`trajstore.trainer.learning_bench.warmstart.DEMO_ACCURACY`), so the expected reward
+(:data:`trajstore.trainer.apps.learning_bench.warmstart.DEMO_ACCURACY`), so the expected reward
 differs strongly between instances and a single global baseline fits none of them well:
 
 ========  =====  ========================  =====
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trajstore.trainer.envs.base import Reply
+from trajstore.trainer.apps.envs.base import Reply
 
 FAMILIES = ("easy", "medium", "hard")
 """Difficulty groups, in order."""

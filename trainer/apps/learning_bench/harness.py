@@ -8,7 +8,7 @@ a simulated asynchronous rollout system.
   records -> the new weights go to the engine when the timeline publishes them.
 
 Arms that the trainer has no option for replace one picked-once function of the
-:class:`~trajstore.trainer.loop.Trainer`: the GAE variants its ``advantage_fn``, "no correction"
+:class:`~trajstore.trainer.loop.train.Trainer`: the GAE variants its ``advantage_fn``, "no correction"
 its ``policy_loss_fn``. A spy around the policy loss records each action token's log-ratio
 ``log pi_theta - log pi_rollout`` by staleness (histograms, DIS band occupancy).
 """
@@ -27,12 +27,12 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from trajstore.errors import TrajstoreError
-from trajstore.trainer.envs import FAMILIES, TaskName, draw_instance, make_episode, max_action_tokens
-from trajstore.trainer.envs.chain import TURNS
-from trajstore.trainer.learning_bench.codec import CharCodec
-from trajstore.trainer.learning_bench.estimators import EstimatorName, trainer_advantage_fn
-from trajstore.trainer.learning_bench.sampler import LlamaEngine, Mismatch, Row, new_row, play
-from trajstore.trainer.learning_bench.schedule import AsyncConfig, Timeline, simulate
+from trajstore.trainer.apps.envs import FAMILIES, TaskName, draw_instance, make_episode, max_action_tokens
+from trajstore.trainer.apps.envs.chain import TURNS
+from trajstore.trainer.apps.learning_bench.codec import CharCodec
+from trajstore.trainer.apps.learning_bench.estimators import EstimatorName, trainer_advantage_fn
+from trajstore.trainer.apps.learning_bench.sampler import LlamaEngine, Mismatch, Row, new_row, play
+from trajstore.trainer.apps.learning_bench.schedule import AsyncConfig, Timeline, simulate
 
 BENCH_SOURCE = "trajstore/bench-learning"
 """The ``source`` column of the benchmark's trajectories."""
@@ -55,7 +55,7 @@ class Arm:
 
     Attributes:
         name: short name. changes: what differs from ``sao``, in words.
-        algo: overrides of :class:`~trajstore.trainer.config.AlgoConfig` fields.
+        algo: overrides of :class:`~trajstore.trainer.loop.config.AlgoConfig` fields.
         full_critic: train every critic parameter (no frozen embeddings / norms / attention).
         group_size: rollouts per prompt (GRPO groups); 1 = single rollout per prompt.
         estimator: the policy's advantage estimator when there is a critic.
@@ -228,7 +228,7 @@ def no_correction_loss(loss_fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def train_config(spec: RunSpec, store_uri: str) -> Any:
     """The trainer's config for a run (no follow: the harness writes a batch, then reads it)."""
-    from trajstore.trainer.config import (CRITIC_TRAINABLE_PATTERN, AlgoConfig, DataConfig, ModelConfig, OptimConfig,
+    from trajstore.trainer.loop.config import (CRITIC_TRAINABLE_PATTERN, AlgoConfig, DataConfig, ModelConfig, OptimConfig,
                                           RunConfig, TrainConfig)
 
     arm = get_arm(spec.arm)
@@ -327,7 +327,7 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
     """
     from trajstore.builder import TrajectoryBuilder
     from trajstore.trainer.data import micro_batches, pack, split_for_rank
-    from trajstore.trainer.loop import setup, train_step
+    from trajstore.trainer.loop.train import setup, train_step
     from trajstore.writer import StoreWriter
 
     t0 = time.monotonic()

@@ -19,12 +19,12 @@ from torch import Tensor
 
 # The trajectory-level baselines live in baselines.py; they are re-exported here because the
 # issue names this module for the advantage estimators.
-from trajstore.trainer.baselines import (
+from trajstore.trainer.sao.baselines import (
     RunningMeanBaseline,
     grpo_advantages,
     make_trajectory_baseline,
 )
-from trajstore.trainer.types import GAEResult, SAOTargets
+from trajstore.trainer.sao.types import GAEResult, SAOTargets
 
 __all__ = [
     "LAMBDA_CRITIC",

@@ -1,7 +1,7 @@
 """What every environment of the learning benchmark shares: the environment's reply to one
 action and the episode protocol. Pure Python (no torch): an episode is
 ``prompt, a_0, o_0, a_1, o_1, ..., a_last`` rendered in the
-:mod:`~trajstore.trainer.learning_bench.codec` alphabet (the final verdict is not appended).
+:mod:`~trajstore.trainer.apps.learning_bench.codec` alphabet (the final verdict is not appended).
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from trajstore.errors import TrajstoreError
 from trajstore.store import RUNS_DIR, Store
-from trajstore.trainer.config import TrainConfig
+from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.data import DataCursor
-from trajstore.trainer.runs import CHECKPOINTS_DIR
+from trajstore.trainer.loop.runs import CHECKPOINTS_DIR
 
 LATEST_FILE = "LATEST"
 _FILES = ("policy.pt", "critic.pt", "optim.pt", "rng.pt", "state.json", "config.json")

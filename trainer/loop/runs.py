@@ -109,7 +109,7 @@ def _read_json(store: Store, *parts: str) -> tuple[bool, dict | None, str | None
 
 
 CHECKPOINT_FILES = ("policy.pt", "critic.pt", "optim.pt", "rng.pt", "state.json", "config.json")
-"""The files of a whole-state-dict checkpoint folder (``trainer/checkpoint.py`` writes them)."""
+"""The files of a whole-state-dict checkpoint folder (``trainer/loop/checkpoint.py`` writes them)."""
 SHARDED_CHECKPOINT_FILES = (".metadata", "rng.pt", "state.json", "config.json")
 """The files a sharded (FSDP) checkpoint folder has besides its ``*.distcp`` shards."""
 

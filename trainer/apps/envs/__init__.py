@@ -9,11 +9,11 @@ from __future__ import annotations
 import random
 from typing import Literal
 
-from trajstore.trainer.envs.base import Episode, Reply
-from trajstore.trainer.envs.chain import FAMILIES, STEP, ChainTask
-from trajstore.trainer.envs.chain import MAX_ACTION_TOKENS as CHAIN_ACTION_TOKENS
-from trajstore.trainer.envs.pref_shift import MAX_ACTION_TOKENS as PREF_ACTION_TOKENS
-from trajstore.trainer.envs.pref_shift import STYLES, PrefChainTask
+from trajstore.trainer.apps.envs.base import Episode, Reply
+from trajstore.trainer.apps.envs.chain import FAMILIES, STEP, ChainTask
+from trajstore.trainer.apps.envs.chain import MAX_ACTION_TOKENS as CHAIN_ACTION_TOKENS
+from trajstore.trainer.apps.envs.pref_shift import MAX_ACTION_TOKENS as PREF_ACTION_TOKENS
+from trajstore.trainer.apps.envs.pref_shift import STYLES, PrefChainTask
 
 TaskName = Literal["chain", "pref-shift"]
 """``chain`` = :class:`ChainTask`; ``pref-shift`` = :class:`PrefChainTask` with a staged preference."""

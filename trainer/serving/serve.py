@@ -228,7 +228,7 @@ class _Call:
     """Parsed request of either endpoint: the prompt ids and the generation settings."""
 
     def __init__(self, body: dict[str, Any], *, chat: bool, app: ServeApp):
-        from trajstore.trainer.serve_engine import Sampling
+        from trajstore.trainer.serving.engine import Sampling
 
         self.chat = chat
         self.body = body
@@ -336,7 +336,7 @@ def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
 
 async def _events(app: ServeApp, call: _Call, request: Any) -> Any:
     """Submit `call` to the engine and yield its events; a client that goes away cancels it."""
-    from trajstore.trainer.serve_engine import DoneEvent, GenRequest
+    from trajstore.trainer.serving.engine import DoneEvent, GenRequest
 
     loop = asyncio.get_running_loop()
     q: asyncio.Queue[Any] = asyncio.Queue()
@@ -354,7 +354,7 @@ async def _events(app: ServeApp, call: _Call, request: Any) -> Any:
 
 def build_app(app_state: ServeApp) -> FastAPI:
     """The FastAPI application of ``traj serve`` around a ready :class:`ServeApp`."""
-    from trajstore.trainer.serve_engine import DoneEvent, TokenEvent
+    from trajstore.trainer.serving.engine import DoneEvent, TokenEvent
 
     api = FastAPI(title="traj serve", docs_url=None, redoc_url=None)
     st = app_state
@@ -578,7 +578,7 @@ def load_serve_app(cfg: ServeConfig) -> ServeApp:
 
     from trajstore.hub import load_tokenizer
     from trajstore.trainer.models import TINY_MODELS, load_policy
-    from trajstore.trainer.serve_engine import Engine
+    from trajstore.trainer.serving.engine import Engine
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

@@ -1,7 +1,7 @@
 """Guess-the-number as a chat environment for real language models (the demo's task).
 
 The environment answers every guess with higher / lower until the number is found or the
-turns run out; :mod:`trajstore.trainer.rollout_worker` plays it with a policy and records each
+turns run out; :mod:`trajstore.trainer.apps.rollout_worker` plays it with a policy and records each
 episode through the writer SDK.
 """
 
