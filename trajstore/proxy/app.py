@@ -45,7 +45,8 @@ from trajstore.proxy.recorder import (
     check_session_key,
 )
 from trajstore.proxy.request import RequestFieldError, check_request
-from trajstore.proxy.sync import StalenessGate, StalenessOverflow, Ticket, Versioning, WeightSync
+from trajstore.proxy.staleness import StalenessGate, StalenessOverflow
+from trajstore.proxy.sync import Ticket, Versioning, WeightSync
 from trajstore.proxy.upstream import (
     Augmented,
     CallResult,

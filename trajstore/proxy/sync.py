@@ -1,4 +1,4 @@
-"""Weight sync and bounded staleness for ``traj proxy``.
+"""Weight sync for ``traj proxy``: which policy version the upstream holds, and loading new ones.
 
 :class:`Versioning` knows which policy version the upstream holds and which calls are in
 flight. :class:`WeightSync` follows a training run's published versions
@@ -7,21 +7,13 @@ one with SGLang's ``POST /update_weights_from_disk`` (``traj serve`` speaks it t
 ``drain`` mode new calls wait while the in-flight ones finish, so no call crosses a reload; in
 ``tag`` mode calls keep flowing and each one is labelled from what the upstream reports
 (per-token versions are split into separate action spans, otherwise a call that crossed a
-reload is flagged with both versions).
-
-:class:`StalenessGate` is AReaL's bounded staleness (Fu et al. 2025, "AReaL: A Large-Scale
-Asynchronous Reinforcement Learning System for Language Reasoning", section 5.1, eta): a new
-episode may start only while the trajectories that are running or finished but not yet
-consumed by the trainer number fewer than ``(max_staleness + 1) * batch_size``. Consumption is
-read from the run's ``runs/<run>/consumed`` records in the store, so the count is right after a
-proxy or trainer restart.
+reload is flagged with both versions). Bounded staleness is :mod:`trajstore.proxy.staleness`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import time
@@ -30,22 +22,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
-import pyarrow.parquet as pq
 
 from trajstore.errors import TrajstoreError
 from trajstore.policies import latest_policy_version, version_dir
-from trajstore.store import RUN_CONSUMED_DIR, RUNS_DIR, TRAJECTORIES_DIR, Store
+from trajstore.store import Store
 
 log = logging.getLogger("trajstore.proxy")
 
 ReloadMode = Literal["drain", "tag"]
-COUNTED_STATUSES: tuple[str, ...] = ("completed", "truncated")
-"""Statuses of trajectories the staleness gate expects the trainer to consume (train proxy
-data with ``--where "status IN ('completed', 'truncated')"``)."""
-
-
-class StalenessOverflow(TrajstoreError):
-    """A new episode waited longer than the hold timeout for the staleness bound."""
 
 
 @dataclass
@@ -192,118 +176,3 @@ class WeightSync:
             except Exception as e:  # noqa: BLE001 - keep following; the next poll retries
                 log.warning("weight sync: %s: %s", type(e).__name__, e)
             await asyncio.sleep(self.poll_s)
-
-
-class StalenessGate:
-    """Admission control for new episodes (see the module docstring).
-
-    Args:
-        store, run_id: the run whose consumed records are read.
-        max_staleness: eta >= 0 (versions).
-        batch_size: the trainer's trajectories per step (B).
-        hold_timeout_s: how long a new episode waits for room before it is refused.
-        poll_s: seconds between reads of the consumed records while someone waits.
-    """
-
-    def __init__(self, store: Store, run_id: str, *, max_staleness: int, batch_size: int,
-                 hold_timeout_s: float = 600.0, poll_s: float = 0.5):
-        if max_staleness < 0 or batch_size < 1:
-            raise ValueError("max_staleness must be >= 0 and batch_size >= 1")
-        self.store = store
-        self.run_id = run_id
-        self.capacity = (max_staleness + 1) * batch_size
-        self.hold_timeout_s = hold_timeout_s
-        self.poll_s = poll_s
-        self.running = 0
-        self.written: set[str] = set()
-        self.consumed: set[str] = set()
-        self._shards: dict[str, frozenset[str]] = {}
-        self._last_refresh = 0.0
-        self.held = 0
-        self.refused = 0
-        self.closing = False
-        """Set when the proxy begins to shut down: held episodes are refused at once instead of
-        holding uvicorn's graceful shutdown (and so the writing of open episodes) for its timeout."""
-
-    @property
-    def unconsumed(self) -> int:
-        return len(self.written - self.consumed)
-
-    @property
-    def load(self) -> int:
-        """Running episodes plus finished, not yet consumed trajectories."""
-        return self.running + self.unconsumed
-
-    def _refresh(self) -> None:
-        sub = f"{RUNS_DIR}/{self.run_id}/{RUN_CONSUMED_DIR}"
-        shards = {sh.path: sh for sh in self.store.list_shards(sub)}
-        for path in list(self._shards):
-            if path not in shards:  # rolled back by a resumed trainer
-                del self._shards[path]
-        for path in shards:
-            if path not in self._shards:
-                with self.store.fs.open(path, "rb") as fh:
-                    ids = pq.read_table(fh, columns=["trajectory_id"]).column(0).to_pylist()
-                self._shards[path] = frozenset(ids)
-        self.consumed = set().union(*self._shards.values()) if self._shards else set()
-        self._last_refresh = time.monotonic()
-
-    def load_written(self) -> None:
-        """Read which of this run's proxy trajectories the store already holds (at start)."""
-        from trajstore.proxy.recorder import PROXY_SOURCE
-        from trajstore.reader import read_trajectories
-
-        if not self.store.list_shards(TRAJECTORIES_DIR):
-            self._refresh()
-            return
-        t = read_trajectories(self.store, columns=["trajectory_id", "source", "status", "metadata"])
-        for tid, src, status, meta in zip(*(t.column(c).to_pylist() for c in
-                                           ("trajectory_id", "source", "status", "metadata"))):
-            if src != PROXY_SOURCE or status not in COUNTED_STATUSES:
-                continue
-            try:
-                run = json.loads(meta or "{}").get("run_id")
-            except ValueError:
-                continue
-            if run == self.run_id:
-                self.written.add(tid)
-        self._refresh()
-
-    def on_written(self, trajectory: Any) -> None:
-        if trajectory.status in COUNTED_STATUSES:
-            self.written.add(trajectory.trajectory_id)
-
-    async def admit(self, n: int = 1) -> None:
-        """Wait until `n` more running trajectories fit; then count them as running.
-
-        Raises:
-            StalenessOverflow: no room within ``hold_timeout_s``, or the proxy began to shut down
-                while the episode waited (:attr:`closing`): refused, not dropped.
-        """
-        deadline = time.monotonic() + self.hold_timeout_s
-        waited = False
-        while True:
-            if self.load + n <= self.capacity:
-                self.running += n
-                return
-            if self.closing:
-                self.refused += 1
-                raise StalenessOverflow("the proxy is shutting down; this episode was held by --max-staleness "
-                                        "and is not started")
-            if not waited:
-                self.held += 1
-                waited = True
-            if time.monotonic() >= deadline:
-                self.refused += 1
-                raise StalenessOverflow(
-                    f"max staleness: {self.running} running + {self.unconsumed} finished but unconsumed "
-                    f"trajectories of run {self.run_id!r} fill the bound of {self.capacity} "
-                    f"(= (max_staleness + 1) x batch size); the trainer is not consuming")
-            if time.monotonic() - self._last_refresh >= self.poll_s:
-                await asyncio.to_thread(self._refresh)
-                continue
-            await asyncio.sleep(self.poll_s / 4)
-
-    def release(self, n: int = 1) -> None:
-        """`n` running trajectories ended (written or dropped)."""
-        self.running = max(0, self.running - n)
