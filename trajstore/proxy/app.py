@@ -31,17 +31,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from trajstore.errors import AdapterError, TrajstoreError
 from trajstore.proxy.config import GRACEFUL_SHUTDOWN_S, ProxyConfig
+from trajstore.proxy.httpio import openai_error, read_json_object, read_limited
+from trajstore.proxy.jsonio import fast_dumps, fast_loads, strict_json_loads
 from trajstore.proxy.recorder import (
     RESERVED_METADATA_KEYS,
     Recorder,
     Session,
-    VersionedSlice,
     check_session_key,
 )
 from trajstore.proxy.request import RequestFieldError, check_request
@@ -49,69 +49,20 @@ from trajstore.proxy.staleness import StalenessGate, StalenessOverflow
 from trajstore.proxy.sync import Ticket, Versioning, WeightSync
 from trajstore.proxy.upstream import (
     Augmented,
-    CallResult,
     StreamAccumulator,
     augment,
-    parse_version,
     read_call,
     strip_response,
     synthesize_stream,
 )
+from trajstore.proxy.version_labels import label_versions
 from trajstore.store import RUN_CONFIG_FILE, RUNS_DIR, open_store
 from trajstore.writer import StoreWriter
 
 log = logging.getLogger("trajstore.proxy")
 STATUSES = ("completed", "truncated", "aborted", "failed")
 
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
-
-
-def _finite_float(text: str) -> float:
-    x = float(text)
-    if not math.isfinite(x):
-        raise ValueError(f"number {text[:40]} is out of the float range")
-    return x
-
-
-def strict_json_loads(raw: bytes | str) -> Any:
-    """``json.loads`` that refuses NaN, Infinity and numbers that overflow to infinity (Python
-    accepts them; the upstream, the store and the client's SDK do not).
-
-    Raises:
-        ValueError: invalid or non-strict JSON, with the reason.
-    """
-    return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
-
-
-
-def _loads(raw: bytes) -> Any:
-    """Parse an upstream's JSON: orjson (about 4x faster than ``json`` on a response with ids and
-    log-probs), else the standard library, which also reads NaN, Infinity and integers beyond
-    64 bits (an upstream may send them; the recorder decides what they mean)."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return json.loads(raw)
-
-
-def _dumps(obj: Any) -> bytes:
-    """Compact JSON bytes (orjson; the standard library for what orjson cannot write, e.g. an
-    integer beyond 64 bits a client passed through)."""
-    try:
-        return orjson.dumps(obj)
-    except TypeError:  # orjson.JSONEncodeError
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
-
-
 _JSON_HEADERS = {"content-type": "application/json"}
-
-
-def _error(status: int, message: str, kind: str = "invalid_request_error", *, param: str | None = None
-           ) -> JSONResponse:
-    """An error in OpenAI's shape (``param``: the request field at fault, if one is)."""
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}},
-                        status_code=status)
 
 
 def _observation_of(body: dict[str, Any], chat: bool) -> tuple[str | None, str | None]:
@@ -128,42 +79,6 @@ def _observation_of(body: dict[str, Any], chat: bool) -> tuple[str | None, str |
     if tools:
         return "tool", tools[0].get("tool_call_id")
     return "user", None
-
-
-def label_versions(call: CallResult, ticket: Ticket, end: Ticket, default: int) -> list[VersionedSlice]:
-    """Which policy version produced which of a call's tokens.
-
-    Per-token versions reported by the upstream (``weight_version_spans``) split the call;
-    otherwise the upstream's single reported version, else the version the proxy loaded, is
-    used, unless a reload happened while the call ran and the versions at its start and end
-    differ: then the call is flagged with both (min, max): one action span with
-    ``policy_version`` = min and ``policy_version_max`` = max, never one version alone.
-
-    Args:
-        ticket: the upstream's version and reload epoch when the call started.
-        end: the same when its answer was complete.
-    """
-    n = len(call.action.token_ids)
-    if call.version_spans:
-        parsed = [(a, b, parse_version(v)) for a, b, v in call.version_spans]
-        if all(v is not None for _, _, v in parsed) and parsed[0][0] == 0 and parsed[-1][1] == n:
-            out: list[VersionedSlice] = []
-            for a, b, v in parsed:
-                assert v is not None
-                if out and out[-1].version == v and out[-1].end == a:
-                    out[-1].end = b
-                else:
-                    out.append(VersionedSlice(a, b, v))
-            return out
-    start = ticket.version
-    crossed = end.epoch != ticket.epoch
-    reported = parse_version(call.reported_version)
-    last = reported if reported is not None else end.version
-    if crossed and start is not None and last is not None and start != last:
-        lo, hi = min(start, last), max(start, last)
-        return [VersionedSlice(0, n, lo, (lo, hi))]
-    v = reported if reported is not None else (start if start is not None else default)
-    return [VersionedSlice(0, n, v)]
 
 
 class ProxyState:
@@ -304,18 +219,6 @@ class ProxyState:
         await self.client.aclose()
 
 
-async def _read_limited(request: Request, limit: int) -> bytes | None:
-    """The request body, or None when it is larger than `limit` bytes."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return None
-    chunks, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            return None
-        chunks.append(part)
-    return b"".join(chunks)
 
 
 class _ClientAuth:
@@ -333,7 +236,8 @@ class _ClientAuth:
             if st.client_token:
                 got = dict(scope["headers"]).get(b"authorization", b"")
                 if not hmac.compare_digest(got, f"Bearer {st.client_token}".encode()):
-                    await _error(401, "missing or wrong bearer token", "authentication_error")(scope, receive, send)
+                    await openai_error(401, "missing or wrong bearer token", "authentication_error")(
+                        scope, receive, send)
                     return
         await self.app(scope, receive, send)
 
@@ -385,7 +289,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
         try:
             r = await st.client.get("/v1/models", headers=headers)
         except httpx.HTTPError as e:
-            return _error(502, f"upstream unreachable: {type(e).__name__}", "upstream_error")
+            return openai_error(502, f"upstream unreachable: {type(e).__name__}", "upstream_error")
         return Response(r.content, status_code=r.status_code, media_type="application/json")
 
     app.add_api_route("/v1/models", models, methods=["GET"])
@@ -399,28 +303,28 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
 
     async def forward(request: Request, session: str | None, chat: bool) -> Response:
         st: ProxyState = request.app.state.proxy
-        raw = await _read_limited(request, limit)
+        raw = await read_limited(request, limit)
         if raw is None:
-            return _error(413, f"request body larger than {cfg.max_request_mb:g} MiB (--max-request-mb)")
+            return openai_error(413, f"request body larger than {cfg.max_request_mb:g} MiB (--max-request-mb)")
         try:
             body = strict_json_loads(raw)
             if not isinstance(body, dict):
                 raise ValueError("not an object")
         except ValueError as e:
-            return _error(400, f"request body is not a JSON object: {e}")
+            return openai_error(400, f"request body is not a JSON object: {e}")
         try:  # a request the upstream would refuse never reaches it (nor fails the episode)
             fields = check_request(body, chat=chat)
         except RequestFieldError as e:
-            return _error(400, str(e), param=e.field)
+            return openai_error(400, str(e), param=e.field)
         if fields.n not in (None, 1):
-            return _error(400, "traj proxy records one choice per call: n must be 1", param="n")
+            return openai_error(400, "traj proxy records one choice per call: n must be 1", param="n")
         key = session or request.headers.get("x-trajectory-id")
         try:
             key = check_session_key(key) if key else None
         except ValueError as e:
-            return _error(400, str(e))
+            return openai_error(400, str(e))
         if key is None and cfg.require_session:
-            return _error(400, "no session: use the base URL http://HOST:PORT/s/<session>/v1 or an "
+            return openai_error(400, "no session: use the base URL http://HOST:PORT/s/<session>/v1 or an "
                                "X-Trajectory-Id header (--require-session)")
         ephemeral = key is None
         key = key or f"call-{uuid.uuid4().hex[:16]}"
@@ -431,7 +335,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
                     await st.gate.admit()
                 except StalenessOverflow as e:
                     st.count_error("staleness_refused")
-                    return _error(503, str(e), "staleness_limit")
+                    return openai_error(503, str(e), "staleness_limit")
             s = st.recorder.open(key, prompt_id=request.headers.get("x-prompt-id"),
                                  group_id=request.headers.get("x-group-id"))
         s.begin()
@@ -444,7 +348,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
         try:
             ticket = await stack.enter_async_context(st.versioning.call())
             if aug.stream_upstream:
-                req = st.client.build_request("POST", path, content=_dumps(aug.body),
+                req = st.client.build_request("POST", path, content=fast_dumps(aug.body),
                                               headers={**headers, **_JSON_HEADERS})
                 try:
                     upstream = await st.client.send(req, stream=True)
@@ -463,7 +367,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
                 return StreamingResponse(_relay(st, s, upstream, stack, aug, body, chat, ticket, obs, ephemeral),
                                          media_type="text/event-stream")
             try:
-                r = await st.client.post(path, content=_dumps(aug.body), headers={**headers, **_JSON_HEADERS})
+                r = await st.client.post(path, content=fast_dumps(aug.body), headers={**headers, **_JSON_HEADERS})
             except httpx.TimeoutException:
                 return _upstream_failed(st, s, 504, "upstream timed out")
             except httpx.HTTPError as e:
@@ -472,7 +376,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
                 s.mark("failed", f"upstream HTTP {r.status_code}")
                 st.count_error(f"upstream_{r.status_code}")
                 return Response(r.content, status_code=r.status_code, media_type="application/json")
-            data = _loads(r.content)
+            data = fast_loads(r.content)
             seen = dict(data)  # what the client gets: copies of the parts strip_response changes
             if isinstance(data.get("choices"), list):
                 seen["choices"] = [dict(ch) if isinstance(ch, dict) else ch for ch in data["choices"]]
@@ -490,7 +394,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
                     for e in events:
                         yield e
                 return StreamingResponse(replay(), media_type="text/event-stream")
-            return Response(_dumps(seen), media_type="application/json")
+            return Response(fast_dumps(seen), media_type="application/json")
         finally:
             if not handed_over:
                 await stack.aclose()
@@ -502,7 +406,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
     def _upstream_failed(st: ProxyState, s: Session, status: int, message: str) -> JSONResponse:
         s.mark("failed", message)
         st.count_error("upstream_timeout" if status == 504 else "upstream_unreachable")
-        return _error(status, message, "upstream_error")
+        return openai_error(status, message, "upstream_error")
 
     async def _relay(st: ProxyState, s: Session, upstream: httpx.Response, stack: contextlib.AsyncExitStack,
                      aug: Augmented, body: dict[str, Any], chat: bool, ticket: Ticket,
@@ -533,7 +437,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
                     out.append(b"data: [DONE]\n\n")
                     continue
                 try:
-                    chunk = _loads(payload)
+                    chunk = fast_loads(payload)
                 except ValueError:
                     out.append(line + b"\n\n")
                     continue
@@ -549,7 +453,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
                 acc.feed(chunk)
                 if strip:
                     strip_response(chunk, aug, chat=chat)
-                    out.append(b"data: " + _dumps(chunk) + b"\n\n")
+                    out.append(b"data: " + fast_dumps(chunk) + b"\n\n")
                 else:
                     out.append(b"data: " + payload + b"\n\n")
             return b"".join(out), done
@@ -604,7 +508,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
             s.mark("failed", f"upstream stream broke: {type(e).__name__}")
             st.count_error("upstream_stream_broken")
             err = {"error": {"message": f"upstream stream broke: {type(e).__name__}", "type": "upstream_error"}}
-            yield b"data: " + _dumps(err) + b"\n\n"
+            yield b"data: " + fast_dumps(err) + b"\n\n"
         except BaseException:
             if not recorded:  # the client went away mid-stream (cancelled) or the server stops
                 s.mark("aborted", "client disconnected mid-stream")
@@ -631,26 +535,16 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
         app.add_route(f"/v1/{name}", make(), methods=["POST"], include_in_schema=False)
         app.add_route(f"/s/{{session}}/v1/{name}", make(), methods=["POST"], include_in_schema=False)
 
-    async def _json_body(request: Request) -> dict[str, Any] | None:
-        raw = await _read_limited(request, limit)
-        if not raw:
-            return {} if raw is not None else None
-        try:
-            body = strict_json_loads(raw)
-        except ValueError:
-            return None
-        return body if isinstance(body, dict) else None
-
     @app.post("/s/{session}/reward")
     async def reward(request: Request, session: str) -> JSONResponse:
         st: ProxyState = request.app.state.proxy
-        body = await _json_body(request)
+        body = await read_json_object(request, limit)
         r = None if body is None else body.get("reward")
         if not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r):
-            return _error(400, "body must be {\"reward\": <finite number>, \"raw\": <any, optional>}")
+            return openai_error(400, "body must be {\"reward\": <finite number>, \"raw\": <any, optional>}")
         s = st.recorder.sessions.get(session)
         if s is None:
-            return _error(404, f"no open session {session!r} (a session opens with its first call)")
+            return openai_error(404, f"no open session {session!r} (a session opens with its first call)")
         st.recorder.set_reward(s, float(body["reward"]), body.get("raw"))
         s.last_active = time.monotonic()
         return JSONResponse({"session": session, "reward": float(body["reward"])})
@@ -658,41 +552,41 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
     @app.post("/s/{session}/finish")
     async def finish(request: Request, session: str) -> JSONResponse:
         st: ProxyState = request.app.state.proxy
-        body = await _json_body(request)
+        body = await read_json_object(request, limit)
         if body is None:
-            return _error(400, "body must be a JSON object (strict JSON: no NaN or Infinity, which the store "
+            return openai_error(400, "body must be a JSON object (strict JSON: no NaN or Infinity, which the store "
                                "would refuse after the session had ended)")
         status = body.get("status", "completed")
         if status not in STATUSES:
-            return _error(400, f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+            return openai_error(400, f"status must be one of {', '.join(STATUSES)}, got {status!r}")
         meta = body.get("metadata") or {}
         if not isinstance(meta, dict):
-            return _error(400, "metadata must be a JSON object")
+            return openai_error(400, "metadata must be a JSON object")
         reserved = sorted(set(meta) & RESERVED_METADATA_KEYS)
         if reserved:
-            return _error(400, f"metadata keys {reserved} are the proxy's own (reserved: "
+            return openai_error(400, f"metadata keys {reserved} are the proxy's own (reserved: "
                                f"{', '.join(sorted(RESERVED_METADATA_KEYS))})")
         s = st.recorder.sessions.get(session)
         if s is None:
-            return _error(404, f"no open session {session!r} (a session opens with its first call)")
+            return openai_error(404, f"no open session {session!r} (a session opens with its first call)")
         if "reward" in body:
             r = body["reward"]
             if r is not None and (not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r)):
-                return _error(400, f"reward must be a finite number or null, got {r!r}")
+                return openai_error(400, f"reward must be a finite number or null, got {r!r}")
             st.recorder.set_reward(s, None if r is None else float(r), body.get("reward_raw"))
         await s.wait_idle(60.0)  # a call still streaming its last bytes, or being recorded, comes first
         prompt_id = body.get("prompt_id")
         if prompt_id is not None and not isinstance(prompt_id, str):
-            return _error(400, "prompt_id must be a string")
+            return openai_error(400, "prompt_id must be a string")
         group_id = body.get("group_id")
         if group_id is not None and not isinstance(group_id, str):
-            return _error(400, "group_id must be a string (a GRPO group: rollouts of one prompt)")
+            return openai_error(400, "group_id must be a string (a GRPO group: rollouts of one prompt)")
         if group_id is not None:
             s.group_id = group_id
         try:
             trajs, final = await st.end_session(session, status, metadata=meta, prompt_id=prompt_id)
         except TrajstoreError as e:
-            return _error(500, f"could not write the trajectories: {e}", "store_error")
+            return openai_error(500, f"could not write the trajectories: {e}", "store_error")
         return JSONResponse({"session": session, "status": final,
                              "trajectories": [t.trajectory_id for t in trajs],
                              "policy_versions": [sp.policy_version for t in trajs for sp in t.spans
