@@ -21,10 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import math
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -34,30 +32,26 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from trajstore.errors import AdapterError, TrajstoreError
+from trajstore.errors import TrajstoreError
 from trajstore.proxy.config import GRACEFUL_SHUTDOWN_S, ProxyConfig
 from trajstore.proxy.httpio import openai_error, read_json_object, read_limited
 from trajstore.proxy.jsonio import fast_dumps, fast_loads, strict_json_loads
 from trajstore.proxy.recorder import (
     RESERVED_METADATA_KEYS,
-    Recorder,
     Session,
     check_session_key,
 )
 from trajstore.proxy.request import RequestFieldError, check_request
-from trajstore.proxy.staleness import StalenessGate, StalenessOverflow
-from trajstore.proxy.sync import Ticket, Versioning, WeightSync
+from trajstore.proxy.staleness import StalenessOverflow
+from trajstore.proxy.state import ProxyState
+from trajstore.proxy.sync import Ticket
 from trajstore.proxy.upstream import (
     Augmented,
     StreamAccumulator,
     augment,
-    read_call,
     strip_response,
     synthesize_stream,
 )
-from trajstore.proxy.version_labels import label_versions
-from trajstore.store import RUN_CONFIG_FILE, RUNS_DIR, open_store
-from trajstore.writer import StoreWriter
 
 log = logging.getLogger("trajstore.proxy")
 STATUSES = ("completed", "truncated", "aborted", "failed")
@@ -79,146 +73,6 @@ def _observation_of(body: dict[str, Any], chat: bool) -> tuple[str | None, str |
     if tools:
         return "tool", tools[0].get("tool_call_id")
     return "user", None
-
-
-class ProxyState:
-    """Everything the routes share; built in the lifespan."""
-
-    def __init__(self, cfg: ProxyConfig):
-        self.cfg = cfg
-        self.store = open_store(cfg.store)
-        self.policy_store = open_store(cfg.policy_store) if cfg.policy_store else self.store
-        key = os.environ.get(cfg.upstream_key_env)
-        self.upstream_headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.client_token = os.environ.get(cfg.client_token_env) or None
-        self.client = httpx.AsyncClient(base_url=cfg.upstream, timeout=httpx.Timeout(cfg.upstream_timeout_s),
-                                        limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256))
-        self.writer = StoreWriter(self.store, flush_rows=1 << 30, flush_mb=1 << 20, flush_seconds=None)
-        self.gate: StalenessGate | None = None
-        if cfg.max_staleness is not None:
-            if not cfg.follow_run:
-                raise TrajstoreError("--max-staleness needs --follow-run RUN (the run whose consumption it tracks)")
-            self.gate = StalenessGate(self.policy_store, cfg.follow_run, max_staleness=cfg.max_staleness,
-                                      batch_size=cfg.batch_size or self._run_batch_size(),
-                                      hold_timeout_s=cfg.hold_timeout_s)
-        self.recorder = Recorder(self.writer, tokenizer=cfg.tokenizer,
-                                 run_metadata={"run_id": cfg.follow_run} if cfg.follow_run else {},
-                                 on_written=self.gate.on_written if self.gate else None)
-        self.versioning = Versioning(None if cfg.follow_run else cfg.policy_version, mode=cfg.reload_mode)
-        self.sync: WeightSync | None = None
-        if cfg.follow_run:
-            self.sync = WeightSync(self.client, self.policy_store, cfg.follow_run, self.versioning,
-                                   headers=self.upstream_headers, poll_s=cfg.poll_s,
-                                   drain_timeout_s=cfg.drain_timeout_s, cache_dir=cfg.weights_cache,
-                                   extra_body={"mode": "retract"} if cfg.reload_mode == "tag" and cfg.engine == "vllm"
-                                   else None)
-        self.tasks: list[asyncio.Task[Any]] = []
-        self.recordings: set[asyncio.Task[None]] = set()  # calls answered, being recorded
-        self.started = time.time()
-        self.errors: dict[str, int] = {}
-
-    def _run_batch_size(self) -> int:
-        try:
-            cfg = json.loads(self.policy_store.fs.cat_file(
-                self.policy_store.path(RUNS_DIR, self.cfg.follow_run or "", RUN_CONFIG_FILE)))
-            return int(cfg["data"]["batch_size"])
-        except (FileNotFoundError, KeyError, ValueError, TypeError) as e:
-            raise TrajstoreError(f"--max-staleness needs the trainer's batch size: pass --batch-size, or start "
-                                 f"the trainer first so that runs/{self.cfg.follow_run}/{RUN_CONFIG_FILE} exists "
-                                 f"({type(e).__name__})") from None
-
-    def count_error(self, kind: str) -> None:
-        self.errors[kind] = self.errors.get(kind, 0) + 1
-
-    async def start(self) -> None:
-        if self.gate is not None:
-            await asyncio.to_thread(self.gate.load_written)
-        if self.sync is not None:
-            await self.sync.poll_once()  # the upstream serves the latest published version first
-            self.tasks.append(asyncio.create_task(self.sync.run()))
-        self.tasks.append(asyncio.create_task(self._reaper()))
-
-    async def _reaper(self) -> None:
-        tick = min(1.0, self.cfg.session_timeout_s / 4)
-        while True:
-            await asyncio.sleep(tick)
-            for key in self.recorder.idle(self.cfg.session_timeout_s):
-                await self.end_session(key, "aborted", reason=f"idle for {self.cfg.session_timeout_s:g}s")
-
-    async def end_session(self, key: str, status: str, *, reason: str | None = None,
-                          metadata: dict[str, Any] | None = None, prompt_id: str | None = None
-                          ) -> tuple[list[Any], str | None]:
-        """End episode `key`: write its trajectories; return them and the final status."""
-        s = self.recorder.sessions.get(key)
-        if s is None:
-            return [], None
-        if prompt_id is not None:
-            s.prompt_id = prompt_id
-        n = s.num_trajectories
-        trajs, final = self.recorder.close(key, status, reason=reason, metadata=metadata)
-        try:
-            await self.recorder.persist(trajs)
-        finally:
-            if self.gate is not None:
-                self.gate.release(max(n, 1))
-        return trajs, final
-
-    def record_later(self, s: Session, data: dict[str, Any], body: dict[str, Any], chat: bool, ticket: Ticket,
-                     obs: tuple[str | None, str | None], ephemeral: bool) -> asyncio.Task[None]:
-        """Record an answered call in a task of its own, off the client's path (parsing the ids
-        and log-probs takes about a millisecond per call); a session's calls are recorded in
-        order, and the call counts as in flight (``/finish`` waits) until it is recorded. A call
-        without a session is its own episode: the caller awaits the task, so that the
-        trajectory is durable when the answer goes out."""
-        end = Ticket(self.versioning.version, self.versioning.epoch)
-        prev = s.recording
-
-        async def run() -> None:
-            try:
-                if prev is not None:
-                    await asyncio.wait([prev])
-                await self.record(s, data, body, chat, ticket, end, obs)
-            finally:
-                s.end()
-                if ephemeral:
-                    await self.end_session(s.key, "completed")
-
-        task = asyncio.create_task(run())
-        s.recording = task
-        self.recordings.add(task)
-        task.add_done_callback(self.recordings.discard)
-        return task
-
-    async def record(self, s: Session, data: dict[str, Any], body: dict[str, Any], chat: bool, ticket: Ticket,
-                     end: Ticket, obs: tuple[str | None, str | None]) -> None:
-        """Append one answered call to its session; a call that cannot be recorded fails the episode."""
-        try:
-            call = read_call(data, body)
-            slices = label_versions(call, ticket, end, self.cfg.policy_version)
-            async with s.lock:
-                self.recorder.record(s, call, slices, observation_role=obs[0] or "tool", observation_cause=obs[1])
-        except (AdapterError, TrajstoreError, ValueError) as e:
-            s.mark("failed", f"not recorded: {e}")
-            self.count_error("record_failed")
-            log.warning("session %s: call not recorded: %s", s.key, e)
-
-    async def stop(self) -> None:
-        for t in self.tasks:
-            t.cancel()
-        for t in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        if self.recordings:  # answered calls are recorded before their sessions are closed
-            await asyncio.wait(list(self.recordings))
-        for key in list(self.recorder.sessions):
-            try:
-                await self.end_session(key, "aborted", reason="proxy shut down")
-            except Exception as e:  # noqa: BLE001 - keep closing the others
-                log.error("could not write session %s at shutdown: %s", key, e)
-        await asyncio.to_thread(self.writer.close)
-        await self.client.aclose()
-
-
 
 
 class _ClientAuth:
