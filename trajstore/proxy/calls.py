@@ -1,0 +1,69 @@
+"""The model-call routes, ``POST /v1/chat/completions`` and ``POST /v1/completions`` (also under
+``/s/<session>``): check the request, find its session or open a new episode (admitted by the
+staleness gate), then :func:`~trajstore.proxy.forward.forward` it to the upstream."""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from trajstore.proxy.forward import forward
+from trajstore.proxy.httpio import openai_error, read_limited
+from trajstore.proxy.jsonio import strict_json_loads
+from trajstore.proxy.recorder import check_session_key
+from trajstore.proxy.request import RequestFieldError, check_request
+from trajstore.proxy.staleness import StalenessOverflow
+from trajstore.proxy.state import ProxyState
+
+
+async def chat_completions(request: Request) -> Response:
+    return await handle_call(request, request.path_params.get("session"), True)
+
+
+async def completions(request: Request) -> Response:
+    return await handle_call(request, request.path_params.get("session"), False)
+
+
+async def handle_call(request: Request, session: str | None, chat: bool) -> Response:
+    """One model call: refused with 4xx before it reaches the upstream when the body or the
+    session key is bad, with 503 when the staleness gate refuses a new episode; else forwarded."""
+    st: ProxyState = request.app.state.proxy
+    cfg = st.cfg
+    raw = await read_limited(request, st.max_request_bytes)
+    if raw is None:
+        return openai_error(413, f"request body larger than {cfg.max_request_mb:g} MiB (--max-request-mb)")
+    try:
+        body = strict_json_loads(raw)
+        if not isinstance(body, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        return openai_error(400, f"request body is not a JSON object: {e}")
+    try:  # a request the upstream would refuse never reaches it (nor fails the episode)
+        fields = check_request(body, chat=chat)
+    except RequestFieldError as e:
+        return openai_error(400, str(e), param=e.field)
+    if fields.n not in (None, 1):
+        return openai_error(400, "traj proxy records one choice per call: n must be 1", param="n")
+    key = session or request.headers.get("x-trajectory-id")
+    try:
+        key = check_session_key(key) if key else None
+    except ValueError as e:
+        return openai_error(400, str(e))
+    if key is None and cfg.require_session:
+        return openai_error(400, "no session: use the base URL http://HOST:PORT/s/<session>/v1 or an "
+                                 "X-Trajectory-Id header (--require-session)")
+    ephemeral = key is None
+    key = key or f"call-{uuid.uuid4().hex[:16]}"
+    s = st.recorder.sessions.get(key)
+    if s is None:
+        if st.gate is not None:
+            try:
+                await st.gate.admit()
+            except StalenessOverflow as e:
+                st.count_error("staleness_refused")
+                return openai_error(503, str(e), "staleness_limit")
+        s = st.recorder.open(key, prompt_id=request.headers.get("x-prompt-id"),
+                             group_id=request.headers.get("x-group-id"))
+    return await forward(st, request, s, body, chat=chat, ephemeral=ephemeral)

@@ -1,0 +1,83 @@
+"""The routes that end an episode: ``POST /s/<session>/reward`` sets its reward, and
+``POST /s/<session>/finish`` waits for its calls, then ends it and returns once its trajectories
+are durable in the store (with their ids, final status, policy versions and token count)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from trajstore.errors import TrajstoreError
+from trajstore.proxy.httpio import openai_error, read_json_object
+from trajstore.proxy.recorder import RESERVED_METADATA_KEYS
+from trajstore.proxy.state import ProxyState
+
+STATUSES = ("completed", "truncated", "aborted", "failed")
+"""The statuses a client may end an episode with."""
+
+# The routes below have comments, not docstrings: FastAPI would publish a docstring in /openapi.json.
+
+
+async def reward(request: Request, session: str) -> JSONResponse:
+    st: ProxyState = request.app.state.proxy
+    body = await read_json_object(request, st.max_request_bytes)
+    r = None if body is None else body.get("reward")
+    if not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r):
+        return openai_error(400, "body must be {\"reward\": <finite number>, \"raw\": <any, optional>}")
+    s = st.recorder.sessions.get(session)
+    if s is None:
+        return openai_error(404, f"no open session {session!r} (a session opens with its first call)")
+    st.recorder.set_reward(s, float(body["reward"]), body.get("raw"))
+    s.last_active = time.monotonic()
+    return JSONResponse({"session": session, "reward": float(body["reward"])})
+
+
+# /finish: check the body, set the reward, wait (at most 60 s) for the session's calls in flight
+# or being recorded, then end the episode through ProxyState.end_session.
+async def finish(request: Request, session: str) -> JSONResponse:
+    st: ProxyState = request.app.state.proxy
+    body = await read_json_object(request, st.max_request_bytes)
+    if body is None:
+        return openai_error(400, "body must be a JSON object (strict JSON: no NaN or Infinity, which the store "
+                                 "would refuse after the session had ended)")
+    status = body.get("status", "completed")
+    if status not in STATUSES:
+        return openai_error(400, f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+    meta = body.get("metadata") or {}
+    if not isinstance(meta, dict):
+        return openai_error(400, "metadata must be a JSON object")
+    reserved = sorted(set(meta) & RESERVED_METADATA_KEYS)
+    if reserved:
+        return openai_error(400, f"metadata keys {reserved} are the proxy's own (reserved: "
+                                 f"{', '.join(sorted(RESERVED_METADATA_KEYS))})")
+    s = st.recorder.sessions.get(session)
+    if s is None:
+        return openai_error(404, f"no open session {session!r} (a session opens with its first call)")
+    if "reward" in body:
+        r = body["reward"]
+        if r is not None and (not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r)):
+            return openai_error(400, f"reward must be a finite number or null, got {r!r}")
+        st.recorder.set_reward(s, None if r is None else float(r), body.get("reward_raw"))
+    await s.wait_idle(60.0)  # a call still streaming its last bytes, or being recorded, comes first
+    prompt_id = body.get("prompt_id")
+    if prompt_id is not None and not isinstance(prompt_id, str):
+        return openai_error(400, "prompt_id must be a string")
+    group_id = body.get("group_id")
+    if group_id is not None and not isinstance(group_id, str):
+        return openai_error(400, "group_id must be a string (a GRPO group: rollouts of one prompt)")
+    if group_id is not None:
+        s.group_id = group_id
+    try:
+        trajs, final = await st.end_session(session, status, metadata=meta, prompt_id=prompt_id)
+    except TrajstoreError as e:
+        return openai_error(500, f"could not write the trajectories: {e}", "store_error")
+    return JSONResponse({"session": session, "status": final,
+                         "trajectories": [t.trajectory_id for t in trajs],
+                         "policy_versions": [sp.policy_version for t in trajs for sp in t.spans
+                                             if sp.kind == "action"],
+                         "policy_versions_max": [sp.policy_version_max for t in trajs for sp in t.spans
+                                                 if sp.kind == "action"],
+                         "num_tokens": sum(len(t.tokens) for t in trajs)})

@@ -1,0 +1,49 @@
+"""The routes that describe ``traj proxy`` and its upstream: ``GET /health``, ``GET /proxy/stats``
+(counters, per-version call counts, open sessions, weight sync and staleness gate state) and
+``GET /v1/models`` (passed through to the upstream)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+from fastapi import Request
+from fastapi.responses import Response
+
+from trajstore.proxy.auth import upstream_auth_headers
+from trajstore.proxy.httpio import openai_error
+from trajstore.proxy.state import ProxyState
+
+
+async def health(request: Request) -> dict[str, Any]:
+    st: ProxyState = request.app.state.proxy
+    return {"status": "ok", "policy_version": st.versioning.version}
+
+
+async def stats(request: Request) -> dict[str, Any]:
+    st: ProxyState = request.app.state.proxy
+    r = st.recorder
+    out: dict[str, Any] = {
+        **dict(r.stats), "open_sessions": len(r.sessions), "errors": dict(st.errors),
+        "calls_by_version": {str(k): v for k, v in sorted(r.calls_by_version.items())},
+        "policy_version": st.versioning.version, "reload_epoch": st.versioning.epoch,
+        "uptime_s": round(time.time() - st.started, 1)}
+    if st.sync is not None:
+        out["weight_loads"] = [{"version": v, "seconds": round(s, 3)} for v, s in st.sync.loads]
+        out["weight_load_failures"] = st.sync.failures
+    if st.gate is not None:
+        out["staleness_gate"] = {"capacity": st.gate.capacity, "running": st.gate.running,
+                                 "unconsumed": st.gate.unconsumed, "held": st.gate.held,
+                                 "refused": st.gate.refused}
+    return out
+
+
+async def models(request: Request) -> Response:
+    st: ProxyState = request.app.state.proxy
+    headers = upstream_auth_headers(st, request)
+    try:
+        r = await st.client.get("/v1/models", headers=headers)
+    except httpx.HTTPError as e:
+        return openai_error(502, f"upstream unreachable: {type(e).__name__}", "upstream_error")
+    return Response(r.content, status_code=r.status_code, media_type="application/json")
