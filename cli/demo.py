@@ -85,7 +85,7 @@ def print_summary(result: DemoResult, console: Console) -> None:
     every command prints them)."""
     from trajstore.display import TableData, print_command, render_tables
 
-    from trajstore.audit.reports import STALENESS_HISTOGRAM_NOTE
+    from trajstore.audit.staleness import STALENESS_HISTOGRAM_NOTE
 
     def table(title: str, rows: list[dict[str, Any]], cols: list[str], keys: list[str],
               note: str | None = None) -> TableData:
