@@ -214,7 +214,7 @@ BASELINES: dict[str, tuple[tuple[str, ...], bool, bool]] = {
     "statuses": (("trajectory_id", "source", "status"), False, False),
     "duplicates": (("trajectory_id",), False, False),
 }
-"""The Parquet columns each report reads (from its SQL in trajstore/audit/reports.py): the bare
+"""The Parquet columns each report reads (from its SQL in trajstore/audit/, one module per report family): the bare
 baseline reads exactly those, with one cheap aggregate per column."""
 
 

@@ -1,4 +1,4 @@
-"""``traj bench learning``: the learning benchmark (trajstore.trainer.apps.learning_bench.suite)."""
+"""``traj bench learning``: the learning benchmark (trajstore.trainer.apps.learning_bench)."""
 
 from __future__ import annotations
 
@@ -42,8 +42,9 @@ def learning_cmd(
     from rich.console import Console
 
     from trajstore.display import TableData, print_command, render_record, render_tables
-    from trajstore.trainer.apps.learning_bench.harness import BenchError, get_arm
-    from trajstore.trainer.apps.learning_bench.suite import SuiteConfig, reanalyse as redo, run_suite
+    from trajstore.trainer.apps.learning_bench.arms import BenchError, get_arm
+    from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
+    from trajstore.trainer.apps.learning_bench.suite import reanalyse as redo, run_suite
 
     if preset not in ("default", "smoke", "calibrate"):
         raise InvalidOptionError(f"invalid option --preset: must be default, smoke or calibrate (got {preset!r})")

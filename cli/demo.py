@@ -1,15 +1,22 @@
-"""``traj demo``: parse sizes, run :func:`trajstore.trainer.apps.demo.run_demo`, print the audits."""
+"""``traj demo``: parse sizes, run :func:`trajstore.trainer.apps.demo.run_demo`, render the audits it
+returns (:func:`print_summary`)."""
 
 from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from trajstore.cli.main import FormatOption, app, friendly_errors, invalid_options
 from trajstore.display import OutputFormat
 from trajstore.trainer.apps.demo import DEFAULT_STORE, DemoConfig
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from trajstore.trainer.apps.demo import DemoResult
 
 
 @app.command("demo")
@@ -39,7 +46,7 @@ def demo_cmd(
     from trajstore.extras import INSTALL_TRAIN_EXTRA, require
 
     require(("torch", "transformers", "safetensors"), what="traj demo", install=INSTALL_TRAIN_EXTRA)
-    from trajstore.trainer.apps.demo import print_summary, result_to_dict, run_demo
+    from trajstore.trainer.apps.demo import result_to_dict, run_demo
 
     from pydantic import ValidationError
 
@@ -71,3 +78,54 @@ def demo_cmd(
         print_summary(result, console)
     if result.shortfall:  # the summary is printed, but the demo did not do what was asked
         raise typer.Exit(1)
+
+
+def print_summary(result: DemoResult, console: Console) -> None:
+    """Render the audits and where to look next (tables through :mod:`trajstore.display`, as
+    every command prints them)."""
+    from trajstore.display import TableData, print_command, render_tables
+
+    from trajstore.audit.staleness import STALENESS_HISTOGRAM_NOTE
+
+    def table(title: str, rows: list[dict[str, Any]], cols: list[str], keys: list[str],
+              note: str | None = None) -> TableData:
+        return TableData(title, cols, [tuple(r.get(c) for c in cols) for r in rows], keys=keys, shares=["solved"],
+                         note=note)
+
+    warmup_note = ("step -1: critic warm-up, the critic trained alone before the first policy step"
+                   if any(r.get("step") == -1 for r in result.clip + result.explained_variance) else None)
+    render_tables([
+        table("reward per policy version", result.reward_by_version,
+              ["policy_version", "trajectories", "mean_reward", "solved", "consumed"], ["policy_version"]),
+        table("model calls per policy version, as recorded by traj proxy",
+              [{"policy_version": v, "calls": n} for v, n in sorted(result.calls_by_version.items())],
+              ["policy_version", "calls"], ["policy_version"]),
+        table("staleness of trained data (trainer version - policy version, in versions)", result.staleness,
+              ["consumed", "versioned_action_tokens", "token_p50", "token_mean", "token_max", "traj_max",
+               "mixed_version_actions"], []),
+        table("staleness histogram", result.staleness_histogram, ["staleness", "trajectories", "action_tokens"],
+              ["staleness"], note=STALENESS_HISTOGRAM_NOTE),
+        table("DIS clip audit per step: share of action tokens masked", result.clip,
+              ["step", "trainer_version", "trajectories", "action_tokens", "masked_below", "masked_above",
+               "ratio_mean"], ["step"], note=warmup_note),
+        table("critic explained variance per step: 1 - Var(R - V) / Var(R), > 0 is better than the mean return",
+              result.explained_variance, ["step", "explained_variance"], ["step"], note=warmup_note),
+    ], "table", console=console)
+    versions = result.policy_versions_seen
+    max_stale = max((r.get("token_max") or 0 for r in result.staleness), default=0)
+    plain = {"soft_wrap": True, "markup": False, "highlight": False}
+    stored = sum(int(r.get("trajectories") or 0) for r in result.reward_by_version)
+    split = (f" (stored as {stored} completed trajectories: an episode whose next prompt did not extend "
+             "the tokens already sampled is split at that context break)") if stored > len(result.episodes) else ""
+    console.print(f"{len(result.episodes)} episodes{split} from policy versions {versions}; the server loaded "
+                  f"versions {result.versions_loaded}; max staleness {max_stale}; {result.seconds:.0f}s", **plain)
+    if result.freed_bytes:
+        console.print(f"removed {result.freed_bytes / 2**30:.1f} GiB of superseded policy versions and checkpoints "
+                      "(keep them with --keep-weights)", **plain)
+    console.print(f"store: {result.store} (run {result.run_id}); look closer with:", **plain)
+    print_command(console, f"traj stats {result.store} --run {result.run_id}")
+    print_command(console, f"traj sql {result.store} \"SELECT * FROM step_metrics WHERE run_id = '{result.run_id}' "
+                           "ORDER BY step\"")
+    if result.shortfall:  # last, where it cannot be missed (traj demo also exits with code 1)
+        console.print(f"WARNING: {result.shortfall}", style="bold red", soft_wrap=True, markup=False,
+                      highlight=False)

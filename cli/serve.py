@@ -29,7 +29,8 @@ def serve_cmd(
     from trajstore.extras import INSTALL_TRAIN_EXTRA, require
 
     require(("torch", "transformers"), what="traj serve", install=INSTALL_TRAIN_EXTRA)
-    from trajstore.trainer.serving.serve import ServeConfig, run_serve
+    from trajstore.trainer.serving.config import ServeConfig
+    from trajstore.trainer.serving.serve import run_serve
 
     from pydantic import ValidationError
 

@@ -92,7 +92,7 @@ def test_learning_benchmark_writes_under_the_system_temp_dir_by_default(preset, 
     import tempfile
 
     pytest.importorskip("torch")
-    from trajstore.trainer.apps.learning_bench.suite import SuiteConfig
+    from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "sys-tmp"))
     monkeypatch.chdir(REPO)

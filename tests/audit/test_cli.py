@@ -193,7 +193,8 @@ def test_histogram_and_clip_by_staleness_say_what_their_token_counts_are(known_s
     # issue 16 walkthrough: staleness 1 had 542 action tokens in staleness.histogram and 288 in
     # clip.by_staleness, with nothing on screen saying that one buckets tokens and the other
     # trajectories (by their oldest token)
-    from trajstore.audit.reports import CLIP_BY_STALENESS_NOTE, STALENESS_HISTOGRAM_NOTE
+    from trajstore.audit.clip import CLIP_BY_STALENESS_NOTE
+    from trajstore.audit.staleness import STALENESS_HISTOGRAM_NOTE
 
     res = runner.invoke(app, ["stats", known_store.uri, "--staleness", "--clip", "--run", "r1"],
                         env={"COLUMNS": "250"})

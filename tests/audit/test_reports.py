@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from trajstore import audit
-from trajstore.audit.reports import _bucket_sql, weighted_percentiles_sql
+from trajstore.audit.clip import _bucket_sql
+from trajstore.audit.percentiles import weighted_percentiles_sql
 
 
 def rows(rel: Any) -> list[dict[str, Any]]:

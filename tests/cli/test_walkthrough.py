@@ -222,6 +222,8 @@ def test_one_seed_interval_reads_n_a_not_nan() -> None:
 def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from trajstore.trainer.apps.learning_bench import suite
+    from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
+    from trajstore.trainer.apps.learning_bench.report import render_report
     from trajstore.trainer.apps.learning_bench.stats import CLAIMS, bootstrap_interval, verdict
 
     iv = bootstrap_interval([0.05])
@@ -235,8 +237,8 @@ def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, t
     assert "nan" not in res.stdout.lower()
     assert "paper claims (1 seed, CI n/a, 0.7 min" in res.stdout
     assert "ci_low" not in res.stdout
-    cfg = suite.SuiteConfig.preset_config("smoke", scratch=str(tmp_path))
-    report = suite.render_report(cfg, fake)
+    cfg = SuiteConfig.preset_config("smoke", scratch=str(tmp_path))
+    report = render_report(cfg, fake)
     assert "nan" not in report  # report.md: the reasons say 'CI n/a (1 seed)'
     assert "\n1 seed, 0.7 min." in report and "1 seeds" not in report
 

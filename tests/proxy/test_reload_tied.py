@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 from trajstore.store import open_store  # noqa: E402
 from trajstore.trainer.loop.publish import publish_policy  # noqa: E402
-from trajstore.trainer.serving.engine import WeightLoadError, load_weights_from_dir  # noqa: E402
+from trajstore.trainer.serving.weights import WeightLoadError, load_weights_from_dir  # noqa: E402
 
 
 def _tiny(seed: int, *, tied: bool) -> torch.nn.Module:

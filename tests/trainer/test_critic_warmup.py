@@ -105,7 +105,8 @@ def test_demo_summary_shows_the_explained_variance_of_every_step() -> None:
 
     from rich.console import Console
 
-    from trajstore.trainer.apps.demo import DemoResult, print_summary
+    from trajstore.cli.demo import print_summary
+    from trajstore.trainer.apps.demo import DemoResult
 
     evs = [(-1, -0.4126), (0, 0.0631), (1, 0.3119)]
     result = DemoResult(store="/tmp/s", run_id="d", episodes=[], versions_loaded=[0], steps_asked=2, steps_done=2,

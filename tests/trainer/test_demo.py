@@ -156,7 +156,7 @@ def test_progress_starts_at_once_and_each_episode_shows_its_own_time(demo_run):
 def test_summary_commands_are_whole_lines_at_any_width(demo_run):
     from rich.console import Console
 
-    from trajstore.trainer.apps.demo import print_summary
+    from trajstore.cli.demo import print_summary
 
     _, result = demo_run
     console = Console(file=io.StringIO(), width=40, color_system=None)
@@ -214,7 +214,7 @@ def test_the_trainer_waits_while_the_demo_plays_then_stops(tmp_path):
     from trajstore.store import open_store
     from trajstore.trainer.loop.config import DataConfig
     from trajstore.trainer.data import TrajectoryStream
-    from trajstore.trainer.apps.demo import stop_waiting_when_closed
+    from trajstore.trainer.apps.demo.trainer_child import stop_waiting_when_closed
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _train_synth import VOCAB, write_synthetic_store
@@ -245,7 +245,7 @@ def test_the_trainer_child_exits_cleanly_while_its_stdin_pipe_is_still_open():
     """The watching thread must not hold Python's stdin buffer lock: a daemon thread blocked in
     sys.stdin.buffer.read aborts the interpreter at exit (SIGABRT, exit code -6), which failed
     a demo whose trainer had done all its steps."""
-    code = ("import sys, types\nfrom trajstore.trainer.apps.demo import stop_waiting_when_closed\n"
+    code = ("import sys, types\nfrom trajstore.trainer.apps.demo.trainer_child import stop_waiting_when_closed\n"
             "stop_waiting_when_closed(sys.stdin.fileno(), types.SimpleNamespace(idle_timeout_s=None))\n"
             "print('trained')")
     p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -322,7 +322,8 @@ def test_the_summary_explains_more_stored_trajectories_than_episodes():
 
     from rich.console import Console
 
-    from trajstore.trainer.apps.demo import DemoResult, print_summary
+    from trajstore.cli.demo import print_summary
+    from trajstore.trainer.apps.demo import DemoResult
     from trajstore.trainer.apps.envs.guess_chat import EpisodeSummary
 
     ep = EpisodeSummary(trajectory_id="t", prompt_id="p", reward=1.0, solved=True, num_actions=2,

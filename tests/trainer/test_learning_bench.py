@@ -179,7 +179,7 @@ def test_auc_bootstrap_and_verdicts_by_hand() -> None:
 
 
 def test_no_correction_makes_every_ratio_one() -> None:
-    from trajstore.trainer.apps.learning_bench.harness import no_correction_loss
+    from trajstore.trainer.apps.learning_bench.trainer_side import no_correction_loss
     from trajstore.trainer.sao.losses import dis_policy_loss
 
     lp = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
@@ -207,9 +207,10 @@ def test_a_tiny_run_mixes_versions_inside_trajectories(tmp_path, tiny_warm_start
     the stream), and the recorded staleness is trainer version - action version."""
     import duckdb
 
-    from trajstore.trainer.apps.learning_bench.harness import RunSpec, run_one
+    from trajstore.trainer.apps.learning_bench.harness import run_one
+    from trajstore.trainer.apps.learning_bench.spec import RunSpec
 
-    from trajstore.trainer.apps.learning_bench.harness import train_config
+    from trajstore.trainer.apps.learning_bench.trainer_side import train_config
 
     spec = RunSpec(task="chain", arm=arm, seed=0, warm_start=tiny_warm_start, steps=5, critic_warmup=3,
                    policy_lr=3e-4, batch_size=8, workers=16, eval_every=5, eval_per_family=2, logit_noise=0.2)
@@ -299,7 +300,7 @@ def test_cli_refuses_bad_options_in_one_line(tmp_path) -> None:
 
 
 def test_shift_evaluations_land_on_every_shift_step() -> None:
-    from trajstore.trainer.apps.learning_bench.suite import SuiteConfig
+    from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
 
     cfg = SuiteConfig.preset_config("default", chain_arms=[], shift_arms=["sao"], seeds=[0])
     (spec,) = cfg.specs({0: "unused"})
@@ -319,7 +320,8 @@ def test_reanalyse_refuses_a_run_directory_committed_to_git(tmp_path) -> None:
     from typer.testing import CliRunner
 
     from trajstore.cli.main import app
-    from trajstore.trainer.apps.learning_bench.suite import SuiteConfig, committed_files
+    from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
+    from trajstore.trainer.apps.learning_bench.suite import committed_files
 
     if shutil.which("git") is None:
         pytest.skip("git is not installed")

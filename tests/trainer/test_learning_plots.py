@@ -136,7 +136,7 @@ def test_curves_panels_share_one_labelled_scale_and_skip_a_panel_of_sao_alone(tm
 
 def test_staleness_title_names_only_the_arms_shown():
     # the smoke preset's figure showed sao alone under "single rollout vs GRPO groups of 4"
-    from trajstore.trainer.apps.learning_bench.suite import staleness_title
+    from trajstore.trainer.apps.learning_bench.analysis import staleness_title
 
     assert staleness_title(["sao"]) == "staleness of trained tokens: single rollout, sao"
     assert staleness_title(["sao", "no-correction"]) == "staleness of trained tokens: single rollout"

@@ -1,5 +1,6 @@
 """The generation engine behind ``traj serve``: batched sampling from a transformers causal LM
-in one worker thread, per-token log-probs and weight versions, and weight reloads from disk.
+in one worker thread, per-token log-probs and weight versions, and when weight reloads run
+(the loading itself is in weights.py).
 
 Requests queue up; the worker takes up to ``max_batch_size`` of them as one left-padded batch
 with a KV cache (static batching: requests that arrive meanwhile wait for the next batch) and
@@ -11,12 +12,8 @@ hybrid of old KV and new weights).
 
 from __future__ import annotations
 
-import glob
-import json
-import os
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -25,18 +22,14 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from trajstore.errors import TrajstoreError
 from trajstore.trainer.models import cache_kwarg
+from trajstore.trainer.serving.weights import reload_weights
 
 ReloadMode = Literal["drain", "abort", "retract"]
 """How a reload treats requests being generated: ``drain`` = finish them under the old weights
 first (new ones wait; SGLang's default), ``abort`` = end them with an error (SGLang's
 ``abort_all_requests``), ``retract`` = continue them under the new weights after recomputing
 their KV cache, reporting where the version changed."""
-
-
-class WeightLoadError(TrajstoreError):
-    """The weights at a model path cannot be loaded into the served model."""
 
 
 @dataclass
@@ -117,52 +110,6 @@ class _Reload:
     version: str | None
     mode: ReloadMode
     done: Future[dict[str, Any]]
-
-
-def load_weights_from_dir(model: nn.Module, path: str) -> None:
-    """Copy the ``*.safetensors`` weights of a Hugging Face folder into `model` in place.
-
-    A tied tensor (e.g. an LM head tied to the input embeddings) may be stored under any one of
-    its names.
-
-    Raises:
-        WeightLoadError: no safetensors file, unknown or missing tensors, or wrong shapes.
-    """
-    from safetensors.torch import load_file
-
-    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
-    if not files:
-        raise WeightLoadError(f"no *.safetensors weights in {path}")
-    state: dict[str, torch.Tensor] = {}
-    for f in files:
-        try:
-            state.update(load_file(f, device="cpu"))
-        except Exception as e:  # safetensors raises its own error types for a bad header
-            raise WeightLoadError(f"{f} is not a readable safetensors file: {e}") from e
-    try:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    except RuntimeError as e:
-        raise WeightLoadError(f"cannot load {path} into {type(model).__name__}: {str(e).splitlines()[0]}") from e
-    # A tied tensor is stored once under one of its names (trajstore's publish keeps the
-    # alphabetically first, e.g. SmolLM2's lm_head.weight; from_pretrained's save keeps
-    # model.embed_tokens.weight): a name is not missing when another name of its tensor was loaded.
-    from trajstore.trainer.loop.publish import tied_groups
-
-    group = {n: names for names in tied_groups(model) for n in names}
-    missing = [k for k in missing if not any(n in state for n in group[k])]
-    if missing or unexpected:
-        raise WeightLoadError(f"{path} does not match {type(model).__name__}: missing {sorted(missing)[:5]}, "
-                              f"unexpected {sorted(unexpected)[:5]}")
-
-
-def version_of_dir(path: str) -> str | None:
-    """The ``version`` in a published folder's meta.json (trajstore.policies layout), if any."""
-    try:
-        with open(os.path.join(path, "meta.json")) as fh:
-            v = json.load(fh).get("version")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return None if v is None else str(v)
 
 
 def processed_logprobs(logits: torch.Tensor, s: Sampling, allowed: Sequence[int] | None = None) -> torch.Tensor:
@@ -294,20 +241,13 @@ class Engine:
                     self.busy = False
 
     def _apply_reload(self, rl: _Reload, *, in_flight: int) -> bool:
-        t0 = time.perf_counter()
-        try:
-            with torch.no_grad():
-                load_weights_from_dir(self.model, rl.path)
-        except WeightLoadError as e:
-            rl.done.set_result({"success": False, "message": str(e), "weight_version": self.version,
-                                "num_paused_requests": 0})
-            return False
-        self.version = rl.version if rl.version is not None else (version_of_dir(rl.path) or self.version)
-        self.reloads_done += 1
-        rl.done.set_result({"success": True, "weight_version": self.version, "num_paused_requests": in_flight,
-                            "message": f"loaded {rl.path} as weight version {self.version} in "
-                                       f"{time.perf_counter() - t0:.2f}s ({rl.mode}; no prefix cache is kept)"})
-        return True
+        result = reload_weights(self.model, rl.path, version=rl.version, current_version=self.version,
+                                mode=rl.mode, in_flight=in_flight)
+        if result["success"]:
+            self.version = result["weight_version"]
+            self.reloads_done += 1
+        rl.done.set_result(result)
+        return bool(result["success"])
 
     def _sample(self, logits: torch.Tensor, reqs: list[GenRequest], gens: list[torch.Generator | None],
                 active: list[bool], outputs: list[list[int]]) -> list[tuple[int, float, tuple[tuple[int, float], ...]] | None]:

@@ -15,7 +15,10 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from trajstore.audit.reports import ClipReport, LengthReport, Report, RewardReport, StalenessReport
+from trajstore.audit.clip import ClipReport
+from trajstore.audit.distributions import LengthReport, RewardReport
+from trajstore.audit.report import Report
+from trajstore.audit.staleness import StalenessReport
 from trajstore.audit.views import AuditError
 from trajstore.extras import INSTALL_PLOT_EXTRA, require
 

@@ -10,7 +10,8 @@ a simulated asynchronous rollout system.
 Arms that the trainer has no option for replace one picked-once function of the
 :class:`~trajstore.trainer.loop.train.Trainer`: the GAE variants its ``advantage_fn``, "no correction"
 its ``policy_loss_fn``. A spy around the policy loss records each action token's log-ratio
-``log pi_theta - log pi_rollout`` by staleness (histograms, DIS band occupancy).
+``log pi_theta - log pi_rollout`` by staleness (histograms, DIS band occupancy). Those pieces are in
+trainer_side.py, the arms in arms.py, the evaluation in evaluation.py.
 """
 
 from __future__ import annotations
@@ -20,286 +21,23 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
-from trajstore.errors import TrajstoreError
-from trajstore.trainer.apps.envs import FAMILIES, TaskName, draw_instance, make_episode, max_action_tokens
+from trajstore.trainer.apps.envs import FAMILIES, draw_instance, make_episode, max_action_tokens
 from trajstore.trainer.apps.envs.chain import TURNS
+from trajstore.trainer.apps.learning_bench.arms import BenchError, get_arm
 from trajstore.trainer.apps.learning_bench.codec import CharCodec
-from trajstore.trainer.apps.learning_bench.estimators import EstimatorName, trainer_advantage_fn
+from trajstore.trainer.apps.learning_bench.estimators import trainer_advantage_fn
+from trajstore.trainer.apps.learning_bench.evaluation import eval_instances, evaluate
 from trajstore.trainer.apps.learning_bench.sampler import LlamaEngine, Mismatch, Row, new_row, play
 from trajstore.trainer.apps.learning_bench.schedule import AsyncConfig, Timeline, simulate
+from trajstore.trainer.apps.learning_bench.spec import RunResult, RunSpec
+from trajstore.trainer.apps.learning_bench.trainer_side import LogRatioSpy, exact_kl, no_correction_loss, train_config
 
 BENCH_SOURCE = "trajstore/bench-learning"
 """The ``source`` column of the benchmark's trajectories."""
-
-LOG_RATIO_EDGES = [round(-2.0 + 0.05 * i, 2) for i in range(81)]
-"""Bin edges (nats) of the log-ratio histograms, -2 .. 2; values outside go to the end bins."""
-MAX_STALENESS_BIN = 8
-"""Staleness levels >= this are pooled in the histograms ("8+")."""
-MICRO_BATCH = 8
-"""Trajectories per forward pass: packing fewer rows keeps the packed attention small (it is
-quadratic in the packed length); the update is the same (token-mean over the global count)."""
-DIS_BAND = (0.3, 5.0)
-"""SAO's DIS band (eps_low, eps_high) for reasoning (SAO.md mechanism 1); the benchmark's DIS arms
-use it, and the per-staleness band occupancy is measured against it in every arm."""
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One algorithm variant; each differs from ``sao`` in exactly one respect (`changes`).
-
-    Attributes:
-        name: short name. changes: what differs from ``sao``, in words.
-        algo: overrides of :class:`~trajstore.trainer.loop.config.AlgoConfig` fields.
-        full_critic: train every critic parameter (no frozen embeddings / norms / attention).
-        group_size: rollouts per prompt (GRPO groups); 1 = single rollout per prompt.
-        estimator: the policy's advantage estimator when there is a critic.
-        correction: ``dis`` (SAO), ``ppo-clip`` (against the rollout log-probs) or ``none``
-            (the ratio is recomputed with the current weights, hence 1: plain policy gradient).
-    """
-
-    name: str
-    changes: str
-    algo: dict[str, Any] = field(default_factory=dict)
-    full_critic: bool = False
-    group_size: int = 1
-    estimator: EstimatorName = "token"
-    correction: Literal["dis", "ppo-clip", "none"] = "dis"
-
-    @property
-    def has_critic(self) -> bool:
-        return self.algo.get("advantage", "sao-gae") == "sao-gae"
-
-
-ARMS: dict[str, Arm] = {a.name: a for a in (
-    Arm("sao", "SAO: DIS (0.3 / 5.0), critic K = 2 with frozen embeddings / norms / attention, token-level "
-               "skip-observation GAE, single rollout per prompt"),
-    Arm("sao-k1", "K = 1 critic update per policy update", algo={"critic_updates": 1}),
-    Arm("full-critic", "full-parameter critic (attention, embeddings, norms train too)", full_critic=True),
-    Arm("running-mean-8", "no critic: A = R - mean of the last 8 rewards (global window)",
-        algo={"advantage": "running-mean", "running_mean_window": 8}),
-    Arm("running-mean-128", "no critic: A = R - mean of the last 128 rewards (global window)",
-        algo={"advantage": "running-mean", "running_mean_window": 128}),
-    Arm("ppo-clip", "PPO-clip 0.2 / 0.28 with pi_old = rollout log-probs instead of DIS",
-        algo={"policy_loss": "ppo-clip", "eps_low": 0.2, "eps_high": 0.28}, correction="ppo-clip"),
-    Arm("no-correction", "no off-policy correction: ratio recomputed with current weights (= 1)",
-        correction="none"),
-    Arm("grpo-dis", "GRPO: 4 rollouts per prompt, group-normalised rewards, no critic (DIS kept)",
-        algo={"advantage": "grpo"}, group_size=4),
-    Arm("grpo-no-dis", "GRPO (as grpo-dis) without correction: ratio recomputed (= 1)",
-        algo={"advantage": "grpo"}, group_size=4, correction="none"),
-    Arm("gae-turn-last", "turn-level GAE, a turn's value read at its last token", estimator="turn-last"),
-    Arm("gae-turn-avg", "turn-level GAE, a turn's value = mean over its tokens", estimator="turn-avg"),
-    Arm("gae-no-skip", "token-level GAE through observation tokens (no skipping)", estimator="no-skip"),
-)}
-
-
-def get_arm(name: str) -> Arm:
-    """The arm called `name`.
-
-    Raises:
-        BenchError: unknown name (the known ones are listed).
-    """
-    try:
-        return ARMS[name]
-    except KeyError:
-        raise BenchError(f"unknown arm {name!r}; known arms: {', '.join(ARMS)}") from None
-
-
-class BenchError(TrajstoreError):
-    """The benchmark could not run (bad arm name, the stream returned a different batch)."""
-
-
-class RunSpec(BaseModel):
-    """One run: an arm on a task from a seed's warm start."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    task: TaskName = Field(description="task name")
-    arm: str = Field(description="arm name (a key of ARMS)")
-    seed: int = Field(0, description="seeds the warm start, task draws, latencies, sampler and evaluation")
-    warm_start: str = Field(description="directory of the seed's warm-start model (HF format)")
-    steps: int = Field(60, ge=1, description="policy steps")
-    critic_warmup: int = Field(10, ge=0, description="critic-only iterations before the first policy step "
-                                                     "(critic arms)")
-    policy_lr: float = Field(gt=0, description="policy learning rate (calibrated once, same for every arm)")
-    critic_lr_factor: float = Field(5.0, gt=0, description="critic learning rate / policy learning rate "
-                                                           "(SAO.md: 5e-6 / 1e-6)")
-    batch_size: int = Field(32, ge=1, description="trajectories per iteration")
-    workers: int = Field(64, ge=1, description="simulated rollout workers")
-    turn_latency_sigma: float = Field(1.0, ge=0, description="lognormal sigma of the per-turn latency")
-    train_step_s: float = Field(1.0, ge=0, description="simulated seconds per trainer iteration "
-                                                       "(median turn latency = 1 s)")
-    bf16: bool = Field(True, description="engine weights and logits rounded to bfloat16")
-    logit_noise: float = Field(0.0, ge=0, description="sd of Gaussian logit noise at the engine (nats)")
-    eval_every: int = Field(10, ge=1, description="policy steps between evaluations")
-    eval_per_family: int = Field(32, ge=1, description="fixed evaluation episodes per difficulty family")
-    stages: list[tuple[int, str]] = Field(default_factory=list, description="pref-shift: (first policy step, "
-                                          "preferred style) per stage, the first at step 0")
-    measure_kl: bool = Field(False, description="also measure the exact per-step KL(pi_before || pi_after) "
-                                                "over the batch's action slots (nats/token; 2 extra forwards)")
-
-    @property
-    def run_id(self) -> str:
-        return f"{self.task}-{self.arm}-s{self.seed}"
-
-    def preferred_at(self, step: int) -> str | None:
-        """The preferred style for episodes started at policy version `step` (None: no stages)."""
-        if not self.stages:
-            return None
-        firsts = [s for s, _ in self.stages]
-        return self.stages[max(0, bisect.bisect_right(firsts, step) - 1)][1]
-
-
-@dataclass
-class RunResult:
-    """What one run produced (its store also holds the trajectories and the trainer's records).
-
-    Attributes:
-        spec: the run. store: its store URI. seconds: wall time (s).
-        history: one dict per trainer iteration (see :func:`run_one` for the keys).
-        evals: one dict per evaluation: ``step``, ``reward`` (mean over the fixed episodes),
-            ``by_family`` ({family: mean reward}), ``preferred`` (pref-shift stage style).
-        log_ratio_hist: ``{staleness level: counts over LOG_RATIO_EDGES bins (+ under/overflow)}``
-            of action tokens' ``log pi_theta - log pi_rollout`` at the policy update.
-        band: ``{staleness level: [tokens, below 1 - eps_low, above 1 + eps_high]}`` for the DIS band.
-        staleness_tokens: ``{staleness level: action tokens trained}`` (policy iterations).
-    """
-
-    spec: RunSpec
-    store: str
-    history: list[dict[str, float]]
-    evals: list[dict[str, Any]]
-    log_ratio_hist: dict[int, list[int]]
-    band: dict[int, list[int]]
-    staleness_tokens: dict[int, int]
-    seconds: float
-
-
-# -- evaluation --------------------------------------------------------------------------------
-
-
-def eval_instances(seed: int, per_family: int) -> list[tuple[str, int, int]]:
-    """The fixed evaluation instances of a seed: `per_family` of each family, the same for every arm."""
-    rng = random.Random(f"eval-{seed}")
-    out: list[tuple[str, int, int]] = []
-    for fam in FAMILIES:
-        while sum(1 for f, _, _ in out if f == fam) < per_family:
-            inst = draw_instance(rng)
-            if inst[0] == fam:
-                out.append(inst)
-    return out
-
-
-def evaluate(model: torch.nn.Module, task: TaskName, instances: list[tuple[str, int, int]], *, seed: int,
-             preferred: str | None) -> dict[str, Any]:
-    """Mean reward of the float32 policy (no mismatch, temperature 1) on `instances`, sampled with
-    a generator seeded by `seed`, overall and per family."""
-    codec = CharCodec()
-    rows = [new_row(make_episode(task, inst, preferred=preferred), codec, max_action_tokens(task)) for inst in instances]
-    play(LlamaEngine(model), rows, codec, generator=torch.Generator().manual_seed(seed))
-    by: dict[str, list[float]] = {}
-    for r in rows:
-        by.setdefault(r.episode.family, []).append(float(r.reward or 0.0))
-    allr = [x for v in by.values() for x in v]
-    return {"reward": sum(allr) / len(allr), "by_family": {f: sum(v) / len(v) for f, v in by.items()},
-            "preferred": preferred}
-
-
-# -- the trainer side --------------------------------------------------------------------------
-
-
-def no_correction_loss(loss_fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`loss_fn` with the behaviour log-probs replaced by the current policy's own (detached): every
-    ratio is exactly 1 and nothing is masked, i.e. the plain policy gradient ``-A grad log pi``
-    that a trainer recomputing "old" log-probs with its current weights computes (SAO.md, "Data
-    the method depends on")."""
-
-    def fn(logprobs, _rollout_logprobs, advantages, action_mask, *a, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
-        return loss_fn(logprobs, logprobs.detach(), advantages, action_mask, *a, **kw)
-
-    return fn
-
-
-def train_config(spec: RunSpec, store_uri: str) -> Any:
-    """The trainer's config for a run (no follow: the harness writes a batch, then reads it)."""
-    from trajstore.trainer.loop.config import (CRITIC_TRAINABLE_PATTERN, AlgoConfig, DataConfig, ModelConfig, OptimConfig,
-                                          RunConfig, TrainConfig)
-
-    arm = get_arm(spec.arm)
-    codec = CharCodec()
-    # a fixed warm-up of spec.critic_warmup iterations (SAO.md: 10 steps): the simulated timeline
-    # publishes nothing during exactly that many iterations, so the trainer must not end it early
-    algo = {"critic_warmup_steps": spec.critic_warmup, "critic_warmup_until": "budget", "eps_low": DIS_BAND[0],
-            "eps_high": DIS_BAND[1], **arm.algo}
-    return TrainConfig(
-        store=store_uri,
-        model=ModelConfig(name=spec.warm_start, tokenizer=codec.name, seed=spec.seed,
-                          critic_trainable_pattern=None if arm.full_critic else CRITIC_TRAINABLE_PATTERN),
-        data=DataConfig(batch_size=spec.batch_size, micro_batch_size=MICRO_BATCH, max_seq_len=256,
-                        max_batch_tokens=256 * spec.batch_size, follow=False),
-        optim=OptimConfig(policy_lr=spec.policy_lr, critic_lr=spec.policy_lr * spec.critic_lr_factor),
-        algo=AlgoConfig(**algo),
-        run=RunConfig(run_id=spec.run_id, max_steps=spec.steps, publish_every=0, checkpoint_every=10**6,
-                      device="cpu", progress=False),
-    )
-
-
-@dataclass
-class _Spy:
-    """Collects log-ratios by staleness at each policy-loss call (see the module docstring)."""
-
-    staleness: list[torch.Tensor] = field(default_factory=list)  # (1, L) per slot, per micro-batch in order
-    calls: int = 0
-    hist: dict[int, list[int]] = field(default_factory=dict)
-    band: dict[int, list[int]] = field(default_factory=dict)
-    tokens: dict[int, int] = field(default_factory=dict)
-
-    def wrap(self, loss_fn: Callable[..., Any]) -> Callable[..., Any]:
-        edges = torch.tensor(LOG_RATIO_EDGES)
-
-        def fn(logprobs, rollout_logprobs, advantages, action_mask, *a, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
-            st_all = self.staleness[self.calls] if self.calls < len(self.staleness) else None
-            self.calls += 1
-            if st_all is None or st_all.shape != action_mask.shape:
-                raise BenchError("the policy loss saw a packing other than the harness's")
-            m = action_mask.bool()
-            lr = (logprobs.detach() - rollout_logprobs)[m].double()
-            st = st_all[m].clamp(max=MAX_STALENESS_BIN)
-            b = torch.bucketize(lr, edges.double())  # 0 = below the first edge, len(edges) = above the last
-            r = lr.exp()
-            for s in st.unique().tolist():
-                sel = st == s
-                h = self.hist.setdefault(int(s), [0] * (len(LOG_RATIO_EDGES) + 1))
-                for k, c in zip(*torch.unique(b[sel], return_counts=True)):
-                    h[int(k)] += int(c)
-                bd = self.band.setdefault(int(s), [0, 0, 0])
-                bd[0] += int(sel.sum())
-                bd[1] += int((r[sel] <= 1 - DIS_BAND[0]).sum())
-                bd[2] += int((r[sel] >= 1 + DIS_BAND[1]).sum())
-                self.tokens[int(s)] = self.tokens.get(int(s), 0) + int(sel.sum())
-            return loss_fn(logprobs, rollout_logprobs, advantages, action_mask, *a, **kw)
-
-        return fn
-
-
-def _exact_kl(model: torch.nn.Module, packs: list[Any], before: torch.Tensor | None) -> tuple[torch.Tensor, float]:
-    """Log-softmax at the action slots of the packed micro-batches ``(N, V)``, and the mean
-    ``KL(before || now)`` over those slots (nats per token; NaN without `before`)."""
-    with torch.no_grad():
-        lp = torch.cat([torch.log_softmax(model(input_ids=mb.input_ids, position_ids=mb.position_ids).logits[0].float()
-                                          [mb.action_mask[0]], -1) for mb in packs])
-    if before is None:
-        return lp, math.nan
-    return lp, float((before.exp() * (before - lp)).sum(-1).mean())
-
-
-# -- one run -------------------------------------------------------------------------------------
 
 
 def _percentile(xs: list[int], q: float) -> float:
@@ -340,7 +78,7 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
         tr.advantage_fn = trainer_advantage_fn(arm.estimator, cfg.algo.gamma, cfg.algo.lambda_alpha)
     if arm.correction == "none":
         tr.policy_loss_fn = no_correction_loss(tr.policy_loss_fn)
-    spy = _Spy()
+    spy = LogRatioSpy()
     tr.policy_loss_fn = spy.wrap(tr.policy_loss_fn)
     warmup = cfg.algo.critic_warmup_steps if tr.critic is not None else 0
 
@@ -463,7 +201,7 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
                 spy.calls = 0
                 kl_before = None
                 if spec.measure_kl and it.publishes is not None:
-                    kl_before, _ = _exact_kl(tr.loaded.model, packs, None)
+                    kl_before, _ = exact_kl(tr.loaded.model, packs, None)
                 step_before = tr.state.step
                 metrics, consumed_rows = train_step(tr, batch)
                 if tr.recorder is not None:
@@ -490,7 +228,7 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
                     rs = [t.reward for t in trajs if family_of[t.trajectory_id] == fam]
                     row[f"reward_{fam}"] = sum(rs) / len(rs) if rs else math.nan
                 if kl_before is not None:
-                    row["kl_step"] = _exact_kl(tr.loaded.model, packs, kl_before)[1]
+                    row["kl_step"] = exact_kl(tr.loaded.model, packs, kl_before)[1]
                 history.append(row)
                 if on_iteration is not None:
                     on_iteration(row)
@@ -503,4 +241,3 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
     if evals[-1]["step"] != tr.state.step:
         do_eval(tr.state.step)
     return RunResult(spec, tr.store.uri, history, evals, spy.hist, spy.band, spy.tokens, time.monotonic() - t0)
-

@@ -1,0 +1,113 @@
+"""The presets of ``traj bench learning`` and what each runs (:class:`SuiteConfig`: the grid of
+arms x tasks x paired seeds as run specs), with the calibrated learning rate.
+
+Presets: ``default`` (the grid behind bench/LEARNING.md, <= 15 min on 2 cores), ``smoke`` (CI:
+one seed, the advantage-quality study at small size and one short SAO run, <= 1 min) and
+``calibrate`` (the one-off learning-rate calibration that fixed :data:`POLICY_LR`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trajstore.trainer.apps.learning_bench.arms import ARMS
+from trajstore.trainer.apps.learning_bench.oracle import QualityConfig
+from trajstore.trainer.apps.learning_bench.spec import RunSpec
+from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig
+
+Preset = Literal["default", "smoke", "calibrate"]
+
+POLICY_LR = 5e-4
+"""The RL learning rate of every arm (critic: 5x). Calibrated once with ``traj bench learning
+--preset calibrate`` (SAO, seed 0, 20 policy steps per candidate lr): the median per-step
+KL(pi_before || pi_after) was 6.2e-4 nats per action token at 3e-4 and 9.8e-4 at 5e-4
+(interpolated 5.04e-4 for 1e-3); the table is in bench/LEARNING.md."""
+CALIBRATION_LRS = (1e-4, 2e-4, 3e-4, 5e-4, 1e-3)
+CALIBRATION_TARGET_KL = 1e-3
+"""nats per action token, exact over the vocabulary at the batch's action slots."""
+SHIFT_STYLES = ("<", "=", ">")
+"""Preferred style of each stage of the pref-shift task."""
+
+
+def default_scratch() -> Path:
+    """``<system temp dir>/trajstore-bench-learning``: where the benchmark writes unless told."""
+    return Path(tempfile.gettempdir()) / "trajstore-bench-learning"
+
+
+class SuiteConfig(BaseModel):
+    """What ``traj bench learning`` runs (see the presets)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    preset: Preset = "default"
+    scratch: str = Field(default_factory=lambda: str(default_scratch()),
+                         description="directory for warm starts (cached per seed) and a fresh run directory")
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
+    chain_arms: list[str] = Field(default_factory=lambda: list(ARMS))
+    chain_steps: int = 25
+    shift_arms: list[str] = Field(default_factory=lambda: ["sao", "running-mean-8", "running-mean-128"])
+    shift_stage_steps: int = Field(12, description="policy steps per preference stage (3 stages)")
+    batch_size: int = 32
+    workers: int = Field(64, description="simulated rollout workers")
+    critic_warmup: int = 10
+    policy_lr: float = POLICY_LR
+    logit_noise: float = Field(0.2, description="sd of the engine's logit noise (nats), on top of bf16 rounding")
+    eval_every: int = Field(5, description="chain task: policy steps between evaluations")
+    shift_eval_every: int = Field(4, description="pref-shift task: policy steps between evaluations (divides the "
+                                                 "stage length, so every shift step is evaluated)")
+    eval_per_family: int = 32
+    kl_arms: list[str] = Field(default_factory=lambda: ["sao", "no-correction", "ppo-clip", "grpo-dis"],
+                               description="arms whose exact per-step KL is measured (2 extra forwards per step)")
+    quality: QualityConfig | None = Field(default_factory=lambda: QualityConfig(critic_iterations=(10, 30)))
+    warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig)
+    processes: int = Field(2, ge=1, description="worker processes (one torch thread each)")
+    calibrate_lrs: list[float] = Field(default_factory=list, description="calibrate preset: candidate policy lrs")
+
+    @classmethod
+    def preset_config(cls, name: Preset, **overrides: Any) -> SuiteConfig:
+        """The named preset with `overrides` applied (unknown preset: ValueError)."""
+        if name == "default":
+            base: dict[str, Any] = {}
+        elif name == "smoke":
+            base = dict(seeds=[0], chain_arms=["sao"], chain_steps=6, shift_arms=[], batch_size=16, workers=32,
+                        critic_warmup=3, eval_every=3, eval_per_family=8, processes=1,
+                        quality=QualityConfig(critic_iterations=(40,), prompts=6, mc_rollouts=16,
+                                              estimators=("sao", "running-mean-128")),
+                        warm_start=WarmStartConfig(steps=200))
+        elif name == "calibrate":
+            base = dict(seeds=[0], chain_arms=["sao"], chain_steps=20, shift_arms=[], quality=None,
+                        calibrate_lrs=list(CALIBRATION_LRS))
+        else:
+            raise ValueError(f"unknown preset {name!r}; expected default, smoke or calibrate")
+        return cls(preset=name, **{**base, **overrides})
+
+    def shifts(self) -> list[int]:
+        """Policy steps at which the pref-shift preference changes."""
+        return [self.shift_stage_steps * i for i in range(1, len(SHIFT_STYLES))]
+
+    def specs(self, warm: dict[int, str]) -> list[RunSpec]:
+        """Every RL run, in a stable order (`warm`: seed -> warm-start directory)."""
+        common = dict(batch_size=self.batch_size, workers=self.workers, critic_warmup=self.critic_warmup,
+                      logit_noise=self.logit_noise, eval_every=self.eval_every, eval_per_family=self.eval_per_family)
+        out = []
+        lrs = self.calibrate_lrs or [self.policy_lr]
+        for lr in lrs:
+            for arm in self.chain_arms:
+                for s in self.seeds:
+                    out.append(RunSpec(task="chain", arm=arm, seed=s, warm_start=warm[s], steps=self.chain_steps,
+                                       policy_lr=lr, measure_kl=arm in self.kl_arms, **common))
+        stages = [(i * self.shift_stage_steps, st) for i, st in enumerate(SHIFT_STYLES)]
+        if self.shift_arms and self.shift_stage_steps % self.shift_eval_every:
+            raise ValueError(f"shift_eval_every {self.shift_eval_every} must divide shift_stage_steps "
+                             f"{self.shift_stage_steps}")
+        common_shift = {**common, "eval_every": self.shift_eval_every}
+        for arm in self.shift_arms:
+            for s in self.seeds:
+                out.append(RunSpec(task="pref-shift", arm=arm, seed=s, warm_start=warm[s], policy_lr=self.policy_lr,
+                                   steps=self.shift_stage_steps * len(SHIFT_STYLES), stages=stages,
+                                   measure_kl=arm in self.kl_arms, **common_shift))
+        return out

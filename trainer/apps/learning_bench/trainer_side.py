@@ -1,0 +1,108 @@
+"""The trainer side of a benchmark run: the trainer's config for an arm, the "no correction"
+policy loss, and the spy that records each action token's log-ratio by staleness at the update."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from trajstore.trainer.apps.learning_bench.arms import DIS_BAND, BenchError, get_arm
+from trajstore.trainer.apps.learning_bench.codec import CharCodec
+from trajstore.trainer.apps.learning_bench.spec import RunSpec
+
+LOG_RATIO_EDGES = [round(-2.0 + 0.05 * i, 2) for i in range(81)]
+"""Bin edges (nats) of the log-ratio histograms, -2 .. 2; values outside go to the end bins."""
+MAX_STALENESS_BIN = 8
+"""Staleness levels >= this are pooled in the histograms ("8+")."""
+MICRO_BATCH = 8
+"""Trajectories per forward pass: packing fewer rows keeps the packed attention small (it is
+quadratic in the packed length); the update is the same (token-mean over the global count)."""
+
+
+def no_correction_loss(loss_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`loss_fn` with the behaviour log-probs replaced by the current policy's own (detached): every
+    ratio is exactly 1 and nothing is masked, i.e. the plain policy gradient ``-A grad log pi``
+    that a trainer recomputing "old" log-probs with its current weights computes (SAO.md, "Data
+    the method depends on")."""
+
+    def fn(logprobs, _rollout_logprobs, advantages, action_mask, *a, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+        return loss_fn(logprobs, logprobs.detach(), advantages, action_mask, *a, **kw)
+
+    return fn
+
+
+def train_config(spec: RunSpec, store_uri: str) -> Any:
+    """The trainer's config for a run (no follow: the harness writes a batch, then reads it)."""
+    from trajstore.trainer.loop.config import (CRITIC_TRAINABLE_PATTERN, AlgoConfig, DataConfig, ModelConfig, OptimConfig,
+                                          RunConfig, TrainConfig)
+
+    arm = get_arm(spec.arm)
+    codec = CharCodec()
+    # a fixed warm-up of spec.critic_warmup iterations (SAO.md: 10 steps): the simulated timeline
+    # publishes nothing during exactly that many iterations, so the trainer must not end it early
+    algo = {"critic_warmup_steps": spec.critic_warmup, "critic_warmup_until": "budget", "eps_low": DIS_BAND[0],
+            "eps_high": DIS_BAND[1], **arm.algo}
+    return TrainConfig(
+        store=store_uri,
+        model=ModelConfig(name=spec.warm_start, tokenizer=codec.name, seed=spec.seed,
+                          critic_trainable_pattern=None if arm.full_critic else CRITIC_TRAINABLE_PATTERN),
+        data=DataConfig(batch_size=spec.batch_size, micro_batch_size=MICRO_BATCH, max_seq_len=256,
+                        max_batch_tokens=256 * spec.batch_size, follow=False),
+        optim=OptimConfig(policy_lr=spec.policy_lr, critic_lr=spec.policy_lr * spec.critic_lr_factor),
+        algo=AlgoConfig(**algo),
+        run=RunConfig(run_id=spec.run_id, max_steps=spec.steps, publish_every=0, checkpoint_every=10**6,
+                      device="cpu", progress=False),
+    )
+
+
+@dataclass
+class LogRatioSpy:
+    """Collects log-ratios by staleness at each policy-loss call (see the module docstring)."""
+
+    staleness: list[torch.Tensor] = field(default_factory=list)  # (1, L) per slot, per micro-batch in order
+    calls: int = 0
+    hist: dict[int, list[int]] = field(default_factory=dict)
+    band: dict[int, list[int]] = field(default_factory=dict)
+    tokens: dict[int, int] = field(default_factory=dict)
+
+    def wrap(self, loss_fn: Callable[..., Any]) -> Callable[..., Any]:
+        edges = torch.tensor(LOG_RATIO_EDGES)
+
+        def fn(logprobs, rollout_logprobs, advantages, action_mask, *a, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+            st_all = self.staleness[self.calls] if self.calls < len(self.staleness) else None
+            self.calls += 1
+            if st_all is None or st_all.shape != action_mask.shape:
+                raise BenchError("the policy loss saw a packing other than the harness's")
+            m = action_mask.bool()
+            lr = (logprobs.detach() - rollout_logprobs)[m].double()
+            st = st_all[m].clamp(max=MAX_STALENESS_BIN)
+            b = torch.bucketize(lr, edges.double())  # 0 = below the first edge, len(edges) = above the last
+            r = lr.exp()
+            for s in st.unique().tolist():
+                sel = st == s
+                h = self.hist.setdefault(int(s), [0] * (len(LOG_RATIO_EDGES) + 1))
+                for k, c in zip(*torch.unique(b[sel], return_counts=True)):
+                    h[int(k)] += int(c)
+                bd = self.band.setdefault(int(s), [0, 0, 0])
+                bd[0] += int(sel.sum())
+                bd[1] += int((r[sel] <= 1 - DIS_BAND[0]).sum())
+                bd[2] += int((r[sel] >= 1 + DIS_BAND[1]).sum())
+                self.tokens[int(s)] = self.tokens.get(int(s), 0) + int(sel.sum())
+            return loss_fn(logprobs, rollout_logprobs, advantages, action_mask, *a, **kw)
+
+        return fn
+
+
+def exact_kl(model: torch.nn.Module, packs: list[Any], before: torch.Tensor | None) -> tuple[torch.Tensor, float]:
+    """Log-softmax at the action slots of the packed micro-batches ``(N, V)``, and the mean
+    ``KL(before || now)`` over those slots (nats per token; NaN without `before`)."""
+    with torch.no_grad():
+        lp = torch.cat([torch.log_softmax(model(input_ids=mb.input_ids, position_ids=mb.position_ids).logits[0].float()
+                                          [mb.action_mask[0]], -1) for mb in packs])
+    if before is None:
+        return lp, math.nan
+    return lp, float((before.exp() * (before - lp)).sum(-1).mean())
