@@ -7,8 +7,8 @@ import os
 
 import typer
 
+from trajstore.cli.display import OutputFormat
 from trajstore.cli.main import FormatOption, app, friendly_errors, invalid_options
-from trajstore.display import OutputFormat
 from trajstore.trainer.apps.demo import DEFAULT_STORE, DemoConfig
 
 
@@ -62,7 +62,8 @@ def demo_cmd(
     if fmt is OutputFormat.json:
         typer.echo(json.dumps(result_to_dict(result), indent=2))
     elif fmt is OutputFormat.csv:  # the result's tables, one CSV section each
-        from trajstore.display import TableData, render_tables
+        from trajstore.cli.display import render_tables
+        from trajstore.tables import TableData
 
         doc = result_to_dict(result)
         render_tables([TableData(k, list(v[0]), [tuple(r.values()) for r in v]) for k, v in doc.items()

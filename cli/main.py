@@ -13,12 +13,12 @@ registered command, so new commands inherit them by using what is defined here):
 - **Output**: ``--format table|json|csv`` selects the OUTPUT format on every command
   (:data:`FormatOption`; ``table`` for people, the default; ``json``/``csv`` for programs).
   Input formats have their own option names (``traj ingest --input-format``).
-- **Rendering** goes through :mod:`trajstore.display`: :func:`~trajstore.display.render_tables`
+- **Rendering** goes through :mod:`trajstore.cli.display`: :func:`~trajstore.cli.display.render_tables`
   for tables (key columns first and in every part of a wide table, constant columns in the
   title, empty tables as one line, layout from the terminal width),
-  :func:`~trajstore.display.render_record` for one summary object, and
-  :func:`~trajstore.display.print_command` for a command the user should copy (own line,
-  unstyled, never wrapped). Numbers use the display module's formats (shares ``0.250``).
+  :func:`~trajstore.cli.display.render_record` for one summary object, and
+  :func:`~trajstore.cli.display.print_command` for a command the user should copy (own line,
+  unstyled, never wrapped). Numbers use :mod:`trajstore.cli.cells`' formats (shares ``0.250``).
 - **Stores** are the first argument (:data:`StoreArgument`), remote ones take
   ``--storage-option key=value`` (:data:`StorageOptions`, :func:`parse_storage_options`);
   read-only commands open them with :func:`open_existing_store`.
@@ -59,7 +59,7 @@ from typer.core import TyperCommand, TyperGroup
 
 import trajstore
 import trajstore.cli
-from trajstore.display import OutputFormat
+from trajstore.cli.display import OutputFormat
 from trajstore.errors import TrajstoreError, TrajstoreWarning, one_line, os_error_line
 
 
@@ -426,8 +426,9 @@ def schema_cmd(fmt: FormatOption = OutputFormat.table) -> None:
     JSON description that schemas/ holds)."""
     import json
 
-    from trajstore.display import TableData, render_tables
+    from trajstore.cli.display import render_tables
     from trajstore.schema import schema_json
+    from trajstore.tables import TableData
 
     text = schema_json()
     if fmt is OutputFormat.json:
@@ -454,7 +455,7 @@ def schema_cmd(fmt: FormatOption = OutputFormat.table) -> None:
 def info_cmd(store: StoreArgument, fmt: FormatOption = OutputFormat.table,
              storage_option: StorageOptions = []) -> None:  # noqa: B006 - typer reads the default
     """Shards, trajectories, tokens and duplicates in a store (unreadable shards named once on stderr)."""
-    from trajstore.display import render_record
+    from trajstore.cli.display import render_record
     from trajstore.reader import summarize_store
 
     s = summarize_store(open_existing_store(store, parse_storage_options(storage_option, store)))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import typer
 
+from trajstore.cli.display import OutputFormat
 from trajstore.cli.main import FormatOption, StorageOptions, StoreArgument, app, friendly_errors, invalid_options
-from trajstore.display import OutputFormat
 from trajstore.trainer.loop.config import CRITIC_TRAINABLE_PATTERN
 
 
@@ -83,7 +83,7 @@ def train_cmd(
     """Train a policy with SAO on the trajectories of STORE, as they arrive."""
     from pydantic import ValidationError
 
-    from trajstore.display import print_command, render_record
+    from trajstore.cli.display import print_command, render_record
     from trajstore.extras import INSTALL_TRAIN_EXTRA, require
 
     try:
@@ -116,7 +116,7 @@ def train_cmd(
         return
     from rich.console import Console
 
-    from trajstore.display import plural
+    from trajstore.wording import plural
 
     console = Console()
     console.print(f"run {run_id}: {plural(summary.iterations, 'iteration')}, {plural(summary.steps, 'policy step')}, "
@@ -189,8 +189,9 @@ def runs_cmd(
     import dataclasses
 
     from trajstore.cli.audit import parse_storage_options
+    from trajstore.cli.display import render_record, render_tables
     from trajstore.cli.main import open_existing_store
-    from trajstore.display import TableData, render_record, render_tables
+    from trajstore.tables import TableData
     from trajstore.trainer.loop.runs import list_runs
 
     report = list_runs(open_existing_store(store, parse_storage_options(storage_option, store)))

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trajstore.errors import TrajstoreError
-from trajstore.display import plural
+from trajstore.wording import plural
 from trajstore.hub import SMOLLM2_ALIAS
 from trajstore.proxy.config import GRACEFUL_SHUTDOWN_S
 
@@ -605,9 +605,10 @@ def reward_by_version_sql(run_id: str) -> str:
 
 
 def print_summary(result: DemoResult, console: Console) -> None:
-    """Render the audits and where to look next (tables through :mod:`trajstore.display`, as
+    """Render the audits and where to look next (tables through :mod:`trajstore.cli.display`, as
     every command prints them)."""
-    from trajstore.display import TableData, print_command, render_tables
+    from trajstore.cli.display import print_command, render_tables  # leaves with this block (to cli/demo.py)
+    from trajstore.tables import TableData
 
     from trajstore.audit.reports import STALENESS_HISTOGRAM_NOTE
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trajstore.display import plural
+from trajstore.wording import plural
 from trajstore.trainer.apps.envs import FAMILIES
 from trajstore.trainer.apps.learning_bench.harness import ARMS, DIS_BAND, LOG_RATIO_EDGES, BenchError, RunSpec, run_one
 from trajstore.trainer.apps.learning_bench.oracle import QualityConfig
