@@ -116,10 +116,10 @@ def _refuse_conflicting_repeats(command: Any, ctx: Any, args: Sequence[str]) -> 
         if p is not None:
             if eq:
                 given = args[i]
-            else:
-                value = args[i + 1] if i + 1 < len(args) else ""
+            else:  # `--betas 0.9 0.95` takes two values
+                value = " ".join(args[i + 1:i + 1 + max(p.nargs, 1)])
                 given = f"{name} {value}"
-                i += 1
+                i += max(p.nargs, 1)
             if p.name in seen and seen[p.name][1] != value:
                 raise _click_exceptions().UsageError(
                     f"option {max(p.opts, key=len)} given twice with different values ({seen[p.name][0]}, {given}): "
