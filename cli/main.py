@@ -19,6 +19,9 @@ registered command, so new commands inherit them by using what is defined here):
   :func:`~trajstore.cli.display.render_record` for one summary object, and
   :func:`~trajstore.cli.display.print_command` for a command the user should copy (own line,
   unstyled, never wrapped). Numbers use :mod:`trajstore.cli.cells`' formats (shares ``0.250``).
+- **Typed configs are the options**: a command whose library call takes a pydantic config
+  declares no option of its own for it; :mod:`trajstore.cli.config_options` generates one flag
+  per field (help, default and choices from the model), as ``traj train`` does.
 - **Stores** are the first argument (:data:`StoreArgument`), remote ones take
   ``--storage-option key=value`` (:data:`StorageOptions`, :func:`parse_storage_options`);
   read-only commands open them with :func:`open_existing_store`.
