@@ -1,5 +1,5 @@
 """``traj stats`` and ``traj sql``: audits of a store through DuckDB (see :mod:`trajstore.audit`).
-Parse options, call the library, render tables, JSON or CSV (:mod:`trajstore.display`)."""
+Parse options, call the library, render tables, JSON or CSV (:mod:`trajstore.cli.display`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from trajstore.cli.cells import jsonable
+from trajstore.cli.display import OutputFormat, render_tables
 from trajstore.cli.main import (
     FormatOption,
     InvalidOptionError,
@@ -21,7 +23,7 @@ from trajstore.cli.main import (
     open_existing_store,
     parse_storage_options,
 )
-from trajstore.display import OutputFormat, TableData, jsonable, render_tables
+from trajstore.tables import TableData
 
 
 def _fetch(rel: Any) -> tuple[list[str], list[tuple[Any, ...]]]:

@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
+from trajstore.cli.display import OutputFormat
 from trajstore.cli.main import FormatOption, InvalidOptionError, TrajTyper, app, friendly_errors
-from trajstore.display import OutputFormat
 
 bench_app = TrajTyper(help="Benchmarks that exercise the whole pipeline.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
@@ -41,7 +41,8 @@ def learning_cmd(
     their advantages against an oracle, and report the paper's claims with paired-seed intervals."""
     from rich.console import Console
 
-    from trajstore.display import TableData, print_command, render_record, render_tables
+    from trajstore.cli.display import print_command, render_record, render_tables
+    from trajstore.tables import TableData
     from trajstore.trainer.apps.learning_bench.arms import BenchError, get_arm
     from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
     from trajstore.trainer.apps.learning_bench.suite import reanalyse as redo, run_suite

@@ -4,6 +4,7 @@ from trajstore.cli import audit  # noqa: F401
 from trajstore.cli import ingest  # noqa: F401
 from trajstore.cli import demo  # noqa: F401
 from trajstore.cli import train  # noqa: F401
+from trajstore.cli import runs  # noqa: F401
 from trajstore.cli import bench  # noqa: F401
 from trajstore.cli import serve  # noqa: F401
 from trajstore.cli import proxy  # noqa: F401

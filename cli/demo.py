@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from trajstore.cli.display import OutputFormat
 from trajstore.cli.main import FormatOption, app, friendly_errors, invalid_options
-from trajstore.display import OutputFormat
 from trajstore.trainer.apps.demo import DEFAULT_STORE, DemoConfig
 
 if TYPE_CHECKING:
@@ -69,7 +69,8 @@ def demo_cmd(
     if fmt is OutputFormat.json:
         typer.echo(json.dumps(result_to_dict(result), indent=2))
     elif fmt is OutputFormat.csv:  # the result's tables, one CSV section each
-        from trajstore.display import TableData, render_tables
+        from trajstore.cli.display import render_tables
+        from trajstore.tables import TableData
 
         doc = result_to_dict(result)
         render_tables([TableData(k, list(v[0]), [tuple(r.values()) for r in v]) for k, v in doc.items()
@@ -81,9 +82,10 @@ def demo_cmd(
 
 
 def print_summary(result: DemoResult, console: Console) -> None:
-    """Render the audits and where to look next (tables through :mod:`trajstore.display`, as
+    """Render the audits and where to look next (tables through :mod:`trajstore.cli.display`, as
     every command prints them)."""
-    from trajstore.display import TableData, print_command, render_tables
+    from trajstore.cli.display import print_command, render_tables
+    from trajstore.tables import TableData
 
     from trajstore.audit.staleness import STALENESS_HISTOGRAM_NOTE
 

@@ -183,7 +183,7 @@ def ingest_cmd(
         w.writerow(["metric", "value"])
         w.writerows(_summary_rows(report))
     else:  # the shared renderer, as every command's tables
-        from trajstore.display import render_record
+        from trajstore.cli.display import render_record
 
         render_record("traj ingest", dict(_summary_rows(report)), "table")
     if fmt != "json":

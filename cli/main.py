@@ -13,12 +13,15 @@ registered command, so new commands inherit them by using what is defined here):
 - **Output**: ``--format table|json|csv`` selects the OUTPUT format on every command
   (:data:`FormatOption`; ``table`` for people, the default; ``json``/``csv`` for programs).
   Input formats have their own option names (``traj ingest --input-format``).
-- **Rendering** goes through :mod:`trajstore.display`: :func:`~trajstore.display.render_tables`
+- **Rendering** goes through :mod:`trajstore.cli.display`: :func:`~trajstore.cli.display.render_tables`
   for tables (key columns first and in every part of a wide table, constant columns in the
   title, empty tables as one line, layout from the terminal width),
-  :func:`~trajstore.display.render_record` for one summary object, and
-  :func:`~trajstore.display.print_command` for a command the user should copy (own line,
-  unstyled, never wrapped). Numbers use the display module's formats (shares ``0.250``).
+  :func:`~trajstore.cli.display.render_record` for one summary object, and
+  :func:`~trajstore.cli.display.print_command` for a command the user should copy (own line,
+  unstyled, never wrapped). Numbers use :mod:`trajstore.cli.cells`' formats (shares ``0.250``).
+- **Typed configs are the options**: a command whose library call takes a pydantic config
+  declares no option of its own for it; :mod:`trajstore.cli.config_options` generates one flag
+  per field (help, default and choices from the model), as ``traj train`` does.
 - **Stores** are the first argument (:data:`StoreArgument`), remote ones take
   ``--storage-option key=value`` (:data:`StorageOptions`, :func:`parse_storage_options`);
   read-only commands open them with :func:`open_existing_store`.
@@ -59,7 +62,7 @@ from typer.core import TyperCommand, TyperGroup
 
 import trajstore
 import trajstore.cli
-from trajstore.display import OutputFormat
+from trajstore.cli.display import OutputFormat
 from trajstore.errors import TrajstoreError, TrajstoreWarning, one_line, os_error_line
 
 
@@ -116,10 +119,10 @@ def _refuse_conflicting_repeats(command: Any, ctx: Any, args: Sequence[str]) -> 
         if p is not None:
             if eq:
                 given = args[i]
-            else:
-                value = args[i + 1] if i + 1 < len(args) else ""
+            else:  # `--betas 0.9 0.95` takes two values
+                value = " ".join(args[i + 1:i + 1 + max(p.nargs, 1)])
                 given = f"{name} {value}"
-                i += 1
+                i += max(p.nargs, 1)
             if p.name in seen and seen[p.name][1] != value:
                 raise _click_exceptions().UsageError(
                     f"option {max(p.opts, key=len)} given twice with different values ({seen[p.name][0]}, {given}): "
@@ -426,8 +429,9 @@ def schema_cmd(fmt: FormatOption = OutputFormat.table) -> None:
     JSON description that schemas/ holds)."""
     import json
 
-    from trajstore.display import TableData, render_tables
+    from trajstore.cli.display import render_tables
     from trajstore.schema import schema_json
+    from trajstore.tables import TableData
 
     text = schema_json()
     if fmt is OutputFormat.json:
@@ -454,7 +458,7 @@ def schema_cmd(fmt: FormatOption = OutputFormat.table) -> None:
 def info_cmd(store: StoreArgument, fmt: FormatOption = OutputFormat.table,
              storage_option: StorageOptions = []) -> None:  # noqa: B006 - typer reads the default
     """Shards, trajectories, tokens and duplicates in a store (unreadable shards named once on stderr)."""
-    from trajstore.display import render_record
+    from trajstore.cli.display import render_record
     from trajstore.reader import summarize_store
 
     s = summarize_store(open_existing_store(store, parse_storage_options(storage_option, store)))

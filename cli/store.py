@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import typer
 
+from trajstore.cli.display import OutputFormat
 from trajstore.cli.main import FormatOption, StorageOptions, StoreArgument, app, friendly_errors
-from trajstore.display import OutputFormat
 
 
 @app.command("migrate")
@@ -24,7 +24,7 @@ def migrate_cmd(
     from rich.progress import Progress
 
     from trajstore.cli.main import open_existing_store, parse_storage_options
-    from trajstore.display import render_record
+    from trajstore.cli.display import render_record
     from trajstore.migrate import migrate_store
 
     s = open_existing_store(store, parse_storage_options(storage_option, store))

@@ -14,6 +14,7 @@ import typer.main
 from typer.testing import CliRunner
 
 import trajstore as ts
+from trajstore.cli.display import OutputFormat
 from trajstore.cli.main import app
 
 runner = CliRunner()
@@ -94,7 +95,7 @@ def test_format_means_output_format_everywhere(path):
         assert not fmt, f"traj {' '.join(path)} serves until stopped: what would --format format?"
         return
     assert fmt, f"traj {' '.join(path)} prints a result but has no --format table|json|csv"
-    assert fmt[0].default in ("table", ts.display.OutputFormat.table)
+    assert fmt[0].default in ("table", OutputFormat.table)
     # an input format (or anything else) is refused as a usage error that lists the output formats
     res = runner.invoke(app, [*path, *_required(cmd), "--format", "swe-agent"], env=WIDTH)
     assert res.exit_code == 2, res.output
@@ -231,12 +232,13 @@ def test_store_options_read_store_and_storage_options_read_key_value(path):
 
 def test_commands_render_tables_through_the_shared_renderer():
     # a rich Table built in a command would skip the layout rules (keys in every part, constants
-    # in the title, empty tables as one line); trajstore.display is the one place tables are made
+    # in the title, empty tables as one line); trajstore.cli.display is the one place tables are made
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    offenders = [str(f.relative_to(root)) for d in ("cli", "trainer", "trajstore/audit")
-                 for f in sorted((root / d).rglob("*.py")) if "rich.table" in f.read_text()]
+    renderer = root / "cli" / "table_layout.py"  # where trajstore.cli.display's tables are drawn
+    offenders = [str(f.relative_to(root)) for d in ("cli", "trainer", "trajstore")
+                 for f in sorted((root / d).rglob("*.py")) if f != renderer and "rich.table" in f.read_text()]
     assert offenders == []
 
 

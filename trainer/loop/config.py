@@ -53,7 +53,7 @@ class ModelConfig(_Section):
     critic_trainable_pattern: str | None = Field(
         CRITIC_TRAINABLE_PATTERN, description="regex over critic parameter names; only matches train (default: "
         "MLP / MoE expert projections + value head; embeddings, norms, attention and router frozen, SAO.md "
-        "mechanism 3); None = full-parameter critic (ablation)")
+        "mechanism 3); None or '' = full-parameter critic (ablation)")
     seed: int = Field(0, description="seed for tiny-model initialisation, the value head and torch RNG")
 
     @model_validator(mode="before")
@@ -89,18 +89,19 @@ class DataConfig(_Section):
                                                        "the rest is gradient accumulation")
     micro_batch_tokens: int | None = Field(None, ge=1, description="most tokens packed into one forward/backward "
                                            "pass (tokens; a longer trajectory goes alone, never split); None = "
-                                           "auto (trainer.memory.plan_memory): max_seq_len on CPU, where the memory "
-                                           "is planned; micro_batch_size x max_seq_len on CUDA")
+                                           "auto (trainer.memory.plan_memory, printed at the start): `max_seq_len` "
+                                           "on CPU, where the memory is planned; `micro_batch_size` x "
+                                           "`max_seq_len` on CUDA")
     max_seq_len: int = Field(8192, ge=2, description="longest trajectory trained (tokens); longer ones follow "
                                                      "`overlong`")
-    overlong: Literal["skip", "error"] = Field("skip", description="trajectories longer than max_seq_len: skip "
+    overlong: Literal["skip", "error"] = Field("skip", description="trajectories longer than `max_seq_len`: skip "
                                                "them (counted in data/skipped_overlong) or stop with an error. "
                                                "Never truncated: that would drop the reward token")
     where: str | None = Field(None, description="SQL predicate (DuckDB) over the scalar columns; rows that fail "
                                                 "it are skipped")
     follow: bool = Field(False, description="keep polling for new shards when the store is exhausted")
-    poll_interval_s: float = Field(2.0, gt=0, description="seconds between listings with follow")
-    idle_timeout_s: float | None = Field(None, gt=0, description="with follow: stop after this many seconds "
+    poll_interval_s: float = Field(2.0, gt=0, description="seconds between listings with `follow`")
+    idle_timeout_s: float | None = Field(None, gt=0, description="with `follow`: stop after this many seconds "
                                                                  "without new data (None = wait forever)")
     behaviour_logprobs: BehaviourLogprobs = Field("engine", description="source of behaviour log-probs; "
                                                   "'initial-policy' is the explicit opt-in for text-only data")
@@ -145,7 +146,7 @@ class AlgoConfig(_Section):
     critic_warmup_until: Literal["explained-variance", "budget"] = Field(
         "explained-variance", description="when the warm-up ends: 'explained-variance' = after the first batch on "
         "which the critic's explained variance (values before that batch's update, i.e. on unseen data) is above "
-        "0, or when the budget runs out; 'budget' = always after critic_warmup_steps batches")
+        "0, or when the budget runs out; 'budget' = always after `critic_warmup_steps` batches")
     value_clip: float | None = Field(None, gt=0, description="clip of the new value around the step's old value "
                                                        "(reward units); None = plain squared error")
     running_mean_window: int = Field(128, ge=1, description="running-mean baseline: trajectories in the "
@@ -183,7 +184,7 @@ class RunConfig(_Section):
                                              "the ranks (when policy + critic do not fit one device)")
     activation_checkpointing: bool | None = Field(None, description="recompute each decoder layer's activations in "
                                                   "the backward pass (less memory, ~1 more forward pass); None = auto: "
-                                                  "when a trajectory of max_seq_len tokens would not fit the memory "
+                                                  "when a trajectory of `max_seq_len` tokens would not fit the memory "
                                                   "available without it, for the micro-batches that would raise the "
                                                   "peak (trainer.memory)")
     publish_dtype: Literal["auto", "bfloat16", "float32"] = Field(
@@ -191,7 +192,8 @@ class RunConfig(_Section):
                             "else float32")
     tensorboard: bool = Field(False, description="also write TensorBoard events to runs/<run_id>/tensorboard "
                                                  "(local stores only)")
-    progress: bool = Field(True, description="rich progress bar on the terminal")
+    progress: bool = Field(True, description="rich progress bar on stderr (traj train draws it only with "
+                                             "--format table: json and csv are for programs)")
 
     @field_validator("keep_versions")
     @classmethod

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trajstore.display import plural
+from trajstore.wording import plural
 from trajstore.errors import StoreError, TrajstoreError, TrajstoreWarning
 from trajstore.store import RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, Store, open_store
 from trajstore.trainer.loop import distributed as D

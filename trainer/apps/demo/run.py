@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trajstore.display import plural
+from trajstore.wording import plural
 from trajstore.trainer.apps.demo.agent import play_episode
 from trajstore.trainer.apps.demo.audits import read_audits
 from trajstore.trainer.apps.demo.children import (

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from trajstore.display import plural
+from trajstore.wording import plural
 
 
 PRODUCERS_DONE_GRACE_S = 10.0

@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from trajstore.display import plural
+from trajstore.wording import plural
 from trajstore.trainer.apps.learning_bench.presets import CALIBRATION_TARGET_KL, SuiteConfig
 
 

@@ -1,5 +1,5 @@
-"""trajstore.display: number formats and the width-aware table layout, on hand-made tables
-(expected strings written by hand)."""
+"""How traj prints results (trajstore.cli.display, .cells, .table_layout): number formats and the
+width-aware table layout, on hand-made tables (expected strings written by hand)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,11 @@ import json
 
 from rich.console import Console
 
-from trajstore.display import (
-    OutputFormat,
-    TableData,
-    column_formatter,
-    infer_keys,
-    plural,
-    print_command,
-    render_record,
-    render_tables,
-)
+from trajstore.cli.cells import column_formatter
+from trajstore.cli.display import OutputFormat, print_command, render_record, render_tables
+from trajstore.cli.table_layout import infer_keys
+from trajstore.tables import TableData
+from trajstore.wording import plural
 
 
 def _render(tables: list[TableData], width: int) -> str:
