@@ -25,7 +25,8 @@ import json
 import os
 from typing import Any
 
-from trajstore.ingest.core import (
+from trajstore.ingest.chat import arguments_text, text_of
+from trajstore.ingest.records import (
     Conversation,
     EngineRollout,
     EngineSegment,
@@ -34,13 +35,9 @@ from trajstore.ingest.core import (
     RecordError,
     Reward,
     ToolCall,
-    arguments_text,
-    float_reward,
-    json_type,
-    order_by_id,
-    parse_time,
-    text_of,
 )
+from trajstore.ingest.rewards import float_reward
+from trajstore.ingest.values import json_type, order_by_id, parse_time
 
 SOURCE = "atif"
 REWARD_FILE = os.path.join("verifier", "reward.txt")

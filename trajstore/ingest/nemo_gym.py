@@ -24,7 +24,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajstore.ingest.core import (
+from trajstore.ingest.chat import arguments_text, text_of, tool_definitions
+from trajstore.ingest.records import (
     Context,
     Conversation,
     EngineRollout,
@@ -33,13 +34,9 @@ from trajstore.ingest.core import (
     Origin,
     RecordError,
     ToolCall,
-    arguments_text,
-    float_reward,
-    json_type,
-    parse_time,
-    text_of,
-    tool_definitions,
 )
+from trajstore.ingest.rewards import float_reward
+from trajstore.ingest.values import json_type, parse_time
 
 HARNESS_CALL_COUNTS = ("turns_used",)
 """Row fields in which a NeMo Gym agent records its own number of model calls."""
