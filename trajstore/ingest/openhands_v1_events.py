@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from trajstore.adapters import token_ids_from
+from trajstore.errors import AdapterError
 from trajstore.ingest.chat import (
     arguments_text,
     join_blocks,
@@ -17,6 +19,7 @@ from trajstore.ingest.chat import (
     tool_definitions,
     tools_without_parameters,
 )
+from trajstore.ingest.engine_chain import EngineChain
 from trajstore.ingest.openhands_v0 import terminal_text
 from trajstore.ingest.records import (
     Context,
@@ -263,30 +266,30 @@ def v1_events_to_messages(events: list[Any]) -> V1Events:
 
 
 def _ids_ok(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**31 for x in v)
+    """A list of token ids as the adapters accept them (integers in [0, 2**31): see
+    :func:`trajstore.adapters.token_ids_from`)."""
+    if not isinstance(v, list):
+        return False
+    try:
+        token_ids_from(v, "TokenEvent ids")
+    except AdapterError:
+        return False
+    return True
 
 
 def _engine_rollout(conv: Conversation, ev: V1Events) -> EngineRollout:
     """The conversation's engine token ids, from one TokenEvent per model call: the first
     prompt, each response as an action, and the tokens each later prompt adds after the previous
     prompt + response as an observation (a prompt that does not extend them starts a new part)."""
-    segs: list[EngineSegment] = []
-    seen: list[int] = []
-    calls = [m for m in conv.messages if m.role == "assistant"]
-    for n, m in enumerate(calls):
+    chain = EngineChain(prompt_role="system")
+    for m in (m for m in conv.messages if m.role == "assistant"):
         p, r = ev.token_ids[id(m)]
-        if n and p[:len(seen)] == seen:
-            if len(p) > len(seen):
-                cause = next((t.id for t in calls[n - 1].tool_calls if t.id), calls[n - 1].call_id)
-                segs.append(EngineSegment("observation", p[len(seen):], role="tool", cause_id=cause))
-        else:
-            segs.append(EngineSegment("prompt", p, role="system"))
-        segs.append(EngineSegment("action", r, None, role="assistant", call_id=m.call_id,
-                                  tool_call_ids=[t.id for t in m.tool_calls if t.id] or None))
-        seen = p + r
-    return EngineRollout(source=conv.source, key=conv.key, origin=conv.origin, segments=segs, reward=conv.reward,
-                         status=conv.status, model=conv.model, prompt_id=conv.prompt_id, created_at=conv.created_at,
-                         metadata=dict(conv.metadata))  # the ids are what the model saw: no text gaps
+        chain.add(p, EngineSegment("action", r, None, role="assistant", call_id=m.call_id,
+                                   tool_call_ids=[t.id for t in m.tool_calls if t.id] or None))
+    # the ids are what the model saw: no text gaps
+    return EngineRollout(source=conv.source, key=conv.key, origin=conv.origin, segments=chain.segments,
+                         reward=conv.reward, status=conv.status, model=conv.model, prompt_id=conv.prompt_id,
+                         created_at=conv.created_at, metadata=dict(conv.metadata))
 
 
 def events_conversation(events: Any, origin: Origin, *, source: str,
