@@ -15,6 +15,8 @@ from trajstore.ingest.stored_fields import (
     check_call_count,
     content_hash,
     created_at,
+    episode,
+    part_id,
     reward_raw,
     status_part,
     trajectory_id,
@@ -129,7 +131,7 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
                           "reasoning": "template" if features.reasoning else "flattened-think",
                           "tools": None if not conv.tools else "template" if features.tools else "system-text"}
         if len(parts) > 1:
-            meta["episode"] = {"id": base_id, "part": n + 1, "parts": len(parts), "change": part.change}
+            meta["episode"] = episode(base_id, n + 1, len(parts), part.change)
         if gaps:
             meta["fidelity_gaps"] = gaps
         if truncated:
@@ -140,7 +142,7 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
             meta["reward_error"] = conv.reward.error
         n_tok = len(part.token_ids)
         traj = Trajectory(
-            trajectory_id=base_id if len(parts) == 1 else f"{base_id}:part{n + 1}", prompt_id=conv.prompt_id,
+            trajectory_id=part_id(base_id, n + 1, len(parts)), prompt_id=conv.prompt_id,
             group_id=None, source=conv.source, model=conv.model, tokenizer=tokenizer_name, created_at=created_at(conv),
             status=conv.status, reward=conv.reward.value,
             reward_raw=reward_raw(conv), token_source="retokenized", logprob_source="none", tokens=part.token_ids,

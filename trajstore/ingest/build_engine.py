@@ -17,6 +17,8 @@ from trajstore.ingest.stored_fields import (
     check_call_count,
     content_hash,
     created_at,
+    episode,
+    part_id,
     reward_raw,
     status_part,
     trajectory_id,
@@ -96,11 +98,11 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
         meta = dict(meta0)
         meta["ingest"] = {"format": input_format, "path": r.origin.path, "line": r.origin.line}
         if len(parts) > 1:
-            meta["episode"] = {"id": base_id, "part": n + 1, "parts": len(parts), "change": "engine-prompt"}
+            meta["episode"] = episode(base_id, n + 1, len(parts), "engine-prompt")
         if gaps:
             meta["fidelity_gaps"] = gaps
         traj = Trajectory(
-            trajectory_id=base_id if len(parts) == 1 else f"{base_id}:part{n + 1}", prompt_id=r.prompt_id,
+            trajectory_id=part_id(base_id, n + 1, len(parts)), prompt_id=r.prompt_id,
             source=r.source, model=r.model, tokenizer=tokenizer, created_at=created_at(r), status=r.status,
             reward=r.reward.value, reward_raw=reward_raw(r), token_source="engine",
             logprob_source="engine" if with_lp else "none", tokens=tokens, logprobs=lps, spans=spans, metadata=meta,

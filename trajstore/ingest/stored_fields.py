@@ -1,6 +1,6 @@
 """The stored fields every trajectory builder derives alike from a parsed record: its
-deterministic id (source, key, content digest), the status and raw reward it hashes, the time,
-and the model-call count check.
+deterministic id (source, key, content digest; ``:part<n>`` and metadata ``episode`` for the
+parts of a split episode), the raw reward, the time, and the model-call count check.
 """
 
 from __future__ import annotations
@@ -33,6 +33,18 @@ def slug(s: str, max_chars: int = 80) -> str:
     """`s` reduced to characters safe in a trajectory id (others become ``-``)."""
     out = _SLUG.sub("-", s).strip("-.")
     return out[:max_chars] or "x"
+
+
+def part_id(base_id: str, part: int, parts: int) -> str:
+    """The id of part `part` (from 1) of an episode split into `parts` trajectories: the episode's
+    id when it is whole, else ``<base_id>:part<part>``."""
+    return base_id if parts == 1 else f"{base_id}:part{part}"
+
+
+def episode(base_id: str, part: int, parts: int, change: str | None) -> dict[str, Any]:
+    """Metadata ``episode`` of one part of a split episode: ``{"id", "part", "parts", "change"}``
+    (`part` from 1; `change`: why this part starts a new context, None for the first)."""
+    return {"id": base_id, "part": part, "parts": parts, "change": change}
 
 
 def status_part(t: ParsedTrajectory) -> dict[str, str]:
