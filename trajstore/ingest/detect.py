@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trajstore.ingest.rollout_dumps import INPUT_KEYS, OUTPUT_KEYS
+
 
 def is_chat(v: Any) -> bool:
     """A non-empty list whose first item looks like an OpenAI chat message."""
@@ -43,7 +45,7 @@ def detect_record(d: Any) -> str | None:
         return "openhands-v1-completions"  # a LiteLLM response object; a chat row may carry a text "response"
     if "traj" in d and "reward" in d and ("task_id" in d or "info" in d):
         return "tau-bench"
-    if any(k in d for k in rollout_dump_keys("input")) and any(k in d for k in rollout_dump_keys("output")) \
+    if any(k in d for k in INPUT_KEYS) and any(k in d for k in OUTPUT_KEYS) \
             and ("score" in d or "step" in d):
         return "verl-rollouts"
     if "history" in d and isinstance(d["history"], list):
@@ -75,11 +77,6 @@ def detect_row(v: Any) -> str | None:
     """Format of one row of a JSONL file or JSON array: :func:`detect_record`, or
     ``chat-messages`` for a row that is itself a list of chat messages."""
     return detect_record(v) or ("chat-messages" if is_chat(v) else None)
-
-
-def rollout_dump_keys(which: str) -> tuple[str, ...]:
-    """Field names of a verl / SkyRL rollout dump's ``input`` or ``output`` text."""
-    return ("input", "input_prompt") if which == "input" else ("output", "output_response")
 
 
 def detect_event(d: Any) -> str | None:

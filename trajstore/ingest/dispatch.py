@@ -27,10 +27,6 @@ def _parse_record(kind: str, origin: Origin, rec: Any) -> Parsed:
         return Problem(origin, "malformed", problem_reason(e))
 
 
-def _sniff(value: Any) -> str | None:
-    return detect.detect_record(value) or detect.detect_event(value)
-
-
 def _parse_rows(path: str, rows: Iterable[tuple[int, Any]], fmt: str, huge_ints: bool = False) -> Iterator[Parsed]:
     """The rows of a JSONL file, a JSON array or a Parquet shard (``(line, value)`` pairs).
 

@@ -31,7 +31,9 @@ def _parse_int(s: str) -> int | HugeInt:
 
 
 def is_int_limit(e: ValueError) -> bool:
-    return "integer string conversion" in str(e)
+    """Whether a ``json.loads`` error is Python's refusal to convert an integer of too many
+    digits (read the document again with :func:`loads_with_huge_ints`), not a syntax error."""
+    return not isinstance(e, json.JSONDecodeError) and "integer string conversion" in str(e)
 
 
 def find_huge_int(v: Any, where: str = "") -> tuple[str, int] | None:

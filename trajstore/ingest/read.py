@@ -170,7 +170,7 @@ def json_loads(text: str) -> Any:
     except RecursionError:
         raise ValueError("JSON nested too deeply to parse") from None
     except ValueError as e:
-        if not is_int_limit(e) or isinstance(e, json.JSONDecodeError):
+        if not is_int_limit(e):
             raise
         hit = find_huge_int(loads_with_huge_ints(text))
         raise ValueError(huge_int_reason(hit) if hit else str(e)) from None
@@ -189,7 +189,7 @@ def load_json_or_jsonl(path: str) -> Loaded:
         try:
             whole = json.loads(text)
         except ValueError as e:  # an integer too long to convert: read the rest, refuse its record
-            if isinstance(e, json.JSONDecodeError) or not is_int_limit(e):
+            if not is_int_limit(e):
                 raise
             return Loaded(whole=loads_with_huge_ints(text), huge_ints=True)
         rows = [i + 1 for i, ln in enumerate(text.splitlines()) if ln.strip()]

@@ -27,7 +27,7 @@ def json_field(value: Any, field: str) -> Any:
         except RecursionError:
             raise RecordError(f"{field} is a string of JSON nested too deeply to parse") from None
         except ValueError as e:
-            if is_int_limit(e) and not isinstance(e, json.JSONDecodeError):
+            if is_int_limit(e):
                 hit = find_huge_int(loads_with_huge_ints(value))
                 if hit:
                     sep = "" if hit[0].startswith("[") or not hit[0] else "."
