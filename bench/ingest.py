@@ -35,9 +35,9 @@ TEXT_INPUTS = ["openhands/v0_eval_output_multi_swe_bench_v0.35", "openhands/swe-
 STAGES = {
     "chat template (jinja renders)": ("chat_template.py", "render"),
     "tokenizer (encode with offsets)": ("tokenization_utils_base.py", "__call__"),
-    "parsing (json + parsers)": ("pipeline.py", "parse_unit"),
+    "parsing (json + parsers)": ("dispatch.py", "parse_unit"),
     "validation": ("validate.py", "validate_trajectory"),
-    "store commit (lock, new ids, Parquet shard)": ("pipeline.py", "flush"),
+    "store commit (lock, new ids, Parquet shard)": ("commit.py", "flush"),
 }
 """Stage -> (file, function) whose cumulative time is the stage's (from the cProfile of one ingest)."""
 

@@ -23,7 +23,7 @@ import typer
 from trajstore.cli.audit import OutputFormat, parse_storage_options
 from trajstore.cli.main import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REFUSED, InvalidOptionError, StorageOptions,
                                 app, friendly_errors)
-from trajstore.ingest.detect import FORMAT_HELP, FORMATS
+from trajstore.ingest.registry import FORMAT_HELP, FORMATS
 
 PROGRESS_DELAY_S = 0.5
 """The progress bar appears only once an ingest has run this long (seconds)."""
@@ -125,7 +125,7 @@ def ingest_cmd(
     from rich.markup import escape
 
     from trajstore.ingest import IngestError, IngestInterrupted, ingest_paths
-    from trajstore.ingest.pipeline import REFUSING_KINDS
+    from trajstore.ingest.summary import REFUSING_KINDS
 
     fmt = fmt.lower()  # case-insensitive, as --format is on every other command (`traj stats --format JSON`)
     if output is not None:

@@ -126,7 +126,7 @@ def test_legacy_function_call_is_kept_as_the_assistant_tool_call(tmp_path):
     actions = [s for s in trajs[0].spans if s.kind == "action"]
     assert len(actions) == 2
     from trajstore.ingest import chat_rows
-    from trajstore.ingest.core import Origin
+    from trajstore.ingest.records import Origin
     conv = chat_rows.parse_chat_record(row, Origin(str(p), 1))
     calls = [c for m in conv.messages for c in m.tool_calls]
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Oslo"})]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trajstore.ingest.core import join_blocks, reasoning_of, tool_definitions
+from trajstore.ingest.chat import join_blocks, reasoning_of, tool_definitions
 
 
 @pytest.mark.parametrize("msg, expected", [

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from trajstore.ingest import IngestReport, conversation_to_trajectories, iter_trajectories
-from trajstore.ingest.core import Conversation, EngineRollout, Origin, Problem, RecordError
-from trajstore.ingest.detect import InputUnit
-from trajstore.ingest.pipeline import parse_unit
-from trajstore.ingest.openhands_v1 import parse_completion_log
-from trajstore.ingest.render import template_features, template_message, with_tools_text
+from trajstore.ingest.discover import InputUnit
+from trajstore.ingest.dispatch import parse_unit
+from trajstore.ingest.openhands_v1_completions import parse_completion_log
+from trajstore.ingest.records import Conversation, EngineRollout, Origin, Problem, RecordError
+from trajstore.ingest.template import template_features, template_message, with_tools_text
 from trajstore.ingest.swe_agent import parse_traj
 
 TOK_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"

@@ -19,9 +19,11 @@ import pytest
 
 from trajstore.errors import TrajectoryValidationError, Violation
 from trajstore.ingest import ingest_paths
-from trajstore.ingest.core import Origin, Problem, RecordError, Reward, bool_reward, float_reward
-from trajstore.ingest.detect import NotARegularFile, read_text
-from trajstore.ingest.pipeline import _why, store_lock
+from trajstore.ingest.commit import store_lock
+from trajstore.ingest.read import NotARegularFile, read_text
+from trajstore.ingest.reasons import problem_reason
+from trajstore.ingest.records import Origin, Problem, RecordError, Reward
+from trajstore.ingest.rewards import bool_reward, float_reward
 from trajstore.reader import read_trajectories
 from trajstore.store import open_store
 
@@ -260,7 +262,7 @@ def test_invalid_trajectory_reasons_are_one_line_naming_the_input_field():
     e = TrajectoryValidationError("x", [Violation("reward_raw", "is not valid JSON (NaN)\n  at 1"),
                                         Violation("spans[2].end", "end 5 is past the last token (4 tokens)")])
     item = type("Item", (), {"reward": Reward(None, float("nan"), field="resolved")})()
-    assert _why(e, item) == ("the trajectory built from it would be invalid: the reward (field 'resolved'): is not "
+    assert problem_reason(e, item) == ("the trajectory built from it would be invalid: the reward (field 'resolved'): is not "
                              "valid JSON (NaN) at 1; turn span 3 (end): end 5 is past the last token (4 tokens)")
 
 
@@ -269,7 +271,7 @@ def test_pydantic_errors_are_one_line_naming_the_input_field():
 
     with pytest.raises(Exception) as e:
         Trajectory(trajectory_id="x", model={"name": "m"}, tokens=[1], logprobs=[None], spans=[])
-    why = _why(e.value)
+    why = problem_reason(e.value)
     assert "\n" not in why and "validation error" not in why and "pydantic.dev" not in why
     assert why.startswith("the model name: Input should be a valid string (got {'name': 'm'})")
 

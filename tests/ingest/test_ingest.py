@@ -207,16 +207,16 @@ def test_jsonl_format_is_detected_per_line(tmp_path):
 
 def test_a_parser_crash_is_a_problem_of_that_record_only(tmp_path, monkeypatch):
     # Any exception (not only the parsers' RecordError) stays with its record.
-    from trajstore.ingest import pipeline
+    from trajstore.ingest import registry
 
-    real = pipeline.ROW_PARSERS["nemo-gym"]
+    real = registry.ROW_PARSERS["nemo-gym"]
 
     def flaky(row, origin):
         if row["reward"] == 0.5:
             raise KeyError("surprise")
         return real(row, origin)
 
-    monkeypatch.setitem(pipeline.ROW_PARSERS, "nemo-gym", flaky)
+    monkeypatch.setitem(registry.ROW_PARSERS, "nemo-gym", flaky)
     rows = [_nemo_row("a", [5]), {**_nemo_row("b", [6]), "reward": 0.5}, _nemo_row("c", [7])]
     p = tmp_path / "r.jsonl"
     p.write_text("\n".join(json.dumps(r) for r in rows))

@@ -14,7 +14,7 @@ import pytest
 
 from trajstore.ingest import ingest_paths
 from trajstore.ingest.chat_rows import parse_swe_rebench_openhands_row
-from trajstore.ingest.core import Conversation, EngineRollout, Origin
+from trajstore.ingest.records import Conversation, EngineRollout, Origin
 from trajstore.ingest.mini_swe_agent import status_from_exit
 from trajstore.reader import read_trajectories
 

@@ -2,7 +2,7 @@
 group): each folder's README states the expected result; the expected texts below are written
 by hand from the input files and SmolLM2's ChatML template (``<|im_start|>{role}\\n{content}
 <|im_end|>\\n``, generation prompt ``<|im_start|>assistant\\n``; tool calls and reasoning are
-flattened into the content as documented in :mod:`trajstore.ingest.render`)."""
+flattened into the content as documented in :func:`trajstore.ingest.template.template_message`)."""
 
 from __future__ import annotations
 

@@ -2,27 +2,18 @@
 nebius, SWE-smith, NeMo Gym, verl / SkyRL dumps; JSON, JSONL or Parquet) into a store.
 
 Parsers (one module per harness) turn records into format-neutral conversations, engine
-rollouts or text rollouts (:mod:`~trajstore.ingest.core`); :mod:`~trajstore.ingest.render`
+rollouts or text rollouts (:mod:`~trajstore.ingest.records`); :mod:`~trajstore.ingest.render`
 tokenizes conversations with a chat template; :func:`ingest_paths` writes the result. One bad
 record costs only itself: it becomes a :class:`Problem` with path, line and reason.
 """
 
-from trajstore.ingest.core import DEFAULT_MAX_OBSERVATION_CHARS, TRUNCATION_MARKER, Problem
-from trajstore.ingest.detect import FORMATS, InputFormat
-from trajstore.ingest.pipeline import (
-    IngestError,
-    IngestInterrupted,
-    IngestProgress,
-    IngestReport,
-    ingest_paths,
-    iter_trajectories,
-)
-from trajstore.ingest.render import (
-    RenderedPart,
-    conversation_to_trajectories,
-    render_conversation,
-    rollout_to_trajectories,
-)
+from trajstore.ingest.build_chat import DEFAULT_MAX_OBSERVATION_CHARS, TRUNCATION_MARKER, conversation_to_trajectories
+from trajstore.ingest.build_engine import rollout_to_trajectories
+from trajstore.ingest.pipeline import IngestError, IngestInterrupted, ingest_paths, iter_trajectories
+from trajstore.ingest.records import Problem
+from trajstore.ingest.registry import FORMATS, InputFormat
+from trajstore.ingest.render import RenderedPart, render_conversation
+from trajstore.ingest.summary import IngestProgress, IngestReport
 
 __all__ = [
     "DEFAULT_MAX_OBSERVATION_CHARS", "FORMATS", "IngestError", "IngestInterrupted", "IngestProgress", "IngestReport",

@@ -25,7 +25,9 @@ import json
 import os
 from typing import Any
 
-from trajstore.ingest.core import (
+from trajstore.ingest.chat import arguments_text, text_of
+from trajstore.ingest.engine_chain import EngineChain
+from trajstore.ingest.records import (
     Conversation,
     EngineRollout,
     EngineSegment,
@@ -34,13 +36,9 @@ from trajstore.ingest.core import (
     RecordError,
     Reward,
     ToolCall,
-    arguments_text,
-    float_reward,
-    json_type,
-    order_by_id,
-    parse_time,
-    text_of,
 )
+from trajstore.ingest.rewards import float_reward
+from trajstore.ingest.values import json_type, order_by_id, parse_time
 
 SOURCE = "atif"
 REWARD_FILE = os.path.join("verifier", "reward.txt")
@@ -71,8 +69,7 @@ def _engine_segments(steps: list[dict[str, Any]]) -> tuple[list[EngineSegment] |
     agents = [s for s in steps if s["source"] == "agent"]
     if not agents:
         return None, "no agent step"
-    segs: list[EngineSegment] = []
-    seen: list[Any] = []
+    chain = EngineChain(prompt_role="user")
     for n, s in enumerate(agents):
         m = _metrics(s)
         p, c = m.get("prompt_token_ids"), m.get("completion_token_ids")
@@ -82,26 +79,18 @@ def _engine_segments(steps: list[dict[str, Any]]) -> tuple[list[EngineSegment] |
             return None, f"agent step {s.get('step_id')} has no prompt_token_ids"
         cid = str(s.get("step_id"))
         lp = m.get("logprobs")
-        if n == 0:
-            if not p:
-                return None, f"agent step {s.get('step_id')} has empty prompt_token_ids"
-            segs.append(EngineSegment("prompt", list(p), role="user"))
-        else:
-            if p[:len(seen)] != seen:
-                return None, (f"agent step {s.get('step_id')}: prompt_token_ids do not extend the previous step's "
-                              "prompt + completion (the context was rewritten)")
-            if len(p) > len(seen):
-                prev = segs[-1]
-                segs.append(EngineSegment("observation", list(p[len(seen):]), role="tool",
-                                          cause_id=(prev.tool_call_ids or [prev.call_id])[0]))
+        if n == 0 and not p:
+            return None, f"agent step {s.get('step_id')} has empty prompt_token_ids"
+        if n and not chain.extends(p):
+            return None, (f"agent step {s.get('step_id')}: prompt_token_ids do not extend the previous step's "
+                          "prompt + completion (the context was rewritten)")
         if not c:
             return None, f"agent step {s.get('step_id')} has no completion tokens"
         ids = [str(tc["tool_call_id"]) for tc in s.get("tool_calls") or []
                if isinstance(tc, dict) and tc.get("tool_call_id")]
-        segs.append(EngineSegment("action", list(c), list(lp) if isinstance(lp, list) else None, role="assistant",
-                                  call_id=cid, tool_call_ids=ids or None))
-        seen = list(p) + list(c)
-    return segs, ""
+        chain.add(p, EngineSegment("action", list(c), list(lp) if isinstance(lp, list) else None, role="assistant",
+                                   call_id=cid, tool_call_ids=ids or None))
+    return chain.segments, ""
 
 
 def _messages(steps: list[dict[str, Any]]) -> list[Message]:

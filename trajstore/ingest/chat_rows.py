@@ -18,37 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from trajstore.ingest.core import (
-    Conversation,
-    Message,
-    Origin,
-    RecordError,
-    Reward,
-    bool_reward,
-    float_reward,
-    json_field,
-)
-from trajstore.ingest.openhands_v0 import chat_messages
+from trajstore.ingest.chat import chat_messages, link_observations
+from trajstore.ingest.records import Conversation, Origin, RecordError, Reward
+from trajstore.ingest.rewards import bool_reward, float_reward
+from trajstore.ingest.values import json_field
 
 PROVENANCE_KEYS = ("instance_id", "traj_id", "trajectory_id", "run_id", "repo", "model", "model_name",
                    "exit_status", "split", "source")
 """Row columns copied into metadata when present (scalars only)."""
-
-
-def link_observations(msgs: list[Message]) -> list[Message]:
-    """Give each assistant message without one a call id (``step-<n>``) and link every later
-    user / tool message that names no tool call to the assistant message just before it (the
-    harness answers each action before the next model call)."""
-    step = 0
-    pending: str | None = None
-    for m in msgs:
-        if m.role == "assistant":
-            m.call_id = m.call_id or f"step-{step}"
-            step += 1
-            pending = m.call_id
-        elif m.role in ("user", "tool") and m.cause_id is None and pending is not None:
-            m.cause_id = pending
-    return msgs
 
 
 def _provenance(row: dict[str, Any]) -> dict[str, Any]:

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trajstore.ingest.chat_rows import link_observations
-from trajstore.ingest.core import Conversation, Origin, RecordError
-from trajstore.ingest.openhands_v0 import chat_messages
+from trajstore.ingest.chat import chat_messages, link_observations
+from trajstore.ingest.records import Conversation, Origin, RecordError
 
 SOURCE = "mini-swe-agent"
 SUBMISSION_META_CHARS = 100_000

@@ -24,7 +24,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajstore.ingest.core import (
+from trajstore.ingest.chat import arguments_text, text_of, tool_definitions
+from trajstore.ingest.engine_chain import EngineChain
+from trajstore.ingest.records import (
     Context,
     Conversation,
     EngineRollout,
@@ -33,13 +35,9 @@ from trajstore.ingest.core import (
     Origin,
     RecordError,
     ToolCall,
-    arguments_text,
-    float_reward,
-    json_type,
-    parse_time,
-    text_of,
-    tool_definitions,
 )
+from trajstore.ingest.rewards import float_reward
+from trajstore.ingest.values import json_type, parse_time
 
 HARNESS_CALL_COUNTS = ("turns_used",)
 """Row fields in which a NeMo Gym agent records its own number of model calls."""
@@ -236,31 +234,22 @@ def parse_rollout(row: Any, origin: Origin) -> EngineRollout | Conversation:
 def _engine_rollout(calls: list[_Call], resp: dict[str, Any], params: dict[str, Any], row: dict[str, Any], *,
                     key: str | None, origin: Origin, reward: Any, model: str | None, created: Any, status: str,
                     meta: dict[str, Any]) -> EngineRollout:
-    segs: list[EngineSegment] = []
-    seen: list[int] = []
+    chain = EngineChain(prompt_role="user")  # a prompt that rewrote the history starts a new context
     for n, c in enumerate(calls):
         assert c.prompt_ids is not None and c.generation_ids is not None
         p, g, lp = c.prompt_ids, c.generation_ids, c.logprobs
         if lp is not None and (not isinstance(lp, list) or len(lp) != len(g)):
             raise RecordError(f"output call {n} ({c.message.call_id}): {len(g)} generation_token_ids but "
                               f"{len(lp) if isinstance(lp, list) else 'no'} generation_log_probs")
-        if n and p[:len(seen)] == seen:
-            if len(p) > len(seen):
-                prev = calls[n - 1].message
-                cause = next((t.id for t in prev.tool_calls if t.id), prev.call_id)
-                segs.append(EngineSegment("observation", p[len(seen):], role="tool", cause_id=cause))
-        else:  # the first call, or a prompt that rewrote the history: a new context
-            segs.append(EngineSegment("prompt", list(p), role="user"))
-        segs.append(EngineSegment("action", list(g), list(lp) if lp is not None else None,
-                                  role="assistant", call_id=str(c.message.call_id),
-                                  tool_call_ids=[t.id for t in c.message.tool_calls if t.id] or None,
-                                  finish_reason=c.status,
-                                  temperature=resp.get("temperature"), top_p=resp.get("top_p")))
-        seen = list(p) + list(g)
+        chain.add(p, EngineSegment("action", list(g), list(lp) if lp is not None else None,
+                                   role="assistant", call_id=str(c.message.call_id),
+                                   tool_call_ids=[t.id for t in c.message.tool_calls if t.id] or None,
+                                   finish_reason=c.status,
+                                   temperature=resp.get("temperature"), top_p=resp.get("top_p")))
     named = row.get("tokenizer") if isinstance(row.get("tokenizer"), str) else None
     md = params.get("metadata") if isinstance(params.get("metadata"), dict) else {}
     named = named or (md.get("tokenizer") if isinstance(md.get("tokenizer"), str) else None)
-    return EngineRollout(source="nemo-gym", key=key, segments=segs, origin=origin, reward=reward, model=model,
+    return EngineRollout(source="nemo-gym", key=key, segments=chain.segments, origin=origin, reward=reward, model=model,
                          created_at=created, status=status, prompt_id=key, tokenizer=named,
                          metadata={**meta, "policy_version_known": False,
                                    "params": json.dumps({k: params.get(k) for k in ("temperature", "top_p",

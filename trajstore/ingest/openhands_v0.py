@@ -22,24 +22,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trajstore.ingest.core import (
-    Conversation,
-    Message,
-    Origin,
-    RecordError,
-    Reward,
-    ToolCall,
-    bool_reward,
-    json_field,
-    json_type,
-    order_by_id,
-    parse_time,
-    reasoning_of,
-    terminal_text,
-    text_of,
-    tool_calls_of,
-    tool_definitions,
-)
+from trajstore.ingest.chat import chat_messages, reasoning_of, text_of, tool_calls_of, tool_definitions
+from trajstore.ingest.records import Conversation, Message, Origin, RecordError, Reward, ToolCall
+from trajstore.ingest.rewards import bool_reward
+from trajstore.ingest.values import json_field, json_type, order_by_id, parse_time
 
 KNOWN_ACTIONS = frozenset({
     "message", "system", "run", "run_ipython", "read", "write", "edit", "browse", "browse_interactive",
@@ -65,6 +51,22 @@ def status_from_error(error: Any) -> str:
         return "completed"
     s = str(error)
     return "truncated" if any(t.lower() in s.lower() for t in _TRUNCATING_ERRORS) else "failed"
+
+
+def terminal_text(output: str, md: dict[str, Any]) -> str:
+    """A shell command's observation as OpenHands sends it (V0 ``CmdOutputObservation.
+    to_agent_observation``, V1 ``TerminalObservation.to_llm_content``): ``prefix + output +
+    suffix``, then the working directory, the Python interpreter and the exit code (unless it
+    is -1) on lines of their own, each when logged in the observation's `md` metadata."""
+    ret = f"{md.get('prefix') or ''}{output}{md.get('suffix') or ''}"
+    if md.get("working_dir"):
+        ret += f"\n[Current working directory: {md['working_dir']}]"
+    if md.get("py_interpreter_path"):
+        ret += f"\n[Python interpreter: {md['py_interpreter_path']}]"
+    exit_code = md.get("exit_code", -1)
+    if exit_code is not None and exit_code != -1:
+        ret += f"\n[Command finished with exit code {exit_code}]"
+    return ret
 
 
 class _Builder:
@@ -312,37 +314,6 @@ def parse_feedback_row(row: Any, origin: Origin) -> Conversation:
     conv.created_at = conv.created_at or parse_time(row.get("timestamp"))
     conv.metadata.update({"feedback": fb, "feedback_version": row.get("version"), "permissions": row.get("permissions")})
     return conv
-
-
-def chat_messages(raw: Any, origin_desc: str) -> list[Message]:
-    """OpenAI chat messages (system / user / assistant with tool_calls / tool) as :class:`Message` s.
-
-    Raises:
-        RecordError: a message is not an object or has an unknown role.
-    """
-    if not isinstance(raw, list):
-        raise RecordError(f"{origin_desc} is {json_type(raw)}, expected a list of chat messages")
-    if not raw:  # refused here, by name, not later as 'invalid: ValueError: empty conversation'
-        raise RecordError(f"{origin_desc} is an empty list: no conversation to store")
-    out = []
-    for i, m in enumerate(raw):
-        if not isinstance(m, dict):
-            raise RecordError(f"{origin_desc}[{i}] is {json_type(m)}, expected a chat message object")
-        if m.get("role") is None:
-            raise RecordError(f"{origin_desc}[{i}] has no 'role'")
-        if not isinstance(m["role"], str):
-            raise RecordError(f"{origin_desc}[{i}].role is {json_type(m['role'])}, expected a string")
-        role = m["role"]
-        if role not in ("system", "user", "assistant", "tool", "developer", "function"):
-            raise RecordError(f"{origin_desc}[{i}]: unknown role {role!r}")
-        role = {"developer": "system", "function": "tool"}.get(role, role)
-        calls = tool_calls_of(m.get("tool_calls"), f"{origin_desc}[{i}].tool_calls")
-        if not calls and m.get("function_call") is not None:  # OpenAI's legacy single call
-            calls = tool_calls_of([{"function": m["function_call"]}], f"{origin_desc}[{i}].function_call")
-        reasoning = reasoning_of(m)[0] if role == "assistant" else None
-        out.append(Message(role, text_of(m.get("content")), reasoning=reasoning or None, tool_calls=calls,
-                           cause_id=str(m["tool_call_id"]) if m.get("tool_call_id") else None))
-    return out
 
 
 def parse_swe_gym_row(row: Any, origin: Origin) -> Conversation:

@@ -18,7 +18,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from trajstore.ingest.core import Origin, RecordError, TextRollout, TextSegment, float_reward, json_type
+from trajstore.ingest.records import Origin, RecordError, TextRollout, TextSegment
+from trajstore.ingest.rewards import float_reward
+from trajstore.ingest.values import json_type
 
 SOURCE = "verl"
 INPUT_KEYS = ("input", "input_prompt")

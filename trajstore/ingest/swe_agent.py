@@ -18,19 +18,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trajstore.ingest.core import (
-    Context,
-    Conversation,
-    Message,
-    Origin,
-    RecordError,
-    ToolCall,
-    bool_reward,
-    json_type,
-    reasoning_of,
-    text_of,
-    tool_calls_of,
-)
+from trajstore.ingest.chat import reasoning_of, text_of, tool_calls_of
+from trajstore.ingest.records import Context, Conversation, Message, Origin, RecordError, ToolCall
+from trajstore.ingest.rewards import bool_reward
+from trajstore.ingest.values import json_type
 
 
 def status_from_exit(exit_status: Any) -> str:

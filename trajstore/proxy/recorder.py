@@ -10,7 +10,7 @@ same episode; nothing is ever re-tokenised. Trajectories are written when the ep
 (``/finish``, idle timeout, shutdown) with the episode's reward and status.
 
 An episode split into several trajectories is linked as ingest links one
-(:func:`trajstore.ingest.render.conversation_to_trajectories`): every part carries metadata
+(:func:`trajstore.ingest.build_chat.conversation_to_trajectories`): every part carries metadata
 ``episode = {"id", "part", "parts", "change"}`` (``part`` counts from 1; ``change`` is None
 for the first part and ``engine-prompt`` for the others, ingest's name for a new engine prompt
 after an action: the proxy sees the ids the server got, not why the harness changed them).
