@@ -105,7 +105,8 @@ def build_config(args: argparse.Namespace, session_url: str, model: str, token: 
             "model_name": f"openai/{model}",  # LiteLLM's OpenAI-compatible provider: POST {api_base}/chat/completions
             # a text config with the tool-calling class would send `tools` and look for tool calls: every
             # turn a format error; the text-based class parses the ```mswea_bash_command block instead
-            "model_class": base.get("model", {}).get("model_class") or ("litellm_textbased" if text_based else "litellm"),
+            "model_class": (base.get("model", {}).get("model_class")
+                            or ("litellm_textbased" if text_based else "litellm")),
             # the proxy's cost is unknown to LiteLLM's cost map: by default mini raises after the first call
             "cost_tracking": "ignore_errors",
             "model_kwargs": {
@@ -126,7 +127,7 @@ def compute_reward(args: argparse.Namespace, exit_status: str) -> tuple[float, d
     if args.check is None:
         return (1.0 if exit_status == "Submitted" else 0.0), {"reward_rule": "submitted"}
     r = subprocess.run(args.check, shell=True, cwd=args.workdir, capture_output=True, text=True,
-                       timeout=args.command_timeout)
+                       timeout=args.command_timeout, check=False)
     return (1.0 if r.returncode == 0 else 0.0), {"reward_rule": "check", "check": args.check,
                                                   "check_returncode": r.returncode}
 
