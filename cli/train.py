@@ -117,12 +117,13 @@ def train_cmd(
     from rich.console import Console
 
     from trajstore.display import plural
+    from trajstore.store.layout import policy_run_dir, run_consumed_dir, run_steps_dir
 
     console = Console()
     console.print(f"run {run_id}: {plural(summary.iterations, 'iteration')}, {plural(summary.steps, 'policy step')}, "
-                  f"policy v{summary.version} published under {store}/policies/{run_id}/", highlight=False,
+                  f"policy v{summary.version} published under {store}/{policy_run_dir(run_id)}/", highlight=False,
                   soft_wrap=True)  # never cut a path in two: the terminal wraps it, or a log keeps it whole
-    console.print(f"records: runs/{run_id}/steps and runs/{run_id}/consumed; per step:", highlight=False,
+    console.print(f"records: {run_steps_dir(run_id)} and {run_consumed_dir(run_id)}; per step:", highlight=False,
                   soft_wrap=True)
     print_command(console, f"traj sql {store} \"SELECT * FROM step_metrics WHERE run_id = '{run_id}' ORDER BY step\"")
 
@@ -191,6 +192,7 @@ def runs_cmd(
     from trajstore.cli.audit import parse_storage_options
     from trajstore.cli.main import open_existing_store
     from trajstore.display import TableData, render_record, render_tables
+    from trajstore.store.layout import LATEST_FILE, TMP_DIR
     from trajstore.trainer.loop.runs import list_runs
 
     report = list_runs(open_existing_store(store, parse_storage_options(storage_option, store)))
@@ -227,7 +229,7 @@ def runs_cmd(
     render_tables([TableData(f"training runs in {report.store}", columns, rows, keys=["run"],
                              empty_note="no run has trained on this store yet")], fmt)
     if table and any(c.latest for r in report.runs for c in r.checkpoints):
-        typer.echo("* = the checkpoint LATEST names (what --resume continues from)")
+        typer.echo(f"* = the checkpoint {LATEST_FILE} names (what --resume continues from)")
     if table and report.tmp_bytes:
-        typer.echo(f"temporary files under _tmp/: {_size(report.tmp_bytes)} (removed by the next writer or trainer "
+        typer.echo(f"temporary files under {TMP_DIR}/: {_size(report.tmp_bytes)} (removed by the next writer or trainer "
                    "once an hour old)")
