@@ -90,7 +90,8 @@ def stats_cmd(
             raise InvalidOptionError(f"invalid option --plot: {e}") from None
     s = open_existing_store(store, parse_storage_options(storage_option, store))
     if run is not None and run not in run_ids(s):
-        raise audit.AuditError(f"run {run!r} not found under {s.url(RUNS_DIR)} (runs: {', '.join(run_ids(s)) or 'none'})")
+        raise audit.AuditError(f"run {run!r} not found under {s.url(RUNS_DIR)} "
+                               f"(runs: {', '.join(run_ids(s)) or 'none'})")
     conn = audit.connect(s)
     builders = {
         "overview": lambda: audit.overview_report(conn, where=where, run=run),

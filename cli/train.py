@@ -231,5 +231,5 @@ def runs_cmd(
     if table and any(c.latest for r in report.runs for c in r.checkpoints):
         typer.echo(f"* = the checkpoint {LATEST_FILE} names (what --resume continues from)")
     if table and report.tmp_bytes:
-        typer.echo(f"temporary files under {TMP_DIR}/: {_size(report.tmp_bytes)} (removed by the next writer or trainer "
-                   "once an hour old)")
+        typer.echo(f"temporary files under {TMP_DIR}/: {_size(report.tmp_bytes)} (removed by the next writer or "
+                   "trainer once an hour old)")
