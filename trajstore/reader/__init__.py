@@ -2,9 +2,10 @@
 
 Every reader returns schema v2 (:mod:`trajstore.schema`): shards of an older schema version are
 converted on read (:func:`trajstore.convert.upgrade_table`), so a store holding v1 and v2
-shards reads as one; a nullable column a shard lacks comes back as nulls. Only shards whose
-footer reads and whose schema version we understand are read; others are skipped with a
-:class:`~trajstore.store.CorruptShardWarning` naming them (``strict=True`` raises). Duplicate
+shards reads as one; a nullable column a shard lacks comes back as nulls. A shard of a newer
+schema version than this package reads raises :class:`~trajstore.errors.NewerSchemaError` from
+every reader (upgrade trajstore). Other shards whose footer or data cannot be read are skipped
+with a :class:`~trajstore.store.CorruptShardWarning` naming them (``strict=True`` raises). Duplicate
 ``trajectory_id`` s resolve deterministically: the first copy in arrival order (shard name,
 then row) wins; :func:`count_duplicates` says how many copies were dropped.
 

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, READABLE_VERSIONS, SCHEMA_VERSION, trajectory_schema
 from trajstore.store import ShardInfo, Store, open_store
+from trajstore.store.shards import check_schema_version
 
 StoreLike = Store | str | os.PathLike[str]
 """What every reader accepts as its store: an open :class:`Store`, or a URI for :func:`open_store`."""
@@ -37,11 +38,14 @@ def file_version(pf: pq.ParquetFile, shard: ShardInfo) -> int:
     read with the file, decides how it is converted; the listing's could be stale.
 
     Raises:
-        pyarrow.ArrowInvalid: the stamp is not a schema version this package reads (readers
-            then skip the shard with a warning, as for any shard that cannot be decoded).
+        NewerSchemaError: the stamp is newer than this package reads (a newer trajstore
+            rewrote the shard since the listing; never skipped as corrupt).
+        pyarrow.ArrowInvalid: any other stamp this package does not read (readers then skip
+            the shard with a warning, as for any shard that cannot be decoded).
     """
     raw = (pf.metadata.metadata or {}).get(METADATA_SCHEMA_VERSION_KEY)
     version = shard.schema_version if raw is None else int(raw)
+    check_schema_version(shard.path, version)
     if version not in READABLE_VERSIONS:
         raise pa.ArrowInvalid(f"schema version {version} is not readable by this package "
                               f"({list(READABLE_VERSIONS)})")

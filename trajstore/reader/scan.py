@@ -66,7 +66,8 @@ def scan_trajectories(uri: StoreLike, *, storage_options: dict[str, Any] | None 
     Projection and predicates are pushed down to the Parquet scan, so selecting scalar
     columns never reads tokens. Shards of schema v1 are converted as they are read; a nullable
     column a shard lacks is null. With ``dedupe`` (default) duplicate ids keep the first copy.
-    Shards whose footer is unreadable (truncated, not Parquet, foreign or newer schema) are
+    A shard of a newer schema version raises :class:`~trajstore.errors.NewerSchemaError`.
+    Shards whose footer is unreadable (truncated, not Parquet, foreign schema) are
     skipped with a warning naming them, or raise with ``strict``; a shard whose footer reads
     but whose data pages are damaged can only be noticed when polars decodes it, at
     ``collect()`` (use :func:`read_trajectories` or :func:`iter_batches` to skip those).

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trajstore.errors import CorruptShardError, StoreError, TrajstoreWarning
+from trajstore.errors import CorruptShardError, NewerSchemaError, StoreError, TrajstoreWarning
 from trajstore.schema import (
     CONSUMED_SCHEMA,
     METADATA_SCHEMA_VERSION_KEY,
@@ -85,6 +85,17 @@ def _schema_key(expected: object) -> object:
     return getattr(expected, "cache_key", id(expected))
 
 
+def check_schema_version(path: str, version: int) -> None:
+    """Refuse a shard stamped with a schema version newer than this package reads.
+
+    Raises:
+        NewerSchemaError: `version` > :data:`~trajstore.schema.SCHEMA_VERSION`, naming `path`,
+            both versions and the upgrade (never reported as a corrupt shard, never skipped).
+    """
+    if version > SCHEMA_VERSION:
+        raise NewerSchemaError(path, version, SCHEMA_VERSION)
+
+
 def shard_paths(store: Store, subdir: str = TRAJECTORIES_DIR) -> list[tuple[str, int]]:
     """(path, size) of every ``*.parquet`` directly under `subdir`, sorted by name
     (= arrival order). Hidden and temporary files are never listed. A symbolic link (local
@@ -121,8 +132,10 @@ def inspect_shard(store: Store, path: str, size: int,
     may be missing: older schema versions lack it).
 
     Raises:
-        CorruptShardError: truncated or not Parquet, a schema version newer than ours, or
-            (with `expected`) columns that do not fit.
+        CorruptShardError: truncated or not Parquet, no schema version, or (with `expected`)
+            columns that do not fit.
+        NewerSchemaError: the schema version is newer than this package reads (a newer
+            trajstore wrote it: upgrade, see :func:`check_schema_version`).
     """
     if size == BROKEN_LINK_SIZE:
         dest = os.readlink(path) if os.path.islink(path) else "?"
@@ -144,8 +157,7 @@ def inspect_shard(store: Store, path: str, size: int,
         version = int(kv.get(METADATA_SCHEMA_VERSION_KEY, b"-1"))
         if version < 0:
             raise ValueError("no trajstore schema version in the file metadata")
-        if version > SCHEMA_VERSION:
-            raise ValueError(f"schema version {version} is newer than this reader ({SCHEMA_VERSION})")
+        check_schema_version(store.url_of(path), version)  # not caught below: not corruption
         # Shards of one writer carry the same serialised Arrow schema: check each distinct one once.
         schema_key = (kv.get(b"ARROW:schema"), version, _schema_key(expected))
         names = _SCHEMA_NAMES.get(schema_key) if schema_key[0] is not None else None
@@ -177,6 +189,10 @@ def list_shards(store: Store, subdir: str = TRAJECTORIES_DIR, *, strict: bool = 
 
     A shard that cannot be read is skipped with a warning naming it; with ``strict=True``
     it raises :class:`~trajstore.errors.CorruptShardError` instead.
+
+    Raises:
+        NewerSchemaError: a shard of a schema version newer than this package reads, with or
+            without ``strict`` (skipping it would silently drop its rows).
     """
     out = []
     for path, size in shard_paths(store, subdir):
