@@ -73,6 +73,7 @@ def stats_cmd(
     """Audit reports over a store (no report flag: an overview and every report)."""
     from trajstore import audit
     from trajstore.audit.views import run_ids
+    from trajstore.store.layout import RUNS_DIR
 
     chosen = {"staleness": staleness, "clip": clip, "coverage": coverage, "rewards": rewards,
               "lengths": lengths, "statuses": statuses, "duplicates": duplicates}
@@ -91,7 +92,8 @@ def stats_cmd(
             raise InvalidOptionError(f"invalid option --plot: {e}") from None
     s = open_existing_store(store, parse_storage_options(storage_option, store))
     if run is not None and run not in run_ids(s):
-        raise audit.AuditError(f"run {run!r} not found under {s.url('runs')} (runs: {', '.join(run_ids(s)) or 'none'})")
+        raise audit.AuditError(f"run {run!r} not found under {s.url(RUNS_DIR)} "
+                               f"(runs: {', '.join(run_ids(s)) or 'none'})")
     conn = audit.connect(s)
     builders = {
         "overview": lambda: audit.overview_report(conn, where=where, run=run),

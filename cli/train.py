@@ -80,11 +80,12 @@ def train_cmd(
     from rich.console import Console
 
     from trajstore.wording import plural
+    from trajstore.store.layout import policy_run_dir, run_consumed_dir, run_steps_dir
 
     console = Console()
     console.print(f"run {run_id}: {plural(summary.iterations, 'iteration')}, {plural(summary.steps, 'policy step')}, "
-                  f"policy v{summary.version} published under {store}/policies/{run_id}/", highlight=False,
+                  f"policy v{summary.version} published under {store}/{policy_run_dir(run_id)}/", highlight=False,
                   soft_wrap=True)  # never cut a path in two: the terminal wraps it, or a log keeps it whole
-    console.print(f"records: runs/{run_id}/steps and runs/{run_id}/consumed; per step:", highlight=False,
+    console.print(f"records: {run_steps_dir(run_id)} and {run_consumed_dir(run_id)}; per step:", highlight=False,
                   soft_wrap=True)
     print_command(console, f"traj sql {store} \"SELECT * FROM step_metrics WHERE run_id = '{run_id}' ORDER BY step\"")

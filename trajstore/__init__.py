@@ -9,6 +9,7 @@ from trajstore.builder import TrajectoryBuilder
 from trajstore.errors import (
     AdapterError,
     CorruptShardError,
+    NewerSchemaError,
     StoreError,
     TrajectoryValidationError,
     TrajstoreError,
@@ -30,8 +31,8 @@ from trajstore.writer import StoreWriter, write_trajectories
 __version__ = "0.1.0"
 
 __all__ = [
-    "ActionCall", "AdapterError", "CorruptShardError", "SCHEMA_VERSION", "SamplingParams", "Span", "Store",
-    "StoreError", "StoreWriter", "TRAJECTORY_SCHEMA", "Trajectory", "TrajectoryBatch", "TrajectoryBuilder",
+    "ActionCall", "AdapterError", "CorruptShardError", "NewerSchemaError", "SCHEMA_VERSION", "SamplingParams", "Span",
+    "Store", "StoreError", "StoreWriter", "TRAJECTORY_SCHEMA", "Trajectory", "TrajectoryBatch", "TrajectoryBuilder",
     "TrajectoryValidationError", "TrajstoreError", "Violation", "action_from_openai_completion",
     "action_from_sglang_generate", "count_duplicates", "iter_batches", "open_store", "read_trajectories",
     "read_trajectories_by_id", "scan_trajectories", "write_trajectories",

@@ -78,6 +78,26 @@ class CorruptShardError(TrajstoreError):
         super().__init__(f"corrupt shard {path}: {reason}")
 
 
+class NewerSchemaError(TrajstoreError):
+    """A shard was written by a newer trajstore: its schema version is higher than this package
+    reads. A compatibility problem, not damage: the file is never skipped as corrupt (its rows
+    would silently go missing); upgrading trajstore reads it.
+
+    Attributes:
+        path: the shard (URL or path as the store names it).
+        schema_version: the version stamped in its footer.
+        supported_version: the newest version this package reads.
+    """
+
+    def __init__(self, path: str, schema_version: int, supported_version: int):
+        self.path = path
+        self.schema_version = schema_version
+        self.supported_version = supported_version
+        super().__init__(
+            f"shard {path} was written by a newer trajstore: schema version {schema_version}, but this "
+            f"trajstore reads schema versions up to {supported_version}; upgrade trajstore: pip install -U trajstore")
+
+
 class AdapterError(TrajstoreError, ValueError):
     """A rollout-engine response cannot be turned into an action span (e.g. text without token ids)."""
 

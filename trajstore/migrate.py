@@ -21,7 +21,8 @@ from typing import Any
 
 from trajstore.reader import read_shard
 from trajstore.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
-from trajstore.store import TRAJECTORIES_DIR, ShardInfo, Store, open_store
+from trajstore.store import ShardInfo, Store, open_store
+from trajstore.store.layout import TRAJECTORIES_DIR
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Where published policy versions live in a store, and how to find them (torch-free).
 
 ``traj train`` publishes (``trajstore.trainer.loop.publish``); rollout servers and ``traj proxy``
-read. Layout under ``<root>/policies/<run_id>/``::
+read. Layout under ``<root>/policies/<run_id>/`` (paths from :mod:`trajstore.store.layout`)::
 
     v<N>/model.safetensors   the policy's weights
     v<N>/config.json         its Hugging Face config
@@ -13,36 +13,28 @@ read. Layout under ``<root>/policies/<run_id>/``::
 from __future__ import annotations
 
 import json
-import re
 import time
 from typing import Any
 
 from trajstore.errors import TrajstoreError
-from trajstore.store import POLICIES_DIR, Store, open_store
+from trajstore.store import Store, open_store
+from trajstore.store.layout import LATEST_FILE  # noqa: F401 - trainer/loop/publish.py imports it from here until
+# the issue-22 pass over trainer/ (it may not be edited in this one) imports it from trajstore.store.layout
+from trajstore.store.layout import (
+    check_run_id,
+    parse_version_dir_name,
+    policy_latest_file,
+    policy_run_dir,
+    version_dir,
+)
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 META_FILE = "meta.json"
-LATEST_FILE = "LATEST"
-_VERSION_DIR = re.compile(r"^v(\d+)$")
 
 
 class PolicyNotFoundError(TrajstoreError):
     """No complete published version matches the request (missing or partially written)."""
-
-
-def check_run_id(run_id: str) -> None:
-    """Raise ValueError unless `run_id` is one path component not starting with '.' or '_'."""
-    if not run_id or "/" in run_id or run_id.startswith((".", "_")):
-        raise ValueError(f"run_id {run_id!r} must be a non-empty path component not starting with '.' or '_'")
-
-
-def version_dir(run_id: str, version: int) -> str:
-    """Store-relative folder of one published version: ``policies/<run_id>/v<N>``."""
-    check_run_id(run_id)
-    if version < 0:
-        raise ValueError(f"policy version must be >= 0, got {version}")
-    return f"{POLICIES_DIR}/{run_id}/v{version}"
 
 
 def is_complete(s: Store, rel: str) -> bool:
@@ -89,7 +81,7 @@ def list_policy_versions(store: Store | str, run_id: str) -> list[int]:
     """Complete published versions of `run_id` (those with meta.json), ascending."""
     s = open_store(store)
     check_run_id(run_id)
-    base = s.path(POLICIES_DIR, run_id)
+    base = s.path(policy_run_dir(run_id))
     if not s.is_local:
         s.fs.invalidate_cache(base)
     try:
@@ -98,9 +90,10 @@ def list_policy_versions(store: Store | str, run_id: str) -> list[int]:
         return []
     out = []
     for e in entries:
-        m = _VERSION_DIR.match(e["name"].rstrip("/").rsplit("/", 1)[-1])
-        if m and e.get("type") == "directory" and is_complete(s, f"{POLICIES_DIR}/{run_id}/{m.group()}"):
-            out.append(int(m.group(1)))
+        name = e["name"].rstrip("/").rsplit("/", 1)[-1]
+        version = parse_version_dir_name(name)
+        if version is not None and e.get("type") == "directory" and is_complete(s, f"{policy_run_dir(run_id)}/{name}"):
+            out.append(version)
     return sorted(out)
 
 
@@ -112,7 +105,7 @@ def latest_policy_version(store: Store | str, run_id: str) -> int | None:
     """
     s = open_store(store)
     check_run_id(run_id)
-    pointer = _read_json(s, f"{POLICIES_DIR}/{run_id}/{LATEST_FILE}")
+    pointer = _read_json(s, policy_latest_file(run_id))
     if pointer is not None and isinstance(pointer.get("version"), int):
         v = pointer["version"]
         if is_complete(s, version_dir(run_id, v)):

@@ -20,7 +20,8 @@ from typing import Any
 
 from trajstore.convert import metadata_json, trajectories_to_table
 from trajstore.models import Trajectory
-from trajstore.store import SPAN_BYTES_ESTIMATE, TRAJECTORIES_DIR, Store, open_store
+from trajstore.store import SPAN_BYTES_ESTIMATE, Store, open_store
+from trajstore.store.layout import TRAJECTORIES_DIR
 from trajstore.validate import validate_trajectory
 
 DEFAULT_FLUSH_ROWS = 1024

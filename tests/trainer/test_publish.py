@@ -11,16 +11,15 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from trajstore.store import POLICIES_DIR, open_store  # noqa: E402
+from trajstore.store import open_store  # noqa: E402
+from trajstore.store.layout import LATEST_FILE, POLICIES_DIR, version_dir  # noqa: E402
 from trajstore.policies import (  # noqa: E402
-    LATEST_FILE,
     META_FILE,
     WEIGHTS_FILE,
     PolicyNotFoundError,
     latest_policy_version,
     list_policy_versions,
     read_policy_meta,
-    version_dir,
 )
 from trajstore.trainer.loop.publish import PolicyMismatchError, load_policy_into, publish_policy  # noqa: E402
 

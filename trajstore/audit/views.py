@@ -32,16 +32,8 @@ from trajstore.schema import (
     STEP_SCHEMA,
     TRAJECTORY_SCHEMA,
 )
-from trajstore.store import (
-    RUN_CONSUMED_DIR,
-    RUN_STEPS_DIR,
-    RUNS_DIR,
-    TRAJECTORIES_DIR,
-    ShardInfo,
-    Store,
-    decode_id_index,
-    open_store,
-)
+from trajstore.store import ShardInfo, Store, decode_id_index, open_store
+from trajstore.store.layout import RUNS_DIR, TRAJECTORIES_DIR, run_consumed_dir, run_steps_dir
 
 VIEW_NAMES: tuple[str, ...] = ("trajectories", "spans", "span_logprobs", "steps", "consumed", "step_metrics")
 """Views every audit connection has (empty, with the right columns, when there is no data)."""
@@ -265,9 +257,9 @@ def connect(uri: str | os.PathLike[str] | Store, *,
         f"WHERE sp.kind = 'action'")
 
     runs = run_ids(store)
-    for view, subdir, schema in (("steps", RUN_STEPS_DIR, STEP_SCHEMA),
-                                 ("consumed", RUN_CONSUMED_DIR, CONSUMED_SCHEMA)):
-        urls = [u for r in runs for u in _shard_urls(store, f"{RUNS_DIR}/{r}/{subdir}")]
+    for view, records_dir, schema in (("steps", run_steps_dir, STEP_SCHEMA),
+                                      ("consumed", run_consumed_dir, CONSUMED_SCHEMA)):
+        urls = [u for r in runs for u in _shard_urls(store, records_dir(r))]
         allowed += urls
         src = _read_parquet(urls) if urls else _empty_source(conn, f"_trajstore_empty_{view}", schema)
         cols = ", ".join(_quote_ident(f.name) for f in schema)

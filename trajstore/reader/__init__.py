@@ -1,0 +1,33 @@
+"""Reading a store: lazy (polars), eager (Arrow) and streaming flat batches for the trainer.
+
+Every reader returns schema v2 (:mod:`trajstore.schema`): shards of an older schema version are
+converted on read (:func:`trajstore.convert.upgrade_table`), so a store holding v1 and v2
+shards reads as one; a nullable column a shard lacks comes back as nulls. A shard of a newer
+schema version than this package reads raises :class:`~trajstore.errors.NewerSchemaError` from
+every reader (upgrade trajstore). Other shards whose footer or data cannot be read are skipped
+with a :class:`~trajstore.store.CorruptShardWarning` naming them (``strict=True`` raises). Duplicate
+``trajectory_id`` s resolve deterministically: the first copy in arrival order (shard name,
+then row) wins; :func:`count_duplicates` says how many copies were dropped.
+
+This package re-exports the public names of its modules: ``read`` (eager ``read_*``), ``scan``
+(lazy ``scan_*``), ``batches`` (``iter_batches``), ``by_id``, ``summary`` and ``files``.
+"""
+
+from trajstore.reader.batches import (
+    TrajectoryBatch,
+    batch_from_table,
+    iter_batches,
+    iter_shard_batches,
+    iter_shard_tables,
+)
+from trajstore.reader.by_id import read_trajectories_by_id
+from trajstore.reader.files import StoreLike, file_version, version_runs
+from trajstore.reader.read import count_duplicates, read_shard, read_trajectories
+from trajstore.reader.scan import scan_trajectories
+from trajstore.reader.summary import StoreSummary, summarize_store
+
+__all__ = [
+    "StoreLike", "StoreSummary", "TrajectoryBatch", "batch_from_table", "count_duplicates", "file_version",
+    "iter_batches", "iter_shard_batches", "iter_shard_tables", "read_shard", "read_trajectories",
+    "read_trajectories_by_id", "scan_trajectories", "summarize_store", "version_runs",
+]

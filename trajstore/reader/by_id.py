@@ -1,0 +1,107 @@
+"""Fetching trajectories by id: :func:`read_trajectories_by_id` finds the rows from each shard's
+footer id index and decodes only the row groups that hold them."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from trajstore.convert import upgrade_table, v1_read_columns
+from trajstore.errors import CorruptShardError
+from trajstore.reader.files import StoreLike, as_store, file_version, open_shard
+from trajstore.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
+from trajstore.store import CorruptShardWarning, ShardInfo, Store, decode_id_index, id_hashes
+from trajstore.store.layout import TRAJECTORIES_DIR
+
+
+def read_trajectories_by_id(uri: StoreLike, ids: Sequence[str], *, columns: Sequence[str] | None = None,
+                            storage_options: dict[str, Any] | None = None, strict: bool = False) -> pa.Table:
+    """The trajectories with the given ids (first stored copy of each), in arrival order; ids
+    not in the store are absent from the result.
+
+    Each shard's footer (read when the store is listed) holds an id index, sorted 64-bit id
+    hashes with their rows (:data:`trajstore.store.METADATA_ID_INDEX_KEY`): shards without a
+    wanted id are never opened, and only the row groups holding a wanted row are decoded (a
+    shard without the index, e.g. one written before it existed, has its ``trajectory_id``
+    column read instead). The cost grows with the number of ids asked for and the row-group
+    size (``ROW_GROUP_TARGET_MB``), not with the store.
+
+    Args:
+        ids: trajectory ids to fetch.
+        columns: subset of schema columns (``trajectory_id`` is always included).
+
+    Raises:
+        CorruptShardError: with ``strict=True``, on the first unreadable shard.
+        ValueError: a name in `columns` is not a schema column.
+    """
+    store = as_store(uri, storage_options)
+    cols = list(dict.fromkeys(["trajectory_id", *(columns if columns is not None else TRAJECTORY_SCHEMA.names)]))
+    unknown = [c for c in cols if c not in TRAJECTORY_SCHEMA.names]
+    if unknown:
+        raise ValueError(f"unknown column(s) {unknown}; the trajectory schema has {TRAJECTORY_SCHEMA.names}")
+    wanted = dict.fromkeys(ids)
+    hashes = dict(zip(id_hashes(list(wanted)).tolist(), wanted)) if wanted else {}
+    parts: list[pa.Table] = []
+    for shard in store.list_shards(TRAJECTORIES_DIR, strict=strict):
+        if not wanted:
+            break
+        try:
+            if shard.id_index is not None:
+                h, rows = decode_id_index(shard.id_index)
+                live = np.fromiter((k for k, v in hashes.items() if v in wanted), dtype=np.uint64)
+                pos = np.searchsorted(h, live)
+                pos = pos[pos < len(h)]
+                pos = pos[np.isin(h[pos], live)]
+                if not len(pos):
+                    continue  # no wanted id here: the shard is not opened
+                # every row with a matching hash (an id stored twice in a shard appears twice)
+                lo, hi = np.searchsorted(h, h[pos], "left"), np.searchsorted(h, h[pos], "right")
+                candidates = np.unique(np.concatenate([rows[a:b] for a, b in zip(lo, hi)]).astype(np.int64))
+            else:
+                candidates = None
+            got = _rows_of(store, shard, candidates, wanted, cols)
+        except (OSError, pa.ArrowException) as e:
+            err = CorruptShardError(store.url_of(shard.path), f"cannot decode: {str(e).splitlines()[0]}")
+            if strict:
+                raise err from e
+            warnings.warn(f"skipping {err}", CorruptShardWarning, stacklevel=2)
+            continue
+        if got is not None:
+            parts.append(got)
+            for t in got.column("trajectory_id").to_pylist():
+                wanted.pop(t, None)
+    if not parts:
+        return TRAJECTORY_SCHEMA.empty_table().select(cols)
+    return pa.concat_tables(parts)
+
+
+def _rows_of(store: Store, shard: ShardInfo, candidates: np.ndarray | None, wanted: dict[str, None],
+             cols: list[str]) -> pa.Table | None:
+    """The first row of each wanted id in one shard (`candidates`: rows that may hold one, from
+    the id index; None = find them from the shard's ``trajectory_id`` column)."""
+    pf = open_shard(store, shard)
+    version = file_version(pf, shard)  # the listing's version and row groups may predate a migrate
+    if candidates is None:
+        shard_ids = pf.read(columns=["trajectory_id"]).column("trajectory_id")
+        hit = pc.is_in(shard_ids, value_set=pa.array(list(wanted), pa.string())).to_numpy(zero_copy_only=False)
+        candidates = np.flatnonzero(hit)
+        if not len(candidates):
+            return None
+    bounds = np.cumsum([0, *(pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups))])
+    read = cols if version == SCHEMA_VERSION else v1_read_columns(cols)
+    read = [c for c in read if c in set(pf.schema_arrow.names)]
+    out = []
+    for rg in np.unique(np.searchsorted(bounds, candidates, side="right") - 1).tolist():
+        local = candidates[(candidates >= bounds[rg]) & (candidates < bounds[rg + 1])] - bounds[rg]
+        out.append(pf.read_row_group(rg, columns=read).take(pa.array(local)))
+    table = upgrade_table(pa.concat_tables(out), version, columns=cols)
+    # exact ids (a hash can collide), first copy inside the shard
+    tids = table.column("trajectory_id").to_pylist()
+    seen: set[str] = set()
+    keep = [i for i, t in enumerate(tids) if t in wanted and not (t in seen or seen.add(t))]
+    return table.take(pa.array(keep, pa.int64())) if keep else None

@@ -1,0 +1,70 @@
+"""Opening a store's trajectory shards for reading: a store from a URI, an Arrow dataset or a
+Parquet file over shards, the schema version in a file's own footer, and runs of consecutive
+same-version shards (read run by run so arrival order survives mixed versions)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, READABLE_VERSIONS, SCHEMA_VERSION, trajectory_schema
+from trajstore.store import ShardInfo, Store, open_store
+from trajstore.store.shards import check_schema_version
+
+StoreLike = Store | str | os.PathLike[str]
+"""What every reader accepts as its store: an open :class:`Store`, or a URI for :func:`open_store`."""
+
+
+def as_store(uri: StoreLike, storage_options: dict[str, Any] | None) -> Store:
+    """`uri` itself when it is a :class:`Store`, else the store it names (opened with `storage_options`)."""
+    return uri if isinstance(uri, Store) else open_store(uri, storage_options=storage_options)
+
+
+def arrow_dataset(store: Store, shards: Sequence[ShardInfo], version: int = SCHEMA_VERSION) -> pads.Dataset:
+    """An Arrow dataset over same-version `shards`, read with the schema of `version`."""
+    return pads.dataset([s.path for s in shards], schema=trajectory_schema(version), format="parquet",
+                        filesystem=store.arrow_filesystem())
+
+
+def file_version(pf: pq.ParquetFile, shard: ShardInfo) -> int:
+    """The schema version stamped in an opened shard's own footer (the listing's
+    :attr:`ShardInfo.schema_version` when the footer has none). ``traj migrate`` can rewrite a v1
+    shard as v2 under the same name between a listing and the read, so the file's own stamp,
+    read with the file, decides how it is converted; the listing's could be stale.
+
+    Raises:
+        NewerSchemaError: the stamp is newer than this package reads (a newer trajstore
+            rewrote the shard since the listing; never skipped as corrupt).
+        pyarrow.ArrowInvalid: any other stamp this package does not read (readers then skip
+            the shard with a warning, as for any shard that cannot be decoded).
+    """
+    raw = (pf.metadata.metadata or {}).get(METADATA_SCHEMA_VERSION_KEY)
+    version = shard.schema_version if raw is None else int(raw)
+    check_schema_version(shard.path, version)
+    if version not in READABLE_VERSIONS:
+        raise pa.ArrowInvalid(f"schema version {version} is not readable by this package "
+                              f"({list(READABLE_VERSIONS)})")
+    return version
+
+
+def open_shard(store: Store, shard: ShardInfo) -> pq.ParquetFile:
+    """`shard` opened as a Parquet file (memory-mapped on a local store)."""
+    return (pq.ParquetFile(shard.path, memory_map=True) if store.is_local
+            else pq.ParquetFile(store.fs.open(shard.path, "rb")))
+
+
+def version_runs(shards: Sequence[ShardInfo]) -> list[tuple[int, list[ShardInfo]]]:
+    """Consecutive shards of one schema version, in arrival order: ``[(version, shards), ...]``.
+    Reading run after run keeps arrival order (which decides duplicates) across versions."""
+    runs: list[tuple[int, list[ShardInfo]]] = []
+    for s in shards:
+        if runs and runs[-1][0] == s.schema_version:
+            runs[-1][1].append(s)
+        else:
+            runs.append((s.schema_version, [s]))
+    return runs

@@ -1,0 +1,120 @@
+"""Eager reading into Arrow: :func:`read_trajectories` (the whole store as one schema-v2 table),
+:func:`read_shard` (one shard) and :func:`count_duplicates`; a shard whose data cannot be decoded
+is found shard by shard and skipped with a warning (or raised with ``strict``)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from trajstore.convert import conform_table, upgrade_table, v1_read_columns
+from trajstore.errors import CorruptShardError
+from trajstore.reader.dedupe import first_copy_mask
+from trajstore.reader.files import StoreLike, arrow_dataset, as_store, file_version, open_shard, version_runs
+from trajstore.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
+from trajstore.store import CorruptShardWarning, ShardInfo, Store
+from trajstore.store.layout import TRAJECTORIES_DIR
+
+
+def read_run(store: Store, version: int, shards: Sequence[ShardInfo], cols: list[str] | None) -> pa.Table:
+    """Same-version shards as one schema-v2 table (`cols` or every column).
+
+    Shards listed as an older version are read file by file, each converted by the version in
+    its own footer (:func:`file_version`): ``traj migrate`` may have rewritten one as v2 since
+    the listing. A current-version shard is never rewritten, so those runs are one dataset scan.
+    """
+    if version == SCHEMA_VERSION:
+        return conform_table(arrow_dataset(store, shards, version).to_table(columns=cols), cols)
+    parts = []
+    for shard in shards:
+        pf = open_shard(store, shard)
+        try:
+            v = file_version(pf, shard)
+            read = cols if v == SCHEMA_VERSION else v1_read_columns(cols)
+            present = set(pf.schema_arrow.names)
+            read = [c for c in (read if read is not None else pf.schema_arrow.names) if c in present]
+            parts.append(upgrade_table(pf.read(columns=read), v, columns=cols))
+        finally:
+            pf.close()
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+
+def read_shard(store: Store, shard: ShardInfo, *, columns: Sequence[str] | None = None) -> pa.Table:
+    """One shard as a schema-v2 table (`columns` or all; rows in file order, duplicates kept;
+    v1 converted, missing nullable columns filled with nulls).
+
+    Raises:
+        OSError, pyarrow.ArrowException: the shard cannot be decoded.
+    """
+    return read_run(store, shard.schema_version, [shard], None if columns is None else list(columns))
+
+
+def read_trajectories(uri: StoreLike, *, columns: Sequence[str] | None = None,
+                      storage_options: dict[str, Any] | None = None, strict: bool = False,
+                      dedupe: bool = True) -> pa.Table:
+    """Every trajectory in the store as one Arrow table of schema v2 (rows in arrival order).
+
+    Args:
+        columns: subset of schema columns to read (``trajectory_id`` is always included).
+
+    A shard whose footer cannot be read, or whose data pages cannot be decoded, is skipped
+    with a :class:`~trajstore.store.CorruptShardWarning` naming it. Schema-v1 shards are
+    converted (see :func:`trajstore.convert.upgrade_table`).
+
+    Raises:
+        CorruptShardError: with ``strict=True``, on the first unreadable shard.
+        ValueError: a name in `columns` is not a schema column.
+    """
+    store = as_store(uri, storage_options)
+    shards = store.list_shards(TRAJECTORIES_DIR, strict=strict)
+    cols = None if columns is None else list(dict.fromkeys(["trajectory_id", *columns]))
+    if cols is not None:
+        unknown = [c for c in cols if c not in TRAJECTORY_SCHEMA.names]
+        if unknown:
+            raise ValueError(f"unknown column(s) {unknown}; the trajectory schema has {TRAJECTORY_SCHEMA.names}")
+    if not shards:
+        t = TRAJECTORY_SCHEMA.empty_table()
+        return t.select(cols) if cols else t
+    try:
+        parts = [read_run(store, v, run, cols) for v, run in version_runs(shards)]
+        table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+    except (OSError, pa.ArrowException):
+        # A footer that reads but damaged data pages: find the culprit(s) shard by shard.
+        table = read_shards_one_by_one(store, shards, cols, strict=strict)
+    if dedupe and table.num_rows:
+        keep = first_copy_mask(table.column("trajectory_id"))
+        if keep is not None:
+            table = table.filter(pa.array(keep))
+    return table
+
+
+def read_shards_one_by_one(store: Store, shards: Sequence[ShardInfo], cols: list[str] | None, *,
+                            strict: bool) -> pa.Table:
+    """Read shards separately, skipping (with a warning naming it) any whose data cannot be decoded.
+
+    Raises:
+        CorruptShardError: with ``strict``, on the first shard that cannot be decoded.
+    """
+    parts = []
+    for s in shards:
+        try:
+            parts.append(read_run(store, s.schema_version, [s], cols))
+        except (OSError, pa.ArrowException) as e:
+            err = CorruptShardError(store.url_of(s.path), f"cannot decode: {str(e).splitlines()[0]}")
+            if strict:
+                raise err from e
+            warnings.warn(f"skipping {err}", CorruptShardWarning, stacklevel=3)
+    if not parts:
+        t = TRAJECTORY_SCHEMA.empty_table()
+        return t.select(cols) if cols else t
+    return pa.concat_tables(parts)
+
+
+def count_duplicates(uri: StoreLike, *, storage_options: dict[str, Any] | None = None) -> int:
+    """Rows whose ``trajectory_id`` already appeared earlier in arrival order (dropped by readers)."""
+    t = read_trajectories(uri, columns=["trajectory_id"], storage_options=storage_options, dedupe=False)
+    return t.num_rows - pc.count_distinct(t.column("trajectory_id")).as_py()

@@ -1,0 +1,118 @@
+"""How a table becomes the bytes of one Parquet shard: the schema version and writer stamped in
+its metadata, row groups of a bounded size, zstd, per-token column encodings and the footer's id
+index. Where the bytes go (atomically) is :mod:`trajstore.store.atomic`'s concern."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, METADATA_WRITER_KEY, SCHEMA_VERSION
+from trajstore.store.id_index import METADATA_ID_INDEX_KEY, encode_id_index
+
+ROW_GROUP_TARGET_MB = 32
+"""Uncompressed bytes per Parquet row group; bounds the memory of one streamed batch."""
+PARQUET_COMPRESSION = "zstd"
+SPAN_BYTES_ESTIMATE = 96
+"""Uncompressed bytes assumed per span when sizing row groups (a dozen small fields)."""
+PER_TOKEN_COLUMNS = ("tokens", "logprobs")
+
+
+def stamped(table: pa.Table, extra_metadata: Mapping[bytes, bytes] | None) -> pa.Table:
+    """`table` with the shard metadata: schema version (the table schema's own
+    ``trajstore.schema_version`` when it has one, e.g. ``trajectories_to_table(version=1)`` for
+    tests and benchmarks of the v1 read path, else the current one) and the writer."""
+    meta = dict(table.schema.metadata or {})
+    meta.setdefault(METADATA_SCHEMA_VERSION_KEY, str(SCHEMA_VERSION).encode())
+    meta[METADATA_WRITER_KEY] = b"trajstore"
+    meta.update(extra_metadata or {})
+    return table.replace_schema_metadata(meta)
+
+
+def _footer_only(table: pa.Table) -> dict[bytes, bytes]:
+    """Footer entries kept out of the Arrow schema (which every shard repeats in its footer):
+    the id index of a trajectory table."""
+    if "trajectory_id" in table.column_names and "spans" in table.column_names:
+        return {METADATA_ID_INDEX_KEY: encode_id_index(table.column("trajectory_id"))}
+    return {}
+
+
+def row_bytes(table: pa.Table) -> np.ndarray:
+    """Approximate uncompressed bytes of each row, int64 (n,): list columns by their element
+    count times the element width (``spans`` at :data:`SPAN_BYTES_ESTIMATE` each), strings by
+    their length (``metadata`` can be megabytes), fixed-width columns by their width."""
+    n = table.num_rows
+    out = np.zeros(n, dtype=np.int64)
+    for name, col in zip(table.column_names, table.columns):
+        t = col.type
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            counts = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            vt = t.value_type
+            width = vt.byte_width if pa.types.is_integer(vt) or pa.types.is_floating(vt) else SPAN_BYTES_ESTIMATE
+            out += counts * width
+        elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t):
+            out += pc.binary_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        else:
+            try:
+                out += t.byte_width
+            except ValueError:  # bool and other bit-packed or nested types
+                out += 1
+    return out
+
+
+def row_group_slices(table: pa.Table, target_bytes: int) -> list[tuple[int, int]]:
+    """Split rows into consecutive slices of about `target_bytes` uncompressed bytes each
+    (:func:`row_bytes`; a single row larger than the target gets a row group of its own)."""
+    n = table.num_rows
+    if n == 0:
+        return []
+    per_row = row_bytes(table)
+    out, start, acc = [], 0, 0
+    for i, b in enumerate(per_row.tolist()):
+        acc += b
+        if acc >= target_bytes:
+            out.append((start, i + 1))
+            start, acc = i + 1, 0
+    if start < n:
+        out.append((start, n))
+    return out
+
+
+def _leaf_paths(schema: pa.Schema) -> list[str]:
+    """Parquet column paths (``a.list.element.b``) of every leaf of an Arrow schema."""
+    def walk(prefix: str, t: pa.DataType) -> list[str]:
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return walk(f"{prefix}.list.element", t.value_type)
+        if pa.types.is_struct(t):
+            return [p for i in range(t.num_fields) for p in walk(f"{prefix}.{t.field(i).name}", t.field(i).type)]
+        return [prefix]
+    return [p for f in schema for p in walk(f.name, f.type)]
+
+
+def write_parquet(sink: Any, table: pa.Table, slices: list[tuple[int, int]]) -> None:
+    """Write `table` (already :func:`stamped`) to `sink` as Parquet, one row group per slice of
+    :func:`row_group_slices`, with the footer-only entries (the id index)."""
+    opts: dict[str, Any] = {}
+    per_token = [f"{c}.list.element" for c in PER_TOKEN_COLUMNS if c in table.column_names]
+    if per_token:
+        # Per-token columns: no dictionary (a 49k+ vocabulary overflows the dictionary page
+        # and falls back anyway) and no min/max statistics (useless for pruning token ids);
+        # log-probs byte-stream-split, which zstd compresses better than plain floats.
+        others = [c for c in _leaf_paths(table.schema) if c not in per_token]
+        # ... except min/max of token ids: the trainer checks them against the model's
+        # vocabulary from the footer alone, before it writes anything (a few bytes per row group)
+        stats = others + [c for c in per_token if c.startswith("tokens.")]
+        opts = dict(use_dictionary=others, write_statistics=stats,
+                    column_encoding={c: "BYTE_STREAM_SPLIT" for c in per_token if c.startswith("logprobs.")})
+    with pq.ParquetWriter(sink, table.schema, compression=PARQUET_COMPRESSION, **opts) as w:
+        for a, b in slices or [(0, 0)]:
+            part = table.slice(a, b - a)
+            w.write_table(part, row_group_size=max(1, part.num_rows))
+        footer = _footer_only(table)
+        if footer:
+            w.add_key_value_metadata(footer)

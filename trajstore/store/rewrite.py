@@ -1,0 +1,84 @@
+"""Rewriting an existing shard in place under its own name (``traj migrate``), atomically, and
+removing the temp files of a rewrite whose process died part-way."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from trajstore.store.atomic import write_refused
+from trajstore.store.encoding import ROW_GROUP_TARGET_MB, row_group_slices, stamped, write_parquet
+from trajstore.store.fsutil import fsync_dir, pid_alive
+from trajstore.store.layout import TMP_DIR, tmp_path
+
+if TYPE_CHECKING:
+    from trajstore.store.handle import Store
+
+REWRITE_MARK = ".rewrite-"
+"""In a rewrite's temp file name: ``_tmp/<shard name>.rewrite-<pid>.tmp``."""
+
+
+def rewrite_shard(store: Store, path: str, table: pa.Table, *,
+                  row_group_target_mb: float = ROW_GROUP_TARGET_MB) -> int:
+    """Replace an existing shard's content with `table`, keeping its name (hence its place in
+    arrival order, and any training cursor that names it). Atomic: a reader sees either the
+    old file or the new one, never a mix or a partial file (locally: temp file in ``_tmp/``,
+    fsync, ``os.replace`` over the old one, fsync of the directory; on object stores: one
+    PUT or one completed multipart upload to the same key). Returns the new size in bytes.
+
+    A process killed part-way leaves the old shard in place and, locally, a
+    ``_tmp/<name>.rewrite-<pid>.tmp`` file that :func:`remove_stale_rewrites` deletes.
+
+    Raises:
+        StoreError: the write failed (the old shard is untouched).
+    """
+    table = stamped(table, None)
+    slices = row_group_slices(table, int(row_group_target_mb * 2**20))
+    name = path.rsplit("/", 1)[-1]
+    try:
+        if store.is_local:
+            os.makedirs(store.path(TMP_DIR), exist_ok=True)
+            tmp = store.path(tmp_path(f"{name}{REWRITE_MARK}{os.getpid()}.tmp"))
+            try:
+                with open(tmp, "wb") as fh:
+                    write_parquet(fh, table, slices)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                size = os.path.getsize(tmp)
+                os.replace(tmp, path)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+            fsync_dir(os.path.dirname(path))
+        else:
+            buf = io.BytesIO()
+            write_parquet(buf, table, slices)
+            size = buf.tell()
+            store.fs.pipe_file(path, buf.getvalue())
+    except OSError as e:
+        raise write_refused(store, e, f"could not rewrite shard {store.url_of(path)}") from e
+    return size
+
+
+def remove_stale_rewrites(store: Store) -> list[str]:
+    """Delete ``_tmp/`` files left by a :func:`rewrite_shard` whose process is gone (local
+    stores; a no-op elsewhere). Returns the paths removed."""
+    if not store.is_local or not os.path.isdir(store.path(TMP_DIR)):
+        return []
+    removed = []
+    for name in os.listdir(store.path(TMP_DIR)):
+        head, mark, tail = name.rpartition(REWRITE_MARK)
+        if not mark or not tail.endswith(".tmp") or not tail[:-4].isdigit():
+            continue
+        pid = int(tail[:-4])
+        if pid != os.getpid() and pid_alive(pid):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(store.path(tmp_path(name)))
+            removed.append(store.path(tmp_path(name)))
+    return removed

@@ -1,0 +1,235 @@
+"""Listing a store folder's shards and reading their footers: which ``*.parquet`` files are
+there, whether each is ours (schema version, columns) and its row counts and id index, with
+a process-wide cache of footer facts (shards are immutable) so no footer is read twice."""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trajstore.errors import CorruptShardError, NewerSchemaError, StoreError, TrajstoreWarning
+from trajstore.schema import (
+    CONSUMED_SCHEMA,
+    METADATA_SCHEMA_VERSION_KEY,
+    READABLE_VERSIONS,
+    SCHEMA_VERSION,
+    STEP_SCHEMA,
+    trajectory_schema,
+)
+from trajstore.store.fsutil import why
+from trajstore.store.id_index import METADATA_ID_INDEX_KEY
+from trajstore.store.layout import RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, SHARD_SUFFIX, TRAJECTORIES_DIR
+
+if TYPE_CHECKING:
+    from trajstore.store.handle import Store
+
+BROKEN_LINK_SIZE = -1
+"""Size :meth:`Store.shard_paths` gives a symlink that points to no regular file."""
+SHARD_CACHE_MAX_ENTRIES = 1_000_000
+
+
+class CorruptShardWarning(TrajstoreWarning):
+    """A shard was skipped because it cannot be read."""
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """A readable shard: its path inside the store's filesystem, rows, size in bytes and
+    row groups, and the schema version stamped in its metadata."""
+
+    path: str
+    num_rows: int
+    size_bytes: int
+    num_row_groups: int
+    schema_version: int
+    columns: tuple[str, ...] = ()
+    """Top-level column names in the file (an older shard may lack a nullable column)."""
+    row_group_rows: tuple[int, ...] = ()
+    """Rows in each row group, in order."""
+    id_index: bytes | None = None
+    """The footer's id index (:data:`METADATA_ID_INDEX_KEY`), None when the shard has none."""
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+_SHARD_CACHE: dict[tuple[str, int, object], ShardInfo | str] = {}
+"""Footer facts (or why a shard is unreadable) by (URL, size, expected schema): shards are
+immutable, a rewrite (``traj migrate``) changes the size, so every Store of the process shares
+it and a store opened per call does not re-read every footer."""
+_SHARD_CACHE_LOCK = threading.Lock()
+_SCHEMA_NAMES: dict[tuple[object, int, object], tuple[str, ...]] = {}
+"""Column names of each distinct serialised Arrow schema that passed the schema check."""
+
+
+def _cache_put(key: tuple[str, int, object], value: ShardInfo | str) -> None:
+    if len(_SHARD_CACHE) >= SHARD_CACHE_MAX_ENTRIES:
+        _SHARD_CACHE.clear()
+    _SHARD_CACHE[key] = value
+
+
+def _schema_key(expected: object) -> object:
+    """Hashable identity of what a shard was checked against (a schema, a per-version function, None)."""
+    if expected is None:
+        return None
+    if isinstance(expected, pa.Schema):
+        return expected.to_string()
+    return getattr(expected, "cache_key", id(expected))
+
+
+def check_schema_version(path: str, version: int) -> None:
+    """Refuse a shard stamped with a schema version newer than this package reads.
+
+    Raises:
+        NewerSchemaError: `version` > :data:`~trajstore.schema.SCHEMA_VERSION`, naming `path`,
+            both versions and the upgrade (never reported as a corrupt shard, never skipped).
+    """
+    if version > SCHEMA_VERSION:
+        raise NewerSchemaError(path, version, SCHEMA_VERSION)
+
+
+def shard_paths(store: Store, subdir: str = TRAJECTORIES_DIR) -> list[tuple[str, int]]:
+    """(path, size) of every ``*.parquet`` directly under `subdir`, sorted by name
+    (= arrival order). Hidden and temporary files are never listed. A symbolic link (local
+    stores) is listed with the size of the file it points to, or :data:`BROKEN_LINK_SIZE`
+    when it points to no regular file (:func:`inspect_shard` then reports it)."""
+    base = store.path(subdir)
+    try:
+        entries = store.fs.ls(base, detail=True, refresh=True) if not store.is_local else store.fs.ls(base, detail=True)
+    except FileNotFoundError:
+        return []
+    except Exception as e:  # unreachable endpoint, bad credentials or options, a file in the way
+        raise StoreError(f"cannot list {store.url(subdir)}: {why(e)}") from e
+    out = []
+    for e in entries:
+        p = e["name"]
+        name = p.rsplit("/", 1)[-1]
+        if not name.endswith(SHARD_SUFFIX) or name.startswith((".", "_")):
+            continue
+        if e.get("type") == "file":
+            out.append((p, int(e.get("size") or 0)))
+        elif e.get("islink"):  # local symlink: read what it points to; a broken one is reported
+            out.append((p, os.path.getsize(p) if os.path.isfile(p) else BROKEN_LINK_SIZE))
+    out.sort(key=lambda x: x[0].rsplit("/", 1)[-1])
+    return out
+
+
+def inspect_shard(store: Store, path: str, size: int,
+                  expected: pa.Schema | Callable[[int], pa.Schema | None] | None = None) -> ShardInfo:
+    """Read a shard's footer and check it is ours.
+
+    With `expected` (a schema, or a function from the shard's schema version to the schema
+    of that version), the file's columns must also fit that schema: no unknown columns,
+    every known column with its type, every required column present (a nullable column
+    may be missing: older schema versions lack it).
+
+    Raises:
+        CorruptShardError: truncated or not Parquet, no schema version, or (with `expected`)
+            columns that do not fit.
+        NewerSchemaError: the schema version is newer than this package reads (a newer
+            trajstore wrote it: upgrade, see :func:`check_schema_version`).
+    """
+    if size == BROKEN_LINK_SIZE:
+        dest = os.readlink(path) if os.path.islink(path) else "?"
+        raise CorruptShardError(store.url_of(path), f"broken symlink to {dest} (not a readable file)")
+    key = (store.url_of(path), size, _schema_key(expected))
+    with _SHARD_CACHE_LOCK:
+        cached = _SHARD_CACHE.get(key)
+    if isinstance(cached, ShardInfo):
+        return cached
+    if isinstance(cached, str):
+        raise CorruptShardError(store.url_of(path), cached)
+    try:
+        if store.is_local:
+            md = pq.read_metadata(path)
+        else:
+            with store.fs.open(path, "rb") as fh:
+                md = pq.read_metadata(fh)
+        kv = md.metadata or {}
+        version = int(kv.get(METADATA_SCHEMA_VERSION_KEY, b"-1"))
+        if version < 0:
+            raise ValueError("no trajstore schema version in the file metadata")
+        check_schema_version(store.url_of(path), version)  # not caught below: not corruption
+        # Shards of one writer carry the same serialised Arrow schema: check each distinct one once.
+        schema_key = (kv.get(b"ARROW:schema"), version, _schema_key(expected))
+        names = _SCHEMA_NAMES.get(schema_key) if schema_key[0] is not None else None
+        if names is None:
+            arrow_schema = md.schema.to_arrow_schema()
+            want = expected(version) if callable(expected) else expected
+            if want is not None:
+                problem = _schema_mismatch(arrow_schema, want)
+                if problem:
+                    raise ValueError(problem)
+            names = tuple(arrow_schema.names)
+            if schema_key[0] is not None:
+                _SCHEMA_NAMES[schema_key] = names
+        info = ShardInfo(path, md.num_rows, size, md.num_row_groups, version, names,
+                         tuple(md.row_group(i).num_rows for i in range(md.num_row_groups)),
+                         kv.get(METADATA_ID_INDEX_KEY))
+    except (OSError, ValueError, pa.ArrowException) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        with _SHARD_CACHE_LOCK:
+            _cache_put(key, reason)
+        raise CorruptShardError(store.url_of(path), reason) from e
+    with _SHARD_CACHE_LOCK:
+        _cache_put(key, info)
+    return info
+
+
+def list_shards(store: Store, subdir: str = TRAJECTORIES_DIR, *, strict: bool = False) -> list[ShardInfo]:
+    """Readable shards under `subdir` in arrival order.
+
+    A shard that cannot be read is skipped with a warning naming it; with ``strict=True``
+    it raises :class:`~trajstore.errors.CorruptShardError` instead.
+
+    Raises:
+        NewerSchemaError: a shard of a schema version newer than this package reads, with or
+            without ``strict`` (skipping it would silently drop its rows).
+    """
+    out = []
+    for path, size in shard_paths(store, subdir):
+        try:
+            out.append(inspect_shard(store, path, size, expected_schema(subdir)))
+        except CorruptShardError as e:
+            if strict:
+                raise
+            warnings.warn(f"skipping {e}", CorruptShardWarning, stacklevel=3)
+    return out
+
+
+def expected_schema(subdir: str) -> Callable[[int], pa.Schema | None]:
+    """Schema version -> the schema of the shards under a store subdirectory (None when unknown)."""
+    parts = subdir.strip("/").split("/")
+
+    def of_version(version: int) -> pa.Schema | None:
+        if parts == [TRAJECTORIES_DIR]:
+            return trajectory_schema(version) if version in READABLE_VERSIONS else None
+        if len(parts) == 3 and parts[0] == RUNS_DIR:  # unchanged since v1
+            return {RUN_STEPS_DIR: STEP_SCHEMA, RUN_CONSUMED_DIR: CONSUMED_SCHEMA}.get(parts[2])
+        return None
+    kind = TRAJECTORIES_DIR if parts == [TRAJECTORIES_DIR] else (
+        parts[2] if len(parts) == 3 and parts[0] == RUNS_DIR else None)
+    of_version.cache_key = ("expected", kind)  # type: ignore[attr-defined]
+    return of_version
+
+
+def _schema_mismatch(actual: pa.Schema, expected: pa.Schema) -> str | None:
+    """Why a shard's columns do not fit `expected` (None when they do)."""
+    for f in actual:
+        i = expected.get_field_index(f.name)
+        if i < 0:
+            return f"unexpected column {f.name!r} (not in the trajstore schema)"
+        if not f.type.equals(expected.field(i).type):
+            return f"column {f.name!r} has type {f.type}, expected {expected.field(i).type}"
+    for f in expected:
+        if not f.nullable and actual.get_field_index(f.name) < 0:
+            return f"required column {f.name!r} is missing"
+    return None
