@@ -98,7 +98,7 @@ def train_cmd(
     from trajstore.cli.main import open_existing_store
 
     open_existing_store(store, cfg.storage_options, missing_ok=follow)
-    from trajstore.trainer.loop.train import TrainingInterrupted
+    from trajstore.trainer.loop.stop import TrainingInterrupted
 
     try:
         summary = train(cfg, resume=resume)

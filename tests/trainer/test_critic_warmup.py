@@ -12,6 +12,7 @@ import duckdb
 import pytest
 import torch
 
+from trajstore.trainer.loop import step
 from trajstore.trainer.loop import train as loop
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.models import build_critic, load_policy
@@ -30,7 +31,7 @@ def test_first_values_are_zero() -> None:
 
 def _scripted_ev(monkeypatch: pytest.MonkeyPatch, evs: list[float]) -> None:
     """Make the step's explained variance (values before the critic update) follow `evs`."""
-    real = loop._value_stats
+    real = step._value_stats
     it = iter(evs)
 
     def fake(tr, micros, n_tokens):  # noqa: ANN001, ANN202
@@ -38,7 +39,7 @@ def _scripted_ev(monkeypatch: pytest.MonkeyPatch, evs: list[float]) -> None:
         out["value/explained_variance"] = next(it)
         return out
 
-    monkeypatch.setattr(loop, "_value_stats", fake)
+    monkeypatch.setattr(step, "_value_stats", fake)
 
 
 def _cfg(store: Path, **algo) -> TrainConfig:

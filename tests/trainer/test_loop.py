@@ -14,7 +14,9 @@ import torch
 from trajstore import open_store
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import TrainDataError
-from trajstore.trainer.loop.train import setup, train, train_step
+from trajstore.trainer.loop.setup import setup
+from trajstore.trainer.loop.step import train_step
+from trajstore.trainer.loop.train import train
 from trajstore.policies import list_policy_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
