@@ -28,6 +28,7 @@ from trajstore.errors import TrajstoreError
 from trajstore.schema import CONSUMED_SCHEMA, STEP_SCHEMA
 from trajstore.store import RUN_CONFIG_FILE, RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, Store
 from trajstore.trainer.data import PackedMicroBatch, Sample
+from trajstore.trainer.sao.losses import dis_band
 
 ITERATION_KEY = b"trajstore.train.iteration"
 """Footer key of a records shard: the iteration whose records it holds (decimal)."""
@@ -146,8 +147,9 @@ def consumed_rows(samples: Sequence[Sample], *, step: int, trainer_version: int,
             m = packed.action_mask[0, a:b]
             if bool(m.any()):
                 r = torch.exp(logprobs[0, a:b][m].float() - packed.rollout_logprobs[0, a:b][m])
-                row["masked_below"] = float((r <= 1 - eps_low).float().mean())
-                row["masked_above"] = float((r >= 1 + eps_high).float().mean())
+                band = dis_band(r, eps_low, eps_high)
+                row["masked_below"] = float(band.below.float().mean())
+                row["masked_above"] = float(band.above.float().mean())
                 row["ratio_mean"] = float(r.mean())
         out.append(row)
     return out
