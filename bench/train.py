@@ -221,7 +221,9 @@ class _PhaseTimer:
     """Wall seconds per phase of `train_step`, from wrappers around the loop's own functions
     (installed only for the untimed breakdown pass, removed afterwards)."""
 
-    SAO = ("prepare", "_value_stats", "_critic_update", "_policy_update", "_clip_and_step", "consumed_rows")
+    SAO = ("prepare", "_values_and_advantages", "_critic_update", "_policy_update", "_clip_and_step", "log_metrics",
+           "consumed_rows")
+    """Names the step module (trainer/loop/step.py) calls, wrapped there."""
 
     def __init__(self, tr) -> None:  # noqa: ANN001
         from trajstore.trainer.loop import step as loop
@@ -267,7 +269,8 @@ def bench_overhead(model: str, *, trajectories: int, batch_size: int, micro: int
     from trajstore.trainer.loop import distributed as D
     from trajstore.trainer.loop.build import build_optimizers
     from trajstore.trainer.loop.setup import setup
-    from trajstore.trainer.loop.step import prepare, train_step
+    from trajstore.trainer.loop.micro import prepare
+    from trajstore.trainer.loop.step import train_step
 
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as root:
         write_store(root, trajectories, model=model, shape=(80, 3, 24, 40))
@@ -334,9 +337,9 @@ def bench_overhead(model: str, *, trajectories: int, batch_size: int, micro: int
         tokens = statistics.mean(b.num_tokens for b in batches)
     n = len(batches)
     sao_ph = {k: v / n for k, v in pt.s.items()}
-    sao_ph["rest (no-grad critic forward, statistics)"] = sao_ph["train_step"] - sum(
-        sao_ph.get(k, 0.0) for k in ("prepare", "advantage_fn", "_value_stats", "_critic_update", "_policy_update",
-                                     "consumed_rows"))
+    sao_ph["rest"] = sao_ph["train_step"] - sum(
+        sao_ph.get(k, 0.0) for k in ("prepare", "_values_and_advantages", "_critic_update", "_policy_update",
+                                     "log_metrics", "consumed_rows"))
     s, bb = statistics.median(w for w, _ in sao), statistics.median(w for w, _ in base)
     sc, bc = statistics.median(c for _, c in sao), statistics.median(c for _, c in base)
     return {"model": model, "tokens_per_step": tokens, "threads": torch.get_num_threads(), "samples": len(sao),
@@ -353,9 +356,9 @@ def _print_breakdown(r: dict) -> None:
     sao, bare = r["sao_breakdown_s"], r["bare_breakdown_s"]
     print(f"  breakdown, ms/step (one instrumented round): SAO train_step {sao['train_step'] * 1e3:.1f}, bare "
           f"{sum(bare.values()) * 1e3:.1f}")
-    for k in ("prepare", "rest (no-grad critic forward, statistics)", "advantage_fn", "_value_stats",
-              "_critic_update", "value_loss_fn", "_policy_update", "policy_loss_fn", "_clip_and_step",
-              "consumed_rows"):
+    # _values_and_advantages = no-grad critic forward + advantage_fn; log_metrics = the step's host sync
+    for k in ("prepare", "_values_and_advantages", "advantage_fn", "_critic_update", "value_loss_fn",
+              "_policy_update", "policy_loss_fn", "_clip_and_step", "log_metrics", "consumed_rows", "rest"):
         if k in sao:
             print(f"    SAO  {k:<44}{sao[k] * 1e3:>9.1f}")
     for k, v in bare.items():
