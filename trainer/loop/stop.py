@@ -51,6 +51,9 @@ class StopRequest:
         self._old.clear()
 
     def agreed(self, env: D.DistEnv) -> bool:
-        """Whether any rank was asked to stop (all ranks stop at the same iteration)."""
+        """Whether any rank was asked to stop (all ranks stop at the same iteration); a single
+        process needs no collective and reads no tensor."""
+        if not env.distributed:
+            return self.requested.is_set()
         flag = torch.tensor([1.0 if self.requested.is_set() else 0.0], device=env.device)
         return float(D.all_reduce_max(flag, env)) > 0

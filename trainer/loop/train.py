@@ -21,8 +21,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import torch
-
 from trajstore.trainer.data import StepBatch
 from trajstore.trainer.loop import distributed as D
 from trajstore.trainer.loop.config import TrainConfig
@@ -69,9 +67,7 @@ def _train_loop(tr: Trainer) -> None:
             break
         t0 = time.perf_counter()
         iteration = state.iteration
-        metrics, consumed = train_step(tr, batch)
-        if tr.env.device.type == "cuda":
-            torch.cuda.synchronize(tr.env.device)
+        metrics, consumed = train_step(tr, batch)  # ends with its one host sync: the GPU is idle again
         step_s = time.perf_counter() - t0 + wait_s
         tokens = float(batch.num_tokens)  # every rank holds the whole step batch: all ranks' tokens
         metrics.update({"perf/step_s": step_s, "perf/tokens_per_s": tokens / step_s,
