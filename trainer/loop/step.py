@@ -1,7 +1,6 @@
 """One training iteration on a step batch (../shared/docs/SAO.md): the critic's values,
-advantages and critic targets, K critic updates, then (after the warm-up) one DIS policy update.
-Statistics stay typed tensors on the device until :func:`~trajstore.trainer.loop.step_stats.log_metrics`
-reads them once at the end of the step."""
+advantages and critic targets, K critic updates, then (after the warm-up) one DIS policy update;
+its statistics stay on the device until one host read at the end (step_stats.log_metrics)."""
 
 from __future__ import annotations
 

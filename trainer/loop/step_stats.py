@@ -1,9 +1,6 @@
 """A training step's statistics: typed records of tensors on the training device, added up over
 micro-batches while the step runs, and :func:`log_metrics`, the one place where they cross to
 the host (one sync per step) and become the step record's metrics and per-trajectory ratios.
-
-Notation: every field is a ``()`` float64 tensor on the training device unless said otherwise;
-"sum" fields are sums over this rank's action tokens (all ranks' after :func:`log_metrics`).
 """
 
 from __future__ import annotations
@@ -18,6 +15,9 @@ from trajstore.trainer.loop import distributed as D
 from trajstore.trainer.sao.losses import dis_band
 from trajstore.trainer.sao.types import PolicyLossStats, ValueLossStats
 
+# Every record field below is a () float64 tensor on the training device unless its docstring
+# says otherwise; "sum" fields are sums over this rank's action tokens until log_metrics adds up
+# the ranks'.
 f64 = torch.float64
 
 
