@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> dict:
     from trajstore import TrajectoryBuilder, write_trajectories
     from trajstore.trainer.loop import distributed as D
     from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
-    from trajstore.trainer.loop.train import setup, train
+    from trajstore.trainer.loop.setup import setup
+    from trajstore.trainer.loop.train import train
 
     device = "cpu" if args.cpu else "cuda"
     result: dict = {"device": device, "torch": torch.__version__}

@@ -134,7 +134,7 @@ def runtime_baseline(model: str) -> float:
     import torch.distributed.checkpoint  # noqa: F401
     import transformers.models.llama.modeling_llama  # noqa: F401 - SmolLM2 and the tiny model are Llamas
 
-    import trajstore.trainer.loop.train  # noqa: F401
+    import trajstore.trainer.loop.train  # noqa: F401 - and through it setup, step, save
 
     if model == "smollm2-135m":
         import gguf  # noqa: F401
@@ -150,11 +150,12 @@ def memory_child(model: str, out_path: str) -> None:
     import torch
 
     from trajstore.trainer.loop import train as loop
+    from trajstore.trainer.loop.setup import setup
     with tempfile.TemporaryDirectory(prefix="bench-mem-") as root:
         # the demo's shape: ~230 tokens per trajectory, 4 per step, micro-batches of 2
         write_store(root, 4, model=model, shape=(80, 3, 24, 40))
         cfg = config(root, "mem", model=model, batch_size=4, micro_batch_size=2, max_steps=1, publish_every=1)
-        tr = loop.setup(cfg)
+        tr = setup(cfg)
         summary = loop.train(cfg, trainer=tr)
         peak = _status_mb("VmHWM")
         # the floor, from the models as trained
@@ -220,10 +221,12 @@ class _PhaseTimer:
     """Wall seconds per phase of `train_step`, from wrappers around the loop's own functions
     (installed only for the untimed breakdown pass, removed afterwards)."""
 
-    SAO = ("_prepare", "_value_stats", "_critic_update", "_policy_update", "_clip_and_step", "consumed_rows")
+    SAO = ("prepare", "_values_and_advantages", "_critic_update", "_policy_update", "_clip_and_step", "log_metrics",
+           "consumed_rows")
+    """Names the step module (trainer/loop/step.py) calls, wrapped there."""
 
     def __init__(self, tr) -> None:  # noqa: ANN001
-        from trajstore.trainer.loop import train as loop
+        from trajstore.trainer.loop import step as loop
 
         self.loop, self.tr, self.s = loop, tr, {}
         self._saved = {n: getattr(loop, n) for n in self.SAO}
@@ -264,7 +267,10 @@ def bench_overhead(model: str, *, trajectories: int, batch_size: int, micro: int
     import torch
 
     from trajstore.trainer.loop import distributed as D
-    from trajstore.trainer.loop.train import _optimizers, _prepare, setup, train_step
+    from trajstore.trainer.loop.build import build_optimizers
+    from trajstore.trainer.loop.setup import setup
+    from trajstore.trainer.loop.micro import prepare
+    from trajstore.trainer.loop.step import train_step
 
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as root:
         write_store(root, trajectories, model=model, shape=(80, 3, 24, 40))
@@ -279,7 +285,7 @@ def bench_overhead(model: str, *, trajectories: int, batch_size: int, micro: int
         crit_params = [p for p in critic.parameters() if p.requires_grad]
         # the trainer's own optimiser kind and settings (fused AdamW on CPU / CUDA, its betas and
         # weight decay), at a negligible learning rate: the same per-step optimiser cost
-        opts = _optimizers(tr.cfg, pol_params, crit_params, fused=bool(tr.optimizers["policy"].defaults["fused"]))
+        opts = build_optimizers(tr.cfg, pol_params, crit_params, fused=bool(tr.optimizers["policy"].defaults["fused"]))
         opt_p, opt_c = opts["policy"], opts["critic"]
         for o in (opt_p, opt_c):
             for g in o.param_groups:
@@ -288,7 +294,7 @@ def bench_overhead(model: str, *, trajectories: int, batch_size: int, micro: int
 
         def bare(batch) -> None:  # noqa: ANN001
             t = [time.perf_counter()]
-            micros, _n = _prepare(tr, batch)
+            micros, _n = prepare(tr, batch)
             t.append(time.perf_counter())
             for m in micros:
                 with torch.no_grad():
@@ -331,9 +337,9 @@ def bench_overhead(model: str, *, trajectories: int, batch_size: int, micro: int
         tokens = statistics.mean(b.num_tokens for b in batches)
     n = len(batches)
     sao_ph = {k: v / n for k, v in pt.s.items()}
-    sao_ph["rest (no-grad critic forward, statistics)"] = sao_ph["train_step"] - sum(
-        sao_ph.get(k, 0.0) for k in ("_prepare", "advantage_fn", "_value_stats", "_critic_update", "_policy_update",
-                                     "consumed_rows"))
+    sao_ph["rest"] = sao_ph["train_step"] - sum(
+        sao_ph.get(k, 0.0) for k in ("prepare", "_values_and_advantages", "_critic_update", "_policy_update",
+                                     "log_metrics", "consumed_rows"))
     s, bb = statistics.median(w for w, _ in sao), statistics.median(w for w, _ in base)
     sc, bc = statistics.median(c for _, c in sao), statistics.median(c for _, c in base)
     return {"model": model, "tokens_per_step": tokens, "threads": torch.get_num_threads(), "samples": len(sao),
@@ -350,9 +356,9 @@ def _print_breakdown(r: dict) -> None:
     sao, bare = r["sao_breakdown_s"], r["bare_breakdown_s"]
     print(f"  breakdown, ms/step (one instrumented round): SAO train_step {sao['train_step'] * 1e3:.1f}, bare "
           f"{sum(bare.values()) * 1e3:.1f}")
-    for k in ("_prepare", "rest (no-grad critic forward, statistics)", "advantage_fn", "_value_stats",
-              "_critic_update", "value_loss_fn", "_policy_update", "policy_loss_fn", "_clip_and_step",
-              "consumed_rows"):
+    # _values_and_advantages = no-grad critic forward + advantage_fn; log_metrics = the step's host sync
+    for k in ("prepare", "_values_and_advantages", "advantage_fn", "_critic_update", "value_loss_fn",
+              "_policy_update", "policy_loss_fn", "_clip_and_step", "log_metrics", "consumed_rows", "rest"):
         if k in sao:
             print(f"    SAO  {k:<44}{sao[k] * 1e3:>9.1f}")
     for k, v in bare.items():
@@ -392,7 +398,9 @@ def bench_padding(lengths: list[int], *, batch_size: int, micro: int, worlds: tu
 
 
 def bench_wait(model: str, *, trajectories: int, batch_size: int, micro: int, repeat: int) -> dict:
-    from trajstore.trainer.loop.train import setup, train, train_step
+    from trajstore.trainer.loop.setup import setup
+    from trajstore.trainer.loop.step import train_step
+    from trajstore.trainer.loop.train import train
 
     with tempfile.TemporaryDirectory(prefix="bench-train-") as root:
         write_store(root, trajectories, model=model)

@@ -57,7 +57,8 @@ def train_cmd(
     except ValidationError as e:
         raise invalid_options(e, {o.name: o.on_flag for o in TRAIN_OPTIONS}) from None
     require(("torch", "transformers", "safetensors"), what="traj train", install=INSTALL_TRAIN_EXTRA)
-    from trajstore.trainer.loop.train import TrainingInterrupted, train
+    from trajstore.trainer.loop.stop import TrainingInterrupted
+    from trajstore.trainer.loop.train import train
 
     # Without --follow a missing store trains nothing: a mistyped path is an error. With it the
     # store may not exist yet, but a folder that is not a store is refused either way.

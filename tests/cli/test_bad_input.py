@@ -188,11 +188,11 @@ def test_resume_without_a_checkpoint_warns(tmp_path: Path) -> None:
     from trajstore.errors import TrajstoreWarning
     from trajstore.store import open_store
     from trajstore.trainer.loop.config import ModelConfig, RunConfig, TrainConfig
-    from trajstore.trainer.loop.train import _resume_point
+    from trajstore.trainer.loop.resume import resume_point
 
     cfg = TrainConfig(store=str(tmp_path), model=ModelConfig(name="tiny-llama"), run=RunConfig(run_id="r1x"))
     with pytest.warns(TrajstoreWarning, match=r"--resume: run 'r1x' has no checkpoint .* starts fresh at iteration 0"):
-        assert _resume_point(open_store(str(tmp_path)), cfg, resume=True) is None
+        assert resume_point(open_store(str(tmp_path)), cfg, resume=True) is None
     res = runner.invoke(app, ["train", "--help"], env=WIDTH)
     assert "starts fresh with a warning" in " ".join(res.stdout.split())
 

@@ -66,8 +66,7 @@ class SimulatedTrainer:
 
         batch = self.stream.next_batch()
         assert batch is not None and len(batch.samples) == B
-        rows = consumed_rows(batch.samples, step=step, trainer_version=self.version, rank=0, logprobs=None,
-                             packed=None, eps_low=0.2, eps_high=0.28)
+        rows = consumed_rows(batch.samples, step=step, trainer_version=self.version, rank=0, ratios=None)
         self.recorder.write_step(iteration=step, step=step, trainer_version=self.version,
                                  metrics={"data/trajectories": float(len(rows))}, consumed=rows)
         self.version += 1

@@ -14,7 +14,9 @@ import torch
 
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import split_for_rank
-from trajstore.trainer.loop.train import checkpoint, setup, train_step
+from trajstore.trainer.loop.save import checkpoint
+from trajstore.trainer.loop.setup import setup
+from trajstore.trainer.loop.step import train_step
 
 
 def main() -> None:

@@ -14,7 +14,8 @@ import torch
 
 from trajstore.trainer.loop import distributed as D
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
-from trajstore.trainer.loop.train import setup, train
+from trajstore.trainer.loop.setup import setup
+from trajstore.trainer.loop.train import train
 
 
 def config(store: str, run_id: str, strategy: str, max_steps: int, publish_dtype: str = "auto") -> TrainConfig:

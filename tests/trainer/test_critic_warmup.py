@@ -12,6 +12,7 @@ import duckdb
 import pytest
 import torch
 
+from trajstore.trainer.loop import step_stats
 from trajstore.trainer.loop import train as loop
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.models import build_critic, load_policy
@@ -29,16 +30,10 @@ def test_first_values_are_zero() -> None:
 
 
 def _scripted_ev(monkeypatch: pytest.MonkeyPatch, evs: list[float]) -> None:
-    """Make the step's explained variance (values before the critic update) follow `evs`."""
-    real = loop._value_stats
+    """Make the step's explained variance (values before the critic update, as log_metrics
+    computes it from the step's summed moments) follow `evs`."""
     it = iter(evs)
-
-    def fake(tr, micros, n_tokens):  # noqa: ANN001, ANN202
-        out = real(tr, micros, n_tokens)
-        out["value/explained_variance"] = next(it)
-        return out
-
-    monkeypatch.setattr(loop, "_value_stats", fake)
+    monkeypatch.setattr(step_stats, "explained_variance_of_sums", lambda *_sums: next(it))
 
 
 def _cfg(store: Path, **algo) -> TrainConfig:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
-from trajstore.trainer.loop.train import TrainingInterrupted, train
+from trajstore.trainer.loop.stop import TrainingInterrupted
+from trajstore.trainer.loop.train import train
 from trajstore.policies import latest_policy_version, list_policy_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path

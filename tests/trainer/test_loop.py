@@ -14,7 +14,9 @@ import torch
 from trajstore import open_store
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import TrainDataError
-from trajstore.trainer.loop.train import setup, train, train_step
+from trajstore.trainer.loop.setup import setup
+from trajstore.trainer.loop.step import train_step
+from trajstore.trainer.loop.train import train
 from trajstore.policies import list_policy_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
@@ -69,13 +71,18 @@ def test_records_steps_consumed_and_config(tmp_path: Path) -> None:
     assert all(r[3] <= r[4] for r in consumed)
     metrics = {m for (m,) in con.execute(f"SELECT DISTINCT metric FROM '{root}/steps/*.parquet'").fetchall()}
     for m in ("policy/loss", "value/explained_variance", "ratio/masked_below", "staleness/max",
-              "perf/tokens_per_s", "perf/data_wait_frac"):
+              "perf/tokens_per_s", "perf/data_wait_frac",
+              # issue 22: the value loss's and policy loss's statistics that were not logged before
+              "value/clip_frac", "value/last_update_mean", "policy/abs_logp_diff_mean"):
         assert m in metrics
+    from trajstore.trainer.loop.records import METRIC_DOCS
+
+    assert metrics - set(METRIC_DOCS) == set()  # every recorded metric is documented
     saved = json.loads(Path(root, "config.json").read_text())
     assert saved["algo"]["critic_updates"] == 2 and saved["optim"]["policy_lr"] == 1e-6
 
 
-def _sgd_step(store: Path, micro: int, run_id: str) -> dict[str, torch.Tensor]:
+def _sgd_step(store: Path, micro: int, run_id: str) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     cfg = _cfg(store, run_id=run_id, micro=micro, warmup=0)
     tr = setup(cfg)
     # SGD(lr=1): the parameter change is exactly minus the (clipped) accumulated gradient, so
@@ -84,21 +91,42 @@ def _sgd_step(store: Path, micro: int, run_id: str) -> dict[str, torch.Tensor]:
                      for k, o in tr.optimizers.items()}
     before = {**{f"p.{k}": v for k, v in _snapshot(tr.loaded.model).items()},
               **{f"c.{k}": v for k, v in _snapshot(tr.critic).items()}}
-    train_step(tr, tr.stream.next_batch())
+    metrics, _ = train_step(tr, tr.stream.next_batch())
     after = {**{f"p.{n}": p.detach() for n, p in tr.loaded.model.named_parameters()},
              **{f"c.{n}": p.detach() for n, p in tr.critic.named_parameters()}}
     tr.stream.close()
-    return {k: after[k] - before[k] for k in before}
+    return {k: after[k] - before[k] for k in before}, metrics
 
 
 def test_micro_batch_1x4_equals_micro_batch_4x1(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 4)
-    a = _sgd_step(tmp_path, micro=1, run_id="mb1")  # 4 micro-batches, gradient accumulation 4
-    b = _sgd_step(tmp_path, micro=4, run_id="mb4")  # 1 packed micro-batch of 4 trajectories
+    a, metrics_a = _sgd_step(tmp_path, micro=1, run_id="mb1")  # 4 micro-batches, gradient accumulation 4
+    b, metrics_b = _sgd_step(tmp_path, micro=4, run_id="mb4")  # 1 packed micro-batch of 4 trajectories
     assert any(bool(d.abs().sum() > 0) for d in a.values())
     for k in a:
         # tolerance: float32 sums in a different order (4 rows vs one packed row): 1e-6 abs + 1e-4 rel
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=1e-4, msg=k)
+    # the logged statistics merge across micro-batches too (sums, minima, maxima, moments)
+    assert metrics_a.keys() == metrics_b.keys() and "value/clip_frac" in metrics_a
+    for k in metrics_a:
+        assert metrics_a[k] == pytest.approx(metrics_b[k], rel=1e-4, abs=1e-6), k
+
+
+@pytest.mark.parametrize("value_clip", [None, 1e-6])
+def test_value_clip_fraction_is_recorded(tmp_path: Path, value_clip: float | None) -> None:
+    """The value loss's clip statistic reaches the step record: 0 without clipping; with a clip
+    of 1e-6 the second critic update moves values further than that, and the clipped branch is
+    the larger wherever the first update moved a value towards its return."""
+    write_synthetic_store(tmp_path, 4)
+    cfg = _cfg(tmp_path, warmup=0, max_steps=1, value_clip=value_clip)
+    cfg.optim = OptimConfig(critic_lr=1e-3)
+    tr = setup(cfg)
+    metrics, _ = train_step(tr, tr.stream.next_batch())
+    tr.stream.close()
+    if value_clip is None:
+        assert metrics["value/clip_frac"] == 0.0
+    else:
+        assert 0.0 < metrics["value/clip_frac"] <= 1.0
 
 
 @pytest.mark.parametrize("advantage", ["running-mean", "grpo"])

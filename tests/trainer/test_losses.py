@@ -10,6 +10,7 @@ import torch
 from trajstore.trainer.sao.losses import (
     POLICY_LOSSES,
     aggregate,
+    dis_band,
     dis_policy_loss,
     explained_variance,
     ppo_clip_policy_loss,
@@ -133,6 +134,32 @@ def test_dis_band_is_open_both_edges_masked():
     (grad,) = torch.autograd.grad(loss, logprobs)
     assert grad[0, 0].item() == 0.0 and grad[0, 1].item() != 0.0 and grad[0, 2].item() == 0.0
     assert st.frac_below.item() == pytest.approx(1 / 3) and st.frac_above.item() == pytest.approx(1 / 3)
+
+
+def test_dis_band_hand_computed_edges_and_nan():
+    # band (1 - 0.3, 1 + 0.5) = (0.7, 1.5), open: 0.7 and 1.5 themselves are outside (1 - 0.3 and
+    # 1 + 0.5 are exactly 0.7 and 1.5 in float64); NaN is in no part, inf is above, 0 below
+    ratio = torch.tensor([0.0, 0.7, 0.7000001, 1.0, 1.4999999, 1.5, math.inf, math.nan], dtype=f64)
+    band = dis_band(ratio, 0.3, 0.5)
+    assert band.below.tolist() == [True, True, False, False, False, False, False, False]
+    assert band.inside.tolist() == [False, False, True, True, True, False, False, False]
+    assert band.above.tolist() == [False, False, False, False, False, True, True, False]
+
+
+@pytest.mark.parametrize("loss_name", sorted(POLICY_LOSSES))
+def test_ratio_stats_count_the_band_of_dis_band(loss_name):
+    """Both losses report below / above from the one band rule, and DIS zeroes exactly the
+    tokens outside it."""
+    logprobs, rollout, advantages, mask = _policy_inputs(seed=4, spread=1.0)
+    _, st = POLICY_LOSSES[loss_name](logprobs, rollout, advantages, mask, 0.3, 0.5)
+    band = dis_band((logprobs.detach() - rollout).exp(), 0.3, 0.5)
+    action = mask != 0
+    n = int(action.sum())
+    assert 0 < int((band.below & action).sum()) and 0 < int((band.above & action).sum())  # both sides occur
+    assert st.frac_below.item() == pytest.approx(int((band.below & action).sum()) / n)
+    assert st.frac_above.item() == pytest.approx(int((band.above & action).sum()) / n)
+    if loss_name == "dis":
+        assert st.frac_zero_grad.item() == pytest.approx(int((~band.inside & action).sum()) / n)
 
 
 def test_dis_non_action_positions_do_not_leak():

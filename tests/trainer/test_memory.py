@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
-from trajstore.trainer.loop.train import setup, train_step
+from trajstore.trainer.loop.setup import setup
+from trajstore.trainer.loop.step import train_step
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
 from _train_synth import VOCAB, write_synthetic_store  # noqa: E402

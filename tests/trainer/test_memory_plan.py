@@ -240,7 +240,7 @@ def test_the_loop_checkpoints_only_long_micro_batches(tmp_path: Path, monkeypatc
     monkeypatch.setattr(tuc, "checkpoint", counting)
     write_synthetic_store(tmp_path, 8, per_shard=8)
     lens = []
-    import trajstore.trainer.loop.train as L
+    import trajstore.trainer.loop.micro as L
 
     pack = L.pack
 

@@ -22,7 +22,9 @@ from typer.testing import CliRunner
 from trajstore import write_trajectories
 from trajstore.cli.main import app
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
-from trajstore.trainer.loop.train import NonFiniteUpdateError, setup, train
+from trajstore.trainer.loop.setup import setup
+from trajstore.trainer.loop.step import NonFiniteUpdateError
+from trajstore.trainer.loop.train import train
 from trajstore.policies import latest_policy_version, list_policy_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
@@ -166,14 +168,14 @@ def test_overlong_error_is_refused_before_any_write(tmp_path: Path) -> None:
 def test_text_only_data_is_refused_before_the_model_is_loaded(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 16: the refusal took 17 s because the model was loaded first."""
-    from trajstore.trainer.loop import train as loop
+    from trajstore.trainer.loop import setup as loop_setup
 
     write_synthetic_store(tmp_path, 2, with_logprobs=False)
 
     def no_load(*_a, **_k):  # noqa: ANN002, ANN003, ANN202
         raise AssertionError("the model was loaded before the data was checked")
 
-    monkeypatch.setattr(loop, "load_policy", no_load)
+    monkeypatch.setattr(loop_setup, "load_policy", no_load)
     with pytest.raises(Exception, match="no rollout log-probs"):
         setup(_cfg(tmp_path))
     _nothing_written(tmp_path)

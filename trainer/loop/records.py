@@ -22,12 +22,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
 from trajstore.errors import TrajstoreError
 from trajstore.schema import CONSUMED_SCHEMA, STEP_SCHEMA
 from trajstore.store import RUN_CONFIG_FILE, RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, Store
-from trajstore.trainer.data import PackedMicroBatch, Sample
+from trajstore.trainer.data import Sample
 
 ITERATION_KEY = b"trajstore.train.iteration"
 """Footer key of a records shard: the iteration whose records it holds (decimal)."""
@@ -37,6 +36,7 @@ METRIC_DOCS: Mapping[str, str] = {
     "policy/grad_norm": "policy gradient L2 norm before clipping",
     "policy/entropy": "mean entropy of the policy at action tokens (nats)",
     "policy/kl_k3": "k3 estimate of KL(pi_rollout || pi_theta) per action token (nats)",
+    "policy/abs_logp_diff_mean": "mean |log pi_theta - log pi_rollout| over action tokens (nats)",
     "policy/advantage_mean": "mean advantage over action tokens (reward units)",
     "policy/lambda_mean": "mean length-adaptive lambda_policy of the step's trajectories",
     "value/loss": "critic loss of the last of the K updates",
@@ -44,6 +44,10 @@ METRIC_DOCS: Mapping[str, str] = {
     "value/explained_variance": "1 - Var(R - V) / Var(R) over action tokens, values before the update",
     "value/mean": "mean predicted value at action tokens (reward units)",
     "value/return_mean": "mean return target at action tokens (reward units)",
+    "value/clip_frac": "fraction of action tokens where the clipped value loss was the larger (--value-clip; "
+                       "last of the K updates; 0 without clipping, and in the first update, where V = V_old)",
+    "value/last_update_mean": "mean predicted value at action tokens in the last of the K critic updates, i.e. "
+                              "after K - 1 of them (reward units)",
     "ratio/mean": "mean importance ratio pi_theta / pi_rollout over action tokens",
     "ratio/min": "smallest ratio", "ratio/max": "largest ratio",
     "ratio/masked_below": "fraction of action tokens with ratio <= 1 - eps_low",
@@ -120,36 +124,29 @@ def _duration(seconds: float) -> str:
 
 
 def consumed_rows(samples: Sequence[Sample], *, step: int, trainer_version: int, rank: int,
-                  logprobs: torch.Tensor | None, packed: PackedMicroBatch | None, eps_low: float,
-                  eps_high: float) -> list[dict[str, Any]]:
+                  ratios: Sequence[tuple[float, float, float] | None] | None) -> list[dict[str, Any]]:
     """One CONSUMED_SCHEMA row (minus run_id / consumed_at) per sample of a micro-batch.
 
     Args:
         samples: the micro-batch's trajectories, in packing order.
-        logprobs: (1, L) float, current-policy log-probs in the prediction frame, or None for
-            critic-only steps (then the ratio columns are null).
-        packed: the packed micro-batch the log-probs belong to.
+        ratios: per sample, ``(masked_below, masked_above, ratio_mean)`` over its action slots
+            (fractions outside DIS's band on each side, mean importance ratio; from the step's
+            statistics), None for a sample without an action slot; or None for a critic-only
+            step. Their columns are null where there is no value.
     """
     out = []
     for i, s in enumerate(samples):
-        row: dict[str, Any] = {
+        r = ratios[i] if ratios is not None else None
+        out.append({
             "step": step, "trainer_version": trainer_version, "trajectory_id": s.trajectory_id, "rank": rank,
             "min_policy_version": s.min_policy_version, "max_policy_version": s.max_policy_version,
             # null (undefined) for a trajectory whose action tokens carry no policy version
             "staleness_min": None if s.max_policy_version is None else trainer_version - s.max_policy_version,
             "staleness_max": None if s.min_policy_version is None else trainer_version - s.min_policy_version,
             "num_action_tokens": s.num_action_tokens,
-            "masked_below": None, "masked_above": None, "ratio_mean": None,
-        }
-        if logprobs is not None and packed is not None:
-            a, b = int(packed.segments[i]), int(packed.segments[i + 1])
-            m = packed.action_mask[0, a:b]
-            if bool(m.any()):
-                r = torch.exp(logprobs[0, a:b][m].float() - packed.rollout_logprobs[0, a:b][m])
-                row["masked_below"] = float((r <= 1 - eps_low).float().mean())
-                row["masked_above"] = float((r >= 1 + eps_high).float().mean())
-                row["ratio_mean"] = float(r.mean())
-        out.append(row)
+            "masked_below": r[0] if r else None, "masked_above": r[1] if r else None,
+            "ratio_mean": r[2] if r else None,
+        })
     return out
 
 

@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 
 import torch
 from torch import Tensor
-from trajstore.trainer.sao.types import PolicyLossStats, StalenessStats, ValueLossStats
+from trajstore.trainer.sao.types import DISBand, PolicyLossStats, StalenessStats, ValueLossStats
 
 __all__ = [
     "POLICY_LOSSES",
@@ -25,6 +25,7 @@ __all__ = [
     "PolicyLossFn",
     "PolicyLossName",
     "aggregate",
+    "dis_band",
     "dis_policy_loss",
     "explained_variance",
     "ppo_clip_policy_loss",
@@ -162,6 +163,28 @@ def _check_policy_inputs(
 
 
 @torch.no_grad()
+def dis_band(ratio: Tensor, eps_low: float, eps_high: float) -> DISBand:
+    """Which importance ratios DIS keeps: the open band ``1 - eps_low < r < 1 + eps_high``
+    (SAO.md, mechanism 1; arXiv 2607.07508, DIS). Tokens below or above it are masked out of the
+    gradient, not clipped; a ratio exactly on an edge is outside. This is the one place the rule
+    is written: the DIS loss, its statistics and the trainer's per-trajectory records use it.
+
+    Args:
+        ratio: ``(B, T)`` float (any shape), ``r_t = exp(logp_theta - logp_rollout)``,
+            dimensionless; whatever sits at non-action positions gets a verdict too, so callers
+            combine the result with their action mask.
+        eps_low: in ``(0, 1]``, dimensionless; lower edge ``1 - eps_low``.
+        eps_high: > 0, dimensionless; upper edge ``1 + eps_high``.
+
+    Returns:
+        :class:`DISBand` of bool tensors shaped like `ratio` (no gradient).
+    """
+    below = ratio <= 1.0 - eps_low
+    above = ratio >= 1.0 + eps_high
+    return DISBand(below=below, above=above, inside=~(below | above | ratio.isnan()))
+
+
+@torch.no_grad()
 def _ratio_stats(
     log_ratio: Tensor,
     mask: Tensor,
@@ -174,8 +197,8 @@ def _ratio_stats(
     ratio = log_ratio.exp()
     n = mask.sum()
     denominator = n.clamp(min=1).to(ratio.dtype)
-    below = mask & (ratio <= 1.0 - eps_low)
-    above = mask & (ratio >= 1.0 + eps_high)
+    band = dis_band(ratio, eps_low, eps_high)
+    below, above = mask & band.below, mask & band.above
     nan = torch.full((), float("nan"), dtype=ratio.dtype, device=ratio.device)
     ratio_min = torch.where(n > 0, torch.where(mask, ratio, float("inf")).min(), nan)
     ratio_max = torch.where(n > 0, torch.where(mask, ratio, -float("inf")).max(), nan)
@@ -269,9 +292,7 @@ def dis_policy_loss(
         logprobs, rollout_logprobs, advantages, action_mask, eps_low, eps_high
     )
     log_ratio = torch.where(mask, logprobs - rollout_logprobs, 0.0)
-    with torch.no_grad():
-        raw_ratio = log_ratio.detach().exp()
-        in_band = mask & (raw_ratio > 1.0 - eps_low) & (raw_ratio < 1.0 + eps_high)
+    in_band = mask & dis_band(log_ratio.detach().exp(), eps_low, eps_high).inside
     # exp() only ever sees in-band log-ratios, so the cut-out tokens' gradient is an exact 0
     # (no inf * 0 from a huge ratio).
     ratio = torch.where(in_band, log_ratio, 0.0).exp()

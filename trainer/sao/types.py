@@ -12,6 +12,7 @@ from typing import NamedTuple
 from torch import Tensor
 
 __all__ = [
+    "DISBand",
     "GAEResult",
     "PolicyLossStats",
     "SAOTargets",
@@ -47,6 +48,22 @@ class SAOTargets(NamedTuple):
     advantages: Tensor
     returns: Tensor
     lambda_policy: Tensor
+
+
+class DISBand(NamedTuple):
+    """Where each importance ratio ``r`` sits relative to DIS's band (SAO.md, mechanism 1), the
+    open interval ``(1 - eps_low, 1 + eps_high)``. Exactly one field is True for a finite or
+    infinite ratio; a NaN ratio is in none of them (so it is masked out, counted as neither side).
+
+    Fields:
+        below: ``(B, T)`` bool; ``r <= 1 - eps_low`` (masked out by DIS).
+        above: ``(B, T)`` bool; ``r >= 1 + eps_high`` (masked out by DIS).
+        inside: ``(B, T)`` bool; ``1 - eps_low < r < 1 + eps_high`` (keeps its gradient).
+    """
+
+    below: Tensor
+    above: Tensor
+    inside: Tensor
 
 
 class StalenessStats(NamedTuple):

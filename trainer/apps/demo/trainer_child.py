@@ -43,7 +43,8 @@ def train_child(config_path: str, threads: int) -> None:
     import torch
 
     from trajstore.trainer.loop.config import TrainConfig
-    from trajstore.trainer.loop.train import setup, train
+    from trajstore.trainer.loop.setup import setup
+    from trajstore.trainer.loop.train import train
 
     torch.set_num_threads(threads)
     cfg = TrainConfig.from_json(Path(config_path).read_text())

@@ -4,11 +4,11 @@ a simulated asynchronous rollout system.
   event timeline (schedule.simulate) -> every action sampled by the engine copy of the policy
   version current when the action starts (mismatch injected, engine log-probs recorded) ->
   TrajectoryBuilder + StoreWriter (one shard per trainer iteration, trajectories in completion
-  order) -> the trainer's TrajectoryStream reads exactly that batch -> trainer.loop.train_step ->
+  order) -> the trainer's TrajectoryStream reads exactly that batch -> trainer.loop.step.train_step ->
   records -> the new weights go to the engine when the timeline publishes them.
 
 Arms that the trainer has no option for replace one picked-once function of the
-:class:`~trajstore.trainer.loop.train.Trainer`: the GAE variants its ``advantage_fn``, "no correction"
+:class:`~trajstore.trainer.loop.trainer.Trainer`: the GAE variants its ``advantage_fn``, "no correction"
 its ``policy_loss_fn``. A spy around the policy loss records each action token's log-ratio
 ``log pi_theta - log pi_rollout`` by staleness (histograms, DIS band occupancy). Those pieces are in
 trainer_side.py, the arms in arms.py, the evaluation in evaluation.py.
@@ -65,7 +65,8 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
     """
     from trajstore.builder import TrajectoryBuilder
     from trajstore.trainer.data import micro_batches, pack, split_for_rank
-    from trajstore.trainer.loop.train import setup, train_step
+    from trajstore.trainer.loop.setup import setup
+    from trajstore.trainer.loop.step import train_step
     from trajstore.writer import StoreWriter
 
     t0 = time.monotonic()

@@ -162,7 +162,7 @@ def _critic_trainer(warm_start: str, seed: int, full: bool, k: int, cfg: Quality
     """A trainer set up like the benchmark's critic arms (warm-up only, never a policy step)."""
     from trajstore.trainer.loop.config import (CRITIC_TRAINABLE_PATTERN, AlgoConfig, DataConfig, ModelConfig, OptimConfig,
                                           RunConfig, TrainConfig)
-    from trajstore.trainer.loop.train import setup
+    from trajstore.trainer.loop.setup import setup
 
     codec = CharCodec()
     tc = TrainConfig(
@@ -183,7 +183,7 @@ def advantage_quality(warm_start: str, seed: int, cfg: QualityConfig, *, task: T
         {"corr": pearson with A*, "cos": gradient cosine}}}], "tokens": action tokens scored}``.
     """
     from trajstore.trainer.data import StepBatch, DataCursor, gae_inputs, pack, to_rows
-    from trajstore.trainer.loop.train import train_step
+    from trajstore.trainer.loop.step import train_step
     from trajstore.trainer.models import PolicyLogprobs, load_policy
     from trajstore.trainer.sao.baselines import RunningMeanBaseline, grpo_advantages
 

@@ -1,0 +1,84 @@
+"""A step's micro-batches: this rank's share of the step batch split under the token bound and
+packed (the same count on every rank), behaviour log-probs filled in for text-only data, and
+the line each pass over a micro-batch shows the user."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from trajstore.trainer.data import PackedMicroBatch, Sample, StepBatch, pack, split_for_rank, token_micro_batches
+from trajstore.trainer.loop import distributed as D
+from trajstore.trainer.loop.step_stats import TrajectoryRatios
+from trajstore.trainer.loop.trainer import Trainer
+
+
+@dataclass
+class Micro:
+    """A micro-batch and what the step computed for it. All tensors (1, L) unless said."""
+
+    samples: list[Sample]
+    mb: PackedMicroBatch
+    trajectory: torch.Tensor
+    """(L,) int64 on the device: the index in `samples` of each packed position's trajectory."""
+    values: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    ratios: TrajectoryRatios | None = None
+    """Per-trajectory importance ratios from the policy update (None before it, or in warm-up)."""
+
+
+def trajectory_index(segments: torch.Tensor) -> torch.Tensor:
+    """``(L,)`` int64: the trajectory of each position of a packing with offsets `segments`
+    (``(n + 1,)`` int64, :attr:`PackedMicroBatch.segments`), on the device of `segments` (the
+    CPU for :func:`~trajstore.trainer.data.pack`'s, where this needs no host sync)."""
+    return torch.repeat_interleave(torch.arange(len(segments) - 1, device=segments.device), segments.diff())
+
+
+def prepare(tr: Trainer, batch: StepBatch) -> tuple[list[Micro], torch.Tensor]:
+    """This rank's micro-batches (same count on every rank) and the step's global action-token
+    count (``()`` float on the device). Every rank holds the whole step batch, so each works out
+    every rank's split on the host: no collective decides the count of passes."""
+    cfg, env = tr.cfg, tr.env
+
+    def parts_of(rank: int) -> list[list[Sample]]:
+        local = split_for_rank(batch.samples, rank, env.world_size)
+        return token_micro_batches(local, cfg.data.micro_batch_size, cfg.data.micro_batch_tokens)
+
+    parts = parts_of(env.rank)
+    # every rank runs the same number of passes (empty micro-batches pad the shorter ranks)
+    n_micro = max(1, len(parts), *(len(parts_of(r)) for r in range(env.world_size) if r != env.rank))
+    micros = []
+    for s in parts + [[] for _ in range(n_micro - len(parts))]:
+        mb = pack(s, env.device)
+        micros.append(Micro(s, mb, trajectory_index(mb.segments).to(env.device)))
+    tr.last_pass = None
+    if tr.behaviour is not None:
+        todo = [m for m in micros if any(s.needs_behaviour for s in m.samples)]
+        for j, m in enumerate(todo):
+            start_pass(tr, "initial-policy log-probs", j, len(todo), m)
+            with torch.no_grad(), tr.autocast():
+                lp, _ = tr.behaviour(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)
+            need = torch.tensor([s.needs_behaviour for s in m.samples], device=env.device)
+            fill = need[m.trajectory].unsqueeze(0) & m.mb.action_mask
+            m.mb = m.mb._replace(rollout_logprobs=torch.where(fill, lp.float(), m.mb.rollout_logprobs))
+    count = torch.stack([m.mb.action_mask.sum() for m in micros]).sum().float()
+    return micros, D.all_reduce_sum(count, env)
+
+
+def start_pass(tr: Trainer, what: str, j: int, n: int, m: Micro) -> None:
+    """Before each pass over a micro-batch: decide whether it is checkpointed (auto activation
+    checkpointing) and report it: ``step 1: critic update 1/2, micro-batch 2/3 (11,500 tokens,
+    2 trajectories; last pass 61 tok/s)``, with tokens/s of the previous pass of this step."""
+    if tr.checkpoint_gate is not None:
+        tr.checkpoint_gate.set_tokens(int(m.mb.input_ids.shape[1]))
+    now = time.perf_counter()
+    rate = ""
+    if tr.last_pass is not None and now > tr.last_pass[0]:
+        rate = f"; last pass {tr.last_pass[1] / (now - tr.last_pass[0]):,.0f} tok/s"
+    tr.last_pass = (now, int(m.mb.input_ids.shape[1]))
+    head = f"step {tr.state.step}" if not tr.in_warmup() else f"critic warm-up {tr.state.iteration + 1}"
+    tr.say(f"{head}: {what}, micro-batch {j + 1}/{n} ({int(m.mb.input_ids.shape[1]):,} tokens, "
+           f"{len(m.samples)} trajector{'y' if len(m.samples) == 1 else 'ies'}{rate})")
