@@ -2,6 +2,7 @@
 rule, grouped into step batches under a token budget, and packed into micro-batches (pure torch).
 This facade re-exports the public API; each concept lives in its own module."""
 
+from trajstore.trainer.data.admission import SKIP_REASONS, Admission, AdmissionRule, decide_rows
 from trajstore.trainer.data.batching import micro_batches, split_for_rank, token_micro_batches
 from trajstore.trainer.data.census import StoreCensus
 from trajstore.trainer.data.columns import read_scalar_columns, with_missing_nullable_columns
@@ -14,6 +15,9 @@ from trajstore.trainer.data.vocabulary import shard_max_token_id
 from trajstore.trainer.data.where import WhereFilter
 
 __all__ = [
+    "SKIP_REASONS",
+    "Admission",
+    "AdmissionRule",
     "DataCursor",
     "GAEInputs",
     "ListShards",
@@ -25,6 +29,7 @@ __all__ = [
     "TrainDataError",
     "TrajectoryStream",
     "WhereFilter",
+    "decide_rows",
     "gae_inputs",
     "micro_batches",
     "pack",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trajstore.store import ShardInfo
+from trajstore.trainer.data.admission import SKIP_REASONS
 
 
 @dataclass
@@ -15,8 +16,8 @@ class StoreCensus:
     Attributes:
         rows: rows looked at (from the cursor on).
         trainable: rows that would be trained now (first copies, passing every filter).
-        skipped: rows that would be skipped, by reason (duplicate, where, not_trainable,
-            no_reward, overlong).
+        skipped: rows that would be skipped, by reason (the keys of
+            :data:`~trajstore.trainer.data.admission.SKIP_REASONS`).
         max_token_id: largest token id of the trainable rows' shards (None when none, or before
             :meth:`TrajectoryStream.check_vocabulary`).
         candidates: (shard, row indices) of the trainable rows, for the vocabulary check.
@@ -33,8 +34,5 @@ class StoreCensus:
 
     def describe(self) -> str:
         """One phrase, e.g. ``12 rows: 0 trainable (12 filtered by --where)``."""
-        names = {"where": "filtered by --where", "not_trainable": "marked not trainable",
-                 "no_reward": "without a reward", "overlong": "longer than --max-seq-len",
-                 "duplicate": "duplicate ids"}
-        why = ", ".join(f"{k} {names.get(r, r)}" for r, k in sorted(self.skipped.items()))
+        why = ", ".join(f"{k} {SKIP_REASONS.get(r, r)}" for r, k in sorted(self.skipped.items()))
         return f"{self.rows} rows: {self.trainable} trainable" + (f" ({why})" if why else "")

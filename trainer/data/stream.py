@@ -1,31 +1,28 @@
-"""The store stream: a store's trajectories read in arrival order, checked and filtered, and
-grouped into step batches under a token budget; its :class:`DataCursor` after a batch says
-exactly which rows were read, so a resumed run neither repeats nor skips a trajectory.
+"""The store stream: a store's trajectories read in arrival order, admitted row by row by the
+one rule of :mod:`~trajstore.trainer.data.admission` (skips counted, refusals raised) and grouped
+into step batches under a token budget. Its :class:`DataCursor` after a batch says exactly which
+rows were read, so a resumed run neither repeats nor skips a trajectory.
 
-Policy for trajectories longer than ``max_seq_len``: they are never truncated (that would cut
-off the token the reward is credited to); ``overlong="skip"`` leaves them out and counts them,
-``overlong="error"`` stops. Rows with ``trainable = false`` or a null reward are skipped and
-counted. Duplicated ``trajectory_id`` s keep their first copy in arrival order, as the readers do.
+Trajectories longer than ``max_seq_len`` are never truncated (that would cut off the token the
+reward is credited to); ``overlong="skip"`` leaves them out and counts them, ``overlong="error"``
+stops.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from trajstore.reader import iter_shard_batches
-from trajstore.schema import SCALAR_COLUMNS, SPAN_KIND_CODES
+from trajstore.reader import TrajectoryBatch, iter_shard_batches
+from trajstore.schema import SPAN_KIND_CODES
 from trajstore.store import TRAJECTORIES_DIR, ShardInfo, Store
+from trajstore.trainer.data.admission import Admission, AdmissionRule, decide_rows
 from trajstore.trainer.data.census import StoreCensus
-from trajstore.trainer.data.columns import read_scalar_columns, with_missing_nullable_columns
 from trajstore.trainer.data.cursor import DataCursor
 from trajstore.trainer.data.errors import TrainDataError
 from trajstore.trainer.data.samples import Sample, StepBatch
@@ -35,20 +32,6 @@ from trajstore.trainer.loop.config import DataConfig
 
 ListShards = Callable[[], list[ShardInfo]]
 """Lists the store's trajectory shards in arrival order."""
-
-
-def _overlong_message(where: str, num_tokens: int, max_seq_len: int) -> str:
-    return (f"{where}: field num_tokens: {num_tokens} tokens > --max-seq-len {max_seq_len} with --overlong error "
-            "(use --overlong skip to leave such rows out, or raise --max-seq-len)")
-
-
-def _text_only_error(where: str, logprob_source: str, token_source: str) -> TrainDataError:
-    return TrainDataError(
-        f"{where}: no rollout log-probs for its actions (logprob_source={logprob_source}, "
-        f"token_source={token_source}). DIS needs the sampler's log-probs; recomputing "
-        "them with current weights would make every ratio 1. To train on text-only data anyway, "
-        "opt in with --behaviour-logprobs initial-policy (computed once with the initial weights, "
-        "recorded in the run config)")
 
 
 class TrajectoryStream:
@@ -83,7 +66,7 @@ class TrajectoryStream:
         self._pending: Sample | None = None
         self._iter: Iterator[Sample] | None = None
         self._skipped: dict[str, int] = {}
-        self._warned_null_tokenizer = False
+        self._rule = AdmissionRule(cfg, tokenizer)
         self._where = WhereFilter(cfg.where) if cfg.where else None
         self.on_wait: Callable[[str], None] | None = None
         """Called with :meth:`waiting_message` before each poll while ``follow`` waits for data."""
@@ -169,74 +152,60 @@ class TrajectoryStream:
         return shards[0]
 
     def _read_shard(self, shard: ShardInfo, start_row: int) -> Iterator[Sample]:
+        decisions = decide_rows(self.store, shard, start_row, rule=self._rule, seen=self._seen, where=self._where)
         base = 0
         for batch in iter_shard_batches(self.store, shard, strict=True):
             n = len(batch)
             if base + n > start_row:
-                yield from self._samples_of(batch, shard, base, start_row)
+                yield from self._samples_of(batch, shard, base, start_row, decisions)
             base += n
         # the shard is finished: every later sample's cursor says so
         self._done.append(shard.name)
         self._done_set.add(shard.name)
         self.cursor = DataCursor(list(self._done), None, 0)
 
-    def _samples_of(self, batch, shard: ShardInfo, base: int, start_row: int) -> Iterator[Sample]:  # noqa: ANN001
+    def _samples_of(self, batch: TrajectoryBatch, shard: ShardInfo, base: int, start_row: int,
+                    decisions: Iterator[Admission]) -> Iterator[Sample]:
+        """The admitted rows of one row group as samples; `decisions` yields the admission of each
+        row of the shard from `start_row` on, in order (see :func:`decide_rows`)."""
         table = batch.table
-        keep_where = self._where_mask(table, shard=shard.name)
         act = batch.action_mask()
         full_lps = batch.logprobs_full()  # (N,) aligned with tokens; schema v2 stores action tokens only
         flat_spans = pc.list_flatten(table.column("spans").combine_chunks())
         temps = flat_spans.field("temperature").fill_null(1.0).to_numpy(zero_copy_only=False).astype(np.float32)
         mixed = flat_spans.field("policy_version_max").is_valid().to_numpy(zero_copy_only=False)
-        present = with_missing_nullable_columns(table.select([c for c in SCALAR_COLUMNS if c in table.column_names]),
-                                                SCALAR_COLUMNS, shard=shard.name)  # older shards: nulls
-        col = {c: present.column(c).to_pylist() for c in
-               ("tokenizer", "token_source", "logprob_source", "trainable", "group_id", "num_tokens")}
+        group_id = (table.column("group_id").to_pylist() if "group_id" in table.column_names
+                    else [None] * len(batch))  # older shards: nulls
         done = list(self._done)  # unchanged while this shard is read: one copy, shared by its rows' cursors
         for i in range(len(batch)):
             row = base + i
             if row < start_row:
                 continue
-            tid = str(batch.trajectory_ids[i])
+            d = next(decisions)
+            if d.row != row or d.trajectory_id != batch.trajectory_ids[i]:
+                raise RuntimeError(f"shard {shard.name}: row {row} was decided as {d.trajectory_id!r} (row {d.row}) "
+                                   f"but read as {batch.trajectory_ids[i]!r}")
             cursor = DataCursor(done, shard.name, row + 1)
             self.cursor = cursor
-            if tid in self._seen:
-                self._skip("duplicate")
-                continue
-            self._seen.add(tid)
-            if keep_where is not None and not keep_where[i]:
-                self._skip("where")
-                continue
-            where = f"trajectory {tid!r} (shard {shard.name}, row {row})"
-            if not col["trainable"][i]:  # never trained: its tokenizer (often unknown: engine ids) is moot
-                self._skip("not_trainable")
-                continue
-            self._check_tokenizer(col["tokenizer"][i], where)
-            if math.isnan(batch.reward[i]):
-                self._skip("no_reward")
-                continue
-            if col["num_tokens"][i] > self.cfg.max_seq_len:
-                if self.cfg.overlong == "error":
-                    raise TrainDataError(_overlong_message(where, col["num_tokens"][i], self.cfg.max_seq_len))
-                self._skip("overlong")
+            if d.skip is not None:
+                self._skip(d.skip)
                 continue
             a, b = int(batch.token_offsets[i]), int(batch.token_offsets[i + 1])
             tokens = batch.tokens[a:b].astype(np.int64)
             if self.vocab_size is None:
                 raise ValueError("TrajectoryStream.vocab_size must be set before reading batches")
             if len(tokens) and int(tokens.max()) >= self.vocab_size:
-                raise TrainDataError(f"{where}: field tokens: id {int(tokens.max())} is outside the model's "
+                raise TrainDataError(f"{d.place}: field tokens: id {int(tokens.max())} is outside the model's "
                                      f"vocabulary of {self.vocab_size}")
             mask = act[a:b].copy()
             lps = full_lps[a:b].copy()
-            text_only = col["logprob_source"][i] != "engine" or col["token_source"][i] != "engine"
-            if not text_only:
+            if d.text_only:
+                lps[:] = np.nan
+            else:
                 # An action token whose engine log-prob is unknown (NaN: a null or an engine's -9999
                 # stand-in, counted in num_missing_logprobs) has no behaviour log-prob for DIS: it is
                 # left out of the action mask, so it never reaches the loss or the ratio statistics.
                 mask &= ~np.isnan(lps)
-            if text_only and self.cfg.behaviour_logprobs != "initial-policy":
-                raise _text_only_error(where, col["logprob_source"][i], col["token_source"][i])
             so, eo = int(batch.span_offsets[i]), int(batch.span_offsets[i + 1])
             pv = np.full(len(tokens), -1, dtype=np.int64)
             itemp = np.ones(len(tokens), dtype=np.float32)
@@ -246,15 +215,14 @@ class TrajectoryStream:
                     pv[s0:s1] = batch.span_policy_version[k]
                     t = float(temps[k])
                     itemp[s0:s1] = 1.0 / t if t > 0 else 1.0
-            if text_only:
-                lps[:] = np.nan
-            yield Sample(tid, col["group_id"][i], shard.name, row, tokens, lps, mask, pv, itemp,
-                         float(batch.reward[i]), text_only, cursor, int(mixed[so:eo].sum()))
+            yield Sample(d.trajectory_id, group_id[i], shard.name, row, tokens, lps, mask, pv, itemp,
+                         float(batch.reward[i]), d.text_only, cursor, int(mixed[so:eo].sum()))
 
     def precheck(self) -> StoreCensus:
-        """Apply every refusal to the rows already in the store (from the cursor on), reading
-        scalar columns and Parquet statistics only, so that a run that would be refused stops
-        before it writes anything (config, published v0, records).
+        """Apply the admission rule (:class:`~trajstore.trainer.data.admission.AdmissionRule`, the
+        one the stream applies) to the rows already in the store, from the cursor on and in the
+        order the stream reads them, reading scalar columns and Parquet statistics only, so that a
+        run that would be refused stops before it writes anything (config, published v0, records).
 
         Refusals: a ``--where`` that DuckDB cannot evaluate on the data, tokenizer mismatch,
         text-only data without the opt-in, ``overlong="error"`` with a longer row. Token ids are
@@ -270,43 +238,16 @@ class TrajectoryStream:
         """
         census = StoreCensus()
         seen = set(self._seen)
-        for shard in self._list():
-            if shard.name in self._done_set:
-                continue
+        unread = [s for s in self._list() if s.name not in self._done_set]
+        for shard in sorted(unread, key=lambda s: s.name != self.cursor.shard):  # as _next_shard: resumed one first
             start = self.cursor.next_row if shard.name == self.cursor.shard else 0
-            table = read_scalar_columns(self.store, shard)
-            keep = self._where_mask(table, shard=shard.name)
-            rows = table.select(["trajectory_id", "tokenizer", "token_source", "logprob_source", "trainable",
-                                 "reward", "num_tokens"]).to_pylist()
             candidates: list[int] = []
-            for row_i, r in enumerate(rows):
-                if row_i < start:
-                    continue
+            for d in decide_rows(self.store, shard, start, rule=self._rule, seen=seen, where=self._where):
                 census.rows += 1
-                if r["trajectory_id"] in seen:
-                    census.skip("duplicate")
-                    continue
-                seen.add(r["trajectory_id"])
-                if keep is not None and not keep[row_i]:
-                    census.skip("where")
-                    continue
-                where = f"trajectory {r['trajectory_id']!r} (shard {shard.name}, row {row_i})"
-                if not r["trainable"]:
-                    census.skip("not_trainable")
-                    continue
-                self._check_tokenizer(r["tokenizer"], where)
-                if r["reward"] is None or math.isnan(r["reward"]):
-                    census.skip("no_reward")
-                    continue
-                if r["num_tokens"] > self.cfg.max_seq_len:
-                    if self.cfg.overlong == "error":
-                        raise TrainDataError(_overlong_message(where, r["num_tokens"], self.cfg.max_seq_len))
-                    census.skip("overlong")
-                    continue
-                text_only = r["logprob_source"] != "engine" or r["token_source"] != "engine"
-                if text_only and self.cfg.behaviour_logprobs != "initial-policy":
-                    raise _text_only_error(where, r["logprob_source"], r["token_source"])
-                candidates.append(row_i)
+                if d.skip is not None:
+                    census.skip(d.skip)
+                else:
+                    candidates.append(d.row)
             census.trainable += len(candidates)
             if candidates:
                 census.candidates.append((shard, candidates))
@@ -327,23 +268,7 @@ class TrajectoryStream:
     def _skip(self, reason: str) -> None:
         self._skipped[reason] = self._skipped.get(reason, 0) + 1
 
-    def _check_tokenizer(self, tok: str | None, where: str) -> None:
-        if tok is None:  # only trainable rows get here (ingest stores unnamed engine tokenizers' rows not trainable)
-            if not self._warned_null_tokenizer:
-                # one text for every row (the CLI prints each distinct warning once)
-                warnings.warn(f"trainable trajectories with no tokenizer recorded (null tokenizer column) are trained "
-                              f"as token ids of the model's tokenizer {self.tokenizer!r}", stacklevel=3)
-                self._warned_null_tokenizer = True
-            return
-        if tok != self.tokenizer:
-            raise TrainDataError(f"{where}: field tokenizer is {tok!r} but the model's tokenizer is "
-                                 f"{self.tokenizer!r}; token ids would mean different text (pass --tokenizer "
-                                 "only if the two are really the same tokenizer)")
-
-    # -- where / resume ------------------------------------------------------------------
-
-    def _where_mask(self, table: pa.Table, *, shard: str) -> np.ndarray | None:
-        return None if self._where is None else self._where.mask(table, shard=shard)
+    # -- resume ------------------------------------------------------------------
 
     def _rebuild_seen(self) -> None:
         """Ids of every row already read (for first-copy-wins dedupe after a resume)."""
