@@ -68,7 +68,8 @@ class WhereFilter:
                 raise StreamClosed("the training stream was closed")
             self._duck.register("trajectories", t)
             try:
-                rows = self._duck.execute(f"SELECT __row FROM trajectories WHERE ({self.where}\n)").fetchnumpy()["__row"]
+                query = f"SELECT __row FROM trajectories WHERE ({self.where}\n)"
+                rows = self._duck.execute(query).fetchnumpy()["__row"]
             except duckdb.Error as e:  # e.g. CAST(source AS INTEGER) on a value that is no integer
                 raise TrainDataError(f"--where {self.where!r} fails on shard {shard}: "
                                      f"{str(e).splitlines()[0]}") from None
