@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
+from trajstore.trainer.sao.aggregation import aggregate
 from trajstore.trainer.sao.losses import (
     POLICY_LOSSES,
-    aggregate,
     dis_policy_loss,
     explained_variance,
     ppo_clip_policy_loss,
