@@ -27,8 +27,10 @@ def micro_batches(samples: Sequence[Sample], micro_batch_size: int, num_micro: i
 def token_micro_batches(samples: Sequence[Sample], micro_batch_size: int, max_tokens: int | None) -> list[list[Sample]]:
     """Split in order into micro-batches of at most `micro_batch_size` trajectories and at most
     `max_tokens` tokens (None: no token bound); a trajectory longer than `max_tokens` goes alone
-    (trajectories are never split). The step's loss is normalised by its global token count, so
-    how it is split does not change the update (tests/trainer/test_losses.py)."""
+    (trajectories are never split). The step's loss is normalised by its global token or
+    trajectory count, per trajectory also in a packed micro-batch, so how it is split does not
+    change the update in any ``loss_agg`` mode (tests/trainer/test_aggregation.py,
+    test_loop_invariants.py)."""
     out: list[list[Sample]] = []
     cur: list[Sample] = []
     n = 0

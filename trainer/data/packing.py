@@ -42,6 +42,15 @@ class PackedMicroBatch(NamedTuple):
     inv_temperature: torch.Tensor
     segments: torch.Tensor
 
+    @property
+    def segment_ids(self) -> torch.Tensor:
+        """``(1, L)`` int64 on the batch's device: position p belongs to trajectory i when
+        ``segments[i] <= p < segments[i + 1]``. What the seq-* loss aggregations need to average
+        per trajectory (:func:`trajstore.trainer.sao.aggregation.aggregate`)."""
+        device = self.input_ids.device
+        lengths = (self.segments[1:] - self.segments[:-1]).to(device)
+        return torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths).unsqueeze(0)
+
 
 def pack(samples: Sequence[Sample], device: torch.device | str = "cpu") -> PackedMicroBatch:
     """Pack samples into one row in the prediction frame (see :class:`PackedMicroBatch`).

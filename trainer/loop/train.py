@@ -617,7 +617,8 @@ def _critic_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor, n_
             clip = tr.cfg.algo.value_clip
             loss, _stats = tr.value_loss_fn(v.float(), m.returns, m.mb.action_mask,
                                             old_values=m.values if clip is not None else None, clip_range=clip,
-                                            agg=tr.cfg.algo.loss_agg, num_tokens=n_tokens, num_sequences=n_seqs)
+                                            agg=tr.cfg.algo.loss_agg, num_tokens=n_tokens, num_sequences=n_seqs,
+                                            segment_ids=m.mb.segment_ids)
             (loss * world).backward()
         total += float(loss.detach())
     params = [p for p in D.unwrap(tr.critic).parameters() if p.requires_grad]
@@ -637,7 +638,7 @@ def _policy_update(tr: Trainer, micros: list[_Micro], n_tokens: torch.Tensor, n_
             lp, ent = tr.policy(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)
             loss, st = tr.policy_loss_fn(lp.float(), m.mb.rollout_logprobs, m.advantages, m.mb.action_mask,
                                          cfg.algo.eps_low, cfg.algo.eps_high, agg=cfg.algo.loss_agg,
-                                         num_tokens=n_tokens, num_sequences=n_seqs)
+                                         num_tokens=n_tokens, num_sequences=n_seqs, segment_ids=m.mb.segment_ids)
             (loss * world).backward()
         m.logprobs = lp.detach()
         n = float(st.num_tokens)

@@ -1,9 +1,11 @@
 """Named loss aggregations: how a per-token loss over action tokens becomes one scalar
-(token-mean, seq-mean-token-sum, seq-mean-token-mean), with the global denominators passed in so
-that a step split into micro-batches gives the full-batch value. Pure torch.
+(token-mean, seq-mean-token-sum, seq-mean-token-mean), per trajectory also on packed rows, with
+the global denominators passed in so that any split into micro-batches gives the full-batch value.
 
-Notation: B rows, T tokens per row (padded); action_mask[b, t] = 1 where token t of row b is a
-model action token, 0 for prompt, observation and padding tokens.
+Notation: B rows, T positions per row. A row is one trajectory (padded layout) or several
+trajectories concatenated (packed layout, e.g. the trainer's ``(1, L)`` micro-batches), told
+apart by ``segment_ids``. action_mask[b, t] = 1 where position t of row b is a model action
+token, 0 for prompt, observation and padding positions. Pure torch.
 """
 
 from __future__ import annotations
@@ -24,32 +26,45 @@ def _count(x: Tensor | float) -> Tensor:
     return torch.as_tensor(x)
 
 
-def _token_mean(
-    per_token: Tensor, mask: Tensor, num_tokens: Tensor | int | None, num_sequences
-) -> Tensor:
+def _sequence_sizes(mask: Tensor, segment_ids: Tensor | None) -> tuple[Tensor, Tensor]:
+    """``(B, T)`` int64: the action-token count of the trajectory each position belongs to; and
+    ``()`` int64: how many trajectories have at least one action token."""
+    if segment_ids is None:  # one trajectory per row
+        per_row = mask.sum(-1, keepdim=True)
+        return per_row.expand_as(mask), (per_row > 0).sum()
+    ids = segment_ids.reshape(-1).to(torch.int64)
+    low, high = torch.stack(torch.aminmax(ids)).tolist()  # one host sync
+    if low < 0:
+        raise ValueError(f"segment_ids must be >= 0 (one id per trajectory), got {low}")
+    counts = torch.zeros(high + 1, dtype=torch.int64, device=ids.device)
+    counts.index_add_(0, ids, mask.reshape(-1).to(torch.int64))  # integer sums: exact, any order
+    return counts[ids].reshape(mask.shape), (counts > 0).sum()
+
+
+def _sequences(mask: Tensor, segment_ids: Tensor | None, num_sequences: Tensor | int | None) -> Tensor:
+    if num_sequences is not None:
+        return _count(num_sequences)
+    return _sequence_sizes(mask, segment_ids)[1].clamp(min=1)
+
+
+def _token_mean(per_token: Tensor, mask: Tensor, num_tokens: Tensor | int | None,
+                num_sequences: Tensor | int | None, segment_ids: Tensor | None) -> Tensor:
     denominator = mask.sum().clamp(min=1) if num_tokens is None else _count(num_tokens)
     return per_token.sum() / denominator
 
 
-def _seq_mean_token_sum(
-    per_token: Tensor, mask: Tensor, num_tokens, num_sequences: Tensor | int | None
-) -> Tensor:
-    if num_sequences is None:
-        denominator = mask.any(-1).sum().clamp(min=1)
-    else:
-        denominator = _count(num_sequences)
-    return per_token.sum() / denominator
+def _seq_mean_token_sum(per_token: Tensor, mask: Tensor, num_tokens: Tensor | int | None,
+                        num_sequences: Tensor | int | None, segment_ids: Tensor | None) -> Tensor:
+    return per_token.sum() / _sequences(mask, segment_ids, num_sequences)
 
 
-def _seq_mean_token_mean(
-    per_token: Tensor, mask: Tensor, num_tokens, num_sequences: Tensor | int | None
-) -> Tensor:
-    per_sequence = per_token.sum(-1) / mask.sum(-1).clamp(min=1)
-    if num_sequences is None:
-        denominator = mask.any(-1).sum().clamp(min=1)
-    else:
-        denominator = _count(num_sequences)
-    return per_sequence.sum() / denominator
+def _seq_mean_token_mean(per_token: Tensor, mask: Tensor, num_tokens: Tensor | int | None,
+                         num_sequences: Tensor | int | None, segment_ids: Tensor | None) -> Tensor:
+    # sum_s (sum_{t in s} loss_t / n_s) written per token (loss_t / n_{s(t)}), so that no float sum
+    # is scattered: the same value on any device and in any order of trajectories
+    sizes, with_actions = _sequence_sizes(mask, segment_ids)
+    denominator = with_actions.clamp(min=1) if num_sequences is None else _count(num_sequences)
+    return (per_token / sizes.clamp(min=1)).sum() / denominator
 
 
 _AGGREGATORS: Mapping[str, Callable[..., Tensor]] = {
@@ -59,6 +74,13 @@ _AGGREGATORS: Mapping[str, Callable[..., Tensor]] = {
 }
 
 
+def _check_segment_ids(segment_ids: Tensor, shape: torch.Size) -> None:
+    if segment_ids.shape != shape:
+        raise ValueError(f"segment_ids must have the (B, T) shape {tuple(shape)}, got {tuple(segment_ids.shape)}")
+    if segment_ids.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"segment_ids must be int64 (or int32), got {segment_ids.dtype}")
+
+
 def aggregate(
     per_token: Tensor,
     action_mask: Tensor,
@@ -66,10 +88,11 @@ def aggregate(
     agg: Aggregation = "token-mean",
     num_tokens: Tensor | int | None = None,
     num_sequences: Tensor | int | None = None,
+    segment_ids: Tensor | None = None,
 ) -> Tensor:
     """Reduce a per-token loss to a scalar over action tokens, by a named rule.
 
-    Modes (``n_b`` = action tokens of row ``b``):
+    Modes (``s`` runs over trajectories, ``n_s`` = action tokens of trajectory ``s``):
 
     * ``"token-mean"`` (default; SAO.md "what the paper leaves open"):
       ``sum_{b,t} loss * mask / num_tokens``. ``num_tokens`` should be the action-token count
@@ -78,12 +101,16 @@ def aggregate(
       the batch is split. Tokens that DIS masks stay in the denominator.
     * ``"seq-mean-token-sum"``: ``sum_{b,t} loss * mask / num_sequences`` (each trajectory's
       summed loss, averaged over trajectories; Dr. GRPO-style, no length normalisation).
-    * ``"seq-mean-token-mean"``: ``sum_b (sum_t loss * mask / n_b) / num_sequences`` (each
-      trajectory's mean loss, averaged over trajectories; the original GRPO normalisation).
+    * ``"seq-mean-token-mean"``: ``sum_s (sum_{t in s} loss * mask / n_s) / num_sequences``
+      (each trajectory's mean loss, averaged over trajectories; the original GRPO
+      normalisation). A trajectory is a row, or with ``segment_ids`` one segment of a packed
+      row: without them a packed row of several trajectories would be averaged as one.
 
-    When a denominator is not passed it is computed from this micro-batch: action tokens
-    (clamped to >= 1), or rows that have at least one action token (clamped to >= 1). Pass the
-    global value whenever the batch is split.
+    With the global ``num_tokens`` / ``num_sequences`` passed, every mode is exact on any split
+    of the batch into micro-batches (padded or packed) as long as no trajectory is split: the
+    micro-batch values (and gradients) sum to the full-batch one. When a denominator is not
+    passed it is computed from this micro-batch: action tokens (clamped to >= 1), or
+    trajectories with at least one action token (clamped to >= 1).
 
     Args:
         per_token: ``(B, T)`` float loss per token.
@@ -91,12 +118,18 @@ def aggregate(
         agg: the mode.
         num_tokens: global action-token count, int or 0-dim tensor (``"token-mean"``).
         num_sequences: global trajectory count, int or 0-dim tensor (the ``"seq-*"`` modes).
+        segment_ids: ``(B, T)`` int64 >= 0, packed layout: the trajectory each position belongs
+            to; positions of one trajectory share an id, other trajectories (in any row) have
+            other ids; ids need not be contiguous. None = each row is one trajectory. Read by the
+            ``"seq-*"`` modes only (checked there, with one host sync: the largest id sizes the
+            count table).
 
     Returns:
         ``()`` float tensor (differentiable with respect to ``per_token``).
 
     Raises:
-        ValueError: unknown ``agg`` or shape mismatch.
+        ValueError: unknown ``agg``, shape mismatch, or ``segment_ids`` not integer, of another
+            shape, or (``"seq-*"`` modes) negative.
     """
     if agg not in _AGGREGATORS:
         raise ValueError(f"agg must be one of {sorted(_AGGREGATORS)}, got {agg!r}")
@@ -105,6 +138,10 @@ def aggregate(
             f"per_token and action_mask must share one (B, T) shape, got "
             f"{tuple(per_token.shape)} and {tuple(action_mask.shape)}"
         )
+    if segment_ids is not None:
+        _check_segment_ids(segment_ids, per_token.shape)
+        if segment_ids.numel() == 0:
+            segment_ids = None
     mask = action_mask != 0
     masked = torch.where(mask, per_token, 0.0)
-    return _AGGREGATORS[agg](masked, mask, num_tokens, num_sequences)
+    return _AGGREGATORS[agg](masked, mask, num_tokens, num_sequences, segment_ids)

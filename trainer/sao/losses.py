@@ -132,6 +132,7 @@ def dis_policy_loss(
     agg: Aggregation = "token-mean",
     num_tokens: Tensor | int | None = None,
     num_sequences: Tensor | int | None = None,
+    segment_ids: Tensor | None = None,
     staleness: Tensor | None = None,
 ) -> tuple[Tensor, PolicyLossStats]:
     """Direct double-sided importance sampling policy loss (SAO.md, mechanism 1; arXiv
@@ -159,7 +160,8 @@ def dis_policy_loss(
         action_mask: ``(B, T)``, 1 = model action token.
         eps_low: in ``(0, 1]``, dimensionless; lower band edge is ``1 - eps_low``.
         eps_high: > 0, dimensionless; upper band edge is ``1 + eps_high``.
-        agg, num_tokens, num_sequences: the aggregation, see :func:`aggregate`.
+        agg, num_tokens, num_sequences, segment_ids: the aggregation, see
+            :func:`~trajstore.trainer.sao.aggregation.aggregate` (``segment_ids`` for packed rows).
         staleness: optional ``(B, T)`` integer tensor, policy versions between the trainer and
             the version that generated each token; adds a per-staleness breakdown to the stats.
 
@@ -184,7 +186,8 @@ def dis_policy_loss(
     advantage = torch.where(in_band, advantages.detach(), 0.0)
     per_token = -ratio * advantage
     loss = aggregate(
-        per_token, mask, agg=agg, num_tokens=num_tokens, num_sequences=num_sequences
+        per_token, mask, agg=agg, num_tokens=num_tokens, num_sequences=num_sequences,
+        segment_ids=segment_ids,
     )
     stats = _ratio_stats(log_ratio.detach(), mask, ~in_band, eps_low, eps_high, staleness)
     return loss, stats
@@ -201,6 +204,7 @@ def ppo_clip_policy_loss(
     agg: Aggregation = "token-mean",
     num_tokens: Tensor | int | None = None,
     num_sequences: Tensor | int | None = None,
+    segment_ids: Tensor | None = None,
     staleness: Tensor | None = None,
 ) -> tuple[Tensor, PolicyLossStats]:
     """Vanilla PPO clipped objective against the rollout log-probs, no masking: the baseline
@@ -225,7 +229,8 @@ def ppo_clip_policy_loss(
     clipped = -ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantage
     per_token = torch.maximum(unclipped, clipped)
     loss = aggregate(
-        per_token, mask, agg=agg, num_tokens=num_tokens, num_sequences=num_sequences
+        per_token, mask, agg=agg, num_tokens=num_tokens, num_sequences=num_sequences,
+        segment_ids=segment_ids,
     )
     with torch.no_grad():
         raw = ratio.detach()
@@ -251,6 +256,7 @@ class PolicyLossFn(Protocol):
         agg: Aggregation = ...,
         num_tokens: Tensor | int | None = ...,
         num_sequences: Tensor | int | None = ...,
+        segment_ids: Tensor | None = ...,
         staleness: Tensor | None = ...,
     ) -> tuple[Tensor, PolicyLossStats]: ...
 
@@ -297,6 +303,7 @@ def value_loss(
     agg: Aggregation = "token-mean",
     num_tokens: Tensor | int | None = None,
     num_sequences: Tensor | int | None = None,
+    segment_ids: Tensor | None = None,
 ) -> tuple[Tensor, ValueLossStats]:
     """Critic loss on action tokens: ``0.5 * (V - R)^2``, optionally PPO-style clipped
     (SAO.md, mechanism 3: the critic regresses the ``lambda_critic = 1`` returns).
@@ -313,7 +320,8 @@ def value_loss(
         old_values: ``(B, T)`` float, predictions at rollout time (constants); with
             ``clip_range`` only.
         clip_range: > 0, same unit as the values; with ``old_values`` only.
-        agg, num_tokens, num_sequences: the aggregation, see :func:`aggregate`.
+        agg, num_tokens, num_sequences, segment_ids: the aggregation, see
+            :func:`~trajstore.trainer.sao.aggregation.aggregate` (``segment_ids`` for packed rows).
 
     Returns:
         ``(loss, stats)``: ``()`` float loss and :class:`ValueLossStats`.
@@ -345,7 +353,8 @@ def value_loss(
         clipped_taken = mask & (squared_clipped > squared)
         squared = torch.maximum(squared, squared_clipped)
     loss = aggregate(
-        0.5 * squared, mask, agg=agg, num_tokens=num_tokens, num_sequences=num_sequences
+        0.5 * squared, mask, agg=agg, num_tokens=num_tokens, num_sequences=num_sequences,
+        segment_ids=segment_ids,
     )
     with torch.no_grad():
         n = mask.sum()
