@@ -77,10 +77,12 @@ def test_segment_ids_are_checked():
         aggregate(per_token, mask, agg="seq-mean-token-mean", segment_ids=seg[:, :3])
     with pytest.raises(ValueError, match="int64"):
         aggregate(per_token, mask, agg="seq-mean-token-mean", segment_ids=seg.float())
-    with pytest.raises(ValueError, match=">= 0"):
+    with pytest.raises(ValueError, match=r"\[0, 6\), got -1\.\.0"):
         aggregate(per_token, mask, agg="seq-mean-token-mean", segment_ids=seg - 1)
+    with pytest.raises(ValueError, match=r"\[0, 6\), got 6\.\.7"):
+        aggregate(per_token, mask, agg="seq-mean-token-mean", segment_ids=seg + 6)
     # ids need not be contiguous nor start at 0; a trajectory without an action token adds nothing
-    sparse = torch.tensor([[7, 7, 3, 3, 3, 3]])
+    sparse = torch.tensor([[5, 5, 3, 3, 3, 3]])
     assert aggregate(per_token, mask, agg="seq-mean-token-mean", segment_ids=sparse).item() == pytest.approx(2.5)
     no_action = torch.tensor([[0, 1, 0, 1, 1, 1, 0, 0]])
     assert aggregate(torch.cat([per_token, torch.full((1, 2), X)], 1), no_action, agg="seq-mean-token-mean",

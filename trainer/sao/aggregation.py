@@ -33,10 +33,12 @@ def _sequence_sizes(mask: Tensor, segment_ids: Tensor | None) -> tuple[Tensor, T
         per_row = mask.sum(-1, keepdim=True)
         return per_row.expand_as(mask), (per_row > 0).sum()
     ids = segment_ids.reshape(-1).to(torch.int64)
-    low, high = torch.stack(torch.aminmax(ids)).tolist()  # one host sync
-    if low < 0:
-        raise ValueError(f"segment_ids must be >= 0 (one id per trajectory), got {low}")
-    counts = torch.zeros(high + 1, dtype=torch.int64, device=ids.device)
+    if ids.device.type == "cpu":  # on an accelerator index_add_ checks the bounds (no host sync)
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= ids.numel():
+            raise ValueError(f"segment_ids must be in [0, B * T) = [0, {ids.numel()}), got {low}..{high}")
+    # ids < B * T: a count table of that size needs no host sync to learn the largest id
+    counts = torch.zeros(ids.numel(), dtype=torch.int64, device=ids.device)
     counts.index_add_(0, ids, mask.reshape(-1).to(torch.int64))  # integer sums: exact, any order
     return counts[ids].reshape(mask.shape), (counts > 0).sum()
 
@@ -118,18 +120,18 @@ def aggregate(
         agg: the mode.
         num_tokens: global action-token count, int or 0-dim tensor (``"token-mean"``).
         num_sequences: global trajectory count, int or 0-dim tensor (the ``"seq-*"`` modes).
-        segment_ids: ``(B, T)`` int64 >= 0, packed layout: the trajectory each position belongs
-            to; positions of one trajectory share an id, other trajectories (in any row) have
-            other ids; ids need not be contiguous. None = each row is one trajectory. Read by the
-            ``"seq-*"`` modes only (checked there, with one host sync: the largest id sizes the
-            count table).
+        segment_ids: ``(B, T)`` int64 in ``[0, B * T)``, packed layout: the trajectory each
+            position belongs to (e.g. its index in the micro-batch); positions of one trajectory
+            share an id, other trajectories (in any row) have other ids; ids need not be
+            contiguous. None = each row is one trajectory. Read (and range-checked on the CPU)
+            by the ``"seq-*"`` modes only; no host sync.
 
     Returns:
         ``()`` float tensor (differentiable with respect to ``per_token``).
 
     Raises:
         ValueError: unknown ``agg``, shape mismatch, or ``segment_ids`` not integer, of another
-            shape, or (``"seq-*"`` modes) negative.
+            shape, or (``"seq-*"`` modes, on the CPU) outside ``[0, B * T)``.
     """
     if agg not in _AGGREGATORS:
         raise ValueError(f"agg must be one of {sorted(_AGGREGATORS)}, got {agg!r}")
