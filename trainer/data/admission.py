@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, Literal, NamedTuple
 
+from trajstore.reader import read_shard
 from trajstore.store import ShardInfo, Store
 from trajstore.trainer.data.columns import read_scalar_columns
 from trajstore.trainer.data.errors import TrainDataError
@@ -135,9 +136,9 @@ class AdmissionRule:
 def decide_rows(store: Store, shard: ShardInfo, start: int, *, rule: AdmissionRule, seen: set[str],
                 where: WhereFilter | None) -> Iterator[Admission]:
     """The decision on each row of `shard` from row `start` on, lazily in row order (a refusal is
-    raised when its row is reached). Reads the shard's scalar columns only; ``--where`` sees the
-    whole shard's (a predicate that reads other rows, e.g. a scalar subquery, is relative to the
-    shard).
+    raised when its row is reached). Reads scalar columns only (:data:`ADMISSION_COLUMNS`, all of
+    them with a ``--where``, which sees the whole shard's: a predicate that reads other rows,
+    e.g. a scalar subquery, is relative to the shard).
 
     Args:
         start: first row to decide (the cursor's next row on resume).
@@ -148,8 +149,11 @@ def decide_rows(store: Store, shard: ShardInfo, start: int, *, rule: AdmissionRu
     Raises:
         TrainDataError: as :meth:`AdmissionRule.decide`, or the predicate fails on the shard.
     """
-    table = read_scalar_columns(store, shard)
-    keep = where.mask(table, shard=shard.name) if where is not None else None
+    if where is None:  # the rule's columns only
+        table, keep = read_shard(store, shard, columns=ADMISSION_COLUMNS), None
+    else:
+        table = read_scalar_columns(store, shard)
+        keep = where.mask(table, shard=shard.name)
     rows = table.select(list(ADMISSION_COLUMNS)).to_pylist()
     for i in range(start, len(rows)):
         place = f"trajectory {rows[i]['trajectory_id']!r} (shard {shard.name}, row {i})"
