@@ -217,8 +217,8 @@ def test_close_while_a_reader_thread_filters_waits_for_it(tmp_path: Path) -> Non
 
     import pyarrow as pa
 
-    from trajstore.schema import TRAJECTORY_SCHEMA
-    from trajstore.trainer.data import SCALAR_COLUMNS, StreamClosed
+    from trajstore.schema import SCALAR_COLUMNS, TRAJECTORY_SCHEMA
+    from trajstore.trainer.data import StreamClosed
 
     class SlowConnection:
         def __init__(self, conn) -> None:  # noqa: ANN001
@@ -232,7 +232,7 @@ def test_close_while_a_reader_thread_filters_waits_for_it(tmp_path: Path) -> Non
             return getattr(self.conn, name)
 
     s = _stream(tmp_path, where="reward > 0.5")
-    s._duck = SlowConnection(s._duck)
+    s._where._duck = SlowConnection(s._where._duck)
     n = 10
     cols = {c: pa.nulls(n, TRAJECTORY_SCHEMA.field(c).type) for c in SCALAR_COLUMNS}
     cols["reward"] = pa.array([i / n for i in range(n)])
@@ -243,7 +243,7 @@ def test_close_while_a_reader_thread_filters_waits_for_it(tmp_path: Path) -> Non
         try:
             for _ in range(3):
                 started.set()
-                outcome["mask"] = s._where_mask(table, shard="x.parquet")
+                outcome["mask"] = s._where.mask(table, shard="x.parquet")
         except StreamClosed:
             outcome["closed"] = True
         except Exception as e:  # noqa: BLE001

@@ -1,7 +1,8 @@
 """Invariants of one SAO iteration that a wrong loop would silently break (issue 15, part 1):
 K critic optimiser steps per iteration (warm-up included); warm-up iterations leave the policy
 bit-identical; the advantages that reach the policy loss are exactly the ones the estimator (or
-an override) produced."""
+an override) produced; and (issue 22) in every loss_agg mode the update does not depend on how
+the step is split into micro-batches, nor on the packed layout."""
 
 from __future__ import annotations
 
@@ -177,3 +178,68 @@ def test_sao_gae_advantages_from_the_critic_reach_the_loss(tmp_path: Path) -> No
     torch.testing.assert_close(seen[0], expected, atol=1e-5, rtol=1e-5)
     # not trivially equal to the reward: the critic's values enter
     assert not torch.allclose(seen[0][mb.action_mask], torch.zeros(int(mb.action_mask.sum())))
+
+
+def _record_grads(tr, which: str) -> list[dict[str, torch.Tensor]]:  # noqa: ANN001
+    """The gradient of every trainable parameter of `which` ("policy" / "critic") at each of its
+    optimiser steps (after clipping: the update's direction and size)."""
+    opt = tr.optimizers[which]
+    model = tr.loaded.model if which == "policy" else tr.critic
+    seen: list[dict[str, torch.Tensor]] = []
+    step = opt.step
+
+    def recording(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+        seen.append({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
+        return step(*a, **kw)
+
+    opt.step = recording  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
+def test_the_update_does_not_depend_on_how_the_step_is_split_or_laid_out(tmp_path: Path, agg: str) -> None:
+    """Issue 22: the loop packs each micro-batch into one (1, L) row; with loss_agg
+    "seq-mean-token-mean" the loss averaged that row as one trajectory, so the update changed with
+    the micro-batch size (one trajectory per micro-batch was right, four packed together were not).
+    Every mode: the same 4 trajectories as 1 packed micro-batch of 4, 4 of 1, or 3 + 1 give the
+    same policy and critic loss and gradients, and the packed loss equals the padded layout's
+    (one row per trajectory, no segment ids) of the same inputs."""
+    from trajstore.trainer.data import pack, split_for_rank, to_rows
+    from trajstore.trainer.sao.losses import POLICY_LOSSES
+
+    write_synthetic_store(tmp_path, 4)
+    runs = []
+    for micro in (4, 1, 3):
+        cfg = _cfg(tmp_path, warmup=0, k=1, loss_agg=agg)
+        cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"micro_batch_size": micro})})
+        tr = setup(cfg)
+        policy, critic = _record_grads(tr, "policy"), _record_grads(tr, "critic")
+        calls: list[tuple] = []
+        loss_fn = tr.policy_loss_fn
+
+        def spy(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+            calls.append((a, kw))
+            return loss_fn(*a, **kw)
+
+        tr.policy_loss_fn = spy
+        batch = tr.stream.next_batch()
+        metrics, _ = train_step(tr, batch)
+        tr.stream.close()
+        assert len(calls) == (4 + micro - 1) // micro  # that many micro-batches
+        runs.append((metrics, policy[0], critic[0], calls))
+        if micro == 4:
+            segments = pack(split_for_rank(batch.samples, 0, 1)).segments  # the loop's packing (1 rank)
+    (m0, p0, c0, calls0), *others = runs
+    for m, p, c, _ in others:
+        assert m["policy/loss"] == pytest.approx(m0["policy/loss"], rel=1e-4, abs=1e-7)
+        assert m["value/loss"] == pytest.approx(m0["value/loss"], rel=1e-4, abs=1e-7)
+        for ref, got in ((p0, p), (c0, c)):
+            assert ref.keys() == got.keys()
+            for name in ref:
+                torch.testing.assert_close(got[name], ref[name], rtol=1e-4, atol=1e-6, msg=name)
+    # the packed micro-batch's loss, recomputed in the padded layout (one row per trajectory)
+    (lp, rollout, adv, mask, eps_low, eps_high), kw = calls0[0]
+    rows = [to_rows(x, segments) for x in (lp, rollout, adv, mask)]
+    padded, _ = POLICY_LOSSES["dis"](*rows, eps_low, eps_high, agg=agg, num_tokens=kw["num_tokens"],
+                                     num_sequences=kw["num_sequences"])
+    assert len(segments) == 5 and float(padded.detach()) == pytest.approx(m0["policy/loss"], rel=1e-5, abs=1e-8)

@@ -1,5 +1,5 @@
-"""DIS policy loss (SAO.md, mechanism 1), the PPO-clip baseline, value loss, explained variance
-and the named aggregations: hand-computed values, exact gradients, invariances."""
+"""DIS policy loss (SAO.md, mechanism 1), the PPO-clip baseline, value loss and explained
+variance: hand-computed values, exact gradients, invariances (the aggregations: test_aggregation.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
+from trajstore.trainer.sao.aggregation import aggregate
 from trajstore.trainer.sao.losses import (
     POLICY_LOSSES,
-    aggregate,
     dis_band,
     dis_policy_loss,
     explained_variance,
@@ -27,48 +27,6 @@ def _policy_inputs(seed: int = 0, batch: int = 4, length: int = 30, spread: floa
     logprobs = rollout + spread * torch.randn(batch, length, generator=gen, dtype=f64)
     advantages = torch.randn(batch, length, generator=gen, dtype=f64)
     return logprobs.requires_grad_(True), rollout, advantages, mask
-
-
-# -- aggregation ---------------------------------------------------------------------------------
-
-
-def test_aggregation_modes_hand_computed():
-    # per-token loss with mask: row 0 = [1, 2, (9)], row 1 = [3, (9), (9)], row 2 has no action token
-    per_token = torch.tensor([[1.0, 2.0, 9.0], [3.0, 9.0, 9.0], [9.0, 9.0, 9.0]])
-    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]])
-    # token-mean: (1 + 2 + 3) / 3 tokens = 2
-    assert aggregate(per_token, mask).item() == 2.0
-    # seq-mean-token-sum: (3 + 3) / 2 rows with actions = 3
-    assert aggregate(per_token, mask, agg="seq-mean-token-sum").item() == 3.0
-    # seq-mean-token-mean: (1.5 + 3) / 2 = 2.25
-    assert aggregate(per_token, mask, agg="seq-mean-token-mean").item() == 2.25
-    # global denominators passed in override the local ones: 6 / 12 tokens, 6 / 4 sequences
-    assert aggregate(per_token, mask, num_tokens=12).item() == 0.5
-    assert aggregate(per_token, mask, agg="seq-mean-token-sum", num_sequences=4).item() == 1.5
-    with pytest.raises(ValueError, match="agg"):
-        aggregate(per_token, mask, agg="mean")  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize("loss_name", sorted(POLICY_LOSSES))
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
-def test_micro_batches_with_global_denominator_equal_full_batch(loss_name, agg):
-    loss_fn = POLICY_LOSSES[loss_name]
-    logprobs, rollout, advantages, mask = _policy_inputs(seed=5, batch=6)
-    n_tok, n_seq = int(mask.sum()), int(mask.any(-1).sum())
-    full, _ = loss_fn(logprobs, rollout, advantages, mask, 0.3, 0.5, agg=agg)
-    (full_grad,) = torch.autograd.grad(full, logprobs)
-    total = 0.0
-    grad = torch.zeros_like(logprobs)
-    for rows in (slice(0, 1), slice(1, 4), slice(4, 6)):  # uneven micro-batches
-        part, _ = loss_fn(
-            logprobs[rows], rollout[rows], advantages[rows], mask[rows], 0.3, 0.5,
-            agg=agg, num_tokens=n_tok, num_sequences=n_seq,
-        )
-        (g,) = torch.autograd.grad(part, logprobs)
-        total = total + part.detach()
-        grad += g
-    torch.testing.assert_close(total, full.detach(), rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(grad, full_grad, rtol=1e-12, atol=1e-12)
 
 
 # -- DIS -------------------------------------------------------------------------------------------

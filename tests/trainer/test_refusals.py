@@ -374,11 +374,12 @@ def test_vocabulary_check_reads_statistics_only_and_reads_tokens_without_them(tm
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from trajstore import open_store
     from trajstore.trainer import data
+    from trajstore.trainer.data import vocabulary
 
     write_synthetic_store(tmp_path, 4, per_shard=2)
     reads: list[str] = []
-    original = data._read_column
-    monkeypatch.setattr(data, "_read_column", lambda s, sh, c: reads.append(sh.name) or original(s, sh, c))
+    original = vocabulary._read_column
+    monkeypatch.setattr(vocabulary, "_read_column", lambda s, sh, c: reads.append(sh.name) or original(s, sh, c))
     stream = data.TrajectoryStream(open_store(str(tmp_path)), DataConfig(max_seq_len=512), tokenizer="tiny-llama",
                                    vocab_size=None)
     census = stream.precheck()

@@ -134,7 +134,7 @@ class AlgoConfig(_Section):
     eps_high: float = Field(5.0, gt=0, description="upper band: ratios >= 1 + eps_high are masked "
                                                    "(SAO reasoning: 5.0, coding: 3.0)")
     loss_agg: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = Field(
-        "token-mean", description="loss normalisation (trainer.losses.aggregate): token-mean = sum over the "
+        "token-mean", description="loss normalisation (trainer.sao.aggregation.aggregate): token-mean = sum over the "
                                   "step's action tokens (all ranks) / their count, DIS-masked tokens counted; "
                                   "seq-* = averaged over the step's trajectories")
     gamma: float = Field(1.0, gt=0, le=1, description="discount per action token (SAO: 1)")

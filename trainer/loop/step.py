@@ -130,7 +130,8 @@ def _critic_update(tr: Trainer, micros: list[Micro], n_tokens: torch.Tensor, n_s
             v = tr.critic(m.mb.input_ids, m.mb.position_ids)
             loss, st = tr.value_loss_fn(v.float(), m.returns, m.mb.action_mask,
                                         old_values=m.values if clip is not None else None, clip_range=clip,
-                                        agg=tr.cfg.algo.loss_agg, num_tokens=n_tokens, num_sequences=n_seqs)
+                                        agg=tr.cfg.algo.loss_agg, num_tokens=n_tokens, num_sequences=n_seqs,
+                                        segment_ids=m.mb.segment_ids)
             (loss * tr.env.world_size).backward()
         s = critic_stats(loss, st)
         acc = s if acc is None else add_sums(acc, s)
@@ -151,7 +152,8 @@ def _policy_update(tr: Trainer, micros: list[Micro], n_tokens: torch.Tensor,
             lp, ent = tr.policy(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)
             loss, st = tr.policy_loss_fn(lp.float(), m.mb.rollout_logprobs, m.advantages, m.mb.action_mask,
                                          algo.eps_low, algo.eps_high, agg=algo.loss_agg,
-                                         num_tokens=n_tokens, num_sequences=n_seqs)
+                                         num_tokens=n_tokens, num_sequences=n_seqs,
+                                         segment_ids=m.mb.segment_ids)
             (loss * tr.env.world_size).backward()
         s = policy_stats(loss, st, (ent * m.mb.action_mask).sum())
         acc = s if acc is None else merge_policy(acc, s)

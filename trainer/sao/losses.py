@@ -1,7 +1,7 @@
 """SAO policy and critic losses: direct double-sided importance sampling (DIS, SAO.md mechanism 1),
-the vanilla PPO clipped objective it is compared with, the critic's value loss, and the named
-loss aggregations. Pure torch (arXiv 2607.07508, "Single-Rollout Asynchronous Optimization for
-Agentic Reinforcement Learning").
+the vanilla PPO clipped objective it is compared with, and the critic's value loss, each reduced
+to a scalar by a named aggregation (:mod:`~trajstore.trainer.sao.aggregation`). Pure torch
+(arXiv 2607.07508, "Single-Rollout Asynchronous Optimization for Agentic Reinforcement Learning").
 
 Notation used in every docstring here:
     B: trajectories (sequences) in the micro-batch.  T: tokens per trajectory (padded).
@@ -12,19 +12,18 @@ Notation used in every docstring here:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Literal, Protocol
 
 import torch
 from torch import Tensor
+from trajstore.trainer.sao.aggregation import Aggregation, aggregate
 from trajstore.trainer.sao.types import DISBand, PolicyLossStats, StalenessStats, ValueLossStats
 
 __all__ = [
     "POLICY_LOSSES",
-    "Aggregation",
     "PolicyLossFn",
     "PolicyLossName",
-    "aggregate",
     "dis_band",
     "dis_policy_loss",
     "explained_variance",
@@ -32,104 +31,11 @@ __all__ = [
     "value_loss",
 ]
 
-Aggregation = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
-"""How per-token losses become one scalar (see :func:`aggregate`)."""
-
 PolicyLossName = Literal["dis", "ppo-clip"]
 
 # exp() argument bound for the vanilla PPO ratio (as public trainers do); DIS needs none because
 # out-of-band tokens are cut out before exp() sees their log-ratio.
 _PPO_LOG_RATIO_BOUND_NATS = 20.0
-
-
-def _count(x: Tensor | float) -> Tensor:
-    return torch.as_tensor(x)
-
-
-def _token_mean(
-    per_token: Tensor, mask: Tensor, num_tokens: Tensor | int | None, num_sequences
-) -> Tensor:
-    denominator = mask.sum().clamp(min=1) if num_tokens is None else _count(num_tokens)
-    return per_token.sum() / denominator
-
-
-def _seq_mean_token_sum(
-    per_token: Tensor, mask: Tensor, num_tokens, num_sequences: Tensor | int | None
-) -> Tensor:
-    if num_sequences is None:
-        denominator = mask.any(-1).sum().clamp(min=1)
-    else:
-        denominator = _count(num_sequences)
-    return per_token.sum() / denominator
-
-
-def _seq_mean_token_mean(
-    per_token: Tensor, mask: Tensor, num_tokens, num_sequences: Tensor | int | None
-) -> Tensor:
-    per_sequence = per_token.sum(-1) / mask.sum(-1).clamp(min=1)
-    if num_sequences is None:
-        denominator = mask.any(-1).sum().clamp(min=1)
-    else:
-        denominator = _count(num_sequences)
-    return per_sequence.sum() / denominator
-
-
-_AGGREGATORS: Mapping[str, Callable[..., Tensor]] = {
-    "token-mean": _token_mean,
-    "seq-mean-token-sum": _seq_mean_token_sum,
-    "seq-mean-token-mean": _seq_mean_token_mean,
-}
-
-
-def aggregate(
-    per_token: Tensor,
-    action_mask: Tensor,
-    *,
-    agg: Aggregation = "token-mean",
-    num_tokens: Tensor | int | None = None,
-    num_sequences: Tensor | int | None = None,
-) -> Tensor:
-    """Reduce a per-token loss to a scalar over action tokens, by a named rule.
-
-    Modes (``n_b`` = action tokens of row ``b``):
-
-    * ``"token-mean"`` (default; SAO.md "what the paper leaves open"):
-      ``sum_{b,t} loss * mask / num_tokens``. ``num_tokens`` should be the action-token count
-      of the whole global batch (all micro-batches, all data-parallel ranks); then summing the
-      micro-batch losses (and their gradients) gives exactly the full-batch token mean, however
-      the batch is split. Tokens that DIS masks stay in the denominator.
-    * ``"seq-mean-token-sum"``: ``sum_{b,t} loss * mask / num_sequences`` (each trajectory's
-      summed loss, averaged over trajectories; Dr. GRPO-style, no length normalisation).
-    * ``"seq-mean-token-mean"``: ``sum_b (sum_t loss * mask / n_b) / num_sequences`` (each
-      trajectory's mean loss, averaged over trajectories; the original GRPO normalisation).
-
-    When a denominator is not passed it is computed from this micro-batch: action tokens
-    (clamped to >= 1), or rows that have at least one action token (clamped to >= 1). Pass the
-    global value whenever the batch is split.
-
-    Args:
-        per_token: ``(B, T)`` float loss per token.
-        action_mask: ``(B, T)``, 1 = model action token.
-        agg: the mode.
-        num_tokens: global action-token count, int or 0-dim tensor (``"token-mean"``).
-        num_sequences: global trajectory count, int or 0-dim tensor (the ``"seq-*"`` modes).
-
-    Returns:
-        ``()`` float tensor (differentiable with respect to ``per_token``).
-
-    Raises:
-        ValueError: unknown ``agg`` or shape mismatch.
-    """
-    if agg not in _AGGREGATORS:
-        raise ValueError(f"agg must be one of {sorted(_AGGREGATORS)}, got {agg!r}")
-    if per_token.shape != action_mask.shape or per_token.dim() != 2:
-        raise ValueError(
-            f"per_token and action_mask must share one (B, T) shape, got "
-            f"{tuple(per_token.shape)} and {tuple(action_mask.shape)}"
-        )
-    mask = action_mask != 0
-    masked = torch.where(mask, per_token, 0.0)
-    return _AGGREGATORS[agg](masked, mask, num_tokens, num_sequences)
 
 
 def _check_policy_inputs(
@@ -249,6 +155,7 @@ def dis_policy_loss(
     agg: Aggregation = "token-mean",
     num_tokens: Tensor | int | None = None,
     num_sequences: Tensor | int | None = None,
+    segment_ids: Tensor | None = None,
     staleness: Tensor | None = None,
 ) -> tuple[Tensor, PolicyLossStats]:
     """Direct double-sided importance sampling policy loss (SAO.md, mechanism 1; arXiv
@@ -276,7 +183,8 @@ def dis_policy_loss(
         action_mask: ``(B, T)``, 1 = model action token.
         eps_low: in ``(0, 1]``, dimensionless; lower band edge is ``1 - eps_low``.
         eps_high: > 0, dimensionless; upper band edge is ``1 + eps_high``.
-        agg, num_tokens, num_sequences: the aggregation, see :func:`aggregate`.
+        agg, num_tokens, num_sequences, segment_ids: the aggregation, see
+            :func:`~trajstore.trainer.sao.aggregation.aggregate` (``segment_ids`` for packed rows).
         staleness: optional ``(B, T)`` integer tensor, policy versions between the trainer and
             the version that generated each token; adds a per-staleness breakdown to the stats.
 
@@ -299,7 +207,8 @@ def dis_policy_loss(
     advantage = torch.where(in_band, advantages.detach(), 0.0)
     per_token = -ratio * advantage
     loss = aggregate(
-        per_token, mask, agg=agg, num_tokens=num_tokens, num_sequences=num_sequences
+        per_token, mask, agg=agg, num_tokens=num_tokens, num_sequences=num_sequences,
+        segment_ids=segment_ids,
     )
     stats = _ratio_stats(log_ratio.detach(), mask, ~in_band, eps_low, eps_high, staleness)
     return loss, stats
@@ -316,6 +225,7 @@ def ppo_clip_policy_loss(
     agg: Aggregation = "token-mean",
     num_tokens: Tensor | int | None = None,
     num_sequences: Tensor | int | None = None,
+    segment_ids: Tensor | None = None,
     staleness: Tensor | None = None,
 ) -> tuple[Tensor, PolicyLossStats]:
     """Vanilla PPO clipped objective against the rollout log-probs, no masking: the baseline
@@ -340,7 +250,8 @@ def ppo_clip_policy_loss(
     clipped = -ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantage
     per_token = torch.maximum(unclipped, clipped)
     loss = aggregate(
-        per_token, mask, agg=agg, num_tokens=num_tokens, num_sequences=num_sequences
+        per_token, mask, agg=agg, num_tokens=num_tokens, num_sequences=num_sequences,
+        segment_ids=segment_ids,
     )
     with torch.no_grad():
         raw = ratio.detach()
@@ -366,6 +277,7 @@ class PolicyLossFn(Protocol):
         agg: Aggregation = ...,
         num_tokens: Tensor | int | None = ...,
         num_sequences: Tensor | int | None = ...,
+        segment_ids: Tensor | None = ...,
         staleness: Tensor | None = ...,
     ) -> tuple[Tensor, PolicyLossStats]: ...
 
@@ -412,6 +324,7 @@ def value_loss(
     agg: Aggregation = "token-mean",
     num_tokens: Tensor | int | None = None,
     num_sequences: Tensor | int | None = None,
+    segment_ids: Tensor | None = None,
 ) -> tuple[Tensor, ValueLossStats]:
     """Critic loss on action tokens: ``0.5 * (V - R)^2``, optionally PPO-style clipped
     (SAO.md, mechanism 3: the critic regresses the ``lambda_critic = 1`` returns).
@@ -428,7 +341,8 @@ def value_loss(
         old_values: ``(B, T)`` float, predictions at rollout time (constants); with
             ``clip_range`` only.
         clip_range: > 0, same unit as the values; with ``old_values`` only.
-        agg, num_tokens, num_sequences: the aggregation, see :func:`aggregate`.
+        agg, num_tokens, num_sequences, segment_ids: the aggregation, see
+            :func:`~trajstore.trainer.sao.aggregation.aggregate` (``segment_ids`` for packed rows).
 
     Returns:
         ``(loss, stats)``: ``()`` float loss and :class:`ValueLossStats`.
@@ -460,7 +374,8 @@ def value_loss(
         clipped_taken = mask & (squared_clipped > squared)
         squared = torch.maximum(squared, squared_clipped)
     loss = aggregate(
-        0.5 * squared, mask, agg=agg, num_tokens=num_tokens, num_sequences=num_sequences
+        0.5 * squared, mask, agg=agg, num_tokens=num_tokens, num_sequences=num_sequences,
+        segment_ids=segment_ids,
     )
     with torch.no_grad():
         n = mask.sum()

@@ -1,0 +1,43 @@
+"""The trainer's data path: trajectories streamed from a store in arrival order, admitted by one
+rule, grouped into step batches under a token budget, and packed into micro-batches (pure torch).
+This facade re-exports the public API; each concept lives in its own module."""
+
+from trajstore.trainer.data.admission import SKIP_REASONS, Admission, AdmissionRule, decide_rows
+from trajstore.trainer.data.batching import micro_batches, split_for_rank, token_micro_batches
+from trajstore.trainer.data.census import StoreCensus
+from trajstore.trainer.data.columns import read_scalar_columns, with_missing_nullable_columns
+from trajstore.trainer.data.cursor import DataCursor
+from trajstore.trainer.data.errors import StreamClosed, TrainDataError
+from trajstore.trainer.data.packing import GAEInputs, PackedMicroBatch, gae_inputs, pack, to_packed, to_rows
+from trajstore.trainer.data.samples import Sample, StepBatch
+from trajstore.trainer.data.stream import ListShards, TrajectoryStream
+from trajstore.trainer.data.vocabulary import shard_max_token_id
+from trajstore.trainer.data.where import WhereFilter
+
+__all__ = [
+    "SKIP_REASONS",
+    "Admission",
+    "AdmissionRule",
+    "DataCursor",
+    "GAEInputs",
+    "ListShards",
+    "PackedMicroBatch",
+    "Sample",
+    "StepBatch",
+    "StoreCensus",
+    "StreamClosed",
+    "TrainDataError",
+    "TrajectoryStream",
+    "WhereFilter",
+    "decide_rows",
+    "gae_inputs",
+    "micro_batches",
+    "pack",
+    "read_scalar_columns",
+    "shard_max_token_id",
+    "split_for_rank",
+    "to_packed",
+    "to_rows",
+    "token_micro_batches",
+    "with_missing_nullable_columns",
+]

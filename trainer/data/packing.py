@@ -1,0 +1,145 @@
+"""Pure-torch packing: a micro-batch's trajectories concatenated into one row in the
+prediction frame (:class:`PackedMicroBatch`), and the conversions between that packed layout
+and one padded row per trajectory (what the advantage estimators take)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from trajstore.trainer.data.samples import Sample
+
+
+class PackedMicroBatch(NamedTuple):
+    """Trajectories of one micro-batch concatenated into a single row (no padding).
+
+    Positions restart at 0 for each trajectory, which makes transformers build a block-diagonal
+    causal mask (no attention across trajectories). Everything is in the *prediction frame*:
+    position p holds what is predicted from tokens[:p+1], i.e. token p+1. L = total tokens.
+
+    Fields:
+        input_ids: (1, L) int64 token ids.
+        position_ids: (1, L) int64 positions inside each trajectory.
+        targets: (1, L) int64; the next token of the same trajectory (0 at each trajectory's last
+            position, which is never an action slot).
+        action_mask: (1, L) bool; True = the predicted token is a model action (an action slot).
+        rollout_logprobs: (1, L) float32, nats; behaviour log-prob of the predicted token at action
+            slots, 0 elsewhere.
+        policy_version: (1, L) int64; version that generated the predicted token, -1 elsewhere.
+        inv_temperature: (1, L) float32; 1 / sampling temperature of the predicted token.
+        segments: (n + 1,) int64 offsets; trajectory i occupies ``[segments[i], segments[i+1])``.
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    targets: torch.Tensor
+    action_mask: torch.Tensor
+    rollout_logprobs: torch.Tensor
+    policy_version: torch.Tensor
+    inv_temperature: torch.Tensor
+    segments: torch.Tensor
+
+    @property
+    def segment_ids(self) -> torch.Tensor:
+        """``(1, L)`` int64 on the batch's device: position p belongs to trajectory i when
+        ``segments[i] <= p < segments[i + 1]``. What the seq-* loss aggregations need to average
+        per trajectory (:func:`trajstore.trainer.sao.aggregation.aggregate`)."""
+        lengths = (self.segments[1:] - self.segments[:-1]).cpu()  # built on the host: no device sync
+        ids = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+        return ids.unsqueeze(0).to(self.input_ids.device)
+
+
+def pack(samples: Sequence[Sample], device: torch.device | str = "cpu") -> PackedMicroBatch:
+    """Pack samples into one row in the prediction frame (see :class:`PackedMicroBatch`).
+
+    An empty `samples` gives a one-token dummy row with no action slot (used so that every
+    data-parallel rank runs the same number of micro-batches).
+    """
+    if not samples:
+        z = torch.zeros((1, 1), dtype=torch.int64, device=device)
+        return PackedMicroBatch(z, z.clone(), z.clone(), torch.zeros((1, 1), dtype=torch.bool, device=device),
+                                torch.zeros((1, 1), device=device), torch.full((1, 1), -1, device=device),
+                                torch.ones((1, 1), device=device), torch.tensor([0, 1]))
+    ids, pos, tgt, act, lp, pv, itemp, seg = [], [], [], [], [], [], [], [0]
+    for s in samples:
+        t = s.num_tokens
+        ids.append(s.tokens)
+        pos.append(np.arange(t, dtype=np.int64))
+        tgt.append(np.concatenate([s.tokens[1:], [0]]))
+        act.append(np.concatenate([s.action_mask[1:], [False]]))
+        lp.append(np.concatenate([np.nan_to_num(s.rollout_logprobs[1:], nan=0.0), [0.0]]).astype(np.float32))
+        pv.append(np.concatenate([s.policy_version[1:], [-1]]))
+        itemp.append(np.concatenate([s.inv_temperature[1:], [1.0]]).astype(np.float32))
+        seg.append(seg[-1] + t)
+
+    def cat(parts: list[np.ndarray], dtype: torch.dtype) -> torch.Tensor:
+        return torch.as_tensor(np.concatenate(parts)).to(dtype=dtype).unsqueeze(0).to(device)
+
+    return PackedMicroBatch(cat(ids, torch.int64), cat(pos, torch.int64), cat(tgt, torch.int64),
+                            cat(act, torch.bool), cat(lp, torch.float32), cat(pv, torch.int64),
+                            cat(itemp, torch.float32), torch.tensor(seg, dtype=torch.int64))
+
+
+def to_rows(x: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
+    """One row per trajectory of a packed tensor, zero-padded on the right.
+
+    Args:
+        x: ``(1, L)`` packed tensor (any dtype), e.g. a :class:`PackedMicroBatch` field or the
+            critic's values of one.
+        segments: ``(n + 1,)`` int64 offsets of the packing (:attr:`PackedMicroBatch.segments`).
+
+    Returns:
+        ``(n, Tmax)`` tensor of ``x``'s dtype and device, ``Tmax`` = longest trajectory: row ``i``
+        is ``x[0, segments[i]:segments[i + 1]]`` followed by zeros.
+    """
+    lens = (segments[1:] - segments[:-1]).tolist()
+    out = x.new_zeros((len(lens), max(lens)))
+    for i, (a, n) in enumerate(zip(segments[:-1].tolist(), lens)):
+        out[i, :n] = x[0, a:a + n]
+    return out
+
+
+def to_packed(rows: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
+    """``(n, Tmax)`` rows -> ``(1, L)`` packed: the inverse of :func:`to_rows` (padding dropped)."""
+    lens = (segments[1:] - segments[:-1]).tolist()
+    return torch.cat([rows[i, :n] for i, n in enumerate(lens)]).unsqueeze(0)
+
+
+class GAEInputs(NamedTuple):
+    """A packed micro-batch laid out as one row per trajectory, as the advantage estimators
+    (:mod:`trajstore.trainer.sao.advantages`) take it. n = trajectories, Tmax = the longest one.
+
+    Fields:
+        rewards: (n, Tmax) float32; the trajectory's reward at its last action slot, 0 elsewhere.
+        values: (n, Tmax) float; the critic's values (prediction frame), 0 in the padding.
+        action_mask: (n, Tmax) bool; True = action slot.
+    """
+
+    rewards: torch.Tensor
+    values: torch.Tensor
+    action_mask: torch.Tensor
+
+
+def gae_inputs(mb: PackedMicroBatch, samples: Sequence[Sample], values: torch.Tensor) -> GAEInputs:
+    """Rewards, values and action mask of a micro-batch, one row per trajectory (see
+    :class:`GAEInputs`); map results back with :func:`to_packed`.
+
+    Args:
+        mb: the packed micro-batch of `samples` (possibly the one-token dummy of ``pack([])``).
+        samples: its trajectories, in packing order.
+        values: ``(1, L)`` float critic values of `mb`.
+    """
+    mask = to_rows(mb.action_mask, mb.segments)
+    n, width = mask.shape
+    reward = torch.zeros(n, dtype=torch.float32)
+    reward[:len(samples)] = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    # last action slot per row (argmax takes the first maximum, here of the reversed row); a row
+    # without one gets 0 at its end, i.e. no reward
+    last = width - 1 - mask.flip(1).to(torch.uint8).argmax(1)
+    rewards = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    rewards[torch.arange(n, device=mask.device), last] = torch.where(mask.any(1), reward.to(mask.device), 0.0)
+    return GAEInputs(rewards, to_rows(values, mb.segments), mask)
+

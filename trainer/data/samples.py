@@ -1,0 +1,92 @@
+"""The typed records the stream hands to the trainer: one trajectory ready for training
+(:class:`Sample`, numpy arrays per token) and the trajectories of one step (:class:`StepBatch`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trajstore.trainer.data.cursor import DataCursor
+
+@dataclass
+class Sample:
+    """One trajectory ready for training. T = its token count.
+
+    Attributes:
+        trajectory_id, group_id: as stored; shard, row: where it was read.
+        tokens: int64 (T,) token ids.
+        rollout_logprobs: float32 (T,), nats; the engine's log-prob at action tokens, NaN elsewhere.
+            NaN at action tokens too when `needs_behaviour` (filled by the trainer, see
+            ``behaviour_logprobs``).
+        action_mask: bool (T,); True = token is a model action trained on (an engine action
+            token without a log-prob is False: DIS cannot weigh it).
+        policy_version: int64 (T,); version that generated the token, -1 at non-action tokens; for a
+            mixed-version action span (schema field ``policy_version_max``) the oldest version, so
+            staleness is never under-counted.
+        inv_temperature: float32 (T,); 1 / sampling temperature of the token's action span
+            (1 where unknown or not an action).
+        reward: float, credited at the last action token.
+        needs_behaviour: True for text-only data admitted with ``behaviour_logprobs="initial-policy"``.
+        cursor: the stream's cursor right after this trajectory.
+        mixed_version_actions: action spans produced by several versions without a known boundary.
+    """
+
+    trajectory_id: str
+    group_id: str | None
+    shard: str
+    row: int
+    tokens: np.ndarray
+    rollout_logprobs: np.ndarray
+    action_mask: np.ndarray
+    policy_version: np.ndarray
+    inv_temperature: np.ndarray
+    reward: float
+    needs_behaviour: bool
+    cursor: DataCursor
+    mixed_version_actions: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def num_action_tokens(self) -> int:
+        return int(self.action_mask.sum())
+
+    @property
+    def versioned_policy_version(self) -> np.ndarray:
+        """Policy versions of the action tokens that have one (ingested text logs have none: their
+        tokens are left out, so their staleness is undefined, never ``trainer_version - (-1)``)."""
+        pv = self.policy_version[self.action_mask]
+        return pv[pv >= 0]
+
+    @property
+    def min_policy_version(self) -> int | None:
+        pv = self.versioned_policy_version
+        return int(pv.min()) if len(pv) else None
+
+    @property
+    def max_policy_version(self) -> int | None:
+        pv = self.versioned_policy_version
+        return int(pv.max()) if len(pv) else None
+
+
+@dataclass
+class StepBatch:
+    """The trajectories of one training step (all ranks) and the cursor after them.
+
+    Attributes:
+        samples: in arrival order. skipped: rows read but not trained, by reason.
+        wait_s: seconds spent waiting for this batch inside the stream (reading + polling).
+    """
+
+    samples: list[Sample]
+    cursor: DataCursor
+    skipped: dict[str, int]
+    wait_s: float = 0.0
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.samples)
+

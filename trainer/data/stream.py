@@ -1,0 +1,284 @@
+"""The store stream: a store's trajectories read in arrival order, admitted row by row by the
+one rule of :mod:`~trajstore.trainer.data.admission` (skips counted, refusals raised) and grouped
+into step batches under a token budget. Its :class:`DataCursor` after a batch says exactly which
+rows were read, so a resumed run neither repeats nor skips a trajectory.
+
+Trajectories longer than ``max_seq_len`` are never truncated (that would cut off the token the
+reward is credited to); ``overlong="skip"`` leaves them out and counts them, ``overlong="error"``
+stops.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from trajstore.reader import TrajectoryBatch, iter_shard_batches
+from trajstore.schema import SPAN_KIND_CODES
+from trajstore.store import TRAJECTORIES_DIR, ShardInfo, Store
+from trajstore.trainer.data.admission import Admission, AdmissionRule, decide_rows
+from trajstore.trainer.data.census import StoreCensus
+from trajstore.trainer.data.cursor import DataCursor
+from trajstore.trainer.data.errors import TrainDataError
+from trajstore.trainer.data.samples import Sample, StepBatch
+from trajstore.trainer.data.vocabulary import check_vocabulary
+from trajstore.trainer.data.where import WhereFilter
+from trajstore.trainer.loop.config import DataConfig
+
+ListShards = Callable[[], list[ShardInfo]]
+"""Lists the store's trajectory shards in arrival order."""
+
+
+class TrajectoryStream:
+    """Reads a store's trajectories in arrival order and yields :class:`StepBatch` es.
+
+    Args:
+        store: the store. cfg: the data section of the training config.
+        tokenizer: the model's tokenizer identity; a row whose ``tokenizer`` differs is refused.
+        vocab_size: the model's vocabulary; a token id at or above it is refused. None until the
+            model is loaded (:meth:`precheck` does not need it; reading does).
+        cursor: where to continue (a fresh cursor reads from the first shard).
+        list_shards: how shards are listed (distributed runs list on rank 0 and broadcast).
+
+    Raises (from :meth:`next_batch`):
+        TrainDataError: tokenizer mismatch, text-only data without the opt-in, token id outside
+            the vocabulary, overlong trajectory with ``overlong="error"``, or a bad ``where``.
+    """
+
+    def __init__(self, store: Store, cfg: DataConfig, *, tokenizer: str, vocab_size: int | None,
+                 cursor: DataCursor | None = None, list_shards: ListShards | None = None):
+        if cfg.max_seq_len > cfg.max_batch_tokens:
+            raise ValueError(f"max_seq_len ({cfg.max_seq_len}) exceeds max_batch_tokens ({cfg.max_batch_tokens})")
+        self.store = store
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.cursor = cursor or DataCursor()
+        self._list = list_shards or (lambda: store.list_shards(TRAJECTORIES_DIR))
+        self._done = list(self.cursor.done_shards)
+        self._done_set = set(self._done)
+        self._seen: set[str] = set()
+        self._pending: Sample | None = None
+        self._iter: Iterator[Sample] | None = None
+        self._skipped: dict[str, int] = {}
+        self._rule = AdmissionRule(cfg, tokenizer)
+        self._where = WhereFilter(cfg.where) if cfg.where else None
+        self.on_wait: Callable[[str], None] | None = None
+        """Called with :meth:`waiting_message` before each poll while ``follow`` waits for data."""
+        self.stop_event: threading.Event | None = None
+        """Once set, a following stream stops waiting (returns what it has, or None)."""
+        self._rebuild_seen()
+
+    # -- public --------------------------------------------------------------------------
+
+    def next_batch(self) -> StepBatch | None:
+        """The next step's trajectories: up to ``batch_size`` of them and at most
+        ``max_batch_tokens`` tokens. Without ``follow`` a final short batch is returned, then
+        None. With ``follow`` it waits for new shards (polling every ``poll_interval_s``) until
+        the batch is full or ``idle_timeout_s`` passes without data."""
+        t0 = time.perf_counter()
+        samples: list[Sample] = []
+        tokens = 0
+        idle_since = time.monotonic()
+        while len(samples) < self.cfg.batch_size:
+            s = self._pending or self._next_sample()
+            self._pending = None
+            if s is None:
+                if not self.cfg.follow:
+                    break
+                timeout = self.cfg.idle_timeout_s
+                if timeout is not None and time.monotonic() - idle_since >= timeout:
+                    break
+                if self.stop_event is not None and self.stop_event.is_set():
+                    break
+                if self.on_wait is not None:
+                    self.on_wait(self.waiting_message(len(samples)))
+                time.sleep(self.cfg.poll_interval_s)
+                continue
+            idle_since = time.monotonic()
+            if samples and tokens + s.num_tokens > self.cfg.max_batch_tokens:
+                self._pending = s
+                break
+            samples.append(s)
+            tokens += s.num_tokens
+        skipped, self._skipped = self._skipped, {}
+        if not samples:
+            return None
+        return StepBatch(samples, samples[-1].cursor, skipped, time.perf_counter() - t0)
+
+    def waiting_message(self, in_batch: int) -> str:
+        """What a following stream waits for, e.g. ``waiting for new trajectories in
+        /data/store/trajectories: 12 seen so far, 3/8 for the next step (polling every 2s)``."""
+        idle = f"; stopping after {self.cfg.idle_timeout_s:g}s without data" if self.cfg.idle_timeout_s else ""
+        return (f"waiting for new trajectories in {self.store.url(TRAJECTORIES_DIR)}: {len(self._seen)} seen so far, "
+                f"{in_batch}/{self.cfg.batch_size} for the next step (polling every {self.cfg.poll_interval_s:g}s"
+                f"{idle})")
+
+    def close(self) -> None:
+        """Release the ``--where`` connection. Safe while a reader thread is filtering a shard:
+        it waits for that call (DuckDB refuses to close a busy connection), and a later read of
+        the closed stream raises :class:`StreamClosed`."""
+        if self._where is not None:
+            self._where.close()
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _next_sample(self) -> Sample | None:
+        while True:
+            if self._iter is None:
+                shard = self._next_shard()
+                if shard is None:
+                    return None
+                start = self.cursor.next_row if self.cursor.shard == shard.name else 0
+                self._iter = self._read_shard(shard, start)
+            s = next(self._iter, None)
+            if s is not None:
+                return s
+            self._iter = None
+
+    def _next_shard(self) -> ShardInfo | None:
+        shards = [s for s in self._list() if s.name not in self._done_set]
+        if not shards:
+            return None
+        # The shard in progress (resume) first; otherwise the oldest not yet read.
+        for s in shards:
+            if s.name == self.cursor.shard:
+                return s
+        return shards[0]
+
+    def _read_shard(self, shard: ShardInfo, start_row: int) -> Iterator[Sample]:
+        decisions = decide_rows(self.store, shard, start_row, rule=self._rule, seen=self._seen, where=self._where)
+        base = 0
+        for batch in iter_shard_batches(self.store, shard, strict=True):
+            n = len(batch)
+            if base + n > start_row:
+                yield from self._samples_of(batch, shard, base, start_row, decisions)
+            base += n
+        # the shard is finished: every later sample's cursor says so
+        self._done.append(shard.name)
+        self._done_set.add(shard.name)
+        self.cursor = DataCursor(list(self._done), None, 0)
+
+    def _samples_of(self, batch: TrajectoryBatch, shard: ShardInfo, base: int, start_row: int,
+                    decisions: Iterator[Admission]) -> Iterator[Sample]:
+        """The admitted rows of one row group as samples; `decisions` yields the admission of each
+        row of the shard from `start_row` on, in order (see :func:`decide_rows`)."""
+        table = batch.table
+        act = batch.action_mask()
+        full_lps = batch.logprobs_full()  # (N,) aligned with tokens; schema v2 stores action tokens only
+        flat_spans = pc.list_flatten(table.column("spans").combine_chunks())
+        temps = flat_spans.field("temperature").fill_null(1.0).to_numpy(zero_copy_only=False).astype(np.float32)
+        mixed = flat_spans.field("policy_version_max").is_valid().to_numpy(zero_copy_only=False)
+        group_id = (table.column("group_id").to_pylist() if "group_id" in table.column_names
+                    else [None] * len(batch))  # older shards: nulls
+        done = list(self._done)  # unchanged while this shard is read: one copy, shared by its rows' cursors
+        for i in range(len(batch)):
+            row = base + i
+            if row < start_row:
+                continue
+            d = next(decisions)
+            if d.row != row or d.trajectory_id != batch.trajectory_ids[i]:
+                raise RuntimeError(f"shard {shard.name}: row {row} was decided as {d.trajectory_id!r} (row {d.row}) "
+                                   f"but read as {batch.trajectory_ids[i]!r}")
+            cursor = DataCursor(done, shard.name, row + 1)
+            self.cursor = cursor
+            if d.skip is not None:
+                self._skip(d.skip)
+                continue
+            a, b = int(batch.token_offsets[i]), int(batch.token_offsets[i + 1])
+            tokens = batch.tokens[a:b].astype(np.int64)
+            if self.vocab_size is None:
+                raise ValueError("TrajectoryStream.vocab_size must be set before reading batches")
+            if len(tokens) and int(tokens.max()) >= self.vocab_size:
+                raise TrainDataError(f"{d.place}: field tokens: id {int(tokens.max())} is outside the model's "
+                                     f"vocabulary of {self.vocab_size}")
+            mask = act[a:b].copy()
+            lps = full_lps[a:b].copy()
+            if d.text_only:
+                lps[:] = np.nan
+            else:
+                # An action token whose engine log-prob is unknown (NaN: a null or an engine's -9999
+                # stand-in, counted in num_missing_logprobs) has no behaviour log-prob for DIS: it is
+                # left out of the action mask, so it never reaches the loss or the ratio statistics.
+                mask &= ~np.isnan(lps)
+            so, eo = int(batch.span_offsets[i]), int(batch.span_offsets[i + 1])
+            pv = np.full(len(tokens), -1, dtype=np.int64)
+            itemp = np.ones(len(tokens), dtype=np.float32)
+            for k in range(so, eo):
+                if batch.span_kind[k] == SPAN_KIND_CODES["action"]:
+                    s0, s1 = int(batch.span_start[k]), int(batch.span_end[k])
+                    pv[s0:s1] = batch.span_policy_version[k]
+                    t = float(temps[k])
+                    itemp[s0:s1] = 1.0 / t if t > 0 else 1.0
+            yield Sample(d.trajectory_id, group_id[i], shard.name, row, tokens, lps, mask, pv, itemp,
+                         float(batch.reward[i]), d.text_only, cursor, int(mixed[so:eo].sum()))
+
+    def precheck(self) -> StoreCensus:
+        """Apply the admission rule (:class:`~trajstore.trainer.data.admission.AdmissionRule`, the
+        one the stream applies) to the rows already in the store, from the cursor on and in the
+        order the stream reads them, reading scalar columns and Parquet statistics only, so that a
+        run that would be refused stops before it writes anything (config, published v0, records).
+
+        Refusals: a ``--where`` that DuckDB cannot evaluate on the data, tokenizer mismatch,
+        text-only data without the opt-in, ``overlong="error"`` with a longer row. Token ids are
+        checked by :meth:`check_vocabulary` once the model (its vocabulary) is known.
+
+        Returns:
+            What the rows would become (see :class:`StoreCensus`); ``census.trainable == 0`` is
+            for the caller to judge (an error on a fresh run without ``follow``).
+
+        Raises:
+            TrainDataError: as :meth:`next_batch` would on the first refused row, naming the
+                shard, row and field.
+        """
+        census = StoreCensus()
+        seen = set(self._seen)
+        unread = [s for s in self._list() if s.name not in self._done_set]
+        for shard in sorted(unread, key=lambda s: s.name != self.cursor.shard):  # as _next_shard: resumed one first
+            start = self.cursor.next_row if shard.name == self.cursor.shard else 0
+            candidates: list[int] = []
+            for d in decide_rows(self.store, shard, start, rule=self._rule, seen=seen, where=self._where):
+                census.rows += 1
+                if d.skip is not None:
+                    census.skip(d.skip)
+                else:
+                    candidates.append(d.row)
+            census.trainable += len(candidates)
+            if candidates:
+                census.candidates.append((shard, candidates))
+        return census
+
+    def check_vocabulary(self, census: StoreCensus) -> None:
+        """Refuse a token id at or above ``vocab_size`` in any row `census` found trainable,
+        from each shard's Parquet statistics of ``tokens`` (the column is read only for a shard
+        without statistics, or to name the offending row). Sets ``census.max_token_id``.
+
+        Raises:
+            TrainDataError: naming the trajectory, shard, row and the id.
+        """
+        if self.vocab_size is None:
+            raise ValueError("check_vocabulary needs vocab_size (set it once the model is loaded)")
+        check_vocabulary(self.store, census, self.vocab_size)
+
+    def _skip(self, reason: str) -> None:
+        self._skipped[reason] = self._skipped.get(reason, 0) + 1
+
+    # -- resume ------------------------------------------------------------------
+
+    def _rebuild_seen(self) -> None:
+        """Ids of every row already read (for first-copy-wins dedupe after a resume)."""
+        if not self._done and self.cursor.shard is None:
+            return
+        by_name = {s.name: s for s in self.store.list_shards(TRAJECTORIES_DIR)}
+        for name, upto in [*((n, None) for n in self._done), (self.cursor.shard, self.cursor.next_row)]:
+            if name is None or name not in by_name:
+                continue
+            path = by_name[name].path
+            fh = self.store.fs.open(path, "rb") if not self.store.is_local else path
+            ids = pq.read_table(fh, columns=["trajectory_id"]).column("trajectory_id").to_pylist()
+            self._seen.update(ids if upto is None else ids[:upto])
