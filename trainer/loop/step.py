@@ -47,6 +47,15 @@ def train_step(tr: Trainer, batch: StepBatch) -> tuple[dict[str, float], list[di
         NonFiniteUpdateError: an optimiser step of this iteration made parameters non-finite on
             some rank (checked at the step's one sync, before its counters move on).
     """
+    try:
+        return _train_step(tr, batch)
+    except BaseException:
+        if tr.recorder is not None:  # a pass that raised is not "still running" (its heartbeat stops)
+            tr.recorder.pass_done()
+        raise
+
+
+def _train_step(tr: Trainer, batch: StepBatch) -> tuple[dict[str, float], list[dict[str, Any]]]:
     cfg, env, state = tr.cfg, tr.env, tr.state
     warmup = tr.in_warmup()
     # warm-up iterations are recorded as steps -budget .. -1 (unique, increasing; an early end
