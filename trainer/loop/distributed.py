@@ -233,20 +233,6 @@ def full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
-def all_finite(params: list[torch.Tensor], env: DistEnv) -> bool:
-    """Whether every element of `params` is finite, on every rank (one pass over the local
-    shards: the sum of per-tensor norms is non-finite iff some element is NaN or infinite, or so
-    large that its square overflows, which is no usable weight either)."""
-    local = [p.to_local() if hasattr(p, "to_local") else p for p in params]
-    local = [p.detach() for p in local if p.numel()]
-    bad = 0.0
-    if local:
-        total = torch.stack([n.float() for n in torch._foreach_norm(local)]).sum()
-        bad = 0.0 if bool(torch.isfinite(total)) else 1.0
-    flag = torch.tensor([bad], device=env.device)
-    return float(all_reduce_max(flag, env)) == 0.0
-
-
 def barrier(env: DistEnv) -> None:
     if env.distributed:
         dist.barrier()

@@ -13,6 +13,7 @@ import torch
 from trajstore.trainer.apps.learning_bench.arms import DIS_BAND, BenchError, get_arm
 from trajstore.trainer.apps.learning_bench.codec import CharCodec
 from trajstore.trainer.apps.learning_bench.spec import RunSpec
+from trajstore.trainer.sao.losses import dis_band
 
 LOG_RATIO_EDGES = [round(-2.0 + 0.05 * i, 2) for i in range(81)]
 """Bin edges (nats) of the log-ratio histograms, -2 .. 2; values outside go to the end bins."""
@@ -81,7 +82,7 @@ class LogRatioSpy:
             lr = (logprobs.detach() - rollout_logprobs)[m].double()
             st = st_all[m].clamp(max=MAX_STALENESS_BIN)
             b = torch.bucketize(lr, edges.double())  # 0 = below the first edge, len(edges) = above the last
-            r = lr.exp()
+            band = dis_band(lr.exp(), *DIS_BAND)  # the trainer's own rule: edges count as outside
             for s in st.unique().tolist():
                 sel = st == s
                 h = self.hist.setdefault(int(s), [0] * (len(LOG_RATIO_EDGES) + 1))
@@ -89,8 +90,8 @@ class LogRatioSpy:
                     h[int(k)] += int(c)
                 bd = self.band.setdefault(int(s), [0, 0, 0])
                 bd[0] += int(sel.sum())
-                bd[1] += int((r[sel] <= 1 - DIS_BAND[0]).sum())
-                bd[2] += int((r[sel] >= 1 + DIS_BAND[1]).sum())
+                bd[1] += int(band.below[sel].sum())
+                bd[2] += int(band.above[sel].sum())
                 self.tokens[int(s)] = self.tokens.get(int(s), 0) + int(sel.sum())
             return loss_fn(logprobs, rollout_logprobs, advantages, action_mask, *a, **kw)
 
