@@ -205,7 +205,7 @@ class DemoChildren:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
     proxy_shutdown: ProxyShutdown | None = None
-    _trainer_stop_sent: bool = False
+    _trainer_stop_sent: bool = field(default=False, init=False, repr=False)
 
     @property
     def trainer(self) -> subprocess.Popen[bytes]:

@@ -123,14 +123,20 @@ class _DemoRun:
     stats: dict[str, Any] = field(default_factory=dict)
     cut_short: int = 0
     log_pos: int = 0
+    deadline: float | None = field(init=False)
+    """``time.monotonic()`` at the time limit (None = no limit)."""
+    max_episodes: int = field(init=False)
+    """Episodes the agents play at most: ``--episodes``, or 3x what the trainer consumes."""
+    proxy_url: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
         self.deadline = None if self.cfg.time_limit_s is None else self.t0 + self.cfg.time_limit_s
-        self.trainer_log = self.run_dir / TRAINER_LOG_FILE
-        self.tiny = self.cfg.model.startswith("tiny-")
         needed = (self.cfg.steps + self.cfg.critic_warmup_steps) * self.cfg.batch_size
         self.max_episodes = self.cfg.episodes or 3 * needed
-        self.proxy_url = ""
+
+    @property
+    def trainer_log(self) -> Path:
+        return self.run_dir / TRAINER_LOG_FILE
 
     def say(self, *args: Any, **kw: Any) -> None:  # soft wrap: rich never breaks a line mid-phrase
         if self.console is not None:
@@ -171,7 +177,7 @@ class _DemoRun:
         c.start("proxy", start_traj_child(
             ["proxy", "--upstream", serve_url, "--store", self.store.uri, "--port", str(proxy_port),
              "--follow-run", self.run_id,
-             "--tokenizer", tokenizer_identity(cfg) if self.tiny else model_identity(cfg), "--poll", "0.5",
+             "--tokenizer", tokenizer_identity(cfg) if cfg.model.startswith("tiny-") else model_identity(cfg), "--poll", "0.5",
              "--max-staleness", str(cfg.max_ahead_batches - 1), "--batch-size", str(cfg.batch_size),
              "--hold-timeout", str(PROXY_HOLD_S), "--session-timeout", str(PROXY_HOLD_S)],
             self.run_dir / PROXY_LOG_FILE), self.run_dir / PROXY_LOG_FILE)
