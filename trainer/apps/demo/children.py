@@ -133,18 +133,16 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, what: str, de
     return False
 
 
-def stop_child(proc: subprocess.Popen[bytes] | None, timeout: float = CHILD_STOP_S) -> bool:
-    """SIGTERM, SIGKILL after `timeout` (s); True when it had to be killed."""
+def stop_child(proc: subprocess.Popen[bytes] | None, timeout: float = CHILD_STOP_S) -> None:
+    """SIGTERM, SIGKILL after `timeout` (s)."""
     if proc is None or proc.poll() is not None:
-        return False
+        return
     proc.terminate()
     try:
         proc.wait(timeout=timeout)
-        return False
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=10)
-        return True
 
 
 def _read_from(path: Path, pos: int) -> str:
