@@ -32,6 +32,10 @@ def demo_cmd(
     warmup_steps: int = typer.Option(1, "--critic-warmup-steps", min=0, help="critic-only steps first"),
     run_id: str | None = typer.Option(None, "--run-id", help="training run id (default demo-<UTC time>)"),
     seed: int = typer.Option(0, "--seed", help="seed of tasks and sampling"),
+    time_limit: float | None = typer.Option(None, "--time-limit", min=1, metavar="SECONDS",
+                                            help="stop after this many seconds (the trainer finishes its step in "
+                                            "progress, at most 5 more minutes), print what was done and exit 1; "
+                                            "default: no limit, run until the trainer has made its steps"),
     keep_weights: bool = typer.Option(False, "--keep-weights/--no-keep-weights",
                                       help="keep every published version and the "
                                       "checkpoint (about 0.5 GB per SmolLM2 version); default: only the last"),
@@ -53,7 +57,7 @@ def demo_cmd(
     try:
         cfg = DemoConfig(store=store, model=model, steps=steps, episodes=episodes, max_new_tokens=max_new_tokens,
                          batch_size=batch_size, critic_warmup_steps=warmup_steps, run_id=run_id, seed=seed,
-                         keep_weights=keep_weights,
+                         keep_weights=keep_weights, time_limit_s=time_limit,
                          tokenizer=model if not model.startswith("tiny-") else "smollm2-135m")
     except ValidationError as e:
         raise invalid_options(e) from None
@@ -77,7 +81,7 @@ def demo_cmd(
                        if isinstance(v, list) and v and isinstance(v[0], dict)], fmt)
     else:
         print_summary(result, console)
-    if result.shortfall:  # the summary is printed, but the demo did not do what was asked
+    if result.shortfall or result.stop is not None:  # the summary is printed, but the demo did not do what was asked
         raise typer.Exit(1)
 
 
@@ -121,6 +125,8 @@ def print_summary(result: DemoResult, console: Console) -> None:
              "the tokens already sampled is split at that context break)") if stored > len(result.episodes) else ""
     console.print(f"{len(result.episodes)} episodes{split} from policy versions {versions}; the server loaded "
                   f"versions {result.versions_loaded}; max staleness {max_stale}; {result.seconds:.0f}s", **plain)
+    if result.proxy_shutdown is not None:  # what the proxy said it stored at its stop, not what it should have
+        console.print(result.proxy_shutdown.describe(episodes_cut=result.episodes_cut), **plain)
     if result.freed_bytes:
         console.print(f"removed {result.freed_bytes / 2**30:.1f} GiB of superseded policy versions and checkpoints "
                       "(keep them with --keep-weights)", **plain)
@@ -129,5 +135,7 @@ def print_summary(result: DemoResult, console: Console) -> None:
     print_command(console, f"traj sql {result.store} \"SELECT * FROM step_metrics WHERE run_id = '{result.run_id}' "
                            "ORDER BY step\"")
     if result.shortfall:  # last, where it cannot be missed (traj demo also exits with code 1)
-        console.print(f"WARNING: {result.shortfall}", style="bold red", soft_wrap=True, markup=False,
-                      highlight=False)
+        console.print(f"WARNING: {result.shortfall}", style="bold red", **plain)
+    if result.stop is not None:  # why, and what to try (traj demo exits with code 1)
+        console.print(f"stopped early: {result.stop.reason}", style="bold red", **plain)
+        console.print(f"try: {result.stop.hint}", **plain)

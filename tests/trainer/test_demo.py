@@ -19,10 +19,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trajstore.trainer.apps.demo import DemoConfig, DemoError, run_demo  # noqa: E402
+from trajstore.trainer.apps.demo import DemoConfig, run_demo  # noqa: E402
 
 TINY = {"model": "tiny-llama", "tokenizer": "smollm2-135m", "steps": 2, "batch_size": 2, "micro_batch_size": 1,
-        "critic_warmup_steps": 1, "max_new_tokens": 4, "max_turns": 3, "timeout_s": 300}
+        "critic_warmup_steps": 1, "max_new_tokens": 4, "max_turns": 3, "time_limit_s": 600}
 
 
 @pytest.fixture(scope="module")
@@ -169,10 +169,20 @@ def test_summary_commands_are_whole_lines_at_any_width(demo_run):
 
 @pytest.mark.slow  # a minute or more on 2 cores: CI's slow step
 def test_trainer_failure_is_reported_with_its_log(demo_run):
+    # issue 32 item B: a failed trainer is an early stop with the audits of what is stored; its
+    # reason names the log file and quotes one line, instead of pasting 2,000 characters of log
+    from trajstore.policies import list_policy_versions
+
     cfg, _ = demo_run
-    again = cfg.model_copy(update={"timeout_s": 120})
-    with pytest.raises(DemoError, match="(?s)exited with code 1.*already has checkpoints"):
-        run_demo(again)  # same run id: the trainer refuses to start over an existing run
+    again = cfg.model_copy(update={"time_limit_s": 300, "keep_weights": False})
+    result = run_demo(again)  # same run id: the trainer refuses to start over an existing run
+    assert result.stop is not None and result.stop.kind == "trainer_failed", result.stop
+    log = os.path.join(result.store, "runs", cfg.run_id, "trainer.log")
+    assert result.stop.reason.startswith(f"the trainer exited with code 1 (log: {log}; last line: ")
+    assert "already has checkpoints" in result.stop.reason
+    assert "\n" not in result.stop.reason and len(result.stop.reason) < 200 + len(log) + 80
+    # the run existed before this demo: its versions are not pruned, whatever --keep-weights says
+    assert result.freed_bytes == 0 and list_policy_versions(result.store, cfg.run_id) == [0, 1, 2]
 
 
 def test_prune_weights_keeps_only_the_latest_version(tmp_store):
@@ -358,3 +368,195 @@ def test_a_width_the_user_set_is_kept_when_piped(monkeypatch, tmp_path):
         out = CliRunner().invoke(app, ["demo", "--store", str(tmp_path / "unused"), "--model", "tiny-llama"], env=env)
         assert out.exit_code == 0, out.output
     assert widths[0] == 80 and widths[1] >= 120, widths
+
+
+# -- issue 32: early stops, the time limit, and how the demo stops its proxy ----------------------
+
+@pytest.mark.slow  # a minute or more: the limit itself is 60 s
+def test_a_time_limit_stops_the_demo_early_with_its_summary(tmp_path):
+    # issue 32 item B: `traj demo` had a hidden 1800 s wall (no option), then printed one error
+    # line with 2,000 characters of log joined: no summary, no audits, superseded weights left.
+    # With --time-limit it stops early, still prints the summary and the audits of what it has,
+    # says why it stopped and what to try, prunes superseded weights and exits 1.
+    import time
+
+    from trajstore.trainer.apps.demo.config import TRAINER_STOP_S
+
+    store = tmp_path / "store"
+    t0 = time.monotonic()
+    # 5000 steps: an idle machine makes about one tiny-model step a second (50 steps fitted in 60 s)
+    out = subprocess.run(
+        [sys.executable, "-c", "from trajstore.cli.main import app; app()", "demo", "--store", str(store),
+         "--model", "tiny-llama", "--steps", "5000", "--batch-size", "2", "--max-new-tokens", "3",
+         "--run-id", "demo-limit", "--time-limit", "60"],
+        check=False, capture_output=True, text=True, timeout=900, env=dict(os.environ, COLUMNS="200"))
+    wall = time.monotonic() - t0
+    text = out.stdout
+    assert out.returncode == 1, text[-4000:] + out.stderr[-2000:]
+    for title in ("reward per policy version", "model calls per policy version", "staleness of trained data",
+                  "DIS clip audit per step"):
+        assert title in text, text[-3000:]
+    assert "WARNING: the trainer made " in text and " of the 5000 policy steps asked for" in text
+    assert "stopped early: the time limit of 60 s (--time-limit) was reached" in text, text[-3000:]
+    assert "try: " in text and "--time-limit" in text.split("try: ", 1)[1]
+    assert "traj proxy" in text.split("reward per policy version", 1)[1]  # what the proxy said at its stop
+    assert "Traceback" not in out.stderr + text
+    # the limit bounds the run: 60 s, then the proxy's stop and the trainer's step in progress
+    assert wall < 60 + TRAINER_STOP_S + 180, wall
+    versions = [v for v in os.listdir(store / "policies" / "demo-limit") if v != "LATEST"]
+    assert len(versions) == 1, versions  # superseded versions pruned (no --keep-weights)
+    assert not (store / "runs" / "demo-limit" / "checkpoints").exists()
+
+
+def test_an_early_stop_prints_the_summary_why_and_what_to_try(monkeypatch, tmp_path):
+    # issue 32 item B: an early stop (time limit, trainer failure, agents done with fewer steps)
+    # is a summary with its reason and a hint, and exit code 1, not an error line without audits
+    import trajstore.trainer.apps.demo as demo_mod
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+    from trajstore.trainer.apps.demo import DemoStop
+
+    def stopped(cfg, console=None):  # noqa: ANN001, ANN202
+        r = _result(1)
+        r.stop = DemoStop("trainer_failed", "the trainer exited with code 1 (log: /s/runs/demo-x/trainer.log)",
+                          "read the trainer's log")
+        r.reward_by_version = [{"policy_version": 0, "trajectories": 2, "mean_reward": 0.5, "solved": 0.5,
+                                "consumed": 2}]
+        return r
+
+    monkeypatch.setattr(demo_mod, "run_demo", stopped)
+    out = CliRunner().invoke(app, ["demo", "--store", str(tmp_path / "unused"), "--model", "tiny-llama"],
+                             env={"COLUMNS": "200"})
+    assert out.exit_code == 1, out.output
+    lines = out.output.splitlines()
+    assert any("reward per policy version" in ln for ln in lines)
+    assert "stopped early: the trainer exited with code 1 (log: /s/runs/demo-x/trainer.log)" in lines
+    assert "try: read the trainer's log" in lines
+    out = CliRunner().invoke(app, ["demo", "--store", str(tmp_path / "unused"), "--model", "tiny-llama",
+                                   "--format", "json"])
+    assert out.exit_code == 1
+    body = out.stdout if hasattr(out, "stdout") else out.output
+    assert json.loads(body[body.index("{"):])["stop"]["kind"] == "trainer_failed"
+
+
+def test_the_time_limit_is_an_option_with_no_hidden_default():
+    # issue 32 item B: the 1800 s wall was a DemoConfig default with no option
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+
+    assert DemoConfig().time_limit_s is None
+    assert DemoConfig(time_limit_s=60).time_limit_s == 60
+    assert "timeout_s" not in DemoConfig.model_fields
+    out = CliRunner().invoke(app, ["demo", "--help"], env={"COLUMNS": "200"})
+    assert "--time-limit" in out.output
+
+
+PROXY_LINES = (
+    "INFO: something else\n"
+    "traj proxy: shutdown: flushed 3 open episodes (7 recorded calls) as aborted; waiting up to 30 s for 2 calls "
+    "in flight\n"
+    "traj proxy: shutdown complete: 1 call answered after the flush were stored, 1 call cut at the deadline\n")
+
+
+def test_the_proxy_shutdown_lines_are_parsed():
+    # issue 32 item C: the demo says what the proxy reported at its stop instead of asserting
+    # that episodes with recorded calls are stored
+    from trajstore.trainer.apps.demo.proxy_shutdown import parse_proxy_shutdown
+
+    r = parse_proxy_shutdown(PROXY_LINES)
+    assert (r.flushed_episodes, r.flushed_calls, r.grace_s, r.in_flight, r.stored_after, r.cut) == (3, 7, 30.0, 2, 1, 1)
+    # the wording as the issue writes it, "(s)" and all, and singulars
+    r = parse_proxy_shutdown("traj proxy: shutdown: flushed 1 open episode(s) (1 recorded call(s)) as aborted; "
+                             "waiting up to 2.5 s for 0 call(s) in flight\n")
+    assert (r.flushed_episodes, r.flushed_calls, r.grace_s, r.in_flight) == (1, 1, 2.5, 0)
+    assert r.stored_after is None and r.cut is None  # no "shutdown complete" line
+    r = parse_proxy_shutdown("traj proxy: stopping\nINFO: Shutting down\n")
+    assert not r.flush_seen and r.flushed_episodes is None
+
+
+FAKE_PROXY = r"""
+import signal, sys, time
+mode, flush_after, grace, finish_after = sys.argv[1], *map(float, sys.argv[2:5])
+def on_term(*_):
+    if mode == "silent":  # an old proxy, or one too loaded to flush: ignores SIGTERM, never says a word
+        return
+    time.sleep(flush_after)
+    print(f"traj proxy: shutdown: flushed 3 open episodes (7 recorded calls) as aborted; waiting up to {grace:g} s "
+          "for 2 calls in flight", file=sys.stderr, flush=True)
+    time.sleep(finish_after)
+    print("traj proxy: shutdown complete: 2 calls answered after the flush were stored, 0 calls cut at the deadline",
+          file=sys.stderr, flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("traj proxy: up", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def _fake_proxy(tmp_path, *args: str):
+    import time
+
+    log = tmp_path / "proxy.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-c", FAKE_PROXY, *args], stdout=fh, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while b"up" not in log.read_bytes():  # its SIGTERM handler is in place
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    return proc, log
+
+
+def test_stop_proxy_lets_a_slow_flush_finish_and_reports_it(tmp_path):
+    # issue 32 item C: on a loaded machine the proxy's flush came too late for the demo's SIGKILL
+    # and 4 in-flight episodes left no trace. The stop now waits for the "shutdown: flushed" line,
+    # then the proxy's own grace (read from that line) plus a margin, and only then kills.
+    import time
+
+    from trajstore.trainer.apps.demo.children import DemoChildren
+
+    proc, log = _fake_proxy(tmp_path, "ok", "1.5", "2", "1.5")  # flush 1.5 s after SIGTERM, done 1.5 s later
+    children = DemoChildren(procs={"proxy": proc}, logs={"proxy": log})
+    t0 = time.monotonic()
+    r = children.stop_proxy(flush_wait_s=20, margin_s=1.0)
+    assert time.monotonic() - t0 >= 2.9  # it waited for both lines
+    assert proc.returncode == 0 and not r.killed and r.stopped_by_demo
+    assert (r.flushed_episodes, r.flushed_calls, r.grace_s, r.in_flight, r.stored_after, r.cut) == (3, 7, 2.0, 2, 2, 0)
+    assert children.stop_proxy() is r  # stopping twice asks nothing more of it
+    text = r.describe(episodes_cut=2)
+    assert "flushed 3 open episodes (7 recorded calls) as aborted" in text and "2 calls answered after" in text
+    assert "may be lost" not in text
+
+
+def test_stop_proxy_kills_a_proxy_that_never_flushes_and_says_so(tmp_path):
+    # issue 32 item C: if the flush line never comes, the summary says so plainly
+    import time
+
+    from trajstore.trainer.apps.demo.children import DemoChildren
+
+    proc, log = _fake_proxy(tmp_path, "silent", "0", "0", "0")
+    t0 = time.monotonic()
+    r = DemoChildren(procs={"proxy": proc}, logs={"proxy": log}).stop_proxy(flush_wait_s=1.0, margin_s=0.5,
+                                                                            default_grace_s=0.5)
+    assert 1.9 <= time.monotonic() - t0 < 30  # 1 s for the line, then grace + margin, then SIGKILL
+    assert r.killed and proc.returncode == -9 and not r.flush_seen
+    text = r.describe(episodes_cut=4)
+    assert "did not report flushing" in text and "4 episodes" in text and "may be lost" in text
+    assert str(log) in text
+
+
+def test_stop_proxy_kills_a_proxy_stuck_after_its_flush_at_its_grace_plus_margin(tmp_path):
+    # issue 32 item C: flushed, then stuck on calls in flight past its own deadline
+    import time
+
+    from trajstore.trainer.apps.demo.children import DemoChildren
+
+    proc, log = _fake_proxy(tmp_path, "ok", "0", "0.5", "60")
+    t0 = time.monotonic()
+    r = DemoChildren(procs={"proxy": proc}, logs={"proxy": log}).stop_proxy(flush_wait_s=20, margin_s=0.5)
+    assert time.monotonic() - t0 < 30 and r.killed
+    assert r.flushed_episodes == 3 and r.stored_after is None
+    text = r.describe(episodes_cut=0)
+    assert "flushed 3 open episodes" in text and "killed" in text and "2 calls in flight" in text

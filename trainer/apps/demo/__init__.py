@@ -11,13 +11,14 @@ This process never imports torch.
 Where each part lives: ``run.py`` (the run, start to end), ``config.py`` (its sizes and files),
 ``children.py`` (starting, waiting for and stopping the child processes), ``agent.py`` (one
 episode), ``trainer_child.py`` (the trainer process), ``audits.py`` (reading the audits back),
-``result.py`` (what a run returns), ``prune.py`` (freeing superseded weights).
+``result.py`` (what a run returns, and why it stopped early), ``proxy_shutdown.py`` (what the proxy
+reported when it was stopped), ``prune.py`` (freeing superseded weights).
 """
 
 from trajstore.trainer.apps.demo.children import DemoError
 from trajstore.trainer.apps.demo.config import DEFAULT_STORE, DemoConfig
 from trajstore.trainer.apps.demo.prune import prune_weights
-from trajstore.trainer.apps.demo.result import DemoResult, result_to_dict
+from trajstore.trainer.apps.demo.result import DemoResult, DemoStop, result_to_dict
 from trajstore.trainer.apps.demo.run import run_demo
 
-__all__ = ["DEFAULT_STORE", "DemoConfig", "DemoError", "DemoResult", "prune_weights", "result_to_dict", "run_demo"]
+__all__ = ["DEFAULT_STORE", "DemoConfig", "DemoError", "DemoResult", "DemoStop", "prune_weights", "result_to_dict", "run_demo"]

@@ -5,27 +5,34 @@ the one place that waits for them and stops them."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trajstore.errors import TrajstoreError
 from trajstore.proxy.config import GRACEFUL_SHUTDOWN_S
+from trajstore.trainer.apps.demo.proxy_shutdown import ProxyShutdown, parse_proxy_shutdown
 
 if TYPE_CHECKING:
     from trajstore.trainer.loop.config import TrainConfig
 
 
 class DemoError(TrajstoreError):
-    """The demo could not run to the end (the trainer failed or timed out)."""
+    """A child process of the demo failed to start (the message names its log file)."""
 
 
-PROXY_STOP_S = GRACEFUL_SHUTDOWN_S + 30
-"""How long the proxy gets to stop after SIGTERM before SIGKILL (s): past its own graceful
-shutdown, or the SIGKILL loses the aborted episodes it was about to write."""
+PROXY_FLUSH_WAIT_S = 120.0
+"""After SIGTERM, how long the demo waits for the proxy's "shutdown: flushed" line (s). The flush
+writes the open episodes at once; on a loaded 2-core machine it came after the old 60 s SIGKILL."""
+PROXY_EXIT_MARGIN_S = 30.0
+"""After the flush line, the proxy gets its own grace (the G of "waiting up to G s") plus this
+margin (s) to exit before SIGKILL."""
+CHILD_STOP_S = 30.0
+"""``traj serve`` gets this long to exit after SIGTERM before SIGKILL (s); it stops in at most 10 s."""
 
 
 def cpu_count() -> int:
@@ -67,12 +74,24 @@ def echo_new_lines(path: Path, pos: int, say: Any) -> int:
     return pos + end
 
 
-def log_tail(path: Path, lines: int = 25) -> str:
-    """The last `lines` lines of a child's log, for an error message."""
+LAST_LINE_CHARS = 200
+"""Characters of a log's last line quoted in a message at most (the message names the file)."""
+
+
+def last_line(path: Path) -> str:
+    """The last non-blank line of a child's log, shortened to :data:`LAST_LINE_CHARS`, or "" (no log)."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        lines = [ln.rsplit("\r", 1)[-1].strip() for ln in path.read_text(errors="replace").splitlines()]
     except OSError:
-        return "(no trainer log)"
+        return ""
+    line = next((ln for ln in reversed(lines) if ln), "")
+    return line if len(line) <= LAST_LINE_CHARS else line[:LAST_LINE_CHARS - 3] + "..."
+
+
+def exit_message(what: str, code: int | None, log: Path) -> str:
+    """``<what> exited with code N (log: PATH; last line: ...)``: the log is named, not pasted."""
+    tail = last_line(log)
+    return f"{what} exited with code {code} (log: {log}" + (f"; last line: {tail})" if tail else ")")
 
 
 def start_traj_child(args: list[str], log_path: Path, threads: int | None = None) -> subprocess.Popen[bytes]:
@@ -94,25 +113,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, what: str, deadline: float) -> None:
-    """Wait until `url` answers 200; raise :class:`DemoError` with the log's tail if `proc` exits
-    first or `deadline` (``time.monotonic()``) passes."""
+def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, what: str, deadline: float | None) -> bool:
+    """Wait until `url` answers 200 (True) or `deadline` (``time.monotonic()``; None = none) passes (False).
+
+    Raises:
+        DemoError: `proc` exited first (the message names its log).
+    """
     import httpx
 
-    while time.monotonic() < deadline:
+    while deadline is None or time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise DemoError(f"{what} exited with code {proc.returncode}; log: {log}\n{log_tail(log)}")
+            raise DemoError(exit_message(what, proc.returncode, log) + " before it was ready")
         try:
             if httpx.get(url, timeout=1.0).status_code == 200:
-                return
+                return True
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    raise DemoError(f"{what} did not start in time; log: {log}\n{log_tail(log)}")
+    return False
 
 
-def stop_child(proc: subprocess.Popen[bytes] | None, timeout: float = 30.0) -> None:
-    """SIGTERM (the proxy then writes its open episodes as aborted), SIGKILL after `timeout`."""
+def stop_child(proc: subprocess.Popen[bytes] | None, timeout: float = CHILD_STOP_S) -> None:
+    """SIGTERM, SIGKILL after `timeout` (s)."""
     if proc is None or proc.poll() is not None:
         return
     proc.terminate()
@@ -123,33 +145,127 @@ def stop_child(proc: subprocess.Popen[bytes] | None, timeout: float = 30.0) -> N
         proc.wait(timeout=10)
 
 
+def _read_from(path: Path, pos: int) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(pos)
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def stop_proxy_process(proc: subprocess.Popen[bytes], log: Path, *, flush_wait_s: float = PROXY_FLUSH_WAIT_S,
+                       margin_s: float = PROXY_EXIT_MARGIN_S, default_grace_s: float = GRACEFUL_SHUTDOWN_S,
+                       poll_s: float = 0.1) -> ProxyShutdown:
+    """Stop ``traj proxy`` so that its flush can finish, and read back what it reported.
+
+    SIGTERM; wait up to `flush_wait_s` for its "shutdown: flushed" line in `log` (or its exit);
+    then wait for its exit up to its own grace (read from that line; `default_grace_s` when the
+    line never came) plus `margin_s`; only then SIGKILL. All times in seconds.
+
+    Returns:
+        The :class:`ProxyShutdown` parsed from the log written after the SIGTERM.
+    """
+    if proc.poll() is not None:
+        return ProxyShutdown(exit_code=proc.returncode, stopped_by_demo=False, log=str(log))
+    try:
+        start = log.stat().st_size
+    except OSError:
+        start = 0
+    proc.terminate()
+    give_up = time.monotonic() + flush_wait_s
+    report = parse_proxy_shutdown(_read_from(log, start))
+    while not report.flush_seen and proc.poll() is None and time.monotonic() < give_up:
+        time.sleep(poll_s)
+        report = parse_proxy_shutdown(_read_from(log, start))
+    killed = False
+    try:
+        proc.wait(timeout=(report.grace_s if report.grace_s is not None else default_grace_s) + margin_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+        killed = True
+    return replace(parse_proxy_shutdown(_read_from(log, start)), exit_code=proc.returncode, killed=killed,
+                   log=str(log))
+
+
 @dataclass
 class DemoChildren:
-    """The demo's running child processes by name (``serve``, ``proxy``, ``trainer``): the one
-    place that waits for them and stops them."""
+    """The demo's running child processes by name (``serve``, ``proxy``, ``trainer``) and their
+    log files: the one place that waits for them and stops them.
+
+    Attributes:
+        procs: the processes by name.
+        logs: their log files by name.
+        proxy_shutdown: what the proxy reported when it was stopped (None until then).
+    """
 
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    logs: dict[str, Path] = field(default_factory=dict)
+    proxy_shutdown: ProxyShutdown | None = None
+    _trainer_stop_sent: bool = field(default=False, init=False, repr=False)
 
     @property
     def trainer(self) -> subprocess.Popen[bytes]:
         return self.procs["trainer"]
 
-    def stop_proxy(self) -> None:
-        """Stop the proxy: its held and in-flight episodes end (written as aborted)."""
-        stop_child(self.procs.get("proxy"), timeout=PROXY_STOP_S)
+    def start(self, name: str, proc: subprocess.Popen[bytes], log: Path) -> subprocess.Popen[bytes]:
+        """Keep `proc` (its output going to `log`) as child `name`."""
+        self.procs[name], self.logs[name] = proc, log
+        return proc
 
-    def finish_trainer(self, timeout_s: float) -> int:
-        """Tell the trainer no more episodes will come (its stdin closes: it stops once the store
-        has no more) and wait at most `timeout_s` for its exit code.
+    def exited(self, *names: str) -> str | None:
+        """The first of `names` whose process has exited, if any."""
+        return next((n for n in names if n in self.procs and self.procs[n].poll() is not None), None)
 
-        Raises:
-            subprocess.TimeoutExpired: the trainer is still running after `timeout_s`.
-        """
+    def stop_proxy(self, **kw: Any) -> ProxyShutdown | None:
+        """Stop the proxy and let its flush finish (:func:`stop_proxy_process`; keyword arguments go
+        there); the report is kept, and a second call returns it. None when no proxy was started."""
+        if self.proxy_shutdown is None and "proxy" in self.procs:
+            self.proxy_shutdown = stop_proxy_process(self.procs["proxy"], self.logs["proxy"], **kw)
+        return self.proxy_shutdown
+
+    def finish_trainer(self, timeout_s: float | None = None) -> int | None:
+        """Tell the trainer no more episodes will come (its stdin closes: it trains on what is
+        stored, stops once nothing new comes for its grace period) and wait for its exit code,
+        at most `timeout_s` (s; None = as long as it trains). None when it is still running then."""
         if self.trainer.stdin is not None:
             self.trainer.stdin.close()
-        return self.trainer.wait(timeout=timeout_s)
+        try:
+            return self.trainer.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def request_trainer_stop(self) -> None:
+        """Ask the trainer to stop after its step in progress (one SIGTERM; a second one would
+        interrupt the step: :meth:`stop_trainer` sends it only past its timeout)."""
+        if not self._trainer_stop_sent and self.trainer.poll() is None:
+            self.trainer.send_signal(signal.SIGTERM)
+            self._trainer_stop_sent = True
+
+    def stop_trainer(self, timeout_s: float) -> int:
+        """Stop the trainer gracefully: SIGTERM (it finishes its step in progress, checkpoints and
+        publishes), a second SIGTERM after `timeout_s` (s; the write in progress is rolled back),
+        SIGKILL 30 s later. Returns its exit code."""
+        proc = self.trainer
+        if proc.stdin is not None:
+            proc.stdin.close()
+        self.request_trainer_stop()
+        for sig, wait_s in ((None, timeout_s), (signal.SIGTERM, CHILD_STOP_S), (signal.SIGKILL, 10.0)):
+            if proc.poll() is not None:
+                break
+            if sig is not None:
+                proc.send_signal(sig)
+            try:
+                proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                pass
+        return proc.wait()
 
     def stop_all(self) -> None:
-        """Stop every child still running: the proxy first (gracefully), then the server, then the trainer."""
-        for name in ("proxy", "serve", "trainer"):
-            stop_child(self.procs.get(name), timeout=PROXY_STOP_S if name == "proxy" else 30.0)
+        """Stop every child still running: the proxy first (its flush finishes), then the server,
+        then the trainer."""
+        self.stop_proxy()
+        stop_child(self.procs.get("serve"))
+        if "trainer" in self.procs:
+            self.stop_trainer(CHILD_STOP_S)

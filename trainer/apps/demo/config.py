@@ -29,9 +29,13 @@ DEMO_TRAIN_CONFIG_FILE = "demo-train-config.json"
 also saves its own resolved copy as ``runs/<run_id>/config.json``)."""
 
 
-TRAINER_FINISH_S = 300.0
-"""Once the agents are done, the trainer gets at least this long to train on what is stored
-and exit (s)."""
+TRAINER_STOP_S = 300.0
+"""At the time limit the trainer is sent SIGTERM and gets this long (s) to finish its step in
+progress, checkpoint and publish, before a second SIGTERM (then SIGKILL)."""
+PROXY_HOLD_S = 3600
+"""The demo's ``traj proxy --hold-timeout`` and ``--session-timeout`` (s): an episode waits this long
+for the staleness gate (the trainer's step) or between two calls before it ends. Not a limit on the
+demo: ``--time-limit`` is."""
 
 
 class DemoConfig(BaseModel):
@@ -69,8 +73,11 @@ class DemoConfig(BaseModel):
                                                   "checkpoint (about 0.5 GB per SmolLM2 version, 2 GB per "
                                                   "checkpoint); by default only the final version is kept")
     seed: int = Field(0, description="seeds tasks, sampling and (tiny models) initial weights")
-    timeout_s: float = Field(1800.0, gt=0, description="no new episode starts after this many seconds; the "
-                                                       "trainer then has at most 5 more minutes to finish")
+    time_limit_s: float | None = Field(None, gt=0, description="after this many seconds no new episode starts, the "
+                                       "proxy stops (its open episodes stored as aborted) and the trainer "
+                                       "finishes its step in progress (at most 5 more minutes); the demo then "
+                                       "reports what it has and exits 1. None (default): no limit, the demo "
+                                       "runs until the trainer has made its steps")
 
     def resolved_run_id(self) -> str:
         return self.run_id or "demo-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")

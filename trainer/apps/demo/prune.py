@@ -10,6 +10,15 @@ def _tree_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
+def run_has_weights(store: Any, run_id: str) -> bool:
+    """Whether run `run_id` already has published policy versions or checkpoints (local stores)."""
+    from trajstore.store import RUNS_DIR
+    from trajstore.trainer.loop.checkpoint import CHECKPOINTS_DIR
+    from trajstore.policies import list_policy_versions
+
+    return bool(list_policy_versions(store, run_id)) or os.path.isdir(store.path(RUNS_DIR, run_id, CHECKPOINTS_DIR))
+
+
 def prune_weights(store: Any, run_id: str) -> int:
     """Remove a finished demo run's superseded policy versions (all but the latest) and its
     checkpoints (a demo is never resumed); return the bytes freed. Local stores only."""

@@ -5,9 +5,31 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from trajstore.trainer.apps.demo.proxy_shutdown import ProxyShutdown
 from trajstore.trainer.apps.envs.guess_chat import EpisodeSummary
+
+StopKind = Literal["time_limit", "trainer_failed", "child_failed", "agents_done"]
+"""Why a demo stopped before the trainer made its steps: ``time_limit`` (``--time-limit`` reached),
+``trainer_failed`` (the trainer exited with an error), ``child_failed`` (``traj serve`` or
+``traj proxy`` exited, or failed to start), ``agents_done`` (the agents played every episode
+allowed before the trainer had enough completed ones)."""
+
+
+@dataclass(frozen=True)
+class DemoStop:
+    """Why a demo stopped early, and what to try.
+
+    Attributes:
+        kind: which kind of stop (:data:`StopKind`).
+        reason: one sentence: what happened, naming the log file that explains it.
+        hint: what to try next.
+    """
+
+    kind: StopKind
+    reason: str
+    hint: str
 
 
 @dataclass
@@ -31,8 +53,10 @@ class DemoResult:
         seconds: wall time (s).
         steps_asked: policy steps the trainer was asked for (``DemoConfig.steps``).
         steps_done: policy steps it made (from the run's ``step_metrics``); fewer than asked
-            when the agents stopped (``timeout_s``, ``episodes``) before enough completed
-            trajectories existed: see :attr:`shortfall`.
+            when the demo stopped early (:attr:`stop`): see :attr:`shortfall`.
+        stop: why the demo stopped before the trainer made its steps (None = it did not).
+        proxy_shutdown: what ``traj proxy`` reported when the demo stopped it (None = never started).
+        episodes_cut: the agents' episodes in flight when the demo stopped the proxy.
     """
 
     store: str
@@ -49,15 +73,18 @@ class DemoResult:
     seconds: float = 0.0
     steps_asked: int = 0
     steps_done: int = 0
+    stop: DemoStop | None = None
+    proxy_shutdown: ProxyShutdown | None = None
+    episodes_cut: int = 0
 
     @property
     def shortfall(self) -> str | None:
         """A plain sentence when the trainer made fewer policy steps than asked, or when the
-        rollout server never loaded a version the trainer published (weight sync failed), else None."""
+        rollout server never loaded a version the trainer published (weight sync failed), else None.
+        Why it made fewer is :attr:`stop`."""
         if self.steps_done < self.steps_asked:
-            return (f"the trainer made {self.steps_done} of the {self.steps_asked} policy steps asked for: the "
-                    f"agents stopped before enough completed episodes existed (see runs/{self.run_id}/trainer.log); "
-                    "the audits below cover only what was trained")
+            return (f"the trainer made {self.steps_done} of the {self.steps_asked} policy steps asked for "
+                    f"(see runs/{self.run_id}/trainer.log); the audits cover only what was trained")
         if self.steps_done >= 2 and not any(v >= 1 for v in self.versions_loaded):
             return (f"the rollout server never loaded a policy version the trainer published (see "
                     f"runs/{self.run_id}/proxy.log and serve.log): every episode ran on v0, so the staleness "
@@ -77,4 +104,6 @@ def result_to_dict(result: DemoResult) -> dict[str, Any]:
     d = asdict(result)
     d["policy_versions_seen"] = result.policy_versions_seen
     d["shortfall"] = result.shortfall
+    d["proxy_shutdown_note"] = (None if result.proxy_shutdown is None
+                                else result.proxy_shutdown.describe(episodes_cut=result.episodes_cut))
     return json.loads(json.dumps(d, default=str))
