@@ -124,14 +124,12 @@ DIR_WORDS = frozenset(v for k, v in NAMES.items() if k.endswith("_DIR"))
 """Folder names: plain words ("runs", "steps") that mean a store folder only where a path is built."""
 FILE_NAMES = frozenset(v for k, v in NAMES.items() if k.endswith("_FILE"))
 """File names ("LATEST", "meta.json", "policy.pt"): spelled anywhere in code, they name the store's file."""
-WHOLE_PATHS = frozenset({"TRAJECTORIES_DIR", "RUNS_DIR", "POLICIES_DIR", "TMP_DIR", "LOCKS_DIR"})
-"""Top-level folders: the constant is a whole store-relative path (``store.path(TMP_DIR)``, ``root / RUNS_DIR``),
-never the head of a longer one (``store.path(RUNS_DIR, run_id)``: that is ``run_dir(run_id)``)."""
 BUILT_BY_FUNCTIONS = frozenset({"RUN_STEPS_DIR", "RUN_CONSUMED_DIR", "RUN_CONFIG_FILE", "RUN_TENSORBOARD_DIR",
                                 "CHECKPOINTS_DIR", "LATEST_FILE"})
-"""Names a layout function puts in place (run_steps_dir, ..., policy_latest_file): never joined by hand."""
-IN_FOLDER = frozenset(NAMES) - WHOLE_PATHS - BUILT_BY_FUNCTIONS
-"""Names of files inside a checkpoint or version folder: joined only as the last part, onto that folder."""
+"""Names a layout function puts in place (run_steps_dir, ..., policy_latest_file): never joined by hand. The
+other names may only end a path: a top-level folder is a whole store-relative path (``store.path(TMP_DIR)``,
+``root / RUNS_DIR``; ``store.path(RUNS_DIR, run_id)`` is ``run_dir(run_id)``), and a checkpoint or version
+folder's file name is joined onto that folder (``store.path(version_dir(run_id, v), VERSION_META_FILE)``)."""
 PATH_CALLS = frozenset({
     "path", "url", "join", "joinpath", "Path", "PurePath", "PurePosixPath", "write_bytes", "read_bytes",
     "write_text", "read_text", "write_table", "shard_paths", "list_shards", "iter_dirs", "cat_file", "pipe_file",
@@ -170,7 +168,8 @@ def _div_parts(node: ast.BinOp) -> list[ast.expr]:
 
 
 def _joined(parts: list[ast.expr]) -> list[tuple[int, str]]:
-    """(line, why) for each layout constant that the parts of one path join by hand."""
+    """(line, why) for each layout constant that the parts of one path join by hand (see
+    :data:`BUILT_BY_FUNCTIONS`)."""
     out = []
     for i, part in enumerate(parts):
         name = _layout_name(part)
