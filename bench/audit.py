@@ -46,7 +46,8 @@ import trajstore as ts
 from trajstore import audit
 from trajstore.convert import trajectories_to_table
 from trajstore.schema import CONSUMED_SCHEMA, TRAJECTORY_SCHEMA
-from trajstore.store import RUN_CONSUMED_DIR, RUNS_DIR, TRAJECTORIES_DIR, open_store
+from trajstore.store import TRAJECTORIES_DIR, open_store
+from trajstore.store.layout import run_consumed_dir
 from trajstore.writer import DEFAULT_FLUSH_ROWS
 
 TOKENS_TARGET_RATIO = 1.5
@@ -189,7 +190,7 @@ def build_count_store(root: str, n: int, seed: int = 0) -> dict[str, int]:
     }).cast(CONSUMED_SCHEMA)
     per_shard = 64 * 1024
     for a in range(0, m, per_shard):
-        store.write_table(table.slice(a, per_shard), subdir=f"{RUNS_DIR}/bench/{RUN_CONSUMED_DIR}")
+        store.write_table(table.slice(a, per_shard), subdir=run_consumed_dir("bench"))
     return {"trajectories": n, "trajectory_shards": shards, "consumed": m}
 
 
@@ -243,7 +244,7 @@ def best_of(fn: Callable[[], Any], repeat: int) -> float:
 def time_reports(root: str, repeat: int) -> dict[str, Any]:
     store = open_store(root)
     traj_files = [s.path for s in store.list_shards(TRAJECTORIES_DIR)]
-    cons_files = [s.path for s in store.list_shards(f"{RUNS_DIR}/bench/{RUN_CONSUMED_DIR}")]
+    cons_files = [s.path for s in store.list_shards(run_consumed_dir("bench"))]
     connect_s = best_of(lambda: audit.connect(root).close(), repeat)
     conn = audit.connect(root)
     bare_conn = __import__("duckdb").connect()
@@ -364,7 +365,7 @@ def build_tokens_store(root: str, n: int, spans: int, span_tokens: int, seed: in
                                  num_action_tokens=spans // 2 * span_tokens, masked_below=0.01, masked_above=0.0,
                                  ratio_mean=1.0, consumed_at=T0))
     ts.write_trajectories(store, trajs, flush_rows=256)
-    store.write_table(pa.Table.from_pylist(consumed, schema=CONSUMED_SCHEMA), subdir="runs/bench/consumed")
+    store.write_table(pa.Table.from_pylist(consumed, schema=CONSUMED_SCHEMA), subdir=run_consumed_dir("bench"))
     return total
 
 

@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> dict:
     from trajstore.trainer.loop import distributed as D
     from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
     from trajstore.trainer.loop.setup import setup
+    from trajstore.store.layout import checkpoint_dir, checkpoint_latest_file, version_dir
     from trajstore.trainer.loop.train import train
 
     device = "cpu" if args.cpu else "cuda"
@@ -171,10 +172,12 @@ def run(args: argparse.Namespace) -> dict:
             result["peak_gpu_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
             if result.get("peak_bf16_tflops"):
                 result["mfu"] = result["achieved_tflops"] / result["peak_bf16_tflops"]
-        ck = os.path.join(store, "runs", "gpu-check", "checkpoints")
-        result["checkpoint_files"] = sorted(os.listdir(os.path.join(ck, json.load(open(os.path.join(ck, "LATEST")))["dir"])))
+        run_id = cfg.run.run_id
+        with open(os.path.join(store, checkpoint_latest_file(run_id))) as fh:
+            latest = json.load(fh)["iteration"]
+        result["checkpoint_files"] = sorted(os.listdir(os.path.join(store, checkpoint_dir(run_id, latest))))
         # 3. the published version: one whole bf16 safetensors model that from_pretrained loads
-        version = os.path.join(store, "policies", "gpu-check", f"v{summary.version}")
+        version = os.path.join(store, version_dir(run_id, summary.version))
         loaded = AutoModelForCausalLM.from_pretrained(version, dtype="auto")
         result["published_dtype"] = str(loaded.dtype)
         result["published_parameters"] = sum(p.numel() for p in loaded.parameters())

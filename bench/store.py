@@ -317,7 +317,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         del table
         scal_s, _ = timed(lambda: read_trajectories(str(dirs[version]), columns=list(SCALAR_COLUMNS)),
                           args.repeat)
-        nbytes = dir_bytes(dirs[version] / "trajectories")
+        nbytes = dir_bytes(dirs[version] / TRAJECTORIES_DIR)
         rows.append(Row(f"v{version}", nbytes / n_tok, n_tok / w_s, n_tok / full_s, scal_s, full_s))
     conv_s, _ = timed(lambda: read_trajectories(str(dirs[1])), args.repeat)
 
@@ -410,10 +410,11 @@ def run(args: argparse.Namespace, work: Path) -> None:
     values = b.table.column("tokens").chunk(0).values
     zero_copy = bool(np.shares_memory(b.tokens, np.frombuffer(values.buffers()[1], dtype=np.uint8)))
     quarter = work / "store-quarter"
-    shard_files = sorted((store_dir / "trajectories").glob("*.parquet"))
-    (quarter / "trajectories").mkdir(parents=True, exist_ok=True)
+    shard_files = sorted((store_dir / TRAJECTORIES_DIR).glob("*.parquet"))
+    quarter_shards = quarter / TRAJECTORIES_DIR
+    quarter_shards.mkdir(parents=True, exist_ok=True)
     for f in shard_files[: max(1, len(shard_files) // 4)]:
-        os.link(f, quarter / "trajectories" / f.name)
+        os.link(f, quarter_shards / f.name)
     stream_rss = peak_rss("stream", str(store_dir))
     full_rss = peak_rss("full", str(store_dir))
     stream_q_rss = peak_rss("stream", str(quarter))
@@ -478,7 +479,7 @@ def row_group_sweep(work: Path, table: pa.Table, chunks: list[int], ids: list[st
         r_s, _ = timed(lambda: read_trajectories(str(root)), args.repeat)
         st_s, _ = timed(lambda: sum(int(b.tokens.size) for b in iter_batches(str(root))), args.repeat)
         f_s, _ = timed(lambda: read_trajectories_by_id(str(root), want), args.repeat)
-        print(f"  {mb:>5g} MiB: {n_rg:6,} row groups  {dir_bytes(root / 'trajectories') / n_tok:5.2f} B/tok  "
+        print(f"  {mb:>5g} MiB: {n_rg:6,} row groups  {dir_bytes(root / TRAJECTORIES_DIR) / n_tok:5.2f} B/tok  "
               f"write {fmt_rate(n_tok / w_s)}  read {fmt_rate(n_tok / r_s)}  stream {fmt_rate(n_tok / st_s)}  "
               f"fetch {len(want)} by id {f_s * 1e3:7.1f} ms")
         shutil.rmtree(root, ignore_errors=True)
@@ -531,7 +532,7 @@ def peers(work: Path, table: pa.Table, chunks: list[int], ids: list[str], n_tok:
     f_s, got = timed(lambda: read_trajectories_by_id(root, want), args.repeat)
     assert sorted(got.column("trajectory_id").to_pylist()) == sorted(want)
     f1_s = median_single(lambda tid: read_trajectories_by_id(root, [tid]), want[:10])
-    results.append(Peer("trajstore", dir_bytes(work / "store-v2" / "trajectories") / n_tok, n_tok / w_s, scan_s,
+    results.append(Peer("trajstore", dir_bytes(work / "store-v2" / TRAJECTORIES_DIR) / n_tok, n_tok / w_s, scan_s,
                         n_tok / st_s, f_s, f1_s))
 
     try:

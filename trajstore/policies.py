@@ -18,19 +18,14 @@ from typing import Any
 
 from trajstore.errors import TrajstoreError
 from trajstore.store import Store, open_store
-from trajstore.store.layout import LATEST_FILE  # noqa: F401 - trainer/loop/publish.py imports it from here until
-# the issue-22 pass over trainer/ (it may not be edited in this one) imports it from trajstore.store.layout
 from trajstore.store.layout import (
+    VERSION_META_FILE,
     check_run_id,
     parse_version_dir_name,
     policy_latest_file,
     policy_run_dir,
     version_dir,
 )
-
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
-META_FILE = "meta.json"
 
 
 class PolicyNotFoundError(TrajstoreError):
@@ -40,7 +35,7 @@ class PolicyNotFoundError(TrajstoreError):
 def is_complete(s: Store, rel: str) -> bool:
     """Whether the version folder `rel` has its meta.json (asked fresh: object-store listings
     are cached by fsspec, and another process may have published since)."""
-    path = s.path(rel, META_FILE)
+    path = s.path(rel, VERSION_META_FILE)
     if not s.is_local:
         s.fs.invalidate_cache(s.path(rel))
     return bool(s.fs.exists(path))
@@ -69,10 +64,10 @@ def read_policy_meta(store: Store | str, run_id: str, version: int) -> dict[str,
     """
     s = open_store(store)
     rel = version_dir(run_id, version)
-    meta = _read_json(s, f"{rel}/{META_FILE}")
+    meta = _read_json(s, f"{rel}/{VERSION_META_FILE}")
     if meta is None:
         raise PolicyNotFoundError(
-            f"policy {s.url(rel)} is missing or incomplete (no {META_FILE}); published versions: "
+            f"policy {s.url(rel)} is missing or incomplete (no {VERSION_META_FILE}); published versions: "
             f"{list_policy_versions(s, run_id) or 'none'}")
     return meta
 
@@ -92,7 +87,7 @@ def list_policy_versions(store: Store | str, run_id: str) -> list[int]:
     for e in entries:
         name = e["name"].rstrip("/").rsplit("/", 1)[-1]
         version = parse_version_dir_name(name)
-        if version is not None and e.get("type") == "directory" and is_complete(s, f"{policy_run_dir(run_id)}/{name}"):
+        if version is not None and e.get("type") == "directory" and is_complete(s, version_dir(run_id, version)):
             out.append(version)
     return sorted(out)
 

@@ -13,9 +13,8 @@ transformers = pytest.importorskip("transformers")
 
 from trajstore.store import open_store  # noqa: E402
 from trajstore.store.layout import LATEST_FILE, POLICIES_DIR, version_dir  # noqa: E402
+from trajstore.store.layout import VERSION_META_FILE as META_FILE, VERSION_WEIGHTS_FILE as WEIGHTS_FILE  # noqa: E402
 from trajstore.policies import (  # noqa: E402
-    META_FILE,
-    WEIGHTS_FILE,
     PolicyNotFoundError,
     latest_policy_version,
     list_policy_versions,

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from trajstore.policies import META_FILE  # noqa: E402
+from trajstore.store.layout import VERSION_META_FILE as META_FILE  # noqa: E402
 from trajstore.trainer.loop.publish import publish_policy  # noqa: E402
 
 

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from trajstore.store import Store
+from trajstore.store.layout import CHECKPOINT_CRITIC_FILE, CHECKPOINT_OPTIM_FILE, CHECKPOINT_POLICY_FILE
 from trajstore.trainer.loop import distributed as D
 from trajstore.trainer.loop.checkpoint import (
     Checkpoint,
@@ -61,11 +62,11 @@ def models_ddp(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy, store: St
     behaviour = _behaviour_of(cfg, loaded)
     critic = _critic_of(cfg, loaded)
     if ckpt is not None:
-        load_state_dict_checked(loaded.model, ckpt.policy, what=store.url(ckpt.path, "policy.pt"))
+        load_state_dict_checked(loaded.model, ckpt.policy, what=store.url(ckpt.path, CHECKPOINT_POLICY_FILE))
         if critic is not None:
             if ckpt.critic is None:
                 raise CheckpointError(f"checkpoint {store.url(ckpt.path)} has no critic (trained with a baseline)")
-            load_state_dict_checked(critic, ckpt.critic, what=store.url(ckpt.path, "critic.pt"))
+            load_state_dict_checked(critic, ckpt.critic, what=store.url(ckpt.path, CHECKPOINT_CRITIC_FILE))
     if cfg.run.activation_checkpointing:
         for m in (loaded.model, critic):
             if m is not None:
@@ -85,8 +86,9 @@ def models_ddp(cfg: TrainConfig, env: D.DistEnv, loaded: LoadedPolicy, store: St
     if ckpt is not None:
         for k, o in optimizers.items():
             if k not in ckpt.optim:
-                raise CheckpointError(f"checkpoint file {store.url(ckpt.path, 'optim.pt')} has no {k} optimiser")
-            load_optimizer_checked(o, ckpt.optim[k], what=store.url(ckpt.path, "optim.pt"))
+                raise CheckpointError(f"checkpoint file {store.url(ckpt.path, CHECKPOINT_OPTIM_FILE)} has no {k} "
+                                      "optimiser")
+            load_optimizer_checked(o, ckpt.optim[k], what=store.url(ckpt.path, CHECKPOINT_OPTIM_FILE))
     return policy, critic, behaviour, optimizers
 
 

@@ -28,13 +28,25 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trajstore.errors import TrajstoreError
-from trajstore.store import RUNS_DIR, Store
+from trajstore.store import Store
+from trajstore.store.layout import (
+    CHECKPOINT_CONFIG_FILE,
+    CHECKPOINT_CRITIC_FILE,
+    CHECKPOINT_OPTIM_FILE,
+    CHECKPOINT_POLICY_FILE,
+    CHECKPOINT_RNG_FILE,
+    CHECKPOINT_SHARDED_METADATA_FILE,
+    CHECKPOINT_STATE_FILE,
+    checkpoint_dir,
+    checkpoint_dir_name,
+    checkpoint_latest_file,
+    checkpoints_dir,
+    parse_checkpoint_dir_name,
+)
+from trajstore.store.layout import CHECKPOINTS_DIR  # noqa: F401 - TODO(issue 22): trainer/apps/demo/prune.py
+# imports it from here; once it imports it from trajstore.store.layout (or uses checkpoints_dir), drop this line
 from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.data import DataCursor
-from trajstore.trainer.loop.runs import CHECKPOINTS_DIR
-
-LATEST_FILE = "LATEST"
-_FILES = ("policy.pt", "critic.pt", "optim.pt", "rng.pt", "state.json", "config.json")
 
 
 class CheckpointError(TrajstoreError):
@@ -118,7 +130,7 @@ class _LatestFile(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> _LatestFile:
-        if self.dir != f"it{self.iteration:08d}":
+        if self.dir != checkpoint_dir_name(self.iteration):
             raise ValueError(f"dir {self.dir!r} is not the folder of iteration {self.iteration}")
         return self
 
@@ -137,10 +149,6 @@ class Checkpoint:
     rng: dict[str, Any]
     config_json: str
     sharded: bool = False
-
-
-def _ckpt_root(run_id: str) -> str:
-    return f"{RUNS_DIR}/{run_id}/{CHECKPOINTS_DIR}"
 
 
 def _tensor_bytes(obj: Any) -> bytes:
@@ -193,10 +201,9 @@ def _commit_folder(store: Store, rel: str, fill: Callable[[str], None]) -> None:
 
 
 def _commit_latest(store: Store, run_id: str, state: TrainerState, keep: int) -> None:
-    name = f"it{state.iteration:08d}"
-    store.write_bytes(f"{_ckpt_root(run_id)}/{LATEST_FILE}",
-                      json.dumps({"iteration": state.iteration, "dir": name}).encode())
-    _prune(store, run_id, keep=keep, latest=name)
+    store.write_bytes(checkpoint_latest_file(run_id),
+                      json.dumps({"iteration": state.iteration, "dir": checkpoint_dir_name(state.iteration)}).encode())
+    _prune(store, run_id, keep=keep, latest=state.iteration)
 
 
 def save_checkpoint(store: Store, run_id: str, *, state: TrainerState, policy: torch.nn.Module,
@@ -214,24 +221,19 @@ def save_checkpoint(store: Store, run_id: str, *, state: TrainerState, policy: t
     Raises:
         OSError: the filesystem refused a write (the previous checkpoint stays the latest).
     """
-    rel = f"{_ckpt_root(run_id)}/it{state.iteration:08d}"
+    rel = checkpoint_dir(run_id, state.iteration)
 
     def fill(folder: str) -> None:
-        torch.save(policy.state_dict(), os.path.join(folder, "policy.pt"))
-        torch.save(critic.state_dict() if critic is not None else {}, os.path.join(folder, "critic.pt"))
-        torch.save({k: o.state_dict() for k, o in optimizers.items()}, os.path.join(folder, "optim.pt"))
-        torch.save(rng_state(), os.path.join(folder, "rng.pt"))
-        _write_small(os.path.join(folder, "state.json"), state.to_json().encode())
-        _write_small(os.path.join(folder, "config.json"), config_json.encode())
+        torch.save(policy.state_dict(), os.path.join(folder, CHECKPOINT_POLICY_FILE))
+        torch.save(critic.state_dict() if critic is not None else {}, os.path.join(folder, CHECKPOINT_CRITIC_FILE))
+        torch.save({k: o.state_dict() for k, o in optimizers.items()}, os.path.join(folder, CHECKPOINT_OPTIM_FILE))
+        torch.save(rng_state(), os.path.join(folder, CHECKPOINT_RNG_FILE))
+        _write_small(os.path.join(folder, CHECKPOINT_STATE_FILE), state.to_json().encode())
+        _write_small(os.path.join(folder, CHECKPOINT_CONFIG_FILE), config_json.encode())
 
     _commit_folder(store, rel, fill)
     _commit_latest(store, run_id, state, keep)
     return rel
-
-
-SHARDED_METADATA = ".metadata"
-"""The file torch.distributed.checkpoint writes beside its shards; its presence marks a sharded
-checkpoint folder (``.metadata`` + ``__<rank>_0.distcp`` instead of the ``.pt`` files)."""
 
 
 def _sharded_state(modules: Mapping[str, torch.nn.Module],
@@ -268,10 +270,10 @@ def save_checkpoint_sharded(store: Store, run_id: str, *, state: TrainerState,
     """
     import torch.distributed.checkpoint as dcp
 
-    rel = f"{_ckpt_root(run_id)}/it{state.iteration:08d}"
+    rel = checkpoint_dir(run_id, state.iteration)
     sd = _sharded_state(modules, {k: o for k, o in optimizers.items() if o.state})
-    small = {"rng.pt": _tensor_bytes(rng_state()), "state.json": state.to_json().encode(),
-             "config.json": config_json.encode()}
+    small = {CHECKPOINT_RNG_FILE: _tensor_bytes(rng_state()), CHECKPOINT_STATE_FILE: state.to_json().encode(),
+             CHECKPOINT_CONFIG_FILE: config_json.encode()}
     if store.is_local:
         ctx = store.local_dir_commit(rel, prefix="ckpt-") if is_main else contextlib.nullcontext(None)
         with ctx as tmp:
@@ -330,10 +332,12 @@ def load_checkpoint_sharded(store: Store, ckpt: Checkpoint, modules: Mapping[str
         set_optimizer_state_dict(modules[k], o, sd[f"optim/{k}"])
 
 
-def _prune(store: Store, run_id: str, *, keep: int, latest: str) -> None:
-    names = sorted(d for d in store.iter_dirs(_ckpt_root(run_id)) if d.startswith("it") and d <= latest)
-    for old in names[:-keep]:
-        store.fs.rm(store.path(_ckpt_root(run_id), old), recursive=True)
+def _prune(store: Store, run_id: str, *, keep: int, latest: int) -> None:
+    """Delete the checkpoint folders of iterations up to `latest` but the `keep` newest."""
+    done = sorted(it for d in store.iter_dirs(checkpoints_dir(run_id))
+                  if (it := parse_checkpoint_dir_name(d)) is not None and it <= latest)
+    for old in done[:-keep]:
+        store.fs.rm(store.path(checkpoint_dir(run_id, old)), recursive=True)
 
 
 def _one_line(e: Exception) -> str:
@@ -350,7 +354,7 @@ def read_latest_pointer(store: Store, run_id: str) -> str | None:
             ``{"iteration": i, "dir": "it<i, 8 digits>"}``, or names a path outside the run's
             checkpoints folder.
     """
-    latest = f"{_ckpt_root(run_id)}/{LATEST_FILE}"
+    latest = checkpoint_latest_file(run_id)
     try:
         raw = store.fs.cat_file(store.path(latest))
     except FileNotFoundError:
@@ -361,7 +365,7 @@ def read_latest_pointer(store: Store, run_id: str) -> str | None:
         pointer = _LatestFile.model_validate_json(raw)
     except ValidationError as e:
         raise CheckpointError(f"checkpoint pointer {store.url(latest)} is invalid: {_one_line(e)}") from None
-    return f"{_ckpt_root(run_id)}/{pointer.dir}"
+    return checkpoint_dir(run_id, pointer.iteration)  # its dir is this iteration's folder (_LatestFile)
 
 
 def _check_tensor_dict(obj: Any, what: str) -> dict[str, torch.Tensor]:
@@ -418,35 +422,37 @@ def load_latest_checkpoint(store: Store, run_id: str, *, map_location: str = "cp
         return obj
 
     try:
-        state = TrainerState.from_json(read("state.json").decode())
+        state = TrainerState.from_json(read(CHECKPOINT_STATE_FILE).decode())
     except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"checkpoint file {store.url(rel, 'state.json')} is invalid: {_one_line(e)}") from None
-    if f"it{state.iteration:08d}" != rel.rsplit("/", 1)[-1]:
-        raise CheckpointError(f"checkpoint file {store.url(rel, 'state.json')} says iteration {state.iteration}, "
-                              f"but its folder is {rel.rsplit('/', 1)[-1]}")
-    config_json = read("config.json").decode(errors="replace")
+        raise CheckpointError(f"checkpoint file {store.url(rel, CHECKPOINT_STATE_FILE)} is invalid: "
+                              f"{_one_line(e)}") from None
+    if checkpoint_dir(run_id, state.iteration) != rel:
+        raise CheckpointError(f"checkpoint file {store.url(rel, CHECKPOINT_STATE_FILE)} says iteration "
+                              f"{state.iteration}, but its folder is {rel.rsplit('/', 1)[-1]}")
+    config_json = read(CHECKPOINT_CONFIG_FILE).decode(errors="replace")
     try:
         TrainConfig.from_json(config_json)
     except (ValueError, ValidationError) as e:
-        raise CheckpointError(f"checkpoint file {store.url(rel, 'config.json')} is invalid: {_one_line(e)}") from None
-    rng = load("rng.pt", rng_check)
-    if store.fs.exists(store.path(rel, SHARDED_METADATA)):
+        raise CheckpointError(f"checkpoint file {store.url(rel, CHECKPOINT_CONFIG_FILE)} is invalid: "
+                              f"{_one_line(e)}") from None
+    rng = load(CHECKPOINT_RNG_FILE, rng_check)
+    if store.fs.exists(store.path(rel, CHECKPOINT_SHARDED_METADATA_FILE)):
         import torch.distributed.checkpoint as dcp
 
         try:
             if store.is_local:
                 dcp.FileSystemReader(store.path(rel)).read_metadata()
-            elif not store.fs.cat_file(store.path(rel, SHARDED_METADATA)):
+            elif not store.fs.cat_file(store.path(rel, CHECKPOINT_SHARDED_METADATA_FILE)):
                 raise ValueError("empty file")
         except Exception as e:  # noqa: BLE001 - a damaged .metadata is a pickle or I/O error
-            raise CheckpointError(f"checkpoint file {store.url(rel, SHARDED_METADATA)} is unreadable: "
-                                  f"{_one_line(e)}") from None
+            raise CheckpointError(f"checkpoint file {store.url(rel, CHECKPOINT_SHARDED_METADATA_FILE)} is "
+                                  f"unreadable: {_one_line(e)}") from None
         return Checkpoint(path=rel, state=state, policy=None, critic=None, optim=None, rng=rng,
                           config_json=config_json, sharded=True)
-    policy = load("policy.pt", lambda o: _check_tensor_dict(o, "policy.pt"))
-    critic = load("critic.pt", lambda o: _check_tensor_dict(o, "critic.pt"))
+    policy = load(CHECKPOINT_POLICY_FILE, lambda o: _check_tensor_dict(o, CHECKPOINT_POLICY_FILE))
+    critic = load(CHECKPOINT_CRITIC_FILE, lambda o: _check_tensor_dict(o, CHECKPOINT_CRITIC_FILE))
     return Checkpoint(path=rel, state=state, policy=policy, critic=critic or None,
-                      optim=load("optim.pt", optim_check), rng=rng, config_json=config_json)
+                      optim=load(CHECKPOINT_OPTIM_FILE, optim_check), rng=rng, config_json=config_json)
 
 
 def load_state_dict_checked(module: torch.nn.Module, state: Mapping[str, torch.Tensor], *, what: str) -> None:

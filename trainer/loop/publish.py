@@ -31,18 +31,22 @@ from typing import TYPE_CHECKING, Any
 
 from trajstore.errors import StoreError, TrajstoreError
 from trajstore.policies import (
-    CONFIG_FILE,
-    LATEST_FILE,
-    META_FILE,
-    WEIGHTS_FILE,
     PolicyNotFoundError,
     is_complete,
     latest_policy_version,
     list_policy_versions,
     read_policy_meta,
-    version_dir,
 )
-from trajstore.store import POLICIES_DIR, Store, open_store
+from trajstore.store import Store, open_store
+from trajstore.store.layout import (
+    VERSION_CONFIG_FILE,
+    VERSION_META_FILE,
+    VERSION_WEIGHTS_FILE,
+    policy_latest_file,
+    policy_run_dir,
+    version_dir,
+    version_dir_name,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -118,12 +122,12 @@ def publish_policy(store: Store | str, run_id: str, version: int, model: torch.n
         "dtype": str(dtype or next(model.parameters()).dtype).removeprefix("torch."),
         "num_parameters": int(sum(p.numel() for p in model.parameters())),
         "publish_id": publish_id,
-        "weights_file": WEIGHTS_FILE,
+        "weights_file": VERSION_WEIGHTS_FILE,
     }
     if config is not None and dtype is not None:  # from_pretrained(dtype="auto") and vLLM read it
         config = copy.copy(config)
         config.dtype = dtype
-    files = [(CONFIG_FILE, config.to_json_string().encode())] if config is not None else []
+    files = [(VERSION_CONFIG_FILE, config.to_json_string().encode())] if config is not None else []
     tok_files = tokenizer_files(tokenizer) if tokenizer else ()
     meta["tokenizer_files"] = [name for name, _ in tok_files]
     files += list(tok_files)
@@ -134,9 +138,9 @@ def publish_policy(store: Store | str, run_id: str, version: int, model: torch.n
             _publish_local(s, rel, model, meta_bytes, files, publish_id, save_model)
         else:
             _publish_remote(s, rel, model, meta_bytes, files, publish_id, save_model)
-        pointer = {"version": int(version), "path": f"v{version}", "publish_id": publish_id,
+        pointer = {"version": int(version), "path": version_dir_name(version), "publish_id": publish_id,
                    "updated_at": meta["created_at"]}
-        s.write_bytes(f"{POLICIES_DIR}/{run_id}/{LATEST_FILE}", (json.dumps(pointer) + "\n").encode())
+        s.write_bytes(policy_latest_file(run_id), (json.dumps(pointer) + "\n").encode())
     except OSError as e:
         raise StoreError(f"could not publish policy {s.url(rel)}: {e}") from e
     return rel
@@ -212,8 +216,8 @@ def tokenizer_files(tokenizer: str) -> tuple[tuple[str, bytes], ...]:
 def _publish_local(s: Store, rel: str, model: Any, meta: bytes, files: list[tuple[str, bytes]], publish_id: str,
                    save_model: Any) -> None:
     with s.local_dir_commit(rel, prefix="policy-") as tmp:  # a re-publish replaces the old folder
-        save_model(model, os.path.join(tmp, WEIGHTS_FILE), metadata={_PUBLISH_ID_KEY: publish_id})
-        for name, data in [*files, (META_FILE, meta)]:
+        save_model(model, os.path.join(tmp, VERSION_WEIGHTS_FILE), metadata={_PUBLISH_ID_KEY: publish_id})
+        for name, data in [*files, (VERSION_META_FILE, meta)]:
             with open(os.path.join(tmp, name), "wb") as fh:
                 fh.write(data)
 
@@ -221,13 +225,13 @@ def _publish_local(s: Store, rel: str, model: Any, meta: bytes, files: list[tupl
 def _publish_remote(s: Store, rel: str, model: Any, meta: bytes, files: list[tuple[str, bytes]], publish_id: str,
                     save_model: Any) -> None:
     fs = s.fs
-    meta_path = s.path(rel, META_FILE)
+    meta_path = s.path(rel, VERSION_META_FILE)
     if is_complete(s, rel):  # re-publish: un-complete the old version before replacing its files
         fs.rm_file(meta_path)
     with tempfile.TemporaryDirectory(prefix="trajstore-publish-") as tmp:
-        local = os.path.join(tmp, WEIGHTS_FILE)
+        local = os.path.join(tmp, VERSION_WEIGHTS_FILE)
         save_model(model, local, metadata={_PUBLISH_ID_KEY: publish_id})
-        fs.put_file(local, s.path(rel, WEIGHTS_FILE))
+        fs.put_file(local, s.path(rel, VERSION_WEIGHTS_FILE))
     for name, data in files:
         fs.pipe_file(s.path(rel, name), data)
     fs.pipe_file(meta_path, meta)
@@ -266,11 +270,11 @@ def prune_versions(store: Store | str, run_id: str, *, keep: int) -> list[int]:
         rel = version_dir(run_id, v)
         if s.is_local:  # un-complete first (meta.json), so that no reader trusts a half-deleted version
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(s.path(rel, META_FILE))
+                os.unlink(s.path(rel, VERSION_META_FILE))
             shutil.rmtree(s.path(rel), ignore_errors=True)
         else:
             with contextlib.suppress(FileNotFoundError):
-                s.fs.rm_file(s.path(rel, META_FILE))
+                s.fs.rm_file(s.path(rel, VERSION_META_FILE))
             s.fs.rm(s.path(rel), recursive=True)
     return doomed
 
@@ -301,39 +305,40 @@ def load_policy_into(model: torch.nn.Module, store: Store | str, run_id: str, ve
     if version is None:
         version = latest_policy_version(s, run_id)
         if version is None:
-            raise PolicyNotFoundError(f"no policy published under {s.url(POLICIES_DIR, run_id)}")
+            raise PolicyNotFoundError(f"no policy published under {s.url(policy_run_dir(run_id))}")
     meta = read_policy_meta(s, run_id, version)
     rel = version_dir(run_id, version)
     model = _unwrap(model)
     dev = device or str(next(model.parameters()).device)
     with tempfile.TemporaryDirectory(prefix="trajstore-policy-") as tmp:
         if s.is_local:
-            path = s.path(rel, meta.get("weights_file", WEIGHTS_FILE))
+            path = s.path(rel, meta.get("weights_file", VERSION_WEIGHTS_FILE))
         else:
-            path = os.path.join(tmp, WEIGHTS_FILE)
+            path = os.path.join(tmp, VERSION_WEIGHTS_FILE)
             try:
-                s.fs.get_file(s.path(rel, meta.get("weights_file", WEIGHTS_FILE)), path)
+                s.fs.get_file(s.path(rel, meta.get("weights_file", VERSION_WEIGHTS_FILE)), path)
             except FileNotFoundError as e:
-                raise PolicyNotFoundError(f"policy {s.url(rel)} has {META_FILE} but no weights file") from e
+                raise PolicyNotFoundError(f"policy {s.url(rel)} has {VERSION_META_FILE} but no weights file") from e
         if not os.path.exists(path):
-            raise PolicyNotFoundError(f"policy {s.url(rel)} has {META_FILE} but no weights file")
+            raise PolicyNotFoundError(f"policy {s.url(rel)} has {VERSION_META_FILE} but no weights file")
         try:
             with safe_open(path, framework="pt") as fh:
                 stamped = (fh.metadata() or {}).get(_PUBLISH_ID_KEY)
         except Exception as e:  # safetensors raises its own error types for a truncated header
-            raise PolicyMismatchError(f"{s.url(rel, WEIGHTS_FILE)} is not a readable safetensors file: {e}") from e
+            raise PolicyMismatchError(f"{s.url(rel, VERSION_WEIGHTS_FILE)} is not a readable safetensors file: "
+                                      f"{e}") from e
         if stamped != meta.get("publish_id"):
             raise PolicyMismatchError(
-                f"{s.url(rel, WEIGHTS_FILE)} belongs to publish {stamped}, but {META_FILE} describes "
+                f"{s.url(rel, VERSION_WEIGHTS_FILE)} belongs to publish {stamped}, but {VERSION_META_FILE} describes "
                 f"{meta.get('publish_id')} (an interrupted re-publish); reload later")
         try:
             missing, unexpected = load_model(model, path, strict=False, device=dev)
         except RuntimeError as e:  # shape mismatch from load_state_dict
-            raise PolicyMismatchError(f"cannot load {s.url(rel, WEIGHTS_FILE)} into {type(model).__name__}: "
+            raise PolicyMismatchError(f"cannot load {s.url(rel, VERSION_WEIGHTS_FILE)} into {type(model).__name__}: "
                                       f"{str(e).splitlines()[0]} ...") from e
     if missing or unexpected:
         raise PolicyMismatchError(
-            f"{s.url(rel, WEIGHTS_FILE)} does not match {type(model).__name__}: missing keys "
+            f"{s.url(rel, VERSION_WEIGHTS_FILE)} does not match {type(model).__name__}: missing keys "
             f"{sorted(missing)[:5]}{' ...' if len(missing) > 5 else ''}, unexpected keys "
             f"{sorted(unexpected)[:5]}{' ...' if len(unexpected) > 5 else ''}")
     return version

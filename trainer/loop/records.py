@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 
 from trajstore.errors import TrajstoreError
 from trajstore.schema import CONSUMED_SCHEMA, STEP_SCHEMA
-from trajstore.store import RUN_CONFIG_FILE, RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, Store
+from trajstore.store import Store
+from trajstore.store.layout import run_config_file, run_consumed_dir, run_steps_dir, run_tensorboard_dir
 from trajstore.trainer.data import Sample
 
 ITERATION_KEY = b"trajstore.train.iteration"
@@ -177,7 +178,7 @@ class RunRecorder:
                 raise TrajstoreError("--tensorboard needs the tensorboard package: "
                                      "pip install 'trajstore[tensorboard]'") from e
 
-            self._tb = SummaryWriter(store.path(RUNS_DIR, run_id, "tensorboard"))
+            self._tb = SummaryWriter(store.path(run_tensorboard_dir(run_id)))
         self._progress = None
         self._task = None
         self._last_wait: tuple[str, float] = ("", -math.inf)
@@ -196,12 +197,9 @@ class RunRecorder:
             self._progress.start()
             self._task = self._progress.add_task("", total=total_steps)
 
-    def subdir(self, kind: str) -> str:
-        return f"{RUNS_DIR}/{self.run_id}/{kind}"
-
     def save_config(self, config_json: str) -> str:
         """Write the resolved config to ``runs/<run_id>/config.json`` (atomically)."""
-        return self.store.write_bytes(f"{RUNS_DIR}/{self.run_id}/{RUN_CONFIG_FILE}", config_json.encode())
+        return self.store.write_bytes(run_config_file(self.run_id), config_json.encode())
 
     def write_step(self, *, iteration: int, step: int, trainer_version: int, metrics: Mapping[str, float],
                    consumed: Sequence[Mapping[str, Any]]) -> None:
@@ -216,13 +214,13 @@ class RunRecorder:
             "trainer_version": [trainer_version] * len(names), "wall_time": [now] * len(names),
             "metric": names, "value": [float(metrics[n]) for n in names],
         }, schema=STEP_SCHEMA)
-        self.store.write_table(steps, subdir=self.subdir(RUN_STEPS_DIR), extra_metadata=meta)
+        self.store.write_table(steps, subdir=run_steps_dir(self.run_id), extra_metadata=meta)
         if consumed:
             cols = {f.name: [] for f in CONSUMED_SCHEMA}
             for r in consumed:
                 for name in cols:
                     cols[name].append(self.run_id if name == "run_id" else now if name == "consumed_at" else r[name])
-            self.store.write_table(pa.table(cols, schema=CONSUMED_SCHEMA), subdir=self.subdir(RUN_CONSUMED_DIR),
+            self.store.write_table(pa.table(cols, schema=CONSUMED_SCHEMA), subdir=run_consumed_dir(self.run_id),
                                    extra_metadata=meta)
         if self._tb is not None:
             for n in names:
@@ -296,8 +294,8 @@ class RunRecorder:
         """Delete records shards of iterations > `iteration` (work lost with the process that
         wrote them); return how many shards were removed. Idempotent."""
         removed = 0
-        for kind in (RUN_STEPS_DIR, RUN_CONSUMED_DIR):
-            for path, _size in self.store.shard_paths(self.subdir(kind)):
+        for records_dir in (run_steps_dir(self.run_id), run_consumed_dir(self.run_id)):
+            for path, _size in self.store.shard_paths(records_dir):
                 with self.store.fs.open(path, "rb") as fh:
                     md = pq.read_metadata(fh).metadata or {}
                 it = int(md.get(ITERATION_KEY, b"-1"))

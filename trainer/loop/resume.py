@@ -8,7 +8,8 @@ import warnings
 import torch
 
 from trajstore.errors import TrajstoreWarning
-from trajstore.store import RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, Store
+from trajstore.store import Store
+from trajstore.store.layout import CHECKPOINT_RNG_FILE, checkpoint_latest_file, run_consumed_dir, run_dir, run_steps_dir
 from trajstore.trainer.loop.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -20,14 +21,13 @@ from trajstore.trainer.loop.config import TrainConfig
 
 
 def run_has_records(store: Store, run_id: str) -> bool:
-    return bool(store.shard_paths(f"{RUNS_DIR}/{run_id}/{RUN_CONSUMED_DIR}")
-                or store.shard_paths(f"{RUNS_DIR}/{run_id}/{RUN_STEPS_DIR}"))
+    return bool(store.shard_paths(run_consumed_dir(run_id)) or store.shard_paths(run_steps_dir(run_id)))
 
 
 def resume_fresh_message(store: Store, run_id: str) -> str:
     """What ``--resume`` of a run without any checkpoint or record says (it starts the run fresh)."""
     return (f"--resume: run {run_id!r} has no checkpoint in {store.uri} (no "
-            f"{RUNS_DIR}/{run_id}/checkpoints/LATEST), so it starts fresh at iteration 0; check --run-id if "
+            f"{checkpoint_latest_file(run_id)}), so it starts fresh at iteration 0; check --run-id if "
             "you meant to continue a run (`traj runs STORE` lists them)")
 
 
@@ -53,8 +53,8 @@ def resume_point(store: Store, cfg: TrainConfig, *, resume: bool) -> Checkpoint 
     if ckpt is None:
         if run_has_records(store, run_id):
             raise CheckpointError(
-                f"cannot resume run {run_id!r}: {store.url(RUNS_DIR, run_id)} has training records but no "
-                f"checkpoint ({store.url(RUNS_DIR, run_id, 'checkpoints', 'LATEST')} is missing), so they cannot "
+                f"cannot resume run {run_id!r}: {store.url(run_dir(run_id))} has training records but no "
+                f"checkpoint ({store.url(checkpoint_latest_file(run_id))} is missing), so they cannot "
                 "be matched to weights; start a new --run-id (nothing was changed)")
         # A supervisor may always pass --resume (the first start has nothing to resume), so this is
         # no error; but a mistyped --run-id must not start a new run without a word.
@@ -85,4 +85,4 @@ def restore_settings(cfg: TrainConfig, store: Store, ckpt: Checkpoint,
     try:
         set_rng_state(ckpt.rng)
     except ValueError as e:
-        raise CheckpointError(f"checkpoint file {store.url(ckpt.path, 'rng.pt')} is invalid: {e}") from None
+        raise CheckpointError(f"checkpoint file {store.url(ckpt.path, CHECKPOINT_RNG_FILE)} is invalid: {e}") from None

@@ -5,15 +5,29 @@ files only (no torch), so it works without the ``train`` extra."""
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 
-from trajstore.store import POLICIES_DIR, RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, TMP_DIR, Store, open_store
-
-CHECKPOINTS_DIR = "checkpoints"
-"""Folder of a run's checkpoints: ``runs/<run_id>/checkpoints/it<iteration>/`` and ``LATEST``."""
-_VERSION = re.compile(r"^v(\d+)$")
-_CKPT = re.compile(r"^it(\d+)$")
+from trajstore.store import POLICIES_DIR, RUNS_DIR, TMP_DIR, Store, open_store
+from trajstore.store.layout import (
+    CHECKPOINT_FILES,
+    CHECKPOINT_SHARDED_METADATA_FILE,
+    CHECKPOINT_STATE_FILE,
+    SHARDED_CHECKPOINT_FILES,
+    VERSION_META_FILE,
+    checkpoint_dir,
+    checkpoint_dir_name,
+    checkpoint_latest_file,
+    checkpoints_dir,
+    is_run_id,
+    parse_checkpoint_dir_name,
+    parse_version_dir_name,
+    policy_latest_file,
+    policy_run_dir,
+    run_config_file,
+    run_consumed_dir,
+    run_steps_dir,
+    version_dir,
+)
 
 
 @dataclass
@@ -78,25 +92,25 @@ class RunsReport:
     tmp_bytes: int
 
 
-def _du(store: Store, *parts: str) -> int:
+def _du(store: Store, rel: str) -> int:
     try:
-        return int(store.fs.du(store.path(*parts), total=True))
+        return int(store.fs.du(store.path(rel), total=True))
     except FileNotFoundError:
         return 0
 
 
-def _json(store: Store, *parts: str) -> dict | None:
+def _json(store: Store, rel: str) -> dict | None:
     try:
-        out = json.loads(store.fs.cat_file(store.path(*parts)))
+        out = json.loads(store.fs.cat_file(store.path(rel)))
     except (FileNotFoundError, ValueError, UnicodeDecodeError):
         return None
     return out if isinstance(out, dict) else None
 
 
-def _read_json(store: Store, *parts: str) -> tuple[bool, dict | None, str | None]:
-    """(exists, the JSON object or None, why it is not one or None) of a small file."""
+def _read_json(store: Store, rel: str) -> tuple[bool, dict | None, str | None]:
+    """(exists, the JSON object or None, why it is not one or None) of the small file `rel`."""
     try:
-        raw = store.fs.cat_file(store.path(*parts))
+        raw = store.fs.cat_file(store.path(rel))
     except FileNotFoundError:
         return False, None, None
     except OSError as e:
@@ -108,95 +122,94 @@ def _read_json(store: Store, *parts: str) -> tuple[bool, dict | None, str | None
     return (True, out, None) if isinstance(out, dict) else (True, None, f"not a JSON object ({type(out).__name__})")
 
 
-CHECKPOINT_FILES = ("policy.pt", "critic.pt", "optim.pt", "rng.pt", "state.json", "config.json")
-"""The files of a whole-state-dict checkpoint folder (``trainer/loop/checkpoint.py`` writes them)."""
-SHARDED_CHECKPOINT_FILES = (".metadata", "rng.pt", "state.json", "config.json")
-"""The files a sharded (FSDP) checkpoint folder has besides its ``*.distcp`` shards."""
-
-
-def _checkpoint_problems(store: Store, run_id: str, folder: str, iteration: int) -> list[str]:
-    """What is wrong with one checkpoint folder, checked without torch: every file present and
-    non-empty, each ``.pt`` a whole zip archive (what ``torch.save`` writes; a truncated one has
-    no central directory), ``state.json`` valid JSON naming this folder's iteration."""
+def _checkpoint_problems(store: Store, run_id: str, iteration: int) -> list[str]:
+    """What is wrong with the checkpoint folder of `iteration`, checked without torch: every file
+    present and non-empty, each ``.pt`` a whole zip archive (what ``torch.save`` writes; a
+    truncated one has no central directory), ``state.json`` valid JSON naming this iteration."""
     import zipfile
 
-    rel = (RUNS_DIR, run_id, CHECKPOINTS_DIR, folder)
+    rel = checkpoint_dir(run_id, iteration)
     try:
         entries = {e["name"].rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)
-                   for e in store.fs.ls(store.path(*rel), detail=True)}
+                   for e in store.fs.ls(store.path(rel), detail=True)}
     except (FileNotFoundError, NotADirectoryError):
-        return [f"checkpoint {store.url(*rel)} is not a folder"]
-    need = SHARDED_CHECKPOINT_FILES if ".metadata" in entries else CHECKPOINT_FILES
+        return [f"checkpoint {store.url(rel)} is not a folder"]
+    need = SHARDED_CHECKPOINT_FILES if CHECKPOINT_SHARDED_METADATA_FILE in entries else CHECKPOINT_FILES
     out = []
     missing = [f for f in need if f not in entries]
     if missing:
-        out.append(f"checkpoint {store.url(*rel)} has no {', '.join(missing)}")
+        out.append(f"checkpoint {store.url(rel)} has no {', '.join(missing)}")
     for f in need:
         if f in entries and entries[f] == 0:
-            out.append(f"checkpoint file {store.url(*rel, f)} is empty")
+            out.append(f"checkpoint file {store.url(rel, f)} is empty")
         elif f in entries and f.endswith(".pt"):
             try:
-                with store.fs.open(store.path(*rel, f), "rb") as fh:
+                with store.fs.open(store.path(rel, f), "rb") as fh:
                     whole = zipfile.is_zipfile(fh)
             except OSError:
                 whole = False
             if not whole:
-                out.append(f"checkpoint file {store.url(*rel, f)} is damaged (not a whole torch.save archive)")
-    if "state.json" in entries and entries["state.json"]:
-        _, state, why = _read_json(store, *rel, "state.json")
+                out.append(f"checkpoint file {store.url(rel, f)} is damaged (not a whole torch.save archive)")
+    if entries.get(CHECKPOINT_STATE_FILE):
+        state_file = f"{rel}/{CHECKPOINT_STATE_FILE}"
+        _, state, why = _read_json(store, state_file)
         if why:
-            out.append(f"checkpoint file {store.url(*rel, 'state.json')} is {why}")
+            out.append(f"checkpoint file {store.url(state_file)} is {why}")
         elif state is not None and state.get("iteration") != iteration:
-            out.append(f"checkpoint file {store.url(*rel, 'state.json')} says iteration {state.get('iteration')!r}, "
+            out.append(f"checkpoint file {store.url(state_file)} says iteration {state.get('iteration')!r}, "
                        f"not {iteration}")
     return out
 
 
 def list_runs(store: Store | str, *, storage_options: dict | None = None) -> RunsReport:
     """The runs of `store` (any with a ``runs/<id>/`` or ``policies/<id>/`` folder), by id.
+    Folders there whose name is no run id (hidden ones, ``_``-prefixed ones) are left out.
 
     Raises:
         StoreError: the store cannot be listed.
     """
     s = open_store(store, storage_options=storage_options)
-    ids = sorted(set(s.iter_dirs(RUNS_DIR)) | set(s.iter_dirs(POLICIES_DIR)))
+    ids = sorted(run_id for run_id in set(s.iter_dirs(RUNS_DIR)) | set(s.iter_dirs(POLICIES_DIR))
+                 if is_run_id(run_id))
     runs = []
     for run_id in ids:
         info = RunInfo(run_id)
-        cfg = _json(s, RUNS_DIR, run_id, "config.json")
+        cfg = _json(s, run_config_file(run_id))
         if cfg is not None:
             info.model = (cfg.get("model") or {}).get("name")
-        found, latest, why = _read_json(s, POLICIES_DIR, run_id, "LATEST")
+        latest_file = policy_latest_file(run_id)
+        found, latest, why = _read_json(s, latest_file)
         if latest is not None and isinstance(latest.get("version"), int) and not isinstance(latest["version"], bool):
             info.latest_version = latest["version"]
         elif found:
-            info.problems.append(f"{s.url(POLICIES_DIR, run_id, 'LATEST')} is {why or 'not a pointer'} "
+            info.problems.append(f"{s.url(latest_file)} is {why or 'not a pointer'} "
                                  "(a rollout server following this run cannot load the latest version)")
-        for d in s.iter_dirs(f"{POLICIES_DIR}/{run_id}"):
-            if m := _VERSION.match(d):
-                info.versions.append(VersionInfo(int(m.group(1)), _du(s, POLICIES_DIR, run_id, d),
-                                                 s.fs.exists(s.path(POLICIES_DIR, run_id, d, "meta.json"))))
+        for d in s.iter_dirs(policy_run_dir(run_id)):
+            if (v := parse_version_dir_name(d)) is not None:
+                rel = version_dir(run_id, v)
+                info.versions.append(VersionInfo(v, _du(s, rel), s.fs.exists(s.path(rel, VERSION_META_FILE))))
         info.versions.sort(key=lambda v: v.version)
         if info.latest_version is not None and not any(v.version == info.latest_version and v.complete
                                                        for v in info.versions):
-            info.problems.append(f"{s.url(POLICIES_DIR, run_id, 'LATEST')} names v{info.latest_version}, which is "
+            info.problems.append(f"{s.url(latest_file)} names v{info.latest_version}, which is "
                                  "missing or incomplete")
-        found, pointer, why = _read_json(s, RUNS_DIR, run_id, CHECKPOINTS_DIR, "LATEST")
+        ckpt_latest = checkpoint_latest_file(run_id)
+        found, pointer, why = _read_json(s, ckpt_latest)
         latest_dir = pointer.get("dir") if pointer is not None else None
-        for d in s.iter_dirs(f"{RUNS_DIR}/{run_id}/{CHECKPOINTS_DIR}"):
-            if m := _CKPT.match(d):
-                info.checkpoints.append(CheckpointInfo(int(m.group(1)), _du(s, RUNS_DIR, run_id, CHECKPOINTS_DIR, d),
-                                                       latest_dir == d))
-                info.problems += _checkpoint_problems(s, run_id, d, int(m.group(1)))
+        for d in s.iter_dirs(checkpoints_dir(run_id)):
+            if (it := parse_checkpoint_dir_name(d)) is not None:
+                info.checkpoints.append(CheckpointInfo(it, _du(s, checkpoint_dir(run_id, it)),
+                                                       latest_dir == checkpoint_dir_name(it)))
+                info.problems += _checkpoint_problems(s, run_id, it)
         info.checkpoints.sort(key=lambda c: c.iteration)
-        where = s.url(RUNS_DIR, run_id, CHECKPOINTS_DIR, "LATEST")
-        if found and (why or not isinstance(latest_dir, str) or not _CKPT.match(latest_dir)):
+        where = s.url(ckpt_latest)
+        if found and (why or not isinstance(latest_dir, str) or parse_checkpoint_dir_name(latest_dir) is None):
             info.problems.append(f"{where} is {why or 'not a checkpoint pointer'}: --resume refuses this run")
         elif found and not any(c.latest for c in info.checkpoints):
             info.problems.append(f"{where} names {latest_dir}, which does not exist: --resume refuses this run")
         elif not found and info.checkpoints:
             info.problems.append(f"{where} is missing (no checkpoint was committed): --resume cannot continue "
                                  "this run")
-        info.records_bytes = _du(s, RUNS_DIR, run_id, RUN_STEPS_DIR) + _du(s, RUNS_DIR, run_id, RUN_CONSUMED_DIR)
+        info.records_bytes = _du(s, run_steps_dir(run_id)) + _du(s, run_consumed_dir(run_id))
         runs.append(info)
     return RunsReport(s.uri, runs, _du(s, TMP_DIR) if s.is_local else 0)

@@ -12,6 +12,7 @@ import torch
 
 from trajstore.errors import StoreError, TrajstoreError
 from trajstore.store import TMP_DIR, Store, open_store
+from trajstore.store.layout import tmp_path
 from trajstore.trainer.data import DataCursor, TrainDataError, TrajectoryStream
 from trajstore.trainer.loop import distributed as D
 from trajstore.trainer.loop import memory
@@ -34,7 +35,7 @@ def check_writable(store: Store) -> None:
     Raises:
         StoreError: the store (or its ``_tmp/`` folder) refuses writes, e.g. read-only.
     """
-    probe = f"{TMP_DIR}/write-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    probe = tmp_path(f"write-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         if store.is_local:
             os.makedirs(store.path(TMP_DIR), exist_ok=True)

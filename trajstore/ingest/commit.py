@@ -18,7 +18,8 @@ from trajstore.convert import trajectories_to_table
 from trajstore.ingest.summary import IngestReport
 from trajstore.models import Trajectory
 from trajstore.reader import read_shard, read_trajectories
-from trajstore.store import LOCKS_DIR, TRAJECTORIES_DIR, CorruptShardWarning, Store
+from trajstore.store import TRAJECTORIES_DIR, CorruptShardWarning, Store
+from trajstore.store.layout import LOCK_SUFFIX, lock_file
 from trajstore.writer import DEFAULT_FLUSH_MB, DEFAULT_FLUSH_ROWS
 from trajstore.writer import _approx_bytes as approx_bytes  # the SDK writer's flush sizing
 
@@ -47,13 +48,13 @@ def store_lock(st: Store, name: str = INGEST_LOCK) -> Iterator[None]:
         yield
         return
     if st.is_local:
-        d, fname = st.path(LOCKS_DIR), f"{name}.lock"
+        path = st.path(lock_file(name))
     else:
-        d = os.path.join(tempfile.gettempdir(), "trajstore-locks")
-        fname = f"{hashlib.sha256(st.url().encode()).hexdigest()[:24]}.{name}.lock"
+        path = os.path.join(tempfile.gettempdir(), "trajstore-locks",
+                            f"{hashlib.sha256(st.url().encode()).hexdigest()[:24]}.{name}{LOCK_SUFFIX}")
     try:
-        os.makedirs(d, exist_ok=True)
-        fd = os.open(os.path.join(d, fname), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
     except OSError as e:  # the store's folder cannot be created or written: one line naming it
         raise st.write_refused(e) from e
     try:

@@ -37,6 +37,37 @@ CHECKPOINTS_DIR = "checkpoints"
 LATEST_FILE = "LATEST"
 """The commit pointer (small JSON) of ``policies/<run_id>/`` and of ``runs/<run_id>/checkpoints/``."""
 
+CHECKPOINT_POLICY_FILE = "policy.pt"
+"""In a checkpoint folder: the policy's state dict (``torch.save``)."""
+CHECKPOINT_CRITIC_FILE = "critic.pt"
+"""In a checkpoint folder: the critic's state dict (an empty dict without a critic)."""
+CHECKPOINT_OPTIM_FILE = "optim.pt"
+"""In a checkpoint folder: the optimisers' state dicts, by optimiser name."""
+CHECKPOINT_RNG_FILE = "rng.pt"
+"""In a checkpoint folder: the torch and Python RNG states."""
+CHECKPOINT_STATE_FILE = "state.json"
+"""In a checkpoint folder: the trainer's counters and data cursor."""
+CHECKPOINT_CONFIG_FILE = "config.json"
+"""In a checkpoint folder: the resolved training config the checkpoint was taken under."""
+CHECKPOINT_FILES = (CHECKPOINT_POLICY_FILE, CHECKPOINT_CRITIC_FILE, CHECKPOINT_OPTIM_FILE, CHECKPOINT_RNG_FILE,
+                    CHECKPOINT_STATE_FILE, CHECKPOINT_CONFIG_FILE)
+"""The files of a whole-state-dict checkpoint folder."""
+CHECKPOINT_SHARDED_METADATA_FILE = ".metadata"
+"""In a sharded (FSDP) checkpoint folder: the index torch.distributed.checkpoint writes beside
+its shards; its presence marks the folder as sharded."""
+CHECKPOINT_SHARD_SUFFIX = ".distcp"
+"""In a sharded checkpoint folder: torch.distributed.checkpoint's shard files (``__<rank>_0.distcp``)."""
+SHARDED_CHECKPOINT_FILES = (CHECKPOINT_SHARDED_METADATA_FILE, CHECKPOINT_RNG_FILE, CHECKPOINT_STATE_FILE,
+                            CHECKPOINT_CONFIG_FILE)
+"""The files a sharded checkpoint folder has besides its ``*.distcp`` shards."""
+
+VERSION_WEIGHTS_FILE = "model.safetensors"
+"""In a published version folder: the policy's weights (tied tensors stored once)."""
+VERSION_CONFIG_FILE = "config.json"
+"""In a published version folder: the model's Hugging Face config."""
+VERSION_META_FILE = "meta.json"
+"""In a published version folder, written last: a version is complete iff it exists."""
+
 SHARD_SUFFIX = ".parquet"
 LOCK_SUFFIX = ".lock"
 
@@ -109,14 +140,20 @@ def checkpoint_latest_file(run_id: str) -> str:
 
 
 def parse_checkpoint_dir_name(name: str) -> int | None:
-    """The iteration of a checkpoint folder name (``it00000012`` -> 12), None for any other name."""
+    """The iteration of a checkpoint folder name (``it00000012`` -> 12), None for any other name
+    (also for one :func:`checkpoint_dir_name` would not write, such as ``it12``)."""
     m = _CHECKPOINT_DIR.match(name)
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and checkpoint_dir_name(int(m.group(1))) == name else None
+
+
+def is_run_id(name: str) -> bool:
+    """Whether `name` can be a run id: one non-empty path component not starting with '.' or '_'."""
+    return bool(name) and "/" not in name and not name.startswith((".", "_"))
 
 
 def check_run_id(run_id: str) -> None:
     """Raise ValueError unless `run_id` is one path component not starting with '.' or '_'."""
-    if not run_id or "/" in run_id or run_id.startswith((".", "_")):
+    if not is_run_id(run_id):
         raise ValueError(f"run_id {run_id!r} must be a non-empty path component not starting with '.' or '_'")
 
 
@@ -143,11 +180,66 @@ def version_dir(run_id: str, version: int) -> str:
 
 
 def parse_version_dir_name(name: str) -> int | None:
-    """The version of a published-version folder name (``v3`` -> 3), None for any other name."""
+    """The version of a published-version folder name (``v3`` -> 3), None for any other name
+    (also for one :func:`version_dir_name` would not write, such as ``v03``)."""
     m = _VERSION_DIR.match(name)
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and version_dir_name(int(m.group(1))) == name else None
 
 
 def policy_latest_file(run_id: str) -> str:
     """``policies/<run_id>/LATEST``: names the version rollout servers should load."""
     return f"{policy_run_dir(run_id)}/{LATEST_FILE}"
+
+
+
+def _is_shard_name(name: str) -> bool:
+    """A name the shard listings read (``*.parquet``, not hidden, not ``_``-prefixed)."""
+    return name.endswith(SHARD_SUFFIX) and not name.startswith((".", "_"))
+
+
+def classify(relpath: str) -> str | None:
+    """The template of this layout that a store-relative file path is an instance of, or None
+    when no writer of the layout puts a file there.
+
+    Example: ``classify("runs/r1/checkpoints/it00000002/rng.pt")`` is
+    ``"runs/<run_id>/checkpoints/it<iteration>/<checkpoint file>"``. A version folder holds a
+    Hugging Face model folder (:data:`VERSION_WEIGHTS_FILE`, :data:`VERSION_CONFIG_FILE`, the
+    tokenizer's files, :data:`VERSION_META_FILE`), so any file name is accepted there; a
+    checkpoint folder holds :data:`CHECKPOINT_FILES`, or :data:`SHARDED_CHECKPOINT_FILES` and
+    ``*`` :data:`CHECKPOINT_SHARD_SUFFIX` shards.
+
+    Args:
+        relpath: ``/``-separated, relative to the store's root (what :func:`run_dir` and the
+            other functions here return, with a file name where they name a folder).
+    """
+    top, *rest = relpath.split("/")
+    n = len(rest)
+    if top == TRAJECTORIES_DIR and n == 1 and _is_shard_name(rest[0]):
+        return f"{TRAJECTORIES_DIR}/<shard>{SHARD_SUFFIX}"
+    if top == TMP_DIR and n >= 1 and all(rest):
+        return f"{TMP_DIR}/<entry being written>"
+    if top == LOCKS_DIR and n == 1 and rest[0].endswith(LOCK_SUFFIX):
+        return f"{LOCKS_DIR}/<name>{LOCK_SUFFIX}"
+    if top not in (RUNS_DIR, POLICIES_DIR) or n < 2 or not is_run_id(rest[0]) or not all(rest):
+        return None
+    run = "<run_id>"
+    if top == POLICIES_DIR:
+        if rest[1:] == [LATEST_FILE]:
+            return f"{POLICIES_DIR}/{run}/{LATEST_FILE}"
+        if n == 3 and parse_version_dir_name(rest[1]) is not None:
+            return f"{POLICIES_DIR}/{run}/v<N>/<model file>"
+        return None
+    kind = rest[1]
+    if rest[1:] == [RUN_CONFIG_FILE]:
+        return f"{RUNS_DIR}/{run}/{RUN_CONFIG_FILE}"
+    if kind in (RUN_STEPS_DIR, RUN_CONSUMED_DIR) and n == 3 and _is_shard_name(rest[2]):
+        return f"{RUNS_DIR}/{run}/{kind}/<shard>{SHARD_SUFFIX}"
+    if kind == RUN_TENSORBOARD_DIR and n >= 3:
+        return f"{RUNS_DIR}/{run}/{RUN_TENSORBOARD_DIR}/<event file>"
+    if kind == CHECKPOINTS_DIR and rest[2:] == [LATEST_FILE]:
+        return f"{RUNS_DIR}/{run}/{CHECKPOINTS_DIR}/{LATEST_FILE}"
+    if kind == CHECKPOINTS_DIR and n == 4 and parse_checkpoint_dir_name(rest[2]) is not None and (
+            rest[3] in CHECKPOINT_FILES or rest[3] in SHARDED_CHECKPOINT_FILES
+            or rest[3].endswith(CHECKPOINT_SHARD_SUFFIX)):
+        return f"{RUNS_DIR}/{run}/{CHECKPOINTS_DIR}/it<iteration>/<checkpoint file>"
+    return None
