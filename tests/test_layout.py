@@ -263,11 +263,6 @@ TODO_NOT_CONVERTED = frozenset({
     "trajstore/proxy/state.py:79",  # message: runs/{follow_run}/{RUN_CONFIG_FILE}
     "trajstore/proxy/state.py:80",
     "trajstore/proxy/sync.py:102",  # weights cache: os.path.join(cache_dir, run_id, f"v{version}")
-    "trainer/apps/demo/prune.py:24",  # store.path(RUNS_DIR, run_id, CHECKPOINTS_DIR)
-    "trainer/apps/demo/result.py:58",  # message: runs/{run_id}/trainer.log (a demo file in the run folder)
-    "trainer/apps/demo/result.py:62",  # message: runs/{run_id}/proxy.log
-    "trainer/apps/demo/run.py:75",  # store.path(RUNS_DIR, run_id)
-    "trainer/serving/weights.py:62",  # os.path.join(path, "meta.json"): VERSION_META_FILE
 })
 NOT_STORE_PATHS = {
     # (file, text of the finding): why it is no store path

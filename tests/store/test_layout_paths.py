@@ -24,6 +24,8 @@ from trajstore.store.layout import (
     checkpoint_latest_file,
     classify,
     lock_file,
+    run_app_config_file,
+    run_log_file,
     new_shard_name,
     policy_latest_file,
     run_config_file,
@@ -53,6 +55,7 @@ def _built_paths() -> list[str]:
         *(f"{version_dir(RUN, 2)}/{f}" for f in (VERSION_WEIGHTS_FILE, VERSION_CONFIG_FILE, VERSION_META_FILE,
                                                   "tokenizer.json")),
         tmp_path("policy-abc/model.safetensors"), lock_file("ingest"),
+        run_log_file(RUN, "trainer"), run_app_config_file(RUN, "demo-train"),  # traj demo's files
     ]
 
 
@@ -63,12 +66,12 @@ def test_every_path_the_layout_builds_is_classified(rel: str) -> None:
 
 def test_paths_of_different_kinds_have_different_templates() -> None:
     # 3 record kinds (trajectories, steps, consumed) + config + tensorboard + 2 LATEST pointers +
-    # checkpoint files + version files + _tmp + _locks = 11 templates
-    assert len({classify(p) for p in _built_paths()}) == 11
+    # checkpoint files + version files + _tmp + _locks + process logs + application configs = 13
+    assert len({classify(p) for p in _built_paths()}) == 13
 
 
 @pytest.mark.parametrize("rel", [
-    "runs/r/trainer.log",  # not a file of the layout (traj demo writes it there)
+    "runs/r/.log", "runs/r/-config.json",  # a process or application name is required
     "runs/r/checkpoints/it3/rng.pt",  # checkpoint_dir_name(3) is it00000003
     "runs/r/checkpoints/it00000003/notes.txt",  # not a checkpoint file
     "policies/r/v03/meta.json",  # version_dir_name(3) is v3

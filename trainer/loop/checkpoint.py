@@ -43,8 +43,6 @@ from trajstore.store.layout import (
     checkpoints_dir,
     parse_checkpoint_dir_name,
 )
-from trajstore.store.layout import CHECKPOINTS_DIR  # noqa: F401 - TODO(issue 22): trainer/apps/demo/prune.py
-# imports it from here; once it imports it from trajstore.store.layout (or uses checkpoints_dir), drop this line
 from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.data import DataCursor
 

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from trajstore.errors import TrajstoreError
+from trajstore.store.layout import VERSION_META_FILE
 from trajstore.trainer.loop.publish import tied_groups
 
 
@@ -115,9 +116,9 @@ def load_weights_from_dir(model: nn.Module, path: str) -> None:
 
 
 def version_of_dir(path: str) -> str | None:
-    """The ``version`` in a published folder's meta.json (trajstore.policies layout), if any."""
+    """The ``version`` in a published folder's meta file (:mod:`trajstore.store.layout`), if any."""
     try:
-        with open(os.path.join(path, "meta.json")) as fh:
+        with open(os.path.join(path, VERSION_META_FILE)) as fh:
             v = json.load(fh).get("version")
     except (OSError, ValueError, AttributeError):
         return None

@@ -68,6 +68,11 @@ VERSION_CONFIG_FILE = "config.json"
 VERSION_META_FILE = "meta.json"
 """In a published version folder, written last: a version is complete iff it exists."""
 
+RUN_LOG_SUFFIX = ".log"
+"""``runs/<run_id>/<process>.log``: output of a run's processes (``traj demo`` keeps its children's)."""
+RUN_APP_CONFIG_SUFFIX = "-config.json"
+"""``runs/<run_id>/<app>-config.json``: the config an application ran the run with (``traj demo``)."""
+
 SHARD_SUFFIX = ".parquet"
 LOCK_SUFFIX = ".lock"
 
@@ -112,6 +117,17 @@ def run_consumed_dir(run_id: str) -> str:
 def run_config_file(run_id: str) -> str:
     """``runs/<run_id>/config.json``: the run's resolved training config."""
     return f"{run_dir(run_id)}/{RUN_CONFIG_FILE}"
+
+
+def run_log_file(run_id: str, process: str) -> str:
+    """``runs/<run_id>/<process>.log``: the output of one of the run's processes (e.g. ``trainer``)."""
+    return f"{run_dir(run_id)}/{process}{RUN_LOG_SUFFIX}"
+
+
+def run_app_config_file(run_id: str, app: str) -> str:
+    """``runs/<run_id>/<app>-config.json``: the resolved config of the application that ran the run
+    (``traj demo`` saves ``demo`` and the ``demo-train`` config it hands its trainer)."""
+    return f"{run_dir(run_id)}/{app}{RUN_APP_CONFIG_SUFFIX}"
 
 
 def run_tensorboard_dir(run_id: str) -> str:
@@ -232,6 +248,10 @@ def classify(relpath: str) -> str | None:
     kind = rest[1]
     if rest[1:] == [RUN_CONFIG_FILE]:
         return f"{RUNS_DIR}/{run}/{RUN_CONFIG_FILE}"
+    if n == 2 and kind.endswith(RUN_LOG_SUFFIX) and len(kind) > len(RUN_LOG_SUFFIX):
+        return f"{RUNS_DIR}/{run}/<process>{RUN_LOG_SUFFIX}"
+    if n == 2 and kind.endswith(RUN_APP_CONFIG_SUFFIX) and len(kind) > len(RUN_APP_CONFIG_SUFFIX):
+        return f"{RUNS_DIR}/{run}/<app>{RUN_APP_CONFIG_SUFFIX}"
     if kind in (RUN_STEPS_DIR, RUN_CONSUMED_DIR) and n == 3 and _is_shard_name(rest[2]):
         return f"{RUNS_DIR}/{run}/{kind}/<shard>{SHARD_SUFFIX}"
     if kind == RUN_TENSORBOARD_DIR and n >= 3:

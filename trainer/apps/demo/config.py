@@ -16,17 +16,20 @@ if TYPE_CHECKING:
     from trajstore.trainer.loop.config import TrainConfig
 
 DEFAULT_STORE = "demo-store"
-TRAINER_LOG_FILE = "trainer.log"
-"""The trainer child's stdout and stderr, kept at ``runs/<run_id>/trainer.log`` in the store."""
-DEMO_CONFIG_FILE = "demo-config.json"
-"""The resolved :class:`DemoConfig`, saved at ``runs/<run_id>/demo-config.json``."""
-SERVE_LOG_FILE = "serve.log"
+TRAINER_LOG = "trainer"
+"""The trainer child's stdout and stderr, kept at ``runs/<run_id>/trainer.log`` in the store
+(:func:`trajstore.store.layout.run_log_file`)."""
+SERVE_LOG = "serve"
 """``traj serve``'s output, at ``runs/<run_id>/serve.log``."""
-PROXY_LOG_FILE = "proxy.log"
+PROXY_LOG = "proxy"
 """``traj proxy``'s output, at ``runs/<run_id>/proxy.log``."""
-DEMO_TRAIN_CONFIG_FILE = "demo-train-config.json"
-"""The :class:`~trajstore.trainer.loop.config.TrainConfig` handed to the trainer child (the trainer
-also saves its own resolved copy as ``runs/<run_id>/config.json``)."""
+DEMO_CONFIG = "demo"
+"""The resolved :class:`DemoConfig`, saved at ``runs/<run_id>/demo-config.json``
+(:func:`trajstore.store.layout.run_app_config_file`)."""
+DEMO_TRAIN_CONFIG = "demo-train"
+"""The :class:`~trajstore.trainer.loop.config.TrainConfig` handed to the trainer child, at
+``runs/<run_id>/demo-train-config.json`` (the trainer also saves its own resolved copy as
+``runs/<run_id>/config.json``)."""
 
 
 TRAINER_STOP_S = 300.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from trajstore.display import plural
+from trajstore.wording import plural
 
 FLUSH_LINE = re.compile(
     r"traj proxy: shutdown: flushed (?P<episodes>\d+) open episodes?(?:\(s\))? \((?P<calls>\d+) recorded "

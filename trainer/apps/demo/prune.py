@@ -12,11 +12,10 @@ def _tree_bytes(path: str) -> int:
 
 def run_has_weights(store: Any, run_id: str) -> bool:
     """Whether run `run_id` already has published policy versions or checkpoints (local stores)."""
-    from trajstore.store import RUNS_DIR
-    from trajstore.trainer.loop.checkpoint import CHECKPOINTS_DIR
     from trajstore.policies import list_policy_versions
+    from trajstore.store.layout import checkpoints_dir
 
-    return bool(list_policy_versions(store, run_id)) or os.path.isdir(store.path(RUNS_DIR, run_id, CHECKPOINTS_DIR))
+    return bool(list_policy_versions(store, run_id)) or os.path.isdir(store.path(checkpoints_dir(run_id)))
 
 
 def prune_weights(store: Any, run_id: str) -> int:
@@ -24,13 +23,12 @@ def prune_weights(store: Any, run_id: str) -> int:
     checkpoints (a demo is never resumed); return the bytes freed. Local stores only."""
     import shutil
 
-    from trajstore.store import RUNS_DIR
-    from trajstore.trainer.loop.checkpoint import CHECKPOINTS_DIR
-    from trajstore.policies import latest_policy_version, list_policy_versions, version_dir
+    from trajstore.policies import latest_policy_version, list_policy_versions
+    from trajstore.store.layout import checkpoints_dir, version_dir
 
     latest = latest_policy_version(store, run_id)
     doomed = [store.path(version_dir(run_id, v)) for v in list_policy_versions(store, run_id) if v != latest]
-    doomed.append(store.path(RUNS_DIR, run_id, CHECKPOINTS_DIR))
+    doomed.append(store.path(checkpoints_dir(run_id)))
     freed = 0
     for path in doomed:
         if os.path.isdir(path):

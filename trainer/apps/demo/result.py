@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from trajstore.store.layout import run_log_file
+from trajstore.trainer.apps.demo.config import PROXY_LOG, SERVE_LOG, TRAINER_LOG
 from trajstore.trainer.apps.demo.proxy_shutdown import ProxyShutdown
 from trajstore.trainer.apps.envs.guess_chat import EpisodeSummary
 
@@ -84,10 +86,10 @@ class DemoResult:
         Why it made fewer is :attr:`stop`."""
         if self.steps_done < self.steps_asked:
             return (f"the trainer made {self.steps_done} of the {self.steps_asked} policy steps asked for "
-                    f"(see runs/{self.run_id}/trainer.log); the audits cover only what was trained")
+                    f"(see {run_log_file(self.run_id, TRAINER_LOG)}); the audits cover only what was trained")
         if self.steps_done >= 2 and not any(v >= 1 for v in self.versions_loaded):
             return (f"the rollout server never loaded a policy version the trainer published (see "
-                    f"runs/{self.run_id}/proxy.log and serve.log): every episode ran on v0, so the staleness "
+                    f"{run_log_file(self.run_id, PROXY_LOG)} and {run_log_file(self.run_id, SERVE_LOG)}): every episode ran on v0, so the staleness "
                     "below comes from the trainer moving ahead alone")
         return None
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trajstore.store.layout import run_app_config_file, run_log_file
 from trajstore.wording import plural
 from trajstore.trainer.apps.demo.agent import play_episode
 from trajstore.trainer.apps.demo.audits import read_audits
@@ -26,12 +27,12 @@ from trajstore.trainer.apps.demo.children import (
     wait_ready,
 )
 from trajstore.trainer.apps.demo.config import (
-    DEMO_CONFIG_FILE,
-    DEMO_TRAIN_CONFIG_FILE,
+    DEMO_CONFIG,
+    DEMO_TRAIN_CONFIG,
     PROXY_HOLD_S,
-    PROXY_LOG_FILE,
-    SERVE_LOG_FILE,
-    TRAINER_LOG_FILE,
+    PROXY_LOG,
+    SERVE_LOG,
+    TRAINER_LOG,
     TRAINER_STOP_S,
     DemoConfig,
     model_identity,
@@ -70,7 +71,8 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
     Raises:
         ValueError: the store is not local.
     """
-    from trajstore.store import RUNS_DIR, TRAJECTORIES_DIR, open_store
+    from trajstore.store import TRAJECTORIES_DIR, open_store
+    from trajstore.store.layout import run_dir as run_dir_of
 
     t0 = time.monotonic()
     run_id = cfg.resolved_run_id()
@@ -78,12 +80,12 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
     if not store.is_local:
         raise ValueError(f"traj demo runs on a local store; got {cfg.store!r}")
     had_weights = run_has_weights(store, run_id)  # an existing run's weights are never pruned by this demo
-    run_dir = Path(store.path(RUNS_DIR, run_id))
+    run_dir = Path(store.path(run_dir_of(run_id)))
     run_dir.mkdir(parents=True, exist_ok=True)
     # an empty trajectories/ (what StoreWriter makes) marks the folder as a store before the demo's
     # `traj proxy --store` child checks it: runs/<id>/ holds only logs until the trainer writes config.json
     Path(store.path(TRAJECTORIES_DIR)).mkdir(exist_ok=True)
-    (run_dir / DEMO_CONFIG_FILE).write_text(cfg.model_copy(update={"run_id": run_id}).model_dump_json(indent=2))
+    Path(store.path(run_app_config_file(run_id, DEMO_CONFIG))).write_text(cfg.model_copy(update={"run_id": run_id}).model_dump_json(indent=2))
     run = _DemoRun(cfg, run_id, store, run_dir, console, t0)
     run.say(f"[bold]traj demo[/] run [cyan]{run_id}[/], store [cyan]{store.uri}[/] ({cpu_count()} cores)")
     try:
@@ -134,9 +136,13 @@ class _DemoRun:
         needed = (self.cfg.steps + self.cfg.critic_warmup_steps) * self.cfg.batch_size
         self.max_episodes = self.cfg.episodes or 3 * needed
 
+    def store_file(self, rel: str) -> Path:
+        """A file of the (local) store by its layout path."""
+        return Path(self.store.path(rel))
+
     @property
     def trainer_log(self) -> Path:
-        return self.run_dir / TRAINER_LOG_FILE
+        return self.store_file(run_log_file(self.run_id, TRAINER_LOG))
 
     def say(self, *args: Any, **kw: Any) -> None:  # soft wrap: rich never breaks a line mid-phrase
         if self.console is not None:
@@ -162,12 +168,12 @@ class _DemoRun:
         c.start("serve", start_traj_child(
             ["serve", "--model", cfg.model, "--tokenizer", cfg.tokenizer, "--port", str(serve_port),
              "--threads", "1", "--seed", str(cfg.seed), "--max-batch-size", str(cfg.batch_size)],
-            self.run_dir / SERVE_LOG_FILE), self.run_dir / SERVE_LOG_FILE)
+            self.store_file(run_log_file(self.run_id, SERVE_LOG))), self.store_file(run_log_file(self.run_id, SERVE_LOG)))
         self.say(f"starting traj train --follow ({plural(trainer_threads, 'thread')}): "
                  f"{plural(cfg.steps, 'policy step')} of {plural(cfg.batch_size, 'trajectory', 'trajectories')} "
                  f"after {plural(cfg.critic_warmup_steps, 'critic warm-up step')} ...", highlight=False)
         tcfg = train_config(cfg, self.run_id, self.store.uri)
-        c.start("trainer", start_trainer(tcfg, self.run_dir / DEMO_TRAIN_CONFIG_FILE, self.trainer_log,
+        c.start("trainer", start_trainer(tcfg, self.store_file(run_app_config_file(self.run_id, DEMO_TRAIN_CONFIG)), self.trainer_log,
                                          trainer_threads), self.trainer_log)
         serve_url = f"http://127.0.0.1:{serve_port}"
         if not wait_ready(serve_url + "/health", c.procs["serve"], c.logs["serve"], "traj serve", self.deadline):
@@ -180,7 +186,7 @@ class _DemoRun:
              "--tokenizer", tokenizer_identity(cfg) if cfg.model.startswith("tiny-") else model_identity(cfg), "--poll", "0.5",
              "--max-staleness", str(cfg.max_ahead_batches - 1), "--batch-size", str(cfg.batch_size),
              "--hold-timeout", str(PROXY_HOLD_S), "--session-timeout", str(PROXY_HOLD_S)],
-            self.run_dir / PROXY_LOG_FILE), self.run_dir / PROXY_LOG_FILE)
+            self.store_file(run_log_file(self.run_id, PROXY_LOG))), self.store_file(run_log_file(self.run_id, PROXY_LOG)))
         self.proxy_url = f"http://127.0.0.1:{proxy_port}"
         if not wait_ready(self.proxy_url + "/health", c.procs["proxy"], c.logs["proxy"], "traj proxy", self.deadline):
             return self.time_limit_stop("while traj proxy was starting")
@@ -306,5 +312,5 @@ class _DemoRun:
                                            f"{len(self.episodes)} completed) before the trainer had "
                                            f"{cfg.batch_size} completed trajectories for each step",
                             "a larger --episodes (or none), or fewer --steps; if episodes ended early, "
-                            f"see runs/{self.run_id}/proxy.log and serve.log")
+                            f"see {run_log_file(self.run_id, PROXY_LOG)} and {run_log_file(self.run_id, SERVE_LOG)}")
         return stop
