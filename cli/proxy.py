@@ -31,7 +31,7 @@ def proxy_cmd(
     weights_cache: str | None = typer.Option(None, "--weights-cache", help="local folder for versions of a "
                                                                            "remote store"),
     max_staleness: int | None = typer.Option(None, "--max-staleness", min=0, help="AReaL's eta: hold new "
-                                             "episodes while running + unconsumed trajectories reach "
+                                             "episodes while running + unconsumed episodes reach "
                                              "(eta + 1) x batch size"),
     batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="the trainer's batch size "
                                                                            "(default: the run's config.json)"),

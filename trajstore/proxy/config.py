@@ -52,7 +52,7 @@ class ProxyConfig(BaseModel):
     weights_cache: str | None = Field(None, description="local folder for copies of versions from a remote "
                                                         "store (the upstream must be able to read it)")
     max_staleness: int | None = Field(None, ge=0, description="AReaL's eta: hold new episodes while running + "
-                                      "unconsumed trajectories reach (eta + 1) x batch size (needs --follow-run)")
+                                      "unconsumed episodes reach (eta + 1) x batch size (needs --follow-run)")
     batch_size: int | None = Field(None, ge=1, description="the trainer's trajectories per step (default: the "
                                                            "run's config.json)")
     hold_timeout_s: float = Field(600.0, gt=0, description="a held episode is refused with 503 after this (s)")

@@ -110,13 +110,12 @@ class ProxyState:
             return [], None
         if prompt_id is not None:
             s.prompt_id = prompt_id
-        n = s.num_trajectories
         trajs, final = self.recorder.close(key, status, reason=reason, metadata=metadata)
         try:
             await self.recorder.persist(trajs)
         finally:
             if self.gate is not None:
-                self.gate.release(max(n, 1))
+                self.gate.release()  # one episode, however many trajectories it was stored as
         return trajs, final
 
     def record_later(self, s: Session, data: dict[str, Any], body: dict[str, Any], chat: bool, ticket: Ticket,
