@@ -17,11 +17,20 @@ after an action: the proxy sees the ids the server got, not why the harness chan
 ``group_id`` keeps its meaning, a GRPO group of rollouts of one prompt, and is set only when the
 client names one (``X-Group-Id`` header on the session's first call, or ``group_id`` in
 ``/finish``): parts of one episode in one group would cancel each other's advantage.
+
+A reply cut by ``max_tokens`` (finish reason ``length``) is stored as the ids the engine sampled,
+without an end-of-turn token; the chat template appends its end-of-turn token after the cut
+content, so the next prompt extends the stored tokens and that token opens the observation. A
+template that renders the cut content with other ids (one that trims it, or a cut word that the
+server re-tokenizes differently) puts the mismatch inside the last action's ids: a new part,
+as for any prompt that does not extend, counted apart (``context_breaks_after_length``) since
+nothing in the harness changed the context.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 import uuid
@@ -34,6 +43,8 @@ from trajstore.builder import TrajectoryBuilder
 from trajstore.models import Trajectory
 from trajstore.proxy.upstream import CallResult
 from trajstore.writer import StoreWriter
+
+log = logging.getLogger("trajstore.proxy")
 
 PROXY_SOURCE = "trajstore/proxy"
 """The ``source`` column of trajectories the proxy writes."""
@@ -83,6 +94,12 @@ class Session:
     calls: int = 0
     in_flight: int = 0
     context_breaks: int = 0
+    context_breaks_after_length: int = 0
+    """Of the context breaks, those inside the last action's ids right after a ``length`` finish."""
+    last_action_start: int = 0
+    """Where the last call's sampled ids begin in :attr:`tokens`."""
+    last_finish: str | None = None
+    """The last recorded call's finish reason."""
     errors: list[str] = field(default_factory=list)
     taint: str | None = None
     reward: float | None = None
@@ -138,9 +155,14 @@ class Session:
 
 
 RESERVED_METADATA_KEYS: frozenset[str] = frozenset({
-    "session", "episode", "calls", "context_breaks", "requested_status", "end_reason", "errors",
-    "mixed_version_calls"})
+    "session", "episode", "calls", "context_breaks", "context_breaks_after_length", "requested_status", "end_reason",
+    "errors", "mixed_version_calls"})
 """Metadata keys the proxy writes on each trajectory; a client's ``/finish`` metadata may not use them."""
+
+
+STAT_COUNTERS: tuple[str, ...] = ("sessions", "calls_recorded", "trajectories_written", "context_breaks",
+                                   "context_breaks_after_length", "mixed_version_calls")
+"""Counters of ``/proxy/stats`` that are listed from the start, zeros included."""
 
 
 class Recorder:
@@ -161,7 +183,8 @@ class Recorder:
         self.run_metadata = dict(run_metadata)
         self.on_written = on_written
         self.sessions: dict[str, Session] = {}
-        self.stats: Counter[str] = Counter()
+        self.stats: Counter[str] = Counter({k: 0 for k in STAT_COUNTERS})
+        self._length_break_logged = False
         self.calls_by_version: Counter[int] = Counter()
         self._flush_lock = asyncio.Lock()
         self._written_gen = 0
@@ -200,6 +223,9 @@ class Recorder:
             s.current = None
             s.context_breaks += 1
             self.stats["context_breaks"] += 1
+            at = next((i for i, (x, y) in enumerate(zip(prompt, s.tokens)) if x != y), min(len(prompt), n))
+            if s.last_finish == "length" and at >= s.last_action_start:
+                self._count_length_break(s, at, prompt)
         if s.current is None:
             s.current = TrajectoryBuilder(
                 trajectory_id=f"{s.episode_id}.{s.num_trajectories}", prompt_id=s.prompt_id, group_id=s.group_id,
@@ -223,8 +249,22 @@ class Recorder:
                                  policy_version=sl.version, policy_version_max=newest, finish_reason=a.finish_reason,
                                  sampling=a.sampling, call_id=a.call_id, tool_call_ids=a.tool_call_ids or None)
         s.tokens = prompt + ids.tolist()
+        s.last_action_start, s.last_finish = len(prompt), a.finish_reason
         s.calls += 1
         self.stats["calls_recorded"] += 1
+
+    def _count_length_break(self, s: Session, at: int, prompt: list[int]) -> None:
+        """A prompt after a ``length`` finish that differs inside the cut reply's own ids."""
+        s.context_breaks_after_length += 1
+        self.stats["context_breaks_after_length"] += 1
+        if self._length_break_logged:
+            return
+        self._length_break_logged = True
+        k = at - s.last_action_start
+        log.warning("session %s: the prompt after a reply cut by max_tokens (finish_reason length) renders that "
+                    "reply with other ids from its token %d on (sampled %s, prompt %s): the chat template trims "
+                    "or re-tokenizes cut content; a new trajectory of the episode starts (counted in "
+                    "context_breaks_after_length; logged once)", s.key, k, s.tokens[at:at + 4], prompt[at:at + 4])
 
     def set_reward(self, s: Session, reward: float | None, raw: Any = None) -> None:
         s.reward, s.reward_raw = reward, raw
@@ -253,7 +293,10 @@ class Recorder:
                 "session": s.key,
                 **({"episode": {"id": s.episode_id, "part": i + 1, "parts": len(builders),
                                 "change": None if i == 0 else "engine-prompt"}} if len(builders) > 1 else {}),
-                "calls": s.calls, "context_breaks": s.context_breaks, "requested_status": status,
+                "calls": s.calls, "context_breaks": s.context_breaks,
+                **({"context_breaks_after_length": s.context_breaks_after_length}
+                   if s.context_breaks_after_length else {}),
+                "requested_status": status,
                 **({"end_reason": reason} if reason else {}), **({"errors": s.errors[:20]} if s.errors else {}),
                 **({"mixed_version_calls": [m for m in s.mixed_calls if m["part"] == i + 1]}
                    if s.mixed_calls else {}),

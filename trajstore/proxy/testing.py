@@ -24,13 +24,18 @@ from fastapi.responses import JSONResponse, StreamingResponse
 EOS = 0
 
 
-def render(messages: list[dict[str, Any]]) -> list[int]:
-    """Prompt ids of a chat: ``1 role 2 content 0 3`` per message, then ``1 assistant 2``."""
+def render(messages: list[dict[str, Any]], *, trim: bool = False) -> list[int]:
+    """Prompt ids of a chat: ``1 role 2 content 0 3`` per message, then ``1 assistant 2``: the
+    template appends its end-of-turn token (0) after every message's content, a reply cut by
+    ``max_tokens`` included. `trim`: contents are stripped of surrounding whitespace first, as
+    templates that ``| trim`` them do (Llama 3's)."""
     out: list[int] = []
     for m in messages:
         content = m.get("content") or ""
         if m.get("tool_calls"):
             content += json.dumps([tc["function"] for tc in m["tool_calls"]])
+        if trim:
+            content = content.strip()
         out += [1, *(b + 4 for b in str(m.get("role", "")).encode()), 2, *(b + 4 for b in content.encode()), EOS, 3]
     return out + [1, *(b + 4 for b in b"assistant"), 2]
 
@@ -38,10 +43,12 @@ def render(messages: list[dict[str, Any]]) -> list[int]:
 def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> FastAPI:
     """The fake upstream. `config` keys: ``status`` (int, answer every call with it), ``delay_s``
     (before answering), ``token_delay_s`` (between streamed tokens), ``cut_stream_after`` (close
-    a stream after that many tokens, without a finish reason), ``weight_version`` (reported)."""
+    a stream after that many tokens, without a finish reason), ``weight_version`` (reported),
+    ``reply`` (the text every call answers), ``trim`` (render contents stripped, see
+    :func:`render`). A request's ``max_tokens`` cuts the reply's ids (finish reason ``length``)."""
     app = FastAPI()
     cfg: dict[str, Any] = {"status": 200, "delay_s": 0.0, "token_delay_s": 0.0, "cut_stream_after": None,
-                           "weight_version": "0", **(config or {})}
+                           "weight_version": "0", "reply": reply, "trim": False, **(config or {})}
     seen: list[str] = []
     loads: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -82,9 +89,13 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
         if cfg["status"] != 200:
             return JSONResponse({"error": {"message": "fake upstream failure", "code": cfg["status"]}},
                                 status_code=cfg["status"])
-        prompt = render(body.get("messages") or [])
-        text = reply
-        ids = [b + 4 for b in text.encode()] + [EOS]
+        prompt = render(body.get("messages") or [], trim=bool(cfg["trim"]))
+        ids = [b + 4 for b in str(cfg["reply"]).encode()] + [EOS]
+        finish = "stop"
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")
+        if limit is not None and int(limit) < len(ids):
+            ids, finish = ids[:int(limit)], "length"
+        text = bytes(t - 4 for t in ids if t != EOS).decode(errors="replace")
         lps = [-0.5 - 0.001 * i for i in range(len(ids))]
         rid = "chatcmpl-" + uuid.uuid4().hex
         want_ids = bool(body.get("return_token_ids"))
@@ -93,7 +104,7 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
                    for t, lp in zip(ids, lps)]
         if not body.get("stream"):
             ch: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "logprobs": {"content": entries} if want_lp else None, "finish_reason": "stop"}
+                                  "logprobs": {"content": entries} if want_lp else None, "finish_reason": finish}
             if want_ids:
                 ch["token_ids"] = ids
             resp = {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": "fake",
@@ -121,7 +132,7 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
                 if want_ids:
                     ch["token_ids"] = [t]
                 yield f"data: {json.dumps(dict(base, choices=[ch]))}\n\n"
-            yield f"data: {json.dumps(dict(base, choices=[{'index': 0, 'delta': {}, 'finish_reason': 'stop'}]))}\n\n"
+            yield f"data: {json.dumps(dict(base, choices=[{'index': 0, 'delta': {}, 'finish_reason': finish}]))}\n\n"
             yield "data: [DONE]\n\n"
         return StreamingResponse(events(), media_type="text/event-stream")
 
