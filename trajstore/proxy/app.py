@@ -15,6 +15,8 @@ Routes (each ``/v1/...`` route also exists under ``/s/<session>/v1/...``):
   for a mixed-version call, whose newest is in ``policy_versions_max``, else null) and the token count;
 * ``GET /proxy/stats``: counters (``mixed_version_calls`` among them), per-version counts of the
   calls made by one version, open sessions, weight sync state;
+* ``POST /proxy/policy_version`` ``{"version": N}``: the upstream was reloaded by hand and now
+  serves version N (refused with ``--follow-run``, which loads versions itself);
 * ``GET /health``.
 """
 
@@ -30,6 +32,7 @@ from fastapi import FastAPI
 from trajstore.proxy.auth import ClientAuth
 from trajstore.proxy.calls import chat_completions, completions
 from trajstore.proxy.config import GRACEFUL_SHUTDOWN_S, ProxyConfig
+from trajstore.proxy.control import set_policy_version
 from trajstore.proxy.episodes import finish, reward
 from trajstore.proxy.info import health, models, stats
 from trajstore.proxy.state import ProxyState
@@ -52,6 +55,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
     app.add_middleware(ClientAuth)
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/proxy/stats", stats, methods=["GET"])
+    app.add_api_route("/proxy/policy_version", set_policy_version, methods=["POST"])
     app.add_api_route("/v1/models", models, methods=["GET"])
     app.add_api_route("/s/{session}/v1/models", models, methods=["GET"])
     # The model-call routes are plain Starlette routes: FastAPI's request handler (dependency

@@ -30,8 +30,8 @@ class ProxyConfig(BaseModel):
                                                                   "(traj serve speaks vllm)")
     tokenizer: str | None = Field(None, description="tokenizer name recorded with every trajectory (must equal "
                                                     "the trainer's; default: the response's model name)")
-    policy_version: int = Field(0, ge=0, description="version recorded when neither the upstream nor weight sync "
-                                                     "says otherwise")
+    policy_version: int = Field(0, ge=0, description="version recorded when nothing says otherwise (the upstream's "
+                                "answers, weight sync, the model path it serves, POST /proxy/policy_version)")
     session_timeout_s: float = Field(600.0, gt=0, description="an episode without a call for this long ends "
                                                               "as aborted (s)")
     upstream_timeout_s: float = Field(600.0, gt=0, description="one upstream call may take this long (s)")
@@ -47,7 +47,8 @@ class ProxyConfig(BaseModel):
     reload_mode: Literal["drain", "tag"] = Field("drain", description="drain: hold new calls and let in-flight "
                                                  "ones finish before a reload; tag: no waiting, label each call "
                                                  "from what the upstream reports")
-    poll_s: float = Field(1.0, gt=0, description="seconds between checks for a new published version")
+    poll_s: float = Field(1.0, gt=0, description="seconds between checks for a new version: a published one "
+                          "(--follow-run), else the model path the upstream serves (GET /v1/models)")
     drain_timeout_s: float = Field(600.0, gt=0, description="longest wait for in-flight calls before a reload (s)")
     weights_cache: str | None = Field(None, description="local folder for copies of versions from a remote "
                                                         "store (the upstream must be able to read it)")

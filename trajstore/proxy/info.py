@@ -27,7 +27,8 @@ async def stats(request: Request) -> dict[str, Any]:
     out: dict[str, Any] = {
         **dict(r.stats), "open_sessions": len(r.sessions), "errors": dict(st.errors),
         "calls_by_version": {str(k): v for k, v in sorted(r.calls_by_version.items())},
-        "policy_version": st.versioning.version, "reload_epoch": st.versioning.epoch,
+        "policy_version": st.versioning.version, "policy_version_source": st.versioning.source,
+        "reload_epoch": st.versioning.epoch,
         "uptime_s": round(time.time() - st.started, 1)}
     if st.sync is not None:
         out["weight_loads"] = [{"version": v, "seconds": round(s, 3)} for v, s in st.sync.loads]

@@ -18,8 +18,8 @@ from trajstore.errors import AdapterError, TrajstoreError
 from trajstore.proxy.config import ProxyConfig
 from trajstore.proxy.recorder import Recorder, Session
 from trajstore.proxy.staleness import StalenessGate
-from trajstore.proxy.sync import Ticket, Versioning, WeightSync
-from trajstore.proxy.upstream import read_call
+from trajstore.proxy.sync import ModelPathWatch, Ticket, Versioning, WeightSync
+from trajstore.proxy.upstream import parse_version, read_call
 from trajstore.proxy.version_labels import label_versions
 from trajstore.store import RUN_CONFIG_FILE, RUNS_DIR, open_store
 from trajstore.writer import StoreWriter
@@ -64,7 +64,10 @@ class ProxyState:
                                    headers=self.upstream_headers, poll_s=cfg.poll_s,
                                    drain_timeout_s=cfg.drain_timeout_s, cache_dir=cfg.weights_cache,
                                    extra_body={"mode": "retract"} if cfg.reload_mode == "tag" and cfg.engine == "vllm"
-                                   else None)
+                                   else None, engine=cfg.engine)
+        self.model_path = None if self.sync else ModelPathWatch(self.client, self.versioning,
+                                                                headers=self.upstream_headers, poll_s=cfg.poll_s)
+        self._version_warned = False
         self.tasks: list[asyncio.Task[Any]] = []
         self.recordings: set[asyncio.Task[None]] = set()  # calls answered, being recorded
         self.started = time.time()
@@ -91,6 +94,9 @@ class ProxyState:
         if self.sync is not None:
             await self.sync.poll_once()  # the upstream serves the latest published version first
             self.tasks.append(asyncio.create_task(self.sync.run()))
+        if self.model_path is not None:
+            await self.model_path.poll_once(timeout_s=2.0)  # an upstream started on a published version
+            self.tasks.append(asyncio.create_task(self.model_path.run()))
         self.tasks.append(asyncio.create_task(self._reaper()))
 
     async def _reaper(self) -> None:
@@ -150,12 +156,24 @@ class ProxyState:
         try:
             call = read_call(data, body)
             slices = label_versions(call, ticket, end, self.cfg.policy_version)
+            if not self._version_warned and parse_version(call.reported_version) is None and not call.version_spans:
+                self._warn_unknown_version(slices[0].version)
             async with s.lock:
                 self.recorder.record(s, call, slices, observation_role=obs[0] or "tool", observation_cause=obs[1])
         except (AdapterError, TrajstoreError, ValueError) as e:
             s.mark("failed", f"not recorded: {e}")
             self.count_error("record_failed")
             log.warning("session %s: call not recorded: %s", s.key, e)
+
+    def _warn_unknown_version(self, version: int) -> None:
+        """Once: a call whose version nothing told the proxy (no report, no load, no path, no POST)."""
+        if self.sync is not None or self.versioning.source != "default":
+            return
+        self._version_warned = True
+        log.warning("every call is recorded as version %d (--policy-version): the upstream reports no weight "
+                    "version (metadata.weight_version) and the model path it serves (GET /v1/models) names no "
+                    "published version (.../policies/<run>/v<N>); after reloading it by hand, POST "
+                    "/proxy/policy_version {\"version\": N}, or let the proxy reload it (--follow-run RUN)", version)
 
     def begin_shutdown(self) -> None:
         """SIGINT / SIGTERM arrived: episodes held by the staleness gate are refused (503) at once,

@@ -6,7 +6,10 @@ log-probs are -0.5 - 0.001 * position. ``POST /_fake/config`` changes its behavi
 status to answer with, delays, a stream that stops half way); ``GET /_fake/seen`` returns the
 Authorization headers it received. ``POST /update_weights_from_disk`` (SGLang's reload request,
 as ``traj proxy --follow-run`` sends it) makes the body's ``weight_version`` the reported one
-and logs the request (``GET /_fake/loads``).
+and logs the request (``GET /_fake/loads``). With ``dialect: "vllm"`` it answers that request
+404, as vLLM does, and reloads through vLLM's dev endpoints instead (``POST /collective_rpc``
+``reload_weights``, then ``POST /reset_prefix_cache``; both logged); ``weight_version: None``
+reports no version at all, as vLLM; ``model_root`` is the model path ``GET /v1/models`` reports.
 """
 
 from __future__ import annotations
@@ -45,10 +48,13 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
     (before answering), ``token_delay_s`` (between streamed tokens), ``cut_stream_after`` (close
     a stream after that many tokens, without a finish reason), ``weight_version`` (reported),
     ``reply`` (the text every call answers), ``trim`` (render contents stripped, see
-    :func:`render`). A request's ``max_tokens`` cuts the reply's ids (finish reason ``length``)."""
+    :func:`render`), ``dialect`` (``sglang``, or ``vllm``: see the module docstring),
+    ``model_root`` (``GET /v1/models``'s ``root``). A request's ``max_tokens`` cuts the reply's
+    ids (finish reason ``length``); its ``fake_delay_s`` replaces ``delay_s`` for that call."""
     app = FastAPI()
     cfg: dict[str, Any] = {"status": 200, "delay_s": 0.0, "token_delay_s": 0.0, "cut_stream_after": None,
-                           "weight_version": "0", "reply": reply, "trim": False, **(config or {})}
+                           "weight_version": "0", "reply": reply, "trim": False, "dialect": "sglang",
+                           "model_root": "fake", **(config or {})}
     seen: list[str] = []
     loads: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -64,6 +70,8 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
 
     @app.post("/update_weights_from_disk")
     async def update_weights(request: Request) -> Any:
+        if cfg["dialect"] == "vllm":
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
         body = await request.json()
         if not isinstance(body.get("model_path"), str):
             return JSONResponse({"success": False, "message": "model_path is required"}, status_code=400)
@@ -71,21 +79,40 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
         cfg["weight_version"] = str(body.get("weight_version", len(loads)))
         return {"success": True, "message": f"loaded {body['model_path']}", "weight_version": cfg["weight_version"]}
 
+    @app.post("/collective_rpc")
+    async def collective_rpc(request: Request) -> Any:
+        if cfg["dialect"] != "vllm":
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        body = await request.json()
+        path = (body.get("kwargs") or {}).get("weights_path")
+        if body.get("method") != "reload_weights" or not isinstance(path, str):
+            return JSONResponse({"error": "unsupported"}, status_code=400)
+        loads.append({"endpoint": "/collective_rpc", **body})
+        return {"results": [None]}
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> Any:
+        if cfg["dialect"] != "vllm":
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        loads.append({"endpoint": "/reset_prefix_cache"})
+        return JSONResponse(None)
+
     @app.get("/_fake/loads")
     async def get_loads() -> list[dict[str, Any]]:
         return list(loads)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": "fake", "object": "model"}]}
+        return {"object": "list", "data": [{"id": "fake", "object": "model", "root": cfg["model_root"]}]}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         body = await request.json()
         with lock:
             seen.append(request.headers.get("authorization", ""))
-        if cfg["delay_s"]:
-            await asyncio.sleep(cfg["delay_s"])
+        delay = body.get("fake_delay_s", cfg["delay_s"])
+        if delay:
+            await asyncio.sleep(delay)
         if cfg["status"] != 200:
             return JSONResponse({"error": {"message": "fake upstream failure", "code": cfg["status"]}},
                                 status_code=cfg["status"])
@@ -110,7 +137,8 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
             resp = {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": "fake",
                     "choices": [ch], "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
                                                "total_tokens": len(prompt) + len(ids)},
-                    "metadata": {"weight_version": cfg["weight_version"]}}
+                    **({"metadata": {"weight_version": cfg["weight_version"]}}
+                       if cfg["weight_version"] is not None else {})}
             if want_ids:
                 resp["prompt_token_ids"] = prompt
             return JSONResponse(resp)
