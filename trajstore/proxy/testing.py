@@ -50,7 +50,8 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
     ``reply`` (the text every call answers), ``trim`` (render contents stripped, see
     :func:`render`), ``dialect`` (``sglang``, or ``vllm``: see the module docstring),
     ``model_root`` (``GET /v1/models``'s ``root``). A request's ``max_tokens`` cuts the reply's
-    ids (finish reason ``length``); its ``fake_delay_s`` replaces ``delay_s`` for that call."""
+    ids (finish reason ``length``); its ``fake_delay_s`` and ``fake_token_delay_s`` replace
+    ``delay_s`` and ``token_delay_s`` for that call."""
     app = FastAPI()
     cfg: dict[str, Any] = {"status": 200, "delay_s": 0.0, "token_delay_s": 0.0, "cut_stream_after": None,
                            "weight_version": "0", "reply": reply, "trim": False, "dialect": "sglang",
@@ -143,6 +144,8 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
                 resp["prompt_token_ids"] = prompt
             return JSONResponse(resp)
 
+        token_delay = body.get("fake_token_delay_s", cfg["token_delay_s"])
+
         async def events() -> Any:
             base = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": "fake"}
             first: dict[str, Any] = dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""},
@@ -153,8 +156,8 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
             for i, (t, e) in enumerate(zip(ids, entries)):
                 if cfg["cut_stream_after"] is not None and i >= cfg["cut_stream_after"]:
                     return
-                if cfg["token_delay_s"]:
-                    await asyncio.sleep(cfg["token_delay_s"])
+                if token_delay:
+                    await asyncio.sleep(token_delay)
                 ch = {"index": 0, "delta": {"content": e["token"]} if t != EOS else {},
                       "logprobs": {"content": [e]} if want_lp else None, "finish_reason": None}
                 if want_ids:
