@@ -10,8 +10,9 @@ import os
 import time
 
 import httpx
+import pytest
 
-from trajstore.proxy.testing import render
+from trajstore.proxy.testing import ServerThread, fake_app, render
 from trajstore.reader import read_trajectories
 
 REPLY_IDS = [115, 111, 0]  # the fake's "ok" and its end-of-turn token
@@ -66,6 +67,15 @@ def test_idle_eviction_is_linked_to_the_later_part_and_reported(fake_upstream, s
 
 
 # -- shutdown (issue 32 item 1) ------------------------------------------------------------------
+
+@pytest.fixture
+def slow_upstream():
+    """The fake upstream, stopped without waiting for the answers the killed proxy abandoned."""
+    srv = ServerThread(fake_app(reply="ok")).__enter__()
+    yield srv
+    srv.server.force_exit = True
+    srv.__exit__()
+
 
 def _wait_line(log: str, text: str, proc, timeout: float) -> str:
     """The first line of the proxy's log that contains `text` (fails after `timeout` s)."""
@@ -143,7 +153,7 @@ def _wait_in_flight(url: str, n: int, timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
-def test_sigterm_makes_recorded_calls_durable_before_it_waits_for_calls_in_flight(fake_upstream, tmp_path):
+def test_sigterm_makes_recorded_calls_durable_before_it_waits_for_calls_in_flight(slow_upstream, tmp_path):
     # issue 32 item 1: on SIGTERM uvicorn waited for the calls in flight (30 s), cancelled them,
     # and only then were open episodes written; a supervisor's SIGKILL came first and episodes
     # with recorded calls were lost. Now the flush comes first: a SIGKILL right after its log
@@ -154,7 +164,7 @@ def test_sigterm_makes_recorded_calls_durable_before_it_waits_for_calls_in_fligh
     from .conftest import proxy_process
 
     store, log = str(tmp_path / "store"), str(tmp_path / "proxy.log")
-    proc, url = proxy_process(fake_upstream.url, store, "--shutdown-grace", "60", log_path=log)
+    proc, url = proxy_process(slow_upstream.url, store, "--shutdown-grace", "60", log_path=log)
     try:
         msgs = {}
         for i in range(4):
@@ -193,7 +203,7 @@ def test_sigterm_makes_recorded_calls_durable_before_it_waits_for_calls_in_fligh
             assert (meta["episode"]["part"], meta["episode"]["change"]) == (1, None)
 
 
-def test_sigterm_stores_calls_answered_within_the_grace_and_cuts_the_rest(fake_upstream, tmp_path):
+def test_sigterm_stores_calls_answered_within_the_grace_and_cuts_the_rest(slow_upstream, tmp_path):
     # issue 32 item 1: calls that finish within --shutdown-grace are stored (a continuation part
     # of their episode, whose first part the flush wrote); a call still running at the deadline
     # is cut by the proxy with an error the client sees (503, or an SSE error event), counted
@@ -202,7 +212,7 @@ def test_sigterm_stores_calls_answered_within_the_grace_and_cuts_the_rest(fake_u
     from .conftest import proxy_process
 
     store, log = str(tmp_path / "store"), str(tmp_path / "proxy.log")
-    proc, url = proxy_process(fake_upstream.url, store, "--shutdown-grace", "4", log_path=log)
+    proc, url = proxy_process(slow_upstream.url, store, "--shutdown-grace", "4", log_path=log)
     out: dict = {}
     try:
         ctx = {}

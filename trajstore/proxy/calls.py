@@ -22,8 +22,8 @@ EVICTED_HEADER = "X-Trajstore-Evicted"
 """Response header of the first call after an idle eviction: how many trajectories of its
 episode were written as aborted (the call continues the episode as a new part)."""
 
-SHUTTING_DOWN = ("traj proxy is shutting down (SIGTERM): it takes no new calls; its open episodes are stored as "
-                 "aborted")
+SHUTTING_DOWN = ("traj proxy is shutting down (SIGTERM / SIGINT): it takes no new calls; its open episodes are "
+                 "stored as aborted")
 
 
 async def chat_completions(request: Request) -> Response:

@@ -149,8 +149,9 @@ async def _flush(st: ProxyState) -> tuple[int, int]:
             out += trajs
     try:
         await st.recorder.persist(out)
-    except Exception as e:  # noqa: BLE001 - keep shutting down; say what is lost
-        log.error("shutdown: could not write %d open episode(s): %s", episodes, e)
+    except Exception as e:  # noqa: BLE001 - keep shutting down (the writer retries at close); say so
+        log.error("shutdown: could not write %d open episode(s) (%d recorded call(s)): %s", episodes, calls, e)
+        episodes = calls = 0  # the flush line counts what is durable
     st.flushed = True
     return episodes, calls
 
