@@ -5,7 +5,12 @@ from __future__ import annotations
 import typer
 
 from trajstore.cli.main import app, friendly_errors, invalid_options
-from trajstore.proxy.config import DEFAULT_CLIENT_TOKEN_ENV, DEFAULT_UPSTREAM_KEY_ENV
+from trajstore.proxy.config import (
+    DEFAULT_CLIENT_TOKEN_ENV,
+    DEFAULT_FINISH_WAIT_S,
+    DEFAULT_UPSTREAM_KEY_ENV,
+    GRACEFUL_SHUTDOWN_S,
+)
 
 
 @app.command("proxy")
@@ -31,7 +36,7 @@ def proxy_cmd(
     weights_cache: str | None = typer.Option(None, "--weights-cache", help="local folder for versions of a "
                                                                            "remote store"),
     max_staleness: int | None = typer.Option(None, "--max-staleness", min=0, help="AReaL's eta: hold new "
-                                             "episodes while running + unconsumed trajectories reach "
+                                             "episodes while running + unconsumed episodes reach "
                                              "(eta + 1) x batch size"),
     batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="the trainer's batch size "
                                                                            "(default: the run's config.json)"),
@@ -41,6 +46,12 @@ def proxy_cmd(
                                                                            "after this many seconds"),
     upstream_timeout: float = typer.Option(600.0, "--upstream-timeout", help="seconds one upstream call may "
                                                                              "take"),
+    finish_wait: float = typer.Option(DEFAULT_FINISH_WAIT_S, "--finish-wait", help="seconds /finish waits for the "
+                                      "episode's calls in flight (then: aborted, later answers stored as a "
+                                      "continuation part)"),
+    shutdown_grace: float = typer.Option(GRACEFUL_SHUTDOWN_S, "--shutdown-grace", help="after SIGTERM, once open "
+                                         "episodes are written: seconds calls in flight may finish before the proxy "
+                                         "cuts them"),
     max_request_mb: float = typer.Option(32.0, "--max-request-mb", help="largest request body (MiB)"),
     upstream_key_env: str = typer.Option(DEFAULT_UPSTREAM_KEY_ENV, "--upstream-key-env",
                                          help="environment variable with the upstream's API key"),
@@ -61,7 +72,8 @@ def proxy_cmd(
                           policy_version=policy_version, follow_run=follow_run, policy_store=policy_store,
                           reload_mode=reload_mode, poll_s=poll, weights_cache=weights_cache,
                           max_staleness=max_staleness, batch_size=batch_size, hold_timeout_s=hold_timeout,
-                          session_timeout_s=session_timeout,
+                          session_timeout_s=session_timeout, finish_wait_s=finish_wait,
+                          shutdown_grace_s=shutdown_grace,
                           upstream_timeout_s=upstream_timeout, max_request_mb=max_request_mb,
                           upstream_key_env=upstream_key_env, client_token_env=client_token_env,
                           require_session=require_session)

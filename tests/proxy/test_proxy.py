@@ -437,7 +437,8 @@ def test_sigterm_writes_open_episodes_as_aborted(fake_upstream, tmp_path):
     got = rows(store)
     assert sorted(json.loads(r["metadata"])["session"] for r in got) == ["open0", "open1", "open2"]
     assert all(r["status"] == "aborted" and len(action_ids(r)) == 2 for r in got)
-    assert all(json.loads(r["metadata"])["end_reason"] == "proxy shut down" for r in got)
+    assert all(json.loads(r["metadata"])["end_reason"] == "proxy shutting down" for r in got)
+    assert all(json.loads(r["metadata"])["calls_in_flight"] == 0 for r in got)
 
 
 def test_eos_constant_matches_the_fake():

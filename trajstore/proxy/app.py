@@ -12,14 +12,19 @@ Routes (each ``/v1/...`` route also exists under ``/s/<session>/v1/...``):
   store (``prompt_id`` / ``group_id`` may also come as ``X-Prompt-Id`` / ``X-Group-Id`` headers on
   the session's first call; ``group_id`` is a GRPO group of rollouts of one prompt, none by
   default), with their ids, final status, the policy version of each action (``policy_versions``; the oldest
-  for a mixed-version call, whose newest is in ``policy_versions_max``, else null) and the token count;
+  for a mixed-version call, whose newest is in ``policy_versions_max``, else null), the token count, the
+  calls it stopped waiting for (``calls_in_flight``, after ``--finish-wait``) and the trajectories
+  written earlier at idle evictions (``evicted_parts``);
 * ``GET /proxy/stats``: counters (``mixed_version_calls`` among them), per-version counts of the
   calls made by one version, open sessions, weight sync state;
+* ``POST /proxy/policy_version`` ``{"version": N}``: the upstream was reloaded by hand and now
+  serves version N (refused with ``--follow-run``, which loads versions itself);
 * ``GET /health``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -29,7 +34,8 @@ from fastapi import FastAPI
 
 from trajstore.proxy.auth import ClientAuth
 from trajstore.proxy.calls import chat_completions, completions
-from trajstore.proxy.config import GRACEFUL_SHUTDOWN_S, ProxyConfig
+from trajstore.proxy.config import ProxyConfig
+from trajstore.proxy.control import set_policy_version
 from trajstore.proxy.episodes import finish, reward
 from trajstore.proxy.info import health, models, stats
 from trajstore.proxy.state import ProxyState
@@ -42,6 +48,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         st = ProxyState(cfg)
         app.state.proxy = st
+        app.state.loop = asyncio.get_running_loop()
         await st.start()
         try:
             yield
@@ -52,6 +59,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
     app.add_middleware(ClientAuth)
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/proxy/stats", stats, methods=["GET"])
+    app.add_api_route("/proxy/policy_version", set_policy_version, methods=["POST"])
     app.add_api_route("/v1/models", models, methods=["GET"])
     app.add_api_route("/s/{session}/v1/models", models, methods=["GET"])
     # The model-call routes are plain Starlette routes: FastAPI's request handler (dependency
@@ -64,9 +72,18 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
     return app
 
 
+UVICORN_SHUTDOWN_S = 10.0
+"""uvicorn's graceful shutdown timeout (s). The proxy tells uvicorn to stop only once its own
+shutdown (:func:`~trajstore.proxy.shutdown.drain`) has answered or cut every call and written
+every episode, so uvicorn decides about no call: this only bounds closing connections (a client
+that never reads the end of its stream)."""
+
+
 def run_proxy(cfg: ProxyConfig, *, on_ready: Any = None) -> None:
-    """Serve until SIGINT / SIGTERM; then open episodes are written as ``aborted``
-    (:meth:`ProxyState.begin_shutdown` at the signal, :meth:`ProxyState.stop` at the end).
+    """Serve until SIGINT / SIGTERM; then the proxy takes no new calls, writes open episodes as
+    ``aborted`` at once, lets the calls in flight finish for ``cfg.shutdown_grace_s`` and cuts the
+    rest (:meth:`ProxyState.begin_shutdown`), and only then stops the server. A second signal
+    cuts the calls in flight at once.
 
     Args:
         on_ready: called with the bound ``(host, port)`` once the socket listens.
@@ -81,17 +98,22 @@ def run_proxy(cfg: ProxyConfig, *, on_ready: Any = None) -> None:
     app = create_app(cfg)
     sock = listening_socket(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]
+
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
-            # held episodes end at once (503): they would keep the graceful shutdown waiting for
-            # its whole timeout, and a supervisor (traj demo) killed the proxy before the open
-            # episodes were written as aborted
+            # The proxy's shutdown runs first, with the server still answering (503 to new
+            # calls, the calls in flight finishing): uvicorn's own graceful shutdown would wait
+            # for the calls in flight, cancel them at its timeout and only then let the open
+            # episodes be written, which a supervisor's SIGKILL often came before.
             st: ProxyState | None = getattr(app.state, "proxy", None)
-            if st is not None:
-                st.begin_shutdown()
-            super().handle_exit(sig, frame)
+            loop = getattr(app.state, "loop", None)
+            if st is None or loop is None or self.should_exit:
+                super().handle_exit(sig, frame)
+                return
+            self._captured_signals.append(sig)
+            loop.call_soon_threadsafe(st.begin_shutdown, lambda: setattr(self, "should_exit", True))
 
-    server = _Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    server = _Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=UVICORN_SHUTDOWN_S,
                                     access_log=False))
     if on_ready is not None:
         on_ready(host, port)

@@ -1,6 +1,7 @@
 """The model-call routes, ``POST /v1/chat/completions`` and ``POST /v1/completions`` (also under
-``/s/<session>``): check the request, find its session or open a new episode (admitted by the
-staleness gate), then :func:`~trajstore.proxy.forward.forward` it to the upstream."""
+``/s/<session>``): check the request, find its session, continue an episode evicted for idling
+(the answer says so in ``X-Trajstore-Evicted``) or open a new one (admitted by the staleness
+gate), then :func:`~trajstore.proxy.forward.forward` it to the upstream."""
 
 from __future__ import annotations
 
@@ -17,6 +18,13 @@ from trajstore.proxy.request import RequestFieldError, check_request
 from trajstore.proxy.staleness import StalenessOverflow
 from trajstore.proxy.state import ProxyState
 
+EVICTED_HEADER = "X-Trajstore-Evicted"
+"""Response header of the first call after an idle eviction: how many trajectories of its
+episode were written as aborted (the call continues the episode as a new part)."""
+
+SHUTTING_DOWN = ("traj proxy is shutting down (SIGTERM / SIGINT): it takes no new calls; its open episodes are "
+                 "stored as aborted")
+
 
 async def chat_completions(request: Request) -> Response:
     return await handle_call(request, request.path_params.get("session"), True)
@@ -31,6 +39,8 @@ async def handle_call(request: Request, session: str | None, chat: bool) -> Resp
     session key is bad, with 503 when the staleness gate refuses a new episode; else forwarded."""
     st: ProxyState = request.app.state.proxy
     cfg = st.cfg
+    if st.closing:
+        return openai_error(503, SHUTTING_DOWN, "proxy_shutting_down")
     raw = await read_limited(request, st.max_request_bytes)
     if raw is None:
         return openai_error(413, f"request body larger than {cfg.max_request_mb:g} MiB (--max-request-mb)")
@@ -57,6 +67,7 @@ async def handle_call(request: Request, session: str | None, chat: bool) -> Resp
     ephemeral = key is None
     key = key or f"call-{uuid.uuid4().hex[:16]}"
     s = st.recorder.sessions.get(key)
+    evicted = None
     if s is None:
         if st.gate is not None:
             try:
@@ -64,6 +75,14 @@ async def handle_call(request: Request, session: str | None, chat: bool) -> Resp
             except StalenessOverflow as e:
                 st.count_error("staleness_refused")
                 return openai_error(503, str(e), "staleness_limit")
+        if st.closing:  # the shutdown began while the gate held it
+            if st.gate is not None:
+                st.gate.release()
+            return openai_error(503, SHUTTING_DOWN, "proxy_shutting_down")
+        evicted = st.evicted.pop(key, None)
         s = st.recorder.open(key, prompt_id=request.headers.get("x-prompt-id"),
-                             group_id=request.headers.get("x-group-id"))
-    return await forward(st, request, s, body, chat=chat, ephemeral=ephemeral)
+                             group_id=request.headers.get("x-group-id"), evicted=evicted)
+    response = await forward(st, request, s, body, chat=chat, ephemeral=ephemeral)
+    if evicted is not None:
+        response.headers[EVICTED_HEADER] = str(len(evicted.trajectory_ids))
+    return response

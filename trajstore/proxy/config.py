@@ -10,9 +10,14 @@ DEFAULT_UPSTREAM_KEY_ENV = "TRAJ_UPSTREAM_API_KEY"
 DEFAULT_CLIENT_TOKEN_ENV = "TRAJ_PROXY_TOKEN"
 
 
-GRACEFUL_SHUTDOWN_S = 30
-"""Seconds uvicorn lets in-flight calls finish after SIGTERM / SIGINT, before open episodes are
-written as ``aborted``; a supervisor should wait longer than this before it kills the proxy."""
+GRACEFUL_SHUTDOWN_S = 30.0
+"""Default ``--shutdown-grace`` (s): after SIGTERM / SIGINT the proxy writes open episodes as
+``aborted`` at once, then lets the calls in flight finish for this long and cuts the rest; a
+supervisor that waits about this long plus half a minute never kills it mid-write (the proxy
+logs ``shutdown: flushed ...`` once nothing recorded can be lost any more)."""
+
+DEFAULT_FINISH_WAIT_S = 60.0
+"""Default ``--finish-wait`` (s)."""
 
 
 class ProxyConfig(BaseModel):
@@ -30,11 +35,17 @@ class ProxyConfig(BaseModel):
                                                                   "(traj serve speaks vllm)")
     tokenizer: str | None = Field(None, description="tokenizer name recorded with every trajectory (must equal "
                                                     "the trainer's; default: the response's model name)")
-    policy_version: int = Field(0, ge=0, description="version recorded when neither the upstream nor weight sync "
-                                                     "says otherwise")
+    policy_version: int = Field(0, ge=0, description="version recorded when nothing says otherwise (the upstream's "
+                                "answers, weight sync, the model path it serves, POST /proxy/policy_version)")
     session_timeout_s: float = Field(600.0, gt=0, description="an episode without a call for this long ends "
                                                               "as aborted (s)")
     upstream_timeout_s: float = Field(600.0, gt=0, description="one upstream call may take this long (s)")
+    finish_wait_s: float = Field(DEFAULT_FINISH_WAIT_S, ge=0, description="/finish waits this long for the "
+                                 "episode's calls in flight; if they do not end, the episode ends aborted and "
+                                 "each later answer is stored as a continuation part (s)")
+    shutdown_grace_s: float = Field(GRACEFUL_SHUTDOWN_S, ge=0, description="after SIGTERM / SIGINT, once open "
+                                    "episodes are written, calls in flight may finish for this long before the "
+                                    "proxy cuts them with an error (s)")
     max_request_mb: float = Field(32.0, gt=0, description="largest accepted request body (MiB)")
     upstream_key_env: str = Field(DEFAULT_UPSTREAM_KEY_ENV, description="environment variable holding the "
                                   "upstream's API key (sent as a bearer token; never logged or stored)")
@@ -47,12 +58,13 @@ class ProxyConfig(BaseModel):
     reload_mode: Literal["drain", "tag"] = Field("drain", description="drain: hold new calls and let in-flight "
                                                  "ones finish before a reload; tag: no waiting, label each call "
                                                  "from what the upstream reports")
-    poll_s: float = Field(1.0, gt=0, description="seconds between checks for a new published version")
+    poll_s: float = Field(1.0, gt=0, description="seconds between checks for a new version: a published one "
+                          "(--follow-run), else the model path the upstream serves (GET /v1/models)")
     drain_timeout_s: float = Field(600.0, gt=0, description="longest wait for in-flight calls before a reload (s)")
     weights_cache: str | None = Field(None, description="local folder for copies of versions from a remote "
                                                         "store (the upstream must be able to read it)")
     max_staleness: int | None = Field(None, ge=0, description="AReaL's eta: hold new episodes while running + "
-                                      "unconsumed trajectories reach (eta + 1) x batch size (needs --follow-run)")
+                                      "unconsumed episodes reach (eta + 1) x batch size (needs --follow-run)")
     batch_size: int | None = Field(None, ge=1, description="the trainer's trajectories per step (default: the "
                                                            "run's config.json)")
     hold_timeout_s: float = Field(600.0, gt=0, description="a held episode is refused with 503 after this (s)")

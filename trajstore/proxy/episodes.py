@@ -1,6 +1,9 @@
 """The routes that end an episode: ``POST /s/<session>/reward`` sets its reward, and
-``POST /s/<session>/finish`` waits for its calls, then ends it and returns once its trajectories
-are durable in the store (with their ids, final status, policy versions and token count)."""
+``POST /s/<session>/finish`` waits (at most ``--finish-wait`` seconds) for its calls in flight,
+then ends it and returns once its trajectories are durable in the store (with their ids, final
+status, policy versions, token count, the calls it could not wait for and the parts written
+earlier at idle evictions). An episode with calls still in flight ends ``aborted``: what they
+answer later is stored as a continuation part, never dropped."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from fastapi.responses import JSONResponse
 
 from trajstore.errors import TrajstoreError
 from trajstore.proxy.httpio import openai_error, read_json_object
+from trajstore.proxy.calls import SHUTTING_DOWN
 from trajstore.proxy.recorder import RESERVED_METADATA_KEYS
 from trajstore.proxy.state import ProxyState
 
@@ -23,22 +27,36 @@ STATUSES = ("completed", "truncated", "aborted", "failed")
 
 async def reward(request: Request, session: str) -> JSONResponse:
     st: ProxyState = request.app.state.proxy
+    if st.closing:
+        return openai_error(503, SHUTTING_DOWN + "; this reward is not applied", "proxy_shutting_down")
     body = await read_json_object(request, st.max_request_bytes)
     r = None if body is None else body.get("reward")
     if not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r):
         return openai_error(400, "body must be {\"reward\": <finite number>, \"raw\": <any, optional>}")
     s = st.recorder.sessions.get(session)
     if s is None:
-        return openai_error(404, f"no open session {session!r} (a session opens with its first call)")
+        return _no_session(st, session)
     st.recorder.set_reward(s, float(body["reward"]), body.get("raw"))
     s.last_active = time.monotonic()
     return JSONResponse({"session": session, "reward": float(body["reward"])})
 
 
-# /finish: check the body, set the reward, wait (at most 60 s) for the session's calls in flight
-# or being recorded, then end the episode through ProxyState.end_session.
+def _no_session(st: ProxyState, session: str) -> JSONResponse:
+    ev = st.evicted.get(session)
+    if ev is not None:
+        return openai_error(404, f"no open session {session!r}: it was evicted after {st.cfg.session_timeout_s:g} s "
+                                 f"without a call (--session-timeout) and its trajectories {ev.trajectory_ids} are "
+                                 "stored as aborted; a call under this key would continue the episode")
+    return openai_error(404, f"no open session {session!r} (a session opens with its first call)")
+
+
+# /finish: check the body, set the reward, wait (at most --finish-wait) for the session's calls
+# in flight or being recorded, then end the episode through ProxyState.end_session: aborted when
+# calls are still in flight (each one answered later is stored as a continuation part).
 async def finish(request: Request, session: str) -> JSONResponse:
     st: ProxyState = request.app.state.proxy
+    if st.closing:
+        return openai_error(503, SHUTTING_DOWN + "; this episode among them", "proxy_shutting_down")
     body = await read_json_object(request, st.max_request_bytes)
     if body is None:
         return openai_error(400, "body must be a JSON object (strict JSON: no NaN or Infinity, which the store "
@@ -55,26 +73,38 @@ async def finish(request: Request, session: str) -> JSONResponse:
                                  f"{', '.join(sorted(RESERVED_METADATA_KEYS))})")
     s = st.recorder.sessions.get(session)
     if s is None:
-        return openai_error(404, f"no open session {session!r} (a session opens with its first call)")
-    if "reward" in body:
-        r = body["reward"]
-        if r is not None and (not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r)):
-            return openai_error(400, f"reward must be a finite number or null, got {r!r}")
-        st.recorder.set_reward(s, None if r is None else float(r), body.get("reward_raw"))
-    await s.wait_idle(60.0)  # a call still streaming its last bytes, or being recorded, comes first
+        return _no_session(st, session)
     prompt_id = body.get("prompt_id")
     if prompt_id is not None and not isinstance(prompt_id, str):
         return openai_error(400, "prompt_id must be a string")
     group_id = body.get("group_id")
     if group_id is not None and not isinstance(group_id, str):
         return openai_error(400, "group_id must be a string (a GRPO group: rollouts of one prompt)")
+    if "reward" in body:
+        r = body["reward"]
+        if r is not None and (not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r)):
+            return openai_error(400, f"reward must be a finite number or null, got {r!r}")
+        st.recorder.set_reward(s, None if r is None else float(r), body.get("reward_raw"))
+    # a call still waiting for the upstream, streaming its last bytes or being recorded comes first
+    idle = await s.wait_idle(st.cfg.finish_wait_s)
+    if st.closing:
+        return openai_error(503, SHUTTING_DOWN + "; this episode among them", "proxy_shutting_down")
+    if st.recorder.sessions.get(session) is not s:
+        return openai_error(409, f"session {session!r} ended while /finish waited for its calls")
     if group_id is not None:
         s.group_id = group_id
+    in_flight = 0 if idle else s.in_flight
     try:
-        trajs, final = await st.end_session(session, status, metadata=meta, prompt_id=prompt_id)
+        if in_flight:
+            trajs, final = await st.end_session(
+                session, "aborted", reason=f"finish while {in_flight} call(s) in flight", metadata=meta,
+                prompt_id=prompt_id, requested_status=status, notes={"calls_in_flight": in_flight}, late=True)
+        else:
+            trajs, final = await st.end_session(session, status, metadata=meta, prompt_id=prompt_id)
     except TrajstoreError as e:
         return openai_error(500, f"could not write the trajectories: {e}", "store_error")
-    return JSONResponse({"session": session, "status": final,
+    return JSONResponse({"session": session, "status": final, "calls_in_flight": in_flight,
+                         "evicted_parts": list(s.evicted_ids),
                          "trajectories": [t.trajectory_id for t in trajs],
                          "policy_versions": [sp.policy_version for t in trajs for sp in t.spans
                                              if sp.kind == "action"],

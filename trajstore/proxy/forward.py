@@ -17,6 +17,7 @@ from trajstore.proxy.auth import upstream_auth_headers
 from trajstore.proxy.httpio import openai_error
 from trajstore.proxy.jsonio import fast_dumps, fast_loads
 from trajstore.proxy.recorder import Session
+from trajstore.proxy.shutdown import InFlightCall, cut_message
 from trajstore.proxy.state import ProxyState
 from trajstore.proxy.sync import Ticket
 from trajstore.proxy.upstream import Augmented, StreamAccumulator, augment, strip_response, synthesize_stream
@@ -43,7 +44,8 @@ def _observation_of(body: dict[str, Any], chat: bool) -> tuple[str | None, str |
 async def forward(st: ProxyState, request: Request, s: Session, body: dict[str, Any], *, chat: bool,
                   ephemeral: bool) -> Response:
     """Send one checked call of session `s` upstream and answer the client; the session's call
-    counts as in flight from here until it is answered and recorded (or failed).
+    counts as in flight from here until it is answered and recorded (or failed). A shutdown may
+    cut it while it waits for the upstream: the client then gets a 503 from the proxy.
 
     Args:
         request: the client's request (its Authorization header may go upstream).
@@ -52,7 +54,7 @@ async def forward(st: ProxyState, request: Request, s: Session, body: dict[str, 
         ephemeral: a call without a session, its own episode: it ends (durably written) before
             the answer goes out.
     """
-    s.begin()
+    call = st.start_call(s)
     aug = augment(body, chat=chat, engine=st.cfg.engine)
     path = "/v1/chat/completions" if chat else "/v1/completions"
     headers = upstream_auth_headers(st, request)
@@ -60,16 +62,27 @@ async def forward(st: ProxyState, request: Request, s: Session, body: dict[str, 
     stack = contextlib.AsyncExitStack()
     handed_over = recording = False
     try:
-        ticket = await stack.enter_async_context(st.versioning.call())
-        if aug.stream_upstream:
-            req = st.client.build_request("POST", path, content=fast_dumps(aug.body),
-                                          headers={**headers, **_JSON_HEADERS})
-            try:
+        call.waiting = True
+        try:
+            ticket = await stack.enter_async_context(st.versioning.call())
+            if aug.stream_upstream:
+                req = st.client.build_request("POST", path, content=fast_dumps(aug.body),
+                                              headers={**headers, **_JSON_HEADERS})
                 upstream = await st.client.send(req, stream=True)
-            except httpx.TimeoutException:
-                return _upstream_failed(st, s, 504, "upstream timed out")
-            except httpx.HTTPError as e:
-                return _upstream_failed(st, s, 502, f"upstream unreachable: {type(e).__name__}")
+            else:
+                r = await st.client.post(path, content=fast_dumps(aug.body), headers={**headers, **_JSON_HEADERS})
+        except asyncio.CancelledError:
+            if not call.cut:
+                raise
+            _uncancel()
+            return _cut(st, s)
+        except httpx.TimeoutException:
+            return _upstream_failed(st, s, 504, "upstream timed out")
+        except httpx.HTTPError as e:
+            return _upstream_failed(st, s, 502, f"upstream unreachable: {type(e).__name__}")
+        finally:
+            call.waiting = False
+        if aug.stream_upstream:
             if upstream.status_code != 200:
                 content = await upstream.aread()
                 await upstream.aclose()
@@ -78,14 +91,8 @@ async def forward(st: ProxyState, request: Request, s: Session, body: dict[str, 
                 return Response(content, status_code=upstream.status_code, media_type="application/json")
             stack.push_async_callback(upstream.aclose)
             handed_over = True
-            return StreamingResponse(_relay(st, s, upstream, stack, aug, body, chat, ticket, obs, ephemeral),
+            return StreamingResponse(_relay(st, call, upstream, stack, aug, body, chat, ticket, obs, ephemeral),
                                      media_type="text/event-stream")
-        try:
-            r = await st.client.post(path, content=fast_dumps(aug.body), headers={**headers, **_JSON_HEADERS})
-        except httpx.TimeoutException:
-            return _upstream_failed(st, s, 504, "upstream timed out")
-        except httpx.HTTPError as e:
-            return _upstream_failed(st, s, 502, f"upstream unreachable: {type(e).__name__}")
         if r.status_code != 200:
             s.mark("failed", f"upstream HTTP {r.status_code}")
             st.count_error(f"upstream_{r.status_code}")
@@ -96,7 +103,7 @@ async def forward(st: ProxyState, request: Request, s: Session, body: dict[str, 
             seen["choices"] = [dict(ch) if isinstance(ch, dict) else ch for ch in data["choices"]]
         strip_response(seen, aug, chat=chat)
         await stack.aclose()
-        task = st.record_later(s, data, body, chat, ticket, obs, ephemeral)
+        task = st.record_later(call, data, body, chat, ticket, obs, ephemeral)
         recording = True
         if ephemeral:
             await task
@@ -113,9 +120,21 @@ async def forward(st: ProxyState, request: Request, s: Session, body: dict[str, 
         if not handed_over:
             await stack.aclose()
             if not recording:
-                s.end()
+                call.end()
                 if ephemeral:
                     await st.end_session(s.key, "completed")
+
+
+def _uncancel() -> None:
+    """The cancellation that cut this call was handled: the request's task goes on to answer."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+
+
+def _cut(st: ProxyState, s: Session) -> JSONResponse:
+    s.mark("aborted", "call cut at the shutdown deadline")
+    return openai_error(503, cut_message(st.cfg.shutdown_grace_s), "proxy_shutting_down")
 
 
 def _upstream_failed(st: ProxyState, s: Session, status: int, message: str) -> JSONResponse:
@@ -123,12 +142,14 @@ def _upstream_failed(st: ProxyState, s: Session, status: int, message: str) -> J
     st.count_error("upstream_timeout" if status == 504 else "upstream_unreachable")
     return openai_error(status, message, "upstream_error")
 
-async def _relay(st: ProxyState, s: Session, upstream: httpx.Response, stack: contextlib.AsyncExitStack,
+async def _relay(st: ProxyState, call: InFlightCall, upstream: httpx.Response, stack: contextlib.AsyncExitStack,
                  aug: Augmented, body: dict[str, Any], chat: bool, ticket: Ticket,
                  obs: tuple[str | None, str | None], ephemeral: bool) -> AsyncIterator[bytes]:
     """Relay the upstream's SSE stream: every event read in one network read goes out in one
     write (one send per token would double the proxy's system calls), stripped of what the
-    proxy added; the call is recorded once the stream is complete."""
+    proxy added; the call is recorded once the stream is complete. A shutdown that cuts the
+    call stops the reading and ends the client's stream with an error event."""
+    s = call.session
     acc = StreamAccumulator(chat)
     recorded = failed = False
     strip = aug.added_token_ids or aug.added_logprobs  # else the client asked for all of it: relay as is
@@ -184,7 +205,7 @@ async def _relay(st: ProxyState, s: Session, upstream: httpx.Response, stack: co
             *lines, buf = (buf + part).split(b"\n")
             out, done = events(lines)
             if done and not failed and not recorded and acc.finish_reason is not None:
-                task = st.record_later(s, acc.response(), body, chat, ticket, obs, ephemeral)
+                task = st.record_later(call, acc.response(), body, chat, ticket, obs, ephemeral)
                 recorded = True
                 if ephemeral:  # durable before the client sees [DONE]
                     await task
@@ -196,7 +217,7 @@ async def _relay(st: ProxyState, s: Session, upstream: httpx.Response, stack: co
                 await queue.put(out)
         if not recorded and not failed:
             if acc.finish_reason is not None:
-                task = st.record_later(s, acc.response(), body, chat, ticket, obs, ephemeral)
+                task = st.record_later(call, acc.response(), body, chat, ticket, obs, ephemeral)
                 recorded = True
                 if ephemeral:
                     await task
@@ -206,6 +227,7 @@ async def _relay(st: ProxyState, s: Session, upstream: httpx.Response, stack: co
     queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=64)  # bounded: a slow client slows the reads
     reader = asyncio.create_task(pump(queue))
     reader.add_done_callback(lambda _: queue.put_nowait(None) if not queue.full() else None)
+    call.stop_relay = reader.cancel
     try:
         while True:
             item = await queue.get()
@@ -218,7 +240,17 @@ async def _relay(st: ProxyState, s: Session, upstream: httpx.Response, stack: co
                 yield b"".join(parts)
             if item is None or (reader.done() and queue.empty()):
                 break
-        await reader  # re-raises what broke the reading (httpx.HTTPError below)
+        if call.cut and reader.cancelled():
+            s.mark("aborted", "call cut at the shutdown deadline")
+            if not recorded and acc.token_ids and acc.prompt_token_ids is not None:
+                acc.finish_reason = "abort"  # what the client got before the cut is stored, as vLLM names it
+                st.record_later(call, acc.response(), body, chat, ticket, obs, ephemeral)
+                recorded = True
+            err = {"error": {"message": cut_message(st.cfg.shutdown_grace_s, partial=recorded),
+                             "type": "proxy_shutting_down", "code": 503}}
+            yield b"data: " + fast_dumps(err) + b"\n\n"
+        else:
+            await reader  # re-raises what broke the reading (httpx.HTTPError below)
     except httpx.HTTPError as e:
         s.mark("failed", f"upstream stream broke: {type(e).__name__}")
         st.count_error("upstream_stream_broken")
@@ -230,12 +262,13 @@ async def _relay(st: ProxyState, s: Session, upstream: httpx.Response, stack: co
             st.count_error("client_disconnect")
         raise
     finally:
+        call.stop_relay = None
         if not reader.done():  # the client went away: stop reading before the upstream is closed
             reader.cancel()
         with contextlib.suppress(BaseException):
             await reader
         await stack.aclose()
         if not recorded:  # else the recording task ends the call
-            s.end()
+            call.end()
             if ephemeral:
                 await st.end_session(s.key, "completed")

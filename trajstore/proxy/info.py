@@ -18,7 +18,7 @@ from trajstore.proxy.state import ProxyState
 
 async def health(request: Request) -> dict[str, Any]:
     st: ProxyState = request.app.state.proxy
-    return {"status": "ok", "policy_version": st.versioning.version}
+    return {"status": "shutting down" if st.closing else "ok", "policy_version": st.versioning.version}
 
 
 async def stats(request: Request) -> dict[str, Any]:
@@ -27,8 +27,9 @@ async def stats(request: Request) -> dict[str, Any]:
     out: dict[str, Any] = {
         **dict(r.stats), "open_sessions": len(r.sessions), "errors": dict(st.errors),
         "calls_by_version": {str(k): v for k, v in sorted(r.calls_by_version.items())},
-        "policy_version": st.versioning.version, "reload_epoch": st.versioning.epoch,
-        "uptime_s": round(time.time() - st.started, 1)}
+        "policy_version": st.versioning.version, "policy_version_source": st.versioning.source,
+        "reload_epoch": st.versioning.epoch,
+        "uptime_s": round(time.time() - st.started, 1), "shutting_down": st.closing, "calls_in_flight": len(st.calls)}
     if st.sync is not None:
         out["weight_loads"] = [{"version": v, "seconds": round(s, 3)} for v, s in st.sync.loads]
         out["weight_load_failures"] = st.sync.failures

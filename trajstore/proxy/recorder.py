@@ -14,14 +14,31 @@ An episode split into several trajectories is linked as ingest links one
 ``episode = {"id", "part", "parts", "change"}`` (``part`` counts from 1; ``change`` is None
 for the first part and ``engine-prompt`` for the others, ingest's name for a new engine prompt
 after an action: the proxy sees the ids the server got, not why the harness changed them).
+
+An episode may also be written in installments while it goes on: at an idle eviction, at a
+``/finish`` that came while calls were still in flight, at the proxy's shutdown flush. The parts
+written so far are immutable (the store keeps the first copy of an id), so the calls recorded
+after an installment start a new part with a new id, the earlier context as its prompt, and
+``change`` naming why (:data:`AFTER_IDLE_EVICTION`, :data:`AFTER_FINISH`,
+:data:`AFTER_SHUTDOWN_FLUSH`). ``parts`` is the count known when a part was written; an
+installment that may be continued carries ``episode`` even when it is a single part.
 ``group_id`` keeps its meaning, a GRPO group of rollouts of one prompt, and is set only when the
 client names one (``X-Group-Id`` header on the session's first call, or ``group_id`` in
 ``/finish``): parts of one episode in one group would cancel each other's advantage.
+
+A reply cut by ``max_tokens`` (finish reason ``length``) is stored as the ids the engine sampled,
+without an end-of-turn token; the chat template appends its end-of-turn token after the cut
+content, so the next prompt extends the stored tokens and that token opens the observation. A
+template that renders the cut content with other ids (one that trims it, or a cut word that the
+server re-tokenizes differently) puts the mismatch inside the last action's ids: a new part,
+as for any prompt that does not extend, counted apart (``context_breaks_after_length``) since
+nothing in the harness changed the context.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 import uuid
@@ -35,8 +52,17 @@ from trajstore.models import Trajectory
 from trajstore.proxy.upstream import CallResult
 from trajstore.writer import StoreWriter
 
+log = logging.getLogger("trajstore.proxy")
+
 PROXY_SOURCE = "trajstore/proxy"
 """The ``source`` column of trajectories the proxy writes."""
+
+AFTER_IDLE_EVICTION = "after-idle-eviction"
+"""``episode.change`` of the part a call opens after its episode was written as aborted for idling."""
+AFTER_FINISH = "after-finish"
+"""``episode.change`` of the part holding calls answered after ``/finish`` stopped waiting for them."""
+AFTER_SHUTDOWN_FLUSH = "after-shutdown-flush"
+"""``episode.change`` of the part holding calls answered after the proxy's shutdown flush."""
 
 _SAFE_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:=+-]{0,127}$")
 
@@ -67,6 +93,24 @@ class VersionedSlice:
 
 
 @dataclass
+class Evicted:
+    """An episode written as aborted after idling, kept so that a later call under its key
+    continues it (:meth:`Recorder.open`) instead of starting an unlinked one."""
+
+    episode: str
+    parts_written: int
+    trajectory_ids: list[str]
+    """Its trajectories written at idle evictions (this one and any before)."""
+    prompt_id: str | None
+    group_id: str | None
+    metadata: dict[str, Any]
+    calls: int
+    context_breaks: int
+    reward: float | None
+    reward_raw: Any
+
+
+@dataclass
 class Session:
     """One episode in progress (see the module docstring)."""
 
@@ -83,6 +127,12 @@ class Session:
     calls: int = 0
     in_flight: int = 0
     context_breaks: int = 0
+    context_breaks_after_length: int = 0
+    """Of the context breaks, those inside the last action's ids right after a ``length`` finish."""
+    last_action_start: int = 0
+    """Where the last call's sampled ids begin in :attr:`tokens`."""
+    last_finish: str | None = None
+    """The last recorded call's finish reason."""
     errors: list[str] = field(default_factory=list)
     taint: str | None = None
     reward: float | None = None
@@ -102,12 +152,34 @@ class Session:
         self._idle.clear()
         self.last_active = time.monotonic()
 
+    parts_written: int = 0
+    """Parts of this episode already in the store (earlier installments)."""
+    part_changes: list[str | None] = field(default_factory=list)
+    """``episode.change`` of each part in :attr:`done` and :attr:`current`."""
+    resume_change: str | None = None
+    """``episode.change`` of the next part after an installment."""
+    pending_calls: int = 0
+    """Calls recorded since the last installment (in :attr:`done` and :attr:`current`)."""
+    evicted_ids: list[str] = field(default_factory=list)
+    """Trajectories of this episode written as aborted at idle evictions."""
+    late: bool = False
+    """``/finish`` ended the episode while calls were in flight: each one answered is a late call."""
+    requested_status: str | None = None
+    """The status the client asked for when that ``/finish`` ended it (late parts keep it)."""
+    cut_calls: int = 0
+    """Calls of this episode the shutdown cut at its deadline."""
+    on_idle: Callable[[], None] | None = None
+    """Called once when the last call in flight ends (the late calls' part is then written)."""
+
     def end(self) -> None:
         """A call is answered and recorded (or failed)."""
         self.in_flight = max(0, self.in_flight - 1)
         self.last_active = time.monotonic()
         if self.in_flight == 0:
             self._idle.set()
+            if self.on_idle is not None:
+                cb, self.on_idle = self.on_idle, None
+                cb()
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no call is in flight or being recorded; False after `timeout_s`."""
@@ -127,6 +199,7 @@ class Session:
 
     @property
     def num_trajectories(self) -> int:
+        """Trajectories recorded since the last installment (not yet written)."""
         return len(self.done) + (self.current is not None)
 
     def mark(self, taint: str, error: str) -> None:
@@ -138,9 +211,15 @@ class Session:
 
 
 RESERVED_METADATA_KEYS: frozenset[str] = frozenset({
-    "session", "episode", "calls", "context_breaks", "requested_status", "end_reason", "errors",
-    "mixed_version_calls"})
+    "session", "episode", "calls", "context_breaks", "context_breaks_after_length", "requested_status", "end_reason",
+    "errors", "mixed_version_calls", "calls_in_flight", "calls_cut_at_shutdown"})
 """Metadata keys the proxy writes on each trajectory; a client's ``/finish`` metadata may not use them."""
+
+
+STAT_COUNTERS: tuple[str, ...] = ("sessions", "calls_recorded", "trajectories_written", "context_breaks",
+                                   "context_breaks_after_length", "mixed_version_calls", "sessions_evicted",
+                                   "late_calls", "calls_after_shutdown_flush", "calls_cut_at_shutdown")
+"""Counters of ``/proxy/stats`` that are listed from the start, zeros included."""
 
 
 class Recorder:
@@ -161,7 +240,8 @@ class Recorder:
         self.run_metadata = dict(run_metadata)
         self.on_written = on_written
         self.sessions: dict[str, Session] = {}
-        self.stats: Counter[str] = Counter()
+        self.stats: Counter[str] = Counter({k: 0 for k in STAT_COUNTERS})
+        self._length_break_logged = False
         self.calls_by_version: Counter[int] = Counter()
         self._flush_lock = asyncio.Lock()
         self._written_gen = 0
@@ -170,14 +250,23 @@ class Recorder:
     # -- sessions -------------------------------------------------------------------------------
 
     def open(self, key: str, *, prompt_id: str | None, group_id: str | None = None,
-             metadata: dict[str, Any] | None = None) -> Session:
-        """The open session `key`, or a new episode for it (`group_id`: a GRPO group the client named)."""
+             metadata: dict[str, Any] | None = None, evicted: Evicted | None = None) -> Session:
+        """The open session `key`, or a new episode for it (`group_id`: a GRPO group the client
+        named), or the continuation of the `evicted` episode: same episode id, next part number."""
         s = self.sessions.get(key)
         if s is None:
-            s = Session(key=key, episode=uuid.uuid4().hex[:12], prompt_id=prompt_id, tokenizer=self.tokenizer,
-                        extra_metadata=dict(metadata or {}), group_id=group_id)
+            if evicted is None:
+                s = Session(key=key, episode=uuid.uuid4().hex[:12], prompt_id=prompt_id, tokenizer=self.tokenizer,
+                            extra_metadata=dict(metadata or {}), group_id=group_id)
+                self.stats["sessions"] += 1
+            else:
+                s = Session(key=key, episode=evicted.episode, prompt_id=evicted.prompt_id or prompt_id,
+                            tokenizer=self.tokenizer, extra_metadata={**evicted.metadata, **(metadata or {})},
+                            group_id=evicted.group_id or group_id, parts_written=evicted.parts_written,
+                            resume_change=AFTER_IDLE_EVICTION, evicted_ids=list(evicted.trajectory_ids),
+                            calls=evicted.calls, context_breaks=evicted.context_breaks,
+                            reward=evicted.reward, reward_raw=evicted.reward_raw)
             self.sessions[key] = s
-            self.stats["sessions"] += 1
         return s
 
     def record(self, s: Session, call: CallResult, slices: Sequence[VersionedSlice], *, observation_role: str,
@@ -195,15 +284,21 @@ class Recorder:
                                "cannot be cut from the ids it saw (vLLM: return_token_ids; see the README)")
         prompt = a.prompt_token_ids.tolist()
         n = len(s.tokens)
+        change = s.resume_change if s.parts_written else None  # a new part after an installment, or the first
         if s.current is not None and (len(prompt) < n or prompt[:n] != s.tokens):
             s.done.append(s.current)
             s.current = None
+            change = "engine-prompt"
             s.context_breaks += 1
             self.stats["context_breaks"] += 1
+            at = next((i for i, (x, y) in enumerate(zip(prompt, s.tokens)) if x != y), min(len(prompt), n))
+            if s.last_finish == "length" and at >= s.last_action_start:
+                self._count_length_break(s, at, prompt)
         if s.current is None:
             s.current = TrajectoryBuilder(
-                trajectory_id=f"{s.episode_id}.{s.num_trajectories}", prompt_id=s.prompt_id, group_id=s.group_id,
-                source=PROXY_SOURCE, model=call.model, tokenizer=s.tokenizer or call.model)
+                trajectory_id=f"{s.episode_id}.{s.parts_written + len(s.done)}", prompt_id=s.prompt_id,
+                group_id=s.group_id, source=PROXY_SOURCE, model=call.model, tokenizer=s.tokenizer or call.model)
+            s.part_changes.append(change)
             s.current.add_prompt(prompt, role="user")
         elif len(prompt) > n:
             s.current.add_observation(prompt[n:], role=observation_role, cause_id=observation_cause)
@@ -215,7 +310,7 @@ class Recorder:
             if sl.flagged is not None:
                 lo, newest = sl.flagged
                 s.mixed_calls.append({"call_id": a.call_id, "min_version": lo, "max_version": newest,
-                                      "part": s.num_trajectories})
+                                      "part": s.parts_written + s.num_trajectories})
                 self.stats["mixed_version_calls"] += 1
             else:
                 self.calls_by_version[sl.version] += 1
@@ -223,27 +318,62 @@ class Recorder:
                                  policy_version=sl.version, policy_version_max=newest, finish_reason=a.finish_reason,
                                  sampling=a.sampling, call_id=a.call_id, tool_call_ids=a.tool_call_ids or None)
         s.tokens = prompt + ids.tolist()
+        s.last_action_start, s.last_finish = len(prompt), a.finish_reason
         s.calls += 1
+        s.pending_calls += 1
         self.stats["calls_recorded"] += 1
+
+    def _count_length_break(self, s: Session, at: int, prompt: list[int]) -> None:
+        """A prompt after a ``length`` finish that differs inside the cut reply's own ids."""
+        s.context_breaks_after_length += 1
+        self.stats["context_breaks_after_length"] += 1
+        if self._length_break_logged:
+            return
+        self._length_break_logged = True
+        k = at - s.last_action_start
+        log.warning("session %s: the prompt after a reply cut by max_tokens (finish_reason length) renders that "
+                    "reply with other ids from its token %d on (sampled %s, prompt %s): the chat template trims "
+                    "or re-tokenizes cut content; a new trajectory of the episode starts (counted in "
+                    "context_breaks_after_length; logged once)", s.key, k, s.tokens[at:at + 4], prompt[at:at + 4])
 
     def set_reward(self, s: Session, reward: float | None, raw: Any = None) -> None:
         s.reward, s.reward_raw = reward, raw
 
-    def close(self, key: str, status: str, *, reason: str | None = None,
-              metadata: dict[str, Any] | None = None) -> tuple[list[Trajectory], str]:
-        """End the episode `key`; return its trajectories (not yet persisted) and final status.
-
-        `status` is what the harness asked for; a session that saw an upstream error ends
-        ``failed`` and one whose client went away mid-call ends ``aborted`` instead of
-        ``completed`` / ``truncated`` (the requested status stays in the metadata).
-        """
+    def close(self, key: str, status: str, *, reason: str | None = None, metadata: dict[str, Any] | None = None,
+              requested_status: str | None = None, notes: dict[str, Any] | None = None,
+              provisional: bool = False, resume_change: str | None = None) -> tuple[list[Trajectory], str]:
+        """End the episode `key`: :meth:`take` its last installment and forget the session (calls
+        still in flight may be recorded into it later: `resume_change` names their part)."""
         s = self.sessions.pop(key)
+        out, final = self.take(s, status, reason=reason, metadata=metadata, requested_status=requested_status,
+                               notes=notes, provisional=provisional, resume_change=resume_change)
+        self.stats[f"episodes_{final}"] += 1
+        return out, final
+
+    def take(self, s: Session, status: str, *, reason: str | None = None, metadata: dict[str, Any] | None = None,
+             requested_status: str | None = None, notes: dict[str, Any] | None = None, provisional: bool = False,
+             resume_change: str | None = None) -> tuple[list[Trajectory], str]:
+        """One installment of session `s`: the trajectories recorded since the last one (not yet
+        persisted) and their final status; the session goes on, its next call opening a new part
+        whose ``episode.change`` is `resume_change`.
+
+        `status` is what the harness asked for (or `requested_status`, kept in the metadata); a
+        session that saw an upstream error ends ``failed`` and one whose client went away mid-call
+        ends ``aborted`` instead of ``completed`` / ``truncated``.
+
+        Args:
+            notes: the proxy's own metadata (reserved keys) for these parts.
+            provisional: more parts may follow: ``episode`` is written even on a single part.
+        """
         final = status
         if s.taint is not None and status in ("completed", "truncated"):
             final = s.taint
         builders = [*s.done, *([s.current] if s.current is not None else [])]
+        parts = s.parts_written + len(builders)
+        linked = parts > 1 or provisional
         out = []
         for i, b in enumerate(builders):
+            part = s.parts_written + i + 1
             b.set_reward(s.reward, raw=s.reward_raw)
             t = b.finish(final)
             t.prompt_id = s.prompt_id
@@ -251,15 +381,21 @@ class Recorder:
             t.metadata.update({
                 **self.run_metadata, **s.extra_metadata, **(metadata or {}),
                 "session": s.key,
-                **({"episode": {"id": s.episode_id, "part": i + 1, "parts": len(builders),
-                                "change": None if i == 0 else "engine-prompt"}} if len(builders) > 1 else {}),
-                "calls": s.calls, "context_breaks": s.context_breaks, "requested_status": status,
+                **({"episode": {"id": s.episode_id, "part": part, "parts": parts,
+                                "change": s.part_changes[i]}} if linked else {}),
+                "calls": s.calls, "context_breaks": s.context_breaks,
+                **({"context_breaks_after_length": s.context_breaks_after_length}
+                   if s.context_breaks_after_length else {}),
+                "requested_status": requested_status or status,
                 **({"end_reason": reason} if reason else {}), **({"errors": s.errors[:20]} if s.errors else {}),
-                **({"mixed_version_calls": [m for m in s.mixed_calls if m["part"] == i + 1]}
+                **({"mixed_version_calls": [m for m in s.mixed_calls if m["part"] == part]}
                    if s.mixed_calls else {}),
+                **(notes or {}),
             })
             out.append(t)
-        self.stats[f"episodes_{final}"] += 1
+        s.parts_written = parts
+        s.done, s.current, s.part_changes, s.pending_calls = [], None, [], 0
+        s.resume_change = resume_change
         return out, final
 
     def idle(self, timeout_s: float) -> list[str]:

@@ -2,10 +2,12 @@
 
 :class:`StalenessGate` is AReaL's bounded staleness (Fu et al. 2025, "AReaL: A Large-Scale
 Asynchronous Reinforcement Learning System for Language Reasoning", section 5.1, eta): a new
-episode may start only while the trajectories that are running or finished but not yet
-consumed by the trainer number fewer than ``(max_staleness + 1) * batch_size``. Consumption is
-read from the run's ``runs/<run>/consumed`` records in the store, so the count is right after a
-proxy or trainer restart.
+episode may start only while the episodes that are running or finished but not yet consumed by
+the trainer number fewer than ``(max_staleness + 1) * batch_size``. The unit is the episode: one
+whose prompts stopped extending is stored as several trajectories (parts, linked by metadata
+``episode.id``) and still counts once, running or unconsumed (unconsumed while any of its parts
+is). Consumption is read from the run's ``runs/<run>/consumed`` records in the store, so the
+count is right after a proxy or trainer restart.
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ from trajstore.store import RUN_CONSUMED_DIR, RUNS_DIR, TRAJECTORIES_DIR, Store
 COUNTED_STATUSES: tuple[str, ...] = ("completed", "truncated")
 """Statuses of trajectories the staleness gate expects the trainer to consume (train proxy
 data with ``--where "status IN ('completed', 'truncated')"``)."""
+
+
+def episode_key(trajectory_id: str, metadata: dict[str, Any] | None) -> str:
+    """The episode a stored trajectory belongs to: metadata ``episode.id`` for a part of a split
+    episode, else the trajectory itself (an episode of one trajectory)."""
+    ep = (metadata or {}).get("episode")
+    eid = ep.get("id") if isinstance(ep, dict) else None
+    return eid if isinstance(eid, str) and eid else trajectory_id
 
 
 class StalenessOverflow(TrajstoreError):
@@ -52,7 +62,8 @@ class StalenessGate:
         self.hold_timeout_s = hold_timeout_s
         self.poll_s = poll_s
         self.running = 0
-        self.written: set[str] = set()
+        self.written: dict[str, set[str]] = {}
+        """Episode key (:func:`episode_key`) -> ids of its stored trajectories the trainer will consume."""
         self.consumed: set[str] = set()
         self._shards: dict[str, frozenset[str]] = {}
         self._last_refresh = 0.0
@@ -64,11 +75,13 @@ class StalenessGate:
 
     @property
     def unconsumed(self) -> int:
-        return len(self.written - self.consumed)
+        """Written episodes with at least one part the trainer has not consumed yet."""
+        consumed = self.consumed
+        return sum(1 for ids in self.written.values() if not ids <= consumed)
 
     @property
     def load(self) -> int:
-        """Running episodes plus finished, not yet consumed trajectories."""
+        """Running episodes plus finished, not yet consumed episodes."""
         return self.running + self.unconsumed
 
     def _refresh(self) -> None:
@@ -96,19 +109,20 @@ class StalenessGate:
             if src != PROXY_SOURCE or status not in COUNTED_STATUSES:
                 continue
             try:
-                run = json.loads(meta or "{}").get("run_id")
+                m = json.loads(meta or "{}")
             except ValueError:
                 continue
-            if run == self.run_id:
-                self.written.add(tid)
+            if isinstance(m, dict) and m.get("run_id") == self.run_id:
+                self.written.setdefault(episode_key(tid, m), set()).add(tid)
         self._refresh()
 
     def on_written(self, trajectory: Any) -> None:
         if trajectory.status in COUNTED_STATUSES:
-            self.written.add(trajectory.trajectory_id)
+            key = episode_key(trajectory.trajectory_id, trajectory.metadata)
+            self.written.setdefault(key, set()).add(trajectory.trajectory_id)
 
-    async def admit(self, n: int = 1) -> None:
-        """Wait until `n` more running trajectories fit; then count them as running.
+    async def admit(self) -> None:
+        """Wait until one more running episode fits; then count it as running.
 
         Raises:
             StalenessOverflow: no room within ``hold_timeout_s``, or the proxy began to shut down
@@ -117,8 +131,8 @@ class StalenessGate:
         deadline = time.monotonic() + self.hold_timeout_s
         waited = False
         while True:
-            if self.load + n <= self.capacity:
-                self.running += n
+            if self.load + 1 <= self.capacity:
+                self.running += 1
                 return
             if self.closing:
                 self.refused += 1
@@ -131,13 +145,13 @@ class StalenessGate:
                 self.refused += 1
                 raise StalenessOverflow(
                     f"max staleness: {self.running} running + {self.unconsumed} finished but unconsumed "
-                    f"trajectories of run {self.run_id!r} fill the bound of {self.capacity} "
+                    f"episodes of run {self.run_id!r} fill the bound of {self.capacity} "
                     f"(= (max_staleness + 1) x batch size); the trainer is not consuming")
             if time.monotonic() - self._last_refresh >= self.poll_s:
                 await asyncio.to_thread(self._refresh)
                 continue
             await asyncio.sleep(self.poll_s / 4)
 
-    def release(self, n: int = 1) -> None:
-        """`n` running trajectories ended (written or dropped)."""
-        self.running = max(0, self.running - n)
+    def release(self) -> None:
+        """A running episode ended (written, however many trajectories it was stored as, or dropped)."""
+        self.running = max(0, self.running - 1)

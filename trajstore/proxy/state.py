@@ -1,6 +1,7 @@
 """The state of one ``traj proxy`` server (:class:`ProxyState`, at ``app.state.proxy``): open
-sessions and their recording, error counters, the staleness gate, weight sync, the upstream
-client, and the episode lifecycle: idle eviction, ``end_session`` and shutdown."""
+sessions and their recording, the calls in flight, error counters, the staleness gate, weight
+sync, the upstream client, and the episode lifecycle: idle eviction (continued by a later call),
+``end_session`` (with late calls after ``/finish``) and shutdown (:mod:`~trajstore.proxy.shutdown`)."""
 
 from __future__ import annotations
 
@@ -10,30 +11,38 @@ import json
 import logging
 import os
 import time
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import httpx
 
 from trajstore.errors import AdapterError, TrajstoreError
 from trajstore.proxy.config import ProxyConfig
-from trajstore.proxy.recorder import Recorder, Session
+from trajstore.proxy.recorder import AFTER_FINISH, Evicted, Recorder, Session
+from trajstore.proxy.shutdown import InFlightCall, drain
 from trajstore.proxy.staleness import StalenessGate
-from trajstore.proxy.sync import Ticket, Versioning, WeightSync
-from trajstore.proxy.upstream import read_call
+from trajstore.proxy.sync import ModelPathWatch, Ticket, Versioning, WeightSync
+from trajstore.proxy.upstream import parse_version, read_call
 from trajstore.proxy.version_labels import label_versions
 from trajstore.store import RUN_CONFIG_FILE, RUNS_DIR, open_store
 from trajstore.writer import StoreWriter
 
 log = logging.getLogger("trajstore.proxy")
 
+EVICTED_KEYS_MAX = 10_000
+"""Session keys of idle-evicted episodes remembered for a later call to continue (oldest dropped)."""
+
 
 class ProxyState:
     """Everything the routes share; built in the app's lifespan, read by the routes from
     ``request.app.state.proxy``.
 
-    Sessions (open episodes) live in ``recorder.sessions``; ``errors`` counts failures by kind;
-    ``gate`` is the staleness gate (None without ``--max-staleness``), ``sync`` the weight sync
-    (None without ``--follow-run``); ``recordings`` are answered calls still being recorded.
+    Sessions (open episodes) live in ``recorder.sessions``; ``calls`` are the model calls in
+    flight (until recorded); ``errors`` counts failures by kind; ``gate`` is the staleness gate
+    (None without ``--max-staleness``), ``sync`` the weight sync (None without ``--follow-run``);
+    ``recordings`` are answered calls still being recorded; ``evicted`` the recently idle-evicted
+    episodes by session key; ``closing`` is set once a shutdown began (no new calls).
     """
 
     def __init__(self, cfg: ProxyConfig):
@@ -64,11 +73,22 @@ class ProxyState:
                                    headers=self.upstream_headers, poll_s=cfg.poll_s,
                                    drain_timeout_s=cfg.drain_timeout_s, cache_dir=cfg.weights_cache,
                                    extra_body={"mode": "retract"} if cfg.reload_mode == "tag" and cfg.engine == "vllm"
-                                   else None)
+                                   else None, engine=cfg.engine)
+        self.model_path = None if self.sync else ModelPathWatch(self.client, self.versioning,
+                                                                headers=self.upstream_headers, poll_s=cfg.poll_s)
+        self._version_warned = False
         self.tasks: list[asyncio.Task[Any]] = []
         self.recordings: set[asyncio.Task[None]] = set()  # calls answered, being recorded
+        self.calls: set[InFlightCall] = set()
+        self.evicted: OrderedDict[str, Evicted] = OrderedDict()
         self.started = time.time()
         self.errors: dict[str, int] = {}
+        self.closing = False
+        self.flushed = False
+        """The shutdown flush is written: calls recorded from now on are counted as after it."""
+        self._shutdown: asyncio.Task[None] | None = None
+        self._cut_now = asyncio.Event()
+        self._background: set[asyncio.Task[Any]] = set()
 
     def _run_batch_size(self) -> int:
         try:
@@ -91,51 +111,119 @@ class ProxyState:
         if self.sync is not None:
             await self.sync.poll_once()  # the upstream serves the latest published version first
             self.tasks.append(asyncio.create_task(self.sync.run()))
+        if self.model_path is not None:
+            await self.model_path.poll_once(timeout_s=2.0)  # an upstream started on a published version
+            self.tasks.append(asyncio.create_task(self.model_path.run()))
         self.tasks.append(asyncio.create_task(self._reaper()))
 
+    def start_call(self, s: Session) -> InFlightCall:
+        """A model call of session `s` starts; it is in flight until ``.end()``."""
+        return InFlightCall(s, self.calls)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def _reaper(self) -> None:
-        """Session eviction: an episode without a call for ``session_timeout_s`` ends as aborted."""
+        """Session eviction: an episode without a call for ``session_timeout_s`` is written as
+        aborted, and remembered so that a later call under its key continues it."""
         tick = min(1.0, self.cfg.session_timeout_s / 4)
         while True:
             await asyncio.sleep(tick)
             for key in self.recorder.idle(self.cfg.session_timeout_s):
-                await self.end_session(key, "aborted", reason=f"idle for {self.cfg.session_timeout_s:g}s")
+                s = self.recorder.sessions[key]
+                calls = s.pending_calls
+                trajs, _ = await self.end_session(key, "aborted", reason=f"idle for {self.cfg.session_timeout_s:g}s",
+                                                  provisional=True)
+                if trajs:
+                    self._evicted(s, trajs, calls)
+
+    def _evicted(self, s: Session, trajs: list[Any], calls: int) -> None:
+        ids = [*s.evicted_ids, *(t.trajectory_id for t in trajs)]
+        self.evicted[s.key] = Evicted(episode=s.episode, parts_written=s.parts_written, trajectory_ids=ids,
+                                      prompt_id=s.prompt_id, group_id=s.group_id, metadata=dict(s.extra_metadata),
+                                      calls=s.calls, context_breaks=s.context_breaks, reward=s.reward,
+                                      reward_raw=s.reward_raw)
+        self.evicted.move_to_end(s.key)
+        while len(self.evicted) > EVICTED_KEYS_MAX:
+            self.evicted.popitem(last=False)
+        self.recorder.stats["sessions_evicted"] += 1
+        log.warning("session %s: evicted after %g s without a call (--session-timeout): %d trajectory(ies) with %d "
+                    "call(s) written as aborted (episode %s); a later call under this key continues the episode as "
+                    "a new part", s.key, self.cfg.session_timeout_s, len(trajs), calls, s.episode_id)
 
     async def end_session(self, key: str, status: str, *, reason: str | None = None,
-                          metadata: dict[str, Any] | None = None, prompt_id: str | None = None
-                          ) -> tuple[list[Any], str | None]:
-        """End episode `key`: write its trajectories; return them and the final status."""
+                          metadata: dict[str, Any] | None = None, prompt_id: str | None = None,
+                          requested_status: str | None = None, notes: dict[str, Any] | None = None,
+                          provisional: bool = False, late: bool = False) -> tuple[list[Any], str | None]:
+        """End episode `key`: write its trajectories; return them and the final status.
+
+        Args:
+            requested_status: what the client asked for, when `status` overrides it.
+            notes: the proxy's own metadata (reserved keys) for the trajectories.
+            provisional: a later call may continue the episode (idle eviction).
+            late: calls are still in flight (``/finish`` stopped waiting): each one answered is
+                recorded into a continuation part (``after-finish``), written once they all ended.
+        """
         s = self.recorder.sessions.get(key)
         if s is None:
             return [], None
         if prompt_id is not None:
             s.prompt_id = prompt_id
-        n = s.num_trajectories
-        trajs, final = self.recorder.close(key, status, reason=reason, metadata=metadata)
+        if late:
+            s.late = True
+            s.requested_status = requested_status or status
+            s.extra_metadata.update(metadata or {})
+            s.on_idle = lambda: self._spawn(self._write_late(s))
+        trajs, final = self.recorder.close(key, status, reason=reason, metadata=metadata,
+                                           requested_status=requested_status, notes=notes,
+                                           provisional=provisional or late,
+                                           resume_change=AFTER_FINISH if late else None)
         try:
             await self.recorder.persist(trajs)
         finally:
             if self.gate is not None:
-                self.gate.release(max(n, 1))
+                self.gate.release()  # one episode, however many trajectories it was stored as
         return trajs, final
 
-    def record_later(self, s: Session, data: dict[str, Any], body: dict[str, Any], chat: bool, ticket: Ticket,
-                     obs: tuple[str | None, str | None], ephemeral: bool) -> asyncio.Task[None]:
+    async def _write_late(self, s: Session) -> None:
+        """The calls answered after ``/finish`` stopped waiting, as a continuation part (aborted)."""
+        calls = s.pending_calls
+        trajs, _ = self.recorder.take(s, "aborted", reason="answered after /finish",
+                                      requested_status=s.requested_status)
+        try:
+            await self.recorder.persist(trajs)
+        except TrajstoreError as e:
+            log.error("session %s: %d call(s) answered after /finish could not be written: %s", s.key, calls, e)
+            return
+        if trajs:
+            log.warning("session %s: %d call(s) answered after /finish (which waits --finish-wait %g s) stored as "
+                        "part(s) %s of episode %s, aborted (late_calls)", s.key, calls, self.cfg.finish_wait_s,
+                        ", ".join(str(t.metadata["episode"]["part"]) for t in trajs),
+                        s.episode_id)
+
+    def record_later(self, call: InFlightCall, data: dict[str, Any], body: dict[str, Any], chat: bool,
+                     ticket: Ticket, obs: tuple[str | None, str | None], ephemeral: bool) -> asyncio.Task[None]:
         """Record an answered call in a task of its own, off the client's path (parsing the ids
         and log-probs takes about a millisecond per call); a session's calls are recorded in
         order, and the call counts as in flight (``/finish`` waits) until it is recorded. A call
         without a session is its own episode: the caller awaits the task, so that the
         trajectory is durable when the answer goes out."""
+        s = call.session
+        call.answered = True
         end = Ticket(self.versioning.version, self.versioning.epoch)
         prev = s.recording
+        after_flush = self.flushed and not call.cut  # a call cut by the shutdown is counted as cut
 
         async def run() -> None:
             try:
                 if prev is not None:
                     await asyncio.wait([prev])
-                await self.record(s, data, body, chat, ticket, end, obs)
+                if await self.record(s, data, body, chat, ticket, end, obs) and after_flush:
+                    self.recorder.stats["calls_after_shutdown_flush"] += 1
             finally:
-                s.end()
+                call.end()
                 if ephemeral:
                     await self.end_session(s.key, "completed")
 
@@ -146,39 +234,70 @@ class ProxyState:
         return task
 
     async def record(self, s: Session, data: dict[str, Any], body: dict[str, Any], chat: bool, ticket: Ticket,
-                     end: Ticket, obs: tuple[str | None, str | None]) -> None:
-        """Append one answered call to its session; a call that cannot be recorded fails the episode."""
+                     end: Ticket, obs: tuple[str | None, str | None]) -> bool:
+        """Append one answered call to its session (True); a call that cannot be recorded fails
+        the episode (False)."""
         try:
             call = read_call(data, body)
             slices = label_versions(call, ticket, end, self.cfg.policy_version)
+            if not self._version_warned and parse_version(call.reported_version) is None and not call.version_spans:
+                self._warn_unknown_version(slices[0].version)
             async with s.lock:
                 self.recorder.record(s, call, slices, observation_role=obs[0] or "tool", observation_cause=obs[1])
+            if s.late:
+                self.recorder.stats["late_calls"] += 1
         except (AdapterError, TrajstoreError, ValueError) as e:
             s.mark("failed", f"not recorded: {e}")
             self.count_error("record_failed")
             log.warning("session %s: call not recorded: %s", s.key, e)
+            return False
+        return True
 
-    def begin_shutdown(self) -> None:
-        """SIGINT / SIGTERM arrived: episodes held by the staleness gate are refused (503) at once,
-        so they do not keep uvicorn's graceful shutdown, and the writing of open episodes in
-        :meth:`stop`, waiting for its whole timeout."""
+    def _warn_unknown_version(self, version: int) -> None:
+        """Once: a call whose version nothing told the proxy (no report, no load, no path, no POST)."""
+        if self.sync is not None or self.versioning.source != "default":
+            return
+        self._version_warned = True
+        log.warning("every call is recorded as version %d (--policy-version): the upstream reports no weight "
+                    "version (metadata.weight_version) and the model path it serves (GET /v1/models) names no "
+                    "published version (.../policies/<run>/v<N>); after reloading it by hand, POST "
+                    "/proxy/policy_version {\"version\": N}, or let the proxy reload it (--follow-run RUN)", version)
+
+    def begin_shutdown(self, on_drained: Callable[[], None] | None = None) -> None:
+        """SIGINT / SIGTERM arrived (call it on the event loop): new calls are refused (503) from
+        now on, episodes held by the staleness gate too, and :func:`~trajstore.proxy.shutdown.drain`
+        runs; `on_drained` is called when it is done (the server may then stop). A second call
+        cuts the calls in flight at once instead of at the end of ``--shutdown-grace``."""
+        if self._shutdown is not None:
+            self._cut_now.set()
+            return
+        self.closing = True
         if self.gate is not None:
             self.gate.closing = True
 
-    async def stop(self) -> None:
-        """At shutdown (the lifespan's end): stop the background tasks, let answered calls be
-        recorded, write every open episode as ``aborted``, close the writer and the client."""
-        for t in self.tasks:
-            t.cancel()
-        for t in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        if self.recordings:  # answered calls are recorded before their sessions are closed
-            await asyncio.wait(list(self.recordings))
-        for key in list(self.recorder.sessions):
+        async def run() -> None:
             try:
-                await self.end_session(key, "aborted", reason="proxy shut down")
-            except Exception as e:  # noqa: BLE001 - keep closing the others
-                log.error("could not write session %s at shutdown: %s", key, e)
+                for t in self.tasks:  # no eviction, no reload, no polling during the drain
+                    t.cancel()
+                for t in self.tasks:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await t
+                await drain(self, self.cfg.shutdown_grace_s, self._cut_now)
+            finally:
+                if on_drained is not None:
+                    on_drained()
+
+        self._shutdown = asyncio.get_running_loop().create_task(run())
+
+    async def stop(self) -> None:
+        """At the lifespan's end: the shutdown's drain if no signal began it (an in-process
+        server), then close the writer and the client."""
+        if self._shutdown is None:
+            self.begin_shutdown()
+        assert self._shutdown is not None
+        with contextlib.suppress(Exception):
+            await self._shutdown
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=5)
         await asyncio.to_thread(self.writer.close)
         await self.client.aclose()

@@ -3,11 +3,15 @@
 :class:`Versioning` knows which policy version the upstream holds and which calls are in
 flight. :class:`WeightSync` follows a training run's published versions
 (``policies/<run>/LATEST``, :mod:`trajstore.policies`) and asks the upstream to load each new
-one with SGLang's ``POST /update_weights_from_disk`` (``traj serve`` speaks it too). In
-``drain`` mode new calls wait while the in-flight ones finish, so no call crosses a reload; in
-``tag`` mode calls keep flowing and each one is labelled from what the upstream reports
-(per-token versions are split into separate action spans, otherwise a call that crossed a
-reload is flagged with both versions). Bounded staleness is :mod:`trajstore.proxy.staleness`.
+one with SGLang's ``POST /update_weights_from_disk`` (``traj serve`` speaks it too), or, on a
+vLLM that answers that 404, with vLLM's dev endpoints (``POST /collective_rpc``
+``reload_weights``, then ``POST /reset_prefix_cache``). In ``drain`` mode new calls wait while
+the in-flight ones finish, so no call crosses a reload; in ``tag`` mode calls keep flowing and
+each one is labelled from what the upstream reports (per-token versions are split into separate
+action spans, otherwise a call that crossed a reload is flagged with both versions). Without
+weight sync, :class:`ModelPathWatch` learns the version from the model path the upstream serves
+(``GET /v1/models``), and ``POST /proxy/policy_version`` sets it by hand. Bounded staleness is
+:mod:`trajstore.proxy.staleness`.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -30,6 +35,20 @@ from trajstore.store import Store
 log = logging.getLogger("trajstore.proxy")
 
 ReloadMode = Literal["drain", "tag"]
+VersionSource = Literal["default", "weight sync", "model path", "manual"]
+"""Where the proxy's idea of the upstream's version comes from: ``--policy-version``, a load it
+asked for, the model path the upstream reports, or ``POST /proxy/policy_version``."""
+
+_POLICY_PATH = re.compile(r"(?:^|/)policies/[^/]+/v(\d+)/*$")
+
+
+def version_of_model_path(path: object) -> int | None:
+    """N for a published version folder ``.../policies/<run>/v<N>`` (what ``traj train``
+    publishes and ``--follow-run`` loads), None for any other model name or path."""
+    if not isinstance(path, str):
+        return None
+    m = _POLICY_PATH.search(path.strip().replace("\\", "/"))
+    return int(m.group(1)) if m else None
 
 
 @dataclass
@@ -50,6 +69,7 @@ class Versioning:
 
     def __init__(self, version: int | None, *, mode: ReloadMode = "drain"):
         self.version = version
+        self.source: VersionSource = "default"
         self.mode = mode
         self.epoch = 0
         self.in_flight = 0
@@ -85,9 +105,64 @@ class Versioning:
         finally:
             self._open.set()
 
-    def loaded(self, version: int) -> None:
+    def loaded(self, version: int, source: VersionSource = "weight sync") -> None:
+        """The upstream now serves `version` (a call that runs across this is flagged with both)."""
         self.version = version
+        self.source = source
         self.epoch += 1
+
+
+class ModelPathWatch:
+    """Without weight sync: learns the upstream's version from the model path it serves.
+
+    ``GET /v1/models`` reports each served model's path (vLLM: ``root``, else ``id``); an
+    upstream started, or restarted by hand, on a published version folder
+    ``.../policies/<run>/v<N>`` serves version N. Only a change of that path's version is
+    applied, so a version set by hand (``POST /proxy/policy_version``) stays until the path
+    names another one.
+
+    Args:
+        client: the proxy's httpx client (its base URL is the upstream).
+        versioning: set when the path names a new version.
+        headers: upstream auth headers.
+        poll_s: seconds between polls.
+    """
+
+    def __init__(self, client: httpx.AsyncClient, versioning: Versioning, *, headers: dict[str, str],
+                 poll_s: float):
+        self.client = client
+        self.versioning = versioning
+        self.headers = headers
+        self.poll_s = poll_s
+        self.seen: int | None = None
+        """The version the last model path named (None: none yet)."""
+
+    async def poll_once(self, timeout_s: float = 5.0) -> int | None:
+        """Read the upstream's model path; return the version it names (None: none, or unreachable)."""
+        try:
+            r = await self.client.get("/v1/models", headers=self.headers, timeout=timeout_s)
+            models = r.json().get("data") if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        for m in models if isinstance(models, list) else []:
+            if not isinstance(m, dict):
+                continue
+            for key in ("root", "id"):
+                v = version_of_model_path(m.get(key))
+                if v is None:
+                    continue
+                if v != self.seen:
+                    self.seen = v
+                    if v != self.versioning.version:
+                        self.versioning.loaded(v, "model path")
+                        log.info("the upstream serves %s: calls are recorded as policy v%d", m.get(key), v)
+                return v
+        return None
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_s)
+            await self.poll_once()
 
 
 def local_version_path(store: Store, run_id: str, version: int, cache_dir: str | None) -> str:
@@ -119,12 +194,14 @@ class WeightSync:
         cache_dir: local copies of versions of a remote store.
         extra_body: more fields of the reload request (``{"mode": "retract"}`` asks ``traj serve``
             to continue in-flight calls under the new weights and report where they changed).
+        engine: ``vllm``: an upstream that answers ``/update_weights_from_disk`` with 404 (vLLM;
+            ``traj serve`` has it) is reloaded through vLLM's dev endpoints from then on.
     """
 
     def __init__(self, client: httpx.AsyncClient, store: Store, run_id: str, versioning: Versioning, *,
                  headers: dict[str, str], poll_s: float = 1.0, drain_timeout_s: float = 600.0,
                  reload_timeout_s: float = 900.0, cache_dir: str | None = None,
-                 extra_body: dict[str, Any] | None = None):
+                 extra_body: dict[str, Any] | None = None, engine: str = "sglang"):
         self.client = client
         self.store = store
         self.run_id = run_id
@@ -135,20 +212,43 @@ class WeightSync:
         self.reload_timeout_s = reload_timeout_s
         self.cache_dir = cache_dir
         self.extra_body = dict(extra_body or {})
+        self.engine = engine
+        self.vllm_dev = False
+        """Reload through vLLM's ``/collective_rpc`` (found when ``/update_weights_from_disk`` was 404)."""
         self.loads: list[tuple[int, float]] = []
         self.failures = 0
+
+    async def _post(self, path: str, body: dict[str, Any] | None) -> httpx.Response:
+        return await self.client.post(path, json=body, headers=self.headers, timeout=self.reload_timeout_s)
+
+    async def _reload(self, path: str, version: int) -> tuple[bool, str]:
+        """One reload request (or vLLM's two); (success, the upstream's message)."""
+        if not self.vllm_dev:
+            r = await self._post("/update_weights_from_disk",
+                                 {"model_path": path, "weight_version": str(version), **self.extra_body})
+            if not (r.status_code == 404 and self.engine == "vllm"):
+                return r.status_code == 200 and bool(r.json().get("success", True)), r.text[:300]
+            self.vllm_dev = True
+            log.info("the upstream has no /update_weights_from_disk (vLLM): reloading with POST /collective_rpc "
+                     "reload_weights, then POST /reset_prefix_cache")
+        r = await self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": path}})
+        if r.status_code == 404:
+            return False, "vLLM answers /collective_rpc with 404: start it with VLLM_SERVER_DEV_MODE=1"
+        if r.status_code != 200:
+            return False, f"/collective_rpc reload_weights: HTTP {r.status_code} {r.text[:300]}"
+        c = await self._post("/reset_prefix_cache", None)
+        if c.status_code != 200:  # the weights are the new ones; cached prefixes of the old may be reused
+            log.warning("upstream loaded policy v%d but did not reset its prefix cache (HTTP %d): prefixes "
+                        "computed under the old weights may be reused", version, c.status_code)
+        return True, ""
 
     async def load(self, version: int) -> bool:
         """Ask the upstream to load `version`; True on success (failures are logged, retried later)."""
         path = await asyncio.to_thread(local_version_path, self.store, self.run_id, version, self.cache_dir)
-        body = {"model_path": path, "weight_version": str(version), **self.extra_body}
         t0 = time.perf_counter()
         async with self.versioning.reloading(self.drain_timeout_s):
             try:
-                r = await self.client.post("/update_weights_from_disk", json=body, headers=self.headers,
-                                           timeout=self.reload_timeout_s)
-                ok = r.status_code == 200 and bool(r.json().get("success", True))
-                msg = r.text[:300]
+                ok, msg = await self._reload(path, version)
             except (httpx.HTTPError, ValueError) as e:
                 ok, msg = False, f"{type(e).__name__}: {e}"
             if ok:

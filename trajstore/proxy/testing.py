@@ -6,7 +6,10 @@ log-probs are -0.5 - 0.001 * position. ``POST /_fake/config`` changes its behavi
 status to answer with, delays, a stream that stops half way); ``GET /_fake/seen`` returns the
 Authorization headers it received. ``POST /update_weights_from_disk`` (SGLang's reload request,
 as ``traj proxy --follow-run`` sends it) makes the body's ``weight_version`` the reported one
-and logs the request (``GET /_fake/loads``).
+and logs the request (``GET /_fake/loads``). With ``dialect: "vllm"`` it answers that request
+404, as vLLM does, and reloads through vLLM's dev endpoints instead (``POST /collective_rpc``
+``reload_weights``, then ``POST /reset_prefix_cache``; both logged); ``weight_version: None``
+reports no version at all, as vLLM; ``model_root`` is the model path ``GET /v1/models`` reports.
 """
 
 from __future__ import annotations
@@ -24,13 +27,18 @@ from fastapi.responses import JSONResponse, StreamingResponse
 EOS = 0
 
 
-def render(messages: list[dict[str, Any]]) -> list[int]:
-    """Prompt ids of a chat: ``1 role 2 content 0 3`` per message, then ``1 assistant 2``."""
+def render(messages: list[dict[str, Any]], *, trim: bool = False) -> list[int]:
+    """Prompt ids of a chat: ``1 role 2 content 0 3`` per message, then ``1 assistant 2``: the
+    template appends its end-of-turn token (0) after every message's content, a reply cut by
+    ``max_tokens`` included. `trim`: contents are stripped of surrounding whitespace first, as
+    templates that ``| trim`` them do (Llama 3's)."""
     out: list[int] = []
     for m in messages:
         content = m.get("content") or ""
         if m.get("tool_calls"):
             content += json.dumps([tc["function"] for tc in m["tool_calls"]])
+        if trim:
+            content = content.strip()
         out += [1, *(b + 4 for b in str(m.get("role", "")).encode()), 2, *(b + 4 for b in content.encode()), EOS, 3]
     return out + [1, *(b + 4 for b in b"assistant"), 2]
 
@@ -38,10 +46,16 @@ def render(messages: list[dict[str, Any]]) -> list[int]:
 def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> FastAPI:
     """The fake upstream. `config` keys: ``status`` (int, answer every call with it), ``delay_s``
     (before answering), ``token_delay_s`` (between streamed tokens), ``cut_stream_after`` (close
-    a stream after that many tokens, without a finish reason), ``weight_version`` (reported)."""
+    a stream after that many tokens, without a finish reason), ``weight_version`` (reported),
+    ``reply`` (the text every call answers), ``trim`` (render contents stripped, see
+    :func:`render`), ``dialect`` (``sglang``, or ``vllm``: see the module docstring),
+    ``model_root`` (``GET /v1/models``'s ``root``). A request's ``max_tokens`` cuts the reply's
+    ids (finish reason ``length``); its ``fake_delay_s`` and ``fake_token_delay_s`` replace
+    ``delay_s`` and ``token_delay_s`` for that call."""
     app = FastAPI()
     cfg: dict[str, Any] = {"status": 200, "delay_s": 0.0, "token_delay_s": 0.0, "cut_stream_after": None,
-                           "weight_version": "0", **(config or {})}
+                           "weight_version": "0", "reply": reply, "trim": False, "dialect": "sglang",
+                           "model_root": "fake", **(config or {})}
     seen: list[str] = []
     loads: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -57,6 +71,8 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
 
     @app.post("/update_weights_from_disk")
     async def update_weights(request: Request) -> Any:
+        if cfg["dialect"] == "vllm":
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
         body = await request.json()
         if not isinstance(body.get("model_path"), str):
             return JSONResponse({"success": False, "message": "model_path is required"}, status_code=400)
@@ -64,27 +80,50 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
         cfg["weight_version"] = str(body.get("weight_version", len(loads)))
         return {"success": True, "message": f"loaded {body['model_path']}", "weight_version": cfg["weight_version"]}
 
+    @app.post("/collective_rpc")
+    async def collective_rpc(request: Request) -> Any:
+        if cfg["dialect"] != "vllm":
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        body = await request.json()
+        path = (body.get("kwargs") or {}).get("weights_path")
+        if body.get("method") != "reload_weights" or not isinstance(path, str):
+            return JSONResponse({"error": "unsupported"}, status_code=400)
+        loads.append({"endpoint": "/collective_rpc", **body})
+        return {"results": [None]}
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> Any:
+        if cfg["dialect"] != "vllm":
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        loads.append({"endpoint": "/reset_prefix_cache"})
+        return JSONResponse(None)
+
     @app.get("/_fake/loads")
     async def get_loads() -> list[dict[str, Any]]:
         return list(loads)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": "fake", "object": "model"}]}
+        return {"object": "list", "data": [{"id": "fake", "object": "model", "root": cfg["model_root"]}]}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         body = await request.json()
         with lock:
             seen.append(request.headers.get("authorization", ""))
-        if cfg["delay_s"]:
-            await asyncio.sleep(cfg["delay_s"])
+        delay = body.get("fake_delay_s", cfg["delay_s"])
+        if delay:
+            await asyncio.sleep(delay)
         if cfg["status"] != 200:
             return JSONResponse({"error": {"message": "fake upstream failure", "code": cfg["status"]}},
                                 status_code=cfg["status"])
-        prompt = render(body.get("messages") or [])
-        text = reply
-        ids = [b + 4 for b in text.encode()] + [EOS]
+        prompt = render(body.get("messages") or [], trim=bool(cfg["trim"]))
+        ids = [b + 4 for b in str(cfg["reply"]).encode()] + [EOS]
+        finish = "stop"
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")
+        if limit is not None and int(limit) < len(ids):
+            ids, finish = ids[:int(limit)], "length"
+        text = bytes(t - 4 for t in ids if t != EOS).decode(errors="replace")
         lps = [-0.5 - 0.001 * i for i in range(len(ids))]
         rid = "chatcmpl-" + uuid.uuid4().hex
         want_ids = bool(body.get("return_token_ids"))
@@ -93,16 +132,19 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
                    for t, lp in zip(ids, lps)]
         if not body.get("stream"):
             ch: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "logprobs": {"content": entries} if want_lp else None, "finish_reason": "stop"}
+                                  "logprobs": {"content": entries} if want_lp else None, "finish_reason": finish}
             if want_ids:
                 ch["token_ids"] = ids
             resp = {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": "fake",
                     "choices": [ch], "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
                                                "total_tokens": len(prompt) + len(ids)},
-                    "metadata": {"weight_version": cfg["weight_version"]}}
+                    **({"metadata": {"weight_version": cfg["weight_version"]}}
+                       if cfg["weight_version"] is not None else {})}
             if want_ids:
                 resp["prompt_token_ids"] = prompt
             return JSONResponse(resp)
+
+        token_delay = body.get("fake_token_delay_s", cfg["token_delay_s"])
 
         async def events() -> Any:
             base = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": "fake"}
@@ -114,14 +156,14 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
             for i, (t, e) in enumerate(zip(ids, entries)):
                 if cfg["cut_stream_after"] is not None and i >= cfg["cut_stream_after"]:
                     return
-                if cfg["token_delay_s"]:
-                    await asyncio.sleep(cfg["token_delay_s"])
+                if token_delay:
+                    await asyncio.sleep(token_delay)
                 ch = {"index": 0, "delta": {"content": e["token"]} if t != EOS else {},
                       "logprobs": {"content": [e]} if want_lp else None, "finish_reason": None}
                 if want_ids:
                     ch["token_ids"] = [t]
                 yield f"data: {json.dumps(dict(base, choices=[ch]))}\n\n"
-            yield f"data: {json.dumps(dict(base, choices=[{'index': 0, 'delta': {}, 'finish_reason': 'stop'}]))}\n\n"
+            yield f"data: {json.dumps(dict(base, choices=[{'index': 0, 'delta': {}, 'finish_reason': finish}]))}\n\n"
             yield "data: [DONE]\n\n"
         return StreamingResponse(events(), media_type="text/event-stream")
 

@@ -1,0 +1,81 @@
+"""``POST /s/<session>/finish`` (trajstore/proxy/episodes.py) while a call of the episode is still
+in flight: it waits at most ``--finish-wait`` seconds, and an episode it could not wait for is
+not ``completed``; the call answered afterwards is stored as a continuation part and counted."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+
+from trajstore.proxy.testing import render
+from trajstore.reader import read_trajectories
+
+REPLY_IDS = [115, 111, 0]  # the fake's "ok" and its end-of-turn token
+
+
+def _rows(store: str) -> list[dict]:
+    return sorted(read_trajectories(store).to_pylist(), key=lambda r: r["trajectory_id"])
+
+
+def test_finish_during_a_slow_call_is_aborted_and_the_late_call_is_stored(fake_upstream, start_proxy, tmp_path,
+                                                                          caplog):
+    # issue 32 item 2: /finish during a call in flight for longer than its wait returned
+    # `completed` without that call; the call was then answered 200 and its recording failed with
+    # "trajectory ... is already finished" (a traceback, nothing in /proxy/stats)
+    store = str(tmp_path / "store")
+    px = start_proxy(fake_upstream.url, finish_wait_s=0.5)
+    url = f"{px.url}/s/late/v1/chat/completions"
+    msgs = [{"role": "user", "content": "hi"}]
+    first = httpx.post(url, json={"model": "fake", "messages": msgs}).json()
+    msgs += [{"role": "assistant", "content": first["choices"][0]["message"]["content"]},
+             {"role": "user", "content": "and?"}]
+    answers: list[httpx.Response] = []
+    slow = threading.Thread(target=lambda: answers.append(httpx.post(
+        url, json={"model": "fake", "messages": msgs, "fake_delay_s": 2.0}, timeout=30)))
+    slow.start()
+    time.sleep(0.3)  # the slow call is at the upstream
+    t0 = time.monotonic()
+    done = httpx.post(f"{px.url}/s/late/finish", json={"status": "completed", "reward": 1.0}, timeout=30).json()
+    assert time.monotonic() - t0 < 1.5  # waited --finish-wait, not for the call
+    assert done["status"] == "aborted" and done["calls_in_flight"] == 1 and len(done["trajectories"]) == 1, done
+    slow.join(30)
+    assert answers[0].status_code == 200  # the client got its answer ...
+    deadline = time.monotonic() + 10
+    while httpx.get(f"{px.url}/proxy/stats").json()["late_calls"] < 1:  # ... and it is counted
+        assert time.monotonic() < deadline, httpx.get(f"{px.url}/proxy/stats").json()
+        time.sleep(0.05)
+    deadline = time.monotonic() + 10
+    while len(_rows(store)) < 2:  # ... and stored
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    a, b = _rows(store)
+    ma, mb = json.loads(a["metadata"]), json.loads(b["metadata"])
+    assert a["trajectory_id"] == done["trajectories"][0] and a["status"] == "aborted" and a["reward"] == 1.0
+    assert ma["end_reason"] == "finish while 1 call(s) in flight" and ma["requested_status"] == "completed"
+    assert ma["calls_in_flight"] == 1
+    assert (ma["episode"]["id"], ma["episode"]["part"], ma["episode"]["change"]) == (mb["episode"]["id"], 1, None)
+    assert (mb["episode"]["part"], mb["episode"]["parts"], mb["episode"]["change"]) == (2, 2, "after-finish")
+    assert b["status"] == "aborted" and b["trajectory_id"] != a["trajectory_id"] and b["reward"] == 1.0
+    assert b["tokens"] == render(msgs) + REPLY_IDS  # the earlier context is the late part's prompt
+    assert [s["kind"] for s in b["spans"]] == ["prompt", "action"]
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback
+    late = [r.getMessage() for r in caplog.records if "after /finish" in r.getMessage()]
+    assert len(late) == 1, late
+
+
+def test_finish_waits_for_a_call_that_ends_within_the_wait(fake_upstream, start_proxy, tmp_path):
+    # the ordinary case keeps working: the call answered within --finish-wait is in the episode
+    px = start_proxy(fake_upstream.url, finish_wait_s=10)
+    url = f"{px.url}/s/ok/v1/chat/completions"
+    slow = threading.Thread(target=lambda: httpx.post(url, json={
+        "model": "fake", "messages": [{"role": "user", "content": "x"}], "fake_delay_s": 0.5}, timeout=30))
+    slow.start()
+    time.sleep(0.2)
+    done = httpx.post(f"{px.url}/s/ok/finish", json={"status": "completed"}, timeout=30).json()
+    slow.join(30)
+    assert done["status"] == "completed" and done["calls_in_flight"] == 0 and len(done["policy_versions"]) == 1
+    (row,) = _rows(str(tmp_path / "store"))
+    assert row["status"] == "completed" and "episode" not in json.loads(row["metadata"])

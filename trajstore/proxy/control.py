@@ -1,0 +1,30 @@
+"""``POST /proxy/policy_version {"version": N}``: whoever reloads the upstream by hand (vLLM
+without ``--follow-run``) tells the proxy which policy version it serves from now on; calls
+that run across the change are flagged with both versions, as across a weight-sync reload."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from trajstore.proxy.httpio import openai_error, read_json_object
+from trajstore.proxy.state import ProxyState
+
+log = logging.getLogger("trajstore.proxy")
+
+
+async def set_policy_version(request: Request) -> JSONResponse:
+    st: ProxyState = request.app.state.proxy
+    body = await read_json_object(request, st.max_request_bytes)
+    v = None if body is None else body.get("version")
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        return openai_error(400, 'body must be {"version": <integer >= 0>}', param="version")
+    if st.sync is not None:
+        return openai_error(409, f"weight sync (--follow-run {st.cfg.follow_run}) sets the version: the proxy "
+                                 "loads each published one itself", "conflict")
+    before = st.versioning.version
+    st.versioning.loaded(v, "manual")
+    log.info("policy version set by hand: v%s -> v%d", before, v)
+    return JSONResponse({"policy_version": v, "previous": before})
