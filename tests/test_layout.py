@@ -252,18 +252,6 @@ def hand_built_paths(source: str, filename: str = "<src>") -> list[tuple[int, st
     return sorted(set(found))
 
 
-TODO_NOT_CONVERTED = frozenset({
-    # TODO(issue 22): hand-built store paths in code another branch was changing when trainer/,
-    # bench/ and the core were converted. After that branch merges, convert each line to
-    # trajstore.store.layout (run_consumed_dir, run_config_file, version_dir_name, checkpoints_dir,
-    # run_dir, VERSION_META_FILE) and empty this set; test_every_todo_exemption_still_applies fails
-    # as soon as an entry is stale (a converted line, or lines that moved).
-    "trajstore/proxy/staleness.py:75",  # f"{RUNS_DIR}/{self.run_id}/{RUN_CONSUMED_DIR}"
-    "trajstore/proxy/state.py:76",  # .path(RUNS_DIR, follow_run, RUN_CONFIG_FILE)
-    "trajstore/proxy/state.py:79",  # message: runs/{follow_run}/{RUN_CONFIG_FILE}
-    "trajstore/proxy/state.py:80",
-    "trajstore/proxy/sync.py:102",  # weights cache: os.path.join(cache_dir, run_id, f"v{version}")
-})
 NOT_STORE_PATHS = {
     # (file, text of the finding): why it is no store path
     ("trainer/apps/learning_bench/suite.py", "'config.json'"): "the learning-bench suite's own output folder",
@@ -286,14 +274,9 @@ def _hand_built_everywhere() -> list[tuple[str, str]]:
 
 
 def test_no_store_path_is_built_outside_the_layout_module() -> None:
-    bad = [f"{where}: {why}" for where, why in _hand_built_everywhere() if where not in TODO_NOT_CONVERTED]
+    bad = [f"{where}: {why}" for where, why in _hand_built_everywhere()]
     assert not bad, ("store paths built by hand; use trajstore.store.layout (add a template there if one is "
                      "missing):\n" + "\n".join(bad))
-
-
-def test_every_todo_exemption_still_applies() -> None:
-    stale = sorted(TODO_NOT_CONVERTED - {where for where, _ in _hand_built_everywhere()})
-    assert not stale, f"converted (or moved): remove from TODO_NOT_CONVERTED: {stale}"
 
 
 @pytest.mark.parametrize("src", [

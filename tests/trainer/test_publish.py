@@ -151,3 +151,26 @@ def test_s3_round_trip_and_partial_version(s3_store_uri):
     assert latest_policy_version(fresh, "r") == 2
     load_policy_into(dst, fresh, "r")
     assert_same_params(dst, tiny_llama(7))
+
+
+def test_the_saved_config_holds_the_batch_size_where_the_core_reads_it(tmp_path) -> None:
+    # issue 22: the proxy read the trainer's runs/<id>/config.json with a hard-coded key; the core
+    # now reads it through trajstore.run_config, and this pins the key path to TrainConfig's layout
+    import json
+
+    from trajstore.run_config import BATCH_SIZE_KEY, run_batch_size
+    from trajstore.store import open_store
+    from trajstore.store.layout import run_config_file
+    from trajstore.trainer.loop.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+
+    cfg = TrainConfig(store=str(tmp_path), model=ModelConfig(name="tiny-llama"), data=DataConfig(batch_size=7),
+                      run=RunConfig(run_id="r"))
+    store = open_store(str(tmp_path))
+    path = tmp_path / run_config_file("r")
+    path.parent.mkdir(parents=True)
+    path.write_text(cfg.to_json())
+    value = json.loads(path.read_text())
+    for key in BATCH_SIZE_KEY:
+        value = value[key]
+    assert value == 7
+    assert run_batch_size(store, "r") == 7

@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 from trajstore.errors import TrajstoreError
 from trajstore.proxy.recorder import PROXY_SOURCE
 from trajstore.reader import read_trajectories
-from trajstore.store import RUN_CONSUMED_DIR, RUNS_DIR, TRAJECTORIES_DIR, Store
+from trajstore.store import TRAJECTORIES_DIR, Store
+from trajstore.store.layout import run_consumed_dir
 
 COUNTED_STATUSES: tuple[str, ...] = ("completed", "truncated")
 """Statuses of trajectories the staleness gate expects the trainer to consume (train proxy
@@ -85,7 +86,7 @@ class StalenessGate:
         return self.running + self.unconsumed
 
     def _refresh(self) -> None:
-        sub = f"{RUNS_DIR}/{self.run_id}/{RUN_CONSUMED_DIR}"
+        sub = run_consumed_dir(self.run_id)
         shards = {sh.path: sh for sh in self.store.list_shards(sub)}
         for path in list(self._shards):
             if path not in shards:  # rolled back by a resumed trainer

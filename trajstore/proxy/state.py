@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import time
@@ -25,7 +24,8 @@ from trajstore.proxy.staleness import StalenessGate
 from trajstore.proxy.sync import ModelPathWatch, Ticket, Versioning, WeightSync
 from trajstore.proxy.upstream import parse_version, read_call
 from trajstore.proxy.version_labels import label_versions
-from trajstore.store import RUN_CONFIG_FILE, RUNS_DIR, open_store
+from trajstore.run_config import RunConfigError, run_batch_size
+from trajstore.store import open_store
 from trajstore.writer import StoreWriter
 
 log = logging.getLogger("trajstore.proxy")
@@ -92,13 +92,10 @@ class ProxyState:
 
     def _run_batch_size(self) -> int:
         try:
-            cfg = json.loads(self.policy_store.fs.cat_file(
-                self.policy_store.path(RUNS_DIR, self.cfg.follow_run or "", RUN_CONFIG_FILE)))
-            return int(cfg["data"]["batch_size"])
-        except (FileNotFoundError, KeyError, ValueError, TypeError) as e:
+            return run_batch_size(self.policy_store, self.cfg.follow_run or "")
+        except RunConfigError as e:
             raise TrajstoreError(f"--max-staleness needs the trainer's batch size: pass --batch-size, or start "
-                                 f"the trainer first so that runs/{self.cfg.follow_run}/{RUN_CONFIG_FILE} exists "
-                                 f"({type(e).__name__})") from None
+                                 f"the trainer first ({e})") from None
 
     def count_error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1

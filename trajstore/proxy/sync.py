@@ -29,7 +29,8 @@ from typing import Any, Literal
 import httpx
 
 from trajstore.errors import TrajstoreError
-from trajstore.policies import latest_policy_version, version_dir
+from trajstore.policies import latest_policy_version
+from trajstore.store.layout import version_dir, version_dir_name
 from trajstore.store import Store
 
 log = logging.getLogger("trajstore.proxy")
@@ -174,7 +175,7 @@ def local_version_path(store: Store, run_id: str, version: int, cache_dir: str |
     if not cache_dir:
         raise TrajstoreError(f"{store.url(rel)} is not on a local disk; pass --weights-cache DIR (a folder the "
                              "upstream server can read) to download published versions there")
-    dest = os.path.join(cache_dir, run_id, f"v{version}")
+    dest = os.path.join(cache_dir, run_id, version_dir_name(version))  # the store's layout, on a local disk
     if not os.path.isdir(dest):
         tmp = dest + f".tmp-{os.getpid()}"
         store.fs.get(store.path(rel), tmp, recursive=True)
