@@ -318,3 +318,54 @@ def test_the_path_check_catches_each_way_of_building_a_store_path(src: str) -> N
 ])
 def test_the_path_check_leaves_other_strings_alone(src: str) -> None:
     assert not hand_built_paths(src)
+
+
+# -- one concept per file ---------------------------------------------------------------------
+
+MAX_MODULE_LINES = 500
+"""Issue 22: no module over about 500 lines. An exception needs a reason here."""
+
+LONG_MODULE_REASONS: dict[str, str] = {}
+"""Modules allowed over MAX_MODULE_LINES, each with the reason it stays whole."""
+
+SOURCE_FOLDERS = ("trajstore", "trainer", "cli")
+
+
+def _source_files() -> list[Path]:
+    return sorted(p for folder in SOURCE_FOLDERS for p in (ROOT / folder).rglob("*.py"))
+
+
+def test_no_module_over_the_line_limit_without_a_reason() -> None:
+    long = {str(p.relative_to(ROOT)): n for p in _source_files()
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    unexplained = {f: n for f, n in long.items() if f not in LONG_MODULE_REASONS}
+    assert not unexplained, f"modules over {MAX_MODULE_LINES} lines (split them, or give a reason): {unexplained}"
+    stale = sorted(set(LONG_MODULE_REASONS) - set(long))
+    assert not stale, f"LONG_MODULE_REASONS names modules that are no longer long: {stale}"
+
+
+def test_every_package_folder_is_installed() -> None:
+    """A package folder missing from pyproject's explicit list works in an editable install and
+    is left out of a wheel (the import then fails for users only)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    names = {"trajstore": "trajstore", "trainer": "trajstore.trainer", "cli": "trajstore.cli"}
+    found = set()
+    for folder, name in names.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((name, *rel)))
+    assert found == listed, f"missing from pyproject: {sorted(found - listed)}; listed without a folder: {sorted(listed - found)}"
+
+
+def test_the_trainer_never_imports_the_cli() -> None:
+    """cli/ sits on top: the trainer returns data and the CLI renders it."""
+    bad = []
+    for p in sorted((ROOT / "trainer").rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [f"{p.relative_to(ROOT)}:{node.lineno}: {m}" for m in mods
+                    if m == "trajstore.cli" or m.startswith("trajstore.cli.")]
+    assert not bad, bad

@@ -13,10 +13,10 @@ from torch import nn
 from trajstore.store import Store
 from trajstore.store.layout import CHECKPOINT_CRITIC_FILE, CHECKPOINT_OPTIM_FILE, CHECKPOINT_POLICY_FILE
 from trajstore.trainer.loop import distributed as D
+from trajstore.trainer.loop.checkpoint_sharded import load_checkpoint_sharded
 from trajstore.trainer.loop.checkpoint import (
     Checkpoint,
     CheckpointError,
-    load_checkpoint_sharded,
     load_optimizer_checked,
     load_state_dict_checked,
 )

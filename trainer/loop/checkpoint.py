@@ -14,7 +14,6 @@ moment leaves the previous committed checkpoint intact. Tensors are loaded with
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -149,7 +148,7 @@ class Checkpoint:
     sharded: bool = False
 
 
-def _tensor_bytes(obj: Any) -> bytes:
+def tensor_bytes(obj: Any) -> bytes:
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
@@ -174,12 +173,12 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
         v = json.loads(state["python"])
         random.setstate((v[0], tuple(v[1]), v[2]))
     except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as e:
-        raise ValueError(f"not a saved RNG state: {_one_line(e)}") from None
+        raise ValueError(f"not a saved RNG state: {one_line(e)}") from None
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _write_small(path: str, data: bytes) -> None:
+def write_small(path: str, data: bytes) -> None:
     with open(path, "wb") as fh:
         fh.write(data)
 
@@ -198,7 +197,7 @@ def _commit_folder(store: Store, rel: str, fill: Callable[[str], None]) -> None:
             store.fs.put_file(os.path.join(tmp, fname), store.path(rel, fname))
 
 
-def _commit_latest(store: Store, run_id: str, state: TrainerState, keep: int) -> None:
+def commit_latest(store: Store, run_id: str, state: TrainerState, keep: int) -> None:
     store.write_bytes(checkpoint_latest_file(run_id),
                       json.dumps({"iteration": state.iteration, "dir": checkpoint_dir_name(state.iteration)}).encode())
     _prune(store, run_id, keep=keep, latest=state.iteration)
@@ -226,108 +225,12 @@ def save_checkpoint(store: Store, run_id: str, *, state: TrainerState, policy: t
         torch.save(critic.state_dict() if critic is not None else {}, os.path.join(folder, CHECKPOINT_CRITIC_FILE))
         torch.save({k: o.state_dict() for k, o in optimizers.items()}, os.path.join(folder, CHECKPOINT_OPTIM_FILE))
         torch.save(rng_state(), os.path.join(folder, CHECKPOINT_RNG_FILE))
-        _write_small(os.path.join(folder, CHECKPOINT_STATE_FILE), state.to_json().encode())
-        _write_small(os.path.join(folder, CHECKPOINT_CONFIG_FILE), config_json.encode())
+        write_small(os.path.join(folder, CHECKPOINT_STATE_FILE), state.to_json().encode())
+        write_small(os.path.join(folder, CHECKPOINT_CONFIG_FILE), config_json.encode())
 
     _commit_folder(store, rel, fill)
-    _commit_latest(store, run_id, state, keep)
+    commit_latest(store, run_id, state, keep)
     return rel
-
-
-def _sharded_state(modules: Mapping[str, torch.nn.Module],
-                   optimizers: Mapping[str, torch.optim.Optimizer]) -> dict[str, Any]:
-    """The DCP state of FSDP-sharded modules and their optimisers, keyed ``model/<name>`` and
-    ``optim/<name>`` (parameter-name keyed, so it reshards to any world size).
-
-    Pass only optimisers that have stepped: for one without state, torch's
-    ``get_optimizer_state_dict`` runs a zero-gradient step to create it, which advances Adam's
-    step counter and changes every later update (a policy optimiser checkpointed during the
-    critic warm-up would then diverge from an uninterrupted run)."""
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
-
-    out: dict[str, Any] = {f"model/{k}": get_model_state_dict(m) for k, m in modules.items()}
-    out.update({f"optim/{k}": get_optimizer_state_dict(modules[k], o) for k, o in optimizers.items()})
-    return out
-
-
-def save_checkpoint_sharded(store: Store, run_id: str, *, state: TrainerState,
-                            modules: Mapping[str, torch.nn.Module], optimizers: Mapping[str, torch.optim.Optimizer],
-                            config_json: str, keep: int, is_main: bool,
-                            broadcast: Callable[[Any], Any], barrier: Callable[[], None]) -> str:
-    """Write a checkpoint of FSDP-sharded models with torch.distributed.checkpoint (every rank
-    writes its own shards, nobody gathers whole weights), atomically, and make it the latest.
-    Called on every rank; `broadcast` / `barrier` are the job's collectives. Resumable at any
-    world size (:func:`load_checkpoint_sharded`).
-
-    Args:
-        modules: the sharded roots by name (``policy``, ``critic``); optimizers: by the same names.
-        is_main: this is rank 0 (writes the small files, renames, commits ``LATEST``).
-
-    Returns:
-        The store-relative folder of the checkpoint.
-    """
-    import torch.distributed.checkpoint as dcp
-
-    rel = checkpoint_dir(run_id, state.iteration)
-    sd = _sharded_state(modules, {k: o for k, o in optimizers.items() if o.state})
-    small = {CHECKPOINT_RNG_FILE: _tensor_bytes(rng_state()), CHECKPOINT_STATE_FILE: state.to_json().encode(),
-             CHECKPOINT_CONFIG_FILE: config_json.encode()}
-    if store.is_local:
-        ctx = store.local_dir_commit(rel, prefix="ckpt-") if is_main else contextlib.nullcontext(None)
-        with ctx as tmp:
-            tmp = broadcast(tmp)
-            dcp.save(sd, storage_writer=dcp.FileSystemWriter(tmp))
-            if is_main:
-                for fname, data in small.items():
-                    _write_small(os.path.join(tmp, fname), data)
-            barrier()  # every rank's shards are written before rank 0 renames the folder
-    else:
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
-
-        dcp.save(sd, storage_writer=FsspecWriter(store.url(rel), **store.storage_options))
-        if is_main:
-            for fname, data in small.items():
-                store.fs.pipe_file(store.path(rel, fname), data)
-        barrier()
-    if is_main:
-        _commit_latest(store, run_id, state, keep)
-    barrier()
-    return rel
-
-
-def load_checkpoint_sharded(store: Store, ckpt: Checkpoint, modules: Mapping[str, torch.nn.Module],
-                            optimizers: Mapping[str, torch.optim.Optimizer]) -> None:
-    """Load a sharded checkpoint into FSDP-sharded `modules` and their `optimizers` (every
-    rank), resharding to the current world size.
-
-    Raises:
-        CheckpointError: the shards are missing, unreadable or do not fit the models.
-    """
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
-
-    if store.is_local:
-        reader: Any = dcp.FileSystemReader(store.path(ckpt.path))
-    else:
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
-
-        reader = FsspecReader(store.url(ckpt.path), **store.storage_options)
-    try:
-        saved = {key.split(".", 1)[0] for key in reader.read_metadata().state_dict_metadata}
-        missing = [f"model/{k}" for k in modules if not any(x.startswith(f"model/{k}") for x in saved)]
-        if missing:
-            raise ValueError(f"no {', '.join(missing)} in it")
-        # optimisers that had not stepped when the checkpoint was taken stay fresh
-        optimizers = {k: o for k, o in optimizers.items() if any(x.startswith(f"optim/{k}") for x in saved)}
-        sd = _sharded_state(modules, optimizers)
-        dcp.load(sd, storage_reader=reader)
-    except Exception as e:  # noqa: BLE001 - DCP wraps per-rank failures in its own exception types
-        raise CheckpointError(f"checkpoint {store.url(ckpt.path)} does not fit the sharded models: "
-                              f"{_one_line(e)}") from None
-    for k, m in modules.items():
-        set_model_state_dict(m, sd[f"model/{k}"])
-    for k, o in optimizers.items():
-        set_optimizer_state_dict(modules[k], o, sd[f"optim/{k}"])
 
 
 def _prune(store: Store, run_id: str, *, keep: int, latest: int) -> None:
@@ -338,7 +241,7 @@ def _prune(store: Store, run_id: str, *, keep: int, latest: int) -> None:
         store.fs.rm(store.path(checkpoint_dir(run_id, old)), recursive=True)
 
 
-def _one_line(e: Exception) -> str:
+def one_line(e: Exception) -> str:
     if isinstance(e, ValidationError):
         return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in e.errors())
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -358,11 +261,11 @@ def read_latest_pointer(store: Store, run_id: str) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise CheckpointError(f"checkpoint pointer {store.url(latest)} is unreadable: {_one_line(e)}") from None
+        raise CheckpointError(f"checkpoint pointer {store.url(latest)} is unreadable: {one_line(e)}") from None
     try:
         pointer = _LatestFile.model_validate_json(raw)
     except ValidationError as e:
-        raise CheckpointError(f"checkpoint pointer {store.url(latest)} is invalid: {_one_line(e)}") from None
+        raise CheckpointError(f"checkpoint pointer {store.url(latest)} is invalid: {one_line(e)}") from None
     return checkpoint_dir(run_id, pointer.iteration)  # its dir is this iteration's folder (_LatestFile)
 
 
@@ -397,7 +300,7 @@ def load_latest_checkpoint(store: Store, run_id: str, *, map_location: str = "cp
             raise CheckpointError(f"checkpoint {store.url(rel)} has no {fname} (incomplete or damaged; "
                                   "resume from an earlier checkpoint by pointing LATEST at it)") from None
         except OSError as e:
-            raise CheckpointError(f"checkpoint file {store.url(rel, fname)} is unreadable: {_one_line(e)}") from None
+            raise CheckpointError(f"checkpoint file {store.url(rel, fname)} is unreadable: {one_line(e)}") from None
 
     def load(fname: str, check: Callable[[Any], Any]) -> Any:
         data = read(fname)
@@ -405,7 +308,7 @@ def load_latest_checkpoint(store: Store, run_id: str, *, map_location: str = "cp
             obj = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
             return check(obj)
         except Exception as e:  # noqa: BLE001 - torch.load raises many types for garbage / foreign pickles
-            raise CheckpointError(f"checkpoint file {store.url(rel, fname)} is unreadable: {_one_line(e)}") from None
+            raise CheckpointError(f"checkpoint file {store.url(rel, fname)} is unreadable: {one_line(e)}") from None
 
     def optim_check(obj: Any) -> dict[str, Any]:
         if not isinstance(obj, dict) or not all(isinstance(v, dict) and {"state", "param_groups"} <= set(v)
@@ -423,7 +326,7 @@ def load_latest_checkpoint(store: Store, run_id: str, *, map_location: str = "cp
         state = TrainerState.from_json(read(CHECKPOINT_STATE_FILE).decode())
     except (ValueError, UnicodeDecodeError) as e:
         raise CheckpointError(f"checkpoint file {store.url(rel, CHECKPOINT_STATE_FILE)} is invalid: "
-                              f"{_one_line(e)}") from None
+                              f"{one_line(e)}") from None
     if checkpoint_dir(run_id, state.iteration) != rel:
         raise CheckpointError(f"checkpoint file {store.url(rel, CHECKPOINT_STATE_FILE)} says iteration "
                               f"{state.iteration}, but its folder is {rel.rsplit('/', 1)[-1]}")
@@ -432,7 +335,7 @@ def load_latest_checkpoint(store: Store, run_id: str, *, map_location: str = "cp
         TrainConfig.from_json(config_json)
     except (ValueError, ValidationError) as e:
         raise CheckpointError(f"checkpoint file {store.url(rel, CHECKPOINT_CONFIG_FILE)} is invalid: "
-                              f"{_one_line(e)}") from None
+                              f"{one_line(e)}") from None
     rng = load(CHECKPOINT_RNG_FILE, rng_check)
     if store.fs.exists(store.path(rel, CHECKPOINT_SHARDED_METADATA_FILE)):
         import torch.distributed.checkpoint as dcp
@@ -444,7 +347,7 @@ def load_latest_checkpoint(store: Store, run_id: str, *, map_location: str = "cp
                 raise ValueError("empty file")
         except Exception as e:  # noqa: BLE001 - a damaged .metadata is a pickle or I/O error
             raise CheckpointError(f"checkpoint file {store.url(rel, CHECKPOINT_SHARDED_METADATA_FILE)} is "
-                                  f"unreadable: {_one_line(e)}") from None
+                                  f"unreadable: {one_line(e)}") from None
         return Checkpoint(path=rel, state=state, policy=None, critic=None, optim=None, rng=rng,
                           config_json=config_json, sharded=True)
     policy = load(CHECKPOINT_POLICY_FILE, lambda o: _check_tensor_dict(o, CHECKPOINT_POLICY_FILE))
@@ -499,4 +402,4 @@ def load_optimizer_checked(opt: torch.optim.Optimizer, state: Mapping[str, Any],
     try:
         opt.load_state_dict(dict(state))
     except (ValueError, KeyError, RuntimeError) as e:
-        raise CheckpointError(f"checkpoint file {what} does not fit the optimiser: {_one_line(e)}") from None
+        raise CheckpointError(f"checkpoint file {what} does not fit the optimiser: {one_line(e)}") from None
