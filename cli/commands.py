@@ -9,3 +9,4 @@ from trajstore.cli import bench  # noqa: F401
 from trajstore.cli import serve  # noqa: F401
 from trajstore.cli import proxy  # noqa: F401
 from trajstore.cli import store  # noqa: F401
+from trajstore.cli import validate  # noqa: F401

@@ -55,7 +55,7 @@ import shutil
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -424,7 +424,11 @@ def open_existing_store(uri: str, storage_options: dict[str, Any] | None = None,
 
 @app.command("schema")
 @friendly_errors
-def schema_cmd(fmt: FormatOption = OutputFormat.table) -> None:
+def schema_cmd(fmt: FormatOption = OutputFormat.table,
+               diff: Optional[tuple[int, int]] = typer.Option(
+                   None, "--diff", metavar="VERSION VERSION",
+                   help="what changed between two schema versions (e.g. --diff 1 2): columns and span fields "
+                   "added, removed, retyped, or whose meaning changed")) -> None:
     """The trajectory schema: its columns and those of the training records (--format json: the
     JSON description that schemas/ holds)."""
     import json
@@ -433,6 +437,18 @@ def schema_cmd(fmt: FormatOption = OutputFormat.table) -> None:
     from trajstore.schema import schema_json
     from trajstore.tables import TableData
 
+    if diff is not None:
+        from trajstore.schema_diff import schema_diff
+
+        a, b = diff
+        try:
+            changes = schema_diff(a, b)
+        except ValueError as e:
+            raise InvalidOptionError(f"invalid option --diff: {e}") from None
+        render_tables([TableData(f"schema.diff_v{a}_v{b}", ["change", "field", "before", "after"],
+                                 [(c.change, c.field, c.before, c.after) for c in changes], keys=["change", "field"],
+                                 wrap=["before", "after"], empty_note=f"schema v{a} and v{b} are the same")], fmt)
+        return
     text = schema_json()
     if fmt is OutputFormat.json:
         sys.stdout.write(text)

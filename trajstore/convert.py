@@ -26,7 +26,10 @@ from trajstore.schema import (
 )
 
 
-def _derived(t: Trajectory) -> dict[str, Any]:
+def derived_columns(t: Trajectory) -> dict[str, Any]:
+    """The columns the writer derives from a trajectory's spans and tokens (``trainable``,
+    ``not_trainable_reason``, ``min/max_policy_version``, ``num_*``), by column name. The writer
+    stores them and ``traj validate`` recomputes them to check a stored row (one rule)."""
     counts = {"prompt": 0, "action": 0, "observation": 0}
     n_actions = n_obs = 0
     versions = []
@@ -134,7 +137,7 @@ def trajectories_to_table(trajectories: Sequence[Trajectory], *, version: int = 
     span_is_action: list[bool] = []
     base = 0
     for row, t in enumerate(trajectories):
-        d = _derived(t)
+        d = derived_columns(t)
         for name in rows:
             if name in d:
                 rows[name].append(d[name])
@@ -186,7 +189,7 @@ def trajectories_to_table(trajectories: Sequence[Trajectory], *, version: int = 
 def _trajectories_to_table_v1(trajectories: Sequence[Trajectory]) -> pa.Table:
     schema = TRAJECTORY_SCHEMA_V1
     columns: dict[str, pa.Array] = {}
-    derived = [_derived(t) for t in trajectories]
+    derived = [derived_columns(t) for t in trajectories]
     v1_span_fields = [f for f, _ in SPAN_FIELDS_V1]
     for f in schema:
         if f.name == "tokens":

@@ -139,7 +139,12 @@ def _storability_violations(traj: Trajectory) -> list[Violation]:
 
 
 def find_violations(traj: Trajectory) -> list[Violation]:
-    """All schema-v2 rules ``traj`` breaks, in a stable order; empty when it is valid."""
+    """All schema-v2 rules ``traj`` breaks, in a stable order; empty when it is valid.
+
+    The one rule set for trajectories: the SDK's :func:`validate_trajectory` calls it before a
+    write, and ``traj validate`` (:mod:`trajstore.validation.rows`) on every stored row, rebuilt
+    with the SDK's full-length log-probs. It only reads attributes of ``traj`` and its spans.
+    """
     v: list[Violation] = check_trajectory_id(traj.trajectory_id)
     if not traj.source:
         v.append(Violation("source", "must be a non-empty string"))

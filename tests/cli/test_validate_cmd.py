@@ -1,0 +1,45 @@
+"""`traj validate`: problems named by file, row group, row and field; --format json; exit 1 on
+any problem, 0 on a conformant shard, 2 on a missing path (CliRunner and a real subprocess)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from trajstore.cli.main import app
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
+from _plain_shards import row, write  # noqa: E402
+
+
+def test_json_names_row_and_field_and_exits_1(tmp_path: Path) -> None:
+    rows = [row("a"), copy.deepcopy(row("b")), row("c")]
+    rows[1]["max_policy_version"] = 9
+    path = write(tmp_path / "bad.parquet", rows)
+    result = CliRunner().invoke(app, ["validate", path, "--format", "json"])
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    assert [(p["row_group"], p["row"], p["trajectory_id"], p["field"]) for p in doc["validate.problems"]] == [
+        (0, 1, "b", "max_policy_version")]
+    assert doc["validate.files"][0]["rows_with_problems"] == 1
+    assert doc["validate.by_field"] == [{"rule": "derived", "field": "max_policy_version", "problems": 1}]
+    assert "error: 1 problem in 1 of 3 rows" in result.stderr
+
+
+def test_conformant_shard_exits_0_as_a_subprocess(tmp_path: Path) -> None:
+    path = write(tmp_path / "ok.parquet", [row("a"), row("b")])
+    p = subprocess.run([str(Path(sys.executable).parent / "traj"), "validate", path], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "no problems" in p.stdout
+
+
+def test_missing_path_is_bad_usage(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["validate", str(tmp_path / "nope")])
+    assert result.exit_code == 2
+    assert result.stderr.strip().endswith(f"error: no such input path: {tmp_path / 'nope'}")
