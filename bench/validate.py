@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from trajstore import TrajectoryBuilder
 from trajstore.convert import trajectories_to_table
+from trajstore.store.layout import SHARD_SUFFIX, TRAJECTORIES_DIR
 
 
 def _template(rows: int, seed: int = 0) -> pa.Table:
@@ -48,7 +49,8 @@ def _template(rows: int, seed: int = 0) -> pa.Table:
 
 def build_store(root: Path, rows: int, shard_rows: int, row_group_rows: int) -> None:
     """A store of `rows` trajectories: one SDK-built shard's rows, written again with new ids."""
-    (root / "trajectories").mkdir(parents=True, exist_ok=True)
+    shards_dir = root / TRAJECTORIES_DIR
+    shards_dir.mkdir(parents=True, exist_ok=True)
     template = _template(min(shard_rows, rows))
     ids = template.schema.get_field_index("trajectory_id")
     written = 0
@@ -57,7 +59,7 @@ def build_store(root: Path, rows: int, shard_rows: int, row_group_rows: int) -> 
         n = min(shard_rows, rows - written)
         t = template.slice(0, n).set_column(ids, template.schema.field(ids),
                                             pa.array([f"bench-{written + k}" for k in range(n)], pa.string()))
-        pq.write_table(t, root / "trajectories" / f"{shard:06d}.parquet", row_group_size=row_group_rows)
+        pq.write_table(t, shards_dir / f"{shard:06d}{SHARD_SUFFIX}", row_group_size=row_group_rows)
         written += n
         shard += 1
 
@@ -101,7 +103,7 @@ def main() -> None:
         _child(a.child)
         return
     root = Path(a.store or tempfile.mkdtemp(prefix="trajstore-bench-validate-"))
-    if not list((root / "trajectories").glob("*.parquet")):
+    if not list((root / TRAJECTORIES_DIR).glob(f"*{SHARD_SUFFIX}")):
         t0 = time.perf_counter()
         build_store(root, a.rows, a.shard_rows, a.row_group_rows)
         print(f"built {a.rows} rows in {time.perf_counter() - t0:.1f} s at {root}", file=sys.stderr)
@@ -112,7 +114,7 @@ def main() -> None:
 
     base = child("--baseline")
     fig = child("--child", str(root))
-    size_mb = sum(f.stat().st_size for f in (root / "trajectories").glob("*.parquet")) / 2**20
+    size_mb = sum(f.stat().st_size for f in (root / TRAJECTORIES_DIR).glob(f"*{SHARD_SUFFIX}")) / 2**20
     print(f"traj validate: {fig['rows']} rows ({size_mb:.0f} MiB of Parquet) in {fig['seconds']:.1f} s = "
           f"{fig['rows_per_s']:.0f} rows/s; peak RSS {fig['peak_rss_mb']:.0f} MiB "
           f"(import only: {base['peak_rss_mb']:.0f} MiB); problems: {fig['problems']}")
