@@ -79,7 +79,7 @@ def main() -> None:
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory() as d:
             reps = []
-            ingest_t.append(_timed(lambda: reps.append(ingest_paths(paths, d + "/store"))))
+            ingest_t.append(_timed(lambda reps=reps: reps.append(ingest_paths(paths, d + "/store"))))
         assert reps[0].trajectories_written == len(trajs)
         tok_t.append(_timed(lambda: [tok(s, add_special_tokens=False) for s in texts]))
     print(f"trajectories: {len(trajs)}  tokens: {n_tokens}  repeats: {args.repeat}")

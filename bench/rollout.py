@@ -19,10 +19,10 @@ import time
 import torch
 
 from trajstore.hub import load_tokenizer
-from trajstore.trainer.apps.envs.guess_chat import GuessNumberEnv
 from trajstore.store import open_store
-from trajstore.trainer.models import load_policy
+from trajstore.trainer.apps.envs.guess_chat import GuessNumberEnv
 from trajstore.trainer.apps.rollout_worker import RolloutWorker, SamplingConfig
+from trajstore.trainer.models import load_policy
 
 
 def main() -> None:

@@ -24,21 +24,16 @@ is a shared 2-core VM: the load average is printed next to the timings.
 
 from __future__ import annotations
 
-import os
-import sys
-
-# This file is named like the stdlib module; keep its folder off the import path so that
-# `import math` anywhere below (torch, statistics) gets the real one.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-
 import argparse
 import json
+import os
 import statistics
 import subprocess
+import sys
 import time
 
 import torch
+
 from trajstore.trainer.sao.advantages import (
     length_adaptive_lambda,
     skip_observation_gae,
@@ -114,18 +109,18 @@ def bench_gae(repeat: int) -> dict:
     # the fast runs of both configurations interleave, so that load from other jobs on the
     # shared box falls on both alike
     calls = {
-        name: (lambda g=gamma, l=lam_: skip_observation_gae(rewards, values, mask, g, l))
+        name: (lambda g=gamma, lam=lam_: skip_observation_gae(rewards, values, mask, g, lam))
         for name, (gamma, lam_) in configs.items()
     }
     fast_times: dict[str, list[float]] = {name: [] for name in configs}
-    for name, call in calls.items():
+    for call in calls.values():
         timed(call, 0, warmup=3)
     for _ in range(repeat):
         for name, call in calls.items():
             fast_times[name].extend(timed(call, 1, warmup=0))
     for name, (gamma, lam_) in configs.items():
         loop_times = timed(
-            lambda g=gamma, l=lam_: skip_observation_gae_reference(rewards, values, mask, g, l), 2, 0
+            lambda g=gamma, lam=lam_: skip_observation_gae_reference(rewards, values, mask, g, lam), 2, 0
         )
         fast = skip_observation_gae(rewards, values, mask, gamma, lam_)
         ref = skip_observation_gae_reference(rewards.double(), values.double(), mask, gamma,

@@ -48,10 +48,9 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
-
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 
 from trajstore import StoreWriter, iter_batches, open_store, read_trajectories, read_trajectories_by_id
 from trajstore.convert import trajectories_to_table
@@ -314,8 +313,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
         else:
             full_s, table = timed(lambda: read_trajectories(str(dirs[2])), args.repeat)
         assert table.num_rows == len(trajs)
-        del table
-        scal_s, _ = timed(lambda: read_trajectories(str(dirs[version]), columns=list(SCALAR_COLUMNS)),
+        table = None  # free it before the next layout is read
+        scal_s, _ = timed(lambda version=version: read_trajectories(str(dirs[version]), columns=list(SCALAR_COLUMNS)),
                           args.repeat)
         nbytes = dir_bytes(dirs[version] / TRAJECTORIES_DIR)
         rows.append(Row(f"v{version}", nbytes / n_tok, n_tok / w_s, n_tok / full_s, scal_s, full_s))
@@ -337,7 +336,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
     val_s, _ = timed(validate_all)
     split: dict[int, tuple[float, float]] = {}
     for version in (1, 2):
-        enc_s, tab = timed(lambda: trajectories_to_table(trajs, version=version))
+        enc_s, tab = timed(lambda version=version: trajectories_to_table(trajs, version=version))
         root = work / f"split-v{version}"
         pq_s, _ = timed(functools.partial(write_shards, root, tab))
         shutil.rmtree(root, ignore_errors=True)
@@ -382,7 +381,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         rows.append(Row(name, jl.stat().st_size / n_tok, n_tok / jw_s, n_tok / jfull_s, jscal_s, jfull_s))
         jl.unlink()
     ids = [t.trajectory_id for t in trajs]
-    del trajs
+    trajs = None  # free the objects before the large-store section
     gc.collect()
 
     print()
@@ -450,7 +449,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         checks += peers(work, table, chunks, ids, n_tok, args)
     if args.row_group_sweep:
         row_group_sweep(work, table, chunks, ids, n_tok, args)
-    del table
+    table = None
     print()
     print("targets (issues 2 and 11):")
     for name, value, op, bound in checks:
@@ -476,9 +475,9 @@ def row_group_sweep(work: Path, table: pa.Table, chunks: list[int], ids: list[st
             a += n
         w_s = time.perf_counter() - t0
         n_rg = sum(s.num_row_groups for s in store.list_shards())
-        r_s, _ = timed(lambda: read_trajectories(str(root)), args.repeat)
-        st_s, _ = timed(lambda: sum(int(b.tokens.size) for b in iter_batches(str(root))), args.repeat)
-        f_s, _ = timed(lambda: read_trajectories_by_id(str(root), want), args.repeat)
+        r_s, _ = timed(lambda root=root: read_trajectories(str(root)), args.repeat)
+        st_s, _ = timed(lambda root=root: sum(int(b.tokens.size) for b in iter_batches(str(root))), args.repeat)
+        f_s, _ = timed(lambda root=root: read_trajectories_by_id(str(root), want), args.repeat)
         print(f"  {mb:>5g} MiB: {n_rg:6,} row groups  {dir_bytes(root / TRAJECTORIES_DIR) / n_tok:5.2f} B/tok  "
               f"write {fmt_rate(n_tok / w_s)}  read {fmt_rate(n_tok / r_s)}  stream {fmt_rate(n_tok / st_s)}  "
               f"fetch {len(want)} by id {f_s * 1e3:7.1f} ms")

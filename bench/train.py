@@ -268,8 +268,8 @@ def bench_overhead(model: str, *, trajectories: int, batch_size: int, micro: int
 
     from trajstore.trainer.loop import distributed as D
     from trajstore.trainer.loop.build import build_optimizers
-    from trajstore.trainer.loop.setup import setup
     from trajstore.trainer.loop.micro import prepare
+    from trajstore.trainer.loop.setup import setup
     from trajstore.trainer.loop.step import train_step
 
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as root:

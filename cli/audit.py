@@ -7,7 +7,7 @@ import csv
 import json
 import math
 import sys
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -62,11 +62,11 @@ def stats_cmd(
     lengths: bool = typer.Option(False, "--lengths", help="turns, action / observation tokens per source"),
     statuses: bool = typer.Option(False, "--statuses", help="trajectories per source and status"),
     duplicates: bool = typer.Option(False, "--duplicates", help="trajectory ids stored more than once"),
-    where: Optional[str] = typer.Option(None, "--where", help="SQL predicate over trajectories columns, "
+    where: str | None = typer.Option(None, "--where", help="SQL predicate over trajectories columns, "
                                         "e.g. \"source = 'sdk' AND reward IS NOT NULL\""),
-    run: Optional[str] = typer.Option(None, "--run", help="only this training run's records"),
+    run: str | None = typer.Option(None, "--run", help="only this training run's records"),
     fmt: FormatOption = OutputFormat.table,
-    plot: Optional[str] = typer.Option(None, "--plot", metavar="FILE.png",
+    plot: str | None = typer.Option(None, "--plot", metavar="FILE.png",
                                         help="also draw the plottable reports into this PNG"),
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
@@ -79,8 +79,7 @@ def stats_cmd(
               "lengths": lengths, "statuses": statuses, "duplicates": duplicates}
     everything = not any(chosen.values())
     if plot is not None:  # before any work: a missing extra is one line, not tables then an error
-        from trajstore.audit.plots import (PLOTTED_FLAGS, UnsupportedPlotFormat, plot_destination,
-                                           require_matplotlib)
+        from trajstore.audit.plots import PLOTTED_FLAGS, UnsupportedPlotFormat, plot_destination, require_matplotlib
 
         if not everything and not any(chosen[f.removeprefix("--")] for f in PLOTTED_FLAGS):
             raise InvalidOptionError(f"invalid option --plot: nothing to plot: it draws {', '.join(PLOTTED_FLAGS)} (or every report "
@@ -213,7 +212,7 @@ def sql_cmd(
     fmt: Annotated[OutputFormat, typer.Option(
         "--format", help="output format: table (for people; the first 1,000 rows), json or csv (for programs; "
         "stream every row as it arrives)", case_sensitive=False)] = OutputFormat.table,
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="at most N rows"),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="at most N rows"),
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
     """Run one read-only SELECT against the store's DuckDB views. Rows are fetched in batches of

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 
-from typing import Optional
-
 import typer
 
 from trajstore.cli.display import OutputFormat
@@ -28,12 +26,12 @@ def learning_cmd(
     preset: str = typer.Option("default", help="default (the bench/LEARNING.md grid, <= 15 min on 2 cores), "
                                                "smoke (<= 1 min) or calibrate (the one-off learning-rate "
                                                "calibration)"),
-    scratch: Optional[str] = typer.Option(None, help="directory for cached warm starts and a fresh run directory "
+    scratch: str | None = typer.Option(None, help="directory for cached warm starts and a fresh run directory "
                                                      "(default: <system temp>/trajstore-bench-learning)"),
-    seeds: Optional[str] = typer.Option(None, help="comma-separated seeds (default: the preset's)"),
-    arms: Optional[str] = typer.Option(None, help="comma-separated arms of the chain task (default: all)"),
-    processes: Optional[int] = typer.Option(None, min=1, help="worker processes (default: the preset's)"),
-    reanalyse: Optional[str] = typer.Option(None, help="a finished run directory: redo its statistics, figures and "
+    seeds: str | None = typer.Option(None, help="comma-separated seeds (default: the preset's)"),
+    arms: str | None = typer.Option(None, help="comma-separated arms of the chain task (default: all)"),
+    processes: int | None = typer.Option(None, min=1, help="worker processes (default: the preset's)"),
+    reanalyse: str | None = typer.Option(None, help="a finished run directory: redo its statistics, figures and "
                                                        "report from the saved results (no training)"),
     fmt: FormatOption = OutputFormat.table,
 ) -> None:
@@ -45,7 +43,8 @@ def learning_cmd(
     from trajstore.tables import TableData
     from trajstore.trainer.apps.learning_bench.arms import BenchError, get_arm
     from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
-    from trajstore.trainer.apps.learning_bench.suite import reanalyse as redo, run_suite
+    from trajstore.trainer.apps.learning_bench.suite import reanalyse as redo
+    from trajstore.trainer.apps.learning_bench.suite import run_suite
 
     if preset not in ("default", "smoke", "calibrate"):
         raise InvalidOptionError(f"invalid option --preset: must be default, smoke or calibrate (got {preset!r})")

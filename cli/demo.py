@@ -50,9 +50,9 @@ def demo_cmd(
     from trajstore.extras import INSTALL_TRAIN_EXTRA, require
 
     require(("torch", "transformers", "safetensors"), what="traj demo", install=INSTALL_TRAIN_EXTRA)
-    from trajstore.trainer.apps.demo import result_to_dict, run_demo
-
     from pydantic import ValidationError
+
+    from trajstore.trainer.apps.demo import result_to_dict, run_demo
 
     try:
         cfg = DemoConfig(store=store, model=model, steps=steps, episodes=episodes, max_new_tokens=max_new_tokens,
@@ -88,10 +88,9 @@ def demo_cmd(
 def print_summary(result: DemoResult, console: Console) -> None:
     """Render the audits and where to look next (tables through :mod:`trajstore.cli.display`, as
     every command prints them)."""
+    from trajstore.audit.staleness import STALENESS_HISTOGRAM_NOTE
     from trajstore.cli.display import print_command, render_tables
     from trajstore.tables import TableData
-
-    from trajstore.audit.staleness import STALENESS_HISTOGRAM_NOTE
 
     def table(title: str, rows: list[dict[str, Any]], cols: list[str], keys: list[str],
               note: str | None = None) -> TableData:

@@ -14,15 +14,21 @@ import json
 import os
 import sys
 import time
-from typing import Any, Optional
-
 from enum import Enum
+from typing import Any
 
 import typer
 
 from trajstore.cli.audit import OutputFormat, parse_storage_options
-from trajstore.cli.main import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REFUSED, InvalidOptionError, StorageOptions,
-                                app, friendly_errors)
+from trajstore.cli.main import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_REFUSED,
+    InvalidOptionError,
+    StorageOptions,
+    app,
+    friendly_errors,
+)
 from trajstore.ingest.registry import FORMAT_HELP, FORMATS
 
 PROGRESS_DELAY_S = 0.5
@@ -113,8 +119,8 @@ def ingest_cmd(
     max_observation_chars: int = typer.Option(200_000, "--max-observation-chars",
                                               help="cap each observation at this many characters (0 = no cap)"),
     fmt: str = typer.Option("table", "--format", help="summary output: table | json | csv"),
-    output: Optional[str] = typer.Option(None, "--output", hidden=True, help="deprecated spelling of --format"),
-    engine_tokenizer: Optional[str] = typer.Option(None, "--engine-tokenizer",
+    output: str | None = typer.Option(None, "--output", hidden=True, help="deprecated spelling of --format"),
+    engine_tokenizer: str | None = typer.Option(None, "--engine-tokenizer",
                                                    help="tokenizer that engine token ids in the logs belong to when "
                                                    "the log does not name it ('model' = each rollout's model name); "
                                                    "without it such rollouts are stored as not trainable"),

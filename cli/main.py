@@ -55,7 +55,7 @@ import shutil
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Optional, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -425,7 +425,7 @@ def open_existing_store(uri: str, storage_options: dict[str, Any] | None = None,
 @app.command("schema")
 @friendly_errors
 def schema_cmd(fmt: FormatOption = OutputFormat.table,
-               diff: Optional[tuple[int, int]] = typer.Option(
+               diff: tuple[int, int] | None = typer.Option(
                    None, "--diff", metavar="VERSION VERSION",
                    help="what changed between two schema versions (e.g. --diff 1 2): columns and span fields "
                    "added, removed, retyped, or whose meaning changed")) -> None:

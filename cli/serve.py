@@ -29,10 +29,10 @@ def serve_cmd(
     from trajstore.extras import INSTALL_TRAIN_EXTRA, require
 
     require(("torch", "transformers"), what="traj serve", install=INSTALL_TRAIN_EXTRA)
+    from pydantic import ValidationError
+
     from trajstore.trainer.serving.config import ServeConfig
     from trajstore.trainer.serving.serve import run_serve
-
-    from pydantic import ValidationError
 
     try:
         cfg = ServeConfig(model=model, tokenizer=tokenizer, host=host, port=port, device=device, dtype=dtype,

@@ -23,8 +23,8 @@ def migrate_cmd(
     from rich.console import Console
     from rich.progress import Progress
 
-    from trajstore.cli.main import open_existing_store, parse_storage_options
     from trajstore.cli.display import render_record
+    from trajstore.cli.main import open_existing_store, parse_storage_options
     from trajstore.migrate import migrate_store
 
     s = open_existing_store(store, parse_storage_options(storage_option, store))

@@ -80,8 +80,8 @@ def train_cmd(
         return
     from rich.console import Console
 
-    from trajstore.wording import plural
     from trajstore.store.layout import policy_run_dir, run_consumed_dir, run_steps_dir
+    from trajstore.wording import plural
 
     console = Console()
     console.print(f"run {run_id}: {plural(summary.iterations, 'iteration')}, {plural(summary.steps, 'policy step')}, "

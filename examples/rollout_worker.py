@@ -20,8 +20,8 @@ import torch
 
 import trajstore
 from trajstore.hub import load_tokenizer
-from trajstore.trainer.models import load_policy
 from trajstore.trainer.apps.rollout_worker import RolloutWorker, SamplingConfig
+from trajstore.trainer.models import load_policy
 
 
 def main() -> None:

@@ -163,7 +163,7 @@ def _schema_of(fields: list[tuple[pa.Field, str]], version: int = SCHEMA_VERSION
                      metadata={METADATA_SCHEMA_VERSION_KEY: str(version).encode()})
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def trajectory_schema(version: int = SCHEMA_VERSION) -> pa.Schema:
     """The Arrow schema of one trajectory row of schema `version` (default: the current one),
     with the version in its metadata.

@@ -15,13 +15,13 @@ import torch
 from torch import nn
 
 from trajstore.builder import TrajectoryBuilder
-from trajstore.models import SamplingParams, Trajectory
 from trajstore.chat_template import Message, action_text, observation_tokens, prompt_tokens
-from trajstore.trainer.apps.envs.guess_chat import EnvReply, EpisodeSummary, GuessNumberEnv
-from trajstore.store import Store, open_store
+from trajstore.models import SamplingParams, Trajectory
 from trajstore.policies import latest_policy_version
-from trajstore.trainer.models import cache_kwarg
+from trajstore.store import Store, open_store
+from trajstore.trainer.apps.envs.guess_chat import EnvReply, EpisodeSummary, GuessNumberEnv
 from trajstore.trainer.loop.publish import load_policy_into
+from trajstore.trainer.models import cache_kwarg
 from trajstore.writer import StoreWriter
 
 ROLLOUT_SOURCE = "trajstore/rollout-worker"

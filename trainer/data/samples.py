@@ -9,6 +9,7 @@ import numpy as np
 
 from trajstore.trainer.data.cursor import DataCursor
 
+
 @dataclass
 class Sample:
     """One trajectory ready for training. T = its token count.

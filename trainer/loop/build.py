@@ -13,13 +13,13 @@ from torch import nn
 from trajstore.store import Store
 from trajstore.store.layout import CHECKPOINT_CRITIC_FILE, CHECKPOINT_OPTIM_FILE, CHECKPOINT_POLICY_FILE
 from trajstore.trainer.loop import distributed as D
-from trajstore.trainer.loop.checkpoint_sharded import load_checkpoint_sharded
 from trajstore.trainer.loop.checkpoint import (
     Checkpoint,
     CheckpointError,
     load_optimizer_checked,
     load_state_dict_checked,
 )
+from trajstore.trainer.loop.checkpoint_sharded import load_checkpoint_sharded
 from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.models import Critic, LoadedPolicy, PolicyLogprobs, build_critic, decoder_layers
 

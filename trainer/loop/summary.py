@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trajstore.wording import plural
 from trajstore.trainer.loop.resume import resume_fresh_message
 from trajstore.trainer.loop.trainer import Trainer
+from trajstore.wording import plural
 
 
 @dataclass

@@ -17,6 +17,7 @@ from typing import Literal, Protocol
 
 import torch
 from torch import Tensor
+
 from trajstore.trainer.sao.aggregation import Aggregation, aggregate
 from trajstore.trainer.sao.types import DISBand, PolicyLossStats, StalenessStats, ValueLossStats
 

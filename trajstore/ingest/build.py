@@ -18,7 +18,6 @@ from trajstore.ingest.records import Conversation, EngineRollout, Origin, Proble
 from trajstore.ingest.summary import IngestReport
 from trajstore.models import Trajectory
 
-
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 

@@ -25,7 +25,6 @@ from trajstore.ingest.template import template_features
 from trajstore.models import Span, Trajectory
 from trajstore.validate import validate_trajectory
 
-
 DEFAULT_MAX_OBSERVATION_CHARS = 200_000
 """Observation text longer than this (characters) is capped at ingest (multi-MB browser trees)."""
 

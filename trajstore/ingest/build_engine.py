@@ -26,7 +26,6 @@ from trajstore.ingest.stored_fields import (
 from trajstore.models import Span, Trajectory
 from trajstore.validate import validate_trajectory
 
-
 ENGINE_TOKENIZER_FROM_MODEL = "model"
 """``engine_tokenizer`` value meaning: each rollout's engine ids belong to the tokenizer named
 like its model (true when the engine served a Hugging Face repo id under its own name)."""

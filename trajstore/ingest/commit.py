@@ -23,7 +23,6 @@ from trajstore.store.layout import LOCK_SUFFIX, lock_file
 from trajstore.writer import DEFAULT_FLUSH_MB, DEFAULT_FLUSH_ROWS
 from trajstore.writer import _approx_bytes as approx_bytes  # the SDK writer's flush sizing
 
-
 try:
     import fcntl
 except ImportError:  # not POSIX: ingest commits are not serialised (see store_lock)

@@ -13,7 +13,6 @@ from typing import Final
 from trajstore.ingest.read import special_file_kind
 from trajstore.ingest.records import Origin, Problem
 
-
 INPUT_SUFFIXES: Final[tuple[str, ...]] = (".json", ".jsonl", ".traj", ".parquet")
 """Files a directory walk reads; others are counted as ignored (a file named explicitly is always read)."""
 EVENTS_DIR: Final[str] = "events"

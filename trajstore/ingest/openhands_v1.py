@@ -13,7 +13,6 @@ from trajstore.ingest.openhands_v1_events import events_conversation
 from trajstore.ingest.records import Conversation, EngineRollout, Message, Origin, RecordError, Reward
 from trajstore.ingest.rewards import float_reward
 
-
 EXECUTION_STATUS = {"finished": "completed", "error": "failed", "stuck": "aborted", "paused": "aborted",
                     "waiting_for_confirmation": "aborted", "running": "aborted", "idle": "aborted",
                     "deleting": "aborted"}

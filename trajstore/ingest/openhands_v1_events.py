@@ -33,7 +33,6 @@ from trajstore.ingest.records import (
 )
 from trajstore.ingest.values import parse_time
 
-
 _IGNORED_KINDS = frozenset({
     "ConversationStateUpdateEvent", "PauseEvent", "CondensationRequest", "StreamingDeltaEvent",
     "HookExecutionEvent", "LLMCompletionLogEvent",

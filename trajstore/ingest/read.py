@@ -16,7 +16,6 @@ from trajstore.ingest.detect import not_a_trajectory
 from trajstore.ingest.huge_ints import find_huge_int, huge_int_reason, is_int_limit, loads_with_huge_ints
 from trajstore.ingest.records import Origin, Problem
 
-
 PARQUET_MAGIC: Final[bytes] = b"PAR1"
 PARQUET_BATCH_ROWS: Final[int] = 64
 """Rows decoded at a time from a Parquet shard (published trajectory rows can be megabytes each)."""
@@ -219,7 +218,7 @@ def load_json_or_jsonl(path: str) -> Loaded:
                 raise ValueError("JSON nested too deeply to parse") from None
             if text.lstrip()[:1] in "{[":  # one document (a .json, a SWE-agent .traj) that does not parse
                 raise ValueError(_document_error(whole_err, text)) from None
-            raise ValueError(f"no line is valid JSON (first error: {out.problems[0].reason})")
+            raise ValueError(f"no line is valid JSON (first error: {out.problems[0].reason})") from None
         return out
 
 

@@ -14,7 +14,6 @@ from trajstore.errors import TrajectoryValidationError, one_line
 from trajstore.ingest.records import RecordError
 from trajstore.ingest.values import clip_value
 
-
 FIELD_WORDS: dict[str, str] = {
     "reward": "the reward", "reward_raw": "the reward", "model": "the model name", "prompt_id": "the task id",
     "group_id": "the group id", "created_at": "the time stamp", "status": "the status",

@@ -22,7 +22,6 @@ from trajstore.ingest import (
 )
 from trajstore.ingest.records import Origin, Parsed
 
-
 InputFormat = Literal[
     "openhands-v0-events", "openhands-v0-session", "openhands-v0-eval", "openhands-v0-resolver",
     "openhands-v0-feedback", "openhands-swe-gym", "openhands-v1-events", "openhands-v1-eval",

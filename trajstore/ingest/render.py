@@ -38,7 +38,6 @@ from trajstore.chat_template import generated_text
 from trajstore.ingest.records import Message
 from trajstore.ingest.template import TemplateRenderer
 
-
 RenderMethod = Literal["exact", "approximate"]
 SpanKind = Literal["prompt", "action", "observation"]
 

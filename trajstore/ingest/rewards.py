@@ -11,7 +11,6 @@ from typing import Any
 from trajstore.ingest.records import RecordError, Reward
 from trajstore.ingest.values import clip_value
 
-
 TRUE_SPELLINGS: frozenset[str] = frozenset({"true", "1", "yes"})
 FALSE_SPELLINGS: frozenset[str] = frozenset({"false", "0", "no"})
 """String spellings of an outcome (compared lower-cased, stripped): SWE-smith / SWE-agent rows and

@@ -10,7 +10,6 @@ from typing import Any
 
 from trajstore.ingest.records import Problem
 
-
 REFUSING_KINDS = frozenset({"malformed", "invalid", "unsupported"})
 """Problem kinds that mean input was refused (``traj ingest`` exits 1); ``no_trajectory`` is a skip."""
 

@@ -14,8 +14,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from trajstore.errors import TrajstoreError
-from trajstore.proxy.httpio import openai_error, read_json_object
 from trajstore.proxy.calls import SHUTTING_DOWN
+from trajstore.proxy.httpio import openai_error, read_json_object
 from trajstore.proxy.recorder import RESERVED_METADATA_KEYS
 from trajstore.proxy.state import ProxyState
 

@@ -30,8 +30,8 @@ import httpx
 
 from trajstore.errors import TrajstoreError
 from trajstore.policies import latest_policy_version
-from trajstore.store.layout import version_dir, version_dir_name
 from trajstore.store import Store
+from trajstore.store.layout import version_dir, version_dir_name
 
 log = logging.getLogger("trajstore.proxy")
 

@@ -48,7 +48,7 @@ def row_bytes(table: pa.Table) -> np.ndarray:
     their length (``metadata`` can be megabytes), fixed-width columns by their width."""
     n = table.num_rows
     out = np.zeros(n, dtype=np.int64)
-    for name, col in zip(table.column_names, table.columns):
+    for col in table.columns:
         t = col.type
         if pa.types.is_list(t) or pa.types.is_large_list(t):
             counts = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)

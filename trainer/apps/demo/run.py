@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trajstore.store.layout import run_app_config_file, run_log_file
-from trajstore.wording import plural
 from trajstore.trainer.apps.demo.agent import play_episode
 from trajstore.trainer.apps.demo.audits import read_audits
 from trajstore.trainer.apps.demo.children import (
@@ -22,8 +21,8 @@ from trajstore.trainer.apps.demo.children import (
     echo_new_lines,
     exit_message,
     free_port,
-    start_traj_child,
     start_trainer,
+    start_traj_child,
     wait_ready,
 )
 from trajstore.trainer.apps.demo.config import (
@@ -42,6 +41,7 @@ from trajstore.trainer.apps.demo.config import (
 from trajstore.trainer.apps.demo.prune import prune_weights, run_has_weights
 from trajstore.trainer.apps.demo.result import DemoResult, DemoStop
 from trajstore.trainer.apps.envs.guess_chat import EpisodeSummary, GuessNumberEnv
+from trajstore.wording import plural
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -11,7 +11,6 @@ from typing import Any
 
 from trajstore.wording import plural
 
-
 PRODUCERS_DONE_GRACE_S = 10.0
 """Once the demo's agents are done, the trainer stops after this long without new data (every
 finished episode is already durable then: ``/finish`` returns after the write)."""

@@ -160,8 +160,15 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float:
 
 def _critic_trainer(warm_start: str, seed: int, full: bool, k: int, cfg: QualityConfig, root: str):
     """A trainer set up like the benchmark's critic arms (warm-up only, never a policy step)."""
-    from trajstore.trainer.loop.config import (CRITIC_TRAINABLE_PATTERN, AlgoConfig, DataConfig, ModelConfig, OptimConfig,
-                                          RunConfig, TrainConfig)
+    from trajstore.trainer.loop.config import (
+        CRITIC_TRAINABLE_PATTERN,
+        AlgoConfig,
+        DataConfig,
+        ModelConfig,
+        OptimConfig,
+        RunConfig,
+        TrainConfig,
+    )
     from trajstore.trainer.loop.setup import setup
 
     codec = CharCodec()
@@ -182,7 +189,7 @@ def advantage_quality(warm_start: str, seed: int, cfg: QualityConfig, *, task: T
         ``{"checkpoints": [{"critic_iterations": n, "reliability": r, "estimators": {name:
         {"corr": pearson with A*, "cos": gradient cosine}}}], "tokens": action tokens scored}``.
     """
-    from trajstore.trainer.data import StepBatch, DataCursor, gae_inputs, pack, to_rows
+    from trajstore.trainer.data import DataCursor, StepBatch, gae_inputs, pack, to_rows
     from trajstore.trainer.loop.step import train_step
     from trajstore.trainer.models import PolicyLogprobs, load_policy
     from trajstore.trainer.sao.baselines import RunningMeanBaseline, grpo_advantages

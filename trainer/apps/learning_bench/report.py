@@ -8,8 +8,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from trajstore.wording import plural
 from trajstore.trainer.apps.learning_bench.presets import CALIBRATION_TARGET_KL, SuiteConfig
+from trajstore.wording import plural
 
 
 def render_report(cfg: SuiteConfig, summary: dict[str, Any]) -> str:

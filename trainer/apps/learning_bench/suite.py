@@ -23,7 +23,6 @@ from trajstore.trainer.apps.learning_bench.report import render_report
 from trajstore.trainer.apps.learning_bench.spec import RunSpec
 from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig
 
-
 # -- jobs (run in worker processes) --------------------------------------------------------------
 
 

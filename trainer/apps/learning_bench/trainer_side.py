@@ -38,8 +38,15 @@ def no_correction_loss(loss_fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def train_config(spec: RunSpec, store_uri: str) -> Any:
     """The trainer's config for a run (no follow: the harness writes a batch, then reads it)."""
-    from trajstore.trainer.loop.config import (CRITIC_TRAINABLE_PATTERN, AlgoConfig, DataConfig, ModelConfig, OptimConfig,
-                                          RunConfig, TrainConfig)
+    from trajstore.trainer.loop.config import (
+        CRITIC_TRAINABLE_PATTERN,
+        AlgoConfig,
+        DataConfig,
+        ModelConfig,
+        OptimConfig,
+        RunConfig,
+        TrainConfig,
+    )
 
     arm = get_arm(spec.arm)
     codec = CharCodec()
