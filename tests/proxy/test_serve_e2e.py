@@ -268,6 +268,22 @@ def test_serve_answers_a_bad_field_with_a_400_naming_it(serve):
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3, r.text
 
 
+def test_a_non_streamed_call_whose_client_left_stops_generating(serve):
+    # walkthrough of issue 32 (traj serve): a non-streamed request whose client disconnected kept
+    # generating to its end (the proxy cuts calls at shutdown; static batching made every later
+    # request wait behind it, 34 s for 4 tokens). The engine request is cancelled instead: it never
+    # completes (nothing of it in the sample log) and the next call is answered.
+    url, log = serve
+    long_tokens = 1500
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{url}/v1/completions", timeout=1.0,
+                   json={"model": "m", "prompt": "hi", "max_tokens": long_tokens, "ignore_eos": True})
+    r = httpx.post(f"{url}/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 2}, timeout=120)
+    assert r.status_code == 200, r.text
+    time.sleep(1.0)  # a handler still running would log its sample when its generation ends
+    assert not [s for s in samples(log).values() if len(s["token_ids"]) == long_tokens]
+
+
 def test_serve_stderr_is_our_lines_only_and_ctrl_c_says_it_stops(tokenizer):
     """Issue 16 walkthrough: the first request printed transformers' FutureWarning about
     ``past_key_values`` (the KV-cache argument was renamed ``cache``), and Ctrl-C stopped the

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from trajstore.trainer.serving.chat import parse_tool_calls
 from trajstore.trainer.serving.request import ParsedCall
@@ -28,17 +28,40 @@ def error_response(status: int, message: str, kind: str = "invalid_request_error
     return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
 
 
-async def engine_events(app: ServeApp, call: ParsedCall, request: Any) -> Any:
-    """Submit `call` to the engine and yield its events; a client that goes away cancels it."""
+DISCONNECT_POLL_S = 0.5
+"""Seconds between checks that the client of a non-streamed request is still there."""
+
+
+async def engine_events(app: ServeApp, call: ParsedCall, request: Any, *, watch_disconnect: bool = False) -> Any:
+    """Submit `call` to the engine and yield its events; a client that goes away cancels it.
+
+    A streamed response learns of the disconnect from Starlette (which stops the generator); a
+    non-streamed one does not, so with `watch_disconnect` the request is polled every
+    :data:`DISCONNECT_POLL_S` seconds and the engine request is cancelled when its client is gone
+    (otherwise it kept generating to the end, and with static batching every later request waited).
+    """
     from trajstore.trainer.serving.engine import DoneEvent, GenRequest
 
     loop = asyncio.get_running_loop()
     q: asyncio.Queue[Any] = asyncio.Queue()
     req = GenRequest(call.prompt_ids, call.sampling, lambda ev: loop.call_soon_threadsafe(q.put_nowait, ev))
     app.engine.submit(req)
+    next_check = loop.time() + DISCONNECT_POLL_S
     try:
         while True:
-            ev = await q.get()
+            if watch_disconnect:
+                try:  # tokens may arrive faster than the poll: check by the clock, not only when idle
+                    ev = await asyncio.wait_for(q.get(), max(0.0, next_check - loop.time()))
+                except asyncio.TimeoutError:
+                    ev = None
+                if loop.time() >= next_check:
+                    next_check = loop.time() + DISCONNECT_POLL_S
+                    if await request.is_disconnected():
+                        return
+                if ev is None:
+                    continue
+            else:
+                ev = await q.get()
             yield ev
             if isinstance(ev, DoneEvent):
                 return
@@ -68,7 +91,7 @@ async def complete(st: ServeApp, request: Request, *, chat: bool) -> Any:
     versions: list[str] = []
     entries: list[dict[str, Any]] = []
     done: DoneEvent | None = None
-    async for ev in engine_events(st, call, request):
+    async for ev in engine_events(st, call, request, watch_disconnect=True):
         if isinstance(ev, TokenEvent):
             ids.append(ev.token_id)
             lps.append(ev.logprob)
@@ -77,7 +100,8 @@ async def complete(st: ServeApp, request: Request, *, chat: bool) -> Any:
                 entries.append(chat_logprob_entry(tok, ev.token_id, ev.logprob, ev.top))
         else:
             done = ev
-    assert done is not None
+    if done is None:  # the client went away: nobody reads an answer
+        return Response(status_code=499)
     if done.error is not None:
         return error_response(503 if "weight update" in done.error or "shutting" in done.error else 500,
                               done.error, "server_error")
