@@ -119,7 +119,7 @@ def _add_run(store, run: str, steps: int) -> None:
 
     from trajstore.schema import CONSUMED_SCHEMA
 
-    from .conftest import consumed_row
+    from tests.helpers.stores import consumed_row
 
     rows = [consumed_row(run, s, 10 + s, tid, 4, 4, 6 + s, 0.1 * (s % 3), 0.05 * (s % 2), 1.0 + 0.01 * s)
             for s in range(steps) for tid in ("A", "C")]
@@ -143,9 +143,9 @@ def test_clip_keeps_step_in_every_part_and_the_run_in_the_title(known_store):
 
 
 def test_stats_without_training_runs_hides_the_empty_reports(tmp_store):
-    from .conftest import KNOWN, _traj
+    from tests.helpers.stores import KNOWN, layout_trajectory
 
-    ts.write_trajectories(tmp_store, [_traj(t, *KNOWN[t]) for t in "ACE"])
+    ts.write_trajectories(tmp_store, [layout_trajectory(t, *KNOWN[t]) for t in "ACE"])
     res = runner.invoke(app, ["stats", tmp_store], env={"COLUMNS": "100"})
     assert res.exit_code == 0, res.output
     out = res.stdout

@@ -289,29 +289,23 @@ def test_clip_plot_steps_are_whole_numbers_with_room_around_them(steps: list[int
 
 
 def _null_tokenizer_store(root: Path, *, trainable_too: bool) -> None:
-    import sys
-
     import numpy as np
 
     from trajstore import write_trajectories
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
-    from _train_synth import VOCAB, make_trajectory  # noqa: E402, F401
+    from tests.helpers.trajectories import tiny_model_trajectory
 
     rng = np.random.default_rng(0)
-    engine = [make_trajectory(rng, trajectory_id=f"ng{i}").model_copy(update={
+    engine = [tiny_model_trajectory(rng, trajectory_id=f"ng{i}").model_copy(update={
         "tokenizer": None, "not_trainable_reason": "engine token ids of an unnamed tokenizer"}) for i in range(3)]
-    ok = [make_trajectory(rng, trajectory_id=f"ok{i}", tokenizer="tiny-llama") for i in range(2)]
-    extra = [make_trajectory(rng, trajectory_id=f"sdk{i}").model_copy(update={"tokenizer": None})
+    ok = [tiny_model_trajectory(rng, trajectory_id=f"ok{i}", tokenizer="tiny-llama") for i in range(2)]
+    extra = [tiny_model_trajectory(rng, trajectory_id=f"sdk{i}").model_copy(update={"tokenizer": None})
              for i in range(2)] if trainable_too else []
     write_trajectories(str(root), engine + ok + extra)
 
 
 def _vocab() -> int:
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
-    from _train_synth import VOCAB  # noqa: E402
+    from tests.helpers.trajectories import VOCAB
 
     return VOCAB
 

@@ -22,8 +22,7 @@ from trajstore.trainer.loop.config import ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import DataCursor
 from trajstore.trainer.loop.records import RunRecorder
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
-from _train_synth import write_synthetic_store  # noqa: E402
+from tests.helpers.stores import write_synthetic_store
 
 TRAJ = [sys.executable, "-c", "from trajstore.cli.main import app; app()"]
 CONFIG = TrainConfig(store="unused", model=ModelConfig(name="tiny-llama"), run=RunConfig(run_id="r")).to_json()

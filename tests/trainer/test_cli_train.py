@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,8 +10,7 @@ from typer.testing import CliRunner
 
 from trajstore.cli.main import app
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
-from _train_synth import write_synthetic_store  # noqa: E402
+from tests.helpers.stores import write_synthetic_store
 
 BASE = ["--model", "tiny-llama", "--batch-size", "4", "--micro-batch-size", "2", "--max-seq-len", "512",
         "--critic-warmup-steps", "1"]

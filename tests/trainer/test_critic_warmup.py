@@ -5,7 +5,6 @@ records, on the progress line and in the run's summary."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import duckdb
@@ -17,8 +16,8 @@ from trajstore.trainer.loop import train as loop
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.models import build_critic, load_policy
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
-from _train_synth import VOCAB, write_synthetic_store  # noqa: E402
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB
 
 
 def test_first_values_are_zero() -> None:

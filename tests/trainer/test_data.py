@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from pathlib import Path
@@ -27,8 +26,8 @@ from trajstore.trainer.data import (
     to_rows,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
-from _train_synth import VOCAB, make_trajectory, write_synthetic_store  # noqa: E402
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 
 
 def _stream(root: str | Path, cursor: DataCursor | None = None, tokenizer: str = "tiny-llama", **cfg) -> TrajectoryStream:
@@ -65,11 +64,11 @@ def test_resume_from_cursor_reads_every_row_exactly_once(tmp_path: Path, stop_af
 
 def test_duplicates_keep_first_copy_also_after_resume(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    a = [make_trajectory(rng, trajectory_id=f"a{i}") for i in range(4)]
+    a = [tiny_model_trajectory(rng, trajectory_id=f"a{i}") for i in range(4)]
     write_trajectories(str(tmp_path), a)
     s = _stream(tmp_path, batch_size=4)
     b = s.next_batch()
-    write_trajectories(str(tmp_path), [make_trajectory(rng, trajectory_id="a1"), make_trajectory(rng, trajectory_id="b0")])
+    write_trajectories(str(tmp_path), [tiny_model_trajectory(rng, trajectory_id="a1"), tiny_model_trajectory(rng, trajectory_id="b0")])
     resumed = _stream(tmp_path, b.cursor, batch_size=4)
     nb = resumed.next_batch()
     assert [x.trajectory_id for x in nb.samples] == ["b0"] and nb.skipped == {"duplicate": 1}

@@ -4,7 +4,6 @@ every row alike, for each reason a row is skipped or refused."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +14,7 @@ from trajstore.convert import trajectories_to_table
 from trajstore.trainer.data import TrainDataError, TrajectoryStream, read_scalar_columns
 from trajstore.trainer.loop.config import DataConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
-from _train_synth import VOCAB, make_trajectory  # noqa: E402
+from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 
 
 def _stream(root: Path, **cfg) -> TrajectoryStream:
@@ -58,7 +56,7 @@ def _without_logprobs(t, which: slice):  # noqa: ANN001, ANN202
 
 def test_census_and_stream_admit_the_same_rows_for_every_reason(tmp_path: Path) -> None:
     rng = np.random.default_rng(7)
-    mk = lambda tid, **kw: make_trajectory(rng, trajectory_id=tid, reward=1.0, **kw)  # noqa: E731
+    mk = lambda tid, **kw: tiny_model_trajectory(rng, trajectory_id=tid, reward=1.0, **kw)  # noqa: E731
     long = mk("long", num_turns=6, action_len=(20, 21))  # 6 x 20 action tokens: > 100 tokens
     rows = [
         mk("ok"),
@@ -90,7 +88,7 @@ def test_a_store_of_rows_without_any_engine_logprob_has_nothing_to_train(tmp_pat
     """The census is what stops a run before it writes anything ('nothing to train'): it must not
     count a row of which the stream trains no token."""
     rng = np.random.default_rng(8)
-    rows = [_without_logprobs(make_trajectory(rng, trajectory_id=f"t{i}", reward=1.0), slice(None)) for i in range(3)]
+    rows = [_without_logprobs(tiny_model_trajectory(rng, trajectory_id=f"t{i}", reward=1.0), slice(None)) for i in range(3)]
     open_store(str(tmp_path)).write_table(trajectories_to_table(rows))
     census = _stream(tmp_path).precheck()
     assert census.trainable == 0 and census.skipped == {"no_logprobs": 3}
@@ -103,7 +101,7 @@ def test_where_sees_the_same_rows_in_census_and_stream(tmp_path: Path) -> None:
     each row group, the census on the shard: a predicate that reads other rows, e.g. a scalar
     subquery, which the check accepts, selected different rows)."""
     rng = np.random.default_rng(9)
-    rows = [make_trajectory(rng, trajectory_id=f"t{i}", reward=float(i)) for i in range(6)]
+    rows = [tiny_model_trajectory(rng, trajectory_id=f"t{i}", reward=float(i)) for i in range(6)]
     store = open_store(str(tmp_path))
     store.write_table(trajectories_to_table(rows), row_group_target_mb=1e-4)  # one row group per row
     assert store.list_shards("trajectories")[0].num_row_groups > 1
@@ -116,7 +114,7 @@ def test_where_sees_the_same_rows_in_census_and_stream(tmp_path: Path) -> None:
 @pytest.mark.parametrize("opt_in", [False, True])
 def test_text_only_rows_are_refused_or_admitted_alike(tmp_path: Path, opt_in: bool) -> None:
     rng = np.random.default_rng(10)
-    write_trajectories(str(tmp_path), [make_trajectory(rng, trajectory_id="text", with_logprobs=False, reward=1.0)])
+    write_trajectories(str(tmp_path), [tiny_model_trajectory(rng, trajectory_id="text", with_logprobs=False, reward=1.0)])
     cfg = {"behaviour_logprobs": "initial-policy"} if opt_in else {}
     if not opt_in:
         for run in (lambda s: s.precheck(), lambda s: s.next_batch()):

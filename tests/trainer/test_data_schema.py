@@ -3,7 +3,6 @@ shards, and shards that lack a nullable column, train as one (issue 11 and issue
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,16 +12,15 @@ from trajstore.convert import trajectories_to_table
 from trajstore.trainer.loop.config import DataConfig
 from trajstore.trainer.data import TrajectoryStream
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
-from _train_synth import VOCAB, make_trajectory  # noqa: E402
+from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 
 
 def test_stream_reads_v1_v2_and_missing_columns_as_one(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     store = open_store(str(tmp_path / "s"))
-    old = [make_trajectory(rng, trajectory_id=f"old{i}", group_id="g-old", reward=1.0) for i in range(3)]
-    mid = [make_trajectory(rng, trajectory_id=f"mid{i}", group_id="g-mid", reward=0.5) for i in range(2)]
-    new = [make_trajectory(rng, trajectory_id=f"new{i}", group_id="g-new", reward=0.0) for i in range(2)]
+    old = [tiny_model_trajectory(rng, trajectory_id=f"old{i}", group_id="g-old", reward=1.0) for i in range(3)]
+    mid = [tiny_model_trajectory(rng, trajectory_id=f"mid{i}", group_id="g-mid", reward=0.5) for i in range(2)]
+    new = [tiny_model_trajectory(rng, trajectory_id=f"new{i}", group_id="g-new", reward=0.0) for i in range(2)]
     store.write_table(trajectories_to_table(old, version=1))                       # a v1 shard
     store.write_table(trajectories_to_table(mid).drop_columns(["group_id", "metadata"]))  # no group_id column
     store.write_table(trajectories_to_table(new))
@@ -54,8 +52,8 @@ def test_every_reader_fills_missing_nullable_columns_with_nulls(tmp_path: Path) 
 
     rng = np.random.default_rng(5)
     store = open_store(str(tmp_path / "s"))
-    store.write_table(trajectories_to_table([make_trajectory(rng, trajectory_id="new", group_id="g")]))
-    store.write_table(trajectories_to_table([make_trajectory(rng, trajectory_id="old")])
+    store.write_table(trajectories_to_table([tiny_model_trajectory(rng, trajectory_id="new", group_id="g")]))
+    store.write_table(trajectories_to_table([tiny_model_trajectory(rng, trajectory_id="old")])
                       .drop_columns(["group_id", "metadata"]))
     root = str(tmp_path / "s")
     want = {"new": "g", "old": None}

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -22,8 +21,8 @@ from trajstore.trainer.loop.train import train
 from trajstore.policies import latest_policy_version, list_policy_versions
 from trajstore.trainer.loop.publish import prune_versions, publish_policy
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
-from _train_synth import VOCAB, write_synthetic_store  # noqa: E402
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB
 
 
 def _cfg(store: Path, **run) -> TrainConfig:

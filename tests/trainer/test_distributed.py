@@ -10,8 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
-from _train_synth import write_synthetic_store  # noqa: E402
+from tests.helpers.stores import write_synthetic_store
 
 RUNNER = Path(__file__).resolve().with_name("_dist_runner.py")
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
-from _train_synth import write_synthetic_store  # noqa: E402
+from tests.helpers.stores import write_synthetic_store
 
 RUNNER = Path(__file__).resolve().with_name("_fsdp_runner.py")
 STEPS = 3  # after 1 critic warm-up iteration: 4 iterations of 4 trajectories

@@ -5,7 +5,6 @@ baselines run; text-only data trains only with the opt-in; records land in the s
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,8 @@ from trajstore.trainer.loop.step import train_step
 from trajstore.trainer.loop.train import train
 from trajstore.policies import list_policy_versions
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
-from _train_synth import VOCAB, write_synthetic_store  # noqa: E402
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB
 
 
 def _cfg(store: Path, *, model: str = "tiny-llama", run_id: str = "r", batch_size: int = 4, micro: int = 2,
@@ -202,11 +201,12 @@ def test_train_and_resume_on_an_s3_store(s3_store_uri: tuple[str, dict]) -> None
     uri, opts = s3_store_uri
     import numpy as np
 
-    from _train_synth import make_trajectory
     from trajstore.writer import write_trajectories
 
+    from tests.helpers.trajectories import tiny_model_trajectory
+
     rng = np.random.default_rng(0)
-    trajs = [make_trajectory(rng, trajectory_id=f"s{i}") for i in range(8)]
+    trajs = [tiny_model_trajectory(rng, trajectory_id=f"s{i}") for i in range(8)]
     write_trajectories(uri, trajs[:4], storage_options=opts)
     write_trajectories(uri, trajs[4:], storage_options=opts)
     cfg = _cfg(Path("unused"), max_steps=1, warmup=0)

@@ -6,7 +6,6 @@ the step is split into micro-batches, nor on the packed layout."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,8 @@ from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, R
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.step import train_step
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
-from _train_synth import VOCAB, write_synthetic_store  # noqa: E402
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB
 
 
 def _cfg(store: Path, *, warmup: int, k: int = 2, batch_size: int = 4, **algo) -> TrainConfig:

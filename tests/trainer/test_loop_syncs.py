@@ -19,8 +19,8 @@ from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, R
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.step import train_step
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
-from _train_synth import VOCAB, write_synthetic_store  # noqa: E402
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB
 
 LOOP_DIR = str(Path(__import__("trajstore.trainer.loop", fromlist=["x"]).__file__).parent)
 CONVERSIONS = ("item", "tolist", "__float__", "__int__", "__bool__")

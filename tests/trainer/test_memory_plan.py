@@ -8,7 +8,6 @@ does."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +22,8 @@ from trajstore.trainer.data import token_micro_batches
 from trajstore.trainer.loop.train import train
 from trajstore.trainer.loop.records import RunRecorder
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
-from _train_synth import VOCAB, write_synthetic_store  # noqa: E402
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB
 
 GIB = 1 << 30
 

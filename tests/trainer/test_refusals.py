@@ -27,8 +27,8 @@ from trajstore.trainer.loop.step import NonFiniteUpdateError
 from trajstore.trainer.loop.train import train
 from trajstore.policies import latest_policy_version, list_policy_versions
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
-from _train_synth import make_trajectory, write_synthetic_store  # noqa: E402
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import tiny_model_trajectory
 
 BASE = ["--model", "tiny-llama", "--batch-size", "2", "--micro-batch-size", "2", "--max-seq-len", "512",
         "--critic-warmup-steps", "0", "--checkpoint-every", "1"]
@@ -116,7 +116,7 @@ def test_empty_store_is_refused_before_anything_is_written(tmp_path: Path) -> No
 
 def test_nothing_trainable_is_refused(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    trajs = [make_trajectory(rng, trajectory_id=f"n{i}") for i in range(3)]
+    trajs = [tiny_model_trajectory(rng, trajectory_id=f"n{i}") for i in range(3)]
     trajs = [t.model_copy(update={"reward": None}) for t in trajs]  # no reward: nothing to learn from
     write_trajectories(str(tmp_path), trajs)
     _one_error(_run(str(tmp_path), *BASE, "--run-id", "n"), "nothing to train", "3 rows: 0 trainable",
@@ -143,10 +143,10 @@ def test_token_id_outside_the_vocabulary_in_a_later_shard_is_refused_before_any_
                                                                                      token: int) -> None:
     write_synthetic_store(tmp_path, 8, per_shard=2)  # 4 good shards first
     rng = np.random.default_rng(1)
-    bad = make_trajectory(rng, trajectory_id="bad")
+    bad = tiny_model_trajectory(rng, trajectory_id="bad")
     tokens = np.array(bad.tokens, dtype=np.int32)
     tokens[-1] = token  # the final action token; the CLI's tiny-llama has a vocabulary of 256
-    write_trajectories(str(tmp_path), [make_trajectory(rng, trajectory_id="ok"),
+    write_trajectories(str(tmp_path), [tiny_model_trajectory(rng, trajectory_id="ok"),
                                        bad.model_copy(update={"tokens": tokens})])
     err = _one_error(_run(str(tmp_path), *BASE, "--run-id", "v"), "trajectory 'bad'", "row 1",
                      f"id {token} is outside the model's vocabulary of 256")
@@ -157,7 +157,7 @@ def test_token_id_outside_the_vocabulary_in_a_later_shard_is_refused_before_any_
 def test_overlong_error_is_refused_before_any_write(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 6, per_shard=2)
     rng = np.random.default_rng(2)
-    write_trajectories(str(tmp_path), [make_trajectory(rng, trajectory_id="long", num_turns=12,
+    write_trajectories(str(tmp_path), [tiny_model_trajectory(rng, trajectory_id="long", num_turns=12,
                                                        action_len=(30, 40))])
     args = [a if a != "512" else "200" for a in BASE]  # --max-seq-len 200
     _one_error(_run(str(tmp_path), *args, "--run-id", "o", "--overlong", "error"), "trajectory 'long'",
@@ -402,7 +402,7 @@ def test_overlong_skip_is_said_on_the_console(tmp_path: Path) -> None:
     --max-seq-len was left out with no word on the console (only a data/skipped_overlong metric in
     the run's records): the start says what the data holds, the end warns what was not trained."""
     rng = np.random.default_rng(2)
-    write_trajectories(str(tmp_path), [make_trajectory(rng, trajectory_id="long", num_turns=12,
+    write_trajectories(str(tmp_path), [tiny_model_trajectory(rng, trajectory_id="long", num_turns=12,
                                                        action_len=(30, 40))])  # read first
     write_synthetic_store(tmp_path, 4, per_shard=2)
     args = [a if a != "512" else "200" for a in BASE]  # --max-seq-len 200

@@ -1,5 +1,10 @@
-"""A store with hand-chosen contents for the audit tests (expected numbers are derived by hand
-in the tests from the table below, never from the code under test).
+"""Stores with known contents for the tests.
+
+:func:`write_synthetic_store` writes :func:`tests.helpers.trajectories.tiny_model_trajectory`
+trajectories in shards, for the trainer tests.
+
+:func:`build_known_store` writes a store with hand-chosen contents for the audit tests (expected
+numbers are derived by hand in the tests from the table below, never from the code under test):
 
 trajectories (shard 1, in this order), tokens per span, action spans with policy version v:
 
@@ -21,20 +26,41 @@ runs/r1/steps: step 0: policy/loss 0.5, ratio/masked_below 0.1; step 1: policy/l
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pytest
 
 import trajstore as ts
+from trajstore import write_trajectories
 from trajstore.schema import CONSUMED_SCHEMA, STEP_SCHEMA
 from trajstore.store import Store, open_store
+
+from tests.helpers.trajectories import tiny_model_trajectory
+
+
+def write_synthetic_store(root: str | Path, n: int, *, seed: int = 0, per_shard: int = 4, prefix: str = "t",
+                          **kw) -> list[str]:
+    """Write `n` trajectories in shards of `per_shard`; return the ids in arrival order."""
+    rng = np.random.default_rng(seed)
+    ids = []
+    for start in range(0, n, per_shard):
+        trajs = [tiny_model_trajectory(rng, trajectory_id=f"{prefix}{i:05d}",
+                                       policy_versions=(max(0, i // 8 - 1), i // 8), **kw)
+                 for i in range(start, min(n, start + per_shard))]
+        write_trajectories(str(root), trajs)
+        ids += [t.trajectory_id for t in trajs]
+    return ids
+
+
+# -- the known store of the audit tests ----------------------------------------------------------
 
 T0 = datetime(2026, 7, 1, tzinfo=timezone.utc)
 
 
-def _traj(tid: str, source: str, status: str, reward: float | None,
-          layout: list[tuple[str, int, int | None, bool]]) -> ts.Trajectory:
+def layout_trajectory(tid: str, source: str, status: str, reward: float | None,
+                      layout: list[tuple[str, int, int | None, bool]]) -> ts.Trajectory:
     """layout: (kind, num_tokens, policy_version, with_logprobs) per span."""
     b = ts.TrajectoryBuilder(trajectory_id=tid, source=source, prompt_id=f"p-{tid}")
     tok = 10
@@ -51,7 +77,7 @@ def _traj(tid: str, source: str, status: str, reward: float | None,
     return b.finish(status, created_at=T0)
 
 
-KNOWN = {
+KNOWN = {  # id: layout_trajectory's (source, status, reward, layout)
     "A": ("sdk", "completed", 1.0, [("prompt", 2, None, False), ("action", 3, 5, True),
                                     ("observation", 2, None, False), ("action", 1, 7, True)]),
     "B": ("sdk", "truncated", 0.0, [("prompt", 1, None, False), ("action", 2, 6, True)]),
@@ -72,10 +98,11 @@ def consumed_row(run: str, step: int, tv: int, tid: str, vmin: int, vmax: int, n
 
 
 def build_known_store(uri: str, storage_options: dict[str, Any] | None = None) -> Store:
+    """Write the known store (this module's docstring) at `uri`; the store."""
     store = open_store(uri, storage_options=storage_options)
-    ts.write_trajectories(store, [_traj(t, *KNOWN[t]) for t in "ABCDEF"])
-    ts.write_trajectories(store, [_traj("B", "sdk", "completed", 9.0,
-                                        [("prompt", 1, None, False), ("action", 2, 1, True)])])
+    ts.write_trajectories(store, [layout_trajectory(t, *KNOWN[t]) for t in "ABCDEF"])
+    ts.write_trajectories(store, [layout_trajectory("B", "sdk", "completed", 9.0,
+                                                    [("prompt", 1, None, False), ("action", 2, 1, True)])])
     r1 = [consumed_row("r1", 0, 8, "A", 5, 7, 4, 0.25, 0.0, 1.1), consumed_row("r1", 0, 8, "B", 6, 6, 2, 0.0, 0.5, 0.9),
           consumed_row("r1", 1, 9, "C", 4, 4, 6, 0.5, 1 / 6, 1.0)]
     store.write_table(pa.Table.from_pylist(r1[:2], schema=CONSUMED_SCHEMA), subdir="runs/r1/consumed")
@@ -87,15 +114,3 @@ def build_known_store(uri: str, storage_options: dict[str, Any] | None = None) -
              dict(run_id="r1", step=1, trainer_version=9, wall_time=T0, metric="policy/loss", value=0.4)]
     store.write_table(pa.Table.from_pylist(steps, schema=STEP_SCHEMA), subdir="runs/r1/steps")
     return store
-
-
-@pytest.fixture
-def known_store(tmp_store: str) -> Store:
-    """The local store described in this module's docstring."""
-    return build_known_store(tmp_store)
-
-
-@pytest.fixture
-def build_store() -> Any:
-    """:func:`build_known_store` (uri, storage_options=None) -> Store, for S3 stores."""
-    return build_known_store
