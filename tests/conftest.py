@@ -13,7 +13,7 @@ Fixtures:
     build_store         :func:`tests.helpers.stores.build_known_store` itself, for S3 stores.
     fixtures_dir        ``<repo>/../shared/fixtures`` (read-only real data; never copy it). A
                         plain clone has no ``../shared``: tests that take this fixture skip,
-                        naming the path they looked for (:data:`MISSING_SHARED`).
+                        naming the path they looked for (:data:`tests.helpers.paths.MISSING_SHARED`).
 
 Plain helper functions live in the ``tests.helpers`` package (``tests/helpers/``).
 
@@ -34,14 +34,9 @@ import pytest
 from trajstore.models import Trajectory
 from trajstore.store import Store
 
+from tests.helpers.paths import MISSING_SHARED, SHARED_FIXTURES
 from tests.helpers.stores import build_known_store
 from tests.helpers.trajectories import random_trajectory
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
-MISSING_SHARED = (f"needs the real harness logs in {SHARED_FIXTURES} (the shared/ folder beside the checkout, "
-                  "as CI has it); a plain clone has none")
-"""Skip reason of every test that reads ``../shared``."""
 
 MOTO_KEY = "testing"
 MOTO_SECRET = "testing"

@@ -16,9 +16,11 @@ from typer.testing import CliRunner
 import trajstore as ts
 from trajstore.cli.main import EXIT_ERROR, EXIT_REFUSED, EXIT_USAGE, app
 
+from tests.helpers.paths import REPO_ROOT
+
 runner = CliRunner()
 WIDTH = {"COLUMNS": "200"}
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = REPO_ROOT / "README.md"
 
 
 # -- exit status ---------------------------------------------------------------------------------

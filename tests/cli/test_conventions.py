@@ -17,6 +17,8 @@ import trajstore as ts
 from trajstore.cli.display import OutputFormat
 from trajstore.cli.main import app
 
+from tests.helpers.paths import REPO_ROOT
+
 runner = CliRunner()
 WIDTH = {"COLUMNS": "100"}
 
@@ -233,9 +235,7 @@ def test_store_options_read_store_and_storage_options_read_key_value(path):
 def test_commands_render_tables_through_the_shared_renderer():
     # a rich Table built in a command would skip the layout rules (keys in every part, constants
     # in the title, empty tables as one line); trajstore.cli.display is the one place tables are made
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
+    root = REPO_ROOT
     renderer = root / "cli" / "table_layout.py"  # where trajstore.cli.display's tables are drawn
     offenders = [str(f.relative_to(root)) for d in ("cli", "trainer", "trajstore")
                  for f in sorted((root / d).rglob("*.py")) if f != renderer and "rich.table" in f.read_text()]
@@ -269,9 +269,8 @@ def _readme_commands() -> list[str]:
     [--staleness ...]` in the Commands table are not runnable text and are left out)."""
     import re
     import shlex
-    from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    text = (REPO_ROOT / "README.md").read_text()
     cells = re.findall(r"^\| `(traj [^`]+)`", text, flags=re.M)
     blocks = "\n".join(re.findall(r"```bash\n(.*?)```", text, flags=re.S)).replace("\\\n", " ")
     lines = [m for line in blocks.splitlines() for m in re.findall(r"(?:^|&& )(traj [^#&]+)", line.strip())]

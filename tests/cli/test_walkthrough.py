@@ -11,9 +11,11 @@ from typer.testing import CliRunner
 
 from trajstore.cli.main import EXIT_REFUSED, EXIT_USAGE, app
 
+from tests.helpers.paths import SHARED_FIXTURES
+
 runner = CliRunner()
 WIDTH = {"COLUMNS": "120"}
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+FIXTURES = SHARED_FIXTURES
 
 
 def _lines(text: str) -> list[str]:

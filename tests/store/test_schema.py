@@ -7,7 +7,6 @@ import json
 import types
 import typing
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,7 +24,7 @@ from trajstore.schema import (
     trajectory_schema,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT
 
 # not_trainable_reason is also a model field: a producer may declare one (e.g. engine ids of an
 # unknown tokenizer); without one it is derived ("no action tokens")
@@ -113,15 +112,15 @@ def test_token_columns_are_large_lists_and_version_is_stamped() -> None:
 
 def test_schemas_json_has_not_drifted() -> None:
     for version in (1, 2):
-        path = REPO / "schemas" / f"trajectory.v{version}.json"
+        path = REPO_ROOT / "schemas" / f"trajectory.v{version}.json"
         assert path.read_text() == schema_json(version), (
             f"schemas/trajectory.v{version}.json differs from trajstore.schema; regenerate with "
             f"`python -m trajstore.schema {version} > schemas/trajectory.v{version}.json`")
-    described = {f["name"]: f for f in json.loads((REPO / "schemas" / "trajectory.v2.json").read_text())["fields"]}
+    described = {f["name"]: f for f in json.loads((REPO_ROOT / "schemas" / "trajectory.v2.json").read_text())["fields"]}
     assert list(described) == TRAJECTORY_SCHEMA.names
     assert described["tokens"]["type"] == {"type": "large_list", "item": "int32", "item_nullable": False}
     assert described["logprobs"]["type"] == {"type": "large_list", "item": "float", "item_nullable": False}
-    v1 = {f["name"]: f for f in json.loads((REPO / "schemas" / "trajectory.v1.json").read_text())["fields"]}
+    v1 = {f["name"]: f for f in json.loads((REPO_ROOT / "schemas" / "trajectory.v1.json").read_text())["fields"]}
     assert v1["logprobs"]["type"]["item_nullable"] is True and "num_missing_logprobs" not in v1
 
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
 
 
 def test_without_cuda_it_fails_fast_and_clearly() -> None:

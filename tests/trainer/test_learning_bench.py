@@ -17,6 +17,8 @@ from trajstore.trainer.apps.learning_bench.estimators import no_skip_gae, turn_i
 from trajstore.trainer.apps.learning_bench.schedule import AsyncConfig, simulate
 from trajstore.trainer.apps.learning_bench.stats import CLAIMS, auc, bootstrap_interval, verdict
 
+from tests.helpers.paths import REPO_ROOT
+
 
 def test_codec_round_trip_and_errors() -> None:
     c = CharCodec()
@@ -266,7 +268,7 @@ def test_smoke_preset_critic_beats_the_running_mean_and_leaves_the_checkout_alon
 
     from trajstore.cli.main import app
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = REPO_ROOT
     before = _checkout_snapshot(repo)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.chdir(repo)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, R
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.step import train_step
 
+from tests.helpers.paths import child_env
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.trajectories import VOCAB
 
@@ -54,7 +54,7 @@ def _child(store: str) -> None:
 
 def test_after_a_step_only_weights_and_optimiser_states_stay_alive(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, __file__, str(tmp_path)], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+                       env=child_env(OMP_NUM_THREADS="1"))
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r["trainable"] and r["frozen"]  # the critic's embeddings, norms and attention are frozen
