@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from trajstore import StoreWriter, Trajectory, TrajectoryValidationError, read_trajectories, write_trajectories
-from trajstore.validate import TRAJECTORY_ID_MAX_CHARS, find_violations, validate_trajectory
+from trajstore.validate import TRAJECTORY_ID_MAX_CHARS, check_trajectory_id, find_violations, validate_trajectory
 
 NAN = math.nan
 
@@ -216,16 +216,6 @@ def test_token_ids_below_int32_do_not_wrap() -> None:
         Trajectory(**_base(tokens=[1, 2, 3, 4, 5, -(2**40)]))
 
 
-@pytest.mark.parametrize("ids", [[2**40, 5], [2**32 + 5], np.array([2**63], dtype=np.uint64), [-(2**32)]])
-def test_builder_refuses_ids_outside_int32_instead_of_wrapping(ids: Any) -> None:
-    from trajstore import TrajectoryBuilder
-
-    b = TrajectoryBuilder(trajectory_id="wrap")
-    with pytest.raises(ValueError, match="must fit in int32"):
-        b.add_prompt(ids)
-    assert b.num_tokens == 0
-
-
 _circular: dict[str, Any] = {}
 _circular["self"] = _circular
 
@@ -257,3 +247,88 @@ def test_unstorable_values_are_refused_at_write_and_do_not_block_the_writer(
             w.write(bad)
         w.write(Trajectory(**_base(trajectory_id="good-2")))
     assert read_trajectories(tmp_store).column("trajectory_id").to_pylist() == ["good-1", "good-2"]
+
+
+def _valid(**update: Any) -> dict[str, Any]:
+    d: dict[str, Any] = dict(
+        trajectory_id="hole", source="sdk", reward=1.0, tokens=[1, 2, 3, 4],
+        logprobs=[NAN, -0.1, -0.2, NAN],
+        spans=[dict(kind="prompt", start=0, end=1),
+               dict(kind="action", start=1, end=3, policy_version=0),
+               dict(kind="observation", start=3, end=4)])
+    d.update(update)
+    return d
+
+
+def _fields(traj: Trajectory) -> dict[str, str]:
+    return {v.field: v.message for v in find_violations(traj)}
+
+
+# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+def test_base_record_is_valid_issue_11() -> None:
+    assert find_violations(Trajectory(**_valid())) == []
+
+
+# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+@pytest.mark.parametrize("tid", ["abc\n", "abc\r", "a\nb", "abc\n\n"])
+def test_trajectory_id_with_a_trailing_newline_is_refused(tid: str) -> None:
+    # `$` matched before a trailing newline, so "abc\n" passed the path-safety rule.
+    (v,) = check_trajectory_id(tid)
+    assert v.field == "trajectory_id" and "not safe in a path" in v.message
+
+
+# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+@pytest.mark.parametrize("meta", [{"x": NAN}, {"deep": [1.0, {"y": math.inf}]}, {"z": -math.inf}])
+def test_nan_or_infinity_in_metadata_is_refused(meta: dict[str, Any], tmp_store: str) -> None:
+    # json.dumps wrote NaN / Infinity, which is not JSON: DuckDB's json functions and other
+    # readers reject it later.
+    t = Trajectory(**_valid(metadata=meta))
+    assert "metadata" in _fields(t) and "not standard JSON" in _fields(t)["metadata"]
+    with StoreWriter(tmp_store, flush_seconds=None) as w:
+        with pytest.raises(TrajectoryValidationError, match="metadata"):
+            w.write(t)
+    assert read_trajectories(tmp_store).num_rows == 0
+
+
+# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+@pytest.mark.parametrize(("field", "value", "fragment"), [
+    ("min_p", NAN, "min_p: must be finite and in [0, 1]"),
+    ("min_p", 1.5, "min_p: must be finite and in [0, 1]"),
+    ("top_k", -5, "top_k: must be -1 or 0 (disabled) or >= 1"),
+    ("max_tokens", -3, "max_tokens: must be >= 1"),
+    ("max_tokens", 0, "max_tokens: must be >= 1"),
+    ("top_p", NAN, "top_p: must be in (0, 1]"),  # already refused before; kept beside min_p
+    ("temperature", NAN, "temperature: must be finite and >= 0"),
+    ("sampling_params", "{not json", "sampling_params: is not valid JSON"),
+    ("sampling_params", "[1, 2]", "sampling_params: must be a JSON object"),
+    ("sampling_params", '{"temperature": NaN}', "sampling_params: is not valid JSON"),
+])
+def test_bad_sampling_parameters_are_refused(field: str, value: Any, fragment: str) -> None:
+    spans = _valid()["spans"]
+    spans[1] = {**spans[1], field: value}
+    fields = _fields(Trajectory(**_valid(spans=spans)))
+    key = f"spans[1].{field}"
+    assert key in fields, fields
+    assert fragment.split(": ", 1)[-1] in fields[key]
+
+
+# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+@pytest.mark.parametrize("ok", [{"top_k": -1}, {"top_k": 0}, {"top_k": 40}, {"min_p": 0.0}, {"max_tokens": 1},
+                                {"sampling_params": '{"seed": 7}'}])
+def test_usual_sampling_parameters_are_accepted(ok: dict[str, Any]) -> None:
+    spans = _valid()["spans"]
+    spans[1] = {**spans[1], **ok}
+    assert find_violations(Trajectory(**_valid(spans=spans))) == []
+
+
+# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+@pytest.mark.parametrize("raw", ["not json", "{'a': 1}", "NaN", "1 2"])
+def test_reward_raw_must_be_json(raw: str) -> None:
+    fields = _fields(Trajectory(**_valid(reward_raw=raw)))
+    assert "reward_raw" in fields and "not valid JSON" in fields["reward_raw"]
+
+
+# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+def test_reward_raw_json_accepted() -> None:
+    for raw in ['true', '"positive"', '{"passed": 3}', '0.5', 'null']:
+        assert find_violations(Trajectory(**_valid(reward_raw=raw))) == []

@@ -3,14 +3,19 @@ run records, pivoted step metrics, corrupt shards skipped, empty stores."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
+import numpy as np
 import pytest
 
 from trajstore import audit, read_trajectories
+from trajstore.convert import trajectories_to_table
 from trajstore.schema import SCALAR_COLUMNS
 from trajstore.store import CorruptShardWarning, open_store
+
+from tests.helpers.trajectories import hand_built_pair
 
 
 def rows(rel: Any) -> list[dict[str, Any]]:
@@ -75,3 +80,17 @@ def test_empty_store_has_typed_empty_views(tmp_store):
     assert "policy_version" in conn.sql("SELECT * FROM spans").columns
     rep = audit.staleness_report(conn)
     assert rows(rep.by_run) == [] and rows(rep.unconsumed) == []
+
+
+NAN = math.nan
+
+
+def test_span_logprobs_view_by_hand(tmp_store: str) -> None:
+    open_store(tmp_store).write_table(trajectories_to_table(hand_built_pair()))
+    conn = audit.connect(tmp_store)
+    got = conn.sql("SELECT trajectory_id, span_index, num_tokens, policy_version, num_missing_logprobs, logprobs "
+                   "FROM span_logprobs ORDER BY trajectory_id, span_index").fetchall()
+    assert [r[:5] for r in got] == [("h1", 1, 3, 2, 1), ("h1", 3, 1, 3, 0), ("h2", 1, 2, None, 2)]
+    np.testing.assert_array_equal(np.asarray(got[0][5], np.float32), np.array([-0.5, NAN, -0.25], np.float32))
+    assert got[1][5] == [-1.0]
+    assert all(math.isnan(x) for x in got[2][5]) and len(got[2][5]) == 2

@@ -4,7 +4,8 @@
 below SmolLM2's vocabulary size; the ``make_trajectory`` fixture of ``tests/conftest.py``).
 :func:`tiny_model_trajectory` builds a multi-turn trajectory with the writer SDK (engine token ids,
 engine log-probs, a policy version per action) for the tiny random models of the trainer tests:
-token ids below :data:`VOCAB`."""
+token ids below :data:`VOCAB`. :func:`hand_built_pair` builds two small trajectories whose
+layouts are written out in its docstring."""
 
 from __future__ import annotations
 
@@ -131,3 +132,27 @@ def random_trajectory(
         spans=spans,
         metadata={"seed_turns": turns, "tags": ["test", str(rng.integers(10))], "nested": {"x": 1.5}},
     )
+
+
+def hand_built_pair() -> list[Trajectory]:
+    """Two trajectories with known layouts (the schema-v2 tests write their expected values from these).
+
+    h1: prompt [1, 2], action [3, 4, 5] lps [-0.5, NaN, -0.25] (v2; one token without an engine
+        log-prob), observation [6], action [7] lp [-1.0] (v3).
+        Action tokens: 3 + 1 = 4; v2 logprobs = [-0.5, NaN, -0.25, -1.0]; missing = 1;
+        span logprob_start: action 1 -> 0, action 2 -> 3.
+    h2: prompt [9], action [10, 11] without log-probs (logprob_source none, no version).
+        v2 logprobs = [NaN, NaN]; missing = 2.
+    """
+    b = TrajectoryBuilder(trajectory_id="h1", group_id="g")
+    b.add_prompt([1, 2])
+    b.add_action([3, 4, 5], [-0.5, None, -0.25], policy_version=2)
+    b.add_observation([6])
+    b.add_action([7], [-1.0], policy_version=3)
+    b.set_reward(1.0)
+    h1 = b.finish()
+    b = TrajectoryBuilder(trajectory_id="h2")
+    b.add_prompt([9])
+    b.add_action([10, 11], None, policy_version=None)
+    h2 = b.finish()
+    return [h1, h2]
