@@ -14,6 +14,10 @@ Fixtures:
     fixtures_dir        ``<repo>/../shared/fixtures`` (read-only real data; never copy it). A
                         plain clone has no ``../shared``: tests that take this fixture skip,
                         naming the path they looked for (:data:`tests.helpers.paths.MISSING_SHARED`).
+    fix                 session: ``fixtures_dir / "trajectories"``, the real harness logs.
+    reported            session: ``fixtures_dir / "reported"``, small inputs of reported faults, each
+                        with its expected result.
+    tok                 session: SmolLM2's tokenizer (the ingest tests' token oracle).
 
 Plain helper functions live in the ``tests.helpers`` package (``tests/helpers/``).
 
@@ -110,6 +114,28 @@ def fixtures_dir() -> Path:
     if not SHARED_FIXTURES.is_dir():
         pytest.skip(MISSING_SHARED)
     return SHARED_FIXTURES.resolve()
+
+
+@pytest.fixture(scope="session")
+def fix(fixtures_dir: Path) -> Path:
+    """``../shared/fixtures/trajectories`` (tests using it skip in a plain clone)."""
+    return fixtures_dir / "trajectories"
+
+
+@pytest.fixture(scope="session")
+def reported(fixtures_dir: Path) -> Path:
+    """``../shared/fixtures/reported``: small inputs of reported faults, each with its expected result."""
+    if not (fixtures_dir / "reported").is_dir():
+        pytest.skip(f"needs {fixtures_dir / 'reported'} (reported-fault fixtures in the shared folder)")
+    return fixtures_dir / "reported"
+
+
+@pytest.fixture(scope="session")
+def tok():
+    """SmolLM2's tokenizer: the token oracle of the ingest tests."""
+    from trajstore.hub import load_tokenizer
+
+    return load_tokenizer("smollm2-135m")
 
 
 # -- data ------------------------------------------------------------------------------------

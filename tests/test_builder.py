@@ -3,11 +3,13 @@ added or finished, and never wraps or drops what it was given."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
 import pytest
 
+import trajstore as ts
 from trajstore import TrajectoryBuilder
 from trajstore.errors import TrajectoryValidationError
 
@@ -30,3 +32,20 @@ def test_builder_refuses_ids_outside_int32_instead_of_wrapping(ids: Any) -> None
     with pytest.raises(ValueError, match="must fit in int32"):
         b.add_prompt(ids)
     assert b.num_tokens == 0
+
+
+# hostile tester: bad input answered by one clear line naming the file, row, field or flag
+def test_numpy_rewards_are_stored_as_numbers() -> None:
+    def raw(reward: Any, **kw: Any) -> str | None:
+        b = ts.TrajectoryBuilder(trajectory_id="t", source="sdk")
+        b.add_prompt([1, 2])
+        b.add_action([3], [-0.5], policy_version=0)
+        b.set_reward(reward, **kw)
+        return b.finish().reward_raw
+
+    assert raw(np.float32(1.0)) == "1.0"  # was '"1.0"', a JSON string
+    assert raw(np.float32(0.1)) == "0.1"  # float32's own shortest decimal, not 0.10000000149011612
+    assert raw(np.float64(0.25)) == "0.25" and raw(1.0, raw=np.int64(3)) == "3"
+    assert json.loads(raw(1.0, raw={"score": np.float32(0.5), "passed": np.bool_(True),
+                                    "per_test": np.array([1, 0], dtype=np.int8)})) == {
+        "score": 0.5, "passed": True, "per_test": [1, 0]}

@@ -3,13 +3,16 @@ keeps the buffer. Duplicate trajectory ids resolve to the first copy in arrival 
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import trajstore as ts
 from trajstore import (
     StoreError,
     StoreWriter,
@@ -172,3 +175,14 @@ def test_writer_counts_metadata_when_sizing_flushes(tmp_store: str) -> None:
             w.write(_fat(i, 2 * 2**20))
     assert len(w.shards_written) == 40
     assert read_trajectories(tmp_store, columns=["trajectory_id"]).num_rows == 40
+
+
+# hostile tester: bad input answered by one clear line naming the file, row, field or flag
+@pytest.mark.parametrize("kwargs, field", [
+    ({"flush_seconds": math.nan}, "flush_seconds"), ({"flush_seconds": math.inf}, "flush_seconds"),
+    ({"flush_seconds": -1}, "flush_seconds"), ({"flush_seconds": 0}, "flush_seconds"),
+    ({"flush_seconds": "5"}, "flush_seconds"), ({"flush_mb": math.nan}, "flush_mb"), ({"flush_mb": 0}, "flush_mb"),
+])
+def test_writer_refuses_non_finite_or_non_positive_flush_limits(tmp_path: Path, kwargs: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=f"^{field} must be a finite number > 0"):
+        ts.StoreWriter(str(tmp_path / "s"), **kwargs)

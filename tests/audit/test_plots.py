@@ -182,3 +182,31 @@ def test_faceted_clip_key_sits_beside_the_panels(many, tmp_path):
 
     drawn = {to_rgba(line.get_color()) for a in axes for line in a.get_lines()}
     assert len(drawn) == 1 and {to_rgba(h.get_color()) for h in legend.legend_handles} == drawn
+
+
+# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+@pytest.mark.parametrize("steps", [[0], [0, 1, 2], list(range(40))])
+def test_clip_plot_steps_are_whole_numbers_with_room_around_them(steps: list[int]) -> None:
+    from types import SimpleNamespace
+
+    pytest.importorskip("matplotlib")
+    import duckdb
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from trajstore.audit.plots import _clip
+
+    rows = ", ".join(f"('r1', {s}, 0.0, 0.0)" for s in steps)
+    rel = duckdb.sql(f"SELECT * FROM (VALUES {rows}) AS t(run_id, step, masked_below, masked_above)")
+    fig = Figure()
+    _clip(fig, SimpleNamespace(by_step=rel), {})
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    lo, hi = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+    assert all(float(t).is_integer() for t in ticks) and ticks, ticks
+    assert lo <= min(steps) - 0.5 and hi >= max(steps) + 0.5  # the points sit inside, not on the frame
+    if len(steps) == 1:
+        assert ticks == [steps[0]]

@@ -8,13 +8,16 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import duckdb
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 import trajstore as ts
-from trajstore.cli.main import app
+from trajstore.cli.main import EXIT_USAGE, app
 
 runner = CliRunner()
 
@@ -337,3 +340,97 @@ def test_sql_table_prints_values_that_look_like_markup_as_they_are(known_store):
     res = runner.invoke(app, ["sql", known_store.uri, "SELECT '[/x]' AS \"[b]c\", '[bold]y[/bold]' AS v"])
     assert res.exit_code == 0, res.output
     assert "[/x]" in res.stdout and "[b]c" in res.stdout and "[bold]y[/bold]" in res.stdout
+
+
+WIDTH_120 = {"COLUMNS": "120"}
+
+
+def _lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.strip()]
+
+
+@pytest.fixture
+def three_trajectories(tmp_path: Path, make_trajectory) -> str:
+    import numpy as np
+
+    import trajstore as ts
+
+    uri = str(tmp_path / "store")
+    rng = np.random.default_rng(0)
+    ts.write_trajectories(uri, [make_trajectory(rng, trajectory_id=f"t{i}") for i in range(3)])
+    return uri
+
+
+# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+@pytest.mark.parametrize("where, near", [("reward >", '">"'), ("(reward > 1", '"1"'), ("rewardx > 1", '"rewardx"')])
+def test_where_syntax_error_quotes_the_users_text_not_our_wrapping(three_trajectories: str, where: str,
+                                                                  near: str) -> None:
+    res = runner.invoke(app, ["stats", three_trajectories, "--statuses", "--where", where], env=WIDTH_120)
+    assert res.exit_code == 1, res.output
+    [line] = _lines(res.stderr)
+    assert line.startswith(f"error: invalid --where predicate {where!r}") and near in line, line
+    assert '")"' not in line and "LINE" not in line and "WHERE (" not in line, line
+
+
+# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+@pytest.mark.parametrize("args, says", [
+    (["--plot", "{tmp}/p.txt"], "invalid option --plot: cannot draw a plot as '.txt'"),
+    (["--statuses", "--plot", "{tmp}/p.png"], "invalid option --plot: nothing to plot"),
+])
+def test_plot_option_is_checked_before_any_report(three_trajectories: str, tmp_path: Path, args: list[str],
+                                                  says: str) -> None:
+    pytest.importorskip("matplotlib")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    res = runner.invoke(app, ["stats", three_trajectories, *args], env=WIDTH_120)
+    assert res.exit_code == EXIT_USAGE, res.output
+    assert res.stdout == ""  # no report printed before the refusal
+    [line] = _lines(res.stderr)
+    assert line.startswith(f"error: {says}"), line
+    if ".txt" in says:
+        assert ".png" in line and ".svg" in line and ".pdf" in line  # names what is supported
+    assert not (tmp_path / "p.txt").exists() and not (tmp_path / "p.png").exists()
+
+
+# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+@pytest.mark.parametrize("target, says", [
+    ("", "error: cannot write the plot: the file name is empty"),  # read as "." it drew ./traj-stats.png
+    ("/proc/p.png", "error: cannot write the plot /proc/p.png: "),  # os.access said yes (root); failed after the report
+])
+def test_plot_destination_that_cannot_be_written_is_refused_before_any_report(three_trajectories: str, target: str,
+                                                                              says: str) -> None:
+    pytest.importorskip("matplotlib")
+    res = runner.invoke(app, ["stats", three_trajectories, "--rewards", "--plot", target], env=WIDTH_120)
+    assert res.exit_code == 1, res.output
+    assert res.stdout == ""  # no report printed before the refusal
+    [line] = _lines(res.stderr)
+    assert line.startswith(says), line
+
+
+@pytest.fixture
+def small_store(tmp_path: Path, make_trajectory: Any) -> str:
+    rng = np.random.default_rng(0)
+    uri = str(tmp_path / "s")
+    ts.write_trajectories(uri, [make_trajectory(rng, trajectory_id=f"t{i}") for i in range(3)])
+    return uri
+
+
+# hostile tester: bad input answered by one clear line naming the file, row, field or flag
+def test_where_of_the_wrong_type_names_where(small_store: str) -> None:
+    # reward is DOUBLE: 'x' cannot be cast; LIMIT 0 never casts, so this used to fail later as
+    # "report query failed: Conversion Error ..." without naming --where
+    res = runner.invoke(app, ["stats", small_store, "--statuses", "--where", "reward = 'x'"])
+    assert res.exit_code == 1 and res.stderr.count("\n") == 1, res.output
+    assert "invalid --where predicate \"reward = 'x'\"" in res.stderr and "DOUBLE" in res.stderr
+    # a cast that fails only on some row's value is found while reading: it names --where too
+    res = runner.invoke(app, ["stats", small_store, "--statuses", "--where", "CAST(source AS INT) = 1"])
+    assert res.exit_code == 1 and res.stderr.count("\n") == 1, res.output
+    assert "with --where 'CAST(source AS INT) = 1'" in res.stderr and "Conversion Error" in res.stderr
+    res = runner.invoke(app, ["stats", small_store, "--statuses", "--where", "reward IS NULL OR reward > -1e9",
+                              "--format", "json"])
+    assert res.exit_code == 0 and sum(r["trajectories"] for r in json.loads(res.stdout)["statuses.by_source"]) == 3
+
+
+# hostile tester: bad input answered by one clear line naming the file, row, field or flag
+def test_sql_write_refusal_reads_well(small_store: str) -> None:
+    res = runner.invoke(app, ["sql", small_store, "INSERT INTO t VALUES (1)"])
+    assert res.exit_code == 1 and "read-only: refusing this INSERT statement" in res.stderr, res.output

@@ -4,14 +4,9 @@ observation capping and hostile text; the CLI in-process and as a subprocess."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from trajstore.cli.main import app
 from trajstore.ingest import TRUNCATION_MARKER, IngestError, ingest_paths
 from trajstore.reader import read_trajectories
 
@@ -117,31 +112,6 @@ def test_unknown_shape_and_missing_path(tmp_path):
     assert by[str(tmp_path / "nope")].reason == "no such file or directory"
 
 
-def test_cli_json_summary_and_strict_exit(tmp_path, fix, mixed):
-    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), "--store", str(tmp_path / "s"),
-                                 "--output", "json"])
-    assert r.exit_code == 0, r.output
-    out = json.loads(r.stdout)
-    assert out["trajectories_written"] == 7 and out["by_format"] == {"swe-agent": 7}  # 0.x: 1, 1.x: 6 parts
-    assert out["fidelity_gaps"]["tools"] == 6  # 1.x function calling: tool definitions not in the .traj
-    r = CliRunner().invoke(app, ["ingest", str(mixed), "--store", str(tmp_path / "s2"), "--strict"])
-    assert r.exit_code == 1 and "nothing written" in r.stderr
-
-
-def test_cli_missing_input_path_is_an_error_and_writes_nothing(tmp_path, fix):
-    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), str(tmp_path / "typo"), "--store",
-                                 str(tmp_path / "s")])
-    assert r.exit_code == 2 and "no such input path" in r.stderr and str(tmp_path / "typo") in r.stderr
-    assert not (tmp_path / "s").exists()
-
-
-def test_cli_subprocess(tmp_path, fix):
-    r = subprocess.run([str(Path(sys.executable).with_name("traj")), "ingest", str(fix / "openhands/v0_saved_trajectory/basic.json"), "--store",
-                        str(tmp_path / "s"), "--output", "json"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["trajectories_written"] == 1
-
-
 def test_json_nested_too_deeply_is_a_problem_not_a_crash(tmp_path):
     # json.loads raised RecursionError, which escaped every handler as a traceback.
     deep = "[" * 100_000 + "]" * 100_000
@@ -167,17 +137,6 @@ def test_a_too_deep_first_jsonl_line_costs_only_itself(tmp_path):
     reasons = {(pr.origin.path, pr.origin.line): pr.reason for pr in rep.problems}
     assert list(reasons) == [(str(q), 1)] and "nested too deeply" in reasons[(str(q), 1)]
     assert rep.trajectories_written == 1
-
-
-def test_negative_observation_cap_is_refused(tmp_path):
-    # A negative cap used to keep the text and add a marker with a negative "dropped" count.
-    p = tmp_path / "x.json"
-    p.write_text('[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]')
-    with pytest.raises(ValueError, match="max_observation_chars must be >= 0"):
-        ingest_paths([str(p)], str(tmp_path / "s"), max_observation_chars=-5)
-    r = CliRunner().invoke(app, ["ingest", str(p), "--store", str(tmp_path / "s"), "--max-observation-chars", "-5"])
-    assert r.exit_code == 2 and "error: invalid option --max-observation-chars: must be >= 0" in r.output
-    assert not (tmp_path / "s").exists()
 
 
 # -- one bad record costs only itself (issue 12, item 6) -----------------------------------------
@@ -270,44 +229,6 @@ def test_a_directory_is_never_skipped_silently(tmp_path):
     assert "(1 .md, 1 .arrow)" in rep.problems[0].reason or "(1 .arrow, 1 .md)" in rep.problems[0].reason
 
 
-def test_cli_exit_status(tmp_path, fix):
-    # 0: everything stored or deliberately skipped; 3: a record refused (the others still stored);
-    # 1: an error, nothing stored (a store that cannot be written); 2: usage errors. A refusal and an
-    # error used to share 1, so a script could not tell "the others are stored" from "nothing is".
-    good = str(fix / "swe-agent")
-    r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), "--format", "json"])
-    assert r.exit_code == 0, r.output
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps(_nemo_row("a", [5])) + "\n" + json.dumps({"response": 3}) + "\n")
-    r = CliRunner().invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s"), "--format", "json"])
-    out = json.loads(r.stdout)
-    assert r.exit_code == 1 and out["trajectories_written"] == 1 and out["refused"] == 1
-    a_file = tmp_path / "a-file"
-    a_file.write_text("x")
-    r = CliRunner().invoke(app, ["ingest", good, "--store", str(a_file)])
-    assert r.exit_code == 1 and "is a file, not a directory" in r.output, r.output
-    r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), "--format", "csv"])
-    assert r.exit_code == 0 and r.stdout.splitlines()[:2] == ["metric,value", "files seen,2"]
-    for args, fragment in [(["--input-format", "nope"], "nope"),
-                           (["--format", "swe-agent"], "is an input format: use --input-format swe-agent"),
-                           (["--format", "yaml"], "not an output format")]:
-        r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), *args])
-        assert r.exit_code == 2 and fragment in r.output, (args, r.output)
-
-
-def test_cli_progress_bar_on_a_terminal(tmp_path, fix, monkeypatch):
-    # On a terminal (forced here) the bar shows files, records and tokens; not when piped.
-    import trajstore.cli.ingest as cli_ingest
-
-    monkeypatch.setattr(cli_ingest, "PROGRESS_DELAY_S", 0.0)
-    tty = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "FORCE_COLOR": "1", "COLUMNS": "160"}
-    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), "--store", str(tmp_path / "s")], env=tty)
-    assert r.exit_code == 0 and "ingesting" in r.stderr
-    assert "files" in r.stderr and "records" in r.stderr and "tokens" in r.stderr
-    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), "--store", str(tmp_path / "s2")])
-    assert r.exit_code == 0 and "ingesting" not in r.stderr
-
-
 @pytest.mark.slow
 def test_every_real_fixture_is_stored_or_turned_away_with_a_reason(tmp_path, fix):
     """The whole ``../shared/fixtures/trajectories`` tree (~12 CPU-seconds, hence slow): every
@@ -332,14 +253,3 @@ def test_every_real_fixture_is_stored_or_turned_away_with_a_reason(tmp_path, fix
     unaccounted = [p for p in files if p not in superseded and p.resolve() not in away
                    and not ({p.resolve(), *p.resolve().parents} & origins)]
     assert unaccounted == []
-
-
-def test_cli_problem_lines_print_brackets_as_they_are(tmp_path):
-    # A path or message holding rich markup ("[red]", "[bold]") is printed verbatim, never parsed
-    # (the tags used to vanish from the line; a closing tag such as "[/x]" raised MarkupError).
-    bad = tmp_path / "run[red]" / "bad[bold].jsonl"
-    bad.parent.mkdir()
-    bad.write_text(json.dumps({"response": 3}) + "\n")
-    r = CliRunner().invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s")])
-    assert r.exit_code == 1, r.output  # refused
-    assert "run[red]/bad[bold].jsonl" in r.stderr and "Traceback" not in r.output

@@ -88,7 +88,8 @@ def test_a_store_of_rows_without_any_engine_logprob_has_nothing_to_train(tmp_pat
     """The census is what stops a run before it writes anything ('nothing to train'): it must not
     count a row of which the stream trains no token."""
     rng = np.random.default_rng(8)
-    rows = [_without_logprobs(tiny_model_trajectory(rng, trajectory_id=f"t{i}", reward=1.0), slice(None)) for i in range(3)]
+    rows = [_without_logprobs(tiny_model_trajectory(rng, trajectory_id=f"t{i}", reward=1.0), slice(None))
+            for i in range(3)]
     open_store(str(tmp_path)).write_table(trajectories_to_table(rows))
     census = _stream(tmp_path).precheck()
     assert census.trainable == 0 and census.skipped == {"no_logprobs": 3}
@@ -114,7 +115,8 @@ def test_where_sees_the_same_rows_in_census_and_stream(tmp_path: Path) -> None:
 @pytest.mark.parametrize("opt_in", [False, True])
 def test_text_only_rows_are_refused_or_admitted_alike(tmp_path: Path, opt_in: bool) -> None:
     rng = np.random.default_rng(10)
-    write_trajectories(str(tmp_path), [tiny_model_trajectory(rng, trajectory_id="text", with_logprobs=False, reward=1.0)])
+    write_trajectories(str(tmp_path), [tiny_model_trajectory(rng, trajectory_id="text", with_logprobs=False,
+                                                             reward=1.0)])
     cfg = {"behaviour_logprobs": "initial-policy"} if opt_in else {}
     if not opt_in:
         for run in (lambda s: s.precheck(), lambda s: s.next_batch()):
@@ -126,3 +128,53 @@ def test_text_only_rows_are_refused_or_admitted_alike(tmp_path: Path, opt_in: bo
     assert census_ids == [s.trajectory_id for s in b.samples] == ["text"] and b.samples[0].needs_behaviour
     assert read_trajectories(str(tmp_path), columns=["num_missing_logprobs"]).column(
         "num_missing_logprobs").to_pylist() == [b.samples[0].num_action_tokens]  # every action token trains
+
+
+def _null_tokenizer_store(root: Path, *, trainable_too: bool) -> None:
+    import numpy as np
+
+    from trajstore import write_trajectories
+
+    from tests.helpers.trajectories import tiny_model_trajectory
+
+    rng = np.random.default_rng(0)
+    engine = [tiny_model_trajectory(rng, trajectory_id=f"ng{i}").model_copy(update={
+        "tokenizer": None, "not_trainable_reason": "engine token ids of an unnamed tokenizer"}) for i in range(3)]
+    ok = [tiny_model_trajectory(rng, trajectory_id=f"ok{i}", tokenizer="tiny-llama") for i in range(2)]
+    extra = [tiny_model_trajectory(rng, trajectory_id=f"sdk{i}").model_copy(update={"tokenizer": None})
+             for i in range(2)] if trainable_too else []
+    write_trajectories(str(root), engine + ok + extra)
+
+
+def _vocab() -> int:
+    from tests.helpers.trajectories import VOCAB
+
+    return VOCAB
+
+
+# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+@pytest.mark.parametrize("trainable_too", [False, True])
+def test_null_tokenizer_warning_is_about_trainable_rows_only_and_once(tmp_path: Path, trainable_too: bool) -> None:
+    import warnings
+
+    pytest.importorskip("torch")
+    from trajstore import open_store
+    from trajstore.trainer.loop.config import DataConfig
+    from trajstore.trainer.data import TrajectoryStream
+
+    _null_tokenizer_store(tmp_path, trainable_too=trainable_too)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        s = TrajectoryStream(open_store(str(tmp_path)), DataConfig(batch_size=2), tokenizer="tiny-llama",
+                             vocab_size=_vocab())
+        trained = []
+        while (b := s.next_batch()) is not None:
+            trained += [x.trajectory_id for x in b.samples]
+    texts = [str(w.message) for w in seen if "tokenizer" in str(w.message)]
+    assert not any(t.startswith("ng") for t in trained)  # engine rows of an unnamed tokenizer: never trained
+    if not trainable_too:  # the NeMo Gym case: nothing is 'assumed' about rows that are not trained
+        assert texts == []
+    else:
+        assert texts == ["trainable trajectories with no tokenizer recorded (null tokenizer column) are trained as "
+                         "token ids of the model's tokenizer 'tiny-llama'"]
+        assert {"sdk0", "sdk1"} <= set(trained)
