@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -161,3 +162,65 @@ def test_sglang_malformed_responses_raise_adapter_error(response: Any, fragment:
     with pytest.raises(AdapterError) as ei:
         action_from_sglang_generate(response)
     assert fragment in str(ei.value)
+
+
+# reported: ../shared/fixtures/reported/vllm-9999-sentinel
+def test_vllm_9999_sentinel_is_missing_never_a_logprob():
+    # vllm-9999-sentinel/repro.py: the 2nd of 3 sampled tokens carries -9999.0, vLLM's clamp of -inf.
+    resp = {"id": "chatcmpl-1", "prompt_token_ids": [1, 2, 3],
+            "choices": [{"index": 0, "finish_reason": "stop", "token_ids": [10, 11, 12],
+                         "message": {"role": "assistant", "content": "yes"},
+                         "logprobs": {"content": [
+                             {"token": "y", "logprob": -0.1, "top_logprobs": []},
+                             {"token": "es", "logprob": -9999.0, "top_logprobs": []},
+                             {"token": "<eos>", "logprob": -0.01, "top_logprobs": []}]}}]}
+    call = action_from_openai_completion(resp)
+    assert call.token_ids.tolist() == [10, 11, 12]
+    assert call.logprobs[0] == np.float32(-0.1) and math.isnan(call.logprobs[1]) and call.logprobs[2] == np.float32(-0.01)
+    assert call.missing_logprobs.tolist() == [1]
+    # The same family: a null, a NaN/-inf (Python's json reads -Infinity) and anything below the clamp.
+    for stand_in in (None, float("nan"), float("-inf"), -1e30):
+        resp["choices"][0]["logprobs"]["content"][1]["logprob"] = stand_in
+        assert action_from_openai_completion(resp).missing_logprobs.tolist() == [1]
+    sg = action_from_sglang_generate({"meta_info": {"output_token_logprobs": [[-0.5, 4, "a"], [None, 5, "b"],
+                                                                              [-9999.0, 6, "c"]]}})
+    assert sg.token_ids.tolist() == [4, 5, 6] and sg.missing_logprobs.tolist() == [1, 2]
+    # Text completions: the first token_logprobs entry is null in echo mode.
+    tc = action_from_openai_completion({"choices": [{"text": "ab", "token_ids": [7, 8],
+                                                     "logprobs": {"token_logprobs": [None, -0.25]}}]})
+    assert tc.missing_logprobs.tolist() == [0] and tc.logprobs[1] == np.float32(-0.25)
+
+
+# reported: ../shared/fixtures/reported/vllm-9999-sentinel
+def test_vllm_9999_sentinel_a_logprob_that_is_not_a_number_names_the_token():
+    resp = {"choices": [{"token_ids": [1, 2], "logprobs": {"content": [{"logprob": -0.1}, {"logprob": "-0.2"}]}}]}
+    with pytest.raises(AdapterError, match=r"logprobs.content\[1\].logprob is '-0.2', not a number"):
+        action_from_openai_completion(resp)
+    resp["choices"][0]["logprobs"]["content"][1]["logprob"] = 0.5
+    with pytest.raises(AdapterError, match=r"logprobs.content\[1\].logprob is 0.5, not a log-prob"):
+        action_from_openai_completion(resp)
+
+
+# reported: ../shared/fixtures/reported/ids-in-logprob-entries
+def test_ids_in_logprob_entries():
+    # ids-in-logprob-entries/repro.py: no choice token_ids; every entry spells its id.
+    def resp(entries):
+        return {"id": "c1", "choices": [{"index": 0, "finish_reason": "stop",
+                                         "message": {"role": "assistant", "content": "hi"},
+                                         "logprobs": {"content": entries}}]}
+
+    by_string = [{"token": f"token_id:{i}", "logprob": -0.5, "top_logprobs": []} for i in (42, 7, 2)]
+    by_field = [{"token": "x", "token_id": i, "logprob": -0.5, "top_logprobs": []} for i in (42, 7, 2)]
+    for entries in (by_string, by_field):
+        c = action_from_openai_completion(resp(entries))
+        assert c.token_ids.tolist() == [42, 7, 2] and c.logprobs.tolist() == [-0.5, -0.5, -0.5]
+    # text completions spell them in logprobs.tokens
+    c = action_from_openai_completion({"choices": [{"text": "hi", "logprobs": {
+        "tokens": ["token_id:42", "token_id:7"], "token_logprobs": [-0.5, -0.25]}}]})
+    assert c.token_ids.tolist() == [42, 7] and c.logprobs.tolist() == [-0.5, -0.25]
+    # one entry without an id: refused, naming it (the ids would be incomplete)
+    with pytest.raises(AdapterError, match=r"logprobs.content\[1\] names no token id"):
+        action_from_openai_completion(resp([by_string[0], {"token": "x", "logprob": -0.5}, by_string[2]]))
+    # a missing log-prob is reported as missing, not as an id mismatch
+    entry = [{"token": "token_id:42", "logprob": None, "top_logprobs": []}]
+    assert math.isnan(action_from_openai_completion(resp(entry)).logprobs[0])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import trajstore as ts
-from trajstore import TrajectoryBuilder
+from trajstore import TrajectoryBuilder, action_from_openai_completion
 from trajstore.errors import TrajectoryValidationError
 
 
@@ -49,3 +49,31 @@ def test_numpy_rewards_are_stored_as_numbers() -> None:
     assert json.loads(raw(1.0, raw={"score": np.float32(0.5), "passed": np.bool_(True),
                                     "per_test": np.array([1, 0], dtype=np.int8)})) == {
         "score": 0.5, "passed": True, "per_test": [1, 0]}
+
+
+# reported: ../shared/fixtures/reported/zero-token-length-turn
+def test_zero_token_length_turn_is_refused_when_added_and_the_builder_stays_usable():
+    # zero-token-length-turn/repro.py: call c2 was cut at zero tokens (finish_reason=length).
+    ok = {"id": "c1", "choices": [{"index": 0, "finish_reason": "tool_calls", "token_ids": [5, 6, 7],
+          "message": {"role": "assistant", "content": None, "tool_calls": [{"id": "t1", "type": "function",
+                      "function": {"name": "ls", "arguments": "{}"}}]},
+          "logprobs": {"content": [{"token": "x", "logprob": -0.1}] * 3}}]}
+    empty = {"id": "c2", "choices": [{"index": 0, "finish_reason": "length", "token_ids": [],
+             "message": {"role": "assistant", "content": ""}, "logprobs": {"content": []}}]}
+    b = TrajectoryBuilder(prompt_id="p")
+    b.add_prompt([1, 2])
+    b.add_action_call(action_from_openai_completion(ok), policy_version=4)
+    b.add_observation([8, 9], cause_id="t1")
+    with pytest.raises(ValueError, match=r"action call 'c2' has no tokens \(finish_reason 'length'\)"):
+        b.add_action_call(action_from_openai_completion(empty), policy_version=4)
+    assert b.num_tokens == 7  # nothing of c2 was added
+    t = b.finish(status="truncated")
+    # prompt [0, 2), action [2, 5), observation [5, 7)
+    assert [(s.kind, s.start, s.end) for s in t.spans] == [("prompt", 0, 2), ("action", 2, 5), ("observation", 5, 7)]
+    assert t.status == "truncated" and t.tokens.tolist() == [1, 2, 5, 6, 7, 8, 9]
+    # the same family: an empty observation or prompt is refused at add time too
+    b2 = TrajectoryBuilder()
+    with pytest.raises(ValueError, match="observation span has no tokens"):
+        b2.add_observation([])
+    with pytest.raises(ValueError, match="prompt span has no tokens"):
+        b2.add_prompt(np.zeros(0, np.int32))

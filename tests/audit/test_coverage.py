@@ -3,11 +3,13 @@ store (tests/helpers/stores.py)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from trajstore import audit
+from trajstore.ingest import ingest_paths
 
 
 def rows(rel: Any) -> list[dict[str, Any]]:
@@ -33,3 +35,20 @@ def test_coverage(conn):
     # walkthrough: every ingested trajectory was listed as not trainable, traj train trained them)
     assert nt == [("openhands", "no engine logprobs: trains only with --behaviour-logprobs initial-policy", 1, "D"),
                   ("openhands", "no reward", 1, "D"), ("sdk", "no action tokens", 1, "E")]
+
+
+# issue 17: fidelity flags of the reported cases counted by ingest and `traj stats --coverage`
+def test_fidelity_flags_are_counted_and_shown_by_stats_coverage(reported, tmp_path):
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+
+    st = str(tmp_path / "s")
+    rep = ingest_paths([str(reported / "nemo-gym-consecutive-assistant-messages"),
+                        str(reported / "swe-agent-final-step-only-in-trajectory")], st)
+    # 2 NeMo rows without logged observations; the SWE-agent file: final step rebuilt, tools not logged
+    assert dict(rep.fidelity_gaps) == {"observations": 2, "final_step": 1, "tools": 1}
+    r = CliRunner().invoke(app, ["stats", st, "--coverage", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    got = [(x["source"], x["flag"], x["trajectories"]) for x in json.loads(r.stdout)["coverage.fidelity"]]
+    assert got == [("nemo-gym", "observations", 2), ("swe-agent", "final_step", 1), ("swe-agent", "tools", 1)]

@@ -28,7 +28,7 @@ def test_stats_json_staleness_numbers(known_store):
     doc = json.loads(res.stdout)
     assert set(doc) == {"staleness.by_run", "staleness.by_source", "staleness.histogram", "staleness.unconsumed"}
     (r1,) = doc["staleness.by_run"]
-    # Hand-computed in test_reports: r1 token p50/p90 = 3/5 over 12 action tokens.
+    # Hand-computed in tests/audit/test_staleness.py: r1 token p50/p90 = 3/5 over 12 action tokens.
     assert (r1["run_id"], r1["versioned_action_tokens"], r1["token_p50"], r1["token_p90"]) == ("r1", 12, 3, 5)
 
 

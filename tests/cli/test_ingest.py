@@ -4,6 +4,7 @@ summary (refused apart from skipped), exit statuses, one line per problem, Ctrl-
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 from trajstore.cli.main import EXIT_REFUSED, app
 from trajstore.ingest import ingest_paths
 
+from tests.helpers.ingest import run_with_deadline, smith_row, write_jsonl
 from tests.helpers.paths import SHARED_FIXTURES
 
 runner = CliRunner()
@@ -249,3 +251,20 @@ def test_cli_problem_lines_print_brackets_as_they_are(tmp_path):
     r = CliRunner().invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s")])
     assert r.exit_code == 1, r.output  # refused
     assert "run[red]/bad[bold].jsonl" in r.stderr and "Traceback" not in r.output
+
+
+# hostile tester: a fault found in `traj ingest` (failed before its fix)
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
+def test_cli_names_the_skipped_pipe_and_exits_0(tmp_path):
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+
+    d = tmp_path / "logs"
+    d.mkdir()
+    write_jsonl(d / "a.jsonl", [smith_row(1)])
+    os.mkfifo(d / "pipe.json")
+    r = run_with_deadline(lambda: CliRunner().invoke(app, ["ingest", str(d), "--store", str(tmp_path / "s")]))
+    assert r.exit_code == 0, r.output
+    assert f"skipped {d / 'pipe.json'}: no_trajectory: a named pipe (FIFO), not a regular file: skipped, never " \
+           "opened" in " ".join(r.output.split())

@@ -1,4 +1,5 @@
-"""Plain OpenAI chat records (``chat-messages``): a whole file holding one list of messages is one
+"""trajstore/ingest/chat_rows.py: SWE-smith rows, nebius SWE-rebench-openhands rows, and plain
+OpenAI chat records (``chat-messages``): a whole file holding one list of messages is one
 trajectory; in a JSONL file (or a JSON array of records) every line is one, as a bare list or as
 ``{"messages": [...]}`` (the fine-tuning shape), detected per line or named with --input-format.
 
@@ -10,12 +11,17 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from trajstore.cli.main import app
 from trajstore.ingest import IngestReport, ingest_paths, iter_trajectories
+from trajstore.ingest.chat_rows import parse_swe_rebench_openhands_row
+from trajstore.ingest.records import Conversation, EngineRollout, Origin
 from trajstore.reader import read_trajectories
+
+from tests.helpers.ingest import GEN, by_line, smith_row, span_texts, stored, write_jsonl
 
 
 def _chat(i: int) -> list[dict]:
@@ -175,3 +181,54 @@ def test_a_chat_row_with_a_text_response_field_is_a_chat_row(tmp_path):
     trajs, rep = _trajs(p)
     assert rep.problems == [] and len(trajs) == 2
     assert {t.source for t in trajs} == {"chat-messages"}
+
+
+# issue 12: fidelity of a format added beyond the reported cases
+def test_swe_rebench_openhands_tools_reach_the_conversation():
+    tools = [{"type": "function", "function": {"name": "execute_bash", "description": "run",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    row = {"trajectory_id": "t", "instance_id": "i", "resolved": 1, "exit_status": "submit", "tools": tools,
+           "trajectory": [{"role": "user", "content": "go"}, {"role": "assistant", "content": "ok"}]}
+    conv = parse_swe_rebench_openhands_row(row, Origin("x.jsonl", 1))
+    assert isinstance(conv, Conversation) and conv.tools == tools and conv.status == "completed"
+    conv = parse_swe_rebench_openhands_row({**row, "tools": json.dumps(tools), "exit_status": "max_iterations"},
+                                           Origin("x.jsonl", 2))
+    assert conv.tools == tools and conv.status == "truncated"
+    assert not isinstance(conv, EngineRollout) and np.isfinite(conv.reward.value)
+
+
+SMITH_PROMPT = ("<|im_start|>system\nYou are a coding agent.<|im_end|>\n<|im_start|>user\n<uploaded_files>/testbed"
+                "</uploaded_files> Fix the off-by-one.<|im_end|>\n" + GEN)
+
+
+# reported: ../shared/fixtures/reported/swe-smith-hf-row
+def test_swe_smith_hf_row(reported, tmp_path, tok):
+    # rows.jsonl: 'messages' is a JSON-encoded string; resolved true / false.
+    rep = ingest_paths([str(reported / "swe-smith-hf-row")], str(tmp_path / "s"))
+    assert (rep.trajectories_written, rep.refused, dict(rep.by_format)) == (2, 0, {"swe-smith": 2})
+    rows = sorted(read_trajectories(str(tmp_path / "s")).to_pylist(), key=lambda r: -r["reward"])
+    assert [r["reward"] for r in rows] == [1.0, 0.0]
+    for r in rows:
+        assert r["source"] == "swe-smith" and r["model"] == "demo-model"
+        assert r["prompt_id"] == "demo__lib.abc123.func_pm__x1"
+        assert span_texts(r, tok) == [
+            ("prompt", SMITH_PROMPT),
+            ("action", "Let me look.\n\n<function=bash>\n<parameter=command>ls /testbed</parameter>\n</function>"
+                       "<|im_end|>"),
+            ("observation", "\n<|im_start|>user\nOBSERVATION:\nsrc tests<|im_end|>\n" + GEN),
+            ("action", "Done.\n\n<function=submit>\n</function><|im_end|>"),
+        ]
+        assert r["spans"][2]["cause_id"] == r["spans"][1]["call_id"] == "step-0"
+    meta = json.loads(rows[0]["metadata"])
+    assert meta["traj_id"] == "demo__lib.abc123.func_pm__x1.t1" and meta["instance_id"] == "demo__lib.abc123.func_pm__x1"
+
+
+# hostile tester: a fault found in `traj ingest` (failed before its fix)
+def test_resolved_as_a_string_in_a_swe_smith_file(tmp_path):
+    f = write_jsonl(tmp_path / "rows.jsonl", [smith_row(1, resolved="true"), smith_row(2, resolved="False"),
+                                              smith_row(3, resolved="maybe")])
+    rep = ingest_paths([str(f)], str(tmp_path / "s"))
+    got = {r["trajectory_id"].split(":")[1]: (r["reward"], r["reward_raw"]) for r in stored(tmp_path / "s")}
+    assert got == {"t1": (1.0, '"true"'), "t2": (0.0, '"False"')}
+    assert str(by_line(rep)[("rows.jsonl", 3)]) == (f"{f}:3: malformed: resolved is 'maybe': expected true/false "
+                                                    "or 1/0")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from pathlib import Path
@@ -11,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from trajstore import open_store, write_trajectories
-from trajstore.trainer.loop.config import DataConfig
+from trajstore import TrajectoryBuilder, action_from_openai_completion, open_store, write_trajectories
+from trajstore.reader import read_trajectories
 from trajstore.trainer.data import (
     DataCursor,
     Sample,
@@ -25,6 +26,7 @@ from trajstore.trainer.data import (
     to_packed,
     to_rows,
 )
+from trajstore.trainer.loop.config import DataConfig
 
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
@@ -257,3 +259,45 @@ def test_close_while_a_reader_thread_filters_waits_for_it(tmp_path: Path) -> Non
     assert "error" not in outcome, outcome
     assert outcome["closed"] and outcome["mask"].tolist() == [False] * 6 + [True] * 4  # the filter it waited for
     s.close()  # idempotent
+
+
+# reported: ../shared/fixtures/reported/vllm-9999-sentinel (end to end: stored missing, counted, masked)
+def test_vllm_9999_sentinel_is_stored_missing_masked_by_the_trainer_and_counted(tmp_path):
+    # vllm-9999-sentinel/repro.py end to end: the SDK stores the stand-in as missing (NaN,
+    # counted in num_missing_logprobs), the coverage audit counts it, and the trainer's stream
+    # leaves that token out of the action mask, so DIS statistics stay finite.
+    torch = pytest.importorskip("torch")
+    from trajstore import StoreWriter, audit
+    from trajstore.store import open_store
+    from trajstore.trainer.loop.config import DataConfig
+    from trajstore.trainer.data import TrajectoryStream
+    from trajstore.trainer.sao.losses import dis_policy_loss
+
+    resp = {"id": "chatcmpl-1", "prompt_token_ids": [1, 2, 3],
+            "choices": [{"index": 0, "finish_reason": "stop", "token_ids": [10, 11, 12],
+                         "message": {"role": "assistant", "content": "yes"},
+                         "logprobs": {"content": [{"token": "y", "logprob": -0.1, "top_logprobs": []},
+                                                  {"token": "es", "logprob": -9999.0, "top_logprobs": []},
+                                                  {"token": "<eos>", "logprob": -0.01, "top_logprobs": []}]}}]}
+    b = TrajectoryBuilder(trajectory_id="sentinel-1", prompt_id="p", tokenizer="tiny")
+    b.add_prompt([1, 2, 3])
+    b.add_action_call(action_from_openai_completion(resp), policy_version=0)
+    b.set_reward(1.0)
+    t = b.finish()
+    assert t.logprob_source == "engine" and math.isnan(t.logprobs[4])  # token 11: missing, not -9999
+    store = str(tmp_path / "s")
+    with StoreWriter(store) as w:
+        w.write(t)
+    (row,) = read_trajectories(store).to_pylist()
+    assert row["num_missing_logprobs"] == 1  # of 3 action tokens
+    rel = audit.coverage_report(audit.connect(open_store(store))).tables()["tokens"]
+    share = dict(zip(rel.columns, rel.fetchall()[0]))["share_with_logprob"]
+    assert share == pytest.approx(2 / 3)  # 2 of the 3 action tokens have an engine log-prob
+    stream = TrajectoryStream(open_store(store), DataConfig(), tokenizer="tiny", vocab_size=100)
+    (s,) = stream.next_batch().samples
+    # tokens [1, 2, 3, 10, 11, 12]: actions 10 and 12 are trained, 11 (no log-prob) is not
+    assert s.action_mask.tolist() == [False, False, False, True, False, True]
+    old = torch.tensor(s.rollout_logprobs[s.action_mask]).unsqueeze(0)  # [-0.1, -0.01]
+    new = torch.tensor([[-0.1, -0.01]])
+    _, st = dis_policy_loss(new, old, torch.ones(1, 2), torch.ones(1, 2, dtype=torch.bool), 0.2, 0.2)
+    assert float(st.ratio_mean) == pytest.approx(1.0) and float(st.kl_k3) == pytest.approx(0.0, abs=1e-6)
