@@ -1,4 +1,5 @@
-"""Rollout-engine adapters: exact token ids and the sampled token's log-prob, looked up by id."""
+"""trajstore/adapters.py: rollout-engine adapters: exact token ids and the sampled token's log-prob,
+looked up by id (a missing one, or vLLM's -9999 stand-in, is missing, never a log-prob)."""
 
 from __future__ import annotations
 

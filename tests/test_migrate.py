@@ -1,4 +1,4 @@
-"""``traj migrate``: v1 shards rewritten as v2 under their own names, rows and order unchanged;
+"""trajstore/migrate.py: ``traj migrate``: v1 shards rewritten as v2 under their own names, rows and order unchanged;
 killed with SIGKILL mid-run it loses nothing and a rerun finishes the job."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""StoreWriter flushes by rows, bytes, seconds and on close; it is thread-safe; a failed flush
-keeps the buffer. Duplicate trajectory ids resolve to the first copy in arrival order."""
+"""trajstore/writer.py: StoreWriter flushes by rows, bytes (metadata counted), seconds and on
+close; it is thread-safe; a failed flush keeps the buffer; bad flush limits are refused.
+Duplicate trajectory ids resolve to the first copy in arrival order."""
 
 from __future__ import annotations
 

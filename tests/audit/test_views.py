@@ -1,5 +1,6 @@
-"""The DuckDB views: dedupe as the reader does, scalar-only trajectories, one row per span,
-run records, pivoted step metrics, corrupt shards skipped, empty stores."""
+"""trajstore/audit/views.py: the DuckDB views: dedupe as the reader does, scalar-only
+trajectories, one row per span, run records, pivoted step metrics, corrupt shards skipped, empty
+stores; the connection (``traj sql``) cannot write to the store or read outside it."""
 
 from __future__ import annotations
 

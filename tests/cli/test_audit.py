@@ -1,4 +1,6 @@
-"""`traj stats` and `traj sql` through typer's CliRunner and as a real subprocess."""
+"""trajstore/cli/audit.py: `traj stats` and `traj sql` through typer's CliRunner and as a real
+subprocess: results streamed in batches, --plot checked before any report, --where errors in the
+user's terms, values printed as they are."""
 
 from __future__ import annotations
 

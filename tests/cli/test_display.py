@@ -1,5 +1,6 @@
-"""How traj prints results (trajstore.cli.display, .cells, .table_layout): number formats and the
-width-aware table layout, on hand-made tables (expected strings written by hand)."""
+"""trajstore/cli/display.py: how traj prints results: number formats and the width-aware table
+layout, on hand-made tables (expected strings written by hand). One value's format:
+test_cells.py; the key columns: test_table_layout.py."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from trajstore.cli.main import app
+from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop.train import train
+
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB
 
 runner = CliRunner()
 
@@ -86,3 +92,43 @@ def test_runs_names_a_bad_policies_latest(tmp_path: Path) -> None:
     _, lines = _runs(tmp_path)
     assert lines == [f"warning: run r: {tmp_path / 'policies' / 'r' / 'LATEST'} names v4, which is missing or "
                      "incomplete"], lines
+
+
+def _disk_cfg(store: Path, **run) -> TrainConfig:
+    return TrainConfig(store=str(store), model=ModelConfig(name="tiny-llama", tiny_vocab_size=VOCAB),
+                       data=DataConfig(batch_size=2, micro_batch_size=2, max_seq_len=512),
+                       algo=AlgoConfig(critic_warmup_steps=0),
+                       run=RunConfig(run_id="r", progress=False, **run))
+
+
+# issue 14: disk use of training runs (published versions and checkpoints pruned, leftovers removed)
+def test_traj_runs_lists_versions_checkpoints_and_sizes(tmp_path: Path) -> None:
+    write_synthetic_store(tmp_path, 4, per_shard=2)
+    train(_disk_cfg(tmp_path, checkpoint_every=1))
+    r = CliRunner().invoke(app, ["runs", str(tmp_path), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    (run,) = out["runs"]
+    assert run["run_id"] == "r" and run["model"] == "tiny-llama" and run["latest_version"] == 2
+    assert [v["version"] for v in run["versions"]] == [0, 1, 2] and all(v["complete"] for v in run["versions"])
+    assert [(c["iteration"], c["latest"]) for c in run["checkpoints"]] == [(1, False), (2, True)]
+    # sizes are what is on disk
+    ck = sum(f.stat().st_size for f in (tmp_path / "runs/r/checkpoints/it00000002").iterdir())
+    assert run["checkpoints"][1]["bytes"] == ck
+    assert run["total_bytes"] == run["versions_bytes"] + run["checkpoints_bytes"] + run["records_bytes"] > 0
+    table = CliRunner().invoke(app, ["runs", str(tmp_path)], terminal_width=160)
+    assert table.exit_code == 0 and "3: v0 .. v2" in table.output and "it2*" in table.output, table.output
+    # binary units, as the memory plan, README and bench/RESULTS.md give sizes (it printed "3.6 MB")
+    total = run["total_bytes"] / 1024 ** (2 if run["total_bytes"] >= 1024 ** 2 else 1)
+    unit = "MiB" if run["total_bytes"] >= 1024 ** 2 else "KiB"
+    assert f"{total:.1f} {unit}" in table.output, table.output
+    assert not re.search(r"\d (KB|MB|GB)\b", table.output), table.output
+
+
+# issue 14: disk use of training runs (published versions and checkpoints pruned, leftovers removed)
+def test_traj_runs_on_a_store_without_runs_says_so_once(tmp_path: Path) -> None:
+    # "training runs in S: no rows (no training runs in S)" named the store twice
+    write_synthetic_store(tmp_path, 1)
+    r = CliRunner().invoke(app, ["runs", str(tmp_path)], env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    assert r.output == f"training runs in {tmp_path}: no rows (no run has trained on this store yet)\n"

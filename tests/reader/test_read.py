@@ -5,6 +5,7 @@ scalar read of a v1 shard never decodes its spans."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,8 @@ from trajstore.convert import trajectories_to_table
 from trajstore.migrate import migrate_store
 from trajstore.reader import summarize_store
 from trajstore.schema import TRAJECTORY_SCHEMA
+
+from tests.helpers.trajectories import tiny_model_trajectory
 
 
 def _v1_and_v2_store(uri: str, make_trajectory: Any, storage_options: dict[str, Any] | None = None
@@ -192,3 +195,31 @@ def test_scalar_read_of_a_v1_shard_does_not_decode_spans(tmp_store: str, make_tr
     want = trajectories_to_table(trajs)
     assert got.column("num_missing_logprobs").to_pylist() == want.column("num_missing_logprobs").to_pylist()
     assert got.column("num_missing_logprobs").to_pylist()[1] == want.column("num_action_tokens").to_pylist()[1]
+
+
+def test_every_reader_fills_missing_nullable_columns_with_nulls(tmp_path: Path) -> None:
+    """Issue 14 Why: shards of an older schema that lack `group_id` and `metadata` crashed
+    `scan_trajectories(...).collect()` (and `traj train`), while `read_trajectories` read them."""
+    import warnings
+
+    from trajstore import iter_batches, read_trajectories, scan_trajectories
+
+    rng = np.random.default_rng(5)
+    store = open_store(str(tmp_path / "s"))
+    store.write_table(trajectories_to_table([tiny_model_trajectory(rng, trajectory_id="new", group_id="g")]))
+    store.write_table(trajectories_to_table([tiny_model_trajectory(rng, trajectory_id="old")])
+                      .drop_columns(["group_id", "metadata"]))
+    root = str(tmp_path / "s")
+    want = {"new": "g", "old": None}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # read as data, not skipped as a corrupt shard
+        lazy = scan_trajectories(root).select("trajectory_id", "group_id", "metadata").collect()
+        assert dict(zip(lazy["trajectory_id"].to_list(), lazy["group_id"].to_list())) == want
+        assert lazy["metadata"].to_list() == [None, None]
+        table = read_trajectories(root, columns=["trajectory_id", "group_id"])
+        assert dict(zip(*table.to_pydict().values())) == want
+        batches = list(iter_batches(root))
+        got = {}
+        for b in batches:
+            got.update(zip(b.trajectory_ids, b.table.column("group_id").to_pylist()))
+        assert got == want

@@ -1,4 +1,4 @@
-"""A writer killed with SIGKILL in the middle of a flush leaves nothing partial visible, and
+"""trajstore/store/atomic.py: a writer killed with SIGKILL in the middle of a flush leaves nothing partial visible, and
 every trajectory whose flush returned before the kill is readable."""
 
 from __future__ import annotations

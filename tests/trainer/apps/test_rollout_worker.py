@@ -1,64 +1,17 @@
-"""The guess-the-number environment (hand-checked cases), chat-template span accounting on the
-real SmolLM2 tokenizer, the sampler's log-probs, and a worker run on a tiny random model whose
-stored engine log-probs match a recomputation at the same weights."""
+"""trainer/apps/rollout_worker.py: the sampler's log-probs, and a worker run on a tiny random model
+whose stored engine log-probs match a recomputation at the same weights."""
 
 from __future__ import annotations
 
 import math
-import random
 
 import numpy as np
 import pytest
 
 from trajstore.errors import TrajstoreError
-from trajstore.chat_template import action_text, observation_tokens, prompt_tokens
-from trajstore.trainer.apps.envs.guess_chat import GuessNumberEnv
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-
-
-# -- environment -----------------------------------------------------------------------------
-
-
-def test_env_answers_each_guess_and_rewards_success():
-    env = GuessNumberEnv(target=7, low=1, high=20, max_turns=4)
-    msgs = env.reset()
-    assert [m["role"] for m in msgs] == ["system", "user"] and "between 1 and 20" in msgs[1]["content"]
-    r = env.step("My guess is 10.")
-    assert (r.guess, r.done, r.reward) == (10, False, None) and r.text.startswith("Lower.") and "3 guesses" in r.text
-    r = env.step("3")
-    assert r.text.startswith("Higher.") and "2 guesses" in r.text
-    r = env.step("seven")  # no integer: a reminder, and the turn is used
-    assert (r.guess, r.done) == (None, False) and "did not see a number" in r.text and env.guesses[-1] is None
-    r = env.step("7")
-    assert (r.done, r.reward) == (True, 1.0) and "Correct" in r.text
-    with pytest.raises(RuntimeError, match="reset"):
-        env.step("7")
-
-
-def test_env_partial_reward_when_out_of_turns():
-    env = GuessNumberEnv(target=7, low=1, high=20, max_turns=4)
-    env.reset()
-    assert "not between" in env.step("30").text  # out of range: not a valid guess
-    env.step("11")
-    env.step("2")
-    r = env.step("12")
-    # valid guesses 11, 2, 12 -> closest distance min(4, 5, 5) = 4; 0.5 * (1 - 4/19) = 0.394736...
-    assert r.done and r.reward == pytest.approx(0.5 * (1 - 4 / 19)) and r.reward == pytest.approx(0.3947368)
-    env.reset()
-    for _ in range(4):
-        r = env.step("no idea")
-    assert (r.done, r.reward) == (True, 0.0)
-
-
-def test_env_rejects_bad_setup():
-    with pytest.raises(ValueError, match="outside"):
-        GuessNumberEnv(target=0, low=1, high=20)
-    with pytest.raises(ValueError, match="max_turns must be >= 3"):
-        GuessNumberEnv(target=3, max_turns=2)
-    envs = [GuessNumberEnv.sample(random.Random(s), low=1, high=5) for s in range(50)]
-    assert {e.target for e in envs} == {1, 2, 3, 4, 5}
 
 
 # -- span accounting on the real tokenizer -----------------------------------------------------
@@ -72,45 +25,6 @@ def smol_tokenizer():
         return load_tokenizer("smollm2-135m")
     except TrajstoreError as e:
         pytest.skip(str(e))
-
-
-@pytest.mark.parametrize("stopped", [True, False])
-def test_spans_concatenate_to_the_rendered_conversation(smol_tokenizer, stopped):
-    tok = smol_tokenizer
-    env = GuessNumberEnv(target=5)
-    msgs = env.reset()
-    p = prompt_tokens(tok, msgs)
-    rendered = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    assert tok.decode(p) == rendered and rendered.endswith("<|im_start|>assistant\n")
-    action = tok("12", add_special_tokens=False)["input_ids"] + ([tok.eos_token_id] if stopped else [])
-    assert action_text(tok, action) == "12"
-    obs = observation_tokens(tok, msgs, action, "Lower.")
-    full = tok.apply_chat_template([*msgs, {"role": "assistant", "content": "12"}, {"role": "user", "content": "Lower."}],
-                                   tokenize=False, add_generation_prompt=True)
-    assert tok.decode(p + action + obs) == full
-    # the observation is the end of the assistant turn the model did not generate, the reply
-    # and the next assistant header
-    expected = ("\n" if stopped else "<|im_end|>\n") + "<|im_start|>user\nLower.<|im_end|>\n<|im_start|>assistant\n"
-    assert tok.decode(obs) == expected
-
-
-def test_prefix_unstable_template_is_refused(smol_tokenizer):
-    class Shifty:  # renders earlier turns differently once the conversation grows
-        chat_template = "x"
-        eos_token_id = smol_tokenizer.eos_token_id
-        name_or_path = "shifty"
-
-        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
-            return f"[{len(messages)}]" + "".join(m["content"] for m in messages)
-
-        def decode(self, ids, **kw):
-            return smol_tokenizer.decode(ids, **kw)
-
-        def __call__(self, text, add_special_tokens):
-            return smol_tokenizer(text, add_special_tokens=add_special_tokens)
-
-    with pytest.raises(TrajstoreError, match="'shifty' is not prefix-stable"):
-        observation_tokens(Shifty(), [{"role": "user", "content": "hi"}], [42], "ok")
 
 
 # -- sampler ------------------------------------------------------------------------------------

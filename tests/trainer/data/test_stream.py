@@ -1,5 +1,7 @@
-"""The trainer's data path: arrival order, exact resume from a cursor, --where, refusals
-(tokenizer mismatch, text-only data), overlong policy, token budget, follow, packing."""
+"""trainer/data/stream.py: the trainer's data stream: arrival order, exact resume from a cursor,
+--where, refusals (tokenizer mismatch, text-only data), overlong policy, token budget, follow (and
+what it says while it waits), schema-v1/v2 shards and mixed-version spans read as one, vLLM's
+-9999 stand-in masked end to end. Packing and batching: test_packing.py, test_batching.py."""
 
 from __future__ import annotations
 
@@ -10,23 +12,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
+import trajstore as ts
 from trajstore import TrajectoryBuilder, action_from_openai_completion, open_store, write_trajectories
+from trajstore.convert import trajectories_to_table
 from trajstore.reader import read_trajectories
 from trajstore.trainer.data import (
     DataCursor,
-    Sample,
     TrainDataError,
     TrajectoryStream,
-    gae_inputs,
-    micro_batches,
-    pack,
-    split_for_rank,
-    to_packed,
-    to_rows,
 )
-from trajstore.trainer.loop.config import DataConfig
+from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop.train import train
 
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
@@ -153,61 +150,6 @@ def test_follow_waits_for_new_shards(tmp_path: Path) -> None:
     assert s2.next_batch() is None and time.monotonic() - t0 >= 0.2
 
 
-def test_pack_uses_the_prediction_frame(tmp_path: Path) -> None:
-    write_synthetic_store(tmp_path, 2)
-    a, b = _stream(tmp_path).next_batch().samples
-    mb = pack([a, b])
-    L = a.num_tokens + b.num_tokens
-    assert mb.input_ids.shape == (1, L) and mb.segments.tolist() == [0, a.num_tokens, L]
-    # position p predicts token p+1 of the same trajectory
-    assert mb.targets[0, : a.num_tokens - 1].tolist() == a.tokens[1:].tolist()
-    assert mb.action_mask[0, : a.num_tokens - 1].tolist() == a.action_mask[1:].tolist()
-    assert not mb.action_mask[0, a.num_tokens - 1] and not mb.action_mask[0, L - 1]
-    assert mb.position_ids[0, a.num_tokens].item() == 0
-    first_act = int(np.argmax(a.action_mask))
-    assert mb.rollout_logprobs[0, first_act - 1].item() == pytest.approx(float(a.rollout_logprobs[first_act]))
-    assert int(mb.action_mask.sum()) == a.num_action_tokens + b.num_action_tokens
-
-
-def test_rank_split_is_disjoint_and_micro_batches_align(tmp_path: Path) -> None:
-    write_synthetic_store(tmp_path, 7)
-    samples = _stream(tmp_path, batch_size=7).next_batch().samples
-    parts = [split_for_rank(samples, r, 3) for r in range(3)]
-    ids = [s.trajectory_id for p in parts for s in p]
-    assert sorted(ids) == sorted(s.trajectory_id for s in samples) and len(set(ids)) == 7
-    mbs = micro_batches(parts[2], 2, 2)  # rank 2 has 2 samples -> one full, one empty micro-batch
-    assert [len(m) for m in mbs] == [2, 0]
-    assert pack([]).action_mask.sum() == 0
-
-
-def _sample(tid: str, action_mask: list[bool], reward: float) -> Sample:
-    t = len(action_mask)
-    mask = np.array(action_mask)
-    return Sample(tid, None, "s", 0, np.arange(t, dtype=np.int64), np.where(mask, -0.5, np.nan).astype(np.float32),
-                  mask, np.where(mask, 0, -1).astype(np.int64), np.ones(t, dtype=np.float32), reward, False,
-                  DataCursor())
-
-
-def test_gae_inputs_rows_and_back() -> None:
-    # token masks [0 1 1 0 1] and [0 1 0]; in the prediction frame (shifted left by one, last
-    # slot never an action) the action slots are [1 1 0 1 0] and [1 0 0]: the last action slot
-    # is 3 in row 0 and 0 in row 1, where the rewards go
-    a, b = _sample("a", [False, True, True, False, True], 2.0), _sample("b", [False, True, False], -1.0)
-    mb = pack([a, b])
-    values = torch.arange(1.0, 9.0).unsqueeze(0)  # (1, 8)
-    x = gae_inputs(mb, [a, b], values)
-    assert x.action_mask.tolist() == [[True, True, False, True, False], [True, False, False, False, False]]
-    assert x.rewards.tolist() == [[0, 0, 0, 2.0, 0], [-1.0, 0, 0, 0, 0]]
-    assert x.rewards.dtype == torch.float32
-    assert x.values.tolist() == [[1, 2, 3, 4, 5], [6, 7, 8, 0, 0]]
-    assert torch.equal(to_packed(x.values, mb.segments), values)
-    assert torch.equal(to_rows(mb.input_ids, mb.segments), torch.tensor([[0, 1, 2, 3, 4], [0, 1, 2, 0, 0]]))
-    # a row without an action slot gets no reward; the dummy micro-batch of an idle rank too
-    c = _sample("c", [True, False], 5.0)  # its only action token is position 0: no action slot
-    assert gae_inputs(pack([c]), [c], torch.zeros(1, 2)).rewards.tolist() == [[0.0, 0.0]]
-    assert gae_inputs(pack([]), [], torch.zeros(1, 1)).rewards.tolist() == [[0.0]]
-
-
 def test_close_while_a_reader_thread_filters_waits_for_it(tmp_path: Path) -> None:
     # traj demo's trainer failed at the end of a run with DuckDB's ResourceInUseException: the
     # training thread closed the --where connection while the reader thread was filtering a shard
@@ -301,3 +243,67 @@ def test_vllm_9999_sentinel_is_stored_missing_masked_by_the_trainer_and_counted(
     new = torch.tensor([[-0.1, -0.01]])
     _, st = dis_policy_loss(new, old, torch.ones(1, 2), torch.ones(1, 2, dtype=torch.bool), 0.2, 0.2)
     assert float(st.ratio_mean) == pytest.approx(1.0) and float(st.kl_k3) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_stream_reads_v1_v2_and_missing_columns_as_one(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    store = open_store(str(tmp_path / "s"))
+    old = [tiny_model_trajectory(rng, trajectory_id=f"old{i}", group_id="g-old", reward=1.0) for i in range(3)]
+    mid = [tiny_model_trajectory(rng, trajectory_id=f"mid{i}", group_id="g-mid", reward=0.5) for i in range(2)]
+    new = [tiny_model_trajectory(rng, trajectory_id=f"new{i}", group_id="g-new", reward=0.0) for i in range(2)]
+    store.write_table(trajectories_to_table(old, version=1))                       # a v1 shard
+    store.write_table(trajectories_to_table(mid).drop_columns(["group_id", "metadata"]))  # no group_id column
+    store.write_table(trajectories_to_table(new))
+    s = TrajectoryStream(store, DataConfig(batch_size=100), tokenizer="tiny-llama", vocab_size=VOCAB)
+    s.precheck()
+    batch = s.next_batch()
+    assert batch is not None and s.next_batch() is None
+    by_id = {x.trajectory_id: x for x in batch.samples}
+    assert list(by_id) == [t.trajectory_id for t in old + mid + new]
+    assert [by_id[t.trajectory_id].group_id for t in old + mid + new] == ["g-old"] * 3 + [None] * 2 + ["g-new"] * 2
+    for t in old + mid + new:
+        sample = by_id[t.trajectory_id]
+        act = np.zeros(len(t.tokens), bool)
+        for sp in t.spans:
+            if sp.kind == "action":
+                act[sp.start:sp.end] = True
+        assert np.array_equal(sample.tokens, t.tokens) and np.array_equal(sample.action_mask, act)
+        # The full-length view the trainer packs: the engine's values at action tokens, NaN elsewhere.
+        assert np.array_equal(sample.rollout_logprobs.view(np.uint32), t.logprobs.view(np.uint32))
+        assert not sample.needs_behaviour
+
+
+def _cfg(store: Path, **data) -> TrainConfig:
+    return TrainConfig(store=str(store), model=ModelConfig(name="tiny-llama", tiny_vocab_size=VOCAB),
+                       data=DataConfig(batch_size=2, micro_batch_size=2, max_seq_len=512, **data),
+                       algo=AlgoConfig(critic_warmup_steps=0),
+                       run=RunConfig(run_id="r", progress=False, checkpoint_every=100))
+
+
+# issue 14: what `traj train` tells its user while it runs and how it stops
+def test_follow_says_what_it_waits_for_and_how_much_it_has_seen(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    write_synthetic_store(tmp_path, 3)
+    cfg = _cfg(tmp_path, follow=True, idle_timeout_s=1.0, poll_interval_s=0.2)
+    s = train(cfg)
+    assert s.iterations == 2  # a full batch of 2, then the last one alone after the idle timeout
+    err = capsys.readouterr().err
+    assert f"waiting for new trajectories in {tmp_path}/trajectories: 3 seen so far, 1/2 for the next step " \
+           "(polling every 0.2s; stopping after 1s without data)" in err, err
+
+
+def test_mixed_span_trains_at_its_oldest_version_and_is_counted(tmp_path):
+    b = ts.TrajectoryBuilder(trajectory_id="m", tokenizer="tiny-llama")
+    b.add_prompt([1, 2])
+    b.add_action([3, 4], [-0.1, -0.2], policy_version=2)
+    b.add_observation([5])
+    b.add_action([6, 7, 8], [-0.3, -0.4, -0.5], policy_version=3, policy_version_max=4)
+    b.set_reward(1.0)
+    ts.write_trajectories(str(tmp_path), [b.finish()])
+    stream = TrajectoryStream(open_store(str(tmp_path)), DataConfig(batch_size=1, micro_batch_size=1),
+                              tokenizer="tiny-llama", vocab_size=16)
+    (s,) = stream.next_batch().samples
+    # tokens: prompt 1 2 | action 3 4 (v2) | observation 5 | action 6 7 8 (v3..v4, counted at v3)
+    np.testing.assert_array_equal(s.policy_version, [-1, -1, 2, 2, -1, 3, 3, 3])
+    assert s.mixed_version_actions == 1
+    assert (s.min_policy_version, s.max_policy_version) == (2, 3)

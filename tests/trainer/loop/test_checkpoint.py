@@ -1,4 +1,4 @@
-"""Checkpoints: round trip, uncommitted folders ignored, records rolled back, and the real thing:
+"""trainer/loop/checkpoint.py: checkpoints: round trip, uncommitted folders ignored, records rolled back, and the real thing:
 a `traj train` process SIGKILLed at random moments and resumed trains every trajectory exactly
 once and ends with the same weights as an uninterrupted run."""
 

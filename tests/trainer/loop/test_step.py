@@ -1,11 +1,14 @@
-"""Invariants of one SAO iteration that a wrong loop would silently break (issue 15, part 1):
+"""trainer/loop/step.py: invariants of one SAO iteration that a wrong loop would silently break (issue 15, part 1):
 K critic optimiser steps per iteration (warm-up included); warm-up iterations leave the policy
 bit-identical; the advantages that reach the policy loss are exactly the ones the estimator (or
 an override) produced; and (issue 22) in every loss_agg mode the update does not depend on how
-the step is split into micro-batches, nor on the packed layout."""
+the step is split into micro-batches, nor on the packed layout; the step reads device tensors on
+the host once (issue 22)."""
 
 from __future__ import annotations
 
+import collections
+import sys
 from pathlib import Path
 
 import pytest
@@ -242,3 +245,54 @@ def test_the_update_does_not_depend_on_how_the_step_is_split_or_laid_out(tmp_pat
     padded, _ = POLICY_LOSSES["dis"](*rows, eps_low, eps_high, agg=agg, num_tokens=kw["num_tokens"],
                                      num_sequences=kw["num_sequences"])
     assert len(segments) == 5 and float(padded.detach()) == pytest.approx(m0["policy/loss"], rel=1e-5, abs=1e-8)
+
+
+LOOP_DIR = str(Path(__import__("trajstore.trainer.loop", fromlist=["x"]).__file__).parent)
+
+CONVERSIONS = ("item", "tolist", "__float__", "__int__", "__bool__")
+
+
+def _count_conversions(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
+    """Wrap every tensor-to-Python conversion; count calls by the calling file (and line)."""
+    seen: collections.Counter[str] = collections.Counter()
+    for name in CONVERSIONS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _original=original, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+            caller = sys._getframe(1)
+            seen[f"{caller.f_code.co_filename}:{caller.f_lineno}"] += 1
+            return _original(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return seen
+
+
+def _loop_calls(seen: collections.Counter[str]) -> dict[str, int]:
+    return {k: v for k, v in seen.items() if k.startswith(LOOP_DIR)}
+
+
+@pytest.mark.parametrize("micro", [1, 4])
+def test_one_host_sync_per_step_from_the_loop_whatever_the_micro_batches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, micro: int) -> None:
+    write_synthetic_store(tmp_path, 8)
+    cfg = TrainConfig(store=str(tmp_path), model=ModelConfig(name="tiny-llama", tiny_vocab_size=VOCAB),
+                      data=DataConfig(batch_size=4, micro_batch_size=micro, max_seq_len=512),
+                      algo=AlgoConfig(critic_warmup_steps=1, critic_updates=2),
+                      run=RunConfig(run_id="r", progress=False))
+    tr = setup(cfg)
+    batches = [tr.stream.next_batch(), tr.stream.next_batch()]
+    tr.stream.close()
+    seen = _count_conversions(monkeypatch)
+    for batch, warmup in zip(batches, (True, False)):  # one critic warm-up iteration, then a policy step
+        seen.clear()
+        metrics, consumed = train_step(tr, batch)
+        assert ("policy/loss" in metrics) != warmup  # the kind of step the test meant
+        calls = _loop_calls(seen)
+        others = {k: v for k, v in seen.items() if k not in calls}
+        # 4 trajectories: micro-batches of 1 run 4 passes per update, of 4 one pass; the loop's own
+        # reads stay at one (log_metrics' single .tolist())
+        assert sum(calls.values()) == 1, (calls, others)
+        (where,) = calls
+        assert where.startswith(str(Path(LOOP_DIR) / "step_stats.py")), where
+    # the one read carried everything: the ratios of the consumed rows and the value-loss stats
+    assert all(r["ratio_mean"] is not None for r in consumed) and "value/clip_frac" in metrics

@@ -1,5 +1,4 @@
-"""A critic that starts useful (issue 14, Build 7): the value head starts at zero, the warm-up
-runs until the critic's explained variance on a batch it has not trained on is above 0 (or the
+"""trainer/loop/trainer.py: a critic that starts useful (issue 14, Build 7): the warm-up runs until the critic's explained variance on a batch it has not trained on is above 0 (or the
 budget runs out), and a policy step whose critic does not explain the returns is flagged in the
 records, on the progress line and in the run's summary."""
 
@@ -9,23 +8,13 @@ from pathlib import Path
 
 import duckdb
 import pytest
-import torch
 
 from trajstore.trainer.loop import step_stats
 from trajstore.trainer.loop import train as loop
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
-from trajstore.trainer.models import build_critic, load_policy
 
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.trajectories import VOCAB
-
-
-def test_first_values_are_zero() -> None:
-    """The demo's critic started at a mean value of 1.8 against returns of ~0.28."""
-    critic = build_critic(load_policy("tiny-llama", tiny_vocab_size=VOCAB).model)
-    ids = torch.randint(0, VOCAB, (1, 50))
-    v = critic(ids, torch.arange(50)[None])
-    assert v.shape == (1, 50) and torch.equal(v, torch.zeros(1, 50))
 
 
 def _scripted_ev(monkeypatch: pytest.MonkeyPatch, evs: list[float]) -> None:
@@ -90,28 +79,3 @@ def test_warm_up_state_survives_a_resume(tmp_path: Path, monkeypatch: pytest.Mon
     cfg.run.max_steps = None
     s = loop.train(cfg, resume=True)  # iteration 3 continues with a policy step, not the warm-up
     assert (s.iterations, s.steps) == (4, 2)
-
-
-def test_demo_summary_shows_the_explained_variance_of_every_step() -> None:
-    """Build 7: the demo prints the critic's explained variance per step (warm-up steps negative),
-    so a critic that adds noise to the advantages is visible in its summary."""
-    import io
-
-    from rich.console import Console
-
-    from trajstore.cli.demo import print_summary
-    from trajstore.trainer.apps.demo import DemoResult
-
-    evs = [(-1, -0.4126), (0, 0.0631), (1, 0.3119)]
-    result = DemoResult(store="/tmp/s", run_id="d", episodes=[], versions_loaded=[0], steps_asked=2, steps_done=2,
-                        explained_variance=[{"step": s, "explained_variance": ev} for s, ev in evs])
-    buf = io.StringIO()
-    print_summary(result, Console(file=buf, width=120, force_terminal=False))
-    out = buf.getvalue()
-    head = out.index("critic explained variance per step")
-    rows = [[c.strip() for c in line.split("\u2502")[1:-1]] for line in out[head:].splitlines()
-            if line.startswith("\u2502")]  # the table's body rows, between its vertical bars
-    # one row per step, in step order, each with its value (tables show 3 decimals)
-    assert rows[:3] == [["-1", "-0.413"], ["0", "0.063"], ["1", "0.312"]], out[head:]
-    # step -1 is said to be the warm-up, under the table
-    assert "(step -1: critic warm-up, the critic trained alone before the first policy step)" in out[head:]
