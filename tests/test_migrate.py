@@ -1,9 +1,8 @@
-"""trajstore/migrate.py: ``traj migrate``: v1 shards rewritten as v2 under their own names, rows and order unchanged;
-killed with SIGKILL mid-run it loses nothing and a rerun finishes the job."""
+"""trajstore/migrate.py: ``traj migrate``: v1 shards rewritten as v2 under their own names, rows and
+order unchanged; killed with SIGKILL mid-run it loses nothing and a rerun finishes the job."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -15,39 +14,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from typer.testing import CliRunner
 
-from trajstore import TrajectoryBuilder, audit, open_store, read_trajectories, read_trajectories_by_id
-from trajstore.cli.main import app
+from trajstore import audit, open_store, read_trajectories, read_trajectories_by_id
 from trajstore.convert import table_to_trajectories, trajectories_to_table
 from trajstore.migrate import migrate_store
 from trajstore.reader import iter_shard_batches, read_shard
 from trajstore.store import TMP_DIR, Store
 
+from tests.helpers.stores import write_big_v1_store
+
 CHILD = Path(__file__).with_name("_migrate_child.py")
-
-
-def _big_v1_store(uri: str, n_shards: int, tokens: int, seed: int = 0) -> pa.Table:
-    """`n_shards` v1 shards of 2 trajectories each (``tokens`` action tokens, some without
-    log-probs); returns the same rows encoded directly as v2 (what migration must produce)."""
-    rng = np.random.default_rng(seed)
-    store = open_store(uri)
-    everything = []
-    for k in range(n_shards):
-        trajs = []
-        for j in range(2):
-            b = TrajectoryBuilder(trajectory_id=f"m{k}-{j}", group_id=f"g{k}")
-            b.add_prompt(rng.integers(0, 49152, 50))
-            b.add_action(rng.integers(0, 49152, tokens), -rng.exponential(1.0, tokens).astype(np.float32),
-                         policy_version=k)
-            b.add_observation(rng.integers(0, 49152, 20))
-            b.add_action(rng.integers(0, 49152, 30), None if j else -rng.exponential(1.0, 30), policy_version=k)
-            b.set_reward(float(j))
-            trajs.append(b.finish())
-        store.write_table(trajectories_to_table(trajs, version=1))
-        everything += trajs
-    assert [s.schema_version for s in store.list_shards(strict=True)] == [1] * n_shards
-    return trajectories_to_table(everything)
 
 
 def _assert_same(got: pa.Table, want: pa.Table) -> None:
@@ -64,7 +40,7 @@ def _assert_same(got: pa.Table, want: pa.Table) -> None:
 
 
 def test_migrate_rewrites_v1_as_v2_under_the_same_names(tmp_store: str) -> None:
-    want = _big_v1_store(tmp_store, 3, 500)
+    want = write_big_v1_store(tmp_store, 3, 500)
     store = open_store(tmp_store)
     names_before = [s.name for s in store.list_shards()]
     dry = migrate_store(tmp_store, dry_run=True)
@@ -81,31 +57,9 @@ def test_migrate_rewrites_v1_as_v2_under_the_same_names(tmp_store: str) -> None:
     assert (again.migrated, again.already_current) == ([], 3)
 
 
-def test_migrate_cli(tmp_store: str) -> None:
-    _big_v1_store(tmp_store, 2, 10)
-    # The table lists the shard paths as "[path, ...]": rendered as rich markup this raised
-    # MarkupError (after migrating) instead of printing the table.
-    r = CliRunner().invoke(app, ["migrate", tmp_store, "--dry-run"], env={"COLUMNS": "300"})
-    assert r.exit_code == 0, r.output
-    first, second = open_store(tmp_store).list_shards()
-    lines = r.stdout.splitlines()
-    # a dry run migrates nothing (it said "shards_migrated 2"); the shards are listed one per line,
-    # whole (a Python list broken mid-name before)
-    assert any("shards_to_migrate" in line and "2" in line for line in lines) and "shards_migrated" not in r.stdout
-    assert any(first.path in line for line in lines) and any(second.path in line for line in lines), r.stdout
-    assert f"[{first.path}" not in r.stdout
-    r = CliRunner().invoke(app, ["migrate", tmp_store, "--format", "json"])
-    assert r.exit_code == 0, r.output
-    out = json.loads(r.stdout)
-    assert (out["shards_migrated"], out["rows"], out["shards_already_current"]) == (2, 4, 0)
-    assert [s.schema_version for s in open_store(tmp_store).list_shards()] == [2, 2]
-    r = CliRunner().invoke(app, ["migrate", str(Path(tmp_store) / "typo")])
-    assert r.exit_code == 1 and "does not exist" in r.output
-
-
 def test_migrate_killed_mid_run_loses_nothing_and_reruns(tmp_store: str) -> None:
     # ~1.6 MB per shard so that one rewrite takes long enough to be hit in the middle.
-    want = _big_v1_store(tmp_store, 10, 200_000)
+    want = write_big_v1_store(tmp_store, 10, 200_000)
     rng = random.Random(1234)
     killed_mid = 0
     for attempt in range(2):
@@ -151,7 +105,7 @@ def test_a_listing_from_before_a_migrate_still_reads_the_rewritten_shards(
     # A trainer or viewer lists the shards (v1), `traj migrate` then rewrites them as v2 under the
     # same names, then the reader opens them: each file must be converted by its own footer's
     # version, not the listing's (reading v2 log-probs as v1 raised IndexError or shifted values).
-    want = _big_v1_store(tmp_store, 1, 40)  # 1 shard, 2 rows: m0-0, m0-1
+    want = write_big_v1_store(tmp_store, 1, 40)  # 1 shard, 2 rows: m0-0, m0-1
     store = open_store(tmp_store)
     (old,) = store.list_shards(strict=True)
     # One row per row group in the v1 shard (the rewrite makes one row group of both rows), so a

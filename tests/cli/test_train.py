@@ -416,7 +416,8 @@ def _corrupt(kind: str, root: Path) -> str:
 ])
 def test_non_finite_or_out_of_range_options_are_refused(tmp_path: Path, args: list[str], flag: str) -> None:
     write_synthetic_store(tmp_path, 2)
-    _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run-id", "x", *args), f"invalid option {flag}", code=2)  # bad usage
+    _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run-id", "x", *args), f"invalid option {flag}",
+               code=2)  # bad usage
     _nothing_written(tmp_path)
 
 

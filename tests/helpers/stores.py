@@ -3,6 +3,8 @@
 :func:`write_synthetic_store` writes :func:`tests.helpers.trajectories.tiny_model_trajectory`
 trajectories in shards, for the trainer tests.
 
+:func:`write_big_v1_store` writes schema-v1 shards (what ``traj migrate`` rewrites).
+
 :func:`build_known_store` writes a store with hand-chosen contents for the audit tests (expected
 numbers are derived by hand in the tests from the table below, never from the code under test):
 
@@ -33,7 +35,8 @@ import numpy as np
 import pyarrow as pa
 
 import trajstore as ts
-from trajstore import write_trajectories
+from trajstore import TrajectoryBuilder, write_trajectories
+from trajstore.convert import trajectories_to_table
 from trajstore.schema import CONSUMED_SCHEMA, STEP_SCHEMA
 from trajstore.store import Store, open_store
 
@@ -52,6 +55,29 @@ def write_synthetic_store(root: str | Path, n: int, *, seed: int = 0, per_shard:
         write_trajectories(str(root), trajs)
         ids += [t.trajectory_id for t in trajs]
     return ids
+
+
+def write_big_v1_store(uri: str, n_shards: int, tokens: int, seed: int = 0) -> pa.Table:
+    """`n_shards` v1 shards of 2 trajectories each (``tokens`` action tokens, some without
+    log-probs); returns the same rows encoded directly as v2 (what migration must produce)."""
+    rng = np.random.default_rng(seed)
+    store = open_store(uri)
+    everything = []
+    for k in range(n_shards):
+        trajs = []
+        for j in range(2):
+            b = TrajectoryBuilder(trajectory_id=f"m{k}-{j}", group_id=f"g{k}")
+            b.add_prompt(rng.integers(0, 49152, 50))
+            b.add_action(rng.integers(0, 49152, tokens), -rng.exponential(1.0, tokens).astype(np.float32),
+                         policy_version=k)
+            b.add_observation(rng.integers(0, 49152, 20))
+            b.add_action(rng.integers(0, 49152, 30), None if j else -rng.exponential(1.0, 30), policy_version=k)
+            b.set_reward(float(j))
+            trajs.append(b.finish())
+        store.write_table(trajectories_to_table(trajs, version=1))
+        everything += trajs
+    assert [s.schema_version for s in store.list_shards(strict=True)] == [1] * n_shards
+    return trajectories_to_table(everything)
 
 
 # -- the known store of the audit tests ----------------------------------------------------------

@@ -78,7 +78,8 @@ def test_nebius_rows_fidelity(tok, fix):
         assert t.reward == 1.0 and t.model == row["model_name"]
 
 
-@pytest.mark.parametrize("name", ["v0.x_gpt4_pydicom__pydicom-1458.traj"])  # 1.x: test_swe_agent_1x_history_processor_contexts
+# 1.x: test_swe_agent_1x_history_processor_contexts
+@pytest.mark.parametrize("name", ["v0.x_gpt4_pydicom__pydicom-1458.traj"])
 def test_swe_agent(tok, fix, name):
     path = fix / "swe-agent" / name
     d = json.loads(path.read_text())

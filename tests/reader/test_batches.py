@@ -1,6 +1,6 @@
-"""trajstore/reader/batches.py: the streaming reader: flat numpy arrays + offsets, zero-copy for tokens and log-probs, an
-action mask equal to a slow per-span reference, one Parquet row group per batch (so memory is
-bounded by a row group, not the store), and the SDK/store/reader import without torch."""
+"""trajstore/reader/batches.py: the streaming reader: flat numpy arrays + offsets, zero-copy for tokens
+and log-probs, an action mask equal to a slow per-span reference, one Parquet row group per batch
+(so memory is bounded by a row group, not the store), and the SDK/store/reader import without torch."""
 
 from __future__ import annotations
 

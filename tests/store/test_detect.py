@@ -1,6 +1,7 @@
-"""trajstore/store/detect.py: is this location a store? Read-side commands refuse a location that is not a store (a folder of logs, a home directory,
-a bucket prefix of other data) instead of reading it as an empty store with exit status 0; an
-empty directory and a store nothing was written to yet still read as empty stores."""
+"""trajstore/store/detect.py: is this location a store? Read-side commands refuse a location that is
+not a store (a folder of logs, a home directory, a bucket prefix of other data) instead of reading
+it as an empty store with exit status 0; an empty directory and a store nothing was written to yet
+still read as empty stores."""
 
 from __future__ import annotations
 

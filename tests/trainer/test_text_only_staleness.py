@@ -76,7 +76,8 @@ def test_engine_rollouts_whose_logs_have_no_version_train_with_undefined_stalene
 
     rng = np.random.default_rng(1)
     flag = {"policy_version_known": False}
-    trajs = [tiny_model_trajectory(rng, trajectory_id=f"e{i}", policy_versions=(None,), metadata=flag) for i in range(4)]
+    trajs = [tiny_model_trajectory(rng, trajectory_id=f"e{i}", policy_versions=(None,), metadata=flag)
+             for i in range(4)]
     # without the flag an engine rollout still needs its version (a harness that forgot it)
     with pytest.raises(TrajectoryValidationError, match="policy_version_known"):
         tiny_model_trajectory(rng, trajectory_id="forgot", policy_versions=(None,))

@@ -67,7 +67,8 @@ def test_duplicates_keep_first_copy_also_after_resume(tmp_path: Path) -> None:
     write_trajectories(str(tmp_path), a)
     s = _stream(tmp_path, batch_size=4)
     b = s.next_batch()
-    write_trajectories(str(tmp_path), [tiny_model_trajectory(rng, trajectory_id="a1"), tiny_model_trajectory(rng, trajectory_id="b0")])
+    write_trajectories(str(tmp_path), [tiny_model_trajectory(rng, trajectory_id="a1"),
+                                       tiny_model_trajectory(rng, trajectory_id="b0")])
     resumed = _stream(tmp_path, b.cursor, batch_size=4)
     nb = resumed.next_batch()
     assert [x.trajectory_id for x in nb.samples] == ["b0"] and nb.skipped == {"duplicate": 1}

@@ -1,6 +1,6 @@
-"""trainer/loop/checkpoint.py: checkpoints: round trip, uncommitted folders ignored, records rolled back, and the real thing:
-a `traj train` process SIGKILLed at random moments and resumed trains every trajectory exactly
-once and ends with the same weights as an uninterrupted run."""
+"""trainer/loop/checkpoint.py: checkpoints: round trip, uncommitted folders ignored, records rolled
+back, and the real thing: a `traj train` process SIGKILLed at random moments and resumed trains
+every trajectory exactly once and ends with the same weights as an uninterrupted run."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""trainer/loop/trainer.py: a critic that starts useful (issue 14, Build 7): the warm-up runs until the critic's explained variance on a batch it has not trained on is above 0 (or the
-budget runs out), and a policy step whose critic does not explain the returns is flagged in the
-records, on the progress line and in the run's summary."""
+"""trainer/loop/trainer.py: a critic that starts useful (issue 14, Build 7): the warm-up runs until the
+critic's explained variance on a batch it has not trained on is above 0 (or the budget runs out),
+and a policy step whose critic does not explain the returns is flagged in the records, on the
+progress line and in the run's summary."""
 
 from __future__ import annotations
 
