@@ -160,7 +160,6 @@ def mixed(tmp_path, fix):
     return p
 
 
-# -- one bad record costs only itself (issue 12, item 6) -----------------------------------------
 def _nemo_row(q: str, gen: list[int]) -> dict:
     return {"responses_create_params": {"input": [{"role": "user", "content": q}]},
             "response": {"output": [{"id": "o1", "type": "message", "generation_token_ids": gen,

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 
-# -- span accounting on the real tokenizer -----------------------------------------------------
+# -- the real tokenizer -------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
