@@ -1,5 +1,6 @@
-"""The layout's rules stay true: the torch-free core never imports the trainer or torch, and every
-benchmark entry point starts the way bench/RESULTS.md says to run it."""
+"""The layout's rules stay true: the torch-free core never imports the trainer or torch, every
+benchmark entry point starts the way bench/RESULTS.md says to run it, and no test edits sys.path
+(shared test code is imported from ``tests.helpers``)."""
 
 from __future__ import annotations
 
@@ -369,3 +370,29 @@ def test_the_trainer_never_imports_the_cli() -> None:
             bad += [f"{p.relative_to(ROOT)}:{node.lineno}: {m}" for m in mods
                     if m == "trajstore.cli" or m.startswith("trajstore.cli.")]
     assert not bad, bad
+
+
+# Being edited elsewhere when issue 22 moved the tests: it still imports tests/trainer/_train_synth.py
+# by path. Remove it from here (and delete _train_synth.py) once it imports tests.helpers.
+SYS_PATH_LEFT = {"tests/trainer/test_demo.py"}
+
+
+def sys_path_edits(source: str, filename: str = "<src>") -> list[int]:
+    """Lines of `source` that touch ``sys.path`` (insert, append, assignment, anything)."""
+    return [node.lineno for node in ast.walk(ast.parse(source, filename))
+            if isinstance(node, ast.Attribute) and node.attr == "path"
+            and isinstance(node.value, ast.Name) and node.value.id == "sys"]
+
+
+def test_no_test_edits_sys_path() -> None:
+    # issue 22: helpers are imported as tests.helpers.<module> (pyproject's pytest pythonpath)
+    found = [f"{rel}:{line}" for p in sorted((ROOT / "tests").rglob("*.py"))
+             if (rel := p.relative_to(ROOT).as_posix()) not in SYS_PATH_LEFT
+             for line in sys_path_edits(p.read_text(), str(p))]
+    assert not found, "tests must import shared code from tests.helpers, not edit sys.path:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("src", ["import sys\nsys.path.insert(0, 'x')", "import sys\nsys.path.append('x')",
+                                 "import sys\nsys.path = ['x']", "import sys\ndef f():\n    sys.path[:0] = ['x']\n"])
+def test_the_sys_path_check_catches_each_edit(src: str) -> None:
+    assert sys_path_edits(src)

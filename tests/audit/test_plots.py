@@ -12,7 +12,7 @@ from trajstore import audit
 from trajstore.audit.plots import FACET_COLUMNS, MAX_OVERLAID, draw_reports, plot_reports
 from trajstore.schema import CONSUMED_SCHEMA
 
-from .conftest import _traj, consumed_row
+from tests.helpers.stores import consumed_row, layout_trajectory
 
 pytest.importorskip("matplotlib")
 
@@ -29,7 +29,7 @@ def many(tmp_path_factory):
     trajs = []
     for k in range(N_SOURCES):
         for j, reward in enumerate((k / 8, -1.0)):
-            trajs.append(_traj(f"t{k}-{j}", f"src-{k}", "completed", reward,
+            trajs.append(layout_trajectory(f"t{k}-{j}", f"src-{k}", "completed", reward,
                                [("prompt", 2, None, False), ("action", 2 ** (k + 1), 0, True),
                                 ("observation", 1, None, False), ("action", 3, 1, True)]))
     ts.write_trajectories(root, trajs)
@@ -114,7 +114,8 @@ def test_all_zero_clip_rates_get_a_sensible_axis(many, tmp_path):
 
 
 def test_empty_report_says_why(tmp_store, tmp_path):
-    ts.write_trajectories(tmp_store, [_traj("A", "sdk", "completed", None, [("prompt", 1, None, False)])])
+    ts.write_trajectories(tmp_store, [layout_trajectory("A", "sdk", "completed", None,
+                                                        [("prompt", 1, None, False)])])
     conn = audit.connect(tmp_store)
     fig = _draw(tmp_path, "empty", {"clip": audit.clip_report(conn), "rewards": audit.reward_report(conn)})
     texts = [t.get_text() for i in range(2) for a in _section(fig, i) for t in a.texts]
@@ -143,7 +144,8 @@ def test_a_source_keeps_its_colour_in_every_section(many, tmp_path):
 
 def test_binary_rewards_are_two_labelled_bars_not_slivers(tmp_store, tmp_path):
     # rewards 0 and 1 only: 2 of the 20 equal-width bins are occupied, [0, 0.05) and [0.95, 1]
-    trajs = [_traj(f"b{i}", "sdk", "completed", float(i % 2), [("prompt", 1, None, False)]) for i in range(6)]
+    trajs = [layout_trajectory(f"b{i}", "sdk", "completed", float(i % 2), [("prompt", 1, None, False)])
+             for i in range(6)]
     ts.write_trajectories(tmp_store, trajs)
     fig = _draw(tmp_path, "binary", {"rewards": audit.reward_report(audit.connect(tmp_store))})
     (ax,) = _section(fig, 0)
@@ -154,7 +156,7 @@ def test_binary_rewards_are_two_labelled_bars_not_slivers(tmp_store, tmp_path):
 
 
 def test_an_empty_section_takes_one_line_of_height(many, tmp_store, tmp_path):
-    ts.write_trajectories(tmp_store, [_traj("A", "sdk", "completed", 1.0, [("prompt", 1, None, False)])])
+    ts.write_trajectories(tmp_store, [layout_trajectory("A", "sdk", "completed", 1.0, [("prompt", 1, None, False)])])
     conn = audit.connect(tmp_store)
     fig = _draw(tmp_path, "empty-and-full", {"clip": audit.clip_report(conn), "rewards": audit.reward_report(conn)})
     empty, full = (fig.subfigs[i].bbox.height for i in range(2))
@@ -180,3 +182,31 @@ def test_faceted_clip_key_sits_beside_the_panels(many, tmp_path):
 
     drawn = {to_rgba(line.get_color()) for a in axes for line in a.get_lines()}
     assert len(drawn) == 1 and {to_rgba(h.get_color()) for h in legend.legend_handles} == drawn
+
+
+# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+@pytest.mark.parametrize("steps", [[0], [0, 1, 2], list(range(40))])
+def test_clip_plot_steps_are_whole_numbers_with_room_around_them(steps: list[int]) -> None:
+    from types import SimpleNamespace
+
+    pytest.importorskip("matplotlib")
+    import duckdb
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from trajstore.audit.plots import _clip
+
+    rows = ", ".join(f"('r1', {s}, 0.0, 0.0)" for s in steps)
+    rel = duckdb.sql(f"SELECT * FROM (VALUES {rows}) AS t(run_id, step, masked_below, masked_above)")
+    fig = Figure()
+    _clip(fig, SimpleNamespace(by_step=rel), {})
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    lo, hi = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+    assert all(float(t).is_integer() for t in ticks) and ticks, ticks
+    assert lo <= min(steps) - 0.5 and hi >= max(steps) + 0.5  # the points sit inside, not on the frame
+    if len(steps) == 1:
+        assert ticks == [steps[0]]

@@ -19,7 +19,7 @@ def test_reports_on_s3_match_hand_computed_values(s3_store_uri, build_store):
     conn = audit.connect(uri, storage_options=opts)
     assert conn.execute("SELECT count(*) FROM trajectories").fetchall()[0][0] == 6
     by_run = {r[0]: r for r in audit.staleness_report(conn).by_run.fetchall()}
-    # As in test_reports: r1 consumed 3, 12 action tokens, token p50 3, p90 5.
+    # As in test_staleness.py: r1 consumed 3, 12 action tokens, token p50 3, p90 5.
     assert by_run["r1"][1:5] == (3, 12, 3, 5)
     assert audit.duplicate_report(conn).summary.fetchall() == [(7, 6, 1, 1)]
     with pytest.raises(audit.AuditError, match="read-only"):

@@ -1,16 +1,26 @@
-"""The DuckDB views: dedupe as the reader does, scalar-only trajectories, one row per span,
-run records, pivoted step metrics, corrupt shards skipped, empty stores."""
+"""trajstore/audit/views.py: the DuckDB views: dedupe as the reader does, scalar-only
+trajectories, one row per span, run records, pivoted step metrics, corrupt shards skipped, empty
+stores; the connection (``traj sql``) cannot write to the store or read outside it."""
 
 from __future__ import annotations
 
+import math
+import os
 import warnings
 from typing import Any
 
+import duckdb
+import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from trajstore import audit, read_trajectories
+from trajstore.cli.main import app
+from trajstore.convert import trajectories_to_table
 from trajstore.schema import SCALAR_COLUMNS
 from trajstore.store import CorruptShardWarning, open_store
+
+from tests.helpers.trajectories import hand_built_pair
 
 
 def rows(rel: Any) -> list[dict[str, Any]]:
@@ -75,3 +85,111 @@ def test_empty_store_has_typed_empty_views(tmp_store):
     assert "policy_version" in conn.sql("SELECT * FROM spans").columns
     rep = audit.staleness_report(conn)
     assert rows(rep.by_run) == [] and rows(rep.unconsumed) == []
+
+
+NAN = math.nan
+
+
+def test_span_logprobs_view_by_hand(tmp_store: str) -> None:
+    open_store(tmp_store).write_table(trajectories_to_table(hand_built_pair()))
+    conn = audit.connect(tmp_store)
+    got = conn.sql("SELECT trajectory_id, span_index, num_tokens, policy_version, num_missing_logprobs, logprobs "
+                   "FROM span_logprobs ORDER BY trajectory_id, span_index").fetchall()
+    assert [r[:5] for r in got] == [("h1", 1, 3, 2, 1), ("h1", 3, 1, 3, 0), ("h2", 1, 2, None, 2)]
+    np.testing.assert_array_equal(np.asarray(got[0][5], np.float32), np.array([-0.5, NAN, -0.25], np.float32))
+    assert got[1][5] == [-1.0]
+    assert all(math.isnan(x) for x in got[2][5]) and len(got[2][5]) == 2
+
+
+def _listing(root: str) -> list[tuple[str, int, float]]:
+    out = []
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            st = os.stat(p)
+            out.append((p, st.st_size, st.st_mtime))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("statement", [
+    "COPY (SELECT * FROM trajectories) TO '{root}/trajectories/evil.parquet' (FORMAT parquet)",
+    "COPY (SELECT 1 AS a) TO '{shard}' (FORMAT parquet, USE_TMP_FILE false)",
+    "CREATE TABLE t AS SELECT * FROM trajectories",
+    "INSERT INTO consumed SELECT * FROM consumed",
+    "ATTACH '{root}/x.duckdb' AS x",
+    "SET enable_external_access = true",
+    "PRAGMA enable_profiling",
+    "EXPLAIN ANALYZE COPY (SELECT 1) TO '{root}/y.csv'",
+])
+def test_sql_refuses_writes_and_leaves_store_untouched(known_store, statement):
+    before = _listing(known_store.root)
+    conn = audit.connect(known_store)
+    shard = known_store.list_shards()[0].path
+    with pytest.raises(audit.AuditError, match="read-only: refusing"):
+        audit.sql(conn, statement.format(root=known_store.root, shard=shard))
+    assert _listing(known_store.root) == before
+    assert conn.execute("SELECT count(*) FROM trajectories").fetchall()[0][0] == 6
+
+
+def test_sql_runs_selects_and_names_errors(known_store):
+    conn = audit.connect(known_store)
+    got = audit.sql(conn, "WITH k AS (SELECT kind, sum(num_tokens) AS n FROM spans GROUP BY kind) "
+                          "SELECT * FROM k ORDER BY kind").fetchall()
+    # prompt 2+1+1+2+3+1 = 10; action 20; observation 2+3+2 = 7.
+    assert got == [("action", 20), ("observation", 7), ("prompt", 10)]
+    with pytest.raises(audit.AuditError, match="exactly one"):
+        audit.sql(conn, "SELECT 1; SELECT 2")
+    with pytest.raises(audit.AuditError, match="nope"):
+        audit.sql(conn, "SELECT nope FROM trajectories")
+
+
+def test_connection_file_access_is_limited_to_the_shards(known_store, tmp_path):
+    conn = audit.connect(known_store)
+    outside = tmp_path / "outside.csv"
+    outside.write_text("a\n1\n")
+    with pytest.raises(audit.AuditError, match="disabled by configuration"):
+        audit.sql(conn, f"SELECT * FROM read_csv('{outside}')")
+    # Even bypassing `sql`, DuckDB refuses to create files and to unlock its configuration.
+    with pytest.raises(duckdb.Error, match="disabled by configuration"):
+        conn.execute(f"COPY (SELECT 1) TO '{known_store.root}/new.csv'")
+    with pytest.raises(duckdb.Error, match="locked"):
+        conn.execute("SET enable_external_access = true")
+    assert not os.path.exists(f"{known_store.root}/new.csv")
+
+
+runner = CliRunner()
+
+
+# issue 11: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
+@pytest.mark.parametrize("query", [
+    "SELECT * FROM read_text('.tmp/notes.txt')",
+    "SELECT * FROM glob('.tmp/*')",
+    "SELECT * FROM read_csv('.tmp/notes.txt')",
+])
+def test_sql_cannot_read_the_working_directory_tmp(known_store, tmp_path, monkeypatch, query):
+    # DuckDB's default temp directory is `.tmp` under the working directory, and it is on the
+    # allowed list even with external access disabled.
+    work = tmp_path / "cwd"
+    (work / ".tmp").mkdir(parents=True)
+    (work / ".tmp" / "notes.txt").write_text("secret\n")
+    monkeypatch.chdir(work)
+    conn = audit.connect(known_store)
+    try:
+        rows = audit.sql(conn, query).fetchall()
+    except audit.AuditError as e:
+        assert "secret" not in str(e)
+    else:
+        assert not any("secret" in str(r) or "notes" in str(r) for r in rows), rows
+
+
+# issue 11: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
+def test_duckdb_errors_are_one_line(known_store):
+    conn = audit.connect(known_store)
+    for query in ("SELECT nope FROM trajectories", "SELECT * FROM trajectories WHERE", "SELEC 1"):
+        with pytest.raises(audit.AuditError) as ei:
+            audit.sql(conn, query)
+        assert "\n" not in str(ei.value), str(ei.value)
+    # An error raised while rows are fetched (a failed cast), through the CLI.
+    res = runner.invoke(app, ["sql", known_store.uri, "SELECT CAST(source AS INTEGER) FROM trajectories"])
+    assert res.exit_code == 1
+    assert res.output.startswith("error: ") and res.output.count("\n") == 1, res.output

@@ -17,6 +17,8 @@ import trajstore as ts
 from trajstore.cli.display import OutputFormat
 from trajstore.cli.main import app
 
+from tests.helpers.paths import REPO_ROOT
+
 runner = CliRunner()
 WIDTH = {"COLUMNS": "100"}
 
@@ -32,7 +34,6 @@ def _commands(group=None, path=()):
 
 ALL = list(_commands())
 SERVERS = {("proxy",), ("serve",)}
-"""Commands that run until stopped and print only start-up lines: no result to format."""
 
 
 def test_every_command_is_registered():
@@ -233,9 +234,7 @@ def test_store_options_read_store_and_storage_options_read_key_value(path):
 def test_commands_render_tables_through_the_shared_renderer():
     # a rich Table built in a command would skip the layout rules (keys in every part, constants
     # in the title, empty tables as one line); trajstore.cli.display is the one place tables are made
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
+    root = REPO_ROOT
     renderer = root / "cli" / "table_layout.py"  # where trajstore.cli.display's tables are drawn
     offenders = [str(f.relative_to(root)) for d in ("cli", "trainer", "trajstore")
                  for f in sorted((root / d).rglob("*.py")) if f != renderer and "rich.table" in f.read_text()]
@@ -261,32 +260,3 @@ def test_the_same_value_twice_and_repeatable_options_are_accepted(tmp_path):
     res = runner.invoke(app, ["sql", str(tmp_path), "SELECT 1 AS one", "--storage-option", "a=1",
                               "--storage-option", "b=2", "--format", "csv"])
     assert "given twice" not in res.output, res.output
-
-
-def _readme_commands() -> list[str]:
-    """Every `traj ...` command written out whole in the README: the first cell of each row of
-    its tables and each line of its bash blocks (placeholder commands such as `traj stats STORE
-    [--staleness ...]` in the Commands table are not runnable text and are left out)."""
-    import re
-    import shlex
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    cells = re.findall(r"^\| `(traj [^`]+)`", text, flags=re.M)
-    blocks = "\n".join(re.findall(r"```bash\n(.*?)```", text, flags=re.S)).replace("\\\n", " ")
-    lines = [m for line in blocks.splitlines() for m in re.findall(r"(?:^|&& )(traj [^#&]+)", line.strip())]
-    return [c.strip() for c in cells + lines if not re.search(r"\[|\||\.\.\.|<", c) and shlex.split(c)]
-
-
-@pytest.mark.parametrize("command", _readme_commands())
-def test_every_command_written_in_the_readme_parses(command):
-    # the README's "one policy step on the demo's store" row lacked --run-id: a user copying it
-    # got `error: missing option --run-id` (walkthrough of issue 16)
-    import shlex
-
-    args = shlex.split(command)[1:]
-    group = typer.main.get_command(app)
-    name, cmd, rest = group.resolve_command(group.make_context("traj", list(args), resilient_parsing=True), args)
-    if hasattr(cmd, "commands"):  # traj bench learning
-        name, cmd, rest = cmd.resolve_command(cmd.make_context(name, list(rest), resilient_parsing=True), rest)
-    cmd.make_context(name, list(rest))  # raises a click error for a missing / unknown option

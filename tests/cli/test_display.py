@@ -1,9 +1,9 @@
-"""How traj prints results (trajstore.cli.display, .cells, .table_layout): number formats and the
-width-aware table layout, on hand-made tables (expected strings written by hand)."""
+"""trajstore/cli/display.py: how traj prints results: number formats and the width-aware table
+layout, on hand-made tables (expected strings written by hand). One value's format:
+test_cells.py; the key columns: test_table_layout.py."""
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 import json
 
@@ -11,9 +11,7 @@ from rich.console import Console
 
 from trajstore.cli.cells import column_formatter
 from trajstore.cli.display import OutputFormat, print_command, render_record, render_tables
-from trajstore.cli.table_layout import infer_keys
 from trajstore.tables import TableData
-from trajstore.wording import plural
 
 
 def _render(tables: list[TableData], width: int) -> str:
@@ -37,47 +35,6 @@ def test_shares_always_have_three_decimals():
     assert column_formatter("solved", [1.0], share=True)(1.0) == "1.000"
     out = _render([TableData("reward", ["version", "solved"], [(0, 0.0), (1, 1.0)], shares=["solved"])], 60)
     assert "1.000" in out and "0.000" in out
-
-
-def test_float_columns_never_use_scientific_notation():
-    # largest |value| 29710.4 has 5 digits before the point -> 0 decimals; 14162.3 -> "14162"
-    assert _fmt("observation_tokens_mean", [14162.3, 29710.4, 115.2]) == ["14162", "29710", "115"]
-    # largest 35.0 (2 digits) -> 3 - 1 = 2 decimals
-    assert _fmt("turns_mean", [35.0, 9.8, 3.15]) == ["35.00", "9.80", "3.15"]
-    # largest 0.52 (in [0.1, 1)) -> 3 decimals, like shares
-    assert _fmt("ratio_mean", [0.5086, -0.2796]) == ["0.509", "-0.280"]
-    # largest 0.0145 is 10^-2 -> 3 + 1 = 4 decimals
-    assert _fmt("loss", [0.0145, 0.0031]) == ["0.0145", "0.0031"]
-    # a value that would keep fewer than two significant digits gets its own decimals: a mixed
-    # column of step metrics (loss 0.498 next to 1504.7 tokens/s) printed the loss as "0"
-    assert _fmt("value", [1504.74, 0.498, 0.004, 0.0]) == ["1505", "0.498", "0.00400", "0"]
-    assert _fmt("loss", [0.0145, 0.00001]) == ["0.0145", "0.000010"]
-    # too small for MAX_DECIMALS: scientific, never a false zero (a KL of -2.8e-9 read -0.000000)
-    assert _fmt("policy/kl_k3", [-2.7625694585769722e-09]) == ["-2.76e-09"]
-    assert _fmt("value", [3.5, 3e-9, 0.0]) == ["3.500", "3.00e-09", "0.000"]
-    assert _fmt("share", [0.0001, 0.5]) == ["0.000", "0.500"]  # shares keep their 3 decimals
-    # a float column keeps its decimals when its values happen to be whole (largest 8 -> 3)
-    assert _fmt("data/trajectories", [8.0, 4.0]) == ["8.000", "4.000"]
-    assert _fmt("p50", [0.0, 1.0]) == ["0.000", "1.000"]
-    assert _fmt("x", [float("nan"), 1.5]) == ["nan", "1.500"]
-    assert _fmt("n", [3, None, 12]) == ["3", "-", "12"]
-    import decimal  # DuckDB's SUM over integers: a whole Decimal is an integer ("18", not "18.00")
-    assert _fmt("s", [decimal.Decimal(18), decimal.Decimal(3)]) == ["18", "3"]
-
-
-def test_other_values():
-    t = dt.datetime(2026, 7, 1, 12, 30, 5, 123456, tzinfo=dt.timezone.utc)
-    assert _fmt("wall_time", [t]) == ["2026-07-01 12:30:05+00:00"]
-    assert _fmt("shards", [["a", "b"]]) == ["[a, b]"]
-    assert _fmt("flag", [True, False]) == ["true", "false"]
-
-
-def test_infer_keys_is_the_shortest_unique_leading_run():
-    rows = [("r1", 0, 0.5), ("r1", 1, 0.4), ("r2", 0, 0.3)]
-    assert infer_keys(["run_id", "step", "loss"], rows) == ("run_id", "step")
-    assert infer_keys(["source", "n"], [("a", 1), ("b", 1)]) == ("source",)
-    assert infer_keys(["x"], [(1,)]) == ()  # one row needs no key
-    assert infer_keys(["loss", "step"], [(0.5, 1), (0.4, 2)]) == ()  # a float is no key
 
 
 def _wide_steps() -> TableData:
@@ -207,13 +164,6 @@ def test_sizes_formatted_for_people_align_right_like_numbers():
     assert "│ a   │ 6.4 KB │" in out and "│ bb  │  512 B │" in out, out
     out = _render([TableData("t", ["run", "note"], [("a", "6.4 KB free"), ("bb", "x")])], 40)
     assert "│ bb  │ x           │" in out, out  # other text stays left-aligned ("6.4 KB free" is 11 wide)
-
-
-def test_plural_follows_the_count():
-    # "1 iterations, 1 policy steps", "(1 thread(s))", "2 batch(es)" in traj train / traj demo
-    assert [plural(1, "iteration"), plural(2, "iteration"), plural(0, "batch", "batches")] == [
-        "1 iteration", "2 iterations", "0 batches"]
-    assert plural(1, "trajectory", "trajectories") == "1 trajectory" and plural(12000, "token") == "12,000 tokens"
 
 
 def test_columns_without_values_are_named_once_in_the_title():

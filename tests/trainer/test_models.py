@@ -1,5 +1,6 @@
-"""Policy / critic construction: the critic's trainable set by pattern (dense and MoE), critic
-initialised from the policy, packed rows equal separate forwards, temperature-scaled log-probs."""
+"""trainer/models.py: policy / critic construction: the value head starts at zero (issue 14), the
+critic's trainable set by pattern (dense and MoE), critic initialised from the policy, packed rows
+equal separate forwards, temperature-scaled log-probs."""
 
 from __future__ import annotations
 
@@ -109,3 +110,11 @@ def test_smollm2_alias_loads_the_real_model_with_a_frozen_attention_critic() -> 
     critic = build_critic(pol.model)
     trainable = [n for n, p in critic.named_parameters() if p.requires_grad]
     assert len(trainable) == 3 * pol.model.config.num_hidden_layers + 2  # gate/up/down per layer + head
+
+
+def test_first_values_are_zero() -> None:
+    """The demo's critic started at a mean value of 1.8 against returns of ~0.28."""
+    critic = build_critic(load_policy("tiny-llama", tiny_vocab_size=VOCAB).model)
+    ids = torch.randint(0, VOCAB, (1, 50))
+    v = critic(ids, torch.arange(50)[None])
+    assert v.shape == (1, 50) and torch.equal(v, torch.zeros(1, 50))

@@ -6,7 +6,6 @@ plot never claims that nothing was consumed."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +14,12 @@ from trajstore import audit, open_store, write_trajectories
 from trajstore.trainer.loop.config import DataConfig, ModelConfig, AlgoConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.train import train
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # --import-mode=importlib: helpers by path
-from _train_synth import VOCAB, make_trajectory  # noqa: E402
+from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 
 
 def test_text_only_logs_have_undefined_staleness_in_every_report(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    trajs = [make_trajectory(rng, trajectory_id=f"t{i}", policy_versions=(None,), with_logprobs=False)
+    trajs = [tiny_model_trajectory(rng, trajectory_id=f"t{i}", policy_versions=(None,), with_logprobs=False)
              for i in range(4)]
     write_trajectories(str(tmp_path), trajs)
     cfg = TrainConfig(
@@ -78,10 +76,11 @@ def test_engine_rollouts_whose_logs_have_no_version_train_with_undefined_stalene
 
     rng = np.random.default_rng(1)
     flag = {"policy_version_known": False}
-    trajs = [make_trajectory(rng, trajectory_id=f"e{i}", policy_versions=(None,), metadata=flag) for i in range(4)]
+    trajs = [tiny_model_trajectory(rng, trajectory_id=f"e{i}", policy_versions=(None,), metadata=flag)
+             for i in range(4)]
     # without the flag an engine rollout still needs its version (a harness that forgot it)
     with pytest.raises(TrajectoryValidationError, match="policy_version_known"):
-        make_trajectory(rng, trajectory_id="forgot", policy_versions=(None,))
+        tiny_model_trajectory(rng, trajectory_id="forgot", policy_versions=(None,))
     write_trajectories(str(tmp_path), trajs)
     conn = audit.connect(open_store(str(tmp_path)))
     cov = audit.coverage_report(conn)

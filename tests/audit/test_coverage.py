@@ -1,0 +1,54 @@
+"""trajstore/audit/coverage.py: the coverage report against values computed by hand from the known
+store (tests/helpers/stores.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from trajstore import audit
+from trajstore.ingest import ingest_paths
+
+
+def rows(rel: Any) -> list[dict[str, Any]]:
+    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
+
+
+def pick(r: dict[str, Any], *keys: str) -> tuple[Any, ...]:
+    return tuple(r[k] for k in keys)
+
+
+def test_coverage(conn):
+    rep = audit.coverage_report(conn)
+    cov = {r["source"]: r for r in rows(rep.tokens)}
+    # sdk: A 4 + B 2 + E 0 + F 5 = 11 action tokens, all with log-probs and versions.
+    assert pick(cov["sdk"], "token_source", "trajectories", "action_tokens", "share_with_logprob", "share_with_policy_version",
+                "share_with_both") == ("engine", 4, 11, 1.0, 1.0, 1.0)
+    # openhands: C 6 (log-probs, v4) + D 3 (no log-probs; 2 with v3, 1 without): lp 6/9, version 8/9, both 6/9.
+    oh = cov["openhands"]
+    assert (oh["trajectories"], oh["action_tokens"]) == (2, 9)
+    assert (oh["share_with_logprob"], oh["share_with_policy_version"], oh["share_with_both"]) == pytest.approx((6 / 9, 8 / 9, 6 / 9))
+    nt = [pick(r, "source", "reason", "trajectories", "example_id") for r in rows(rep.not_trainable)]
+    # an action without a policy version is no reason: it trains, its staleness undefined (issue 16
+    # walkthrough: every ingested trajectory was listed as not trainable, traj train trained them)
+    assert nt == [("openhands", "no engine logprobs: trains only with --behaviour-logprobs initial-policy", 1, "D"),
+                  ("openhands", "no reward", 1, "D"), ("sdk", "no action tokens", 1, "E")]
+
+
+# issue 17: fidelity flags of the reported cases counted by ingest and `traj stats --coverage`
+def test_fidelity_flags_are_counted_and_shown_by_stats_coverage(reported, tmp_path):
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+
+    st = str(tmp_path / "s")
+    rep = ingest_paths([str(reported / "nemo-gym-consecutive-assistant-messages"),
+                        str(reported / "swe-agent-final-step-only-in-trajectory")], st)
+    # 2 NeMo rows without logged observations; the SWE-agent file: final step rebuilt, tools not logged
+    assert dict(rep.fidelity_gaps) == {"observations": 2, "final_step": 1, "tools": 1}
+    r = CliRunner().invoke(app, ["stats", st, "--coverage", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    got = [(x["source"], x["flag"], x["trajectories"]) for x in json.loads(r.stdout)["coverage.fidelity"]]
+    assert got == [("nemo-gym", "observations", 2), ("swe-agent", "final_step", 1), ("swe-agent", "tools", 1)]

@@ -1,0 +1,269 @@
+"""trajstore/cli/ingest.py: `traj ingest` through typer's CliRunner and as a subprocess: the
+summary (refused apart from skipped), exit statuses, one line per problem, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trajstore.cli.main import EXIT_REFUSED, app
+from trajstore.ingest import ingest_paths
+
+from tests.helpers.ingest import run_with_deadline, smith_row, write_jsonl
+from tests.helpers.paths import SHARED_FIXTURES
+
+runner = CliRunner()
+
+WIDTH_120 = {"COLUMNS": "120"}
+
+FIXTURES = SHARED_FIXTURES
+
+
+def _lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.strip()]
+
+
+@pytest.fixture
+def mixed_logs(tmp_path: Path) -> Path:
+    """One malformed file (refused) and one OpenHands metadata-only file (skipped, no trajectory)."""
+    src = FIXTURES / "trajectories" / "openhands" / "v0_session_event_store_2025-07"
+    meta = next(src.rglob("metadata.json"), None) if src.is_dir() else None
+    if meta is None:
+        pytest.skip(f"fixtures not found under {FIXTURES} (a plain clone has no ../shared)")
+    d = tmp_path / "logs"
+    d.mkdir()
+    shutil.copy(meta, d / "metadata.json")
+    (d / "broken.jsonl").write_text('{"instance_id": \n')
+    return d
+
+
+# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+def test_ingest_summary_keeps_refused_apart_from_skipped(tmp_path: Path, mixed_logs: Path) -> None:
+    res = runner.invoke(app, ["ingest", str(mixed_logs), "--store", str(tmp_path / "s")], env=WIDTH_120)
+    assert res.exit_code == EXIT_REFUSED, res.output
+    assert "problems" not in res.stdout  # the word that lumped skips in with refusals
+    rows = [ln.strip("│ ").split("│") for ln in res.stdout.splitlines() if "│" in ln]
+    labels = {r[0].strip(): int(r[-1].strip()) for r in rows if r[-1].strip().isdigit()}
+    assert labels["records refused"] == 1 and labels["refused: malformed"] == 1
+    assert labels["skipped: no_trajectory (input holding none)"] == 1
+    tags = sorted(ln.split()[0] for ln in _lines(res.stderr))
+    assert tags == ["refused", "skipped"]  # stderr lists each under the same word as the summary
+
+
+# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+def test_ingest_json_summary_counts_refused_and_skipped_inputs(tmp_path: Path, mixed_logs: Path) -> None:
+    import json
+
+    res = runner.invoke(app, ["ingest", str(mixed_logs), "--store", str(tmp_path / "s"), "--format", "json"],
+                        env=WIDTH_120)
+    doc = json.loads(res.stdout)
+    assert doc["refused"] == 1 and doc["refused_by_kind"] == {"malformed": 1} and doc["skipped_inputs"] == 1
+
+
+# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+def test_strict_ingest_lists_one_problem_per_line(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("a", "b", "c"):
+        (logs / f"{name}.jsonl").write_text('{"x": \n')
+    res = runner.invoke(app, ["ingest", str(logs), "--store", str(tmp_path / "s"), "--strict"], env=WIDTH_120)
+    assert res.exit_code == 1, res.output
+    lines = _lines(res.stderr)
+    assert lines[0] == "error: strict ingest: 3 problem(s) in the input, nothing written:"
+    assert [ln.split()[:2] for ln in lines[1:]] == [["refused", str(logs / f"{n}.jsonl:")] for n in "abc"]
+    assert not (tmp_path / "s").exists()  # nothing written
+
+
+# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+@pytest.mark.parametrize("strict", [False, True])
+def test_ctrl_c_during_ingest_says_what_was_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   strict: bool) -> None:
+    import trajstore as ts
+    from trajstore.cli import ingest as ingest_cli
+    from trajstore.cli.main import EXIT_INTERRUPTED
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for i in range(5):
+        (logs / f"c{i}.json").write_text(f'[{{"role": "user", "content": "hi {i}"}}, '
+                                         f'{{"role": "assistant", "content": "yo {i}"}}]')
+
+    def interrupt_after_two(self, p) -> None:  # the user presses Ctrl-C once two are built
+        if p.records >= 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ingest_cli._LazyProgress, "__call__", interrupt_after_two)
+    store = tmp_path / "s"
+    res = runner.invoke(app, ["ingest", str(logs), "--store", str(store), *(["--strict"] if strict else [])],
+                        env=WIDTH_120)
+    assert res.exit_code == EXIT_INTERRUPTED == 130, res.output
+    [line] = _lines(res.stderr)
+    stored = 0 if strict else 2  # non-strict flushes what it built; strict writes nothing until the end
+    assert line.startswith("interrupted: " + ("nothing was stored" if strict else
+                                               "this ingest stored 2 trajectories before it, each whole")), line
+    assert "run the same ingest again" in line
+    n = ts.read_trajectories(str(store), columns=["trajectory_id"]).num_rows if store.exists() else 0
+    assert n == stored
+
+
+# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+@pytest.mark.parametrize("where, says", [
+    ("{file}/store", "cannot list {file}/store/trajectories: Not a directory"),
+    ("/proc/nope", "cannot write the store /proc/nope: No such file or directory: /proc does not let a folder"),
+    ("/sys/nope", "cannot write the store /sys/nope: "),  # EPERM / EROFS: was a traceback
+])
+def test_an_unwritable_store_is_one_line_naming_the_path_and_reason(tmp_path: Path, where: str, says: str) -> None:
+    if where.startswith(("/proc", "/sys")) and not Path(where).parent.is_dir():
+        pytest.skip(f"no {Path(where).parent} here")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "c.json").write_text('[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]')
+    store = where.replace("{file}", str(blocker))
+    res = runner.invoke(app, ["ingest", str(logs), "--store", store], env=WIDTH_120)
+    assert res.exit_code == 1, res.output
+    [line] = _lines(res.stderr)
+    assert line.startswith("error: " + says.replace("{file}", str(blocker))), line
+    assert "Errno" not in line and "Traceback" not in res.output
+
+
+# hostile tester: bad input answered by one clear line naming the file, row, field or flag
+def test_ingest_format_is_case_insensitive_like_every_other_commands(tmp_path):
+    # `traj stats --format JSON` worked, `traj ingest --format JSON` was refused as no output format.
+    p = tmp_path / "c.jsonl"
+    p.write_text(json.dumps([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]) + "\n")
+    res = CliRunner().invoke(app, ["ingest", str(p), "--store", str(tmp_path / "s"), "--format", "JSON"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["trajectories_written"] == 1
+
+
+def _fixture_lines(fix, rel):
+    return (fix / rel).read_text().splitlines()
+
+
+@pytest.fixture()
+def mixed(tmp_path, fix):
+    """A JSONL with a good row, a non-JSON line, a row without history, and a good row."""
+    rows = _fixture_lines(fix, "openhands/v0_resolver_output_2024-11/output.jsonl")
+    p = tmp_path / "logs" / "output.jsonl"
+    p.parent.mkdir()
+    p.write_text("\n".join([rows[0], "<PLACEHOLDER ROW>", json.dumps({"issue": {}, "success": True,
+                                                                       "history": "oops"}), rows[1]]) + "\n")
+    return p
+
+
+def _nemo_row(q: str, gen: list[int]) -> dict:
+    return {"responses_create_params": {"input": [{"role": "user", "content": q}]},
+            "response": {"output": [{"id": "o1", "type": "message", "generation_token_ids": gen,
+                                     "generation_log_probs": [-0.5] * len(gen), "prompt_token_ids": [1, 2]}]},
+            "reward": 1.0}
+
+
+def test_cli_json_summary_and_strict_exit(tmp_path, fix, mixed):
+    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), "--store", str(tmp_path / "s"),
+                                 "--output", "json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["trajectories_written"] == 7 and out["by_format"] == {"swe-agent": 7}  # 0.x: 1, 1.x: 6 parts
+    assert out["fidelity_gaps"]["tools"] == 6  # 1.x function calling: tool definitions not in the .traj
+    r = CliRunner().invoke(app, ["ingest", str(mixed), "--store", str(tmp_path / "s2"), "--strict"])
+    assert r.exit_code == 1 and "nothing written" in r.stderr
+
+
+def test_cli_missing_input_path_is_an_error_and_writes_nothing(tmp_path, fix):
+    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), str(tmp_path / "typo"), "--store",
+                                 str(tmp_path / "s")])
+    assert r.exit_code == 2 and "no such input path" in r.stderr and str(tmp_path / "typo") in r.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_cli_subprocess(tmp_path, fix):
+    r = subprocess.run([str(Path(sys.executable).with_name("traj")), "ingest", str(fix / "openhands/v0_saved_trajectory/basic.json"), "--store",
+                        str(tmp_path / "s"), "--output", "json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["trajectories_written"] == 1
+
+
+def test_negative_observation_cap_is_refused(tmp_path):
+    # A negative cap used to keep the text and add a marker with a negative "dropped" count.
+    p = tmp_path / "x.json"
+    p.write_text('[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]')
+    with pytest.raises(ValueError, match="max_observation_chars must be >= 0"):
+        ingest_paths([str(p)], str(tmp_path / "s"), max_observation_chars=-5)
+    r = CliRunner().invoke(app, ["ingest", str(p), "--store", str(tmp_path / "s"), "--max-observation-chars", "-5"])
+    assert r.exit_code == 2 and "error: invalid option --max-observation-chars: must be >= 0" in r.output
+    assert not (tmp_path / "s").exists()
+
+
+def test_cli_exit_status(tmp_path, fix):
+    # 0: everything stored or deliberately skipped; 3: a record refused (the others still stored);
+    # 1: an error, nothing stored (a store that cannot be written); 2: usage errors. A refusal and an
+    # error used to share 1, so a script could not tell "the others are stored" from "nothing is".
+    good = str(fix / "swe-agent")
+    r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(_nemo_row("a", [5])) + "\n" + json.dumps({"response": 3}) + "\n")
+    r = CliRunner().invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s"), "--format", "json"])
+    out = json.loads(r.stdout)
+    assert r.exit_code == 1 and out["trajectories_written"] == 1 and out["refused"] == 1
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    r = CliRunner().invoke(app, ["ingest", good, "--store", str(a_file)])
+    assert r.exit_code == 1 and "is a file, not a directory" in r.output, r.output
+    r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), "--format", "csv"])
+    assert r.exit_code == 0 and r.stdout.splitlines()[:2] == ["metric,value", "files seen,2"]
+    for args, fragment in [(["--input-format", "nope"], "nope"),
+                           (["--format", "swe-agent"], "is an input format: use --input-format swe-agent"),
+                           (["--format", "yaml"], "not an output format")]:
+        r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), *args])
+        assert r.exit_code == 2 and fragment in r.output, (args, r.output)
+
+
+def test_cli_progress_bar_on_a_terminal(tmp_path, fix, monkeypatch):
+    # On a terminal (forced here) the bar shows files, records and tokens; not when piped.
+    import trajstore.cli.ingest as cli_ingest
+
+    monkeypatch.setattr(cli_ingest, "PROGRESS_DELAY_S", 0.0)
+    tty = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "FORCE_COLOR": "1", "COLUMNS": "160"}
+    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), "--store", str(tmp_path / "s")], env=tty)
+    assert r.exit_code == 0 and "ingesting" in r.stderr
+    assert "files" in r.stderr and "records" in r.stderr and "tokens" in r.stderr
+    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), "--store", str(tmp_path / "s2")])
+    assert r.exit_code == 0 and "ingesting" not in r.stderr
+
+
+def test_cli_problem_lines_print_brackets_as_they_are(tmp_path):
+    # A path or message holding rich markup ("[red]", "[bold]") is printed verbatim, never parsed
+    # (the tags used to vanish from the line; a closing tag such as "[/x]" raised MarkupError).
+    bad = tmp_path / "run[red]" / "bad[bold].jsonl"
+    bad.parent.mkdir()
+    bad.write_text(json.dumps({"response": 3}) + "\n")
+    r = CliRunner().invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s")])
+    assert r.exit_code == 1, r.output  # refused
+    assert "run[red]/bad[bold].jsonl" in r.stderr and "Traceback" not in r.output
+
+
+# hostile tester: a fault found in `traj ingest` (failed before its fix)
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
+def test_cli_names_the_skipped_pipe_and_exits_0(tmp_path):
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+
+    d = tmp_path / "logs"
+    d.mkdir()
+    write_jsonl(d / "a.jsonl", [smith_row(1)])
+    os.mkfifo(d / "pipe.json")
+    r = run_with_deadline(lambda: CliRunner().invoke(app, ["ingest", str(d), "--store", str(tmp_path / "s")]))
+    assert r.exit_code == 0, r.output
+    assert f"skipped {d / 'pipe.json'}: no_trajectory: a named pipe (FIFO), not a regular file: skipped, never " \
+           "opened" in " ".join(r.output.split())

@@ -1,0 +1,35 @@
+"""trajstore/cli/store.py: `traj migrate` prints the shards it would rewrite, one per line, whole."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from trajstore import open_store
+from trajstore.cli.main import app
+
+from tests.helpers.stores import write_big_v1_store
+
+
+def test_migrate_cli(tmp_store: str) -> None:
+    write_big_v1_store(tmp_store, 2, 10)
+    # The table lists the shard paths as "[path, ...]": rendered as rich markup this raised
+    # MarkupError (after migrating) instead of printing the table.
+    r = CliRunner().invoke(app, ["migrate", tmp_store, "--dry-run"], env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    first, second = open_store(tmp_store).list_shards()
+    lines = r.stdout.splitlines()
+    # a dry run migrates nothing (it said "shards_migrated 2"); the shards are listed one per line,
+    # whole (a Python list broken mid-name before)
+    assert any("shards_to_migrate" in line and "2" in line for line in lines) and "shards_migrated" not in r.stdout
+    assert any(first.path in line for line in lines) and any(second.path in line for line in lines), r.stdout
+    assert f"[{first.path}" not in r.stdout
+    r = CliRunner().invoke(app, ["migrate", tmp_store, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert (out["shards_migrated"], out["rows"], out["shards_already_current"]) == (2, 4, 0)
+    assert [s.schema_version for s in open_store(tmp_store).list_shards()] == [2, 2]
+    r = CliRunner().invoke(app, ["migrate", str(Path(tmp_store) / "typo")])
+    assert r.exit_code == 1 and "does not exist" in r.output

@@ -1,0 +1,142 @@
+"""Stores with known contents for the tests.
+
+:func:`write_synthetic_store` writes :func:`tests.helpers.trajectories.tiny_model_trajectory`
+trajectories in shards, for the trainer tests.
+
+:func:`write_big_v1_store` writes schema-v1 shards (what ``traj migrate`` rewrites).
+
+:func:`build_known_store` writes a store with hand-chosen contents for the audit tests (expected
+numbers are derived by hand in the tests from the table below, never from the code under test):
+
+trajectories (shard 1, in this order), tokens per span, action spans with policy version v:
+
+    id  source     status     reward  spans                                          versions
+    A   sdk        completed   1.0    prompt 2, act 3 (v5), obs 2, act 1 (v7)         5..7
+    B   sdk        truncated   0.0    prompt 1, act 2 (v6)                             6
+    C   openhands  completed  -1.0    prompt 1, act 4 (v4), obs 3, act 2 (v4)          4
+    D   openhands  failed      None   prompt 2, act 2 (v3, no lp), act 1 (no v, no lp) 3
+    E   sdk        aborted     None   prompt 3, obs 2 (no actions: not trainable)      -
+    F   sdk        completed   0.5    prompt 1, act 2 (v6), act 3 (v8)                 6..8
+
+shard 2: a second copy of B (v1, reward 9.0): readers must ignore it.
+
+runs/r1/consumed: step 0 (trainer v8): A, B; step 1 (trainer v9): C.
+runs/r2/consumed: step 0 (trainer v10): A.
+runs/r1/steps: step 0: policy/loss 0.5, ratio/masked_below 0.1; step 1: policy/loss 0.4.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+import trajstore as ts
+from trajstore import TrajectoryBuilder, write_trajectories
+from trajstore.convert import trajectories_to_table
+from trajstore.schema import CONSUMED_SCHEMA, STEP_SCHEMA
+from trajstore.store import Store, open_store
+
+from tests.helpers.trajectories import tiny_model_trajectory
+
+
+def write_synthetic_store(root: str | Path, n: int, *, seed: int = 0, per_shard: int = 4, prefix: str = "t",
+                          **kw) -> list[str]:
+    """Write `n` trajectories in shards of `per_shard`; return the ids in arrival order."""
+    rng = np.random.default_rng(seed)
+    ids = []
+    for start in range(0, n, per_shard):
+        trajs = [tiny_model_trajectory(rng, trajectory_id=f"{prefix}{i:05d}",
+                                       policy_versions=(max(0, i // 8 - 1), i // 8), **kw)
+                 for i in range(start, min(n, start + per_shard))]
+        write_trajectories(str(root), trajs)
+        ids += [t.trajectory_id for t in trajs]
+    return ids
+
+
+def write_big_v1_store(uri: str, n_shards: int, tokens: int, seed: int = 0) -> pa.Table:
+    """`n_shards` v1 shards of 2 trajectories each (``tokens`` action tokens, some without
+    log-probs); returns the same rows encoded directly as v2 (what migration must produce)."""
+    rng = np.random.default_rng(seed)
+    store = open_store(uri)
+    everything = []
+    for k in range(n_shards):
+        trajs = []
+        for j in range(2):
+            b = TrajectoryBuilder(trajectory_id=f"m{k}-{j}", group_id=f"g{k}")
+            b.add_prompt(rng.integers(0, 49152, 50))
+            b.add_action(rng.integers(0, 49152, tokens), -rng.exponential(1.0, tokens).astype(np.float32),
+                         policy_version=k)
+            b.add_observation(rng.integers(0, 49152, 20))
+            b.add_action(rng.integers(0, 49152, 30), None if j else -rng.exponential(1.0, 30), policy_version=k)
+            b.set_reward(float(j))
+            trajs.append(b.finish())
+        store.write_table(trajectories_to_table(trajs, version=1))
+        everything += trajs
+    assert [s.schema_version for s in store.list_shards(strict=True)] == [1] * n_shards
+    return trajectories_to_table(everything)
+
+
+# -- the known store of the audit tests ----------------------------------------------------------
+
+T0 = datetime(2026, 7, 1, tzinfo=timezone.utc)
+
+
+def layout_trajectory(tid: str, source: str, status: str, reward: float | None,
+                      layout: list[tuple[str, int, int | None, bool]]) -> ts.Trajectory:
+    """layout: (kind, num_tokens, policy_version, with_logprobs) per span."""
+    b = ts.TrajectoryBuilder(trajectory_id=tid, source=source, prompt_id=f"p-{tid}")
+    tok = 10
+    for kind, n, version, lp in layout:
+        ids = list(range(tok, tok + n))
+        tok += n
+        if kind == "prompt":
+            b.add_prompt(ids)
+        elif kind == "observation":
+            b.add_observation(ids)
+        else:
+            b.add_action(ids, [-0.5] * n if lp else None, policy_version=version)
+    b.set_reward(reward)
+    return b.finish(status, created_at=T0)
+
+
+KNOWN = {  # id: layout_trajectory's (source, status, reward, layout)
+    "A": ("sdk", "completed", 1.0, [("prompt", 2, None, False), ("action", 3, 5, True),
+                                    ("observation", 2, None, False), ("action", 1, 7, True)]),
+    "B": ("sdk", "truncated", 0.0, [("prompt", 1, None, False), ("action", 2, 6, True)]),
+    "C": ("openhands", "completed", -1.0, [("prompt", 1, None, False), ("action", 4, 4, True),
+                                           ("observation", 3, None, False), ("action", 2, 4, True)]),
+    "D": ("openhands", "failed", None, [("prompt", 2, None, False), ("action", 2, 3, False),
+                                        ("action", 1, None, False)]),
+    "E": ("sdk", "aborted", None, [("prompt", 3, None, False), ("observation", 2, None, False)]),
+    "F": ("sdk", "completed", 0.5, [("prompt", 1, None, False), ("action", 2, 6, True), ("action", 3, 8, True)]),
+}
+
+
+def consumed_row(run: str, step: int, tv: int, tid: str, vmin: int, vmax: int, n: int,
+                 below: float, above: float, ratio: float) -> dict[str, Any]:
+    return dict(run_id=run, step=step, trainer_version=tv, trajectory_id=tid, rank=0, min_policy_version=vmin,
+                max_policy_version=vmax, staleness_min=tv - vmax, staleness_max=tv - vmin, num_action_tokens=n,
+                masked_below=below, masked_above=above, ratio_mean=ratio, consumed_at=T0)
+
+
+def build_known_store(uri: str, storage_options: dict[str, Any] | None = None) -> Store:
+    """Write the known store (this module's docstring) at `uri`; the store."""
+    store = open_store(uri, storage_options=storage_options)
+    ts.write_trajectories(store, [layout_trajectory(t, *KNOWN[t]) for t in "ABCDEF"])
+    ts.write_trajectories(store, [layout_trajectory("B", "sdk", "completed", 9.0,
+                                                    [("prompt", 1, None, False), ("action", 2, 1, True)])])
+    r1 = [consumed_row("r1", 0, 8, "A", 5, 7, 4, 0.25, 0.0, 1.1), consumed_row("r1", 0, 8, "B", 6, 6, 2, 0.0, 0.5, 0.9),
+          consumed_row("r1", 1, 9, "C", 4, 4, 6, 0.5, 1 / 6, 1.0)]
+    store.write_table(pa.Table.from_pylist(r1[:2], schema=CONSUMED_SCHEMA), subdir="runs/r1/consumed")
+    store.write_table(pa.Table.from_pylist(r1[2:], schema=CONSUMED_SCHEMA), subdir="runs/r1/consumed")
+    store.write_table(pa.Table.from_pylist([consumed_row("r2", 0, 10, "A", 5, 7, 4, 0.5, 0.25, 1.2)],
+                                           schema=CONSUMED_SCHEMA), subdir="runs/r2/consumed")
+    steps = [dict(run_id="r1", step=0, trainer_version=8, wall_time=T0, metric="policy/loss", value=0.5),
+             dict(run_id="r1", step=0, trainer_version=8, wall_time=T0, metric="ratio/masked_below", value=0.1),
+             dict(run_id="r1", step=1, trainer_version=9, wall_time=T0, metric="policy/loss", value=0.4)]
+    store.write_table(pa.Table.from_pylist(steps, schema=STEP_SCHEMA), subdir="runs/r1/steps")
+    return store

@@ -1,0 +1,10 @@
+"""trajstore/errors.py: an OS error anywhere is one line naming the path."""
+
+from __future__ import annotations
+
+
+# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+def test_an_os_error_anywhere_is_one_line_naming_the_path() -> None:
+    from trajstore.errors import os_error_line
+
+    assert os_error_line(PermissionError(13, "Permission denied", "/x/y")) == "/x/y: Permission denied"

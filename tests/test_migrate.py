@@ -1,0 +1,137 @@
+"""trajstore/migrate.py: ``traj migrate``: v1 shards rewritten as v2 under their own names, rows and
+order unchanged; killed with SIGKILL mid-run it loses nothing and a rerun finishes the job."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from trajstore import audit, open_store, read_trajectories, read_trajectories_by_id
+from trajstore.convert import table_to_trajectories, trajectories_to_table
+from trajstore.migrate import migrate_store
+from trajstore.reader import iter_shard_batches, read_shard
+from trajstore.store import TMP_DIR, Store
+
+from tests.helpers.stores import write_big_v1_store
+
+CHILD = Path(__file__).with_name("_migrate_child.py")
+
+
+def _assert_same(got: pa.Table, want: pa.Table) -> None:
+    assert got.column("trajectory_id").to_pylist() == want.column("trajectory_id").to_pylist()
+    for name in want.column_names:
+        a, b = got.column(name).combine_chunks(), want.column(name).combine_chunks()
+        if name == "logprobs":
+            assert a.offsets.to_pylist() == b.offsets.to_pylist()
+            assert np.array_equal(a.values.to_numpy().view(np.uint32), b.values.to_numpy().view(np.uint32))
+        elif name == "tokens":
+            assert np.array_equal(a.values.to_numpy(), b.values.to_numpy())
+        else:
+            assert a.to_pylist() == b.to_pylist(), name
+
+
+def test_migrate_rewrites_v1_as_v2_under_the_same_names(tmp_store: str) -> None:
+    want = write_big_v1_store(tmp_store, 3, 500)
+    store = open_store(tmp_store)
+    names_before = [s.name for s in store.list_shards()]
+    dry = migrate_store(tmp_store, dry_run=True)
+    assert (len(dry.migrated), dry.rows, dry.already_current) == (3, 6, 0)
+    assert [s.schema_version for s in store.list_shards()] == [1, 1, 1]  # dry run wrote nothing
+
+    res = migrate_store(tmp_store)
+    assert (len(res.migrated), res.rows, res.already_current) == (3, 6, 0)
+    shards = open_store(tmp_store).list_shards(strict=True)
+    assert [s.name for s in shards] == names_before
+    assert [s.schema_version for s in shards] == [2, 2, 2]
+    _assert_same(read_trajectories(tmp_store, strict=True), want)
+    again = migrate_store(tmp_store)
+    assert (again.migrated, again.already_current) == ([], 3)
+
+
+def test_migrate_killed_mid_run_loses_nothing_and_reruns(tmp_store: str) -> None:
+    # ~1.6 MB per shard so that one rewrite takes long enough to be hit in the middle.
+    want = write_big_v1_store(tmp_store, 10, 200_000)
+    rng = random.Random(1234)
+    killed_mid = 0
+    for attempt in range(2):
+        proc = subprocess.Popen([sys.executable, str(CHILD), tmp_store], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        durations: list[float] = []
+        try:
+            while True:
+                line = proc.stdout.readline()
+                assert line, f"child exited early: {proc.wait()} {proc.stderr.read() if proc.stderr else ''}"
+                word, *rest = line.split()
+                assert word == "migrated", line
+                durations.append(float(rest[1]))
+                if len(durations) >= 2:
+                    # Kill part-way through the next shard's rewrite.
+                    time.sleep(rng.uniform(0.1, 0.8) * float(np.median(durations)))
+                    os.kill(proc.pid, signal.SIGKILL)
+                    break
+        finally:
+            tail = proc.stdout.read()
+            proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+        killed_mid += "done" not in tail
+        # Nothing lost, nothing partial: every shard reads (strict), some v1 and some v2.
+        shards = open_store(tmp_store).list_shards(strict=True)
+        assert len(shards) == 10
+        versions = [s.schema_version for s in shards]
+        assert 2 in versions and 1 in versions, versions
+        _assert_same(read_trajectories(tmp_store, strict=True), want)
+    assert killed_mid == 2
+
+    res = migrate_store(tmp_store)
+    assert len(res.migrated) >= 1
+    assert [s.schema_version for s in open_store(tmp_store).list_shards(strict=True)] == [2] * 10
+    _assert_same(read_trajectories(tmp_store, strict=True), want)
+    tmp = Path(tmp_store) / TMP_DIR
+    assert not tmp.exists() or not [p for p in tmp.iterdir() if ".rewrite-" in p.name]
+
+
+def test_a_listing_from_before_a_migrate_still_reads_the_rewritten_shards(
+        tmp_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A trainer or viewer lists the shards (v1), `traj migrate` then rewrites them as v2 under the
+    # same names, then the reader opens them: each file must be converted by its own footer's
+    # version, not the listing's (reading v2 log-probs as v1 raised IndexError or shifted values).
+    want = write_big_v1_store(tmp_store, 1, 40)  # 1 shard, 2 rows: m0-0, m0-1
+    store = open_store(tmp_store)
+    (old,) = store.list_shards(strict=True)
+    # One row per row group in the v1 shard (the rewrite makes one row group of both rows), so a
+    # stale row-group layout would also send the id lookup to the wrong rows.
+    table = trajectories_to_table(table_to_trajectories(read_trajectories(tmp_store)), version=1)
+    store.rewrite_shard(old.path, table, row_group_target_mb=1e-6)
+    (stale,) = store.list_shards(strict=True)
+    assert (stale.schema_version, stale.num_row_groups) == (1, 2)
+    conn = audit.connect(tmp_store)  # its views were built for a v1 shard
+    query = "SELECT trajectory_id, span_index, logprobs FROM span_logprobs ORDER BY 1, 2"
+    before = conn.sql(query).fetchall()
+    assert len(before) == 4  # 2 trajectories x 2 action spans
+    migrate_store(tmp_store)
+    (fresh,) = open_store(tmp_store).list_shards(strict=True)
+    assert (fresh.schema_version, fresh.num_row_groups) == (2, 1)
+
+    after = conn.sql(query).fetchall()
+    assert [r[:2] for r in after] == [r[:2] for r in before]
+    for (_, _, a), (_, _, b) in zip(after, before):
+        assert np.array_equal(np.asarray(a, np.float32).view(np.uint32), np.asarray(b, np.float32).view(np.uint32))
+    _assert_same(read_shard(store, stale), want)
+    batches = list(iter_shard_batches(store, stale, strict=True))
+    assert [t for b in batches for t in b.trajectory_ids] == ["m0-0", "m0-1"]
+    want_lp = want.column("logprobs").combine_chunks().values.to_numpy()
+    assert np.array_equal(np.concatenate([b.logprobs for b in batches]).view(np.uint32), want_lp.view(np.uint32))
+    monkeypatch.setattr(Store, "list_shards", lambda self, *a, **k: [stale])
+    _assert_same(read_trajectories(tmp_store, strict=True), want)
+    got = read_trajectories_by_id(tmp_store, ["m0-1"], strict=True)
+    _assert_same(got, want.slice(1, 1))

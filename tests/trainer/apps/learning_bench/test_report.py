@@ -1,0 +1,39 @@
+"""trainer/apps/learning_bench/report.py: the benchmark's report tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trajstore.cli.main import app
+
+runner = CliRunner()
+
+WIDTH_120 = {"COLUMNS": "120"}
+
+
+# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from trajstore.trainer.apps.learning_bench import suite
+    from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
+    from trajstore.trainer.apps.learning_bench.report import render_report
+    from trajstore.trainer.apps.learning_bench.stats import CLAIMS, bootstrap_interval, verdict
+
+    iv = bootstrap_interval([0.05])
+    claims = [{"paper": c.paper, "arm": c.arm, "ref": c.ref, "task": c.task, "metric": c.metric,
+               "interval": {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n},
+               "verdict": verdict(c, iv)[0], "reason": verdict(c, iv)[1]} for c in CLAIMS[:2]]
+    fake = {"claims": claims, "seconds": 42.0, "out_dir": str(tmp_path), "runs": {}, "auc": {}, "figures": {}}
+    monkeypatch.setattr(suite, "run_suite", lambda cfg, log=None: fake)
+    res = runner.invoke(app, ["bench", "learning", "--preset", "smoke", "--scratch", str(tmp_path)], env=WIDTH_120)
+    assert res.exit_code == 0, res.output
+    assert "nan" not in res.stdout.lower()
+    assert "paper claims (1 seed, CI n/a, 0.7 min" in res.stdout
+    assert "ci_low" not in res.stdout
+    cfg = SuiteConfig.preset_config("smoke", scratch=str(tmp_path))
+    report = render_report(cfg, fake)
+    assert "nan" not in report  # report.md: the reasons say 'CI n/a (1 seed)'
+    assert "\n1 seed, 0.7 min." in report and "1 seeds" not in report

@@ -1,0 +1,57 @@
+"""trainer/loop/records.py: the progress line and the run's records."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from trajstore.trainer.loop.records import RunRecorder
+
+
+# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+def test_progress_line_shows_n_a_for_a_metric_without_a_value() -> None:
+    pytest.importorskip("torch")
+    from trajstore.trainer.loop.records import progress_line
+
+    line = progress_line(0, 0, {"value/explained_variance": float("nan"), "ratio/mean": 1.0})
+    assert "EV=n/a" in line and "nan" not in line and "ratio=1.000" in line
+    assert "EV=0.12" in progress_line(1, 1, {"value/explained_variance": 0.12})
+
+
+# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+def test_progress_line_labels_every_figure_once() -> None:
+    """Issue 16: the progress line had two unlabelled `mean=` fields (reward and ratio)."""
+    from trajstore.trainer.loop.records import progress_line
+
+    line = progress_line(3, 3, {"reward/mean": 0.5, "value/explained_variance": 0.123, "ratio/mean": 1.0021,
+                                "perf/tokens_per_s": 1234.4})
+    assert line == "step 3 v3 reward=0.5 EV=0.12 ratio=1.002 tok/s=1,234"
+    # a warm-up iteration is recorded as step = iteration - budget: iteration 7 at step -2 is the
+    # 8th (7 + 1) of a budget of 9 (7 - (-2)) critic-only batches; "warm-up -2" explained nothing
+    warm = progress_line(-2, 0, {"value/explained_variance": -0.5, "warn/critic_ev_not_positive": 1.0}, iteration=7)
+    assert warm == "critic warm-up 8/9 v0 EV=-0.50 [critic not useful yet: EV<=0]"
+
+
+def test_a_long_pass_repeats_its_line_while_it_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    from trajstore.store import open_store
+
+    rec = RunRecorder(open_store(str(tmp_path)), "r", progress=False)
+    rec.STILL_RUNNING_EVERY_S = 0.2
+    message = "step 0: policy update, micro-batch 1/1 (12,725 tokens, 2 trajectories)"
+    try:
+        rec.activity(message)
+        time.sleep(1.0)
+        rec.pass_done()
+        during = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith(message)]
+        time.sleep(0.5)
+        after = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith(message)]
+    finally:
+        rec.close()
+    assert during[0] == message
+    assert 1 <= len(during) - 1 <= 6 and all(re.fullmatch(re.escape(message) + r" \.\.\. still running \(\d+s\)", ln)
+                                             for ln in during[1:]), during
+    assert after == []  # nothing once the pass is done

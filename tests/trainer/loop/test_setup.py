@@ -1,0 +1,68 @@
+"""trainer/loop/setup.py: what a run checks and cleans before it loads a model."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop.setup import setup
+from trajstore.trainer.loop.train import train
+
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB
+
+
+def _disk_cfg(store: Path, **run) -> TrainConfig:
+    return TrainConfig(store=str(store), model=ModelConfig(name="tiny-llama", tiny_vocab_size=VOCAB),
+                       data=DataConfig(batch_size=2, micro_batch_size=2, max_seq_len=512),
+                       algo=AlgoConfig(critic_warmup_steps=0),
+                       run=RunConfig(run_id="r", progress=False, **run))
+
+
+def _age(path: Path, seconds: float) -> None:
+    t = time.time() - seconds
+    for p in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        os.utime(p, (t, t))
+
+
+# issue 14: disk use of training runs (published versions and checkpoints pruned, leftovers removed)
+def test_stale_tmp_leftovers_are_removed_when_a_trainer_starts(tmp_path: Path) -> None:
+    write_synthetic_store(tmp_path, 2)
+    (tmp_path / "_tmp" / "ckpt-dead").mkdir(parents=True)
+    (tmp_path / "_tmp" / "ckpt-dead" / "optim.pt").write_bytes(b"0" * 100)
+    _age(tmp_path / "_tmp" / "ckpt-dead", 3700)
+    train(_disk_cfg(tmp_path))
+    assert not (tmp_path / "_tmp" / "ckpt-dead").exists()
+
+
+def _nothing_written(root: Path) -> None:
+    assert not (root / "runs").exists() and not (root / "policies").exists()
+
+
+def _refusal_cfg(store: Path, run_id: str = "r", **run) -> TrainConfig:
+    # vocabulary 256: what the CLI's tiny-llama has (ids of the synthetic data are below 128)
+    return TrainConfig(store=str(store), model=ModelConfig(name="tiny-llama", tiny_vocab_size=256),
+                       data=DataConfig(batch_size=2, micro_batch_size=2, max_seq_len=512),
+                       algo=AlgoConfig(critic_warmup_steps=0),
+                       run=RunConfig(run_id=run_id, checkpoint_every=1, progress=False, **run))
+
+
+# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+def test_text_only_data_is_refused_before_the_model_is_loaded(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 16: the refusal took 17 s because the model was loaded first."""
+    from trajstore.trainer.loop import setup as loop_setup
+
+    write_synthetic_store(tmp_path, 2, with_logprobs=False)
+
+    def no_load(*_a, **_k):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("the model was loaded before the data was checked")
+
+    monkeypatch.setattr(loop_setup, "load_policy", no_load)
+    with pytest.raises(Exception, match="no rollout log-probs"):
+        setup(_refusal_cfg(tmp_path))
+    _nothing_written(tmp_path)
