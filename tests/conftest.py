@@ -35,12 +35,11 @@ from typing import Any
 
 import pytest
 
-from trajstore.models import Trajectory
-from trajstore.store import Store
-
 from tests.helpers.paths import MISSING_SHARED, SHARED_FIXTURES
 from tests.helpers.stores import build_known_store
 from tests.helpers.trajectories import random_trajectory
+from trajstore.models import Trajectory
+from trajstore.store import Store
 
 MOTO_KEY = "testing"
 MOTO_SECRET = "testing"

@@ -8,11 +8,9 @@ import math
 import numpy as np
 import pyarrow as pa
 
+from tests.helpers.trajectories import hand_built_pair
 from trajstore import iter_batches, open_store, read_trajectories
 from trajstore.convert import trajectories_to_table
-
-from tests.helpers.trajectories import hand_built_pair
-
 
 NAN = math.nan
 

@@ -24,8 +24,8 @@ def test_quiet_loading_silences_transformers_bars_and_future_warnings(capsys: py
             gguf = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
             if gguf is not None:  # the GGUF reader's own tqdm obeys the switch while loading
                 assert gguf.tqdm is hf_logging.tqdm
-            warnings.warn("`rope_scaling` is deprecated", FutureWarning)
-        warnings.warn("ours", UserWarning)
+            warnings.warn("`rope_scaling` is deprecated", FutureWarning, stacklevel=2)
+        warnings.warn("ours", UserWarning, stacklevel=2)
     assert "Loading weights" not in capsys.readouterr().err
     assert [str(w.message) for w in seen] == ["ours"]
     assert hf_logging.is_progress_bar_enabled()  # restored after the load

@@ -372,11 +372,6 @@ def test_the_trainer_never_imports_the_cli() -> None:
     assert not bad, bad
 
 
-# Being edited elsewhere when issue 22 moved the tests: it still imports tests/trainer/_train_synth.py
-# by path. Remove it from here (and delete _train_synth.py) once it imports tests.helpers.
-SYS_PATH_LEFT = {"tests/trainer/test_demo.py"}
-
-
 def sys_path_edits(source: str, filename: str = "<src>") -> list[int]:
     """Lines of `source` that touch ``sys.path`` (insert, append, assignment, anything)."""
     return [node.lineno for node in ast.walk(ast.parse(source, filename))
@@ -387,7 +382,7 @@ def sys_path_edits(source: str, filename: str = "<src>") -> list[int]:
 def test_no_test_edits_sys_path() -> None:
     # issue 22: helpers are imported as tests.helpers.<module> (pyproject's pytest pythonpath)
     found = [f"{rel}:{line}" for p in sorted((ROOT / "tests").rglob("*.py"))
-             if (rel := p.relative_to(ROOT).as_posix()) not in SYS_PATH_LEFT
+             if (rel := p.relative_to(ROOT).as_posix())
              for line in sys_path_edits(p.read_text(), str(p))]
     assert not found, "tests must import shared code from tests.helpers, not edit sys.path:\n" + "\n".join(found)
 

@@ -15,13 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from tests.helpers.stores import write_big_v1_store
 from trajstore import audit, open_store, read_trajectories, read_trajectories_by_id
 from trajstore.convert import table_to_trajectories, trajectories_to_table
 from trajstore.migrate import migrate_store
 from trajstore.reader import iter_shard_batches, read_shard
 from trajstore.store import TMP_DIR, Store
-
-from tests.helpers.stores import write_big_v1_store
 
 CHILD = Path(__file__).with_name("_migrate_child.py")
 
@@ -62,7 +61,7 @@ def test_migrate_killed_mid_run_loses_nothing_and_reruns(tmp_store: str) -> None
     want = write_big_v1_store(tmp_store, 10, 200_000)
     rng = random.Random(1234)
     killed_mid = 0
-    for attempt in range(2):
+    for _attempt in range(2):
         proc = subprocess.Popen([sys.executable, str(CHILD), tmp_store], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         assert proc.stdout is not None

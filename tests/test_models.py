@@ -9,7 +9,6 @@ import pytest
 
 from trajstore import Trajectory, TrajectoryBuilder
 
-
 NAN = math.nan
 
 

@@ -10,9 +10,8 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from trajstore.cli.main import EXIT_ERROR, EXIT_REFUSED, EXIT_USAGE, app
-
 from tests.helpers.paths import REPO_ROOT
+from trajstore.cli.main import EXIT_ERROR, EXIT_REFUSED, EXIT_USAGE, app
 
 runner = CliRunner()
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tests.helpers.paths import REPO_ROOT
 from trajstore.models import Span, Trajectory
 from trajstore.schema import (
     DERIVED_SPAN_FIELDS,
@@ -23,8 +24,6 @@ from trajstore.schema import (
     schema_json,
     trajectory_schema,
 )
-
-from tests.helpers.paths import REPO_ROOT
 
 # not_trainable_reason is also a model field: a producer may declare one (e.g. engine ids of an
 # unknown tokenizer); without one it is derived ("no action tokens")

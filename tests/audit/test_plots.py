@@ -8,11 +8,10 @@ import pyarrow as pa
 import pytest
 
 import trajstore as ts
+from tests.helpers.stores import consumed_row, layout_trajectory
 from trajstore import audit
 from trajstore.audit.plots import FACET_COLUMNS, MAX_OVERLAID, draw_reports, plot_reports
 from trajstore.schema import CONSUMED_SCHEMA
-
-from tests.helpers.stores import consumed_row, layout_trajectory
 
 pytest.importorskip("matplotlib")
 

@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.helpers.trajectories import hand_built_pair
 from trajstore import audit, read_trajectories
 from trajstore.cli.main import app
 from trajstore.convert import trajectories_to_table
 from trajstore.schema import SCALAR_COLUMNS
 from trajstore.store import CorruptShardWarning, open_store
-
-from tests.helpers.trajectories import hand_built_pair
 
 
 def rows(rel: Any) -> list[dict[str, Any]]:

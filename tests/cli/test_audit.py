@@ -124,9 +124,8 @@ def _headers(out: str) -> list[list[str]]:
 def _add_run(store, run: str, steps: int) -> None:
     import pyarrow as pa
 
-    from trajstore.schema import CONSUMED_SCHEMA
-
     from tests.helpers.stores import consumed_row
+    from trajstore.schema import CONSUMED_SCHEMA
 
     rows = [consumed_row(run, s, 10 + s, tid, 4, 4, 6 + s, 0.1 * (s % 3), 0.05 * (s % 2), 1.0 + 0.01 * s)
             for s in range(steps) for tid in ("A", "C")]

@@ -14,10 +14,9 @@ import typer.main
 from typer.testing import CliRunner
 
 import trajstore as ts
+from tests.helpers.paths import REPO_ROOT
 from trajstore.cli.display import OutputFormat
 from trajstore.cli.main import app
-
-from tests.helpers.paths import REPO_ROOT
 
 runner = CliRunner()
 WIDTH = {"COLUMNS": "100"}

@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from trajstore.cli.main import EXIT_REFUSED, app
-from trajstore.ingest import ingest_paths
-
 from tests.helpers.ingest import run_with_deadline, smith_row, write_jsonl
 from tests.helpers.paths import SHARED_FIXTURES
+from trajstore.cli.main import EXIT_REFUSED, app
+from trajstore.ingest import ingest_paths
 
 runner = CliRunner()
 

@@ -10,12 +10,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB
 from trajstore.cli.main import app
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.train import train
-
-from tests.helpers.stores import write_synthetic_store
-from tests.helpers.trajectories import VOCAB
 
 runner = CliRunner()
 

@@ -7,10 +7,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from tests.helpers.stores import write_big_v1_store
 from trajstore import open_store
 from trajstore.cli.main import app
-
-from tests.helpers.stores import write_big_v1_store
 
 
 def test_migrate_cli(tmp_store: str) -> None:

@@ -32,13 +32,12 @@ from pydantic.fields import FieldInfo
 from typer.testing import CliRunner
 
 import trajstore as ts
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import tiny_model_trajectory
 from trajstore import write_trajectories
 from trajstore.cli.main import app
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.train import train
-
-from tests.helpers.stores import write_synthetic_store
-from tests.helpers.trajectories import tiny_model_trajectory
 
 runner = CliRunner()
 TRAIN = typer.main.get_command(app).commands["train"]

@@ -23,7 +23,6 @@ from trajstore.ingest.records import EngineRollout, Problem
 from trajstore.ingest.template import template_features, template_message, with_tools_text
 from trajstore.reader import read_trajectories
 
-
 # -- ChatML (SmolLM2's template) -------------------------------------------------------------
 
 GEN = "<|im_start|>assistant\n"

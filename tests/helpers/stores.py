@@ -35,12 +35,11 @@ import numpy as np
 import pyarrow as pa
 
 import trajstore as ts
+from tests.helpers.trajectories import tiny_model_trajectory
 from trajstore import TrajectoryBuilder, write_trajectories
 from trajstore.convert import trajectories_to_table
 from trajstore.schema import CONSUMED_SCHEMA, STEP_SCHEMA
 from trajstore.store import Store, open_store
-
-from tests.helpers.trajectories import tiny_model_trajectory
 
 
 def write_synthetic_store(root: str | Path, n: int, *, seed: int = 0, per_shard: int = 4, prefix: str = "t",

@@ -8,9 +8,8 @@ import math
 
 import pytest
 
-from trajstore.ingest import ingest_paths
-
 from tests.helpers.ingest import GEN, action_logprobs, only_row, span_texts
+from trajstore.ingest import ingest_paths
 
 
 def _atif(steps, **extra):

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-from trajstore.ingest import ingest_paths
-
 from tests.helpers.ingest import CHAT, smith_row, stored
+from trajstore.ingest import ingest_paths
 
 
 # hostile tester: a fault found in `traj ingest` (failed before its fix)

@@ -8,10 +8,9 @@ import json
 
 import pytest
 
+from tests.helpers.ingest import CHAT, by_line, smith_row, write_jsonl
 from trajstore.ingest import ingest_paths
 from trajstore.ingest.chat import join_blocks, reasoning_of, tool_definitions
-
-from tests.helpers.ingest import CHAT, by_line, smith_row, write_jsonl
 
 
 @pytest.mark.parametrize("msg, expected", [

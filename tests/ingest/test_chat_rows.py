@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.helpers.ingest import GEN, by_line, smith_row, span_texts, stored, write_jsonl
 from trajstore.cli.main import app
 from trajstore.ingest import IngestReport, ingest_paths, iter_trajectories
 from trajstore.ingest.chat_rows import parse_swe_rebench_openhands_row
 from trajstore.ingest.records import Conversation, EngineRollout, Origin
 from trajstore.reader import read_trajectories
-
-from tests.helpers.ingest import GEN, by_line, smith_row, span_texts, stored, write_jsonl
 
 
 def _chat(i: int) -> list[dict]:

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.ingest import smith_row, stored, write_jsonl
 from trajstore.ingest import ingest_paths
 from trajstore.ingest.commit import store_lock
 from trajstore.reader import read_trajectories
 from trajstore.store import open_store
-
-from tests.helpers.ingest import smith_row, stored, write_jsonl
 
 
 def two_ingests_at_once(f: Path, store: str, storage_options: dict | None = None) -> list:

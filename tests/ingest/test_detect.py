@@ -7,10 +7,9 @@ import json
 
 import numpy as np
 
+from tests.helpers.ingest import GEN, span_texts
 from trajstore.ingest import ingest_paths
 from trajstore.reader import read_trajectories
-
-from tests.helpers.ingest import GEN, span_texts
 
 
 # reported: ../shared/fixtures/reported/other-formats

@@ -7,9 +7,8 @@ import os
 
 import pytest
 
-from trajstore.ingest import ingest_paths
-
 from tests.helpers.ingest import by_line, run_with_deadline, smith_row, write_jsonl
+from trajstore.ingest import ingest_paths
 
 
 # hostile tester: a fault found in `traj ingest` (failed before its fix)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-from trajstore.ingest import ingest_paths
-
 from tests.helpers.ingest import CHAT, by_line, smith_row, write_jsonl
+from trajstore.ingest import ingest_paths
 
 HUGE = "9" * 5000  # 5000 digits > Python's default limit of 4300
 

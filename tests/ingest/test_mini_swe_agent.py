@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.ingest import GEN, only_row, span_texts
 from trajstore.ingest import ingest_paths
 from trajstore.ingest.mini_swe_agent import status_from_exit
 from trajstore.reader import read_trajectories
-
-from tests.helpers.ingest import GEN, only_row, span_texts
 
 
 # issue 12: fidelity of a format added beyond the reported cases

@@ -8,10 +8,9 @@ import json
 import numpy as np
 import pytest
 
+from tests.helpers.ingest import END, GEN, SYS, TOOL_OBS, USER, assert_linked, build, call, decoded, ingest, kinds
 from trajstore.ingest import ingest_paths, iter_trajectories
 from trajstore.reader import read_trajectories
-
-from tests.helpers.ingest import END, GEN, SYS, TOOL_OBS, USER, assert_linked, build, call, decoded, ingest, kinds
 
 
 # issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent

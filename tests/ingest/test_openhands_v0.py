@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 
-from trajstore.ingest import IngestReport, ingest_paths, iter_trajectories
-
 from tests.helpers.ingest import (
     END,
     GEN,
@@ -24,6 +22,7 @@ from tests.helpers.ingest import (
     only_row,
     tool_obs,
 )
+from trajstore.ingest import IngestReport, ingest_paths, iter_trajectories
 
 
 # issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent

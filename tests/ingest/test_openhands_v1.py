@@ -8,9 +8,8 @@ from __future__ import annotations
 import json
 import shutil
 
-from trajstore.ingest import IngestReport, iter_trajectories
-
 from tests.helpers.ingest import END, GEN, SYS, TOOL_OBS, USER, build, call, decoded, ingest, kinds, tool_obs
+from trajstore.ingest import IngestReport, iter_trajectories
 
 
 # issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent

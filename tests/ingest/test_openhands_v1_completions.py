@@ -9,11 +9,10 @@ import json
 
 import pytest
 
+from tests.helpers.ingest import assert_linked, decoded, ingest
 from trajstore.ingest import IngestReport, iter_trajectories
 from trajstore.ingest.openhands_v1_completions import parse_completion_log
 from trajstore.ingest.records import Origin, RecordError
-
-from tests.helpers.ingest import assert_linked, decoded, ingest
 
 
 # issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent

@@ -13,11 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers.ingest import GEN, run_with_deadline, span_texts
 from trajstore.ingest import ingest_paths
 from trajstore.ingest.read import NotARegularFile, read_text
 from trajstore.reader import read_trajectories
-
-from tests.helpers.ingest import GEN, run_with_deadline, span_texts
 
 
 # issue 12: fidelity of a format added beyond the reported cases

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from trajstore.ingest import ingest_paths
-
 from tests.helpers.ingest import by_line, only_row, span_texts, stored, write_jsonl
+from trajstore.ingest import ingest_paths
 
 
 # issue 12: fidelity of a format added beyond the reported cases

@@ -9,9 +9,6 @@ import json
 
 import pytest
 
-from trajstore.ingest.records import Origin
-from trajstore.ingest.swe_agent import parse_traj
-
 from tests.helpers.ingest import (
     END,
     GEN,
@@ -25,6 +22,8 @@ from tests.helpers.ingest import (
     decoded,
     ingest,
 )
+from trajstore.ingest.records import Origin
+from trajstore.ingest.swe_agent import parse_traj
 
 
 # issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent

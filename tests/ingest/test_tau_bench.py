@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 
+from tests.helpers.ingest import GEN, only_row, span_texts, stored
 from trajstore.ingest import ingest_paths
 from trajstore.reader import read_trajectories
-
-from tests.helpers.ingest import GEN, only_row, span_texts, stored
 
 
 # issue 12: fidelity of a format added beyond the reported cases

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trajstore.ingest import ingest_paths
-
 from tests.helpers.ingest import write_jsonl
+from trajstore.ingest import ingest_paths
 
 
 # hostile tester: a fault found in `traj ingest` (failed before its fix)

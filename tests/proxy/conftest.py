@@ -23,7 +23,6 @@ pytest.importorskip("uvicorn")
 from trajstore.proxy.config import ProxyConfig  # noqa: E402
 from trajstore.proxy.testing import ServerThread, fake_app  # noqa: E402
 
-
 TRAJ = [sys.executable, "-c", "from trajstore.cli.main import app; app()"]
 """The ``traj`` command of this interpreter."""
 

@@ -452,7 +452,7 @@ def test_servers_accept_connections_with_nagle_off():
 
     from trajstore.proxy.server import listening_socket
 
-    with listening_socket("127.0.0.1", 0) as lsock, socket.create_connection(lsock.getsockname()) as client:
+    with listening_socket("127.0.0.1", 0) as lsock, socket.create_connection(lsock.getsockname()):
         conn, _ = lsock.accept()
         with conn:
             assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0

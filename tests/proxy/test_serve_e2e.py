@@ -7,7 +7,6 @@ log-probs under both versions' weights)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import threading
 import time
@@ -174,8 +173,8 @@ def _teacher_forced(model, tokens: list[int], start: int, end: int, allowed: lis
 @pytest.mark.parametrize("mode", ["drain", "tag"])
 def test_weight_reload_during_traffic_labels_every_action_with_its_version(serve, start_proxy, tokenizer,
                                                                           tmp_path, mode):
-    from trajstore.trainer.models import load_policy
     from trajstore.trainer.loop.publish import publish_policy
+    from trajstore.trainer.models import load_policy
 
     url, _ = serve
     store = str(tmp_path / "store")

@@ -44,8 +44,8 @@ class SimulatedTrainer:
     next version is published (the order of trainer/loop/train.py)."""
 
     def __init__(self, store: str):
-        from trajstore.trainer.loop.config import DataConfig
         from trajstore.trainer.data import TrajectoryStream
+        from trajstore.trainer.loop.config import DataConfig
         from trajstore.trainer.loop.records import RunRecorder
 
         self.store = store
@@ -143,7 +143,7 @@ def test_max_staleness_0_holds_across_proxy_restarts(tmp_path):
             for step in range(STEPS):
                 consumed_so_far = B * step
                 # the gate fills: B finished trajectories wait for the trainer, nothing more runs
-                _wait(lambda: len(_counted_ids(store)) - consumed_so_far >= B, f"batch {step}")
+                _wait(lambda done=consumed_so_far: len(_counted_ids(store)) - done >= B, f"batch {step}")
                 if step in (1, 2):
                     for _ in range(2):  # restart while the trainer is paused and agents keep trying
                         proxy.__exit__()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 
 import httpx
@@ -96,7 +97,6 @@ class _Throttle:
 
     def __init__(self, pid: int, run_s: float = 0.01, stop_s: float = 0.04):
         import signal
-        import threading
 
         self.pid, self.run_s, self.stop_s, self.signal = pid, run_s, stop_s, signal
         self.done = threading.Event()
@@ -112,7 +112,7 @@ class _Throttle:
             except ProcessLookupError:
                 return
 
-    def __enter__(self) -> "_Throttle":
+    def __enter__(self) -> _Throttle:
         self.thread.start()
         return self
 
@@ -125,7 +125,7 @@ class _Throttle:
             pass
 
 
-def _in_flight(url: str, session: str, msgs: list[dict], out: dict, **extra) -> "threading.Thread":
+def _in_flight(url: str, session: str, msgs: list[dict], out: dict, **extra) -> threading.Thread:
     """A call of `session` started in a thread; its outcome (response, or exception) lands in out[session]."""
     import threading
 

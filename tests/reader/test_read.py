@@ -12,13 +12,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from tests.helpers.trajectories import tiny_model_trajectory
 from trajstore import audit, iter_batches, open_store, read_trajectories, read_trajectories_by_id, scan_trajectories
 from trajstore.convert import trajectories_to_table
 from trajstore.migrate import migrate_store
 from trajstore.reader import summarize_store
 from trajstore.schema import TRAJECTORY_SCHEMA
-
-from tests.helpers.trajectories import tiny_model_trajectory
 
 
 def _v1_and_v2_store(uri: str, make_trajectory: Any, storage_options: dict[str, Any] | None = None

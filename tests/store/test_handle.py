@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 
-
 def test_listing_failure_is_a_store_error_naming_the_location(tmp_store, monkeypatch) -> None:
     # e.g. an unreachable S3 endpoint or bad storage options: not a raw botocore/TypeError traceback.
     from trajstore.errors import StoreError

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trajstore.store import TRAJECTORIES_DIR
 from trajstore.store.layout import (
     CHECKPOINT_FILES,
     CHECKPOINT_SHARD_SUFFIX,
@@ -24,18 +25,17 @@ from trajstore.store.layout import (
     checkpoint_latest_file,
     classify,
     lock_file,
-    run_app_config_file,
-    run_log_file,
     new_shard_name,
     policy_latest_file,
+    run_app_config_file,
     run_config_file,
     run_consumed_dir,
+    run_log_file,
     run_steps_dir,
     run_tensorboard_dir,
     tmp_path,
     version_dir,
 )
-from trajstore.store import TRAJECTORIES_DIR
 
 RUN = "r"
 

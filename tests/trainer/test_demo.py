@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -58,8 +57,8 @@ PROGRESS: dict[str, str] = {}
 
 @pytest.mark.slow  # a minute or more on 2 cores: CI's slow step
 def test_demo_runs_the_asynchronous_loop(demo_run):
-    from trajstore.reader import read_trajectories
     from trajstore.policies import list_policy_versions
+    from trajstore.reader import read_trajectories
 
     cfg, result = demo_run
     needed = (cfg.steps + cfg.critic_warmup_steps) * cfg.batch_size  # 3 iterations x 2 = 6
@@ -188,9 +187,9 @@ def test_trainer_failure_is_reported_with_its_log(demo_run):
 def test_prune_weights_keeps_only_the_latest_version(tmp_store):
     import transformers
 
-    from trajstore.trainer.apps.demo import prune_weights
-    from trajstore.store import open_store
     from trajstore.policies import list_policy_versions
+    from trajstore.store import open_store
+    from trajstore.trainer.apps.demo import prune_weights
     from trajstore.trainer.loop.publish import publish_policy
 
     cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
@@ -221,13 +220,12 @@ def test_the_trainer_waits_while_the_demo_plays_then_stops(tmp_path):
     """The demo's trainer has no idle timeout while the agents play (a batch of episodes took
     165 s on a loaded machine, past the old 160 s timeout); once the demo closes the pipe it
     stops after the grace period, with the partial batch the store holds."""
+    from tests.helpers.stores import write_synthetic_store
+    from tests.helpers.trajectories import VOCAB
     from trajstore.store import open_store
-    from trajstore.trainer.loop.config import DataConfig
-    from trajstore.trainer.data import TrajectoryStream
     from trajstore.trainer.apps.demo.trainer_child import stop_waiting_when_closed
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _train_synth import VOCAB, write_synthetic_store
+    from trajstore.trainer.data import TrajectoryStream
+    from trajstore.trainer.loop.config import DataConfig
 
     write_synthetic_store(tmp_path, 1)
     stream = TrajectoryStream(open_store(str(tmp_path)), DataConfig(batch_size=2, micro_batch_size=1, follow=True,
@@ -289,9 +287,9 @@ def test_a_weight_sync_that_never_loaded_a_version_is_reported_plainly():
 
 
 def test_a_trainer_that_made_fewer_steps_than_asked_is_reported_plainly(monkeypatch, tmp_path):
-    import trajstore.trainer.apps.demo as demo_mod
     from typer.testing import CliRunner
 
+    import trajstore.trainer.apps.demo as demo_mod
     from trajstore.cli.main import app
 
     assert _result(4).shortfall is None
@@ -352,9 +350,9 @@ def test_the_summary_explains_more_stored_trajectories_than_episodes():
 def test_a_width_the_user_set_is_kept_when_piped(monkeypatch, tmp_path):
     # `COLUMNS=80 traj demo | tee log` printed 110-column tables: piped output was widened to 120
     # even when the user had set the width, unlike every other command
-    import trajstore.trainer.apps.demo as demo_mod
     from typer.testing import CliRunner
 
+    import trajstore.trainer.apps.demo as demo_mod
     from trajstore.cli.main import app
 
     widths = []
@@ -411,9 +409,9 @@ def test_a_time_limit_stops_the_demo_early_with_its_summary(tmp_path):
 def test_an_early_stop_prints_the_summary_why_and_what_to_try(monkeypatch, tmp_path):
     # issue 32 item B: an early stop (time limit, trainer failure, agents done with fewer steps)
     # is a summary with its reason and a hint, and exit code 1, not an error line without audits
-    import trajstore.trainer.apps.demo as demo_mod
     from typer.testing import CliRunner
 
+    import trajstore.trainer.apps.demo as demo_mod
     from trajstore.cli.main import app
     from trajstore.trainer.apps.demo import DemoStop
 

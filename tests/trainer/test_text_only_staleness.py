@@ -10,11 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from trajstore import audit, open_store, write_trajectories
-from trajstore.trainer.loop.config import DataConfig, ModelConfig, AlgoConfig, RunConfig, TrainConfig
-from trajstore.trainer.loop.train import train
-
 from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
+from trajstore import audit, open_store, write_trajectories
+from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop.train import train
 
 
 def test_text_only_logs_have_undefined_staleness_in_every_report(tmp_path: Path) -> None:

@@ -109,8 +109,8 @@ def test_batched_sampling_matches_each_rows_own_recomputation():
 
 def test_worker_writes_valid_trajectories_and_follows_published_versions(tmp_store, smol_tokenizer):
     from trajstore.reader import read_trajectories
-    from trajstore.trainer.loop.publish import publish_policy
     from trajstore.trainer.apps.rollout_worker import RolloutWorker, SamplingConfig
+    from trajstore.trainer.loop.publish import publish_policy
     from trajstore.writer import StoreWriter
 
     vocab = len(smol_tokenizer)
@@ -167,8 +167,8 @@ def test_trajectory_crosses_versions_with_sync_every_action(tmp_store, smol_toke
     """With per-action syncing, a version published mid-episode is used from the next action on,
     and each action span records the version that generated it."""
     from trajstore.trainer.apps.envs.guess_chat import GuessNumberEnv
-    from trajstore.trainer.loop.publish import publish_policy
     from trajstore.trainer.apps.rollout_worker import RolloutWorker, SamplingConfig
+    from trajstore.trainer.loop.publish import publish_policy
 
     vocab = len(smol_tokenizer)
     newer = tiny_policy(1, vocab)

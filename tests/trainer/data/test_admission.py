@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 from trajstore import open_store, read_trajectories, write_trajectories
 from trajstore.convert import trajectories_to_table
 from trajstore.trainer.data import TrainDataError, TrajectoryStream, read_scalar_columns
 from trajstore.trainer.loop.config import DataConfig
-
-from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 
 
 def _stream(root: Path, **cfg) -> TrajectoryStream:
@@ -133,9 +132,8 @@ def test_text_only_rows_are_refused_or_admitted_alike(tmp_path: Path, opt_in: bo
 def _null_tokenizer_store(root: Path, *, trainable_too: bool) -> None:
     import numpy as np
 
-    from trajstore import write_trajectories
-
     from tests.helpers.trajectories import tiny_model_trajectory
+    from trajstore import write_trajectories
 
     rng = np.random.default_rng(0)
     engine = [tiny_model_trajectory(rng, trajectory_id=f"ng{i}").model_copy(update={
@@ -159,8 +157,8 @@ def test_null_tokenizer_warning_is_about_trainable_rows_only_and_once(tmp_path: 
 
     pytest.importorskip("torch")
     from trajstore import open_store
-    from trajstore.trainer.loop.config import DataConfig
     from trajstore.trainer.data import TrajectoryStream
+    from trajstore.trainer.loop.config import DataConfig
 
     _null_tokenizer_store(tmp_path, trainable_too=trainable_too)
     with warnings.catch_warnings(record=True) as seen:

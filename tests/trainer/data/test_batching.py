@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB
 from trajstore import open_store
 from trajstore.trainer.data import (
     DataCursor,
@@ -17,9 +19,6 @@ from trajstore.trainer.data import (
     token_micro_batches,
 )
 from trajstore.trainer.loop.config import DataConfig
-
-from tests.helpers.stores import write_synthetic_store
-from tests.helpers.trajectories import VOCAB
 
 
 class _S:

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 import trajstore as ts
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 from trajstore import TrajectoryBuilder, action_from_openai_completion, open_store, write_trajectories
 from trajstore.convert import trajectories_to_table
 from trajstore.reader import read_trajectories
@@ -24,9 +26,6 @@ from trajstore.trainer.data import (
 )
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.train import train
-
-from tests.helpers.stores import write_synthetic_store
-from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 
 
 def _stream(root: str | Path, cursor: DataCursor | None = None, tokenizer: str = "tiny-llama", **cfg) -> TrajectoryStream:
@@ -212,8 +211,8 @@ def test_vllm_9999_sentinel_is_stored_missing_masked_by_the_trainer_and_counted(
     torch = pytest.importorskip("torch")
     from trajstore import StoreWriter, audit
     from trajstore.store import open_store
-    from trajstore.trainer.loop.config import DataConfig
     from trajstore.trainer.data import TrajectoryStream
+    from trajstore.trainer.loop.config import DataConfig
     from trajstore.trainer.sao.losses import dis_policy_loss
 
     resp = {"id": "chatcmpl-1", "prompt_token_ids": [1, 2, 3],

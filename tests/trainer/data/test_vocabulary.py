@@ -8,9 +8,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from trajstore.trainer.loop.config import DataConfig
-
 from tests.helpers.stores import write_synthetic_store
+from trajstore.trainer.loop.config import DataConfig
 
 
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)

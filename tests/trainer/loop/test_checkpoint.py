@@ -16,13 +16,12 @@ import duckdb
 import pytest
 import torch
 
+from tests.helpers.stores import write_synthetic_store
 from trajstore import open_store
+from trajstore.trainer.data import DataCursor
 from trajstore.trainer.loop.checkpoint import TrainerState, load_latest_checkpoint, save_checkpoint
 from trajstore.trainer.loop.config import ModelConfig, RunConfig, TrainConfig
-from trajstore.trainer.data import DataCursor
 from trajstore.trainer.loop.records import RunRecorder
-
-from tests.helpers.stores import write_synthetic_store
 
 TRAJ = [sys.executable, "-c", "from trajstore.cli.main import app; app()"]
 CONFIG = TrainConfig(store="unused", model=ModelConfig(name="tiny-llama"), run=RunConfig(run_id="r")).to_json()

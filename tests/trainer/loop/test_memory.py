@@ -14,14 +14,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB
 from trajstore.cli.main import app
 from trajstore.trainer.loop import memory as M
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
-from trajstore.trainer.loop.train import train
 from trajstore.trainer.loop.records import RunRecorder
-
-from tests.helpers.stores import write_synthetic_store
-from tests.helpers.trajectories import VOCAB
+from trajstore.trainer.loop.train import train
 
 GIB = 1 << 30
 

@@ -7,24 +7,25 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from trajstore.store import open_store  # noqa: E402
-from trajstore.store.layout import LATEST_FILE, POLICIES_DIR, version_dir  # noqa: E402
-from trajstore.store.layout import VERSION_META_FILE as META_FILE, VERSION_WEIGHTS_FILE as WEIGHTS_FILE  # noqa: E402
+
 from trajstore.policies import (  # noqa: E402
     PolicyNotFoundError,
     latest_policy_version,
     list_policy_versions,
     read_policy_meta,
 )
-from trajstore.trainer.loop.publish import PolicyMismatchError, load_policy_into, publish_policy  # noqa: E402
-from pathlib import Path
-from trajstore.trainer.loop.publish import prune_versions
+from trajstore.store import open_store  # noqa: E402
+from trajstore.store.layout import LATEST_FILE, POLICIES_DIR, version_dir  # noqa: E402
+from trajstore.store.layout import VERSION_META_FILE as META_FILE  # noqa: E402
+from trajstore.store.layout import VERSION_WEIGHTS_FILE as WEIGHTS_FILE  # noqa: E402
+from trajstore.trainer.loop.publish import PolicyMismatchError, load_policy_into, prune_versions, publish_policy  # noqa: E402
 
 
 def tiny_llama(seed: int, *, tie: bool = True, hidden: int = 16) -> torch.nn.Module:

@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.train import train
-
-from tests.helpers.stores import write_synthetic_store
-from tests.helpers.trajectories import VOCAB
 
 
 def _disk_cfg(store: Path, **run) -> TrainConfig:

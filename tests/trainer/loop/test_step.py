@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.step import train_step
-
-from tests.helpers.stores import write_synthetic_store
-from tests.helpers.trajectories import VOCAB
 
 
 def _cfg(store: Path, *, warmup: int, k: int = 2, batch_size: int = 4, **algo) -> TrainConfig:
@@ -219,7 +218,7 @@ def test_the_update_does_not_depend_on_how_the_step_is_split_or_laid_out(tmp_pat
         calls: list[tuple] = []
         loss_fn = tr.policy_loss_fn
 
-        def spy(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+        def spy(*a, calls=calls, loss_fn=loss_fn, **kw):  # noqa: ANN002, ANN003, ANN202
             calls.append((a, kw))
             return loss_fn(*a, **kw)
 
@@ -296,3 +295,25 @@ def test_one_host_sync_per_step_from_the_loop_whatever_the_micro_batches(
         assert where.startswith(str(Path(LOOP_DIR) / "step_stats.py")), where
     # the one read carried everything: the ratios of the consumed rows and the value-loss stats
     assert all(r["ratio_mean"] is not None for r in consumed) and "value/clip_frac" in metrics
+
+
+def test_a_step_that_raises_ends_its_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 22 (a flake seen while splitting): a step that raised left its pass "running", and the
+    # recorder's heartbeat thread, kept alive by the traceback, printed "... still running" lines
+    # into a later test's captured stderr
+    from trajstore.trainer.loop import step as step_module
+
+    write_synthetic_store(tmp_path, 8)
+    tr = setup(_cfg(tmp_path, warmup=0))
+    assert tr.recorder is not None
+
+    def broken(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+        tr.say("step 0: policy update, micro-batch 1/1")  # the pass announces itself, then fails
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(step_module, "_policy_update", broken)
+    with pytest.raises(RuntimeError, match="boom"):
+        train_step(tr, tr.stream.next_batch())
+    tr.stream.close()
+    assert tr.recorder._activity is None  # no pass left for the heartbeat to report
+    tr.recorder.close()

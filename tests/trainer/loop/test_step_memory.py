@@ -14,13 +14,12 @@ from pathlib import Path
 
 import torch
 
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
-from trajstore.trainer.loop.setup import setup
-from trajstore.trainer.loop.step import train_step
-
 from tests.helpers.paths import child_env
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.trajectories import VOCAB
+from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop.setup import setup
+from trajstore.trainer.loop.step import train_step
 
 
 def _live_cpu_tensor_bytes() -> int:

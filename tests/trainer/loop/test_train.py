@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB
 from trajstore import open_store
 from trajstore.policies import latest_policy_version, list_policy_versions
 from trajstore.trainer.data import TrainDataError
@@ -21,9 +23,6 @@ from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, O
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.step import NonFiniteUpdateError, train_step
 from trajstore.trainer.loop.train import train
-
-from tests.helpers.stores import write_synthetic_store
-from tests.helpers.trajectories import VOCAB
 
 
 def _cfg(store: Path, *, model: str = "tiny-llama", run_id: str = "r", batch_size: int = 4, micro: int = 2,
@@ -205,9 +204,8 @@ def test_train_and_resume_on_an_s3_store(s3_store_uri: tuple[str, dict]) -> None
     uri, opts = s3_store_uri
     import numpy as np
 
-    from trajstore.writer import write_trajectories
-
     from tests.helpers.trajectories import tiny_model_trajectory
+    from trajstore.writer import write_trajectories
 
     rng = np.random.default_rng(0)
     trajs = [tiny_model_trajectory(rng, trajectory_id=f"s{i}") for i in range(8)]

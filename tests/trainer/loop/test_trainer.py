@@ -10,12 +10,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from tests.helpers.stores import write_synthetic_store
+from tests.helpers.trajectories import VOCAB
 from trajstore.trainer.loop import step_stats
 from trajstore.trainer.loop import train as loop
 from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
-
-from tests.helpers.stores import write_synthetic_store
-from tests.helpers.trajectories import VOCAB
 
 
 def _scripted_ev(monkeypatch: pytest.MonkeyPatch, evs: list[float]) -> None:

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+
 from trajstore.trainer.sao.advantages import (
     LAMBDA_CRITIC,
     length_adaptive_lambda,

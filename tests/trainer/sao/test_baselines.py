@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+
 from trajstore.trainer.sao.baselines import (
     GroupNormBaseline,
     RunningMeanBaseline,

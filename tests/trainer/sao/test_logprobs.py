@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+
 from trajstore.trainer.sao.logprobs import (
     token_logprobs_and_entropy,
     token_logprobs_and_entropy_reference,

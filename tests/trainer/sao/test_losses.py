@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+
 from trajstore.trainer.sao.aggregation import aggregate
 from trajstore.trainer.sao.losses import (
     POLICY_LOSSES,

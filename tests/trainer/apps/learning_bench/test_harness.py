@@ -22,7 +22,6 @@ def test_a_tiny_run_mixes_versions_inside_trajectories(tmp_path, tiny_warm_start
 
     from trajstore.trainer.apps.learning_bench.harness import run_one
     from trajstore.trainer.apps.learning_bench.spec import RunSpec
-
     from trajstore.trainer.apps.learning_bench.trainer_side import train_config
 
     spec = RunSpec(task="chain", arm=arm, seed=0, warm_start=tiny_warm_start, steps=5, critic_warmup=3,

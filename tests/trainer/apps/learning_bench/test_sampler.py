@@ -24,7 +24,7 @@ def test_engine_matches_transformers_and_records_its_own_logprobs() -> None:
         rows = [new_row(make_episode("chain", draw_instance(rng)), codec, 3, tag=i) for i in range(6)]
         rec = []
         play(LlamaEngine(model, mismatch), rows, codec, generator=torch.Generator().manual_seed(0),
-             on_action=lambda r, a, lp, rep, obs: rec.append((r.tag, len(r.context) - len(a) - len(obs), lp)))
+             on_action=lambda r, a, lp, rep, obs, rec=rec: rec.append((r.tag, len(r.context) - len(a) - len(obs), lp)))
         ref = score_tokens(model, [r.context for r in rows])
         err = max(float((ref[t][s - 1:s - 1 + len(lp)] - torch.tensor(lp)).abs().max()) for t, s, lp in rec)
         assert all(r.done for r in rows) and len(rec) >= 6 * 2
