@@ -14,7 +14,6 @@ import copy
 import json
 import random
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -120,7 +119,8 @@ DOC_SEEDS: dict[str, Callable[[int], Any]] = {
 
 
 def test_every_format_has_a_seed():
-    assert set(ROW_SEEDS) | set(DOC_SEEDS) | {"openhands-v0-session"} == set(FORMATS)
+    # trajstore-parquet is Parquet only (no JSON record to mutate): tests/ingest/test_trajstore_parquet.py
+    assert set(ROW_SEEDS) | set(DOC_SEEDS) | {"openhands-v0-session", "trajstore-parquet"} == set(FORMATS)
 
 
 # -- mutations -----------------------------------------------------------------------------------
