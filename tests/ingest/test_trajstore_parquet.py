@@ -5,6 +5,7 @@ given, each bad row refused naming file, row and field; a newer schema version r
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -63,6 +64,9 @@ def test_example_shard_ingests_bit_identical(tmp_path: Path) -> None:
     got = np.concatenate(stored.column("logprobs").to_pylist()).astype(np.float32).view(np.uint32)
     want = np.concatenate(given.column("logprobs").to_pylist()).astype(np.float32).view(np.uint32)
     assert np.array_equal(got, want)
+    # metadata: the same JSON object, written in the store's canonical text (sorted keys)
+    assert [json.loads(m) for m in stored.column("metadata").to_pylist()] == \
+        [json.loads(m) for m in given.column("metadata").to_pylist()]
     # the example's two action spans: policy versions 0 and 1
     assert [[s["policy_version"] for s in sp if s["kind"] == "action"] for sp in stored.column("spans").to_pylist()] \
         == [[0, 1], [0, 1]]
