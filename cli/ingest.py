@@ -95,7 +95,8 @@ def _summary_rows(report: Any) -> list[tuple[str, int]]:
 
 _HELP = (
     "Ingest agent logs (OpenHands V0/V1, SWE-agent, mini-swe-agent, tau-bench, ATIF, NeMo Gym, verl dumps, "
-    "published datasets as JSON, JSONL or Parquet) into a store.\n\n"
+    "published datasets as JSON, JSONL or Parquet; trajectory Parquet in trajstore's schema written elsewhere, "
+    "each row checked as traj validate checks it) into a store.\n\n"
     "Each malformed file, line, row or event is reported with path, line and reason, and the rest is still "
     "ingested (--strict makes any problem fatal). Re-ingesting the same logs adds nothing.\n\n"
     "Exit status: 0 = every record stored or deliberately skipped; 1 = some record refused (all others "

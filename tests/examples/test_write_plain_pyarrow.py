@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "write_plain_pyarrow.py"
+from tests.helpers.paths import REPO_ROOT
+
+EXAMPLE = REPO_ROOT / "examples" / "write_plain_pyarrow.py"
 
 
 def test_plain_pyarrow_shard_validates(tmp_path: Path) -> None:

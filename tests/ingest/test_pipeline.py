@@ -460,7 +460,8 @@ def _lines_of(trajs) -> dict[str, set[int | None]]:
 
 
 def test_every_format_has_a_seed():
-    assert set(ROW_SEEDS) | set(DOC_SEEDS) | {"openhands-v0-session"} == set(FORMATS)
+    # trajstore-parquet is Parquet only (no JSON record to mutate): tests/ingest/test_trajstore_parquet.py
+    assert set(ROW_SEEDS) | set(DOC_SEEDS) | {"openhands-v0-session", "trajstore-parquet"} == set(FORMATS)
 
 
 def test_fuzz_every_format(tmp_path):

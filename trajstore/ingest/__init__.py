@@ -1,5 +1,6 @@
 """`traj ingest`: real agent logs (OpenHands V0/V1, SWE-agent, mini-swe-agent, tau-bench, ATIF,
-nebius, SWE-smith, NeMo Gym, verl / SkyRL dumps; JSON, JSONL or Parquet) into a store.
+nebius, SWE-smith, NeMo Gym, verl / SkyRL dumps; JSON, JSONL or Parquet; trajectory Parquet in
+trajstore's own schema written elsewhere, checked row by row as ``traj validate`` checks it) into a store.
 
 Parsers (one module per harness) turn records into format-neutral conversations, engine
 rollouts or text rollouts (:mod:`~trajstore.ingest.records`); :mod:`~trajstore.ingest.render`

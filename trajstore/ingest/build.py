@@ -14,7 +14,7 @@ from trajstore.ingest.build_chat import conversation_to_trajectories
 from trajstore.ingest.build_engine import check_engine_segments, rollout_to_trajectories
 from trajstore.ingest.build_text import text_rollout_to_trajectory
 from trajstore.ingest.reasons import problem_reason
-from trajstore.ingest.records import Conversation, EngineRollout, Origin, Problem, TextRollout
+from trajstore.ingest.records import Conversation, EngineRollout, Origin, Problem, StoredRow, TextRollout
 from trajstore.ingest.summary import IngestReport
 from trajstore.models import Trajectory
 
@@ -93,9 +93,15 @@ class TrajectoryBuilder:
         self.tok: Any = None
         self.tokens = 0
 
-    def build(self, item: Conversation | EngineRollout | TextRollout) -> list[Trajectory]:
-        """The trajectories of one parsed record; [] when it fails (then it is a problem of the report)."""
+    def build(self, item: Conversation | EngineRollout | TextRollout | StoredRow) -> list[Trajectory]:
+        """The trajectories of one parsed record; [] when it fails (then it is a problem of the report).
+        A :class:`StoredRow` is already a checked trajectory: passed on as it is (no tokenizer)."""
         report = self.report
+        if isinstance(item, StoredRow):
+            report.trajectories_parsed += 1
+            report.by_format[item.source] += 1
+            self.tokens += len(item.trajectory.tokens)
+            return [item.trajectory]
         if not isinstance(item, EngineRollout) and self.tok is None:
             # outside the per-record guard: a missing tokenizer stops the ingest
             self.tok = load_tokenizer(self.tokenizer)

@@ -1,13 +1,30 @@
-"""Telling input formats apart by shape (a record, a row, an event, a whole document), and naming
-known files that hold no trajectory. Keys only, never file names: pairing V1 eval
+"""Telling input formats apart by shape (a record, a row, an event, a whole document, a Parquet
+file's columns), and naming known files that hold no trajectory. Keys only, never file names: pairing V1 eval
 ``traj_<task>.json`` with ``eval_<task>.json`` is :mod:`~trajstore.ingest.dispatch`'s.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
 
 from trajstore.ingest.rollout_dumps import INPUT_KEYS, OUTPUT_KEYS
+from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, READABLE_VERSIONS, trajectory_schema
+
+TRAJECTORY_COLUMNS: Final[frozenset[str]] = frozenset.intersection(*(
+    frozenset(f.name for f in trajectory_schema(v) if not f.nullable) for v in READABLE_VERSIONS))
+"""Columns every readable trajectory schema version requires: a Parquet file holding all of them
+is a trajstore trajectory file, whatever its footer says."""
+
+
+def detect_parquet_schema(columns: Iterable[str], footer: Mapping[bytes, bytes] | None) -> str | None:
+    """``trajstore-parquet`` for a Parquet file of trajstore trajectories (its footer carries the
+    schema-version stamp, or its columns include :data:`TRAJECTORY_COLUMNS`), else None (its
+    rows are detected one by one, as other harnesses' rows). A newer stamp is still ours: the
+    reader refuses it as a newer version, never as another harness's rows."""
+    if METADATA_SCHEMA_VERSION_KEY in (footer or {}) or TRAJECTORY_COLUMNS <= set(columns):
+        return "trajstore-parquet"
+    return None
 
 
 def is_chat(v: Any) -> bool:

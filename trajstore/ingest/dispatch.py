@@ -17,6 +17,7 @@ from trajstore.ingest.read import is_parquet, iter_parquet_rows, json_loads, loa
 from trajstore.ingest.reasons import problem_reason
 from trajstore.ingest.records import Origin, Parsed, Problem
 from trajstore.ingest.registry import EVENT_FORMATS, ROW_PARSERS
+from trajstore.ingest.trajstore_parquet import TRAJSTORE_PARQUET, is_trajstore_parquet, parse_trajstore_parquet
 
 
 def _parse_record(kind: str, origin: Origin, rec: Any) -> Parsed:
@@ -87,12 +88,21 @@ def parse_unit(unit: InputUnit, fmt: str = "auto") -> Iterator[Parsed]:
     Never raises for bad input: an unreadable file, line, row or event, and any exception a
     parser raises on one record, become a :class:`Problem` with the path, the line (JSONL line,
     array index + 1, Parquet row + 1) and the reason, and parsing goes on with the next record.
+    A Parquet file in trajstore's own schema is read as ``trajstore-parquet`` (unless `fmt`
+    names another format), never as another harness's rows.
     """
+    if fmt == TRAJSTORE_PARQUET and (unit.is_event_dir or not is_parquet(unit.path)):
+        yield Problem(Origin(unit.path), "unsupported", f"--input-format {TRAJSTORE_PARQUET} reads Parquet files only; "
+                      "this is not one")
+        return
     if unit.is_event_dir:
         yield from parse_event_dir(unit, fmt)
         return
     path = unit.path
     if is_parquet(path):
+        if fmt == TRAJSTORE_PARQUET or (fmt == "auto" and is_trajstore_parquet(path)):
+            yield from parse_trajstore_parquet(path)
+            return
         try:
             yield from _parse_rows(path, iter_parquet_rows(path), fmt)
         except Exception as e:  # noqa: BLE001 - an unreadable shard, or one that breaks mid-way

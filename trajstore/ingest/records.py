@@ -1,6 +1,7 @@
 """Format-neutral records the parsers produce: a chat :class:`Conversation` (tokenized later with a
 chat template), an :class:`EngineRollout` (the engine's ids and log-probs, kept exactly), a
-:class:`TextRollout` (already-rendered text), or a :class:`Problem` (file, line and reason).
+:class:`TextRollout` (already-rendered text), a :class:`StoredRow` (a row of a trajectory Parquet
+file written elsewhere, stored as it is) or a :class:`Problem` (file, line and reason).
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
+
+from trajstore.models import Trajectory
 
 Role = Literal["system", "user", "assistant", "tool"]
 ProblemKind = Literal["malformed", "no_trajectory", "invalid", "unsupported"]
@@ -238,7 +241,24 @@ class Problem:
         return {"path": self.origin.path, "line": self.origin.line, "kind": self.kind, "reason": self.reason}
 
 
-Parsed = Conversation | EngineRollout | TextRollout | Problem
+@dataclass(frozen=True)
+class StoredRow:
+    """A row of a trajectory Parquet file written elsewhere (schema v1 or v2), already checked
+    by ``traj validate``'s rules and converted to the current schema: stored as it is, never
+    rebuilt or re-tokenized (:mod:`~trajstore.ingest.trajstore_parquet`).
+
+    Attributes:
+        trajectory: the row as the SDK's trajectory (token ids, log-probs, spans, ids as given).
+        origin: the file, and its row + 1 as `line` (the row counted from 1).
+        source: the input format, for the ingest summary's per-format counts.
+    """
+
+    trajectory: Trajectory
+    origin: Origin
+    source: str = "trajstore-parquet"
+
+
+Parsed = Conversation | EngineRollout | TextRollout | StoredRow | Problem
 
 
 class RecordError(ValueError):

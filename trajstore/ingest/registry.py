@@ -27,6 +27,7 @@ InputFormat = Literal[
     "openhands-v0-feedback", "openhands-swe-gym", "openhands-v1-events", "openhands-v1-eval",
     "openhands-v1-completions", "chat-messages", "swe-agent", "nebius-swe-agent", "nemo-gym",
     "mini-swe-agent", "swe-smith", "nebius-swe-rebench-openhands", "tau-bench", "atif", "verl-rollouts",
+    "trajstore-parquet",
 ]
 FORMATS: Final[tuple[str, ...]] = InputFormat.__args__  # type: ignore[attr-defined]
 FORMAT_HELP: Final[dict[str, str]] = {
@@ -49,6 +50,8 @@ FORMAT_HELP: Final[dict[str, str]] = {
     "tau-bench": "tau-bench results files (task results with 'traj', 'reward', 'info')",
     "atif": "ATIF trajectory.json (Harbor / Terminal-Bench), engine token ids kept",
     "verl-rollouts": "verl / SkyRL rollout dumps (input, output, score, step per line)",
+    "trajstore-parquet": "trajectory Parquet in trajstore's schema (v1 or v2) written elsewhere: rows checked as "
+                         "traj validate checks them, stored as given",
 }
 """One line per input format, for ``traj ingest --help``."""
 

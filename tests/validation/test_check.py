@@ -5,16 +5,13 @@ invariant, each problem named by row group, row and field; a conformant shard pa
 from __future__ import annotations
 
 import copy
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from tests.helpers.plain_shards import V2, row, write  # noqa: E402
 from trajstore.validation import validate_files
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _plain_shards import V2, row, write  # noqa: E402
 
 
 def problems(*paths: str) -> list[tuple]:

@@ -7,18 +7,18 @@ from __future__ import annotations
 import json
 import math
 from datetime import datetime
-from pathlib import Path
 
 import jsonschema
 import pyarrow as pa
 import pytest
 
+from tests.helpers.paths import REPO_ROOT
 from trajstore import TrajectoryBuilder
 from trajstore.convert import trajectories_to_table
 from trajstore.schema import READABLE_VERSIONS, trajectory_schema
 from trajstore.schema_files import ARROW_FILE, JSON_SCHEMA_FILE, arrow_schema_bytes, json_schema_text
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+SCHEMAS = REPO_ROOT / "schemas"
 REGENERATE = "regenerate with `python -m trajstore.schema_files`"
 
 

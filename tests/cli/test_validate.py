@@ -11,10 +11,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from tests.helpers.plain_shards import row, write  # noqa: E402
 from trajstore.cli.main import app
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-from _plain_shards import row, write  # noqa: E402
 
 
 def test_json_names_row_and_field_and_exits_1(tmp_path: Path) -> None:
