@@ -63,6 +63,9 @@ def validate_cmd(
                   [(rule, field, n) for (rule, field), n in sorted(report.by_field.items())],
                   keys=["rule", "field"], empty_note="no problems"),
     ], fmt)
+    if not report.files:  # a mistyped folder must not pass a CI check
+        typer.echo(f"error: no Parquet files under {', '.join(paths)}", err=True)
+        raise typer.Exit(EXIT_ERROR)
     if listed < report.num_problems:
         typer.echo(f"note: {report.num_problems} problems, the first {listed} listed", err=True)
     if not report.ok:

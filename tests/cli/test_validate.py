@@ -41,3 +41,11 @@ def test_missing_path_is_bad_usage(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["validate", str(tmp_path / "nope")])
     assert result.exit_code == 2
     assert result.stderr.strip().endswith(f"error: no such input path: {tmp_path / 'nope'}")
+
+
+def test_a_folder_without_parquet_files_fails(tmp_path: Path) -> None:
+    # walkthrough of issue 31: an empty (or mistyped) folder passed with exit 0, so a CI check on it
+    # could never fail
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(app, ["validate", str(tmp_path / "empty")])
+    assert result.exit_code == 1 and "no Parquet files under" in result.output, result.output

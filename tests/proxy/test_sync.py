@@ -54,6 +54,18 @@ def test_a_manual_reload_is_recorded_with_the_version_posted(fake_upstream, star
     assert stats["policy_version"] == 3 and stats["calls_by_version"] == {"0": 1, "3": 2}
 
 
+def test_a_manual_version_says_when_the_upstream_labels_its_own_calls(fake_upstream, start_proxy):
+    # walkthrough of issue 32: POST /proxy/policy_version in front of traj serve answered 200 and the
+    # stats showed v3, while every call stayed labelled with the version traj serve reports; the
+    # reply now says which label wins (the upstream's own, per answer)
+    _configure(fake_upstream.url, weight_version="0")
+    px = start_proxy(fake_upstream.url)
+    assert _versions(px.url, "reported", 1) == [0]
+    r = httpx.post(f"{px.url}/proxy/policy_version", json={"version": 3})
+    assert r.status_code == 200 and "reports its own weight version" in r.json()["note"], r.text
+    assert _versions(px.url, "still-reported", 1) == [0]
+
+
 def test_the_model_path_the_upstream_serves_names_the_version(fake_upstream, start_proxy, tmp_path):
     # issue 32 item 5: an upstream restarted on a published version folder reports it as its
     # model (vLLM's GET /v1/models root): .../policies/<run>/v<N> is version N

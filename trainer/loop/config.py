@@ -89,7 +89,7 @@ class DataConfig(_Section):
                                                        "the rest is gradient accumulation")
     micro_batch_tokens: int | None = Field(None, ge=1, description="most tokens packed into one forward/backward "
                                            "pass (tokens; a longer trajectory goes alone, never split); None = "
-                                           "auto (trainer.memory.plan_memory, printed at the start): `max_seq_len` "
+                                           "auto (the memory plan, printed at the start): `max_seq_len` "
                                            "on CPU, where the memory is planned; `micro_batch_size` x "
                                            "`max_seq_len` on CUDA")
     max_seq_len: int = Field(8192, ge=2, description="longest trajectory trained (tokens); longer ones follow "
@@ -134,7 +134,7 @@ class AlgoConfig(_Section):
     eps_high: float = Field(5.0, gt=0, description="upper band: ratios >= 1 + eps_high are masked "
                                                    "(SAO reasoning: 5.0, coding: 3.0)")
     loss_agg: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = Field(
-        "token-mean", description="loss normalisation (trainer.sao.aggregation.aggregate): token-mean = sum over the "
+        "token-mean", description="loss normalisation: token-mean = sum over the "
                                   "step's action tokens (all ranks) / their count, DIS-masked tokens counted; "
                                   "seq-* = averaged over the step's trajectories")
     gamma: float = Field(1.0, gt=0, le=1, description="discount per action token (SAO: 1)")
@@ -186,7 +186,7 @@ class RunConfig(_Section):
                                                   "the backward pass (less memory, ~1 more forward pass); None = auto: "
                                                   "when a trajectory of `max_seq_len` tokens would not fit the memory "
                                                   "available without it, for the micro-batches that would raise the "
-                                                  "peak (trainer.memory)")
+                                                  "peak (the memory plan)")
     publish_dtype: Literal["auto", "bfloat16", "float32"] = Field(
         "auto", description="dtype of published weights; auto = bfloat16 when the run computes in bf16 (CUDA), "
                             "else float32")

@@ -27,4 +27,10 @@ async def set_policy_version(request: Request) -> JSONResponse:
     before = st.versioning.version
     st.versioning.loaded(v, "manual")
     log.info("policy version set by hand: v%s -> v%d", before, v)
-    return JSONResponse({"policy_version": v, "previous": before})
+    out: dict[str, object] = {"policy_version": v, "previous": before}
+    if st.upstream_reports_version:
+        out["note"] = ("the upstream reports its own weight version with each answer, and that labels the calls; "
+                       "this version labels only answers that carry none")
+        log.warning("policy version set by hand, but the upstream reports its own weight version with each "
+                    "answer: calls keep its label (the hand-set v%d applies only to answers without one)", v)
+    return JSONResponse(out)

@@ -83,6 +83,9 @@ class ProxyState:
         self.evicted: OrderedDict[str, Evicted] = OrderedDict()
         self.started = time.time()
         self.errors: dict[str, int] = {}
+        self.upstream_reports_version = False
+        """Whether an answer carried the upstream's own weight version (traj serve, SGLang): it labels
+        the calls, before a version set by hand (POST /proxy/policy_version)."""
         self.closing = False
         self.flushed = False
         """The shutdown flush is written: calls recorded from now on are counted as after it."""
@@ -236,6 +239,8 @@ class ProxyState:
         the episode (False)."""
         try:
             call = read_call(data, body)
+            if call.reported_version is not None or call.version_spans:
+                self.upstream_reports_version = True
             slices = label_versions(call, ticket, end, self.cfg.policy_version)
             if not self._version_warned and parse_version(call.reported_version) is None and not call.version_spans:
                 self._warn_unknown_version(slices[0].version)

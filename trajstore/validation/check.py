@@ -121,5 +121,5 @@ def validate_files(paths: Sequence[str], *, storage_options: Mapping[str, Any] |
         summary = report.files[d.file_index]
         report.add(FileProblem(files[d.file_index].url, d.row_group, d.row, d.trajectory_id, "trajectory_id",
                                f"duplicate id: also at {files[ff].url} row group {frg} row {frow} (readers keep the "
-                               "first copy; traj compact drops the others)", "duplicate"), summary)
+                               "first copy; other engines count every copy)", "duplicate"), summary)
     return report
