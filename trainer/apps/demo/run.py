@@ -102,8 +102,6 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
                         episodes_cut=run.cut_short)
     read_audits(result)
     result.stop = run.settle(stop, result)
-    if result.shortfall:
-        run.say(f"[bold red]WARNING: {result.shortfall}[/]")
     if not cfg.keep_weights and not had_weights:
         result.freed_bytes = prune_weights(store, run_id)
     result.seconds = time.monotonic() - t0
@@ -312,5 +310,5 @@ class _DemoRun:
                                            f"{len(self.episodes)} completed) before the trainer had "
                                            f"{cfg.batch_size} completed trajectories for each step",
                             "a larger --episodes (or none), or fewer --steps; if episodes ended early, "
-                            f"see {run_log_file(self.run_id, PROXY_LOG)} and {run_log_file(self.run_id, SERVE_LOG)}")
+                            f"see {self.store.uri}/{run_log_file(self.run_id, PROXY_LOG)} and {run_log_file(self.run_id, SERVE_LOG)}")
         return stop
