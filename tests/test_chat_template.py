@@ -15,16 +15,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 
-@pytest.fixture(scope="module")
-def smol_tokenizer():
-    from trajstore.hub import load_tokenizer
-
-    try:
-        return load_tokenizer("smollm2-135m")
-    except TrajstoreError as e:
-        pytest.skip(str(e))
-
-
 @pytest.mark.parametrize("stopped", [True, False])
 def test_spans_concatenate_to_the_rendered_conversation(smol_tokenizer, stopped):
     tok = smol_tokenizer

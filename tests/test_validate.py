@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.helpers.trajectories import valid_record
 from trajstore import StoreWriter, Trajectory, TrajectoryValidationError, read_trajectories, write_trajectories
 from trajstore.validate import TRAJECTORY_ID_MAX_CHARS, check_trajectory_id, find_violations, validate_trajectory
 
@@ -249,24 +250,13 @@ def test_unstorable_values_are_refused_at_write_and_do_not_block_the_writer(
     assert read_trajectories(tmp_store).column("trajectory_id").to_pylist() == ["good-1", "good-2"]
 
 
-def _valid(**update: Any) -> dict[str, Any]:
-    d: dict[str, Any] = dict(
-        trajectory_id="hole", source="sdk", reward=1.0, tokens=[1, 2, 3, 4],
-        logprobs=[NAN, -0.1, -0.2, NAN],
-        spans=[dict(kind="prompt", start=0, end=1),
-               dict(kind="action", start=1, end=3, policy_version=0),
-               dict(kind="observation", start=3, end=4)])
-    d.update(update)
-    return d
-
-
 def _fields(traj: Trajectory) -> dict[str, str]:
     return {v.field: v.message for v in find_violations(traj)}
 
 
 # issue 11: a hole found attacking the store and the SDK (failed before its fix)
 def test_base_record_is_valid_issue_11() -> None:
-    assert find_violations(Trajectory(**_valid())) == []
+    assert find_violations(Trajectory(**valid_record())) == []
 
 
 # issue 11: a hole found attacking the store and the SDK (failed before its fix)
@@ -282,7 +272,7 @@ def test_trajectory_id_with_a_trailing_newline_is_refused(tid: str) -> None:
 def test_nan_or_infinity_in_metadata_is_refused(meta: dict[str, Any], tmp_store: str) -> None:
     # json.dumps wrote NaN / Infinity, which is not JSON: DuckDB's json functions and other
     # readers reject it later.
-    t = Trajectory(**_valid(metadata=meta))
+    t = Trajectory(**valid_record(metadata=meta))
     assert "metadata" in _fields(t) and "not standard JSON" in _fields(t)["metadata"]
     with StoreWriter(tmp_store, flush_seconds=None) as w:
         with pytest.raises(TrajectoryValidationError, match="metadata"):
@@ -304,9 +294,9 @@ def test_nan_or_infinity_in_metadata_is_refused(meta: dict[str, Any], tmp_store:
     ("sampling_params", '{"temperature": NaN}', "sampling_params: is not valid JSON"),
 ])
 def test_bad_sampling_parameters_are_refused(field: str, value: Any, fragment: str) -> None:
-    spans = _valid()["spans"]
+    spans = valid_record()["spans"]
     spans[1] = {**spans[1], field: value}
-    fields = _fields(Trajectory(**_valid(spans=spans)))
+    fields = _fields(Trajectory(**valid_record(spans=spans)))
     key = f"spans[1].{field}"
     assert key in fields, fields
     assert fragment.split(": ", 1)[-1] in fields[key]
@@ -316,19 +306,19 @@ def test_bad_sampling_parameters_are_refused(field: str, value: Any, fragment: s
 @pytest.mark.parametrize("ok", [{"top_k": -1}, {"top_k": 0}, {"top_k": 40}, {"min_p": 0.0}, {"max_tokens": 1},
                                 {"sampling_params": '{"seed": 7}'}])
 def test_usual_sampling_parameters_are_accepted(ok: dict[str, Any]) -> None:
-    spans = _valid()["spans"]
+    spans = valid_record()["spans"]
     spans[1] = {**spans[1], **ok}
-    assert find_violations(Trajectory(**_valid(spans=spans))) == []
+    assert find_violations(Trajectory(**valid_record(spans=spans))) == []
 
 
 # issue 11: a hole found attacking the store and the SDK (failed before its fix)
 @pytest.mark.parametrize("raw", ["not json", "{'a': 1}", "NaN", "1 2"])
 def test_reward_raw_must_be_json(raw: str) -> None:
-    fields = _fields(Trajectory(**_valid(reward_raw=raw)))
+    fields = _fields(Trajectory(**valid_record(reward_raw=raw)))
     assert "reward_raw" in fields and "not valid JSON" in fields["reward_raw"]
 
 
 # issue 11: a hole found attacking the store and the SDK (failed before its fix)
 def test_reward_raw_json_accepted() -> None:
     for raw in ['true', '"positive"', '{"passed": 3}', '0.5', 'null']:
-        assert find_violations(Trajectory(**_valid(reward_raw=raw))) == []
+        assert find_violations(Trajectory(**valid_record(reward_raw=raw))) == []

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import trajstore as ts
+from tests.helpers.trajectories import fat_trajectory
 from trajstore import (
     StoreError,
     StoreWriter,
@@ -160,20 +161,13 @@ def test_bad_flush_options() -> None:
         StoreWriter("/nonexistent/never-written", flush_rows=0)
 
 
-def _fat(i: int, meta_bytes: int) -> Trajectory:
-    b = TrajectoryBuilder(trajectory_id=f"fat-{i}", metadata={"blob": "x" * meta_bytes})
-    b.add_prompt([1, 2])
-    b.add_action([3, 4], [-0.5, -0.25], policy_version=0)
-    return b.finish()
-
-
 # issue 11: a hole found attacking the store and the SDK (failed before its fix)
 def test_writer_counts_metadata_when_sizing_flushes(tmp_store: str) -> None:
     # 40 trajectories with 2 MiB of metadata each and flush_mb=1: every trajectory alone
     # exceeds the flush size, so each flush holds one (40 shards), not one 80 MB shard.
     with StoreWriter(tmp_store, flush_mb=1, flush_seconds=None) as w:
         for i in range(40):
-            w.write(_fat(i, 2 * 2**20))
+            w.write(fat_trajectory(i, 2 * 2**20))
     assert len(w.shards_written) == 40
     assert read_trajectories(tmp_store, columns=["trajectory_id"]).num_rows == 40
 

@@ -19,6 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 import trajstore as ts
+from tests.helpers.cli import WIDTH_120, nonblank_lines
 from trajstore.cli.main import EXIT_USAGE, app
 
 runner = CliRunner()
@@ -343,32 +344,13 @@ def test_sql_table_prints_values_that_look_like_markup_as_they_are(known_store):
     assert "[/x]" in res.stdout and "[b]c" in res.stdout and "[bold]y[/bold]" in res.stdout
 
 
-WIDTH_120 = {"COLUMNS": "120"}
-
-
-def _lines(text: str) -> list[str]:
-    return [ln for ln in text.splitlines() if ln.strip()]
-
-
-@pytest.fixture
-def three_trajectories(tmp_path: Path, make_trajectory) -> str:
-    import numpy as np
-
-    import trajstore as ts
-
-    uri = str(tmp_path / "store")
-    rng = np.random.default_rng(0)
-    ts.write_trajectories(uri, [make_trajectory(rng, trajectory_id=f"t{i}") for i in range(3)])
-    return uri
-
-
 # issue 16: a new-user walkthrough finding (a slip in what a command prints)
 @pytest.mark.parametrize("where, near", [("reward >", '">"'), ("(reward > 1", '"1"'), ("rewardx > 1", '"rewardx"')])
 def test_where_syntax_error_quotes_the_users_text_not_our_wrapping(three_trajectories: str, where: str,
                                                                   near: str) -> None:
     res = runner.invoke(app, ["stats", three_trajectories, "--statuses", "--where", where], env=WIDTH_120)
     assert res.exit_code == 1, res.output
-    [line] = _lines(res.stderr)
+    [line] = nonblank_lines(res.stderr)
     assert line.startswith(f"error: invalid --where predicate {where!r}") and near in line, line
     assert '")"' not in line and "LINE" not in line and "WHERE (" not in line, line
 
@@ -385,7 +367,7 @@ def test_plot_option_is_checked_before_any_report(three_trajectories: str, tmp_p
     res = runner.invoke(app, ["stats", three_trajectories, *args], env=WIDTH_120)
     assert res.exit_code == EXIT_USAGE, res.output
     assert res.stdout == ""  # no report printed before the refusal
-    [line] = _lines(res.stderr)
+    [line] = nonblank_lines(res.stderr)
     assert line.startswith(f"error: {says}"), line
     if ".txt" in says:
         assert ".png" in line and ".svg" in line and ".pdf" in line  # names what is supported
@@ -403,7 +385,7 @@ def test_plot_destination_that_cannot_be_written_is_refused_before_any_report(th
     res = runner.invoke(app, ["stats", three_trajectories, "--rewards", "--plot", target], env=WIDTH_120)
     assert res.exit_code == 1, res.output
     assert res.stdout == ""  # no report printed before the refusal
-    [line] = _lines(res.stderr)
+    [line] = nonblank_lines(res.stderr)
     assert line.startswith(says), line
 
 

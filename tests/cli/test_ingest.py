@@ -13,20 +13,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.helpers.ingest import run_with_deadline, smith_row, write_jsonl
+from tests.helpers.cli import WIDTH_120, nonblank_lines
+from tests.helpers.ingest import nemo_row, run_with_deadline, smith_row, write_jsonl
 from tests.helpers.paths import SHARED_FIXTURES
 from trajstore.cli.main import EXIT_REFUSED, app
 from trajstore.ingest import ingest_paths
 
 runner = CliRunner()
 
-WIDTH_120 = {"COLUMNS": "120"}
 
 FIXTURES = SHARED_FIXTURES
-
-
-def _lines(text: str) -> list[str]:
-    return [ln for ln in text.splitlines() if ln.strip()]
 
 
 @pytest.fixture
@@ -52,7 +48,7 @@ def test_ingest_summary_keeps_refused_apart_from_skipped(tmp_path: Path, mixed_l
     labels = {r[0].strip(): int(r[-1].strip()) for r in rows if r[-1].strip().isdigit()}
     assert labels["records refused"] == 1 and labels["refused: malformed"] == 1
     assert labels["skipped: no_trajectory (input holding none)"] == 1
-    tags = sorted(ln.split()[0] for ln in _lines(res.stderr))
+    tags = sorted(ln.split()[0] for ln in nonblank_lines(res.stderr))
     assert tags == ["refused", "skipped"]  # stderr lists each under the same word as the summary
 
 
@@ -74,7 +70,7 @@ def test_strict_ingest_lists_one_problem_per_line(tmp_path: Path) -> None:
         (logs / f"{name}.jsonl").write_text('{"x": \n')
     res = runner.invoke(app, ["ingest", str(logs), "--store", str(tmp_path / "s"), "--strict"], env=WIDTH_120)
     assert res.exit_code == 1, res.output
-    lines = _lines(res.stderr)
+    lines = nonblank_lines(res.stderr)
     assert lines[0] == "error: strict ingest: 3 problem(s) in the input, nothing written:"
     assert [ln.split()[:2] for ln in lines[1:]] == [["refused", str(logs / f"{n}.jsonl:")] for n in "abc"]
     assert not (tmp_path / "s").exists()  # nothing written
@@ -103,7 +99,7 @@ def test_ctrl_c_during_ingest_says_what_was_stored(tmp_path: Path, monkeypatch: 
     res = runner.invoke(app, ["ingest", str(logs), "--store", str(store), *(["--strict"] if strict else [])],
                         env=WIDTH_120)
     assert res.exit_code == EXIT_INTERRUPTED == 130, res.output
-    [line] = _lines(res.stderr)
+    [line] = nonblank_lines(res.stderr)
     stored = 0 if strict else 2  # non-strict flushes what it built; strict writes nothing until the end
     assert line.startswith("interrupted: " + ("nothing was stored" if strict else
                                                "this ingest stored 2 trajectories before it, each whole")), line
@@ -129,7 +125,7 @@ def test_an_unwritable_store_is_one_line_naming_the_path_and_reason(tmp_path: Pa
     store = where.replace("{file}", str(blocker))
     res = runner.invoke(app, ["ingest", str(logs), "--store", store], env=WIDTH_120)
     assert res.exit_code == 1, res.output
-    [line] = _lines(res.stderr)
+    [line] = nonblank_lines(res.stderr)
     assert line.startswith("error: " + says.replace("{file}", str(blocker))), line
     assert "Errno" not in line and "Traceback" not in res.output
 
@@ -142,28 +138,6 @@ def test_ingest_format_is_case_insensitive_like_every_other_commands(tmp_path):
     res = CliRunner().invoke(app, ["ingest", str(p), "--store", str(tmp_path / "s"), "--format", "JSON"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["trajectories_written"] == 1
-
-
-def _fixture_lines(fix, rel):
-    return (fix / rel).read_text().splitlines()
-
-
-@pytest.fixture()
-def mixed(tmp_path, fix):
-    """A JSONL with a good row, a non-JSON line, a row without history, and a good row."""
-    rows = _fixture_lines(fix, "openhands/v0_resolver_output_2024-11/output.jsonl")
-    p = tmp_path / "logs" / "output.jsonl"
-    p.parent.mkdir()
-    p.write_text("\n".join([rows[0], "<PLACEHOLDER ROW>", json.dumps({"issue": {}, "success": True,
-                                                                       "history": "oops"}), rows[1]]) + "\n")
-    return p
-
-
-def _nemo_row(q: str, gen: list[int]) -> dict:
-    return {"responses_create_params": {"input": [{"role": "user", "content": q}]},
-            "response": {"output": [{"id": "o1", "type": "message", "generation_token_ids": gen,
-                                     "generation_log_probs": [-0.5] * len(gen), "prompt_token_ids": [1, 2]}]},
-            "reward": 1.0}
 
 
 def test_cli_json_summary_and_strict_exit(tmp_path, fix, mixed):
@@ -210,7 +184,7 @@ def test_cli_exit_status(tmp_path, fix):
     r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), "--format", "json"])
     assert r.exit_code == 0, r.output
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps(_nemo_row("a", [5])) + "\n" + json.dumps({"response": 3}) + "\n")
+    bad.write_text(json.dumps(nemo_row("a", [5])) + "\n" + json.dumps({"response": 3}) + "\n")
     r = CliRunner().invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s"), "--format", "json"])
     out = json.loads(r.stdout)
     assert r.exit_code == 1 and out["trajectories_written"] == 1 and out["refused"] == 1

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import trajstore as ts
+from tests.helpers.cli import WIDTH_120, nonblank_lines
 from trajstore.cli.main import EXIT_USAGE, app
 
 runner = CliRunner()
@@ -31,25 +32,6 @@ def test_info_prints_each_corrupt_shard_once_without_source_lines(known_store):
     assert doc["trajectories"] == 6 and doc["shards"] == 2 and doc["skipped_shards"] == 1
 
 
-WIDTH_120 = {"COLUMNS": "120"}
-
-
-def _lines(text: str) -> list[str]:
-    return [ln for ln in text.splitlines() if ln.strip()]
-
-
-@pytest.fixture
-def three_trajectories(tmp_path: Path, make_trajectory) -> str:
-    import numpy as np
-
-    import trajstore as ts
-
-    uri = str(tmp_path / "store")
-    rng = np.random.default_rng(0)
-    ts.write_trajectories(uri, [make_trajectory(rng, trajectory_id=f"t{i}") for i in range(3)])
-    return uri
-
-
 # issue 16: a new-user walkthrough finding (a slip in what a command prints)
 @pytest.mark.parametrize("args, line", [
     (["sql", "{store}", "SELECT 1", "--limit", "-1"], "error: invalid option --limit: "),
@@ -66,8 +48,8 @@ def test_click_usage_errors_are_one_line_exit_2(tmp_path: Path, args: list[str],
     args = [a.replace("{store}", str(tmp_path)) for a in args]
     res = runner.invoke(app, args, env=WIDTH_120)
     assert res.exit_code == EXIT_USAGE, res.output
-    assert _lines(res.stderr) == [ln for ln in _lines(res.stderr) if ln.startswith("error: ")]
-    [got] = _lines(res.stderr)
+    assert nonblank_lines(res.stderr) == [ln for ln in nonblank_lines(res.stderr) if ln.startswith("error: ")]
+    [got] = nonblank_lines(res.stderr)
     assert got.startswith(line.replace("{store}", str(tmp_path))), got
     assert "╭" not in res.output and "Usage:" not in res.output
 
@@ -80,7 +62,7 @@ def test_storage_option_on_a_local_store_warns_once(three_trajectories: str, cmd
     res = runner.invoke(app, [*args, "--storage-option", "anon=true", "--storage-option", "endpoint_url=http://x"],
                         env=WIDTH_120)
     assert res.exit_code == 0, res.output
-    assert _lines(res.stderr) == [f"warning: --storage-option applies only to remote stores (s3://...); ignored for "
+    assert nonblank_lines(res.stderr) == [f"warning: --storage-option applies only to remote stores (s3://...); ignored for "
                                   f"the local store {three_trajectories} (anon, endpoint_url)"]
 
 

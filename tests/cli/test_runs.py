@@ -11,9 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.helpers.stores import write_synthetic_store
-from tests.helpers.trajectories import VOCAB
+from tests.helpers.training import disk_config
 from trajstore.cli.main import app
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.train import train
 
 runner = CliRunner()
@@ -93,17 +92,10 @@ def test_runs_names_a_bad_policies_latest(tmp_path: Path) -> None:
                      "incomplete"], lines
 
 
-def _disk_cfg(store: Path, **run) -> TrainConfig:
-    return TrainConfig(store=str(store), model=ModelConfig(name="tiny-llama", tiny_vocab_size=VOCAB),
-                       data=DataConfig(batch_size=2, micro_batch_size=2, max_seq_len=512),
-                       algo=AlgoConfig(critic_warmup_steps=0),
-                       run=RunConfig(run_id="r", progress=False, **run))
-
-
 # issue 14: disk use of training runs (published versions and checkpoints pruned, leftovers removed)
 def test_traj_runs_lists_versions_checkpoints_and_sizes(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 4, per_shard=2)
-    train(_disk_cfg(tmp_path, checkpoint_every=1))
+    train(disk_config(tmp_path, checkpoint_every=1))
     r = CliRunner().invoke(app, ["runs", str(tmp_path), "--format", "json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)

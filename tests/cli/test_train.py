@@ -9,7 +9,6 @@ anything, in one line that names the option or file (issue 14)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -33,10 +32,11 @@ from typer.testing import CliRunner
 
 import trajstore as ts
 from tests.helpers.stores import write_synthetic_store
+from tests.helpers.training import assert_nothing_written, refusal_config, run_files_digest
 from tests.helpers.trajectories import tiny_model_trajectory
 from trajstore import write_trajectories
 from trajstore.cli.main import app
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.loop.train import train
 
 runner = CliRunner()
@@ -319,34 +319,12 @@ def _one_error(r, *needles: str, code: int = 1) -> str:  # noqa: ANN001
     return errors[0]
 
 
-def _tree(root: Path) -> dict[str, str]:
-    """Digest of every file the trainer writes (records, checkpoints, policies), by path."""
-    out = {}
-    for sub in ("runs", "policies"):
-        for p in sorted((root / sub).rglob("*")) if (root / sub).exists() else []:
-            if p.is_file():
-                out[str(p.relative_to(root))] = hashlib.sha1(p.read_bytes()).hexdigest()
-    return out
-
-
-def _nothing_written(root: Path) -> None:
-    assert not (root / "runs").exists() and not (root / "policies").exists()
-
-
-def _refusal_cfg(store: Path, run_id: str = "r", **run) -> TrainConfig:
-    # vocabulary 256: what the CLI's tiny-llama has (ids of the synthetic data are below 128)
-    return TrainConfig(store=str(store), model=ModelConfig(name="tiny-llama", tiny_vocab_size=256),
-                       data=DataConfig(batch_size=2, micro_batch_size=2, max_seq_len=512),
-                       algo=AlgoConfig(critic_warmup_steps=0),
-                       run=RunConfig(run_id=run_id, checkpoint_every=1, progress=False, **run))
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store with run 'r': 2 policy steps, checkpoints after each, 4 trajectories left over."""
     root = tmp_path_factory.mktemp("trained")
     write_synthetic_store(root, 8, per_shard=2)
-    assert train(_refusal_cfg(root, max_steps=2)).steps == 2
+    assert train(refusal_config(root, max_steps=2)).steps == 2
     return root
 
 
@@ -417,14 +395,14 @@ def test_non_finite_or_out_of_range_options_are_refused(tmp_path: Path, args: li
     write_synthetic_store(tmp_path, 2)
     _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run-id", "x", *args), f"invalid option {flag}",
                code=2)  # bad usage
-    _nothing_written(tmp_path)
+    assert_nothing_written(tmp_path)
 
 
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_empty_store_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     (tmp_path / "trajectories").mkdir()
     _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run-id", "e"), "nothing to train", "0 rows")
-    _nothing_written(tmp_path)
+    assert_nothing_written(tmp_path)
 
 
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
@@ -435,7 +413,7 @@ def test_nothing_trainable_is_refused(tmp_path: Path) -> None:
     write_trajectories(str(tmp_path), trajs)
     _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run-id", "n"), "nothing to train", "3 rows: 0 trainable",
                "3 without a reward")
-    _nothing_written(tmp_path)
+    assert_nothing_written(tmp_path)
 
 
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
@@ -443,7 +421,7 @@ def test_a_where_that_selects_nothing_is_refused(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 4)
     _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run-id", "w", "--where", "num_actions > 100"),
                "nothing to train", "4 filtered by --where")
-    _nothing_written(tmp_path)
+    assert_nothing_written(tmp_path)
 
 
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
@@ -451,7 +429,7 @@ def test_a_where_that_fails_on_the_data_is_one_line(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 4)  # source is 'sdk', which DuckDB cannot cast to an integer
     _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run-id", "w", "--where", "CAST(source AS INTEGER) = 1"),
                "--where", "fails on shard", "Conversion Error")
-    _nothing_written(tmp_path)
+    assert_nothing_written(tmp_path)
 
 
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
@@ -468,7 +446,7 @@ def test_token_id_outside_the_vocabulary_in_a_later_shard_is_refused_before_any_
     err = _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run-id", "v"), "trajectory 'bad'", "row 1",
                      f"id {token} is outside the model's vocabulary of 256")
     assert "field tokens" in err
-    _nothing_written(tmp_path)
+    assert_nothing_written(tmp_path)
 
 
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
@@ -480,7 +458,7 @@ def test_overlong_error_is_refused_before_any_write(tmp_path: Path) -> None:
     args = [a if a != "512" else "200" for a in BASE_ARGS]  # --max-seq-len 200
     _one_error(_invoke_train(str(tmp_path), *args, "--run-id", "o", "--overlong", "error"), "trajectory 'long'",
                "--max-seq-len 200")
-    _nothing_written(tmp_path)
+    assert_nothing_written(tmp_path)
 
 
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
@@ -536,9 +514,9 @@ def test_a_bad_checkpoint_is_one_line_naming_the_file_and_nothing_changes(traine
                                                                           kind: str) -> None:
     root = _copy(trained, tmp_path)
     needle = _corrupt(kind, root)
-    before = _tree(root)
+    before = run_files_digest(root)
     _one_error(_invoke_train(str(root), *BASE_ARGS, "--run-id", "r", "--resume"), needle)
-    assert _tree(root) == before  # no record deleted, nothing re-published
+    assert run_files_digest(root) == before  # no record deleted, nothing re-published
 
 
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)

@@ -191,3 +191,11 @@ def run_with_deadline(fn, seconds: float = 60.0):
     if "e" in out:
         raise out["e"]
     return out["v"]
+
+
+def nemo_row(q: str, gen: list[int]) -> dict:
+    """A NeMo Gym rollout row: user question `q`, one output message with engine ids `gen`."""
+    return {"responses_create_params": {"input": [{"role": "user", "content": q}]},
+            "response": {"output": [{"id": "o1", "type": "message", "generation_token_ids": gen,
+                                     "generation_log_probs": [-0.5] * len(gen), "prompt_token_ids": [1, 2]}]},
+            "reward": 1.0}

@@ -156,3 +156,25 @@ def hand_built_pair() -> list[Trajectory]:
     b.add_action([10, 11], None, policy_version=None)
     h2 = b.finish()
     return [h1, h2]
+
+
+def valid_record(**update: Any) -> dict[str, Any]:
+    """The fields of a small valid trajectory as a dict (prompt [0, 1), action [1, 3) by version 0
+    with log-probs -0.1 and -0.2, observation [3, 4)), with `update` applied: what the model and
+    validation tests break one field at a time."""
+    d: dict[str, Any] = dict(
+        trajectory_id="hole", source="sdk", reward=1.0, tokens=[1, 2, 3, 4],
+        logprobs=[math.nan, -0.1, -0.2, math.nan],
+        spans=[dict(kind="prompt", start=0, end=1),
+               dict(kind="action", start=1, end=3, policy_version=0),
+               dict(kind="observation", start=3, end=4)])
+    d.update(update)
+    return d
+
+
+def fat_trajectory(i: int, meta_bytes: int) -> Trajectory:
+    """A 4-token trajectory ``fat-<i>`` whose metadata holds `meta_bytes` bytes (row-size tests)."""
+    b = TrajectoryBuilder(trajectory_id=f"fat-{i}", metadata={"blob": "x" * meta_bytes})
+    b.add_prompt([1, 2])
+    b.add_action([3, 4], [-0.5, -0.25], policy_version=0)
+    return b.finish()

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.ingest import nemo_row
 from trajstore.ingest import (
     FORMATS,
     TRUNCATION_MARKER,
@@ -24,21 +25,6 @@ from trajstore.ingest import (
     iter_trajectories,
 )
 from trajstore.reader import read_trajectories
-
-
-def _lines(fix, rel):
-    return (fix / rel).read_text().splitlines()
-
-
-@pytest.fixture()
-def mixed(tmp_path, fix):
-    """A JSONL with a good row, a non-JSON line, a row without history, and a good row."""
-    rows = _lines(fix, "openhands/v0_resolver_output_2024-11/output.jsonl")
-    p = tmp_path / "logs" / "output.jsonl"
-    p.parent.mkdir()
-    p.write_text("\n".join([rows[0], "<PLACEHOLDER ROW>", json.dumps({"issue": {}, "success": True,
-                                                                       "history": "oops"}), rows[1]]) + "\n")
-    return p
 
 
 def test_malformed_lines_are_reported_and_the_rest_ingested(tmp_path, mixed):
@@ -156,13 +142,6 @@ def test_a_too_deep_first_jsonl_line_costs_only_itself(tmp_path):
 
 # -- one bad record costs only itself (issue 12, item 6) -----------------------------------------
 
-def _nemo_row(q: str, gen: list[int]) -> dict:
-    return {"responses_create_params": {"input": [{"role": "user", "content": q}]},
-            "response": {"output": [{"id": "o1", "type": "message", "generation_token_ids": gen,
-                                     "generation_log_probs": [-0.5] * len(gen), "prompt_token_ids": [1, 2]}]},
-            "reward": 1.0}
-
-
 def test_jsonl_format_is_detected_per_line(tmp_path):
     # The first line is of no known shape and the third of another format: neither decides the
     # file. Line 1 is parsed as the file's format (nemo-gym, from line 2), so its reason names
@@ -170,8 +149,8 @@ def test_jsonl_format_is_detected_per_line(tmp_path):
     swe_gym = {"instance_id": "x-1", "resolved": True,
                "messages": [{"role": "user", "content": "fix"}, {"role": "assistant", "content": "done"}]}
     p = tmp_path / "mixed.jsonl"
-    p.write_text("\n".join(json.dumps(r) for r in [{"note": "header"}, _nemo_row("a", [5, 6]), swe_gym,
-                                                    _nemo_row("b", [7])]) + "\n")
+    p.write_text("\n".join(json.dumps(r) for r in [{"note": "header"}, nemo_row("a", [5, 6]), swe_gym,
+                                                    nemo_row("b", [7])]) + "\n")
     rep = ingest_paths([str(p)], str(tmp_path / "s"))
     assert rep.trajectories_written == 3
     assert dict(rep.by_format) == {"nemo-gym": 2, "openhands/swe-gym": 1}
@@ -191,7 +170,7 @@ def test_a_parser_crash_is_a_problem_of_that_record_only(tmp_path, monkeypatch):
         return real(row, origin)
 
     monkeypatch.setitem(registry.ROW_PARSERS, "nemo-gym", flaky)
-    rows = [_nemo_row("a", [5]), {**_nemo_row("b", [6]), "reward": 0.5}, _nemo_row("c", [7])]
+    rows = [nemo_row("a", [5]), {**nemo_row("b", [6]), "reward": 0.5}, nemo_row("c", [7])]
     p = tmp_path / "r.jsonl"
     p.write_text("\n".join(json.dumps(r) for r in rows))
     rep = ingest_paths([str(p)], str(tmp_path / "s"))

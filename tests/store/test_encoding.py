@@ -8,22 +8,16 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from trajstore import StoreWriter, Trajectory, TrajectoryBuilder, open_store
+from tests.helpers.trajectories import fat_trajectory
+from trajstore import StoreWriter, open_store
 from trajstore.convert import trajectories_to_table
-
-
-def _fat(i: int, meta_bytes: int) -> Trajectory:
-    b = TrajectoryBuilder(trajectory_id=f"fat-{i}", metadata={"blob": "x" * meta_bytes})
-    b.add_prompt([1, 2])
-    b.add_action([3, 4], [-0.5, -0.25], policy_version=0)
-    return b.finish()
 
 
 # issue 11: a hole found attacking the store and the SDK (failed before its fix)
 def test_row_groups_count_metadata(tmp_store: str) -> None:
     # 12 rows of ~2 MiB metadata with a 4 MiB row-group target: at most 2 rows per row group
     # (2 x 2 MiB reaches the target), so at least 12 / 2 = 6 row groups instead of one.
-    trajs = [_fat(i, 2 * 2**20) for i in range(12)]
+    trajs = [fat_trajectory(i, 2 * 2**20) for i in range(12)]
     path = open_store(tmp_store).write_table(trajectories_to_table(trajs), row_group_target_mb=4)
     md = pq.read_metadata(path)
     assert md.num_row_groups >= 6

@@ -8,23 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from trajstore.errors import TrajstoreError
-
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 
 # -- the real tokenizer -------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def smol_tokenizer():
-    from trajstore.hub import load_tokenizer
-
-    try:
-        return load_tokenizer("smollm2-135m")
-    except TrajstoreError as e:
-        pytest.skip(str(e))
 
 
 # -- sampler ------------------------------------------------------------------------------------

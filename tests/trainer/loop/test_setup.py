@@ -9,17 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.stores import write_synthetic_store
-from tests.helpers.trajectories import VOCAB
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from tests.helpers.training import assert_nothing_written, disk_config, refusal_config
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.train import train
-
-
-def _disk_cfg(store: Path, **run) -> TrainConfig:
-    return TrainConfig(store=str(store), model=ModelConfig(name="tiny-llama", tiny_vocab_size=VOCAB),
-                       data=DataConfig(batch_size=2, micro_batch_size=2, max_seq_len=512),
-                       algo=AlgoConfig(critic_warmup_steps=0),
-                       run=RunConfig(run_id="r", progress=False, **run))
 
 
 def _age(path: Path, seconds: float) -> None:
@@ -34,20 +26,8 @@ def test_stale_tmp_leftovers_are_removed_when_a_trainer_starts(tmp_path: Path) -
     (tmp_path / "_tmp" / "ckpt-dead").mkdir(parents=True)
     (tmp_path / "_tmp" / "ckpt-dead" / "optim.pt").write_bytes(b"0" * 100)
     _age(tmp_path / "_tmp" / "ckpt-dead", 3700)
-    train(_disk_cfg(tmp_path))
+    train(disk_config(tmp_path))
     assert not (tmp_path / "_tmp" / "ckpt-dead").exists()
-
-
-def _nothing_written(root: Path) -> None:
-    assert not (root / "runs").exists() and not (root / "policies").exists()
-
-
-def _refusal_cfg(store: Path, run_id: str = "r", **run) -> TrainConfig:
-    # vocabulary 256: what the CLI's tiny-llama has (ids of the synthetic data are below 128)
-    return TrainConfig(store=str(store), model=ModelConfig(name="tiny-llama", tiny_vocab_size=256),
-                       data=DataConfig(batch_size=2, micro_batch_size=2, max_seq_len=512),
-                       algo=AlgoConfig(critic_warmup_steps=0),
-                       run=RunConfig(run_id=run_id, checkpoint_every=1, progress=False, **run))
 
 
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
@@ -63,5 +43,5 @@ def test_text_only_data_is_refused_before_the_model_is_loaded(tmp_path: Path,
 
     monkeypatch.setattr(loop_setup, "load_policy", no_load)
     with pytest.raises(Exception, match="no rollout log-probs"):
-        setup(_refusal_cfg(tmp_path))
-    _nothing_written(tmp_path)
+        setup(refusal_config(tmp_path))
+    assert_nothing_written(tmp_path)

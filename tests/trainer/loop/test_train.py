@@ -6,7 +6,6 @@ a non-finite update stops the run with the last good version kept; --keep-versio
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 from tests.helpers.stores import write_synthetic_store
+from tests.helpers.training import disk_config, refusal_config, run_files_digest
 from tests.helpers.trajectories import VOCAB
 from trajstore import open_store
 from trajstore.policies import latest_policy_version, list_policy_versions
@@ -240,53 +240,28 @@ def test_tensorboard_events_are_written_next_to_the_records(tmp_path: Path) -> N
     assert {"policy/loss", "value/explained_variance", "perf/tokens_per_s"} <= set(acc.Tags()["scalars"])
 
 
-def _disk_cfg(store: Path, **run) -> TrainConfig:
-    return TrainConfig(store=str(store), model=ModelConfig(name="tiny-llama", tiny_vocab_size=VOCAB),
-                       data=DataConfig(batch_size=2, micro_batch_size=2, max_seq_len=512),
-                       algo=AlgoConfig(critic_warmup_steps=0),
-                       run=RunConfig(run_id="r", progress=False, **run))
-
-
 # issue 14: disk use of training runs (published versions and checkpoints pruned, leftovers removed)
 def test_keep_versions_and_checkpoints_bound_the_disk(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 12, per_shard=2)
-    s = train(_disk_cfg(tmp_path, keep_versions=2, keep_checkpoints=1, checkpoint_every=1))
+    s = train(disk_config(tmp_path, keep_versions=2, keep_checkpoints=1, checkpoint_every=1))
     assert s.steps == 6  # 12 trajectories / 2 per step -> v0 .. v6 published
     assert list_policy_versions(tmp_path, "r") == [5, 6]
     assert sorted(os.listdir(tmp_path / "runs/r/checkpoints")) == ["LATEST", "it00000006"]
 
 
-def _tree(root: Path) -> dict[str, str]:
-    """Digest of every file the trainer writes (records, checkpoints, policies), by path."""
-    out = {}
-    for sub in ("runs", "policies"):
-        for p in sorted((root / sub).rglob("*")) if (root / sub).exists() else []:
-            if p.is_file():
-                out[str(p.relative_to(root))] = hashlib.sha1(p.read_bytes()).hexdigest()
-    return out
-
-
-def _refusal_cfg(store: Path, run_id: str = "r", **run) -> TrainConfig:
-    # vocabulary 256: what the CLI's tiny-llama has (ids of the synthetic data are below 128)
-    return TrainConfig(store=str(store), model=ModelConfig(name="tiny-llama", tiny_vocab_size=256),
-                       data=DataConfig(batch_size=2, micro_batch_size=2, max_seq_len=512),
-                       algo=AlgoConfig(critic_warmup_steps=0),
-                       run=RunConfig(run_id=run_id, checkpoint_every=1, progress=False, **run))
-
-
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_an_update_that_makes_weights_non_finite_stops_and_keeps_the_last_good_version(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 8)
-    cfg = _refusal_cfg(tmp_path, max_steps=1)
+    cfg = refusal_config(tmp_path, max_steps=1)
     assert train(cfg).steps == 1  # v0, v1 published and checkpointed
     cfg.run.max_steps = None
     # past validation (as a config edited in memory, or an lr schedule gone wrong, would be)
     cfg.optim.policy_lr = float("inf")
-    before = _tree(tmp_path)
+    before = run_files_digest(tmp_path)
     with pytest.raises(NonFiniteUpdateError, match="policy update made parameters non-finite"):
         train(cfg, resume=True)
     assert latest_policy_version(tmp_path, "r") == 1 and list_policy_versions(tmp_path, "r") == [0, 1]
-    after = _tree(tmp_path)
+    after = run_files_digest(tmp_path)
     # only the config was rewritten and v1 re-published on resume; no record or checkpoint of the bad step
     assert {k for k in after if k not in before} == set()
     ckpt = json.loads((tmp_path / "runs/r/checkpoints/LATEST").read_text())

@@ -7,12 +7,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.helpers.cli import WIDTH_120
 from trajstore.cli.main import app
 
 runner = CliRunner()
-
-WIDTH_120 = {"COLUMNS": "120"}
-
 
 # issue 16: a new-user walkthrough finding (a slip in what a command prints)
 def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
