@@ -49,16 +49,16 @@ async def engine_events(app: ServeApp, call: ParsedCall, request: Any, *, watch_
     next_check = loop.time() + DISCONNECT_POLL_S
     try:
         while True:
-            if watch_disconnect:
-                try:  # tokens may arrive faster than the poll: check by the clock, not only when idle
+            if watch_disconnect and loop.time() >= next_check:  # by the clock: tokens may never pause
+                next_check = loop.time() + DISCONNECT_POLL_S
+                if await request.is_disconnected():
+                    return
+            if not q.empty():  # the common case while generating: no timer, no task per token
+                ev = q.get_nowait()
+            elif watch_disconnect:
+                try:
                     ev = await asyncio.wait_for(q.get(), max(0.0, next_check - loop.time()))
                 except asyncio.TimeoutError:
-                    ev = None
-                if loop.time() >= next_check:
-                    next_check = loop.time() + DISCONNECT_POLL_S
-                    if await request.is_disconnected():
-                        return
-                if ev is None:
                     continue
             else:
                 ev = await q.get()
