@@ -18,9 +18,7 @@ from trajstore.proxy.calls import SHUTTING_DOWN
 from trajstore.proxy.httpio import openai_error, read_json_object
 from trajstore.proxy.recorder import RESERVED_METADATA_KEYS
 from trajstore.proxy.state import ProxyState
-
-STATUSES = ("completed", "truncated", "aborted", "failed")
-"""The statuses a client may end an episode with."""
+from trajstore.schema import STATUSES  # a client may end an episode with any stored status
 
 # The routes below have comments, not docstrings: FastAPI would publish a docstring in /openapi.json.
 
