@@ -42,15 +42,6 @@ class PackedMicroBatch(NamedTuple):
     inv_temperature: torch.Tensor
     segments: torch.Tensor
 
-    @property
-    def segment_ids(self) -> torch.Tensor:
-        """``(1, L)`` int64 on the batch's device: position p belongs to trajectory i when
-        ``segments[i] <= p < segments[i + 1]``. What the seq-* loss aggregations need to average
-        per trajectory (:func:`trajstore.trainer.sao.aggregation.aggregate`)."""
-        lengths = (self.segments[1:] - self.segments[:-1]).cpu()  # built on the host: no device sync
-        ids = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
-        return ids.unsqueeze(0).to(self.input_ids.device)
-
 
 def pack(samples: Sequence[Sample], device: torch.device | str = "cpu") -> PackedMicroBatch:
     """Pack samples into one row in the prediction frame (see :class:`PackedMicroBatch`).

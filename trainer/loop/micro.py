@@ -33,7 +33,8 @@ class Micro:
 def trajectory_index(segments: torch.Tensor) -> torch.Tensor:
     """``(L,)`` int64: the trajectory of each position of a packing with offsets `segments`
     (``(n + 1,)`` int64, :attr:`PackedMicroBatch.segments`), on the device of `segments` (the
-    CPU for :func:`~trajstore.trainer.data.pack`'s, where this needs no host sync)."""
+    CPU for :func:`~trajstore.trainer.data.pack`'s, where this needs no host sync). Computed once per
+    micro-batch; as ``(1, L)`` it is also the ``segment_ids`` of the seq-* loss aggregations."""
     return torch.repeat_interleave(torch.arange(len(segments) - 1, device=segments.device), segments.diff())
 
 

@@ -140,7 +140,7 @@ def _critic_update(tr: Trainer, micros: list[Micro], n_tokens: torch.Tensor, n_s
             loss, st = tr.value_loss_fn(v.float(), m.returns, m.mb.action_mask,
                                         old_values=m.values if clip is not None else None, clip_range=clip,
                                         agg=tr.cfg.algo.loss_agg, num_tokens=n_tokens, num_sequences=n_seqs,
-                                        segment_ids=m.mb.segment_ids)
+                                        segment_ids=m.trajectory.unsqueeze(0))
             (loss * tr.env.world_size).backward()
         s = critic_stats(loss, st)
         acc = s if acc is None else add_sums(acc, s)
@@ -162,7 +162,7 @@ def _policy_update(tr: Trainer, micros: list[Micro], n_tokens: torch.Tensor,
             loss, st = tr.policy_loss_fn(lp.float(), m.mb.rollout_logprobs, m.advantages, m.mb.action_mask,
                                          algo.eps_low, algo.eps_high, agg=algo.loss_agg,
                                          num_tokens=n_tokens, num_sequences=n_seqs,
-                                         segment_ids=m.mb.segment_ids)
+                                         segment_ids=m.trajectory.unsqueeze(0))
             (loss * tr.env.world_size).backward()
         s = policy_stats(loss, st, (ent * m.mb.action_mask).sum())
         acc = s if acc is None else merge_policy(acc, s)
