@@ -29,3 +29,17 @@ def test_a_broken_row_in_an_s3_store_is_named_by_its_file_row_and_field(s3_store
     assert [(p.file.endswith("trajectories/x.parquet"), p.row_group, p.row, p.field) for p in report.problems] == [
         (True, 1, 1, "num_action_tokens")]  # row group 1, row 1 of the file (rows count from 0)
     assert report.problems[0].file.startswith("s3://")
+
+
+def test_an_unreachable_endpoint_is_one_line_naming_the_path() -> None:
+    # second walkthrough of issue 31: traj validate on an endpoint nobody answers printed a
+    # botocore traceback (the listing's error was not caught); the other commands print one line
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+
+    opts = ["--storage-option", "endpoint_url=http://127.0.0.1:1", "--storage-option", "key=a",
+            "--storage-option", "secret=b", "--storage-option", "config_kwargs={\"retries\": {\"max_attempts\": 1}}"]
+    r = CliRunner().invoke(app, ["validate", "s3://nowhere-bucket/x", *opts])
+    assert r.exit_code == 1, r.output
+    assert "cannot list s3://nowhere-bucket/x" in r.output and "Traceback" not in r.output, r.output

@@ -11,7 +11,8 @@ from typing import Any
 import fsspec
 from fsspec.core import url_to_fs
 
-from trajstore.errors import TrajstoreError
+from trajstore.errors import StoreError, TrajstoreError
+from trajstore.store.fsutil import why
 from trajstore.store.layout import SHARD_SUFFIX, TRAJECTORIES_DIR
 
 
@@ -50,20 +51,32 @@ def list_inputs(paths: Sequence[str], *, storage_options: Mapping[str, Any] | No
 
     Raises:
         NoSuchInputError: a path is neither a file nor a folder.
+        StoreError: a path cannot be listed (unreachable endpoint, bad credentials or options).
     """
     out: list[InputFile] = []
     for given in paths:
-        fs, path = url_to_fs(str(given), **dict(storage_options or {}))
-        path = path.rstrip("/") or path
-        if fs.isfile(path):
-            out.append(InputFile(str(given), fs, path))
-            continue
-        if not fs.isdir(path):
-            raise NoSuchInputError(str(given))
-        shards = f"{path}/{TRAJECTORIES_DIR}"
-        if fs.isdir(shards):
-            found = [p for p in fs.ls(shards, detail=False) if p.endswith(SHARD_SUFFIX)]
-        else:
-            found = [p for p in fs.find(path) if p.endswith(SHARD_SUFFIX)]
-        out += [InputFile(_url(str(given), fs, p), fs, p) for p in sorted(found)]
+        try:
+            out += _list_one(str(given), storage_options)
+        except NoSuchInputError:
+            raise
+        except FileNotFoundError:
+            raise NoSuchInputError(str(given)) from None
+        except Exception as e:  # an unreachable endpoint, bad credentials or options: one line, the path named
+            raise StoreError(f"cannot list {given}: {why(e)}") from e
     return out
+
+
+def _list_one(given: str, storage_options: Mapping[str, Any] | None) -> list[InputFile]:
+    """The Parquet files `given` names (see :func:`list_inputs`)."""
+    fs, path = url_to_fs(given, **dict(storage_options or {}))
+    path = path.rstrip("/") or path
+    if fs.isfile(path):
+        return [InputFile(given, fs, path)]
+    if not fs.isdir(path):
+        raise NoSuchInputError(given)
+    shards = f"{path}/{TRAJECTORIES_DIR}"
+    if fs.isdir(shards):
+        found = [p for p in fs.ls(shards, detail=False) if p.endswith(SHARD_SUFFIX)]
+    else:
+        found = [p for p in fs.find(path) if p.endswith(SHARD_SUFFIX)]
+    return [InputFile(_url(given, fs, p), fs, p) for p in sorted(found)]
