@@ -37,6 +37,10 @@ READABLE_VERSIONS: Final[tuple[int, ...]] = (1, 2)
 METADATA_SCHEMA_VERSION_KEY: Final[bytes] = b"trajstore.schema_version"
 METADATA_WRITER_KEY: Final[bytes] = b"trajstore.writer"
 
+ACTION_LOGPROBS_COLUMN: Final[str] = "logprobs"
+"""Name of the stored column holding one rollout log-prob per action token. New code names the
+column through this constant (the name changes with the schema version that gives it its own name)."""
+
 SpanKind = Literal["prompt", "action", "observation"]
 SPAN_KINDS: Final[tuple[str, ...]] = get_args(SpanKind)
 SPAN_KIND_CODES: Final[dict[str, int]] = {k: i for i, k in enumerate(SPAN_KINDS)}
