@@ -45,7 +45,7 @@ import pyarrow as pa
 import trajstore as ts
 from trajstore import audit
 from trajstore.convert import trajectories_to_table
-from trajstore.schema import CONSUMED_SCHEMA, TRAJECTORY_SCHEMA
+from trajstore.schema import ACTION_LOGPROBS_COLUMN, CONSUMED_SCHEMA, SCHEMA_VERSION, TRAJECTORY_SCHEMA
 from trajstore.store import TRAJECTORIES_DIR, open_store
 from trajstore.store.layout import run_consumed_dir
 from trajstore.writer import DEFAULT_FLUSH_ROWS
@@ -69,7 +69,7 @@ def _ids(prefix: str, start: int, n: int) -> pa.Array:
 
 
 def short_table(start: int, n: int, rng: np.random.Generator) -> pa.Table:
-    """`n` schema-v2 rows with the fixed LAYOUT, ids ``t<start..start+n>``, random versions,
+    """`n` schema-v3 rows with the fixed LAYOUT, ids ``t<start..start+n>``, random versions,
     rewards and sources. Every derived column is consistent with the spans."""
     lens = np.array([k for _, k in LAYOUT], np.int64)
     per_tok, n_spans = int(lens.sum()), len(LAYOUT)
@@ -82,7 +82,7 @@ def short_table(start: int, n: int, rng: np.random.Generator) -> pa.Table:
                                            type=TRAJECTORY_SCHEMA.field("tokens").type)
     logprobs = pa.LargeListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int64) * n_act),
                                              pa.array((-rng.exponential(1.0, n * n_act)).astype(np.float32)),
-                                             type=TRAJECTORY_SCHEMA.field("logprobs").type)
+                                             type=TRAJECTORY_SCHEMA.field(ACTION_LOGPROBS_COLUMN).type)
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
     act_idx = np.flatnonzero(act)
     pv = np.full((n, n_spans), -1, np.int64)
@@ -114,7 +114,9 @@ def short_table(start: int, n: int, rng: np.random.Generator) -> pa.Table:
     reward_mask = rng.random(n) < 0.1
     cols: dict[str, Any] = {
         "trajectory_id": _ids("t", start, n), "prompt_id": _ids("p", start % 997, n),
-        "group_id": pa.nulls(n, pa.string()),
+        "group_id": pa.nulls(n, pa.string()), "schema_version": pa.array(np.full(n, SCHEMA_VERSION, np.int64)),
+        "episode_id": _ids("t", start, n), "parent_trajectory_id": pa.nulls(n, pa.string()),
+        "fork_point": pa.nulls(n, pa.int64()), "link_kind": pa.nulls(n, pa.string()),
         "source": pa.array(np.array(SOURCES, dtype=object)[np.arange(start, start + n) % len(SOURCES)]),
         "model": pa.array(["policy"] * n), "tokenizer": pa.array(["HuggingFaceTB/SmolLM2-135M-Instruct"] * n),
         "created_at": pa.array(np.full(n, int(T0.timestamp() * 1e6), np.int64),
@@ -131,7 +133,7 @@ def short_table(start: int, n: int, rng: np.random.Generator) -> pa.Table:
         "num_actions": pa.array(np.full(n, int(act.sum()), np.int64)),
         "num_observations": pa.array(np.full(n, 1, np.int64)),
         "num_missing_logprobs": pa.array(np.zeros(n, np.int64)),
-        "tokens": tokens, "logprobs": logprobs, "spans": spans, "metadata": pa.nulls(n, pa.string()),
+        "tokens": tokens, ACTION_LOGPROBS_COLUMN: logprobs, "spans": spans, "metadata": pa.nulls(n, pa.string()),
     }
     return pa.Table.from_arrays([cols[f.name] for f in TRAJECTORY_SCHEMA], schema=TRAJECTORY_SCHEMA)
 
@@ -145,7 +147,7 @@ def check_generator() -> None:
         b = ts.TrajectoryBuilder(trajectory_id=row["trajectory_id"], prompt_id=row["prompt_id"],
                                  source=row["source"], model="policy",
                                  tokenizer="HuggingFaceTB/SmolLM2-135M-Instruct")
-        toks, lps = row["tokens"], row["logprobs"]
+        toks, lps = row["tokens"], row[ACTION_LOGPROBS_COLUMN]
         b.add_prompt(toks[0:6], role="user")
         b.add_action(toks[6:10], lps[0:4], policy_version=row["spans"][1]["policy_version"],
                      sampling={"temperature": 1.0})

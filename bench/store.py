@@ -55,7 +55,7 @@ import pyarrow.parquet as pq
 from trajstore import StoreWriter, iter_batches, open_store, read_trajectories, read_trajectories_by_id
 from trajstore.convert import trajectories_to_table
 from trajstore.models import Span, Trajectory
-from trajstore.schema import SCALAR_COLUMNS, TRAJECTORY_SCHEMA_V1
+from trajstore.schema import ACTION_LOGPROBS_COLUMN, SCALAR_COLUMNS, TRAJECTORY_SCHEMA_V1
 from trajstore.store import TRAJECTORIES_DIR
 from trajstore.validate import validate_trajectory
 
@@ -102,7 +102,7 @@ def synth_trajectories(n: int, seed: int) -> list[Trajectory]:
             trajectory_id=f"bench-{seed}-{i:06d}", prompt_id=f"task-{i % 997}", source="bench", model="policy",
             tokenizer="HuggingFaceTB/SmolLM2-135M-Instruct", created_at=created, status="completed",
             reward=float(rng.random() < 0.4), reward_raw=None, token_source="engine", logprob_source="engine",
-            tokens=tokens, logprobs=logprobs, spans=spans, metadata={"turns": turn},
+            tokens=tokens, action_logprobs=logprobs, spans=spans, metadata={"turns": turn},
         ))
     return out
 
@@ -132,14 +132,14 @@ def _write_lines(path: Path, lines: Any) -> None:
 def jsonl_write(path: Path, trajs: list[Trajectory]) -> None:
     """One JSON object per line; numpy arrays serialised natively (NaN log-probs -> null)."""
     opt = orjson.OPT_SERIALIZE_NUMPY
-    _write_lines(path, (orjson.dumps(_jsonl_record(t, t.tokens, t.logprobs), option=opt) for t in trajs))
+    _write_lines(path, (orjson.dumps(_jsonl_record(t, t.tokens, t.action_logprobs), option=opt) for t in trajs))
 
 
 def jsonl_write_lists(path: Path, trajs: list[Trajectory]) -> None:
     """Same lines, but from Python lists (what a harness holding engine JSON has): float32
     log-probs widened to Python floats, NaN -> None."""
     _write_lines(path, (orjson.dumps(_jsonl_record(t, t.tokens.tolist(),
-                                                   [None if x != x else x for x in t.logprobs.tolist()]))
+                                                   [None if x != x else x for x in t.action_logprobs.tolist()]))
                         for t in trajs))
 
 
@@ -284,7 +284,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
     trajs = synth_trajectories(args.trajectories, args.seed)
     lengths = np.array([len(t.tokens) for t in trajs])
     n_tok = int(lengths.sum())
-    n_act = int(sum(int((~np.isnan(t.logprobs)).sum()) for t in trajs))
+    n_act = int(sum(int((~np.isnan(t.action_logprobs)).sum()) for t in trajs))
     print(f"# trajstore store benchmark  ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
           f"{os.cpu_count()} CPUs visible, python {sys.version.split()[0]}, pyarrow {pa.__version__})")
     print(f"data: {len(trajs):,} trajectories, {n_tok:,} tokens ({n_act / n_tok:.0%} action), lengths "
@@ -487,7 +487,7 @@ def row_group_sweep(work: Path, table: pa.Table, chunks: list[int], ids: list[st
 # -- peers: Lance and Delta Lake ---------------------------------------------------------------
 
 
-STREAM_COLUMNS = ["tokens", "trajectory_id", "logprobs", "spans", "reward"]
+STREAM_COLUMNS = ["tokens", "trajectory_id", ACTION_LOGPROBS_COLUMN, "spans", "reward"]
 """What a trainer streams (the columns ``iter_batches`` reads), tokens first."""
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_FILE = Path(__file__).resolve().parents[1] / "schemas" / "trajectory.v2.arrow"
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "schemas" / "trajectory.v3.arrow"
 
 
 def one_trajectory(tid: str, reward: float) -> dict:
@@ -42,14 +42,15 @@ def one_trajectory(tid: str, reward: float) -> dict:
          "finish_reason": "stop", "temperature": 1.0, "logprob_start": 3, "num_missing_logprobs": 0},
     ]
     return {
-        "trajectory_id": tid, "prompt_id": "task-1", "group_id": None, "source": "my-harness/v1", "model": "my-policy",
+        "trajectory_id": tid, "schema_version": 3, "prompt_id": "task-1", "group_id": None,
+        "episode_id": tid, "parent_trajectory_id": None, "fork_point": None, "link_kind": None, "source": "my-harness/v1", "model": "my-policy",
         "tokenizer": "HuggingFaceTB/SmolLM2-135M-Instruct", "created_at": datetime.datetime.now(datetime.timezone.utc),
         "status": "completed", "reward": reward, "reward_raw": "true" if reward else "false",
         "token_source": "engine", "logprob_source": "engine", "trainable": True, "not_trainable_reason": None,
         "min_policy_version": 0, "max_policy_version": 1, "num_tokens": 11, "num_prompt_tokens": 4,
         "num_action_tokens": 5, "num_observation_tokens": 2, "num_actions": 2, "num_observations": 1,
         "num_missing_logprobs": 0, "tokens": [1, 9690, 198, 2683, 504, 3456, 2, 2684, 198, 1249, 2],
-        "logprobs": [-0.12, -1.5, -0.01, -0.3, -0.05], "spans": spans, "metadata": '{"harness": "example"}',
+        "action_logprobs": [-0.12, -1.5, -0.01, -0.3, -0.05], "spans": spans, "metadata": '{"harness": "example"}',
     }
 
 

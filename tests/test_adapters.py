@@ -128,7 +128,7 @@ def test_adapter_calls_build_a_valid_trajectory() -> None:
     b.add_action_call(sg, policy_version=5)
     t = b.finish()
     assert t.tokens.tolist() == [1, 2, 3, 11, 12, 9, 13]
-    assert np.array_equal(t.logprobs, np.array([np.nan] * 3 + [-0.5, -0.25, np.nan, -1.0], np.float32), equal_nan=True)
+    assert np.array_equal(t.action_logprobs, np.array([np.nan] * 3 + [-0.5, -0.25, np.nan, -1.0], np.float32), equal_nan=True)
     assert (span.start, span.end, span.policy_version, span.temperature) == (3, 5, 4, 1.0)
     assert span.call_id == "chatcmpl-1" and span.finish_reason == "stop"
 

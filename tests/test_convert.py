@@ -19,8 +19,8 @@ def test_v2_layout_by_hand(tmp_store: str) -> None:
     h1, h2 = hand_built_pair()
     open_store(tmp_store).write_table(trajectories_to_table([h1, h2]))
     t = read_trajectories(tmp_store, strict=True)
-    assert t.schema.field("logprobs").type == pa.large_list(pa.field("item", pa.float32(), nullable=False))
-    lp = t.column("logprobs").combine_chunks()
+    assert t.schema.field("action_logprobs").type == pa.large_list(pa.field("item", pa.float32(), nullable=False))
+    lp = t.column("action_logprobs").combine_chunks()
     assert lp.values.null_count == 0
     got = [np.asarray(x, np.float32) for x in lp.to_pylist()]
     np.testing.assert_array_equal(got[0], np.array([-0.5, NAN, -0.25, -1.0], np.float32))
@@ -47,4 +47,4 @@ def test_engine_action_token_without_logprob_is_stored_as_missing_not_refused() 
     # Item 5 of the ingest issue: a token whose engine gave no log-prob is kept, marked, counted.
     h1, _ = hand_built_pair()
     assert h1.logprob_source == "engine"
-    assert np.isnan(h1.logprobs[3]) and h1.logprobs[2] == np.float32(-0.5)
+    assert np.isnan(h1.action_logprobs[3]) and h1.action_logprobs[2] == np.float32(-0.5)

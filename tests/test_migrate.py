@@ -1,4 +1,4 @@
-"""trajstore/migrate.py: ``traj migrate``: v1 shards rewritten as v2 under their own names, rows and
+"""trajstore/migrate.py: ``traj migrate``: v1 shards rewritten as v3 under their own names, rows and
 order unchanged; killed with SIGKILL mid-run it loses nothing and a rerun finishes the job."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _assert_same(got: pa.Table, want: pa.Table) -> None:
     assert got.column("trajectory_id").to_pylist() == want.column("trajectory_id").to_pylist()
     for name in want.column_names:
         a, b = got.column(name).combine_chunks(), want.column(name).combine_chunks()
-        if name == "logprobs":
+        if name == "action_logprobs":
             assert a.offsets.to_pylist() == b.offsets.to_pylist()
             assert np.array_equal(a.values.to_numpy().view(np.uint32), b.values.to_numpy().view(np.uint32))
         elif name == "tokens":
@@ -38,7 +38,7 @@ def _assert_same(got: pa.Table, want: pa.Table) -> None:
             assert a.to_pylist() == b.to_pylist(), name
 
 
-def test_migrate_rewrites_v1_as_v2_under_the_same_names(tmp_store: str) -> None:
+def test_migrate_rewrites_v1_as_v3_under_the_same_names(tmp_store: str) -> None:
     want = write_big_v1_store(tmp_store, 3, 500)
     store = open_store(tmp_store)
     names_before = [s.name for s in store.list_shards()]
@@ -50,7 +50,7 @@ def test_migrate_rewrites_v1_as_v2_under_the_same_names(tmp_store: str) -> None:
     assert (len(res.migrated), res.rows, res.already_current) == (3, 6, 0)
     shards = open_store(tmp_store).list_shards(strict=True)
     assert [s.name for s in shards] == names_before
-    assert [s.schema_version for s in shards] == [2, 2, 2]
+    assert [s.schema_version for s in shards] == [3, 3, 3]
     _assert_same(read_trajectories(tmp_store, strict=True), want)
     again = migrate_store(tmp_store)
     assert (again.migrated, again.already_current) == ([], 3)
@@ -83,17 +83,17 @@ def test_migrate_killed_mid_run_loses_nothing_and_reruns(tmp_store: str) -> None
             proc.wait(timeout=30)
         assert proc.returncode == -signal.SIGKILL
         killed_mid += "done" not in tail
-        # Nothing lost, nothing partial: every shard reads (strict), some v1 and some v2.
+        # Nothing lost, nothing partial: every shard reads (strict), some v1 and some v3.
         shards = open_store(tmp_store).list_shards(strict=True)
         assert len(shards) == 10
         versions = [s.schema_version for s in shards]
-        assert 2 in versions and 1 in versions, versions
+        assert 3 in versions and 1 in versions, versions
         _assert_same(read_trajectories(tmp_store, strict=True), want)
     assert killed_mid == 2
 
     res = migrate_store(tmp_store)
     assert len(res.migrated) >= 1
-    assert [s.schema_version for s in open_store(tmp_store).list_shards(strict=True)] == [2] * 10
+    assert [s.schema_version for s in open_store(tmp_store).list_shards(strict=True)] == [3] * 10
     _assert_same(read_trajectories(tmp_store, strict=True), want)
     tmp = Path(tmp_store) / TMP_DIR
     assert not tmp.exists() or not [p for p in tmp.iterdir() if ".rewrite-" in p.name]
@@ -101,9 +101,9 @@ def test_migrate_killed_mid_run_loses_nothing_and_reruns(tmp_store: str) -> None
 
 def test_a_listing_from_before_a_migrate_still_reads_the_rewritten_shards(
         tmp_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A trainer or viewer lists the shards (v1), `traj migrate` then rewrites them as v2 under the
+    # A trainer or viewer lists the shards (v1), `traj migrate` then rewrites them as v3 under the
     # same names, then the reader opens them: each file must be converted by its own footer's
-    # version, not the listing's (reading v2 log-probs as v1 raised IndexError or shifted values).
+    # version, not the listing's (reading v3 log-probs as v1 raised IndexError or shifted values).
     want = write_big_v1_store(tmp_store, 1, 40)  # 1 shard, 2 rows: m0-0, m0-1
     store = open_store(tmp_store)
     (old,) = store.list_shards(strict=True)
@@ -119,7 +119,7 @@ def test_a_listing_from_before_a_migrate_still_reads_the_rewritten_shards(
     assert len(before) == 4  # 2 trajectories x 2 action spans
     migrate_store(tmp_store)
     (fresh,) = open_store(tmp_store).list_shards(strict=True)
-    assert (fresh.schema_version, fresh.num_row_groups) == (2, 1)
+    assert (fresh.schema_version, fresh.num_row_groups) == (3, 1)
 
     after = conn.sql(query).fetchall()
     assert [r[:2] for r in after] == [r[:2] for r in before]
@@ -128,7 +128,7 @@ def test_a_listing_from_before_a_migrate_still_reads_the_rewritten_shards(
     _assert_same(read_shard(store, stale), want)
     batches = list(iter_shard_batches(store, stale, strict=True))
     assert [t for b in batches for t in b.trajectory_ids] == ["m0-0", "m0-1"]
-    want_lp = want.column("logprobs").combine_chunks().values.to_numpy()
+    want_lp = want.column("action_logprobs").combine_chunks().values.to_numpy()
     assert np.array_equal(np.concatenate([b.logprobs for b in batches]).view(np.uint32), want_lp.view(np.uint32))
     monkeypatch.setattr(Store, "list_shards", lambda self, *a, **k: [stale])
     _assert_same(read_trajectories(tmp_store, strict=True), want)

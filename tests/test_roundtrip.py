@@ -70,14 +70,14 @@ def _assert_bit_exact(expected: list[Trajectory], table: pa.Table, *, exact_sche
         t = by_id[row["trajectory_id"]]
         tok = table.column("tokens")[i].values.to_numpy()
         assert tok.dtype == np.int32 and np.array_equal(tok, t.tokens)
-        lp = table.column("logprobs")[i].values
+        lp = table.column("action_logprobs")[i].values
         assert lp.type == pa.float32() and lp.null_count == 0
         # v2: exactly the action tokens' values, in token order, bit for bit (NaN where the SDK had none).
         act = np.zeros(len(t.tokens), dtype=bool)
         for s in t.spans:
             if s.kind == "action":
                 act[s.start:s.end] = True
-        want = t.logprobs[act]
+        want = t.action_logprobs[act]
         assert np.array_equal(lp.to_numpy().view(np.uint32), want.view(np.uint32))
         # Each action span's derived fields: where its slice starts and how many values it lacks.
         offset = 0
@@ -85,7 +85,7 @@ def _assert_bit_exact(expected: list[Trajectory], table: pa.Table, *, exact_sche
             if s.kind == "action":
                 n = s.end - s.start
                 assert stored["logprob_start"] == offset
-                assert stored["num_missing_logprobs"] == int(np.isnan(t.logprobs[s.start:s.end]).sum())
+                assert stored["num_missing_logprobs"] == int(np.isnan(t.action_logprobs[s.start:s.end]).sum())
                 offset += n
             else:
                 assert stored["logprob_start"] is None and stored["num_missing_logprobs"] is None
@@ -129,8 +129,8 @@ def _roundtrip(uri: str, storage_options: dict[str, Any] | None, trajs: list[Tra
     back = {t.trajectory_id: t for t in table_to_trajectories(table)}
     for t in trajs:
         b = back[t.trajectory_id]
-        assert b.model_dump(exclude={"tokens", "logprobs"}) == t.model_dump(exclude={"tokens", "logprobs"})
-        assert np.array_equal(b.logprobs, t.logprobs, equal_nan=True)
+        assert b.model_dump(exclude={"tokens", "action_logprobs"}) == t.model_dump(exclude={"tokens", "action_logprobs"})
+        assert np.array_equal(b.action_logprobs, t.action_logprobs, equal_nan=True)
 
     # The lazy reader sees the same data.
     lazy = scan_trajectories(uri, storage_options=storage_options, strict=True).collect()
@@ -151,9 +151,9 @@ def _roundtrip(uri: str, storage_options: dict[str, Any] | None, trajs: list[Tra
                 if s.kind == "action":
                     act[s.start:s.end] = True
             la, lb = batch.logprob_offsets[j], batch.logprob_offsets[j + 1]
-            assert np.array_equal(batch.logprobs[la:lb].view(np.uint32), t.logprobs[act].view(np.uint32))
-            assert np.array_equal(batch.logprob_valid[la:lb], ~np.isnan(t.logprobs[act]))
-            assert np.array_equal(full[a:b].view(np.uint32), t.logprobs.view(np.uint32))
+            assert np.array_equal(batch.logprobs[la:lb].view(np.uint32), t.action_logprobs[act].view(np.uint32))
+            assert np.array_equal(batch.logprob_valid[la:lb], ~np.isnan(t.action_logprobs[act]))
+            assert np.array_equal(full[a:b].view(np.uint32), t.action_logprobs.view(np.uint32))
             assert np.array_equal(batch.tokens[positions[la:lb]], t.tokens[act])
             s0, s1 = batch.span_offsets[j], batch.span_offsets[j + 1]
             assert batch.span_policy_version[s0:s1].tolist() == [

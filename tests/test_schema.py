@@ -15,7 +15,9 @@ import pyarrow as pa
 from tests.helpers.paths import REPO_ROOT
 from trajstore.models import Span, Trajectory
 from trajstore.schema import (
+    ACTION_LOGPROBS_COLUMN,
     DERIVED_SPAN_FIELDS,
+    LINK_KINDS,
     SCHEMA_VERSION,
     SPAN_FIELDS,
     SPAN_KINDS,
@@ -27,7 +29,7 @@ from trajstore.schema import (
 
 # not_trainable_reason is also a model field: a producer may declare one (e.g. engine ids of an
 # unknown tokenizer); without one it is derived ("no action tokens")
-DERIVED = {"trainable", "min_policy_version", "max_policy_version", "num_tokens",
+DERIVED = {"schema_version", "trainable", "min_policy_version", "max_policy_version", "num_tokens",
            "num_prompt_tokens", "num_action_tokens", "num_observation_tokens", "num_actions", "num_observations",
            "num_missing_logprobs"}
 """Columns the writer computes from `spans` / `tokens`; they are not SDK inputs."""
@@ -61,9 +63,12 @@ def test_trajectory_model_matches_arrow_schema_field_by_field() -> None:
         if f.name in DERIVED:
             continue
         inner, optional = _unwrap(model[f.name].annotation)
-        if f.name in ("tokens", "logprobs"):
+        if f.name in ("tokens", "action_logprobs"):
             assert pa.types.is_large_list(f.type)
             assert inner is np.ndarray, f.name
+            continue
+        if f.name == "episode_id":  # required in the store; None in the model = the writer's default (its own id)
+            assert not f.nullable and inner is str and optional and model[f.name].default is None
             continue
         if f.name == "metadata":  # JSON object in the SDK, JSON text in the store
             assert f.type == pa.string() and typing.get_origin(inner) is dict
@@ -98,27 +103,29 @@ def test_span_model_matches_span_struct() -> None:
 
 def test_token_columns_are_large_lists_and_version_is_stamped() -> None:
     tok = TRAJECTORY_SCHEMA.field("tokens").type
-    lp = TRAJECTORY_SCHEMA.field("logprobs").type
+    lp = TRAJECTORY_SCHEMA.field("action_logprobs").type
     assert tok == pa.large_list(pa.field("item", pa.int32(), nullable=False))
     # v2: one non-null float32 per action token (no nulls inside the list)
     assert lp == pa.large_list(pa.field("item", pa.float32(), nullable=False))
-    assert not TRAJECTORY_SCHEMA.field("logprobs").nullable
-    assert SCHEMA_VERSION == 2
+    assert not TRAJECTORY_SCHEMA.field("action_logprobs").nullable
+    assert SCHEMA_VERSION == 3
     assert pa.types.is_struct(TRAJECTORY_SCHEMA.field("spans").type.value_type)
     assert TRAJECTORY_SCHEMA.metadata[b"trajstore.schema_version"] == str(SCHEMA_VERSION).encode()
     assert SPAN_KINDS == ("prompt", "action", "observation")
 
 
 def test_schemas_json_has_not_drifted() -> None:
-    for version in (1, 2):
+    for version in (1, 2, 3):
         path = REPO_ROOT / "schemas" / f"trajectory.v{version}.json"
         assert path.read_text() == schema_json(version), (
             f"schemas/trajectory.v{version}.json differs from trajstore.schema; regenerate with "
             f"`python -m trajstore.schema {version} > schemas/trajectory.v{version}.json`")
-    described = {f["name"]: f for f in json.loads((REPO_ROOT / "schemas" / "trajectory.v2.json").read_text())["fields"]}
+    described = {f["name"]: f for f in json.loads((REPO_ROOT / "schemas" / "trajectory.v3.json").read_text())["fields"]}
     assert list(described) == TRAJECTORY_SCHEMA.names
     assert described["tokens"]["type"] == {"type": "large_list", "item": "int32", "item_nullable": False}
-    assert described["logprobs"]["type"] == {"type": "large_list", "item": "float", "item_nullable": False}
+    assert described["action_logprobs"]["type"] == {"type": "large_list", "item": "float", "item_nullable": False}
+    v2 = {f["name"]: f for f in json.loads((REPO_ROOT / "schemas" / "trajectory.v2.json").read_text())["fields"]}
+    assert v2["logprobs"]["type"] == described["action_logprobs"]["type"] and "action_logprobs" not in v2
     v1 = {f["name"]: f for f in json.loads((REPO_ROOT / "schemas" / "trajectory.v1.json").read_text())["fields"]}
     assert v1["logprobs"]["type"]["item_nullable"] is True and "num_missing_logprobs" not in v1
 
@@ -132,3 +139,31 @@ def test_v1_schema_is_frozen_as_it_was_written() -> None:
     assert v1.field("logprobs").type == pa.large_list(pa.field("item", pa.float32()))
     span = v1.field("spans").type.value_type
     assert span.num_fields == 16 and span.field(span.num_fields - 1).name == "truncated"
+
+
+def test_v2_schema_is_frozen_as_it_was_written() -> None:
+    """v3 renamed the log-prob column and added columns; v2 shards are still described as written.
+    Checked against the v2 layout by hand: 27 columns, action-aligned `logprobs` (non-null floats),
+    19 span fields, no schema_version / lineage column."""
+    v2 = trajectory_schema(2)
+    assert v2.metadata[b"trajstore.schema_version"] == b"2"
+    assert len(v2.names) == 27 and "action_logprobs" not in v2.names
+    assert not {"schema_version", "episode_id", "parent_trajectory_id", "fork_point", "link_kind"} & set(v2.names)
+    assert v2.field("logprobs").type == pa.large_list(pa.field("item", pa.float32(), nullable=False))
+    assert v2.field("spans").type.value_type.num_fields == 19
+    assert b"`logprobs`" in v2.field("num_missing_logprobs").metadata[b"doc"]
+
+
+def test_v3_adds_the_version_and_lineage_columns() -> None:
+    """v3 = v2 + schema_version, episode_id (required), parent_trajectory_id, fork_point, link_kind
+    (nullable), and `logprobs` renamed `action_logprobs` (32 columns)."""
+    v3 = trajectory_schema(3)
+    assert len(v3.names) == 32 and ACTION_LOGPROBS_COLUMN == "action_logprobs" and "logprobs" not in v3.names
+    assert v3.field("schema_version").type == pa.int64() and not v3.field("schema_version").nullable
+    assert v3.field("episode_id").type == pa.string() and not v3.field("episode_id").nullable
+    assert v3.field("fork_point").type == pa.int64() and v3.field("fork_point").nullable
+    for name in ("parent_trajectory_id", "link_kind"):
+        assert v3.field(name).type == pa.string() and v3.field(name).nullable
+    assert LINK_KINDS == ("subagent", "context_rewrite", "fork", "continuation")
+    assert [n for n in v3.names if n not in trajectory_schema(2).names] == [
+        "schema_version", "episode_id", "parent_trajectory_id", "fork_point", "link_kind", "action_logprobs"]

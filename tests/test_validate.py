@@ -71,7 +71,7 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
     ("retokenized with engine logprobs", dict(token_source="retokenized"), "logprob_source", "retokenized"),
     ("nan reward", dict(reward=NAN), "reward", "finite or null"),
     ("inf reward", dict(reward=math.inf), "reward", "finite or null"),
-    ("logprobs length", dict(logprobs=[NAN, NAN, -0.1, -0.2, -0.3]), "logprobs", "length 5 != length of tokens 6"),
+    ("logprobs length", dict(logprobs=[NAN, NAN, -0.1, -0.2, -0.3]), "action_logprobs", "length 5 != length of tokens 6"),
     ("negative token id", dict(tokens=[1, 2, 3, -4, 5, 6]), "tokens", "tokens[3] = -4"),
     ("bad span kind", dict(spans=_spans(("prompt", 0, 2), ("action", 2, 5), ("tool", 5, 6))),
      "spans[2].kind", "'tool' is not one of"),
@@ -107,21 +107,21 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
      "spans[1].top_p", "(0, 1]"),
     ("top_p above one", dict(spans=_spans(("prompt", 0, 2), ("action", 2, 5), ("observation", 5, 6), top_p=1.5)),
      "spans[1].top_p", "(0, 1]"),
-    ("logprob on a prompt token", dict(logprobs=[-0.5, NAN, -0.1, -0.2, -0.3, NAN]), "logprobs",
+    ("logprob on a prompt token", dict(logprobs=[-0.5, NAN, -0.1, -0.2, -0.3, NAN]), "action_logprobs",
      "must be null outside action spans (1 non-null, first at token 0)"),
-    ("logprob on an observation token", dict(logprobs=[NAN, NAN, -0.1, -0.2, -0.3, -1.0]), "logprobs",
+    ("logprob on an observation token", dict(logprobs=[NAN, NAN, -0.1, -0.2, -0.3, -1.0]), "action_logprobs",
      "first at token 5"),
-    ("engine trajectory with no action log-prob at all", dict(logprobs=[NAN] * 6), "logprobs",
+    ("engine trajectory with no action log-prob at all", dict(logprobs=[NAN] * 6), "action_logprobs",
      "logprob_source is engine but no action token has a log-prob"),
-    ("engine action token with -inf logprob", dict(logprobs=[NAN, NAN, -0.1, -0.2, -math.inf, NAN]), "logprobs",
+    ("engine action token with -inf logprob", dict(logprobs=[NAN, NAN, -0.1, -0.2, -math.inf, NAN]), "action_logprobs",
      "1 action token(s) have an infinite log-prob (first at token 4: -inf)"),
     # vLLM's -9999.0 stand-in for -inf (and any value no engine can have sampled) given through the SDK
-    ("engine stand-in -9999 logprob", dict(logprobs=[NAN, NAN, -0.1, -9999.0, -0.3, NAN]), "logprobs",
+    ("engine stand-in -9999 logprob", dict(logprobs=[NAN, NAN, -0.1, -9999.0, -0.3, NAN]), "action_logprobs",
      "1 action token(s) have a log-prob below -1000 nats (first at token 3: -9999.0)"),
-    ("logprob -1e30", dict(logprobs=[NAN, NAN, -1e30, -0.2, -0.3, NAN]), "logprobs", "(first at token 2: -1.00000001"),
-    ("positive logprob", dict(logprobs=[NAN, NAN, -0.1, 0.2, -0.3, NAN]), "logprobs",
+    ("logprob -1e30", dict(logprobs=[NAN, NAN, -1e30, -0.2, -0.3, NAN]), "action_logprobs", "(first at token 2: -1.00000001"),
+    ("positive logprob", dict(logprobs=[NAN, NAN, -0.1, 0.2, -0.3, NAN]), "action_logprobs",
      "must be <= 0 (1 positive, first at token 3"),
-    ("logprob_source none with logprobs", dict(logprob_source="none"), "logprobs",
+    ("logprob_source none with logprobs", dict(logprob_source="none"), "action_logprobs",
      "logprob_source is 'none' but some log-probs are set"),
 ]
 
@@ -152,7 +152,7 @@ def test_all_violations_reported_together() -> None:
     with pytest.raises(TrajectoryValidationError) as ei:
         validate_trajectory(traj)
     fields = [v.field for v in ei.value.violations]
-    assert {"status", "reward", "tokens", "spans[1].start", "logprobs"} <= set(fields)
+    assert {"status", "reward", "tokens", "spans[1].start", "action_logprobs"} <= set(fields)
     assert f"({len(fields)} problems)" in str(ei.value)
     assert find_violations(traj) == ei.value.violations
 
@@ -190,7 +190,7 @@ def test_engine_action_token_without_logprob_is_accepted_and_counted(tmp_store: 
     # action tokens 2..4: values [-0.1, NaN, -0.3] -> one missing
     assert row["num_missing_logprobs"] == 1
     assert [s["num_missing_logprobs"] for s in row["spans"]] == [None, 1, None]
-    assert row["logprobs"][0] == pytest.approx(-0.1) and math.isnan(row["logprobs"][1])
+    assert row["action_logprobs"][0] == pytest.approx(-0.1) and math.isnan(row["action_logprobs"][1])
 
 
 def test_action_without_logprobs_needs_no_version_when_source_is_none() -> None:

@@ -162,7 +162,7 @@ class TrajectoryBuilder:
             token_source="engine",
             logprob_source="engine" if self._any_action_logprobs else "none",
             tokens=np.concatenate(self._tokens) if self._tokens else np.zeros(0, np.int32),
-            logprobs=np.concatenate(self._logprobs) if self._logprobs else np.zeros(0, np.float32),
+            action_logprobs=np.concatenate(self._logprobs) if self._logprobs else np.zeros(0, np.float32),
             spans=self._spans,
             **self._fields,
         )

@@ -1,5 +1,5 @@
 """Conversion between SDK models (:class:`~trajstore.models.Trajectory`) and Arrow tables of
-schema v2, and of tables read from older shards (v1) into v2. Per-token columns are built from
+schema v3, and of tables read from older shards (v1, v2) into v3. Per-token columns are built from
 concatenated numpy arrays (no per-token Python)."""
 
 from __future__ import annotations
@@ -13,9 +13,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from trajstore.lineage import episode_id_column, episode_id_of
 from trajstore.models import Span, Trajectory
 from trajstore.schema import (
+    ACTION_LOGPROBS_COLUMN,
+    COLUMNS_NEW_IN_V3,
     DERIVED_SPAN_FIELDS,
+    LEGACY_LOGPROBS_COLUMN,
     READABLE_VERSIONS,
     SCHEMA_VERSION,
     SPAN_FIELDS,
@@ -23,6 +27,7 @@ from trajstore.schema import (
     SPAN_TYPE,
     TRAJECTORY_SCHEMA,
     TRAJECTORY_SCHEMA_V1,
+    TRAJECTORY_SCHEMA_V2,
 )
 
 
@@ -116,21 +121,29 @@ def _spans_array(trajectories: Sequence[Trajectory], list_type: pa.ListType,
 def trajectories_to_table(trajectories: Sequence[Trajectory], *, version: int = SCHEMA_VERSION) -> pa.Table:
     """Arrow table of schema `version` with one row per trajectory (derived columns computed here).
 
-    v2 (default): the SDK model's full-length log-probs (NaN outside actions) are cut to the
+    v3 (default): the SDK model's full-length log-probs (NaN outside actions) are cut to the
     action tokens in token order (see :mod:`trajstore.schema`); NaN inside an action stays NaN
-    and is counted in ``num_missing_logprobs``. ``version=1`` builds the old layout (full-length
-    log-probs, NaN -> null), which only benchmarks and tests of the v1 read path need.
-    Inputs are assumed validated.
+    and is counted in ``num_missing_logprobs``; ``schema_version`` is 3 and an unset
+    ``episode_id`` is :func:`episode_id_of`. ``version=1`` / ``version=2`` build the old
+    layouts (v1: full-length log-probs, NaN -> null; v2: v3 without the new columns, the
+    log-prob column named ``logprobs``), which only benchmarks and tests of the read and
+    migrate paths need. Inputs are assumed validated.
 
     Raises:
-        ValueError: `version` is not 1 or 2.
+        ValueError: `version` is not 1, 2 or 3.
     """
     if version == 1:
         return _trajectories_to_table_v1(trajectories)
+    if version == 2:
+        v3 = trajectories_to_table(trajectories)
+        v3 = v3.drop_columns(list(COLUMNS_NEW_IN_V3)).rename_columns(
+            [LEGACY_LOGPROBS_COLUMN if n == ACTION_LOGPROBS_COLUMN else n for n in v3.column_names
+             if n not in COLUMNS_NEW_IN_V3])
+        return pa.Table.from_arrays(v3.columns, schema=TRAJECTORY_SCHEMA_V2)
     if version != SCHEMA_VERSION:
         raise ValueError(f"cannot write schema version {version}")
     rows: dict[str, list[Any]] = {f.name: [] for f in TRAJECTORY_SCHEMA
-                                  if f.name not in ("tokens", "logprobs", "spans", "num_missing_logprobs")}
+                                  if f.name not in ("tokens", ACTION_LOGPROBS_COLUMN, "spans", "num_missing_logprobs")}
     act_starts: list[int] = []   # flat (batch-wide) token index of each action span's first token
     act_lens: list[int] = []
     act_row: list[int] = []      # trajectory (row) of each action span
@@ -143,6 +156,10 @@ def trajectories_to_table(trajectories: Sequence[Trajectory], *, version: int = 
                 rows[name].append(d[name])
             elif name == "metadata":
                 rows[name].append(metadata_json(t.metadata))
+            elif name == "schema_version":
+                rows[name].append(SCHEMA_VERSION)
+            elif name == "episode_id":
+                rows[name].append(t.episode_id or episode_id_of(t.trajectory_id, t.metadata))
             else:
                 rows[name].append(getattr(t, name))
         for s in t.spans:
@@ -154,7 +171,7 @@ def trajectories_to_table(trajectories: Sequence[Trajectory], *, version: int = 
                 act_row.append(row)
         base += len(t.tokens)
     lens = np.asarray(act_lens, dtype=np.int64)
-    full = (np.concatenate([t.logprobs for t in trajectories]).astype(np.float32, copy=False)
+    full = (np.concatenate([t.action_logprobs for t in trajectories]).astype(np.float32, copy=False)
             if trajectories else np.zeros(0, np.float32))
     action_lp = full[ranges_positions(np.asarray(act_starts, dtype=np.int64), lens)]
     n_act = np.asarray(rows["num_action_tokens"], dtype=np.int64)
@@ -175,7 +192,7 @@ def trajectories_to_table(trajectories: Sequence[Trajectory], *, version: int = 
     for f in TRAJECTORY_SCHEMA:
         if f.name == "tokens":
             columns[f.name] = _large_list([t.tokens for t in trajectories], np.int32, f.type)
-        elif f.name == "logprobs":
+        elif f.name == ACTION_LOGPROBS_COLUMN:
             columns[f.name] = pa.LargeListArray.from_arrays(pa.array(lp_offsets), pa.array(action_lp), type=f.type)
         elif f.name == "spans":
             columns[f.name] = _spans_array(trajectories, f.type, derived)
@@ -194,11 +211,12 @@ def _trajectories_to_table_v1(trajectories: Sequence[Trajectory]) -> pa.Table:
     for f in schema:
         if f.name == "tokens":
             columns[f.name] = _large_list([t.tokens for t in trajectories], np.int32, f.type)
-        elif f.name == "logprobs":
-            lengths = np.fromiter((len(t.logprobs) for t in trajectories), dtype=np.int64, count=len(trajectories))
+        elif f.name == LEGACY_LOGPROBS_COLUMN:
+            lengths = np.fromiter((len(t.action_logprobs) for t in trajectories), dtype=np.int64,
+                                  count=len(trajectories))
             offsets = np.zeros(len(trajectories) + 1, dtype=np.int64)
             np.cumsum(lengths, out=offsets[1:])
-            flat = (np.concatenate([t.logprobs for t in trajectories]).astype(np.float32, copy=False)
+            flat = (np.concatenate([t.action_logprobs for t in trajectories]).astype(np.float32, copy=False)
                     if trajectories else np.zeros(0, np.float32))
             columns[f.name] = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat, mask=np.isnan(flat)),
                                                             type=f.type)
@@ -249,16 +267,19 @@ def action_positions(spans_kind: np.ndarray, spans_start: np.ndarray, spans_end:
 
 
 def table_to_trajectories(table: pa.Table) -> list[Trajectory]:
-    """Inverse of :func:`trajectories_to_table` for a schema-v2 table (derived columns are
-    dropped; log-probs are expanded to the SDK's full length, NaN outside action spans)."""
+    """Inverse of :func:`trajectories_to_table` for a schema-v3 table (derived columns are
+    dropped; log-probs are expanded to the SDK's full length, NaN outside action spans; lineage
+    columns the table lacks are None, and an ``episode_id`` equal to the writer's default
+    (:func:`episode_id_of`) is None, as in a model that named none)."""
     out = []
     tokens_col = table.column("tokens").combine_chunks()
-    lp_col = table.column("logprobs").combine_chunks()
+    lp_col = table.column(ACTION_LOGPROBS_COLUMN).combine_chunks()
     tok_off = tokens_col.offsets.to_numpy()
     tok_val = tokens_col.values.to_numpy()
     lp_off = lp_col.offsets.to_numpy()
     lp_val = lp_col.values.to_numpy(zero_copy_only=False)
-    scalars = table.select([n for n in ("trajectory_id", "prompt_id", "group_id", "source", "model",
+    lineage = [n for n in ("episode_id", "parent_trajectory_id", "fork_point", "link_kind") if n in table.column_names]
+    scalars = table.select([n for n in ("trajectory_id", "prompt_id", "group_id", *lineage, "source", "model",
                                         "tokenizer", "created_at", "status", "reward", "reward_raw",
                                         "token_source", "logprob_source", "metadata")]).to_pylist()
     # a declared reason (not the derived "no action tokens") goes back into the model
@@ -269,13 +290,15 @@ def table_to_trajectories(table: pa.Table) -> list[Trajectory]:
     span_names = [f.name for f, _ in SPAN_FIELDS if f.name not in DERIVED_SPAN_FIELDS]
     for i, row in enumerate(scalars):
         row["metadata"] = json.loads(row["metadata"]) if row["metadata"] else {}
+        if row.get("episode_id") == episode_id_of(row["trajectory_id"], row["metadata"]):
+            row["episode_id"] = None  # the writer's default, as the model had it (None = derived)
         tok = tok_val[tok_off[i]:tok_off[i + 1]]
         full = np.full(len(tok), np.nan, dtype=np.float32)
         acts = [(s["start"], s["end"]) for s in spans[i] if s["kind"] == "action"]
         pos = ranges_positions(np.array([a for a, _ in acts], np.int64), np.array([b - a for a, b in acts], np.int64))
         full[pos] = lp_val[lp_off[i]:lp_off[i + 1]]
         out.append(Trajectory(
-            **row, not_trainable_reason=declared[i], tokens=tok, logprobs=full,
+            **row, not_trainable_reason=declared[i], tokens=tok, action_logprobs=full,
             spans=[Span(**{k: s[k] for k in span_names}) for s in spans[i]],
         ))
     return out
@@ -284,49 +307,74 @@ def table_to_trajectories(table: pa.Table) -> list[Trajectory]:
 # -- older schema versions ---------------------------------------------------------------------
 
 
-def v1_read_columns(columns: Sequence[str] | None) -> list[str] | None:
-    """Columns to read from a schema-v1 shard to produce `columns` of schema v2 (None = all).
+def read_columns(columns: Sequence[str] | None, version: int) -> list[str] | None:
+    """Columns to read from a shard of schema `version` to produce `columns` of the current
+    schema (None = all) with :func:`upgrade_table`.
 
-    ``logprobs`` and ``spans`` are rebuilt from ``spans``, ``logprob_source`` and
-    ``num_action_tokens`` (and v1's full-length ``logprobs`` when asked for);
-    ``num_missing_logprobs`` alone from ``logprob_source`` and ``num_action_tokens``.
+    v3: `columns` as they are. v2: ``action_logprobs`` is v2's ``logprobs``; ``episode_id``
+    needs ``trajectory_id`` and ``metadata``; ``schema_version`` and the other lineage columns
+    need only ``trajectory_id`` (for the row count). v1: as v2, and ``action_logprobs`` and
+    ``spans`` are rebuilt from ``spans``, ``logprob_source`` and ``num_action_tokens`` (and v1's
+    full-length ``logprobs`` when asked for); ``num_missing_logprobs`` alone from
+    ``logprob_source`` and ``num_action_tokens``.
+
+    Raises:
+        ValueError: `version` is not readable.
     """
-    if columns is None:
-        return None
-    v1_names = set(TRAJECTORY_SCHEMA_V1.names)
-    need = [c for c in columns if c in v1_names]
-    if {"logprobs", "spans"} & set(columns):
-        need += ["spans", "logprob_source", "num_action_tokens"]
-    elif "num_missing_logprobs" in columns:  # v1's write-time rule needs no spans (a scalar read stays scalar)
-        need += ["logprob_source", "num_action_tokens"]
+    if version not in READABLE_VERSIONS:
+        raise ValueError(f"cannot convert schema version {version} (this package reads {list(READABLE_VERSIONS)})")
+    if columns is None or version == SCHEMA_VERSION:
+        return None if columns is None else list(columns)
+    wanted = [LEGACY_LOGPROBS_COLUMN if c == ACTION_LOGPROBS_COLUMN else c for c in columns]
+    old_names = set((TRAJECTORY_SCHEMA_V1 if version == 1 else TRAJECTORY_SCHEMA_V2).names)
+    need = [c for c in wanted if c in old_names]
+    if set(COLUMNS_NEW_IN_V3) & set(columns):
+        need.append("trajectory_id")
+    if "episode_id" in columns:
+        need.append("metadata")
+    if version == 1:
+        if {LEGACY_LOGPROBS_COLUMN, "spans"} & set(wanted):
+            need += ["spans", "logprob_source", "num_action_tokens"]
+        elif "num_missing_logprobs" in wanted:  # v1's write-time rule needs no spans (a scalar read stays scalar)
+            need += ["logprob_source", "num_action_tokens"]
     return list(dict.fromkeys(need))
 
 
+def v1_read_columns(columns: Sequence[str] | None) -> list[str] | None:
+    """:func:`read_columns` for a schema-v1 shard."""
+    return read_columns(columns, 1)
+
+
 def upgrade_table(table: pa.Table, version: int, *, columns: Sequence[str] | None = None) -> pa.Table:
-    """A table read from a shard of schema `version` as schema v2 (the current one).
+    """A table read from a shard of schema `version` as schema v3 (the current one).
 
     v1 -> v2: ``logprobs`` keeps only the action tokens' values, in token order, nulls -> NaN;
     the spans gain ``num_missing_logprobs`` (NaN/null action tokens of the span) and the row
     ``num_missing_logprobs``. Without v1's ``logprobs`` in `table`, the counts follow v1's
     write-time rule (engine: every action token has a log-prob; none: none has).
 
+    v2 -> v3: ``logprobs`` is renamed ``action_logprobs`` (values unchanged, bit for bit);
+    ``schema_version`` is 3 (the layout the row now has; the shard's footer keeps the file's);
+    ``episode_id`` is :func:`episode_id_of` (metadata ``episode.id`` of a split episode's part,
+    else ``trajectory_id``); ``parent_trajectory_id``, ``fork_point`` and ``link_kind`` are null.
+
     Args:
-        table: columns read with :func:`v1_read_columns` (any subset of the v1 schema).
+        table: columns read with :func:`read_columns` (any subset of the `version` schema).
         version: the shard's schema version.
-        columns: v2 columns wanted, in order (None = the whole v2 schema).
+        columns: v3 columns wanted, in order (None = the whole v3 schema).
 
     Returns:
-        `columns` of schema v2 (missing nullable columns filled with nulls).
+        `columns` of schema v3 (missing nullable columns filled with nulls).
 
     Raises:
         ValueError: unknown `version`.
     """
     if version == SCHEMA_VERSION:
         return conform_table(table, columns)
-    if version != 1:
+    if version not in (1, 2):
         raise ValueError(f"cannot convert schema version {version} (this package reads {list(READABLE_VERSIONS)})")
     cols = dict(zip(table.column_names, table.columns))
-    if "spans" in cols:
+    if version == 1 and "spans" in cols:
         sp = _combined(cols["spans"])
         sp_off = sp.offsets.to_numpy().astype(np.int64)
         sp_off = sp_off - sp_off[0]
@@ -337,8 +385,8 @@ def upgrade_table(table: pa.Table, version: int, *, columns: Sequence[str] | Non
         lens = np.where(kind, end - start, 0)
         spans_per_row = np.diff(sp_off)
         n_act = segment_sums(lens, spans_per_row)
-        if "logprobs" in cols:
-            lp = _combined(cols["logprobs"])
+        if LEGACY_LOGPROBS_COLUMN in cols:
+            lp = _combined(cols[LEGACY_LOGPROBS_COLUMN])
             lp_off = lp.offsets.to_numpy().astype(np.int64)
             flat = lp.values.slice(int(lp_off[0]), int(lp_off[-1] - lp_off[0]))
             flat_np = flat.to_numpy(zero_copy_only=False).astype(np.float32)  # nulls -> NaN
@@ -369,17 +417,23 @@ def upgrade_table(table: pa.Table, version: int, *, columns: Sequence[str] | Non
         if action_lp is not None:
             off = np.zeros(len(n_act) + 1, dtype=np.int64)
             np.cumsum(n_act, out=off[1:])
-            cols["logprobs"] = pa.LargeListArray.from_arrays(pa.array(off), pa.array(action_lp, pa.float32()),
-                                                             type=TRAJECTORY_SCHEMA.field("logprobs").type)
-    elif "logprob_source" in cols and "num_action_tokens" in cols:
+            cols[LEGACY_LOGPROBS_COLUMN] = pa.LargeListArray.from_arrays(pa.array(off), pa.array(action_lp, pa.float32()),
+                                                             type=TRAJECTORY_SCHEMA.field(ACTION_LOGPROBS_COLUMN).type)
+    elif version == 1 and "logprob_source" in cols and "num_action_tokens" in cols:
         none = pc.equal(cols["logprob_source"], "none")
         cols["num_missing_logprobs"] = pc.if_else(none, cols["num_action_tokens"], 0)
-    if "logprobs" in cols and pa.types.is_large_list(cols["logprobs"].type) and \
-            cols["logprobs"].type.value_field.nullable:
+    if version == 1 and LEGACY_LOGPROBS_COLUMN in cols and pa.types.is_large_list(cols[LEGACY_LOGPROBS_COLUMN].type) and \
+            cols[LEGACY_LOGPROBS_COLUMN].type.value_field.nullable:
         raise ValueError("v1 logprobs cannot be converted without the spans column")
-    out = pa.table(cols)
+    # v2 -> v3
+    if LEGACY_LOGPROBS_COLUMN in cols:
+        cols[ACTION_LOGPROBS_COLUMN] = cols.pop(LEGACY_LOGPROBS_COLUMN)
     want = list(columns) if columns is not None else TRAJECTORY_SCHEMA.names
-    return conform_table(out, want)
+    if "schema_version" in want:
+        cols["schema_version"] = pa.array(np.full(table.num_rows, SCHEMA_VERSION, np.int64))
+    if "episode_id" in want and "trajectory_id" in cols:
+        cols["episode_id"] = episode_id_column(cols["trajectory_id"], cols.get("metadata"))
+    return conform_table(pa.table(cols) if cols else table, want)
 
 
 def _combined(col: pa.ChunkedArray | pa.Array) -> pa.Array:
@@ -389,7 +443,7 @@ def _combined(col: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 
 def conform_table(table: pa.Table, columns: Sequence[str] | None = None) -> pa.Table:
-    """`columns` (default: every schema-v2 column) of `table` in that order, with the schema's
+    """`columns` (default: every schema-v3 column) of `table` in that order, with the schema's
     types; a column the shard lacks is filled with nulls (older shards may lack a nullable
     column such as ``group_id``). The schema's field docs and version travel along.
 

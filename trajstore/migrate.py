@@ -50,7 +50,7 @@ class MigrationResult:
 def migrate_store(uri: str | os.PathLike[str] | Store, *, storage_options: dict[str, Any] | None = None,
                   dry_run: bool = False, on_shard: Callable[[ShardInfo, int, int], None] | None = None
                   ) -> MigrationResult:
-    """Rewrite every trajectory shard of an older schema version as schema v2 (the current).
+    """Rewrite every trajectory shard of an older schema version as schema v3 (the current).
 
     Each shard is read whole, converted (:func:`trajstore.convert.upgrade_table`: rows and
     their order unchanged, so duplicates and training cursors resolve as before) and written

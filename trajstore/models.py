@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
 
 
 def as_token_ids(v: Any, *, name: str = "tokens") -> np.ndarray:
@@ -121,6 +121,15 @@ class Trajectory(BaseModel):
     trajectory_id: str
     prompt_id: str | None = None
     group_id: str | None = None
+    episode_id: str | None = None
+    """The episode (logical rollout) this trajectory is part of; None = its own (stored as
+    metadata ``episode.id`` of a split episode's part when set, else `trajectory_id`)."""
+    parent_trajectory_id: str | None = None
+    """Trajectory this one branches from (in the same write or already stored); None = a root."""
+    fork_point: int | None = None
+    """Leading tokens shared with the parent (0 <= fork_point <= the parent's length); None without a parent."""
+    link_kind: str | None = None
+    """subagent | context_rewrite | fork | continuation (:data:`~trajstore.schema.LINK_KINDS`); None without a parent."""
     source: str = "sdk"
     model: str | None = None
     tokenizer: str | None = None
@@ -135,7 +144,10 @@ class Trajectory(BaseModel):
     tokens (e.g. engine token ids of an unknown tokenizer); stored as ``trainable = false``
     with this reason. None = trainable when it has action tokens."""
     tokens: TokenArray
-    logprobs: LogprobArray
+    action_logprobs: LogprobArray = Field(validation_alias=AliasChoices("action_logprobs", "logprobs"))
+    """Rollout log-prob of each token, as long as `tokens` (NaN outside action spans and where the
+    engine gave none); stored cut to the action tokens (:data:`~trajstore.schema.ACTION_LOGPROBS_COLUMN`).
+    ``logprobs=`` is accepted as input (the name before schema v3)."""
     spans: list[Span]
     metadata: dict[str, Any] = Field(default_factory=dict)
 

@@ -1,22 +1,37 @@
-"""Trajectory schema v2: the single source of truth for what a stored trajectory is.
+"""Trajectory schema v3: the single source of truth for what a stored trajectory is.
 
 One row per trajectory. ``tokens`` holds every token id of the trajectory; ``spans`` cut it
-into prompt / action / observation pieces; ``logprobs`` holds one rollout log-prob per
-*action* token, in token order (DESIGN.md, "Data model"). Everything else in the package
-(pydantic models, validation, readers, ``schemas/*.json``) derives from or is tested against
-the Arrow schema defined here.
+into prompt / action / observation pieces; ``action_logprobs`` (:data:`ACTION_LOGPROBS_COLUMN`)
+holds one rollout log-prob per *action* token, in token order (DESIGN.md, "Data model").
+Everything else in the package (pydantic models, validation, readers, ``schemas/*.json``)
+derives from or is tested against the Arrow schema defined here.
 
-Log-prob layout (v2). Action span ``k`` of a trajectory owns the contiguous slice
-``logprobs[a_k : a_k + (end_k - start_k)]``, where ``a_k`` is the number of action tokens in
+Log-prob layout (v2 and v3). Action span ``k`` of a trajectory owns the contiguous slice
+``action_logprobs[a_k : a_k + (end_k - start_k)]``, where ``a_k`` is the number of action tokens in
 the action spans before it (stored as the span's ``logprob_start``). The list never holds nulls (decoding nested lists with nulls costs
 about 3x). A token whose engine log-prob is unknown holds NaN, the IEEE "no value" that poisons
 any arithmetic, so it can never pass for a real log-prob; the span's ``num_missing_logprobs``
 and the trajectory's ``num_missing_logprobs`` count such tokens, so audits and readers know
 without scanning values. ``logprob_source = none`` means every action token is NaN.
 
-Schema v1 (still read; :func:`trajstore.convert.upgrade_table` converts on read and
-``traj migrate`` rewrites) kept ``logprobs`` as long as ``tokens``, null outside action spans,
-and had no ``num_missing_logprobs`` columns.
+Lineage (v3). Every trajectory belongs to an episode (``episode_id``, the logical rollout; a
+plain trajectory is its own episode) and may be linked to a parent trajectory
+(``parent_trajectory_id``) by a ``link_kind`` (:data:`LINK_KINDS`), sharing the parent's first
+``fork_point`` tokens. A row without a parent has all three null. Every row also carries its
+``schema_version`` (the layout of that row), so engines reading a mixed store need no footer.
+
+Older versions (still read; :func:`trajstore.convert.upgrade_table` converts on read and
+``traj migrate`` rewrites):
+
+- v2 named the action-aligned column ``logprobs`` and had no ``schema_version`` or lineage
+  columns. Converted: ``logprobs`` -> ``action_logprobs``, ``episode_id`` = metadata
+  ``episode.id`` of a split episode's part (what ``traj proxy`` and ``traj ingest`` wrote) else
+  ``trajectory_id``, lineage columns null.
+- v1 kept ``logprobs`` as long as ``tokens``, null outside action spans, and had no
+  ``num_missing_logprobs`` columns (converted as v2, plus the log-prob re-layout).
+
+A converted row's ``schema_version`` column says 3 (the layout it now has); the shard's footer
+(:data:`METADATA_SCHEMA_VERSION_KEY`, ``ShardInfo.schema_version``) still says what the file holds.
 """
 
 from __future__ import annotations
@@ -27,19 +42,22 @@ from typing import Any, Final, Literal, get_args
 
 import pyarrow as pa
 
-SCHEMA_VERSION: Final[int] = 2
+SCHEMA_VERSION: Final[int] = 3
 """Version written into every new shard. Readers accept every version <= their own and convert
 older ones on read (:data:`READABLE_VERSIONS`)."""
 
-READABLE_VERSIONS: Final[tuple[int, ...]] = (1, 2)
-"""Schema versions this package reads (1 is converted to 2 on read)."""
+READABLE_VERSIONS: Final[tuple[int, ...]] = (1, 2, 3)
+"""Schema versions this package reads (1 and 2 are converted to 3 on read)."""
 
 METADATA_SCHEMA_VERSION_KEY: Final[bytes] = b"trajstore.schema_version"
 METADATA_WRITER_KEY: Final[bytes] = b"trajstore.writer"
 
-ACTION_LOGPROBS_COLUMN: Final[str] = "logprobs"
-"""Name of the stored column holding one rollout log-prob per action token. New code names the
-column through this constant (the name changes with the schema version that gives it its own name)."""
+ACTION_LOGPROBS_COLUMN: Final[str] = "action_logprobs"
+"""Name of the stored column holding one rollout log-prob per action token (schema v3; v1 and v2
+shards name it ``logprobs``, :data:`LEGACY_LOGPROBS_COLUMN`). Code names the column through this constant."""
+
+LEGACY_LOGPROBS_COLUMN: Final[str] = "logprobs"
+"""The log-prob column's name in schema v1 (token-aligned) and v2 (action-aligned) shards."""
 
 SpanKind = Literal["prompt", "action", "observation"]
 SPAN_KINDS: Final[tuple[str, ...]] = get_args(SpanKind)
@@ -54,6 +72,15 @@ TOKEN_SOURCES: Final[tuple[str, ...]] = get_args(TokenSource)
 
 LogprobSource = Literal["engine", "none"]
 LOGPROB_SOURCES: Final[tuple[str, ...]] = get_args(LogprobSource)
+
+LinkKind = Literal["subagent", "context_rewrite", "fork", "continuation"]
+LINK_KINDS: Final[tuple[str, ...]] = get_args(LinkKind)
+"""How a child trajectory relates to its parent (``link_kind``): ``subagent`` (a sub-agent run
+inside the parent's session, its context starting from the parent's first ``fork_point``
+tokens, often 0), ``context_rewrite`` (the harness rewrote the parent's context, e.g. a
+condenser or summariser; the child continues the same agent), ``fork`` (a retry or branch that
+resends the parent's first ``fork_point`` tokens and continues differently), ``continuation``
+(the same lineage continued in another log file or after an interruption)."""
 
 # Span struct: one entry per contiguous piece of `tokens`. Offsets are token indices into
 # the trajectory's `tokens`, `end` exclusive. Action-only fields are null on other kinds.
@@ -78,10 +105,10 @@ SPAN_FIELDS: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("sampling_params", pa.string()), "action: all sampling parameters of the call as JSON, when known"),
     (pa.field("truncated", pa.bool_()), "observation text was capped at ingest (see metadata for sizes)"),
     (pa.field("logprob_start", pa.int64()),
-     "action: index in `logprobs` of this span's first log-prob (= action tokens before it), so its "
-     "log-probs are logprobs[logprob_start : logprob_start + end - start]; null on other kinds (derived)"),
+     "action: index in `action_logprobs` of this span's first log-prob (= action tokens before it), so its "
+     "log-probs are action_logprobs[logprob_start : logprob_start + end - start]; null on other kinds (derived)"),
     (pa.field("num_missing_logprobs", pa.int64()),
-     "action: tokens of this span without an engine log-prob (NaN in `logprobs`); 0 = complete; "
+     "action: tokens of this span without an engine log-prob (NaN in `action_logprobs`); 0 = complete; "
      "null on other kinds (derived)"),
     (pa.field("policy_version_max", pa.int64()),
      "action: the newest policy version that produced tokens of this span when more than one did and the "
@@ -91,18 +118,43 @@ SPAN_FIELDS: Final[list[tuple[pa.Field, str]]] = [
 ]
 
 DERIVED_SPAN_FIELDS: Final[tuple[str, ...]] = ("logprob_start", "num_missing_logprobs")
-"""Span fields the writer computes (from the spans and `logprobs`); they are not SDK inputs."""
+"""Span fields the writer computes (from the spans and `action_logprobs`); they are not SDK inputs."""
 
 SPAN_FIELDS_NEW_IN_V2: Final[tuple[str, ...]] = (*DERIVED_SPAN_FIELDS, "policy_version_max")
 """Span fields schema v1 did not have (null or derived when a v1 shard is read)."""
 
 SPAN_TYPE: Final[pa.StructType] = pa.struct([f for f, _ in SPAN_FIELDS])
 
+# Span docs of schema v2 (same fields and types as v3; only the log-prob column's name differs).
+_SPAN_DOCS_V2: Final[dict[str, str]] = {
+    "logprob_start":
+        "action: index in `logprobs` of this span's first log-prob (= action tokens before it), so its "
+        "log-probs are logprobs[logprob_start : logprob_start + end - start]; null on other kinds (derived)",
+    "num_missing_logprobs":
+        "action: tokens of this span without an engine log-prob (NaN in `logprobs`); 0 = complete; "
+        "null on other kinds (derived)",
+}
+SPAN_FIELDS_V2: Final[list[tuple[pa.Field, str]]] = [(f, _SPAN_DOCS_V2.get(f.name, d)) for f, d in SPAN_FIELDS]
+
 # Trajectory row.
 TRAJECTORY_FIELDS: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("trajectory_id", pa.string(), nullable=False), "unique id; safe as a path component"),
+    (pa.field("schema_version", pa.int64(), nullable=False),
+     "schema version of this row's layout (3); a row converted on read from an older shard says 3, the shard's "
+     "footer says what the file holds"),
     (pa.field("prompt_id", pa.string()), "id of the task / prompt the rollout answers"),
     (pa.field("group_id", pa.string()), "group for group baselines (GRPO); null for single rollouts"),
+    (pa.field("episode_id", pa.string(), nullable=False),
+     "the logical rollout this trajectory is part of (its lineages: sub-agents, context rewrites, forks, "
+     "continuations share it); a plain trajectory is its own episode (= trajectory_id). Rows converted from "
+     "v1/v2 take metadata `episode.id` of a split episode's part, else trajectory_id"),
+    (pa.field("parent_trajectory_id", pa.string()),
+     "trajectory this one branches from (stored in the same write or already in the store); null = a root"),
+    (pa.field("fork_point", pa.int64()),
+     "number of leading tokens this trajectory shares with its parent (tokens[:fork_point] equal the parent's, "
+     "0 <= fork_point <= the parent's num_tokens); null when there is no parent"),
+    (pa.field("link_kind", pa.string()),
+     "how it relates to its parent: subagent | context_rewrite | fork | continuation; null when there is no parent"),
     (pa.field("source", pa.string(), nullable=False), "harness and format, e.g. 'sdk', 'openhands/v0-eval'"),
     (pa.field("model", pa.string()), "model name of the rollout engine"),
     (pa.field("tokenizer", pa.string()), "tokenizer name or path the token ids belong to"),
@@ -126,11 +178,11 @@ TRAJECTORY_FIELDS: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("num_actions", pa.int64(), nullable=False), "number of action spans (model calls)"),
     (pa.field("num_observations", pa.int64(), nullable=False), "number of observation spans"),
     (pa.field("num_missing_logprobs", pa.int64(), nullable=False),
-     "action tokens without an engine log-prob (NaN in `logprobs`); = num_action_tokens when "
+     "action tokens without an engine log-prob (NaN in `action_logprobs`); = num_action_tokens when "
      "logprob_source is none"),
     (pa.field("tokens", pa.large_list(pa.field("item", pa.int32(), nullable=False)), nullable=False),
      "token ids of the whole trajectory in order"),
-    (pa.field("logprobs", pa.large_list(pa.field("item", pa.float32(), nullable=False)), nullable=False),
+    (pa.field(ACTION_LOGPROBS_COLUMN, pa.large_list(pa.field("item", pa.float32(), nullable=False)), nullable=False),
      "rollout-engine log-prob of each action token in token order (nats, <= 0), num_action_tokens long; "
      "action span k's values start after the action tokens of the spans before it; NaN = unknown"),
     (pa.field("spans", pa.list_(pa.field("item", SPAN_TYPE, nullable=False)), nullable=False),
@@ -138,25 +190,48 @@ TRAJECTORY_FIELDS: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("metadata", pa.string()), "free-form JSON object"),
 ]
 
-# Schema v1, frozen: what shards stamped version 1 hold (read, then converted to v2).
+LINEAGE_COLUMNS: Final[tuple[str, ...]] = ("episode_id", "parent_trajectory_id", "fork_point", "link_kind")
+"""The lineage columns (new in v3)."""
+
+COLUMNS_NEW_IN_V3: Final[tuple[str, ...]] = ("schema_version", *LINEAGE_COLUMNS)
+"""Columns schema v2 did not have (derived when a v1 / v2 shard is read)."""
+
+# Schema v2, frozen: what shards stamped version 2 hold (read, then converted to v3).
+_FIELD_DOCS_V2: Final[dict[str, str]] = {
+    "num_missing_logprobs": "action tokens without an engine log-prob (NaN in `logprobs`); = num_action_tokens when "
+                            "logprob_source is none"}
+TRAJECTORY_FIELDS_V2: Final[list[tuple[pa.Field, str]]] = [
+    (pa.field("spans", pa.list_(pa.field("item", SPAN_TYPE, nullable=False)), nullable=False), d)
+    if f.name == "spans"
+    else (f.with_name(LEGACY_LOGPROBS_COLUMN), d) if f.name == ACTION_LOGPROBS_COLUMN
+    else (f, _FIELD_DOCS_V2.get(f.name, d))
+    for f, d in TRAJECTORY_FIELDS if f.name not in COLUMNS_NEW_IN_V3
+]
+
+# Schema v1, frozen: what shards stamped version 1 hold (read, then converted to v3).
 _SPAN_DOCS_V1: Final[dict[str, str]] = {
     "policy_version": "policy version that generated an action span; null elsewhere"}  # v1 had no mixed spans
 SPAN_FIELDS_V1: Final[list[tuple[pa.Field, str]]] = [
-    (f, _SPAN_DOCS_V1.get(f.name, d)) for f, d in SPAN_FIELDS if f.name not in SPAN_FIELDS_NEW_IN_V2]
+    (f, _SPAN_DOCS_V1.get(f.name, d)) for f, d in SPAN_FIELDS_V2 if f.name not in SPAN_FIELDS_NEW_IN_V2]
 TRAJECTORY_FIELDS_V1: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("spans", pa.list_(pa.field("item", pa.struct([f for f, _ in SPAN_FIELDS_V1]), nullable=False)),
               nullable=False), d) if f.name == "spans"
-    else (pa.field("logprobs", pa.large_list(pa.field("item", pa.float32()))),
+    else (pa.field(LEGACY_LOGPROBS_COLUMN, pa.large_list(pa.field("item", pa.float32()))),
           "rollout-engine log-prob per token (nats, <= 0); null outside action spans or when unknown")
-    if f.name == "logprobs" else (f, d)
-    for f, d in TRAJECTORY_FIELDS if f.name != "num_missing_logprobs"
+    if f.name == LEGACY_LOGPROBS_COLUMN else (f, d)
+    for f, d in TRAJECTORY_FIELDS_V2 if f.name != "num_missing_logprobs"
 ]
+
+_FIELDS_BY_VERSION: Final[dict[int, list[tuple[pa.Field, str]]]] = {
+    1: TRAJECTORY_FIELDS_V1, 2: TRAJECTORY_FIELDS_V2, 3: TRAJECTORY_FIELDS}
+_SPAN_FIELDS_BY_VERSION: Final[dict[int, list[tuple[pa.Field, str]]]] = {
+    1: SPAN_FIELDS_V1, 2: SPAN_FIELDS_V2, 3: SPAN_FIELDS}
 
 FIELD_DOCS: Final[dict[str, str]] = {f.name: doc for f, doc in TRAJECTORY_FIELDS}
 SPAN_FIELD_DOCS: Final[dict[str, str]] = {f.name: doc for f, doc in SPAN_FIELDS}
 
 SCALAR_COLUMNS: Final[tuple[str, ...]] = tuple(
-    f.name for f, _ in TRAJECTORY_FIELDS if f.name not in ("tokens", "logprobs", "spans")
+    f.name for f, _ in TRAJECTORY_FIELDS if f.name not in ("tokens", ACTION_LOGPROBS_COLUMN, "spans")
 )
 """Columns cheap to read: everything but the per-token lists and the spans."""
 
@@ -175,15 +250,14 @@ def trajectory_schema(version: int = SCHEMA_VERSION) -> pa.Schema:
     Raises:
         ValueError: `version` is not in :data:`READABLE_VERSIONS`.
     """
-    if version == SCHEMA_VERSION:
-        return _schema_of(TRAJECTORY_FIELDS)
-    if version == 1:
-        return _schema_of(TRAJECTORY_FIELDS_V1, 1)
+    if version in _FIELDS_BY_VERSION:
+        return _schema_of(_FIELDS_BY_VERSION[version], version)
     raise ValueError(f"unknown trajectory schema version {version} (this package reads {list(READABLE_VERSIONS)})")
 
 
 TRAJECTORY_SCHEMA: Final[pa.Schema] = trajectory_schema()
 TRAJECTORY_SCHEMA_V1: Final[pa.Schema] = trajectory_schema(1)
+TRAJECTORY_SCHEMA_V2: Final[pa.Schema] = trajectory_schema(2)
 
 
 # Training records, written by `traj train` under runs/<run_id>/ (RUN_STEPS_DIR, RUN_CONSUMED_DIR),
@@ -246,8 +320,13 @@ LOGPROB_LAYOUT: Final[dict[int, str]] = {
         "(spans[k].logprob_start); "
         "NaN = the engine gave no log-prob for that token, counted in spans[].num_missing_logprobs and "
         "num_missing_logprobs"),
+    3: ("action_logprobs holds one float32 per action token, in token order (num_action_tokens long, never null); "
+        "action span k owns action_logprobs[a_k : a_k + end_k - start_k], a_k = action tokens of the spans before "
+        "it (spans[k].logprob_start); NaN = the engine gave no log-prob for that token, counted in "
+        "spans[].num_missing_logprobs and num_missing_logprobs (v2's layout; the column was named logprobs)"),
 }
-"""How ``logprobs`` lines up with ``tokens`` in each schema version (also in ``schemas/``)."""
+"""How the log-prob column (``logprobs`` in v1/v2, ``action_logprobs`` in v3) lines up with
+``tokens`` in each schema version (also in ``schemas/``)."""
 
 
 def schema_description(version: int = SCHEMA_VERSION) -> dict[str, Any]:
@@ -256,11 +335,11 @@ def schema_description(version: int = SCHEMA_VERSION) -> dict[str, Any]:
     Raises:
         ValueError: `version` is not in :data:`READABLE_VERSIONS`.
     """
-    fields = TRAJECTORY_FIELDS if version == SCHEMA_VERSION else (
-        TRAJECTORY_FIELDS_V1 if version == 1 else None)
+    fields = _FIELDS_BY_VERSION.get(version)
     if fields is None:
         raise ValueError(f"unknown trajectory schema version {version} (this package reads {list(READABLE_VERSIONS)})")
-    span_docs = SPAN_FIELD_DOCS if version == SCHEMA_VERSION else {f.name: d for f, d in SPAN_FIELDS_V1}
+    span_docs = {f.name: d for f, d in _SPAN_FIELDS_BY_VERSION[version]}
+    lineage = {"link_kinds": list(LINK_KINDS)} if version >= 3 else {}
     return {
         "name": "trajstore.trajectory",
         "schema_version": version,
@@ -270,6 +349,7 @@ def schema_description(version: int = SCHEMA_VERSION) -> dict[str, Any]:
         "token_sources": list(TOKEN_SOURCES),
         "logprob_sources": list(LOGPROB_SOURCES),
         "logprob_layout": LOGPROB_LAYOUT[version],
+        **lineage,
         "fields": _fields_json(fields, span_docs),
         "run_steps_fields": _fields_json(STEP_FIELDS, span_docs),
         "run_consumed_fields": _fields_json(CONSUMED_FIELDS, span_docs),

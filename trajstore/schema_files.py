@@ -13,7 +13,10 @@ from typing import Any
 import pyarrow as pa
 
 from trajstore.schema import (
+    ACTION_LOGPROBS_COLUMN,
     FIELD_DOCS,
+    LEGACY_LOGPROBS_COLUMN,
+    LINK_KINDS,
     LOGPROB_LAYOUT,
     LOGPROB_SOURCES,
     READABLE_VERSIONS,
@@ -28,7 +31,8 @@ ARROW_FILE = "trajectory.v{version}.arrow"
 JSON_SCHEMA_FILE = "trajectory.v{version}.schema.json"
 """Name of a version's JSON Schema file under ``schemas/``."""
 
-_ENUMS = {"status": STATUSES, "token_source": TOKEN_SOURCES, "logprob_source": LOGPROB_SOURCES, "kind": SPAN_KINDS}
+_ENUMS = {"status": STATUSES, "token_source": TOKEN_SOURCES, "logprob_source": LOGPROB_SOURCES, "kind": SPAN_KINDS,
+          "link_kind": LINK_KINDS}
 
 
 def arrow_schema_bytes(version: int) -> bytes:
@@ -43,7 +47,7 @@ def arrow_schema_bytes(version: int) -> bytes:
 def _json_type(t: pa.DataType, nullable: bool, name: str) -> dict[str, Any]:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         item = _json_type(t.value_type, t.value_field.nullable, name)
-        if name == "logprobs" and pa.types.is_floating(t.value_type):  # JSON has no NaN: null = unknown
+        if name in (ACTION_LOGPROBS_COLUMN, LEGACY_LOGPROBS_COLUMN) and pa.types.is_floating(t.value_type):  # JSON has no NaN: null = unknown
             item = {"type": ["number", "null"]}
         out: dict[str, Any] = {"type": "array", "items": item}
     elif pa.types.is_struct(t):

@@ -1,5 +1,7 @@
-"""Write-time rules of schema v2. Every broken rule of a trajectory is collected and reported
-together in one :class:`~trajstore.errors.TrajectoryValidationError`."""
+"""Write-time rules of schema v3. Every broken rule of a trajectory is collected and reported
+together in one :class:`~trajstore.errors.TrajectoryValidationError`. Rules that need other
+trajectories (a child's parent exists, its fork point is within the parent) are
+:func:`lineage_violations`'."""
 
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ import numpy as np
 
 from trajstore.errors import TrajectoryValidationError, Violation
 from trajstore.models import Span, Trajectory
-from trajstore.schema import LOGPROB_SOURCES, SPAN_KINDS, STATUSES, TOKEN_SOURCES
+from trajstore.schema import LINK_KINDS, LOGPROB_SOURCES, SPAN_KINDS, STATUSES, TOKEN_SOURCES
 
 TRAJECTORY_ID_MAX_CHARS = 200
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_TRAJECTORY_STR_FIELDS = ("prompt_id", "group_id", "source", "model", "tokenizer", "reward_raw")
+_TRAJECTORY_STR_FIELDS = ("prompt_id", "group_id", "source", "model", "tokenizer", "reward_raw", "episode_id",
+                          "parent_trajectory_id", "link_kind")
 _SPAN_STR_FIELDS = ("role", "call_id", "cause_id", "finish_reason", "sampling_params")
 _SPAN_INT64_FIELDS = ("start", "end", "policy_version", "top_k", "max_tokens", "policy_version_max")
 _SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:=+-]*")  # fullmatch: `$` would accept a trailing "\n"
@@ -138,8 +141,62 @@ def _storability_violations(traj: Trajectory) -> list[Violation]:
     return v
 
 
+def _own_lineage_violations(traj: Trajectory) -> list[Violation]:
+    """The lineage rules one trajectory can be checked by alone: ``parent_trajectory_id``,
+    ``link_kind`` and ``fork_point`` all set (a child) or all null (a root); a parent id that is
+    a valid id and not the trajectory's own; a known link kind; 0 <= fork_point <= its own
+    tokens; a non-empty ``episode_id`` when set."""
+    v: list[Violation] = []
+    parent, kind, fork = traj.parent_trajectory_id, traj.link_kind, traj.fork_point
+    if traj.episode_id is not None and not traj.episode_id:
+        v.append(Violation("episode_id", "must be a non-empty string or null (null: its own episode)"))
+    if kind is not None and kind not in LINK_KINDS:
+        v.append(Violation("link_kind", f"{kind!r} is not one of {list(LINK_KINDS)}"))
+    if parent is None:
+        if kind is not None:
+            v.append(Violation("link_kind", f"is {kind!r} but there is no parent_trajectory_id (a root has no link)"))
+        if fork is not None:
+            v.append(Violation("fork_point", f"is {fork} but there is no parent_trajectory_id (a root has no fork point)"))
+        return v
+    v += [Violation("parent_trajectory_id", x.message) for x in check_trajectory_id(parent)]
+    if parent == traj.trajectory_id:
+        v.append(Violation("parent_trajectory_id", "is the trajectory's own id"))
+    if kind is None:
+        v.append(Violation("link_kind", f"is null but parent_trajectory_id is {parent!r}: name the link "
+                                        f"({' | '.join(LINK_KINDS)})"))
+    if fork is None:
+        v.append(Violation("fork_point", f"is null but parent_trajectory_id is {parent!r}: give the number of "
+                                         "leading tokens shared with the parent (0 for none)"))
+    elif fork < 0:
+        v.append(Violation("fork_point", f"must be >= 0, got {fork}"))
+    elif fork > len(traj.tokens):
+        v.append(Violation("fork_point", f"{fork} is past the trajectory's own end ({len(traj.tokens)} tokens)"))
+    return v
+
+
+def lineage_violations(traj: Trajectory, parent_num_tokens: int | None) -> list[Violation]:
+    """Rules linking a child to its parent: the parent exists (`parent_num_tokens` is None when it
+    is neither in the same write nor in the store) and ``fork_point`` is not past its end.
+    Empty for a root.
+
+    Args:
+        traj: the trajectory (its own rules, :func:`find_violations`, checked already).
+        parent_num_tokens: the parent's ``num_tokens``, or None when the parent was not found.
+    """
+    parent = traj.parent_trajectory_id
+    if parent is None:
+        return []
+    if parent_num_tokens is None:
+        return [Violation("parent_trajectory_id", f"{parent!r} is neither in the same write nor in the store "
+                                                  "(write the parent first or in the same call)")]
+    if traj.fork_point is not None and traj.fork_point > parent_num_tokens:
+        return [Violation("fork_point", f"{traj.fork_point} is past the end of parent {parent!r} "
+                                        f"({parent_num_tokens} tokens)")]
+    return []
+
+
 def find_violations(traj: Trajectory) -> list[Violation]:
-    """All schema-v2 rules ``traj`` breaks, in a stable order; empty when it is valid.
+    """All schema-v3 rules ``traj`` breaks, in a stable order; empty when it is valid.
 
     The one rule set for trajectories: the SDK's :func:`validate_trajectory` calls it before a
     write, and ``traj validate`` (:mod:`trajstore.validation.rows`) on every stored row, rebuilt
@@ -159,11 +216,15 @@ def find_violations(traj: Trajectory) -> list[Violation]:
     if traj.reward is not None and not math.isfinite(traj.reward):
         v.append(Violation("reward", f"must be finite or null, got {traj.reward}"))
     v += _storability_violations(traj)
+    if traj.fork_point is not None and not (_INT64_MIN <= traj.fork_point <= _INT64_MAX):
+        v.append(Violation("fork_point", f"{traj.fork_point} does not fit in int64"))
+    else:
+        v += _own_lineage_violations(traj)
 
-    tokens, logprobs = traj.tokens, traj.logprobs
+    tokens, logprobs = traj.tokens, traj.action_logprobs
     n = len(tokens)
     if len(logprobs) != n:
-        v.append(Violation("logprobs", f"length {len(logprobs)} != length of tokens {n}"))
+        v.append(Violation("action_logprobs", f"length {len(logprobs)} != length of tokens {n}"))
     if n and int(tokens.min()) < 0:
         bad = int(np.flatnonzero(tokens < 0)[0])
         v.append(Violation("tokens", f"token ids must be >= 0 (tokens[{bad}] = {int(tokens[bad])})"))
@@ -215,23 +276,23 @@ def find_violations(traj: Trajectory) -> list[Violation]:
         outside = known & ~action
         if outside.any():
             i = int(np.flatnonzero(outside)[0])
-            v.append(Violation("logprobs", f"must be null outside action spans ({int(outside.sum())} "
+            v.append(Violation("action_logprobs", f"must be null outside action spans ({int(outside.sum())} "
                                            f"non-null, first at token {i})"))
         if traj.logprob_source == "engine":
             act_lp = logprobs[action]
             infinite = np.isinf(act_lp)
             if infinite.any():
                 i = int(np.flatnonzero(action)[np.flatnonzero(infinite)[0]])
-                v.append(Violation("logprobs", f"{int(infinite.sum())} action token(s) have an infinite log-prob "
+                v.append(Violation("action_logprobs", f"{int(infinite.sum())} action token(s) have an infinite log-prob "
                                                f"(first at token {i}: {float(logprobs[i])}); store an unknown "
                                                "log-prob as NaN/None, never a stand-in value"))
             if len(act_lp) and np.isnan(act_lp).all():
-                v.append(Violation("logprobs", "logprob_source is engine but no action token has a log-prob "
+                v.append(Violation("action_logprobs", "logprob_source is engine but no action token has a log-prob "
                                                "(use logprob_source 'none')"))
             below = act_lp < MIN_SAMPLED_LOGPROB  # NaN compares False
             if below.any():
                 i = int(np.flatnonzero(action)[np.flatnonzero(below)[0]])
-                v.append(Violation("logprobs", f"{int(below.sum())} action token(s) have a log-prob below "
+                v.append(Violation("action_logprobs", f"{int(below.sum())} action token(s) have a log-prob below "
                                                f"{MIN_SAMPLED_LOGPROB:g} nats (first at token {i}: "
                                                f"{float(logprobs[i])}): a sampled token cannot be that unlikely; "
                                                "it is an engine's stand-in (vLLM writes -9999.0 for -inf): store "
@@ -239,10 +300,10 @@ def find_violations(traj: Trajectory) -> list[Violation]:
             positive = np.isfinite(act_lp) & (act_lp > 0)
             if positive.any():
                 i = int(np.flatnonzero(action)[np.flatnonzero(positive)[0]])
-                v.append(Violation("logprobs", f"log-probs must be <= 0 ({int(positive.sum())} positive, "
+                v.append(Violation("action_logprobs", f"log-probs must be <= 0 ({int(positive.sum())} positive, "
                                                f"first at token {i}: {float(logprobs[i])})"))
         elif known.any():
-            v.append(Violation("logprobs", "logprob_source is 'none' but some log-probs are set"))
+            v.append(Violation("action_logprobs", "logprob_source is 'none' but some log-probs are set"))
     return v
 
 
@@ -253,7 +314,8 @@ a stand-in for "impossible" (vLLM's -9999.0 clamp of -inf), refused like -inf.""
 
 
 def validate_trajectory(traj: Trajectory) -> Trajectory:
-    """Return ``traj`` unchanged if it satisfies schema v2.
+    """Return ``traj`` unchanged if it satisfies schema v3 (its own rules; the writer also checks
+    :func:`lineage_violations` against the same write and the store).
 
     Log-probs (the SDK model holds them full length, NaN = none): known only at action tokens,
     each <= 0 and finite. With ``logprob_source = engine`` an action token may be NaN (the engine

@@ -15,23 +15,29 @@ import numbers
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from trajstore.convert import metadata_json, trajectories_to_table
+from trajstore.errors import TrajectoryValidationError
 from trajstore.models import Trajectory
+from trajstore.reader.by_id import read_trajectories_by_id
 from trajstore.store import SPAN_BYTES_ESTIMATE, Store, open_store
 from trajstore.store.layout import TRAJECTORIES_DIR
-from trajstore.validate import validate_trajectory
+from trajstore.validate import lineage_violations, validate_trajectory
 
 DEFAULT_FLUSH_ROWS = 1024
 DEFAULT_FLUSH_MB = 64.0
 DEFAULT_FLUSH_SECONDS = 30.0
+RECENT_IDS_KEPT = 65536
+"""Ids (with their token counts) of trajectories a writer accepted that it remembers, so a child
+of a recently written parent needs no store lookup."""
 
 
 def _approx_bytes(t: Trajectory) -> int:
     """Uncompressed bytes `t` adds to a shard, for flush sizing: int32 tokens, one float32 per
-    action token (schema v2), the spans, the metadata JSON (can be megabytes) and the strings."""
+    action token (schema v3), the spans, the metadata JSON (can be megabytes) and the strings."""
     n_action = sum(s.end - s.start for s in t.spans if s.kind == "action")
     meta = metadata_json(t.metadata)
     strings = sum(len(x) for x in (t.trajectory_id, t.prompt_id, t.group_id, t.source, t.model, t.tokenizer,
@@ -60,8 +66,14 @@ class StoreWriter:
             (checked by a background thread, so an idle writer still flushes). ``None`` = never.
         storage_options: passed to :func:`open_store` when `store` is a URI.
 
+    Lineage: a child's parent (``parent_trajectory_id``) must be in the same write (the same
+    :meth:`write_many` call, in any order, or the buffer), written earlier by this writer, or
+    already in the store (looked up by id), and its ``fork_point`` must not be past the
+    parent's end.
+
     Raises (from :meth:`write`):
-        TrajectoryValidationError: the trajectory breaks a schema rule; nothing is buffered.
+        TrajectoryValidationError: the trajectory breaks a schema rule (or a lineage rule);
+            nothing of it is buffered.
         StoreError: a flush failed; the buffered trajectories are kept for the next attempt.
     """
 
@@ -82,6 +94,7 @@ class StoreWriter:
         self.flush_bytes = int(flush_mb * 2**20)
         self.flush_seconds = flush_seconds
         self._buf: list[Trajectory] = []
+        self._recent: OrderedDict[str, int] = OrderedDict()  # id -> num_tokens, newest last
         self._buf_bytes = 0
         self._oldest: float | None = None
         self._lock = threading.RLock()
@@ -102,10 +115,22 @@ class StoreWriter:
 
     def write(self, trajectory: Trajectory) -> None:
         """Validate and buffer one trajectory (flushing if a threshold is reached)."""
+        self._write(trajectory, {})
+
+    def _write(self, trajectory: Trajectory, same_write: Mapping[str, int]) -> None:
         validate_trajectory(trajectory)
         with self._lock:
             if self._closed:
                 raise RuntimeError("StoreWriter is closed")
+            parent = trajectory.parent_trajectory_id
+            if parent is not None:
+                violations = lineage_violations(trajectory, self._parent_length(parent, same_write))
+                if violations:
+                    raise TrajectoryValidationError(trajectory.trajectory_id, violations)
+            self._recent[trajectory.trajectory_id] = len(trajectory.tokens)
+            self._recent.move_to_end(trajectory.trajectory_id)
+            if len(self._recent) > RECENT_IDS_KEPT:
+                self._recent.popitem(last=False)
             self._buf.append(trajectory)
             self._buf_bytes += _approx_bytes(trajectory)
             if self._oldest is None:
@@ -114,8 +139,22 @@ class StoreWriter:
                 self._flush_locked()
 
     def write_many(self, trajectories: Iterable[Trajectory]) -> None:
+        """Validate and buffer each trajectory in order (those before a refused one stay
+        buffered); a parent may come after its children in the same call."""
+        trajectories = list(trajectories)
+        same_write = {t.trajectory_id: len(t.tokens) for t in trajectories}
         for t in trajectories:
-            self.write(t)
+            self._write(t, same_write)
+
+    def _parent_length(self, parent: str, same_write: Mapping[str, int]) -> int | None:
+        """num_tokens of trajectory `parent`: from the same write, this writer's recent ones, or
+        the store (first stored copy); None when it is in none of them."""
+        if parent in same_write:
+            return same_write[parent]
+        if parent in self._recent:
+            return self._recent[parent]
+        found = read_trajectories_by_id(self.store, [parent], columns=["trajectory_id", "num_tokens"])
+        return int(found.column("num_tokens")[0].as_py()) if found.num_rows else None
 
     def flush(self) -> str | None:
         """Write the buffer as one shard now; return its path (None when empty)."""

@@ -29,7 +29,7 @@ def rows(rel: Any) -> list[dict[str, Any]]:
 def test_trajectories_view_dedupes_first_copy_and_has_only_scalars(known_store):
     conn = audit.connect(known_store)
     rel = conn.sql("SELECT * FROM trajectories ORDER BY trajectory_id")
-    assert "tokens" not in rel.columns and "logprobs" not in rel.columns and "spans" not in rel.columns
+    assert "tokens" not in rel.columns and "action_logprobs" not in rel.columns and "spans" not in rel.columns
     assert set(SCALAR_COLUMNS) <= set(rel.columns)
     got = rows(rel)
     assert [r["trajectory_id"] for r in got] == list("ABCDEF")

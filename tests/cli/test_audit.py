@@ -216,7 +216,7 @@ def test_histogram_and_clip_by_staleness_say_what_their_token_counts_are(known_s
     assert "oldest token" not in doc  # notes are for people; json / csv stay data
 
 
-@pytest.mark.parametrize("column, where", [("tokens", "read_trajectories"), ("logprobs", "span_logprobs"),
+@pytest.mark.parametrize("column, where", [("tokens", "read_trajectories"), ("action_logprobs", "span_logprobs"),
                                            ("spans", "the view spans")])
 def test_a_list_column_asked_of_the_trajectories_view_says_where_it_is(known_store, column, where):
     # `traj schema` lists tokens / logprobs / spans, but `SELECT tokens FROM trajectories` only said

@@ -29,6 +29,6 @@ def test_migrate_cli(tmp_store: str) -> None:
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert (out["shards_migrated"], out["rows"], out["shards_already_current"]) == (2, 4, 0)
-    assert [s.schema_version for s in open_store(tmp_store).list_shards()] == [2, 2]
+    assert [s.schema_version for s in open_store(tmp_store).list_shards()] == [3, 3]
     r = CliRunner().invoke(app, ["migrate", str(Path(tmp_store) / "typo")])
     assert r.exit_code == 1 and "does not exist" in r.output

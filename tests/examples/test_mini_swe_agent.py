@@ -97,7 +97,7 @@ def test_mini_swe_agent_episode_is_recorded_with_its_reward(mini_python, serve, 
         assert row["status"] == status and row["reward"] == reward and row["token_source"] == "engine"
         meta = json.loads(row["metadata"])
         assert meta["mini_model_calls"] == calls and meta["calls"] == calls and meta["harness"] == "mini-swe-agent"
-        lps = np.asarray(row["logprobs"], dtype=np.float32)
+        lps = np.asarray(row["action_logprobs"], dtype=np.float32)
         for s in row["spans"]:
             if s["kind"] != "action":
                 continue

@@ -86,7 +86,7 @@ def build(tok, path, **kw):
         assert t.tokens.tolist() == tok(full, add_special_tokens=False)["input_ids"], \
             f"{path}: ids differ from the template render"
         assert t.token_source == "retokenized" and t.logprob_source == "none"
-        assert all(s.policy_version is None for s in t.spans) and np.isnan(t.logprobs).all()
+        assert all(s.policy_version is None for s in t.spans) and np.isnan(t.action_logprobs).all()
         # actions hold the generated text and its end of turn; observations start with the
         # separator after an action, then their role header
         for s in t.spans:
@@ -123,7 +123,7 @@ def kinds(t) -> str:
 
 def action_logprobs(row) -> list[float]:
     """Engine log-probs of the action tokens in order (schema v1 stores them full length)."""
-    lps = row["logprobs"]
+    lps = row["action_logprobs"]
     if len(lps) == len(row["tokens"]):
         return [lps[i] for s in row["spans"] if s["kind"] == "action" for i in range(s["start"], s["end"])]
     return lps

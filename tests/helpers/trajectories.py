@@ -128,7 +128,7 @@ def random_trajectory(
         token_source="engine",
         logprob_source="engine" if with_logprobs else "none",
         tokens=np.concatenate(tokens),
-        logprobs=np.concatenate(logprobs),
+        action_logprobs=np.concatenate(logprobs),
         spans=spans,
         metadata={"seed_turns": turns, "tags": ["test", str(rng.integers(10))], "nested": {"x": 1.5}},
     )
@@ -139,10 +139,10 @@ def hand_built_pair() -> list[Trajectory]:
 
     h1: prompt [1, 2], action [3, 4, 5] lps [-0.5, NaN, -0.25] (v2; one token without an engine
         log-prob), observation [6], action [7] lp [-1.0] (v3).
-        Action tokens: 3 + 1 = 4; v2 logprobs = [-0.5, NaN, -0.25, -1.0]; missing = 1;
+        Action tokens: 3 + 1 = 4; stored action_logprobs = [-0.5, NaN, -0.25, -1.0]; missing = 1;
         span logprob_start: action 1 -> 0, action 2 -> 3.
     h2: prompt [9], action [10, 11] without log-probs (logprob_source none, no version).
-        v2 logprobs = [NaN, NaN]; missing = 2.
+        stored action_logprobs = [NaN, NaN]; missing = 2.
     """
     b = TrajectoryBuilder(trajectory_id="h1", group_id="g")
     b.add_prompt([1, 2])
@@ -164,7 +164,7 @@ def valid_record(**update: Any) -> dict[str, Any]:
     validation tests break one field at a time."""
     d: dict[str, Any] = dict(
         trajectory_id="hole", source="sdk", reward=1.0, tokens=[1, 2, 3, 4],
-        logprobs=[math.nan, -0.1, -0.2, math.nan],
+        action_logprobs=[math.nan, -0.1, -0.2, math.nan],
         spans=[dict(kind="prompt", start=0, end=1),
                dict(kind="action", start=1, end=3, policy_version=0),
                dict(kind="observation", start=3, end=4)])

@@ -26,7 +26,7 @@ def test_other_formats(reported, tmp_path, tok):
     assert (a["token_source"], a["logprob_source"], a["model"], a["prompt_id"]) == ("engine", "engine", "demo", "s1")
     assert a["tokens"] == [1, 2, 3, 4, 5, 6, 7]
     assert [(s["kind"], s["start"], s["end"]) for s in a["spans"]] == [("prompt", 0, 4), ("action", 4, 7)]
-    lps = a["logprobs"]
+    lps = a["action_logprobs"]
     action_lps = lps[4:7] if len(lps) == 7 else lps  # schema v1 (full length) or v2 (action tokens only)
     assert np.allclose(action_lps, [-0.1, -0.2, -0.3])
     assert "no token ids" in json.loads(a["metadata"])["last_observation"]

@@ -22,7 +22,7 @@ def test_nemo_gym_engine_single_turn(fix):
         msg = next(o for o in row["response"]["output"] if o.get("generation_token_ids"))
         assert t.tokens.tolist() == msg["prompt_token_ids"] + msg["generation_token_ids"]
         assert kinds(t) == "pa" and t.token_source == "engine" and t.logprob_source == "engine"
-        assert t.logprobs[t.spans[1].start:].tolist() == pytest.approx(msg["generation_log_probs"])
+        assert t.action_logprobs[t.spans[1].start:].tolist() == pytest.approx(msg["generation_log_probs"])
         assert t.not_trainable_reason is not None  # no tokenizer named by the log
 
 
@@ -83,8 +83,8 @@ def test_nemo_gym_engine_ids_kept_exactly(fix):
         # the logs never say which version sampled: no made-up version 0 (the audits showed its
         # staleness and full version coverage), so staleness is undefined
         assert kinds(t) == "pa" and a.policy_version is None and t.metadata["policy_version_known"] is False
-        np.testing.assert_array_equal(t.logprobs[a.start:a.end], np.asarray(msg["generation_log_probs"], np.float32))
-        assert np.isnan(t.logprobs[:a.start]).all()
+        np.testing.assert_array_equal(t.action_logprobs[a.start:a.end], np.asarray(msg["generation_log_probs"], np.float32))
+        assert np.isnan(t.action_logprobs[:a.start]).all()
         assert t.reward == row["reward"] == 0.0 and t.reward_raw == "0.0"
 
 

@@ -61,8 +61,8 @@ def test_example_shard_ingests_bit_identical(tmp_path: Path) -> None:
                  "min_policy_version", "max_policy_version", "num_missing_logprobs"):
         assert stored.column(name).to_pylist() == given.column(name).to_pylist(), name
     # log-probs bit for bit (float32 bits, not values within a tolerance)
-    got = np.concatenate(stored.column("logprobs").to_pylist()).astype(np.float32).view(np.uint32)
-    want = np.concatenate(given.column("logprobs").to_pylist()).astype(np.float32).view(np.uint32)
+    got = np.concatenate(stored.column("action_logprobs").to_pylist()).astype(np.float32).view(np.uint32)
+    want = np.concatenate(given.column("action_logprobs").to_pylist()).astype(np.float32).view(np.uint32)
     assert np.array_equal(got, want)
     # metadata: the same JSON object, written in the store's canonical text (sorted keys)
     assert [json.loads(m) for m in stored.column("metadata").to_pylist()] == \
@@ -93,13 +93,13 @@ def test_broken_row_is_refused_alone_naming_row_and_field(tmp_path: Path) -> Non
 
 
 def test_newer_schema_version_is_refused_as_such(tmp_path: Path) -> None:
-    schema = V2.with_metadata({**V2.metadata, METADATA_SCHEMA_VERSION_KEY: b"3"})
+    schema = V2.with_metadata({**V2.metadata, METADATA_SCHEMA_VERSION_KEY: b"4"})
     shard = write(tmp_path / "newer.parquet", [row("a")], schema=schema)
     report = ingest_paths([shard], str(tmp_path / "store"))
     assert report.trajectories_written == 0
     [p] = report.problems
     assert p.kind == "unsupported" and shard in p.reason
-    assert "schema version 3" in p.reason and "up to 2" in p.reason and "pip install -U trajstore" in p.reason
+    assert "schema version 4" in p.reason and "up to 3" in p.reason and "pip install -U trajstore" in p.reason
 
 
 def test_wrong_column_type_refuses_the_file_in_one_line(tmp_path: Path) -> None:
@@ -138,7 +138,7 @@ def test_v1_shard_is_migrated_as_traj_migrate_does(tmp_path: Path) -> None:
     assert ingest_paths([str(shard)], store).trajectories_written == 1
     t = read_trajectories(store)
     assert t.column("tokens").to_pylist() == [[1, 2, 3, 4, 5, 6, 7]]
-    assert t.column("logprobs").to_pylist() == [[-0.5, -0.25, -1.0]]  # v2: action tokens only
+    assert t.column("action_logprobs").to_pylist() == [[-0.5, -0.25, -1.0]]  # v3: action tokens only
     assert [s["policy_version"] for s in t.column("spans").to_pylist()[0] if s["kind"] == "action"] == [7, 8]
 
 

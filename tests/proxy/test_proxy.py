@@ -70,7 +70,7 @@ def test_multi_turn_session_is_one_trajectory_with_the_engines_ids(fake_upstream
     kinds = [s["kind"] for s in row["spans"]]
     assert kinds == ["prompt", "action", "observation", "action", "observation", "action"]
     assert action_ids(row) == [REPLY_IDS] * 3
-    lp = np.array(row["logprobs"], dtype=np.float32)
+    lp = np.array(row["action_logprobs"], dtype=np.float32)
     for s in row["spans"]:
         if s["kind"] == "action":
             assert s["policy_version"] == 0 and s["finish_reason"] == "stop"

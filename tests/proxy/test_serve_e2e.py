@@ -111,7 +111,7 @@ def test_tool_calling_loop_is_stored_bit_for_bit(serve, start_proxy, tmp_path, s
     sampled = samples(log)
     actions = [s for s in row["spans"] if s["kind"] == "action"]
     assert len(actions) == tool_turns + (1 if tool_turns < 4 else 0)
-    lps = np.asarray(row["logprobs"], dtype=np.float32)
+    lps = np.asarray(row["action_logprobs"], dtype=np.float32)
     for i, s in enumerate(actions):
         rec = sampled[s["call_id"]]
         assert row["tokens"][:s["start"]] == rec["prompt_token_ids"]  # the context the server saw
@@ -148,7 +148,7 @@ def test_text_completions_and_models_through_the_proxy(serve, start_proxy, tmp_p
     rec = samples(log)[a["call_id"]]
     assert rec["endpoint"] == "completions"
     assert row["tokens"][:a["start"]] == rec["prompt_token_ids"] and row["tokens"][a["start"]:] == rec["token_ids"]
-    lps = np.asarray(row["logprobs"], dtype=np.float32)[a["logprob_start"]:a["logprob_start"] + a["end"] - a["start"]]
+    lps = np.asarray(row["action_logprobs"], dtype=np.float32)[a["logprob_start"]:a["logprob_start"] + a["end"] - a["start"]]
     np.testing.assert_array_equal(lps, np.asarray(rec["logprobs"], dtype=np.float32))
 
 
@@ -226,7 +226,7 @@ def test_weight_reload_during_traffic_labels_every_action_with_its_version(serve
     assert len(rows) >= 4
     seen, split_calls, distinct = set(), 0, []
     for row in rows:
-        lps = np.asarray(row["logprobs"], dtype=np.float32)
+        lps = np.asarray(row["action_logprobs"], dtype=np.float32)
         actions = [s for s in row["spans"] if s["kind"] == "action"]
         for s in actions:
             claimed, other = s["policy_version"] % 2, 1 - s["policy_version"] % 2

@@ -50,7 +50,7 @@ def test_flat_arrays_offsets_and_action_mask(tmp_store: str, make_trajectory: An
     ref_mask = np.concatenate([_reference_action_mask(t.spans, len(t.tokens)) for t in trajs])
     assert np.array_equal(b.action_mask(), ref_mask)
     # v2: log-probs aligned to action tokens; offsets per trajectory = its action token count.
-    ref_lp = np.concatenate([t.logprobs[_reference_action_mask(t.spans, len(t.tokens))] for t in trajs])
+    ref_lp = np.concatenate([t.action_logprobs[_reference_action_mask(t.spans, len(t.tokens))] for t in trajs])
     assert np.array_equal(np.diff(b.logprob_offsets),
                           [sum(s.end - s.start for s in t.spans if s.kind == "action") for t in trajs])
     assert np.array_equal(b.logprobs.view(np.uint32), ref_lp.view(np.uint32))
@@ -58,7 +58,7 @@ def test_flat_arrays_offsets_and_action_mask(tmp_store: str, make_trajectory: An
     assert np.array_equal(b.action_positions(), np.flatnonzero(ref_mask))
     full = b.logprobs_full()
     assert full.shape == b.tokens.shape
-    assert np.array_equal(full.view(np.uint32), np.concatenate([t.logprobs for t in trajs]).view(np.uint32))
+    assert np.array_equal(full.view(np.uint32), np.concatenate([t.action_logprobs for t in trajs]).view(np.uint32))
     codes = {"prompt": 0, "action": 1, "observation": 2}
     assert b.span_kind.tolist() == [codes[s.kind] for t in trajs for s in t.spans]
     assert b.span_start.tolist() == [s.start for t in trajs for s in t.spans]
@@ -80,7 +80,7 @@ def test_action_mask_matches_reference_on_random_layouts(make_trajectory: Any) -
 def test_tokens_and_logprobs_are_zero_copy(tmp_store: str, make_trajectory: Any) -> None:
     _fill(tmp_store, make_trajectory)
     b = next(iter(iter_batches(tmp_store)))
-    for name, arr in (("tokens", b.tokens), ("logprobs", b.logprobs)):
+    for name, arr in (("tokens", b.tokens), ("action_logprobs", b.logprobs)):
         values = b.table.column(name).chunk(0).values
         buf = np.frombuffer(values.buffers()[1], dtype=np.uint8)
         assert np.shares_memory(arr, buf), f"{name} was copied"

@@ -40,8 +40,8 @@ def test_read_by_id_first_copy_arrival_order_and_only_the_row_groups_needed(
     want = trajectories_to_table([a[3], a[7], b[30]])
     for name in ("tokens", "spans", "num_missing_logprobs", "reward"):
         assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
-    assert np.array_equal(got.column("logprobs").combine_chunks().values.to_numpy().view(np.uint32),
-                          want.column("logprobs").combine_chunks().values.to_numpy().view(np.uint32))
+    assert np.array_equal(got.column("action_logprobs").combine_chunks().values.to_numpy().view(np.uint32),
+                          want.column("action_logprobs").combine_chunks().values.to_numpy().view(np.uint32))
     n_rg = sum(pq.read_metadata(s.path).num_row_groups for s in store.list_shards())
     assert n_rg >= 10 and 1 <= len(reads) <= 3  # at most one row group per wanted row, not the store
     assert read_trajectories_by_id(tmp_store, ["b1"], columns=["reward"]).column_names == ["trajectory_id", "reward"]

@@ -1,4 +1,4 @@
-"""trajstore/reader/read.py and the readers beside it: a store mixing schema-v1 and v2 shards
+"""trajstore/reader/read.py and the readers beside it: a store mixing schema-v1, v2 and v3 shards
 reads as one (local and S3); every reader fills a nullable column an older shard lacks; a
 scalar read of a v1 shard never decodes its spans."""
 
@@ -22,27 +22,37 @@ from trajstore.schema import TRAJECTORY_SCHEMA
 
 def _v1_and_v2_store(uri: str, make_trajectory: Any, storage_options: dict[str, Any] | None = None
                      ) -> list[Any]:
-    """Shards in arrival order: v1 (10 rows), v2 (10 rows), v1 (the first 3 ids again: duplicates)."""
+    """Shards in arrival order: v1 (10 rows), v2 (10 rows), v3 (5 rows), v1 (the first 3 ids again:
+    duplicates). v2-1 and v2-2 are parts of a split episode (metadata ``episode.id`` "ep-x", as
+    the proxy wrote them), v2-3 names its episode as a plain string: episode_id "ep-x", "ep-x",
+    "ep-s" after conversion, every other row its own id."""
     rng = np.random.default_rng(77)
     store = open_store(uri, storage_options=storage_options)
     first = [make_trajectory(rng, trajectory_id=f"v1-{i}", with_logprobs=i % 3 != 0, with_actions=i != 4)
              for i in range(10)]  # v1-4 has no action at all (empty log-prob list after conversion)
     second = [make_trajectory(rng, trajectory_id=f"v2-{i}", with_logprobs=i % 4 != 0) for i in range(10)]
+    for i, ep in ((1, {"id": "ep-x", "part": 1, "parts": 2}), (2, {"id": "ep-x", "part": 2, "parts": 2}),
+                  (3, "ep-s")):
+        second[i].metadata["episode"] = ep
+    third = [make_trajectory(rng, trajectory_id=f"v3-{i}") for i in range(5)]
     store.write_table(trajectories_to_table(first, version=1))
-    store.write_table(trajectories_to_table(second))
+    store.write_table(trajectories_to_table(second, version=2))
+    store.write_table(trajectories_to_table(third))
     dupes = [make_trajectory(rng, trajectory_id=f"v1-{i}") for i in range(3)]
     store.write_table(trajectories_to_table(dupes, version=1))
-    assert [s.schema_version for s in store.list_shards(strict=True)] == [1, 2, 1]
-    return first + second
+    assert [s.schema_version for s in store.list_shards(strict=True)] == [1, 2, 3, 1]
+    return first + second + third
 
 
 def _check_mixed(uri: str, expected: list[Any], storage_options: dict[str, Any] | None) -> None:
-    want = trajectories_to_table(expected)  # the same rows written as v2 directly
+    want = trajectories_to_table(expected)  # the same rows written as v3 directly
+    episodes = want.column("episode_id").to_pylist()
+    assert episodes[11:14] == ["ep-x", "ep-x", "ep-s"] and episodes[:11] == [t.trajectory_id for t in expected[:11]]
     got = read_trajectories(uri, storage_options=storage_options, strict=True)
     assert got.schema.equals(TRAJECTORY_SCHEMA, check_metadata=False)
     assert got.column("trajectory_id").to_pylist() == [t.trajectory_id for t in expected]
     for name in TRAJECTORY_SCHEMA.names:
-        if name == "logprobs":  # compare bits (NaN != NaN as floats)
+        if name == "action_logprobs":  # compare bits (NaN != NaN as floats)
             a = got.column(name).combine_chunks()
             b = want.column(name).combine_chunks()
             assert a.offsets.to_pylist() == b.offsets.to_pylist()
@@ -53,12 +63,14 @@ def _check_mixed(uri: str, expected: list[Any], storage_options: dict[str, Any] 
     lazy = scan_trajectories(uri, storage_options=storage_options, strict=True).collect()
     assert lazy["trajectory_id"].to_list() == [t.trajectory_id for t in expected]
     assert lazy["num_missing_logprobs"].to_list() == want.column("num_missing_logprobs").to_pylist()
-    lz = lazy.to_arrow().column("logprobs").combine_chunks()
+    lz = lazy.to_arrow().column("action_logprobs").combine_chunks()
     assert np.array_equal(lz.values.to_numpy().view(np.uint32),
-                          want.column("logprobs").combine_chunks().values.to_numpy().view(np.uint32))
+                          want.column("action_logprobs").combine_chunks().values.to_numpy().view(np.uint32))
     assert lazy["spans"].to_list() == want.column("spans").to_pylist()
+    for name in ("schema_version", "episode_id", "parent_trajectory_id", "fork_point", "link_kind"):
+        assert lazy[name].to_list() == want.column(name).to_pylist(), name
     # Scalars only: never needs the per-token columns.
-    assert scan_trajectories(uri, storage_options=storage_options).select("trajectory_id").collect().height == 20
+    assert scan_trajectories(uri, storage_options=storage_options).select("trajectory_id").collect().height == 25
 
     ids, lps = [], []
     for b in iter_batches(uri, storage_options=storage_options, strict=True):
@@ -66,17 +78,17 @@ def _check_mixed(uri: str, expected: list[Any], storage_options: dict[str, Any] 
         lps.append(b.logprobs)
     assert ids == [t.trajectory_id for t in expected]
     assert np.array_equal(np.concatenate(lps).view(np.uint32),
-                          want.column("logprobs").combine_chunks().values.to_numpy().view(np.uint32))
+                          want.column("action_logprobs").combine_chunks().values.to_numpy().view(np.uint32))
 
-    # traj info: 23 rows in 3 shards, the 3 later copies of v1-0..v1-2 dropped
+    # traj info: 28 rows in 4 shards, the 3 later copies of v1-0..v1-2 dropped
     summary = summarize_store(uri, storage_options=storage_options)
-    assert (summary.trajectories, summary.duplicates_dropped, summary.shards) == (20, 3, 3)
+    assert (summary.trajectories, summary.duplicates_dropped, summary.shards) == (25, 3, 4)
     # a viewer's fetch: the first copy (shard 1, v1) of v1-2, then v2-5; absent ids are absent
     got = read_trajectories_by_id(uri, ["v2-5", "v1-2", "nope"], storage_options=storage_options, strict=True)
     assert got.column("trajectory_id").to_pylist() == ["v1-2", "v2-5"]
     pick = want.take(pa.array([2, 15]))  # rows of v1-2 and v2-5 in `expected` order
     for name in TRAJECTORY_SCHEMA.names:
-        if name == "logprobs":
+        if name == "action_logprobs":
             assert np.array_equal(got.column(name).combine_chunks().values.to_numpy().view(np.uint32),
                                   pick.column(name).combine_chunks().values.to_numpy().view(np.uint32))
         else:
@@ -84,7 +96,10 @@ def _check_mixed(uri: str, expected: list[Any], storage_options: dict[str, Any] 
 
     conn = audit.connect(open_store(uri, storage_options=storage_options))
     ((n, miss),) = conn.sql("SELECT count(*), sum(num_missing_logprobs) FROM trajectories").fetchall()
-    assert (n, miss) == (20, sum(want.column("num_missing_logprobs").to_pylist()))
+    assert (n, miss) == (25, sum(want.column("num_missing_logprobs").to_pylist()))
+    lineage = ["trajectory_id", "schema_version", "episode_id", "parent_trajectory_id", "fork_point", "link_kind"]
+    assert conn.sql(f"SELECT {', '.join(lineage)} FROM trajectories ORDER BY trajectory_id").fetchall() == sorted(
+        tuple(r.values()) for r in want.select(lineage).to_pylist())
     # span_logprobs: every action span's slice equals the SDK's values at its tokens.
     by_id = {t.trajectory_id: t for t in expected}
     rows = conn.sql("SELECT trajectory_id, span_index, start, \"end\", logprobs FROM span_logprobs").fetchall()
@@ -92,7 +107,7 @@ def _check_mixed(uri: str, expected: list[Any], storage_options: dict[str, Any] 
     for tid, k, start, end, vals in rows:
         t = by_id[tid]
         assert (t.spans[k].kind, t.spans[k].start, t.spans[k].end) == ("action", start, end)
-        assert np.array_equal(np.asarray(vals, np.float32).view(np.uint32), t.logprobs[start:end].view(np.uint32))
+        assert np.array_equal(np.asarray(vals, np.float32).view(np.uint32), t.action_logprobs[start:end].view(np.uint32))
     sp = conn.sql("SELECT trajectory_id, span_index, logprob_start, num_missing_logprobs FROM spans "
                   "WHERE kind = 'action' ORDER BY trajectory_id, span_index").fetchall()
     want_sp = sorted((r["trajectory_id"], i, s["logprob_start"], s["num_missing_logprobs"])
@@ -102,13 +117,13 @@ def _check_mixed(uri: str, expected: list[Any], storage_options: dict[str, Any] 
 
 
 def _migrate_and_check(uri: str, expected: list[Any], storage_options: dict[str, Any] | None) -> None:
-    """After `traj migrate` every shard is v2, under its old name, and reads exactly as before."""
+    """After `traj migrate` every shard is v3, under its old name, and reads exactly as before."""
     store = open_store(uri, storage_options=storage_options)
     names = [s.name for s in store.list_shards(strict=True)]
     res = migrate_store(store)
-    assert (len(res.migrated), res.already_current, res.rows) == (2, 1, 13)  # v1 shards: 10 + 3 rows
+    assert (len(res.migrated), res.already_current, res.rows) == (3, 1, 23)  # v1, v2 shards: 10 + 10 + 3 rows
     shards = open_store(uri, storage_options=storage_options).list_shards(strict=True)
-    assert [s.name for s in shards] == names and [s.schema_version for s in shards] == [2, 2, 2]
+    assert [s.name for s in shards] == names and [s.schema_version for s in shards] == [3, 3, 3, 3]
     _check_mixed(uri, expected, storage_options)
 
 
@@ -189,7 +204,7 @@ def test_scalar_read_of_a_v1_shard_does_not_decode_spans(tmp_store: str, make_tr
 
     monkeypatch.setattr(pq.ParquetFile, "read", recording)
     got = read_trajectories(tmp_store, columns=list(SCALAR_COLUMNS), strict=True)
-    assert asked and all(c is not None and "spans" not in c and "logprobs" not in c for c in asked), asked
+    assert asked and all(c is not None and "spans" not in c and "logprobs" not in c and "action_logprobs" not in c for c in asked), asked
     # s1 has no log-probs (logprob_source none): every action token missing; the others none missing
     want = trajectories_to_table(trajs)
     assert got.column("num_missing_logprobs").to_pylist() == want.column("num_missing_logprobs").to_pylist()

@@ -72,7 +72,7 @@ def _check_store(uri: str, storage_options: dict[str, Any] | None) -> None:
     assert count_duplicates(uri, storage_options=storage_options) == 0
     # Content is intact, not just present.
     rows = dict(zip(ids, range(len(ids))))
-    tok_col, lp_col, reward = table.column("tokens"), table.column("logprobs"), table.column("reward")
+    tok_col, lp_col, reward = table.column("tokens"), table.column("action_logprobs"), table.column("reward")
     for p in range(NUM_PROCS):
         for i in range(0, PER_PROC, 7):
             r = rows[f"p{p}-t{i:03d}"]

@@ -35,5 +35,6 @@ def test_schema_version_stamped_in_every_shard(tmp_store: str, make_trajectory: 
     assert len(paths) == 3
     for p in paths:
         md = pq.read_metadata(p).metadata
-        assert md[b"trajstore.schema_version"] == b"2"
+        assert md[b"trajstore.schema_version"] == b"3"
+        assert set(pq.read_table(p, columns=["schema_version"]).column(0).to_pylist()) == {3}  # in every row too
         assert pq.read_metadata(p).row_group(0).column(0).compression == "ZSTD"

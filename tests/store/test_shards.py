@@ -214,7 +214,7 @@ def _stamped_variants(good: pa.Table) -> dict[str, tuple[pa.Table, str]]:
         "extra column": (renamed.append_column("extra", pa.array(range(good.num_rows))), "unexpected column 'extra'"),
         "wrong type": (renamed.set_column(renamed.schema.get_field_index("reward"), "reward",
                                           pa.array(["x"] * good.num_rows)), "column 'reward' has type string"),
-        "missing required": (renamed.select(["trajectory_id"]), "required column 'source' is missing"),
+        "missing required": (renamed.select(["trajectory_id"]), "required column 'schema_version' is missing"),
     }
 
 

@@ -23,7 +23,9 @@ import pyarrow as pa
 
 from trajstore.errors import TrajstoreError, one_line
 from trajstore.schema import (
+    ACTION_LOGPROBS_COLUMN,
     CONSUMED_SCHEMA,
+    LEGACY_LOGPROBS_COLUMN,
     SCALAR_COLUMNS,
     SCHEMA_VERSION,
     SPAN_FIELDS,
@@ -90,20 +92,56 @@ def _column_or_null(f: pa.Field, present: set[str]) -> str:
     return f"CAST(NULL AS {_duck_type(f.type)}) AS {_quote_ident(f.name)}"
 
 
+_EPISODE_ID_SQL = (
+    "coalesce(CASE WHEN metadata LIKE '%\"episode\"%' AND json_valid(metadata) THEN CASE json_type(metadata, "
+    "'$.episode') WHEN 'VARCHAR' THEN nullif(metadata ->> '$.episode', '') WHEN 'OBJECT' THEN CASE WHEN "
+    "json_type(metadata, '$.episode.id') = 'VARCHAR' THEN nullif(metadata ->> '$.episode.id', '') END END END, "
+    "trajectory_id) AS episode_id")
+"""``episode_id`` of a v1 / v2 row in SQL: :func:`trajstore.convert.episode_id_of` (metadata
+``episode.id`` of a split episode's part, else the trajectory's own id)."""
+
+
+_LP = "_trajstore_lp"
+"""The log-prob list of a row of a v1 / v2 shard group, whichever name its file has: ``logprobs``,
+or ``action_logprobs`` when ``traj migrate`` rewrote the file as v3 after this connection listed
+it (DuckDB binds the views again at each query, and the rewritten file has only the new name)."""
+
+
+def _old_source(src: str) -> str:
+    """`src` (a v1 / v2 read_parquet) with the log-prob list under :data:`_LP`."""
+    return (f"(SELECT *, coalesce(*COLUMNS('^({ACTION_LOGPROBS_COLUMN}|{LEGACY_LOGPROBS_COLUMN})$')) AS {_LP} "
+            f"FROM {src})")
+
+
+def _old_as_v3(f: pa.Field, present: set[str], version: int) -> str:
+    """SQL for a schema-v3 column computed from the columns of v1 or v2 shards (see
+    :mod:`trajstore.schema` and :func:`trajstore.convert.upgrade_table`, the same conversion)."""
+    if f.name == "schema_version":  # a converted row has v3's layout (the footer keeps the file's version)
+        return f"CAST({SCHEMA_VERSION} AS BIGINT) AS schema_version"
+    if f.name == "episode_id":
+        return _EPISODE_ID_SQL
+    if f.name == ACTION_LOGPROBS_COLUMN and version == 2:
+        return f"{_LP} AS {_quote_ident(ACTION_LOGPROBS_COLUMN)}"
+    if version == 1:
+        return _v1_as_v2(f, present)
+    return _column_or_null(f, present)
+
+
 def _v1_as_v2(f: pa.Field, present: set[str]) -> str:
-    """SQL for a schema-v2 column computed from the columns of v1 shards (see :mod:`trajstore.schema`)."""
+    """SQL for a column of schema v2 (the log-prob column under its v3 name) computed from the
+    columns of v1 shards."""
     if f.name == "num_missing_logprobs":  # v1's write-time rule: engine rows have every one
         return ("CASE WHEN logprob_source = 'none' THEN num_action_tokens ELSE 0 END "
                 "AS num_missing_logprobs")
-    if f.name == "logprobs":  # keep the action tokens' values, in order; null -> NaN
-        # A row whose list is already num_action_tokens long is v2: `traj migrate` rewrote the
+    if f.name == ACTION_LOGPROBS_COLUMN:  # keep the action tokens' values, in order; null -> NaN
+        # A row whose list is already num_action_tokens long is v3: `traj migrate` rewrote the
         # shard after this connection listed it as v1 (when every token is an action token the
         # two layouts hold the same values, so either branch gives the same list).
-        return ("CASE WHEN len(logprobs) = num_action_tokens "
-                "THEN list_transform(logprobs, lambda x: coalesce(x, 'NaN'::FLOAT)) "
+        return (f"CASE WHEN len({_LP}) = num_action_tokens "
+                f"THEN list_transform({_LP}, lambda x: coalesce(x, 'NaN'::FLOAT)) "
                 "ELSE flatten(list_transform(list_filter(spans, lambda s: s.kind = 'action'), lambda s: "
-                "list_transform(logprobs[s.start + 1:s.\"end\"], lambda x: coalesce(x, 'NaN'::FLOAT)))) "
-                "END AS logprobs")
+                f"list_transform({_LP}[s.start + 1:s.\"end\"], lambda x: coalesce(x, 'NaN'::FLOAT)))) "
+                f"END AS {ACTION_LOGPROBS_COLUMN}")
     if f.name == "spans":
         kept = ", ".join(f"{_quote_ident(g.name)} := s.{_quote_ident(g.name)}" for g, _ in SPAN_FIELDS_V1)
         act = "s.kind = 'action'"
@@ -131,8 +169,8 @@ def _maybe_duplicated(shards: Sequence[ShardInfo]) -> bool:
 
 def _trajectory_rows_sql(conn: duckdb.DuckDBPyConnection, shards: Sequence[ShardInfo],
                          store: Store) -> tuple[str, list[str]]:
-    """SELECT of every stored trajectory row as schema v2 plus ``shard`` and ``shard_row``
-    (shards of schema v1 converted in SQL), and the shard URLs it reads."""
+    """SELECT of every stored trajectory row as schema v3 plus ``shard`` and ``shard_row``
+    (shards of schema v1 and v2 converted in SQL), and the shard URLs it reads."""
     by_version: dict[int, list[ShardInfo]] = {}
     for info in shards:
         by_version.setdefault(info.schema_version, []).append(info)
@@ -144,7 +182,8 @@ def _trajectory_rows_sql(conn: duckdb.DuckDBPyConnection, shards: Sequence[Shard
         if version == SCHEMA_VERSION:
             cols = [_column_or_null(f, present) for f in TRAJECTORY_SCHEMA]
         else:
-            cols = [_v1_as_v2(f, present) for f in TRAJECTORY_SCHEMA]
+            cols = [_old_as_v3(f, present, version) for f in TRAJECTORY_SCHEMA]
+            src = _old_source(src)
         selects.append(f"SELECT {', '.join(cols)}, filename AS shard, file_row_number AS shard_row FROM {src}")
     if not selects:
         src = _empty_source(conn, "_trajstore_empty_trajectories", TRAJECTORY_SCHEMA)
@@ -168,11 +207,12 @@ def connect(uri: str | os.PathLike[str] | Store, *,
 
     Views (a snapshot of the shards listed now; reconnect to see newer shards):
 
-    Shards of schema v1 are converted in SQL, so a store holding both versions reads as one; a
-    nullable column that no shard has is NULL.
+    Shards of schema v1 and v2 are converted in SQL (as :func:`trajstore.convert.upgrade_table`
+    does), so a store holding several versions reads as one; a nullable column that no shard has
+    is NULL.
 
-    - ``trajectories``: one row per trajectory, every scalar column of schema v2 (no
-      ``tokens``/``logprobs``/``spans``) plus ``shard`` (the file it was read from). Duplicate
+    - ``trajectories``: one row per trajectory, every scalar column of schema v3 (no
+      ``tokens``/``action_logprobs``/``spans``) plus ``shard`` (the file it was read from). Duplicate
       ``trajectory_id`` s keep the first copy in arrival order (shard name, then row), exactly
       as :mod:`trajstore.reader`.
     - ``spans``: one row per span of those trajectories: ``trajectory_id``, ``span_index``
@@ -183,7 +223,7 @@ def connect(uri: str | os.PathLike[str] | Store, *,
       ``spans``), ``start``, ``"end"``, ``num_tokens``, ``policy_version``, ``call_id``,
       ``finish_reason``, ``temperature``, ``num_missing_logprobs`` and ``logprobs`` (FLOAT[],
       ``num_tokens`` long: the rollout log-prob of each of the span's tokens, nats, NaN where the
-      engine gave none), plus :data:`SPAN_GROUP_COLUMNS`. Reads the ``logprobs`` column, so
+      engine gave none), plus :data:`SPAN_GROUP_COLUMNS`. Reads the ``action_logprobs`` column, so
       filter by trajectory when the store is large, e.g.
       ``SELECT span_index, list_sum(logprobs) FROM span_logprobs WHERE trajectory_id = 'x'``.
     - ``steps``, ``consumed``: the training records of every run under ``runs/<run_id>/``
@@ -216,7 +256,7 @@ def connect(uri: str | os.PathLike[str] | Store, *,
     traj_shards = store.list_shards(TRAJECTORIES_DIR)
     rows_sql, traj_urls = _trajectory_rows_sql(conn, traj_shards, store)
     allowed += traj_urls
-    # Every row as stored (as schema v2), with its shard and row number (duplicates included).
+    # Every row as stored (as schema v3), with its shard and row number (duplicates included).
     conn.execute(f"CREATE VIEW _trajectory_rows AS {rows_sql}")
     # First copy of each id in arrival order (shard names sort by write time). The later copies
     # are found once here from the ids alone and kept as a small table; a window over the full
@@ -251,8 +291,8 @@ def connect(uri: str | os.PathLike[str] | Store, *,
         f"sp.\"end\" - sp.start AS num_tokens, sp.policy_version AS policy_version, sp.call_id AS call_id, "
         f"sp.finish_reason AS finish_reason, sp.temperature AS temperature, "
         f"sp.num_missing_logprobs AS num_missing_logprobs, "
-        f"logprobs[sp.logprob_start + 1:sp.logprob_start + sp.\"end\" - sp.start] AS logprobs, "
-        f"{group_cols} FROM (SELECT trajectory_id, logprobs, {group_cols}, "
+        f"{ACTION_LOGPROBS_COLUMN}[sp.logprob_start + 1:sp.logprob_start + sp.\"end\" - sp.start] AS logprobs, "
+        f"{group_cols} FROM (SELECT trajectory_id, {ACTION_LOGPROBS_COLUMN}, {group_cols}, "
         f"unnest(range(len(spans))) AS span_index, unnest(spans) AS sp FROM _trajectories_full) "
         f"WHERE sp.kind = 'action'")
 
@@ -318,7 +358,8 @@ def sql(conn: duckdb.DuckDBPyConnection, query: str, *, limit: int | None = None
 
 _LIST_COLUMN_HINTS = {
     "tokens": "token ids are in no view: read them with trajstore.read_trajectories(STORE, columns=['tokens'])",
-    "logprobs": "the rollout log-probs are in the view span_logprobs, one row per action span",
+    ACTION_LOGPROBS_COLUMN: "the rollout log-probs are in the view span_logprobs, one row per action span",
+    LEGACY_LOGPROBS_COLUMN: "the rollout log-probs are in the view span_logprobs, one row per action span",
     "spans": "the spans are in the view spans, one row per span"}
 """Where the list columns of the schema are: the ``trajectories`` view holds the scalar columns
 only, while ``traj schema`` lists every column of the stored rows."""

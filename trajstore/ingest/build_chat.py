@@ -145,6 +145,6 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
             group_id=None, source=conv.source, model=conv.model, tokenizer=tokenizer_name, created_at=created_at(conv),
             status=conv.status, reward=conv.reward.value,
             reward_raw=reward_raw(conv), token_source="retokenized", logprob_source="none", tokens=part.token_ids,
-            logprobs=np.full(n_tok, np.nan, dtype=np.float32), spans=spans, metadata=meta)
+            action_logprobs=np.full(n_tok, np.nan, dtype=np.float32), spans=spans, metadata=meta)
         out.append(validate_trajectory(traj))
     return out

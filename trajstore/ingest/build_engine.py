@@ -104,7 +104,7 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
             trajectory_id=part_id(base_id, n + 1, len(parts)), prompt_id=r.prompt_id,
             source=r.source, model=r.model, tokenizer=tokenizer, created_at=created_at(r), status=r.status,
             reward=r.reward.value, reward_raw=reward_raw(r), token_source="engine",
-            logprob_source="engine" if with_lp else "none", tokens=tokens, logprobs=lps, spans=spans, metadata=meta,
+            logprob_source="engine" if with_lp else "none", tokens=tokens, action_logprobs=lps, spans=spans, metadata=meta,
             not_trainable_reason=reason)
         out.append(validate_trajectory(traj))
     return out

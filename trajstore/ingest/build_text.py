@@ -59,5 +59,5 @@ def text_rollout_to_trajectory(r: TextRollout, tokenizer: Any, *, tokenizer_name
         trajectory_id=trajectory_id(r.source, r.key, digest), prompt_id=r.prompt_id, source=r.source, model=r.model,
         tokenizer=tokenizer_name, created_at=created_at(r), status=r.status, reward=r.reward.value,
         reward_raw=reward_raw(r), token_source="retokenized", logprob_source="none", tokens=tokens,
-        logprobs=np.full(len(tokens), np.nan, dtype=np.float32), spans=spans, metadata=meta)
+        action_logprobs=np.full(len(tokens), np.nan, dtype=np.float32), spans=spans, metadata=meta)
     return validate_trajectory(traj)

@@ -17,7 +17,7 @@ from trajstore.ingest.values import clip_value
 FIELD_WORDS: dict[str, str] = {
     "reward": "the reward", "reward_raw": "the reward", "model": "the model name", "prompt_id": "the task id",
     "group_id": "the group id", "created_at": "the time stamp", "status": "the status",
-    "tokens": "the token ids", "logprobs": "the log-probs", "spans": "the turns",
+    "tokens": "the token ids", "action_logprobs": "the log-probs", "logprobs": "the log-probs", "spans": "the turns",
     "metadata": "the fields kept as metadata", "trajectory_id": "the instance id", "tokenizer": "the tokenizer name",
     "not_trainable_reason": "the not-trainable reason", "call_id": "a model call's id (response or message id)",
     "cause_id": "an observation's tool call id", "finish_reason": "a model call's finish_reason",

@@ -1,8 +1,8 @@
 """Reading a store: lazy (polars), eager (Arrow) and streaming flat batches for the trainer.
 
-Every reader returns schema v2 (:mod:`trajstore.schema`): shards of an older schema version are
-converted on read (:func:`trajstore.convert.upgrade_table`), so a store holding v1 and v2
-shards reads as one; a nullable column a shard lacks comes back as nulls. A shard of a newer
+Every reader returns schema v3 (:mod:`trajstore.schema`): shards of an older schema version are
+converted on read (:func:`trajstore.convert.upgrade_table`), so a store holding v1, v2 and
+v3 shards reads as one; a nullable column a shard lacks comes back as nulls. A shard of a newer
 schema version than this package reads raises :class:`~trajstore.errors.NewerSchemaError` from
 every reader (upgrade trajstore). Other shards whose footer or data cannot be read are skipped
 with a :class:`~trajstore.store.CorruptShardWarning` naming them (``strict=True`` raises). Duplicate

@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from trajstore.convert import ranges_positions, upgrade_table, v1_read_columns
+from trajstore.convert import ranges_positions, read_columns, upgrade_table
 from trajstore.errors import CorruptShardError
 from trajstore.reader.dedupe import first_copy_mask
 from trajstore.reader.files import StoreLike, as_store, file_version
-from trajstore.schema import SCHEMA_VERSION, SPAN_KIND_CODES, TRAJECTORY_SCHEMA
+from trajstore.schema import ACTION_LOGPROBS_COLUMN, SPAN_KIND_CODES, TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store
 from trajstore.store.layout import TRAJECTORIES_DIR
 
@@ -32,7 +32,7 @@ class TrajectoryBatch:
 
     Attributes:
         shard: path of the shard the rows come from; row_group: its index there.
-        table: the rows as Arrow (schema v2, all columns read), for scalar fields.
+        table: the rows as Arrow (schema v3, all columns read), for scalar fields.
         trajectory_ids: ids, shape (n,), object.
         token_offsets: int64 (n+1,); trajectory i is ``tokens[token_offsets[i]:token_offsets[i+1]]``.
         tokens: int32 (N,). Zero-copy view of the Arrow buffer.
@@ -40,7 +40,7 @@ class TrajectoryBatch:
             ``logprobs[logprob_offsets[i]:logprob_offsets[i+1]]``.
         logprobs: float32 (A,), nats: the rollout log-prob of each action token, in token order
             (aligned with ``tokens[action_positions()]``). Zero-copy view of the Arrow buffer
-            (for shards of schema v2); NaN where the engine gave none.
+            (for shards of schema v3); NaN where the engine gave none.
         logprob_valid: bool (A,); True where the rollout log-prob is known (not NaN).
         span_offsets: int64 (n+1,); trajectory i's spans are ``span_*[span_offsets[i]:span_offsets[i+1]]``.
         span_kind: int8 (S,); 0 prompt, 1 action, 2 observation (``schema.SPAN_KIND_CODES``).
@@ -109,10 +109,10 @@ def _list_flat(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array]:
 
 
 def batch_from_table(table: pa.Table, *, shard: str = "", row_group: int = -1) -> TrajectoryBatch:
-    """Flat arrays for a schema-v2 table holding (at least) ``trajectory_id``, ``tokens``,
-    ``logprobs`` and ``spans``."""
+    """Flat arrays for a schema-v3 table holding (at least) ``trajectory_id``, ``tokens``,
+    ``action_logprobs`` (:data:`~trajstore.schema.ACTION_LOGPROBS_COLUMN`) and ``spans``."""
     tok_off, tok_vals = _list_flat(table.column("tokens"))
-    lp_off, lp_vals = _list_flat(table.column("logprobs"))
+    lp_off, lp_vals = _list_flat(table.column(ACTION_LOGPROBS_COLUMN))
     tokens = tok_vals.to_numpy(zero_copy_only=True) if tok_vals.null_count == 0 else tok_vals.to_numpy(zero_copy_only=False)
     logprobs = lp_vals.to_numpy(zero_copy_only=lp_vals.null_count == 0)
     if lp_vals.null_count:  # never written by trajstore; tolerate a foreign writer's nulls as unknown
@@ -140,7 +140,7 @@ def batch_from_table(table: pa.Table, *, shard: str = "", row_group: int = -1) -
 
 def iter_shard_tables(store: Store, shard: ShardInfo, *, columns: Sequence[str] | None = None
                       ) -> Iterator[tuple[int, pa.Table]]:
-    """``(row_group, table)`` for each row group of one shard, as schema v2 (`columns` or all;
+    """``(row_group, table)`` for each row group of one shard, as schema v3 (`columns` or all;
     v1 converted, missing nullable columns filled with nulls).
 
     Raises:
@@ -152,7 +152,7 @@ def iter_shard_tables(store: Store, shard: ShardInfo, *, columns: Sequence[str] 
         present = set(pf.schema_arrow.names)
         version = file_version(pf, shard)  # not the listing's: a migrate may have rewritten the shard since
         want = list(columns) if columns is not None else TRAJECTORY_SCHEMA.names
-        read = want if version == SCHEMA_VERSION else v1_read_columns(want)
+        read = read_columns(want, version)
         read = [c for c in read if c in present]
         for rg in range(pf.num_row_groups):
             yield rg, upgrade_table(pf.read_row_group(rg, columns=read), version, columns=want)
@@ -170,7 +170,7 @@ def iter_shard_batches(store: Store, shard: ShardInfo, *, columns: Sequence[str]
             of the shard is skipped with a warning.
     """
     cols = None if columns is None else list(dict.fromkeys(
-        ["trajectory_id", "tokens", "logprobs", "spans", "reward", *columns]))
+        ["trajectory_id", "tokens", ACTION_LOGPROBS_COLUMN, "spans", "reward", *columns]))
     try:
         for rg, table in iter_shard_tables(store, shard, columns=cols):
             if skip_ids is not None:

@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trajstore.convert import upgrade_table, v1_read_columns
+from trajstore.convert import read_columns, upgrade_table
 from trajstore.errors import CorruptShardError
 from trajstore.reader.files import StoreLike, as_store, file_version, open_shard
-from trajstore.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
+from trajstore.schema import TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store, decode_id_index, id_hashes
 from trajstore.store.layout import TRAJECTORIES_DIR
 
@@ -93,7 +93,7 @@ def _rows_of(store: Store, shard: ShardInfo, candidates: np.ndarray | None, want
         if not len(candidates):
             return None
     bounds = np.cumsum([0, *(pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups))])
-    read = cols if version == SCHEMA_VERSION else v1_read_columns(cols)
+    read = read_columns(cols, version)
     read = [c for c in read if c in set(pf.schema_arrow.names)]
     out = []
     for rg in np.unique(np.searchsorted(bounds, candidates, side="right") - 1).tolist():

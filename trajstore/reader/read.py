@@ -1,4 +1,4 @@
-"""Eager reading into Arrow: :func:`read_trajectories` (the whole store as one schema-v2 table),
+"""Eager reading into Arrow: :func:`read_trajectories` (the whole store as one schema-v3 table),
 :func:`read_shard` (one shard) and :func:`count_duplicates`; a shard whose data cannot be decoded
 is found shard by shard and skipped with a warning (or raised with ``strict``)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trajstore.convert import conform_table, upgrade_table, v1_read_columns
+from trajstore.convert import conform_table, read_columns, upgrade_table
 from trajstore.errors import CorruptShardError
 from trajstore.reader.dedupe import first_copy_mask
 from trajstore.reader.files import StoreLike, arrow_dataset, as_store, file_version, open_shard, version_runs
@@ -21,7 +21,7 @@ from trajstore.store.layout import TRAJECTORIES_DIR
 
 
 def read_run(store: Store, version: int, shards: Sequence[ShardInfo], cols: list[str] | None) -> pa.Table:
-    """Same-version shards as one schema-v2 table (`cols` or every column).
+    """Same-version shards as one schema-v3 table (`cols` or every column).
 
     Shards listed as an older version are read file by file, each converted by the version in
     its own footer (:func:`file_version`): ``traj migrate`` may have rewritten one as v2 since
@@ -34,7 +34,7 @@ def read_run(store: Store, version: int, shards: Sequence[ShardInfo], cols: list
         pf = open_shard(store, shard)
         try:
             v = file_version(pf, shard)
-            read = cols if v == SCHEMA_VERSION else v1_read_columns(cols)
+            read = read_columns(cols, v)
             present = set(pf.schema_arrow.names)
             read = [c for c in (read if read is not None else pf.schema_arrow.names) if c in present]
             parts.append(upgrade_table(pf.read(columns=read), v, columns=cols))
@@ -44,7 +44,7 @@ def read_run(store: Store, version: int, shards: Sequence[ShardInfo], cols: list
 
 
 def read_shard(store: Store, shard: ShardInfo, *, columns: Sequence[str] | None = None) -> pa.Table:
-    """One shard as a schema-v2 table (`columns` or all; rows in file order, duplicates kept;
+    """One shard as a schema-v3 table (`columns` or all; rows in file order, duplicates kept;
     v1 converted, missing nullable columns filled with nulls).
 
     Raises:
@@ -56,7 +56,7 @@ def read_shard(store: Store, shard: ShardInfo, *, columns: Sequence[str] | None 
 def read_trajectories(uri: StoreLike, *, columns: Sequence[str] | None = None,
                       storage_options: dict[str, Any] | None = None, strict: bool = False,
                       dedupe: bool = True) -> pa.Table:
-    """Every trajectory in the store as one Arrow table of schema v2 (rows in arrival order).
+    """Every trajectory in the store as one Arrow table of schema v3 (rows in arrival order).
 
     Args:
         columns: subset of schema columns to read (``trajectory_id`` is always included).

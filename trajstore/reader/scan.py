@@ -1,5 +1,5 @@
 """Lazy reading: :func:`scan_trajectories`, a polars LazyFrame over every trajectory shard, with
-schema-v1 shards converted to v2 column by column inside the query plan."""
+schema-v1 and v2 shards converted to v3 column by column inside the query plan."""
 
 from __future__ import annotations
 
@@ -10,8 +10,15 @@ import polars as pl
 import pyarrow as pa
 
 from trajstore.convert import upgrade_table
+from trajstore.lineage import episode_id_column
 from trajstore.reader.files import StoreLike, arrow_dataset, as_store, version_runs
-from trajstore.schema import TRAJECTORY_SCHEMA, trajectory_schema
+from trajstore.schema import (
+    ACTION_LOGPROBS_COLUMN,
+    LEGACY_LOGPROBS_COLUMN,
+    SCHEMA_VERSION,
+    TRAJECTORY_SCHEMA,
+    trajectory_schema,
+)
 from trajstore.store import ShardInfo, Store
 from trajstore.store.layout import TRAJECTORIES_DIR
 
@@ -24,29 +31,44 @@ def _scan_v1_logprobs(batch: pl.Series) -> pl.Series:
     t = t.cast(pa.schema([pa.field("spans", trajectory_schema(1).field("spans").type),
                           pa.field("logprobs", trajectory_schema(1).field("logprobs").type),
                           pa.field("logprob_source", pa.string())]))
-    return pl.Series(batch.name, upgrade_table(t, 1, columns=["logprobs"]).column("logprobs"))
+    return pl.Series(batch.name, upgrade_table(t, 1, columns=[ACTION_LOGPROBS_COLUMN]).column(ACTION_LOGPROBS_COLUMN))
+
+
+def _scan_episode_ids(batch: pl.Series) -> pl.Series:
+    """polars UDF: a struct series (``trajectory_id``, ``metadata``) of v1 / v2 rows -> v3 ``episode_id``."""
+    return pl.Series(batch.name, episode_id_column(batch.struct.field("trajectory_id").to_arrow(),
+                                                   batch.struct.field("metadata").to_arrow()))
 
 
 def _scan_run(store: Store, version: int, shards: Sequence[ShardInfo]) -> pl.LazyFrame:
-    """One run of same-version shards as a LazyFrame of every schema-v2 column."""
+    """One run of same-version shards as a LazyFrame of every schema-v3 column."""
     schema_v = trajectory_schema(version)
     target = pl.from_arrow(schema_v.empty_table()).schema
     if store.is_local:
         lf = pl.scan_parquet([s.path for s in shards], schema=target, missing_columns="insert")
     else:
         lf = pl.scan_pyarrow_dataset(arrow_dataset(store, shards, version))
+    if version == SCHEMA_VERSION:
+        return lf
+    # v3 columns from v1 / v2 ones; polars only evaluates what a query selects.
+    v3 = pl.from_arrow(TRAJECTORY_SCHEMA.empty_table()).schema
     if version == 1:
-        # v2 columns from v1 ones; polars only evaluates what a query selects.
-        sp_type = pl.from_arrow(TRAJECTORY_SCHEMA.empty_table().select(["spans", "logprobs"])).schema
         lf = lf.with_columns(
-            pl.struct("logprobs", "spans").map_batches(_scan_v1_logprobs, return_dtype=sp_type["logprobs"])
-            .alias("logprobs"),
-            pl.struct("spans", "logprob_source").map_batches(_scan_v1_spans, return_dtype=sp_type["spans"])
+            pl.struct(LEGACY_LOGPROBS_COLUMN, "spans").map_batches(
+                _scan_v1_logprobs, return_dtype=v3[ACTION_LOGPROBS_COLUMN]).alias(LEGACY_LOGPROBS_COLUMN),
+            pl.struct("spans", "logprob_source").map_batches(_scan_v1_spans, return_dtype=v3["spans"])
             .alias("spans"),
             pl.when(pl.col("logprob_source") == "none").then(pl.col("num_action_tokens")).otherwise(0)
             .cast(pl.Int64).alias("num_missing_logprobs"),
-        ).select(TRAJECTORY_SCHEMA.names)
-    return lf
+        )
+    return lf.rename({LEGACY_LOGPROBS_COLUMN: ACTION_LOGPROBS_COLUMN}).with_columns(
+        pl.lit(SCHEMA_VERSION, pl.Int64).alias("schema_version"),
+        pl.struct("trajectory_id", "metadata").map_batches(_scan_episode_ids, return_dtype=pl.String)
+        .alias("episode_id"),
+        pl.lit(None, pl.String).alias("parent_trajectory_id"),
+        pl.lit(None, pl.Int64).alias("fork_point"),
+        pl.lit(None, pl.String).alias("link_kind"),
+    ).select(TRAJECTORY_SCHEMA.names)
 
 
 def _scan_v1_spans(batch: pl.Series) -> pl.Series:
@@ -61,17 +83,17 @@ def _scan_v1_spans(batch: pl.Series) -> pl.Series:
 
 def scan_trajectories(uri: StoreLike, *, storage_options: dict[str, Any] | None = None,
                       strict: bool = False, dedupe: bool = True) -> pl.LazyFrame:
-    """A polars LazyFrame over every trajectory in the store (schema v2 columns).
+    """A polars LazyFrame over every trajectory in the store (schema v3 columns).
 
     Projection and predicates are pushed down to the Parquet scan, so selecting scalar
-    columns never reads tokens. Shards of schema v1 are converted as they are read; a nullable
+    columns never reads tokens. Shards of schema v1 and v2 are converted as they are read; a nullable
     column a shard lacks is null. With ``dedupe`` (default) duplicate ids keep the first copy.
     A shard of a newer schema version raises :class:`~trajstore.errors.NewerSchemaError`.
     Shards whose footer is unreadable (truncated, not Parquet, foreign schema) are
     skipped with a warning naming them, or raise with ``strict``; a shard whose footer reads
     but whose data pages are damaged can only be noticed when polars decodes it, at
     ``collect()`` (use :func:`read_trajectories` or :func:`iter_batches` to skip those).
-    A LazyFrame planned before ``traj migrate`` rewrote one of its v1 shards raises polars'
+    A LazyFrame planned before ``traj migrate`` rewrote one of its v1 / v2 shards raises polars'
     ``SchemaError`` at ``collect()``: scan again (the other readers convert each file by the
     version in its own footer and need nothing).
     """

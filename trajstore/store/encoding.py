@@ -12,7 +12,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, METADATA_WRITER_KEY, SCHEMA_VERSION
+from trajstore.schema import (
+    ACTION_LOGPROBS_COLUMN,
+    LEGACY_LOGPROBS_COLUMN,
+    METADATA_SCHEMA_VERSION_KEY,
+    METADATA_WRITER_KEY,
+    SCHEMA_VERSION,
+)
 from trajstore.store.id_index import METADATA_ID_INDEX_KEY, encode_id_index
 
 ROW_GROUP_TARGET_MB = 32
@@ -20,7 +26,8 @@ ROW_GROUP_TARGET_MB = 32
 PARQUET_COMPRESSION = "zstd"
 SPAN_BYTES_ESTIMATE = 96
 """Uncompressed bytes assumed per span when sizing row groups (a dozen small fields)."""
-PER_TOKEN_COLUMNS = ("tokens", "logprobs")
+PER_TOKEN_COLUMNS = ("tokens", ACTION_LOGPROBS_COLUMN, LEGACY_LOGPROBS_COLUMN)
+"""Per-token list columns (the log-probs under their v3 name, and v1/v2's for old-layout test shards)."""
 
 
 def stamped(table: pa.Table, extra_metadata: Mapping[bytes, bytes] | None) -> pa.Table:
@@ -108,7 +115,7 @@ def write_parquet(sink: Any, table: pa.Table, slices: list[tuple[int, int]]) -> 
         # vocabulary from the footer alone, before it writes anything (a few bytes per row group)
         stats = others + [c for c in per_token if c.startswith("tokens.")]
         opts = dict(use_dictionary=others, write_statistics=stats,
-                    column_encoding={c: "BYTE_STREAM_SPLIT" for c in per_token if c.startswith("logprobs.")})
+                    column_encoding={c: "BYTE_STREAM_SPLIT" for c in per_token if not c.startswith("tokens.")})
     with pq.ParquetWriter(sink, table.schema, compression=PARQUET_COMPRESSION, **opts) as w:
         for a, b in slices or [(0, 0)]:
             part = table.slice(a, b - a)

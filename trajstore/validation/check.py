@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 from trajstore.errors import one_line
 from trajstore.validation.columns import column_problems, declared_version
 from trajstore.validation.duplicates import DuplicateIds
+from trajstore.validation.lineage import LineageCheck
 from trajstore.validation.problems import FileProblem, FileSummary, ValidationReport
 from trajstore.validation.rows import row_violations
 from trajstore.validation.sources import InputFile, list_inputs
@@ -41,7 +42,8 @@ def _read(f: InputFile, pf: pq.ParquetFile, row_group: int, columns: list[str] |
     return pf.read_row_group(row_group, columns=columns, use_threads=_is_local(f))
 
 
-def _check_file(index: int, f: InputFile, report: ValidationReport, dups: DuplicateIds) -> None:
+def _check_file(index: int, f: InputFile, report: ValidationReport, dups: DuplicateIds,
+                lineage: LineageCheck) -> None:
     summary = FileSummary(f.url)
     report.files.append(summary)
 
@@ -80,6 +82,7 @@ def _check_file(index: int, f: InputFile, report: ValidationReport, dups: Duplic
                 for v in violations:
                     problem(v.field, v.message, "derived" if _is_derived(v.field) else "row", rg, first_row + i, tid)
             dups.add(index, rg, first_row, table.column("trajectory_id").to_pylist())
+            lineage.add(index, rg, first_row, table)
             summary.rows_checked += table.num_rows
             first_row += table.num_rows
 
@@ -106,7 +109,8 @@ def validate_files(paths: Sequence[str], *, storage_options: Mapping[str, Any] |
     covering the tokens, log-prob values, sampling parameters), the stored log-prob layout (v2:
     one per action token), the derived columns (counts, min/max policy version, ``trainable``,
     missing log-prob counts) and nulls in required columns. Across all files: ids stored more
-    than once (each repeat names the first copy).
+    than once (each repeat names the first copy), and each child's parent among the rows read
+    with its fork point within the parent (:mod:`~trajstore.validation.lineage`).
 
     Args:
         paths: Parquet files, folders of them, or stores; local paths or fsspec URLs.
@@ -124,8 +128,9 @@ def validate_files(paths: Sequence[str], *, storage_options: Mapping[str, Any] |
     files = list_inputs(paths, storage_options=storage_options)
     report = ValidationReport(max_listed=max_listed)
     dups = DuplicateIds()
+    lineage = LineageCheck()
     for i, f in enumerate(files):
-        _check_file(i, f, report, dups)
+        _check_file(i, f, report, dups, lineage)
         if on_file is not None:
             on_file(i, len(files), report.files[-1])
 
@@ -139,4 +144,7 @@ def validate_files(paths: Sequence[str], *, storage_options: Mapping[str, Any] |
         report.add(FileProblem(files[d.file_index].url, d.row_group, d.row, d.trajectory_id, "trajectory_id",
                                f"duplicate id: also at {files[ff].url} row group {frg} row {frow} (readers keep the "
                                "first copy; other engines count every copy)", "duplicate"), summary)
+    for c, v in lineage.problems():
+        report.add(FileProblem(files[c.file_index].url, c.row_group, c.row, c.trajectory_id, v.field, v.message,
+                               "lineage"), report.files[c.file_index])
     return report

@@ -8,11 +8,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
-Rule = Literal["read", "version", "column", "row", "derived", "duplicate"]
+Rule = Literal["read", "version", "column", "row", "derived", "duplicate", "lineage"]
 """Which kind of rule a problem breaks: the file cannot be read; its schema version is missing or
 not readable; a column's name or type; a row rule of the SDK (:func:`trajstore.validate.find_violations`);
 a stored column the writer derives (counts, min/max policy version, log-prob layout); an id
-stored more than once."""
+stored more than once; a child whose parent is not among the rows read or whose fork point is past
+the parent's end."""
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,20 @@ import pyarrow as pa
 from trajstore.convert import derived_columns, ranges_positions
 from trajstore.errors import Violation
 from trajstore.models import Trajectory
-from trajstore.schema import DERIVED_SPAN_FIELDS, SPAN_FIELDS, trajectory_schema
+from trajstore.schema import (
+    ACTION_LOGPROBS_COLUMN,
+    DERIVED_SPAN_FIELDS,
+    LEGACY_LOGPROBS_COLUMN,
+    SPAN_FIELDS,
+    trajectory_schema,
+)
 from trajstore.validate import find_violations
 
 _SPAN_DEFAULTS = {f.name: None for f, _ in SPAN_FIELDS}
 """Every span attribute the rules read; a v1 row lacks the fields new in v2."""
-_MODEL_SCALARS = ("trajectory_id", "prompt_id", "group_id", "source", "model", "tokenizer", "status", "reward",
-                  "reward_raw", "token_source", "logprob_source")
+_MODEL_SCALARS = ("trajectory_id", "prompt_id", "group_id", "episode_id", "parent_trajectory_id", "fork_point",
+                  "link_kind", "source", "model", "tokenizer", "status", "reward", "reward_raw", "token_source",
+                  "logprob_source")  # the lineage columns are null in v1 / v2 files
 _NO_ACTION_REASON = "no action tokens"  # what the writer stores as not_trainable_reason without actions
 
 
@@ -62,11 +69,16 @@ def _declared_reason(trainable: bool | None, reason: str | None) -> str | None:
     return None if trainable or reason == _NO_ACTION_REASON else reason
 
 
+def logprobs_column(version: int) -> str:
+    """Name of the log-prob column in a file of schema `version`."""
+    return ACTION_LOGPROBS_COLUMN if version >= 3 else LEGACY_LOGPROBS_COLUMN
+
+
 def _expand_logprobs(version: int, lp: np.ndarray, spans: list[dict[str, Any]], n: int
                      ) -> tuple[np.ndarray, list[Violation]]:
     """The SDK's full-length log-probs (NaN outside action tokens) of a stored row, and the
-    layout rule of `version` it breaks: v2 holds one value per action token in token order; v1
-    is as long as ``tokens`` (its length is the SDK rule's to check)."""
+    layout rule of `version` it breaks: v2 and v3 hold one value per action token in token
+    order; v1 is as long as ``tokens`` (its length is the SDK rule's to check)."""
     if version == 1:
         return lp, []
     acts = [(s["start"], s["end"]) for s in spans if s["kind"] == "action"]
@@ -74,7 +86,7 @@ def _expand_logprobs(version: int, lp: np.ndarray, spans: list[dict[str, Any]], 
     lens = np.maximum(np.array([b - a for a, b in acts], dtype=np.int64), 0)
     v: list[Violation] = []
     if len(lp) != int(lens.sum()):
-        v.append(Violation("logprobs", f"{len(lp)} log-probs, but the action spans hold {int(lens.sum())} tokens "
+        v.append(Violation(logprobs_column(version), f"{len(lp)} log-probs, but the action spans hold {int(lens.sum())} tokens "
                                        f"(schema v{version}: one per action token, in token order)"))
     ends = np.clip(starts + lens, 0, n)  # broken spans (their own rules) never index past the tokens
     pos = ranges_positions(np.clip(starts, 0, n), np.maximum(ends - np.clip(starts, 0, n), 0))
@@ -96,14 +108,14 @@ def _derived_violations(traj: Trajectory, stored: dict[str, Any]) -> list[Violat
 
 
 def _logprob_count_violations(lp: np.ndarray, spans: list[dict[str, Any]], stored_missing: Any,
-                              layout_ok: bool) -> list[Violation]:
-    """Schema v2's derived log-prob columns: each action span's ``logprob_start`` (action
+                              layout_ok: bool, lp_name: str) -> list[Violation]:
+    """Schema v2 / v3's derived log-prob columns: each action span's ``logprob_start`` (action
     tokens before it) and ``num_missing_logprobs`` (NaN in its slice), null on other spans, and
-    the row's ``num_missing_logprobs`` (NaN in ``logprobs``)."""
+    the row's ``num_missing_logprobs`` (NaN in the log-prob column `lp_name`)."""
     v = []
     missing = int(np.isnan(lp).sum())
     if layout_ok and stored_missing != missing:
-        v.append(Violation("num_missing_logprobs", f"is {stored_missing!r}, but logprobs holds {missing} NaN"))
+        v.append(Violation("num_missing_logprobs", f"is {stored_missing!r}, but {lp_name} holds {missing} NaN"))
     a = 0
     for k, s in enumerate(spans):
         if s["kind"] != "action":
@@ -131,7 +143,7 @@ def row_violations(table: pa.Table, version: int) -> Iterator[tuple[int, str | N
         table: rows of one file of schema `version` whose columns fit that schema
             (:func:`~trajstore.validation.columns.column_problems` found nothing); optional
             columns may be missing (read as null).
-        version: the file's schema version (1 or 2).
+        version: the file's schema version (1, 2 or 3).
 
     Returns:
         An iterator of ``(row index in table, trajectory_id, violations)``, rows in order; rows
@@ -152,10 +164,12 @@ def row_violations(table: pa.Table, version: int) -> Iterator[tuple[int, str | N
     derived_names = ("trainable", "not_trainable_reason", "min_policy_version", "max_policy_version", "num_tokens",
                      "num_prompt_tokens", "num_action_tokens", "num_observation_tokens", "num_actions",
                      "num_observations")
-    cols = {name: column(name) for name in (*_MODEL_SCALARS, *derived_names, "metadata", "num_missing_logprobs")}
+    cols = {name: column(name) for name in (*_MODEL_SCALARS, *derived_names, "metadata", "num_missing_logprobs",
+                                            "schema_version")}
     spans_col = column("spans")
+    lp_name = logprobs_column(version)
     tok_off, tok_val, tok_nulls = _flat_list(table, "tokens", np.int64)
-    lp_off, lp_val, lp_nulls = _flat_list(table, "logprobs", np.float32)
+    lp_off, lp_val, lp_nulls = _flat_list(table, lp_name, np.float32)
     if lp_nulls is not None:  # v1: null = no value, NaN in the SDK's arrays
         lp_val[lp_nulls] = np.nan
     for i in range(n_rows):
@@ -167,7 +181,7 @@ def row_violations(table: pa.Table, version: int) -> Iterator[tuple[int, str | N
         if tok_nulls is not None and tok_nulls[tok_off[i]:tok_off[i + 1]].any():
             v.append(Violation("tokens", "holds null token ids"))
         if version >= 2 and lp_nulls is not None and lp_nulls[lp_off[i]:lp_off[i + 1]].any():
-            v.append(Violation("logprobs", "holds nulls (schema v2 stores an unknown log-prob as NaN)"))
+            v.append(Violation(lp_name, f"holds nulls (schema v{version} stores an unknown log-prob as NaN)"))
         tokens = tok_val[tok_off[i]:tok_off[i + 1]]
         lp = lp_val[lp_off[i]:lp_off[i + 1]]
         spans = spans_col[i]
@@ -176,11 +190,17 @@ def row_violations(table: pa.Table, version: int) -> Iterator[tuple[int, str | N
         traj = Trajectory.model_construct(
             **{k: cols[k][i] for k in _MODEL_SCALARS},
             not_trainable_reason=_declared_reason(cols["trainable"][i], cols["not_trainable_reason"][i]),
-            tokens=tokens, logprobs=full, metadata=metadata,
+            tokens=tokens, action_logprobs=full, metadata=metadata,
             spans=[SimpleNamespace(**{**_SPAN_DEFAULTS, **s}) for s in spans])
-        v += meta_v + layout_v + find_violations(traj)
+        own = find_violations(traj)
+        if lp_name != ACTION_LOGPROBS_COLUMN:  # the SDK names the model field; the file has the old column
+            own = [Violation(lp_name, x.message) if x.field == ACTION_LOGPROBS_COLUMN else x for x in own]
+        v += meta_v + layout_v + own
+        if version >= 3 and cols["schema_version"][i] != version:
+            v.append(Violation("schema_version", f"is {cols['schema_version'][i]!r}, but the file's footer says {version}"))
         v += _derived_violations(traj, {k: cols[k][i] for k in derived_names})
         if version >= 2:
-            v += _logprob_count_violations(lp, spans, cols["num_missing_logprobs"][i], layout_ok=not layout_v)
+            v += _logprob_count_violations(lp, spans, cols["num_missing_logprobs"][i], layout_ok=not layout_v,
+                                           lp_name=lp_name)
         if v:
             yield i, tid, v

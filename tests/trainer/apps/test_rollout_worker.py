@@ -140,9 +140,9 @@ def test_worker_writes_valid_trajectories_and_follows_published_versions(tmp_sto
                 assert (sp["policy_version"], sp["temperature"], sp["top_p"], sp["top_k"], sp["max_tokens"]) == (
                     s.policy_versions[0], 1.0, 1.0, -1, 6)
         # schema v2 stores one log-prob per action token, in order: spread back to full length
-        assert len(r["logprobs"]) == int(action.sum())
+        assert len(r["action_logprobs"]) == int(action.sum())
         stored = np.full(len(tokens), np.nan)
-        stored[action] = r["logprobs"]
+        stored[action] = r["action_logprobs"]
         # at unchanged weights the trainer-side log-prob equals the captured one: both a plain
         # full forward and the trainer's own PolicyLogprobs module (chunked, temperature-scaled)
         np.testing.assert_allclose(stored[action], recomputed[action], atol=1e-4)
@@ -181,5 +181,5 @@ def test_trajectory_crosses_versions_with_sync_every_action(tmp_store, smol_toke
     recomputed = recompute_logprobs(newer, tokens)
     for sp in traj.spans:
         if sp.kind == "action" and sp.policy_version == 1:
-            np.testing.assert_allclose(np.asarray(traj.logprobs)[sp.start:sp.end], recomputed[sp.start:sp.end],
+            np.testing.assert_allclose(np.asarray(traj.action_logprobs)[sp.start:sp.end], recomputed[sp.start:sp.end],
                                        atol=1e-4)

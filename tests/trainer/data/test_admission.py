@@ -47,10 +47,10 @@ def _without_logprobs(t, which: slice):  # noqa: ANN001, ANN202
     """`t` with the engine log-probs of the action tokens `which` (in action order) unknown (NaN),
     as a writer other than the SDK may store them: the SDK refuses an engine trajectory with no
     action log-prob at all, the reader and trainer do not."""
-    lp = t.logprobs.copy()
+    lp = t.action_logprobs.copy()
     act = np.flatnonzero(~np.isnan(lp))
     lp[act[which]] = np.nan
-    return t.model_copy(update={"logprobs": lp})
+    return t.model_copy(update={"action_logprobs": lp})
 
 
 def test_census_and_stream_admit_the_same_rows_for_every_reason(tmp_path: Path) -> None:

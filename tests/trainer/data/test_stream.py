@@ -226,7 +226,7 @@ def test_vllm_9999_sentinel_is_stored_missing_masked_by_the_trainer_and_counted(
     b.add_action_call(action_from_openai_completion(resp), policy_version=0)
     b.set_reward(1.0)
     t = b.finish()
-    assert t.logprob_source == "engine" and math.isnan(t.logprobs[4])  # token 11: missing, not -9999
+    assert t.logprob_source == "engine" and math.isnan(t.action_logprobs[4])  # token 11: missing, not -9999
     store = str(tmp_path / "s")
     with StoreWriter(store) as w:
         w.write(t)
@@ -269,7 +269,7 @@ def test_stream_reads_v1_v2_and_missing_columns_as_one(tmp_path: Path) -> None:
                 act[sp.start:sp.end] = True
         assert np.array_equal(sample.tokens, t.tokens) and np.array_equal(sample.action_mask, act)
         # The full-length view the trainer packs: the engine's values at action tokens, NaN elsewhere.
-        assert np.array_equal(sample.rollout_logprobs.view(np.uint32), t.logprobs.view(np.uint32))
+        assert np.array_equal(sample.rollout_logprobs.view(np.uint32), t.action_logprobs.view(np.uint32))
         assert not sample.needs_behaviour
 
 
