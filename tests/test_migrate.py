@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -134,3 +135,41 @@ def test_a_listing_from_before_a_migrate_still_reads_the_rewritten_shards(
     _assert_same(read_trajectories(tmp_store, strict=True), want)
     got = read_trajectories_by_id(tmp_store, ["m0-1"], strict=True)
     _assert_same(got, want.slice(1, 1))
+
+
+def test_v1_and_v2_shards_migrate_to_v3_bit_for_bit(tmp_store: str, make_trajectory: Any) -> None:
+    """The files themselves after `traj migrate`: v3 columns, the v2 log-prob list under its new
+    name with the same float32 bits, tokens unchanged, schema_version 3 in every row and the split
+    episode's id from metadata (v2-0: "ep", as the proxy wrote it)."""
+    import pyarrow.parquet as pq
+
+    from trajstore.schema import TRAJECTORY_SCHEMA
+
+    rng = np.random.default_rng(3)
+    v1 = [make_trajectory(rng, trajectory_id=f"v1-{i}", with_logprobs=i != 1) for i in range(3)]
+    v2 = [make_trajectory(rng, trajectory_id=f"v2-{i}", with_logprobs=i != 1) for i in range(3)]
+    v2[0].metadata["episode"] = {"id": "ep", "part": 1, "parts": 2, "change": None}
+    store = open_store(tmp_store)
+    store.write_table(trajectories_to_table(v1, version=1))
+    store.write_table(trajectories_to_table(v2, version=2))
+    before = [pq.read_table(s.path) for s in store.list_shards(strict=True)]
+    assert [b.schema.metadata[b"trajstore.schema_version"] for b in before] == [b"1", b"2"]
+    migrate_store(tmp_store)
+    after = [pq.read_table(s.path) for s in open_store(tmp_store).list_shards(strict=True)]
+    for old, new, trajs in zip(before, after, (v1, v2)):
+        assert new.schema.equals(TRAJECTORY_SCHEMA, check_metadata=False)
+        assert new.schema.metadata[b"trajstore.schema_version"] == b"3"
+        assert new.column("tokens").to_pylist() == old.column("tokens").to_pylist()
+        assert new.column("schema_version").to_pylist() == [3, 3, 3]
+        lp = new.column("action_logprobs").combine_chunks()
+        # the SDK's values at the action tokens, in token order (NaN where none): bit for bit
+        want = np.concatenate([t.action_logprobs[[i for s in t.spans if s.kind == "action"
+                                                  for i in range(s.start, s.end)]] for t in trajs])
+        assert np.array_equal(lp.values.to_numpy().view(np.uint32), want.astype(np.float32).view(np.uint32))
+        assert (new.column("parent_trajectory_id").null_count, new.column("fork_point").null_count,
+                new.column("link_kind").null_count) == (3, 3, 3)
+    old_v2 = before[1].column("logprobs").combine_chunks()
+    assert np.array_equal(after[1].column("action_logprobs").combine_chunks().values.to_numpy().view(np.uint32),
+                          old_v2.values.to_numpy().view(np.uint32))
+    assert after[0].column("episode_id").to_pylist() == ["v1-0", "v1-1", "v1-2"]
+    assert after[1].column("episode_id").to_pylist() == ["ep", "v2-1", "v2-2"]

@@ -25,6 +25,18 @@ def test_v1_to_v2() -> None:
                             ("added", "spans[].num_missing_logprobs"), ("added", "spans[].policy_version_max")}
 
 
+def test_v2_to_v3() -> None:
+    """v3 (known from schema.py's history): logprobs renamed action_logprobs (a removal and an
+    addition: the name never means two things), schema_version and four lineage columns added,
+    and the docs that name the log-prob column changed meaning."""
+    code, changes = diff("2", "3")
+    assert code == 0
+    assert set(changes) == {("removed", "logprobs"), ("added", "action_logprobs"), ("added", "schema_version"),
+                            ("added", "episode_id"), ("added", "parent_trajectory_id"), ("added", "fork_point"),
+                            ("added", "link_kind"), ("meaning", "num_missing_logprobs"),
+                            ("meaning", "spans[].logprob_start"), ("meaning", "spans[].num_missing_logprobs")}
+
+
 def test_v2_to_v1_is_removals_and_same_version_is_empty() -> None:
     assert ("removed", "spans[].policy_version_max") in diff("2", "1")[1]
     assert diff("2", "2") == (0, [])

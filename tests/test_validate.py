@@ -322,3 +322,80 @@ def test_reward_raw_must_be_json(raw: str) -> None:
 def test_reward_raw_json_accepted() -> None:
     for raw in ['true', '"positive"', '{"passed": 3}', '0.5', 'null']:
         assert find_violations(Trajectory(**valid_record(reward_raw=raw))) == []
+
+
+# -- lineage (schema v3) -----------------------------------------------------------------------
+
+LINEAGE_BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
+    ("link kind without a parent", dict(link_kind="fork"), "link_kind", "no parent_trajectory_id"),
+    ("fork point without a parent", dict(fork_point=2), "fork_point", "no parent_trajectory_id"),
+    ("parent without a link kind", dict(parent_trajectory_id="p", fork_point=2), "link_kind", "is null but"),
+    ("parent without a fork point", dict(parent_trajectory_id="p", link_kind="fork"), "fork_point", "is null but"),
+    ("unknown link kind", dict(parent_trajectory_id="p", fork_point=2, link_kind="retry"), "link_kind",
+     "'retry' is not one of ['subagent', 'context_rewrite', 'fork', 'continuation']"),
+    ("negative fork point", dict(parent_trajectory_id="p", fork_point=-1, link_kind="fork"), "fork_point",
+     "must be >= 0, got -1"),
+    ("fork point past its own end", dict(parent_trajectory_id="p", fork_point=7, link_kind="fork"), "fork_point",
+     "7 is past the trajectory's own end (6 tokens)"),
+    ("own parent", dict(parent_trajectory_id="rule-test", fork_point=0, link_kind="fork"), "parent_trajectory_id",
+     "own id"),
+    ("unsafe parent id", dict(parent_trajectory_id="../x", fork_point=0, link_kind="fork"), "parent_trajectory_id",
+     "not safe in a path"),
+    ("empty episode id", dict(episode_id=""), "episode_id", "non-empty"),
+]
+
+
+@pytest.mark.parametrize("case, update, field, fragment", LINEAGE_BROKEN, ids=[c[0] for c in LINEAGE_BROKEN])
+def test_each_lineage_rule_is_named(case: str, update: dict[str, Any], field: str, fragment: str) -> None:
+    with pytest.raises(TrajectoryValidationError) as e:
+        validate_trajectory(Trajectory(**_base(**update)))
+    assert e.value.trajectory_id == "rule-test"
+    assert any(v.field == field and fragment in v.message for v in e.value.violations), e.value.violations
+
+
+def test_valid_children_of_every_link_kind() -> None:
+    for kind in ("subagent", "context_rewrite", "fork", "continuation"):
+        for fork in (0, 6):  # nothing shared / every own token shared
+            validate_trajectory(Trajectory(**_base(parent_trajectory_id="p", fork_point=fork, link_kind=kind,
+                                                   episode_id="ep")))
+
+
+def _child(tid: str, parent: str, fork: int) -> Trajectory:
+    return Trajectory(**_base(trajectory_id=tid, parent_trajectory_id=parent, fork_point=fork, link_kind="fork"))
+
+
+def test_writer_refuses_a_child_whose_parent_is_nowhere(tmp_store: str) -> None:
+    with pytest.raises(TrajectoryValidationError) as e:
+        write_trajectories(tmp_store, [Trajectory(**_base(trajectory_id="root")), _child("kid", "ghost", 2)])
+    (v,) = e.value.violations
+    assert (e.value.trajectory_id, v.field) == ("kid", "parent_trajectory_id")
+    assert "'ghost' is neither in the same write nor in the store" in v.message
+
+
+def test_writer_takes_a_parent_later_in_the_same_write_or_already_stored(tmp_store: str) -> None:
+    # child first, its parent after it in the same call; then a grandchild whose parent is only in the store
+    write_trajectories(tmp_store, [_child("kid", "root", 6), Trajectory(**_base(trajectory_id="root"))])
+    write_trajectories(tmp_store, [_child("grandkid", "kid", 4)])
+    t = read_trajectories(tmp_store, columns=["trajectory_id", "parent_trajectory_id", "fork_point", "link_kind",
+                                             "episode_id"])
+    assert t.to_pylist() == [
+        {"trajectory_id": "kid", "parent_trajectory_id": "root", "fork_point": 6, "link_kind": "fork",
+         "episode_id": "kid"},
+        {"trajectory_id": "root", "parent_trajectory_id": None, "fork_point": None, "link_kind": None,
+         "episode_id": "root"},
+        {"trajectory_id": "grandkid", "parent_trajectory_id": "kid", "fork_point": 4, "link_kind": "fork",
+         "episode_id": "grandkid"}]
+
+
+def test_writer_refuses_a_fork_point_past_the_parents_end(tmp_store: str) -> None:
+    short = Trajectory(**_base(trajectory_id="short", tokens=[1, 2, 3], logprobs=[NAN, -0.1, NAN],
+                               spans=_spans(("prompt", 0, 1), ("action", 1, 2), ("observation", 2, 3))))
+    write_trajectories(tmp_store, [short])
+    with StoreWriter(tmp_store, flush_seconds=None) as w:
+        with pytest.raises(TrajectoryValidationError) as e:
+            w.write(_child("long", "short", 5))  # 5 of its own 6 tokens, but the parent has 3
+        (v,) = e.value.violations
+        assert (e.value.trajectory_id, v.field) == ("long", "fork_point")
+        assert v.message == "5 is past the end of parent 'short' (3 tokens)"
+        w.write(_child("ok", "short", 3))
+    assert read_trajectories(tmp_store, columns=["trajectory_id"]).column(0).to_pylist() == ["short", "ok"]

@@ -9,7 +9,13 @@ from typing import Literal
 
 import pyarrow as pa
 
-from trajstore.schema import LOGPROB_LAYOUT, schema_description, trajectory_schema
+from trajstore.schema import (
+    ACTION_LOGPROBS_COLUMN,
+    LEGACY_LOGPROBS_COLUMN,
+    LOGPROB_LAYOUT,
+    schema_description,
+    trajectory_schema,
+)
 
 Change = Literal["added", "removed", "retyped", "meaning"]
 
@@ -66,8 +72,9 @@ def _compare(prefix: str, a: dict[str, pa.Field], b: dict[str, pa.Field], docs_a
 def schema_diff(a: int, b: int) -> list[SchemaChange]:
     """Changes from schema version `a` to `b`: top-level columns first, then span fields, each
     in schema order. ``spans`` itself is not listed as retyped for a change inside its struct
-    (the span fields are listed instead). The ``logprobs`` layout (:data:`~trajstore.schema.LOGPROB_LAYOUT`)
-    is listed as a change of meaning of ``logprobs`` when it differs.
+    (the span fields are listed instead). The log-prob layout (:data:`~trajstore.schema.LOGPROB_LAYOUT`)
+    is listed as a change of meaning of the log-prob column (``logprobs`` in v1 / v2,
+    ``action_logprobs`` in v3) when it differs.
 
     Raises:
         ValueError: a version this package does not read.
@@ -75,8 +82,9 @@ def schema_diff(a: int, b: int) -> list[SchemaChange]:
     sa, sb = trajectory_schema(a), trajectory_schema(b)
     cols_a, cols_b = {f.name: f for f in sa}, {f.name: f for f in sb}
     docs_a, docs_b = {n: _doc(f) for n, f in cols_a.items()}, {n: _doc(f) for n, f in cols_b.items()}
-    docs_a["logprobs"] += f" [layout: {LOGPROB_LAYOUT[a]}]"
-    docs_b["logprobs"] += f" [layout: {LOGPROB_LAYOUT[b]}]"
+    for docs, cols, v in ((docs_a, cols_a, a), (docs_b, cols_b, b)):  # the log-prob column under its name in v
+        lp = ACTION_LOGPROBS_COLUMN if ACTION_LOGPROBS_COLUMN in cols else LEGACY_LOGPROBS_COLUMN
+        docs[lp] += f" [layout: {LOGPROB_LAYOUT[v]}]"
     out = _compare("", cols_a, cols_b, docs_a, docs_b, skip_type=frozenset({"spans"}))
     spans_a, spans_b = _span_fields(sa), _span_fields(sb)
     out += _compare("spans[].", spans_a, spans_b, _span_docs(a), _span_docs(b))
