@@ -18,7 +18,7 @@ def migrate_cmd(
     fmt: FormatOption = OutputFormat.table,
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
-    """Rewrite shards of an older schema version (v1) as schema v2, one shard at a time, each
+    """Rewrite shards of an older schema version (v1, v2) as schema v3, one shard at a time, each
     atomically under its own name. Safe to interrupt and rerun."""
     from rich.console import Console
     from rich.progress import Progress

@@ -14,7 +14,7 @@ from trajstore.trainer.data.errors import TrainDataError
 
 
 def read_scalar_columns(store: Store, shard: ShardInfo) -> pa.Table:
-    """The scalar columns (:data:`~trajstore.schema.SCALAR_COLUMNS`) of a shard as schema v2
+    """The scalar columns (:data:`~trajstore.schema.SCALAR_COLUMNS`) of a shard as schema v3
     (:func:`trajstore.reader.read_shard`: older schemas converted, a nullable column that an
     older shard lacks, e.g. ``group_id`` or ``metadata``, filled with nulls)."""
     return read_shard(store, shard, columns=SCALAR_COLUMNS)

@@ -64,7 +64,7 @@ def _file_version(pf: pq.ParquetFile, path: str) -> tuple[int | None, Problem | 
 
 
 def _trajectories(table: pa.Table) -> list[Trajectory | Exception]:
-    """The SDK trajectories of `table` (schema v2), one per row; a row that cannot be built is its exception."""
+    """The SDK trajectories of `table` (schema v3), one per row; a row that cannot be built is its exception."""
     try:
         return list(table_to_trajectories(table))
     except Exception:  # noqa: BLE001 - find the row(s) that fail; the others are still stored

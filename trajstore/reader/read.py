@@ -24,7 +24,7 @@ def read_run(store: Store, version: int, shards: Sequence[ShardInfo], cols: list
     """Same-version shards as one schema-v3 table (`cols` or every column).
 
     Shards listed as an older version are read file by file, each converted by the version in
-    its own footer (:func:`file_version`): ``traj migrate`` may have rewritten one as v2 since
+    its own footer (:func:`file_version`): ``traj migrate`` may have rewritten one as v3 since
     the listing. A current-version shard is never rewritten, so those runs are one dataset scan.
     """
     if version == SCHEMA_VERSION:
