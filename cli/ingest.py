@@ -125,6 +125,12 @@ def ingest_cmd(
                                                    help="tokenizer that engine token ids in the logs belong to when "
                                                    "the log does not name it ('model' = each rollout's model name); "
                                                    "without it such rollouts are stored as not trainable"),
+    train_reconstructed_actions: bool = typer.Option(
+        False, "--train-reconstructed-actions/--no-train-reconstructed-actions",
+        help="store model actions that the log keeps only as a parsed or reformatted version (metadata "
+             "fidelity_gaps.action_text, e.g. Terminus-2 ATIF, prompt-based OpenHands V0) as trainable; by "
+             "default they are stored with trainable = false, as the text is a reconstruction, not the model's "
+             "own tokens"),
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
     """See :data:`_HELP`."""
@@ -160,6 +166,7 @@ def ingest_cmd(
         report = ingest_paths(paths, store, input_format=input_format.value, tokenizer=tokenizer, strict=strict,
                               max_observation_chars=max_observation_chars or None,
                               engine_tokenizer=engine_tokenizer,
+                              train_reconstructed_actions=train_reconstructed_actions,
                               storage_options=storage_options, progress=bar)
     except IngestInterrupted as e:  # Ctrl-C: say what the store now holds (typer would exit 130 silently)
         bar.stop()

@@ -240,3 +240,17 @@ def test_cli_names_the_skipped_pipe_and_exits_0(tmp_path):
     assert r.exit_code == 0, r.output
     assert f"skipped {d / 'pipe.json'}: no_trajectory: a named pipe (FIFO), not a regular file: skipped, never " \
            "opened" in " ".join(r.output.split())
+
+
+# issue 24: reconstructed actions are trained only when the user opts in
+def test_train_reconstructed_actions_option(reported, tmp_path):
+    from trajstore.reader import read_trajectories
+
+    src = str(reported / "atif-timeout-status")
+    for flag, trainable in (([], False), (["--train-reconstructed-actions"], True)):
+        store = str(tmp_path / f"s{len(flag)}")
+        res = runner.invoke(app, ["ingest", src, "--store", store, *flag])
+        assert res.exit_code == 0, res.output
+        (row,) = read_trajectories(store, columns=["trainable", "not_trainable_reason"]).to_pylist()
+        assert row["trainable"] is trainable
+        assert (row["not_trainable_reason"] or "").startswith("" if trainable else "actions reconstructed")

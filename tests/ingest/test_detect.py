@@ -49,3 +49,125 @@ def test_other_formats(reported, tmp_path, tok):
         assert span_texts(r, tok) == [("prompt", "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"),
                                       ("action", "a<|im_end|>")]
         assert json.loads(r["metadata"])["special_tokens_in_text"] is True
+
+
+# -- issue 24: detection decides by structure, exactly one format per record ------------------------
+NO_TRAJECTORY = "no trajectory"
+
+EXPECTED_FORMATS: list[tuple[str, str]] = [
+    # (path prefix under ../shared/fixtures, what every record of it is), most specific first
+    ("trajectories/nebius-swe-agent-trajectories/", "nebius-swe-agent"),
+    ("trajectories/nemo-gym", "nemo-gym"),
+    ("trajectories/openhands-v1-conversations/", "openhands-v1-events"),
+    ("trajectories/openhands/sdk_v1_llm_completion_logs_2025-09/llm-logs/", "openhands-v1-completions"),
+    ("trajectories/openhands/sdk_v1_llm_completion_logs_2025-09/nonfncall-llm-logs/", "openhands-v1-completions"),
+    ("trajectories/openhands/sdk_v1_llm_completion_logs_2025-09/", "chat-messages"),  # *-llm-message.json
+    ("trajectories/openhands/sdk_v1_persisted_events_trimmed/", "openhands-v1-events"),
+    ("trajectories/openhands/swe-gym_openhands_sampled_trajectories_hf_rows/", "openhands-swe-gym"),
+    ("trajectories/openhands/v0_eval_output_multi_swe_bench_v0.35/", "openhands-v0-eval"),
+    ("trajectories/openhands/v0_feedback_dataset_2024_hf_rows/", "openhands-v0-feedback"),
+    ("trajectories/openhands/v0_resolver_output_2024-11/", "openhands-v0-resolver"),
+    ("trajectories/openhands/v0_saved_trajectory/", "openhands-v0-events"),
+    ("trajectories/openhands/v0_session_event_store_2025-07/sessions/63b4315947a049e2b7a51249b3d4fcc3/metadata.json",
+     NO_TRAJECTORY),
+    ("trajectories/openhands/v0_session_event_store_2025-07/", "openhands-v0-events"),
+    ("trajectories/openhands/v1_sdk_eval_openagentsafety_gpt4o/eval_", NO_TRAJECTORY),
+    ("trajectories/openhands/v1_sdk_eval_openagentsafety_gpt4o/traj_", "openhands-v1-events"),
+    ("trajectories/openhands/v1_sdk_eval_openagentsafety_gpt4o/output.jsonl", "openhands-v1-eval"),
+    ("trajectories/swe-agent/", "swe-agent"),
+    ("reported/atif-", "atif"),
+    ("reported/hf-parquet-rows/", "openhands-swe-gym"),
+    ("reported/mini-swe-agent-v2/", "mini-swe-agent"),
+    ("reported/nemo-gym-", "nemo-gym"),
+    ("reported/one-bad-record/tool-call-function-is-a-string.json", "chat-messages"),
+    ("reported/one-bad-record/", "nemo-gym"),  # its empty first line is no record (below)
+    ("reported/openhands-v1-", "openhands-v1-events"),
+    ("reported/other-formats/atif-trajectory.json", "atif"),
+    ("reported/other-formats/swe-rebench-openhands-rows.jsonl", "nebius-swe-rebench-openhands"),
+    ("reported/other-formats/verl-rollout-step1.jsonl", "verl-rollouts"),
+    ("reported/swe-agent-", "swe-agent"),
+    ("reported/swe-smith-hf-row/", "swe-smith"),
+    ("reported/tau-bench-results/", "tau-bench"),
+    ("reported/v1-", "openhands-v1-events"),
+]
+"""What each fixture file holds, written by hand from SOURCES.md and the reported cases' READMEs
+(``base_state.json`` files are conversation state: no trajectory, wherever they are)."""
+
+
+def _expected_format(rel: str) -> str:
+    if rel.endswith("/base_state.json"):
+        return NO_TRAJECTORY
+    return next(fmt for prefix, fmt in EXPECTED_FORMATS if rel.startswith(prefix))
+
+
+def _records(path: str):
+    """(where, value, is_whole_document) for every record of one fixture file: Parquet rows, JSONL
+    lines, the items of a JSON array of records, else the whole document (an object, an event
+    list, a bare list of chat messages)."""
+    from trajstore.ingest import detect
+    from trajstore.ingest.read import is_parquet, iter_parquet_rows, load_json_or_jsonl
+
+    if is_parquet(path):
+        return [(f"row {n}", v, False) for n, v in iter_parquet_rows(path)]
+    loaded = load_json_or_jsonl(path)
+    if loaded.lines is not None:
+        return [(f"line {n}", v, False) for n, v in loaded.lines]
+    doc = loaded.whole
+    if isinstance(doc, list) and not (detect.is_chat(doc) or detect.is_message_list(doc)) \
+            and any(detect.formats_of(v) for v in doc):
+        return [(f"item {n}", v, False) for n, v in enumerate(doc)]
+    return [("document", doc, True)]
+
+
+def test_every_fixture_record_is_exactly_one_format(fixtures_dir):
+    """Every record of every real and reported fixture matches the structure of exactly one
+    format, the one it is (events: exactly one event format; a bare message list: only as a
+    whole document; conversation state and score files: none, and named as no trajectory)."""
+    from trajstore.ingest import detect
+    from trajstore.ingest.discover import discover
+
+    units, _ = discover([str(fixtures_dir / "trajectories"), str(fixtures_dir / "reported")])
+    seen: set[str] = set()
+    wrong = []
+    for u in units:
+        rel = str(u.path)[len(str(fixtures_dir)) + 1:]
+        want = _expected_format(rel)
+        seen.add(want)
+        if u.is_event_dir:
+            got = {tuple(detect.event_formats_of(json.loads(open(f).read()))) for f in u.files}
+            if got != {(want,)}:
+                wrong.append((rel, want, got))
+            continue
+        for where, v, whole in _records(u.path):
+            if want == NO_TRAJECTORY:
+                ok = detect.formats_of(v) == [] and detect.not_a_trajectory(v) is not None
+            elif want in detect.EVENT_SIGNATURES:
+                items = v if isinstance(v, list) and whole else [v]
+                ok = all(detect.event_formats_of(e) == [want] for e in items) and detect.formats_of(v) == []
+            elif whole and isinstance(v, list):  # one conversation given as a bare list of messages
+                ok = want == "chat-messages" and detect.detect_document(v) == want \
+                    and all(detect.formats_of(m) == [] for m in v)
+            elif v == {} and rel.endswith("first-line-empty-object.jsonl"):
+                ok = detect.formats_of(v) == [] and detect.event_formats_of(v) == []
+            else:
+                ok = detect.formats_of(v) == [want]
+            if not ok:
+                wrong.append((rel, where, want, detect.formats_of(v)))
+    assert wrong == []
+    assert len(seen) >= 17  # every format with a real or reported file was looked at
+
+
+# reported: issue 24 (a SWE-agent .traj that holds only `history` was read as OpenHands V0)
+def test_swe_agent_traj_with_only_a_history_is_swe_agent(reported, tmp_path, tok):
+    from trajstore.ingest import detect
+
+    doc = json.loads((reported / "swe-agent-demonstration-replayed" / "networking_1.traj").read_text())
+    only_history = {"history": doc["history"]}
+    assert detect.formats_of(only_history) == ["swe-agent"]
+    assert detect.formats_of({"history": [], "info": {"exit_status": "submitted"}}) == ["swe-agent"]
+    assert detect.formats_of({"history": [], "instance_id": "x"}) == ["openhands-v0-eval"]
+    (tmp_path / "only-history.traj").write_text(json.dumps(only_history))
+    rep = ingest_paths([str(tmp_path / "only-history.traj")], str(tmp_path / "s"))
+    assert rep.problems == [] and dict(rep.by_format) == {"swe-agent": 1}
+    (row,) = read_trajectories(str(tmp_path / "s")).to_pylist()
+    assert row["source"] == "swe-agent" and row["num_actions"] == 4  # the 4 assistant turns

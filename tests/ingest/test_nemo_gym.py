@@ -176,3 +176,38 @@ def test_nemo_gym_mixed_engine_ids_fall_back_to_text(reported, tmp_path, ids):
         assert t.metadata["engine_token_ids_discarded"].startswith("1 of 3 model calls carry token ids")
     else:
         assert "engine_token_ids_discarded" not in t.metadata
+
+
+# issue 24: per-format fidelity of the reasoning-after-call layout, the expected decoding written by hand
+def test_nemo_gym_reasoning_logged_after_its_function_call(tok, reported):
+    """``conversational_tool_use_simulation`` logs each call's reasoning *after* its function call
+    (output: function_call, reasoning, function_call_output, reasoning, message). Two model
+    calls, so two actions: each holds its reasoning, then its text or call, closed by its own end
+    of turn; between them only the tool's output (no observation of template tokens alone)."""
+    path = reported / "nemo-gym-reasoning-after-function-call" / "rollouts.jsonl"
+    row = json.loads(path.read_text().splitlines()[0])
+    system, user = (i["content"] for i in row["responses_create_params"]["input"])
+    fc, r1, out, r2, msg = row["response"]["output"]
+    assert [o["type"] for o in (fc, r1, out, r2, msg)] == ["function_call", "reasoning", "function_call_output",
+                                                           "reasoning", "message"]
+    (t,), rep = ingest(path)
+    got = decoded(tok, t)
+    assert [k for k, _ in got] == ["prompt", "action", "observation", "action"]
+    prompt = got[0][1]
+    assert prompt.startswith(f"<|im_start|>system\n{system}\n\n# Tools\n\n<tools>\n")
+    assert prompt.endswith("</tools><|im_end|>\n" + USER.format(user) + GEN)
+    tools = row["responses_create_params"]["tools"]
+    assert len(tools) == 18 and all(f'"name": "{tool["name"]}"' in prompt for tool in tools)
+    assert got[1:] == [
+        ("action", "<think>\n" + r1["summary"][0]["text"] + "\n</think>\n\n\n"
+         + call("request_accessibility",
+                '{"reservation_id":"ACC123","event_date":"2025-12-12","accessibility_type":"asl_interpreter"}')
+         + END),
+        ("observation", TOOL_OBS.format(out["output"]) + GEN),
+        ("action", "<think>\n" + r2["summary"][0]["text"] + "\n</think>\n\n" + msg["content"][0]["text"] + END),
+    ]
+    assert t.spans[1].tool_call_ids == [fc["call_id"]] and t.spans[2].cause_id == fc["call_id"]
+    assert t.spans[1].call_id == fc["id"] and t.spans[3].call_id == r2["id"]
+    gaps = t.metadata["fidelity_gaps"]
+    assert list(gaps) == ["item_order"] and "after the function call" in gaps["item_order"]
+    assert t.model == "nvidia/nvidia/nemotron-3-ultra-nvfp4" and t.reward == 1.0 and t.status == "completed"

@@ -12,6 +12,9 @@ from tests.helpers.ingest import (
     END,
     GEN,
     SMOL_SYSTEM,
+    SYS,
+    TOOL_OBS,
+    USER,
     assert_each_once_in_order,
     assert_linked,
     build,
@@ -279,3 +282,39 @@ def test_swe_gym_rows_with_messages_as_a_json_string(tmp_path):
     assert rep.trajectories_written == 1 and only_row(tmp_path / "s")["source"] == "openhands/swe-gym"
     assert [(pr.origin.line, pr.kind) for pr in rep.problems] == [(2, "malformed")]
     assert "messages is a string that is not JSON" in rep.problems[0].reason
+
+
+# issue 24: reasoning is kept or dropped in later contexts as the harness sends it
+def test_v0_reasoning_is_not_sent_back(tmp_path, tok):
+    """V0's ConversationMemory rebuilds an earlier response from its content and tool calls only:
+    the second call's context lacks the first call's reasoning, so it starts a new trajectory
+    of the episode whose prompt is that context."""
+    def response(rid, content, calls, reasoning=None):
+        msg = {"role": "assistant", "content": content, "tool_calls": calls}
+        if reasoning:
+            msg["reasoning_content"] = reasoning
+        return {"id": rid, "choices": [{"message": msg}]}
+
+    ls = [{"id": "c1", "type": "function", "function": {"name": "execute_bash", "arguments": '{"command": "ls"}'}}]
+    fin = [{"id": "c2", "type": "function", "function": {"name": "finish", "arguments": '{"message": "done"}'}}]
+    events = [
+        {"id": 0, "source": "agent", "action": "system", "args": {"content": "sys", "tools": []}},
+        {"id": 1, "source": "user", "action": "message", "args": {"content": "List."}},
+        {"id": 2, "source": "agent", "action": "run", "args": {"command": "ls"}, "tool_call_metadata": {
+            "tool_call_id": "c1", "function_name": "execute_bash", "model_response": response("r1", "", ls, "look")}},
+        {"id": 3, "source": "agent", "observation": "run", "content": "a.txt", "cause": 2,
+         "tool_call_metadata": {"tool_call_id": "c1", "function_name": "execute_bash"}},
+        {"id": 4, "source": "agent", "action": "finish", "args": {"final_thought": "done"}, "tool_call_metadata": {
+            "tool_call_id": "c2", "function_name": "finish", "model_response": response("r2", "", fin)}},
+    ]
+    p = tmp_path / "trajectory.json"
+    p.write_text(json.dumps(events))
+    ts, _ = ingest(p)
+    first = call("execute_bash", '{"command": "ls"}')
+    assert [decoded(tok, t) for t in ts] == [
+        [("prompt", SYS.format("sys") + USER.format("List.") + GEN),
+         ("action", f"<think>\nlook\n</think>\n\n\n{first}" + END)],
+        [("prompt", SYS.format("sys") + USER.format("List.") + GEN + first + END + TOOL_OBS.format("a.txt") + GEN),
+         ("action", call("finish", '{"message": "done"}') + END)],
+    ]
+    assert ts[1].metadata["episode"]["change"] == "reasoning-dropped" and ts[0].metadata["reasoning_sent_back"] is False

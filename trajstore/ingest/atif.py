@@ -16,7 +16,16 @@ stored (noted in metadata). Otherwise the steps become a chat, re-tokenized, and
 the engine ids were not used is kept in metadata (``engine_token_ids``).
 
 Steps are read in ``step_id`` order. A Harbor trial keeps its score next to the agent
-directory (``<trial>/verifier/reward.txt``); when present it is the reward.
+directory (``<trial>/verifier/reward.txt``); when present it is the reward. Its ``result.json``
+keeps the exception that ended the run, if any: that sets the status; otherwise the status is
+``completed`` only when the log shows the agent finished (ATIF has no status field).
+
+What the producing agent puts in the steps beyond the format (which text the model really wrote,
+whether reasoning went back to it, what ends a run) is :mod:`~trajstore.ingest.atif_agents`'s:
+the chat is built from the steps with those conventions; ``agent.tool_definitions`` are the
+tools; ``source: system`` steps after the task are harness notes (metadata ``harness_notes``),
+never messages. A context summarisation (Terminus-2 sub-agent files, ``is_copied_context``
+steps) is not yet read as a rewrite: each file is read on its own.
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ import json
 import os
 from typing import Any
 
-from trajstore.ingest.chat import arguments_text, text_of
+from trajstore.ingest.atif_agents import Conventions, conventions_for, run_status
+from trajstore.ingest.chat import arguments_text, drop_sent_back_reasoning, text_of, tool_definitions
 from trajstore.ingest.engine_chain import EngineChain
 from trajstore.ingest.records import (
     Conversation,
@@ -38,11 +48,13 @@ from trajstore.ingest.records import (
     ToolCall,
 )
 from trajstore.ingest.rewards import float_reward
-from trajstore.ingest.values import json_type, order_by_id, parse_time
+from trajstore.ingest.values import json_type, order_by_id, parse_time, text_or_none
 
 SOURCE = "atif"
 REWARD_FILE = os.path.join("verifier", "reward.txt")
 """Where a Harbor trial keeps its verifier score, relative to the trial directory."""
+RESULT_FILE = "result.json"
+"""Where a Harbor trial keeps its outcome (``exception_info`` when the run raised), relative to the trial directory."""
 
 
 def _steps(d: dict[str, Any]) -> list[dict[str, Any]]:
@@ -93,14 +105,24 @@ def _engine_segments(steps: list[dict[str, Any]]) -> tuple[list[EngineSegment] |
     return chain.segments, ""
 
 
-def _messages(steps: list[dict[str, Any]]) -> list[Message]:
+def _messages(steps: list[dict[str, Any]], conv: Conventions) -> tuple[list[Message], list[dict[str, Any]], int]:
+    """The chat of the steps, the harness notes left out of it (``source: system`` steps after the
+    conversation began) and how many agent steps are reconstructions (:mod:`~trajstore.ingest.atif_agents`)."""
     msgs: list[Message] = []
+    notes: list[dict[str, Any]] = []
+    rebuilt = 0
+    begun = False
     for s in steps:
         src = s["source"]
         text = text_of(s.get("message"))
+        if src == "system" and begun:
+            notes.append({"step_id": s.get("step_id"), "message": text[:200]})
+            continue
         if src in ("system", "user"):
+            begun = begun or src == "user"
             msgs.append(Message(src, text, call_id=str(s.get("step_id"))))
             continue
+        begun = True
         calls = []
         for k, tc in enumerate(s.get("tool_calls") or []):
             if not isinstance(tc, dict) or not isinstance(tc.get("function_name"), str):
@@ -109,15 +131,40 @@ def _messages(steps: list[dict[str, Any]]) -> list[Message]:
                                   arguments_text(tc.get("arguments", {}))))
         reasoning = s.get("reasoning_content") if isinstance(s.get("reasoning_content"), str) else None
         cid = str(s.get("step_id"))
-        msgs.append(Message("assistant", text, reasoning=reasoning or None, tool_calls=calls, call_id=cid))
+        said = conv.agent_text(s, text)
+        rebuilt += said.rebuilt
+        msgs.append(Message("assistant", said.content, reasoning=reasoning or None, tool_calls=calls, call_id=cid,
+                            tool_calls_in_content=said.calls_in_content))
         obs = s.get("observation")
         for k, r in enumerate(obs.get("results") or [] if isinstance(obs, dict) else []):
             if not isinstance(r, dict):
                 raise RecordError(f"step {s.get('step_id')}: observation.results[{k}] is not an object")
+            if "content" not in r and r.get("subagent_trajectory_ref"):
+                continue  # a pointer to a sub-agent's file, not text the model read
             src_call = r.get("source_call_id")
             msgs.append(Message("tool" if src_call else "user", text_of(r.get("content")),
                                 cause_id=str(src_call) if src_call else cid))
-    return msgs
+    return msgs, notes, rebuilt
+
+
+def _chat_gaps(msgs: list[Message], tools: Any, notes: list[dict[str, Any]], rebuilt: int,
+               conv: Conventions) -> dict[str, str]:
+    gaps: dict[str, str] = {}
+    if rebuilt:
+        gaps["action_text"] = conv.rebuilt_reason()
+    if conv.native_tools and not tools and any(m.tool_calls for m in msgs):
+        gaps["tools"] = "the file has no agent.tool_definitions: the tool definitions the agent sent are not logged"
+    if conv.system_prompt_expected and not any(m.role == "system" for m in msgs):
+        gaps["system_prompt"] = "no system step: the agent's system prompt is not in the trajectory"
+    if notes and conv.notes_stand_for_context:
+        gaps["harness_notes"] = (f"{len(notes)} system step(s) after the task ({notes[0]['message'][:60]!r}, ...) are "
+                                 "the harness's notes, not stored as messages: what it sent the model for them, if "
+                                 "anything, is not in the file")
+    calls = [m for m in msgs if m.role == "assistant"]
+    if conv.reasoning_sent_back is None and any(m.reasoning for m in calls[:-1]):
+        gaps["reasoning"] = ("ATIF does not record whether the agent sent reasoning_content back in later calls: kept "
+                             "in the later contexts")
+    return gaps
 
 
 def _harbor_reward(path: str) -> Reward:
@@ -134,6 +181,18 @@ def _harbor_reward(path: str) -> Reward:
         return Reward(None, None, error=f"{f} holds no number")
 
 
+def _harbor_exception(path: str) -> dict[str, Any] | None:
+    """The exception Harbor recorded for the trial `path` belongs to (``<trial>/result.json``
+    ``exception_info``: ``exception_type``, ``exception_message``), or None."""
+    f = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), RESULT_FILE)
+    try:
+        with open(f, encoding="utf-8") as fh:
+            info = json.load(fh).get("exception_info")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return info if isinstance(info, dict) and info.get("exception_type") else None
+
+
 def parse_trajectory(d: Any, origin: Origin) -> EngineRollout | Conversation:
     """One ATIF trajectory document.
 
@@ -145,28 +204,35 @@ def parse_trajectory(d: Any, origin: Origin) -> EngineRollout | Conversation:
         raise RecordError("ATIF trajectory is not an object")
     steps = _steps(d)
     agent = d["agent"] if isinstance(d.get("agent"), dict) else {}
-    model = agent.get("model_name") if isinstance(agent.get("model_name"), str) else None
-    model = model or next((s["model_name"] for s in steps if isinstance(s.get("model_name"), str)), None)
+    conv = conventions_for(agent)
+    model = text_or_none(agent.get("model_name"))
+    model = model or next((s["model_name"] for s in steps if text_or_none(s.get("model_name"))), None)
     key = str(d["session_id"]) if d.get("session_id") else None
     meta: dict[str, Any] = {"schema_version": d.get("schema_version"), "session_id": key,
                             "agent": {k: agent.get(k) for k in ("name", "version") if k in agent},
                             "final_metrics": d.get("final_metrics") if isinstance(d.get("final_metrics"), dict) else None}
     created = parse_time(next((s.get("timestamp") for s in reversed(steps) if s.get("timestamp")), None))
     reward = _harbor_reward(origin.path)
+    status, meta["status_evidence"] = run_status(conv, steps, _harbor_exception(origin.path))
     segs, why_not = _engine_segments(steps)
     if segs is not None:
         last = next(s for s in reversed(steps) if s["source"] == "agent")
         if isinstance(last.get("observation"), dict) and last["observation"].get("results"):
             meta["last_observation"] = "not stored: it reached no model call, so it has no token ids"
         return EngineRollout(source=SOURCE, key=key, segments=segs, origin=origin, reward=reward, model=model,
-                             created_at=created, prompt_id=key, metadata={**meta, "policy_version_known": False})
+                             created_at=created, prompt_id=key, status=status,
+                             metadata={**meta, "policy_version_known": False})
     if any("completion_token_ids" in _metrics(s) for s in steps):
         meta["engine_token_ids"] = f"not used: {why_not}; re-tokenized from the messages"
-    msgs = _messages(steps)
-    gaps = {}
-    if any(m.tool_calls for m in msgs):
-        gaps["tools"] = "ATIF does not log the tool definitions the agent sent"
-    if not any(m.role == "system" for m in msgs):
-        gaps["system_prompt"] = "no system step: the agent's system prompt is not in the trajectory"
+    msgs, notes, rebuilt = _messages(steps, conv)
+    tools = tool_definitions(agent.get("tool_definitions"))
+    gaps = _chat_gaps(msgs, tools, notes, rebuilt, conv)
+    if notes:
+        meta["harness_notes"] = notes
+    if rebuilt:
+        meta["reconstructed_actions"] = rebuilt
+    if conv.reasoning_sent_back is False and drop_sent_back_reasoning(msgs, tools):
+        meta["reasoning_sent_back"] = False  # each later call's context lacks the earlier calls' reasoning
     return Conversation(source=SOURCE, key=key, messages=msgs, origin=origin, reward=reward, model=model,
-                        created_at=created, prompt_id=key, metadata=meta, fidelity_gaps=gaps)
+                        created_at=created, prompt_id=key, status=status, tools=tools, metadata=meta,
+                        fidelity_gaps=gaps)

@@ -16,6 +16,7 @@ from trajstore.ingest.build_text import text_rollout_to_trajectory
 from trajstore.ingest.reasons import problem_reason
 from trajstore.ingest.records import Conversation, EngineRollout, Origin, Problem, StoredRow, TextRollout
 from trajstore.ingest.summary import IngestReport
+from trajstore.ingest.values import blank_to_none
 from trajstore.models import Trajectory
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -78,18 +79,20 @@ class TrajectoryBuilder:
             that is not an engine rollout (a tokenizer that cannot be loaded stops the ingest).
         max_observation_chars: cap per observation (characters); None = no cap.
         engine_tokenizer: see :func:`~trajstore.ingest.build_engine.rollout_to_trajectories`.
+        train_reconstructed_actions: see :func:`~trajstore.ingest.build_chat.conversation_to_trajectories`.
 
     Attributes:
         tokens: tokens in the trajectories built so far.
     """
 
     def __init__(self, report: IngestReport, *, tokenizer: str, max_observation_chars: int | None,
-                 engine_tokenizer: str | None):
+                 engine_tokenizer: str | None, train_reconstructed_actions: bool = False):
         self.report = report
         self.tokenizer = tokenizer
         self.tokenizer_name = resolve_model(tokenizer).name
         self.max_observation_chars = max_observation_chars
         self.engine_tokenizer = engine_tokenizer
+        self.train_reconstructed_actions = train_reconstructed_actions
         self.tok: Any = None
         self.tokens = 0
 
@@ -102,6 +105,8 @@ class TrajectoryBuilder:
             report.by_format[item.source] += 1
             self.tokens += len(item.trajectory.tokens)
             return [item.trajectory]
+        # an empty model name or task id in a log means unknown: stored as null, in every format
+        item.model, item.prompt_id = blank_to_none(item.model), blank_to_none(item.prompt_id)
         if not isinstance(item, EngineRollout) and self.tok is None:
             # outside the per-record guard: a missing tokenizer stops the ingest
             self.tok = load_tokenizer(self.tokenizer)
@@ -137,7 +142,8 @@ class TrajectoryBuilder:
         else:
             ts = conversation_to_trajectories(item, self.tok, tokenizer_name=self.tokenizer_name,
                                               input_format=item.source,
-                                              max_observation_chars=self.max_observation_chars)
+                                              max_observation_chars=self.max_observation_chars,
+                                              train_reconstructed_actions=self.train_reconstructed_actions)
             report.truncated_observations += len(ts[0].metadata.get("truncated_observations", []))
             report.degraded_events += item.degraded_events
             report.engine_ids_discarded += "engine_token_ids_discarded" in item.metadata

@@ -58,8 +58,19 @@ def _context_digest(conv: Conversation) -> list[Any]:
     return out
 
 
+def reconstructed_actions_reason(gaps: dict[str, str]) -> str | None:
+    """Why a trajectory whose actions are a reconstruction (fidelity flag ``action_text``: the
+    log keeps only a parsed or reformatted version of what the model wrote) is not trainable by
+    default, naming the format's reason; None when its actions are the model's own text."""
+    if "action_text" not in gaps:
+        return None
+    return (f"actions reconstructed, not the model's own tokens: {gaps['action_text']} (ingest with "
+            "--train-reconstructed-actions to train on them)")
+
+
 def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenizer_name: str, input_format: str,
-                                 max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS) -> list[Trajectory]:
+                                 max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
+                                 train_reconstructed_actions: bool = False) -> list[Trajectory]:
     """Tokenize a conversation with the tokenizer's chat template: one trajectory per context
     the model saw (usually one).
 
@@ -70,6 +81,12 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
     ``{"id", "part", "parts", "change"}`` and the same reward, prompt id and group id
     (``group_id`` keeps its meaning, a GRPO group of rollouts of one prompt: parts of one
     episode in one group would cancel each other's advantage).
+
+    Actions the log keeps only as a parsed or reformatted version of what the model wrote
+    (the parser's flag ``action_text``) are stored as its best reconstruction with ``trainable =
+    false`` and the reason (:func:`reconstructed_actions_reason`), unless
+    `train_reconstructed_actions` (then the choice is part of the trajectory id, so such an
+    ingest stores its own copy).
 
     Returns:
         Validated :class:`Trajectory` s with ``token_source = retokenized``, ``logprob_source
@@ -91,7 +108,9 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
     # nothing leaves the id unchanged, so re-ingesting with another cap stays idempotent.
     digest = content_hash({"source": conv.source, "key": conv.key, "reward": reward_raw(conv), **status_part(conv),
                            "messages": [m.canonical() for m in conv.messages], "tokenizer": tokenizer_name,
-                           "tools": conv.tools, "contexts": _context_digest(conv)})
+                           "tools": conv.tools, "contexts": _context_digest(conv),
+                           **({"train_reconstructed": True} if train_reconstructed_actions
+                              and "action_text" in conv.fidelity_gaps else {})})
     parts = render_conversation(tokenizer, conv.messages, tools=conv.tools)
     features = template_features(tokenizer)
     base_id = trajectory_id(conv.source, conv.key, digest)
@@ -104,6 +123,7 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
     if notes:
         gaps.setdefault("render", "; ".join(notes))
     check_call_count(conv, sum(m.role == "assistant" for m in conv.messages), gaps)
+    not_trainable = None if train_reconstructed_actions else reconstructed_actions_reason(gaps)
     out = []
     for n, part in enumerate(parts):
         spans: list[Span] = []
@@ -145,6 +165,7 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
             group_id=None, source=conv.source, model=conv.model, tokenizer=tokenizer_name, created_at=created_at(conv),
             status=conv.status, reward=conv.reward.value,
             reward_raw=reward_raw(conv), token_source="retokenized", logprob_source="none", tokens=part.token_ids,
-            action_logprobs=np.full(n_tok, np.nan, dtype=np.float32), spans=spans, metadata=meta)
+            action_logprobs=np.full(n_tok, np.nan, dtype=np.float32), spans=spans, metadata=meta,
+            not_trainable_reason=not_trainable)
         out.append(validate_trajectory(traj))
     return out

@@ -5,11 +5,12 @@ that link observations to the model call they answer. Shared by every parser of 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
 
-from trajstore.ingest.records import Message, RecordError, ToolCall
+from trajstore.ingest.records import Context, Message, RecordError, ToolCall
 from trajstore.ingest.values import json_type
 
 
@@ -211,3 +212,27 @@ def link_observations(msgs: list[Message]) -> list[Message]:
         elif m.role in ("user", "tool") and m.cause_id is None and pending is not None:
             m.cause_id = pending
     return msgs
+
+
+def drop_sent_back_reasoning(msgs: list[Message], tools: list[dict[str, Any]] | None,
+                             change: str = "reasoning-dropped") -> int:
+    """For a harness that does not send a call's reasoning back to the model: give every model
+    call after one with reasoning the context it was really sent, the messages before it with
+    the earlier calls' reasoning removed (a :class:`~trajstore.ingest.records.Context`, so it
+    is rendered as a new trajectory of the episode wherever that context no longer extends the
+    previous call's prompt + generation). Calls that already carry a context are left as they are.
+
+    Returns:
+        The number of calls given such a context (0: no earlier reasoning to drop).
+    """
+    n, seen = 0, False
+    for i, m in enumerate(msgs):
+        if m.role != "assistant":
+            continue
+        if seen and m.context is None:
+            ctx = [dataclasses.replace(x, reasoning=None) if x.role == "assistant" and x.reasoning else x
+                   for x in msgs[:i]]
+            m.context = Context(ctx, tools, change)
+            n += 1
+        seen = seen or bool(m.reasoning)
+    return n

@@ -2,10 +2,15 @@
 conversations.
 
 Model calls: the ``response.output`` items of one call are its reasoning, at most one
-``message`` and its ``function_call`` s; a call ends at a ``function_call_output`` or user
-message, and a new call starts at a ``message`` item when the current call already has one
-(agent loops that log one message per step, e.g. ``msg-step-N``), at a ``reasoning`` item after
-a message or a function call, and at an item whose token ids differ from the call's.
+``message`` and its ``function_call`` s, in whatever order the log lists them (a call is one
+action: reasoning first, then text, then tool calls, closed by its own end of turn). A call ends
+at a ``function_call_output`` or user message; a new call starts at a ``message`` item when the
+current call already has one (agent loops that log one message per step, e.g. ``msg-step-N``),
+at a ``reasoning`` item when the current call already has reasoning or a message, and at an item
+whose token ids differ from the call's. A ``reasoning`` item right after a call's function
+call(s) belongs to that call: some environments (``conversational_tool_use_simulation``) log the
+reasoning after the call it led to, and nothing can reach the model between the two (flagged
+``item_order``: the order the model produced them in is not logged).
 
 Engine token ids are all-or-nothing per rollout: when every call carries real ids
 (``prompt_token_ids``, ``generation_token_ids``, ``generation_log_probs``), the first call's
@@ -37,7 +42,7 @@ from trajstore.ingest.records import (
     ToolCall,
 )
 from trajstore.ingest.rewards import float_reward
-from trajstore.ingest.values import json_type, parse_time
+from trajstore.ingest.values import json_type, parse_time, text_or_none
 
 HARNESS_CALL_COUNTS = ("turns_used",)
 """Row fields in which a NeMo Gym agent records its own number of model calls."""
@@ -52,7 +57,8 @@ class _Call:
     generation_ids: list[int] | None = None
     logprobs: list[Any] | None = None
     has_message: bool = False
-    closed: bool = False  # has a function call or a message: a reasoning item now starts a new call
+    has_reasoning: bool = False
+    reasoning_after_call: bool = False  # a reasoning item came after this call's function call(s)
     placeholder: bool = False
     status: str | None = None
     items: list[str] = field(default_factory=list)
@@ -95,7 +101,8 @@ def _read_items(items: list[Any], where: str) -> tuple[list[Message], list[_Call
         if typ not in ("message", "reasoning", "function_call"):
             raise RecordError(f"{where}[{i}]: unknown item type {typ!r}")
         ids = _ids(it)
-        new = (cur is None or (typ == "message" and cur.has_message) or (typ == "reasoning" and cur.closed)
+        new = (cur is None or (typ == "message" and cur.has_message)
+               or (typ == "reasoning" and (cur.has_reasoning or cur.has_message))
                or (ids is not None and cur.generation_ids is not None and ids[1] != cur.generation_ids))
         if new:
             cur = _Call(Message("assistant", "", call_id=it.get("id")))
@@ -113,15 +120,16 @@ def _read_items(items: list[Any], where: str) -> tuple[list[Message], list[_Call
             parts = [text_of(s.get("text")) for s in it.get("summary") or [] if isinstance(s, dict)]
             parts += [text_of(s.get("text")) for s in it.get("content") or [] if isinstance(s, dict)]
             m.reasoning = ((m.reasoning + "\n") if m.reasoning else "") + "".join(parts)
+            cur.has_reasoning = True
+            cur.reasoning_after_call = bool(m.tool_calls)
         elif typ == "message":
             m.content += text_of(it.get("content"))
-            cur.has_message = cur.closed = True
+            cur.has_message = True
             if m.call_id is None:
                 m.call_id = it.get("id")
         else:
             m.tool_calls.append(ToolCall(str(it.get("call_id")), str(it.get("name")),
                                          arguments_text(it.get("arguments", ""))))
-            cur.closed = True
     return out, calls
 
 
@@ -171,7 +179,7 @@ def parse_rollout(row: Any, origin: Origin) -> EngineRollout | Conversation:
             break
     if row.get("_ng_rollout_index") is not None:
         key = f"{key}-r{row['_ng_rollout_index']}"
-    model = resp.get("model") if isinstance(resp.get("model"), str) else None
+    model = text_or_none(resp.get("model")) or text_or_none(params.get("model"))  # tau2 writes model: ""
     created = parse_time(resp.get("created_at"))
     meta: dict[str, Any] = {k: row.get(k) for k in (
         "problem_id", "competition_id", "subtask", "subtask_score", "turns_used", "finished_naturally",
@@ -181,7 +189,7 @@ def parse_rollout(row: Any, origin: Origin) -> EngineRollout | Conversation:
     if n_harness is not None:
         meta["harness_model_calls"] = n_harness
     status = _status(row, resp)
-    tools = tool_definitions(params.get("tools"))
+    tools = tool_definitions(params.get("tools")) or tool_definitions(resp.get("tools"))
 
     prompt: list[Message] = []
     if isinstance(params.get("instructions"), str) and params["instructions"]:
@@ -193,6 +201,11 @@ def parse_rollout(row: Any, origin: Origin) -> EngineRollout | Conversation:
         prompt += _read_items(inp, "responses_create_params.input")[0]
     msgs, calls = _read_items(output, "response.output")
     gaps: dict[str, str] = {}
+    after = sum(c.reasoning_after_call for c in calls)
+    if after:
+        gaps["item_order"] = (f"{after} reasoning item(s) logged after the function call they led to, with nothing "
+                              "between: each is stored with its call, before it (the order the model produced "
+                              "them in is not logged)")
 
     real = [c for c in calls if c.generation_ids is not None and not c.placeholder]
     if calls and len(real) == len(calls):

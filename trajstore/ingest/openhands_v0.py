@@ -14,7 +14,9 @@ their observations ``user`` messages linked by the event's ``cause``. Unknown ac
 are rendered as their JSON arguments and counted as degraded; websocket status/error
 messages, agent-state changes and null observations are not part of the conversation. The
 ``system`` action's ``tools`` are the tool definitions; ``run`` results get CodeAct's command
-metadata; what the log cannot reproduce is named in ``fidelity_gaps``.
+metadata; what the log cannot reproduce is named in ``fidelity_gaps``. A response's reasoning
+(``reasoning_content`` ...) is stored with its action but not in later calls' contexts: V0's
+``ConversationMemory`` sends an earlier response back as its content and tool calls only.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trajstore.ingest.chat import chat_messages, reasoning_of, text_of, tool_calls_of, tool_definitions
+from trajstore.ingest.chat import (
+    chat_messages,
+    drop_sent_back_reasoning,
+    reasoning_of,
+    text_of,
+    tool_calls_of,
+    tool_definitions,
+)
 from trajstore.ingest.records import Conversation, Message, Origin, RecordError, Reward, ToolCall
 from trajstore.ingest.rewards import bool_reward
 from trajstore.ingest.values import json_field, json_type, order_by_id, parse_time
@@ -244,6 +253,8 @@ def events_to_conversation(events: list[Any], *, source: str, key: str | None, o
                                  "sent is not logged")
     elif b.tools is None and any(m.tool_calls for m in b.messages):
         gaps["tools"] = "the model called tools but no tool definitions are logged (the system action has no tools)"
+    if drop_sent_back_reasoning(b.messages, b.tools):
+        meta["reasoning_sent_back"] = False  # each later call's context lacks the earlier responses' reasoning
     return Conversation(source=source, key=key, messages=b.messages, origin=origin, model=b.model,
                         created_at=b.last_time, metadata=meta, degraded_events=b.degraded,
                         status="completed", tools=b.tools, fidelity_gaps=gaps)

@@ -12,6 +12,7 @@ from trajstore.ingest.openhands_v0 import status_from_error
 from trajstore.ingest.openhands_v1_events import events_conversation
 from trajstore.ingest.records import Conversation, EngineRollout, Message, Origin, RecordError, Reward
 from trajstore.ingest.rewards import float_reward
+from trajstore.ingest.values import text_or_none
 
 EXECUTION_STATUS = {"finished": "completed", "error": "failed", "stuck": "aborted", "paused": "aborted",
                     "waiting_for_confirmation": "aborted", "running": "aborted", "idle": "aborted",
@@ -94,34 +95,54 @@ def parse_persisted_events(events: list[Any], origin: Origin) -> Conversation | 
     return events_conversation(events, origin, source="openhands/v1-events", key=None)
 
 
+STATE_KEYS = ("execution_status", "agent_status")
+"""Where ``base_state.json`` keeps the run's state: ``execution_status`` (SDKs since 2025-10),
+``agent_status`` (the first V1 SDKs, 2025-09); same values."""
+METRICS_KEYS = ("usage_to_metrics", "service_to_metrics")
+"""Where ``base_state.json`` keeps per-LLM metrics (``stats.usage_to_metrics``, earlier
+``stats.service_to_metrics``), keyed by the LLM's ``usage_id`` (earlier ``service_id``)."""
+
+
+def _llm_metrics(state: dict[str, Any]) -> dict[str, Any]:
+    stats = state.get("stats") if isinstance(state.get("stats"), dict) else {}
+    return next((stats[k] for k in METRICS_KEYS if isinstance(stats.get(k), dict)), {})
+
+
 def apply_base_state(conv: Conversation | EngineRollout, state: Any) -> None:
     """Fold a conversation folder's ``base_state.json`` into its trajectory: model
-    (``agent.llm.model``, else the usage metrics' ``model_name``), status from
-    ``execution_status`` (:data:`EXECUTION_STATUS`; never better than what the events say) and
-    the sampling settings in metadata ``llm``."""
+    (``agent.llm.model``, else the usage metrics' ``model_name``), status from the run's state
+    (:data:`STATE_KEYS`, values in :data:`EXECUTION_STATUS`; never better than what the events
+    say), the sampling settings in metadata ``llm``, and the agent LLM's count of calls.
+    A conversation in which the model was never called is not ``completed`` whatever the state
+    says: it is stored ``aborted`` (a paused or interrupted run before its first call)."""
     if not isinstance(state, dict):
         return
     agent = state.get("agent") if isinstance(state.get("agent"), dict) else {}
     llm = agent.get("llm") if isinstance(agent.get("llm"), dict) else {}
-    model = llm.get("model") if isinstance(llm.get("model"), str) else None
+    usage = _llm_metrics(state)
+    model = text_or_none(llm.get("model"))
     if model is None:
-        usage = (state.get("stats") or {}).get("usage_to_metrics") if isinstance(state.get("stats"), dict) else None
-        if isinstance(usage, dict):
-            model = next((u.get("model_name") for u in usage.values() if isinstance(u, dict) and u.get("model_name")),
-                         None)
+        model = next((text_or_none(u.get("model_name")) for u in usage.values() if isinstance(u, dict)
+                      and text_or_none(u.get("model_name"))), None)
     conv.model = model or conv.model
-    es = state.get("execution_status")
-    if isinstance(es, str):
+    key = next((k for k in STATE_KEYS if isinstance(state.get(k), str)), None)
+    if key is not None:
+        es = state[key]
         conv.status = _worse(conv.status, EXECUTION_STATUS.get(es, "aborted"))
         conv.metadata["execution_status"] = es
+    calls = (sum(s.kind == "action" for s in conv.segments) if isinstance(conv, EngineRollout)
+             else sum(m.role == "assistant" for m in conv.messages))
+    if calls == 0 and conv.status == "completed":
+        conv.status = "aborted"
+        conv.metadata["status_evidence"] = "no model call in the conversation: the run never got to the model"
     conv.metadata["llm"] = {k: llm.get(k) for k in ("model", "temperature", "top_p", "max_output_tokens",
                                                     "native_tool_calling") if k in llm}
     if state.get("max_iterations") is not None:
         conv.metadata["max_iterations"] = state.get("max_iterations")
-    usage = (state.get("stats") or {}).get("usage_to_metrics") if isinstance(state.get("stats"), dict) else None
-    if isinstance(usage, dict) and usage:
+    if usage:
         # the SDK records one token usage per LLM call, per LLM (the agent's and e.g. a condenser's)
-        agent_usage = usage.get(llm.get("usage_id")) if llm.get("usage_id") in usage else None
+        uid = llm.get("usage_id", llm.get("service_id"))
+        agent_usage = usage.get(uid) if uid in usage else None
         counted = [u.get("token_usages") for u in ([agent_usage] if agent_usage else usage.values())
                    if isinstance(u, dict) and isinstance(u.get("token_usages"), list)]
         if counted:

@@ -52,6 +52,7 @@ class IngestInterrupted(KeyboardInterrupt):
 def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer: str = SMOLLM2_ALIAS,
                       max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
                       engine_tokenizer: str | None = None,
+                      train_reconstructed_actions: bool = False,
                       report: IngestReport | None = None,
                       progress: Callable[[IngestProgress], None] | None = None) -> Iterator[Trajectory]:
     """Parse and tokenize everything under `paths`, yielding trajectories (problems go to `report`).
@@ -69,6 +70,10 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
         engine_tokenizer: the tokenizer engine token ids belong to when the log does not name
             it (``"model"`` = each rollout's model name); None = such rollouts are stored as
             not trainable (see :func:`~trajstore.ingest.build_engine.rollout_to_trajectories`).
+        train_reconstructed_actions: store actions the log keeps only as a parsed or reformatted
+            version (fidelity flag ``action_text``) as trainable; False = stored with
+            ``trainable = false`` and the format's reason (see
+            :func:`~trajstore.ingest.build_chat.conversation_to_trajectories`).
         progress: called with an :class:`IngestProgress` after every unit and trajectory.
 
     Raises:
@@ -81,7 +86,8 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
     units, problems = discover(paths, report.ignored_files)
     report.problems.extend(problems)
     builder = TrajectoryBuilder(report, tokenizer=tokenizer, max_observation_chars=max_observation_chars,
-                                engine_tokenizer=engine_tokenizer)
+                                engine_tokenizer=engine_tokenizer,
+                                train_reconstructed_actions=train_reconstructed_actions)
     completion_logs: list[Conversation] = []
 
     def tick(done: int) -> None:
@@ -118,6 +124,7 @@ def ingest_paths(paths: list[str] | str, store: Store | str, *, input_format: st
                  tokenizer: str = SMOLLM2_ALIAS, strict: bool = False,
                  max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
                  engine_tokenizer: str | None = None,
+                 train_reconstructed_actions: bool = False,
                  storage_options: dict[str, Any] | None = None,
                  progress: Callable[[IngestProgress], None] | None = None) -> IngestReport:
     """Ingest agent logs into a store; re-ingesting the same input writes nothing new.
@@ -130,6 +137,7 @@ def ingest_paths(paths: list[str] | str, store: Store | str, *, input_format: st
         strict: any problem in the input fails the ingest with nothing written.
         max_observation_chars: cap per observation, characters (None = no cap).
         engine_tokenizer: see :func:`iter_trajectories`.
+        train_reconstructed_actions: see :func:`iter_trajectories`.
         storage_options: fsspec options when `store` is a URI (s3fs: key, secret, endpoint_url).
         progress: called with an :class:`IngestProgress` as the ingest advances.
 
@@ -151,6 +159,7 @@ def ingest_paths(paths: list[str] | str, store: Store | str, *, input_format: st
     seen: set[str] = set()
     trajs = iter_trajectories(paths, input_format=input_format, tokenizer=tokenizer,
                               max_observation_chars=max_observation_chars, engine_tokenizer=engine_tokenizer,
+                              train_reconstructed_actions=train_reconstructed_actions,
                               report=report, progress=progress)
     pending: list[Trajectory] = []
     try:

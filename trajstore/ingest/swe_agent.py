@@ -47,19 +47,23 @@ def _run_config(d: dict[str, Any]) -> dict[str, Any]:
 
 def is_replay(d: dict[str, Any], config: dict[str, Any]) -> bool:
     """A replayed demonstration, not a model's run: the run's model is a replay / scripted
-    model, or the model stats count calls but no tokens and no cost. (Every SWE-agent 1.x run
-    writes ``replay_config``, so its presence alone says nothing.)"""
+    model, or the model stats logged spent nothing: no tokens sent or received and no cost,
+    whatever ``api_calls`` says (hand-written demonstrations log all-zero stats, ``api_calls``
+    0 included; replays count calls but no tokens). Stats that are not logged say nothing (not
+    logged is not zero), and neither does ``replay_config``: every SWE-agent 1.x run writes it."""
     model = ((config.get("agent") or {}).get("model") or {}) if isinstance(config.get("agent"), dict) else {}
     name = str(model.get("name") or "") if isinstance(model, dict) else ""
     if name.startswith(("replay", "instant_empty_submit", "human")):
         return True
     info = d.get("info") if isinstance(d.get("info"), dict) else {}
     stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
-    counted = stats.get("api_calls") or 0
     if not all(k in stats for k in ("tokens_sent", "tokens_received")):
-        return False  # not logged is not zero
-    spent = sum(float(stats.get(k) or 0) for k in ("tokens_sent", "tokens_received", "instance_cost"))
-    return bool(counted) and spent == 0
+        return False
+    try:
+        spent = sum(float(stats.get(k) or 0) for k in ("tokens_sent", "tokens_received", "instance_cost"))
+    except (TypeError, ValueError):
+        return False
+    return spent == 0
 
 
 def _processors(config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -194,12 +198,13 @@ def parse_traj(d: Any, origin: Origin) -> Conversation:
         elif typ not in (None, "default", "cache_control", "tag_tool_call_observations"):
             gaps.setdefault("history_processor", f"history processor {typ!r} is not reproduced: later calls may have "
                                                  "been sent a different context than stored")
+    replayed = is_replay(d, config)
     meta = {"exit_status": info.get("exit_status"), "environment": env,
-            "swe_agent_version": info.get("swe_agent_version"), "replayed": is_replay(d, config),
+            "swe_agent_version": info.get("swe_agent_version"), "replayed": replayed,
             "model_stats": stats,
             "format_version": "1.x" if any("message_type" in h for h in history) else "0.x"}
-    if isinstance(stats.get("api_calls"), int):
-        meta["harness_model_calls"] = stats["api_calls"]
+    if isinstance(stats.get("api_calls"), int) and not (replayed and stats["api_calls"] == 0):
+        meta["harness_model_calls"] = stats["api_calls"]  # a demonstration made no model call to count
     return Conversation(source="swe-agent", key=key, messages=msgs, origin=origin, prompt_id=key, model=model,
                         status=status_from_exit(info.get("exit_status")), fidelity_gaps=gaps, metadata=meta)
 

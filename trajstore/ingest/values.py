@@ -85,6 +85,18 @@ def order_by_id(items: list[Any], *, key: str = "id", what: str = "event") -> tu
     return [items[n] for n in ordered], moved
 
 
+def text_or_none(v: Any) -> str | None:
+    """`v` when it is a string with something besides whitespace, else None: an empty model name
+    or id in a log means unknown, and is stored as null (so ``IS NULL`` filters find it)."""
+    return v if isinstance(v, str) and v.strip() else None
+
+
+def blank_to_none(v: Any) -> Any:
+    """None for an empty or all-whitespace string, else `v` unchanged (other types are checked
+    where they are stored)."""
+    return None if isinstance(v, str) and not v.strip() else v
+
+
 def parse_time(v: Any) -> datetime | None:
     """A UTC datetime from an ISO string or a POSIX time in seconds; None when absent or unparsable."""
     try:
