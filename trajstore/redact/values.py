@@ -38,9 +38,18 @@ def replace_matches(text: str, matches: list[Match]) -> str:
     return "".join(parts)
 
 
+def _find_under(key: str, value: str, rules: Rules) -> list[Match]:
+    """The secrets of `value` found in ``<key>: <value>``, as ranges of `value`."""
+    head = f"{key}: "
+    n = len(head)
+    return [Match(max(m.start, n) - n, m.end - n, m.kind, m.rank) for m in rules.find(head + value) if m.end > n]
+
+
 def scrub_json(value: Any, rules: Rules, *, skip_keys: frozenset[str] = frozenset()) -> tuple[Any, list[StringHit]]:
     """`value` with the secrets of its strings replaced (dict keys are kept as they are), and
-    where they were.
+    where they were. A string under a dict key is scanned as ``<key>: <string>``, so that rules
+    that know a secret by its name (``api_key``, ``x-api-key``, ``*_TOKEN``, ``password``) find
+    ``{"api_key": "..."}`` as they find ``api_key: ...`` in text; only matches inside the string count.
 
     Args:
         value: a parsed JSON value (dicts, lists, strings, numbers, booleans, None).
@@ -52,9 +61,9 @@ def scrub_json(value: Any, rules: Rules, *, skip_keys: frozenset[str] = frozense
     """
     hits: list[StringHit] = []
 
-    def walk(v: Any, path: str, top: bool) -> Any:
+    def walk(v: Any, path: str, top: bool, key: str | None = None) -> Any:
         if isinstance(v, str):
-            found = rules.find(v)
+            found = rules.find(v) if key is None else _find_under(key, v, rules)
             if not found:
                 return v
             hits.append(StringHit(path, v, found))
@@ -65,7 +74,7 @@ def scrub_json(value: Any, rules: Rules, *, skip_keys: frozenset[str] = frozense
                 if top and k in skip_keys:
                     out[k] = x
                     continue
-                y = walk(x, f"{path}/{_pointer_part(str(k))}", False)
+                y = walk(x, f"{path}/{_pointer_part(str(k))}", False, str(k))
                 changed |= y is not x
                 out[k] = y
             return out if changed else v
