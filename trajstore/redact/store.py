@@ -90,7 +90,7 @@ def find_secrets(uri: str | os.PathLike[str] | Store, *, config: RedactConfig | 
             if wanted is not None:
                 ids = table.column("trajectory_id").to_pylist()
                 rows = [i for i in rows if ids[i] in wanted]
-                table = table.take(rows)
+                table = table.take(pa.array(rows, type=pa.int64()))
             for row, t in zip(rows, table_to_trajectories(table)):
                 scan = redactor.scan(t)
                 report.trajectories += 1
