@@ -39,7 +39,7 @@ def test_covering_tokens_widen_to_whole_characters():
     assert _covering(blob, off, 4, 5, 0, 4) == (3, 4)   # d
     assert _covering(blob, off, 3, 5, 0, 4) == (1, 4)   # from inside ü: back to its first byte
     assert _covering(blob, off, 1, 2, 0, 4) == (0, 1)   # b: the token "ab" (ü starts a new character)
-    assert _covering(blob, off, 0, 1, 1, 4) == (1, 2)   # never outside the span [1, 4)
+    assert _covering(blob, off, 0, 1, 1, 4) == (1, 3)   # clamped into the span [1, 4), then ü whole
 
 
 class _LossyTokenizer:
