@@ -162,3 +162,20 @@ def test_rows_without_a_tokenizer_are_listed_as_unscanned(tmp_path, tok):
     assert [u.trajectory_id for u in result.unscanned] == ["x1"]
     (row,) = read_trajectories(uri).to_pylist()
     assert SECRETS["email"] not in row["metadata"] and np.array_equal(row["tokens"], np.asarray(t.tokens))
+
+
+@pytest.mark.s3
+def test_redact_on_s3(s3_store_uri, tok):
+    # one PUT per rewritten shard under the same key; the clean shard is not written
+    uri, opts = s3_store_uri
+    s = open_store(uri, storage_options=opts)
+    ts.write_trajectories(s, [clean_trajectory(tok, "c1")])
+    ts.write_trajectories(s, [secret_trajectory(tok, "s1")])
+    keys = [sh.path for sh in s.list_shards()]
+    etag = s.fs.info(keys[0])["ETag"]
+    assert not find_secrets(s).clean
+    result = redact_store(s)
+    assert result.shards_rewritten == [s.url_of(keys[1])]
+    s.fs.invalidate_cache()
+    assert [sh.path for sh in s.list_shards()] == keys and s.fs.info(keys[0])["ETag"] == etag
+    assert find_secrets(open_store(uri, storage_options=opts)).clean
