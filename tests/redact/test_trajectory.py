@@ -182,3 +182,10 @@ def test_a_trajectory_without_a_tokenizer_is_reported_unscanned_but_its_metadata
     assert with_tok.unscanned is None and len(with_tok.findings) == len(Redactor().scan(secret_trajectory(tok)).findings)
     unknown = Redactor().scan(t.model_copy(update={"tokenizer": "org/not-here-7b"}))
     assert "tokenizer 'org/not-here-7b' cannot be loaded" in unknown.unscanned
+
+
+def test_a_redaction_key_that_is_not_our_record_is_scanned_too(tok, redactor):
+    t = clean_trajectory(tok, "k-1").model_copy(update={"metadata": {"redaction": {"owner": SECRETS["email"]}}})
+    r = redactor.redact(t)
+    assert [c.path for c in r.changes] == ["/redaction/owner"]
+    assert SECRETS["email"] not in json.dumps(r.trajectory.metadata)

@@ -135,7 +135,8 @@ class Redactor:
         return hits
 
     def _json_hits(self, t: Trajectory) -> tuple[dict, list[StringHit], object, list[StringHit]]:
-        meta, meta_hits = scrub_json(t.metadata, self.rules, skip_keys=frozenset({REDACTION_KEY}))
+        ours = _is_record(t.metadata.get(REDACTION_KEY))  # our own record holds no secret; anything else is scanned
+        meta, meta_hits = scrub_json(t.metadata, self.rules, skip_keys=frozenset({REDACTION_KEY} if ours else ()))
         reward, reward_hits = (None, [])
         if t.reward_raw is not None:
             reward, reward_hits = scrub_json(json.loads(t.reward_raw), self.rules)
@@ -202,7 +203,7 @@ class Redactor:
         if reason is not None and t.not_trainable_reason is None:
             update["not_trainable_reason"] = reason
         meta = dict(meta)
-        before = t.metadata.get(REDACTION_KEY) if isinstance(t.metadata.get(REDACTION_KEY), dict) else {}
+        before = t.metadata.get(REDACTION_KEY) if _is_record(t.metadata.get(REDACTION_KEY)) else {}
         meta[REDACTION_KEY] = {
             "marker": MARKER_FORMAT,
             "changes": [*before.get("changes", []), *(c.record() for c in changes)],
@@ -218,6 +219,11 @@ class Redactor:
         """`t` without its secrets (`t` itself when it has none): what ``traj proxy --redact`` stores."""
         r = self.redact(t)
         return t if r is None else r.trajectory
+
+
+def _is_record(value: object) -> bool:
+    """Whether a ``metadata.redaction`` value is a record :meth:`Redactor.redact` wrote."""
+    return isinstance(value, dict) and value.get("marker") == MARKER_FORMAT and isinstance(value.get("changes"), list)
 
 
 def _covering(blob: bytes, off: np.ndarray, bs: int, be: int, lo: int, hi: int) -> tuple[int, int]:
