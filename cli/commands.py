@@ -6,6 +6,7 @@ from trajstore.cli import (
     demo,  # noqa: F401
     ingest,  # noqa: F401
     proxy,  # noqa: F401
+    redact,  # noqa: F401
     runs,  # noqa: F401
     serve,  # noqa: F401
     store,  # noqa: F401

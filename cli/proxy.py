@@ -60,6 +60,8 @@ def proxy_cmd(
                                               "(unset: no client auth)"),
     require_session: bool = typer.Option(False, "--require-session/--no-require-session",
                                          help="refuse calls without a session"),
+    redact: bool = typer.Option(False, "--redact/--no-redact", help="scrub secrets and personal data from each "
+                                "trajectory before it is stored, as traj redact does (needs --tokenizer)"),
 ) -> None:
     """Record every model call of any OpenAI-compatible harness as trajectories: point its base
     URL at http://HOST:PORT/s/<session>/v1, end episodes with POST /s/<session>/finish."""
@@ -76,7 +78,7 @@ def proxy_cmd(
                           shutdown_grace_s=shutdown_grace,
                           upstream_timeout_s=upstream_timeout, max_request_mb=max_request_mb,
                           upstream_key_env=upstream_key_env, client_token_env=client_token_env,
-                          require_session=require_session)
+                          require_session=require_session, redact=redact)
     except ValidationError as e:
         raise invalid_options(e) from None
     from trajstore.store import open_store_for_writing

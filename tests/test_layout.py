@@ -258,6 +258,7 @@ NOT_STORE_PATHS = {
     ("trainer/apps/learning_bench/suite.py", "'config.json'"): "the learning-bench suite's own output folder",
     ("cli/bench.py", "/config.json"): "the learning-bench suite's output folder (traj bench --reanalyse)",
     ("bench/ingest.py", "'trajectories'"): "../shared/fixtures/trajectories, the harness logs' folder",
+    ("bench/redact.py", "'trajectories'"): "../shared/fixtures/trajectories, the harness logs' folder",
 }
 
 

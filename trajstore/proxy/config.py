@@ -51,6 +51,8 @@ class ProxyConfig(BaseModel):
                                   "upstream's API key (sent as a bearer token; never logged or stored)")
     client_token_env: str = Field(DEFAULT_CLIENT_TOKEN_ENV, description="environment variable holding the token "
                                   "clients must send as 'Authorization: Bearer ...'; unset = no client auth")
+    redact: bool = Field(False, description="scrub secrets and personal data from each trajectory before it is "
+                         "stored (traj redact's built-in rules; needs --tokenizer)")
     require_session: bool = Field(False, description="refuse calls without a session key (otherwise each is "
                                                      "recorded as a one-call trajectory)")
     follow_run: str | None = Field(None, description="training run whose published versions the upstream loads")

@@ -231,11 +231,15 @@ class Recorder:
             None = the response's model name).
         run_metadata: merged into every trajectory's metadata (e.g. the followed run).
         on_written: called with each written trajectory (the staleness gate counts them).
+        prepare: applied to each trajectory before it is written (``traj proxy --redact``: the
+            redactor, so a secret the harness sent is never stored).
     """
 
     def __init__(self, writer: StoreWriter, *, tokenizer: str | None, run_metadata: dict[str, Any],
-                 on_written: Callable[[Trajectory], None] | None = None):
+                 on_written: Callable[[Trajectory], None] | None = None,
+                 prepare: Callable[[Trajectory], Trajectory] | None = None):
         self.writer = writer
+        self.prepare = prepare
         self.tokenizer = tokenizer
         self.run_metadata = dict(run_metadata)
         self.on_written = on_written
@@ -410,6 +414,9 @@ class Recorder:
         episode is durable when its ``/finish`` returns."""
         if not trajectories:
             return
+        if self.prepare is not None:
+            prepare = self.prepare
+            trajectories = await asyncio.to_thread(lambda: [prepare(t) for t in trajectories])
         await asyncio.to_thread(self.writer.write_many, trajectories)
         self._written_gen += 1
         mine = self._written_gen

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from trajstore.errors import AdapterError, TrajstoreError
+from trajstore.models import Trajectory
 from trajstore.proxy.config import ProxyConfig
 from trajstore.proxy.recorder import AFTER_FINISH, Evicted, Recorder, Session
 from trajstore.proxy.shutdown import InFlightCall, drain
@@ -32,6 +33,27 @@ log = logging.getLogger("trajstore.proxy")
 
 EVICTED_KEYS_MAX = 10_000
 """Session keys of idle-evicted episodes remembered for a later call to continue (oldest dropped)."""
+
+
+def redactor_for(cfg: ProxyConfig) -> Callable[[Trajectory], Trajectory] | None:
+    """``--redact``: what scrubs each trajectory before it is stored (traj redact's default rules),
+    its tokenizer loaded now so a proxy that cannot redact never starts; None without ``--redact``.
+
+    Raises:
+        TrajstoreError: no ``--tokenizer``, or it cannot be loaded.
+    """
+    if not cfg.redact:
+        return None
+    from trajstore.redact import Redactor
+
+    if cfg.tokenizer is None:
+        raise TrajstoreError("--redact needs --tokenizer NAME: secrets are found in the text the recorded token ids "
+                             "decode to")
+    redactor = Redactor()
+    loaded = redactor.token_bytes(cfg.tokenizer)
+    if isinstance(loaded, str):
+        raise TrajstoreError(f"--redact: {loaded}")
+    return redactor.redact_or_same
 
 
 class ProxyState:
@@ -65,7 +87,8 @@ class ProxyState:
                                       hold_timeout_s=cfg.hold_timeout_s)
         self.recorder = Recorder(self.writer, tokenizer=cfg.tokenizer,
                                  run_metadata={"run_id": cfg.follow_run} if cfg.follow_run else {},
-                                 on_written=self.gate.on_written if self.gate else None)
+                                 on_written=self.gate.on_written if self.gate else None,
+                                 prepare=redactor_for(cfg))
         self.versioning = Versioning(None if cfg.follow_run else cfg.policy_version, mode=cfg.reload_mode)
         self.sync: WeightSync | None = None
         if cfg.follow_run:
