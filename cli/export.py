@@ -11,6 +11,7 @@ import typer
 from trajstore.cli.display import OutputFormat
 from trajstore.cli.main import (
     FormatOption,
+    InvalidOptionError,
     StorageOptions,
     StoreArgument,
     app,
@@ -18,9 +19,6 @@ from trajstore.cli.main import (
     parse_storage_options,
 )
 from trajstore.export import DEFAULT_ROWS_PER_FILE, FIELDS, TARGETS
-
-TargetChoice = Enum("TargetChoice", {n: n for n in TARGETS}, type=str)  # type: ignore[misc]
-"""``--to`` values: the names of :data:`trajstore.export.TARGETS`."""
 
 FieldChoice = Enum("FieldChoice", {n: n for n in FIELDS}, type=str)  # type: ignore[misc]
 """``--without`` values: :data:`trajstore.export.FIELDS`."""
@@ -33,7 +31,7 @@ _TO_HELP = ("target: " + " | ".join(TARGETS) + " (trainer batch layouts; hf: a H
 @friendly_errors
 def export_cmd(
     store: StoreArgument,
-    to: TargetChoice = typer.Option(..., "--to", metavar="TARGET", show_choices=False, help=_TO_HELP),
+    to: str = typer.Option(..., "--to", metavar="TARGET", help=_TO_HELP),
     out: str = typer.Option(..., "--out", metavar="DIR", help="output folder (new or empty; appears complete "
                             "or not at all)"),
     where: str | None = typer.Option(None, "--where", help="SQL predicate over trajectories columns, as traj stats "
@@ -69,10 +67,13 @@ def export_cmd(
     from trajstore.cli.display import render_record
     from trajstore.export import ExportOptions, export_store
 
+    if to not in TARGETS:  # checked here, not by click, so that every option's usage error reads the same
+        raise InvalidOptionError(f"invalid option --to: {to!r} is not one of {', '.join(TARGETS)}")
+
     opts = ExportOptions(where=where, run=run, limit=limit, skip_refused=skip_refused,
                          without=frozenset(f.value for f in without), pad_token_id=pad_token_id,
                          rows_per_file=rows_per_file, name=name, license=license, push=push, private=private)
-    r = export_store(store, to.value, out, opts, storage_options=parse_storage_options(storage_option, store))
+    r = export_store(store, to, out, opts, storage_options=parse_storage_options(storage_option, store))
     render_record(f"export {r.target}", {
         "target": r.target, "out": r.out, "selected": r.selected, "exported": r.exported,
         "skipped": dict(sorted(r.skipped.items())), "left_out": r.left_out, "files": len(r.files),

@@ -46,8 +46,9 @@ def atif_document(row: dict[str, Any]) -> dict[str, Any]:
     tokens between them), ``completion_token_ids`` = the span's tokens, ``logprobs`` = their engine
     log-probs (null where unknown; absent when the trajectory has none), ``extra.trajstore`` =
     the span's ``policy_version`` / ``policy_version_max`` / ``finish_reason`` / ``call_id``.
-    Observation tokens after the last action span reached no model call and have no step: they are
-    kept in the root ``extra.trajstore.trailing_observation_token_ids`` (not read back by ingest).
+    Observation tokens after the last action span reached no model call, so no step's prompt holds
+    them: they are kept in the root ``extra.trajstore.trailing_observation_token_ids`` (which
+    ``traj ingest`` reads back).
     """
     tokens = np.asarray(row["tokens"], np.int64)
     lps = np.asarray(row[ACTION_LOGPROBS_COLUMN], np.float64)

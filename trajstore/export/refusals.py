@@ -59,8 +59,8 @@ def refusal(trajectory_id: str, sample: Sample | None, *, target: str, holds: fr
     tid = repr(trajectory_id)
     skip = f"or leave such trajectories out with {SKIP_OPTION}"
     if sample is None:
-        return Refusal("no action token", f"trajectory {tid}: no action span, nothing for {target} to train on "
-                                          f"(select trainable ones with --where, {skip})")
+        return Refusal("no action token", f"trajectory {tid}: no action span (no model call), which the {target} "
+                                          f"export cannot hold (select others with --where, {skip})")
     if "logprobs" in holds and sample.num_missing_logprobs:
         return Refusal("missing logprobs", (
             f"trajectory {tid}: {sample.num_missing_logprobs} of {sample.num_action_tokens} action tokens have no "

@@ -66,8 +66,9 @@ LOADER = """\
 import pyarrow.parquet as pq
 from skyrl.train.dataset.preprocess import convert_prompts_responses_to_batch_tensors
 out = pq.read_table("DIR/part-00000.parquet").to_pydict()  # GeneratorOutput keys, one list entry per trajectory
-tensors = convert_prompts_responses_to_batch_tensors(pad_token_id, out["prompt_token_ids"], out["response_ids"],
-                                                     out["rewards"], out["loss_masks"], out["rollout_logprobs"])"""
+rewards = [[0.0] * (len(r) - 1) + [x] for r, x in zip(out["response_ids"], out["rewards"])]  # on the last token
+tensors = convert_prompts_responses_to_batch_tensors(tokenizer, out["prompt_token_ids"], out["response_ids"], rewards,
+                                                     out["loss_masks"], out["rollout_logprobs"])  # tokenizer: 0.3.0"""
 
 TARGET = Target(
     name="skyrl", description="SkyRL GeneratorOutput lists (Parquet, one row per trajectory)",

@@ -100,7 +100,9 @@ EXPORT_EXTRA_KEY = "trajstore"
 def _exported_fields(d: dict[str, Any], rollout: EngineRollout) -> EngineRollout:
     """What a trajstore ATIF export kept beside the token ids, put back on `rollout` (in place):
     each agent step's ``extra.trajstore.policy_version`` / ``policy_version_max`` on its action
-    segment, and the root ``extra.trajstore`` tokenizer and status. Other ATIF logs have none of
+    segment, the root ``extra.trajstore`` tokenizer and status, and the token ids of an observation
+    after the last step (``trailing_observation_token_ids``, checked with the other ids when the
+    rollout is built). Other ATIF logs have none of
     these: their metadata says ``policy_version_known: false``, as before."""
     root = d.get("extra") if isinstance(d.get("extra"), dict) else {}
     ours = root.get(EXPORT_EXTRA_KEY) if isinstance(root.get(EXPORT_EXTRA_KEY), dict) else {}
@@ -119,6 +121,12 @@ def _exported_fields(d: dict[str, Any], rollout: EngineRollout) -> EngineRollout
                 setattr(seg, name, v)
     if any(seg.policy_version is None for seg in actions):
         rollout.metadata["policy_version_known"] = False
+    tail = ours.get("trailing_observation_token_ids")
+    if isinstance(tail, list) and tail and actions:
+        last = actions[-1]
+        rollout.segments.append(EngineSegment("observation", list(tail), role="tool",
+                                              cause_id=(last.tool_call_ids or [last.call_id])[0]))
+        rollout.metadata.pop("last_observation", None)
     return rollout
 
 
