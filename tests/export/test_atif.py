@@ -87,3 +87,16 @@ def test_atif_keeps_unknown_logprobs_as_null_and_refuses_no_action(tmp_path):
         export_store(s2, "atif", str(tmp_path / "atif2"))
     r = export_store(s2, "atif", str(tmp_path / "atif3"), ExportOptions(skip_refused=True))
     assert (r.exported, dict(r.skipped)) == (0, {"no action token": 1})
+
+
+def test_reingested_retokenized_ids_are_flagged(tmp_path):
+    # no-lp was stored with token_source retokenized: ATIF holds ids only, so ingest stores them as engine
+    # ids and names the gap, which `traj stats --coverage` lists
+    s = write_store(tmp_path / "s", refused_trajectories()[:1])
+    export_store(s, "atif", str(tmp_path / "atif"))
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "atif"), "--store", str(tmp_path / "back")])
+    assert res.exit_code == 0, res.output
+    (row,) = ts.read_trajectories(str(tmp_path / "back")).to_pylist()
+    assert row["tokens"] == [1, 2, 3] and row["logprob_source"] == "none"
+    assert json.loads(row["metadata"])["fidelity_gaps"] == {
+        "token_ids": "re-tokenized from logged text before a trajstore export, not the rollout engine's own ids"}

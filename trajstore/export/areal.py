@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from trajstore.export.arrays import pad
 from trajstore.export.files import part_name, write_parquet, write_safetensors
-from trajstore.export.samples import CARRIED_LINEAGE, Sample
+from trajstore.export.samples import Sample, lineage_arrays
 from trajstore.export.target import MIXED_AS_OLDEST, TAIL_DROPPED, Part, Target
 
 
@@ -52,8 +52,7 @@ def areal_rows(samples: list[Sample]) -> pa.Table:
     cols = {"trajectory_id": pa.array([s.trajectory_id for s in samples], pa.string()),
             "group_id": pa.array([s.group_id for s in samples], pa.string()),
             "prompt_id": pa.array([s.prompt_id for s in samples], pa.string())}
-    for c in CARRIED_LINEAGE:
-        cols[c] = pa.array([s.lineage.get(c) for s in samples])
+    cols.update(lineage_arrays(samples))
     return pa.table(cols)
 
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from trajstore.export.arrays import pad
 from trajstore.export.files import part_name, write_parquet, write_safetensors
-from trajstore.export.samples import CARRIED_LINEAGE, Sample
+from trajstore.export.samples import Sample, lineage_arrays
 from trajstore.export.target import TAIL_DROPPED, Part, Target
 
 
@@ -58,8 +58,7 @@ def openrlhf_rows(samples: list[Sample]) -> pa.Table:
     cols = {"trajectory_id": pa.array([s.trajectory_id for s in samples], pa.string()),
             "action_ranges": pa.array([[[c.start, c.end] for c in s.calls] for s in samples],
                                       pa.list_(pa.list_(pa.int64(), 2)))}
-    for c in CARRIED_LINEAGE:
-        cols[c] = pa.array([s.lineage.get(c) for s in samples])
+    cols.update(lineage_arrays(samples))
     return pa.table(cols)
 
 

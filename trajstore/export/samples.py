@@ -168,6 +168,12 @@ def sample_from_row(row: Mapping[str, Any]) -> Sample | None:
         lineage={c: row.get(c) for c in CARRIED_LINEAGE})
 
 
+def lineage_arrays(samples: list[Sample]) -> dict[str, pa.Array]:
+    """One column per :data:`CARRIED_LINEAGE` name (typed as the stored column), a value per sample:
+    what every trainer layout appends to its per-sample table."""
+    return {c: pa.array([s.lineage.get(c) for s in samples], TRAJECTORY_SCHEMA.field(c).type) for c in CARRIED_LINEAGE}
+
+
 def rows_of(table: pa.Table) -> list[dict[str, Any]]:
     """The rows of a schema table as dicts: scalars as Python values, ``tokens`` and the
     log-prob column as Arrow arrays (no per-token Python objects), ``spans`` as dicts."""

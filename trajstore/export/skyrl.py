@@ -14,7 +14,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from trajstore.export.files import part_name, write_parquet
-from trajstore.export.samples import CARRIED_LINEAGE, Sample
+from trajstore.export.samples import Sample, lineage_arrays
 from trajstore.export.target import TAIL_DROPPED, Part, Target
 
 
@@ -52,8 +52,7 @@ def skyrl_output(samples: list[Sample], *, holds: frozenset[str]) -> pa.Table:
         cols["rollout_logprobs"] = pa.array([s.logprobs[s.prompt_len:] for s in samples], pa.list_(pa.float32()))
     if "versions" in holds:
         cols["global_step_when_scheduled"] = pa.array([s.min_version for s in samples], pa.int64())
-    for c in CARRIED_LINEAGE:
-        cols[c] = pa.array([s.lineage.get(c) for s in samples])
+    cols.update(lineage_arrays(samples))
     return pa.table(cols)
 
 

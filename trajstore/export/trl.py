@@ -13,7 +13,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from trajstore.export.files import part_name, write_parquet
-from trajstore.export.samples import CARRIED_LINEAGE, Sample
+from trajstore.export.samples import Sample, lineage_arrays
 from trajstore.export.target import TAIL_DROPPED, Part, Target
 
 
@@ -37,8 +37,7 @@ def trl_rollouts(samples: list[Sample], *, holds: frozenset[str]) -> pa.Table:
         cols["logprobs"] = pa.array([s.logprobs[s.prompt_len:] for s in samples], pa.list_(pa.float32()))
     if "rewards" in holds:
         cols["reward"] = pa.array([s.reward for s in samples], pa.float64())
-    for c in CARRIED_LINEAGE:
-        cols[c] = pa.array([s.lineage.get(c) for s in samples])
+    cols.update(lineage_arrays(samples))
     return pa.table(cols)
 
 

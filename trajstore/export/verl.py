@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from trajstore.export.arrays import pad, position_ids
 from trajstore.export.files import part_name, write_parquet, write_safetensors
-from trajstore.export.samples import CARRIED_LINEAGE, Sample
+from trajstore.export.samples import Sample, lineage_arrays
 from trajstore.export.target import TAIL_DROPPED, Part, Target
 
 
@@ -78,8 +78,7 @@ def verl_non_tensors(samples: list[Sample], *, holds: frozenset[str]) -> pa.Tabl
     if "versions" in holds:
         cols["min_global_steps"] = pa.array([s.min_version for s in samples], pa.int64())
         cols["max_global_steps"] = pa.array([s.max_version for s in samples], pa.int64())
-    for c in CARRIED_LINEAGE:
-        cols[c] = pa.array([s.lineage.get(c) for s in samples])
+    cols.update(lineage_arrays(samples))
     return pa.table(cols)
 
 

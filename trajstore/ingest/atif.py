@@ -100,7 +100,8 @@ EXPORT_EXTRA_KEY = "trajstore"
 def _exported_fields(d: dict[str, Any], rollout: EngineRollout) -> EngineRollout:
     """What a trajstore ATIF export kept beside the token ids, put back on `rollout` (in place):
     each agent step's ``extra.trajstore.policy_version`` / ``policy_version_max`` on its action
-    segment, the root ``extra.trajstore`` tokenizer and status, and the token ids of an observation
+    segment, the root ``extra.trajstore`` tokenizer and status (a ``token_source`` of ``retokenized``
+    becomes the fidelity gap ``token_ids``), and the token ids of an observation
     after the last step (``trailing_observation_token_ids``, checked with the other ids when the
     rollout is built). Other ATIF logs have none of
     these: their metadata says ``policy_version_known: false``, as before."""
@@ -110,6 +111,9 @@ def _exported_fields(d: dict[str, Any], rollout: EngineRollout) -> EngineRollout
         rollout.tokenizer = ours["tokenizer"]
     if ours.get("status") in ("completed", "truncated", "aborted", "failed"):
         rollout.status = ours["status"]
+    if ours.get("token_source") == "retokenized":  # stored as engine ids, which they never were
+        rollout.fidelity_gaps["token_ids"] = ("re-tokenized from logged text before a trajstore export, not the "
+                                              "rollout engine's own ids")
     agents = [s for s in _steps(d) if s["source"] == "agent"]
     actions = [seg for seg in rollout.segments if seg.kind == "action"]
     for step, seg in zip(agents, actions):
