@@ -4,6 +4,7 @@ from trajstore.cli import (
     audit,  # noqa: F401
     bench,  # noqa: F401
     demo,  # noqa: F401
+    export,  # noqa: F401
     ingest,  # noqa: F401
     proxy,  # noqa: F401
     redact,  # noqa: F401

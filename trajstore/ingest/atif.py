@@ -105,6 +105,47 @@ def _engine_segments(steps: list[dict[str, Any]]) -> tuple[list[EngineSegment] |
     return chain.segments, ""
 
 
+EXPORT_EXTRA_KEY = "trajstore"
+"""Key of the values ``traj export --to atif`` keeps in ATIF ``extra`` objects (trajstore.export.atif)."""
+
+
+def _exported_fields(d: dict[str, Any], rollout: EngineRollout) -> EngineRollout:
+    """What a trajstore ATIF export kept beside the token ids, put back on `rollout` (in place):
+    each agent step's ``extra.trajstore.policy_version`` / ``policy_version_max`` on its action
+    segment, the root ``extra.trajstore`` tokenizer and status (a ``token_source`` of ``retokenized``
+    becomes the fidelity gap ``token_ids``), and the token ids of an observation
+    after the last step (``trailing_observation_token_ids``, checked with the other ids when the
+    rollout is built). Other ATIF logs have none of
+    these: their metadata says ``policy_version_known: false``, as before."""
+    root = d.get("extra") if isinstance(d.get("extra"), dict) else {}
+    ours = root.get(EXPORT_EXTRA_KEY) if isinstance(root.get(EXPORT_EXTRA_KEY), dict) else {}
+    if isinstance(ours.get("tokenizer"), str):
+        rollout.tokenizer = ours["tokenizer"]
+    if ours.get("status") in ("completed", "truncated", "aborted", "failed"):
+        rollout.status = ours["status"]
+    if ours.get("token_source") == "retokenized":  # stored as engine ids, which they never were
+        rollout.fidelity_gaps["token_ids"] = ("re-tokenized from logged text before a trajstore export, not the "
+                                              "rollout engine's own ids")
+    agents = [s for s in _steps(d) if s["source"] == "agent"]
+    actions = [seg for seg in rollout.segments if seg.kind == "action"]
+    for step, seg in zip(agents, actions):
+        extra = step.get("extra") if isinstance(step.get("extra"), dict) else {}
+        kept = extra.get(EXPORT_EXTRA_KEY) if isinstance(extra.get(EXPORT_EXTRA_KEY), dict) else {}
+        for name in ("policy_version", "policy_version_max"):
+            v = kept.get(name)
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                setattr(seg, name, v)
+    if any(seg.policy_version is None for seg in actions):
+        rollout.metadata["policy_version_known"] = False
+    tail = ours.get("trailing_observation_token_ids")
+    if isinstance(tail, list) and tail and actions:
+        last = actions[-1]
+        rollout.segments.append(EngineSegment("observation", list(tail), role="tool",
+                                              cause_id=(last.tool_call_ids or [last.call_id])[0]))
+        rollout.metadata.pop("last_observation", None)
+    return rollout
+
+
 def _messages(steps: list[dict[str, Any]], conv: Conventions) -> tuple[list[Message], list[dict[str, Any]], int]:
     """The chat of the steps, the harness notes left out of it (``source: system`` steps after the
     conversation began) and how many agent steps are reconstructions (:mod:`~trajstore.ingest.atif_agents`)."""
@@ -219,9 +260,9 @@ def parse_trajectory(d: Any, origin: Origin) -> EngineRollout | Conversation:
         last = next(s for s in reversed(steps) if s["source"] == "agent")
         if isinstance(last.get("observation"), dict) and last["observation"].get("results"):
             meta["last_observation"] = "not stored: it reached no model call, so it has no token ids"
-        return EngineRollout(source=SOURCE, key=key, segments=segs, origin=origin, reward=reward, model=model,
-                             created_at=created, prompt_id=key, status=status,
-                             metadata={**meta, "policy_version_known": False})
+        return _exported_fields(d, EngineRollout(source=SOURCE, key=key, segments=segs, origin=origin, reward=reward,
+                                                 model=model, created_at=created, prompt_id=key, status=status,
+                                                 metadata=meta))
     if any("completion_token_ids" in _metrics(s) for s in steps):
         meta["engine_token_ids"] = f"not used: {why_not}; re-tokenized from the messages"
     msgs, notes, rebuilt = _messages(steps, conv)

@@ -48,8 +48,9 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
 
     Log-probs are all-or-nothing per rollout: when some action lacks them none is stored
     (``logprob_source = none``, metadata ``engine_logprobs_discarded``). With log-probs, action
-    spans carry no policy version (null: the logs never say which version generated them) and
-    metadata says ``policy_version_known: false``, so their staleness is undefined in the audits
+    spans carry no policy version (null: the logs never say which version generated them, except a
+    log that records one per call, whose versions are kept) and metadata says
+    ``policy_version_known: false``, so their staleness is undefined in the audits
     and the trainer, as for text-only logs; they train on their engine log-probs. The tokenizer
     is the rollout's own, else `engine_tokenizer` (:data:`ENGINE_TOKENIZER_FROM_MODEL` = the
     rollout's model name); with neither, the trajectory is stored with ``trainable = false`` and
@@ -61,7 +62,8 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
     acts = [s for s in r.segments if s.kind == "action"]
     with_lp = bool(acts) and all(s.logprobs is not None for s in acts)
     meta0 = dict(r.metadata)
-    if with_lp:  # version 0 was stored before: audits showed a made-up staleness and full version coverage
+    if with_lp and any(s.policy_version is None for s in acts):
+        # version 0 was stored before: audits showed a made-up staleness and full version coverage
         meta0["policy_version_known"] = False
     if not with_lp and any(s.logprobs is not None for s in acts):
         meta0["engine_logprobs_discarded"] = (f"{sum(s.logprobs is None for s in acts)} of {len(acts)} model calls "
@@ -90,7 +92,8 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
             act = s.kind == "action"
             spans.append(Span(kind=s.kind, start=pos, end=pos + k, role=s.role, call_id=s.call_id,
                               cause_id=s.cause_id, tool_call_ids=s.tool_call_ids if act else None,
-                              policy_version=None,
+                              policy_version=s.policy_version if act else None,
+                              policy_version_max=s.policy_version_max if act else None,
                               finish_reason=s.finish_reason if act else None,
                               temperature=s.temperature if act else None, top_p=s.top_p if act else None))
             pos += k

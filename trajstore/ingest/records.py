@@ -167,7 +167,9 @@ class EngineSegment:
     """A piece of an engine rollout: `kind` prompt | action | observation, its token ids
     (int, shape (n,)) and, for actions, per-token log-probs (nats, shape (n,); None = the
     engine logged none). A prompt segment after an action starts a new context: the call's
-    prompt did not extend what came before (see :class:`EngineRollout`)."""
+    prompt did not extend what came before (see :class:`EngineRollout`). An action's
+    ``policy_version`` (and ``policy_version_max`` for a call of several versions) is set only
+    by a log that records it (a trajstore ATIF export); None = unknown."""
 
     kind: Literal["prompt", "action", "observation"]
     token_ids: list[int]
@@ -179,6 +181,8 @@ class EngineSegment:
     temperature: float | None = None
     top_p: float | None = None
     tool_call_ids: list[str] | None = None
+    policy_version: int | None = None
+    policy_version_max: int | None = None
 
 
 @dataclass(kw_only=True)

@@ -1,0 +1,85 @@
+"""``traj export``: write the selected trajectories of a store in another trainer's batch layout,
+as a Hugging Face dataset folder, or as ATIF (see :mod:`trajstore.export`). Parses options, calls
+:func:`trajstore.export.export_store`, renders its summary."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import typer
+
+from trajstore.cli.display import OutputFormat
+from trajstore.cli.main import (
+    FormatOption,
+    InvalidOptionError,
+    StorageOptions,
+    StoreArgument,
+    app,
+    friendly_errors,
+    parse_storage_options,
+)
+from trajstore.export import DEFAULT_ROWS_PER_FILE, FIELDS, TARGETS
+
+FieldChoice = Enum("FieldChoice", {n: n for n in FIELDS}, type=str)  # type: ignore[misc]
+"""``--without`` values: :data:`trajstore.export.FIELDS`."""
+
+_TO_HELP = ("target: " + " | ".join(TARGETS) + " (trainer batch layouts; hf: a Hugging Face dataset folder with a card; "
+            "atif: ATIF trajectory.json files)")
+
+
+@app.command("export")
+@friendly_errors
+def export_cmd(
+    store: StoreArgument,
+    to: str = typer.Option(..., "--to", metavar="TARGET", help=_TO_HELP),
+    out: str = typer.Option(..., "--out", metavar="DIR", help="output folder (new or empty; appears complete "
+                            "or not at all)"),
+    where: str | None = typer.Option(None, "--where", help="SQL predicate over trajectories columns, as traj stats "
+                                     "takes it, e.g. \"status = 'completed' AND reward IS NOT NULL\""),
+    run: str | None = typer.Option(None, "--run", help="only the trajectories this training run consumed"),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="at most N trajectories, the first in arrival "
+                                     "order"),
+    skip_refused: bool = typer.Option(False, "--skip-refused/--no-skip-refused",
+                                      help="leave out (and count) trajectories the target cannot take as they are "
+                                      "instead of stopping at the first"),
+    without: list[FieldChoice] = typer.Option([], "--without", metavar="FIELD", show_choices=False,  # noqa: B006
+                                              help="leave this field out of the whole export so trajectories "
+                                              f"lacking it are taken: {' | '.join(FIELDS)} (repeatable)"),
+    pad_token_id: int = typer.Option(0, "--pad-token-id", help="token id written in padded positions "
+                                     "(masked out)"),
+    rows_per_file: int = typer.Option(DEFAULT_ROWS_PER_FILE, "--rows-per-file", min=1,
+                                      help="trajectories per output file (each padded to its own longest)"),
+    name: str | None = typer.Option(None, "--name", help="hf: the dataset's name on its card (default: the folder's)"),
+    license: str | None = typer.Option(None, "--license", help="hf: the card's licence id, e.g. cc-by-4.0 "
+                                       "(default: 'other', marked to fill)"),
+    push: str | None = typer.Option(None, "--push", metavar="REPO", help="hf: then upload the folder to this Hub "
+                                    "dataset repository (needs a token: HF_TOKEN or huggingface-cli login)"),
+    private: bool = typer.Option(True, "--private/--public", help="hf --push: create the repository private"),
+    fmt: FormatOption = OutputFormat.table,
+    storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
+) -> None:
+    """Export trajectories to another trainer (verl, slime, SkyRL, TRL, AReaL, OpenRLHF: each in its own
+    batch layout, loss mask explicit, log-probs 0.0 only where the mask is 0), a Hugging Face dataset
+    folder with a generated card (--push uploads it) or ATIF with token ids and log-probs. A
+    trajectory lacking what the layout holds (engine log-probs, a reward, policy versions) stops the
+    export with one line naming it: leave the field out with --without, or the trajectory with
+    --skip-refused. The folder's .trajstore/export.json says what was written and how to load it."""
+    from trajstore.cli.display import render_record
+    from trajstore.export import ExportOptions, export_store
+
+    if to not in TARGETS:  # checked here, not by click, so that every option's usage error reads the same
+        raise InvalidOptionError(f"invalid option --to: {to!r} is not one of {', '.join(TARGETS)}")
+
+    opts = ExportOptions(where=where, run=run, limit=limit, skip_refused=skip_refused,
+                         without=frozenset(f.value for f in without), pad_token_id=pad_token_id,
+                         rows_per_file=rows_per_file, name=name, license=license, push=push, private=private)
+    r = export_store(store, to, out, opts, storage_options=parse_storage_options(storage_option, store))
+    render_record(f"export {r.target}", {
+        "target": r.target, "out": r.out, "selected": r.selected, "exported": r.exported,
+        "skipped": dict(sorted(r.skipped.items())), "left_out": r.left_out, "files": len(r.files),
+        "approximations": {k: v for k, v in sorted(r.approximations.items()) if v},
+        **({"pushed": r.pushed} if r.pushed else {}),
+    }, fmt)
+    if r.skipped:
+        typer.echo(f"note: left out {sum(r.skipped.values())} of {r.selected} trajectories (" + ", ".join(
+            f"{n} {why}" for why, n in sorted(r.skipped.items())) + ")", err=True)

@@ -1,0 +1,61 @@
+"""trajstore/export/areal.py: the padded tensor dict of the three-turn store, written by hand from
+the table in tests/helpers/export.py, and batched / packed by AReaL's own functions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trajstore.export import ExportError, ExportOptions, export_store
+
+F = np.float32
+
+# L = 12 (t1's tokens); t2 = [14, 23] then 10 pads; its trailing observation [32] is dropped.
+INPUT_IDS = [[11, 12, 13, 21, 22, 31, 41, 42, 43, 51, 52, 61], [14, 23] + [0] * 10]
+ATTENTION = [[True] * 12, [True, True] + [False] * 10]
+LOSS_MASK = [[0, 0, 0, 1, 1, 0, 1, 1, 1, 0, 0, 1], [0, 1] + [0] * 10]
+LOGPROBS = [[0, 0, 0, F(-0.1), F(-0.2), 0, F(-0.3), F(-0.4), F(-0.5), 0, 0, F(-0.6)], [0, F(-0.7)] + [0] * 10]
+VERSIONS = [[-1, -1, -1, 3, 3, -1, 4, 4, 4, -1, -1, 4], [-1, 5] + [0] * 10]  # -1 = not generated; pads 0
+
+
+def test_areal_tensor_dict(store, tmp_path, read_out):
+    out = tmp_path / "areal"
+    export_store(store, "areal", str(out))
+    t = read_out(out, "part-00000.safetensors")
+    np.testing.assert_array_equal(t["input_ids"], np.array(INPUT_IDS, np.int32))
+    np.testing.assert_array_equal(t["attention_mask"], np.array(ATTENTION, bool))
+    np.testing.assert_array_equal(t["loss_mask"], np.array(LOSS_MASK, np.int32))
+    np.testing.assert_array_equal(t["logprobs"], np.array(LOGPROBS, np.float32))
+    np.testing.assert_array_equal(t["versions"], np.array(VERSIONS, np.int32))
+    np.testing.assert_array_equal(t["rewards"], np.array([1.0, 0.5], np.float32))
+    assert {k: v.dtype for k, v in t.items()} == {"input_ids": np.int32, "attention_mask": bool,
+                                                  "loss_mask": np.int32, "logprobs": np.float32,
+                                                  "versions": np.int32, "rewards": np.float32}
+    assert read_out(out, "part-00000.rows.parquet") == {"trajectory_id": ["t1", "t2"], "group_id": ["g1", "g1"],
+                                                        "prompt_id": ["p1", "p1"]}
+
+
+def test_areal_needs_logprobs_and_rewards(store, tmp_path):
+    for field in ("logprobs", "rewards"):
+        with pytest.raises(ExportError, match=rf"^invalid --without {field}: areal needs its {field}"):
+            export_store(store, "areal", str(tmp_path / field), ExportOptions(without=frozenset({field})))
+
+
+@pytest.mark.slow
+def test_areal_batches_and_packs_the_export(store, tmp_path):
+    data = pytest.importorskip("areal.utils.data", reason="areal is not installed")
+    import torch
+    from safetensors.torch import load_file
+
+    out = tmp_path / "areal"
+    export_store(store, "areal", str(out))
+    batch = load_file(str(out / "part-00000.safetensors"))
+    # AReaL's own batching of the two one-row dicts an AReaL workflow would return gives the same padded batch
+    rows = [{k: v[i:i + 1, :n] if v.ndim == 2 else v[i:i + 1] for k, v in batch.items()} for i, n in ((0, 12), (1, 2))]
+    joined = data.concat_padded_tensors(rows)
+    for k in batch:
+        assert torch.equal(joined[k], batch[k]), k
+    packed = data.pack_tensor_dict(dict(batch))  # what AReaL's engines feed the model: padding removed
+    assert packed["cu_seqlens"].tolist() == [0, 12, 14]
+    assert packed["input_ids"].tolist() == INPUT_IDS[0] + [14, 23]
+    assert packed["versions"].tolist() == VERSIONS[0] + [-1, 5]

@@ -1,0 +1,52 @@
+"""trajstore/export/hf.py: a folder datasets.load_dataset reads (the stored rows, a card), and the
+upload with a mocked HfApi (private by default, the local manifest left behind)."""
+
+from __future__ import annotations
+
+import math
+import os
+from unittest import mock
+
+import pytest
+
+from trajstore.export import ExportError, ExportOptions, export_store
+
+
+def test_load_dataset_reads_the_export(store, tmp_path):
+    datasets = pytest.importorskip("datasets", reason="pip install 'trajstore[export-check]'")
+    out = tmp_path / "hf"
+    r = export_store(store, "hf", str(out))
+    assert r.files == ["data/part-00000.parquet", "README.md"]
+    ds = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "cache"))["train"]
+    assert ds.num_rows == 2
+    t1, t2 = ds[0], ds[1]
+    assert (t1["trajectory_id"], t2["trajectory_id"]) == ("t1", "t2")
+    assert t1["tokens"] == [11, 12, 13, 21, 22, 31, 41, 42, 43, 51, 52, 61]
+    assert t2["tokens"] == [14, 23, 32]  # the rows as stored: the trailing observation is kept here
+    assert t1["logprobs"] == pytest.approx([-0.1, -0.2, -0.3, -0.4, -0.5, -0.6])  # one per action token
+    assert [(s["kind"], s["start"], s["end"], s["policy_version"]) for s in t1["spans"]] == [
+        ("prompt", 0, 3, None), ("action", 3, 5, 3), ("observation", 5, 6, None), ("action", 6, 9, 4),
+        ("observation", 9, 11, None), ("action", 11, 12, 4)]
+    assert (t1["reward"], t2["reward"], t2["status"]) == (1.0, 0.5, "truncated")
+    assert not any(isinstance(v, float) and math.isnan(v) for v in t1["logprobs"])
+
+
+def test_push_uploads_the_folder_to_a_private_dataset_repo(store, tmp_path):
+    api = mock.Mock()
+    api.create_repo.return_value = "https://huggingface.co/datasets/me/traj"
+    r = export_store(store, "hf", str(tmp_path / "hf"), ExportOptions(push="me/traj"), hub_api=api)
+    assert r.pushed == "https://huggingface.co/datasets/me/traj"
+    api.create_repo.assert_called_once_with("me/traj", repo_type="dataset", private=True, exist_ok=True)
+    kw = api.upload_folder.call_args.kwargs
+    assert (kw["folder_path"], kw["repo_id"], kw["repo_type"]) == (str(tmp_path / "hf"), "me/traj", "dataset")
+    assert kw["ignore_patterns"] == [".trajstore/*"]  # the manifest names local store paths: it stays here
+    assert os.path.isfile(tmp_path / "hf" / ".trajstore" / "export.json")
+
+
+def test_push_public_and_only_for_hf(store, tmp_path):
+    api = mock.Mock()
+    export_store(store, "hf", str(tmp_path / "hf"), ExportOptions(push="me/traj", private=False), hub_api=api)
+    assert api.create_repo.call_args.kwargs["private"] is False
+    with pytest.raises(ExportError, match=r"^invalid --push: only --to hf uploads to the Hub, not --to verl$"):
+        export_store(store, "verl", str(tmp_path / "v"), ExportOptions(push="me/traj"), hub_api=api)
+    assert not (tmp_path / "v").exists()

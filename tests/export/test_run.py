@@ -1,0 +1,119 @@
+"""trajstore/export/run.py: selection (--where, --run, --limit), refusals as one line naming the
+trajectory and the option, --skip-refused counts, --without, the output folder appearing whole or
+not at all, files of --rows-per-file trajectories, the manifest."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.helpers.export import refused_trajectories, three_turn_trajectories, write_store
+from trajstore.audit import AuditError
+from trajstore.export import ExportError, ExportOptions, export_store
+from trajstore.export import files as export_files
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    """t1, t2, then no-lp, no-reward, no-action (tests/helpers/export.py)."""
+    return write_store(tmp_path / "mixed", three_turn_trajectories() + refused_trajectories())
+
+
+@pytest.mark.parametrize(("to", "message"), [
+    ("verl", "trajectory 'no-lp': 2 of 2 action tokens have no engine log-prob, which verl's rollout_log_probs "
+             "would need (leave the field out with --without logprobs, or leave such trajectories out with "
+             "--skip-refused)"),
+    ("areal", "trajectory 'no-lp': 2 of 2 action tokens have no engine log-prob, which areal's logprobs would "
+              "need (leave the field out with --without logprobs, or leave such trajectories out with --skip-refused)"),
+])
+def test_first_refusal_is_one_line_and_nothing_is_written(mixed, tmp_path, to, message):
+    out = tmp_path / "out"
+    with pytest.raises(ExportError) as e:
+        export_store(mixed, to, str(out))
+    assert str(e.value) == message
+    assert not out.exists() and not [p for p in os.listdir(tmp_path) if ".partial-" in p]  # staging removed
+
+
+def test_each_reason_names_its_option(mixed, tmp_path):
+    opts = ExportOptions(where="trajectory_id <> 'no-lp'")
+    with pytest.raises(ExportError, match=r"^trajectory 'no-reward': no reward, which slime's reward would need "
+                                          r"\(leave the field out with --without rewards, "):
+        export_store(mixed, "slime", str(tmp_path / "a"), opts)
+    opts = ExportOptions(where="trajectory_id = 'no-lp'", without=frozenset({"logprobs"}))
+    with pytest.raises(ExportError, match=r"^trajectory 'no-lp': 1 of 1 model calls have no policy version, which "
+                                          r"skyrl's global_step_when_scheduled would need \(leave the field out "
+                                          r"with --without versions, "):
+        export_store(mixed, "skyrl", str(tmp_path / "b"), opts)
+    with pytest.raises(ExportError, match=r"^trajectory 'no-action': no action span \(no model call\), which the "
+                                          r"trl export cannot hold \(select others with --where, or leave such "
+                                          r"trajectories out with --skip-refused\)$"):
+        export_store(mixed, "trl", str(tmp_path / "c"), ExportOptions(where="trajectory_id = 'no-action'"))
+
+
+def test_skip_refused_counts_each_reason(mixed, tmp_path, read_out):
+    r = export_store(mixed, "verl", str(tmp_path / "v"), ExportOptions(skip_refused=True))
+    assert (r.selected, r.exported) == (5, 2)
+    assert dict(r.skipped) == {"missing logprobs": 1, "no reward": 1, "no action token": 1}
+    assert read_out(tmp_path / "v", "part-00000.non_tensor.parquet")["trajectory_id"] == ["t1", "t2"]
+    assert read_out(tmp_path / "v", ".trajstore/export.json")["trajectories"] == {
+        "selected": 5, "exported": 2, "skipped": {"missing logprobs": 1, "no action token": 1, "no reward": 1}}
+
+
+def test_without_takes_what_lacks_the_field(mixed, tmp_path, read_out):
+    opts = ExportOptions(without=frozenset({"logprobs", "rewards"}), skip_refused=True)  # openrlhf has no versions
+    r = export_store(mixed, "openrlhf", str(tmp_path / "o"), opts)
+    assert r.exported == 4 and dict(r.skipped) == {"no action token": 1}
+    t = read_out(tmp_path / "o", "part-00000.safetensors")
+    assert set(t) == {"sequences", "attention_mask", "action_mask", "response_length", "total_length"}
+    assert read_out(tmp_path / "o", ".trajstore/export.json")["left_out"] == ["logprobs", "rewards"]
+
+
+def test_bad_options_are_refused_before_any_work(store, tmp_path):
+    with pytest.raises(ExportError, match=r"^unknown target 'nemo': choose one of verl, slime, skyrl, trl, areal, "
+                                          r"openrlhf, hf, atif$"):
+        export_store(store, "nemo", str(tmp_path / "x"))
+    with pytest.raises(ExportError, match=r"^invalid --without 'tokens': the fields are logprobs, rewards, versions$"):
+        export_store(store, "verl", str(tmp_path / "x"), ExportOptions(without=frozenset({"tokens"})))
+    with pytest.raises(AuditError, match=r"invalid --where predicate"):
+        export_store(store, "verl", str(tmp_path / "x"), ExportOptions(where="rewardd > 0"))
+    with pytest.raises(AuditError, match=r"^run 'nope' not found under "):
+        export_store(store, "verl", str(tmp_path / "x"), ExportOptions(run="nope"))
+    assert not (tmp_path / "x").exists()
+
+
+def test_output_folder_is_never_written_into(store, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(ExportError, match=r"exists and is not empty: give a new or empty folder"):
+        export_store(store, "trl", str(out))
+    assert os.listdir(out) == ["keep.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    export_store(store, "trl", str(empty))  # an empty folder is taken
+    assert sorted(os.listdir(empty)) == [".trajstore", "part-00000.parquet"]
+
+
+def test_a_failure_while_writing_leaves_nothing(store, tmp_path, monkeypatch):
+    def broken(*a, **kw):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("trajstore.export.verl.write_safetensors", broken)
+    with pytest.raises(OSError, match="disk full"):
+        export_store(store, "verl", str(tmp_path / "v"))
+    assert os.listdir(tmp_path) == ["store"]
+    assert export_files.MANIFEST_FILE == os.path.join(".trajstore", "export.json")
+
+
+def test_selection_and_files(mixed, tmp_path, read_out):
+    r = export_store(mixed, "skyrl", str(tmp_path / "a"), ExportOptions(where="reward > 0.6", skip_refused=True))
+    assert (r.selected, r.exported) == (2, 1)  # t1 and no-lp (reward 1.0); no-lp has no log-probs
+    r = export_store(mixed, "skyrl", str(tmp_path / "b"), ExportOptions(limit=1))
+    assert (r.selected, r.exported) == (1, 1) and read_out(tmp_path / "b", "part-00000.parquet")["trajectory_id"] == ["t1"]
+    r = export_store(mixed, "skyrl", str(tmp_path / "c"), ExportOptions(rows_per_file=1, limit=2))
+    assert r.files == ["part-00000.parquet", "part-00001.parquet"]
+    assert read_out(tmp_path / "c", "part-00001.parquet")["trajectory_id"] == ["t2"]
+    manifest = read_out(tmp_path / "c", ".trajstore/export.json")
+    assert manifest["selection"] == {"where": None, "run": None, "limit": 2}
+    assert manifest["files"] == r.files and "convert_prompts_responses_to_batch_tensors" in manifest["load"]

@@ -1,0 +1,78 @@
+"""What an export refuses rather than write wrong: a trajectory without the log-probs, reward or
+policy versions a target's layout holds, or without any model call. Each refusal is one line naming
+the trajectory and the option that changes the decision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal, get_args
+
+from trajstore.errors import TrajstoreError
+from trajstore.export.samples import Sample
+
+Field = Literal["logprobs", "rewards", "versions"]
+"""A per-sample field a layout may hold and the store may lack: engine log-probs, the scalar
+reward, policy versions."""
+
+FIELDS: Final[tuple[str, ...]] = get_args(Field)
+
+WITHOUT_OPTION: Final[dict[str, str]] = {f: f"--without {f}" for f in FIELDS}
+"""The option that leaves a field out of a whole export (``--without logprobs``, ...)."""
+
+SKIP_OPTION: Final[str] = "--skip-refused"
+"""The option that leaves refused trajectories out instead of stopping the export."""
+
+RefusalReason = Literal["no action token", "missing logprobs", "no reward", "unknown policy version"]
+
+
+class ExportError(TrajstoreError, ValueError):
+    """An export cannot be written as asked (a refused trajectory, an option the target does
+    not take, an output folder in the way); nothing was written."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why one trajectory cannot go to a target as it is.
+
+    Attributes:
+        reason: the kind of refusal (counted per kind with ``--skip-refused``).
+        message: one line naming the trajectory, what is missing and the option to use.
+    """
+
+    reason: RefusalReason
+    message: str
+
+
+def refusal(trajectory_id: str, sample: Sample | None, *, target: str, holds: frozenset[str],
+            field_names: dict[str, str]) -> Refusal | None:
+    """Why `sample` cannot be written to `target`, or None.
+
+    Args:
+        trajectory_id: the stored id (named in the message).
+        sample: the trajectory cut for a trainer; None when it has no action span.
+        holds: the :data:`FIELDS` the export writes (the target's fields less the ``--without`` ones).
+        field_names: the target's own name of each field it holds (``rollout_log_probs``), for the message.
+
+    A field the export holds must be known for every action token / call: a made-up 0.0 log-prob,
+    reward or version would be trained on as if the engine had reported it.
+    """
+    tid = repr(trajectory_id)
+    skip = f"or leave such trajectories out with {SKIP_OPTION}"
+    if sample is None:
+        return Refusal("no action token", f"trajectory {tid}: no action span (no model call), which the {target} "
+                                          f"export cannot hold (select others with --where, {skip})")
+    if "logprobs" in holds and sample.num_missing_logprobs:
+        return Refusal("missing logprobs", (
+            f"trajectory {tid}: {sample.num_missing_logprobs} of {sample.num_action_tokens} action tokens have no "
+            f"engine log-prob, which {target}'s {field_names['logprobs']} would need (leave the field out with "
+            f"{WITHOUT_OPTION['logprobs']}, {skip})"))
+    if "rewards" in holds and sample.reward is None:
+        return Refusal("no reward", (
+            f"trajectory {tid}: no reward, which {target}'s {field_names['rewards']} would need (leave the field out "
+            f"with {WITHOUT_OPTION['rewards']}, {skip})"))
+    if "versions" in holds and sample.unknown_version_calls:
+        return Refusal("unknown policy version", (
+            f"trajectory {tid}: {sample.unknown_version_calls} of {len(sample.calls)} model calls have no policy "
+            f"version, which {target}'s {field_names['versions']} would need (leave the field out with "
+            f"{WITHOUT_OPTION['versions']}, {skip})"))
+    return None

@@ -1,0 +1,208 @@
+"""``traj export``: select trajectories, read them in parts, cut them for the target, refuse or
+skip what the target cannot take as it is, write the parts and a manifest into a staging folder and
+rename it into place (nothing appears at the destination unless the whole export succeeded)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from trajstore import __version__, audit
+from trajstore.export.card import ids_predicate, reproduce_command
+from trajstore.export.files import MANIFEST_FILE, staged_folder, write_json
+from trajstore.export.hf import push_to_hub
+from trajstore.export.refusals import FIELDS, SKIP_OPTION, ExportError, refusal
+from trajstore.export.samples import rows_of, sample_from_row
+from trajstore.export.select import Selection, select_trajectories
+from trajstore.export.target import MIXED_AS_OLDEST, TAIL_DROPPED, Finish, Part, Target
+from trajstore.export.targets import TARGETS
+from trajstore.reader import read_trajectories_by_id
+from trajstore.store import Store, open_existing_store
+
+DEFAULT_ROWS_PER_FILE = 1024
+"""Trajectories per output file: each file is padded to its own longest sample, and the export
+holds one file's trajectories in memory at a time."""
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """How ``traj export`` writes (one field per option).
+
+    Attributes:
+        where: SQL predicate over the ``trajectories`` view (as ``traj stats --where``).
+        run: only the trajectories this training run consumed.
+        limit: at most this many trajectories, the first in arrival order.
+        skip_refused: leave out (and count) trajectories the target cannot take as they are,
+            instead of stopping at the first with its reason.
+        without: fields (``logprobs``, ``rewards``, ``versions``) left out of the whole export, so
+            that trajectories lacking them are taken.
+        pad_token_id: the id written in padded token positions (masked out by every layout).
+        rows_per_file: trajectories per output file (>= 1).
+        name: the dataset's name on its card (``hf``; default: the output folder's name).
+        license: the licence id on the card (``hf``; default: "other", marked to fill).
+        push: upload the folder to this Hub dataset repository afterwards (``hf`` only).
+        private: create the Hub repository private (default) or public.
+    """
+
+    where: str | None = None
+    run: str | None = None
+    limit: int | None = None
+    skip_refused: bool = False
+    without: frozenset[str] = frozenset()
+    pad_token_id: int = 0
+    rows_per_file: int = DEFAULT_ROWS_PER_FILE
+    name: str | None = None
+    license: str | None = None
+    push: str | None = None
+    private: bool = True
+
+
+@dataclass
+class ExportResult:
+    """What an export wrote.
+
+    Attributes:
+        target: the ``--to`` name.
+        out: the output folder (absolute).
+        selected: trajectories the selection matched.
+        exported: trajectories written.
+        skipped: per refusal reason, trajectories left out (``--skip-refused``).
+        files: files written, relative to `out`.
+        left_out: fields left out of the whole export (``--without``).
+        approximations: per kind, what the layout could only approximate (counts).
+        pushed: the Hub repository URL (``--push``), else None.
+    """
+
+    target: str
+    out: str
+    selected: int = 0
+    exported: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    files: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+    approximations: Counter[str] = field(default_factory=Counter)
+    pushed: str | None = None
+
+
+def _check_options(target: Target, opts: ExportOptions) -> frozenset[str]:
+    """The fields the export holds. Raises ExportError for an option the target does not take."""
+    unknown = sorted(set(opts.without) - set(FIELDS))
+    if unknown:
+        raise ExportError(f"invalid --without {unknown[0]!r}: the fields are {', '.join(FIELDS)}")
+    for f in sorted(opts.without):
+        if f not in target.fields:
+            raise ExportError(f"invalid --without {f}: {target.name} writes no {f}")
+        if f in target.required:
+            raise ExportError(f"invalid --without {f}: {target.name} needs its {target.fields[f]} (its trainer "
+                              f"reads them unconditionally); select trajectories that have them with --where, or "
+                              f"leave the others out with {SKIP_OPTION}")
+    if opts.push is not None and target.name != "hf":
+        raise ExportError(f"invalid --push: only --to hf uploads to the Hub, not --to {target.name}")
+    if opts.rows_per_file < 1:
+        raise ExportError(f"invalid --rows-per-file {opts.rows_per_file}: must be >= 1")
+    return frozenset(target.fields) - frozenset(opts.without)
+
+
+def _describe(sel: Selection, result: ExportResult) -> str:
+    parts = [f"`--where {sel.where}`" if sel.where else "every trajectory of the store"]
+    if sel.run:
+        parts.append(f"consumed by training run `{sel.run}`")
+    if sel.limit:
+        parts.append(f"the first {sel.limit} in arrival order")
+    text = ", ".join(parts) + f": {result.selected} selected, {result.exported} exported"
+    if result.skipped:
+        text += " (left out: " + ", ".join(f"{n} {r}" for r, n in sorted(result.skipped.items())) + ")"
+    return text + "."
+
+
+def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, options: ExportOptions | None = None, *,
+                 storage_options: dict[str, Any] | None = None, hub_api: Any = None) -> ExportResult:
+    """Export the selected trajectories of `store` to target `to` (:data:`TARGETS`) in folder `out`.
+
+    The folder appears complete or not at all; it holds the target's files and
+    ``.trajstore/export.json`` (what was exported from where, how it is aligned, what was left
+    out or approximated, how to load it). With ``options.push`` the finished folder is then
+    uploaded (:func:`trajstore.export.hf.push_to_hub`; `hub_api` replaces its ``HfApi``).
+
+    Raises:
+        ExportError: an unknown target, an option the target does not take, a refused trajectory
+            (without ``skip_refused``; one line naming it and the option), `out` not empty.
+        AuditError: an invalid ``where``, an unknown ``run``.
+        StoreError: the store cannot be opened.
+    """
+    opts = options or ExportOptions()
+    if to not in TARGETS:
+        raise ExportError(f"unknown target {to!r}: choose one of {', '.join(TARGETS)}")
+    target = TARGETS[to]
+    holds = _check_options(target, opts)
+    s = store if isinstance(store, Store) else open_existing_store(store, storage_options=storage_options)
+    conn = audit.connect(s)
+    sel = select_trajectories(conn, s, where=opts.where, run=opts.run, limit=opts.limit)
+    result = ExportResult(target=to, out=os.path.abspath(out), selected=len(sel.ids),
+                          left_out=sorted(opts.without))
+    exported_ids: list[str] = []
+    with staged_folder(out) as stage:
+        for index, start in enumerate(range(0, len(sel.ids), opts.rows_per_file)):
+            chunk = read_trajectories_by_id(s, sel.ids[start:start + opts.rows_per_file])
+            rows, samples = _cut(chunk, target, holds, opts, result)
+            part = Part(out_dir=stage, index=index, offset=result.exported, rows=rows, samples=samples,
+                        holds=holds, pad_token_id=opts.pad_token_id)
+            if rows.num_rows:
+                result.files += target.write(part)
+            result.exported += rows.num_rows
+            exported_ids += rows.column("trajectory_id").to_pylist()
+        if target.finish is not None:
+            exact = not sel.run and not sel.limit and not result.skipped
+            where = sel.where if exact else ids_predicate(conn, exported_ids)
+            result.files += target.finish(Finish(
+                out_dir=stage, conn=conn, where=where, reproduce=reproduce_command(sel.where) if exact else None,
+                selection=_describe(sel, result), name=opts.name or os.path.basename(os.path.abspath(out)),
+                license=opts.license))
+        write_json(stage, MANIFEST_FILE, _manifest(s, target, sel, result, holds, opts))
+    if opts.push is not None:
+        result.pushed = push_to_hub(result.out, opts.push, private=opts.private, api=hub_api)
+    return result
+
+
+def _cut(chunk: pa.Table, target: Target, holds: frozenset[str], opts: ExportOptions,
+         result: ExportResult) -> tuple[pa.Table, list]:
+    """The rows (and samples) of `chunk` the target takes; refusals raise or are counted."""
+    if not target.uses_samples:
+        return chunk, []
+    keep, samples = [], []
+    for i, row in enumerate(rows_of(chunk)):
+        sample = sample_from_row(row)
+        why = refusal(row["trajectory_id"], sample, target=target.name, holds=holds, field_names=dict(target.fields))
+        if why is not None:
+            if not opts.skip_refused:
+                raise ExportError(why.message)
+            result.skipped[why.reason] += 1
+            continue
+        assert sample is not None
+        keep.append(i)
+        samples.append(sample)
+        if TAIL_DROPPED in target.approximates:
+            result.approximations[TAIL_DROPPED] += sample.dropped_tail
+        if MIXED_AS_OLDEST in target.approximates and "versions" in holds:
+            result.approximations[MIXED_AS_OLDEST] += sample.mixed_version_calls
+    return chunk.take(pa.array(keep, pa.int64())), samples
+
+
+def _manifest(store: Store, target: Target, sel: Selection, result: ExportResult, holds: frozenset[str],
+              opts: ExportOptions) -> dict[str, Any]:
+    return {
+        "target": target.name, "description": target.description, "trajstore_version": __version__,
+        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(), "store": store.uri,
+        "selection": {"where": sel.where, "run": sel.run, "limit": sel.limit},
+        "trajectories": {"selected": result.selected, "exported": result.exported,
+                         "skipped": dict(sorted(result.skipped.items()))},
+        "fields": {f: target.fields[f] for f in sorted(holds)}, "left_out": result.left_out,
+        "pad_token_id": opts.pad_token_id, "alignment": target.alignment,
+        "approximations": {k: v for k, v in sorted(result.approximations.items()) if v},
+        "checked_against": target.checked_against, "files": result.files, "load": target.loader,
+    }

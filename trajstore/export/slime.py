@@ -1,0 +1,77 @@
+"""slime: one row per ``slime.utils.types.Sample``, as ``Sample.to_dict()`` gives it, in Parquet
+(``Sample.from_dict(row)`` builds the Sample back; slime's own debug dump is the same dicts
+pickled with ``torch.save``, which this export does not write).
+
+Layout checked against github THUDM/slime commit 624b824: ``slime/utils/types.py`` (``Sample``,
+``append_response_tokens``: tool tokens get loss-mask 0 and log-prob 0.0; ``_apply_meta_info``:
+one ``weight_version`` appended per engine call) and ``slime/observability/rollout_data_utils.py``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+from trajstore.export.files import part_name, write_parquet
+from trajstore.export.samples import CARRIED_LINEAGE, Sample
+from trajstore.export.target import MIXED_AS_OLDEST, TAIL_DROPPED, Part, Target
+
+
+def slime_samples(samples: list[Sample], *, holds: frozenset[str], offset: int = 0) -> pa.Table:
+    """The Sample dicts of `samples`, one row each (R = that sample's response length).
+
+    Columns: ``index`` (position in the whole export), ``group_index`` (null: slime numbers the
+    groups of its own rollout; the stored group and prompt ids are in ``metadata``), ``tokens``
+    (list<int32>: prompt then response), ``response_length`` (R), ``loss_mask`` (list<int32>, R
+    long, 1 = action token, 0 = observation), ``status`` (completed | truncated | aborted | failed,
+    slime's ``Sample.Status`` values), ``metadata`` (JSON object: trajectory_id, source, model,
+    group_id, prompt_id, lineage), with ``logprobs`` held ``rollout_log_probs`` (list<float32>, R
+    long, 0.0 where loss_mask is 0), with ``rewards`` held ``reward`` (float64), with
+    ``versions`` held ``weight_versions`` (list<string>, one per model call in order, the call's
+    policy version; a call of several versions gives its oldest).
+    """
+    cols: dict[str, pa.Array] = {
+        "index": pa.array(range(offset, offset + len(samples)), pa.int64()),
+        "group_index": pa.nulls(len(samples), pa.int64()),
+        "tokens": pa.array([s.tokens for s in samples], pa.list_(pa.int32())),
+        "response_length": pa.array([s.response_len for s in samples], pa.int64()),
+        "loss_mask": pa.array([s.loss_mask[s.prompt_len:].astype("int32") for s in samples], pa.list_(pa.int32())),
+        "status": pa.array([s.status for s in samples], pa.string()),
+        "metadata": pa.array([json.dumps(_metadata(s), sort_keys=True) for s in samples], pa.string()),
+    }
+    if "logprobs" in holds:
+        cols["rollout_log_probs"] = pa.array([s.logprobs[s.prompt_len:] for s in samples], pa.list_(pa.float32()))
+    if "rewards" in holds:
+        cols["reward"] = pa.array([s.reward for s in samples], pa.float64())
+    if "versions" in holds:
+        cols["weight_versions"] = pa.array([[str(c.policy_version) for c in s.calls] for s in samples],
+                                           pa.list_(pa.string()))
+    return pa.table(cols)
+
+
+def _metadata(s: Sample) -> dict:
+    return {"trajectory_id": s.trajectory_id, "source": s.source, "model": s.model, "group_id": s.group_id,
+            "prompt_id": s.prompt_id, **{c: s.lineage.get(c) for c in CARRIED_LINEAGE}}
+
+
+def write_part(part: Part) -> list[str]:
+    return [write_parquet(part.out_dir, part_name(part.index, ".parquet"),
+                          slime_samples(part.samples, holds=part.holds, offset=part.offset))]
+
+
+LOADER = """\
+import json, pyarrow.parquet as pq
+from slime.utils.types import Sample
+rows = pq.read_table("DIR/part-00000.parquet").to_pylist()
+samples = [Sample.from_dict({**r, "metadata": json.loads(r["metadata"])}) for r in rows]"""
+
+TARGET = Target(
+    name="slime", description="slime Sample dicts (Parquet, one row per Sample)",
+    fields={"logprobs": "rollout_log_probs", "rewards": "reward", "versions": "weight_versions"},
+    required=frozenset(),
+    alignment="response window: tokens = prompt + response, loss_mask and rollout_log_probs response_length long "
+              "(0 / 0.0 on observation tokens); one weight_version per model call",
+    checked_against="slime github THUDM/slime@624b824: slime/utils/types.py, slime/observability/rollout_data_utils.py",
+    uses_samples=True, write=write_part, loader=LOADER,
+    approximates=frozenset({TAIL_DROPPED, MIXED_AS_OLDEST}))
