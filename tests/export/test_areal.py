@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.export import ROOT_LINEAGE
 from trajstore.export import ExportError, ExportOptions, export_store
 
 F = np.float32
@@ -31,7 +32,7 @@ def test_areal_tensor_dict(store, tmp_path, read_out):
     assert {k: v.dtype for k, v in t.items()} == {"input_ids": np.int32, "attention_mask": bool,
                                                   "loss_mask": np.int32, "logprobs": np.float32,
                                                   "versions": np.int32, "rewards": np.float32}
-    assert read_out(out, "part-00000.rows.parquet") == {"trajectory_id": ["t1", "t2"], "group_id": ["g1", "g1"],
+    assert read_out(out, "part-00000.rows.parquet") == {**ROOT_LINEAGE, "trajectory_id": ["t1", "t2"], "group_id": ["g1", "g1"],
                                                         "prompt_id": ["p1", "p1"]}
 
 

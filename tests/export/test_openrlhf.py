@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.export import ROOT_LINEAGE
 from trajstore.export import export_store
 
 F = np.float32
@@ -29,7 +30,7 @@ def test_openrlhf_experience_tensors(store, tmp_path, read_out):
     np.testing.assert_array_equal(t["response_length"], np.array([9, 1], np.int64))  # first to last action token
     np.testing.assert_array_equal(t["total_length"], np.array([12, 2], np.float32))
     np.testing.assert_array_equal(t["rewards"], np.array([1.0, 0.5], np.float32))
-    assert read_out(out, "part-00000.rows.parquet") == {
+    assert read_out(out, "part-00000.rows.parquet") == {**ROOT_LINEAGE,
         "trajectory_id": ["t1", "t2"], "action_ranges": [[[3, 5], [6, 9], [11, 12]], [[1, 2]]]}
 
 

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tests.helpers.export import ROOT_LINEAGE
 from trajstore.export import export_store
 
 F = np.float32
@@ -19,7 +20,7 @@ RESPONSE_LOGPROBS = [[F(-0.1), F(-0.2), 0.0, F(-0.3), F(-0.4), F(-0.5), 0.0, 0.0
 def test_skyrl_generator_output(store, tmp_path, read_out):
     out = tmp_path / "skyrl"
     export_store(store, "skyrl", str(out))
-    assert read_out(out, "part-00000.parquet") == {
+    assert read_out(out, "part-00000.parquet") == {**ROOT_LINEAGE,
         "prompt_token_ids": [[11, 12, 13], [14]],
         "response_ids": [[21, 22, 31, 41, 42, 43, 51, 52, 61], [23]],
         "loss_masks": [[1, 1, 0, 1, 1, 1, 0, 0, 1], [1]],

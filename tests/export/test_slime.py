@@ -32,7 +32,8 @@ def test_slime_sample_rows(store, tmp_path, read_out):
     assert rows["weight_versions"] == [["3", "4", "4"], ["5"]]  # one per engine call
     assert rows["status"] == ["completed", "truncated"]
     assert json.loads(rows["metadata"][0]) == {"trajectory_id": "t1", "source": "sdk", "model": "m",
-                                               "group_id": "g1", "prompt_id": "p1"}
+                                               "group_id": "g1", "prompt_id": "p1", "episode_id": "t1",
+                                               "parent_trajectory_id": None, "fork_point": None, "link_kind": None}
 
 
 def test_slime_offsets_index_across_files(store, tmp_path, read_out):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.export import ROOT_LINEAGE
 from trajstore.export import ExportOptions, export_store
 
 F = np.float32
@@ -17,7 +18,7 @@ COMPLETION_LOGPROBS = [[F(-0.1), F(-0.2), 0.0, F(-0.3), F(-0.4), F(-0.5), 0.0, 0
 def test_trl_rollout_func_output(store, tmp_path, read_out):
     out = tmp_path / "trl"
     export_store(store, "trl", str(out))
-    assert read_out(out, "part-00000.parquet") == {
+    assert read_out(out, "part-00000.parquet") == {**ROOT_LINEAGE,
         "prompt_ids": [[11, 12, 13], [14]],
         "completion_ids": [[21, 22, 31, 41, 42, 43, 51, 52, 61], [23]],
         "env_mask": [[1, 1, 0, 1, 1, 1, 0, 0, 1], [1]],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.export import ROOT_LINEAGE
 from trajstore.export import ExportOptions, export_store
 
 F = np.float32
@@ -37,7 +38,7 @@ def test_verl_batch_layout(store, tmp_path, read_out):
         "prompts": np.int64, "responses": np.int64, "response_mask": np.int64, "input_ids": np.int64,
         "attention_mask": np.int64, "position_ids": np.int64, "rollout_log_probs": np.float32, "rm_scores": np.float32}
     nt = read_out(out, "part-00000.non_tensor.parquet")
-    assert nt == {"uid": ["g1", "g1"], "trajectory_id": ["t1", "t2"], "__num_turns__": [6, 2],
+    assert nt == {**ROOT_LINEAGE, "uid": ["g1", "g1"], "trajectory_id": ["t1", "t2"], "__num_turns__": [6, 2],
                   "min_global_steps": [3, 5], "max_global_steps": [4, 5]}
     manifest = read_out(out, ".trajstore/export.json")
     assert manifest["approximations"] == {"trailing observation tokens dropped": 1}
@@ -52,7 +53,7 @@ def test_verl_without_fields_leaves_them_out(store, tmp_path, read_out):
     t = read_out(out, "part-00000.safetensors")
     assert set(t) == {"prompts", "responses", "response_mask", "input_ids", "attention_mask", "position_ids"}
     assert t["prompts"][1].tolist() == [7, 7, 14] and t["responses"][1].tolist() == [23] + [7] * 8
-    assert set(read_out(out, "part-00000.non_tensor.parquet")) == {"uid", "trajectory_id", "__num_turns__"}
+    assert set(read_out(out, "part-00000.non_tensor.parquet")) == {"uid", "trajectory_id", "__num_turns__", *ROOT_LINEAGE}
 
 
 @pytest.mark.slow

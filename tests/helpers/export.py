@@ -75,3 +75,9 @@ def write_store(path, trajectories: list[ts.Trajectory]) -> str:
     """Write `trajectories` as one shard (arrival order = list order); return the store path."""
     ts.write_trajectories(str(path), trajectories)
     return str(path)
+
+
+ROOT_LINEAGE = {"episode_id": ["t1", "t2"], "parent_trajectory_id": [None, None], "fork_point": [None, None],
+                "link_kind": [None, None]}
+"""The lineage columns every layout carries for the two root trajectories of the fixture (each its
+own episode, no parent)."""
