@@ -64,7 +64,7 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
             just written.
     """
     from trajstore.builder import TrajectoryBuilder
-    from trajstore.trainer.data import micro_batches, pack, split_for_rank
+    from trajstore.trainer.loop.micro import prepare
     from trajstore.trainer.loop.setup import setup
     from trajstore.trainer.loop.step import train_step
     from trajstore.writer import StoreWriter
@@ -75,6 +75,7 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
     mismatch = Mismatch(bf16=spec.bf16, logit_noise=spec.logit_noise)
     cfg = train_config(spec, store_uri)
     tr = setup(cfg, allow_empty=True)  # the harness writes each batch after setup
+    tr.say = lambda _m: None  # no per-pass activity lines (and no heartbeat thread) from the worker processes
     if arm.has_critic and arm.estimator != "token":
         tr.advantage_fn = trainer_advantage_fn(arm.estimator, cfg.algo.gamma, cfg.algo.lambda_alpha)
     if arm.correction == "none":
@@ -194,10 +195,9 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
                     raise BenchError(f"{spec.run_id} iteration {it.index}: the trainer's stream did not return the "
                                      f"{len(trajs)} trajectories just written, in completion order")
                 version = tr.state.version
-                # the loop's micro-batches (one rank): the spy's per-slot staleness must align with them
-                local = split_for_rank(batch.samples, 0, 1)
-                packs = [pack(m) for m in micro_batches(local, cfg.data.micro_batch_size,
-                                                        math.ceil(len(local) / cfg.data.micro_batch_size))]
+                # the loop's own micro-batches, by the loop's own function (trajectory count and the
+                # memory plan's token bound): the spy's per-slot staleness must align with them
+                packs = [m.mb for m in prepare(tr, batch)[0]]
                 spy.staleness = [torch.where(p.action_mask, version - p.policy_version, 0) for p in packs]
                 spy.calls = 0
                 kl_before = None

@@ -2,7 +2,8 @@
 arms x tasks x paired seeds as run specs), with the calibrated learning rate.
 
 Presets: ``default`` (the grid behind bench/LEARNING.md, <= 15 min on 2 cores), ``smoke`` (CI:
-one seed, the advantage-quality study at small size and one short SAO run, <= 1 min) and
+one seed, the advantage-quality study at small size and one short run of every task and arm the
+default runs, with the same measurements) and
 ``calibrate`` (the one-off learning-rate calibration that fixed :data:`POLICY_LR`).
 """
 
@@ -73,10 +74,12 @@ class SuiteConfig(BaseModel):
         if name == "default":
             base: dict[str, Any] = {}
         elif name == "smoke":
-            base = dict(seeds=[0], chain_arms=["sao"], chain_steps=6, shift_arms=[], batch_size=16, workers=32,
+            # every task, arm and measurement of the default preset, one short run each (the arm
+            # lists and kl_arms are the default's), so a crash on any of the default's paths shows
+            # in CI (issue 28: the default's pref-shift runs crashed while smoke ran sao on chain only)
+            base = dict(seeds=[0], chain_steps=3, shift_stage_steps=2, shift_eval_every=2, batch_size=16, workers=32,
                         critic_warmup=3, eval_every=3, eval_per_family=8, processes=1,
-                        quality=QualityConfig(critic_iterations=(40,), prompts=6, mc_rollouts=16,
-                                              estimators=("sao", "running-mean-128")),
+                        quality=QualityConfig(critic_iterations=(40,), prompts=6, mc_rollouts=16),
                         warm_start=WarmStartConfig(steps=200))
         elif name == "calibrate":
             base = dict(seeds=[0], chain_arms=["sao"], chain_steps=20, shift_arms=[], quality=None,

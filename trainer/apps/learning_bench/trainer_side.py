@@ -20,8 +20,10 @@ LOG_RATIO_EDGES = [round(-2.0 + 0.05 * i, 2) for i in range(81)]
 MAX_STALENESS_BIN = 8
 """Staleness levels >= this are pooled in the histograms ("8+")."""
 MICRO_BATCH = 8
-"""Trajectories per forward pass: packing fewer rows keeps the packed attention small (it is
-quadratic in the packed length); the update is the same (token-mean over the global count)."""
+"""Most trajectories per forward pass: packing fewer rows keeps the packed attention small (it is
+quadratic in the packed length); the update is the same (token-mean over the global count). The
+trainer's memory plan also caps a CPU micro-batch at ``max_seq_len`` (256) tokens; the harness
+takes the loop's own micro-batches (``trainer.loop.micro.prepare``), never a split of its own."""
 
 
 def no_correction_loss(loss_fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -46,3 +46,27 @@ def test_a_tiny_run_mixes_versions_inside_trajectories(tmp_path, tiny_warm_start
         groups = con.execute(f"SELECT count(DISTINCT group_id), count(*) FROM read_parquet('{root}/trajectories/*.parquet')"
                          ).fetchone()
         assert groups[1] == 4 * groups[0]
+
+
+def test_a_pref_shift_run_packs_as_the_trainer_does(tmp_path, tiny_warm_start: str) -> None:
+    """Issue 28: the trainer caps a CPU micro-batch at 256 tokens (its memory plan) while the
+    harness split each batch by trajectory count, so a batch whose 8 longest trajectories exceed
+    256 tokens (pref-shift's) stopped with "the policy loss saw a packing other than the
+    harness's". The harness now asks the trainer's own micro-batching; this run has such batches."""
+    import duckdb
+
+    from trajstore.trainer.apps.learning_bench.harness import run_one
+    from trajstore.trainer.apps.learning_bench.spec import RunSpec
+
+    spec = RunSpec(task="pref-shift", arm="sao", seed=0, warm_start=tiny_warm_start, steps=2, critic_warmup=1,
+                   policy_lr=3e-4, batch_size=32, workers=64, eval_every=2, eval_per_family=1, logit_noise=0.2,
+                   stages=[(0, "<"), (1, "=")])
+    res = run_one(spec, str(tmp_path / "store"))
+    assert [h["step"] for h in res.history] == [-1, 0, 1]
+    assert sum(res.staleness_tokens.values()) > 0
+    root = tmp_path / "store"
+    tops = duckdb.connect().execute(
+        f"SELECT c.step, list(t.num_tokens ORDER BY t.num_tokens DESC)[1:8] FROM read_parquet('{root}/runs/"
+        f"{spec.run_id}/consumed/*.parquet') c JOIN read_parquet('{root}/trajectories/*.parquet') t USING "
+        f"(trajectory_id) GROUP BY c.step").fetchall()
+    assert max(sum(top) for _, top in tops) > 256  # split by count, this run would have crashed

@@ -23,7 +23,7 @@ def _checkout_snapshot(root) -> dict[str, tuple[int, int]]:  # noqa: ANN001
 
 @pytest.mark.slow
 def test_smoke_preset_critic_beats_the_running_mean_and_leaves_the_checkout_alone(tmp_path, monkeypatch) -> None:
-    """``traj bench learning --preset smoke`` run from the checkout, as a user would (about 45 s):
+    """``traj bench learning --preset smoke`` run from the checkout, as a user would (about 60 s):
     it writes only under the default scratch directory (here the test's temp dir), changes no
     file of the checkout, and shows an SAO mechanism at work: after 40 critic iterations on the
     warm-start policy's data (seed 0), token-level GAE with the critic gives a policy gradient
@@ -37,6 +37,7 @@ def test_smoke_preset_critic_beats_the_running_mean_and_leaves_the_checkout_alon
     from typer.testing import CliRunner
 
     from trajstore.cli.main import app
+    from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
 
     repo = REPO_ROOT
     before = _checkout_snapshot(repo)
@@ -54,6 +55,9 @@ def test_smoke_preset_critic_beats_the_running_mean_and_leaves_the_checkout_alon
     assert sao[0] > rm[0] + 0.1, (sao, rm)
     assert sao[1] > rm[1], (sao, rm)
     assert summary["runs"]["chain/sao"]["final_eval"] > 0  # the short SAO run went through the pipeline
+    # issue 28: one run of every (task, arm) of the default preset, pref-shift included, to the report
+    default = SuiteConfig.preset_config("default")
+    assert set(summary["runs"]) == {f"{sp.task}/{sp.arm}" for sp in default.specs({s: "x" for s in default.seeds})}
 
 
 def test_reanalyse_refuses_a_run_directory_committed_to_git(tmp_path) -> None:
