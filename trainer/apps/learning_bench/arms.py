@@ -30,6 +30,8 @@ class Arm:
         estimator: the policy's advantage estimator when there is a critic.
         correction: ``dis`` (SAO), ``ppo-clip`` (against the rollout log-probs) or ``none``
             (the ratio is recomputed with the current weights, hence 1: plain policy gradient).
+        lr_factor: the policy (and critic) learning rate relative to the calibrated one; 1 in
+            every arm whose ablation is not the step size.
     """
 
     name: str
@@ -39,6 +41,7 @@ class Arm:
     group_size: int = 1
     estimator: EstimatorName = "token"
     correction: Literal["dis", "ppo-clip", "none"] = "dis"
+    lr_factor: float = 1.0
 
     @property
     def has_critic(self) -> bool:

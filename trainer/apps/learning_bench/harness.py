@@ -47,6 +47,28 @@ def _percentile(xs: list[int], q: float) -> float:
     return float(s[min(len(s) - 1, int(q * len(s)))])
 
 
+def plan_timeline(spec: RunSpec) -> tuple[list[tuple[str, int, int]], Timeline]:
+    """The run's prompts (task instances, drawn in order from the seed's stream) and its timeline.
+
+    Every arm of a seed is on the same timeline: ``spec.critic_warmup`` warm-up iterations (the
+    critic arms train their critic on them; critic-free arms fill their baseline's state, e.g. the
+    running mean's window; no arm takes a policy step), then ``spec.steps`` policy steps. Arms with
+    one rollout per prompt therefore consume the same rollouts at every iteration, and the same
+    prompts and latencies reach every arm; GRPO's groups of 4 (its ablation) change which
+    rollouts finish first.
+    """
+    arm = get_arm(spec.arm)
+    acfg = AsyncConfig(workers=spec.workers, batch_size=spec.batch_size, group_size=arm.group_size,
+                       turn_latency_sigma=spec.turn_latency_sigma, train_step_s=spec.train_step_s)
+    task_rng = random.Random(f"tasks-{spec.seed}")
+    warmup = spec.critic_warmup
+    n_prompts = 4 * (warmup + spec.steps) * spec.batch_size + spec.workers
+    instances = [draw_instance(task_rng) for _ in range(n_prompts)]
+    timeline = simulate([TURNS[f] for f, _, _ in instances], acfg, iterations=warmup + spec.steps, warmup=warmup,
+                        seed=spec.seed)
+    return instances, timeline
+
+
 def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, float]], None] | None = None,
             ) -> RunResult:
     """Train one arm on one task from the seed's warm start (see the module docstring).
@@ -82,16 +104,7 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
         tr.policy_loss_fn = no_correction_loss(tr.policy_loss_fn)
     spy = LogRatioSpy()
     tr.policy_loss_fn = spy.wrap(tr.policy_loss_fn)
-    warmup = cfg.algo.critic_warmup_steps if tr.critic is not None else 0
-
-    # the timeline: prompts drawn in order (the same stream in every arm of the seed)
-    acfg = AsyncConfig(workers=spec.workers, batch_size=spec.batch_size, group_size=arm.group_size,
-                       turn_latency_sigma=spec.turn_latency_sigma, train_step_s=spec.train_step_s)
-    task_rng = random.Random(f"tasks-{spec.seed}")
-    n_prompts = 4 * (warmup + spec.steps) * spec.batch_size + spec.workers
-    instances = [draw_instance(task_rng) for _ in range(n_prompts)]
-    timeline: Timeline = simulate([TURNS[f] for f, _, _ in instances], acfg, iterations=warmup + spec.steps,
-                                  warmup=warmup, seed=spec.seed)
+    instances, timeline = plan_timeline(spec)
     consumed = {k for it in timeline.iterations for k in it.rollouts}
     actions = sorted((t, k, j) for k in consumed for j, t in enumerate(timeline.rollouts[k].action_starts))
     action_times = [a[0] for a in actions]
@@ -204,8 +217,16 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
                 if spec.measure_kl and it.publishes is not None:
                     kl_before, _ = exact_kl(tr.loaded.model, packs, None)
                 step_before = tr.state.step
-                metrics, consumed_rows = train_step(tr, batch)
-                if tr.recorder is not None:
+                if it.publishes is None and tr.critic is None:
+                    # warm-up of a critic-free arm: its baseline sees the batch (the running mean's
+                    # window fills), no policy step (issue 28: they started at once, from a zero baseline)
+                    if tr.scalar_fn is not None:
+                        tr.scalar_fn(batch.samples, tr.state)
+                    tr.state.cursor = batch.cursor
+                    metrics, consumed_rows = {}, []
+                else:
+                    metrics, consumed_rows = train_step(tr, batch)
+                if tr.recorder is not None and (metrics or consumed_rows):
                     tr.recorder.write_step(iteration=it.index, step=consumed_rows[0]["step"] if consumed_rows else
                                            step_before, trainer_version=version, metrics=metrics,
                                            consumed=consumed_rows)

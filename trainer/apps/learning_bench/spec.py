@@ -22,8 +22,8 @@ class RunSpec(BaseModel):
     seed: int = Field(0, description="seeds the warm start, task draws, latencies, sampler and evaluation")
     warm_start: str = Field(description="directory of the seed's warm-start model (HF format)")
     steps: int = Field(60, ge=1, description="policy steps")
-    critic_warmup: int = Field(10, ge=0, description="critic-only iterations before the first policy step "
-                                                     "(critic arms)")
+    critic_warmup: int = Field(10, ge=0, description="warm-up iterations before the first policy step, in every "
+                                                     "arm: critics train, critic-free baselines fill their state")
     policy_lr: float = Field(gt=0, description="policy learning rate (calibrated once, same for every arm)")
     critic_lr_factor: float = Field(5.0, gt=0, description="critic learning rate / policy learning rate "
                                                            "(SAO.md: 5e-6 / 1e-6)")
