@@ -80,11 +80,12 @@ def learning_cmd(
         # one seed (smoke) has no interval: no CI columns of nan, and the title says why
         with_ci = n_seeds >= 2
         minutes = summary.get("seconds", math.nan) / 60
-        cols = ["comparison", "metric", "difference", *(["ci_low", "ci_high"] if with_ci else []), "verdict"]
+        cols = ["comparison", "metric", "difference", *(["ci_low", "ci_high", "p_holm"] if with_ci else []), "verdict"]
         tables = [TableData(f"paper claims ({f'{n_seeds} paired seeds' if with_ci else f'{n_seeds} seed, CI n/a'}"
                             + (f", {minutes:.1f} min)" if math.isfinite(minutes) else ")"), cols,
                             [(f"{c['arm']} - {c['ref']} ({c['task']})", c["metric"], c["interval"]["mean"],
-                              *((c["interval"]["low"], c["interval"]["high"]) if with_ci else ()), c["verdict"])
+                              *((c["interval"]["low"], c["interval"]["high"], c["interval"].get("p_holm", math.nan))
+                                if with_ci else ()), c["verdict"])
                              for c in summary["claims"]],
                             keys=["comparison", "metric"], wrap=["verdict"])]
     out = Console()

@@ -28,9 +28,9 @@ def arm_style(arm: str) -> dict[str, Any]:
 
 
 def ci_note(seeds: int) -> str:
-    """What the whiskers / bars of a figure over `seeds` paired seeds mean (a bootstrap over one
-    seed has no interval, so none is drawn or promised)."""
-    return "95% bootstrap CI" if seeds >= 2 else "no interval"
+    """What the whiskers / bars of a figure over `seeds` paired seeds mean (one seed has no
+    interval, so none is drawn or promised)."""
+    return "95% t-interval" if seeds >= 2 else "no interval"
 
 
 def seeds_note(seeds: int) -> str:
@@ -83,7 +83,7 @@ def _legend_panel(ax, arms: Sequence[str], extra: Sequence[tuple[str, dict[str, 
 
 
 def forest_plot(rows: Sequence[dict[str, Any]], path: str | Path, *, title: str) -> str:
-    """Paired differences to ``sao`` with their 95 % bootstrap intervals, one row per comparison.
+    """Paired differences to ``sao`` with their 95 % t-intervals, one row per comparison.
 
     Args:
         rows: dicts with ``label``, ``mean``, ``low``, ``high``, ``verdict``, ``unit`` (x-axis label).
@@ -119,7 +119,7 @@ def forest_plot(rows: Sequence[dict[str, Any]], path: str | Path, *, title: str)
 def quality_plot(per_estimator: dict[str, dict[str, Any]], reliability: float, path: str | Path, *,
                  title: str) -> str:
     """Advantage quality per estimator: Pearson correlation with A* and gradient cosine with the
-    oracle gradient, mean over seeds with 95 % bootstrap intervals (of the mean), one bar per
+    oracle gradient, mean over seeds with 95 % t-intervals (of the mean), one bar per
     estimator in its arm's colour; the dashed line is the MC oracle's noise ceiling
     ``sqrt(reliability)`` for the correlation."""
     plt = _plt()

@@ -47,7 +47,7 @@ class SuiteConfig(BaseModel):
     preset: Preset = "default"
     scratch: str = Field(default_factory=lambda: str(default_scratch()),
                          description="directory for warm starts (cached per seed) and a fresh run directory")
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
+    seeds: list[int] = Field(default_factory=lambda: list(range(10)), description="paired seeds (issue 28: >= 10)")
     chain_arms: list[str] = Field(default_factory=lambda: list(ARMS))
     chain_steps: int = 25
     shift_arms: list[str] = Field(default_factory=lambda: ["sao", "running-mean-8", "running-mean-128"])

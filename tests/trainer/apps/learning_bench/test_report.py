@@ -18,9 +18,9 @@ def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, t
     from trajstore.trainer.apps.learning_bench import suite
     from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
     from trajstore.trainer.apps.learning_bench.report import render_report
-    from trajstore.trainer.apps.learning_bench.stats import CLAIMS, bootstrap_interval, verdict
+    from trajstore.trainer.apps.learning_bench.stats import CLAIMS, t_interval, verdict
 
-    iv = bootstrap_interval([0.05])
+    iv = t_interval([0.05])
     claims = [{"paper": c.paper, "arm": c.arm, "ref": c.ref, "task": c.task, "metric": c.metric,
                "interval": {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n},
                "verdict": verdict(c, iv)[0], "reason": verdict(c, iv)[1]} for c in CLAIMS[:2]]
