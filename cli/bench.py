@@ -23,14 +23,18 @@ def _ints(text: str, what: str) -> list[int]:
 @bench_app.command("learning")
 @friendly_errors
 def learning_cmd(
-    preset: str = typer.Option("default", help="default (the bench/LEARNING.md grid, <= 15 min on 2 cores), "
-                                               "smoke (<= 1 min) or calibrate (the one-off learning-rate "
-                                               "calibration)"),
+    preset: str = typer.Option("default", help="default (the bench/LEARNING.md grid, sized for <= 20 min on 2 idle "
+                                               "cores), smoke (CI: one short run of everything the default runs), "
+                                               "calibrate (the one-off learning-rate calibration) or long (4 arms, "
+                                               "400 policy steps)"),
     scratch: str | None = typer.Option(None, help="directory for cached warm starts and a fresh run directory "
                                                      "(default: <system temp>/trajstore-bench-learning)"),
     seeds: str | None = typer.Option(None, help="comma-separated seeds (default: the preset's)"),
     arms: str | None = typer.Option(None, help="comma-separated arms of the chain task (default: all)"),
     processes: int | None = typer.Option(None, min=1, help="worker processes (default: the preset's)"),
+    mismatch: str | None = typer.Option(None, help="the rollout engine's mismatch model: noise (bf16 + Gaussian logit "
+                                                      "noise, the default) or engine (float8 LM head + heavy-tailed "
+                                                      "logit noise, shaped like a real engine)"),
     reanalyse: str | None = typer.Option(None, help="a finished run directory: redo its statistics, figures and "
                                                        "report from the saved results (no training)"),
     fmt: FormatOption = OutputFormat.table,
@@ -46,8 +50,10 @@ def learning_cmd(
     from trajstore.trainer.apps.learning_bench.suite import reanalyse as redo
     from trajstore.trainer.apps.learning_bench.suite import run_suite
 
-    if preset not in ("default", "smoke", "calibrate"):
-        raise InvalidOptionError(f"invalid option --preset: must be default, smoke or calibrate (got {preset!r})")
+    if preset not in ("default", "smoke", "calibrate", "long"):
+        raise InvalidOptionError(f"invalid option --preset: must be default, smoke, calibrate or long (got {preset!r})")
+    if mismatch is not None and mismatch not in ("noise", "engine"):
+        raise InvalidOptionError(f"invalid option --mismatch: must be noise or engine (got {mismatch!r})")
     over: dict = {}
     if scratch:
         over["scratch"] = scratch
@@ -60,6 +66,8 @@ def learning_cmd(
             raise InvalidOptionError(f"invalid option --arms: {e}") from None
     if processes:
         over["processes"] = processes
+    if mismatch:
+        over["mismatch"] = mismatch
     err = Console(stderr=True)
     if reanalyse:
         summary = redo(reanalyse)

@@ -109,7 +109,7 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
              "pref-shift task: evaluation reward after each preference shift, difference to sao")):
         vals = metric.get(metric_name, {})
         rows = []
-        pairs = [(arm, "sao") for arm in ARMS if arm != "sao"] + [("grpo-no-dis", "grpo-dis")]
+        pairs = [(arm, ARMS[arm].reference) for arm in ARMS if arm != "sao"] + [("grpo-no-dis", "grpo-dis")]
         for arm, ref in pairs:
             if arm not in vals or ref not in vals:
                 continue
@@ -126,9 +126,12 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
              for task in ("chain", "pref-shift")}
     hist = {task: {arm: [d["history"] for d in seeds.values()] for (t, arm), seeds in by.items() if t == task}
             for task in ("chain", "pref-shift")}
-    groups = {"critic vs baselines": ["sao", "sao-k1", "full-critic", "running-mean-8", "running-mean-128"],
-              "off-policy correction": ["sao", "ppo-clip", "no-correction", "grpo-dis", "grpo-no-dis"],
-              "GAE variants": ["sao", "gae-turn-last", "gae-turn-avg", "gae-no-skip"]}
+    groups = {"critic vs baselines": ["sao", "sao-k1", "full-critic", "running-mean-8", "running-mean-128",
+                                      "running-mean-family", "moe-critic", "moe-full-critic"],
+              "off-policy correction": ["sao", "ppo-clip", "no-correction", "no-correction-small-step", "grpo-dis",
+                                        "grpo-no-dis"],
+              "GAE variants": ["sao", "gae-turn-last", "gae-turn-avg", "gae-turn-last-h", "gae-turn-avg-h",
+                               "gae-no-skip"]}
     if evals["chain"]:
         summary["figures"]["curves-chain"] = plots.curves_plot(
             groups, evals["chain"], out / "curves-chain.png",

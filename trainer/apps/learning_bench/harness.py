@@ -25,7 +25,14 @@ from typing import Any
 
 import torch
 
-from trajstore.trainer.apps.envs import FAMILIES, draw_instance, make_episode, max_action_tokens
+from trajstore.trainer.apps.envs import (
+    FAMILIES,
+    draw_instance,
+    draw_instance_from,
+    held_out_starts,
+    make_episode,
+    max_action_tokens,
+)
 from trajstore.trainer.apps.envs.chain import TURNS
 from trajstore.trainer.apps.learning_bench.arms import BenchError, get_arm
 from trajstore.trainer.apps.learning_bench.codec import CharCodec
@@ -34,7 +41,14 @@ from trajstore.trainer.apps.learning_bench.evaluation import eval_instances, eva
 from trajstore.trainer.apps.learning_bench.sampler import LlamaEngine, Mismatch, Row, new_row, play
 from trajstore.trainer.apps.learning_bench.schedule import AsyncConfig, Timeline, simulate
 from trajstore.trainer.apps.learning_bench.spec import RunResult, RunSpec
-from trajstore.trainer.apps.learning_bench.trainer_side import LogRatioSpy, exact_kl, no_correction_loss, train_config
+from trajstore.trainer.apps.learning_bench.trainer_side import (
+    LogRatioSpy,
+    exact_kl,
+    keyed_running_mean,
+    no_correction_loss,
+    train_config,
+    use_moe_critic,
+)
 
 BENCH_SOURCE = "trajstore/bench-learning"
 """The ``source`` column of the benchmark's trajectories."""
@@ -63,7 +77,11 @@ def plan_timeline(spec: RunSpec) -> tuple[list[tuple[str, int, int]], Timeline]:
     task_rng = random.Random(f"tasks-{spec.seed}")
     warmup = spec.critic_warmup
     n_prompts = 4 * (warmup + spec.steps) * spec.batch_size + spec.workers
-    instances = [draw_instance(task_rng) for _ in range(n_prompts)]
+    if spec.held_out:  # training never sees the evaluation's held-out first terms
+        starts = held_out_starts(spec.seed, spec.held_out)
+        instances = [draw_instance_from(task_rng, starts, held_out=False) for _ in range(n_prompts)]
+    else:
+        instances = [draw_instance(task_rng) for _ in range(n_prompts)]
     timeline = simulate([TURNS[f] for f, _, _ in instances], acfg, iterations=warmup + spec.steps, warmup=warmup,
                         seed=spec.seed)
     return instances, timeline
@@ -94,10 +112,19 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
     t0 = time.monotonic()
     arm = get_arm(spec.arm)
     codec = CharCodec()
-    mismatch = Mismatch(bf16=spec.bf16, logit_noise=spec.logit_noise)
+    mismatch = (Mismatch.engine_like(spec.logit_noise) if spec.mismatch == "engine" else
+                Mismatch(bf16=spec.bf16, logit_noise=spec.logit_noise))
     cfg = train_config(spec, store_uri)
     tr = setup(cfg, allow_empty=True)  # the harness writes each batch after setup
     tr.say = lambda _m: None  # no per-pass activity lines (and no heartbeat thread) from the worker processes
+    family_of: dict[str, str] = {}
+    if arm.critic_model != "policy":
+        if spec.critic_warm_start is None:
+            raise BenchError(f"{spec.run_id}: arm {arm.name} needs critic_warm_start (the seed's warm-started "
+                             f"{arm.critic_model})")
+        use_moe_critic(tr, spec.critic_warm_start, full=arm.full_critic)
+    if arm.baseline_key == "family":
+        tr.scalar_fn = keyed_running_mean(cfg.algo.running_mean_window, lambda smp: family_of[smp.trajectory_id])
     if arm.has_critic and arm.estimator != "token":
         tr.advantage_fn = trainer_advantage_fn(arm.estimator, cfg.algo.gamma, cfg.algo.lambda_alpha)
     if arm.correction == "none":
@@ -112,11 +139,10 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
     engine = LlamaEngine(tr.loaded.model, mismatch)
     engine_version = 0
     gen = torch.Generator().manual_seed(spec.seed)
-    evals_inst = eval_instances(spec.seed, spec.eval_per_family)
+    evals_inst = eval_instances(spec.seed, spec.eval_per_family, held_out=spec.held_out)
     rows: dict[int, Row] = {}
     builders: dict[int, TrajectoryBuilder] = {}
     finished: dict[int, Any] = {}
-    family_of: dict[str, str] = {}
     sampling = {"temperature": 1.0, "top_p": 1.0, "max_tokens": max_action_tokens(spec.task)}
     history: list[dict[str, float]] = []
     evals: list[dict[str, Any]] = []

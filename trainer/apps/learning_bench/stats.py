@@ -201,6 +201,23 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("token-vs-turn-avg-corr", "token-level GAE's advantages are closer to the true ones than turn-level "
           "GAE's", "chain", "corr", "gae-turn-avg", "sao"),
     Claim("skip-vs-no-skip", "GAE skips observation tokens (mechanism 4)", "chain", "auc", "gae-no-skip", "sao"),
+    # issue 28: comparators and controls
+    Claim("critic-vs-mean-family", "a critic beats a running-mean baseline (97.3 vs 79.8), here one kept per "
+          "difficulty family", "chain", "auc", "running-mean-family", "sao"),
+    Claim("critic-vs-mean-family-corr", "the critic's advantages are better than a running mean's, here one kept "
+          "per difficulty family", "chain", "corr", "running-mean-family", "sao"),
+    Claim("dis-vs-none-small-step", "without DIS training collapses, at a step size matched to sao's (no-correction "
+          "at 0.45x the lr)", "chain", "auc", "no-correction-small-step", "sao", scale_note="dis"),
+    Claim("token-vs-turn-last-h", "token-level GAE beats turn-level GAE, at the same effective horizon", "chain",
+          "auc", "gae-turn-last-h", "sao"),
+    Claim("token-vs-turn-avg-h", "token-level GAE beats turn-level GAE, at the same effective horizon", "chain",
+          "auc", "gae-turn-avg-h", "sao"),
+    Claim("token-vs-turn-last-h-corr", "token-level GAE's advantages are closer to the true ones than turn-level "
+          "GAE's, at the same effective horizon", "chain", "corr", "gae-turn-last-h", "sao"),
+    Claim("token-vs-turn-avg-h-corr", "token-level GAE's advantages are closer to the true ones than turn-level "
+          "GAE's, at the same effective horizon", "chain", "corr", "gae-turn-avg-h", "sao"),
+    Claim("frozen-vs-full-moe", "a critic with frozen attention beats a full-parameter critic (97.3 vs 90.6), on a "
+          "2-layer MoE critic", "chain", "auc", "moe-full-critic", "moe-critic"),
     Claim("sao-vs-grpo", "SAO beats GRPO+DIS (97.3 vs 84.2 AIME25); they track each other for ~400 steps, then SAO "
           "pulls ahead", "chain", "auc", "grpo-dis", "sao",
           scale_note="the paper's gap opens after ~400 policy steps; these runs are far shorter"),

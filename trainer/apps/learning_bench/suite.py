@@ -84,23 +84,27 @@ def run_suite(cfg: SuiteConfig, *, log: Callable[[str], None] = lambda _m: None)
     (out / "stores").mkdir()
     (out / "config.json").write_text(cfg.model_dump_json(indent=2))
     log(f"traj bench learning --preset {cfg.preset}: writing to {out}")
-    warm: dict[int, str] = {}
-    ws_json = json.dumps(asdict(cfg.warm_start))
+    from dataclasses import replace
+
     t_warm = time.monotonic()
+    kinds = {"policy": cfg.warm_start}
+    if cfg.needs_moe():  # the MoE critic arms' backbone, fitted to the same demonstrations
+        kinds["moe"] = replace(cfg.warm_start, model="tiny-qwen3-moe")
+    todo = [(kind, s, json.dumps(asdict(ws))) for kind, ws in kinds.items() for s in cfg.seeds]
+    warm: dict[str, dict[int, str]] = {kind: {} for kind in kinds}
     if cfg.processes == 1:
-        for s in cfg.seeds:
-            warm[s] = _job_warm(str(scratch), s, ws_json)[1]
+        for kind, s, ws_json in todo:
+            warm[kind][s] = _job_warm(str(scratch), s, ws_json)[1]
     else:
         with _pool(cfg.processes) as pool:
-            for f in as_completed([pool.submit(_job_warm, str(scratch), s, ws_json) for s in cfg.seeds]):
+            futs = {pool.submit(_job_warm, str(scratch), s, ws_json): kind for kind, s, ws_json in todo}
+            for f in as_completed(futs):
                 s, d = f.result()
-                warm[s] = d
-    log(f"warm starts ready for seeds {cfg.seeds} ({time.monotonic() - t_warm:.0f}s)")
-    specs = cfg.specs(warm)
+                warm[futs[f]][s] = d
+    log(f"warm starts ready for seeds {cfg.seeds} ({', '.join(kinds)}; {time.monotonic() - t_warm:.0f}s)")
+    specs = cfg.specs(warm["policy"], warm.get("moe"))
     jobs: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = []
     if cfg.quality is not None:
-        from dataclasses import replace
-
         qjson = json.dumps(asdict(replace(cfg.quality, policy_lr=cfg.policy_lr)))
         for s in cfg.seeds:
             jobs.append((f"quality-s{s}", _job_quality, (warm[s], s, qjson, str(out / "results" / f"quality-s{s}.json"))))

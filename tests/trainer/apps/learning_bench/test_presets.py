@@ -13,7 +13,7 @@ def test_shift_evaluations_land_on_every_shift_step() -> None:
     assert spec.stages == [(0, "<"), (12, "="), (24, ">")] and spec.steps == 36
     assert all(s % spec.eval_every == 0 for s in cfg.shifts())
     with pytest.raises(ValueError, match="must divide"):
-        SuiteConfig.preset_config("default", shift_eval_every=5).specs({s: "x" for s in range(5)})
+        SuiteConfig.preset_config("default", shift_eval_every=5).specs({s: "x" for s in range(10)})
 
 
 def test_smoke_preset_runs_every_task_arm_and_measurement_of_the_default() -> None:
