@@ -30,13 +30,16 @@ def learning_cmd(
     scratch: str | None = typer.Option(None, help="directory for cached warm starts and a fresh run directory "
                                                      "(default: <system temp>/trajstore-bench-learning)"),
     seeds: str | None = typer.Option(None, help="comma-separated seeds (default: the preset's)"),
-    arms: str | None = typer.Option(None, help="comma-separated arms of the chain task (default: all)"),
+    arms: str | None = typer.Option(None, help="comma-separated arms of the chain task (default: the preset's)"),
     processes: int | None = typer.Option(None, min=1, help="worker processes (default: the preset's)"),
     mismatch: str | None = typer.Option(None, help="the rollout engine's mismatch model: noise (bf16 + Gaussian logit "
                                                       "noise, the default) or engine (float8 LM head + heavy-tailed "
                                                       "logit noise, shaped like a real engine)"),
-    reanalyse: str | None = typer.Option(None, help="a finished run directory: redo its statistics, figures and "
-                                                       "report from the saved results (no training)"),
+    reanalyse: str | None = typer.Option(None, help="a finished run directory (or a committed copy of its result "
+                                                       "files, e.g. bench/learning_results/default): redo its "
+                                                       "statistics, figures, report and bench/LEARNING.md's tables "
+                                                       "from the per-run results (no training); a committed "
+                                                       "directory is only read, the output goes under --scratch"),
     fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Train SAO and its ablations from a supervised warm start under simulated asynchrony, score
@@ -70,7 +73,7 @@ def learning_cmd(
         over["mismatch"] = mismatch
     err = Console(stderr=True)
     if reanalyse:
-        summary = redo(reanalyse)
+        summary = redo(reanalyse, scratch=scratch)
         cfg = SuiteConfig.model_validate_json(open(f"{reanalyse}/config.json").read())
     else:
         cfg = SuiteConfig.preset_config(preset, **over)  # type: ignore[arg-type]

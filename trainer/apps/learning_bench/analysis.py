@@ -20,9 +20,21 @@ def _iv(iv: Interval) -> dict[str, Any]:
             "p_holm": iv.p_holm}
 
 
-def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]:
-    """Statistics, verdicts and figures from the finished jobs (see :mod:`.stats`, :mod:`.plots`)."""
-    from trajstore.trainer.apps.learning_bench import plots
+class _NoFigures:
+    """:mod:`.plots` with every ``*_plot`` a no-op returning None (``analyse(figures=False)``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        from trajstore.trainer.apps.learning_bench import plots
+
+        return (lambda *_a, **_k: None) if name.endswith("_plot") else getattr(plots, name)
+
+
+def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path, *, figures: bool = True) -> dict[str, Any]:
+    """Statistics, verdicts and (unless `figures` is False) figures from the finished jobs (see
+    :mod:`.stats`, :mod:`.plots`)."""
+    from trajstore.trainer.apps.learning_bench import plots as _plots
+
+    plots: Any = _plots if figures else _NoFigures()
 
     # by name, not in the order the workers finished: a fresh run and --reanalyse of its directory
     # must give the same figures (the quality bars' intervals once depended on completion order)
@@ -172,6 +184,7 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
                                     "seeds": len(s)}
                        for (t, a), s in sorted(by.items(), key=lambda kv: (kv[0][0] != "chain", list(ARMS).index(
                            kv[0][1])))}
+    summary["figures"] = {k: v for k, v in summary["figures"].items() if v}
     return summary
 
 

@@ -183,7 +183,9 @@ def _critic_trainer(warm_start: str, seed: int, full: bool, k: int, cfg: Quality
         optim=OptimConfig(policy_lr=cfg.policy_lr, critic_lr=cfg.policy_lr * cfg.critic_lr_factor),
         algo=AlgoConfig(critic_updates=k, critic_warmup_steps=10**6, critic_warmup_until="budget"),  # critic only
         run=RunConfig(run_id=f"quality-{'full' if full else 'mlp'}-k{k}", device="cpu", progress=False))
-    return setup(tc, allow_empty=True)  # the oracle writes its batches after setup
+    tr = setup(tc, allow_empty=True)  # the oracle writes its batches after setup
+    tr.say = lambda _m: None  # no per-pass activity lines from the worker processes
+    return tr
 
 
 def advantage_quality(warm_start: str, seed: int, cfg: QualityConfig, *, task: TaskName = "chain") -> dict[str, Any]:

@@ -92,7 +92,7 @@ class SuiteConfig(BaseModel):
             # every task, arm and measurement of the default preset, one short run each (the arm
             # lists and kl_arms are the default's), so a crash on any of the default's paths shows
             # in CI (issue 28: the default's pref-shift runs crashed while smoke ran sao on chain only)
-            base = dict(seeds=[0], chain_steps=3, shift_stage_steps=2, shift_eval_every=2, batch_size=16, workers=32,
+            base = dict(seeds=[0], chain_steps=3, shift_stage_steps=2, shift_eval_every=1, batch_size=16, workers=32,
                         critic_warmup=3, eval_every=3, eval_per_family=8, processes=1,
                         quality=QualityConfig(critic_iterations=(40,), prompts=6, mc_rollouts=16),
                         warm_start=WarmStartConfig(steps=200))

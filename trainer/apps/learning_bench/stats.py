@@ -207,7 +207,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("critic-vs-mean-family-corr", "the critic's advantages are better than a running mean's, here one kept "
           "per difficulty family", "chain", "corr", "running-mean-family", "sao"),
     Claim("dis-vs-none-small-step", "without DIS training collapses, at a step size matched to sao's (no-correction "
-          "at 0.45x the lr)", "chain", "auc", "no-correction-small-step", "sao", scale_note="dis"),
+          "at 0.64x the lr)", "chain", "auc", "no-correction-small-step", "sao", scale_note="dis"),
     Claim("token-vs-turn-last-h", "token-level GAE beats turn-level GAE, at the same effective horizon", "chain",
           "auc", "gae-turn-last-h", "sao"),
     Claim("token-vs-turn-avg-h", "token-level GAE beats turn-level GAE, at the same effective horizon", "chain",
