@@ -23,16 +23,23 @@ def _ints(text: str, what: str) -> list[int]:
 @bench_app.command("learning")
 @friendly_errors
 def learning_cmd(
-    preset: str = typer.Option("default", help="default (the bench/LEARNING.md grid, <= 15 min on 2 cores), "
-                                               "smoke (<= 1 min) or calibrate (the one-off learning-rate "
-                                               "calibration)"),
+    preset: str = typer.Option("default", help="default (the bench/LEARNING.md grid, sized for <= 20 min on 2 idle "
+                                               "cores), smoke (CI: one short run of everything the default runs), "
+                                               "calibrate (the one-off learning-rate calibration) or long (4 arms, "
+                                               "400 policy steps)"),
     scratch: str | None = typer.Option(None, help="directory for cached warm starts and a fresh run directory "
                                                      "(default: <system temp>/trajstore-bench-learning)"),
     seeds: str | None = typer.Option(None, help="comma-separated seeds (default: the preset's)"),
-    arms: str | None = typer.Option(None, help="comma-separated arms of the chain task (default: all)"),
+    arms: str | None = typer.Option(None, help="comma-separated arms of the chain task (default: the preset's)"),
     processes: int | None = typer.Option(None, min=1, help="worker processes (default: the preset's)"),
-    reanalyse: str | None = typer.Option(None, help="a finished run directory: redo its statistics, figures and "
-                                                       "report from the saved results (no training)"),
+    mismatch: str | None = typer.Option(None, help="the rollout engine's mismatch model: noise (bf16 + Gaussian logit "
+                                                      "noise, the default) or engine (float8 LM head + heavy-tailed "
+                                                      "logit noise, shaped like a real engine)"),
+    reanalyse: str | None = typer.Option(None, help="a finished run directory (or a committed copy of its result "
+                                                       "files, e.g. bench/learning_results/default): redo its "
+                                                       "statistics, figures, report and bench/LEARNING.md's tables "
+                                                       "from the per-run results (no training); a committed "
+                                                       "directory is only read, the output goes under --scratch"),
     fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Train SAO and its ablations from a supervised warm start under simulated asynchrony, score
@@ -46,8 +53,10 @@ def learning_cmd(
     from trajstore.trainer.apps.learning_bench.suite import reanalyse as redo
     from trajstore.trainer.apps.learning_bench.suite import run_suite
 
-    if preset not in ("default", "smoke", "calibrate"):
-        raise InvalidOptionError(f"invalid option --preset: must be default, smoke or calibrate (got {preset!r})")
+    if preset not in ("default", "smoke", "calibrate", "long"):
+        raise InvalidOptionError(f"invalid option --preset: must be default, smoke, calibrate or long (got {preset!r})")
+    if mismatch is not None and mismatch not in ("noise", "engine"):
+        raise InvalidOptionError(f"invalid option --mismatch: must be noise or engine (got {mismatch!r})")
     over: dict = {}
     if scratch:
         over["scratch"] = scratch
@@ -60,9 +69,11 @@ def learning_cmd(
             raise InvalidOptionError(f"invalid option --arms: {e}") from None
     if processes:
         over["processes"] = processes
+    if mismatch:
+        over["mismatch"] = mismatch
     err = Console(stderr=True)
     if reanalyse:
-        summary = redo(reanalyse)
+        summary = redo(reanalyse, scratch=scratch)
         cfg = SuiteConfig.model_validate_json(open(f"{reanalyse}/config.json").read())
     else:
         cfg = SuiteConfig.preset_config(preset, **over)  # type: ignore[arg-type]
@@ -80,11 +91,12 @@ def learning_cmd(
         # one seed (smoke) has no interval: no CI columns of nan, and the title says why
         with_ci = n_seeds >= 2
         minutes = summary.get("seconds", math.nan) / 60
-        cols = ["comparison", "metric", "difference", *(["ci_low", "ci_high"] if with_ci else []), "verdict"]
+        cols = ["comparison", "metric", "difference", *(["ci_low", "ci_high", "p_holm"] if with_ci else []), "verdict"]
         tables = [TableData(f"paper claims ({f'{n_seeds} paired seeds' if with_ci else f'{n_seeds} seed, CI n/a'}"
                             + (f", {minutes:.1f} min)" if math.isfinite(minutes) else ")"), cols,
                             [(f"{c['arm']} - {c['ref']} ({c['task']})", c["metric"], c["interval"]["mean"],
-                              *((c["interval"]["low"], c["interval"]["high"]) if with_ci else ()), c["verdict"])
+                              *((c["interval"]["low"], c["interval"]["high"], c["interval"].get("p_holm", math.nan))
+                                if with_ci else ()), c["verdict"])
                              for c in summary["claims"]],
                             keys=["comparison", "metric"], wrap=["verdict"])]
     out = Console()

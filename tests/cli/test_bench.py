@@ -12,7 +12,7 @@ def test_cli_refuses_bad_options_in_one_line(tmp_path) -> None:
     r = runner.invoke(app, ["bench", "learning", "--arms", "sao,sao2", "--scratch", str(tmp_path)])
     assert r.exit_code == 2 and "invalid option --arms" in r.output and "unknown arm 'sao2'" in r.output
     r = runner.invoke(app, ["bench", "learning", "--preset", "full", "--scratch", str(tmp_path)])
-    assert r.exit_code == 2 and "invalid option --preset: must be default, smoke or calibrate" in r.output
+    assert r.exit_code == 2 and "invalid option --preset: must be default, smoke, calibrate or long" in r.output
     r = runner.invoke(app, ["bench", "learning", "--seeds", "0,x", "--scratch", str(tmp_path)])
     assert r.exit_code == 2 and "invalid option --seeds: must be comma-separated integers" in r.output
     assert not any(tmp_path.iterdir())  # nothing ran

@@ -27,6 +27,37 @@ def draw_instance(rng: random.Random) -> tuple[str, int, int]:
     return family, x0, (x0 + STEP[family]) % 10
 
 
+def held_out_starts(seed: int, per_family: int) -> dict[str, frozenset[int]]:
+    """The first terms ``x0`` held out of training for `seed`: `per_family` of the 10 digits per
+    family, drawn from a stream of their own (``random.Random(f"held-out-{seed}")``). There are
+    30 instances in all (3 families x 10 digits); the learning benchmark trains on the others and
+    evaluates on these. ``per_family = 0``: nothing held out.
+
+    Raises:
+        ValueError: `per_family` outside 0..9 (a family needs at least one training instance).
+    """
+    if not 0 <= per_family <= 9:
+        raise ValueError(f"held-out starts per family must be 0..9, got {per_family}")
+    rng = random.Random(f"held-out-{seed}")
+    return {f: frozenset(rng.sample(range(10), per_family)) for f in FAMILIES}
+
+
+def draw_instance_from(rng: random.Random, starts: dict[str, frozenset[int]], *, held_out: bool) -> tuple[str, int, int]:
+    """An instance as :func:`draw_instance` (family uniform), with ``x0`` uniform over the
+    family's held-out starts (`held_out` True) or over the others (False). With nothing held out
+    and `held_out` False this is :func:`draw_instance`'s distribution.
+
+    Raises:
+        ValueError: `held_out` True and a family has no held-out start.
+    """
+    family = rng.choice(FAMILIES)
+    pool = sorted(starts[family]) if held_out else [x for x in range(10) if x not in starts[family]]
+    if not pool:
+        raise ValueError(f"no held-out start for family {family!r}")
+    x0 = rng.choice(pool)
+    return family, x0, (x0 + STEP[family]) % 10
+
+
 def make_episode(task: TaskName, instance: tuple[str, int, int], *, preferred: str | None = None) -> Episode:
     """A fresh, unstarted episode of `task` for `instance` (from :func:`draw_instance`);
     `preferred` is the style the ``pref-shift`` reward prefers.
@@ -49,4 +80,4 @@ def max_action_tokens(task: TaskName) -> int:
 
 
 __all__ = ["FAMILIES", "STYLES", "ChainTask", "Episode", "PrefChainTask", "Reply", "TaskName", "draw_instance",
-           "make_episode", "max_action_tokens"]
+           "draw_instance_from", "held_out_starts", "make_episode", "max_action_tokens"]

@@ -11,20 +11,33 @@ from typing import Any
 from trajstore.trainer.apps.envs import FAMILIES
 from trajstore.trainer.apps.learning_bench.arms import ARMS, DIS_BAND
 from trajstore.trainer.apps.learning_bench.presets import CALIBRATION_TARGET_KL, SHIFT_STYLES, SuiteConfig
-from trajstore.trainer.apps.learning_bench.stats import CLAIMS, Interval, auc, bootstrap_interval, paired, verdict
+from trajstore.trainer.apps.learning_bench.stats import CLAIMS, Interval, auc, decide, discriminates, paired, t_interval
 from trajstore.trainer.apps.learning_bench.trainer_side import LOG_RATIO_EDGES
 
 
 def _iv(iv: Interval) -> dict[str, Any]:
-    return {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n, "diffs": list(iv.diffs)}
+    return {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n, "diffs": list(iv.diffs), "p": iv.p,
+            "p_holm": iv.p_holm}
 
 
-def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]:
-    """Statistics, verdicts and figures from the finished jobs (see :mod:`.stats`, :mod:`.plots`)."""
-    from trajstore.trainer.apps.learning_bench import plots
+class _NoFigures:
+    """:mod:`.plots` with every ``*_plot`` a no-op returning None (``analyse(figures=False)``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        from trajstore.trainer.apps.learning_bench import plots
+
+        return (lambda *_a, **_k: None) if name.endswith("_plot") else getattr(plots, name)
+
+
+def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path, *, figures: bool = True) -> dict[str, Any]:
+    """Statistics, verdicts and (unless `figures` is False) figures from the finished jobs (see
+    :mod:`.stats`, :mod:`.plots`)."""
+    from trajstore.trainer.apps.learning_bench import plots as _plots
+
+    plots: Any = _plots if figures else _NoFigures()
 
     # by name, not in the order the workers finished: a fresh run and --reanalyse of its directory
-    # must give the same figures (the quality bars' bootstrap resampled seeds in completion order)
+    # must give the same figures (the quality bars' intervals once depended on completion order)
     done = dict(sorted(done.items()))
     n_seeds = len(cfg.seeds)
     of_seeds = plots.seeds_note(n_seeds)  # "mean over 5 seeds" / "1 seed"
@@ -38,14 +51,20 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
         by.setdefault((sp["task"], sp["arm"]), {})[sp["seed"]] = d
     # areas under the evaluation curves
     metric: dict[str, dict[str, dict[int, float]]] = {"auc": {}, "post-shift-auc": {}}
+    # each metric's signal per arm and seed: the change the metric is about (stats.discriminates)
+    signal: dict[str, dict[str, dict[int, float]]] = {"auc": {}, "post-shift-auc": {}}
     for (task, arm), seeds in by.items():
         for s, d in seeds.items():
             if task == "chain":
                 metric["auc"].setdefault(arm, {})[s] = auc(d["evals"])
+                signal["auc"].setdefault(arm, {})[s] = d["evals"][-1]["reward"] - d["evals"][0]["reward"]
             else:
                 steps = cfg.shift_stage_steps * len(SHIFT_STYLES)
-                vals = [auc(d["evals"], first=sh, last=min(sh + cfg.shift_stage_steps, steps)) for sh in cfg.shifts()]
+                stages = [_stage_evals(d["evals"], sh, cfg.shift_stage_steps, steps) for sh in cfg.shifts()]
+                vals = [auc(st) for st in stages]
                 metric["post-shift-auc"].setdefault(arm, {})[s] = sum(vals) / len(vals)
+                rec = [st[-1]["reward"] - st[0]["reward"] if len(st) >= 2 else math.nan for st in stages]
+                signal["post-shift-auc"].setdefault(arm, {})[s] = sum(rec) / len(rec)
     summary["auc"] = {m: {a: v for a, v in vals.items()} for m, vals in metric.items()}
     # advantage quality
     quality = [d for k, d in done.items() if k.startswith("quality-")]
@@ -63,7 +82,7 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
             summary["quality"][str(n)] = {"reliability": rel, "explained_variance": ev,
                                           "values": per, "tokens": quality[0]["tokens"]}
             order = [a for a in ARMS if a in per["corr"]]
-            bars = {e: {k: bootstrap_interval([per[k][e][s] for s in sorted(per[k][e])]) for k in ("corr", "cos")}
+            bars = {e: {k: t_interval([per[k][e][s] for s in sorted(per[k][e])]) for k in ("corr", "cos")}
                     for e in order}
             summary["figures"][f"quality-{n}"] = plots.quality_plot(
                 bars, rel, out / f"advantage-quality-{n}.png",
@@ -71,23 +90,30 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
                       f"critic iterations; {plots.seeds_note(len(quality))}, {plots.ci_note(len(quality))})")
         metric["corr"] = summary["quality"][str(first[0]["critic_iterations"])]["values"]["corr"]
         metric["cos"] = summary["quality"][str(first[0]["critic_iterations"])]["values"]["cos"]
+        signal["corr"], signal["cos"] = metric["corr"], metric["cos"]
     # DIS masked fraction in the sao runs (testability of the DIS claims)
     sao_band = [d["band"] for (task, arm), seeds in by.items() if arm == "sao" and task == "chain"
                 for d in seeds.values()]
     tot = sum(v[0] for b in sao_band for v in b.values())
     dis_masked = sum(v[1] + v[2] for b in sao_band for v in b.values()) / tot if tot else None
     summary["dis_masked_sao"] = dis_masked
-    # claims
-    forest: dict[str, list[dict[str, Any]]] = {}
+    # claims: one Holm family over every claim that reaches a test (stats.decide)
+    items = []
     for c in CLAIMS:
         vals = metric.get(c.metric, {})
         if c.arm not in vals or c.ref not in vals:
             continue
-        iv = paired(vals, c.arm, c.ref)
-        v, why = verdict(c, iv, dis_masked=dis_masked)
+        sig = signal.get(c.metric, {})
+        sig_iv = {a: t_interval([sig.get(a, {})[k] for k in sorted(sig.get(a, {}))]) for a in (c.arm, c.ref)}
+        items.append((c, paired(vals, c.arm, c.ref), discriminates(sig_iv[c.arm], sig_iv[c.ref]), sig_iv))
+    decided = decide([(c, iv, t) for c, iv, t, _ in items], dis_masked=dis_masked)
+    for (c, _, t, sig_iv), (iv, v, why) in zip(items, decided):
         summary["claims"].append({"key": c.key, "paper": c.paper, "task": c.task, "metric": c.metric, "arm": c.arm,
-                                  "ref": c.ref, "interval": _iv(iv), "verdict": v, "reason": why})
-    # forest plots: every arm against sao (and grpo-no-dis against grpo-dis)
+                                  "ref": c.ref, "interval": _iv(iv), "verdict": v, "reason": why, "testable": t,
+                                  "signal": {a: _iv(x) for a, x in sig_iv.items()}})
+    by_claim = {(d["arm"], d["ref"], d["metric"]): d for d in summary["claims"]}
+    # forest plots: every arm against sao (and grpo-no-dis against grpo-dis), 95 % t-intervals;
+    # the verdict shown is the claim's (with Holm) where the comparison is a claim
     for metric_name, unit, title in (
             ("auc", "paired difference in AUC of the evaluation reward (reward units), arm - reference",
              "chain task: area under the evaluation-reward curve, difference to sao"),
@@ -95,21 +121,15 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
              "pref-shift task: evaluation reward after each preference shift, difference to sao")):
         vals = metric.get(metric_name, {})
         rows = []
-        for arm in ARMS:
-            if arm == "sao" or arm not in vals or "sao" not in vals:
+        pairs = [(arm, ARMS[arm].reference) for arm in ARMS if arm != "sao"] + [("grpo-no-dis", "grpo-dis")]
+        for arm, ref in pairs:
+            if arm not in vals or ref not in vals:
                 continue
-            iv = paired(vals, arm, "sao")
-            claim = next((c for c in CLAIMS if c.arm == arm and c.ref == "sao" and c.metric == metric_name), None)
-            v = verdict(claim, iv, dis_masked=dis_masked)[0] if claim else "no paper claim"
-            rows.append({"label": f"{arm} - sao", "mean": iv.mean, "low": iv.low, "high": iv.high, "verdict": v,
-                         "unit": unit})
-        if metric_name == "auc" and "grpo-no-dis" in vals and "grpo-dis" in vals:
-            iv = paired(vals, "grpo-no-dis", "grpo-dis")
-            claim = next(c for c in CLAIMS if c.key == "grpo-dis-vs-none")
-            rows.append({"label": "grpo-no-dis - grpo-dis", "mean": iv.mean, "low": iv.low, "high": iv.high,
-                         "verdict": verdict(claim, iv, dis_masked=dis_masked)[0], "unit": unit})
+            iv = paired(vals, arm, ref)
+            claim = by_claim.get((arm, ref, metric_name))
+            rows.append({"label": f"{arm} - {ref}", "mean": iv.mean, "low": iv.low, "high": iv.high,
+                         "verdict": claim["verdict"] if claim else "no paper claim", "unit": unit})
         if rows:
-            forest[metric_name] = rows
             summary["figures"][f"forest-{metric_name}"] = plots.forest_plot(
                 rows, out / f"forest-{metric_name}.png",
                 title=f"{title} ({n_seeds} paired seed{'s' if n_seeds != 1 else ''}, {plots.ci_note(n_seeds)})")
@@ -118,9 +138,12 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
              for task in ("chain", "pref-shift")}
     hist = {task: {arm: [d["history"] for d in seeds.values()] for (t, arm), seeds in by.items() if t == task}
             for task in ("chain", "pref-shift")}
-    groups = {"critic vs baselines": ["sao", "sao-k1", "full-critic", "running-mean-8", "running-mean-128"],
-              "off-policy correction": ["sao", "ppo-clip", "no-correction", "grpo-dis", "grpo-no-dis"],
-              "GAE variants": ["sao", "gae-turn-last", "gae-turn-avg", "gae-no-skip"]}
+    groups = {"critic vs baselines": ["sao", "sao-k1", "full-critic", "running-mean-8", "running-mean-128",
+                                      "running-mean-family", "moe-critic", "moe-full-critic"],
+              "off-policy correction": ["sao", "ppo-clip", "no-correction", "no-correction-small-step", "grpo-dis",
+                                        "grpo-no-dis"],
+              "GAE variants": ["sao", "gae-turn-last", "gae-turn-avg", "gae-turn-last-h", "gae-turn-avg-h",
+                               "gae-no-skip"]}
     if evals["chain"]:
         summary["figures"]["curves-chain"] = plots.curves_plot(
             groups, evals["chain"], out / "curves-chain.png",
@@ -161,7 +184,17 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path) -> dict[str, Any]
                                     "seeds": len(s)}
                        for (t, a), s in sorted(by.items(), key=lambda kv: (kv[0][0] != "chain", list(ARMS).index(
                            kv[0][1])))}
+    summary["figures"] = {k: v for k, v in summary["figures"].items() if v}
     return summary
+
+
+def _stage_evals(evals: list[dict[str, Any]], shift: int, stage: int, steps: int) -> list[dict[str, Any]]:
+    """The evaluations of the stage that starts at policy step `shift`, in step order: from the
+    shift up to the step before the next shift (the last stage: up to the last step), all under
+    that stage's preference. (Before issue 28 the post-shift window also took the evaluation at
+    the next shift, which is scored under the next stage's preference.)"""
+    end = shift + stage if shift + stage < steps else steps + 1
+    return sorted((e for e in evals if shift <= e["step"] < end), key=lambda e: e["step"])
 
 
 COLLAPSE_DROP = 0.1

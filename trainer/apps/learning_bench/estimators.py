@@ -6,6 +6,12 @@ changing one thing (pure torch), and their adapters to the trainer's picked-once
   action token; a turn's value is the critic's value at its last action slot, or the mean over
   its action slots; its advantage goes to every token of the turn. The paper's appendix compares
   token-level with step-level (turn) GAE (SAO.md, mechanism 4: AIME25 89.8 vs 85.8 / 87.3).
+  With SAO's lambda applied once per turn, credit decays per turn as it decays per *token* at
+  token level: a shorter effective horizon (issue 28).
+* matched-horizon turn-level GAE (``turn-last-h`` / ``turn-avg-h``): the same with
+  ``lambda_turn = lambda ** (l / K)`` (``l`` action tokens, ``K`` turns of the row), so that one
+  turn step decays credit as much as the turn's average number of token steps does at token
+  level: the same effective horizon in tokens (``alpha * l``) as the token-level arm.
 * no-skip GAE (``no-skip``): token-level GAE over every slot from the first action to the last
   one, so the values at observation slots enter the deltas; advantages are kept on actions.
 
@@ -26,7 +32,7 @@ from torch import Tensor
 
 from trajstore.trainer.sao.advantages import length_adaptive_lambda, sao_targets, skip_observation_gae
 
-EstimatorName = Literal["token", "turn-last", "turn-avg", "no-skip"]
+EstimatorName = Literal["token", "turn-last", "turn-avg", "turn-last-h", "turn-avg-h", "no-skip"]
 """``token`` = SAO (skip-observation, token level); the others as in the module docstring."""
 
 
@@ -108,10 +114,24 @@ def advantages_by(name: EstimatorName, rewards: Tensor, values: Tensor, action_m
     lam = length_adaptive_lambda(action_mask.float().sum(-1), alpha)
     if name == "no-skip":
         return no_skip_gae(rewards, values, action_mask, gamma=gamma, lam=lam)
-    if name in ("turn-last", "turn-avg"):
-        return turn_level_gae(rewards, values, action_mask, value_at="last" if name == "turn-last" else "mean",
+    if name in ("turn-last", "turn-avg", "turn-last-h", "turn-avg-h"):
+        if name.endswith("-h"):
+            lam = matched_turn_lambda(lam, action_mask)
+        return turn_level_gae(rewards, values, action_mask, value_at="last" if name.startswith("turn-last") else "mean",
                               gamma=gamma, lam=lam)
-    raise ValueError(f"unknown estimator {name!r}; expected token, turn-last, turn-avg or no-skip")
+    raise ValueError(f"unknown estimator {name!r}; expected token, turn-last, turn-avg, turn-last-h, turn-avg-h or "
+                     "no-skip")
+
+
+def matched_turn_lambda(lam_token: Tensor, action_mask: Tensor) -> Tensor:
+    """``(n,)`` per-turn lambda with the token-level effective horizon: ``lam_token ** (l / K)``
+    for a row of ``l`` action tokens in ``K`` turns (a row without actions keeps its lambda).
+
+    Example: l = 9 tokens in K = 3 turns with ``lam_token = 1 - 1/(1.5 * 9) = 0.926``: ``0.926 ** 3
+    = 0.794`` per turn."""
+    tokens = action_mask.float().sum(-1)
+    turns = (turn_index(action_mask).max(dim=-1).values + 1).clamp(min=1).float()
+    return torch.where(tokens > 0, lam_token.float() ** (tokens / turns), lam_token.float())
 
 
 def trainer_advantage_fn(name: EstimatorName, gamma: float, alpha: float):  # noqa: ANN201 - a loop.AdvantageFn

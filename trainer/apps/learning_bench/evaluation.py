@@ -8,18 +8,30 @@ from typing import Any
 
 import torch
 
-from trajstore.trainer.apps.envs import FAMILIES, TaskName, draw_instance, make_episode, max_action_tokens
+from trajstore.trainer.apps.envs import (
+    FAMILIES,
+    TaskName,
+    draw_instance,
+    draw_instance_from,
+    held_out_starts,
+    make_episode,
+    max_action_tokens,
+)
 from trajstore.trainer.apps.learning_bench.codec import CharCodec
 from trajstore.trainer.apps.learning_bench.sampler import LlamaEngine, new_row, play
 
 
-def eval_instances(seed: int, per_family: int) -> list[tuple[str, int, int]]:
-    """The fixed evaluation instances of a seed: `per_family` of each family, the same for every arm."""
+def eval_instances(seed: int, per_family: int, *, held_out: int = 0) -> list[tuple[str, int, int]]:
+    """The fixed evaluation instances of a seed: `per_family` of each family, the same for every
+    arm. With `held_out` > 0 they are drawn from the seed's held-out starts
+    (:func:`~trajstore.trainer.apps.envs.held_out_starts`), which training never sees; with 0
+    from every instance (before issue 28: the 96 evaluation episodes repeated training instances)."""
     rng = random.Random(f"eval-{seed}")
+    starts = held_out_starts(seed, held_out) if held_out else None
     out: list[tuple[str, int, int]] = []
     for fam in FAMILIES:
         while sum(1 for f, _, _ in out if f == fam) < per_family:
-            inst = draw_instance(rng)
+            inst = draw_instance(rng) if starts is None else draw_instance_from(rng, starts, held_out=True)
             if inst[0] == fam:
                 out.append(inst)
     return out

@@ -25,7 +25,14 @@ from typing import Any
 
 import torch
 
-from trajstore.trainer.apps.envs import FAMILIES, draw_instance, make_episode, max_action_tokens
+from trajstore.trainer.apps.envs import (
+    FAMILIES,
+    draw_instance,
+    draw_instance_from,
+    held_out_starts,
+    make_episode,
+    max_action_tokens,
+)
 from trajstore.trainer.apps.envs.chain import TURNS
 from trajstore.trainer.apps.learning_bench.arms import BenchError, get_arm
 from trajstore.trainer.apps.learning_bench.codec import CharCodec
@@ -34,7 +41,14 @@ from trajstore.trainer.apps.learning_bench.evaluation import eval_instances, eva
 from trajstore.trainer.apps.learning_bench.sampler import LlamaEngine, Mismatch, Row, new_row, play
 from trajstore.trainer.apps.learning_bench.schedule import AsyncConfig, Timeline, simulate
 from trajstore.trainer.apps.learning_bench.spec import RunResult, RunSpec
-from trajstore.trainer.apps.learning_bench.trainer_side import LogRatioSpy, exact_kl, no_correction_loss, train_config
+from trajstore.trainer.apps.learning_bench.trainer_side import (
+    LogRatioSpy,
+    exact_kl,
+    keyed_running_mean,
+    no_correction_loss,
+    train_config,
+    use_moe_critic,
+)
 
 BENCH_SOURCE = "trajstore/bench-learning"
 """The ``source`` column of the benchmark's trajectories."""
@@ -45,6 +59,32 @@ def _percentile(xs: list[int], q: float) -> float:
         return math.nan
     s = sorted(xs)
     return float(s[min(len(s) - 1, int(q * len(s)))])
+
+
+def plan_timeline(spec: RunSpec) -> tuple[list[tuple[str, int, int]], Timeline]:
+    """The run's prompts (task instances, drawn in order from the seed's stream) and its timeline.
+
+    Every arm of a seed is on the same timeline: ``spec.critic_warmup`` warm-up iterations (the
+    critic arms train their critic on them; critic-free arms fill their baseline's state, e.g. the
+    running mean's window; no arm takes a policy step), then ``spec.steps`` policy steps. Arms with
+    one rollout per prompt therefore consume the same rollouts at every iteration, and the same
+    prompts and latencies reach every arm; GRPO's groups of 4 (its ablation) change which
+    rollouts finish first.
+    """
+    arm = get_arm(spec.arm)
+    acfg = AsyncConfig(workers=spec.workers, batch_size=spec.batch_size, group_size=arm.group_size,
+                       turn_latency_sigma=spec.turn_latency_sigma, train_step_s=spec.train_step_s)
+    task_rng = random.Random(f"tasks-{spec.seed}")
+    warmup = spec.critic_warmup
+    n_prompts = 4 * (warmup + spec.steps) * spec.batch_size + spec.workers
+    if spec.held_out:  # training never sees the evaluation's held-out first terms
+        starts = held_out_starts(spec.seed, spec.held_out)
+        instances = [draw_instance_from(task_rng, starts, held_out=False) for _ in range(n_prompts)]
+    else:
+        instances = [draw_instance(task_rng) for _ in range(n_prompts)]
+    timeline = simulate([TURNS[f] for f, _, _ in instances], acfg, iterations=warmup + spec.steps, warmup=warmup,
+                        seed=spec.seed)
+    return instances, timeline
 
 
 def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, float]], None] | None = None,
@@ -64,7 +104,7 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
             just written.
     """
     from trajstore.builder import TrajectoryBuilder
-    from trajstore.trainer.data import micro_batches, pack, split_for_rank
+    from trajstore.trainer.loop.micro import prepare
     from trajstore.trainer.loop.setup import setup
     from trajstore.trainer.loop.step import train_step
     from trajstore.writer import StoreWriter
@@ -72,25 +112,26 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
     t0 = time.monotonic()
     arm = get_arm(spec.arm)
     codec = CharCodec()
-    mismatch = Mismatch(bf16=spec.bf16, logit_noise=spec.logit_noise)
+    mismatch = (Mismatch.engine_like(spec.logit_noise) if spec.mismatch == "engine" else
+                Mismatch(bf16=spec.bf16, logit_noise=spec.logit_noise))
     cfg = train_config(spec, store_uri)
     tr = setup(cfg, allow_empty=True)  # the harness writes each batch after setup
+    tr.say = lambda _m: None  # no per-pass activity lines (and no heartbeat thread) from the worker processes
+    family_of: dict[str, str] = {}
+    if arm.critic_model != "policy":
+        if spec.critic_warm_start is None:
+            raise BenchError(f"{spec.run_id}: arm {arm.name} needs critic_warm_start (the seed's warm-started "
+                             f"{arm.critic_model})")
+        use_moe_critic(tr, spec.critic_warm_start, full=arm.full_critic)
+    if arm.baseline_key == "family":
+        tr.scalar_fn = keyed_running_mean(cfg.algo.running_mean_window, lambda smp: family_of[smp.trajectory_id])
     if arm.has_critic and arm.estimator != "token":
         tr.advantage_fn = trainer_advantage_fn(arm.estimator, cfg.algo.gamma, cfg.algo.lambda_alpha)
     if arm.correction == "none":
         tr.policy_loss_fn = no_correction_loss(tr.policy_loss_fn)
     spy = LogRatioSpy()
     tr.policy_loss_fn = spy.wrap(tr.policy_loss_fn)
-    warmup = cfg.algo.critic_warmup_steps if tr.critic is not None else 0
-
-    # the timeline: prompts drawn in order (the same stream in every arm of the seed)
-    acfg = AsyncConfig(workers=spec.workers, batch_size=spec.batch_size, group_size=arm.group_size,
-                       turn_latency_sigma=spec.turn_latency_sigma, train_step_s=spec.train_step_s)
-    task_rng = random.Random(f"tasks-{spec.seed}")
-    n_prompts = 4 * (warmup + spec.steps) * spec.batch_size + spec.workers
-    instances = [draw_instance(task_rng) for _ in range(n_prompts)]
-    timeline: Timeline = simulate([TURNS[f] for f, _, _ in instances], acfg, iterations=warmup + spec.steps,
-                                  warmup=warmup, seed=spec.seed)
+    instances, timeline = plan_timeline(spec)
     consumed = {k for it in timeline.iterations for k in it.rollouts}
     actions = sorted((t, k, j) for k in consumed for j, t in enumerate(timeline.rollouts[k].action_starts))
     action_times = [a[0] for a in actions]
@@ -98,11 +139,10 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
     engine = LlamaEngine(tr.loaded.model, mismatch)
     engine_version = 0
     gen = torch.Generator().manual_seed(spec.seed)
-    evals_inst = eval_instances(spec.seed, spec.eval_per_family)
+    evals_inst = eval_instances(spec.seed, spec.eval_per_family, held_out=spec.held_out)
     rows: dict[int, Row] = {}
     builders: dict[int, TrajectoryBuilder] = {}
     finished: dict[int, Any] = {}
-    family_of: dict[str, str] = {}
     sampling = {"temperature": 1.0, "top_p": 1.0, "max_tokens": max_action_tokens(spec.task)}
     history: list[dict[str, float]] = []
     evals: list[dict[str, Any]] = []
@@ -194,18 +234,25 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
                     raise BenchError(f"{spec.run_id} iteration {it.index}: the trainer's stream did not return the "
                                      f"{len(trajs)} trajectories just written, in completion order")
                 version = tr.state.version
-                # the loop's micro-batches (one rank): the spy's per-slot staleness must align with them
-                local = split_for_rank(batch.samples, 0, 1)
-                packs = [pack(m) for m in micro_batches(local, cfg.data.micro_batch_size,
-                                                        math.ceil(len(local) / cfg.data.micro_batch_size))]
+                # the loop's own micro-batches, by the loop's own function (trajectory count and the
+                # memory plan's token bound): the spy's per-slot staleness must align with them
+                packs = [m.mb for m in prepare(tr, batch)[0]]
                 spy.staleness = [torch.where(p.action_mask, version - p.policy_version, 0) for p in packs]
                 spy.calls = 0
                 kl_before = None
                 if spec.measure_kl and it.publishes is not None:
                     kl_before, _ = exact_kl(tr.loaded.model, packs, None)
                 step_before = tr.state.step
-                metrics, consumed_rows = train_step(tr, batch)
-                if tr.recorder is not None:
+                if it.publishes is None and tr.critic is None:
+                    # warm-up of a critic-free arm: its baseline sees the batch (the running mean's
+                    # window fills), no policy step (issue 28: they started at once, from a zero baseline)
+                    if tr.scalar_fn is not None:
+                        tr.scalar_fn(batch.samples, tr.state)
+                    tr.state.cursor = batch.cursor
+                    metrics, consumed_rows = {}, []
+                else:
+                    metrics, consumed_rows = train_step(tr, batch)
+                if tr.recorder is not None and (metrics or consumed_rows):
                     tr.recorder.write_step(iteration=it.index, step=consumed_rows[0]["step"] if consumed_rows else
                                            step_before, trainer_version=version, metrics=metrics,
                                            consumed=consumed_rows)

@@ -29,17 +29,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from trajstore.trainer.apps.envs import TaskName, draw_instance, make_episode, max_action_tokens
+from trajstore.trainer.apps.envs import FAMILIES, TaskName, draw_instance, make_episode, max_action_tokens
 from trajstore.trainer.apps.learning_bench.codec import CharCodec
 from trajstore.trainer.apps.learning_bench.estimators import advantages_by
 from trajstore.trainer.apps.learning_bench.sampler import LlamaEngine, Row, new_row, play
 
 CRITIC_ARMS = {"sao": ("token", False, 2), "sao-k1": ("token", False, 1), "full-critic": ("token", True, 2),
                "gae-turn-last": ("turn-last", False, 2), "gae-turn-avg": ("turn-avg", False, 2),
+               "gae-turn-last-h": ("turn-last-h", False, 2), "gae-turn-avg-h": ("turn-avg-h", False, 2),
                "gae-no-skip": ("no-skip", False, 2)}
 """Estimators with a critic: (GAE variant, full-parameter critic, K critic updates per batch)."""
-BASELINE_ARMS = {"running-mean-8": 8, "running-mean-128": 128, "grpo-dis": None}
-"""Critic-free estimators: running-mean window (trajectories), or None for GRPO's group normalisation."""
+BASELINE_ARMS = {"running-mean-8": 8, "running-mean-128": 128, "running-mean-family": 32, "grpo-dis": None}
+"""Critic-free estimators: running-mean window (trajectories; per family for ``running-mean-family``),
+or None for GRPO's group normalisation."""
+FAMILY_KEYED = frozenset({"running-mean-family"})
+"""Running means with one window per difficulty family."""
 
 
 @dataclass(frozen=True)
@@ -179,7 +183,9 @@ def _critic_trainer(warm_start: str, seed: int, full: bool, k: int, cfg: Quality
         optim=OptimConfig(policy_lr=cfg.policy_lr, critic_lr=cfg.policy_lr * cfg.critic_lr_factor),
         algo=AlgoConfig(critic_updates=k, critic_warmup_steps=10**6, critic_warmup_until="budget"),  # critic only
         run=RunConfig(run_id=f"quality-{'full' if full else 'mlp'}-k{k}", device="cpu", progress=False))
-    return setup(tc, allow_empty=True)  # the oracle writes its batches after setup
+    tr = setup(tc, allow_empty=True)  # the oracle writes its batches after setup
+    tr.say = lambda _m: None  # no per-pass activity lines from the worker processes
+    return tr
 
 
 def advantage_quality(warm_start: str, seed: int, cfg: QualityConfig, *, task: TaskName = "chain") -> dict[str, Any]:
@@ -230,9 +236,10 @@ def advantage_quality(warm_start: str, seed: int, cfg: QualityConfig, *, task: T
 
     # on-policy critic batches, the same for every critic and running mean
     train_inst = [draw_instance(rng) for _ in range(max(cfg.critic_iterations) * cfg.batch_size)]
-    batches = []
+    batches, batch_inst = [], []
     for i in range(max(cfg.critic_iterations)):
-        eps = _sample_batch(engine, task, train_inst[i * cfg.batch_size:(i + 1) * cfg.batch_size], generator=gen)
+        batch_inst.append(train_inst[i * cfg.batch_size:(i + 1) * cfg.batch_size])
+        eps = _sample_batch(engine, task, batch_inst[-1], generator=gen)
         batches.append(to_samples(eps, prefix=f"b{i}-"))
     checkpoints: list[dict[str, Any]] = []
     results: dict[int, dict[str, dict[str, float]]] = {n: {} for n in cfg.critic_iterations}
@@ -244,6 +251,15 @@ def advantage_quality(warm_start: str, seed: int, cfg: QualityConfig, *, task: T
         for n in cfg.critic_iterations:
             if window is None:
                 adv = grpo_advantages(rewards, torch.tensor([i // cfg.group_size for i in range(len(samples))]))
+            elif name in FAMILY_KEYED:
+                rms = {f: RunningMeanBaseline(window) for f in FAMILIES}
+                for b, b_inst in zip(batches[:n], batch_inst[:n]):
+                    for f in FAMILIES:
+                        rs = [s.reward for s, i in zip(b, b_inst) if i[0] == f]
+                        if rs:
+                            rms[f](torch.tensor(rs, dtype=torch.float64))
+                adv = torch.tensor([s.reward - rms[i[0]].mean for s, i in zip(samples, scored_inst)],
+                                   dtype=torch.float64)
             else:
                 rm = RunningMeanBaseline(window)
                 for b in batches[:n]:

@@ -13,11 +13,14 @@ ARM_COLORS = {
     "sao": "#000000", "sao-k1": "#1f77b4", "full-critic": "#17becf", "running-mean-8": "#d62728",
     "running-mean-128": "#ff9896", "ppo-clip": "#9467bd", "no-correction": "#8c564b", "grpo-dis": "#2ca02c",
     "grpo-no-dis": "#98df8a", "gae-turn-last": "#ff7f0e", "gae-turn-avg": "#7f7f7f", "gae-no-skip": "#e377c2",
+    "running-mean-family": "#b5651d", "no-correction-small-step": "#c49c94", "gae-turn-last-h": "#ffbb78",
+    "gae-turn-avg-h": "#c7c7c7", "moe-critic": "#393b79", "moe-full-critic": "#6b6ecf",
 }
 """One fixed colour per arm (estimators of the advantage-quality study use their arm's colour).
 ``gae-turn-avg`` is grey, not olive: olive sat between the two GRPO greens in the diagnostics, and
 any yellow sat too close to ``gae-turn-last``'s orange."""
-ARM_DASHED = frozenset({"running-mean-128", "grpo-no-dis"})
+ARM_DASHED = frozenset({"running-mean-128", "grpo-no-dis", "no-correction-small-step", "gae-turn-last-h",
+                        "gae-turn-avg-h", "moe-full-critic"})
 """Arms drawn dashed in line plots: the lighter member of a pair of similar hues (running-mean-8 /
 -128, grpo-dis / grpo-no-dis), so the pair stays apart where the lines cross."""
 
@@ -28,9 +31,9 @@ def arm_style(arm: str) -> dict[str, Any]:
 
 
 def ci_note(seeds: int) -> str:
-    """What the whiskers / bars of a figure over `seeds` paired seeds mean (a bootstrap over one
-    seed has no interval, so none is drawn or promised)."""
-    return "95% bootstrap CI" if seeds >= 2 else "no interval"
+    """What the whiskers / bars of a figure over `seeds` paired seeds mean (one seed has no
+    interval, so none is drawn or promised)."""
+    return "95% t-interval" if seeds >= 2 else "no interval"
 
 
 def seeds_note(seeds: int) -> str:
@@ -38,7 +41,8 @@ def seeds_note(seeds: int) -> str:
 
 
 VERDICT_COLORS = {"reproduced": "#2ca02c", "not reproduced": "#d62728", "not testable at this scale": "#7f7f7f",
-                  "no paper claim": "#1f77b4", "undetermined": "#bcbd22"}
+                  "not testable (no arm discriminates)": "#c7c7c7", "no paper claim": "#1f77b4",
+                  "undetermined": "#bcbd22"}
 
 
 def _plt():  # noqa: ANN202
@@ -83,7 +87,7 @@ def _legend_panel(ax, arms: Sequence[str], extra: Sequence[tuple[str, dict[str, 
 
 
 def forest_plot(rows: Sequence[dict[str, Any]], path: str | Path, *, title: str) -> str:
-    """Paired differences to ``sao`` with their 95 % bootstrap intervals, one row per comparison.
+    """Paired differences to ``sao`` with their 95 % t-intervals, one row per comparison.
 
     Args:
         rows: dicts with ``label``, ``mean``, ``low``, ``high``, ``verdict``, ``unit`` (x-axis label).
@@ -119,7 +123,7 @@ def forest_plot(rows: Sequence[dict[str, Any]], path: str | Path, *, title: str)
 def quality_plot(per_estimator: dict[str, dict[str, Any]], reliability: float, path: str | Path, *,
                  title: str) -> str:
     """Advantage quality per estimator: Pearson correlation with A* and gradient cosine with the
-    oracle gradient, mean over seeds with 95 % bootstrap intervals (of the mean), one bar per
+    oracle gradient, mean over seeds with 95 % t-intervals (of the mean), one bar per
     estimator in its arm's colour; the dashed line is the MC oracle's noise ceiling
     ``sqrt(reliability)`` for the correlation."""
     plt = _plt()

@@ -1,9 +1,11 @@
 """The presets of ``traj bench learning`` and what each runs (:class:`SuiteConfig`: the grid of
 arms x tasks x paired seeds as run specs), with the calibrated learning rate.
 
-Presets: ``default`` (the grid behind bench/LEARNING.md, <= 15 min on 2 cores), ``smoke`` (CI:
-one seed, the advantage-quality study at small size and one short SAO run, <= 1 min) and
-``calibrate`` (the one-off learning-rate calibration that fixed :data:`POLICY_LR`).
+Presets: ``default`` (the grid behind bench/LEARNING.md, sized for <= 20 min on 2 idle cores),
+``smoke`` (CI: one seed, the advantage-quality study at small size and one short run of every task
+and arm the default runs, with the same measurements), ``calibrate`` (the one-off learning-rate
+calibration that fixed :data:`POLICY_LR`) and ``long`` (sao, GRPO with and without DIS and
+no-correction for 400 policy steps, outside CI: the dynamics the paper sees after ~160-400 steps).
 """
 
 from __future__ import annotations
@@ -14,12 +16,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trajstore.trainer.apps.learning_bench.arms import ARMS
+from trajstore.trainer.apps.learning_bench.arms import get_arm
 from trajstore.trainer.apps.learning_bench.oracle import QualityConfig
 from trajstore.trainer.apps.learning_bench.spec import RunSpec
 from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig
 
-Preset = Literal["default", "smoke", "calibrate"]
+Preset = Literal["default", "smoke", "calibrate", "long"]
 
 POLICY_LR = 5e-4
 """The RL learning rate of every arm (critic: 5x). Calibrated once with ``traj bench learning
@@ -29,6 +31,16 @@ KL(pi_before || pi_after) was 6.2e-4 nats per action token at 3e-4 and 9.8e-4 at
 CALIBRATION_LRS = (1e-4, 2e-4, 3e-4, 5e-4, 1e-3)
 CALIBRATION_TARGET_KL = 1e-3
 """nats per action token, exact over the vocabulary at the batch's action slots."""
+DEFAULT_CHAIN_ARMS = ("sao", "sao-k1", "full-critic", "running-mean-8", "running-mean-128", "running-mean-family",
+                      "ppo-clip", "no-correction", "no-correction-small-step", "grpo-dis", "grpo-no-dis",
+                      "gae-turn-last-h", "gae-turn-avg-h", "gae-no-skip", "moe-critic", "moe-full-critic")
+"""The default preset's chain arms (issue 28: the per-family running mean, the step-matched
+no-correction, the matched-horizon turn-level GAE and the MoE critic pair added; the turn-level
+arms without horizon matching, ``gae-turn-last`` / ``gae-turn-avg``, run with ``--arms``)."""
+LONG_ARMS = ("sao", "grpo-dis", "grpo-no-dis", "no-correction")
+"""The long preset's arms."""
+LONG_SEEDS = 5
+"""Paired seeds of the long preset (each of its runs is 16x a default chain run)."""
 SHIFT_STYLES = ("<", "=", ">")
 """Preferred style of each stage of the pref-shift task."""
 
@@ -46,8 +58,8 @@ class SuiteConfig(BaseModel):
     preset: Preset = "default"
     scratch: str = Field(default_factory=lambda: str(default_scratch()),
                          description="directory for warm starts (cached per seed) and a fresh run directory")
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
-    chain_arms: list[str] = Field(default_factory=lambda: list(ARMS))
+    seeds: list[int] = Field(default_factory=lambda: list(range(10)), description="paired seeds (issue 28: >= 10)")
+    chain_arms: list[str] = Field(default_factory=lambda: list(DEFAULT_CHAIN_ARMS))
     chain_steps: int = 25
     shift_arms: list[str] = Field(default_factory=lambda: ["sao", "running-mean-8", "running-mean-128"])
     shift_stage_steps: int = Field(12, description="policy steps per preference stage (3 stages)")
@@ -55,12 +67,16 @@ class SuiteConfig(BaseModel):
     workers: int = Field(64, description="simulated rollout workers")
     critic_warmup: int = 10
     policy_lr: float = POLICY_LR
-    logit_noise: float = Field(0.2, description="sd of the engine's logit noise (nats), on top of bf16 rounding")
+    logit_noise: float = Field(0.2, description="scale of the engine's logit noise (nats), on top of bf16 rounding")
+    mismatch: Literal["noise", "engine"] = Field("noise", description="the engine's mismatch model "
+                                                 "(sampler.Mismatch): bf16 + Gaussian noise, or engine-like")
+    held_out: int = Field(3, ge=0, le=9, description="first terms per family held out of training for evaluation")
     eval_every: int = Field(5, description="chain task: policy steps between evaluations")
     shift_eval_every: int = Field(4, description="pref-shift task: policy steps between evaluations (divides the "
                                                  "stage length, so every shift step is evaluated)")
     eval_per_family: int = 32
-    kl_arms: list[str] = Field(default_factory=lambda: ["sao", "no-correction", "ppo-clip", "grpo-dis"],
+    kl_arms: list[str] = Field(default_factory=lambda: ["sao", "no-correction", "no-correction-small-step",
+                                                        "ppo-clip", "grpo-dis"],
                                description="arms whose exact per-step KL is measured (2 extra forwards per step)")
     quality: QualityConfig | None = Field(default_factory=lambda: QualityConfig(critic_iterations=(10, 30)))
     warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig)
@@ -73,33 +89,50 @@ class SuiteConfig(BaseModel):
         if name == "default":
             base: dict[str, Any] = {}
         elif name == "smoke":
-            base = dict(seeds=[0], chain_arms=["sao"], chain_steps=6, shift_arms=[], batch_size=16, workers=32,
+            # every task, arm and measurement of the default preset, one short run each (the arm
+            # lists and kl_arms are the default's), so a crash on any of the default's paths shows
+            # in CI (issue 28: the default's pref-shift runs crashed while smoke ran sao on chain only)
+            base = dict(seeds=[0], chain_steps=3, shift_stage_steps=2, shift_eval_every=1, batch_size=16, workers=32,
                         critic_warmup=3, eval_every=3, eval_per_family=8, processes=1,
-                        quality=QualityConfig(critic_iterations=(40,), prompts=6, mc_rollouts=16,
-                                              estimators=("sao", "running-mean-128")),
+                        quality=QualityConfig(critic_iterations=(40,), prompts=6, mc_rollouts=16),
                         warm_start=WarmStartConfig(steps=200))
         elif name == "calibrate":
             base = dict(seeds=[0], chain_arms=["sao"], chain_steps=20, shift_arms=[], quality=None,
                         calibrate_lrs=list(CALIBRATION_LRS))
+        elif name == "long":
+            base = dict(seeds=list(range(LONG_SEEDS)), chain_arms=list(LONG_ARMS), chain_steps=400, shift_arms=[],
+                        quality=None, eval_every=25, kl_arms=["sao", "no-correction", "grpo-dis"])
         else:
-            raise ValueError(f"unknown preset {name!r}; expected default, smoke or calibrate")
+            raise ValueError(f"unknown preset {name!r}; expected default, smoke, calibrate or long")
         return cls(preset=name, **{**base, **overrides})
 
     def shifts(self) -> list[int]:
         """Policy steps at which the pref-shift preference changes."""
         return [self.shift_stage_steps * i for i in range(1, len(SHIFT_STYLES))]
 
-    def specs(self, warm: dict[int, str]) -> list[RunSpec]:
-        """Every RL run, in a stable order (`warm`: seed -> warm-start directory)."""
+    def needs_moe(self) -> bool:
+        """Whether an arm runs with the MoE critic (its warm starts are then needed too)."""
+        return any(get_arm(a).critic_model != "policy" for a in [*self.chain_arms, *self.shift_arms])
+
+    def specs(self, warm: dict[int, str], warm_moe: dict[int, str] | None = None) -> list[RunSpec]:
+        """Every RL run, in a stable order (`warm`: seed -> warm-start directory; `warm_moe`: seed
+        -> the MoE LM's, for the MoE critic arms; a placeholder when not given)."""
         common = dict(batch_size=self.batch_size, workers=self.workers, critic_warmup=self.critic_warmup,
-                      logit_noise=self.logit_noise, eval_every=self.eval_every, eval_per_family=self.eval_per_family)
+                      logit_noise=self.logit_noise, mismatch=self.mismatch, held_out=self.held_out,
+                      eval_every=self.eval_every, eval_per_family=self.eval_per_family)
         out = []
+
+        def moe(arm: str, s: int) -> dict[str, Any]:
+            if get_arm(arm).critic_model == "policy":
+                return {}
+            return {"critic_warm_start": (warm_moe or {}).get(s, "(not built)")}
+
         lrs = self.calibrate_lrs or [self.policy_lr]
         for lr in lrs:
             for arm in self.chain_arms:
                 for s in self.seeds:
                     out.append(RunSpec(task="chain", arm=arm, seed=s, warm_start=warm[s], steps=self.chain_steps,
-                                       policy_lr=lr, measure_kl=arm in self.kl_arms, **common))
+                                       policy_lr=lr, measure_kl=arm in self.kl_arms, **common, **moe(arm, s)))
         stages = [(i * self.shift_stage_steps, st) for i, st in enumerate(SHIFT_STYLES)]
         if self.shift_arms and self.shift_stage_steps % self.shift_eval_every:
             raise ValueError(f"shift_eval_every {self.shift_eval_every} must divide shift_stage_steps "
@@ -109,5 +142,5 @@ class SuiteConfig(BaseModel):
             for s in self.seeds:
                 out.append(RunSpec(task="pref-shift", arm=arm, seed=s, warm_start=warm[s], policy_lr=self.policy_lr,
                                    steps=self.shift_stage_steps * len(SHIFT_STYLES), stages=stages,
-                                   measure_kl=arm in self.kl_arms, **common_shift))
+                                   measure_kl=arm in self.kl_arms, **common_shift, **moe(arm, s)))
         return out

@@ -5,7 +5,8 @@ sampled from, as an inference engine does.
 Training/inference mismatch is injected here, at stated levels (:class:`Mismatch`): the engine is
 its own implementation of the model (:class:`LlamaEngine`), its weights and logits are rounded to
 bfloat16 (the arithmetic stays float32: bfloat16 matmuls are about 3x slower than float32 on the
-CPUs this runs on), and Gaussian noise is added to the logits before sampling. The trainer recomputes log-probs in float32 without noise, so importance ratios
+CPUs this runs on), and noise is added to the logits before sampling (Gaussian; or, in the
+``engine`` model, a float8 LM head and heavy-tailed noise). The trainer recomputes log-probs in float32 without noise, so importance ratios
 differ from 1 even at zero staleness, as between vLLM / SGLang and an FSDP trainer.
 """
 
@@ -26,20 +27,73 @@ from trajstore.trainer.apps.learning_bench.codec import CharCodec
 class Mismatch:
     """Sampler-side deviations from the trainer's float32 policy.
 
+    Two models (``SuiteConfig.mismatch``): ``noise`` (the default since issue 15: bf16 rounding
+    and i.i.d. Gaussian logit noise, unbiased and light-tailed) and ``engine``
+    (:meth:`engine_like`, issue 28), shaped like a real inference engine against a trainer:
+
+    * systematic: the LM head is rounded to float8 (e4m3, one scale per vocabulary row) on top of
+      bf16, so every logit carries a fixed error that depends on the context through the hidden
+      state and is the same at every call, not redrawn; the MiniMax-M1 report (arXiv 2506.13585,
+      RL section) traced its training/inference probability mismatch to the LM head's precision;
+    * heavy-tailed: Student-t logit noise (3 degrees of freedom) instead of Gaussian: most tokens
+      agree closely and a few differ by a lot, and a sampled token's engine log-prob is biased up
+      (it was sampled partly because its noise was high), most for low-probability tokens, the
+      shape reported for vLLM / SGLang against FSDP trainers (Yao et al. 2025, "Your efficient RL
+      framework secretly brings you off-policy RL training"; Li et al. 2025, "Taming the tail",
+      arXiv 2512.23087: the log-prob mismatch bound scales as 1 - p, and sampled tail tokens show
+      systematically biased mismatch). The magnitudes are not fitted to any measured engine.
+
     Attributes:
         bf16: round the engine's weights (when loaded) and its logits to bfloat16.
-        logit_noise: standard deviation (nats) of i.i.d. Gaussian noise added to every logit of
-            every sampled position, after the bfloat16 rounding.
+        logit_noise: scale (nats) of the noise added to every logit of every sampled position,
+            after the rounding: the sd of Gaussian noise, or the scale of Student-t noise.
+        noise_df: None = Gaussian noise; an integer = Student-t noise with that many degrees of
+            freedom (heavier tails the smaller).
+        head_fp8: round the LM head's weights to float8 e4m3 with one scale per vocabulary row
+            (``max |w_row| / 448``), after bf16.
     """
 
     bf16: bool = False
     logit_noise: float = 0.0
+    noise_df: int | None = None
+    head_fp8: bool = False
+
+    @classmethod
+    def engine_like(cls, logit_noise: float) -> Mismatch:
+        """The ``engine`` model: bf16, a float8 LM head, Student-t (3 df) logit noise of scale
+        `logit_noise` (see the class docstring for the sources of this shape)."""
+        return cls(bf16=True, logit_noise=logit_noise, noise_df=ENGINE_NOISE_DF, head_fp8=True)
 
     def describe(self) -> str:
         parts = ["bf16 weights + logits" if self.bf16 else "float32"]
+        if self.head_fp8:
+            parts.append("float8 LM head")
         if self.logit_noise:
-            parts.append(f"logit noise sd {self.logit_noise:g} nats")
+            kind = f"Student-t ({self.noise_df} df)" if self.noise_df else "Gaussian"
+            parts.append(f"{kind} logit noise, scale {self.logit_noise:g} nats")
         return ", ".join(parts)
+
+    def noise(self, shape: torch.Size | tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        """Logit noise of `shape` (zeros without ``logit_noise``), drawn from `generator`."""
+        if not self.logit_noise:
+            return torch.zeros(shape)
+        z = torch.randn(shape, generator=generator)
+        if self.noise_df:
+            chi2 = torch.randn((*shape, self.noise_df), generator=generator).pow(2).sum(-1)
+            z = z / (chi2 / self.noise_df).sqrt()
+        return self.logit_noise * z
+
+
+ENGINE_NOISE_DF = 3
+"""Degrees of freedom of the ``engine`` model's Student-t logit noise."""
+FP8_E4M3_MAX = 448.0
+"""Largest finite float8 e4m3 value (the per-row scale maps a row's max |w| to it)."""
+
+
+def fp8_rows(w: torch.Tensor) -> torch.Tensor:
+    """`w` ``(V, H)`` rounded to float8 e4m3 with one scale per row and back to float32."""
+    scale = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / FP8_E4M3_MAX
+    return (w / scale).to(torch.float8_e4m3fn).float() * scale
 
 
 NO_MISMATCH = Mismatch()
@@ -90,6 +144,8 @@ class LlamaEngine:
                 self.w[name] = (t.to(torch.bfloat16).float() if self.mismatch.bf16 else t.clone())
         if "lm_head.weight" not in self.w:  # tied embeddings
             self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
+        if self.mismatch.head_fp8:
+            self.w["lm_head.weight"] = fp8_rows(self.w["lm_head.weight"])
 
     def reset(self, batch: int) -> None:
         """Empty the KV cache for `batch` rows."""
@@ -232,7 +288,7 @@ def play(engine: LlamaEngine, rows: Sequence[Row], codec: CharCodec, *, generato
                 fed[i] += n
             logits = engine.step(ids, pos, mask)
             if noise:
-                logits = logits + noise * torch.randn(logits.shape, generator=generator)
+                logits = logits + engine.mismatch.noise(logits.shape, generator)
             lp = torch.log_softmax(logits, dim=-1)
             tok = torch.multinomial(lp.exp(), 1, generator=generator)[:, 0]
             tok_lp = lp.gather(-1, tok[:, None])[:, 0].tolist()

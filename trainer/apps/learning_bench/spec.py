@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,8 +22,8 @@ class RunSpec(BaseModel):
     seed: int = Field(0, description="seeds the warm start, task draws, latencies, sampler and evaluation")
     warm_start: str = Field(description="directory of the seed's warm-start model (HF format)")
     steps: int = Field(60, ge=1, description="policy steps")
-    critic_warmup: int = Field(10, ge=0, description="critic-only iterations before the first policy step "
-                                                     "(critic arms)")
+    critic_warmup: int = Field(10, ge=0, description="warm-up iterations before the first policy step, in every "
+                                                     "arm: critics train, critic-free baselines fill their state")
     policy_lr: float = Field(gt=0, description="policy learning rate (calibrated once, same for every arm)")
     critic_lr_factor: float = Field(5.0, gt=0, description="critic learning rate / policy learning rate "
                                                            "(SAO.md: 5e-6 / 1e-6)")
@@ -33,7 +33,15 @@ class RunSpec(BaseModel):
     train_step_s: float = Field(1.0, ge=0, description="simulated seconds per trainer iteration "
                                                        "(median turn latency = 1 s)")
     bf16: bool = Field(True, description="engine weights and logits rounded to bfloat16")
-    logit_noise: float = Field(0.0, ge=0, description="sd of Gaussian logit noise at the engine (nats)")
+    logit_noise: float = Field(0.0, ge=0, description="scale of the engine's logit noise (nats): the sd of "
+                                                      "Gaussian noise, or the Student-t scale (mismatch engine)")
+    mismatch: Literal["noise", "engine"] = Field("noise", description="the engine's mismatch model: bf16 + Gaussian "
+                                                 "logit noise, or engine-like (float8 LM head, Student-t noise; "
+                                                 "sampler.Mismatch)")
+    held_out: int = Field(3, ge=0, le=9, description="first terms per family held out of training; the evaluation "
+                                                     "episodes use only these (0: evaluate on training instances)")
+    critic_warm_start: str | None = Field(None, description="directory of the seed's warm-started MoE LM (arms with "
+                                                            "critic_model tiny-qwen3-moe)")
     eval_every: int = Field(10, ge=1, description="policy steps between evaluations")
     eval_per_family: int = Field(32, ge=1, description="fixed evaluation episodes per difficulty family")
     stages: list[tuple[int, str]] = Field(default_factory=list, description="pref-shift: (first policy step, "

@@ -1,6 +1,8 @@
 """``traj bench learning``: run a preset's warm starts, grid of runs and advantage-quality study in
 worker processes, then its analysis and report, all under a fresh directory of the scratch area
-(never into the checkout); or redo the analysis of a finished run directory (``--reanalyse``)."""
+(never into the checkout); or redo the analysis of a finished run directory from its per-run
+result files (``--reanalyse``; a directory committed to git, such as bench/learning_results/,
+is read and never written: the new report goes to a fresh directory of the scratch area)."""
 
 from __future__ import annotations
 
@@ -18,22 +20,28 @@ from trajstore.trainer.apps.learning_bench.analysis import analyse
 from trajstore.trainer.apps.learning_bench.arms import BenchError
 from trajstore.trainer.apps.learning_bench.harness import run_one
 from trajstore.trainer.apps.learning_bench.oracle import QualityConfig
-from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
-from trajstore.trainer.apps.learning_bench.report import render_report
+from trajstore.trainer.apps.learning_bench.presets import SuiteConfig, default_scratch
+from trajstore.trainer.apps.learning_bench.provenance import describe, finish, machine_info
+from trajstore.trainer.apps.learning_bench.report import generated_tables, render_report
 from trajstore.trainer.apps.learning_bench.spec import RunSpec
 from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig
 
 # -- jobs (run in worker processes) --------------------------------------------------------------
 
 
-def _job_warm(scratch: str, seed: int, cfg_json: str) -> tuple[int, str]:
+# every job reports its CPU time (one torch thread each): on a shared machine wall times say
+# little, and the sum of CPU times / worker processes estimates the wall time on idle cores
+
+
+def _job_warm(scratch: str, seed: int, cfg_json: str) -> tuple[int, str, float]:
     import torch
 
     torch.set_num_threads(1)
     from trajstore.trainer.apps.learning_bench.warmstart import ensure_warm_start
 
+    c0 = time.process_time()
     cfg = WarmStartConfig(**json.loads(cfg_json))
-    return seed, str(ensure_warm_start(scratch, seed, cfg))
+    return seed, str(ensure_warm_start(scratch, seed, cfg)), time.process_time() - c0
 
 
 def _job_run(spec_json: str, store: str, out: str) -> dict[str, Any]:
@@ -41,10 +49,11 @@ def _job_run(spec_json: str, store: str, out: str) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     spec = RunSpec.model_validate_json(spec_json)
+    c0 = time.process_time()
     res = run_one(spec, store)
     d = {"spec": json.loads(spec.model_dump_json()), "store": res.store, "history": res.history, "evals": res.evals,
          "log_ratio_hist": res.log_ratio_hist, "band": res.band, "staleness_tokens": res.staleness_tokens,
-         "seconds": res.seconds}
+         "seconds": res.seconds, "cpu_seconds": time.process_time() - c0}
     Path(out).write_text(json.dumps(d))
     return d
 
@@ -57,9 +66,10 @@ def _job_quality(warm: str, seed: int, cfg_json: str, out: str) -> dict[str, Any
 
     d = json.loads(cfg_json)
     d["critic_iterations"] = tuple(d["critic_iterations"])
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     res = advantage_quality(warm, seed, QualityConfig(**d))
     res["seconds"] = time.monotonic() - t0
+    res["cpu_seconds"] = time.process_time() - c0
     Path(out).write_text(json.dumps(res))
     return res
 
@@ -83,27 +93,37 @@ def run_suite(cfg: SuiteConfig, *, log: Callable[[str], None] = lambda _m: None)
     (out / "results").mkdir(parents=True, exist_ok=False)
     (out / "stores").mkdir()
     (out / "config.json").write_text(cfg.model_dump_json(indent=2))
+    info = machine_info()
+    (out / "machine.json").write_text(json.dumps(info, indent=2))
     log(f"traj bench learning --preset {cfg.preset}: writing to {out}")
-    warm: dict[int, str] = {}
-    ws_json = json.dumps(asdict(cfg.warm_start))
+    from dataclasses import replace
+
     t_warm = time.monotonic()
+    kinds = {"policy": cfg.warm_start}
+    if cfg.needs_moe():  # the MoE critic arms' backbone, fitted to the same demonstrations
+        kinds["moe"] = replace(cfg.warm_start, model="tiny-qwen3-moe")
+    todo = [(kind, s, json.dumps(asdict(ws))) for kind, ws in kinds.items() for s in cfg.seeds]
+    warm: dict[str, dict[int, str]] = {kind: {} for kind in kinds}
+    warm_cpu = 0.0
     if cfg.processes == 1:
-        for s in cfg.seeds:
-            warm[s] = _job_warm(str(scratch), s, ws_json)[1]
+        for kind, s, ws_json in todo:
+            _, warm[kind][s], c = _job_warm(str(scratch), s, ws_json)
+            warm_cpu += c
     else:
         with _pool(cfg.processes) as pool:
-            for f in as_completed([pool.submit(_job_warm, str(scratch), s, ws_json) for s in cfg.seeds]):
-                s, d = f.result()
-                warm[s] = d
-    log(f"warm starts ready for seeds {cfg.seeds} ({time.monotonic() - t_warm:.0f}s)")
-    specs = cfg.specs(warm)
+            futs = {pool.submit(_job_warm, str(scratch), s, ws_json): kind for kind, s, ws_json in todo}
+            for f in as_completed(futs):
+                s, d, c = f.result()
+                warm[futs[f]][s] = d
+                warm_cpu += c
+    log(f"warm starts ready for seeds {cfg.seeds} ({', '.join(kinds)}; {time.monotonic() - t_warm:.0f}s)")
+    specs = cfg.specs(warm["policy"], warm.get("moe"))
     jobs: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = []
     if cfg.quality is not None:
-        from dataclasses import replace
-
         qjson = json.dumps(asdict(replace(cfg.quality, policy_lr=cfg.policy_lr)))
         for s in cfg.seeds:
-            jobs.append((f"quality-s{s}", _job_quality, (warm[s], s, qjson, str(out / "results" / f"quality-s{s}.json"))))
+            jobs.append((f"quality-s{s}", _job_quality,
+                         (warm["policy"][s], s, qjson, str(out / "results" / f"quality-s{s}.json"))))
     for sp in specs:
         name = f"{sp.run_id}-lr{sp.policy_lr:g}" if cfg.calibrate_lrs else sp.run_id
         jobs.append((name, _job_run, (sp.model_dump_json(), str(out / "stores" / name),
@@ -121,9 +141,25 @@ def run_suite(cfg: SuiteConfig, *, log: Callable[[str], None] = lambda _m: None)
                 log(f"[{i + 1}/{len(jobs)}] {futs[f]} ({time.monotonic() - t0:.0f}s)")
     summary = analyse(cfg, done, out)
     summary["seconds"] = time.monotonic() - t0
+    cpu = warm_cpu + sum(d.get("cpu_seconds", 0.0) for d in done.values())
+    info = finish(info, summary["seconds"])
+    info["cpu_seconds_jobs"] = round(cpu, 1)  # warm starts (trained here, not cached), runs, quality study
+    info["warm_start_cpu_seconds"] = round(warm_cpu, 1)
+    info["processes"] = cfg.processes
+    (out / "machine.json").write_text(json.dumps(info, indent=2))
+    return _write(cfg, summary, out, info)
+
+
+def _write(cfg: SuiteConfig, summary: dict[str, Any], out: Path, info: dict[str, Any] | None) -> dict[str, Any]:
+    """summary.json, report.md and tables.md (bench/LEARNING.md's generated tables, with their
+    markers) of a run, in `out`."""
     summary["out_dir"] = str(out)
+    if info:
+        summary["machine"] = describe(info)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     (out / "report.md").write_text(render_report(cfg, summary))
+    (out / "tables.md").write_text("".join(f"<!-- generated:{name} -->\n{table}\n<!-- /generated:{name} -->\n\n"
+                                           for name, table in generated_tables(summary).items()))
     return summary
 
 
@@ -142,20 +178,43 @@ def committed_files(directory: str | os.PathLike[str]) -> list[str]:
     return [n for n in proc.stdout.decode().split("\0") if n]
 
 
-def reanalyse(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """Redo the statistics, figures and report of a finished run directory from its saved
-    results (no training); overwrites only that directory's summary, report and figures."""
-    out = Path(out_dir)
-    tracked = committed_files(out)
-    if tracked:
-        raise BenchError(f"--reanalyse {out}: refusing to overwrite {len(tracked)} file(s) committed to git there "
-                         f"(e.g. {tracked[0]}); copy the run directory out of the checkout first")
-    cfg = SuiteConfig.model_validate_json((out / "config.json").read_text())
-    done = {p.stem: json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))}
-    old = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
-    summary = analyse(cfg, done, out)
-    summary["seconds"] = old.get("seconds", math.nan)
-    summary["out_dir"] = str(out)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    (out / "report.md").write_text(render_report(cfg, summary))
-    return summary
+def load_results(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The per-run result files of a run directory (``results/<run>.json`` or ``.json.gz``), by run name."""
+    import gzip
+
+    out = {}
+    for p in sorted(Path(run_dir, "results").iterdir()):
+        if p.name.endswith(".json.gz"):
+            out[p.name[:-len(".json.gz")]] = json.loads(gzip.decompress(p.read_bytes()))
+        elif p.suffix == ".json":
+            out[p.stem] = json.loads(p.read_text())
+    return out
+
+
+def reanalyse(run_dir: str | os.PathLike[str], *, scratch: str | os.PathLike[str] | None = None,
+              figures: bool = True) -> dict[str, Any]:
+    """Redo the statistics, figures, report and generated tables of a finished run directory
+    from its per-run result files (no training). Written into that directory, unless it holds
+    files committed to git (bench/learning_results/...): then into a fresh
+    ``<scratch>/reanalyse-<name>-<time>-<pid>/`` and the committed files are only read.
+
+    Raises:
+        BenchError: no ``config.json`` or no result file in `run_dir`.
+    """
+    src = Path(run_dir)
+    if not (src / "config.json").is_file() or not (src / "results").is_dir():
+        raise BenchError(f"--reanalyse {src}: not a run directory (no config.json and results/ there)")
+    cfg = SuiteConfig.model_validate_json((src / "config.json").read_text())
+    done = load_results(src)
+    if not done:
+        raise BenchError(f"--reanalyse {src}: no result files in {src / 'results'}")
+    out = src
+    if committed_files(src):
+        base = Path(scratch).expanduser().resolve() if scratch else default_scratch()
+        out = base / f"reanalyse-{src.resolve().name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{os.getpid()}"
+        out.mkdir(parents=True)
+    info = json.loads((src / "machine.json").read_text()) if (src / "machine.json").is_file() else None
+    old = json.loads((src / "summary.json").read_text()) if (src / "summary.json").is_file() else {}
+    summary = analyse(cfg, done, out, figures=figures)
+    summary["seconds"] = (info or {}).get("wall_seconds", old.get("seconds", math.nan))
+    return _write(cfg, summary, out, info)

@@ -20,8 +20,10 @@ LOG_RATIO_EDGES = [round(-2.0 + 0.05 * i, 2) for i in range(81)]
 MAX_STALENESS_BIN = 8
 """Staleness levels >= this are pooled in the histograms ("8+")."""
 MICRO_BATCH = 8
-"""Trajectories per forward pass: packing fewer rows keeps the packed attention small (it is
-quadratic in the packed length); the update is the same (token-mean over the global count)."""
+"""Most trajectories per forward pass: packing fewer rows keeps the packed attention small (it is
+quadratic in the packed length); the update is the same (token-mean over the global count). The
+trainer's memory plan also caps a CPU micro-batch at ``max_seq_len`` (256) tokens; the harness
+takes the loop's own micro-batches (``trainer.loop.micro.prepare``), never a split of its own."""
 
 
 def no_correction_loss(loss_fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -34,6 +36,47 @@ def no_correction_loss(loss_fn: Callable[..., Any]) -> Callable[..., Any]:
         return loss_fn(logprobs, logprobs.detach(), advantages, action_mask, *a, **kw)
 
     return fn
+
+
+def keyed_running_mean(window: int, key_of: Callable[[Any], str]) -> Callable[[list[Any], Any], dict[str, float]]:
+    """A ``Trainer.scalar_fn`` for a running mean per key (``running-mean-family``: one window of
+    `window` rewards per difficulty family): each trajectory's advantage is its reward minus the
+    mean of the last `window` rewards of its key seen before this batch (0 before any), by the
+    trainer's own :class:`~trajstore.trainer.sao.baselines.RunningMeanBaseline`, one per key.
+    `key_of` maps a trainer ``Sample`` to its key."""
+    from trajstore.trainer.sao.baselines import RunningMeanBaseline
+
+    baselines: dict[str, RunningMeanBaseline] = {}
+
+    def fn(samples: list[Any], _state: Any) -> dict[str, float]:
+        keys = [key_of(s) for s in samples]
+        out: dict[str, float] = {}
+        for k in dict.fromkeys(keys):
+            idx = [i for i, x in enumerate(keys) if x == k]
+            rm = baselines.setdefault(k, RunningMeanBaseline(window))
+            adv = rm(torch.tensor([samples[i].reward for i in idx], dtype=torch.float64))
+            out.update({samples[i].trajectory_id: float(a) for i, a in zip(idx, adv)})
+        return out
+
+    return fn
+
+
+def use_moe_critic(tr: Any, lm_dir: str, *, full: bool) -> None:
+    """Replace the trainer's critic (built from the policy's backbone) by one built the same way,
+    by the trainer's own ``build_critic`` and ``build_optimizers``, from the warm-started tiny
+    Qwen3-MoE LM in `lm_dir`: attention, router, embeddings and norms frozen (the default
+    trainable pattern: expert projections and value head), or every parameter (`full`)."""
+    from trajstore.trainer.loop.build import build_optimizers
+    from trajstore.trainer.loop.config import CRITIC_TRAINABLE_PATTERN
+    from trajstore.trainer.models import build_critic, load_policy
+
+    lm = load_policy(lm_dir, tokenizer=CharCodec().name).model
+    critic = build_critic(lm, trainable_pattern=None if full else CRITIC_TRAINABLE_PATTERN,
+                          seed=tr.cfg.model.seed).to(tr.env.device)
+    fused = any(o.defaults.get("fused") for o in tr.optimizers.values())
+    opt = build_optimizers(tr.cfg, [p for p in tr.loaded.model.parameters() if p.requires_grad],
+                           [p for p in critic.parameters() if p.requires_grad], fused=bool(fused))
+    tr.critic, tr.optimizers["critic"] = critic, opt["critic"]
 
 
 def train_config(spec: RunSpec, store_uri: str) -> Any:
@@ -60,7 +103,8 @@ def train_config(spec: RunSpec, store_uri: str) -> Any:
                           critic_trainable_pattern=None if arm.full_critic else CRITIC_TRAINABLE_PATTERN),
         data=DataConfig(batch_size=spec.batch_size, micro_batch_size=MICRO_BATCH, max_seq_len=256,
                         max_batch_tokens=256 * spec.batch_size, follow=False),
-        optim=OptimConfig(policy_lr=spec.policy_lr, critic_lr=spec.policy_lr * spec.critic_lr_factor),
+        optim=OptimConfig(policy_lr=spec.policy_lr * arm.lr_factor,
+                          critic_lr=spec.policy_lr * arm.lr_factor * spec.critic_lr_factor),
         algo=AlgoConfig(**algo),
         run=RunConfig(run_id=spec.run_id, max_steps=spec.steps, publish_every=0, checkpoint_every=10**6,
                       device="cpu", progress=False),

@@ -40,6 +40,8 @@ class WarmStartConfig:
         steps: optimiser steps. batch_episodes: demonstrations per step (fresh each step, half
             per task). lr: AdamW learning rate. tasks: tasks the demonstrations come from.
         accuracy: :data:`DEMO_ACCURACY` (part of the cache key).
+        model: the architecture (:data:`MODEL` for the policy; ``tiny-qwen3-moe`` for the MoE
+            critic arms' backbone, fitted to the same demonstrations).
     """
 
     steps: int = 250
@@ -47,10 +49,12 @@ class WarmStartConfig:
     lr: float = 3e-3
     tasks: tuple[str, ...] = ("chain", "pref-shift")
     accuracy: dict[str, float] = field(default_factory=lambda: dict(DEMO_ACCURACY))
+    model: str = MODEL
 
     def key(self, seed: int) -> str:
         """Cache key of the warm start for `seed` (changes with any setting)."""
-        blob = json.dumps({"seed": seed, "model": MODEL, "codec": CharCodec().name, **asdict(self)}, sort_keys=True)
+        # the same key as before `model` was a field, for the policy's warm starts
+        blob = json.dumps({"seed": seed, "codec": CharCodec().name, **asdict(self)}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -107,12 +111,12 @@ def sft_loss(model: torch.nn.Module, batch: list[tuple[list[int], list[bool]]]) 
 
 
 def train_warm_start(seed: int, cfg: WarmStartConfig) -> torch.nn.Module:
-    """Fit a fresh ``tiny-llama`` (initialised from `seed`) to the demonstrator; returns it in
-    train mode, float32."""
+    """Fit a fresh ``cfg.model`` (``tiny-llama`` by default; initialised from `seed`) to the
+    demonstrator; returns it in train mode, float32."""
     from trajstore.trainer.models import load_policy
 
     codec = CharCodec()
-    model = load_policy(MODEL, tokenizer=codec.name, tiny_vocab_size=codec.vocab_size, seed=seed).model
+    model = load_policy(cfg.model, tokenizer=codec.name, tiny_vocab_size=codec.vocab_size, seed=seed).model
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     rng = random.Random(f"warm-start-{seed}")
     model.train()
@@ -130,7 +134,8 @@ def train_warm_start(seed: int, cfg: WarmStartConfig) -> torch.nn.Module:
 def warm_start_dir(scratch: str | os.PathLike[str], seed: int, cfg: WarmStartConfig) -> Path:
     """Where the warm start for `seed` is cached: ``<scratch>/warmstart/s<seed>-<key>/``, a
     Hugging Face directory (``traj train --model`` and ``trainer.models.load_policy`` read it)."""
-    return Path(scratch) / "warmstart" / f"s{seed}-{cfg.key(seed)}"
+    kind = "" if cfg.model == MODEL else f"{cfg.model}-"
+    return Path(scratch) / "warmstart" / f"{kind}s{seed}-{cfg.key(seed)}"
 
 
 def ensure_warm_start(scratch: str | os.PathLike[str], seed: int, cfg: WarmStartConfig) -> Path:

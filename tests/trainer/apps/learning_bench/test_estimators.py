@@ -29,3 +29,21 @@ def test_turn_level_and_no_skip_gae_by_hand() -> None:
     assert avg[0].tolist() == pytest.approx([0, .5, .5, 0, .4, .4])
     ns = no_skip_gae(r, v, m, gamma=1.0, lam=0.5)
     assert ns[0].tolist() == pytest.approx([0, 2.41875, 4.4375, 0, .35, .3])
+
+
+def test_matched_horizon_turn_lambda_by_hand() -> None:
+    """9 action tokens in 3 turns, lambda_token = 1 - 1/(1.5 * 9) = 0.92593: per turn
+    0.92593 ** 3 = 0.79383 (credit decays per turn as over a turn's 3 tokens at token level).
+    turn-last-h is turn-last GAE with that lambda."""
+    from trajstore.trainer.apps.learning_bench.estimators import advantages_by, matched_turn_lambda
+
+    mask = torch.tensor([[0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1]], dtype=torch.bool)
+    lam = torch.tensor([1 - 1 / 13.5])
+    assert matched_turn_lambda(lam, mask).tolist() == pytest.approx([0.79383], abs=1e-5)
+    rewards = torch.zeros((1, 12))
+    rewards[0, -1] = 1.0
+    values = torch.linspace(0, 1, 12).unsqueeze(0)
+    got = advantages_by("turn-last-h", rewards, values, mask, gamma=1.0, alpha=1.5)
+    want = turn_level_gae(rewards, values, mask, value_at="last", gamma=1.0, lam=torch.tensor([0.79383]))
+    assert torch.allclose(got, want, atol=1e-5)
+    assert not torch.allclose(got, advantages_by("turn-last", rewards, values, mask, gamma=1.0, alpha=1.5))

@@ -31,8 +31,8 @@ def test_a_tiny_run_mixes_versions_inside_trajectories(tmp_path, tiny_warm_start
     assert train_config(spec, "unused").algo.critic_warmup_until == "budget"
     res = run_one(spec, str(tmp_path / "store"))
     assert [e["step"] for e in res.evals] == [0, 5]
-    warmup = 0 if arm.startswith("grpo") else 3  # GRPO has no critic, hence no warm-up
-    assert [h["step"] for h in res.history] == [-1] * warmup + [0, 1, 2, 3, 4]
+    # every arm has the warm-up (issue 28): GRPO, without a critic, takes no step during it
+    assert [h["step"] for h in res.history] == [-1] * 3 + [0, 1, 2, 3, 4]
     con = duckdb.connect()
     root = tmp_path / "store"
     mixed = con.execute(f"SELECT count(*) FROM read_parquet('{root}/trajectories/*.parquet') "
@@ -46,3 +46,121 @@ def test_a_tiny_run_mixes_versions_inside_trajectories(tmp_path, tiny_warm_start
         groups = con.execute(f"SELECT count(DISTINCT group_id), count(*) FROM read_parquet('{root}/trajectories/*.parquet')"
                          ).fetchone()
         assert groups[1] == 4 * groups[0]
+
+
+def test_a_pref_shift_run_packs_as_the_trainer_does(tmp_path, tiny_warm_start: str) -> None:
+    """Issue 28: the trainer caps a CPU micro-batch at 256 tokens (its memory plan) while the
+    harness split each batch by trajectory count, so a batch whose 8 longest trajectories exceed
+    256 tokens (pref-shift's) stopped with "the policy loss saw a packing other than the
+    harness's". The harness now asks the trainer's own micro-batching; this run has such batches."""
+    import duckdb
+
+    from trajstore.trainer.apps.learning_bench.harness import run_one
+    from trajstore.trainer.apps.learning_bench.spec import RunSpec
+
+    spec = RunSpec(task="pref-shift", arm="sao", seed=0, warm_start=tiny_warm_start, steps=2, critic_warmup=1,
+                   policy_lr=3e-4, batch_size=32, workers=64, eval_every=2, eval_per_family=1, logit_noise=0.2,
+                   stages=[(0, "<"), (1, "=")])
+    res = run_one(spec, str(tmp_path / "store"))
+    assert [h["step"] for h in res.history] == [-1, 0, 1]
+    assert sum(res.staleness_tokens.values()) > 0
+    root = tmp_path / "store"
+    tops = duckdb.connect().execute(
+        f"SELECT c.step, list(t.num_tokens ORDER BY t.num_tokens DESC)[1:8] FROM read_parquet('{root}/runs/"
+        f"{spec.run_id}/consumed/*.parquet') c JOIN read_parquet('{root}/trajectories/*.parquet') t USING "
+        f"(trajectory_id) GROUP BY c.step").fetchall()
+    assert max(sum(top) for _, top in tops) > 256  # split by count, this run would have crashed
+
+
+def test_arms_differ_from_sao_only_in_what_they_ablate() -> None:
+    """Issue 28: the critic-free arms started at once while the critic arms had 10 warm-up
+    batches, so their first policy batch and their baseline's state differed from sao's by more
+    than the ablation. Every arm's trainer config differs from sao's only in the settings its
+    ablation names (the learning rate only where the ablation is the step size), and every arm
+    is on sao's timeline: the same prompts and warm-up, and with one rollout per prompt the same
+    rollouts in every iteration (GRPO's groups, its ablation, reorder which finish first)."""
+    from trajstore.trainer.apps.learning_bench.arms import ARMS
+    from trajstore.trainer.apps.learning_bench.harness import plan_timeline
+    from trajstore.trainer.apps.learning_bench.spec import RunSpec
+    from trajstore.trainer.apps.learning_bench.trainer_side import train_config
+
+    def flat(d: dict, pre: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{pre}{k}.") if isinstance(v, dict) else {f"{pre}{k}": v})
+        return out
+
+    base = RunSpec(task="chain", arm="sao", seed=3, warm_start="unused", steps=4, critic_warmup=3, policy_lr=5e-4,
+                   batch_size=8, workers=16)
+    ref = flat(train_config(base, "store").model_dump())
+    ref_prompts, ref_tl = plan_timeline(base)
+    lr_arms = []
+    for name, arm in ARMS.items():
+        spec = base.model_copy(update={"arm": name})
+        cfg = flat(train_config(spec, "store").model_dump())
+        # the trainer zeroes its critic warm-up without a critic; the harness runs that warm-up
+        # for every arm (the timeline below)
+        diff = {k for k in ref if cfg[k] != ref[k]} - {"run.run_id"} - (
+            {"algo.critic_warmup_steps"} if not arm.has_critic else set())
+        allowed = {f"algo.{k}" for k in arm.algo}
+        allowed |= {"model.critic_trainable_pattern"} if arm.full_critic else set()
+        allowed |= {"optim.policy_lr", "optim.critic_lr"} if arm.lr_factor != 1 else set()
+        assert diff <= allowed, (name, diff - allowed)
+        if arm.lr_factor != 1:
+            lr_arms.append(name)
+            assert cfg["optim.policy_lr"] == 5e-4 * arm.lr_factor
+        else:
+            assert cfg["optim.policy_lr"] == ref["optim.policy_lr"] and cfg["optim.critic_lr"] == ref["optim.critic_lr"]
+        assert cfg["algo.critic_warmup_steps"] == (3 if arm.has_critic else 0)
+        prompts, tl = plan_timeline(spec)
+        assert prompts == ref_prompts
+        assert [it.publishes for it in tl.iterations] == [None] * 3 + [1, 2, 3, 4]
+        if arm.group_size == 1:
+            assert [it.rollouts for it in tl.iterations] == [it.rollouts for it in ref_tl.iterations], name
+            assert tl.publish_times == ref_tl.publish_times, name
+        else:
+            assert [it.rollouts for it in tl.iterations] != [it.rollouts for it in ref_tl.iterations], name
+    assert all("lr" in ARMS[a].name or "step" in ARMS[a].changes for a in lr_arms)
+
+
+def test_critic_free_arms_fill_their_baseline_in_the_same_warm_up_and_see_sao_s_first_batch(
+        tmp_path, tiny_warm_start: str, monkeypatch) -> None:
+    """A running-mean arm gets sao's warm-up batches, token for token (the same rollouts, sampled
+    by the same warm start with the same generator), takes no policy step on them, and its first
+    policy step's baseline is the mean of the last `window` warm-up rewards (the window was empty,
+    the baseline 0, on the first policy step before issue 28)."""
+    import duckdb
+
+    from trajstore.trainer.apps.learning_bench.harness import run_one
+    from trajstore.trainer.apps.learning_bench.spec import RunSpec
+    from trajstore.trainer.sao import baselines
+
+    means: list[float] = []
+    filled: list[int] = []
+    rewards: list[list[float]] = []
+    call = baselines.RunningMeanBaseline.__call__
+
+    def spy(self, r, g=None):  # noqa: ANN001, ANN202
+        means.append(self.mean)
+        filled.append(self._history.numel())
+        rewards.append(r.tolist())
+        return call(self, r, g)
+
+    monkeypatch.setattr(baselines.RunningMeanBaseline, "__call__", spy)
+    common = dict(task="chain", seed=0, warm_start=tiny_warm_start, steps=2, critic_warmup=3, policy_lr=3e-4,
+                  batch_size=8, workers=16, eval_every=2, eval_per_family=1, logit_noise=0.2)
+    runs = {arm: run_one(RunSpec(arm=arm, **common), str(tmp_path / arm)) for arm in ("sao", "running-mean-8")}
+    for res in runs.values():
+        assert [h["step"] for h in res.history] == [-1, -1, -1, 0, 1]
+    assert len(means) == 5 and means[0] == 0.0  # 3 warm-up batches, then 2 policy steps
+    assert filled == [0, 8, 8, 8, 8]  # full when the first policy step comes (it was empty: baseline 0)
+    assert means[3] == pytest.approx(sum(rewards[2]) / 8)  # window 8 = the last warm-up batch
+    con = duckdb.connect()
+
+    def v0(arm: str) -> dict[str, list[int]]:
+        rows = con.execute(f"SELECT trajectory_id, tokens FROM read_parquet('{tmp_path / arm}/trajectories/*.parquet') "
+                           "WHERE max_policy_version = 0").fetchall()
+        return {tid.rsplit("-r", 1)[1]: list(tok) for tid, tok in rows}
+
+    first = v0("sao")
+    assert len(first) >= 3 * 8 and v0("running-mean-8") == first

@@ -109,7 +109,7 @@ def test_forest_key_lists_only_the_verdicts_drawn(tmp_path, kept_figures):
     (fig,) = kept_figures
     legend = fig.axes[0].get_legend()
     assert sorted(t.get_text() for t in legend.get_texts()) == ["not reproduced", "reproduced"]
-    assert plots.ci_note(1) == "no interval" and plots.ci_note(5) == "95% bootstrap CI"
+    assert plots.ci_note(1) == "no interval" and plots.ci_note(5) == "95% t-interval"
 
 
 def test_curves_panels_share_one_labelled_scale_and_skip_a_panel_of_sao_alone(tmp_path, kept_figures):

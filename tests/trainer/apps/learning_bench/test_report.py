@@ -18,9 +18,9 @@ def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, t
     from trajstore.trainer.apps.learning_bench import suite
     from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
     from trajstore.trainer.apps.learning_bench.report import render_report
-    from trajstore.trainer.apps.learning_bench.stats import CLAIMS, bootstrap_interval, verdict
+    from trajstore.trainer.apps.learning_bench.stats import CLAIMS, t_interval, verdict
 
-    iv = bootstrap_interval([0.05])
+    iv = t_interval([0.05])
     claims = [{"paper": c.paper, "arm": c.arm, "ref": c.ref, "task": c.task, "metric": c.metric,
                "interval": {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n},
                "verdict": verdict(c, iv)[0], "reason": verdict(c, iv)[1]} for c in CLAIMS[:2]]
@@ -35,3 +35,43 @@ def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, t
     report = render_report(cfg, fake)
     assert "nan" not in report  # report.md: the reasons say 'CI n/a (1 seed)'
     assert "\n1 seed, 0.7 min." in report and "1 seeds" not in report
+
+
+RESULTS = {"": "bench/learning_results/default", "long-": "bench/learning_results/long"}
+"""bench/LEARNING.md's generated tables (marker prefix) and the committed result files they come from."""
+
+
+@pytest.mark.parametrize("prefix", list(RESULTS))
+def test_learning_md_tables_are_the_reanalysis_of_the_committed_result_files(tmp_path: Path, prefix: str) -> None:
+    """Issue 28: the per-run result files behind bench/LEARNING.md are committed, and
+    ``--reanalyse`` of them recomputes its tables exactly (claims with intervals, p-values and
+    verdicts; the per-arm table). The committed directory also says which machine made them."""
+    import json
+
+    from tests.helpers.paths import REPO_ROOT
+    from trajstore.trainer.apps.learning_bench.report import extract
+    from trajstore.trainer.apps.learning_bench.suite import reanalyse
+
+    md = (REPO_ROOT / "bench" / "LEARNING.md").read_text()
+    if extract(md, f"{prefix}claims") is None:
+        pytest.skip(f"bench/LEARNING.md has no generated:{prefix}claims table")
+    src = REPO_ROOT / RESULTS[prefix]
+    assert (src / "config.json").is_file() and any((src / "results").iterdir())
+    machine = json.loads((src / "machine.json").read_text())
+    assert machine["cpu"] and machine["commit"] and machine["load_start"]
+    summary = reanalyse(src, scratch=tmp_path, figures=False)
+    assert Path(summary["out_dir"]).parent == tmp_path  # committed: only read
+    tables = (Path(summary["out_dir"]) / "tables.md").read_text()
+    for name in ("claims", "runs"):
+        assert extract(tables, name) == extract(md, f"{prefix}{name}"), name
+
+
+def test_splice_and_extract_generated_tables() -> None:
+    from trajstore.trainer.apps.learning_bench.report import extract, splice
+
+    md = "a\n<!-- generated:claims -->\nold\n<!-- /generated:claims -->\nb\n"
+    new = splice(md, {"claims": "| x |\n|---|"})
+    assert extract(new, "claims") == "| x |\n|---|" and new.startswith("a\n") and new.endswith("\nb\n")
+    assert extract(splice(new, {"claims": "y"}), "claims") == "y"
+    with pytest.raises(ValueError, match="no <!-- generated:long-claims"):
+        splice(md, {"claims": "y"}, prefix="long-")

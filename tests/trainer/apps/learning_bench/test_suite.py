@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
@@ -23,7 +25,7 @@ def _checkout_snapshot(root) -> dict[str, tuple[int, int]]:  # noqa: ANN001
 
 @pytest.mark.slow
 def test_smoke_preset_critic_beats_the_running_mean_and_leaves_the_checkout_alone(tmp_path, monkeypatch) -> None:
-    """``traj bench learning --preset smoke`` run from the checkout, as a user would (about 45 s):
+    """``traj bench learning --preset smoke`` run from the checkout, as a user would (about 60 s):
     it writes only under the default scratch directory (here the test's temp dir), changes no
     file of the checkout, and shows an SAO mechanism at work: after 40 critic iterations on the
     warm-start policy's data (seed 0), token-level GAE with the critic gives a policy gradient
@@ -37,6 +39,7 @@ def test_smoke_preset_critic_beats_the_running_mean_and_leaves_the_checkout_alon
     from typer.testing import CliRunner
 
     from trajstore.cli.main import app
+    from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
 
     repo = REPO_ROOT
     before = _checkout_snapshot(repo)
@@ -54,17 +57,23 @@ def test_smoke_preset_critic_beats_the_running_mean_and_leaves_the_checkout_alon
     assert sao[0] > rm[0] + 0.1, (sao, rm)
     assert sao[1] > rm[1], (sao, rm)
     assert summary["runs"]["chain/sao"]["final_eval"] > 0  # the short SAO run went through the pipeline
+    # issue 28: one run of every (task, arm) of the default preset, pref-shift included, to the report
+    default = SuiteConfig.preset_config("default")
+    assert set(summary["runs"]) == {f"{sp.task}/{sp.arm}" for sp in default.specs({s: "x" for s in default.seeds})}
 
 
-def test_reanalyse_refuses_a_run_directory_committed_to_git(tmp_path) -> None:
-    """Issue 16: the benchmark never writes over committed files. A run directory copied into a
-    git checkout and committed is refused by --reanalyse (it would rewrite report.md and the
-    figures in place), in one line, with every committed file left as it was."""
+def test_reanalyse_of_a_committed_run_directory_writes_elsewhere(tmp_path) -> None:
+    """Issue 16: the benchmark never writes over committed files. Issue 28: the per-run result
+    files behind bench/LEARNING.md are committed, and --reanalyse recomputes the tables from them:
+    a committed run directory is only read; the report, summary and tables.md go to a fresh
+    directory under --scratch, and every committed file stays as it was."""
+    import json
     import shutil
     import subprocess
 
     from typer.testing import CliRunner
 
+    from tests.helpers.learning_results import fake_run
     from trajstore.cli.main import app
     from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
     from trajstore.trainer.apps.learning_bench.suite import committed_files
@@ -73,16 +82,24 @@ def test_reanalyse_refuses_a_run_directory_committed_to_git(tmp_path) -> None:
         pytest.skip("git is not installed")
     run = tmp_path / "repo" / "bench" / "run"
     (run / "results").mkdir(parents=True)
-    (run / "config.json").write_text(SuiteConfig.preset_config("smoke").model_dump_json())
+    cfg = SuiteConfig.preset_config("smoke", seeds=[0, 1], chain_arms=["sao", "sao-k1"], shift_arms=[], quality=None)
+    (run / "config.json").write_text(cfg.model_dump_json())
+    for sp in cfg.specs({0: "x", 1: "x"}):
+        (run / "results" / f"{sp.run_id}.json").write_text(json.dumps(
+            fake_run("chain", sp.arm, sp.seed, steps=sp.steps, eval_every=sp.eval_every, gain=0.1)))
     (run / "report.md").write_text("committed report\n")
     git = ["git", "-C", str(tmp_path / "repo"), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "."], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "a run"], check=True)
-    assert sorted(committed_files(run)) == ["config.json", "report.md"]
+    assert len(committed_files(run)) == 6
     assert committed_files(tmp_path) == []  # not a work tree
-    r = CliRunner().invoke(app, ["bench", "learning", "--reanalyse", str(run)])
-    assert r.exit_code == 1, r.output
-    assert "refusing to overwrite 2 file(s) committed to git" in r.output and len(r.output.strip().splitlines()) == 1
-    assert (run / "report.md").read_text() == "committed report\n"
-    assert sorted(p.name for p in run.iterdir()) == ["config.json", "report.md", "results"]
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    r = CliRunner().invoke(app, ["bench", "learning", "--reanalyse", str(run), "--scratch", str(tmp_path / "scratch"),
+                                 "--format", "json"])
+    assert r.exit_code == 0, r.output
+    out = Path(json.loads(r.stdout)["out_dir"])
+    assert out.parent == tmp_path / "scratch" and out.name.startswith("reanalyse-run-")
+    assert {p.name for p in out.iterdir()} >= {"summary.json", "report.md", "tables.md"}
+    assert "<!-- generated:claims -->" in (out / "tables.md").read_text()
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
