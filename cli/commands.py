@@ -3,6 +3,7 @@ Add one import line per module."""
 from trajstore.cli import (
     audit,  # noqa: F401
     bench,  # noqa: F401
+    compact,  # noqa: F401
     demo,  # noqa: F401
     ingest,  # noqa: F401
     proxy,  # noqa: F401

@@ -14,7 +14,16 @@ import pyarrow.compute as pc
 from trajstore.convert import conform_table, upgrade_table, v1_read_columns
 from trajstore.errors import CorruptShardError
 from trajstore.reader.dedupe import first_copy_mask
-from trajstore.reader.files import StoreLike, arrow_dataset, as_store, file_version, open_shard, version_runs
+from trajstore.reader.files import (
+    StoreLike,
+    arrow_dataset,
+    as_store,
+    file_version,
+    gone,
+    open_shard,
+    relisting,
+    version_runs,
+)
 from trajstore.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store
 from trajstore.store.layout import TRAJECTORIES_DIR
@@ -65,17 +74,25 @@ def read_trajectories(uri: StoreLike, *, columns: Sequence[str] | None = None,
     with a :class:`~trajstore.store.CorruptShardWarning` naming it. Schema-v1 shards are
     converted (see :func:`trajstore.convert.upgrade_table`).
 
+    A compaction running meanwhile changes nothing: a shard it deleted after the listing makes
+    the read start again from a new listing.
+
     Raises:
         CorruptShardError: with ``strict=True``, on the first unreadable shard.
         ValueError: a name in `columns` is not a schema column.
     """
     store = as_store(uri, storage_options)
-    shards = store.list_shards(TRAJECTORIES_DIR, strict=strict)
     cols = None if columns is None else list(dict.fromkeys(["trajectory_id", *columns]))
     if cols is not None:
         unknown = [c for c in cols if c not in TRAJECTORY_SCHEMA.names]
         if unknown:
             raise ValueError(f"unknown column(s) {unknown}; the trajectory schema has {TRAJECTORY_SCHEMA.names}")
+    # a compaction that deleted a listed shard meanwhile: read again from a fresh listing
+    return relisting(lambda: _read_store(store, cols, strict=strict, dedupe=dedupe), "read_trajectories")
+
+
+def _read_store(store: Store, cols: list[str] | None, *, strict: bool, dedupe: bool) -> pa.Table:
+    shards = store.list_shards(TRAJECTORIES_DIR, strict=strict)
     if not shards:
         t = TRAJECTORY_SCHEMA.empty_table()
         return t.select(cols) if cols else t
@@ -104,6 +121,9 @@ def read_shards_one_by_one(store: Store, shards: Sequence[ShardInfo], cols: list
         try:
             parts.append(read_run(store, s.schema_version, [s], cols))
         except (OSError, pa.ArrowException) as e:
+            replaced = gone(store, s, e)
+            if replaced is not None:
+                raise replaced from e
             err = CorruptShardError(store.url_of(s.path), f"cannot decode: {str(e).splitlines()[0]}")
             if strict:
                 raise err from e

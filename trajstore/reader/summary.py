@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trajstore.reader.dedupe import first_copy_mask
-from trajstore.reader.files import StoreLike, as_store, version_runs
+from trajstore.reader.files import StoreLike, as_store, relisting, version_runs
 from trajstore.reader.read import read_run, read_shards_one_by_one
 from trajstore.schema import TRAJECTORY_SCHEMA
-from trajstore.store import CorruptShardWarning
+from trajstore.store import CorruptShardWarning, Store
 from trajstore.store.layout import TRAJECTORIES_DIR
 
 
@@ -46,6 +46,10 @@ def summarize_store(uri: StoreLike, *, storage_options: dict[str, Any] | None = 
     collected in :attr:`StoreSummary.skipped`, one message per shard.
     """
     store = as_store(uri, storage_options)
+    return relisting(lambda: _summarize(store), "summarize_store")
+
+
+def _summarize(store: Store) -> StoreSummary:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CorruptShardWarning)
         shards = store.list_shards(TRAJECTORIES_DIR)

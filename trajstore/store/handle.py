@@ -130,11 +130,11 @@ class Store:
 
     def write_table(self, table: pa.Table, *, subdir: str = TRAJECTORIES_DIR,
                     row_group_target_mb: float = ROW_GROUP_TARGET_MB,
-                    extra_metadata: Mapping[bytes, bytes] | None = None) -> str:
-        """Write `table` as one new immutable shard under `subdir`, atomically; return its path.
-        See :func:`trajstore.store.atomic.write_table`."""
+                    extra_metadata: Mapping[bytes, bytes] | None = None, name: str | None = None) -> str:
+        """Write `table` as one new immutable shard under `subdir` (named `name`, default a new
+        shard name), atomically; return its path. See :func:`trajstore.store.atomic.write_table`."""
         return atomic.write_table(self, table, subdir=subdir, row_group_target_mb=row_group_target_mb,
-                                  extra_metadata=extra_metadata)
+                                  extra_metadata=extra_metadata, name=name)
 
     def write_bytes(self, relpath: str, data: bytes) -> str:
         """Write a small file atomically (temp + rename locally, single PUT remotely)."""

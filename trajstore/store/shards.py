@@ -4,6 +4,7 @@ a process-wide cache of footer facts (shards are immutable) so no footer is read
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import warnings
@@ -26,6 +27,7 @@ from trajstore.schema import (
 from trajstore.store.fsutil import why
 from trajstore.store.id_index import METADATA_ID_INDEX_KEY
 from trajstore.store.layout import RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, SHARD_SUFFIX, TRAJECTORIES_DIR
+from trajstore.store.lineage import Part, Resolution, read_records, resolve
 
 if TYPE_CHECKING:
     from trajstore.store.handle import Store
@@ -55,6 +57,8 @@ class ShardInfo:
     """Rows in each row group, in order."""
     id_index: bytes | None = None
     """The footer's id index (:data:`METADATA_ID_INDEX_KEY`), None when the shard has none."""
+    parts: tuple[Part, ...] = ()
+    """For a compaction output: the shards it replaced, in row order (:mod:`trajstore.store.lineage`)."""
 
     @property
     def name(self) -> str:
@@ -185,7 +189,9 @@ def inspect_shard(store: Store, path: str, size: int,
 
 
 def list_shards(store: Store, subdir: str = TRAJECTORIES_DIR, *, strict: bool = False) -> list[ShardInfo]:
-    """Readable shards under `subdir` in arrival order.
+    """Readable shards under `subdir` in arrival order. Under ``trajectories/`` the compaction
+    rule applies (:func:`trajstore.store.lineage.resolve`): shards a committed compaction
+    replaced are not listed, its output is (with :attr:`ShardInfo.parts`).
 
     A shard that cannot be read is skipped with a warning naming it; with ``strict=True``
     it raises :class:`~trajstore.errors.CorruptShardError` instead.
@@ -194,14 +200,40 @@ def list_shards(store: Store, subdir: str = TRAJECTORIES_DIR, *, strict: bool = 
         NewerSchemaError: a shard of a schema version newer than this package reads, with or
             without ``strict`` (skipping it would silently drop its rows).
     """
+    return list_view(store, subdir, strict=strict)[0]
+
+
+def list_view(store: Store, subdir: str = TRAJECTORIES_DIR, *, strict: bool = False
+              ) -> tuple[list[ShardInfo], Resolution | None]:
+    """:func:`list_shards` and, under ``trajectories/``, the :class:`Resolution` it applied
+    (which listed shards are replaced, pending or visible); None elsewhere."""
+    paths = shard_paths(store, subdir)
+    res = None
+    if subdir.strip("/") == TRAJECTORIES_DIR:
+        # records read AFTER the shards were listed (see trajstore.store.lineage)
+        res = resolve([p.rsplit("/", 1)[-1] for p, _ in paths], read_records(store))
+        keep = set(res.visible)
+        paths = [(p, n) for p, n in paths if p.rsplit("/", 1)[-1] in keep]
     out = []
-    for path, size in shard_paths(store, subdir):
+    for info in inspect_many(store, paths, expected_schema(subdir), strict=strict):
+        if res is not None and info.name in res.committed:
+            info = dataclasses.replace(info, parts=res.parts(info.name))
+        out.append(info)
+    return out, res
+
+
+def inspect_many(store: Store, paths: list[tuple[str, int]], expected: Callable[[int], pa.Schema | None], *,
+                 strict: bool) -> list[ShardInfo]:
+    """:func:`inspect_shard` of each (path, size); unreadable ones warned about and skipped (or
+    raised with `strict`)."""
+    out = []
+    for path, size in paths:
         try:
-            out.append(inspect_shard(store, path, size, expected_schema(subdir)))
+            out.append(inspect_shard(store, path, size, expected))
         except CorruptShardError as e:
             if strict:
                 raise
-            warnings.warn(f"skipping {e}", CorruptShardWarning, stacklevel=3)
+            warnings.warn(f"skipping {e}", CorruptShardWarning, stacklevel=5)
     return out
 
 
