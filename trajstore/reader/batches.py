@@ -17,12 +17,9 @@ import pyarrow.parquet as pq
 from trajstore.convert import ranges_positions, upgrade_table, v1_read_columns
 from trajstore.errors import CorruptShardError
 from trajstore.reader.dedupe import first_copy_mask
-from trajstore.reader.files import MAX_RELISTS, StoreLike, as_store, file_version, gone
-from trajstore.reader.progress import Progress, Unit, plan
+from trajstore.reader.files import StoreLike, as_store, file_version, gone
 from trajstore.schema import SCHEMA_VERSION, SPAN_KIND_CODES, TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store
-from trajstore.store.layout import TRAJECTORIES_DIR
-from trajstore.store.lineage import ShardGone
 
 
 @dataclass
@@ -202,54 +199,12 @@ def iter_batches(uri: StoreLike, *, columns: Sequence[str] | None = None,
     later copies.
 
     A compaction running meanwhile changes nothing: the stream remembers which shards it read
-    (:class:`~trajstore.reader.progress.Progress`); when a shard it listed was replaced and
-    deleted it lists again and reads, from the compaction's output, only the rows it had not
-    read yet."""
+    and, when a shard it listed was replaced and deleted, reads from the compaction's output only
+    the rows it had not read yet (:func:`~trajstore.reader.planned.iter_planned_tables`)."""
+    from trajstore.reader.planned import iter_planned_tables
+
     store = as_store(uri, storage_options)
-    seen: set[str] | None = set() if dedupe else None
-    progress = Progress()
-    for attempt in range(MAX_RELISTS):
-        try:
-            for shard in store.list_shards(TRAJECTORIES_DIR, strict=strict):
-                units, _ = plan(shard, progress)
-                yield from _read_units(store, shard, units, progress, columns=columns, seen=seen, strict=strict)
-            return
-        except ShardGone:
-            if attempt == MAX_RELISTS - 1:
-                raise
-
-
-def _read_units(store: Store, shard: ShardInfo, units: list[Unit], progress: Progress, *,
-                columns: Sequence[str] | None, seen: set[str] | None, strict: bool) -> Iterator[TrajectoryBatch]:
-    """The planned rows of one shard, batch by batch, advancing `progress` after each batch."""
-    if not any(len(u.phys) for u in units):
-        progress.done.extend(u.name for u in units)
-        return
-    phys = np.concatenate([u.phys for u in units])
-    whole = len(phys) == shard.num_rows
-    ends = np.cumsum([len(u.phys) for u in units])  # units' last positions in `phys`, exclusive
-    base, marked = 0, 0  # units[:marked] are in progress.done
-    for batch in iter_shard_batches(store, shard, columns=columns, strict=strict):
-        n = len(batch)  # iter_shard_batches without skip_ids: every row of the row group
-        lo, hi = np.searchsorted(phys, [base, base + n])
-        table = batch.table if whole else batch.table.take(pa.array(phys[lo:hi] - base))
-        if seen is not None:
-            keep = first_copy_mask(table.column("trajectory_id"), seen)
-            if keep is not None:
-                table = table.filter(pa.array(keep))
-            seen.update(table.column("trajectory_id").to_pylist())
-        base += n
-        if table.num_rows:
-            yield batch if table is batch.table else batch_from_table(table, shard=shard.path,
-                                                                      row_group=batch.row_group)
-        # every planned row below `hi` has been read: units before k are finished
-        k = int(np.searchsorted(ends, hi, side="right"))
-        progress.done.extend(u.name for u in units[marked:k])
-        marked = max(marked, k)
-        start = int(ends[k - 1]) if k else 0
-        if k < len(units) and hi > start:
-            progress.shard, progress.next_row = units[k].name, int(units[k].rows[hi - start - 1]) + 1
-        else:
-            progress.shard, progress.next_row = None, 0
-    progress.done.extend(u.name for u in units[marked:])
-    progress.shard, progress.next_row = None, 0
+    cols = None if columns is None else list(dict.fromkeys(
+        ["trajectory_id", "tokens", "logprobs", "spans", "reward", *columns]))
+    for shard, rg, table in iter_planned_tables(store, columns=cols, strict=strict, dedupe=dedupe):
+        yield batch_from_table(table, shard=shard.path, row_group=rg)

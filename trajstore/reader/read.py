@@ -21,12 +21,12 @@ from trajstore.reader.files import (
     file_version,
     gone,
     open_shard,
-    relisting,
     version_runs,
 )
 from trajstore.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store
 from trajstore.store.layout import TRAJECTORIES_DIR
+from trajstore.store.lineage import ShardGone
 
 
 def read_run(store: Store, version: int, shards: Sequence[ShardInfo], cols: list[str] | None) -> pa.Table:
@@ -74,8 +74,9 @@ def read_trajectories(uri: StoreLike, *, columns: Sequence[str] | None = None,
     with a :class:`~trajstore.store.CorruptShardWarning` naming it. Schema-v1 shards are
     converted (see :func:`trajstore.convert.upgrade_table`).
 
-    A compaction running meanwhile changes nothing: a shard it deleted after the listing makes
-    the read start again from a new listing.
+    A compaction running meanwhile changes nothing: when a shard it deleted after the listing is
+    met, the read goes on from a new listing with the rows the compaction's output holds that
+    were not read yet.
 
     Raises:
         CorruptShardError: with ``strict=True``, on the first unreadable shard.
@@ -87,8 +88,22 @@ def read_trajectories(uri: StoreLike, *, columns: Sequence[str] | None = None,
         unknown = [c for c in cols if c not in TRAJECTORY_SCHEMA.names]
         if unknown:
             raise ValueError(f"unknown column(s) {unknown}; the trajectory schema has {TRAJECTORY_SCHEMA.names}")
-    # a compaction that deleted a listed shard meanwhile: read again from a fresh listing
-    return relisting(lambda: _read_store(store, cols, strict=strict, dedupe=dedupe), "read_trajectories")
+    try:
+        return _read_store(store, cols, strict=strict, dedupe=dedupe)
+    except ShardGone:  # a compaction deleted a listed shard meanwhile: read on from where the read was
+        return read_progressively(store, cols, strict=strict, dedupe=dedupe)
+
+
+def read_progressively(store: Store, cols: list[str] | None, *, strict: bool, dedupe: bool) -> pa.Table:
+    """The whole store read row group by row group with a progress that survives compactions
+    (:func:`~trajstore.reader.planned.iter_planned_tables`); same result as :func:`read_trajectories`."""
+    from trajstore.reader.planned import iter_planned_tables
+
+    parts = [t for _, _, t in iter_planned_tables(store, columns=cols, strict=strict, dedupe=dedupe)]
+    if not parts:
+        t = TRAJECTORY_SCHEMA.empty_table()
+        return t.select(cols) if cols else t
+    return pa.concat_tables(parts)
 
 
 def _read_store(store: Store, cols: list[str] | None, *, strict: bool, dedupe: bool) -> pa.Table:
