@@ -179,7 +179,8 @@ def _merge(store: Store, group: list[ShardInfo], seen: set[str]) -> tuple[pa.Tab
             t = t.take(pa.array(keep, pa.int64()))
         tables.append(t)
         sources.append((s.name, len(ids), tuple(dropped)))
-    table = pa.concat_tables(tables).replace_schema_metadata(TRAJECTORY_SCHEMA.metadata)
+    # one chunk per column: a table of many small chunks is written as many small pages
+    table = pa.concat_tables(tables).combine_chunks().replace_schema_metadata(TRAJECTORY_SCHEMA.metadata)
     record = CompactionRecord(compacted_name(group[0].name), table.num_rows, tuple(sources), pid=os.getpid())
     return table, record
 
