@@ -225,3 +225,13 @@ def test_compaction_on_s3(s3_store_uri) -> None:
     assert r.replaced_deleted == 8 and len(store.shard_paths(TRAJECTORIES_DIR)) == 1
     assert read_trajectories(open_store(uri, storage_options=opts)).equals(before)
     assert not store.fs.exists(store.path("_locks/maintenance.lock"))  # the lease is released
+
+
+def test_validate_checks_what_readers_read_during_the_grace(tmp_path: Path) -> None:
+    from trajstore.validation.sources import list_inputs
+
+    store = open_store(tmp_path / "s")
+    write_small_shards(store, trajectory_table(4))
+    compact_store(store, min_age_s=0, keep_replaced_s=3600)  # sources kept on disk, hidden
+    [f] = list_inputs([str(tmp_path / "s")])  # not the replaced ones: no duplicate ids to report
+    assert f.path.rsplit("/", 1)[-1] == store.list_shards()[0].name

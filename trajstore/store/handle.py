@@ -35,13 +35,15 @@ class Store:
         self.fs = fs
         self.root = root.rstrip("/")
         self.storage_options = dict(storage_options)
+        self._is_local = "file" in protocols(fs)
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
 
     @property
     def is_local(self) -> bool:
-        return "file" in protocols(self.fs)
+        """Whether the store is a local folder (its filesystem is ``file``)."""
+        return self._is_local
 
     def path(self, *parts: str) -> str:
         """Path inside `fs` for a store-relative location."""

@@ -82,6 +82,7 @@ RUN_APP_CONFIG_SUFFIX = "-config.json"
 SHARD_SUFFIX = ".parquet"
 LOCK_SUFFIX = ".lock"
 RECORD_SUFFIX = ".json"
+INDEX_SUFFIX = ".arrow"
 
 HOST_TAG = "".join(c for c in socket.gethostname() if c.isalnum())[:16] or "host"
 """This host in shard and ``_tmp/`` names (alphanumerics of the host name, at most 16)."""
@@ -113,7 +114,7 @@ def shard_index_dir() -> str:
 
 
 def shard_index_file(name: str) -> str:
-    """``trajectories/_index/<name>``: one file of the shard index (``<utc ns>-<host>-<pid>-<random>.parquet``)."""
+    """``trajectories/_index/<name>``: one file of the shard index (``<utc ns>-<host>-<pid>-<random>.arrow``)."""
     return f"{shard_index_dir()}/{name}"
 
 
@@ -263,8 +264,9 @@ def classify(relpath: str) -> str | None:
     if top == TRAJECTORIES_DIR and n == 2 and rest[0] == COMPACTIONS_DIR and rest[1].endswith(RECORD_SUFFIX) \
             and _is_shard_name(rest[1].removesuffix(RECORD_SUFFIX) + SHARD_SUFFIX):
         return f"{TRAJECTORIES_DIR}/{COMPACTIONS_DIR}/<output stem>{RECORD_SUFFIX}"
-    if top == TRAJECTORIES_DIR and n == 2 and rest[0] == INDEX_DIR and _is_shard_name(rest[1]):
-        return f"{TRAJECTORIES_DIR}/{INDEX_DIR}/<index file>{SHARD_SUFFIX}"
+    if top == TRAJECTORIES_DIR and n == 2 and rest[0] == INDEX_DIR and rest[1].endswith(INDEX_SUFFIX) \
+            and not rest[1].startswith((".", "_")):
+        return f"{TRAJECTORIES_DIR}/{INDEX_DIR}/<index file>{INDEX_SUFFIX}"
     if top == TMP_DIR and n >= 1 and all(rest):
         return f"{TMP_DIR}/<entry being written>"
     if top == LOCKS_DIR and n == 1 and rest[0].endswith(LOCK_SUFFIX):
