@@ -5,6 +5,7 @@ from trajstore.cli import (
     bench,  # noqa: F401
     compact,  # noqa: F401
     demo,  # noqa: F401
+    gc,  # noqa: F401
     ingest,  # noqa: F401
     proxy,  # noqa: F401
     runs,  # noqa: F401
