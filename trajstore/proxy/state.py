@@ -65,7 +65,8 @@ class ProxyState:
                                       hold_timeout_s=cfg.hold_timeout_s)
         self.recorder = Recorder(self.writer, tokenizer=cfg.tokenizer,
                                  run_metadata={"run_id": cfg.follow_run} if cfg.follow_run else {},
-                                 on_written=self.gate.on_written if self.gate else None)
+                                 on_written=self.gate.on_written if self.gate else None,
+                                 batch_s=cfg.finish_batch_s)
         self.versioning = Versioning(None if cfg.follow_run else cfg.policy_version, mode=cfg.reload_mode)
         self.sync: WeightSync | None = None
         if cfg.follow_run:
