@@ -3,15 +3,14 @@ Parse options, call the library, render tables, JSON or CSV (:mod:`trajstore.cli
 
 from __future__ import annotations
 
-import csv
-import json
-import math
+import os
 import sys
+from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from trajstore.cli.cells import jsonable
 from trajstore.cli.display import OutputFormat, render_tables
 from trajstore.cli.main import (
     FormatOption,
@@ -23,6 +22,7 @@ from trajstore.cli.main import (
     open_existing_store,
     parse_storage_options,
 )
+from trajstore.errors import os_reason
 from trajstore.tables import TableData
 
 
@@ -157,30 +157,40 @@ def _columns(rel: Any) -> list[str]:
     return list(rel.columns)
 
 
-def _stream_csv(rel: Any) -> None:
-    out = sys.stdout
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(_columns(rel))
-    for batch in _sql_batches(rel):
-        w.writerows([["" if v is None or (isinstance(v, float) and not math.isfinite(v)) else
-                      json.dumps(jsonable(v)) if isinstance(v, (list, dict)) else jsonable(v) for v in row.values()]
-                     for row in batch.to_pylist()])
-        out.flush()
+class SqlFormat(str, Enum):
+    """``traj sql --format``: ``table`` for people (the first rows), the others stream every row."""
+
+    table = "table"
+    json = "json"
+    csv = "csv"
+    jsonl = "jsonl"
+    parquet = "parquet"
 
 
-def _stream_json(rel: Any) -> None:
-    """``{"result": [row objects]}``, written a batch at a time (valid JSON when complete)."""
-    out = sys.stdout
-    cols = _columns(rel)
-    out.write('{\n  "result": [')
-    first = True
-    for batch in _sql_batches(rel):
-        for row in batch.to_pylist():
-            out.write(("\n    " if first else ",\n    ")
-                      + json.dumps({c: jsonable(v) for c, v in zip(cols, row.values())}))
-            first = False
-        out.flush()
-    out.write("\n  ]\n}\n" if not first else "]\n}\n")
+def _export(rel: Any, fmt: SqlFormat, output: Path | None) -> None:
+    """Stream `rel` as `fmt` to `output` (written atomically: a temp file beside it, renamed when
+    complete) or to stdout, through :func:`trajstore.audit.export.write_result`."""
+    from trajstore.audit.export import write_result
+
+    if output is None:
+        if fmt is SqlFormat.parquet and sys.stdout.isatty():
+            raise InvalidOptionError("invalid option --format parquet: Parquet is binary: give --output FILE "
+                                     "(or redirect stdout)")
+        sys.stdout.flush()
+        write_result(rel, fmt.value, sys.stdout.buffer, batch_rows=SQL_BATCH_ROWS)
+        sys.stdout.buffer.flush()
+        return
+    tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            rows = write_result(rel, fmt.value, fh, batch_rows=SQL_BATCH_ROWS)
+        os.replace(tmp, output)
+    except OSError as e:
+        raise InvalidOptionError(f"invalid option --output: cannot write {output}: {os_reason(e)}") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    typer.echo(f"wrote {rows:,} rows to {output}", err=True)
 
 
 def _show_table(rel: Any) -> None:
@@ -209,9 +219,12 @@ def sql_cmd(
     store: StoreArgument,
     query: str = typer.Argument(..., help="one SELECT over the views trajectories, spans, span_logprobs, steps, "
                                 "consumed, step_metrics"),
-    fmt: Annotated[OutputFormat, typer.Option(
-        "--format", help="output format: table (for people; the first 1,000 rows), json or csv (for programs; "
-        "stream every row as it arrives)", case_sensitive=False)] = OutputFormat.table,
+    fmt: Annotated[SqlFormat, typer.Option(
+        "--format", help="output format: table (for people; the first 1,000 rows), json, csv, jsonl or parquet "
+        "(for programs; every row, streamed through DuckDB's and Arrow's writers)", case_sensitive=False)
+    ] = SqlFormat.table,
+    output: Path | None = typer.Option(None, "--output", "-o", metavar="FILE", dir_okay=False,
+                                       help="write the result to FILE (whole or not at all) instead of stdout"),
     limit: int | None = typer.Option(None, "--limit", min=1, help="at most N rows"),
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
@@ -221,6 +234,12 @@ def sql_cmd(
 
     if not query.strip():
         raise typer.BadParameter("the query is empty (give one SELECT)", param_hint="QUERY")
+    if output is not None and fmt is SqlFormat.table:
+        raise InvalidOptionError("invalid option --output: a table is for the terminal; choose --format csv, json, "
+                                 "jsonl or parquet")
     conn = audit.connect(open_existing_store(store, parse_storage_options(storage_option, store)))
     rel = audit.sql(conn, query, limit=limit)
-    {OutputFormat.csv: _stream_csv, OutputFormat.json: _stream_json, OutputFormat.table: _show_table}[fmt](rel)
+    if fmt is SqlFormat.table:
+        _show_table(rel)
+    else:
+        _export(rel, fmt, output)

@@ -3,8 +3,10 @@ Add one import line per module."""
 from trajstore.cli import (
     audit,  # noqa: F401
     bench,  # noqa: F401
+    compact,  # noqa: F401
     demo,  # noqa: F401
     export,  # noqa: F401
+    gc,  # noqa: F401
     ingest,  # noqa: F401
     proxy,  # noqa: F401
     redact,  # noqa: F401

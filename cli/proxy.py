@@ -7,6 +7,7 @@ import typer
 from trajstore.cli.main import app, friendly_errors, invalid_options
 from trajstore.proxy.config import (
     DEFAULT_CLIENT_TOKEN_ENV,
+    DEFAULT_FINISH_BATCH_S,
     DEFAULT_FINISH_WAIT_S,
     DEFAULT_UPSTREAM_KEY_ENV,
     GRACEFUL_SHUTDOWN_S,
@@ -49,6 +50,9 @@ def proxy_cmd(
     finish_wait: float = typer.Option(DEFAULT_FINISH_WAIT_S, "--finish-wait", help="seconds /finish waits for the "
                                       "episode's calls in flight (then: aborted, later answers stored as a "
                                       "continuation part)"),
+    finish_batch: float = typer.Option(DEFAULT_FINISH_BATCH_S, "--finish-batch", min=0.0, max=60.0,
+                                       help="seconds a /finish waits for other finished episodes to share its shard "
+                                       "(it answers once they are durable); 0: write at once"),
     shutdown_grace: float = typer.Option(GRACEFUL_SHUTDOWN_S, "--shutdown-grace", help="after SIGTERM, once open "
                                          "episodes are written: seconds calls in flight may finish before the proxy "
                                          "cuts them"),
@@ -74,7 +78,7 @@ def proxy_cmd(
                           policy_version=policy_version, follow_run=follow_run, policy_store=policy_store,
                           reload_mode=reload_mode, poll_s=poll, weights_cache=weights_cache,
                           max_staleness=max_staleness, batch_size=batch_size, hold_timeout_s=hold_timeout,
-                          session_timeout_s=session_timeout, finish_wait_s=finish_wait,
+                          session_timeout_s=session_timeout, finish_wait_s=finish_wait, finish_batch_s=finish_batch,
                           shutdown_grace_s=shutdown_grace,
                           upstream_timeout_s=upstream_timeout, max_request_mb=max_request_mb,
                           upstream_key_env=upstream_key_env, client_token_env=client_token_env,

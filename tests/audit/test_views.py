@@ -121,9 +121,9 @@ def _listing(root: str) -> list[tuple[str, int, float]]:
     "EXPLAIN ANALYZE COPY (SELECT 1) TO '{root}/y.csv'",
 ])
 def test_sql_refuses_writes_and_leaves_store_untouched(known_store, statement):
-    before = _listing(known_store.root)
     conn = audit.connect(known_store)
     shard = known_store.list_shards()[0].path
+    before = _listing(known_store.root)  # after the listing (which may add the shard index): the SQL writes nothing
     with pytest.raises(audit.AuditError, match="read-only: refusing"):
         audit.sql(conn, statement.format(root=known_store.root, shard=shard))
     assert _listing(known_store.root) == before

@@ -62,6 +62,7 @@ def start_proxy(tmp_path):
 
     def start(upstream: str, **kw: Any) -> ServerThread:
         kw.setdefault("store", str(tmp_path / "store"))
+        kw.setdefault("finish_batch_s", 0.0)  # each /finish written at once (test_finish_batch.py tests the window)
         srv = ServerThread(create_app(ProxyConfig(upstream=upstream, **kw)))
         srv.__enter__()
         running.append(srv)

@@ -24,6 +24,7 @@ from trajstore.store.layout import (
     checkpoint_dir,
     checkpoint_latest_file,
     classify,
+    compaction_record_file,
     lock_file,
     new_shard_name,
     policy_latest_file,
@@ -33,9 +34,11 @@ from trajstore.store.layout import (
     run_log_file,
     run_steps_dir,
     run_tensorboard_dir,
+    shard_index_file,
     tmp_path,
     version_dir,
 )
+from trajstore.store.lineage import compacted_name
 
 RUN = "r"
 
@@ -56,6 +59,7 @@ def _built_paths() -> list[str]:
                                                   "tokenizer.json")),
         tmp_path("policy-abc/model.safetensors"), lock_file("ingest"),
         run_log_file(RUN, "trainer"), run_app_config_file(RUN, "demo-train"),  # traj demo's files
+        compaction_record_file(compacted_name(shard)), shard_index_file(new_shard_name().replace(".parquet", ".arrow")),
     ]
 
 
@@ -66,8 +70,9 @@ def test_every_path_the_layout_builds_is_classified(rel: str) -> None:
 
 def test_paths_of_different_kinds_have_different_templates() -> None:
     # 3 record kinds (trajectories, steps, consumed) + config + tensorboard + 2 LATEST pointers +
-    # checkpoint files + version files + _tmp + _locks + process logs + application configs = 13
-    assert len({classify(p) for p in _built_paths()}) == 13
+    # checkpoint files + version files + _tmp + _locks + process logs + application configs
+    # + compaction records + shard index files = 15
+    assert len({classify(p) for p in _built_paths()}) == 15
 
 
 @pytest.mark.parametrize("rel", [

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, Literal, NamedTuple
 
 from trajstore.reader import read_shard
@@ -134,8 +134,9 @@ class AdmissionRule:
 
 
 def decide_rows(store: Store, shard: ShardInfo, start: int, *, rule: AdmissionRule, seen: set[str],
-                where: WhereFilter | None) -> Iterator[Admission]:
-    """The decision on each row of `shard` from row `start` on, lazily in row order (a refusal is
+                where: WhereFilter | None, rows: Sequence[int] | None = None) -> Iterator[Admission]:
+    """The decision on each row of `shard` from row `start` on (or on each of `rows`, ascending:
+    the rows a compaction's output still holds for the cursor), lazily in row order (a refusal is
     raised when its row is reached). Reads scalar columns only (:data:`ADMISSION_COLUMNS`, all of
     them with a ``--where``, which sees the whole shard's: a predicate that reads other rows,
     e.g. a scalar subquery, is relative to the shard).
@@ -154,8 +155,8 @@ def decide_rows(store: Store, shard: ShardInfo, start: int, *, rule: AdmissionRu
     else:
         table = read_scalar_columns(store, shard)
         keep = where.mask(table, shard=shard.name)
-    rows = table.select(list(ADMISSION_COLUMNS)).to_pylist()
-    for i in range(start, len(rows)):
-        place = f"trajectory {rows[i]['trajectory_id']!r} (shard {shard.name}, row {i})"
-        skip = rule.decide(rows[i], seen=seen, kept_by_where=keep is None or bool(keep[i]), place=place)
-        yield Admission(i, rows[i]["trajectory_id"], skip, skip is None and is_text_only(rows[i]), place)
+    records = table.select(list(ADMISSION_COLUMNS)).to_pylist()
+    for i in (range(start, len(records)) if rows is None else (int(r) for r in rows)):
+        place = f"trajectory {records[i]['trajectory_id']!r} (shard {shard.name}, row {i})"
+        skip = rule.decide(records[i], seen=seen, kept_by_where=keep is None or bool(keep[i]), place=place)
+        yield Admission(i, records[i]["trajectory_id"], skip, skip is None and is_text_only(records[i]), place)

@@ -15,12 +15,16 @@ import time
 from collections.abc import Callable, Iterator
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trajstore.reader import TrajectoryBatch, iter_shard_batches
+from trajstore.reader.files import gone
+from trajstore.reader.progress import Progress, Unit, mentions, plan
 from trajstore.schema import SPAN_KIND_CODES
 from trajstore.store import TRAJECTORIES_DIR, ShardInfo, Store
+from trajstore.store.lineage import ShardGone
 from trajstore.trainer.data.admission import Admission, AdmissionRule, decide_rows
 from trajstore.trainer.data.census import StoreCensus
 from trajstore.trainer.data.cursor import DataCursor
@@ -65,6 +69,7 @@ class TrajectoryStream:
         self._seen: set[str] = set()
         self._pending: Sample | None = None
         self._iter: Iterator[Sample] | None = None
+        self._iter_shard: ShardInfo | None = None
         self._skipped: dict[str, int] = {}
         self._rule = AdmissionRule(cfg, tokenizer)
         self._where = WhereFilter(cfg.where) if cfg.where else None
@@ -128,46 +133,79 @@ class TrajectoryStream:
 
     # -- reading -------------------------------------------------------------------------
 
+    def _progress(self) -> Progress:
+        return Progress(self._done, self.cursor.shard, self.cursor.next_row)
+
     def _next_sample(self) -> Sample | None:
         while True:
             if self._iter is None:
-                shard = self._next_shard()
-                if shard is None:
+                nxt = self._next_shard()
+                if nxt is None:
                     return None
-                start = self.cursor.next_row if self.cursor.shard == shard.name else 0
-                self._iter = self._read_shard(shard, start)
-            s = next(self._iter, None)
+                self._iter = self._read_shard(*nxt)
+                self._iter_shard = nxt[0]
+            try:
+                s = next(self._iter, None)
+            except (ShardGone, OSError) as e:
+                # a compaction replaced the shard and deleted it after the listing: list again,
+                # the cursor says exactly which of its rows were read
+                if not isinstance(e, ShardGone) and gone(self.store, self._iter_shard, e) is None:
+                    raise
+                self._iter = None
+                continue
             if s is not None:
                 return s
             self._iter = None
 
-    def _next_shard(self) -> ShardInfo | None:
-        shards = [s for s in self._list() if s.name not in self._done_set]
-        if not shards:
-            return None
-        # The shard in progress (resume) first; otherwise the oldest not yet read.
-        for s in shards:
-            if s.name == self.cursor.shard:
-                return s
-        return shards[0]
+    def _mark_done(self, names: list[str]) -> None:
+        fresh = [n for n in names if n not in self._done_set]
+        self._done.extend(fresh)
+        self._done_set.update(fresh)
+        keep = self.cursor.shard is not None and self.cursor.shard not in self._done_set
+        self.cursor = DataCursor(list(self._done), self.cursor.shard if keep else None,
+                                 self.cursor.next_row if keep else 0)
 
-    def _read_shard(self, shard: ShardInfo, start_row: int) -> Iterator[Sample]:
-        decisions = decide_rows(self.store, shard, start_row, rule=self._rule, seen=self._seen, where=self._where)
-        base = 0
+    def _plans(self) -> Iterator[tuple[ShardInfo, list[Unit]]]:
+        """Each listed shard with rows not read yet and its units (:func:`~trajstore.reader.progress.plan`),
+        the one holding the cursor's shard in progress first (resume), then in arrival order. A
+        shard found fully read (a compaction's output of shards all read) is marked done."""
+        shards = self._list()
+        in_progress = [s for s in shards if mentions(s, self.cursor.shard)]
+        for shard in [*in_progress, *(s for s in shards if not mentions(s, self.cursor.shard))]:
+            if shard.name in self._done_set:
+                continue
+            units, _ = plan(shard, self._progress(), self._done_set)
+            if not any(len(u.phys) for u in units):
+                self._mark_done([*(u.name for u in units), shard.name])
+                continue
+            yield shard, units
+
+    def _next_shard(self) -> tuple[ShardInfo, list[Unit]] | None:
+        return next(self._plans(), None)
+
+    def _read_shard(self, shard: ShardInfo, units: list[Unit]) -> Iterator[Sample]:
+        phys = np.concatenate([u.phys for u in units])
+        decisions = decide_rows(self.store, shard, 0, rule=self._rule, seen=self._seen, where=self._where, rows=phys)
+        owner = np.repeat(np.arange(len(units)), [len(u.phys) for u in units])
+        unit_rows = np.concatenate([u.rows for u in units])
+        walk = _UnitWalk(self, units)
+        base, k = 0, 0
         for batch in iter_shard_batches(self.store, shard, strict=True):
             n = len(batch)
-            if base + n > start_row:
-                yield from self._samples_of(batch, shard, base, start_row, decisions)
-            base += n
-        # the shard is finished: every later sample's cursor says so
-        self._done.append(shard.name)
-        self._done_set.add(shard.name)
-        self.cursor = DataCursor(list(self._done), None, 0)
+            hi = int(np.searchsorted(phys, base + n))
+            if hi > k:
+                yield from self._samples_of(batch, shard, base, phys[k:hi], owner[k:hi], unit_rows[k:hi], walk,
+                                            decisions)
+            base, k = base + n, hi
+            if k == len(phys):
+                break
+        walk.finish()
 
-    def _samples_of(self, batch: TrajectoryBatch, shard: ShardInfo, base: int, start_row: int,
-                    decisions: Iterator[Admission]) -> Iterator[Sample]:
-        """The admitted rows of one row group as samples; `decisions` yields the admission of each
-        row of the shard from `start_row` on, in order (see :func:`decide_rows`)."""
+    def _samples_of(self, batch: TrajectoryBatch, shard: ShardInfo, base: int, phys: np.ndarray, owner: np.ndarray,
+                    unit_rows: np.ndarray, walk: _UnitWalk, decisions: Iterator[Admission]) -> Iterator[Sample]:
+        """The admitted rows among `phys` (rows of the shard inside this row group, ascending) as
+        samples; `owner` and `unit_rows` give each row's unit and its row there; `decisions`
+        yields the admission of each planned row of the shard, in order (see :func:`decide_rows`)."""
         table = batch.table
         act = batch.action_mask()
         full_lps = batch.logprobs_full()  # (N,) aligned with tokens; schema v2 stores action tokens only
@@ -176,16 +214,13 @@ class TrajectoryStream:
         mixed = flat_spans.field("policy_version_max").is_valid().to_numpy(zero_copy_only=False)
         group_id = (table.column("group_id").to_pylist() if "group_id" in table.column_names
                     else [None] * len(batch))  # older shards: nulls
-        done = list(self._done)  # unchanged while this shard is read: one copy, shared by its rows' cursors
-        for i in range(len(batch)):
-            row = base + i
-            if row < start_row:
-                continue
+        for row, j, unit_row in zip(phys.tolist(), owner.tolist(), unit_rows.tolist()):
+            i = row - base
             d = next(decisions)
             if d.row != row or d.trajectory_id != batch.trajectory_ids[i]:
                 raise RuntimeError(f"shard {shard.name}: row {row} was decided as {d.trajectory_id!r} (row {d.row}) "
                                    f"but read as {batch.trajectory_ids[i]!r}")
-            cursor = DataCursor(done, shard.name, row + 1)
+            cursor = walk.after(j, unit_row)
             self.cursor = cursor
             if d.skip is not None:
                 self._skip(d.skip)
@@ -238,11 +273,10 @@ class TrajectoryStream:
         """
         census = StoreCensus()
         seen = set(self._seen)
-        unread = [s for s in self._list() if s.name not in self._done_set]
-        for shard in sorted(unread, key=lambda s: s.name != self.cursor.shard):  # as _next_shard: resumed one first
-            start = self.cursor.next_row if shard.name == self.cursor.shard else 0
+        for shard, units in self._plans():  # as the stream reads: the resumed one first
+            phys = np.concatenate([u.phys for u in units])
             candidates: list[int] = []
-            for d in decide_rows(self.store, shard, start, rule=self._rule, seen=seen, where=self._where):
+            for d in decide_rows(self.store, shard, 0, rule=self._rule, seen=seen, where=self._where, rows=phys):
                 census.rows += 1
                 if d.skip is not None:
                     census.skip(d.skip)
@@ -271,14 +305,42 @@ class TrajectoryStream:
     # -- resume ------------------------------------------------------------------
 
     def _rebuild_seen(self) -> None:
-        """Ids of every row already read (for first-copy-wins dedupe after a resume)."""
+        """Ids of every row already read (for first-copy-wins dedupe after a resume), found through
+        the listing, so shards a compaction merged since the checkpoint count too."""
         if not self._done and self.cursor.shard is None:
             return
-        by_name = {s.name: s for s in self.store.list_shards(TRAJECTORIES_DIR)}
-        for name, upto in [*((n, None) for n in self._done), (self.cursor.shard, self.cursor.next_row)]:
-            if name is None or name not in by_name:
+        for shard in self.store.list_shards(TRAJECTORIES_DIR):
+            _, read = plan(shard, self._progress(), self._done_set)
+            if not len(read):
                 continue
-            path = by_name[name].path
+            path = shard.path
             fh = self.store.fs.open(path, "rb") if not self.store.is_local else path
-            ids = pq.read_table(fh, columns=["trajectory_id"]).column("trajectory_id").to_pylist()
-            self._seen.update(ids if upto is None else ids[:upto])
+            ids = pq.read_table(fh, columns=["trajectory_id"]).column("trajectory_id")
+            self._seen.update(ids.take(pa.array(read)).to_pylist())
+
+
+class _UnitWalk:
+    """The cursor while one shard's units are read: rows of unit ``j`` continue the numbering of
+    ``units[j].name``; moving past a unit marks it (and any empty one skipped) done."""
+
+    def __init__(self, stream: TrajectoryStream, units: list[Unit]):
+        self.stream = stream
+        self.units = units
+        self.at = 0  # units[:at] are done
+        self.done = list(stream._done)  # shared by the cursors of one unit's rows
+
+    def _enter(self, j: int) -> None:
+        if j > self.at:
+            self.stream._mark_done([u.name for u in self.units[self.at:j]])
+            self.at = j
+            self.done = list(self.stream._done)
+
+    def after(self, j: int, unit_row: int) -> DataCursor:
+        """The cursor right after row `unit_row` of unit `j`."""
+        self._enter(j)
+        return DataCursor(self.done, self.units[j].name, unit_row + 1)
+
+    def finish(self) -> None:
+        """Every unit read: all are done."""
+        self.stream._mark_done([u.name for u in self.units[self.at:]])
+        self.at = len(self.units)

@@ -6,11 +6,7 @@ ingests run at once store every trajectory once.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
-import tempfile
 import warnings
-from collections.abc import Iterator
 
 import pyarrow as pa
 
@@ -19,48 +15,17 @@ from trajstore.ingest.summary import IngestReport
 from trajstore.models import Trajectory
 from trajstore.reader import read_shard, read_trajectories
 from trajstore.store import TRAJECTORIES_DIR, CorruptShardWarning, Store
-from trajstore.store.layout import LOCK_SUFFIX, lock_file
+from trajstore.store.lock import store_lock as _store_lock
 from trajstore.writer import DEFAULT_FLUSH_MB, DEFAULT_FLUSH_ROWS
 from trajstore.writer import _approx_bytes as approx_bytes  # the SDK writer's flush sizing
-
-try:
-    import fcntl
-except ImportError:  # not POSIX: ingest commits are not serialised (see store_lock)
-    fcntl = None  # type: ignore[assignment]
-
 
 INGEST_LOCK = "ingest"
 """Name of the store lock every ingest commit holds (:func:`store_lock`)."""
 
 
-@contextlib.contextmanager
-def store_lock(st: Store, name: str = INGEST_LOCK) -> Iterator[None]:
-    """Hold an exclusive, blocking lock named `name` on the store `st`.
-
-    Local stores: ``fcntl.flock`` on ``<root>/_locks/<name>.lock`` (every process and thread
-    on this host, and on hosts sharing the folder over a filesystem with working ``flock``,
-    such as NFSv4 on Linux). Object stores (S3) have no lock: the lock file is in this host's
-    temporary folder, named after the store's URL, so it serialises the holders of one host
-    only. The lock is released when the block ends, or when the process dies.
-    """
-    if fcntl is None:  # no flock on this platform: commits are not serialised
-        yield
-        return
-    if st.is_local:
-        path = st.path(lock_file(name))
-    else:
-        path = os.path.join(tempfile.gettempdir(), "trajstore-locks",
-                            f"{hashlib.sha256(st.url().encode()).hexdigest()[:24]}.{name}{LOCK_SUFFIX}")
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-    except OSError as e:  # the store's folder cannot be created or written: one line naming it
-        raise st.write_refused(e) from e
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
+def store_lock(st: Store, name: str = INGEST_LOCK) -> contextlib.AbstractContextManager[None]:
+    """The store lock `name` (default: the ingest lock); see :func:`trajstore.store.lock.store_lock`."""
+    return _store_lock(st, name)
 
 
 class StoreCommitter:

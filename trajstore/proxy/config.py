@@ -20,6 +20,10 @@ DEFAULT_FINISH_WAIT_S = 60.0
 """Default ``--finish-wait`` (s)."""
 
 
+DEFAULT_FINISH_BATCH_S = 0.5
+"""Default ``--finish-batch`` (s)."""
+
+
 class ProxyConfig(BaseModel):
     """Everything ``traj proxy`` needs; secrets are never fields, only the names of the
     environment variables that hold them."""
@@ -43,6 +47,9 @@ class ProxyConfig(BaseModel):
     finish_wait_s: float = Field(DEFAULT_FINISH_WAIT_S, ge=0, description="/finish waits this long for the "
                                  "episode's calls in flight; if they do not end, the episode ends aborted and "
                                  "each later answer is stored as a continuation part (s)")
+    finish_batch_s: float = Field(DEFAULT_FINISH_BATCH_S, ge=0, le=60, description="finished episodes are "
+                                  "written together: a /finish waits up to this long for others to share its "
+                                  "shard (fewer, larger shards), and answers once they are durable; 0 = at once (s)")
     shutdown_grace_s: float = Field(GRACEFUL_SHUTDOWN_S, ge=0, description="after SIGTERM / SIGINT, once open "
                                     "episodes are written, calls in flight may finish for this long before the "
                                     "proxy cuts them with an error (s)")

@@ -38,6 +38,7 @@ nothing in the harness changed the context.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -63,6 +64,9 @@ AFTER_FINISH = "after-finish"
 """``episode.change`` of the part holding calls answered after ``/finish`` stopped waiting for them."""
 AFTER_SHUTDOWN_FLUSH = "after-shutdown-flush"
 """``episode.change`` of the part holding calls answered after the proxy's shutdown flush."""
+
+DEFAULT_FINISH_BATCH_MAX = 512
+"""Trajectories waiting for a flush that end a group commit's window at once."""
 
 _SAFE_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:=+-]{0,127}$")
 
@@ -233,11 +237,13 @@ class Recorder:
         on_written: called with each written trajectory (the staleness gate counts them).
         prepare: applied to each trajectory before it is written (``traj proxy --redact``: the
             redactor, so a secret the harness sent is never stored).
+        batch_s, batch_max: the group commit's window (s) and size (:meth:`persist`).
     """
 
     def __init__(self, writer: StoreWriter, *, tokenizer: str | None, run_metadata: dict[str, Any],
                  on_written: Callable[[Trajectory], None] | None = None,
-                 prepare: Callable[[Trajectory], Trajectory] | None = None):
+                 prepare: Callable[[Trajectory], Trajectory] | None = None, batch_s: float = 0.0,
+                 batch_max: int = DEFAULT_FINISH_BATCH_MAX):
         self.writer = writer
         self.prepare = prepare
         self.tokenizer = tokenizer
@@ -250,6 +256,12 @@ class Recorder:
         self._flush_lock = asyncio.Lock()
         self._written_gen = 0
         self._flushed_gen = 0
+        self.batch_s = batch_s
+        """Longest wait of a finished episode for others to share its shard (s); see :meth:`persist`."""
+        self.batch_max = batch_max
+        """Trajectories that end the wait at once."""
+        self._waiting = 0
+        self._full = asyncio.Event()
 
     # -- sessions -------------------------------------------------------------------------------
 
@@ -410,8 +422,11 @@ class Recorder:
     # -- persistence ----------------------------------------------------------------------------
 
     async def persist(self, trajectories: Sequence[Trajectory]) -> None:
-        """Write and flush (group commit: concurrent callers share one shard), so a finished
-        episode is durable when its ``/finish`` returns."""
+        """Write and flush, so that the episodes are durable when this returns (and ``/finish``
+        answers). Group commit with a bounded delay: the first caller of a window waits up to
+        :attr:`batch_s` seconds (or until :attr:`batch_max` trajectories are waiting) for others,
+        then one flush writes them all as one shard; callers arriving meanwhile return with it.
+        ``batch_s = 0``: flush at once (concurrent callers still share the shard)."""
         if not trajectories:
             return
         if self.prepare is not None:
@@ -419,10 +434,17 @@ class Recorder:
             trajectories = await asyncio.to_thread(lambda: [prepare(t) for t in trajectories])
         await asyncio.to_thread(self.writer.write_many, trajectories)
         self._written_gen += 1
+        self._waiting += len(trajectories)
         mine = self._written_gen
+        if self._waiting >= self.batch_max:
+            self._full.set()
         async with self._flush_lock:
             if self._flushed_gen < mine:
-                gen = self._written_gen
+                if self.batch_s > 0 and not self._full.is_set():
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._full.wait(), self.batch_s)
+                gen, self._waiting = self._written_gen, 0
+                self._full.clear()
                 await asyncio.to_thread(self.writer.flush)
                 self._flushed_gen = gen
         self.stats["trajectories_written"] += len(trajectories)

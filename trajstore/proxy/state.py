@@ -88,7 +88,7 @@ class ProxyState:
         self.recorder = Recorder(self.writer, tokenizer=cfg.tokenizer,
                                  run_metadata={"run_id": cfg.follow_run} if cfg.follow_run else {},
                                  on_written=self.gate.on_written if self.gate else None,
-                                 prepare=redactor_for(cfg))
+                                 prepare=redactor_for(cfg), batch_s=cfg.finish_batch_s)
         self.versioning = Versioning(None if cfg.follow_run else cfg.policy_version, mode=cfg.reload_mode)
         self.sync: WeightSync | None = None
         if cfg.follow_run:

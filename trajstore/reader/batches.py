@@ -17,10 +17,9 @@ import pyarrow.parquet as pq
 from trajstore.convert import ranges_positions, read_columns, upgrade_table
 from trajstore.errors import CorruptShardError
 from trajstore.reader.dedupe import first_copy_mask
-from trajstore.reader.files import StoreLike, as_store, file_version
-from trajstore.schema import ACTION_LOGPROBS_COLUMN, SPAN_KIND_CODES, TRAJECTORY_SCHEMA
+from trajstore.reader.files import StoreLike, as_store, file_version, gone
+from trajstore.schema import ACTION_LOGPROBS_COLUMN, SCHEMA_VERSION, SPAN_KIND_CODES, TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store
-from trajstore.store.layout import TRAJECTORIES_DIR
 
 
 @dataclass
@@ -168,6 +167,7 @@ def iter_shard_batches(store: Store, shard: ShardInfo, *, columns: Sequence[str]
     Raises:
         CorruptShardError: a row group cannot be decoded (with ``strict``); otherwise the rest
             of the shard is skipped with a warning.
+        ShardGone: the file was deleted since it was listed (a compaction replaced it).
     """
     cols = None if columns is None else list(dict.fromkeys(
         ["trajectory_id", "tokens", ACTION_LOGPROBS_COLUMN, "spans", "reward", *columns]))
@@ -181,6 +181,9 @@ def iter_shard_batches(store: Store, shard: ShardInfo, *, columns: Sequence[str]
             if table.num_rows:
                 yield batch_from_table(table, shard=shard.path, row_group=rg)
     except (OSError, pa.ArrowException) as e:
+        replaced = gone(store, shard, e)
+        if replaced is not None:
+            raise replaced from e
         err = CorruptShardError(store.url_of(shard.path), f"cannot decode: {str(e).splitlines()[0]}")
         if strict:
             raise err from e
@@ -193,8 +196,15 @@ def iter_batches(uri: StoreLike, *, columns: Sequence[str] | None = None,
     """Stream the store as :class:`TrajectoryBatch` es, one Parquet row group at a time, in
     arrival order. Peak memory is bounded by a row group (``ROW_GROUP_TARGET_MB``), not the
     store. With ``dedupe`` the ids seen so far are remembered (a set of strings) to drop
-    later copies."""
+    later copies.
+
+    A compaction running meanwhile changes nothing: the stream remembers which shards it read
+    and, when a shard it listed was replaced and deleted, reads from the compaction's output only
+    the rows it had not read yet (:func:`~trajstore.reader.planned.iter_planned_tables`)."""
+    from trajstore.reader.planned import iter_planned_tables
+
     store = as_store(uri, storage_options)
-    seen: set[str] | None = set() if dedupe else None
-    for shard in store.list_shards(TRAJECTORIES_DIR, strict=strict):
-        yield from iter_shard_batches(store, shard, columns=columns, skip_ids=seen, strict=strict)
+    cols = None if columns is None else list(dict.fromkeys(
+        ["trajectory_id", "tokens", "logprobs", "spans", "reward", *columns]))
+    for shard, rg, table in iter_planned_tables(store, columns=cols, strict=strict, dedupe=dedupe):
+        yield batch_from_table(table, shard=shard.path, row_group=rg)

@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 
 from trajstore.convert import read_columns, upgrade_table
 from trajstore.errors import CorruptShardError
-from trajstore.reader.files import StoreLike, as_store, file_version, open_shard
-from trajstore.schema import TRAJECTORY_SCHEMA
+from trajstore.reader.files import StoreLike, as_store, file_version, gone, open_shard, relisting
+from trajstore.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store, decode_id_index, id_hashes
 from trajstore.store.layout import TRAJECTORIES_DIR
 
@@ -44,6 +44,10 @@ def read_trajectories_by_id(uri: StoreLike, ids: Sequence[str], *, columns: Sequ
     unknown = [c for c in cols if c not in TRAJECTORY_SCHEMA.names]
     if unknown:
         raise ValueError(f"unknown column(s) {unknown}; the trajectory schema has {TRAJECTORY_SCHEMA.names}")
+    return relisting(lambda: _fetch(store, list(ids), cols, strict=strict), "read_trajectories_by_id")
+
+
+def _fetch(store: Store, ids: list[str], cols: list[str], *, strict: bool) -> pa.Table:
     wanted = dict.fromkeys(ids)
     hashes = dict(zip(id_hashes(list(wanted)).tolist(), wanted)) if wanted else {}
     parts: list[pa.Table] = []
@@ -66,6 +70,9 @@ def read_trajectories_by_id(uri: StoreLike, ids: Sequence[str], *, columns: Sequ
                 candidates = None
             got = _rows_of(store, shard, candidates, wanted, cols)
         except (OSError, pa.ArrowException) as e:
+            replaced = gone(store, shard, e)
+            if replaced is not None:
+                raise replaced from e
             err = CorruptShardError(store.url_of(shard.path), f"cannot decode: {str(e).splitlines()[0]}")
             if strict:
                 raise err from e

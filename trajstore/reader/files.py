@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, READABLE_VERSIONS, SCHEMA_VERSION, trajectory_schema
 from trajstore.store import ShardInfo, Store, open_store
+from trajstore.store.lineage import ShardGone
 from trajstore.store.shards import check_schema_version
 
 StoreLike = Store | str | os.PathLike[str]
@@ -68,3 +69,42 @@ def version_runs(shards: Sequence[ShardInfo]) -> list[tuple[int, list[ShardInfo]
         else:
             runs.append((s.schema_version, [s]))
     return runs
+
+
+MAX_RELISTS = 20
+"""How many times a reader lists the store again when shards it listed were deleted meanwhile
+(a compaction replaced them) before giving up."""
+
+
+def gone(store: Store, shard: ShardInfo, e: BaseException) -> ShardGone | None:
+    """A :class:`ShardGone` when reading `shard` failed (`e`) because the file no longer exists
+    (a compaction replaced it and deleted it after the listing), else None."""
+    if not isinstance(e, OSError):
+        return None
+    try:
+        if store.is_local:
+            exists = os.path.exists(shard.path)
+        else:
+            store.fs.invalidate_cache(shard.path)
+            exists = store.fs.exists(shard.path)
+    except Exception:  # cannot tell: report the original error
+        return None
+    return None if exists else ShardGone(f"{store.url_of(shard.path)} was deleted after it was listed (a compaction "
+                                         "replaced it); list the store again")
+
+
+def relisting(read, what: str):  # noqa: ANN001, ANN201 - a small retry combinator
+    """Call ``read()`` until it completes without :class:`ShardGone` (at most :data:`MAX_RELISTS`
+    times): a whole-store read restarts from a fresh listing when a compaction deleted a shard
+    it had listed, so it sees every trajectory once.
+
+    Raises:
+        ShardGone: every attempt met a deleted shard.
+    """
+    for attempt in range(MAX_RELISTS):
+        try:
+            return read()
+        except ShardGone:
+            if attempt == MAX_RELISTS - 1:
+                raise
+    raise AssertionError(what)

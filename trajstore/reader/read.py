@@ -14,10 +14,19 @@ import pyarrow.compute as pc
 from trajstore.convert import conform_table, read_columns, upgrade_table
 from trajstore.errors import CorruptShardError
 from trajstore.reader.dedupe import first_copy_mask
-from trajstore.reader.files import StoreLike, arrow_dataset, as_store, file_version, open_shard, version_runs
+from trajstore.reader.files import (
+    StoreLike,
+    arrow_dataset,
+    as_store,
+    file_version,
+    gone,
+    open_shard,
+    version_runs,
+)
 from trajstore.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store
 from trajstore.store.layout import TRAJECTORIES_DIR
+from trajstore.store.lineage import ShardGone
 
 
 def read_run(store: Store, version: int, shards: Sequence[ShardInfo], cols: list[str] | None) -> pa.Table:
@@ -65,17 +74,40 @@ def read_trajectories(uri: StoreLike, *, columns: Sequence[str] | None = None,
     with a :class:`~trajstore.store.CorruptShardWarning` naming it. Schema-v1 shards are
     converted (see :func:`trajstore.convert.upgrade_table`).
 
+    A compaction running meanwhile changes nothing: when a shard it deleted after the listing is
+    met, the read goes on from a new listing with the rows the compaction's output holds that
+    were not read yet.
+
     Raises:
         CorruptShardError: with ``strict=True``, on the first unreadable shard.
         ValueError: a name in `columns` is not a schema column.
     """
     store = as_store(uri, storage_options)
-    shards = store.list_shards(TRAJECTORIES_DIR, strict=strict)
     cols = None if columns is None else list(dict.fromkeys(["trajectory_id", *columns]))
     if cols is not None:
         unknown = [c for c in cols if c not in TRAJECTORY_SCHEMA.names]
         if unknown:
             raise ValueError(f"unknown column(s) {unknown}; the trajectory schema has {TRAJECTORY_SCHEMA.names}")
+    try:
+        return _read_store(store, cols, strict=strict, dedupe=dedupe)
+    except ShardGone:  # a compaction deleted a listed shard meanwhile: read on from where the read was
+        return read_progressively(store, cols, strict=strict, dedupe=dedupe)
+
+
+def read_progressively(store: Store, cols: list[str] | None, *, strict: bool, dedupe: bool) -> pa.Table:
+    """The whole store read row group by row group with a progress that survives compactions
+    (:func:`~trajstore.reader.planned.iter_planned_tables`); same result as :func:`read_trajectories`."""
+    from trajstore.reader.planned import iter_planned_tables
+
+    parts = [t for _, _, t in iter_planned_tables(store, columns=cols, strict=strict, dedupe=dedupe)]
+    if not parts:
+        t = TRAJECTORY_SCHEMA.empty_table()
+        return t.select(cols) if cols else t
+    return pa.concat_tables(parts)
+
+
+def _read_store(store: Store, cols: list[str] | None, *, strict: bool, dedupe: bool) -> pa.Table:
+    shards = store.list_shards(TRAJECTORIES_DIR, strict=strict)
     if not shards:
         t = TRAJECTORY_SCHEMA.empty_table()
         return t.select(cols) if cols else t
@@ -104,6 +136,9 @@ def read_shards_one_by_one(store: Store, shards: Sequence[ShardInfo], cols: list
         try:
             parts.append(read_run(store, s.schema_version, [s], cols))
         except (OSError, pa.ArrowException) as e:
+            replaced = gone(store, s, e)
+            if replaced is not None:
+                raise replaced from e
             err = CorruptShardError(store.url_of(s.path), f"cannot decode: {str(e).splitlines()[0]}")
             if strict:
                 raise err from e

@@ -12,10 +12,11 @@ import pyarrow.compute as pc
 
 from trajstore.reader.dedupe import first_copy_mask
 from trajstore.reader.files import StoreLike, as_store, version_runs
-from trajstore.reader.read import read_run, read_shards_one_by_one
+from trajstore.reader.read import read_progressively, read_run, read_shards_one_by_one
 from trajstore.schema import TRAJECTORY_SCHEMA
-from trajstore.store import CorruptShardWarning
+from trajstore.store import CorruptShardWarning, Store
 from trajstore.store.layout import TRAJECTORIES_DIR
+from trajstore.store.lineage import ShardGone
 
 
 @dataclass
@@ -46,16 +47,27 @@ def summarize_store(uri: StoreLike, *, storage_options: dict[str, Any] | None = 
     collected in :attr:`StoreSummary.skipped`, one message per shard.
     """
     store = as_store(uri, storage_options)
+    try:
+        return _summarize(store, progressive=False)
+    except ShardGone:  # a compaction deleted a listed shard meanwhile: read on from where the read was
+        return _summarize(store, progressive=True)
+
+
+def _summarize(store: Store, *, progressive: bool) -> StoreSummary:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CorruptShardWarning)
         shards = store.list_shards(TRAJECTORIES_DIR)
         if shards:
             cols = ["trajectory_id", "num_tokens"]
-            try:
-                parts = [read_run(store, v, run, cols) for v, run in version_runs(shards)]
-                table = pa.concat_tables(parts)
-            except (OSError, pa.ArrowException):
-                table = read_shards_one_by_one(store, shards, cols, strict=False)
+            if progressive:
+                table = read_progressively(store, cols, strict=False, dedupe=False)
+                shards = store.list_shards(TRAJECTORIES_DIR)
+            else:
+                try:
+                    parts = [read_run(store, v, run, cols) for v, run in version_runs(shards)]
+                    table = pa.concat_tables(parts)
+                except (OSError, pa.ArrowException):
+                    table = read_shards_one_by_one(store, shards, cols, strict=False)
         else:
             table = TRAJECTORY_SCHEMA.empty_table().select(["trajectory_id", "num_tokens"])
     skipped = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, CorruptShardWarning)))

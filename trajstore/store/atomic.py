@@ -41,8 +41,11 @@ def write_refused(store: Store, e: OSError, doing: str | None = None) -> StoreEr
 
 def write_table(store: Store, table: pa.Table, *, subdir: str = TRAJECTORIES_DIR,
                 row_group_target_mb: float = ROW_GROUP_TARGET_MB,
-                extra_metadata: Mapping[bytes, bytes] | None = None) -> str:
+                extra_metadata: Mapping[bytes, bytes] | None = None, name: str | None = None) -> str:
     """Write `table` as one new immutable shard under `subdir`; return its path.
+
+    `name` is the shard's file name (default :func:`~trajstore.store.layout.new_shard_name`; a
+    compaction names its output after the first shard it replaces).
 
     The shard becomes visible atomically: locally it is written to ``_tmp/``, fsynced
     and renamed into place; on object stores it is one PUT (or one completed multipart
@@ -54,7 +57,7 @@ def write_table(store: Store, table: pa.Table, *, subdir: str = TRAJECTORIES_DIR
         StoreError: if the filesystem refuses the write (the shard is then absent).
     """
     table = stamped(table, extra_metadata)
-    name = new_shard_name()
+    name = name or new_shard_name()
     final = store.path(subdir, name)
     slices = row_group_slices(table, int(row_group_target_mb * 2**20))
     try:

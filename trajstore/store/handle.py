@@ -35,13 +35,15 @@ class Store:
         self.fs = fs
         self.root = root.rstrip("/")
         self.storage_options = dict(storage_options)
+        self._is_local = "file" in protocols(fs)
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
 
     @property
     def is_local(self) -> bool:
-        return "file" in protocols(self.fs)
+        """Whether the store is a local folder (its filesystem is ``file``)."""
+        return self._is_local
 
     def path(self, *parts: str) -> str:
         """Path inside `fs` for a store-relative location."""
@@ -130,11 +132,11 @@ class Store:
 
     def write_table(self, table: pa.Table, *, subdir: str = TRAJECTORIES_DIR,
                     row_group_target_mb: float = ROW_GROUP_TARGET_MB,
-                    extra_metadata: Mapping[bytes, bytes] | None = None) -> str:
-        """Write `table` as one new immutable shard under `subdir`, atomically; return its path.
-        See :func:`trajstore.store.atomic.write_table`."""
+                    extra_metadata: Mapping[bytes, bytes] | None = None, name: str | None = None) -> str:
+        """Write `table` as one new immutable shard under `subdir` (named `name`, default a new
+        shard name), atomically; return its path. See :func:`trajstore.store.atomic.write_table`."""
         return atomic.write_table(self, table, subdir=subdir, row_group_target_mb=row_group_target_mb,
-                                  extra_metadata=extra_metadata)
+                                  extra_metadata=extra_metadata, name=name)
 
     def write_bytes(self, relpath: str, data: bytes) -> str:
         """Write a small file atomically (temp + rename locally, single PUT remotely)."""

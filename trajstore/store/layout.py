@@ -20,6 +20,12 @@ TMP_DIR = "_tmp"
 """Local stores only: shards, rewrites, checkpoints and policies being written (never read)."""
 LOCKS_DIR = "_locks"
 """Lock files of writers that serialise their commits (``traj ingest``: ``_locks/ingest.lock``)."""
+COMPACTIONS_DIR = "_compactions"
+"""Inside ``trajectories/``: one record per compaction output, ``trajectories/_compactions/<output
+stem>.json``, naming the shards it replaces (:mod:`trajstore.store.lineage`)."""
+INDEX_DIR = "_index"
+"""Inside ``trajectories/``: the shard index, append-only files of footer facts by shard name
+(:mod:`trajstore.store.index`)."""
 STORE_FIRST_ENTRIES = frozenset({TRAJECTORIES_DIR, TMP_DIR, LOCKS_DIR})
 """What a writer creates before its first shard: a folder holding only these (``trajectories/``
 empty) is a store being created. ``runs/`` and ``policies/`` count only with their own marks."""
@@ -75,6 +81,8 @@ RUN_APP_CONFIG_SUFFIX = "-config.json"
 
 SHARD_SUFFIX = ".parquet"
 LOCK_SUFFIX = ".lock"
+RECORD_SUFFIX = ".json"
+INDEX_SUFFIX = ".arrow"
 
 HOST_TAG = "".join(c for c in socket.gethostname() if c.isalnum())[:16] or "host"
 """This host in shard and ``_tmp/`` names (alphanumerics of the host name, at most 16)."""
@@ -87,6 +95,27 @@ def new_shard_name() -> str:
     """``<utc ns, 20 digits>-<host>-<pid>-<random>.parquet``: unique across hosts and
     processes, and sorting names sorts by write time (arrival order)."""
     return f"{time.time_ns():020d}-{HOST_TAG}-{os.getpid()}-{uuid.uuid4().hex[:12]}{SHARD_SUFFIX}"
+
+
+def compaction_record_file(output_name: str) -> str:
+    """``trajectories/_compactions/<output stem>.json``: the record of the compaction that wrote
+    the shard `output_name` (``<stem>.parquet``)."""
+    return f"{TRAJECTORIES_DIR}/{COMPACTIONS_DIR}/{output_name.removesuffix(SHARD_SUFFIX)}{RECORD_SUFFIX}"
+
+
+def compactions_dir() -> str:
+    """``trajectories/_compactions``: every compaction record."""
+    return f"{TRAJECTORIES_DIR}/{COMPACTIONS_DIR}"
+
+
+def shard_index_dir() -> str:
+    """``trajectories/_index``: the shard index's files."""
+    return f"{TRAJECTORIES_DIR}/{INDEX_DIR}"
+
+
+def shard_index_file(name: str) -> str:
+    """``trajectories/_index/<name>``: one file of the shard index (``<utc ns>-<host>-<pid>-<random>.arrow``)."""
+    return f"{shard_index_dir()}/{name}"
 
 
 def tmp_path(name: str) -> str:
@@ -232,6 +261,12 @@ def classify(relpath: str) -> str | None:
     n = len(rest)
     if top == TRAJECTORIES_DIR and n == 1 and _is_shard_name(rest[0]):
         return f"{TRAJECTORIES_DIR}/<shard>{SHARD_SUFFIX}"
+    if top == TRAJECTORIES_DIR and n == 2 and rest[0] == COMPACTIONS_DIR and rest[1].endswith(RECORD_SUFFIX) \
+            and _is_shard_name(rest[1].removesuffix(RECORD_SUFFIX) + SHARD_SUFFIX):
+        return f"{TRAJECTORIES_DIR}/{COMPACTIONS_DIR}/<output stem>{RECORD_SUFFIX}"
+    if top == TRAJECTORIES_DIR and n == 2 and rest[0] == INDEX_DIR and rest[1].endswith(INDEX_SUFFIX) \
+            and not rest[1].startswith((".", "_")):
+        return f"{TRAJECTORIES_DIR}/{INDEX_DIR}/<index file>{INDEX_SUFFIX}"
     if top == TMP_DIR and n >= 1 and all(rest):
         return f"{TMP_DIR}/<entry being written>"
     if top == LOCKS_DIR and n == 1 and rest[0].endswith(LOCK_SUFFIX):

@@ -14,6 +14,8 @@ from fsspec.core import url_to_fs
 from trajstore.errors import StoreError, TrajstoreError
 from trajstore.store.fsutil import why
 from trajstore.store.layout import SHARD_SUFFIX, TRAJECTORIES_DIR
+from trajstore.store.lineage import read_records, resolve
+from trajstore.store.open import open_store
 
 
 class NoSuchInputError(TrajstoreError, ValueError):
@@ -77,6 +79,10 @@ def _list_one(given: str, storage_options: Mapping[str, Any] | None) -> list[Inp
     shards = f"{path}/{TRAJECTORIES_DIR}"
     if fs.isdir(shards):
         found = [p for p in fs.ls(shards, detail=False) if p.endswith(SHARD_SUFFIX)]
+        # what readers read: not the shards a compaction replaced (kept a while for readers)
+        visible = set(resolve([p.rsplit("/", 1)[-1] for p in found],
+                              read_records(open_store(given, storage_options=storage_options))).visible)
+        found = [p for p in found if p.rsplit("/", 1)[-1] in visible]
     else:
         found = [p for p in fs.find(path) if p.endswith(SHARD_SUFFIX)]
     return [InputFile(_url(given, fs, p), fs, p) for p in sorted(found)]

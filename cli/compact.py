@@ -1,0 +1,58 @@
+"""``traj compact``: merge a store's small trajectory shards (see :mod:`trajstore.store.compact`).
+Parses options, calls the library, renders."""
+
+from __future__ import annotations
+
+import typer
+
+from trajstore.cli.display import OutputFormat
+from trajstore.cli.main import FormatOption, StorageOptions, StoreArgument, app, friendly_errors
+
+
+@app.command("compact")
+@friendly_errors
+def compact_cmd(
+    store: StoreArgument,
+    target_mb: float = typer.Option(64.0, "--target-mb", min=0.001, help="size of a merged shard on disk (MiB); "
+                                    "shards of half that or more are left alone"),
+    min_age: float = typer.Option(60.0, "--min-age", min=0.0, metavar="SECONDS",
+                                  help="leave shards younger than this (writers may still be adding around them)"),
+    keep_replaced: float = typer.Option(600.0, "--keep-replaced", min=0.0, metavar="SECONDS",
+                                        help="delete merged shards once their compaction is this old (readers that "
+                                        "listed them just before may still read them); 0: at once. Older ones left "
+                                        "by earlier runs are deleted first"),
+    dry_run: bool = typer.Option(False, "--dry-run/--no-dry-run", help="only show what would be merged"),
+    fmt: FormatOption = OutputFormat.table,
+    storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
+) -> None:
+    """Merge runs of small trajectory shards into shards of about --target-mb, dropping later copies
+    of a trajectory id. Readers, `traj train --follow` and writers keep working meanwhile; safe to
+    interrupt (even kill) and rerun."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from trajstore.cli.display import render_record
+    from trajstore.cli.main import open_existing_store, parse_storage_options
+    from trajstore.store.compact import compact_store
+
+    s = open_existing_store(store, parse_storage_options(storage_option, store))
+    with Progress(console=Console(stderr=True), transient=True, disable=dry_run) as progress:
+        task = progress.add_task("compacting", total=None)
+
+        def step(group, i, n):  # noqa: ANN001
+            progress.update(task, total=n, completed=i + 1, description=f"merged {group['sources']} shards")
+
+        r = compact_store(s, target_mb=target_mb, min_age_s=min_age, keep_replaced_s=keep_replaced,
+                          dry_run=dry_run, on_group=step)
+    render_record("traj compact", {
+        "store": r.store, "dry_run": r.dry_run,
+        ("outputs_planned" if r.dry_run else "outputs_written"): len(r.groups),
+        ("shards_to_merge" if r.dry_run else "shards_merged"): r.shards_merged,
+        "rows": sum(g["rows"] for g in r.groups),
+        "duplicates_dropped": None if r.dry_run else sum(g["dropped"] for g in r.groups),
+        "bytes_before": sum(g["bytes_before"] for g in r.groups),
+        "bytes_after": None if r.dry_run else sum(g["bytes_after"] for g in r.groups),
+        ("replaced_to_delete" if r.dry_run else "replaced_deleted"): r.replaced_deleted,
+        "bytes_freed": r.bytes_freed, "replaced_kept_for_readers": r.replaced_kept,
+        "leftovers_removed": r.orphans_removed,
+    }, fmt)

@@ -1,0 +1,27 @@
+"""Stores of many small trajectory shards (what the proxy wrote before it grouped episodes), for
+the compaction tests: one table built once, written a slice per shard."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from tests.helpers.trajectories import tiny_model_trajectory
+from trajstore.convert import trajectories_to_table
+from trajstore.store import Store
+
+
+def trajectory_table(n: int, *, prefix: str = "t", seed: int = 0, rewards: list[float] | None = None) -> pa.Table:
+    """`n` tiny-model trajectories ``<prefix>00000``... as one table (rewards given or drawn)."""
+    rng = np.random.default_rng(seed)
+    trajs = [tiny_model_trajectory(rng, trajectory_id=f"{prefix}{i:05d}", policy_versions=(i // 8,),
+                                   reward=None if rewards is None else rewards[i]) for i in range(n)]
+    return trajectories_to_table(trajs)
+
+
+def write_small_shards(store: Store, table: pa.Table, per_shard: int = 1) -> list[str]:
+    """Write `table` as shards of `per_shard` rows in order; return the shard names."""
+    names = []
+    for a in range(0, table.num_rows, per_shard):
+        names.append(store.write_table(table.slice(a, per_shard)).rsplit("/", 1)[-1])
+    return names
