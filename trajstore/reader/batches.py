@@ -18,7 +18,7 @@ from trajstore.convert import ranges_positions, read_columns, upgrade_table
 from trajstore.errors import CorruptShardError
 from trajstore.reader.dedupe import first_copy_mask
 from trajstore.reader.files import StoreLike, as_store, file_version, gone
-from trajstore.schema import ACTION_LOGPROBS_COLUMN, SCHEMA_VERSION, SPAN_KIND_CODES, TRAJECTORY_SCHEMA
+from trajstore.schema import ACTION_LOGPROBS_COLUMN, SPAN_KIND_CODES, TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store
 
 

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from trajstore.convert import read_columns, upgrade_table
 from trajstore.errors import CorruptShardError
 from trajstore.reader.files import StoreLike, as_store, file_version, gone, open_shard, relisting
-from trajstore.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
+from trajstore.schema import TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store, decode_id_index, id_hashes
 from trajstore.store.layout import TRAJECTORIES_DIR
 
