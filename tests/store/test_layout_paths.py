@@ -33,6 +33,7 @@ from trajstore.store.layout import (
     run_log_file,
     run_steps_dir,
     run_tensorboard_dir,
+    run_tokens_dir,
     tmp_path,
     version_dir,
 )
@@ -47,7 +48,7 @@ def _built_paths() -> list[str]:
     ckpt = checkpoint_dir(RUN, 3)
     return [
         f"{TRAJECTORIES_DIR}/{shard}",
-        f"{run_steps_dir(RUN)}/{shard}", f"{run_consumed_dir(RUN)}/{shard}",
+        f"{run_steps_dir(RUN)}/{shard}", f"{run_consumed_dir(RUN)}/{shard}", f"{run_tokens_dir(RUN)}/{shard}",
         run_config_file(RUN), f"{run_tensorboard_dir(RUN)}/events.out.tfevents.1.host.1.0",
         checkpoint_latest_file(RUN),
         *(f"{ckpt}/{f}" for f in (*CHECKPOINT_FILES, *SHARDED_CHECKPOINT_FILES, f"__0_0{CHECKPOINT_SHARD_SUFFIX}")),
@@ -65,9 +66,9 @@ def test_every_path_the_layout_builds_is_classified(rel: str) -> None:
 
 
 def test_paths_of_different_kinds_have_different_templates() -> None:
-    # 3 record kinds (trajectories, steps, consumed) + config + tensorboard + 2 LATEST pointers +
-    # checkpoint files + version files + _tmp + _locks + process logs + application configs = 13
-    assert len({classify(p) for p in _built_paths()}) == 13
+    # 4 record kinds (trajectories, steps, consumed, tokens) + config + tensorboard + 2 LATEST pointers +
+    # checkpoint files + version files + _tmp + _locks + process logs + application configs = 14
+    assert len({classify(p) for p in _built_paths()}) == 14
 
 
 @pytest.mark.parametrize("rel", [
