@@ -63,7 +63,8 @@ def capture(mb: PackedMicroBatch, samples: Sequence[Sample], recorded: Sequence[
     their copy to the host (no sync: the slices come from the host-side packing offsets).
 
     Args:
-        mb: the packed micro-batch (its ``segments`` are on the host).
+        mb: the packed micro-batch of `samples` (:func:`~trajstore.trainer.data.pack`: trajectory i
+            occupies the positions after the tokens of the ones before it).
         samples: its trajectories, in packing order; recorded: whether each is recorded.
         logprobs: ``(1, L)``, nats; the current policy's log-probs of ``mb.targets``, as the loss got them.
         advantages: ``(1, L)``, the loss's advantages. values, returns: ``(1, L)`` critic values and
@@ -90,7 +91,7 @@ def capture(mb: PackedMicroBatch, samples: Sequence[Sample], recorded: Sequence[
                 values[0].detach().float() if values is not None else nan,
                 returns[0].detach().float() if returns is not None else nan]
         full = torch.stack(rows)
-        seg = mb.segments.tolist()  # host tensor: no sync
+        seg = [0, *np.cumsum([s.num_tokens for s in samples]).tolist()]  # the packing's offsets, from host data
         parts = [full[:, seg[i]:seg[i + 1]] for i in picked]
         data = torch.cat(parts, dim=1).to("cpu", non_blocking=True)
     return TokenCapture([samples[i].trajectory_id for i in picked], [seg[i + 1] - seg[i] for i in picked], data)

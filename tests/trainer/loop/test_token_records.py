@@ -144,25 +144,34 @@ def test_off_by_default_and_rolled_back_on_resume(tmp_path: Path) -> None:
     assert len(store.shard_paths(run_tokens_dir("r2"))) == 1 and removed >= 1
 
 
-def test_annotations_in_step_are_read_after_the_sync_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Recording adds no host read of its own: the step's one sync stays the only ``.tolist()`` /
-    ``.item()`` on a device tensor (on CPU the copy is immediate; this checks the code path)."""
-    write_synthetic_store(tmp_path, 4)
-    cfg = _cfg(tmp_path, fraction=1.0)
+def _host_reads_of_one_step(store: Path, fraction: float, monkeypatch: pytest.MonkeyPatch) -> int:
+    cfg = _cfg(store, fraction=fraction)
     cfg.algo.critic_warmup_steps = 0
+    cfg.run.run_id = f"r{fraction}"
     tr = setup(cfg)
     from trajstore.trainer.loop.step import train_step
 
-    calls = []
-    real = torch.Tensor.tolist
+    calls = [0]
+    with monkeypatch.context() as m:
+        for name in ("tolist", "item", "__bool__", "__float__", "__int__"):
+            real = getattr(torch.Tensor, name)
 
-    def counted(self):  # noqa: ANN001, ANN202
-        if self.numel() > 1 and self.dtype == torch.float64:
-            calls.append(self.numel())
-        return real(self)
+            def counted(self, *a, _real=real, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+                calls[0] += 1
+                return _real(self, *a, **kw)
 
-    monkeypatch.setattr(torch.Tensor, "tolist", counted)
-    train_step(tr, tr.stream.next_batch())
+            m.setattr(torch.Tensor, name, counted)
+        train_step(tr, tr.stream.next_batch())
     tr.stream.close()
-    assert len(calls) == 1  # log_metrics' one read
-    assert len(open_store(str(tmp_path)).shard_paths(run_tokens_dir("r"))) == 1  # and the annotations were written
+    return calls[0]
+
+
+def test_recording_adds_no_host_read_to_the_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read of a tensor's value on the host (``.tolist()``, ``.item()``, ``bool()``, ...) is a
+    device sync on CUDA: a step that records every token makes as many as one that records none
+    (the annotations are copied without waiting and read after the step's one sync)."""
+    write_synthetic_store(tmp_path, 4)
+    without = _host_reads_of_one_step(tmp_path, 0.0, monkeypatch)
+    with_tokens = _host_reads_of_one_step(tmp_path, 1.0, monkeypatch)
+    assert with_tokens == without > 0
+    assert len(open_store(str(tmp_path)).shard_paths(run_tokens_dir("r1.0"))) == 1  # and they were written
