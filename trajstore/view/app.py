@@ -148,7 +148,7 @@ def create_app(cfg: ViewConfig, *, index: StoreIndex | None = None) -> Starlette
 
 
 def run_view(cfg: ViewConfig, *, on_ready: Any = None) -> None:
-    """Build the index, then serve until SIGINT / SIGTERM.
+    """Build the index, then serve until SIGINT / SIGTERM (exit 0). Call from the main thread.
 
     Args:
         on_ready: called with the bound ``(host, port)`` and the index once the socket listens.
@@ -164,4 +164,9 @@ def run_view(cfg: ViewConfig, *, on_ready: Any = None) -> None:
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     if on_ready is not None:
         on_ready(host, port, index)
+    # uvicorn re-raises a SIGTERM after its graceful shutdown; with this handler in place that
+    # ends the process normally (exit 0), as `traj proxy` does
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: None)
     server.run(sockets=[sock])
