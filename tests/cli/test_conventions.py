@@ -32,7 +32,7 @@ def _commands(group=None, path=()):
 
 
 ALL = list(_commands())
-SERVERS = {("proxy",), ("serve",)}
+SERVERS = {("proxy",), ("serve",), ("view",)}
 
 
 def test_every_command_is_registered():
