@@ -240,15 +240,17 @@ def list_page(index: StoreIndex, q: ListQuery) -> ListPage:
         where = " AND ".join(conds) or "TRUE"
         if q.mode == "episodes":
             sort = q.sort if q.sort in EPISODE_SORTS else "created_at"
-            if conds or q.run is not None:  # the episodes of the selected trajectories
-                grouped = f"SELECT ek, {EPISODE_AGGREGATES} FROM {src} WHERE {where} GROUP BY ek"
-            else:  # every trajectory: the episodes table, built once per snapshot
-                grouped = f"SELECT * FROM {index.episode_table()}"
-            _, ((total,),) = index.query(f"SELECT count(*) FROM ({grouped})", params)
-            page, pages = _page_of(q, total, size)
             order = f"{sort} {q.order.upper()} NULLS LAST, ek"
+            if conds or q.run is not None:  # the episodes of the selected trajectories
+                with_ep = f"WITH ep AS (SELECT ek, {EPISODE_AGGREGATES} FROM {src} WHERE {where} GROUP BY ek) "
+                ep = "ep"
+            else:  # every trajectory: the episodes table, built once per snapshot
+                with_ep, ep = "", index.episode_table()
+            _, ((total,),) = index.query(f"{with_ep}SELECT count(*) FROM {ep}", params)
+            page, pages = _page_of(q, total, size)
+            # the page's episode keys first (a sort of two columns), then only those rows
             cols, rows = index.query(
-                f"WITH ep AS ({grouped}) SELECT * EXCLUDE (ek) FROM ep WHERE ek IN (SELECT ek FROM ep ORDER BY {order} "
+                f"{with_ep}SELECT * EXCLUDE (ek) FROM {ep} WHERE ek IN (SELECT ek FROM {ep} ORDER BY {order} "
                 f"LIMIT {size} OFFSET {(page - 1) * size}) ORDER BY {order}", params)
         else:
             key = q.sort if q.sort in SORTS else "created_at"
