@@ -45,6 +45,7 @@ PAGES: dict[str, str] = {
     "flag_multi_version": "/?flag=multi_version&sort=num_tokens",
     "where_index": "/?where=num_actions+%3D+2+AND+reward+%3C+0",
     "episodes": "/?mode=episodes",
+    "episodes_filtered": "/?mode=episodes&source=sdk&page=100",
     "staleness_run": "/?run=bench&sort=staleness",
     "staleness_filter": "/?run=bench&staleness_min=50&page=100",
     "where_shards": "/?where=reward_raw+IS+NULL+AND+reward+%3E+2",

@@ -109,3 +109,12 @@ def test_episodes_from_the_metadata_of_a_split_episode(tmp_path):
 def test_a_fixed_where_restricts_everything(known_store):
     index = StoreIndex(ViewConfig(store=known_store.uri, where="source = 'openhands'"))
     assert index.snapshot.trajectories == 2 and set(ids(index)) == {"C", "D"}
+
+
+def test_episodes_of_a_store_without_splits_are_its_trajectories(index):
+    assert index.snapshot.episodes == index.snapshot.trajectories == 6
+    page = list_page(index, ListQuery.from_params({"mode": "episodes", "source": "sdk", "sort": "reward"}))
+    rows = [dict(zip(page.columns, r)) for r in page.rows]
+    # sdk: A 1.0, F 0.5, B 0.0, E none (last)
+    assert [(r["episode"], r["trajectories"], r["first_trajectory_id"]) for r in rows] == [
+        ("A", 1, "A"), ("F", 1, "F"), ("B", 1, "B"), ("E", 1, "E")]

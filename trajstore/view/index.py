@@ -30,6 +30,10 @@ EPISODE_AGGREGATES = (
 """One episode row from its trajectories' index rows: ``episode``, ``trajectories``,
 ``first_trajectory_id`` (its first part), ``source``, ``status`` (of the last part),
 ``reward`` (the largest), ``num_tokens`` (summed), ``created_at`` (the latest)."""
+SINGLE_EPISODE_COLUMNS = (
+    "episode, 1 AS trajectories, trajectory_id AS first_trajectory_id, source, status, reward, num_tokens, "
+    "created_at")
+"""The same columns for a trajectory alone in its episode (no grouping needed)."""
 """The in-memory table of the listing's columns (one row per trajectory, duplicates resolved)."""
 
 LINEAGE_COLUMNS: tuple[str, ...] = ("episode_id", "parent_trajectory_id", "fork_point", "link_kind")
@@ -56,7 +60,7 @@ class Snapshot:
     Attributes:
         columns: columns of the ``trajectories`` view (schema v2, or v3 with the lineage columns).
         has_lineage: every column of :data:`LINEAGE_COLUMNS` is there.
-        trajectories: rows in the index. sources / statuses: distinct values, most frequent first.
+        trajectories: rows in the index. episodes: distinct episodes among them. sources / statuses: distinct values, most frequent first.
         gap_flags: the fidelity flags found in the metadata, most frequent first.
         tokenizers: the most frequent tokenizer names (at most 8).
         runs: run ids with a ``runs/<run_id>/`` folder. run_versions: each run's newest trainer
@@ -68,6 +72,7 @@ class Snapshot:
     columns: tuple[str, ...]
     has_lineage: bool
     trajectories: int
+    episodes: int
     sources: list[tuple[str, int]]
     statuses: list[tuple[str, int]]
     gap_flags: list[tuple[str, int]]
@@ -125,6 +130,7 @@ class StoreIndex:
         snap = Snapshot(
             columns=cols, has_lineage=has_lineage,
             trajectories=conn.execute(f"SELECT count(*) FROM {INDEX_TABLE}").fetchall()[0][0],
+            episodes=conn.execute(f"SELECT count(DISTINCT ek) FROM {INDEX_TABLE}").fetchall()[0][0],
             sources=counts(f"SELECT source, count(*) AS n FROM {INDEX_TABLE} GROUP BY 1 ORDER BY n DESC, 1"),
             statuses=counts(f"SELECT status, count(*) AS n FROM {INDEX_TABLE} GROUP BY 1 ORDER BY n DESC, 1"),
             tokenizers=counts(f"SELECT tokenizer, count(*) AS n FROM {INDEX_TABLE} WHERE tokenizer IS NOT NULL "

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import duckdb
 
 from trajstore.audit.predicate import is_plain_predicate, predicate_error
-from trajstore.view.index import EPISODE_AGGREGATES, INDEX_TABLE, StoreIndex
+from trajstore.view.index import EPISODE_AGGREGATES, INDEX_TABLE, SINGLE_EPISODE_COLUMNS, StoreIndex
 
 FLAGS: dict[str, tuple[str, str]] = {
     "retokenized": ("token_source = 'retokenized'", "token ids re-tokenized from text (not the engine's)"),
@@ -241,7 +241,11 @@ def list_page(index: StoreIndex, q: ListQuery) -> ListPage:
         if q.mode == "episodes":
             sort = q.sort if q.sort in EPISODE_SORTS else "created_at"
             order = f"{sort} {q.order.upper()} NULLS LAST, ek"
-            if conds or q.run is not None:  # the episodes of the selected trajectories
+            if (conds or q.run is not None) and index.snapshot.episodes == index.snapshot.trajectories:
+                # every trajectory is alone in its episode: the selected rows are the episodes
+                with_ep = f"WITH ep AS (SELECT ek, {SINGLE_EPISODE_COLUMNS} FROM {src} WHERE {where}) "
+                ep = "ep"
+            elif conds or q.run is not None:  # the episodes of the selected trajectories
                 with_ep = f"WITH ep AS (SELECT ek, {EPISODE_AGGREGATES} FROM {src} WHERE {where} GROUP BY ek) "
                 ep = "ep"
             else:  # every trajectory: the episodes table, built once per snapshot
