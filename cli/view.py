@@ -48,10 +48,10 @@ def view_cmd(
                          token=os.environ.get(token_env) or None)
     except ValidationError as e:
         raise invalid_options(e) from None
-    try:
-        from trajstore.view.app import run_view
-    except ModuleNotFoundError as e:
-        raise ValueError(f"traj view needs {e.name}: pip install 'trajstore[view]'") from None
+    from trajstore.extras import require
+
+    require(("starlette", "uvicorn", "jinja2"), what="traj view", install="pip install 'trajstore[view]'")
+    from trajstore.view.app import run_view
     typer.echo(f"traj view: indexing {store} ...", err=True)
 
     def ready(h: str, p: int, index: object) -> None:

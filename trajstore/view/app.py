@@ -78,6 +78,9 @@ def create_app(cfg: ViewConfig, *, index: StoreIndex | None = None) -> Starlette
     """
     index = index or StoreIndex(cfg)
     decoder = Decoder(cfg.tokenizer)
+    # The routes are plain functions: Starlette runs them in its thread pool, so a slow page (a
+    # tokenizer loading, a predicate read from the shards) never blocks the others or /health;
+    # the index serialises their queries.
     # loading a tokenizer takes seconds: the ones the store uses most are loaded in the background
     threading.Thread(target=decoder.warm, args=([n for n, _ in index.snapshot.tokenizers[:3]],),
                      name="traj-view-tokenizers", daemon=True).start()
@@ -93,7 +96,7 @@ def create_app(cfg: ViewConfig, *, index: StoreIndex | None = None) -> Starlette
             return None, {"error": str(e)}
         return q, {"page": list_page(index, q)}
 
-    async def home(request: Request) -> Response:
+    def home(request: Request) -> Response:
         if request.query_params.get("reload"):
             index.refresh()
             return RedirectResponse("/", status_code=303)
@@ -103,7 +106,7 @@ def create_app(cfg: ViewConfig, *, index: StoreIndex | None = None) -> Starlette
             "q": q, "snap": index.snapshot, "store": cfg.store, "where": cfg.where, **ctx,
             "link": lambda **changes: "/?" + urlencode(q.params(**changes))})
 
-    async def api_list(request: Request) -> Response:
+    def api_list(request: Request) -> Response:
         q, ctx = list_context(request)
         if q is None:
             return JSONResponse({"error": ctx["error"]}, status_code=400)
@@ -114,7 +117,7 @@ def create_app(cfg: ViewConfig, *, index: StoreIndex | None = None) -> Starlette
                              "elapsed_s": page.elapsed_s, "error": page.error},
                             status_code=400 if page.error else 200)
 
-    async def trajectory(request: Request) -> Response:
+    def trajectory(request: Request) -> Response:
         tid = request.path_params["trajectory_id"]
         view = request.query_params.get("view", "transcript")
         run = request.query_params.get("run") or None
@@ -134,7 +137,7 @@ def create_app(cfg: ViewConfig, *, index: StoreIndex | None = None) -> Starlette
             "colourings": colourings(page), "tokens_html": tokens_html(page) if view == "tokens" else "",
             "metadata_json": json.dumps(page.metadata, indent=2, ensure_ascii=False) if page.metadata else None})
 
-    async def health(_request: Request) -> Response:
+    def health(_request: Request) -> Response:
         return JSONResponse({"ok": True, "trajectories": index.snapshot.trajectories})
 
     app = Starlette(routes=[
