@@ -170,4 +170,12 @@ def test_fixture_transcript_in_the_browser(browser, ingested_fixtures):
         page.click("#tab-tokens")
         page.wait_for_selector("#tokens .t.a")
         shot(page, "fixture-tokens")
+        # episodes: the split one (most parts) first, linking its first part
+        page.goto(url + "/?mode=episodes&sort=trajectories")
+        first = page.locator("#list tr.row").first
+        assert int(first.locator("td.num").first.inner_text()) > 1
+        shot(page, "episodes")
+        first.locator("a.tid").click()
+        page.wait_for_selector("#lineage li.current")
+        shot(page, "fixture-parts")
         page.close()
