@@ -163,20 +163,17 @@ LINKED_ID_COLUMNS = ("trajectory_id", "example_id", "parent_trajectory_id")
 
 
 def view_link(view_url: str, trajectory_id: str) -> str:
-    """``<view_url>/t/<trajectory_id>`` (the id percent-encoded where a URL needs it)."""
-    from urllib.parse import quote
+    """``<view_url>/t/<trajectory_id>`` (:func:`trajstore.view.config.trajectory_path`)."""
+    from trajstore.view.config import trajectory_path
 
-    return f"{view_url.rstrip('/')}/t/{quote(trajectory_id, safe=VIEW_URL_SAFE)}"
-
-
-VIEW_URL_SAFE = ":@-._~"
-"""Characters a trajectory id keeps in its ``traj view`` link (RFC 3986 allows them in a path
-segment); every other one is percent-encoded (UTF-8), as DuckDB's ``url_encode`` does."""
+    return view_url.rstrip("/") + trajectory_path(trajectory_id)
 
 
 def with_view_link_columns(rel: Any, view_url: str) -> Any:
     """The relation `rel` of ``traj sql`` with a ``<column>_url`` column after each column of
     trajectory ids (:data:`LINKED_ID_COLUMNS`), computed by DuckDB as :func:`view_link` does."""
+    from trajstore.view.config import VIEW_URL_SAFE
+
     cols = list(rel.columns)
     if not any(c in LINKED_ID_COLUMNS for c in cols):
         return rel

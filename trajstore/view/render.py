@@ -8,14 +8,12 @@ import html
 import math
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from markupsafe import Markup
 
+from trajstore.view.config import trajectory_path
 from trajstore.view.trajectory import TrajectoryPage
-
-VIEW_URL_SAFE = ":@-._~"
-"""Characters a trajectory id keeps in its page's URL (as ``traj stats --view-url`` links it)."""
 
 COLOURINGS: tuple[tuple[str, str, str], ...] = (
     ("lp", "engine log-prob", "the rollout engine's log-prob of the token (nats): red = unlikely, green = likely"),
@@ -35,7 +33,7 @@ COLOURINGS: tuple[tuple[str, str, str], ...] = (
 def trajectory_url(trajectory_id: str, **params: Any) -> str:
     """``/t/<trajectory_id>`` (percent-encoded) with optional query parameters."""
     query = urlencode({k: v for k, v in params.items() if v is not None})
-    return f"/t/{quote(trajectory_id, safe=VIEW_URL_SAFE)}" + (f"?{query}" if query else "")
+    return trajectory_path(trajectory_id) + (f"?{query}" if query else "")
 
 
 def fmt(v: Any, digits: int = 4) -> str:
