@@ -110,3 +110,24 @@ def test_an_s3_store(s3_store_uri, build_store):
     r = c.get("/t/C?view=tokens")
     numbers = json.loads(re.search(r'<script id="numbers" type="application/json">(.*?)</script>', r.text).group(1))
     assert numbers["lp"] == [-0.5] * 6 and numbers["pv"] == [4] * 6
+
+
+def test_links_printed_by_stats_and_sql_open_the_page(tmp_path, make_trajectory):
+    """`traj stats --view-url` (Python) and `traj sql --view-url` (DuckDB) encode an id alike, and
+    the app serves that path."""
+    import duckdb
+    import numpy as np
+
+    import trajstore as ts
+    import trajstore.cli.main  # noqa: F401  (the CLI's modules import in this order)
+    from trajstore.cli.audit import view_link, with_view_link_columns
+
+    tid = "odd:ä=1+x"
+    uri = str(tmp_path / "s")
+    ts.write_trajectories(uri, [make_trajectory(np.random.default_rng(0), trajectory_id=tid)])
+    by_python = view_link("http://v", tid)
+    by_duckdb = with_view_link_columns(duckdb.sql(f"SELECT '{tid}' AS trajectory_id"), "http://v").fetchall()
+    assert by_duckdb == [(tid, by_python)]
+    r = TestClient(create_app(ViewConfig(store=uri))).get(by_python.removeprefix("http://v"))
+    assert by_python == "http://v/t/odd:%C3%A4%3D1%2Bx"
+    assert r.status_code == 200 and re.search(r'<h1 id="tid">(.*?)</h1>', r.text).group(1) == tid
