@@ -3,6 +3,7 @@ Parse options, call the library, render tables, JSON or CSV (:mod:`trajstore.cli
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from enum import Enum
@@ -39,14 +40,32 @@ def _fetch(rel: Any) -> tuple[list[str], list[tuple[Any, ...]]]:
 
 def report_tables(reports: dict[str, Any]) -> list[TableData]:
     """Every table of the given reports (``{name: Report}``), fetched, named ``<report>.<table>``,
-    with the report's key columns and empty-table notes."""
+    with the report's key columns and empty-table notes (the short overview's tables, report
+    ``brief``, are named ``overview.<table>``: they continue the totals)."""
     out = []
-    for name, rep in reports.items():
+    for key, rep in reports.items():
+        name = "overview" if key == "brief" else key
         for t, rel in rep.tables().items():
             cols, rows = _fetch(rel)
             out.append(TableData(f"{name}.{t}", cols, rows, keys=rep.KEYS.get(t), empty_note=rep.empty_note(t),
                                  wrap=rep.WRAP.get(t, ()), note=rep.NOTES.get(t)))
     return out
+
+
+REPORT_FLAGS: dict[str, str] = {
+    "--coverage": "what is trainable and why not, log-probs, policy versions, fidelity gaps",
+    "--rewards": "reward distribution", "--lengths": "turns and tokens", "--statuses": "statuses",
+    "--staleness": "policy lag of trained data", "--clip": "DIS masked fractions", "--duplicates": "ids stored twice",
+}
+"""The report flags the short overview names under itself (``traj stats`` without a flag)."""
+
+
+def more_reports_hint(width: int = 100) -> str:
+    """The lines under the short overview that name the flags for the rest (wrapped at `width`)."""
+    import textwrap
+
+    flags = ", ".join(f"{f} ({what})" for f, what in REPORT_FLAGS.items())
+    return textwrap.fill(f"more reports: {flags}; --all prints every report", width, subsequent_indent="  ")
 
 
 @app.command("stats")
@@ -62,22 +81,28 @@ def stats_cmd(
     lengths: bool = typer.Option(False, "--lengths", help="turns, action / observation tokens per source"),
     statuses: bool = typer.Option(False, "--statuses", help="trajectories per source and status"),
     duplicates: bool = typer.Option(False, "--duplicates", help="trajectory ids stored more than once"),
+    all_reports: bool = typer.Option(False, "--all", help="the store's totals and every report"),
     where: str | None = typer.Option(None, "--where", help="SQL predicate over trajectories columns, "
                                         "e.g. \"source = 'sdk' AND reward IS NOT NULL\""),
     run: str | None = typer.Option(None, "--run", help="only this training run's records"),
     fmt: FormatOption = OutputFormat.table,
     plot: str | None = typer.Option(None, "--plot", metavar="FILE.png",
                                         help="also draw the plottable reports into this PNG"),
+    view_url: str | None = typer.Option(None, "--view-url", metavar="URL",
+                                        help="base URL of a running `traj view` (e.g. http://127.0.0.1:8200): "
+                                        "tables with trajectory ids get a column of links to each one's page"),
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
-    """Audit reports over a store (no report flag: an overview and every report)."""
+    """Audit reports over a store. Without a report flag: a short overview (totals, one row per
+    source and per training run) that names the flags for the rest; --all prints every report."""
     from trajstore import audit
     from trajstore.audit.views import run_ids
     from trajstore.store.layout import RUNS_DIR
 
     chosen = {"staleness": staleness, "clip": clip, "coverage": coverage, "rewards": rewards,
               "lengths": lengths, "statuses": statuses, "duplicates": duplicates}
-    everything = not any(chosen.values())
+    brief = not any(chosen.values()) and not all_reports and plot is None
+    everything = all_reports or (not any(chosen.values()) and plot is not None)
     if plot is not None:  # before any work: a missing extra is one line, not tables then an error
         from trajstore.audit.plots import PLOTTED_FLAGS, UnsupportedPlotFormat, plot_destination, require_matplotlib
 
@@ -96,6 +121,7 @@ def stats_cmd(
     conn = audit.connect(s)
     builders = {
         "overview": lambda: audit.overview_report(conn, where=where, run=run),
+        "brief": lambda: audit.brief_report(conn, where=where, run=run),
         "staleness": lambda: audit.staleness_report(conn, where=where, run=run),
         "clip": lambda: audit.clip_report(conn, where=where, run=run),
         "coverage": lambda: audit.coverage_report(conn, where=where),
@@ -104,13 +130,14 @@ def stats_cmd(
         "statuses": lambda: audit.status_report(conn, where=where),
         "duplicates": lambda: audit.duplicate_report(conn, where=where),
     }
+    wanted = {"overview", "brief"} if brief else {n for n in builders if (
+        everything or chosen.get(n, False))}
     import duckdb
 
     from trajstore.errors import one_line
 
     try:
-        reports = {name: build() for name, build in builders.items()
-                   if everything or chosen.get(name, False)}
+        reports = {name: build() for name, build in builders.items() if name in wanted}
         tables = report_tables(reports)
     except (duckdb.Error, audit.AuditError) as e:
         if isinstance(e, audit.AuditError) and "--where" in str(e):
@@ -119,12 +146,69 @@ def stats_cmd(
         with_where = f" with --where {where!r}" if where else ""
         message = one_line(str(e)).removeprefix("query failed: ")
         raise audit.AuditError(f"report query failed{with_where}: {message}") from e
+    if view_url is not None:
+        tables = [with_view_links(t, view_url) for t in tables]
     render_tables(tables, fmt)
+    if brief and fmt is OutputFormat.table:  # part of the table output for people (json / csv: the tables only)
+        typer.echo(more_reports_hint())
     if plot is not None:
         from trajstore.audit.plots import plot_reports
 
         panels = plot_reports(reports, plot_out)  # the name really written (see plot_destination)
         typer.echo(f"wrote {plot_out} ({', '.join(panels)})", err=True)
+
+
+LINKED_ID_COLUMNS = ("trajectory_id", "example_id", "parent_trajectory_id")
+"""Columns holding trajectory ids that ``--view-url`` links to their ``traj view`` page."""
+
+
+def view_link(view_url: str, trajectory_id: str) -> str:
+    """``<view_url>/t/<trajectory_id>`` (:func:`trajstore.view.config.trajectory_path`)."""
+    from trajstore.view.config import trajectory_path
+
+    return view_url.rstrip("/") + trajectory_path(trajectory_id)
+
+
+def with_view_link_columns(rel: Any, view_url: str) -> Any:
+    """The relation `rel` of ``traj sql`` with a ``<column>_url`` column after each column of
+    trajectory ids (:data:`LINKED_ID_COLUMNS`), computed by DuckDB as :func:`view_link` does."""
+    from trajstore.view.config import VIEW_URL_SAFE
+
+    cols = list(rel.columns)
+    if not any(c in LINKED_ID_COLUMNS for c in cols):
+        return rel
+    base = view_url.rstrip("/") + "/t/"
+    exprs = []
+    for c in cols:
+        q = '"' + c.replace('"', '""') + '"'
+        exprs.append(q)
+        if c in LINKED_ID_COLUMNS:
+            encoded = f"url_encode(CAST({q} AS VARCHAR))"
+            for ch in VIEW_URL_SAFE:
+                encoded = f"replace({encoded}, '%{ord(ch):02X}', '{ch}')"
+            exprs.append(f"'{base.replace(chr(39), chr(39) * 2)}' || {encoded} AS \"{c}_url\"")
+    return rel.project(", ".join(exprs))
+
+
+def with_view_links(table: TableData, view_url: str) -> TableData:
+    """`table` with a ``<column>_url`` column after each column of trajectory ids
+    (:data:`LINKED_ID_COLUMNS`) holding the link to that trajectory's page in ``traj view``."""
+    linked = [c for c in table.columns if c in LINKED_ID_COLUMNS]
+    if not linked:
+        return table
+    cols: list[str] = []
+    for c in table.columns:
+        cols += [c, f"{c}_url"] if c in linked else [c]
+    idx = [table.columns.index(c) for c in table.columns]
+    rows = []
+    for r in table.rows:
+        out: list[Any] = []
+        for c, i in zip(table.columns, idx):
+            out.append(r[i])
+            if c in linked:
+                out.append(view_link(view_url, r[i]) if isinstance(r[i], str) else None)
+        rows.append(tuple(out))
+    return dataclasses.replace(table, columns=cols, rows=rows)
 
 
 SQL_BATCH_ROWS = 10_000
@@ -218,7 +302,7 @@ def _show_table(rel: Any) -> None:
 def sql_cmd(
     store: StoreArgument,
     query: str = typer.Argument(..., help="one SELECT over the views trajectories, spans, span_logprobs, steps, "
-                                "consumed, step_metrics"),
+                                "consumed, step_metrics, token_annotations"),
     fmt: Annotated[SqlFormat, typer.Option(
         "--format", help="output format: table (for people; the first 1,000 rows), json, csv, jsonl or parquet "
         "(for programs; every row, streamed through DuckDB's and Arrow's writers)", case_sensitive=False)
@@ -226,6 +310,9 @@ def sql_cmd(
     output: Path | None = typer.Option(None, "--output", "-o", metavar="FILE", dir_okay=False,
                                        help="write the result to FILE (whole or not at all) instead of stdout"),
     limit: int | None = typer.Option(None, "--limit", min=1, help="at most N rows"),
+    view_url: str | None = typer.Option(None, "--view-url", metavar="URL",
+                                        help="base URL of a running `traj view` (e.g. http://127.0.0.1:8200): a "
+                                        "column of trajectory ids gets a column of links to each one's page"),
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
     """Run one read-only SELECT against the store's DuckDB views. Rows are fetched in batches of
@@ -239,6 +326,8 @@ def sql_cmd(
                                  "jsonl or parquet")
     conn = audit.connect(open_existing_store(store, parse_storage_options(storage_option, store)))
     rel = audit.sql(conn, query, limit=limit)
+    if view_url is not None:
+        rel = with_view_link_columns(rel, view_url)
     if fmt is SqlFormat.table:
         _show_table(rel)
     else:

@@ -15,4 +15,5 @@ from trajstore.cli import (
     store,  # noqa: F401
     train,  # noqa: F401
     validate,  # noqa: F401
+    view,  # noqa: F401
 )

@@ -122,6 +122,18 @@ def fix(fixtures_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def ingested_fixtures(fix: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A local store of every real fixture trajectory, ingested as ``traj ingest`` does with its
+    defaults (retokenized with SmolLM2's chat template; built once per session, read-only for tests)."""
+    pytest.importorskip("transformers")
+    from trajstore.ingest import ingest_paths
+
+    uri = str(tmp_path_factory.mktemp("ingested") / "store")
+    ingest_paths([str(fix)], uri)
+    return uri
+
+
+@pytest.fixture(scope="session")
 def reported(fixtures_dir: Path) -> Path:
     """``../shared/fixtures/reported``: small inputs of reported faults, each with its expected result."""
     if not (fixtures_dir / "reported").is_dir():

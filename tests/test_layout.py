@@ -125,7 +125,7 @@ DIR_WORDS = frozenset(v for k, v in NAMES.items() if k.endswith("_DIR"))
 """Folder names: plain words ("runs", "steps") that mean a store folder only where a path is built."""
 FILE_NAMES = frozenset(v for k, v in NAMES.items() if k.endswith("_FILE"))
 """File names ("LATEST", "meta.json", "policy.pt"): spelled anywhere in code, they name the store's file."""
-BUILT_BY_FUNCTIONS = frozenset({"RUN_STEPS_DIR", "RUN_CONSUMED_DIR", "RUN_CONFIG_FILE", "RUN_TENSORBOARD_DIR",
+BUILT_BY_FUNCTIONS = frozenset({"RUN_STEPS_DIR", "RUN_CONSUMED_DIR", "RUN_TOKENS_DIR", "RUN_CONFIG_FILE", "RUN_TENSORBOARD_DIR",
                                 "CHECKPOINTS_DIR", "LATEST_FILE"})
 """Names a layout function puts in place (run_steps_dir, ..., policy_latest_file): never joined by hand. The
 other names may only end a path: a top-level folder is a whole store-relative path (``store.path(TMP_DIR)``,

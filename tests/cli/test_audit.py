@@ -35,8 +35,8 @@ def test_stats_json_staleness_numbers(known_store):
     assert (r1["run_id"], r1["versioned_action_tokens"], r1["token_p50"], r1["token_p90"]) == ("r1", 12, 3, 5)
 
 
-def test_stats_overview_has_every_report_and_table_output(known_store):
-    res = runner.invoke(app, ["stats", known_store.uri, "--format", "json"])
+def test_stats_all_has_every_report_and_table_output(known_store):
+    res = runner.invoke(app, ["stats", known_store.uri, "--all", "--format", "json"])
     assert res.exit_code == 0, res.output
     names = {k.split(".")[0] for k in json.loads(res.stdout)}
     assert names == {"overview", "staleness", "clip", "coverage", "rewards", "lengths", "statuses", "duplicates"}
@@ -153,7 +153,7 @@ def test_stats_without_training_runs_hides_the_empty_reports(tmp_store):
     from tests.helpers.stores import KNOWN, layout_trajectory
 
     ts.write_trajectories(tmp_store, [layout_trajectory(t, *KNOWN[t]) for t in "ACE"])
-    res = runner.invoke(app, ["stats", tmp_store], env={"COLUMNS": "100"})
+    res = runner.invoke(app, ["stats", tmp_store, "--all"], env={"COLUMNS": "100"})
     assert res.exit_code == 0, res.output
     out = res.stdout
     assert "(no rows)" not in out
@@ -417,3 +417,46 @@ def test_where_of_the_wrong_type_names_where(small_store: str) -> None:
 def test_sql_write_refusal_reads_well(small_store: str) -> None:
     res = runner.invoke(app, ["sql", small_store, "INSERT INTO t VALUES (1)"])
     assert res.exit_code == 1 and "read-only: refusing this INSERT statement" in res.stderr, res.output
+
+
+# issue 27: `traj stats` without a report flag printed 329 lines at 120 columns for the 64 fixture
+# trajectories (every report); it is now a short overview that names the flags for the rest
+def test_stats_without_a_flag_fits_one_screen_on_the_ingested_fixtures(ingested_fixtures: str):
+    res = runner.invoke(app, ["stats", ingested_fixtures], env=WIDTH_120)
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert len(lines) <= 40, res.output
+    assert max(len(line) for line in lines) <= 120
+    for flag in ("--coverage", "--rewards", "--lengths", "--statuses", "--staleness", "--clip", "--duplicates",
+                 "--all"):
+        assert flag in res.stdout, flag
+    for table in ("overview.totals", "overview.by_source"):
+        assert table in res.stdout
+    assert "coverage.not_trainable" not in res.stdout  # the reports come with their flags
+    everything = runner.invoke(app, ["stats", ingested_fixtures, "--all"], env=WIDTH_120)
+    assert everything.exit_code == 0 and "coverage.not_trainable" in everything.stdout
+    assert len(everything.output.splitlines()) > 100
+
+
+def test_stats_without_a_flag_as_json_is_the_overview(known_store):
+    res = runner.invoke(app, ["stats", known_store.uri, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert set(doc) == {"overview.totals", "overview.by_source", "overview.runs"}
+    assert {r["source"]: r["trajectories"] for r in doc["overview.by_source"]} == {"sdk": 4, "openhands": 2}
+    assert "--all" not in res.output  # the hint is for people, in table output only
+
+
+def test_view_url_adds_links_to_the_trajectory_pages(known_store):
+    res = runner.invoke(app, ["sql", known_store.uri, "SELECT trajectory_id, reward FROM trajectories "
+                              "WHERE trajectory_id IN ('A', 'C') ORDER BY 1", "--format", "json",
+                              "--view-url", "http://127.0.0.1:8200/"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)["result"]
+    assert [(r["trajectory_id"], r["trajectory_id_url"]) for r in rows] == [
+        ("A", "http://127.0.0.1:8200/t/A"), ("C", "http://127.0.0.1:8200/t/C")]
+    res = runner.invoke(app, ["stats", known_store.uri, "--coverage", "--format", "json",
+                              "--view-url", "http://h:1"])
+    assert res.exit_code == 0, res.output
+    examples = [r for rows in json.loads(res.stdout).values() for r in rows if "example_id" in r]
+    assert examples and all(r["example_id_url"] == f"http://h:1/t/{r['example_id']}" for r in examples)

@@ -32,7 +32,7 @@ def _commands(group=None, path=()):
 
 
 ALL = list(_commands())
-SERVERS = {("proxy",), ("serve",)}
+SERVERS = {("proxy",), ("serve",), ("view",)}
 
 
 def test_every_command_is_registered():
@@ -105,7 +105,7 @@ def test_format_means_output_format_everywhere(path):
 def test_boolean_switches_come_in_pairs():
     # Switches with a default behaviour can be turned on and off; report selectors of `stats`
     # only pick what to print.
-    selectors = {"--staleness", "--clip", "--coverage", "--rewards", "--lengths", "--statuses", "--duplicates"}
+    selectors = {"--staleness", "--clip", "--coverage", "--rewards", "--lengths", "--statuses", "--duplicates", "--all"}
     for path, cmd in ALL:
         for p in cmd.params:
             if getattr(p, "is_bool_flag", False) and not set(p.opts) & selectors:

@@ -34,6 +34,7 @@ from trajstore.store.layout import (
     run_log_file,
     run_steps_dir,
     run_tensorboard_dir,
+    run_tokens_dir,
     shard_index_file,
     tmp_path,
     version_dir,
@@ -50,7 +51,7 @@ def _built_paths() -> list[str]:
     ckpt = checkpoint_dir(RUN, 3)
     return [
         f"{TRAJECTORIES_DIR}/{shard}",
-        f"{run_steps_dir(RUN)}/{shard}", f"{run_consumed_dir(RUN)}/{shard}",
+        f"{run_steps_dir(RUN)}/{shard}", f"{run_consumed_dir(RUN)}/{shard}", f"{run_tokens_dir(RUN)}/{shard}",
         run_config_file(RUN), f"{run_tensorboard_dir(RUN)}/events.out.tfevents.1.host.1.0",
         checkpoint_latest_file(RUN),
         *(f"{ckpt}/{f}" for f in (*CHECKPOINT_FILES, *SHARDED_CHECKPOINT_FILES, f"__0_0{CHECKPOINT_SHARD_SUFFIX}")),
@@ -69,10 +70,10 @@ def test_every_path_the_layout_builds_is_classified(rel: str) -> None:
 
 
 def test_paths_of_different_kinds_have_different_templates() -> None:
-    # 3 record kinds (trajectories, steps, consumed) + config + tensorboard + 2 LATEST pointers +
+    # 4 record kinds (trajectories, steps, consumed, tokens) + config + tensorboard + 2 LATEST pointers +
     # checkpoint files + version files + _tmp + _locks + process logs + application configs
-    # + compaction records + shard index files = 15
-    assert len({classify(p) for p in _built_paths()}) == 15
+    # + compaction records + shard index files = 16
+    assert len({classify(p) for p in _built_paths()}) == 16
 
 
 @pytest.mark.parametrize("rel", [

@@ -192,6 +192,11 @@ class RunConfig(_Section):
                             "else float32")
     tensorboard: bool = Field(False, description="also write TensorBoard events to runs/<run_id>/tensorboard "
                                                  "(local stores only)")
+    record_tokens: float = Field(0.0, ge=0, le=1, description="share of the trained trajectories whose per-token "
+                                 "trainer annotations (trainer log-prob, importance ratio, DIS band, advantage, "
+                                 "value, return of every trained action token) are written to runs/<run_id>/tokens/ "
+                                 "(0 = off, 1 = every trajectory; picked by trajectory id hash; about 22-27 bytes per "
+                                 "token, policy steps only)")
     progress: bool = Field(True, description="rich progress bar on stderr (traj train draws it only with "
                                              "--format table: json and csv are for programs)")
 

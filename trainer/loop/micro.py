@@ -12,6 +12,7 @@ import torch
 from trajstore.trainer.data import PackedMicroBatch, Sample, StepBatch, pack, split_for_rank, token_micro_batches
 from trajstore.trainer.loop import distributed as D
 from trajstore.trainer.loop.step_stats import TrajectoryRatios
+from trajstore.trainer.loop.token_records import TokenCapture
 from trajstore.trainer.loop.trainer import Trainer
 
 
@@ -28,6 +29,8 @@ class Micro:
     returns: torch.Tensor | None = None
     ratios: TrajectoryRatios | None = None
     """Per-trajectory importance ratios from the policy update (None before it, or in warm-up)."""
+    tokens: TokenCapture | None = None
+    """Per-token annotations of its recorded trajectories (``--record-tokens``; from the policy update)."""
 
 
 def trajectory_index(segments: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,13 @@ import pyarrow.parquet as pq
 from trajstore.errors import TrajstoreError
 from trajstore.schema import CONSUMED_SCHEMA, STEP_SCHEMA
 from trajstore.store import Store
-from trajstore.store.layout import run_config_file, run_consumed_dir, run_steps_dir, run_tensorboard_dir
+from trajstore.store.layout import (
+    run_config_file,
+    run_consumed_dir,
+    run_steps_dir,
+    run_tensorboard_dir,
+    run_tokens_dir,
+)
 from trajstore.trainer.data import Sample
 
 ITERATION_KEY = b"trajstore.train.iteration"
@@ -291,10 +297,10 @@ class RunRecorder:
             print(message, file=sys.stderr, flush=True)
 
     def rollback_after(self, iteration: int) -> int:
-        """Delete records shards of iterations > `iteration` (work lost with the process that
+        """Delete records shards (steps, consumed, per-token annotations) of iterations > `iteration` (work lost with the process that
         wrote them); return how many shards were removed. Idempotent."""
         removed = 0
-        for records_dir in (run_steps_dir(self.run_id), run_consumed_dir(self.run_id)):
+        for records_dir in (run_steps_dir(self.run_id), run_consumed_dir(self.run_id), run_tokens_dir(self.run_id)):
             for path, _size in self.store.shard_paths(records_dir):
                 with self.store.fs.open(path, "rb") as fh:
                     md = pq.read_metadata(fh).metadata or {}

@@ -26,6 +26,7 @@ from trajstore.store.layout import (
     run_config_file,
     run_consumed_dir,
     run_steps_dir,
+    run_tokens_dir,
     version_dir,
 )
 
@@ -210,6 +211,7 @@ def list_runs(store: Store | str, *, storage_options: dict | None = None) -> Run
         elif not found and info.checkpoints:
             info.problems.append(f"{where} is missing (no checkpoint was committed): --resume cannot continue "
                                  "this run")
-        info.records_bytes = _du(s, run_steps_dir(run_id)) + _du(s, run_consumed_dir(run_id))
+        info.records_bytes = (_du(s, run_steps_dir(run_id)) + _du(s, run_consumed_dir(run_id))
+                              + _du(s, run_tokens_dir(run_id)))
         runs.append(info)
     return RunsReport(s.uri, runs, _du(s, TMP_DIR) if s.is_local else 0)

@@ -23,6 +23,7 @@ from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.loop.records import RunRecorder
 from trajstore.trainer.loop.resume import restore_settings, resume_point
 from trajstore.trainer.loop.save import publish
+from trajstore.trainer.loop.token_records import TokenRecorder
 from trajstore.trainer.loop.trainer import CheckpointGate, Trainer
 from trajstore.trainer.models import LoadedPolicy, load_policy, policy_identity
 from trajstore.trainer.sao.losses import POLICY_LOSSES, value_loss
@@ -119,6 +120,8 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
     tr.checkpoint_gate = gate
     tr.last_checkpoint = state.iteration
     tr.resumed_fresh = resume and ckpt is None
+    if cfg.run.record_tokens > 0:
+        tr.token_recorder = TokenRecorder(store, cfg.run.run_id, cfg.run.record_tokens)
     if recorder is not None:
         stream.on_wait = recorder.waiting
         tr.say = recorder.activity

@@ -28,6 +28,7 @@ from trajstore.trainer.loop.step_stats import (
     trajectory_ratios,
     value_moments,
 )
+from trajstore.trainer.loop.token_records import capture
 from trajstore.trainer.loop.trainer import Trainer
 
 
@@ -93,6 +94,9 @@ def _train_step(tr: Trainer, batch: StepBatch) -> tuple[dict[str, float], list[d
         state.warmup_done = True
         state.step += 1
         state.version += 1
+    if tr.token_recorder is not None and policy is not None:  # read after the sync above: the copies landed
+        tr.token_recorder.write([m.tokens for m in micros], iteration=state.iteration, step=step,
+                                trainer_version=trainer_version)
     consumed: list[dict[str, Any]] = []
     for m, ratios in zip(micros, log.ratios):
         consumed += consumed_rows(m.samples, step=step, trainer_version=trainer_version, rank=env.rank,
@@ -168,6 +172,9 @@ def _policy_update(tr: Trainer, micros: list[Micro], n_tokens: torch.Tensor,
         acc = s if acc is None else merge_policy(acc, s)
         if m.samples:
             m.ratios = trajectory_ratios(lp, m.mb, m.trajectory, len(m.samples), algo.eps_low, algo.eps_high)
+        if tr.token_recorder is not None and m.samples:
+            m.tokens = capture(m.mb, m.samples, tr.token_recorder.recorded(m.samples), lp, m.advantages, m.values,
+                               m.returns, algo.eps_low, algo.eps_high)
     assert acc is not None
     params = [p for p in tr.loaded.model.parameters() if p.requires_grad]
     return acc, _clip_and_step(tr, params, tr.optimizers["policy"])

@@ -20,6 +20,7 @@ from trajstore.trainer.loop.checkpoint import TrainerState
 from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.loop.records import RunRecorder
 from trajstore.trainer.loop.stop import StopRequest
+from trajstore.trainer.loop.token_records import TokenRecorder
 from trajstore.trainer.models import LoadedPolicy, PolicyLogprobs
 from trajstore.trainer.sao.losses import PolicyLossFn
 
@@ -71,6 +72,8 @@ class Trainer:
     line on stderr every few seconds without a terminal); a no-op elsewhere."""
     checkpoint_gate: CheckpointGate | None = None
     """Which micro-batches recompute their layers (auto activation checkpointing, ddp)."""
+    token_recorder: TokenRecorder | None = None
+    """Writes per-token annotations (``run.record_tokens`` > 0; on every rank), else None."""
     last_pass: tuple[float, int] | None = None
     """(start time, tokens) of the step's previous forward/backward pass, for tokens/s."""
 

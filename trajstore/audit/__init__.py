@@ -18,7 +18,7 @@ from trajstore.audit.distributions import (
     status_report,
 )
 from trajstore.audit.duplicates import DuplicateReport, duplicate_report
-from trajstore.audit.overview import OverviewReport, overview_report
+from trajstore.audit.overview import BriefReport, OverviewReport, brief_report, overview_report
 from trajstore.audit.percentiles import PERCENTILES
 from trajstore.audit.predicate import is_plain_predicate, predicate_error
 from trajstore.audit.report import Report
@@ -26,8 +26,8 @@ from trajstore.audit.staleness import StalenessReport, staleness_report
 from trajstore.audit.views import VIEW_NAMES, AuditError, connect, sql
 
 __all__ = [
-    "PERCENTILES", "VIEW_NAMES", "AuditError", "ClipReport", "CoverageReport", "DuplicateReport", "LengthReport",
-    "OverviewReport", "Report", "RewardReport", "StalenessReport", "StatusReport", "clip_report", "connect",
+    "PERCENTILES", "VIEW_NAMES", "AuditError", "BriefReport", "ClipReport", "CoverageReport", "DuplicateReport", "LengthReport",
+    "OverviewReport", "Report", "RewardReport", "StalenessReport", "StatusReport", "brief_report", "clip_report", "connect",
     "coverage_report", "duplicate_report", "is_plain_predicate", "predicate_error", "length_report", "overview_report",
     "reward_report", "sql", "staleness_report", "status_report",
 ]

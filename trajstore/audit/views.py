@@ -35,9 +35,11 @@ from trajstore.schema import (
     TRAJECTORY_SCHEMA,
 )
 from trajstore.store import ShardInfo, Store, decode_id_index, open_store
-from trajstore.store.layout import RUNS_DIR, TRAJECTORIES_DIR, run_consumed_dir, run_steps_dir
+from trajstore.store.layout import RUNS_DIR, TRAJECTORIES_DIR, run_consumed_dir, run_steps_dir, run_tokens_dir
+from trajstore.token_annotations import TOKEN_ANNOTATION_SCHEMA
 
-VIEW_NAMES: tuple[str, ...] = ("trajectories", "spans", "span_logprobs", "steps", "consumed", "step_metrics")
+VIEW_NAMES: tuple[str, ...] = ("trajectories", "spans", "span_logprobs", "steps", "consumed", "step_metrics",
+                               "token_annotations")
 """Views every audit connection has (empty, with the right columns, when there is no data)."""
 
 SPAN_GROUP_COLUMNS: tuple[str, ...] = (
@@ -233,6 +235,10 @@ def connect(uri: str | os.PathLike[str] | Store, *,
       ``SELECT span_index, list_sum(logprobs) FROM span_logprobs WHERE trajectory_id = 'x'``.
     - ``steps``, ``consumed``: the training records of every run under ``runs/<run_id>/``
       (schemas ``STEP_SCHEMA`` / ``CONSUMED_SCHEMA``), all runs together (``run_id`` column).
+    - ``token_annotations``: the per-token trainer annotations of every run that recorded them
+      (``traj train --record-tokens``; schema ``TOKEN_ANNOTATION_SCHEMA``): one row per trained action
+      token, joinable with ``spans`` by ``trajectory_id`` and ``position`` (``position >= start AND
+      position < "end"``).
     - ``step_metrics``: ``steps`` pivoted to one row per (run_id, step) with ``trainer_version``,
       ``wall_time`` (latest) and one column per metric name (mean if logged more than once).
 
@@ -303,7 +309,8 @@ def connect(uri: str | os.PathLike[str] | Store, *,
 
     runs = run_ids(store)
     for view, records_dir, schema in (("steps", run_steps_dir, STEP_SCHEMA),
-                                      ("consumed", run_consumed_dir, CONSUMED_SCHEMA)):
+                                      ("consumed", run_consumed_dir, CONSUMED_SCHEMA),
+                                      ("token_annotations", run_tokens_dir, TOKEN_ANNOTATION_SCHEMA)):
         urls = [u for r in runs for u in _shard_urls(store, records_dir(r))]
         allowed += urls
         src = _read_parquet(urls) if urls else _empty_source(conn, f"_trajstore_empty_{view}", schema)

@@ -12,6 +12,12 @@ from trajstore.proxy.httpio import openai_error
 from trajstore.proxy.state import ProxyState
 
 
+def bearer_token_ok(headers: dict[bytes, bytes], token: str) -> bool:
+    """Whether an ASGI request's raw headers carry ``Authorization: Bearer <token>`` (constant-time
+    comparison). Shared with ``traj view``, whose optional token works as the proxy's."""
+    return hmac.compare_digest(headers.get(b"authorization", b""), f"Bearer {token}".encode())
+
+
 class ClientAuth:
     """Refuses requests without the client token (when one is configured), ``/health`` aside.
 
@@ -25,8 +31,7 @@ class ClientAuth:
         if scope["type"] == "http" and scope["path"] != "/health":
             st: ProxyState = scope["app"].state.proxy
             if st.client_token:
-                got = dict(scope["headers"]).get(b"authorization", b"")
-                if not hmac.compare_digest(got, f"Bearer {st.client_token}".encode()):
+                if not bearer_token_ok(dict(scope["headers"]), st.client_token):
                     await openai_error(401, "missing or wrong bearer token", "authentication_error")(
                         scope, receive, send)
                     return

@@ -32,6 +32,7 @@ from trajstore.store.layout import (
     RUN_CONFIG_FILE,
     RUN_CONSUMED_DIR,
     RUN_STEPS_DIR,
+    RUN_TOKENS_DIR,
     RUNS_DIR,
     SHARD_SUFFIX,
     STORE_FIRST_ENTRIES,
@@ -50,7 +51,7 @@ from trajstore.store.shards import (
 __all__ = [
     "BROKEN_LINK_SIZE", "LAYOUT_RUNS_CHECKED", "LOCKS_DIR", "METADATA_ID_INDEX_KEY", "PARQUET_COMPRESSION",
     "PER_TOKEN_COLUMNS", "POLICIES_DIR", "ROW_GROUP_TARGET_MB", "RUNS_DIR", "RUN_CONFIG_FILE", "RUN_CONSUMED_DIR",
-    "RUN_STEPS_DIR", "SHARD_CACHE_MAX_ENTRIES", "SHARD_SUFFIX", "SPAN_BYTES_ESTIMATE", "STORE_FIRST_ENTRIES",
+    "RUN_STEPS_DIR", "RUN_TOKENS_DIR", "SHARD_CACHE_MAX_ENTRIES", "SHARD_SUFFIX", "SPAN_BYTES_ESTIMATE", "STORE_FIRST_ENTRIES",
     "TMP_DIR", "TMP_STALE_AFTER_S", "TRAJECTORIES_DIR", "CorruptShardWarning", "ShardInfo", "Store",
     "decode_id_index", "encode_id_index", "id_hashes", "new_shard_name", "open_existing_store", "open_store",
     "open_store_for_writing", "row_bytes",

@@ -34,6 +34,9 @@ RUN_STEPS_DIR = "steps"
 """Per-step training records of a run: ``runs/<run_id>/steps/<shard>.parquet``."""
 RUN_CONSUMED_DIR = "consumed"
 """Which trajectories a run trained on: ``runs/<run_id>/consumed/<shard>.parquet``."""
+RUN_TOKENS_DIR = "tokens"
+"""Per-token trainer annotations of a run (``traj train --record-tokens``):
+``runs/<run_id>/tokens/<shard>.parquet``."""
 RUN_CONFIG_FILE = "config.json"
 """The resolved training config of a run: ``runs/<run_id>/config.json``."""
 RUN_TENSORBOARD_DIR = "tensorboard"
@@ -141,6 +144,12 @@ def run_steps_dir(run_id: str) -> str:
 def run_consumed_dir(run_id: str) -> str:
     """``runs/<run_id>/consumed``: which trajectories the run trained on (Parquet shards)."""
     return f"{run_dir(run_id)}/{RUN_CONSUMED_DIR}"
+
+
+def run_tokens_dir(run_id: str) -> str:
+    """``runs/<run_id>/tokens``: the run's per-token trainer annotations (Parquet shards, written only
+    with ``traj train --record-tokens``)."""
+    return f"{run_dir(run_id)}/{RUN_TOKENS_DIR}"
 
 
 def run_config_file(run_id: str) -> str:
@@ -287,7 +296,7 @@ def classify(relpath: str) -> str | None:
         return f"{RUNS_DIR}/{run}/<process>{RUN_LOG_SUFFIX}"
     if n == 2 and kind.endswith(RUN_APP_CONFIG_SUFFIX) and len(kind) > len(RUN_APP_CONFIG_SUFFIX):
         return f"{RUNS_DIR}/{run}/<app>{RUN_APP_CONFIG_SUFFIX}"
-    if kind in (RUN_STEPS_DIR, RUN_CONSUMED_DIR) and n == 3 and _is_shard_name(rest[2]):
+    if kind in (RUN_STEPS_DIR, RUN_CONSUMED_DIR, RUN_TOKENS_DIR) and n == 3 and _is_shard_name(rest[2]):
         return f"{RUNS_DIR}/{run}/{kind}/<shard>{SHARD_SUFFIX}"
     if kind == RUN_TENSORBOARD_DIR and n >= 3:
         return f"{RUNS_DIR}/{run}/{RUN_TENSORBOARD_DIR}/<event file>"

@@ -27,8 +27,16 @@ from trajstore.schema import (
 from trajstore.store import index as shard_index
 from trajstore.store.fsutil import why
 from trajstore.store.id_index import METADATA_ID_INDEX_KEY
-from trajstore.store.layout import RUN_CONSUMED_DIR, RUN_STEPS_DIR, RUNS_DIR, SHARD_SUFFIX, TRAJECTORIES_DIR
+from trajstore.store.layout import (
+    RUN_CONSUMED_DIR,
+    RUN_STEPS_DIR,
+    RUN_TOKENS_DIR,
+    RUNS_DIR,
+    SHARD_SUFFIX,
+    TRAJECTORIES_DIR,
+)
 from trajstore.store.lineage import Part, Resolution, read_records, resolve
+from trajstore.token_annotations import TOKEN_ANNOTATION_SCHEMA
 
 if TYPE_CHECKING:
     from trajstore.store.handle import Store
@@ -305,7 +313,8 @@ def expected_schema(subdir: str) -> Callable[[int], pa.Schema | None]:
         if parts == [TRAJECTORIES_DIR]:
             return trajectory_schema(version) if version in READABLE_VERSIONS else None
         if len(parts) == 3 and parts[0] == RUNS_DIR:  # unchanged since v1
-            return {RUN_STEPS_DIR: STEP_SCHEMA, RUN_CONSUMED_DIR: CONSUMED_SCHEMA}.get(parts[2])
+            return {RUN_STEPS_DIR: STEP_SCHEMA, RUN_CONSUMED_DIR: CONSUMED_SCHEMA,
+                    RUN_TOKENS_DIR: TOKEN_ANNOTATION_SCHEMA}.get(parts[2])
         return None
     kind = TRAJECTORIES_DIR if parts == [TRAJECTORIES_DIR] else (
         parts[2] if len(parts) == 3 and parts[0] == RUNS_DIR else None)

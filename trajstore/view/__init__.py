@@ -1,0 +1,23 @@
+"""``traj view``: a local web viewer of a store. The list of trajectories or episodes with filters
+and sorts (scalar columns from an in-memory DuckDB index, fast at a million trajectories), each
+trajectory's transcript span by span and its tokens coloured by engine log-prob, policy version,
+staleness and the per-token annotations a training run recorded (``traj train --record-tokens``).
+
+    from trajstore.view import ViewConfig, run_view
+    run_view(ViewConfig(store="./store", port=8200))
+
+The app needs Starlette, uvicorn and Jinja2 (the ``view`` extra); this package imports them only
+in :mod:`trajstore.view.app`.
+"""
+
+from trajstore.view.config import DEFAULT_VIEW_PORT, DEFAULT_VIEW_TOKEN_ENV, ViewConfig
+
+__all__ = ["DEFAULT_VIEW_PORT", "DEFAULT_VIEW_TOKEN_ENV", "ViewConfig", "create_app", "run_view"]
+
+
+def __getattr__(name: str):  # the app pulls in Starlette, uvicorn and Jinja2 only when used
+    if name in ("create_app", "run_view"):
+        from trajstore.view import app
+
+        return getattr(app, name)
+    raise AttributeError(name)

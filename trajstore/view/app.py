@@ -1,0 +1,175 @@
+"""The ``traj view`` web app (Starlette): the list page (``/``), a trajectory's transcript
+(``/t/<trajectory_id>``) and its Tokens view (``?view=tokens``), rendered on the server from
+templates (no build step, nothing fetched from elsewhere), plus ``/api/list`` (the same page as
+JSON) and ``/health``. Requests share one :class:`~trajstore.view.index.StoreIndex`.
+
+An optional token guards every route but ``/health`` as ``traj proxy``'s does
+(``Authorization: Bearer <token>``, :func:`trajstore.proxy.auth.bearer_token_ok`); a browser opens
+``/?token=<token>`` once and keeps it in a cookie."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from trajstore.proxy.auth import bearer_token_ok
+from trajstore.view.config import ViewConfig
+from trajstore.view.decode import Decoder
+from trajstore.view.index import StoreIndex
+from trajstore.view.listing import EPISODE_SORTS, FLAGS, SORTS, ListQuery, ListQueryError, list_page
+from trajstore.view.render import colourings, fmt, tokens_html, trajectory_url
+from trajstore.view.trajectory import TrajectoryNotFound, load_trajectory
+
+HERE = Path(__file__).parent
+TOKEN_COOKIE = "traj_view_token"
+
+
+class TokenGate:
+    """ASGI middleware: with a token configured, every request but ``/health`` must carry it as a
+    bearer token or in the cookie that ``/?token=<token>`` sets; others get 401."""
+
+    def __init__(self, app: Any, token: str | None):
+        self.app = app
+        self.token = token
+
+    def _cookie_ok(self, headers: dict[bytes, bytes]) -> bool:
+        for part in headers.get(b"cookie", b"").decode("latin-1").split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == TOKEN_COOKIE and self.token is not None and hmac.compare_digest(value, self.token):
+                return True
+        return False
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.token and scope["path"] != "/health":
+            headers = dict(scope["headers"])
+            if not (bearer_token_ok(headers, self.token) or self._cookie_ok(headers)):
+                request = Request(scope, receive)
+                given = request.query_params.get("token")
+                if given is not None and hmac.compare_digest(given, self.token):
+                    rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+                    target = scope["path"] + (f"?{urlencode(rest)}" if rest else "")
+                    response: Response = RedirectResponse(target, status_code=303)
+                    response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="strict")
+                else:
+                    response = PlainTextResponse("missing or wrong token: send Authorization: Bearer <token>, or open "
+                                                 "/?token=<token> once in the browser", status_code=401)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(cfg: ViewConfig, *, index: StoreIndex | None = None) -> Starlette:
+    """The app over ``cfg.store`` (the index is built now unless given).
+
+    Raises:
+        StoreError, AuditError: see :class:`~trajstore.view.index.StoreIndex`.
+    """
+    index = index or StoreIndex(cfg)
+    decoder = Decoder(cfg.tokenizer)
+    # The routes are plain functions: Starlette runs them in its thread pool, so a slow page (a
+    # tokenizer loading, a predicate read from the shards) never blocks the others or /health;
+    # the index serialises their queries.
+    # loading a tokenizer takes seconds: the ones the store uses most are loaded in the background
+    threading.Thread(target=decoder.warm, args=([n for n, _ in index.snapshot.tokenizers[:3]],),
+                     name="traj-view-tokenizers", daemon=True).start()
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.filters["fmt"] = fmt
+    templates.env.globals.update(trajectory_url=trajectory_url, FLAGS=FLAGS, SORTS=SORTS, zip=zip,
+                                 EPISODE_SORTS=EPISODE_SORTS)
+
+    def list_context(request: Request) -> tuple[ListQuery | None, dict[str, Any]]:
+        try:
+            q = ListQuery.from_params(request.query_params)
+        except ListQueryError as e:
+            return None, {"error": str(e)}
+        return q, {"page": list_page(index, q)}
+
+    def home(request: Request) -> Response:
+        if request.query_params.get("reload"):
+            index.refresh()
+            return RedirectResponse("/", status_code=303)
+        q, ctx = list_context(request)
+        q = q or ListQuery()
+        return templates.TemplateResponse(request, "list.html", {
+            "q": q, "snap": index.snapshot, "store": cfg.store, "where": cfg.where, **ctx,
+            "link": lambda **changes: "/?" + urlencode(q.params(**changes))})
+
+    def api_list(request: Request) -> Response:
+        q, ctx = list_context(request)
+        if q is None:
+            return JSONResponse({"error": ctx["error"]}, status_code=400)
+        page = ctx["page"]
+        rows = [{c: (v.isoformat() if isinstance(v, datetime) else v) for c, v in zip(page.columns, r)}
+                for r in page.rows]
+        return JSONResponse({"total": page.total, "page": page.page, "pages": page.pages, "rows": rows,
+                             "elapsed_s": page.elapsed_s, "error": page.error},
+                            status_code=400 if page.error else 200)
+
+    def trajectory(request: Request) -> Response:
+        tid = request.path_params["trajectory_id"]
+        view = request.query_params.get("view", "transcript")
+        run = request.query_params.get("run") or None
+        if view not in ("transcript", "tokens"):
+            return PlainTextResponse(f"unknown view {view!r} (transcript or tokens)", status_code=400)
+        if run is not None and run not in index.snapshot.runs:
+            return PlainTextResponse(f"run {run!r} is not a run of {cfg.store}", status_code=404)
+        try:
+            page = load_trajectory(index, decoder, tid, run=run, with_tokens=view == "tokens")
+        except TrajectoryNotFound:
+            return HTMLResponse(templates.get_template("missing.html").render(trajectory_id=tid, store=cfg.store),
+                                status_code=404)
+        numbers = json.dumps(page.numbers, separators=(",", ":"), allow_nan=False) if view == "tokens" else "{}"
+        ids = json.dumps(page.token_ids, separators=(",", ":")) if view == "tokens" else "[]"
+        return templates.TemplateResponse(request, "trajectory.html", {
+            "p": page, "view": view, "store": cfg.store, "numbers_json": numbers, "ids_json": ids,
+            "colourings": colourings(page), "tokens_html": tokens_html(page) if view == "tokens" else "",
+            "metadata_json": json.dumps(page.metadata, indent=2, ensure_ascii=False) if page.metadata else None})
+
+    def health(_request: Request) -> Response:
+        return JSONResponse({"ok": True, "trajectories": index.snapshot.trajectories})
+
+    app = Starlette(routes=[
+        Route("/", home), Route("/api/list", api_list), Route("/health", health),
+        Route("/t/{trajectory_id:path}", trajectory),
+        Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),
+    ])
+    app.state.index = index
+    app.add_middleware(TokenGate, token=cfg.token)
+    return app
+
+
+def run_view(cfg: ViewConfig, *, on_ready: Any = None) -> None:
+    """Build the index, then serve until SIGINT / SIGTERM (exit 0). Call from the main thread.
+
+    Args:
+        on_ready: called with the bound ``(host, port)`` and the index once the socket listens.
+    """
+    import uvicorn
+
+    from trajstore.proxy.server import listening_socket
+
+    index = StoreIndex(cfg)
+    app = create_app(cfg, index=index)
+    sock = listening_socket(cfg.host, cfg.port)
+    host, port = sock.getsockname()[:2]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    if on_ready is not None:
+        on_ready(host, port, index)
+    # uvicorn re-raises a SIGTERM after its graceful shutdown; with this handler in place that
+    # ends the process normally (exit 0), as `traj proxy` does
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    server.run(sockets=[sock])
