@@ -82,22 +82,22 @@ def test_episodes_mode_links_the_first_part(tmp_path):
 
 
 def test_lineage_tree_when_the_store_has_lineage_columns(tmp_path):
-    """Schema v3 adds episode_id, parent_trajectory_id, fork_point, link_kind; until a store has
-    them, this stands them up in the index to check the tree the page draws from them."""
+    """Schema v3's lineage columns (episode_id, parent_trajectory_id, fork_point, link_kind), set
+    in the index by hand, draw the episode's tree from the links."""
     app = create_app(ViewConfig(store=write_episode_store(tmp_path / "s")))
     index = app.state.index
     index.conn.execute(
-        f"CREATE OR REPLACE TEMP TABLE {INDEX_TABLE} AS SELECT * EXCLUDE (episode, ek), 'ep' AS episode_id, "
+        f"CREATE OR REPLACE TEMP TABLE {INDEX_TABLE} AS SELECT * EXCLUDE (episode, ek, episode_id, parent_trajectory_id, fork_point, link_kind), 'ep' AS episode_id, "
         "CASE trajectory_id WHEN 'e1-p2' THEN 'e1-p1' WHEN 'e1-p3' THEN 'e1-p1' WHEN 'solo' THEN 'e1-p3' END "
         "AS parent_trajectory_id, CASE trajectory_id WHEN 'e1-p2' THEN 4 END AS fork_point, "
-        "CASE trajectory_id WHEN 'solo' THEN 'sub-agent' WHEN 'e1-p1' THEN NULL ELSE 'fork/retry' END AS link_kind, "
+        "CASE trajectory_id WHEN 'solo' THEN 'subagent' WHEN 'e1-p1' THEN NULL ELSE 'fork' END AS link_kind, "
         f"'ep' AS episode, hash('ep') AS ek FROM {INDEX_TABLE}")
     index.snapshot.has_lineage = True
     r = TestClient(app).get("/t/solo")
     tree = re.search(r'<ul class="tree" id="lineage">(.*?)</ul>\s*\n', r.text, re.S).group(1)
     order = re.findall(r'<a href="/t/([^"?]+)', tree)
     assert order == ["e1-p1", "e1-p2", "e1-p3", "solo"]
-    assert "forks at 4" in tree and "sub-agent" in tree
+    assert "forks at 4" in tree and "subagent" in tree
     assert r.text.count("<ul>") >= 2  # solo nested under e1-p3, under e1-p1
 
 

@@ -28,7 +28,7 @@ def test_the_index_holds_each_trajectory_once(index):
     assert snap.trajectories == 6  # A..F; the second copy of B is not listed
     assert dict(snap.sources) == {"sdk": 4, "openhands": 2}
     assert snap.runs == ["r1", "r2"] and snap.run_versions == {"r1": 9, "r2": 10}
-    assert not snap.has_lineage  # schema v2: no lineage columns
+    assert snap.has_lineage  # schema v3: the lineage columns are there (no row links a parent here)
 
 
 @pytest.mark.parametrize(("params", "expected"), [

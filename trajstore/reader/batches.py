@@ -205,6 +205,6 @@ def iter_batches(uri: StoreLike, *, columns: Sequence[str] | None = None,
 
     store = as_store(uri, storage_options)
     cols = None if columns is None else list(dict.fromkeys(
-        ["trajectory_id", "tokens", "logprobs", "spans", "reward", *columns]))
+        ["trajectory_id", "tokens", ACTION_LOGPROBS_COLUMN, "spans", "reward", *columns]))
     for shard, rg, table in iter_planned_tables(store, columns=cols, strict=strict, dedupe=dedupe):
         yield batch_from_table(table, shard=shard.path, row_group=rg)

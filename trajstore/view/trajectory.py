@@ -259,9 +259,10 @@ def _lineage(index: StoreIndex, trajectory_id: str) -> Lineage | None:
             "SELECT trajectory_id, parent_trajectory_id, fork_point, link_kind, status, reward, num_tokens FROM "
             f"{INDEX_TABLE} WHERE ek = hash(?) AND episode = ? ORDER BY created_at, rid", [episode, episode])
         found = [dict(zip(cols, r)) for r in rows]
-        if len(found) <= 1 and not any(r["parent_trajectory_id"] for r in found):
-            return None
-        return tree_from_links(episode, found)
+        if any(r["parent_trajectory_id"] for r in found):
+            return tree_from_links(episode, found)
+        # no links stored (parts split before schema v3, or by a writer that set none): the
+        # parts in the order their metadata ``episode`` gives, as for a v2 store
     cols, rows = index.query(
         f"SELECT trajectory_id, episode_part, episode_change AS change, status, reward, num_tokens FROM {INDEX_TABLE} "
         "WHERE ek = hash(?) AND episode = ? ORDER BY created_at, rid", [episode, episode])
