@@ -87,9 +87,10 @@ def _summary_rows(report: Any) -> list[tuple[str, int]]:
         rows.append(("observations truncated", report.truncated_observations))
     if report.degraded_events:
         rows.append(("unknown events degraded", report.degraded_events))
-    if report.engine_ids_discarded:
-        rows.append(("engine token ids discarded (re-tokenized)", report.engine_ids_discarded))
-    rows += [(f"not faithful: {flag}", n) for flag, n in sorted(report.fidelity_gaps.items())]
+    if report.engine_ids_discarded:  # also a fidelity flag: listed once, under its one name
+        rows.append(("engine_ids_discarded (engine token ids not used: re-tokenized)", report.engine_ids_discarded))
+    rows += [(f"not faithful: {flag}", n) for flag, n in sorted(report.fidelity_gaps.items())
+             if flag != "engine_ids_discarded"]
     return rows
 
 

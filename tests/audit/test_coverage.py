@@ -52,3 +52,19 @@ def test_fidelity_flags_are_counted_and_shown_by_stats_coverage(reported, tmp_pa
     assert r.exit_code == 0, r.output
     got = [(x["source"], x["flag"], x["trajectories"]) for x in json.loads(r.stdout)["coverage.fidelity"]]
     assert got == [("nemo-gym", "observations", 2), ("swe-agent", "final_step", 1), ("swe-agent", "tools", 1)]
+
+
+# issue 23: an engine-id discard has one name, in the ingest summary and in `traj stats --coverage`
+def test_engine_id_discards_are_one_flag_in_the_summary_and_the_coverage(reported, tmp_path):
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+
+    st = str(tmp_path / "s")
+    rep = ingest_paths([str(reported / "atif-summarization-context")], st)  # made-up ids that chain in no lineage
+    assert rep.engine_ids_discarded == 2 == rep.fidelity_gaps["engine_ids_discarded"]
+    r = CliRunner().invoke(app, ["stats", st, "--coverage", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    got = [(x["source"], x["trajectories"]) for x in json.loads(r.stdout)["coverage.fidelity"]
+           if x["flag"] == "engine_ids_discarded"]
+    assert got == [("atif", 2)]

@@ -100,7 +100,7 @@ def test_atif_rewritten_context_falls_back_to_the_chat_with_the_reason(tmp_path)
     ingest_paths([str(p)], tmp_path / "s")
     row = only_row(tmp_path / "s")
     assert row["token_source"] == "retokenized"
-    assert "do not extend the previous step" in json.loads(row["metadata"])["engine_token_ids"]
+    assert "do not extend the previous step" in json.loads(row["metadata"])["engine_token_ids_discarded"]
 
 
 # issue 12: fidelity of a format added beyond the reported cases
@@ -169,7 +169,9 @@ def test_terminus2_actions_are_the_rebuilt_json_response(reported, tok, tmp_path
     ]
     assert [s.tool_call_ids for s in t.spans if s.kind == "action"] == [["call_0_1"], ["call_1_1"], ["call_2_1"]]
     gaps = t.metadata["fidelity_gaps"]
-    assert list(gaps) == ["action_text"] and "Terminus-2" in gaps["action_text"] and "JSON" in gaps["action_text"]
+    assert list(gaps) == ["action_text", "engine_ids_discarded"]  # its ids are in the file: their discard is counted
+    assert "Terminus-2" in gaps["action_text"] and "JSON" in gaps["action_text"]
+    assert rep.engine_ids_discarded == 1 and rep.fidelity_gaps["engine_ids_discarded"] == 1
     assert t.not_trainable_reason.startswith("actions reconstructed, not the model's own tokens: Terminus-2")
     assert t.metadata["reconstructed_actions"] == 3 and t.metadata["ingest"]["tools"] is None
     assert t.status == "aborted" and t.model == "openai/gpt-4o"

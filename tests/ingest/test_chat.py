@@ -10,7 +10,8 @@ import pytest
 
 from tests.helpers.ingest import CHAT, by_line, smith_row, write_jsonl
 from trajstore.ingest import ingest_paths
-from trajstore.ingest.chat import join_blocks, reasoning_of, tool_definitions
+from trajstore.ingest.chat import drop_sent_back_reasoning, join_blocks, reasoning_of, tool_definitions
+from trajstore.ingest.records import Context, Message
 
 
 @pytest.mark.parametrize("msg, expected", [
@@ -66,3 +67,16 @@ def test_odd_tool_calls_name_the_field_and_what_was_expected(tmp_path, calls, re
     rep = ingest_paths([str(f)], str(tmp_path / "s"))
     assert rep.trajectories_written == 1
     assert by_line(rep)[("rows.jsonl", 1)].reason == reason
+
+
+# issue 23: reasoning dropped after a rewritten context extends that context, not the history before it
+def test_reasoning_dropped_after_a_rewritten_context_extends_it():
+    old = [Message("user", "task"), Message("assistant", "a1", reasoning="r1"), Message("user", "o1")]
+    summary = Message("user", "SUMMARY")
+    a2 = Message("assistant", "a2", reasoning="r2", context=Context([old[0], summary], None, "condensation"))
+    o2, a3 = Message("user", "o2"), Message("assistant", "a3")
+    msgs = [*old, a2, o2, a3]
+    assert drop_sent_back_reasoning(msgs, None) == 1  # a2 keeps its own context
+    assert a2.context.change == "condensation"
+    assert [(m.role, m.content, m.reasoning) for m in a3.context.messages] == [
+        ("user", "task", None), ("user", "SUMMARY", None), ("assistant", "a2", None), ("user", "o2", None)]

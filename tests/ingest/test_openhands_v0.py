@@ -318,3 +318,39 @@ def test_v0_reasoning_is_not_sent_back(tmp_path, tok):
          ("action", call("finish", '{"message": "done"}') + END)],
     ]
     assert ts[1].metadata["episode"]["change"] == "reasoning-dropped" and ts[0].metadata["reasoning_sent_back"] is False
+
+
+# issue 23: a V0 condensation (CondensationAction) starts a linked lineage with the condensed view
+def test_v0_condensation_gives_linked_lineages(tmp_path, tok):
+    """V0 ``View.from_events``: the forgotten events (2, 3) leave the view, the summary goes in at
+    summary_offset 2 (after system and task) as a user message (AgentCondensationObservation);
+    the call after the condensation is sent that view."""
+    events = [
+        {"id": 0, "source": "agent", "action": "system", "args": {"content": "sys"}},
+        {"id": 1, "source": "user", "action": "message", "args": {"content": "Task."}},
+        {"id": 2, "source": "agent", "action": "run", "args": {"command": "cat big.log"}},
+        {"id": 3, "source": "agent", "observation": "run", "content": "FORGOTTEN", "cause": 2},
+        {"id": 4, "source": "agent", "action": "run", "args": {"command": "ls"}},
+        {"id": 5, "source": "agent", "observation": "run", "content": "a b", "cause": 4},
+        {"id": 6, "source": "agent", "action": "change_agent_state", "args": {"agent_state": "running"}},
+        {"id": 7, "source": "agent", "action": "condensation",
+         "args": {"forgotten_event_ids": [2, 3], "summary": "SUMMARY: big.log holds nothing.", "summary_offset": 2}},
+        {"id": 8, "source": "agent", "action": "run", "args": {"command": "pwd"}},
+        {"id": 9, "source": "agent", "observation": "run", "content": "/w", "cause": 8},
+    ]
+    p = tmp_path / "trajectory.json"
+    p.write_text(json.dumps(events))
+    (t1, t2), rep = ingest(p)
+    a1, a2, a3 = ("<execute_bash>\ncat big.log\n</execute_bash>" + END, "<execute_bash>\nls\n</execute_bash>" + END,
+                  "<execute_bash>\npwd\n</execute_bash>" + END)
+    head = SYS.format("sys") + USER.format("Task.")
+    assert decoded(tok, t1) == [("prompt", head + GEN), ("action", a1), ("observation", "\n" + USER.format("FORGOTTEN") + GEN),
+                                ("action", a2)]  # o5 is in the next call's context: stored there
+    assert decoded(tok, t2) == [
+        ("prompt", head + USER.format("SUMMARY: big.log holds nothing.") + GEN + a2 + "\n" + USER.format("a b") + GEN),
+        ("action", a3), ("observation", "\n" + USER.format("/w"))]
+    assert (t2.parent_trajectory_id, t2.link_kind, t2.episode_id) == (t1.trajectory_id, "context_rewrite", t1.episode_id)
+    assert tok.decode(t2.tokens[:t2.fork_point]) == head + "<|im_start|>"
+    assert t2.metadata["episode"]["change"] == "condensation" and t1.metadata["condensations"] == 1
+    assert "condensation" not in (t2.metadata.get("fidelity_gaps") or {})  # rendered as sent, no longer flagged
+    assert rep.problems == []

@@ -193,6 +193,11 @@ def test_openhands_v1_condensation_splits_at_the_context_change(tok, reported):
     ep1, ep2 = t1.metadata["episode"], t2.metadata["episode"]
     assert ep1["id"] == ep2["id"] and (ep1["part"], ep2["part"], ep2["parts"]) == (1, 2, 2)
     assert ep2["change"] == "condensation" and t1.reward == t2.reward
+    # issue 23: linked lineages of one episode; r3's part shares system + task with r1's (its fork point)
+    assert (t1.parent_trajectory_id, t1.link_kind, t1.fork_point) == (None, None, None)
+    assert (t2.parent_trajectory_id, t2.link_kind) == (t1.trajectory_id, "context_rewrite")
+    assert t1.episode_id == t2.episode_id == ep1["id"]
+    assert tok.decode(t2.tokens[:t2.fork_point]) == head + "<|im_start|>"  # then r1 generates, r3 reads the summary
 
 
 # reported: ../shared/fixtures/reported/v1-base-state-status-model

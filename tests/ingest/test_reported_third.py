@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import shutil
 
-from tests.helpers.ingest import GEN, decoded, ingest
+import pytest
+
+from tests.helpers.ingest import END, GEN, SMOL_SYSTEM, USER, decoded, ingest
 from trajstore.ingest import ingest_paths
 from trajstore.reader import read_trajectories
 
@@ -97,3 +99,131 @@ def test_empty_model_name_is_null(reported, tmp_path):
     assert row["model"] is None
     conn = audit.connect(open_store(str(tmp_path / "s")))  # what `traj sql` queries
     assert conn.execute("SELECT count(*) FROM trajectories WHERE model IS NULL").fetchone() == (1,)
+
+
+# -- issue 23: Harbor's context summarisation and its sub-agents as linked lineages -----------------------------
+_SUB = ("summary", "questions", "answers")
+
+
+def _harbor_trial(reported, tmp_path, *, subagents=True):
+    """The four files laid out as Harbor writes them in a trial's agent/ folder (README of
+    atif-subagent-history-as-actions): trajectory.json and trajectory.summarization-1-<kind>.json."""
+    agent = tmp_path / "hello-world__x" / "agent"
+    agent.mkdir(parents=True)
+    shutil.copy(reported / "atif-summarization-context" / "trajectory.json", agent / "trajectory.json")
+    for k in _SUB if subagents else ():
+        shutil.copy(reported / "atif-subagent-history-as-actions"
+                    / f"hello-world-context-summarization.trajectory.summarization-1-{k}.json",
+                    agent / f"trajectory.summarization-1-{k}.json")
+    return agent
+
+
+def _doc(reported, name):
+    folder = "atif-summarization-context" if name == "main" else "atif-subagent-history-as-actions"
+    f = "trajectory.json" if name == "main" else f"hello-world-context-summarization.trajectory.summarization-1-{name}.json"
+    return json.loads((reported / folder / f).read_text())
+
+
+# reported: ../shared/fixtures/reported/atif-summarization-context and atif-subagent-history-as-actions
+def test_harbor_summarisation_and_subagents_are_linked_lineages(reported, tok, tmp_path):
+    main, questions = _doc(reported, "main"), _doc(reported, "questions")
+    task, handoff = main["steps"][0]["message"], main["steps"][5]["message"]
+    question_prompt, model_questions = questions["steps"][0]["message"], questions["steps"][1]["message"]
+    ts, rep = ingest(_harbor_trial(reported, tmp_path))
+    assert rep.problems == []
+    part1, part2, summary, asked, answers = ts  # parents before children
+    # the main agent's 7 calls, each stored once (not again in the sub-agents' replays of its history)
+    calls = [c for t in ts for s in t.spans if s.kind == "action" for c in s.tool_call_ids or [s.call_id]]
+    assert sorted(calls) == sorted(["call_0_1", "call_1_1", "call_2_1", "call_3_1", "call_4_1", "call_5_task_complete",
+                                    "call_6_task_complete", "5", "2", "7"])  # + each sub-agent's own call (step id)
+    # part 2: the context Terminus-2 reset the chat to (first message, question prompt, the model's
+    # questions), then the handoff; never the old steps nor the step-5 harness note
+    a7 = ('{\n  "analysis": "Based on the handoff, I need to create hello.txt with \'Hello, world!\' content.",\n'
+          '  "plan": "I will use printf to create hello.txt with the required content.",\n  "commands": [\n    {\n'
+          '      "keystrokes": "printf \'Hello, world!\\\\n\' > hello.txt\\n",\n      "duration": 0.1\n    }\n  ],\n'
+          '  "task_complete": false\n}' + END)
+    d2 = decoded(tok, part2)
+    assert d2[:3] == [
+        ("prompt", SMOL_SYSTEM + USER.format(task) + USER.format(question_prompt) + GEN + model_questions + END
+         + "\n" + USER.format(handoff) + GEN),
+        ("action", a7),
+        ("observation", "\n" + USER.format("New Terminal Output:\n\nroot@CONTAINER_ID:/app# printf 'Hello, world!\\n' "
+                                           "> hello.txt\n\n\n") + GEN)]
+    assert [k for k, _ in d2] == ["prompt"] + ["action", "observation"] * 4
+    assert [k for k, _ in decoded(tok, part1)] == ["prompt"] + ["action", "observation"] * 3
+    assert not any("Performed context summarization" in x for t in (part1, part2) for _, x in decoded(tok, t))
+    assert [n["step_id"] for n in part1.metadata["harness_notes"]] == [5]
+    # one episode: part 2 rewrites part 1's context (sharing the default system prompt, the task and the
+    # next turn's header); each sub-agent is a child of the lineage its summarisation ended
+    assert {t.episode_id for t in ts} == {part1.trajectory_id} and part1.parent_trajectory_id is None
+    assert (part2.parent_trajectory_id, part2.link_kind) == (part1.trajectory_id, "context_rewrite")
+    assert tok.decode(part2.tokens[:part2.fork_point]) == SMOL_SYSTEM + USER.format(task) + "<|im_start|>"
+    for t in (summary, asked, answers):  # engine ids of no named tokenizer: no token shared with part 1
+        assert (t.parent_trajectory_id, t.link_kind, t.fork_point) == (part1.trajectory_id, "subagent", 0)
+    # each sub-agent's own call with its engine ids: the prompt is the whole context it was sent
+    for t, k in zip((summary, asked, answers), _SUB):
+        own = _doc(reported, k)["steps"][-1]["metrics"]
+        assert t.token_source == "engine" and t.logprob_source == "engine"
+        assert t.tokens.tolist() == own["prompt_token_ids"] + own["completion_token_ids"]
+        assert [(s.kind, s.start, s.end) for s in t.spans] == [
+            ("prompt", 0, len(own["prompt_token_ids"])), ("action", len(own["prompt_token_ids"]), len(t.tokens))]
+        assert t.action_logprobs[len(own["prompt_token_ids"]):].tolist() == pytest.approx(own["logprobs"])
+    # the main file's made-up ids chain within neither lineage: both discards counted under one name
+    assert rep.engine_ids_discarded == 2 == rep.fidelity_gaps["engine_ids_discarded"]
+    assert all("engine_ids_discarded" in t.metadata["fidelity_gaps"] for t in (part1, part2))
+    # stored: parents before children, lineage columns as built
+    srep = ingest_paths([str(tmp_path)], str(tmp_path / "s"))
+    assert srep.written_ids == [t.trajectory_id for t in ts]
+    rows = {r["trajectory_id"]: r for r in _rows(tmp_path / "s")}
+    assert [(rows[t.trajectory_id]["parent_trajectory_id"], rows[t.trajectory_id]["link_kind"],
+             rows[t.trajectory_id]["episode_id"]) for t in ts] == [
+        (None, None, part1.trajectory_id), (part1.trajectory_id, "context_rewrite", part1.trajectory_id)] + [
+        (part1.trajectory_id, "subagent", part1.trajectory_id)] * 3
+
+
+# reported: ../shared/fixtures/reported/atif-summarization-context
+def test_harbor_summarisation_alone_is_flagged_where_the_reset_context_is_not_in_the_file(reported, tok, tmp_path):
+    (part1, part2), rep = ingest(reported / "atif-summarization-context")
+    task, handoff = (_doc(reported, "main")["steps"][i]["message"] for i in (0, 5))
+    assert decoded(tok, part2)[0] == ("prompt", SMOL_SYSTEM + USER.format(task) + USER.format(handoff) + GEN)
+    assert "trajectory.summarization-1-questions.json" in part2.metadata["fidelity_gaps"]["context_rewritten"]
+    assert (part2.parent_trajectory_id, part2.link_kind) == (part1.trajectory_id, "context_rewrite")
+
+
+# reported: ../shared/fixtures/reported/atif-subagent-history-as-actions
+def test_harbor_subagent_files_store_only_their_own_calls(reported, tok):
+    ts, rep = ingest(reported / "atif-subagent-history-as-actions")
+    assert rep.problems == [] and rep.engine_ids_discarded == 0
+    by_kind = {t.metadata["session_id"].rsplit("-", 1)[-1]: t for t in ts}
+    for k in _SUB:  # the replayed main-agent steps are context: one action, the engine's ids kept
+        t = by_kind[k]
+        assert [s.kind for s in t.spans] == ["prompt", "action"]
+        assert t.token_source == "engine" and t.parent_trajectory_id is None  # no main file here: a root
+        assert "action_text" not in (t.metadata.get("fidelity_gaps") or {})  # the copies' rebuilt JSON is context
+
+
+def test_harbor_continuation_file_is_linked_and_its_copied_steps_are_context(reported, tok, tmp_path):
+    """Harbor's linear_history mode: trajectory.json ends at the summarisation and names
+    trajectory.cont-1.json, which starts with the reset chat as copied steps, then the handoff."""
+    main, questions = _doc(reported, "main"), _doc(reported, "questions")
+    steps = [{k: v for k, v in s.items() if k != "metrics"} for s in main["steps"]]  # text only: no ids to chain
+    head = {k: v for k, v in main.items() if k != "steps"}
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    (agent / "trajectory.json").write_text(json.dumps({**head, "steps": steps[:5],
+                                                       "continued_trajectory_ref": "trajectory.cont-1.json"}))
+    copied = [{"step_id": 1, "source": "user", "message": steps[0]["message"], "is_copied_context": True},
+              {"step_id": 2, "source": "user", "message": questions["steps"][0]["message"], "is_copied_context": True},
+              {"step_id": 3, "source": "agent", "message": questions["steps"][1]["message"], "is_copied_context": True}]
+    rest = [{**s, "step_id": 4 + i} for i, s in enumerate(steps[5:])]
+    cont = {**head, "session_id": "NORMALIZED_SESSION_ID-cont-1", "steps": copied + rest,
+            "agent": {**head["agent"], "extra": {**head["agent"]["extra"], "continuation_index": 1}}}
+    (agent / "trajectory.cont-1.json").write_text(json.dumps(cont))
+    (first, nxt), rep = ingest(agent)  # cont-1 sorts before trajectory.json: still stored after its parent
+    assert rep.problems == [] and first.metadata["session_id"] == "NORMALIZED_SESSION_ID"
+    assert (nxt.parent_trajectory_id, nxt.link_kind, nxt.episode_id) == (first.trajectory_id, "continuation",
+                                                                         first.trajectory_id)
+    d = decoded(tok, nxt)
+    assert d[0] == ("prompt", SMOL_SYSTEM + USER.format(steps[0]["message"]) + USER.format(questions["steps"][0]["message"])
+                    + GEN + questions["steps"][1]["message"] + END + "\n" + USER.format(steps[5]["message"]) + GEN)
+    assert [k for k, _ in d].count("action") == 4 and [k for k, _ in decoded(tok, first)].count("action") == 3

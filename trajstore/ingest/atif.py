@@ -13,7 +13,8 @@ each step's prompt extends the previous prompt + completion, the trajectory is b
 span with its ``logprobs`` as engine log-probs, and what a later prompt adds an observation
 span. The last step's observation reached no model call, so it has no token ids and is not
 stored (noted in metadata). Otherwise the steps become a chat, re-tokenized, and the reason
-the engine ids were not used is kept in metadata (``engine_token_ids``).
+the engine ids were not used is kept in metadata (``engine_token_ids_discarded``, counted as
+``engine_ids_discarded``). Token ids are read per lineage (see :func:`parse_trajectory`).
 
 Steps are read in ``step_id`` order. A Harbor trial keeps its score next to the agent
 directory (``<trial>/verifier/reward.txt``); when present it is the reward. Its ``result.json``
@@ -24,8 +25,8 @@ What the producing agent puts in the steps beyond the format (which text the mod
 whether reasoning went back to it, what ends a run) is :mod:`~trajstore.ingest.atif_agents`'s:
 the chat is built from the steps with those conventions; ``agent.tool_definitions`` are the
 tools; ``source: system`` steps after the task are harness notes (metadata ``harness_notes``),
-never messages. A context summarisation (Terminus-2 sub-agent files, ``is_copied_context``
-steps) is not yet read as a rewrite: each file is read on its own.
+never messages. Context rewrites, copied context, sub-agent and continuation files: see
+:func:`parse_trajectory`.
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ from trajstore.ingest.atif_agents import Conventions, conventions_for, run_statu
 from trajstore.ingest.chat import arguments_text, drop_sent_back_reasoning, text_of, tool_definitions
 from trajstore.ingest.engine_chain import EngineChain
 from trajstore.ingest.records import (
+    Context,
     Conversation,
     EngineRollout,
     EngineSegment,
+    Lineage,
     Message,
     Origin,
     RecordError,
@@ -48,6 +51,7 @@ from trajstore.ingest.records import (
     ToolCall,
 )
 from trajstore.ingest.rewards import float_reward
+from trajstore.ingest.summary import ENGINE_IDS_DISCARDED_KEY
 from trajstore.ingest.values import json_type, order_by_id, parse_time, text_or_none
 
 SOURCE = "atif"
@@ -95,7 +99,7 @@ def _engine_segments(steps: list[dict[str, Any]]) -> tuple[list[EngineSegment] |
             return None, f"agent step {s.get('step_id')} has empty prompt_token_ids"
         if n and not chain.extends(p):
             return None, (f"agent step {s.get('step_id')}: prompt_token_ids do not extend the previous step's "
-                          "prompt + completion (the context was rewritten)")
+                          "prompt + completion (ids that do not chain within one lineage)")
         if not c:
             return None, f"agent step {s.get('step_id')} has no completion tokens"
         ids = [str(tc["tool_call_id"]) for tc in s.get("tool_calls") or []
@@ -146,14 +150,19 @@ def _exported_fields(d: dict[str, Any], rollout: EngineRollout) -> EngineRollout
     return rollout
 
 
-def _messages(steps: list[dict[str, Any]], conv: Conventions) -> tuple[list[Message], list[dict[str, Any]], int]:
+def _messages(steps: list[dict[str, Any]], replayed: list[bool], conv: Conventions,
+              prefix: list[Message], change: str, tools: Any) -> tuple[list[Message], list[dict[str, Any]], int]:
     """The chat of the steps, the harness notes left out of it (``source: system`` steps after the
-    conversation began) and how many agent steps are reconstructions (:mod:`~trajstore.ingest.atif_agents`)."""
-    msgs: list[Message] = []
+    conversation began) and how many agent steps are reconstructions (:mod:`~trajstore.ingest.atif_agents`).
+
+    `prefix` (messages the context was reset to) and the `replayed` steps (copied from another
+    log) are context, never calls: the first call of this file after an assistant message of that
+    context is given the whole context it was sent (a :class:`Context` of change `change`)."""
+    full: list[tuple[Message, bool]] = [(m, m.role == "assistant") for m in prefix]
     notes: list[dict[str, Any]] = []
     rebuilt = 0
-    begun = False
-    for s in steps:
+    begun = bool(prefix)
+    for s, copied in zip(steps, replayed):
         src = s["source"]
         text = text_of(s.get("message"))
         if src == "system" and begun:
@@ -161,7 +170,7 @@ def _messages(steps: list[dict[str, Any]], conv: Conventions) -> tuple[list[Mess
             continue
         if src in ("system", "user"):
             begun = begun or src == "user"
-            msgs.append(Message(src, text, call_id=str(s.get("step_id"))))
+            full.append((Message(src, text, call_id=str(s.get("step_id"))), False))
             continue
         begun = True
         calls = []
@@ -173,9 +182,9 @@ def _messages(steps: list[dict[str, Any]], conv: Conventions) -> tuple[list[Mess
         reasoning = s.get("reasoning_content") if isinstance(s.get("reasoning_content"), str) else None
         cid = str(s.get("step_id"))
         said = conv.agent_text(s, text)
-        rebuilt += said.rebuilt
-        msgs.append(Message("assistant", said.content, reasoning=reasoning or None, tool_calls=calls, call_id=cid,
-                            tool_calls_in_content=said.calls_in_content))
+        rebuilt += said.rebuilt and not copied
+        full.append((Message("assistant", said.content, reasoning=reasoning or None, tool_calls=calls, call_id=cid,
+                             tool_calls_in_content=said.calls_in_content), copied))
         obs = s.get("observation")
         for k, r in enumerate(obs.get("results") or [] if isinstance(obs, dict) else []):
             if not isinstance(r, dict):
@@ -183,8 +192,18 @@ def _messages(steps: list[dict[str, Any]], conv: Conventions) -> tuple[list[Mess
             if "content" not in r and r.get("subagent_trajectory_ref"):
                 continue  # a pointer to a sub-agent's file, not text the model read
             src_call = r.get("source_call_id")
-            msgs.append(Message("tool" if src_call else "user", text_of(r.get("content")),
-                                cause_id=str(src_call) if src_call else cid))
+            full.append((Message("tool" if src_call else "user", text_of(r.get("content")),
+                                 cause_id=str(src_call) if src_call else cid), False))
+    msgs: list[Message] = []
+    context_since = False  # an assistant message of the context since the last call of this file
+    for i, (m, ctx) in enumerate(full):
+        if ctx:
+            context_since = True
+            continue
+        if m.role == "assistant" and context_since:
+            m.context = Context([x for x, _ in full[:i]], tools, change)
+            context_since = False
+        msgs.append(m)
     return msgs, notes, rebuilt
 
 
@@ -234,8 +253,68 @@ def _harbor_exception(path: str) -> dict[str, Any] | None:
     return info if isinstance(info, dict) and info.get("exception_type") else None
 
 
-def parse_trajectory(d: Any, origin: Origin) -> EngineRollout | Conversation:
-    """One ATIF trajectory document.
+def _is_subagent_note(step: dict[str, Any]) -> bool:
+    obs = step.get("observation")
+    return step["source"] == "system" and isinstance(obs, dict) and any(
+        isinstance(r, dict) and r.get("subagent_trajectory_ref") for r in obs.get("results") or [])
+
+
+def _refs(step: dict[str, Any]) -> list[dict[str, Any]]:
+    obs = step.get("observation") if isinstance(step.get("observation"), dict) else {}
+    return [ref for r in obs.get("results") or [] if isinstance(r, dict)
+            for ref in r.get("subagent_trajectory_ref") or [] if isinstance(ref, dict)]
+
+
+def _sibling(path: str, name: Any) -> str | None:
+    """The file `name` (a ref's ``trajectory_path``; only its last component) next to `path`."""
+    return os.path.join(os.path.dirname(os.path.abspath(path)), os.path.basename(name)) if name else None
+
+
+def _read_sibling(path: str, ref: dict[str, Any]) -> Any:
+    f = _sibling(path, ref.get("trajectory_path"))
+    try:
+        with open(f, encoding="utf-8") as fh:  # type: ignore[arg-type]
+            return json.load(fh)
+    except (OSError, TypeError, ValueError):
+        return None
+
+
+def _record(steps: list[dict[str, Any]], replayed: list[bool], conv: Conventions, prefix: list[Message],
+            change: str, tools: Any, fields: dict[str, Any], meta: dict[str, Any]) -> EngineRollout | Conversation:
+    """One lineage of the file (all its steps, or those between two context rewrites)."""
+    meta = dict(meta)
+    own = [s for s, r in zip(steps, replayed) if not r]
+    segs, why_not = _engine_segments(own)
+    if segs is not None:
+        last = next(s for s in reversed(own) if s["source"] == "agent")
+        if isinstance(last.get("observation"), dict) and last["observation"].get("results"):
+            meta["last_observation"] = "not stored: it reached no model call, so it has no token ids"
+        return EngineRollout(segments=segs, metadata=meta, **fields)  # policy versions: _exported_fields
+    if any("completion_token_ids" in _metrics(s) for s in own):
+        meta[ENGINE_IDS_DISCARDED_KEY] = f"not used: {why_not}; re-tokenized from the messages"
+    msgs, notes, rebuilt = _messages(steps, replayed, conv, prefix, change, tools)
+    gaps = _chat_gaps(msgs, tools, notes, rebuilt, conv)
+    if notes:
+        meta["harness_notes"] = notes
+    if rebuilt:
+        meta["reconstructed_actions"] = rebuilt
+    if conv.reasoning_sent_back is False and drop_sent_back_reasoning(msgs, tools):
+        meta["reasoning_sent_back"] = False  # each later call's context lacks the earlier calls' reasoning
+    return Conversation(messages=msgs, tools=tools, metadata=meta, fidelity_gaps=gaps, **fields)
+
+
+def parse_trajectory(d: Any, origin: Origin) -> list[EngineRollout | Conversation]:
+    """One ATIF trajectory document: one record per lineage of it (usually one).
+
+    A context rewrite the producing agent logs (a Terminus-2 summarisation: a harness note pointing
+    to the summarisation sub-agents' files) ends a lineage; the calls after it are the next
+    record, whose context is the one the agent reset it to. Steps copied from another log
+    (``is_copied_context``; a Terminus-2 sub-agent's replay of the main agent's history) are
+    context, never calls. Engine token ids are used per lineage, where they chain within it.
+    Records that belong to a tree of files carry a :class:`~trajstore.ingest.records.Lineage`:
+    a lineage after a rewrite is the child (``context_rewrite``) of the one before; the sub-agent
+    files a note points to are ``subagent`` children of the lineage it ends; the file named by
+    ``continued_trajectory_ref`` (Harbor's ``linear_history``) is the ``continuation`` of the last.
 
     Raises:
         RecordError: no ``steps`` list, a step without a valid ``source``, two steps sharing a
@@ -253,27 +332,53 @@ def parse_trajectory(d: Any, origin: Origin) -> EngineRollout | Conversation:
                             "agent": {k: agent.get(k) for k in ("name", "version") if k in agent},
                             "final_metrics": d.get("final_metrics") if isinstance(d.get("final_metrics"), dict) else None}
     created = parse_time(next((s.get("timestamp") for s in reversed(steps) if s.get("timestamp")), None))
-    reward = _harbor_reward(origin.path)
     status, meta["status_evidence"] = run_status(conv, steps, _harbor_exception(origin.path))
-    segs, why_not = _engine_segments(steps)
-    if segs is not None:
-        last = next(s for s in reversed(steps) if s["source"] == "agent")
-        if isinstance(last.get("observation"), dict) and last["observation"].get("results"):
-            meta["last_observation"] = "not stored: it reached no model call, so it has no token ids"
-        return _exported_fields(d, EngineRollout(source=SOURCE, key=key, segments=segs, origin=origin, reward=reward,
-                                                 model=model, created_at=created, prompt_id=key, status=status,
-                                                 metadata=meta))
-    if any("completion_token_ids" in _metrics(s) for s in steps):
-        meta["engine_token_ids"] = f"not used: {why_not}; re-tokenized from the messages"
-    msgs, notes, rebuilt = _messages(steps, conv)
+    fields = {"source": SOURCE, "key": key, "origin": origin, "reward": _harbor_reward(origin.path), "model": model,
+              "created_at": created, "prompt_id": key, "status": status}
     tools = tool_definitions(agent.get("tool_definitions"))
-    gaps = _chat_gaps(msgs, tools, notes, rebuilt, conv)
-    if notes:
-        meta["harness_notes"] = notes
-    if rebuilt:
-        meta["reconstructed_actions"] = rebuilt
-    if conv.reasoning_sent_back is False and drop_sent_back_reasoning(msgs, tools):
-        meta["reasoning_sent_back"] = False  # each later call's context lacks the earlier calls' reasoning
-    return Conversation(source=SOURCE, key=key, messages=msgs, origin=origin, reward=reward, model=model,
-                        created_at=created, prompt_id=key, status=status, tools=tools, metadata=meta,
-                        fidelity_gaps=gaps)
+    replayed = conv.replayed(steps)
+    cuts = [i for i, s in enumerate(steps) if conv.rewrites_at_subagent_note and _is_subagent_note(s)
+            and any(x["source"] == "agent" for x in steps[i + 1:])]
+    first = next((s for s in steps if s["source"] in ("system", "user")), None)
+    bounds = list(zip([0] + [c + 1 for c in cuts], [c + 1 for c in cuts] + [len(steps)]))
+    records: list[EngineRollout | Conversation] = []
+    for n, (lo, hi) in enumerate(bounds):
+        prefix: list[Message] = []
+        gap = None
+        if n:
+            reset, gap = conv.context_after_rewrite(first, steps[lo - 1], lambda ref: _read_sibling(origin.path, ref))
+            prefix = [Message(m["role"], text_of(m.get("content"))) for m in reset]
+        part_meta = {**meta, "context_rewritten_at": steps[lo - 1].get("step_id")} if n else meta
+        rec = _record(steps[lo:hi], replayed[lo:hi], conv, prefix, "summarization" if n else "copied-context",
+                      tools, dict(fields), part_meta)
+        if gap:
+            rec.fidelity_gaps["context_rewritten"] = gap
+        records.append(rec)
+    for rec in records:
+        if isinstance(rec, EngineRollout):
+            _exported_fields(d, rec)
+    _link(records, steps, bounds, agent, d, origin, any(replayed))
+    return records
+
+
+def _link(records: list[EngineRollout | Conversation], steps: list[dict[str, Any]], bounds: list[tuple[int, int]],
+          agent: dict[str, Any], d: dict[str, Any], origin: Origin, replays: bool) -> None:
+    """The :class:`Lineage` of each record of one file, when it is part of a tree of records."""
+    path = os.path.abspath(origin.path)
+    claims: list[list[tuple[str, str]]] = [[] for _ in records]
+    for n, (lo, hi) in enumerate(bounds):
+        for s in steps[lo:hi]:
+            for ref in _refs(s):
+                f = _sibling(path, ref.get("trajectory_path"))
+                if f:
+                    claims[n].append((f, "subagent"))
+    nxt = _sibling(path, d.get("continued_trajectory_ref")) if isinstance(d.get("continued_trajectory_ref"), str) else None
+    if nxt:
+        claims[-1].append((nxt, "continuation"))
+    extra = agent.get("extra") if isinstance(agent.get("extra"), dict) else {}
+    claimable = replays or "parent_session_id" in extra or "continuation_index" in extra
+    if len(records) == 1 and not claims[0] and not claimable:
+        return
+    for n, rec in enumerate(records):
+        rec.lineage = Lineage(path if not n else f"{path}#{n + 1}", parent=None if not n else (
+            path if n == 1 else f"{path}#{n}"), link_kind="context_rewrite" if n else None, claims=claims[n])

@@ -14,9 +14,13 @@ Known producers (``agent.name``):
   instructions are the first user message) and does not send earlier reasoning back (its
   ``interleaved_thinking`` option is off by default and not recorded in the file). The run
   finished only when ``mark_task_complete`` was confirmed: called in two agent steps in a row.
+  A harness note pointing to the summarisation sub-agents' files marks a context rewrite: the
+  calls after it were sent the first message, the questions sub-agent's prompt and its questions,
+  then the handoff (``_summarize``).
 * ``terminus-2-summarization-*`` (its summarisation sub-agents): free-text calls kept as they
-  are; steps copied from the main agent are read as Terminus-2 steps; finished with a final
-  answer (a last agent step without tool calls).
+  are; steps copied from the main agent (``is_copied_context``, or agent steps without metrics
+  before the sub-agent's own call) are context, read as Terminus-2 steps, never its calls;
+  finished with a final answer (a last agent step without tool calls).
 * ``openhands`` (Harbor's converter of OpenHands V0 event logs): an agent step's message is the
   OpenHands event's ``message`` (a summary such as ``"I edited the file /app/hello.txt."``), not
   the text the model wrote with its tool call, and the arguments are re-serialized from their
@@ -85,8 +89,26 @@ class Conventions:
     notes_stand_for_context: ClassVar[bool] = True
     """Whether the harness notes may stand for text the model was sent (flagged ``harness_notes``)."""
 
+    rewrites_at_subagent_note: ClassVar[bool] = False
+    """Whether a harness note pointing to sub-agent files (``subagent_trajectory_ref``) marks a
+    context rewrite: the calls after it were sent another context (see :meth:`context_after_rewrite`)."""
+
     def __init__(self, agent: dict[str, Any]):
         self.agent = agent
+
+    def replayed(self, steps: list[dict[str, Any]]) -> list[bool]:
+        """Per step: whether it is context copied from another log (``is_copied_context``), never
+        a model call of this file (its calls are stored once, in the file that made them)."""
+        return [bool(s.get("is_copied_context")) for s in steps]
+
+    def context_after_rewrite(self, first: dict[str, Any] | None, note: dict[str, Any],
+                              read_ref: Any) -> tuple[list[dict[str, Any]], str | None]:
+        """The messages (``{"role", "content"}``) the agent's context was reset to at the harness
+        note `note` (before the steps after it), given the conversation's `first` step and
+        `read_ref` (a sub-agent's file by the ref's ``trajectory_path``: its parsed JSON or None),
+        and a fidelity gap when they cannot all be rebuilt. Only read when
+        :attr:`rewrites_at_subagent_note`."""
+        return [], None
 
     def agent_text(self, step: dict[str, Any], message: str) -> AgentText:
         """The stored text of an agent step whose message is `message`."""
@@ -149,8 +171,44 @@ class Terminus2(Conventions):
                        "limit or an error; Harbor records which in the trial's result.json)")
 
 
+    rewrites_at_subagent_note = True
+
+    def context_after_rewrite(self, first: dict[str, Any] | None, note: dict[str, Any],
+                              read_ref: Any) -> tuple[list[dict[str, Any]], str | None]:
+        # Terminus-2 ``_summarize``: chat = [messages[0], {user: question_prompt}, {assistant:
+        # model_questions}]; the handoff prompt follows as the next user step. The question prompt
+        # and the questions are the questions sub-agent's (its first user step, its reply).
+        out = [{"role": "user", "content": first.get("message")}] if first else []
+        refs = [r for res in (note.get("observation") or {}).get("results") or [] if isinstance(res, dict)
+                for r in (res.get("subagent_trajectory_ref") or []) if isinstance(r, dict)]
+        ref = next((r for r in refs if str(r.get("session_id") or r.get("trajectory_path") or "")
+                    .removesuffix(".json").endswith("-questions")), None)
+        doc = read_ref(ref) if ref else None
+        steps = doc.get("steps") if isinstance(doc, dict) and isinstance(doc.get("steps"), list) else []
+        ask = next((s for s in steps if isinstance(s, dict) and s.get("source") == "user"), None)
+        said = next((s for s in reversed(steps) if isinstance(s, dict) and s.get("source") == "agent"), None)
+        if ask is None or said is None:
+            where = ref.get("trajectory_path") if ref else "no questions sub-agent named by the note"
+            return out, (f"Terminus-2 reset the context at its summarisation (step {note.get('step_id')}) to the "
+                         f"first message, the question prompt and the model's questions, which are in the "
+                         f"questions sub-agent's file ({where}), not read: the calls after it are stored with "
+                         "the first message and the handoff only")
+        return out + [{"role": "user", "content": ask.get("message")},
+                      {"role": "assistant", "content": said.get("message")}], None
+
+
 class Terminus2Subagent(Terminus2):
     name = "terminus-2-summarization"
+    rewrites_at_subagent_note = False
+
+    def replayed(self, steps: list[dict[str, Any]]) -> list[bool]:
+        # the sub-agent's own call(s) carry metrics; the main agent's steps before them, copied
+        # from its history (marked is_copied_context by newer Harbor), carry none
+        own = [s.get("source") == "agent" and isinstance(s.get("metrics"), dict) and not s.get("is_copied_context")
+               for s in steps]
+        last_own = max((i for i, o in enumerate(own) if o), default=-1)
+        return [bool(s.get("is_copied_context")) or (s.get("source") == "agent" and not own[i] and i < last_own)
+                for i, s in enumerate(steps)]
 
     def finished(self, steps: list[dict[str, Any]]) -> tuple[bool, str]:
         return Conventions.finished(self, steps)

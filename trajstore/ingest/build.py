@@ -15,7 +15,7 @@ from trajstore.ingest.build_engine import check_engine_segments, rollout_to_traj
 from trajstore.ingest.build_text import text_rollout_to_trajectory
 from trajstore.ingest.reasons import problem_reason
 from trajstore.ingest.records import Conversation, EngineRollout, Origin, Problem, StoredRow, TextRollout
-from trajstore.ingest.summary import IngestReport
+from trajstore.ingest.summary import ENGINE_IDS_DISCARDED, ENGINE_IDS_DISCARDED_KEY, IngestReport
 from trajstore.ingest.values import blank_to_none
 from trajstore.models import Trajectory
 
@@ -140,11 +140,14 @@ class TrajectoryBuilder:
             ts = [text_rollout_to_trajectory(item, self.tok, tokenizer_name=self.tokenizer_name,
                                              input_format=item.source)]
         else:
+            why = item.metadata.get(ENGINE_IDS_DISCARDED_KEY)
+            if why:  # one name for every discard: the flag traj stats --coverage lists, the summary's count
+                item.fidelity_gaps.setdefault(ENGINE_IDS_DISCARDED, str(why))
             ts = conversation_to_trajectories(item, self.tok, tokenizer_name=self.tokenizer_name,
                                               input_format=item.source,
                                               max_observation_chars=self.max_observation_chars,
                                               train_reconstructed_actions=self.train_reconstructed_actions)
             report.truncated_observations += len(ts[0].metadata.get("truncated_observations", []))
             report.degraded_events += item.degraded_events
-            report.engine_ids_discarded += "engine_token_ids_discarded" in item.metadata
+            report.engine_ids_discarded += len(ts) if ENGINE_IDS_DISCARDED in item.fidelity_gaps else 0
         return ts

@@ -16,6 +16,7 @@ from trajstore.ingest.stored_fields import (
     content_hash,
     created_at,
     episode,
+    link_parts,
     part_id,
     reward_raw,
     status_part,
@@ -77,7 +78,9 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
     Spans: the first call's context is one prompt span; each assistant message is an action
     span (what the model generated, end-of-turn token included); every other message is an
     observation span, linked by ``cause_id``. When the conversation splits (see
-    :func:`~trajstore.ingest.render.render_conversation`), every part carries metadata ``episode`` =
+    :func:`~trajstore.ingest.render.render_conversation`), the parts are linked lineages of one
+    episode (:func:`~trajstore.ingest.stored_fields.link_parts`: each part the child of the one
+    before, ``link_kind`` by the change), every part carries metadata ``episode`` =
     ``{"id", "part", "parts", "change"}`` and the same reward, prompt id and group id
     (``group_id`` keeps its meaning, a GRPO group of rollouts of one prompt: parts of one
     episode in one group would cancel each other's advantage).
@@ -131,6 +134,8 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
             m = conv.messages[s.message] if s.message is not None else None
             if s.kind == "prompt":
                 ctx = conv.messages[:first_action] if n == 0 else []
+                if not ctx and n == 0 and first_action < len(conv.messages) and conv.messages[first_action].context:
+                    ctx = conv.messages[first_action].context.messages
                 roles = [x.role for x in ctx]
                 spans.append(Span(kind="prompt", start=s.start, end=s.end,
                                   role="system" if "system" in roles or not roles else roles[0]))
@@ -167,5 +172,6 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
             reward_raw=reward_raw(conv), token_source="retokenized", logprob_source="none", tokens=part.token_ids,
             action_logprobs=np.full(n_tok, np.nan, dtype=np.float32), spans=spans, metadata=meta,
             not_trainable_reason=not_trainable)
-        out.append(validate_trajectory(traj))
-    return out
+        out.append(traj)
+    link_parts(out, [p.change for p in parts], base_id)
+    return [validate_trajectory(t) for t in out]

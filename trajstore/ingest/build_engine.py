@@ -18,6 +18,7 @@ from trajstore.ingest.stored_fields import (
     content_hash,
     created_at,
     episode,
+    link_parts,
     part_id,
     reward_raw,
     status_part,
@@ -43,8 +44,9 @@ def _engine_parts(segments: list[EngineSegment]) -> list[list[EngineSegment]]:
 def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
                             engine_tokenizer: str | None = None) -> list[Trajectory]:
     """Keep an engine rollout's token ids (and log-probs) exactly (``token_source = engine``):
-    one trajectory per context (a prompt segment after an action starts the next part, with
-    metadata ``episode`` as in :func:`~trajstore.ingest.build_chat.conversation_to_trajectories`).
+    one trajectory per context (a prompt segment after an action starts the next part, linked to
+    the part before and with metadata ``episode`` as in
+    :func:`~trajstore.ingest.build_chat.conversation_to_trajectories`).
 
     Log-probs are all-or-nothing per rollout: when some action lacks them none is stored
     (``logprob_source = none``, metadata ``engine_logprobs_discarded``). With log-probs, action
@@ -109,8 +111,9 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
             reward=r.reward.value, reward_raw=reward_raw(r), token_source="engine",
             logprob_source="engine" if with_lp else "none", tokens=tokens, action_logprobs=lps, spans=spans, metadata=meta,
             not_trainable_reason=reason)
-        out.append(validate_trajectory(traj))
-    return out
+        out.append(traj)
+    link_parts(out, [None] + ["engine-prompt"] * (len(parts) - 1), base_id)
+    return [validate_trajectory(t) for t in out]
 
 
 def check_engine_segments(r: EngineRollout) -> EngineRollout:

@@ -220,18 +220,22 @@ def drop_sent_back_reasoning(msgs: list[Message], tools: list[dict[str, Any]] | 
     call after one with reasoning the context it was really sent, the messages before it with
     the earlier calls' reasoning removed (a :class:`~trajstore.ingest.records.Context`, so it
     is rendered as a new trajectory of the episode wherever that context no longer extends the
-    previous call's prompt + generation). Calls that already carry a context are left as they are.
+    previous call's prompt + generation). Calls that already carry a context are left as they are,
+    and the calls after one extend that context (not the messages logged before it).
 
     Returns:
         The number of calls given such a context (0: no earlier reasoning to drop).
     """
     n, seen = 0, False
+    base: tuple[int, list[Message]] = (0, [])  # a call with its own context: later calls extend that context
     for i, m in enumerate(msgs):
         if m.role != "assistant":
             continue
-        if seen and m.context is None:
+        if m.context is not None:
+            base = (i, list(m.context.messages))
+        elif seen:
             ctx = [dataclasses.replace(x, reasoning=None) if x.role == "assistant" and x.reasoning else x
-                   for x in msgs[:i]]
+                   for x in base[1] + msgs[base[0]:i]]
             m.context = Context(ctx, tools, change)
             n += 1
         seen = seen or bool(m.reasoning)

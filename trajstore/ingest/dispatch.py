@@ -20,12 +20,14 @@ from trajstore.ingest.registry import EVENT_FORMATS, ROW_PARSERS
 from trajstore.ingest.trajstore_parquet import TRAJSTORE_PARQUET, is_trajstore_parquet, parse_trajstore_parquet
 
 
-def _parse_record(kind: str, origin: Origin, rec: Any) -> Parsed:
-    """One record through its format's parser; any exception is this record's problem only."""
+def _parse_record(kind: str, origin: Origin, rec: Any) -> list[Parsed]:
+    """One record through its format's parser (one parsed record, or several: the lineages of an
+    ATIF file); any exception is this record's problem only."""
     try:
-        return ROW_PARSERS[kind](rec, origin)
+        out = ROW_PARSERS[kind](rec, origin)
     except Exception as e:  # noqa: BLE001 - one bad record costs only itself (issue 12, item 6)
-        return Problem(origin, "malformed", problem_reason(e))
+        return [Problem(origin, "malformed", problem_reason(e))]
+    return out if isinstance(out, list) else [out]
 
 
 def _parse_rows(path: str, rows: Iterable[tuple[int, Any]], fmt: str, huge_ints: bool = False) -> Iterator[Parsed]:
@@ -64,9 +66,9 @@ def _parse_rows(path: str, rows: Iterable[tuple[int, Any]], fmt: str, huge_ints:
         if file_kind is None:
             file_kind = kind
             for wn, wv in waiting:
-                yield _parse_record(file_kind, Origin(path, wn), wv)
+                yield from _parse_record(file_kind, Origin(path, wn), wv)
             waiting = []
-        yield _parse_record(kind or file_kind, Origin(path, n), v)
+        yield from _parse_record(kind or file_kind, Origin(path, n), v)
     if file_kind is None and waiting:
         n0, v0 = waiting[0]
         yield Problem(Origin(path, n0), "unsupported",
@@ -149,13 +151,13 @@ def _parse_document(path: str, doc: Any, fmt: str, huge_ints: bool = False) -> I
                       "name the format with --input-format")
         return
     if kind == "chat-messages" and one_chat:
-        yield _parse_record(kind, Origin(path), doc)
+        yield from _parse_record(kind, Origin(path), doc)
         return
     if kind in ROW_PARSERS:
         if isinstance(doc, list):
             yield from _parse_rows(path, ((i + 1, r) for i, r in enumerate(doc)), fmt, huge_ints)
         else:
-            yield _parse_record(kind, Origin(path), doc)
+            yield from _parse_record(kind, Origin(path), doc)
         return
     if kind == "openhands-v1-events":
         name = os.path.basename(path)

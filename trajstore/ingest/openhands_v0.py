@@ -17,10 +17,15 @@ messages, agent-state changes and null observations are not part of the conversa
 metadata; what the log cannot reproduce is named in ``fidelity_gaps``. A response's reasoning
 (``reasoning_content`` ...) is stored with its action but not in later calls' contexts: V0's
 ``ConversationMemory`` sends an earlier response back as its content and tool calls only.
+A ``condensation`` action (a condenser's ``CondensationAction``) rewrites what later calls are
+sent (V0 ``View.from_events``: forgotten events left out, the latest summary inserted at its
+``summary_offset`` as a user message): the next call is given that view as its context, so it
+starts a linked lineage of the episode (``context_rewrite``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -32,7 +37,7 @@ from trajstore.ingest.chat import (
     tool_calls_of,
     tool_definitions,
 )
-from trajstore.ingest.records import Conversation, Message, Origin, RecordError, Reward, ToolCall
+from trajstore.ingest.records import Context, Conversation, Message, Origin, RecordError, Reward, ToolCall
 from trajstore.ingest.rewards import bool_reward
 from trajstore.ingest.values import json_field, json_type, order_by_id, parse_time
 
@@ -43,6 +48,8 @@ KNOWN_ACTIONS = frozenset({
 })
 _IGNORED_ACTIONS = frozenset({"change_agent_state", "initialize", "recall", "null", "start", "condensation"})
 _IGNORED_OBSERVATIONS = frozenset({"agent_state_changed", "null", "user_rejected"})
+_STATE_EVENTS = frozenset({"agent_state_changed", "change_agent_state", "null"})
+"""Event kinds the V0 controller keeps out of the agent's history (they take no place in a condenser's view)."""
 _CODEACT_TAGS = {"run": ("execute_bash", "command"), "run_ipython": ("execute_ipython", "code"),
                  "browse_interactive": ("execute_browse", "browser_actions")}
 _VERBATIM_OBSERVATIONS = frozenset({"run_ipython", "read", "message", "error", "think", "finish", "browse",
@@ -92,6 +99,13 @@ class _Builder:
         self.model: str | None = None
         self.tools: list[dict[str, Any]] | None = None
         self.gaps: dict[str, str] = {}
+        # the condenser's view (V0 ``View.from_events``): per event of the agent's history, its id
+        # and the message it became (None: no message); ids forgotten; the latest summary
+        self.view: list[tuple[str, Message | None]] = []
+        self.forgotten: set[str] = set()
+        self.summary: tuple[str, int | None] | None = None
+        self.condensed = False  # a condensation since the last model call: the next call gets the view
+        self.condensations = 0
 
     def add(self, ev: Any, idx: int) -> None:
         if not isinstance(ev, dict):
@@ -102,12 +116,56 @@ class _Builder:
         for k in ("action", "observation"):
             if ev.get(k) is not None and not isinstance(ev[k], str):
                 raise RecordError(f"event {idx}: {k} is {json_type(ev[k])}, expected the {k}'s kind (a string)")
+        before = len(self.messages)
         if "action" in ev and ev["action"] is not None:
             self._action(ev, idx)
         elif "observation" in ev and ev["observation"] is not None:
             self._observation(ev, idx)
         else:  # websocket status / error messages of the 2024 GUI
             self.ignored += 1
+            return
+        if ev.get("action") in _STATE_EVENTS or ev.get("observation") in _STATE_EVENTS:
+            return  # the controller keeps these out of the agent's history
+        new = self.messages[before] if len(self.messages) > before else None
+        if new is None and isinstance(ev.get("tool_call_metadata"), dict) and ev.get("action"):
+            resp = ev["tool_call_metadata"].get("model_response")
+            new = self.by_response.get(str(resp.get("id"))) if isinstance(resp, dict) else None
+        self.view.append((self._event_id(ev, idx), new))
+
+    def _condensation(self, args: dict[str, Any]) -> None:
+        """A ``CondensationAction``: its forgotten events leave the view, and the latest summary
+        goes in at ``summary_offset`` (an index into the kept events) as a user message
+        (``AgentCondensationObservation``); the next model call is sent that view."""
+        ids = args.get("forgotten_event_ids")
+        lo, hi = args.get("forgotten_events_start_id"), args.get("forgotten_events_end_id")
+        if isinstance(ids, list):
+            self.forgotten.update(str(x) for x in ids)
+        elif isinstance(lo, int) and isinstance(hi, int):
+            self.forgotten.update(str(x) for x in range(lo, hi + 1))
+        if isinstance(args.get("summary"), str):
+            off = args.get("summary_offset")
+            self.summary = (args["summary"], off if isinstance(off, int) else None)
+        self.condensed = True
+        self.condensations += 1
+
+    def _view_messages(self) -> list[Message]:
+        kept: list[Message | None] = [m for eid, m in self.view if eid not in self.forgotten]
+        if self.summary is not None:
+            text, off = self.summary
+            kept.insert(len(kept) if off is None else min(off, len(kept)), Message("user", text))
+        out: list[Message] = []
+        for m in kept:
+            if m is not None and not any(x is m for x in out):
+                out.append(m)
+        # ConversationMemory sends an earlier response back without its reasoning
+        return [dataclasses.replace(m, reasoning=None) if m.role == "assistant" and m.reasoning else m for m in out]
+
+    def _call(self, m: Message) -> None:
+        """Append a model call: given the condensed view as its context after a condensation."""
+        if self.condensed:
+            m.context = Context(self._view_messages(), self.tools, "condensation")
+            self.condensed = False
+        self.messages.append(m)
 
     def _event_id(self, ev: dict[str, Any], idx: int) -> str:
         return str(ev["id"]) if ev.get("id") is not None else f"event-{idx}"
@@ -124,8 +182,7 @@ class _Builder:
         if kind in _IGNORED_ACTIONS:
             self.ignored += 1
             if kind == "condensation":
-                self.gaps.setdefault("condensation", "a V0 condenser rewrote the history mid-run; later calls were "
-                                                     "sent the condensed history, stored here uncondensed")
+                self._condensation(args)
             return
         if kind == "system":
             self.messages.append(Message("system", text_of(args.get("content", ev.get("message"))),
@@ -150,7 +207,7 @@ class _Builder:
         if kind not in ("message", "finish", "think", "reject"):
             self.gaps.setdefault("action_text", "prompt-based CodeAct actions are logged as parsed arguments: their "
                                                 "text is rebuilt in CodeAct's tags, not the model's literal output")
-        self.messages.append(Message("assistant", self._codeact_text(kind, args, ev), call_id=eid))
+        self._call(Message("assistant", self._codeact_text(kind, args, ev), call_id=eid))
         self.action_ids.append(eid)
         llm = ev.get("llm_metrics")
         if isinstance(llm, dict) and isinstance(llm.get("model_name"), str):
@@ -175,7 +232,7 @@ class _Builder:
         m = Message("assistant", content, reasoning=reasoning, tool_calls=calls, call_id=rid,
                     finish_reason=choice.get("finish_reason") if isinstance(choice, dict) else None)
         self.by_response[rid] = m
-        self.messages.append(m)
+        self._call(m)
         if isinstance(resp.get("model"), str):
             self.model = self.model or resp["model"]
 
@@ -243,6 +300,8 @@ def events_to_conversation(events: list[Any], *, source: str, key: str | None, o
     if not any(m.role in ("assistant", "user") for m in b.messages):
         raise RecordError(f"no conversation messages among {len(events)} events")
     meta: dict[str, Any] = {"ignored_events": b.ignored}
+    if b.condensations:
+        meta["condensations"] = b.condensations
     if reordered:
         meta["reordered_events"] = reordered
     if b.unknown_kinds:

@@ -20,9 +20,10 @@ from trajstore.ingest.discover import discover
 from trajstore.ingest.dispatch import parse_unit
 from trajstore.ingest.openhands_v1_completions import drop_superseded
 from trajstore.ingest.reasons import problem_reason
-from trajstore.ingest.records import Conversation, Origin, Problem
+from trajstore.ingest.records import Conversation, Origin, ParsedTrajectory, Problem
 from trajstore.ingest.registry import FORMATS
 from trajstore.ingest.summary import IngestProgress, IngestReport
+from trajstore.ingest.trees import build_tree, tree_root
 from trajstore.models import Trajectory
 from trajstore.store import Store, open_store
 
@@ -61,6 +62,9 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
     record (a row, a line, an event file, a document) becomes a :class:`Problem` with its path,
     line and reason, and the ingest goes on with the next record and file.
 
+    Records linked across files (:mod:`~trajstore.ingest.trees`: sub-agents, context rewrites,
+    continuations) are held until their directory is read, then built and yielded parents first.
+
     Args:
         paths: files and directories (searched recursively for :data:`~trajstore.ingest.discover.INPUT_SUFFIXES`).
         input_format: ``auto`` (detected per record) or one of :data:`~trajstore.ingest.registry.FORMATS`
@@ -95,14 +99,30 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
             progress(IngestProgress(done, len(units), report.trajectories_parsed, len(report.problems),
                                     builder.tokens, report.refused))
 
+    tree: list[ParsedTrajectory] = []  # records of one directory that name each other (trees.py)
+    tree_dir = ""
+
+    def flush_tree(n: int) -> Iterator[Trajectory]:
+        held = tree[:]
+        tree.clear()
+        for t in build_tree(held, builder.build):
+            yield t
+            tick(n)
+
     for n, unit in enumerate(units):
         report.files_seen += len(unit.files) if unit.is_event_dir else 1
+        here = os.path.dirname(os.path.abspath(unit.path))
+        if tree and not (here == tree_dir or here.startswith(tree_dir + os.sep)):
+            yield from flush_tree(n)  # units are sorted by path: that directory's files are all read
         try:
             for item in parse_unit(unit, input_format):
                 if isinstance(item, Problem):
                     report.problems.append(item)
                 elif isinstance(item, Conversation) and item.source == "openhands/v1-completions":
                     completion_logs.append(item)  # resolved once the whole directory is read
+                elif getattr(item, "lineage", None) is not None:
+                    tree_dir = tree_dir if tree else tree_root(item)
+                    tree.append(item)  # built with the records it is linked to
                 else:
                     for t in builder.build(item):
                         yield t
@@ -112,6 +132,7 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
         except Exception as e:  # noqa: BLE001 - a fault outside any one record: the rest of this file is lost
             report.problems.append(Problem(Origin(unit.path), "malformed", f"reading stopped: {problem_reason(e)}"))
         tick(n + 1)
+    yield from flush_tree(len(units))
     kept, superseded = drop_superseded(completion_logs)
     report.skipped["superseded_completion_log"] += len(superseded)
     for c in kept:

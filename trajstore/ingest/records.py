@@ -112,6 +112,28 @@ class Origin:
         return f"{self.path}:{self.line}" if self.line is not None else self.path
 
 
+@dataclass
+class Lineage:
+    """Where a parsed record sits in an episode whose lineages are logged as several records
+    (files, or parts of one file): linked by the ingest once the records of one directory are
+    read (:mod:`~trajstore.ingest.trees`), parents built and stored before their children.
+
+    Attributes:
+        key: this record's name in the ingest (``<file path>`` for a file's first record,
+            ``<file path>#<n>`` for its n-th, from 1).
+        parent: key of the record this one continues or branches from (None: see `claims`).
+        link_kind: how it relates to `parent` (:data:`trajstore.schema.LINK_KINDS`).
+        claims: ``(key, link_kind)`` of records this one names as its children (a Harbor main
+            trajectory names its sub-agents' files and its continuation file); a record that names
+            its own `parent` keeps it.
+    """
+
+    key: str
+    parent: str | None = None
+    link_kind: str | None = None
+    claims: list[tuple[str, str]] = field(default_factory=list)
+
+
 @dataclass(kw_only=True)
 class ParsedTrajectory:
     """What every parsed trajectory carries, whatever its token source.
@@ -130,6 +152,8 @@ class ParsedTrajectory:
             or generated, as ``{flag: one-line reason}`` (e.g. ``"tool_parameters"``); stored
             under metadata ``fidelity_gaps``, counted in the ingest summary and by
             ``traj stats --coverage``. Empty = reconstructed as the harness sent it.
+        lineage: its place among linked records (None: a record on its own; its split parts
+            are still linked to each other).
     """
 
     source: str
@@ -142,6 +166,7 @@ class ParsedTrajectory:
     created_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     fidelity_gaps: dict[str, str] = field(default_factory=dict)
+    lineage: Lineage | None = None
 
 
 @dataclass(kw_only=True)

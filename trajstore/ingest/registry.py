@@ -56,7 +56,7 @@ FORMAT_HELP: Final[dict[str, str]] = {
 """One line per input format, for ``traj ingest --help``."""
 
 
-ROW_PARSERS: dict[str, Callable[[Any, Origin], Parsed]] = {
+ROW_PARSERS: dict[str, Callable[[Any, Origin], Parsed | list[Parsed]]] = {
     "openhands-v0-eval": openhands_v0.parse_eval_output,
     "openhands-v0-resolver": openhands_v0.parse_resolver_output,
     "openhands-v0-feedback": openhands_v0.parse_feedback_row,
@@ -74,7 +74,8 @@ ROW_PARSERS: dict[str, Callable[[Any, Origin], Parsed]] = {
     "verl-rollouts": rollout_dumps.parse_row,
     "chat-messages": chat_rows.parse_chat_record,
 }
-"""Formats whose records (a document, an array item or a JSONL line) are one trajectory each."""
+"""Formats whose records (a document, an array item or a JSONL line) are one trajectory each (an
+ATIF document: one record per lineage of it)."""
 
 
 EVENT_FORMATS = ("openhands-v1-events", "openhands-v0-events")

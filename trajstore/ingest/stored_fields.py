@@ -1,6 +1,7 @@
 """The stored fields every trajectory builder derives alike from a parsed record: its
 deterministic id (source, key, content digest; ``:part<n>`` and metadata ``episode`` for the
-parts of a split episode), the raw reward, the time, and the model-call count check.
+parts of a split episode), the lineage of those parts, the raw reward, the time, and the
+model-call count check.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+import numpy as np
+
 from trajstore.ingest.records import ParsedTrajectory
+from trajstore.models import Trajectory
 
 
 def content_hash(payload: Any) -> str:
@@ -45,6 +49,51 @@ def episode(base_id: str, part: int, parts: int, change: str | None) -> dict[str
     """Metadata ``episode`` of one part of a split episode: ``{"id", "part", "parts", "change"}``
     (`part` from 1; `change`: why this part starts a new context, None for the first)."""
     return {"id": base_id, "part": part, "parts": parts, "change": change}
+
+
+LINK_KIND_OF_CHANGE: dict[str, str] = {
+    "condensation": "context_rewrite",    # OpenHands V0 CondensationAction / V1 Condensation
+    "summarization": "context_rewrite",   # Harbor Terminus-2 summarisation handoff (ATIF)
+    "history-processor": "context_rewrite",  # SWE-agent history processors
+    "reasoning-dropped": "context_rewrite",  # a harness that does not send earlier reasoning back
+    "template": "context_rewrite",        # the chat template re-renders earlier turns
+    "engine-prompt": "context_rewrite",   # an engine prompt that does not extend the one before
+}
+"""The ``link_kind`` of a part that starts a new context within one log, by its metadata
+``episode.change``. Every such split is the same agent going on with a context it was given
+instead of the previous one (nothing in one log is a retry or a sub-agent), so every change,
+those not listed too (a changed system prompt or tool list, ...), is ``context_rewrite``."""
+
+
+def link_kind_of(change: str | None) -> str:
+    """The ``link_kind`` of a split part whose new context has `change` (:data:`LINK_KIND_OF_CHANGE`)."""
+    return LINK_KIND_OF_CHANGE.get(change or "", "context_rewrite")
+
+
+def shared_prefix(child: Trajectory, parent: Trajectory) -> int:
+    """The ``fork_point`` of `child` under `parent`: how many leading token ids the two share
+    (0 when their tokenizers differ: equal ids of two vocabularies are not shared text)."""
+    if child.tokenizer != parent.tokenizer:
+        return 0
+    a, b = np.asarray(child.tokens), np.asarray(parent.tokens)
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if len(diff) else n
+
+
+def link_parts(parts: list[Trajectory], changes: list[str | None], episode_id: str) -> None:
+    """Lineage of the parts of one split record, in place: all are of episode `episode_id` (the
+    record's base id, as metadata ``episode.id``); part n > 1 is the child of part n - 1 (``link_kind`` by its change,
+    :func:`link_kind_of`; ``fork_point`` = the tokens it shares with it). A whole record (one
+    part) is its own episode, as every plain trajectory."""
+    if len(parts) < 2:
+        return
+    for n, t in enumerate(parts):
+        t.episode_id = episode_id
+        if n:
+            t.parent_trajectory_id = parts[n - 1].trajectory_id
+            t.link_kind = link_kind_of(changes[n])
+            t.fork_point = shared_prefix(t, parts[n - 1])
 
 
 def status_part(t: ParsedTrajectory) -> dict[str, str]:

@@ -10,6 +10,14 @@ from typing import Any
 
 from trajstore.ingest.records import Problem
 
+ENGINE_IDS_DISCARDED = "engine_ids_discarded"
+"""The one name of a discard of engine token ids (a log's ids not used: placeholder or partial
+ids, TokenEvents that do not line up, ids that do not chain within a lineage): the fidelity flag
+of each trajectory stored re-tokenized instead (so ``traj stats --coverage`` lists it) and the
+ingest summary's count of them (:attr:`IngestReport.engine_ids_discarded`)."""
+ENGINE_IDS_DISCARDED_KEY = "engine_token_ids_discarded"
+"""Metadata key every parser writes the reason of such a discard under (one line)."""
+
 REFUSING_KINDS = frozenset({"malformed", "invalid", "unsupported"})
 """Problem kinds that mean input was refused (``traj ingest`` exits 1); ``no_trajectory`` is a skip."""
 
@@ -31,9 +39,10 @@ class IngestReport:
         truncated_observations: observations capped at ``max_observation_chars``.
         fidelity_gaps: trajectories per fidelity flag (metadata ``fidelity_gaps``: what the
             stored trajectory cannot reproduce of what the model was sent or generated).
-        engine_ids_discarded: records whose engine token ids were not used (placeholder or
-            partial ids, TokenEvents that do not line up): re-tokenized instead, metadata
-            ``engine_token_ids_discarded`` says why.
+        engine_ids_discarded: trajectories stored re-tokenized although the log held engine
+            token ids for them (placeholder or partial ids, TokenEvents that do not line up, ids
+            that do not chain within the lineage): fidelity flag :data:`ENGINE_IDS_DISCARDED`,
+            metadata :data:`ENGINE_IDS_DISCARDED_KEY` says why.
         written_ids: ids of the rows written, in order.
     """
 
