@@ -192,3 +192,10 @@ def test_duckdb_errors_are_one_line(known_store):
     res = runner.invoke(app, ["sql", known_store.uri, "SELECT CAST(source AS INTEGER) FROM trajectories"])
     assert res.exit_code == 1
     assert res.output.startswith("error: ") and res.output.count("\n") == 1, res.output
+
+
+def test_no_progress_bar_in_the_output(known_store):
+    # issue 25: at a million trajectories DuckDB drew its progress bar on stdout, inside
+    # `traj stats --format json`, for queries past 2 s
+    conn = audit.connect(known_store)
+    assert conn.execute("SELECT current_setting('enable_progress_bar')").fetchall() == [(False,)]

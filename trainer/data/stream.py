@@ -190,7 +190,7 @@ class TrajectoryStream:
         unit_rows = np.concatenate([u.rows for u in units])
         walk = _UnitWalk(self, units)
         base, k = 0, 0
-        for batch in iter_shard_batches(self.store, shard, strict=True):
+        for batch in iter_shard_batches(self.store, shard, columns=["group_id"], strict=True):
             n = len(batch)
             hi = int(np.searchsorted(phys, base + n))
             if hi > k:

@@ -257,6 +257,9 @@ def connect(uri: str | os.PathLike[str] | Store, *,
     """
     store = uri if isinstance(uri, Store) else open_store(uri, storage_options=storage_options)
     conn = duckdb.connect(":memory:")
+    # DuckDB draws a progress bar on stdout for queries past 2 s: it landed inside `--format json`
+    # and csv output (piped or not) at a million trajectories
+    conn.execute("SET enable_progress_bar = false")
     # Every query reads the same shards: keep their footers instead of parsing them per query
     # (about 0.5 ms a file, a second per query over a store of a million short trajectories).
     conn.execute("SET parquet_metadata_cache = true")

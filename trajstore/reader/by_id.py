@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from trajstore.convert import read_columns, upgrade_table
 from trajstore.errors import CorruptShardError
@@ -87,6 +88,30 @@ def _fetch(store: Store, ids: list[str], cols: list[str], *, strict: bool) -> pa
     return pa.concat_tables(parts)
 
 
+FETCH_BATCH_ROWS = 64
+"""Rows decoded at a time while fetching from a row group: decoding stops after the last wanted row."""
+
+
+def _rows_of_group(pf: pq.ParquetFile, rg: int, columns: list[str], local: np.ndarray) -> pa.Table:
+    """Rows `local` (sorted, within row group `rg`) of `columns`. Parquet pages are decoded in
+    order, so when the last wanted row lies in the first half of the row group it is decoded in
+    batches of :data:`FETCH_BATCH_ROWS` up to that row only (a row near the start costs a fraction
+    of the row group); otherwise the row group is decoded at once (threads, no batch overhead)."""
+    last = int(local[-1])
+    if last >= pf.metadata.row_group(rg).num_rows // 2:
+        return pf.read_row_group(rg, columns=columns).take(pa.array(local))
+    parts, seen = [], 0
+    for batch in pf.iter_batches(batch_size=FETCH_BATCH_ROWS, row_groups=[rg], columns=columns, use_threads=False):
+        lo, hi = seen, seen + batch.num_rows
+        mine = local[(local >= lo) & (local < hi)] - lo
+        if len(mine):
+            parts.append(batch.take(pa.array(mine)))
+        seen = hi
+        if seen > last:
+            break
+    return pa.Table.from_batches(parts)
+
+
 def _rows_of(store: Store, shard: ShardInfo, candidates: np.ndarray | None, wanted: dict[str, None],
              cols: list[str]) -> pa.Table | None:
     """The first row of each wanted id in one shard (`candidates`: rows that may hold one, from
@@ -101,11 +126,12 @@ def _rows_of(store: Store, shard: ShardInfo, candidates: np.ndarray | None, want
             return None
     bounds = np.cumsum([0, *(pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups))])
     read = read_columns(cols, version)
-    read = [c for c in read if c in set(pf.schema_arrow.names)]
+    present = set(pf.schema_arrow.names)
+    read = [c for c in read if c in present]
     out = []
     for rg in np.unique(np.searchsorted(bounds, candidates, side="right") - 1).tolist():
         local = candidates[(candidates >= bounds[rg]) & (candidates < bounds[rg + 1])] - bounds[rg]
-        out.append(pf.read_row_group(rg, columns=read).take(pa.array(local)))
+        out.append(_rows_of_group(pf, rg, read, local))
     table = upgrade_table(pa.concat_tables(out), version, columns=cols)
     # exact ids (a hash can collide), first copy inside the shard
     tids = table.column("trajectory_id").to_pylist()

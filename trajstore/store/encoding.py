@@ -21,8 +21,10 @@ from trajstore.schema import (
 )
 from trajstore.store.id_index import METADATA_ID_INDEX_KEY, encode_id_index
 
-ROW_GROUP_TARGET_MB = 32
-"""Uncompressed bytes per Parquet row group; bounds the memory of one streamed batch."""
+ROW_GROUP_TARGET_MB = 8
+"""Uncompressed MiB per Parquet row group; bounds the memory of one streamed batch. A fetch by id
+decodes the row group holding the row: 8 MiB made one fetch 3-4x faster than 32 MiB for about
+1.3x the time of a scan of the scalar columns, the stream unchanged (bench/RESULTS.md, issue 25)."""
 PARQUET_COMPRESSION = "zstd"
 SPAN_BYTES_ESTIMATE = 96
 """Uncompressed bytes assumed per span when sizing row groups (a dozen small fields)."""
