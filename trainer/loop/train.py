@@ -111,17 +111,18 @@ def _batches(tr: Trainer) -> Iterator[tuple[StepBatch | None, float]]:
     th = threading.Thread(target=reader, name="trajstore-train-reader", daemon=True)
     th.start()
     try:
+        t0 = time.perf_counter()
         while True:
-            t0 = time.perf_counter()
             try:
-                b = q.get(timeout=0.2)
+                b = q.get(timeout=0.2)  # in slices, to notice a stop request while waiting
             except queue.Empty:
                 if tr.stop.requested.is_set():
                     return
-                continue
+                continue  # the wait goes on: t0 stays where it began
             if isinstance(b, BaseException):
                 raise b
             yield b, time.perf_counter() - t0
+            t0 = time.perf_counter()
             if b is None:
                 return
     finally:

@@ -84,6 +84,28 @@ def test_records_steps_consumed_and_config(tmp_path: Path) -> None:
     assert saved["algo"]["critic_updates"] == 2 and saved["optim"]["policy_lr"] == 1e-6
 
 
+def test_data_wait_counts_the_whole_wait_for_a_batch(tmp_path: Path) -> None:
+    """perf/data_wait_frac covers every second the loop waited, not only the last 0.2 s slice of
+    its polling (it was cut there: a 0.5 s wait read as at most 0.2 s)."""
+    import time
+
+    write_synthetic_store(tmp_path, 8, per_shard=4)
+    cfg = _cfg(tmp_path, batch_size=4, micro=4, max_steps=2, warmup=0)
+    tr = setup(cfg)
+    real = tr.stream.next_batch
+
+    def slow() -> object:
+        time.sleep(0.6)
+        return real()
+
+    tr.stream.next_batch = slow  # type: ignore[method-assign]
+    train(cfg, trainer=tr)
+    waits = [m["perf/data_wait_frac"] * m["perf/step_s"] for m in tr.history]
+    assert len(waits) == 2 and waits[0] >= 0.55  # the first batch: the whole 0.6 s
+    # the second batch was read while the first trained; whatever was left of its 0.6 s is counted
+    assert all(w <= m["perf/step_s"] for w, m in zip(waits, tr.history))
+
+
 def _sgd_step(store: Path, micro: int, run_id: str) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     cfg = _cfg(store, run_id=run_id, micro=micro, warmup=0)
     tr = setup(cfg)
