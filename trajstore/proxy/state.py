@@ -20,7 +20,7 @@ from trajstore.errors import AdapterError, TrajstoreError
 from trajstore.proxy.config import ProxyConfig
 from trajstore.proxy.recorder import AFTER_FINISH, Evicted, Recorder, Session
 from trajstore.proxy.shutdown import InFlightCall, drain
-from trajstore.proxy.staleness import StalenessGate
+from trajstore.proxy.staleness import GATE_POLL_S, StalenessGate
 from trajstore.proxy.sync import ModelPathWatch, Ticket, Versioning, WeightSync
 from trajstore.proxy.upstream import parse_version, read_call
 from trajstore.proxy.version_labels import label_versions
@@ -62,7 +62,8 @@ class ProxyState:
                 raise TrajstoreError("--max-staleness needs --follow-run RUN (the run whose consumption it tracks)")
             self.gate = StalenessGate(self.policy_store, cfg.follow_run, max_staleness=cfg.max_staleness,
                                       batch_size=cfg.batch_size or self._run_batch_size(),
-                                      hold_timeout_s=cfg.hold_timeout_s)
+                                      hold_timeout_s=cfg.hold_timeout_s,
+                                      poll_s=min(GATE_POLL_S, cfg.poll_s))
         self.recorder = Recorder(self.writer, tokenizer=cfg.tokenizer,
                                  run_metadata={"run_id": cfg.follow_run} if cfg.follow_run else {},
                                  on_written=self.gate.on_written if self.gate else None)
