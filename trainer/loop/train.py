@@ -82,6 +82,8 @@ def _train_loop(tr: Trainer) -> None:
             publish(tr)
         if state.iteration - tr.last_checkpoint >= run.checkpoint_every:
             checkpoint(tr)
+        if run.max_steps is not None and state.step >= run.max_steps:
+            break  # done: not waiting for a batch it would not train (with --follow, maybe for ever)
 
 
 def _batches(tr: Trainer) -> Iterator[tuple[StepBatch | None, float]]:
@@ -98,15 +100,23 @@ def _batches(tr: Trainer) -> Iterator[tuple[StepBatch | None, float]]:
     q: queue.Queue[Any] = queue.Queue(maxsize=2)
     stop = threading.Event()
 
+    def offer(item: Any) -> None:  # never blocks for ever on a full queue once the loop is done
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
     def reader() -> None:
         try:
             while not stop.is_set():
                 b = tr.stream.next_batch()
-                q.put(b)
+                offer(b)
                 if b is None:
                     return
         except BaseException as e:  # surfaced in the training thread
-            q.put(e)
+            offer(e)
 
     th = threading.Thread(target=reader, name="trajstore-train-reader", daemon=True)
     th.start()
@@ -127,3 +137,6 @@ def _batches(tr: Trainer) -> Iterator[tuple[StepBatch | None, float]]:
                 return
     finally:
         stop.set()
+        # a following stream waiting for data stops waiting: the reader thread ends instead of
+        # polling the store for as long as the process lives (a process that trains again)
+        tr.stream.stop_event = stop

@@ -106,6 +106,31 @@ def test_data_wait_counts_the_whole_wait_for_a_batch(tmp_path: Path) -> None:
     assert all(w <= m["perf/step_s"] for w, m in zip(waits, tr.history))
 
 
+def test_follow_stops_after_max_steps_without_waiting_for_another_batch(tmp_path: Path) -> None:
+    """--follow --max-steps N returns once the N-th step is published: it waited for one more batch
+    it would not train (for ever with no idle timeout; the demo's agents had to stop first)."""
+    import threading
+
+    write_synthetic_store(tmp_path, 4, per_shard=4)
+    base = _cfg(tmp_path, batch_size=4, micro=4, max_steps=1, warmup=0)
+    cfg = base.model_copy(update={"data": base.data.model_copy(update={"follow": True, "poll_interval_s": 0.1,
+                                                                      "idle_timeout_s": None})})
+    out: dict = {}
+    th = threading.Thread(target=lambda: out.update(summary=train(cfg)), daemon=True)
+    th.start()
+    th.join(timeout=120)
+    assert not th.is_alive(), "train() kept waiting for data after its last step"
+    assert (out["summary"].steps, out["summary"].version) == (1, 1)
+    assert latest_policy_version(tmp_path, "r") == 1
+    # its reader thread stops too (it kept polling the store for as long as the process lived)
+    import time
+
+    deadline = time.monotonic() + 10
+    while any(t.name == "trajstore-train-reader" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(t.name == "trajstore-train-reader" for t in threading.enumerate())
+
+
 def _sgd_step(store: Path, micro: int, run_id: str) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     cfg = _cfg(store, run_id=run_id, micro=micro, warmup=0)
     tr = setup(cfg)
