@@ -34,6 +34,14 @@ EVICTED_KEYS_MAX = 10_000
 """Session keys of idle-evicted episodes remembered for a later call to continue (oldest dropped)."""
 
 
+UPSTREAM_KEEPALIVE_S = 2.0
+"""An idle connection to the upstream is reused for this long at most (s): shorter than the keep-alive
+of the servers in front of which the proxy runs (uvicorn's default, vLLM's and ``traj serve``'s: 5 s).
+With httpx's default of 5 s too, a call sent on a connection the server was closing at that moment
+failed with ``upstream unreachable: ReadError`` (502) and ended its episode (seen under load after a
+5 s pause between calls)."""
+
+
 class ProxyState:
     """Everything the routes share; built in the app's lifespan, read by the routes from
     ``request.app.state.proxy``.
@@ -54,7 +62,8 @@ class ProxyState:
         self.upstream_headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.client_token = os.environ.get(cfg.client_token_env) or None
         self.client = httpx.AsyncClient(base_url=cfg.upstream, timeout=httpx.Timeout(cfg.upstream_timeout_s),
-                                        limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256))
+                                        limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256,
+                                                            keepalive_expiry=UPSTREAM_KEEPALIVE_S))
         self.writer = StoreWriter(self.store, flush_rows=1 << 30, flush_mb=1 << 20, flush_seconds=None)
         self.gate: StalenessGate | None = None
         if cfg.max_staleness is not None:
