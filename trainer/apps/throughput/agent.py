@@ -2,12 +2,11 @@
 Each turn is a model call followed by a tool call, an ``asyncio.sleep`` of the trace's latency;
 ``/finish`` ends the episode with the trace's reward.
 
-The agent keeps its conversation as token ids (the chat template's rendering, built with
-:mod:`trajstore.chat_template`) and calls ``/v1/completions`` with them: a random tiny model's text
-would not re-tokenize to the ids it sampled, so a chat call would break the context at every turn
-(a new trajectory part each time). With ids every episode is one trajectory, and the tokens are
-sampled from the model's whole distribution, which is what the trainer's importance ratios
-compare against."""
+The agent keeps its conversation as token ids (:class:`TokenChat`) and calls ``/v1/completions``
+with them: a random tiny model's text would not re-tokenize to the ids it sampled, so a chat call
+would break the context at every turn (a new trajectory part each time). With ids every episode is
+one trajectory, and the tokens are sampled from the model's whole distribution, which is what the
+trainer's importance ratios compare against."""
 
 from __future__ import annotations
 
@@ -59,32 +58,27 @@ class EpisodeRecord:
 
 
 class TokenChat:
-    """The benchmark's conversations as token ids, rendered with `tokenizer`'s chat template."""
-
-    SYSTEM = "Coding agent."
-    """Short texts: the trainer's cost grows with the tokens, and the environment's latency should dominate."""
+    """The benchmark's conversations as token ids of `tokenizer`: a task line, then per turn the
+    action the model sampled and a short tool reply. No chat template: a random model's
+    conversation has no meaning to keep, and the trainer's cost grows with every token (the
+    template's role headers tripled them), while the environment's latency should dominate."""
 
     def __init__(self, tokenizer: Any):
         self.tokenizer = tokenizer
+        self._replies: dict[int, list[int]] = {}
 
-    def opening(self, index: int) -> list[dict[str, str]]:
-        """The system and user messages of episode `index`."""
-        return [{"role": "system", "content": self.SYSTEM},
-                {"role": "user", "content": f"Task {index}"}]
+    def _ids(self, text: str) -> list[int]:
+        return [int(t) for t in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
 
-    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        from trajstore.chat_template import prompt_tokens
+    def prompt_ids(self, index: int) -> list[int]:
+        """The opening of episode `index`."""
+        return self._ids(f"Task {index}:")
 
-        return prompt_tokens(self.tokenizer, messages)
-
-    def step(self, messages: list[dict[str, str]], action_ids: list[int], reply: str) -> list[int]:
-        """The observation ids after an action (appending the action and the reply to `messages`)."""
-        from trajstore.chat_template import action_text, observation_tokens
-
-        obs = observation_tokens(self.tokenizer, messages, action_ids, reply)
-        messages += [{"role": "assistant", "content": action_text(self.tokenizer, action_ids)},
-                     {"role": "user", "content": reply}]
-        return obs
+    def reply_ids(self, turn: int) -> list[int]:
+        """The tool's answer after the action of `turn` (0-based)."""
+        if turn not in self._replies:
+            self._replies[turn] = self._ids(f"\nok {turn + 1}\n")
+        return self._replies[turn]
 
 
 async def play_episode(client: Any, proxy_url: str, draw: EpisodeDraw, rec: EpisodeRecord, *, chat: TokenChat,
@@ -96,8 +90,7 @@ async def play_episode(client: Any, proxy_url: str, draw: EpisodeDraw, rec: Epis
 
     rec.start = time.time()
     base = f"{proxy_url}/s/{session}"
-    messages = chat.opening(draw.index)
-    ids = chat.prompt_ids(messages)
+    ids = chat.prompt_ids(draw.index)
     try:
         for turn, latency in enumerate(draw.latencies_s):
             t0 = time.time()
@@ -112,8 +105,7 @@ async def play_episode(client: Any, proxy_url: str, draw: EpisodeDraw, rec: Epis
             t1 = time.time()
             await asyncio.sleep(latency)
             rec.tool_s += time.time() - t1
-            reply = f"ok {turn + 1}"
-            ids = ids + action + chat.step(messages, action, reply)
+            ids = ids + action + chat.reply_ids(turn)
         r = await client.post(f"{base}/finish", json={
             "status": "completed", "reward": draw.reward, "prompt_id": f"task-{draw.index}",
             "metadata": {"bench": BENCH_TAG, "trace_episode": draw.index}})

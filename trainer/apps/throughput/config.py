@@ -75,15 +75,17 @@ class ThroughputConfig(BaseModel):
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], description="trace and model seeds (paired)")
     arms: list[str] = Field(default_factory=lambda: list(DEFAULT_ARMS))
     steps: int = Field(8, ge=1, description="N: policy steps each arm runs to")
-    batch_size: int = Field(8, ge=1, description="B: trajectories per step, every arm")
-    workers: int = Field(16, ge=1, description="W: episodes that may run at once (rollout slots), every arm")
+    batch_size: int = Field(4, ge=1, description="B: trajectories per step, every arm (on 2 shared cores a "
+                                                 "step of 8 cost the trainer more than the batch's fork-join tail: "
+                                                 "bench/RESULTS.md)")
+    workers: int = Field(8, ge=1, description="W: episodes that may run at once (rollout slots), every arm")
     median_s: float = Field(0.2, gt=0, description="median tool-call latency (s)")
     mean_turns: float = Field(3.0, ge=1, description="mean turns per episode (geometric)")
     max_turns: int = Field(12, ge=1, description="turns per episode at most")
     model: str = Field("tiny-llama", description="policy served and trained (random weights: the environment's "
                                                  "latency dominates)")
     tokenizer: str = Field(SMOLLM2_ALIAS, description="tokenizer of the chats")
-    max_tokens: int = Field(8, ge=1, description="tokens per model call (a random model rarely samples its end "
+    max_tokens: int = Field(4, ge=1, description="tokens per model call (a random model rarely samples its end "
                                                  "token: most actions are this long)")
     poll_s: float = Field(0.1, gt=0, description="the trainer's store poll, the proxy's version and gate poll, "
                                                  "the barrier's version poll (s)")

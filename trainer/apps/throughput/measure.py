@@ -168,3 +168,21 @@ def trainer_idle(steps: Sequence[StepTime], lo: float, hi: float) -> float:
 def rollout_busy(episodes: Sequence[EpisodeRecord], lo: float, hi: float) -> float:
     """Slot-seconds of [lo, hi] spent in episodes (after the gate let them in)."""
     return sum(overlap(*e.busy, lo, hi) for e in episodes if e.end > 0)
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) process `pid` has used so far, its threads included (Linux
+    ``/proc/<pid>/stat``); None where that cannot be read."""
+    import os
+
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_snapshot(pids: dict[str, int | None]) -> dict[str, float | None]:
+    """:func:`process_cpu_s` of each named process (None for a pid of None)."""
+    return {name: None if pid is None else process_cpu_s(pid) for name, pid in pids.items()}

@@ -114,6 +114,17 @@ def tables(cfg: ThroughputConfig, results: Sequence[ArmResult]) -> list[TableDat
                   note="call_s: a model call through proxy and server; episode_s: a finished episode (hold left "
                        "out); train_s: the trainer's busy time per step (compute, records, publishing)"),
     ]
+    procs = ("trainer", "serve", "proxy", "agents")
+    out.append(TableData(
+        "throughput.cpu (CPU seconds per policy step by process, while the arm ran)",
+        ["sigma", "arm", *procs, "total", "cpu_share", "load_1min"],
+        [(s, a, *(cell(g.values(s, a, lambda r, p=p: r.cpu_s_per_step.get(p))) for p in procs),
+          cell(g.values(s, a, lambda r: sum(r.cpu_s_per_step.values()) if r.cpu_s_per_step else None)),
+          cell(g.values(s, a, lambda r: r.cpu_share)),
+          cell(g.values(s, a, lambda r: r.load_average[0] if r.load_average else None), ".1f"))
+         for s, a, _ in g.cells()], keys=["sigma", "arm"],
+        note="agents: the rollout side (this process); cpu_share: their CPU seconds over wall seconds x CPUs (the "
+             "share of the machine the arm got); load_1min: the machine's load average when the arm ended"))
     barrier = [(s, a, rs) for s, a, rs in g.cells() if Arm.parse(a).kind != "async"]
     if barrier:
         out.append(TableData(

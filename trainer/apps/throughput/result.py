@@ -82,6 +82,10 @@ class ArmResult(BaseModel):
     dis_masked: float | None
     predicted_step_s: float
     phases: Phases | None = None
+    cpu_s_per_step: dict[str, float] = Field(default_factory=dict, description="CPU seconds per policy step of "
+                                             "each process (agents = the rollout side, proxy, serve, trainer) while "
+                                             "the arm ran")
+    cpu_share: float | None = Field(None, description="their CPU seconds over wall seconds x the machine's CPUs")
     load_average: list[float] = Field(default_factory=list, description="1, 5, 15 min load average at the end")
 
     @property

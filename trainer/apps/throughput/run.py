@@ -8,14 +8,17 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+from trajstore.trainer.apps.demo.children import cpu_count
 from trajstore.trainer.apps.throughput.arms import Rollouts, run_rollouts
 from trajstore.trainer.apps.throughput.config import Arm, ThroughputConfig, ThroughputError
 from trajstore.trainer.apps.throughput.forkjoin import StepInputs, predicted_step_s
 from trajstore.trainer.apps.throughput.measure import (
     StepTime,
+    cpu_snapshot,
     dis_masked,
     rollout_busy,
     staleness_check,
@@ -55,9 +58,12 @@ def run_arm(cfg: ThroughputConfig, arm: Arm, sigma: float, seed: int, services: 
     try:
         startup = topo.start()
         log(f"{run_id}: ready in {startup:.1f} s; playing")
+        pids = topo.pids()
+        cpu0, w0 = cpu_snapshot(pids), time.time()
         rollouts = asyncio.run(asyncio.wait_for(
             run_rollouts(arm, cfg, trace, services.chat, proxy_url=topo.proxy_url, run_id=run_id, alive=topo.alive),
             cfg.arm_timeout_s))
+        cpu1, w1 = cpu_snapshot(pids), time.time()
         failed = False
     except TimeoutError:
         raise ThroughputError(f"{run_id} did not finish in {cfg.arm_timeout_s:g} s (--arm-timeout)") from None
@@ -74,8 +80,10 @@ def run_arm(cfg: ThroughputConfig, arm: Arm, sigma: float, seed: int, services: 
     conn.close()
     prune_weights(open_store(str(store)), run_id)
     prune_all_versions(store, run_id)
+    cpu = {k: (cpu1[k] - cpu0[k]) / cfg.steps for k in pids if cpu0[k] is not None and cpu1[k] is not None}
     return measure_arm(cfg, arm, sigma, seed, trace, rollouts, steps[: cfg.steps], run_id=run_id, store=str(store),
-                       startup_s=startup, staleness=summary, check=check, dis_masked=masked)
+                       startup_s=startup, staleness=summary, check=check, dis_masked=masked, cpu_s_per_step=cpu,
+                       cpu_share=sum(cpu.values()) * cfg.steps / ((w1 - w0) * cpu_count()))
 
 
 def prune_all_versions(store: Path, run_id: str) -> None:

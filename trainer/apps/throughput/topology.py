@@ -242,6 +242,13 @@ class ArmTopology:
                               f"{self.services.cfg.startup_timeout_s:g} s (logs: {self.services.trainer_log}, "
                               f"{self.proxy_log})")
 
+    def pids(self) -> dict[str, int | None]:
+        """Process ids of the arm's processes by role: ``agents`` (this process: the rollout
+        side), ``proxy``, ``serve``, ``trainer``."""
+        s = self.services
+        return {"agents": os.getpid(), "proxy": self.proxy.pid if self.proxy else None,
+                "serve": s.serve.pid if s.serve else None, "trainer": s.trainer.pid if s.trainer else None}
+
     def trainer_status(self) -> dict | None:
         """What the trainer host wrote when the arm's run ended (None = not yet)."""
         try:
