@@ -166,17 +166,21 @@ def claims(cfg: ThroughputConfig, results: Sequence[ArmResult]) -> list[dict[str
                     "holds": m >= SPEEDUP_TARGET})
     for a in asyncs:
         meds = [med_range(g.speedup(s, a))[0] for s in g.sigmas]
+        preds = [med_range(g.predicted(s, a))[0] for s in g.sigmas]
         if len(meds) >= 2:
             out.append({"claim": f"{a}: the speedup grows with sigma",
-                        "figures": ", ".join(f"sigma {s:g}: {m:.2f}" for s, m in zip(g.sigmas, meds)),
+                        "figures": ", ".join(f"sigma {s:g}: {m:.2f} (predicted {p:.2f})"
+                                             for s, m, p in zip(g.sigmas, meds, preds)),
                         "holds": all(x < y for x, y in zip(meds, meds[1:]))})
     if "async-2" in asyncs:
         for s in g.sigmas:
             base = med_range(g.speedup(s, "async-2"))[0]
             later = {a: med_range(g.speedup(s, a))[0] for a in asyncs if Arm.parse(a).max_staleness > 2}
+            pred = {a: med_range(g.predicted(s, a))[0] for a in ["async-2", *later]}
             if later:
                 out.append({"claim": f"sigma {s:g}: the speedup levels off by staleness 2 (within {LEVEL_OFF:.0%})",
-                            "figures": f"async-2 {base:.2f}; " + ", ".join(f"{a} {m:.2f}" for a, m in later.items()),
+                            "figures": f"async-2 {base:.2f}; " + ", ".join(f"{a} {m:.2f}" for a, m in later.items())
+                            + " (predicted " + ", ".join(f"{a} {m:.2f}" for a, m in pred.items()) + ")",
                             "holds": all(abs(m - base) <= LEVEL_OFF * base for m in later.values())})
     out.append({"claim": "the store's staleness audit equals the trainer's metric in every run",
                 "figures": f"{sum(r.check.equal for r in results)} of {len(results)} runs",

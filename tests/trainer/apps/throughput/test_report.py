@@ -56,10 +56,11 @@ def test_claims_show_their_figures_and_judge_them() -> None:
     target = c["async reaches N steps >= 2.5x faster than sync at sigma 1"]
     assert target["holds"] and target["figures"].startswith("async-2: 3.00 [2.00, 3.00]")
     assert c["async-2: the speedup grows with sigma"]["holds"]  # 2.0 -> 3.0
-    assert c["async-2: the speedup grows with sigma"]["figures"] == "sigma 0.5: 2.00, sigma 1: 3.00"
+    assert c["async-2: the speedup grows with sigma"]["figures"] == (
+        "sigma 0.5: 2.00 (predicted 2.00), sigma 1: 3.00 (predicted 4.00)")
     level = c["sigma 1: the speedup levels off by staleness 2 (within 10%)"]
     # async-4's speedups 12/4, 15/5.2, 9/4.4 = 3.00, 2.88, 2.05: median 2.88, within 10% of 3.00
-    assert level["holds"] and level["figures"] == "async-2 3.00; async-4 2.88"
+    assert level["holds"] and level["figures"] == "async-2 3.00; async-4 2.88 (predicted async-2 4.00, async-4 4.00)"
     assert c["the store's staleness audit equals the trainer's metric in every run"]["holds"]
     bad = _results()
     bad[0] = _r("sync", 1.0, 0, 12.0, 4.0, equal=False)
