@@ -1,4 +1,5 @@
-"""``traj bench learning``: the learning benchmark (trajstore.trainer.apps.learning_bench)."""
+"""``traj bench learning`` and ``traj bench throughput``: the learning benchmark
+(trajstore.trainer.apps.learning_bench) and the throughput benchmark (trajstore.trainer.apps.throughput)."""
 
 from __future__ import annotations
 
@@ -104,5 +105,83 @@ def learning_cmd(
     if fmt is OutputFormat.table:
         if "calibration" in summary:
             out.print(f"lr for 1e-3 nats/token: {summary['calibrated_lr']:.3g}", highlight=False)
+        out.print("report:", highlight=False)
+        print_command(out, f"{summary['out_dir']}/report.md")
+
+
+def _floats(text: str, what: str) -> list[float]:
+    try:
+        return [float(s) for s in text.split(",")]
+    except ValueError:
+        raise InvalidOptionError(f"invalid option --{what}: must be comma-separated numbers (got {text!r})") from None
+
+
+@bench_app.command("throughput")
+@friendly_errors
+def throughput_cmd(
+    preset: str = typer.Option("default", help="default (3 sigmas x 3 seeds x 6 arms, the bench/RESULTS.md grid) "
+                                               "or smoke (every arm once at sigma 1, 2 short steps)"),
+    scratch: str | None = typer.Option(None, help="a fresh run directory is made under it (default: <system "
+                                                     "temp>/trajstore-bench-throughput)"),
+    sigmas: str | None = typer.Option(None, help="comma-separated log-sigmas of the tool-call latency "
+                                                    "(default: the preset's)"),
+    seeds: str | None = typer.Option(None, help="comma-separated seeds (default: the preset's)"),
+    arms: str | None = typer.Option(None, help="comma-separated arms: sync, one-step, async-N (N = the proxy's "
+                                                  "--max-staleness) (default: the preset's)"),
+    steps: int | None = typer.Option(None, min=1, help="policy steps each arm runs to (default: the preset's)"),
+    batch_size: int | None = typer.Option(None, min=1, help="trajectories per step (default: the preset's)"),
+    workers: int | None = typer.Option(None, min=1, help="rollout slots, every arm (default: the preset's)"),
+    reanalyse: str | None = typer.Option(None, help="a finished or stopped run directory: redo its report from the "
+                                                       "saved results (nothing runs)"),
+    fmt: FormatOption = OutputFormat.table,
+) -> None:
+    """Measure what asynchrony buys on the real topology (traj serve -> traj proxy -> store -> traj train
+    --follow, a tiny random model, tool calls of lognormal latency): time to N policy steps, throughput,
+    idle time and staleness of a synchronous barrier, one-step off-policy and --max-staleness arms on
+    the same paired latency trace, beside a fork-join model's prediction."""
+    from rich.console import Console
+
+    from trajstore.cli.display import print_command, render_record, render_tables
+    from trajstore.tables import TableData
+    from trajstore.trainer.apps.throughput.config import Arm, ThroughputConfig, ThroughputError
+    from trajstore.trainer.apps.throughput.suite import reanalyse as redo
+    from trajstore.trainer.apps.throughput.suite import run_suite
+
+    if preset not in ("default", "smoke"):
+        raise InvalidOptionError(f"invalid option --preset: must be default or smoke (got {preset!r})")
+    over: dict = {}
+    if scratch:
+        over["scratch"] = scratch
+    if sigmas:
+        over["sigmas"] = _floats(sigmas, "sigmas")
+        if any(s <= 0 for s in over["sigmas"]):
+            raise InvalidOptionError(f"invalid option --sigmas: must be positive (got {sigmas!r})")
+    if seeds:
+        over["seeds"] = _ints(seeds, "seeds")
+    if arms:
+        try:
+            over["arms"] = [Arm.parse(a).name for a in arms.split(",")]
+        except ThroughputError as e:
+            raise InvalidOptionError(f"invalid option --arms: {e}") from None
+    over.update({k: v for k, v in (("steps", steps), ("batch_size", batch_size), ("workers", workers)) if v})
+    err = Console(stderr=True)
+    if reanalyse:
+        cfg, summary = redo(reanalyse)
+    else:
+        cfg = ThroughputConfig.preset_config(preset, **over)  # type: ignore[arg-type]
+        summary = run_suite(cfg, log=lambda m: err.print(m, highlight=False, soft_wrap=True))
+    tabs: list[TableData] = [TableData("throughput.claims", ["claim", "figures", "holds"],
+                                       [(c["claim"], c["figures"], "yes" if c["holds"] else "no")
+                                        for c in summary["claims"]], keys=["claim"], wrap=["claim", "figures"]),
+                             *summary["tables"]]
+    if fmt is OutputFormat.json:
+        render_record("traj bench throughput", {k: v for k, v in summary.items() if k != "tables"} | {
+            "tables": {t.name: [dict(zip(t.columns, r)) for r in t.rows] for t in summary["tables"]}}, fmt)
+        return
+    out = Console()
+    render_tables(tabs, fmt, console=out)
+    if fmt is OutputFormat.table:
+        for f in summary["failures"]:
+            err.print(f"failed: {f['run']}: {f['error']}", highlight=False, soft_wrap=True)
         out.print("report:", highlight=False)
         print_command(out, f"{summary['out_dir']}/report.md")

@@ -1,4 +1,4 @@
-"""trajstore/cli/bench.py: `traj bench learning` refuses bad options in one line."""
+"""trajstore/cli/bench.py: `traj bench learning` and `traj bench throughput` refuse bad options in one line."""
 
 from __future__ import annotations
 
@@ -15,4 +15,21 @@ def test_cli_refuses_bad_options_in_one_line(tmp_path) -> None:
     assert r.exit_code == 2 and "invalid option --preset: must be default, smoke, calibrate or long" in r.output
     r = runner.invoke(app, ["bench", "learning", "--seeds", "0,x", "--scratch", str(tmp_path)])
     assert r.exit_code == 2 and "invalid option --seeds: must be comma-separated integers" in r.output
+    assert not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_throughput_refuses_bad_options_in_one_line(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from trajstore.cli.main import app
+
+    runner = CliRunner()
+    r = runner.invoke(app, ["bench", "throughput", "--arms", "sync,fast", "--scratch", str(tmp_path)])
+    assert r.exit_code == 2 and "invalid option --arms: unknown arm 'fast'" in r.output
+    r = runner.invoke(app, ["bench", "throughput", "--preset", "full", "--scratch", str(tmp_path)])
+    assert r.exit_code == 2 and "invalid option --preset: must be default or smoke" in r.output
+    r = runner.invoke(app, ["bench", "throughput", "--sigmas", "1,x", "--scratch", str(tmp_path)])
+    assert r.exit_code == 2 and "invalid option --sigmas: must be comma-separated numbers" in r.output
+    r = runner.invoke(app, ["bench", "throughput", "--sigmas", "0", "--scratch", str(tmp_path)])
+    assert r.exit_code == 2 and "invalid option --sigmas: must be positive" in r.output
     assert not any(tmp_path.iterdir())  # nothing ran

@@ -64,3 +64,25 @@ def test_a_split_episode_is_one_unconsumed_episode_also_after_a_restart(fake_ups
     assert _gate(again.url)["unconsumed"] == 1
     assert _call(again.url, "c", "c").status_code == 200
     assert _call(again.url, "d", "d").status_code == 503  # now the bound is full: 1 + 1 running
+
+
+def test_the_first_call_of_a_new_episode_says_how_long_the_gate_held_it(fake_upstream, start_proxy):
+    # X-Trajstore-Held: a client tells waiting for the trainer from the model's own latency
+    import threading
+    import time
+
+    from trajstore.proxy.calls import HELD_HEADER
+
+    px = start_proxy(fake_upstream.url, follow_run=RUN, max_staleness=0, batch_size=1, hold_timeout_s=30,
+                     poll_s=0.05)
+    first = _call(px.url, "a", "a")
+    assert first.headers[HELD_HEADER] == "0.000"  # room at once
+    assert HELD_HEADER not in _call(px.url, "a", "a more").headers  # only a new episode's first call
+    out: dict[str, httpx.Response] = {}
+    th = threading.Thread(target=lambda: out.update(b=_call(px.url, "b", "b")))
+    th.start()
+    time.sleep(0.6)  # b waits: a fills the bound of (0 + 1) x 1
+    httpx.post(f"{px.url}/s/a/finish", json={"status": "aborted"}).raise_for_status()  # frees the slot
+    th.join(timeout=30)
+    assert out["b"].status_code == 200
+    assert 0.5 <= float(out["b"].headers[HELD_HEADER]) < 30

@@ -82,6 +82,8 @@ def _train_loop(tr: Trainer) -> None:
             publish(tr)
         if state.iteration - tr.last_checkpoint >= run.checkpoint_every:
             checkpoint(tr)
+        if run.max_steps is not None and state.step >= run.max_steps:
+            break  # done: not waiting for a batch it would not train (with --follow, maybe for ever)
 
 
 def _batches(tr: Trainer) -> Iterator[tuple[StepBatch | None, float]]:
@@ -98,31 +100,43 @@ def _batches(tr: Trainer) -> Iterator[tuple[StepBatch | None, float]]:
     q: queue.Queue[Any] = queue.Queue(maxsize=2)
     stop = threading.Event()
 
+    def offer(item: Any) -> None:  # never blocks for ever on a full queue once the loop is done
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
     def reader() -> None:
         try:
             while not stop.is_set():
                 b = tr.stream.next_batch()
-                q.put(b)
+                offer(b)
                 if b is None:
                     return
         except BaseException as e:  # surfaced in the training thread
-            q.put(e)
+            offer(e)
 
     th = threading.Thread(target=reader, name="trajstore-train-reader", daemon=True)
     th.start()
     try:
+        t0 = time.perf_counter()
         while True:
-            t0 = time.perf_counter()
             try:
-                b = q.get(timeout=0.2)
+                b = q.get(timeout=0.2)  # in slices, to notice a stop request while waiting
             except queue.Empty:
                 if tr.stop.requested.is_set():
                     return
-                continue
+                continue  # the wait goes on: t0 stays where it began
             if isinstance(b, BaseException):
                 raise b
             yield b, time.perf_counter() - t0
+            t0 = time.perf_counter()
             if b is None:
                 return
     finally:
         stop.set()
+        # a following stream waiting for data stops waiting: the reader thread ends instead of
+        # polling the store for as long as the process lives (a process that trains again)
+        tr.stream.stop_event = stop

@@ -21,6 +21,10 @@ from trajstore.proxy.state import ProxyState
 EVICTED_HEADER = "X-Trajstore-Evicted"
 """Response header of the first call after an idle eviction: how many trajectories of its
 episode were written as aborted (the call continues the episode as a new part)."""
+HELD_HEADER = "X-Trajstore-Held"
+"""Response header of the first call of a new episode when ``--max-staleness`` is on: seconds the
+staleness gate held it before it reached the upstream (``0.000`` = admitted at once), so a client
+can tell waiting for the trainer from the model's own latency."""
 
 SHUTTING_DOWN = ("traj proxy is shutting down (SIGTERM / SIGINT): it takes no new calls; its open episodes are "
                  "stored as aborted")
@@ -68,10 +72,11 @@ async def handle_call(request: Request, session: str | None, chat: bool) -> Resp
     key = key or f"call-{uuid.uuid4().hex[:16]}"
     s = st.recorder.sessions.get(key)
     evicted = None
+    held: float | None = None
     if s is None:
         if st.gate is not None:
             try:
-                await st.gate.admit()
+                held = await st.gate.admit()
             except StalenessOverflow as e:
                 st.count_error("staleness_refused")
                 return openai_error(503, str(e), "staleness_limit")
@@ -85,4 +90,6 @@ async def handle_call(request: Request, session: str | None, chat: bool) -> Resp
     response = await forward(st, request, s, body, chat=chat, ephemeral=ephemeral)
     if evicted is not None:
         response.headers[EVICTED_HEADER] = str(len(evicted.trajectory_ids))
+    if held is not None:
+        response.headers[HELD_HEADER] = f"{held:.3f}"
     return response

@@ -68,7 +68,9 @@ class ProxyConfig(BaseModel):
                                                  "ones finish before a reload; tag: no waiting, label each call "
                                                  "from what the upstream reports")
     poll_s: float = Field(1.0, gt=0, description="seconds between checks for a new version: a published one "
-                          "(--follow-run), else the model path the upstream serves (GET /v1/models)")
+                          "(--follow-run), else the model path the upstream serves (GET /v1/models); with "
+                          "--max-staleness also between re-reads of the trainer's consumed records while an "
+                          "episode is held (at most 0.5)")
     drain_timeout_s: float = Field(600.0, gt=0, description="longest wait for in-flight calls before a reload (s)")
     weights_cache: str | None = Field(None, description="local folder for copies of versions from a remote "
                                                         "store (the upstream must be able to read it)")

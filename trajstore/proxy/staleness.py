@@ -38,6 +38,11 @@ def episode_key(trajectory_id: str, metadata: dict[str, Any] | None) -> str:
     return eid if isinstance(eid, str) and eid else trajectory_id
 
 
+GATE_POLL_S = 0.5
+"""Seconds between re-reads of the consumed records while an episode is held, at most: ``traj proxy
+--poll`` lowers it (a held episode starts up to this long after the trainer's step is recorded)."""
+
+
 class StalenessOverflow(TrajstoreError):
     """A new episode waited longer than the hold timeout for the staleness bound."""
 
@@ -54,7 +59,7 @@ class StalenessGate:
     """
 
     def __init__(self, store: Store, run_id: str, *, max_staleness: int, batch_size: int,
-                 hold_timeout_s: float = 600.0, poll_s: float = 0.5):
+                 hold_timeout_s: float = 600.0, poll_s: float = GATE_POLL_S):
         if max_staleness < 0 or batch_size < 1:
             raise ValueError("max_staleness must be >= 0 and batch_size >= 1")
         self.store = store
@@ -122,19 +127,23 @@ class StalenessGate:
             key = episode_key(trajectory.trajectory_id, trajectory.metadata)
             self.written.setdefault(key, set()).add(trajectory.trajectory_id)
 
-    async def admit(self) -> None:
+    async def admit(self) -> float:
         """Wait until one more running episode fits; then count it as running.
+
+        Returns:
+            Seconds the episode was held (0.0 when there was room at once).
 
         Raises:
             StalenessOverflow: no room within ``hold_timeout_s``, or the proxy began to shut down
                 while the episode waited (:attr:`closing`): refused, not dropped.
         """
-        deadline = time.monotonic() + self.hold_timeout_s
+        start = time.monotonic()
+        deadline = start + self.hold_timeout_s
         waited = False
         while True:
             if self.load + 1 <= self.capacity:
                 self.running += 1
-                return
+                return time.monotonic() - start if waited else 0.0
             if self.closing:
                 self.refused += 1
                 raise StalenessOverflow("the proxy is shutting down; this episode was held by --max-staleness "

@@ -21,7 +21,7 @@ from trajstore.models import Trajectory
 from trajstore.proxy.config import ProxyConfig
 from trajstore.proxy.recorder import AFTER_FINISH, Evicted, Recorder, Session
 from trajstore.proxy.shutdown import InFlightCall, drain
-from trajstore.proxy.staleness import StalenessGate
+from trajstore.proxy.staleness import GATE_POLL_S, StalenessGate
 from trajstore.proxy.sync import ModelPathWatch, Ticket, Versioning, WeightSync
 from trajstore.proxy.upstream import parse_version, read_call
 from trajstore.proxy.version_labels import label_versions
@@ -56,6 +56,14 @@ def redactor_for(cfg: ProxyConfig) -> Callable[[Trajectory], Trajectory] | None:
     return redactor.redact_or_same
 
 
+UPSTREAM_KEEPALIVE_S = 2.0
+"""An idle connection to the upstream is reused for this long at most (s): shorter than the keep-alive
+of the servers in front of which the proxy runs (uvicorn's default, vLLM's and ``traj serve``'s: 5 s).
+With httpx's default of 5 s too, a call sent on a connection the server was closing at that moment
+failed with ``upstream unreachable: ReadError`` (502) and ended its episode (seen under load after a
+5 s pause between calls)."""
+
+
 class ProxyState:
     """Everything the routes share; built in the app's lifespan, read by the routes from
     ``request.app.state.proxy``.
@@ -76,7 +84,8 @@ class ProxyState:
         self.upstream_headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.client_token = os.environ.get(cfg.client_token_env) or None
         self.client = httpx.AsyncClient(base_url=cfg.upstream, timeout=httpx.Timeout(cfg.upstream_timeout_s),
-                                        limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256))
+                                        limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256,
+                                                            keepalive_expiry=UPSTREAM_KEEPALIVE_S))
         self.writer = StoreWriter(self.store, flush_rows=1 << 30, flush_mb=1 << 20, flush_seconds=None)
         self.gate: StalenessGate | None = None
         if cfg.max_staleness is not None:
@@ -84,7 +93,8 @@ class ProxyState:
                 raise TrajstoreError("--max-staleness needs --follow-run RUN (the run whose consumption it tracks)")
             self.gate = StalenessGate(self.policy_store, cfg.follow_run, max_staleness=cfg.max_staleness,
                                       batch_size=cfg.batch_size or self._run_batch_size(),
-                                      hold_timeout_s=cfg.hold_timeout_s)
+                                      hold_timeout_s=cfg.hold_timeout_s,
+                                      poll_s=min(GATE_POLL_S, cfg.poll_s))
         self.recorder = Recorder(self.writer, tokenizer=cfg.tokenizer,
                                  run_metadata={"run_id": cfg.follow_run} if cfg.follow_run else {},
                                  on_written=self.gate.on_written if self.gate else None,

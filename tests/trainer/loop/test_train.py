@@ -84,6 +84,53 @@ def test_records_steps_consumed_and_config(tmp_path: Path) -> None:
     assert saved["algo"]["critic_updates"] == 2 and saved["optim"]["policy_lr"] == 1e-6
 
 
+def test_data_wait_counts_the_whole_wait_for_a_batch(tmp_path: Path) -> None:
+    """perf/data_wait_frac covers every second the loop waited, not only the last 0.2 s slice of
+    its polling (it was cut there: a 0.5 s wait read as at most 0.2 s)."""
+    import time
+
+    write_synthetic_store(tmp_path, 8, per_shard=4)
+    cfg = _cfg(tmp_path, batch_size=4, micro=4, max_steps=2, warmup=0)
+    tr = setup(cfg)
+    real = tr.stream.next_batch
+
+    def slow() -> object:
+        time.sleep(0.6)
+        return real()
+
+    tr.stream.next_batch = slow  # type: ignore[method-assign]
+    train(cfg, trainer=tr)
+    waits = [m["perf/data_wait_frac"] * m["perf/step_s"] for m in tr.history]
+    assert len(waits) == 2 and waits[0] >= 0.55  # the first batch: the whole 0.6 s
+    # the second batch was read while the first trained; whatever was left of its 0.6 s is counted
+    assert all(w <= m["perf/step_s"] for w, m in zip(waits, tr.history))
+
+
+def test_follow_stops_after_max_steps_without_waiting_for_another_batch(tmp_path: Path) -> None:
+    """--follow --max-steps N returns once the N-th step is published: it waited for one more batch
+    it would not train (for ever with no idle timeout; the demo's agents had to stop first)."""
+    import threading
+
+    write_synthetic_store(tmp_path, 4, per_shard=4)
+    base = _cfg(tmp_path, batch_size=4, micro=4, max_steps=1, warmup=0)
+    cfg = base.model_copy(update={"data": base.data.model_copy(update={"follow": True, "poll_interval_s": 0.1,
+                                                                      "idle_timeout_s": None})})
+    out: dict = {}
+    th = threading.Thread(target=lambda: out.update(summary=train(cfg)), daemon=True)
+    th.start()
+    th.join(timeout=120)
+    assert not th.is_alive(), "train() kept waiting for data after its last step"
+    assert (out["summary"].steps, out["summary"].version) == (1, 1)
+    assert latest_policy_version(tmp_path, "r") == 1
+    # its reader thread stops too (it kept polling the store for as long as the process lived)
+    import time
+
+    deadline = time.monotonic() + 10
+    while any(t.name == "trajstore-train-reader" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(t.name == "trajstore-train-reader" for t in threading.enumerate())
+
+
 def _sgd_step(store: Path, micro: int, run_id: str) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     cfg = _cfg(store, run_id=run_id, micro=micro, warmup=0)
     tr = setup(cfg)
