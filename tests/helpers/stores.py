@@ -5,6 +5,9 @@ trajectories in shards, for the trainer tests.
 
 :func:`write_big_v1_store` writes schema-v1 shards (what ``traj migrate`` rewrites).
 
+:func:`write_split_episode_store` writes episodes stored as linked trajectories (schema v3
+lineage): a part, its context-rewrite successor and a sub-agent, for the trainer tests.
+
 :func:`build_known_store` writes a store with hand-chosen contents for the audit tests (expected
 numbers are derived by hand in the tests from the table below, never from the code under test):
 
@@ -51,6 +54,45 @@ def write_synthetic_store(root: str | Path, n: int, *, seed: int = 0, per_shard:
         trajs = [tiny_model_trajectory(rng, trajectory_id=f"{prefix}{i:05d}",
                                        policy_versions=(max(0, i // 8 - 1), i // 8), **kw)
                  for i in range(start, min(n, start + per_shard))]
+        write_trajectories(str(root), trajs)
+        ids += [t.trajectory_id for t in trajs]
+    return ids
+
+
+def split_episode(rng: np.random.Generator, k: int, *, reward: float | None = None) -> list[ts.Trajectory]:
+    """Episode ``ep<k>`` as the proxy stores a context rewrite and a sub-agent (issue 23):
+
+    * ``ep<k>.0`` (root): a prompt and 2 turns;
+    * ``ep<k>.1``: its ``context_rewrite`` successor: a prompt of the root's first 4 tokens and 3
+      new ones (a summary), then 2 turns; ``fork_point`` 4;
+    * ``ep<k>.2``: a ``subagent`` child of the root with its own prompt and 1 turn; ``fork_point`` 0.
+
+    Every part carries the episode's reward (0 or 1 at random, or `reward`)."""
+    r = float(rng.integers(0, 2)) if reward is None else reward
+    root = tiny_model_trajectory(rng, trajectory_id=f"ep{k}.0", num_turns=2, reward=r)
+    b = TrajectoryBuilder(trajectory_id=f"ep{k}.1", prompt_id=root.prompt_id, model="tiny", tokenizer="tiny-llama")
+    b.add_prompt(np.concatenate([root.tokens[:4], rng.integers(0, 128, 3)]))
+    for turn in range(2):
+        b.add_action(rng.integers(0, 128, 4), np.full(4, -4.8), policy_version=0, sampling={"temperature": 1.0})
+        if turn == 0:
+            b.add_observation(rng.integers(0, 128, 3))
+    b.set_reward(r)
+    rewrite = b.finish()
+    sub = tiny_model_trajectory(rng, trajectory_id=f"ep{k}.2", num_turns=1, reward=r)
+    ep = f"ep{k}"
+    return [root.model_copy(update={"episode_id": ep}),
+            rewrite.model_copy(update={"episode_id": ep, "parent_trajectory_id": root.trajectory_id,
+                                       "fork_point": 4, "link_kind": "context_rewrite"}),
+            sub.model_copy(update={"episode_id": ep, "parent_trajectory_id": root.trajectory_id,
+                                   "fork_point": 0, "link_kind": "subagent"})]
+
+
+def write_split_episode_store(root: str | Path, n: int, *, seed: int = 0, per_shard: int = 2) -> list[str]:
+    """:func:`split_episode` ``ep0`` ... ``ep<n-1>``, `per_shard` episodes a shard; the ids in arrival order."""
+    rng = np.random.default_rng(seed)
+    ids = []
+    for start in range(0, n, per_shard):
+        trajs = [t for k in range(start, min(n, start + per_shard)) for t in split_episode(rng, k)]
         write_trajectories(str(root), trajs)
         ids += [t.trajectory_id for t in trajs]
     return ids
