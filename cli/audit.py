@@ -62,6 +62,8 @@ def stats_cmd(
     lengths: bool = typer.Option(False, "--lengths", help="turns, action / observation tokens per source"),
     statuses: bool = typer.Option(False, "--statuses", help="trajectories per source and status"),
     duplicates: bool = typer.Option(False, "--duplicates", help="trajectory ids stored more than once"),
+    lineage: bool = typer.Option(False, "--lineage", help="episodes, lineages per episode (sub-agents, context "
+                                 "rewrites, forks, continuations) and tokens shared with a parent"),
     where: str | None = typer.Option(None, "--where", help="SQL predicate over trajectories columns, "
                                         "e.g. \"source = 'sdk' AND reward IS NOT NULL\""),
     run: str | None = typer.Option(None, "--run", help="only this training run's records"),
@@ -70,13 +72,13 @@ def stats_cmd(
                                         help="also draw the plottable reports into this PNG"),
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
-    """Audit reports over a store (no report flag: an overview and every report)."""
+    """Audit reports over a store (no report flag: an overview and every report but --lineage)."""
     from trajstore import audit
     from trajstore.audit.views import run_ids
     from trajstore.store.layout import RUNS_DIR
 
     chosen = {"staleness": staleness, "clip": clip, "coverage": coverage, "rewards": rewards,
-              "lengths": lengths, "statuses": statuses, "duplicates": duplicates}
+              "lengths": lengths, "statuses": statuses, "duplicates": duplicates, "lineage": lineage}
     everything = not any(chosen.values())
     if plot is not None:  # before any work: a missing extra is one line, not tables then an error
         from trajstore.audit.plots import PLOTTED_FLAGS, UnsupportedPlotFormat, plot_destination, require_matplotlib
@@ -103,6 +105,7 @@ def stats_cmd(
         "lengths": lambda: audit.length_report(conn, where=where),
         "statuses": lambda: audit.status_report(conn, where=where),
         "duplicates": lambda: audit.duplicate_report(conn, where=where),
+        "lineage": lambda: audit.lineage_report(conn, where=where),
     }
     import duckdb
 
@@ -110,7 +113,7 @@ def stats_cmd(
 
     try:
         reports = {name: build() for name, build in builders.items()
-                   if everything or chosen.get(name, False)}
+                   if (everything and name != "lineage") or chosen.get(name, False)}
         tables = report_tables(reports)
     except (duckdb.Error, audit.AuditError) as e:
         if isinstance(e, audit.AuditError) and "--where" in str(e):

@@ -8,6 +8,9 @@ trajectories in shards, for the trainer tests.
 :func:`write_split_episode_store` writes episodes stored as linked trajectories (schema v3
 lineage): a part, its context-rewrite successor and a sub-agent, for the trainer tests.
 
+:func:`build_lineage_store` writes episodes of linked trajectories with hand-chosen sizes for the
+lineage audit tests (its docstring has the table).
+
 :func:`build_known_store` writes a store with hand-chosen contents for the audit tests (expected
 numbers are derived by hand in the tests from the table below, never from the code under test):
 
@@ -180,4 +183,50 @@ def build_known_store(uri: str, storage_options: dict[str, Any] | None = None) -
              dict(run_id="r1", step=0, trainer_version=8, wall_time=T0, metric="ratio/masked_below", value=0.1),
              dict(run_id="r1", step=1, trainer_version=9, wall_time=T0, metric="policy/loss", value=0.4)]
     store.write_table(pa.Table.from_pylist(steps, schema=STEP_SCHEMA), subdir="runs/r1/steps")
+    return store
+
+
+LINEAGE = {  # id: (episode, parent, link_kind, fork_point, status, reward, [(kind, tokens)])
+    "r": ("E1", None, None, None, "completed", 1.0, [("prompt", 3), ("action", 2), ("observation", 1), ("action", 2)]),
+    "s": ("E1", "r", "subagent", 2, "completed", 1.0, [("prompt", 4), ("action", 3)]),
+    "w": ("E1", "r", "context_rewrite", 3, "aborted", 1.0, [("prompt", 5), ("action", 1)]),
+    "c": ("E1", "w", "continuation", 6, "completed", 1.0, [("prompt", 6), ("action", 2)]),
+    "p": (None, None, None, None, "completed", 0.0, [("prompt", 2), ("action", 2)]),
+    "f": ("E3", None, None, None, "completed", 0.5, [("prompt", 2), ("action", 1), ("observation", 1), ("action", 1)]),
+    "g": ("E3", "f", "fork", 4, "truncated", 0.5, [("prompt", 5), ("action", 2)]),
+}
+"""The lineage store of :func:`build_lineage_store`, written in this order, one second apart."""
+
+
+def build_lineage_store(uri: str) -> Store:
+    """Write the trajectories of :data:`LINEAGE` (source ``sdk``; ``p`` names no episode: its own)
+    and consumption records of run ``r1`` for ``r``, ``s``, ``w`` and ``c`` (step 0, trainer v1,
+    actions at v0); the store.
+
+    Lineages by hand: E1 = {r, w, c} (r -> w context rewrite -> c continuation) and {s}
+    (sub-agent); E2 = p's own episode {p}; E3 = {f} and {g} (fork). Tokens: r 8, s 7, w 6, c 8,
+    p 4, f 5, g 7 (45); shared prefixes (fork points of the children): s 2, w 3, c 6, g 4 (15).
+    """
+    from trajstore.store.layout import run_consumed_dir
+
+    store = open_store(uri)
+    trajs = []
+    for i, (tid, (ep, parent, link, fork, status, reward, spans)) in enumerate(LINEAGE.items()):
+        b = TrajectoryBuilder(trajectory_id=tid, model="m", tokenizer="tok")
+        for kind, n in spans:
+            ids = np.arange(n) + 10 * i
+            if kind == "action":
+                b.add_action(ids, np.full(n, -0.5), policy_version=0)
+            elif kind == "prompt":
+                b.add_prompt(ids)
+            else:
+                b.add_observation(ids)
+        b.set_reward(reward)
+        t = b.finish(status, created_at=datetime(2026, 1, 1, 0, 0, i, tzinfo=timezone.utc))
+        trajs.append(t.model_copy(update={"episode_id": ep, "parent_trajectory_id": parent, "fork_point": fork,
+                                          "link_kind": link}))
+    ts.write_trajectories(store, trajs)
+    n_act = {tid: sum(n for k, n in v[6] if k == "action") for tid, v in LINEAGE.items()}
+    rows = [consumed_row("r1", 0, 1, tid, 0, 0, n_act[tid], 0.0, 0.0, 1.0) for tid in "rswc"]
+    store.write_table(pa.Table.from_pylist(rows, schema=CONSUMED_SCHEMA), subdir=run_consumed_dir("r1"))
     return store
