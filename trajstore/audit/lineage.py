@@ -47,7 +47,8 @@ def lineage_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None)
     """
     base = (f"WITH {selected_cte(conn, where)}, p AS (SELECT * FROM _lineage_parts "
             "WHERE trajectory_id IN (SELECT trajectory_id FROM sel)), "
-            "e AS (SELECT episode_id, count(*) AS n, count(DISTINCT lineage_id) AS lineages FROM p GROUP BY episode_id)")
+            "e AS (SELECT episode_id, count(*) AS n, count(DISTINCT lineage_id) AS lineages FROM p "
+            "GROUP BY episode_id)")
     shared = "coalesce(sum(fork_point) FILTER (WHERE parent_trajectory_id IS NOT NULL), 0)"
     totals = conn.sql(
         f"{base} SELECT (SELECT count(*) FROM e) AS episodes, (SELECT count(*) FROM p) AS trajectories, "
@@ -55,7 +56,8 @@ def lineage_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None)
         "(SELECT count(*) FROM e WHERE n > 1) AS split_episodes, "
         "(SELECT avg(lineages) FROM e) AS lineages_per_episode_mean, "
         "(SELECT max(lineages) FROM e) AS lineages_per_episode_max, "
-        "(SELECT avg(n) FROM e) AS trajectories_per_episode_mean, (SELECT max(n) FROM e) AS trajectories_per_episode_max, "
+        "(SELECT avg(n) FROM e) AS trajectories_per_episode_mean, "
+        "(SELECT max(n) FROM e) AS trajectories_per_episode_max, "
         f"(SELECT coalesce(sum(num_tokens), 0) FROM p) AS tokens, (SELECT {shared} FROM p) AS shared_prefix_tokens, "
         f"(SELECT {shared} / nullif(sum(num_tokens), 0) FROM p) AS shared_prefix_share")
     by_kind = conn.sql(

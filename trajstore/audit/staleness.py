@@ -43,9 +43,9 @@ class StalenessReport(Report):
         by_source: the same per (run_id, source).
         histogram: per (run_id, staleness): ``action_tokens`` and ``trajectories`` at that value.
         unconsumed: per source, trajectories with versioned actions not consumed (by the selected
-            run, or by any run; the last column, ``episodes``, counts their episodes): ``newest_version`` (largest policy version of any action span in
-            the store), version ``spread_*`` inside a trajectory (max - min version),
-            ``lag_*`` per trajectory (newest - its oldest version) and ``token_lag_*`` per token
+            run, or by any run; the last column, ``episodes``, counts their episodes):
+            ``newest_version`` (largest policy version of any action span in the store), version
+            ``spread_*`` inside a trajectory (max - min version), ``lag_*`` per trajectory (newest - its oldest version) and ``token_lag_*`` per token
             (newest - its span's version).
     """
 
@@ -119,7 +119,8 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
             f"GROUP BY {g}) "
             f"SELECT {g}, consumed, coalesce(action_tokens, 0) AS versioned_action_tokens, "
             f"{summary_columns('token_', 'max', 'mean')}, {summary_columns('traj_', 'max')}, "
-            f"coalesce(mixed_version_actions, 0) AS mixed_version_actions, unversioned_action_tokens, consumed_episodes "
+            f"coalesce(mixed_version_actions, 0) AS mixed_version_actions, unversioned_action_tokens, "
+            f"consumed_episodes "
             f"FROM cnt LEFT JOIN ntok USING ({g}) LEFT JOIN tp USING ({g}) LEFT JOIN rp USING ({g}) ORDER BY {g}")
 
     histogram = conn.sql(

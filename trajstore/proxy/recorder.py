@@ -22,9 +22,10 @@ An episode may also be written in installments while it goes on: at an idle evic
 ``/finish`` that came while calls were still in flight, at the proxy's shutdown flush. The parts
 written so far are immutable (the store keeps the first copy of an id), so the calls recorded
 after an installment start a new part with a new id, the earlier context as its prompt, linked
-to the part it continues (``link_kind`` ``continuation``), and ``change`` naming why (:data:`AFTER_IDLE_EVICTION`, :data:`AFTER_FINISH`,
-:data:`AFTER_SHUTDOWN_FLUSH`). ``parts`` is the count known when a part was written; an
-installment that may be continued carries ``episode`` even when it is a single part.
+to the part it continues (``link_kind`` ``continuation``), and ``change`` naming why
+(:data:`AFTER_IDLE_EVICTION`, :data:`AFTER_FINISH`, :data:`AFTER_SHUTDOWN_FLUSH`). ``parts`` is
+the count known when a part was written; an installment that may be continued carries
+``episode`` even when it is a single part.
 ``group_id`` keeps its meaning, a GRPO group of rollouts of one prompt, and is set only when the
 client names one (``X-Group-Id`` header on the session's first call, or ``group_id`` in
 ``/finish``): parts of one episode in one group would cancel each other's advantage.
@@ -245,7 +246,8 @@ class Recorder:
         self._length_break_logged = False
         self.calls_by_version: Counter[int] = Counter()
         self.lineages_per_episode: Counter[int] = Counter()
-        """Ended episodes by lineage count (an episode continued after an idle eviction counts once, at its latest end)."""
+        """Ended episodes by lineage count (an episode continued after an idle eviction counts once,
+        at its latest end)."""
         self._flush_lock = asyncio.Lock()
         self._written_gen = 0
         self._flushed_gen = 0

@@ -1,9 +1,9 @@
 """trainer/loop/step.py: invariants of one SAO iteration that a wrong loop would silently break (issue 15, part 1):
 K critic optimiser steps per iteration (warm-up included); warm-up iterations leave the policy
 bit-identical; the advantages that reach the policy loss are exactly the ones the estimator (or
-an override) produced, across a context rewrite as one chain (issue 23); and (issue 22) in every loss_agg mode the update does not depend on how
-the step is split into micro-batches, nor on the packed layout; the step reads device tensors on
-the host once (issue 22)."""
+an override) produced, across a context rewrite as one chain (issue 23); and (issue 22) in every
+loss_agg mode the update does not depend on how the step is split into micro-batches, nor on the
+packed layout; the step reads device tensors on the host once (issue 22)."""
 
 from __future__ import annotations
 
