@@ -186,3 +186,14 @@ def test_the_link_kind_is_decided_by_what_follows():
     assert r.opens and (r.parent, r.fork_point, r.link, r.change) == (ls.lineages[0], 6, "continuation",
                                                                       "after-finish")
     assert ls.pending[0].parent_id == "t0"
+
+
+def test_a_re_rendered_last_reply_is_a_context_rewrite_a_resent_last_prompt_a_fork():
+    # A: [1, 2] -> [3]; [1, 2, 3, 7] -> [8, 9] (its last action starts at 4)
+    for prompt, kind in (([1, 2, 3, 7, 8, 6, 11], CONTEXT_REWRITE),  # the last reply rendered otherwise, goes on
+                         ([1, 2, 3, 7], FORK)):  # the last prompt again: a resample of the last turn
+        ls = LineageSet()
+        _call(ls, [1, 2], [3])
+        _call(ls, [1, 2, 3, 7], [8, 9])
+        r = _call(ls, prompt, [5])
+        assert r.unmatched and ls.pending[1].covers_action and ls.pending[1].link_kind() == kind

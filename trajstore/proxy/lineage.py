@@ -29,8 +29,10 @@ installment already written is immutable, so a later call cannot change it):
   (parent and sub-agent interleave);
 * an unmatched prompt whose parent lineage is never extended again: ``fork`` when the shared
   prefix covers at least one of the parent's actions (a retry that resends earlier turns and
-  continues differently), else ``context_rewrite`` (a condenser or summariser replaced the
-  context).
+  continues differently, or resends the last prompt), else ``context_rewrite`` (a condenser or
+  summariser replaced the context). A prompt that keeps the parent's context up to its last
+  action and goes on past where it differs from it (the chat template re-rendered the last reply:
+  reasoning dropped, content trimmed) re-renders the same line: ``context_rewrite`` too.
 
 Every trajectory of the session carries ``episode_id`` = the session's episode id.
 """
@@ -67,6 +69,7 @@ class Part:
             ``continuation``, or None: decided when written, see the module docstring).
         parent: the parent lineage, for that decision. parent_calls: its calls when this part opened.
         covers_action: the shared prefix holds at least one of the parent's actions.
+        rerender: the prompt re-renders the parent's last reply (see the module docstring).
     """
 
     builder: TrajectoryBuilder
@@ -78,6 +81,7 @@ class Part:
     parent: Lineage | None = None
     parent_calls: int = 0
     covers_action: bool = False
+    rerender: bool = False
 
     def link_kind(self) -> str | None:
         """The link kind to write now (None without a parent)."""
@@ -89,7 +93,7 @@ class Part:
         assert p is not None and self.fork_point is not None
         if p.calls > self.parent_calls:
             return SUBAGENT
-        return FORK if self.covers_action else CONTEXT_REWRITE
+        return FORK if self.covers_action and not self.rerender else CONTEXT_REWRITE
 
 
 @dataclass(eq=False)
@@ -126,6 +130,12 @@ class Lineage:
         return self.part.builder.trajectory_id if self.part is not None else self.written_id
 
 
+def _rerenders(prompt: np.ndarray, parent: Lineage, n: int) -> bool:
+    """`prompt`, sharing `n` tokens with `parent`, keeps its context up to its last action and
+    goes on past where they differ: the last reply re-rendered, not a retry."""
+    return parent.calls > 0 and len(prompt) > n >= parent.last_action_start
+
+
 def extends(prompt: np.ndarray, tokens: np.ndarray) -> bool:
     """True when `tokens` is a prefix of `prompt` (both 1-D integer arrays)."""
     n = len(tokens)
@@ -149,6 +159,8 @@ class Route:
         change, parent, fork_point, link: that trajectory's ``episode.change`` and link (see :class:`Part`).
         unmatched: the prompt extends no lineage it could go to (a context break).
         closest: the lineage with the longest common prefix (for an unmatched prompt).
+        rerender: the prompt keeps `closest`'s context up to its last action and goes on past
+            where it differs (a re-rendered last reply).
     """
 
     lineage: Lineage
@@ -159,6 +171,7 @@ class Route:
     link: str | None = None
     unmatched: bool = False
     closest: Lineage | None = None
+    rerender: bool = False
 
 
 @dataclass
@@ -210,7 +223,8 @@ class LineageSet:
                 return self._attach(x)
             # its own context was rewritten: its calls go to the new trajectory, so the old one never goes on
             n = common_prefix(prompt, x.tokens)
-            link = FORK if x.first_action_end is not None and n >= x.first_action_end else CONTEXT_REWRITE
+            covers = x.first_action_end is not None and n >= x.first_action_end
+            link = FORK if covers and not _rerenders(prompt, x, n) else CONTEXT_REWRITE
             return Route(x, True, ENGINE_PROMPT, x, n, link, unmatched=True, closest=x)
         x = self.deepest(prompt)
         if x is not None:
@@ -218,7 +232,9 @@ class LineageSet:
         if not self.lineages:
             return Route(Lineage(None), True)
         parent, n = self.closest(prompt)
-        return Route(Lineage(None), True, ENGINE_PROMPT, parent, n, None, unmatched=True, closest=parent)
+        assert parent is not None
+        return Route(Lineage(None), True, ENGINE_PROMPT, parent, n, None, unmatched=True, closest=parent,
+                     rerender=_rerenders(prompt, parent, n))
 
     @staticmethod
     def _attach(x: Lineage) -> Route:
@@ -239,6 +255,7 @@ class LineageSet:
             # the parent's actions inside the shared prefix are actions of this context too
             first = r.parent.first_action_end
             part.covers_action = first is not None and first <= fork_point
+            part.rerender = r.rerender
             x.first_action_end = first if part.covers_action else None
         if x not in self.lineages:
             self.lineages.append(x)
