@@ -82,6 +82,8 @@ def stats_cmd(
     statuses: bool = typer.Option(False, "--statuses", help="trajectories per source and status"),
     duplicates: bool = typer.Option(False, "--duplicates", help="trajectory ids stored more than once"),
     all_reports: bool = typer.Option(False, "--all", help="the store's totals and every report"),
+    lineage: bool = typer.Option(False, "--lineage", help="episodes, lineages per episode (sub-agents, context "
+                                 "rewrites, forks, continuations) and tokens shared with a parent"),
     where: str | None = typer.Option(None, "--where", help="SQL predicate over trajectories columns, "
                                         "e.g. \"source = 'sdk' AND reward IS NOT NULL\""),
     run: str | None = typer.Option(None, "--run", help="only this training run's records"),
@@ -94,13 +96,13 @@ def stats_cmd(
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
     """Audit reports over a store. Without a report flag: a short overview (totals, one row per
-    source and per training run) that names the flags for the rest; --all prints every report."""
+    source and per training run) that names the flags for the rest; --all prints every report (--lineage: the episode / lineage report)."""
     from trajstore import audit
     from trajstore.audit.views import run_ids
     from trajstore.store.layout import RUNS_DIR
 
     chosen = {"staleness": staleness, "clip": clip, "coverage": coverage, "rewards": rewards,
-              "lengths": lengths, "statuses": statuses, "duplicates": duplicates}
+              "lengths": lengths, "statuses": statuses, "duplicates": duplicates, "lineage": lineage}
     brief = not any(chosen.values()) and not all_reports and plot is None
     everything = all_reports or (not any(chosen.values()) and plot is not None)
     if plot is not None:  # before any work: a missing extra is one line, not tables then an error
@@ -129,9 +131,10 @@ def stats_cmd(
         "lengths": lambda: audit.length_report(conn, where=where),
         "statuses": lambda: audit.status_report(conn, where=where),
         "duplicates": lambda: audit.duplicate_report(conn, where=where),
+        "lineage": lambda: audit.lineage_report(conn, where=where),
     }
     wanted = {"overview", "brief"} if brief else {n for n in builders if (
-        everything or chosen.get(n, False))}
+        (everything and n != "lineage") or chosen.get(n, False))}
     import duckdb
 
     from trajstore.errors import one_line

@@ -28,6 +28,7 @@ def test_duplicates_and_overview(conn, known_store):
     assert rows(trunc.summary) == [{"rows": 1, "trajectories": 1, "duplicate_rows": 0, "duplicated_ids": 0}]
     assert rows(trunc.ids) == []
     (tot,) = rows(audit.overview_report(conn).totals)
-    # tokens A 8 + B 3 + C 10 + D 5 + E 5 + F 6 = 37; action 4 + 2 + 6 + 3 + 0 + 5 = 20.
-    assert tot == {"shards": 2, "trajectories": 6, "tokens": 37, "action_tokens": 20, "sources": 2, "runs": 2,
+    # tokens A 8 + B 3 + C 10 + D 5 + E 5 + F 6 = 37; action 4 + 2 + 6 + 3 + 0 + 5 = 20; each
+    # trajectory its own episode
+    assert tot == {"shards": 2, "trajectories": 6, "episodes": 6, "tokens": 37, "action_tokens": 20, "sources": 2, "runs": 2,
                    "steps": 2, "consumed": 4}

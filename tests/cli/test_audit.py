@@ -44,6 +44,26 @@ def test_stats_all_has_every_report_and_table_output(known_store):
     assert res.exit_code == 0 and "truncated" in res.stdout and "openhands" not in res.stdout
 
 
+def test_stats_lineage_report(tmp_path):
+    # issue 23: episodes, lineages per episode and prefix sharing (hand counts: tests/audit/test_lineage.py)
+    from tests.helpers.stores import build_lineage_store
+
+    store = str(tmp_path / "store")
+    build_lineage_store(store)
+    res = runner.invoke(app, ["stats", store, "--lineage", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert set(doc) == {"lineage.totals", "lineage.by_link_kind", "lineage.lineages_per_episode"}
+    (tot,) = doc["lineage.totals"]
+    assert (tot["episodes"], tot["trajectories"], tot["lineages"], tot["shared_prefix_tokens"]) == (3, 7, 5, 15)
+    res = runner.invoke(app, ["stats", store, "--lineage"], terminal_width=120)
+    assert res.exit_code == 0 and "lineages_per_episode" in res.stdout and "context_rewrite" in res.stdout
+    res = runner.invoke(app, ["sql", store, "SELECT episode_id, lineages FROM episodes ORDER BY episode_id",
+                              "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert [(r["episode_id"], r["lineages"]) for r in json.loads(res.stdout)["result"]] == [("E1", 2), ("E3", 2), ("p", 1)]
+
+
 def test_stats_csv_and_plot(known_store, tmp_path):
     png = tmp_path / "audit.png"
     res = runner.invoke(app, ["stats", known_store.uri, "--clip", "--rewards", "--format", "csv", "--plot", str(png)])

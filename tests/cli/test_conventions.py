@@ -105,7 +105,8 @@ def test_format_means_output_format_everywhere(path):
 def test_boolean_switches_come_in_pairs():
     # Switches with a default behaviour can be turned on and off; report selectors of `stats`
     # only pick what to print.
-    selectors = {"--staleness", "--clip", "--coverage", "--rewards", "--lengths", "--statuses", "--duplicates", "--all"}
+    selectors = {"--staleness", "--clip", "--coverage", "--rewards", "--lengths", "--statuses", "--duplicates", "--all",
+                 "--lineage"}
     for path, cmd in ALL:
         for p in cmd.params:
             if getattr(p, "is_bool_flag", False) and not set(p.opts) & selectors:

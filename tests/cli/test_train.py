@@ -31,7 +31,7 @@ from pydantic.fields import FieldInfo
 from typer.testing import CliRunner
 
 import trajstore as ts
-from tests.helpers.stores import write_synthetic_store
+from tests.helpers.stores import write_split_episode_store, write_synthetic_store
 from tests.helpers.training import assert_nothing_written, refusal_config, run_files_digest
 from tests.helpers.trajectories import tiny_model_trajectory
 from trajstore import write_trajectories
@@ -246,6 +246,22 @@ def test_train_prints_a_json_summary(tmp_path: Path) -> None:
     assert (out["iterations"], out["steps"], out["policy_version"]) == (3, 2, 2)
     assert out["last_metrics"]["data/trajectories"] == 4
     assert (tmp_path / "policies" / "c1" / "v2" / "meta.json").exists()
+
+
+def test_train_on_a_store_of_split_episodes(tmp_path: Path) -> None:
+    # issue 23: 4 episodes of 3 linked trajectories each (a part, its context-rewrite successor,
+    # a sub-agent); every part trained once, each step counts its episodes
+    write_split_episode_store(tmp_path, 4)
+    r = _run(str(tmp_path), *BASE, "--run-id", "ep", "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    consumed = ts.read_trajectories(str(tmp_path), columns=["trajectory_id"]).num_rows
+    rows = pq.read_table(tmp_path / "runs" / "ep" / "consumed").column("trajectory_id").to_pylist()
+    assert sorted(rows) == sorted(f"ep{k}.{i}" for k in range(4) for i in range(3)) and consumed == 12
+    # batches of 4, a successor kept with its part: ep0.0-2 + ep1.0 + ep1.1 (its successor), then
+    # ep1.2 + ep2.0-2, then ep3.0-2 (3 trajectories of 1 episode); the first is the critic warm-up
+    assert (out["iterations"], out["steps"]) == (3, 2)
+    assert (out["last_metrics"]["data/trajectories"], out["last_metrics"]["data/episodes"]) == (3, 1)
 
 
 @pytest.mark.parametrize(("setup", "args", "message"), [

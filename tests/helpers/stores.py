@@ -5,6 +5,12 @@ trajectories in shards, for the trainer tests.
 
 :func:`write_big_v1_store` writes schema-v1 shards (what ``traj migrate`` rewrites).
 
+:func:`write_split_episode_store` writes episodes stored as linked trajectories (schema v3
+lineage): a part, its context-rewrite successor and a sub-agent, for the trainer tests.
+
+:func:`build_lineage_store` writes episodes of linked trajectories with hand-chosen sizes for the
+lineage audit tests (its docstring has the table).
+
 :func:`build_known_store` writes a store with hand-chosen contents for the audit tests (expected
 numbers are derived by hand in the tests from the table below, never from the code under test):
 
@@ -51,6 +57,45 @@ def write_synthetic_store(root: str | Path, n: int, *, seed: int = 0, per_shard:
         trajs = [tiny_model_trajectory(rng, trajectory_id=f"{prefix}{i:05d}",
                                        policy_versions=(max(0, i // 8 - 1), i // 8), **kw)
                  for i in range(start, min(n, start + per_shard))]
+        write_trajectories(str(root), trajs)
+        ids += [t.trajectory_id for t in trajs]
+    return ids
+
+
+def split_episode(rng: np.random.Generator, k: int, *, reward: float | None = None) -> list[ts.Trajectory]:
+    """Episode ``ep<k>`` as the proxy stores a context rewrite and a sub-agent (issue 23):
+
+    * ``ep<k>.0`` (root): a prompt and 2 turns;
+    * ``ep<k>.1``: its ``context_rewrite`` successor: a prompt of the root's first 4 tokens and 3
+      new ones (a summary), then 2 turns; ``fork_point`` 4;
+    * ``ep<k>.2``: a ``subagent`` child of the root with its own prompt and 1 turn; ``fork_point`` 0.
+
+    Every part carries the episode's reward (0 or 1 at random, or `reward`)."""
+    r = float(rng.integers(0, 2)) if reward is None else reward
+    root = tiny_model_trajectory(rng, trajectory_id=f"ep{k}.0", num_turns=2, reward=r)
+    b = TrajectoryBuilder(trajectory_id=f"ep{k}.1", prompt_id=root.prompt_id, model="tiny", tokenizer="tiny-llama")
+    b.add_prompt(np.concatenate([root.tokens[:4], rng.integers(0, 128, 3)]))
+    for turn in range(2):
+        b.add_action(rng.integers(0, 128, 4), np.full(4, -4.8), policy_version=0, sampling={"temperature": 1.0})
+        if turn == 0:
+            b.add_observation(rng.integers(0, 128, 3))
+    b.set_reward(r)
+    rewrite = b.finish()
+    sub = tiny_model_trajectory(rng, trajectory_id=f"ep{k}.2", num_turns=1, reward=r)
+    ep = f"ep{k}"
+    return [root.model_copy(update={"episode_id": ep}),
+            rewrite.model_copy(update={"episode_id": ep, "parent_trajectory_id": root.trajectory_id,
+                                       "fork_point": 4, "link_kind": "context_rewrite"}),
+            sub.model_copy(update={"episode_id": ep, "parent_trajectory_id": root.trajectory_id,
+                                   "fork_point": 0, "link_kind": "subagent"})]
+
+
+def write_split_episode_store(root: str | Path, n: int, *, seed: int = 0, per_shard: int = 2) -> list[str]:
+    """:func:`split_episode` ``ep0`` ... ``ep<n-1>``, `per_shard` episodes a shard; the ids in arrival order."""
+    rng = np.random.default_rng(seed)
+    ids = []
+    for start in range(0, n, per_shard):
+        trajs = [t for k in range(start, min(n, start + per_shard)) for t in split_episode(rng, k)]
         write_trajectories(str(root), trajs)
         ids += [t.trajectory_id for t in trajs]
     return ids
@@ -138,4 +183,50 @@ def build_known_store(uri: str, storage_options: dict[str, Any] | None = None) -
              dict(run_id="r1", step=0, trainer_version=8, wall_time=T0, metric="ratio/masked_below", value=0.1),
              dict(run_id="r1", step=1, trainer_version=9, wall_time=T0, metric="policy/loss", value=0.4)]
     store.write_table(pa.Table.from_pylist(steps, schema=STEP_SCHEMA), subdir="runs/r1/steps")
+    return store
+
+
+LINEAGE = {  # id: (episode, parent, link_kind, fork_point, status, reward, [(kind, tokens)])
+    "r": ("E1", None, None, None, "completed", 1.0, [("prompt", 3), ("action", 2), ("observation", 1), ("action", 2)]),
+    "s": ("E1", "r", "subagent", 2, "completed", 1.0, [("prompt", 4), ("action", 3)]),
+    "w": ("E1", "r", "context_rewrite", 3, "aborted", 1.0, [("prompt", 5), ("action", 1)]),
+    "c": ("E1", "w", "continuation", 6, "completed", 1.0, [("prompt", 6), ("action", 2)]),
+    "p": (None, None, None, None, "completed", 0.0, [("prompt", 2), ("action", 2)]),
+    "f": ("E3", None, None, None, "completed", 0.5, [("prompt", 2), ("action", 1), ("observation", 1), ("action", 1)]),
+    "g": ("E3", "f", "fork", 4, "truncated", 0.5, [("prompt", 5), ("action", 2)]),
+}
+"""The lineage store of :func:`build_lineage_store`, written in this order, one second apart."""
+
+
+def build_lineage_store(uri: str) -> Store:
+    """Write the trajectories of :data:`LINEAGE` (source ``sdk``; ``p`` names no episode: its own)
+    and consumption records of run ``r1`` for ``r``, ``s``, ``w`` and ``c`` (step 0, trainer v1,
+    actions at v0); the store.
+
+    Lineages by hand: E1 = {r, w, c} (r -> w context rewrite -> c continuation) and {s}
+    (sub-agent); E2 = p's own episode {p}; E3 = {f} and {g} (fork). Tokens: r 8, s 7, w 6, c 8,
+    p 4, f 5, g 7 (45); shared prefixes (fork points of the children): s 2, w 3, c 6, g 4 (15).
+    """
+    from trajstore.store.layout import run_consumed_dir
+
+    store = open_store(uri)
+    trajs = []
+    for i, (tid, (ep, parent, link, fork, status, reward, spans)) in enumerate(LINEAGE.items()):
+        b = TrajectoryBuilder(trajectory_id=tid, model="m", tokenizer="tok")
+        for kind, n in spans:
+            ids = np.arange(n) + 10 * i
+            if kind == "action":
+                b.add_action(ids, np.full(n, -0.5), policy_version=0)
+            elif kind == "prompt":
+                b.add_prompt(ids)
+            else:
+                b.add_observation(ids)
+        b.set_reward(reward)
+        t = b.finish(status, created_at=datetime(2026, 1, 1, 0, 0, i, tzinfo=timezone.utc))
+        trajs.append(t.model_copy(update={"episode_id": ep, "parent_trajectory_id": parent, "fork_point": fork,
+                                          "link_kind": link}))
+    ts.write_trajectories(store, trajs)
+    n_act = {tid: sum(n for k, n in v[6] if k == "action") for tid, v in LINEAGE.items()}
+    rows = [consumed_row("r1", 0, 1, tid, 0, 0, n_act[tid], 0.0, 0.0, 1.0) for tid in "rswc"]
+    store.write_table(pa.Table.from_pylist(rows, schema=CONSUMED_SCHEMA), subdir=run_consumed_dir("r1"))
     return store

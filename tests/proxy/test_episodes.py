@@ -60,6 +60,9 @@ def test_finish_during_a_slow_call_is_aborted_and_the_late_call_is_stored(fake_u
     assert (mb["episode"]["part"], mb["episode"]["parts"], mb["episode"]["change"]) == (2, 2, "after-finish")
     assert b["status"] == "aborted" and b["trajectory_id"] != a["trajectory_id"] and b["reward"] == 1.0
     assert b["tokens"] == render(msgs) + REPLY_IDS  # the earlier context is the late part's prompt
+    # issue 23: the late part continues the part /finish wrote
+    assert (b["parent_trajectory_id"], b["fork_point"], b["link_kind"]) == (a["trajectory_id"], a["num_tokens"],
+                                                                           "continuation")
     assert [s["kind"] for s in b["spans"]] == ["prompt", "action"]
     assert not [r for r in caplog.records if r.exc_info]  # no traceback
     late = [r.getMessage() for r in caplog.records if "after /finish" in r.getMessage()]

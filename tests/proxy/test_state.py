@@ -63,6 +63,11 @@ def test_idle_eviction_is_linked_to_the_later_part_and_reported(fake_upstream, s
     assert b["status"] == "completed" and b["reward"] == 1.0 and mb["calls"] == 4
     assert b["tokens"][:len(render(msgs[:-4]))] == render(msgs[:-4])  # the earlier context is its prompt
     assert [s["kind"] for s in b["spans"]] == ["prompt", "action", "observation", "action"]
+    # issue 23: linked as the continuation of the evicted part, sharing its whole context
+    assert (b["parent_trajectory_id"], b["fork_point"], b["link_kind"]) == (a["trajectory_id"], a["num_tokens"],
+                                                                           "continuation")
+    assert a["episode_id"] == b["episode_id"] == ma["episode"]["id"] and a["link_kind"] is None
+    assert b["tokens"][:a["num_tokens"]] == a["tokens"]
     said = [r.getMessage() for r in caplog.records if "evicted" in r.getMessage()]
     assert len(said) == 1 and said[0].startswith("session ev: evicted"), said
 

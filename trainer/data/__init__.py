@@ -7,17 +7,30 @@ from trajstore.trainer.data.batching import micro_batches, split_for_rank, token
 from trajstore.trainer.data.census import StoreCensus
 from trajstore.trainer.data.columns import read_scalar_columns, with_missing_nullable_columns
 from trajstore.trainer.data.cursor import DataCursor
+from trajstore.trainer.data.episodes import CHAIN_LINKS, episode_chains
 from trajstore.trainer.data.errors import StreamClosed, TrainDataError
-from trajstore.trainer.data.packing import GAEInputs, PackedMicroBatch, gae_inputs, pack, to_packed, to_rows
+from trajstore.trainer.data.packing import (
+    ChainedRows,
+    GAEInputs,
+    PackedMicroBatch,
+    gae_inputs,
+    join_chains,
+    pack,
+    split_chains,
+    to_packed,
+    to_rows,
+)
 from trajstore.trainer.data.samples import Sample, StepBatch
 from trajstore.trainer.data.stream import ListShards, TrajectoryStream
 from trajstore.trainer.data.vocabulary import shard_max_token_id
 from trajstore.trainer.data.where import WhereFilter
 
 __all__ = [
+    "CHAIN_LINKS",
     "SKIP_REASONS",
     "Admission",
     "AdmissionRule",
+    "ChainedRows",
     "DataCursor",
     "GAEInputs",
     "ListShards",
@@ -30,11 +43,14 @@ __all__ = [
     "TrajectoryStream",
     "WhereFilter",
     "decide_rows",
+    "episode_chains",
     "gae_inputs",
+    "join_chains",
     "micro_batches",
     "pack",
     "read_scalar_columns",
     "shard_max_token_id",
+    "split_chains",
     "split_for_rank",
     "to_packed",
     "to_rows",

@@ -1,18 +1,25 @@
-"""How a step's trajectories are divided: a disjoint share per data-parallel rank, then
-micro-batches bounded by a trajectory count (and a token count); trajectories are never split."""
+"""How a step's trajectories are divided: a disjoint share per data-parallel rank (whole chains of
+an episode's parts, :mod:`~trajstore.trainer.data.episodes`), then micro-batches bounded by a
+trajectory count (and a token count); trajectories are never split."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trajstore.trainer.data.episodes import episode_chains
 from trajstore.trainer.data.samples import Sample
 
 
 def split_for_rank(samples: Sequence[Sample], rank: int, world_size: int) -> list[Sample]:
-    """This rank's disjoint share of a step: trajectories sorted by length (longest first) are
-    dealt round-robin, so ranks get similar token counts. Deterministic on every rank."""
-    order = sorted(range(len(samples)), key=lambda i: (-samples[i].num_tokens, i))
-    return [samples[i] for i in order[rank::world_size]]
+    """This rank's disjoint share of a step: chains (an episode's parts joined by a context rewrite
+    or a continuation, :func:`~trajstore.trainer.data.episodes.episode_chains`; a plain trajectory
+    is a chain of one) sorted by length (longest first) are dealt round-robin, so ranks get similar
+    token counts and a chain's parts stay on one rank, next to each other in chain order.
+    Deterministic on every rank."""
+    chains = episode_chains(samples)
+    tokens = [sum(samples[i].num_tokens for i in c) for c in chains]
+    order = sorted(range(len(chains)), key=lambda k: (-tokens[k], chains[k][0]))
+    return [samples[i] for k in order[rank::world_size] for i in chains[k]]
 
 
 def micro_batches(samples: Sequence[Sample], micro_batch_size: int, num_micro: int) -> list[list[Sample]]:

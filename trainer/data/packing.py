@@ -1,6 +1,7 @@
 """Pure-torch packing: a micro-batch's trajectories concatenated into one row in the
 prediction frame (:class:`PackedMicroBatch`), and the conversions between that packed layout
-and one padded row per trajectory (what the advantage estimators take)."""
+and one padded row per trajectory (what the advantage estimators take), or one row per chain of
+an episode's parts (:func:`join_chains`)."""
 
 from __future__ import annotations
 
@@ -134,3 +135,55 @@ def gae_inputs(mb: PackedMicroBatch, samples: Sequence[Sample], values: torch.Te
     rewards[torch.arange(n, device=mask.device), last] = torch.where(mask.any(1), reward.to(mask.device), 0.0)
     return GAEInputs(rewards, to_rows(values, mb.segments), mask)
 
+
+
+class ChainedRows(NamedTuple):
+    """:class:`GAEInputs` with the parts of each chain (:func:`~trajstore.trainer.data.episodes.episode_chains`)
+    joined into one row, as the skip-observation GAE runs over them. c = chains, Tc = the longest.
+
+    Fields:
+        inputs: (c, Tc) rows: each chain's parts' rows (their own lengths, no padding between them)
+            one after the other; the reward only at the last action slot of the chain's last part.
+        chains: indices of the trajectories of each row, in chain order.
+        lengths: (n,) each trajectory's length (its row's unpadded part).
+    """
+
+    inputs: GAEInputs
+    chains: list[list[int]]
+    lengths: list[int]
+
+
+def join_chains(x: GAEInputs, segments: torch.Tensor, chains: Sequence[Sequence[int]]) -> ChainedRows:
+    """Join the rows of `x` (one per trajectory, from :func:`gae_inputs`) chain by chain; a part
+    that is not the last of its chain keeps no reward (the episode is credited once, at its end).
+
+    Args:
+        segments: ``(n + 1,)`` offsets of the packing the rows came from.
+        chains: every row index in exactly one chain, each in chain order.
+    """
+    lengths = (segments[1:] - segments[:-1]).tolist()
+    width = max(sum(lengths[i] for i in c) for c in chains)
+    out = [t.new_zeros((len(chains), width)) for t in x]
+    for k, c in enumerate(chains):
+        at = 0
+        for j, i in enumerate(c):
+            n = lengths[i]
+            out[1][k, at:at + n] = x.values[i, :n]
+            out[2][k, at:at + n] = x.action_mask[i, :n]
+            if j == len(c) - 1:
+                out[0][k, at:at + n] = x.rewards[i, :n]
+            at += n
+    return ChainedRows(GAEInputs(*out), [list(c) for c in chains], lengths)
+
+
+def split_chains(rows: torch.Tensor, joined: ChainedRows) -> torch.Tensor:
+    """``(c, Tc)`` rows of :func:`join_chains`' layout -> ``(n, Tmax)`` one row per trajectory
+    (zero-padded), the inverse of the join."""
+    n, width = len(joined.lengths), max(joined.lengths)
+    out = rows.new_zeros((n, width))
+    for k, c in enumerate(joined.chains):
+        at = 0
+        for i in c:
+            out[i, :joined.lengths[i]] = rows[k, at:at + joined.lengths[i]]
+            at += joined.lengths[i]
+    return out

@@ -31,6 +31,9 @@ class Sample:
         needs_behaviour: True for text-only data admitted with ``behaviour_logprobs="initial-policy"``.
         cursor: the stream's cursor right after this trajectory.
         mixed_version_actions: action spans produced by several versions without a known boundary.
+        episode_id, parent_trajectory_id, link_kind, fork_point: its lineage as stored (schema v3;
+            rows of older shards are their own episode, without a parent), read by the chain rule of
+            :mod:`~trajstore.trainer.data.episodes`.
     """
 
     trajectory_id: str
@@ -46,6 +49,10 @@ class Sample:
     needs_behaviour: bool
     cursor: DataCursor
     mixed_version_actions: int = 0
+    episode_id: str | None = None
+    parent_trajectory_id: str | None = None
+    link_kind: str | None = None
+    fork_point: int | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -6,6 +6,11 @@ rows were read, so a resumed run neither repeats nor skips a trajectory.
 Trajectories longer than ``max_seq_len`` are never truncated (that would cut off the token the
 reward is credited to); ``overlong="skip"`` leaves them out and counts them, ``overlong="error"``
 stops.
+
+Linked trajectories (schema v3 lineage, :mod:`~trajstore.trainer.data.episodes`): a batch does not
+end between a part and its successor (context rewrite, continuation) arriving right after it,
+and a child's shared prefix (its first ``fork_point`` tokens, its parent's) is never an action
+slot of the child.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from trajstore.store.lineage import ShardGone
 from trajstore.trainer.data.admission import Admission, AdmissionRule, decide_rows
 from trajstore.trainer.data.census import StoreCensus
 from trajstore.trainer.data.cursor import DataCursor
+from trajstore.trainer.data.episodes import SUCCESSORS_OVER_BATCH, is_successor_of, shared_prefix_end
 from trajstore.trainer.data.errors import TrainDataError
 from trajstore.trainer.data.samples import Sample, StepBatch
 from trajstore.trainer.data.vocabulary import check_vocabulary
@@ -36,6 +42,10 @@ from trajstore.trainer.loop.config import DataConfig
 
 ListShards = Callable[[], list[ShardInfo]]
 """Lists the store's trajectory shards in arrival order."""
+
+
+LINEAGE_SAMPLE_COLUMNS: tuple[str, ...] = ("episode_id", "parent_trajectory_id", "link_kind", "fork_point")
+"""Lineage columns each sample carries (episode crediting and the shared-prefix rule)."""
 
 
 class TrajectoryStream:
@@ -90,7 +100,7 @@ class TrajectoryStream:
         samples: list[Sample] = []
         tokens = 0
         idle_since = time.monotonic()
-        while len(samples) < self.cfg.batch_size:
+        while len(samples) < self.cfg.batch_size or self._successor_next(samples, tokens):
             s = self._pending or self._next_sample()
             self._pending = None
             if s is None:
@@ -115,6 +125,19 @@ class TrajectoryStream:
         if not samples:
             return None
         return StepBatch(samples, samples[-1].cursor, skipped, time.perf_counter() - t0)
+
+    def _successor_next(self, samples: list[Sample], tokens: int) -> bool:
+        """With the batch full: whether the next row read continues (context rewrite, continuation)
+        one of its parts and fits, so that the chain is trained whole (at most
+        :data:`SUCCESSORS_OVER_BATCH` over ``batch_size``; never over ``max_batch_tokens``). Reads
+        what is there now, never waits; the row read is kept for the next batch otherwise."""
+        if not samples or len(samples) >= self.cfg.batch_size + SUCCESSORS_OVER_BATCH:
+            return False
+        if self._pending is None:
+            self._pending = self._next_sample()
+        s = self._pending
+        return (s is not None and tokens + s.num_tokens <= self.cfg.max_batch_tokens
+                and is_successor_of(s, {x.trajectory_id for x in samples}))
 
     def waiting_message(self, in_batch: int) -> str:
         """What a following stream waits for, e.g. ``waiting for new trajectories in
@@ -190,7 +213,8 @@ class TrajectoryStream:
         unit_rows = np.concatenate([u.rows for u in units])
         walk = _UnitWalk(self, units)
         base, k = 0, 0
-        for batch in iter_shard_batches(self.store, shard, columns=["group_id"], strict=True):
+        for batch in iter_shard_batches(self.store, shard, columns=["group_id", *LINEAGE_SAMPLE_COLUMNS],
+                                        strict=True):
             n = len(batch)
             hi = int(np.searchsorted(phys, base + n))
             if hi > k:
@@ -214,6 +238,8 @@ class TrajectoryStream:
         mixed = flat_spans.field("policy_version_max").is_valid().to_numpy(zero_copy_only=False)
         group_id = (table.column("group_id").to_pylist() if "group_id" in table.column_names
                     else [None] * len(batch))  # older shards: nulls
+        lineage = {c: (table.column(c).to_pylist() if c in table.column_names else [None] * len(batch))
+                   for c in LINEAGE_SAMPLE_COLUMNS}
         for row, j, unit_row in zip(phys.tolist(), owner.tolist(), unit_rows.tolist()):
             i = row - base
             d = next(decisions)
@@ -241,6 +267,10 @@ class TrajectoryStream:
                 # stand-in, counted in num_missing_logprobs) has no behaviour log-prob for DIS: it is
                 # left out of the action mask, so it never reaches the loss or the ratio statistics.
                 mask &= ~np.isnan(lps)
+            shared = shared_prefix_end(lineage["parent_trajectory_id"][i], lineage["fork_point"][i])
+            if shared and mask[:shared].any():  # the parent's tokens: trained in the parent, never twice
+                mask[:shared] = False
+                self._skip("shared_prefix_actions")
             so, eo = int(batch.span_offsets[i]), int(batch.span_offsets[i + 1])
             pv = np.full(len(tokens), -1, dtype=np.int64)
             itemp = np.ones(len(tokens), dtype=np.float32)
@@ -251,7 +281,9 @@ class TrajectoryStream:
                     t = float(temps[k])
                     itemp[s0:s1] = 1.0 / t if t > 0 else 1.0
             yield Sample(d.trajectory_id, group_id[i], shard.name, row, tokens, lps, mask, pv, itemp,
-                         float(batch.reward[i]), d.text_only, cursor, int(mixed[so:eo].sum()))
+                         float(batch.reward[i]), d.text_only, cursor, int(mixed[so:eo].sum()),
+                         lineage["episode_id"][i], lineage["parent_trajectory_id"][i], lineage["link_kind"][i],
+                         lineage["fork_point"][i])
 
     def precheck(self) -> StoreCensus:
         """Apply the admission rule (:class:`~trajstore.trainer.data.admission.AdmissionRule`, the

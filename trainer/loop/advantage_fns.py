@@ -1,6 +1,8 @@
-"""The advantage estimators as the loop calls them, one per micro-batch, picked once at setup:
-SAO's skip-observation GAE from the critic's values, or a baseline's per-trajectory scalar
-advantage (GRPO group-normalised / running-mean reward) spread over its action slots."""
+"""The advantage estimators as the loop calls them, one per micro-batch (or per group of a
+rank's micro-batches that share a chain of an episode's parts), picked once at setup: SAO's
+skip-observation GAE from the critic's values, or a baseline's per-trajectory scalar advantage
+(GRPO group-normalised / running-mean reward) spread over its action slots. Both credit an
+episode stored as several linked trajectories once (:mod:`~trajstore.trainer.data.episodes`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,15 @@ from collections.abc import Callable
 import torch
 
 from trajstore.errors import TrajstoreError
-from trajstore.trainer.data import PackedMicroBatch, Sample, gae_inputs, to_packed
+from trajstore.trainer.data import (
+    PackedMicroBatch,
+    Sample,
+    episode_chains,
+    gae_inputs,
+    join_chains,
+    split_chains,
+    to_packed,
+)
 from trajstore.trainer.loop.checkpoint import TrainerState
 from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.sao.advantages import sao_targets
@@ -23,13 +33,28 @@ AdvantageFn = Callable[[PackedMicroBatch, list[Sample], torch.Tensor | None, dic
 
 def sao_gae_advantages(cfg: TrainConfig) -> AdvantageFn:
     """SAO's advantages (skip-observation GAE, length-adaptive lambda_policy) and critic targets
-    (lambda_critic = 1) of a micro-batch from the critic's values (SAO.md, mechanisms 3-4)."""
+    (lambda_critic = 1) of a micro-batch from the critic's values (SAO.md, mechanisms 3-4).
+
+    The parts of a chain (context rewrite, continuation; :mod:`~trajstore.trainer.data.episodes`)
+    are one row of the GAE: the last action of a part bootstraps from the first action of the next
+    part, only the chain's last part carries the reward, and lambda_policy counts the chain's
+    action tokens (each part's entry of the returned lambdas is its chain's)."""
 
     def fn(mb: PackedMicroBatch, samples: list[Sample], values: torch.Tensor | None,
            _scalar: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         x = gae_inputs(mb, samples, values)
-        t = sao_targets(x.rewards, x.values, x.action_mask, gamma=cfg.algo.gamma, alpha=cfg.algo.lambda_alpha)
-        return to_packed(t.advantages, mb.segments), to_packed(t.returns, mb.segments), t.lambda_policy
+        chains = episode_chains(samples)
+        if len(chains) == len(samples):  # no chain: one row per trajectory
+            t = sao_targets(x.rewards, x.values, x.action_mask, gamma=cfg.algo.gamma, alpha=cfg.algo.lambda_alpha)
+            return to_packed(t.advantages, mb.segments), to_packed(t.returns, mb.segments), t.lambda_policy
+        j = join_chains(x, mb.segments, chains)
+        t = sao_targets(j.inputs.rewards, j.inputs.values, j.inputs.action_mask, gamma=cfg.algo.gamma,
+                        alpha=cfg.algo.lambda_alpha)
+        lam = torch.empty(len(samples), dtype=t.lambda_policy.dtype, device=t.lambda_policy.device)
+        for k, c in enumerate(chains):
+            lam[c] = t.lambda_policy[k]
+        return (to_packed(split_chains(t.advantages, j), mb.segments),
+                to_packed(split_chains(t.returns, j), mb.segments), lam)
 
     return fn
 
@@ -51,12 +76,18 @@ def scalar_advantages(_cfg: TrainConfig) -> AdvantageFn:
 
 def scalar_baseline_fn(cfg: TrainConfig, state: TrainerState) -> Callable[[list[Sample], TrainerState], dict[str, float]]:
     """Per-trajectory scalar advantages for the baselines (trainer.baselines), computed on the
-    global step batch; the running mean's window lives in ``state.baseline`` (checkpointed)."""
+    global step batch; the running mean's window lives in ``state.baseline`` (checkpointed).
+
+    A chain of an episode's parts (context rewrite, continuation;
+    :mod:`~trajstore.trainer.data.episodes`) counts once: its last part's reward and group enter
+    the baseline, and every part gets the chain's advantage."""
     baseline = make_trajectory_baseline(cfg.algo.advantage, window=cfg.algo.running_mean_window)
     if isinstance(baseline, RunningMeanBaseline) and state.baseline is not None:
         baseline.load_state_dict({"history": torch.tensor(state.baseline, dtype=torch.float64)})
 
-    def fn(samples: list[Sample], st: TrainerState) -> dict[str, float]:
+    def fn(all_samples: list[Sample], st: TrainerState) -> dict[str, float]:
+        chains = episode_chains(all_samples)
+        samples = [all_samples[c[-1]] for c in chains]  # one per chain: its last part
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
         group_ids = None
         if cfg.algo.advantage == "grpo":
@@ -74,6 +105,6 @@ def scalar_baseline_fn(cfg: TrainConfig, state: TrainerState) -> Callable[[list[
         adv = baseline(rewards, group_ids)
         if isinstance(baseline, RunningMeanBaseline):
             st.baseline = baseline.state_dict()["history"].tolist()
-        return {s.trajectory_id: float(a) for s, a in zip(samples, adv)}
+        return {all_samples[i].trajectory_id: float(a) for c, a in zip(chains, adv) for i in c}
 
     return fn

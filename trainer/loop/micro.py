@@ -9,7 +9,15 @@ from dataclasses import dataclass
 
 import torch
 
-from trajstore.trainer.data import PackedMicroBatch, Sample, StepBatch, pack, split_for_rank, token_micro_batches
+from trajstore.trainer.data import (
+    PackedMicroBatch,
+    Sample,
+    StepBatch,
+    episode_chains,
+    pack,
+    split_for_rank,
+    token_micro_batches,
+)
 from trajstore.trainer.loop import distributed as D
 from trajstore.trainer.loop.step_stats import TrajectoryRatios
 from trajstore.trainer.loop.token_records import TokenCapture
@@ -86,3 +94,43 @@ def start_pass(tr: Trainer, what: str, j: int, n: int, m: Micro) -> None:
     head = f"step {tr.state.step}" if not tr.in_warmup() else f"critic warm-up {tr.state.iteration + 1}"
     tr.say(f"{head}: {what}, micro-batch {j + 1}/{n} ({int(m.mb.input_ids.shape[1]):,} tokens, "
            f"{len(m.samples)} trajector{'y' if len(m.samples) == 1 else 'ies'}{rate})")
+
+
+def chain_groups(micros: list[Micro]) -> list[list[int]]:
+    """Indices of `micros` in groups whose advantages are computed together: micro-batches that
+    hold parts of one chain (:func:`~trajstore.trainer.data.episode_chains`: an episode's parts
+    joined by a context rewrite or a continuation) are in one group, every other micro-batch alone
+    (the usual case: one group per micro-batch). Groups in micro-batch order."""
+    where = [j for j, m in enumerate(micros) for _ in m.samples]
+    parent = list(range(len(micros)))
+
+    def root(j: int) -> int:
+        while parent[j] != j:
+            parent[j] = parent[parent[j]]
+            j = parent[j]
+        return j
+
+    for chain in episode_chains([s for m in micros for s in m.samples]):
+        for i in chain[1:]:
+            parent[root(where[i])] = root(where[chain[0]])
+    groups: dict[int, list[int]] = {}
+    for j in range(len(micros)):
+        groups.setdefault(root(j), []).append(j)
+    return sorted(groups.values())
+
+
+def merged(micros: list[Micro]) -> tuple[PackedMicroBatch, list[Sample], torch.Tensor | None]:
+    """Several micro-batches as one packing (their rows one after the other), their samples and
+    values, for an estimator that must see a chain whole; :func:`unmerged` cuts its results back."""
+    fields = [torch.cat([getattr(m.mb, f) for m in micros], dim=1) for f in PackedMicroBatch._fields[:-1]]
+    offsets = [0]
+    for m in micros:
+        offsets += (m.mb.segments[1:] + offsets[-1]).tolist()
+    values = None if micros[0].values is None else torch.cat([m.values for m in micros], dim=1)
+    return (PackedMicroBatch(*fields, torch.tensor(offsets, dtype=torch.int64)),
+            [s for m in micros for s in m.samples], values)
+
+
+def unmerged(x: torch.Tensor, micros: list[Micro]) -> list[torch.Tensor]:
+    """A ``(1, L)`` result over :func:`merged` micro-batches, cut into each one's ``(1, L_j)``."""
+    return list(torch.split(x, [int(m.mb.input_ids.shape[1]) for m in micros], dim=1))

@@ -69,6 +69,8 @@ METRIC_DOCS: Mapping[str, str] = {
                                        "boundary (counted at their oldest version)",
     "reward/mean": "mean trajectory reward of the step",
     "data/trajectories": "trajectories trained in the step (all ranks)",
+    "data/episodes": "episodes (distinct episode_id) among the step's trajectories: an episode stored as several "
+                     "linked trajectories (sub-agents, context rewrites, forks, continuations) counts once",
     "data/action_tokens": "action tokens trained in the step (all ranks)",
     "perf/tokens_per_s": "tokens (all kinds, all ranks) per second of step time",
     "perf/step_s": "wall seconds of the step (data wait included)",

@@ -12,7 +12,7 @@ from torch import nn
 from trajstore.errors import TrajstoreError
 from trajstore.trainer.data import StepBatch
 from trajstore.trainer.loop import distributed as D
-from trajstore.trainer.loop.micro import Micro, prepare, start_pass
+from trajstore.trainer.loop.micro import Micro, chain_groups, merged, prepare, start_pass, unmerged
 from trajstore.trainer.loop.records import consumed_rows
 from trajstore.trainer.loop.step_stats import (
     CriticStats,
@@ -108,10 +108,12 @@ def _train_step(tr: Trainer, batch: StepBatch) -> tuple[dict[str, float], list[d
 
 def _values_and_advantages(tr: Trainer, micros: list[Micro], scalar: dict[str, float]
                            ) -> tuple[ValueMoments | None, torch.Tensor, torch.Tensor]:
-    """The critic's values of every micro-batch (no grad, unwrapped: no DDP hooks), then its
-    advantages and critic targets, stored on each :class:`Micro`. Returns the values' moments
-    against the targets (None without a critic), and this rank's sums of the advantages at
-    action tokens and of lambda_policy over trajectories (``()`` float64)."""
+    """The critic's values of every micro-batch (no grad, unwrapped: no DDP hooks), then the
+    advantages and critic targets, stored on each :class:`Micro` (micro-batches that share a
+    chain of an episode's parts in one estimator call:
+    :func:`~trajstore.trainer.loop.micro.chain_groups`). Returns the values' moments against the
+    targets (None without a critic), and this rank's sums of the advantages at action tokens and
+    of lambda_policy over trajectories (``()`` float64)."""
     device = tr.env.device
     moments: ValueMoments | None = None
     advantage_sum = torch.zeros((), dtype=torch.float64, device=device)
@@ -121,10 +123,22 @@ def _values_and_advantages(tr: Trainer, micros: list[Micro], scalar: dict[str, f
             start_pass(tr, "critic values", j, len(micros), m)
             with torch.no_grad(), tr.autocast():
                 m.values = D.unwrap(tr.critic)(m.mb.input_ids, m.mb.position_ids).float()
-        m.advantages, m.returns, lam = tr.advantage_fn(m.mb, m.samples, m.values, scalar)
-        advantage_sum += (m.advantages * m.mb.action_mask).sum().to(device, torch.float64)
-        if m.samples:  # an empty micro-batch is a one-token dummy with one lambda of its own
+    # micro-batches holding parts of one chain of an episode (trainer.data.episodes) are estimated
+    # together, so that a part's last action bootstraps from the next part's first
+    for group in chain_groups(micros):
+        ms = [micros[j] for j in group]
+        if len(ms) == 1:
+            m = ms[0]
+            m.advantages, m.returns, lam = tr.advantage_fn(m.mb, m.samples, m.values, scalar)
+        else:
+            adv, ret, lam = tr.advantage_fn(*merged(ms), scalar)
+            for m, a, r in zip(ms, unmerged(adv, ms), unmerged(ret, ms) if ret is not None else [None] * len(ms)):
+                m.advantages, m.returns = a, r
+        for m in ms:
+            advantage_sum += (m.advantages * m.mb.action_mask).sum().to(device, torch.float64)
+        if any(m.samples for m in ms):  # an empty micro-batch is a one-token dummy with one lambda of its own
             lambda_sum += lam.sum().to(device, torch.float64)
+    for m in micros:
         if tr.critic is not None:
             mm = value_moments(m.values, m.returns, m.mb.action_mask)
             moments = mm if moments is None else add_sums(moments, mm)

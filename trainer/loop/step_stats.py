@@ -350,6 +350,7 @@ def _data_metrics(batch: StepBatch, trainer_version: int, action_tokens: float) 
     m["staleness/mixed_version_actions"] = float(sum(s.mixed_version_actions for s in batch.samples))
     m["reward/mean"] = sum(s.reward for s in batch.samples) / len(batch.samples)
     m["data/trajectories"] = float(len(batch.samples))
+    m["data/episodes"] = float(len({s.episode_id or s.trajectory_id for s in batch.samples}))
     m["data/action_tokens"] = action_tokens
     for reason, k in batch.skipped.items():
         m[f"data/skipped_{reason}"] = float(k)

@@ -1,6 +1,6 @@
 """Audits of a store with DuckDB: views over trajectories, spans and training records, and
-reports on staleness, DIS clip rates, coverage, rewards, lengths, statuses and duplicates
-(one module per report family; the ``--where`` predicate checks in predicate.py).
+reports on staleness, DIS clip rates, coverage, rewards, lengths, statuses, duplicates
+and lineages (one module per report family; the ``--where`` predicate checks in predicate.py).
 
     conn = trajstore.audit.connect("s3://bucket/store", storage_options={...})
     trajstore.audit.staleness_report(conn, where="source = 'sdk'").by_run.df()
@@ -18,6 +18,7 @@ from trajstore.audit.distributions import (
     status_report,
 )
 from trajstore.audit.duplicates import DuplicateReport, duplicate_report
+from trajstore.audit.lineage import LineageReport, lineage_report
 from trajstore.audit.overview import BriefReport, OverviewReport, brief_report, overview_report
 from trajstore.audit.percentiles import PERCENTILES
 from trajstore.audit.predicate import is_plain_predicate, predicate_error
@@ -27,7 +28,8 @@ from trajstore.audit.views import VIEW_NAMES, AuditError, connect, sql
 
 __all__ = [
     "PERCENTILES", "VIEW_NAMES", "AuditError", "BriefReport", "ClipReport", "CoverageReport", "DuplicateReport", "LengthReport",
+    "LineageReport",
     "OverviewReport", "Report", "RewardReport", "StalenessReport", "StatusReport", "brief_report", "clip_report", "connect",
     "coverage_report", "duplicate_report", "is_plain_predicate", "predicate_error", "length_report", "overview_report",
-    "reward_report", "sql", "staleness_report", "status_report",
+    "lineage_report", "reward_report", "sql", "staleness_report", "status_report",
 ]

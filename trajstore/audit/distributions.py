@@ -17,7 +17,9 @@ class RewardReport(Report):
 
     Attributes:
         by_source: ``trajectories``, ``with_reward``, ``null_reward``, ``mean``, ``std``
-            (sample), ``min``, ``p50``, ``max`` and ``share_positive`` (share of rewards > 0).
+            (sample), ``min``, ``p50``, ``max`` and ``share_positive`` (share of rewards > 0),
+            over trajectories, then ``episodes`` (distinct ``episode_id``: an episode stored as
+            several linked trajectories counts once).
         histogram: per (source, bin): ``bin_lo``, ``bin_hi``, ``trajectories``; REWARD_BINS
             equal-width bins between the smallest and largest reward (all sources), the last
             bin closed; one bin when every reward is equal.
@@ -50,7 +52,9 @@ class LengthReport(Report):
 
 @dataclass(frozen=True)
 class StatusReport(Report):
-    """Per (source, status): ``trajectories`` and ``share`` (0..1) of the source's trajectories."""
+    """Per (source, status): ``trajectories``, ``share`` (0..1) of the source's trajectories, and
+    ``episodes``: distinct ``episode_id`` with a trajectory of that status (an episode stored as
+    several trajectories counts once per status its trajectories have)."""
 
     by_source: duckdb.DuckDBPyRelation
 
@@ -82,7 +86,8 @@ def reward_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None) 
         f"WITH {sel} SELECT source, count(*) AS trajectories, count(reward) AS with_reward, "
         f"count(*) - count(reward) AS null_reward, avg(reward) AS mean, stddev_samp(reward) AS std, "
         f"min(reward) AS min, quantile_disc(reward, 0.5) AS p50, max(reward) AS max, "
-        f"avg(CASE WHEN reward > 0 THEN 1.0 ELSE 0.0 END) FILTER (WHERE reward IS NOT NULL) AS share_positive "
+        f"avg(CASE WHEN reward > 0 THEN 1.0 ELSE 0.0 END) FILTER (WHERE reward IS NOT NULL) AS share_positive, "
+        f"count(DISTINCT episode_id) AS episodes "
         f"FROM sel GROUP BY source ORDER BY source"))
 
 
@@ -112,5 +117,6 @@ def status_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None) 
     """Trajectories per (source, status). Raises AuditError on a bad predicate."""
     return StatusReport(by_source=conn.sql(
         f"WITH {selected_cte(conn, where)} SELECT source, status, count(*) AS trajectories, "
-        f"count(*) / sum(count(*)) OVER (PARTITION BY source) AS share FROM sel GROUP BY source, status "
+        f"count(*) / sum(count(*)) OVER (PARTITION BY source) AS share, count(DISTINCT episode_id) AS episodes "
+        f"FROM sel GROUP BY source, status "
         f"ORDER BY source, status"))

@@ -12,7 +12,8 @@ from trajstore.audit.report import Report
 
 @dataclass(frozen=True)
 class OverviewReport(Report):
-    """One row of store totals: ``shards`` (files holding any matching row), ``trajectories``, ``tokens``, ``action_tokens``,
+    """One row of store totals: ``shards`` (files holding any matching row), ``trajectories``, ``episodes``
+    (distinct ``episode_id``; ``traj stats --lineage`` has lineages and prefix sharing), ``tokens``, ``action_tokens``,
     ``sources``, ``runs``, ``steps`` (distinct run/step pairs), ``consumed`` records."""
 
     totals: duckdb.DuckDBPyRelation
@@ -27,7 +28,8 @@ def overview_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None
     return OverviewReport(totals=conn.sql(
         f"WITH {selected_cte(conn, where)} SELECT (SELECT count(DISTINCT shard) FROM _trajectory_rows "
         f"WHERE {where_sql(conn, where)}) AS shards, "
-        f"(SELECT count(*) FROM sel) AS trajectories, (SELECT coalesce(sum(num_tokens), 0) FROM sel) AS tokens, "
+        f"(SELECT count(*) FROM sel) AS trajectories, (SELECT count(DISTINCT episode_id) FROM sel) AS episodes, "
+        f"(SELECT coalesce(sum(num_tokens), 0) FROM sel) AS tokens, "
         f"(SELECT coalesce(sum(num_action_tokens), 0) FROM sel) AS action_tokens, "
         f"(SELECT count(DISTINCT source) FROM sel) AS sources, "
         f"(SELECT count(DISTINCT run_id) FROM (SELECT run_id FROM steps WHERE {rf} UNION "

@@ -25,7 +25,9 @@ class StalenessReport(Report):
     """Policy lag of trained and waiting data. Staleness is in policy versions.
 
     Attributes:
-        by_run: one row per run over consumed trajectories: ``consumed`` (consumption records),
+        by_run: one row per run over consumed trajectories: ``consumed`` (consumption records;
+            the last column, ``consumed_episodes``, counts their distinct ``episode_id``: an
+            episode stored as several linked trajectories counts once),
             ``versioned_action_tokens`` (action tokens with a policy version), per-token staleness (trainer_version - the action span's
             policy_version) ``token_p50/p90/p99/max/mean``, and per-trajectory staleness (trainer
             version - the oldest action span's version, i.e. the worst token)
@@ -41,9 +43,9 @@ class StalenessReport(Report):
         by_source: the same per (run_id, source).
         histogram: per (run_id, staleness): ``action_tokens`` and ``trajectories`` at that value.
         unconsumed: per source, trajectories with versioned actions not consumed (by the selected
-            run, or by any run): ``newest_version`` (largest policy version of any action span in
-            the store), version ``spread_*`` inside a trajectory (max - min version),
-            ``lag_*`` per trajectory (newest - its oldest version) and ``token_lag_*`` per token
+            run, or by any run; the last column, ``episodes``, counts their episodes):
+            ``newest_version`` (largest policy version of any action span in the store), version
+            ``spread_*`` inside a trajectory (max - min version), ``lag_*`` per trajectory (newest - its oldest version) and ``token_lag_*`` per token
             (newest - its span's version).
     """
 
@@ -87,9 +89,10 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
                  f"count(policy_version_max) AS mixed FROM spans "
                  f"WHERE kind = 'action' AND policy_version IS NOT NULL GROUP BY trajectory_id, policy_version")
     conn.execute(f"CREATE TEMP TABLE {sel_t} AS WITH {selected_cte(conn, where)} SELECT trajectory_id, source, "
-                 f"min_policy_version, max_policy_version FROM sel")
+                 f"episode_id, min_policy_version, max_policy_version FROM sel")
     conn.execute(f"CREATE TEMP TABLE {c_t} AS SELECT c.run_id, c.step, c.trainer_version, c.trajectory_id, "
-                 f"s.source FROM consumed c JOIN {sel_t} s USING (trajectory_id) WHERE {run_filter(run, 'c.run_id')}")
+                 f"s.source, s.episode_id FROM consumed c JOIN {sel_t} s USING (trajectory_id) "
+                 f"WHERE {run_filter(run, 'c.run_id')}")
     uv_t = f"_staleness_unversioned_{tag}"
     conn.execute(f"CREATE TEMP TABLE {uv_t} AS SELECT trajectory_id, sum(num_tokens) AS n FROM spans "
                  f"WHERE kind = 'action' AND policy_version IS NULL GROUP BY trajectory_id")
@@ -109,13 +112,15 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
             f"trh AS (SELECT {g}, staleness, count(*) AS n FROM tr GROUP BY {g}, staleness), "
             f"tp AS ({weighted_percentiles_sql('th', groups, 'staleness', 'n', 'token_')}), "
             f"rp AS ({weighted_percentiles_sql('trh', groups, 'staleness', 'n', 'traj_')}), "
-            f"cnt AS (SELECT {g}, count(*) AS consumed, coalesce(sum(u.n), 0) AS unversioned_action_tokens "
+            f"cnt AS (SELECT {g}, count(*) AS consumed, count(DISTINCT episode_id) AS consumed_episodes, "
+            f"coalesce(sum(u.n), 0) AS unversioned_action_tokens "
             f"FROM c LEFT JOIN {uv_t} u USING (trajectory_id) GROUP BY {g}), "
             f"ntok AS (SELECT {g}, sum(n) AS action_tokens, sum(mixed) AS mixed_version_actions FROM tok "
             f"GROUP BY {g}) "
             f"SELECT {g}, consumed, coalesce(action_tokens, 0) AS versioned_action_tokens, "
             f"{summary_columns('token_', 'max', 'mean')}, {summary_columns('traj_', 'max')}, "
-            f"coalesce(mixed_version_actions, 0) AS mixed_version_actions, unversioned_action_tokens "
+            f"coalesce(mixed_version_actions, 0) AS mixed_version_actions, unversioned_action_tokens, "
+            f"consumed_episodes "
             f"FROM cnt LEFT JOIN ntok USING ({g}) LEFT JOIN tp USING ({g}) LEFT JOIN rp USING ({g}) ORDER BY {g}")
 
     histogram = conn.sql(
@@ -128,21 +133,22 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
     consumed_ids = f"SELECT trajectory_id FROM consumed WHERE {run_filter(run)}"
     newest = f"(SELECT max(policy_version) FROM {vh})"
     unconsumed = conn.sql(
-        f"WITH u AS (SELECT trajectory_id, source, min_policy_version, max_policy_version FROM {sel_t} "
+        f"WITH u AS (SELECT trajectory_id, source, episode_id, min_policy_version, max_policy_version FROM {sel_t} "
         f"WHERE min_policy_version IS NOT NULL AND trajectory_id NOT IN ({consumed_ids})), "
         f"nw AS (SELECT {newest} AS newest), "
         f"ut AS (SELECT u.source, nw.newest - v.policy_version AS lag, sum(v.n) AS n FROM u "
         f"JOIN {vh} v USING (trajectory_id), nw GROUP BY ALL), "
         f"us AS (SELECT source, max_policy_version - min_policy_version AS spread, count(*) AS n FROM u GROUP BY ALL), "
         f"ul AS (SELECT u.source, nw.newest - min_policy_version AS lag, count(*) AS n FROM u, nw GROUP BY ALL), "
-        f"cnt AS (SELECT source, count(*) AS trajectories FROM u GROUP BY source), "
+        f"cnt AS (SELECT source, count(*) AS trajectories, count(DISTINCT episode_id) AS episodes FROM u "
+        f"GROUP BY source), "
         f"ntok AS (SELECT source, sum(n) AS action_tokens FROM ut GROUP BY source), "
         f"sp AS ({weighted_percentiles_sql('us', ('source',), 'spread', 'n', 'spread_')}), "
         f"lg AS ({weighted_percentiles_sql('ul', ('source',), 'lag', 'n', 'lag_')}), "
         f"tl AS ({weighted_percentiles_sql('ut', ('source',), 'lag', 'n', 'token_lag_')}) "
         f"SELECT source, trajectories, action_tokens, (SELECT newest FROM nw) AS newest_version, "
         f"{summary_columns('spread_', 'max')}, {summary_columns('lag_', 'max')}, "
-        f"{summary_columns('token_lag_', 'max')} "
+        f"{summary_columns('token_lag_', 'max')}, episodes "
         f"FROM cnt LEFT JOIN ntok USING (source) LEFT JOIN sp USING (source) LEFT JOIN lg USING (source) "
         f"LEFT JOIN tl USING (source) ORDER BY source")
     return StalenessReport(by_run=summary(("run_id",)), by_source=summary(("run_id", "source")),

@@ -1,5 +1,6 @@
 """DuckDB views over a store (``trajectories``, ``spans``, ``steps``, ``consumed``,
-``step_metrics``) on a connection that can read the store's shards and nothing else.
+``step_metrics``, and ``lineages`` / ``episodes``: :mod:`~trajstore.audit.lineage_views`) on a
+connection that can read the store's shards and nothing else.
 
 The store is only ever read through ``read_parquet`` over the explicit list of readable shards
 (:meth:`~trajstore.store.Store.list_shards`, so corrupt shards are skipped with a warning, as
@@ -21,6 +22,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from trajstore.audit.lineage_views import LINEAGE_VIEW_NAMES, create_lineage_views
 from trajstore.errors import TrajstoreError, one_line
 from trajstore.schema import (
     ACTION_LOGPROBS_COLUMN,
@@ -39,7 +41,7 @@ from trajstore.store.layout import RUNS_DIR, TRAJECTORIES_DIR, run_consumed_dir,
 from trajstore.token_annotations import TOKEN_ANNOTATION_SCHEMA
 
 VIEW_NAMES: tuple[str, ...] = ("trajectories", "spans", "span_logprobs", "steps", "consumed", "step_metrics",
-                               "token_annotations")
+                               "token_annotations", *LINEAGE_VIEW_NAMES)
 """Views every audit connection has (empty, with the right columns, when there is no data)."""
 
 SPAN_GROUP_COLUMNS: tuple[str, ...] = (
@@ -241,6 +243,8 @@ def connect(uri: str | os.PathLike[str] | Store, *,
       position < "end"``).
     - ``step_metrics``: ``steps`` pivoted to one row per (run_id, step) with ``trainer_version``,
       ``wall_time`` (latest) and one column per metric name (mean if logged more than once).
+    - ``lineages``, ``episodes``: one row per lineage (a trajectory and its context-rewrite /
+      continuation successors) and per ``episode_id`` (:mod:`~trajstore.audit.lineage_views`).
 
     Read-only: DuckDB's file access is limited to exactly the listed shard files
     (``allowed_paths``, ``enable_external_access = false``, then ``lock_configuration = true`` so
@@ -309,6 +313,7 @@ def connect(uri: str | os.PathLike[str] | Store, *,
         f"{group_cols} FROM (SELECT trajectory_id, {ACTION_LOGPROBS_COLUMN}, {group_cols}, "
         f"unnest(range(len(spans))) AS span_index, unnest(spans) AS sp FROM _trajectories_full) "
         f"WHERE sp.kind = 'action'")
+    create_lineage_views(conn)
 
     runs = run_ids(store)
     for view, records_dir, schema in (("steps", run_steps_dir, STEP_SCHEMA),

@@ -3,7 +3,9 @@
 :mod:`~trajstore.proxy.episodes`, :mod:`~trajstore.proxy.info`); :func:`run_proxy` serves it.
 See :mod:`trajstore.proxy` for the whole picture.
 
-Routes (each ``/v1/...`` route also exists under ``/s/<session>/v1/...``):
+Routes (each ``/v1/...`` route also exists under ``/s/<session>/v1/...``, and the model-call
+routes under ``/s/<session>/l/<lineage>/v1/...``, which names the call's lineage as the
+``X-Lineage-Id`` header does: :mod:`~trajstore.proxy.lineage`):
 
 * ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or not), ``GET /v1/models``;
 * ``POST /s/<session>/reward`` ``{"reward": float, "raw": any}``;
@@ -15,8 +17,9 @@ Routes (each ``/v1/...`` route also exists under ``/s/<session>/v1/...``):
   for a mixed-version call, whose newest is in ``policy_versions_max``, else null), the token count, the
   calls it stopped waiting for (``calls_in_flight``, after ``--finish-wait``) and the trajectories
   written earlier at idle evictions (``evicted_parts``);
-* ``GET /proxy/stats``: counters (``mixed_version_calls`` among them), per-version counts of the
-  calls made by one version, open sessions, weight sync state;
+* ``GET /proxy/stats``: counters (``mixed_version_calls`` and ``lineages`` among them), ended
+  episodes by lineage count (``lineages_per_episode``), per-version counts of the calls made by
+  one version, open sessions, weight sync state;
 * ``POST /proxy/policy_version`` ``{"version": N}``: the upstream was reloaded by hand and now
   serves version N (refused with ``--follow-run``, which loads versions itself);
 * ``GET /health``.
@@ -62,11 +65,13 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
     app.add_api_route("/proxy/policy_version", set_policy_version, methods=["POST"])
     app.add_api_route("/v1/models", models, methods=["GET"])
     app.add_api_route("/s/{session}/v1/models", models, methods=["GET"])
+    app.add_api_route("/s/{session}/l/{lineage}/v1/models", models, methods=["GET"])
     # The model-call routes are plain Starlette routes: FastAPI's request handler (dependency
     # solving, exit stacks) has nothing to inject here and costs ~0.1-0.2 ms a call (bench/proxy.py).
     for name, call in (("chat/completions", chat_completions), ("completions", completions)):
         app.add_route(f"/v1/{name}", call, methods=["POST"], include_in_schema=False)
         app.add_route(f"/s/{{session}}/v1/{name}", call, methods=["POST"], include_in_schema=False)
+        app.add_route(f"/s/{{session}}/l/{{lineage}}/v1/{name}", call, methods=["POST"], include_in_schema=False)
     app.add_api_route("/s/{session}/reward", reward, methods=["POST"])
     app.add_api_route("/s/{session}/finish", finish, methods=["POST"])
     return app

@@ -1,5 +1,7 @@
 """The model-call routes, ``POST /v1/chat/completions`` and ``POST /v1/completions`` (also under
-``/s/<session>``): check the request, find its session, continue an episode evicted for idling
+``/s/<session>`` and ``/s/<session>/l/<lineage>``, the lineage the call belongs to, as the
+``X-Lineage-Id`` header names it: :mod:`~trajstore.proxy.lineage`): check the request, find its
+session, continue an episode evicted for idling
 (the answer says so in ``X-Trajstore-Evicted``) or open a new one (admitted by the staleness
 gate), then :func:`~trajstore.proxy.forward.forward` it to the upstream."""
 
@@ -13,6 +15,7 @@ from fastapi.responses import Response
 from trajstore.proxy.forward import forward
 from trajstore.proxy.httpio import openai_error, read_limited
 from trajstore.proxy.jsonio import strict_json_loads
+from trajstore.proxy.lineage import LINEAGE_HEADER
 from trajstore.proxy.recorder import check_session_key
 from trajstore.proxy.request import RequestFieldError, check_request
 from trajstore.proxy.staleness import StalenessOverflow
@@ -36,6 +39,16 @@ async def chat_completions(request: Request) -> Response:
 
 async def completions(request: Request) -> Response:
     return await handle_call(request, request.path_params.get("session"), False)
+
+
+def _lineage_of(request: Request) -> str | None:
+    """The lineage the call names (the URL's ``/l/<lineage>`` first, else ``X-Lineage-Id``), or None.
+
+    Raises:
+        ValueError: not a valid key (the session key's rule).
+    """
+    name = request.path_params.get("lineage") or request.headers.get(LINEAGE_HEADER)
+    return check_session_key(name) if name else None
 
 
 async def handle_call(request: Request, session: str | None, chat: bool) -> Response:
@@ -63,6 +76,7 @@ async def handle_call(request: Request, session: str | None, chat: bool) -> Resp
     key = session or request.headers.get("x-trajectory-id")
     try:
         key = check_session_key(key) if key else None
+        lineage = _lineage_of(request)
     except ValueError as e:
         return openai_error(400, str(e))
     if key is None and cfg.require_session:
@@ -84,10 +98,10 @@ async def handle_call(request: Request, session: str | None, chat: bool) -> Resp
             if st.gate is not None:
                 st.gate.release()
             return openai_error(503, SHUTTING_DOWN, "proxy_shutting_down")
-        evicted = st.evicted.pop(key, None)
+        evicted = st.take_evicted(key)
         s = st.recorder.open(key, prompt_id=request.headers.get("x-prompt-id"),
                              group_id=request.headers.get("x-group-id"), evicted=evicted)
-    response = await forward(st, request, s, body, chat=chat, ephemeral=ephemeral)
+    response = await forward(st, request, s, body, chat=chat, ephemeral=ephemeral, lineage=lineage)
     if evicted is not None:
         response.headers[EVICTED_HEADER] = str(len(evicted.trajectory_ids))
     if held is not None:

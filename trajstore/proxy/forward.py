@@ -42,7 +42,7 @@ def _observation_of(body: dict[str, Any], chat: bool) -> tuple[str | None, str |
 
 
 async def forward(st: ProxyState, request: Request, s: Session, body: dict[str, Any], *, chat: bool,
-                  ephemeral: bool) -> Response:
+                  ephemeral: bool, lineage: str | None = None) -> Response:
     """Send one checked call of session `s` upstream and answer the client; the session's call
     counts as in flight from here until it is answered and recorded (or failed). A shutdown may
     cut it while it waits for the upstream: the client then gets a 503 from the proxy.
@@ -53,8 +53,10 @@ async def forward(st: ProxyState, request: Request, s: Session, body: dict[str, 
         chat: ``/v1/chat/completions`` rather than ``/v1/completions``.
         ephemeral: a call without a session, its own episode: it ends (durably written) before
             the answer goes out.
+        lineage: the lineage the client named for the call (None: the one its prompt extends).
     """
     call = st.start_call(s)
+    call.lineage = lineage
     aug = augment(body, chat=chat, engine=st.cfg.engine)
     path = "/v1/chat/completions" if chat else "/v1/completions"
     headers = upstream_auth_headers(st, request)

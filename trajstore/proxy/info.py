@@ -27,6 +27,7 @@ async def stats(request: Request) -> dict[str, Any]:
     out: dict[str, Any] = {
         **dict(r.stats), "open_sessions": len(r.sessions), "errors": dict(st.errors),
         "calls_by_version": {str(k): v for k, v in sorted(r.calls_by_version.items())},
+        "lineages_per_episode": {str(k): v for k, v in sorted(r.lineages_per_episode.items()) if v},
         "policy_version": st.versioning.version, "policy_version_source": st.versioning.source,
         "reload_epoch": st.versioning.epoch,
         "uptime_s": round(time.time() - st.started, 1), "shutting_down": st.closing, "calls_in_flight": len(st.calls)}

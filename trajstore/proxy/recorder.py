@@ -1,27 +1,31 @@
 """Sessions of ``traj proxy``: model calls grouped into trajectories, written through the SDK.
 
 A session is one episode of one harness (its key comes from the URL prefix
-``/s/<session>/v1`` or the ``X-Trajectory-Id`` header). Each call's prompt token ids, as the
-server saw them, must start with the tokens the trajectory holds so far (the previous prompt
-plus the previous output); the rest of the prompt is the observation span, and the call's
-sampled ids are the action span. A prompt that does not extend them (context condensed,
-reasoning dropped by the chat template) closes the trajectory and starts a new one of the
-same episode; nothing is ever re-tokenised. Trajectories are written when the episode ends
-(``/finish``, idle timeout, shutdown) with the episode's reward and status.
+``/s/<session>/v1`` or the ``X-Trajectory-Id`` header). Its calls are cut into lineages
+(:mod:`trajstore.proxy.lineage`): each call's prompt token ids, as the server saw them, extend
+the tokens of one lineage (its previous prompt plus its previous output); the rest of the prompt
+is the observation span, and the call's sampled ids are the action span. A prompt that extends no
+lineage (context condensed, a sub-agent's own history, a retry from an earlier turn, reasoning
+dropped by the chat template) starts a new lineage of the same episode, linked to the lineage it
+shares the longest prefix with; nothing is ever re-tokenised. Trajectories are written when the
+episode ends (``/finish``, idle timeout, shutdown) with the episode's reward and status, every one
+with ``episode_id`` = the session's episode id and its lineage link.
 
-An episode split into several trajectories is linked as ingest links one
+An episode split into several trajectories is also linked as ingest links one
 (:func:`trajstore.ingest.build_chat.conversation_to_trajectories`): every part carries metadata
-``episode = {"id", "part", "parts", "change"}`` (``part`` counts from 1; ``change`` is None
-for the first part and ``engine-prompt`` for the others, ingest's name for a new engine prompt
-after an action: the proxy sees the ids the server got, not why the harness changed them).
+``episode = {"id", "part", "parts", "change"}`` (``part`` counts from 1 in the order the parts
+opened; ``change`` is None for the first part, ``engine-prompt`` for a prompt that extended no
+lineage, ingest's name for a new engine prompt after an action: the proxy sees the ids the server
+got, not why the harness changed them, and ``new-lineage`` for an explicitly named lineage).
 
 An episode may also be written in installments while it goes on: at an idle eviction, at a
 ``/finish`` that came while calls were still in flight, at the proxy's shutdown flush. The parts
 written so far are immutable (the store keeps the first copy of an id), so the calls recorded
-after an installment start a new part with a new id, the earlier context as its prompt, and
-``change`` naming why (:data:`AFTER_IDLE_EVICTION`, :data:`AFTER_FINISH`,
-:data:`AFTER_SHUTDOWN_FLUSH`). ``parts`` is the count known when a part was written; an
-installment that may be continued carries ``episode`` even when it is a single part.
+after an installment start a new part with a new id, the earlier context as its prompt, linked
+to the part it continues (``link_kind`` ``continuation``), and ``change`` naming why
+(:data:`AFTER_IDLE_EVICTION`, :data:`AFTER_FINISH`, :data:`AFTER_SHUTDOWN_FLUSH`). ``parts`` is
+the count known when a part was written; an installment that may be continued carries
+``episode`` even when it is a single part.
 ``group_id`` keeps its meaning, a GRPO group of rollouts of one prompt, and is set only when the
 client names one (``X-Group-Id`` header on the session's first call, or ``group_id`` in
 ``/finish``): parts of one episode in one group would cancel each other's advantage.
@@ -30,7 +34,7 @@ A reply cut by ``max_tokens`` (finish reason ``length``) is stored as the ids th
 without an end-of-turn token; the chat template appends its end-of-turn token after the cut
 content, so the next prompt extends the stored tokens and that token opens the observation. A
 template that renders the cut content with other ids (one that trims it, or a cut word that the
-server re-tokenizes differently) puts the mismatch inside the last action's ids: a new part,
+server re-tokenizes differently) puts the mismatch inside the last action's ids: a new lineage,
 as for any prompt that does not extend, counted apart (``context_breaks_after_length``) since
 nothing in the harness changed the context.
 """
@@ -48,8 +52,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from trajstore.builder import TrajectoryBuilder
 from trajstore.models import Trajectory
+from trajstore.proxy.lineage import LineageSet, common_prefix
 from trajstore.proxy.upstream import CallResult
 from trajstore.writer import StoreWriter
 
@@ -112,6 +119,8 @@ class Evicted:
     context_breaks: int
     reward: float | None
     reward_raw: Any
+    lineages: LineageSet | None = None
+    """Its lineages (their tokens), so that the later call attaches to the one it extends."""
 
 
 @dataclass
@@ -125,18 +134,13 @@ class Session:
     extra_metadata: dict[str, Any]
     created: float = field(default_factory=time.monotonic)
     last_active: float = field(default_factory=time.monotonic)
-    done: list[TrajectoryBuilder] = field(default_factory=list)
-    current: TrajectoryBuilder | None = None
-    tokens: list[int] = field(default_factory=list)
+    lineages: LineageSet = field(default_factory=LineageSet)
+    """Its lineages and the trajectories recorded since the last installment."""
     calls: int = 0
     in_flight: int = 0
     context_breaks: int = 0
     context_breaks_after_length: int = 0
     """Of the context breaks, those inside the last action's ids right after a ``length`` finish."""
-    last_action_start: int = 0
-    """Where the last call's sampled ids begin in :attr:`tokens`."""
-    last_finish: str | None = None
-    """The last recorded call's finish reason."""
     errors: list[str] = field(default_factory=list)
     taint: str | None = None
     reward: float | None = None
@@ -158,12 +162,8 @@ class Session:
 
     parts_written: int = 0
     """Parts of this episode already in the store (earlier installments)."""
-    part_changes: list[str | None] = field(default_factory=list)
-    """``episode.change`` of each part in :attr:`done` and :attr:`current`."""
-    resume_change: str | None = None
-    """``episode.change`` of the next part after an installment."""
     pending_calls: int = 0
-    """Calls recorded since the last installment (in :attr:`done` and :attr:`current`)."""
+    """Calls recorded since the last installment."""
     evicted_ids: list[str] = field(default_factory=list)
     """Trajectories of this episode written as aborted at idle evictions."""
     late: bool = False
@@ -204,7 +204,7 @@ class Session:
     @property
     def num_trajectories(self) -> int:
         """Trajectories recorded since the last installment (not yet written)."""
-        return len(self.done) + (self.current is not None)
+        return len(self.lineages.pending)
 
     def mark(self, taint: str, error: str) -> None:
         """Record an error; the episode can no longer end ``completed`` or ``truncated``
@@ -220,10 +220,12 @@ RESERVED_METADATA_KEYS: frozenset[str] = frozenset({
 """Metadata keys the proxy writes on each trajectory; a client's ``/finish`` metadata may not use them."""
 
 
-STAT_COUNTERS: tuple[str, ...] = ("sessions", "calls_recorded", "trajectories_written", "context_breaks",
+STAT_COUNTERS: tuple[str, ...] = ("sessions", "calls_recorded", "trajectories_written", "lineages", "context_breaks",
                                    "context_breaks_after_length", "mixed_version_calls", "sessions_evicted",
                                    "late_calls", "calls_after_shutdown_flush", "calls_cut_at_shutdown")
-"""Counters of ``/proxy/stats`` that are listed from the start, zeros included."""
+"""Counters of ``/proxy/stats`` that are listed from the start, zeros included (``lineages``: lineages
+opened, :mod:`trajstore.proxy.lineage`; ``lineages_per_episode`` beside them counts ended episodes by
+their number of lineages)."""
 
 
 class Recorder:
@@ -253,6 +255,9 @@ class Recorder:
         self.stats: Counter[str] = Counter({k: 0 for k in STAT_COUNTERS})
         self._length_break_logged = False
         self.calls_by_version: Counter[int] = Counter()
+        self.lineages_per_episode: Counter[int] = Counter()
+        """Ended episodes by lineage count (an episode continued after an idle eviction counts once,
+        at its latest end)."""
         self._flush_lock = asyncio.Lock()
         self._written_gen = 0
         self._flushed_gen = 0
@@ -279,15 +284,19 @@ class Recorder:
                 s = Session(key=key, episode=evicted.episode, prompt_id=evicted.prompt_id or prompt_id,
                             tokenizer=self.tokenizer, extra_metadata={**evicted.metadata, **(metadata or {})},
                             group_id=evicted.group_id or group_id, parts_written=evicted.parts_written,
-                            resume_change=AFTER_IDLE_EVICTION, evicted_ids=list(evicted.trajectory_ids),
+                            evicted_ids=list(evicted.trajectory_ids),
                             calls=evicted.calls, context_breaks=evicted.context_breaks,
                             reward=evicted.reward, reward_raw=evicted.reward_raw)
+                if evicted.lineages is not None:
+                    s.lineages = evicted.lineages
+                s.lineages.set_resume_change(AFTER_IDLE_EVICTION)
             self.sessions[key] = s
         return s
 
     def record(self, s: Session, call: CallResult, slices: Sequence[VersionedSlice], *, observation_role: str,
-               observation_cause: str | None) -> None:
-        """Append one call to its session's trajectory (see the module docstring).
+               observation_cause: str | None, lineage: str | None = None) -> None:
+        """Append one call to the lineage of its session it extends, or open one (see the module
+        docstring and :mod:`trajstore.proxy.lineage`); `lineage`: the lineage the client named.
 
         Raises:
             AdapterError: the upstream gave no prompt token ids.
@@ -298,59 +307,65 @@ class Recorder:
         if a.prompt_token_ids is None:
             raise AdapterError("the upstream returned no prompt_token_ids, so the observation between calls "
                                "cannot be cut from the ids it saw (vLLM: return_token_ids; see the README)")
-        prompt = a.prompt_token_ids.tolist()
-        n = len(s.tokens)
-        change = s.resume_change if s.parts_written else None  # a new part after an installment, or the first
-        if s.current is not None and (len(prompt) < n or prompt[:n] != s.tokens):
-            s.done.append(s.current)
-            s.current = None
-            change = "engine-prompt"
-            s.context_breaks += 1
-            self.stats["context_breaks"] += 1
-            at = next((i for i, (x, y) in enumerate(zip(prompt, s.tokens)) if x != y), min(len(prompt), n))
-            if s.last_finish == "length" and at >= s.last_action_start:
-                self._count_length_break(s, at, prompt)
-        if s.current is None:
-            s.current = TrajectoryBuilder(
-                trajectory_id=f"{s.episode_id}.{s.parts_written + len(s.done)}", prompt_id=s.prompt_id,
-                group_id=s.group_id, source=PROXY_SOURCE, model=call.model, tokenizer=s.tokenizer or call.model)
-            s.part_changes.append(change)
-            s.current.add_prompt(prompt, role="user")
-        elif len(prompt) > n:
-            s.current.add_observation(prompt[n:], role=observation_role, cause_id=observation_cause)
+        prompt = np.asarray(a.prompt_token_ids, dtype=np.int32)
+        r = s.lineages.route(prompt, lineage)
+        x = r.lineage
+        if r.opens:
+            b = TrajectoryBuilder(trajectory_id=f"{s.episode_id}.{s.lineages.parts}", prompt_id=s.prompt_id,
+                                  group_id=s.group_id, source=PROXY_SOURCE, model=call.model,
+                                  tokenizer=s.tokenizer or call.model)
+            b.add_prompt(prompt, role="user")
+            number = s.lineages.parts + 1
+        else:
+            assert x.part is not None
+            b, number = x.part.builder, x.part.number
+            if len(prompt) > len(x.tokens):
+                b.add_observation(prompt[len(x.tokens):], role=observation_role, cause_id=observation_cause)
         ids = a.token_ids
         lps = a.logprobs
-        has_lp = len(lps) == 0 or not all(x != x for x in lps.tolist())  # NaN != NaN
+        has_lp = len(lps) == 0 or not all(v != v for v in lps.tolist())  # NaN != NaN
         for sl in slices:
             newest = None
             if sl.flagged is not None:
                 lo, newest = sl.flagged
-                s.mixed_calls.append({"call_id": a.call_id, "min_version": lo, "max_version": newest,
-                                      "part": s.parts_written + s.num_trajectories})
+                s.mixed_calls.append({"call_id": a.call_id, "min_version": lo, "max_version": newest, "part": number})
                 self.stats["mixed_version_calls"] += 1
             else:
                 self.calls_by_version[sl.version] += 1
-            s.current.add_action(ids[sl.start:sl.end], lps[sl.start:sl.end] if has_lp else None,
-                                 policy_version=sl.version, policy_version_max=newest, finish_reason=a.finish_reason,
-                                 sampling=a.sampling, call_id=a.call_id, tool_call_ids=a.tool_call_ids or None)
-        s.tokens = prompt + ids.tolist()
-        s.last_action_start, s.last_finish = len(prompt), a.finish_reason
+            b.add_action(ids[sl.start:sl.end], lps[sl.start:sl.end] if has_lp else None,
+                         policy_version=sl.version, policy_version_max=newest, finish_reason=a.finish_reason,
+                         sampling=a.sampling, call_id=a.call_id, tool_call_ids=a.tool_call_ids or None)
+        if r.unmatched:
+            s.context_breaks += 1
+            self.stats["context_breaks"] += 1
+            c = r.closest
+            if c is not None and c.last_finish == "length":
+                at = common_prefix(prompt, c.tokens)
+                if at >= c.last_action_start:
+                    self._count_length_break(s, c.tokens, c.last_action_start, at, prompt)
+        if r.opens:
+            self.stats["lineages"] += r.lineage not in s.lineages.lineages
+            s.lineages.open(r, b)
+        s.lineages.extend(x, prompt, np.asarray(ids))
+        x.last_finish = a.finish_reason
         s.calls += 1
         s.pending_calls += 1
         self.stats["calls_recorded"] += 1
 
-    def _count_length_break(self, s: Session, at: int, prompt: list[int]) -> None:
+    def _count_length_break(self, s: Session, tokens: np.ndarray, action_start: int, at: int,
+                            prompt: np.ndarray) -> None:
         """A prompt after a ``length`` finish that differs inside the cut reply's own ids."""
         s.context_breaks_after_length += 1
         self.stats["context_breaks_after_length"] += 1
         if self._length_break_logged:
             return
         self._length_break_logged = True
-        k = at - s.last_action_start
+        k = at - action_start
         log.warning("session %s: the prompt after a reply cut by max_tokens (finish_reason length) renders that "
                     "reply with other ids from its token %d on (sampled %s, prompt %s): the chat template trims "
                     "or re-tokenizes cut content; a new trajectory of the episode starts (counted in "
-                    "context_breaks_after_length; logged once)", s.key, k, s.tokens[at:at + 4], prompt[at:at + 4])
+                    "context_breaks_after_length; logged once)", s.key, k, tokens[at:at + 4].tolist(),
+                    prompt[at:at + 4].tolist())
 
     def set_reward(self, s: Session, reward: float | None, raw: Any = None) -> None:
         s.reward, s.reward_raw = reward, raw
@@ -364,6 +379,12 @@ class Recorder:
         out, final = self.take(s, status, reason=reason, metadata=metadata, requested_status=requested_status,
                                notes=notes, provisional=provisional, resume_change=resume_change)
         self.stats[f"episodes_{final}"] += 1
+        ls = s.lineages
+        if ls.lineages:
+            if ls.counted:  # ended before (idle eviction), now with its new count
+                self.lineages_per_episode[ls.counted] -= 1
+            ls.counted = len(ls.lineages)
+            self.lineages_per_episode[ls.counted] += 1
         return out, final
 
     def take(self, s: Session, status: str, *, reason: str | None = None, metadata: dict[str, Any] | None = None,
@@ -384,21 +405,25 @@ class Recorder:
         final = status
         if s.taint is not None and status in ("completed", "truncated"):
             final = s.taint
-        builders = [*s.done, *([s.current] if s.current is not None else [])]
-        parts = s.parts_written + len(builders)
+        pending = s.lineages.pending
+        parts = s.lineages.parts
         linked = parts > 1 or provisional
         out = []
-        for i, b in enumerate(builders):
-            part = s.parts_written + i + 1
-            b.set_reward(s.reward, raw=s.reward_raw)
-            t = b.finish(final)
+        for p in pending:
+            part = p.number
+            p.builder.set_reward(s.reward, raw=s.reward_raw)
+            t = p.builder.finish(final)
             t.prompt_id = s.prompt_id
             t.group_id = s.group_id
+            t.episode_id = s.episode_id
+            kind = p.link_kind()
+            if kind is not None:
+                t.parent_trajectory_id, t.fork_point, t.link_kind = p.parent_id, p.fork_point, kind
             t.metadata.update({
                 **self.run_metadata, **s.extra_metadata, **(metadata or {}),
                 "session": s.key,
                 **({"episode": {"id": s.episode_id, "part": part, "parts": parts,
-                                "change": s.part_changes[i]}} if linked else {}),
+                                "change": p.change}} if linked else {}),
                 "calls": s.calls, "context_breaks": s.context_breaks,
                 **({"context_breaks_after_length": s.context_breaks_after_length}
                    if s.context_breaks_after_length else {}),
@@ -410,8 +435,8 @@ class Recorder:
             })
             out.append(t)
         s.parts_written = parts
-        s.done, s.current, s.part_changes, s.pending_calls = [], None, [], 0
-        s.resume_change = resume_change
+        s.lineages.written(resume_change)
+        s.pending_calls = 0
         return out, final
 
     def idle(self, timeout_s: float) -> list[str]:

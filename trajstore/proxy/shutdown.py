@@ -47,9 +47,10 @@ class InFlightCall:
             the client an error event).
         answered: the upstream's answer is complete (its recording is under way: never cut).
         cut: the shutdown cut it.
+        lineage: the lineage the client named for it (``X-Lineage-Id`` or the URL), or None.
     """
 
-    __slots__ = ("session", "task", "waiting", "stop_relay", "answered", "cut", "_registry", "_ended")
+    __slots__ = ("session", "task", "waiting", "stop_relay", "answered", "cut", "lineage", "_registry", "_ended")
 
     def __init__(self, session: Session, registry: set[InFlightCall]):
         self.session = session
@@ -58,6 +59,7 @@ class InFlightCall:
         self.stop_relay: Callable[[], object] | None = None
         self.answered = False
         self.cut = False
+        self.lineage: str | None = None
         self._registry = registry
         self._ended = False
         registry.add(self)

@@ -33,6 +33,10 @@ log = logging.getLogger("trajstore.proxy")
 
 EVICTED_KEYS_MAX = 10_000
 """Session keys of idle-evicted episodes remembered for a later call to continue (oldest dropped)."""
+EVICTED_TOKENS_MAX = 1 << 24
+"""Token ids of idle-evicted episodes' lineages kept for a later call to attach to (4 bytes each:
+64 MiB); beyond it the oldest evicted episodes are forgotten as beyond :data:`EVICTED_KEYS_MAX`
+(a later call under such a key starts a new episode)."""
 
 
 def redactor_for(cfg: ProxyConfig) -> Callable[[Trajectory], Trajectory] | None:
@@ -114,6 +118,7 @@ class ProxyState:
         self.recordings: set[asyncio.Task[None]] = set()  # calls answered, being recorded
         self.calls: set[InFlightCall] = set()
         self.evicted: OrderedDict[str, Evicted] = OrderedDict()
+        self._evicted_tokens = 0
         self.started = time.time()
         self.errors: dict[str, int] = {}
         self.upstream_reports_version = False
@@ -177,14 +182,28 @@ class ProxyState:
         self.evicted[s.key] = Evicted(episode=s.episode, parts_written=s.parts_written, trajectory_ids=ids,
                                       prompt_id=s.prompt_id, group_id=s.group_id, metadata=dict(s.extra_metadata),
                                       calls=s.calls, context_breaks=s.context_breaks, reward=s.reward,
-                                      reward_raw=s.reward_raw)
+                                      reward_raw=s.reward_raw, lineages=s.lineages)
         self.evicted.move_to_end(s.key)
-        while len(self.evicted) > EVICTED_KEYS_MAX:
-            self.evicted.popitem(last=False)
+        self._evicted_tokens += s.lineages.token_count
+        while len(self.evicted) > EVICTED_KEYS_MAX or (self._evicted_tokens > EVICTED_TOKENS_MAX
+                                                       and len(self.evicted) > 1):
+            self._forget_evicted(next(iter(self.evicted)))
         self.recorder.stats["sessions_evicted"] += 1
         log.warning("session %s: evicted after %g s without a call (--session-timeout): %d trajectory(ies) with %d "
                     "call(s) written as aborted (episode %s); a later call under this key continues the episode as "
                     "a new part", s.key, self.cfg.session_timeout_s, len(trajs), calls, s.episode_id)
+
+    def take_evicted(self, key: str) -> Evicted | None:
+        """The idle-evicted episode of session `key`, forgotten here (its next call continues it)."""
+        ev = self.evicted.get(key)
+        if ev is not None:
+            self._forget_evicted(key)
+        return ev
+
+    def _forget_evicted(self, key: str) -> None:
+        ev = self.evicted.pop(key)
+        if ev.lineages is not None:
+            self._evicted_tokens -= ev.lineages.token_count
 
     async def end_session(self, key: str, status: str, *, reason: str | None = None,
                           metadata: dict[str, Any] | None = None, prompt_id: str | None = None,
@@ -253,7 +272,7 @@ class ProxyState:
             try:
                 if prev is not None:
                     await asyncio.wait([prev])
-                if await self.record(s, data, body, chat, ticket, end, obs) and after_flush:
+                if await self.record(s, data, body, chat, ticket, end, obs, call.lineage) and after_flush:
                     self.recorder.stats["calls_after_shutdown_flush"] += 1
             finally:
                 call.end()
@@ -267,9 +286,10 @@ class ProxyState:
         return task
 
     async def record(self, s: Session, data: dict[str, Any], body: dict[str, Any], chat: bool, ticket: Ticket,
-                     end: Ticket, obs: tuple[str | None, str | None]) -> bool:
-        """Append one answered call to its session (True); a call that cannot be recorded fails
-        the episode (False)."""
+                     end: Ticket, obs: tuple[str | None, str | None], lineage: str | None = None) -> bool:
+        """Append one answered call to its session (True), to the lineage the client named
+        (`lineage`) or the one its prompt extends; a call that cannot be recorded fails the
+        episode (False)."""
         try:
             call = read_call(data, body)
             if call.reported_version is not None or call.version_spans:
@@ -278,7 +298,8 @@ class ProxyState:
             if not self._version_warned and parse_version(call.reported_version) is None and not call.version_spans:
                 self._warn_unknown_version(slices[0].version)
             async with s.lock:
-                self.recorder.record(s, call, slices, observation_role=obs[0] or "tool", observation_cause=obs[1])
+                self.recorder.record(s, call, slices, observation_role=obs[0] or "tool", observation_cause=obs[1],
+                                     lineage=lineage)
             if s.late:
                 self.recorder.stats["late_calls"] += 1
         except (AdapterError, TrajstoreError, ValueError) as e:

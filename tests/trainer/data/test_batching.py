@@ -54,3 +54,20 @@ def test_rank_split_is_disjoint_and_micro_batches_align(tmp_path: Path) -> None:
     mbs = micro_batches(parts[2], 2, 2)  # rank 2 has 2 samples -> one full, one empty micro-batch
     assert [len(m) for m in mbs] == [2, 0]
     assert pack([]).action_mask.sum() == 0
+
+
+class _L:
+    def __init__(self, tid: str, n: int, parent: str | None = None, link: str | None = None) -> None:
+        self.trajectory_id, self.num_tokens, self.parent_trajectory_id, self.link_kind = tid, n, parent, link
+
+
+def test_a_rank_gets_whole_chains_in_chain_order() -> None:
+    # issue 23: p -> r (context rewrite) is one chain of 12 tokens, the longest unit: rank 0 gets it
+    # whole, parts next to each other; a sub-agent child is a unit of its own
+    batch = [_L("p", 5), _L("q", 9), _L("r", 7, "p", "context_rewrite"), _L("s", 8, "p", "subagent"),
+             _L("t", 1)]
+    shares = [[x.trajectory_id for x in split_for_rank(batch, r, 2)] for r in range(2)]
+    assert shares == [["p", "r", "s"], ["q", "t"]]
+    # without links: by length, as before
+    plain = [_L(x.trajectory_id, x.num_tokens) for x in batch]
+    assert [[x.trajectory_id for x in split_for_rank(plain, r, 2)] for r in range(2)] == [["q", "r", "t"], ["s", "p"]]

@@ -1,7 +1,9 @@
 """trainer/data/stream.py: the trainer's data stream: arrival order, exact resume from a cursor,
 --where, refusals (tokenizer mismatch, text-only data), overlong policy, token budget, follow (and
 what it says while it waits), schema-v1/v2 shards and mixed-version spans read as one, vLLM's
--9999 stand-in masked end to end. Packing and batching: test_packing.py, test_batching.py."""
+-9999 stand-in masked end to end, linked trajectories (issue 23: a batch keeps a successor with
+its part, a child's shared prefix is never trained in it). Packing and batching: test_packing.py,
+test_batching.py."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import numpy as np
 import pytest
 
 import trajstore as ts
-from tests.helpers.stores import write_synthetic_store
+from tests.helpers.stores import write_split_episode_store, write_synthetic_store
 from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 from trajstore import TrajectoryBuilder, action_from_openai_completion, open_store, write_trajectories
 from trajstore.convert import trajectories_to_table
@@ -271,6 +273,52 @@ def test_stream_reads_v1_v2_and_missing_columns_as_one(tmp_path: Path) -> None:
         # The full-length view the trainer packs: the engine's values at action tokens, NaN elsewhere.
         assert np.array_equal(sample.rollout_logprobs.view(np.uint32), t.action_logprobs.view(np.uint32))
         assert not sample.needs_behaviour
+        # no lineage before schema v3: each its own episode, no parent (trained alone, as before)
+        assert (sample.episode_id, sample.parent_trajectory_id, sample.link_kind, sample.fork_point) == (
+            t.trajectory_id, None, None, None)
+
+
+def test_a_batch_keeps_a_context_rewrite_successor_with_its_part(tmp_path: Path) -> None:
+    # issue 23: the GAE chain across a rewrite needs both parts in one batch. Rows in arrival order:
+    # ep0.0, ep0.1 (its context_rewrite successor), ep0.2 (a sub-agent), then ep1.*
+    write_split_episode_store(tmp_path, 2)
+    assert _drain(_stream(tmp_path, batch_size=2)) == [["ep0.0", "ep0.1"], ["ep0.2", "ep1.0", "ep1.1"], ["ep1.2"]]
+    assert _drain(_stream(tmp_path, batch_size=1)) == [["ep0.0", "ep0.1"], ["ep0.2"], ["ep1.0", "ep1.1"],
+                                                       ["ep1.2"]]
+    s = _stream(tmp_path, batch_size=3)
+    first = s.next_batch()
+    assert first is not None and first.cursor.next_row == 3  # the row read ahead is the next batch's
+    rewrite = first.samples[1]
+    assert (rewrite.episode_id, rewrite.parent_trajectory_id, rewrite.link_kind, rewrite.fork_point) == (
+        "ep0", "ep0.0", "context_rewrite", 4)
+    assert [x.trajectory_id for x in s.next_batch().samples] == ["ep1.0", "ep1.1", "ep1.2"]
+
+
+def test_a_childs_shared_prefix_is_never_an_action_slot_of_the_child(tmp_path: Path) -> None:
+    # a child stored with its parent's actions as its own actions (not what the proxy writes: it
+    # stores the shared prefix as the child's prompt) must not train them a second time
+    rng = np.random.default_rng(5)
+    parent = tiny_model_trajectory(rng, trajectory_id="p", num_turns=2, reward=1.0)
+    b = TrajectoryBuilder(trajectory_id="c", model="tiny", tokenizer="tiny-llama")
+    for sp in parent.spans:
+        ids = parent.tokens[sp.start:sp.end]
+        if sp.kind == "action":
+            b.add_action(ids, parent.action_logprobs[sp.start:sp.end], policy_version=0)
+        elif sp.kind == "prompt":
+            b.add_prompt(ids)
+        else:
+            b.add_observation(ids)
+    b.add_observation([5, 6])
+    b.add_action([7, 8, 9], [-1.0, -1.0, -1.0], policy_version=0)
+    b.set_reward(1.0)
+    n = len(parent.tokens)
+    child = b.finish().model_copy(update={"parent_trajectory_id": "p", "fork_point": n, "link_kind": "fork"})
+    write_trajectories(str(tmp_path), [parent, child])
+    batch = _stream(tmp_path, batch_size=2).next_batch()
+    p, c = batch.samples
+    assert p.num_action_tokens == sum(sp.end - sp.start for sp in parent.spans if sp.kind == "action")
+    assert not c.action_mask[:n].any() and c.action_mask[n + 2:].tolist() == [True] * 3
+    assert batch.skipped == {"shared_prefix_actions": 1}
 
 
 def _cfg(store: Path, **data) -> TrainConfig:

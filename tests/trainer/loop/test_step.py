@@ -1,9 +1,9 @@
 """trainer/loop/step.py: invariants of one SAO iteration that a wrong loop would silently break (issue 15, part 1):
 K critic optimiser steps per iteration (warm-up included); warm-up iterations leave the policy
 bit-identical; the advantages that reach the policy loss are exactly the ones the estimator (or
-an override) produced; and (issue 22) in every loss_agg mode the update does not depend on how
-the step is split into micro-batches, nor on the packed layout; the step reads device tensors on
-the host once (issue 22)."""
+an override) produced, across a context rewrite as one chain (issue 23); and (issue 22) in every
+loss_agg mode the update does not depend on how the step is split into micro-batches, nor on the
+packed layout; the step reads device tensors on the host once (issue 22)."""
 
 from __future__ import annotations
 
@@ -179,6 +179,91 @@ def test_sao_gae_advantages_from_the_critic_reach_the_loss(tmp_path: Path) -> No
     torch.testing.assert_close(seen[0], expected, atol=1e-5, rtol=1e-5)
     # not trivially equal to the reward: the critic's values enter
     assert not torch.allclose(seen[0][mb.action_mask], torch.zeros(int(mb.action_mask.sum())))
+
+
+def _reference_chain_gae(values: list[torch.Tensor], masks: list[torch.Tensor], reward: float) -> list[torch.Tensor]:
+    """:func:`_reference_gae` over the action slots of several parts in order, as over one
+    trajectory (issue 23): the last slot of a part bootstraps from the first slot of the next,
+    lambda = 1 - 1 / (1.5 l) with l the chain's slots, the reward only on the very last slot."""
+    slots = [(k, t) for k, m in enumerate(masks) for t in m.nonzero().flatten().tolist()]
+    lam = 1 - 1 / (1.5 * len(slots))
+    out = [torch.zeros_like(v) for v in values]
+    nxt_v, nxt_a = 0.0, 0.0
+    for j, (k, t) in enumerate(reversed(slots)):
+        a = (reward if j == 0 else 0.0) + nxt_v - float(values[k][t]) + lam * nxt_a
+        out[k][t] = a
+        nxt_v, nxt_a = float(values[k][t]), a
+    return out
+
+
+@pytest.mark.parametrize("micro", [1, 3])
+def test_the_gae_chain_runs_across_a_context_rewrite_even_across_micro_batches(tmp_path: Path, micro: int) -> None:
+    """Issue 23, `traj train` on split episodes: a part and its context-rewrite successor are
+    one chain (the part's last action bootstraps from the successor's first; the episode's reward
+    only at the successor's end), whether they share a micro-batch or not; the sub-agent child of
+    the same episode is credited on its own (a terminal lineage)."""
+    from tests.helpers.stores import write_split_episode_store
+    from trajstore.trainer.data import pack
+
+    write_split_episode_store(tmp_path, 1)
+    cfg = _cfg(tmp_path, warmup=0, batch_size=3)
+    tr = setup(cfg.model_copy(update={"data": cfg.data.model_copy(update={"micro_batch_size": micro})}))
+    seen = _spy_loss(tr)
+    batch = tr.stream.next_batch()
+    root, rewrite, sub = batch.samples
+    assert (rewrite.parent_trajectory_id, rewrite.link_kind, sub.link_kind) == ("ep0.0", "context_rewrite", "subagent")
+    with torch.no_grad():  # the critic before this step's updates, one trajectory at a time
+        v = {s.trajectory_id: tr.critic(pack([s]).input_ids, pack([s]).position_ids)[0] for s in batch.samples}
+    masks = {s.trajectory_id: pack([s]).action_mask[0] for s in batch.samples}
+    train_step(tr, batch)
+    tr.stream.close()
+    chain = _reference_chain_gae([v["ep0.0"], v["ep0.1"]], [masks["ep0.0"], masks["ep0.1"]], rewrite.reward)
+    expected = {"ep0.0": chain[0], "ep0.1": chain[1], "ep0.2": _reference_gae(v["ep0.2"], masks["ep0.2"], sub.reward)}
+    # the loop's order: chains longest first, a chain's parts together (split_for_rank)
+    from trajstore.trainer.data import split_for_rank
+
+    order = [s.trajectory_id for s in split_for_rank(batch.samples, 0, 1)]
+    assert order.index("ep0.1") == order.index("ep0.0") + 1
+    got = torch.cat([a[0] for a in seen])
+    torch.testing.assert_close(got, torch.cat([expected[t] for t in order]), atol=1e-5, rtol=1e-5)
+    # not what training the parts apart gives: the root's own reward on its last action
+    apart = _reference_gae(v["ep0.0"], masks["ep0.0"], root.reward)
+    assert not torch.allclose(apart, chain[0], atol=1e-4)
+
+
+def test_old_split_episodes_train_as_before(tmp_path: Path) -> None:
+    """v1 / v2 shards of an episode split the old way (metadata `episode` parts, no lineage
+    columns) train unchanged: each part alone, credited with its own reward."""
+    import numpy as np
+
+    from tests.helpers.trajectories import tiny_model_trajectory
+    from trajstore import open_store
+    from trajstore.convert import trajectories_to_table
+    from trajstore.trainer.data import pack, split_for_rank
+
+    rng = np.random.default_rng(1)
+    store = open_store(str(tmp_path))
+    for version in (1, 2):
+        parts = [tiny_model_trajectory(rng, trajectory_id=f"v{version}.{i}", reward=1.0,
+                                       metadata={"episode": {"id": f"v{version}", "part": i + 1, "parts": 2,
+                                                             "change": None if i == 0 else "engine-prompt"}})
+                 for i in range(2)]
+        store.write_table(trajectories_to_table(parts, version=version))
+    tr = setup(_cfg(tmp_path, warmup=0, batch_size=4))
+    seen = _spy_loss(tr)
+    batch = tr.stream.next_batch()
+    assert {s.episode_id for s in batch.samples} == {"v1", "v2"} and not any(s.link_kind for s in batch.samples)
+    with torch.no_grad():
+        samples = split_for_rank(batch.samples, 0, 1)
+        mb = pack(samples)
+        values = tr.critic(mb.input_ids, mb.position_ids)
+    train_step(tr, batch)
+    tr.stream.close()
+    expected = torch.zeros_like(values)
+    for i, s in enumerate(samples):
+        a, b = int(mb.segments[i]), int(mb.segments[i + 1])
+        expected[0, a:b] = _reference_gae(values[0, a:b], mb.action_mask[0, a:b], s.reward)
+    torch.testing.assert_close(seen[0], expected, atol=1e-5, rtol=1e-5)
 
 
 def _record_grads(tr, which: str) -> list[dict[str, torch.Tensor]]:  # noqa: ANN001
