@@ -76,10 +76,16 @@ def test_demo_runs_the_asynchronous_loop(demo_run):
     # pacing (the proxy's staleness gate): never more than max_ahead_batches ahead of the trainer
     assert needed <= len(result.episodes) <= (cfg.critic_warmup_steps + cfg.steps + cfg.max_ahead_batches + 1) \
         * cfg.batch_size
-    # staleness audit: 6 consumed trajectories, some trained after a newer version existed
+    # staleness audit: 6 consumed trajectories, some trained after a newer version existed; a batch
+    # also takes the context-rewrite successor of its last trajectory (issue 23: an episode split
+    # where the tiny model's text did not re-tokenise to itself is trained as one chain)
+    from trajstore.reader import read_trajectories as _read
+
+    successors = sum(k in ("context_rewrite", "continuation")
+                     for k in _read(result.store, columns=["link_kind"]).column("link_kind").to_pylist())
     (st,) = result.staleness
-    assert st["consumed"] == needed and st["token_max"] >= 1
-    assert sum(r["trajectories"] for r in result.staleness_histogram) == needed
+    assert needed <= st["consumed"] <= needed + successors and st["token_max"] >= 1
+    assert sum(r["trajectories"] for r in result.staleness_histogram) == st["consumed"]
     assert {r["staleness"] for r in result.staleness_histogram} >= {0, 1}
     # clip audit: one row per iteration (warm-up = step -1), ratios recorded for policy steps
     assert [r["step"] for r in result.clip] == [-1, 0, 1]
@@ -107,7 +113,7 @@ def test_demo_runs_the_asynchronous_loop(demo_run):
         v: len(rs) for v, rs in by_version.items()}
     for r in result.reward_by_version:
         assert r["mean_reward"] == pytest.approx(np.mean(by_version[r["policy_version"]]), abs=1e-3)
-    assert sum(r["consumed"] for r in result.reward_by_version) == needed
+    assert sum(r["consumed"] for r in result.reward_by_version) == st["consumed"]
     assert {max(e.policy_versions) for e in result.episodes} <= set(by_version)
     # the rest of the proxy's rows are episodes cut short when the trainer finished
     assert all(r["status"] in ("completed", "aborted") for r in t if r["source"] == "trajstore/proxy")
