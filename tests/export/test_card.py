@@ -26,7 +26,7 @@ def _card_stats(text: str) -> dict:
 
 
 def _traj_stats(store, where: str | None) -> dict:
-    res = CliRunner().invoke(app, ["stats", store.uri, "--format", "json", *(["--where", where] if where else [])])
+    res = CliRunner().invoke(app, ["stats", store.uri, "--all", "--format", "json", *(["--where", where] if where else [])])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     return {t: doc[t] for t in CARD_TABLES}
@@ -40,7 +40,7 @@ def test_card_numbers_equal_traj_stats(known_store, tmp_path, where):
     stats = _card_stats(text)
     assert stats == _traj_stats(known_store, where)
     assert stats["overview.totals"][0]["trajectories"] > 0 and stats["staleness.by_run"]  # not empty by accident
-    quoted = "" if where is None else " --where '" + where.replace("'", "'\\''") + "'"
+    quoted = " --all" if where is None else " --all --where '" + where.replace("'", "'\\''") + "'"
     assert f"Every number below is what `traj stats STORE{quoted}` prints." in text
 
 

@@ -23,7 +23,7 @@ def test_load_dataset_reads_the_export(store, tmp_path):
     assert (t1["trajectory_id"], t2["trajectory_id"]) == ("t1", "t2")
     assert t1["tokens"] == [11, 12, 13, 21, 22, 31, 41, 42, 43, 51, 52, 61]
     assert t2["tokens"] == [14, 23, 32]  # the rows as stored: the trailing observation is kept here
-    assert t1["logprobs"] == pytest.approx([-0.1, -0.2, -0.3, -0.4, -0.5, -0.6])  # one per action token
+    assert t1["action_logprobs"] == pytest.approx([-0.1, -0.2, -0.3, -0.4, -0.5, -0.6])  # one per action token
     assert [(s["kind"], s["start"], s["end"], s["policy_version"]) for s in t1["spans"]] == [
         ("prompt", 0, 3, None), ("action", 3, 5, 3), ("observation", 5, 6, None), ("action", 6, 9, 4),
         ("observation", 9, 11, None), ("action", 11, 12, 4)]

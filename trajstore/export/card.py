@@ -174,8 +174,9 @@ def ids_predicate(conn: duckdb.DuckDBPyConnection, ids: list[str]) -> str:
 
 
 def reproduce_command(where: str | None) -> str:
-    """``traj stats STORE [--where '...']``, the predicate quoted for a POSIX shell."""
+    """``traj stats STORE --all [--where '...']`` (``--all``: every report, not the short
+    overview), the predicate quoted for a POSIX shell."""
     if not where:
-        return "traj stats STORE"
-    return "traj stats STORE --where " + "'" + where.replace("'", "'\\''") + "'"
+        return "traj stats STORE --all"
+    return "traj stats STORE --all --where " + "'" + where.replace("'", "'\\''") + "'"
 
