@@ -28,7 +28,7 @@ def test_load_dataset_reads_the_export(store, tmp_path):
         ("prompt", 0, 3, None), ("action", 3, 5, 3), ("observation", 5, 6, None), ("action", 6, 9, 4),
         ("observation", 9, 11, None), ("action", 11, 12, 4)]
     assert (t1["reward"], t2["reward"], t2["status"]) == (1.0, 0.5, "truncated")
-    assert not any(isinstance(v, float) and math.isnan(v) for v in t1["logprobs"])
+    assert not any(isinstance(v, float) and math.isnan(v) for v in t1["action_logprobs"])
 
 
 def test_push_uploads_the_folder_to_a_private_dataset_repo(store, tmp_path):
