@@ -72,9 +72,10 @@ class TrajectoryStream:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
-        self.cursor = cursor or DataCursor()
+        self._read = cursor or DataCursor()  # right after the last row read (a held-back row included)
+        self._returned = self._read  # right after the last row of the last batch returned
         self._list = list_shards or (lambda: store.list_shards(TRAJECTORIES_DIR))
-        self._done = list(self.cursor.done_shards)
+        self._done = list(self._read.done_shards)
         self._done_set = set(self._done)
         self._seen: set[str] = set()
         self._pending: Sample | None = None
@@ -123,8 +124,17 @@ class TrajectoryStream:
             tokens += s.num_tokens
         skipped, self._skipped = self._skipped, {}
         if not samples:
+            self._returned = self._read
             return None
+        self._returned = samples[-1].cursor
         return StepBatch(samples, samples[-1].cursor, skipped, time.perf_counter() - t0)
+
+    @property
+    def cursor(self) -> DataCursor:
+        """Where a resumed stream continues: right after the last trajectory returned by
+        :meth:`next_batch` (a row read ahead to look for a chain's successor and held back for
+        the next batch is not counted as read)."""
+        return self._returned
 
     def _successor_next(self, samples: list[Sample], tokens: int) -> bool:
         """With the batch full: whether the next row read continues (context rewrite, continuation)
@@ -157,7 +167,7 @@ class TrajectoryStream:
     # -- reading -------------------------------------------------------------------------
 
     def _progress(self) -> Progress:
-        return Progress(self._done, self.cursor.shard, self.cursor.next_row)
+        return Progress(self._done, self._read.shard, self._read.next_row)
 
     def _next_sample(self) -> Sample | None:
         while True:
@@ -184,17 +194,17 @@ class TrajectoryStream:
         fresh = [n for n in names if n not in self._done_set]
         self._done.extend(fresh)
         self._done_set.update(fresh)
-        keep = self.cursor.shard is not None and self.cursor.shard not in self._done_set
-        self.cursor = DataCursor(list(self._done), self.cursor.shard if keep else None,
-                                 self.cursor.next_row if keep else 0)
+        keep = self._read.shard is not None and self._read.shard not in self._done_set
+        self._read = DataCursor(list(self._done), self._read.shard if keep else None,
+                                 self._read.next_row if keep else 0)
 
     def _plans(self) -> Iterator[tuple[ShardInfo, list[Unit]]]:
         """Each listed shard with rows not read yet and its units (:func:`~trajstore.reader.progress.plan`),
         the one holding the cursor's shard in progress first (resume), then in arrival order. A
         shard found fully read (a compaction's output of shards all read) is marked done."""
         shards = self._list()
-        in_progress = [s for s in shards if mentions(s, self.cursor.shard)]
-        for shard in [*in_progress, *(s for s in shards if not mentions(s, self.cursor.shard))]:
+        in_progress = [s for s in shards if mentions(s, self._read.shard)]
+        for shard in [*in_progress, *(s for s in shards if not mentions(s, self._read.shard))]:
             if shard.name in self._done_set:
                 continue
             units, _ = plan(shard, self._progress(), self._done_set)
@@ -247,7 +257,7 @@ class TrajectoryStream:
                 raise RuntimeError(f"shard {shard.name}: row {row} was decided as {d.trajectory_id!r} (row {d.row}) "
                                    f"but read as {batch.trajectory_ids[i]!r}")
             cursor = walk.after(j, unit_row)
-            self.cursor = cursor
+            self._read = cursor
             if d.skip is not None:
                 self._skip(d.skip)
                 continue
@@ -339,7 +349,7 @@ class TrajectoryStream:
     def _rebuild_seen(self) -> None:
         """Ids of every row already read (for first-copy-wins dedupe after a resume), found through
         the listing, so shards a compaction merged since the checkpoint count too."""
-        if not self._done and self.cursor.shard is None:
+        if not self._done and self._read.shard is None:
             return
         for shard in self.store.list_shards(TRAJECTORIES_DIR):
             _, read = plan(shard, self._progress(), self._done_set)
