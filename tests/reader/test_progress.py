@@ -7,7 +7,7 @@ import numpy as np
 
 from trajstore.reader.progress import Progress, mentions, plan
 from trajstore.store import ShardInfo
-from trajstore.store.lineage import Part
+from trajstore.store.compaction_records import Part
 
 
 def _out(rows: int, *parts: Part, name: str = "M.parquet") -> ShardInfo:

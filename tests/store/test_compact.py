@@ -22,7 +22,7 @@ from trajstore.reader import iter_batches, read_trajectories, read_trajectories_
 from trajstore.schema import ACTION_LOGPROBS_COLUMN, SCHEMA_VERSION
 from trajstore.store import TRAJECTORIES_DIR, ShardInfo, open_store
 from trajstore.store.compact import compact_store, plan_groups
-from trajstore.store.lineage import CompactionRecord, compacted_name, read_records, write_record
+from trajstore.store.compaction_records import CompactionRecord, compacted_name, read_records, write_record
 
 NOW = dict(min_age_s=0, keep_replaced_s=0)
 

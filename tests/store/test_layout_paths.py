@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from trajstore.store import TRAJECTORIES_DIR
+from trajstore.store.compaction_records import compacted_name
 from trajstore.store.layout import (
     CHECKPOINT_FILES,
     CHECKPOINT_SHARD_SUFFIX,
@@ -39,7 +40,6 @@ from trajstore.store.layout import (
     tmp_path,
     version_dir,
 )
-from trajstore.store.lineage import compacted_name
 
 RUN = "r"
 

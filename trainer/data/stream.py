@@ -29,7 +29,7 @@ from trajstore.reader.files import gone
 from trajstore.reader.progress import Progress, Unit, mentions, plan
 from trajstore.schema import SPAN_KIND_CODES
 from trajstore.store import TRAJECTORIES_DIR, ShardInfo, Store
-from trajstore.store.lineage import ShardGone
+from trajstore.store.compaction_records import ShardGone
 from trajstore.trainer.data.admission import Admission, AdmissionRule, decide_rows
 from trajstore.trainer.data.census import StoreCensus
 from trajstore.trainer.data.cursor import DataCursor

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, READABLE_VERSIONS, SCHEMA_VERSION, trajectory_schema
 from trajstore.store import ShardInfo, Store, open_store
-from trajstore.store.lineage import ShardGone
+from trajstore.store.compaction_records import ShardGone
 from trajstore.store.shards import check_schema_version
 
 StoreLike = Store | str | os.PathLike[str]

@@ -17,8 +17,8 @@ from trajstore.reader.dedupe import first_copy_mask
 from trajstore.reader.files import MAX_RELISTS, gone
 from trajstore.reader.progress import Progress, Unit, plan
 from trajstore.store import CorruptShardWarning, ShardInfo, Store
+from trajstore.store.compaction_records import ShardGone
 from trajstore.store.layout import TRAJECTORIES_DIR
-from trajstore.store.lineage import ShardGone
 
 
 def iter_planned_tables(store: Store, *, columns: Sequence[str] | None, strict: bool, dedupe: bool

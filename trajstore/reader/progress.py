@@ -2,7 +2,7 @@
 
 A reader that streams the store in arrival order (``iter_batches``, the trainer) remembers the
 shards it finished and its row in the shard in progress. A compaction may replace those shards
-by one output meanwhile (:mod:`trajstore.store.lineage`); the output's :attr:`ShardInfo.parts`
+by one output meanwhile (:mod:`trajstore.store.compaction_records`); the output's :attr:`ShardInfo.parts`
 say where each source's rows are in it, so :func:`plan` turns the progress into the output's
 rows still to read, split into **units** named by the shard whose numbering they continue: a
 source already started is continued in its own numbering, a source not started is read under
@@ -18,7 +18,7 @@ import numpy as np
 
 from trajstore.errors import CorruptShardError
 from trajstore.store import ShardInfo
-from trajstore.store.lineage import Part
+from trajstore.store.compaction_records import Part
 
 
 @dataclass

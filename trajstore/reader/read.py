@@ -25,8 +25,8 @@ from trajstore.reader.files import (
 )
 from trajstore.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store
+from trajstore.store.compaction_records import ShardGone
 from trajstore.store.layout import TRAJECTORIES_DIR
-from trajstore.store.lineage import ShardGone
 
 
 def read_run(store: Store, version: int, shards: Sequence[ShardInfo], cols: list[str] | None) -> pa.Table:

@@ -15,8 +15,8 @@ from trajstore.reader.files import StoreLike, as_store, version_runs
 from trajstore.reader.read import read_progressively, read_run, read_shards_one_by_one
 from trajstore.schema import TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, Store
+from trajstore.store.compaction_records import ShardGone
 from trajstore.store.layout import TRAJECTORIES_DIR
-from trajstore.store.lineage import ShardGone
 
 
 @dataclass

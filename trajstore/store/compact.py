@@ -1,6 +1,6 @@
 """``traj compact``: merge runs of small trajectory shards into shards of a target size, dropping
 later copies of a trajectory id, without a reader or a training cursor ever seeing a trajectory
-twice or not at all (the commit protocol and listing rule are :mod:`trajstore.store.lineage`'s).
+twice or not at all (the commit protocol and listing rule are :mod:`trajstore.store.compaction_records`'s).
 
 What a run does, holding the store's maintenance lock (:func:`~trajstore.store.lock.exclusive_lock`;
 one compaction or gc per store at a time, on any host):
@@ -39,10 +39,10 @@ from typing import Any
 import pyarrow as pa
 
 from trajstore.errors import StoreError
+from trajstore.store.compaction_records import CompactionRecord, compacted_name, delete_record, write_record
 from trajstore.store.fsutil import why
 from trajstore.store.handle import Store
 from trajstore.store.layout import TRAJECTORIES_DIR
-from trajstore.store.lineage import CompactionRecord, compacted_name, delete_record, write_record
 from trajstore.store.lock import exclusive_lock
 from trajstore.store.open import open_store
 from trajstore.store.shards import ShardInfo, list_view

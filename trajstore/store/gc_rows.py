@@ -13,7 +13,7 @@ A row is deleted only when all of these hold:
   ``ignore_runs`` (runs that will never resume, e.g. finished ``traj demo`` runs).
 
 Deleting: a shard whose every row goes is deleted; a shard that keeps some rows is replaced by a
-shard of the kept rows through the compaction commit protocol (:mod:`trajstore.store.lineage`:
+shard of the kept rows through the compaction commit protocol (:mod:`trajstore.store.compaction_records`:
 a record naming the old shard with the deleted rows as left out, then the new shard), so a
 cursor naming the old shard stays valid and readers see the change atomically.
 """
@@ -30,8 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from trajstore.store.compaction_records import CompactionRecord, compacted_name, write_record
 from trajstore.store.layout import RUNS_DIR, TRAJECTORIES_DIR, checkpoint_latest_file, checkpoints_dir
-from trajstore.store.lineage import CompactionRecord, compacted_name, write_record
 from trajstore.store.shards import ShardInfo, list_shards
 
 if TYPE_CHECKING:

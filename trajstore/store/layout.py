@@ -22,7 +22,7 @@ LOCKS_DIR = "_locks"
 """Lock files of writers that serialise their commits (``traj ingest``: ``_locks/ingest.lock``)."""
 COMPACTIONS_DIR = "_compactions"
 """Inside ``trajectories/``: one record per compaction output, ``trajectories/_compactions/<output
-stem>.json``, naming the shards it replaces (:mod:`trajstore.store.lineage`)."""
+stem>.json``, naming the shards it replaces (:mod:`trajstore.store.compaction_records`)."""
 INDEX_DIR = "_index"
 """Inside ``trajectories/``: the shard index, append-only files of footer facts by shard name
 (:mod:`trajstore.store.index`)."""

@@ -25,6 +25,7 @@ from trajstore.schema import (
     trajectory_schema,
 )
 from trajstore.store import index as shard_index
+from trajstore.store.compaction_records import Part, Resolution, read_records, resolve
 from trajstore.store.fsutil import why
 from trajstore.store.id_index import METADATA_ID_INDEX_KEY
 from trajstore.store.layout import (
@@ -35,7 +36,6 @@ from trajstore.store.layout import (
     SHARD_SUFFIX,
     TRAJECTORIES_DIR,
 )
-from trajstore.store.lineage import Part, Resolution, read_records, resolve
 from trajstore.token_annotations import TOKEN_ANNOTATION_SCHEMA
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class ShardInfo:
     id_index: bytes | None = None
     """The footer's id index (:data:`METADATA_ID_INDEX_KEY`), None when the shard has none."""
     parts: tuple[Part, ...] = ()
-    """For a compaction output: the shards it replaced, in row order (:mod:`trajstore.store.lineage`)."""
+    """For a compaction output: the shards it replaced, in row order (:mod:`trajstore.store.compaction_records`)."""
 
     @property
     def name(self) -> str:
@@ -227,7 +227,7 @@ def inspect_shard(store: Store, path: str, size: int,
 
 def list_shards(store: Store, subdir: str = TRAJECTORIES_DIR, *, strict: bool = False) -> list[ShardInfo]:
     """Readable shards under `subdir` in arrival order. Under ``trajectories/`` the compaction
-    rule applies (:func:`trajstore.store.lineage.resolve`): shards a committed compaction
+    rule applies (:func:`trajstore.store.compaction_records.resolve`): shards a committed compaction
     replaced are not listed, its output is (with :attr:`ShardInfo.parts`).
 
     A shard that cannot be read is skipped with a warning naming it; with ``strict=True``
@@ -247,7 +247,7 @@ def list_view(store: Store, subdir: str = TRAJECTORIES_DIR, *, strict: bool = Fa
     paths = shard_paths(store, subdir)
     res = None
     if subdir.strip("/") == TRAJECTORIES_DIR:
-        # records read AFTER the shards were listed (see trajstore.store.lineage)
+        # records read AFTER the shards were listed (see trajstore.store.compaction_records)
         res = resolve([p.rsplit("/", 1)[-1] for p, _ in paths], read_records(store))
         keep = set(res.visible)
         paths = [(p, n) for p, n in paths if p.rsplit("/", 1)[-1] in keep]

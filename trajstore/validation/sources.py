@@ -12,9 +12,9 @@ import fsspec
 from fsspec.core import url_to_fs
 
 from trajstore.errors import StoreError, TrajstoreError
+from trajstore.store.compaction_records import read_records, resolve
 from trajstore.store.fsutil import why
 from trajstore.store.layout import SHARD_SUFFIX, TRAJECTORIES_DIR
-from trajstore.store.lineage import read_records, resolve
 from trajstore.store.open import open_store
 
 

@@ -1,4 +1,4 @@
-"""trajstore/store/lineage.py: compaction output names (their place in arrival order) and the
+"""trajstore/store/compaction_records.py: compaction output names (their place in arrival order) and the
 listing rule every reader applies to compaction records, case by case (expected sets by hand)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from trajstore.store.lineage import (
+from trajstore.store.compaction_records import (
     CompactionRecord,
     LineageWarning,
     Part,
