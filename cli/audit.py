@@ -52,20 +52,17 @@ def report_tables(reports: dict[str, Any]) -> list[TableData]:
     return out
 
 
-REPORT_FLAGS: dict[str, str] = {
-    "--coverage": "what is trainable and why not, log-probs, policy versions, fidelity gaps",
-    "--rewards": "reward distribution", "--lengths": "turns and tokens", "--statuses": "statuses",
-    "--staleness": "policy lag of trained data", "--clip": "DIS masked fractions", "--duplicates": "ids stored twice",
-}
+REPORT_FLAGS: tuple[str, ...] = ("--coverage", "--rewards", "--lengths", "--statuses", "--staleness", "--clip",
+                                 "--duplicates", "--lineage")
 """The report flags the short overview names under itself (``traj stats`` without a flag)."""
 
 
-def more_reports_hint(width: int = 100) -> str:
-    """The lines under the short overview that name the flags for the rest (wrapped at `width`)."""
+def more_reports_hint(width: int = 80) -> str:
+    """The lines under the short overview that point to the rest (wrapped at `width`): two at 80 columns."""
     import textwrap
 
-    flags = ", ".join(f"{f} ({what})" for f, what in REPORT_FLAGS.items())
-    return textwrap.fill(f"more reports: {flags}; --all prints every report", width, subsequent_indent="  ")
+    return textwrap.fill(f"more: traj stats --all prints every report; one at a time: {', '.join(REPORT_FLAGS)}",
+                         width, subsequent_indent="  ")
 
 
 @app.command("stats")
@@ -95,8 +92,9 @@ def stats_cmd(
                                         "tables with trajectory ids get a column of links to each one's page"),
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
-    """Audit reports over a store. Without a report flag: a short overview (totals, one row per
-    source and per training run) that names the flags for the rest; --all prints every report (--lineage: the episode / lineage report)."""
+    """Audit reports over a store. Without a report flag: a short overview that fits an 80x24
+    terminal (totals, the largest sources, the runs that trained last) and names the flags for the
+    rest; --all prints every report (--lineage: the episode / lineage report)."""
     from trajstore import audit
     from trajstore.audit.views import run_ids
     from trajstore.store.layout import RUNS_DIR
@@ -151,9 +149,12 @@ def stats_cmd(
         raise audit.AuditError(f"report query failed{with_where}: {message}") from e
     if view_url is not None:
         tables = [with_view_links(t, view_url) for t in tables]
-    render_tables(tables, fmt)
+    from rich.console import Console
+
+    console = Console()
+    render_tables(tables, fmt, console=console, compact=brief)  # the overview fits an 80x24 terminal
     if brief and fmt is OutputFormat.table:  # part of the table output for people (json / csv: the tables only)
-        typer.echo(more_reports_hint())
+        typer.echo(more_reports_hint(console.width))
     if plot is not None:
         from trajstore.audit.plots import plot_reports
 
