@@ -3,7 +3,6 @@ Parse options, call the library, render tables, JSON or CSV (:mod:`trajstore.cli
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from enum import Enum
@@ -52,20 +51,17 @@ def report_tables(reports: dict[str, Any]) -> list[TableData]:
     return out
 
 
-REPORT_FLAGS: dict[str, str] = {
-    "--coverage": "what is trainable and why not, log-probs, policy versions, fidelity gaps",
-    "--rewards": "reward distribution", "--lengths": "turns and tokens", "--statuses": "statuses",
-    "--staleness": "policy lag of trained data", "--clip": "DIS masked fractions", "--duplicates": "ids stored twice",
-}
+REPORT_FLAGS: tuple[str, ...] = ("--coverage", "--rewards", "--lengths", "--statuses", "--staleness", "--clip",
+                                 "--duplicates", "--lineage")
 """The report flags the short overview names under itself (``traj stats`` without a flag)."""
 
 
-def more_reports_hint(width: int = 100) -> str:
-    """The lines under the short overview that name the flags for the rest (wrapped at `width`)."""
+def more_reports_hint(width: int = 80) -> str:
+    """The lines under the short overview that point to the rest (wrapped at `width`): two at 80 columns."""
     import textwrap
 
-    flags = ", ".join(f"{f} ({what})" for f, what in REPORT_FLAGS.items())
-    return textwrap.fill(f"more reports: {flags}; --all prints every report", width, subsequent_indent="  ")
+    return textwrap.fill(f"more: traj stats --all prints every report; one at a time: {', '.join(REPORT_FLAGS)}",
+                         width, subsequent_indent="  ")
 
 
 @app.command("stats")
@@ -95,8 +91,9 @@ def stats_cmd(
                                         "tables with trajectory ids get a column of links to each one's page"),
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
-    """Audit reports over a store. Without a report flag: a short overview (totals, one row per
-    source and per training run) that names the flags for the rest; --all prints every report (--lineage: the episode / lineage report)."""
+    """Audit reports over a store. Without a report flag: a short overview that fits an 80x24
+    terminal (totals, the largest sources, the runs that trained last) and names the flags for the
+    rest; --all prints every report (--lineage: the episode / lineage report)."""
     from trajstore import audit
     from trajstore.audit.views import run_ids
     from trajstore.store.layout import RUNS_DIR
@@ -150,68 +147,20 @@ def stats_cmd(
         message = one_line(str(e)).removeprefix("query failed: ")
         raise audit.AuditError(f"report query failed{with_where}: {message}") from e
     if view_url is not None:
+        from trajstore.view.links import with_view_links
+
         tables = [with_view_links(t, view_url) for t in tables]
-    render_tables(tables, fmt)
+    from rich.console import Console
+
+    console = Console()
+    render_tables(tables, fmt, console=console, compact=brief)  # the overview fits an 80x24 terminal
     if brief and fmt is OutputFormat.table:  # part of the table output for people (json / csv: the tables only)
-        typer.echo(more_reports_hint())
+        typer.echo(more_reports_hint(console.width))
     if plot is not None:
         from trajstore.audit.plots import plot_reports
 
         panels = plot_reports(reports, plot_out)  # the name really written (see plot_destination)
         typer.echo(f"wrote {plot_out} ({', '.join(panels)})", err=True)
-
-
-LINKED_ID_COLUMNS = ("trajectory_id", "example_id", "parent_trajectory_id")
-"""Columns holding trajectory ids that ``--view-url`` links to their ``traj view`` page."""
-
-
-def view_link(view_url: str, trajectory_id: str) -> str:
-    """``<view_url>/t/<trajectory_id>`` (:func:`trajstore.view.config.trajectory_path`)."""
-    from trajstore.view.config import trajectory_path
-
-    return view_url.rstrip("/") + trajectory_path(trajectory_id)
-
-
-def with_view_link_columns(rel: Any, view_url: str) -> Any:
-    """The relation `rel` of ``traj sql`` with a ``<column>_url`` column after each column of
-    trajectory ids (:data:`LINKED_ID_COLUMNS`), computed by DuckDB as :func:`view_link` does."""
-    from trajstore.view.config import VIEW_URL_SAFE
-
-    cols = list(rel.columns)
-    if not any(c in LINKED_ID_COLUMNS for c in cols):
-        return rel
-    base = view_url.rstrip("/") + "/t/"
-    exprs = []
-    for c in cols:
-        q = '"' + c.replace('"', '""') + '"'
-        exprs.append(q)
-        if c in LINKED_ID_COLUMNS:
-            encoded = f"url_encode(CAST({q} AS VARCHAR))"
-            for ch in VIEW_URL_SAFE:
-                encoded = f"replace({encoded}, '%{ord(ch):02X}', '{ch}')"
-            exprs.append(f"'{base.replace(chr(39), chr(39) * 2)}' || {encoded} AS \"{c}_url\"")
-    return rel.project(", ".join(exprs))
-
-
-def with_view_links(table: TableData, view_url: str) -> TableData:
-    """`table` with a ``<column>_url`` column after each column of trajectory ids
-    (:data:`LINKED_ID_COLUMNS`) holding the link to that trajectory's page in ``traj view``."""
-    linked = [c for c in table.columns if c in LINKED_ID_COLUMNS]
-    if not linked:
-        return table
-    cols: list[str] = []
-    for c in table.columns:
-        cols += [c, f"{c}_url"] if c in linked else [c]
-    idx = [table.columns.index(c) for c in table.columns]
-    rows = []
-    for r in table.rows:
-        out: list[Any] = []
-        for c, i in zip(table.columns, idx):
-            out.append(r[i])
-            if c in linked:
-                out.append(view_link(view_url, r[i]) if isinstance(r[i], str) else None)
-        rows.append(tuple(out))
-    return dataclasses.replace(table, columns=cols, rows=rows)
 
 
 SQL_BATCH_ROWS = 10_000
@@ -330,6 +279,8 @@ def sql_cmd(
     conn = audit.connect(open_existing_store(store, parse_storage_options(storage_option, store)))
     rel = audit.sql(conn, query, limit=limit)
     if view_url is not None:
+        from trajstore.view.links import with_view_link_columns
+
         rel = with_view_link_columns(rel, view_url)
     if fmt is SqlFormat.table:
         _show_table(rel)

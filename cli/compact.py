@@ -3,10 +3,15 @@ Parses options, calls the library, renders."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from trajstore.cli.display import OutputFormat
 from trajstore.cli.main import FormatOption, StorageOptions, StoreArgument, app, friendly_errors
+
+if TYPE_CHECKING:
+    from trajstore.store.compact import CompactionResult
 
 
 @app.command("compact")
@@ -55,4 +60,25 @@ def compact_cmd(
         ("replaced_to_delete" if r.dry_run else "replaced_deleted"): r.replaced_deleted,
         "bytes_freed": r.bytes_freed, "replaced_kept_for_readers": r.replaced_kept,
         "leftovers_removed": r.orphans_removed,
+        "shards_left_young": r.left_young, "shards_left_big": r.left_big, "shards_left_alone": r.left_alone,
     }, fmt)
+    if fmt is OutputFormat.table and (why := left_out_note(r, target_mb=target_mb, min_age=min_age)):
+        typer.echo(why, err=True)
+
+
+def left_out_note(r: CompactionResult, *, target_mb: float, min_age: float) -> str | None:
+    """One line saying how many shards this run leaves as they are, why, and which option
+    changes that (None when it leaves none)."""
+    from trajstore.wording import plural
+
+    why = []
+    if r.left_young:
+        why.append(f"{plural(r.left_young, 'shard')} younger than --min-age {min_age:g} s (writers may still be "
+                   "adding around them; a smaller --min-age, e.g. 0, takes them)")
+    if r.left_big:
+        why.append(f"{plural(r.left_big, 'shard')} of {target_mb / 2:g} MiB or more, already about --target-mb "
+                   f"{target_mb:g} (a larger --target-mb merges them)")
+    if r.left_alone:
+        why.append(f"{plural(r.left_alone, 'small shard')} with no small neighbour to merge with (between shards "
+                   "left out, or one over the target; a later run takes them with new neighbours)")
+    return f"left as they are: {'; '.join(why)}" if why else None

@@ -17,7 +17,7 @@ from enum import Enum
 from typing import IO, TYPE_CHECKING, Any
 
 from trajstore.cli.cells import column_formatter, jsonable
-from trajstore.cli.table_layout import print_fields, print_table
+from trajstore.cli.table_layout import print_fields, print_inline, print_table
 from trajstore.tables import TableData
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ class OutputFormat(str, Enum):
 
 
 def render_tables(tables: Sequence[TableData], fmt: OutputFormat | str, *, console: Console | None = None,
-                  out: IO[str] | None = None) -> None:
+                  out: IO[str] | None = None, compact: bool = False) -> None:
     """Print tables: rich tables laid out for the console width (:func:`~trajstore.cli.table_layout.print_table`), one
     JSON object ``{name: [row objects]}``, or CSV sections each headed by ``# name`` (a single
     table: plain CSV).
@@ -41,6 +41,9 @@ def render_tables(tables: Sequence[TableData], fmt: OutputFormat | str, *, conso
     Args:
         console: where ``table`` output goes (default: a new stdout console).
         out: where ``json`` / ``csv`` output goes (default: sys.stdout).
+        compact: ``table`` output as short as it can be (a screen-sized overview): a one-row
+            table as one wrapped paragraph (:func:`~trajstore.cli.table_layout.print_inline`),
+            every other one whole, never transposed or cut into parts.
     """
     import sys
 
@@ -64,8 +67,10 @@ def render_tables(tables: Sequence[TableData], fmt: OutputFormat | str, *, conso
     console = console or _stdout_console()
     empty: list[TableData] = []
     for t in tables:
-        if t.rows:
-            print_table(console, t)
+        if t.rows and compact and len(t.rows) == 1 and len(t.columns) > 2:
+            print_inline(console, t)
+        elif t.rows:
+            print_table(console, t, whole=compact)
             if t.note:
                 console.print(f"({t.note})", style="dim", markup=False, highlight=False)
         else:

@@ -29,6 +29,22 @@ def _names(values: list[str]) -> tuple[str, ...]:
     return tuple(n.strip() for v in values for n in v.split(",") if n.strip())
 
 
+def parse_statuses(values: list[str]) -> tuple[str, ...] | None:
+    """``--status`` values (repeated or comma-separated) -> statuses, None when none given.
+
+    Raises:
+        InvalidOptionError: a value that is not one of the schema's statuses (named, with the allowed ones).
+    """
+    from trajstore.schema import STATUSES
+
+    names = _names(values)
+    bad = [n for n in names if n not in STATUSES]
+    if bad:
+        raise InvalidOptionError(f"invalid option --status: {', '.join(map(repr, bad))} is not a trajectory status; "
+                                 f"choose from {', '.join(STATUSES)}")
+    return names or None
+
+
 @app.command("gc")
 @friendly_errors
 def gc_cmd(
@@ -63,7 +79,7 @@ def gc_cmd(
     from trajstore.store.gc import GcRules, gc_store
     from trajstore.tables import TableData
 
-    statuses = _names(status) or None
+    statuses = parse_statuses(status)
     if (older_than is not None or statuses) and not consumed_by:
         raise InvalidOptionError("invalid option --older-than / --status: trajectories are deleted only once "
                                  "consumed: name the runs with --consumed-by")

@@ -104,8 +104,15 @@ def _family(name: str) -> str:
     return m.group(1) if m else name
 
 
-def print_table(console: Console, table: TableData) -> None:
-    """Print one non-empty table laid out for ``console.width`` (see the module docstring)."""
+def print_table(console: Console, table: TableData, *, whole: bool = False) -> None:
+    """Print one non-empty table laid out for ``console.width`` (see the module docstring).
+
+    Args:
+        whole: always one table of ``len(rows) + 4`` lines under its title (a short
+            overview that must fit a screen): never transposed or cut into parts; text columns
+            (the keys included) are shortened in the middle to fit, down to :data:`MIN_CELL_WIDTH`
+            characters.
+    """
     width = console.width
     rows = [tuple(r) for r in table.rows]
     cols = []
@@ -130,6 +137,17 @@ def print_table(console: Console, table: TableData) -> None:
     rest = [c for c in cols if c.name not in keys]
 
     if _table_width(cols) <= width or not rest:
+        print_title(console, title)
+        console.print(_rich_table(cols))
+        return
+
+    if whole:
+        caps = _shorten_to_fit(cols, width, floor=MIN_CELL_WIDTH)
+        if caps is None:  # even that is too wide: every text column at the floor, rich squeezes the rest
+            caps = {k: MIN_CELL_WIDTH for k, c in enumerate(cols) if not c.right and not c.wrap}
+        # cut in the middle: ids that differ at the end (run-seed1, run-seed2) stay told apart
+        cols = [_Col(c.name, [_middle(x, caps[k]) for x in c.cells], c.right, c.wrap) if k in caps else c
+                for k, c in enumerate(cols)]
         print_title(console, title)
         console.print(_rich_table(cols))
         return
@@ -180,6 +198,24 @@ def print_table(console: Console, table: TableData) -> None:
             console.print(SHORTENED_NOTE, style="dim", markup=False, highlight=False)
 
 
+def print_inline(console: Console, table: TableData) -> None:
+    """A one-row table as one paragraph wrapped at ``console.width``: its name, then each column
+    and its value as a table would show it (``overview.totals: shards 3, trajectories 15, ...``).
+    Takes two or three lines where a table of one row per column takes one per column plus four."""
+    import textwrap
+
+    from rich.text import Text
+
+    (row,) = table.rows
+    cells = [f"{name} {column_formatter(name, [v], share=True if name in table.shares else None)(v)}"
+             for name, v in zip(table.columns, row)]
+    lines = textwrap.wrap(f"{table.name}: {', '.join(cells)}", console.width, subsequent_indent="  ",
+                          break_long_words=False, break_on_hyphens=False)
+    text = Text("\n".join(lines))
+    text.stylize("bold", 0, len(table.name) + 1)
+    console.print(text, highlight=False, soft_wrap=True)
+
+
 def print_fields(console: Console, title: str, fields: Mapping[str, str]) -> None:
     """One record as a two-column table (``field``, ``value``; values already formatted, and
     wrapped when long) under its title."""
@@ -205,6 +241,14 @@ def _shorten_to_fit(cols: Sequence[_Col], width: int, *, floor: int = KEEP_WHOLE
         if cap >= (content[n] if n < len(content) else 0):
             return {k: cap for k in text[:n]} if cap >= floor else None
     return None
+
+
+def _middle(text: str, width: int) -> str:
+    """`text` in at most `width` characters, cut in the middle (``sao-2026-12…lr3e-6-seed5``)."""
+    if len(text) <= width:
+        return text
+    tail = (width - 1) // 2
+    return text[:width - 1 - tail] + "…" + text[len(text) - tail:]
 
 
 def _constants_note(constants: Sequence[tuple[str, str]]) -> str:

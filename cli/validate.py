@@ -48,6 +48,9 @@ def validate_cmd(
             report = validate_files(paths, storage_options=options, on_file=step)
         except NoSuchInputError as e:
             raise InvalidOptionError(f"no such input path: {e.path}") from None
+    if not report.files:  # a mistyped folder must not pass a CI check; no tables saying "no problems" above it
+        typer.echo(f"error: no Parquet files under {', '.join(paths)}", err=True)
+        raise typer.Exit(EXIT_ERROR)
     listed = len(report.problems)
     render_tables([
         TableData("validate.problems", ["file", "row_group", "row", "trajectory_id", "field", "problem", "rule"],
@@ -58,14 +61,11 @@ def validate_cmd(
         TableData("validate.files", ["file", "schema_version", "row_groups", "rows", "rows_checked",
                                      "rows_with_problems", "problems"],
                   [(f.file, f.schema_version, f.row_groups, f.rows, f.rows_checked, f.rows_with_problems, f.problems)
-                   for f in report.files], keys=["file"], empty_note="no Parquet files found"),
+                   for f in report.files], keys=["file"]),
         TableData("validate.by_field", ["rule", "field", "problems"],
                   [(rule, field, n) for (rule, field), n in sorted(report.by_field.items())],
                   keys=["rule", "field"], empty_note="no problems"),
     ], fmt)
-    if not report.files:  # a mistyped folder must not pass a CI check
-        typer.echo(f"error: no Parquet files under {', '.join(paths)}", err=True)
-        raise typer.Exit(EXIT_ERROR)
     if listed < report.num_problems:
         typer.echo(f"note: {report.num_problems} problems, the first {listed} listed", err=True)
     if not report.ok:

@@ -7,6 +7,7 @@ import os
 import typer
 
 from trajstore.cli.main import (
+    EXIT_ERROR,
     StorageOptions,
     StoreArgument,
     app,
@@ -60,4 +61,10 @@ def view_cmd(
         typer.echo(f"traj view: http://{shown}:{p}/ ({snap.trajectories:,} trajectories indexed in "
                    f"{snap.build_s:.1f} s{'; token required: ' + token_env if cfg.token else ''})", err=True)
 
-    run_view(cfg, on_ready=ready)
+    from trajstore.proxy.server import PortInUseError
+
+    try:
+        run_view(cfg, on_ready=ready)
+    except PortInUseError as e:  # one line naming the port and the option, not "Address already in use"
+        typer.echo(f"error: {e}: choose another with --port N (--port 0: any free port)", err=True)
+        raise typer.Exit(EXIT_ERROR) from None

@@ -59,3 +59,15 @@ def test_every_command_written_in_the_readme_parses(command):
     if hasattr(cmd, "commands"):  # traj bench learning
         name, cmd, rest = cmd.resolve_command(cmd.make_context(name, list(rest), resilient_parsing=True), rest)
     cmd.make_context(name, list(rest))  # raises a click error for a missing / unknown option
+
+
+def test_every_section_the_readme_points_to_is_a_heading() -> None:
+    # walkthrough: the Commands table said (see "Compaction") and (see "Retention"), but those were
+    # bold paragraphs inside "Store layout": a reader looking in the table of contents (GitHub's,
+    # built from the headings) did not find them
+    text = README.read_text()
+    headings = [h.replace("`", "") for h in re.findall(r"^#{2,4} (.+)$", text, flags=re.M)]
+    refs = set(re.findall(r'see "([^"]+)"', text))
+    assert {"Compaction", "Retention"} <= refs
+    missing = [r for r in sorted(refs) if not any(h.startswith(r) for h in headings)]
+    assert not missing, f"referenced but not a heading: {missing}"

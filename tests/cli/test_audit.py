@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 import trajstore as ts
-from tests.helpers.cli import WIDTH_120, nonblank_lines
+from tests.helpers.cli import WIDTH_80, WIDTH_120, nonblank_lines
 from trajstore.cli.main import EXIT_USAGE, app
 
 runner = CliRunner()
@@ -456,6 +456,38 @@ def test_stats_without_a_flag_fits_one_screen_on_the_ingested_fixtures(ingested_
     everything = runner.invoke(app, ["stats", ingested_fixtures, "--all"], env=WIDTH_120)
     assert everything.exit_code == 0 and "coverage.not_trainable" in everything.stdout
     assert len(everything.output.splitlines()) > 100
+
+
+def test_stats_without_a_flag_fits_an_80x24_terminal(known_store):
+    # walkthrough: on a store with a few runs and lineages the overview printed 54 lines at 80
+    # columns (totals one per line, the per-source table turned on its side, every run)
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from tests.helpers.stores import T0, consumed_row, split_episode
+    from trajstore.schema import CONSUMED_SCHEMA
+    from trajstore.store.layout import run_consumed_dir
+
+    rng = np.random.default_rng(0)
+    # the known store (4 statuses, 2 sources, runs r1 r2) + 5 more sources of split episodes (lineages:
+    # a context rewrite and a sub-agent each) + 6 runs with long names, each training later
+    sources = ["openhands/v1-completions", "swe-agent", "mini-swe-agent", "atif", "nemo-gym"]
+    ts.write_trajectories(known_store, [t.model_copy(update={"source": src})
+                                        for k, src in enumerate(sources) for t in split_episode(rng, k)])
+    for k in range(6):
+        run = f"sao-qwen3-8b-lr3e-6-clip0.2-seed{k}"
+        row = dict(consumed_row(run, 0, 3, "ep0.0", 0, 0, 4, 0.1, 0.0, 1.0), consumed_at=T0 + dt.timedelta(hours=k))
+        known_store.write_table(pa.Table.from_pylist([row], schema=CONSUMED_SCHEMA), subdir=run_consumed_dir(run))
+    res = runner.invoke(app, ["stats", known_store.uri], env=WIDTH_80)
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert len(lines) <= 22 and max(len(line) for line in lines) <= 80, res.stdout
+    for figure in ("trajectories 21", "episodes 11", "(4 other sources)", "(5 other runs)", "completed",
+                   "reward_mean", "staleness_mean", "masked"):
+        assert figure in res.stdout, figure
+    assert "…" in res.stdout and "seed5 │" in res.stdout and "seed4 │" in res.stdout  # cut in the middle
+    assert "traj stats --all" in res.stdout
 
 
 def test_stats_without_a_flag_as_json_is_the_overview(known_store):

@@ -50,3 +50,12 @@ def test_durations() -> None:
         90, 90, 1800, 43200, 604800, 5400]
     with pytest.raises(InvalidOptionError, match="--x"):
         parse_duration("soon", "--x")
+
+
+def test_an_unknown_status_is_refused_naming_it_and_the_allowed_ones(tmp_path: Path) -> None:
+    # walkthrough: `--status weird` was accepted and matched nothing
+    _publish(tmp_path, [0], latest=0)
+    res = runner.invoke(app, ["gc", str(tmp_path), "--consumed-by", "r", "--status", "failed,weird"])
+    assert res.exit_code == EXIT_USAGE, res.output
+    assert "--status" in res.output and "'weird'" in res.output and "'failed'" not in res.output
+    assert all(s in res.output for s in ("completed", "truncated", "aborted", "failed")), res.output

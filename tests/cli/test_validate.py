@@ -49,3 +49,7 @@ def test_a_folder_without_parquet_files_fails(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     result = CliRunner().invoke(app, ["validate", str(tmp_path / "empty")])
     assert result.exit_code == 1 and "no Parquet files under" in result.output, result.output
+    # walkthrough: it also printed the tables, "no problems" among them, above the error: only the error now
+    assert result.stdout == "" and result.stderr.strip() == f"error: no Parquet files under {tmp_path / 'empty'}"
+    result = CliRunner().invoke(app, ["validate", str(tmp_path / "empty"), "--format", "json"])
+    assert result.exit_code == 1 and result.stdout == "", result.stdout

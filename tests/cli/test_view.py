@@ -73,3 +73,18 @@ def test_refusals_are_one_line(known_store, tmp_path, args, message):
     assert res.exit_code == 1, res.output
     lines = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("traj view: indexing")]
     assert len(lines) == 1 and lines[0].startswith(message), res.stderr
+
+
+def test_a_port_in_use_is_one_line_naming_it_and_the_option(known_store):
+    # walkthrough: `traj view` on a taken port said only "error: Address already in use"
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        res = runner.invoke(app, ["view", known_store.uri, "--port", str(port)])
+    assert res.exit_code == 1, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("traj view: indexing")]
+    assert len(lines) == 1 and f"port {port} on 127.0.0.1 is already in use" in lines[0], res.stderr
+    assert "--port" in lines[0] and "Traceback" not in res.output

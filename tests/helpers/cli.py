@@ -4,6 +4,8 @@ from __future__ import annotations
 
 WIDTH_120 = {"COLUMNS": "120"}
 """Environment of a CliRunner call rendered at 120 columns."""
+WIDTH_80 = {"COLUMNS": "80"}
+"""Environment of a CliRunner call rendered at 80 columns (a default terminal, 80x24)."""
 
 
 def nonblank_lines(text: str) -> list[str]:

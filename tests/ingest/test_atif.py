@@ -66,6 +66,21 @@ def test_atif_engine_tokens_across_steps(tmp_path):
     assert row["reward"] == 1.0 and row["model"] == "m" and row["token_source"] == "engine"
 
 
+def test_the_trial_reward_file_is_read_not_ignored(tmp_path):
+    # walkthrough: ingesting a Harbor job folder counted verifier/reward.txt among the "files
+    # ignored" although its number is the reward; a file no reader opened (the notes) still counts
+    doc = _atif([{"step_id": 1, "source": "user", "message": "task"}, _agent(2, [1, 2], [3], [-0.5])])
+    trial = tmp_path / "job" / "trial-1"
+    (trial / "agent").mkdir(parents=True)
+    (trial / "verifier").mkdir()
+    (trial / "agent" / "trajectory.json").write_text(json.dumps(doc))
+    (trial / "verifier" / "reward.txt").write_text("0.5\n")
+    (trial / "verifier" / "notes.txt").write_text("not read")
+    rep = ingest_paths([str(tmp_path / "job")], tmp_path / "s")
+    assert rep.problems == [] and only_row(tmp_path / "s")["reward"] == 0.5
+    assert rep.ignored_files == {".txt": 1}  # notes.txt only
+
+
 # issue 12: fidelity of a format added beyond the reported cases
 def test_atif_without_token_ids_is_a_chat(tmp_path, tok):
     doc = _atif([{"step_id": 1, "source": "system", "message": "Be brief."},

@@ -450,15 +450,17 @@ def test_servers_accept_connections_with_nagle_off():
     wait for the client's delayed ACK: ~40 ms per call on loopback (found with bench/proxy.py)."""
     import socket
 
-    from trajstore.proxy.server import listening_socket
+    from trajstore.proxy.server import PortInUseError, listening_socket
 
     with listening_socket("127.0.0.1", 0) as lsock, socket.create_connection(lsock.getsockname()):
         conn, _ = lsock.accept()
         with conn:
             assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     busy = listening_socket("127.0.0.1", 0)
-    with busy, pytest.raises(OSError):
-        listening_socket("127.0.0.1", busy.getsockname()[1]).close()  # in use: a clear OSError, no leak
+    taken = busy.getsockname()[1]
+    with busy, pytest.raises(PortInUseError, match=f"port {taken} on 127.0.0.1 is already in use") as e:
+        listening_socket("127.0.0.1", taken).close()  # in use: a clear OSError naming the port, no leak
+    assert isinstance(e.value, OSError)
 
 
 def _publish_marker(store: str, run: str, version: int) -> None:

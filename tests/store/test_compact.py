@@ -21,7 +21,7 @@ from trajstore.convert import trajectories_to_table
 from trajstore.reader import iter_batches, read_trajectories, read_trajectories_by_id
 from trajstore.schema import ACTION_LOGPROBS_COLUMN, SCHEMA_VERSION
 from trajstore.store import TRAJECTORIES_DIR, ShardInfo, open_store
-from trajstore.store.compact import compact_store, plan_groups
+from trajstore.store.compact import compact_store, plan_compaction
 from trajstore.store.compaction_records import CompactionRecord, compacted_name, read_records, write_record
 
 NOW = dict(min_age_s=0, keep_replaced_s=0)
@@ -94,6 +94,7 @@ def test_young_shards_are_left_alone(tmp_path: Path) -> None:
     write_small_shards(store, trajectory_table(4))
     r = compact_store(store, min_age_s=3600, keep_replaced_s=0)  # every shard is seconds old
     assert not r.groups and len(store.list_shards()) == 4
+    assert (r.left_young, r.left_big, r.left_alone) == (4, 0, 0)  # what a dry run explains
 
 
 def _info(i: int, size: int, age_s: float = 1000.0) -> ShardInfo:
@@ -105,9 +106,11 @@ def test_groups_are_runs_of_small_shards_cut_at_the_target() -> None:
     # target 100: small means < 50. Sizes: 10 20 30 | 60 (big) | 40 40 40 | 5 (young)
     shards = [_info(0, 10), _info(1, 20), _info(2, 30), _info(3, 60), _info(4, 40), _info(5, 40), _info(6, 40),
               _info(7, 5, age_s=1)]
-    groups = plan_groups(shards, target_bytes=100, min_age_s=60)
+    plan = plan_compaction(shards, target_bytes=100, min_age_s=60)
     # 10+20+30 = 60 fits; 40+40 = 80, +40 would pass 100: [4 5], then [6] alone is not rewritten
-    assert [[int(s.path[-20:-8]) for s in g] for g in groups] == [[0, 1, 2], [4, 5]]
+    assert [[int(s.path[-20:-8]) for s in g] for g in plan.groups] == [[0, 1, 2], [4, 5]]
+    # left out, each counted once by its reason: 3 (big), 7 (young), 6 (alone)
+    assert (plan.big, plan.young, plan.alone) == (1, 1, 1)
 
 
 def test_a_run_killed_before_its_commit_changes_nothing_and_is_cleaned(tmp_path: Path) -> None:

@@ -134,6 +134,8 @@ def test_age_and_status_narrow_the_rule_and_unconsumed_data_is_never_taken(tmp_p
     assert plan_rows(store, consumed_by=("a",), older_than_s=None, statuses=None, now=now).rows == 3
     with pytest.raises(ValueError, match="consumed"):
         GcRules(older_than_s=10)
+    with pytest.raises(ValueError, match="'weird' is not a trajectory status.*completed, truncated, aborted, failed"):
+        GcRules(consumed_by=("a",), statuses=("failed", "weird"))
 
 
 def test_a_run_without_a_checkpoint_keeps_every_trajectory(tmp_path: Path) -> None:

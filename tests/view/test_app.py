@@ -119,8 +119,7 @@ def test_links_printed_by_stats_and_sql_open_the_page(tmp_path, make_trajectory)
     import numpy as np
 
     import trajstore as ts
-    import trajstore.cli.main  # noqa: F401  (the CLI's modules import in this order)
-    from trajstore.cli.audit import view_link, with_view_link_columns
+    from trajstore.view.links import view_link, with_view_link_columns
 
     tid = "odd:id=1+x"
     uri = str(tmp_path / "s")

@@ -39,25 +39,30 @@ def overview_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None
         f"AS consumed"))
 
 
-BRIEF_TOP_SOURCES = 20
-"""Sources listed one per row by :func:`brief_report`; the rest are one ``(N other sources)`` row."""
+BRIEF_TOP_SOURCES = 3
+"""Sources listed one per row by :func:`brief_report` (the largest); the rest are one ``(N other
+sources)`` row, so the overview fits an 80x24 terminal however many sources a store has."""
+BRIEF_TOP_RUNS = 3
+"""Training runs listed one per row by :func:`brief_report` (the ones that consumed last); the
+rest are one ``(N other runs)`` row."""
 
 
 @dataclass(frozen=True)
 class BriefReport(Report):
-    """The store at a glance (``traj stats`` without a report flag): one row per source and one
-    per training run, scalar columns and training records only (never spans or tokens).
+    """The store at a glance (``traj stats`` without a report flag; small enough for an 80x24
+    terminal): a few rows per source and per training run, scalar columns and training records
+    only (never spans or tokens). The other reports hold the rest (``traj stats --all``).
 
     Attributes:
         by_source: per source (the :data:`BRIEF_TOP_SOURCES` largest; the others summed in one
             ``(N other sources)`` row): ``trajectories``, ``completed`` (status completed),
             ``reward_mean`` (over trajectories with a reward; null when none has one),
-            ``tokens_p50`` (nearest rank), ``logprob_share`` (share of action tokens with an
-            engine log-prob), ``versioned_share`` (share of trajectories whose actions carry a policy version).
-        runs: per training run with consumption records: ``steps`` (policy steps, warm-up not
-            counted), ``consumed`` (trajectories trained), ``trainer_version`` (newest),
-            ``staleness_mean`` (mean over consumed trajectories of trainer version - oldest
-            policy version, in versions), ``masked`` (share of trained action tokens DIS masked out).
+            ``logprob_share`` (share of action tokens with an engine log-prob).
+        runs: per training run with consumption records (the :data:`BRIEF_TOP_RUNS` that consumed
+            last, newest first; the others in one ``(N other runs)`` row): ``steps`` (policy steps,
+            warm-up not counted), ``consumed`` (trajectories trained), ``staleness_mean`` (mean
+            over consumed trajectories of trainer version - oldest policy version, in versions),
+            ``masked`` (share of trained action tokens DIS masked out).
     """
 
     by_source: duckdb.DuckDBPyRelation
@@ -74,23 +79,31 @@ def brief_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None,
     by_source = conn.sql(
         f"WITH {selected_cte(conn, where)}, per AS (SELECT source, count(*) AS n, "
         f"count(*) FILTER (WHERE status = 'completed') AS completed, avg(reward) AS reward_mean, "
-        f"quantile_disc(num_tokens, 0.5) AS tokens_p50, sum(num_action_tokens) AS act, "
-        f"sum(num_missing_logprobs) AS missing, count(min_policy_version) AS versioned FROM sel GROUP BY source), "
+        f"sum(num_action_tokens) AS act, sum(num_missing_logprobs) AS missing FROM sel GROUP BY source), "
         f"ranked AS (SELECT *, row_number() OVER (ORDER BY n DESC, source) AS rk, count(*) OVER () AS k FROM per), "
-        f"rows AS (SELECT source, n, completed, reward_mean, tokens_p50, act, missing, versioned, rk FROM ranked "
+        f"rows AS (SELECT source, n, completed, reward_mean, act, missing, rk FROM ranked "
         f"WHERE rk <= {top} OR k = {top + 1} "
         f"UNION ALL SELECT '(' || count(*) || ' other sources)', sum(n), sum(completed), "
-        f"sum(reward_mean * n) / sum(n), NULL, sum(act), sum(missing), sum(versioned), {top + 1} FROM ranked "
+        f"sum(reward_mean * n) / sum(n), sum(act), sum(missing), {top + 1} FROM ranked "
         f"WHERE rk > {top} AND k > {top + 1} HAVING count(*) > 0) "
-        f"SELECT source, n AS trajectories, completed, reward_mean, tokens_p50, "
-        f"CASE WHEN act > 0 THEN 1 - missing / act END AS logprob_share, versioned / n AS versioned_share "
+        f"SELECT source, n AS trajectories, completed, reward_mean, "
+        f"CASE WHEN act > 0 THEN 1 - missing / act END AS logprob_share "
         f"FROM rows ORDER BY rk")
+    top = BRIEF_TOP_RUNS
     runs = conn.sql(
         f"WITH {selected_cte(conn, where)}, c AS (SELECT * FROM consumed WHERE {run_filter(run)} "
-        f"AND trajectory_id IN (SELECT trajectory_id FROM sel)) "
-        f"SELECT run_id, count(DISTINCT step) FILTER (WHERE step >= 0) AS steps, "
-        f"count(DISTINCT trajectory_id) AS consumed, max(trainer_version) AS trainer_version, "
-        f"avg(staleness_max) AS staleness_mean, "
-        f"sum((masked_below + masked_above) * num_action_tokens) / sum(num_action_tokens) "
-        f"FILTER (WHERE masked_below IS NOT NULL) AS masked FROM c GROUP BY run_id ORDER BY run_id")
+        f"AND trajectory_id IN (SELECT trajectory_id FROM sel)), "
+        f"per AS (SELECT run_id, count(DISTINCT step) FILTER (WHERE step >= 0) AS steps, "
+        f"count(DISTINCT trajectory_id) AS consumed, sum(staleness_max) AS st_sum, count(staleness_max) AS st_n, "
+        f"sum((masked_below + masked_above) * num_action_tokens) AS m_sum, "
+        f"sum(num_action_tokens) FILTER (WHERE masked_below IS NOT NULL) AS m_n, max(consumed_at) AS last "
+        f"FROM c GROUP BY run_id), "
+        f"ranked AS (SELECT *, row_number() OVER (ORDER BY last DESC, run_id) AS rk, count(*) OVER () AS k "
+        f"FROM per), "
+        f"rows AS (SELECT run_id, steps, consumed, st_sum, st_n, m_sum, m_n, rk FROM ranked "
+        f"WHERE rk <= {top} OR k = {top + 1} "
+        f"UNION ALL SELECT '(' || count(*) || ' other runs)', sum(steps), sum(consumed), sum(st_sum), sum(st_n), "
+        f"sum(m_sum), sum(m_n), {top + 1} FROM ranked WHERE rk > {top} AND k > {top + 1} HAVING count(*) > 0) "
+        f"SELECT run_id, steps, consumed, st_sum / st_n AS staleness_mean, m_sum / m_n AS masked "
+        f"FROM rows ORDER BY rk")
     return BriefReport(by_source=by_source, runs=runs)

@@ -227,10 +227,14 @@ def _chat_gaps(msgs: list[Message], tools: Any, notes: list[dict[str, Any]], reb
     return gaps
 
 
+def _harbor_reward_file(path: str) -> str:
+    """Where the Harbor trial `path` (``<trial>/agent/trajectory.json``) belongs to keeps its verifier score."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), REWARD_FILE)
+
+
 def _harbor_reward(path: str) -> Reward:
     """The verifier score of the Harbor trial `path` (``<trial>/agent/trajectory.json``) belongs to."""
-    trial = os.path.dirname(os.path.dirname(os.path.abspath(path)))
-    f = os.path.join(trial, REWARD_FILE)
+    f = _harbor_reward_file(path)
     if not os.path.isfile(f):
         return Reward()
     try:
@@ -333,8 +337,10 @@ def parse_trajectory(d: Any, origin: Origin) -> list[EngineRollout | Conversatio
                             "final_metrics": d.get("final_metrics") if isinstance(d.get("final_metrics"), dict) else None}
     created = parse_time(next((s.get("timestamp") for s in reversed(steps) if s.get("timestamp")), None))
     status, meta["status_evidence"] = run_status(conv, steps, _harbor_exception(origin.path))
+    reward_file = _harbor_reward_file(origin.path)
     fields = {"source": SOURCE, "key": key, "origin": origin, "reward": _harbor_reward(origin.path), "model": model,
-              "created_at": created, "prompt_id": key, "status": status}
+              "created_at": created, "prompt_id": key, "status": status,
+              "read_files": (reward_file,) if os.path.isfile(reward_file) else ()}
     tools = tool_definitions(agent.get("tool_definitions"))
     replayed = conv.replayed(steps)
     cuts = [i for i, s in enumerate(steps) if conv.rewrites_at_subagent_note and _is_subagent_note(s)

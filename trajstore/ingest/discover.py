@@ -37,20 +37,21 @@ def _event_sort_key(name: str) -> tuple[int, str]:
     return (int(digits), name) if digits.isdigit() else (1 << 62, name)
 
 
-def discover(paths: list[str], ignored: Counter[str] | None = None) -> tuple[list[InputUnit], list[Problem]]:
+def discover(paths: list[str], ignored: list[str] | None = None) -> tuple[list[InputUnit], list[Problem]]:
     """Expand files and directories (recursively) into input units, sorted by path.
 
     A directory named ``events`` whose files are ``<n>.json`` is one unit (an event store).
-    Inside directories only :data:`INPUT_SUFFIXES` are read; other files are counted in
-    `ignored` by suffix (never dropped without a word), and a directory with no input file at
-    all is a problem.
+    Inside directories only :data:`INPUT_SUFFIXES` are read; the paths of other files are
+    appended to `ignored` (never dropped without a word: the ingest counts them by
+    :func:`suffix_of`, less those a reader opened beside its record), and a directory with no
+    input file at all is a problem.
 
     Returns:
         (units, problems): a path that does not exist is a problem.
     """
     units: list[InputUnit] = []
     problems: list[Problem] = []
-    ignored = ignored if ignored is not None else Counter()
+    ignored = ignored if ignored is not None else []
     for p in paths:
         p = os.fspath(p)
         if os.path.isfile(p):
@@ -67,13 +68,14 @@ def discover(paths: list[str], ignored: Counter[str] | None = None) -> tuple[lis
                                             f"{special[f]}, not a regular file: skipped, never opened"))
                 files = [f for f in files if f not in special]
                 cand = sorted(f for f in files if f.endswith(INPUT_SUFFIXES))
-                skipped.update(_suffix(f) for f in files if not f.endswith(INPUT_SUFFIXES))
+                other = sorted(f for f in files if not f.endswith(INPUT_SUFFIXES))
+                skipped.update(suffix_of(f) for f in other)
+                ignored.extend(os.path.join(root, f) for f in other)
                 if os.path.basename(root) == EVENTS_DIR and cand and all(
                         _event_sort_key(f)[0] < (1 << 62) for f in cand):
                     units.append(InputUnit(root, [os.path.join(root, f) for f in sorted(cand, key=_event_sort_key)]))
                     continue
                 units.extend(InputUnit(os.path.join(root, f)) for f in cand)
-            ignored.update(skipped)
             if len(units) == before:
                 found = ", ".join(f"{n} {sfx}" for sfx, n in skipped.most_common(5)) or "no files"
                 problems.append(Problem(Origin(p), "unsupported", f"no {'/'.join(INPUT_SUFFIXES)} file in this "
@@ -87,6 +89,8 @@ def discover(paths: list[str], ignored: Counter[str] | None = None) -> tuple[lis
     return units, problems
 
 
-def _suffix(name: str) -> str:
-    stem, dot, ext = name.rpartition(".")
+def suffix_of(path: str) -> str:
+    """How ignored files are counted: the suffix of `path`'s file name (``.md``, ``.png``, ...)
+    or ``(no suffix)``."""
+    stem, dot, ext = os.path.basename(path).rpartition(".")
     return f".{ext}" if dot and stem else "(no suffix)"

@@ -16,7 +16,7 @@ from trajstore.hub import SMOLLM2_ALIAS
 from trajstore.ingest.build import TrajectoryBuilder
 from trajstore.ingest.build_chat import DEFAULT_MAX_OBSERVATION_CHARS
 from trajstore.ingest.commit import StoreCommitter
-from trajstore.ingest.discover import discover
+from trajstore.ingest.discover import discover, suffix_of
 from trajstore.ingest.dispatch import parse_unit
 from trajstore.ingest.openhands_v1_completions import drop_superseded
 from trajstore.ingest.reasons import problem_reason
@@ -87,8 +87,20 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
     if input_format != "auto" and input_format not in FORMATS:
         raise ValueError(f"unknown input format {input_format!r}; choose auto or one of {', '.join(FORMATS)}")
     report = report if report is not None else IngestReport()
-    units, problems = discover(paths, report.ignored_files)
+    ignored: list[str] = []
+    units, problems = discover(paths, ignored)
     report.problems.extend(problems)
+    report.ignored_files.update(suffix_of(f) for f in ignored)
+    unread = {os.path.abspath(f) for f in ignored}
+
+    def read_beside(files: tuple[str, ...]) -> None:  # a file a reader opened for its record is not ignored
+        for f in map(os.path.abspath, files):
+            if f in unread:
+                unread.discard(f)
+                sfx = suffix_of(f)
+                report.ignored_files[sfx] -= 1
+                if not report.ignored_files[sfx]:
+                    del report.ignored_files[sfx]
     builder = TrajectoryBuilder(report, tokenizer=tokenizer, max_observation_chars=max_observation_chars,
                                 engine_tokenizer=engine_tokenizer,
                                 train_reconstructed_actions=train_reconstructed_actions)
@@ -116,6 +128,8 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
             yield from flush_tree(n)  # units are sorted by path: that directory's files are all read
         try:
             for item in parse_unit(unit, input_format):
+                if isinstance(item, ParsedTrajectory):
+                    read_beside(item.read_files)
                 if isinstance(item, Problem):
                     report.problems.append(item)
                 elif isinstance(item, Conversation) and item.source == "openhands/v1-completions":

@@ -154,6 +154,8 @@ class ParsedTrajectory:
             ``traj stats --coverage``. Empty = reconstructed as the harness sent it.
         lineage: its place among linked records (None: a record on its own; its split parts
             are still linked to each other).
+        read_files: files read for this record beside `origin` (Harbor's ``verifier/reward.txt``
+            holding the reward); a directory walk does not count them as ignored.
     """
 
     source: str
@@ -167,6 +169,7 @@ class ParsedTrajectory:
     metadata: dict[str, Any] = field(default_factory=dict)
     fidelity_gaps: dict[str, str] = field(default_factory=dict)
     lineage: Lineage | None = None
+    read_files: tuple[str, ...] = ()
 
 
 @dataclass(kw_only=True)

@@ -2,7 +2,26 @@
 
 from __future__ import annotations
 
+import errno
 import socket
+
+from trajstore.errors import TrajstoreError
+
+
+class PortInUseError(TrajstoreError, OSError):
+    """The TCP port asked for is taken (another server, or an earlier one still running).
+
+    Attributes:
+        host: the interface asked for. port: the port asked for.
+    """
+
+    def __init__(self, host: str, port: int):
+        self.host = host
+        self.port = port
+        super().__init__(errno.EADDRINUSE, f"port {port} on {host} is already in use")
+
+    def __str__(self) -> str:
+        return self.strerror
 
 
 def listening_socket(host: str, port: int, *, backlog: int = 2048) -> socket.socket:
@@ -14,7 +33,8 @@ def listening_socket(host: str, port: int, *, backlog: int = 2048) -> socket.soc
     out: about 40 ms added to every call on loopback, measured with ``bench/proxy.py``.
 
     Raises:
-        OSError: the address is in use or cannot be bound.
+        PortInUseError: `port` is taken on `host` (an ``OSError``, errno ``EADDRINUSE``).
+        OSError: the address cannot be bound otherwise.
     """
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -22,7 +42,9 @@ def listening_socket(host: str, port: int, *, backlog: int = 2048) -> socket.soc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host, port))
         sock.listen(backlog)
-    except OSError:
+    except OSError as e:
         sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise PortInUseError(host, port) from e
         raise
     return sock

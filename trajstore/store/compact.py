@@ -69,6 +69,9 @@ class CompactionResult:
         replaced_deleted: replaced shards deleted; bytes_freed: their size.
         replaced_kept: replaced shards still kept for readers (deleted by a later run).
         orphans_removed: records and outputs of runs killed before their commit, removed.
+        left_young, left_big, left_alone: visible shards not merged, by reason (see
+            :class:`CompactionPlan`: younger than ``min_age_s``, half the target or more, no
+            small neighbour).
     """
 
     store: str
@@ -78,6 +81,9 @@ class CompactionResult:
     bytes_freed: int = 0
     replaced_kept: int = 0
     orphans_removed: int = 0
+    left_young: int = 0
+    left_big: int = 0
+    left_alone: int = 0
 
     @property
     def shards_merged(self) -> int:
@@ -90,24 +96,58 @@ def shard_time_s(name: str) -> float | None:
     return int(head) / 1e9 if len(head) == 20 and head.isdigit() else None
 
 
-def plan_groups(shards: list[ShardInfo], *, target_bytes: int, min_age_s: float,
-                now: float | None = None) -> list[list[ShardInfo]]:
-    """Groups of consecutive small shards to merge (see the module docstring), in arrival order."""
+@dataclass
+class CompactionPlan:
+    """What :func:`plan_compaction` chose: the groups to merge and, counted by reason, the visible
+    shards left as they are.
+
+    Attributes:
+        groups: runs of consecutive small shards to merge (two or more each), in arrival order.
+        young: shards younger than ``min_age_s`` by their name's time (a writer may still be adding
+            around them); a later run (or a smaller ``min_age_s``) takes them.
+        big: shards of half the target size or more: already about the size of an output.
+        alone: small shards old enough but with no small neighbour to merge with (between big or
+            young shards, or the one left over after a group reached the target): a group of one
+            is not rewritten.
+    """
+
+    groups: list[list[ShardInfo]] = field(default_factory=list)
+    young: int = 0
+    big: int = 0
+    alone: int = 0
+
+
+def plan_compaction(shards: list[ShardInfo], *, target_bytes: int, min_age_s: float,
+                    now: float | None = None) -> CompactionPlan:
+    """Groups of consecutive small shards to merge (see the module docstring), in arrival order,
+    and how many shards are left out and why.
+
+    Args:
+        shards: the visible shards in arrival order.
+        target_bytes: size of an output (bytes on disk); shards of half that or more are big.
+        min_age_s: shards younger than this (s, by their name's time) are left out.
+        now: UNIX time (s); default: the clock.
+    """
     now = time.time() if now is None else now
-    groups: list[list[ShardInfo]] = []
+    plan = CompactionPlan()
     cur: list[ShardInfo] = []
     size = 0
 
     def close() -> None:
         nonlocal cur, size
         if len(cur) >= 2:
-            groups.append(cur)
+            plan.groups.append(cur)
+        else:
+            plan.alone += len(cur)
         cur, size = [], 0
 
     for s in shards:
         t = shard_time_s(s.name)
-        small = s.size_bytes < target_bytes / 2 and (t is None or now - t >= min_age_s)
-        if not small:
+        big = s.size_bytes >= target_bytes / 2
+        young = not big and t is not None and now - t < min_age_s
+        if big or young:
+            plan.big += big
+            plan.young += young
             close()
             continue
         if cur and size + s.size_bytes > target_bytes:
@@ -115,7 +155,7 @@ def plan_groups(shards: list[ShardInfo], *, target_bytes: int, min_age_s: float,
         cur.append(s)
         size += s.size_bytes
     close()
-    return groups
+    return plan
 
 
 def _delete(store: Store, paths: list[str]) -> None:
@@ -216,7 +256,9 @@ def compact_store(uri: str | os.PathLike[str] | Store, *, storage_options: dict[
     with exclusive_lock(store, MAINTENANCE_LOCK, wait_s=wait_s):
         finish_earlier(store, keep_replaced_s=keep_replaced_s, dry_run=dry_run, result=result)
         shards, _ = list_view(store)
-        groups = plan_groups(shards, target_bytes=int(target_mb * 2**20), min_age_s=min_age_s)
+        plan = plan_compaction(shards, target_bytes=int(target_mb * 2**20), min_age_s=min_age_s)
+        groups = plan.groups
+        result.left_young, result.left_big, result.left_alone = plan.young, plan.big, plan.alone
         if dry_run:
             result.groups = [{"output": None, "sources": len(g), "rows": sum(s.num_rows for s in g), "dropped": None,
                               "bytes_before": sum(s.size_bytes for s in g), "bytes_after": 0} for g in groups]

@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from trajstore.schema import STATUSES
 from trajstore.store.compact import KEEP_REPLACED_S, MAINTENANCE_LOCK, CompactionResult, finish_earlier
 from trajstore.store.gc_rows import delete_rows, describe, plan_rows
 from trajstore.store.handle import Store
@@ -44,7 +45,12 @@ from trajstore.store.open import open_store
 
 @dataclass(frozen=True)
 class GcRules:
-    """What ``traj gc`` may delete (module docstring); None / empty = that rule is off."""
+    """What ``traj gc`` may delete (module docstring); None / empty = that rule is off.
+
+    Raises:
+        ValueError: a bound out of range, a trajectory rule without ``consumed_by``, or a status
+            that is not one of :data:`trajstore.schema.STATUSES`.
+    """
 
     keep_versions: int | None = None
     keep_checkpoints: int | None = None
@@ -61,6 +67,10 @@ class GcRules:
             raise ValueError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
         if (self.older_than_s is not None or self.statuses is not None) and not self.consumed_by:
             raise ValueError("trajectories are deleted only once consumed: name the runs (consumed_by)")
+        bad = [s for s in self.statuses or () if s not in STATUSES]
+        if bad:
+            raise ValueError(f"statuses: {', '.join(map(repr, bad))} is not a trajectory status "
+                             f"(one of {', '.join(STATUSES)})")
 
 
 @dataclass

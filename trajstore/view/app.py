@@ -151,18 +151,26 @@ def create_app(cfg: ViewConfig, *, index: StoreIndex | None = None) -> Starlette
 
 
 def run_view(cfg: ViewConfig, *, on_ready: Any = None) -> None:
-    """Build the index, then serve until SIGINT / SIGTERM (exit 0). Call from the main thread.
+    """Bind the port, build the index, then serve until SIGINT / SIGTERM (exit 0). Call from the
+    main thread.
 
     Args:
         on_ready: called with the bound ``(host, port)`` and the index once the socket listens.
+
+    Raises:
+        PortInUseError: ``cfg.port`` is taken (raised before the index is built; an ``OSError``).
     """
     import uvicorn
 
     from trajstore.proxy.server import listening_socket
 
-    index = StoreIndex(cfg)
-    app = create_app(cfg, index=index)
-    sock = listening_socket(cfg.host, cfg.port)
+    sock = listening_socket(cfg.host, cfg.port)  # a port in use fails at once, not after indexing
+    try:
+        index = StoreIndex(cfg)
+        app = create_app(cfg, index=index)
+    except BaseException:
+        sock.close()
+        raise
     host, port = sock.getsockname()[:2]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     if on_ready is not None:
