@@ -117,3 +117,22 @@ def test_selection_and_files(mixed, tmp_path, read_out):
     manifest = read_out(tmp_path / "c", ".trajstore/export.json")
     assert manifest["selection"] == {"where": None, "run": None, "limit": 2}
     assert manifest["files"] == r.files and "convert_prompts_responses_to_batch_tensors" in manifest["load"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_output_has_the_modes_of_the_umask(store, tmp_path, umask):
+    # the staging folder used to come from tempfile.mkdtemp (0o700) and safetensors writes 0o600:
+    # the export must look like any folder the user makes (0o777 / 0o666 less the umask)
+    old = os.umask(umask)
+    try:
+        for to in ("verl", "atif"):
+            export_store(store, to, str(tmp_path / to))
+    finally:
+        os.umask(old)
+    for to in ("verl", "atif"):
+        top = tmp_path / to
+        dirs = [top] + [p for p in top.rglob("*") if p.is_dir()]
+        files = [p for p in top.rglob("*") if p.is_file()]
+        assert any(p.suffix == ".safetensors" for p in files) or to == "atif"
+        assert {oct(p.stat().st_mode & 0o777) for p in dirs} == {oct(0o777 & ~umask)}, to
+        assert {oct(p.stat().st_mode & 0o777) for p in files} == {oct(0o666 & ~umask)}, to
