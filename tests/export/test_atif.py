@@ -85,8 +85,10 @@ def test_atif_keeps_unknown_logprobs_as_null_and_refuses_no_action(tmp_path):
     with pytest.raises(ExportError, match=r"^trajectory 'no-action': no action span \(no model call\), which the atif "
                                           r"export cannot hold"):
         export_store(s2, "atif", str(tmp_path / "atif2"))
-    r = export_store(s2, "atif", str(tmp_path / "atif3"), ExportOptions(skip_refused=True))
-    assert (r.exported, dict(r.skipped)) == (0, {"no action token": 1})
+    with pytest.raises(ExportError, match=r"^nothing to export: all 1 selected trajectories were left out \(1 no "
+                                          r"action token; "):  # skipped, and then nothing is left
+        export_store(s2, "atif", str(tmp_path / "atif3"), ExportOptions(skip_refused=True))
+    assert not (tmp_path / "atif3").exists()
 
 
 def test_reingested_retokenized_ids_are_flagged(tmp_path):

@@ -136,3 +136,35 @@ def test_output_has_the_modes_of_the_umask(store, tmp_path, umask):
         assert any(p.suffix == ".safetensors" for p in files) or to == "atif"
         assert {oct(p.stat().st_mode & 0o777) for p in dirs} == {oct(0o777 & ~umask)}, to
         assert {oct(p.stat().st_mode & 0o777) for p in files} == {oct(0o666 & ~umask)}, to
+
+
+@pytest.mark.parametrize(("to", "opts", "message"), [
+    ("hf", ExportOptions(where="reward > 5"), "nothing to export: no trajectories match --where 'reward > 5' "
+                                              "(of 5 in the store)"),
+    ("verl", ExportOptions(where="status = 'failed'", limit=3), "nothing to export: no trajectories match --where "
+                                                                "\"status = 'failed'\" (of 5 in the store)"),
+    ("atif", ExportOptions(where="trajectory_id = 'no-action'", skip_refused=True),
+     "nothing to export: all 1 selected trajectories were left out (1 no action token; --skip-refused leaves out "
+     "what atif cannot take)"),
+])
+def test_nothing_to_export_is_an_error_and_writes_nothing(mixed, tmp_path, to, opts, message):
+    # an export of 0 trajectories used to succeed with an empty folder (and, for hf, a card of zeros)
+    out = tmp_path / "out"
+    with pytest.raises(ExportError) as e:
+        export_store(mixed, to, str(out), opts)
+    assert str(e.value) == message
+    assert not out.exists() and sorted(os.listdir(tmp_path)) == ["mixed"]
+
+
+def test_an_empty_store_is_nothing_to_export(tmp_path):
+    from typer.testing import CliRunner
+
+    from trajstore import StoreWriter
+    from trajstore.cli.main import app
+
+    StoreWriter(str(tmp_path / "empty")).close()  # a store with no trajectory shard yet
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["export", str(tmp_path / "empty"), "--to", "hf", "--out", str(out)])
+    assert res.exit_code == 1, res.output
+    assert res.stderr.startswith("error: nothing to export: the store ") and "has no trajectories" in res.stderr
+    assert not out.exists()

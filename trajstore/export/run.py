@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
 from trajstore import __version__, audit
@@ -108,6 +109,27 @@ def _check_options(target: Target, opts: ExportOptions) -> frozenset[str]:
     return frozenset(target.fields) - frozenset(opts.without)
 
 
+def _nothing_selected(conn: duckdb.DuckDBPyConnection, store: Store, sel: Selection) -> str:
+    """Why the selection is empty, in one line: an empty store, or what it filtered on."""
+    total = conn.execute("SELECT count(*) FROM trajectories").fetchone()[0]
+    if not total:
+        return f"nothing to export: the store {store.uri} has no trajectories"
+    what = []
+    if sel.where:
+        what.append(f"match --where {sel.where!r}")
+    if sel.run:
+        what.append(f"were consumed by training run {sel.run!r} (--run)")
+    return f"nothing to export: no trajectories {' and '.join(what)} (of {total} in the store)"
+
+
+def _nothing_left(result: ExportResult) -> str:
+    """Why an export whose selection was not empty has nothing to write: every selected trajectory
+    was left out (refused with --skip-refused)."""
+    why = ", ".join(f"{n} {r}" for r, n in sorted(result.skipped.items()))
+    return (f"nothing to export: all {result.selected} selected trajectories were left out ({why}; "
+            f"{SKIP_OPTION} leaves out what {result.target} cannot take)")
+
+
 def _describe(sel: Selection, result: ExportResult) -> str:
     parts = [f"`--where {sel.where}`" if sel.where else "every trajectory of the store"]
     if sel.run:
@@ -130,8 +152,10 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
     uploaded (:func:`trajstore.export.hf.push_to_hub`; `hub_api` replaces its ``HfApi``).
 
     Raises:
-        ExportError: an unknown target, an option the target does not take, a refused trajectory
-            (without ``skip_refused``; one line naming it and the option), `out` not empty.
+        ExportError: an unknown target, an option the target does not take, nothing to export
+            (an empty store, a selection matching nothing, every selected trajectory left out), a
+            refused trajectory (without ``skip_refused``; one line naming it and the option), `out`
+            not empty. Nothing is written.
         AuditError: an invalid ``where``, an unknown ``run``.
         StoreError: the store cannot be opened.
     """
@@ -143,6 +167,8 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
     s = store if isinstance(store, Store) else open_existing_store(store, storage_options=storage_options)
     conn = audit.connect(s)
     sel = select_trajectories(conn, s, where=opts.where, run=opts.run, limit=opts.limit)
+    if not sel.ids:
+        raise ExportError(_nothing_selected(conn, s, sel))
     result = ExportResult(target=to, out=os.path.abspath(out), selected=len(sel.ids),
                           left_out=sorted(opts.without))
     exported_ids: list[str] = []
@@ -156,6 +182,8 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
                 result.files += target.write(part)
             result.exported += rows.num_rows
             exported_ids += rows.column("trajectory_id").to_pylist()
+        if not result.exported:  # raised inside the staging folder: it is removed, nothing appears
+            raise ExportError(_nothing_left(result))
         if target.finish is not None:
             exact = not sel.run and not sel.limit and not result.skipped
             where = sel.where if exact else ids_predicate(conn, exported_ids)
