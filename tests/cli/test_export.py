@@ -26,7 +26,8 @@ def test_summary_as_json(mixed, tmp_path):
                                    "trajectory_id IN ('t1', 't2')", "--format", "json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == {
-        "target": "verl", "out": str(out), "selected": 2, "exported": 2, "skipped": {}, "left_out": [], "files": 2,
+        "target": "verl", "out": str(out), "selected": 2, "exported": 2, "skipped": {}, "not_trainable_left_out": {},
+        "left_out": [], "files": 2,
         "approximations": {"trailing observation tokens dropped": 1}}
 
 
@@ -44,9 +45,11 @@ def test_skip_refused_and_without(mixed, tmp_path):
                                    "--without", "rewards", "--format", "json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert (doc["exported"], doc["skipped"], doc["left_out"]) == (3, {"missing logprobs": 1, "no action token": 1},
-                                                                  ["rewards"])
-    assert res.stderr == "note: left out 2 of 5 trajectories (1 missing logprobs, 1 no action token)\n"
+    assert (doc["exported"], doc["skipped"], doc["not_trainable_left_out"], doc["left_out"]) == (
+        3, {"missing logprobs": 1}, {"no action tokens": 1}, ["rewards"])
+    assert res.stderr == ("note: left out 1 of 5 trajectories stored as not trainable (1 no action tokens); "
+                          "--include-not-trainable writes them\n"
+                          "note: left out 1 of 5 trajectories (1 missing logprobs)\n")
 
 
 @pytest.mark.parametrize("args", [["--to", "nemo"], ["--to", "verl", "--without", "tokens"],

@@ -4,6 +4,7 @@ not at all, files of --rows-per-file trajectories, the manifest."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -48,22 +49,25 @@ def test_each_reason_names_its_option(mixed, tmp_path):
     with pytest.raises(ExportError, match=r"^trajectory 'no-action': no action span \(no model call\), which the "
                                           r"trl export cannot hold \(select others with --where, or leave such "
                                           r"trajectories out with --skip-refused\)$"):
-        export_store(mixed, "trl", str(tmp_path / "c"), ExportOptions(where="trajectory_id = 'no-action'"))
+        export_store(mixed, "trl", str(tmp_path / "c"), ExportOptions(where="trajectory_id = 'no-action'",
+                                                                      include_not_trainable=True))
 
 
 def test_skip_refused_counts_each_reason(mixed, tmp_path, read_out):
     r = export_store(mixed, "verl", str(tmp_path / "v"), ExportOptions(skip_refused=True))
     assert (r.selected, r.exported) == (5, 2)
-    assert dict(r.skipped) == {"missing logprobs": 1, "no reward": 1, "no action token": 1}
+    assert dict(r.skipped) == {"missing logprobs": 1, "no reward": 1}
+    assert dict(r.not_trainable_left_out) == {"no action tokens": 1}  # not trainable: left out before any refusal
     assert read_out(tmp_path / "v", "part-00000.non_tensor.parquet")["trajectory_id"] == ["t1", "t2"]
     assert read_out(tmp_path / "v", ".trajstore/export.json")["trajectories"] == {
-        "selected": 5, "exported": 2, "skipped": {"missing logprobs": 1, "no action token": 1, "no reward": 1}}
+        "selected": 5, "exported": 2, "skipped": {"missing logprobs": 1, "no reward": 1},
+        "not_trainable": {"left_out": {"no action tokens": 1}, "included": 0}}
 
 
 def test_without_takes_what_lacks_the_field(mixed, tmp_path, read_out):
     opts = ExportOptions(without=frozenset({"logprobs", "rewards"}), skip_refused=True)  # openrlhf has no versions
     r = export_store(mixed, "openrlhf", str(tmp_path / "o"), opts)
-    assert r.exported == 4 and dict(r.skipped) == {"no action token": 1}
+    assert r.exported == 4 and not r.skipped and dict(r.not_trainable_left_out) == {"no action tokens": 1}
     t = read_out(tmp_path / "o", "part-00000.safetensors")
     assert set(t) == {"sequences", "attention_mask", "action_mask", "response_length", "total_length"}
     assert read_out(tmp_path / "o", ".trajstore/export.json")["left_out"] == ["logprobs", "rewards"]
@@ -168,3 +172,62 @@ def test_an_empty_store_is_nothing_to_export(tmp_path):
     assert res.exit_code == 1, res.output
     assert res.stderr.startswith("error: nothing to export: the store ") and "has no trajectories" in res.stderr
     assert not out.exists()
+
+
+IDS_FILE = {"verl": "part-00000.non_tensor.parquet", "slime": "part-00000.parquet", "skyrl": "part-00000.parquet",
+            "trl": "part-00000.parquet", "areal": "part-00000.rows.parquet", "openrlhf": "part-00000.rows.parquet"}
+"""The file of each trainer layout that names its rows' trajectories."""
+
+
+def _exported_ids(read_out, out, to):
+    cols = read_out(out, IDS_FILE[to])
+    if to == "slime":  # a Sample keeps it in its metadata
+        return [json.loads(m)["trajectory_id"] for m in cols["metadata"]]
+    return cols["trajectory_id"]
+
+REDACTED = "redacted: an action's context changed"
+
+
+@pytest.fixture
+def with_not_trainable(tmp_path):
+    """t1, nt (t1's tokens, stored as not trainable with REDACTED as the reason), t2."""
+    t1, t2 = three_turn_trajectories()
+    nt = t1.model_copy(update={"trajectory_id": "nt", "not_trainable_reason": REDACTED})
+    return write_store(tmp_path / "nt-store", [t1, nt, t2])
+
+
+@pytest.mark.parametrize("to", sorted(IDS_FILE))
+def test_trainer_layouts_leave_out_not_trainable_trajectories(with_not_trainable, tmp_path, to, read_out):
+    # nt used to be written into every trainer layout as if it could be trained on
+    r = export_store(with_not_trainable, to, str(tmp_path / "a"))
+    assert (r.selected, r.exported, dict(r.not_trainable_left_out), r.not_trainable_included) == (
+        3, 2, {REDACTED: 1}, 0)
+    assert _exported_ids(read_out, tmp_path / "a", to) == ["t1", "t2"]
+    assert read_out(tmp_path / "a", ".trajstore/export.json")["trajectories"]["not_trainable"] == {
+        "left_out": {REDACTED: 1}, "included": 0}
+    r = export_store(with_not_trainable, to, str(tmp_path / "b"), ExportOptions(include_not_trainable=True))
+    assert (r.exported, dict(r.not_trainable_left_out), r.not_trainable_included) == (3, {}, 1)
+    assert _exported_ids(read_out, tmp_path / "b", to) == ["t1", "nt", "t2"]
+
+
+@pytest.mark.parametrize("to", ["hf", "atif"])
+def test_full_fidelity_targets_keep_not_trainable_trajectories(with_not_trainable, tmp_path, to, read_out):
+    r = export_store(with_not_trainable, to, str(tmp_path / to))
+    assert (r.exported, dict(r.not_trainable_left_out), r.not_trainable_included) == (3, {}, 1)
+    with pytest.raises(ExportError, match=rf"^invalid --include-not-trainable: --to {to} keeps every trajectory"):
+        export_store(with_not_trainable, to, str(tmp_path / "x"), ExportOptions(include_not_trainable=True))
+    if to == "hf":
+        rows = read_out(tmp_path / "hf", "data/part-00000.parquet")
+        assert list(zip(rows["trajectory_id"], rows["trainable"], rows["not_trainable_reason"])) == [
+            ("t1", True, None), ("nt", False, REDACTED), ("t2", True, None)]
+        card = (tmp_path / "hf" / "README.md").read_text()
+        assert ("Trajectories stored as not trainable (`trainable` false, why in `not_trainable_reason`): 1. This "
+                "dataset keeps them, flagged") in card
+
+
+def test_only_not_trainable_selected_is_nothing_to_export(with_not_trainable, tmp_path):
+    with pytest.raises(ExportError) as e:
+        export_store(with_not_trainable, "verl", str(tmp_path / "v"), ExportOptions(where="NOT trainable"))
+    assert str(e.value) == ("nothing to export: all 1 selected trajectories were left out (1 stored as not trainable: "
+                            f"1 {REDACTED}; --include-not-trainable writes them)")
+    assert not (tmp_path / "v").exists()

@@ -22,6 +22,9 @@ WITHOUT_OPTION: Final[dict[str, str]] = {f: f"--without {f}" for f in FIELDS}
 SKIP_OPTION: Final[str] = "--skip-refused"
 """The option that leaves refused trajectories out instead of stopping the export."""
 
+INCLUDE_NOT_TRAINABLE_OPTION: Final[str] = "--include-not-trainable"
+"""The option that writes trajectories stored as not trainable into a trainer layout."""
+
 RefusalReason = Literal["no action token", "missing logprobs", "no reward", "unknown policy version"]
 
 

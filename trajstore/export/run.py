@@ -1,5 +1,6 @@
 """``traj export``: select trajectories, read them in parts, cut them for the target, refuse or
-skip what the target cannot take as it is, write the parts and a manifest into a staging folder and
+skip what the target cannot take as it is (and, for a trainer layout, what is stored as not
+trainable), write the parts and a manifest into a staging folder and
 rename it into place (nothing appears at the destination unless the whole export succeeded)."""
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from trajstore import __version__, audit
 from trajstore.export.card import ids_predicate, reproduce_command
 from trajstore.export.files import MANIFEST_FILE, staged_folder, write_json
 from trajstore.export.hf import push_to_hub
-from trajstore.export.refusals import FIELDS, SKIP_OPTION, ExportError, refusal
+from trajstore.export.refusals import FIELDS, INCLUDE_NOT_TRAINABLE_OPTION, SKIP_OPTION, ExportError, refusal
 from trajstore.export.samples import rows_of, sample_from_row
 from trajstore.export.select import Selection, select_trajectories
 from trajstore.export.target import MIXED_AS_OLDEST, TAIL_DROPPED, Finish, Part, Target
@@ -40,6 +42,9 @@ class ExportOptions:
         limit: at most this many trajectories, the first in arrival order.
         skip_refused: leave out (and count) trajectories the target cannot take as they are,
             instead of stopping at the first with its reason.
+        include_not_trainable: trainer layouts (``Target.trainer_layout``) also take trajectories
+            stored as not trainable (``trainable = false``); by default they are left out and
+            counted per ``not_trainable_reason``. ``hf`` and ``atif`` keep every trajectory, flagged.
         without: fields (``logprobs``, ``rewards``, ``versions``) left out of the whole export, so
             that trajectories lacking them are taken.
         pad_token_id: the id written in padded token positions (masked out by every layout).
@@ -54,6 +59,7 @@ class ExportOptions:
     run: str | None = None
     limit: int | None = None
     skip_refused: bool = False
+    include_not_trainable: bool = False
     without: frozenset[str] = frozenset()
     pad_token_id: int = 0
     rows_per_file: int = DEFAULT_ROWS_PER_FILE
@@ -73,6 +79,10 @@ class ExportResult:
         selected: trajectories the selection matched.
         exported: trajectories written.
         skipped: per refusal reason, trajectories left out (``--skip-refused``).
+        not_trainable_left_out: per stored ``not_trainable_reason``, trajectories stored as not
+            trainable that a trainer layout left out (without ``include_not_trainable``).
+        not_trainable_included: trajectories stored as not trainable that were written (``hf``,
+            ``atif``, or ``include_not_trainable``).
         files: files written, relative to `out`.
         left_out: fields left out of the whole export (``--without``).
         approximations: per kind, what the layout could only approximate (counts).
@@ -84,6 +94,8 @@ class ExportResult:
     selected: int = 0
     exported: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
+    not_trainable_left_out: Counter[str] = field(default_factory=Counter)
+    not_trainable_included: int = 0
     files: list[str] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)
     approximations: Counter[str] = field(default_factory=Counter)
@@ -102,6 +114,9 @@ def _check_options(target: Target, opts: ExportOptions) -> frozenset[str]:
             raise ExportError(f"invalid --without {f}: {target.name} needs its {target.fields[f]} (its trainer "
                               f"reads them unconditionally); select trajectories that have them with --where, or "
                               f"leave the others out with {SKIP_OPTION}")
+    if opts.include_not_trainable and not target.trainer_layout:
+        raise ExportError(f"invalid --include-not-trainable: --to {target.name} keeps every trajectory, those stored as "
+                          "not trainable flagged by their trainable column")
     if opts.push is not None and target.name != "hf":
         raise ExportError(f"invalid --push: only --to hf uploads to the Hub, not --to {target.name}")
     if opts.rows_per_file < 1:
@@ -124,10 +139,20 @@ def _nothing_selected(conn: duckdb.DuckDBPyConnection, store: Store, sel: Select
 
 def _nothing_left(result: ExportResult) -> str:
     """Why an export whose selection was not empty has nothing to write: every selected trajectory
-    was left out (refused with --skip-refused)."""
-    why = ", ".join(f"{n} {r}" for r, n in sorted(result.skipped.items()))
-    return (f"nothing to export: all {result.selected} selected trajectories were left out ({why}; "
-            f"{SKIP_OPTION} leaves out what {result.target} cannot take)")
+    was left out (stored as not trainable, or refused with --skip-refused)."""
+    why = []
+    if result.not_trainable_left_out:
+        why.append(_counts(result.not_trainable_left_out, "stored as not trainable")
+                   + f"; {INCLUDE_NOT_TRAINABLE_OPTION} writes them")
+    if result.skipped:
+        why.append(_counts(result.skipped) + f"; {SKIP_OPTION} leaves out what {result.target} cannot take")
+    return f"nothing to export: all {result.selected} selected trajectories were left out ({'; '.join(why)})"
+
+
+def _counts(counts: Counter[str], what: str = "") -> str:
+    """``2 stored as not trainable: 1 no action tokens, 1 redacted`` (or without `what`: the per-reason part)."""
+    each = ", ".join(f"{n} {r}" for r, n in sorted(counts.items()))
+    return f"{sum(counts.values())} {what}: {each}" if what else each
 
 
 def _describe(sel: Selection, result: ExportResult) -> str:
@@ -137,8 +162,9 @@ def _describe(sel: Selection, result: ExportResult) -> str:
     if sel.limit:
         parts.append(f"the first {sel.limit} in arrival order")
     text = ", ".join(parts) + f": {result.selected} selected, {result.exported} exported"
-    if result.skipped:
-        text += " (left out: " + ", ".join(f"{n} {r}" for r, n in sorted(result.skipped.items())) + ")"
+    if result.skipped or result.not_trainable_left_out:
+        text += " (left out: " + ", ".join(f"{n} {r}" for r, n in sorted((result.skipped
+                                                                          + result.not_trainable_left_out).items())) + ")"
     return text + "."
 
 
@@ -181,11 +207,12 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
             if rows.num_rows:
                 result.files += target.write(part)
             result.exported += rows.num_rows
+            result.not_trainable_included += rows.num_rows - (pc.sum(rows.column("trainable")).as_py() or 0)
             exported_ids += rows.column("trajectory_id").to_pylist()
         if not result.exported:  # raised inside the staging folder: it is removed, nothing appears
             raise ExportError(_nothing_left(result))
         if target.finish is not None:
-            exact = not sel.run and not sel.limit and not result.skipped
+            exact = not sel.run and not sel.limit and not result.skipped and not result.not_trainable_left_out
             where = sel.where if exact else ids_predicate(conn, exported_ids)
             result.files += target.finish(Finish(
                 out_dir=stage, conn=conn, where=where, reproduce=reproduce_command(sel.where) if exact else None,
@@ -199,11 +226,16 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
 
 def _cut(chunk: pa.Table, target: Target, holds: frozenset[str], opts: ExportOptions,
          result: ExportResult) -> tuple[pa.Table, list]:
-    """The rows (and samples) of `chunk` the target takes; refusals raise or are counted."""
+    """The rows (and samples) of `chunk` the target takes; refusals raise or are counted, and a
+    trainer layout leaves out (and counts) rows stored as not trainable unless asked to include them."""
     if not target.uses_samples:
         return chunk, []
     keep, samples = [], []
+    leave_not_trainable = target.trainer_layout and not opts.include_not_trainable
     for i, row in enumerate(rows_of(chunk)):
+        if leave_not_trainable and not row["trainable"]:
+            result.not_trainable_left_out[row["not_trainable_reason"] or "not trainable"] += 1
+            continue
         sample = sample_from_row(row)
         why = refusal(row["trajectory_id"], sample, target=target.name, holds=holds, field_names=dict(target.fields))
         if why is not None:
@@ -228,7 +260,9 @@ def _manifest(store: Store, target: Target, sel: Selection, result: ExportResult
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(), "store": store.uri,
         "selection": {"where": sel.where, "run": sel.run, "limit": sel.limit},
         "trajectories": {"selected": result.selected, "exported": result.exported,
-                         "skipped": dict(sorted(result.skipped.items()))},
+                         "skipped": dict(sorted(result.skipped.items())),
+                         "not_trainable": {"left_out": dict(sorted(result.not_trainable_left_out.items())),
+                                           "included": result.not_trainable_included}},
         "fields": {f: target.fields[f] for f in sorted(holds)}, "left_out": result.left_out,
         "pad_token_id": opts.pad_token_id, "alignment": target.alignment,
         "approximations": {k: v for k, v in sorted(result.approximations.items()) if v},
