@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import trajstore as ts
-from tests.helpers.export import CREATED, refused_trajectories, three_turn_trajectories, write_store
+from tests.helpers.export import CREATED, UNCHECKED, refused_trajectories, three_turn_trajectories, write_store
 from trajstore import TrajectoryBuilder
 from trajstore.cli.main import app
 from trajstore.export import ExportError, ExportOptions, export_store
@@ -26,7 +26,7 @@ def _lp(*xs):
 
 def test_atif_documents(store, tmp_path):
     out = tmp_path / "atif"
-    r = export_store(store, "atif", str(out))
+    r = export_store(store, "atif", str(out), UNCHECKED)
     assert r.files == ["t1/agent/trajectory.json", "t1/verifier/reward.txt",
                        "t2/agent/trajectory.json", "t2/verifier/reward.txt"]  # Harbor trial layout
     doc = json.loads((out / "t1/agent/trajectory.json").read_text())
@@ -86,7 +86,7 @@ def test_ingest_of_the_atif_export_gives_the_rows_back(tmp_path):
     # fidelity flags, its group and the log-probs of its other call, and stored re-tokenized ids as engine ids
     store = _tree_store(tmp_path / "s")
     out = tmp_path / "atif"
-    export_store(store, "atif", str(out))
+    export_store(store, "atif", str(out), UNCHECKED)
     res = CliRunner().invoke(app, ["ingest", str(out), "--store", str(tmp_path / "back"), "--format", "json"])
     assert res.exit_code == 0, res.output
     before = {r["trajectory_id"]: r for r in ts.read_trajectories(store).to_pylist()}
@@ -119,14 +119,14 @@ def test_ingest_of_the_atif_export_gives_the_rows_back(tmp_path):
 def test_atif_keeps_unknown_logprobs_as_null_and_refuses_no_action(tmp_path):
     s = write_store(tmp_path / "s", refused_trajectories()[:2])
     out = tmp_path / "atif"
-    export_store(s, "atif", str(out))  # nothing to refuse: what is unknown is written as unknown
+    export_store(s, "atif", str(out), UNCHECKED)  # nothing to refuse: what is unknown is written as unknown
     no_lp = json.loads((out / "no-lp/agent/trajectory.json").read_text())
     assert "logprobs" not in no_lp["steps"][0]["metrics"] and no_lp["steps"][0]["extra"]["trajstore"] == {}
     s2 = write_store(tmp_path / "s2", refused_trajectories()[2:])
     with pytest.raises(ExportError, match=r"^trajectory 'no-action': no action span \(no model call\), which the atif "
                                           r"export cannot hold"):
-        export_store(s2, "atif", str(tmp_path / "atif2"))
+        export_store(s2, "atif", str(tmp_path / "atif2"), UNCHECKED)
     with pytest.raises(ExportError, match=r"^nothing to export: all 1 selected trajectories were left out \(1 no "
                                           r"action token; "):  # skipped, and then nothing is left
-        export_store(s2, "atif", str(tmp_path / "atif3"), ExportOptions(skip_refused=True))
+        export_store(s2, "atif", str(tmp_path / "atif3"), ExportOptions(allow_secrets=True, skip_refused=True))
     assert not (tmp_path / "atif3").exists()

@@ -8,8 +8,9 @@ github OpenAgentsInc/openagents docs/atif/0001-trajectory-format.md at d39efb6):
 ``prompt_token_ids`` (v1.4: every token sent to the model in that step, history included),
 ``completion_token_ids`` (v1.3) and ``logprobs`` (aligned with them); ``extra`` objects at the
 root and on every step for what the format has no field for (trajstore's ids, tokenizer, status,
-policy versions, trainability, lineage, metadata with its fidelity flags). The store keeps token ids, not text: ``message`` is empty (the format allows
-it); decode with the tokenizer named in ``extra.trajstore.tokenizer``.
+policy versions, trainability, lineage, metadata with its fidelity flags). The store keeps token
+ids, not text: ``message`` is empty (the format allows it); decode with the tokenizer named in
+``extra.trajstore.tokenizer``.
 """
 
 from __future__ import annotations

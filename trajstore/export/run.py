@@ -1,4 +1,5 @@
-"""``traj export``: select trajectories, read them in parts, cut them for the target, refuse or
+"""``traj export``: select trajectories, refuse them if ``traj redact --check`` would find a secret
+in them, read them in parts, cut them for the target, refuse or
 skip what the target cannot take as it is (and, for a trainer layout, what is stored as not
 trainable), write the parts and a manifest into a staging folder and
 rename it into place (nothing appears at the destination unless the whole export succeeded)."""
@@ -19,12 +20,21 @@ from trajstore import __version__, audit
 from trajstore.export.card import ids_predicate, reproduce_command
 from trajstore.export.files import MANIFEST_FILE, staged_folder, write_json
 from trajstore.export.hf import push_to_hub
-from trajstore.export.refusals import FIELDS, INCLUDE_NOT_TRAINABLE_OPTION, SKIP_OPTION, ExportError, refusal
+from trajstore.export.refusals import (
+    ALLOW_SECRETS_OPTION,
+    FIELDS,
+    INCLUDE_NOT_TRAINABLE_OPTION,
+    SKIP_OPTION,
+    ExportError,
+    refusal,
+    secrets_refusal,
+)
 from trajstore.export.samples import rows_of, sample_from_row
 from trajstore.export.select import Selection, select_trajectories
 from trajstore.export.target import MIXED_AS_OLDEST, TAIL_DROPPED, Finish, Part, Target
 from trajstore.export.targets import TARGETS
 from trajstore.reader import read_trajectories_by_id
+from trajstore.redact import find_secrets
 from trajstore.store import Store, open_existing_store
 
 DEFAULT_ROWS_PER_FILE = 1024
@@ -42,6 +52,9 @@ class ExportOptions:
         limit: at most this many trajectories, the first in arrival order.
         skip_refused: leave out (and count) trajectories the target cannot take as they are,
             instead of stopping at the first with its reason.
+        allow_secrets: write even when ``traj redact --check`` would fail on the selected
+            trajectories (a secret found, or a trajectory whose spans cannot be scanned); by
+            default such an export is refused and nothing is written.
         include_not_trainable: trainer layouts (``Target.trainer_layout``) also take trajectories
             stored as not trainable (``trainable = false``); by default they are left out and
             counted per ``not_trainable_reason``. ``hf`` and ``atif`` keep every trajectory, flagged.
@@ -60,6 +73,7 @@ class ExportOptions:
     limit: int | None = None
     skip_refused: bool = False
     include_not_trainable: bool = False
+    allow_secrets: bool = False
     without: frozenset[str] = frozenset()
     pad_token_id: int = 0
     rows_per_file: int = DEFAULT_ROWS_PER_FILE
@@ -115,8 +129,8 @@ def _check_options(target: Target, opts: ExportOptions) -> frozenset[str]:
                               f"reads them unconditionally); select trajectories that have them with --where, or "
                               f"leave the others out with {SKIP_OPTION}")
     if opts.include_not_trainable and not target.trainer_layout:
-        raise ExportError(f"invalid --include-not-trainable: --to {target.name} keeps every trajectory, those stored as "
-                          "not trainable flagged by their trainable column")
+        raise ExportError(f"invalid --include-not-trainable: --to {target.name} keeps every trajectory, those "
+                          "stored as not trainable flagged by their trainable column")
     if opts.push is not None and target.name != "hf":
         raise ExportError(f"invalid --push: only --to hf uploads to the Hub, not --to {target.name}")
     if opts.rows_per_file < 1:
@@ -162,9 +176,9 @@ def _describe(sel: Selection, result: ExportResult) -> str:
     if sel.limit:
         parts.append(f"the first {sel.limit} in arrival order")
     text = ", ".join(parts) + f": {result.selected} selected, {result.exported} exported"
-    if result.skipped or result.not_trainable_left_out:
-        text += " (left out: " + ", ".join(f"{n} {r}" for r, n in sorted((result.skipped
-                                                                          + result.not_trainable_left_out).items())) + ")"
+    left_out = result.skipped + result.not_trainable_left_out
+    if left_out:
+        text += " (left out: " + ", ".join(f"{n} {r}" for r, n in sorted(left_out.items())) + ")"
     return text + "."
 
 
@@ -179,7 +193,8 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
 
     Raises:
         ExportError: an unknown target, an option the target does not take, nothing to export
-            (an empty store, a selection matching nothing, every selected trajectory left out), a
+            (an empty store, a selection matching nothing, every selected trajectory left out),
+            ``traj redact --check`` failing on the selection (without ``allow_secrets``), a
             refused trajectory (without ``skip_refused``; one line naming it and the option), `out`
             not empty. Nothing is written.
         AuditError: an invalid ``where``, an unknown ``run``.
@@ -195,6 +210,10 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
     sel = select_trajectories(conn, s, where=opts.where, run=opts.run, limit=opts.limit)
     if not sel.ids:
         raise ExportError(_nothing_selected(conn, s, sel))
+    if not opts.allow_secrets:  # the same scan as traj redact --check, over the selected trajectories only
+        why = secrets_refusal(find_secrets(s, trajectory_ids=sel.ids), store=s.uri, selected=len(sel.ids))
+        if why is not None:
+            raise ExportError(why)
     result = ExportResult(target=to, out=os.path.abspath(out), selected=len(sel.ids),
                           left_out=sorted(opts.without))
     exported_ids: list[str] = []
@@ -264,6 +283,8 @@ def _manifest(store: Store, target: Target, sel: Selection, result: ExportResult
                          "not_trainable": {"left_out": dict(sorted(result.not_trainable_left_out.items())),
                                            "included": result.not_trainable_included}},
         "fields": {f: target.fields[f] for f in sorted(holds)}, "left_out": result.left_out,
+        "secret_check": f"not run ({ALLOW_SECRETS_OPTION})" if opts.allow_secrets else
+                        "traj redact --check found nothing in the selected trajectories",
         "pad_token_id": opts.pad_token_id, "alignment": target.alignment,
         "approximations": {k: v for k, v in sorted(result.approximations.items()) if v},
         "checked_against": target.checked_against, "files": result.files, "load": target.loader,
