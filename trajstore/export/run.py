@@ -1,8 +1,8 @@
 """``traj export``: select trajectories, refuse them if ``traj redact --check`` would find a secret
-in them, read them in parts, cut them for the target, refuse or
-skip what the target cannot take as it is (and, for a trainer layout, what is stored as not
-trainable), write the parts and a manifest into a staging folder and
-rename it into place (nothing appears at the destination unless the whole export succeeded)."""
+in them, read them in parts, cut them for the target, refuse or skip what the target cannot take as
+it is (and, for a trainer layout, what is stored as not trainable), write the parts and a manifest
+into a staging folder and rename it into place (nothing appears at the destination unless the whole
+export succeeded)."""
 
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def _nothing_selected(conn: duckdb.DuckDBPyConnection, store: Store, sel: Select
         what.append(f"match --where {sel.where!r}")
     if sel.run:
         what.append(f"were consumed by training run {sel.run!r} (--run)")
-    return f"nothing to export: no trajectories {' and '.join(what)} (of {total} in the store)"
+    return f"nothing to export: no trajectories {' and '.join(what) or 'selected'} (of {total} in the store)"
 
 
 def _nothing_left(result: ExportResult) -> str:
