@@ -42,6 +42,16 @@ def export_cmd(
     skip_refused: bool = typer.Option(False, "--skip-refused/--no-skip-refused",
                                       help="leave out (and count) trajectories the target cannot take as they are "
                                       "instead of stopping at the first"),
+    allow_secrets: bool = typer.Option(False, "--allow-secrets/--no-allow-secrets",
+                                       help="write even when traj redact STORE --check would fail on the selected "
+                                       "trajectories (a secret found, or spans that cannot be scanned); by default "
+                                       "the export is refused, naming them, and nothing is written"),
+    include_not_trainable: bool = typer.Option(False, "--include-not-trainable/--no-include-not-trainable",
+                                               help="trainer layouts: also write trajectories stored as not "
+                                               "trainable (trainable = false: no action token, an unnamed engine "
+                                               "tokenizer, a redacted context, ...); by default they are left out "
+                                               "and counted per reason (hf and atif keep every trajectory, "
+                                               "flagged)"),
     without: list[FieldChoice] = typer.Option([], "--without", metavar="FIELD", show_choices=False,  # noqa: B006
                                               help="leave this field out of the whole export so trajectories "
                                               f"lacking it are taken: {' | '.join(FIELDS)} (repeatable)"),
@@ -63,7 +73,10 @@ def export_cmd(
     folder with a generated card (--push uploads it) or ATIF with token ids and log-probs. A
     trajectory lacking what the layout holds (engine log-probs, a reward, policy versions) stops the
     export with one line naming it: leave the field out with --without, or the trajectory with
-    --skip-refused. The folder's .trajstore/export.json says what was written and how to load it."""
+    --skip-refused. Trainer layouts leave out (and count) trajectories stored as not trainable
+    unless --include-not-trainable. Nothing is written while traj redact --check would find a
+    secret in the selected trajectories (or could not scan them), unless --allow-secrets. The
+    folder's .trajstore/export.json says what was written and how to load it."""
     from trajstore.cli.display import render_record
     from trajstore.export import ExportOptions, export_store
 
@@ -71,15 +84,22 @@ def export_cmd(
         raise InvalidOptionError(f"invalid option --to: {to!r} is not one of {', '.join(TARGETS)}")
 
     opts = ExportOptions(where=where, run=run, limit=limit, skip_refused=skip_refused,
+                         include_not_trainable=include_not_trainable, allow_secrets=allow_secrets,
                          without=frozenset(f.value for f in without), pad_token_id=pad_token_id,
                          rows_per_file=rows_per_file, name=name, license=license, push=push, private=private)
     r = export_store(store, to, out, opts, storage_options=parse_storage_options(storage_option, store))
     render_record(f"export {r.target}", {
         "target": r.target, "out": r.out, "selected": r.selected, "exported": r.exported,
-        "skipped": dict(sorted(r.skipped.items())), "left_out": r.left_out, "files": len(r.files),
+        "skipped": dict(sorted(r.skipped.items())),
+        "not_trainable_left_out": dict(sorted(r.not_trainable_left_out.items())), "left_out": r.left_out,
+        "files": len(r.files),
         "approximations": {k: v for k, v in sorted(r.approximations.items()) if v},
         **({"pushed": r.pushed} if r.pushed else {}),
     }, fmt)
+    if r.not_trainable_left_out:
+        typer.echo(f"note: left out {sum(r.not_trainable_left_out.values())} of {r.selected} trajectories stored as "
+                   "not trainable (" + ", ".join(f"{n} {why}" for why, n in sorted(r.not_trainable_left_out.items()))
+                   + "); --include-not-trainable writes them", err=True)
     if r.skipped:
         typer.echo(f"note: left out {sum(r.skipped.values())} of {r.selected} trajectories (" + ", ".join(
             f"{n} {why}" for why, n in sorted(r.skipped.items())) + ")", err=True)

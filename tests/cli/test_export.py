@@ -22,16 +22,17 @@ def mixed(tmp_path):
 
 def test_summary_as_json(mixed, tmp_path):
     out = tmp_path / "out"
-    res = CliRunner().invoke(app, ["export", mixed, "--to", "verl", "--out", str(out), "--where",
+    res = CliRunner().invoke(app, ["export", mixed, "--allow-secrets", "--to", "verl", "--out", str(out), "--where",
                                    "trajectory_id IN ('t1', 't2')", "--format", "json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == {
-        "target": "verl", "out": str(out), "selected": 2, "exported": 2, "skipped": {}, "left_out": [], "files": 2,
+        "target": "verl", "out": str(out), "selected": 2, "exported": 2, "skipped": {}, "not_trainable_left_out": {},
+        "left_out": [], "files": 2,
         "approximations": {"trailing observation tokens dropped": 1}}
 
 
 def test_refusal_is_one_error_line_and_exit_1(mixed, tmp_path):
-    res = CliRunner().invoke(app, ["export", mixed, "--to", "slime", "--out", str(tmp_path / "out")])
+    res = CliRunner().invoke(app, ["export", mixed, "--allow-secrets", "--to", "slime", "--out", str(tmp_path / "out")])
     assert res.exit_code == 1
     assert res.stderr == ("error: trajectory 'no-lp': 2 of 2 action tokens have no engine log-prob, which slime's "
                           "rollout_log_probs would need (leave the field out with --without logprobs, or leave such "
@@ -41,18 +42,20 @@ def test_refusal_is_one_error_line_and_exit_1(mixed, tmp_path):
 
 def test_skip_refused_and_without(mixed, tmp_path):
     res = CliRunner().invoke(app, ["export", mixed, "--to", "trl", "--out", str(tmp_path / "out"), "--skip-refused",
-                                   "--without", "rewards", "--format", "json"])
+                                   "--without", "rewards", "--format", "json", "--allow-secrets"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert (doc["exported"], doc["skipped"], doc["left_out"]) == (3, {"missing logprobs": 1, "no action token": 1},
-                                                                  ["rewards"])
-    assert res.stderr == "note: left out 2 of 5 trajectories (1 missing logprobs, 1 no action token)\n"
+    assert (doc["exported"], doc["skipped"], doc["not_trainable_left_out"], doc["left_out"]) == (
+        3, {"missing logprobs": 1}, {"no action tokens": 1}, ["rewards"])
+    assert res.stderr == ("note: left out 1 of 5 trajectories stored as not trainable (1 no action tokens); "
+                          "--include-not-trainable writes them\n"
+                          "note: left out 1 of 5 trajectories (1 missing logprobs)\n")
 
 
 @pytest.mark.parametrize("args", [["--to", "nemo"], ["--to", "verl", "--without", "tokens"],
                                   ["--to", "verl", "--limit", "0"]])
 def test_bad_usage_exits_2(mixed, tmp_path, args):
-    res = CliRunner().invoke(app, ["export", mixed, "--out", str(tmp_path / "out"), *args])
+    res = CliRunner().invoke(app, ["export", mixed, "--allow-secrets", "--out", str(tmp_path / "out"), *args])
     assert res.exit_code == 2, res.output
     assert res.stderr.startswith("error: ") and not (tmp_path / "out").exists()
 
@@ -60,6 +63,6 @@ def test_bad_usage_exits_2(mixed, tmp_path, args):
 def test_export_as_a_subprocess(tmp_path):
     store = write_store(tmp_path / "s", three_turn_trajectories())
     p = subprocess.run([str(Path(sys.executable).parent / "traj"), "export", store, "--to", "atif", "--out",
-                        str(tmp_path / "atif")], capture_output=True, text=True, timeout=120)
+                        str(tmp_path / "atif"), "--allow-secrets"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "exported" in p.stdout and (tmp_path / "atif" / "t1" / "agent" / "trajectory.json").is_file()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.export import ROOT_LINEAGE
+from tests.helpers.export import ROOT_LINEAGE, UNCHECKED
 from trajstore.export import ExportError, ExportOptions, export_store
 
 F = np.float32
@@ -21,7 +21,7 @@ VERSIONS = [[-1, -1, -1, 3, 3, -1, 4, 4, 4, -1, -1, 4], [-1, 5] + [0] * 10]  # -
 
 def test_areal_tensor_dict(store, tmp_path, read_out):
     out = tmp_path / "areal"
-    export_store(store, "areal", str(out))
+    export_store(store, "areal", str(out), UNCHECKED)
     t = read_out(out, "part-00000.safetensors")
     np.testing.assert_array_equal(t["input_ids"], np.array(INPUT_IDS, np.int32))
     np.testing.assert_array_equal(t["attention_mask"], np.array(ATTENTION, bool))
@@ -39,7 +39,8 @@ def test_areal_tensor_dict(store, tmp_path, read_out):
 def test_areal_needs_logprobs_and_rewards(store, tmp_path):
     for field in ("logprobs", "rewards"):
         with pytest.raises(ExportError, match=rf"^invalid --without {field}: areal needs its {field}"):
-            export_store(store, "areal", str(tmp_path / field), ExportOptions(without=frozenset({field})))
+            export_store(store, "areal", str(tmp_path / field),
+                         ExportOptions(allow_secrets=True, without=frozenset({field})))
 
 
 @pytest.mark.slow
@@ -49,7 +50,7 @@ def test_areal_batches_and_packs_the_export(store, tmp_path):
     from safetensors.torch import load_file
 
     out = tmp_path / "areal"
-    export_store(store, "areal", str(out))
+    export_store(store, "areal", str(out), UNCHECKED)
     batch = load_file(str(out / "part-00000.safetensors"))
     # AReaL's own batching of the two one-row dicts an AReaL workflow would return gives the same padded batch
     rows = [{k: v[i:i + 1, :n] if v.ndim == 2 else v[i:i + 1] for k, v in batch.items()} for i, n in ((0, 12), (1, 2))]

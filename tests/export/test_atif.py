@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 import trajstore as ts
-from tests.helpers.export import refused_trajectories, write_store
+from tests.helpers.export import CREATED, UNCHECKED, refused_trajectories, three_turn_trajectories, write_store
+from trajstore import TrajectoryBuilder
 from trajstore.cli.main import app
 from trajstore.export import ExportError, ExportOptions, export_store
 from trajstore.schema import ACTION_LOGPROBS_COLUMN
@@ -25,7 +26,7 @@ def _lp(*xs):
 
 def test_atif_documents(store, tmp_path):
     out = tmp_path / "atif"
-    r = export_store(store, "atif", str(out))
+    r = export_store(store, "atif", str(out), UNCHECKED)
     assert r.files == ["t1/agent/trajectory.json", "t1/verifier/reward.txt",
                        "t2/agent/trajectory.json", "t2/verifier/reward.txt"]  # Harbor trial layout
     doc = json.loads((out / "t1/agent/trajectory.json").read_text())
@@ -55,48 +56,77 @@ def test_atif_documents(store, tmp_path):
     assert (out / "t2/verifier/reward.txt").read_text() == "0.5\n"
 
 
-def test_ingest_of_the_atif_export_gives_the_trajectories_back(store, tmp_path):
+def _tree_store(path):
+    """t1, t2 (the three-turn store), then:
+    fork   child of t1 (link fork, fork_point 3 although it shares 5 tokens with t1), not trainable,
+           a call of versions 6-7, a call without log-probs among calls with them, metadata with a
+           fidelity flag, group g2, raw reward {"a": 1, "passed": true}
+    no-lp  re-tokenized ids, no log-probs, no policy version (tests/helpers/export.py)"""
+    t1, t2 = three_turn_trajectories()
+    b = TrajectoryBuilder(trajectory_id="fork", prompt_id="p1", group_id="g2", model="m", tokenizer="tok",
+                          metadata={"task": "x", "fidelity_gaps": {"action_text": "parsed from the log"}})
+    b.add_prompt([11, 12, 13])
+    b.add_action([21, 22], [-0.1, -0.2], policy_version=6, policy_version_max=7, call_id="f1")
+    b.add_observation([32])
+    b.add_action([44, 45], None, policy_version=7, finish_reason="length", call_id="f2")
+    b.set_reward(0.0, raw={"a": 1, "passed": True})
+    fork = b.finish("failed", created_at=CREATED).model_copy(update={
+        "parent_trajectory_id": "t1", "fork_point": 3, "link_kind": "fork", "episode_id": "t1",
+        "not_trainable_reason": "redacted: an action's context changed"})
+    return write_store(path, [t1, t2, fork, refused_trajectories()[0]])
+
+
+KEPT = ("tokens", "trainable", "not_trainable_reason", "token_source", "logprob_source", "min_policy_version",
+        "max_policy_version", "episode_id", "parent_trajectory_id", "fork_point", "link_kind", "group_id",
+        "prompt_id", "reward", "status", "tokenizer", "model", "created_at", "num_missing_logprobs")
+
+
+def test_ingest_of_the_atif_export_gives_the_rows_back(tmp_path):
+    # before: re-ingest gave new ids and no lineage, made the not-trainable fork trainable, dropped its
+    # fidelity flags, its group and the log-probs of its other call, and stored re-tokenized ids as engine ids
+    store = _tree_store(tmp_path / "s")
     out = tmp_path / "atif"
-    export_store(store, "atif", str(out))
+    export_store(store, "atif", str(out), UNCHECKED)
     res = CliRunner().invoke(app, ["ingest", str(out), "--store", str(tmp_path / "back"), "--format", "json"])
     assert res.exit_code == 0, res.output
     before = {r["trajectory_id"]: r for r in ts.read_trajectories(store).to_pylist()}
-    after = {json.loads(r["metadata"])["session_id"]: r for r in ts.read_trajectories(str(tmp_path / "back"))
-             .to_pylist()}
-    assert set(after) == {"t1", "t2"}
+    after = {r["trajectory_id"]: r for r in ts.read_trajectories(str(tmp_path / "back")).to_pylist()}
+    assert set(after) == set(before) == {"t1", "t2", "fork", "no-lp"}
     for tid, b in before.items():
         a = after[tid]
-        assert a["tokens"] == b["tokens"]
-        assert a[ACTION_LOGPROBS_COLUMN] == b[ACTION_LOGPROBS_COLUMN]
-        assert [(s["kind"], s["start"], s["end"], s["policy_version"]) for s in a["spans"]] == \
-               [(s["kind"], s["start"], s["end"], s["policy_version"]) for s in b["spans"]]
-        assert (a["reward"], a["status"], a["tokenizer"], a["trainable"]) == (b["reward"], b["status"], "tok", True)
-        assert (a["min_policy_version"], a["max_policy_version"]) == (b["min_policy_version"], b["max_policy_version"])
-        assert "policy_version_known" not in json.loads(a["metadata"])
+        assert {k: a[k] for k in KEPT} == {k: b[k] for k in KEPT}, tid
+        assert np.array_equal(np.array(a[ACTION_LOGPROBS_COLUMN], np.float32),
+                              np.array(b[ACTION_LOGPROBS_COLUMN], np.float32), equal_nan=True), tid
+        assert [(s["kind"], s["start"], s["end"], s["policy_version"], s["policy_version_max"], s["finish_reason"])
+                for s in a["spans"]] == [(s["kind"], s["start"], s["end"], s["policy_version"],
+                                          s["policy_version_max"], s["finish_reason"]) for s in b["spans"]], tid
+        meta_a, meta_b = json.loads(a["metadata"] or "{}"), json.loads(b["metadata"] or "{}")
+        assert meta_a.get("fidelity_gaps") == meta_b.get("fidelity_gaps"), tid
+        assert {k: meta_a[k] for k in meta_b} == meta_b, tid  # the stored metadata, under the ingest's own keys
+        assert json.loads(a["reward_raw"]) == json.loads(b["reward_raw"]), tid
+    # the values that matter spelled out, not only "equal to the store"
+    fork = after["fork"]
+    assert (fork["trainable"], fork["parent_trajectory_id"], fork["fork_point"], fork["link_kind"],
+            fork["episode_id"]) == (False, "t1", 3, "fork", "t1")
+    assert fork["logprob_source"] == "engine" and fork["num_missing_logprobs"] == 2
+    assert after["no-lp"]["token_source"] == "retokenized" and after["no-lp"]["logprob_source"] == "none"
+    assert json.loads(fork["metadata"])["fidelity_gaps"] == {"action_text": "parsed from the log"}
+    # ingesting the same export again writes nothing new: the ids are the stored ones
+    res = CliRunner().invoke(app, ["ingest", str(out), "--store", str(tmp_path / "back"), "--format", "json"])
+    assert res.exit_code == 0 and len(ts.read_trajectories(str(tmp_path / "back"))) == 4
 
 
 def test_atif_keeps_unknown_logprobs_as_null_and_refuses_no_action(tmp_path):
     s = write_store(tmp_path / "s", refused_trajectories()[:2])
     out = tmp_path / "atif"
-    export_store(s, "atif", str(out))  # nothing to refuse: what is unknown is written as unknown
+    export_store(s, "atif", str(out), UNCHECKED)  # nothing to refuse: what is unknown is written as unknown
     no_lp = json.loads((out / "no-lp/agent/trajectory.json").read_text())
     assert "logprobs" not in no_lp["steps"][0]["metrics"] and no_lp["steps"][0]["extra"]["trajstore"] == {}
     s2 = write_store(tmp_path / "s2", refused_trajectories()[2:])
     with pytest.raises(ExportError, match=r"^trajectory 'no-action': no action span \(no model call\), which the atif "
                                           r"export cannot hold"):
-        export_store(s2, "atif", str(tmp_path / "atif2"))
-    r = export_store(s2, "atif", str(tmp_path / "atif3"), ExportOptions(skip_refused=True))
-    assert (r.exported, dict(r.skipped)) == (0, {"no action token": 1})
-
-
-def test_reingested_retokenized_ids_are_flagged(tmp_path):
-    # no-lp was stored with token_source retokenized: ATIF holds ids only, so ingest stores them as engine
-    # ids and names the gap, which `traj stats --coverage` lists
-    s = write_store(tmp_path / "s", refused_trajectories()[:1])
-    export_store(s, "atif", str(tmp_path / "atif"))
-    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "atif"), "--store", str(tmp_path / "back")])
-    assert res.exit_code == 0, res.output
-    (row,) = ts.read_trajectories(str(tmp_path / "back")).to_pylist()
-    assert row["tokens"] == [1, 2, 3] and row["logprob_source"] == "none"
-    assert json.loads(row["metadata"])["fidelity_gaps"] == {
-        "token_ids": "re-tokenized from logged text before a trajstore export, not the rollout engine's own ids"}
+        export_store(s2, "atif", str(tmp_path / "atif2"), UNCHECKED)
+    with pytest.raises(ExportError, match=r"^nothing to export: all 1 selected trajectories were left out \(1 no "
+                                          r"action token; "):  # skipped, and then nothing is left
+        export_store(s2, "atif", str(tmp_path / "atif3"), ExportOptions(allow_secrets=True, skip_refused=True))
+    assert not (tmp_path / "atif3").exists()

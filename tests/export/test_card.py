@@ -10,6 +10,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
+from tests.helpers.export import UNCHECKED
 from trajstore.cli.main import app
 from trajstore.export import ExportOptions, export_store
 from trajstore.export.card import CARD_TABLES
@@ -35,7 +36,7 @@ def _traj_stats(store, where: str | None) -> dict:
 @pytest.mark.parametrize("where", [None, "source = 'sdk'", "reward IS NOT NULL AND status <> 'failed'"])
 def test_card_numbers_equal_traj_stats(known_store, tmp_path, where):
     out = tmp_path / "hf"
-    export_store(known_store, "hf", str(out), ExportOptions(where=where))
+    export_store(known_store, "hf", str(out), ExportOptions(allow_secrets=True, where=where))
     text = _card(out)
     stats = _card_stats(text)
     assert stats == _traj_stats(known_store, where)
@@ -45,9 +46,10 @@ def test_card_numbers_equal_traj_stats(known_store, tmp_path, where):
 
 
 @pytest.mark.parametrize(("opts", "ids"), [
-    (ExportOptions(limit=2), ["A", "B"]),  # the first two in arrival order
-    (ExportOptions(run="r2"), ["A"]),  # runs/r2/consumed holds A only
-    (ExportOptions(where="source = 'sdk'", run="r1"), ["A", "B"]),  # r1 consumed A, B (sdk) and C (openhands)
+    (ExportOptions(allow_secrets=True, limit=2), ["A", "B"]),  # the first two in arrival order
+    (ExportOptions(allow_secrets=True, run="r2"), ["A"]),  # runs/r2/consumed holds A only
+    # r1 consumed A, B (sdk) and C (openhands)
+    (ExportOptions(allow_secrets=True, where="source = 'sdk'", run="r1"), ["A", "B"]),
 ])
 def test_card_of_a_narrower_export_counts_exactly_the_exported(known_store, tmp_path, opts, ids):
     out = tmp_path / "hf"
@@ -60,11 +62,12 @@ def test_card_of_a_narrower_export_counts_exactly_the_exported(known_store, tmp_
 
 
 def test_card_licence_to_fill_or_given(known_store, tmp_path):
-    export_store(known_store, "hf", str(tmp_path / "a"))
+    export_store(known_store, "hf", str(tmp_path / "a"), UNCHECKED)
     text = _card(tmp_path / "a")
     assert text.startswith("---\nlicense: other  # TO FILL")
     assert "TO FILL: set `license` above" in text
-    export_store(known_store, "hf", str(tmp_path / "b"), ExportOptions(license="cc-by-4.0", name="my trajectories"))
+    export_store(known_store, "hf", str(tmp_path / "b"),
+                 ExportOptions(allow_secrets=True, license="cc-by-4.0", name="my trajectories"))
     text = _card(tmp_path / "b")
     assert text.startswith("---\nlicense: cc-by-4.0\npretty_name: \"my trajectories\"\n")
     assert "TO FILL" not in text and "# my trajectories\n" in text
@@ -72,7 +75,7 @@ def test_card_licence_to_fill_or_given(known_store, tmp_path):
 
 def test_card_says_what_is_approximated(known_store, tmp_path):
     # known store: D has an action without a policy version and no log-probs; E has no action at all
-    export_store(known_store, "hf", str(tmp_path / "hf"))
+    export_store(known_store, "hf", str(tmp_path / "hf"), UNCHECKED)
     text = _card(tmp_path / "hf")
     assert "without a policy version: 1," in text
     assert "| openhands | engine |" in text  # coverage.tokens rows per source and token source

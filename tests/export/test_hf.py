@@ -9,13 +9,14 @@ from unittest import mock
 
 import pytest
 
+from tests.helpers.export import UNCHECKED
 from trajstore.export import ExportError, ExportOptions, export_store
 
 
 def test_load_dataset_reads_the_export(store, tmp_path):
     datasets = pytest.importorskip("datasets", reason="pip install 'trajstore[export-check]'")
     out = tmp_path / "hf"
-    r = export_store(store, "hf", str(out))
+    r = export_store(store, "hf", str(out), UNCHECKED)
     assert r.files == ["data/part-00000.parquet", "README.md"]
     ds = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "cache"))["train"]
     assert ds.num_rows == 2
@@ -34,7 +35,7 @@ def test_load_dataset_reads_the_export(store, tmp_path):
 def test_push_uploads_the_folder_to_a_private_dataset_repo(store, tmp_path):
     api = mock.Mock()
     api.create_repo.return_value = "https://huggingface.co/datasets/me/traj"
-    r = export_store(store, "hf", str(tmp_path / "hf"), ExportOptions(push="me/traj"), hub_api=api)
+    r = export_store(store, "hf", str(tmp_path / "hf"), ExportOptions(allow_secrets=True, push="me/traj"), hub_api=api)
     assert r.pushed == "https://huggingface.co/datasets/me/traj"
     api.create_repo.assert_called_once_with("me/traj", repo_type="dataset", private=True, exist_ok=True)
     kw = api.upload_folder.call_args.kwargs
@@ -45,8 +46,9 @@ def test_push_uploads_the_folder_to_a_private_dataset_repo(store, tmp_path):
 
 def test_push_public_and_only_for_hf(store, tmp_path):
     api = mock.Mock()
-    export_store(store, "hf", str(tmp_path / "hf"), ExportOptions(push="me/traj", private=False), hub_api=api)
+    export_store(store, "hf", str(tmp_path / "hf"), ExportOptions(allow_secrets=True, push="me/traj", private=False),
+                 hub_api=api)
     assert api.create_repo.call_args.kwargs["private"] is False
     with pytest.raises(ExportError, match=r"^invalid --push: only --to hf uploads to the Hub, not --to verl$"):
-        export_store(store, "verl", str(tmp_path / "v"), ExportOptions(push="me/traj"), hub_api=api)
+        export_store(store, "verl", str(tmp_path / "v"), ExportOptions(allow_secrets=True, push="me/traj"), hub_api=api)
     assert not (tmp_path / "v").exists()

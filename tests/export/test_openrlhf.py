@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.export import ROOT_LINEAGE
+from tests.helpers.export import ROOT_LINEAGE, UNCHECKED
 from trajstore.export import export_store
 
 F = np.float32
@@ -21,7 +21,7 @@ ROLLOUT_LOGPROBS = [[0, 0, F(-0.1), F(-0.2), 0, F(-0.3), F(-0.4), F(-0.5), 0, 0,
 
 def test_openrlhf_experience_tensors(store, tmp_path, read_out):
     out = tmp_path / "openrlhf"
-    export_store(store, "openrlhf", str(out))
+    export_store(store, "openrlhf", str(out), UNCHECKED)
     t = read_out(out, "part-00000.safetensors")
     np.testing.assert_array_equal(t["sequences"], np.array(SEQUENCES, np.int64))
     np.testing.assert_array_equal(t["attention_mask"], np.array(ATTENTION, np.int64))
@@ -41,7 +41,7 @@ def test_openrlhf_experience_takes_the_export(store, tmp_path):
     from safetensors.torch import load_file
 
     out = tmp_path / "openrlhf"
-    export_store(store, "openrlhf", str(out))
+    export_store(store, "openrlhf", str(out), UNCHECKED)
     tensors = load_file(str(out / "part-00000.safetensors"))
     batch = experience.Experience(**tensors)
     # OpenRLHF's own concatenation of one-sample Experiences (as its generator makes them) pads them the same way

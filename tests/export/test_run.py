@@ -4,11 +4,12 @@ not at all, files of --rows-per-file trajectories, the manifest."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
-from tests.helpers.export import refused_trajectories, three_turn_trajectories, write_store
+from tests.helpers.export import UNCHECKED, refused_trajectories, three_turn_trajectories, write_store
 from trajstore.audit import AuditError
 from trajstore.export import ExportError, ExportOptions, export_store
 from trajstore.export import files as export_files
@@ -30,17 +31,17 @@ def mixed(tmp_path):
 def test_first_refusal_is_one_line_and_nothing_is_written(mixed, tmp_path, to, message):
     out = tmp_path / "out"
     with pytest.raises(ExportError) as e:
-        export_store(mixed, to, str(out))
+        export_store(mixed, to, str(out), UNCHECKED)
     assert str(e.value) == message
     assert not out.exists() and not [p for p in os.listdir(tmp_path) if ".partial-" in p]  # staging removed
 
 
 def test_each_reason_names_its_option(mixed, tmp_path):
-    opts = ExportOptions(where="trajectory_id <> 'no-lp'")
+    opts = ExportOptions(allow_secrets=True, where="trajectory_id <> 'no-lp'")
     with pytest.raises(ExportError, match=r"^trajectory 'no-reward': no reward, which slime's reward would need "
                                           r"\(leave the field out with --without rewards, "):
         export_store(mixed, "slime", str(tmp_path / "a"), opts)
-    opts = ExportOptions(where="trajectory_id = 'no-lp'", without=frozenset({"logprobs"}))
+    opts = ExportOptions(allow_secrets=True, where="trajectory_id = 'no-lp'", without=frozenset({"logprobs"}))
     with pytest.raises(ExportError, match=r"^trajectory 'no-lp': 1 of 1 model calls have no policy version, which "
                                           r"skyrl's global_step_when_scheduled would need \(leave the field out "
                                           r"with --without versions, "):
@@ -48,22 +49,26 @@ def test_each_reason_names_its_option(mixed, tmp_path):
     with pytest.raises(ExportError, match=r"^trajectory 'no-action': no action span \(no model call\), which the "
                                           r"trl export cannot hold \(select others with --where, or leave such "
                                           r"trajectories out with --skip-refused\)$"):
-        export_store(mixed, "trl", str(tmp_path / "c"), ExportOptions(where="trajectory_id = 'no-action'"))
+        export_store(mixed, "trl", str(tmp_path / "c"), ExportOptions(
+            allow_secrets=True, where="trajectory_id = 'no-action'", include_not_trainable=True))
 
 
 def test_skip_refused_counts_each_reason(mixed, tmp_path, read_out):
-    r = export_store(mixed, "verl", str(tmp_path / "v"), ExportOptions(skip_refused=True))
+    r = export_store(mixed, "verl", str(tmp_path / "v"), ExportOptions(allow_secrets=True, skip_refused=True))
     assert (r.selected, r.exported) == (5, 2)
-    assert dict(r.skipped) == {"missing logprobs": 1, "no reward": 1, "no action token": 1}
+    assert dict(r.skipped) == {"missing logprobs": 1, "no reward": 1}
+    assert dict(r.not_trainable_left_out) == {"no action tokens": 1}  # not trainable: left out before any refusal
     assert read_out(tmp_path / "v", "part-00000.non_tensor.parquet")["trajectory_id"] == ["t1", "t2"]
     assert read_out(tmp_path / "v", ".trajstore/export.json")["trajectories"] == {
-        "selected": 5, "exported": 2, "skipped": {"missing logprobs": 1, "no action token": 1, "no reward": 1}}
+        "selected": 5, "exported": 2, "skipped": {"missing logprobs": 1, "no reward": 1},
+        "not_trainable": {"left_out": {"no action tokens": 1}, "included": 0}}
 
 
 def test_without_takes_what_lacks_the_field(mixed, tmp_path, read_out):
-    opts = ExportOptions(without=frozenset({"logprobs", "rewards"}), skip_refused=True)  # openrlhf has no versions
+    # openrlhf has no versions
+    opts = ExportOptions(allow_secrets=True, without=frozenset({"logprobs", "rewards"}), skip_refused=True)
     r = export_store(mixed, "openrlhf", str(tmp_path / "o"), opts)
-    assert r.exported == 4 and dict(r.skipped) == {"no action token": 1}
+    assert r.exported == 4 and not r.skipped and dict(r.not_trainable_left_out) == {"no action tokens": 1}
     t = read_out(tmp_path / "o", "part-00000.safetensors")
     assert set(t) == {"sequences", "attention_mask", "action_mask", "response_length", "total_length"}
     assert read_out(tmp_path / "o", ".trajstore/export.json")["left_out"] == ["logprobs", "rewards"]
@@ -72,13 +77,14 @@ def test_without_takes_what_lacks_the_field(mixed, tmp_path, read_out):
 def test_bad_options_are_refused_before_any_work(store, tmp_path):
     with pytest.raises(ExportError, match=r"^unknown target 'nemo': choose one of verl, slime, skyrl, trl, areal, "
                                           r"openrlhf, hf, atif$"):
-        export_store(store, "nemo", str(tmp_path / "x"))
+        export_store(store, "nemo", str(tmp_path / "x"), UNCHECKED)
     with pytest.raises(ExportError, match=r"^invalid --without 'tokens': the fields are logprobs, rewards, versions$"):
-        export_store(store, "verl", str(tmp_path / "x"), ExportOptions(without=frozenset({"tokens"})))
+        export_store(store, "verl", str(tmp_path / "x"),
+                     ExportOptions(allow_secrets=True, without=frozenset({"tokens"})))
     with pytest.raises(AuditError, match=r"invalid --where predicate"):
-        export_store(store, "verl", str(tmp_path / "x"), ExportOptions(where="rewardd > 0"))
+        export_store(store, "verl", str(tmp_path / "x"), ExportOptions(allow_secrets=True, where="rewardd > 0"))
     with pytest.raises(AuditError, match=r"^run 'nope' not found under "):
-        export_store(store, "verl", str(tmp_path / "x"), ExportOptions(run="nope"))
+        export_store(store, "verl", str(tmp_path / "x"), ExportOptions(allow_secrets=True, run="nope"))
     assert not (tmp_path / "x").exists()
 
 
@@ -87,11 +93,11 @@ def test_output_folder_is_never_written_into(store, tmp_path):
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     with pytest.raises(ExportError, match=r"exists and is not empty: give a new or empty folder"):
-        export_store(store, "trl", str(out))
+        export_store(store, "trl", str(out), UNCHECKED)
     assert os.listdir(out) == ["keep.txt"]
     empty = tmp_path / "empty"
     empty.mkdir()
-    export_store(store, "trl", str(empty))  # an empty folder is taken
+    export_store(store, "trl", str(empty), UNCHECKED)  # an empty folder is taken
     assert sorted(os.listdir(empty)) == [".trajstore", "part-00000.parquet"]
 
 
@@ -101,19 +107,133 @@ def test_a_failure_while_writing_leaves_nothing(store, tmp_path, monkeypatch):
 
     monkeypatch.setattr("trajstore.export.verl.write_safetensors", broken)
     with pytest.raises(OSError, match="disk full"):
-        export_store(store, "verl", str(tmp_path / "v"))
+        export_store(store, "verl", str(tmp_path / "v"), UNCHECKED)
     assert os.listdir(tmp_path) == ["store"]
     assert export_files.MANIFEST_FILE == os.path.join(".trajstore", "export.json")
 
 
 def test_selection_and_files(mixed, tmp_path, read_out):
-    r = export_store(mixed, "skyrl", str(tmp_path / "a"), ExportOptions(where="reward > 0.6", skip_refused=True))
+    r = export_store(mixed, "skyrl", str(tmp_path / "a"),
+                     ExportOptions(allow_secrets=True, where="reward > 0.6", skip_refused=True))
     assert (r.selected, r.exported) == (2, 1)  # t1 and no-lp (reward 1.0); no-lp has no log-probs
-    r = export_store(mixed, "skyrl", str(tmp_path / "b"), ExportOptions(limit=1))
+    r = export_store(mixed, "skyrl", str(tmp_path / "b"), ExportOptions(allow_secrets=True, limit=1))
     assert (r.selected, r.exported) == (1, 1) and read_out(tmp_path / "b", "part-00000.parquet")["trajectory_id"] == ["t1"]
-    r = export_store(mixed, "skyrl", str(tmp_path / "c"), ExportOptions(rows_per_file=1, limit=2))
+    r = export_store(mixed, "skyrl", str(tmp_path / "c"), ExportOptions(allow_secrets=True, rows_per_file=1, limit=2))
     assert r.files == ["part-00000.parquet", "part-00001.parquet"]
     assert read_out(tmp_path / "c", "part-00001.parquet")["trajectory_id"] == ["t2"]
     manifest = read_out(tmp_path / "c", ".trajstore/export.json")
     assert manifest["selection"] == {"where": None, "run": None, "limit": 2}
     assert manifest["files"] == r.files and "convert_prompts_responses_to_batch_tensors" in manifest["load"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_output_has_the_modes_of_the_umask(store, tmp_path, umask):
+    # the staging folder used to come from tempfile.mkdtemp (0o700) and safetensors writes 0o600:
+    # the export must look like any folder the user makes (0o777 / 0o666 less the umask)
+    old = os.umask(umask)
+    try:
+        for to in ("verl", "atif"):
+            export_store(store, to, str(tmp_path / to), UNCHECKED)
+    finally:
+        os.umask(old)
+    for to in ("verl", "atif"):
+        top = tmp_path / to
+        dirs = [top] + [p for p in top.rglob("*") if p.is_dir()]
+        files = [p for p in top.rglob("*") if p.is_file()]
+        assert any(p.suffix == ".safetensors" for p in files) or to == "atif"
+        assert {oct(p.stat().st_mode & 0o777) for p in dirs} == {oct(0o777 & ~umask)}, to
+        assert {oct(p.stat().st_mode & 0o777) for p in files} == {oct(0o666 & ~umask)}, to
+
+
+@pytest.mark.parametrize(("to", "opts", "message"), [
+    ("hf", ExportOptions(where="reward > 5"),
+     "nothing to export: no trajectories match --where 'reward > 5' (of 5 in the store)"),
+    ("verl", ExportOptions(where="status = 'failed'", limit=3),
+     "nothing to export: no trajectories match --where \"status = 'failed'\" (of 5 in the store)"),
+    ("atif", ExportOptions(allow_secrets=True, where="trajectory_id = 'no-action'", skip_refused=True),
+     "nothing to export: all 1 selected trajectories were left out (1 no action token; --skip-refused leaves out "
+     "what atif cannot take)"),
+])
+def test_nothing_to_export_is_an_error_and_writes_nothing(mixed, tmp_path, to, opts, message):
+    # an export of 0 trajectories used to succeed with an empty folder (and, for hf, a card of zeros)
+    out = tmp_path / "out"
+    with pytest.raises(ExportError) as e:
+        export_store(mixed, to, str(out), opts)
+    assert str(e.value) == message
+    assert not out.exists() and sorted(os.listdir(tmp_path)) == ["mixed"]
+
+
+def test_an_empty_store_is_nothing_to_export(tmp_path):
+    from typer.testing import CliRunner
+
+    from trajstore import StoreWriter
+    from trajstore.cli.main import app
+
+    StoreWriter(str(tmp_path / "empty")).close()  # a store with no trajectory shard yet
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["export", str(tmp_path / "empty"), "--to", "hf", "--out", str(out)])
+    assert res.exit_code == 1, res.output
+    assert res.stderr.startswith("error: nothing to export: the store ") and "has no trajectories" in res.stderr
+    assert not out.exists()
+
+
+IDS_FILE = {"verl": "part-00000.non_tensor.parquet", "slime": "part-00000.parquet", "skyrl": "part-00000.parquet",
+            "trl": "part-00000.parquet", "areal": "part-00000.rows.parquet", "openrlhf": "part-00000.rows.parquet"}
+"""The file of each trainer layout that names its rows' trajectories."""
+
+
+def _exported_ids(read_out, out, to):
+    cols = read_out(out, IDS_FILE[to])
+    if to == "slime":  # a Sample keeps it in its metadata
+        return [json.loads(m)["trajectory_id"] for m in cols["metadata"]]
+    return cols["trajectory_id"]
+
+REDACTED = "redacted: an action's context changed"
+
+
+@pytest.fixture
+def with_not_trainable(tmp_path):
+    """t1, nt (t1's tokens, stored as not trainable with REDACTED as the reason), t2."""
+    t1, t2 = three_turn_trajectories()
+    nt = t1.model_copy(update={"trajectory_id": "nt", "not_trainable_reason": REDACTED})
+    return write_store(tmp_path / "nt-store", [t1, nt, t2])
+
+
+@pytest.mark.parametrize("to", sorted(IDS_FILE))
+def test_trainer_layouts_leave_out_not_trainable_trajectories(with_not_trainable, tmp_path, to, read_out):
+    # nt used to be written into every trainer layout as if it could be trained on
+    r = export_store(with_not_trainable, to, str(tmp_path / "a"), UNCHECKED)
+    assert (r.selected, r.exported, dict(r.not_trainable_left_out), r.not_trainable_included) == (
+        3, 2, {REDACTED: 1}, 0)
+    assert _exported_ids(read_out, tmp_path / "a", to) == ["t1", "t2"]
+    assert read_out(tmp_path / "a", ".trajstore/export.json")["trajectories"]["not_trainable"] == {
+        "left_out": {REDACTED: 1}, "included": 0}
+    r = export_store(with_not_trainable, to, str(tmp_path / "b"),
+                     ExportOptions(allow_secrets=True, include_not_trainable=True))
+    assert (r.exported, dict(r.not_trainable_left_out), r.not_trainable_included) == (3, {}, 1)
+    assert _exported_ids(read_out, tmp_path / "b", to) == ["t1", "nt", "t2"]
+
+
+@pytest.mark.parametrize("to", ["hf", "atif"])
+def test_full_fidelity_targets_keep_not_trainable_trajectories(with_not_trainable, tmp_path, to, read_out):
+    r = export_store(with_not_trainable, to, str(tmp_path / to), UNCHECKED)
+    assert (r.exported, dict(r.not_trainable_left_out), r.not_trainable_included) == (3, {}, 1)
+    with pytest.raises(ExportError, match=rf"^invalid --include-not-trainable: --to {to} keeps every trajectory"):
+        export_store(with_not_trainable, to, str(tmp_path / "x"),
+                     ExportOptions(allow_secrets=True, include_not_trainable=True))
+    if to == "hf":
+        rows = read_out(tmp_path / "hf", "data/part-00000.parquet")
+        assert list(zip(rows["trajectory_id"], rows["trainable"], rows["not_trainable_reason"])) == [
+            ("t1", True, None), ("nt", False, REDACTED), ("t2", True, None)]
+        card = (tmp_path / "hf" / "README.md").read_text()
+        assert ("Trajectories stored as not trainable (`trainable` false, why in `not_trainable_reason`): 1. This "
+                "dataset keeps them, flagged") in card
+
+
+def test_only_not_trainable_selected_is_nothing_to_export(with_not_trainable, tmp_path):
+    with pytest.raises(ExportError) as e:
+        export_store(with_not_trainable, "verl", str(tmp_path / "v"),
+                     ExportOptions(allow_secrets=True, where="NOT trainable"))
+    assert str(e.value) == ("nothing to export: all 1 selected trajectories were left out (1 stored as not trainable: "
+                            f"1 {REDACTED}; --include-not-trainable writes them)")
+    assert not (tmp_path / "v").exists()

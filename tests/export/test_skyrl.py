@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tests.helpers.export import ROOT_LINEAGE
+from tests.helpers.export import ROOT_LINEAGE, UNCHECKED
 from trajstore.export import export_store
 
 F = np.float32
@@ -19,7 +19,7 @@ RESPONSE_LOGPROBS = [[F(-0.1), F(-0.2), 0.0, F(-0.3), F(-0.4), F(-0.5), 0.0, 0.0
 
 def test_skyrl_generator_output(store, tmp_path, read_out):
     out = tmp_path / "skyrl"
-    export_store(store, "skyrl", str(out))
+    export_store(store, "skyrl", str(out), UNCHECKED)
     assert read_out(out, "part-00000.parquet") == {**ROOT_LINEAGE,
         "prompt_token_ids": [[11, 12, 13], [14]],
         "response_ids": [[21, 22, 31, 41, 42, 43, 51, 52, 61], [23]],
@@ -37,7 +37,7 @@ def test_skyrl_generator_output(store, tmp_path, read_out):
 def test_skyrl_pads_the_export_for_training(store, tmp_path, read_out):
     preprocess = pytest.importorskip("skyrl.train.dataset.preprocess", reason="skyrl is not installed")
     out = tmp_path / "skyrl"
-    export_store(store, "skyrl", str(out))
+    export_store(store, "skyrl", str(out), UNCHECKED)
     g = read_out(out, "part-00000.parquet")
     # its first argument is the tokenizer in skyrl 0.3.0 (only its pad_token_id is read), the pad id in later SkyRL
     seqs, attention, response_mask, rewards, loss_masks, logprobs, _ = preprocess.convert_prompts_responses_to_batch_tensors(

@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 
+from tests.helpers.export import UNCHECKED
 from trajstore.export import ExportOptions, export_store
 
 F = np.float32
@@ -19,7 +20,7 @@ SLIME_SAMPLE_FIELDS = {"group_index", "index", "tokens", "response_length", "los
 
 def test_slime_sample_rows(store, tmp_path, read_out):
     out = tmp_path / "slime"
-    export_store(store, "slime", str(out))
+    export_store(store, "slime", str(out), UNCHECKED)
     rows = read_out(out, "part-00000.parquet")
     assert set(rows) == SLIME_SAMPLE_FIELDS
     assert rows["index"] == [0, 1] and rows["group_index"] == [None, None]
@@ -38,6 +39,6 @@ def test_slime_sample_rows(store, tmp_path, read_out):
 
 def test_slime_offsets_index_across_files(store, tmp_path, read_out):
     out = tmp_path / "slime"
-    r = export_store(store, "slime", str(out), ExportOptions(rows_per_file=1))
+    r = export_store(store, "slime", str(out), ExportOptions(allow_secrets=True, rows_per_file=1))
     assert r.files == ["part-00000.parquet", "part-00001.parquet"]
     assert read_out(out, "part-00001.parquet")["index"] == [1]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.export import ROOT_LINEAGE
+from tests.helpers.export import ROOT_LINEAGE, UNCHECKED
 from trajstore.export import ExportOptions, export_store
 
 F = np.float32
@@ -17,7 +17,7 @@ COMPLETION_LOGPROBS = [[F(-0.1), F(-0.2), 0.0, F(-0.3), F(-0.4), F(-0.5), 0.0, 0
 
 def test_trl_rollout_func_output(store, tmp_path, read_out):
     out = tmp_path / "trl"
-    export_store(store, "trl", str(out))
+    export_store(store, "trl", str(out), UNCHECKED)
     assert read_out(out, "part-00000.parquet") == {**ROOT_LINEAGE,
         "prompt_ids": [[11, 12, 13], [14]],
         "completion_ids": [[21, 22, 31, 41, 42, 43, 51, 52, 61], [23]],
@@ -32,7 +32,8 @@ def test_trl_carries_no_versions(store, tmp_path):
     from trajstore.export import ExportError
 
     with pytest.raises(ExportError, match=r"^invalid --without versions: trl writes no versions$"):
-        export_store(store, "trl", str(tmp_path / "trl"), ExportOptions(without=frozenset({"versions"})))
+        export_store(store, "trl", str(tmp_path / "trl"),
+                     ExportOptions(allow_secrets=True, without=frozenset({"versions"})))
 
 
 @pytest.mark.slow
@@ -44,7 +45,7 @@ def test_grpo_trainer_takes_the_export_from_a_rollout_func(store, tmp_path, read
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     out = tmp_path / "trl"
-    export_store(store, "trl", str(out))
+    export_store(store, "trl", str(out), UNCHECKED)
     rows = read_out(out, "part-00000.parquet")
 
     def rollout_func(prompts, trainer):

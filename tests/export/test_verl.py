@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.export import ROOT_LINEAGE
+from tests.helpers.export import ROOT_LINEAGE, UNCHECKED
 from trajstore.export import ExportOptions, export_store
 
 F = np.float32
@@ -24,7 +24,7 @@ RM_SCORES = [[0] * 8 + [1.0], [0.5] + [0] * 8]  # on the last real response toke
 
 def test_verl_batch_layout(store, tmp_path, read_out):
     out = tmp_path / "verl"
-    export_store(store, "verl", str(out))
+    export_store(store, "verl", str(out), UNCHECKED)
     t = read_out(out, "part-00000.safetensors")
     np.testing.assert_array_equal(t["prompts"], np.array(PROMPTS, np.int64))
     np.testing.assert_array_equal(t["responses"], np.array(RESPONSES, np.int64))
@@ -48,8 +48,8 @@ def test_verl_batch_layout(store, tmp_path, read_out):
 
 def test_verl_without_fields_leaves_them_out(store, tmp_path, read_out):
     out = tmp_path / "verl"
-    export_store(store, "verl", str(out), ExportOptions(without=frozenset({"logprobs", "rewards", "versions"}),
-                                                       pad_token_id=7))
+    export_store(store, "verl", str(out), ExportOptions(allow_secrets=True, pad_token_id=7,
+                                                       without=frozenset({"logprobs", "rewards", "versions"})))
     t = read_out(out, "part-00000.safetensors")
     assert set(t) == {"prompts", "responses", "response_mask", "input_ids", "attention_mask", "position_ids"}
     assert t["prompts"][1].tolist() == [7, 7, 14] and t["responses"][1].tolist() == [23] + [7] * 8
@@ -63,7 +63,7 @@ def test_verl_dataproto_loads_the_export(store, tmp_path):
     from safetensors.torch import load_file
 
     out = tmp_path / "verl"
-    export_store(store, "verl", str(out))
+    export_store(store, "verl", str(out), UNCHECKED)
     nt = {k: np.array(v, dtype=object) for k, v in pq.read_table(out / "part-00000.non_tensor.parquet")
           .to_pydict().items()}
     batch = verl.DataProto.from_dict(tensors=load_file(str(out / "part-00000.safetensors")), non_tensors=nt)

@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 
 import trajstore as ts
 from trajstore import TrajectoryBuilder
+from trajstore.export import ExportOptions
 
 CREATED = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
@@ -81,3 +82,10 @@ ROOT_LINEAGE = {"episode_id": ["t1", "t2"], "parent_trajectory_id": [None, None]
                 "link_kind": [None, None]}
 """The lineage columns every layout carries for the two root trajectories of the fixture (each its
 own episode, no parent)."""
+
+
+UNCHECKED = ExportOptions(allow_secrets=True)
+"""Options of the exports whose tests are about something else than the secret check: the tokenizer
+of these fixtures ("tok", and tests/helpers/stores.py's) cannot be loaded, so `traj redact --check`
+cannot scan their spans and `traj export` refuses them without --allow-secrets
+(tests/export/test_secrets.py tests the check)."""

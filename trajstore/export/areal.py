@@ -77,5 +77,5 @@ TARGET = Target(
               "actions) all L long, right-padded with 0; one reward per trajectory",
     checked_against="AReaL 1.0.4 (github inclusionAI/AReaL@4aef98d): areal/workflow/rlvr.py, "
                     "areal/experimental/openai/types.py, areal/utils/data.py",
-    uses_samples=True, write=write_part, loader=LOADER,
+    uses_samples=True, trainer_layout=True, write=write_part, loader=LOADER,
     approximates=frozenset({TAIL_DROPPED, MIXED_AS_OLDEST}))

@@ -8,8 +8,9 @@ github OpenAgentsInc/openagents docs/atif/0001-trajectory-format.md at d39efb6):
 ``prompt_token_ids`` (v1.4: every token sent to the model in that step, history included),
 ``completion_token_ids`` (v1.3) and ``logprobs`` (aligned with them); ``extra`` objects at the
 root and on every step for what the format has no field for (trajstore's ids, tokenizer, status,
-policy versions). The store keeps token ids, not text: ``message`` is empty (the format allows
-it); decode with the tokenizer named in ``extra.trajstore.tokenizer``.
+policy versions, trainability, lineage, metadata with its fidelity flags). The store keeps token
+ids, not text: ``message`` is empty (the format allows it); decode with the tokenizer named in
+``extra.trajstore.tokenizer``.
 """
 
 from __future__ import annotations
@@ -47,8 +48,11 @@ def atif_document(row: dict[str, Any]) -> dict[str, Any]:
     log-probs (null where unknown; absent when the trajectory has none), ``extra.trajstore`` =
     the span's ``policy_version`` / ``policy_version_max`` / ``finish_reason`` / ``call_id``.
     Observation tokens after the last action span reached no model call, so no step's prompt holds
-    them: they are kept in the root ``extra.trajstore.trailing_observation_token_ids`` (which
-    ``traj ingest`` reads back).
+    them: they are kept in the root ``extra.trajstore.trailing_observation_token_ids``. The root
+    ``extra.trajstore`` also keeps the stored row's other fields (ids, group, tokenizer, status,
+    reward and raw reward, time, token and log-prob sources, ``trainable`` and its reason, the
+    metadata with its ``fidelity_gaps``, the lineage columns), which ``traj ingest`` puts back
+    (:func:`trajstore.ingest.atif.parse_trajectory`).
     """
     tokens = np.asarray(row["tokens"], np.int64)
     lps = np.asarray(row[ACTION_LOGPROBS_COLUMN], np.float64)
@@ -71,8 +75,10 @@ def atif_document(row: dict[str, Any]) -> dict[str, Any]:
     root_extra = {
         "trajectory_id": row["trajectory_id"], "prompt_id": row.get("prompt_id"), "group_id": row.get("group_id"),
         "source": row["source"], "tokenizer": row.get("tokenizer"), "status": row["status"],
+        "created_at": row["created_at"].isoformat() if row.get("created_at") else None,
         "reward": row.get("reward"), "reward_raw": row.get("reward_raw"), "token_source": row["token_source"],
-        "logprob_source": row["logprob_source"], "metadata": metadata_of(row),
+        "logprob_source": row["logprob_source"], "trainable": row["trainable"],
+        "not_trainable_reason": row.get("not_trainable_reason"), "metadata": metadata_of(row),
         **{c: row.get(c) for c in CARRIED_LINEAGE}}
     if last_end < len(tokens):
         root_extra["trailing_observation_token_ids"] = tokens[last_end:].tolist()

@@ -83,6 +83,12 @@ def version_table(conn: duckdb.DuckDBPyConnection, where: str | None) -> dict[st
     return {"action_spans": int(r[0]), "unversioned": int(r[1]), "mixed_version": int(r[2])}
 
 
+def not_trainable_count(conn: duckdb.DuckDBPyConnection, where: str | None) -> int:
+    """Selected trajectories stored as not trainable (``trainable`` false)."""
+    return int(conn.sql(f"SELECT count(*) FILTER (WHERE NOT trainable) FROM trajectories "
+                        f"WHERE {where_sql(conn, where)}").fetchall()[0][0])
+
+
 def _markdown(rows: list[dict[str, Any]], empty: str) -> str:
     if not rows:
         return f"_{empty}_\n"
@@ -153,6 +159,10 @@ def card_text(conn: duckdb.DuckDBPyConnection, *, where: str | None, reproduce: 
         + _markdown(stats["coverage.tokens"], "no trajectories")
         + "\nWhat the logs did not record exactly (ingest fidelity gaps):\n\n"
         + _markdown(stats["coverage.fidelity"], "no recorded fidelity gap")
+        + f"\nTrajectories stored as not trainable (`trainable` false, why in `not_trainable_reason`): "
+        f"{not_trainable_count(conn, where)}. This dataset keeps them, flagged, as it keeps every exported "
+        "trajectory; `traj export` to a trainer's layout (verl, slime, SkyRL, TRL, AReaL, OpenRLHF) leaves them out "
+        "unless `--include-not-trainable`.\n"
         + "\nTrajectories a trainer would not take as they are:\n\n"
         + _markdown(stats["coverage.not_trainable"], "every trajectory is trainable"),
         "## Columns\n\nOne row per trajectory, the columns of the trajstore schema:\n\n"

@@ -1,6 +1,7 @@
 """The output folder of an export: built in a hidden staging folder beside it and renamed into place
-when complete (a failed or interrupted export leaves nothing at the destination), and the files
-the targets write into it (safetensors through its numpy API, Parquet, JSON)."""
+when complete (a failed or interrupted export leaves nothing at the destination), with the modes
+any new folder and file get under the user's umask, and the files the targets write into it
+(safetensors through its numpy API, Parquet, JSON)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
@@ -33,13 +34,47 @@ def part_name(index: int, suffix: str) -> str:
     return f"part-{index:05d}{suffix}"
 
 
+def _new_stage(parent: str, name: str) -> str:
+    """Create an empty hidden folder ``.<name>.partial-<random>`` in `parent` with the mode a plain
+    ``mkdir`` gives (0o777 less the umask; ``tempfile.mkdtemp`` would give 0o700)."""
+    while True:
+        stage = os.path.join(parent, f".{name}.partial-{uuid.uuid4().hex[:8]}")
+        try:
+            os.mkdir(stage)
+        except FileExistsError:
+            continue
+        return stage
+
+
+def _settle(stage: str) -> None:
+    """fsync every file and folder under `stage`, and give each the mode a plain ``mkdir`` /
+    ``open`` gives under the umask (read off `stage` itself, made by ``mkdir``): some writers
+    create private files (safetensors writes 0o600)."""
+    dir_mode = os.stat(stage).st_mode & 0o777
+    file_mode = dir_mode & 0o666
+    for root, dirs, files in os.walk(stage):
+        for d in dirs:
+            path = os.path.join(root, d)
+            if os.stat(path).st_mode & 0o777 != dir_mode:
+                os.chmod(path, dir_mode)
+        for f in files:
+            path = os.path.join(root, f)
+            if os.stat(path).st_mode & 0o777 != file_mode:
+                os.chmod(path, file_mode)
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+        fsync_dir(root)
+
+
 @contextlib.contextmanager
 def staged_folder(out: str) -> Iterator[str]:
     """Yield an empty staging folder beside `out`; on a clean exit rename it to `out`.
 
     `out` must not exist, or be an empty folder (it is replaced); a non-empty folder or a file
     there is refused before anything is written. On an error the staging folder is removed and
-    `out` is as it was. Every file is fsynced before the rename, and the parent folder after it.
+    `out` is as it was. Every folder and file gets the mode ``mkdir`` / ``open`` give under the
+    umask (0o777 / 0o666 less the umask) and is fsynced before the rename, and the parent folder
+    after it.
 
     Raises:
         ExportError: `out` is a file or a non-empty folder.
@@ -53,14 +88,10 @@ def staged_folder(out: str) -> Iterator[str]:
         raise ExportError(f"output path {out} is a file, not a folder")
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
-    stage = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.partial-", dir=parent)
+    stage = _new_stage(parent, os.path.basename(out))
     try:
         yield stage
-        for root, _, files in os.walk(stage):
-            for f in files:
-                with open(os.path.join(root, f), "rb") as fh:
-                    os.fsync(fh.fileno())
-            fsync_dir(root)
+        _settle(stage)
         if os.path.isdir(out):
             os.rmdir(out)  # empty (checked above); fails if something appeared meanwhile
         os.rename(stage, out)

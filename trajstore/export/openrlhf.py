@@ -82,5 +82,5 @@ TARGET = Target(
               "T - 1 long (position i describes token i + 1; 0.0 off actions); one reward per trajectory",
     checked_against="OpenRLHF 0.11.2 (github OpenRLHF/OpenRLHF@3c3be62): openrlhf/utils/agent.py, "
                     "trainer/ppo_utils/samples_generator.py, trainer/ppo_utils/experience.py",
-    uses_samples=True, write=write_part, loader=LOADER,
+    uses_samples=True, trainer_layout=True, write=write_part, loader=LOADER,
     approximates=frozenset({TAIL_DROPPED}))

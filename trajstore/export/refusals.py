@@ -1,14 +1,16 @@
 """What an export refuses rather than write wrong: a trajectory without the log-probs, reward or
-policy versions a target's layout holds, or without any model call. Each refusal is one line naming
-the trajectory and the option that changes the decision."""
+policy versions a target's layout holds, or without any model call, and a selection in which
+``traj redact --check`` finds a secret. Each refusal is one line naming the trajectories and the
+option that changes the decision."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
-from trajstore.errors import TrajstoreError
+from trajstore.errors import TrajstoreError, one_line
 from trajstore.export.samples import Sample
+from trajstore.redact import ScanReport
 
 Field = Literal["logprobs", "rewards", "versions"]
 """A per-sample field a layout may hold and the store may lack: engine log-probs, the scalar
@@ -21,6 +23,15 @@ WITHOUT_OPTION: Final[dict[str, str]] = {f: f"--without {f}" for f in FIELDS}
 
 SKIP_OPTION: Final[str] = "--skip-refused"
 """The option that leaves refused trajectories out instead of stopping the export."""
+
+ALLOW_SECRETS_OPTION: Final[str] = "--allow-secrets"
+"""The option that exports trajectories in which ``traj redact --check`` finds something."""
+
+SHOWN_IDS: Final[int] = 5
+"""Trajectory ids a secret refusal names before "and N more"."""
+
+INCLUDE_NOT_TRAINABLE_OPTION: Final[str] = "--include-not-trainable"
+"""The option that writes trajectories stored as not trainable into a trainer layout."""
 
 RefusalReason = Literal["no action token", "missing logprobs", "no reward", "unknown policy version"]
 
@@ -76,3 +87,33 @@ def refusal(trajectory_id: str, sample: Sample | None, *, target: str, holds: fr
             f"version, which {target}'s {field_names['versions']} would need (leave the field out with "
             f"{WITHOUT_OPTION['versions']}, {skip})"))
     return None
+
+
+def _ids(ids: list[str]) -> str:
+    shown = ", ".join(repr(i) for i in ids[:SHOWN_IDS])
+    return shown + (f" and {len(ids) - SHOWN_IDS} more" if len(ids) > SHOWN_IDS else "")
+
+
+def secrets_refusal(scan: ScanReport, *, store: str, selected: int) -> str | None:
+    """Why an export of `selected` trajectories of `store` is refused after ``traj redact
+    --check``'s scan of them (:func:`trajstore.redact.find_secrets`), or None when it is clean.
+
+    One line: how many secrets of which kinds in which trajectories, the trajectories that could not
+    be scanned (a secret may hide in them, so ``--check`` fails on them too) and why, the commands
+    that list and remove them, and the option that exports anyway."""
+    if scan.clean:
+        return None
+    parts = []
+    if scan.findings:
+        ids = list(dict.fromkeys(f.trajectory_id for f in scan.findings))
+        kinds = ", ".join(f"{k} {n}" for k, n in scan.by_kind().items())
+        parts.append(f"traj redact --check finds {len(scan.findings)} secret(s) ({kinds}) in {len(ids)} of the "
+                     f"{selected} selected trajectories: {_ids(ids)}")
+    if scan.unscanned:
+        ids = list(dict.fromkeys(u.trajectory_id or u.shard or "?" for u in scan.unscanned))
+        first = scan.unscanned[0]
+        parts.append(f"{len(ids)} of the {selected} selected trajectories (or their shards) could not be scanned for "
+                     f"secrets: {_ids(ids)} ({first.trajectory_id or first.shard}: {one_line(first.reason)})")
+    remove = f", remove them with `traj redact {store}`" if scan.findings else ""
+    return (f"refusing to export: {'; '.join(parts)}. See them with `traj redact {store} --check`{remove}, or export "
+            f"anyway with {ALLOW_SECRETS_OPTION}")

@@ -1,6 +1,8 @@
-"""``traj export``: select trajectories, read them in parts, cut them for the target, refuse or
-skip what the target cannot take as it is, write the parts and a manifest into a staging folder and
-rename it into place (nothing appears at the destination unless the whole export succeeded)."""
+"""``traj export``: select trajectories, refuse them if ``traj redact --check`` would find a secret
+in them, read them in parts, cut them for the target, refuse or skip what the target cannot take as
+it is (and, for a trainer layout, what is stored as not trainable), write the parts and a manifest
+into a staging folder and rename it into place (nothing appears at the destination unless the whole
+export succeeded)."""
 
 from __future__ import annotations
 
@@ -10,18 +12,29 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from trajstore import __version__, audit
 from trajstore.export.card import ids_predicate, reproduce_command
 from trajstore.export.files import MANIFEST_FILE, staged_folder, write_json
 from trajstore.export.hf import push_to_hub
-from trajstore.export.refusals import FIELDS, SKIP_OPTION, ExportError, refusal
+from trajstore.export.refusals import (
+    ALLOW_SECRETS_OPTION,
+    FIELDS,
+    INCLUDE_NOT_TRAINABLE_OPTION,
+    SKIP_OPTION,
+    ExportError,
+    refusal,
+    secrets_refusal,
+)
 from trajstore.export.samples import rows_of, sample_from_row
 from trajstore.export.select import Selection, select_trajectories
 from trajstore.export.target import MIXED_AS_OLDEST, TAIL_DROPPED, Finish, Part, Target
 from trajstore.export.targets import TARGETS
 from trajstore.reader import read_trajectories_by_id
+from trajstore.redact import find_secrets
 from trajstore.store import Store, open_existing_store
 
 DEFAULT_ROWS_PER_FILE = 1024
@@ -39,6 +52,12 @@ class ExportOptions:
         limit: at most this many trajectories, the first in arrival order.
         skip_refused: leave out (and count) trajectories the target cannot take as they are,
             instead of stopping at the first with its reason.
+        allow_secrets: write even when ``traj redact --check`` would fail on the selected
+            trajectories (a secret found, or a trajectory whose spans cannot be scanned); by
+            default such an export is refused and nothing is written.
+        include_not_trainable: trainer layouts (``Target.trainer_layout``) also take trajectories
+            stored as not trainable (``trainable = false``); by default they are left out and
+            counted per ``not_trainable_reason``. ``hf`` and ``atif`` keep every trajectory, flagged.
         without: fields (``logprobs``, ``rewards``, ``versions``) left out of the whole export, so
             that trajectories lacking them are taken.
         pad_token_id: the id written in padded token positions (masked out by every layout).
@@ -53,6 +72,8 @@ class ExportOptions:
     run: str | None = None
     limit: int | None = None
     skip_refused: bool = False
+    include_not_trainable: bool = False
+    allow_secrets: bool = False
     without: frozenset[str] = frozenset()
     pad_token_id: int = 0
     rows_per_file: int = DEFAULT_ROWS_PER_FILE
@@ -72,6 +93,10 @@ class ExportResult:
         selected: trajectories the selection matched.
         exported: trajectories written.
         skipped: per refusal reason, trajectories left out (``--skip-refused``).
+        not_trainable_left_out: per stored ``not_trainable_reason``, trajectories stored as not
+            trainable that a trainer layout left out (without ``include_not_trainable``).
+        not_trainable_included: trajectories stored as not trainable that were written (``hf``,
+            ``atif``, or ``include_not_trainable``).
         files: files written, relative to `out`.
         left_out: fields left out of the whole export (``--without``).
         approximations: per kind, what the layout could only approximate (counts).
@@ -83,6 +108,8 @@ class ExportResult:
     selected: int = 0
     exported: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
+    not_trainable_left_out: Counter[str] = field(default_factory=Counter)
+    not_trainable_included: int = 0
     files: list[str] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)
     approximations: Counter[str] = field(default_factory=Counter)
@@ -101,11 +128,45 @@ def _check_options(target: Target, opts: ExportOptions) -> frozenset[str]:
             raise ExportError(f"invalid --without {f}: {target.name} needs its {target.fields[f]} (its trainer "
                               f"reads them unconditionally); select trajectories that have them with --where, or "
                               f"leave the others out with {SKIP_OPTION}")
+    if opts.include_not_trainable and not target.trainer_layout:
+        raise ExportError(f"invalid --include-not-trainable: --to {target.name} keeps every trajectory, those "
+                          "stored as not trainable flagged by their trainable column")
     if opts.push is not None and target.name != "hf":
         raise ExportError(f"invalid --push: only --to hf uploads to the Hub, not --to {target.name}")
     if opts.rows_per_file < 1:
         raise ExportError(f"invalid --rows-per-file {opts.rows_per_file}: must be >= 1")
     return frozenset(target.fields) - frozenset(opts.without)
+
+
+def _nothing_selected(conn: duckdb.DuckDBPyConnection, store: Store, sel: Selection) -> str:
+    """Why the selection is empty, in one line: an empty store, or what it filtered on."""
+    total = conn.execute("SELECT count(*) FROM trajectories").fetchone()[0]
+    if not total:
+        return f"nothing to export: the store {store.uri} has no trajectories"
+    what = []
+    if sel.where:
+        what.append(f"match --where {sel.where!r}")
+    if sel.run:
+        what.append(f"were consumed by training run {sel.run!r} (--run)")
+    return f"nothing to export: no trajectories {' and '.join(what) or 'selected'} (of {total} in the store)"
+
+
+def _nothing_left(result: ExportResult) -> str:
+    """Why an export whose selection was not empty has nothing to write: every selected trajectory
+    was left out (stored as not trainable, or refused with --skip-refused)."""
+    why = []
+    if result.not_trainable_left_out:
+        why.append(_counts(result.not_trainable_left_out, "stored as not trainable")
+                   + f"; {INCLUDE_NOT_TRAINABLE_OPTION} writes them")
+    if result.skipped:
+        why.append(_counts(result.skipped) + f"; {SKIP_OPTION} leaves out what {result.target} cannot take")
+    return f"nothing to export: all {result.selected} selected trajectories were left out ({'; '.join(why)})"
+
+
+def _counts(counts: Counter[str], what: str = "") -> str:
+    """``2 stored as not trainable: 1 no action tokens, 1 redacted`` (or without `what`: the per-reason part)."""
+    each = ", ".join(f"{n} {r}" for r, n in sorted(counts.items()))
+    return f"{sum(counts.values())} {what}: {each}" if what else each
 
 
 def _describe(sel: Selection, result: ExportResult) -> str:
@@ -115,8 +176,9 @@ def _describe(sel: Selection, result: ExportResult) -> str:
     if sel.limit:
         parts.append(f"the first {sel.limit} in arrival order")
     text = ", ".join(parts) + f": {result.selected} selected, {result.exported} exported"
-    if result.skipped:
-        text += " (left out: " + ", ".join(f"{n} {r}" for r, n in sorted(result.skipped.items())) + ")"
+    left_out = result.skipped + result.not_trainable_left_out
+    if left_out:
+        text += " (left out: " + ", ".join(f"{n} {r}" for r, n in sorted(left_out.items())) + ")"
     return text + "."
 
 
@@ -130,8 +192,11 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
     uploaded (:func:`trajstore.export.hf.push_to_hub`; `hub_api` replaces its ``HfApi``).
 
     Raises:
-        ExportError: an unknown target, an option the target does not take, a refused trajectory
-            (without ``skip_refused``; one line naming it and the option), `out` not empty.
+        ExportError: an unknown target, an option the target does not take, nothing to export
+            (an empty store, a selection matching nothing, every selected trajectory left out),
+            ``traj redact --check`` failing on the selection (without ``allow_secrets``), a
+            refused trajectory (without ``skip_refused``; one line naming it and the option), `out`
+            not empty. Nothing is written.
         AuditError: an invalid ``where``, an unknown ``run``.
         StoreError: the store cannot be opened.
     """
@@ -143,6 +208,12 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
     s = store if isinstance(store, Store) else open_existing_store(store, storage_options=storage_options)
     conn = audit.connect(s)
     sel = select_trajectories(conn, s, where=opts.where, run=opts.run, limit=opts.limit)
+    if not sel.ids:
+        raise ExportError(_nothing_selected(conn, s, sel))
+    if not opts.allow_secrets:  # the same scan as traj redact --check, over the selected trajectories only
+        why = secrets_refusal(find_secrets(s, trajectory_ids=sel.ids), store=s.uri, selected=len(sel.ids))
+        if why is not None:
+            raise ExportError(why)
     result = ExportResult(target=to, out=os.path.abspath(out), selected=len(sel.ids),
                           left_out=sorted(opts.without))
     exported_ids: list[str] = []
@@ -155,9 +226,12 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
             if rows.num_rows:
                 result.files += target.write(part)
             result.exported += rows.num_rows
+            result.not_trainable_included += rows.num_rows - (pc.sum(rows.column("trainable")).as_py() or 0)
             exported_ids += rows.column("trajectory_id").to_pylist()
+        if not result.exported:  # raised inside the staging folder: it is removed, nothing appears
+            raise ExportError(_nothing_left(result))
         if target.finish is not None:
-            exact = not sel.run and not sel.limit and not result.skipped
+            exact = not sel.run and not sel.limit and not result.skipped and not result.not_trainable_left_out
             where = sel.where if exact else ids_predicate(conn, exported_ids)
             result.files += target.finish(Finish(
                 out_dir=stage, conn=conn, where=where, reproduce=reproduce_command(sel.where) if exact else None,
@@ -171,11 +245,16 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
 
 def _cut(chunk: pa.Table, target: Target, holds: frozenset[str], opts: ExportOptions,
          result: ExportResult) -> tuple[pa.Table, list]:
-    """The rows (and samples) of `chunk` the target takes; refusals raise or are counted."""
+    """The rows (and samples) of `chunk` the target takes; refusals raise or are counted, and a
+    trainer layout leaves out (and counts) rows stored as not trainable unless asked to include them."""
     if not target.uses_samples:
         return chunk, []
     keep, samples = [], []
+    leave_not_trainable = target.trainer_layout and not opts.include_not_trainable
     for i, row in enumerate(rows_of(chunk)):
+        if leave_not_trainable and not row["trainable"]:
+            result.not_trainable_left_out[row["not_trainable_reason"] or "not trainable"] += 1
+            continue
         sample = sample_from_row(row)
         why = refusal(row["trajectory_id"], sample, target=target.name, holds=holds, field_names=dict(target.fields))
         if why is not None:
@@ -200,8 +279,12 @@ def _manifest(store: Store, target: Target, sel: Selection, result: ExportResult
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(), "store": store.uri,
         "selection": {"where": sel.where, "run": sel.run, "limit": sel.limit},
         "trajectories": {"selected": result.selected, "exported": result.exported,
-                         "skipped": dict(sorted(result.skipped.items()))},
+                         "skipped": dict(sorted(result.skipped.items())),
+                         "not_trainable": {"left_out": dict(sorted(result.not_trainable_left_out.items())),
+                                           "included": result.not_trainable_included}},
         "fields": {f: target.fields[f] for f in sorted(holds)}, "left_out": result.left_out,
+        "secret_check": f"not run ({ALLOW_SECRETS_OPTION})" if opts.allow_secrets else
+                        "traj redact --check found nothing in the selected trajectories",
         "pad_token_id": opts.pad_token_id, "alignment": target.alignment,
         "approximations": {k: v for k, v in sorted(result.approximations.items()) if v},
         "checked_against": target.checked_against, "files": result.files, "load": target.loader,

@@ -77,5 +77,5 @@ TARGET = Target(
               "(0 / 0.0 on observation tokens); one reward per trajectory",
     checked_against="SkyRL github NovaSky-AI/SkyRL@a956457 / skyrl 0.3.0: skyrl/train/generators/base.py, "
                     "skyrl_gym_generator.py, fully_async_trainer.py, dataset/preprocess.py",
-    uses_samples=True, write=write_part, loader=LOADER,
+    uses_samples=True, trainer_layout=True, write=write_part, loader=LOADER,
     approximates=frozenset({TAIL_DROPPED}))

@@ -73,5 +73,5 @@ TARGET = Target(
     alignment="response window: tokens = prompt + response, loss_mask and rollout_log_probs response_length long "
               "(0 / 0.0 on observation tokens); one weight_version per model call",
     checked_against="slime github THUDM/slime@624b824: slime/utils/types.py, slime/observability/rollout_data_utils.py",
-    uses_samples=True, write=write_part, loader=LOADER,
+    uses_samples=True, trainer_layout=True, write=write_part, loader=LOADER,
     approximates=frozenset({TAIL_DROPPED, MIXED_AS_OLDEST}))

@@ -82,8 +82,12 @@ class Target:
             unconditionally); ``--without <field>`` is refused for them.
         alignment: how the arrays line up with the tokens, in words (manifest and README).
         checked_against: the framework source file(s) and version the layout was read from.
-        uses_samples: the writer takes :class:`Sample` s (a trainer layout; trajectories without
-            an action span are refused); False: the stored rows as they are.
+        uses_samples: the writer takes :class:`Sample` s (trajectories without an action span
+            are refused); False: the stored rows as they are.
+        trainer_layout: a trainer's batch layout (what a trainer steps on): trajectories stored as
+            not trainable (``trainable = false``) are left out, counted per reason, unless the
+            export includes them; False: a full-fidelity copy (``hf``, ``atif``) that keeps every
+            row with its ``trainable`` flag and reason.
         write: writes one part; returns the paths it wrote, relative to ``out_dir``.
         loader: how to read the export back in the target, shown in the manifest (code).
         finish: writes what needs the whole export (the Hugging Face card); None = nothing.
@@ -99,6 +103,7 @@ class Target:
     checked_against: str
     uses_samples: bool
     write: Callable[[Part], list[str]]
+    trainer_layout: bool = False
     loader: str = ""
     finish: Callable[[Finish], list[str]] | None = None
     approximates: frozenset[str] = frozenset()

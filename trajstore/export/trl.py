@@ -61,5 +61,5 @@ TARGET = Target(
     alignment="response window, unpadded: completion_ids, env_mask and logprobs equally long (0 / 0.0 on "
               "environment tokens); TRL pads them itself",
     checked_against="TRL 1.16.0 (github huggingface/trl@f2cd577): trl/trainer/grpo_trainer.py",
-    uses_samples=True, write=write_part, loader=LOADER,
+    uses_samples=True, trainer_layout=True, write=write_part, loader=LOADER,
     approximates=frozenset({TAIL_DROPPED}))

@@ -105,5 +105,5 @@ TARGET = Target(
     alignment="response window: prompts left-padded, responses right-padded, response_mask 1 on action tokens; "
               "rollout_log_probs aligned with responses, 0.0 where response_mask is 0; reward on the last action token",
     checked_against="verl 0.9.1: verl/experimental/agent_loop/agent_loop.py, verl/workers/rollout/llm_server.py",
-    uses_samples=True, write=write_part, loader=LOADER,
+    uses_samples=True, trainer_layout=True, write=write_part, loader=LOADER,
     approximates=frozenset({TAIL_DROPPED}))

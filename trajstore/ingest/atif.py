@@ -43,6 +43,7 @@ from trajstore.ingest.records import (
     Conversation,
     EngineRollout,
     EngineSegment,
+    ExportedFields,
     Lineage,
     Message,
     Origin,
@@ -113,23 +114,24 @@ EXPORT_EXTRA_KEY = "trajstore"
 """Key of the values ``traj export --to atif`` keeps in ATIF ``extra`` objects (trajstore.export.atif)."""
 
 
-def _exported_fields(d: dict[str, Any], rollout: EngineRollout) -> EngineRollout:
+def _exported_fields(d: dict[str, Any], rollout: EngineRollout, *, whole: bool) -> EngineRollout:
     """What a trajstore ATIF export kept beside the token ids, put back on `rollout` (in place):
-    each agent step's ``extra.trajstore.policy_version`` / ``policy_version_max`` on its action
-    segment, the root ``extra.trajstore`` tokenizer and status (a ``token_source`` of ``retokenized``
-    becomes the fidelity gap ``token_ids``), and the token ids of an observation
-    after the last step (``trailing_observation_token_ids``, checked with the other ids when the
-    rollout is built). Other ATIF logs have none of
-    these: their metadata says ``policy_version_known: false``, as before."""
+    each agent step's ``extra.trajstore.policy_version`` / ``policy_version_max`` and
+    ``finish_reason`` on its action segment, the root ``extra.trajstore`` tokenizer and status,
+    and the token ids of an observation after the last step (``trailing_observation_token_ids``,
+    checked with the other ids when the rollout is built). When `rollout` is the `whole` document,
+    also the stored row's other fields: its id, group, lineage, trainability, token and log-prob
+    sources (``rollout.exported``), prompt id, time, raw reward, and its metadata under this
+    ingest's own keys, ``fidelity_gaps`` included. Other ATIF logs have none of these: their
+    metadata says ``policy_version_known: false``, as before."""
     root = d.get("extra") if isinstance(d.get("extra"), dict) else {}
     ours = root.get(EXPORT_EXTRA_KEY) if isinstance(root.get(EXPORT_EXTRA_KEY), dict) else {}
     if isinstance(ours.get("tokenizer"), str):
         rollout.tokenizer = ours["tokenizer"]
     if ours.get("status") in ("completed", "truncated", "aborted", "failed"):
         rollout.status = ours["status"]
-    if ours.get("token_source") == "retokenized":  # stored as engine ids, which they never were
-        rollout.fidelity_gaps["token_ids"] = ("re-tokenized from logged text before a trajstore export, not the "
-                                              "rollout engine's own ids")
+    if whole and isinstance(ours.get("trajectory_id"), str):
+        _stored_row(ours, rollout)
     agents = [s for s in _steps(d) if s["source"] == "agent"]
     actions = [seg for seg in rollout.segments if seg.kind == "action"]
     for step, seg in zip(agents, actions):
@@ -139,6 +141,8 @@ def _exported_fields(d: dict[str, Any], rollout: EngineRollout) -> EngineRollout
             v = kept.get(name)
             if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
                 setattr(seg, name, v)
+        if isinstance(kept.get("finish_reason"), str):
+            seg.finish_reason = kept["finish_reason"]
     if any(seg.policy_version is None for seg in actions):
         rollout.metadata["policy_version_known"] = False
     tail = ours.get("trailing_observation_token_ids")
@@ -148,6 +152,38 @@ def _exported_fields(d: dict[str, Any], rollout: EngineRollout) -> EngineRollout
                                               cause_id=(last.tool_call_ids or [last.call_id])[0]))
         rollout.metadata.pop("last_observation", None)
     return rollout
+
+
+def _text(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _stored_row(ours: dict[str, Any], rollout: EngineRollout) -> None:
+    """The stored row's fields a trajstore ATIF export kept in the root ``extra.trajstore`` (see
+    :func:`_exported_fields`), put back on `rollout`; a value of the wrong type is left out (the
+    row is then built as from any engine log, and the trajectory's own checks still apply)."""
+    fork = ours.get("fork_point")
+    trainable = ours.get("trainable")
+    rollout.exported = ExportedFields(
+        trajectory_id=ours["trajectory_id"], group_id=_text(ours.get("group_id")),
+        episode_id=_text(ours.get("episode_id")), parent_trajectory_id=_text(ours.get("parent_trajectory_id")),
+        fork_point=fork if isinstance(fork, int) and not isinstance(fork, bool) else None,
+        link_kind=_text(ours.get("link_kind")), trainable=trainable if isinstance(trainable, bool) else None,
+        not_trainable_reason=_text(ours.get("not_trainable_reason")),
+        token_source="retokenized" if ours.get("token_source") == "retokenized" else "engine",
+        logprob_source="none" if ours.get("logprob_source") == "none" else "engine")
+    rollout.prompt_id = _text(ours.get("prompt_id"))
+    rollout.created_at = parse_time(ours.get("created_at")) or rollout.created_at
+    raw = _text(ours.get("reward_raw"))
+    if raw is not None and rollout.reward.error is None:
+        try:
+            rollout.reward.raw = json.loads(raw)
+        except ValueError:
+            pass  # not JSON: the reward file's value stands
+    stored = ours.get("metadata") if isinstance(ours.get("metadata"), dict) else {}
+    gaps = stored.get("fidelity_gaps") if isinstance(stored.get("fidelity_gaps"), dict) else {}
+    rollout.fidelity_gaps = {**{k: str(v) for k, v in gaps.items()}, **rollout.fidelity_gaps}
+    rollout.metadata = {**{k: v for k, v in stored.items() if k != "fidelity_gaps"}, **rollout.metadata}
 
 
 def _messages(steps: list[dict[str, Any]], replayed: list[bool], conv: Conventions,
@@ -362,7 +398,7 @@ def parse_trajectory(d: Any, origin: Origin) -> list[EngineRollout | Conversatio
         records.append(rec)
     for rec in records:
         if isinstance(rec, EngineRollout):
-            _exported_fields(d, rec)
+            _exported_fields(d, rec, whole=len(records) == 1)
     _link(records, steps, bounds, agent, d, origin, any(replayed))
     return records
 

@@ -58,11 +58,18 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
     rollout's model name); with neither, the trajectory is stored with ``trainable = false`` and
     the reason.
 
+    A rollout read back from a trajstore export (``r.exported``, one context) gets the stored row's
+    id, group, lineage, trainability and token source back (:class:`~trajstore.ingest.records.ExportedFields`);
+    with engine log-probs, a call whose log-probs are all unknown keeps NaN (the others keep theirs).
+
     Raises:
         TrajectoryValidationError: a result breaks a schema rule (e.g. a positive log-prob).
     """
     acts = [s for s in r.segments if s.kind == "action"]
-    with_lp = bool(acts) and all(s.logprobs is not None for s in acts)
+    parts = _engine_parts(r.segments)
+    kept = r.exported if len(parts) == 1 else None  # an export holds one context per document
+    with_lp = bool(acts) and (all(s.logprobs is not None for s in acts) or (
+        kept is not None and kept.logprob_source == "engine" and any(s.logprobs is not None for s in acts)))
     meta0 = dict(r.metadata)
     if with_lp and any(s.policy_version is None for s in acts):
         # version 0 was stored before: audits showed a made-up staleness and full version coverage
@@ -74,13 +81,14 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
     reason = None if tokenizer else (
         f"engine token ids of an unnamed tokenizer (model {r.model!r}): name it with the ingest's engine_tokenizer "
         "option (--engine-tokenizer), else ids of another vocabulary would be trained as other text")
+    if kept is not None and kept.trainable is not None:
+        reason = None if kept.trainable else kept.not_trainable_reason or "not trainable (as exported)"
     all_ids = np.concatenate([np.asarray(s.token_ids, dtype=np.int64) for s in r.segments]).astype(np.int32)
     digest = content_hash({"source": r.source, "key": r.key, "reward": reward_raw(r), **status_part(r),
                            "tokenizer": tokenizer,
                            "tokens": hashlib.sha256(all_ids.tobytes()).hexdigest(),
                            "cuts": [len(s.token_ids) for s in r.segments]})
-    base_id = trajectory_id(r.source, r.key, digest)
-    parts = _engine_parts(r.segments)
+    base_id = kept.trajectory_id if kept is not None else trajectory_id(r.source, r.key, digest)
     gaps = dict(r.fidelity_gaps)
     check_call_count(r, len(acts), gaps)
     out = []
@@ -105,12 +113,16 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
             meta["episode"] = episode(base_id, n + 1, len(parts), "engine-prompt")
         if gaps:
             meta["fidelity_gaps"] = gaps
+        lineage = {} if kept is None else {
+            "group_id": kept.group_id, "episode_id": kept.episode_id, "parent_trajectory_id": kept.parent_trajectory_id,
+            "fork_point": kept.fork_point, "link_kind": kept.link_kind}
         traj = Trajectory(
             trajectory_id=part_id(base_id, n + 1, len(parts)), prompt_id=r.prompt_id,
             source=r.source, model=r.model, tokenizer=tokenizer, created_at=created_at(r), status=r.status,
-            reward=r.reward.value, reward_raw=reward_raw(r), token_source="engine",
+            reward=r.reward.value, reward_raw=reward_raw(r),
+            token_source=kept.token_source if kept is not None else "engine",
             logprob_source="engine" if with_lp else "none", tokens=tokens, action_logprobs=lps, spans=spans, metadata=meta,
-            not_trainable_reason=reason)
+            not_trainable_reason=reason, **lineage)
         out.append(traj)
     link_parts(out, [None] + ["engine-prompt"] * (len(parts) - 1), base_id)
     return [validate_trajectory(t) for t in out]

@@ -213,6 +213,38 @@ class EngineSegment:
     policy_version_max: int | None = None
 
 
+@dataclass
+class ExportedFields:
+    """What a trajstore export kept of a stored row beside its token ids (``traj export --to
+    atif``: the root ``extra.trajstore``), put back as stored so that re-ingesting the export gives
+    the same row (:func:`~trajstore.ingest.build_engine.rollout_to_trajectories`).
+
+    Attributes:
+        trajectory_id: the stored id (kept instead of a derived one, so the lineage ids still point
+            at the right rows).
+        group_id: the stored group (None = none).
+        episode_id, parent_trajectory_id, fork_point, link_kind: the stored lineage, as stored (a
+            parent left out of the export is named all the same, as a trajectory Parquet file
+            ingested as it is names it).
+        trainable: the stored flag; None = the export did not say (decided as for any engine log).
+        not_trainable_reason: why it is not trainable, as stored.
+        token_source: ``engine`` or ``retokenized`` (ids re-tokenized before the export stay so).
+        logprob_source: ``engine`` or ``none``; with ``engine``, a model call whose log-probs are
+            all unknown keeps NaN instead of taking every log-prob of the rollout with it.
+    """
+
+    trajectory_id: str
+    group_id: str | None = None
+    episode_id: str | None = None
+    parent_trajectory_id: str | None = None
+    fork_point: int | None = None
+    link_kind: str | None = None
+    trainable: bool | None = None
+    not_trainable_reason: str | None = None
+    token_source: str = "engine"
+    logprob_source: str = "engine"
+
+
 @dataclass(kw_only=True)
 class EngineRollout(ParsedTrajectory):
     """A trajectory whose token ids (and log-probs, when logged) come from the rollout engine;
@@ -225,10 +257,13 @@ class EngineRollout(ParsedTrajectory):
         tokenizer: the tokenizer the ids belong to, when the log names it (None: the ingest's
             ``engine_tokenizer`` option, else stored as not trainable: ids of an unknown
             vocabulary would be trained as other text).
+        exported: the stored fields a trajstore export kept (see :class:`ExportedFields`); None
+            for every other log.
     """
 
     segments: list[EngineSegment]
     tokenizer: str | None = None
+    exported: ExportedFields | None = None
 
 
 @dataclass
