@@ -81,7 +81,11 @@ def test_the_first_call_of_a_new_episode_says_how_long_the_gate_held_it(fake_ups
     out: dict[str, httpx.Response] = {}
     th = threading.Thread(target=lambda: out.update(b=_call(px.url, "b", "b")))
     th.start()
-    time.sleep(0.6)  # b waits: a fills the bound of (0 + 1) x 1
+    deadline = time.monotonic() + 30  # b waits: a fills the bound of (0 + 1) x 1 (its call reaches the gate
+    while _gate(px.url)["held"] < 1 and time.monotonic() < deadline:  # late on a loaded machine)
+        time.sleep(0.02)
+    assert _gate(px.url)["held"] == 1
+    time.sleep(0.6)
     httpx.post(f"{px.url}/s/a/finish", json={"status": "aborted"}).raise_for_status()  # frees the slot
     th.join(timeout=30)
     assert out["b"].status_code == 200
