@@ -70,6 +70,17 @@ def train_config(cfg: ThroughputConfig, run_id: str, store: str, seed: int) -> T
                       progress=False))
 
 
+def proxy_argv(cfg: ThroughputConfig, arm: Arm, *, upstream: str, store: Path, port: int, run_id: str,
+               tokenizer: str) -> list[str]:
+    """The ``traj`` arguments of an arm's proxy: it records into `store`, has `upstream` load the
+    versions `run_id` publishes, polls for them (and, for an ``async`` arm, re-reads the consumed
+    records while its ``--max-staleness`` gate holds an episode) every ``cfg.poll_s`` seconds."""
+    gate = ["--max-staleness", str(arm.max_staleness)] if arm.kind == "async" else []
+    return ["proxy", "--upstream", upstream, "--store", str(store), "--port", str(port), "--follow-run", run_id,
+            "--tokenizer", tokenizer, "--poll", str(cfg.poll_s), "--batch-size", str(cfg.batch_size), *gate,
+            "--hold-timeout", str(HOLD_S), "--session-timeout", str(HOLD_S)]
+
+
 def _log_has(path: Path, text: str) -> bool:
     try:
         return text in path.read_text(errors="replace")
@@ -209,12 +220,9 @@ class ArmTopology:
         tcfg = train_config(cfg, self.run_id, str(self.store), self.seed)
         s.submit(tcfg, self.store / run_app_config_file(self.run_id, TRAIN_CONFIG), self.status_path)
         port = free_port()
-        gate = ["--max-staleness", str(self.arm.max_staleness)] if self.arm.kind == "async" else []
         self.proxy = start_traj_child(
-            ["proxy", "--upstream", s.serve_url, "--store", str(self.store), "--port", str(port),
-             "--follow-run", self.run_id, "--tokenizer", tcfg.model.tokenizer or cfg.tokenizer,
-             "--poll", str(cfg.poll_s), "--batch-size", str(cfg.batch_size), *gate,
-             "--hold-timeout", str(HOLD_S), "--session-timeout", str(HOLD_S)], self.proxy_log)
+            proxy_argv(cfg, self.arm, upstream=s.serve_url, store=self.store, port=port, run_id=self.run_id,
+                       tokenizer=tcfg.model.tokenizer or cfg.tokenizer), self.proxy_log)
         self.proxy_url = f"http://127.0.0.1:{port}"
         try:
             if not wait_ready(self.proxy_url + "/health", self.proxy, self.proxy_log, "traj proxy", deadline):
