@@ -564,3 +564,30 @@ def test_stop_proxy_kills_a_proxy_stuck_after_its_flush_at_its_grace_plus_margin
     assert r.flushed_episodes == 3 and r.stored_after is None
     text = r.describe(episodes_cut=0)
     assert "flushed 3 open episodes" in text and "killed" in text and "2 calls in flight" in text
+
+
+def test_the_summary_of_a_run_that_recorded_no_step_says_so(tmp_path):
+    # Under load, `traj demo --time-limit 60` stopped before the trainer recorded any iteration: the
+    # audits read "value/explained_variance" from the step_metrics pivot, whose metric columns exist
+    # only once some run in the store logged them, and the summary failed with a binder error
+    # instead of printing what the store held.
+    from rich.console import Console
+
+    from tests.helpers.stores import write_synthetic_store
+    from trajstore.cli.demo import print_summary
+    from trajstore.trainer.apps.demo import DemoResult, DemoStop
+    from trajstore.trainer.apps.demo.audits import read_audits
+
+    store = str(tmp_path / "store")
+    write_synthetic_store(store, 2)  # trajectories, but no runs/ at all
+    r = DemoResult(store=store, run_id="demo-x", episodes=[], versions_loaded=[0], steps_asked=5000)
+    r.stop = DemoStop("time_limit", "the time limit of 60 s (--time-limit) was reached", "a longer --time-limit")
+    read_audits(r)
+    assert (r.explained_variance, r.clip, r.staleness, r.steps_done) == ([], [], [], 0)
+    buf = io.StringIO()
+    print_summary(r, Console(file=buf, width=200, color_system=None))
+    text = buf.getvalue()
+    assert "the trainer recorded no step (critic warm-up or policy step) in run demo-x" in text, text
+    assert "DIS clip audit per step" in text and "critic explained variance per step" in text
+    assert "WARNING: the trainer made 0 of the 5000 policy steps asked for" in text
+    assert "stopped early: the time limit of 60 s" in text
