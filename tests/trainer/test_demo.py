@@ -382,6 +382,7 @@ def test_a_time_limit_stops_the_demo_early_with_its_summary(tmp_path):
     # line with 2,000 characters of log joined: no summary, no audits, superseded weights left.
     # With --time-limit it stops early, still prints the summary and the audits of what it has,
     # says why it stopped and what to try, prunes superseded weights and exits 1.
+    import re
     import time
 
     from trajstore.trainer.apps.demo.config import TRAINER_STOP_S
@@ -400,15 +401,23 @@ def test_a_time_limit_stops_the_demo_early_with_its_summary(tmp_path):
     for title in ("reward per policy version", "model calls per policy version", "staleness of trained data",
                   "DIS clip audit per step"):
         assert title in text, text[-3000:]
-    assert "WARNING: the trainer made " in text and " of the 5000 policy steps asked for" in text
+    made = re.search(r"WARNING: the trainer made (\d+) of the 5000 policy steps asked for", text)
+    assert made, text[-3000:]
     assert "stopped early: the time limit of 60 s (--time-limit) was reached" in text, text[-3000:]
     assert "try: " in text and "--time-limit" in text.split("try: ", 1)[1]
-    assert "traj proxy" in text.split("reward per policy version", 1)[1]  # what the proxy said at its stop
+    if "while traj serve was loading the model" not in text:  # what the proxy said at its stop
+        assert re.search(r"^traj proxy", text.split("reward per policy version", 1)[1], re.M), text[-3000:]
     assert "Traceback" not in out.stderr + text
     # the limit bounds the run: 60 s, then the proxy's stop and the trainer's step in progress
     assert wall < 60 + TRAINER_STOP_S + 180, wall
-    versions = [v for v in os.listdir(store / "policies" / "demo-limit") if v != "LATEST"]
-    assert len(versions) == 1, versions  # superseded versions pruned (no --keep-weights)
+    # superseded versions pruned (no --keep-weights). On a loaded machine the 60 s can pass before the trainer
+    # published v0 (seen: traj serve still loading the model at the limit): the summary then says the trainer
+    # recorded no step, and there is nothing to prune.
+    policies = store / "policies" / "demo-limit"
+    versions = [v for v in os.listdir(policies) if v != "LATEST"] if policies.exists() else []
+    assert len(versions) == 1 if int(made.group(1)) >= 1 else len(versions) <= 1, versions
+    if not versions:
+        assert "the trainer recorded no step (critic warm-up or policy step) in run demo-limit" in text, text[-3000:]
     assert not (store / "runs" / "demo-limit" / "checkpoints").exists()
 
 
