@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import random
 import signal
 import subprocess
@@ -26,7 +27,12 @@ from trajstore.trainer.data import TrajectoryStream
 from trajstore.trainer.loop.config import DataConfig
 
 CHILD = Path(__file__).with_name("_compact_child.py")
-KILLS = 6
+PLANS = [("3600", "soon"), ("0", "soon"), ("3600", "after_commit"), ("0", "after_commit"), ("3600", "soon"),
+         ("0", "after_commit")]
+"""One compaction child per plan, killed with SIGKILL: (keep_replaced_s: replaced shards deleted at once or
+left, hidden, to a later run; when: at a random point of its first second, or at a random point of the
+300 ms after it committed an output (or, with nothing left to merge, ended a pass)). On S3 under load a
+child's first commit takes seconds: killed only in its first second, no child ever committed one."""
 
 
 def _ids(store) -> list[str]:
@@ -45,6 +51,19 @@ def _drop_lock_of(store, pid: int) -> None:
         return
     if owner.split("-")[1] == str(pid):  # "<host>-<pid>-<random>", the host's alphanumerics only
         store.fs.rm_file(path)
+
+
+def _output_lines(child: subprocess.Popen) -> queue.Queue:
+    """The child's output lines as they come, stripped (None once it has ended)."""
+    q: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        for line in child.stdout:
+            q.put(line.strip())
+        q.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return q
 
 
 def _run(uri: str, opts: dict | None, seed: int) -> None:
@@ -86,17 +105,25 @@ def _run(uri: str, opts: dict | None, seed: int) -> None:
                for name, fn in (("writer", writer), ("reader", reader), ("trainer", trainer))}
     for t in threads.values():
         t.start()
+    committed = 0  # children killed just after committing an output
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]))
     try:
-        for k in range(KILLS):
-            # half the runs delete replaced shards at once, half leave them (hidden) to a later run
-            args = [sys.executable, str(CHILD), uri, "0.04", "0" if k % 2 else "3600"] + (
-                [json.dumps(opts)] if opts else [])
+        for keep, when in PLANS:
+            args = [sys.executable, str(CHILD), uri, "0.04", keep] + ([json.dumps(opts)] if opts else [])
             child = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
-            assert child.stdout.readline().strip() == "ready"
-            time.sleep(rnd.uniform(0.0, 1.0))
-            child.send_signal(signal.SIGKILL)
-            child.wait()
+            try:
+                lines = _output_lines(child)
+                assert lines.get(timeout=300) == "ready"
+                if when == "after_commit":
+                    line = lines.get(timeout=300)
+                    assert line is not None and line.startswith(("group ", "pass ")), line
+                    committed += line.startswith("group ")
+                    time.sleep(rnd.uniform(0.0, 0.3))
+                else:
+                    time.sleep(rnd.uniform(0.0, 1.0))
+            finally:
+                child.send_signal(signal.SIGKILL)
+                child.wait()
             if not store.is_local:
                 _drop_lock_of(store, child.pid)
             must = set(written)
@@ -117,6 +144,7 @@ def _run(uri: str, opts: dict | None, seed: int) -> None:
             for name in ("reader", "trainer"):
                 threads[name].join()
     assert problems == []
+    assert committed >= 1, "no child was killed after committing an output: the test tested no commit"
     assert sorted(_ids(store)) == sorted(all_ids)
     assert len(consumed) == len(set(consumed)), "the trainer read a trajectory twice"
     assert sorted(consumed) == sorted(all_ids), "the trainer skipped trajectories"
