@@ -372,15 +372,17 @@ def bench_padding(lengths: list[int], *, batch_size: int, micro: int, worlds: tu
     """Computed tokens of the demo's length mix, batched as the trainer batches it."""
     from trajstore.trainer.data import micro_batches, split_for_rank
 
-    class _S:  # the attributes split_for_rank / micro_batches look at
-        def __init__(self, n: int):
+    class _S:  # the attributes split_for_rank / micro_batches look at: tokens, and the lineage that
+        # episode_chains reads (a plain trajectory each: the demo's mix has no linked parts here)
+        def __init__(self, n: int, i: int):
             self.num_tokens = n
+            self.trajectory_id, self.parent_trajectory_id, self.link_kind = f"t{i}", None, None
 
     rows = []
     for world in worlds:
         packed = padded = real = 0
         for start in range(0, len(lengths), batch_size):
-            step = [_S(n) for n in lengths[start:start + batch_size]]
+            step = [_S(n, start + i) for i, n in enumerate(lengths[start:start + batch_size])]
             per_rank = math.ceil(len(step) / world)
             n_micro = max(1, math.ceil(per_rank / micro))
             for rank in range(world):

@@ -93,12 +93,15 @@ def print_summary(result: DemoResult, console: Console) -> None:
     from trajstore.tables import TableData
 
     def table(title: str, rows: list[dict[str, Any]], cols: list[str], keys: list[str],
-              note: str | None = None) -> TableData:
+              note: str | None = None, empty_note: str | None = None) -> TableData:
         return TableData(title, cols, [tuple(r.get(c) for c in cols) for r in rows], keys=keys, shares=["solved"],
-                         note=note)
+                         note=note, empty_note=empty_note)
 
     warmup_note = ("step -1: critic warm-up, the critic trained alone before the first policy step"
                    if any(r.get("step") == -1 for r in result.clip + result.explained_variance) else None)
+    # the explained-variance rows are one per iteration the run recorded (a demo stopped early may have none)
+    no_step = (f"the trainer recorded no step (critic warm-up or policy step) in run {result.run_id}"
+               if not result.explained_variance else None)
     render_tables([
         table("reward per policy version", result.reward_by_version,
               ["policy_version", "trajectories", "mean_reward", "solved", "consumed"], ["policy_version"]),
@@ -107,14 +110,15 @@ def print_summary(result: DemoResult, console: Console) -> None:
               ["policy_version", "calls"], ["policy_version"]),
         table("staleness of trained data (trainer version - policy version, in versions)", result.staleness,
               ["consumed", "versioned_action_tokens", "token_p50", "token_mean", "token_max", "traj_max",
-               "mixed_version_actions"], []),
+               "mixed_version_actions"], [], empty_note=no_step),
         table("staleness histogram", result.staleness_histogram, ["staleness", "trajectories", "action_tokens"],
-              ["staleness"], note=STALENESS_HISTOGRAM_NOTE),
+              ["staleness"], note=STALENESS_HISTOGRAM_NOTE, empty_note=no_step),
         table("DIS clip audit per step: share of action tokens masked", result.clip,
               ["step", "trainer_version", "trajectories", "action_tokens", "masked_below", "masked_above",
-               "ratio_mean"], ["step"], note=warmup_note),
+               "ratio_mean"], ["step"], note=warmup_note, empty_note=no_step),
         table("critic explained variance per step: 1 - Var(R - V) / Var(R), > 0 is better than the mean return",
-              result.explained_variance, ["step", "explained_variance"], ["step"], note=warmup_note),
+              result.explained_variance, ["step", "explained_variance"], ["step"], note=warmup_note,
+              empty_note=no_step),
     ], "table", console=console)
     versions = result.policy_versions_seen
     max_stale = max((r.get("token_max") or 0 for r in result.staleness), default=0)

@@ -4,7 +4,8 @@ later pass) until killed.
 
 Usage: python _compact_child.py STORE_URI TARGET_MB KEEP_REPLACED_S [STORAGE_OPTIONS_JSON]
 
-Prints ``ready`` (unbuffered) once imported, then ``pass <outputs>`` after each pass.
+Prints ``ready`` (unbuffered) once imported, ``group <i>`` as each output is committed, and ``pass
+<outputs>`` after each pass.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ def main() -> None:
     store = open_store(uri, storage_options=opts)
     print("ready", flush=True)
     while True:
-        r = compact_store(store, target_mb=target, min_age_s=0, keep_replaced_s=keep)
+        r = compact_store(store, target_mb=target, min_age_s=0, keep_replaced_s=keep,
+                          on_group=lambda info, i, n: print(f"group {i}", flush=True))
         print(f"pass {len(r.groups)}", flush=True)
 
 

@@ -382,6 +382,7 @@ def test_a_time_limit_stops_the_demo_early_with_its_summary(tmp_path):
     # line with 2,000 characters of log joined: no summary, no audits, superseded weights left.
     # With --time-limit it stops early, still prints the summary and the audits of what it has,
     # says why it stopped and what to try, prunes superseded weights and exits 1.
+    import re
     import time
 
     from trajstore.trainer.apps.demo.config import TRAINER_STOP_S
@@ -400,15 +401,23 @@ def test_a_time_limit_stops_the_demo_early_with_its_summary(tmp_path):
     for title in ("reward per policy version", "model calls per policy version", "staleness of trained data",
                   "DIS clip audit per step"):
         assert title in text, text[-3000:]
-    assert "WARNING: the trainer made " in text and " of the 5000 policy steps asked for" in text
+    made = re.search(r"WARNING: the trainer made (\d+) of the 5000 policy steps asked for", text)
+    assert made, text[-3000:]
     assert "stopped early: the time limit of 60 s (--time-limit) was reached" in text, text[-3000:]
     assert "try: " in text and "--time-limit" in text.split("try: ", 1)[1]
-    assert "traj proxy" in text.split("reward per policy version", 1)[1]  # what the proxy said at its stop
+    if "while traj serve was loading the model" not in text:  # what the proxy said at its stop
+        assert re.search(r"^traj proxy", text.split("reward per policy version", 1)[1], re.M), text[-3000:]
     assert "Traceback" not in out.stderr + text
     # the limit bounds the run: 60 s, then the proxy's stop and the trainer's step in progress
     assert wall < 60 + TRAINER_STOP_S + 180, wall
-    versions = [v for v in os.listdir(store / "policies" / "demo-limit") if v != "LATEST"]
-    assert len(versions) == 1, versions  # superseded versions pruned (no --keep-weights)
+    # superseded versions pruned (no --keep-weights). On a loaded machine the 60 s can pass before the trainer
+    # published v0 (seen: traj serve still loading the model at the limit): the summary then says the trainer
+    # recorded no step, and there is nothing to prune.
+    policies = store / "policies" / "demo-limit"
+    versions = [v for v in os.listdir(policies) if v != "LATEST"] if policies.exists() else []
+    assert len(versions) == 1 if int(made.group(1)) >= 1 else len(versions) <= 1, versions
+    if not versions:
+        assert "the trainer recorded no step (critic warm-up or policy step) in run demo-limit" in text, text[-3000:]
     assert not (store / "runs" / "demo-limit" / "checkpoints").exists()
 
 
@@ -564,3 +573,30 @@ def test_stop_proxy_kills_a_proxy_stuck_after_its_flush_at_its_grace_plus_margin
     assert r.flushed_episodes == 3 and r.stored_after is None
     text = r.describe(episodes_cut=0)
     assert "flushed 3 open episodes" in text and "killed" in text and "2 calls in flight" in text
+
+
+def test_the_summary_of_a_run_that_recorded_no_step_says_so(tmp_path):
+    # Under load, `traj demo --time-limit 60` stopped before the trainer recorded any iteration: the
+    # audits read "value/explained_variance" from the step_metrics pivot, whose metric columns exist
+    # only once some run in the store logged them, and the summary failed with a binder error
+    # instead of printing what the store held.
+    from rich.console import Console
+
+    from tests.helpers.stores import write_synthetic_store
+    from trajstore.cli.demo import print_summary
+    from trajstore.trainer.apps.demo import DemoResult, DemoStop
+    from trajstore.trainer.apps.demo.audits import read_audits
+
+    store = str(tmp_path / "store")
+    write_synthetic_store(store, 2)  # trajectories, but no runs/ at all
+    r = DemoResult(store=store, run_id="demo-x", episodes=[], versions_loaded=[0], steps_asked=5000)
+    r.stop = DemoStop("time_limit", "the time limit of 60 s (--time-limit) was reached", "a longer --time-limit")
+    read_audits(r)
+    assert (r.explained_variance, r.clip, r.staleness, r.steps_done) == ([], [], [], 0)
+    buf = io.StringIO()
+    print_summary(r, Console(file=buf, width=200, color_system=None))
+    text = buf.getvalue()
+    assert "the trainer recorded no step (critic warm-up or policy step) in run demo-x" in text, text
+    assert "DIS clip audit per step" in text and "critic explained variance per step" in text
+    assert "WARNING: the trainer made 0 of the 5000 policy steps asked for" in text
+    assert "stopped early: the time limit of 60 s" in text

@@ -278,7 +278,7 @@ def compact_store(uri: str | os.PathLike[str] | Store, *, storage_options: dict[
             table, record = _merge(store, group, seen)
             write_record(store, record)  # 1. the intent
             out = store.write_table(table, subdir=TRAJECTORIES_DIR, name=record.output)  # 2. the commit point
-            if not store.is_local:  # a listing cached by s3fs before this write does not hold `out`
+            if not store.is_local:  # a listing cache the caller turned on (open_store turns it off) lacks `out`
                 store.fs.invalidate_cache(out)
             size = store.fs.size(out) if not store.is_local else os.path.getsize(out)
             if keep_replaced_s <= 0:  # 3. no reader to wait for

@@ -39,9 +39,12 @@ def read_audits(result: DemoResult) -> None:
     result.staleness_histogram = _rows(st.histogram)
     result.clip = _rows(audit.clip_report(conn, where=where, run=result.run_id).by_step)
     result.reward_by_version = _rows(audit.sql(conn, reward_by_version_sql(result.run_id)))
+    # One row per iteration the run recorded, from the long `steps` view: the `step_metrics` pivot has a
+    # column per metric name only once some run in the store logged it, so a run stopped before its
+    # first iteration (a time limit under load) had no "value/explained_variance" column to select.
     result.explained_variance = _rows(audit.sql(conn, (
-        "SELECT step, \"value/explained_variance\" AS explained_variance FROM step_metrics WHERE run_id = "
-        f"'{result.run_id}' ORDER BY step")))
+        "SELECT step, avg(value) FILTER (WHERE metric = 'value/explained_variance') AS explained_variance "
+        f"FROM steps WHERE run_id = '{result.run_id}' GROUP BY step ORDER BY step")))
     result.calls_by_version = {int(r["policy_version"]): int(r["calls"]) for r in _rows(audit.sql(conn, (
         "SELECT policy_version, count(*) AS calls FROM spans WHERE kind = 'action' AND policy_version IS NOT NULL "
         f"AND trajectory_id IN (SELECT trajectory_id FROM trajectories WHERE {proxy_run_filter(result.run_id)}) "

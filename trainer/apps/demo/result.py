@@ -49,12 +49,13 @@ class DemoResult:
         reward_by_version: rows {policy_version, trajectories, mean_reward, solved, consumed}.
         staleness: rows of the staleness audit for the run (``staleness_report(...).by_run``).
         clip: rows of the clip audit per step (``clip_report(...).by_step``).
-        explained_variance: rows {step, explained_variance} of the critic before each update
+        explained_variance: rows {step, explained_variance} of the critic before each update, one per
+            iteration the run recorded (none when it stopped before its first; step -1 = critic warm-up)
             (1 - Var(R - V) / Var(R); above 0 means the critic predicts returns better than their mean).
         freed_bytes: bytes of superseded policy versions and checkpoints removed at the end.
         seconds: wall time (s).
         steps_asked: policy steps the trainer was asked for (``DemoConfig.steps``).
-        steps_done: policy steps it made (from the run's ``step_metrics``); fewer than asked
+        steps_done: policy steps it made (from the run's ``steps`` records); fewer than asked
             when the demo stopped early (:attr:`stop`): see :attr:`shortfall`.
         stop: why the demo stopped before the trainer made its steps (None = it did not).
         proxy_shutdown: what ``traj proxy`` reported when the demo stopped it (None = never started).
