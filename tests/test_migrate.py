@@ -173,3 +173,34 @@ def test_v1_and_v2_shards_migrate_to_v3_bit_for_bit(tmp_store: str, make_traject
                           old_v2.values.to_numpy().view(np.uint32))
     assert after[0].column("episode_id").to_pylist() == ["v1-0", "v1-1", "v1-2"]
     assert after[1].column("episode_id").to_pylist() == ["ep", "v2-1", "v2-2"]
+
+
+def test_migrate_holds_the_maintenance_lock(tmp_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compaction started while migrate rewrites shards in place waits for it (wait_s=0: is
+    refused) instead of merging (and deleting) shards migrate listed; dry runs take no lock."""
+    import trajstore.migrate as mig
+    from trajstore.errors import StoreError
+    from trajstore.store.compact import compact_store
+
+    want = write_big_v1_store(tmp_store, 3, 500)
+    assert len(migrate_store(tmp_store, dry_run=True).migrated) == 3
+    assert not os.path.exists(os.path.join(tmp_store, "_locks"))  # a dry run writes nothing
+    refused: list[str] = []
+    real_read = mig.read_shard
+
+    def read_then_compact(store: Store, shard: Any, **kw: Any) -> pa.Table:
+        if not refused:
+            try:
+                compact_store(store, min_age_s=0, keep_replaced_s=0, wait_s=0)
+                refused.append("")
+            except StoreError as e:
+                refused.append(str(e))
+        return real_read(store, shard, **kw)
+
+    monkeypatch.setattr(mig, "read_shard", read_then_compact)
+    res = migrate_store(tmp_store)
+    monkeypatch.undo()
+    assert refused and "maintenance" in refused[0]
+    assert len(res.migrated) == 3
+    assert [s.schema_version for s in open_store(tmp_store).list_shards(strict=True)] == [3, 3, 3]
+    _assert_same(read_trajectories(tmp_store, strict=True), want)

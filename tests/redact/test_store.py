@@ -179,3 +179,63 @@ def test_redact_on_s3(s3_store_uri, tok):
     s.fs.invalidate_cache()
     assert [sh.path for sh in s.list_shards()] == keys and s.fs.info(keys[0])["ETag"] == etag
     assert find_secrets(open_store(uri, storage_options=opts)).clean
+
+
+def _small_secret_store(tmp_path: Path, tok) -> Store:
+    """Three one-row shards, each with a secret: small enough for ``traj compact`` to merge."""
+    s = open_store(str(tmp_path / "small"))
+    for i in range(3):
+        ts.write_trajectories(s, [secret_trajectory(tok, f"s{i}")])
+    return s
+
+
+def test_redact_holds_the_maintenance_lock_so_a_compaction_cannot_run_under_it(tmp_path: Path, tok,
+                                                                                monkeypatch) -> None:
+    """A compaction started while redact runs (here: when redact reads its first shard) waits for
+    it (wait_s=0: is refused) instead of copying shards that redact then rewrites in place."""
+    import trajstore.redact.store as rs
+    from trajstore.store.compact import compact_store
+
+    s = _small_secret_store(tmp_path, tok)
+    refused = []
+    real_read = rs._read
+
+    def read_then_compact(store, shard, unscanned):
+        if not refused:
+            try:
+                compact_store(store, min_age_s=0, keep_replaced_s=600, wait_s=0)
+                refused.append(False)
+            except StoreError as e:
+                refused.append(str(e))
+        return real_read(store, shard, unscanned)
+
+    monkeypatch.setattr(rs, "_read", read_then_compact)
+    r = redact_store(s)
+    monkeypatch.undo()
+    assert r.trajectories_redacted == 3
+    assert find_secrets(s).clean  # nothing merged behind redact's back
+    assert refused and refused[0] and "maintenance" in refused[0]
+    compact_store(s, min_age_s=0, keep_replaced_s=0)  # the compaction, after: the merged shard is clean
+    assert len(s.list_shards()) == 1 and find_secrets(s).clean
+
+
+def test_redact_lists_the_shards_once_it_holds_the_lock(tmp_path: Path, tok, monkeypatch) -> None:
+    """A compaction that held the lock while redact waited for it merged the shards: redact then
+    redacts the merged shard (the one readers see), not the sources it would have listed before."""
+    import trajstore.redact.store as rs
+    from trajstore.store.compact import compact_store
+
+    s = _small_secret_store(tmp_path, tok)
+    real_lock = rs.maintenance_lock
+
+    def compact_first(store, **kw):
+        compact_store(store, min_age_s=0, keep_replaced_s=600)  # ran just before redact got the lock
+        return real_lock(store, **kw)
+
+    monkeypatch.setattr(rs, "maintenance_lock", compact_first)
+    r = redact_store(s)
+    monkeypatch.undo()
+    assert r.trajectories_redacted >= 3
+    (merged,) = s.list_shards()  # the one readers see
+    assert s.url_of(merged.path) in r.shards_rewritten
+    assert find_secrets(s).clean

@@ -28,6 +28,7 @@ from trajstore.redact.trajectory import Redacted, Redactor
 from trajstore.schema import TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store, open_store
 from trajstore.store.layout import TRAJECTORIES_DIR
+from trajstore.store.lock import maintenance_lock
 
 OnShard = Callable[[ShardInfo, int, int], None]
 """Progress callback: (shard, its index, number of shards), called after each shard."""
@@ -112,9 +113,17 @@ def store_has_findings(uri: str | os.PathLike[str] | Store, *, config: RedactCon
 
 
 def redact_store(uri: str | os.PathLike[str] | Store, *, config: RedactConfig | None = None,
-                 storage_options: dict[str, Any] | None = None, on_shard: OnShard | None = None) -> RedactionResult:
+                 storage_options: dict[str, Any] | None = None, on_shard: OnShard | None = None,
+                 wait_s: float | None = None) -> RedactionResult:
     """Rewrite every shard holding a secret without it (see the module docstring and
     :meth:`~trajstore.redact.trajectory.Redactor.redact` for what a trajectory becomes).
+
+    Holds the store's maintenance lock (:func:`~trajstore.store.lock.maintenance_lock`) from the
+    listing to the last rewrite, waiting for a running ``traj compact`` / ``traj gc`` first: a
+    compaction cannot copy a shard into a merged one that this run then misses.
+
+    Args:
+        wait_s: give up when another maintenance command holds the lock this long (None: wait).
 
     Interrupting it loses nothing: each shard is the old file or the new one, and a rerun finds
     only what is left (a redacted trajectory has no secret of the same rules any more).
@@ -127,31 +136,37 @@ def redact_store(uri: str | os.PathLike[str] | Store, *, config: RedactConfig | 
     store = _open(uri, storage_options)
     redactor = Redactor(config)
     result = RedactionResult(store.uri)
-    store.remove_stale_rewrites()
-    shards = _list_shards(store, result.unscanned)
-    for n, shard in enumerate(shards):
-        table = _read(store, shard, result.unscanned)
-        result.shards += 1
-        if table is not None:
-            url = store.url_of(shard.path)
-            changed: dict[int, Redacted] = {}
-            for row, t in enumerate(table_to_trajectories(table)):
-                result.trajectories += 1
-                r = redactor.redact(t)
-                unscanned = r.unscanned if r is not None else redactor.unscanned(t)
-                if unscanned is not None:
-                    result.unscanned.append(Unscanned(t.trajectory_id, unscanned, url, row))
-                if r is not None:
-                    changed[row] = r
-            if changed:
-                store.rewrite_shard(shard.path, replace_rows(table, changed))
-                result.shards_rewritten.append(url)
-                result.trajectories_redacted += len(changed)
-                result.made_not_trainable += sum(r.made_not_trainable for r in changed.values())
-                result.changes += [_placed(c, url, row) for row, r in sorted(changed.items()) for c in r.changes]
-        if on_shard is not None:
-            on_shard(shard, n, len(shards))
+    with maintenance_lock(store, wait_s=wait_s):
+        store.remove_stale_rewrites()
+        shards = _list_shards(store, result.unscanned)  # listed under the lock: what a compaction left
+        for n, shard in enumerate(shards):
+            _redact_shard(store, shard, redactor, result)
+            if on_shard is not None:
+                on_shard(shard, n, len(shards))
     return result
+
+
+def _redact_shard(store: Store, shard: ShardInfo, redactor: Redactor, result: RedactionResult) -> None:
+    """Scan one shard and rewrite it when a row changed (holding the maintenance lock)."""
+    table = _read(store, shard, result.unscanned)
+    result.shards += 1
+    if table is not None:
+        url = store.url_of(shard.path)
+        changed: dict[int, Redacted] = {}
+        for row, t in enumerate(table_to_trajectories(table)):
+            result.trajectories += 1
+            r = redactor.redact(t)
+            unscanned = r.unscanned if r is not None else redactor.unscanned(t)
+            if unscanned is not None:
+                result.unscanned.append(Unscanned(t.trajectory_id, unscanned, url, row))
+            if r is not None:
+                changed[row] = r
+        if changed:
+            store.rewrite_shard(shard.path, replace_rows(table, changed))
+            result.shards_rewritten.append(url)
+            result.trajectories_redacted += len(changed)
+            result.made_not_trainable += sum(r.made_not_trainable for r in changed.values())
+            result.changes += [_placed(c, url, row) for row, r in sorted(changed.items()) for c in r.changes]
 
 
 def replace_rows(table: pa.Table, changed: dict[int, Redacted]) -> pa.Table:

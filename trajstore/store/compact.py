@@ -43,12 +43,11 @@ from trajstore.store.compaction_records import CompactionRecord, compacted_name,
 from trajstore.store.fsutil import why
 from trajstore.store.handle import Store
 from trajstore.store.layout import TRAJECTORIES_DIR
-from trajstore.store.lock import exclusive_lock
+from trajstore.store.lock import MAINTENANCE_LOCK as MAINTENANCE_LOCK  # re-exported: its old home
+from trajstore.store.lock import maintenance_lock
 from trajstore.store.open import open_store
 from trajstore.store.shards import ShardInfo, list_view
 
-MAINTENANCE_LOCK = "maintenance"
-"""The store lock ``traj compact`` and ``traj gc`` hold (one of them at a time per store)."""
 TARGET_MB = 64.0
 """Default size of a compaction output on disk (MiB, compressed)."""
 MIN_AGE_S = 60.0
@@ -241,7 +240,7 @@ def compact_store(uri: str | os.PathLike[str] | Store, *, storage_options: dict[
         target_mb: size of an output on disk (MiB); shards of half that or more are left alone.
         min_age_s: leave shards younger than this (by their name's time).
         keep_replaced_s: delete replaced shards once their compaction is this old (0: at once).
-        dry_run: only plan (and count what earlier runs left).
+        dry_run: only plan (and count what earlier runs left); takes no lock, writes nothing.
         wait_s: give up when another compaction or gc holds the lock this long (None: wait).
         on_group: called after each output is committed with (group dict, index, groups).
 
@@ -253,7 +252,7 @@ def compact_store(uri: str | os.PathLike[str] | Store, *, storage_options: dict[
     if target_mb <= 0:
         raise ValueError(f"target_mb must be > 0, got {target_mb}")
     result = CompactionResult(store.uri, dry_run)
-    with exclusive_lock(store, MAINTENANCE_LOCK, wait_s=wait_s):
+    with maintenance_lock(store, wait_s=wait_s, dry_run=dry_run):
         finish_earlier(store, keep_replaced_s=keep_replaced_s, dry_run=dry_run, result=result)
         shards, _ = list_view(store)
         plan = plan_compaction(shards, target_bytes=int(target_mb * 2**20), min_age_s=min_age_s)

@@ -1,6 +1,8 @@
 """Store locks: :func:`store_lock` serialises the commits of writers on one host (``traj ingest``),
-:func:`exclusive_lock` makes maintenance (``traj compact``, ``traj gc``) one process at a time
-per store, on any number of hosts, S3 included."""
+:func:`exclusive_lock` makes maintenance one process at a time per store, on any number of hosts,
+S3 included; :func:`maintenance_lock` is the one every command that rewrites, replaces or deletes
+trajectory shards holds (``traj compact``, ``traj gc --delete``, ``traj redact``, ``traj migrate``).
+Dry runs take no lock: they write nothing, not even a lock file."""
 
 from __future__ import annotations
 
@@ -32,25 +34,42 @@ LEASE_S = 300.0
 renews it every third of that, so only a holder that died (or hung that long) loses it."""
 POLL_S = 1.0
 """How often a process waiting for an object-store lock looks again."""
+MAINTENANCE_LOCK = "maintenance"
+"""The store lock the commands that rewrite, replace or delete trajectory shards hold (one of them
+at a time per store): ``traj compact``, ``traj gc --delete``, ``traj redact``, ``traj migrate``."""
+LOCAL_POLL_S = 0.05
+"""How often a process waiting for a local lock with a time limit (``wait_s``) tries again."""
 
 
 @contextlib.contextmanager
-def _flock(st: Store, path: str) -> Iterator[None]:
+def _flock(st: Store, path: str, name: str, wait_s: float | None = None) -> Iterator[None]:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
     except OSError as e:  # the store's folder cannot be created or written: one line naming it
         raise st.write_refused(e) from e
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if wait_s is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise StoreError(f"the lock {path} is held (another traj {name} is running)") from None
+                    time.sleep(LOCAL_POLL_S)
         yield
     finally:
         os.close(fd)  # releases the lock
 
 
 @contextlib.contextmanager
-def store_lock(st: Store, name: str) -> Iterator[None]:
-    """Hold an exclusive, blocking lock named `name` on the store `st`.
+def store_lock(st: Store, name: str, *, wait_s: float | None = None) -> Iterator[None]:
+    """Hold an exclusive, blocking lock named `name` on the store `st` (waiting at most `wait_s`
+    seconds when given: then :class:`StoreError`).
 
     Local stores: ``fcntl.flock`` on ``<root>/_locks/<name>.lock`` (every process and thread
     on this host, and on hosts sharing the folder over a filesystem with working ``flock``,
@@ -66,7 +85,7 @@ def store_lock(st: Store, name: str) -> Iterator[None]:
     else:
         path = os.path.join(tempfile.gettempdir(), "trajstore-locks",
                             f"{hashlib.sha256(st.url().encode()).hexdigest()[:24]}.{name}{LOCK_SUFFIX}")
-    with _flock(st, path):
+    with _flock(st, path, name, wait_s):
         yield
 
 
@@ -86,7 +105,7 @@ def exclusive_lock(st: Store, name: str, *, lease_s: float = LEASE_S, wait_s: fl
         StoreError: not acquired within `wait_s`, or the lock object cannot be written.
     """
     if st.is_local:
-        with store_lock(st, name):
+        with store_lock(st, name, wait_s=wait_s):
             yield
         return
     path = st.path(lock_file(name))
@@ -135,3 +154,18 @@ def exclusive_lock(st: Store, name: str, *, lease_s: float = LEASE_S, wait_s: fl
         t.join()
         with contextlib.suppress(Exception):
             st.fs.rm_file(path)
+
+
+def maintenance_lock(st: Store, *, wait_s: float | None = None, dry_run: bool = False
+                     ) -> contextlib.AbstractContextManager[None]:
+    """The store's maintenance lock (:data:`MAINTENANCE_LOCK`, :func:`exclusive_lock`), to hold
+    for the whole of a command that rewrites, replaces or deletes trajectory shards; list the
+    shards only once it is held (what another command did meanwhile is then seen). A dry run
+    (``dry_run=True``) takes no lock and writes nothing.
+
+    Raises:
+        StoreError: not acquired within `wait_s`, or the lock cannot be written.
+    """
+    if dry_run:
+        return contextlib.nullcontext()
+    return exclusive_lock(st, MAINTENANCE_LOCK, wait_s=wait_s)
