@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajstore.schema import STATUSES
-from trajstore.store.compact import KEEP_REPLACED_S, MAINTENANCE_LOCK, CompactionResult, finish_earlier
+from trajstore.store.compact import KEEP_REPLACED_S, CompactionResult, finish_earlier
 from trajstore.store.gc_rows import delete_rows, describe, plan_rows
 from trajstore.store.handle import Store
 from trajstore.store.layout import (
@@ -39,7 +39,7 @@ from trajstore.store.layout import (
     parse_checkpoint_dir_name,
     version_dir,
 )
-from trajstore.store.lock import exclusive_lock
+from trajstore.store.lock import maintenance_lock
 from trajstore.store.open import open_store
 
 
@@ -167,7 +167,12 @@ def _weights(store: Store, rules: GcRules) -> list[dict[str, Any]]:
 
 def gc_store(uri: str | os.PathLike[str] | Store, rules: GcRules, *, dry_run: bool = True,
              storage_options: dict[str, Any] | None = None, wait_s: float | None = None) -> GcResult:
-    """Apply the retention `rules` (module docstring); a dry run unless ``dry_run=False``.
+    """Apply the retention `rules` (module docstring); a dry run unless ``dry_run=False`` (a dry
+    run takes no lock and writes nothing).
+
+    A shard that keeps some of its rows is replaced by a shard of those rows; with
+    ``keep_replaced_s`` 0 the old one is deleted in the same run (its rows' item counts it),
+    otherwise by a later ``traj gc`` / ``traj compact`` once that old.
 
     Raises:
         StoreError: the store cannot be written, or the lock was not acquired within `wait_s`.
@@ -176,7 +181,7 @@ def gc_store(uri: str | os.PathLike[str] | Store, rules: GcRules, *, dry_run: bo
 
     store = uri if isinstance(uri, Store) else open_store(uri, storage_options=storage_options)
     result = GcResult(store.uri, dry_run)
-    with exclusive_lock(store, MAINTENANCE_LOCK, wait_s=wait_s):
+    with maintenance_lock(store, wait_s=wait_s, dry_run=dry_run):
         earlier = CompactionResult(store.uri, dry_run)
         finish_earlier(store, keep_replaced_s=rules.keep_replaced_s, dry_run=dry_run, result=earlier)
         if earlier.replaced_deleted:
@@ -196,5 +201,5 @@ def gc_store(uri: str | os.PathLike[str] | Store, rules: GcRules, *, dry_run: bo
                 except FileNotFoundError:
                     pass
             _rm_tree(store, item["_rel"])
-        delete_rows(store, rows)
+        delete_rows(store, rows, keep_replaced_s=rules.keep_replaced_s)
     return result

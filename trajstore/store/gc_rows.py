@@ -148,22 +148,30 @@ def plan_rows(store: Store, *, consumed_by: tuple[str, ...], older_than_s: float
     return out
 
 
-def delete_rows(store: Store, plan: RowPlan) -> list[str]:
-    """Carry out `plan` (holding the maintenance lock); return the shards replaced or deleted
-    (replaced ones are deleted by a later ``traj compact`` / ``traj gc`` after the grace)."""
+def _remove(store: Store, path: str) -> None:
+    try:
+        if store.is_local:
+            os.unlink(path)
+        else:
+            store.fs.rm_file(path)
+    except FileNotFoundError:
+        pass
+
+
+def delete_rows(store: Store, plan: RowPlan, *, keep_replaced_s: float) -> list[str]:
+    """Carry out `plan` (holding the maintenance lock); return the shards replaced or deleted.
+
+    A replaced shard (some rows kept, in a new shard) is deleted at once, after the new shard's
+    commit, when `keep_replaced_s` is 0 or less (as ``traj compact`` does: no reader to wait
+    for); otherwise a later ``traj compact`` / ``traj gc`` deletes it once its record is that old.
+    """
     from trajstore.reader import read_shard
     from trajstore.schema import TRAJECTORY_SCHEMA
 
     done = []
     for shard, rows in plan.shards:
         if len(rows) == shard.num_rows:
-            try:
-                if store.is_local:
-                    os.unlink(shard.path)
-                else:
-                    store.fs.rm_file(shard.path)
-            except FileNotFoundError:
-                pass
+            _remove(store, shard.path)
         else:
             keep = np.setdiff1d(np.arange(shard.num_rows), rows)
             table = read_shard(store, shard).take(pa.array(keep)).combine_chunks()
@@ -171,7 +179,9 @@ def delete_rows(store: Store, plan: RowPlan) -> list[str]:
                                       ((shard.name, shard.num_rows, tuple(int(r) for r in rows)),), pid=os.getpid())
             write_record(store, record)
             store.write_table(table.replace_schema_metadata(TRAJECTORY_SCHEMA.metadata), subdir=TRAJECTORIES_DIR,
-                              name=record.output)
+                              name=record.output)  # the commit point: the old shard is hidden from now on
+            if keep_replaced_s <= 0:
+                _remove(store, shard.path)
         done.append(store.url_of(shard.path))
     return done
 
