@@ -58,7 +58,7 @@ def export_cmd(
                                                "and counted per reason (hf and atif keep every trajectory, "
                                                "flagged)"),
     without: list[FieldChoice] = typer.Option([], "--without", metavar="FIELD", show_choices=False,  # noqa: B006
-                                              help="leave this field out of the whole export so trajectories "
+                                              help="trainer layouts: leave this field out of the whole export so trajectories "
                                               f"lacking it are taken: {' | '.join(FIELDS)} (repeatable)"),
     pad_token_id: int = typer.Option(0, "--pad-token-id", help="token id written in padded positions "
                                      "(masked out)"),

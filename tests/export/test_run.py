@@ -305,3 +305,15 @@ def test_undecodable_row_group_refuses_then_skip_counts_its_rows(tmp_path, monke
     assert not (tmp_path / "o").exists()
     r = export_store(uri, "trl", str(tmp_path / "o"), ExportOptions(allow_secrets=True, skip_unreadable=True))
     assert [u.rsplit("/", 1)[-1] for u in r.unreadable_skipped] == ["bad.parquet"]
+
+
+@pytest.mark.parametrize("to", ["hf", "atif"])
+@pytest.mark.parametrize("field", ["logprobs", "rewards", "versions"])
+def test_without_on_a_full_fidelity_target_says_it_keeps_every_field(store, tmp_path, to, field):
+    """Walkthrough: `--to hf --without logprobs` said "hf writes no logprobs", though hf keeps them."""
+    with pytest.raises(ExportError) as e:
+        export_store(store, to, str(tmp_path / "o"), ExportOptions(allow_secrets=True, without=frozenset({field})))
+    assert str(e.value) == (f"invalid --without {field}: --without applies only to trainer layouts; {to} keeps "
+                            "every field as stored (null where a trajectory lacks it)")
+    assert "writes no" not in str(e.value)
+    assert not (tmp_path / "o").exists()

@@ -135,6 +135,9 @@ def _check_options(target: Target, opts: ExportOptions) -> frozenset[str]:
     unknown = sorted(set(opts.without) - set(FIELDS))
     if unknown:
         raise ExportError(f"invalid --without {unknown[0]!r}: the fields are {', '.join(FIELDS)}")
+    if opts.without and not target.trainer_layout:  # hf and atif write each field as stored (null where unknown)
+        raise ExportError(f"invalid --without {sorted(opts.without)[0]}: --without applies only to trainer layouts; "
+                          f"{target.name} keeps every field as stored (null where a trajectory lacks it)")
     for f in sorted(opts.without):
         if f not in target.fields:
             raise ExportError(f"invalid --without {f}: {target.name} writes no {f}")
