@@ -185,7 +185,7 @@ def _sql_batches(rel: Any) -> Any:
             except StopIteration:
                 return
             yield batch
-    except duckdb.Error as e:
+    except (duckdb.Error, OSError) as e:  # past the first batch DuckDB's Arrow stream fails as a bare OSError
         raise AuditError(f"query failed: {one_line(str(e))}") from e
 
 

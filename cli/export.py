@@ -42,6 +42,11 @@ def export_cmd(
     skip_refused: bool = typer.Option(False, "--skip-refused/--no-skip-refused",
                                       help="leave out (and count) trajectories the target cannot take as they are "
                                       "instead of stopping at the first"),
+    skip_unreadable: bool = typer.Option(False, "--skip-unreadable/--no-skip-unreadable",
+                                         help="export a store with shards that cannot be read (truncated, not "
+                                         "Parquet) without their trajectories, listing the shards in the manifest "
+                                         "and the card; by default the export is refused, naming them (traj "
+                                         "validate STORE shows them)"),
     allow_secrets: bool = typer.Option(False, "--allow-secrets/--no-allow-secrets",
                                        help="write even when traj redact STORE --check would fail on the selected "
                                        "trajectories (a secret found, or spans that cannot be scanned); by default "
@@ -53,7 +58,7 @@ def export_cmd(
                                                "and counted per reason (hf and atif keep every trajectory, "
                                                "flagged)"),
     without: list[FieldChoice] = typer.Option([], "--without", metavar="FIELD", show_choices=False,  # noqa: B006
-                                              help="leave this field out of the whole export so trajectories "
+                                              help="trainer layouts: leave this field out of the whole export so trajectories "
                                               f"lacking it are taken: {' | '.join(FIELDS)} (repeatable)"),
     pad_token_id: int = typer.Option(0, "--pad-token-id", help="token id written in padded positions "
                                      "(masked out)"),
@@ -84,6 +89,7 @@ def export_cmd(
         raise InvalidOptionError(f"invalid option --to: {to!r} is not one of {', '.join(TARGETS)}")
 
     opts = ExportOptions(where=where, run=run, limit=limit, skip_refused=skip_refused,
+                         skip_unreadable=skip_unreadable,
                          include_not_trainable=include_not_trainable, allow_secrets=allow_secrets,
                          without=frozenset(f.value for f in without), pad_token_id=pad_token_id,
                          rows_per_file=rows_per_file, name=name, license=license, push=push, private=private)
@@ -94,12 +100,18 @@ def export_cmd(
         "not_trainable_left_out": dict(sorted(r.not_trainable_left_out.items())), "left_out": r.left_out,
         "files": len(r.files),
         "approximations": {k: v for k, v in sorted(r.approximations.items()) if v},
+        **({"unreadable_shards_skipped": {u: "rows unknown" if n is None else n
+                                          for u, n in sorted(r.unreadable_skipped.items())}}
+           if r.unreadable_skipped else {}),
         **({"pushed": r.pushed} if r.pushed else {}),
     }, fmt)
     if r.not_trainable_left_out:
         typer.echo(f"note: left out {sum(r.not_trainable_left_out.values())} of {r.selected} trajectories stored as "
                    "not trainable (" + ", ".join(f"{n} {why}" for why, n in sorted(r.not_trainable_left_out.items()))
                    + "); --include-not-trainable writes them", err=True)
+    if r.unreadable_skipped:
+        typer.echo(f"note: left out {len(r.unreadable_skipped)} unreadable shard(s) (--skip-unreadable): "
+                   + ", ".join(sorted(r.unreadable_skipped)), err=True)
     if r.skipped:
         typer.echo(f"note: left out {sum(r.skipped.values())} of {r.selected} trajectories (" + ", ".join(
             f"{n} {why}" for why, n in sorted(r.skipped.items())) + ")", err=True)

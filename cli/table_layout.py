@@ -220,7 +220,23 @@ def print_fields(console: Console, title: str, fields: Mapping[str, str]) -> Non
     """One record as a two-column table (``field``, ``value``; values already formatted, and
     wrapped when long) under its title."""
     print_title(console, title)
-    console.print(_rich_table([_Col("field", list(fields)), _Col("value", list(fields.values()), wrap=True)]))
+    names, values = list(fields), list(fields.values())
+    # the values always show: a field name too long to leave them FIELD_VALUE_MIN_WIDTH characters
+    # (a long not-trainable reason is a key of the export summary) is wrapped instead
+    value_need = min(FIELD_VALUE_MIN_WIDTH, max([len("value")] + [len(ln) for v in values for ln in v.split("\n")]))
+    room = console.width - 2 * _PAD - 1  # two columns: borders and padding
+    name_width = max([len("field")] + [len(n) for n in names])
+    if name_width + value_need <= room:
+        console.print(_rich_table([_Col("field", names), _Col("value", values, wrap=True)]))
+        return
+    table = _rich_table([_Col("field", names, wrap=True), _Col("value", values, wrap=True)],
+                        {0: max(len("field"), room - value_need)})
+    table.columns[1].min_width = value_need
+    console.print(table)
+
+
+FIELD_VALUE_MIN_WIDTH = 24
+"""Characters a record's value column keeps (:func:`print_fields`) before long field names are wrapped."""
 
 
 SHORTENED_NOTE = "(… = shortened; --format csv or json prints every value in full)"

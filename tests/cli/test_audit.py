@@ -512,3 +512,35 @@ def test_view_url_adds_links_to_the_trajectory_pages(known_store):
     assert res.exit_code == 0, res.output
     examples = [r for rows in json.loads(res.stdout).values() for r in rows if "example_id" in r]
     assert examples and all(r["example_id_url"] == f"http://h:1/t/{r['example_id']}" for r in examples)
+
+
+# walkthrough: a query failing while its rows are produced, written with --output, read as a bad
+# --output option (exit 2, "invalid option --output: cannot write keep.csv: Invalid Input Error: boom")
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "json", "jsonl"])
+@pytest.mark.parametrize("query", ["SELECT error('boom')",  # fails in the first batch
+                                   # fails after the first batch of rows was produced
+                                   "SELECT CASE WHEN i > 25000 THEN error('boom') ELSE i END AS x FROM range(30000) t(i)"])
+def test_sql_query_failing_at_run_time_with_output_is_a_query_error(three_trajectories, tmp_path, fmt, query):
+    keep = tmp_path / "keep.csv"
+    keep.write_text("precious\n")
+    res = runner.invoke(app, ["sql", three_trajectories, query,
+                              "--format", fmt, "--output", str(keep)])
+    assert res.exit_code == 1, res.output
+    assert "query failed" in res.output and "boom" in res.output
+    assert "--output" not in res.output
+    assert keep.read_text() == "precious\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".keep")] == []
+
+
+def test_sql_unwritable_output_is_still_a_bad_option(three_trajectories, tmp_path):
+    res = runner.invoke(app, ["sql", three_trajectories, "SELECT trajectory_id FROM trajectories",
+                              "--format", "csv", "--output", str(tmp_path / "no" / "such" / "dir.csv")])
+    assert res.exit_code == EXIT_USAGE, res.output
+    assert "--output" in res.output
+
+
+def test_sql_table_query_failing_after_the_first_batch_is_a_query_error(three_trajectories):
+    res = runner.invoke(app, ["sql", three_trajectories,
+                              "SELECT CASE WHEN i > 25000 THEN error('boom') ELSE i END AS x FROM range(30000) t(i)"])
+    assert res.exit_code == 1, res.output
+    assert "query failed" in res.output and "boom" in res.output

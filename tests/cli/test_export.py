@@ -66,3 +66,22 @@ def test_export_as_a_subprocess(tmp_path):
                         str(tmp_path / "atif"), "--allow-secrets"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "exported" in p.stdout and (tmp_path / "atif" / "t1" / "agent" / "trajectory.json").is_file()
+
+
+def test_unreadable_shard_is_exit_1_naming_it_and_skip_unreadable_records_it(tmp_path):
+    """Walkthrough: a junk ``*.parquet`` in trajectories/ was silently left out (exit 0, "skipped": {})."""
+    store = write_store(tmp_path / "s", three_turn_trajectories())
+    (tmp_path / "s" / "trajectories" / "zzz-junk.parquet").write_text("not parquet")
+    res = CliRunner().invoke(app, ["export", store, "--to", "hf", "--out", str(tmp_path / "o"), "--allow-secrets"])
+    assert res.exit_code == 1, res.output
+    assert "zzz-junk.parquet" in res.stderr and "traj validate" in res.stderr and "--skip-unreadable" in res.stderr
+    assert not (tmp_path / "o").exists()
+    res = CliRunner().invoke(app, ["export", store, "--to", "hf", "--out", str(tmp_path / "o"), "--allow-secrets",
+                                   "--skip-unreadable", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["exported"] == 2
+    assert [u.rsplit("/", 1)[-1] for u in doc["unreadable_shards_skipped"]] == ["zzz-junk.parquet"]
+    assert "unreadable shard" in res.stderr
+    manifest = json.loads((tmp_path / "o" / ".trajstore" / "export.json").read_text())
+    assert manifest["trajectories"]["unreadable_shards_skipped"][0]["shard"].endswith("zzz-junk.parquet")

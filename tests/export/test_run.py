@@ -60,7 +60,7 @@ def test_skip_refused_counts_each_reason(mixed, tmp_path, read_out):
     assert dict(r.not_trainable_left_out) == {"no action tokens": 1}  # not trainable: left out before any refusal
     assert read_out(tmp_path / "v", "part-00000.non_tensor.parquet")["trajectory_id"] == ["t1", "t2"]
     assert read_out(tmp_path / "v", ".trajstore/export.json")["trajectories"] == {
-        "selected": 5, "exported": 2, "skipped": {"missing logprobs": 1, "no reward": 1},
+        "selected": 5, "exported": 2, "skipped": {"missing logprobs": 1, "no reward": 1}, "unreadable_shards_skipped": [],
         "not_trainable": {"left_out": {"no action tokens": 1}, "included": 0}}
 
 
@@ -237,3 +237,83 @@ def test_only_not_trainable_selected_is_nothing_to_export(with_not_trainable, tm
     assert str(e.value) == ("nothing to export: all 1 selected trajectories were left out (1 stored as not trainable: "
                             f"1 {REDACTED}; --include-not-trainable writes them)")
     assert not (tmp_path / "v").exists()
+
+
+# -- unreadable shards (walkthrough: a truncated shard and a junk *.parquet were silently left out,
+# the manifest saying "skipped": {}) ---------------------------------------------------------------
+
+@pytest.fixture
+def damaged(tmp_path):
+    """Three shards: t1+t2, then refused_trajectories() (truncated), then a junk ``*.parquet``."""
+    import trajstore as ts
+
+    uri = write_store(tmp_path / "damaged", three_turn_trajectories())
+    ts.write_trajectories(uri, refused_trajectories())
+    shards = sorted((tmp_path / "damaged" / "trajectories").glob("*.parquet"))
+    data = shards[-1].read_bytes()
+    shards[-1].write_bytes(data[: len(data) // 2])
+    (tmp_path / "damaged" / "trajectories" / "zzz-junk.parquet").write_text("not parquet")
+    return uri, shards[-1].name
+
+
+@pytest.mark.parametrize("to", ["hf", "trl"])
+def test_unreadable_shards_refuse_the_export_naming_them(damaged, tmp_path, to):
+    uri, truncated = damaged
+    with pytest.raises(ExportError) as e:
+        export_store(uri, to, str(tmp_path / "o"), UNCHECKED)
+    msg = str(e.value)
+    assert truncated in msg and "zzz-junk.parquet" in msg and "2 shard(s)" in msg
+    assert f"traj validate {uri}" in msg and "--skip-unreadable" in msg and "\n" not in msg
+    assert not (tmp_path / "o").exists()
+
+
+def test_skip_unreadable_records_the_shards_in_the_manifest_and_card(damaged, tmp_path, read_out):
+    uri, truncated = damaged
+    opts = ExportOptions(allow_secrets=True, skip_unreadable=True)
+    r = export_store(uri, "hf", str(tmp_path / "o"), opts)
+    assert (r.selected, r.exported) == (2, 2)
+    assert sorted(u.rsplit("/", 1)[-1] for u in r.unreadable_skipped) == [truncated, "zzz-junk.parquet"]
+    man = read_out(tmp_path / "o", os.path.join(".trajstore", "export.json"))
+    skipped = man["trajectories"]["unreadable_shards_skipped"]
+    assert [(d["shard"].rsplit("/", 1)[-1], d["rows"]) for d in skipped] == [(truncated, None),
+                                                                              ("zzz-junk.parquet", None)]
+    card = (tmp_path / "o" / "README.md").read_text()
+    assert "--skip-unreadable" in card and truncated in card and "zzz-junk.parquet" in card
+
+
+def test_undecodable_row_group_refuses_then_skip_counts_its_rows(tmp_path, monkeypatch):
+    """A shard whose footer reads but whose data does not decode fails only while rows are read."""
+    from trajstore.errors import CorruptShardError
+
+    uri = write_store(tmp_path / "s", three_turn_trajectories())
+
+    def broken(store, ids, *a, strict=False, **kw):
+        if strict:
+            raise CorruptShardError(store.url("trajectories/bad.parquet"), "cannot decode: boom")
+        import warnings
+
+        from trajstore.store.shards import CorruptShardWarning
+        warnings.warn(f"skipping {CorruptShardError(store.url('trajectories/bad.parquet'), 'cannot decode')}",
+                      CorruptShardWarning, stacklevel=2)
+        return real(store, ids, *a, strict=False, **kw)
+
+    import trajstore.export.run as run_mod
+    real = run_mod.read_trajectories_by_id
+    monkeypatch.setattr(run_mod, "read_trajectories_by_id", broken)
+    with pytest.raises(ExportError, match=r"bad\.parquet \(cannot decode: boom\).*--skip-unreadable"):
+        export_store(uri, "trl", str(tmp_path / "o"), UNCHECKED)
+    assert not (tmp_path / "o").exists()
+    r = export_store(uri, "trl", str(tmp_path / "o"), ExportOptions(allow_secrets=True, skip_unreadable=True))
+    assert [u.rsplit("/", 1)[-1] for u in r.unreadable_skipped] == ["bad.parquet"]
+
+
+@pytest.mark.parametrize("to", ["hf", "atif"])
+@pytest.mark.parametrize("field", ["logprobs", "rewards", "versions"])
+def test_without_on_a_full_fidelity_target_says_it_keeps_every_field(store, tmp_path, to, field):
+    """Walkthrough: `--to hf --without logprobs` said "hf writes no logprobs", though hf keeps them."""
+    with pytest.raises(ExportError) as e:
+        export_store(store, to, str(tmp_path / "o"), ExportOptions(allow_secrets=True, without=frozenset({field})))
+    assert str(e.value) == (f"invalid --without {field}: --without applies only to trainer layouts; {to} keeps "
+                            "every field as stored (null where a trajectory lacks it)")
+    assert "writes no" not in str(e.value)
+    assert not (tmp_path / "o").exists()

@@ -81,7 +81,8 @@ def _csv_column(name: str, t: Any) -> str:
 
 class _Batches:
     """Record batches of a relation, DuckDB errors raised while rows are produced (failed casts,
-    malformed JSON) as one-line :class:`AuditError` s; ``schema`` known before the first batch."""
+    malformed JSON, ``error()``; after the first batch the Arrow stream raises them as a bare
+    ``OSError``, which is the query's, not the output file's) as one-line :class:`AuditError` s; ``schema`` known before the first batch."""
 
     def __init__(self, rel: duckdb.DuckDBPyRelation, batch_rows: int):
         try:
@@ -97,7 +98,7 @@ class _Batches:
                     yield self.reader.read_next_batch()
                 except StopIteration:
                     return
-        except duckdb.Error as e:
+        except (duckdb.Error, OSError) as e:  # past the first batch DuckDB's stream fails as a bare OSError
             raise AuditError(f"query failed: {one_line(str(e))}") from e
 
 

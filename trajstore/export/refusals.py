@@ -27,6 +27,9 @@ SKIP_OPTION: Final[str] = "--skip-refused"
 ALLOW_SECRETS_OPTION: Final[str] = "--allow-secrets"
 """The option that exports trajectories in which ``traj redact --check`` finds something."""
 
+SKIP_UNREADABLE_OPTION: Final[str] = "--skip-unreadable"
+"""The option that exports a store with unreadable shards without their trajectories (recorded)."""
+
 SHOWN_IDS: Final[int] = 5
 """Trajectory ids a secret refusal names before "and N more"."""
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trajstore import __version__, audit
+from trajstore.errors import CorruptShardError
 from trajstore.export.card import ids_predicate, reproduce_command
 from trajstore.export.files import MANIFEST_FILE, staged_folder, write_json
 from trajstore.export.hf import push_to_hub
@@ -25,6 +28,7 @@ from trajstore.export.refusals import (
     FIELDS,
     INCLUDE_NOT_TRAINABLE_OPTION,
     SKIP_OPTION,
+    SKIP_UNREADABLE_OPTION,
     ExportError,
     refusal,
     secrets_refusal,
@@ -36,6 +40,8 @@ from trajstore.export.targets import TARGETS
 from trajstore.reader import read_trajectories_by_id
 from trajstore.redact import find_secrets
 from trajstore.store import Store, open_existing_store
+from trajstore.store.layout import TRAJECTORIES_DIR
+from trajstore.store.shards import CorruptShardWarning, expected_schema, inspect_shard, list_view, shard_paths
 
 DEFAULT_ROWS_PER_FILE = 1024
 """Trajectories per output file: each file is padded to its own longest sample, and the export
@@ -52,6 +58,10 @@ class ExportOptions:
         limit: at most this many trajectories, the first in arrival order.
         skip_refused: leave out (and count) trajectories the target cannot take as they are,
             instead of stopping at the first with its reason.
+        skip_unreadable: export a store some of whose shards cannot be read (truncated, not
+            Parquet, undecodable) without their trajectories, recording the shards (and their rows
+            where known) in the result, the manifest and the card; by default such an export is
+            refused, naming the shards, and nothing is written.
         allow_secrets: write even when ``traj redact --check`` would fail on the selected
             trajectories (a secret found, or a trajectory whose spans cannot be scanned); by
             default such an export is refused and nothing is written.
@@ -72,6 +82,7 @@ class ExportOptions:
     run: str | None = None
     limit: int | None = None
     skip_refused: bool = False
+    skip_unreadable: bool = False
     include_not_trainable: bool = False
     allow_secrets: bool = False
     without: frozenset[str] = frozenset()
@@ -101,6 +112,8 @@ class ExportResult:
         left_out: fields left out of the whole export (``--without``).
         approximations: per kind, what the layout could only approximate (counts).
         pushed: the Hub repository URL (``--push``), else None.
+        unreadable_skipped: per unreadable shard (URL) left out with ``skip_unreadable``, its rows
+            (None when its footer cannot be read).
     """
 
     target: str
@@ -114,6 +127,7 @@ class ExportResult:
     left_out: list[str] = field(default_factory=list)
     approximations: Counter[str] = field(default_factory=Counter)
     pushed: str | None = None
+    unreadable_skipped: dict[str, int | None] = field(default_factory=dict)
 
 
 def _check_options(target: Target, opts: ExportOptions) -> frozenset[str]:
@@ -121,6 +135,9 @@ def _check_options(target: Target, opts: ExportOptions) -> frozenset[str]:
     unknown = sorted(set(opts.without) - set(FIELDS))
     if unknown:
         raise ExportError(f"invalid --without {unknown[0]!r}: the fields are {', '.join(FIELDS)}")
+    if opts.without and not target.trainer_layout:  # hf and atif write each field as stored (null where unknown)
+        raise ExportError(f"invalid --without {sorted(opts.without)[0]}: --without applies only to trainer layouts; "
+                          f"{target.name} keeps every field as stored (null where a trajectory lacks it)")
     for f in sorted(opts.without):
         if f not in target.fields:
             raise ExportError(f"invalid --without {f}: {target.name} writes no {f}")
@@ -169,6 +186,56 @@ def _counts(counts: Counter[str], what: str = "") -> str:
     return f"{sum(counts.values())} {what}: {each}" if what else each
 
 
+def unreadable_shards(store: Store) -> tuple[list[CorruptShardError], dict[str, int]]:
+    """The shards under ``trajectories/`` that cannot be read (each as its
+    :class:`CorruptShardError`: URL and reason), and the rows of each readable shard by URL."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CorruptShardWarning)
+        infos, res = list_view(store, TRAJECTORIES_DIR)
+    readable = {i.path for i in infos}
+    visible = None if res is None else set(res.visible)
+    bad = []
+    for path, size in shard_paths(store, TRAJECTORIES_DIR):
+        if path in readable or (visible is not None and path.rsplit("/", 1)[-1] not in visible):
+            continue
+        try:
+            inspect_shard(store, path, size, expected_schema(TRAJECTORIES_DIR))
+        except CorruptShardError as e:
+            bad.append(e)
+    return bad, {store.url_of(i.path): i.num_rows for i in infos}
+
+
+def _unreadable_refusal(store: Store, bad: list[CorruptShardError]) -> str:
+    """One line: the unreadable shards, why, and the ways out."""
+    names = "; ".join(f"{e.path} ({e.reason})" for e in bad)
+    return (f"cannot export: {len(bad)} shard(s) of {store.uri} cannot be read, their trajectories would be missing "
+            f"from the export: {names}. See them with `traj validate {store.uri}` and fix or remove them, or pass "
+            f"{SKIP_UNREADABLE_OPTION} to export without them (listed in the manifest and the card); nothing was "
+            "written")
+
+
+_SKIPPED_SHARD = re.compile(r"corrupt shard (\S+): ")
+
+
+def _read_chunk(store: Store, ids: list[str], opts: ExportOptions, result: ExportResult,
+                rows_of_shard: dict[str, int]) -> pa.Table:
+    """The stored rows of `ids`, read strictly: a shard that cannot be decoded raises ExportError
+    (or, with ``skip_unreadable``, is left out and recorded in ``result.unreadable_skipped``)."""
+    try:
+        return read_trajectories_by_id(store, ids, strict=True)
+    except CorruptShardError as e:
+        if not opts.skip_unreadable:
+            raise ExportError(_unreadable_refusal(store, [e])) from e
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CorruptShardWarning)
+        table = read_trajectories_by_id(store, ids, strict=False)
+    for w in caught:
+        m = _SKIPPED_SHARD.search(str(w.message)) if issubclass(w.category, CorruptShardWarning) else None
+        if m:
+            result.unreadable_skipped.setdefault(m.group(1), rows_of_shard.get(m.group(1)))
+    return table
+
+
 def _describe(sel: Selection, result: ExportResult) -> str:
     parts = [f"`--where {sel.where}`" if sel.where else "every trajectory of the store"]
     if sel.run:
@@ -179,6 +246,10 @@ def _describe(sel: Selection, result: ExportResult) -> str:
     left_out = result.skipped + result.not_trainable_left_out
     if left_out:
         text += " (left out: " + ", ".join(f"{n} {r}" for r, n in sorted(left_out.items())) + ")"
+    if result.unreadable_skipped:
+        text += (f". Left out with {SKIP_UNREADABLE_OPTION}, {len(result.unreadable_skipped)} unreadable shard(s): "
+                 + ", ".join(f"`{u}` ({'rows unknown' if n is None else f'{n} rows'})"
+                             for u, n in sorted(result.unreadable_skipped.items())))
     return text + "."
 
 
@@ -197,6 +268,8 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
             ``traj redact --check`` failing on the selection (without ``allow_secrets``), a
             refused trajectory (without ``skip_refused``; one line naming it and the option), `out`
             not empty. Nothing is written.
+        ExportError (also): a shard of the store that cannot be read (without
+            ``skip_unreadable``), naming each shard and the ways out.
         AuditError: an invalid ``where``, an unknown ``run``.
         StoreError: the store cannot be opened.
     """
@@ -206,6 +279,9 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
     target = TARGETS[to]
     holds = _check_options(target, opts)
     s = store if isinstance(store, Store) else open_existing_store(store, storage_options=storage_options)
+    bad, rows_of_shard = unreadable_shards(s)
+    if bad and not opts.skip_unreadable:  # before any work: the export would silently lack their rows
+        raise ExportError(_unreadable_refusal(s, bad))
     conn = audit.connect(s)
     sel = select_trajectories(conn, s, where=opts.where, run=opts.run, limit=opts.limit)
     if not sel.ids:
@@ -216,10 +292,11 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
             raise ExportError(why)
     result = ExportResult(target=to, out=os.path.abspath(out), selected=len(sel.ids),
                           left_out=sorted(opts.without))
+    result.unreadable_skipped = {e.path: None for e in bad}  # a footer that cannot be read: rows unknown
     exported_ids: list[str] = []
     with staged_folder(out) as stage:
         for index, start in enumerate(range(0, len(sel.ids), opts.rows_per_file)):
-            chunk = read_trajectories_by_id(s, sel.ids[start:start + opts.rows_per_file])
+            chunk = _read_chunk(s, sel.ids[start:start + opts.rows_per_file], opts, result, rows_of_shard)
             rows, samples = _cut(chunk, target, holds, opts, result)
             part = Part(out_dir=stage, index=index, offset=result.exported, rows=rows, samples=samples,
                         holds=holds, pad_token_id=opts.pad_token_id)
@@ -231,7 +308,8 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
         if not result.exported:  # raised inside the staging folder: it is removed, nothing appears
             raise ExportError(_nothing_left(result))
         if target.finish is not None:
-            exact = not sel.run and not sel.limit and not result.skipped and not result.not_trainable_left_out
+            exact = (not sel.run and not sel.limit and not result.skipped and not result.not_trainable_left_out
+                     and not result.unreadable_skipped)
             where = sel.where if exact else ids_predicate(conn, exported_ids)
             result.files += target.finish(Finish(
                 out_dir=stage, conn=conn, where=where, reproduce=reproduce_command(sel.where) if exact else None,
@@ -280,6 +358,8 @@ def _manifest(store: Store, target: Target, sel: Selection, result: ExportResult
         "selection": {"where": sel.where, "run": sel.run, "limit": sel.limit},
         "trajectories": {"selected": result.selected, "exported": result.exported,
                          "skipped": dict(sorted(result.skipped.items())),
+                         "unreadable_shards_skipped": [{"shard": u, "rows": n} for u, n in
+                                                       sorted(result.unreadable_skipped.items())],
                          "not_trainable": {"left_out": dict(sorted(result.not_trainable_left_out.items())),
                                            "included": result.not_trainable_included}},
         "fields": {f: target.fields[f] for f in sorted(holds)}, "left_out": result.left_out,
