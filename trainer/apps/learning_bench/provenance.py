@@ -69,6 +69,13 @@ def finish(info: dict[str, Any], seconds: float) -> dict[str, Any]:
             "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+def was_loaded(info: dict[str, Any]) -> bool:
+    """Whether the 1-min load average at the start or the end of the run exceeded the CPUs the
+    run could use: other work shared the cores, so its wall and CPU times are not idle ones."""
+    cpus = info.get("affinity_cpus") or info.get("logical_cpus") or 1
+    return any(load and load[0] > cpus for load in (info.get("load_start"), info.get("load_end")))
+
+
 def describe(info: dict[str, Any]) -> str:
     """One line: ``Intel Xeon ..., 2 CPUs usable, load 5.1 -> 7.9 (1-min), torch 2.13.0, commit abc1234``."""
     load = ""
@@ -79,5 +86,7 @@ def describe(info: dict[str, Any]) -> str:
         cpu = (f"; jobs' CPU time {info['cpu_seconds_jobs'] / 60:.1f} min, i.e. about "
                f"{info['cpu_seconds_jobs'] / 60 / info['processes']:.1f} min of wall time on {info['processes']} idle "
                "cores")
+        if was_loaded(info):  # CPU time measured under contention (shared caches, SMT) exceeds the idle one
+            cpu += " (an estimate, not an idle measurement: CPU time on a loaded machine runs higher)"
     return (f"{info.get('cpu', '?')}, {info.get('affinity_cpus', '?')} CPUs usable{load}, Python {info.get('python')}, "
             f"torch {info.get('torch')}, transformers {info.get('transformers')}, commit {info.get('commit')}{cpu}")

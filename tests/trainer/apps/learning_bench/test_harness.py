@@ -164,3 +164,31 @@ def test_critic_free_arms_fill_their_baseline_in_the_same_warm_up_and_see_sao_s_
 
     first = v0("sao")
     assert len(first) >= 3 * 8 and v0("running-mean-8") == first
+
+
+def test_the_engine_like_mismatch_reaches_a_run_and_shows_at_staleness_zero(tmp_path, tiny_warm_start: str) -> None:
+    """Issue 28: ``--mismatch engine`` (float8 LM head + Student-t logit noise) goes through the
+    harness, not only the sampler's unit test. At staleness 0 the trainer's weights are the
+    engine's, so the log-ratio there is the injected mismatch alone: without any mismatch every
+    such token sits in the two histogram bins around 0 (|log-ratio| < 0.05, float32 rounding);
+    with the engine-like model some tokens land farther out, and a few in the tails (> 0.5 nats)."""
+    from trajstore.trainer.apps.learning_bench.harness import run_one
+    from trajstore.trainer.apps.learning_bench.spec import RunSpec
+    from trajstore.trainer.apps.learning_bench.trainer_side import LOG_RATIO_EDGES
+
+    common = dict(task="chain", arm="sao", seed=0, warm_start=tiny_warm_start, steps=3, critic_warmup=1,
+                  policy_lr=3e-4, batch_size=16, workers=16, eval_every=3, eval_per_family=1)
+    runs = {"none": RunSpec(bf16=False, logit_noise=0.0, **common),
+            "engine": RunSpec(mismatch="engine", logit_noise=0.3, **common)}
+    hist = {k: run_one(spec, str(tmp_path / k)).log_ratio_hist for k, spec in runs.items()}
+    zero = LOG_RATIO_EDGES.index(0.0)  # torch.bucketize: bin i holds edges[i-1] < x <= edges[i]
+
+    def outside(h: list[int], lo: float) -> int:  # tokens with |log-ratio| beyond the edge at +-lo
+        i_lo, i_hi = LOG_RATIO_EDGES.index(-lo), LOG_RATIO_EDGES.index(lo)
+        return sum(h[:i_lo + 1]) + sum(h[i_hi + 1:])
+
+    h0 = {k: [int(c) for c in h[0]] for k, h in hist.items()}  # staleness 0
+    assert sum(h0["none"]) > 0 and sum(h0["engine"]) > 0
+    assert sum(h0["none"][zero:zero + 2]) == sum(h0["none"]), h0["none"]
+    assert outside(h0["engine"], 0.05) > 0.1 * sum(h0["engine"]), h0["engine"]
+    assert outside(h0["engine"], 0.5) > 0, h0["engine"]

@@ -17,3 +17,8 @@ def test_machine_info_names_the_machine_the_software_and_the_load() -> None:
     line = describe(done)
     assert "CPUs usable" in line and "load" in line and f"commit {info['commit']}" in line
     assert "jobs' CPU time 20.0 min, i.e. about 10.0 min of wall time on 2 idle cores" in line
+    # a loaded machine's CPU time is no idle figure: the line says the wall-time figure is an estimate
+    cpus = done["affinity_cpus"]
+    idle = describe({**done, "load_start": [0.1, 0.1, 0.1], "load_end": [cpus - 0.5, 0.1, 0.1]})
+    busy = describe({**done, "load_start": [0.1, 0.1, 0.1], "load_end": [cpus + 2.0, 0.1, 0.1]})
+    assert "not an idle measurement" not in idle and "an estimate, not an idle measurement" in busy
