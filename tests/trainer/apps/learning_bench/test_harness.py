@@ -166,6 +166,7 @@ def test_critic_free_arms_fill_their_baseline_in_the_same_warm_up_and_see_sao_s_
     assert len(first) >= 3 * 8 and v0("running-mean-8") == first
 
 
+@pytest.mark.slow  # two short harness runs: minutes on a loaded 2-core machine
 def test_the_engine_like_mismatch_reaches_a_run_and_shows_at_staleness_zero(tmp_path, tiny_warm_start: str) -> None:
     """Issue 28: ``--mismatch engine`` (float8 LM head + Student-t logit noise) goes through the
     harness, not only the sampler's unit test. At staleness 0 the trainer's weights are the
