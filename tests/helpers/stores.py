@@ -11,6 +11,9 @@ lineage): a part, its context-rewrite successor and a sub-agent, for the trainer
 :func:`build_lineage_store` writes episodes of linked trajectories with hand-chosen sizes for the
 lineage audit tests (its docstring has the table).
 
+:func:`listing_returns_after_invalidation` makes an object store's listing cache go stale the way a
+concurrent listing does (another thread's, stored after a write's invalidation).
+
 :func:`build_known_store` writes a store with hand-chosen contents for the audit tests (expected
 numbers are derived by hand in the tests from the table below, never from the code under test):
 
@@ -230,3 +233,20 @@ def build_lineage_store(uri: str) -> Store:
     rows = [consumed_row("r1", 0, 1, tid, 0, 0, n_act[tid], 0.0, 0.0, 1.0) for tid in "rswc"]
     store.write_table(pa.Table.from_pylist(rows, schema=CONSUMED_SCHEMA), subdir=run_consumed_dir("r1"))
     return store
+
+
+def listing_returns_after_invalidation(store: Store, monkeypatch: Any, subdir: str) -> None:
+    """From now on, every ``invalidate_cache`` call on `store`'s (s3fs) filesystem puts back the listing
+    of `subdir` taken now: what a listing another thread started before a write or a delete, and
+    stored in the shared fsspec instance's cache after it, does (s3fs answers ``info``, ``size`` and
+    ``exists`` from the parent's cached listing)."""
+    base = store.path(subdir)
+    old = store.fs.ls(base, detail=True, refresh=True)
+    invalidate = store.fs.invalidate_cache
+
+    def and_the_old_listing_comes_back(path: str | None = None) -> None:
+        invalidate(path)
+        store.fs.dircache[base] = old
+
+    monkeypatch.setattr(store.fs, "invalidate_cache", and_the_old_listing_comes_back)
+

@@ -230,6 +230,22 @@ def test_compaction_on_s3(s3_store_uri) -> None:
     assert not store.fs.exists(store.path("_locks/maintenance.lock"))  # the lease is released
 
 
+@pytest.mark.s3
+def test_compaction_on_s3_past_a_listing_another_thread_stored_after_its_write(s3_store_uri, monkeypatch) -> None:
+    # The S3 SIGKILL test failed here: a reader thread's listing, taken before the compaction's PUT and
+    # stored in the shared s3fs cache after it, made the output's size lookup raise FileNotFoundError.
+    from tests.helpers.stores import listing_returns_after_invalidation
+
+    uri, opts = s3_store_uri
+    store = open_store(uri, storage_options=opts)
+    write_small_shards(store, trajectory_table(4))
+    listing_returns_after_invalidation(store, monkeypatch, TRAJECTORIES_DIR)
+    r = compact_store(store, **NOW)
+    [g] = r.groups
+    assert (g["sources"], g["rows"]) == (4, 4)
+    assert g["bytes_after"] == store.fs.info(g["output"], refresh=True)["size"] > 0
+
+
 def test_validate_checks_what_readers_read_during_the_grace(tmp_path: Path) -> None:
     from trajstore.validation.sources import list_inputs
 

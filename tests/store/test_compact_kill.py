@@ -101,7 +101,14 @@ def _run(uri: str, opts: dict | None, seed: int) -> None:
         while (b := stream.next_batch()) is not None:
             consumed.extend(s.trajectory_id for s in b.samples)
 
-    threads = {name: threading.Thread(target=fn, name=name)
+    def recorded(name: str, fn) -> None:  # noqa: ANN001 - a thread that dies is a problem, not a line on stderr
+        try:
+            fn()
+        except Exception as e:
+            problems.append(f"{name} failed: {type(e).__name__}: {e}")
+            raise
+
+    threads = {name: threading.Thread(target=recorded, args=(name, fn), name=name)
                for name, fn in (("writer", writer), ("reader", reader), ("trainer", trainer))}
     for t in threads.values():
         t.start()

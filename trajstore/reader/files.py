@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, READABLE_VERSIONS, SCHEMA_VERSION, trajectory_schema
 from trajstore.store import ShardInfo, Store, open_store
 from trajstore.store.compaction_records import ShardGone
+from trajstore.store.fsutil import fresh_info
 from trajstore.store.shards import check_schema_version
 
 StoreLike = Store | str | os.PathLike[str]
@@ -85,8 +86,10 @@ def gone(store: Store, shard: ShardInfo, e: BaseException) -> ShardGone | None:
         if store.is_local:
             exists = os.path.exists(shard.path)
         else:
-            store.fs.invalidate_cache(shard.path)
-            exists = store.fs.exists(shard.path)
+            fresh_info(store.fs, shard.path)  # not the listing cache: another thread may have stored an old listing
+            exists = True
+    except FileNotFoundError:
+        exists = False
     except Exception:  # cannot tell: report the original error
         return None
     return None if exists else ShardGone(f"{store.url_of(shard.path)} was deleted after it was listed (a compaction "

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from trajstore.errors import StoreError
 from trajstore.store.compaction_records import CompactionRecord, compacted_name, delete_record, write_record
-from trajstore.store.fsutil import why
+from trajstore.store.fsutil import fresh_info, why
 from trajstore.store.handle import Store
 from trajstore.store.layout import TRAJECTORIES_DIR
 from trajstore.store.lock import MAINTENANCE_LOCK as MAINTENANCE_LOCK  # re-exported: its old home
@@ -277,9 +277,8 @@ def compact_store(uri: str | os.PathLike[str] | Store, *, storage_options: dict[
             table, record = _merge(store, group, seen)
             write_record(store, record)  # 1. the intent
             out = store.write_table(table, subdir=TRAJECTORIES_DIR, name=record.output)  # 2. the commit point
-            if not store.is_local:  # a listing cache the caller turned on (open_store turns it off) lacks `out`
-                store.fs.invalidate_cache(out)
-            size = store.fs.size(out) if not store.is_local else os.path.getsize(out)
+            # past the listing cache: a listing another thread took before this write may stand there
+            size = int(fresh_info(store.fs, out)["size"]) if not store.is_local else os.path.getsize(out)
             if keep_replaced_s <= 0:  # 3. no reader to wait for
                 _delete(store, [g.path for g in group])
                 result.replaced_deleted += len(group)

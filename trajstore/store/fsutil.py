@@ -1,10 +1,12 @@
 """Small filesystem helpers the store's modules share: a filesystem's protocol names, why a
-call failed in one phrase, fsync of a directory, and whether a local process is alive."""
+call failed in one phrase, a file's details past fsspec's listing cache, fsync of a directory, and
+whether a local process is alive."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from typing import Any
 
 import fsspec
 
@@ -24,6 +26,21 @@ def why(e: BaseException) -> str:
     if isinstance(e, OSError) and e.strerror:
         return os_reason(e)
     return f"{type(e).__name__}: {e}"
+
+
+def fresh_info(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, Any]:
+    """`path`'s details (``size``, ``type``, ...) from the storage itself, never from the filesystem's
+    listing cache (s3fs, gcsfs and adlfs answer ``info``, ``size`` and ``exists`` from the last listing
+    of the parent folder). Invalidating the cache first is not enough: one fsspec instance serves every
+    thread of a process, and a listing another thread started before a write and stores after it puts
+    the stale entry back (``traj compact`` on S3 then failed with FileNotFoundError on the shard it had
+    just written). On S3 this is one HEAD request.
+
+    Raises:
+        FileNotFoundError: nothing is stored at `path`.
+    """
+    fs.invalidate_cache(path)
+    return fs.info(path, refresh=True)
 
 
 def fsync_dir(path: str) -> None:

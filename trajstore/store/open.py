@@ -14,18 +14,6 @@ from trajstore.errors import StoreError
 from trajstore.store.fsutil import protocols
 from trajstore.store.handle import Store
 
-NO_LISTINGS_CACHE_PROTOCOLS: frozenset[str] = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az"})
-"""Object stores whose fsspec filesystem (s3fs, gcsfs, adlfs) keeps a listing cache, which
-:func:`open_store` turns off (``use_listings_cache=False``) unless the caller's options set it.
-
-A store is appended to, compacted and pruned while it is read, so every listing the store takes is
-fresh (``refresh=True``) anyway; the cache only answered point lookups (``info``, ``size``,
-``exists``) from the last listing, and one fsspec instance is shared by every thread of a process
-that opens the same location. A listing that a reader thread started before a compaction's PUT and
-stored after it made ``traj compact`` fail with FileNotFoundError on the shard it had just written
-(the S3 SIGKILL test, under load), and can make a deleted shard look present. Without the cache a
-point lookup is one HEAD request."""
-
 
 def open_store(uri: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None) -> Store:
     """Open (or start) a store at a local path or any fsspec URI.
@@ -33,9 +21,7 @@ def open_store(uri: str | os.PathLike[str], *, storage_options: Mapping[str, Any
     Args:
         uri: a local directory (created on first write) or e.g. ``s3://bucket/prefix``.
         storage_options: passed to the fsspec filesystem (for s3fs: ``key``, ``secret``,
-            ``endpoint_url``, ``client_kwargs``, ...). On S3, GCS and Azure the filesystem's
-            listing cache is off unless they set ``use_listings_cache``
-            (:data:`NO_LISTINGS_CACHE_PROTOCOLS`).
+            ``endpoint_url``, ``client_kwargs``, ...).
 
     Raises:
         StoreError: if the URI is empty, its protocol is unknown or its filesystem cannot be
@@ -47,11 +33,8 @@ def open_store(uri: str | os.PathLike[str], *, storage_options: Mapping[str, Any
     if not uri.strip():  # an unset $STORE in a script: never the current directory by accident
         raise StoreError("the store URI is empty (give a directory or e.g. s3://bucket/prefix; '.' for the "
                          "current directory)")
-    fs_options = dict(storage_options or {})
-    if fsspec.core.split_protocol(uri)[0] in NO_LISTINGS_CACHE_PROTOCOLS:
-        fs_options.setdefault("use_listings_cache", False)
     try:
-        fs, root = fsspec.core.url_to_fs(uri, **fs_options)
+        fs, root = fsspec.core.url_to_fs(uri, **(storage_options or {}))
     except (ValueError, ImportError) as e:
         raise StoreError(f"cannot open store {uri!r}: {e}") from e
     if "file" in protocols(fs):
