@@ -90,10 +90,9 @@ def staleness_check(conn: object, run_id: str) -> tuple[StalenessSummary, Stalen
         token_mean=a.token_sum / n if n else None, token_p99=row.get("token_p99"), token_max=a.token_max,
         traj_mean=a.trajectory_sum / nt if nt else None, traj_p99=row.get("traj_p99"), traj_max=a.trajectory_max)
 
-    steps = _rows(audit.sql(conn, (  # type: ignore[arg-type]
-        'SELECT step, "staleness/mean" AS mean, "staleness/max" AS max, "data/action_tokens" AS tokens, '
-        '"staleness/unversioned_action_tokens" AS unversioned FROM step_metrics '
-        f"WHERE run_id = {sql_literal(run_id)} AND step >= 0 ORDER BY step")))
+    steps = _rows(audit.sql(conn, _step_query(run_id, {  # type: ignore[arg-type]
+        "mean": "staleness/mean", "max": "staleness/max", "tokens": "data/action_tokens",
+        "unversioned": "staleness/unversioned_action_tokens"})))
     t_tokens = t_sum = 0
     t_max: int | None = None
     for s in steps:
@@ -133,14 +132,22 @@ class StepTime:
         return self.end - self.step_s + self.wait_s
 
 
+def _step_query(run_id: str, metrics: dict[str, str], extra: str = "") -> str:
+    """The run's policy steps (step >= 0) in order, one column per metric (``alias: metric``),
+    pivoted from the long ``steps`` view: the ``step_metrics`` view has a column per metric only
+    once some run logged it, so a run that recorded no step would be a binder error there."""
+    cols = "".join(f", avg(value) FILTER (WHERE metric = {sql_literal(m)}) AS {a}" for a, m in metrics.items())
+    return (f"SELECT step, {extra}count(*) AS n{cols} FROM steps WHERE run_id = {sql_literal(run_id)} "
+            "AND step >= 0 GROUP BY step ORDER BY step")
+
+
 def step_times(conn: object, run_id: str) -> list[StepTime]:
     """The run's policy steps in order, from its step records."""
     from trajstore import audit
 
-    rows = _rows(audit.sql(conn, (  # type: ignore[arg-type]
-        'SELECT step, epoch_us(wall_time) AS end_us, "perf/step_s" AS step_s, "perf/data_wait_frac" AS wait_frac, '
-        '"data/trajectories" AS trajectories, "data/action_tokens" AS tokens FROM step_metrics '
-        f"WHERE run_id = {sql_literal(run_id)} AND step >= 0 ORDER BY step")))
+    rows = _rows(audit.sql(conn, _step_query(run_id, {  # type: ignore[arg-type]
+        "step_s": "perf/step_s", "wait_frac": "perf/data_wait_frac", "trajectories": "data/trajectories",
+        "tokens": "data/action_tokens"}, "epoch_us(max(wall_time)) AS end_us, ")))
     return [StepTime(int(r["step"]), r["end_us"] / 1e6, float(r["step_s"]), float(r["wait_frac"] * r["step_s"]),
                      int(round(r["trajectories"])), int(round(r["tokens"]))) for r in rows]
 

@@ -81,3 +81,15 @@ def test_the_check_names_what_differs_when_the_trainer_leaves_tokens_out(tmp_pat
 def test_overlap_clips_to_the_window() -> None:
     assert overlap(1.0, 3.0, 2.0, 5.0) == 1.0 and overlap(0.0, 1.0, 2.0, 5.0) == 0.0
     assert overlap(2.5, 4.0, 2.0, 5.0) == 1.5 and overlap(1.0, 9.0, 2.0, 5.0) == 3.0
+
+
+def test_a_run_that_recorded_no_step_has_no_step_times(tmp_path: Path) -> None:
+    # the step_metrics view has a column per metric only once some run logged it: an arm that
+    # stopped before its first step (or a store with no run) was a binder error, not an empty list
+    from trajstore import audit
+
+    write_trajectories(str(tmp_path), [_traj("a", [(3, 0, True)])])
+    conn = audit.connect(str(tmp_path))
+    assert step_times(conn, "r") == []
+    summary, check = staleness_check(conn, "r")
+    assert check.trainer.tokens == 0 and summary.token_mean is None
