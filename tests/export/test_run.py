@@ -293,8 +293,8 @@ def test_undecodable_row_group_refuses_then_skip_counts_its_rows(tmp_path, monke
         import warnings
 
         from trajstore.store.shards import CorruptShardWarning
-        warnings.warn(f"skipping {CorruptShardError(store.url('trajectories/bad.parquet'), 'cannot decode')}",
-                      CorruptShardWarning, stacklevel=2)
+        err = CorruptShardError(store.url("trajectories/bad.parquet"), "cannot decode")
+        warnings.warn(CorruptShardWarning(f"skipping {err}", err.path), stacklevel=2)  # as the readers warn
         return real(store, ids, *a, strict=False, **kw)
 
     import trajstore.export.run as run_mod

@@ -24,3 +24,24 @@ def test_a_deleted_shard_is_gone_even_while_an_old_listing_still_shows_it(s3_sto
     assert gone(store, first, FileNotFoundError(first.path)) is not None
     assert gone(store, second, OSError("a read that failed")) is None  # still there: not a deletion
     assert gone(store, second, ValueError("not a filesystem error")) is None
+
+
+def test_a_skipped_shard_warning_names_the_shard(tmp_path) -> None:
+    # callers that count what was skipped (traj export --skip-unreadable) read the shard from the
+    # warning, not from its text
+    import warnings
+
+    import pyarrow as pa
+
+    from tests.helpers.trajectories import hand_built_pair
+    from trajstore import read_trajectories, write_trajectories
+    from trajstore.store import CorruptShardWarning
+
+    write_trajectories(str(tmp_path), hand_built_pair())
+    bad = tmp_path / "trajectories" / "zz-bad.parquet"
+    bad.write_bytes(b"not parquet")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CorruptShardWarning)
+        assert isinstance(read_trajectories(str(tmp_path)), pa.Table)
+    shards = [w.message.shard for w in caught if issubclass(w.category, CorruptShardWarning)]
+    assert shards and all(s is not None and s.endswith("zz-bad.parquet") for s in shards)

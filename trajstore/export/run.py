@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -214,9 +213,6 @@ def _unreadable_refusal(store: Store, bad: list[CorruptShardError]) -> str:
             "written")
 
 
-_SKIPPED_SHARD = re.compile(r"corrupt shard (\S+): ")
-
-
 def _read_chunk(store: Store, ids: list[str], opts: ExportOptions, result: ExportResult,
                 rows_of_shard: dict[str, int]) -> pa.Table:
     """The stored rows of `ids`, read strictly: a shard that cannot be decoded raises ExportError
@@ -230,9 +226,9 @@ def _read_chunk(store: Store, ids: list[str], opts: ExportOptions, result: Expor
         warnings.simplefilter("always", CorruptShardWarning)
         table = read_trajectories_by_id(store, ids, strict=False)
     for w in caught:
-        m = _SKIPPED_SHARD.search(str(w.message)) if issubclass(w.category, CorruptShardWarning) else None
-        if m:
-            result.unreadable_skipped.setdefault(m.group(1), rows_of_shard.get(m.group(1)))
+        shard = getattr(w.message, "shard", None) if issubclass(w.category, CorruptShardWarning) else None
+        if shard is not None:
+            result.unreadable_skipped.setdefault(shard, rows_of_shard.get(shard))
     return table
 
 

@@ -187,7 +187,7 @@ def iter_shard_batches(store: Store, shard: ShardInfo, *, columns: Sequence[str]
         err = CorruptShardError(store.url_of(shard.path), f"cannot decode: {str(e).splitlines()[0]}")
         if strict:
             raise err from e
-        warnings.warn(f"skipping rest of {err}", CorruptShardWarning, stacklevel=2)
+        warnings.warn(CorruptShardWarning(f"skipping rest of {err}", err.path), stacklevel=2)
 
 
 def iter_batches(uri: StoreLike, *, columns: Sequence[str] | None = None,

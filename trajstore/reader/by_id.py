@@ -77,7 +77,7 @@ def _fetch(store: Store, ids: list[str], cols: list[str], *, strict: bool) -> pa
             err = CorruptShardError(store.url_of(shard.path), f"cannot decode: {str(e).splitlines()[0]}")
             if strict:
                 raise err from e
-            warnings.warn(f"skipping {err}", CorruptShardWarning, stacklevel=2)
+            warnings.warn(CorruptShardWarning(f"skipping {err}", err.path), stacklevel=2)
             continue
         if got is not None:
             parts.append(got)

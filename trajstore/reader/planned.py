@@ -93,6 +93,6 @@ def _read_units(store: Store, shard: ShardInfo, units: list[Unit], progress: Pro
         err = CorruptShardError(store.url_of(shard.path), f"cannot decode: {str(e).splitlines()[0]}")
         if strict:
             raise err from e
-        warnings.warn(f"skipping rest of {err}", CorruptShardWarning, stacklevel=3)
+        warnings.warn(CorruptShardWarning(f"skipping rest of {err}", err.path), stacklevel=3)
     progress.done.extend(u.name for u in units[marked:])
     progress.shard, progress.next_row = None, 0

@@ -142,7 +142,7 @@ def read_shards_one_by_one(store: Store, shards: Sequence[ShardInfo], cols: list
             err = CorruptShardError(store.url_of(s.path), f"cannot decode: {str(e).splitlines()[0]}")
             if strict:
                 raise err from e
-            warnings.warn(f"skipping {err}", CorruptShardWarning, stacklevel=3)
+            warnings.warn(CorruptShardWarning(f"skipping {err}", err.path), stacklevel=3)
     if not parts:
         t = TRAJECTORY_SCHEMA.empty_table()
         return t.select(cols) if cols else t

@@ -47,7 +47,15 @@ SHARD_CACHE_MAX_ENTRIES = 1_000_000
 
 
 class CorruptShardWarning(TrajstoreWarning):
-    """A shard was skipped because it cannot be read."""
+    """A shard was skipped because it cannot be read.
+
+    Attributes:
+        shard: the skipped shard's URL, when the warning names one (None for a message-only warning).
+    """
+
+    def __init__(self, message: str, shard: str | None = None):
+        super().__init__(message)
+        self.shard = shard
 
 
 @dataclass(frozen=True)
@@ -301,7 +309,7 @@ def inspect_many(store: Store, paths: list[tuple[str, int]], expected: Callable[
         except CorruptShardError as e:
             if strict:
                 raise
-            warnings.warn(f"skipping {e}", CorruptShardWarning, stacklevel=5)
+            warnings.warn(CorruptShardWarning(f"skipping {e}", e.path), stacklevel=5)
     return out
 
 
