@@ -167,6 +167,8 @@ def is_sharded(module: nn.Module | None) -> bool:
 
 
 def shutdown(env: DistEnv) -> None:
+    """Leave the torchrun process group (every rank, after its last collective); nothing for
+    one process. PyTorch asks for it before exit: see ``torch.distributed.destroy_process_group``."""
     if env.distributed and dist.is_initialized():
         dist.destroy_process_group()
 

@@ -34,6 +34,8 @@ from trajstore.trainer.loop.trainer import Trainer
 def train(cfg: TrainConfig, *, resume: bool = False, trainer: Trainer | None = None) -> TrainSummary:
     """Run `traj train`: stream the store, update, record, publish and checkpoint until
     ``max_steps`` policy steps are done or the data ends (with ``follow``: until idle timeout).
+    Without `trainer` (as `traj train` calls it) it sets up the run and, under torchrun, leaves
+    the process group at the end; a caller passing its own `trainer` owns that group.
 
     Raises:
         TrainDataError: data the trainer refuses (see :mod:`trajstore.trainer.data`).
@@ -52,7 +54,14 @@ def train(cfg: TrainConfig, *, resume: bool = False, trainer: Trainer | None = N
         tr.stream.close()
         if tr.recorder is not None:
             tr.recorder.close()
-    return TrainSummary(state.iteration, state.step, state.version, tr.history, run_warnings(tr, resume=resume))
+    summary = TrainSummary(state.iteration, state.step, state.version, tr.history, run_warnings(tr, resume=resume))
+    if trainer is None:
+        # this call joined the torchrun process group (setup), so it leaves it, on every rank and
+        # only after a run that ended normally (a rank that raised may leave the others inside a
+        # collective, where destroying the group would hang). A process that exits with the group
+        # alive can abort in gloo's teardown ("terminate called without an active exception").
+        D.shutdown(tr.env)
+    return summary
 
 
 def _train_loop(tr: Trainer) -> None:

@@ -1,12 +1,15 @@
 """Run under torchrun by test_distributed.py: a few SAO iterations on a tiny model; after every
 iteration each rank writes a checksum of every policy and critic parameter and the ids it trained.
+With ``train``: `traj train`'s own entry (``train(cfg)``, which sets the run up itself), then each
+rank writes whether it is still in the process group.
 
-Usage: torchrun --nproc-per-node 2 _dist_runner.py STORE OUT_DIR
+Usage: torchrun --nproc-per-node 2 _dist_runner.py STORE OUT_DIR [train]
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, R
 from trajstore.trainer.loop.save import checkpoint
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.step import train_step
+from trajstore.trainer.loop.train import train
 
 
 def main() -> None:
@@ -25,6 +29,12 @@ def main() -> None:
                       data=DataConfig(batch_size=5, micro_batch_size=2, max_seq_len=512),
                       algo=AlgoConfig(critic_warmup_steps=1),
                       run=RunConfig(run_id="ddp", checkpoint_every=100, progress=False, device="cpu"))
+    if sys.argv[3:] == ["train"]:
+        summary = train(cfg)
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else int(os.environ["RANK"])
+        (out / f"train{rank}.json").write_text(json.dumps(
+            {"iterations": summary.iterations, "in_group_after": torch.distributed.is_initialized()}))
+        return
     tr = setup(cfg)
     log = []
     while (batch := tr.stream.next_batch()) is not None:

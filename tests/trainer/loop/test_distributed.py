@@ -41,3 +41,18 @@ def test_two_process_torchrun_keeps_parameters_identical(tmp_path: Path) -> None
     # parameters moved at all (the checksums are not trivially equal constants)
     first, last = r0["log"][0]["checksums"], r0["log"][-1]["checksums"]
     assert any(first[k] != last[k] for k in first if k.startswith("policy."))
+
+
+def test_traj_train_leaves_the_process_group_on_every_rank(tmp_path: Path) -> None:
+    """`traj train` under torchrun (train() without a trainer) destroys the process group it
+    joined before returning; a process that exits inside it can abort in gloo's teardown."""
+    store, out = tmp_path / "store", tmp_path / "out"
+    out.mkdir()
+    write_synthetic_store(store, 10, per_shard=5)
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                        "--master-port", str(_free_port()), str(RUNNER), str(store), str(out), "train"],
+                       capture_output=True, text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    ranks = [json.loads((out / f"train{r}.json").read_text()) for r in (0, 1)]
+    assert [r["iterations"] for r in ranks] == [2, 2]
+    assert [r["in_group_after"] for r in ranks] == [False, False]

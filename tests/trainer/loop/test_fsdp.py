@@ -36,8 +36,10 @@ def _run(nproc: int, store: Path, out: Path, run_id: str, strategy: str, steps: 
     if nproc > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port",
                str(_port()), *cmd[1:]]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert p.returncode == 0, p.stderr[-3000:]
+    # PYTHONFAULTHANDLER: a rank that aborts (SIGABRT) prints every thread's Python stack to stderr
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
+    assert p.returncode == 0, p.stderr[-6000:]
     return torch.load(out / f"{run_id}.pt", weights_only=True)
 
 
