@@ -57,6 +57,7 @@ from trajstore.convert import trajectories_to_table
 from trajstore.models import Span, Trajectory
 from trajstore.schema import ACTION_LOGPROBS_COLUMN, SCALAR_COLUMNS, TRAJECTORY_SCHEMA_V1
 from trajstore.store import TRAJECTORIES_DIR
+from trajstore.store.encoding import TOKEN_ENCODING_ENV
 from trajstore.validate import validate_trajectory
 
 VOCAB_SIZE = 49_152
@@ -519,20 +520,16 @@ def peers(work: Path, table: pa.Table, chunks: list[int], ids: list[str], n_tok:
     scalars = list(SCALAR_COLUMNS)
     results: list[Peer] = []
 
-    # trajstore (the v2 store written above by the writer path; same chunks)
-    root = str(work / "store-v2")
-    w_s, _ = timed(lambda: _append_trajstore(work / "peer-trajstore", table, chunks))
-    shutil.rmtree(work / "peer-trajstore", ignore_errors=True)
-    scan_s, t = timed(lambda: read_trajectories(root, columns=scalars), args.repeat)
-    assert t.num_rows == table.num_rows
-    def stream_ts() -> int:  # the same columns as the peers' stream (iter_batches' required ones)
-        return sum(int(b.tokens.size) for b in iter_batches(root, columns=[]))
-    st_s, _ = timed(stream_ts, args.repeat)
-    f_s, got = timed(lambda: read_trajectories_by_id(root, want), args.repeat)
-    assert sorted(got.column("trajectory_id").to_pylist()) == sorted(want)
-    f1_s = median_single(lambda tid: read_trajectories_by_id(root, [tid]), want[:10])
-    results.append(Peer("trajstore", dir_bytes(work / "store-v2" / TRAJECTORIES_DIR) / n_tok, n_tok / w_s, scan_s,
-                        n_tok / st_s, f_s, f1_s))
+    # trajstore (the v2 store written above by the writer path; same chunks), then the same
+    # appends with token ids byte-stream-split (TRAJSTORE_TOKEN_ENCODING, opt-in: newer engines only)
+    results.append(_trajstore_peer("trajstore", work / "peer-trajstore", work / "store-v2", table, chunks, want,
+                                   scalars, n_tok, args, keep=False))
+    os.environ[TOKEN_ENCODING_ENV] = "byte_stream_split"
+    try:
+        results.append(_trajstore_peer("trajstore bss", work / "peer-trajstore-bss", work / "peer-trajstore-bss",
+                                       table, chunks, want, scalars, n_tok, args, keep=True))
+    finally:
+        del os.environ[TOKEN_ENCODING_ENV]
 
     try:
         import lance  # noqa: F401
@@ -553,7 +550,7 @@ def peers(work: Path, table: pa.Table, chunks: list[int], ids: list[str], n_tok:
         print(f"{p.name:<14}{p.bytes_per_token:>12.2f}{fmt_rate(p.write_tps):>14}{p.scan_scalars_s * 1e3:>11.1f} ms"
               f"{fmt_rate(p.stream_tps):>14}{p.fetch_s * 1e3:>9.1f} ms{p.fetch1_s * 1e3:>7.1f} ms")
     print(f"(stream = {', '.join(STREAM_COLUMNS)}: what iter_batches reads; fetch 1 = median of 10 single-id fetches)")
-    ours, others = results[0], results[1:]
+    (ours, bss), others = results[:2], results[2:]
     checks = []
     for label, attr, better in (("append tok/s", "write_tps", "high"), ("scan scalars", "scan_scalars_s", "low"),
                                 ("stream tok/s", "stream_tps", "high"), ("fetch 100 by id", "fetch_s", "low"),
@@ -563,10 +560,29 @@ def peers(work: Path, table: pa.Table, chunks: list[int], ids: list[str], n_tok:
             break
         vals = [getattr(p, attr) for p in others]
         best = max(vals) if better == "high" else min(vals)
-        mine = getattr(ours, attr)
-        ratio = mine / best if better == "high" else best / mine
-        checks.append((f"{label}: trajstore vs the faster peer", ratio, ">=", 1.0))
+        for name, mine in (("trajstore", getattr(ours, attr)), ("trajstore bss", getattr(bss, attr))):
+            ratio = mine / best if better == "high" else best / mine
+            checks.append((f"{label}: {name} vs the faster peer", ratio, ">=", 1.0))
     return checks
+
+
+def _trajstore_peer(name: str, append_dir: Path, read_dir: Path, table: pa.Table, chunks: list[int], want: list[str],
+                    scalars: list[str], n_tok: int, args: argparse.Namespace, *, keep: bool) -> Peer:
+    w_s, _ = timed(lambda: _append_trajstore(append_dir, table, chunks))
+    if not keep:
+        shutil.rmtree(append_dir, ignore_errors=True)
+    root = str(read_dir)
+    scan_s, t = timed(lambda: read_trajectories(root, columns=scalars), args.repeat)
+    assert t.num_rows == table.num_rows
+
+    def stream_ts() -> int:  # the same columns as the peers' stream (iter_batches' required ones)
+        return sum(int(b.tokens.size) for b in iter_batches(root, columns=[]))
+    st_s, got = timed(stream_ts, args.repeat)
+    assert got == n_tok
+    f_s, found = timed(lambda: read_trajectories_by_id(root, want), args.repeat)
+    assert sorted(found.column("trajectory_id").to_pylist()) == sorted(want)
+    f1_s = median_single(lambda tid: read_trajectories_by_id(root, [tid]), want[:10])
+    return Peer(name, dir_bytes(read_dir / TRAJECTORIES_DIR) / n_tok, n_tok / w_s, scan_s, n_tok / st_s, f_s, f1_s)
 
 
 def _append_trajstore(root: Path, table: pa.Table, chunks: list[int]) -> None:

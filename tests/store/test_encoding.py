@@ -38,3 +38,49 @@ def test_schema_version_stamped_in_every_shard(tmp_store: str, make_trajectory: 
         assert md[b"trajstore.schema_version"] == b"3"
         assert set(pq.read_table(p, columns=["schema_version"]).column(0).to_pylist()) == {3}  # in every row too
         assert pq.read_metadata(p).row_group(0).column(0).compression == "ZSTD"
+
+
+def _chunks(path: str, column: str) -> list[Any]:
+    md = pq.read_metadata(path)
+    idx = next(i for i in range(md.num_columns) if md.row_group(0).column(i).path_in_schema == column)
+    return [md.row_group(rg).column(idx) for rg in range(md.num_row_groups)]
+
+
+def _encodings(path: str, column: str) -> set[str]:
+    return {e for c in _chunks(path, column) for e in c.encodings}
+
+
+# issue 25: token ids byte-stream-split only where the user opts in (older engines cannot decode it)
+def test_token_encoding_plain_by_default_byte_stream_split_on_request(tmp_path, make_trajectory: Any,
+                                                                       monkeypatch: Any) -> None:
+    import trajstore
+
+    rng = np.random.default_rng(7)
+    trajs = [make_trajectory(rng, trajectory_id=f"t{i}") for i in range(5)]
+    table = trajectories_to_table(trajs)
+    plain = open_store(str(tmp_path / "plain")).write_table(table)
+    monkeypatch.setenv("TRAJSTORE_TOKEN_ENCODING", "byte_stream_split")
+    split = open_store(str(tmp_path / "split")).write_table(table)
+    assert "BYTE_STREAM_SPLIT" not in _encodings(plain, "tokens.list.element")
+    assert "BYTE_STREAM_SPLIT" in _encodings(split, "tokens.list.element")
+    for p in (plain, split):  # log-probs are split either way
+        assert "BYTE_STREAM_SPLIT" in _encodings(p, "action_logprobs.list.element")
+        # the footer keeps the token ids' min/max, which the trainer checks against its vocabulary
+        stats = _chunks(p, "tokens.list.element")[0].statistics
+        assert stats.has_min_max and stats.max == max(max(t.tokens) for t in trajs)
+    # the same trajectories come back from both
+    a = trajstore.read_trajectories(str(tmp_path / "plain"))
+    b = trajstore.read_trajectories(str(tmp_path / "split"))
+    assert a.column("tokens").to_pylist() == b.column("tokens").to_pylist() == table.column("tokens").to_pylist()
+
+
+def test_a_bad_token_encoding_is_refused_naming_the_variable(tmp_path, make_trajectory: Any, monkeypatch: Any) -> None:
+    import pytest
+
+    from trajstore.errors import StoreError
+
+    monkeypatch.setenv("TRAJSTORE_TOKEN_ENCODING", "bss")
+    table = trajectories_to_table([make_trajectory(np.random.default_rng(1), trajectory_id="t0")])
+    with pytest.raises(StoreError, match=r"TRAJSTORE_TOKEN_ENCODING='bss': expected one of plain, byte_stream_split"):
+        open_store(str(tmp_path / "s")).write_table(table)
+    assert not list((tmp_path / "s").rglob("*.parquet"))  # nothing half-written is left visible
