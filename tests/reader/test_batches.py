@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -87,8 +88,12 @@ def test_tokens_and_logprobs_are_zero_copy(tmp_store: str, make_trajectory: Any)
         assert not arr.flags.owndata
 
 
+@pytest.mark.parametrize("readahead", [0, 2])
 def test_batches_follow_row_groups_one_at_a_time(tmp_store: str, make_trajectory: Any,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+                                                 monkeypatch: pytest.MonkeyPatch, readahead: int) -> None:
+    import trajstore.reader.batches as batches
+
+    monkeypatch.setattr(batches, "READAHEAD_ROW_GROUPS", readahead)
     trajs = _fill(tmp_store, make_trajectory, n=80, row_group_target_mb=0.02)
     shard = open_store(tmp_store).list_shards(strict=True)[0]
     md = pq.read_metadata(shard.path)
@@ -104,11 +109,21 @@ def test_batches_follow_row_groups_one_at_a_time(tmp_store: str, make_trajectory
 
     monkeypatch.setattr(pq.ParquetFile, "read_row_group", counting)
     it = iter_batches(tmp_store, strict=True)
+    def decoded(count: int) -> list[int]:  # what has been read once `count` reads started (worker threads)
+        deadline = time.monotonic() + 10
+        while len(reads) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)  # and no more after a moment
+        return sorted(reads)
+
     first = next(it)
-    assert reads == [0]  # lazily: the second row group is not touched yet
+    # lazily: while the caller holds row group 0, only `readahead` following ones are decoded
+    assert decoded(readahead + 1) == list(range(readahead + 1))
     assert (first.row_group, len(first)) == (0, rg_rows[0])
-    rest = list(it)
-    assert reads == list(range(md.num_row_groups))
+    second = next(it)
+    assert decoded(readahead + 2) == list(range(readahead + 2))
+    rest = [second, *it]
+    assert sorted(reads) == list(range(md.num_row_groups))  # each row group decoded once
     assert [len(b) for b in [first, *rest]] == rg_rows
     assert [t for b in [first, *rest] for t in b.trajectory_ids] == [t.trajectory_id for t in trajs]
     # Each batch holds only its own row group's tokens.

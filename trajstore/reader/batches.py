@@ -1,11 +1,15 @@
 """Streaming for the trainer: :func:`iter_batches` yields one Parquet row group at a time as a
 :class:`TrajectoryBatch` of flat numpy arrays (tokens, log-probs, spans), so memory is bounded
-by a row group, not the store."""
+by a few row groups (the one handed out and :data:`READAHEAD_ROW_GROUPS` being decoded), not the
+store."""
 
 from __future__ import annotations
 
+import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +24,12 @@ from trajstore.reader.dedupe import first_copy_mask
 from trajstore.reader.files import StoreLike, as_store, file_version, gone
 from trajstore.schema import ACTION_LOGPROBS_COLUMN, SPAN_KIND_CODES, TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store
+
+READAHEAD_ROW_GROUPS = 2
+"""Row groups of a local shard decoded ahead, in worker threads, while the caller handles the
+current one: a row group's decode is one thread per column and the token column dominates, so
+this is what lets a stream use more than one core. Memory holds up to this many row groups more
+(each about ``ROW_GROUP_TARGET_MB`` uncompressed). 0 decodes in order in the calling thread."""
 
 
 @dataclass
@@ -145,19 +155,56 @@ def iter_shard_tables(store: Store, shard: ShardInfo, *, columns: Sequence[str] 
     Raises:
         OSError, pyarrow.ArrowException: a row group cannot be decoded.
     """
-    fh = store.fs.open(shard.path, "rb") if not store.is_local else None
+    # locally one memory map of the file as it was opened (a migrate may replace it under the
+    # same name meanwhile) that every decoding thread reads; elsewhere one fsspec file, in order
+    fh = store.fs.open(shard.path, "rb") if not store.is_local else pa.memory_map(shard.path)
     try:
-        pf = pq.ParquetFile(fh if fh is not None else shard.path, memory_map=store.is_local)
+        pf = pq.ParquetFile(fh)
         present = set(pf.schema_arrow.names)
         version = file_version(pf, shard)  # not the listing's: a migrate may have rewritten the shard since
         want = list(columns) if columns is not None else TRAJECTORY_SCHEMA.names
         read = read_columns(want, version)
         read = [c for c in read if c in present]
+        if store.is_local and READAHEAD_ROW_GROUPS and pf.num_row_groups > 1:
+            yield from _decode_ahead(fh, pf.num_row_groups, lambda f, rg: upgrade_table(
+                f.read_row_group(rg, columns=read), version, columns=want))
+            return
         for rg in range(pf.num_row_groups):
             yield rg, upgrade_table(pf.read_row_group(rg, columns=read), version, columns=want)
     finally:
-        if fh is not None:
-            fh.close()
+        fh.close()
+
+
+def _decode_ahead(source: pa.MemoryMappedFile, n: int, decode: Callable[[pq.ParquetFile, int], pa.Table]
+                  ) -> Iterator[tuple[int, pa.Table]]:
+    """``(row_group, decode(file, row_group))`` for row groups 0..n-1 in order, while up to
+    :data:`READAHEAD_ROW_GROUPS` following ones are decoded in worker threads (each with its own
+    ``ParquetFile`` over the shared memory map; pyarrow releases the GIL while decoding). An
+    exception surfaces at its row group's turn; closing the iterator early waits for the decodes
+    in flight and starts no more."""
+    local = threading.local()
+
+    def task(rg: int) -> pa.Table:
+        f = getattr(local, "file", None)
+        if f is None:
+            f = local.file = pq.ParquetFile(source)
+        return decode(f, rg)
+
+    with ThreadPoolExecutor(READAHEAD_ROW_GROUPS, thread_name_prefix="trajstore-decode") as ex:
+        pending: deque[tuple[int, Future[pa.Table]]] = deque()
+        try:
+            for rg in range(min(n, READAHEAD_ROW_GROUPS + 1)):
+                pending.append((rg, ex.submit(task, rg)))
+            following = len(pending)
+            while pending:
+                rg, fut = pending.popleft()
+                yield rg, fut.result()
+                if following < n:  # the caller is done with rg: one more may be decoded
+                    pending.append((following, ex.submit(task, following)))
+                    following += 1
+        finally:
+            for _, fut in pending:
+                fut.cancel()
 
 
 def iter_shard_batches(store: Store, shard: ShardInfo, *, columns: Sequence[str] | None = None,
@@ -194,8 +241,8 @@ def iter_batches(uri: StoreLike, *, columns: Sequence[str] | None = None,
                  storage_options: dict[str, Any] | None = None, strict: bool = False,
                  dedupe: bool = True) -> Iterator[TrajectoryBatch]:
     """Stream the store as :class:`TrajectoryBatch` es, one Parquet row group at a time, in
-    arrival order. Peak memory is bounded by a row group (``ROW_GROUP_TARGET_MB``), not the
-    store. With ``dedupe`` the ids seen so far are remembered (a set of strings) to drop
+    arrival order. Peak memory is bounded by a few row groups (``ROW_GROUP_TARGET_MB`` each: the
+    one handed out and :data:`READAHEAD_ROW_GROUPS` decoded ahead), not the store. With ``dedupe`` the ids seen so far are remembered (a set of strings) to drop
     later copies.
 
     A compaction running meanwhile changes nothing: the stream remembers which shards it read
