@@ -214,7 +214,7 @@ def spark():
 @pytest.mark.slow
 def test_spark_recipe_and_plain_read(spark, mixed: Path) -> None:
     reference = ts.read_trajectories(mixed)
-    ns = run_python(recipe(f"# Spark (3.5 or newer): {MARK}", mixed), spark=spark)
+    ns = run_python(recipe(f"# Spark (4 or newer; 3.5: see below): {MARK}", mixed), spark=spark)
     rows = rows_of(ns["trajectories"])
     assert_first_copies(rows)
     assert_reads_as_trajstore(rows, reference)
