@@ -68,6 +68,8 @@ def train_cmd(
     except TrainingInterrupted as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(143) from None
+    if not summary.is_main:  # torchrun: rank 0 reports the run
+        return
     run_id = cfg.run.run_id
     last = summary.history[-1] if summary.history else {}
     out = {"store": store, "run_id": run_id, "iterations": summary.iterations, "steps": summary.steps,

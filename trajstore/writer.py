@@ -24,6 +24,7 @@ from trajstore.errors import TrajectoryValidationError
 from trajstore.models import Trajectory
 from trajstore.reader.by_id import read_trajectories_by_id
 from trajstore.store import SPAN_BYTES_ESTIMATE, Store, open_store
+from trajstore.store.encoding import token_encoding
 from trajstore.store.layout import TRAJECTORIES_DIR
 from trajstore.validate import lineage_violations, validate_trajectory
 
@@ -82,6 +83,7 @@ class StoreWriter:
                  storage_options: dict[str, Any] | None = None):
         if flush_rows < 1:
             raise ValueError(f"flush_rows must be >= 1, got {flush_rows!r}")
+        token_encoding()  # a bad TRAJSTORE_TOKEN_ENCODING is refused now, not by a flush in the background
         flush_mb = _positive("flush_mb", flush_mb)
         if flush_seconds is not None:  # nan compares false with everything: the age flusher would never flush
             flush_seconds = _positive("flush_seconds", flush_seconds, " or None (never)")

@@ -132,7 +132,7 @@ def fake_train(monkeypatch):
     def train(cfg, *, resume=False):
         seen["cfg"], seen["resume"] = cfg, resume
         return SimpleNamespace(iterations=2, steps=1, version=1, history=[{"policy/loss": 0.25}],
-                               warnings=[])
+                               warnings=[], is_main=True)
 
     monkeypatch.setattr("trajstore.trainer.loop.train.train", train)
     return seen

@@ -143,7 +143,7 @@ def fake_train(monkeypatch):
 
     def train(cfg, *, resume=False):
         seen["cfg"] = cfg
-        return SimpleNamespace(iterations=0, steps=0, version=0, history=[], warnings=[])
+        return SimpleNamespace(iterations=0, steps=0, version=0, history=[], warnings=[], is_main=True)
 
     monkeypatch.setattr("trajstore.trainer.loop.train.train", train)
     return seen

@@ -84,3 +84,25 @@ def test_a_bad_token_encoding_is_refused_naming_the_variable(tmp_path, make_traj
     with pytest.raises(StoreError, match=r"TRAJSTORE_TOKEN_ENCODING='bss': expected one of plain, byte_stream_split"):
         open_store(str(tmp_path / "s")).write_table(table)
     assert not list((tmp_path / "s").rglob("*.parquet"))  # nothing half-written is left visible
+
+
+def test_a_bad_token_encoding_is_refused_before_writing_or_compacting_begins(tmp_path, make_trajectory: Any,
+                                                                             monkeypatch: Any) -> None:
+    """The SDK writer refuses it when created (not in a background flush), and a compaction before
+    it merges or records anything (no intent record left behind)."""
+    import pytest
+
+    from trajstore.errors import StoreError
+    from trajstore.store.compact import compact_store
+
+    rng = np.random.default_rng(3)
+    store = open_store(str(tmp_path / "s"))
+    for i in range(3):  # three small shards: something to compact
+        store.write_table(trajectories_to_table([make_trajectory(rng, trajectory_id=f"t{i}")]))
+    before = sorted(p.name for p in (tmp_path / "s").rglob("*") if p.is_file())
+    monkeypatch.setenv("TRAJSTORE_TOKEN_ENCODING", "nope")
+    with pytest.raises(StoreError, match="TRAJSTORE_TOKEN_ENCODING='nope'"):
+        StoreWriter(str(tmp_path / "s"))
+    with pytest.raises(StoreError, match="TRAJSTORE_TOKEN_ENCODING='nope'"):
+        compact_store(str(tmp_path / "s"))
+    assert sorted(p.name for p in (tmp_path / "s").rglob("*") if p.is_file()) == before

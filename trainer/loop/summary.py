@@ -21,6 +21,9 @@ class TrainSummary:
     history: list[dict[str, float]]
     warnings: list[str] = field(default_factory=list)
     """Things the user should know although the run succeeded (e.g. nothing new was trained)."""
+    is_main: bool = True
+    """Whether this process reports the run: the only one, or rank 0 under torchrun (the others
+    print nothing, so ``--format json`` gives one document)."""
 
 
 def run_warnings(tr: Trainer, *, resume: bool) -> list[str]:

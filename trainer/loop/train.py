@@ -54,7 +54,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, trainer: Trainer | None = N
         tr.stream.close()
         if tr.recorder is not None:
             tr.recorder.close()
-    summary = TrainSummary(state.iteration, state.step, state.version, tr.history, run_warnings(tr, resume=resume))
+    summary = TrainSummary(state.iteration, state.step, state.version, tr.history, run_warnings(tr, resume=resume),
+                           is_main=tr.env.is_main)
     if trainer is None:
         # this call joined the torchrun process group (setup), so it leaves it, on every rank and
         # only after a run that ended normally (a rank that raised may leave the others inside a

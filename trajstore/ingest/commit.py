@@ -15,6 +15,7 @@ from trajstore.ingest.summary import IngestReport
 from trajstore.models import Trajectory
 from trajstore.reader import read_shard, read_trajectories
 from trajstore.store import TRAJECTORIES_DIR, CorruptShardWarning, Store
+from trajstore.store.encoding import token_encoding
 from trajstore.store.lock import store_lock as _store_lock
 from trajstore.writer import DEFAULT_FLUSH_MB, DEFAULT_FLUSH_ROWS
 from trajstore.writer import _approx_bytes as approx_bytes  # the SDK writer's flush sizing
@@ -50,6 +51,7 @@ class StoreCommitter:
 
     def __init__(self, st: Store, report: IngestReport, *, flush_rows: int = DEFAULT_FLUSH_ROWS,
                  flush_mb: float = DEFAULT_FLUSH_MB):
+        token_encoding()  # a bad TRAJSTORE_TOKEN_ENCODING is refused before anything is read or written
         self.st = st
         self.report = report
         self.flush_rows = flush_rows

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from trajstore.errors import StoreError
+from trajstore.store.encoding import token_encoding
 from trajstore.store.fsutil import why
 from trajstore.store.layout import HOST_TAG, LOCK_SUFFIX, lock_file
 
@@ -168,4 +169,7 @@ def maintenance_lock(st: Store, *, wait_s: float | None = None, dry_run: bool = 
     """
     if dry_run:
         return contextlib.nullcontext()
+    # every command that takes it writes shards: a bad TRAJSTORE_TOKEN_ENCODING is refused
+    # before anything is merged or recorded, not at the first shard
+    token_encoding()
     return exclusive_lock(st, MAINTENANCE_LOCK, wait_s=wait_s)

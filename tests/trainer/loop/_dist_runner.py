@@ -33,7 +33,8 @@ def main() -> None:
         summary = train(cfg)
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else int(os.environ["RANK"])
         (out / f"train{rank}.json").write_text(json.dumps(
-            {"iterations": summary.iterations, "in_group_after": torch.distributed.is_initialized()}))
+            {"iterations": summary.iterations, "in_group_after": torch.distributed.is_initialized(),
+             "is_main": summary.is_main}))
         return
     tr = setup(cfg)
     log = []

@@ -56,3 +56,4 @@ def test_traj_train_leaves_the_process_group_on_every_rank(tmp_path: Path) -> No
     ranks = [json.loads((out / f"train{r}.json").read_text()) for r in (0, 1)]
     assert [r["iterations"] for r in ranks] == [2, 2]
     assert [r["in_group_after"] for r in ranks] == [False, False]
+    assert [r["is_main"] for r in ranks] == [True, False]  # only rank 0's summary is printed by traj train
