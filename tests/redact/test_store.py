@@ -22,7 +22,8 @@ from trajstore.errors import StoreError
 from trajstore.reader import read_trajectories
 from trajstore.redact import find_secrets, redact_store, store_has_findings
 from trajstore.schema import CONSUMED_SCHEMA, STEP_SCHEMA
-from trajstore.store import Store, open_store
+from trajstore.store import Store, open_store, scalar_cache
+from trajstore.store.layout import scalar_cache_dir
 from trajstore.validation import validate_files
 
 T0 = datetime(2026, 7, 1, tzinfo=timezone.utc)
@@ -103,6 +104,22 @@ def test_redact_rewrites_only_the_shards_involved_keeping_names_and_row_order(st
     assert trainable == {"c1": True, "c2": True, "s1": False, "c3": True, "s2": False}
     assert run_files_digest(Path(store.root)) == runs_before
     assert redact_store(store).shards_rewritten == []  # nothing left to do
+
+
+def test_redact_leaves_no_copy_of_a_secret_in_the_scalar_cache(store):
+    def text(table: pa.Table) -> str:
+        return str(table.column("metadata").to_pylist()) + str(table.column("reward_raw").to_pylist())
+    before = read_trajectories(store, columns=["metadata", "reward_raw"], dedupe=False)  # fills the cache
+    assert any(v in text(before) for v in SECRETS.values())
+    cache = Path(store.path(scalar_cache_dir()))
+    assert os.listdir(cache)
+    redact_store(store)
+    assert os.listdir(cache) == []
+    after = read_trajectories(store, columns=["metadata", "reward_raw"], dedupe=False)  # refills it
+    assert after.num_rows == before.num_rows and not any(v in text(after) for v in SECRETS.values())
+    for f in os.listdir(cache):
+        cached = scalar_cache.read_file(store, str(cache / f), ["metadata", "reward_raw"])
+        assert not any(v in text(cached) for v in SECRETS.values())
 
 
 def test_a_run_s_records_stay_readable_and_the_audits_read_the_redacted_store(store, tok):

@@ -5,6 +5,7 @@ never what a resumable or running run needs. Runs, checkpoints and policies are 
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from trajstore.store.layout import (
     policy_latest_file,
     run_config_file,
     run_consumed_dir,
+    scalar_cache_dir,
     version_dir,
 )
 
@@ -102,7 +104,10 @@ def test_trajectories_consumed_by_the_named_runs_and_behind_every_cursor(tmp_pat
     # consumed by both: t1..t6; behind b's cursor: t0..t4 -> t1..t4
     assert [i["what"] for i in r.items] == [f"1 of 2 rows of {names[0]}", f"2 of 2 rows of {names[1]}",
                                             f"1 of 2 rows of {names[2]}"]
+    read_trajectories(store, columns=["reward"])  # fills the scalar cache with every row
+    assert os.listdir(store.path(scalar_cache_dir()))
     gc_store(store, GcRules(consumed_by=("a", "b"), keep_replaced_s=0), dry_run=False)
+    assert os.listdir(store.path(scalar_cache_dir())) == []  # no copy of the deleted rows' scalars
     assert _ids(store) == [ids[0], ids[5], ids[6], ids[7]]
     # b's cursor still means the same rows: resumed, it reads t5 t6 t7 (t5: rest of the third shard)
     from trajstore.reader import read_shard

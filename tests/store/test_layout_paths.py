@@ -36,6 +36,7 @@ from trajstore.store.layout import (
     run_steps_dir,
     run_tensorboard_dir,
     run_tokens_dir,
+    scalar_cache_file,
     shard_index_file,
     tmp_path,
     version_dir,
@@ -61,6 +62,7 @@ def _built_paths() -> list[str]:
         tmp_path("policy-abc/model.safetensors"), lock_file("ingest"),
         run_log_file(RUN, "trainer"), run_app_config_file(RUN, "demo-train"),  # traj demo's files
         compaction_record_file(compacted_name(shard)), shard_index_file(new_shard_name().replace(".parquet", ".arrow")),
+        scalar_cache_file(new_shard_name().replace(".parquet", ".scalars")),
     ]
 
 
@@ -72,8 +74,8 @@ def test_every_path_the_layout_builds_is_classified(rel: str) -> None:
 def test_paths_of_different_kinds_have_different_templates() -> None:
     # 4 record kinds (trajectories, steps, consumed, tokens) + config + tensorboard + 2 LATEST pointers +
     # checkpoint files + version files + _tmp + _locks + process logs + application configs
-    # + compaction records + shard index files = 16
-    assert len({classify(p) for p in _built_paths()}) == 16
+    # + compaction records + shard index files + scalar cache files = 17
+    assert len({classify(p) for p in _built_paths()}) == 17
 
 
 @pytest.mark.parametrize("rel", [
@@ -83,6 +85,7 @@ def test_paths_of_different_kinds_have_different_templates() -> None:
     "policies/r/v03/meta.json",  # version_dir_name(3) is v3
     "policies/r/v3/sub/meta.json",
     "trajectories/x.parquet.tmp", "trajectories/.x.parquet", "trajectories/sub/x.parquet",
+    "trajectories/_index/scalars/x.parquet", "trajectories/_index/x.scalars",
     "runs/_r/config.json",  # not a run id
     "runs/r/steps/x.json",
     "_locks/ingest", "notes.txt", "runs", "",

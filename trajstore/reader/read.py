@@ -23,6 +23,7 @@ from trajstore.reader.files import (
     open_shard,
     version_runs,
 )
+from trajstore.reader.scalars import is_scalar_read, read_scalars
 from trajstore.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store
 from trajstore.store.compaction_records import ShardGone
@@ -68,7 +69,10 @@ def read_trajectories(uri: StoreLike, *, columns: Sequence[str] | None = None,
     """Every trajectory in the store as one Arrow table of schema v3 (rows in arrival order).
 
     Args:
-        columns: subset of schema columns to read (``trajectory_id`` is always included).
+        columns: subset of schema columns to read (``trajectory_id`` is always included). When
+            every one is a scalar column (:data:`~trajstore.schema.SCALAR_COLUMNS`), the rows come
+            from the store's scalar cache where it has them (:mod:`trajstore.store.scalar_cache`;
+            the first such read of a shard reads its file and adds it to the cache).
 
     A shard whose footer cannot be read, or whose data pages cannot be decoded, is skipped
     with a :class:`~trajstore.store.CorruptShardWarning` naming it. Schema-v1 shards are
@@ -112,8 +116,11 @@ def _read_store(store: Store, cols: list[str] | None, *, strict: bool, dedupe: b
         t = TRAJECTORY_SCHEMA.empty_table()
         return t.select(cols) if cols else t
     try:
-        parts = [read_run(store, v, run, cols) for v, run in version_runs(shards)]
-        table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        if is_scalar_read(cols):
+            table = read_scalars(store, shards, cols, strict=strict)
+        else:
+            parts = [read_run(store, v, run, cols) for v, run in version_runs(shards)]
+            table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     except (OSError, pa.ArrowException):
         # A footer that reads but damaged data pages: find the culprit(s) shard by shard.
         table = read_shards_one_by_one(store, shards, cols, strict=strict)

@@ -26,7 +26,7 @@ from trajstore.redact.report import Finding, RedactionResult, ScanReport, Unscan
 from trajstore.redact.rules import RedactConfig
 from trajstore.redact.trajectory import Redacted, Redactor
 from trajstore.schema import TRAJECTORY_SCHEMA
-from trajstore.store import CorruptShardWarning, ShardInfo, Store, open_store
+from trajstore.store import CorruptShardWarning, ShardInfo, Store, open_store, scalar_cache
 from trajstore.store.layout import TRAJECTORIES_DIR
 from trajstore.store.lock import maintenance_lock
 
@@ -143,6 +143,8 @@ def redact_store(uri: str | os.PathLike[str] | Store, *, config: RedactConfig | 
             _redact_shard(store, shard, redactor, result)
             if on_shard is not None:
                 on_shard(shard, n, len(shards))
+        if result.shards_rewritten:
+            scalar_cache.clear(store)  # it may hold the old rows' metadata
     return result
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajstore.schema import STATUSES
+from trajstore.store import scalar_cache
 from trajstore.store.compact import KEEP_REPLACED_S, CompactionResult, finish_earlier
 from trajstore.store.gc_rows import delete_rows, describe, plan_rows
 from trajstore.store.handle import Store
@@ -201,5 +202,6 @@ def gc_store(uri: str | os.PathLike[str] | Store, rules: GcRules, *, dry_run: bo
                 except FileNotFoundError:
                     pass
             _rm_tree(store, item["_rel"])
-        delete_rows(store, rows, keep_replaced_s=rules.keep_replaced_s)
+        if delete_rows(store, rows, keep_replaced_s=rules.keep_replaced_s) or earlier.replaced_deleted:
+            scalar_cache.clear(store)  # no copy of a deleted trajectory's scalars stays behind
     return result

@@ -26,6 +26,9 @@ stem>.json``, naming the shards it replaces (:mod:`trajstore.store.compaction_re
 INDEX_DIR = "_index"
 """Inside ``trajectories/``: the shard index, append-only files of footer facts by shard name
 (:mod:`trajstore.store.index`)."""
+SCALAR_CACHE_DIR = "scalars"
+"""Inside ``trajectories/_index/``: the scalar cache, append-only files of the shards' scalar
+columns by shard name (:mod:`trajstore.store.scalar_cache`)."""
 STORE_FIRST_ENTRIES = frozenset({TRAJECTORIES_DIR, TMP_DIR, LOCKS_DIR})
 """What a writer creates before its first shard: a folder holding only these (``trajectories/``
 empty) is a store being created. ``runs/`` and ``policies/`` count only with their own marks."""
@@ -86,6 +89,7 @@ SHARD_SUFFIX = ".parquet"
 LOCK_SUFFIX = ".lock"
 RECORD_SUFFIX = ".json"
 INDEX_SUFFIX = ".arrow"
+SCALAR_CACHE_SUFFIX = ".scalars"
 
 HOST_TAG = "".join(c for c in socket.gethostname() if c.isalnum())[:16] or "host"
 """This host in shard and ``_tmp/`` names (alphanumerics of the host name, at most 16)."""
@@ -119,6 +123,16 @@ def shard_index_dir() -> str:
 def shard_index_file(name: str) -> str:
     """``trajectories/_index/<name>``: one file of the shard index (``<utc ns>-<host>-<pid>-<random>.arrow``)."""
     return f"{shard_index_dir()}/{name}"
+
+
+def scalar_cache_dir() -> str:
+    """``trajectories/_index/scalars``: the scalar cache's files."""
+    return f"{shard_index_dir()}/{SCALAR_CACHE_DIR}"
+
+
+def scalar_cache_file(name: str) -> str:
+    """``trajectories/_index/scalars/<name>``: one file of the scalar cache (``<utc ns>-<host>-<pid>-<random>.scalars``)."""
+    return f"{scalar_cache_dir()}/{name}"
 
 
 def tmp_path(name: str) -> str:
@@ -276,6 +290,9 @@ def classify(relpath: str) -> str | None:
     if top == TRAJECTORIES_DIR and n == 2 and rest[0] == INDEX_DIR and rest[1].endswith(INDEX_SUFFIX) \
             and not rest[1].startswith((".", "_")):
         return f"{TRAJECTORIES_DIR}/{INDEX_DIR}/<index file>{INDEX_SUFFIX}"
+    if top == TRAJECTORIES_DIR and n == 3 and rest[:2] == [INDEX_DIR, SCALAR_CACHE_DIR] \
+            and rest[2].endswith(SCALAR_CACHE_SUFFIX) and not rest[2].startswith((".", "_")):
+        return f"{TRAJECTORIES_DIR}/{INDEX_DIR}/{SCALAR_CACHE_DIR}/<scalar cache file>{SCALAR_CACHE_SUFFIX}"
     if top == TMP_DIR and n >= 1 and all(rest):
         return f"{TMP_DIR}/<entry being written>"
     if top == LOCKS_DIR and n == 1 and rest[0].endswith(LOCK_SUFFIX):

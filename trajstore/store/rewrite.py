@@ -30,6 +30,11 @@ def rewrite_shard(store: Store, path: str, table: pa.Table, *,
     fsync, ``os.replace`` over the old one, fsync of the directory; on object stores: one
     PUT or one completed multipart upload to the same key). Returns the new size in bytes.
 
+    The new file's size always differs from the old one's (a rewrite that comes out the same
+    size is written again with :data:`REWRITE_PAD_KEY` in its footer): the shard index, the scalar
+    cache and every process's footer cache know a shard by its name and size, so an entry of the
+    old content never matches the new one.
+
     A process killed part-way leaves the old shard in place and, locally, a
     ``_tmp/<name>.rewrite-<pid>.tmp`` file that :func:`remove_stale_rewrites` deletes.
 
@@ -40,15 +45,22 @@ def rewrite_shard(store: Store, path: str, table: pa.Table, *,
     slices = row_group_slices(table, int(row_group_target_mb * 2**20))
     name = path.rsplit("/", 1)[-1]
     try:
+        try:
+            old_size = store.fs.size(path)
+        except FileNotFoundError:
+            old_size = -1
         if store.is_local:
             os.makedirs(store.path(TMP_DIR), exist_ok=True)
             tmp = store.path(tmp_path(f"{name}{REWRITE_MARK}{os.getpid()}.tmp"))
             try:
-                with open(tmp, "wb") as fh:
-                    write_parquet(fh, table, slices)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                size = os.path.getsize(tmp)
+                for padded in (False, True):
+                    with open(tmp, "wb") as fh:
+                        write_parquet(fh, _padded(table) if padded else table, slices)
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                    size = os.path.getsize(tmp)
+                    if size != old_size:
+                        break
                 os.replace(tmp, path)
             except BaseException:
                 if os.path.exists(tmp):
@@ -56,13 +68,24 @@ def rewrite_shard(store: Store, path: str, table: pa.Table, *,
                 raise
             fsync_dir(os.path.dirname(path))
         else:
-            buf = io.BytesIO()
-            write_parquet(buf, table, slices)
-            size = buf.tell()
+            for padded in (False, True):
+                buf = io.BytesIO()
+                write_parquet(buf, _padded(table) if padded else table, slices)
+                size = buf.tell()
+                if size != old_size:
+                    break
             store.fs.pipe_file(path, buf.getvalue())
     except OSError as e:
         raise write_refused(store, e, f"could not rewrite shard {store.url_of(path)}") from e
     return size
+
+
+REWRITE_PAD_KEY = b"trajstore.rewrite_pad"
+"""Footer key added to a rewrite whose file came out exactly the old file's size (see :func:`rewrite_shard`)."""
+
+
+def _padded(table: pa.Table) -> pa.Table:
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), REWRITE_PAD_KEY: b"1"})
 
 
 def remove_stale_rewrites(store: Store) -> list[str]:

@@ -1,0 +1,186 @@
+"""The scalar cache: the scalar columns (:data:`~trajstore.schema.SCALAR_COLUMNS`, everything but
+``tokens``, the log-probs and ``spans``) of many trajectory shards in one file, kept beside the
+shard index, so that reading those columns from the whole store decodes a few dozen buffers
+instead of one Parquet column chunk per column, row group and shard (28 x 3 x 20 for 20,000
+trajectories in 1,024-row shards; bench/RESULTS.md, "scan scalars").
+
+Layout: ``trajectories/_index/scalars/<utc ns>-<host>-<pid>-<random>.scalars``, each file a
+Parquet file (zstd, one row group: a few column chunks in all; not named ``.parquet``, so that no
+engine globbing the store for shards takes it for one) of :data:`CACHE_SCHEMA`: the rows of each shard it covers in
+file order (duplicates kept, older schema versions already converted), shard after shard. The
+footer key :data:`COVER_KEY` lists the covered shards as JSON ``[[name, size, rows],
+...]`` in row order. Entries are keyed by the shard's **name and size**, as the shard index's:
+a shard never changes once written, and an in-place rewrite (``traj migrate``, ``traj redact``)
+always changes the size (:func:`trajstore.store.rewrite.rewrite_shard` guarantees it), so an entry
+of the old content no longer matches.
+
+Files are only ever added, each atomically, and merged like the index's: a scalar read that
+finds shards the cache lacks reads them from their shards and adds one file with their rows; one
+that finds more than :data:`MAX_CACHE_FILES` files writes one file with the rows of every shard
+it listed, then deletes the files it merged. Entries of shards that are gone (compacted, deleted
+by ``traj gc``) are dropped at the next merge. The cache is a cache: a missing, stale or
+unreadable file costs shard reads, never a wrong result; a store that cannot be written is read
+without it. Delete ``trajectories/_index/`` to rebuild it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trajstore.schema import SCALAR_COLUMNS, TRAJECTORY_SCHEMA
+from trajstore.store.layout import (
+    SCALAR_CACHE_SUFFIX,
+    SHARD_SUFFIX,
+    new_shard_name,
+    scalar_cache_dir,
+    scalar_cache_file,
+)
+
+if TYPE_CHECKING:
+    from trajstore.store.handle import Store
+
+MAX_CACHE_FILES = 16
+"""A scalar read that finds more cache files than this merges them into one."""
+CACHE_SCHEMA = pa.schema([TRAJECTORY_SCHEMA.field(c).remove_metadata() for c in SCALAR_COLUMNS])
+"""The scalar columns in the current schema version's types, without their docs."""
+COVER_KEY = b"trajstore.scalar_cache.shards"
+"""Schema metadata key of a cache file: JSON ``[[shard name, size in bytes, rows], ...]`` in row order."""
+
+Key = tuple[str, int]
+"""(shard file name, size in bytes)."""
+Hit = tuple[str, int, int]
+"""(cache file path, first row in it, rows) of one shard."""
+
+_COVERS: dict[tuple[str, int], list[tuple[str, int, int]]] = {}
+"""The covered shards of each cache file read by this process, by (URL, size) of the file (the
+rows themselves are read when needed, never kept: at a million trajectories they are ~100 MB)."""
+_LOCK = threading.Lock()
+
+
+def _list_files(store: Store) -> list[tuple[str, int]]:
+    base = store.path(scalar_cache_dir())
+    try:
+        entries = store.fs.ls(base, detail=True, refresh=True) if not store.is_local else store.fs.ls(base, detail=True)
+    except Exception:  # noqa: BLE001 - a cache: a missing or unlistable one is an empty one
+        return []
+    return sorted((e["name"], int(e.get("size") or 0)) for e in entries
+                  if e.get("type") == "file" and e["name"].endswith(SCALAR_CACHE_SUFFIX))
+
+
+def _open(store: Store, path: str) -> pq.ParquetFile:
+    return pq.ParquetFile(path if store.is_local else pa.py_buffer(store.fs.cat_file(path)))
+
+
+def _cover_of(store: Store, path: str) -> list[tuple[str, int, int]]:
+    with _open(store, path) as pf:
+        schema, rows = pf.schema_arrow, pf.metadata.num_rows
+    if not schema.remove_metadata().equals(CACHE_SCHEMA):
+        raise ValueError("not a scalar cache file of this schema version")
+    cover = json.loads((schema.metadata or {})[COVER_KEY])
+    out = [(str(n), int(s), int(r)) for n, s, r in cover]
+    if sum(r for _, _, r in out) != rows:
+        raise ValueError("the covered shards' rows do not add up to the file's rows")
+    return out
+
+
+def load(store: Store) -> tuple[dict[Key, Hit], list[tuple[str, int]]]:
+    """Where each covered shard's rows are, by (shard name, size), and the cache files found. A
+    file that cannot be read (merged away meanwhile, damaged, another schema version) is left
+    out; a shard covered by two files is taken from the first."""
+    files = _list_files(store)
+    out: dict[Key, Hit] = {}
+    for path, size in files:
+        key = (store.url_of(path), size)
+        with _LOCK:
+            cover = _COVERS.get(key)
+        if cover is None:
+            try:
+                cover = _cover_of(store, path)
+            except (OSError, pa.ArrowException, ValueError, KeyError, TypeError):
+                continue
+            with _LOCK:
+                _COVERS[key] = cover
+        offset = 0
+        for name, shard_size, rows in cover:
+            out.setdefault((name, shard_size), (path, offset, rows))
+            offset += rows
+    return out, files
+
+
+def read_file(store: Store, path: str, columns: list[str]) -> pa.Table:
+    """`columns` (scalar column names) of one cache file, decoding only those.
+
+    Raises:
+        OSError, pyarrow.ArrowException: the file is gone or damaged.
+    """
+    with _open(store, path) as pf:
+        return pf.read(columns=columns).replace_schema_metadata(None)
+
+
+def _write(store: Store, parts: list[tuple[Key, pa.Table]]) -> str | None:
+    """Add one cache file with `parts` (each a shard's rows, :data:`CACHE_SCHEMA`); None when the
+    store cannot be written (the rows were read anyway)."""
+    cover = [[name, size, t.num_rows] for (name, size), t in parts]
+    schema = CACHE_SCHEMA.with_metadata({COVER_KEY: json.dumps(cover, separators=(",", ":")).encode()})
+    table = pa.concat_tables([t for _, t in parts]).cast(CACHE_SCHEMA).replace_schema_metadata(schema.metadata)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, row_group_size=max(1, table.num_rows), compression="zstd", write_statistics=False)
+    try:
+        return store.write_bytes(scalar_cache_file(new_shard_name().removesuffix(SHARD_SUFFIX) + SCALAR_CACHE_SUFFIX),
+                                 sink.getvalue().to_pybytes())
+    except Exception:  # noqa: BLE001 - read-only store, full disk: the cache is only a cache
+        return None
+
+
+def update(store: Store, fresh: list[tuple[Key, pa.Table]], listed: list[Key], hits: dict[Key, Hit],
+           files: list[tuple[str, int]]) -> None:
+    """After a scalar read: add the rows of the shards read from their files (`fresh`, each of
+    :data:`CACHE_SCHEMA`); or, when that would make more than :data:`MAX_CACHE_FILES` files or
+    the cache holds a shard that is no longer listed (deleted, compacted, rewritten), write one
+    file with the rows of every shard `listed` (from `fresh` and the cache `hits`) and delete
+    the files merged, so a deleted trajectory's scalars do not outlive its shard in the cache."""
+    listed_set = set(listed)
+    stale = any(k not in listed_set for k in hits)
+    if not stale and len(files) + (1 if fresh else 0) <= MAX_CACHE_FILES:
+        if fresh:
+            _write(store, fresh)
+        return
+    new = dict(fresh)
+    try:
+        tables = {path: read_file(store, path, list(CACHE_SCHEMA.names)) for path in {hits[k][0] for k in listed
+                                                                                    if k in hits and k not in new}}
+    except (OSError, pa.ArrowException):
+        return  # a file merged away by another process meanwhile: the next read merges
+    merged = [(k, new[k] if k in new else tables[hits[k][0]].slice(hits[k][1], hits[k][2]))
+              for k in listed if k in new or k in hits]
+    if merged and _write(store, merged) is None:
+        return
+    for path, _ in files:
+        try:
+            store.fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+        except Exception as e:  # noqa: BLE001
+            warnings.warn(f"could not remove merged scalar cache file {store.url_of(path)}: {e}", stacklevel=3)
+            return
+
+
+def clear(store: Store) -> int:
+    """Delete every cache file (``traj redact`` and ``traj gc`` do after changing shards, so that no
+    copy of a redacted or deleted trajectory's scalars stays behind); return how many. A scalar
+    read running meanwhile may still add a file of what it read before: its entries match no
+    shard any more and the next scalar read's merge drops them."""
+    removed = 0
+    for path, _ in _list_files(store):
+        try:
+            store.fs.rm_file(path)
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
