@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, READABLE_VERSIONS, SCHEMA_VERSION, trajectory_schema
@@ -17,6 +16,9 @@ from trajstore.store import ShardInfo, Store, open_store
 from trajstore.store.compaction_records import ShardGone
 from trajstore.store.fsutil import fresh_info
 from trajstore.store.shards import check_schema_version
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as pads
 
 StoreLike = Store | str | os.PathLike[str]
 """What every reader accepts as its store: an open :class:`Store`, or a URI for :func:`open_store`."""
@@ -29,6 +31,8 @@ def as_store(uri: StoreLike, storage_options: dict[str, Any] | None) -> Store:
 
 def arrow_dataset(store: Store, shards: Sequence[ShardInfo], version: int = SCHEMA_VERSION) -> pads.Dataset:
     """An Arrow dataset over same-version `shards`, read with the schema of `version`."""
+    import pyarrow.dataset as pads  # here, not at import: it costs ~0.25 s (it imports pandas)
+
     return pads.dataset([s.path for s in shards], schema=trajectory_schema(version), format="parquet",
                         filesystem=store.arrow_filesystem())
 
