@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from trajstore.convert import ranges_positions, read_columns, upgrade_table
 from trajstore.errors import CorruptShardError
 from trajstore.reader.dedupe import first_copy_mask
-from trajstore.reader.files import StoreLike, as_store, file_version, gone
+from trajstore.reader.files import VERIFY_PAGE_CHECKSUMS, StoreLike, as_store, file_version, gone
 from trajstore.schema import ACTION_LOGPROBS_COLUMN, SPAN_KIND_CODES, TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store
 
@@ -159,7 +159,7 @@ def iter_shard_tables(store: Store, shard: ShardInfo, *, columns: Sequence[str] 
     # same name meanwhile) that every decoding thread reads; elsewhere one fsspec file, in order
     fh = store.fs.open(shard.path, "rb") if not store.is_local else pa.memory_map(shard.path)
     try:
-        pf = pq.ParquetFile(fh)
+        pf = pq.ParquetFile(fh, page_checksum_verification=VERIFY_PAGE_CHECKSUMS)
         present = set(pf.schema_arrow.names)
         version = file_version(pf, shard)  # not the listing's: a migrate may have rewritten the shard since
         want = list(columns) if columns is not None else TRAJECTORY_SCHEMA.names
@@ -187,7 +187,7 @@ def _decode_ahead(source: pa.MemoryMappedFile, n: int, decode: Callable[[pq.Parq
     def task(rg: int) -> pa.Table:
         f = getattr(local, "file", None)
         if f is None:
-            f = local.file = pq.ParquetFile(source)
+            f = local.file = pq.ParquetFile(source, page_checksum_verification=VERIFY_PAGE_CHECKSUMS)
         return decode(f, rg)
 
     with ThreadPoolExecutor(READAHEAD_ROW_GROUPS, thread_name_prefix="trajstore-decode") as ex:

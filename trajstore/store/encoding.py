@@ -132,7 +132,8 @@ def _leaf_paths(schema: pa.Schema) -> list[str]:
 def write_parquet(sink: Any, table: pa.Table, slices: list[tuple[int, int]]) -> None:
     """Write `table` (already :func:`stamped`) to `sink` as Parquet, one row group per slice of
     :func:`row_group_slices`, with the footer-only entries (the id index); token ids encoded as
-    :func:`token_encoding` says.
+    :func:`token_encoding` says; every page with its CRC-32 (Parquet's page checksum), which the
+    store's readers verify (:data:`trajstore.reader.files.VERIFY_PAGE_CHECKSUMS`).
 
     Raises:
         StoreError: a bad :data:`TOKEN_ENCODING_ENV` (before anything is written).
@@ -150,7 +151,8 @@ def write_parquet(sink: Any, table: pa.Table, slices: list[tuple[int, int]]) -> 
         split = token_encoding() == "byte_stream_split"
         opts = dict(use_dictionary=others, write_statistics=stats,
                     column_encoding={c: "BYTE_STREAM_SPLIT" for c in per_token if split or not c.startswith("tokens.")})
-    with pq.ParquetWriter(sink, table.schema, compression=PARQUET_COMPRESSION, **opts) as w:
+    with pq.ParquetWriter(sink, table.schema, compression=PARQUET_COMPRESSION, write_page_checksum=True,
+                          **opts) as w:
         for a, b in slices or [(0, 0)]:
             part = table.slice(a, b - a)
             w.write_table(part, row_group_size=max(1, part.num_rows))

@@ -74,7 +74,8 @@ def _list_files(store: Store) -> list[tuple[str, int]]:
 
 
 def _open(store: Store, path: str) -> pq.ParquetFile:
-    return pq.ParquetFile(path if store.is_local else pa.py_buffer(store.fs.cat_file(path)))
+    return pq.ParquetFile(path if store.is_local else pa.py_buffer(store.fs.cat_file(path)),
+                          page_checksum_verification=True)
 
 
 def _cover_of(store: Store, path: str) -> list[tuple[str, int, int]]:
@@ -130,7 +131,8 @@ def _write(store: Store, parts: list[tuple[Key, pa.Table]]) -> str | None:
     schema = CACHE_SCHEMA.with_metadata({COVER_KEY: json.dumps(cover, separators=(",", ":")).encode()})
     table = pa.concat_tables([t for _, t in parts]).cast(CACHE_SCHEMA).replace_schema_metadata(schema.metadata)
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, row_group_size=max(1, table.num_rows), compression="zstd", write_statistics=False)
+    pq.write_table(table, sink, row_group_size=max(1, table.num_rows), compression="zstd", write_statistics=False,
+                   write_page_checksum=True)
     try:
         return store.write_bytes(scalar_cache_file(new_shard_name().removesuffix(SHARD_SUFFIX) + SCALAR_CACHE_SUFFIX),
                                  sink.getvalue().to_pybytes())

@@ -28,8 +28,8 @@ def _open(f: InputFile) -> pq.ParquetFile:
     active exception", seen under load), so such files are read with ``use_threads=False``
     (:func:`_read`)."""
     if _is_local(f):
-        return pq.ParquetFile(f.path, memory_map=True)
-    return pq.ParquetFile(f.fs.open(f.path, "rb"))
+        return pq.ParquetFile(f.path, memory_map=True, page_checksum_verification=True)
+    return pq.ParquetFile(f.fs.open(f.path, "rb"), page_checksum_verification=True)
 
 
 def _is_local(f: InputFile) -> bool:
