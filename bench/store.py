@@ -523,10 +523,11 @@ def peers(work: Path, table: pa.Table, chunks: list[int], ids: list[str], n_tok:
     scalars = list(SCALAR_COLUMNS)
     results: list[Peer] = []
 
-    # trajstore (the v2 store written above by the writer path; same chunks), then the same
-    # appends with token ids byte-stream-split (TRAJSTORE_TOKEN_ENCODING, opt-in: newer engines only)
-    results.append(_trajstore_peer("trajstore", work / "peer-trajstore", work / "store-v2", table, chunks, want,
-                                   scalars, n_tok, args, keep=False))
+    # trajstore: the table appended in the same chunks (a store of the current schema version, as
+    # the peers hold; the "v2" store above would add the v2 -> v3 conversion to every read), then
+    # the same appends with token ids byte-stream-split (TRAJSTORE_TOKEN_ENCODING, opt-in)
+    results.append(_trajstore_peer("trajstore", work / "peer-trajstore", work / "peer-trajstore", table, chunks, want,
+                                   scalars, n_tok, args, keep=True))
     os.environ[TOKEN_ENCODING_ENV] = "byte_stream_split"
     try:
         results.append(_trajstore_peer("trajstore bss", work / "peer-trajstore-bss", work / "peer-trajstore-bss",
