@@ -5,6 +5,7 @@ a damaged cache file, a corrupt shard and a store it cannot write."""
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from pathlib import Path
@@ -162,6 +163,26 @@ def test_a_damaged_cache_file_is_ignored(tmp_path: Path) -> None:
     [f] = _cache_files(tmp_path)
     (tmp_path / scalar_cache_dir() / f).write_bytes(b"not parquet")
     _new_process()
+    _same(read_trajectories(tmp_path, columns=COLS), want)
+
+
+def test_an_entry_whose_rows_do_not_match_its_shard_is_not_used(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    write_small_shards(store, trajectory_table(3), per_shard=2)  # shards of 2 and 1 rows
+    want = _from_shards(tmp_path, COLS)
+    read_trajectories(tmp_path, columns=COLS)
+    [f] = _cache_files(tmp_path)
+    path = tmp_path / scalar_cache_dir() / f
+    table = pq.read_table(path)
+    (a, sa, ra), (b, sb, rb) = json.loads(table.schema.metadata[scalar_cache.COVER_KEY])
+    forged = [[a, sa, rb], [b, sb, ra]]  # the rows still add up, but each shard's count is wrong
+    pq.write_table(table.replace_schema_metadata({scalar_cache.COVER_KEY: json.dumps(forged).encode()}), path)
+    _new_process()
+    _same(read_trajectories(tmp_path, columns=COLS), want)
+    assert len(_cache_files(tmp_path)) == 2  # both shards read again, and added anew
+    _new_process()
+    hits, _ = scalar_cache.load(store)
+    assert sorted(r for _, _, r in hits.values()) == [1, 2] and hits[(a, sa)][2] == ra  # the newer file wins
     _same(read_trajectories(tmp_path, columns=COLS), want)
 
 

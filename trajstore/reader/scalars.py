@@ -33,6 +33,9 @@ def read_scalars(store: Store, shards: Sequence[ShardInfo], cols: list[str], *, 
     """
     hits, files = scalar_cache.load(store)
     keys: list[Key] = [(s.name, s.size_bytes) for s in shards]
+    for s, k in zip(shards, keys):
+        if k in hits and hits[k][2] != s.num_rows:  # a damaged or forged entry: read the shard instead
+            del hits[k]
     fresh = _read_missing(store, [s for s, k in zip(shards, keys) if k not in hits], strict=strict)
 
     tables: dict[str, pa.Table] = {}

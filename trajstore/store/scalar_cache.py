@@ -93,10 +93,11 @@ def _cover_of(store: Store, path: str) -> list[tuple[str, int, int]]:
 def load(store: Store) -> tuple[dict[Key, Hit], list[tuple[str, int]]]:
     """Where each covered shard's rows are, by (shard name, size), and the cache files found. A
     file that cannot be read (merged away meanwhile, damaged, another schema version) is left
-    out; a shard covered by two files is taken from the first."""
+    out; a shard covered by two files is taken from the newest (a reader that found an entry not
+    matching its shard wrote a newer one)."""
     files = _list_files(store)
     out: dict[Key, Hit] = {}
-    for path, size in files:
+    for path, size in reversed(files):  # names sort by write time: newest first
         key = (store.url_of(path), size)
         with _LOCK:
             cover = _COVERS.get(key)
