@@ -132,6 +132,56 @@ def test_a_rewrite_of_the_same_content_still_changes_the_size(tmp_path: Path) ->
     _same(read_trajectories(tmp_path), table)
 
 
+def test_a_shard_never_returns_to_a_size_it_had(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    write_small_shards(store, trajectory_table(4), per_shard=4)
+    [shard] = store.list_shards()
+    sizes = [shard.size_bytes]
+    # smaller and larger contents in turn: without padding the sizes would come back
+    for n in (2, 4, 1, 4, 3):
+        sizes.append(store.rewrite_shard(shard.path, trajectory_table(n)))
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)
+    assert sizes[-1] == Path(shard.path).stat().st_size
+    assert read_trajectories(tmp_path).num_rows == 3
+
+
+def test_a_shard_rewritten_while_it_was_read_is_not_added(tmp_path: Path, monkeypatch) -> None:
+    store = open_store(tmp_path)
+    write_small_shards(store, trajectory_table(4, rewards=[0.0, 1.0, 2.0, 3.0]), per_shard=2)
+    [first, _] = store.list_shards()
+    real = scalar_reader._read_missing
+
+    def read_then_rewrite(store, shards, *, strict):  # noqa: ANN001, ANN202 - a traj redact meanwhile
+        out = real(store, shards, strict=strict)
+        store.rewrite_shard(first.path, trajectory_table(2, rewards=[7.0, 8.0]))
+        return out
+    monkeypatch.setattr(scalar_reader, "_read_missing", read_then_rewrite)
+    assert read_trajectories(tmp_path, columns=["reward"]).column("reward").to_pylist() == [0.0, 1.0, 2.0, 3.0]
+    monkeypatch.undo()
+    _new_process()
+    hits, _ = scalar_cache.load(store)
+    assert first.name not in {n for n, _ in hits}  # only the untouched shard was added
+    assert read_trajectories(tmp_path, columns=["reward"]).column("reward").to_pylist() == [7.0, 8.0, 2.0, 3.0]
+
+
+def test_a_store_that_refuses_deletes_stops_growing_the_cache(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(scalar_cache, "MAX_CACHE_FILES", 2)
+    monkeypatch.setattr(scalar_cache, "MAX_FILES_UNMERGED", 4)
+    store = open_store(tmp_path)
+
+    def refuse(path):  # noqa: ANN001, ANN202 - a bucket with PutObject but no DeleteObject
+        raise PermissionError(13, "Access Denied")
+    monkeypatch.setattr(store.fs, "rm_file", refuse)
+    table = trajectory_table(12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(12):
+            store.write_table(table.slice(i, 1))
+            for _ in range(2):
+                _same(read_trajectories(store, columns=COLS), _from_shards(tmp_path, COLS))
+    assert len(_cache_files(tmp_path)) == 4
+
+
 def test_a_compacted_store_reads_the_same(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     t = trajectory_table(8)

@@ -129,9 +129,15 @@ def _leaf_paths(schema: pa.Schema) -> list[str]:
     return [p for f in schema for p in walk(f.name, f.type)]
 
 
-def write_parquet(sink: Any, table: pa.Table, slices: list[tuple[int, int]]) -> None:
+FOOTER_PAD_KEY = b"trajstore.rewrite_pad"
+"""Footer entry that makes a rewritten shard larger than the file it replaces (see
+:func:`trajstore.store.rewrite.rewrite_shard`); its value is that many ``.`` bytes."""
+
+
+def write_parquet(sink: Any, table: pa.Table, slices: list[tuple[int, int]], *, footer_pad: int = 0) -> None:
     """Write `table` (already :func:`stamped`) to `sink` as Parquet, one row group per slice of
-    :func:`row_group_slices`, with the footer-only entries (the id index); token ids encoded as
+    :func:`row_group_slices`, with the footer-only entries (the id index, and a
+    :data:`FOOTER_PAD_KEY` entry of `footer_pad` bytes when it is positive); token ids encoded as
     :func:`token_encoding` says; every page with its CRC-32 (Parquet's page checksum), which the
     store's readers verify (:data:`trajstore.reader.files.VERIFY_PAGE_CHECKSUMS`).
 
@@ -157,5 +163,7 @@ def write_parquet(sink: Any, table: pa.Table, slices: list[tuple[int, int]]) -> 
             part = table.slice(a, b - a)
             w.write_table(part, row_group_size=max(1, part.num_rows))
         footer = _footer_only(table)
+        if footer_pad > 0:
+            footer[FOOTER_PAD_KEY] = b"." * footer_pad
         if footer:
             w.add_key_value_metadata(footer)

@@ -30,10 +30,12 @@ def rewrite_shard(store: Store, path: str, table: pa.Table, *,
     fsync, ``os.replace`` over the old one, fsync of the directory; on object stores: one
     PUT or one completed multipart upload to the same key). Returns the new size in bytes.
 
-    The new file's size always differs from the old one's (a rewrite that comes out the same
-    size is written again with :data:`REWRITE_PAD_KEY` in its footer): the shard index, the scalar
-    cache and every process's footer cache know a shard by its name and size, so an entry of the
-    old content never matches the new one.
+    The new file is always larger than the old one (a rewrite that comes out no larger is written
+    again with a :data:`~trajstore.store.encoding.FOOTER_PAD_KEY` entry in its footer that makes
+    it one byte larger), so a shard never returns to a size it had: the shard index, the scalar
+    cache and every process's footer cache know a shard by its name and size, and an entry of any
+    earlier content never matches the current one (a rewrite that shrank and another that grew
+    back could otherwise meet the first size again).
 
     A process killed part-way leaves the old shard in place and, locally, a
     ``_tmp/<name>.rewrite-<pid>.tmp`` file that :func:`remove_stale_rewrites` deletes.
@@ -53,14 +55,16 @@ def rewrite_shard(store: Store, path: str, table: pa.Table, *,
             os.makedirs(store.path(TMP_DIR), exist_ok=True)
             tmp = store.path(tmp_path(f"{name}{REWRITE_MARK}{os.getpid()}.tmp"))
             try:
-                for padded in (False, True):
+                pad = 0
+                while True:
                     with open(tmp, "wb") as fh:
-                        write_parquet(fh, _padded(table) if padded else table, slices)
+                        write_parquet(fh, table, slices, footer_pad=pad)
                         fh.flush()
                         os.fsync(fh.fileno())
                     size = os.path.getsize(tmp)
-                    if size != old_size:
+                    if size > old_size:
                         break
+                    pad += old_size - size + 1  # the entry adds at least its value's bytes
                 os.replace(tmp, path)
             except BaseException:
                 if os.path.exists(tmp):
@@ -68,24 +72,18 @@ def rewrite_shard(store: Store, path: str, table: pa.Table, *,
                 raise
             fsync_dir(os.path.dirname(path))
         else:
-            for padded in (False, True):
+            pad = 0
+            while True:
                 buf = io.BytesIO()
-                write_parquet(buf, _padded(table) if padded else table, slices)
+                write_parquet(buf, table, slices, footer_pad=pad)
                 size = buf.tell()
-                if size != old_size:
+                if size > old_size:
                     break
+                pad += old_size - size + 1
             store.fs.pipe_file(path, buf.getvalue())
     except OSError as e:
         raise write_refused(store, e, f"could not rewrite shard {store.url_of(path)}") from e
     return size
-
-
-REWRITE_PAD_KEY = b"trajstore.rewrite_pad"
-"""Footer key added to a rewrite whose file came out exactly the old file's size (see :func:`rewrite_shard`)."""
-
-
-def _padded(table: pa.Table) -> pa.Table:
-    return table.replace_schema_metadata({**(table.schema.metadata or {}), REWRITE_PAD_KEY: b"1"})
 
 
 def remove_stale_rewrites(store: Store) -> list[str]:

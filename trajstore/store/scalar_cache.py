@@ -11,20 +11,23 @@ file order (duplicates kept, older schema versions already converted), shard aft
 footer key :data:`COVER_KEY` lists the covered shards as JSON ``[[name, size, rows],
 ...]`` in row order. Entries are keyed by the shard's **name and size**, as the shard index's:
 a shard never changes once written, and an in-place rewrite (``traj migrate``, ``traj redact``)
-always changes the size (:func:`trajstore.store.rewrite.rewrite_shard` guarantees it), so an entry
-of the old content no longer matches.
+always makes it larger (:func:`trajstore.store.rewrite.rewrite_shard` pads it), so an entry of any
+earlier content never matches again. A read adds only the shards whose name and size it lists
+again after reading them (one listing), so a shard rewritten meanwhile is not added.
 
 Files are only ever added, each atomically, and merged like the index's: a scalar read that
 finds shards the cache lacks reads them from their shards and adds one file with their rows; one
 that finds more than :data:`MAX_CACHE_FILES` files writes one file with the rows of every shard
 it listed, then deletes the files it merged. Entries of shards that are gone (compacted, deleted
-by ``traj gc``) are dropped at the next merge. The cache is a cache: a missing, stale or
+by ``traj gc``) are dropped at the next merge. A read that finds :data:`MAX_FILES_UNMERGED` files
+(merges failing: a store that takes writes but refuses deletes) adds none. The cache is a cache: a missing, stale or
 unreadable file costs shard reads, never a wrong result; a store that cannot be written is read
 without it. Delete ``trajectories/_index/`` to rebuild it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import warnings
@@ -37,6 +40,7 @@ from trajstore.schema import SCALAR_COLUMNS, TRAJECTORY_SCHEMA
 from trajstore.store.layout import (
     SCALAR_CACHE_SUFFIX,
     SHARD_SUFFIX,
+    TRAJECTORIES_DIR,
     new_shard_name,
     scalar_cache_dir,
     scalar_cache_file,
@@ -47,6 +51,8 @@ if TYPE_CHECKING:
 
 MAX_CACHE_FILES = 16
 """A scalar read that finds more cache files than this merges them into one."""
+MAX_FILES_UNMERGED = 2 * MAX_CACHE_FILES
+"""A scalar read that finds this many cache files adds none: merging is failing (deletes refused)."""
 CACHE_SCHEMA = pa.schema([TRAJECTORY_SCHEMA.field(c).remove_metadata() for c in SCALAR_COLUMNS])
 """The scalar columns in the current schema version's types, without their docs."""
 COVER_KEY = b"trajstore.scalar_cache.shards"
@@ -148,6 +154,11 @@ def update(store: Store, fresh: list[tuple[Key, pa.Table]], listed: list[Key], h
     the cache holds a shard that is no longer listed (deleted, compacted, rewritten), write one
     file with the rows of every shard `listed` (from `fresh` and the cache `hits`) and delete
     the files merged, so a deleted trajectory's scalars do not outlive its shard in the cache."""
+    if len(files) >= MAX_FILES_UNMERGED:
+        return  # merges are not succeeding (a store that takes writes but refuses deletes): add nothing
+    if fresh:  # a shard rewritten (traj redact) or deleted while it was read is not added
+        now = {p.rsplit("/", 1)[-1]: n for p, n in store.shard_paths(TRAJECTORIES_DIR)}
+        fresh = [(k, t) for k, t in fresh if now.get(k[0]) == k[1]]
     listed_set = set(listed)
     stale = any(k not in listed_set for k in hits)
     if not stale and len(files) + (1 if fresh else 0) <= MAX_CACHE_FILES:
@@ -162,7 +173,8 @@ def update(store: Store, fresh: list[tuple[Key, pa.Table]], listed: list[Key], h
         return  # a file merged away by another process meanwhile: the next read merges
     merged = [(k, new[k] if k in new else tables[hits[k][0]].slice(hits[k][1], hits[k][2]))
               for k in listed if k in new or k in hits]
-    if merged and _write(store, merged) is None:
+    written = _write(store, merged) if merged else None
+    if merged and written is None:
         return
     for path, _ in files:
         try:
@@ -171,6 +183,9 @@ def update(store: Store, fresh: list[tuple[Key, pa.Table]], listed: list[Key], h
             pass
         except Exception as e:  # noqa: BLE001
             warnings.warn(f"could not remove merged scalar cache file {store.url_of(path)}: {e}", stacklevel=3)
+            if written is not None:  # the merged copy would only add to what cannot be removed
+                with contextlib.suppress(Exception):
+                    store.fs.rm_file(written)
             return
 
 
