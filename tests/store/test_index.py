@@ -4,12 +4,13 @@ read-only store still listed, newer schema versions still refused."""
 
 from __future__ import annotations
 
-import os
+import warnings
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers.process_caches import files_in, new_process
 from tests.helpers.small_shards import trajectory_table, write_small_shards
 from trajstore.errors import NewerSchemaError
 from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, SCHEMA_VERSION
@@ -18,25 +19,17 @@ from trajstore.store import open_store, shards
 from trajstore.store.layout import shard_index_dir
 
 
-def _new_process() -> None:
-    """Forget what this process read, as a new process would."""
-    shards._SHARD_CACHE.clear()
-    shards._SCHEMA_NAMES.clear()
-    shard_index._FILES.clear()
-
-
 def _index_files(root: Path) -> list[str]:
-    d = root / shard_index_dir()
-    return sorted(os.listdir(d)) if d.is_dir() else []
+    return files_in(root, shard_index_dir(), ".arrow")
 
 
 def test_a_new_process_lists_from_the_index_without_reading_footers(tmp_path: Path, monkeypatch) -> None:
     store = open_store(tmp_path)
     write_small_shards(store, trajectory_table(6), per_shard=2)
-    _new_process()
+    new_process()
     first = store.list_shards()  # reads the footers, writes the index
     assert len(_index_files(tmp_path)) == 1
-    _new_process()
+    new_process()
     monkeypatch.setattr(pq, "read_metadata", lambda *a, **kw: (_ for _ in ()).throw(AssertionError("footer read")))
     assert store.list_shards() == first  # rows, row groups, version, columns and id index from the index
 
@@ -47,11 +40,11 @@ def test_new_shards_are_appended_and_files_merged_past_the_limit(tmp_path: Path,
     table = trajectory_table(5)
     for i in range(5):
         write_small_shards(store, table.slice(i, 1))
-        _new_process()
+        new_process()
         store.list_shards()
     # 1, 2, 3 files, then a 4th would pass the limit: merged into one, then one more
     assert len(_index_files(tmp_path)) == 2
-    _new_process()
+    new_process()
     entries, _ = shard_index.load(store)
     assert sorted(n for n, _ in entries) == sorted(s.name for s in store.list_shards())
 
@@ -59,10 +52,10 @@ def test_new_shards_are_appended_and_files_merged_past_the_limit(tmp_path: Path,
 def test_a_rewritten_shard_is_read_again_not_taken_from_its_old_entry(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     write_small_shards(store, trajectory_table(4), per_shard=4)
-    _new_process()
+    new_process()
     [old] = store.list_shards()
     store.rewrite_shard(old.path, trajectory_table(2))  # same name, other rows: other size
-    _new_process()
+    new_process()
     [new] = store.list_shards()
     assert new.num_rows == 2 and old.num_rows == 4
 
@@ -70,11 +63,11 @@ def test_a_rewritten_shard_is_read_again_not_taken_from_its_old_entry(tmp_path: 
 def test_a_damaged_index_file_is_ignored(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     write_small_shards(store, trajectory_table(3))
-    _new_process()
+    new_process()
     want = store.list_shards()
     [f] = _index_files(tmp_path)
     (tmp_path / shard_index_dir() / f).write_bytes(b"not arrow")
-    _new_process()
+    new_process()
     assert store.list_shards() == want
 
 
@@ -85,7 +78,7 @@ def test_a_store_that_cannot_be_written_is_listed_without_an_index(tmp_path: Pat
     def refuse(*a, **kw):  # noqa: ANN002, ANN003, ANN202 - read-only credentials, a full disk
         raise PermissionError(13, "Permission denied")
     monkeypatch.setattr(store, "write_bytes", refuse)
-    _new_process()
+    new_process()
     assert len(store.list_shards()) == 3 and _index_files(tmp_path) == []
 
 
@@ -94,12 +87,30 @@ def test_an_index_entry_of_a_newer_schema_version_is_still_refused(tmp_path: Pat
     t = trajectory_table(1)
     store.write_table(t.replace_schema_metadata({**t.schema.metadata,
                                                  METADATA_SCHEMA_VERSION_KEY: str(SCHEMA_VERSION + 1).encode()}))
-    _new_process()
+    new_process()
     with pytest.raises(NewerSchemaError):
         store.list_shards()
     # an index written by a newer trajstore that knows the version does not make this one read it
     [info] = [shards.ShardInfo(p, 1, n, 1, SCHEMA_VERSION + 1) for p, n in store.shard_paths()]
     shard_index.update(store, [info], [info], [])
-    _new_process()
+    new_process()
     with pytest.raises(NewerSchemaError):
         store.list_shards()
+
+
+def test_a_store_that_refuses_deletes_stops_growing_the_index(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(shard_index, "MAX_INDEX_FILES", 2)
+    monkeypatch.setattr(shard_index, "MAX_FILES_UNMERGED", 4)
+    store = open_store(tmp_path)
+
+    def refuse(path):  # noqa: ANN001, ANN202 - a bucket with PutObject but no DeleteObject
+        raise PermissionError(13, "Access Denied")
+    monkeypatch.setattr(store.fs, "rm_file", refuse)
+    table = trajectory_table(10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(10):
+            store.write_table(table.slice(i, 1))
+            new_process()
+            assert len(store.list_shards()) == i + 1
+    assert len(_index_files(tmp_path)) == 4

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers.process_caches import files_in, new_process
 from tests.helpers.small_shards import trajectory_table, write_small_shards
 from tests.helpers.trajectories import tiny_model_trajectory
 from trajstore import read_trajectories
@@ -22,25 +23,15 @@ from trajstore.convert import trajectories_to_table
 from trajstore.errors import CorruptShardError
 from trajstore.reader import scalars as scalar_reader
 from trajstore.schema import SCALAR_COLUMNS
-from trajstore.store import CorruptShardWarning, open_store, scalar_cache, shards
-from trajstore.store import index as shard_index
+from trajstore.store import CorruptShardWarning, open_store, scalar_cache
 from trajstore.store.compact import compact_store
 from trajstore.store.layout import scalar_cache_dir
 
 COLS = ["reward", "status", "num_tokens", "metadata", "schema_version"]
 
 
-def _new_process() -> None:
-    """Forget what this process read, as a new process would."""
-    shards._SHARD_CACHE.clear()
-    shards._SCHEMA_NAMES.clear()
-    shard_index._FILES.clear()
-    scalar_cache._COVERS.clear()
-
-
 def _cache_files(root: Path) -> list[str]:
-    d = root / scalar_cache_dir()
-    return sorted(os.listdir(d)) if d.is_dir() else []
+    return files_in(root, scalar_cache_dir(), ".scalars")
 
 
 def _from_shards(root: Path, cols: list[str], **kw) -> pa.Table:  # noqa: ANN003
@@ -62,10 +53,10 @@ def test_a_scalar_read_fills_the_cache_then_reads_no_shard(tmp_path: Path, monke
     store = open_store(tmp_path)
     write_small_shards(store, trajectory_table(12), per_shard=3)
     want = _from_shards(tmp_path, COLS)
-    _new_process()
+    new_process()
     _same(read_trajectories(tmp_path, columns=COLS), want)
     assert len(_cache_files(tmp_path)) == 1
-    _new_process()
+    new_process()
     monkeypatch.setattr(pq, "ParquetFile", _refusing_shards(pq.ParquetFile))
     _same(read_trajectories(tmp_path, columns=COLS), want)  # the 4 shards are not opened
     assert len(_cache_files(tmp_path)) == 1
@@ -87,7 +78,7 @@ def test_mixed_schema_versions_and_duplicates_read_as_from_the_shards(tmp_path: 
         store.write_table(trajectories_to_table([t], version=(1, 2, 3)[i % 3]))
     for cols in (COLS, list(SCALAR_COLUMNS), ["trajectory_id"]):
         want = _from_shards(tmp_path, cols)
-        _new_process()
+        new_process()
         got = read_trajectories(tmp_path, columns=cols)
         _same(got, want)
         assert got.num_rows == 5  # first copy of each id, as without the cache
@@ -100,11 +91,11 @@ def test_new_shards_are_read_from_their_files_and_files_merge_past_the_limit(tmp
     table = trajectory_table(6)
     for i in range(6):
         write_small_shards(store, table.slice(i, 1))
-        _new_process()
+        new_process()
         _same(read_trajectories(tmp_path, columns=COLS), _from_shards(tmp_path, COLS))
     # 1, 2, 3 files, then a 4th would pass the limit: merged into one, then 2, 3
     assert len(_cache_files(tmp_path)) == 3
-    _new_process()
+    new_process()
     hits, _ = scalar_cache.load(store)
     assert sorted(n for n, _ in hits) == sorted(s.name for s in store.list_shards())
 
@@ -117,7 +108,7 @@ def test_a_shard_rewritten_in_place_is_read_again(tmp_path: Path) -> None:
     # the same rows with other rewards: the same size is likely, and a rewrite must change it
     new_size = store.rewrite_shard(old.path, trajectory_table(4, rewards=[9.0, 8.0, 7.0, 6.0]))
     assert new_size != old.size_bytes
-    _new_process()
+    new_process()
     assert read_trajectories(tmp_path, columns=["reward"]).column("reward").to_pylist() == [9.0, 8.0, 7.0, 6.0]
 
 
@@ -158,7 +149,7 @@ def test_a_shard_rewritten_while_it_was_read_is_not_added(tmp_path: Path, monkey
     monkeypatch.setattr(scalar_reader, "_read_missing", read_then_rewrite)
     assert read_trajectories(tmp_path, columns=["reward"]).column("reward").to_pylist() == [0.0, 1.0, 2.0, 3.0]
     monkeypatch.undo()
-    _new_process()
+    new_process()
     hits, _ = scalar_cache.load(store)
     assert first.name not in {n for n, _ in hits}  # only the untouched shard was added
     assert read_trajectories(tmp_path, columns=["reward"]).column("reward").to_pylist() == [7.0, 8.0, 2.0, 3.0]
@@ -189,7 +180,7 @@ def test_a_compacted_store_reads_the_same(tmp_path: Path) -> None:
     want = _from_shards(tmp_path, COLS)
     read_trajectories(tmp_path, columns=COLS)  # the sources cached
     compact_store(tmp_path, min_age_s=0, keep_replaced_s=0)
-    _new_process()
+    new_process()
     _same(read_trajectories(tmp_path, columns=COLS), want)
 
 
@@ -198,9 +189,9 @@ def test_entries_of_shards_no_longer_listed_are_dropped_at_the_next_read(tmp_pat
     write_small_shards(store, trajectory_table(6))
     read_trajectories(tmp_path, columns=COLS)  # the 6 sources cached
     compact_store(tmp_path, min_age_s=0, keep_replaced_s=0)
-    _new_process()
+    new_process()
     read_trajectories(tmp_path, columns=COLS)
-    _new_process()
+    new_process()
     hits, files = scalar_cache.load(store)
     assert len(files) == 1 and sorted(n for n, _ in hits) == [s.name for s in store.list_shards()]
 
@@ -212,7 +203,7 @@ def test_a_damaged_cache_file_is_ignored(tmp_path: Path) -> None:
     read_trajectories(tmp_path, columns=COLS)
     [f] = _cache_files(tmp_path)
     (tmp_path / scalar_cache_dir() / f).write_bytes(b"not parquet")
-    _new_process()
+    new_process()
     _same(read_trajectories(tmp_path, columns=COLS), want)
 
 
@@ -227,10 +218,10 @@ def test_an_entry_whose_rows_do_not_match_its_shard_is_not_used(tmp_path: Path) 
     (a, sa, ra), (b, sb, rb) = json.loads(table.schema.metadata[scalar_cache.COVER_KEY])
     forged = [[a, sa, rb], [b, sb, ra]]  # the rows still add up, but each shard's count is wrong
     pq.write_table(table.replace_schema_metadata({scalar_cache.COVER_KEY: json.dumps(forged).encode()}), path)
-    _new_process()
+    new_process()
     _same(read_trajectories(tmp_path, columns=COLS), want)
     assert len(_cache_files(tmp_path)) == 2  # both shards read again, and added anew
-    _new_process()
+    new_process()
     hits, _ = scalar_cache.load(store)
     assert sorted(r for _, _, r in hits.values()) == [1, 2] and hits[(a, sa)][2] == ra  # the newer file wins
     _same(read_trajectories(tmp_path, columns=COLS), want)
@@ -257,15 +248,15 @@ def test_a_corrupt_shard_is_skipped_with_a_warning_or_raised_with_strict(tmp_pat
     data = bytearray(path.read_bytes())
     data[4:200] = b"\x00" * 196  # data pages of the first columns; the footer still reads
     path.write_bytes(bytes(data))
-    _new_process()
+    new_process()
     with pytest.raises(CorruptShardError, match=names[1]):
         read_trajectories(tmp_path, columns=COLS, strict=True)
-    _new_process()
+    new_process()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         got = read_trajectories(tmp_path, columns=COLS)
     assert got.num_rows == 3 and any(isinstance(w.message, CorruptShardWarning) for w in caught)
-    _new_process()
+    new_process()
     assert read_trajectories(tmp_path, columns=COLS).num_rows == 3  # not cached as empty
 
 
@@ -277,7 +268,7 @@ def test_a_store_that_cannot_be_written_is_read_without_the_cache(tmp_path: Path
     def refuse(*a, **kw):  # noqa: ANN002, ANN003, ANN202 - read-only credentials, a full disk
         raise PermissionError(13, "Permission denied")
     monkeypatch.setattr(store, "write_bytes", refuse)
-    _new_process()
+    new_process()
     _same(read_trajectories(store, columns=COLS), want)
     assert _cache_files(tmp_path) == []
 
@@ -294,7 +285,7 @@ def test_the_cache_on_s3(s3_store_uri) -> None:
     write_small_shards(store, trajectory_table(6), per_shard=2)
     want = _from_shards(uri, COLS, storage_options=opts)
     for _ in range(2):  # fills the cache, then reads from it
-        _new_process()
+        new_process()
         _same(read_trajectories(uri, columns=COLS, storage_options=opts), want)
     hits, files = scalar_cache.load(store)
     assert len(files) == 1 and len(hits) == 3

@@ -1,11 +1,12 @@
 """Small filesystem helpers the store's modules share: a filesystem's protocol names, why a
-call failed in one phrase, a file's details past fsspec's listing cache, fsync of a directory, and
-whether a local process is alive."""
+call failed in one phrase, a file's details past fsspec's listing cache, fsync of a directory,
+whether a local process is alive, and removing the files an append-only cache merged."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from typing import Any
 
 import fsspec
@@ -62,4 +63,23 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:  # alive, another user's
         return True
+    return True
+
+
+def remove_merged(fs: fsspec.AbstractFileSystem, merged: list[str], written: str | None, what: str) -> bool:
+    """After an append-only cache (the shard index, the scalar cache) wrote `written`, one file
+    holding what the files `merged` held: delete those. When one cannot be deleted (a store that
+    takes writes but refuses deletes), warn, delete `written` too (best effort: it would only add
+    to what cannot be removed) and stop. Returns whether every merged file is gone."""
+    for path in merged:
+        try:
+            fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+        except Exception as e:  # noqa: BLE001
+            warnings.warn(f"could not remove merged {what} file {path}: {e}", stacklevel=3)
+            if written is not None:
+                with contextlib.suppress(Exception):
+                    fs.rm_file(written)
+            return False
     return True

@@ -16,20 +16,21 @@ number of writers and readers can use the index at once:
   entries of the shards it listed, then deletes the files it merged (a reader that listed them
   meanwhile and finds one gone reads those footers instead).
 
-The index is a cache: a missing, stale or unreadable file costs footer reads, never a wrong
-listing. Delete ``trajectories/_index/`` to rebuild it.
+A listing that finds :data:`MAX_FILES_UNMERGED` files (merges failing: a store that takes writes
+but refuses deletes) adds none. The index is a cache: a missing, stale or unreadable file costs
+footer reads, never a wrong listing. Delete ``trajectories/_index/`` to rebuild it.
 """
 
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.ipc  # noqa: F401 - pa.ipc
 
+from trajstore.store.fsutil import remove_merged
 from trajstore.store.layout import INDEX_SUFFIX, SHARD_SUFFIX, new_shard_name, shard_index_dir, shard_index_file
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 
 MAX_INDEX_FILES = 16
 """A listing that finds more index files than this merges them into one."""
+MAX_FILES_UNMERGED = 2 * MAX_INDEX_FILES
+"""A listing that finds this many index files adds none: merging is failing (deletes refused)."""
 INDEX_SCHEMA = pa.schema([
     pa.field("name", pa.string(), nullable=False),
     pa.field("size", pa.int64(), nullable=False),
@@ -132,16 +135,11 @@ def update(store: Store, fresh: list[ShardInfo], listed: list[ShardInfo], files:
     """After a listing: add the facts of the shards whose footers it read (`fresh`), and merge
     the index into one file when it has more than :data:`MAX_INDEX_FILES` files (keeping the
     entries of the shards `listed`, the whole listing)."""
+    if len(files) >= MAX_FILES_UNMERGED:
+        return  # merges are not succeeding (a store that takes writes but refuses deletes): add nothing
     if len(files) + (1 if fresh else 0) > MAX_INDEX_FILES:
-        if _write(store, listed) is None:
-            return
-        for path, _ in files:
-            try:
-                store.fs.rm_file(path)
-            except FileNotFoundError:
-                pass
-            except Exception as e:  # noqa: BLE001
-                warnings.warn(f"could not remove merged index file {store.url_of(path)}: {e}", stacklevel=3)
-                return
+        written = _write(store, listed)
+        if written is not None:
+            remove_merged(store.fs, [p for p, _ in files], written, "shard index")
     elif fresh:
         _write(store, fresh)

@@ -27,16 +27,15 @@ without it. Delete ``trajectories/_index/`` to rebuild it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
-import warnings
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trajstore.schema import SCALAR_COLUMNS, TRAJECTORY_SCHEMA
+from trajstore.store.fsutil import remove_merged
 from trajstore.store.layout import (
     SCALAR_CACHE_SUFFIX,
     SHARD_SUFFIX,
@@ -176,17 +175,7 @@ def update(store: Store, fresh: list[tuple[Key, pa.Table]], listed: list[Key], h
     written = _write(store, merged) if merged else None
     if merged and written is None:
         return
-    for path, _ in files:
-        try:
-            store.fs.rm_file(path)
-        except FileNotFoundError:
-            pass
-        except Exception as e:  # noqa: BLE001
-            warnings.warn(f"could not remove merged scalar cache file {store.url_of(path)}: {e}", stacklevel=3)
-            if written is not None:  # the merged copy would only add to what cannot be removed
-                with contextlib.suppress(Exception):
-                    store.fs.rm_file(written)
-            return
+    remove_merged(store.fs, [p for p, _ in files], written, "scalar cache")
 
 
 def clear(store: Store) -> int:

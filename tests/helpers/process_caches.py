@@ -1,0 +1,24 @@
+"""What a process remembers about stores (footers, shard index files, scalar cache covers), and
+forgetting it, so a test can act as a new process would."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from trajstore.store import index as shard_index
+from trajstore.store import scalar_cache, shards
+
+
+def new_process() -> None:
+    """Forget what this process read, as a new process would."""
+    shards._SHARD_CACHE.clear()
+    shards._SCHEMA_NAMES.clear()
+    shard_index._FILES.clear()
+    scalar_cache._COVERS.clear()
+
+
+def files_in(root: Path, rel: str, suffix: str) -> list[str]:
+    """Names of the `suffix` files in the store folder `rel` (e.g. the shard index's), sorted."""
+    d = root / rel
+    return sorted(f for f in os.listdir(d) if f.endswith(suffix)) if d.is_dir() else []
