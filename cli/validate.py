@@ -69,6 +69,9 @@ def validate_cmd(
     if listed < report.num_problems:
         typer.echo(f"note: {report.num_problems} problems, the first {listed} listed", err=True)
     if not report.ok:
+        unchecked = report.rows - report.rows_checked
         typer.echo(f"error: {report.num_problems} problem{'s' if report.num_problems != 1 else ''} in "
-                   f"{report.rows_with_problems} of {report.rows} rows ({len(report.files)} files)", err=True)
+                   f"{report.rows_with_problems} of {report.rows} rows ({len(report.files)} files"
+                   + (f"; {unchecked} rows not checked: unreadable or not of the schema" if unchecked else "")
+                   + ")", err=True)
         raise typer.Exit(EXIT_ERROR)

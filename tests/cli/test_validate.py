@@ -53,3 +53,19 @@ def test_a_folder_without_parquet_files_fails(tmp_path: Path) -> None:
     assert result.stdout == "" and result.stderr.strip() == f"error: no Parquet files under {tmp_path / 'empty'}"
     result = CliRunner().invoke(app, ["validate", str(tmp_path / "empty"), "--format", "json"])
     assert result.exit_code == 1 and result.stdout == "", result.stdout
+
+
+def test_a_damaged_page_names_the_file_and_says_its_rows_were_not_checked(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    path = Path(write(tmp_path / "d.parquet", [row("a"), row("b")]))
+    rg = pq.ParquetFile(path).metadata.row_group(0)
+    [col] = [rg.column(j) for j in range(rg.num_columns) if rg.column(j).path_in_schema == "tokens.list.element"]
+    data = bytearray(path.read_bytes())
+    data[col.data_page_offset + col.total_compressed_size - 2] ^= 0x10  # inside the page data, past its header
+    path.write_bytes(bytes(data))
+    result = CliRunner().invoke(app, ["validate", str(path), "--format", "json"])
+    assert result.exit_code == 1, result.output
+    [problem] = json.loads(result.stdout)["validate.problems"]
+    assert problem["file"].endswith("d.parquet") and problem["problem"].startswith("row group not readable")
+    assert "error: 1 problem in 0 of 2 rows (1 files; 2 rows not checked" in result.stderr

@@ -95,6 +95,12 @@ class ValidationReport:
     def rows_with_problems(self) -> int:
         return sum(f.rows_with_problems for f in self.files)
 
+    @property
+    def rows_checked(self) -> int:
+        """Rows whose values were checked (the rest: in row groups that could not be read, or in
+        files whose columns do not fit the schema)."""
+        return sum(f.rows_checked for f in self.files)
+
     def add(self, problem: FileProblem, summary: FileSummary) -> None:
         """Count `problem` (in `summary` too) and keep it when fewer than `max_listed` are kept."""
         self.num_problems += 1
