@@ -10,9 +10,11 @@ still read. Symlinked shards are read; a dangling one is warned about."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from tests.helpers.small_shards import trajectory_table, write_small_shards
 from trajstore import CorruptShardError, StoreWriter, audit, open_store
 from trajstore.cli.main import app
 from trajstore.convert import trajectories_to_table
@@ -37,6 +40,8 @@ from trajstore.reader import (
 )
 from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, SCHEMA_VERSION
 from trajstore.store import CorruptShardWarning, Store
+from trajstore.store import shards as shards_mod
+from trajstore.store.compact import compact_store
 
 NEWER = SCHEMA_VERSION + 1
 
@@ -306,3 +311,25 @@ def test_shard_missing_a_nullable_column_is_read(tmp_store: str, make_trajectory
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert sorted(read_trajectories(tmp_store).column("trajectory_id").to_pylist()) == ["g0", "old"]
+
+
+def test_a_compaction_between_reading_the_folder_and_its_stats_is_listed_again(tmp_path: Path, monkeypatch) -> None:
+    """A listing that read the folder before a compaction's output appeared and stat'ed the
+    sources after they were deleted (``--keep-replaced 0``) held neither; it lists again."""
+    store = open_store(tmp_path)
+    write_small_shards(store, trajectory_table(8), per_shard=2)
+    want = read_trajectories(tmp_path, columns=["trajectory_id"]).column("trajectory_id").to_pylist()
+    real = os.scandir
+    raced = []
+
+    @contextlib.contextmanager
+    def racing_scandir(path):  # noqa: ANN001, ANN202
+        with real(path) as it:
+            entries = list(it)  # the folder is read ...
+        if str(path).endswith("trajectories") and not raced:
+            raced.append(path)
+            compact_store(tmp_path, min_age_s=0, keep_replaced_s=0)  # ... then the compaction commits and deletes
+        yield iter(entries)
+    monkeypatch.setattr(shards_mod.os, "scandir", racing_scandir)
+    got = read_trajectories(tmp_path, columns=["trajectory_id"]).column("trajectory_id").to_pylist()
+    assert raced and got == want

@@ -199,6 +199,8 @@ def unreadable_shards(store: Store) -> tuple[list[CorruptShardError], dict[str, 
             continue
         try:
             inspect_shard(store, path, size, expected_schema(TRAJECTORIES_DIR))
+        except FileNotFoundError:
+            continue  # deleted since the listing (a compaction replaced it): not unreadable
         except CorruptShardError as e:
             bad.append(e)
     return bad, {store.url_of(i.path): i.num_rows for i in infos}

@@ -117,14 +117,15 @@ def check_schema_version(path: str, version: int) -> None:
         raise NewerSchemaError(path, version, SCHEMA_VERSION)
 
 
-def shard_paths(store: Store, subdir: str = TRAJECTORIES_DIR) -> list[tuple[str, int]]:
+def shard_paths(store: Store, subdir: str = TRAJECTORIES_DIR, *, vanished: list[str] | None = None
+                ) -> list[tuple[str, int]]:
     """(path, size) of every ``*.parquet`` directly under `subdir`, sorted by name
     (= arrival order). Hidden and temporary files are never listed. A symbolic link (local
     stores) is listed with the size of the file it points to, or :data:`BROKEN_LINK_SIZE`
     when it points to no regular file (:func:`inspect_shard` then reports it)."""
     base = store.path(subdir)
     if store.is_local:
-        return _local_shard_paths(store, subdir, base)
+        return _local_shard_paths(store, subdir, base, vanished)
     try:
         entries = store.fs.ls(base, detail=True, refresh=True)
     except FileNotFoundError:
@@ -145,9 +146,11 @@ def shard_paths(store: Store, subdir: str = TRAJECTORIES_DIR) -> list[tuple[str,
     return out
 
 
-def _local_shard_paths(store: Store, subdir: str, base: str) -> list[tuple[str, int]]:
+def _local_shard_paths(store: Store, subdir: str, base: str, vanished: list[str] | None = None
+                       ) -> list[tuple[str, int]]:
     """:func:`shard_paths` of a local folder through ``os.scandir`` (one ``stat`` per entry, where
-    fsspec's ``ls`` costs about 60 us an entry: 60 ms at a thousand shards)."""
+    fsspec's ``ls`` costs about 60 us an entry: 60 ms at a thousand shards). An entry deleted
+    between the folder's read and its ``stat`` is left out and its path added to `vanished`."""
     out = []
     try:
         with os.scandir(base) as it:
@@ -162,6 +165,8 @@ def _local_shard_paths(store: Store, subdir: str, base: str) -> list[tuple[str, 
                     try:
                         out.append((path, e.stat(follow_symlinks=False).st_size))
                     except FileNotFoundError:  # deleted since the folder was read (a compaction)
+                        if vanished is not None:
+                            vanished.append(path)
                         continue
     except FileNotFoundError:
         return []
@@ -183,6 +188,7 @@ def inspect_shard(store: Store, path: str, size: int,
     Raises:
         CorruptShardError: truncated or not Parquet, no schema version, or (with `expected`)
             columns that do not fit.
+        FileNotFoundError: the shard is gone (deleted since it was listed).
         NewerSchemaError: the schema version is newer than this package reads (a newer
             trajstore wrote it: upgrade, see :func:`check_schema_version`).
     """
@@ -223,6 +229,8 @@ def inspect_shard(store: Store, path: str, size: int,
         info = ShardInfo(path, md.num_rows, size, md.num_row_groups, version, names,
                          tuple(md.row_group(i).num_rows for i in range(md.num_row_groups)),
                          kv.get(METADATA_ID_INDEX_KEY))
+    except FileNotFoundError:
+        raise  # deleted since it was listed (a compaction, traj gc): not corrupt
     except (OSError, ValueError, pa.ArrowException) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         with _SHARD_CACHE_LOCK:
@@ -251,8 +259,30 @@ def list_shards(store: Store, subdir: str = TRAJECTORIES_DIR, *, strict: bool = 
 def list_view(store: Store, subdir: str = TRAJECTORIES_DIR, *, strict: bool = False
               ) -> tuple[list[ShardInfo], Resolution | None]:
     """:func:`list_shards` and, under ``trajectories/``, the :class:`Resolution` it applied
-    (which listed shards are replaced, pending or visible); None elsewhere."""
-    paths = shard_paths(store, subdir)
+    (which listed shards are replaced, pending or visible); None elsewhere.
+
+    A shard deleted while the listing ran (a compaction that committed its output and deleted
+    its sources meanwhile) makes it list again, up to :data:`LISTING_ATTEMPTS` times: a listing
+    that had read the folder before the output appeared and stat'ed the sources after they were
+    deleted would otherwise hold neither."""
+    for _ in range(LISTING_ATTEMPTS - 1):
+        vanished: list[str] = []
+        got = _list_view(store, subdir, strict=strict, vanished=vanished)
+        if not vanished:
+            return got
+    return _list_view(store, subdir, strict=strict, vanished=None)
+
+
+LISTING_ATTEMPTS = 8
+"""Listings tried while shards keep disappearing under them (see :func:`list_view`); the last one
+leaves vanished shards out."""
+
+
+def _list_view(store: Store, subdir: str, *, strict: bool, vanished: list[str] | None
+               ) -> tuple[list[ShardInfo], Resolution | None]:
+    paths = shard_paths(store, subdir, vanished=vanished)
+    if vanished:
+        return [], None  # listed again by list_view
     res = None
     if subdir.strip("/") == TRAJECTORIES_DIR:
         # records read AFTER the shards were listed (see trajstore.store.compaction_records)
@@ -264,7 +294,9 @@ def list_view(store: Store, subdir: str = TRAJECTORIES_DIR, *, strict: bool = Fa
     index_files: list[tuple[str, int]] = []
     if res is not None:
         fresh, index_files = _prime_from_index(store, paths, expected)
-    infos = inspect_many(store, paths, expected, strict=strict)
+    infos = inspect_many(store, paths, expected, strict=strict, vanished=vanished)
+    if vanished:
+        return [], None  # listed again by list_view
     if fresh:
         shard_index.update(store, [i for i in infos if i.path in fresh], infos, index_files)
     out = []
@@ -299,13 +331,16 @@ def _prime_from_index(store: Store, paths: list[tuple[str, int]], expected: Call
 
 
 def inspect_many(store: Store, paths: list[tuple[str, int]], expected: Callable[[int], pa.Schema | None], *,
-                 strict: bool) -> list[ShardInfo]:
+                 strict: bool, vanished: list[str] | None = None) -> list[ShardInfo]:
     """:func:`inspect_shard` of each (path, size); unreadable ones warned about and skipped (or
-    raised with `strict`)."""
+    raised with `strict`); ones deleted since they were listed left out (added to `vanished`)."""
     out = []
     for path, size in paths:
         try:
             out.append(inspect_shard(store, path, size, expected))
+        except FileNotFoundError:
+            if vanished is not None:
+                vanished.append(path)
         except CorruptShardError as e:
             if strict:
                 raise
