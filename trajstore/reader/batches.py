@@ -21,9 +21,10 @@ import pyarrow.parquet as pq
 from trajstore.convert import ranges_positions, read_columns, upgrade_table
 from trajstore.errors import CorruptShardError
 from trajstore.reader.dedupe import first_copy_mask
-from trajstore.reader.files import VERIFY_PAGE_CHECKSUMS, StoreLike, as_store, file_version, gone
+from trajstore.reader.files import StoreLike, as_store, file_version, gone
 from trajstore.schema import ACTION_LOGPROBS_COLUMN, SPAN_KIND_CODES, TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store
+from trajstore.store.encoding import VERIFY_PAGE_CHECKSUMS
 
 READAHEAD_ROW_GROUPS = 2
 """Row groups of a local shard decoded ahead, in worker threads, while the caller handles the

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, READABLE_VERSIONS, SCHEMA_VERSION, trajectory_schema
 from trajstore.store import ShardInfo, Store, open_store
 from trajstore.store.compaction_records import ShardGone
+from trajstore.store.encoding import VERIFY_PAGE_CHECKSUMS
 from trajstore.store.fsutil import fresh_info
 from trajstore.store.shards import check_schema_version
 
@@ -27,13 +28,6 @@ StoreLike = Store | str | os.PathLike[str]
 def as_store(uri: StoreLike, storage_options: dict[str, Any] | None) -> Store:
     """`uri` itself when it is a :class:`Store`, else the store it names (opened with `storage_options`)."""
     return uri if isinstance(uri, Store) else open_store(uri, storage_options=storage_options)
-
-
-VERIFY_PAGE_CHECKSUMS = True
-"""Readers check each data page's CRC-32 where the writer stored one (trajstore's writers store
-them; shards written before they did, and other writers' files without them, read as before): a flipped bit in
-a compressed token page otherwise decodes, most of the time, to other token ids without any error
-(31 of 40 single-bit flips in a test; bench/RESULTS.md). The check costs nothing measurable."""
 
 
 def arrow_dataset(store: Store, shards: Sequence[ShardInfo], version: int = SCHEMA_VERSION) -> pads.Dataset:
@@ -69,9 +63,8 @@ def file_version(pf: pq.ParquetFile, shard: ShardInfo) -> int:
 
 def open_shard(store: Store, shard: ShardInfo) -> pq.ParquetFile:
     """`shard` opened as a Parquet file (memory-mapped on a local store)."""
-    return (pq.ParquetFile(shard.path, memory_map=True, page_checksum_verification=VERIFY_PAGE_CHECKSUMS)
-            if store.is_local else pq.ParquetFile(store.fs.open(shard.path, "rb"),
-                                                  page_checksum_verification=VERIFY_PAGE_CHECKSUMS))
+    source = shard.path if store.is_local else store.fs.open(shard.path, "rb")
+    return pq.ParquetFile(source, memory_map=store.is_local, page_checksum_verification=VERIFY_PAGE_CHECKSUMS)
 
 
 def version_runs(shards: Sequence[ShardInfo]) -> list[tuple[int, list[ShardInfo]]]:

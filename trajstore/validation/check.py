@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from trajstore.errors import one_line
+from trajstore.store.encoding import VERIFY_PAGE_CHECKSUMS
 from trajstore.validation.columns import column_problems, declared_version
 from trajstore.validation.duplicates import DuplicateIds
 from trajstore.validation.lineage import LineageCheck
@@ -28,8 +29,8 @@ def _open(f: InputFile) -> pq.ParquetFile:
     active exception", seen under load), so such files are read with ``use_threads=False``
     (:func:`_read`)."""
     if _is_local(f):
-        return pq.ParquetFile(f.path, memory_map=True, page_checksum_verification=True)
-    return pq.ParquetFile(f.fs.open(f.path, "rb"), page_checksum_verification=True)
+        return pq.ParquetFile(f.path, memory_map=True, page_checksum_verification=VERIFY_PAGE_CHECKSUMS)
+    return pq.ParquetFile(f.fs.open(f.path, "rb"), page_checksum_verification=VERIFY_PAGE_CHECKSUMS)
 
 
 def _is_local(f: InputFile) -> bool:
