@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -54,17 +55,15 @@ def rewrite_shard(store: Store, path: str, table: pa.Table, *,
         if store.is_local:
             os.makedirs(store.path(TMP_DIR), exist_ok=True)
             tmp = store.path(tmp_path(f"{name}{REWRITE_MARK}{os.getpid()}.tmp"))
+
+            def to_tmp(pad: int) -> int:
+                with open(tmp, "wb") as fh:
+                    write_parquet(fh, table, slices, footer_pad=pad)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                return os.path.getsize(tmp)
             try:
-                pad = 0
-                while True:
-                    with open(tmp, "wb") as fh:
-                        write_parquet(fh, table, slices, footer_pad=pad)
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                    size = os.path.getsize(tmp)
-                    if size > old_size:
-                        break
-                    pad += old_size - size + 1  # the entry adds at least its value's bytes
+                size = _larger_than(old_size, to_tmp)
                 os.replace(tmp, path)
             except BaseException:
                 if os.path.exists(tmp):
@@ -72,17 +71,27 @@ def rewrite_shard(store: Store, path: str, table: pa.Table, *,
                 raise
             fsync_dir(os.path.dirname(path))
         else:
-            pad = 0
-            while True:
-                buf = io.BytesIO()
+            buf = io.BytesIO()
+
+            def to_buf(pad: int) -> int:
+                buf.seek(0)
+                buf.truncate()
                 write_parquet(buf, table, slices, footer_pad=pad)
-                size = buf.tell()
-                if size > old_size:
-                    break
-                pad += old_size - size + 1
+                return buf.tell()
+            size = _larger_than(old_size, to_buf)
             store.fs.pipe_file(path, buf.getvalue())
     except OSError as e:
         raise write_refused(store, e, f"could not rewrite shard {store.url_of(path)}") from e
+    return size
+
+
+def _larger_than(old_size: int, write: Callable[[int], int]) -> int:
+    """Call ``write(pad)`` (write the file with a footer pad of `pad` bytes, return its size) until
+    the file is larger than `old_size`: once unpadded, at most once more padded by the shortfall
+    (the pad entry adds at least its value's bytes). Returns the final size."""
+    pad = 0
+    while (size := write(pad)) <= old_size:
+        pad += old_size - size + 1
     return size
 
 
