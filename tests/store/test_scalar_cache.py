@@ -20,7 +20,7 @@ from tests.helpers.small_shards import trajectory_table, write_small_shards
 from tests.helpers.trajectories import tiny_model_trajectory
 from trajstore import read_trajectories
 from trajstore.convert import trajectories_to_table
-from trajstore.errors import CorruptShardError
+from trajstore.errors import CorruptShardError, StoreError
 from trajstore.reader import scalars as scalar_reader
 from trajstore.schema import SCALAR_COLUMNS
 from trajstore.store import CorruptShardWarning, open_store, scalar_cache
@@ -196,6 +196,21 @@ def test_entries_of_shards_no_longer_listed_are_dropped_at_the_next_read(tmp_pat
     assert len(files) == 1 and sorted(n for n, _ in hits) == [s.name for s in store.list_shards()]
 
 
+def test_a_reader_with_an_older_listing_does_not_merge_away_newer_entries(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    write_small_shards(store, trajectory_table(3))
+    read_trajectories(tmp_path, columns=COLS)
+    older = [(s.name, s.size_bytes) for s in store.list_shards()]  # a listing taken before the next shard
+    write_small_shards(store, trajectory_table(1, prefix="n"))
+    read_trajectories(tmp_path, columns=COLS)  # another reader adds the new shard
+    hits, files = scalar_cache.load(store)
+    assert len(files) == 2
+    scalar_cache.update(store, [], older, hits, files)  # the older reader finishes: nothing to merge
+    assert len(_cache_files(tmp_path)) == 2
+    scalar_cache.update(store, [], older[1:], hits, files)  # the first shard gone (older than the listing)
+    assert len(_cache_files(tmp_path)) == 1
+
+
 def test_a_damaged_cache_file_is_ignored(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     write_small_shards(store, trajectory_table(5))
@@ -258,6 +273,19 @@ def test_a_corrupt_shard_is_skipped_with_a_warning_or_raised_with_strict(tmp_pat
     assert got.num_rows == 3 and any(isinstance(w.message, CorruptShardWarning) for w in caught)
     new_process()
     assert read_trajectories(tmp_path, columns=COLS).num_rows == 3  # not cached as empty
+
+
+def test_a_cache_file_that_cannot_be_deleted_fails_the_clear_naming_it(tmp_path: Path, monkeypatch) -> None:
+    store = open_store(tmp_path)
+    write_small_shards(store, trajectory_table(2))
+    read_trajectories(tmp_path, columns=COLS)
+    [f] = _cache_files(tmp_path)
+
+    def refuse(path):  # noqa: ANN001, ANN202
+        raise PermissionError(13, "Access Denied")
+    monkeypatch.setattr(store.fs, "rm_file", refuse)
+    with pytest.raises(StoreError, match=f"could not delete scalar cache file .*{f}"):
+        scalar_cache.clear(store)
 
 
 def test_a_store_that_cannot_be_written_is_read_without_the_cache(tmp_path: Path, monkeypatch) -> None:

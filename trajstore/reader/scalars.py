@@ -61,7 +61,8 @@ def read_scalars(store: Store, shards: Sequence[ShardInfo], cols: list[str], *, 
             pieces.append([src, start, rows])
     parts = [(fresh[src[1]].select(cols) if isinstance(src, tuple) else tables[src]).slice(start, rows)
              for src, start, rows in pieces]
-    scalar_cache.update(store, list(fresh.items()), keys, hits, files)
+    replaced = frozenset(n for s in shards for p in s.parts for n in p.names())  # compacted away
+    scalar_cache.update(store, list(fresh.items()), keys, hits, files, replaced)
     if not parts:
         return CACHE_SCHEMA.empty_table().select(cols)
     return parts[0] if len(parts) == 1 else pa.concat_tables(parts)

@@ -1,6 +1,6 @@
 """Small filesystem helpers the store's modules share: a filesystem's protocol names, why a
 call failed in one phrase, a file's details past fsspec's listing cache, fsync of a directory,
-whether a local process is alive, and removing the files an append-only cache merged."""
+whether a local process is alive, and listing and removing the files of an append-only cache."""
 
 from __future__ import annotations
 
@@ -64,6 +64,19 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:  # alive, another user's
         return True
     return True
+
+
+def list_cache_files(fs: fsspec.AbstractFileSystem, base: str, suffix: str, *, refresh: bool
+                     ) -> list[tuple[str, int]]:
+    """(path, size) of the files directly in `base` whose names end in `suffix`, sorted by path;
+    [] when the folder is missing or cannot be listed (for caches, where that means empty).
+    `refresh`: bypass fsspec's listing cache (object stores)."""
+    try:
+        entries = fs.ls(base, detail=True, refresh=True) if refresh else fs.ls(base, detail=True)
+    except Exception:  # noqa: BLE001 - unreachable endpoint, no permission: an empty cache
+        return []
+    return sorted((e["name"], int(e.get("size") or 0)) for e in entries
+                  if e.get("type") == "file" and e["name"].endswith(suffix))
 
 
 def remove_merged(fs: fsspec.AbstractFileSystem, merged: list[str], written: str | None, what: str) -> bool:

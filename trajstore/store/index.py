@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.ipc  # noqa: F401 - pa.ipc
 
-from trajstore.store.fsutil import remove_merged
+from trajstore.store.fsutil import list_cache_files, remove_merged
 from trajstore.store.layout import INDEX_SUFFIX, SHARD_SUFFIX, new_shard_name, shard_index_dir, shard_index_file
 
 if TYPE_CHECKING:
@@ -64,15 +64,7 @@ _LOCK = threading.Lock()
 
 
 def _list_files(store: Store) -> list[tuple[str, int]]:
-    base = store.path(shard_index_dir())
-    try:
-        entries = store.fs.ls(base, detail=True, refresh=True) if not store.is_local else store.fs.ls(base, detail=True)
-    except FileNotFoundError:
-        return []
-    except Exception:  # noqa: BLE001 - a cache: an unlistable index is an empty one
-        return []
-    return sorted((e["name"], int(e.get("size") or 0)) for e in entries
-                  if e.get("type") == "file" and e["name"].endswith(INDEX_SUFFIX))
+    return list_cache_files(store.fs, store.path(shard_index_dir()), INDEX_SUFFIX, refresh=not store.is_local)
 
 
 def _read_file(store: Store, path: str) -> dict[tuple[str, int], Entry]:

@@ -34,8 +34,10 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trajstore.errors import StoreError
 from trajstore.schema import SCALAR_COLUMNS, TRAJECTORY_SCHEMA
-from trajstore.store.fsutil import remove_merged
+from trajstore.store.encoding import VERIFY_PAGE_CHECKSUMS
+from trajstore.store.fsutil import list_cache_files, remove_merged, why
 from trajstore.store.layout import (
     SCALAR_CACHE_SUFFIX,
     SHARD_SUFFIX,
@@ -69,18 +71,12 @@ _LOCK = threading.Lock()
 
 
 def _list_files(store: Store) -> list[tuple[str, int]]:
-    base = store.path(scalar_cache_dir())
-    try:
-        entries = store.fs.ls(base, detail=True, refresh=True) if not store.is_local else store.fs.ls(base, detail=True)
-    except Exception:  # noqa: BLE001 - a cache: a missing or unlistable one is an empty one
-        return []
-    return sorted((e["name"], int(e.get("size") or 0)) for e in entries
-                  if e.get("type") == "file" and e["name"].endswith(SCALAR_CACHE_SUFFIX))
+    return list_cache_files(store.fs, store.path(scalar_cache_dir()), SCALAR_CACHE_SUFFIX, refresh=not store.is_local)
 
 
 def _open(store: Store, path: str) -> pq.ParquetFile:
     return pq.ParquetFile(path if store.is_local else pa.py_buffer(store.fs.cat_file(path)),
-                          page_checksum_verification=True)
+                          page_checksum_verification=VERIFY_PAGE_CHECKSUMS)
 
 
 def _cover_of(store: Store, path: str) -> list[tuple[str, int, int]]:
@@ -147,10 +143,11 @@ def _write(store: Store, parts: list[tuple[Key, pa.Table]]) -> str | None:
 
 
 def update(store: Store, fresh: list[tuple[Key, pa.Table]], listed: list[Key], hits: dict[Key, Hit],
-           files: list[tuple[str, int]]) -> None:
+           files: list[tuple[str, int]], replaced: frozenset[str] = frozenset()) -> None:
     """After a scalar read: add the rows of the shards read from their files (`fresh`, each of
     :data:`CACHE_SCHEMA`); or, when that would make more than :data:`MAX_CACHE_FILES` files or
-    the cache holds a shard that is no longer listed (deleted, compacted, rewritten), write one
+    the cache holds a shard the listing shows is gone (`replaced` by a compaction, or not listed
+    though older than the listing's newest shard: deleted, rewritten), write one
     file with the rows of every shard `listed` (from `fresh` and the cache `hits`) and delete
     the files merged, so a deleted trajectory's scalars do not outlive its shard in the cache."""
     if len(files) >= MAX_FILES_UNMERGED:
@@ -158,8 +155,9 @@ def update(store: Store, fresh: list[tuple[Key, pa.Table]], listed: list[Key], h
     if fresh:  # a shard rewritten (traj redact) or deleted while it was read is not added
         now = {p.rsplit("/", 1)[-1]: n for p, n in store.shard_paths(TRAJECTORIES_DIR)}
         fresh = [(k, t) for k, t in fresh if now.get(k[0]) == k[1]]
-    listed_set = set(listed)
-    stale = any(k not in listed_set for k in hits)
+    # an unlisted entry newer than this listing was added by a reader that listed later: not stale
+    listed_set, newest = set(listed), max((name for name, _ in listed), default="")
+    stale = any(k not in listed_set and (k[0] <= newest or k[0] in replaced) for k in hits)
     if not stale and len(files) + (1 if fresh else 0) <= MAX_CACHE_FILES:
         if fresh:
             _write(store, fresh)
@@ -182,7 +180,11 @@ def clear(store: Store) -> int:
     """Delete every cache file (``traj redact`` and ``traj gc`` do after changing shards, so that no
     copy of a redacted or deleted trajectory's scalars stays behind); return how many. A scalar
     read running meanwhile may still add a file of what it read before: its entries match no
-    shard any more and the next scalar read's merge drops them."""
+    shard any more and the next scalar read's merge drops them.
+
+    Raises:
+        StoreError: a file could not be deleted (it may hold what was redacted or deleted).
+    """
     removed = 0
     for path, _ in _list_files(store):
         try:
@@ -190,4 +192,8 @@ def clear(store: Store) -> int:
             removed += 1
         except FileNotFoundError:
             pass
+        except Exception as e:  # noqa: BLE001 - no delete permission, unreachable endpoint
+            raise StoreError(f"could not delete scalar cache file {store.url_of(path)}, which may still hold the "
+                             f"scalar columns (metadata included) of changed trajectories: {why(e)}; delete "
+                             f"{store.url(scalar_cache_dir())} by hand") from e
     return removed
