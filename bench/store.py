@@ -56,7 +56,7 @@ from trajstore import StoreWriter, iter_batches, open_store, read_trajectories, 
 from trajstore.convert import trajectories_to_table
 from trajstore.models import Span, Trajectory
 from trajstore.schema import ACTION_LOGPROBS_COLUMN, SCALAR_COLUMNS, TRAJECTORY_SCHEMA_V1
-from trajstore.store import TRAJECTORIES_DIR, scalar_cache
+from trajstore.store import TRAJECTORIES_DIR
 from trajstore.store.encoding import TOKEN_ENCODING_ENV
 from trajstore.store.layout import scalar_cache_dir
 from trajstore.validate import validate_trajectory
@@ -581,7 +581,6 @@ def _trajstore_peer(name: str, append_dir: Path, read_dir: Path, table: pa.Table
         shutil.rmtree(append_dir, ignore_errors=True)
     root = str(read_dir)
     shutil.rmtree(read_dir / scalar_cache_dir(), ignore_errors=True)  # the first read below fills it
-    scalar_cache._COVERS.clear()
     cold_s, _ = timed(lambda: read_trajectories(root, columns=scalars))
     scan_s, t = timed(lambda: read_trajectories(root, columns=scalars), args.repeat)
     assert t.num_rows == table.num_rows

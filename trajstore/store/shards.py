@@ -256,6 +256,11 @@ def list_shards(store: Store, subdir: str = TRAJECTORIES_DIR, *, strict: bool = 
     return list_view(store, subdir, strict=strict)[0]
 
 
+LISTING_ATTEMPTS = 8
+"""Listings tried while shards keep disappearing under them (see :func:`list_view`); the last one
+leaves vanished shards out."""
+
+
 def list_view(store: Store, subdir: str = TRAJECTORIES_DIR, *, strict: bool = False
               ) -> tuple[list[ShardInfo], Resolution | None]:
     """:func:`list_shards` and, under ``trajectories/``, the :class:`Resolution` it applied
@@ -271,11 +276,6 @@ def list_view(store: Store, subdir: str = TRAJECTORIES_DIR, *, strict: bool = Fa
         if not vanished:
             return got
     return _list_view(store, subdir, strict=strict, vanished=None)
-
-
-LISTING_ATTEMPTS = 8
-"""Listings tried while shards keep disappearing under them (see :func:`list_view`); the last one
-leaves vanished shards out."""
 
 
 def _list_view(store: Store, subdir: str, *, strict: bool, vanished: list[str] | None
