@@ -1,4 +1,4 @@
-"""``traj compact``: merge a store's small trajectory shards (see :mod:`trajstore.store.compact`).
+"""``traj compact``: merge a store's small trajectory shards (see :mod:`trajstore.maintenance.compact`).
 Parses options, calls the library, renders."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from trajstore.cli.display import OutputFormat
 from trajstore.cli.main import FormatOption, StorageOptions, StoreArgument, app, friendly_errors
 
 if TYPE_CHECKING:
-    from trajstore.store.compact import CompactionResult
+    from trajstore.maintenance.compact import CompactionResult
 
 
 @app.command("compact")
@@ -38,7 +38,7 @@ def compact_cmd(
 
     from trajstore.cli.display import render_record
     from trajstore.cli.main import open_existing_store, parse_storage_options
-    from trajstore.store.compact import compact_store
+    from trajstore.maintenance.compact import compact_store
 
     s = open_existing_store(store, parse_storage_options(storage_option, store))
     with Progress(console=Console(stderr=True), transient=True, disable=dry_run) as progress:

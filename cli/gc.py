@@ -1,4 +1,4 @@
-"""``traj gc``: retention by rule (see :mod:`trajstore.store.gc`). Parses options, calls the
+"""``traj gc``: retention by rule (see :mod:`trajstore.maintenance.gc`). Parses options, calls the
 library, renders what is (or would be) deleted."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def gc_cmd(
     still needs."""
     from trajstore.cli.display import render_tables
     from trajstore.cli.main import open_existing_store, parse_storage_options
-    from trajstore.store.gc import GcRules, gc_store
+    from trajstore.maintenance.gc import GcRules, gc_store
     from trajstore.tables import TableData
 
     statuses = parse_statuses(status)
