@@ -100,8 +100,8 @@ def run(args: argparse.Namespace) -> dict:
 
     from trajstore import TrajectoryBuilder, write_trajectories
     from trajstore.store.layout import checkpoint_dir, checkpoint_latest_file, version_dir
+    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
     from trajstore.trainer.loop import distributed as D
-    from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
     from trajstore.trainer.loop.setup import setup
     from trajstore.trainer.loop.train import train
 

@@ -83,7 +83,7 @@ def write_store(root: str, n: int, *, model: str, seed: int = 0, per_shard: int 
 
 
 def config(root: str, run_id: str, *, model: str, batch_size: int, micro_batch_size: int, **run):  # noqa: ANN003, ANN201
-    from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 
     return TrainConfig(
         store=root, model=ModelConfig(name=model),

@@ -1,4 +1,4 @@
-"""``traj train``: its options are the fields of :class:`~trajstore.trainer.loop.config.TrainConfig`
+"""``traj train``: its options are the fields of :class:`~trajstore.trainer.config.TrainConfig`
 (generated, :mod:`trajstore.cli.config_options`); run the streaming SAO trainer and print a summary
 (``--format json|csv`` for programs)."""
 
@@ -20,7 +20,7 @@ from trajstore.cli.main import (
     open_existing_store,
     parse_storage_options,
 )
-from trajstore.trainer.loop.config import TrainConfig
+from trajstore.trainer.config import TrainConfig
 
 TRAIN_FLAGS = {"model.name": "--model", "data.idle_timeout_s": "--idle-timeout",
                "data.poll_interval_s": "--poll-interval"}

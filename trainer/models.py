@@ -19,7 +19,7 @@ from torch import nn
 
 from trajstore.errors import TrajstoreError
 from trajstore.hub import resolve_model
-from trajstore.trainer.loop.config import CRITIC_TRAINABLE_PATTERN
+from trajstore.trainer.config import CRITIC_TRAINABLE_PATTERN
 
 TINY_MODELS = ("tiny-llama", "tiny-qwen3-moe")
 """Random-weight test models: 2 layers, hidden 64, vocabulary ``ModelConfig.tiny_vocab_size``."""

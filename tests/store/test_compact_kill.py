@@ -24,8 +24,8 @@ from trajstore.reader import iter_batches, read_trajectories
 from trajstore.store import TRAJECTORIES_DIR, open_store
 from trajstore.store.layout import lock_file
 from trajstore.store.lock import MAINTENANCE_LOCK
+from trajstore.trainer.config import DataConfig
 from trajstore.trainer.data import TrajectoryStream
-from trajstore.trainer.loop.config import DataConfig
 
 CHILD = Path(__file__).with_name("_compact_child.py")
 PLANS = [("3600", "soon"), ("0", "soon"), ("3600", "after_commit"), ("0", "after_commit"), ("3600", "soon"),

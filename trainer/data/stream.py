@@ -30,6 +30,7 @@ from trajstore.reader.progress import Progress, Unit, mentions, plan
 from trajstore.schema import SPAN_KIND_CODES
 from trajstore.store import TRAJECTORIES_DIR, ShardInfo, Store
 from trajstore.store.compaction_records import ShardGone
+from trajstore.trainer.config import DataConfig
 from trajstore.trainer.data.admission import Admission, AdmissionRule, decide_rows
 from trajstore.trainer.data.census import StoreCensus
 from trajstore.trainer.data.cursor import DataCursor
@@ -38,7 +39,6 @@ from trajstore.trainer.data.errors import TrainDataError
 from trajstore.trainer.data.samples import Sample, StepBatch
 from trajstore.trainer.data.vocabulary import check_vocabulary
 from trajstore.trainer.data.where import WhereFilter
-from trajstore.trainer.loop.config import DataConfig
 
 ListShards = Callable[[], list[ShardInfo]]
 """Lists the store's trajectory shards in arrival order."""

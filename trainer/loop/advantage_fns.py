@@ -11,6 +11,7 @@ from collections.abc import Callable
 import torch
 
 from trajstore.errors import TrajstoreError
+from trajstore.trainer.config import TrainConfig
 from trajstore.trainer.data import (
     PackedMicroBatch,
     Sample,
@@ -21,7 +22,6 @@ from trajstore.trainer.data import (
     to_packed,
 )
 from trajstore.trainer.loop.checkpoint import TrainerState
-from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.sao.advantages import sao_targets
 from trajstore.trainer.sao.baselines import RunningMeanBaseline, make_trajectory_baseline
 

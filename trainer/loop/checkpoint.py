@@ -42,8 +42,8 @@ from trajstore.store.layout import (
     checkpoints_dir,
     parse_checkpoint_dir_name,
 )
+from trajstore.trainer.config import TrainConfig
 from trajstore.trainer.data import DataCursor
-from trajstore.trainer.loop.config import TrainConfig
 
 
 class CheckpointError(TrajstoreError):

@@ -21,9 +21,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from trajstore.trainer.config import TrainConfig
 from trajstore.trainer.data import StepBatch
 from trajstore.trainer.loop import distributed as D
-from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.loop.save import checkpoint, publish
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.step import train_step

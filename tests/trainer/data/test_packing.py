@@ -11,8 +11,8 @@ import torch
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.trajectories import VOCAB
 from trajstore import open_store
+from trajstore.trainer.config import DataConfig
 from trajstore.trainer.data import DataCursor, Sample, TrajectoryStream, gae_inputs, pack, to_packed, to_rows
-from trajstore.trainer.loop.config import DataConfig
 
 
 def _stream(root: str | Path, cursor: DataCursor | None = None, tokenizer: str = "tiny-llama", **cfg) -> TrajectoryStream:

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from trajstore.trainer.config import AlgoConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import DataCursor, Sample, pack
 from trajstore.trainer.loop.advantage_fns import sao_gae_advantages, scalar_baseline_fn
 from trajstore.trainer.loop.checkpoint import TrainerState
-from trajstore.trainer.loop.config import AlgoConfig, ModelConfig, RunConfig, TrainConfig
 
 
 def _sample(tid: str, mask: list[bool], reward: float, *, parent: str | None = None, link: str | None = None,

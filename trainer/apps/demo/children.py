@@ -18,7 +18,7 @@ from trajstore.proxy.config import GRACEFUL_SHUTDOWN_S
 from trajstore.trainer.apps.demo.proxy_shutdown import ProxyShutdown, parse_proxy_shutdown
 
 if TYPE_CHECKING:
-    from trajstore.trainer.loop.config import TrainConfig
+    from trajstore.trainer.config import TrainConfig
 
 
 class DemoError(TrajstoreError):

@@ -10,10 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trajstore.hub import SMOLLM2_ALIAS
 from trajstore.trainer.apps.demo.audits import demo_filter
-from trajstore.trainer.loop.config import check_training_run_id
+from trajstore.trainer.config import check_training_run_id
 
 if TYPE_CHECKING:
-    from trajstore.trainer.loop.config import TrainConfig
+    from trajstore.trainer.config import TrainConfig
 
 DEFAULT_STORE = "demo-store"
 TRAINER_LOG = "trainer"
@@ -27,7 +27,7 @@ DEMO_CONFIG = "demo"
 """The resolved :class:`DemoConfig`, saved at ``runs/<run_id>/demo-config.json``
 (:func:`trajstore.store.layout.run_app_config_file`)."""
 DEMO_TRAIN_CONFIG = "demo-train"
-"""The :class:`~trajstore.trainer.loop.config.TrainConfig` handed to the trainer child, at
+"""The :class:`~trajstore.trainer.config.TrainConfig` handed to the trainer child, at
 ``runs/<run_id>/demo-train-config.json`` (the trainer also saves its own resolved copy as
 ``runs/<run_id>/config.json``)."""
 
@@ -96,7 +96,7 @@ def model_identity(cfg: DemoConfig) -> str:
 def train_config(cfg: DemoConfig, run_id: str, store: str) -> TrainConfig:
     """The trainer's config for a demo: follow the store, stop after `cfg.steps` policy steps,
     publish every step, read only this demo's trajectories."""
-    from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 
     tiny = cfg.model.startswith("tiny-")
     return TrainConfig(

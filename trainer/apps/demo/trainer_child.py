@@ -21,7 +21,7 @@ def stop_waiting_when_closed(fd: int, data: Any, grace_s: float = PRODUCERS_DONE
 
     A daemon thread reads file descriptor `fd` (the demo's end of the pipe stays open while its
     agents play; it also closes when the demo process dies) and at end of file sets
-    ``data.idle_timeout_s`` (the live :class:`~trajstore.trainer.loop.config.DataConfig` of the
+    ``data.idle_timeout_s`` (the live :class:`~trajstore.trainer.config.DataConfig` of the
     trainer's stream, which reads it at every empty poll) to `grace_s`. It reads the raw
     descriptor: a daemon thread blocked inside ``sys.stdin.buffer.read`` holds the buffer's lock
     and aborts the interpreter at exit ("could not acquire lock for <stdin>"). Returns the thread.
@@ -41,7 +41,7 @@ def train_child(config_path: str, threads: int) -> None:
     """The trainer process of a demo: load the saved config and train while the demo plays."""
     import torch
 
-    from trajstore.trainer.loop.config import TrainConfig
+    from trajstore.trainer.config import TrainConfig
     from trajstore.trainer.loop.setup import setup
     from trajstore.trainer.loop.train import train
 

@@ -33,7 +33,7 @@ class Arm:
 
     Attributes:
         name: short name. changes: what differs from ``sao``, in words.
-        algo: overrides of :class:`~trajstore.trainer.loop.config.AlgoConfig` fields.
+        algo: overrides of :class:`~trajstore.trainer.config.AlgoConfig` fields.
         full_critic: train every critic parameter (no frozen embeddings / norms / attention).
         group_size: rollouts per prompt (GRPO groups); 1 = single rollout per prompt.
         estimator: the policy's advantage estimator when there is a critic.

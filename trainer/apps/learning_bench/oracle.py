@@ -164,7 +164,7 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float:
 
 def _critic_trainer(warm_start: str, seed: int, full: bool, k: int, cfg: QualityConfig, root: str):
     """A trainer set up like the benchmark's critic arms (warm-up only, never a policy step)."""
-    from trajstore.trainer.loop.config import (
+    from trajstore.trainer.config import (
         CRITIC_TRAINABLE_PATTERN,
         AlgoConfig,
         DataConfig,

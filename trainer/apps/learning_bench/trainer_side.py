@@ -66,8 +66,8 @@ def use_moe_critic(tr: Any, lm_dir: str, *, full: bool) -> None:
     by the trainer's own ``build_critic`` and ``build_optimizers``, from the warm-started tiny
     Qwen3-MoE LM in `lm_dir`: attention, router, embeddings and norms frozen (the default
     trainable pattern: expert projections and value head), or every parameter (`full`)."""
+    from trajstore.trainer.config import CRITIC_TRAINABLE_PATTERN
     from trajstore.trainer.loop.build import build_optimizers
-    from trajstore.trainer.loop.config import CRITIC_TRAINABLE_PATTERN
     from trajstore.trainer.models import build_critic, load_policy
 
     lm = load_policy(lm_dir, tokenizer=CharCodec().name).model
@@ -81,7 +81,7 @@ def use_moe_critic(tr: Any, lm_dir: str, *, full: bool) -> None:
 
 def train_config(spec: RunSpec, store_uri: str) -> Any:
     """The trainer's config for a run (no follow: the harness writes a batch, then reads it)."""
-    from trajstore.trainer.loop.config import (
+    from trajstore.trainer.config import (
         CRITIC_TRAINABLE_PATTERN,
         AlgoConfig,
         DataConfig,

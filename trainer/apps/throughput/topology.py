@@ -31,7 +31,7 @@ from trajstore.trainer.apps.throughput.agent import TokenChat
 from trajstore.trainer.apps.throughput.config import Arm, ThroughputConfig, ThroughputError
 
 if TYPE_CHECKING:
-    from trajstore.trainer.loop.config import TrainConfig
+    from trajstore.trainer.config import TrainConfig
 
 SERVE_LOG, TRAINER_LOG, PROXY_LOG = "serve.log", "trainer.log", "proxy"
 """serve's and the trainer's logs in the suite's folder; each proxy's at ``runs/<run_id>/proxy.log``
@@ -48,7 +48,7 @@ def train_config(cfg: ThroughputConfig, run_id: str, store: str, seed: int) -> T
     """The trainer of an arm: follow the store, B trajectories a step, no critic warm-up (every step
     is a policy step), publish every step, stop after N steps."""
     from trajstore.hub import load_tokenizer, resolve_model
-    from trajstore.trainer.loop.config import (
+    from trajstore.trainer.config import (
         AlgoConfig,
         DataConfig,
         ModelConfig,

@@ -4,7 +4,7 @@ run for one arm after another in one process, so that torch and transformers are
 suite instead of once per arm (on a loaded 2-core machine that took about a minute each time).
 
 Protocol: each line on stdin is ``CONFIG_PATH<TAB>STATUS_PATH``; the host trains the saved
-:class:`~trajstore.trainer.loop.config.TrainConfig` and then writes STATUS_PATH (atomically) as
+:class:`~trajstore.trainer.config.TrainConfig` and then writes STATUS_PATH (atomically) as
 ``{"ok": true, "steps": N, "version": V}`` or ``{"ok": false, "error": "..."}``. It exits at the end
 of its stdin."""
 
@@ -30,7 +30,7 @@ def trainer_host(threads: int) -> None:
 
     import torch
 
-    from trajstore.trainer.loop.config import TrainConfig
+    from trajstore.trainer.config import TrainConfig
     from trajstore.trainer.loop.train import train
 
     torch.set_num_threads(threads)

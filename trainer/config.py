@@ -1,4 +1,6 @@
-"""The typed configuration of `traj train`, nested by concern.
+"""The typed configuration of `traj train`, nested by concern: the one config that the data
+stream, the models and the training loop all read, and that generates `traj train`'s flags
+(:mod:`trajstore.cli.config_options`).
 
 Every field has a one-line doc with its unit. The resolved config is saved as
 ``runs/<run_id>/config.json`` in the store and inside every checkpoint; ``--resume`` reloads it.
