@@ -18,7 +18,7 @@ from trajstore.trainer.loop.checkpoint import (
     CheckpointError,
     TrainerState,
     commit_latest,
-    one_line,
+    error_line,
     rng_state,
     tensor_bytes,
     write_small,
@@ -114,7 +114,7 @@ def load_checkpoint_sharded(store: Store, ckpt: Checkpoint, modules: Mapping[str
         dcp.load(sd, storage_reader=reader)
     except Exception as e:  # noqa: BLE001 - DCP wraps per-rank failures in its own exception types
         raise CheckpointError(f"checkpoint {store.url(ckpt.path)} does not fit the sharded models: "
-                              f"{one_line(e)}") from None
+                              f"{error_line(e)}") from None
     for k, m in modules.items():
         set_model_state_dict(m, sd[f"model/{k}"])
     for k, o in optimizers.items():

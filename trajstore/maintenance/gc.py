@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajstore.maintenance.compact import KEEP_REPLACED_S, CompactionResult, finish_earlier
-from trajstore.maintenance.gc_rows import delete_rows, describe, plan_rows
+from trajstore.maintenance.gc_rows import delete_rows, plan_rows, report_items
 from trajstore.policies import latest_policy_version, list_policy_versions
 from trajstore.schema import STATUSES
 from trajstore.store import scalar_cache
@@ -190,7 +190,7 @@ def gc_store(uri: str | os.PathLike[str] | Store, rules: GcRules, *, dry_run: bo
         rows = plan_rows(store, consumed_by=rules.consumed_by, older_than_s=rules.older_than_s,
                          statuses=rules.statuses, ignore_runs=rules.ignore_runs)
         result.kept += rows.blocked
-        result.items += [{k: v for k, v in i.items() if k != "_rel"} for i in weights] + describe(rows)
+        result.items += [{k: v for k, v in i.items() if k != "_rel"} for i in weights] + report_items(rows)
         if dry_run:
             return result
         for item in weights:

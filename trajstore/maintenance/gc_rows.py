@@ -184,7 +184,7 @@ def delete_rows(store: Store, plan: RowPlan, *, keep_replaced_s: float) -> list[
     return done
 
 
-def describe(plan: RowPlan) -> list[dict[str, Any]]:
+def report_items(plan: RowPlan) -> list[dict[str, Any]]:
     """One item per shard of `plan` for the gc report."""
     return [{"kind": "trajectories", "what": f"{len(rows)} of {shard.num_rows} rows of {shard.name}",
              "bytes": shard.size_bytes if len(rows) == shard.num_rows else shard.size_bytes * len(rows) // shard.num_rows}

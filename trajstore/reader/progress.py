@@ -18,7 +18,7 @@ import numpy as np
 
 from trajstore.errors import CorruptShardError
 from trajstore.store import ShardInfo
-from trajstore.store.compaction_records import Part
+from trajstore.store.compaction_records import CompactionSource
 
 
 @dataclass
@@ -48,11 +48,11 @@ class Unit:
     phys: np.ndarray
 
 
-def _names_below(parts: Sequence[Part]) -> set[str]:
+def _names_below(parts: Sequence[CompactionSource]) -> set[str]:
     return {n for p in parts for n in p.names()}
 
 
-def _walk(name: str, parts: Sequence[Part], phys: np.ndarray, done: set[str], current: str | None,
+def _walk(name: str, parts: Sequence[CompactionSource], phys: np.ndarray, done: set[str], current: str | None,
           next_row: int, units: list[Unit], consumed: list[np.ndarray]) -> None:
     rows = np.arange(len(phys), dtype=np.int64)
     present = phys >= 0
