@@ -45,7 +45,7 @@ SUCCESSORS_OVER_BATCH: Final[int] = 64
 
 
 class Linked(Protocol):
-    """What the rule reads of a sample (:class:`~trajstore.trainer.data.samples.Sample`)."""
+    """What the rule reads of a sample (:class:`~trajstore.trainer.data.samples.TrainSample`)."""
 
     trajectory_id: str
     parent_trajectory_id: str | None

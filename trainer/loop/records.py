@@ -33,7 +33,7 @@ from trajstore.store.layout import (
     run_tensorboard_dir,
     run_tokens_dir,
 )
-from trajstore.trainer.data import Sample
+from trajstore.trainer.data import TrainSample
 
 ITERATION_KEY = b"trajstore.train.iteration"
 """Footer key of a records shard: the iteration whose records it holds (decimal)."""
@@ -132,7 +132,7 @@ def _duration(seconds: float) -> str:
     return f"{m}m{s}s" if m else f"{s}s"
 
 
-def consumed_rows(samples: Sequence[Sample], *, step: int, trainer_version: int, rank: int,
+def consumed_rows(samples: Sequence[TrainSample], *, step: int, trainer_version: int, rank: int,
                   ratios: Sequence[tuple[float, float, float] | None] | None) -> list[dict[str, Any]]:
     """One CONSUMED_SCHEMA row (minus run_id / consumed_at) per sample of a micro-batch.
 

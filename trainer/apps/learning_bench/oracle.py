@@ -96,15 +96,15 @@ def _sample_batch(engine: LlamaEngine, task: TaskName, instances: list[tuple[str
 
 
 def to_samples(episodes: list[dict[str, Any]], *, group_ids: list[str | None] | None = None, prefix: str = "q"):
-    """In-memory trainer ``Sample`` s for `episodes` (version 0, temperature 1), as the store's
+    """In-memory trainer ``TrainSample`` s for `episodes` (version 0, temperature 1), as the store's
     reader would produce them."""
-    from trajstore.trainer.data import DataCursor, Sample
+    from trajstore.trainer.data import DataCursor, TrainSample
 
     out = []
     for i, e in enumerate(episodes):
         n = len(e["tokens"])
         pv = np.where(e["mask"], 0, -1).astype(np.int64)
-        out.append(Sample(f"{prefix}{i}", group_ids[i] if group_ids else None, "memory", i, e["tokens"],
+        out.append(TrainSample(f"{prefix}{i}", group_ids[i] if group_ids else None, "memory", i, e["tokens"],
                           e["logprobs"], e["mask"], pv, np.ones(n, dtype=np.float32), e["reward"], False, DataCursor()))
     return out
 

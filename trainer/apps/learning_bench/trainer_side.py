@@ -43,7 +43,7 @@ def keyed_running_mean(window: int, key_of: Callable[[Any], str]) -> Callable[[l
     `window` rewards per difficulty family): each trajectory's advantage is its reward minus the
     mean of the last `window` rewards of its key seen before this batch (0 before any), by the
     trainer's own :class:`~trajstore.trainer.sao.baselines.RunningMeanBaseline`, one per key.
-    `key_of` maps a trainer ``Sample`` to its key."""
+    `key_of` maps a trainer ``TrainSample`` to its key."""
     from trajstore.trainer.sao.baselines import RunningMeanBaseline
 
     baselines: dict[str, RunningMeanBaseline] = {}
