@@ -7,11 +7,15 @@ import math
 
 import typer
 
-from trajstore.cli.display import OutputFormat
-from trajstore.cli.main import FormatOption, InvalidOptionError, TrajTyper, app, friendly_errors
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.display import OutputFormat, new_console, print_command, render_record, render_tables
+from trajstore.cli.errors import InvalidOptionError, friendly_errors
+from trajstore.cli.options import FormatOption
+from trajstore.tables import TableData
 
 bench_app = TrajTyper(help="Benchmarks that exercise the whole pipeline.", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
+commands = TrajTyper()
+commands.add_typer(bench_app, name="bench")
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -45,10 +49,7 @@ def learning_cmd(
 ) -> None:
     """Train SAO and its ablations from a supervised warm start under simulated asynchrony, score
     their advantages against an oracle, and report the paper's claims with paired-seed intervals."""
-    from rich.console import Console
-
-    from trajstore.cli.display import print_command, render_record, render_tables
-    from trajstore.tables import TableData
+    # here, not at import: the learning bench imports torch (seconds of every traj command's start-up)
     from trajstore.trainer.apps.learning_bench.arms import BenchError, get_arm
     from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
     from trajstore.trainer.apps.learning_bench.suite import reanalyse as redo
@@ -72,7 +73,7 @@ def learning_cmd(
         over["processes"] = processes
     if mismatch:
         over["mismatch"] = mismatch
-    err = Console(stderr=True)
+    err = new_console(stderr=True)
     if reanalyse:
         summary = redo(reanalyse, scratch=scratch)
         cfg = SuiteConfig.model_validate_json(open(f"{reanalyse}/config.json").read())
@@ -100,7 +101,7 @@ def learning_cmd(
                                 if with_ci else ()), c["verdict"])
                              for c in summary["claims"]],
                             keys=["comparison", "metric"], wrap=["verdict"])]
-    out = Console()
+    out = new_console()
     render_tables(tables, fmt, console=out)
     if fmt is OutputFormat.table:
         if "calibration" in summary:
@@ -139,10 +140,7 @@ def throughput_cmd(
     --follow, a tiny random model, tool calls of lognormal latency): time to N policy steps, throughput,
     idle time and staleness of a synchronous barrier, one-step off-policy and --max-staleness arms on
     the same paired latency trace, beside a fork-join model's prediction."""
-    from rich.console import Console
-
-    from trajstore.cli.display import print_command, render_record, render_tables
-    from trajstore.tables import TableData
+    # here, not at import: the throughput bench imports the HTTP stack (FastAPI, the proxy extra)
     from trajstore.trainer.apps.throughput.config import Arm, ThroughputConfig, ThroughputError
     from trajstore.trainer.apps.throughput.suite import reanalyse as redo
     from trajstore.trainer.apps.throughput.suite import run_suite
@@ -164,7 +162,7 @@ def throughput_cmd(
         except ThroughputError as e:
             raise InvalidOptionError(f"invalid option --arms: {e}") from None
     over.update({k: v for k, v in (("steps", steps), ("batch_size", batch_size), ("workers", workers)) if v})
-    err = Console(stderr=True)
+    err = new_console(stderr=True)
     if reanalyse:
         cfg, summary = redo(reanalyse)
     else:
@@ -178,7 +176,7 @@ def throughput_cmd(
         render_record("traj bench throughput", {k: v for k, v in summary.items() if k != "tables"} | {
             "tables": {t.name: [dict(zip(t.columns, r)) for r in t.rows] for t in summary["tables"]}}, fmt)
         return
-    out = Console()
+    out = new_console()
     render_tables(tabs, fmt, console=out)
     if fmt is OutputFormat.table:
         for f in summary["failures"]:
