@@ -106,13 +106,3 @@ def plan(shard: ShardInfo, progress: Progress, done: set[str] | None = None) -> 
 def mentions(shard: ShardInfo, name: str | None) -> bool:
     """Whether `name` is `shard` or one of the shards it replaced."""
     return name is not None and (name == shard.name or name in _names_below(shard.parts))
-
-
-def unit_done(progress: Progress, unit: Unit) -> Progress:
-    """The progress after every row of `unit` was read."""
-    return Progress([*progress.done, unit.name], None, 0)
-
-
-def after_row(progress: Progress, unit: Unit, row: int) -> Progress:
-    """The progress after `row` (in `unit`'s numbering) was read (``done`` shared, not copied)."""
-    return Progress(progress.done, unit.name, row + 1)

@@ -36,7 +36,7 @@ import uuid
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trajstore.errors import StoreError, TrajstoreWarning
 from trajstore.store.fsutil import why
@@ -271,9 +271,3 @@ def delete_record(store: Store, output: str) -> None:
         store.fs.rm_file(store.path(compaction_record_file(output)))
     except FileNotFoundError:
         pass
-
-
-def record_summary(rec: CompactionRecord) -> dict[str, Any]:
-    """A record in a few fields, for messages and ``--format json``."""
-    return {"output": rec.output, "rows": rec.rows, "sources": len(rec.sources),
-            "dropped": sum(len(d) for _, _, d in rec.sources)}
