@@ -1,4 +1,4 @@
-"""Compaction benchmark (issue 25): the small-files cost of one shard per trajectory, and what
+"""Compaction benchmark: the small-files cost of one shard per trajectory, and what
 ``traj compact`` gives back.
 
     python bench/compact.py                     # 1,000 trajectories (bench/store.py's synthetic data)

@@ -1,4 +1,4 @@
-"""GPU check of `traj train` for a lent device (issue 14, Build 8), under 5 minutes on one GPU:
+"""GPU check of `traj train` for a lent device, under 5 minutes on one GPU:
 
   1. the chunked log-prob kernel in bf16 on CUDA against the full-logits reference (values,
      gradients, time and peak memory of both);

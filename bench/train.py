@@ -1,4 +1,4 @@
-"""Benchmarks of `traj train` (issue 14), each against a baseline measured in the same run:
+"""Benchmarks of `traj train`, each against a baseline measured in the same run:
 
   memory    peak RSS of a real one-step `traj train` (load, publish v0, one policy step with K=2
             critic updates, checkpoint, publish v1) against the analytic floor, one fresh process
@@ -18,7 +18,7 @@
             with the trainer's packing (one row per micro-batch, no padding) and, for comparison,
             with rows padded to the longest trajectory of their micro-batch. Target: < 10%.
   wait      share of step time spent waiting for data, streaming from a local store vs the same
-            steps on batches already in memory (issue 6 target: < 5%).
+            steps on batches already in memory (target: < 5%).
 
     python bench/train.py [--sections memory,overhead,padding,wait] [--models tiny-llama,smollm2-135m]
 

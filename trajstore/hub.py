@@ -11,7 +11,9 @@ import contextlib
 import functools
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import warnings
 from collections.abc import Iterator
@@ -138,8 +140,6 @@ def load_tokenizer(name_or_path: str = SMOLLM2_ALIAS) -> Any:
 
 
 def _load_tokenizer(ref: ModelRef, name_or_path: str) -> Any:
-    import tempfile
-
     with _TRANSFORMERS_IMPORT_LOCK:  # its lazy module is not thread-safe: a second thread got ImportError
         from transformers import AutoTokenizer
 
@@ -154,8 +154,6 @@ def _load_tokenizer(ref: ModelRef, name_or_path: str) -> Any:
     require(("gguf", "torch"), what=f"the tokenizer {name_or_path!r} (read from {ref.gguf_file})",
             install=INSTALL_TRAIN_EXTRA)
     tok = AutoTokenizer.from_pretrained(ref.directory, **ref.from_pretrained_kwargs())
-    import shutil
-
     tmp = None
     try:
         os.makedirs(os.path.dirname(cached), exist_ok=True)

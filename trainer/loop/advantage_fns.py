@@ -33,7 +33,7 @@ AdvantageFn = Callable[[PackedMicroBatch, list[TrainSample], torch.Tensor | None
 
 def sao_gae_advantages(cfg: TrainConfig) -> AdvantageFn:
     """SAO's advantages (skip-observation GAE, length-adaptive lambda_policy) and critic targets
-    (lambda_critic = 1) of a micro-batch from the critic's values (SAO.md, mechanisms 3-4).
+    (lambda_critic = 1) of a micro-batch from the critic's values (docs/sao.md, mechanisms 3-4).
 
     The parts of a chain (context rewrite, continuation; :mod:`~trajstore.trainer.data.episodes`)
     are one row of the GAE: the last action of a part bootstraps from the first action of the next

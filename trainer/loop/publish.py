@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from trajstore.errors import StoreError, TrajstoreError
+from trajstore.hub import load_tokenizer, resolve_model
 from trajstore.policies import (
     PolicyNotFoundError,
     is_complete,
@@ -195,8 +196,6 @@ def _weights_writer(model: Any, state_dict: dict[str, Any] | None, dtype: Any) -
 def tokenizer_files(tokenizer: str) -> tuple[tuple[str, bytes], ...]:
     """(file name, bytes) of the tokenizer's ``save_pretrained`` files, or () when the name does
     not resolve offline (e.g. a bare identity string recorded by an older store)."""
-    from trajstore.hub import load_tokenizer, resolve_model
-
     try:
         resolve_model(tokenizer)
     except TrajstoreError:

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trajstore.errors import TrajstoreError
 from trajstore.schema import CONSUMED_SCHEMA, STEP_SCHEMA
@@ -181,7 +183,7 @@ class RunRecorder:
             if not store.is_local:
                 raise ValueError("--tensorboard needs a local store (TensorBoard writes files in place)")
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                from torch.utils.tensorboard import SummaryWriter  # the optional tensorboard extra
             except ImportError as e:
                 raise TrajstoreError("--tensorboard needs the tensorboard package: "
                                      "pip install 'trajstore[tensorboard]'") from e
@@ -196,9 +198,6 @@ class RunRecorder:
         self._heartbeat: threading.Thread | None = None
         self._closed = threading.Event()
         if progress:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
             self._progress = Progress(TextColumn("[bold]train[/] {task.description}"), BarColumn(),
                                       MofNCompleteColumn(), TimeElapsedColumn(), transient=False,
                                       console=Console(stderr=True))

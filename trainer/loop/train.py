@@ -1,4 +1,4 @@
-"""The streaming SAO training loop (../shared/docs/SAO.md), torchtune-style: :func:`train` takes
+"""The streaming SAO training loop (docs/sao.md), torchtune-style: :func:`train` takes
 a :class:`~trajstore.trainer.loop.trainer.Trainer` from :func:`~trajstore.trainer.loop.setup.setup`,
 streams step batches from the store and, for each, runs one iteration
 (:func:`~trajstore.trainer.loop.step.train_step`), records it, publishes and checkpoints.

@@ -9,6 +9,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from trajstore.trainer.config import TrainConfig
+from trajstore.trainer.loop.setup import setup
+from trajstore.trainer.loop.train import train
 from trajstore.wording import plural
 
 PRODUCERS_DONE_GRACE_S = 10.0
@@ -39,12 +44,6 @@ def stop_waiting_when_closed(fd: int, data: Any, grace_s: float = PRODUCERS_DONE
 
 def train_child(config_path: str, threads: int) -> None:
     """The trainer process of a demo: load the saved config and train while the demo plays."""
-    import torch
-
-    from trajstore.trainer.config import TrainConfig
-    from trajstore.trainer.loop.setup import setup
-    from trajstore.trainer.loop.train import train
-
     torch.set_num_threads(threads)
     cfg = TrainConfig.from_json(Path(config_path).read_text())
     tr = setup(cfg)

@@ -15,8 +15,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import httpx
+
+from trajstore.hub import load_tokenizer, resolve_model
 from trajstore.store.layout import TRAJECTORIES_DIR, run_app_config_file, run_dir, run_log_file
 from trajstore.trainer.apps.demo.children import (
     DemoError,
@@ -29,9 +31,7 @@ from trajstore.trainer.apps.demo.children import (
 )
 from trajstore.trainer.apps.throughput.agent import TokenChat
 from trajstore.trainer.apps.throughput.config import Arm, ThroughputConfig, ThroughputError
-
-if TYPE_CHECKING:
-    from trajstore.trainer.config import TrainConfig
+from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 
 SERVE_LOG, TRAINER_LOG, PROXY_LOG = "serve.log", "trainer.log", "proxy"
 """serve's and the trainer's logs in the suite's folder; each proxy's at ``runs/<run_id>/proxy.log``
@@ -47,15 +47,6 @@ TRAINER_READY = "trainer host ready"
 def train_config(cfg: ThroughputConfig, run_id: str, store: str, seed: int) -> TrainConfig:
     """The trainer of an arm: follow the store, B trajectories a step, no critic warm-up (every step
     is a policy step), publish every step, stop after N steps."""
-    from trajstore.hub import load_tokenizer, resolve_model
-    from trajstore.trainer.config import (
-        AlgoConfig,
-        DataConfig,
-        ModelConfig,
-        OptimConfig,
-        RunConfig,
-        TrainConfig,
-    )
 
     tiny = cfg.model.startswith("tiny-")
     return TrainConfig(
@@ -103,7 +94,6 @@ class Services:
     def chat(self) -> TokenChat:
         """The agents' token-id conversations (the tokenizer is loaded once)."""
         if self._chat is None:
-            from trajstore.hub import load_tokenizer
 
             self._chat = TokenChat(load_tokenizer(self.cfg.tokenizer))
         return self._chat
@@ -234,8 +224,6 @@ class ArmTopology:
         return time.monotonic() - t0
 
     def _wait_v0(self, deadline: float) -> None:
-        import httpx
-
         while time.monotonic() < deadline:
             gone = self.alive()
             if gone is not None:

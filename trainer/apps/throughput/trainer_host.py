@@ -10,11 +10,17 @@ of its stdin."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
 import traceback
 from pathlib import Path
+
+import torch
+
+from trajstore.trainer.config import TrainConfig
+from trajstore.trainer.loop.train import train
 
 
 def write_status(path: str, status: dict) -> None:
@@ -26,12 +32,6 @@ def write_status(path: str, status: dict) -> None:
 
 def trainer_host(threads: int) -> None:
     """Train each config named on stdin, in turn (see the module docstring)."""
-    import gc
-
-    import torch
-
-    from trajstore.trainer.config import TrainConfig
-    from trajstore.trainer.loop.train import train
 
     torch.set_num_threads(threads)
     print(f"trainer host ready ({threads} torch thread{'s' if threads > 1 else ''})", flush=True)
