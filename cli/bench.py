@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import typer
 
@@ -18,11 +19,23 @@ commands = TrajTyper()
 commands.add_typer(bench_app, name="bench")
 
 
-def _ints(text: str, what: str) -> list[int]:
+def _numbers(text: str, what: str, kind: type[int] | type[float] = int) -> list:
+    """``--seeds 0,1,2``: the comma-separated numbers of option `what`, each of `kind`.
+
+    Raises:
+        InvalidOptionError: a value that is not one (naming the option).
+    """
     try:
-        return [int(s) for s in text.split(",")]
+        return [kind(s) for s in text.split(",")]
     except ValueError:
-        raise InvalidOptionError(f"invalid option --{what}: must be comma-separated integers (got {text!r})") from None
+        noun = "integers" if kind is int else "numbers"
+        raise InvalidOptionError(f"invalid option --{what}: must be comma-separated {noun} (got {text!r})") from None
+
+
+def _print_report_path(out: Any, summary: dict[str, Any]) -> None:
+    """Where the run's report is, as a command-line path to copy."""
+    out.print("report:", highlight=False)
+    print_command(out, f"{summary['out_dir']}/report.md")
 
 
 @bench_app.command("learning")
@@ -63,7 +76,7 @@ def learning_cmd(
     if scratch:
         over["scratch"] = scratch
     if seeds:
-        over["seeds"] = _ints(seeds, "seeds")
+        over["seeds"] = _numbers(seeds, "seeds")
     if arms:
         try:
             over["chain_arms"] = [get_arm(a.strip()).name for a in arms.split(",")]
@@ -106,15 +119,7 @@ def learning_cmd(
     if fmt is OutputFormat.table:
         if "calibration" in summary:
             out.print(f"lr for 1e-3 nats/token: {summary['calibrated_lr']:.3g}", highlight=False)
-        out.print("report:", highlight=False)
-        print_command(out, f"{summary['out_dir']}/report.md")
-
-
-def _floats(text: str, what: str) -> list[float]:
-    try:
-        return [float(s) for s in text.split(",")]
-    except ValueError:
-        raise InvalidOptionError(f"invalid option --{what}: must be comma-separated numbers (got {text!r})") from None
+        _print_report_path(out, summary)
 
 
 @bench_app.command("throughput")
@@ -151,11 +156,11 @@ def throughput_cmd(
     if scratch:
         over["scratch"] = scratch
     if sigmas:
-        over["sigmas"] = _floats(sigmas, "sigmas")
+        over["sigmas"] = _numbers(sigmas, "sigmas", float)
         if any(s <= 0 for s in over["sigmas"]):
             raise InvalidOptionError(f"invalid option --sigmas: must be positive (got {sigmas!r})")
     if seeds:
-        over["seeds"] = _ints(seeds, "seeds")
+        over["seeds"] = _numbers(seeds, "seeds")
     if arms:
         try:
             over["arms"] = [Arm.parse(a).name for a in arms.split(",")]
@@ -181,5 +186,4 @@ def throughput_cmd(
     if fmt is OutputFormat.table:
         for f in summary["failures"]:
             err.print(f"failed: {f['run']}: {f['error']}", highlight=False, soft_wrap=True)
-        out.print("report:", highlight=False)
-        print_command(out, f"{summary['out_dir']}/report.md")
+        _print_report_path(out, summary)
