@@ -52,9 +52,11 @@ def _tiny_config(kind: str, vocab_size: int):  # noqa: ANN202 - a transformers c
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
                   tie_word_embeddings=False)
     if kind == "tiny-llama":
+        # transformers (the train extra) loads only when a model or tokenizer is needed
         from transformers import LlamaConfig
 
         return LlamaConfig(**common)
+    # transformers (the train extra) loads only when a model or tokenizer is needed
     from transformers import Qwen3MoeConfig
 
     return Qwen3MoeConfig(**common, head_dim=16, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
@@ -97,6 +99,7 @@ def load_policy(name: str, *, tokenizer: str | None = None, tiny_vocab_size: int
     Raises:
         ModelLoadError: unknown name, or transformers cannot load the files.
     """
+    # transformers (the train extra) loads only when a model or tokenizer is needed
     from transformers import AutoModelForCausalLM
 
     if name in TINY_MODELS:

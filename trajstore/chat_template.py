@@ -121,6 +121,7 @@ _FAST: dict[tuple[int, str, str], Any] = {}
 
 
 def _prepare(message: dict[str, Any]) -> dict[str, Any]:
+    # transformers (the train extra) loads only when a model or tokenizer is needed
     from transformers.utils.chat_template_utils import _alias_reasoning_fields, _plain_template_data
 
     (out,) = _alias_reasoning_fields([_plain_template_data({k: v for k, v in message.items() if v is not None})])
@@ -141,6 +142,7 @@ def _fast_path(tokenizer: Any) -> Any:
     """{has tools: (compiled template, plain-data function, template variables)}, or None when
     the fast path is unavailable or renders the probe differently from ``apply_chat_template``."""
     try:
+        # transformers (the train extra) loads only when a model or tokenizer is needed
         from transformers.utils.chat_template_utils import _compile_jinja_template, _plain_template_data
 
         if not getattr(tokenizer, "chat_template", None):

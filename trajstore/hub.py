@@ -96,12 +96,14 @@ def quiet_loading() -> Iterator[None]:
     block runs. The warnings filter is scoped to the block in the main thread only (warning
     filters are process-wide, and ``catch_warnings`` is not thread-safe)."""
     with _TRANSFORMERS_IMPORT_LOCK:
+        # transformers (the train extra) loads only when a model or tokenizer is needed
         from transformers.utils import logging as hf_logging
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     gguf = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
     if gguf is None and importlib.util.find_spec("gguf") is not None:
         with contextlib.suppress(ImportError), _TRANSFORMERS_IMPORT_LOCK:
+            # transformers (the train extra) loads only when a model or tokenizer is needed
             import transformers.modeling_gguf_pytorch_utils as gguf
     raw_tqdm = getattr(gguf, "tqdm", None)
     if raw_tqdm is not None:

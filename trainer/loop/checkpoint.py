@@ -341,6 +341,7 @@ def load_latest_checkpoint(store: Store, run_id: str, *, map_location: str = "cp
                               f"{error_line(e)}") from None
     rng = load(CHECKPOINT_RNG_FILE, rng_check)
     if store.fs.exists(store.path(rel, CHECKPOINT_SHARDED_METADATA_FILE)):
+        # torch.distributed: loaded only by distributed (DDP / FSDP) runs
         import torch.distributed.checkpoint as dcp
 
         try:

@@ -173,6 +173,7 @@ def _weights_writer(model: Any, state_dict: dict[str, Any] | None, dtype: Any) -
     (default ``model.state_dict()``) with tied duplicates dropped and floats cast to `dtype`."""
 
     def save(_model: Any, filename: str, metadata: dict[str, str] | None = None) -> None:
+        # safetensors: an optional extra, loaded when weights are written or read
         from safetensors.torch import save_file
 
         sd = state_dict if state_dict is not None else model.state_dict()
@@ -297,6 +298,7 @@ def load_policy_into(model: torch.nn.Module, store: Store | str, run_id: str, ve
         PolicyMismatchError: keys or shapes differ from the model's, or the weights file is not
             the one meta.json describes (a publish interrupted mid-way).
     """
+    # safetensors: an optional extra, loaded when weights are written or read
     from safetensors import safe_open
     from safetensors.torch import load_model
 

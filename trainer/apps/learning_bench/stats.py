@@ -88,6 +88,7 @@ def format_p(p: float) -> str:
 
 @lru_cache(maxsize=256)
 def _t_quantile(q: float, df: int) -> float:
+    # scipy: the train extra, loaded only by the benchmark's statistics
     from scipy.special import stdtrit
 
     return float(stdtrit(df, q))
@@ -111,6 +112,7 @@ def t_interval(diffs: Sequence[float], *, confidence: float = CONFIDENCE) -> Int
     if se == 0:
         p = 1.0 if mean == 0 else 0.0
     else:
+        # scipy: the train extra, loaded only by the benchmark's statistics
         from scipy.special import stdtr
 
         p = float(2 * stdtr(n - 1, -abs(mean) / se))
