@@ -1,5 +1,5 @@
 """Learning benchmark: SAO and its ablations, from a supervised warm start, under simulated
-asynchrony, with paired seeds (issue 15; results in bench/LEARNING.md). Same as
+asynchrony, with paired seeds (results in bench/LEARNING.md). Same as
 ``traj bench learning``; this script only forwards its arguments. Writes to a fresh directory
 under the system temp dir (``--scratch`` to choose), never into the checkout.
 

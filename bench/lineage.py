@@ -1,4 +1,4 @@
-"""Lineage benchmark (issue 23): what ``traj proxy`` stores for a parent agent and a sub-agent that
+"""Lineage benchmark: what ``traj proxy`` stores for a parent agent and a sub-agent that
 alternate in one session, and what a trainer then prefills per trained action token.
 
     python bench/lineage.py                     # 3, 6 and 12 turns per agent
@@ -11,7 +11,7 @@ own history by the reply and a tool output, then ``/finish``. Per number of turn
 
 * stored by this checkout: trajectories, all their tokens (what a trainer prefills: every
   stored token goes through the model once), action tokens (what it trains on);
-* main's rule before issue 23 (one line per session: a prompt that does not extend the previous
+* the one-line-per-session rule that lineage links replaced (a prompt that does not extend the previous
   call's prompt + reply closes the trajectory and opens a new one holding the whole prompt),
   applied to the same engine prompt ids. Checked once against main's own proxy (see
   bench/RESULTS.md): same trajectory and token counts.
@@ -54,8 +54,8 @@ def play(proxy: str, session: str, turns: int) -> list[list[int]]:
     return prompts
 
 
-def one_line(prompts: list[list[int]], reply: list[int]) -> dict[str, int]:
-    """Main's rule before issue 23 on these calls: trajectories, tokens, action tokens."""
+def one_line_per_session(prompts: list[list[int]], reply: list[int]) -> dict[str, int]:
+    """The one-line-per-session rule on these calls: trajectories, tokens, action tokens."""
     parts: list[list[int]] = []
     tokens: list[int] = []
     for p in prompts:
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         with ServerThread(create_app(ProxyConfig(upstream=up.url, store=store))) as px:
             for n in args.turns:
                 prompts = play(px.url, f"t{n}", n)
-                rows.append({"turns": n, "before": one_line(prompts, reply), "calls": len(prompts),
+                rows.append({"turns": n, "before": one_line_per_session(prompts, reply), "calls": len(prompts),
                              "session": f"t{n}"})
         for r in rows:  # the proxy has stopped: its store is closed
             r["after"] = stored(store, r["session"])

@@ -149,7 +149,7 @@ def start_hop(upstream: str) -> tuple[subprocess.Popen[bytes], str]:
 
 
 @dataclass
-class Sample:
+class LoadResult:
     """Latencies (s) of one configuration's calls and its wall time."""
 
     total: list[float] = field(default_factory=list)
@@ -161,7 +161,7 @@ class Sample:
     failed: list[str] = field(default_factory=list)  # through the proxy: sessions finished as failed
 
 
-async def _call(client: httpx.AsyncClient, url: str, body: dict[str, Any], stream: bool, out: Sample) -> str:
+async def _call(client: httpx.AsyncClient, url: str, body: dict[str, Any], stream: bool, out: LoadResult) -> str:
     """One chat call; returns the answer's text."""
     t0 = time.perf_counter()
     if not stream:
@@ -191,9 +191,9 @@ async def _call(client: httpx.AsyncClient, url: str, body: dict[str, Any], strea
 
 
 async def run_load(base: str, *, proxy: bool, stream: bool, concurrency: int, sessions: int, turns: int,
-                   tag: str) -> Sample:
+                   tag: str) -> LoadResult:
     """`sessions` sessions of `turns` calls, `concurrency` at a time."""
-    out = Sample()
+    out = LoadResult()
     limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(sessions):
@@ -311,7 +311,7 @@ def main() -> None:
             stream = mode == "sse"
             for c in args.concurrency:
                 n = args.sessions or max(24, 4 * c)
-                got = {"direct": Sample(), "hop": Sample(), "proxy": Sample()}
+                got = {"direct": LoadResult(), "hop": LoadResult(), "proxy": LoadResult()}
                 paths = [("direct", up_url), *([("hop", hop_url)] if hop_url else []), ("proxy", px_url)]
                 for rnd in range(args.rounds):
                     for path, base in (paths if rnd % 2 == 0 else paths[::-1]):

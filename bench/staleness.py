@@ -1,5 +1,5 @@
 """``traj stats --staleness`` against a hand-written DuckDB query computing the same numbers over the
-same files (issue 25 target: within 2x at 1M trajectories).
+same files (target: within 2x at 1M trajectories).
 
     python bench/staleness.py                     # builds bench/audit.py's count store of 1M trajectories
     python bench/staleness.py --store /tmp/a1m    # an existing count store

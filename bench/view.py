@@ -1,5 +1,5 @@
 """``traj view`` benchmark: the list page of a store of a million trajectories, timed on the
-server (issue 27: under 1 s).
+server (target: under 1 s).
 
     python bench/view.py                          # 1,000,000 trajectories, best of 5
     python bench/view.py --count 200000 --repeat 3

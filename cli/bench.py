@@ -4,21 +4,38 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import typer
 
-from trajstore.cli.display import OutputFormat
-from trajstore.cli.main import FormatOption, InvalidOptionError, TrajTyper, app, friendly_errors
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.display import OutputFormat, new_console, print_command, render_record, render_tables
+from trajstore.cli.errors import InvalidOptionError, friendly_errors
+from trajstore.cli.options import FormatOption
+from trajstore.tables import TableData
 
 bench_app = TrajTyper(help="Benchmarks that exercise the whole pipeline.", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
+commands = TrajTyper()
+commands.add_typer(bench_app, name="bench")
 
 
-def _ints(text: str, what: str) -> list[int]:
+def _numbers(text: str, what: str, kind: type[int] | type[float] = int) -> list:
+    """``--seeds 0,1,2``: the comma-separated numbers of option `what`, each of `kind`.
+
+    Raises:
+        InvalidOptionError: a value that is not one (naming the option).
+    """
     try:
-        return [int(s) for s in text.split(",")]
+        return [kind(s) for s in text.split(",")]
     except ValueError:
-        raise InvalidOptionError(f"invalid option --{what}: must be comma-separated integers (got {text!r})") from None
+        noun = "integers" if kind is int else "numbers"
+        raise InvalidOptionError(f"invalid option --{what}: must be comma-separated {noun} (got {text!r})") from None
+
+
+def _print_report_path(out: Any, summary: dict[str, Any]) -> None:
+    """Where the run's report is, as a command-line path to copy."""
+    out.print("report:", highlight=False)
+    print_command(out, f"{summary['out_dir']}/report.md")
 
 
 @bench_app.command("learning")
@@ -45,10 +62,7 @@ def learning_cmd(
 ) -> None:
     """Train SAO and its ablations from a supervised warm start under simulated asynchrony, score
     their advantages against an oracle, and report the paper's claims with paired-seed intervals."""
-    from rich.console import Console
-
-    from trajstore.cli.display import print_command, render_record, render_tables
-    from trajstore.tables import TableData
+    # here, not at import: the learning bench imports torch (seconds of every traj command's start-up)
     from trajstore.trainer.apps.learning_bench.arms import BenchError, get_arm
     from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
     from trajstore.trainer.apps.learning_bench.suite import reanalyse as redo
@@ -62,7 +76,7 @@ def learning_cmd(
     if scratch:
         over["scratch"] = scratch
     if seeds:
-        over["seeds"] = _ints(seeds, "seeds")
+        over["seeds"] = _numbers(seeds, "seeds")
     if arms:
         try:
             over["chain_arms"] = [get_arm(a.strip()).name for a in arms.split(",")]
@@ -72,7 +86,7 @@ def learning_cmd(
         over["processes"] = processes
     if mismatch:
         over["mismatch"] = mismatch
-    err = Console(stderr=True)
+    err = new_console(stderr=True)
     if reanalyse:
         summary = redo(reanalyse, scratch=scratch)
         cfg = SuiteConfig.model_validate_json(open(f"{reanalyse}/config.json").read())
@@ -100,20 +114,12 @@ def learning_cmd(
                                 if with_ci else ()), c["verdict"])
                              for c in summary["claims"]],
                             keys=["comparison", "metric"], wrap=["verdict"])]
-    out = Console()
+    out = new_console()
     render_tables(tables, fmt, console=out)
     if fmt is OutputFormat.table:
         if "calibration" in summary:
             out.print(f"lr for 1e-3 nats/token: {summary['calibrated_lr']:.3g}", highlight=False)
-        out.print("report:", highlight=False)
-        print_command(out, f"{summary['out_dir']}/report.md")
-
-
-def _floats(text: str, what: str) -> list[float]:
-    try:
-        return [float(s) for s in text.split(",")]
-    except ValueError:
-        raise InvalidOptionError(f"invalid option --{what}: must be comma-separated numbers (got {text!r})") from None
+        _print_report_path(out, summary)
 
 
 @bench_app.command("throughput")
@@ -139,10 +145,7 @@ def throughput_cmd(
     --follow, a tiny random model, tool calls of lognormal latency): time to N policy steps, throughput,
     idle time and staleness of a synchronous barrier, one-step off-policy and --max-staleness arms on
     the same paired latency trace, beside a fork-join model's prediction."""
-    from rich.console import Console
-
-    from trajstore.cli.display import print_command, render_record, render_tables
-    from trajstore.tables import TableData
+    # here, not at import: the throughput bench imports the HTTP stack (FastAPI, the proxy extra)
     from trajstore.trainer.apps.throughput.config import Arm, ThroughputConfig, ThroughputError
     from trajstore.trainer.apps.throughput.suite import reanalyse as redo
     from trajstore.trainer.apps.throughput.suite import run_suite
@@ -153,18 +156,18 @@ def throughput_cmd(
     if scratch:
         over["scratch"] = scratch
     if sigmas:
-        over["sigmas"] = _floats(sigmas, "sigmas")
+        over["sigmas"] = _numbers(sigmas, "sigmas", float)
         if any(s <= 0 for s in over["sigmas"]):
             raise InvalidOptionError(f"invalid option --sigmas: must be positive (got {sigmas!r})")
     if seeds:
-        over["seeds"] = _ints(seeds, "seeds")
+        over["seeds"] = _numbers(seeds, "seeds")
     if arms:
         try:
             over["arms"] = [Arm.parse(a).name for a in arms.split(",")]
         except ThroughputError as e:
             raise InvalidOptionError(f"invalid option --arms: {e}") from None
     over.update({k: v for k, v in (("steps", steps), ("batch_size", batch_size), ("workers", workers)) if v})
-    err = Console(stderr=True)
+    err = new_console(stderr=True)
     if reanalyse:
         cfg, summary = redo(reanalyse)
     else:
@@ -178,10 +181,9 @@ def throughput_cmd(
         render_record("traj bench throughput", {k: v for k, v in summary.items() if k != "tables"} | {
             "tables": {t.name: [dict(zip(t.columns, r)) for r in t.rows] for t in summary["tables"]}}, fmt)
         return
-    out = Console()
+    out = new_console()
     render_tables(tabs, fmt, console=out)
     if fmt is OutputFormat.table:
         for f in summary["failures"]:
             err.print(f"failed: {f['run']}: {f['error']}", highlight=False, soft_wrap=True)
-        out.print("report:", highlight=False)
-        print_command(out, f"{summary['out_dir']}/report.md")
+        _print_report_path(out, summary)

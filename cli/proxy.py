@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from trajstore.cli.main import app, friendly_errors, invalid_options
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.errors import friendly_errors, invalid_options
 from trajstore.proxy.config import (
     DEFAULT_CLIENT_TOKEN_ENV,
     DEFAULT_FINISH_BATCH_S,
@@ -13,8 +14,10 @@ from trajstore.proxy.config import (
     GRACEFUL_SHUTDOWN_S,
 )
 
+commands = TrajTyper()
 
-@app.command("proxy")
+
+@commands.command("proxy")
 @friendly_errors
 def proxy_cmd(
     upstream: str = typer.Option(..., "--upstream", help="base URL of vLLM / SGLang / traj serve, "

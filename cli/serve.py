@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from trajstore.cli.main import EXIT_INTERRUPTED, app, friendly_errors, invalid_options
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.errors import EXIT_INTERRUPTED, friendly_errors, invalid_options
+
+commands = TrajTyper()
 
 
-@app.command("serve")
+@commands.command("serve")
 @friendly_errors
 def serve_cmd(
     model: str = typer.Option("smollm2-135m", "--model", help="smollm2-135m, a local HF directory, a .gguf "

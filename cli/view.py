@@ -6,19 +6,15 @@ import os
 
 import typer
 
-from trajstore.cli.main import (
-    EXIT_ERROR,
-    StorageOptions,
-    StoreArgument,
-    app,
-    friendly_errors,
-    invalid_options,
-    parse_storage_options,
-)
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.errors import EXIT_ERROR, friendly_errors, invalid_options
+from trajstore.cli.options import StorageOptions, StoreArgument, parse_storage_options
 from trajstore.view.config import DEFAULT_VIEW_PORT, DEFAULT_VIEW_TOKEN_ENV
 
+commands = TrajTyper()
 
-@app.command("view")
+
+@commands.command("view")
 @friendly_errors
 def view_cmd(
     store: StoreArgument,

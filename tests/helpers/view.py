@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.trajectories import VOCAB
 from trajstore import TrajectoryBuilder, write_trajectories
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 
 TRAINED_RUN = "r1"
 NARROW_EPS = 0.02

@@ -44,8 +44,8 @@ class SimulatedTrainer:
     next version is published (the order of trainer/loop/train.py)."""
 
     def __init__(self, store: str):
+        from trajstore.trainer.config import DataConfig
         from trajstore.trainer.data import TrajectoryStream
-        from trajstore.trainer.loop.config import DataConfig
         from trajstore.trainer.loop.records import RunRecorder
 
         self.store = store

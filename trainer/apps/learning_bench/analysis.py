@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trajstore.trainer.apps.envs import FAMILIES
+from trajstore.trainer.apps.learning_bench import plots
 from trajstore.trainer.apps.learning_bench.arms import ARMS, DIS_BAND
 from trajstore.trainer.apps.learning_bench.presets import CALIBRATION_TARGET_KL, SHIFT_STYLES, SuiteConfig
 from trajstore.trainer.apps.learning_bench.stats import CLAIMS, Interval, auc, decide, discriminates, paired, t_interval
@@ -24,23 +25,20 @@ class _NoFigures:
     """:mod:`.plots` with every ``*_plot`` a no-op returning None (``analyse(figures=False)``)."""
 
     def __getattr__(self, name: str) -> Any:
-        from trajstore.trainer.apps.learning_bench import plots
-
         return (lambda *_a, **_k: None) if name.endswith("_plot") else getattr(plots, name)
 
 
 def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path, *, figures: bool = True) -> dict[str, Any]:
     """Statistics, verdicts and (unless `figures` is False) figures from the finished jobs (see
     :mod:`.stats`, :mod:`.plots`)."""
-    from trajstore.trainer.apps.learning_bench import plots as _plots
 
-    plots: Any = _plots if figures else _NoFigures()
+    figs: Any = plots if figures else _NoFigures()
 
     # by name, not in the order the workers finished: a fresh run and --reanalyse of its directory
     # must give the same figures (the quality bars' intervals once depended on completion order)
     done = dict(sorted(done.items()))
     n_seeds = len(cfg.seeds)
-    of_seeds = plots.seeds_note(n_seeds)  # "mean over 5 seeds" / "1 seed"
+    of_seeds = figs.seeds_note(n_seeds)  # "mean over 5 seeds" / "1 seed"
     runs = [d for k, d in done.items() if not k.startswith("quality-")]
     summary: dict[str, Any] = {"figures": {}, "claims": [], "auc": {}, "quality": {}}
     if cfg.calibrate_lrs:
@@ -84,10 +82,10 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path, *, figures: bool 
             order = [a for a in ARMS if a in per["corr"]]
             bars = {e: {k: t_interval([per[k][e][s] for s in sorted(per[k][e])]) for k in ("corr", "cos")}
                     for e in order}
-            summary["figures"][f"quality-{n}"] = plots.quality_plot(
+            summary["figures"][f"quality-{n}"] = figs.quality_plot(
                 bars, rel, out / f"advantage-quality-{n}.png",
                 title=f"advantage quality vs the Monte-Carlo oracle A* (fixed warm-start policy, critics after {n} "
-                      f"critic iterations; {plots.seeds_note(len(quality))}, {plots.ci_note(len(quality))})")
+                      f"critic iterations; {figs.seeds_note(len(quality))}, {figs.ci_note(len(quality))})")
         metric["corr"] = summary["quality"][str(first[0]["critic_iterations"])]["values"]["corr"]
         metric["cos"] = summary["quality"][str(first[0]["critic_iterations"])]["values"]["cos"]
         signal["corr"], signal["cos"] = metric["corr"], metric["cos"]
@@ -130,9 +128,9 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path, *, figures: bool 
             rows.append({"label": f"{arm} - {ref}", "mean": iv.mean, "low": iv.low, "high": iv.high,
                          "verdict": claim["verdict"] if claim else "no paper claim", "unit": unit})
         if rows:
-            summary["figures"][f"forest-{metric_name}"] = plots.forest_plot(
+            summary["figures"][f"forest-{metric_name}"] = figs.forest_plot(
                 rows, out / f"forest-{metric_name}.png",
-                title=f"{title} ({n_seeds} paired seed{'s' if n_seeds != 1 else ''}, {plots.ci_note(n_seeds)})")
+                title=f"{title} ({n_seeds} paired seed{'s' if n_seeds != 1 else ''}, {figs.ci_note(n_seeds)})")
     # curves and diagnostics
     evals = {task: {arm: [d["evals"] for d in seeds.values()] for (t, arm), seeds in by.items() if t == task}
              for task in ("chain", "pref-shift")}
@@ -145,15 +143,15 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path, *, figures: bool 
               "GAE variants": ["sao", "gae-turn-last", "gae-turn-avg", "gae-turn-last-h", "gae-turn-avg-h",
                                "gae-no-skip"]}
     if evals["chain"]:
-        summary["figures"]["curves-chain"] = plots.curves_plot(
+        summary["figures"]["curves-chain"] = figs.curves_plot(
             groups, evals["chain"], out / "curves-chain.png",
             title=f"chain task: evaluation reward ({3 * cfg.eval_per_family} fixed episodes, {of_seeds})")
-        summary["figures"]["diagnostics-chain"] = plots.diagnostics_plot(
+        summary["figures"]["diagnostics-chain"] = figs.diagnostics_plot(
             hist["chain"], out / "diagnostics-chain.png", title=f"chain task: training diagnostics ({of_seeds})")
         lr_arms = [a for a in ("sao", "no-correction", "grpo-dis") if a in evals["chain"]]
         hists = {a: _merge_hist([d["log_ratio_hist"] for d in by[("chain", a)].values()]) for a in lr_arms}
         bands = {a: _merge_hist([d["band"] for d in by[("chain", a)].values()]) for a in lr_arms}
-        summary["figures"]["log-ratio"] = plots.log_ratio_plot(
+        summary["figures"]["log-ratio"] = figs.log_ratio_plot(
             hists, bands, LOG_RATIO_EDGES, out / "log-ratio-by-staleness.png", eps=DIS_BAND,
             title=f"log-ratio at the policy update by staleness (engine: bf16, logit noise sd {cfg.logit_noise:g})")
         stal = {}
@@ -164,14 +162,14 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path, *, figures: bool 
                 p95s = [statistics.mean(r["staleness_p95"] for r in h) for h in rs]
                 stal[arm] = (statistics.mean(means), statistics.mean(p95s), min(p95s), max(p95s))
         summary["staleness"] = stal
-        summary["figures"]["staleness"] = plots.staleness_plot(
+        summary["figures"]["staleness"] = figs.staleness_plot(
             stal, out / "staleness.png", seeds=n_seeds, title=staleness_title(list(stal)))
     if evals["pref-shift"]:
-        summary["figures"]["curves-shift"] = plots.curves_plot(
+        summary["figures"]["curves-shift"] = figs.curves_plot(
             {"critic vs running means": list(evals["pref-shift"])}, evals["pref-shift"], out / "curves-shift.png",
             title=f"pref-shift task: evaluation reward under the preference in force ({of_seeds})",
             shifts=cfg.shifts())
-        summary["figures"]["families-shift"] = plots.family_shift_plot(
+        summary["figures"]["families-shift"] = figs.family_shift_plot(
             evals["pref-shift"], FAMILIES, cfg.shifts(), out / "families-shift.png",
             title=f"pref-shift task: evaluation reward per difficulty family around each shift ({of_seeds})")
     summary["runs"] = {f"{t}/{a}": {"seconds": [d["seconds"] for d in s.values()],
@@ -191,8 +189,8 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path, *, figures: bool 
 def _stage_evals(evals: list[dict[str, Any]], shift: int, stage: int, steps: int) -> list[dict[str, Any]]:
     """The evaluations of the stage that starts at policy step `shift`, in step order: from the
     shift up to the step before the next shift (the last stage: up to the last step), all under
-    that stage's preference. (Before issue 28 the post-shift window also took the evaluation at
-    the next shift, which is scored under the next stage's preference.)"""
+    that stage's preference (never the evaluation at the next shift, which is scored under the
+    next stage's preference)."""
     end = shift + stage if shift + stage < steps else steps + 1
     return sorted((e for e in evals if shift <= e["step"] < end), key=lambda e: e["step"])
 

@@ -25,7 +25,7 @@ def eval_instances(seed: int, per_family: int, *, held_out: int = 0) -> list[tup
     """The fixed evaluation instances of a seed: `per_family` of each family, the same for every
     arm. With `held_out` > 0 they are drawn from the seed's held-out starts
     (:func:`~trajstore.trainer.apps.envs.held_out_starts`), which training never sees; with 0
-    from every instance (before issue 28: the 96 evaluation episodes repeated training instances)."""
+    from every instance (so that no evaluation episode repeats a training instance)."""
     rng = random.Random(f"eval-{seed}")
     starts = held_out_starts(seed, held_out) if held_out else None
     out: list[tuple[str, int, int]] = []

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from trajstore.builder import TrajectoryBuilder
 from trajstore.trainer.apps.envs import (
     FAMILIES,
     draw_instance,
@@ -49,6 +50,10 @@ from trajstore.trainer.apps.learning_bench.trainer_side import (
     train_config,
     use_moe_critic,
 )
+from trajstore.trainer.loop.micro import prepare
+from trajstore.trainer.loop.setup import setup
+from trajstore.trainer.loop.step import train_step
+from trajstore.writer import StoreWriter
 
 BENCH_SOURCE = "trajstore/bench-learning"
 """The ``source`` column of the benchmark's trajectories."""
@@ -103,11 +108,6 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
         BenchError: unknown arm, or the trainer's stream returned a batch other than the one
             just written.
     """
-    from trajstore.builder import TrajectoryBuilder
-    from trajstore.trainer.loop.micro import prepare
-    from trajstore.trainer.loop.setup import setup
-    from trajstore.trainer.loop.step import train_step
-    from trajstore.writer import StoreWriter
 
     t0 = time.monotonic()
     arm = get_arm(spec.arm)
@@ -245,7 +245,7 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
                 step_before = tr.state.step
                 if it.publishes is None and tr.critic is None:
                     # warm-up of a critic-free arm: its baseline sees the batch (the running mean's
-                    # window fills), no policy step (issue 28: they started at once, from a zero baseline)
+                    # window fills), no policy step (starting at once, from a zero baseline, would bias them)
                     if tr.scalar_fn is not None:
                         tr.scalar_fn(batch.samples, tr.state)
                     tr.state.cursor = batch.cursor

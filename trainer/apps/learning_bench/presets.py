@@ -34,7 +34,7 @@ CALIBRATION_TARGET_KL = 1e-3
 DEFAULT_CHAIN_ARMS = ("sao", "sao-k1", "full-critic", "running-mean-8", "running-mean-128", "running-mean-family",
                       "ppo-clip", "no-correction", "no-correction-small-step", "grpo-dis", "grpo-no-dis",
                       "gae-turn-last-h", "gae-turn-avg-h", "gae-no-skip", "moe-critic", "moe-full-critic")
-"""The default preset's chain arms (issue 28: the per-family running mean, the step-matched
+"""The default preset's chain arms (with the per-family running mean, the step-matched
 no-correction, the matched-horizon turn-level GAE and the MoE critic pair added; the turn-level
 arms without horizon matching, ``gae-turn-last`` / ``gae-turn-avg``, run with ``--arms``)."""
 LONG_ARMS = ("sao", "grpo-dis", "grpo-no-dis", "no-correction")
@@ -58,7 +58,7 @@ class SuiteConfig(BaseModel):
     preset: Preset = "default"
     scratch: str = Field(default_factory=lambda: str(default_scratch()),
                          description="directory for warm starts (cached per seed) and a fresh run directory")
-    seeds: list[int] = Field(default_factory=lambda: list(range(10)), description="paired seeds (issue 28: >= 10)")
+    seeds: list[int] = Field(default_factory=lambda: list(range(10)), description="paired seeds (>= 10 for intervals that hold their level)")
     chain_arms: list[str] = Field(default_factory=lambda: list(DEFAULT_CHAIN_ARMS))
     chain_steps: int = 25
     shift_arms: list[str] = Field(default_factory=lambda: ["sao", "running-mean-8", "running-mean-128"])
@@ -91,7 +91,7 @@ class SuiteConfig(BaseModel):
         elif name == "smoke":
             # every task, arm and measurement of the default preset, one short run each (the arm
             # lists and kl_arms are the default's), so a crash on any of the default's paths shows
-            # in CI (issue 28: the default's pref-shift runs crashed while smoke ran sao on chain only)
+            # in CI (the default's pref-shift runs once crashed while smoke ran sao on chain only)
             base = dict(seeds=[0], chain_steps=3, shift_stage_steps=2, shift_eval_every=1, batch_size=16, workers=32,
                         critic_warmup=3, eval_every=3, eval_per_family=8, processes=1,
                         quality=QualityConfig(critic_iterations=(40,), prompts=6, mc_rollouts=16),

@@ -26,7 +26,7 @@ class RunSpec(BaseModel):
                                                      "arm: critics train, critic-free baselines fill their state")
     policy_lr: float = Field(gt=0, description="policy learning rate (calibrated once, same for every arm)")
     critic_lr_factor: float = Field(5.0, gt=0, description="critic learning rate / policy learning rate "
-                                                           "(SAO.md: 5e-6 / 1e-6)")
+                                                           "(docs/sao.md: 5e-6 / 1e-6)")
     batch_size: int = Field(32, ge=1, description="trajectories per iteration")
     workers: int = Field(64, ge=1, description="simulated rollout workers")
     turn_latency_sigma: float = Field(1.0, ge=0, description="lognormal sigma of the per-turn latency")

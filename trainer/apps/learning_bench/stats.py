@@ -5,7 +5,7 @@ across the claims, and the paper's claims with the comparison, direction and tes
 that decide each verdict.
 
 A claim counts as *reproduced* only if its Holm-adjusted p-value is below :data:`ALPHA` with the
-mean difference in the paper's direction. Before issue 28 the interval was a percentile bootstrap
+mean difference in the paper's direction. The interval is not a percentile bootstrap
 of the seeds: at 5 seeds it excluded 0 in about 16 % of simulated null experiments (nominal 5 %);
 the t-interval's null rate at the preset's seed count is checked by simulation in the tests.
 No torch (scipy for the t distribution).
@@ -88,6 +88,7 @@ def format_p(p: float) -> str:
 
 @lru_cache(maxsize=256)
 def _t_quantile(q: float, df: int) -> float:
+    # scipy: the train extra, loaded only by the benchmark's statistics
     from scipy.special import stdtrit
 
     return float(stdtrit(df, q))
@@ -111,6 +112,7 @@ def t_interval(diffs: Sequence[float], *, confidence: float = CONFIDENCE) -> Int
     if se == 0:
         p = 1.0 if mean == 0 else 0.0
     else:
+        # scipy: the train extra, loaded only by the benchmark's statistics
         from scipy.special import stdtr
 
         p = float(2 * stdtr(n - 1, -abs(mean) / se))
@@ -147,7 +149,7 @@ Direction = Literal["ref-better", "arm-better"]
 
 @dataclass(frozen=True)
 class Claim:
-    """One of the paper's comparative claims (SAO.md) and how the benchmark decides it.
+    """One of the paper's comparative claims (docs/sao.md) and how the benchmark decides it.
 
     Attributes:
         key: short id. paper: the claim in the paper's words / numbers.
@@ -201,7 +203,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("token-vs-turn-avg-corr", "token-level GAE's advantages are closer to the true ones than turn-level "
           "GAE's", "chain", "corr", "gae-turn-avg", "sao"),
     Claim("skip-vs-no-skip", "GAE skips observation tokens (mechanism 4)", "chain", "auc", "gae-no-skip", "sao"),
-    # issue 28: comparators and controls
+    # comparators and controls
     Claim("critic-vs-mean-family", "a critic beats a running-mean baseline (97.3 vs 79.8), here one kept per "
           "difficulty family", "chain", "auc", "running-mean-family", "sao"),
     Claim("critic-vs-mean-family-corr", "the critic's advantages are better than a running mean's, here one kept "
@@ -235,7 +237,7 @@ def discriminates(arm_signal: Interval, ref_signal: Interval) -> bool:
     ``post-shift-auc`` = evaluation reward at the end of each post-shift stage - at its shift,
     mean over the shifts (it recovered); ``corr`` / ``cos`` = the score itself (its advantages
     agree with the oracle's). When neither arm moves, a difference between them measures nothing
-    (issue 28: on the pref-shift task no arm recovered within a stage). With fewer than two
+    (as on the pref-shift task, where no arm recovered within a stage). With fewer than two
     seeds there is no interval and the rule does not apply (undetermined anyway)."""
     if arm_signal.n < 2 and ref_signal.n < 2:
         return True

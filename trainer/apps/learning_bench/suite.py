@@ -6,25 +6,31 @@ is read and never written: the new report goes to a fresh directory of the scrat
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
+import multiprocessing as mp
 import os
+import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from trajstore.trainer.apps.learning_bench.analysis import analyse
 from trajstore.trainer.apps.learning_bench.arms import BenchError
 from trajstore.trainer.apps.learning_bench.harness import run_one
-from trajstore.trainer.apps.learning_bench.oracle import QualityConfig
+from trajstore.trainer.apps.learning_bench.oracle import QualityConfig, advantage_quality
 from trajstore.trainer.apps.learning_bench.presets import SuiteConfig, default_scratch
 from trajstore.trainer.apps.learning_bench.provenance import describe, finish, machine_info
 from trajstore.trainer.apps.learning_bench.report import generated_tables, render_report
 from trajstore.trainer.apps.learning_bench.spec import RunSpec
-from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig
+from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig, ensure_warm_start
 
 # -- jobs (run in worker processes) --------------------------------------------------------------
 
@@ -34,10 +40,7 @@ from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig
 
 
 def _job_warm(scratch: str, seed: int, cfg_json: str) -> tuple[int, str, float]:
-    import torch
-
     torch.set_num_threads(1)
-    from trajstore.trainer.apps.learning_bench.warmstart import ensure_warm_start
 
     c0 = time.process_time()
     cfg = WarmStartConfig(**json.loads(cfg_json))
@@ -45,8 +48,6 @@ def _job_warm(scratch: str, seed: int, cfg_json: str) -> tuple[int, str, float]:
 
 
 def _job_run(spec_json: str, store: str, out: str) -> dict[str, Any]:
-    import torch
-
     torch.set_num_threads(1)
     spec = RunSpec.model_validate_json(spec_json)
     c0 = time.process_time()
@@ -59,10 +60,7 @@ def _job_run(spec_json: str, store: str, out: str) -> dict[str, Any]:
 
 
 def _job_quality(warm: str, seed: int, cfg_json: str, out: str) -> dict[str, Any]:
-    import torch
-
     torch.set_num_threads(1)
-    from trajstore.trainer.apps.learning_bench.oracle import advantage_quality
 
     d = json.loads(cfg_json)
     d["critic_iterations"] = tuple(d["critic_iterations"])
@@ -75,7 +73,6 @@ def _job_quality(warm: str, seed: int, cfg_json: str, out: str) -> dict[str, Any
 
 
 def _pool(n: int):  # noqa: ANN202
-    import multiprocessing as mp
 
     return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"))
 
@@ -96,7 +93,6 @@ def run_suite(cfg: SuiteConfig, *, log: Callable[[str], None] = lambda _m: None)
     info = machine_info()
     (out / "machine.json").write_text(json.dumps(info, indent=2))
     log(f"traj bench learning --preset {cfg.preset}: writing to {out}")
-    from dataclasses import replace
 
     t_warm = time.monotonic()
     kinds = {"policy": cfg.warm_start}
@@ -165,9 +161,7 @@ def _write(cfg: SuiteConfig, summary: dict[str, Any], out: Path, info: dict[str,
 
 def committed_files(directory: str | os.PathLike[str]) -> list[str]:
     """Files under `directory` that git tracks (paths relative to it); [] outside a git work tree
-    or without git. The benchmark never writes over these (issue 16)."""
-    import shutil
-    import subprocess
+    or without git. The benchmark never writes over these (a committed result stays as committed)."""
 
     d = Path(directory)
     if not d.is_dir() or shutil.which("git") is None:
@@ -180,7 +174,6 @@ def committed_files(directory: str | os.PathLike[str]) -> list[str]:
 
 def load_results(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The per-run result files of a run directory (``results/<run>.json`` or ``.json.gz``), by run name."""
-    import gzip
 
     out = {}
     for p in sorted(Path(run_dir, "results").iterdir()):

@@ -25,6 +25,7 @@ import torch
 from trajstore.hub import quiet_loading
 from trajstore.trainer.apps.envs import FAMILIES, STYLES, TaskName, draw_instance, make_episode
 from trajstore.trainer.apps.learning_bench.codec import CharCodec
+from trajstore.trainer.models import load_policy
 
 DEMO_ACCURACY = {"easy": 0.9, "medium": 0.6, "hard": 0.35}
 """Probability that the demonstrator writes a term right, per family (else a uniform digit)."""
@@ -113,7 +114,6 @@ def sft_loss(model: torch.nn.Module, batch: list[tuple[list[int], list[bool]]]) 
 def train_warm_start(seed: int, cfg: WarmStartConfig) -> torch.nn.Module:
     """Fit a fresh ``cfg.model`` (``tiny-llama`` by default; initialised from `seed`) to the
     demonstrator; returns it in train mode, float32."""
-    from trajstore.trainer.models import load_policy
 
     codec = CharCodec()
     model = load_policy(cfg.model, tokenizer=codec.name, tiny_vocab_size=codec.vocab_size, seed=seed).model

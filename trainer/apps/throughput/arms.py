@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import httpx
+
 from trajstore.trainer.apps.throughput.agent import EpisodeRecord, TokenChat, play_episode
 from trajstore.trainer.apps.throughput.config import Arm, ThroughputConfig, ThroughputError
 from trajstore.trainer.apps.throughput.trace import LatencyTrace
@@ -88,7 +90,6 @@ class _Player:
 
     async def wait_version(self, version: int) -> None:
         """Until the proxy reports that the server holds `version` (or a newer one)."""
-        import httpx
 
         while True:
             self.check()
@@ -151,7 +152,6 @@ async def run_rollouts(arm: Arm, cfg: ThroughputConfig, trace: LatencyTrace, cha
     Raises:
         ThroughputError: a child exited, an episode of a batch failed, or episodes keep failing.
     """
-    import httpx
 
     limits = httpx.Limits(max_connections=cfg.workers + 8, max_keepalive_connections=cfg.workers + 8)
     async with httpx.AsyncClient(timeout=httpx.Timeout(cfg.arm_timeout_s), limits=limits) as client:

@@ -39,11 +39,12 @@ from typing import Any
 import pyarrow as pa
 
 from trajstore.errors import StoreError
+from trajstore.reader import read_shard
+from trajstore.schema import TRAJECTORY_SCHEMA
 from trajstore.store.compaction_records import CompactionRecord, compacted_name, delete_record, write_record
 from trajstore.store.fsutil import fresh_info, why
 from trajstore.store.handle import Store
 from trajstore.store.layout import TRAJECTORIES_DIR
-from trajstore.store.lock import MAINTENANCE_LOCK as MAINTENANCE_LOCK  # re-exported: its old home
 from trajstore.store.lock import maintenance_lock
 from trajstore.store.open import open_store
 from trajstore.store.shards import ShardInfo, list_view
@@ -200,9 +201,6 @@ def finish_earlier(store: Store, *, keep_replaced_s: float, dry_run: bool, resul
 def _merge(store: Store, group: list[ShardInfo], seen: set[str]) -> tuple[pa.Table, CompactionRecord]:
     """The group's rows (current schema, arrival order) without ids in `seen` or repeated, and its
     record; `seen` is extended with the kept ids."""
-    from trajstore.reader import read_shard  # the reader builds on the store package
-    from trajstore.schema import TRAJECTORY_SCHEMA
-
     tables, sources = [], []
     for s in group:
         t = read_shard(store, s)
@@ -225,8 +223,6 @@ def _merge(store: Store, group: list[ShardInfo], seen: set[str]) -> tuple[pa.Tab
 
 
 def _ids(store: Store, shard: ShardInfo) -> list[str]:
-    from trajstore.reader import read_shard
-
     return read_shard(store, shard, columns=["trajectory_id"]).column("trajectory_id").to_pylist()
 
 

@@ -29,13 +29,24 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from trajstore.reader import read_shard
+from trajstore.reader.progress import Progress, plan
+from trajstore.schema import TRAJECTORY_SCHEMA
 from trajstore.store.compaction_records import CompactionRecord, compacted_name, write_record
-from trajstore.store.layout import RUNS_DIR, TRAJECTORIES_DIR, checkpoint_latest_file, checkpoints_dir
+from trajstore.store.layout import (
+    CHECKPOINT_STATE_FILE,
+    RUNS_DIR,
+    TRAJECTORIES_DIR,
+    checkpoint_dir,
+    checkpoint_latest_file,
+    checkpoints_dir,
+    run_consumed_dir,
+)
 from trajstore.store.shards import ShardInfo, list_shards
 
 if TYPE_CHECKING:
-    from trajstore.reader.progress import Progress
     from trajstore.store.handle import Store
 
 
@@ -58,9 +69,6 @@ class RowPlan:
 
 def _cursor(store: Store, run_id: str) -> Progress | None:
     """The data cursor of run `run_id`'s ``LATEST`` checkpoint, None when it has none."""
-    from trajstore.reader.progress import Progress
-    from trajstore.store.layout import CHECKPOINT_STATE_FILE, checkpoint_dir
-
     try:
         pointer = json.loads(store.fs.cat_file(store.path(checkpoint_latest_file(run_id))))
         state = json.loads(store.fs.cat_file(store.path(checkpoint_dir(run_id, int(pointer["iteration"])),
@@ -77,8 +85,6 @@ def _has_checkpoints(store: Store, run_id: str) -> bool:
 
 def consumed_ids(store: Store, run_id: str) -> set[str]:
     """Ids of the trajectories run `run_id` trained on (its ``consumed`` records)."""
-    from trajstore.store.layout import run_consumed_dir
-
     ids: set[str] = set()
     for s in list_shards(store, run_consumed_dir(run_id)):
         ids.update(_read_column(store, s, "trajectory_id").to_pylist())
@@ -86,8 +92,6 @@ def consumed_ids(store: Store, run_id: str) -> set[str]:
 
 
 def _read_column(store: Store, shard: ShardInfo, column: str) -> pa.ChunkedArray:
-    import pyarrow.parquet as pq
-
     fh = store.fs.open(shard.path, "rb") if not store.is_local else shard.path
     return pq.read_table(fh, columns=[column]).column(column)
 
@@ -96,9 +100,6 @@ def plan_rows(store: Store, *, consumed_by: tuple[str, ...], older_than_s: float
               statuses: tuple[str, ...] | None, ignore_runs: tuple[str, ...] = (),
               now: float | None = None) -> RowPlan:
     """The trajectory rows the rule allows deleting now (module docstring)."""
-    from trajstore.reader import read_shard
-    from trajstore.reader.progress import plan
-
     out = RowPlan()
     if not consumed_by:
         return out
@@ -165,9 +166,6 @@ def delete_rows(store: Store, plan: RowPlan, *, keep_replaced_s: float) -> list[
     commit, when `keep_replaced_s` is 0 or less (as ``traj compact`` does: no reader to wait
     for); otherwise a later ``traj compact`` / ``traj gc`` deletes it once its record is that old.
     """
-    from trajstore.reader import read_shard
-    from trajstore.schema import TRAJECTORY_SCHEMA
-
     done = []
     for shard, rows in plan.shards:
         if len(rows) == shard.num_rows:
@@ -186,7 +184,7 @@ def delete_rows(store: Store, plan: RowPlan, *, keep_replaced_s: float) -> list[
     return done
 
 
-def describe(plan: RowPlan) -> list[dict[str, Any]]:
+def report_items(plan: RowPlan) -> list[dict[str, Any]]:
     """One item per shard of `plan` for the gc report."""
     return [{"kind": "trajectories", "what": f"{len(rows)} of {shard.num_rows} rows of {shard.name}",
              "bytes": shard.size_bytes if len(rows) == shard.num_rows else shard.size_bytes * len(rows) // shard.num_rows}

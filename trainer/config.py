@@ -1,4 +1,6 @@
-"""The typed configuration of `traj train`, nested by concern.
+"""The typed configuration of `traj train`, nested by concern: the one config that the data
+stream, the models and the training loop all read, and that generates `traj train`'s flags
+(:mod:`trajstore.cli.config_options`).
 
 Every field has a one-line doc with its unit. The resolved config is saved as
 ``runs/<run_id>/config.json`` in the store and inside every checkpoint; ``--resume`` reloads it.
@@ -14,13 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 CRITIC_TRAINABLE_PATTERN = (r"^value_head\.|\.mlp\.(?:experts\.|shared_experts?\.)?"
                             r"(?:gate_up_proj|gate_proj|up_proj|down_proj)(?:\.|$)")
-"""Default trainable set of the critic (SAO.md, mechanism 3, "frozen attention"): the value head
+"""Default trainable set of the critic (docs/sao.md, mechanism 3, "frozen attention"): the value head
 and the MLP projections (dense ``mlp.{gate,up,down}_proj``) or MoE expert projections
 (``mlp.experts.{gate_up,down}_proj``, shared experts likewise). Everything else stays frozen at
 the policy's weights: token embeddings, every norm, attention (q/k/v/o and q/k norms), and the MoE
 router (``mlp.gate``, not an expert projection). The paper trains only "the MLP / MoE expert
 projections (and the value head)"; it showed frozen attention on MoE critics, and on dense models
-we freeze attention and train the MLP blocks (SAO.md, "What the paper leaves open")."""
+we freeze attention and train the MLP blocks (docs/sao.md, "What the paper leaves open")."""
 
 AdvantageEstimator = Literal["sao-gae", "grpo", "running-mean"]
 """How advantages are computed: ``sao-gae`` = critic + skip-observation GAE (SAO); ``grpo`` =
@@ -52,7 +54,7 @@ class ModelConfig(_Section):
     tiny_vocab_size: int = Field(256, ge=8, description="vocabulary size of the tiny random models (tokens)")
     critic_trainable_pattern: str | None = Field(
         CRITIC_TRAINABLE_PATTERN, description="regex over critic parameter names; only matches train (default: "
-        "MLP / MoE expert projections + value head; embeddings, norms, attention and router frozen, SAO.md "
+        "MLP / MoE expert projections + value head; embeddings, norms, attention and router frozen, docs/sao.md "
         "mechanism 3); None or '' = full-parameter critic (ablation)")
     seed: int = Field(0, description="seed for tiny-model initialisation, the value head and torch RNG")
 
@@ -125,7 +127,7 @@ class OptimConfig(_Section):
 
 
 class AlgoConfig(_Section):
-    """The SAO update (../shared/docs/SAO.md) and the baselines it is compared with."""
+    """The SAO update (docs/sao.md) and the baselines it is compared with."""
 
     advantage: AdvantageEstimator = Field("sao-gae", description="advantage estimator")
     policy_loss: PolicyLossName = Field("dis", description="policy loss")

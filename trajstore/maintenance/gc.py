@@ -12,7 +12,7 @@ Rules, each off unless given:
   names and any newer than it (a checkpoint being committed);
 - trajectories consumed by every run in ``consumed_by``, optionally only those older than
   ``older_than_s`` and of ``statuses``, and only once every run that can resume has read them
-  (:mod:`trajstore.store.gc_rows`).
+  (:mod:`trajstore.maintenance.gc_rows`).
 
 Shards that ``traj compact`` replaced are also deleted once their compaction is
 ``keep_replaced_s`` old, as ``traj compact`` itself does.
@@ -25,15 +25,17 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from trajstore.maintenance.compact import KEEP_REPLACED_S, CompactionResult, finish_earlier
+from trajstore.maintenance.gc_rows import delete_rows, plan_rows, report_items
+from trajstore.policies import latest_policy_version, list_policy_versions
 from trajstore.schema import STATUSES
 from trajstore.store import scalar_cache
-from trajstore.store.compact import KEEP_REPLACED_S, CompactionResult, finish_earlier
-from trajstore.store.gc_rows import delete_rows, describe, plan_rows
 from trajstore.store.handle import Store
 from trajstore.store.layout import (
     CHECKPOINT_STATE_FILE,
     POLICIES_DIR,
     RUNS_DIR,
+    VERSION_META_FILE,
     checkpoint_dir,
     checkpoint_latest_file,
     checkpoints_dir,
@@ -135,8 +137,6 @@ def _checkpoint_versions(store: Store, run_id: str, its: list[int]) -> set[int]:
 
 def _weights(store: Store, rules: GcRules) -> list[dict[str, Any]]:
     """Policy versions and checkpoints the rules allow deleting."""
-    from trajstore.policies import latest_policy_version, list_policy_versions
-
     items = []
     runs = set(store.iter_dirs(RUNS_DIR)) | set(store.iter_dirs(POLICIES_DIR))
     for run in sorted(runs):
@@ -178,8 +178,6 @@ def gc_store(uri: str | os.PathLike[str] | Store, rules: GcRules, *, dry_run: bo
     Raises:
         StoreError: the store cannot be written, or the lock was not acquired within `wait_s`.
     """
-    from trajstore.store.layout import VERSION_META_FILE
-
     store = uri if isinstance(uri, Store) else open_store(uri, storage_options=storage_options)
     result = GcResult(store.uri, dry_run)
     with maintenance_lock(store, wait_s=wait_s, dry_run=dry_run):
@@ -192,7 +190,7 @@ def gc_store(uri: str | os.PathLike[str] | Store, rules: GcRules, *, dry_run: bo
         rows = plan_rows(store, consumed_by=rules.consumed_by, older_than_s=rules.older_than_s,
                          statuses=rules.statuses, ignore_runs=rules.ignore_runs)
         result.kept += rows.blocked
-        result.items += [{k: v for k, v in i.items() if k != "_rel"} for i in weights] + describe(rows)
+        result.items += [{k: v for k, v in i.items() if k != "_rel"} for i in weights] + report_items(rows)
         if dry_run:
             return result
         for item in weights:

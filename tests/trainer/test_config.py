@@ -1,10 +1,10 @@
-"""trainer/loop/config.py: the typed training config refuses values that cannot work."""
+"""trainer/config.py: the typed training config refuses values that cannot work."""
 
 from __future__ import annotations
 
 import pytest
 
-from trajstore.trainer.loop.config import RunConfig
+from trajstore.trainer.config import RunConfig
 
 
 # issue 14: disk use of training runs (published versions and checkpoints pruned, leftovers removed)
