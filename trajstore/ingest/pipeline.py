@@ -1,6 +1,7 @@
 """`ingest_paths` / `iter_trajectories`: agent logs on disk -> trajectories in a store, end to end:
 discover the input units, parse each record (:mod:`~trajstore.ingest.dispatch`), build them
-(:mod:`~trajstore.ingest.build`), skip ids already stored and commit the rest.
+(:mod:`~trajstore.ingest.build`), skip ids already stored and write the rest with the store's
+writer in its deduplicating mode (:class:`~trajstore.writer.StoreWriter`, ``dedupe_lock``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from trajstore.errors import TrajstoreError
 from trajstore.hub import SMOLLM2_ALIAS
 from trajstore.ingest.build import TrajectoryBuilder
 from trajstore.ingest.build_chat import DEFAULT_MAX_OBSERVATION_CHARS
-from trajstore.ingest.commit import StoreCommitter
 from trajstore.ingest.discover import discover, suffix_of
 from trajstore.ingest.dispatch import parse_unit
 from trajstore.ingest.openhands_v1_completions import drop_superseded
@@ -26,6 +26,11 @@ from trajstore.ingest.summary import IngestProgress, IngestReport
 from trajstore.ingest.trees import build_tree, tree_root
 from trajstore.models import Trajectory
 from trajstore.store import Store, open_store
+from trajstore.writer import StoreWriter
+
+INGEST_LOCK = "ingest"
+"""The store lock every ingest's writer holds while it commits a shard (``StoreWriter(dedupe_lock=...)``):
+ingests run at once into one store store each trajectory once."""
 
 
 class IngestError(TrajstoreError):
@@ -164,6 +169,13 @@ def ingest_paths(paths: list[str] | str, store: Store | str, *, input_format: st
                  progress: Callable[[IngestProgress], None] | None = None) -> IngestReport:
     """Ingest agent logs into a store; re-ingesting the same input writes nothing new.
 
+    New trajectories are written in atomic shards (the writer's row and byte limits), each under
+    the store's ingest lock (:data:`INGEST_LOCK`) after dropping what another ingest stored
+    meanwhile (counted as ``already_in_store``): ingests run at once into a local store never
+    store an id twice (on an object store, see :class:`~trajstore.writer.StoreWriter`'s
+    ``dedupe_lock``). Ctrl-C stores what was built before it, whole trajectories only
+    (:class:`IngestInterrupted`).
+
     Args:
         paths: files or directories of logs.
         store: a :class:`~trajstore.store.Store` or URI (local path or ``s3://bucket/prefix``).
@@ -190,43 +202,67 @@ def ingest_paths(paths: list[str] | str, store: Store | str, *, input_format: st
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     st = store if isinstance(store, Store) else open_store(store, storage_options=storage_options)
     report = IngestReport()
-    commit = StoreCommitter(st, report)
-    seen: set[str] = set()
+    # the builders validated every trajectory; a lineage is stored as the input names it
+    writer = StoreWriter(st, flush_seconds=None, validate=False, dedupe_lock=INGEST_LOCK)
     trajs = iter_trajectories(paths, input_format=input_format, tokenizer=tokenizer,
                               max_observation_chars=max_observation_chars, engine_tokenizer=engine_tokenizer,
                               train_reconstructed_actions=train_reconstructed_actions,
                               report=report, progress=progress)
+    try:
+        _store(trajs, writer, report, strict=strict)
+    except KeyboardInterrupt as e:
+        if isinstance(e, IngestInterrupted):
+            raise
+        raise IngestInterrupted(_count_written(report, writer)) from e
+    _count_written(report, writer)
+    report.skipped = Counter({k: v for k, v in report.skipped.items() if v})
+    return report
+
+
+def _store(trajs: Iterator[Trajectory], writer: StoreWriter, report: IngestReport, *, strict: bool) -> None:
+    """Hand `writer` each new trajectory of `trajs` (ids already stored or seen before are
+    counted as skipped); with `strict`, only once all are built and no problem was found.
+
+    A failure while they are built (Ctrl-C included) still stores what was built before it,
+    unless `strict`.
+
+    Raises:
+        IngestError: `strict` and the report lists a problem (nothing written).
+    """
+    stored = writer.dedupe
+    assert stored is not None
+    seen: set[str] = set()
     pending: list[Trajectory] = []
     try:
         for t in trajs:
-            if t.trajectory_id in commit.existing:
+            if t.trajectory_id in stored.stored:
                 report.skipped["already_in_store"] += 1
-                continue
-            if t.trajectory_id in seen:
+            elif t.trajectory_id in seen:
                 report.skipped["duplicate_in_input"] += 1
-                continue
-            seen.add(t.trajectory_id)
-            if strict:
+            elif strict:
+                seen.add(t.trajectory_id)
                 pending.append(t)
             else:
-                commit.add(t)
-    except BaseException as e:
-        if not strict:  # what was built before the failure is still stored (re-ingest adds the rest)
+                seen.add(t.trajectory_id)
+                writer.write(t)
+    except BaseException:
+        if not strict:  # re-ingesting the same input adds the rest
             with contextlib.suppress(Exception):
-                commit.flush()
-        if isinstance(e, KeyboardInterrupt) and not isinstance(e, IngestInterrupted):
-            report.trajectories_written = len(report.written_ids)
-            raise IngestInterrupted(report) from e
+                writer.flush()
         raise
     if strict and report.problems:
         raise IngestError(report)
-    try:
-        for t in pending:
-            commit.add(t)
-        commit.flush()
-    except KeyboardInterrupt as e:  # strict: the shards committed so far are whole; say how many
-        report.trajectories_written = len(report.written_ids)
-        raise IngestInterrupted(report) from e
-    report.trajectories_written = len(report.written_ids)
-    report.skipped = Counter({k: v for k, v in report.skipped.items() if v})
+    for t in pending:
+        writer.write(t)
+    writer.flush()
+
+
+def _count_written(report: IngestReport, writer: StoreWriter) -> IngestReport:
+    """`report` with what `writer` stored, and what its commits dropped as stored meanwhile
+    (``already_in_store``); called once, when the ingest ends or is interrupted."""
+    stored = writer.dedupe
+    assert stored is not None
+    report.written_ids = list(stored.written)
+    report.trajectories_written = len(stored.written)
+    report.skipped["already_in_store"] += stored.dropped
     return report
