@@ -1,4 +1,4 @@
-"""trajstore/ingest/atif.py: ATIF trajectory.json (Harbor / Terminal-Bench): engine tokens across
+"""trajstore/ingest/formats/atif.py: ATIF trajectory.json (Harbor / Terminal-Bench): engine tokens across
 steps, the chat without token ids, a rewritten context, refusals naming the step."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""trajstore/ingest/chat.py: format-neutral helpers of the parsers: reasoning under every common
+"""trajstore/ingest/formats/chat.py: format-neutral helpers of the parsers: reasoning under every common
 field name, tool definitions in their common shapes, joining a message's text blocks, odd
 ``tool_calls`` named with what was expected."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers.ingest import CHAT, by_line, smith_row, write_jsonl
 from trajstore.ingest import ingest_paths
-from trajstore.ingest.chat import drop_sent_back_reasoning, join_blocks, reasoning_of, tool_definitions
+from trajstore.ingest.formats.chat import drop_sent_back_reasoning, join_blocks, reasoning_of, tool_definitions
 from trajstore.ingest.records import Context, Message
 
 

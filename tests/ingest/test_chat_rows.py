@@ -1,4 +1,4 @@
-"""trajstore/ingest/chat_rows.py: SWE-smith rows, nebius SWE-rebench-openhands rows, and plain
+"""trajstore/ingest/formats/chat_rows.py: SWE-smith rows, nebius SWE-rebench-openhands rows, and plain
 OpenAI chat records (``chat-messages``): a whole file holding one list of messages is one
 trajectory; in a JSONL file (or a JSON array of records) every line is one, as a bare list or as
 ``{"messages": [...]}`` (the fine-tuning shape), detected per line or named with --input-format.
@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from tests.helpers.ingest import GEN, by_line, smith_row, span_texts, stored, write_jsonl
 from trajstore.cli.main import app
 from trajstore.ingest import IngestReport, ingest_paths, iter_trajectories
-from trajstore.ingest.chat_rows import parse_swe_rebench_openhands_row
+from trajstore.ingest.formats.chat_rows import parse_swe_rebench_openhands_row
 from trajstore.ingest.records import Conversation, EngineRollout, Origin
 from trajstore.reader import read_trajectories
 
@@ -130,7 +130,7 @@ def test_legacy_function_call_is_kept_as_the_assistant_tool_call(tmp_path):
     assert rep.problems == [] and len(trajs) == 2
     actions = [s for s in trajs[0].spans if s.kind == "action"]
     assert len(actions) == 2
-    from trajstore.ingest import chat_rows
+    from trajstore.ingest.formats import chat_rows
     from trajstore.ingest.records import Origin
     conv = chat_rows.parse_chat_record(row, Origin(str(p), 1))
     calls = [c for m in conv.messages for c in m.tool_calls]

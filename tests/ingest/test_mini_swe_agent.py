@@ -1,4 +1,4 @@
-"""trajstore/ingest/mini_swe_agent.py: mini-swe-agent trajectories, the text (v1) and the tool-call
+"""trajstore/ingest/formats/mini_swe_agent.py: mini-swe-agent trajectories, the text (v1) and the tool-call
 format: every span decoded and compared with text written by hand, status from the exit status."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers.ingest import GEN, only_row, span_texts
 from trajstore.ingest import ingest_paths
-from trajstore.ingest.mini_swe_agent import status_from_exit
+from trajstore.ingest.formats.mini_swe_agent import status_from_exit
 from trajstore.reader import read_trajectories
 
 

@@ -1,4 +1,4 @@
-"""trajstore/ingest/nemo_gym.py: NeMo Gym rollouts: engine token ids kept exactly, text-only rows
+"""trajstore/ingest/formats/nemo_gym.py: NeMo Gym rollouts: engine token ids kept exactly, text-only rows
 re-tokenized, placeholder or mixed ids never trusted; every span decoded on the real fixtures."""
 
 from __future__ import annotations

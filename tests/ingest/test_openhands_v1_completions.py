@@ -1,4 +1,4 @@
-"""trajstore/ingest/openhands_v1_completions.py: OpenHands V1 log_completions files (native and prompt-
+"""trajstore/ingest/formats/openhands_v1_completions.py: OpenHands V1 log_completions files (native and prompt-
 based tool calling): span kinds and order, action and observation counts, rewards, the token oracle
 (stored ids == the chat template's render of the whole conversation) and, on the real fixtures,
 every span decoded against what the harness sent and the model generated (issue 17)."""
@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers.ingest import assert_linked, decoded, ingest
 from trajstore.ingest import IngestReport, iter_trajectories
-from trajstore.ingest.openhands_v1_completions import parse_completion_log
+from trajstore.ingest.formats.openhands_v1_completions import parse_completion_log
 from trajstore.ingest.records import Origin, RecordError
 
 

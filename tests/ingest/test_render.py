@@ -13,8 +13,8 @@ import pytest
 
 from trajstore.chat_template import TurnMarkers, observation_tokens, prompt_tokens, turn_markers
 from trajstore.ingest import conversation_to_trajectories
+from trajstore.ingest.build.render import render_conversation
 from trajstore.ingest.records import Context, Conversation, Message, Origin, ToolCall
-from trajstore.ingest.render import render_conversation
 
 # SmolLM2-135M-Instruct's template (ChatML): every message is
 #   <|im_start|>{role}\n{content}<|im_end|>\n
@@ -246,8 +246,8 @@ def test_chat_renderer_renders_what_apply_chat_template_renders(tok, llama3_tok,
     import json
 
     from trajstore.chat_template import ChatRenderer, render_chat
-    from trajstore.ingest.openhands_v0 import parse_swe_gym_row
-    from trajstore.ingest.template import template_features, template_message
+    from trajstore.ingest.build.template import template_features, template_message
+    from trajstore.ingest.formats.openhands_v0 import parse_swe_gym_row
 
     t = {"chatml": tok, "llama3": llama3_tok, "drop_old_reasoning": None}[which] or templated(DROP_OLD_REASONING)
     row = json.loads((fix / "openhands/swe-gym_openhands_sampled_trajectories_hf_rows/sample_raw.json").read_text())

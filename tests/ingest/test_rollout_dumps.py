@@ -1,4 +1,4 @@
-"""trajstore/ingest/rollout_dumps.py: verl / SkyRL rollout dumps (input, output, score, step)."""
+"""trajstore/ingest/formats/verl_rollouts.py: verl / SkyRL rollout dumps (input, output, score, step)."""
 
 from __future__ import annotations
 

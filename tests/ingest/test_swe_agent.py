@@ -1,4 +1,4 @@
-"""trajstore/ingest/swe_agent.py: SWE-agent .traj files and nebius SWE-agent rows: span kinds and
+"""trajstore/ingest/formats/swe_agent.py: SWE-agent .traj files and nebius SWE-agent rows: span kinds and
 order, action and observation counts, rewards, the token oracle (stored ids == the chat template's
 render of the whole conversation) and, on the real fixtures, every span decoded against what the
 harness sent and the model generated (issue 17)."""
@@ -22,8 +22,8 @@ from tests.helpers.ingest import (
     decoded,
     ingest,
 )
+from trajstore.ingest.formats.swe_agent import parse_traj
 from trajstore.ingest.records import Origin
-from trajstore.ingest.swe_agent import parse_traj
 
 
 # issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent

@@ -1,4 +1,4 @@
-"""trajstore/ingest/tau_bench.py: tau-bench results files: status, reward and every span."""
+"""trajstore/ingest/formats/tau_bench.py: tau-bench results files: status, reward and every span."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
-"""trajstore/ingest/trees.py: records linked across files are built parents first and linked; a
+"""trajstore/ingest/build/trees.py: records linked across files are built parents first and linked; a
 missing parent or a cycle leaves a root, never a dangling link."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from trajstore.ingest.build.trees import build_tree, parents_of
 from trajstore.ingest.records import Conversation, Lineage, Message, Origin
-from trajstore.ingest.trees import build_tree, parents_of
 from trajstore.models import Span, Trajectory
 
 

@@ -3,17 +3,21 @@ nebius, SWE-smith, NeMo Gym, verl / SkyRL dumps; JSON, JSONL or Parquet; traject
 trajstore's own schema written elsewhere, checked row by row as ``traj validate`` checks it) into a store.
 
 Parsers (one module per harness) turn records into format-neutral conversations, engine
-rollouts or text rollouts (:mod:`~trajstore.ingest.records`); :mod:`~trajstore.ingest.render`
+rollouts or text rollouts (:mod:`~trajstore.ingest.records`); :mod:`~trajstore.ingest.build.render`
 tokenizes conversations with a chat template; :func:`ingest_paths` writes the result. One bad
 record costs only itself: it becomes a :class:`Problem` with path, line and reason.
 """
 
-from trajstore.ingest.build_chat import DEFAULT_MAX_OBSERVATION_CHARS, TRUNCATION_MARKER, conversation_to_trajectories
-from trajstore.ingest.build_engine import rollout_to_trajectories
+from trajstore.ingest.build.conversation import (
+    DEFAULT_MAX_OBSERVATION_CHARS,
+    TRUNCATION_MARKER,
+    conversation_to_trajectories,
+)
+from trajstore.ingest.build.engine import rollout_to_trajectories
+from trajstore.ingest.build.render import RenderedPart, render_conversation
 from trajstore.ingest.pipeline import IngestError, IngestInterrupted, ingest_paths, iter_trajectories
 from trajstore.ingest.records import Problem
 from trajstore.ingest.registry import FORMATS, InputFormat
-from trajstore.ingest.render import RenderedPart, render_conversation
 from trajstore.ingest.summary import IngestProgress, IngestReport
 
 __all__ = [

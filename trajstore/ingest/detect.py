@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from trajstore.ingest.rollout_dumps import INPUT_KEYS, OUTPUT_KEYS
+from trajstore.ingest.formats.verl_rollouts import INPUT_KEYS, OUTPUT_KEYS
 from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, READABLE_VERSIONS, trajectory_schema
 
 TRAJECTORY_COLUMNS: Final[frozenset[str]] = frozenset.intersection(*(

@@ -9,15 +9,16 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from trajstore.ingest import detect, openhands_v0, openhands_v1
+from trajstore.ingest import detect
 from trajstore.ingest.discover import InputUnit
 from trajstore.ingest.event_dirs import parse_event_dir
+from trajstore.ingest.formats import openhands_v0, openhands_v1
+from trajstore.ingest.formats.trajstore_parquet import TRAJSTORE_PARQUET, is_trajstore_parquet, parse_trajstore_parquet
 from trajstore.ingest.huge_ints import find_huge_int, huge_int_reason
 from trajstore.ingest.read import is_parquet, iter_parquet_rows, json_loads, load_json_or_jsonl, read_text
 from trajstore.ingest.reasons import problem_reason
 from trajstore.ingest.records import Origin, Parsed, Problem
 from trajstore.ingest.registry import EVENT_FORMATS, ROW_PARSERS
-from trajstore.ingest.trajstore_parquet import TRAJSTORE_PARQUET, is_trajstore_parquet, parse_trajstore_parquet
 
 
 def _parse_record(kind: str, origin: Origin, rec: Any) -> list[Parsed]:

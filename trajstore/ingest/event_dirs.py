@@ -9,9 +9,10 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from trajstore.ingest import detect, openhands_v0, openhands_v1
+from trajstore.ingest import detect
 from trajstore.ingest.discover import InputUnit
-from trajstore.ingest.openhands_v1_events import events_conversation
+from trajstore.ingest.formats import openhands_v0, openhands_v1
+from trajstore.ingest.formats.openhands_v1_events import events_conversation
 from trajstore.ingest.read import json_loads, read_text
 from trajstore.ingest.reasons import problem_reason
 from trajstore.ingest.records import Origin, Parsed, Problem

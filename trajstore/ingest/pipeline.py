@@ -14,16 +14,16 @@ from typing import Any
 
 from trajstore.errors import TrajstoreError
 from trajstore.hub import SMOLLM2_ALIAS
-from trajstore.ingest.build import TrajectoryBuilder
-from trajstore.ingest.build_chat import DEFAULT_MAX_OBSERVATION_CHARS
+from trajstore.ingest.build.builder import TrajectoryBuilder
+from trajstore.ingest.build.conversation import DEFAULT_MAX_OBSERVATION_CHARS
+from trajstore.ingest.build.trees import build_tree, tree_root
 from trajstore.ingest.discover import discover, suffix_of
 from trajstore.ingest.dispatch import parse_unit
-from trajstore.ingest.openhands_v1_completions import drop_superseded
+from trajstore.ingest.formats.openhands_v1_completions import drop_superseded
 from trajstore.ingest.reasons import problem_reason
 from trajstore.ingest.records import Conversation, Origin, ParsedTrajectory, Problem
 from trajstore.ingest.registry import FORMATS
 from trajstore.ingest.summary import IngestProgress, IngestReport
-from trajstore.ingest.trees import build_tree, tree_root
 from trajstore.models import Trajectory
 from trajstore.store import Store, open_store
 from trajstore.writer import StoreWriter
@@ -67,7 +67,7 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
     record (a row, a line, an event file, a document) becomes a :class:`Problem` with its path,
     line and reason, and the ingest goes on with the next record and file.
 
-    Records linked across files (:mod:`~trajstore.ingest.trees`: sub-agents, context rewrites,
+    Records linked across files (:mod:`~trajstore.ingest.build.trees`: sub-agents, context rewrites,
     continuations) are held until their directory is read, then built and yielded parents first.
 
     Args:
@@ -78,11 +78,11 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
         max_observation_chars: cap per observation (characters); None = no cap.
         engine_tokenizer: the tokenizer engine token ids belong to when the log does not name
             it (``"model"`` = each rollout's model name); None = such rollouts are stored as
-            not trainable (see :func:`~trajstore.ingest.build_engine.rollout_to_trajectories`).
+            not trainable (see :func:`~trajstore.ingest.build.engine.rollout_to_trajectories`).
         train_reconstructed_actions: store actions the log keeps only as a parsed or reformatted
             version (fidelity flag ``action_text``) as trainable; False = stored with
             ``trainable = false`` and the format's reason (see
-            :func:`~trajstore.ingest.build_chat.conversation_to_trajectories`).
+            :func:`~trajstore.ingest.build.conversation.conversation_to_trajectories`).
         progress: called with an :class:`IngestProgress` after every unit and trajectory.
 
     Raises:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
-from trajstore.ingest import (
+from trajstore.ingest.formats import (
     atif,
     chat_rows,
     mini_swe_agent,
@@ -16,9 +16,9 @@ from trajstore.ingest import (
     openhands_v0,
     openhands_v1,
     openhands_v1_completions,
-    rollout_dumps,
     swe_agent,
     tau_bench,
+    verl_rollouts,
 )
 from trajstore.ingest.records import Origin, Parsed
 
@@ -71,7 +71,7 @@ ROW_PARSERS: dict[str, Callable[[Any, Origin], Parsed | list[Parsed]]] = {
     "nebius-swe-rebench-openhands": chat_rows.parse_swe_rebench_openhands_row,
     "tau-bench": tau_bench.parse_result,
     "atif": atif.parse_trajectory,
-    "verl-rollouts": rollout_dumps.parse_row,
+    "verl-rollouts": verl_rollouts.parse_row,
     "chat-messages": chat_rows.parse_chat_record,
 }
 """Formats whose records (a document, an array item or a JSONL line) are one trajectory each (an

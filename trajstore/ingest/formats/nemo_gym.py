@@ -29,8 +29,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajstore.ingest.chat import arguments_text, text_of, tool_definitions
-from trajstore.ingest.engine_chain import EngineChain
+from trajstore.ingest.formats.chat import arguments_text, text_of, tool_definitions
+from trajstore.ingest.formats.engine_chain import EngineChain
+from trajstore.ingest.formats.rewards import float_reward
 from trajstore.ingest.records import (
     Context,
     Conversation,
@@ -41,7 +42,6 @@ from trajstore.ingest.records import (
     RecordError,
     ToolCall,
 )
-from trajstore.ingest.rewards import float_reward
 from trajstore.ingest.values import json_type, parse_time, text_or_none
 
 HARNESS_CALL_COUNTS = ("turns_used",)

@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trajstore.ingest.chat import reasoning_of, text_of, tool_calls_of
+from trajstore.ingest.formats.chat import reasoning_of, text_of, tool_calls_of
+from trajstore.ingest.formats.rewards import bool_reward
 from trajstore.ingest.records import Context, Conversation, Message, Origin, RecordError, ToolCall
-from trajstore.ingest.rewards import bool_reward
 from trajstore.ingest.values import json_type
 
 

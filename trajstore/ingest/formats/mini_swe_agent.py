@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trajstore.ingest.chat import chat_messages, link_observations
+from trajstore.ingest.formats.chat import chat_messages, link_observations
 from trajstore.ingest.records import Conversation, Origin, RecordError
 
 SOURCE = "mini-swe-agent"

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from trajstore.ingest.chat import chat_messages, link_observations
+from trajstore.ingest.formats.chat import chat_messages, link_observations
+from trajstore.ingest.formats.rewards import float_reward
 from trajstore.ingest.records import Conversation, Origin, Problem, RecordError, Reward
-from trajstore.ingest.rewards import float_reward
 
 SOURCE = "tau-bench"
 

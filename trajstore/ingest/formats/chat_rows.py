@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from trajstore.ingest.chat import chat_messages, link_observations
+from trajstore.ingest.formats.chat import chat_messages, link_observations
+from trajstore.ingest.formats.rewards import bool_reward, float_reward
 from trajstore.ingest.records import Conversation, Origin, RecordError, Reward
-from trajstore.ingest.rewards import bool_reward, float_reward
 from trajstore.ingest.values import json_field
 
 PROVENANCE_KEYS = ("instance_id", "traj_id", "trajectory_id", "run_id", "repo", "model", "model_name",

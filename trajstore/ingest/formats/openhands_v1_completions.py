@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from trajstore.ingest.chat import chat_messages, tool_calls_of, tool_definitions
+from trajstore.ingest.formats.chat import chat_messages, tool_calls_of, tool_definitions
 from trajstore.ingest.records import Conversation, Origin, RecordError
 from trajstore.ingest.values import parse_time
 

@@ -22,7 +22,7 @@ keeps the exception that ended the run, if any: that sets the status; otherwise 
 ``completed`` only when the log shows the agent finished (ATIF has no status field).
 
 What the producing agent puts in the steps beyond the format (which text the model really wrote,
-whether reasoning went back to it, what ends a run) is :mod:`~trajstore.ingest.atif_agents`'s:
+whether reasoning went back to it, what ends a run) is :mod:`~trajstore.ingest.formats.atif_agents`'s:
 the chat is built from the steps with those conventions; ``agent.tool_definitions`` are the
 tools; ``source: system`` steps after the task are harness notes (metadata ``harness_notes``),
 never messages. Context rewrites, copied context, sub-agent and continuation files: see
@@ -35,9 +35,10 @@ import json
 import os
 from typing import Any
 
-from trajstore.ingest.atif_agents import Conventions, conventions_for, run_status
-from trajstore.ingest.chat import arguments_text, drop_sent_back_reasoning, text_of, tool_definitions
-from trajstore.ingest.engine_chain import EngineChain
+from trajstore.ingest.formats.atif_agents import Conventions, conventions_for, run_status
+from trajstore.ingest.formats.chat import arguments_text, drop_sent_back_reasoning, text_of, tool_definitions
+from trajstore.ingest.formats.engine_chain import EngineChain
+from trajstore.ingest.formats.rewards import float_reward
 from trajstore.ingest.records import (
     Context,
     Conversation,
@@ -51,7 +52,6 @@ from trajstore.ingest.records import (
     Reward,
     ToolCall,
 )
-from trajstore.ingest.rewards import float_reward
 from trajstore.ingest.summary import ENGINE_IDS_DISCARDED_KEY
 from trajstore.ingest.values import json_type, order_by_id, parse_time, text_or_none
 
@@ -189,7 +189,7 @@ def _stored_row(ours: dict[str, Any], rollout: EngineRollout) -> None:
 def _messages(steps: list[dict[str, Any]], replayed: list[bool], conv: Conventions,
               prefix: list[Message], change: str, tools: Any) -> tuple[list[Message], list[dict[str, Any]], int]:
     """The chat of the steps, the harness notes left out of it (``source: system`` steps after the
-    conversation began) and how many agent steps are reconstructions (:mod:`~trajstore.ingest.atif_agents`).
+    conversation began) and how many agent steps are reconstructions (:mod:`~trajstore.ingest.formats.atif_agents`).
 
     `prefix` (messages the context was reset to) and the `replayed` steps (copied from another
     log) are context, never calls: the first call of this file after an assistant message of that

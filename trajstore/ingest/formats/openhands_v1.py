@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from trajstore.ingest.openhands_v0 import status_from_error
-from trajstore.ingest.openhands_v1_events import events_conversation
+from trajstore.ingest.formats.openhands_v0 import status_from_error
+from trajstore.ingest.formats.openhands_v1_events import events_conversation
+from trajstore.ingest.formats.rewards import float_reward
 from trajstore.ingest.records import Conversation, EngineRollout, Message, Origin, RecordError, Reward
-from trajstore.ingest.rewards import float_reward
 from trajstore.ingest.values import text_or_none
 
 EXECUTION_STATUS = {"finished": "completed", "error": "failed", "stuck": "aborted", "paused": "aborted",

@@ -18,8 +18,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from trajstore.ingest.formats.rewards import float_reward
 from trajstore.ingest.records import Origin, RecordError, TextRollout, TextSegment
-from trajstore.ingest.rewards import float_reward
 from trajstore.ingest.values import json_type
 
 SOURCE = "verl"

@@ -13,7 +13,7 @@ import numpy as np
 from trajstore.adapters import engine_logprob, token_ids_from
 from trajstore.errors import AdapterError
 from trajstore.ingest.records import EngineRollout, EngineSegment, RecordError
-from trajstore.ingest.stored_fields import (
+from trajstore.ingest.build.stored_fields import (
     check_call_count,
     content_hash,
     created_at,
@@ -46,7 +46,7 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
     """Keep an engine rollout's token ids (and log-probs) exactly (``token_source = engine``):
     one trajectory per context (a prompt segment after an action starts the next part, linked to
     the part before and with metadata ``episode`` as in
-    :func:`~trajstore.ingest.build_chat.conversation_to_trajectories`).
+    :func:`~trajstore.ingest.build.conversation.conversation_to_trajectories`).
 
     Log-probs are all-or-nothing per rollout: when some action lacks them none is stored
     (``logprob_source = none``, metadata ``engine_logprobs_discarded``). With log-probs, action

@@ -29,7 +29,7 @@ import dataclasses
 import json
 from typing import Any
 
-from trajstore.ingest.chat import (
+from trajstore.ingest.formats.chat import (
     chat_messages,
     drop_sent_back_reasoning,
     reasoning_of,
@@ -37,8 +37,8 @@ from trajstore.ingest.chat import (
     tool_calls_of,
     tool_definitions,
 )
+from trajstore.ingest.formats.rewards import bool_reward
 from trajstore.ingest.records import Context, Conversation, Message, Origin, RecordError, Reward, ToolCall
-from trajstore.ingest.rewards import bool_reward
 from trajstore.ingest.values import json_field, json_type, order_by_id, parse_time
 
 KNOWN_ACTIONS = frozenset({

@@ -1,6 +1,6 @@
 """OpenHands V1 (software-agent-sdk) events -> the conversation the SDK sent the model (see
 :func:`v1_events_to_messages` for each event kind), or an engine rollout when every model call
-has a ``TokenEvent``. The files holding event lists are :mod:`trajstore.ingest.openhands_v1`'s.
+has a ``TokenEvent``. The files holding event lists are :mod:`trajstore.ingest.formats.openhands_v1`'s.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from trajstore.adapters import token_ids_from
 from trajstore.errors import AdapterError
-from trajstore.ingest.chat import (
+from trajstore.ingest.formats.chat import (
     arguments_text,
     join_blocks,
     reasoning_of,
@@ -19,8 +19,8 @@ from trajstore.ingest.chat import (
     tool_definitions,
     tools_without_parameters,
 )
-from trajstore.ingest.engine_chain import EngineChain
-from trajstore.ingest.openhands_v0 import terminal_text
+from trajstore.ingest.formats.engine_chain import EngineChain
+from trajstore.ingest.formats.openhands_v0 import terminal_text
 from trajstore.ingest.records import (
     Context,
     Conversation,
@@ -56,7 +56,7 @@ def _texts(content: Any) -> list[str]:
 
 def observation_llm_text(ev: dict[str, Any], gaps: dict[str, str]) -> str:
     """The text the SDK sent for a tool result (``to_llm_message``), blocks joined as
-    :func:`~trajstore.ingest.chat.join_blocks` does.
+    :func:`~trajstore.ingest.formats.chat.join_blocks` does.
 
     ObservationEvent: ``observation.to_llm_content`` (the error header when ``is_error``;
     terminal observations add ``prefix + output + suffix``, the working directory, the Python
@@ -137,7 +137,7 @@ def v1_events_to_messages(events: list[Any]) -> V1Events:
       its ``tools`` are the tool definitions. A later SystemPromptEvent / SystemPromptUpdateEvent
       replaces both ("latest system prompt wins"): a context change for the next call.
     * MessageEvent: ``llm_message`` content plus ``extended_content``; reasoning under any
-      field name (:func:`~trajstore.ingest.chat.reasoning_of`).
+      field name (:func:`~trajstore.ingest.formats.chat.reasoning_of`).
     * ActionEvents sharing an ``llm_response_id``: one assistant message (parallel tool calls).
     * ObservationEvent / AgentErrorEvent / UserRejectObservation: a tool message answering its
       ``tool_call_id``, with the text the SDK sent (:func:`observation_llm_text`).

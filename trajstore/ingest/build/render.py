@@ -23,7 +23,7 @@ from characters to tokens through the tokenizer's offsets (a token straddling a 
 stays with the left span).
 
 How assistant messages and tool lists are written for the template (natively, or as text where
-it does not read them) is :mod:`trajstore.ingest.template`'s part.
+it does not read them) is :mod:`trajstore.ingest.build.template`'s part.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import numpy as np
 
 from trajstore.chat_template import generated_text
 from trajstore.ingest.records import Message
-from trajstore.ingest.template import TemplateRenderer
+from trajstore.ingest.build.template import TemplateRenderer
 
 RenderMethod = Literal["exact", "approximate"]
 SpanKind = Literal["prompt", "action", "observation"]
