@@ -29,7 +29,7 @@ from trajstore.cli.main import (
     app,
     friendly_errors,
 )
-from trajstore.ingest.registry import FORMAT_HELP, FORMATS
+from trajstore.ingest.formats.registry import FORMAT_HELP, FORMATS
 
 PROGRESS_DELAY_S = 0.5
 """The progress bar appears only once an ingest has run this long (seconds)."""

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from tests.helpers.ingest import GEN, by_line, smith_row, span_texts, stored, write_jsonl
 from trajstore.cli.main import app
 from trajstore.ingest import IngestReport, ingest_paths, iter_trajectories
-from trajstore.ingest.formats.chat_rows import parse_swe_rebench_openhands_row
+from trajstore.ingest.formats.swe_rebench_openhands import parse_swe_rebench_openhands_row
 from trajstore.ingest.records import Conversation, EngineRollout, Origin
 from trajstore.reader import read_trajectories
 
@@ -130,9 +130,9 @@ def test_legacy_function_call_is_kept_as_the_assistant_tool_call(tmp_path):
     assert rep.problems == [] and len(trajs) == 2
     actions = [s for s in trajs[0].spans if s.kind == "action"]
     assert len(actions) == 2
-    from trajstore.ingest.formats import chat_rows
+    from trajstore.ingest.formats import chat_messages
     from trajstore.ingest.records import Origin
-    conv = chat_rows.parse_chat_record(row, Origin(str(p), 1))
+    conv = chat_messages.parse_chat_record(row, Origin(str(p), 1))
     calls = [c for m in conv.messages for c in m.tool_calls]
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Oslo"})]
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers.ingest import GEN, only_row, span_texts
 from trajstore.ingest import ingest_paths
-from trajstore.ingest.formats.mini_swe_agent import status_from_exit
+from trajstore.ingest.formats.mini_swe_agent import mini_swe_agent_status
 from trajstore.reader import read_trajectories
 
 
@@ -21,7 +21,7 @@ from trajstore.reader import read_trajectories
     ("RuntimeError", "failed"), (None, "aborted"), ("", "aborted"),
 ])
 def test_mini_swe_agent_exit_status(exit_status, status):
-    assert status_from_exit(exit_status) == status
+    assert mini_swe_agent_status(exit_status) == status
 
 
 # issue 12: fidelity of a format added beyond the reported cases

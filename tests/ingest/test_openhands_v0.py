@@ -1,4 +1,4 @@
-"""trajstore/ingest/formats/openhands_v0.py: OpenHands V0 logs (event lists and GUI exports, session event
+"""trajstore/ingest/formats/openhands_v0_*.py: OpenHands V0 logs (event lists and GUI exports, session event
 stores, eval and resolver outputs, feedback rows, SWE-Gym rows): span kinds and order, action and
 observation counts, rewards, the token oracle (stored ids == the chat template's render of the whole
 conversation) and, on the real fixtures, every span decoded against what the harness sent and the

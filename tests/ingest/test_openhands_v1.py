@@ -1,4 +1,4 @@
-"""trajstore/ingest/formats/openhands_v1.py and openhands_v1_events.py: OpenHands V1 conversation folders,
+"""trajstore/ingest/formats/openhands_v1_*.py: OpenHands V1 conversation folders,
 persisted events and eval outputs: span kinds and order, action and observation counts, rewards, the
 token oracle (stored ids == the chat template's render of the whole conversation) and, on the real
 fixtures, every span decoded against what the harness sent and the model generated (issue 17)."""

@@ -20,10 +20,10 @@ from trajstore.ingest import (
     TRUNCATION_MARKER,
     IngestError,
     IngestReport,
-    detect,
     ingest_paths,
     iter_trajectories,
 )
+from trajstore.ingest.formats import nemo_gym, registry
 from trajstore.reader import read_trajectories
 
 
@@ -160,16 +160,14 @@ def test_jsonl_format_is_detected_per_line(tmp_path):
 
 def test_a_parser_crash_is_a_problem_of_that_record_only(tmp_path, monkeypatch):
     # Any exception (not only the parsers' RecordError) stays with its record.
-    from trajstore.ingest import registry
+    real = nemo_gym.harness_call_count
 
-    real = registry.ROW_PARSERS["nemo-gym"]
-
-    def flaky(row, origin):
+    def flaky(row):
         if row["reward"] == 0.5:
             raise KeyError("surprise")
-        return real(row, origin)
+        return real(row)
 
-    monkeypatch.setitem(registry.ROW_PARSERS, "nemo-gym", flaky)
+    monkeypatch.setattr(nemo_gym, "harness_call_count", flaky)
     rows = [nemo_row("a", [5]), {**nemo_row("b", [6]), "reward": 0.5}, nemo_row("c", [7])]
     p = tmp_path / "r.jsonl"
     p.write_text("\n".join(json.dumps(r) for r in rows))
@@ -526,4 +524,4 @@ def test_seeds_are_valid(fmt, tmp_path):
     report = IngestReport()
     trajs = list(iter_trajectories([str(p)], report=report))
     assert report.problems == [] and len(trajs) >= 2 and len(report.by_format) == 1
-    assert detect.formats_of(ROW_SEEDS[fmt](0)) == [fmt]  # its structure is that of exactly one format
+    assert [f.name for f in registry.formats_of(ROW_SEEDS[fmt](0))] == [fmt]  # its structure is that of exactly one format

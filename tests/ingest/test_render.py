@@ -247,7 +247,7 @@ def test_chat_renderer_renders_what_apply_chat_template_renders(tok, llama3_tok,
 
     from trajstore.chat_template import ChatRenderer, render_chat
     from trajstore.ingest.build.template import template_features, template_message
-    from trajstore.ingest.formats.openhands_v0 import parse_swe_gym_row
+    from trajstore.ingest.formats.swe_gym import parse_swe_gym_row
 
     t = {"chatml": tok, "llama3": llama3_tok, "drop_old_reasoning": None}[which] or templated(DROP_OLD_REASONING)
     row = json.loads((fix / "openhands/swe-gym_openhands_sampled_trajectories_hf_rows/sample_raw.json").read_text())

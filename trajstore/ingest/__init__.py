@@ -15,9 +15,10 @@ from trajstore.ingest.build.conversation import (
 )
 from trajstore.ingest.build.engine import rollout_to_trajectories
 from trajstore.ingest.build.render import RenderedPart, render_conversation
+from trajstore.ingest.formats.registry import FORMATS
+from trajstore.ingest.formats.spec import InputFormat
 from trajstore.ingest.pipeline import IngestError, IngestInterrupted, ingest_paths, iter_trajectories
 from trajstore.ingest.records import Problem
-from trajstore.ingest.registry import FORMATS, InputFormat
 from trajstore.ingest.summary import IngestProgress, IngestReport
 
 __all__ = [

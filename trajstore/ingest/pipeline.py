@@ -19,10 +19,9 @@ from trajstore.ingest.build.conversation import DEFAULT_MAX_OBSERVATION_CHARS
 from trajstore.ingest.build.trees import build_tree, tree_root
 from trajstore.ingest.discover import discover, suffix_of
 from trajstore.ingest.dispatch import parse_unit
-from trajstore.ingest.formats.openhands_v1_completions import drop_superseded
+from trajstore.ingest.formats import registry
 from trajstore.ingest.reasons import problem_reason
-from trajstore.ingest.records import Conversation, Origin, ParsedTrajectory, Problem
-from trajstore.ingest.registry import FORMATS
+from trajstore.ingest.records import Origin, ParsedTrajectory, Problem
 from trajstore.ingest.summary import IngestProgress, IngestReport
 from trajstore.models import Trajectory
 from trajstore.store import Store, open_store
@@ -89,8 +88,8 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
         ValueError: unknown `input_format`.
         TrajstoreError: the tokenizer cannot be loaded (it is needed by every text-only record).
     """
-    if input_format != "auto" and input_format not in FORMATS:
-        raise ValueError(f"unknown input format {input_format!r}; choose auto or one of {', '.join(FORMATS)}")
+    if input_format != "auto":
+        registry.get(input_format)  # an unknown name is refused before anything is read
     report = report if report is not None else IngestReport()
     ignored: list[str] = []
     units, problems = discover(paths, ignored)
@@ -109,7 +108,7 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
     builder = TrajectoryBuilder(report, tokenizer=tokenizer, max_observation_chars=max_observation_chars,
                                 engine_tokenizer=engine_tokenizer,
                                 train_reconstructed_actions=train_reconstructed_actions)
-    completion_logs: list[Conversation] = []
+    settling: dict[str, list[ParsedTrajectory]] = {f.name: [] for f in registry.REGISTERED if f.settle}
 
     def tick(done: int) -> None:
         if progress:
@@ -137,8 +136,8 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
                     read_beside(item.read_files)
                 if isinstance(item, Problem):
                     report.problems.append(item)
-                elif isinstance(item, Conversation) and item.source == "openhands/v1-completions":
-                    completion_logs.append(item)  # resolved once the whole directory is read
+                elif item.source in registry.BY_SOURCE and registry.BY_SOURCE[item.source].name in settling:
+                    settling[registry.BY_SOURCE[item.source].name].append(item)  # settled once all is read
                 elif getattr(item, "lineage", None) is not None:
                     tree_dir = tree_dir if tree else tree_root(item)
                     tree.append(item)  # built with the records it is linked to
@@ -152,12 +151,14 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
             report.problems.append(Problem(Origin(unit.path), "malformed", f"reading stopped: {problem_reason(e)}"))
         tick(n + 1)
     yield from flush_tree(len(units))
-    kept, superseded = drop_superseded(completion_logs)
-    report.skipped["superseded_completion_log"] += len(superseded)
-    for c in kept:
-        for t in builder.build(c):
-            yield t
-            tick(len(units))
+    for name, held in settling.items():
+        kept, skipped = registry.BY_NAME[name].settle(held)  # type: ignore[misc]
+        for reason, n in skipped.items():
+            report.skipped[reason] += n
+        for c in kept:
+            for t in builder.build(c):
+                yield t
+                tick(len(units))
 
 
 def ingest_paths(paths: list[str] | str, store: Store | str, *, input_format: str = "auto",

@@ -32,6 +32,7 @@ from typing import Any
 from trajstore.ingest.formats.chat import arguments_text, text_of, tool_definitions
 from trajstore.ingest.formats.engine_chain import EngineChain
 from trajstore.ingest.formats.rewards import float_reward
+from trajstore.ingest.formats.spec import InputFormat, Records
 from trajstore.ingest.records import (
     Context,
     Conversation,
@@ -44,6 +45,7 @@ from trajstore.ingest.records import (
 )
 from trajstore.ingest.values import json_type, parse_time, text_or_none
 
+SOURCE = "nemo-gym"
 HARNESS_CALL_COUNTS = ("turns_used",)
 """Row fields in which a NeMo Gym agent records its own number of model calls."""
 
@@ -239,7 +241,7 @@ def parse_rollout(row: Any, origin: Origin) -> EngineRollout | Conversation:
         msgs = prompt + msgs
     if not msgs:
         raise RecordError("no input or output messages")
-    return Conversation(source="nemo-gym", key=key, messages=msgs, origin=origin, reward=reward, model=model,
+    return Conversation(source=SOURCE, key=key, messages=msgs, origin=origin, reward=reward, model=model,
                         created_at=created, status=status, prompt_id=key, tools=tools, fidelity_gaps=gaps,
                         metadata={**meta, "engine_token_ids": "absent" if not real else "discarded"})
 
@@ -262,8 +264,12 @@ def _engine_rollout(calls: list[_Call], resp: dict[str, Any], params: dict[str, 
     named = row.get("tokenizer") if isinstance(row.get("tokenizer"), str) else None
     md = params.get("metadata") if isinstance(params.get("metadata"), dict) else {}
     named = named or (md.get("tokenizer") if isinstance(md.get("tokenizer"), str) else None)
-    return EngineRollout(source="nemo-gym", key=key, segments=chain.segments, origin=origin, reward=reward, model=model,
+    return EngineRollout(source=SOURCE, key=key, segments=chain.segments, origin=origin, reward=reward, model=model,
                          created_at=created, status=status, prompt_id=key, tokenizer=named,
                          metadata={**meta, "policy_version_known": False,
                                    "params": json.dumps({k: params.get(k) for k in ("temperature", "top_p",
                                                                                     "max_output_tokens")})})
+
+
+NEMO_GYM = InputFormat("nemo-gym", "NeMo Gym rollouts with engine token ids", SOURCE,
+                       records=Records(parse_rollout, lambda d: "responses_create_params" in d and "response" in d))
