@@ -22,7 +22,7 @@ from tests.helpers.ingest import (
     decoded,
     ingest,
 )
-from trajstore.ingest.formats.swe_agent import parse_traj
+from trajstore.ingest.formats.swe_agent import parse_swe_agent_traj
 from trajstore.ingest.records import Origin
 
 
@@ -99,7 +99,7 @@ def test_swe_agent_tool_call_without_id_is_linked_by_step():
     d = {"history": [{"role": "system", "content": "s"},
                      {"role": "assistant", "content": "a", "tool_calls": [{"function": {"name": "bash"}}]},
                      {"role": "user", "content": "o"}], "info": {}}
-    conv = parse_traj(d, Origin("x.traj"))
+    conv = parse_swe_agent_traj(d, Origin("x.traj"))
     assert conv.messages[1].tool_calls[0].id is None
     assert conv.messages[2].cause_id == "step-0"
 

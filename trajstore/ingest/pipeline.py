@@ -9,15 +9,15 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from trajstore.errors import TrajstoreError
 from trajstore.hub import SMOLLM2_ALIAS
-from trajstore.ingest.build.builder import TrajectoryBuilder
+from trajstore.ingest.build.builder import IngestBuilder
 from trajstore.ingest.build.conversation import DEFAULT_MAX_OBSERVATION_CHARS
-from trajstore.ingest.build.trees import build_tree, tree_root
-from trajstore.ingest.discover import discover, suffix_of
+from trajstore.ingest.build.trees import HeldTree, build_tree
+from trajstore.ingest.discover import IgnoredFiles, InputUnit, discover
 from trajstore.ingest.dispatch import parse_unit
 from trajstore.ingest.formats import registry
 from trajstore.ingest.reasons import problem_reason
@@ -91,74 +91,105 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
     if input_format != "auto":
         registry.get(input_format)  # an unknown name is refused before anything is read
     report = report if report is not None else IngestReport()
-    ignored: list[str] = []
-    units, problems = discover(paths, ignored)
+    ignored_paths: list[str] = []
+    units, problems = discover(paths, ignored_paths)
     report.problems.extend(problems)
-    report.ignored_files.update(suffix_of(f) for f in ignored)
-    unread = {os.path.abspath(f) for f in ignored}
-
-    def read_beside(files: tuple[str, ...]) -> None:  # a file a reader opened for its record is not ignored
-        for f in map(os.path.abspath, files):
-            if f in unread:
-                unread.discard(f)
-                sfx = suffix_of(f)
-                report.ignored_files[sfx] -= 1
-                if not report.ignored_files[sfx]:
-                    del report.ignored_files[sfx]
-    builder = TrajectoryBuilder(report, tokenizer=tokenizer, max_observation_chars=max_observation_chars,
-                                engine_tokenizer=engine_tokenizer,
-                                train_reconstructed_actions=train_reconstructed_actions)
-    settling: dict[str, list[ParsedTrajectory]] = {f.name: [] for f in registry.REGISTERED if f.settle}
-
-    def tick(done: int) -> None:
-        if progress:
-            progress(IngestProgress(done, len(units), report.trajectories_parsed, len(report.problems),
-                                    builder.tokens, report.refused))
-
-    tree: list[ParsedTrajectory] = []  # records of one directory that name each other (trees.py)
-    tree_dir = ""
-
-    def flush_tree(n: int) -> Iterator[Trajectory]:
-        held = tree[:]
-        tree.clear()
-        for t in build_tree(held, builder.build):
-            yield t
-            tick(n)
-
+    builder = IngestBuilder(report, tokenizer=tokenizer, max_observation_chars=max_observation_chars,
+                            engine_tokenizer=engine_tokenizer, train_reconstructed_actions=train_reconstructed_actions)
+    ticker = _Ticker(progress, report, builder, len(units))
+    records = _Records(report, input_format, IgnoredFiles(ignored_paths, report.ignored_files))
     for n, unit in enumerate(units):
-        report.files_seen += len(unit.files) if unit.is_event_dir else 1
-        here = os.path.dirname(os.path.abspath(unit.path))
-        if tree and not (here == tree_dir or here.startswith(tree_dir + os.sep)):
-            yield from flush_tree(n)  # units are sorted by path: that directory's files are all read
-        try:
-            for item in parse_unit(unit, input_format):
-                if isinstance(item, ParsedTrajectory):
-                    read_beside(item.read_files)
-                if isinstance(item, Problem):
-                    report.problems.append(item)
-                elif item.source in registry.BY_SOURCE and registry.BY_SOURCE[item.source].name in settling:
-                    settling[registry.BY_SOURCE[item.source].name].append(item)  # settled once all is read
-                elif getattr(item, "lineage", None) is not None:
-                    tree_dir = tree_dir if tree else tree_root(item)
-                    tree.append(item)  # built with the records it is linked to
-                else:
-                    for t in builder.build(item):
-                        yield t
-                        tick(n)
-        except TrajstoreError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a fault outside any one record: the rest of this file is lost
-            report.problems.append(Problem(Origin(unit.path), "malformed", f"reading stopped: {problem_reason(e)}"))
-        tick(n + 1)
-    yield from flush_tree(len(units))
-    for name, held in settling.items():
-        kept, skipped = registry.BY_NAME[name].settle(held)  # type: ignore[misc]
-        for reason, n in skipped.items():
-            report.skipped[reason] += n
-        for c in kept:
-            for t in builder.build(c):
-                yield t
-                tick(len(units))
+        report.files_seen += unit.file_count
+        yield from ticker.each(build_tree(records.tree.leave(unit.path), builder.build), n)
+        yield from _guarded(unit, ticker.each(_built(records.of(unit), builder), n), report)
+        ticker.tick(n + 1)
+    yield from ticker.each(build_tree(records.tree.release(), builder.build), len(units))
+    yield from ticker.each(_built(records.settled(), builder), len(units))
+
+
+def _built(items: Iterable[ParsedTrajectory], builder: IngestBuilder) -> Iterator[Trajectory]:
+    """The trajectories of each of `items`, built one by one."""
+    for item in items:
+        yield from builder.build(item)
+
+
+def _guarded(unit: InputUnit, trajectories: Iterator[Trajectory], report: IngestReport) -> Iterator[Trajectory]:
+    """`trajectories`, those of one input unit. A fault outside any one record (the reader
+    breaking mid-file) loses the rest of this unit only: it becomes the unit's problem."""
+    try:
+        yield from trajectories
+    except TrajstoreError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the rest of this file is lost, the other files are read
+        report.problems.append(Problem(Origin(unit.path), "malformed", f"reading stopped: {problem_reason(e)}"))
+
+
+class _Ticker:
+    """Calls the ingest's progress callback (if any) with where it stands."""
+
+    def __init__(self, progress: Callable[[IngestProgress], None] | None, report: IngestReport,
+                 builder: IngestBuilder, units: int):
+        self.progress, self.report, self.builder, self.units = progress, report, builder, units
+
+    def tick(self, done: int) -> None:
+        """Report `done` input units read."""
+        if self.progress:
+            self.progress(IngestProgress(done, self.units, self.report.trajectories_parsed, len(self.report.problems),
+                                         self.builder.tokens, self.report.refused))
+
+    def each(self, trajectories: Iterable[Trajectory], done: int) -> Iterator[Trajectory]:
+        """`trajectories`, reporting progress after each."""
+        for t in trajectories:
+            yield t
+            self.tick(done)
+
+
+class _Records:
+    """Where each parsed record of an ingest goes: its problems into the report, a record linked
+    to others of its directory into the held tree (:class:`~trajstore.ingest.build.trees.HeldTree`),
+    a record of a format that settles its records together (completion logs) aside until every
+    input is read, any other straight on to be built.
+
+    Args:
+        report: the ingest's report.
+        input_format: ``auto`` or the format every input is read as.
+        ignored: the files the walk did not read (a record may read one beside it).
+    """
+
+    def __init__(self, report: IngestReport, input_format: str, ignored: IgnoredFiles):
+        self.report, self.input_format, self.ignored = report, input_format, ignored
+        self.tree = HeldTree()
+        self.settling: dict[str, list[ParsedTrajectory]] = {f.name: [] for f in registry.REGISTERED if f.settle}
+
+    def of(self, unit: InputUnit) -> Iterator[ParsedTrajectory]:
+        """The records of `unit` to build now (the others are held or counted)."""
+        for item in parse_unit(unit, self.input_format):
+            if isinstance(item, Problem):
+                self.report.problems.append(item)
+                continue
+            if isinstance(item, ParsedTrajectory):
+                self.ignored.read_beside(item.read_files)
+                if self._held(item):
+                    continue
+            yield item  # type: ignore[misc]
+
+    def _held(self, item: ParsedTrajectory) -> bool:
+        fmt = registry.BY_SOURCE.get(item.source)
+        if fmt is not None and fmt.name in self.settling:
+            self.settling[fmt.name].append(item)
+            return True
+        return self.tree.hold(item)
+
+    def settled(self) -> Iterator[ParsedTrajectory]:
+        """The records set aside for their format to settle, once every input is read: those it
+        keeps (the others are counted as skipped, by reason)."""
+        for name, held in self.settling.items():
+            settle = registry.BY_NAME[name].settle
+            assert settle is not None
+            kept, skipped = settle(held)
+            for reason, n in skipped.items():
+                self.report.skipped[reason] += n
+            yield from kept
 
 
 def ingest_paths(paths: list[str] | str, store: Store | str, *, input_format: str = "auto",

@@ -113,7 +113,7 @@ class Origin:
 
 
 @dataclass
-class Lineage:
+class ParsedLineage:
     """Where a parsed record sits in an episode whose lineages are logged as several records
     (files, or parts of one file): linked by the ingest once the records of one directory are
     read (:mod:`~trajstore.ingest.build.trees`), parents built and stored before their children.
@@ -168,7 +168,7 @@ class ParsedTrajectory:
     created_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     fidelity_gaps: dict[str, str] = field(default_factory=dict)
-    lineage: Lineage | None = None
+    lineage: ParsedLineage | None = None
     read_files: tuple[str, ...] = ()
 
 

@@ -70,7 +70,7 @@ def replace_surrogates(item: Any) -> int:
     return fix(item)[1]
 
 
-class TrajectoryBuilder:
+class IngestBuilder:
     """Builds the trajectories of one ingest's parsed records and counts them into its report.
 
     Args:

@@ -35,12 +35,11 @@ from typing import Any, Literal
 import numpy as np
 
 from trajstore.chat_template import generated_text
+from trajstore.schema import SpanKind
 from trajstore.ingest.records import Message
 from trajstore.ingest.build.template import TemplateRenderer
 
 RenderMethod = Literal["exact", "approximate"]
-SpanKind = Literal["prompt", "action", "observation"]
-
 _PROBE = "\u2063probe-content\u2063"
 
 

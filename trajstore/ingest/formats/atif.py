@@ -46,9 +46,9 @@ from trajstore.ingest.records import (
     EngineRollout,
     EngineSegment,
     ExportedFields,
-    Lineage,
     Message,
     Origin,
+    ParsedLineage,
     RecordError,
     Reward,
     ToolCall,
@@ -352,7 +352,7 @@ def parse_trajectory(d: Any, origin: Origin) -> list[EngineRollout | Conversatio
     record, whose context is the one the agent reset it to. Steps copied from another log
     (``is_copied_context``; a Terminus-2 sub-agent's replay of the main agent's history) are
     context, never calls. Engine token ids are used per lineage, where they chain within it.
-    Records that belong to a tree of files carry a :class:`~trajstore.ingest.records.Lineage`:
+    Records that belong to a tree of files carry a :class:`~trajstore.ingest.records.ParsedLineage`:
     a lineage after a rewrite is the child (``context_rewrite``) of the one before; the sub-agent
     files a note points to are ``subagent`` children of the lineage it ends; the file named by
     ``continued_trajectory_ref`` (Harbor's ``linear_history``) is the ``continuation`` of the last.
@@ -406,7 +406,7 @@ def parse_trajectory(d: Any, origin: Origin) -> list[EngineRollout | Conversatio
 
 def _link(records: list[EngineRollout | Conversation], steps: list[dict[str, Any]], bounds: list[tuple[int, int]],
           agent: dict[str, Any], d: dict[str, Any], origin: Origin, replays: bool) -> None:
-    """The :class:`Lineage` of each record of one file, when it is part of a tree of records."""
+    """The :class:`ParsedLineage` of each record of one file, when it is part of a tree of records."""
     path = os.path.abspath(origin.path)
     claims: list[list[tuple[str, str]]] = [[] for _ in records]
     for n, (lo, hi) in enumerate(bounds):
@@ -423,7 +423,7 @@ def _link(records: list[EngineRollout | Conversation], steps: list[dict[str, Any
     if len(records) == 1 and not claims[0] and not claimable:
         return
     for n, rec in enumerate(records):
-        rec.lineage = Lineage(path if not n else f"{path}#{n + 1}", parent=None if not n else (
+        rec.lineage = ParsedLineage(path if not n else f"{path}#{n + 1}", parent=None if not n else (
             path if n == 1 else f"{path}#{n}"), link_kind="context_rewrite" if n else None, claims=claims[n])
 
 

@@ -50,7 +50,7 @@ def _key(d: dict[str, Any], origin: Origin) -> str:
     return name
 
 
-def parse_traj(d: Any, origin: Origin) -> Conversation:
+def parse_mini_swe_agent_traj(d: Any, origin: Origin) -> Conversation:
     """One mini-swe-agent ``.traj.json`` (either format).
 
     Raises:
@@ -105,7 +105,7 @@ def parse_traj(d: Any, origin: Origin) -> Conversation:
                         status=mini_swe_agent_status(exit_status), metadata=meta, fidelity_gaps=gaps)
 
 
-def is_traj(d: dict[str, Any]) -> bool:
+def _is_traj(d: dict[str, Any]) -> bool:
     """mini-swe-agent's own ``trajectory_format`` marker, or ``messages`` with ``info.mini_version``."""
     if isinstance(d.get("trajectory_format"), str) and d["trajectory_format"].startswith("mini-swe-agent"):
         return True
@@ -114,4 +114,4 @@ def is_traj(d: dict[str, Any]) -> bool:
 
 MINI_SWE_AGENT = InputFormat(
     "mini-swe-agent", "mini-swe-agent .traj.json, text (mini-swe-agent-1) or tool-call (mini-swe-agent-1.1) format",
-    SOURCE, records=Records(parse_traj, is_traj))
+    SOURCE, records=Records(parse_mini_swe_agent_traj, _is_traj))

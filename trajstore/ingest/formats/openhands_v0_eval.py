@@ -13,8 +13,11 @@ from trajstore.ingest.formats.rewards import bool_reward
 from trajstore.ingest.formats.spec import InputFormat, Records
 from trajstore.ingest.records import Conversation, Origin, RecordError
 
+EVAL_SOURCE = "openhands/v0-eval"
+RESOLVER_SOURCE = "openhands/v0-resolver"
 
-def parse_eval_output(row: Any, origin: Origin) -> Conversation:
+
+def parse_v0_eval_output(row: Any, origin: Origin) -> Conversation:
     """One line of a V0 evaluation ``output.jsonl`` (``EvalOutput``).
 
     Reward: ``test_result.report.resolved`` (SWE-bench harness) when present, else null.
@@ -22,7 +25,7 @@ def parse_eval_output(row: Any, origin: Origin) -> Conversation:
     """
     if not isinstance(row, dict) or "history" not in row:
         raise RecordError("eval output row has no 'history'")
-    conv = events_to_conversation(row["history"], source="openhands/v0-eval",
+    conv = events_to_conversation(row["history"], source=EVAL_SOURCE,
                                   key=str(row.get("instance_id")) if row.get("instance_id") else None, origin=origin)
     tr = row.get("test_result") if isinstance(row.get("test_result"), dict) else {}
     report = tr.get("report") if isinstance(tr.get("report"), dict) else {}
@@ -43,21 +46,20 @@ def parse_eval_output(row: Any, origin: Origin) -> Conversation:
     return conv
 
 
-def parse_resolver_output(row: Any, origin: Origin) -> Conversation:
+def parse_v0_resolver_output(row: Any, origin: Origin) -> Conversation:
     """One line of a V0 resolver ``output.jsonl``; reward = ``success`` (LLM-judged), the
     explanation is kept in metadata."""
     if not isinstance(row, dict) or "history" not in row:
         raise RecordError("resolver output row has no 'history'")
     issue = row.get("issue") if isinstance(row.get("issue"), dict) else {}
     key = "{}/{}#{}".format(issue.get("owner"), issue.get("repo"), issue.get("number")) if issue else None
-    conv = events_to_conversation(row["history"], source="openhands/v0-resolver", key=key, origin=origin)
+    conv = events_to_conversation(row["history"], source=RESOLVER_SOURCE, key=key, origin=origin)
     conv.reward = bool_reward(row.get("success"), "success")
     conv.status = status_from_error(row.get("error"))
     conv.prompt_id = key
     conv.metadata.update({"issue": key, "base_commit": row.get("base_commit"), "error": row.get("error"),
                           "success_explanation": row.get("success_explanation", row.get("result_explanation"))})
     return conv
-
 
 
 def _v0_history(d: dict[str, Any]) -> bool:
@@ -69,7 +71,9 @@ def _resolver(d: dict[str, Any]) -> bool:
     return _v0_history(d) and ("issue" in d or "success" in d) and "instance_id" not in d
 
 
-EVAL = InputFormat("openhands-v0-eval", "OpenHands V0 evaluation output.jsonl", "openhands/v0-eval",
-                   records=Records(parse_eval_output, _v0_history, excludes=("swe-agent", "openhands-v0-resolver")))
-RESOLVER = InputFormat("openhands-v0-resolver", "OpenHands V0 resolver output.jsonl", "openhands/v0-resolver",
-                       records=Records(parse_resolver_output, _resolver, excludes=("swe-agent",)))
+V0_EVAL = InputFormat(
+    "openhands-v0-eval", "OpenHands V0 evaluation output.jsonl", EVAL_SOURCE,
+    records=Records(parse_v0_eval_output, _v0_history, excludes=("swe-agent", "openhands-v0-resolver")))
+V0_RESOLVER = InputFormat(
+    "openhands-v0-resolver", "OpenHands V0 resolver output.jsonl", RESOLVER_SOURCE,
+    records=Records(parse_v0_resolver_output, _resolver, excludes=("swe-agent",)))

@@ -305,8 +305,7 @@ def parse_event_list(data: Any, origin: Origin, *, source: str = EVENTS_SOURCE,
     return events_to_conversation(data, source=source, key=key, origin=origin)
 
 
-
-def is_event(d: dict[str, Any]) -> bool:
+def _is_event(d: dict[str, Any]) -> bool:
     """A V0 event: an ``action`` or ``observation`` name and no V1 ``kind``."""
     return ("action" in d or "observation" in d) and not isinstance(d.get("kind"), str)
 
@@ -320,9 +319,9 @@ def read_session_folder(events: list[Any], events_dir: str) -> Iterator[Parsed]:
     return read_conversation_folder(events, events_dir, _session_conversation)
 
 
-EVENTS = InputFormat(
+V0_EVENTS = InputFormat(
     "openhands-v0-events", "OpenHands V0 event list: saved trajectory, GUI export, events/ store", EVENTS_SOURCE,
-    events=Events(signature=is_event, parse=parse_event_list, folder=read_session_folder))
-SESSION = InputFormat(
+    events=Events(signature=_is_event, parse=parse_event_list, folder=read_session_folder))
+V0_SESSION = InputFormat(
     "openhands-v0-session", "OpenHands V0 sessions/<id>/events/<n>.json", SESSION_SOURCE,
     events=Events(folder=read_session_folder, reads_any_folder=True), not_a_trajectory=metadata_file)

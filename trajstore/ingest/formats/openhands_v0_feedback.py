@@ -11,13 +11,15 @@ from trajstore.ingest.formats.spec import InputFormat, Records
 from trajstore.ingest.records import Conversation, Origin, RecordError, Reward
 from trajstore.ingest.values import parse_time
 
+SOURCE = "openhands/v0-feedback"
+
 
 def parse_feedback_row(row: Any, origin: Origin) -> Conversation:
     """One row of the 2024 ``all-hands/openhands-feedback`` dataset; reward 1.0 for
     ``positive`` feedback, 0.0 for ``negative`` (raw value kept)."""
     if not isinstance(row, dict) or "trajectory" not in row:
         raise RecordError("feedback row has no 'trajectory'")
-    conv = events_to_conversation(row["trajectory"], source="openhands/v0-feedback", key=None, origin=origin)
+    conv = events_to_conversation(row["trajectory"], source=SOURCE, key=None, origin=origin)
     fb = row.get("feedback")
     conv.reward = Reward({"positive": 1.0, "negative": 0.0}.get(fb) if isinstance(fb, str) else None, fb)
     for ev in row["trajectory"]:
@@ -28,6 +30,5 @@ def parse_feedback_row(row: Any, origin: Origin) -> Conversation:
     return conv
 
 
-
-FEEDBACK = InputFormat("openhands-v0-feedback", "OpenHands 2024 feedback dataset rows", "openhands/v0-feedback",
-                       records=Records(parse_feedback_row, lambda d: "feedback" in d and "trajectory" in d))
+V0_FEEDBACK = InputFormat("openhands-v0-feedback", "OpenHands 2024 feedback dataset rows", SOURCE,
+                          records=Records(parse_feedback_row, lambda d: "feedback" in d and "trajectory" in d))

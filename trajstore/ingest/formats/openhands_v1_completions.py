@@ -108,5 +108,5 @@ def is_completion_log(d: dict[str, Any]) -> bool:
     return "messages" in d and isinstance(d.get("response"), dict)
 
 
-COMPLETIONS = InputFormat("openhands-v1-completions", "OpenHands V1 log_completions files", SOURCE,
+V1_COMPLETIONS = InputFormat("openhands-v1-completions", "OpenHands V1 log_completions files", SOURCE,
                           records=Records(parse_completion_log, is_completion_log), settle=settle)

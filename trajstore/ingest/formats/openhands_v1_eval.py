@@ -41,7 +41,7 @@ def score_reward(test_result: Any) -> Reward:
     return Reward(r.value, fs, error=r.error)
 
 
-def parse_eval_output(row: Any, origin: Origin) -> Conversation | EngineRollout:
+def parse_v1_eval_output(row: Any, origin: Origin) -> Conversation | EngineRollout:
     """One line of a V1 eval ``output.jsonl``. The task ``instruction`` is the user prompt when
     the history holds no user message (these histories record no MessageEvent); flagged, as
     the SDK's exact user message (its template around the instruction) is not logged."""
@@ -95,7 +95,7 @@ def parse_task_trajectory(events: Any, origin: Origin, eval_result: Any | None,
     return conv
 
 
-def not_a_trajectory(d: Any, path: str) -> str | None:
+def _not_a_trajectory(d: Any, path: str) -> str | None:
     """Why an evaluation's score file (``eval_<task>.json``: a score, or the evaluator's crash
     report) holds no trajectory, naming a missing ``traj_<task>.json`` beside it."""
     if not isinstance(d, dict):
@@ -113,6 +113,6 @@ def not_a_trajectory(d: Any, path: str) -> str | None:
     return why
 
 
-EVAL = InputFormat("openhands-v1-eval", "OpenHands V1 evaluation output", SOURCE,
-                   records=Records(parse_eval_output, lambda d: history_kind(d.get("history")) == "v1-events"),
-                   not_a_trajectory=not_a_trajectory)
+V1_EVAL = InputFormat("openhands-v1-eval", "OpenHands V1 evaluation output", SOURCE,
+                   records=Records(parse_v1_eval_output, lambda d: history_kind(d.get("history")) == "v1-events"),
+                   not_a_trajectory=_not_a_trajectory)

@@ -21,7 +21,7 @@ from trajstore.ingest.records import Conversation, EngineRollout, Origin, Parsed
 SOURCE = "openhands/v1-events"
 
 
-def is_event(d: dict[str, Any]) -> bool:
+def _is_event(d: dict[str, Any]) -> bool:
     """A V1 event: a ``kind`` class name and an ``id`` or ``source`` (an ``ActionEvent`` also has
     an ``action`` object)."""
     return isinstance(d.get("kind"), str) and ("id" in d or "source" in d)
@@ -58,7 +58,7 @@ def read_folder(events: list[Any], events_dir: str) -> Iterator[Parsed]:
     return read_conversation_folder(events, events_dir, _folder_conversation)
 
 
-EVENTS = InputFormat("openhands-v1-events", "OpenHands V1 persisted events", SOURCE,
-                     events=Events(signature=is_event, parse=parse_persisted_events, document=parse_document,
+V1_EVENTS = InputFormat("openhands-v1-events", "OpenHands V1 persisted events", SOURCE,
+                     events=Events(signature=_is_event, parse=parse_persisted_events, document=parse_document,
                                    folder=read_folder),
                      not_a_trajectory=base_state_file)

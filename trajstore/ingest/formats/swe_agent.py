@@ -6,7 +6,7 @@ message (system prompt, demonstrations, the issue) is the prompt. 1.x links tool
 (synthetic ids ``step-<n>``: the harness strictly alternates). ``.traj`` files carry no
 reward (``exit_status`` sets the status). Steps only in ``trajectory`` (1.x: the final one) are
 model calls too; a ``last_n_observations`` history processor is reproduced per call
-(:func:`parse_traj`).
+(:func:`parse_swe_agent_traj`).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _elided(history: list[dict[str, Any]], upto: int, n: int, polling: int) -> d
     return out
 
 
-def parse_traj(d: Any, origin: Origin) -> Conversation:
+def parse_swe_agent_traj(d: Any, origin: Origin) -> Conversation:
     """One SWE-agent ``.traj`` file.
 
     Model calls: the assistant messages of ``history``; steps of ``trajectory`` beyond them
@@ -211,10 +211,10 @@ def parse_traj(d: Any, origin: Origin) -> Conversation:
                         status=swe_agent_status(info.get("exit_status")), fidelity_gaps=gaps, metadata=meta)
 
 
-def is_traj(d: dict[str, Any]) -> bool:
+def _is_traj(d: dict[str, Any]) -> bool:
     """A ``history`` of chat messages, or an empty one beside the other keys of a ``.traj``."""
     kind = history_kind(d.get("history"))
     return kind == "chat" or (kind == "empty" and any(k in d for k in TRAJ_KEYS))
 
 
-SWE_AGENT = InputFormat("swe-agent", "SWE-agent .traj files", SOURCE, records=Records(parse_traj, is_traj))
+SWE_AGENT = InputFormat("swe-agent", "SWE-agent .traj files", SOURCE, records=Records(parse_swe_agent_traj, _is_traj))

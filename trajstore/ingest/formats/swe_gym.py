@@ -12,6 +12,8 @@ from trajstore.ingest.formats.spec import InputFormat, Records
 from trajstore.ingest.records import Conversation, Origin, RecordError
 from trajstore.ingest.values import json_field
 
+SOURCE = "openhands/swe-gym"
+
 
 def parse_swe_gym_row(row: Any, origin: Origin) -> Conversation:
     """One SWE-Gym ``OpenHands-Sampled-Trajectories`` row; reward = ``resolved``."""
@@ -19,12 +21,12 @@ def parse_swe_gym_row(row: Any, origin: Origin) -> Conversation:
         raise RecordError("SWE-Gym row has no 'messages'")
     msgs = chat_messages(json_field(row["messages"], "messages"), "messages")
     key = str(row.get("instance_id")) if row.get("instance_id") else None
-    return Conversation(source="openhands/swe-gym", key=key, messages=msgs, origin=origin,
+    return Conversation(source=SOURCE, key=key, messages=msgs, origin=origin,
                         reward=bool_reward(row.get("resolved")), prompt_id=key, tools=tool_definitions(row.get("tools")),
                         metadata={"instance_id": row.get("instance_id"), "run_id": row.get("run_id")})
 
 
 SWE_GYM = InputFormat(
-    "openhands-swe-gym", "SWE-Gym OpenHands-Sampled-Trajectories rows", "openhands/swe-gym",
+    "openhands-swe-gym", "SWE-Gym OpenHands-Sampled-Trajectories rows", SOURCE,
     records=Records(parse_swe_gym_row, lambda d: "messages" in d and ("resolved" in d or "instance_id" in d),
                     excludes=("swe-smith", "mini-swe-agent", "openhands-v1-completions")))

@@ -52,7 +52,7 @@ def parse_swe_rebench_openhands_row(row: Any, origin: Origin) -> Conversation:
     return conv
 
 
-def is_row(d: dict[str, Any]) -> bool:
+def _is_row(d: dict[str, Any]) -> bool:
     """A chat (or a JSON-encoded one next to ``resolved``) under ``trajectory``, with ``resolved`` or ``tools``."""
     t = d.get("trajectory")
     return "trajectory" in d and (is_chat(t) or (isinstance(t, str) and "resolved" in d)) \
@@ -61,4 +61,4 @@ def is_row(d: dict[str, Any]) -> bool:
 
 SWE_REBENCH_OPENHANDS = InputFormat(
     "nebius-swe-rebench-openhands", "nebius SWE-rebench-openhands rows (chat under 'trajectory', 'tools')", SOURCE,
-    records=Records(parse_swe_rebench_openhands_row, is_row))
+    records=Records(parse_swe_rebench_openhands_row, _is_row))

@@ -65,10 +65,10 @@ def parse_row(row: Any, origin: Origin) -> TextRollout:
                                                                                           role="assistant")])
 
 
-def is_row(d: dict[str, Any]) -> bool:
+def _is_row(d: dict[str, Any]) -> bool:
     """An input and an output text field, and a ``score`` or ``step``."""
     return any(k in d for k in INPUT_KEYS) and any(k in d for k in OUTPUT_KEYS) and ("score" in d or "step" in d)
 
 
 VERL_ROLLOUTS = InputFormat("verl-rollouts", "verl / SkyRL rollout dumps (input, output, score, step per line)",
-                            SOURCE, records=Records(parse_row, is_row))
+                            SOURCE, records=Records(parse_row, _is_row))
