@@ -69,7 +69,7 @@ def test_odd_tool_calls_name_the_field_and_what_was_expected(tmp_path, calls, re
     assert by_line(rep)[("rows.jsonl", 1)].reason == reason
 
 
-# issue 23: reasoning dropped after a rewritten context extends that context, not the history before it
+# reasoning dropped after a rewritten context extends that context, not the history before it
 def test_reasoning_dropped_after_a_rewritten_context_extends_it():
     old = [Message("user", "task"), Message("assistant", "a1", reasoning="r1"), Message("user", "o1")]
     summary = Message("user", "SUMMARY")

@@ -54,7 +54,7 @@ def test_other_formats(reported, tmp_path, tok):
         assert json.loads(r["metadata"])["special_tokens_in_text"] is True
 
 
-# -- issue 24: detection decides by structure, exactly one format per record ------------------------
+# -- detection decides by structure, exactly one format per record ------------------------
 NO_TRAJECTORY = "no trajectory"
 EVENT_FORMATS = {f.name for f in registry.REGISTERED if f.events is not None and f.events.signature is not None}
 
@@ -161,7 +161,7 @@ def test_every_fixture_record_is_exactly_one_format(fixtures_dir):
     assert len(seen) >= 17  # every format with a real or reported file was looked at
 
 
-# reported: issue 24 (a SWE-agent .traj that holds only `history` was read as OpenHands V0)
+# reported: a SWE-agent .traj that holds only `history` was read as OpenHands V0
 def test_swe_agent_traj_with_only_a_history_is_swe_agent(reported, tmp_path, tok):
     doc = json.loads((reported / "swe-agent-demonstration-replayed" / "networking_1.traj").read_text())
     only_history = {"history": doc["history"]}

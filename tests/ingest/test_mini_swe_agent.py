@@ -14,7 +14,7 @@ from trajstore.ingest.formats.mini_swe_agent import mini_swe_agent_status
 from trajstore.reader import read_trajectories
 
 
-# issue 12: fidelity of a format added beyond the reported cases
+# fidelity of a format added beyond the reported cases
 @pytest.mark.parametrize(("exit_status", "status"), [
     ("Submitted", "completed"), ("LimitsExceeded", "truncated"), ("CostLimitExceeded", "truncated"),
     ("ExecutionTimeoutError", "truncated"), ("ContextWindowExceededError", "truncated"),
@@ -24,7 +24,7 @@ def test_mini_swe_agent_exit_status(exit_status, status):
     assert mini_swe_agent_status(exit_status) == status
 
 
-# issue 12: fidelity of a format added beyond the reported cases
+# fidelity of a format added beyond the reported cases
 def test_mini_swe_agent_v1_text_actions_link_observations(tmp_path, tok):
     # model_stats.api_calls = 3 but the log holds 2 assistant turns: flagged, never silent
     d = {"info": {"exit_status": "LimitsExceeded", "submission": "", "model_stats": {"api_calls": 3}},

@@ -13,7 +13,7 @@ from trajstore.ingest import ingest_paths, iter_trajectories
 from trajstore.reader import read_trajectories
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_nemo_gym_engine_single_turn(fix):
     path = fix / "nemo-gym/competitive_coding_challenges_example_rollouts.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines()]
@@ -26,7 +26,7 @@ def test_nemo_gym_engine_single_turn(fix):
         assert t.not_trainable_reason is not None  # no tokenizer named by the log
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_nemo_gym_engine_multi_turn(fix):
     path = fix / "nemo-gym-multiturn/tictactoe_env_example_rollouts.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines()]
@@ -42,7 +42,7 @@ def test_nemo_gym_engine_multi_turn(fix):
         assert t.status == "truncated" and t.tokenizer == "Qwen/Qwen3-4B-Instruct-2507"
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_nemo_gym_text_rows(tok, fix):
     path = fix / "nemo-gym/hermes_agent_example_math_rollouts.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines()]
@@ -58,7 +58,7 @@ def test_nemo_gym_text_rows(tok, fix):
         assert t.reward == float(row["reward"])
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_nemo_gym_one_message_per_step(tok, fix):
     path = fix / "nemo-gym-multiturn/osworld_example_rollouts.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines()]
@@ -147,7 +147,7 @@ def test_nemo_gym_consecutive_assistant_messages_are_separate_calls(tok, reporte
     assert r.fidelity_gaps["observations"] == 2
 
 
-# issue 12 item 8: engine ids of an unnamed tokenizer are stored, not trainable
+# engine ids of an unnamed tokenizer are stored, not trainable
 def test_engine_ids_of_an_unnamed_tokenizer_are_not_trainable(fix, tmp_path):
     """Issue 12 item 8 on the real NeMo Gym multi-turn rows (Qwen3-4B ids, no tokenizer named)."""
     path = fix / "nemo-gym-multiturn/tictactoe_env_example_rollouts.jsonl"
@@ -178,7 +178,7 @@ def test_nemo_gym_mixed_engine_ids_fall_back_to_text(reported, tmp_path, ids):
         assert "engine_token_ids_discarded" not in t.metadata
 
 
-# issue 24: per-format fidelity of the reasoning-after-call layout, the expected decoding written by hand
+# per-format fidelity of the reasoning-after-call layout, the expected decoding written by hand
 def test_nemo_gym_reasoning_logged_after_its_function_call(tok, reported):
     """``conversational_tool_use_simulation`` logs each call's reasoning *after* its function call
     (output: function_call, reasoning, function_call_output, reasoning, message). Two model

@@ -140,7 +140,7 @@ def test_a_too_deep_first_jsonl_line_costs_only_itself(tmp_path):
     assert rep.trajectories_written == 1
 
 
-# -- one bad record costs only itself (issue 12, item 6) -----------------------------------------
+# -- one bad record costs only itself -----------------------------------------
 
 def test_jsonl_format_is_detected_per_line(tmp_path):
     # The first line is of no known shape and the third of another format: neither decides the
@@ -226,8 +226,6 @@ def test_every_real_fixture_is_stored_or_turned_away_with_a_reason(tmp_path, fix
     """The whole ``../shared/fixtures/trajectories`` tree (~12 CPU-seconds, hence slow): every
     log file ends up in a stored trajectory (its own or its events/ folder's), or is turned
     away with a reason, or is a completion log superseded by a later one of the same run."""
-    from pathlib import Path
-
     st = str(tmp_path / "s")
     rep = ingest_paths([str(fix)], st)
     assert rep.refused == 0 and rep.ignored_files == {".md": 1}  # SOURCES.md

@@ -5,7 +5,7 @@ Every model call k (an assistant message) is rendered the way a rollout engine w
 served it: its prompt is the template's render of the call's context with the generation
 prompt (``G_k``), and its action is what the model generated: the assistant turn after the
 generation prompt, closed by its end-of-turn token, without the template's separator
-(:mod:`trajstore.chat_template`, issue 12 item 7). A call's context is everything logged
+(:mod:`trajstore.chat_template`). A call's context is everything logged
 before it, or what the harness says it sent instead (:class:`~trajstore.ingest.records.Context`:
 condensation, history processors, a changed tool list).
 

@@ -1,11 +1,10 @@
 """OpenHands V0 (``openhands/`` package, 2024-2025) event lists -> conversations.
 
-Shapes handled (see ``SOURCES.md`` of the fixtures): ``event_to_dict`` event lists (saved
-trajectories, GUI exports, the ``sessions/<id>/events/<n>.json`` store with its
-``metadata.json``, flat eval histories), the older ``[action, observation]`` pair history,
-resolver output (``dataclasses.asdict`` events without ids) and the 2024 feedback rows
-(websocket messages mixed in); the rows around those histories are
-:mod:`~trajstore.ingest.formats.openhands_v0_eval`'s and
+Shapes handled: ``event_to_dict`` event lists (saved trajectories, GUI exports, the
+``sessions/<id>/events/<n>.json`` store with its ``metadata.json``, flat eval histories), the
+older ``[action, observation]`` pair history, resolver output (``dataclasses.asdict`` events
+without ids) and the 2024 feedback rows (websocket messages mixed in); the rows around those
+histories are :mod:`~trajstore.ingest.formats.openhands_v0_eval`'s and
 :mod:`~trajstore.ingest.formats.openhands_v0_feedback`'s.
 
 Mapping: agent actions with ``tool_call_metadata`` become one assistant message per model
