@@ -173,3 +173,27 @@ def test_swe_agent_traj_with_only_a_history_is_swe_agent(reported, tmp_path, tok
     assert rep.problems == [] and dict(rep.by_format) == {"swe-agent": 1}
     (row,) = read_trajectories(str(tmp_path / "s")).to_pylist()
     assert row["source"] == "swe-agent" and row["num_actions"] == 4  # the 4 assistant turns
+
+
+def _every_signature(d) -> list[str]:
+    """The record formats `d` matches when every format's signature is asked, whatever its keys."""
+    if not isinstance(d, dict):
+        return []
+    found = [f for f in registry.REGISTERED if f.records is not None and f.records.keys and registry._matches(f, d)]
+    main = [f.name for f in found if not f.records.fallback]
+    return main or [f.name for f in found]
+
+
+def test_a_formats_keys_only_spare_asking_signatures_that_would_say_no(fixtures_dir):
+    """Detection asks a format's signature only of objects holding one of its keys: on every
+    record (and every event, and every item of a list) of every real and reported fixture, that
+    finds what asking every signature finds."""
+    units, _ = discover([str(fixtures_dir / "trajectories"), str(fixtures_dir / "reported")])
+    checked = 0
+    for u in units:
+        values = [json.loads(open(f).read()) for f in u.files] if u.is_event_dir else \
+            [v for _, doc, _ in _records(u.path) for v in ([doc] + (doc if isinstance(doc, list) else []))]
+        for v in values:
+            assert _names(registry.formats_of(v)) == _every_signature(v), u.path
+            checked += 1
+    assert checked > 200

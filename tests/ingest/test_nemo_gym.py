@@ -13,12 +13,17 @@ from trajstore.ingest import ingest_paths, iter_trajectories
 from trajstore.reader import read_trajectories
 
 
+def _rows_and_trajectories(path, **kw):
+    """(row, trajectory) of each line of a NeMo Gym rollouts file, ingested with `kw`."""
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    ts, _ = ingest(path, **kw)
+    assert len(ts) == len(rows)
+    return zip(rows, ts)
+
+
 # per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_nemo_gym_engine_single_turn(fix):
-    path = fix / "nemo-gym/competitive_coding_challenges_example_rollouts.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines()]
-    ts, _ = ingest(path)
-    for row, t in zip(rows, ts):
+    for row, t in _rows_and_trajectories(fix / "nemo-gym/competitive_coding_challenges_example_rollouts.jsonl"):
         msg = next(o for o in row["response"]["output"] if o.get("generation_token_ids"))
         assert t.tokens.tolist() == msg["prompt_token_ids"] + msg["generation_token_ids"]
         assert kinds(t) == "pa" and t.token_source == "engine" and t.logprob_source == "engine"
@@ -29,9 +34,7 @@ def test_nemo_gym_engine_single_turn(fix):
 # per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_nemo_gym_engine_multi_turn(fix):
     path = fix / "nemo-gym-multiturn/tictactoe_env_example_rollouts.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines()]
-    ts, _ = ingest(path, engine_tokenizer="model")
-    for row, t in zip(rows, ts):
+    for row, t in _rows_and_trajectories(path, engine_tokenizer="model"):
         out = row["response"]["output"]
         # 9 calls, each prompt = previous prompt + generation + the environment's 43 tokens
         assert kinds(t) == "pa" + "oa" * 8
@@ -44,10 +47,7 @@ def test_nemo_gym_engine_multi_turn(fix):
 
 # per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_nemo_gym_text_rows(tok, fix):
-    path = fix / "nemo-gym/hermes_agent_example_math_rollouts.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines()]
-    ts, _ = ingest(path)
-    for row, t in zip(rows, ts):
+    for row, t in _rows_and_trajectories(fix / "nemo-gym/hermes_agent_example_math_rollouts.jsonl"):
         out = row["response"]["output"]
         msgs = [o for o in out if o["type"] == "message"]
         assert sum(s.kind == "action" for s in t.spans) == len(msgs) == row["turns_used"] \
@@ -60,10 +60,7 @@ def test_nemo_gym_text_rows(tok, fix):
 
 # per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_nemo_gym_one_message_per_step(tok, fix):
-    path = fix / "nemo-gym-multiturn/osworld_example_rollouts.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines()]
-    ts, _ = ingest(path)
-    for row, t in zip(rows, ts):
+    for row, t in _rows_and_trajectories(fix / "nemo-gym-multiturn/osworld_example_rollouts.jsonl"):
         steps = row["verifier_metadata"]["osworld_steps"]
         acts = [x for k, x in decoded(tok, t) if k == "action"]
         assert acts == [s["model_text"] + END for s in steps]  # one action per agent step, in order

@@ -23,8 +23,8 @@ from trajstore.chat_template import (
     turn_markers,
 )
 from trajstore.ingest import conversation_to_trajectories
-from trajstore.ingest.build.render import render_conversation
-from trajstore.ingest.build.template import template_features, template_message
+from trajstore.ingest.builders.render import render_conversation
+from trajstore.ingest.builders.template import template_features, template_message
 from trajstore.ingest.formats.swe_gym import parse_swe_gym_row
 from trajstore.ingest.records import Context, Conversation, Message, Origin, ToolCall
 

@@ -1,4 +1,4 @@
-"""trajstore/ingest/build/stored_fields.py: the model-call count check, on every real and reported
+"""trajstore/ingest/builders/stored_fields.py: the model-call count check, on every real and reported
 fixture whose harness counts its own model calls (a model call is one action, whatever order
 the log lists its items in)."""
 

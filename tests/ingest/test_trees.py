@@ -1,11 +1,11 @@
-"""trajstore/ingest/build/trees.py: records linked across files are built parents first and linked; a
+"""trajstore/ingest/builders/trees.py: records linked across files are built parents first and linked; a
 missing parent or a cycle leaves a root, never a dangling link."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from trajstore.ingest.build.trees import build_tree, parents_of
+from trajstore.ingest.builders.trees import build_tree, parents_of
 from trajstore.ingest.records import Conversation, Message, Origin, ParsedLineage
 from trajstore.models import Span, Trajectory
 

@@ -3,18 +3,18 @@ nebius, SWE-smith, NeMo Gym, verl / SkyRL dumps; JSON, JSONL or Parquet; traject
 trajstore's own schema written elsewhere, checked row by row as ``traj validate`` checks it) into a store.
 
 Parsers (one module per harness) turn records into format-neutral conversations, engine
-rollouts or text rollouts (:mod:`~trajstore.ingest.records`); :mod:`~trajstore.ingest.build.render`
+rollouts or text rollouts (:mod:`~trajstore.ingest.records`); :mod:`~trajstore.ingest.builders.render`
 tokenizes conversations with a chat template; :func:`ingest_paths` writes the result. One bad
 record costs only itself: it becomes a :class:`Problem` with path, line and reason.
 """
 
-from trajstore.ingest.build.conversation import (
+from trajstore.ingest.builders.conversation import (
     DEFAULT_MAX_OBSERVATION_CHARS,
     TRUNCATION_MARKER,
     conversation_to_trajectories,
 )
-from trajstore.ingest.build.engine import rollout_to_trajectories
-from trajstore.ingest.build.render import RenderedPart, render_conversation
+from trajstore.ingest.builders.engine import rollout_to_trajectories
+from trajstore.ingest.builders.render import RenderedPart, render_conversation
 from trajstore.ingest.formats.registry import FORMATS
 from trajstore.ingest.formats.spec import InputFormat
 from trajstore.ingest.pipeline import IngestError, IngestInterrupted, ingest_paths, iter_trajectories

@@ -1,6 +1,6 @@
 """`ingest_paths` / `iter_trajectories`: agent logs on disk -> trajectories in a store, end to end:
 discover the input units, parse each record (:mod:`~trajstore.ingest.dispatch`), build them
-(:mod:`~trajstore.ingest.build`), skip ids already stored and write the rest with the store's
+(:mod:`~trajstore.ingest.builder`), skip ids already stored and write the rest with the store's
 writer in its deduplicating mode (:class:`~trajstore.writer.StoreWriter`, ``dedupe_lock``).
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 
 from trajstore.errors import TrajstoreError
 from trajstore.hub import SMOLLM2_ALIAS
-from trajstore.ingest.build.builder import IngestBuilder
-from trajstore.ingest.build.conversation import DEFAULT_MAX_OBSERVATION_CHARS
-from trajstore.ingest.build.trees import HeldTree, build_tree
+from trajstore.ingest.builder import IngestBuilder
+from trajstore.ingest.builders.conversation import DEFAULT_MAX_OBSERVATION_CHARS
+from trajstore.ingest.builders.trees import HeldTree, build_tree
 from trajstore.ingest.discover import IgnoredFiles, InputUnit, discover
 from trajstore.ingest.dispatch import parse_unit
 from trajstore.ingest.formats import registry
@@ -66,7 +66,7 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
     record (a row, a line, an event file, a document) becomes a :class:`Problem` with its path,
     line and reason, and the ingest goes on with the next record and file.
 
-    Records linked across files (:mod:`~trajstore.ingest.build.trees`: sub-agents, context rewrites,
+    Records linked across files (:mod:`~trajstore.ingest.builders.trees`: sub-agents, context rewrites,
     continuations) are held until their directory is read, then built and yielded parents first.
 
     Args:
@@ -77,11 +77,11 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
         max_observation_chars: cap per observation (characters); None = no cap.
         engine_tokenizer: the tokenizer engine token ids belong to when the log does not name
             it (``"model"`` = each rollout's model name); None = such rollouts are stored as
-            not trainable (see :func:`~trajstore.ingest.build.engine.rollout_to_trajectories`).
+            not trainable (see :func:`~trajstore.ingest.builders.engine.rollout_to_trajectories`).
         train_reconstructed_actions: store actions the log keeps only as a parsed or reformatted
             version (fidelity flag ``action_text``) as trainable; False = stored with
             ``trainable = false`` and the format's reason (see
-            :func:`~trajstore.ingest.build.conversation.conversation_to_trajectories`).
+            :func:`~trajstore.ingest.builders.conversation.conversation_to_trajectories`).
         progress: called with an :class:`IngestProgress` after every unit and trajectory.
 
     Raises:
@@ -146,7 +146,7 @@ class _Ticker:
 
 class _Records:
     """Where each parsed record of an ingest goes: its problems into the report, a record linked
-    to others of its directory into the held tree (:class:`~trajstore.ingest.build.trees.HeldTree`),
+    to others of its directory into the held tree (:class:`~trajstore.ingest.builders.trees.HeldTree`),
     a record of a format that settles its records together (completion logs) aside until every
     input is read, any other straight on to be built.
 
@@ -186,6 +186,8 @@ class _Records:
         for name, held in self.settling.items():
             settle = registry.BY_NAME[name].settle
             assert settle is not None
+            if not held:
+                continue
             kept, skipped = settle(held)
             for reason, n in skipped.items():
                 self.report.skipped[reason] += n

@@ -38,7 +38,7 @@ class Message:
         call_id: assistant: id of the model call (response id or event id); others: event id.
         cause_id: observation: id of the tool call / action event it answers (None = unknown).
         finish_reason: assistant: the engine finish reason, when logged.
-        truncated: set by :func:`~trajstore.ingest.build.conversation.cap_text` when the content was capped at ingest.
+        truncated: set by :func:`~trajstore.ingest.builders.conversation.cap_text` when the content was capped at ingest.
         original_chars: length of the content before capping (characters).
         tool_calls_in_content: the calls are already in `content` (prompt-based tool calling):
             they are recorded for linking but not rendered again.
@@ -74,7 +74,7 @@ class Context:
     calls before it: e.g. after an OpenHands ``Condensation`` or under a SWE-agent history
     processor. A stored trajectory never claims a context the model did not see, so a call
     whose context does not extend the previous call's is rendered as the start of a new
-    trajectory (:mod:`trajstore.ingest.build.render`).
+    trajectory (:mod:`trajstore.ingest.builders.render`).
 
     Attributes:
         messages: the messages before the call, in the order sent.
@@ -116,7 +116,7 @@ class Origin:
 class ParsedLineage:
     """Where a parsed record sits in an episode whose lineages are logged as several records
     (files, or parts of one file): linked by the ingest once the records of one directory are
-    read (:mod:`~trajstore.ingest.build.trees`), parents built and stored before their children.
+    read (:mod:`~trajstore.ingest.builders.trees`), parents built and stored before their children.
 
     Attributes:
         key: this record's name in the ingest (``<file path>`` for a file's first record,
@@ -217,7 +217,7 @@ class EngineSegment:
 class ExportedFields:
     """What a trajstore export kept of a stored row beside its token ids (``traj export --to
     atif``: the root ``extra.trajstore``), put back as stored so that re-ingesting the export gives
-    the same row (:func:`~trajstore.ingest.build.engine.rollout_to_trajectories`).
+    the same row (:func:`~trajstore.ingest.builders.engine.rollout_to_trajectories`).
 
     Attributes:
         trajectory_id: the stored id (kept instead of a derived one, so the lineage ids still point

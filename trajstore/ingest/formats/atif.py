@@ -39,7 +39,7 @@ from trajstore.ingest.formats.atif_agents import Conventions, conventions_for, r
 from trajstore.ingest.formats.chat import arguments_text, drop_sent_back_reasoning, text_of, tool_definitions
 from trajstore.ingest.formats.engine_chain import EngineChain
 from trajstore.ingest.formats.rewards import float_reward
-from trajstore.ingest.formats.spec import InputFormat, Records
+from trajstore.ingest.formats.spec import InputFormat, NoTrajectory, Records
 from trajstore.ingest.records import (
     Context,
     Conversation,
@@ -427,15 +427,15 @@ def _link(records: list[EngineRollout | Conversation], steps: list[dict[str, Any
             path if n == 1 else f"{path}#{n}"), link_kind="context_rewrite" if n else None, claims=claims[n])
 
 
-def _harbor_trial_result(d: Any, path: str) -> str | None:
+def _harbor_trial_result(d: dict[str, Any], path: str) -> str | None:
     """Why a Harbor trial's ``result.json`` holds no trajectory (its exception is read with the trajectory)."""
-    if isinstance(d, dict) and "trial_name" in d and "task_name" in d and isinstance(d.get("agent_info"), dict):
+    if "trial_name" in d and "task_name" in d and isinstance(d.get("agent_info"), dict):
         return "Harbor trial result (result.json: its exception is read with the trial's agent/trajectory.json)"
     return None
 
 
 ATIF = InputFormat(
     "atif", "ATIF trajectory.json (Harbor / Terminal-Bench), engine token ids kept", SOURCE,
-    records=Records(parse_trajectory, lambda d: isinstance(d.get("schema_version"), str)
+    records=Records(parse_trajectory, keys=("schema_version",), signature=lambda d: isinstance(d.get("schema_version"), str)
                     and d["schema_version"].startswith("ATIF") and "steps" in d),
-    not_a_trajectory=_harbor_trial_result)
+    no_trajectory=NoTrajectory(("trial_name",), _harbor_trial_result))

@@ -1,7 +1,7 @@
 """OpenAI-style chat messages and their parts as :class:`~trajstore.ingest.records.Message` s:
 content text, reasoning under any field name, tool calls, tool definitions, and the call ids
 that link observations to the model call they answer; the shapes several formats share (a chat
-message, what a ``history`` list holds) and the provenance of dataset rows. Shared by every
+message) and the provenance of dataset rows. Shared by every
 parser of chat logs.
 """
 
@@ -28,26 +28,6 @@ def is_message(m: dict[str, Any]) -> bool:
 def is_chat(v: Any) -> bool:
     """A non-empty list whose first item looks like an OpenAI chat message."""
     return isinstance(v, list) and bool(v) and isinstance(v[0], dict) and is_message(v[0])
-
-
-def history_kind(history: Any) -> str | None:
-    """What a ``history`` list holds, by the shape of its items: ``chat`` (SWE-agent: messages
-    with a ``role``), ``v1-events`` (OpenHands V1: events with a ``kind``), ``v0-events``
-    (OpenHands V0: events or ``asdict`` dumps with ``action`` / ``observation`` and no role; older
-    eval outputs hold ``[action, observation]`` pairs), ``empty``, or None (not a list, or items of
-    none of these shapes)."""
-    if not isinstance(history, list):
-        return None
-    items = [x for e in history[:20] for x in (e if isinstance(e, list) else [e]) if isinstance(x, dict)]
-    if not history:
-        return "empty"
-    if any("kind" in e for e in items[:5]):
-        return "v1-events"
-    if any("role" in e for e in items):
-        return "chat"
-    if any("action" in e or "observation" in e for e in items):
-        return "v0-events"
-    return None
 
 
 def provenance(row: dict[str, Any]) -> dict[str, Any]:

@@ -58,5 +58,5 @@ def parse_chat_record(row: Any, origin: Origin) -> Conversation:
 
 CHAT_MESSAGES = InputFormat(
     "chat-messages", "OpenAI chat messages: a JSON list of them, or per JSONL line a list or {\"messages\": [...]}",
-    SOURCE, records=Records(parse_chat_record, lambda d: "messages" in d and is_chat(d["messages"]), fallback=True,
+    SOURCE, records=Records(parse_chat_record, keys=("messages",), signature=lambda d: "messages" in d and is_chat(d["messages"]), fallback=True,
                             list_item=is_message))

@@ -114,4 +114,4 @@ def _is_traj(d: dict[str, Any]) -> bool:
 
 MINI_SWE_AGENT = InputFormat(
     "mini-swe-agent", "mini-swe-agent .traj.json, text (mini-swe-agent-1) or tool-call (mini-swe-agent-1.1) format",
-    SOURCE, records=Records(parse_mini_swe_agent_traj, _is_traj))
+    SOURCE, records=Records(parse_mini_swe_agent_traj, keys=("trajectory_format", "messages"), signature=_is_traj))

@@ -50,6 +50,6 @@ def parse_nebius_row(row: Any, origin: Origin) -> Conversation:
 
 NEBIUS_SWE_AGENT = InputFormat(
     "nebius-swe-agent", "nebius SWE-agent-trajectories rows", SOURCE,
-    records=Records(parse_nebius_row,
-                    lambda d: isinstance(d.get("trajectory"), list) and ("target" in d or "model_name" in d),
+    records=Records(parse_nebius_row, keys=("target", "model_name"),
+                    signature=lambda d: isinstance(d.get("trajectory"), list) and ("target" in d or "model_name" in d),
                     excludes=("nebius-swe-rebench-openhands", "openhands-v0-feedback")))

@@ -272,4 +272,4 @@ def _engine_rollout(calls: list[_Call], resp: dict[str, Any], params: dict[str, 
 
 
 NEMO_GYM = InputFormat("nemo-gym", "NeMo Gym rollouts with engine token ids", SOURCE,
-                       records=Records(parse_rollout, lambda d: "responses_create_params" in d and "response" in d))
+                       records=Records(parse_rollout, keys=("responses_create_params",), signature=lambda d: "responses_create_params" in d and "response" in d))

@@ -80,16 +80,16 @@ def is_base_state(d: Any) -> bool:
         and ("execution_status" in d or "agent_status" in d)
 
 
-def base_state_file(d: Any, path: str) -> str | None:
+def base_state_file(d: dict[str, Any], path: str) -> str | None:
     """Why a V1 ``base_state.json`` holds no trajectory (it is read with its folder's events)."""
     if is_base_state(d):
         return "conversation state (OpenHands V1 base_state.json: read with the events/ directory next to it)"
     return None
 
 
-def metadata_file(d: Any, path: str) -> str | None:
+def metadata_file(d: dict[str, Any], path: str) -> str | None:
     """Why a conversation folder's ``metadata.json`` holds no trajectory (it is read with its events)."""
-    if isinstance(d, dict) and "conversation_id" in d and ("llm_model" in d or "title" in d):
+    if "conversation_id" in d and ("llm_model" in d or "title" in d):
         return "conversation metadata only (its events are in the events/ directory next to it)"
     return None
 

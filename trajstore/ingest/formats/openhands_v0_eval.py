@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from trajstore.ingest.formats.chat import history_kind
 from trajstore.ingest.formats.openhands import status_from_error
 from trajstore.ingest.formats.openhands_v0_events import events_to_conversation
 from trajstore.ingest.formats.rewards import bool_reward
@@ -62,18 +61,18 @@ def parse_v0_resolver_output(row: Any, origin: Origin) -> Conversation:
     return conv
 
 
-def _v0_history(d: dict[str, Any]) -> bool:
-    """A ``history`` of V0 events (or an empty one)."""
-    return history_kind(d.get("history")) in ("v0-events", "empty")
+V0_HISTORY = ("v0-events", "empty")
+"""The ``history`` of a V0 row: V0 events (or none)."""
 
 
 def _resolver(d: dict[str, Any]) -> bool:
-    return _v0_history(d) and ("issue" in d or "success" in d) and "instance_id" not in d
+    """The resolver's ``issue`` or ``success``, and no ``instance_id`` (an eval row's)."""
+    return ("issue" in d or "success" in d) and "instance_id" not in d
 
 
 V0_EVAL = InputFormat(
     "openhands-v0-eval", "OpenHands V0 evaluation output.jsonl", EVAL_SOURCE,
-    records=Records(parse_v0_eval_output, _v0_history, excludes=("swe-agent", "openhands-v0-resolver")))
+    records=Records(parse_v0_eval_output, keys=("history",), history=V0_HISTORY, excludes=("swe-agent", "openhands-v0-resolver")))
 V0_RESOLVER = InputFormat(
     "openhands-v0-resolver", "OpenHands V0 resolver output.jsonl", RESOLVER_SOURCE,
-    records=Records(parse_v0_resolver_output, _resolver, excludes=("swe-agent",)))
+    records=Records(parse_v0_resolver_output, keys=("history",), history=V0_HISTORY, signature=_resolver, excludes=("swe-agent",)))

@@ -39,7 +39,7 @@ from trajstore.ingest.formats.chat import (
     tool_definitions,
 )
 from trajstore.ingest.formats.openhands import metadata_file, read_conversation_folder, terminal_text
-from trajstore.ingest.formats.spec import Events, InputFormat
+from trajstore.ingest.formats.spec import Events, InputFormat, NoTrajectory
 from trajstore.ingest.records import Context, Conversation, Message, Origin, Parsed, RecordError, ToolCall
 from trajstore.ingest.values import json_type, order_by_id, parse_time
 
@@ -320,7 +320,7 @@ def read_session_folder(events: list[Any], events_dir: str) -> Iterator[Parsed]:
 
 V0_EVENTS = InputFormat(
     "openhands-v0-events", "OpenHands V0 event list: saved trajectory, GUI export, events/ store", EVENTS_SOURCE,
-    events=Events(signature=_is_event, parse=parse_event_list, folder=read_session_folder))
+    events=Events(keys=("action", "observation"), signature=_is_event, parse=parse_event_list, folder=read_session_folder))
 V0_SESSION = InputFormat(
     "openhands-v0-session", "OpenHands V0 sessions/<id>/events/<n>.json", SESSION_SOURCE,
-    events=Events(folder=read_session_folder, reads_any_folder=True), not_a_trajectory=metadata_file)
+    events=Events(folder=read_session_folder, reads_any_folder=True), no_trajectory=NoTrajectory(("conversation_id",), metadata_file))

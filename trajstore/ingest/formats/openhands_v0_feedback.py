@@ -31,4 +31,4 @@ def parse_feedback_row(row: Any, origin: Origin) -> Conversation:
 
 
 V0_FEEDBACK = InputFormat("openhands-v0-feedback", "OpenHands 2024 feedback dataset rows", SOURCE,
-                          records=Records(parse_feedback_row, lambda d: "feedback" in d and "trajectory" in d))
+                          records=Records(parse_feedback_row, keys=("feedback",), signature=lambda d: "feedback" in d and "trajectory" in d))

@@ -109,4 +109,4 @@ def is_completion_log(d: dict[str, Any]) -> bool:
 
 
 V1_COMPLETIONS = InputFormat("openhands-v1-completions", "OpenHands V1 log_completions files", SOURCE,
-                          records=Records(parse_completion_log, is_completion_log), settle=settle)
+                          records=Records(parse_completion_log, keys=("messages",), signature=is_completion_log), settle=settle)

@@ -8,11 +8,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from trajstore.ingest.formats.chat import history_kind
 from trajstore.ingest.formats.openhands import status_from_error, worse_status
 from trajstore.ingest.formats.openhands_v1_messages import events_conversation
 from trajstore.ingest.formats.rewards import float_reward
-from trajstore.ingest.formats.spec import InputFormat, Records
+from trajstore.ingest.formats.spec import InputFormat, NoTrajectory, Records
 from trajstore.ingest.records import Conversation, EngineRollout, Message, Origin, RecordError, Reward
 
 SOURCE = "openhands/v1-eval"
@@ -95,11 +94,9 @@ def parse_task_trajectory(events: Any, origin: Origin, eval_result: Any | None,
     return conv
 
 
-def _not_a_trajectory(d: Any, path: str) -> str | None:
+def _no_trajectory_reason(d: dict[str, Any], path: str) -> str | None:
     """Why an evaluation's score file (``eval_<task>.json``: a score, or the evaluator's crash
     report) holds no trajectory, naming a missing ``traj_<task>.json`` beside it."""
-    if not isinstance(d, dict):
-        return None
     if "final_score" in d or "checkpoints" in d:
         why = "evaluation score only (its trajectory is the matching traj_<task>.json)"
     elif "error" in d and "traceback" in d:
@@ -114,5 +111,5 @@ def _not_a_trajectory(d: Any, path: str) -> str | None:
 
 
 V1_EVAL = InputFormat("openhands-v1-eval", "OpenHands V1 evaluation output", SOURCE,
-                   records=Records(parse_v1_eval_output, lambda d: history_kind(d.get("history")) == "v1-events"),
-                   not_a_trajectory=_not_a_trajectory)
+                   records=Records(parse_v1_eval_output, keys=("history",), history=("v1-events",)),
+                   no_trajectory=NoTrajectory(("final_score", "checkpoints", "traceback"), _no_trajectory_reason))

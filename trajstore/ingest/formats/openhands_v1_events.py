@@ -14,7 +14,7 @@ from typing import Any
 from trajstore.ingest.formats.openhands import base_state_file, read_conversation_folder
 from trajstore.ingest.formats.openhands_v1_eval import is_task_file, parse_task_trajectory, score_file
 from trajstore.ingest.formats.openhands_v1_messages import events_conversation
-from trajstore.ingest.formats.spec import Events, InputFormat
+from trajstore.ingest.formats.spec import Events, InputFormat, NoTrajectory
 from trajstore.ingest.read import json_loads, read_text
 from trajstore.ingest.records import Conversation, EngineRollout, Origin, Parsed, Problem
 
@@ -59,6 +59,6 @@ def read_folder(events: list[Any], events_dir: str) -> Iterator[Parsed]:
 
 
 V1_EVENTS = InputFormat("openhands-v1-events", "OpenHands V1 persisted events", SOURCE,
-                     events=Events(signature=_is_event, parse=parse_persisted_events, document=parse_document,
+                     events=Events(keys=("kind",), signature=_is_event, parse=parse_persisted_events, document=parse_document,
                                    folder=read_folder),
-                     not_a_trajectory=base_state_file)
+                     no_trajectory=NoTrajectory(("agent",), base_state_file))

@@ -30,7 +30,7 @@ from trajstore.ingest.formats import (
     trajstore_parquet,
     verl_rollouts,
 )
-from trajstore.ingest.formats.spec import InputFormat
+from trajstore.ingest.formats.spec import InputFormat, history_kind
 
 REGISTERED: Final[tuple[InputFormat, ...]] = (
     openhands_v0_events.V0_EVENTS,
@@ -65,11 +65,11 @@ FORMAT_HELP: Final[dict[str, str]] = {f.name: f.help for f in REGISTERED}
 BY_SOURCE: Final[dict[str, InputFormat]] = {f.source: f for f in REGISTERED}
 """The format whose trajectories store each ``source``."""
 
-_RECORDS = [f for f in REGISTERED if f.records is not None and f.records.signature is not None]
+_RECORDS = [f for f in REGISTERED if f.records is not None and f.records.keys]
 _EVENTS = [f for f in REGISTERED if f.events is not None and f.events.signature is not None]
 _LIST_RECORDS = [f for f in REGISTERED if f.records is not None and f.records.list_item is not None]
 _PARQUET = [f for f in REGISTERED if f.parquet is not None]
-_NOT_TRAJECTORIES = [f for f in REGISTERED if f.not_a_trajectory is not None]
+_NO_TRAJECTORY = [f for f in REGISTERED if f.no_trajectory is not None]
 _ANY_FOLDER = next(f for f in REGISTERED if f.events is not None and f.events.reads_any_folder)
 
 
@@ -86,18 +86,23 @@ def get(name: str) -> InputFormat:
 
 
 def _matches(f: InputFormat, d: dict[str, Any]) -> bool:
+    """Whether the object `d` (holding one of `f`'s record keys) is a record of `f`."""
     rec = f.records
-    assert rec is not None and rec.signature is not None
-    return rec.signature(d) and not any(_matches(BY_NAME[x], d) for x in rec.excludes)
+    assert rec is not None
+    if rec.history and history_kind(d.get("history")) not in rec.history:
+        return False
+    if rec.signature is not None and not rec.signature(d):
+        return False
+    return not any(_matches(BY_NAME[x], d) for x in rec.excludes)
 
 
 def formats_of(d: Any) -> list[InputFormat]:
-    """Every record format whose structure `d` has (its signature, less the formats it excludes;
-    a fallback format only when no other matches); one for any record of a known harness, []
-    for none."""
+    """Every record format whose structure `d` has (one of its keys, its kind of history, its
+    signature; less the formats it excludes; a fallback format only when no other matches); one
+    for any record of a known harness, [] for none."""
     if not isinstance(d, dict):
         return []
-    found = [f for f in _RECORDS if _matches(f, d)]
+    found = [f for f in _RECORDS if any(k in d for k in f.records.keys) and _matches(f, d)]  # type: ignore[union-attr]
     main = [f for f in found if not f.records.fallback]  # type: ignore[union-attr]
     return main or found
 
@@ -143,8 +148,12 @@ def one_record_list(doc: Any, fmt: str) -> InputFormat | None:
 
 
 def event_formats_of(d: Any) -> list[InputFormat]:
-    """Every event format one of whose events `d` is."""
-    return [f for f in _EVENTS if f.events.signature(d)] if isinstance(d, dict) else []  # type: ignore[union-attr,misc]
+    """Every event format one of whose events `d` is (it holds one of the format's event keys and
+    has the structure of its events)."""
+    if not isinstance(d, dict):
+        return []
+    return [f for f in _EVENTS if any(k in d for k in f.events.keys)  # type: ignore[union-attr]
+            and f.events.signature(d)]  # type: ignore[union-attr,misc]
 
 
 def detect_event(d: Any) -> InputFormat | None:
@@ -190,8 +199,12 @@ def parquet_format(path: str, fmt: str) -> InputFormat | None:
 def not_a_trajectory(d: Any, path: str) -> str | None:
     """Why the JSON document `d` (read from `path`) is a known file that holds no trajectory (a
     score, conversation state or metadata file of some harness), or None."""
-    for f in _NOT_TRAJECTORIES:
-        why = f.not_a_trajectory(d, path)  # type: ignore[misc]
+    if not isinstance(d, dict):
+        return None
+    for f in _NO_TRAJECTORY:
+        skip = f.no_trajectory
+        assert skip is not None
+        why = skip.why(d, path) if any(k in d for k in skip.keys) else None
         if why:
             return why
     return None

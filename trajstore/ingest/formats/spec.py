@@ -10,9 +10,32 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from trajstore.ingest.records import Origin, Parsed, ParsedTrajectory
+
+HistoryKind = Literal["chat", "v1-events", "v0-events", "empty"]
+"""What a record's ``history`` list holds (:func:`history_kind`)."""
+
+
+def history_kind(history: Any) -> HistoryKind | None:
+    """What a ``history`` list holds, by the shape of its items: ``chat`` (SWE-agent: messages
+    with a ``role``), ``v1-events`` (OpenHands V1: events with a ``kind``), ``v0-events``
+    (OpenHands V0: events or ``asdict`` dumps with ``action`` / ``observation`` and no role; older
+    eval outputs hold ``[action, observation]`` pairs), ``empty``, or None (not a list, or items of
+    none of these shapes)."""
+    if not isinstance(history, list):
+        return None
+    items = [x for e in history[:20] for x in (e if isinstance(e, list) else [e]) if isinstance(x, dict)]
+    if not history:
+        return "empty"
+    if any("kind" in e for e in items[:5]):
+        return "v1-events"
+    if any("role" in e for e in items):
+        return "chat"
+    if any("action" in e or "observation" in e for e in items):
+        return "v0-events"
+    return None
 
 
 @dataclass(frozen=True)
@@ -24,9 +47,14 @@ class Records:
         parse: one record -> its parsed trajectory (or several, e.g. the lineages of an ATIF
             file), or a :class:`~trajstore.ingest.records.Problem`; raises on a malformed record
             (that record's problem only).
-        signature: whether a JSON object has this format's structure (a harness's own marker,
-            or the shape of its parts; never one shared key alone). None: never detected, read
-            only when named with ``--input-format``.
+        keys: top-level keys every record of the format holds at least one of: detection looks
+            further only at the objects that hold one (empty: never detected, read only when
+            named with ``--input-format``).
+        history: for a format whose records hold their log as a ``history`` list: what kinds
+            of list (:func:`history_kind`) it holds.
+        signature: whether a JSON object (holding one of `keys`, and a `history` of one of those
+            kinds) has this format's structure: a harness's own marker, or the shape of its
+            parts, never one shared key alone. None: `keys` and `history` say it all.
         excludes: formats whose records also have this structure: an object that is one of
             theirs is not one of this format's.
         fallback: detected only for an object no other format claims (the shape every chat
@@ -37,6 +65,8 @@ class Records:
     """
 
     parse: Callable[[Any, Origin], Parsed | list[Parsed]]
+    keys: tuple[str, ...] = ()
+    history: tuple[HistoryKind, ...] = ()
     signature: Callable[[dict[str, Any]], bool] | None = None
     excludes: tuple[str, ...] = ()
     fallback: bool = False
@@ -49,6 +79,8 @@ class Events:
     them is one trajectory, and so is an event folder (``events/<n>.json``).
 
     Attributes:
+        keys: top-level keys each of its events holds at least one of: `signature` is asked
+            only of the objects that hold one.
         signature: whether a JSON object is one of its events (None: its events are another
             event format's, e.g. a session store of V0 events).
         parse: an event list read from one file -> its conversation; raises on a malformed list.
@@ -60,6 +92,7 @@ class Events:
             first event folders ingest read).
     """
 
+    keys: tuple[str, ...] = ()
     signature: Callable[[dict[str, Any]], bool] | None = None
     parse: Callable[[list[Any], Origin], Parsed] | None = None
     document: Callable[[Any, Origin], Iterator[Parsed]] | None = None
@@ -80,6 +113,22 @@ class ParquetFiles:
     parse: Callable[[str], Iterator[Parsed]]
 
 
+@dataclass(frozen=True)
+class NoTrajectory:
+    """The files of a harness that hold no trajectory (a score, conversation state, metadata):
+    named as such instead of refused as unknown content.
+
+    Attributes:
+        keys: top-level keys each such file (a JSON object) holds at least one of: `why` is
+            asked only of the objects that hold one.
+        why: a JSON object and its path -> why it holds no trajectory, or None when it is no
+            such file.
+    """
+
+    keys: tuple[str, ...]
+    why: Callable[[dict[str, Any], str], str | None]
+
+
 Settle = Callable[[list[ParsedTrajectory]], tuple[list[ParsedTrajectory], Counter[str]]]
 """Records held until every input is read -> (those to build, those skipped counted by reason)."""
 
@@ -93,9 +142,7 @@ class InputFormat:
         help: one line for ``traj ingest --help``.
         source: what its trajectories store in ``source`` (the ingest summary's per-format counts).
         records / events / parquet: how its input is read (at least one is set).
-        not_a_trajectory: why a JSON document that belongs to this harness holds no trajectory
-            (a score file, conversation state, ...), given the document and its path; None for
-            any other document.
+        no_trajectory: the harness's files that hold no trajectory (:class:`NoTrajectory`).
         settle: for a format whose records can only be judged together (completion logs that
             repeat one conversation call after call): its records are held until every input
             is read, then settled.
@@ -107,7 +154,7 @@ class InputFormat:
     records: Records | None = None
     events: Events | None = None
     parquet: ParquetFiles | None = None
-    not_a_trajectory: Callable[[Any, str], str | None] | None = None
+    no_trajectory: NoTrajectory | None = None
     settle: Settle | None = None
 
     @property

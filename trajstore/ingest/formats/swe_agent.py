@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trajstore.ingest.formats.chat import history_kind, reasoning_of, text_of, tool_calls_of
+from trajstore.ingest.formats.chat import reasoning_of, text_of, tool_calls_of
 from trajstore.ingest.formats.spec import InputFormat, Records
 from trajstore.ingest.records import Context, Conversation, Message, Origin, RecordError, ToolCall
 from trajstore.ingest.values import json_type
@@ -213,8 +213,9 @@ def parse_swe_agent_traj(d: Any, origin: Origin) -> Conversation:
 
 def _is_traj(d: dict[str, Any]) -> bool:
     """A ``history`` of chat messages, or an empty one beside the other keys of a ``.traj``."""
-    kind = history_kind(d.get("history"))
-    return kind == "chat" or (kind == "empty" and any(k in d for k in TRAJ_KEYS))
+    return bool(d["history"]) or any(k in d for k in TRAJ_KEYS)
 
 
-SWE_AGENT = InputFormat("swe-agent", "SWE-agent .traj files", SOURCE, records=Records(parse_swe_agent_traj, _is_traj))
+SWE_AGENT = InputFormat("swe-agent", "SWE-agent .traj files", SOURCE,
+                        records=Records(parse_swe_agent_traj, keys=("history",), history=("chat", "empty"),
+                                        signature=_is_traj))

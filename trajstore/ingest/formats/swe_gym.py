@@ -28,5 +28,5 @@ def parse_swe_gym_row(row: Any, origin: Origin) -> Conversation:
 
 SWE_GYM = InputFormat(
     "openhands-swe-gym", "SWE-Gym OpenHands-Sampled-Trajectories rows", SOURCE,
-    records=Records(parse_swe_gym_row, lambda d: "messages" in d and ("resolved" in d or "instance_id" in d),
+    records=Records(parse_swe_gym_row, keys=("messages",), signature=lambda d: "messages" in d and ("resolved" in d or "instance_id" in d),
                     excludes=("swe-smith", "mini-swe-agent", "openhands-v1-completions")))

@@ -61,4 +61,4 @@ def _is_row(d: dict[str, Any]) -> bool:
 
 SWE_REBENCH_OPENHANDS = InputFormat(
     "nebius-swe-rebench-openhands", "nebius SWE-rebench-openhands rows (chat under 'trajectory', 'tools')", SOURCE,
-    records=Records(parse_swe_rebench_openhands_row, _is_row))
+    records=Records(parse_swe_rebench_openhands_row, keys=("resolved", "tools"), signature=_is_row))

@@ -35,6 +35,6 @@ def parse_swe_smith_row(row: Any, origin: Origin) -> Conversation:
 
 SWE_SMITH = InputFormat(
     "swe-smith", "SWE-smith-trajectories rows (messages as a JSON string)", SOURCE,
-    records=Records(parse_swe_smith_row,
-                    lambda d: "messages" in d and ("traj_id" in d or ("patch" in d and "model" in d)),
+    records=Records(parse_swe_smith_row, keys=("messages",),
+                    signature=lambda d: "messages" in d and ("traj_id" in d or ("patch" in d and "model" in d)),
                     excludes=("mini-swe-agent",)))

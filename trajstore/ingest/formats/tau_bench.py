@@ -61,4 +61,4 @@ def parse_result(row: Any, origin: Origin) -> Conversation | Problem:
 
 TAU_BENCH = InputFormat(
     "tau-bench", "tau-bench results files (task results with 'traj', 'reward', 'info')", SOURCE,
-    records=Records(parse_result, lambda d: "traj" in d and "reward" in d and ("task_id" in d or "info" in d)))
+    records=Records(parse_result, keys=("traj",), signature=lambda d: "traj" in d and "reward" in d and ("task_id" in d or "info" in d)))

@@ -71,4 +71,4 @@ def _is_row(d: dict[str, Any]) -> bool:
 
 
 VERL_ROLLOUTS = InputFormat("verl-rollouts", "verl / SkyRL rollout dumps (input, output, score, step per line)",
-                            SOURCE, records=Records(parse_row, _is_row))
+                            SOURCE, records=Records(parse_row, keys=INPUT_KEYS, signature=_is_row))

@@ -23,7 +23,7 @@ from characters to tokens through the tokenizer's offsets (a token straddling a 
 stays with the left span).
 
 How assistant messages and tool lists are written for the template (natively, or as text where
-it does not read them) is :mod:`trajstore.ingest.build.template`'s part.
+it does not read them) is :mod:`trajstore.ingest.builders.template`'s part.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from typing import Any, Literal
 import numpy as np
 
 from trajstore.chat_template import generated_text
-from trajstore.schema import SpanKind
+from trajstore.ingest.builders.template import TemplateRenderer
 from trajstore.ingest.records import Message
-from trajstore.ingest.build.template import TemplateRenderer
+from trajstore.schema import SpanKind
 
 RenderMethod = Literal["exact", "approximate"]
 _PROBE = "\u2063probe-content\u2063"

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
+from trajstore.ingest.builders.stored_fields import shared_prefix
 from trajstore.ingest.records import ParsedTrajectory
-from trajstore.ingest.build.stored_fields import shared_prefix
 from trajstore.models import Trajectory
 from trajstore.validate import validate_trajectory
 
@@ -63,7 +63,7 @@ def build_tree(items: list[ParsedTrajectory], build: Callable[[ParsedTrajectory]
     Args:
         items: the records.
         build: a record's trajectories (validated; [] when it was refused), e.g.
-            :meth:`~trajstore.ingest.build.builder.IngestBuilder.build`.
+            :meth:`~trajstore.ingest.builder.IngestBuilder.build`.
     """
     parent = parents_of(items)
     by_key = {it.lineage.key: it for it in items if it.lineage}
