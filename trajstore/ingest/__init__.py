@@ -2,9 +2,10 @@
 nebius, SWE-smith, NeMo Gym, verl / SkyRL dumps; JSON, JSONL or Parquet; trajectory Parquet in
 trajstore's own schema written elsewhere, checked row by row as ``traj validate`` checks it) into a store.
 
-Parsers (one module per harness) turn records into format-neutral conversations, engine
-rollouts or text rollouts (:mod:`~trajstore.ingest.records`); :mod:`~trajstore.ingest.builders.render`
-tokenizes conversations with a chat template; :func:`ingest_paths` writes the result. One bad
+Parsers (one module per input format, :mod:`~trajstore.ingest.formats`, all listed in its
+registry) turn records into format-neutral conversations, engine rollouts or text rollouts
+(:mod:`~trajstore.ingest.records`); :mod:`~trajstore.ingest.builders` make trajectories of them
+(conversations tokenized with a chat template); :func:`ingest_paths` writes the result. One bad
 record costs only itself: it becomes a :class:`Problem` with path, line and reason.
 """
 
