@@ -106,8 +106,7 @@ def _engine_segments(steps: list[dict[str, Any]]) -> tuple[list[EngineSegment] |
             return None, f"agent step {s.get('step_id')} has no completion tokens"
         ids = [str(tc["tool_call_id"]) for tc in s.get("tool_calls") or []
                if isinstance(tc, dict) and tc.get("tool_call_id")]
-        chain.add(p, EngineSegment("action", list(c), list(lp) if isinstance(lp, list) else None, role="assistant",
-                                   call_id=cid, tool_call_ids=ids or None))
+        chain.add(p, c, list(lp) if isinstance(lp, list) else None, call_id=cid, tool_call_ids=ids)
     return chain.segments, ""
 
 

@@ -33,16 +33,7 @@ from trajstore.ingest.formats.chat import arguments_text, text_of, tool_definiti
 from trajstore.ingest.formats.engine_chain import EngineChain
 from trajstore.ingest.formats.rewards import float_reward
 from trajstore.ingest.formats.spec import InputFormat, Records
-from trajstore.ingest.records import (
-    Context,
-    Conversation,
-    EngineRollout,
-    EngineSegment,
-    Message,
-    Origin,
-    RecordError,
-    ToolCall,
-)
+from trajstore.ingest.records import Context, Conversation, EngineRollout, Message, Origin, RecordError, ToolCall
 from trajstore.ingest.values import json_type, parse_time, text_or_none
 
 SOURCE = "nemo-gym"
@@ -256,11 +247,9 @@ def _engine_rollout(calls: list[_Call], resp: dict[str, Any], params: dict[str, 
         if lp is not None and (not isinstance(lp, list) or len(lp) != len(g)):
             raise RecordError(f"output call {n} ({c.message.call_id}): {len(g)} generation_token_ids but "
                               f"{len(lp) if isinstance(lp, list) else 'no'} generation_log_probs")
-        chain.add(p, EngineSegment("action", list(g), list(lp) if lp is not None else None,
-                                   role="assistant", call_id=str(c.message.call_id),
-                                   tool_call_ids=[t.id for t in c.message.tool_calls if t.id] or None,
-                                   finish_reason=c.status,
-                                   temperature=resp.get("temperature"), top_p=resp.get("top_p")))
+        chain.add(p, g, list(lp) if lp is not None else None, call_id=str(c.message.call_id),
+                  tool_call_ids=[t.id for t in c.message.tool_calls if t.id], finish_reason=c.status,
+                  temperature=resp.get("temperature"), top_p=resp.get("top_p"))
     named = row.get("tokenizer") if isinstance(row.get("tokenizer"), str) else None
     md = params.get("metadata") if isinstance(params.get("metadata"), dict) else {}
     named = named or (md.get("tokenizer") if isinstance(md.get("tokenizer"), str) else None)

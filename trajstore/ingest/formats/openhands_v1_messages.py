@@ -22,16 +22,7 @@ from trajstore.ingest.formats.chat import (
 )
 from trajstore.ingest.formats.engine_chain import EngineChain
 from trajstore.ingest.formats.openhands import terminal_text
-from trajstore.ingest.records import (
-    Context,
-    Conversation,
-    EngineRollout,
-    EngineSegment,
-    Message,
-    Origin,
-    RecordError,
-    ToolCall,
-)
+from trajstore.ingest.records import Context, Conversation, EngineRollout, Message, Origin, RecordError, ToolCall
 from trajstore.ingest.values import parse_time
 
 _IGNORED_KINDS = frozenset({
@@ -284,8 +275,7 @@ def _engine_rollout(conv: Conversation, ev: V1Events) -> EngineRollout:
     chain = EngineChain(prompt_role="system")
     for m in (m for m in conv.messages if m.role == "assistant"):
         p, r = ev.token_ids[id(m)]
-        chain.add(p, EngineSegment("action", r, None, role="assistant", call_id=m.call_id,
-                                   tool_call_ids=[t.id for t in m.tool_calls if t.id] or None))
+        chain.add(p, r, call_id=m.call_id, tool_call_ids=[t.id for t in m.tool_calls if t.id])
     # the ids are what the model saw: no text gaps
     return EngineRollout(source=conv.source, key=conv.key, origin=conv.origin, segments=chain.segments,
                          reward=conv.reward, status=conv.status, model=conv.model, prompt_id=conv.prompt_id,
