@@ -1,7 +1,8 @@
-"""trajstore/ingest/formats/chat_rows.py: SWE-smith rows, nebius SWE-rebench-openhands rows, and plain
-OpenAI chat records (``chat-messages``): a whole file holding one list of messages is one
-trajectory; in a JSONL file (or a JSON array of records) every line is one, as a bare list or as
-``{"messages": [...]}`` (the fine-tuning shape), detected per line or named with --input-format.
+"""trajstore/ingest/formats/swe_smith.py, swe_rebench_openhands.py and chat_messages.py: SWE-smith
+rows, nebius SWE-rebench-openhands rows, and plain OpenAI chat records (``chat-messages``): a whole
+file holding one list of messages is one trajectory; in a JSONL file (or a JSON array of records)
+every line is one, as a bare list or as ``{"messages": [...]}`` (the fine-tuning shape), detected
+per line or named with --input-format.
 
 Regression: ``--input-format chat-messages`` on a JSONL file refused every line with
 ``KeyError: 'chat-messages'`` (found by a new-user walkthrough).

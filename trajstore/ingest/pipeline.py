@@ -71,7 +71,7 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
 
     Args:
         paths: files and directories (searched recursively for :data:`~trajstore.ingest.discover.INPUT_SUFFIXES`).
-        input_format: ``auto`` (detected per record) or one of :data:`~trajstore.ingest.registry.FORMATS`
+        input_format: ``auto`` (detected per record) or one of :data:`~trajstore.ingest.formats.registry.FORMATS`
             for every input.
         tokenizer: name for :func:`trajstore.hub.load_tokenizer` (loaded on first text-only input).
         max_observation_chars: cap per observation (characters); None = no cap.
@@ -213,7 +213,7 @@ def ingest_paths(paths: list[str] | str, store: Store | str, *, input_format: st
     Args:
         paths: files or directories of logs.
         store: a :class:`~trajstore.store.Store` or URI (local path or ``s3://bucket/prefix``).
-        input_format: ``auto`` (detected per record) or a name from :data:`~trajstore.ingest.registry.FORMATS`.
+        input_format: ``auto`` (detected per record) or a name from :data:`~trajstore.ingest.formats.registry.FORMATS`.
         tokenizer: tokenizer for text-only formats (default SmolLM2-135M-Instruct).
         strict: any problem in the input fails the ingest with nothing written.
         max_observation_chars: cap per observation, characters (None = no cap).
