@@ -21,7 +21,7 @@ from trajstore.ingest.discover import IgnoredFiles, InputUnit, discover
 from trajstore.ingest.dispatch import parse_unit
 from trajstore.ingest.formats import registry
 from trajstore.ingest.reasons import problem_reason
-from trajstore.ingest.records import Origin, ParsedTrajectory, Problem
+from trajstore.ingest.records import Origin, ParsedTrajectory, Problem, StoredRow
 from trajstore.ingest.summary import IngestProgress, IngestReport
 from trajstore.models import Trajectory
 from trajstore.store import Store, open_store
@@ -107,7 +107,7 @@ def iter_trajectories(paths: list[str], *, input_format: str = "auto", tokenizer
     yield from ticker.each(_built(records.settled(), builder), len(units))
 
 
-def _built(items: Iterable[ParsedTrajectory], builder: IngestBuilder) -> Iterator[Trajectory]:
+def _built(items: Iterable[ParsedTrajectory | StoredRow], builder: IngestBuilder) -> Iterator[Trajectory]:
     """The trajectories of each of `items`, built one by one."""
     for item in items:
         yield from builder.build(item)
@@ -161,7 +161,7 @@ class _Records:
         self.tree = HeldTree()
         self.settling: dict[str, list[ParsedTrajectory]] = {f.name: [] for f in registry.REGISTERED if f.settle}
 
-    def of(self, unit: InputUnit) -> Iterator[ParsedTrajectory]:
+    def of(self, unit: InputUnit) -> Iterator[ParsedTrajectory | StoredRow]:
         """The records of `unit` to build now (the others are held or counted)."""
         for item in parse_unit(unit, self.input_format):
             if isinstance(item, Problem):
@@ -171,7 +171,7 @@ class _Records:
                 self.ignored.read_beside(item.read_files)
                 if self._held(item):
                     continue
-            yield item  # type: ignore[misc]
+            yield item
 
     def _held(self, item: ParsedTrajectory) -> bool:
         fmt = registry.BY_SOURCE.get(item.source)
@@ -185,8 +185,7 @@ class _Records:
         keeps (the others are counted as skipped, by reason)."""
         for name, held in self.settling.items():
             settle = registry.BY_NAME[name].settle
-            assert settle is not None
-            if not held:
+            if not held or settle is None:
                 continue
             kept, skipped = settle(held)
             for reason, n in skipped.items():

@@ -7,7 +7,7 @@ format is its module plus one line here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from trajstore.ingest.formats import (
@@ -30,7 +30,7 @@ from trajstore.ingest.formats import (
     trajstore_parquet,
     verl_rollouts,
 )
-from trajstore.ingest.formats.spec import InputFormat, history_kind
+from trajstore.ingest.formats.spec import Events, InputFormat, NoTrajectory, ParquetFiles, Records, history_kind
 
 REGISTERED: Final[tuple[InputFormat, ...]] = (
     openhands_v0_events.V0_EVENTS,
@@ -65,11 +65,12 @@ FORMAT_HELP: Final[dict[str, str]] = {f.name: f.help for f in REGISTERED}
 BY_SOURCE: Final[dict[str, InputFormat]] = {f.source: f for f in REGISTERED}
 """The format whose trajectories store each ``source``."""
 
-_RECORDS = [f for f in REGISTERED if f.records is not None and f.records.keys]
-_EVENTS = [f for f in REGISTERED if f.events is not None and f.events.signature is not None]
-_LIST_RECORDS = [f for f in REGISTERED if f.records is not None and f.records.list_item is not None]
-_PARQUET = [f for f in REGISTERED if f.parquet is not None]
-_NO_TRAJECTORY = [f for f in REGISTERED if f.no_trajectory is not None]
+_RECORDS: list[tuple[InputFormat, Records]] = [(f, f.records) for f in REGISTERED if f.records and f.records.keys]
+_EVENTS: list[tuple[InputFormat, Events]] = [(f, f.events) for f in REGISTERED if f.events and f.events.signature]
+_LIST_ITEMS: list[tuple[InputFormat, Callable[[dict[str, Any]], bool]]] = [
+    (f, f.records.list_item) for f in REGISTERED if f.records and f.records.list_item]
+_PARQUET: list[tuple[InputFormat, ParquetFiles]] = [(f, f.parquet) for f in REGISTERED if f.parquet]
+_NO_TRAJECTORY: list[NoTrajectory] = [f.no_trajectory for f in REGISTERED if f.no_trajectory]
 _ANY_FOLDER = next(f for f in REGISTERED if f.events is not None and f.events.reads_any_folder)
 
 
@@ -102,9 +103,9 @@ def formats_of(d: Any) -> list[InputFormat]:
     for any record of a known harness, [] for none."""
     if not isinstance(d, dict):
         return []
-    found = [f for f in _RECORDS if any(k in d for k in f.records.keys) and _matches(f, d)]  # type: ignore[union-attr]
-    main = [f for f in found if not f.records.fallback]  # type: ignore[union-attr]
-    return main or found
+    found = [(f, rec) for f, rec in _RECORDS if any(k in d for k in rec.keys) and _matches(f, d)]
+    main = [f for f, rec in found if not rec.fallback]
+    return main or [f for f, _ in found]
 
 
 def detect_record(d: Any) -> InputFormat | None:
@@ -119,7 +120,7 @@ def _list_record(v: Any) -> InputFormat | None:
     format's items (a list of chat messages), or None."""
     if not (isinstance(v, list) and v and isinstance(v[0], dict)):
         return None
-    return next((f for f in _LIST_RECORDS if f.records.list_item(v[0])), None)  # type: ignore[union-attr,misc]
+    return next((f for f, item in _LIST_ITEMS if item(v[0])), None)
 
 
 def _loose_list_record(v: Any) -> InputFormat | None:
@@ -127,7 +128,7 @@ def _loose_list_record(v: Any) -> InputFormat | None:
     format, some of them its items (its first may be the broken one), or None."""
     if not (isinstance(v, list) and v and all(isinstance(m, dict) and detect_record(m) is None for m in v)):
         return None
-    return next((f for f in _LIST_RECORDS if any(f.records.list_item(m) for m in v)), None)  # type: ignore[union-attr,misc]
+    return next((f for f, item in _LIST_ITEMS if any(item(m) for m in v)), None)
 
 
 def detect_row(v: Any) -> InputFormat | None:
@@ -152,8 +153,7 @@ def event_formats_of(d: Any) -> list[InputFormat]:
     has the structure of its events)."""
     if not isinstance(d, dict):
         return []
-    return [f for f in _EVENTS if any(k in d for k in f.events.keys)  # type: ignore[union-attr]
-            and f.events.signature(d)]  # type: ignore[union-attr,misc]
+    return [f for f, ev in _EVENTS if any(k in d for k in ev.keys) and ev.signature(d)]  # type: ignore[misc]
 
 
 def detect_event(d: Any) -> InputFormat | None:
@@ -193,7 +193,7 @@ def parquet_format(path: str, fmt: str) -> InputFormat | None:
     if fmt != "auto":
         named = BY_NAME.get(fmt)
         return named if named is not None and named.parquet is not None else None
-    return next((f for f in _PARQUET if f.parquet.claims(path)), None)  # type: ignore[union-attr]
+    return next((f for f, files in _PARQUET if files.claims(path)), None)
 
 
 def not_a_trajectory(d: Any, path: str) -> str | None:
@@ -201,9 +201,7 @@ def not_a_trajectory(d: Any, path: str) -> str | None:
     score, conversation state or metadata file of some harness), or None."""
     if not isinstance(d, dict):
         return None
-    for f in _NO_TRAJECTORY:
-        skip = f.no_trajectory
-        assert skip is not None
+    for skip in _NO_TRAJECTORY:
         why = skip.why(d, path) if any(k in d for k in skip.keys) else None
         if why:
             return why
