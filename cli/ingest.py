@@ -23,7 +23,7 @@ from trajstore.cli.app import TrajTyper
 from trajstore.cli.display import OutputFormat
 from trajstore.cli.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REFUSED, InvalidOptionError, friendly_errors
 from trajstore.cli.options import StorageOptions, parse_storage_options
-from trajstore.ingest.registry import FORMAT_HELP, FORMATS
+from trajstore.ingest.formats.registry import FORMAT_HELP, FORMATS
 
 commands = TrajTyper()
 

@@ -10,7 +10,7 @@ strings: the generation prompt is the difference between rendering with and with
 assistant turn (:func:`turn_markers`).
 
 Used by the rollout worker (:mod:`trajstore.trainer.apps.rollout_worker`: :func:`prompt_tokens`,
-:func:`action_text`, :func:`observation_tokens`) and by ingest (:mod:`trajstore.ingest.render`:
+:func:`action_text`, :func:`observation_tokens`) and by ingest (:mod:`trajstore.ingest.builders.render`:
 :func:`render_chat`, :func:`turn_markers`, :func:`generated_text`). Torch-free.
 """
 
@@ -295,7 +295,7 @@ def observation_tokens(tokenizer: Any, messages: Sequence[Message], action_ids: 
     environment's reply as a user message, and the next generation prompt. Concatenating
     prompt, action and observation ids therefore gives exactly the rendering of the whole
     conversation, which is what the model conditions on next (the same split
-    :mod:`trajstore.ingest.render` makes for re-tokenized logs).
+    :mod:`trajstore.ingest.builders.render` makes for re-tokenized logs).
 
     Args:
         messages: the conversation before the action (system, user, assistant, user, ...).

@@ -114,7 +114,7 @@ def test_a_prompt_that_does_not_extend_starts_a_new_trajectory_of_the_same_episo
     assert a["trajectory_id"] != b["trajectory_id"]
     assert len(action_ids(a)) == 2 and b["tokens"] == render(condensed) + REPLY_IDS
     assert a["reward"] == b["reward"] == 1.0
-    # linked as ingest links the parts of a split episode (trajstore/ingest/render.py); group_id
+    # linked as ingest links the parts of a split episode (trajstore/ingest/builders/render.py); group_id
     # is a GRPO group, which the client did not name: parts of one episode are not a group
     assert a["group_id"] is None and b["group_id"] is None
     meta = [json.loads(r["metadata"]) for r in (a, b)]

@@ -12,7 +12,7 @@ episode ends (``/finish``, idle timeout, shutdown) with the episode's reward and
 with ``episode_id`` = the session's episode id and its lineage link.
 
 An episode split into several trajectories is also linked as ingest links one
-(:func:`trajstore.ingest.build_chat.conversation_to_trajectories`): every part carries metadata
+(:func:`trajstore.ingest.builders.conversation.conversation_to_trajectories`): every part carries metadata
 ``episode = {"id", "part", "parts", "change"}`` (``part`` counts from 1 in the order the parts
 opened; ``change`` is None for the first part, ``engine-prompt`` for a prompt that extended no
 lineage, ingest's name for a new engine prompt after an action: the proxy sees the ids the server

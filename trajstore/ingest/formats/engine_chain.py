@@ -6,6 +6,7 @@ prompt + generation as an observation (a prompt that does not extend them starts
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from trajstore.ingest.records import EngineSegment
 
@@ -32,8 +33,18 @@ class EngineChain:
         """Whether `prompt_ids` start with everything before it (False for the first call)."""
         return self._last is not None and list(prompt_ids[:len(self._seen)]) == self._seen
 
-    def add(self, prompt_ids: Sequence[int], action: EngineSegment) -> None:
-        """Add one model call: the prompt it was sent (token ids) and its ``action`` segment."""
+    def add(self, prompt_ids: Sequence[int], generation_ids: Sequence[int], logprobs: list[Any] | None = None, *,
+            call_id: str | None, tool_call_ids: list[str] | None = None, **sampling: Any) -> None:
+        """Add one model call: the prompt it was sent and what it generated (token ids, with the
+        log-probs when logged), as an ``action`` segment of role ``assistant``.
+
+        Args:
+            call_id: the call's id (response or step id).
+            tool_call_ids: the ids of the tool calls it made (None or []: none).
+            sampling: the segment's ``finish_reason``, ``temperature``, ``top_p``, when logged.
+        """
+        action = EngineSegment("action", list(generation_ids), logprobs, role="assistant", call_id=call_id,
+                               tool_call_ids=tool_call_ids or None, **sampling)
         p = list(prompt_ids)
         if self.extends(p):
             if len(p) > len(self._seen):

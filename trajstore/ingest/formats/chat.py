@@ -1,6 +1,8 @@
 """OpenAI-style chat messages and their parts as :class:`~trajstore.ingest.records.Message` s:
 content text, reasoning under any field name, tool calls, tool definitions, and the call ids
-that link observations to the model call they answer. Shared by every parser of chat logs.
+that link observations to the model call they answer; the shapes several formats share (a chat
+message) and the provenance of dataset rows. Shared by every
+parser of chat logs.
 """
 
 from __future__ import annotations
@@ -11,7 +13,40 @@ import re
 from typing import Any
 
 from trajstore.ingest.records import Context, Message, RecordError, ToolCall
-from trajstore.ingest.values import json_type
+from trajstore.ingest.values import json_field, json_type
+
+PROVENANCE_KEYS = ("instance_id", "traj_id", "trajectory_id", "run_id", "repo", "model", "model_name",
+                   "exit_status", "split", "source")
+"""Columns of a dataset row copied into metadata when present (scalars only)."""
+
+
+def is_message(m: dict[str, Any]) -> bool:
+    """An object shaped like an OpenAI chat message: a ``role`` and a ``content`` or ``tool_calls``."""
+    return "role" in m and ("content" in m or "tool_calls" in m)
+
+
+def is_chat(v: Any) -> bool:
+    """A non-empty list whose first item looks like an OpenAI chat message."""
+    return isinstance(v, list) and bool(v) and isinstance(v[0], dict) and is_message(v[0])
+
+
+def provenance(row: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`PROVENANCE_KEYS` a dataset row holds as scalars, for metadata."""
+    return {k: row[k] for k in PROVENANCE_KEYS if isinstance(row.get(k), (str, int, float, bool))}
+
+
+def tool_list(raw: Any) -> list[dict[str, Any]] | None:
+    """Tool definitions of a row (a list, or a JSON-encoded list) as given; None when absent or empty.
+
+    Raises:
+        RecordError: not a list of objects.
+    """
+    raw = json_field(raw, "tools")
+    if raw is None or raw == []:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
+        raise RecordError("tools is not a list of tool definitions")
+    return raw
 
 
 def text_of(content: Any) -> str:

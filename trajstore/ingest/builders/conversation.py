@@ -9,9 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from trajstore.ingest.records import Conversation, Message
-from trajstore.ingest.render import render_conversation
-from trajstore.ingest.stored_fields import (
+from trajstore.ingest.builders.render import render_conversation
+from trajstore.ingest.builders.stored_fields import (
     check_call_count,
     content_hash,
     created_at,
@@ -22,7 +21,8 @@ from trajstore.ingest.stored_fields import (
     status_part,
     trajectory_id,
 )
-from trajstore.ingest.template import template_features
+from trajstore.ingest.builders.template import template_features
+from trajstore.ingest.records import Conversation, Message
 from trajstore.models import Span, Trajectory
 from trajstore.validate import validate_trajectory
 
@@ -78,8 +78,8 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
     Spans: the first call's context is one prompt span; each assistant message is an action
     span (what the model generated, end-of-turn token included); every other message is an
     observation span, linked by ``cause_id``. When the conversation splits (see
-    :func:`~trajstore.ingest.render.render_conversation`), the parts are linked lineages of one
-    episode (:func:`~trajstore.ingest.stored_fields.link_parts`: each part the child of the one
+    :func:`~trajstore.ingest.builders.render.render_conversation`), the parts are linked lineages of one
+    episode (:func:`~trajstore.ingest.builders.stored_fields.link_parts`: each part the child of the one
     before, ``link_kind`` by the change), every part carries metadata ``episode`` =
     ``{"id", "part", "parts", "change"}`` and the same reward, prompt id and group id
     (``group_id`` keeps its meaning, a GRPO group of rollouts of one prompt: parts of one

@@ -18,8 +18,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from trajstore.ingest.formats.rewards import float_reward
+from trajstore.ingest.formats.spec import InputFormat, Records
 from trajstore.ingest.records import Origin, RecordError, TextRollout, TextSegment
-from trajstore.ingest.rewards import float_reward
 from trajstore.ingest.values import json_type
 
 SOURCE = "verl"
@@ -62,3 +63,12 @@ def parse_row(row: Any, origin: Origin) -> TextRollout:
                        prompt_id=f"prompt-{group}", metadata=meta,
                        segments=[TextSegment("prompt", prompt, role="user"), TextSegment("action", output,
                                                                                           role="assistant")])
+
+
+def _is_row(d: dict[str, Any]) -> bool:
+    """An input and an output text field, and a ``score`` or ``step``."""
+    return any(k in d for k in INPUT_KEYS) and any(k in d for k in OUTPUT_KEYS) and ("score" in d or "step" in d)
+
+
+VERL_ROLLOUTS = InputFormat("verl-rollouts", "verl / SkyRL rollout dumps (input, output, score, step per line)",
+                            SOURCE, records=Records(parse_row, keys=INPUT_KEYS, signature=_is_row))

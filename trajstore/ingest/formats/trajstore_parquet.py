@@ -6,7 +6,7 @@ that pass handed on as they are; each row that fails is refused on its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 
 import pyarrow as pa
@@ -14,29 +14,41 @@ import pyarrow.parquet as pq
 
 from trajstore.convert import table_to_trajectories, upgrade_table
 from trajstore.errors import NewerSchemaError, one_line
-from trajstore.ingest.detect import detect_parquet_schema
+from trajstore.ingest.formats.spec import InputFormat, ParquetFiles
 from trajstore.ingest.reasons import problem_reason
 from trajstore.ingest.records import Origin, Parsed, Problem, StoredRow
 from trajstore.models import Trajectory
-from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, READABLE_VERSIONS, SCHEMA_VERSION
+from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, READABLE_VERSIONS, SCHEMA_VERSION, trajectory_schema
 from trajstore.validation.columns import column_problems, declared_version
 from trajstore.validation.rows import row_violations
 
-TRAJSTORE_PARQUET: Final[str] = "trajstore-parquet"
-"""The input format's name (``--input-format``, the summary's per-format counts)."""
+SOURCE: Final[str] = "trajstore-parquet"
+"""The input format's name (``--input-format``), also its rows' source in the summary's per-format counts."""
+TRAJECTORY_COLUMNS: Final[frozenset[str]] = frozenset.intersection(*(
+    frozenset(f.name for f in trajectory_schema(v) if not f.nullable) for v in READABLE_VERSIONS))
+"""Columns every readable trajectory schema version requires: a Parquet file holding all of them
+is a trajstore trajectory file, whatever its footer says."""
+
+
+def is_trajectory_schema(columns: Iterable[str], footer: Mapping[bytes, bytes] | None) -> bool:
+    """True for a Parquet file of trajstore trajectories: its footer carries the schema-version
+    stamp, or its columns include :data:`TRAJECTORY_COLUMNS` (else its rows are detected one by
+    one, as other harnesses' rows). A newer stamp is still ours: the reader refuses it as a newer
+    version, never as another harness's rows."""
+    return METADATA_SCHEMA_VERSION_KEY in (footer or {}) or TRAJECTORY_COLUMNS <= set(columns)
 
 
 def is_trajstore_parquet(path: str) -> bool:
     """True when the Parquet file at `path` holds trajstore trajectories by its footer: the
     schema-version stamp, or the columns every readable schema version requires
-    (:func:`~trajstore.ingest.detect.detect_parquet_schema`). False when its footer cannot be read
-    (the generic Parquet reader then reports why)."""
+    (:func:`is_trajectory_schema`). False when its footer cannot be read (the generic Parquet
+    reader then reports why)."""
     try:
         md = pq.read_metadata(path)
         names = md.schema.to_arrow_schema().names
     except Exception:  # noqa: BLE001 - not readable: not ours to report here
         return False
-    return detect_parquet_schema(names, md.metadata) == TRAJSTORE_PARQUET
+    return is_trajectory_schema(names, md.metadata)
 
 
 def _file_version(pf: pq.ParquetFile, path: str) -> tuple[int | None, Problem | None]:
@@ -139,4 +151,10 @@ def _row_group(path: str, rg: int, first_row: int, table: pa.Table, version: int
         elif isinstance(built[i], Exception):
             yield Problem(origin, "invalid", f"row group {rg}: {problem_reason(built[i])}")
         else:
-            yield StoredRow(built[i], origin, TRAJSTORE_PARQUET)
+            yield StoredRow(built[i], origin, SOURCE)
+
+
+TRAJSTORE_PARQUET = InputFormat(
+    SOURCE, "trajectory Parquet in trajstore's schema (v1 or v2) written elsewhere: rows checked as traj validate "
+            "checks them, stored as given", SOURCE,
+    parquet=ParquetFiles(is_trajstore_parquet, parse_trajstore_parquet))

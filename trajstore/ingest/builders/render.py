@@ -5,7 +5,7 @@ Every model call k (an assistant message) is rendered the way a rollout engine w
 served it: its prompt is the template's render of the call's context with the generation
 prompt (``G_k``), and its action is what the model generated: the assistant turn after the
 generation prompt, closed by its end-of-turn token, without the template's separator
-(:mod:`trajstore.chat_template`, issue 12 item 7). A call's context is everything logged
+(:mod:`trajstore.chat_template`). A call's context is everything logged
 before it, or what the harness says it sent instead (:class:`~trajstore.ingest.records.Context`:
 condensation, history processors, a changed tool list).
 
@@ -23,7 +23,7 @@ from characters to tokens through the tokenizer's offsets (a token straddling a 
 stays with the left span).
 
 How assistant messages and tool lists are written for the template (natively, or as text where
-it does not read them) is :mod:`trajstore.ingest.template`'s part.
+it does not read them) is :mod:`trajstore.ingest.builders.template`'s part.
 """
 
 from __future__ import annotations
@@ -35,12 +35,11 @@ from typing import Any, Literal
 import numpy as np
 
 from trajstore.chat_template import generated_text
+from trajstore.ingest.builders.template import TemplateRenderer
 from trajstore.ingest.records import Message
-from trajstore.ingest.template import TemplateRenderer
+from trajstore.schema import SpanKind
 
 RenderMethod = Literal["exact", "approximate"]
-SpanKind = Literal["prompt", "action", "observation"]
-
 _PROBE = "\u2063probe-content\u2063"
 
 

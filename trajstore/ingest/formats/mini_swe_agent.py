@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trajstore.ingest.chat import chat_messages, link_observations
+from trajstore.ingest.formats.chat import chat_messages, link_observations
+from trajstore.ingest.formats.spec import InputFormat, Records
 from trajstore.ingest.records import Conversation, Origin, RecordError
 
 SOURCE = "mini-swe-agent"
@@ -24,8 +25,8 @@ SUBMISSION_META_CHARS = 100_000
 """A submission (usually a patch) longer than this many characters is not copied into metadata."""
 
 
-def status_from_exit(exit_status: Any) -> str:
-    """``Submitted`` -> completed; a limit, timeout or context overflow (``LimitsExceeded``,
+def mini_swe_agent_status(exit_status: Any) -> str:
+    """The run status of a mini-swe-agent ``info.exit_status``: ``Submitted`` -> completed; a limit, timeout or context overflow (``LimitsExceeded``,
     ``CostLimitExceeded``, ``ExecutionTimeoutError``, ``ContextWindowExceeded``...) ->
     truncated; no exit status (the process stopped before saving one) -> aborted; any other
     (an exception's class name) -> failed."""
@@ -49,7 +50,7 @@ def _key(d: dict[str, Any], origin: Origin) -> str:
     return name
 
 
-def parse_traj(d: Any, origin: Origin) -> Conversation:
+def parse_mini_swe_agent_traj(d: Any, origin: Origin) -> Conversation:
     """One mini-swe-agent ``.traj.json`` (either format).
 
     Raises:
@@ -101,4 +102,16 @@ def parse_traj(d: Any, origin: Origin) -> Conversation:
         gaps["tools"] = ("mini-swe-agent sends its tool definitions (the bash tool) with every call; the "
                          ".traj.json file does not log them")
     return Conversation(source=SOURCE, key=key, messages=msgs, origin=origin, prompt_id=key, model=model,
-                        status=status_from_exit(exit_status), metadata=meta, fidelity_gaps=gaps)
+                        status=mini_swe_agent_status(exit_status), metadata=meta, fidelity_gaps=gaps)
+
+
+def _is_traj(d: dict[str, Any]) -> bool:
+    """mini-swe-agent's own ``trajectory_format`` marker, or ``messages`` with ``info.mini_version``."""
+    if isinstance(d.get("trajectory_format"), str) and d["trajectory_format"].startswith("mini-swe-agent"):
+        return True
+    return isinstance(d.get("messages"), list) and isinstance(d.get("info"), dict) and "mini_version" in d["info"]
+
+
+MINI_SWE_AGENT = InputFormat(
+    "mini-swe-agent", "mini-swe-agent .traj.json, text (mini-swe-agent-1) or tool-call (mini-swe-agent-1.1) format",
+    SOURCE, records=Records(parse_mini_swe_agent_traj, keys=("trajectory_format", "messages"), signature=_is_traj))

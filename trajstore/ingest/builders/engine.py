@@ -12,18 +12,8 @@ import numpy as np
 
 from trajstore.adapters import engine_logprob, token_ids_from
 from trajstore.errors import AdapterError
+from trajstore.ingest.builders import stored_fields
 from trajstore.ingest.records import EngineRollout, EngineSegment, RecordError
-from trajstore.ingest.stored_fields import (
-    check_call_count,
-    content_hash,
-    created_at,
-    episode,
-    link_parts,
-    part_id,
-    reward_raw,
-    status_part,
-    trajectory_id,
-)
 from trajstore.models import Span, Trajectory
 from trajstore.validate import validate_trajectory
 
@@ -46,7 +36,7 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
     """Keep an engine rollout's token ids (and log-probs) exactly (``token_source = engine``):
     one trajectory per context (a prompt segment after an action starts the next part, linked to
     the part before and with metadata ``episode`` as in
-    :func:`~trajstore.ingest.build_chat.conversation_to_trajectories`).
+    :func:`~trajstore.ingest.builders.conversation.conversation_to_trajectories`).
 
     Log-probs are all-or-nothing per rollout: when some action lacks them none is stored
     (``logprob_source = none``, metadata ``engine_logprobs_discarded``). With log-probs, action
@@ -84,13 +74,13 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
     if kept is not None and kept.trainable is not None:
         reason = None if kept.trainable else kept.not_trainable_reason or "not trainable (as exported)"
     all_ids = np.concatenate([np.asarray(s.token_ids, dtype=np.int64) for s in r.segments]).astype(np.int32)
-    digest = content_hash({"source": r.source, "key": r.key, "reward": reward_raw(r), **status_part(r),
-                           "tokenizer": tokenizer,
-                           "tokens": hashlib.sha256(all_ids.tobytes()).hexdigest(),
-                           "cuts": [len(s.token_ids) for s in r.segments]})
-    base_id = kept.trajectory_id if kept is not None else trajectory_id(r.source, r.key, digest)
+    digest = stored_fields.content_hash({
+        "source": r.source, "key": r.key, "reward": stored_fields.reward_raw(r), **stored_fields.status_part(r),
+        "tokenizer": tokenizer, "tokens": hashlib.sha256(all_ids.tobytes()).hexdigest(),
+        "cuts": [len(s.token_ids) for s in r.segments]})
+    base_id = kept.trajectory_id if kept is not None else stored_fields.trajectory_id(r.source, r.key, digest)
     gaps = dict(r.fidelity_gaps)
-    check_call_count(r, len(acts), gaps)
+    stored_fields.check_call_count(r, len(acts), gaps)
     out = []
     for n, segs in enumerate(parts):
         tokens = np.concatenate([np.asarray(s.token_ids, dtype=np.int64) for s in segs]).astype(np.int32)
@@ -110,21 +100,21 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
         meta = dict(meta0)
         meta["ingest"] = {"format": input_format, "path": r.origin.path, "line": r.origin.line}
         if len(parts) > 1:
-            meta["episode"] = episode(base_id, n + 1, len(parts), "engine-prompt")
+            meta["episode"] = stored_fields.episode(base_id, n + 1, len(parts), "engine-prompt")
         if gaps:
             meta["fidelity_gaps"] = gaps
         lineage = {} if kept is None else {
             "group_id": kept.group_id, "episode_id": kept.episode_id, "parent_trajectory_id": kept.parent_trajectory_id,
             "fork_point": kept.fork_point, "link_kind": kept.link_kind}
         traj = Trajectory(
-            trajectory_id=part_id(base_id, n + 1, len(parts)), prompt_id=r.prompt_id,
-            source=r.source, model=r.model, tokenizer=tokenizer, created_at=created_at(r), status=r.status,
-            reward=r.reward.value, reward_raw=reward_raw(r),
+            trajectory_id=stored_fields.part_id(base_id, n + 1, len(parts)), prompt_id=r.prompt_id,
+            source=r.source, model=r.model, tokenizer=tokenizer, created_at=stored_fields.created_at(r), status=r.status,
+            reward=r.reward.value, reward_raw=stored_fields.reward_raw(r),
             token_source=kept.token_source if kept is not None else "engine",
             logprob_source="engine" if with_lp else "none", tokens=tokens, action_logprobs=lps, spans=spans, metadata=meta,
             not_trainable_reason=reason, **lineage)
         out.append(traj)
-    link_parts(out, [None] + ["engine-prompt"] * (len(parts) - 1), base_id)
+    stored_fields.link_parts(out, [None] + ["engine-prompt"] * (len(parts) - 1), base_id)
     return [validate_trajectory(t) for t in out]
 
 

@@ -6,11 +6,17 @@ one conversation repeat it call after call, so only the longest of each is kept.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Any
 
-from trajstore.ingest.chat import chat_messages, tool_calls_of, tool_definitions
-from trajstore.ingest.records import Conversation, Origin, RecordError
+from trajstore.ingest.formats.chat import chat_messages, tool_calls_of, tool_definitions
+from trajstore.ingest.formats.spec import InputFormat, Records
+from trajstore.ingest.records import Conversation, Origin, ParsedTrajectory, RecordError
 from trajstore.ingest.values import parse_time
+
+SOURCE = "openhands/v1-completions"
+SUPERSEDED = "superseded_completion_log"
+"""The ingest summary's skip reason of a completion log whose conversation a later log repeats."""
 
 
 def parse_completion_log(d: Any, origin: Origin) -> Conversation:
@@ -52,7 +58,7 @@ def parse_completion_log(d: Any, origin: Origin) -> Conversation:
     model = resp.get("model") if isinstance(resp.get("model"), str) else None
     # prompt-based tool calling: the SDK already wrote the tools into the system message of `messages`
     tools = None if prompt_based else tool_definitions(d.get("tools"))
-    return Conversation(source="openhands/v1-completions", key=None, messages=msgs, origin=origin, model=model,
+    return Conversation(source=SOURCE, key=None, messages=msgs, origin=origin, model=model,
                         created_at=parse_time(d.get("timestamp")), tools=tools,
                         metadata={"tool_calling": "prompt-based" if prompt_based else "native",
                                   "latency_sec": d.get("latency_sec"), "cost": d.get("cost")})
@@ -87,3 +93,20 @@ def drop_superseded(convs: list[Conversation]) -> tuple[list[Conversation], list
             else:
                 kept.append(c)
     return kept, gone
+
+
+def settle(logs: list[ParsedTrajectory]) -> tuple[list[ParsedTrajectory], Counter[str]]:
+    """The completion logs of the whole ingest, once every input is read: those to build (no other
+    log of their directory repeats their conversation), and the others counted as
+    :data:`SUPERSEDED` (see :func:`drop_superseded`)."""
+    kept, superseded = drop_superseded([c for c in logs if isinstance(c, Conversation)])
+    return list(kept), Counter({SUPERSEDED: len(superseded)})
+
+
+def is_completion_log(d: dict[str, Any]) -> bool:
+    """A request's ``messages`` and the ``response`` object (a chat row may carry a text ``response``)."""
+    return "messages" in d and isinstance(d.get("response"), dict)
+
+
+V1_COMPLETIONS = InputFormat("openhands-v1-completions", "OpenHands V1 log_completions files", SOURCE,
+                          records=Records(parse_completion_log, keys=("messages",), signature=is_completion_log), settle=settle)

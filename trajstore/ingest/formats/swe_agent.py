@@ -1,16 +1,12 @@
-"""SWE-agent ``.traj`` files (0.x and 1.x) and nebius ``SWE-agent-trajectories`` rows ->
-conversations.
+"""SWE-agent ``.traj`` files (0.x and 1.x) -> conversations.
 
-SWE-agent: the ``history`` is the model's chat. Everything before the first assistant
+The ``history`` is the model's chat. Everything before the first assistant
 message (system prompt, demonstrations, the issue) is the prompt. 1.x links tool results by
 ``tool_call_ids``; 0.x logs no ids, so each observation answers the action just before it
 (synthetic ids ``step-<n>``: the harness strictly alternates). ``.traj`` files carry no
 reward (``exit_status`` sets the status). Steps only in ``trajectory`` (1.x: the final one) are
 model calls too; a ``last_n_observations`` history processor is reproduced per call
-(:func:`parse_traj`).
-
-nebius: roles ``system`` (text in ``system_prompt``), ``user``, ``ai``; ``mask`` marks the
-trained (model) messages; reward = ``target`` (resolved).
+(:func:`parse_swe_agent_traj`).
 """
 
 from __future__ import annotations
@@ -18,15 +14,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trajstore.ingest.chat import reasoning_of, text_of, tool_calls_of
+from trajstore.ingest.formats.chat import reasoning_of, text_of, tool_calls_of
+from trajstore.ingest.formats.spec import InputFormat, Records
 from trajstore.ingest.records import Context, Conversation, Message, Origin, RecordError, ToolCall
-from trajstore.ingest.rewards import bool_reward
 from trajstore.ingest.values import json_type
 
+SOURCE = "swe-agent"
+TRAJ_KEYS = ("trajectory", "info", "environment", "replay_config")
+"""Top-level keys of a SWE-agent ``.traj`` besides ``history`` (any of them tells an empty
+history apart from an OpenHands record's)."""
 
-def status_from_exit(exit_status: Any) -> str:
-    """``submitted`` (or missing) -> completed; ``exit_cost`` / ``exit_context`` / ``exit_format``
-    / autosubmitted limits -> truncated; ``exit_error`` and others -> failed."""
+
+def swe_agent_status(exit_status: Any) -> str:
+    """The run status of a SWE-agent ``exit_status``: ``submitted`` (or missing) -> completed;
+    ``exit_cost`` / ``exit_context`` / ``exit_format`` / autosubmitted limits -> truncated;
+    ``exit_error`` and others -> failed."""
     if not exit_status or exit_status == "submitted":
         return "completed"
     s = str(exit_status)
@@ -93,7 +95,7 @@ def _elided(history: list[dict[str, Any]], upto: int, n: int, polling: int) -> d
     return out
 
 
-def parse_traj(d: Any, origin: Origin) -> Conversation:
+def parse_swe_agent_traj(d: Any, origin: Origin) -> Conversation:
     """One SWE-agent ``.traj`` file.
 
     Model calls: the assistant messages of ``history``; steps of ``trajectory`` beyond them
@@ -205,36 +207,15 @@ def parse_traj(d: Any, origin: Origin) -> Conversation:
             "format_version": "1.x" if any("message_type" in h for h in history) else "0.x"}
     if isinstance(stats.get("api_calls"), int) and not (replayed and stats["api_calls"] == 0):
         meta["harness_model_calls"] = stats["api_calls"]  # a demonstration made no model call to count
-    return Conversation(source="swe-agent", key=key, messages=msgs, origin=origin, prompt_id=key, model=model,
-                        status=status_from_exit(info.get("exit_status")), fidelity_gaps=gaps, metadata=meta)
+    return Conversation(source=SOURCE, key=key, messages=msgs, origin=origin, prompt_id=key, model=model,
+                        status=swe_agent_status(info.get("exit_status")), fidelity_gaps=gaps, metadata=meta)
 
 
-def parse_nebius_row(row: Any, origin: Origin) -> Conversation:
-    """One nebius SWE-agent trajectory row.
+def _is_traj(d: dict[str, Any]) -> bool:
+    """A ``history`` of chat messages, or an empty one beside the other keys of a ``.traj``."""
+    return bool(d["history"]) or any(k in d for k in TRAJ_KEYS)
 
-    Raises:
-        RecordError: no ``trajectory`` list or an unknown role.
-    """
-    if not isinstance(row, dict) or not isinstance(row.get("trajectory"), list):
-        raise RecordError("nebius row has no 'trajectory' list")
-    msgs: list[Message] = []
-    step = 0
-    for i, m in enumerate(row["trajectory"]):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "ai", "assistant"):
-            raise RecordError(f"trajectory[{i}] has no valid 'role'")
-        role = m["role"]
-        if role == "system":
-            msgs.append(Message("system", text_of(m.get("system_prompt") or m.get("text"))))
-        elif role in ("ai", "assistant"):
-            msgs.append(Message("assistant", text_of(m.get("text")), call_id=f"step-{step}"))
-            step += 1
-        else:
-            cause = f"step-{step - 1}" if step else None
-            msgs.append(Message("user", text_of(m.get("text")), cause_id=cause))
-    unmasked = [i for i, m in enumerate(row["trajectory"]) if m.get("role") in ("ai", "assistant") and not m.get("mask")]
-    key = str(row["instance_id"]) if row.get("instance_id") else None
-    return Conversation(source="nebius/swe-agent", key=key, messages=msgs, origin=origin, prompt_id=key,
-                        reward=bool_reward(row.get("target"), "target"), model=row.get("model_name"),
-                        status=status_from_exit(row.get("exit_status")),
-                        metadata={"instance_id": key, "exit_status": row.get("exit_status"),
-                                  "unmasked_ai_messages": unmasked})
+
+SWE_AGENT = InputFormat("swe-agent", "SWE-agent .traj files", SOURCE,
+                        records=Records(parse_swe_agent_traj, keys=("history",), history=("chat", "empty"),
+                                        signature=_is_traj))

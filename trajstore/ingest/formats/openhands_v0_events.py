@@ -1,10 +1,11 @@
-"""OpenHands V0 (``openhands/`` package, 2024-2025) logs -> conversations.
+"""OpenHands V0 (``openhands/`` package, 2024-2025) event lists -> conversations.
 
-Shapes handled (see ``SOURCES.md`` of the fixtures): ``event_to_dict`` event lists (saved
-trajectories, GUI exports, the ``sessions/<id>/events/<n>.json`` store, flat eval histories),
-the older ``[action, observation]`` pair history, resolver output (``dataclasses.asdict``
-events without ids), the 2024 feedback rows (websocket messages mixed in) and SWE-Gym rows
-(OpenAI chat messages).
+Shapes handled: ``event_to_dict`` event lists (saved trajectories, GUI exports, the
+``sessions/<id>/events/<n>.json`` store with its ``metadata.json``, flat eval histories), the
+older ``[action, observation]`` pair history, resolver output (``dataclasses.asdict`` events
+without ids) and the 2024 feedback rows (websocket messages mixed in); the rows around those
+histories are :mod:`~trajstore.ingest.formats.openhands_v0_eval`'s and
+:mod:`~trajstore.ingest.formats.openhands_v0_feedback`'s.
 
 Mapping: agent actions with ``tool_call_metadata`` become one assistant message per model
 response (``model_response.id``), with that response's text and all its tool calls; their
@@ -27,19 +28,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator
 from typing import Any
 
-from trajstore.ingest.chat import (
-    chat_messages,
+from trajstore.ingest.formats.chat import (
     drop_sent_back_reasoning,
     reasoning_of,
     text_of,
     tool_calls_of,
     tool_definitions,
 )
-from trajstore.ingest.records import Context, Conversation, Message, Origin, RecordError, Reward, ToolCall
-from trajstore.ingest.rewards import bool_reward
-from trajstore.ingest.values import json_field, json_type, order_by_id, parse_time
+from trajstore.ingest.formats.openhands import metadata_file, read_conversation_folder, terminal_text
+from trajstore.ingest.formats.spec import Events, InputFormat, NoTrajectory
+from trajstore.ingest.records import Context, Conversation, Message, Origin, Parsed, RecordError, ToolCall
+from trajstore.ingest.values import json_type, order_by_id, parse_time
+
+EVENTS_SOURCE = "openhands/v0-events"
+SESSION_SOURCE = "openhands/v0-session"
 
 KNOWN_ACTIONS = frozenset({
     "message", "system", "run", "run_ipython", "read", "write", "edit", "browse", "browse_interactive",
@@ -57,32 +62,6 @@ _VERBATIM_OBSERVATIONS = frozenset({"run_ipython", "read", "message", "error", "
 """Observation kinds CodeAct sends as their logged content. ``run`` observations add the command
 metadata (reproduced from ``extras.metadata`` when logged, else flagged); others (file edits'
 diffs, ...) are flagged ``observation_format``."""
-_TRUNCATING_ERRORS = ("maximum iteration", "max_iterations", "budget", "context window", "ContextWindowExceeded")
-
-
-def status_from_error(error: Any) -> str:
-    """Run status from an eval ``error`` field: none -> completed; iteration / budget / context
-    limits -> truncated; anything else -> failed."""
-    if not error:
-        return "completed"
-    s = str(error)
-    return "truncated" if any(t.lower() in s.lower() for t in _TRUNCATING_ERRORS) else "failed"
-
-
-def terminal_text(output: str, md: dict[str, Any]) -> str:
-    """A shell command's observation as OpenHands sends it (V0 ``CmdOutputObservation.
-    to_agent_observation``, V1 ``TerminalObservation.to_llm_content``): ``prefix + output +
-    suffix``, then the working directory, the Python interpreter and the exit code (unless it
-    is -1) on lines of their own, each when logged in the observation's `md` metadata."""
-    ret = f"{md.get('prefix') or ''}{output}{md.get('suffix') or ''}"
-    if md.get("working_dir"):
-        ret += f"\n[Current working directory: {md['working_dir']}]"
-    if md.get("py_interpreter_path"):
-        ret += f"\n[Python interpreter: {md['py_interpreter_path']}]"
-    exit_code = md.get("exit_code", -1)
-    if exit_code is not None and exit_code != -1:
-        ret += f"\n[Command finished with exit code {exit_code}]"
-    return ret
 
 
 class _Builder:
@@ -319,79 +298,29 @@ def events_to_conversation(events: list[Any], *, source: str, key: str | None, o
                         status="completed", tools=b.tools, fidelity_gaps=gaps)
 
 
-def parse_event_list(data: Any, origin: Origin, *, source: str = "openhands/v0-events",
+def parse_event_list(data: Any, origin: Origin, *, source: str = EVENTS_SOURCE,
                      key: str | None = None) -> Conversation:
     """A saved trajectory / GUI export / session store: a JSON array of V0 events."""
     return events_to_conversation(data, source=source, key=key, origin=origin)
 
 
-def parse_eval_output(row: Any, origin: Origin) -> Conversation:
-    """One line of a V0 evaluation ``output.jsonl`` (``EvalOutput``).
-
-    Reward: ``test_result.report.resolved`` (SWE-bench harness) when present, else null.
-    Status from ``error`` (see :func:`status_from_error`).
-    """
-    if not isinstance(row, dict) or "history" not in row:
-        raise RecordError("eval output row has no 'history'")
-    conv = events_to_conversation(row["history"], source="openhands/v0-eval",
-                                  key=str(row.get("instance_id")) if row.get("instance_id") else None, origin=origin)
-    tr = row.get("test_result") if isinstance(row.get("test_result"), dict) else {}
-    report = tr.get("report") if isinstance(tr.get("report"), dict) else {}
-    if "resolved" in report:
-        conv.reward = bool_reward(report["resolved"], "test_result.report.resolved")
-    conv.status = status_from_error(row.get("error"))
-    conv.prompt_id = conv.key
-    md = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
-    llm = md.get("llm_config") if isinstance(md.get("llm_config"), dict) else {}
-    conv.model = llm.get("model") or conv.model
-    conv.metadata.update({"instance_id": row.get("instance_id"), "error": row.get("error"),
-                          "agent_class": md.get("agent_class")})
-    metrics = row.get("metrics") if isinstance(row.get("metrics"), dict) else {}
-    if isinstance(metrics.get("token_usages"), list):  # one entry per LLM call
-        conv.metadata["harness_model_calls"] = len(metrics["token_usages"])
-    if conv.status == "completed" and not conv.reward.raw and "resolved" not in report:
-        conv.metadata["reward_note"] = "no test_result.report.resolved: not evaluated"
-    return conv
+def _is_event(d: dict[str, Any]) -> bool:
+    """A V0 event: an ``action`` or ``observation`` name and no V1 ``kind``."""
+    return ("action" in d or "observation" in d) and not isinstance(d.get("kind"), str)
 
 
-def parse_resolver_output(row: Any, origin: Origin) -> Conversation:
-    """One line of a V0 resolver ``output.jsonl``; reward = ``success`` (LLM-judged), the
-    explanation is kept in metadata."""
-    if not isinstance(row, dict) or "history" not in row:
-        raise RecordError("resolver output row has no 'history'")
-    issue = row.get("issue") if isinstance(row.get("issue"), dict) else {}
-    key = "{}/{}#{}".format(issue.get("owner"), issue.get("repo"), issue.get("number")) if issue else None
-    conv = events_to_conversation(row["history"], source="openhands/v0-resolver", key=key, origin=origin)
-    conv.reward = bool_reward(row.get("success"), "success")
-    conv.status = status_from_error(row.get("error"))
-    conv.prompt_id = key
-    conv.metadata.update({"issue": key, "base_commit": row.get("base_commit"), "error": row.get("error"),
-                          "success_explanation": row.get("success_explanation", row.get("result_explanation"))})
-    return conv
+def _session_conversation(events: list[Any], origin: Origin, key: str) -> Conversation:
+    return events_to_conversation(events, source=SESSION_SOURCE, key=key, origin=origin)
 
 
-def parse_feedback_row(row: Any, origin: Origin) -> Conversation:
-    """One row of the 2024 ``all-hands/openhands-feedback`` dataset; reward 1.0 for
-    ``positive`` feedback, 0.0 for ``negative`` (raw value kept)."""
-    if not isinstance(row, dict) or "trajectory" not in row:
-        raise RecordError("feedback row has no 'trajectory'")
-    conv = events_to_conversation(row["trajectory"], source="openhands/v0-feedback", key=None, origin=origin)
-    fb = row.get("feedback")
-    conv.reward = Reward({"positive": 1.0, "negative": 0.0}.get(fb) if isinstance(fb, str) else None, fb)
-    for ev in row["trajectory"]:
-        if isinstance(ev, dict) and ev.get("action") == "initialize" and isinstance(ev.get("args"), dict):
-            conv.model = ev["args"].get("LLM_MODEL") or conv.model
-    conv.created_at = conv.created_at or parse_time(row.get("timestamp"))
-    conv.metadata.update({"feedback": fb, "feedback_version": row.get("version"), "permissions": row.get("permissions")})
-    return conv
+def read_session_folder(events: list[Any], events_dir: str) -> Iterator[Parsed]:
+    """A session store's ``sessions/<id>/events/`` folder: one conversation, with ``metadata.json``."""
+    return read_conversation_folder(events, events_dir, _session_conversation)
 
 
-def parse_swe_gym_row(row: Any, origin: Origin) -> Conversation:
-    """One SWE-Gym ``OpenHands-Sampled-Trajectories`` row; reward = ``resolved``."""
-    if not isinstance(row, dict) or "messages" not in row:
-        raise RecordError("SWE-Gym row has no 'messages'")
-    msgs = chat_messages(json_field(row["messages"], "messages"), "messages")
-    key = str(row.get("instance_id")) if row.get("instance_id") else None
-    return Conversation(source="openhands/swe-gym", key=key, messages=msgs, origin=origin,
-                        reward=bool_reward(row.get("resolved")), prompt_id=key, tools=tool_definitions(row.get("tools")),
-                        metadata={"instance_id": row.get("instance_id"), "run_id": row.get("run_id")})
+V0_EVENTS = InputFormat(
+    "openhands-v0-events", "OpenHands V0 event list: saved trajectory, GUI export, events/ store", EVENTS_SOURCE,
+    events=Events(keys=("action", "observation"), signature=_is_event, parse=parse_event_list, folder=read_session_folder))
+V0_SESSION = InputFormat(
+    "openhands-v0-session", "OpenHands V0 sessions/<id>/events/<n>.json", SESSION_SOURCE,
+    events=Events(folder=read_session_folder, reads_any_folder=True), no_trajectory=NoTrajectory(("conversation_id",), metadata_file))

@@ -22,7 +22,7 @@ keeps the exception that ended the run, if any: that sets the status; otherwise 
 ``completed`` only when the log shows the agent finished (ATIF has no status field).
 
 What the producing agent puts in the steps beyond the format (which text the model really wrote,
-whether reasoning went back to it, what ends a run) is :mod:`~trajstore.ingest.atif_agents`'s:
+whether reasoning went back to it, what ends a run) is :mod:`~trajstore.ingest.formats.atif_agents`'s:
 the chat is built from the steps with those conventions; ``agent.tool_definitions`` are the
 tools; ``source: system`` steps after the task are harness notes (metadata ``harness_notes``),
 never messages. Context rewrites, copied context, sub-agent and continuation files: see
@@ -35,23 +35,24 @@ import json
 import os
 from typing import Any
 
-from trajstore.ingest.atif_agents import Conventions, conventions_for, run_status
-from trajstore.ingest.chat import arguments_text, drop_sent_back_reasoning, text_of, tool_definitions
-from trajstore.ingest.engine_chain import EngineChain
+from trajstore.ingest.formats.atif_agents import Conventions, conventions_for, run_status
+from trajstore.ingest.formats.chat import arguments_text, drop_sent_back_reasoning, text_of, tool_definitions
+from trajstore.ingest.formats.engine_chain import EngineChain
+from trajstore.ingest.formats.rewards import float_reward
+from trajstore.ingest.formats.spec import InputFormat, NoTrajectory, Records
 from trajstore.ingest.records import (
     Context,
     Conversation,
     EngineRollout,
     EngineSegment,
     ExportedFields,
-    Lineage,
     Message,
     Origin,
+    ParsedLineage,
     RecordError,
     Reward,
     ToolCall,
 )
-from trajstore.ingest.rewards import float_reward
 from trajstore.ingest.summary import ENGINE_IDS_DISCARDED_KEY
 from trajstore.ingest.values import json_type, order_by_id, parse_time, text_or_none
 
@@ -105,8 +106,7 @@ def _engine_segments(steps: list[dict[str, Any]]) -> tuple[list[EngineSegment] |
             return None, f"agent step {s.get('step_id')} has no completion tokens"
         ids = [str(tc["tool_call_id"]) for tc in s.get("tool_calls") or []
                if isinstance(tc, dict) and tc.get("tool_call_id")]
-        chain.add(p, EngineSegment("action", list(c), list(lp) if isinstance(lp, list) else None, role="assistant",
-                                   call_id=cid, tool_call_ids=ids or None))
+        chain.add(p, c, list(lp) if isinstance(lp, list) else None, call_id=cid, tool_call_ids=ids)
     return chain.segments, ""
 
 
@@ -189,7 +189,7 @@ def _stored_row(ours: dict[str, Any], rollout: EngineRollout) -> None:
 def _messages(steps: list[dict[str, Any]], replayed: list[bool], conv: Conventions,
               prefix: list[Message], change: str, tools: Any) -> tuple[list[Message], list[dict[str, Any]], int]:
     """The chat of the steps, the harness notes left out of it (``source: system`` steps after the
-    conversation began) and how many agent steps are reconstructions (:mod:`~trajstore.ingest.atif_agents`).
+    conversation began) and how many agent steps are reconstructions (:mod:`~trajstore.ingest.formats.atif_agents`).
 
     `prefix` (messages the context was reset to) and the `replayed` steps (copied from another
     log) are context, never calls: the first call of this file after an assistant message of that
@@ -351,7 +351,7 @@ def parse_trajectory(d: Any, origin: Origin) -> list[EngineRollout | Conversatio
     record, whose context is the one the agent reset it to. Steps copied from another log
     (``is_copied_context``; a Terminus-2 sub-agent's replay of the main agent's history) are
     context, never calls. Engine token ids are used per lineage, where they chain within it.
-    Records that belong to a tree of files carry a :class:`~trajstore.ingest.records.Lineage`:
+    Records that belong to a tree of files carry a :class:`~trajstore.ingest.records.ParsedLineage`:
     a lineage after a rewrite is the child (``context_rewrite``) of the one before; the sub-agent
     files a note points to are ``subagent`` children of the lineage it ends; the file named by
     ``continued_trajectory_ref`` (Harbor's ``linear_history``) is the ``continuation`` of the last.
@@ -405,7 +405,7 @@ def parse_trajectory(d: Any, origin: Origin) -> list[EngineRollout | Conversatio
 
 def _link(records: list[EngineRollout | Conversation], steps: list[dict[str, Any]], bounds: list[tuple[int, int]],
           agent: dict[str, Any], d: dict[str, Any], origin: Origin, replays: bool) -> None:
-    """The :class:`Lineage` of each record of one file, when it is part of a tree of records."""
+    """The :class:`ParsedLineage` of each record of one file, when it is part of a tree of records."""
     path = os.path.abspath(origin.path)
     claims: list[list[tuple[str, str]]] = [[] for _ in records]
     for n, (lo, hi) in enumerate(bounds):
@@ -422,5 +422,19 @@ def _link(records: list[EngineRollout | Conversation], steps: list[dict[str, Any
     if len(records) == 1 and not claims[0] and not claimable:
         return
     for n, rec in enumerate(records):
-        rec.lineage = Lineage(path if not n else f"{path}#{n + 1}", parent=None if not n else (
+        rec.lineage = ParsedLineage(path if not n else f"{path}#{n + 1}", parent=None if not n else (
             path if n == 1 else f"{path}#{n}"), link_kind="context_rewrite" if n else None, claims=claims[n])
+
+
+def _harbor_trial_result(d: dict[str, Any], path: str) -> str | None:
+    """Why a Harbor trial's ``result.json`` holds no trajectory (its exception is read with the trajectory)."""
+    if "trial_name" in d and "task_name" in d and isinstance(d.get("agent_info"), dict):
+        return "Harbor trial result (result.json: its exception is read with the trial's agent/trajectory.json)"
+    return None
+
+
+ATIF = InputFormat(
+    "atif", "ATIF trajectory.json (Harbor / Terminal-Bench), engine token ids kept", SOURCE,
+    records=Records(parse_trajectory, keys=("schema_version",), signature=lambda d: isinstance(d.get("schema_version"), str)
+                    and d["schema_version"].startswith("ATIF") and "steps" in d),
+    no_trajectory=NoTrajectory(("trial_name",), _harbor_trial_result))

@@ -10,9 +10,9 @@ import re
 from typing import Any
 
 from trajstore.hub import load_tokenizer, resolve_model
-from trajstore.ingest.build_chat import conversation_to_trajectories
-from trajstore.ingest.build_engine import check_engine_segments, rollout_to_trajectories
-from trajstore.ingest.build_text import text_rollout_to_trajectory
+from trajstore.ingest.builders.conversation import conversation_to_trajectories
+from trajstore.ingest.builders.engine import check_engine_segments, rollout_to_trajectories
+from trajstore.ingest.builders.text import text_rollout_to_trajectory
 from trajstore.ingest.reasons import problem_reason
 from trajstore.ingest.records import Conversation, EngineRollout, Origin, Problem, StoredRow, TextRollout
 from trajstore.ingest.summary import ENGINE_IDS_DISCARDED, ENGINE_IDS_DISCARDED_KEY, IngestReport
@@ -70,7 +70,7 @@ def replace_surrogates(item: Any) -> int:
     return fix(item)[1]
 
 
-class TrajectoryBuilder:
+class IngestBuilder:
     """Builds the trajectories of one ingest's parsed records and counts them into its report.
 
     Args:
@@ -78,8 +78,8 @@ class TrajectoryBuilder:
         tokenizer: name for :func:`trajstore.hub.load_tokenizer`, loaded on the first record
             that is not an engine rollout (a tokenizer that cannot be loaded stops the ingest).
         max_observation_chars: cap per observation (characters); None = no cap.
-        engine_tokenizer: see :func:`~trajstore.ingest.build_engine.rollout_to_trajectories`.
-        train_reconstructed_actions: see :func:`~trajstore.ingest.build_chat.conversation_to_trajectories`.
+        engine_tokenizer: see :func:`~trajstore.ingest.builders.engine.rollout_to_trajectories`.
+        train_reconstructed_actions: see :func:`~trajstore.ingest.builders.conversation.conversation_to_trajectories`.
 
     Attributes:
         tokens: tokens in the trajectories built so far.

@@ -1,5 +1,5 @@
 """Trajectory trees in ingest: the records of one directory that name each other (a
-:class:`~trajstore.ingest.records.Lineage`: the lineages of a file split at a context rewrite,
+:class:`~trajstore.ingest.records.ParsedLineage`: the lineages of a file split at a context rewrite,
 its sub-agents' files, its continuation file) are built together, parents before children, and
 linked: each child gets its parent's trajectory as ``parent_trajectory_id``, the ``link_kind``
 and, as ``fork_point``, the tokens it shares with it; every trajectory of the tree gets the
@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
+from trajstore.ingest.builders.stored_fields import shared_prefix
 from trajstore.ingest.records import ParsedTrajectory
-from trajstore.ingest.stored_fields import shared_prefix
 from trajstore.models import Trajectory
 from trajstore.validate import validate_trajectory
 
@@ -63,7 +63,7 @@ def build_tree(items: list[ParsedTrajectory], build: Callable[[ParsedTrajectory]
     Args:
         items: the records.
         build: a record's trajectories (validated; [] when it was refused), e.g.
-            :meth:`~trajstore.ingest.build.TrajectoryBuilder.build`.
+            :meth:`~trajstore.ingest.builder.IngestBuilder.build`.
     """
     parent = parents_of(items)
     by_key = {it.lineage.key: it for it in items if it.lineage}
@@ -99,3 +99,34 @@ def build_tree(items: list[ParsedTrajectory], build: Callable[[ParsedTrajectory]
     for it in items:  # a key read twice (a file named twice), or a record with no lineage: on its own
         if it.lineage is None or by_key.get(it.lineage.key) is not it:
             yield from build(it)
+
+
+class HeldTree:
+    """The records of one directory that name each other, held from the first one read until the
+    walk leaves that directory (input units come sorted by path: a unit outside it means all of
+    it was read), then handed out to be built together (:func:`build_tree`)."""
+
+    def __init__(self) -> None:
+        self.items: list[ParsedTrajectory] = []
+        self.root = ""
+
+    def hold(self, item: ParsedTrajectory) -> bool:
+        """Hold `item` when it has a lineage (True); False: it is built on its own."""
+        if item.lineage is None:
+            return False
+        if not self.items:
+            self.root = tree_root(item)
+        self.items.append(item)
+        return True
+
+    def leave(self, path: str) -> list[ParsedTrajectory]:
+        """The held records, when the next input unit `path` is outside their directory; else []."""
+        here = os.path.dirname(os.path.abspath(path))
+        if self.items and not (here == self.root or here.startswith(self.root + os.sep)):
+            return self.release()
+        return []
+
+    def release(self) -> list[ParsedTrajectory]:
+        """The held records (none are held after)."""
+        items, self.items = self.items, []
+        return items

@@ -29,21 +29,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajstore.ingest.chat import arguments_text, text_of, tool_definitions
-from trajstore.ingest.engine_chain import EngineChain
-from trajstore.ingest.records import (
-    Context,
-    Conversation,
-    EngineRollout,
-    EngineSegment,
-    Message,
-    Origin,
-    RecordError,
-    ToolCall,
-)
-from trajstore.ingest.rewards import float_reward
+from trajstore.ingest.formats.chat import arguments_text, text_of, tool_definitions
+from trajstore.ingest.formats.engine_chain import EngineChain
+from trajstore.ingest.formats.rewards import float_reward
+from trajstore.ingest.formats.spec import InputFormat, Records
+from trajstore.ingest.records import Context, Conversation, EngineRollout, Message, Origin, RecordError, ToolCall
 from trajstore.ingest.values import json_type, parse_time, text_or_none
 
+SOURCE = "nemo-gym"
 HARNESS_CALL_COUNTS = ("turns_used",)
 """Row fields in which a NeMo Gym agent records its own number of model calls."""
 
@@ -239,7 +232,7 @@ def parse_rollout(row: Any, origin: Origin) -> EngineRollout | Conversation:
         msgs = prompt + msgs
     if not msgs:
         raise RecordError("no input or output messages")
-    return Conversation(source="nemo-gym", key=key, messages=msgs, origin=origin, reward=reward, model=model,
+    return Conversation(source=SOURCE, key=key, messages=msgs, origin=origin, reward=reward, model=model,
                         created_at=created, status=status, prompt_id=key, tools=tools, fidelity_gaps=gaps,
                         metadata={**meta, "engine_token_ids": "absent" if not real else "discarded"})
 
@@ -254,16 +247,18 @@ def _engine_rollout(calls: list[_Call], resp: dict[str, Any], params: dict[str, 
         if lp is not None and (not isinstance(lp, list) or len(lp) != len(g)):
             raise RecordError(f"output call {n} ({c.message.call_id}): {len(g)} generation_token_ids but "
                               f"{len(lp) if isinstance(lp, list) else 'no'} generation_log_probs")
-        chain.add(p, EngineSegment("action", list(g), list(lp) if lp is not None else None,
-                                   role="assistant", call_id=str(c.message.call_id),
-                                   tool_call_ids=[t.id for t in c.message.tool_calls if t.id] or None,
-                                   finish_reason=c.status,
-                                   temperature=resp.get("temperature"), top_p=resp.get("top_p")))
+        chain.add(p, g, list(lp) if lp is not None else None, call_id=str(c.message.call_id),
+                  tool_call_ids=[t.id for t in c.message.tool_calls if t.id], finish_reason=c.status,
+                  temperature=resp.get("temperature"), top_p=resp.get("top_p"))
     named = row.get("tokenizer") if isinstance(row.get("tokenizer"), str) else None
     md = params.get("metadata") if isinstance(params.get("metadata"), dict) else {}
     named = named or (md.get("tokenizer") if isinstance(md.get("tokenizer"), str) else None)
-    return EngineRollout(source="nemo-gym", key=key, segments=chain.segments, origin=origin, reward=reward, model=model,
+    return EngineRollout(source=SOURCE, key=key, segments=chain.segments, origin=origin, reward=reward, model=model,
                          created_at=created, status=status, prompt_id=key, tokenizer=named,
                          metadata={**meta, "policy_version_known": False,
                                    "params": json.dumps({k: params.get(k) for k in ("temperature", "top_p",
                                                                                     "max_output_tokens")})})
+
+
+NEMO_GYM = InputFormat("nemo-gym", "NeMo Gym rollouts with engine token ids", SOURCE,
+                       records=Records(parse_rollout, keys=("responses_create_params",), signature=lambda d: "responses_create_params" in d and "response" in d))

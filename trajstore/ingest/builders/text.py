@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from trajstore.ingest.builders.stored_fields import content_hash, created_at, reward_raw, status_part, trajectory_id
 from trajstore.ingest.records import RecordError, TextRollout
-from trajstore.ingest.stored_fields import content_hash, created_at, reward_raw, status_part, trajectory_id
 from trajstore.models import Span, Trajectory
 from trajstore.validate import validate_trajectory
 

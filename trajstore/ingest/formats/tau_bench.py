@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from trajstore.ingest.chat import chat_messages, link_observations
+from trajstore.ingest.formats.chat import chat_messages, link_observations
+from trajstore.ingest.formats.rewards import float_reward
+from trajstore.ingest.formats.spec import InputFormat, Records
 from trajstore.ingest.records import Conversation, Origin, Problem, RecordError, Reward
-from trajstore.ingest.rewards import float_reward
 
 SOURCE = "tau-bench"
 
@@ -56,3 +57,8 @@ def parse_result(row: Any, origin: Origin) -> Conversation | Problem:
         gaps["tools"] = "tau-bench sends the environment's tools with every call; the results file does not log them"
     return Conversation(source=SOURCE, key=key, messages=msgs, origin=origin, reward=reward, status=status,
                         prompt_id=f"task-{task_id}", metadata=meta, fidelity_gaps=gaps)
+
+
+TAU_BENCH = InputFormat(
+    "tau-bench", "tau-bench results files (task results with 'traj', 'reward', 'info')", SOURCE,
+    records=Records(parse_result, keys=("traj",), signature=lambda d: "traj" in d and "reward" in d and ("task_id" in d or "info" in d)))

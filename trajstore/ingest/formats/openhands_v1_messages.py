@@ -1,6 +1,7 @@
 """OpenHands V1 (software-agent-sdk) events -> the conversation the SDK sent the model (see
 :func:`v1_events_to_messages` for each event kind), or an engine rollout when every model call
-has a ``TokenEvent``. The files holding event lists are :mod:`trajstore.ingest.openhands_v1`'s.
+has a ``TokenEvent``. The files holding event lists are :mod:`~trajstore.ingest.formats.openhands_v1_events`'s
+and :mod:`~trajstore.ingest.formats.openhands_v1_eval`'s.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from trajstore.adapters import token_ids_from
 from trajstore.errors import AdapterError
-from trajstore.ingest.chat import (
+from trajstore.ingest.formats.chat import (
     arguments_text,
     join_blocks,
     reasoning_of,
@@ -19,18 +20,9 @@ from trajstore.ingest.chat import (
     tool_definitions,
     tools_without_parameters,
 )
-from trajstore.ingest.engine_chain import EngineChain
-from trajstore.ingest.openhands_v0 import terminal_text
-from trajstore.ingest.records import (
-    Context,
-    Conversation,
-    EngineRollout,
-    EngineSegment,
-    Message,
-    Origin,
-    RecordError,
-    ToolCall,
-)
+from trajstore.ingest.formats.engine_chain import EngineChain
+from trajstore.ingest.formats.openhands import terminal_text
+from trajstore.ingest.records import Context, Conversation, EngineRollout, Message, Origin, RecordError, ToolCall
 from trajstore.ingest.values import parse_time
 
 _IGNORED_KINDS = frozenset({
@@ -56,7 +48,7 @@ def _texts(content: Any) -> list[str]:
 
 def observation_llm_text(ev: dict[str, Any], gaps: dict[str, str]) -> str:
     """The text the SDK sent for a tool result (``to_llm_message``), blocks joined as
-    :func:`~trajstore.ingest.chat.join_blocks` does.
+    :func:`~trajstore.ingest.formats.chat.join_blocks` does.
 
     ObservationEvent: ``observation.to_llm_content`` (the error header when ``is_error``;
     terminal observations add ``prefix + output + suffix``, the working directory, the Python
@@ -137,7 +129,7 @@ def v1_events_to_messages(events: list[Any]) -> V1Events:
       its ``tools`` are the tool definitions. A later SystemPromptEvent / SystemPromptUpdateEvent
       replaces both ("latest system prompt wins"): a context change for the next call.
     * MessageEvent: ``llm_message`` content plus ``extended_content``; reasoning under any
-      field name (:func:`~trajstore.ingest.chat.reasoning_of`).
+      field name (:func:`~trajstore.ingest.formats.chat.reasoning_of`).
     * ActionEvents sharing an ``llm_response_id``: one assistant message (parallel tool calls).
     * ObservationEvent / AgentErrorEvent / UserRejectObservation: a tool message answering its
       ``tool_call_id``, with the text the SDK sent (:func:`observation_llm_text`).
@@ -283,8 +275,7 @@ def _engine_rollout(conv: Conversation, ev: V1Events) -> EngineRollout:
     chain = EngineChain(prompt_role="system")
     for m in (m for m in conv.messages if m.role == "assistant"):
         p, r = ev.token_ids[id(m)]
-        chain.add(p, EngineSegment("action", r, None, role="assistant", call_id=m.call_id,
-                                   tool_call_ids=[t.id for t in m.tool_calls if t.id] or None))
+        chain.add(p, r, call_id=m.call_id, tool_call_ids=[t.id for t in m.tool_calls if t.id])
     # the ids are what the model saw: no text gaps
     return EngineRollout(source=conv.source, key=conv.key, origin=conv.origin, segments=chain.segments,
                          reward=conv.reward, status=conv.status, model=conv.model, prompt_id=conv.prompt_id,
