@@ -80,9 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, nargs="+", default=[3, 6, 12], help="turns per agent")
     args = ap.parse_args(argv)
+    from trajstore.http.server import ServerThread
     from trajstore.proxy.app import create_app
     from trajstore.proxy.config import ProxyConfig
-    from trajstore.proxy.testing import EOS, ServerThread, fake_app
+    from trajstore.proxy.testing import EOS, fake_app
 
     reply = [b + 4 for b in b"ok"] + [EOS]
     rows: list[dict[str, Any]] = []

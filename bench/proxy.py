@@ -103,7 +103,7 @@ HOP_APP = '''
 import sys, httpx, uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
-from trajstore.proxy.server import listening_socket
+from trajstore.http.sockets import listening_socket
 up, port = sys.argv[1], int(sys.argv[2])
 app = FastAPI(docs_url=None, redoc_url=None)
 client = httpx.AsyncClient(base_url=up, timeout=120, limits=httpx.Limits(max_connections=1024,

@@ -267,6 +267,26 @@ def test_serve_answers_a_bad_field_with_a_400_naming_it(serve):
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3, r.text
 
 
+def test_serve_answers_a_body_python_cannot_carry_with_a_400(serve):
+    # 100,000 nested arrays were a RecursionError and a lone surrogate ("\ud800") failed in the
+    # tokenizer: 500s. Bodies are strict JSON now, refused in the shared error shape; so are too
+    # many headers (431) and an unknown path (404), and the server keeps serving.
+    url, _ = serve
+    head = '{"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": '
+    for body, why in ((head + '"\\ud800"}]}', "lone UTF-16 surrogate"),
+                      (head + '"x"}], "user": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper than 128"),
+                      ('{"model_path": NaN}', "NaN is not JSON")):
+        path = "/update_weights_from_disk" if "model_path" in body else "/v1/chat/completions"
+        r = httpx.post(url + path, content=body, headers={"content-type": "application/json"}, timeout=60)
+        assert r.status_code == 400 and why in r.json()["error"]["message"], r.text[:300]
+    r = httpx.get(url + "/health", headers=[(f"x-h{i}", "v") for i in range(101)])
+    assert r.status_code == 431 and r.json()["error"]["code"] == 431
+    assert httpx.get(url + "/nowhere").json()["error"]["type"] == "not_found_error"
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "max_tokens": 2, "messages": [
+        {"role": "user", "content": "\U0001f600"}]}, timeout=120)
+    assert r.status_code == 200, r.text
+
+
 def test_a_non_streamed_call_whose_client_left_stops_generating(serve):
     # walkthrough of issue 32 (traj serve): a non-streamed request whose client disconnected kept
     # generating to its end (the proxy cuts calls at shutdown; static batching made every later

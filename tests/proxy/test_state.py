@@ -13,7 +13,8 @@ import time
 import httpx
 import pytest
 
-from trajstore.proxy.testing import ServerThread, fake_app, render
+from trajstore.http.server import ServerThread
+from trajstore.proxy.testing import fake_app, render
 from trajstore.reader import read_trajectories
 
 REPLY_IDS = [115, 111, 0]  # the fake's "ok" and its end-of-turn token

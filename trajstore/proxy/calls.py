@@ -12,12 +12,13 @@ import uuid
 from fastapi import Request
 from fastapi.responses import Response
 
+from trajstore.http.errors import error_response
+from trajstore.http.json_body import read_json_object
+from trajstore.http.limits import BodyError
+from trajstore.http.openai_fields import RequestFieldError, check_request
 from trajstore.proxy.forward import forward
-from trajstore.proxy.httpio import openai_error, read_limited
-from trajstore.proxy.jsonio import strict_json_loads
 from trajstore.proxy.lineage import LINEAGE_HEADER
 from trajstore.proxy.recorder import check_session_key
-from trajstore.proxy.request import RequestFieldError, check_request
 from trajstore.proxy.staleness import StalenessOverflow
 from trajstore.proxy.state import ProxyState
 
@@ -57,30 +58,25 @@ async def handle_call(request: Request, session: str | None, chat: bool) -> Resp
     st: ProxyState = request.app.state.proxy
     cfg = st.cfg
     if st.closing:
-        return openai_error(503, SHUTTING_DOWN, "proxy_shutting_down")
-    raw = await read_limited(request, st.max_request_bytes)
-    if raw is None:
-        return openai_error(413, f"request body larger than {cfg.max_request_mb:g} MiB (--max-request-mb)")
+        return error_response(503, SHUTTING_DOWN, "proxy_shutting_down")
     try:
-        body = strict_json_loads(raw)
-        if not isinstance(body, dict):
-            raise ValueError("not an object")
-    except ValueError as e:
-        return openai_error(400, f"request body is not a JSON object: {e}")
+        body = await read_json_object(request, st.max_request_bytes)
+    except BodyError as e:
+        return error_response(e.status, f"{e} (--max-request-mb)" if e.status == 413 else str(e))
     try:  # a request the upstream would refuse never reaches it (nor fails the episode)
         fields = check_request(body, chat=chat)
     except RequestFieldError as e:
-        return openai_error(400, str(e), param=e.field)
+        return error_response(400, str(e), param=e.field)
     if fields.n not in (None, 1):
-        return openai_error(400, "traj proxy records one choice per call: n must be 1", param="n")
+        return error_response(400, "traj proxy records one choice per call: n must be 1", param="n")
     key = session or request.headers.get("x-trajectory-id")
     try:
         key = check_session_key(key) if key else None
         lineage = _lineage_of(request)
     except ValueError as e:
-        return openai_error(400, str(e))
+        return error_response(400, str(e))
     if key is None and cfg.require_session:
-        return openai_error(400, "no session: use the base URL http://HOST:PORT/s/<session>/v1 or an "
+        return error_response(400, "no session: use the base URL http://HOST:PORT/s/<session>/v1 or an "
                                  "X-Trajectory-Id header (--require-session)")
     ephemeral = key is None
     key = key or f"call-{uuid.uuid4().hex[:16]}"
@@ -93,11 +89,11 @@ async def handle_call(request: Request, session: str | None, chat: bool) -> Resp
                 held = await st.gate.admit()
             except StalenessOverflow as e:
                 st.count_error("staleness_refused")
-                return openai_error(503, str(e), "staleness_limit")
+                return error_response(503, str(e), "staleness_limit")
         if st.closing:  # the shutdown began while the gate held it
             if st.gate is not None:
                 st.gate.release()
-            return openai_error(503, SHUTTING_DOWN, "proxy_shutting_down")
+            return error_response(503, SHUTTING_DOWN, "proxy_shutting_down")
         evicted = st.take_evicted(key)
         s = st.recorder.open(key, prompt_id=request.headers.get("x-prompt-id"),
                              group_id=request.headers.get("x-group-id"), evicted=evicted)

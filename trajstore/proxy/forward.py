@@ -13,8 +13,7 @@ import httpx
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from trajstore.proxy.auth import upstream_auth_headers
-from trajstore.proxy.httpio import openai_error
+from trajstore.http.errors import error_response
 from trajstore.proxy.jsonio import fast_dumps, fast_loads
 from trajstore.proxy.recorder import Session
 from trajstore.proxy.shutdown import InFlightCall, cut_message
@@ -59,7 +58,7 @@ async def forward(st: ProxyState, request: Request, s: Session, body: dict[str, 
     call.lineage = lineage
     aug = augment(body, chat=chat, engine=st.cfg.engine)
     path = "/v1/chat/completions" if chat else "/v1/completions"
-    headers = upstream_auth_headers(st, request)
+    headers = st.upstream_auth(request.headers)
     obs = _observation_of(body, chat)
     stack = contextlib.AsyncExitStack()
     handed_over = recording = False
@@ -136,13 +135,13 @@ def _uncancel() -> None:
 
 def _cut(st: ProxyState, s: Session) -> JSONResponse:
     s.mark("aborted", "call cut at the shutdown deadline")
-    return openai_error(503, cut_message(st.cfg.shutdown_grace_s), "proxy_shutting_down")
+    return error_response(503, cut_message(st.cfg.shutdown_grace_s), "proxy_shutting_down")
 
 
 def _upstream_failed(st: ProxyState, s: Session, status: int, message: str) -> JSONResponse:
     s.mark("failed", message)
     st.count_error("upstream_timeout" if status == 504 else "upstream_unreachable")
-    return openai_error(status, message, "upstream_error")
+    return error_response(status, message, "upstream_error")
 
 async def _relay(st: ProxyState, call: InFlightCall, upstream: httpx.Response, stack: contextlib.AsyncExitStack,
                  aug: Augmented, body: dict[str, Any], chat: bool, ticket: Ticket,

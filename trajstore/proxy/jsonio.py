@@ -1,35 +1,12 @@
-"""JSON as ``traj proxy`` reads and writes it: strict parsing of what clients send (no NaN or
-Infinity, which the upstream, the store and SDKs refuse), and orjson for the upstream's traffic
-with the standard library as the fallback for what orjson cannot handle."""
+"""JSON of ``traj proxy``'s upstream traffic: orjson, with the standard library as the fallback for
+what orjson cannot handle. (What clients send is read strictly: :mod:`trajstore.http.json_body`.)"""
 
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import orjson
-
-
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
-
-
-def _finite_float(text: str) -> float:
-    x = float(text)
-    if not math.isfinite(x):
-        raise ValueError(f"number {text[:40]} is out of the float range")
-    return x
-
-
-def strict_json_loads(raw: bytes | str) -> Any:
-    """``json.loads`` that refuses NaN, Infinity and numbers that overflow to infinity (Python
-    accepts them; the upstream, the store and the client's SDK do not).
-
-    Raises:
-        ValueError: invalid or non-strict JSON, with the reason.
-    """
-    return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
 
 
 def fast_loads(raw: bytes) -> Any:

@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import httpx
@@ -86,7 +86,7 @@ class ProxyState:
         self.policy_store = open_store(cfg.policy_store) if cfg.policy_store else self.store
         key = os.environ.get(cfg.upstream_key_env)
         self.upstream_headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.client_token = os.environ.get(cfg.client_token_env) or None
+        self.client_token = cfg.client_token()
         self.client = httpx.AsyncClient(base_url=cfg.upstream, timeout=httpx.Timeout(cfg.upstream_timeout_s),
                                         limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256,
                                                             keepalive_expiry=UPSTREAM_KEEPALIVE_S))
@@ -137,6 +137,14 @@ class ProxyState:
         except RunConfigError as e:
             raise TrajstoreError(f"--max-staleness needs the trainer's batch size: pass --batch-size, or start "
                                  f"the trainer first ({e})") from None
+
+    def upstream_auth(self, request_headers: Mapping[str, str]) -> dict[str, str]:
+        """The Authorization header for the upstream: the configured upstream key; without one, a
+        client's own Authorization header goes upstream (unless it is the proxy's token)."""
+        if self.upstream_headers:
+            return self.upstream_headers
+        got = request_headers.get("authorization")
+        return {"Authorization": got} if got and not self.client_token else {}
 
     def count_error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
