@@ -42,6 +42,7 @@ from trajstore.proxy.config import ProxyConfig
 from trajstore.proxy.control import set_policy_version
 from trajstore.proxy.episodes import finish_episode, set_episode_reward
 from trajstore.proxy.info import health, models, stats
+from trajstore.proxy.shutdown import begin_shutdown, shut_down
 from trajstore.proxy.state import ProxyState
 
 
@@ -58,7 +59,7 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
         try:
             yield
         finally:
-            await st.stop()
+            await shut_down(st)
 
     # /openapi.json stays published, as it always was (the routes' comments are not docstrings for it)
     app = http_app("traj proxy", token=cfg.client_token(), lifespan=lifespan, openapi=True)
@@ -98,7 +99,7 @@ def _drain_first(app: FastAPI) -> Callable[[Server], bool]:
         loop = getattr(app.state, "loop", None)
         if st is None or loop is None:  # not started yet: nothing to write
             return False
-        loop.call_soon_threadsafe(st.begin_shutdown, lambda: setattr(server, "should_exit", True))
+        loop.call_soon_threadsafe(begin_shutdown, st, lambda: setattr(server, "should_exit", True))
         return True
 
     return hook
@@ -107,7 +108,7 @@ def _drain_first(app: FastAPI) -> Callable[[Server], bool]:
 def run_proxy(cfg: ProxyConfig, *, on_ready: Callable[[str, int], object] | None = None) -> None:
     """Serve until SIGINT / SIGTERM; then the proxy takes no new calls, writes open episodes as
     ``aborted`` at once, lets the calls in flight finish for ``cfg.shutdown_grace_s`` and cuts the
-    rest (:meth:`ProxyState.begin_shutdown`), and only then stops the server. A second signal
+    rest (:func:`~trajstore.proxy.shutdown.begin_shutdown`), and only then stops the server. A second signal
     cuts the calls in flight at once. A SIGTERM ends the process with exit 0 once everything is
     written.
 
