@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trajstore.http.limits import DEFAULT_MAX_REQUEST_MB
+from trajstore.proxy.upstream import UpstreamDialect
 
 DEFAULT_UPSTREAM_KEY_ENV = "TRAJ_UPSTREAM_API_KEY"
 DEFAULT_CLIENT_TOKEN_ENV = "TRAJ_PROXY_TOKEN"
@@ -38,7 +39,7 @@ class ProxyConfig(BaseModel):
     store: str = Field(description="store URI the trajectories are written to")
     host: str = Field("127.0.0.1", description="interface to bind (loopback by default)")
     port: int = Field(8100, ge=0, le=65535, description="TCP port (0 = any free port)")
-    engine: Literal["vllm", "sglang"] = Field("vllm", description="the upstream's request/response dialect "
+    engine: UpstreamDialect = Field("vllm", description="the upstream's request/response dialect "
                                                                   "(traj serve speaks vllm)")
     tokenizer: str | None = Field(None, description="tokenizer name recorded with every trajectory (must equal "
                                                     "the trainer's; default: the response's model name)")

@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from trajstore.adapters import ActionCall, action_from_openai_completion
 
-Engine = Literal["vllm", "sglang"]
-ENGINES: tuple[str, ...] = ("vllm", "sglang")
+UpstreamDialect = Literal["vllm", "sglang"]
+"""The upstream's request/response dialect (``traj proxy --engine``; ``traj serve`` speaks vLLM's)."""
 
 
 @dataclass
@@ -49,7 +49,7 @@ class Augmented:
     stream_upstream: bool
 
 
-def augment(body: dict[str, Any], *, chat: bool, engine: Engine) -> Augmented:
+def augment(body: dict[str, Any], *, chat: bool, engine: UpstreamDialect) -> Augmented:
     """The upstream request for a client request: token ids and log-probs switched on."""
     out = dict(body)
     added_ids = not out.get("return_token_ids")
