@@ -48,7 +48,7 @@ def _finish(url: str, session: str) -> dict:
 
 
 def test_an_interleaved_parent_and_sub_agent_are_two_linked_lineages(fake_upstream, start_proxy, tmp_path):
-    # issue 23: A1 B1 A2 B2 A3 B3, each extending its own history, was stored as 6 one-action
+    # A1 B1 A2 B2 A3 B3, each extending its own history, was stored as 6 one-action
     # trajectories (context_breaks 5)
     px = start_proxy(fake_upstream.url)
     url = f"{px.url}/s/inter"

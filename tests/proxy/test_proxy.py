@@ -557,7 +557,7 @@ def test_a_call_across_a_reload_without_a_reported_boundary_carries_both_version
 
 
 def test_sigterm_with_a_held_episode_refuses_it_and_still_writes_the_open_ones_at_once(fake_upstream, tmp_path):
-    """Issue 16 walkthrough: `traj demo` stopped its proxy while --max-staleness held new
+    """`traj demo` stopped its proxy while --max-staleness held new
     episodes; the held calls kept uvicorn's graceful shutdown waiting its whole 30 s, the demo
     killed the proxy at 30 s, and the episodes in flight (3 recorded calls) were never written,
     though the demo said they were stored as aborted."""

@@ -71,7 +71,7 @@ def _publish_edited(store: str, version: int, model: torch.nn.Module, edit) -> s
 
 
 def test_a_refused_version_leaves_the_served_weights_bit_identical(tmp_path):
-    # issue 32 item A: a published version with a tensor missing, one of the wrong shape or of a
+    # A published version with a tensor missing, one of the wrong shape or of a
     # non-float dtype answered success: false and kept weight version "0", but
     # load_state_dict(strict=False) had already copied every matching tensor in place: later calls
     # were recorded as version 0 with log-probs up to 0.49 nats away from version 0's.

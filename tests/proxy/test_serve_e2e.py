@@ -288,7 +288,7 @@ def test_serve_answers_a_body_python_cannot_carry_with_a_400(serve):
 
 
 def test_a_non_streamed_call_whose_client_left_stops_generating(serve):
-    # walkthrough of issue 32 (traj serve): a non-streamed request whose client disconnected kept
+    # traj serve: a non-streamed request whose client disconnected kept
     # generating to its end (the proxy cuts calls at shutdown; static batching made every later
     # request wait behind it, 34 s for 4 tokens). The engine request is cancelled instead: it never
     # completes (nothing of it in the sample log) and the next call is answered.
@@ -304,7 +304,7 @@ def test_a_non_streamed_call_whose_client_left_stops_generating(serve):
 
 
 def test_serve_stderr_is_our_lines_only_and_ctrl_c_says_it_stops(tokenizer):
-    """Issue 16 walkthrough: the first request printed transformers' FutureWarning about
+    """The first request printed transformers' FutureWarning about
     ``past_key_values`` (the KV-cache argument was renamed ``cache``), and Ctrl-C stopped the
     server after seconds of silence, with a CancelledError traceback from uvicorn's lifespan."""
     import signal

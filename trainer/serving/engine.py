@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+from transformers import DynamicCache
 
 from trajstore.trainer.models import cache_kwarg
 from trajstore.trainer.serving.weights import reload_weights
@@ -270,8 +271,6 @@ class Engine:
 
     @torch.no_grad()
     def _generate(self, reqs: list[GenRequest]) -> None:
-        from transformers import DynamicCache
-
         gens: list[torch.Generator | None] = []
         for r in reqs:
             g = None

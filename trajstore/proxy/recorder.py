@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from trajstore.builder import TrajectoryBuilder
+from trajstore.errors import AdapterError
 from trajstore.models import Trajectory
 from trajstore.proxy.lineage import LineageSet, common_prefix
 from trajstore.proxy.upstream import CallResult
@@ -201,11 +202,6 @@ class Session:
         """``<session key>.<random>``: the trajectories' id prefix and metadata ``episode.id``."""
         return f"{self.key}.{self.episode}"
 
-    @property
-    def num_trajectories(self) -> int:
-        """Trajectories recorded since the last installment (not yet written)."""
-        return len(self.lineages.pending)
-
     def mark(self, taint: str, error: str) -> None:
         """Record an error; the episode can no longer end ``completed`` or ``truncated``
         (``failed`` for upstream errors wins over ``aborted`` for client disconnects)."""
@@ -301,8 +297,6 @@ class Recorder:
         Raises:
             AdapterError: the upstream gave no prompt token ids.
         """
-        from trajstore.errors import AdapterError
-
         a = call.action
         if a.prompt_token_ids is None:
             raise AdapterError("the upstream returned no prompt_token_ids, so the observation between calls "

@@ -24,6 +24,7 @@ from trajstore.proxy.staleness import GATE_POLL_S, StalenessGate
 from trajstore.proxy.sync import ModelPathWatch, Ticket, Versioning, WeightSync
 from trajstore.proxy.upstream import parse_version, read_call
 from trajstore.proxy.version_labels import label_versions
+from trajstore.redact import Redactor
 from trajstore.run_config import RunConfigError, run_batch_size
 from trajstore.store import open_store
 from trajstore.writer import StoreWriter
@@ -47,8 +48,6 @@ def redactor_for(cfg: ProxyConfig) -> Callable[[Trajectory], Trajectory] | None:
     """
     if not cfg.redact:
         return None
-    from trajstore.redact import Redactor
-
     if cfg.tokenizer is None:
         raise TrajstoreError("--redact needs --tokenizer NAME: secrets are found in the text the recorded token ids "
                              "decode to")
