@@ -11,8 +11,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from trajstore.http.errors import error_response
-from trajstore.http.json_body import read_json_object
 from trajstore.http.limits import BodyError
+from trajstore.http.openai_fields import RequestFieldError, read_completion_request
 from trajstore.trainer.serving.chat import parse_tool_calls
 from trajstore.trainer.serving.engine import DoneEvent, GenRequest, TokenEvent
 from trajstore.trainer.serving.request import ParsedCall
@@ -78,10 +78,12 @@ async def complete(st: ServeApp, request: Request, *, chat: bool) -> Any:
     """Answer one chat or text completion request: whole, or as a stream when it asks for one."""
     tok = st.tokenizer
     try:
-        body = await read_json_object(request, st.max_request_bytes)
-        call = ParsedCall(body, chat=chat, app=st)
+        body, fields = await read_completion_request(request, st.max_request_bytes, chat=chat)
+        call = ParsedCall(body, fields, chat=chat, app=st)
     except BodyError as e:
         return error_response(e.status, str(e))
+    except RequestFieldError as e:  # a 400 naming the field, as vLLM answers (a 500 before: tools: "nope")
+        return error_response(400, str(e), param=e.field)
     except ValueError as e:
         return error_response(400, str(e))
     if len(call.prompt_ids) + call.sampling.max_new_tokens > st.max_model_len:

@@ -6,7 +6,7 @@ header and body limits (:mod:`~trajstore.http.limits`), strict JSON request bodi
 (:mod:`~trajstore.http.openai_fields`), the listening socket (:mod:`~trajstore.http.sockets`) and
 uvicorn started and stopped (:mod:`~trajstore.http.server`).
 
-Torch-free. Every module but :mod:`~trajstore.http.sockets` and :mod:`~trajstore.http.openai_fields`
-needs the web extras (FastAPI / Starlette, uvicorn): import the modules themselves, this package
-imports nothing.
+Torch-free. Every module but :mod:`~trajstore.http.sockets` and :mod:`~trajstore.http.limits` needs
+the web extras (FastAPI / Starlette, uvicorn): import the modules themselves, this package imports
+nothing.
 """

@@ -7,18 +7,17 @@ gate), then :func:`~trajstore.proxy.forward.forward` it to the upstream."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from fastapi import Request
 from fastapi.responses import Response
 
 from trajstore.http.errors import error_response
-from trajstore.http.json_body import read_json_object
 from trajstore.http.limits import BodyError
-from trajstore.http.openai_fields import RequestFieldError, check_request
+from trajstore.http.openai_fields import RequestFieldError, read_completion_request
 from trajstore.proxy.forward import forward
 from trajstore.proxy.lineage import LINEAGE_HEADER
-from trajstore.proxy.recorder import check_session_key
 from trajstore.proxy.staleness import StalenessOverflow
 from trajstore.proxy.state import ProxyState
 
@@ -29,6 +28,17 @@ HELD_HEADER = "X-Trajstore-Held"
 """Response header of the first call of a new episode when ``--max-staleness`` is on: seconds the
 staleness gate held it before it reached the upstream (``0.000`` = admitted at once), so a client
 can tell waiting for the trainer from the model's own latency."""
+
+_SAFE_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:=+-]{0,127}$")
+
+
+def check_session_key(key: str) -> str:
+    """A session key as given, or ValueError: letters, digits and ``._:=+-``, at most 128."""
+    if not _SAFE_KEY.match(key or ""):
+        raise ValueError(f"session key {key!r} must be 1-128 letters, digits or ._:=+- (starting with a "
+                         "letter or digit)")
+    return key
+
 
 SHUTTING_DOWN = ("traj proxy is shutting down (SIGTERM / SIGINT): it takes no new calls; its open episodes are "
                  "stored as aborted")
@@ -59,12 +69,10 @@ async def handle_call(request: Request, session: str | None, chat: bool) -> Resp
     cfg = st.cfg
     if st.closing:
         return error_response(503, SHUTTING_DOWN, "proxy_shutting_down")
-    try:
-        body = await read_json_object(request, st.max_request_bytes)
+    try:  # a request the upstream would refuse never reaches it (nor fails the episode)
+        body, fields = await read_completion_request(request, st.max_request_bytes, chat=chat)
     except BodyError as e:
         return error_response(e.status, f"{e} (--max-request-mb)" if e.status == 413 else str(e))
-    try:  # a request the upstream would refuse never reaches it (nor fails the episode)
-        fields = check_request(body, chat=chat)
     except RequestFieldError as e:
         return error_response(400, str(e), param=e.field)
     if fields.n not in (None, 1):

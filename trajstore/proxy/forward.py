@@ -18,11 +18,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from trajstore.http.errors import error_response
 from trajstore.proxy.inflight import InFlightCall, cut_message
-from trajstore.proxy.jsonio import fast_dumps, fast_loads
 from trajstore.proxy.recorder import Session
 from trajstore.proxy.relay import relay
 from trajstore.proxy.state import ProxyState
-from trajstore.proxy.upstream import Augmented, augment, strip_response, synthesize_stream
+from trajstore.proxy.upstream import Augmented, augment, fast_dumps, fast_loads, strip_response, synthesize_stream
 
 _JSON_HEADERS = {"content-type": "application/json"}
 UPSTREAM_PATHS = {True: "/v1/chat/completions", False: "/v1/completions"}
@@ -43,7 +42,7 @@ async def forward(st: ProxyState, request: Request, s: Session, body: dict[str, 
             the answer goes out.
         lineage: the lineage the client named for the call (None: the one its prompt extends).
     """
-    call = st.start_call(s, body=body, chat=chat, ephemeral=ephemeral, lineage=lineage)
+    call = InFlightCall(s, st.calls, body=body, chat=chat, ephemeral=ephemeral, lineage=lineage)
     aug = augment(body, chat=chat, engine=st.cfg.engine)
     stack = contextlib.AsyncExitStack()  # the versioning's hold on the call, and a stream's connection
     relayed = False

@@ -44,7 +44,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 import uuid
 from collections import Counter
@@ -75,17 +74,6 @@ AFTER_SHUTDOWN_FLUSH = "after-shutdown-flush"
 
 DEFAULT_FINISH_BATCH_MAX = 512
 """Trajectories waiting for a flush that end a group commit's window at once."""
-
-_SAFE_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:=+-]{0,127}$")
-
-
-def check_session_key(key: str) -> str:
-    """A session key as given, or ValueError: letters, digits and ``._:=+-``, at most 128."""
-    if not _SAFE_KEY.match(key or ""):
-        raise ValueError(f"session key {key!r} must be 1-128 letters, digits or ._:=+- (starting with a "
-                         "letter or digit)")
-    return key
-
 
 @dataclass
 class VersionedSlice:

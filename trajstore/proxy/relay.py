@@ -14,9 +14,8 @@ from typing import Any
 import httpx
 
 from trajstore.proxy.inflight import InFlightCall, cut_message
-from trajstore.proxy.jsonio import fast_dumps, fast_loads
 from trajstore.proxy.state import ProxyState
-from trajstore.proxy.upstream import Augmented, StreamAccumulator, strip_response
+from trajstore.proxy.upstream import Augmented, StreamAccumulator, fast_dumps, fast_loads, strip_response
 
 QUEUED_READS = 64
 """Network reads waiting for the client at most: a slow client slows the reading of the upstream."""

@@ -162,14 +162,9 @@ class ProxyState:
             self.tasks.append(asyncio.create_task(self.model_path.run()))
         self.tasks.append(asyncio.create_task(self._reaper()))
 
-    def start_call(self, s: Session, *, body: dict[str, Any], chat: bool, ephemeral: bool,
-                   lineage: str | None) -> InFlightCall:
-        """A model call of session `s` starts; it is in flight until its recording ends it
-        (:meth:`record_later`) or :meth:`release` does."""
-        return InFlightCall(s, self.calls, body=body, chat=chat, ephemeral=ephemeral, lineage=lineage)
-
     async def release(self, call: InFlightCall) -> None:
-        """A call that will not be recorded (it failed, was cut, or its client left) ends here;
+        """A call (:class:`InFlightCall`, registered in :attr:`calls`) that will not be recorded (it
+        failed, was cut, or its client left) ends here;
         an answered one is ended by its recording. A call without a session ends its episode."""
         if call.answered:
             return
