@@ -84,12 +84,17 @@ def collect(resp, stream: bool) -> tuple[str | None, list[dict]]:
     return content or None, [calls[i] for i in sorted(calls)]
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_tool_calling_loop_is_stored_bit_for_bit(serve, start_proxy, tmp_path, stream):
+def _through_proxy(serve, start_proxy, session: str):  # noqa: ANN001, ANN202
+    """(serve's URL, its sample log, a proxy recording in front of it, an openai client of `session` through it)."""
     url, log = serve
     px = start_proxy(url, tokenizer=TOKENIZER)
+    return url, log, px, openai.OpenAI(base_url=f"{px.url}/s/{session}/v1", api_key="none", max_retries=0)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_calling_loop_is_stored_bit_for_bit(serve, start_proxy, tmp_path, stream):
     session = f"tools-{int(stream)}"
-    c = openai.OpenAI(base_url=f"{px.url}/s/{session}/v1", api_key="none", max_retries=0)
+    url, log, px, c = _through_proxy(serve, start_proxy, session)
     msgs: list[dict] = [{"role": "system", "content": "Use the tool."}, {"role": "user", "content": "Find x."}]
     tool_turns = 0
     for turn in range(4):
@@ -129,10 +134,8 @@ def test_tool_calling_loop_is_stored_bit_for_bit(serve, start_proxy, tmp_path, s
 @pytest.mark.parametrize("stream", [False, True])
 def test_text_completions_and_models_through_the_proxy(serve, start_proxy, tmp_path, stream):
     """/v1/completions (the text endpoint) is recorded bit for bit too; /v1/models is the server's."""
-    url, log = serve
-    px = start_proxy(url, tokenizer=TOKENIZER)
     session = f"text-{int(stream)}"
-    c = openai.OpenAI(base_url=f"{px.url}/s/{session}/v1", api_key="none", max_retries=0)
+    url, log, px, c = _through_proxy(serve, start_proxy, session)
     assert [m.id for m in c.models.list()] == [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]]
     r = c.completions.create(model="tiny-llama", prompt="The capital of France is", max_tokens=6, stream=stream,
                              extra_body={"seed": 3})
