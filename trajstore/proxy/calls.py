@@ -18,6 +18,7 @@ from trajstore.http.limits import BodyError
 from trajstore.http.openai_fields import RequestFieldError, read_completion_request
 from trajstore.proxy.forward import forward
 from trajstore.proxy.lineage import LINEAGE_HEADER
+from trajstore.proxy.shutdown import SHUTTING_DOWN
 from trajstore.proxy.staleness import StalenessOverflow
 from trajstore.proxy.state import ProxyState
 
@@ -38,10 +39,6 @@ def check_session_key(key: str) -> str:
         raise ValueError(f"session key {key!r} must be 1-128 letters, digits or ._:=+- (starting with a "
                          "letter or digit)")
     return key
-
-
-SHUTTING_DOWN = ("traj proxy is shutting down (SIGTERM / SIGINT): it takes no new calls; its open episodes are "
-                 "stored as aborted")
 
 
 async def chat_completions(request: Request) -> Response:

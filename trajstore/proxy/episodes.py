@@ -17,8 +17,8 @@ from trajstore.errors import TrajstoreError
 from trajstore.http.errors import error_response
 from trajstore.http.json_body import read_json_object
 from trajstore.http.limits import BodyError
-from trajstore.proxy.calls import SHUTTING_DOWN
 from trajstore.proxy.recorder import RESERVED_METADATA_KEYS
+from trajstore.proxy.shutdown import SHUTTING_DOWN
 from trajstore.proxy.state import ProxyState
 from trajstore.schema import STATUSES  # a client may end an episode with any stored status
 

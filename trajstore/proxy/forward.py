@@ -17,9 +17,10 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from trajstore.http.errors import error_response
-from trajstore.proxy.inflight import InFlightCall, cut_message
+from trajstore.proxy.inflight import InFlightCall
 from trajstore.proxy.recorder import Session
 from trajstore.proxy.relay import relay
+from trajstore.proxy.shutdown import cut_message
 from trajstore.proxy.state import ProxyState
 from trajstore.proxy.upstream import Augmented, augment, fast_dumps, fast_loads, strip_response, synthesize_stream
 

@@ -1,7 +1,6 @@
 """One model call of ``traj proxy`` while it is in flight (:class:`InFlightCall`): from its start,
 through the upstream's answer, to the end of its recording; what it records (the client's body,
-its observation, the policy version at its start) and what the shutdown may do to it (cut it,
-:func:`cut_message`)."""
+its observation, the policy version at its start) and what the shutdown may do to it (cut it)."""
 
 from __future__ import annotations
 
@@ -11,14 +10,6 @@ from typing import Any
 
 from trajstore.proxy.recorder import Session
 from trajstore.proxy.sync import Ticket
-
-
-def cut_message(grace_s: float, *, partial: bool = False) -> str:
-    """What a client whose call the shutdown cut is told (503 body, or SSE error event);
-    `partial`: the tokens it got before the cut are stored (finish reason ``abort``)."""
-    return (f"traj proxy is shutting down and cut this call at the end of its {grace_s:g} s grace (--shutdown-grace) "
-            "before the upstream finished answering; " + ("the tokens sent before the cut are stored (finish_reason "
-                                                          "abort)" if partial else "nothing of it is stored"))
 
 
 def observation_of(body: dict[str, Any], chat: bool) -> tuple[str | None, str | None]:

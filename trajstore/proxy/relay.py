@@ -13,7 +13,8 @@ from typing import Any
 
 import httpx
 
-from trajstore.proxy.inflight import InFlightCall, cut_message
+from trajstore.proxy.inflight import InFlightCall
+from trajstore.proxy.shutdown import cut_message
 from trajstore.proxy.state import ProxyState
 from trajstore.proxy.upstream import Augmented, StreamAccumulator, fast_dumps, fast_loads, strip_response
 

@@ -16,6 +16,10 @@ from trajstore.proxy.state import ProxyState
 
 log = logging.getLogger("trajstore.proxy")
 
+SHUTTING_DOWN = ("traj proxy is shutting down (SIGTERM / SIGINT): it takes no new calls; its open episodes are "
+                 "stored as aborted")
+"""What a call, a reward or a /finish that comes after the stop signal is told (503)."""
+
 SHUTDOWN_REASON = "proxy shutting down"
 """``end_reason`` of every episode the shutdown writes."""
 
@@ -24,6 +28,14 @@ CUT_WAIT_S = 5.0
 
 RECORDING_WAIT_S = 1.0
 """Seconds the flush waits for answered calls still being parsed (s): they belong in it."""
+
+
+def cut_message(grace_s: float, *, partial: bool = False) -> str:
+    """What a client whose call the shutdown cut is told (503 body, or SSE error event);
+    `partial`: the tokens it got before the cut are stored (finish reason ``abort``)."""
+    return (f"traj proxy is shutting down and cut this call at the end of its {grace_s:g} s grace (--shutdown-grace) "
+            "before the upstream finished answering; " + ("the tokens sent before the cut are stored (finish_reason "
+                                                          "abort)" if partial else "nothing of it is stored"))
 
 
 def begin_shutdown(st: ProxyState, on_drained: Callable[[], None] | None = None) -> None:
