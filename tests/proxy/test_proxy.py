@@ -401,6 +401,9 @@ def test_a_body_python_cannot_carry_is_a_400_and_the_session_goes_on(fake_upstre
     r = httpx.post(f"{px.url}/s/odd/finish", content='{"metadata": {"note": "\\ud800"}}',
                    headers={"content-type": "application/json"})
     assert r.status_code == 400 and "lone UTF-16 surrogate" in r.json()["error"]["message"], r.text
+    r = httpx.post(f"{px.url}/s/odd/v1/chat/completions", json={"model": "fake", "messages": msgs},
+                   headers=[(f"x-h{i}", "v") for i in range(101)])
+    assert r.status_code == 431 and r.json()["error"]["code"] == 431  # too many headers: never forwarded
     assert len(httpx.get(f"{fake_upstream.url}/_fake/seen").json()) == 1  # only the good call went upstream
     client(px.url, "odd").chat.completions.create(model="fake", messages=msgs)
     done = httpx.post(f"{px.url}/s/odd/finish", json={"metadata": {"note": "\U0001f600"}}).json()

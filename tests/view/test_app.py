@@ -92,6 +92,7 @@ def test_the_json_listing_refuses_in_the_error_shape(client):
         assert r.json()["error"]["message"].startswith(q.split("=")[0].replace("tokens_min", "tokens_min:"))
     r = client.get("/nowhere")
     assert r.status_code == 404 and r.json()["error"]["code"] == 404
+    assert client.get("/", headers=[(f"x-h{i}", "v") for i in range(101)]).status_code == 431
 
 
 def test_episodes_mode_links_the_first_part(tmp_path):
