@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from trajstore.http.auth import OPEN_PATHS, TokenAuth, refuse_unauthorized
+from trajstore.http.auth import TokenAuth, refuse_unauthorized
 from trajstore.http.errors import error_response, install_error_handlers
 from trajstore.http.limits import MAX_HEADER_BYTES, MAX_HEADERS
 
@@ -43,14 +43,13 @@ class HeaderLimits:
 
 
 def http_app(title: str, *, token: str | None = None, lifespan: Callable[[FastAPI], AbstractAsyncContextManager[Any]]
-             | None = None, openapi: bool = False, open_paths: frozenset[str] = OPEN_PATHS,
-             accept: Callable[[Scope, str], bool] | None = None,
+             | None = None, openapi: bool = False, accept: Callable[[Scope, str], bool] | None = None,
              refuse: Callable[[Scope, str], Response] = refuse_unauthorized) -> FastAPI:
     """A FastAPI application with trajstore's HTTP plumbing and no routes.
 
     Args:
         title: the server's name (``traj proxy``).
-        token: every request but those to `open_paths` must carry it as a bearer token
+        token: every request but ``/health`` must carry it as a bearer token
             (None: no token asked); `accept` and `refuse` as for :class:`~trajstore.http.auth.TokenAuth`.
         lifespan: the app's startup/shutdown context (FastAPI's ``lifespan``).
         openapi: publish ``/openapi.json`` (never the docs pages, which load scripts from a CDN).
@@ -59,6 +58,6 @@ def http_app(title: str, *, token: str | None = None, lifespan: Callable[[FastAP
                   lifespan=lifespan)
     install_error_handlers(app)
     if token:
-        app.add_middleware(TokenAuth, token=token, open_paths=open_paths, accept=accept, refuse=refuse)
+        app.add_middleware(TokenAuth, token=token, accept=accept, refuse=refuse)
     app.add_middleware(HeaderLimits)  # added last, runs first: before the token is even looked at
     return app

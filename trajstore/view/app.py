@@ -38,15 +38,16 @@ from trajstore.view.trajectory import TrajectoryNotFound, load_trajectory
 
 HERE = Path(__file__).parent
 TOKEN_COOKIE = "traj_view_token"
+TOKEN_COOKIE_BYTES = TOKEN_COOKIE.encode()
 
 
 def _cookie_ok(scope: Scope, token: str) -> bool:
     """The browser's way in: the cookie that ``/?token=<token>`` set."""
     for name, value in scope["headers"]:
         if name == b"cookie":
-            for part in value.decode("latin-1").split(";"):
-                key, _, given = part.strip().partition("=")
-                if key == TOKEN_COOKIE and token_equal(given, token):
+            for part in value.split(b";"):
+                key, _, given = part.strip().partition(b"=")
+                if key == TOKEN_COOKIE_BYTES and token_equal(given, token):  # bytes as sent: UTF-8 for a browser
                     return True
     return False
 
