@@ -534,17 +534,17 @@ def test_a_call_across_a_reload_without_a_reported_boundary_carries_both_version
     px = start_proxy(fake_upstream.url, store=store, follow_run="r", reload_mode="tag", poll_s=0.05)
     stats = lambda: httpx.get(f"{px.url}/proxy/stats").json()  # noqa: E731
     _wait_for(lambda: stats()["policy_version"] == 0, "v0 loaded")
-    httpx.post(f"{fake_upstream.url}/_fake/config", json={"delay_s": 1.0}).raise_for_status()
     c = client(px.url, "mix")
     msgs = [{"role": "user", "content": "hi"}]
     answer: list = []
-    call = threading.Thread(target=lambda: answer.append(c.chat.completions.create(model="fake", messages=msgs)))
+    call = threading.Thread(target=lambda: answer.append(c.chat.completions.create(
+        model="fake", messages=msgs, extra_body={"fake_hold": "mix"})))  # answered when the test releases it
     call.start()
-    time.sleep(0.3)  # the call is in flight at the upstream ...
-    _publish_marker(store, "r", 1)  # ... when the trainer publishes v1 and the proxy has it loaded
-    _wait_for(lambda: stats()["policy_version"] == 1, "v1 loaded")
+    _wait_for(lambda: httpx.get(f"{fake_upstream.url}/_fake/held").json() == {"mix": 1}, "the call at the upstream")
+    _publish_marker(store, "r", 1)  # the call is in flight when the trainer publishes v1 ...
+    _wait_for(lambda: stats()["policy_version"] == 1, "v1 loaded")  # ... and the proxy has it loaded
+    httpx.post(f"{fake_upstream.url}/_fake/release", json={"name": "mix"}).raise_for_status()
     call.join(30)
-    httpx.post(f"{fake_upstream.url}/_fake/config", json={"delay_s": 0.0}).raise_for_status()
     msgs += [{"role": "assistant", "content": answer[0].choices[0].message.content}, {"role": "user", "content": "x"}]
     c.chat.completions.create(model="fake", messages=msgs)  # all of it under v1
     done = httpx.post(f"{px.url}/s/mix/finish", json={"reward": 1.0}).json()
