@@ -30,6 +30,12 @@ from typing import Any
 
 import httpx
 
+from trajstore.http.server import ServerThread
+from trajstore.proxy.app import create_app
+from trajstore.proxy.config import ProxyConfig
+from trajstore.proxy.testing import EOS, fake_app, render
+from trajstore.reader import read_trajectories
+
 LEAD = [{"role": "system", "content": "You are the lead engineer. Fix the failing test."},
         {"role": "user", "content": "tests/test_io.py::test_roundtrip fails"}]
 HELPER = [{"role": "system", "content": "You are a helper. Read files and report."},
@@ -38,8 +44,6 @@ HELPER = [{"role": "system", "content": "You are a helper. Read files and report
 
 def play(proxy: str, session: str, turns: int) -> list[list[int]]:
     """A1 B1 A2 B2 ... through the proxy; return every call's engine prompt ids, in order."""
-    from trajstore.proxy.testing import render
-
     a, b = list(LEAD), list(HELPER)
     prompts = []
     for t in range(turns):
@@ -67,8 +71,6 @@ def one_line_per_session(prompts: list[list[int]], reply: list[int]) -> dict[str
 
 
 def stored(store: str, session: str) -> dict[str, int]:
-    from trajstore.reader import read_trajectories
-
     rows = [r for r in read_trajectories(store, columns=["trajectory_id", "num_tokens", "num_action_tokens",
                                                          "episode_id"]).to_pylist()
             if r["episode_id"].startswith(session + ".")]
@@ -80,10 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, nargs="+", default=[3, 6, 12], help="turns per agent")
     args = ap.parse_args(argv)
-    from trajstore.proxy.app import create_app
-    from trajstore.proxy.config import ProxyConfig
-    from trajstore.proxy.testing import EOS, ServerThread, fake_app
-
     reply = [b + 4 for b in b"ok"] + [EOS]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, ServerThread(fake_app(reply="ok")) as up:

@@ -23,7 +23,7 @@ configuration and its session is dropped (through the proxy it is finished as ``
 instead of ending the run. Printed per mode and level: p50 and p99 direct and through the proxy, the added
 latency (proxy - direct, per percentile), calls/s both ways (the proxy's wall time includes
 the ``/finish`` calls, which write the episode to the store before returning) and their ratio.
-The target (issue 13): p50 added latency <= 5 ms on loopback.
+The target: p50 added latency <= 5 ms on loopback.
 
 Then the integrity check of everything sent through the proxy, the highest load included:
 every session whose ``/finish`` answered is in the store exactly once, ``completed``, with one
@@ -49,6 +49,8 @@ from typing import Any
 
 import httpx
 import numpy as np
+
+from trajstore.reader import read_trajectories
 
 TARGET_P50_MS = 5.0
 OBSERVATION = "tool output: " + "x" * 180  # ~190 tokens of the fake's byte-level tokenizer per turn
@@ -103,7 +105,7 @@ HOP_APP = '''
 import sys, httpx, uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
-from trajstore.proxy.server import listening_socket
+from trajstore.http.sockets import listening_socket
 up, port = sys.argv[1], int(sys.argv[2])
 app = FastAPI(docs_url=None, redoc_url=None)
 client = httpx.AsyncClient(base_url=up, timeout=120, limits=httpx.Limits(max_connections=1024,
@@ -253,8 +255,6 @@ def check_store(store: str, expected: dict[str, int], failed: set[str] | None = 
     action span per call; and nothing else stored but the `failed` sessions (a call of theirs
     failed), which must not be ``completed``."""
     failed = failed or set()
-    from trajstore.reader import read_trajectories
-
     t = read_trajectories(store, columns=["trajectory_id", "status", "num_actions", "metadata"]).to_pylist()
     by_session: dict[str, list[dict[str, Any]]] = {}
     for r in t:

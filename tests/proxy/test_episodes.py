@@ -20,11 +20,20 @@ def _rows(store: str) -> list[dict]:
     return sorted(read_trajectories(store).to_pylist(), key=lambda r: r["trajectory_id"])
 
 
+def _wait_held(upstream: str, want: dict[str, int], timeout: float = 60) -> None:
+    """Wait until the fake upstream holds `want` calls under each name (``fake_hold``)."""
+    deadline = time.monotonic() + timeout
+    while (got := httpx.get(f"{upstream}/_fake/held").json()) != want:
+        assert time.monotonic() < deadline, got
+        time.sleep(0.02)
+
+
 def test_finish_during_a_slow_call_is_aborted_and_the_late_call_is_stored(fake_upstream, start_proxy, tmp_path,
                                                                           caplog):
-    # issue 32 item 2: /finish during a call in flight for longer than its wait returned
-    # `completed` without that call; the call was then answered 200 and its recording failed with
-    # "trajectory ... is already finished" (a traceback, nothing in /proxy/stats)
+    # /finish during a call in flight for longer than its wait returned `completed` without that
+    # call; the call was then answered 200 and its recording failed with "trajectory ... is
+    # already finished" (a traceback, nothing in /proxy/stats). The upstream answers the slow
+    # call only when the test releases it, after /finish has answered.
     store = str(tmp_path / "store")
     px = start_proxy(fake_upstream.url, finish_wait_s=0.5)
     url = f"{px.url}/s/late/v1/chat/completions"
@@ -34,14 +43,14 @@ def test_finish_during_a_slow_call_is_aborted_and_the_late_call_is_stored(fake_u
              {"role": "user", "content": "and?"}]
     answers: list[httpx.Response] = []
     slow = threading.Thread(target=lambda: answers.append(httpx.post(
-        url, json={"model": "fake", "messages": msgs, "fake_delay_s": 2.0}, timeout=30)))
+        url, json={"model": "fake", "messages": msgs, "fake_hold": "slow"}, timeout=120)))
     slow.start()
-    time.sleep(0.3)  # the slow call is at the upstream
-    t0 = time.monotonic()
-    done = httpx.post(f"{px.url}/s/late/finish", json={"status": "completed", "reward": 1.0}, timeout=30).json()
-    assert time.monotonic() - t0 < 1.5  # waited --finish-wait, not for the call
+    _wait_held(fake_upstream.url, {"slow": 1})  # the slow call is at the upstream
+    done = httpx.post(f"{px.url}/s/late/finish", json={"status": "completed", "reward": 1.0}, timeout=60).json()
     assert done["status"] == "aborted" and done["calls_in_flight"] == 1 and len(done["trajectories"]) == 1, done
-    slow.join(30)
+    assert httpx.get(f"{fake_upstream.url}/_fake/held").json() == {"slow": 1}  # waited --finish-wait, not for it
+    httpx.post(f"{fake_upstream.url}/_fake/release", json={"name": "slow"}).raise_for_status()
+    slow.join(60)
     assert answers[0].status_code == 200  # the client got its answer ...
     deadline = time.monotonic() + 10
     while httpx.get(f"{px.url}/proxy/stats").json()["late_calls"] < 1:  # ... and it is counted
@@ -60,7 +69,7 @@ def test_finish_during_a_slow_call_is_aborted_and_the_late_call_is_stored(fake_u
     assert (mb["episode"]["part"], mb["episode"]["parts"], mb["episode"]["change"]) == (2, 2, "after-finish")
     assert b["status"] == "aborted" and b["trajectory_id"] != a["trajectory_id"] and b["reward"] == 1.0
     assert b["tokens"] == render(msgs) + REPLY_IDS  # the earlier context is the late part's prompt
-    # issue 23: the late part continues the part /finish wrote
+    # the late part continues the part /finish wrote
     assert (b["parent_trajectory_id"], b["fork_point"], b["link_kind"]) == (a["trajectory_id"], a["num_tokens"],
                                                                            "continuation")
     assert [s["kind"] for s in b["spans"]] == ["prompt", "action"]
@@ -71,14 +80,22 @@ def test_finish_during_a_slow_call_is_aborted_and_the_late_call_is_stored(fake_u
 
 def test_finish_waits_for_a_call_that_ends_within_the_wait(fake_upstream, start_proxy, tmp_path):
     # the ordinary case keeps working: the call answered within --finish-wait is in the episode
-    px = start_proxy(fake_upstream.url, finish_wait_s=10)
+    # (released at the upstream once /finish is sent; whichever reaches the proxy first, the
+    # answered call is in the episode and nothing is left in flight)
+    px = start_proxy(fake_upstream.url, finish_wait_s=600)
     url = f"{px.url}/s/ok/v1/chat/completions"
     slow = threading.Thread(target=lambda: httpx.post(url, json={
-        "model": "fake", "messages": [{"role": "user", "content": "x"}], "fake_delay_s": 0.5}, timeout=30))
+        "model": "fake", "messages": [{"role": "user", "content": "x"}], "fake_hold": "ok"}, timeout=120))
     slow.start()
-    time.sleep(0.2)
-    done = httpx.post(f"{px.url}/s/ok/finish", json={"status": "completed"}, timeout=30).json()
-    slow.join(30)
+    _wait_held(fake_upstream.url, {"ok": 1})
+    finished: list[dict] = []
+    finish = threading.Thread(target=lambda: finished.append(httpx.post(
+        f"{px.url}/s/ok/finish", json={"status": "completed"}, timeout=120).json()))
+    finish.start()
+    httpx.post(f"{fake_upstream.url}/_fake/release", json={"name": "ok"}).raise_for_status()
+    slow.join(120)
+    finish.join(120)
+    (done,) = finished
     assert done["status"] == "completed" and done["calls_in_flight"] == 0 and len(done["policy_versions"]) == 1
     (row,) = _rows(str(tmp_path / "store"))
     assert row["status"] == "completed" and "episode" not in json.loads(row["metadata"])

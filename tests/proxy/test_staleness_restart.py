@@ -20,7 +20,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from trajstore.proxy.testing import ServerThread, fake_app  # noqa: E402
+from trajstore.http.server import ServerThread  # noqa: E402
+from trajstore.proxy.testing import fake_app  # noqa: E402
 from trajstore.reader import read_trajectories  # noqa: E402
 from trajstore.store import RUN_CONSUMED_DIR, RUNS_DIR, open_store  # noqa: E402
 

@@ -13,7 +13,8 @@ import time
 import httpx
 import pytest
 
-from trajstore.proxy.testing import ServerThread, fake_app, render
+from trajstore.http.server import ServerThread
+from trajstore.proxy.testing import fake_app, render
 from trajstore.reader import read_trajectories
 
 REPLY_IDS = [115, 111, 0]  # the fake's "ok" and its end-of-turn token
@@ -30,22 +31,30 @@ def _chat(url: str, session: str, msgs: list[dict], **extra) -> httpx.Response:
                       timeout=60)
 
 
+def _session_timeout(px, seconds: float) -> None:
+    """Set the in-thread proxy's --session-timeout while it runs (its reaper reads it on each tick):
+    an episode idles past it exactly when the test says, whatever the machine's load."""
+    px.server.config.app.state.proxy.cfg.session_timeout_s = seconds
+
+
 def test_idle_eviction_is_linked_to_the_later_part_and_reported(fake_upstream, start_proxy, tmp_path, caplog):
-    # issue 32 item 3: a tool that ran longer than --session-timeout got the first part written
-    # aborted, the harness's next call opened a new, unlinked episode under the same key, and
-    # /finish reported `completed` for the later part only
+    # A tool that ran longer than --session-timeout got the first part written aborted, the
+    # harness's next call opened a new, unlinked episode under the same key, and /finish reported
+    # `completed` for the later part only
     caplog.set_level(logging.INFO, logger="trajstore.proxy")
     store = str(tmp_path / "store")
-    px = start_proxy(fake_upstream.url, session_timeout_s=0.5)
+    px = start_proxy(fake_upstream.url, session_timeout_s=600.0)  # its reaper looks every second
     msgs = [{"role": "user", "content": "hi"}]
     for turn in range(2):
         r = _chat(px.url, "ev", msgs)
         assert "x-trajstore-evicted" not in r.headers
         msgs += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": f"tool output {turn}"}]
-    deadline = time.monotonic() + 10
-    while not _rows(store):  # the long tool call: the episode idles past the timeout
+    _session_timeout(px, 0.0)  # the long tool call: the episode idles past the timeout
+    deadline = time.monotonic() + 60
+    while not _rows(store):
         assert time.monotonic() < deadline, "never evicted"
         time.sleep(0.05)
+    _session_timeout(px, 600.0)
     assert httpx.get(f"{px.url}/proxy/stats").json()["sessions_evicted"] == 1
     r = _chat(px.url, "ev", msgs)  # the harness goes on
     assert r.status_code == 200 and r.headers["x-trajstore-evicted"] == "1"  # 1 trajectory written as aborted
@@ -62,8 +71,7 @@ def test_idle_eviction_is_linked_to_the_later_part_and_reported(fake_upstream, s
     assert (mb["episode"]["part"], mb["episode"]["parts"], mb["episode"]["change"]) == (2, 2, "after-idle-eviction")
     assert b["status"] == "completed" and b["reward"] == 1.0 and mb["calls"] == 4
     assert b["tokens"][:len(render(msgs[:-4]))] == render(msgs[:-4])  # the earlier context is its prompt
-    assert [s["kind"] for s in b["spans"]] == ["prompt", "action", "observation", "action"]
-    # issue 23: linked as the continuation of the evicted part, sharing its whole context
+    # linked as the continuation of the evicted part, sharing its whole context
     assert (b["parent_trajectory_id"], b["fork_point"], b["link_kind"]) == (a["trajectory_id"], a["num_tokens"],
                                                                            "continuation")
     assert a["episode_id"] == b["episode_id"] == ma["episode"]["id"] and a["link_kind"] is None
@@ -72,15 +80,28 @@ def test_idle_eviction_is_linked_to_the_later_part_and_reported(fake_upstream, s
     assert len(said) == 1 and said[0].startswith("session ev: evicted"), said
 
 
-# -- shutdown (issue 32 item 1) ------------------------------------------------------------------
+# -- shutdown ------------------------------------------------------------------------------------
 
 @pytest.fixture
 def slow_upstream():
-    """The fake upstream, stopped without waiting for the answers the killed proxy abandoned."""
+    """The fake upstream, whose held calls (``fake_hold``) are answered only when a test releases
+    them; stopped without waiting for the answers a killed proxy abandoned."""
     srv = ServerThread(fake_app(reply="ok")).__enter__()
     yield srv
     srv.server.force_exit = True
     srv.__exit__()
+
+
+def _wait_held(upstream: str, want: dict[str, int], timeout: float = 60) -> None:
+    """Wait until the fake upstream holds `want` calls under each name."""
+    deadline = time.monotonic() + timeout
+    while (got := httpx.get(f"{upstream}/_fake/held").json()) != want:
+        assert time.monotonic() < deadline, got
+        time.sleep(0.02)
+
+
+def _release(upstream: str, name: str) -> None:
+    httpx.post(f"{upstream}/_fake/release", json={"name": name}).raise_for_status()
 
 
 def _wait_line(log: str, text: str, proc, timeout: float) -> str:
@@ -131,15 +152,19 @@ class _Throttle:
 
 
 def _in_flight(url: str, session: str, msgs: list[dict], out: dict, **extra) -> threading.Thread:
-    """A call of `session` started in a thread; its outcome (response, or exception) lands in out[session]."""
-    import threading
+    """A call of `session` started in a thread; its outcome (response, or exception) lands in
+    out[session]; a stream's data lines also in out[session + ":lines"] as they arrive."""
 
     def run() -> None:
         try:
             if extra.get("stream"):
                 body = {"model": "fake", "messages": msgs, **extra}
+                lines = out.setdefault(f"{session}:lines", [])
                 with httpx.stream("POST", f"{url}/s/{session}/v1/chat/completions", json=body, timeout=120) as r:
-                    out[session] = (r.status_code, [ln for ln in r.iter_lines() if ln.startswith("data:")])
+                    for ln in r.iter_lines():
+                        if ln.startswith("data:"):
+                            lines.append(ln)
+                    out[session] = (r.status_code, list(lines))
             else:
                 r = _chat(url, session, msgs, **extra)
                 out[session] = (r.status_code, r.json())
@@ -151,19 +176,11 @@ def _in_flight(url: str, session: str, msgs: list[dict], out: dict, **extra) -> 
     return t
 
 
-def _wait_in_flight(url: str, n: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while httpx.get(f"{url}/proxy/stats").json()["calls_in_flight"] < n:
-        assert time.monotonic() < deadline, httpx.get(f"{url}/proxy/stats").json()
-        time.sleep(0.05)
-
-
 def test_sigterm_makes_recorded_calls_durable_before_it_waits_for_calls_in_flight(slow_upstream, tmp_path):
-    # issue 32 item 1: on SIGTERM uvicorn waited for the calls in flight (30 s), cancelled them,
-    # and only then were open episodes written; a supervisor's SIGKILL came first and episodes
-    # with recorded calls were lost. Now the flush comes first: a SIGKILL right after its log
-    # line (the proxy slowed by SIGSTOP / SIGCONT, 4 calls in flight on a slow upstream) loses
-    # no recorded call.
+    # On SIGTERM uvicorn waited for the calls in flight (30 s), cancelled them, and only then
+    # were open episodes written; a supervisor's SIGKILL came first and episodes with recorded
+    # calls were lost. Now the flush comes first: a SIGKILL right after its log line (the proxy
+    # slowed by SIGSTOP / SIGCONT, 4 calls held at the upstream) loses no recorded call.
     import signal
 
     from .conftest import proxy_process
@@ -182,8 +199,8 @@ def test_sigterm_makes_recorded_calls_durable_before_it_waits_for_calls_in_fligh
             quiet += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
         out: dict = {}
         for k, m in msgs.items():
-            _in_flight(url, k, m, out, fake_delay_s=120)
-        _wait_in_flight(url, 4)
+            _in_flight(url, k, m, out, fake_hold="never")
+        _wait_held(slow_upstream.url, {"never": 4})
         with _Throttle(proc.pid):
             proc.send_signal(signal.SIGTERM)
             line = _wait_line(log, "shutdown: flushed", proc, timeout=60)
@@ -209,15 +226,18 @@ def test_sigterm_makes_recorded_calls_durable_before_it_waits_for_calls_in_fligh
 
 
 def test_sigterm_stores_calls_answered_within_the_grace_and_cuts_the_rest(slow_upstream, tmp_path):
-    # issue 32 item 1: calls that finish within --shutdown-grace are stored (a continuation part
-    # of their episode, whose first part the flush wrote); a call still running at the deadline
-    # is cut by the proxy with an error the client sees (503, or an SSE error event), counted
+    # Calls that finish within --shutdown-grace are stored (a continuation part of their episode,
+    # whose first part the flush wrote); a call still running when the proxy cuts the calls in
+    # flight (at the end of the grace, or at once on a second signal) is cut by the proxy with an
+    # error the client sees (503, or an SSE error event), counted. The upstream answers each call
+    # when the test releases it: the two "fast" ones after the flush, the two "slow" ones never
+    # (the stream after two tokens); so the counts hold on a machine of any speed.
     import signal
 
     from .conftest import proxy_process
 
     store, log = str(tmp_path / "store"), str(tmp_path / "proxy.log")
-    proc, url = proxy_process(slow_upstream.url, store, "--shutdown-grace", "4", log_path=log)
+    proc, url = proxy_process(slow_upstream.url, store, "--shutdown-grace", "600", log_path=log)
     out: dict = {}
     try:
         ctx = {}
@@ -225,18 +245,31 @@ def test_sigterm_stores_calls_answered_within_the_grace_and_cuts_the_rest(slow_u
             m = [{"role": "user", "content": k}]
             assert _chat(url, k, m).status_code == 200
             ctx[k] = m + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"}]
-        threads = [_in_flight(url, "fast", ctx["fast"], out, fake_delay_s=1.5),
-                   _in_flight(url, "fast_stream", ctx["fast_stream"], out, fake_delay_s=1.5, stream=True),
-                   _in_flight(url, "slow", ctx["slow"], out, fake_delay_s=120),
-                   _in_flight(url, "slow_stream", ctx["slow_stream"], out, fake_token_delay_s=2.5, stream=True)]
-        _wait_in_flight(url, 4)
+        threads = [_in_flight(url, "fast", ctx["fast"], out, fake_hold="fast"),
+                   _in_flight(url, "fast_stream", ctx["fast_stream"], out, fake_hold="fast", stream=True),
+                   _in_flight(url, "slow", ctx["slow"], out, fake_hold="never"),
+                   _in_flight(url, "slow_stream", ctx["slow_stream"], out, fake_hold="never", fake_hold_after=2,
+                              stream=True)]
+        _wait_held(slow_upstream.url, {"fast": 2, "never": 2})
+        deadline = time.monotonic() + 60
+        while len(out.get("slow_stream:lines", [])) < 3:  # the role chunk and two tokens reached the client
+            assert time.monotonic() < deadline, out
+            time.sleep(0.02)
         proc.send_signal(signal.SIGTERM)
-        _wait_line(log, "shutdown: flushed", proc, timeout=30)
+        _wait_line(log, "shutdown: flushed", proc, timeout=60)
         refused = _chat(url, "fast", [{"role": "user", "content": "new"}])  # during the grace: no new calls
         assert refused.status_code == 503 and "shutting down" in refused.json()["error"]["message"]
         assert _chat(url, "newcomer", [{"role": "user", "content": "x"}]).status_code == 503
         assert httpx.post(f"{url}/s/slow/finish", json={}).status_code == 503
         assert httpx.get(f"{url}/proxy/stats").json()["shutting_down"] is True
+        _release(slow_upstream.url, "fast")  # answered within the grace, after the flush
+        for t in threads[:2]:
+            t.join(60)
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{url}/proxy/stats").json()["calls_after_shutdown_flush"] < 2:  # recorded
+            assert time.monotonic() < deadline, httpx.get(f"{url}/proxy/stats").json()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)  # a second signal: the grace ends now, the slow calls are cut
         assert proc.wait(60) == 0
         for t in threads:
             t.join(30)

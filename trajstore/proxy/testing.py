@@ -10,6 +10,11 @@ and logs the request (``GET /_fake/loads``). With ``dialect: "vllm"`` it answers
 404, as vLLM does, and reloads through vLLM's dev endpoints instead (``POST /collective_rpc``
 ``reload_weights``, then ``POST /reset_prefix_cache``; both logged); ``weight_version: None``
 reports no version at all, as vLLM; ``model_root`` is the model path ``GET /v1/models`` reports.
+
+Holds let a test decide when a call is answered, instead of guessing with delays: a call whose
+body has ``fake_hold: NAME`` waits at the upstream (a stream after ``fake_hold_after`` tokens, 0
+by default) until ``POST /_fake/release {"name": NAME}``; ``GET /_fake/held`` counts the calls
+waiting under each name (a test waits for them to be there).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import json
 import threading
 import time
 import uuid
+from collections import Counter
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -59,6 +65,28 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
     seen: list[str] = []
     loads: list[dict[str, Any]] = []
     lock = threading.Lock()
+    holds: dict[str, asyncio.Event] = {}
+    held: Counter[str] = Counter()
+
+    async def hold(name: str | None) -> None:
+        """Wait until the test releases `name` (None: no hold)."""
+        if name is None:
+            return
+        held[name] += 1
+        try:
+            await holds.setdefault(name, asyncio.Event()).wait()
+        finally:
+            held[name] -= 1
+
+    @app.post("/_fake/release")
+    async def release(request: Request) -> dict[str, Any]:
+        name = (await request.json())["name"]
+        holds.setdefault(name, asyncio.Event()).set()
+        return {"released": name, "were_held": held[name]}
+
+    @app.get("/_fake/held")
+    async def get_held() -> dict[str, int]:
+        return {k: v for k, v in held.items() if v}
 
     @app.post("/_fake/config")
     async def set_config(request: Request) -> dict[str, Any]:
@@ -114,6 +142,9 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
         delay = body.get("fake_delay_s", cfg["delay_s"])
         if delay:
             await asyncio.sleep(delay)
+        hold_after = body.get("fake_hold_after", 0) if body.get("stream") else 0
+        if not hold_after:
+            await hold(body.get("fake_hold"))
         if cfg["status"] != 200:
             return JSONResponse({"error": {"message": "fake upstream failure", "code": cfg["status"]}},
                                 status_code=cfg["status"])
@@ -158,6 +189,8 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
                     return
                 if token_delay:
                     await asyncio.sleep(token_delay)
+                if hold_after and i == hold_after:
+                    await hold(body.get("fake_hold"))
                 ch = {"index": 0, "delta": {"content": e["token"]} if t != EOS else {},
                       "logprobs": {"content": [e]} if want_lp else None, "finish_reason": None}
                 if want_ids:
@@ -169,32 +202,3 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
 
     return app
 
-
-class ServerThread:
-    """Run an ASGI app with uvicorn on 127.0.0.1 in a daemon thread; ``with`` stops it."""
-
-    def __init__(self, app: Any, port: int = 0):
-        import uvicorn
-
-        from trajstore.proxy.server import listening_socket
-
-        self.sock = listening_socket("127.0.0.1", port, backlog=1024)
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-        self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("server did not start within 30 s")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        self.sock.close()

@@ -16,6 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.types import FiniteFloat
+from starlette.requests import Request
+
+from trajstore.http.json_body import read_json_object
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -107,3 +110,16 @@ def check_request(body: dict[str, Any], *, chat: bool) -> ChatFields | Completio
 
 
 _PLAIN = {"int_parsing_size": "Input should be an integer in the signed 64-bit range"}
+
+
+async def read_completion_request(request: Request, limit: int, *, chat: bool
+                                  ) -> tuple[dict[str, Any], ChatFields | CompletionFields]:
+    """A completion request's body (a strict JSON object of at most `limit` bytes) and its
+    checked fields (:func:`check_request`).
+
+    Raises:
+        BodyError: 413 or 400, the body is too large or not a strict JSON object.
+        RequestFieldError: a field of the wrong type or range (answer 400 naming it).
+    """
+    body = await read_json_object(request, limit)
+    return body, check_request(body, chat=chat)

@@ -1,4 +1,5 @@
-"""The listening socket ``traj proxy``, ``traj serve`` and the test servers hand to uvicorn."""
+"""The listening socket that ``traj proxy``, ``traj view``, ``traj serve`` and the test servers hand to
+uvicorn: bound before the app starts, so that a port in use fails at once with one clear error."""
 
 from __future__ import annotations
 
