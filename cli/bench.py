@@ -135,7 +135,7 @@ def _floats(text: str, what: str) -> list[float]:
 @bench_app.command("throughput")
 @friendly_errors
 def throughput_cmd(
-    preset: str = typer.Option("default", help="default (3 sigmas x 3 seeds x 6 arms, the bench/RESULTS.md grid) "
+    preset: str = typer.Option("default", help="default (3 sigmas x 3 seeds x 7 arms, the bench/RESULTS.md grid) "
                                                "or smoke (every arm once at sigma 1, 2 short steps)"),
     scratch: str | None = typer.Option(None, help="a fresh run directory is made under it (default: <system "
                                                      "temp>/trajstore-bench-throughput)"),
@@ -143,7 +143,8 @@ def throughput_cmd(
                                                     "(default: the preset's)"),
     seeds: str | None = typer.Option(None, help="comma-separated seeds (default: the preset's)"),
     arms: str | None = typer.Option(None, help="comma-separated arms: sync, one-step, async-N (N = the proxy's "
-                                                  "--max-staleness) (default: the preset's)"),
+                                                  "--max-staleness), async-N-cC (C episodes in flight at most) "
+                                                  "(default: the preset's)"),
     steps: int | None = typer.Option(None, min=1, help="policy steps each arm runs to (default: the preset's)"),
     batch_size: int | None = typer.Option(None, min=1, help="trajectories per step (default: the preset's)"),
     workers: int | None = typer.Option(None, min=1, help="rollout slots, every arm (default: the preset's)"),
