@@ -20,6 +20,7 @@ from trajstore.trainer.apps.learning_bench.presets import (
     power_family,
 )
 from trajstore.trainer.apps.learning_bench.stats import ALPHA, Interval, auc, paired, t_interval
+from trajstore.trainer.apps.learning_bench.tasks import CHAIN_TASKS
 from trajstore.trainer.apps.learning_bench.trainer_side import LOG_RATIO_EDGES
 from trajstore.trainer.apps.learning_bench.verdicts import Decision, decide, discriminates
 
@@ -62,7 +63,9 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path, *, figures: bool 
     by: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for d in runs:
         sp = d["spec"]
-        by.setdefault((sp["task"], sp["arm"]), {})[sp["seed"]] = d
+        # the chain arms' task, mod 10 or mod 100 (cfg.chain_task), is "chain" from here on
+        kind = "chain" if sp["task"] in CHAIN_TASKS else sp["task"]
+        by.setdefault((kind, sp["arm"]), {})[sp["seed"]] = d
     # areas under the evaluation curves
     metric: dict[str, dict[str, dict[int, float]]] = {"auc": {}, "post-shift-auc": {}}
     # each metric's signal per arm and seed: the change the metric is about (stats.discriminates)
@@ -122,7 +125,8 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path, *, figures: bool 
         items.append((c, paired(vals, c.arm, c.ref), discriminates(sig_iv[c.arm], sig_iv[c.ref]), sig_iv))
     decided = decide([(c, iv, t) for c, iv, t, _ in items], dis_masked=dis_masked)
     for (c, _, t, sig_iv), d in zip(items, decided):
-        summary["claims"].append({"key": c.key, "paper": c.paper, "task": c.task, "metric": c.metric, "arm": c.arm,
+        summary["claims"].append({"key": c.key, "paper": c.paper,
+                                  "task": cfg.chain_task if c.task == "chain" else c.task, "metric": c.metric, "arm": c.arm,
                                   "ref": c.ref, "direction": c.direction, "interval": _iv(d.interval), "test": _test(d), "verdict": d.verdict,
                                   "reason": d.reason, "testable": t, "effect_source": c.effect.source if c.effect
                                   else None, "signal": {a: _iv(x) for a, x in sig_iv.items()}})
@@ -190,7 +194,7 @@ def analyse(cfg: SuiteConfig, done: dict[str, Any], out: Path, *, figures: bool 
         summary["figures"]["families-shift"] = plots.family_shift_plot(
             evals["pref-shift"], FAMILIES, cfg.shifts(), out / "families-shift.png",
             title=f"pref-shift task: evaluation reward per difficulty family around each shift ({of_seeds})")
-    summary["runs"] = {f"{t}/{a}": {"seconds": [d["seconds"] for d in s.values()],
+    summary["runs"] = {f"{cfg.chain_task if t == 'chain' else t}/{a}": {"seconds": [d["seconds"] for d in s.values()],
                                     "final_eval": statistics.mean(d["evals"][-1]["reward"] for d in s.values()),
                                     "initial_eval": statistics.mean(d["evals"][0]["reward"] for d in s.values()),
                                     "kl_step_median": _median_kl([d["history"] for d in s.values()]),

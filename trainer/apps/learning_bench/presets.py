@@ -7,8 +7,9 @@ and arm the default runs, with the same measurements), ``calibrate`` (the one-of
 calibration that fixed :data:`POLICY_LR`), ``long`` (sao, GRPO with and without DIS and
 no-correction for 400 policy steps, outside CI: the dynamics the paper sees after ~160-400 steps)
 ``power`` (the DIS and critic claims alone, each with the paired seeds it needs for 80 % power
-at the paper's effect: :data:`POWER_SEEDS`) and ``staleness`` (a sweep: the DIS claims' arms at
-:data:`STALENESS_WORKERS` simulated rollout workers, one run each).
+at the paper's effect: :data:`POWER_SEEDS`), ``staleness`` (a sweep: the DIS claims' arms at
+:data:`STALENESS_WORKERS` simulated rollout workers, one run each) and ``held-out`` (the power
+preset's arms on ``chain100``, whose evaluation instances no training or warm-start episode shows).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trajstore.trainer.apps.learning_bench.arms import get_arm
 from trajstore.trainer.apps.learning_bench.claims import CLAIMS
@@ -25,8 +26,8 @@ from trajstore.trainer.apps.learning_bench.oracle import QualityConfig
 from trajstore.trainer.apps.learning_bench.spec import RunSpec
 from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig
 
-Preset = Literal["default", "smoke", "calibrate", "long", "power", "staleness"]
-PRESETS: tuple[str, ...] = ("default", "smoke", "calibrate", "long", "power", "staleness")
+Preset = Literal["default", "smoke", "calibrate", "long", "power", "staleness", "held-out"]
+PRESETS: tuple[str, ...] = ("default", "smoke", "calibrate", "long", "power", "staleness", "held-out")
 
 POLICY_LR = 5e-4
 """The RL learning rate of every arm (critic: 5x). Calibrated once with ``traj bench learning
@@ -101,7 +102,10 @@ class SuiteConfig(BaseModel):
     logit_noise: float = Field(0.2, description="scale of the engine's logit noise (nats), on top of bf16 rounding")
     mismatch: Literal["noise", "engine"] = Field("noise", description="the engine's mismatch model "
                                                  "(sampler.Mismatch): bf16 + Gaussian noise, or engine-like")
-    held_out: int = Field(3, ge=0, le=9, description="first terms per family held out of training for evaluation")
+    chain_task: Literal["chain", "chain100"] = Field("chain", description="the task the chain arms run on: the "
+                                                     "mod-10 chain or the mod-100 chain100 (tasks.py)")
+    held_out: int = Field(3, ge=0, le=20, description="first terms per family held out of training for evaluation "
+                                                      "(chain: at most 9)")
     eval_every: int = Field(5, description="chain task: policy steps between evaluations")
     shift_eval_every: int = Field(4, description="pref-shift task: policy steps between evaluations (divides the "
                                                  "stage length, so every shift step is evaluated)")
@@ -142,6 +146,10 @@ class SuiteConfig(BaseModel):
             base = dict(seeds=list(range(POWER_MIN_SEEDS)), chain_arms=list(POWER_ARMS), shift_arms=[], quality=None,
                         kl_arms=["sao", "no-correction", "grpo-dis"],
                         claim_seeds={k: max(n, POWER_MIN_SEEDS) for k, n in POWER_SEEDS.items()})
+        elif name == "held-out":
+            base = dict(chain_task="chain100", chain_arms=list(POWER_ARMS), shift_arms=[], quality=None,
+                        kl_arms=["sao", "no-correction", "grpo-dis"],
+                        warm_start=WarmStartConfig(tasks=("chain100",), held_out=3))
         elif name == "staleness":
             base = dict(chain_arms=list(STALENESS_ARMS), shift_arms=[], quality=None,
                         kl_arms=["sao", "no-correction", "grpo-dis"], sweep_workers=list(STALENESS_WORKERS))
@@ -163,6 +171,17 @@ class SuiteConfig(BaseModel):
         if any(n < 1 for n in v.values()):
             raise ValueError("claim_seeds: every count must be at least 1")
         return v
+
+    @model_validator(mode="after")
+    def _held_out(self) -> SuiteConfig:
+        if self.chain_task == "chain" and self.held_out > 9:
+            raise ValueError(f"held_out {self.held_out}: the chain task has 10 first terms per family (at most 9)")
+        if self.chain_task == "chain100" and (self.chain_arms and "chain100" not in self.warm_start.tasks
+                                              or self.warm_start.held_out != self.held_out):
+            raise ValueError("chain100 runs need a warm start on chain100 that holds out the same instances "
+                             f"(warm_start tasks {self.warm_start.tasks}, held_out {self.warm_start.held_out}; the "
+                             f"runs hold out {self.held_out})")
+        return self
 
     def arm_seeds(self, arm: str) -> list[int]:
         """The paired seeds `arm` runs: ``seeds``, widened to 0..n-1 for every claim of
@@ -198,7 +217,7 @@ class SuiteConfig(BaseModel):
         for lr in lrs:
             for arm in self.chain_arms:
                 for s in self.arm_seeds(arm):
-                    out.append(RunSpec(task="chain", arm=arm, seed=s, warm_start=warm[s], steps=self.chain_steps,
+                    out.append(RunSpec(task=self.chain_task, arm=arm, seed=s, warm_start=warm[s], steps=self.chain_steps,
                                        policy_lr=lr, measure_kl=arm in self.kl_arms, **common, **moe(arm, s)))
         stages = [(i * self.shift_stage_steps, st) for i, st in enumerate(SHIFT_STYLES)]
         if self.shift_arms and self.shift_stage_steps % self.shift_eval_every:

@@ -17,6 +17,7 @@ from trajstore.trainer.apps.learning_bench.compare import comparison_table
 from trajstore.trainer.apps.learning_bench.presets import CALIBRATION_TARGET_KL, SuiteConfig
 from trajstore.trainer.apps.learning_bench.stats import format_p
 from trajstore.trainer.apps.learning_bench.sweep import sweep_table
+from trajstore.trainer.apps.learning_bench.tasks import CHAIN_TASKS
 from trajstore.wording import plural
 
 
@@ -79,9 +80,9 @@ def runs_table(summary: dict[str, Any]) -> str:
              "(nats/token) | zero-gradient fraction | max grad norm | collapsed |", "|---|---|---|---|---|---|---|"]
     for k, r in summary["runs"].items():
         task, arm = k.split("/")
-        m = summary["auc"]["auc" if task == "chain" else "post-shift-auc"].get(arm, {})
+        m = summary["auc"]["auc" if task in CHAIN_TASKS else "post-shift-auc"].get(arm, {})
         a = statistics.mean(m.values()) if m else math.nan
-        collapsed = f"{r['collapsed']}/{r['seeds']}" if task == "chain" else "n/a"
+        collapsed = f"{r['collapsed']}/{r['seeds']}" if task in CHAIN_TASKS else "n/a"
         kl = "-" if r["kl_step_median"] is None or math.isnan(r["kl_step_median"]) else f"{r['kl_step_median']:.2e}"
         lines.append(f"| {k} | {r['initial_eval']:.3f} -> {r['final_eval']:.3f} | {a:.3f} | {kl} | "
                      f"{r['zero_grad']:.3f} | {r['grad_norm_max']:.2f} | {collapsed} |")

@@ -60,3 +60,19 @@ def test_claim_seeds_give_each_arm_the_seeds_its_claims_need() -> None:
         SuiteConfig.preset_config("default", claim_seeds={"no-such-claim": 3})
     with pytest.raises(ValidationError, match="at least 1"):
         SuiteConfig.preset_config("default", claim_seeds={"k2-vs-k1": 0})
+
+
+def test_the_held_out_preset_runs_chain100_from_a_warm_start_that_holds_the_same_instances_out() -> None:
+    from pydantic import ValidationError
+
+    from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
+    from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig
+
+    cfg = SuiteConfig.preset_config("held-out")
+    specs = cfg.specs({s: "x" for s in cfg.all_seeds()})
+    assert {sp.task for sp in specs} == {"chain100"} and all(sp.held_out == 3 for sp in specs)
+    assert cfg.warm_start.tasks == ("chain100",) and cfg.warm_start.held_out == cfg.held_out == 3
+    with pytest.raises(ValidationError, match="holds out the same instances"):
+        SuiteConfig.preset_config("held-out", warm_start=WarmStartConfig(tasks=("chain100",), held_out=0))
+    with pytest.raises(ValidationError, match="at most 9"):
+        SuiteConfig.preset_config("default", held_out=12)
