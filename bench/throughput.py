@@ -5,7 +5,7 @@ calls of lognormal latency), against a synchronous batch barrier, and what it co
 forwards its arguments. Writes to a fresh directory under the system temp dir (``--scratch`` to
 choose), never into the checkout.
 
-    python bench/throughput.py                     # 3 sigmas x 3 seeds x 6 arms
+    python bench/throughput.py                     # 3 sigmas x 3 seeds x 7 arms
     python bench/throughput.py --preset smoke      # every arm once, 2 short steps
 """
 

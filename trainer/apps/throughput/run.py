@@ -106,7 +106,7 @@ def measure_arm(cfg: ThroughputConfig, arm: Arm, sigma: float, seed: int, trace:
     calls = [c for e in eps for c in e.call_s]
     train_s = (window - waited) / len(steps)
     call_s = statistics.fmean(calls) if calls else 0.0
-    inputs = StepInputs(cfg.env(sigma), cfg.batch_size, cfg.workers, call_s, train_s)
+    inputs = StepInputs(cfg.env(sigma), cfg.batch_size, arm.slots(cfg), call_s, train_s)
     return ArmResult(
         arm=arm.name, sigma=sigma, seed=seed, wall_s=window, steps=len(steps),
         trajectories=sum(s.trajectories for s in steps), action_tokens=sum(s.action_tokens for s in steps),
