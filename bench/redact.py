@@ -8,7 +8,7 @@ tokenizer once (its load is not timed), then times, alternately, N times each:
 
 - **read + decode** (the baseline): read every shard, rebuild the trajectories and decode each
   one's tokens with the tokenizer (``tokenizer.decode``), what any scanner of token text needs;
-- **check**: :func:`trajstore.redact.find_secrets` over the store (``traj redact --check``);
+- **check**: :func:`trajstore.redact.find_secrets` over the store (``traj redact --dry-run``);
 - **redact**: :func:`trajstore.redact.redact_store` on a fresh copy of the store (``traj redact``),
   including the atomic rewrite of the shards holding findings.
 

@@ -19,6 +19,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from trajstore.cli.commands import OLD_SPELLINGS, summary_of
 from trajstore.errors import one_line
 
 
@@ -51,8 +52,33 @@ class TrajCommand(TyperCommand):
             return super().format_help(ctx, formatter)
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        args = respell(self.name, args)
         _refuse_conflicting_repeats(self, ctx, args)
         return super().parse_args(ctx, args)
+
+
+def respell(command: str | None, args: list[str]) -> list[str]:
+    """`args` with each old spelling of an option of `command` (:data:`OLD_SPELLINGS`) replaced by
+    the current one (``--run-id r`` and ``--run-id=r`` both), one ``warning:`` line per old
+    spelling used. Arguments after ``--`` are left alone."""
+    renamed = OLD_SPELLINGS.get(command or "", {})
+    if not renamed:
+        return args
+    out: list[str] = []
+    warned: set[str] = set()
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        old, eq, value = arg.partition("=")
+        new = renamed.get(old)
+        if new is None:
+            out.append(arg)
+            continue
+        if old not in warned:
+            warned.add(old)
+            typer.echo(f"warning: {old} is now {new} (the old spelling will be removed)", err=True)
+        out.append(new + eq + value)
+    return out
 
 
 def _refuse_conflicting_repeats(command: Any, ctx: Any, args: Sequence[str]) -> None:
@@ -184,10 +210,17 @@ class TrajTyper(typer.Typer):
                 **kwargs: Any) -> Callable[[Any], Any]:
         def decorator(f: Any) -> Any:
             text = kwargs.get("help") or inspect.getdoc(f)
-            kw = {**kwargs, "help": unwrap_help(text)} if text else kwargs
+            kw = {**kwargs, "help": unwrap_help(text)} if text else dict(kwargs)
+            if self.info.name is None:  # a command module's top-level commands: the listed summary
+                kw.setdefault("short_help", summary_of(name or f.__name__))
             return super(TrajTyper, self).command(name, cls=cls or TrajCommand, **kw)(f)
 
         return decorator
+
+    def add_typer(self, typer_instance: typer.Typer, **kwargs: Any) -> None:
+        if self.info.name is None and kwargs.get("name"):
+            kwargs.setdefault("short_help", summary_of(kwargs["name"]))
+        super().add_typer(typer_instance, **kwargs)
 
 
 def unwrap_help(text: str) -> str:
@@ -196,3 +229,20 @@ def unwrap_help(text: str) -> str:
     hard breaks ('... (--format json: the' / 'JSON description ...') in ``traj --help``."""
     paragraphs = [" ".join(line.strip() for line in p.splitlines()) for p in re.split(r"\n\s*\n", text.strip())]
     return "\n\n".join(p for p in paragraphs if p)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from trajstore import __version__  # the package's light __init__ (metadata only)
+
+        typer.echo(f"traj (trajstore) {__version__}")
+        raise typer.Exit()
+
+
+def add_root_options(app: typer.Typer) -> None:
+    """Give the ``traj`` group its own options (``traj --version``); both entry points call it."""
+
+    @app.callback()
+    def root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                          help="Print trajstore's version and exit.")) -> None:
+        """trajstore: trajectory data platform and SAO trainer for asynchronous agentic RL."""

@@ -27,8 +27,15 @@ from trajstore.audit.views import run_ids
 from trajstore.cli.app import TrajTyper
 from trajstore.cli.display import OutputFormat, new_console, render_tables
 from trajstore.cli.errors import InvalidOptionError, friendly_errors
-from trajstore.cli.options import FormatOption, StorageOptions, StoreArgument, parse_storage_options
-from trajstore.errors import one_line, os_reason
+from trajstore.cli.options import (
+    FormatOption,
+    SkipUnreadableOption,
+    StorageOptions,
+    StoreArgument,
+    parse_storage_options,
+    unreadable_hint,
+)
+from trajstore.errors import CorruptShardError, one_line, os_reason
 from trajstore.store import open_existing_store
 from trajstore.store.layout import RUNS_DIR
 from trajstore.tables import TableData
@@ -69,6 +76,16 @@ def more_reports_hint(width: int = 80) -> str:
                          width, subsequent_indent="  ")
 
 
+def _connect(store: Any, skip_unreadable: bool) -> Any:
+    """The audit connection; a shard that cannot be read stops the audit (exit status 1, the shard
+    named) unless `skip_unreadable`: totals that silently leave a shard's rows out would pass a
+    nightly check of the exit status."""
+    try:
+        return audit.connect(store, strict=not skip_unreadable)
+    except CorruptShardError as e:
+        raise unreadable_hint(e) from None
+
+
 @commands.command("stats")
 @friendly_errors
 def stats_cmd(
@@ -94,6 +111,7 @@ def stats_cmd(
     view_url: str | None = typer.Option(None, "--view-url", metavar="URL",
                                         help="base URL of a running `traj view` (e.g. http://127.0.0.1:8200): "
                                         "tables with trajectory ids get a column of links to each one's page"),
+    skip_unreadable: SkipUnreadableOption = False,
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
     """Audit reports over a store. Without a report flag: a short overview that fits an 80x24
@@ -116,7 +134,7 @@ def stats_cmd(
     if run is not None and run not in run_ids(s):
         raise audit.AuditError(f"run {run!r} not found under {s.url(RUNS_DIR)} "
                                f"(runs: {', '.join(run_ids(s)) or 'none'})")
-    conn = audit.connect(s)
+    conn = _connect(s, skip_unreadable)
     builders = {
         "overview": lambda: audit.overview_report(conn, where=where, run=run),
         "brief": lambda: audit.brief_report(conn, where=where, run=run),
@@ -245,6 +263,7 @@ def sql_cmd(
     view_url: str | None = typer.Option(None, "--view-url", metavar="URL",
                                         help="base URL of a running `traj view` (e.g. http://127.0.0.1:8200): a "
                                         "column of trajectory ids gets a column of links to each one's page"),
+    skip_unreadable: SkipUnreadableOption = False,
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
     """Run one read-only SELECT against the store's DuckDB views. Rows are fetched in batches of
@@ -254,7 +273,8 @@ def sql_cmd(
     if output is not None and fmt is SqlFormat.table:
         raise InvalidOptionError("invalid option --output: a table is for the terminal; choose --format csv, json, "
                                  "jsonl or parquet")
-    conn = audit.connect(open_existing_store(store, storage_options=parse_storage_options(storage_option, store)))
+    conn = _connect(open_existing_store(store, storage_options=parse_storage_options(storage_option, store)),
+                    skip_unreadable)
     rel = audit.sql(conn, query, limit=limit)
     if view_url is not None:
         rel = with_view_link_columns(rel, view_url)

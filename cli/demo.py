@@ -39,7 +39,7 @@ def demo_cmd(
     max_new_tokens: int = typer.Option(24, "--max-new-tokens", min=1, help="tokens per action at most"),
     batch_size: int = typer.Option(4, "--batch-size", min=1, help="trajectories per training step"),
     warmup_steps: int = typer.Option(1, "--critic-warmup-steps", min=0, help="critic-only steps first"),
-    run_id: str | None = typer.Option(None, "--run-id", help="training run id (default demo-<UTC time>)"),
+    run_id: str | None = typer.Option(None, "--run", help="training run id (default demo-<UTC time>)"),
     seed: int = typer.Option(0, "--seed", help="seed of tasks and sampling"),
     time_limit: float | None = typer.Option(None, "--time-limit", min=1, metavar="SECONDS",
                                             help="stop after this many seconds (the trainer finishes its step in "

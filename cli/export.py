@@ -44,7 +44,7 @@ def export_cmd(
                                          "and the card; by default the export is refused, naming them (traj "
                                          "validate STORE shows them)"),
     allow_secrets: bool = typer.Option(False, "--allow-secrets/--no-allow-secrets",
-                                       help="write even when traj redact STORE --check would fail on the selected "
+                                       help="write even when traj redact STORE --dry-run would fail on the selected "
                                        "trajectories (a secret found, or spans that cannot be scanned); by default "
                                        "the export is refused, naming them, and nothing is written"),
     include_not_trainable: bool = typer.Option(False, "--include-not-trainable/--no-include-not-trainable",
@@ -75,7 +75,7 @@ def export_cmd(
     trajectory lacking what the layout holds (engine log-probs, a reward, policy versions) stops the
     export with one line naming it: leave the field out with --without, or the trajectory with
     --skip-refused. Trainer layouts leave out (and count) trajectories stored as not trainable
-    unless --include-not-trainable. Nothing is written while traj redact --check would find a
+    unless --include-not-trainable. Nothing is written while traj redact --dry-run would find a
     secret in the selected trajectories (or could not scan them), unless --allow-secrets. The
     folder's .trajstore/export.json says what was written and how to load it."""
     if to not in TARGETS:  # checked here, not by click, so that every option's usage error reads the same

@@ -60,13 +60,13 @@ def gc_cmd(
                                              "checkpoint was taken at)"),
     keep_checkpoints: int | None = typer.Option(None, "--keep-checkpoints", min=1, help="per run, keep the newest N "
                                                 "checkpoints (and the one LATEST names)"),
-    consumed_by: list[str] = typer.Option([], "--consumed-by", metavar="RUN[,RUN]",  # noqa: B006
+    consumed_by: list[str] = typer.Option([], "--run", metavar="RUN[,RUN]",  # noqa: B006
                                           help="delete trajectories every one of these runs trained on"),
     older_than: str | None = typer.Option(None, "--older-than", metavar="DURATION",
-                                          help="with --consumed-by: only trajectories created before now - DURATION "
+                                          help="with --run: only trajectories created before now - DURATION "
                                           "(90s, 30m, 12h, 7d)"),
     status: list[str] = typer.Option([], "--status", metavar="STATUS[,STATUS]",  # noqa: B006
-                                     help="with --consumed-by: only trajectories of these statuses"),
+                                     help="with --run: only trajectories of these statuses"),
     ignore_run: list[str] = typer.Option([], "--ignore-run", metavar="RUN[,RUN]",  # noqa: B006
                                          help="runs without a checkpoint that will never resume (they otherwise "
                                          "keep every trajectory)"),
@@ -83,7 +83,7 @@ def gc_cmd(
     statuses = parse_statuses(status)
     if (older_than is not None or statuses) and not consumed_by:
         raise InvalidOptionError("invalid option --older-than / --status: trajectories are deleted only once "
-                                 "consumed: name the runs with --consumed-by")
+                                 "consumed: name the runs with --run")
     rules = GcRules(keep_versions=keep_versions, keep_checkpoints=keep_checkpoints, consumed_by=_names(consumed_by),
                     older_than_s=None if older_than is None else parse_duration(older_than, "--older-than"),
                     statuses=statuses, ignore_runs=_names(ignore_run), keep_replaced_s=keep_replaced)

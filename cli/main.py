@@ -7,7 +7,7 @@ them on every registered command, so new commands inherit them by using the piec
 
 - **Register** each command on its module's ``commands``, a :class:`~trajstore.cli.app.TrajTyper`
   (a group of subcommands: a named sub-app added to it, as ``traj bench``), and add the module
-  to :data:`COMMAND_MODULES` below: usage lines then read ``traj stats [OPTIONS] STORE`` and
+  to :data:`trajstore.cli.commands.COMMANDS` (its module and one-line summary): usage lines then read ``traj stats [OPTIONS] STORE`` and
   ``traj ingest [OPTIONS] PATHS...`` (argument metavars are the upper-cased parameter names) and
   flags show no ``<bool>`` value. Help texts (docstrings) may wrap in the source:
   :func:`~trajstore.cli.app.unwrap_help` joins each paragraph's lines.
@@ -51,28 +51,12 @@ them on every registered command, so new commands inherit them by using the piec
 
 from __future__ import annotations
 
-from trajstore.cli import (
-    audit,
-    bench,
-    compact,
-    demo,
-    export,
-    gc,
-    ingest,
-    proxy,
-    redact,
-    runs,
-    schema,
-    serve,
-    store,
-    train,
-    validate,
-    view,
-)
-from trajstore.cli.app import TrajTyper
+import importlib
 
-COMMAND_MODULES = (schema, store, audit, bench, compact, demo, export, gc, ingest, proxy, redact, runs, serve, train,
-                   validate, view)
+from trajstore.cli.app import TrajTyper, add_root_options
+from trajstore.cli.commands import COMMANDS
+
+COMMAND_MODULES = tuple(importlib.import_module(m) for m in dict.fromkeys(e.module for e in COMMANDS.values()))
 """The modules whose ``commands`` make up ``traj``, in the order ``traj --help`` lists them."""
 
 app = TrajTyper(
@@ -80,5 +64,6 @@ app = TrajTyper(
     help="trajstore: trajectory data platform and SAO trainer for asynchronous agentic RL.",
     no_args_is_help=True,
 )
+add_root_options(app)
 for _module in COMMAND_MODULES:
     app.add_typer(_module.commands)

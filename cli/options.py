@@ -11,6 +11,7 @@ from fsspec.core import split_protocol
 
 from trajstore.cli.display import OutputFormat
 from trajstore.cli.errors import InvalidOptionError
+from trajstore.errors import CorruptShardError
 
 STORE_HELP = "store URI: local directory or s3://bucket/prefix"
 
@@ -56,3 +57,16 @@ def parse_storage_options(items: list[str] | None, store: str | None = None) -> 
                    f"store {store} ({', '.join(out)})", err=True)
         return {}
     return out
+
+
+SkipUnreadableOption = Annotated[bool, typer.Option(
+    "--skip-unreadable/--no-skip-unreadable",
+    help="go on without shards that cannot be read (truncated, not Parquet), each named on stderr; by "
+    "default the command stops with exit status 1 naming the first (traj validate STORE lists them all)")]
+"""``--skip-unreadable``: the audits (``stats``, ``sql``, ``info``) refuse a damaged store unless given."""
+
+
+def unreadable_hint(error: CorruptShardError) -> CorruptShardError:
+    """`error` with the way out added: ``--skip-unreadable`` audits the rest."""
+    return CorruptShardError(error.path, f"{error.reason} (--skip-unreadable audits the rest without it; "
+                                         "traj validate lists every damaged shard)")

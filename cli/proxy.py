@@ -7,6 +7,7 @@ from pydantic import ValidationError
 
 from trajstore.cli.app import TrajTyper
 from trajstore.cli.errors import friendly_errors, invalid_options
+from trajstore.cli.options import StorageOptions, parse_storage_options
 from trajstore.extras import require
 from trajstore.http.limits import DEFAULT_MAX_REQUEST_MB
 from trajstore.proxy.config import (
@@ -35,7 +36,7 @@ def proxy_cmd(
                                                                     "trainer's; default: the response's model)"),
     policy_version: int = typer.Option(0, "--policy-version", min=0, help="version recorded when nothing "
                                                                           "else says"),
-    follow_run: str | None = typer.Option(None, "--follow-run", help="training run whose published versions "
+    follow_run: str | None = typer.Option(None, "--run", help="training run whose published versions "
                                                                      "the upstream loads (weight sync)"),
     policy_store: str | None = typer.Option(None, "--policy-store", metavar="STORE", help="store the run publishes into "
                                                                          "(default: --store)"),
@@ -76,6 +77,7 @@ def proxy_cmd(
                                          help="refuse calls without a session"),
     redact: bool = typer.Option(False, "--redact/--no-redact", help="scrub secrets and personal data from each "
                                 "trajectory before it is stored, as traj redact does (needs --tokenizer)"),
+    storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
     """Record every model call of any OpenAI-compatible harness as trajectories: point its base
     URL at http://HOST:PORT/s/<session>/v1, end episodes with POST /s/<session>/finish."""
@@ -88,10 +90,11 @@ def proxy_cmd(
                           shutdown_grace_s=shutdown_grace,
                           upstream_timeout_s=upstream_timeout, max_request_mb=max_request_mb,
                           upstream_key_env=upstream_key_env, client_token_env=client_token_env,
-                          require_session=require_session, redact=redact)
+                          require_session=require_session, redact=redact,
+                          storage_options=parse_storage_options(storage_option, store))
     except ValidationError as e:
         raise invalid_options(e) from None
-    open_store_for_writing(cfg.store, command="traj proxy")  # before the server binds or a shard is written
+    open_store_for_writing(cfg.store, command="traj proxy", storage_options=cfg.storage_options)  # before the server binds or a shard is written
     require(("fastapi", "uvicorn", "httpx", "orjson"), what="traj proxy", install="pip install 'trajstore[proxy]'")
     from trajstore.proxy.app import run_proxy  # the web extras, imported once they are known to be there
 

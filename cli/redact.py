@@ -1,4 +1,4 @@
-"""``traj redact``: find secrets and personal data in a store's trajectories (``--check``) or
+"""``traj redact``: find secrets and personal data in a store's trajectories (``--dry-run``) or
 rewrite the shards that hold some (see :mod:`trajstore.redact`). Parses options, calls the
 library, renders."""
 
@@ -52,7 +52,7 @@ def redact_config(patterns: list[str], allow: list[str], allow_file: Path | None
 @friendly_errors
 def redact_cmd(
     store: StoreArgument,
-    check: bool = typer.Option(False, "--check/--no-check", help="only list what would be redacted (trajectory, "
+    check: bool = typer.Option(False, "--dry-run/--no-dry-run", help="only list what would be redacted (trajectory, "
                                "span, kind, a masked excerpt); exit status 1 if anything is found or cannot be "
                                "scanned"),
     pattern: list[str] = typer.Option([], "--pattern", metavar="NAME=REGEX", help="an extra detector: the "
@@ -82,7 +82,7 @@ def redact_cmd(
     tokens are replaced by the tokens of [REDACTED:<kind>] from the trajectory's own tokenizer;
     spans and log-probs stay aligned, trajectories whose actions saw the change are marked not
     trainable, every change is recorded in the trajectory's metadata, and only the shards
-    involved are rewritten, each atomically. --check lists what would change."""
+    involved are rewritten, each atomically. --dry-run lists what would change."""
     config = redact_config(pattern, allow, allow_file, default_allow, entropy, keep_trainable, tokenizer)
     s = open_existing_store(store, storage_options=parse_storage_options(storage_option, store))
     done = "scanned" if check else "redacted"

@@ -9,7 +9,14 @@ import typer
 from trajstore.cli.app import TrajTyper
 from trajstore.cli.display import OutputFormat, render_record, stderr_progress
 from trajstore.cli.errors import friendly_errors
-from trajstore.cli.options import FormatOption, StorageOptions, StoreArgument, parse_storage_options
+from trajstore.cli.options import (
+    FormatOption,
+    SkipUnreadableOption,
+    StorageOptions,
+    StoreArgument,
+    parse_storage_options,
+)
+from trajstore.errors import StoreError
 from trajstore.migrate import migrate_store
 from trajstore.reader import summarize_store
 from trajstore.store import open_existing_store
@@ -19,10 +26,15 @@ commands = TrajTyper()
 
 @commands.command("info")
 @friendly_errors
-def info_cmd(store: StoreArgument, fmt: FormatOption = OutputFormat.table,
+def info_cmd(store: StoreArgument, fmt: FormatOption = OutputFormat.table, skip_unreadable: SkipUnreadableOption = False,
              storage_option: StorageOptions = []) -> None:  # noqa: B006 - typer reads the default
-    """Shards, trajectories, tokens and duplicates in a store (unreadable shards named once on stderr)."""
+    """Shards, trajectories, tokens and duplicates in a store. A shard that cannot be read stops it
+    (exit status 1, each such shard named) unless --skip-unreadable (then named on stderr)."""
     s = summarize_store(open_existing_store(store, storage_options=parse_storage_options(storage_option, store)))
+    if s.skipped and not skip_unreadable:
+        damaged = "; ".join(m.removeprefix("skipping ") for m in s.skipped)
+        raise StoreError(f"{len(s.skipped)} shard(s) cannot be read: {damaged} (--skip-unreadable counts the rest "
+                         "without them)")
     for message in s.skipped:
         typer.echo(f"warning: {message}", err=True)
     render_record(f"store {s.store}", {

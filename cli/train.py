@@ -23,7 +23,7 @@ from trajstore.wording import plural
 commands = TrajTyper()
 
 TRAIN_FLAGS = {"model.name": "--model", "data.idle_timeout_s": "--idle-timeout",
-               "data.poll_interval_s": "--poll-interval"}
+               "data.poll_interval_s": "--poll-interval", "run.run_id": "--run"}
 """Config fields whose flag is not derived from their name
 (:func:`~trajstore.cli.config_options.flag_of`): the flags the README and users' scripts use."""
 

@@ -2,11 +2,11 @@
 token ids, sampling log-probs and policy version with the writer SDK, and follow the policy
 versions a trainer publishes into the same store.
 
-Run: python examples/rollout_worker.py [--store STORE] [--run-id RUN_ID] [--episodes N]
+Run: python examples/rollout_worker.py [--store STORE] [--run RUN_ID] [--episodes N]
      (defaults: a new scratch directory under the system temp dir, example-run, 3; the model
      is SmolLM2-135M-Instruct)
 
-Start `traj train STORE --run-id RUN_ID --follow ...` against the same store and the worker
+Start `traj train STORE --run RUN_ID --follow ...` against the same store and the worker
 loads each version it publishes between episodes; without a trainer it samples with the
 initial weights (version 0).
 """
@@ -27,7 +27,7 @@ from trajstore.trainer.models import load_policy
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", help="store URI; default: a new scratch directory (printed)")
-    ap.add_argument("--run-id", default="example-run", help="training run whose published versions to follow")
+    ap.add_argument("--run", dest="run_id", default="example-run", help="training run whose published versions to follow")
     ap.add_argument("--episodes", type=int, default=3, help="episodes to play")
     args = ap.parse_args()
     store = args.store or tempfile.mkdtemp(prefix="trajstore-example-")

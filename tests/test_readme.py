@@ -50,8 +50,8 @@ def _readme_commands() -> list[str]:
 
 @pytest.mark.parametrize("command", _readme_commands())
 def test_every_command_written_in_the_readme_parses(command):
-    # the README's "one policy step on the demo's store" row lacked --run-id: a user copying it
-    # got `error: missing option --run-id` (walkthrough of issue 16)
+    # the README's "one policy step on the demo's store" row lacked --run: a user copying it
+    # got `error: missing option --run` (walkthrough of issue 16)
     import shlex
 
     args = shlex.split(command)[1:]

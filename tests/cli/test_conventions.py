@@ -141,7 +141,7 @@ def fake_train(monkeypatch):
 @pytest.mark.parametrize(("flags", "follow", "resume"), [((), False, False), (("--follow",), True, False),
                                                          (("--follow", "--no-follow", "--resume"), False, True)])
 def test_train_boolean_flags(store, fake_train, flags, follow, resume):
-    res = runner.invoke(app, ["train", store, "--model", "tiny-llama", "--run-id", "r", *flags], env=WIDTH)
+    res = runner.invoke(app, ["train", store, "--model", "tiny-llama", "--run", "r", *flags], env=WIDTH)
     assert res.exit_code == 0, res.output
     assert fake_train["cfg"].data.follow is follow and fake_train["resume"] is resume
 
@@ -149,18 +149,18 @@ def test_train_boolean_flags(store, fake_train, flags, follow, resume):
 @pytest.mark.parametrize(("flags", "bf16"), [((), True), (("--no-bf16",), False), (("--no-bf16", "--bf16"), True)])
 def test_train_bf16_switch(store, fake_train, flags, bf16):
     # the README's "--bf16, on by default" is a real switch with its --no- form
-    res = runner.invoke(app, ["train", store, "--model", "tiny-llama", "--run-id", "r", *flags], env=WIDTH)
+    res = runner.invoke(app, ["train", store, "--model", "tiny-llama", "--run", "r", *flags], env=WIDTH)
     assert res.exit_code == 0, res.output
     assert fake_train["cfg"].run.bf16 is bf16
 
 
 def test_train_flag_takes_no_value(store, fake_train):
-    res = runner.invoke(app, ["train", store, "--model", "tiny-llama", "--run-id", "r", "--follow", "yes"])
+    res = runner.invoke(app, ["train", store, "--model", "tiny-llama", "--run", "r", "--follow", "yes"])
     assert res.exit_code == 2 and "cfg" not in fake_train  # usage error: 'yes' is an extra argument
 
 
 def test_train_formats(store, fake_train):
-    base = ["train", store, "--model", "tiny-llama", "--run-id", "r7"]
+    base = ["train", store, "--model", "tiny-llama", "--run", "r7"]
     doc = json.loads(runner.invoke(app, [*base, "--format", "json"]).stdout)
     assert (doc["run_id"], doc["steps"], doc["last_metrics"]) == ("r7", 1, {"policy/loss": 0.25})
     rows = list(csv.DictReader(io.StringIO(runner.invoke(app, [*base, "--format", "csv"]).stdout)))

@@ -1,5 +1,5 @@
 """trajstore/cli/gc.py: `traj gc` dry run (the default) lists and deletes nothing, --delete deletes,
-durations parse, trajectory rules without --consumed-by are bad usage."""
+durations parse, trajectory rules without --run are bad usage."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_dry_run_then_delete(tmp_path: Path) -> None:
 def test_trajectory_rules_need_consumed_by(tmp_path: Path) -> None:
     _publish(tmp_path, [0], latest=0)
     res = runner.invoke(app, ["gc", str(tmp_path), "--older-than", "7d"])
-    assert res.exit_code == EXIT_USAGE and "--consumed-by" in res.output
+    assert res.exit_code == EXIT_USAGE and "--run" in res.output
 
 
 def test_durations() -> None:
@@ -56,7 +56,7 @@ def test_durations() -> None:
 def test_an_unknown_status_is_refused_naming_it_and_the_allowed_ones(tmp_path: Path) -> None:
     # walkthrough: `--status weird` was accepted and matched nothing
     _publish(tmp_path, [0], latest=0)
-    res = runner.invoke(app, ["gc", str(tmp_path), "--consumed-by", "r", "--status", "failed,weird"])
+    res = runner.invoke(app, ["gc", str(tmp_path), "--run", "r", "--status", "failed,weird"])
     assert res.exit_code == EXIT_USAGE, res.output
     assert "--status" in res.output and "'weird'" in res.output and "'failed'" not in res.output
     assert all(s in res.output for s in ("completed", "truncated", "aborted", "failed")), res.output

@@ -19,11 +19,16 @@ from trajstore.cli.main import app
 runner = CliRunner()
 
 
-# issue 11: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
-def test_info_prints_each_corrupt_shard_once_without_source_lines(known_store):
+# a damaged store audits as damaged: exit status 1 naming the shard, unless --skip-unreadable
+def test_info_refuses_a_damaged_store_and_counts_the_rest_with_skip_unreadable(known_store):
     bad = Path(known_store.path("trajectories")) / "00000000000000000001-bad.parquet"
     bad.write_bytes(b"not parquet at all")
     res = runner.invoke(app, ["info", known_store.uri, "--format", "json"])
+    assert res.exit_code == 1 and res.stdout == "", res.output
+    errors = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error: 1 shard(s) cannot be read: corrupt shard ")
+    assert "bad.parquet" in errors[0] and "--skip-unreadable" in errors[0]
+    res = runner.invoke(app, ["info", known_store.uri, "--format", "json", "--skip-unreadable"])
     assert res.exit_code == 0, res.output
     lines = [ln for ln in res.output.splitlines() if "bad.parquet" in ln]
     assert len(lines) == 1, res.output
@@ -89,15 +94,15 @@ def small_store(tmp_path: Path, make_trajectory: Any) -> str:
 # hostile tester: bad input answered by one clear line naming the file, row, field or flag
 @pytest.mark.parametrize("args", [
     ["serve", "--port", "-1"],  # was pydantic's multi-line dump, exit 1
-    ["train", "{store}", "--model", "tiny-llama", "--run-id", "t", "--policy-lr", "nan"],
-    ["train", "{store}", "--model", "tiny-llama", "--run-id", "t", "--batch-size", "-3"],
-    ["train", "{store}", "--model", "tiny-llama", "--run-id", "t", "--overlong", "maybe"],
-    ["train", "{store}", "--model", "tiny-llama", "--run-id", "../evil"],
-    ["train", "{store}", "--model", "tiny-llama", "--run-id", "t", "--device", "tpu"],  # was exit 1 at run time
+    ["train", "{store}", "--model", "tiny-llama", "--run", "t", "--policy-lr", "nan"],
+    ["train", "{store}", "--model", "tiny-llama", "--run", "t", "--batch-size", "-3"],
+    ["train", "{store}", "--model", "tiny-llama", "--run", "t", "--overlong", "maybe"],
+    ["train", "{store}", "--model", "tiny-llama", "--run", "../evil"],
+    ["train", "{store}", "--model", "tiny-llama", "--run", "t", "--device", "tpu"],  # was exit 1 at run time
     ["info", "{store}", "--storage-option", "badformat"],
     ["proxy", "--store", "{store}", "--upstream", "notaurl"],
     ["proxy", "--upstream", "http://127.0.0.1:9", "--store", "{store}", "--hold-timeout", "-1"],
-    ["demo", "--store", "{store}/d", "--run-id", "../evil"],
+    ["demo", "--store", "{store}/d", "--run", "../evil"],
     ["bench", "learning", "--scratch", "{store}", "--preset", "full"],
 ], ids=lambda a: " ".join(a[:1] + a[-2:]))
 def test_a_bad_option_value_is_bad_usage_one_line_naming_the_option(tmp_path: Path, args: list[str]) -> None:
@@ -114,12 +119,35 @@ def test_a_bad_option_value_is_bad_usage_one_line_naming_the_option(tmp_path: Pa
 
 
 # hostile tester: bad input answered by one clear line naming the file, row, field or flag
-@pytest.mark.parametrize("cmd", [["sql", "{s}", "SELECT count(*) AS n FROM trajectories"], ["stats", "{s}"]])
-def test_a_corrupt_shard_is_one_warning_line_naming_it(small_store: str, cmd: list[str]) -> None:
+@pytest.mark.parametrize("cmd", [["sql", "{s}", "SELECT count(*) AS n FROM trajectories"], ["stats", "{s}"],
+                                 ["stats", "{s}", "--all"], ["info", "{s}"]])
+def test_an_audit_of_a_damaged_store_exits_1_naming_the_shard(small_store: str, cmd: list[str]) -> None:
     bad = Path(small_store) / "trajectories" / "00000000000000000001-x-1-abc.parquet"
     bad.write_bytes(b"not parquet at all")
     res = runner.invoke(app, [a.replace("{s}", small_store) for a in cmd], env=WIDTH_200)
+    assert res.exit_code == 1 and res.stdout == "", res.output  # no totals that leave the shard out
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(bad) in lines[0], res.stderr
+    assert "--skip-unreadable" in lines[0]
+    res = runner.invoke(app, [a.replace("{s}", small_store) for a in cmd] + ["--skip-unreadable"], env=WIDTH_200)
     assert res.exit_code == 0, res.output
     lines = res.stderr.splitlines()
     assert lines == [f"warning: skipping corrupt shard {bad}: {lines[0].split(': ', 2)[2]}"], res.stderr
     assert "CorruptShardWarning" not in res.output and ".py:" not in res.output
+
+
+def test_a_store_whose_only_shard_is_damaged_is_not_an_empty_store(tmp_path: Path) -> None:
+    ts.write_trajectories(str(tmp_path / "s"), [_one_trajectory()])
+    (shard,) = (tmp_path / "s" / "trajectories").glob("*.parquet")
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])  # truncated
+    for cmd in (["stats"], ["sql", "SELECT count(*) FROM trajectories"], ["info"]):
+        res = runner.invoke(app, [cmd[0], str(tmp_path / "s"), *cmd[1:]])
+        assert res.exit_code == 1 and shard.name in res.stderr, (cmd, res.output)
+
+
+def _one_trajectory() -> ts.Trajectory:
+    b = ts.TrajectoryBuilder(trajectory_id="only", source="sdk")
+    b.add_prompt([1, 2])
+    b.add_action([3, 4], [-0.1, -0.2], policy_version=0)
+    b.set_reward(1.0)
+    return b.finish()

@@ -42,7 +42,7 @@ from trajstore.trainer.loop.train import train
 runner = CliRunner()
 TRAIN = typer.main.get_command(app).commands["train"]
 RENAMED = {"name": "--model", "idle_timeout_s": "--idle-timeout", "poll_interval_s": "--poll-interval",
-           "storage_options": "--storage-option"}
+           "storage_options": "--storage-option", "run_id": "--run"}
 """Flags that are not `--` + the field name with `-` for `_` (the README's names, kept)."""
 
 
@@ -113,7 +113,7 @@ def test_cli_default_and_choices_are_the_configs(path, field):
     assert got == default, f"{_flag(path[-1])} defaults to {param.default!r}, TrainConfig to {default!r}"
     inner = _inner(field.annotation)
     if typing.get_origin(inner) is Literal:  # the choices are the Literal's, checked before anything runs
-        res = runner.invoke(app, ["train", "STORE", "--model", "m", "--run-id", "r", _flag(path[-1]), "bogus"])
+        res = runner.invoke(app, ["train", "STORE", "--model", "m", "--run", "r", _flag(path[-1]), "bogus"])
         choices = ", ".join(repr(c) for c in typing.get_args(inner))
         assert res.exit_code == 2 and f"'bogus' is not one of {choices}" in res.output, res.output
     if inner is bool:
@@ -149,7 +149,7 @@ def fake_train(monkeypatch):
     return seen
 
 
-REQUIRED = ["--model", "tiny-llama", "--run-id", "r"]
+REQUIRED = ["--model", "tiny-llama", "--run", "r"]
 OTHER = {"name": "tiny-qwen3-moe", "run_id": "r2", "device": "cpu", "where": "reward > 0", "tokenizer": "tok",
          "critic_trainable_pattern": "^value_head\\.", "keep_versions": 0}
 """A valid value other than the default, where the rule in :func:`_other` would not give one."""
@@ -185,7 +185,7 @@ SETTABLE = [(p, f) for p, f in OPTIONS if p != ("storage_options",)]
 @pytest.mark.parametrize(("path", "field"), SETTABLE, ids=[".".join(p) for p, _ in SETTABLE])
 def test_each_flag_reaches_the_config(store, fake_train, path, field):
     args, value = _other(path, field)
-    base = {"name": ["--run-id", "r"], "run_id": ["--model", "tiny-llama"]}.get(path[-1], REQUIRED)
+    base = {"name": ["--run", "r"], "run_id": ["--model", "tiny-llama"]}.get(path[-1], REQUIRED)
     res = runner.invoke(app, ["train", store, *base, *args], env={"COLUMNS": "100"})
     assert res.exit_code == 0, res.output
     got = fake_train["cfg"]
@@ -239,7 +239,7 @@ def _run(*args: str):  # noqa: ANN202
 
 def test_train_prints_a_json_summary(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 12)
-    r = _run(str(tmp_path), *BASE, "--run-id", "c1", "--max-steps", "2", "--format", "json",
+    r = _run(str(tmp_path), *BASE, "--run", "c1", "--max-steps", "2", "--format", "json",
              "--where", "num_actions = 3")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)  # notes (memory plan) go to stderr
@@ -252,7 +252,7 @@ def test_train_on_a_store_of_split_episodes(tmp_path: Path) -> None:
     # issue 23: 4 episodes of 3 linked trajectories each (a part, its context-rewrite successor,
     # a sub-agent); every part trained once, each step counts its episodes
     write_split_episode_store(tmp_path, 4)
-    r = _run(str(tmp_path), *BASE, "--run-id", "ep", "--format", "json")
+    r = _run(str(tmp_path), *BASE, "--run", "ep", "--format", "json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     consumed = ts.read_trajectories(str(tmp_path), columns=["trajectory_id"]).num_rows
@@ -272,7 +272,7 @@ def test_train_on_a_store_of_split_episodes(tmp_path: Path) -> None:
 ])
 def test_refusals_are_one_clear_line(tmp_path: Path, setup: dict, args: list[str], message: str) -> None:
     write_synthetic_store(tmp_path, 2, **setup)
-    r = _run(str(tmp_path), *BASE, "--run-id", "bad", *args)
+    r = _run(str(tmp_path), *BASE, "--run", "bad", *args)
     assert r.exit_code == (2 if "invalid option" in message else 1), r.output  # 2: a bad option value
     errors = [line for line in r.output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and message in errors[0]
@@ -290,7 +290,7 @@ def test_refusals_are_one_clear_line(tmp_path: Path, setup: dict, args: list[str
 ])
 def test_more_refusals_are_one_clear_line(tmp_path: Path, args: list[str], message: str) -> None:
     write_synthetic_store(tmp_path, 2)
-    r = _run(str(tmp_path), *BASE, "--run-id", "bad", *args)
+    r = _run(str(tmp_path), *BASE, "--run", "bad", *args)
     assert r.exit_code == (2 if "invalid option" in message else 1), r.output  # README: 2 = bad option value
     errors = [line for line in r.output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and message in errors[0], r.output
@@ -303,14 +303,14 @@ def test_cuda_device_without_cuda_is_one_line(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
     write_synthetic_store(tmp_path, 2)
-    r = _run(str(tmp_path), *BASE, "--run-id", "bad", "--device", "cuda")
+    r = _run(str(tmp_path), *BASE, "--run", "bad", "--device", "cuda")
     assert r.exit_code == 1 and "CUDA is not available" in r.output, r.output
 
 
 def test_missing_store_without_follow_is_an_error(tmp_path: Path) -> None:
     # A mistyped path used to "train" 0 iterations, exit 0 and create a store with policies/ there.
     missing = tmp_path / "no-such-store"
-    r = _run(str(missing), *BASE, "--run-id", "m1", "--max-steps", "1")
+    r = _run(str(missing), *BASE, "--run", "m1", "--max-steps", "1")
     assert r.exit_code == 1 and "no store at" in r.output, r.output
     assert not missing.exists()
 
@@ -409,7 +409,7 @@ def _corrupt(kind: str, root: Path) -> str:
 ])
 def test_non_finite_or_out_of_range_options_are_refused(tmp_path: Path, args: list[str], flag: str) -> None:
     write_synthetic_store(tmp_path, 2)
-    _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run-id", "x", *args), f"invalid option {flag}",
+    _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run", "x", *args), f"invalid option {flag}",
                code=2)  # bad usage
     assert_nothing_written(tmp_path)
 
@@ -417,7 +417,7 @@ def test_non_finite_or_out_of_range_options_are_refused(tmp_path: Path, args: li
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_empty_store_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     (tmp_path / "trajectories").mkdir()
-    _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run-id", "e"), "nothing to train", "0 rows")
+    _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run", "e"), "nothing to train", "0 rows")
     assert_nothing_written(tmp_path)
 
 
@@ -427,7 +427,7 @@ def test_nothing_trainable_is_refused(tmp_path: Path) -> None:
     trajs = [tiny_model_trajectory(rng, trajectory_id=f"n{i}") for i in range(3)]
     trajs = [t.model_copy(update={"reward": None}) for t in trajs]  # no reward: nothing to learn from
     write_trajectories(str(tmp_path), trajs)
-    _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run-id", "n"), "nothing to train", "3 rows: 0 trainable",
+    _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run", "n"), "nothing to train", "3 rows: 0 trainable",
                "3 without a reward")
     assert_nothing_written(tmp_path)
 
@@ -435,7 +435,7 @@ def test_nothing_trainable_is_refused(tmp_path: Path) -> None:
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_a_where_that_selects_nothing_is_refused(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 4)
-    _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run-id", "w", "--where", "num_actions > 100"),
+    _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run", "w", "--where", "num_actions > 100"),
                "nothing to train", "4 filtered by --where")
     assert_nothing_written(tmp_path)
 
@@ -443,7 +443,7 @@ def test_a_where_that_selects_nothing_is_refused(tmp_path: Path) -> None:
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_a_where_that_fails_on_the_data_is_one_line(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 4)  # source is 'sdk', which DuckDB cannot cast to an integer
-    _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run-id", "w", "--where", "CAST(source AS INTEGER) = 1"),
+    _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run", "w", "--where", "CAST(source AS INTEGER) = 1"),
                "--where", "fails on shard", "Conversion Error")
     assert_nothing_written(tmp_path)
 
@@ -459,7 +459,7 @@ def test_token_id_outside_the_vocabulary_in_a_later_shard_is_refused_before_any_
     tokens[-1] = token  # the final action token; the CLI's tiny-llama has a vocabulary of 256
     write_trajectories(str(tmp_path), [tiny_model_trajectory(rng, trajectory_id="ok"),
                                        bad.model_copy(update={"tokens": tokens})])
-    err = _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run-id", "v"), "trajectory 'bad'", "row 1",
+    err = _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run", "v"), "trajectory 'bad'", "row 1",
                      f"id {token} is outside the model's vocabulary of 256")
     assert "field tokens" in err
     assert_nothing_written(tmp_path)
@@ -472,7 +472,7 @@ def test_overlong_error_is_refused_before_any_write(tmp_path: Path) -> None:
     write_trajectories(str(tmp_path), [tiny_model_trajectory(rng, trajectory_id="long", num_turns=12,
                                                        action_len=(30, 40))])
     args = [a if a != "512" else "200" for a in BASE_ARGS]  # --max-seq-len 200
-    _one_error(_invoke_train(str(tmp_path), *args, "--run-id", "o", "--overlong", "error"), "trajectory 'long'",
+    _one_error(_invoke_train(str(tmp_path), *args, "--run", "o", "--overlong", "error"), "trajectory 'long'",
                "--max-seq-len 200")
     assert_nothing_written(tmp_path)
 
@@ -485,7 +485,7 @@ def test_old_shards_without_nullable_columns_train(tmp_path: Path) -> None:
         t = pq.read_table(shard)
         old = t.drop_columns(["group_id", "metadata"])
         pq.write_table(old.replace_schema_metadata(t.schema.metadata), shard)
-    r = _invoke_train(str(tmp_path), *BASE_ARGS, "--run-id", "old", "--format", "json", "--where", "group_id IS NULL")
+    r = _invoke_train(str(tmp_path), *BASE_ARGS, "--run", "old", "--format", "json", "--where", "group_id IS NULL")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output[r.output.index("{"):])["iterations"] == 2
 
@@ -498,7 +498,7 @@ def test_read_only_store_is_one_line(tmp_path: Path) -> None:
 
     write_synthetic_store(tmp_path, 2)
     cmd = [sys.executable, "-c", "from trajstore.cli.main import app; app()", "train", str(tmp_path), *BASE_ARGS,
-           "--run-id", "ro"]
+           "--run", "ro"]
     if os.geteuid() == 0:
         if not shutil.which("unshare"):
             pytest.skip("root without unshare(1): cannot make the store read-only")
@@ -531,12 +531,12 @@ def test_a_bad_checkpoint_is_one_line_naming_the_file_and_nothing_changes(traine
     root = _copy(trained, tmp_path)
     needle = _corrupt(kind, root)
     before = run_files_digest(root)
-    _one_error(_invoke_train(str(root), *BASE_ARGS, "--run-id", "r", "--resume"), needle)
+    _one_error(_invoke_train(str(root), *BASE_ARGS, "--run", "r", "--resume"), needle)
     assert run_files_digest(root) == before  # no record deleted, nothing re-published
 
 
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
-@pytest.mark.parametrize("command", [["train", "STORE", "--model", "tiny-llama", "--run-id", "x"], ["demo"]])
+@pytest.mark.parametrize("command", [["train", "STORE", "--model", "tiny-llama", "--run", "x"], ["demo"]])
 def test_missing_train_extra_is_one_line_naming_the_install_command(tmp_path: Path, command: list[str]) -> None:
     """Without the `train` extra both commands ended in ModuleNotFoundError tracebacks; the CLI
     itself must import without torch."""
@@ -562,9 +562,9 @@ def test_missing_train_extra_is_one_line_naming_the_install_command(tmp_path: Pa
 def test_resume_with_nothing_new_warns(trained: Path, tmp_path: Path) -> None:
     """Issue 16: training that trains nothing reported "0 iterations" without a warning."""
     root = _copy(trained, tmp_path)
-    first = _invoke_train(str(root), *BASE_ARGS, "--run-id", "r", "--resume", "--format", "json")  # the 4 left over
+    first = _invoke_train(str(root), *BASE_ARGS, "--run", "r", "--resume", "--format", "json")  # the 4 left over
     assert first.exit_code == 0, first.output
-    r = _invoke_train(str(root), *BASE_ARGS, "--run-id", "r", "--resume", "--format", "json")
+    r = _invoke_train(str(root), *BASE_ARGS, "--run", "r", "--resume", "--format", "json")
     assert r.exit_code == 0, r.output
     warn = [line for line in r.output.splitlines() if line.startswith("warning: ")]
     assert warn == ["warning: no trajectory was trained in this run (since the checkpoint: 0 rows: 0 trainable)"]
@@ -578,7 +578,7 @@ def test_fewer_policy_steps_than_asked_warns(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 3)
     r = _invoke_train(str(tmp_path), "--model", "tiny-llama", "--max-seq-len", "512", "--critic-warmup-steps", "10",
              "--critic-warmup-until", "budget", "--batch-size", "1", "--micro-batch-size", "1", "--max-steps", "2",
-             "--run-id", "few")
+             "--run", "few")
     assert r.exit_code == 0, r.output
     warn = [line for line in r.output.splitlines() if line.startswith("warning: ")]
     assert warn == ["warning: made 0 of the 2 policy steps asked for (--max-steps): the data ran out after 3 "
@@ -595,7 +595,7 @@ def test_overlong_skip_is_said_on_the_console(tmp_path: Path) -> None:
                                                        action_len=(30, 40))])  # read first
     write_synthetic_store(tmp_path, 4, per_shard=2)
     args = [a if a != "512" else "200" for a in BASE_ARGS]  # --max-seq-len 200
-    r = _invoke_train(str(tmp_path), *args, "--run-id", "s", "--max-steps", "2")
+    r = _invoke_train(str(tmp_path), *args, "--run", "s", "--max-steps", "2")
     assert r.exit_code == 0, r.output
     assert "data: 5 rows: 4 trainable (1 longer than --max-seq-len)" in r.output
     warns = [line for line in r.output.splitlines() if line.startswith("warning: ") and "--max-seq-len" in line]

@@ -1,4 +1,4 @@
-"""trajstore/export/run.py + refusals.py: `traj export` writes nothing while `traj redact --check`
+"""trajstore/export/run.py + refusals.py: `traj export` writes nothing while `traj redact --dry-run`
 would fail on the selected trajectories (a secret found, or spans that cannot be scanned); the
 error names how many secrets of which kinds, the trajectories, the commands and --allow-secrets,
 which exports anyway. Secrets and tokens: tests/helpers/secrets.py (SmolLM2's tokenizer)."""
@@ -47,9 +47,9 @@ def test_a_secret_refuses_the_export(leaky, tmp_path, to):
     with pytest.raises(ExportError) as e:
         export_store(leaky, to, str(out))
     msg = str(e.value)
-    assert msg.startswith(f"refusing to export: traj redact --check finds {FINDINGS} secret(s) (")
+    assert msg.startswith(f"refusing to export: traj redact --dry-run finds {FINDINGS} secret(s) (")
     assert "email 3" in msg and "aws_access_key 1" in msg and "github_token 1" in msg
-    assert msg.endswith(f") in 1 of the 3 selected trajectories: 's1'. See them with `traj redact {leaky} --check`, "
+    assert msg.endswith(f") in 1 of the 3 selected trajectories: 's1'. See them with `traj redact {leaky} --dry-run`, "
                         f"remove them with `traj redact {leaky}`, or export anyway with --allow-secrets")
     assert "\n" not in msg and not any(v in msg for v in SECRETS.values())  # one line, never the secret
     _no_output(tmp_path, out)
@@ -59,7 +59,7 @@ def test_only_the_selected_trajectories_are_checked(leaky, tmp_path, read_out):
     r = export_store(leaky, "hf", str(tmp_path / "clean"), ExportOptions(where="trajectory_id <> 's1'"))
     assert r.exported == 2
     assert read_out(tmp_path / "clean", ".trajstore/export.json")["secret_check"] == (
-        "traj redact --check found nothing in the selected trajectories")
+        "traj redact --dry-run found nothing in the selected trajectories")
 
 
 def test_allow_secrets_exports_anyway(leaky, tmp_path, read_out):
@@ -72,14 +72,14 @@ def test_allow_secrets_exports_anyway(leaky, tmp_path, read_out):
 
 
 def test_trajectories_that_cannot_be_scanned_refuse_it_too(tmp_path):
-    # the fixtures' tokenizer "tok" cannot be loaded: --check cannot read their spans and exits 1
+    # the fixtures' tokenizer "tok" cannot be loaded: --dry-run cannot read their spans and exits 1
     store = write_store(tmp_path / "s", three_turn_trajectories())
     with pytest.raises(ExportError) as e:
         export_store(store, "verl", str(tmp_path / "v"))
     msg = str(e.value)
     assert msg.startswith("refusing to export: 2 of the 2 selected trajectories (or their shards) could not be "
                           "scanned for secrets: 't1', 't2' (t1: tokenizer 'tok' cannot be loaded: ")
-    assert msg.endswith(f". See them with `traj redact {store} --check`, or export anyway with --allow-secrets")
+    assert msg.endswith(f". See them with `traj redact {store} --dry-run`, or export anyway with --allow-secrets")
     _no_output(tmp_path, tmp_path / "v")
     assert export_store(store, "verl", str(tmp_path / "v"), ExportOptions(allow_secrets=True)).exported == 2
 
@@ -88,10 +88,10 @@ def test_cli_refusal_and_allow_secrets(leaky, tmp_path):
     out = tmp_path / "out"
     res = CliRunner().invoke(app, ["export", leaky, "--to", "atif", "--out", str(out)])
     assert res.exit_code == 1
-    assert res.stderr.startswith(f"error: refusing to export: traj redact --check finds {FINDINGS} secret(s) (")
-    assert f"`traj redact {leaky} --check`" in res.stderr and "--allow-secrets" in res.stderr
+    assert res.stderr.startswith(f"error: refusing to export: traj redact --dry-run finds {FINDINGS} secret(s) (")
+    assert f"`traj redact {leaky} --dry-run`" in res.stderr and "--allow-secrets" in res.stderr
     _no_output(tmp_path, out)
-    check = CliRunner().invoke(app, ["redact", leaky, "--check", "--format", "json"])  # what the error points to
+    check = CliRunner().invoke(app, ["redact", leaky, "--dry-run", "--format", "json"])  # what the error points to
     assert check.exit_code == 1 and len(json.loads(check.stdout)["redact.findings"]) == FINDINGS
     res = CliRunner().invoke(app, ["export", leaky, "--to", "atif", "--out", str(out), "--allow-secrets",
                                    "--format", "json"])

@@ -86,6 +86,6 @@ own episode, no parent)."""
 
 UNCHECKED = ExportOptions(allow_secrets=True)
 """Options of the exports whose tests are about something else than the secret check: the tokenizer
-of these fixtures ("tok", and tests/helpers/stores.py's) cannot be loaded, so `traj redact --check`
+of these fixtures ("tok", and tests/helpers/stores.py's) cannot be loaded, so `traj redact --dry-run`
 cannot scan their spans and `traj export` refuses them without --allow-secrets
 (tests/export/test_secrets.py tests the check)."""

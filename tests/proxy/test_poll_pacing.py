@@ -117,7 +117,7 @@ def _counted_version_polls(poller, clock: FakeClock, monkeypatch, duration_s: fl
 
 @pytest.mark.parametrize("poll_s", [0.1, 0.25])
 def test_weight_sync_polls_for_a_new_version_every_poll(tmp_path, clock, monkeypatch, poll_s):
-    # --follow-run: one look for a newly published version per --poll seconds (3 s at 0.1 s: 30,
+    # --run: one look for a newly published version per --poll seconds (3 s at 0.1 s: 30,
     # where the 1.0 s default would make 3), so the next batch's barrier opens within --poll of
     # the trainer's publish
     state = _state(tmp_path, poll_s)
@@ -127,7 +127,7 @@ def test_weight_sync_polls_for_a_new_version_every_poll(tmp_path, clock, monkeyp
 
 
 def test_without_weight_sync_the_served_model_path_is_polled_every_poll(tmp_path, clock, monkeypatch):
-    # no --follow-run: the upstream's model path (GET /v1/models) is what is polled, at the same pace
+    # no --run: the upstream's model path (GET /v1/models) is what is polled, at the same pace
     cfg = ProxyConfig(upstream="http://127.0.0.1:9", store=str(tmp_path / "store"), poll_s=0.2)
     state = ProxyState(cfg)
     assert state.sync is None and state.model_path is not None

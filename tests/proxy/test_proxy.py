@@ -567,7 +567,7 @@ def test_sigterm_with_a_held_episode_refuses_it_and_still_writes_the_open_ones_a
     import threading
 
     store = str(tmp_path / "store")
-    proc, url = proxy_process(fake_upstream.url, store, "--follow-run", "r", "--max-staleness", "0",
+    proc, url = proxy_process(fake_upstream.url, store, "--run", "r", "--max-staleness", "0",
                               "--batch-size", "1", "--hold-timeout", "600")
     held: list[BaseException] = []
     try:

@@ -108,7 +108,7 @@ def _publish_marker(store: str, run: str, version: int) -> None:
 
 
 def test_follow_run_reloads_vllm_through_its_dev_endpoints(fake_upstream, start_proxy, tmp_path):
-    # --follow-run asked vLLM for /update_weights_from_disk, which it does not
+    # --run asked vLLM for /update_weights_from_disk, which it does not
     # have: every load failed and every call was recorded as the first version
     store = str(tmp_path / "store")
     _configure(fake_upstream.url, **VLLM_LIKE, dialect="vllm")

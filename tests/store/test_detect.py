@@ -23,8 +23,8 @@ WIDTH = {"COLUMNS": "200"}
 
 READ_COMMANDS = [["stats", "{s}"], ["sql", "{s}", "SELECT count(*) AS n FROM trajectories"], ["info", "{s}"],
                  ["runs", "{s}"], ["migrate", "{s}", "--dry-run"],
-                 ["train", "{s}", "--model", "tiny-llama", "--run-id", "r"],
-                 ["train", "{s}", "--model", "tiny-llama", "--run-id", "r", "--follow"]]
+                 ["train", "{s}", "--model", "tiny-llama", "--run", "r"],
+                 ["train", "{s}", "--model", "tiny-llama", "--run", "r", "--follow"]]
 
 
 def _args(cmd: list[str], store: str) -> list[str]:

@@ -39,7 +39,7 @@ def test_gc_beside_a_following_trainer(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     written = set(write_synthetic_store(tmp_path, 8, per_shard=2, prefix="a"))
     cmd = [sys.executable, "-c", "from trajstore.cli.main import app; app()", "train", str(tmp_path), "--model",
-           "tiny-llama", "--run-id", "f", "--batch-size", "2", "--max-seq-len", "512", "--critic-warmup-steps", "0",
+           "tiny-llama", "--run", "f", "--batch-size", "2", "--max-seq-len", "512", "--critic-warmup-steps", "0",
            "--checkpoint-every", "1", "--follow", "--poll-interval", "0.2", "--format", "json"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                          env={**os.environ, "TRAJ_TRACEBACK": "1"})

@@ -147,7 +147,7 @@ def test_a_store_written_by_the_sdk_the_trainer_and_the_proxy_holds_only_layout_
 
     r = CliRunner().invoke(app, [  # traj train: 1 step, its records, TensorBoard, a checkpoint, v0 and v1
         "train", str(root), "--model", "tiny-llama", "--batch-size", "4", "--micro-batch-size", "2",
-        "--max-seq-len", "512", "--critic-warmup-steps", "0", "--run-id", RUN, "--max-steps", "1",
+        "--max-seq-len", "512", "--critic-warmup-steps", "0", "--run", RUN, "--max-steps", "1",
         "--checkpoint-every", "1", "--tensorboard", "--format", "json"], env={"TRAJ_TRACEBACK": "1"})
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["policy_version"] == 1

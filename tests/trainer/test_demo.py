@@ -393,7 +393,7 @@ def test_a_time_limit_stops_the_demo_early_with_its_summary(tmp_path):
     out = subprocess.run(
         [sys.executable, "-c", "from trajstore.cli.main import app; app()", "demo", "--store", str(store),
          "--model", "tiny-llama", "--steps", "5000", "--batch-size", "2", "--max-new-tokens", "3",
-         "--run-id", "demo-limit", "--time-limit", "60"],
+         "--run", "demo-limit", "--time-limit", "60"],
         check=False, capture_output=True, text=True, timeout=900, env=dict(os.environ, COLUMNS="200"))
     wall = time.monotonic() - t0
     text = out.stdout

@@ -27,7 +27,7 @@ def run_has_records(store: Store, run_id: str) -> bool:
 def resume_fresh_message(store: Store, run_id: str) -> str:
     """What ``--resume`` of a run without any checkpoint or record says (it starts the run fresh)."""
     return (f"--resume: run {run_id!r} has no checkpoint in {store.uri} (no "
-            f"{checkpoint_latest_file(run_id)}), so it starts fresh at iteration 0; check --run-id if "
+            f"{checkpoint_latest_file(run_id)}), so it starts fresh at iteration 0; check --run if "
             "you meant to continue a run (`traj runs STORE` lists them)")
 
 
@@ -47,7 +47,7 @@ def resume_point(store: Store, cfg: TrainConfig, *, resume: bool) -> Checkpoint 
             has_ckpt = True
         if has_ckpt or run_has_records(store, run_id):
             raise CheckpointError(f"run {run_id!r} already has checkpoints or records in {store.uri}; "
-                                  "pass --resume to continue it or choose another --run-id")
+                                  "pass --resume to continue it or choose another --run")
         return None
     ckpt = load_latest_checkpoint(store, run_id)
     if ckpt is None:
@@ -55,9 +55,9 @@ def resume_point(store: Store, cfg: TrainConfig, *, resume: bool) -> Checkpoint 
             raise CheckpointError(
                 f"cannot resume run {run_id!r}: {store.url(run_dir(run_id))} has training records but no "
                 f"checkpoint ({store.url(checkpoint_latest_file(run_id))} is missing), so they cannot "
-                "be matched to weights; start a new --run-id (nothing was changed)")
+                "be matched to weights; start a new --run (nothing was changed)")
         # A supervisor may always pass --resume (the first start has nothing to resume), so this is
-        # no error; but a mistyped --run-id must not start a new run without a word.
+        # no error; but a mistyped --run must not start a new run without a word.
         warnings.warn(resume_fresh_message(store, run_id), TrajstoreWarning, stacklevel=2)
         return None
     saved = TrainConfig.from_json(ckpt.config_json)

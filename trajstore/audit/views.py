@@ -201,8 +201,8 @@ def _trajectory_rows_sql(conn: duckdb.DuckDBPyConnection, shards: Sequence[Shard
     return " UNION ALL BY NAME ".join(selects), urls
 
 
-def _shard_urls(store: Store, subdir: str) -> list[str]:
-    return [store.url_of(s.path) for s in store.list_shards(subdir)]
+def _shard_urls(store: Store, subdir: str, *, strict: bool = False) -> list[str]:
+    return [store.url_of(s.path) for s in store.list_shards(subdir, strict=strict)]
 
 
 def run_ids(store: Store) -> list[str]:
@@ -211,7 +211,7 @@ def run_ids(store: Store) -> list[str]:
 
 
 def connect(uri: str | os.PathLike[str] | Store, *,
-            storage_options: Mapping[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
+            storage_options: Mapping[str, Any] | None = None, strict: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the store's views registered.
 
     Views (a snapshot of the shards listed now; reconnect to see newer shards):
@@ -255,9 +255,14 @@ def connect(uri: str | os.PathLike[str] | Store, *,
     Args:
         uri: store root (local path or ``s3://bucket/prefix``) or an open :class:`Store`.
         storage_options: fsspec options for remote stores (``key``, ``secret``, ``endpoint_url``, ...).
+        strict: raise on a shard (trajectories or training records) that cannot be read instead
+            of leaving it out with a :class:`~trajstore.store.CorruptShardWarning`: an audit whose
+            totals silently miss a shard's rows is wrong, so ``traj stats`` / ``traj sql`` are
+            strict unless ``--skip-unreadable``.
 
     Raises:
         StoreError: the store cannot be opened.
+        CorruptShardError: with `strict`, the first shard that cannot be read (its path and why).
     """
     store = uri if isinstance(uri, Store) else open_store(uri, storage_options=storage_options)
     conn = duckdb.connect(":memory:")
@@ -271,7 +276,7 @@ def connect(uri: str | os.PathLike[str] | Store, *,
         conn.register_filesystem(store.fs)
     allowed: list[str] = []
 
-    traj_shards = store.list_shards(TRAJECTORIES_DIR)
+    traj_shards = store.list_shards(TRAJECTORIES_DIR, strict=strict)
     rows_sql, traj_urls = _trajectory_rows_sql(conn, traj_shards, store)
     allowed += traj_urls
     # Every row as stored (as schema v3), with its shard and row number (duplicates included).
@@ -319,7 +324,7 @@ def connect(uri: str | os.PathLike[str] | Store, *,
     for view, records_dir, schema in (("steps", run_steps_dir, STEP_SCHEMA),
                                       ("consumed", run_consumed_dir, CONSUMED_SCHEMA),
                                       ("token_annotations", run_tokens_dir, TOKEN_ANNOTATION_SCHEMA)):
-        urls = [u for r in runs for u in _shard_urls(store, records_dir(r))]
+        urls = [u for r in runs for u in _shard_urls(store, records_dir(r), strict=strict)]
         allowed += urls
         src = _read_parquet(urls) if urls else _empty_source(conn, f"_trajstore_empty_{view}", schema)
         cols = ", ".join(_quote_ident(f.name) for f in schema)

@@ -1,6 +1,6 @@
 """What an export refuses rather than write wrong: a trajectory without the log-probs, reward or
 policy versions a target's layout holds, or without any model call, and a selection in which
-``traj redact --check`` finds a secret. Each refusal is one line naming the trajectories and the
+``traj redact --dry-run`` finds a secret. Each refusal is one line naming the trajectories and the
 option that changes the decision."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ SKIP_OPTION: Final[str] = "--skip-refused"
 """The option that leaves refused trajectories out instead of stopping the export."""
 
 ALLOW_SECRETS_OPTION: Final[str] = "--allow-secrets"
-"""The option that exports trajectories in which ``traj redact --check`` finds something."""
+"""The option that exports trajectories in which ``traj redact --dry-run`` finds something."""
 
 SKIP_UNREADABLE_OPTION: Final[str] = "--skip-unreadable"
 """The option that exports a store with unreadable shards without their trajectories (recorded)."""
@@ -99,10 +99,10 @@ def _ids(ids: list[str]) -> str:
 
 def secrets_refusal(scan: ScanReport, *, store: str, selected: int) -> str | None:
     """Why an export of `selected` trajectories of `store` is refused after ``traj redact
-    --check``'s scan of them (:func:`trajstore.redact.find_secrets`), or None when it is clean.
+    --dry-run``'s scan of them (:func:`trajstore.redact.find_secrets`), or None when it is clean.
 
     One line: how many secrets of which kinds in which trajectories, the trajectories that could not
-    be scanned (a secret may hide in them, so ``--check`` fails on them too) and why, the commands
+    be scanned (a secret may hide in them, so ``--dry-run`` fails on them too) and why, the commands
     that list and remove them, and the option that exports anyway."""
     if scan.clean:
         return None
@@ -110,7 +110,7 @@ def secrets_refusal(scan: ScanReport, *, store: str, selected: int) -> str | Non
     if scan.findings:
         ids = list(dict.fromkeys(f.trajectory_id for f in scan.findings))
         kinds = ", ".join(f"{k} {n}" for k, n in scan.by_kind().items())
-        parts.append(f"traj redact --check finds {len(scan.findings)} secret(s) ({kinds}) in {len(ids)} of the "
+        parts.append(f"traj redact --dry-run finds {len(scan.findings)} secret(s) ({kinds}) in {len(ids)} of the "
                      f"{selected} selected trajectories: {_ids(ids)}")
     if scan.unscanned:
         ids = list(dict.fromkeys(u.trajectory_id or u.shard or "?" for u in scan.unscanned))
@@ -118,5 +118,5 @@ def secrets_refusal(scan: ScanReport, *, store: str, selected: int) -> str | Non
         parts.append(f"{len(ids)} of the {selected} selected trajectories (or their shards) could not be scanned for "
                      f"secrets: {_ids(ids)} ({first.trajectory_id or first.shard}: {one_line(first.reason)})")
     remove = f", remove them with `traj redact {store}`" if scan.findings else ""
-    return (f"refusing to export: {'; '.join(parts)}. See them with `traj redact {store} --check`{remove}, or export "
+    return (f"refusing to export: {'; '.join(parts)}. See them with `traj redact {store} --dry-run`{remove}, or export "
             f"anyway with {ALLOW_SECRETS_OPTION}")

@@ -1,4 +1,4 @@
-"""``traj export``: select trajectories, refuse them if ``traj redact --check`` would find a secret
+"""``traj export``: select trajectories, refuse them if ``traj redact --dry-run`` would find a secret
 in them, read them in parts, cut them for the target, refuse or skip what the target cannot take as
 it is (and, for a trainer layout, what is stored as not trainable), write the parts and a manifest
 into a staging folder and rename it into place (nothing appears at the destination unless the whole
@@ -61,7 +61,7 @@ class ExportOptions:
             Parquet, undecodable) without their trajectories, recording the shards (and their rows
             where known) in the result, the manifest and the card; by default such an export is
             refused, naming the shards, and nothing is written.
-        allow_secrets: write even when ``traj redact --check`` would fail on the selected
+        allow_secrets: write even when ``traj redact --dry-run`` would fail on the selected
             trajectories (a secret found, or a trajectory whose spans cannot be scanned); by
             default such an export is refused and nothing is written.
         include_not_trainable: trainer layouts (``Target.trainer_layout``) also take trajectories
@@ -263,7 +263,7 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
     Raises:
         ExportError: an unknown target, an option the target does not take, nothing to export
             (an empty store, a selection matching nothing, every selected trajectory left out),
-            ``traj redact --check`` failing on the selection (without ``allow_secrets``), a
+            ``traj redact --dry-run`` failing on the selection (without ``allow_secrets``), a
             refused trajectory (without ``skip_refused``; one line naming it and the option), `out`
             not empty. Nothing is written.
         ExportError (also): a shard of the store that cannot be read (without
@@ -284,7 +284,7 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
     sel = select_trajectories(conn, s, where=opts.where, run=opts.run, limit=opts.limit)
     if not sel.ids:
         raise ExportError(_nothing_selected(conn, s, sel))
-    if not opts.allow_secrets:  # the same scan as traj redact --check, over the selected trajectories only
+    if not opts.allow_secrets:  # the same scan as traj redact --dry-run, over the selected trajectories only
         why = secrets_refusal(find_secrets(s, trajectory_ids=sel.ids), store=s.uri, selected=len(sel.ids))
         if why is not None:
             raise ExportError(why)
@@ -362,7 +362,7 @@ def _manifest(store: Store, target: Target, sel: Selection, result: ExportResult
                                            "included": result.not_trainable_included}},
         "fields": {f: target.fields[f] for f in sorted(holds)}, "left_out": result.left_out,
         "secret_check": f"not run ({ALLOW_SECRETS_OPTION})" if opts.allow_secrets else
-                        "traj redact --check found nothing in the selected trajectories",
+                        "traj redact --dry-run found nothing in the selected trajectories",
         "pad_token_id": opts.pad_token_id, "alignment": target.alignment,
         "approximations": {k: v for k, v in sorted(result.approximations.items()) if v},
         "checked_against": target.checked_against, "files": result.files, "load": target.loader,

@@ -118,7 +118,7 @@ def plan_rows(store: Store, *, consumed_by: tuple[str, ...], older_than_s: float
             cursors[r] = c
         elif r not in consumed_by or _has_checkpoints(store, r):
             out.blocked.append(f"run {r} has no committed checkpoint: it may be running and need any row "
-                               f"(name it in --consumed-by, or --ignore-run {r} if it will never resume)")
+                               f"(name it in --run, or --ignore-run {r} if it will never resume)")
     if out.blocked:
         return out
     eaten = set.intersection(*(consumed_ids(store, r) for r in consumed_by))

@@ -21,7 +21,7 @@ routes under ``/s/<session>/l/<lineage>/v1/...``, which names the call's lineage
   episodes by lineage count (``lineages_per_episode``), per-version counts of the calls made by
   one version, open sessions, weight sync state;
 * ``POST /proxy/policy_version`` ``{"version": N}``: the upstream was reloaded by hand and now
-  serves version N (refused with ``--follow-run``, which loads versions itself);
+  serves version N (refused with ``--run``, which loads versions itself);
 * ``GET /health``.
 """
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -37,6 +37,8 @@ class ProxyConfig(BaseModel):
     upstream: str = Field(description="base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000 "
                                       "(with or without a trailing /v1)")
     store: str = Field(description="store URI the trajectories are written to")
+    storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options of the store and "
+                                            "of the policy store (an S3 endpoint, keys)")
     host: str = Field("127.0.0.1", description="interface to bind (loopback by default)")
     port: int = Field(8100, ge=0, le=65535, description="TCP port (0 = any free port)")
     engine: UpstreamDialect = Field("vllm", description="the upstream's request/response dialect "
@@ -72,14 +74,14 @@ class ProxyConfig(BaseModel):
                                                  "ones finish before a reload; tag: no waiting, label each call "
                                                  "from what the upstream reports")
     poll_s: float = Field(1.0, gt=0, description="seconds between checks for a new version: a published one "
-                          "(--follow-run), else the model path the upstream serves (GET /v1/models); with "
+                          "(--run), else the model path the upstream serves (GET /v1/models); with "
                           "--max-staleness also between re-reads of the trainer's consumed records while an "
                           "episode is held (at most 0.5)")
     drain_timeout_s: float = Field(600.0, gt=0, description="longest wait for in-flight calls before a reload (s)")
     weights_cache: str | None = Field(None, description="local folder for copies of versions from a remote "
                                                         "store (the upstream must be able to read it)")
     max_staleness: int | None = Field(None, ge=0, description="AReaL's eta: hold new episodes while running + "
-                                      "unconsumed episodes reach (eta + 1) x batch size (needs --follow-run)")
+                                      "unconsumed episodes reach (eta + 1) x batch size (needs --run)")
     batch_size: int | None = Field(None, ge=1, description="the trainer's trajectories per step (default: the "
                                                            "run's config.json)")
     hold_timeout_s: float = Field(600.0, gt=0, description="a held episode is refused with 503 after this (s)")

@@ -1,5 +1,5 @@
 """``POST /proxy/policy_version {"version": N}``: whoever reloads the upstream by hand (vLLM
-without ``--follow-run``) tells the proxy which policy version it serves from now on; calls
+without ``--run``) tells the proxy which policy version it serves from now on; calls
 that run across the change are flagged with both versions, as across a weight-sync reload."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ async def set_policy_version(request: Request) -> JSONResponse:
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
         return error_response(400, 'body must be {"version": <integer >= 0>}', param="version")
     if st.sync is not None:
-        return error_response(409, f"weight sync (--follow-run {st.cfg.follow_run}) sets the version: the proxy "
+        return error_response(409, f"weight sync (--run {st.cfg.follow_run}) sets the version: the proxy "
                                  "loads each published one itself", "conflict")
     before = st.versioning.version
     st.versioning.loaded(v, "manual")

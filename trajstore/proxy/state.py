@@ -72,7 +72,7 @@ class ProxyState:
 
     Sessions (open episodes) live in ``recorder.sessions``; ``calls`` are the model calls in
     flight (until recorded); ``errors`` counts failures by kind; ``gate`` is the staleness gate
-    (None without ``--max-staleness``), ``sync`` the weight sync (None without ``--follow-run``);
+    (None without ``--max-staleness``), ``sync`` the weight sync (None without ``--run``);
     ``recordings`` are answered calls still being recorded; ``evicted`` the recently idle-evicted
     episodes by session key; ``closing`` is set once a shutdown began (no new calls).
     """
@@ -80,8 +80,9 @@ class ProxyState:
     def __init__(self, cfg: ProxyConfig):
         self.cfg = cfg
         self.max_request_bytes = int(cfg.max_request_mb * 2**20)
-        self.store = open_store(cfg.store)
-        self.policy_store = open_store(cfg.policy_store) if cfg.policy_store else self.store
+        self.store = open_store(cfg.store, storage_options=cfg.storage_options)
+        self.policy_store = (open_store(cfg.policy_store, storage_options=cfg.storage_options) if cfg.policy_store
+                             else self.store)
         key = os.environ.get(cfg.upstream_key_env)
         self.upstream_headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.client_token = cfg.client_token()
@@ -92,7 +93,7 @@ class ProxyState:
         self.gate: StalenessGate | None = None
         if cfg.max_staleness is not None:
             if not cfg.follow_run:
-                raise TrajstoreError("--max-staleness needs --follow-run RUN (the run whose consumption it tracks)")
+                raise TrajstoreError("--max-staleness needs --run RUN (the run whose consumption it tracks)")
             self.gate = StalenessGate(self.policy_store, cfg.follow_run, max_staleness=cfg.max_staleness,
                                       batch_size=cfg.batch_size or self._run_batch_size(),
                                       hold_timeout_s=cfg.hold_timeout_s,
@@ -333,7 +334,7 @@ class ProxyState:
         log.warning("every call is recorded as version %d (--policy-version): the upstream reports no weight "
                     "version (metadata.weight_version) and the model path it serves (GET /v1/models) names no "
                     "published version (.../policies/<run>/v<N>); after reloading it by hand, POST "
-                    "/proxy/policy_version {\"version\": N}, or let the proxy reload it (--follow-run RUN)", version)
+                    "/proxy/policy_version {\"version\": N}, or let the proxy reload it (--run RUN)", version)
 
     async def close(self) -> None:
         """At the lifespan's end, after the shutdown's drain: the background writes, then the

@@ -45,7 +45,7 @@ _POLICY_PATH = re.compile(r"(?:^|/)policies/[^/]+/v(\d+)/*$")
 
 def version_of_model_path(path: object) -> int | None:
     """N for a published version folder ``.../policies/<run>/v<N>`` (what ``traj train``
-    publishes and ``--follow-run`` loads), None for any other model name or path."""
+    publishes and ``--run`` loads), None for any other model name or path."""
     if not isinstance(path, str):
         return None
     m = _POLICY_PATH.search(path.strip().replace("\\", "/"))

@@ -5,7 +5,7 @@ No model: a byte-level "tokenizer" (token id = byte value + 4; 1, 2, 3 frame cha
 log-probs are -0.5 - 0.001 * position. ``POST /_fake/config`` changes its behaviour (HTTP
 status to answer with, delays, a stream that stops half way); ``GET /_fake/seen`` returns the
 Authorization headers it received. ``POST /update_weights_from_disk`` (SGLang's reload request,
-as ``traj proxy --follow-run`` sends it) makes the body's ``weight_version`` the reported one
+as ``traj proxy --run`` sends it) makes the body's ``weight_version`` the reported one
 and logs the request (``GET /_fake/loads``). With ``dialect: "vllm"`` it answers that request
 404, as vLLM does, and reloads through vLLM's dev endpoints instead (``POST /collective_rpc``
 ``reload_weights``, then ``POST /reset_prefix_cache``; both logged); ``weight_version: None``

@@ -1,7 +1,7 @@
 """Scrubbing secrets and personal data from stored trajectories without breaking the token /
 log-prob alignment (``traj redact``, ``traj proxy --redact``).
 
-    report = trajstore.redact.find_secrets("store/")           # traj redact store/ --check
+    report = trajstore.redact.find_secrets("store/")           # traj redact store/ --dry-run
     result = trajstore.redact.redact_store("store/")           # traj redact store/
 
 Modules: ``rules`` (detectors, allow-list, the config), ``tokentext`` (token ids as bytes for a

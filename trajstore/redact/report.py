@@ -103,7 +103,7 @@ class ScanReport:
 
     @property
     def clean(self) -> bool:
-        """No finding and nothing left unscanned: ``traj redact --check`` exits 0."""
+        """No finding and nothing left unscanned: ``traj redact --dry-run`` exits 0."""
         return not self.findings and not self.unscanned
 
     def by_kind(self) -> dict[str, int]:

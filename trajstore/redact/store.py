@@ -1,4 +1,4 @@
-"""Scanning a store for secrets (``traj redact --check``, and ``traj export``'s refusal) and
+"""Scanning a store for secrets (``traj redact --dry-run``, and ``traj export``'s refusal) and
 rewriting the shards that hold some (``traj redact``).
 
 Every row of every trajectory shard is read, the hidden copies of duplicated ids included (a
@@ -72,7 +72,7 @@ def find_secrets(uri: str | os.PathLike[str] | Store, *, config: RedactConfig | 
         on_shard: progress callback.
 
     Returns:
-        A :class:`ScanReport`; ``report.clean`` is what ``traj redact --check`` exits 0 on.
+        A :class:`ScanReport`; ``report.clean`` is what ``traj redact --dry-run`` exits 0 on.
 
     Raises:
         StoreError: the store cannot be listed.
@@ -106,7 +106,7 @@ def find_secrets(uri: str | os.PathLike[str] | Store, *, config: RedactConfig | 
 def store_has_findings(uri: str | os.PathLike[str] | Store, *, config: RedactConfig | None = None,
                        storage_options: dict[str, Any] | None = None,
                        trajectory_ids: Collection[str] | None = None) -> bool:
-    """Whether ``traj redact --check`` would fail on the store (or on `trajectory_ids`): a secret
+    """Whether ``traj redact --dry-run`` would fail on the store (or on `trajectory_ids`): a secret
     found, or a row or shard that could not be scanned. What ``traj export`` refuses to write on."""
     return not find_secrets(uri, config=config, storage_options=storage_options,
                             trajectory_ids=trajectory_ids).clean

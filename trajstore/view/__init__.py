@@ -10,14 +10,18 @@ The app needs Starlette, uvicorn and Jinja2 (the ``view`` extra); this package i
 in :mod:`trajstore.view.app`.
 """
 
-from trajstore.view.config import DEFAULT_VIEW_PORT, DEFAULT_VIEW_TOKEN_ENV, ViewConfig
-
 __all__ = ["DEFAULT_VIEW_PORT", "DEFAULT_VIEW_TOKEN_ENV", "ViewConfig", "create_app", "run_view"]
 
 
-def __getattr__(name: str):  # the app pulls in Starlette, uvicorn and Jinja2 only when used
+def __getattr__(name: str):
+    # PEP 562: the app pulls in Starlette, uvicorn and Jinja2, the config pydantic; a module that
+    # only links to pages (trajstore.view.links) imports neither.
     if name in ("create_app", "run_view"):
         from trajstore.view import app
 
         return getattr(app, name)
+    if name in ("DEFAULT_VIEW_PORT", "DEFAULT_VIEW_TOKEN_ENV", "ViewConfig"):
+        from trajstore.view import config
+
+        return getattr(config, name)
     raise AttributeError(name)

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
 DEFAULT_VIEW_PORT = 8200
 DEFAULT_VIEW_TOKEN_ENV = "TRAJ_VIEW_TOKEN"
 """Environment variable holding the token a browser must present (unset: no token asked)."""
-
-VIEW_URL_SAFE = ":@-._~"
-"""Characters a trajectory id keeps in its page's path (RFC 3986 allows them in a path segment);
-every other one is percent-encoded (UTF-8), as DuckDB's ``url_encode`` does."""
-
-
-def trajectory_path(trajectory_id: str) -> str:
-    """``/t/<trajectory_id>``, the path of a trajectory's page (what ``traj stats --view-url`` links)."""
-    return f"/t/{quote(trajectory_id, safe=VIEW_URL_SAFE)}"
 
 
 class ViewConfig(BaseModel):

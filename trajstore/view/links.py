@@ -1,7 +1,7 @@
 """Links from other outputs to ``traj view`` pages: ``traj stats --view-url`` and ``traj sql
 --view-url`` add a ``<column>_url`` column after each column of trajectory ids, computed in
 Python for result tables and by DuckDB for a query, alike (the path is
-:func:`trajstore.view.config.trajectory_path`'s)."""
+:func:`trajstore.view.urls.trajectory_path`'s)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from trajstore.tables import TableData
-from trajstore.view.config import VIEW_URL_SAFE, trajectory_path
+from trajstore.view.urls import VIEW_URL_SAFE, trajectory_path
 
 LINKED_ID_COLUMNS = ("trajectory_id", "example_id", "parent_trajectory_id")
 """Columns holding trajectory ids that ``--view-url`` links to their ``traj view`` page."""

@@ -12,8 +12,8 @@ from urllib.parse import urlencode
 
 from markupsafe import Markup
 
-from trajstore.view.config import trajectory_path
 from trajstore.view.trajectory import TrajectoryPage
+from trajstore.view.urls import trajectory_path
 
 COLOURINGS: tuple[tuple[str, str, str], ...] = (
     ("lp", "engine log-prob", "the rollout engine's log-prob of the token (nats): red = unlikely, green = likely"),

@@ -74,7 +74,7 @@ def test_rollback_removes_records_after_the_checkpoint(tmp_path: Path) -> None:
 
 
 def _train_cmd(store: Path, run_id: str, *extra: str) -> list[str]:
-    return [*TRAJ, "train", str(store), "--model", "tiny-llama", "--run-id", run_id, "--batch-size", "2",
+    return [*TRAJ, "train", str(store), "--model", "tiny-llama", "--run", run_id, "--batch-size", "2",
             "--micro-batch-size", "1", "--checkpoint-every", "1", "--critic-warmup-steps", "1",
             "--max-seq-len", "512", "--policy-lr", "1e-3", "--critic-lr", "1e-3", "--format", "json", *extra]
 

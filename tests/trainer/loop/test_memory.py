@@ -153,7 +153,7 @@ def test_a_run_that_cannot_fit_is_refused_before_anything_is_written(
         return sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if not {"_tmp", "_index"} & set(p.parts))
 
     before = files()
-    r = CliRunner().invoke(app, ["train", str(tmp_path), "--model", "tiny-llama", "--run-id", "r",
+    r = CliRunner().invoke(app, ["train", str(tmp_path), "--model", "tiny-llama", "--run", "r",
                                  "--batch-size", "4", "--max-seq-len", "512"], env={"TRAJ_TRACEBACK": ""})
     assert r.exit_code == 1, r.output
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]

@@ -80,7 +80,7 @@ def test_a_second_sigterm_rolls_the_publish_back(tmp_path: Path, monkeypatch: py
 def test_sigterm_to_a_following_traj_train_exits_0_with_a_checkpoint(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 4)
     cmd = [sys.executable, "-c", "from trajstore.cli.main import app; app()", "train", str(tmp_path), "--model",
-           "tiny-llama", "--run-id", "f", "--batch-size", "2", "--max-seq-len", "512", "--critic-warmup-steps", "0",
+           "tiny-llama", "--run", "f", "--batch-size", "2", "--max-seq-len", "512", "--critic-warmup-steps", "0",
            "--follow", "--poll-interval", "0.2", "--format", "json"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, "TRAJ_TRACEBACK": "1"})

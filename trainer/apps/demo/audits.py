@@ -19,7 +19,7 @@ def demo_filter(run_id: str) -> str:
 
 def proxy_run_filter(run_id: str) -> str:
     """DuckDB predicate selecting every trajectory the demo's proxy wrote, aborted ones included:
-    the proxy tags them with its --follow-run (metadata ``run_id``), while ``demo_run`` comes with
+    the proxy tags them with its --run (metadata ``run_id``), while ``demo_run`` comes with
     an agent's /finish, which an episode cut short never sent."""
     return f"source = '{PROXY_SOURCE}' AND json_extract_string(metadata, '$.run_id') = '{run_id}'"
 

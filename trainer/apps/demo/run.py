@@ -179,7 +179,7 @@ class _DemoRun:
                  f"{plural(cfg.max_ahead_batches, 'batch', 'batches')} running or waiting for the trainer) ...")
         c.start("proxy", start_traj_child(
             ["proxy", "--upstream", serve_url, "--store", self.store.uri, "--port", str(proxy_port),
-             "--follow-run", self.run_id,
+             "--run", self.run_id,
              "--tokenizer", tokenizer_identity(cfg) if cfg.model.startswith("tiny-") else model_identity(cfg), "--poll", "0.5",
              "--max-staleness", str(cfg.max_ahead_batches - 1), "--batch-size", str(cfg.batch_size),
              "--hold-timeout", str(PROXY_HOLD_S), "--session-timeout", str(PROXY_HOLD_S)],
