@@ -67,3 +67,12 @@ def test_a_compaction_that_deletes_the_shards_the_lookup_holds(tmp_store: str,
     assert r.replaced_deleted  # the shards the lookup points at are gone
     after = read_trajectories_by_id(tmp_store, ["t00005", "t00017"])
     assert after.to_pylist() == before.to_pylist()
+
+
+def test_a_process_keeps_the_lookups_of_a_bounded_number_of_stores(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(id_lookup, "MAX_STORES", 2)
+    monkeypatch.setattr(id_lookup, "_LOOKUPS", {})
+    for name in ("a", "b", "c"):
+        write_small_shards(open_store(str(tmp_path / name)), trajectory_table(2), per_shard=2)
+        assert read_trajectories_by_id(str(tmp_path / name), ["t00001"]).num_rows == 1
+    assert [k[0].rsplit("/", 2)[-2] for k in id_lookup._LOOKUPS] == ["b", "c"]

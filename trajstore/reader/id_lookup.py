@@ -131,8 +131,10 @@ def build(store: Store, *, strict: bool = False, previous: IdLookup | None = Non
 
 STALE = -1
 """The token of a lookup whose folder changed during its listing (never a real time)."""
+MAX_STORES = 64
+"""Stores whose lookup a process keeps; the one used least recently is dropped beyond this."""
 _LOOKUPS: dict[tuple[str, bool], IdLookup] = {}
-"""The lookup of each store URL (and strictness) this process fetched from."""
+"""The lookup of each store URL (and strictness) this process fetched from, least recently used first."""
 _LOCK = threading.Lock()
 
 
@@ -141,10 +143,15 @@ def lookup_for(store: Store, *, strict: bool = False, rebuild: bool = False) -> 
     `rebuild` is set, when there is none yet, or when a local store's folder changed since."""
     key = (store.url(TRAJECTORIES_DIR), strict)
     with _LOCK:
-        current = _LOOKUPS.get(key)
+        current = _LOOKUPS.pop(key, None)
+        if current is not None:
+            _LOOKUPS[key] = current  # now the most recently used
     if current is not None and not rebuild and (current.token is None or current.token == folder_token(store)):
         return current, False
     fresh = build(store, strict=strict, previous=current)
     with _LOCK:
+        _LOOKUPS.pop(key, None)
         _LOOKUPS[key] = fresh
+        while len(_LOOKUPS) > MAX_STORES:
+            del _LOOKUPS[next(iter(_LOOKUPS))]
     return fresh, True
