@@ -106,7 +106,7 @@ def _refuse_conflicting_repeats(command: Any, ctx: Any, args: Sequence[str]) -> 
                 given = f"{name} {value}"
                 i += max(p.nargs, 1)
             if p.name in seen and seen[p.name][1] != value:
-                raise _click_exceptions().UsageError(
+                raise click_exceptions().UsageError(
                     f"option {max(p.opts, key=len)} given twice with different values ({seen[p.name][0]}, {given}): "
                     "give it once", ctx=ctx)
             seen.setdefault(p.name, (given, value))
@@ -137,7 +137,7 @@ def _plain_help_when_narrow(command: Any) -> Any:
 def usage_error_line(e: Any) -> str:
     """A click usage error (unknown option, bad option value, missing argument) as one line,
     worded as our own bad-usage errors are (``invalid option --limit: ...``)."""
-    click = _click_exceptions()
+    click = click_exceptions()
     param = getattr(e, "param", None)
     is_option = getattr(param, "param_type_name", "") == "option"
     name = None
@@ -178,7 +178,7 @@ class TrajGroup(TyperGroup):
             return super().invoke(ctx)
 
 
-def _click_exceptions() -> Any:
+def click_exceptions() -> Any:
     """The module of click's exception classes that typer raises (typer >= 0.20 vendors click as
     ``typer._click``; earlier versions use click itself)."""
     return sys.modules[typer.BadParameter.__module__]
@@ -186,7 +186,7 @@ def _click_exceptions() -> Any:
 
 @contextlib.contextmanager
 def _one_line_click_errors() -> Any:
-    click = _click_exceptions()
+    click = click_exceptions()
     try:
         yield
     except click.ClickException as e:

@@ -26,6 +26,7 @@ class CommandEntry(NamedTuple):
 COMMANDS: dict[str, CommandEntry] = {
     "schema": CommandEntry("trajstore.cli.schema", "The trajectory schema's columns and those of the training records."),
     "info": CommandEntry("trajstore.cli.store", "Shards, trajectories, tokens and duplicates in a store."),
+    "show": CommandEntry("trajstore.cli.store", "One trajectory: its columns, flags and transcript span by span."),
     "migrate": CommandEntry("trajstore.cli.store", "Rewrite shards of an older schema version as the current one."),
     "stats": CommandEntry("trajstore.cli.audit", "Audit reports: overview, staleness, clip ratios, lineage, coverage."),
     "sql": CommandEntry("trajstore.cli.audit", "Run one read-only SELECT against the store's DuckDB views."),

@@ -16,6 +16,8 @@ import typer
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from trajstore.cli.app import click_exceptions
+
 
 @dataclass(frozen=True)
 class ConfigOption:
@@ -105,7 +107,8 @@ LONGEST_SHOWN_DEFAULT = 40
 """Longer text defaults are not shown as ``[default: ...]`` (characters); the help says them."""
 
 
-def typer_parameters(options: list[ConfigOption], *, panel: bool = True) -> list[inspect.Parameter]:
+def typer_parameters(options: list[ConfigOption], *, panel: bool = True,
+                     optional: tuple[str, ...] = ()) -> list[inspect.Parameter]:
     """The keyword-only parameters that make typer declare `options`: the field's type (a
     ``Literal`` becomes a choice), its default (none for a required field), and its description as
     help, where a field named in backticks (`` `max_seq_len` ``) reads as its flag
@@ -114,6 +117,8 @@ def typer_parameters(options: list[ConfigOption], *, panel: bool = True) -> list
     Args:
         panel: group the options by section (``Model options``, ``Data options``, ...) in the
             wide ``--help`` layout.
+        optional: required fields declared with the default None all the same (a mode of the
+            command does without them; it checks them itself with :func:`require_options`).
     """
     flag_by_name = {o.name: o.on_flag for o in options}
 
@@ -123,7 +128,8 @@ def typer_parameters(options: list[ConfigOption], *, panel: bool = True) -> list
 
     params = []
     for o in options:
-        default = inspect.Parameter.empty if o.field.is_required() else o.field.get_default(call_default_factory=True)
+        default = (None if o.name in optional else inspect.Parameter.empty) if o.field.is_required() else \
+            o.field.get_default(call_default_factory=True)
         value_type = _value_type(o.field.annotation)
         info = typer.Option(
             o.flag, help=help_of(o),
@@ -137,16 +143,16 @@ def typer_parameters(options: list[ConfigOption], *, panel: bool = True) -> list
     return params
 
 
-def with_config_options(options: list[ConfigOption], *, after: str) -> Any:
+def with_config_options(options: list[ConfigOption], *, after: str, optional: tuple[str, ...] = ()) -> Any:
     """Decorate a command whose last parameter is ``**options``: typer sees `options` declared
-    (:func:`typer_parameters`) right after its parameter `after`, and the command receives their
-    parsed values, keyed by field name, in ``options``."""
+    (:func:`typer_parameters`, `optional` as there) right after its parameter `after`, and the
+    command receives their parsed values, keyed by field name, in ``options``."""
     def decorate(fn: Any) -> Any:
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
                for p in inspect.signature(fn, eval_str=True).parameters.values()
                if p.kind is not inspect.Parameter.VAR_KEYWORD]
         at = next(i for i, p in enumerate(own) if p.name == after) + 1
-        fn.__signature__ = inspect.Signature([*own[:at], *typer_parameters(options), *own[at:]])
+        fn.__signature__ = inspect.Signature([*own[:at], *typer_parameters(options, optional=optional), *own[at:]])
         return fn
 
     return decorate
@@ -194,3 +200,16 @@ def _typer_type(annotation: Any) -> Any:
     if not ok:
         raise TypeError(f"no command-line option for a field of type {annotation!r}")
     return Optional[inner] if inner is not annotation else inner  # noqa: UP045 - typer reads Optional
+
+
+def require_options(ctx: typer.Context, values: Mapping[str, Any], names: tuple[str, ...]) -> None:
+    """Refuse a missing value of a field declared `optional` (:func:`typer_parameters`) as click
+    refuses a missing required option (``error: missing option --model``, exit status 2).
+
+    Raises:
+        click.MissingParameter: the first of `names` whose value is None.
+    """
+    for name in names:
+        if values.get(name) is None:
+            param = next(p for p in ctx.command.params if p.name == name)
+            raise click_exceptions().MissingParameter(ctx=ctx, param=param)

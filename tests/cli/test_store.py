@@ -32,3 +32,26 @@ def test_migrate_cli(tmp_store: str) -> None:
     assert [s.schema_version for s in open_store(tmp_store).list_shards()] == [3, 3]
     r = CliRunner().invoke(app, ["migrate", str(Path(tmp_store) / "typo")])
     assert r.exit_code == 1 and "does not exist" in r.output
+
+
+def test_show_prints_one_trajectory_by_id(tmp_store: str, make_trajectory) -> None:  # noqa: ANN001 - fixture
+    import numpy as np
+
+    from trajstore.convert import trajectories_to_table
+
+    rng = np.random.default_rng(5)
+    trajs = [make_trajectory(rng, trajectory_id=f"s{i}") for i in range(6)]
+    open_store(tmp_store).write_table(trajectories_to_table(trajs))
+    want = trajs[4]
+    r = CliRunner().invoke(app, ["show", tmp_store, "s4", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["trajectory_id"] == "s4" and doc["reward"] == want.reward and "tokens" not in doc
+    assert [s["kind"] for s in doc["spans"]] == [s.kind for s in want.spans]
+    assert [s["policy_version"] for s in doc["spans"]] == [s.policy_version for s in want.spans]
+    assert all(s["text"] for s in doc["spans"]) and isinstance(doc["flags"], dict)
+    r = CliRunner().invoke(app, ["show", tmp_store, "s4"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "trajectory s4" in r.stdout and all(f"] {s.kind}" in r.stdout for s in want.spans)
+    r = CliRunner().invoke(app, ["show", tmp_store, "nope"])
+    assert r.exit_code == 1 and r.output.strip() == f"error: no trajectory 'nope' in {open_store(tmp_store).url()}"

@@ -36,6 +36,7 @@ from tests.helpers.training import assert_nothing_written, refusal_config, run_f
 from tests.helpers.trajectories import tiny_model_trajectory
 from trajstore import write_trajectories
 from trajstore.cli.main import app
+from trajstore.cli.train import REQUIRED_TO_TRAIN
 from trajstore.trainer.config import TrainConfig
 from trajstore.trainer.loop.train import train
 
@@ -105,7 +106,13 @@ def test_cli_default_and_choices_are_the_configs(path, field):
         assert param.multiple and not param.default and field.get_default(call_default_factory=True) == {}
         return
     if field.is_required():
-        assert param.required, path
+        if path[-1] in REQUIRED_TO_TRAIN:  # --replay-step does without them: train_cmd refuses them missing
+            assert not param.required and param.default is None, path
+            res = runner.invoke(app, ["train", "STORE", *(["--model", "m"] if path[-1] != "name" else []),
+                                      *(["--run", "r"] if path[-1] != "run_id" else [])])
+            assert res.exit_code == 2 and res.output.strip() == f"error: missing option {_flag(path[-1])}", res.output
+        else:
+            assert param.required, path
         return
     assert not param.required, path
     default = field.get_default(call_default_factory=True)

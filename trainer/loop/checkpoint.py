@@ -295,6 +295,17 @@ def load_latest_checkpoint(store: Store, run_id: str, *, map_location: str = "cp
     rel = read_latest_pointer(store, run_id)
     if rel is None:
         return None
+    return load_checkpoint(store, run_id, rel, map_location=map_location)
+
+
+def load_checkpoint(store: Store, run_id: str, rel: str, *, map_location: str = "cpu") -> Checkpoint:
+    """The checkpoint in folder `rel` (``runs/<run_id>/checkpoints/it<iteration>``), every file
+    checked as :func:`load_latest_checkpoint` does (which calls it with the folder ``LATEST`` names).
+
+    Raises:
+        CheckpointError: naming the file: missing, unreadable, of the wrong structure, or a
+            ``state.json`` whose iteration is not the folder's.
+    """
 
     def read(fname: str) -> bytes:
         try:

@@ -13,9 +13,10 @@ import pyarrow.parquet as pq
 
 from trajstore.convert import read_columns, upgrade_table
 from trajstore.reader.files import StoreLike, as_store, file_version, open_shard, relisting, skip_or_raise
+from trajstore.reader.id_lookup import IdLookup, lookup_for
 from trajstore.schema import TRAJECTORY_SCHEMA
-from trajstore.store import ShardInfo, Store, decode_id_index, id_hashes
-from trajstore.store.layout import TRAJECTORIES_DIR
+from trajstore.store import ShardInfo, Store
+from trajstore.store.compaction_records import ShardGone
 
 
 def read_trajectories_by_id(uri: StoreLike, ids: Sequence[str], *, columns: Sequence[str] | None = None,
@@ -23,12 +24,14 @@ def read_trajectories_by_id(uri: StoreLike, ids: Sequence[str], *, columns: Sequ
     """The trajectories with the given ids (first stored copy of each), in arrival order; ids
     not in the store are absent from the result.
 
-    Each shard's footer (read when the store is listed) holds an id index, sorted 64-bit id
-    hashes with their rows (:data:`trajstore.store.METADATA_ID_INDEX_KEY`): shards without a
-    wanted id are never opened, and only the row groups holding a wanted row are decoded (a
-    shard without the index, e.g. one written before it existed, has its ``trajectory_id``
-    column read instead). The cost grows with the number of ids asked for and the row-group
-    size (``ROW_GROUP_TARGET_MB``), not with the store.
+    The rows are found in the process's merged id index of the store
+    (:mod:`trajstore.reader.id_lookup`, built once from the shard index and kept current as
+    shards come and go): shards without a wanted id are never opened, each shard holding some
+    is opened once and only the row groups holding a wanted row are decoded (a shard without
+    an id index, e.g. one written before it existed, has its ``trajectory_id`` column read
+    instead). A warm fetch costs a binary search and the row-group reads: it grows with the
+    number of ids asked for and the row-group size (``ROW_GROUP_TARGET_MB``), not with the
+    store. An id the lookup misses costs one listing of the store (it may be in a new shard).
 
     Args:
         ids: trajectory ids to fetch.
@@ -47,37 +50,40 @@ def read_trajectories_by_id(uri: StoreLike, ids: Sequence[str], *, columns: Sequ
 
 
 def _fetch(store: Store, ids: list[str], cols: list[str], *, strict: bool) -> pa.Table:
+    lookup, built = lookup_for(store, strict=strict)
+    try:
+        table, complete = _fetch_with(store, lookup, ids, cols, strict=strict)
+        if complete or built:
+            return table
+        # an id missed: a shard added since the lookup was built may hold it (or a rewrite moved it)
+        lookup, _ = lookup_for(store, strict=strict, rebuild=True)
+        return _fetch_with(store, lookup, ids, cols, strict=strict)[0]
+    except ShardGone:
+        lookup_for(store, strict=strict, rebuild=True)  # a compaction deleted a shard: the retry uses a new listing
+        raise
+
+
+def _fetch_with(store: Store, lookup: IdLookup, ids: list[str], cols: list[str], *, strict: bool
+                ) -> tuple[pa.Table, bool]:
+    """(the first stored copy of each of `ids` the lookup finds, in arrival order; whether every
+    id was found). Rows are read row group by row group, each shard opened once."""
     wanted = dict.fromkeys(ids)
-    hashes = dict(zip(id_hashes(list(wanted)).tolist(), wanted)) if wanted else {}
     parts: list[pa.Table] = []
-    for shard in store.list_shards(TRAJECTORIES_DIR, strict=strict):
+    for s, rows in lookup.candidates(list(wanted)).items():
         if not wanted:
             break
+        shard = lookup.shards[s]
         try:
-            if shard.id_index is not None:
-                h, rows = decode_id_index(shard.id_index)
-                live = np.fromiter((k for k, v in hashes.items() if v in wanted), dtype=np.uint64)
-                pos = np.searchsorted(h, live)
-                pos = pos[pos < len(h)]
-                pos = pos[np.isin(h[pos], live)]
-                if not len(pos):
-                    continue  # no wanted id here: the shard is not opened
-                # every row with a matching hash (an id stored twice in a shard appears twice)
-                lo, hi = np.searchsorted(h, h[pos], "left"), np.searchsorted(h, h[pos], "right")
-                candidates = np.unique(np.concatenate([rows[a:b] for a, b in zip(lo, hi)]).astype(np.int64))
-            else:
-                candidates = None
-            got = _rows_of(store, shard, candidates, wanted, cols)
+            got = _rows_of(store, shard, rows, wanted, cols)
         except (OSError, pa.ArrowException) as e:
-            skip_or_raise(store, shard, e, strict=strict, stacklevel=2)
+            skip_or_raise(store, shard, e, strict=strict, stacklevel=3)
             continue
         if got is not None:
             parts.append(got)
             for t in got.column("trajectory_id").to_pylist():
                 wanted.pop(t, None)
-    if not parts:
-        return TRAJECTORY_SCHEMA.empty_table().select(cols)
-    return pa.concat_tables(parts)
+    table = pa.concat_tables(parts) if parts else TRAJECTORY_SCHEMA.empty_table().select(cols)
+    return table, not wanted
 
 
 FETCH_BATCH_ROWS = 64

@@ -35,7 +35,7 @@ class Decoder:
                     self._cache[name] = (load_tokenizer(name), None)
                 except (TrajstoreError, OSError, ValueError) as e:
                     self._cache[name] = (None, f"tokenizer {name!r} cannot be loaded ({e}): token ids are shown; "
-                                               "traj view --tokenizer names one to use")
+                                               "--tokenizer (traj view, traj show) names one to use")
             return self._cache[name]
 
     def warm(self, names: Sequence[str]) -> None:

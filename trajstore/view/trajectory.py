@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,32 +19,12 @@ from trajstore.schema import ACTION_LOGPROBS_COLUMN
 from trajstore.view.decode import Decoder
 from trajstore.view.index import INDEX_TABLE, StoreIndex
 from trajstore.view.lineage import LineageTree, parts_in_order, tree_from_links
+from trajstore.view.transcript import SpanView, span_views, trajectory_flags
 
 ANNOTATION_FIELDS: tuple[tuple[str, str], ...] = (
     ("rollout_logprob", "blp"), ("trainer_logprob", "tlp"), ("ratio", "ratio"), ("band", "band"),
     ("advantage", "adv"), ("value", "value"), ("return", "ret"))
 """Columns of ``token_annotations`` and the key each has in :attr:`TrajectoryPage.numbers`."""
-
-
-@dataclass
-class SpanView:
-    """One span as the page shows it (offsets into the trajectory's tokens, ``end`` exclusive).
-
-    Attributes:
-        answers: for an action, ``(tool call id, index of the observation span that answers it or
-            None)`` per tool call. answered: for an observation, the index of the action span
-            whose call or tool call it answers (its ``cause_id``), or None.
-    """
-
-    index: int
-    kind: str
-    role: str | None
-    start: int
-    end: int
-    text: str
-    fields: dict[str, Any]
-    answers: list[tuple[str, int | None]] = field(default_factory=list)
-    answered: int | None = None
 
 
 @dataclass
@@ -121,7 +101,7 @@ def load_trajectory(index: StoreIndex, decoder: Decoder, trajectory_id: str, *, 
     except ValueError:
         metadata = None
     tok, tokenizer_note = decoder.tokenizer(row.get("tokenizer"))
-    spans = _spans(raw_spans, tokens, tok, decoder)
+    spans = span_views(raw_spans, tokens, tok, decoder)
 
     action_index = np.full(len(tokens), -1, np.int64)
     pv: list[int | None] = []
@@ -150,34 +130,9 @@ def load_trajectory(index: StoreIndex, decoder: Decoder, trajectory_id: str, *, 
     return TrajectoryPage(
         trajectory_id=trajectory_id, row=row, metadata=metadata, spans=spans, token_ids=list(tokens),
         pieces=decoder.pieces(tok, tokens) if with_tokens else [], action_index=action_index.tolist(),
-        numbers=numbers, flags=_flags(row, raw_spans, metadata), run=run, runs=snap.runs,
+        numbers=numbers, flags=trajectory_flags(row, raw_spans, metadata), run=run, runs=snap.runs,
         staleness_note=staleness_note, annotation_step=step, consumption=consumption,
         lineage=_lineage(index, trajectory_id), tokenizer_note=tokenizer_note)
-
-
-def _spans(raw: list[dict[str, Any]], tokens: list[int], tok: Any, decoder: Decoder) -> list[SpanView]:
-    shown = ("policy_version", "policy_version_max", "call_id", "cause_id", "tool_call_ids", "finish_reason",
-             "temperature", "top_p", "top_k", "max_tokens", "truncated", "num_missing_logprobs")
-    spans = [SpanView(i, s["kind"], s.get("role"), s["start"], s["end"], decoder.text(tok, tokens[s["start"]:s["end"]]),
-                      {k: s.get(k) for k in shown if s.get(k) not in (None, [])})
-             for i, s in enumerate(raw)]
-    # tool-call ids (and call ids) of actions -> the observations that answer them (cause_id)
-    action_of: dict[str, int] = {}
-    for sp in spans:
-        if sp.kind == "action":
-            for cid in [*(sp.fields.get("tool_call_ids") or []), sp.fields.get("call_id")]:
-                if cid:
-                    action_of.setdefault(cid, sp.index)
-    answer_of: dict[str, int] = {}
-    for sp in spans:
-        cause = sp.fields.get("cause_id")
-        if sp.kind == "observation" and cause:
-            sp.answered = action_of.get(cause)
-            answer_of.setdefault(cause, sp.index)
-    for sp in spans:
-        if sp.kind == "action":
-            sp.answers = [(cid, answer_of.get(cid)) for cid in sp.fields.get("tool_call_ids") or []]
-    return spans
 
 
 def _consumption(index: StoreIndex, trajectory_id: str) -> list[dict[str, Any]]:
@@ -211,41 +166,6 @@ def _annotations(index: StoreIndex, run: str, trajectory_id: str, action_index: 
         vals = f32_values(cols_of[c])
         numbers[key] = [None if v is None else int(v) for v in vals] if c == "band" else vals
     return int(rows[0][0])
-
-
-def _flags(row: dict[str, Any], spans: list[dict[str, Any]], metadata: dict[str, Any] | None
-           ) -> list[tuple[str, str]]:
-    flags: list[tuple[str, str]] = []
-    if row.get("token_source") == "retokenized":
-        flags.append(("retokenized", f"token ids re-tokenized from the logged text with the chat template of "
-                                     f"{row.get('tokenizer')}: not the ids the engine sampled"))
-    if row.get("logprob_source") == "none":
-        flags.append(("no engine log-probs", "the log has no rollout log-prob: training needs --behaviour-logprobs "
-                                             "initial-policy"))
-    elif row.get("num_missing_logprobs"):
-        flags.append(("missing log-probs", f"{row['num_missing_logprobs']} action tokens without an engine log-prob"))
-    if not row.get("trainable", True):
-        flags.append(("not trainable", str(row.get("not_trainable_reason") or "")))
-    if row.get("reward") is None:
-        flags.append(("no reward", "no reward was logged"))
-    if row.get("num_actions") and row.get("min_policy_version") is None:
-        flags.append(("no policy version", "the actions carry no policy version: their staleness is undefined"))
-    mixed = sum(1 for s in spans if s.get("policy_version_max") is not None)
-    if mixed:
-        flags.append(("mixed-version actions", f"{mixed} action spans made by several policy versions (counted at "
-                                               "the oldest)"))
-    capped = sum(1 for s in spans if s.get("truncated"))
-    if capped:
-        flags.append(("observations capped", f"{capped} observation spans cut at ingest (sizes in the metadata)"))
-    meta = metadata or {}
-    for name, why in (meta.get("fidelity_gaps") or {}).items():
-        flags.append((f"gap: {name}", str(why)))
-    for key in ("engine_token_ids_discarded", "engine_token_ids"):
-        if meta.get(key):
-            flags.append((key.replace("_", " "), str(meta[key])))
-    if meta.get("policy_version_known") is False:
-        flags.append(("policy version unknown", "the log never recorded which policy version made the actions"))
-    return flags
 
 
 def _lineage(index: StoreIndex, trajectory_id: str) -> LineageTree | None:

@@ -1,0 +1,76 @@
+"""``traj show``: one trajectory fetched by id (:func:`trajstore.reader.read_trajectories_by_id`,
+the process's merged id lookup: only the row group holding it is read) and made readable: its
+scalar columns, the transcript span by span with kinds, roles and policy versions, and its flags.
+Imports no web or SQL dependency, so a new process shows a trajectory in well under a second."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from trajstore.errors import TrajstoreError
+from trajstore.reader import read_trajectories_by_id
+from trajstore.reader.files import StoreLike, as_store
+from trajstore.schema import ACTION_LOGPROBS_COLUMN
+from trajstore.view.decode import Decoder
+from trajstore.view.transcript import SpanView, span_views, trajectory_flags
+
+
+class TrajectoryNotInStore(TrajstoreError):
+    """No trajectory with that id in the store."""
+
+    def __init__(self, trajectory_id: str, store: str):
+        super().__init__(f"no trajectory {trajectory_id!r} in {store}")
+
+
+@dataclass
+class ShownTrajectory:
+    """One trajectory as ``traj show`` prints it.
+
+    Attributes:
+        row: its scalar columns (``trajectory_id``, ``status``, ``reward``, ``min_policy_version``,
+            ``max_policy_version``, ``num_tokens``, ...; not ``tokens``, ``spans``,
+            ``action_logprobs``). metadata: its metadata, parsed (None when absent or not JSON).
+        spans: the transcript, decoded (token ids where the tokenizer cannot be loaded).
+        flags: (name, what it means) of what ingest approximated or the row lacks.
+        tokenizer_note: why token ids are shown instead of text (None when decoded).
+    """
+
+    trajectory_id: str
+    row: dict[str, Any]
+    metadata: dict[str, Any] | None
+    spans: list[SpanView]
+    flags: list[tuple[str, str]]
+    tokenizer_note: str | None
+
+
+def show_trajectory(uri: StoreLike, trajectory_id: str, *, tokenizer: str | None = None,
+                    storage_options: dict[str, Any] | None = None) -> ShownTrajectory:
+    """The trajectory `trajectory_id` of the store at `uri`, decoded for reading.
+
+    Args:
+        tokenizer: decode with this tokenizer (alias, ``.gguf`` file or local Hugging Face
+            folder) instead of the trajectory's own ``tokenizer`` column.
+
+    Raises:
+        TrajectoryNotInStore: no trajectory with that id.
+        StoreError: `uri` is not a store.
+    """
+    store = as_store(uri, storage_options)
+    table = read_trajectories_by_id(store, [trajectory_id])
+    if table.num_rows == 0:
+        raise TrajectoryNotInStore(trajectory_id, store.url())
+    row = table.slice(0, 1).to_pylist()[0]
+    tokens: list[int] = row.pop("tokens")
+    row.pop(ACTION_LOGPROBS_COLUMN)
+    raw_spans: list[dict[str, Any]] = row.pop("spans")
+    try:
+        metadata = json.loads(row["metadata"]) if row.get("metadata") else None
+    except ValueError:
+        metadata = None
+    decoder = Decoder(tokenizer)
+    tok, note = decoder.tokenizer(row.get("tokenizer"))
+    return ShownTrajectory(trajectory_id=trajectory_id, row=row, metadata=metadata,
+                           spans=span_views(raw_spans, tokens, tok, decoder),
+                           flags=trajectory_flags(row, raw_spans, metadata), tokenizer_note=note)
