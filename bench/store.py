@@ -15,7 +15,7 @@ same code (validate + encode + one shard per flush of the writer's default size)
 ``StoreWriter`` end to end, bare pyarrow on the same v2 table (one ``pq.write_table`` /
 ``pq.read_table``), and orjson JSONL for reference. Prints bytes per token, write and read
 tokens/s, the streaming reader, peak RSS of streaming vs a full read, and the targets of
-issues 2 and 11 (v2 read and write >= 2.5x v1; bytes/token no worse; within 1.25x of bare
+the store's speed targets (v2 read and write >= 2.5x v1; bytes/token no worse; within 1.25x of bare
 pyarrow on the same table).
 
 Part 2, peers (needs the ``bench`` extra: ``pip install pylance deltalake``): Lance and Delta
@@ -480,7 +480,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         row_group_sweep(work, table, chunks, ids, n_tok, args)
     table = None
     print()
-    print("targets (issues 2 and 11):")
+    print("targets:")
     for name, value, op, bound in checks:
         ok = value <= bound if op == "<=" else value >= bound
         print(f"  {'MET ' if ok else 'MISS'}  {name:<62} ratio {value:8.3f}  (target {op} {bound})")

@@ -14,7 +14,7 @@ from trajstore import TrajectoryBuilder, action_from_openai_completion
 from trajstore.errors import TrajectoryValidationError
 
 
-# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+# adversarial input: a hole found attacking the store and the SDK (failed before its fix)
 def test_builder_refuses_bad_sampling_at_finish() -> None:
     b = TrajectoryBuilder(trajectory_id="b1")
     b.add_prompt([1])

@@ -115,7 +115,7 @@ def test_bench_script_help_runs_as_documented(script: Path) -> None:
     assert "usage" in (r.stdout + r.stderr).lower()
 
 
-# -- every store path is built by trajstore/store/layout.py (issue 22) -------------------------
+# -- every store path is built by trajstore/store/layout.py -------------------------
 
 LAYOUT_PY = CORE / "store" / "layout.py"
 SCANNED = ("trajstore", "trainer", "cli", "bench")
@@ -381,7 +381,7 @@ def sys_path_edits(source: str, filename: str = "<src>") -> list[int]:
 
 
 def test_no_test_edits_sys_path() -> None:
-    # issue 22: helpers are imported as tests.helpers.<module> (pyproject's pytest pythonpath)
+    # helpers are imported as tests.helpers.<module> (pyproject's pytest pythonpath)
     found = [f"{rel}:{line}" for p in sorted((ROOT / "tests").rglob("*.py"))
              if (rel := p.relative_to(ROOT).as_posix())
              for line in sys_path_edits(p.read_text(), str(p))]

@@ -183,7 +183,7 @@ def test_faceted_clip_key_sits_beside_the_panels(many, tmp_path):
     assert len(drawn) == 1 and {to_rgba(h.get_color()) for h in legend.legend_handles} == drawn
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 @pytest.mark.parametrize("steps", [[0], [0, 1, 2], list(range(40))])
 def test_clip_plot_steps_are_whole_numbers_with_room_around_them(steps: list[int]) -> None:
     from types import SimpleNamespace

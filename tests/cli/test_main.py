@@ -19,7 +19,7 @@ from trajstore.cli.main import app
 runner = CliRunner()
 
 
-# issue 11: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
+# adversarial input: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
 def test_info_prints_each_corrupt_shard_once_without_source_lines(known_store):
     bad = Path(known_store.path("trajectories")) / "00000000000000000001-bad.parquet"
     bad.write_bytes(b"not parquet at all")
@@ -33,7 +33,7 @@ def test_info_prints_each_corrupt_shard_once_without_source_lines(known_store):
     assert doc["trajectories"] == 6 and doc["shards"] == 2 and doc["skipped_shards"] == 1
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 @pytest.mark.parametrize("args, line", [
     (["sql", "{store}", "SELECT 1", "--limit", "-1"], "error: invalid option --limit: "),
     (["sql", "{store}", "  "], "error: invalid argument QUERY: the query is empty"),  # was exit 1
@@ -55,7 +55,7 @@ def test_click_usage_errors_are_one_line_exit_2(tmp_path: Path, args: list[str],
     assert "╭" not in res.output and "Usage:" not in res.output
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 @pytest.mark.parametrize("cmd", [["info", "{store}"], ["stats", "{store}", "--statuses"], ["runs", "{store}"],
                                  ["sql", "{store}", "SELECT 1 AS one"]])
 def test_storage_option_on_a_local_store_warns_once(three_trajectories: str, cmd: list[str]) -> None:
@@ -67,7 +67,7 @@ def test_storage_option_on_a_local_store_warns_once(three_trajectories: str, cmd
                                   f"the local store {three_trajectories} (anon, endpoint_url)"]
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 def test_storage_option_is_kept_for_a_remote_store() -> None:
     from trajstore.cli.options import parse_storage_options
 

@@ -77,7 +77,7 @@ def test_demo_runs_the_asynchronous_loop(demo_run):
     assert needed <= len(result.episodes) <= (cfg.critic_warmup_steps + cfg.steps + cfg.max_ahead_batches + 1) \
         * cfg.batch_size
     # staleness audit: 6 consumed trajectories, some trained after a newer version existed; a batch
-    # also takes the context-rewrite successor of its last trajectory (issue 23: an episode split
+    # also takes the context-rewrite successor of its last trajectory (episode trees: an episode split
     # where the tiny model's text did not re-tokenise to itself is trained as one chain)
     from trajstore.reader import read_trajectories as _read
 
@@ -118,7 +118,7 @@ def test_demo_runs_the_asynchronous_loop(demo_run):
     # the rest of the proxy's rows are episodes cut short when the trainer finished
     assert all(r["status"] in ("completed", "aborted") for r in t if r["source"] == "trajstore/proxy")
     # every call is stored and counted: the demo killed its proxy before the episodes in flight
-    # were written (issue 16 walkthrough: 87 calls counted, 84 stored, no aborted rows), and its
+    # were written (new-user walkthrough: 87 calls counted, 84 stored, no aborted rows), and its
     # calls table, read from the proxy's live counts, missed the last calls (88 shown, 91 stored)
     actions = read_trajectories(result.store, columns=["source", "num_actions"]).to_pylist()
     assert sum(r["num_actions"] for r in actions if r["source"] == "trajstore/proxy") == \
@@ -174,7 +174,7 @@ def test_summary_commands_are_whole_lines_at_any_width(demo_run):
 
 @pytest.mark.slow  # a minute or more on 2 cores: CI's slow step
 def test_trainer_failure_is_reported_with_its_log(demo_run):
-    # issue 32 item B: a failed trainer is an early stop with the audits of what is stored; its
+    # early stop: a failed trainer is an early stop with the audits of what is stored; its
     # reason names the log file and quotes one line, instead of pasting 2,000 characters of log
     from trajstore.policies import list_policy_versions
 
@@ -374,11 +374,11 @@ def test_a_width_the_user_set_is_kept_when_piped(monkeypatch, tmp_path):
     assert widths[0] == 80 and widths[1] >= 120, widths
 
 
-# -- issue 32: early stops, the time limit, and how the demo stops its proxy ----------------------
+# -- early stops, the time limit, and how the demo stops its proxy ----------------------
 
 @pytest.mark.slow  # a minute or more: the limit itself is 60 s
 def test_a_time_limit_stops_the_demo_early_with_its_summary(tmp_path):
-    # issue 32 item B: `traj demo` had a hidden 1800 s wall (no option), then printed one error
+    # early stop: `traj demo` had a hidden 1800 s wall (no option), then printed one error
     # line with 2,000 characters of log joined: no summary, no audits, superseded weights left.
     # With --time-limit it stops early, still prints the summary and the audits of what it has,
     # says why it stopped and what to try, prunes superseded weights and exits 1.
@@ -422,7 +422,7 @@ def test_a_time_limit_stops_the_demo_early_with_its_summary(tmp_path):
 
 
 def test_an_early_stop_prints_the_summary_why_and_what_to_try(monkeypatch, tmp_path):
-    # issue 32 item B: an early stop (time limit, trainer failure, agents done with fewer steps)
+    # early stop: an early stop (time limit, trainer failure, agents done with fewer steps)
     # is a summary with its reason and a hint, and exit code 1, not an error line without audits
     from typer.testing import CliRunner
 
@@ -454,7 +454,7 @@ def test_an_early_stop_prints_the_summary_why_and_what_to_try(monkeypatch, tmp_p
 
 
 def test_the_time_limit_is_an_option_with_no_hidden_default():
-    # issue 32 item B: the 1800 s wall was a DemoConfig default with no option
+    # early stop: the 1800 s wall was a DemoConfig default with no option
     from typer.testing import CliRunner
 
     from trajstore.cli.main import app
@@ -474,13 +474,13 @@ PROXY_LINES = (
 
 
 def test_the_proxy_shutdown_lines_are_parsed():
-    # issue 32 item C: the demo says what the proxy reported at its stop instead of asserting
+    # proxy stop report: the demo says what the proxy reported at its stop instead of asserting
     # that episodes with recorded calls are stored
     from trajstore.trainer.apps.demo.proxy_shutdown import parse_proxy_shutdown
 
     r = parse_proxy_shutdown(PROXY_LINES)
     assert (r.flushed_episodes, r.flushed_calls, r.grace_s, r.in_flight, r.stored_after, r.cut) == (3, 7, 30.0, 2, 1, 1)
-    # the wording as the issue writes it, "(s)" and all, and singulars
+    # the wording as specified, "(s)" and all, and singulars
     r = parse_proxy_shutdown("traj proxy: shutdown: flushed 1 open episode(s) (1 recorded call(s)) as aborted; "
                              "waiting up to 2.5 s for 0 call(s) in flight\n")
     assert (r.flushed_episodes, r.flushed_calls, r.grace_s, r.in_flight) == (1, 1, 2.5, 0)
@@ -523,7 +523,7 @@ def _fake_proxy(tmp_path, *args: str):
 
 
 def test_stop_proxy_lets_a_slow_flush_finish_and_reports_it(tmp_path):
-    # issue 32 item C: on a loaded machine the proxy's flush came too late for the demo's SIGKILL
+    # proxy stop report: on a loaded machine the proxy's flush came too late for the demo's SIGKILL
     # and 4 in-flight episodes left no trace. The stop now waits for the "shutdown: flushed" line,
     # then the proxy's own grace (read from that line) plus a margin, and only then kills.
     import time
@@ -544,7 +544,7 @@ def test_stop_proxy_lets_a_slow_flush_finish_and_reports_it(tmp_path):
 
 
 def test_stop_proxy_kills_a_proxy_that_never_flushes_and_says_so(tmp_path):
-    # issue 32 item C: if the flush line never comes, the summary says so plainly
+    # proxy stop report: if the flush line never comes, the summary says so plainly
     import time
 
     from trajstore.trainer.apps.demo.children import DemoChildren
@@ -561,7 +561,7 @@ def test_stop_proxy_kills_a_proxy_that_never_flushes_and_says_so(tmp_path):
 
 
 def test_stop_proxy_kills_a_proxy_stuck_after_its_flush_at_its_grace_plus_margin(tmp_path):
-    # issue 32 item C: flushed, then stuck on calls in flight past its own deadline
+    # proxy stop report: flushed, then stuck on calls in flight past its own deadline
     import time
 
     from trajstore.trainer.apps.demo.children import DemoChildren

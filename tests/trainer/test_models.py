@@ -1,4 +1,4 @@
-"""trainer/models.py: policy / critic construction: the value head starts at zero (issue 14), the
+"""trainer/models.py: policy / critic construction: the value head starts at zero, the
 critic's trainable set by pattern (dense and MoE), critic initialised from the policy, packed rows
 equal separate forwards, temperature-scaled log-probs."""
 

@@ -1,4 +1,4 @@
-"""One admission rule (issue 22): the pre-flight census (``TrajectoryStream.precheck``, which
+"""One admission rule: the pre-flight census (``TrajectoryStream.precheck``, which
 must refuse or count before a run writes anything) and the stream that feeds the steps decide
 every row alike, for each reason a row is skipped or refused."""
 
@@ -150,7 +150,7 @@ def _vocab() -> int:
     return VOCAB
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 @pytest.mark.parametrize("trainable_too", [False, True])
 def test_null_tokenizer_warning_is_about_trainable_rows_only_and_once(tmp_path: Path, trainable_too: bool) -> None:
     import warnings

@@ -1,7 +1,7 @@
 """trainer/data/stream.py: the trainer's data stream: arrival order, exact resume from a cursor,
 --where, refusals (tokenizer mismatch, text-only data), overlong policy, token budget, follow (and
 what it says while it waits), schema-v1/v2 shards and mixed-version spans read as one, vLLM's
--9999 stand-in masked end to end, linked trajectories (issue 23: a batch keeps a successor with
+-9999 stand-in masked end to end, linked trajectories (episode trees: a batch keeps a successor with
 its part, a child's shared prefix is never trained in it). Packing and batching: test_packing.py,
 test_batching.py."""
 
@@ -279,7 +279,7 @@ def test_stream_reads_v1_v2_and_missing_columns_as_one(tmp_path: Path) -> None:
 
 
 def test_a_batch_keeps_a_context_rewrite_successor_with_its_part(tmp_path: Path) -> None:
-    # issue 23: the GAE chain across a rewrite needs both parts in one batch. Rows in arrival order:
+    # episode trees: the GAE chain across a rewrite needs both parts in one batch. Rows in arrival order:
     # ep0.0, ep0.1 (its context_rewrite successor), ep0.2 (a sub-agent), then ep1.*
     write_split_episode_store(tmp_path, 2)
     assert _drain(_stream(tmp_path, batch_size=2)) == [["ep0.0", "ep0.1"], ["ep0.2", "ep1.0", "ep1.1"], ["ep1.2"]]
@@ -328,7 +328,7 @@ def _cfg(store: Path, **data) -> TrainConfig:
                        run=RunConfig(run_id="r", progress=False, checkpoint_every=100))
 
 
-# issue 14: what `traj train` tells its user while it runs and how it stops
+# what `traj train` tells its user while it runs and how it stops
 def test_follow_says_what_it_waits_for_and_how_much_it_has_seen(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     write_synthetic_store(tmp_path, 3)

@@ -158,7 +158,7 @@ def test_s3_round_trip_and_partial_version(s3_store_uri):
     assert_same_params(dst, tiny_llama(7))
 
 
-# issue 14: disk use of training runs (published versions and checkpoints pruned, leftovers removed)
+# disk use of training runs (published versions and checkpoints pruned, leftovers removed)
 def test_prune_never_deletes_the_latest_or_the_one_before(tmp_path: Path) -> None:
     import torch
 
@@ -214,7 +214,7 @@ def test_an_unresolvable_tokenizer_name_publishes_weights_without_tokenizer_file
 
 
 def test_the_saved_config_holds_the_batch_size_where_the_core_reads_it(tmp_path) -> None:
-    # issue 22: the proxy read the trainer's runs/<id>/config.json with a hard-coded key; the core
+    # one run config reader: the proxy read the trainer's runs/<id>/config.json with a hard-coded key; the core
     # now reads it through trajstore.run_config, and this pins the key path to TrainConfig's layout
     import json
 

@@ -10,7 +10,7 @@ import pytest
 from trajstore.trainer.loop.records import RunRecorder
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 def test_progress_line_shows_n_a_for_a_metric_without_a_value() -> None:
     pytest.importorskip("torch")
     from trajstore.trainer.loop.records import progress_line
@@ -20,7 +20,7 @@ def test_progress_line_shows_n_a_for_a_metric_without_a_value() -> None:
     assert "EV=0.12" in progress_line(1, 1, {"value/explained_variance": 0.12})
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_progress_line_labels_every_figure_once() -> None:
     """Issue 16: the progress line had two unlabelled `mean=` fields (reward and ratio)."""
     from trajstore.trainer.loop.records import progress_line

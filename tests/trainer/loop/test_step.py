@@ -1,9 +1,9 @@
-"""trainer/loop/step.py: invariants of one SAO iteration that a wrong loop would silently break (issue 15, part 1):
+"""trainer/loop/step.py: invariants of one SAO iteration that a wrong loop would silently break:
 K critic optimiser steps per iteration (warm-up included); warm-up iterations leave the policy
 bit-identical; the advantages that reach the policy loss are exactly the ones the estimator (or
-an override) produced, across a context rewrite as one chain (issue 23); and (issue 22) in every
+an override) produced, across a context rewrite as one chain; and in every
 loss_agg mode the update does not depend on how the step is split into micro-batches, nor on the
-packed layout; the step reads device tensors on the host once (issue 22)."""
+packed layout; the step reads device tensors on the host once."""
 
 from __future__ import annotations
 
@@ -183,7 +183,7 @@ def test_sao_gae_advantages_from_the_critic_reach_the_loss(tmp_path: Path) -> No
 
 def _reference_chain_gae(values: list[torch.Tensor], masks: list[torch.Tensor], reward: float) -> list[torch.Tensor]:
     """:func:`_reference_gae` over the action slots of several parts in order, as over one
-    trajectory (issue 23): the last slot of a part bootstraps from the first slot of the next,
+    trajectory: the last slot of a part bootstraps from the first slot of the next,
     lambda = 1 - 1 / (1.5 l) with l the chain's slots, the reward only on the very last slot."""
     slots = [(k, t) for k, m in enumerate(masks) for t in m.nonzero().flatten().tolist()]
     lam = 1 - 1 / (1.5 * len(slots))
@@ -383,7 +383,7 @@ def test_one_host_sync_per_step_from_the_loop_whatever_the_micro_batches(
 
 
 def test_a_step_that_raises_ends_its_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 22 (a flake seen while splitting): a step that raised left its pass "running", and the
+    # a flake seen while splitting the step: a step that raised left its pass "running", and the
     # recorder's heartbeat thread, kept alive by the traceback, printed "... still running" lines
     # into a later test's captured stderr
     from trajstore.trainer.loop import step as step_module

@@ -31,7 +31,7 @@ def test_a_tiny_run_mixes_versions_inside_trajectories(tmp_path, tiny_warm_start
     assert train_config(spec, "unused").algo.critic_warmup_until == "budget"
     res = run_one(spec, str(tmp_path / "store"))
     assert [e["step"] for e in res.evals] == [0, 5]
-    # every arm has the warm-up (issue 28): GRPO, without a critic, takes no step during it
+    # every arm has the warm-up (default preset v2): GRPO, without a critic, takes no step during it
     assert [h["step"] for h in res.history] == [-1] * 3 + [0, 1, 2, 3, 4]
     con = duckdb.connect()
     root = tmp_path / "store"
@@ -128,7 +128,7 @@ def test_critic_free_arms_fill_their_baseline_in_the_same_warm_up_and_see_sao_s_
     """A running-mean arm gets sao's warm-up batches, token for token (the same rollouts, sampled
     by the same warm start with the same generator), takes no policy step on them, and its first
     policy step's baseline is the mean of the last `window` warm-up rewards (the window was empty,
-    the baseline 0, on the first policy step before issue 28)."""
+    the baseline 0, on the first policy step before the warm-up applied to every arm)."""
     import duckdb
 
     from trajstore.trainer.apps.learning_bench.harness import run_one

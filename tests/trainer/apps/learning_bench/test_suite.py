@@ -58,7 +58,7 @@ def test_smoke_preset_critic_beats_the_running_mean_and_leaves_the_checkout_alon
     assert sao[0] > rm[0] + 0.1, (sao, rm)
     assert sao[1] > rm[1], (sao, rm)
     assert summary["runs"]["chain/sao"]["final_eval"] > 0  # the short SAO run went through the pipeline
-    # issue 28: one run of every (task, arm) of the default preset, pref-shift included, to the report
+    # default preset: one run of every (task, arm) of the default preset, pref-shift included, to the report
     default = SuiteConfig.preset_config("default")
     assert set(summary["runs"]) == {f"{sp.task}/{sp.arm}" for sp in default.specs({s: "x" for s in default.seeds})}
 
