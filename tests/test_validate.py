@@ -255,7 +255,7 @@ def _fields(traj: Trajectory) -> dict[str, str]:
 
 
 # adversarial input: a hole found attacking the store and the SDK (failed before its fix)
-def test_base_record_is_valid_issue_11() -> None:
+def test_base_record_of_the_adversarial_cases_is_valid() -> None:
     assert find_violations(Trajectory(**valid_record())) == []
 
 
