@@ -17,7 +17,7 @@ __all__ = ["DEFAULT_VIEW_PORT", "DEFAULT_VIEW_TOKEN_ENV", "ViewConfig", "create_
 
 def __getattr__(name: str):  # the app pulls in Starlette, uvicorn and Jinja2 only when used
     if name in ("create_app", "run_view"):
-        from trajstore.view import app
+        from trajstore.view import app  # Starlette, uvicorn and Jinja2 load here, on first use
 
         return getattr(app, name)
     raise AttributeError(name)
