@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import numpy as np
@@ -408,14 +407,6 @@ def test_plot_destination_that_cannot_be_written_is_refused_before_any_report(th
     assert res.stdout == ""  # no report printed before the refusal
     [line] = nonblank_lines(res.stderr)
     assert line.startswith(says), line
-
-
-@pytest.fixture
-def small_store(tmp_path: Path, make_trajectory: Any) -> str:
-    rng = np.random.default_rng(0)
-    uri = str(tmp_path / "s")
-    ts.write_trajectories(uri, [make_trajectory(rng, trajectory_id=f"t{i}") for i in range(3)])
-    return uri
 
 
 # hostile tester: bad input answered by one clear line naming the file, row, field or flag

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import trajstore as ts
 from tests.helpers.cli import WIDTH_120, nonblank_lines
 from trajstore.cli.errors import EXIT_USAGE
 from trajstore.cli.main import app
@@ -76,14 +73,6 @@ def test_storage_option_is_kept_for_a_remote_store() -> None:
 
 
 WIDTH_200 = {"COLUMNS": "200"}
-
-
-@pytest.fixture
-def small_store(tmp_path: Path, make_trajectory: Any) -> str:
-    rng = np.random.default_rng(0)
-    uri = str(tmp_path / "s")
-    ts.write_trajectories(uri, [make_trajectory(rng, trajectory_id=f"t{i}") for i in range(3)])
-    return uri
 
 
 # hostile tester: bad input answered by one clear line naming the file, row, field or flag
