@@ -4,20 +4,12 @@ store (tests/helpers/stores.py)."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
+from tests.helpers.relations import pick, rows
 from trajstore import audit
 from trajstore.ingest import ingest_paths
-
-
-def rows(rel: Any) -> list[dict[str, Any]]:
-    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
-
-
-def pick(r: dict[str, Any], *keys: str) -> tuple[Any, ...]:
-    return tuple(r[k] for k in keys)
 
 
 def test_coverage(conn):

@@ -7,23 +7,19 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from typing import Any
 
 import duckdb
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.helpers.relations import rows
 from tests.helpers.trajectories import hand_built_pair
 from trajstore import audit, read_trajectories
 from trajstore.cli.main import app
 from trajstore.convert import trajectories_to_table
 from trajstore.schema import SCALAR_COLUMNS
 from trajstore.store import CorruptShardWarning, open_store
-
-
-def rows(rel: Any) -> list[dict[str, Any]]:
-    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
 
 
 def test_trajectories_view_dedupes_first_copy_and_has_only_scalars(known_store):
