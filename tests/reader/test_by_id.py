@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
+from tests.helpers.reads import count_row_group_reads
 from trajstore import open_store
 from trajstore.convert import trajectories_to_table
 
@@ -26,14 +26,7 @@ def test_read_by_id_first_copy_arrival_order_and_only_the_row_groups_needed(
     b = [make_trajectory(rng, trajectory_id=f"b{i}", max_span_tokens=200) for i in range(40)]
     b[5] = make_trajectory(rng, trajectory_id="a7")  # a later copy of a7: the first copy (shard 1) wins
     store.write_table(trajectories_to_table(b), row_group_target_mb=0.02)
-    reads: list[int] = []
-    real = pq.ParquetFile.read_row_group
-
-    def counting(self: pq.ParquetFile, i: int, *args: Any, **kw: Any) -> pa.Table:
-        reads.append(i)
-        return real(self, i, *args, **kw)
-
-    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counting)
+    reads = count_row_group_reads(monkeypatch)
     got = read_trajectories_by_id(tmp_store, ["b30", "a7", "nope", "a3"], strict=True)
     # arrival order: shard 1 rows a3, a7, then shard 2 row b30; "nope" is absent
     assert got.column("trajectory_id").to_pylist() == ["a3", "a7", "b30"]
