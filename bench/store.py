@@ -625,33 +625,41 @@ def _trajstore_peer(name: str, append_dir: Path, read_dir: Path, table: pa.Table
 
 def _append_trajstore(root: Path, table: pa.Table, chunks: list[int]) -> None:
     store = open_store(str(root))
+    _append_in_chunks(table, chunks, lambda part, _first: store.write_table(part))
+
+
+def _append_in_chunks(table: pa.Table, chunks: list[int], append: Callable[[pa.Table, bool], Any]) -> None:
+    """`table` appended as consecutive slices of `chunks` rows: ``append(slice, is_first)``."""
     a = 0
     for n in chunks:
-        store.write_table(table.slice(a, n))
+        append(table.slice(a, n), a == 0)
         a += n
+
+
+def _scan_and_stream(ds: Any, table: pa.Table, scalars: list[str], n_tok: int, repeat: int) -> tuple[float, float]:
+    """A peer's dataset (Lance, or Delta's Arrow dataset) timed as trajstore is: the scalar scan (s) and
+    the token stream over :data:`STREAM_COLUMNS` (s), each checked against `table`."""
+    scan_s, t = timed(lambda: ds.to_table(columns=scalars), repeat)
+    assert t.num_rows == table.num_rows
+
+    def stream() -> int:
+        return sum(int(pc.sum(pc.list_value_length(b.column(0))).as_py() or 0)
+                   for b in ds.to_batches(columns=STREAM_COLUMNS))
+    st_s, got = timed(stream, repeat)
+    assert got == n_tok
+    return scan_s, st_s
 
 
 def _lance(root: Path, table: pa.Table, chunks: list[int], want: list[str], scalars: list[str], n_tok: int,
            args: argparse.Namespace) -> Peer:
     import lance
 
-    def write() -> None:
-        a = 0
-        for n in chunks:
-            lance.write_dataset(table.slice(a, n), str(root), mode="append" if a else "create")
-            a += n
-    w_s, _ = timed(write)
+    w_s, _ = timed(lambda: _append_in_chunks(table, chunks, lambda part, first: lance.write_dataset(
+        part, str(root), mode="create" if first else "append")))
     ds = lance.dataset(str(root))
     idx_s, _ = timed(lambda: ds.create_scalar_index("trajectory_id", index_type="BTREE"))
     ds = lance.dataset(str(root))
-    scan_s, t = timed(lambda: ds.to_table(columns=scalars), args.repeat)
-    assert t.num_rows == table.num_rows
-
-    def stream() -> int:
-        return sum(int(pc.sum(pc.list_value_length(b.column(0))).as_py() or 0)
-                   for b in ds.to_batches(columns=STREAM_COLUMNS))
-    st_s, got = timed(stream, args.repeat)
-    assert got == n_tok
+    scan_s, st_s = _scan_and_stream(ds, table, scalars, n_tok, args.repeat)
     quoted = ", ".join("'" + w + "'" for w in want)
     f_s, got = timed(lambda: ds.to_table(filter=f"trajectory_id IN ({quoted})"), args.repeat)
     assert got.num_rows == len(want)
@@ -665,22 +673,10 @@ def _delta(root: Path, table: pa.Table, chunks: list[int], want: list[str], scal
     import deltalake
     from deltalake import DeltaTable, write_deltalake
 
-    def write() -> None:
-        a = 0
-        for n in chunks:
-            write_deltalake(str(root), table.slice(a, n), mode="append")
-            a += n
-    w_s, _ = timed(write)
-    dt = DeltaTable(str(root))
-    ds = dt.to_pyarrow_dataset()
-    scan_s, t = timed(lambda: ds.to_table(columns=scalars), args.repeat)
-    assert t.num_rows == table.num_rows
-
-    def stream() -> int:
-        return sum(int(pc.sum(pc.list_value_length(b.column(0))).as_py() or 0)
-                   for b in ds.to_batches(columns=STREAM_COLUMNS))
-    st_s, got = timed(stream, args.repeat)
-    assert got == n_tok
+    w_s, _ = timed(lambda: _append_in_chunks(table, chunks, lambda part, _first: write_deltalake(
+        str(root), part, mode="append")))
+    ds = DeltaTable(str(root)).to_pyarrow_dataset()
+    scan_s, st_s = _scan_and_stream(ds, table, scalars, n_tok, args.repeat)
     f_s, got = timed(lambda: ds.to_table(filter=pc.field("trajectory_id").isin(want)), args.repeat)
     assert got.num_rows == len(want)
     f1_s = median_single(lambda tid: ds.to_table(filter=pc.field("trajectory_id") == tid), want[:10])
