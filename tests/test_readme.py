@@ -38,7 +38,6 @@ def _readme_commands() -> list[str]:
     """Every `traj ...` command written out whole in the README: the first cell of each row of
     its tables and each line of its bash blocks (placeholder commands such as `traj stats STORE
     [--staleness ...]` in the Commands table are not runnable text and are left out)."""
-    import re
     import shlex
 
     text = (REPO_ROOT / "README.md").read_text()

@@ -200,7 +200,6 @@ def test_sql_step_metrics_is_readable(known_store):
 
 def test_coverage_reasons_wrap_instead_of_being_cut_alike(tmp_store, make_trajectory):
     # Two reasons that share their first 63 characters used to be cut to the same text at 80 columns.
-    import numpy as np
 
     common = "engine token ids discarded: the log names no tokenizer for them"
     reasons = [common + " (pass --engine-tokenizer NAME to keep them)", common + " and its model is unknown"]

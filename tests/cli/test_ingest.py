@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from tests.helpers.cli import WIDTH_120, nonblank_lines
 from tests.helpers.ingest import nemo_row, run_with_deadline, smith_row, write_jsonl
 from tests.helpers.paths import SHARED_FIXTURES
-from trajstore.cli.errors import EXIT_REFUSED
+from trajstore.cli.errors import EXIT_INTERRUPTED, EXIT_REFUSED
 from trajstore.cli.main import app
 from trajstore.ingest import ingest_paths
 
@@ -55,8 +55,6 @@ def test_ingest_summary_keeps_refused_apart_from_skipped(tmp_path: Path, mixed_l
 
 # new-user walkthrough: a finding (a slip in what a command prints)
 def test_ingest_json_summary_counts_refused_and_skipped_inputs(tmp_path: Path, mixed_logs: Path) -> None:
-    import json
-
     res = runner.invoke(app, ["ingest", str(mixed_logs), "--store", str(tmp_path / "s"), "--format", "json"],
                         env=WIDTH_120)
     doc = json.loads(res.stdout)
@@ -83,7 +81,6 @@ def test_ctrl_c_during_ingest_says_what_was_stored(tmp_path: Path, monkeypatch: 
                                                    strict: bool) -> None:
     import trajstore as ts
     from trajstore.cli import ingest as ingest_cli
-    from trajstore.cli.errors import EXIT_INTERRUPTED
 
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -229,10 +226,6 @@ def test_cli_problem_lines_print_brackets_as_they_are(tmp_path):
 # hostile tester: a fault found in `traj ingest` (failed before its fix)
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
 def test_cli_names_the_skipped_pipe_and_exits_0(tmp_path):
-    from typer.testing import CliRunner
-
-    from trajstore.cli.main import app
-
     d = tmp_path / "logs"
     d.mkdir()
     write_jsonl(d / "a.jsonl", [smith_row(1)])

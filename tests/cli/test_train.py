@@ -298,8 +298,6 @@ def test_more_refusals_are_one_clear_line(tmp_path: Path, args: list[str], messa
 
 
 def test_cuda_device_without_cuda_is_one_line(tmp_path: Path) -> None:
-    import torch
-
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
     write_synthetic_store(tmp_path, 2)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.reads import count_row_group_reads
-from trajstore import open_store
+from trajstore import open_store, read_trajectories_by_id
 from trajstore.convert import trajectories_to_table
 
 
@@ -17,7 +17,6 @@ def test_read_by_id_first_copy_arrival_order_and_only_the_row_groups_needed(
         tmp_store: str, make_trajectory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import pyarrow.parquet as pq
 
-    from trajstore import read_trajectories_by_id
 
     rng = np.random.default_rng(21)
     store = open_store(tmp_store)
@@ -44,7 +43,6 @@ def test_read_by_id_uses_the_footer_index_and_falls_back_without_it(
         tmp_store: str, make_trajectory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import pyarrow.parquet as pq
 
-    from trajstore import read_trajectories_by_id
     from trajstore.store import METADATA_ID_INDEX_KEY
 
     rng = np.random.default_rng(22)

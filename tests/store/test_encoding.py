@@ -25,8 +25,6 @@ def test_row_groups_count_metadata(tmp_store: str) -> None:
 
 
 def test_schema_version_stamped_in_every_shard(tmp_store: str, make_trajectory: Any) -> None:
-    import pyarrow.parquet as pq
-
     rng = np.random.default_rng(5)
     with StoreWriter(tmp_store, flush_rows=3, flush_seconds=None) as w:
         for i in range(7):

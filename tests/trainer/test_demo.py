@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trajstore.trainer.apps.demo import DemoConfig, run_demo  # noqa: E402
+from trajstore.trainer.apps.demo import DemoConfig, DemoResult, DemoStop, prune_weights, run_demo  # noqa: E402
 
 TINY = {"model": "tiny-llama", "tokenizer": "smollm2-135m", "steps": 2, "batch_size": 2, "micro_batch_size": 1,
         "critic_warmup_steps": 1, "max_new_tokens": 4, "max_turns": 3, "time_limit_s": 600}
@@ -195,7 +195,6 @@ def test_prune_weights_keeps_only_the_latest_version(tmp_store):
 
     from trajstore.policies import list_policy_versions
     from trajstore.store import open_store
-    from trajstore.trainer.apps.demo import prune_weights
     from trajstore.trainer.loop.publish import publish_policy
 
     cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
@@ -273,8 +272,6 @@ def test_the_trainer_child_exits_cleanly_while_its_stdin_pipe_is_still_open():
 
 
 def _result(steps_done: int):
-    from trajstore.trainer.apps.demo import DemoResult
-
     return DemoResult(store="/tmp/s", run_id="demo-x", episodes=[], versions_loaded=[0, 1, 2], steps_asked=4,
                       steps_done=steps_done)
 
@@ -282,7 +279,6 @@ def _result(steps_done: int):
 def test_a_weight_sync_that_never_loaded_a_version_is_reported_plainly():
     # A default demo run with SmolLM2 played every episode on v0 (the server refused each
     # published version) and said nothing: the summary must say so, and traj demo exit 1.
-    from trajstore.trainer.apps.demo import DemoResult
 
     for loaded in ([], [0]):  # nothing, or only the initial weights
         r = DemoResult(store="/tmp/s", run_id="demo-x", episodes=[], versions_loaded=loaded, steps_asked=4,
@@ -332,12 +328,10 @@ def test_cli_demo_json_subprocess(tmp_path):
 def test_the_summary_explains_more_stored_trajectories_than_episodes():
     # A walkthrough saw "23 episodes" above a reward table of 24 trajectories: one episode had been
     # split at a context break. The line now says so; equal counts say nothing extra.
-    import io
 
     from rich.console import Console
 
     from trajstore.cli.demo import print_summary
-    from trajstore.trainer.apps.demo import DemoResult
     from trajstore.trainer.apps.envs.guess_chat import EpisodeSummary
 
     ep = EpisodeSummary(trajectory_id="t", prompt_id="p", reward=1.0, solved=True, num_actions=2,
@@ -428,7 +422,6 @@ def test_an_early_stop_prints_the_summary_why_and_what_to_try(monkeypatch, tmp_p
 
     import trajstore.trainer.apps.demo as demo_mod
     from trajstore.cli.main import app
-    from trajstore.trainer.apps.demo import DemoStop
 
     def stopped(cfg, console=None):  # noqa: ANN001, ANN202
         r = _result(1)
@@ -584,7 +577,6 @@ def test_the_summary_of_a_run_that_recorded_no_step_says_so(tmp_path):
 
     from tests.helpers.stores import write_synthetic_store
     from trajstore.cli.demo import print_summary
-    from trajstore.trainer.apps.demo import DemoResult, DemoStop
     from trajstore.trainer.apps.demo.audits import read_audits
 
     store = str(tmp_path / "store")

@@ -18,12 +18,20 @@ import pytest
 import trajstore as ts
 from tests.helpers.stores import write_split_episode_store, write_synthetic_store
 from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
-from trajstore import TrajectoryBuilder, action_from_openai_completion, open_store, write_trajectories
+from trajstore import (
+    StoreWriter,
+    TrajectoryBuilder,
+    action_from_openai_completion,
+    audit,
+    open_store,
+    write_trajectories,
+)
 from trajstore.convert import trajectories_to_table
 from trajstore.reader import read_trajectories
 from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import (
     DataCursor,
+    StreamClosed,
     TrainDataError,
     TrajectoryStream,
 )
@@ -119,8 +127,6 @@ def test_overlong_policy_skip_or_error(tmp_path: Path) -> None:
 
 
 def store_rows(store) -> list[dict]:  # noqa: ANN001
-    from trajstore import read_trajectories
-
     return read_trajectories(store, columns=["num_tokens"]).to_pylist()
 
 
@@ -157,13 +163,10 @@ def test_close_while_a_reader_thread_filters_waits_for_it(tmp_path: Path) -> Non
     # training thread closed the --where connection while the reader thread was filtering a shard
     # (DuckDB 2 refuses to close a busy connection instead of waiting). The filter is slowed down
     # here so that close() always lands while it runs.
-    import threading
-    import time
 
     import pyarrow as pa
 
     from trajstore.schema import SCALAR_COLUMNS, TRAJECTORY_SCHEMA
-    from trajstore.trainer.data import StreamClosed
 
     class SlowConnection:
         def __init__(self, conn) -> None:  # noqa: ANN001
@@ -211,10 +214,7 @@ def test_vllm_9999_sentinel_is_stored_missing_masked_by_the_trainer_and_counted(
     # counted in num_missing_logprobs), the coverage audit counts it, and the trainer's stream
     # leaves that token out of the action mask, so DIS statistics stay finite.
     torch = pytest.importorskip("torch")
-    from trajstore import StoreWriter, audit
     from trajstore.store import open_store
-    from trajstore.trainer.config import DataConfig
-    from trajstore.trainer.data import TrajectoryStream
     from trajstore.trainer.sao.losses import dis_policy_loss
 
     resp = {"id": "chatcmpl-1", "prompt_token_ids": [1, 2, 3],

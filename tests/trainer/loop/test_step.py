@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.stores import write_synthetic_store
-from tests.helpers.trajectories import VOCAB
+from tests.helpers.stores import write_split_episode_store, write_synthetic_store
+from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.step import train_step
@@ -202,7 +202,6 @@ def test_the_gae_chain_runs_across_a_context_rewrite_even_across_micro_batches(t
     one chain (the part's last action bootstraps from the successor's first; the episode's reward
     only at the successor's end), whether they share a micro-batch or not; the sub-agent child of
     the same episode is credited on its own (a terminal lineage)."""
-    from tests.helpers.stores import write_split_episode_store
     from trajstore.trainer.data import pack
 
     write_split_episode_store(tmp_path, 1)
@@ -236,7 +235,6 @@ def test_old_split_episodes_train_as_before(tmp_path: Path) -> None:
     columns) train unchanged: each part alone, credited with its own reward."""
     import numpy as np
 
-    from tests.helpers.trajectories import tiny_model_trajectory
     from trajstore import open_store
     from trajstore.convert import trajectories_to_table
     from trajstore.trainer.data import pack, split_for_rank

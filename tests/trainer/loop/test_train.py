@@ -15,7 +15,7 @@ import torch
 
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.training import disk_config, refusal_config, run_files_digest
-from tests.helpers.trajectories import VOCAB
+from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 from trajstore import open_store
 from trajstore.policies import latest_policy_version, list_policy_versions
 from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
@@ -251,7 +251,6 @@ def test_train_and_resume_on_an_s3_store(s3_store_uri: tuple[str, dict]) -> None
     uri, opts = s3_store_uri
     import numpy as np
 
-    from tests.helpers.trajectories import tiny_model_trajectory
     from trajstore.writer import write_trajectories
 
     rng = np.random.default_rng(0)

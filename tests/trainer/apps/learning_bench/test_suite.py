@@ -35,7 +35,6 @@ def test_smoke_preset_critic_beats_the_running_mean_and_leaves_the_checkout_alon
     its per-token advantages correlate better with A*."""
     import json
     import tempfile
-    from pathlib import Path
 
     from typer.testing import CliRunner
 
