@@ -325,7 +325,7 @@ def test_the_path_check_leaves_other_strings_alone(src: str) -> None:
 # -- one concept per file ---------------------------------------------------------------------
 
 MAX_MODULE_LINES = 500
-"""Issue 22: no module over about 500 lines. An exception needs a reason here."""
+"""One concept per file: no module over about 500 lines. An exception needs a reason here."""
 
 LONG_MODULE_REASONS: dict[str, str] = {}
 """Modules allowed over MAX_MODULE_LINES, each with the reason it stays whole."""

@@ -21,8 +21,8 @@ README = REPO_ROOT / "README.md"
 
 # hostile tester: bad input answered by one clear line naming the file, row, field or flag
 def test_readme_exit_status_table_matches_the_code(tmp_path: Path) -> None:
-    # The table is what scripts rely on. Issue 12 fixes ingest's contract (1 when any record was
-    # refused); errors exit 1 too, told apart by the stderr lines the table names.
+    # The table is what scripts rely on. Ingest's contract: 1 when any record was
+    # refused; errors exit 1 too, told apart by the stderr lines the table names.
     rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", README.read_text(), flags=re.M))
     assert (EXIT_ERROR, EXIT_USAGE, EXIT_REFUSED) == (1, 2, 1)  # 1 when any record was refused
     assert rows["1"].startswith("error") and "not a store" in rows["1"]

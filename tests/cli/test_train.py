@@ -558,7 +558,7 @@ def test_missing_train_extra_is_one_line_naming_the_install_command(tmp_path: Pa
 
 # adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_resume_with_nothing_new_warns(trained: Path, tmp_path: Path) -> None:
-    """Issue 16: training that trains nothing reported "0 iterations" without a warning."""
+    """New-user walkthrough: training that trains nothing reported "0 iterations" without a warning."""
     root = _copy(trained, tmp_path)
     first = _invoke_train(str(root), *BASE_ARGS, "--run-id", "r", "--resume", "--format", "json")  # the 4 left over
     assert first.exit_code == 0, first.output
@@ -585,7 +585,7 @@ def test_fewer_policy_steps_than_asked_warns(tmp_path: Path) -> None:
 
 # adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_overlong_skip_is_said_on_the_console(tmp_path: Path) -> None:
-    """Issue 16 walkthrough: with the default --overlong skip, a trajectory longer than
+    """New-user walkthrough: with the default --overlong skip, a trajectory longer than
     --max-seq-len was left out with no word on the console (only a data/skipped_overlong metric in
     the run's records): the start says what the data holds, the end warns what was not trained."""
     rng = np.random.default_rng(2)

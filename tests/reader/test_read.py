@@ -211,7 +211,7 @@ def test_scalar_read_of_a_v1_shard_does_not_decode_spans(tmp_store: str, make_tr
 
 
 def test_every_reader_fills_missing_nullable_columns_with_nulls(tmp_path: Path) -> None:
-    """Issue 14 Why: shards of an older schema that lack `group_id` and `metadata` crashed
+    """Older schema versions: shards of an older schema that lack `group_id` and `metadata` crashed
     `scan_trajectories(...).collect()` (and `traj train`), while `read_trajectories` read them."""
 
 

@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import trajstore.trainer.apps.demo as demo_mod  # noqa: E402
 from trajstore.trainer.apps.demo import DemoConfig, DemoResult, DemoStop, prune_weights, run_demo  # noqa: E402
 
 TINY = {"model": "tiny-llama", "tokenizer": "smollm2-135m", "steps": 2, "batch_size": 2, "micro_batch_size": 1,
@@ -291,7 +292,6 @@ def test_a_weight_sync_that_never_loaded_a_version_is_reported_plainly():
 def test_a_trainer_that_made_fewer_steps_than_asked_is_reported_plainly(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    import trajstore.trainer.apps.demo as demo_mod
     from trajstore.cli.main import app
 
     assert _result(4).shortfall is None
@@ -352,7 +352,6 @@ def test_a_width_the_user_set_is_kept_when_piped(monkeypatch, tmp_path):
     # even when the user had set the width, unlike every other command
     from typer.testing import CliRunner
 
-    import trajstore.trainer.apps.demo as demo_mod
     from trajstore.cli.main import app
 
     widths = []
@@ -420,7 +419,6 @@ def test_an_early_stop_prints_the_summary_why_and_what_to_try(monkeypatch, tmp_p
     # is a summary with its reason and a hint, and exit code 1, not an error line without audits
     from typer.testing import CliRunner
 
-    import trajstore.trainer.apps.demo as demo_mod
     from trajstore.cli.main import app
 
     def stopped(cfg, console=None):  # noqa: ANN001, ANN202

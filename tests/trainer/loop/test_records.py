@@ -21,7 +21,7 @@ def test_progress_line_shows_n_a_for_a_metric_without_a_value() -> None:
 
 # adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_progress_line_labels_every_figure_once() -> None:
-    """Issue 16: the progress line had two unlabelled `mean=` fields (reward and ratio)."""
+    """New-user walkthrough: the progress line had two unlabelled `mean=` fields (reward and ratio)."""
 
     line = progress_line(3, 3, {"reward/mean": 0.5, "value/explained_variance": 0.123, "ratio/mean": 1.0021,
                                 "perf/tokens_per_s": 1234.4})

@@ -10,6 +10,7 @@ import pytest
 
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.training import assert_nothing_written, disk_config, refusal_config
+from trajstore.trainer.loop import setup as loop_setup
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.train import train
 
@@ -33,9 +34,7 @@ def test_stale_tmp_leftovers_are_removed_when_a_trainer_starts(tmp_path: Path) -
 # adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_text_only_data_is_refused_before_the_model_is_loaded(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 16: the refusal took 17 s because the model was loaded first."""
-    from trajstore.trainer.loop import setup as loop_setup
-
+    """New-user walkthrough: the refusal took 17 s because the model was loaded first."""
     write_synthetic_store(tmp_path, 2, with_logprobs=False)
 
     def no_load(*_a, **_k):  # noqa: ANN002, ANN003, ANN202

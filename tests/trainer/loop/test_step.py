@@ -17,6 +17,7 @@ import torch
 from tests.helpers.stores import write_split_episode_store, write_synthetic_store
 from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop import step as step_module
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.step import train_step
 
@@ -198,7 +199,7 @@ def _reference_chain_gae(values: list[torch.Tensor], masks: list[torch.Tensor], 
 
 @pytest.mark.parametrize("micro", [1, 3])
 def test_the_gae_chain_runs_across_a_context_rewrite_even_across_micro_batches(tmp_path: Path, micro: int) -> None:
-    """Issue 23, `traj train` on split episodes: a part and its context-rewrite successor are
+    """Episode trees, `traj train` on split episodes: a part and its context-rewrite successor are
     one chain (the part's last action bootstraps from the successor's first; the episode's reward
     only at the successor's end), whether they share a micro-batch or not; the sub-agent child of
     the same episode is credited on its own (a terminal lineage)."""
@@ -282,7 +283,7 @@ def _record_grads(tr, which: str) -> list[dict[str, torch.Tensor]]:  # noqa: ANN
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
 def test_the_update_does_not_depend_on_how_the_step_is_split_or_laid_out(tmp_path: Path, agg: str) -> None:
-    """Issue 22: the loop packs each micro-batch into one (1, L) row; with loss_agg
+    """Packed micro-batches: the loop packs each micro-batch into one (1, L) row; with loss_agg
     "seq-mean-token-mean" the loss averaged that row as one trajectory, so the update changed with
     the micro-batch size (one trajectory per micro-batch was right, four packed together were not).
     Every mode: the same 4 trajectories as 1 packed micro-batch of 4, 4 of 1, or 3 + 1 give the
@@ -384,8 +385,6 @@ def test_a_step_that_raises_ends_its_pass(tmp_path: Path, monkeypatch: pytest.Mo
     # a flake seen while splitting the step: a step that raised left its pass "running", and the
     # recorder's heartbeat thread, kept alive by the traceback, printed "... still running" lines
     # into a later test's captured stderr
-    from trajstore.trainer.loop import step as step_module
-
     write_synthetic_store(tmp_path, 8)
     tr = setup(_cfg(tmp_path, warmup=0))
     assert tr.recorder is not None

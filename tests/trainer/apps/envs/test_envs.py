@@ -15,7 +15,7 @@ def test_draw_instance_covers_the_families_with_their_steps() -> None:
 
 
 def test_held_out_starts_never_reach_training_and_are_all_the_evaluation_sees() -> None:
-    """Issue 28: the evaluation episodes were drawn from the training instances. With 3 first
+    """Learning bench preset v2: the evaluation episodes were drawn from the training instances. With 3 first
     terms held out per family (a seeded choice), training draws never use them and the
     evaluation instances use only them; 0 held out keeps the old draw."""
     from trajstore.trainer.apps.learning_bench.evaluation import eval_instances

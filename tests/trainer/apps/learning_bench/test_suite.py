@@ -63,7 +63,7 @@ def test_smoke_preset_critic_beats_the_running_mean_and_leaves_the_checkout_alon
 
 
 def test_reanalyse_of_a_committed_run_directory_writes_elsewhere(tmp_path) -> None:
-    """Issue 16: the benchmark never writes over committed files. Issue 28: the per-run result
+    """Scratch output: the benchmark never writes over committed files. The per-run result
     files behind bench/LEARNING.md are committed, and --reanalyse recomputes the tables from them:
     a committed run directory is only read; the report, summary and tables.md go to a fresh
     directory under --scratch, and every committed file stays as it was."""
