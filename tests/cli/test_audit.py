@@ -253,47 +253,48 @@ def _no_fetchall(monkeypatch):
         monkeypatch.setattr(duckdb.DuckDBPyRelation, name, refuse, raising=False)
 
 
+def _streamed_sql(monkeypatch, store, setting: str, value: int):
+    """`traj sql` on `store` with ``trajstore.cli.audit.<setting>`` = `value` and whole-result fetches
+    refused: a function of (query, *flags) -> the CLI result."""
+    monkeypatch.setattr(f"trajstore.cli.audit.{setting}", value)
+    _no_fetchall(monkeypatch)
+    return lambda query, *flags: runner.invoke(app, ["sql", store.uri, query, *flags])
+
+
 # adversarial input: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
 def test_sql_csv_streams_batches_and_limit(known_store, monkeypatch):
-    monkeypatch.setattr("trajstore.cli.audit.SQL_BATCH_ROWS", 1000)
-    _no_fetchall(monkeypatch)
-    res = runner.invoke(app, ["sql", known_store.uri, "SELECT range AS i, range * 2 AS j FROM range(25000)",
-                              "--format", "csv"])
+    sql = _streamed_sql(monkeypatch, known_store, "SQL_BATCH_ROWS", 1000)
+    res = sql("SELECT range AS i, range * 2 AS j FROM range(25000)", "--format", "csv")
     assert res.exit_code == 0, res.output
     rows = list(csv.reader(io.StringIO(res.stdout)))
     assert rows[0] == ["i", "j"] and len(rows) == 25001
     assert rows[1] == ["0", "0"] and rows[-1] == ["24999", "49998"]
-    res = runner.invoke(app, ["sql", known_store.uri, "SELECT range AS i FROM range(25000)", "--format", "csv",
-                              "--limit", "7"])
+    res = sql("SELECT range AS i FROM range(25000)", "--format", "csv", "--limit", "7")
     assert res.exit_code == 0, res.output
     assert res.stdout.splitlines() == ["i", "0", "1", "2", "3", "4", "5", "6"]
 
 
 # adversarial input: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
 def test_sql_json_streams_and_stays_valid(known_store, monkeypatch):
-    monkeypatch.setattr("trajstore.cli.audit.SQL_BATCH_ROWS", 100)
-    _no_fetchall(monkeypatch)
-    res = runner.invoke(app, ["sql", known_store.uri, "SELECT range AS i, 'x' || range AS s FROM range(2500)",
-                              "--format", "json"])
+    sql = _streamed_sql(monkeypatch, known_store, "SQL_BATCH_ROWS", 100)
+    res = sql("SELECT range AS i, 'x' || range AS s FROM range(2500)", "--format", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert list(doc) == ["result"] and len(doc["result"]) == 2500
     assert doc["result"][2499] == {"i": 2499, "s": "x2499"}
-    res = runner.invoke(app, ["sql", known_store.uri, "SELECT trajectory_id FROM trajectories ORDER BY 1",
-                              "--format", "json", "--limit", "2"])
+    res = sql("SELECT trajectory_id FROM trajectories ORDER BY 1", "--format", "json", "--limit", "2")
     assert json.loads(res.stdout) == {"result": [{"trajectory_id": "A"}, {"trajectory_id": "B"}]}
-    res = runner.invoke(app, ["sql", known_store.uri, "SELECT 1 AS a WHERE false", "--format", "json"])
+    res = sql("SELECT 1 AS a WHERE false", "--format", "json")
     assert json.loads(res.stdout) == {"result": []}
 
 
 # adversarial input: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
 def test_sql_table_shows_at_most_the_table_cap(known_store, monkeypatch):
-    monkeypatch.setattr("trajstore.cli.audit.SQL_TABLE_MAX_ROWS", 50)
-    _no_fetchall(monkeypatch)
-    res = runner.invoke(app, ["sql", known_store.uri, "SELECT range AS i FROM range(100000)"])
+    sql = _streamed_sql(monkeypatch, known_store, "SQL_TABLE_MAX_ROWS", 50)
+    res = sql("SELECT range AS i FROM range(100000)")
     assert res.exit_code == 0, res.output
     assert "showing the first 50 rows" in res.output
-    res = runner.invoke(app, ["sql", known_store.uri, "SELECT range AS i FROM range(10)"])
+    res = sql("SELECT range AS i FROM range(10)")
     assert "showing" not in res.output
 
 
