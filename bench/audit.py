@@ -28,6 +28,7 @@ target is missed: this is a measurement, not a test.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -35,8 +36,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -219,6 +221,33 @@ BASELINES: dict[str, tuple[tuple[str, ...], bool, bool]] = {
 }
 """The Parquet columns each report reads (from its SQL in trajstore/audit/, one module per report family): the bare
 baseline reads exactly those, with one cheap aggregate per column."""
+
+
+@contextlib.contextmanager
+def count_store_bench(description: str, name: str) -> Iterator[tuple[argparse.Namespace, Path, str]]:
+    """The command line and store of a benchmark over the count store (``bench/sql.py``,
+    ``bench/staleness.py``): yields the arguments (``--trajectories``, ``--store``, ``--repeat``), a
+    fresh work folder (removed afterwards) and the store's root, built there unless ``--store``
+    names one."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--trajectories", type=int, default=1_000_000)
+    ap.add_argument("--store", default=None, help="an existing store (default: build one in a temp dir)")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix=f"trajstore-bench-{name}-"))
+    try:
+        root = args.store or str(work / "store")
+        if args.store is None:
+            build_count_store(root, args.trajectories)
+        yield args, work, root
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def print_verdict(out: dict[str, Any], met: bool, line: str) -> None:
+    """The measurements as JSON, then one ``MET`` / ``MISS`` line."""
+    print(json.dumps(out, indent=2))
+    print(f"  {'MET ' if met else 'MISS'}  {line}")
 
 
 def bare_query(report: str, traj_files: list[str], consumed_files: list[str]) -> str:

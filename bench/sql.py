@@ -15,20 +15,16 @@ Exit status 0 even when the target is missed: this is a measurement, not a test.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import duckdb
 
 sys.path.insert(0, str(Path(__file__).parent))
-from audit import build_count_store  # noqa: E402 - bench/audit.py's store
+from audit import count_store_bench, print_verdict  # noqa: E402 - bench/audit.py's store
 
 from trajstore import audit  # noqa: E402
 from trajstore.audit.export import write_result  # noqa: E402
@@ -46,16 +42,7 @@ def copy_sql(files: list[str], out: str) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trajectories", type=int, default=1_000_000)
-    ap.add_argument("--store", default=None, help="an existing store (default: build one in a temp dir)")
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="trajstore-bench-sql-"))
-    try:
-        root = args.store or str(work / "store")
-        if args.store is None:
-            build_count_store(root, args.trajectories)
+    with count_store_bench(__doc__.splitlines()[0], "sql") as (args, work, root):
         files = [s.path for s in open_store(root).list_shards(TRAJECTORIES_DIR)]
         ours_out, copy_out = str(work / "ours.csv"), str(work / "copy.csv")
         best = {"traj_sql_s": float("inf"), "duckdb_copy_s": float("inf")}
@@ -83,12 +70,9 @@ def main() -> None:
         out = {"span_rows": rows, "shards": len(files), "bytes_ours": os.path.getsize(ours_out),
                "bytes_copy": os.path.getsize(copy_out), **{k: round(v, 3) for k, v in best.items()},
                "fresh_process_traj_sql_s": round(cli_s, 3), "fresh_process_duckdb_copy_s": round(copy_cli_s, 3)}
-        print(json.dumps(out, indent=2))
         ratio = best["traj_sql_s"] / best["duckdb_copy_s"]
-        print(f"  {'MET ' if ratio <= TARGET else 'MISS'}  traj sql --format csv / DuckDB COPY  {ratio:.2f}x "
-              f"(target <= {TARGET}); fresh processes {cli_s / copy_cli_s:.2f}x")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        print_verdict(out, ratio <= TARGET, f"traj sql --format csv / DuckDB COPY  {ratio:.2f}x (target <= {TARGET}); "
+                      f"fresh processes {cli_s / copy_cli_s:.2f}x")
 
 
 if __name__ == "__main__":

@@ -15,17 +15,14 @@ so the hand query needs no dedupe). Exit status 0 even when the target is missed
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from audit import build_count_store  # noqa: E402 - bench/audit.py's store
+from audit import count_store_bench, print_verdict  # noqa: E402 - bench/audit.py's store
 
 from trajstore.store import TRAJECTORIES_DIR, open_store  # noqa: E402
 from trajstore.store.layout import run_consumed_dir  # noqa: E402
@@ -102,16 +99,7 @@ def best_alternately(fns: list, repeat: int) -> list[float]:  # noqa: ANN001
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trajectories", type=int, default=1_000_000)
-    ap.add_argument("--store", default=None)
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="trajstore-bench-staleness-"))
-    try:
-        root = args.store or str(work / "store")
-        if args.store is None:
-            build_count_store(root, args.trajectories)
+    with count_store_bench(__doc__.splitlines()[0], "staleness") as (args, _work, root):
         store = open_store(root)
         traj = [s.path for s in store.list_shards(TRAJECTORIES_DIR)]
         cons = [s.path for s in store.list_shards(run_consumed_dir("bench"))]
@@ -130,12 +118,9 @@ def main() -> None:
                                           args.repeat)
         out = {"trajectories": sum(s.num_rows for s in store.list_shards(TRAJECTORIES_DIR)), "shards": len(traj),
                "same_numbers": same, "traj_stats_staleness_s": round(t_ours, 3), "hand_written_duckdb_s": round(t_hand, 3)}
-        print(json.dumps(out, indent=2))
         ratio = t_ours / t_hand
-        print(f"  {'MET ' if ratio <= TARGET and same else 'MISS'}  traj stats --staleness / hand-written DuckDB "
-              f"{ratio:.2f}x (target <= {TARGET}; same numbers: {same})")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        print_verdict(out, ratio <= TARGET and same, f"traj stats --staleness / hand-written DuckDB {ratio:.2f}x "
+                      f"(target <= {TARGET}; same numbers: {same})")
 
 
 if __name__ == "__main__":

@@ -497,7 +497,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         row_group_sweep(work, table, chunks, ids, n_tok, args)
     table = None
     print()
-    print("targets (issues 2 and 11):")
+    print("targets:")
     for name, value, op, bound in checks:
         if op == "report":  # no longer a target (see peers()): the ratio alone
             print(f"  INFO  {name:<62} ratio {value:8.3f}")

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trajstore import TrajectoryBuilder, write_trajectories
+from trajstore import TrajectoryBuilder, read_trajectories, write_trajectories
 
 DEMO_LENGTHS = (219, 234, 227, 229, 219, 230, 233, 219, 226, 211, 261, 213, 227, 216, 258, 229, 242, 247, 224, 230)
 """Token counts of 20 trajectories of a `traj demo` run (SmolLM2-135M playing guess-the-number,
@@ -429,9 +429,7 @@ def bench_wait(model: str, *, trajectories: int, batch_size: int, micro: int, re
 
 
 def _lengths_from(store: str) -> list[int]:
-    import trajstore
-
-    return trajstore.read_trajectories(store, columns=["num_tokens"]).column("num_tokens").to_pylist()
+    return read_trajectories(store, columns=["num_tokens"]).column("num_tokens").to_pylist()
 
 
 def main() -> None:

@@ -20,10 +20,13 @@ from typing import Any
 import typer
 
 from trajstore.cli.app import TrajTyper
-from trajstore.cli.display import OutputFormat
+from trajstore.cli.display import OutputFormat, render_record
 from trajstore.cli.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REFUSED, InvalidOptionError, friendly_errors
 from trajstore.cli.options import StorageOptions, parse_storage_options
+from trajstore.ingest import IngestError, IngestInterrupted, ingest_paths
 from trajstore.ingest.formats.registry import FORMAT_HELP, FORMATS
+from trajstore.ingest.summary import REFUSING_KINDS
+from trajstore.store import open_store_for_writing
 
 commands = TrajTyper()
 
@@ -42,6 +45,7 @@ class _LazyProgress:
     has run for :data:`PROGRESS_DELAY_S` and stderr is a terminal."""
 
     def __init__(self, enabled: bool):
+        # here, not at import: rich adds to every command's start-up (and most ingests end before the delay)
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -131,11 +135,8 @@ def ingest_cmd(
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
     """See :data:`_HELP`."""
-    from rich.console import Console
+    from rich.console import Console  # here, not at import: rich adds to every command's start-up
     from rich.markup import escape
-
-    from trajstore.ingest import IngestError, IngestInterrupted, ingest_paths
-    from trajstore.ingest.summary import REFUSING_KINDS
 
     fmt = fmt.lower()  # case-insensitive, as --format is on every other command (`traj stats --format JSON`)
     if output is not None:
@@ -153,8 +154,6 @@ def ingest_cmd(
     missing = [p for p in paths if "://" not in p and not os.path.exists(p)]
     if missing:
         raise InvalidOptionError(f"no such input path: {', '.join(missing)}")
-    from trajstore.store import open_store_for_writing
-
     storage_options = parse_storage_options(storage_option or [], store)
     open_store_for_writing(store, command="traj ingest", storage_options=storage_options)  # before anything is read
     err = Console(stderr=True)
@@ -194,8 +193,6 @@ def ingest_cmd(
         w.writerow(["metric", "value"])
         w.writerows(_summary_rows(report))
     else:  # the shared renderer, as every command's tables
-        from trajstore.cli.display import render_record
-
         render_record("traj ingest", dict(_summary_rows(report)), "table")
     if fmt != "json":
         for p in report.problems:

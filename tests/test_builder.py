@@ -14,7 +14,7 @@ from trajstore import TrajectoryBuilder, action_from_openai_completion
 from trajstore.errors import TrajectoryValidationError
 
 
-# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+# adversarial input: a hole found attacking the store and the SDK (failed before its fix)
 def test_builder_refuses_bad_sampling_at_finish() -> None:
     b = TrajectoryBuilder(trajectory_id="b1")
     b.add_prompt([1])
@@ -26,8 +26,6 @@ def test_builder_refuses_bad_sampling_at_finish() -> None:
 
 @pytest.mark.parametrize("ids", [[2**40, 5], [2**32 + 5], np.array([2**63], dtype=np.uint64), [-(2**32)]])
 def test_builder_refuses_ids_outside_int32_instead_of_wrapping(ids: Any) -> None:
-    from trajstore import TrajectoryBuilder
-
     b = TrajectoryBuilder(trajectory_id="wrap")
     with pytest.raises(ValueError, match="must fit in int32"):
         b.add_prompt(ids)

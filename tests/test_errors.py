@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 def test_an_os_error_anywhere_is_one_line_naming_the_path() -> None:
     from trajstore.errors import os_error_line
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 def test_quiet_loading_silences_transformers_bars_and_future_warnings(capsys: pytest.CaptureFixture[str]) -> None:
     import sys
     import warnings

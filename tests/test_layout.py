@@ -115,7 +115,7 @@ def test_bench_script_help_runs_as_documented(script: Path) -> None:
     assert "usage" in (r.stdout + r.stderr).lower()
 
 
-# -- every store path is built by trajstore/store/layout.py (issue 22) -------------------------
+# -- every store path is built by trajstore/store/layout.py -------------------------
 
 LAYOUT_PY = CORE / "store" / "layout.py"
 SCANNED = ("trajstore", "trainer", "cli", "bench")
@@ -325,7 +325,7 @@ def test_the_path_check_leaves_other_strings_alone(src: str) -> None:
 # -- one concept per file ---------------------------------------------------------------------
 
 MAX_MODULE_LINES = 500
-"""Issue 22: no module over about 500 lines. An exception needs a reason here."""
+"""One concept per file: no module over about 500 lines. An exception needs a reason here."""
 
 LONG_MODULE_REASONS: dict[str, str] = {}
 """Modules allowed over MAX_MODULE_LINES, each with the reason it stays whole."""
@@ -381,7 +381,7 @@ def sys_path_edits(source: str, filename: str = "<src>") -> list[int]:
 
 
 def test_no_test_edits_sys_path() -> None:
-    # issue 22: helpers are imported as tests.helpers.<module> (pyproject's pytest pythonpath)
+    # helpers are imported as tests.helpers.<module> (pyproject's pytest pythonpath)
     found = [f"{rel}:{line}" for p in sorted((ROOT / "tests").rglob("*.py"))
              if (rel := p.relative_to(ROOT).as_posix())
              for line in sys_path_edits(p.read_text(), str(p))]

@@ -8,7 +8,7 @@ from tests.helpers.trajectories import valid_record
 from trajstore import Trajectory, TrajectoryBuilder
 
 
-# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+# adversarial input: a hole found attacking the store and the SDK (failed before its fix)
 def test_created_at_out_of_range_is_a_validation_error_not_overflow() -> None:
     from pydantic import ValidationError
 

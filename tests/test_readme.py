@@ -21,10 +21,10 @@ README = REPO_ROOT / "README.md"
 
 # hostile tester: bad input answered by one clear line naming the file, row, field or flag
 def test_readme_exit_status_table_matches_the_code(tmp_path: Path) -> None:
-    # The table is what scripts rely on. Issue 12 fixes ingest's contract (1 when any record was
-    # refused); errors exit 1 too, told apart by the stderr lines the table names.
+    # The table is what scripts rely on. Ingest's contract: 1 when any record was
+    # refused; errors exit 1 too, told apart by the stderr lines the table names.
     rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", README.read_text(), flags=re.M))
-    assert (EXIT_ERROR, EXIT_USAGE, EXIT_REFUSED) == (1, 2, 1)  # issue 12: 1 when any record was refused
+    assert (EXIT_ERROR, EXIT_USAGE, EXIT_REFUSED) == (1, 2, 1)  # 1 when any record was refused
     assert rows["1"].startswith("error") and "not a store" in rows["1"]
     assert "`traj ingest` refused some records" in rows["1"] and "3" not in rows
     assert rows["2"].startswith("bad usage")
@@ -38,7 +38,6 @@ def _readme_commands() -> list[str]:
     """Every `traj ...` command written out whole in the README: the first cell of each row of
     its tables and each line of its bash blocks (placeholder commands such as `traj stats STORE
     [--staleness ...]` in the Commands table are not runnable text and are left out)."""
-    import re
     import shlex
 
     text = (REPO_ROOT / "README.md").read_text()
@@ -51,7 +50,7 @@ def _readme_commands() -> list[str]:
 @pytest.mark.parametrize("command", _readme_commands())
 def test_every_command_written_in_the_readme_parses(command):
     # the README's "one policy step on the demo's store" row lacked --run: a user copying it
-    # got `error: missing option --run` (walkthrough of issue 16)
+    # got `error: missing option --run` (new-user walkthrough)
     import shlex
 
     args = shlex.split(command)[1:]

@@ -1,5 +1,5 @@
 """Examples and benchmarks write to scratch directories by default: run from the checkout, they
-leave every committed file as it was and add no file next to them (issue 16)."""
+leave every committed file as it was and add no file next to them."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_rollout_worker_example_counts_what_it_wrote():
 
 @pytest.mark.parametrize("preset", ["default", "smoke", "calibrate"])
 def test_learning_benchmark_writes_under_the_system_temp_dir_by_default(preset, tmp_path, monkeypatch):
-    # issue 16 point 1: --out-dir bench/learning_plots, relative to the working directory, made
+    # scratch output: --out-dir bench/learning_plots, relative to the working directory, made
     # the smoke preset overwrite the committed table.md. Now every preset writes under
     # <system temp>/..., whatever the working directory (the full run from the checkout: the
     # slow test_smoke_preset_..._leaves_the_checkout_alone).

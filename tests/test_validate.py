@@ -254,12 +254,12 @@ def _fields(traj: Trajectory) -> dict[str, str]:
     return {v.field: v.message for v in find_violations(traj)}
 
 
-# issue 11: a hole found attacking the store and the SDK (failed before its fix)
-def test_base_record_is_valid_issue_11() -> None:
+# adversarial input: a hole found attacking the store and the SDK (failed before its fix)
+def test_base_record_of_the_adversarial_cases_is_valid() -> None:
     assert find_violations(Trajectory(**valid_record())) == []
 
 
-# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+# adversarial input: a hole found attacking the store and the SDK (failed before its fix)
 @pytest.mark.parametrize("tid", ["abc\n", "abc\r", "a\nb", "abc\n\n"])
 def test_trajectory_id_with_a_trailing_newline_is_refused(tid: str) -> None:
     # `$` matched before a trailing newline, so "abc\n" passed the path-safety rule.
@@ -267,7 +267,7 @@ def test_trajectory_id_with_a_trailing_newline_is_refused(tid: str) -> None:
     assert v.field == "trajectory_id" and "not safe in a path" in v.message
 
 
-# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+# adversarial input: a hole found attacking the store and the SDK (failed before its fix)
 @pytest.mark.parametrize("meta", [{"x": NAN}, {"deep": [1.0, {"y": math.inf}]}, {"z": -math.inf}])
 def test_nan_or_infinity_in_metadata_is_refused(meta: dict[str, Any], tmp_store: str) -> None:
     # json.dumps wrote NaN / Infinity, which is not JSON: DuckDB's json functions and other
@@ -280,7 +280,7 @@ def test_nan_or_infinity_in_metadata_is_refused(meta: dict[str, Any], tmp_store:
     assert read_trajectories(tmp_store).num_rows == 0
 
 
-# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+# adversarial input: a hole found attacking the store and the SDK (failed before its fix)
 @pytest.mark.parametrize(("field", "value", "fragment"), [
     ("min_p", NAN, "min_p: must be finite and in [0, 1]"),
     ("min_p", 1.5, "min_p: must be finite and in [0, 1]"),
@@ -302,7 +302,7 @@ def test_bad_sampling_parameters_are_refused(field: str, value: Any, fragment: s
     assert fragment.split(": ", 1)[-1] in fields[key]
 
 
-# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+# adversarial input: a hole found attacking the store and the SDK (failed before its fix)
 @pytest.mark.parametrize("ok", [{"top_k": -1}, {"top_k": 0}, {"top_k": 40}, {"min_p": 0.0}, {"max_tokens": 1},
                                 {"sampling_params": '{"seed": 7}'}])
 def test_usual_sampling_parameters_are_accepted(ok: dict[str, Any]) -> None:
@@ -311,14 +311,14 @@ def test_usual_sampling_parameters_are_accepted(ok: dict[str, Any]) -> None:
     assert find_violations(Trajectory(**valid_record(spans=spans))) == []
 
 
-# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+# adversarial input: a hole found attacking the store and the SDK (failed before its fix)
 @pytest.mark.parametrize("raw", ["not json", "{'a': 1}", "NaN", "1 2"])
 def test_reward_raw_must_be_json(raw: str) -> None:
     fields = _fields(Trajectory(**valid_record(reward_raw=raw)))
     assert "reward_raw" in fields and "not valid JSON" in fields["reward_raw"]
 
 
-# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+# adversarial input: a hole found attacking the store and the SDK (failed before its fix)
 def test_reward_raw_json_accepted() -> None:
     for raw in ['true', '"positive"', '{"passed": 3}', '0.5', 'null']:
         assert find_violations(Trajectory(**valid_record(reward_raw=raw))) == []

@@ -162,7 +162,7 @@ def test_bad_flush_options() -> None:
         StoreWriter("/nonexistent/never-written", flush_rows=0)
 
 
-# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+# adversarial input: a hole found attacking the store and the SDK (failed before its fix)
 def test_writer_counts_metadata_when_sizing_flushes(tmp_store: str) -> None:
     # 40 trajectories with 2 MiB of metadata each and flush_mb=1: every trajectory alone
     # exceeds the flush size, so each flush holds one (40 shards), not one 80 MB shard.

@@ -3,7 +3,7 @@
 Policy: a transformers causal LM. Critic: a copy of the policy's backbone (initialised from
 the policy weights) with a scalar value head; only parameters whose names match a pattern train
 (MLP / MoE expert projections and the value head by default; embeddings, norms and attention
-frozen: docs/sao.md section 3). Both are wrapped in small
+frozen: docs/sao.md, mechanism 3). Both are wrapped in small
 modules whose ``forward`` returns exactly what the loss needs, so DDP sees every used weight.
 """
 

@@ -3,20 +3,11 @@ hand from the known store (tests/helpers/stores.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from tests.helpers.relations import pick, rows
 from trajstore import audit
 from trajstore.audit.clip import _bucket_sql
-
-
-def rows(rel: Any) -> list[dict[str, Any]]:
-    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
-
-
-def pick(r: dict[str, Any], *keys: str) -> tuple[Any, ...]:
-    return tuple(r[k] for k in keys)
 
 
 def test_clip_per_step_and_staleness_bucket(conn):

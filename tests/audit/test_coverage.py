@@ -4,20 +4,12 @@ store (tests/helpers/stores.py)."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
+from tests.helpers.relations import pick, rows
 from trajstore import audit
 from trajstore.ingest import ingest_paths
-
-
-def rows(rel: Any) -> list[dict[str, Any]]:
-    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
-
-
-def pick(r: dict[str, Any], *keys: str) -> tuple[Any, ...]:
-    return tuple(r[k] for k in keys)
 
 
 def test_coverage(conn):
@@ -31,13 +23,13 @@ def test_coverage(conn):
     assert (oh["trajectories"], oh["action_tokens"]) == (2, 9)
     assert (oh["share_with_logprob"], oh["share_with_policy_version"], oh["share_with_both"]) == pytest.approx((6 / 9, 8 / 9, 6 / 9))
     nt = [pick(r, "source", "reason", "trajectories", "example_id") for r in rows(rep.not_trainable)]
-    # an action without a policy version is no reason: it trains, its staleness undefined (issue 16
+    # an action without a policy version is no reason: it trains, its staleness undefined (new-user walkthrough
     # walkthrough: every ingested trajectory was listed as not trainable, traj train trained them)
     assert nt == [("openhands", "no engine logprobs: trains only with --behaviour-logprobs initial-policy", 1, "D"),
                   ("openhands", "no reward", 1, "D"), ("sdk", "no action tokens", 1, "E")]
 
 
-# issue 17: fidelity flags of the reported cases counted by ingest and `traj stats --coverage`
+# fidelity flags of the reported cases counted by ingest and `traj stats --coverage`
 def test_fidelity_flags_are_counted_and_shown_by_stats_coverage(reported, tmp_path):
     from typer.testing import CliRunner
 
@@ -54,7 +46,7 @@ def test_fidelity_flags_are_counted_and_shown_by_stats_coverage(reported, tmp_pa
     assert got == [("nemo-gym", "observations", 2), ("swe-agent", "final_step", 1), ("swe-agent", "tools", 1)]
 
 
-# issue 23: an engine-id discard has one name, in the ingest summary and in `traj stats --coverage`
+# episode trees: an engine-id discard has one name, in the ingest summary and in `traj stats --coverage`
 def test_engine_id_discards_are_one_flag_in_the_summary_and_the_coverage(reported, tmp_path):
     from typer.testing import CliRunner
 

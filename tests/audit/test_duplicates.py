@@ -3,13 +3,8 @@ known store (tests/helpers/stores.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from tests.helpers.relations import rows
 from trajstore import audit
-
-
-def rows(rel: Any) -> list[dict[str, Any]]:
-    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
 
 
 def test_duplicates_and_overview(conn, known_store):

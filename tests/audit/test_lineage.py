@@ -5,16 +5,11 @@ build_lineage_store)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from tests.helpers.relations import rows
 from tests.helpers.stores import build_lineage_store
 from trajstore import audit
-
-
-def rows(rel: Any) -> list[dict[str, Any]]:
-    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""trajstore/audit/overview.py: the short overview of ``traj stats`` (issue 27): one row per source
+"""trajstore/audit/overview.py: the short overview of ``traj stats``: one row per source
 and per run, numbers worked out by hand from the known store (tests/helpers/stores.py), and the
 (N other sources) and (N other runs) rows that keep it one 80x24 screen however many sources and
 runs a store has."""

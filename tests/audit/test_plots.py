@@ -10,7 +10,7 @@ import pytest
 import trajstore as ts
 from tests.helpers.stores import consumed_row, layout_trajectory
 from trajstore import audit
-from trajstore.audit.plots import FACET_COLUMNS, MAX_OVERLAID, draw_reports, plot_reports
+from trajstore.audit.plots import FACET_COLUMNS, MAX_OVERLAID, _clip, draw_reports, plot_reports
 from trajstore.schema import CONSUMED_SCHEMA
 
 pytest.importorskip("matplotlib")
@@ -183,7 +183,7 @@ def test_faceted_clip_key_sits_beside_the_panels(many, tmp_path):
     assert len(drawn) == 1 and {to_rgba(h.get_color()) for h in legend.legend_handles} == drawn
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 @pytest.mark.parametrize("steps", [[0], [0, 1, 2], list(range(40))])
 def test_clip_plot_steps_are_whole_numbers_with_room_around_them(steps: list[int]) -> None:
     from types import SimpleNamespace
@@ -195,7 +195,6 @@ def test_clip_plot_steps_are_whole_numbers_with_room_around_them(steps: list[int
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    from trajstore.audit.plots import _clip
 
     rows = ", ".join(f"('r1', {s}, 0.0, 0.0)" for s in steps)
     rel = duckdb.sql(f"SELECT * FROM (VALUES {rows}) AS t(run_id, step, masked_below, masked_above)")

@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from tests.helpers.relations import pick, rows
 from trajstore import audit
-
-
-def rows(rel: Any) -> list[dict[str, Any]]:
-    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
-
-
-def pick(r: dict[str, Any], *keys: str) -> tuple[Any, ...]:
-    return tuple(r[k] for k in keys)
 
 
 def test_where_filter_restricts_every_report(conn):

@@ -3,20 +3,10 @@ store (tests/helpers/stores.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from tests.helpers.relations import pick, rows
 from trajstore import audit
-
-
-def rows(rel: Any) -> list[dict[str, Any]]:
-    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
-
-
-def pick(r: dict[str, Any], *keys: str) -> tuple[Any, ...]:
-    return tuple(r[k] for k in keys)
-
 
 STAT = ("token_p50", "token_p90", "token_p99", "token_max", "traj_p50", "traj_p90", "traj_p99", "traj_max")
 

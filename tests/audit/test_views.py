@@ -7,23 +7,19 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from typing import Any
 
 import duckdb
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.helpers.relations import rows
 from tests.helpers.trajectories import hand_built_pair
 from trajstore import audit, read_trajectories
 from trajstore.cli.main import app
 from trajstore.convert import trajectories_to_table
 from trajstore.schema import SCALAR_COLUMNS
 from trajstore.store import CorruptShardWarning, open_store
-
-
-def rows(rel: Any) -> list[dict[str, Any]]:
-    return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
 
 
 def test_trajectories_view_dedupes_first_copy_and_has_only_scalars(known_store):
@@ -159,7 +155,7 @@ def test_connection_file_access_is_limited_to_the_shards(known_store, tmp_path):
 runner = CliRunner()
 
 
-# issue 11: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
+# adversarial input: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
 @pytest.mark.parametrize("query", [
     "SELECT * FROM read_text('.tmp/notes.txt')",
     "SELECT * FROM glob('.tmp/*')",
@@ -181,7 +177,7 @@ def test_sql_cannot_read_the_working_directory_tmp(known_store, tmp_path, monkey
         assert not any("secret" in str(r) or "notes" in str(r) for r in rows), rows
 
 
-# issue 11: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
+# adversarial input: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
 def test_duckdb_errors_are_one_line(known_store):
     conn = audit.connect(known_store)
     for query in ("SELECT nope FROM trajectories", "SELECT * FROM trajectories WHERE", "SELEC 1"):
@@ -195,7 +191,7 @@ def test_duckdb_errors_are_one_line(known_store):
 
 
 def test_no_progress_bar_in_the_output(known_store):
-    # issue 25: at a million trajectories DuckDB drew its progress bar on stdout, inside
+    # fleet scale: at a million trajectories DuckDB drew its progress bar on stdout, inside
     # `traj stats --format json`, for queries past 2 s
     conn = audit.connect(known_store)
     assert conn.execute("SELECT current_setting('enable_progress_bar')").fetchall() == [(False,)]

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import numpy as np
@@ -46,7 +45,7 @@ def test_stats_all_has_every_report_and_table_output(known_store):
 
 
 def test_stats_lineage_report(tmp_path):
-    # issue 23: episodes, lineages per episode and prefix sharing (hand counts: tests/audit/test_lineage.py)
+    # episode trees: episodes, lineages per episode and prefix sharing (hand counts: tests/audit/test_lineage.py)
     from tests.helpers.stores import build_lineage_store
 
     store = str(tmp_path / "store")
@@ -201,7 +200,6 @@ def test_sql_step_metrics_is_readable(known_store):
 
 def test_coverage_reasons_wrap_instead_of_being_cut_alike(tmp_store, make_trajectory):
     # Two reasons that share their first 63 characters used to be cut to the same text at 80 columns.
-    import numpy as np
 
     common = "engine token ids discarded: the log names no tokenizer for them"
     reasons = [common + " (pass --engine-tokenizer NAME to keep them)", common + " and its model is unknown"]
@@ -218,7 +216,7 @@ def test_coverage_reasons_wrap_instead_of_being_cut_alike(tmp_store, make_trajec
 
 
 def test_histogram_and_clip_by_staleness_say_what_their_token_counts_are(known_store):
-    # issue 16 walkthrough: staleness 1 had 542 action tokens in staleness.histogram and 288 in
+    # new-user walkthrough: staleness 1 had 542 action tokens in staleness.histogram and 288 in
     # clip.by_staleness, with nothing on screen saying that one buckets tokens and the other
     # trajectories (by their oldest token)
     from trajstore.audit.clip import CLIP_BY_STALENESS_NOTE
@@ -241,7 +239,7 @@ def test_histogram_and_clip_by_staleness_say_what_their_token_counts_are(known_s
                                            ("spans", "the view spans")])
 def test_a_list_column_asked_of_the_trajectories_view_says_where_it_is(known_store, column, where):
     # `traj schema` lists tokens / logprobs / spans, but `SELECT tokens FROM trajectories` only said
-    # "Binder Error: Referenced column "tokens" not found" (walkthrough of issue 16)
+    # "Binder Error: Referenced column "tokens" not found" (new-user walkthrough)
     res = runner.invoke(app, ["sql", known_store.uri, f"SELECT {column} FROM trajectories"])
     assert res.exit_code == 1
     assert res.output.startswith("error: query failed: ") and where in res.output and res.output.count("\n") == 1
@@ -255,57 +253,58 @@ def _no_fetchall(monkeypatch):
         monkeypatch.setattr(duckdb.DuckDBPyRelation, name, refuse, raising=False)
 
 
-# issue 11: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
-def test_sql_csv_streams_batches_and_limit(known_store, monkeypatch):
-    monkeypatch.setattr("trajstore.cli.audit.SQL_BATCH_ROWS", 1000)
+def _streamed_sql(monkeypatch, store, setting: str, value: int):
+    """`traj sql` on `store` with ``trajstore.cli.audit.<setting>`` = `value` and whole-result fetches
+    refused: a function of (query, *flags) -> the CLI result."""
+    monkeypatch.setattr(f"trajstore.cli.audit.{setting}", value)
     _no_fetchall(monkeypatch)
-    res = runner.invoke(app, ["sql", known_store.uri, "SELECT range AS i, range * 2 AS j FROM range(25000)",
-                              "--format", "csv"])
+    return lambda query, *flags: runner.invoke(app, ["sql", store.uri, query, *flags])
+
+
+# adversarial input: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
+def test_sql_csv_streams_batches_and_limit(known_store, monkeypatch):
+    sql = _streamed_sql(monkeypatch, known_store, "SQL_BATCH_ROWS", 1000)
+    res = sql("SELECT range AS i, range * 2 AS j FROM range(25000)", "--format", "csv")
     assert res.exit_code == 0, res.output
     rows = list(csv.reader(io.StringIO(res.stdout)))
     assert rows[0] == ["i", "j"] and len(rows) == 25001
     assert rows[1] == ["0", "0"] and rows[-1] == ["24999", "49998"]
-    res = runner.invoke(app, ["sql", known_store.uri, "SELECT range AS i FROM range(25000)", "--format", "csv",
-                              "--limit", "7"])
+    res = sql("SELECT range AS i FROM range(25000)", "--format", "csv", "--limit", "7")
     assert res.exit_code == 0, res.output
     assert res.stdout.splitlines() == ["i", "0", "1", "2", "3", "4", "5", "6"]
 
 
-# issue 11: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
+# adversarial input: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
 def test_sql_json_streams_and_stays_valid(known_store, monkeypatch):
-    monkeypatch.setattr("trajstore.cli.audit.SQL_BATCH_ROWS", 100)
-    _no_fetchall(monkeypatch)
-    res = runner.invoke(app, ["sql", known_store.uri, "SELECT range AS i, 'x' || range AS s FROM range(2500)",
-                              "--format", "json"])
+    sql = _streamed_sql(monkeypatch, known_store, "SQL_BATCH_ROWS", 100)
+    res = sql("SELECT range AS i, 'x' || range AS s FROM range(2500)", "--format", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert list(doc) == ["result"] and len(doc["result"]) == 2500
     assert doc["result"][2499] == {"i": 2499, "s": "x2499"}
-    res = runner.invoke(app, ["sql", known_store.uri, "SELECT trajectory_id FROM trajectories ORDER BY 1",
-                              "--format", "json", "--limit", "2"])
+    res = sql("SELECT trajectory_id FROM trajectories ORDER BY 1", "--format", "json", "--limit", "2")
     assert json.loads(res.stdout) == {"result": [{"trajectory_id": "A"}, {"trajectory_id": "B"}]}
-    res = runner.invoke(app, ["sql", known_store.uri, "SELECT 1 AS a WHERE false", "--format", "json"])
+    res = sql("SELECT 1 AS a WHERE false", "--format", "json")
     assert json.loads(res.stdout) == {"result": []}
 
 
-# issue 11: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
+# adversarial input: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
 def test_sql_table_shows_at_most_the_table_cap(known_store, monkeypatch):
-    monkeypatch.setattr("trajstore.cli.audit.SQL_TABLE_MAX_ROWS", 50)
-    _no_fetchall(monkeypatch)
-    res = runner.invoke(app, ["sql", known_store.uri, "SELECT range AS i FROM range(100000)"])
+    sql = _streamed_sql(monkeypatch, known_store, "SQL_TABLE_MAX_ROWS", 50)
+    res = sql("SELECT range AS i FROM range(100000)")
     assert res.exit_code == 0, res.output
     assert "showing the first 50 rows" in res.output
-    res = runner.invoke(app, ["sql", known_store.uri, "SELECT range AS i FROM range(10)"])
+    res = sql("SELECT range AS i FROM range(10)")
     assert "showing" not in res.output
 
 
-# issue 11: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
+# adversarial input: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
 def test_sql_limit_must_be_positive(known_store):
     res = runner.invoke(app, ["sql", known_store.uri, "SELECT 1", "--limit", "0"])
     assert res.exit_code != 0
 
 
-# issue 11: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
+# adversarial input: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
 @pytest.mark.slow
 def test_sql_csv_memory_is_bounded_by_the_batch(known_store, tmp_path):
     # 3M rows held as Python tuples took 1.5 GB; streamed, the process stays near its baseline.
@@ -329,7 +328,7 @@ def test_sql_csv_memory_is_bounded_by_the_batch(known_store, tmp_path):
     assert peak_mib < 500, f"peak RSS {peak_mib:.0f} MiB"
 
 
-# issue 11: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
+# adversarial input: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
 def test_plot_reports_the_file_it_wrote(known_store, tmp_path):
     target = tmp_path / "plots"  # no suffix: matplotlib writes plots.png
     res = runner.invoke(app, ["stats", known_store.uri, "--clip", "--plot", str(target)])
@@ -345,7 +344,7 @@ def test_plot_reports_the_file_it_wrote(known_store, tmp_path):
     assert png.suffix == ".png" and f"wrote {png}" in res.output
 
 
-# issue 11: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
+# adversarial input: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
 def test_plot_into_a_place_that_cannot_hold_it_is_one_line_before_any_report(known_store, tmp_path):
     # A file as folder, a missing folder: NotADirectoryError / FileNotFoundError tracebacks came
     # after every report had been computed and printed.
@@ -357,7 +356,7 @@ def test_plot_into_a_place_that_cannot_hold_it_is_one_line_before_any_report(kno
         assert res.output.strip().splitlines() == [f"error: cannot write the plot {target}: {target.parent} {why}"]
 
 
-# issue 11: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
+# adversarial input: a hole found attacking `traj sql`, `traj info` and `traj stats` (failed before its fix)
 def test_sql_table_prints_values_that_look_like_markup_as_they_are(known_store):
     # Cells and column names are data: "[/x]" raised rich's MarkupError and "[bold]" vanished.
     res = runner.invoke(app, ["sql", known_store.uri, "SELECT '[/x]' AS \"[b]c\", '[bold]y[/bold]' AS v"])
@@ -365,7 +364,7 @@ def test_sql_table_prints_values_that_look_like_markup_as_they_are(known_store):
     assert "[/x]" in res.stdout and "[b]c" in res.stdout and "[bold]y[/bold]" in res.stdout
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 @pytest.mark.parametrize("where, near", [("reward >", '">"'), ("(reward > 1", '"1"'), ("rewardx > 1", '"rewardx"')])
 def test_where_syntax_error_quotes_the_users_text_not_our_wrapping(three_trajectories: str, where: str,
                                                                   near: str) -> None:
@@ -376,7 +375,7 @@ def test_where_syntax_error_quotes_the_users_text_not_our_wrapping(three_traject
     assert '")"' not in line and "LINE" not in line and "WHERE (" not in line, line
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 @pytest.mark.parametrize("args, says", [
     (["--plot", "{tmp}/p.txt"], "invalid option --plot: cannot draw a plot as '.txt'"),
     (["--statuses", "--plot", "{tmp}/p.png"], "invalid option --plot: nothing to plot"),
@@ -395,7 +394,7 @@ def test_plot_option_is_checked_before_any_report(three_trajectories: str, tmp_p
     assert not (tmp_path / "p.txt").exists() and not (tmp_path / "p.png").exists()
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 @pytest.mark.parametrize("target, says", [
     ("", "error: cannot write the plot: the file name is empty"),  # read as "." it drew ./traj-stats.png
     ("/proc/p.png", "error: cannot write the plot /proc/p.png: "),  # os.access said yes (root); failed after the report
@@ -408,14 +407,6 @@ def test_plot_destination_that_cannot_be_written_is_refused_before_any_report(th
     assert res.stdout == ""  # no report printed before the refusal
     [line] = nonblank_lines(res.stderr)
     assert line.startswith(says), line
-
-
-@pytest.fixture
-def small_store(tmp_path: Path, make_trajectory: Any) -> str:
-    rng = np.random.default_rng(0)
-    uri = str(tmp_path / "s")
-    ts.write_trajectories(uri, [make_trajectory(rng, trajectory_id=f"t{i}") for i in range(3)])
-    return uri
 
 
 # hostile tester: bad input answered by one clear line naming the file, row, field or flag
@@ -440,7 +431,7 @@ def test_sql_write_refusal_reads_well(small_store: str) -> None:
     assert res.exit_code == 1 and "read-only: refusing this INSERT statement" in res.stderr, res.output
 
 
-# issue 27: `traj stats` without a report flag printed 329 lines at 120 columns for the 64 fixture
+# short overview: `traj stats` without a report flag printed 329 lines at 120 columns for the 64 fixture
 # trajectories (every report); it is now a short overview that names the flags for the rest
 def test_stats_without_a_flag_fits_one_screen_on_the_ingested_fixtures(ingested_fixtures: str):
     res = runner.invoke(app, ["stats", ingested_fixtures], env=WIDTH_120)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from tests.helpers.cli import WIDTH_120, nonblank_lines
 from tests.helpers.ingest import nemo_row, run_with_deadline, smith_row, write_jsonl
 from tests.helpers.paths import SHARED_FIXTURES
-from trajstore.cli.errors import EXIT_REFUSED
+from trajstore.cli.errors import EXIT_INTERRUPTED, EXIT_REFUSED
 from trajstore.cli.main import app
 from trajstore.ingest import ingest_paths
 
@@ -40,7 +40,7 @@ def mixed_logs(tmp_path: Path) -> Path:
     return d
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 def test_ingest_summary_keeps_refused_apart_from_skipped(tmp_path: Path, mixed_logs: Path) -> None:
     res = runner.invoke(app, ["ingest", str(mixed_logs), "--store", str(tmp_path / "s")], env=WIDTH_120)
     assert res.exit_code == EXIT_REFUSED, res.output
@@ -53,17 +53,15 @@ def test_ingest_summary_keeps_refused_apart_from_skipped(tmp_path: Path, mixed_l
     assert tags == ["refused", "skipped"]  # stderr lists each under the same word as the summary
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 def test_ingest_json_summary_counts_refused_and_skipped_inputs(tmp_path: Path, mixed_logs: Path) -> None:
-    import json
-
     res = runner.invoke(app, ["ingest", str(mixed_logs), "--store", str(tmp_path / "s"), "--format", "json"],
                         env=WIDTH_120)
     doc = json.loads(res.stdout)
     assert doc["refused"] == 1 and doc["refused_by_kind"] == {"malformed": 1} and doc["skipped_inputs"] == 1
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 def test_strict_ingest_lists_one_problem_per_line(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -77,13 +75,12 @@ def test_strict_ingest_lists_one_problem_per_line(tmp_path: Path) -> None:
     assert not (tmp_path / "s").exists()  # nothing written
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 @pytest.mark.parametrize("strict", [False, True])
 def test_ctrl_c_during_ingest_says_what_was_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    strict: bool) -> None:
     import trajstore as ts
     from trajstore.cli import ingest as ingest_cli
-    from trajstore.cli.errors import EXIT_INTERRUPTED
 
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -109,7 +106,7 @@ def test_ctrl_c_during_ingest_says_what_was_stored(tmp_path: Path, monkeypatch: 
     assert n == stored
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 @pytest.mark.parametrize("where, says", [
     ("{file}/store", "cannot list {file}/store/trajectories: Not a directory"),
     ("/proc/nope", "cannot write the store /proc/nope: No such file or directory: /proc does not let a folder"),
@@ -229,10 +226,6 @@ def test_cli_problem_lines_print_brackets_as_they_are(tmp_path):
 # hostile tester: a fault found in `traj ingest` (failed before its fix)
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
 def test_cli_names_the_skipped_pipe_and_exits_0(tmp_path):
-    from typer.testing import CliRunner
-
-    from trajstore.cli.main import app
-
     d = tmp_path / "logs"
     d.mkdir()
     write_jsonl(d / "a.jsonl", [smith_row(1)])
@@ -243,7 +236,7 @@ def test_cli_names_the_skipped_pipe_and_exits_0(tmp_path):
            "opened" in " ".join(r.output.split())
 
 
-# issue 24: reconstructed actions are trained only when the user opts in
+# reconstructed actions are trained only when the user opts in
 def test_train_reconstructed_actions_option(reported, tmp_path):
     from trajstore.reader import read_trajectories
 

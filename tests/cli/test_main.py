@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -38,7 +36,7 @@ def test_info_refuses_a_damaged_store_and_counts_the_rest_with_skip_unreadable(k
     assert doc["trajectories"] == 6 and doc["shards"] == 2 and doc["skipped_shards"] == 1
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 @pytest.mark.parametrize("args, line", [
     (["sql", "{store}", "SELECT 1", "--limit", "-1"], "error: invalid option --limit: "),
     (["sql", "{store}", "  "], "error: invalid argument QUERY: the query is empty"),  # was exit 1
@@ -60,7 +58,7 @@ def test_click_usage_errors_are_one_line_exit_2(tmp_path: Path, args: list[str],
     assert "╭" not in res.output and "Usage:" not in res.output
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 @pytest.mark.parametrize("cmd", [["info", "{store}"], ["stats", "{store}", "--statuses"], ["runs", "{store}"],
                                  ["sql", "{store}", "SELECT 1 AS one"]])
 def test_storage_option_on_a_local_store_warns_once(three_trajectories: str, cmd: list[str]) -> None:
@@ -72,7 +70,7 @@ def test_storage_option_on_a_local_store_warns_once(three_trajectories: str, cmd
                                   f"the local store {three_trajectories} (anon, endpoint_url)"]
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 def test_storage_option_is_kept_for_a_remote_store() -> None:
     from trajstore.cli.options import parse_storage_options
 
@@ -81,14 +79,6 @@ def test_storage_option_is_kept_for_a_remote_store() -> None:
 
 
 WIDTH_200 = {"COLUMNS": "200"}
-
-
-@pytest.fixture
-def small_store(tmp_path: Path, make_trajectory: Any) -> str:
-    rng = np.random.default_rng(0)
-    uri = str(tmp_path / "s")
-    ts.write_trajectories(uri, [make_trajectory(rng, trajectory_id=f"t{i}") for i in range(3)])
-    return uri
 
 
 # hostile tester: bad input answered by one clear line naming the file, row, field or flag

@@ -92,7 +92,7 @@ def test_runs_names_a_bad_policies_latest(tmp_path: Path) -> None:
                      "incomplete"], lines
 
 
-# issue 14: disk use of training runs (published versions and checkpoints pruned, leftovers removed)
+# disk use of training runs (published versions and checkpoints pruned, leftovers removed)
 def test_traj_runs_lists_versions_checkpoints_and_sizes(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 4, per_shard=2)
     train(disk_config(tmp_path, checkpoint_every=1))
@@ -116,7 +116,7 @@ def test_traj_runs_lists_versions_checkpoints_and_sizes(tmp_path: Path) -> None:
     assert not re.search(r"\d (KB|MB|GB)\b", table.output), table.output
 
 
-# issue 14: disk use of training runs (published versions and checkpoints pruned, leftovers removed)
+# disk use of training runs (published versions and checkpoints pruned, leftovers removed)
 def test_traj_runs_on_a_store_without_runs_says_so_once(tmp_path: Path) -> None:
     # "training runs in S: no rows (no training runs in S)" named the store twice
     write_synthetic_store(tmp_path, 1)

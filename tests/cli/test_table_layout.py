@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trajstore.cli.table_layout import infer_keys
+from trajstore.cli.table_layout import infer_keys, print_fields, print_inline, print_table
 
 
 def test_infer_keys_is_the_shortest_unique_leading_run():
@@ -20,7 +20,6 @@ def test_a_whole_table_stays_one_table_with_its_ids_cut_in_the_middle():
     # differ only at their end stay told apart
     from rich.console import Console
 
-    from trajstore.cli.table_layout import print_inline, print_table
     from trajstore.tables import TableData
 
     ids = [f"an-experiment-with-a-long-name-seed{k}" for k in range(3)]  # 36 characters each
@@ -49,7 +48,6 @@ LONG_REASON = ("engine tokenizer 'acme/very-long-model-name-v3' unnamed in the s
 def test_print_fields_always_shows_the_values(width):
     from rich.console import Console
 
-    from trajstore.cli.table_layout import print_fields
 
     console = Console(width=width, record=True)
     print_fields(console, "export trl", {"target": "trl", "exported": "12",

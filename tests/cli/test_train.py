@@ -1,11 +1,11 @@
 """trajstore/cli/train.py: `traj train` through typer's CliRunner.
 
-Its options are TrainConfig's fields (issue 22): every field has a flag that --help
+Its options are TrainConfig's fields: every field has a flag that --help
 lists, every CLI default and choice list is the config's own, and each flag reaches the config
 handed to the trainer. The model is walked here independently of cli/config_options.py.
 
 It prints a JSON summary, and refuses bad options, checkpoints and data before it writes
-anything, in one line that names the option or file (issue 14)."""
+anything, in one line that names the option or file."""
 
 from __future__ import annotations
 
@@ -256,7 +256,7 @@ def test_train_prints_a_json_summary(tmp_path: Path) -> None:
 
 
 def test_train_on_a_store_of_split_episodes(tmp_path: Path) -> None:
-    # issue 23: 4 episodes of 3 linked trajectories each (a part, its context-rewrite successor,
+    # episode trees: 4 episodes of 3 linked trajectories each (a part, its context-rewrite successor,
     # a sub-agent); every part trained once, each step counts its episodes
     write_split_episode_store(tmp_path, 4)
     r = _run(str(tmp_path), *BASE, "--run", "ep", "--format", "json")
@@ -305,8 +305,6 @@ def test_more_refusals_are_one_clear_line(tmp_path: Path, args: list[str], messa
 
 
 def test_cuda_device_without_cuda_is_one_line(tmp_path: Path) -> None:
-    import torch
-
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
     write_synthetic_store(tmp_path, 2)
@@ -407,7 +405,7 @@ def _corrupt(kind: str, root: Path) -> str:
     raise AssertionError(kind)
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 @pytest.mark.parametrize(("args", "flag"), [
     (["--policy-lr", "inf"], "--policy-lr"),  # exited 0 after publishing an all-NaN policy
     (["--critic-lr", "nan"], "--critic-lr"),
@@ -421,14 +419,14 @@ def test_non_finite_or_out_of_range_options_are_refused(tmp_path: Path, args: li
     assert_nothing_written(tmp_path)
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_empty_store_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     (tmp_path / "trajectories").mkdir()
     _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run", "e"), "nothing to train", "0 rows")
     assert_nothing_written(tmp_path)
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_nothing_trainable_is_refused(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     trajs = [tiny_model_trajectory(rng, trajectory_id=f"n{i}") for i in range(3)]
@@ -439,7 +437,7 @@ def test_nothing_trainable_is_refused(tmp_path: Path) -> None:
     assert_nothing_written(tmp_path)
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_a_where_that_selects_nothing_is_refused(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 4)
     _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run", "w", "--where", "num_actions > 100"),
@@ -447,7 +445,7 @@ def test_a_where_that_selects_nothing_is_refused(tmp_path: Path) -> None:
     assert_nothing_written(tmp_path)
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_a_where_that_fails_on_the_data_is_one_line(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 4)  # source is 'sdk', which DuckDB cannot cast to an integer
     _one_error(_invoke_train(str(tmp_path), *BASE_ARGS, "--run", "w", "--where", "CAST(source AS INTEGER) = 1"),
@@ -455,7 +453,7 @@ def test_a_where_that_fails_on_the_data_is_one_line(tmp_path: Path) -> None:
     assert_nothing_written(tmp_path)
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 @pytest.mark.parametrize("token", [256, 263])  # "at or above the vocabulary size": 256 is the first bad id
 def test_token_id_outside_the_vocabulary_in_a_later_shard_is_refused_before_any_write(tmp_path: Path,
                                                                                      token: int) -> None:
@@ -472,7 +470,7 @@ def test_token_id_outside_the_vocabulary_in_a_later_shard_is_refused_before_any_
     assert_nothing_written(tmp_path)
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_overlong_error_is_refused_before_any_write(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 6, per_shard=2)
     rng = np.random.default_rng(2)
@@ -484,7 +482,7 @@ def test_overlong_error_is_refused_before_any_write(tmp_path: Path) -> None:
     assert_nothing_written(tmp_path)
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_old_shards_without_nullable_columns_train(tmp_path: Path) -> None:
     """Shards of an older schema that lack group_id and metadata crashed `traj train`."""
     write_synthetic_store(tmp_path, 4, per_shard=2)
@@ -497,7 +495,7 @@ def test_old_shards_without_nullable_columns_train(tmp_path: Path) -> None:
     assert json.loads(r.output[r.output.index("{"):])["iterations"] == 2
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_read_only_store_is_one_line(tmp_path: Path) -> None:
     """A read-only store gave a PermissionError traceback. Root ignores file modes, so as root
     the store is bind-mounted read-only in a private mount namespace of the child only."""
@@ -529,7 +527,7 @@ def test_read_only_store_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists() and not (tmp_path / "policies").exists()
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 @pytest.mark.parametrize("kind", ["no-checkpoint", "latest-not-json", "latest-wrong-shape", "latest-escapes",
                                   "negative-iteration", "policy-garbage", "foreign-pickle", "missing-key",
                                   "wrong-shape", "missing-file"])
@@ -542,7 +540,7 @@ def test_a_bad_checkpoint_is_one_line_naming_the_file_and_nothing_changes(traine
     assert run_files_digest(root) == before  # no record deleted, nothing re-published
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 @pytest.mark.parametrize("command", [["train", "STORE", "--model", "tiny-llama", "--run", "x"], ["demo"]])
 def test_missing_train_extra_is_one_line_naming_the_install_command(tmp_path: Path, command: list[str]) -> None:
     """Without the `train` extra both commands ended in ModuleNotFoundError tracebacks; the CLI
@@ -565,9 +563,9 @@ def test_missing_train_extra_is_one_line_naming_the_install_command(tmp_path: Pa
     assert not (tmp_path / "s" / "runs").exists()
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_resume_with_nothing_new_warns(trained: Path, tmp_path: Path) -> None:
-    """Issue 16: training that trains nothing reported "0 iterations" without a warning."""
+    """New-user walkthrough: training that trains nothing reported "0 iterations" without a warning."""
     root = _copy(trained, tmp_path)
     first = _invoke_train(str(root), *BASE_ARGS, "--run", "r", "--resume", "--format", "json")  # the 4 left over
     assert first.exit_code == 0, first.output
@@ -578,7 +576,7 @@ def test_resume_with_nothing_new_warns(trained: Path, tmp_path: Path) -> None:
     assert json.loads(r.output[r.output.index("{"):])["warnings"]
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_fewer_policy_steps_than_asked_warns(tmp_path: Path) -> None:
     """A new user asked for 2 steps on a 3-trajectory store and got "0 policy steps" without a
     word: the critic warm-up had used every batch."""
@@ -592,9 +590,9 @@ def test_fewer_policy_steps_than_asked_warns(tmp_path: Path) -> None:
                     "iterations in this run, 3 of them critic warm-up (--critic-warmup-steps)"], r.output
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_overlong_skip_is_said_on_the_console(tmp_path: Path) -> None:
-    """Issue 16 walkthrough: with the default --overlong skip, a trajectory longer than
+    """New-user walkthrough: with the default --overlong skip, a trajectory longer than
     --max-seq-len was left out with no word on the console (only a data/skipped_overlong metric in
     the run's records): the start says what the data holds, the end warns what was not trained."""
     rng = np.random.default_rng(2)

@@ -44,7 +44,7 @@ def test_missing_path_is_bad_usage(tmp_path: Path) -> None:
 
 
 def test_a_folder_without_parquet_files_fails(tmp_path: Path) -> None:
-    # walkthrough of issue 31: an empty (or mistyped) folder passed with exit 0, so a CI check on it
+    # walkthrough of `traj validate`: an empty (or mistyped) folder passed with exit 0, so a CI check on it
     # could never fail
     (tmp_path / "empty").mkdir()
     result = CliRunner().invoke(app, ["validate", str(tmp_path / "empty")])

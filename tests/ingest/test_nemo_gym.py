@@ -146,7 +146,7 @@ def test_nemo_gym_consecutive_assistant_messages_are_separate_calls(tok, reporte
 
 # engine ids of an unnamed tokenizer are stored, not trainable
 def test_engine_ids_of_an_unnamed_tokenizer_are_not_trainable(fix, tmp_path):
-    """Issue 12 item 8 on the real NeMo Gym multi-turn rows (Qwen3-4B ids, no tokenizer named)."""
+    """Engine ids of an unnamed tokenizer, on the real NeMo Gym multi-turn rows (Qwen3-4B ids, no tokenizer named)."""
     path = fix / "nemo-gym-multiturn/tictactoe_env_example_rollouts.jsonl"
     st = str(tmp_path / "s")
     ingest_paths([str(path)], st)

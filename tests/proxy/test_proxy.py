@@ -564,7 +564,6 @@ def test_sigterm_with_a_held_episode_refuses_it_and_still_writes_the_open_ones_a
     episodes; the held calls kept uvicorn's graceful shutdown waiting its whole 30 s, the demo
     killed the proxy at 30 s, and the episodes in flight (3 recorded calls) were never written,
     though the demo said they were stored as aborted."""
-    import threading
 
     store = str(tmp_path / "store")
     proc, url = proxy_process(fake_upstream.url, store, "--run", "r", "--max-staleness", "0",

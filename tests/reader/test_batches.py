@@ -10,10 +10,10 @@ import time
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers.reads import count_row_group_reads
 from trajstore import iter_batches, open_store, read_trajectories
 from trajstore.convert import trajectories_to_table
 from trajstore.reader import batch_from_table
@@ -100,14 +100,7 @@ def test_batches_follow_row_groups_one_at_a_time(tmp_store: str, make_trajectory
     assert md.num_row_groups >= 5
     rg_rows = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
 
-    reads: list[int] = []
-    real = pq.ParquetFile.read_row_group
-
-    def counting(self: pq.ParquetFile, i: int, *a: Any, **k: Any) -> pa.Table:
-        reads.append(i)
-        return real(self, i, *a, **k)
-
-    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counting)
+    reads = count_row_group_reads(monkeypatch)
     it = iter_batches(tmp_store, strict=True)
     def decoded(count: int) -> list[int]:  # what has been read once `count` reads started (worker threads)
         deadline = time.monotonic() + 10

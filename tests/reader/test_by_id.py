@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
-from trajstore import open_store
+from tests.helpers.reads import count_row_group_reads
+from trajstore import open_store, read_trajectories_by_id
 from trajstore.convert import trajectories_to_table
 
 
@@ -17,7 +17,6 @@ def test_read_by_id_first_copy_arrival_order_and_only_the_row_groups_needed(
         tmp_store: str, make_trajectory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import pyarrow.parquet as pq
 
-    from trajstore import read_trajectories_by_id
 
     rng = np.random.default_rng(21)
     store = open_store(tmp_store)
@@ -26,14 +25,7 @@ def test_read_by_id_first_copy_arrival_order_and_only_the_row_groups_needed(
     b = [make_trajectory(rng, trajectory_id=f"b{i}", max_span_tokens=200) for i in range(40)]
     b[5] = make_trajectory(rng, trajectory_id="a7")  # a later copy of a7: the first copy (shard 1) wins
     store.write_table(trajectories_to_table(b), row_group_target_mb=0.02)
-    reads: list[int] = []
-    real = pq.ParquetFile.read_row_group
-
-    def counting(self: pq.ParquetFile, i: int, *args: Any, **kw: Any) -> pa.Table:
-        reads.append(i)
-        return real(self, i, *args, **kw)
-
-    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counting)
+    reads = count_row_group_reads(monkeypatch)
     got = read_trajectories_by_id(tmp_store, ["b30", "a7", "nope", "a3"], strict=True)
     # arrival order: shard 1 rows a3, a7, then shard 2 row b30; "nope" is absent
     assert got.column("trajectory_id").to_pylist() == ["a3", "a7", "b30"]
@@ -51,7 +43,6 @@ def test_read_by_id_uses_the_footer_index_and_falls_back_without_it(
         tmp_store: str, make_trajectory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import pyarrow.parquet as pq
 
-    from trajstore import read_trajectories_by_id
     from trajstore.store import METADATA_ID_INDEX_KEY
 
     rng = np.random.default_rng(22)

@@ -8,7 +8,7 @@ import pytest
 from tests.helpers.small_shards import trajectory_table, write_small_shards
 from tests.helpers.stores import listing_returns_after_invalidation
 from trajstore.reader.files import gone
-from trajstore.store import TRAJECTORIES_DIR, open_store
+from trajstore.store import TRAJECTORIES_DIR, CorruptShardWarning, open_store
 
 
 @pytest.mark.s3
@@ -35,7 +35,6 @@ def test_a_skipped_shard_warning_names_the_shard(tmp_path) -> None:
 
     from tests.helpers.trajectories import hand_built_pair
     from trajstore import read_trajectories, write_trajectories
-    from trajstore.store import CorruptShardWarning
 
     write_trajectories(str(tmp_path), hand_built_pair())
     bad = tmp_path / "trajectories" / "zz-bad.parquet"

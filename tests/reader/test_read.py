@@ -17,7 +17,7 @@ from trajstore import audit, iter_batches, open_store, read_trajectories, read_t
 from trajstore.convert import trajectories_to_table
 from trajstore.migrate import migrate_store
 from trajstore.reader import summarize_store
-from trajstore.schema import TRAJECTORY_SCHEMA
+from trajstore.schema import SCALAR_COLUMNS, TRAJECTORY_SCHEMA
 
 
 def _v1_and_v2_store(uri: str, make_trajectory: Any, storage_options: dict[str, Any] | None = None
@@ -190,7 +190,6 @@ def test_scalar_read_of_a_v1_shard_does_not_decode_spans(tmp_store: str, make_tr
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     import pyarrow.parquet as pq
 
-    from trajstore.schema import SCALAR_COLUMNS
 
     rng = np.random.default_rng(31)
     trajs = [make_trajectory(rng, trajectory_id=f"s{i}", with_logprobs=i != 1) for i in range(3)]
@@ -212,11 +211,9 @@ def test_scalar_read_of_a_v1_shard_does_not_decode_spans(tmp_store: str, make_tr
 
 
 def test_every_reader_fills_missing_nullable_columns_with_nulls(tmp_path: Path) -> None:
-    """Issue 14 Why: shards of an older schema that lack `group_id` and `metadata` crashed
+    """Older schema versions: shards of an older schema that lack `group_id` and `metadata` crashed
     `scan_trajectories(...).collect()` (and `traj train`), while `read_trajectories` read them."""
-    import warnings
 
-    from trajstore import iter_batches, read_trajectories, scan_trajectories
 
     rng = np.random.default_rng(5)
     store = open_store(str(tmp_path / "s"))

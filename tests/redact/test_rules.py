@@ -32,23 +32,19 @@ def test_each_kind_is_found_at_its_exact_range(rules, kind, text):
     assert rules.find(s) == [Match(start, start + len(secret), kind, rules.find(s)[0].rank)]
 
 
-def test_context_kinds_take_the_value_only(rules):
+@pytest.mark.parametrize(("text", "kind", "secret"), [
+    (f"-H 'x-api-key: {SECRETS['x_api_key']}'", "x_api_key", SECRETS["x_api_key"]),
+    ("Authorization: Bearer 9f8e7d6c5b4a39281706f5e4d3c2b1a0", "authorization_header",
+     "9f8e7d6c5b4a39281706f5e4d3c2b1a0"),
+    (f'llm:\n  api_key: {SECRETS["api_key"]}\n', "api_key", SECRETS["api_key"]),
+    ("export GITHUB_TOKEN=abc123def456ghi\n", "secret_assignment", "abc123def456ghi"),
+    # an IP host is no e-mail domain: the password alone
+    ("https://deploy:hunter2x@10.0.0.5/repo", "basic_auth", "hunter2x"),
+])
+def test_context_kinds_take_the_value_only(rules, text: str, kind: str, secret: str):
     # the header name, the URL's user and host, the key name stay; only the value is the secret
-    s = f"-H 'x-api-key: {SECRETS['x_api_key']}'"
-    (m,) = rules.find(s)
-    assert (m.kind, s[m.start:m.end]) == ("x_api_key", SECRETS["x_api_key"])
-    s = 'Authorization: Bearer 9f8e7d6c5b4a39281706f5e4d3c2b1a0'
-    (m,) = rules.find(s)
-    assert (m.kind, s[m.start:m.end]) == ("authorization_header", "9f8e7d6c5b4a39281706f5e4d3c2b1a0")
-    s = f'llm:\n  api_key: {SECRETS["api_key"]}\n'
-    (m,) = rules.find(s)
-    assert (m.kind, s[m.start:m.end]) == ("api_key", SECRETS["api_key"])
-    s = "export GITHUB_TOKEN=abc123def456ghi\n"
-    (m,) = rules.find(s)
-    assert (m.kind, s[m.start:m.end]) == ("secret_assignment", "abc123def456ghi")
-    s = "https://deploy:hunter2x@10.0.0.5/repo"  # an IP host is no e-mail domain: the password alone
-    (m,) = rules.find(s)
-    assert (m.kind, s[m.start:m.end]) == ("basic_auth", "hunter2x")
+    (m,) = rules.find(text)
+    assert (m.kind, text[m.start:m.end]) == (kind, secret)
 
 
 def test_the_fixture_texts_hold_every_kind(rules):

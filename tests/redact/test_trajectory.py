@@ -1,6 +1,6 @@
 """One trajectory scanned and rewritten (trajstore/redact/trajectory.py): every secret found where
 it is, replaced by its marker through SmolLM2's tokenizer, spans shifted, log-probs still on their
-action tokens, trainability and the metadata record as the issue asks."""
+action tokens, trainability and the metadata record as redaction requires."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ def _age(path: Path, seconds: float) -> None:
         os.utime(p, (t, t))
 
 
-# issue 14: disk use of training runs (published versions and checkpoints pruned, leftovers removed)
+# disk use of training runs (published versions and checkpoints pruned, leftovers removed)
 def test_stale_tmp_leftovers_are_removed_by_the_next_writer_never_fresh_ones(tmp_path: Path) -> None:
     tmp = tmp_path / "_tmp"
     (tmp / "policy-old").mkdir(parents=True)

@@ -13,7 +13,7 @@ from trajstore import StoreWriter, open_store
 from trajstore.convert import trajectories_to_table
 
 
-# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+# adversarial input: a hole found attacking the store and the SDK (failed before its fix)
 def test_row_groups_count_metadata(tmp_store: str) -> None:
     # 12 rows of ~2 MiB metadata with a 4 MiB row-group target: at most 2 rows per row group
     # (2 x 2 MiB reaches the target), so at least 12 / 2 = 6 row groups instead of one.
@@ -25,8 +25,6 @@ def test_row_groups_count_metadata(tmp_store: str) -> None:
 
 
 def test_schema_version_stamped_in_every_shard(tmp_store: str, make_trajectory: Any) -> None:
-    import pyarrow.parquet as pq
-
     rng = np.random.default_rng(5)
     with StoreWriter(tmp_store, flush_rows=3, flush_seconds=None) as w:
         for i in range(7):
@@ -50,7 +48,7 @@ def _encodings(path: str, column: str) -> set[str]:
     return {e for c in _chunks(path, column) for e in c.encodings}
 
 
-# issue 25: token ids byte-stream-split only where the user opts in (older engines cannot decode it)
+# token encoding: token ids byte-stream-split only where the user opts in (older engines cannot decode it)
 def test_token_encoding_plain_by_default_byte_stream_split_on_request(tmp_path, make_trajectory: Any,
                                                                        monkeypatch: Any) -> None:
     import trajstore

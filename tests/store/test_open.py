@@ -13,7 +13,7 @@ from trajstore import open_store
 from trajstore.convert import trajectories_to_table
 
 
-# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+# adversarial input: a hole found attacking the store and the SDK (failed before its fix)
 @pytest.mark.s3
 def test_missing_remote_prefix_is_an_error(s3_store_uri: tuple[str, dict[str, Any]], make_trajectory: Any) -> None:
     from typer.testing import CliRunner
@@ -38,7 +38,7 @@ def test_missing_remote_prefix_is_an_error(s3_store_uri: tuple[str, dict[str, An
     assert r.exit_code == 0 and json.loads(r.stdout)["trajectories"] == 1
 
 
-# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+# adversarial input: a hole found attacking the store and the SDK (failed before its fix)
 def test_an_empty_store_uri_is_refused_not_the_current_directory(tmp_path, monkeypatch):
     # `traj ingest x.json --store "$STORE"` with STORE unset wrote trajectories/ and _tmp/ into
     # the working directory (a checkout) and exited 0.

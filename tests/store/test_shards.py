@@ -6,7 +6,7 @@ A truncated or garbage ``.parquet`` in the store is skipped by every reader with
 that names it (``strict=True`` raises :class:`CorruptShardError`); every other trajectory is
 still read. Symlinked shards are read; a dangling one is warned about."""
 
-# issue 22: newer-schema shard reported corrupt and skipped
+# newer-schema shard reported corrupt and skipped
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def test_traj_info_prints_one_line_and_exits_1(newer_store: tuple[str, str]) -> 
     assert "corrupt" not in lines[0].lower() and "warning" not in res.stderr, res.stderr
 
 
-# issue 11: a hole found attacking the store and the SDK (failed before its fix)
+# adversarial input: a hole found attacking the store and the SDK (failed before its fix)
 def test_symlinked_shards_are_read_and_dangling_ones_warned(tmp_store: str, tmp_path: Any,
                                                             make_trajectory: Any) -> None:
     rng = np.random.default_rng(2)

@@ -18,7 +18,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trajstore.trainer.apps.demo import DemoConfig, run_demo  # noqa: E402
+import trajstore.trainer.apps.demo as demo_mod  # noqa: E402
+from trajstore.trainer.apps.demo import DemoConfig, DemoResult, DemoStop, prune_weights, run_demo  # noqa: E402
 
 TINY = {"model": "tiny-llama", "tokenizer": "smollm2-135m", "steps": 2, "batch_size": 2, "micro_batch_size": 1,
         "critic_warmup_steps": 1, "max_new_tokens": 4, "max_turns": 3, "time_limit_s": 600}
@@ -77,7 +78,7 @@ def test_demo_runs_the_asynchronous_loop(demo_run):
     assert needed <= len(result.episodes) <= (cfg.critic_warmup_steps + cfg.steps + cfg.max_ahead_batches + 1) \
         * cfg.batch_size
     # staleness audit: 6 consumed trajectories, some trained after a newer version existed; a batch
-    # also takes the context-rewrite successor of its last trajectory (issue 23: an episode split
+    # also takes the context-rewrite successor of its last trajectory (episode trees: an episode split
     # where the tiny model's text did not re-tokenise to itself is trained as one chain)
     from trajstore.reader import read_trajectories as _read
 
@@ -118,7 +119,7 @@ def test_demo_runs_the_asynchronous_loop(demo_run):
     # the rest of the proxy's rows are episodes cut short when the trainer finished
     assert all(r["status"] in ("completed", "aborted") for r in t if r["source"] == "trajstore/proxy")
     # every call is stored and counted: the demo killed its proxy before the episodes in flight
-    # were written (issue 16 walkthrough: 87 calls counted, 84 stored, no aborted rows), and its
+    # were written (new-user walkthrough: 87 calls counted, 84 stored, no aborted rows), and its
     # calls table, read from the proxy's live counts, missed the last calls (88 shown, 91 stored)
     actions = read_trajectories(result.store, columns=["source", "num_actions"]).to_pylist()
     assert sum(r["num_actions"] for r in actions if r["source"] == "trajstore/proxy") == \
@@ -174,7 +175,7 @@ def test_summary_commands_are_whole_lines_at_any_width(demo_run):
 
 @pytest.mark.slow  # a minute or more on 2 cores: CI's slow step
 def test_trainer_failure_is_reported_with_its_log(demo_run):
-    # issue 32 item B: a failed trainer is an early stop with the audits of what is stored; its
+    # early stop: a failed trainer is an early stop with the audits of what is stored; its
     # reason names the log file and quotes one line, instead of pasting 2,000 characters of log
     from trajstore.policies import list_policy_versions
 
@@ -195,7 +196,6 @@ def test_prune_weights_keeps_only_the_latest_version(tmp_store):
 
     from trajstore.policies import list_policy_versions
     from trajstore.store import open_store
-    from trajstore.trainer.apps.demo import prune_weights
     from trajstore.trainer.loop.publish import publish_policy
 
     cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
@@ -273,8 +273,6 @@ def test_the_trainer_child_exits_cleanly_while_its_stdin_pipe_is_still_open():
 
 
 def _result(steps_done: int):
-    from trajstore.trainer.apps.demo import DemoResult
-
     return DemoResult(store="/tmp/s", run_id="demo-x", episodes=[], versions_loaded=[0, 1, 2], steps_asked=4,
                       steps_done=steps_done)
 
@@ -282,7 +280,6 @@ def _result(steps_done: int):
 def test_a_weight_sync_that_never_loaded_a_version_is_reported_plainly():
     # A default demo run with SmolLM2 played every episode on v0 (the server refused each
     # published version) and said nothing: the summary must say so, and traj demo exit 1.
-    from trajstore.trainer.apps.demo import DemoResult
 
     for loaded in ([], [0]):  # nothing, or only the initial weights
         r = DemoResult(store="/tmp/s", run_id="demo-x", episodes=[], versions_loaded=loaded, steps_asked=4,
@@ -295,7 +292,6 @@ def test_a_weight_sync_that_never_loaded_a_version_is_reported_plainly():
 def test_a_trainer_that_made_fewer_steps_than_asked_is_reported_plainly(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    import trajstore.trainer.apps.demo as demo_mod
     from trajstore.cli.main import app
 
     assert _result(4).shortfall is None
@@ -332,12 +328,10 @@ def test_cli_demo_json_subprocess(tmp_path):
 def test_the_summary_explains_more_stored_trajectories_than_episodes():
     # A walkthrough saw "23 episodes" above a reward table of 24 trajectories: one episode had been
     # split at a context break. The line now says so; equal counts say nothing extra.
-    import io
 
     from rich.console import Console
 
     from trajstore.cli.demo import print_summary
-    from trajstore.trainer.apps.demo import DemoResult
     from trajstore.trainer.apps.envs.guess_chat import EpisodeSummary
 
     ep = EpisodeSummary(trajectory_id="t", prompt_id="p", reward=1.0, solved=True, num_actions=2,
@@ -358,7 +352,6 @@ def test_a_width_the_user_set_is_kept_when_piped(monkeypatch, tmp_path):
     # even when the user had set the width, unlike every other command
     from typer.testing import CliRunner
 
-    import trajstore.trainer.apps.demo as demo_mod
     from trajstore.cli.main import app
 
     widths = []
@@ -374,11 +367,11 @@ def test_a_width_the_user_set_is_kept_when_piped(monkeypatch, tmp_path):
     assert widths[0] == 80 and widths[1] >= 120, widths
 
 
-# -- issue 32: early stops, the time limit, and how the demo stops its proxy ----------------------
+# -- early stops, the time limit, and how the demo stops its proxy ----------------------
 
 @pytest.mark.slow  # a minute or more: the limit itself is 60 s
 def test_a_time_limit_stops_the_demo_early_with_its_summary(tmp_path):
-    # issue 32 item B: `traj demo` had a hidden 1800 s wall (no option), then printed one error
+    # early stop: `traj demo` had a hidden 1800 s wall (no option), then printed one error
     # line with 2,000 characters of log joined: no summary, no audits, superseded weights left.
     # With --time-limit it stops early, still prints the summary and the audits of what it has,
     # says why it stopped and what to try, prunes superseded weights and exits 1.
@@ -422,13 +415,11 @@ def test_a_time_limit_stops_the_demo_early_with_its_summary(tmp_path):
 
 
 def test_an_early_stop_prints_the_summary_why_and_what_to_try(monkeypatch, tmp_path):
-    # issue 32 item B: an early stop (time limit, trainer failure, agents done with fewer steps)
+    # early stop: an early stop (time limit, trainer failure, agents done with fewer steps)
     # is a summary with its reason and a hint, and exit code 1, not an error line without audits
     from typer.testing import CliRunner
 
-    import trajstore.trainer.apps.demo as demo_mod
     from trajstore.cli.main import app
-    from trajstore.trainer.apps.demo import DemoStop
 
     def stopped(cfg, console=None):  # noqa: ANN001, ANN202
         r = _result(1)
@@ -454,7 +445,7 @@ def test_an_early_stop_prints_the_summary_why_and_what_to_try(monkeypatch, tmp_p
 
 
 def test_the_time_limit_is_an_option_with_no_hidden_default():
-    # issue 32 item B: the 1800 s wall was a DemoConfig default with no option
+    # early stop: the 1800 s wall was a DemoConfig default with no option
     from typer.testing import CliRunner
 
     from trajstore.cli.main import app
@@ -474,13 +465,13 @@ PROXY_LINES = (
 
 
 def test_the_proxy_shutdown_lines_are_parsed():
-    # issue 32 item C: the demo says what the proxy reported at its stop instead of asserting
+    # proxy stop report: the demo says what the proxy reported at its stop instead of asserting
     # that episodes with recorded calls are stored
     from trajstore.trainer.apps.demo.proxy_shutdown import parse_proxy_shutdown
 
     r = parse_proxy_shutdown(PROXY_LINES)
     assert (r.flushed_episodes, r.flushed_calls, r.grace_s, r.in_flight, r.stored_after, r.cut) == (3, 7, 30.0, 2, 1, 1)
-    # the wording as the issue writes it, "(s)" and all, and singulars
+    # the wording as specified, "(s)" and all, and singulars
     r = parse_proxy_shutdown("traj proxy: shutdown: flushed 1 open episode(s) (1 recorded call(s)) as aborted; "
                              "waiting up to 2.5 s for 0 call(s) in flight\n")
     assert (r.flushed_episodes, r.flushed_calls, r.grace_s, r.in_flight) == (1, 1, 2.5, 0)
@@ -523,7 +514,7 @@ def _fake_proxy(tmp_path, *args: str):
 
 
 def test_stop_proxy_lets_a_slow_flush_finish_and_reports_it(tmp_path):
-    # issue 32 item C: on a loaded machine the proxy's flush came too late for the demo's SIGKILL
+    # proxy stop report: on a loaded machine the proxy's flush came too late for the demo's SIGKILL
     # and 4 in-flight episodes left no trace. The stop now waits for the "shutdown: flushed" line,
     # then the proxy's own grace (read from that line) plus a margin, and only then kills.
     import time
@@ -544,7 +535,7 @@ def test_stop_proxy_lets_a_slow_flush_finish_and_reports_it(tmp_path):
 
 
 def test_stop_proxy_kills_a_proxy_that_never_flushes_and_says_so(tmp_path):
-    # issue 32 item C: if the flush line never comes, the summary says so plainly
+    # proxy stop report: if the flush line never comes, the summary says so plainly
     import time
 
     from trajstore.trainer.apps.demo.children import DemoChildren
@@ -561,7 +552,7 @@ def test_stop_proxy_kills_a_proxy_that_never_flushes_and_says_so(tmp_path):
 
 
 def test_stop_proxy_kills_a_proxy_stuck_after_its_flush_at_its_grace_plus_margin(tmp_path):
-    # issue 32 item C: flushed, then stuck on calls in flight past its own deadline
+    # proxy stop report: flushed, then stuck on calls in flight past its own deadline
     import time
 
     from trajstore.trainer.apps.demo.children import DemoChildren
@@ -584,7 +575,6 @@ def test_the_summary_of_a_run_that_recorded_no_step_says_so(tmp_path):
 
     from tests.helpers.stores import write_synthetic_store
     from trajstore.cli.demo import print_summary
-    from trajstore.trainer.apps.demo import DemoResult, DemoStop
     from trajstore.trainer.apps.demo.audits import read_audits
 
     store = str(tmp_path / "store")

@@ -1,4 +1,4 @@
-"""trainer/models.py: policy / critic construction: the value head starts at zero (issue 14), the
+"""trainer/models.py: policy / critic construction: the value head starts at zero, the
 critic's trainable set by pattern (dense and MoE), critic initialised from the policy, packed rows
 equal separate forwards, temperature-scaled log-probs."""
 
@@ -14,7 +14,7 @@ VOCAB = 128
 
 @pytest.mark.parametrize("name", TINY_MODELS)
 def test_critic_trains_exactly_mlp_projections_and_value_head(name: str) -> None:
-    """SAO.md mechanism 3: embeddings, norms, attention (and the MoE router) frozen; only the MLP /
+    """docs/sao.md, mechanism 3: embeddings, norms, attention (and the MoE router) frozen; only the MLP /
     expert projections and the value head train. Expected sets written out per architecture."""
     pol = load_policy(name, tiny_vocab_size=VOCAB)
     critic = build_critic(pol.model)

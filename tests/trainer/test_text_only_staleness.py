@@ -65,7 +65,7 @@ def test_text_only_logs_have_undefined_staleness_in_every_report(tmp_path: Path)
 
 
 def test_engine_rollouts_whose_logs_have_no_version_train_with_undefined_staleness(tmp_path: Path) -> None:
-    """Issue 16 walkthrough: ingested NeMo Gym rollouts (engine ids and log-probs, no policy
+    """New-user walkthrough: ingested NeMo Gym rollouts (engine ids and log-probs, no policy
     version in the logs) were stored with a made-up version 0, so `traj stats` showed
     share_with_policy_version 1.000 and staleness lags of 0. They now carry no version (metadata
     policy_version_known: false), train on their engine log-probs, and their staleness is undefined."""

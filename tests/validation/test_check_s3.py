@@ -1,5 +1,5 @@
 """``traj validate`` on an S3 store served by moto: the same problems, named by their s3:// file,
-read through fsspec/s3fs one row group at a time (trajstore/validation/check.py; issue 31)."""
+read through fsspec/s3fs one row group at a time (trajstore/validation/check.py)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_a_broken_row_in_an_s3_store_is_named_by_its_file_row_and_field(s3_store
 
 
 def test_an_unreachable_endpoint_is_one_line_naming_the_path() -> None:
-    # second walkthrough of issue 31: traj validate on an endpoint nobody answers printed a
+    # second walkthrough of `traj validate`: traj validate on an endpoint nobody answers printed a
     # botocore traceback (the listing's error was not caught); the other commands print one line
     from typer.testing import CliRunner
 

@@ -75,7 +75,7 @@ def save_checkpoint_sharded(store: Store, run_id: str, *, state: TrainerState,
                     write_small(os.path.join(tmp, fname), data)
             barrier()  # every rank's shards are written before rank 0 renames the folder
     else:
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter  # object stores only
 
         dcp.save(sd, storage_writer=FsspecWriter(store.url(rel), **store.storage_options))
         if is_main:

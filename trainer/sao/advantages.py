@@ -17,8 +17,8 @@ import math
 import torch
 from torch import Tensor
 
-# The trajectory-level baselines live in baselines.py; they are re-exported here because the
-# issue names this module for the advantage estimators.
+# The trajectory-level baselines live in baselines.py; they are re-exported here so that every
+# advantage estimator can be imported from this module.
 from trajstore.trainer.sao.baselines import (
     RunningMeanBaseline,
     grpo_advantages,
@@ -53,7 +53,7 @@ _BLOCK = 32  # elements per block of the upper scan levels (explicit transfer ma
 def length_adaptive_lambda(num_action_tokens: Tensor | int, alpha: float = 1.5) -> Tensor:
     """Per-trajectory GAE lambda for the policy: ``lambda = 1 - 1 / (alpha * l)``.
 
-    Source: docs/sao.md, mechanism 4 (paper: length-adaptive lambda, ``alpha = 1.5``); we take
+    Source: docs/sao.md eq. (9) (paper: length-adaptive lambda, ``alpha = 1.5``); we take
     ``l`` = number of action tokens of the trajectory.
 
     Clamp (our choice; the paper leaves it open): ``l`` is clamped to ``>= 1`` (a row with no
@@ -138,7 +138,7 @@ def skip_observation_gae_reference(
     ``compute_gae_advantage_return``), with observation tokens passing the running value and
     advantage through untouched.
 
-    Per action token ``t`` whose next action token is ``t'`` (docs/sao.md, mechanism 4)::
+    Per action token ``t`` whose next action token is ``t'`` (docs/sao.md eqs. (6)-(8))::
 
         delta_t = r_t + gamma * V_t' - V_t        (V_t' = 0 after the last action: terminal)
         A_t     = delta_t + gamma * lambda * A_t'
@@ -177,8 +177,8 @@ def skip_observation_gae_reference(
 def skip_observation_gae(
     rewards: Tensor, values: Tensor, action_mask: Tensor, gamma: float, lam: float | Tensor
 ) -> GAEResult:
-    """Token-level GAE over model action tokens only, skipping observations (docs/sao.md,
-    mechanism 4; arXiv 2607.07508, skip-observation GAE).
+    """Token-level GAE over model action tokens only, skipping observations (docs/sao.md
+    eqs. (6)-(8); arXiv 2607.07508, skip-observation GAE).
 
     The recursion sees the action tokens of a row in order, as if the observation, prompt and
     padding tokens were cut out: the successor of an action span's last token is the next

@@ -29,8 +29,8 @@ TrajectoryBaselineName = Literal["grpo", "running-mean"]
 def grpo_advantages(
     rewards: Tensor, group_id: Tensor, *, eps: float = 1e-6, scale: bool = True
 ) -> Tensor:
-    """GRPO group-normalised advantages (Shao et al. 2024, DeepSeekMath, eq. 3; the baseline
-    of docs/sao.md's "GRPO (+DIS)" row)::
+    """GRPO group-normalised advantages (Shao et al. 2024, DeepSeekMath, eq. 3; docs/sao.md eq. (10),
+    the baseline of its "GRPO (+DIS)" row)::
 
         A_i = (R_i - mean_{j in g(i)} R_j) / (std_{j in g(i)} R_j + eps)
 
@@ -115,7 +115,7 @@ class GroupNormBaseline:
 
 class RunningMeanBaseline:
     """Running-mean reward baseline over the last ``window`` trajectories: the critic-free
-    ablation of docs/sao.md ("running-mean baseline instead of a critic")::
+    ablation of docs/sao.md eq. (11) ("running-mean baseline instead of a critic")::
 
         A_i = R_i - mean(rewards of the last `window` trajectories seen before this batch)
 

@@ -16,7 +16,7 @@ __all__ = ["PROXY_SOURCE", "ProxyConfig", "create_app", "run_proxy"]
 
 def __getattr__(name: str):  # the app pulls in FastAPI and httpx (the `proxy` extra) only when used
     if name in ("create_app", "run_proxy"):
-        from trajstore.proxy import app
+        from trajstore.proxy import app  # FastAPI and httpx load here, on first use
 
         return getattr(app, name)
     raise AttributeError(name)

@@ -17,7 +17,7 @@ def __getattr__(name: str):
     # PEP 562: the app pulls in Starlette, uvicorn and Jinja2, the config pydantic; a module that
     # only links to pages (trajstore.view.links) imports neither.
     if name in ("create_app", "run_view"):
-        from trajstore.view import app
+        from trajstore.view import app  # Starlette, uvicorn and Jinja2 load here, on first use
 
         return getattr(app, name)
     if name in ("DEFAULT_VIEW_PORT", "DEFAULT_VIEW_TOKEN_ENV", "ViewConfig"):

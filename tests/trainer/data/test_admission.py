@@ -1,4 +1,4 @@
-"""One admission rule (issue 22): the pre-flight census (``TrajectoryStream.precheck``, which
+"""One admission rule: the pre-flight census (``TrajectoryStream.precheck``, which
 must refuse or count before a run writes anything) and the stream that feeds the steps decide
 every row alike, for each reason a row is skipped or refused."""
 
@@ -130,11 +130,6 @@ def test_text_only_rows_are_refused_or_admitted_alike(tmp_path: Path, opt_in: bo
 
 
 def _null_tokenizer_store(root: Path, *, trainable_too: bool) -> None:
-    import numpy as np
-
-    from tests.helpers.trajectories import tiny_model_trajectory
-    from trajstore import write_trajectories
-
     rng = np.random.default_rng(0)
     engine = [tiny_model_trajectory(rng, trajectory_id=f"ng{i}").model_copy(update={
         "tokenizer": None, "not_trainable_reason": "engine token ids of an unnamed tokenizer"}) for i in range(3)]
@@ -145,20 +140,15 @@ def _null_tokenizer_store(root: Path, *, trainable_too: bool) -> None:
 
 
 def _vocab() -> int:
-    from tests.helpers.trajectories import VOCAB
-
     return VOCAB
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 @pytest.mark.parametrize("trainable_too", [False, True])
 def test_null_tokenizer_warning_is_about_trainable_rows_only_and_once(tmp_path: Path, trainable_too: bool) -> None:
     import warnings
 
     pytest.importorskip("torch")
-    from trajstore import open_store
-    from trajstore.trainer.config import DataConfig
-    from trajstore.trainer.data import TrajectoryStream
 
     _null_tokenizer_store(tmp_path, trainable_too=trainable_too)
     with warnings.catch_warnings(record=True) as seen:

@@ -62,7 +62,7 @@ class _L:
 
 
 def test_a_rank_gets_whole_chains_in_chain_order() -> None:
-    # issue 23: p -> r (context rewrite) is one chain of 12 tokens, the longest unit: rank 0 gets it
+    # episode trees: p -> r (context rewrite) is one chain of 12 tokens, the longest unit: rank 0 gets it
     # whole, parts next to each other; a sub-agent child is a unit of its own
     batch = [_L("p", 5), _L("q", 9), _L("r", 7, "p", "context_rewrite"), _L("s", 8, "p", "subagent"),
              _L("t", 1)]

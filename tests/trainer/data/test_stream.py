@@ -1,7 +1,7 @@
 """trainer/data/stream.py: the trainer's data stream: arrival order, exact resume from a cursor,
 --where, refusals (tokenizer mismatch, text-only data), overlong policy, token budget, follow (and
 what it says while it waits), schema-v1/v2 shards and mixed-version spans read as one, vLLM's
--9999 stand-in masked end to end, linked trajectories (issue 23: a batch keeps a successor with
+-9999 stand-in masked end to end, linked trajectories (episode trees: a batch keeps a successor with
 its part, a child's shared prefix is never trained in it). Packing and batching: test_packing.py,
 test_batching.py."""
 
@@ -18,12 +18,20 @@ import pytest
 import trajstore as ts
 from tests.helpers.stores import write_split_episode_store, write_synthetic_store
 from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
-from trajstore import TrajectoryBuilder, action_from_openai_completion, open_store, write_trajectories
+from trajstore import (
+    StoreWriter,
+    TrajectoryBuilder,
+    action_from_openai_completion,
+    audit,
+    open_store,
+    write_trajectories,
+)
 from trajstore.convert import trajectories_to_table
 from trajstore.reader import read_trajectories
 from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import (
     DataCursor,
+    StreamClosed,
     TrainDataError,
     TrajectoryStream,
 )
@@ -119,8 +127,6 @@ def test_overlong_policy_skip_or_error(tmp_path: Path) -> None:
 
 
 def store_rows(store) -> list[dict]:  # noqa: ANN001
-    from trajstore import read_trajectories
-
     return read_trajectories(store, columns=["num_tokens"]).to_pylist()
 
 
@@ -157,13 +163,10 @@ def test_close_while_a_reader_thread_filters_waits_for_it(tmp_path: Path) -> Non
     # training thread closed the --where connection while the reader thread was filtering a shard
     # (DuckDB 2 refuses to close a busy connection instead of waiting). The filter is slowed down
     # here so that close() always lands while it runs.
-    import threading
-    import time
 
     import pyarrow as pa
 
     from trajstore.schema import SCALAR_COLUMNS, TRAJECTORY_SCHEMA
-    from trajstore.trainer.data import StreamClosed
 
     class SlowConnection:
         def __init__(self, conn) -> None:  # noqa: ANN001
@@ -211,10 +214,7 @@ def test_vllm_9999_sentinel_is_stored_missing_masked_by_the_trainer_and_counted(
     # counted in num_missing_logprobs), the coverage audit counts it, and the trainer's stream
     # leaves that token out of the action mask, so DIS statistics stay finite.
     torch = pytest.importorskip("torch")
-    from trajstore import StoreWriter, audit
     from trajstore.store import open_store
-    from trajstore.trainer.config import DataConfig
-    from trajstore.trainer.data import TrajectoryStream
     from trajstore.trainer.sao.losses import dis_policy_loss
 
     resp = {"id": "chatcmpl-1", "prompt_token_ids": [1, 2, 3],
@@ -279,7 +279,7 @@ def test_stream_reads_v1_v2_and_missing_columns_as_one(tmp_path: Path) -> None:
 
 
 def test_a_batch_keeps_a_context_rewrite_successor_with_its_part(tmp_path: Path) -> None:
-    # issue 23: the GAE chain across a rewrite needs both parts in one batch. Rows in arrival order:
+    # episode trees: the GAE chain across a rewrite needs both parts in one batch. Rows in arrival order:
     # ep0.0, ep0.1 (its context_rewrite successor), ep0.2 (a sub-agent), then ep1.*
     write_split_episode_store(tmp_path, 2)
     assert _drain(_stream(tmp_path, batch_size=2)) == [["ep0.0", "ep0.1"], ["ep0.2", "ep1.0", "ep1.1"], ["ep1.2"]]
@@ -328,7 +328,7 @@ def _cfg(store: Path, **data) -> TrainConfig:
                        run=RunConfig(run_id="r", progress=False, checkpoint_every=100))
 
 
-# issue 14: what `traj train` tells its user while it runs and how it stops
+# what `traj train` tells its user while it runs and how it stops
 def test_follow_says_what_it_waits_for_and_how_much_it_has_seen(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     write_synthetic_store(tmp_path, 3)

@@ -12,7 +12,7 @@ from tests.helpers.stores import write_synthetic_store
 from trajstore.trainer.config import DataConfig
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_vocabulary_check_reads_statistics_only_and_reads_tokens_without_them(tmp_path: Path,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from trajstore import open_store

@@ -1,5 +1,5 @@
 """trainer/loop/advantage_fns.py: an episode stored as several linked trajectories is credited
-once (issue 23). SAO's skip-observation GAE runs across a context rewrite (the last action of one
+once. SAO's skip-observation GAE runs across a context rewrite (the last action of one
 part bootstraps from the first action of the next), the reward lands on the chain's last part
 only; a sub-agent child is its own terminal lineage; the baselines take one reward per chain.
 Expected values written out by hand."""

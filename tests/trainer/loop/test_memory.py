@@ -1,4 +1,4 @@
-"""trainer/loop/memory.py: memory of `traj train` on long trajectories (issue 14, a new user's report):
+"""trainer/loop/memory.py: memory of `traj train` on long trajectories (a new user's report):
 one policy step of SmolLM2-135M on the ingested harness logs (trajectories up to the default --max-
 seq-len 8192, micro-batches of 2) printed nothing for 15 minutes and was OOM-killed at 24 GB. Now
 micro-batches are bounded by tokens, activation checkpointing switches on when a long trajectory

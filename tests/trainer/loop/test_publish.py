@@ -22,7 +22,7 @@ from trajstore.policies import (  # noqa: E402
     read_policy_meta,
 )
 from trajstore.store import open_store  # noqa: E402
-from trajstore.store.layout import LATEST_FILE, POLICIES_DIR, version_dir  # noqa: E402
+from trajstore.store.layout import LATEST_FILE, POLICIES_DIR, run_config_file, version_dir  # noqa: E402
 from trajstore.store.layout import VERSION_META_FILE as META_FILE  # noqa: E402
 from trajstore.store.layout import VERSION_WEIGHTS_FILE as WEIGHTS_FILE  # noqa: E402
 from trajstore.trainer.loop.publish import PolicyMismatchError, load_policy_into, prune_versions, publish_policy  # noqa: E402
@@ -158,7 +158,7 @@ def test_s3_round_trip_and_partial_version(s3_store_uri):
     assert_same_params(dst, tiny_llama(7))
 
 
-# issue 14: disk use of training runs (published versions and checkpoints pruned, leftovers removed)
+# disk use of training runs (published versions and checkpoints pruned, leftovers removed)
 def test_prune_never_deletes_the_latest_or_the_one_before(tmp_path: Path) -> None:
     import torch
 
@@ -214,13 +214,10 @@ def test_an_unresolvable_tokenizer_name_publishes_weights_without_tokenizer_file
 
 
 def test_the_saved_config_holds_the_batch_size_where_the_core_reads_it(tmp_path) -> None:
-    # issue 22: the proxy read the trainer's runs/<id>/config.json with a hard-coded key; the core
+    # one run config reader: the proxy read the trainer's runs/<id>/config.json with a hard-coded key; the core
     # now reads it through trajstore.run_config, and this pins the key path to TrainConfig's layout
-    import json
 
     from trajstore.run_config import BATCH_SIZE_KEY, run_batch_size
-    from trajstore.store import open_store
-    from trajstore.store.layout import run_config_file
     from trajstore.trainer.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 
     cfg = TrainConfig(store=str(tmp_path), model=ModelConfig(name="tiny-llama"), data=DataConfig(batch_size=7),

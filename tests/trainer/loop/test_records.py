@@ -7,23 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from trajstore.trainer.loop.records import RunRecorder
+from trajstore.trainer.loop.records import RunRecorder, progress_line
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 def test_progress_line_shows_n_a_for_a_metric_without_a_value() -> None:
     pytest.importorskip("torch")
-    from trajstore.trainer.loop.records import progress_line
 
     line = progress_line(0, 0, {"value/explained_variance": float("nan"), "ratio/mean": 1.0})
     assert "EV=n/a" in line and "nan" not in line and "ratio=1.000" in line
     assert "EV=0.12" in progress_line(1, 1, {"value/explained_variance": 0.12})
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_progress_line_labels_every_figure_once() -> None:
-    """Issue 16: the progress line had two unlabelled `mean=` fields (reward and ratio)."""
-    from trajstore.trainer.loop.records import progress_line
+    """New-user walkthrough: the progress line had two unlabelled `mean=` fields (reward and ratio)."""
 
     line = progress_line(3, 3, {"reward/mean": 0.5, "value/explained_variance": 0.123, "ratio/mean": 1.0021,
                                 "perf/tokens_per_s": 1234.4})

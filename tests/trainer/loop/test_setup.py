@@ -10,6 +10,7 @@ import pytest
 
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.training import assert_nothing_written, disk_config, refusal_config
+from trajstore.trainer.loop import setup as loop_setup
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.train import train
 
@@ -20,7 +21,7 @@ def _age(path: Path, seconds: float) -> None:
         os.utime(p, (t, t))
 
 
-# issue 14: disk use of training runs (published versions and checkpoints pruned, leftovers removed)
+# disk use of training runs (published versions and checkpoints pruned, leftovers removed)
 def test_stale_tmp_leftovers_are_removed_when_a_trainer_starts(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 2)
     (tmp_path / "_tmp" / "ckpt-dead").mkdir(parents=True)
@@ -30,12 +31,10 @@ def test_stale_tmp_leftovers_are_removed_when_a_trainer_starts(tmp_path: Path) -
     assert not (tmp_path / "_tmp" / "ckpt-dead").exists()
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_text_only_data_is_refused_before_the_model_is_loaded(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 16: the refusal took 17 s because the model was loaded first."""
-    from trajstore.trainer.loop import setup as loop_setup
-
+    """New-user walkthrough: the refusal took 17 s because the model was loaded first."""
     write_synthetic_store(tmp_path, 2, with_logprobs=False)
 
     def no_load(*_a, **_k):  # noqa: ANN002, ANN003, ANN202

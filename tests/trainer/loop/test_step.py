@@ -1,9 +1,9 @@
-"""trainer/loop/step.py: invariants of one SAO iteration that a wrong loop would silently break (issue 15, part 1):
+"""trainer/loop/step.py: invariants of one SAO iteration that a wrong loop would silently break:
 K critic optimiser steps per iteration (warm-up included); warm-up iterations leave the policy
 bit-identical; the advantages that reach the policy loss are exactly the ones the estimator (or
-an override) produced, across a context rewrite as one chain (issue 23); and (issue 22) in every
+an override) produced, across a context rewrite as one chain; and in every
 loss_agg mode the update does not depend on how the step is split into micro-batches, nor on the
-packed layout; the step reads device tensors on the host once (issue 22)."""
+packed layout; the step reads device tensors on the host once."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.stores import write_synthetic_store
-from tests.helpers.trajectories import VOCAB
+from tests.helpers.stores import write_split_episode_store, write_synthetic_store
+from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.loop import step as step_module
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.step import train_step
 
@@ -183,7 +184,7 @@ def test_sao_gae_advantages_from_the_critic_reach_the_loss(tmp_path: Path) -> No
 
 def _reference_chain_gae(values: list[torch.Tensor], masks: list[torch.Tensor], reward: float) -> list[torch.Tensor]:
     """:func:`_reference_gae` over the action slots of several parts in order, as over one
-    trajectory (issue 23): the last slot of a part bootstraps from the first slot of the next,
+    trajectory: the last slot of a part bootstraps from the first slot of the next,
     lambda = 1 - 1 / (1.5 l) with l the chain's slots, the reward only on the very last slot."""
     slots = [(k, t) for k, m in enumerate(masks) for t in m.nonzero().flatten().tolist()]
     lam = 1 - 1 / (1.5 * len(slots))
@@ -198,11 +199,10 @@ def _reference_chain_gae(values: list[torch.Tensor], masks: list[torch.Tensor], 
 
 @pytest.mark.parametrize("micro", [1, 3])
 def test_the_gae_chain_runs_across_a_context_rewrite_even_across_micro_batches(tmp_path: Path, micro: int) -> None:
-    """Issue 23, `traj train` on split episodes: a part and its context-rewrite successor are
+    """Episode trees, `traj train` on split episodes: a part and its context-rewrite successor are
     one chain (the part's last action bootstraps from the successor's first; the episode's reward
     only at the successor's end), whether they share a micro-batch or not; the sub-agent child of
     the same episode is credited on its own (a terminal lineage)."""
-    from tests.helpers.stores import write_split_episode_store
     from trajstore.trainer.data import pack
 
     write_split_episode_store(tmp_path, 1)
@@ -236,7 +236,6 @@ def test_old_split_episodes_train_as_before(tmp_path: Path) -> None:
     columns) train unchanged: each part alone, credited with its own reward."""
     import numpy as np
 
-    from tests.helpers.trajectories import tiny_model_trajectory
     from trajstore import open_store
     from trajstore.convert import trajectories_to_table
     from trajstore.trainer.data import pack, split_for_rank
@@ -284,7 +283,7 @@ def _record_grads(tr, which: str) -> list[dict[str, torch.Tensor]]:  # noqa: ANN
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
 def test_the_update_does_not_depend_on_how_the_step_is_split_or_laid_out(tmp_path: Path, agg: str) -> None:
-    """Issue 22: the loop packs each micro-batch into one (1, L) row; with loss_agg
+    """Packed micro-batches: the loop packs each micro-batch into one (1, L) row; with loss_agg
     "seq-mean-token-mean" the loss averaged that row as one trajectory, so the update changed with
     the micro-batch size (one trajectory per micro-batch was right, four packed together were not).
     Every mode: the same 4 trajectories as 1 packed micro-batch of 4, 4 of 1, or 3 + 1 give the
@@ -383,11 +382,9 @@ def test_one_host_sync_per_step_from_the_loop_whatever_the_micro_batches(
 
 
 def test_a_step_that_raises_ends_its_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 22 (a flake seen while splitting): a step that raised left its pass "running", and the
+    # a flake seen while splitting the step: a step that raised left its pass "running", and the
     # recorder's heartbeat thread, kept alive by the traceback, printed "... still running" lines
     # into a later test's captured stderr
-    from trajstore.trainer.loop import step as step_module
-
     write_synthetic_store(tmp_path, 8)
     tr = setup(_cfg(tmp_path, warmup=0))
     assert tr.recorder is not None

@@ -1,4 +1,4 @@
-"""What stays in memory between steps (issue 14, Build 2): a one-step run of the 135M demo model
+"""What stays in memory between steps: a one-step run of the 135M demo model
 peaked at 7.3 GB against a ~4 GB floor. bench/train.py measures the peak against the floor; this
 checks the part a unit test can: after a step, the tensors alive are the models' weights and
 the AdamW states of their trainable parameters, and nothing else (no model-loading copy, no

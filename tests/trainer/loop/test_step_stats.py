@@ -17,6 +17,7 @@ from trajstore.trainer.loop.step_stats import (
     StepStats,
     UpdateStats,
     add_sums,
+    critic_stats,
     explained_variance_of_sums,
     log_metrics,
     merge_policy,
@@ -24,7 +25,7 @@ from trajstore.trainer.loop.step_stats import (
     trajectory_ratios,
     value_moments,
 )
-from trajstore.trainer.sao.losses import dis_policy_loss, explained_variance
+from trajstore.trainer.sao.losses import dis_policy_loss, explained_variance, value_loss
 
 CPU = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 f64 = torch.float64
@@ -86,8 +87,6 @@ def test_value_metrics_and_the_first_non_finite_update() -> None:
     v = torch.tensor([[0.0, 1.0, 1.0, 9.0]])
     r = torch.tensor([[1.0, 1.0, 3.0, 9.0]])
     mask = torch.tensor([[True, True, True, False]])
-    from trajstore.trainer.loop.step_stats import critic_stats
-    from trajstore.trainer.sao.losses import value_loss
 
     critic = [critic_stats(*value_loss(v + k, r, mask.long(), old_values=v, clip_range=0.5, num_tokens=3))
               for k in (0.0, 1.0)]  # the second update moved every value by +1, beyond the clip of 0.5

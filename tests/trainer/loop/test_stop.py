@@ -1,5 +1,5 @@
 """trainer/loop/stop.py: SIGTERM finishes the publish under way and stops with a checkpoint; a
-second SIGTERM rolls the publish back (issue 14)."""
+second SIGTERM rolls the publish back."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def _patch_save(monkeypatch: pytest.MonkeyPatch, signals: int, at_version: int) 
     monkeypatch.setattr(safetensors.torch, "save_file", save)
 
 
-# issue 14: what `traj train` tells its user while it runs and how it stops
+# what `traj train` tells its user while it runs and how it stops
 def test_sigterm_during_a_publish_finishes_it_and_stops_cleanly(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     write_synthetic_store(tmp_path, 8)
@@ -64,7 +64,7 @@ def test_sigterm_during_a_publish_finishes_it_and_stops_cleanly(tmp_path: Path,
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
 
 
-# issue 14: what `traj train` tells its user while it runs and how it stops
+# what `traj train` tells its user while it runs and how it stops
 def test_a_second_sigterm_rolls_the_publish_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_synthetic_store(tmp_path, 8)
     _patch_save(monkeypatch, signals=2, at_version=1)
@@ -75,7 +75,7 @@ def test_a_second_sigterm_rolls_the_publish_back(tmp_path: Path, monkeypatch: py
     assert _tmp_entries(tmp_path) == []  # the half-written v1 is gone
 
 
-# issue 14: what `traj train` tells its user while it runs and how it stops
+# what `traj train` tells its user while it runs and how it stops
 @pytest.mark.slow
 def test_sigterm_to_a_following_traj_train_exits_0_with_a_checkpoint(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 4)

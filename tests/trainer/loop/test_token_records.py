@@ -1,5 +1,5 @@
 """trainer/loop/token_records.py: ``traj train --record-tokens`` writes, per trained action token of
-the recorded trajectories, exactly what the policy loss and the critic saw (issue 27); the sample
+the recorded trajectories, exactly what the policy loss and the critic saw; the sample
 is picked by id hash; the rows read back through the ``token_annotations`` view; a resumed run
 rolls them back with the other records."""
 

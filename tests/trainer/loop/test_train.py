@@ -15,7 +15,7 @@ import torch
 
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.training import disk_config, refusal_config, run_files_digest
-from tests.helpers.trajectories import VOCAB
+from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 from trajstore import open_store
 from trajstore.policies import latest_policy_version, list_policy_versions
 from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
@@ -74,7 +74,7 @@ def test_records_steps_consumed_and_config(tmp_path: Path) -> None:
     metrics = {m for (m,) in con.execute(f"SELECT DISTINCT metric FROM '{root}/steps/*.parquet'").fetchall()}
     for m in ("policy/loss", "value/explained_variance", "ratio/masked_below", "staleness/max",
               "perf/tokens_per_s", "perf/data_wait_frac",
-              # issue 22: the value loss's and policy loss's statistics that were not logged before
+              # the value loss's and policy loss's statistics that were not logged before
               "value/clip_frac", "value/last_update_mean", "policy/abs_logp_diff_mean"):
         assert m in metrics
     from trajstore.trainer.loop.records import METRIC_DOCS
@@ -251,7 +251,6 @@ def test_train_and_resume_on_an_s3_store(s3_store_uri: tuple[str, dict]) -> None
     uri, opts = s3_store_uri
     import numpy as np
 
-    from tests.helpers.trajectories import tiny_model_trajectory
     from trajstore.writer import write_trajectories
 
     rng = np.random.default_rng(0)
@@ -287,7 +286,7 @@ def test_tensorboard_events_are_written_next_to_the_records(tmp_path: Path) -> N
     assert {"policy/loss", "value/explained_variance", "perf/tokens_per_s"} <= set(acc.Tags()["scalars"])
 
 
-# issue 14: disk use of training runs (published versions and checkpoints pruned, leftovers removed)
+# disk use of training runs (published versions and checkpoints pruned, leftovers removed)
 def test_keep_versions_and_checkpoints_bound_the_disk(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 12, per_shard=2)
     s = train(disk_config(tmp_path, keep_versions=2, keep_checkpoints=1, checkpoint_every=1))
@@ -296,7 +295,7 @@ def test_keep_versions_and_checkpoints_bound_the_disk(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path / "runs/r/checkpoints")) == ["LATEST", "it00000006"]
 
 
-# issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)
+# adversarial input: `traj train` attacked with bad input (each case lost data or gave a traceback before)
 def test_an_update_that_makes_weights_non_finite_stops_and_keeps_the_last_good_version(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 8)
     cfg = refusal_config(tmp_path, max_steps=1)

@@ -1,4 +1,4 @@
-"""trainer/loop/trainer.py: a critic that starts useful (issue 14, Build 7): the warm-up runs until the
+"""trainer/loop/trainer.py: a critic that starts useful: the warm-up runs until the
 critic's explained variance on a batch it has not trained on is above 0 (or the budget runs out),
 and a policy step whose critic does not explain the returns is flagged in the records, on the
 progress line and in the run's summary."""

@@ -1,4 +1,4 @@
-"""Skip-observation GAE (SAO.md, mechanism 4): hand-computed cases, fast vs reference on random
+"""Skip-observation GAE (docs/sao.md, mechanism 4, eqs. (6)-(9)): hand-computed cases, fast vs reference on random
 span layouts, and the invariances the method promises."""
 
 from __future__ import annotations

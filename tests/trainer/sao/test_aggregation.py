@@ -1,5 +1,5 @@
 """The named loss aggregations (trainer/sao/aggregation.py): hand-computed values in the padded
-and the packed layout, and the invariance every mode must keep (issue 22): the same trajectories
+and the packed layout, and the invariance every mode must keep: the same trajectories
 give the same loss and gradient padded or packed, in one micro-batch or split over several."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DIS policy loss (SAO.md, mechanism 1), the PPO-clip baseline, value loss and explained
+"""DIS policy loss (docs/sao.md, mechanism 1, eqs. (1)-(3)), the PPO-clip baseline, value loss and explained
 variance: hand-computed values, exact gradients, invariances (the aggregations: test_aggregation.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The paper's comparative claims (SAO.md) that ``traj bench learning`` decides, each with its
+"""The paper's comparative claims (docs/sao.md, "Results to keep in mind") that ``traj bench learning`` decides, each with its
 paired comparison, metric, direction and the effect the paper reports for it.
 
 **The paper's effect, mapped to the benchmark's metric.** The paper reports accuracy points after
@@ -38,7 +38,7 @@ Direction = Literal["ref-better", "arm-better"]
 
 @dataclass(frozen=True)
 class Claim:
-    """One of the paper's comparative claims (SAO.md) and how the benchmark decides it.
+    """One of the paper's comparative claims (docs/sao.md, "Results to keep in mind") and how the benchmark decides it.
 
     Attributes:
         key: short id. paper: the claim in the paper's words / numbers.

@@ -14,8 +14,6 @@ preset's arms on ``chain100``, whose evaluation instances no training or warm-st
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -25,6 +23,7 @@ from trajstore.trainer.apps.learning_bench.claims import CLAIMS
 from trajstore.trainer.apps.learning_bench.oracle import QualityConfig
 from trajstore.trainer.apps.learning_bench.spec import RunSpec
 from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig
+from trajstore.trainer.apps.scratch import bench_scratch
 
 Preset = Literal["default", "smoke", "calibrate", "long", "power", "staleness", "held-out"]
 PRESETS: tuple[str, ...] = ("default", "smoke", "calibrate", "long", "power", "staleness", "held-out")
@@ -77,18 +76,13 @@ SHIFT_STYLES = ("<", "=", ">")
 """Preferred style of each stage of the pref-shift task."""
 
 
-def default_scratch() -> Path:
-    """``<system temp dir>/trajstore-bench-learning``: where the benchmark writes unless told."""
-    return Path(tempfile.gettempdir()) / "trajstore-bench-learning"
-
-
 class SuiteConfig(BaseModel):
     """What ``traj bench learning`` runs (see the presets)."""
 
     model_config = ConfigDict(extra="forbid")
 
     preset: Preset = "default"
-    scratch: str = Field(default_factory=lambda: str(default_scratch()),
+    scratch: str = Field(default_factory=lambda: str(bench_scratch("learning")),
                          description="directory for warm starts (cached per seed) and a fresh run directory")
     seeds: list[int] = Field(default_factory=lambda: list(range(10)), description="paired seeds (>= 10 for intervals that hold their level)")
     chain_arms: list[str] = Field(default_factory=lambda: list(DEFAULT_CHAIN_ARMS))

@@ -44,7 +44,7 @@ def claims_table(summary: dict[str, Any]) -> str:
     which decides); the minimum detectable effect at Holm's level for the row; the paper's effect
     on the metric (signed in the paper's direction) and the Holm-adjusted p of the test against it
     (family B); the verdict (rules v3, :mod:`.verdicts`)."""
-    lines = ["| paper claim (SAO.md) | comparison | metric | difference [95 % t-CI] | p (t) | p (sign-flip) | "
+    lines = ["| paper claim (docs/sao.md) | comparison | metric | difference [95 % t-CI] | p (t) | p (sign-flip) | "
              "p (sign-flip, Holm) | MDE (80 %) | paper's effect | p vs paper's effect (Holm) | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in summary["claims"]:

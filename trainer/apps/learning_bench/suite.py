@@ -27,12 +27,13 @@ from trajstore.trainer.apps.learning_bench.arms import BenchError
 from trajstore.trainer.apps.learning_bench.compare import compare_runs
 from trajstore.trainer.apps.learning_bench.harness import run_one
 from trajstore.trainer.apps.learning_bench.oracle import QualityConfig, advantage_quality
-from trajstore.trainer.apps.learning_bench.presets import SuiteConfig, default_scratch
+from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
 from trajstore.trainer.apps.learning_bench.provenance import describe, finish, machine_info
 from trajstore.trainer.apps.learning_bench.report import generated_tables, render_report
 from trajstore.trainer.apps.learning_bench.spec import RunSpec
 from trajstore.trainer.apps.learning_bench.sweep import sweep_markdown, sweep_rows
 from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig, ensure_warm_start
+from trajstore.trainer.apps.scratch import bench_scratch
 
 # -- jobs (run in worker processes) --------------------------------------------------------------
 
@@ -257,7 +258,7 @@ def reanalyse(run_dir: str | os.PathLike[str], *, scratch: str | os.PathLike[str
     cfg, done = _read_run(src)
     out = src
     if committed_files(src):
-        base = Path(scratch).expanduser().resolve() if scratch else default_scratch()
+        base = Path(scratch).expanduser().resolve() if scratch else bench_scratch("learning")
         out = base / f"reanalyse-{src.resolve().name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{os.getpid()}"
         out.mkdir(parents=True)
     info = json.loads((src / "machine.json").read_text()) if (src / "machine.json").is_file() else None

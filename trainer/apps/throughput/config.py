@@ -4,15 +4,14 @@
 from __future__ import annotations
 
 import re
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trajstore.errors import TrajstoreError
 from trajstore.hub import SMOLLM2_ALIAS
+from trajstore.trainer.apps.scratch import bench_scratch
 from trajstore.trainer.apps.throughput.trace import EnvSpec
 
 Preset = Literal["default", "smoke"]
@@ -76,18 +75,13 @@ class Arm:
         return cls("async", int(m.group(1)), int(m.group(2)) if m.group(2) else None)
 
 
-def default_scratch() -> Path:
-    """``<system temp dir>/trajstore-bench-throughput``: where the benchmark writes unless told."""
-    return Path(tempfile.gettempdir()) / "trajstore-bench-throughput"
-
-
 class ThroughputConfig(BaseModel):
     """The grid (sigmas x seeds x arms) and the sizes every arm shares."""
 
     model_config = ConfigDict(extra="forbid")
 
     preset: Preset = "default"
-    scratch: str = Field(default_factory=lambda: str(default_scratch()),
+    scratch: str = Field(default_factory=lambda: str(bench_scratch("throughput")),
                          description="a fresh run directory is made under it (stores, logs, results)")
     sigmas: list[float] = Field(default_factory=lambda: [0.5, 1.0, 1.5], description="tool-latency log-sigmas")
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], description="trace and model seeds (paired)")

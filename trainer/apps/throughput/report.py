@@ -1,7 +1,7 @@
 """The report of a ``traj bench throughput`` suite: per sigma and arm, the median and range over
 seeds of what the arms measured, the speedup over the synchronous arm (paired by seed) beside the
 fork-join model's prediction, that speedup split into asynchrony at equal concurrency and
-concurrency at equal asynchrony, where a batch-barrier arm's time goes, and the issue's claims with
+concurrency at equal asynchrony, where a batch-barrier arm's time goes, and the throughput claims with
 their figures. Tables as data (:class:`~trajstore.tables.TableData`; ``traj`` draws them) and as
 ``report.md``."""
 

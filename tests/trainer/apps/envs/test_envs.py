@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from trajstore.trainer.apps.envs import draw_instance
+from trajstore.trainer.apps.envs import draw_instance, draw_instance_from, held_out_starts
 
 
 def test_draw_instance_covers_the_families_with_their_steps() -> None:
@@ -15,10 +15,9 @@ def test_draw_instance_covers_the_families_with_their_steps() -> None:
 
 
 def test_held_out_starts_never_reach_training_and_are_all_the_evaluation_sees() -> None:
-    """Issue 28: the evaluation episodes were drawn from the training instances. With 3 first
+    """Learning bench preset v2: the evaluation episodes were drawn from the training instances. With 3 first
     terms held out per family (a seeded choice), training draws never use them and the
     evaluation instances use only them; 0 held out keeps the old draw."""
-    from trajstore.trainer.apps.envs import draw_instance_from, held_out_starts
     from trajstore.trainer.apps.learning_bench.evaluation import eval_instances
 
     starts = held_out_starts(4, 3)

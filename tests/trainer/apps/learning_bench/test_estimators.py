@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trajstore.trainer.apps.learning_bench.estimators import no_skip_gae, turn_index, turn_level_gae
+from trajstore.trainer.apps.learning_bench.estimators import (
+    advantages_by,
+    matched_turn_lambda,
+    no_skip_gae,
+    turn_index,
+    turn_level_gae,
+)
 
 
 def _row(vals: list[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -35,7 +41,6 @@ def test_matched_horizon_turn_lambda_by_hand() -> None:
     """9 action tokens in 3 turns, lambda_token = 1 - 1/(1.5 * 9) = 0.92593: per turn
     0.92593 ** 3 = 0.79383 (credit decays per turn as over a turn's 3 tokens at token level).
     turn-last-h is turn-last GAE with that lambda."""
-    from trajstore.trainer.apps.learning_bench.estimators import advantages_by, matched_turn_lambda
 
     mask = torch.tensor([[0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1]], dtype=torch.bool)
     lam = torch.tensor([1 - 1 / 13.5])

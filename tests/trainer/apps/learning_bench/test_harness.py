@@ -31,7 +31,7 @@ def test_a_tiny_run_mixes_versions_inside_trajectories(tmp_path, tiny_warm_start
     assert train_config(spec, "unused").algo.critic_warmup_until == "budget"
     res = run_one(spec, str(tmp_path / "store"))
     assert [e["step"] for e in res.evals] == [0, 5]
-    # every arm has the warm-up (issue 28): GRPO, without a critic, takes no step during it
+    # every arm has the warm-up (default preset v2): GRPO, without a critic, takes no step during it
     assert [h["step"] for h in res.history] == [-1] * 3 + [0, 1, 2, 3, 4]
     con = duckdb.connect()
     root = tmp_path / "store"
@@ -49,7 +49,7 @@ def test_a_tiny_run_mixes_versions_inside_trajectories(tmp_path, tiny_warm_start
 
 
 def test_a_pref_shift_run_packs_as_the_trainer_does(tmp_path, tiny_warm_start: str) -> None:
-    """Issue 28: the trainer caps a CPU micro-batch at 256 tokens (its memory plan) while the
+    """Learning bench preset v2: the trainer caps a CPU micro-batch at 256 tokens (its memory plan) while the
     harness split each batch by trajectory count, so a batch whose 8 longest trajectories exceed
     256 tokens (pref-shift's) stopped with "the policy loss saw a packing other than the
     harness's". The harness now asks the trainer's own micro-batching; this run has such batches."""
@@ -73,7 +73,7 @@ def test_a_pref_shift_run_packs_as_the_trainer_does(tmp_path, tiny_warm_start: s
 
 
 def test_arms_differ_from_sao_only_in_what_they_ablate() -> None:
-    """Issue 28: the critic-free arms started at once while the critic arms had 10 warm-up
+    """Learning bench preset v2: the critic-free arms started at once while the critic arms had 10 warm-up
     batches, so their first policy batch and their baseline's state differed from sao's by more
     than the ablation. Every arm's trainer config differs from sao's only in the settings its
     ablation names (the learning rate only where the ablation is the step size), and every arm
@@ -128,7 +128,7 @@ def test_critic_free_arms_fill_their_baseline_in_the_same_warm_up_and_see_sao_s_
     """A running-mean arm gets sao's warm-up batches, token for token (the same rollouts, sampled
     by the same warm start with the same generator), takes no policy step on them, and its first
     policy step's baseline is the mean of the last `window` warm-up rewards (the window was empty,
-    the baseline 0, on the first policy step before issue 28)."""
+    the baseline 0, on the first policy step before the warm-up applied to every arm)."""
     import duckdb
 
     from trajstore.trainer.apps.learning_bench.harness import run_one
@@ -168,7 +168,7 @@ def test_critic_free_arms_fill_their_baseline_in_the_same_warm_up_and_see_sao_s_
 
 @pytest.mark.slow  # two short harness runs: minutes on a loaded 2-core machine
 def test_the_engine_like_mismatch_reaches_a_run_and_shows_at_staleness_zero(tmp_path, tiny_warm_start: str) -> None:
-    """Issue 28: ``--mismatch engine`` (float8 LM head + Student-t logit noise) goes through the
+    """Learning bench preset v2: ``--mismatch engine`` (float8 LM head + Student-t logit noise) goes through the
     harness, not only the sampler's unit test. At staleness 0 the trainer's weights are the
     engine's, so the log-ratio there is the injected mismatch alone: without any mismatch every
     such token sits in the two histogram bins around 0 (|log-ratio| < 0.05, float32 rounding);

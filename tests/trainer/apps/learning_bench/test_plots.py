@@ -1,4 +1,4 @@
-"""The learning benchmark's figures (issues 15 and 16: looked at, fixed what a reader stumbles on):
+"""The learning benchmark's figures (looked at, fixed what a reader stumbles on):
 one staleness colour key beside the log-ratio panels, the pooled last level labelled "8+"; legend
 entries drawn exactly as the lines they name; every data panel labelled with its unit; a one-arm,
 one-seed (smoke) figure neither clipped nor promising an interval."""

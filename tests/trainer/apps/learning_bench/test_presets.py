@@ -17,7 +17,7 @@ def test_shift_evaluations_land_on_every_shift_step() -> None:
 
 
 def test_smoke_preset_runs_every_task_arm_and_measurement_of_the_default() -> None:
-    """Issue 28: the default's pref-shift runs crashed (a packing the harness did not expect)
+    """Learning bench preset v2: the default's pref-shift runs crashed (a packing the harness did not expect)
     while the smoke preset, run in CI, had no pref-shift run. Smoke now runs one short run of
     every (task, arm) the default runs, with the same measurements (exact KL arms, the
     advantage-quality estimators, the critic warm-up), so CI goes down every path the default does."""

@@ -12,7 +12,7 @@ from trajstore.cli.main import app
 
 runner = CliRunner()
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from trajstore.trainer.apps.learning_bench import suite

@@ -69,7 +69,7 @@ def _log_ratios(model, mismatch, episodes: int, seed: int = 0) -> tuple[torch.Te
 
 
 def test_engine_like_mismatch_is_heavy_tailed_systematic_and_largest_on_unlikely_tokens() -> None:
-    """Issue 28: the injected mismatch was unbiased light-tailed Gaussian noise. The ``engine``
+    """Learning bench preset v2: the injected mismatch was unbiased light-tailed Gaussian noise. The ``engine``
     model (float8 LM head + Student-t logit noise) at the same scale puts far more tokens beyond
     0.75 nats of log-ratio, its sampled tokens' log-ratios are biased below 0 (a token is sampled
     partly because its noise was high), most for tokens the trainer finds unlikely; at zero

@@ -10,7 +10,7 @@ import pytest
 from trajstore.trainer.apps.learning_bench.stats import auc, holm, t_interval
 
 
-# issue 16: a new-user walkthrough finding (a slip in what a command prints)
+# new-user walkthrough: a finding (a slip in what a command prints)
 def test_one_seed_interval_reads_n_a_not_nan() -> None:
     iv = t_interval([-0.1])
     assert not iv.has_interval and iv.describe() == "difference -0.100, CI n/a (1 seed)"

@@ -35,7 +35,6 @@ def test_smoke_preset_critic_beats_the_running_mean_and_leaves_the_checkout_alon
     its per-token advantages correlate better with A*."""
     import json
     import tempfile
-    from pathlib import Path
 
     from typer.testing import CliRunner
 
@@ -58,13 +57,13 @@ def test_smoke_preset_critic_beats_the_running_mean_and_leaves_the_checkout_alon
     assert sao[0] > rm[0] + 0.1, (sao, rm)
     assert sao[1] > rm[1], (sao, rm)
     assert summary["runs"]["chain/sao"]["final_eval"] > 0  # the short SAO run went through the pipeline
-    # issue 28: one run of every (task, arm) of the default preset, pref-shift included, to the report
+    # default preset: one run of every (task, arm) of the default preset, pref-shift included, to the report
     default = SuiteConfig.preset_config("default")
     assert set(summary["runs"]) == {f"{sp.task}/{sp.arm}" for sp in default.specs({s: "x" for s in default.seeds})}
 
 
 def test_reanalyse_of_a_committed_run_directory_writes_elsewhere(tmp_path) -> None:
-    """Issue 16: the benchmark never writes over committed files. Issue 28: the per-run result
+    """Scratch output: the benchmark never writes over committed files. The per-run result
     files behind bench/LEARNING.md are committed, and --reanalyse recomputes the tables from them:
     a committed run directory is only read; the report, summary and tables.md go to a fresh
     directory under --scratch, and every committed file stays as it was."""

@@ -11,7 +11,7 @@ import numpy as np
 
 from tests.helpers.training import disk_config
 from tests.helpers.trajectories import VOCAB
-from trajstore import TrajectoryBuilder
+from trajstore import TrajectoryBuilder, audit
 from trajstore.trainer.apps.throughput.measure import (
     StalenessTotals,
     dis_masked,
@@ -44,8 +44,6 @@ def _train(store: Path, trajs: list) -> None:
 
 
 def test_audit_equals_the_trainer_on_a_run_written_out_by_hand(tmp_path: Path) -> None:
-    from trajstore import audit
-
     # batches of 2: step 0 (trainer v0) trains a and b, step 1 (trainer v1) trains c and d.
     # per token: a 3 + 2 tokens at v0 -> 0; b 3 at v0 -> 0; c 4 at v0 -> 1 and 2 at v1 -> 0; d 5 at v1 -> 0
     # = 19 tokens, staleness sum 4, max 1; per trajectory (its oldest token): 0, 0, 1, 0 -> sum 1, max 1
@@ -66,8 +64,6 @@ def test_audit_equals_the_trainer_on_a_run_written_out_by_hand(tmp_path: Path) -
 
 
 def test_the_check_names_what_differs_when_the_trainer_leaves_tokens_out(tmp_path: Path) -> None:
-    from trajstore import audit
-
     # b's second action has no log-probs: the trainer cannot weigh it (not trained, not in its staleness
     # metric), while the audit counts every action token with a policy version: 4 tokens at v0 more
     _train(tmp_path, [_traj("a", [(3, 0, True)]), _traj("b", [(3, 0, True), (4, 0, False)]),
@@ -86,7 +82,6 @@ def test_overlap_clips_to_the_window() -> None:
 def test_a_run_that_recorded_no_step_has_no_step_times(tmp_path: Path) -> None:
     # the step_metrics view has a column per metric only once some run logged it: an arm that
     # stopped before its first step (or a store with no run) was a binder error, not an empty list
-    from trajstore import audit
 
     write_trajectories(str(tmp_path), [_traj("a", [(3, 0, True)])])
     conn = audit.connect(str(tmp_path))
