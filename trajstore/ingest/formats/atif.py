@@ -36,9 +36,14 @@ import os
 from typing import Any
 
 from trajstore.ingest.formats.atif_agents import Conventions, conventions_for, run_status
+from trajstore.ingest.formats.atif_harbor import (
+    harbor_exception,
+    harbor_reward,
+    harbor_reward_file,
+    harbor_trial_result,
+)
 from trajstore.ingest.formats.chat import arguments_text, drop_sent_back_reasoning, text_of, tool_definitions
 from trajstore.ingest.formats.engine_chain import EngineChain
-from trajstore.ingest.formats.rewards import float_reward
 from trajstore.ingest.formats.spec import InputFormat, NoTrajectory, Records
 from trajstore.ingest.records import (
     Context,
@@ -50,17 +55,12 @@ from trajstore.ingest.records import (
     Origin,
     ParsedLineage,
     RecordError,
-    Reward,
     ToolCall,
 )
 from trajstore.ingest.summary import ENGINE_IDS_DISCARDED_KEY
 from trajstore.ingest.values import json_type, order_by_id, parse_time, text_or_none
 
 SOURCE = "atif"
-REWARD_FILE = os.path.join("verifier", "reward.txt")
-"""Where a Harbor trial keeps its verifier score, relative to the trial directory."""
-RESULT_FILE = "result.json"
-"""Where a Harbor trial keeps its outcome (``exception_info`` when the run raised), relative to the trial directory."""
 
 
 def _steps(d: dict[str, Any]) -> list[dict[str, Any]]:
@@ -263,36 +263,6 @@ def _chat_gaps(msgs: list[Message], tools: Any, notes: list[dict[str, Any]], reb
     return gaps
 
 
-def _harbor_reward_file(path: str) -> str:
-    """Where the Harbor trial `path` (``<trial>/agent/trajectory.json``) belongs to keeps its verifier score."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), REWARD_FILE)
-
-
-def _harbor_reward(path: str) -> Reward:
-    """The verifier score of the Harbor trial `path` (``<trial>/agent/trajectory.json``) belongs to."""
-    f = _harbor_reward_file(path)
-    if not os.path.isfile(f):
-        return Reward()
-    try:
-        with open(f, encoding="utf-8") as fh:
-            text = fh.read().strip()
-        return float_reward(json.loads(text))
-    except (OSError, ValueError):
-        return Reward(None, None, error=f"{f} holds no number")
-
-
-def _harbor_exception(path: str) -> dict[str, Any] | None:
-    """The exception Harbor recorded for the trial `path` belongs to (``<trial>/result.json``
-    ``exception_info``: ``exception_type``, ``exception_message``), or None."""
-    f = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), RESULT_FILE)
-    try:
-        with open(f, encoding="utf-8") as fh:
-            info = json.load(fh).get("exception_info")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return info if isinstance(info, dict) and info.get("exception_type") else None
-
-
 def _is_subagent_note(step: dict[str, Any]) -> bool:
     obs = step.get("observation")
     return step["source"] == "system" and isinstance(obs, dict) and any(
@@ -372,9 +342,9 @@ def parse_trajectory(d: Any, origin: Origin) -> list[EngineRollout | Conversatio
                             "agent": {k: agent.get(k) for k in ("name", "version") if k in agent},
                             "final_metrics": d.get("final_metrics") if isinstance(d.get("final_metrics"), dict) else None}
     created = parse_time(next((s.get("timestamp") for s in reversed(steps) if s.get("timestamp")), None))
-    status, meta["status_evidence"] = run_status(conv, steps, _harbor_exception(origin.path))
-    reward_file = _harbor_reward_file(origin.path)
-    fields = {"source": SOURCE, "key": key, "origin": origin, "reward": _harbor_reward(origin.path), "model": model,
+    status, meta["status_evidence"] = run_status(conv, steps, harbor_exception(origin.path))
+    reward_file = harbor_reward_file(origin.path)
+    fields = {"source": SOURCE, "key": key, "origin": origin, "reward": harbor_reward(origin.path), "model": model,
               "created_at": created, "prompt_id": key, "status": status,
               "read_files": (reward_file,) if os.path.isfile(reward_file) else ()}
     tools = tool_definitions(agent.get("tool_definitions"))
@@ -426,15 +396,8 @@ def _link(records: list[EngineRollout | Conversation], steps: list[dict[str, Any
             path if n == 1 else f"{path}#{n}"), link_kind="context_rewrite" if n else None, claims=claims[n])
 
 
-def _harbor_trial_result(d: dict[str, Any], path: str) -> str | None:
-    """Why a Harbor trial's ``result.json`` holds no trajectory (its exception is read with the trajectory)."""
-    if "trial_name" in d and "task_name" in d and isinstance(d.get("agent_info"), dict):
-        return "Harbor trial result (result.json: its exception is read with the trial's agent/trajectory.json)"
-    return None
-
-
 ATIF = InputFormat(
     "atif", "ATIF trajectory.json (Harbor / Terminal-Bench), engine token ids kept", SOURCE,
     records=Records(parse_trajectory, keys=("schema_version",), signature=lambda d: isinstance(d.get("schema_version"), str)
                     and d["schema_version"].startswith("ATIF") and "steps" in d),
-    no_trajectory=NoTrajectory(("trial_name",), _harbor_trial_result))
+    no_trajectory=NoTrajectory(("trial_name",), harbor_trial_result))
