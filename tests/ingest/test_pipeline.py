@@ -363,6 +363,15 @@ ROW_SEEDS: dict[str, Callable[[int], Any]] = {
     "tau-bench": lambda i: {"task_id": i, "trial": 0, "reward": 1.0, "info": {"reward_info": {"reward": 1.0}},
                             "traj": _chat(i)},
     "atif": _atif,
+    "tau2-bench": lambda i: {"id": f"sim-{i}", "task_id": str(i), "trial": 0, "termination_reason": "user_stop",
+                             "reward_info": {"reward": 1.0}, "messages": [
+                                 {"role": "assistant", "content": "Hi! How can I help you today?", "raw_data": None},
+                                 {"role": "user", "content": f"task {i}"},
+                                 {"role": "assistant", "content": None, "tool_calls": [
+                                     {"id": "c1", "name": "lookup", "arguments": {"q": i}, "requestor": "assistant"}],
+                                  "raw_data": {"finish_reason": "tool_calls"}},
+                                 {"role": "tool", "id": "c1", "content": "found", "requestor": "assistant"},
+                                 {"role": "assistant", "content": "done", "raw_data": {"finish_reason": "stop"}}]},
     "verl-rollouts": lambda i: {"input": f"<|im_start|>user\nq{i}<|im_end|>\n<|im_start|>assistant\n",
                                 "output": "a<|im_end|>", "score": 1.0, "step": 1},
     "chat-messages": lambda i: {"messages": _chat(i), "reward": 1.0, "id": f"c{i}"},

@@ -23,6 +23,7 @@ from trajstore.ingest.builders.stored_fields import (
 )
 from trajstore.ingest.builders.template import template_features
 from trajstore.ingest.records import Conversation, Message
+from trajstore.ingest.summary import NO_MODEL_CALL
 from trajstore.models import Span, Trajectory
 from trajstore.validate import validate_trajectory
 
@@ -69,6 +70,13 @@ def reconstructed_actions_reason(gaps: dict[str, str]) -> str | None:
             "--train-reconstructed-actions to train on them)")
 
 
+def no_model_call_reason(gaps: dict[str, str]) -> str | None:
+    """Why a trajectory whose log shows no model call (fidelity flag
+    :data:`~trajstore.ingest.summary.NO_MODEL_CALL`, any format) is never trainable: its actions
+    are no model's output (a deterministic orchestrator's steps); None for any other."""
+    return f"no evidence of a model call: {gaps[NO_MODEL_CALL]}" if NO_MODEL_CALL in gaps else None
+
+
 def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenizer_name: str, input_format: str,
                                  max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
                                  train_reconstructed_actions: bool = False) -> list[Trajectory]:
@@ -85,7 +93,8 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
     (``group_id`` keeps its meaning, a GRPO group of rollouts of one prompt: parts of one
     episode in one group would cancel each other's advantage).
 
-    Actions the log keeps only as a parsed or reformatted version of what the model wrote
+    A log that shows no model call (:func:`no_model_call_reason`) is stored with ``trainable =
+    false``. Actions the log keeps only as a parsed or reformatted version of what the model wrote
     (the parser's flag ``action_text``) are stored as its best reconstruction with ``trainable =
     false`` and the reason (:func:`reconstructed_actions_reason`), unless
     `train_reconstructed_actions` (then the choice is part of the trajectory id, so such an
@@ -126,7 +135,8 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
     if notes:
         gaps.setdefault("render", "; ".join(notes))
     check_call_count(conv, sum(m.role == "assistant" for m in conv.messages), gaps)
-    not_trainable = None if train_reconstructed_actions else reconstructed_actions_reason(gaps)
+    not_trainable = no_model_call_reason(gaps) or (
+        None if train_reconstructed_actions else reconstructed_actions_reason(gaps))
     out = []
     for n, part in enumerate(parts):
         spans: list[Span] = []

@@ -34,11 +34,11 @@ from trajstore.ingest.formats import (
 from trajstore.ingest.formats.spec import Events, InputFormat, NoTrajectory, ParquetFiles, Records, history_kind
 
 REGISTERED: Final[tuple[InputFormat, ...]] = (
+    atif.ATIF,
     openhands_v0_events.V0_EVENTS,
     openhands_v0_events.V0_SESSION,
     openhands_v1_events.V1_EVENTS,
     mini_swe_agent.MINI_SWE_AGENT,
-    atif.ATIF,
     nemo_gym.NEMO_GYM,
     swe_agent.SWE_AGENT,
     openhands_v1_completions.V1_COMPLETIONS,
