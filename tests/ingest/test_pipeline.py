@@ -377,7 +377,17 @@ ROW_SEEDS: dict[str, Callable[[int], Any]] = {
     "chat-messages": lambda i: {"messages": _chat(i), "reward": 1.0, "id": f"c{i}"},
 }
 
+def _claude_lines(i: int) -> list[dict[str, Any]]:
+    base = {"isSidechain": False, "sessionId": f"s{i}", "timestamp": "2026-01-01T00:00:00Z"}
+    return [{**base, "type": "summary", "summary": "title", "leafUuid": f"a{i}"},
+            {**base, "type": "user", "uuid": f"u{i}", "parentUuid": None, "message": {"role": "user", "content": f"task {i}"}},
+            {**base, "type": "assistant", "uuid": f"a{i}", "parentUuid": f"u{i}",
+             "message": {"id": f"m{i}", "role": "assistant", "model": "m", "stop_reason": "end_turn",
+                         "content": [{"type": "text", "text": "done"}]}}]
+
+
 DOC_SEEDS: dict[str, Callable[[int], Any]] = {
+    "claude-code": _claude_lines,
     "openhands-v0-events": _v0_events,
     "openhands-v1-events": _v1_events,
     "chat-messages": _chat,
@@ -469,7 +479,7 @@ def test_fuzz_every_format(tmp_path):
         for i in range(GOOD_PER_FORMAT + MUTANTS_PER_FORMAT):
             good = i < GOOD_PER_FORMAT
             rec = seed(i) if good else mutate(seed(100 + i), rng)
-            if fmt == "openhands-v1-events":  # a JSONL of events
+            if fmt in ("openhands-v1-events", "claude-code"):  # a JSONL of events
                 p = tmp_path / "docs" / f"{fmt}-{i}.jsonl"
                 text = "\n".join(_dump(e) for e in rec) + "\n" if isinstance(rec, list) else _dump(rec)
             else:

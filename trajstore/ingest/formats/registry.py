@@ -13,6 +13,7 @@ from typing import Any, Final
 from trajstore.ingest.formats import (
     atif,
     chat_messages,
+    claude_code,
     mini_swe_agent,
     nebius_swe_agent,
     nemo_gym,
@@ -38,6 +39,7 @@ REGISTERED: Final[tuple[InputFormat, ...]] = (
     openhands_v0_events.V0_EVENTS,
     openhands_v0_events.V0_SESSION,
     openhands_v1_events.V1_EVENTS,
+    claude_code.CLAUDE_CODE,
     mini_swe_agent.MINI_SWE_AGENT,
     nemo_gym.NEMO_GYM,
     swe_agent.SWE_AGENT,
