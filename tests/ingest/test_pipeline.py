@@ -386,8 +386,21 @@ def _claude_lines(i: int) -> list[dict[str, Any]]:
                          "content": [{"type": "text", "text": "done"}]}}]
 
 
+def _codex_lines(i: int) -> list[dict[str, Any]]:
+    def line(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+        return {"timestamp": "2026-01-01T00:00:00Z", "type": kind, "payload": payload}
+    return [line("session_meta", {"id": f"t{i}", "cli_version": "0.100.0", "base_instructions": {"text": "sys"}}),
+            line("response_item", {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"task {i}"}]}),
+            line("response_item", {"type": "function_call", "name": "shell", "arguments": "{}", "call_id": "c1"}),
+            line("event_msg", {"type": "token_count", "info": None}),
+            line("response_item", {"type": "function_call_output", "call_id": "c1", "output": "ok"}),
+            line("response_item", {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}),
+            line("event_msg", {"type": "task_complete"})]
+
+
 DOC_SEEDS: dict[str, Callable[[int], Any]] = {
     "claude-code": _claude_lines,
+    "codex-cli": _codex_lines,
     "openhands-v0-events": _v0_events,
     "openhands-v1-events": _v1_events,
     "chat-messages": _chat,
@@ -479,7 +492,7 @@ def test_fuzz_every_format(tmp_path):
         for i in range(GOOD_PER_FORMAT + MUTANTS_PER_FORMAT):
             good = i < GOOD_PER_FORMAT
             rec = seed(i) if good else mutate(seed(100 + i), rng)
-            if fmt in ("openhands-v1-events", "claude-code"):  # a JSONL of events
+            if fmt in ("openhands-v1-events", "claude-code", "codex-cli"):  # a JSONL of events
                 p = tmp_path / "docs" / f"{fmt}-{i}.jsonl"
                 text = "\n".join(_dump(e) for e in rec) + "\n" if isinstance(rec, list) else _dump(rec)
             else:
