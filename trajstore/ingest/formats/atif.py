@@ -25,8 +25,11 @@ What the producing agent puts in the steps beyond the format (which text the mod
 whether reasoning went back to it, what ends a run) is :mod:`~trajstore.ingest.formats.atif_agents`'s:
 the chat is built from the steps with those conventions; ``agent.tool_definitions`` are the
 tools; ``source: system`` steps after the task are harness notes (metadata ``harness_notes``),
-never messages. Context rewrites, copied context, sub-agent and continuation files: see
-:func:`parse_trajectory`.
+never messages; results such a step carries (ATIF 1.2+) are the observation of the tool call they
+answer, or kept with the note. Context rewrites, copied context, sub-agent and continuation files,
+sub-agent trajectories embedded in the file (ATIF 1.7) and a log with no evidence of a model call:
+see :func:`parse_trajectory`. The same document streamed as JSONL (a header line, then one step per
+line) is read by :func:`parse_stream`.
 """
 
 from __future__ import annotations
