@@ -38,3 +38,18 @@ def openai_finish_reason(finish_reason: Any) -> str | None:
     if not isinstance(finish_reason, str) or not finish_reason:
         return None
     return OPENAI_ALIASES.get(finish_reason, finish_reason)
+
+
+LENGTH_STOPS: Final[frozenset[str]] = frozenset(
+    {"length", "max_tokens", "max_output_tokens", "model_context_window_exceeded"})
+"""Every API's spelling of a call cut at the output limit (compared lower-cased: Gemini writes
+``MAX_TOKENS``, the Responses API ``incomplete_details.reason = max_output_tokens``)."""
+
+
+def stored_finish_reason(reason: Any) -> str | None:
+    """A logged finish reason in the vocabulary spans store: every length stop is ``length`` (so
+    the action ends where the model was cut, without an end of turn it never generated); other
+    reasons as logged; None when not logged."""
+    if not isinstance(reason, str) or not reason:
+        return None
+    return "length" if reason.lower() in LENGTH_STOPS else reason
