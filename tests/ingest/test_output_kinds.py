@@ -10,6 +10,8 @@ import pytest
 
 from tests.helpers.ingest import END, GEN, USER, call, decoded, ingest, write_jsonl
 from trajstore.ingest import conversation_to_trajectories
+from trajstore.ingest.builders import template
+from trajstore.ingest.builders.default_system import DefaultSystem
 from trajstore.ingest.records import Conversation, Message, Origin, ToolCall
 
 ARGS = '{"command": "ls"}'
@@ -124,3 +126,13 @@ def test_rollout_dump_stop_reason_length_is_the_actions_finish_reason(tmp_path):
              "step": 1, "stop_reason": "length"}]
     (t,), _ = ingest(write_jsonl(tmp_path / "1.jsonl", rows))
     assert [s.finish_reason for s in t.spans] == [None, "length"]
+
+
+def test_a_default_the_template_writes_where_it_cannot_be_left_out_is_flagged_and_not_trained(tok, monkeypatch):
+    # a default found by the probe, but not as the prefix of this render: the text stays, flagged
+    found = DefaultSystem("the template's default", "<not the start of any render>", "")
+    monkeypatch.setattr(template, "find_default_system", lambda *a, **k: found)
+    (t,) = conversation_to_trajectories(_conv(Message("user", "Go."), Message("assistant", "ok")), tok,
+                                        tokenizer_name="t", input_format="test")
+    assert "the template's default" in t.metadata["fidelity_gaps"]["template_default_system"]
+    assert "context holds text the log does not" in t.not_trainable_reason
