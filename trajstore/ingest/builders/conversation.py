@@ -184,7 +184,7 @@ def conversation_to_trajectories(conv: Conversation, tokenizer: Any, *, tokenize
     if first_action < len(conv.messages) and conv.messages[first_action].context is None and not any(
             m.role in ("system", "user") for m in conv.messages[:first_action]):
         gaps.setdefault("prompt", "no system or user message before the first model call: the task the model was "
-                                  "given is not in the log (the prompt is the template's default)")
+                                  "given is not in the log")
     kept = next((p.default_kept for p in parts if p.default_kept), None)
     if kept:
         gaps.setdefault(TEMPLATE_DEFAULT_SYSTEM, f"the chat template writes its default system prompt {kept!r}, which "
