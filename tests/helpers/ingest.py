@@ -62,7 +62,8 @@ TOK_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 def build(tok, path, **kw):
     """(conversation, trajectory) pairs of one input file, each checked against the oracle:
-    the ids are the template's render of the whole conversation (tokenized as one text), less
+    the ids are the template's render of the whole conversation (tokenized as one text) without
+    SmolLM2's default system prompt (the log has none, so the model was not shown it), less
     ChatML's separator ``\\n`` after the last ``<|im_end|>`` when the conversation ends with
     a model call (it belongs to no span: nothing follows)."""
     out = []
@@ -80,6 +81,8 @@ def build(tok, path, **kw):
         features = template_features(tok)
         full = tok.apply_chat_template(with_tools_text([template_message(m, features) for m in item.messages],
                                                        item.tools), tokenize=False)
+        if full.startswith(SMOL_SYSTEM):  # a log without a system message: not the template's default one
+            full = full[len(SMOL_SYSTEM):]
         if item.messages[-1].role == "assistant":
             assert full.endswith("<|im_end|>\n")
             full = full[:-1]

@@ -11,7 +11,6 @@ import pytest
 from tests.helpers.ingest import (
     END,
     GEN,
-    SMOL_SYSTEM,
     SYS,
     TOOL_OBS,
     USER,
@@ -166,7 +165,7 @@ def test_terminus2_actions_are_the_rebuilt_json_response(reported, tok, tmp_path
     (t,), rep = ingest(path)
     assert t.token_source == "retokenized"  # this golden file's ids are made up and do not chain
     assert decoded(tok, t) == [
-        ("prompt", SMOL_SYSTEM + USER.format(task) + GEN),  # SmolLM2's default system prompt: the template's
+        ("prompt", USER.format(task) + GEN),  # no system message logged: not SmolLM2's default one
         ("action", '{\n  "analysis": "Terminal is ready. Let me start by echoing hello world.",\n'
                    '  "plan": "Echo hello world to stdout.",\n  "commands": [\n    {\n'
                    '      "keystrokes": "echo \'Hello, world!\'\\n",\n      "duration": 0.1\n    }\n  ],\n'
@@ -241,9 +240,9 @@ def test_terminus2_does_not_send_reasoning_back(tmp_path, tok):
     a2 = '{\n  "analysis": "Done.",\n  "plan": "Finish.",\n  "commands": [],\n  "task_complete": true\n}'
     a3 = '{\n  "analysis": "Yes.",\n  "plan": "Confirm.",\n  "commands": [],\n  "task_complete": true\n}'
     assert [decoded(tok, t) for t in ts] == [
-        [("prompt", SMOL_SYSTEM + USER.format("Task: say hi.") + GEN),
+        [("prompt", USER.format("Task: say hi.") + GEN),
          ("action", f"<think>\nI should echo.\n</think>\n\n{a1}" + END)],
-        [("prompt", SMOL_SYSTEM + USER.format("Task: say hi.") + GEN + a1 + END + "\n" + USER.format("hi\n") + GEN),
+        [("prompt", USER.format("Task: say hi.") + GEN + a1 + END + "\n" + USER.format("hi\n") + GEN),
          ("action", a2 + END), ("observation", "\n" + USER.format("Sure?") + GEN), ("action", a3 + END),
          ("observation", "\n" + USER.format(""))],
     ]

@@ -56,7 +56,9 @@ def test_other_formats(reported, tmp_path, tok):
 
 # -- detection decides by structure, exactly one format per record ------------------------
 NO_TRAJECTORY = "no trajectory"
-EVENT_FORMATS = {f.name for f in registry.REGISTERED if f.events is not None and f.events.signature is not None}
+EVENT_FORMATS = {f.name for f in registry.REGISTERED
+                 if f.events is not None and f.events.signature is not None and f.records is None}
+"""Formats whose input is events only (ATIF reads whole documents as records, and streamed lines as events)."""
 
 
 def _names(formats) -> list[str]:

@@ -11,7 +11,6 @@ import json
 from tests.helpers.ingest import (
     END,
     GEN,
-    SMOL_SYSTEM,
     SYS,
     TOOL_OBS,
     USER,
@@ -73,7 +72,7 @@ def test_v0_saved_trajectory(tok, fix):
     (t,), _ = ingest(path)
     d = decoded(tok, t)
     assert kinds(t) == "paoa"  # task; the edit call; its result; the finish call
-    assert d[0][1] == SMOL_SYSTEM + ("<|im_start|>user\nPlease create a simple 2048 game. No need to run it. Please "
+    assert d[0][1] == ("<|im_start|>user\nPlease create a simple 2048 game. No need to run it. Please "
                                      "finish the interaction after your finish coding." + END + "\n" + GEN)
     edit = events[1]["tool_call_metadata"]["model_response"]["choices"][0]["message"]["tool_calls"][0]
     assert d[1][1] == ("I'll help you create a simple 2048 game in Python. I'll use the str_replace_editor to create "
@@ -81,9 +80,9 @@ def test_v0_saved_trajectory(tok, fix):
     assert d[2][1] == tool_obs(events[2]["content"]) and t.spans[2].cause_id == "toolu_017nBp7UfiGqyrA7j77HgtFP"
     assert d[3][1].startswith("I've created a simple implementation of the 2048 game with the following features:\n")
     assert d[3][1].endswith("</tool_call>" + END)
-    # the log holds no system action: the system prompt the model was sent is missing, and the
-    # edit observation's CodeAct formatting is not reproduced
-    assert set(t.metadata["fidelity_gaps"]) == {"system_prompt", "observation_format"}
+    # the log holds no system action: the system prompt and the tools the model was sent are
+    # missing, and the edit observation's CodeAct formatting is not reproduced
+    assert set(t.metadata["fidelity_gaps"]) == {"system_prompt", "observation_format", "tools"}
 
 
 # per-format fidelity on a real fixture, every span decoded against what the harness sent

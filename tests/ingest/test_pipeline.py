@@ -363,12 +363,44 @@ ROW_SEEDS: dict[str, Callable[[int], Any]] = {
     "tau-bench": lambda i: {"task_id": i, "trial": 0, "reward": 1.0, "info": {"reward_info": {"reward": 1.0}},
                             "traj": _chat(i)},
     "atif": _atif,
+    "tau2-bench": lambda i: {"id": f"sim-{i}", "task_id": str(i), "trial": 0, "termination_reason": "user_stop",
+                             "reward_info": {"reward": 1.0}, "messages": [
+                                 {"role": "assistant", "content": "Hi! How can I help you today?", "raw_data": None},
+                                 {"role": "user", "content": f"task {i}"},
+                                 {"role": "assistant", "content": None, "tool_calls": [
+                                     {"id": "c1", "name": "lookup", "arguments": {"q": i}, "requestor": "assistant"}],
+                                  "raw_data": {"finish_reason": "tool_calls"}},
+                                 {"role": "tool", "id": "c1", "content": "found", "requestor": "assistant"},
+                                 {"role": "assistant", "content": "done", "raw_data": {"finish_reason": "stop"}}]},
     "verl-rollouts": lambda i: {"input": f"<|im_start|>user\nq{i}<|im_end|>\n<|im_start|>assistant\n",
                                 "output": "a<|im_end|>", "score": 1.0, "step": 1},
     "chat-messages": lambda i: {"messages": _chat(i), "reward": 1.0, "id": f"c{i}"},
 }
 
+def _claude_lines(i: int) -> list[dict[str, Any]]:
+    base = {"isSidechain": False, "sessionId": f"s{i}", "timestamp": "2026-01-01T00:00:00Z"}
+    return [{**base, "type": "summary", "summary": "title", "leafUuid": f"a{i}"},
+            {**base, "type": "user", "uuid": f"u{i}", "parentUuid": None, "message": {"role": "user", "content": f"task {i}"}},
+            {**base, "type": "assistant", "uuid": f"a{i}", "parentUuid": f"u{i}",
+             "message": {"id": f"m{i}", "role": "assistant", "model": "m", "stop_reason": "end_turn",
+                         "content": [{"type": "text", "text": "done"}]}}]
+
+
+def _codex_lines(i: int) -> list[dict[str, Any]]:
+    def line(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+        return {"timestamp": "2026-01-01T00:00:00Z", "type": kind, "payload": payload}
+    return [line("session_meta", {"id": f"t{i}", "cli_version": "0.100.0", "base_instructions": {"text": "sys"}}),
+            line("response_item", {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"task {i}"}]}),
+            line("response_item", {"type": "function_call", "name": "shell", "arguments": "{}", "call_id": "c1"}),
+            line("event_msg", {"type": "token_count", "info": None}),
+            line("response_item", {"type": "function_call_output", "call_id": "c1", "output": "ok"}),
+            line("response_item", {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}),
+            line("event_msg", {"type": "task_complete"})]
+
+
 DOC_SEEDS: dict[str, Callable[[int], Any]] = {
+    "claude-code": _claude_lines,
+    "codex-cli": _codex_lines,
     "openhands-v0-events": _v0_events,
     "openhands-v1-events": _v1_events,
     "chat-messages": _chat,
@@ -460,7 +492,7 @@ def test_fuzz_every_format(tmp_path):
         for i in range(GOOD_PER_FORMAT + MUTANTS_PER_FORMAT):
             good = i < GOOD_PER_FORMAT
             rec = seed(i) if good else mutate(seed(100 + i), rng)
-            if fmt == "openhands-v1-events":  # a JSONL of events
+            if fmt in ("openhands-v1-events", "claude-code", "codex-cli"):  # a JSONL of events
                 p = tmp_path / "docs" / f"{fmt}-{i}.jsonl"
                 text = "\n".join(_dump(e) for e in rec) + "\n" if isinstance(rec, list) else _dump(rec)
             else:

@@ -37,9 +37,7 @@ def test_parquet_directory_of_dataset_shards(tmp_path, tok):
     assert bad.origin.path.endswith("broken.parquet") and bad.kind == "malformed"
     rows = sorted(read_trajectories(str(tmp_path / "s")).to_pylist(), key=lambda r: r["reward"])
     assert [r["reward"] for r in rows] == [0.0, 1.0]
-    assert span_texts(rows[0], tok) == [("prompt", "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
-                                                   "trained by Hugging Face<|im_end|>\n<|im_start|>user\nfix<|im_end|>\n"
-                                                   + GEN),
+    assert span_texts(rows[0], tok) == [("prompt", "<|im_start|>user\nfix<|im_end|>\n" + GEN),
                                         ("action", "ok<|im_end|>")]
 
 

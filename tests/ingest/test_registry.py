@@ -27,7 +27,7 @@ def test_every_format_is_registered_once_and_reads_something():
 
 
 def test_an_unknown_format_name_is_refused_naming_the_known_ones():
-    with pytest.raises(ValueError, match="unknown input format 'nope'; choose auto or one of openhands-v0-events"):
+    with pytest.raises(ValueError, match="unknown input format 'nope'; choose auto or one of atif, openhands-v0-events"):
         list(iter_trajectories(["."], input_format="nope"))
 
 

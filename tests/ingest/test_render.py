@@ -234,15 +234,17 @@ def test_explicit_context_change_starts_a_new_trajectory(tok):
 
 
 def test_conversation_starting_with_an_action_is_flagged(tok):
-    # SmolLM2 writes a default system prompt when the first message is not a system message
+    # SmolLM2 writes a default system prompt when the first message is not a system message: the
+    # log has none, so it is left out (and named in the metadata)
     msgs = [Message("assistant", "hi", call_id="a"), Message("tool", "out", cause_id="a")]
     conv = Conversation(source="test", key=None, messages=msgs, origin=Origin("mem"))
     (t,) = conversation_to_trajectories(conv, tok, tokenizer_name="t", input_format="test")
     assert texts(tok, t) == [
-        ("prompt", "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
-                   "<|im_start|>assistant\n"),
+        ("prompt", "<|im_start|>assistant\n"),
         ("action", "hi<|im_end|>"), ("observation", "\n<|im_start|>tool\nout<|im_end|>\n")]
     assert "prompt" in t.metadata["fidelity_gaps"]
+    assert t.metadata["ingest"]["default_system_omitted"] == "You are a helpful AI assistant named SmolLM, trained by " \
+        "Hugging Face"
 
 
 def test_render_conversation_without_any_call_is_one_prompt(tok):

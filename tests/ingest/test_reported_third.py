@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from tests.helpers.ingest import END, GEN, SMOL_SYSTEM, USER, decoded, ingest
+from tests.helpers.ingest import END, GEN, USER, decoded, ingest
 from trajstore import audit
 from trajstore.ingest import ingest_paths
 from trajstore.reader import read_trajectories
@@ -143,7 +143,7 @@ def test_harbor_summarisation_and_subagents_are_linked_lineages(reported, tok, t
           '  "task_complete": false\n}' + END)
     d2 = decoded(tok, part2)
     assert d2[:3] == [
-        ("prompt", SMOL_SYSTEM + USER.format(task) + USER.format(question_prompt) + GEN + model_questions + END
+        ("prompt", USER.format(task) + USER.format(question_prompt) + GEN + model_questions + END
          + "\n" + USER.format(handoff) + GEN),
         ("action", a7),
         ("observation", "\n" + USER.format("New Terminal Output:\n\nroot@CONTAINER_ID:/app# printf 'Hello, world!\\n' "
@@ -152,11 +152,11 @@ def test_harbor_summarisation_and_subagents_are_linked_lineages(reported, tok, t
     assert [k for k, _ in decoded(tok, part1)] == ["prompt"] + ["action", "observation"] * 3
     assert not any("Performed context summarization" in x for t in (part1, part2) for _, x in decoded(tok, t))
     assert [n["step_id"] for n in part1.metadata["harness_notes"]] == [5]
-    # one episode: part 2 rewrites part 1's context (sharing the default system prompt, the task and the
+    # one episode: part 2 rewrites part 1's context (sharing the task and the
     # next turn's header); each sub-agent is a child of the lineage its summarisation ended
     assert {t.episode_id for t in ts} == {part1.trajectory_id} and part1.parent_trajectory_id is None
     assert (part2.parent_trajectory_id, part2.link_kind) == (part1.trajectory_id, "context_rewrite")
-    assert tok.decode(part2.tokens[:part2.fork_point]) == SMOL_SYSTEM + USER.format(task) + "<|im_start|>"
+    assert tok.decode(part2.tokens[:part2.fork_point]) == USER.format(task) + "<|im_start|>"
     for t in (summary, asked, answers):  # engine ids of no named tokenizer: no token shared with part 1
         assert (t.parent_trajectory_id, t.link_kind, t.fork_point) == (part1.trajectory_id, "subagent", 0)
     # each sub-agent's own call with its engine ids: the prompt is the whole context it was sent
@@ -184,7 +184,7 @@ def test_harbor_summarisation_and_subagents_are_linked_lineages(reported, tok, t
 def test_harbor_summarisation_alone_is_flagged_where_the_reset_context_is_not_in_the_file(reported, tok, tmp_path):
     (part1, part2), rep = ingest(reported / "atif-summarization-context")
     task, handoff = (_doc(reported, "main")["steps"][i]["message"] for i in (0, 5))
-    assert decoded(tok, part2)[0] == ("prompt", SMOL_SYSTEM + USER.format(task) + USER.format(handoff) + GEN)
+    assert decoded(tok, part2)[0] == ("prompt", USER.format(task) + USER.format(handoff) + GEN)
     assert "trajectory.summarization-1-questions.json" in part2.metadata["fidelity_gaps"]["context_rewritten"]
     assert (part2.parent_trajectory_id, part2.link_kind) == (part1.trajectory_id, "context_rewrite")
 
@@ -223,6 +223,6 @@ def test_harbor_continuation_file_is_linked_and_its_copied_steps_are_context(rep
     assert (nxt.parent_trajectory_id, nxt.link_kind, nxt.episode_id) == (first.trajectory_id, "continuation",
                                                                          first.trajectory_id)
     d = decoded(tok, nxt)
-    assert d[0] == ("prompt", SMOL_SYSTEM + USER.format(steps[0]["message"]) + USER.format(questions["steps"][0]["message"])
+    assert d[0] == ("prompt", USER.format(steps[0]["message"]) + USER.format(questions["steps"][0]["message"])
                     + GEN + questions["steps"][1]["message"] + END + "\n" + USER.format(steps[5]["message"]) + GEN)
     assert [k for k, _ in d].count("action") == 4 and [k for k, _ in decoded(tok, first)].count("action") == 3

@@ -51,7 +51,7 @@ def _parse_rows(path: str, rows: Iterable[tuple[int, Any]], fmt: InputFormat | N
             yield Problem(Origin(path, n), "malformed", huge_int_reason(hit))
         rows = [(n, v) for n, v in rows if n not in bad]
     if fmt is not None and fmt.events is not None and fmt.events.parse is not None:
-        yield _parse_event_list(path, [v for _, v in rows], fmt)
+        yield from _parse_event_list(path, [v for _, v in rows], fmt)
         return
     file_fmt = fmt
     waiting: list[tuple[int, Any]] = []
@@ -63,7 +63,7 @@ def _parse_rows(path: str, rows: Iterable[tuple[int, Any]], fmt: InputFormat | N
         if row_fmt is None and file_fmt is None:
             ev = registry.detect_event(v)
             if ev is not None:  # a JSONL of events: one conversation
-                yield _parse_event_list(path, [w for _, w in waiting] + [v] + [w for _, w in it], ev)
+                yield from _parse_event_list(path, [w for _, w in waiting] + [v] + [w for _, w in it], ev)
                 return
             waiting.append((n, v))
             continue
@@ -80,13 +80,14 @@ def _parse_rows(path: str, rows: Iterable[tuple[int, Any]], fmt: InputFormat | N
                       "name the format with --input-format")
 
 
-def _parse_event_list(path: str, events: list[Any], fmt: InputFormat) -> Parsed:
-    """The conversation of an event list read from one file, or the problem that it has none."""
+def _parse_event_list(path: str, events: list[Any], fmt: InputFormat) -> list[Parsed]:
+    """The conversation(s) of an event list read from one file, or the problem that it has none."""
     assert fmt.events is not None and fmt.events.parse is not None
     try:
-        return fmt.events.parse(events, Origin(path))
+        out = fmt.events.parse(events, Origin(path))
     except Exception as e:  # noqa: BLE001 - this file's problem only
-        return Problem(Origin(path), "malformed", problem_reason(e))
+        return [Problem(Origin(path), "malformed", problem_reason(e))]
+    return out if isinstance(out, list) else [out]
 
 
 def _parse_event_folder(unit: InputUnit, fmt: str) -> Iterator[Parsed]:
@@ -195,7 +196,7 @@ def _parse_document(path: str, doc: Any, fmt: str, huge_ints: bool = False) -> I
     elif kind.events is not None and kind.events.document is not None:
         yield from kind.events.document(doc, Origin(path))
     elif kind.events is not None and kind.events.parse is not None:
-        yield kind.events.parse(doc, Origin(path))
+        yield from _parse_event_list(path, doc, kind)
     else:
         yield Problem(Origin(path), "unsupported", f"format {kind.name!r} does not apply to a single file")
 

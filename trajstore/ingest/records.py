@@ -183,11 +183,14 @@ class Conversation(ParsedTrajectory):
             as ``tools=`` where the template reads them, else as plain text in the system
             message (:func:`trajstore.chat_template.tools_system_text`).
         degraded_events: events of unknown kind rendered generically (see parsers).
+        tools_in_text: the tool definitions are written in the messages' text (prompt-based
+            tool calling), so `tools` is None though the model was given them.
     """
 
     messages: list[Message]
     tools: list[dict[str, Any]] | None = None
     degraded_events: int = 0
+    tools_in_text: bool = False
 
 
 @dataclass
@@ -269,11 +272,14 @@ class EngineRollout(ParsedTrajectory):
 @dataclass
 class TextSegment:
     """A piece of an already-rendered text rollout: `kind` prompt | action | observation and its
-    exact text (special tokens of the chat template included when the log kept them)."""
+    exact text (special tokens of the chat template included when the log kept them); an
+    action's ``finish_reason`` when logged (any API's spelling: the builder stores a length stop as
+    ``length``)."""
 
     kind: Literal["prompt", "action", "observation"]
     text: str
     role: str | None = None
+    finish_reason: str | None = None
 
 
 @dataclass(kw_only=True)

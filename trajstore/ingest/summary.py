@@ -17,6 +17,10 @@ of each trajectory stored re-tokenized instead (so ``traj stats --coverage`` lis
 ingest summary's count of them (:attr:`IngestReport.engine_ids_discarded`)."""
 ENGINE_IDS_DISCARDED_KEY = "engine_token_ids_discarded"
 """Metadata key every parser writes the reason of such a discard under (one line)."""
+NO_MODEL_CALL = "no_model_call"
+"""The fidelity flag of a log whose actions no model is known to have produced (an ATIF file that
+reports 0 prompt and 0 completion tokens and no model metrics: a deterministic orchestrator's
+log): stored with ``trainable = false`` (the builder's rule, whatever the format)."""
 
 REFUSING_KINDS = frozenset({"malformed", "invalid", "unsupported"})
 """Problem kinds that mean input was refused (``traj ingest`` exits 1); ``no_trajectory`` is a skip."""

@@ -98,12 +98,13 @@ def blank_to_none(v: Any) -> Any:
 
 
 def parse_time(v: Any) -> datetime | None:
-    """A UTC datetime from an ISO string or a POSIX time in seconds; None when absent or unparsable."""
+    """A UTC datetime from an ISO string or a POSIX time in seconds; None when absent, unparsable
+    or not after the epoch (0 is a clock never set, as NeMo Gym's ``created_at: 0.0``, not 1970)."""
     try:
         if isinstance(v, bool) or v is None:
             return None
         if isinstance(v, (int, float)):
-            return datetime.fromtimestamp(float(v), tz=timezone.utc)
+            return datetime.fromtimestamp(float(v), tz=timezone.utc) if v > 0 else None
         if isinstance(v, str) and v:
             d = datetime.fromisoformat(v.replace("Z", "+00:00"))
             return d.replace(tzinfo=timezone.utc) if d.tzinfo is None else d.astimezone(timezone.utc)

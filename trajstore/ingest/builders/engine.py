@@ -13,6 +13,7 @@ import numpy as np
 from trajstore.adapters import engine_logprob, token_ids_from
 from trajstore.errors import AdapterError
 from trajstore.ingest.builders import stored_fields
+from trajstore.ingest.formats.finish_reasons import stored_finish_reason
 from trajstore.ingest.records import EngineRollout, EngineSegment, RecordError
 from trajstore.models import Span, Trajectory
 from trajstore.validate import validate_trajectory
@@ -94,7 +95,7 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
                               cause_id=s.cause_id, tool_call_ids=s.tool_call_ids if act else None,
                               policy_version=s.policy_version if act else None,
                               policy_version_max=s.policy_version_max if act else None,
-                              finish_reason=s.finish_reason if act else None,
+                              finish_reason=stored_finish_reason(s.finish_reason) if act else None,
                               temperature=s.temperature if act else None, top_p=s.top_p if act else None))
             pos += k
         meta = dict(meta0)

@@ -18,6 +18,10 @@ the whole rewritten context as its prompt: a stored trajectory never claims a co
 model did not see. Messages after the last call are kept as observations when the template
 renders them after it unchanged.
 
+A conversation without a system message is rendered without the template's default system
+prompt (:mod:`trajstore.ingest.builders.default_system`): a stored context holds no text the log
+does not.
+
 Token ids are the tokenization of each trajectory's whole text; span boundaries are mapped
 from characters to tokens through the tokenizer's offsets (a token straddling a boundary
 stays with the left span).
@@ -66,6 +70,10 @@ class RenderedPart:
         change: why this part starts a new context (None for the first part): the context's
             ``change`` (``condensation``, ...) or ``template`` (the template rewrote earlier turns).
         notes: what was approximated, one line each.
+        default_omitted: the template's default system prompt, left out of the render because
+            the conversation has no system message (None: the template writes none, or it was not needed).
+        default_kept: the template's default system prompt where the template wrote it so that
+            it could not be left out (text the log does not have; None: none).
     """
 
     token_ids: np.ndarray
@@ -74,6 +82,8 @@ class RenderedPart:
     method: RenderMethod
     change: str | None
     notes: list[str] = field(default_factory=list)
+    default_omitted: str | None = None
+    default_kept: str | None = None
 
 
 @dataclass
@@ -127,7 +137,7 @@ def render_conversation(tokenizer: Any, messages: list[Message], *,
     if not actions:
         text = r.render(messages, tools, gen=False)
         parts.append(_Part(text, [("prompt", 0, len(text), None)], None))
-        return [_tokenize(tokenizer, p) for p in parts]
+        return [_tokenize(tokenizer, p, r) for p in parts]
 
     cur: _Part | None = None
     ctx: list[Message] = []
@@ -193,10 +203,10 @@ def render_conversation(tokenizer: Any, messages: list[Message], *,
             cur.notes.append(f"messages {tail[0]}-{tail[-1]} after the last model call are not stored (the template "
                              "renders the earlier turns differently once they follow)")
     parts.append(cur)
-    return [_tokenize(tokenizer, p) for p in parts]
+    return [_tokenize(tokenizer, p, r) for p in parts]
 
 
-def _tokenize(tokenizer: Any, part: _Part) -> RenderedPart:
+def _tokenize(tokenizer: Any, part: _Part, r: TemplateRenderer) -> RenderedPart:
     enc = tokenizer(part.text, add_special_tokens=False, return_offsets_mapping=True)
     ids = enc["input_ids"]
     offsets = enc.get("offset_mapping")
@@ -213,4 +223,5 @@ def _tokenize(tokenizer: Any, part: _Part) -> RenderedPart:
             pos = end
     if pos < n:  # cannot happen: the last bound ends at the end of the text
         spans[-1].end = n
-    return RenderedPart(np.asarray(ids, dtype=np.int32), spans, part.text, part.method, part.change, part.notes)
+    return RenderedPart(np.asarray(ids, dtype=np.int32), spans, part.text, part.method, part.change, part.notes,
+                        r.omitted_default, r.kept_default)

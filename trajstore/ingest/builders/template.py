@@ -16,6 +16,7 @@ from trajstore.chat_template import (
     tools_system_text,
     turn_markers,
 )
+from trajstore.ingest.builders.default_system import DefaultSystem, find_default_system
 from trajstore.ingest.records import Message
 
 
@@ -55,13 +56,19 @@ def template_message(m: Message, features: TemplateFeatures) -> dict[str, Any]:
         <think>\\n{reasoning}\\n</think>\\n\\n{content}\\n<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>
 
     (one ``<tool_call>`` block per call; the arguments verbatim as the model wrote them when they
-    are valid JSON, else as a JSON string). Tool definitions go to ``tools=`` when the template
-    reads ``tools``, else into the system message (:func:`with_tools_text`).
+    are valid JSON, else as a JSON string). A call cut at the output limit (``finish_reason =
+    length``) while reasoning, with no text or call after, is ``<think>\\n{reasoning}`` only
+    (whatever the template): the model never generated the closing tag. Tool definitions go to
+    ``tools=`` when the template reads ``tools``, else into the system message (:func:`with_tools_text`).
     """
     d: dict[str, Any] = {"role": m.role}
     content = m.content
     if m.role == "assistant":
-        if m.reasoning:
+        calls = bool(m.tool_calls) and not m.tool_calls_in_content
+        if m.reasoning and m.finish_reason == "length" and not content and not calls:
+            # cut at the output limit while reasoning: the model never wrote the closing tag
+            content = f"<think>\n{m.reasoning}"
+        elif m.reasoning:
             if features.reasoning:
                 d["reasoning_content"] = m.reasoning
             else:
@@ -94,7 +101,13 @@ def with_tools_text(msgs: list[dict[str, Any]], tools: list[dict[str, Any]] | No
 
 class TemplateRenderer:
     """Renders lists of :class:`~trajstore.ingest.records.Message` with a tokenizer's chat
-    template, preparing each message (and the plain-text tool list) once per conversation."""
+    template, preparing each message (and the plain-text tool list) once per conversation.
+
+    A conversation that starts without a system message is rendered without the template's
+    default system prompt (:mod:`~trajstore.ingest.builders.default_system`): the log does not
+    say the model was sent it. `omitted_default` holds that text once a render left it out;
+    `kept_default` holds it when the template wrote it where it cannot be left out.
+    """
 
     def __init__(self, tokenizer: Any):
         self.tok = tokenizer
@@ -103,6 +116,24 @@ class TemplateRenderer:
         self.markers = turn_markers(tokenizer)
         self._dicts: dict[int, dict[str, Any]] = {}
         self._heads: dict[tuple[int, int], tuple[Any, Any, list[dict[str, Any]]]] = {}
+        self._defaults: dict[int, tuple[Any, DefaultSystem | None]] = {}
+        self.omitted_default: str | None = None
+        self.kept_default: str | None = None
+
+    def _default_system(self, tools: list[dict[str, Any]] | None) -> DefaultSystem | None:
+        got = self._defaults.get(id(tools))
+        if got is None:  # the entry keeps `tools` alive, so its id stays its own
+
+            def render(msgs: list[dict[str, Any]]) -> str:
+                try:
+                    return self.chat.render([self.chat.prepare(m) for m in msgs], add_generation_prompt=False,
+                                            tools=tools)
+                except Exception as e:  # jinja raises TemplateError / TypeError for shapes it rejects
+                    raise ValueError(str(e)) from e
+
+            got = self._defaults[id(tools)] = (tools, find_default_system(
+                render, bos=getattr(self.tok, "bos_token", None), tools_in_block=bool(tools)))
+        return got[1]
 
     def dicts(self, msgs: list[Message], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
         """The messages as the template sees them, each prepared once per conversation; the
@@ -130,11 +161,20 @@ class TemplateRenderer:
         d = self.dicts(msgs, tools)
         if extra is not None:
             d = [*d, self.chat.prepare(extra)]
+        tools_kw = tools if self.features.tools and tools else None
         try:
-            return self.chat.render(d, add_generation_prompt=gen,
-                                    tools=tools if self.features.tools and tools else None)
+            text = self.chat.render(d, add_generation_prompt=gen, tools=tools_kw)
         except Exception as e:  # jinja raises TemplateError / TypeError for shapes it rejects
             raise ValueError(f"chat template cannot render the conversation: {e}") from e
+        if d and d[0].get("role") != "system":
+            default = self._default_system(tools_kw)
+            if default is not None:
+                stripped = default.without(text)
+                if stripped is None:
+                    self.kept_default = default.text
+                else:
+                    self.omitted_default, text = default.text, stripped
+        return text
 
     def cuts(self, base: list[Message], msgs: list[Message], tools: list[dict[str, Any]] | None, within: str,
              lo: int, hi: int) -> list[int] | None:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from trajstore.ingest.builders.stored_fields import content_hash, created_at, reward_raw, status_part, trajectory_id
+from trajstore.ingest.formats.finish_reasons import stored_finish_reason
 from trajstore.ingest.records import RecordError, TextRollout
 from trajstore.models import Span, Trajectory
 from trajstore.validate import validate_trajectory
@@ -36,7 +37,8 @@ def text_rollout_to_trajectory(r: TextRollout, tokenizer: Any, *, tokenizer_name
         t = np.asarray(tokenizer(seg.text, add_special_tokens=False)["input_ids"], dtype=np.int32)
         if not len(t):
             raise RecordError(f"segment {k} ({seg.kind}) has no tokens")
-        spans.append(Span(kind=seg.kind, start=pos, end=pos + len(t), role=seg.role))
+        spans.append(Span(kind=seg.kind, start=pos, end=pos + len(t), role=seg.role,
+                          finish_reason=stored_finish_reason(seg.finish_reason) if seg.kind == "action" else None))
         ids.append(t)
         pos += len(t)
     tokens = np.concatenate(ids)

@@ -25,8 +25,11 @@ What the producing agent puts in the steps beyond the format (which text the mod
 whether reasoning went back to it, what ends a run) is :mod:`~trajstore.ingest.formats.atif_agents`'s:
 the chat is built from the steps with those conventions; ``agent.tool_definitions`` are the
 tools; ``source: system`` steps after the task are harness notes (metadata ``harness_notes``),
-never messages. Context rewrites, copied context, sub-agent and continuation files: see
-:func:`parse_trajectory`.
+never messages; results such a step carries (ATIF 1.2+) are the observation of the tool call they
+answer, or kept with the note. Context rewrites, copied context, sub-agent and continuation files,
+sub-agent trajectories embedded in the file (ATIF 1.7) and a log with no evidence of a model call:
+see :func:`parse_trajectory`. The same document streamed as JSONL (a header line, then one step per
+line) is read by :func:`parse_stream`.
 """
 
 from __future__ import annotations
@@ -36,31 +39,32 @@ import os
 from typing import Any
 
 from trajstore.ingest.formats.atif_agents import Conventions, conventions_for, run_status
+from trajstore.ingest.formats.atif_exported import exported_fields
+from trajstore.ingest.formats.atif_harbor import (
+    harbor_exception,
+    harbor_reward,
+    harbor_reward_file,
+    harbor_trial_result,
+)
+from trajstore.ingest.formats.atif_stream import index_file, is_stream_line, stream_document
 from trajstore.ingest.formats.chat import arguments_text, drop_sent_back_reasoning, text_of, tool_definitions
 from trajstore.ingest.formats.engine_chain import EngineChain
-from trajstore.ingest.formats.rewards import float_reward
-from trajstore.ingest.formats.spec import InputFormat, NoTrajectory, Records
+from trajstore.ingest.formats.spec import Events, InputFormat, NoTrajectory, Records
 from trajstore.ingest.records import (
     Context,
     Conversation,
     EngineRollout,
     EngineSegment,
-    ExportedFields,
     Message,
     Origin,
     ParsedLineage,
     RecordError,
-    Reward,
     ToolCall,
 )
-from trajstore.ingest.summary import ENGINE_IDS_DISCARDED_KEY
+from trajstore.ingest.summary import ENGINE_IDS_DISCARDED_KEY, NO_MODEL_CALL
 from trajstore.ingest.values import json_type, order_by_id, parse_time, text_or_none
 
 SOURCE = "atif"
-REWARD_FILE = os.path.join("verifier", "reward.txt")
-"""Where a Harbor trial keeps its verifier score, relative to the trial directory."""
-RESULT_FILE = "result.json"
-"""Where a Harbor trial keeps its outcome (``exception_info`` when the run raised), relative to the trial directory."""
 
 
 def _steps(d: dict[str, Any]) -> list[dict[str, Any]]:
@@ -110,80 +114,51 @@ def _engine_segments(steps: list[dict[str, Any]]) -> tuple[list[EngineSegment] |
     return chain.segments, ""
 
 
-EXPORT_EXTRA_KEY = "trajstore"
-"""Key of the values ``traj export --to atif`` keeps in ATIF ``extra`` objects (trajstore.export.atif)."""
+NOTE_OBSERVATION_CHARS = 200_000
+"""Characters of each result a harness note keeps in metadata (as many as an observation keeps at
+ingest by default; the rest is counted, not kept)."""
 
 
-def _exported_fields(d: dict[str, Any], rollout: EngineRollout, *, whole: bool) -> EngineRollout:
-    """What a trajstore ATIF export kept beside the token ids, put back on `rollout` (in place):
-    each agent step's ``extra.trajstore.policy_version`` / ``policy_version_max`` and
-    ``finish_reason`` on its action segment, the root ``extra.trajstore`` tokenizer and status,
-    and the token ids of an observation after the last step (``trailing_observation_token_ids``,
-    checked with the other ids when the rollout is built). When `rollout` is the `whole` document,
-    also the stored row's other fields: its id, group, lineage, trainability, token and log-prob
-    sources (``rollout.exported``), prompt id, time, raw reward, and its metadata under this
-    ingest's own keys, ``fidelity_gaps`` included. Other ATIF logs have none of these: their
-    metadata says ``policy_version_known: false``, as before."""
-    root = d.get("extra") if isinstance(d.get("extra"), dict) else {}
-    ours = root.get(EXPORT_EXTRA_KEY) if isinstance(root.get(EXPORT_EXTRA_KEY), dict) else {}
-    if isinstance(ours.get("tokenizer"), str):
-        rollout.tokenizer = ours["tokenizer"]
-    if ours.get("status") in ("completed", "truncated", "aborted", "failed"):
-        rollout.status = ours["status"]
-    if whole and isinstance(ours.get("trajectory_id"), str):
-        _stored_row(ours, rollout)
-    agents = [s for s in _steps(d) if s["source"] == "agent"]
-    actions = [seg for seg in rollout.segments if seg.kind == "action"]
-    for step, seg in zip(agents, actions):
-        extra = step.get("extra") if isinstance(step.get("extra"), dict) else {}
-        kept = extra.get(EXPORT_EXTRA_KEY) if isinstance(extra.get(EXPORT_EXTRA_KEY), dict) else {}
-        for name in ("policy_version", "policy_version_max"):
-            v = kept.get(name)
-            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-                setattr(seg, name, v)
-        if isinstance(kept.get("finish_reason"), str):
-            seg.finish_reason = kept["finish_reason"]
-    if any(seg.policy_version is None for seg in actions):
-        rollout.metadata["policy_version_known"] = False
-    tail = ours.get("trailing_observation_token_ids")
-    if isinstance(tail, list) and tail and actions:
-        last = actions[-1]
-        rollout.segments.append(EngineSegment("observation", list(tail), role="tool",
-                                              cause_id=(last.tool_call_ids or [last.call_id])[0]))
-        rollout.metadata.pop("last_observation", None)
-    return rollout
+def _results(step: dict[str, Any]) -> list[dict[str, Any]]:
+    """The step's ``observation.results`` that hold text (a bare pointer to a sub-agent's
+    trajectory is no text the model read).
+
+    Raises:
+        RecordError: a result that is not an object.
+    """
+    obs = step.get("observation")
+    out = []
+    for k, r in enumerate(obs.get("results") or [] if isinstance(obs, dict) else []):
+        if not isinstance(r, dict):
+            raise RecordError(f"step {step.get('step_id')}: observation.results[{k}] is not an object")
+        if "content" not in r and r.get("subagent_trajectory_ref"):
+            continue
+        out.append(r)
+    return out
 
 
-def _text(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
-
-
-def _stored_row(ours: dict[str, Any], rollout: EngineRollout) -> None:
-    """The stored row's fields a trajstore ATIF export kept in the root ``extra.trajstore`` (see
-    :func:`_exported_fields`), put back on `rollout`; a value of the wrong type is left out (the
-    row is then built as from any engine log, and the trajectory's own checks still apply)."""
-    fork = ours.get("fork_point")
-    trainable = ours.get("trainable")
-    rollout.exported = ExportedFields(
-        trajectory_id=ours["trajectory_id"], group_id=_text(ours.get("group_id")),
-        episode_id=_text(ours.get("episode_id")), parent_trajectory_id=_text(ours.get("parent_trajectory_id")),
-        fork_point=fork if isinstance(fork, int) and not isinstance(fork, bool) else None,
-        link_kind=_text(ours.get("link_kind")), trainable=trainable if isinstance(trainable, bool) else None,
-        not_trainable_reason=_text(ours.get("not_trainable_reason")),
-        token_source="retokenized" if ours.get("token_source") == "retokenized" else "engine",
-        logprob_source="none" if ours.get("logprob_source") == "none" else "engine")
-    rollout.prompt_id = _text(ours.get("prompt_id"))
-    rollout.created_at = parse_time(ours.get("created_at")) or rollout.created_at
-    raw = _text(ours.get("reward_raw"))
-    if raw is not None and rollout.reward.error is None:
-        try:
-            rollout.reward.raw = json.loads(raw)
-        except ValueError:
-            pass  # not JSON: the reward file's value stands
-    stored = ours.get("metadata") if isinstance(ours.get("metadata"), dict) else {}
-    gaps = stored.get("fidelity_gaps") if isinstance(stored.get("fidelity_gaps"), dict) else {}
-    rollout.fidelity_gaps = {**{k: str(v) for k, v in gaps.items()}, **rollout.fidelity_gaps}
-    rollout.metadata = {**{k: v for k, v in stored.items() if k != "fidelity_gaps"}, **rollout.metadata}
+def _system_step(step: dict[str, Any], text: str, issued: set[str], full: list[tuple[Message, bool]], *,
+                 as_note: bool) -> dict[str, Any] | None:
+    """The results a ``source: system`` step carries (ATIF 1.2+): one answering a tool call an agent
+    step made is that call's observation (added to `full`); the others are kept, with their
+    content, in the step's harness note. Returns the note (None for a step that is no note: one
+    that only carries tool results, or one before the conversation began, kept as a message,
+    carrying no other result)."""
+    kept, answered = [], 0
+    for r in _results(step):
+        content = text_of(r.get("content"))
+        if r.get("source_call_id") is not None and str(r["source_call_id"]) in issued:
+            full.append((Message("tool", content, cause_id=str(r["source_call_id"])), False))
+            answered += 1
+            continue
+        cut = len(content) - NOTE_OBSERVATION_CHARS
+        kept.append(content if cut <= 0 else content[:NOTE_OBSERVATION_CHARS] + f"[... {cut} characters not kept ...]")
+    if not kept and (answered or not as_note):  # a step that only carries tool results is no note
+        return None
+    note: dict[str, Any] = {"step_id": step.get("step_id"), "message": text[:200]}
+    if kept:
+        note["results"] = kept
+    return note
 
 
 def _messages(steps: list[dict[str, Any]], replayed: list[bool], conv: Conventions,
@@ -198,12 +173,16 @@ def _messages(steps: list[dict[str, Any]], replayed: list[bool], conv: Conventio
     notes: list[dict[str, Any]] = []
     rebuilt = 0
     begun = bool(prefix)
+    issued: set[str] = {t.id for m in prefix for t in m.tool_calls if t.id}
     for s, copied in zip(steps, replayed):
         src = s["source"]
         text = text_of(s.get("message"))
-        if src == "system" and begun:
-            notes.append({"step_id": s.get("step_id"), "message": text[:200]})
-            continue
+        if src == "system":
+            note = _system_step(s, text, issued, full, as_note=begun)
+            if note:
+                notes.append(note)
+            if begun:
+                continue
         if src in ("system", "user"):
             begun = begun or src == "user"
             full.append((Message(src, text, call_id=str(s.get("step_id"))), False))
@@ -221,12 +200,8 @@ def _messages(steps: list[dict[str, Any]], replayed: list[bool], conv: Conventio
         rebuilt += said.rebuilt and not copied
         full.append((Message("assistant", said.content, reasoning=reasoning or None, tool_calls=calls, call_id=cid,
                              tool_calls_in_content=said.calls_in_content), copied))
-        obs = s.get("observation")
-        for k, r in enumerate(obs.get("results") or [] if isinstance(obs, dict) else []):
-            if not isinstance(r, dict):
-                raise RecordError(f"step {s.get('step_id')}: observation.results[{k}] is not an object")
-            if "content" not in r and r.get("subagent_trajectory_ref"):
-                continue  # a pointer to a sub-agent's file, not text the model read
+        issued.update(t.id for t in calls if t.id)
+        for r in _results(s):
             src_call = r.get("source_call_id")
             full.append((Message("tool" if src_call else "user", text_of(r.get("content")),
                                  cause_id=str(src_call) if src_call else cid), False))
@@ -253,44 +228,18 @@ def _chat_gaps(msgs: list[Message], tools: Any, notes: list[dict[str, Any]], reb
     if conv.system_prompt_expected and not any(m.role == "system" for m in msgs):
         gaps["system_prompt"] = "no system step: the agent's system prompt is not in the trajectory"
     if notes and conv.notes_stand_for_context:
-        gaps["harness_notes"] = (f"{len(notes)} system step(s) after the task ({notes[0]['message'][:60]!r}, ...) are "
-                                 "the harness's notes, not stored as messages: what it sent the model for them, if "
-                                 "anything, is not in the file")
+        kept = sum(len(n.get("results") or []) for n in notes)
+        gaps["harness_notes"] = (
+            f"{len(notes)} system step(s) ({notes[0]['message'][:60]!r}, ...) carry results no agent step's tool call "
+            f"asked for or are the harness's notes: their {kept} result(s) are kept with them in metadata "
+            "harness_notes; whether and how the harness sent them to a model is not in the file" if kept else
+            f"{len(notes)} system step(s) after the task ({notes[0]['message'][:60]!r}, ...) are the harness's notes, "
+            "not stored as messages: what it sent the model for them, if anything, is not in the file")
     calls = [m for m in msgs if m.role == "assistant"]
     if conv.reasoning_sent_back is None and any(m.reasoning for m in calls[:-1]):
         gaps["reasoning"] = ("ATIF does not record whether the agent sent reasoning_content back in later calls: kept "
                              "in the later contexts")
     return gaps
-
-
-def _harbor_reward_file(path: str) -> str:
-    """Where the Harbor trial `path` (``<trial>/agent/trajectory.json``) belongs to keeps its verifier score."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), REWARD_FILE)
-
-
-def _harbor_reward(path: str) -> Reward:
-    """The verifier score of the Harbor trial `path` (``<trial>/agent/trajectory.json``) belongs to."""
-    f = _harbor_reward_file(path)
-    if not os.path.isfile(f):
-        return Reward()
-    try:
-        with open(f, encoding="utf-8") as fh:
-            text = fh.read().strip()
-        return float_reward(json.loads(text))
-    except (OSError, ValueError):
-        return Reward(None, None, error=f"{f} holds no number")
-
-
-def _harbor_exception(path: str) -> dict[str, Any] | None:
-    """The exception Harbor recorded for the trial `path` belongs to (``<trial>/result.json``
-    ``exception_info``: ``exception_type``, ``exception_message``), or None."""
-    f = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), RESULT_FILE)
-    try:
-        with open(f, encoding="utf-8") as fh:
-            info = json.load(fh).get("exception_info")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return info if isinstance(info, dict) and info.get("exception_type") else None
 
 
 def _is_subagent_note(step: dict[str, Any]) -> bool:
@@ -329,7 +278,7 @@ def _record(steps: list[dict[str, Any]], replayed: list[bool], conv: Conventions
         last = next(s for s in reversed(own) if s["source"] == "agent")
         if isinstance(last.get("observation"), dict) and last["observation"].get("results"):
             meta["last_observation"] = "not stored: it reached no model call, so it has no token ids"
-        return EngineRollout(segments=segs, metadata=meta, **fields)  # policy versions: _exported_fields
+        return EngineRollout(segments=segs, metadata=meta, **fields)  # policy versions: exported_fields
     if any("completion_token_ids" in _metrics(s) for s in own):
         meta[ENGINE_IDS_DISCARDED_KEY] = f"not used: {why_not}; re-tokenized from the messages"
     msgs, notes, rebuilt = _messages(steps, replayed, conv, prefix, change, tools)
@@ -344,38 +293,91 @@ def _record(steps: list[dict[str, Any]], replayed: list[bool], conv: Conventions
 
 
 def parse_trajectory(d: Any, origin: Origin) -> list[EngineRollout | Conversation]:
-    """One ATIF trajectory document: one record per lineage of it (usually one).
+    """One ATIF trajectory document: one record per lineage of it (usually one), then those of
+    the sub-agent trajectories it embeds (ATIF 1.7 ``subagent_trajectories``).
 
     A context rewrite the producing agent logs (a Terminus-2 summarisation: a harness note pointing
     to the summarisation sub-agents' files) ends a lineage; the calls after it are the next
     record, whose context is the one the agent reset it to. Steps copied from another log
     (``is_copied_context``; a Terminus-2 sub-agent's replay of the main agent's history) are
     context, never calls. Engine token ids are used per lineage, where they chain within it.
-    Records that belong to a tree of files carry a :class:`~trajstore.ingest.records.ParsedLineage`:
+    Records that belong to a tree of records carry a :class:`~trajstore.ingest.records.ParsedLineage`:
     a lineage after a rewrite is the child (``context_rewrite``) of the one before; the sub-agent
-    files a note points to are ``subagent`` children of the lineage it ends; the file named by
+    files a note points to, and the embedded sub-agent trajectories a ref names by
+    ``trajectory_id``, are ``subagent`` children of the lineage whose step points to them (an
+    embedded one no step names: of the document's first); the file named by
     ``continued_trajectory_ref`` (Harbor's ``linear_history``) is the ``continuation`` of the last.
+    A document with no evidence of a model call (:func:`no_model_call`) is flagged ``no_model_call``.
 
     Raises:
         RecordError: no ``steps`` list, a step without a valid ``source``, two steps sharing a
-            ``step_id``, or a malformed tool call / observation.
+            ``step_id``, a malformed tool call / observation, or an embedded sub-agent trajectory
+            without a ``trajectory_id``.
     """
+    return _document(d, origin, os.path.abspath(origin.path), embedded=False)
+
+
+def _embedded(d: dict[str, Any]) -> list[dict[str, Any]]:
+    subs = d.get("subagent_trajectories")
+    if subs is None:
+        return []
+    if not isinstance(subs, list):
+        raise RecordError(f"subagent_trajectories is {json_type(subs)}, expected a list of trajectories")
+    for k, sub in enumerate(subs):
+        if not isinstance(sub, dict) or not text_or_none(sub.get("trajectory_id")):
+            raise RecordError(f"subagent_trajectories[{k}] has no trajectory_id (required on an embedded sub-agent)")
+    return subs
+
+
+def _evidence_of_calls(step: dict[str, Any]) -> bool:
+    m = _metrics(step)
+    return any(isinstance(m.get(k), (int, float)) and not isinstance(m.get(k), bool) and m[k] > 0
+               for k in ("prompt_tokens", "completion_tokens", "cost_usd")) or any(
+        m.get(k) for k in ("completion_token_ids", "prompt_token_ids", "logprobs"))
+
+
+def no_model_call(d: dict[str, Any], steps: list[dict[str, Any]], final_metrics: Any = None) -> str | None:
+    """Why the agent steps of an ATIF document are not known to be a model's output, or None:
+    every agent step says it made no model call (``llm_call_count`` 0, ATIF 1.7's deterministic
+    dispatch), or the document reports 0 prompt and 0 completion tokens (``final_metrics``, or the
+    given one of a stream's index) and no agent step has model metrics."""
+    agents = [s for s in steps if s["source"] == "agent"]
+    if not agents or any(_evidence_of_calls(s) for s in agents):
+        return None
+    if all(s.get("llm_call_count") == 0 for s in agents):
+        return "every agent step has llm_call_count 0: deterministic dispatch, no model call"
+    fm = d.get("final_metrics") if isinstance(d.get("final_metrics"), dict) else final_metrics
+    if isinstance(fm, dict) and fm.get("total_prompt_tokens") == 0 and fm.get("total_completion_tokens") == 0:
+        return ("the file reports 0 prompt and 0 completion tokens and no agent step has model metrics: no evidence "
+                "that a model produced its agent steps (a deterministic orchestrator's log?)")
+    return None
+
+
+def _document(d: Any, origin: Origin, key: str, *, embedded: bool, session: str | None = None,
+              final_metrics: Any = None) -> list[EngineRollout | Conversation]:
+    """The records of one ATIF document (the file's, or one it embeds) whose first lineage's key
+    is `key`: its own lineages, then its embedded sub-agents' (see :func:`parse_trajectory`)."""
     if not isinstance(d, dict):
         raise RecordError("ATIF trajectory is not an object")
     steps = _steps(d)
+    subs = _embedded(d)
     agent = d["agent"] if isinstance(d.get("agent"), dict) else {}
     conv = conventions_for(agent)
     model = text_or_none(agent.get("model_name"))
     model = model or next((s["model_name"] for s in steps if text_or_none(s.get("model_name"))), None)
-    key = str(d["session_id"]) if d.get("session_id") else None
-    meta: dict[str, Any] = {"schema_version": d.get("schema_version"), "session_id": key,
+    own_key = str(d["session_id"]) if d.get("session_id") else None
+    if embedded:  # session_id is run-scoped: shared with the parent, or left out
+        own_key = f"{own_key or session}/{d['trajectory_id']}" if (own_key or session) else str(d["trajectory_id"])
+    meta: dict[str, Any] = {"schema_version": d.get("schema_version"), "session_id": d.get("session_id") or session,
                             "agent": {k: agent.get(k) for k in ("name", "version") if k in agent},
                             "final_metrics": d.get("final_metrics") if isinstance(d.get("final_metrics"), dict) else None}
+    if d.get("trajectory_id"):
+        meta["trajectory_id"] = d["trajectory_id"]
     created = parse_time(next((s.get("timestamp") for s in reversed(steps) if s.get("timestamp")), None))
-    status, meta["status_evidence"] = run_status(conv, steps, _harbor_exception(origin.path))
-    reward_file = _harbor_reward_file(origin.path)
-    fields = {"source": SOURCE, "key": key, "origin": origin, "reward": _harbor_reward(origin.path), "model": model,
-              "created_at": created, "prompt_id": key, "status": status,
+    status, meta["status_evidence"] = run_status(conv, steps, harbor_exception(origin.path))
+    reward_file = harbor_reward_file(origin.path)
+    fields = {"source": SOURCE, "key": own_key, "origin": origin, "reward": harbor_reward(origin.path),
+              "model": model, "created_at": created, "prompt_id": own_key, "status": status,
               "read_files": (reward_file,) if os.path.isfile(reward_file) else ()}
     tools = tool_definitions(agent.get("tool_definitions"))
     replayed = conv.replayed(steps)
@@ -396,45 +398,81 @@ def parse_trajectory(d: Any, origin: Origin) -> list[EngineRollout | Conversatio
         if gap:
             rec.fidelity_gaps["context_rewritten"] = gap
         records.append(rec)
+    no_call = no_model_call(d, steps, final_metrics)
     for rec in records:
         if isinstance(rec, EngineRollout):
-            _exported_fields(d, rec, whole=len(records) == 1)
-    _link(records, steps, bounds, agent, d, origin, any(replayed))
-    return records
+            exported_fields(d, [x for x in steps if x["source"] == "agent"], rec, whole=len(records) == 1 and not embedded and not subs)
+        elif no_call:
+            rec.fidelity_gaps[NO_MODEL_CALL] = no_call
+    _link(records, steps, bounds, agent, d, key, origin, any(replayed) or embedded,
+          {str(s["trajectory_id"]) for s in subs})
+    out = list(records)
+    for sub in subs:
+        out += _document(sub, origin, _sub_key(key, sub), embedded=True, session=d.get("session_id") or session)
+    return out
+
+
+def _sub_key(key: str, sub: dict[str, Any]) -> str:
+    """The lineage key of the embedded sub-agent trajectory `sub` of the document keyed `key`."""
+    return f"{key}#subagent:{sub['trajectory_id']}"
 
 
 def _link(records: list[EngineRollout | Conversation], steps: list[dict[str, Any]], bounds: list[tuple[int, int]],
-          agent: dict[str, Any], d: dict[str, Any], origin: Origin, replays: bool) -> None:
-    """The :class:`ParsedLineage` of each record of one file, when it is part of a tree of records."""
+          agent: dict[str, Any], d: dict[str, Any], key: str, origin: Origin, claimable: bool,
+          embedded: set[str]) -> None:
+    """The :class:`ParsedLineage` of each record of one document (keyed from `key`), when it is
+    part of a tree of records (`claimable`: another record may name it as its child)."""
     path = os.path.abspath(origin.path)
     claims: list[list[tuple[str, str]]] = [[] for _ in records]
+    named: set[str] = set()
     for n, (lo, hi) in enumerate(bounds):
         for s in steps[lo:hi]:
             for ref in _refs(s):
+                tid = text_or_none(ref.get("trajectory_id"))
+                if tid in embedded:
+                    claims[n].append((_sub_key(key, {"trajectory_id": tid}), "subagent"))
+                    named.add(tid)  # type: ignore[arg-type]
+                    continue
                 f = _sibling(path, ref.get("trajectory_path"))
                 if f:
                     claims[n].append((f, "subagent"))
+    claims[0] += [(_sub_key(key, {"trajectory_id": t}), "subagent") for t in sorted(embedded - named)]
     nxt = _sibling(path, d.get("continued_trajectory_ref")) if isinstance(d.get("continued_trajectory_ref"), str) else None
     if nxt:
         claims[-1].append((nxt, "continuation"))
     extra = agent.get("extra") if isinstance(agent.get("extra"), dict) else {}
-    claimable = replays or "parent_session_id" in extra or "continuation_index" in extra
+    claimable = claimable or "parent_session_id" in extra or "continuation_index" in extra
     if len(records) == 1 and not claims[0] and not claimable:
         return
     for n, rec in enumerate(records):
-        rec.lineage = ParsedLineage(path if not n else f"{path}#{n + 1}", parent=None if not n else (
-            path if n == 1 else f"{path}#{n}"), link_kind="context_rewrite" if n else None, claims=claims[n])
+        rec.lineage = ParsedLineage(key if not n else f"{key}#{n + 1}", parent=None if not n else (
+            key if n == 1 else f"{key}#{n}"), link_kind="context_rewrite" if n else None, claims=claims[n])
 
 
-def _harbor_trial_result(d: dict[str, Any], path: str) -> str | None:
-    """Why a Harbor trial's ``result.json`` holds no trajectory (its exception is read with the trajectory)."""
-    if "trial_name" in d and "task_name" in d and isinstance(d.get("agent_info"), dict):
-        return "Harbor trial result (result.json: its exception is read with the trial's agent/trajectory.json)"
-    return None
+def parse_stream(lines: list[Any], origin: Origin) -> list[EngineRollout | Conversation]:
+    """A streamed ATIF file (``.atif.jsonl``: a header line, then one step per line; its lines
+    decoded): the records of the document they make (:func:`~.atif_stream.stream_document`),
+    marked ``streamed`` in metadata.
+
+    Raises:
+        RecordError: see :func:`~.atif_stream.stream_document` and :func:`parse_trajectory`.
+    """
+    doc, index = stream_document(lines, origin)
+    records = parse_trajectory(doc, origin)
+    for rec in records:
+        rec.metadata["streamed"] = True
+        if index:
+            rec.read_files = (*rec.read_files, index)
+    return records
+
+
+def _not_a_trajectory(d: dict[str, Any], path: str) -> str | None:
+    return harbor_trial_result(d, path) or index_file(d, path)
 
 
 ATIF = InputFormat(
-    "atif", "ATIF trajectory.json (Harbor / Terminal-Bench), engine token ids kept", SOURCE,
+    "atif", "ATIF trajectory.json (Harbor / Terminal-Bench) or streamed .atif.jsonl, engine token ids kept", SOURCE,
     records=Records(parse_trajectory, keys=("schema_version",), signature=lambda d: isinstance(d.get("schema_version"), str)
                     and d["schema_version"].startswith("ATIF") and "steps" in d),
-    no_trajectory=NoTrajectory(("trial_name",), _harbor_trial_result))
+    events=Events(keys=("schema_version", "step_id"), signature=is_stream_line, parse=parse_stream),
+    no_trajectory=NoTrajectory(("trial_name", "checkpoint"), _not_a_trajectory))

@@ -14,11 +14,13 @@ the submission). Both are kept in metadata. The files carry no reward (evaluatio
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from trajstore.ingest.formats.chat import chat_messages, link_observations
 from trajstore.ingest.formats.spec import InputFormat, Records
 from trajstore.ingest.records import Conversation, Origin, RecordError
+from trajstore.ingest.values import parse_time
 
 SOURCE = "mini-swe-agent"
 SUBMISSION_META_CHARS = 100_000
@@ -102,7 +104,21 @@ def parse_mini_swe_agent_traj(d: Any, origin: Origin) -> Conversation:
         gaps["tools"] = ("mini-swe-agent sends its tool definitions (the bash tool) with every call; the "
                          ".traj.json file does not log them")
     return Conversation(source=SOURCE, key=key, messages=msgs, origin=origin, prompt_id=key, model=model,
-                        status=mini_swe_agent_status(exit_status), metadata=meta, fidelity_gaps=gaps)
+                        status=mini_swe_agent_status(exit_status), metadata=meta, fidelity_gaps=gaps,
+                        created_at=_last_time(raw))
+
+
+def _last_time(raw: list[Any]) -> datetime | None:
+    """The time of the last logged message: each message's ``extra.timestamp`` (POSIX seconds),
+    else its model response's ``created``; None when no message carries one."""
+    times = []
+    for r in raw:
+        extra = r.get("extra") if isinstance(r, dict) and isinstance(r.get("extra"), dict) else {}
+        resp = extra.get("response") if isinstance(extra.get("response"), dict) else {}
+        t = parse_time(extra.get("timestamp")) or parse_time(resp.get("created"))
+        if t is not None:
+            times.append(t)
+    return max(times, default=None)
 
 
 def _is_traj(d: dict[str, Any]) -> bool:

@@ -31,6 +31,7 @@ from typing import Any
 
 from trajstore.ingest.formats.chat import arguments_text, text_of, tool_definitions
 from trajstore.ingest.formats.engine_chain import EngineChain
+from trajstore.ingest.formats.finish_reasons import stored_finish_reason
 from trajstore.ingest.formats.rewards import float_reward
 from trajstore.ingest.formats.spec import InputFormat, Records
 from trajstore.ingest.records import Context, Conversation, EngineRollout, Message, Origin, RecordError, ToolCall
@@ -193,6 +194,10 @@ def parse_rollout(row: Any, origin: Origin) -> EngineRollout | Conversation:
     elif isinstance(inp, list):
         prompt += _read_items(inp, "responses_create_params.input")[0]
     msgs, calls = _read_items(output, "response.output")
+    details = resp.get("incomplete_details") if isinstance(resp.get("incomplete_details"), dict) else {}
+    if calls and stored_finish_reason(details.get("reason")) == "length":
+        # the response stopped at max_output_tokens: its last call was cut, with no end of turn
+        calls[-1].status = calls[-1].message.finish_reason = "length"
     gaps: dict[str, str] = {}
     after = sum(c.reasoning_after_call for c in calls)
     if after:

@@ -59,7 +59,7 @@ def parse_completion_log(d: Any, origin: Origin) -> Conversation:
     # prompt-based tool calling: the SDK already wrote the tools into the system message of `messages`
     tools = None if prompt_based else tool_definitions(d.get("tools"))
     return Conversation(source=SOURCE, key=None, messages=msgs, origin=origin, model=model,
-                        created_at=parse_time(d.get("timestamp")), tools=tools,
+                        created_at=parse_time(d.get("timestamp")), tools=tools, tools_in_text=prompt_based,
                         metadata={"tool_calling": "prompt-based" if prompt_based else "native",
                                   "latency_sec": d.get("latency_sec"), "cost": d.get("cost")})
 

@@ -13,6 +13,8 @@ from typing import Any, Final
 from trajstore.ingest.formats import (
     atif,
     chat_messages,
+    claude_code,
+    codex_cli,
     mini_swe_agent,
     nebius_swe_agent,
     nemo_gym,
@@ -26,6 +28,7 @@ from trajstore.ingest.formats import (
     swe_gym,
     swe_rebench_openhands,
     swe_smith,
+    tau2_bench,
     tau_bench,
     trajstore_parquet,
     verl_rollouts,
@@ -33,15 +36,18 @@ from trajstore.ingest.formats import (
 from trajstore.ingest.formats.spec import Events, InputFormat, NoTrajectory, ParquetFiles, Records, history_kind
 
 REGISTERED: Final[tuple[InputFormat, ...]] = (
+    atif.ATIF,
     openhands_v0_events.V0_EVENTS,
     openhands_v0_events.V0_SESSION,
     openhands_v1_events.V1_EVENTS,
+    claude_code.CLAUDE_CODE,
+    codex_cli.CODEX_CLI,
     mini_swe_agent.MINI_SWE_AGENT,
-    atif.ATIF,
     nemo_gym.NEMO_GYM,
     swe_agent.SWE_AGENT,
     openhands_v1_completions.V1_COMPLETIONS,
     tau_bench.TAU_BENCH,
+    tau2_bench.TAU2_BENCH,
     verl_rollouts.VERL_ROLLOUTS,
     openhands_v0_eval.V0_RESOLVER,
     openhands_v1_eval.V1_EVAL,

@@ -83,7 +83,8 @@ class Events:
             only of the objects that hold one.
         signature: whether a JSON object is one of its events (None: its events are another
             event format's, e.g. a session store of V0 events).
-        parse: an event list read from one file -> its conversation; raises on a malformed list.
+        parse: an event list read from one file -> its conversation (or several: the lineages of
+            a streamed ATIF file); raises on a malformed list.
         document: a whole JSON document detected as this format, when it is more than an event
             list (a file named after its task, with a score file beside it); default `parse`.
         folder: the events of an event folder (each file decoded, in order) and the folder's
@@ -94,7 +95,7 @@ class Events:
 
     keys: tuple[str, ...] = ()
     signature: Callable[[dict[str, Any]], bool] | None = None
-    parse: Callable[[list[Any], Origin], Parsed] | None = None
+    parse: Callable[[list[Any], Origin], Parsed | list[Parsed]] | None = None
     document: Callable[[Any, Origin], Iterator[Parsed]] | None = None
     folder: Callable[[list[Any], str], Iterator[Parsed]] | None = None
     reads_any_folder: bool = False

@@ -52,7 +52,12 @@ def is_replay(d: dict[str, Any], config: dict[str, Any]) -> bool:
     model, or the model stats logged spent nothing: no tokens sent or received and no cost,
     whatever ``api_calls`` says (hand-written demonstrations log all-zero stats, ``api_calls``
     0 included; replays count calls but no tokens). Stats that are not logged say nothing (not
-    logged is not zero), and neither does ``replay_config``: every SWE-agent 1.x run writes it."""
+    logged is not zero), and neither does ``replay_config``: every SWE-agent 1.x run writes it.
+    A file with no ``info`` at all is a demonstration: SWE-agent writes ``info`` into every
+    trajectory file it saves (0.x and 1.x, from the first step), so only a hand-written or
+    converted file lacks it."""
+    if "info" not in d:
+        return True
     model = ((config.get("agent") or {}).get("model") or {}) if isinstance(config.get("agent"), dict) else {}
     name = str(model.get("name") or "") if isinstance(model, dict) else ""
     if name.startswith(("replay", "instant_empty_submit", "human")):

@@ -21,7 +21,7 @@ from typing import Any
 from trajstore.ingest.formats.rewards import float_reward
 from trajstore.ingest.formats.spec import InputFormat, Records
 from trajstore.ingest.records import Origin, RecordError, TextRollout, TextSegment
-from trajstore.ingest.values import json_type
+from trajstore.ingest.values import json_type, text_or_none
 
 SOURCE = "verl"
 INPUT_KEYS = ("input", "input_prompt")
@@ -61,8 +61,9 @@ def parse_row(row: Any, origin: Origin) -> TextRollout:
     score_key = "score" if "score" in row or "reward" not in row else "reward"
     return TextRollout(source=SOURCE, key=key, origin=origin, reward=float_reward(row.get(score_key), score_key),
                        prompt_id=f"prompt-{group}", metadata=meta,
-                       segments=[TextSegment("prompt", prompt, role="user"), TextSegment("action", output,
-                                                                                          role="assistant")])
+                       segments=[TextSegment("prompt", prompt, role="user"),
+                                 TextSegment("action", output, role="assistant", finish_reason=text_or_none(
+                                     row.get("stop_reason")))])
 
 
 def _is_row(d: dict[str, Any]) -> bool:
