@@ -47,7 +47,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +110,8 @@ class Evicted:
     reward_raw: Any
     lineages: LineageSet | None = None
     """Its lineages (their tokens), so that the later call attaches to the one it extends."""
+    written: asyncio.Future[None] | None = None
+    """Done once its parts are written (the eviction registers it before it writes them)."""
 
 
 @dataclass
@@ -163,6 +165,8 @@ class Session:
     """Calls of this episode the shutdown cut at its deadline."""
     on_idle: Callable[[], None] | None = None
     """Called once when the last call in flight ends (the late calls' part is then written)."""
+    evicted_written: asyncio.Future[None] | None = None
+    """The write of the idle-evicted parts this session continues, while it may still run."""
 
     def end(self) -> None:
         """A call is answered and recorded (or failed)."""
@@ -251,6 +255,9 @@ class Recorder:
         """Trajectories that end the wait at once."""
         self._waiting = 0
         self._full = asyncio.Event()
+        self.hold_write: Callable[[Sequence[Trajectory]], Awaitable[None]] | None = None
+        """Awaited with the trajectories before each write when set: a test holds a write there
+        to meet what may happen meanwhile (a call, a ``/finish``) without guessing at timings."""
 
     # -- sessions -------------------------------------------------------------------------------
 
@@ -270,7 +277,8 @@ class Recorder:
                             group_id=evicted.group_id or group_id, parts_written=evicted.parts_written,
                             evicted_ids=list(evicted.trajectory_ids),
                             calls=evicted.calls, context_breaks=evicted.context_breaks,
-                            reward=evicted.reward, reward_raw=evicted.reward_raw)
+                            reward=evicted.reward, reward_raw=evicted.reward_raw,
+                            evicted_written=evicted.written)
                 if evicted.lineages is not None:
                     s.lineages = evicted.lineages
                 s.lineages.set_resume_change(AFTER_IDLE_EVICTION)
@@ -436,6 +444,8 @@ class Recorder:
         ``batch_s = 0``: flush at once (concurrent callers still share the shard)."""
         if not trajectories:
             return
+        if self.hold_write is not None:
+            await self.hold_write(trajectories)
         if self.prepare is not None:
             prepare = self.prepare
             trajectories = await asyncio.to_thread(lambda: [prepare(t) for t in trajectories])

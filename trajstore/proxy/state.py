@@ -66,6 +66,14 @@ failed with ``upstream unreachable: ReadError`` (502) and ended its episode (see
 5 s pause between calls)."""
 
 
+async def _evicted_written(s: Session) -> None:
+    """Wait until the parts of the idle eviction that `s` continues are written (their write
+    failed: raise its :class:`TrajstoreError`, the new parts would link to missing parents)."""
+    if s.evicted_written is not None:
+        await asyncio.shield(s.evicted_written)
+        s.evicted_written = None
+
+
 class ProxyState:
     """Everything the routes share; built in the app's lifespan, read by the routes from
     ``request.app.state.proxy``.
@@ -116,6 +124,8 @@ class ProxyState:
         self.recordings: set[asyncio.Task[None]] = set()  # calls answered, being recorded
         self.calls: set[InFlightCall] = set()
         self.evicted: OrderedDict[str, Evicted] = OrderedDict()
+        self.eviction_last_run: float | None = None
+        """When the eviction task last ended a pass (epoch s; None: not yet)."""
         self._evicted_tokens = 0
         self.started = time.time()
         self.errors: dict[str, int] = {}
@@ -179,24 +189,60 @@ class ProxyState:
 
     async def _reaper(self) -> None:
         """Session eviction: an episode without a call for ``session_timeout_s`` is written as
-        aborted, and remembered so that a later call under its key continues it."""
-        tick = min(1.0, self.cfg.session_timeout_s / 4)
+        aborted, and remembered so that a later call under its key continues it. Nothing but the
+        shutdown's cancel stops it: a pass that fails is logged and counted (``errors.eviction``)
+        and the next tick tries again; ``/proxy/stats`` says when a pass last ended."""
         while True:
-            await asyncio.sleep(tick)
-            for key in self.recorder.idle(self.cfg.session_timeout_s):
-                s = self.recorder.sessions[key]
-                calls = s.pending_calls
-                trajs, _ = await self.end_session(key, "aborted", reason=f"idle for {self.cfg.session_timeout_s:g}s",
-                                                  provisional=True)
-                if trajs:
-                    self._evicted(s, trajs, calls)
+            await asyncio.sleep(min(1.0, self.cfg.session_timeout_s / 4))
+            try:
+                await self.evict_idle()
+            except Exception:  # any fault of one pass; the task must outlive it (asyncio.CancelledError is not one)
+                self.count_error("eviction")
+                log.exception("idle eviction: a pass failed; the next one runs in a second")
+            self.eviction_last_run = time.time()
 
-    def _evicted(self, s: Session, trajs: list[Any], calls: int) -> None:
+    async def evict_idle(self) -> int:
+        """One eviction pass: end each session idle for ``session_timeout_s``, writing it as
+        aborted; returns how many. A session is looked at again right before it is ended (an
+        earlier eviction's write awaits, during which its ``/finish`` or a new call may come)."""
+        n = 0
+        timeout = self.cfg.session_timeout_s
+        for key in self.recorder.idle(timeout):
+            s = self.recorder.sessions.get(key)
+            if s is None or s.in_flight or time.monotonic() - s.last_active < timeout:
+                continue  # ended, or called again, while an earlier eviction was written
+            await self._evict(s)
+            n += 1
+        return n
+
+    async def _evict(self, s: Session) -> None:
+        """Write idle session `s` as aborted. Its continuation is registered before the write
+        starts: a call under its key during the write (the group commit's window, the flush)
+        joins the episode as a later part; that part's own write waits for this one."""
+        calls = s.pending_calls
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def register(trajs: list[Trajectory]) -> None:
+            if trajs:
+                self._evicted(s, trajs, calls, written)
+
+        try:
+            await self.end_session(s.key, "aborted", reason=f"idle for {self.cfg.session_timeout_s:g}s",
+                                   provisional=True, before_write=register)
+        except TrajstoreError as e:  # the parts stay remembered: a later /finish or call still finds them
+            self.count_error("eviction_write")
+            log.error("session %s: the idle episode could not be written: %s", s.key, e)
+            written.set_exception(e)
+            written.exception()  # retrieved: whoever waits on it logs its own failure
+        else:
+            written.set_result(None)
+
+    def _evicted(self, s: Session, trajs: list[Any], calls: int, written: asyncio.Future[None]) -> None:
         ids = [*s.evicted_ids, *(t.trajectory_id for t in trajs)]
         self.evicted[s.key] = Evicted(episode=s.episode, parts_written=s.parts_written, trajectory_ids=ids,
                                       prompt_id=s.prompt_id, group_id=s.group_id, metadata=dict(s.extra_metadata),
                                       calls=s.calls, context_breaks=s.context_breaks, reward=s.reward,
-                                      reward_raw=s.reward_raw, lineages=s.lineages)
+                                      reward_raw=s.reward_raw, lineages=s.lineages, written=written)
         self.evicted.move_to_end(s.key)
         self._evicted_tokens += s.lineages.token_count
         while len(self.evicted) > EVICTED_KEYS_MAX or (self._evicted_tokens > EVICTED_TOKENS_MAX
@@ -222,7 +268,9 @@ class ProxyState:
     async def end_session(self, key: str, status: str, *, reason: str | None = None,
                           metadata: dict[str, Any] | None = None, prompt_id: str | None = None,
                           requested_status: str | None = None, notes: dict[str, Any] | None = None,
-                          provisional: bool = False, late: bool = False) -> tuple[list[Any], str | None]:
+                          provisional: bool = False, late: bool = False,
+                          before_write: Callable[[list[Trajectory]], None] | None = None
+                          ) -> tuple[list[Any], str | None]:
         """End episode `key`: write its trajectories; return them and the final status.
 
         Args:
@@ -231,6 +279,11 @@ class ProxyState:
             provisional: a later call may continue the episode (idle eviction).
             late: calls are still in flight (``/finish`` stopped waiting): each one answered is
                 recorded into a continuation part (``after-finish``), written once they all ended.
+            before_write: called with the trajectories once the session is closed, before they
+                are written (idle eviction registers the continuation there).
+
+        An episode continued after an idle eviction is written only once that eviction's parts
+        are (its first new part links to them: the writer wants a parent written first).
         """
         s = self.recorder.sessions.get(key)
         if s is None:
@@ -246,7 +299,10 @@ class ProxyState:
                                            requested_status=requested_status, notes=notes,
                                            provisional=provisional or late,
                                            resume_change=AFTER_FINISH if late else None)
+        if before_write is not None:
+            before_write(trajs)
         try:
+            await _evicted_written(s)
             await self.recorder.persist(trajs)
         finally:
             if self.gate is not None:
