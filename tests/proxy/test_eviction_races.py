@@ -113,3 +113,29 @@ def test_a_finish_during_an_eviction_write_does_not_stop_eviction(fake_upstream,
     assert stats["eviction"]["last_run_s_ago"] is not None
     by_session = {json.loads(r["metadata"])["session"]: r["status"] for r in _rows(store)}
     assert by_session == {"a": "aborted", "b": "completed", "c": "aborted"}
+
+
+def test_a_finish_after_an_eviction_sets_the_outcome_on_the_stored_parts(fake_upstream, start_proxy, tmp_path):
+    # An evaluation slower than --session-timeout: its /finish answered 404 and the episode
+    # stayed aborted without its reward. The /finish lands here while the eviction still writes.
+    store = str(tmp_path / "store")
+    px = start_proxy(fake_upstream.url, session_timeout_s=600.0)
+    _chat(px.url, "slow-eval", [{"role": "user", "content": "hi"}])
+    hold = WriteHold(px, "slow-eval")
+    _timeout(px, 0.0)
+    hold.wait_holding()
+    _timeout(px, 600.0)
+    done: dict = {}
+    finishing = threading.Thread(target=lambda: done.update(httpx.post(
+        f"{px.url}/s/slow-eval/finish", json={"reward": 0.75, "metadata": {"grader": "unit"}}, timeout=60).json()))
+    finishing.start()
+    hold.release()
+    finishing.join(DEADLINE_S)
+    (row,) = _rows(store)
+    assert done["status"] == "completed" and done["evicted_parts"] == done["updated"] == [row["trajectory_id"]]
+    meta = json.loads(row["metadata"])
+    assert (row["status"], row["reward"]) == ("completed", 0.75)
+    assert meta["finished_after_eviction"] is True and meta["grader"] == "unit" and meta["end_reason"].startswith("idle")
+    # the episode is over: a second /finish finds nothing, a later call opens a new episode
+    assert httpx.post(f"{px.url}/s/slow-eval/finish", json={}).status_code == 404
+    assert "x-trajstore-evicted" not in _chat(px.url, "slow-eval", [{"role": "user", "content": "hi"}]).headers

@@ -110,6 +110,8 @@ class Evicted:
     reward_raw: Any
     lineages: LineageSet | None = None
     """Its lineages (their tokens), so that the later call attaches to the one it extends."""
+    taint: str | None = None
+    """The status its errors impose (:meth:`Session.mark`), kept for its continuation and ``/finish``."""
     written: asyncio.Future[None] | None = None
     """Done once its parts are written (the eviction registers it before it writes them)."""
 
@@ -204,7 +206,8 @@ class Session:
 
 RESERVED_METADATA_KEYS: frozenset[str] = frozenset({
     "session", "episode", "calls", "context_breaks", "context_breaks_after_length", "requested_status", "end_reason",
-    "errors", "mixed_version_calls", "calls_in_flight", "calls_cut_at_shutdown"})
+    "errors", "mixed_version_calls", "calls_in_flight", "calls_cut_at_shutdown",
+    "finished_after_eviction"})
 """Metadata keys the proxy writes on each trajectory; a client's ``/finish`` metadata may not use them."""
 
 
@@ -278,7 +281,7 @@ class Recorder:
                             evicted_ids=list(evicted.trajectory_ids),
                             calls=evicted.calls, context_breaks=evicted.context_breaks,
                             reward=evicted.reward, reward_raw=evicted.reward_raw,
-                            evicted_written=evicted.written)
+                            evicted_written=evicted.written, taint=evicted.taint)
                 if evicted.lineages is not None:
                     s.lineages = evicted.lineages
                 s.lineages.set_resume_change(AFTER_IDLE_EVICTION)

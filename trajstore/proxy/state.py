@@ -242,7 +242,8 @@ class ProxyState:
         self.evicted[s.key] = Evicted(episode=s.episode, parts_written=s.parts_written, trajectory_ids=ids,
                                       prompt_id=s.prompt_id, group_id=s.group_id, metadata=dict(s.extra_metadata),
                                       calls=s.calls, context_breaks=s.context_breaks, reward=s.reward,
-                                      reward_raw=s.reward_raw, lineages=s.lineages, written=written)
+                                      reward_raw=s.reward_raw, lineages=s.lineages, written=written,
+                                      taint=s.taint)
         self.evicted.move_to_end(s.key)
         self._evicted_tokens += s.lineages.token_count
         while len(self.evicted) > EVICTED_KEYS_MAX or (self._evicted_tokens > EVICTED_TOKENS_MAX

@@ -20,12 +20,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from trajstore.convert import table_to_trajectories, trajectories_to_table
+from trajstore.convert import table_to_trajectories
+from trajstore.maintenance.replace_rows import replace_rows
 from trajstore.reader import read_shard
 from trajstore.redact.report import Finding, RedactionResult, ScanReport, Unscanned
 from trajstore.redact.rules import RedactConfig
 from trajstore.redact.trajectory import Redacted, Redactor
-from trajstore.schema import TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store, open_store, scalar_cache
 from trajstore.store.layout import TRAJECTORIES_DIR
 from trajstore.store.lock import maintenance_lock
@@ -164,27 +164,11 @@ def _redact_shard(store: Store, shard: ShardInfo, redactor: Redactor, result: Re
             if r is not None:
                 changed[row] = r
         if changed:
-            store.rewrite_shard(shard.path, replace_rows(table, changed))
+            store.rewrite_shard(shard.path, replace_rows(table, {i: r.trajectory for i, r in changed.items()}))
             result.shards_rewritten.append(url)
             result.trajectories_redacted += len(changed)
             result.made_not_trainable += sum(r.made_not_trainable for r in changed.values())
             result.changes += [_placed(c, url, row) for row, r in sorted(changed.items()) for c in r.changes]
-
-
-def replace_rows(table: pa.Table, changed: dict[int, Redacted]) -> pa.Table:
-    """`table` (schema current) with the rows in `changed` replaced by their rewritten
-    trajectories; every other row is copied as it is, and the order is kept."""
-    new = trajectories_to_table([changed[i].trajectory for i in sorted(changed)])
-    table = table.replace_schema_metadata(TRAJECTORY_SCHEMA.metadata).cast(new.schema)
-    pieces, pos = [], 0
-    for j, i in enumerate(sorted(changed)):
-        if i > pos:
-            pieces.append(table.slice(pos, i - pos))
-        pieces.append(new.slice(j, 1))
-        pos = i + 1
-    if pos < table.num_rows:
-        pieces.append(table.slice(pos))
-    return pa.concat_tables(pieces).combine_chunks()
 
 
 def _placed(f: Finding, shard: str, row: int) -> Finding:
