@@ -228,14 +228,14 @@ class Recorder:
             None = the response's model name).
         run_metadata: merged into every trajectory's metadata (e.g. the followed run).
         on_written: called with each written trajectory (the staleness gate counts them).
-        prepare: applied to each trajectory before it is written (``traj proxy --redact``: the
-            redactor, so a secret the harness sent is never stored).
+        prepare: applied to each batch of trajectories before it is written (``traj proxy
+            --redact``: the redactor, so a secret the harness sent is never stored).
         batch_s, batch_max: the group commit's window (s) and size (:meth:`persist`).
     """
 
     def __init__(self, writer: StoreWriter, *, tokenizer: str | None, run_metadata: dict[str, Any],
                  on_written: Callable[[Trajectory], None] | None = None,
-                 prepare: Callable[[Trajectory], Trajectory] | None = None, batch_s: float = 0.0,
+                 prepare: Callable[[Sequence[Trajectory]], list[Trajectory]] | None = None, batch_s: float = 0.0,
                  batch_max: int = DEFAULT_FINISH_BATCH_MAX):
         self.writer = writer
         self.prepare = prepare
@@ -450,8 +450,7 @@ class Recorder:
         if self.hold_write is not None:
             await self.hold_write(trajectories)
         if self.prepare is not None:
-            prepare = self.prepare
-            trajectories = await asyncio.to_thread(lambda: [prepare(t) for t in trajectories])
+            trajectories = await asyncio.to_thread(self.prepare, trajectories)
         await asyncio.to_thread(self.writer.write_many, trajectories)
         self._written_gen += 1
         self._waiting += len(trajectories)

@@ -10,10 +10,11 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import httpx
+import numpy as np
 
 from trajstore.errors import AdapterError, TrajstoreError
 from trajstore.models import Trajectory
@@ -24,9 +25,11 @@ from trajstore.proxy.staleness import GATE_POLL_S, StalenessGate
 from trajstore.proxy.sync import ModelPathWatch, Ticket, Versioning, WeightSync
 from trajstore.proxy.upstream import parse_version, read_call
 from trajstore.proxy.version_labels import label_versions
+from trajstore.reader import read_trajectories_by_id
 from trajstore.redact import Redactor
+from trajstore.redact.lineage import redact_linked
 from trajstore.run_config import RunConfigError, run_batch_size
-from trajstore.store import open_store
+from trajstore.store import Store, open_store
 from trajstore.writer import StoreWriter
 
 log = logging.getLogger("trajstore.proxy")
@@ -39,8 +42,11 @@ EVICTED_TOKENS_MAX = 1 << 24
 (a later call under such a key starts a new episode)."""
 
 
-def redactor_for(cfg: ProxyConfig) -> Callable[[Trajectory], Trajectory] | None:
-    """``--redact``: what scrubs each trajectory before it is stored (traj redact's default rules),
+def redactor_for(cfg: ProxyConfig, store: Store | None = None
+                 ) -> Callable[[Sequence[Trajectory]], list[Trajectory]] | None:
+    """``--redact``: what scrubs each batch of trajectories before it is stored (traj redact's
+    default rules, each child's ``fork_point`` recomputed when its shared prefix changed:
+    :func:`~trajstore.redact.lineage.redact_linked`, a parent written earlier read from `store`),
     its tokenizer loaded now so a proxy that cannot redact never starts; None without ``--redact``.
 
     Raises:
@@ -55,7 +61,14 @@ def redactor_for(cfg: ProxyConfig) -> Callable[[Trajectory], Trajectory] | None:
     loaded = redactor.token_bytes(cfg.tokenizer)
     if isinstance(loaded, str):
         raise TrajstoreError(f"--redact: {loaded}")
-    return redactor.redact_or_same
+    where = store if store is not None else open_store(cfg.store)
+
+    def stored_tokens(ids: list[str]) -> dict[str, np.ndarray]:
+        table = read_trajectories_by_id(where, ids, columns=["trajectory_id", "tokens"])
+        return {i: np.asarray(t) for i, t in zip(table.column("trajectory_id").to_pylist(),
+                                                  table.column("tokens").to_pylist())}
+
+    return lambda batch: redact_linked(redactor.redact_or_same, batch, stored_tokens)
 
 
 UPSTREAM_KEEPALIVE_S = 2.0
@@ -108,7 +121,7 @@ class ProxyState:
         self.recorder = Recorder(self.writer, tokenizer=cfg.tokenizer,
                                  run_metadata={"run_id": cfg.follow_run} if cfg.follow_run else {},
                                  on_written=self.gate.on_written if self.gate else None,
-                                 prepare=redactor_for(cfg), batch_s=cfg.finish_batch_s)
+                                 prepare=redactor_for(cfg, self.store), batch_s=cfg.finish_batch_s)
         self.versioning = Versioning(None if cfg.follow_run else cfg.policy_version, mode=cfg.reload_mode)
         self.sync: WeightSync | None = None
         if cfg.follow_run:
