@@ -147,7 +147,8 @@ class ProxyState:
         the calls, before a version set by hand (POST /proxy/policy_version)."""
         self.closing = False
         self.flushed = False
-        """The shutdown flush is written: calls recorded from now on are counted as after it."""
+        """The shutdown flush took the open episodes' calls (its write may still run): calls
+        recorded from now on go into later parts and are counted as after it."""
         self.shutdown: asyncio.Task[None] | None = None
         """The shutdown's drain once a stop signal began it (:mod:`~trajstore.proxy.shutdown`)."""
         self.cut_now = asyncio.Event()
@@ -349,13 +350,14 @@ class ProxyState:
         call.answered = True
         end = Ticket(self.versioning.version, self.versioning.epoch)
         prev = s.recording
-        after_flush = self.flushed and not call.cut  # a call cut by the shutdown is counted as cut
 
         async def run() -> None:
             try:
                 if prev is not None:
                     await asyncio.wait([prev])
-                if await self._record(call, data, end) and after_flush:
+                # recorded once the flush took its episodes: stored in a part after it (a call
+                # answered before but recorded after counts too; one cut by the shutdown is counted as cut)
+                if await self._record(call, data, end) and self.flushed and not call.cut:
                     self.recorder.stats["calls_after_shutdown_flush"] += 1
             finally:
                 call.end()
