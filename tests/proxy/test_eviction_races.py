@@ -49,8 +49,9 @@ def _rows(store: str) -> list[dict]:
     return sorted(read_trajectories(store).to_pylist(), key=lambda r: r["trajectory_id"])
 
 
-def _chat(url: str, session: str, msgs: list[dict]) -> httpx.Response:
-    r = httpx.post(f"{url}/s/{session}/v1/chat/completions", json={"model": "fake", "messages": msgs}, timeout=60)
+def _chat(url: str, session: str, msgs: list[dict], **extra) -> httpx.Response:
+    r = httpx.post(f"{url}/s/{session}/v1/chat/completions", json={"model": "fake", "messages": msgs, **extra},
+                   timeout=60)
     assert r.status_code == 200, r.text
     return r
 
@@ -91,17 +92,25 @@ def test_a_call_during_the_eviction_write_continues_the_episode(fake_upstream, s
 
 def test_a_finish_during_an_eviction_write_does_not_stop_eviction(fake_upstream, start_proxy, tmp_path):
     # The eviction task listed the idle sessions, awaited the first one's write and then looked
-    # the next one up: ended meanwhile by its /finish, a KeyError ended the task for good, silently
+    # the next one up: ended meanwhile by its /finish, a KeyError ended the task for good, silently.
+    # Here b's /finish ends it while the pass that evicts a awaits a's write.
     store = str(tmp_path / "store")
     px = start_proxy(fake_upstream.url, session_timeout_s=600.0)
     msgs = [{"role": "user", "content": "hi"}]
     _chat(px.url, "a", msgs)
     _chat(px.url, "b", msgs)
+    b_call = threading.Thread(target=_chat, args=(px.url, "b", [*msgs, {"role": "assistant", "content": "ok"},
+                                                                {"role": "user", "content": "go"}]),
+                              kwargs={"fake_hold": "b"})
+    b_call.start()  # b is busy during the eviction pass, so only a is evicted
+    _wait("b's call at the upstream", lambda: httpx.get(f"{fake_upstream.url}/_fake/held").json() == {"b": 1})
     hold = WriteHold(px, "a")
     _timeout(px, 0.0)
-    hold.wait_holding()  # session a being evicted, b listed as idle after it
+    hold.wait_holding()  # session a being evicted: the pass awaits its write
+    httpx.post(f"{fake_upstream.url}/_fake/release", json={"name": "b"})
+    b_call.join(DEADLINE_S)
     done = httpx.post(f"{px.url}/s/b/finish", json={"reward": 0.5}, timeout=60).json()
-    assert done["status"] == "completed"
+    assert done["status"] == "completed" and done["trajectories"] and "updated" not in done
     _timeout(px, 600.0)
     hold.release()
     _wait("a's eviction written", lambda: len(_rows(store)) == 2)

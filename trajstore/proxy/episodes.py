@@ -99,6 +99,7 @@ async def finish_episode(request: Request, session: str) -> JSONResponse:
         if session in st.evicted:
             return await _finish_evicted(st, session, status, body, meta)
         return _no_session(st, session)
+    s.finishing = True  # from here on, idle eviction leaves the episode to this /finish
     if "reward" in body:
         r = body["reward"]
         st.recorder.set_reward(s, None if r is None else float(r), body.get("reward_raw"))

@@ -167,6 +167,8 @@ class Session:
     """Calls of this episode the shutdown cut at its deadline."""
     on_idle: Callable[[], None] | None = None
     """Called once when the last call in flight ends (the late calls' part is then written)."""
+    finishing: bool = False
+    """A ``/finish`` is ending it (waiting for its calls): idle eviction leaves it alone."""
     evicted_written: asyncio.Future[None] | None = None
     """The write of the idle-evicted parts this session continues, while it may still run."""
 
@@ -433,9 +435,11 @@ class Recorder:
         return out, final
 
     def idle(self, timeout_s: float) -> list[str]:
-        """Keys of sessions without a call in flight and idle for `timeout_s` seconds."""
+        """Keys of sessions without a call in flight nor a ``/finish`` ending them, idle for
+        `timeout_s` seconds."""
         now = time.monotonic()
-        return [k for k, s in self.sessions.items() if s.in_flight == 0 and now - s.last_active >= timeout_s]
+        return [k for k, s in self.sessions.items()
+                if s.in_flight == 0 and not s.finishing and now - s.last_active >= timeout_s]
 
     # -- persistence ----------------------------------------------------------------------------
 

@@ -217,22 +217,27 @@ class ProxyState:
 
     async def evict_idle(self) -> int:
         """One eviction pass: end each session idle for ``session_timeout_s``, writing it as
-        aborted; returns how many. A session is looked at again right before it is ended (an
-        earlier eviction's write awaits, during which its ``/finish`` or a new call may come)."""
-        n = 0
+        aborted (all in one group commit); returns how many. Each session is looked at again
+        right before it is ended: a call or a ``/finish`` may have come meanwhile."""
         timeout = self.cfg.session_timeout_s
-        for key in self.recorder.idle(timeout):
-            s = self.recorder.sessions.get(key)
-            if s is None or s.in_flight or time.monotonic() - s.last_active < timeout:
-                continue  # ended, or called again, while an earlier eviction was written
-            await self._evict(s)
-            n += 1
-        return n
+        due = [s for key in self.recorder.idle(timeout) if (s := self.recorder.sessions.get(key)) is not None]
+        done = await asyncio.gather(*(self._evict(s, timeout) for s in due), return_exceptions=True)
+        for s, d in zip(due, done):
+            if isinstance(d, BaseException):
+                if isinstance(d, asyncio.CancelledError):
+                    raise d
+                self.count_error("eviction")
+                log.error("session %s: idle eviction failed: %s: %s", s.key, type(d).__name__, d)
+        return sum(d is True for d in done)
 
-    async def _evict(self, s: Session) -> None:
-        """Write idle session `s` as aborted. Its continuation is registered before the write
-        starts: a call under its key during the write (the group commit's window, the flush)
-        joins the episode as a later part; that part's own write waits for this one."""
+    async def _evict(self, s: Session, timeout: float) -> bool:
+        """Write idle session `s` as aborted (False: it is not idle any more). Its continuation is
+        registered before the write starts: a call under its key during the write (the group
+        commit's window, the flush) joins the episode as a later part; that part's own write
+        waits for this one. No await comes before the session is closed."""
+        if self.recorder.sessions.get(s.key) is not s or s.in_flight or s.finishing \
+                or time.monotonic() - s.last_active < timeout:
+            return False
         calls = s.pending_calls
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -241,8 +246,8 @@ class ProxyState:
                 self._evicted(s, trajs, calls, written)
 
         try:
-            await self.end_session(s.key, "aborted", reason=f"idle for {self.cfg.session_timeout_s:g}s",
-                                   provisional=True, before_write=register)
+            await self.end_session(s.key, "aborted", reason=f"idle for {timeout:g}s", provisional=True,
+                                   before_write=register)
         except TrajstoreError as e:  # the parts stay remembered: a later /finish or call still finds them
             self.count_error("eviction_write")
             log.error("session %s: the idle episode could not be written: %s", s.key, e)
@@ -250,6 +255,7 @@ class ProxyState:
             written.exception()  # retrieved: whoever waits on it logs its own failure
         else:
             written.set_result(None)
+        return True
 
     def _evicted(self, s: Session, trajs: list[Any], calls: int, written: asyncio.Future[None]) -> None:
         ids = [*s.evicted_ids, *(t.trajectory_id for t in trajs)]
