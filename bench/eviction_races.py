@@ -43,6 +43,11 @@ from trajstore.proxy.testing import fake_app
 from trajstore.reader import read_trajectories
 
 
+def _client() -> httpx.AsyncClient:
+    """A client that never reuses a connection the server may be closing (its keep-alive is 5 s)."""
+    return httpx.AsyncClient(timeout=60, limits=httpx.Limits(keepalive_expiry=1.0))
+
+
 def _stored(store: str) -> dict[str, list[dict[str, Any]]]:
     by: dict[str, list[dict[str, Any]]] = {}
     for r in read_trajectories(store).to_pylist():
@@ -52,7 +57,7 @@ def _stored(store: str) -> dict[str, list[dict[str, Any]]]:
 
 
 async def _continuations(url: str, n: int, timeout: float, rng: random.Random) -> dict[str, dict[str, Any]]:
-    async with httpx.AsyncClient(timeout=60) as c:
+    async with _client() as c:
         async def one(k: int) -> tuple[str, dict[str, Any]]:
             key = f"cont-{k}"
             msgs = [{"role": "user", "content": f"task {k}"}]
@@ -93,7 +98,7 @@ def _check_continuations(store: str, seen: dict[str, dict[str, Any]]) -> dict[st
 
 async def _finish_races(url: str, n: int, rounds: int, timeout: float, rng: random.Random) -> dict[str, Any]:
     answers: dict[str, dict[str, Any]] = {}
-    async with httpx.AsyncClient(timeout=60) as c:
+    async with _client() as c:
         async def one(key: str) -> None:
             await c.post(f"{url}/s/{key}/v1/chat/completions",
                          json={"model": "fake", "messages": [{"role": "user", "content": key}]})

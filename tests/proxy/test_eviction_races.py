@@ -106,12 +106,12 @@ def test_a_finish_during_an_eviction_write_does_not_stop_eviction(fake_upstream,
     _wait("b's call at the upstream", lambda: httpx.get(f"{fake_upstream.url}/_fake/held").json() == {"b": 1})
     hold = WriteHold(px, "a")
     _timeout(px, 0.0)
-    hold.wait_holding()  # session a being evicted: the pass awaits its write
+    hold.wait_holding()  # session a being evicted: its write is held
+    _timeout(px, 600.0)
     httpx.post(f"{fake_upstream.url}/_fake/release", json={"name": "b"})
     b_call.join(DEADLINE_S)
     done = httpx.post(f"{px.url}/s/b/finish", json={"reward": 0.5}, timeout=60).json()
     assert done["status"] == "completed" and done["trajectories"] and "updated" not in done
-    _timeout(px, 600.0)
     hold.release()
     _wait("a's eviction written", lambda: len(_rows(store)) == 2)
     _chat(px.url, "c", msgs)  # a later idle session is still evicted

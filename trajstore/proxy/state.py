@@ -216,19 +216,27 @@ class ProxyState:
             self.eviction_last_run = time.time()
 
     async def evict_idle(self) -> int:
-        """One eviction pass: end each session idle for ``session_timeout_s``, writing it as
-        aborted (all in one group commit); returns how many. Each session is looked at again
-        right before it is ended: a call or a ``/finish`` may have come meanwhile."""
+        """One eviction pass: each session idle for ``session_timeout_s`` is ended and written as
+        aborted in a task of its own (the writes share a group commit, and the next pass does not
+        wait for them: a slow flush never delays the next evictions); returns how many tasks.
+        Each task looks at its session again right before it ends it: a call or a ``/finish``
+        may have come meanwhile."""
         timeout = self.cfg.session_timeout_s
         due = [s for key in self.recorder.idle(timeout) if (s := self.recorder.sessions.get(key)) is not None]
-        done = await asyncio.gather(*(self._evict(s, timeout) for s in due), return_exceptions=True)
-        for s, d in zip(due, done):
-            if isinstance(d, BaseException):
-                if isinstance(d, asyncio.CancelledError):
-                    raise d
-                self.count_error("eviction")
-                log.error("session %s: idle eviction failed: %s: %s", s.key, type(d).__name__, d)
-        return sum(d is True for d in done)
+        for s in due:
+            task = asyncio.get_running_loop().create_task(self._evict(s, timeout))
+            self._background.add(task)
+            task.add_done_callback(self._evict_done)
+        return len(due)
+
+    def _evict_done(self, task: asyncio.Task[bool]) -> None:
+        self._background.discard(task)
+        if task.cancelled():
+            return
+        e = task.exception()
+        if e is not None:  # a fault of one eviction: counted and logged, the others and the task go on
+            self.count_error("eviction")
+            log.error("idle eviction failed: %s: %s", type(e).__name__, e, exc_info=e)
 
     async def _evict(self, s: Session, timeout: float) -> bool:
         """Write idle session `s` as aborted (False: it is not idle any more). Its continuation is
