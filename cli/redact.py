@@ -117,9 +117,10 @@ def redact_cmd(
                   keys=["trajectory_id", "row", "where"], empty_note="no secret found: nothing rewritten"),
         unscanned,
         TableData("redact.summary", ["store", "shards", "shards_rewritten", "trajectories", "trajectories_redacted",
-                                     "made_not_trainable", "secrets_replaced"],
+                                     "made_not_trainable", "secrets_replaced", "fork_points_fixed"],
                   [(result.store, result.shards, len(result.shards_rewritten), result.trajectories,
-                    result.trajectories_redacted, result.made_not_trainable, len(result.changes))], keys=["store"]),
+                    result.trajectories_redacted, result.made_not_trainable, len(result.changes),
+                    result.fork_points_fixed)], keys=["store"]),
     ], fmt)
     if result.unscanned:
         typer.echo(f"error: {len(result.unscanned)} trajectories or shards could not be scanned (listed in "

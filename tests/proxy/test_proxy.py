@@ -264,6 +264,8 @@ def test_idle_sessions_end_aborted(fake_upstream, start_proxy, tmp_path):
         time.sleep(0.1)
     (row,) = rows(str(tmp_path / "store"))
     assert row["status"] == "aborted" and json.loads(row["metadata"])["end_reason"].startswith("idle")
+    # its /finish still tells the outcome: set on the part stored (a second one finds nothing)
+    assert httpx.post(f"{px.url}/s/idle/finish", json={}).json()["updated"] == [row["trajectory_id"]]
     assert httpx.post(f"{px.url}/s/idle/finish", json={}).status_code == 404
 
 

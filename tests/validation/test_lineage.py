@@ -32,8 +32,8 @@ def _write(path: Path, trajs: list[Trajectory]) -> str:
 
 
 def test_children_are_checked_against_every_file_read(tmp_path: Path) -> None:
-    # root: 3 + 2 = 5 tokens. ok-kid shares 4 of them; far-kid claims 6 (> 5); lost-kid's parent is in no file.
-    a = _write(tmp_path / "a.parquet", [_traj("ok-kid", 4, "root", 4), _traj("far-kid", 5, "root", 6)])
+    # root: 3 + 2 = 5 tokens. ok-kid shares 3 of them; far-kid claims 6 (> 5); lost-kid's parent is in no file.
+    a = _write(tmp_path / "a.parquet", [_traj("ok-kid", 4, "root", 3), _traj("far-kid", 5, "root", 6)])
     b = _write(tmp_path / "b.parquet", [_traj("root", 3), _traj("lost-kid", 1, "nowhere", 1)])
     report = validate_files([a, b])
     got = sorted((p.trajectory_id, p.field, p.rule, p.message, p.row) for p in report.problems)
@@ -58,3 +58,15 @@ def test_row_rules_of_lineage_and_schema_version_in_a_file(tmp_path: Path) -> No
         ("kid", "link_kind", "'sibling' is not one of ['subagent', 'context_rewrite', 'fork', 'continuation']"),
         ("kid", "schema_version", "is 0, but the file's footer says 3"),
         ("root", "schema_version", "is 0, but the file's footer says 3")]
+
+
+def test_a_fork_point_is_checked_against_the_parents_tokens(tmp_path: Path) -> None:
+    # A redaction that replaced a secret in a shared prefix by a marker of another length left
+    # fork_point 98 on a child sharing 87 tokens with its parent: only its length was checked
+    root = _traj("root", 6)  # 1..6, 7, 8
+    kid = _traj("kid", 6, "root", 6)
+    wrong = kid.model_copy(update={"trajectory_id": "wrong-kid", "tokens": [1, 2, 99, 4, 5, 6, 7, 8]})
+    later = _write(tmp_path / "b.parquet", [root])  # the parent in a later file than its children
+    got = [(p.trajectory_id, p.field, p.rule) for p in
+           validate_files([_write(tmp_path / "a.parquet", [kid, wrong]), later]).problems]
+    assert got == [("wrong-kid", "fork_point", "lineage")]

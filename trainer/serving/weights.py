@@ -57,7 +57,8 @@ def plan_weight_copy(model: nn.Module, state: dict[str, torch.Tensor], *,
     dtype, without changing `model`.
 
     A tied tensor (e.g. an LM head tied to the input embeddings) is matched once, under any one
-    of its names. A floating-point tensor takes any floating-point dtype (it is cast when copied:
+    of its names. A floating-point tensor holding NaN or inf is refused (every answer of the
+    server would fail after it is loaded). A floating-point tensor takes any floating-point dtype (it is cast when copied:
     published float32 into a bfloat16 server); any other dtype must be equal.
 
     Args:
@@ -69,13 +70,15 @@ def plan_weight_copy(model: nn.Module, state: dict[str, torch.Tensor], *,
         ``(live tensor, new tensor)`` pairs, one per distinct tensor of `model`.
 
     Raises:
-        WeightLoadError: naming every missing, unexpected, wrong-shape and wrong-dtype tensor.
+        WeightLoadError: naming every missing, unexpected, wrong-shape, wrong-dtype and
+            non-finite tensor.
     """
     live = model.state_dict(keep_vars=True)
     plan: list[tuple[torch.Tensor, torch.Tensor]] = []
     missing: list[str] = []
     shapes: list[str] = []
     dtypes: list[str] = []
+    nonfinite: list[str] = []
     for names in tied_groups(model):
         found = [n for n in names if n in state]
         if not found:
@@ -88,11 +91,14 @@ def plan_weight_copy(model: nn.Module, state: dict[str, torch.Tensor], *,
               or (not dst.is_floating_point() and src.dtype != dst.dtype)):
             dtypes.append(f"{found[0]} {str(src.dtype).removeprefix('torch.')} "
                           f"(served {str(dst.dtype).removeprefix('torch.')})")
+        elif src.is_floating_point() and not bool(torch.isfinite(src).all()):
+            nonfinite.append(found[0])
         else:
             plan.append((dst, src))
     unexpected = sorted(set(state) - set(live))
     problems = [f"{label} {len(names)}: {_named(sorted(names))}" for label, names in (
-        ("missing", missing), ("wrong shape", shapes), ("wrong dtype", dtypes), ("unexpected", unexpected)) if names]
+        ("missing", missing), ("wrong shape", shapes), ("wrong dtype", dtypes), ("unexpected", unexpected),
+        ("non-finite (NaN or inf)", nonfinite)) if names]
     if problems:
         raise WeightLoadError(f"{source} does not match {type(model).__name__}, nothing was loaded: "
                               + "; ".join(problems))
@@ -130,23 +136,29 @@ def reload_weights(model: nn.Module, path: str, *, version: str | None, current_
     ``/update_weights_from_disk`` does.
 
     Args:
-        version: the version the caller named (None = the folder's meta.json, else `current_version`).
+        version: the version the caller named (None = the folder's meta.json; without one the load
+            is refused: new weights never keep the old label).
         current_version: the version served until now (reported again when loading fails).
         mode: the reload mode, named in the message.
         in_flight: requests being generated when the reload ran (``num_paused_requests``).
 
     Returns:
-        ``{"success", "message", "weight_version", "num_paused_requests"}``; on failure the
-        message is the :class:`WeightLoadError` (naming the tensors at fault), `model` is
-        unchanged and ``weight_version`` is `current_version`.
+        ``{"success", "message", "weight_version", "num_paused_requests"}``; on failure (no
+        version named nor in the folder, or a :class:`WeightLoadError` naming the tensors at
+        fault) the message says why, `model` is unchanged and ``weight_version`` is `current_version`.
     """
     t0 = time.perf_counter()
+    new = version if version is not None else version_of_dir(path)
     try:
+        if new is None:  # new weights under the old label: callers would record them as that version
+            raise WeightLoadError(f"{path} names no weight version (no {VERSION_META_FILE} with a \"version\") and "
+                                  "the request named none: pass \"weight_version\" in the request, so that the "
+                                  f"answers are labelled by the weights that produced them; nothing was loaded, "
+                                  f"version {current_version} is still served")
         with torch.no_grad():
             load_weights_from_dir(model, path)
     except WeightLoadError as e:
         return {"success": False, "message": str(e), "weight_version": current_version, "num_paused_requests": 0}
-    new = version if version is not None else (version_of_dir(path) or current_version)
     return {"success": True, "weight_version": new, "num_paused_requests": in_flight,
             "message": f"loaded {path} as weight version {new} in "
                        f"{time.perf_counter() - t0:.2f}s ({mode}; no prefix cache is kept)"}

@@ -3,12 +3,18 @@
 then ends it and returns once its trajectories are durable in the store (with their ids, final
 status, policy versions, token count, the calls it could not wait for and the parts written
 earlier at idle evictions). An episode with calls still in flight ends ``aborted``: what they
-answer later is stored as a continuation part, never dropped."""
+answer later is stored as a continuation part, never dropped. An episode written as aborted at an
+idle eviction and not called since is still the harness's to end: its ``/finish`` (and reward)
+sets the outcome on the parts stored (``finished_after_eviction`` in their metadata)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import math
 import time
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -17,10 +23,13 @@ from trajstore.errors import TrajstoreError
 from trajstore.http.errors import error_response
 from trajstore.http.json_body import read_json_object
 from trajstore.http.limits import BodyError
+from trajstore.maintenance.outcome import Outcome, set_outcome
 from trajstore.proxy.recorder import RESERVED_METADATA_KEYS
 from trajstore.proxy.shutdown import SHUTTING_DOWN
 from trajstore.proxy.state import ProxyState
 from trajstore.schema import STATUSES  # a client may end an episode with any stored status
+
+log = logging.getLogger("trajstore.proxy")
 
 # The routes below have comments, not docstrings: FastAPI would publish a docstring in /openapi.json.
 
@@ -39,6 +48,10 @@ async def set_episode_reward(request: Request, session: str) -> JSONResponse:
     if not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r):
         return error_response(400, "body must be {\"reward\": <finite number>, \"raw\": <any, optional>}")
     s = st.recorder.sessions.get(session)
+    ev = st.evicted.get(session) if s is None else None
+    if ev is not None:  # kept for its continuation, or for its /finish
+        ev.reward, ev.reward_raw = float(body["reward"]), body.get("raw")
+        return JSONResponse({"session": session, "reward": float(body["reward"])})
     if s is None:
         return _no_session(st, session)
     st.recorder.set_reward(s, float(body["reward"]), body.get("raw"))
@@ -47,11 +60,6 @@ async def set_episode_reward(request: Request, session: str) -> JSONResponse:
 
 
 def _no_session(st: ProxyState, session: str) -> JSONResponse:
-    ev = st.evicted.get(session)
-    if ev is not None:
-        return error_response(404, f"no open session {session!r}: it was evicted after {st.cfg.session_timeout_s:g} s "
-                                 f"without a call (--session-timeout) and its trajectories {ev.trajectory_ids} are "
-                                 "stored as aborted; a call under this key would continue the episode")
     return error_response(404, f"no open session {session!r} (a session opens with its first call)")
 
 
@@ -76,9 +84,6 @@ async def finish_episode(request: Request, session: str) -> JSONResponse:
     if reserved:
         return error_response(400, f"metadata keys {reserved} are the proxy's own (reserved: "
                                  f"{', '.join(sorted(RESERVED_METADATA_KEYS))})")
-    s = st.recorder.sessions.get(session)
-    if s is None:
-        return _no_session(st, session)
     prompt_id = body.get("prompt_id")
     if prompt_id is not None and not isinstance(prompt_id, str):
         return error_response(400, "prompt_id must be a string")
@@ -89,6 +94,14 @@ async def finish_episode(request: Request, session: str) -> JSONResponse:
         r = body["reward"]
         if r is not None and (not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r)):
             return error_response(400, f"reward must be a finite number or null, got {r!r}")
+    s = st.recorder.sessions.get(session)
+    if s is None:
+        if session in st.evicted:
+            return await _finish_evicted(st, session, status, body, meta)
+        return _no_session(st, session)
+    s.finishing = True  # from here on, idle eviction leaves the episode to this /finish
+    if "reward" in body:
+        r = body["reward"]
         st.recorder.set_reward(s, None if r is None else float(r), body.get("reward_raw"))
     # a call still waiting for the upstream, streaming its last bytes or being recorded comes first
     idle = await s.wait_idle(st.cfg.finish_wait_s)
@@ -116,3 +129,33 @@ async def finish_episode(request: Request, session: str) -> JSONResponse:
                          "policy_versions_max": [sp.policy_version_max for t in trajs for sp in t.spans
                                                  if sp.kind == "action"],
                          "num_tokens": sum(len(t.tokens) for t in trajs)})
+
+
+async def _finish_evicted(st: ProxyState, session: str, status: str, body: dict[str, Any],
+                          meta: dict[str, Any]) -> JSONResponse:
+    """``/finish`` of an episode an idle eviction wrote as aborted, with no call since: the
+    harness's outcome (status, reward, metadata) is set on the parts already stored, rewritten
+    in place (:func:`~trajstore.maintenance.outcome.set_outcome`), and the episode is forgotten."""
+    ev = st.take_evicted(session)
+    assert ev is not None
+    try:
+        if ev.written is not None:
+            await asyncio.shield(ev.written)  # the eviction may still be writing them
+        reward, raw = (ev.reward, ev.reward_raw) if "reward" not in body else (body["reward"], body.get("reward_raw"))
+        reward = None if reward is None else float(reward)
+        if ev.taint is not None and status in ("completed", "truncated"):
+            status = ev.taint  # as Recorder.take: an upstream error or a client gone mid-call
+        outcome = Outcome(status=status, reward=reward,
+                          reward_raw=None if raw is None and reward is None else json.dumps(raw if raw is not None
+                                                                                              else reward),
+                          metadata={**meta, "requested_status": status, "finished_after_eviction": True})
+        ids = await asyncio.to_thread(set_outcome, st.store, ev.trajectory_ids, outcome,
+                                      wait_s=st.cfg.finish_wait_s)
+    except (TrajstoreError, ValueError) as e:  # ValueError: a reward_raw that is not JSON
+        return error_response(500, f"the episode's parts {ev.trajectory_ids}, written as aborted at its idle "
+                                   f"eviction, could not be given this outcome: {e}", "store_error")
+    log.info("session %s: /finish after an idle eviction: status %s and reward %s set on its stored part(s) %s",
+             session, status, reward, ", ".join(ids))
+    return JSONResponse({"session": session, "status": status, "calls_in_flight": 0,
+                         "evicted_parts": list(ev.trajectory_ids), "trajectories": [], "updated": ids,
+                         "policy_versions": [], "policy_versions_max": [], "num_tokens": 0})

@@ -1,5 +1,6 @@
 """The routes that describe ``traj proxy`` and its upstream: ``GET /health``, ``GET /proxy/stats``
-(counters, per-version call counts, open sessions, weight sync and staleness gate state) and
+(counters, per-version call counts, open sessions, weight sync and staleness gate state, when
+the idle-eviction task last ended a pass: ``eviction.last_run_s_ago``, None before its first) and
 ``GET /v1/models`` (passed through to the upstream)."""
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ async def stats(request: Request) -> dict[str, Any]:
         "lineages_per_episode": {str(k): v for k, v in sorted(r.lineages_per_episode.items()) if v},
         "policy_version": st.versioning.version, "policy_version_source": st.versioning.source,
         "reload_epoch": st.versioning.epoch,
-        "uptime_s": round(time.time() - st.started, 1), "shutting_down": st.closing, "calls_in_flight": len(st.calls)}
+        "uptime_s": round(time.time() - st.started, 1), "shutting_down": st.closing, "calls_in_flight": len(st.calls),
+        "eviction": {"last_run_s_ago": None if st.eviction_last_run is None
+                     else round(time.time() - st.eviction_last_run, 1),
+                     "errors": st.errors.get("eviction", 0) + st.errors.get("eviction_write", 0),
+                     "remembered": len(st.evicted)}}
     if st.sync is not None:
         out["weight_loads"] = [{"version": v, "seconds": round(s, 3)} for v, s in st.sync.loads]
         out["weight_load_failures"] = st.sync.failures

@@ -47,7 +47,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +110,10 @@ class Evicted:
     reward_raw: Any
     lineages: LineageSet | None = None
     """Its lineages (their tokens), so that the later call attaches to the one it extends."""
+    taint: str | None = None
+    """The status its errors impose (:meth:`Session.mark`), kept for its continuation and ``/finish``."""
+    written: asyncio.Future[None] | None = None
+    """Done once its parts are written (the eviction registers it before it writes them)."""
 
 
 @dataclass
@@ -163,6 +167,10 @@ class Session:
     """Calls of this episode the shutdown cut at its deadline."""
     on_idle: Callable[[], None] | None = None
     """Called once when the last call in flight ends (the late calls' part is then written)."""
+    finishing: bool = False
+    """A ``/finish`` is ending it (waiting for its calls): idle eviction leaves it alone."""
+    evicted_written: asyncio.Future[None] | None = None
+    """The write of the idle-evicted parts this session continues, while it may still run."""
 
     def end(self) -> None:
         """A call is answered and recorded (or failed)."""
@@ -200,7 +208,8 @@ class Session:
 
 RESERVED_METADATA_KEYS: frozenset[str] = frozenset({
     "session", "episode", "calls", "context_breaks", "context_breaks_after_length", "requested_status", "end_reason",
-    "errors", "mixed_version_calls", "calls_in_flight", "calls_cut_at_shutdown"})
+    "errors", "mixed_version_calls", "calls_in_flight", "calls_cut_at_shutdown",
+    "finished_after_eviction"})
 """Metadata keys the proxy writes on each trajectory; a client's ``/finish`` metadata may not use them."""
 
 
@@ -221,14 +230,14 @@ class Recorder:
             None = the response's model name).
         run_metadata: merged into every trajectory's metadata (e.g. the followed run).
         on_written: called with each written trajectory (the staleness gate counts them).
-        prepare: applied to each trajectory before it is written (``traj proxy --redact``: the
-            redactor, so a secret the harness sent is never stored).
+        prepare: applied to each batch of trajectories before it is written (``traj proxy
+            --redact``: the redactor, so a secret the harness sent is never stored).
         batch_s, batch_max: the group commit's window (s) and size (:meth:`persist`).
     """
 
     def __init__(self, writer: StoreWriter, *, tokenizer: str | None, run_metadata: dict[str, Any],
                  on_written: Callable[[Trajectory], None] | None = None,
-                 prepare: Callable[[Trajectory], Trajectory] | None = None, batch_s: float = 0.0,
+                 prepare: Callable[[Sequence[Trajectory]], list[Trajectory]] | None = None, batch_s: float = 0.0,
                  batch_max: int = DEFAULT_FINISH_BATCH_MAX):
         self.writer = writer
         self.prepare = prepare
@@ -251,6 +260,9 @@ class Recorder:
         """Trajectories that end the wait at once."""
         self._waiting = 0
         self._full = asyncio.Event()
+        self.hold_write: Callable[[Sequence[Trajectory]], Awaitable[None]] | None = None
+        """Awaited with the trajectories before each write when set: a test holds a write there
+        to meet what may happen meanwhile (a call, a ``/finish``) without guessing at timings."""
 
     # -- sessions -------------------------------------------------------------------------------
 
@@ -270,7 +282,8 @@ class Recorder:
                             group_id=evicted.group_id or group_id, parts_written=evicted.parts_written,
                             evicted_ids=list(evicted.trajectory_ids),
                             calls=evicted.calls, context_breaks=evicted.context_breaks,
-                            reward=evicted.reward, reward_raw=evicted.reward_raw)
+                            reward=evicted.reward, reward_raw=evicted.reward_raw,
+                            evicted_written=evicted.written, taint=evicted.taint)
                 if evicted.lineages is not None:
                     s.lineages = evicted.lineages
                 s.lineages.set_resume_change(AFTER_IDLE_EVICTION)
@@ -422,9 +435,11 @@ class Recorder:
         return out, final
 
     def idle(self, timeout_s: float) -> list[str]:
-        """Keys of sessions without a call in flight and idle for `timeout_s` seconds."""
+        """Keys of sessions without a call in flight nor a ``/finish`` ending them, idle for
+        `timeout_s` seconds."""
         now = time.monotonic()
-        return [k for k, s in self.sessions.items() if s.in_flight == 0 and now - s.last_active >= timeout_s]
+        return [k for k, s in self.sessions.items()
+                if s.in_flight == 0 and not s.finishing and now - s.last_active >= timeout_s]
 
     # -- persistence ----------------------------------------------------------------------------
 
@@ -436,9 +451,10 @@ class Recorder:
         ``batch_s = 0``: flush at once (concurrent callers still share the shard)."""
         if not trajectories:
             return
+        if self.hold_write is not None:
+            await self.hold_write(trajectories)
         if self.prepare is not None:
-            prepare = self.prepare
-            trajectories = await asyncio.to_thread(lambda: [prepare(t) for t in trajectories])
+            trajectories = await asyncio.to_thread(self.prepare, trajectories)
         await asyncio.to_thread(self.writer.write_many, trajectories)
         self._written_gen += 1
         self._waiting += len(trajectories)

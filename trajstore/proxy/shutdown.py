@@ -137,12 +137,12 @@ async def _flush(st: ProxyState) -> tuple[int, int]:
             episodes += 1
             calls += n
             out += trajs
+    st.flushed = True  # a call recorded from now on goes into a later part, whenever this write ends
     try:
         await st.recorder.persist(out)
     except Exception as e:  # noqa: BLE001 - keep shutting down (the writer retries at close); say so
         log.error("shutdown: could not write %d open episode(s) (%d recorded call(s)): %s", episodes, calls, e)
         episodes = calls = 0  # the flush line counts what is durable
-    st.flushed = True
     return episodes, calls
 
 

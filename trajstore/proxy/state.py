@@ -10,10 +10,11 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import httpx
+import numpy as np
 
 from trajstore.errors import AdapterError, TrajstoreError
 from trajstore.models import Trajectory
@@ -24,9 +25,11 @@ from trajstore.proxy.staleness import GATE_POLL_S, StalenessGate
 from trajstore.proxy.sync import ModelPathWatch, Ticket, Versioning, WeightSync
 from trajstore.proxy.upstream import parse_version, read_call
 from trajstore.proxy.version_labels import label_versions
+from trajstore.reader import read_trajectories_by_id
 from trajstore.redact import Redactor
+from trajstore.redact.lineage import redact_linked
 from trajstore.run_config import RunConfigError, run_batch_size
-from trajstore.store import open_store
+from trajstore.store import Store, open_store
 from trajstore.writer import StoreWriter
 
 log = logging.getLogger("trajstore.proxy")
@@ -39,8 +42,11 @@ EVICTED_TOKENS_MAX = 1 << 24
 (a later call under such a key starts a new episode)."""
 
 
-def redactor_for(cfg: ProxyConfig) -> Callable[[Trajectory], Trajectory] | None:
-    """``--redact``: what scrubs each trajectory before it is stored (traj redact's default rules),
+def redactor_for(cfg: ProxyConfig, store: Store | None = None
+                 ) -> Callable[[Sequence[Trajectory]], list[Trajectory]] | None:
+    """``--redact``: what scrubs each batch of trajectories before it is stored (traj redact's
+    default rules, each child's ``fork_point`` recomputed when its shared prefix changed:
+    :func:`~trajstore.redact.lineage.redact_linked`, a parent written earlier read from `store`),
     its tokenizer loaded now so a proxy that cannot redact never starts; None without ``--redact``.
 
     Raises:
@@ -55,7 +61,14 @@ def redactor_for(cfg: ProxyConfig) -> Callable[[Trajectory], Trajectory] | None:
     loaded = redactor.token_bytes(cfg.tokenizer)
     if isinstance(loaded, str):
         raise TrajstoreError(f"--redact: {loaded}")
-    return redactor.redact_or_same
+    where = store if store is not None else open_store(cfg.store)
+
+    def stored_tokens(ids: list[str]) -> dict[str, np.ndarray]:
+        table = read_trajectories_by_id(where, ids, columns=["trajectory_id", "tokens"])
+        return {i: np.asarray(t) for i, t in zip(table.column("trajectory_id").to_pylist(),
+                                                  table.column("tokens").to_pylist())}
+
+    return lambda batch: redact_linked(redactor.redact_or_same, batch, stored_tokens)
 
 
 UPSTREAM_KEEPALIVE_S = 2.0
@@ -64,6 +77,14 @@ of the servers in front of which the proxy runs (uvicorn's default, vLLM's and `
 With httpx's default of 5 s too, a call sent on a connection the server was closing at that moment
 failed with ``upstream unreachable: ReadError`` (502) and ended its episode (seen under load after a
 5 s pause between calls)."""
+
+
+async def _evicted_written(s: Session) -> None:
+    """Wait until the parts of the idle eviction that `s` continues are written (their write
+    failed: raise its :class:`TrajstoreError`, the new parts would link to missing parents)."""
+    if s.evicted_written is not None:
+        await asyncio.shield(s.evicted_written)
+        s.evicted_written = None
 
 
 class ProxyState:
@@ -101,7 +122,7 @@ class ProxyState:
         self.recorder = Recorder(self.writer, tokenizer=cfg.tokenizer,
                                  run_metadata={"run_id": cfg.follow_run} if cfg.follow_run else {},
                                  on_written=self.gate.on_written if self.gate else None,
-                                 prepare=redactor_for(cfg), batch_s=cfg.finish_batch_s)
+                                 prepare=redactor_for(cfg, self.store), batch_s=cfg.finish_batch_s)
         self.versioning = Versioning(None if cfg.follow_run else cfg.policy_version, mode=cfg.reload_mode)
         self.sync: WeightSync | None = None
         if cfg.follow_run:
@@ -117,6 +138,8 @@ class ProxyState:
         self.recordings: set[asyncio.Task[None]] = set()  # calls answered, being recorded
         self.calls: set[InFlightCall] = set()
         self.evicted: OrderedDict[str, Evicted] = OrderedDict()
+        self.eviction_last_run: float | None = None
+        """When the eviction task last ended a pass (epoch s; None: not yet)."""
         self._evicted_tokens = 0
         self.started = time.time()
         self.errors: dict[str, int] = {}
@@ -125,7 +148,8 @@ class ProxyState:
         the calls, before a version set by hand (POST /proxy/policy_version)."""
         self.closing = False
         self.flushed = False
-        """The shutdown flush is written: calls recorded from now on are counted as after it."""
+        """The shutdown flush took the open episodes' calls (its write may still run): calls
+        recorded from now on go into later parts and are counted as after it."""
         self.shutdown: asyncio.Task[None] | None = None
         """The shutdown's drain once a stop signal began it (:mod:`~trajstore.proxy.shutdown`)."""
         self.cut_now = asyncio.Event()
@@ -180,24 +204,75 @@ class ProxyState:
 
     async def _reaper(self) -> None:
         """Session eviction: an episode without a call for ``session_timeout_s`` is written as
-        aborted, and remembered so that a later call under its key continues it."""
-        tick = min(1.0, self.cfg.session_timeout_s / 4)
+        aborted, and remembered so that a later call under its key continues it. Nothing but the
+        shutdown's cancel stops it: a pass that fails is logged and counted (``errors.eviction``)
+        and the next tick tries again; ``/proxy/stats`` says when a pass last ended."""
         while True:
-            await asyncio.sleep(tick)
-            for key in self.recorder.idle(self.cfg.session_timeout_s):
-                s = self.recorder.sessions[key]
-                calls = s.pending_calls
-                trajs, _ = await self.end_session(key, "aborted", reason=f"idle for {self.cfg.session_timeout_s:g}s",
-                                                  provisional=True)
-                if trajs:
-                    self._evicted(s, trajs, calls)
+            await asyncio.sleep(min(1.0, self.cfg.session_timeout_s / 4))
+            try:
+                await self.evict_idle()
+            except Exception:  # any fault of one pass; the task must outlive it (asyncio.CancelledError is not one)
+                self.count_error("eviction")
+                log.exception("idle eviction: a pass failed; the next one runs in a second")
+            self.eviction_last_run = time.time()
 
-    def _evicted(self, s: Session, trajs: list[Any], calls: int) -> None:
+    async def evict_idle(self) -> int:
+        """One eviction pass: each session idle for ``session_timeout_s`` is ended and written as
+        aborted in a task of its own (the writes share a group commit, and the next pass does not
+        wait for them: a slow flush never delays the next evictions); returns how many tasks.
+        Each task looks at its session again right before it ends it: a call or a ``/finish``
+        may have come meanwhile."""
+        timeout = self.cfg.session_timeout_s
+        due = [s for key in self.recorder.idle(timeout) if (s := self.recorder.sessions.get(key)) is not None]
+        for s in due:
+            task = asyncio.get_running_loop().create_task(self._evict(s, timeout))
+            self._background.add(task)
+            task.add_done_callback(self._evict_done)
+        return len(due)
+
+    def _evict_done(self, task: asyncio.Task[bool]) -> None:
+        self._background.discard(task)
+        if task.cancelled():
+            return
+        e = task.exception()
+        if e is not None:  # a fault of one eviction: counted and logged, the others and the task go on
+            self.count_error("eviction")
+            log.error("idle eviction failed: %s: %s", type(e).__name__, e, exc_info=e)
+
+    async def _evict(self, s: Session, timeout: float) -> bool:
+        """Write idle session `s` as aborted (False: it is not idle any more). Its continuation is
+        registered before the write starts: a call under its key during the write (the group
+        commit's window, the flush) joins the episode as a later part; that part's own write
+        waits for this one. No await comes before the session is closed."""
+        if self.recorder.sessions.get(s.key) is not s or s.in_flight or s.finishing \
+                or time.monotonic() - s.last_active < timeout:
+            return False
+        calls = s.pending_calls
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def register(trajs: list[Trajectory]) -> None:
+            if trajs:
+                self._evicted(s, trajs, calls, written)
+
+        try:
+            await self.end_session(s.key, "aborted", reason=f"idle for {timeout:g}s", provisional=True,
+                                   before_write=register)
+        except TrajstoreError as e:  # the parts stay remembered: a later /finish or call still finds them
+            self.count_error("eviction_write")
+            log.error("session %s: the idle episode could not be written: %s", s.key, e)
+            written.set_exception(e)
+            written.exception()  # retrieved: whoever waits on it logs its own failure
+        else:
+            written.set_result(None)
+        return True
+
+    def _evicted(self, s: Session, trajs: list[Any], calls: int, written: asyncio.Future[None]) -> None:
         ids = [*s.evicted_ids, *(t.trajectory_id for t in trajs)]
         self.evicted[s.key] = Evicted(episode=s.episode, parts_written=s.parts_written, trajectory_ids=ids,
                                       prompt_id=s.prompt_id, group_id=s.group_id, metadata=dict(s.extra_metadata),
                                       calls=s.calls, context_breaks=s.context_breaks, reward=s.reward,
-                                      reward_raw=s.reward_raw, lineages=s.lineages)
+                                      reward_raw=s.reward_raw, lineages=s.lineages, written=written,
+                                      taint=s.taint)
         self.evicted.move_to_end(s.key)
         self._evicted_tokens += s.lineages.token_count
         while len(self.evicted) > EVICTED_KEYS_MAX or (self._evicted_tokens > EVICTED_TOKENS_MAX
@@ -223,7 +298,9 @@ class ProxyState:
     async def end_session(self, key: str, status: str, *, reason: str | None = None,
                           metadata: dict[str, Any] | None = None, prompt_id: str | None = None,
                           requested_status: str | None = None, notes: dict[str, Any] | None = None,
-                          provisional: bool = False, late: bool = False) -> tuple[list[Any], str | None]:
+                          provisional: bool = False, late: bool = False,
+                          before_write: Callable[[list[Trajectory]], None] | None = None
+                          ) -> tuple[list[Any], str | None]:
         """End episode `key`: write its trajectories; return them and the final status.
 
         Args:
@@ -232,6 +309,11 @@ class ProxyState:
             provisional: a later call may continue the episode (idle eviction).
             late: calls are still in flight (``/finish`` stopped waiting): each one answered is
                 recorded into a continuation part (``after-finish``), written once they all ended.
+            before_write: called with the trajectories once the session is closed, before they
+                are written (idle eviction registers the continuation there).
+
+        An episode continued after an idle eviction is written only once that eviction's parts
+        are (its first new part links to them: the writer wants a parent written first).
         """
         s = self.recorder.sessions.get(key)
         if s is None:
@@ -247,7 +329,10 @@ class ProxyState:
                                            requested_status=requested_status, notes=notes,
                                            provisional=provisional or late,
                                            resume_change=AFTER_FINISH if late else None)
+        if before_write is not None:
+            before_write(trajs)
         try:
+            await _evicted_written(s)
             await self.recorder.persist(trajs)
         finally:
             if self.gate is not None:
@@ -280,13 +365,14 @@ class ProxyState:
         call.answered = True
         end = Ticket(self.versioning.version, self.versioning.epoch)
         prev = s.recording
-        after_flush = self.flushed and not call.cut  # a call cut by the shutdown is counted as cut
 
         async def run() -> None:
             try:
                 if prev is not None:
                     await asyncio.wait([prev])
-                if await self._record(call, data, end) and after_flush:
+                # recorded once the flush took its episodes: stored in a part after it (a call
+                # answered before but recorded after counts too; one cut by the shutdown is counted as cut)
+                if await self._record(call, data, end) and self.flushed and not call.cut:
                     self.recorder.stats["calls_after_shutdown_flush"] += 1
             finally:
                 call.end()

@@ -125,6 +125,8 @@ class RedactionResult:
             or, without ``keep_trainable``, an action's context changed).
         changes: every secret replaced (with its old and new token ranges), in store order.
         unscanned: rows whose spans were not scanned (their metadata and raw reward were scrubbed).
+        fork_points_fixed: children whose ``fork_point`` was recomputed because the prefix they
+            share with their parent changed (:mod:`trajstore.redact.lineage`).
     """
 
     store: str
@@ -135,6 +137,7 @@ class RedactionResult:
     made_not_trainable: int = 0
     changes: list[Finding] = field(default_factory=list)
     unscanned: list[Unscanned] = field(default_factory=list)
+    fork_points_fixed: int = 0
 
     def by_kind(self) -> dict[str, int]:
         """Changes per kind, most frequent first."""

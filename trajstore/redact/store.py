@@ -18,14 +18,16 @@ from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-from trajstore.convert import table_to_trajectories, trajectories_to_table
-from trajstore.reader import read_shard
+from trajstore.convert import table_to_trajectories
+from trajstore.maintenance.replace_rows import replace_rows
+from trajstore.reader import read_shard, read_trajectories_by_id
+from trajstore.redact.lineage import refork
 from trajstore.redact.report import Finding, RedactionResult, ScanReport, Unscanned
 from trajstore.redact.rules import RedactConfig
 from trajstore.redact.trajectory import Redacted, Redactor
-from trajstore.schema import TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, ShardInfo, Store, open_store, scalar_cache
 from trajstore.store.layout import TRAJECTORIES_DIR
 from trajstore.store.lock import maintenance_lock
@@ -139,17 +141,22 @@ def redact_store(uri: str | os.PathLike[str] | Store, *, config: RedactConfig | 
     with maintenance_lock(store, wait_s=wait_s):
         store.remove_stale_rewrites()
         shards = _list_shards(store, result.unscanned)  # listed under the lock: what a compaction left
+        before: dict[str, np.ndarray] = {}
         for n, shard in enumerate(shards):
-            _redact_shard(store, shard, redactor, result)
+            _redact_shard(store, shard, redactor, result, before)
             if on_shard is not None:
                 on_shard(shard, n, len(shards))
+        if before:
+            _refork_store(store, before, result)
         if result.shards_rewritten:
             scalar_cache.clear(store)  # it may hold the old rows' metadata
     return result
 
 
-def _redact_shard(store: Store, shard: ShardInfo, redactor: Redactor, result: RedactionResult) -> None:
-    """Scan one shard and rewrite it when a row changed (holding the maintenance lock)."""
+def _redact_shard(store: Store, shard: ShardInfo, redactor: Redactor, result: RedactionResult,
+                  before: dict[str, np.ndarray]) -> None:
+    """Scan one shard and rewrite it when a row changed (holding the maintenance lock); the
+    token ids of each row whose tokens changed go into `before`, by trajectory id."""
     table = _read(store, shard, result.unscanned)
     result.shards += 1
     if table is not None:
@@ -163,28 +170,50 @@ def _redact_shard(store: Store, shard: ShardInfo, redactor: Redactor, result: Re
                 result.unscanned.append(Unscanned(t.trajectory_id, unscanned, url, row))
             if r is not None:
                 changed[row] = r
+                if not np.array_equal(np.asarray(t.tokens), np.asarray(r.trajectory.tokens)):
+                    before[t.trajectory_id] = np.asarray(t.tokens)
         if changed:
-            store.rewrite_shard(shard.path, replace_rows(table, changed))
+            store.rewrite_shard(shard.path, replace_rows(table, {i: r.trajectory for i, r in changed.items()}))
             result.shards_rewritten.append(url)
             result.trajectories_redacted += len(changed)
             result.made_not_trainable += sum(r.made_not_trainable for r in changed.values())
             result.changes += [_placed(c, url, row) for row, r in sorted(changed.items()) for c in r.changes]
 
 
-def replace_rows(table: pa.Table, changed: dict[int, Redacted]) -> pa.Table:
-    """`table` (schema current) with the rows in `changed` replaced by their rewritten
-    trajectories; every other row is copied as it is, and the order is kept."""
-    new = trajectories_to_table([changed[i].trajectory for i in sorted(changed)])
-    table = table.replace_schema_metadata(TRAJECTORY_SCHEMA.metadata).cast(new.schema)
-    pieces, pos = [], 0
-    for j, i in enumerate(sorted(changed)):
-        if i > pos:
-            pieces.append(table.slice(pos, i - pos))
-        pieces.append(new.slice(j, 1))
-        pos = i + 1
-    if pos < table.num_rows:
-        pieces.append(table.slice(pos))
-    return pa.concat_tables(pieces).combine_chunks()
+def _refork_store(store: Store, before: dict[str, np.ndarray], result: RedactionResult) -> None:
+    """After the rewrites: recompute the ``fork_point`` of every child whose own tokens or whose
+    parent's changed (ids in `before`, with their tokens before), wherever it is stored, and
+    rewrite the shards holding one that changed (:func:`~trajstore.redact.lineage.refork`)."""
+    links: dict[str, list[tuple[int, str, str, int]]] = {}
+    infos = {s.path: s for s in store.list_shards(TRAJECTORIES_DIR)}
+    for path, shard in infos.items():
+        t = read_shard(store, shard, columns=["trajectory_id", "parent_trajectory_id", "fork_point"])
+        rows = zip(*(t.column(c).to_pylist() for c in ("trajectory_id", "parent_trajectory_id", "fork_point")))
+        for row, (tid, parent, fork) in enumerate(rows):
+            if parent is not None and fork is not None and (tid in before or parent in before):
+                links.setdefault(path, []).append((row, tid, parent, fork))
+    if not links:
+        return
+    need = sorted({x for rows in links.values() for _, tid, parent, _ in rows for x in (tid, parent)})
+    got = read_trajectories_by_id(store, need, columns=["trajectory_id", "tokens"])
+    now = {i: np.asarray(t) for i, t in zip(got.column("trajectory_id").to_pylist(), got.column("tokens").to_pylist())}
+    for path, rows in links.items():
+        forks = {}
+        for row, tid, parent, fork in rows:
+            if tid in now and parent in now:
+                new = refork(fork, before.get(tid, now[tid]), now[tid], before.get(parent, now[parent]), now[parent])
+                if new != fork:
+                    forks[row] = new
+        if not forks:
+            continue
+        table = read_shard(store, infos[path])
+        olds = table_to_trajectories(table.take(pa.array(sorted(forks), type=pa.int64())))
+        store.rewrite_shard(path, replace_rows(table, {row: t.model_copy(update={"fork_point": forks[row]})
+                                                      for row, t in zip(sorted(forks), olds)}))
+        result.fork_points_fixed += len(forks)
+        url = store.url_of(path)
+        if url not in result.shards_rewritten:
+            result.shards_rewritten.append(url)
 
 
 def _placed(f: Finding, shard: str, row: int) -> Finding:

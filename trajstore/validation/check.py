@@ -145,7 +145,11 @@ def validate_files(paths: Sequence[str], *, storage_options: Mapping[str, Any] |
         report.add(FileProblem(files[d.file_index].url, d.row_group, d.row, d.trajectory_id, "trajectory_id",
                                f"duplicate id: also at {files[ff].url} row group {frg} row {frow} (readers keep the "
                                "first copy; other engines count every copy)", "duplicate"), summary)
-    for c, v in lineage.problems():
+    def read_tokens(file_index: int, row_group: int) -> list:
+        with _open(files[file_index]) as pf:
+            return _read(files[file_index], pf, row_group, ["tokens"]).column(0).to_pylist()
+
+    for c, v in lineage.problems(read_tokens):
         report.add(FileProblem(files[c.file_index].url, c.row_group, c.row, c.trajectory_id, v.field, v.message,
                                "lineage"), report.files[c.file_index])
     return report

@@ -1,0 +1,150 @@
+"""Idle eviction meeting the session's other events mid-write (trajstore/proxy/state.py): a call
+or a ``/finish`` that lands while the evicted episode is being written. Each race is met by
+holding that write (``Recorder.hold_write``) until the other event happened, never by timing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+
+import httpx
+
+from trajstore.models import Trajectory
+from trajstore.reader import read_trajectories
+
+DEADLINE_S = 60.0
+"""Safety net of every wait below (each waits for an event, not for a time)."""
+
+
+class WriteHold:
+    """Holds the proxy's store write of session `session`'s trajectories until :meth:`release`."""
+
+    def __init__(self, px, session: str):
+        self.state = px.server.config.app.state.proxy
+        self.session = session
+        self.holding = threading.Event()
+        self._release = threading.Event()
+        self.state.recorder.hold_write = self
+
+    async def __call__(self, trajs: Sequence[Trajectory]) -> None:
+        if any(t.metadata.get("session") == self.session for t in trajs):
+            self.holding.set()
+            await asyncio.to_thread(self._release.wait, DEADLINE_S)
+
+    def wait_holding(self) -> None:
+        assert self.holding.wait(DEADLINE_S), f"the write of session {self.session} never started"
+
+    def release(self) -> None:
+        self.state.recorder.hold_write = None
+        self._release.set()
+
+
+def _rows(store: str) -> list[dict]:
+    if not os.path.isdir(os.path.join(store, "trajectories")):
+        return []
+    return sorted(read_trajectories(store).to_pylist(), key=lambda r: r["trajectory_id"])
+
+
+def _chat(url: str, session: str, msgs: list[dict], **extra) -> httpx.Response:
+    r = httpx.post(f"{url}/s/{session}/v1/chat/completions", json={"model": "fake", "messages": msgs, **extra},
+                   timeout=60)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def _timeout(px, seconds: float) -> None:
+    px.server.config.app.state.proxy.cfg.session_timeout_s = seconds
+
+
+def _wait(what: str, cond) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_a_call_during_the_eviction_write_continues_the_episode(fake_upstream, start_proxy, tmp_path):
+    # The continuation was registered only once the evicted parts were durable: a call in that
+    # window (the group commit's, the flush) opened a new episode, unlinked, with no header
+    store = str(tmp_path / "store")
+    px = start_proxy(fake_upstream.url, session_timeout_s=600.0)
+    msgs = [{"role": "user", "content": "hi"}]
+    _chat(px.url, "race", msgs)
+    hold = WriteHold(px, "race")
+    _timeout(px, 0.0)
+    hold.wait_holding()  # the eviction is writing the episode
+    _timeout(px, 600.0)
+    msgs += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "tool output"}]
+    r = _chat(px.url, "race", msgs)
+    assert r.headers.get("x-trajstore-evicted") == "1"
+    hold.release()
+    done = httpx.post(f"{px.url}/s/race/finish", json={"reward": 1.0}, timeout=60).json()
+    a, b = _rows(store)
+    assert done["evicted_parts"] == [a["trajectory_id"]] and done["trajectories"] == [b["trajectory_id"]]
+    assert (b["parent_trajectory_id"], b["link_kind"], b["fork_point"]) == (a["trajectory_id"], "continuation",
+                                                                           a["num_tokens"])
+    assert a["episode_id"] == b["episode_id"] and a["status"] == "aborted" and b["status"] == "completed"
+
+
+def test_a_finish_during_an_eviction_write_does_not_stop_eviction(fake_upstream, start_proxy, tmp_path):
+    # The eviction task listed the idle sessions, awaited the first one's write and then looked
+    # the next one up: ended meanwhile by its /finish, a KeyError ended the task for good, silently.
+    # Here b's /finish ends it while the pass that evicts a awaits a's write.
+    store = str(tmp_path / "store")
+    px = start_proxy(fake_upstream.url, session_timeout_s=600.0)
+    msgs = [{"role": "user", "content": "hi"}]
+    _chat(px.url, "a", msgs)
+    _chat(px.url, "b", msgs)
+    b_call = threading.Thread(target=_chat, args=(px.url, "b", [*msgs, {"role": "assistant", "content": "ok"},
+                                                                {"role": "user", "content": "go"}]),
+                              kwargs={"fake_hold": "b"})
+    b_call.start()  # b is busy during the eviction pass, so only a is evicted
+    _wait("b's call at the upstream", lambda: httpx.get(f"{fake_upstream.url}/_fake/held").json() == {"b": 1})
+    hold = WriteHold(px, "a")
+    _timeout(px, 0.0)
+    hold.wait_holding()  # session a being evicted: its write is held
+    _timeout(px, 600.0)
+    httpx.post(f"{fake_upstream.url}/_fake/release", json={"name": "b"})
+    b_call.join(DEADLINE_S)
+    done = httpx.post(f"{px.url}/s/b/finish", json={"reward": 0.5}, timeout=60).json()
+    assert done["status"] == "completed" and done["trajectories"] and "updated" not in done
+    hold.release()
+    _wait("a's eviction written", lambda: len(_rows(store)) == 2)
+    _chat(px.url, "c", msgs)  # a later idle session is still evicted
+    _timeout(px, 0.0)
+    _wait("c evicted", lambda: len(_rows(store)) == 3)
+    stats = httpx.get(f"{px.url}/proxy/stats").json()
+    assert stats["sessions_evicted"] == 2 and stats["eviction"]["errors"] == 0
+    assert stats["eviction"]["last_run_s_ago"] is not None
+    by_session = {json.loads(r["metadata"])["session"]: r["status"] for r in _rows(store)}
+    assert by_session == {"a": "aborted", "b": "completed", "c": "aborted"}
+
+
+def test_a_finish_after_an_eviction_sets_the_outcome_on_the_stored_parts(fake_upstream, start_proxy, tmp_path):
+    # An evaluation slower than --session-timeout: its /finish answered 404 and the episode
+    # stayed aborted without its reward. The /finish lands here while the eviction still writes.
+    store = str(tmp_path / "store")
+    px = start_proxy(fake_upstream.url, session_timeout_s=600.0)
+    _chat(px.url, "slow-eval", [{"role": "user", "content": "hi"}])
+    hold = WriteHold(px, "slow-eval")
+    _timeout(px, 0.0)
+    hold.wait_holding()
+    _timeout(px, 600.0)
+    done: dict = {}
+    finishing = threading.Thread(target=lambda: done.update(httpx.post(
+        f"{px.url}/s/slow-eval/finish", json={"reward": 0.75, "metadata": {"grader": "unit"}}, timeout=60).json()))
+    finishing.start()
+    hold.release()
+    finishing.join(DEADLINE_S)
+    (row,) = _rows(store)
+    assert done["status"] == "completed" and done["evicted_parts"] == done["updated"] == [row["trajectory_id"]]
+    meta = json.loads(row["metadata"])
+    assert (row["status"], row["reward"]) == ("completed", 0.75)
+    assert meta["finished_after_eviction"] is True and meta["grader"] == "unit" and meta["end_reason"].startswith("idle")
+    # the episode is over: a second /finish finds nothing, a later call opens a new episode
+    assert httpx.post(f"{px.url}/s/slow-eval/finish", json={}).status_code == 404
+    assert "x-trajstore-evicted" not in _chat(px.url, "slow-eval", [{"role": "user", "content": "hi"}]).headers
