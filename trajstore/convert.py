@@ -356,7 +356,7 @@ def upgrade_table(table: pa.Table, version: int, *, columns: Sequence[str] | Non
     write-time rule (engine: every action token has a log-prob; none: none has).
 
     v2 -> v3: ``logprobs`` is renamed ``action_logprobs`` (values unchanged, bit for bit);
-    ``schema_version`` is 3 (the layout the row now has; the shard's footer keeps the file's);
+    ``schema_version`` is the current version (the layout the row now has; the footer keeps the file's);
     ``episode_id`` is :func:`episode_id_of` (metadata ``episode.id`` of a split episode's part,
     else ``trajectory_id``); ``parent_trajectory_id``, ``fork_point`` and ``link_kind`` are null.
 
