@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from trajstore.audit.lineage_views import LINEAGE_VIEW_NAMES, create_lineage_views
+from trajstore.audit.sampling_sql import register_sampling_functions
 from trajstore.errors import TrajstoreError, one_line
 from trajstore.schema import (
     ACTION_LOGPROBS_COLUMN,
@@ -257,6 +258,10 @@ def connect(uri: str | os.PathLike[str] | Store, *,
     - ``lineages``, ``episodes``: one row per lineage (a trajectory and its context-rewrite /
       continuation successors) and per ``episode_id`` (:mod:`~trajstore.audit.lineage_views`).
 
+    Functions: ``logprob_refusal(logprob_mode, temperature, top_k, top_p, min_p, sampling_params)``,
+    why the trainer cannot reproduce an action span's log-probs (NULL: it can;
+    :mod:`~trajstore.audit.sampling_sql`).
+
     Read-only: DuckDB's file access is limited to exactly the listed shard files
     (``allowed_paths``, ``enable_external_access = false``, then ``lock_configuration = true`` so
     SQL cannot undo it): no query can read other files, create files, or ATTACH a database.
@@ -325,6 +330,7 @@ def connect(uri: str | os.PathLike[str] | Store, *,
         f"unnest(range(len(spans))) AS span_index, unnest(spans) AS sp FROM _trajectories_full) "
         f"WHERE sp.kind = 'action'")
     create_lineage_views(conn)
+    register_sampling_functions(conn)
 
     runs = run_ids(store)
     for view, records_dir, schema in (("steps", run_steps_dir, STEP_SCHEMA),

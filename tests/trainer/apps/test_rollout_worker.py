@@ -47,6 +47,13 @@ def recompute_logprobs(model, tokens: np.ndarray) -> np.ndarray:
     return np.concatenate([[np.nan], lp.numpy()])
 
 
+def _untruncated(L: int):  # noqa: ANN202
+    """Temperature 1 without truncation for L predicted tokens, as (1, L) tensors."""
+    from trajstore.sampling import SamplingArrays, no_truncation
+
+    return SamplingArrays(*(torch.as_tensor(x)[None] for x in no_truncation(L)))
+
+
 def trainer_logprobs(model, tokens: np.ndarray) -> np.ndarray:
     """The same quantity through the trainer's PolicyLogprobs (temperature 1); [0] = nan."""
     from trajstore.trainer.models import PolicyLogprobs
@@ -54,7 +61,7 @@ def trainer_logprobs(model, tokens: np.ndarray) -> np.ndarray:
     ids = torch.tensor(tokens[None], dtype=torch.long)
     L = ids.shape[1] - 1
     with torch.no_grad():
-        lp, _ = PolicyLogprobs(model)(ids[:, :-1], torch.arange(L)[None], ids[:, 1:], torch.ones((1, L)))
+        lp, _ = PolicyLogprobs(model)(ids[:, :-1], torch.arange(L)[None], ids[:, 1:], _untruncated(L))
     return np.concatenate([[np.nan], lp[0].numpy()])
 
 
