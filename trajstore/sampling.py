@@ -80,9 +80,6 @@ REMEDIES: Final[dict[str, str]] = {
 }
 """The engine or request setting to change, by reason."""
 
-REASON_CODES: Final[dict[str, int]] = {r: i for i, r in enumerate(REFUSALS)}
-"""Each reason's index (the vectorised functions return codes; -1 = reproducible)."""
-
 _GRAMMAR_KEYS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
                  "json_schema", "regex", "ebnf", "structural_tag")
 _PROCESSOR_KEYS = ("logits_processors", "custom_logit_processor", "logits_processor")
@@ -90,6 +87,18 @@ _OTHER_SAMPLERS: dict[str, float] = {  # knob -> its value when off (a sampler t
     "typical_p": 1.0, "tfs": 1.0, "top_a": 0.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "mirostat": 0.0,
     "mirostat_mode": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0, "top_n_sigma": 0.0,
     "no_repeat_ngram_size": 0.0}
+
+REQUEST_FIELDS: Final[tuple[str, ...]] = (
+    "seed", "stop", "n",
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "allowed_token_ids", "bad_words",
+    "min_tokens", "response_format", "tool_choice", *_GRAMMAR_KEYS, *_PROCESSOR_KEYS, *_OTHER_SAMPLERS)
+"""The request fields besides temperature / top-k / top-p / min-p / max tokens that an adapter
+records in a span's ``sampling_params`` (its ``extra`` object) when the request has them: every
+one that changes the distribution a token is drawn from (what :func:`request_refusal` reads) and
+the seed, stop strings and choice count."""
+
+REASON_CODES: Final[dict[str, int]] = {r: i for i, r in enumerate(REFUSALS)}
+"""Each reason's index (the vectorised functions return codes; -1 = reproducible)."""
 
 
 class SamplingArrays(NamedTuple):
