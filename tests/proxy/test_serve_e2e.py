@@ -328,5 +328,7 @@ def test_serve_stderr_is_our_lines_only_and_ctrl_c_says_it_stops(tokenizer):
             proc.kill()
     assert proc.returncode == 130, err
     assert err.splitlines() == [f"traj serve: tiny-llama on http://127.0.0.1:{port}/v1 (weight version 0)",
+                                "  log-probs: processed, of the distribution each token is drawn from "
+                                "(allowed_token_ids, temperature, min_p, top_k, top_p, renormalised; in GET /v1/models)",
                                 "traj serve: stopping (in-flight requests end first, at most 10 s)",
                                 "traj serve: stopped"], err
