@@ -85,3 +85,28 @@ def test_an_unreachable_upstream_is_asked_again() -> None:
     m = asyncio.run(run())
     assert not m.asked and m.mode is None
     assert "did not answer" in m.describe() and "--logprob-mode tempered" in m.describe()
+
+
+def test_a_store_from_a_raw_mode_engine_with_top_p_is_refused_by_traj_train_in_one_line(start_proxy, tmp_path):
+    """vLLM's default (raw_logprobs) behind the proxy, sampled with top-p: traj train refuses the
+    store before writing anything, in one line naming the spans and the engine setting."""
+    pytest.importorskip("torch")
+    from typer.testing import CliRunner
+
+    from tests.helpers.training import assert_nothing_written
+    from trajstore.cli.main import app
+
+    with ServerThread(fake_app()) as up:  # reports no mode, as vLLM
+        px = start_proxy(up.url, logprob_mode="raw", tokenizer="tiny-llama")
+        for i in range(2):
+            _one_call(px.url, f"s{i}", temperature=1.0, top_p=0.9)
+    store = tmp_path / "store"
+    assert _modes(str(store)) == ["raw", "raw"]
+    r = CliRunner().invoke(app, ["train", str(store), "--model", "tiny-llama", "--run-id", "r", "--batch-size", "2",
+                                 "--critic-warmup-steps", "0"], env={"TRAJ_TRACEBACK": ""})
+    assert r.exit_code == 1, r.output
+    (line,) = [ln for ln in r.output.splitlines() if ln.startswith("error: ")]
+    assert "2 trajectories (2 action spans) with raw log-probs" in line
+    assert "span 1;" in line and "--logprobs-mode processed_logprobs" in line and "nothing was written" in line
+    assert "Traceback" not in r.output
+    assert_nothing_written(store)
