@@ -25,7 +25,7 @@ def test_coverage(conn):
     cov = {r["source"]: r for r in rows(rep.tokens)}
     # sdk: A 4 + B 2 + E 0 + F 5 = 11 action tokens, all with log-probs and versions.
     assert pick(cov["sdk"], "token_source", "trajectories", "action_tokens", "share_with_logprob", "share_with_policy_version",
-                "share_with_both") == ("engine", 4, 11, 1.0, 1.0, 1.0)
+                "share_with_both", "share_logprob_mode_unrecorded") == ("engine", 4, 11, 1.0, 1.0, 1.0, 1.0)
     # openhands: C 6 (log-probs, v4) + D 3 (no log-probs; 2 with v3, 1 without): lp 6/9, version 8/9, both 6/9.
     oh = cov["openhands"]
     assert (oh["trajectories"], oh["action_tokens"]) == (2, 9)
@@ -94,6 +94,10 @@ def test_stats_coverage_counts_unreproducible_log_probs_by_reason(tmp_path):
     assert r.exit_code == 0, r.output
     got = [(x["reason"], x["trajectories"], x["example_id"]) for x in json.loads(r.stdout)["coverage.not_trainable"]]
     assert got == [("unreproducible logprobs: penalty", 1, "pen"), ("unreproducible logprobs: raw_logprobs", 2, "raw-1")]
+    # "old" records no mode on its second action (2 of the 15 action tokens with a log-prob): trained
+    # as processed, counted
+    (tokens,) = json.loads(r.stdout)["coverage.tokens"]
+    assert tokens["share_logprob_mode_unrecorded"] == pytest.approx(2 / 15)
     # the same rule as a SQL function of every audit connection
     conn = audit.connect(str(tmp_path))
     why = conn.sql("SELECT trajectory_id, span_index, logprob_refusal(logprob_mode, temperature, top_k, top_p, "

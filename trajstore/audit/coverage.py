@@ -27,7 +27,10 @@ class CoverageReport(Report):
     Attributes:
         tokens: per (source, token_source): ``trajectories``, ``action_tokens`` and the shares
             (0..1) of action tokens with a rollout log-prob (``share_with_logprob``), with a policy
-            version (``share_with_policy_version``) and with both (``share_with_both``). Reads only
+            version (``share_with_policy_version``) and with both (``share_with_both``); of the
+            action tokens with a log-prob, the share whose span does not record what its log-probs
+            are (``share_logprob_mode_unrecorded``: ``logprob_mode`` null, trained as processed,
+            docs/sampling.md). Reads only
             ``spans`` (their ``num_missing_logprobs``), never ``tokens`` or ``logprobs``.
         not_trainable: per (source, reason): trajectories ``traj train`` does not train as they
             are, with an example id. Reasons: the stored ``not_trainable_reason`` (e.g. "no action
@@ -61,6 +64,7 @@ def coverage_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None
     sel = selected_cte(conn, where)
     act = "list_filter(spans, lambda s: s.kind = 'action')"
     ver = "list_filter(spans, lambda s: s.kind = 'action' AND s.policy_version IS NOT NULL)"
+    unrecorded = "list_filter(spans, lambda s: s.kind = 'action' AND s.logprob_mode IS NULL)"
 
     def lp_count(spans: str) -> str:
         # schema v2: each action span counts its tokens without an engine log-prob
@@ -72,11 +76,12 @@ def coverage_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = None
 
     tokens = conn.sql(
         f"WITH {sel}, t AS (SELECT f.source, f.token_source, {tok_count(act)} AS a, {lp_count(act)} AS l, "
-        f"{tok_count(ver)} AS v, {lp_count(ver)} AS b FROM _trajectories_full f "
+        f"{tok_count(ver)} AS v, {lp_count(ver)} AS b, {lp_count(unrecorded)} AS u FROM _trajectories_full f "
         f"WHERE f.trajectory_id IN (SELECT trajectory_id FROM sel)) "
         f"SELECT source, token_source, count(*) AS trajectories, sum(a) AS action_tokens, "
         f"sum(l) / nullif(sum(a), 0) AS share_with_logprob, sum(v) / nullif(sum(a), 0) AS share_with_policy_version, "
-        f"sum(b) / nullif(sum(a), 0) AS share_with_both FROM t GROUP BY ALL ORDER BY source, token_source")
+        f"sum(b) / nullif(sum(a), 0) AS share_with_both, sum(u) / nullif(sum(l), 0) AS share_logprob_mode_unrecorded "
+        f"FROM t GROUP BY ALL ORDER BY source, token_source")
     not_trainable = conn.sql(
         f"WITH {sel}, r AS ("
         f"SELECT source, coalesce(not_trainable_reason, 'not trainable') AS reason, trajectory_id FROM sel "
