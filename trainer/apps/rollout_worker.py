@@ -314,7 +314,8 @@ class _Episode:
     def step(self, act: SampledAction, turn: int, w: RolloutWorker, sp: SamplingParams) -> None:
         """Record the action, let the environment answer, and extend the context."""
         self.builder.add_action(act.token_ids, act.logprobs, policy_version=w.version,
-                                finish_reason=act.finish_reason, sampling=sp, call_id=f"turn-{turn}")
+                                finish_reason=act.finish_reason, sampling=sp, call_id=f"turn-{turn}",
+                                logprob_mode="processed")  # sampled_action's log-probs: the processed distribution
         self.versions.append(w.version)
         text = action_text(w.tokenizer, act.token_ids)
         self.reply = self.env.step(text)

@@ -144,8 +144,8 @@ def test_worker_writes_valid_trajectories_and_follows_published_versions(tmp_sto
         for sp in r["spans"]:
             if sp["kind"] == "action":
                 action[sp["start"]:sp["end"]] = True
-                assert (sp["policy_version"], sp["temperature"], sp["top_p"], sp["top_k"], sp["max_tokens"]) == (
-                    s.policy_versions[0], 1.0, 1.0, -1, 6)
+                assert (sp["policy_version"], sp["temperature"], sp["top_p"], sp["top_k"], sp["max_tokens"],
+                        sp["logprob_mode"]) == (s.policy_versions[0], 1.0, 1.0, -1, 6, "processed")
         # schema v2 stores one log-prob per action token, in order: spread back to full length
         assert len(r["action_logprobs"]) == int(action.sum())
         stored = np.full(len(tokens), np.nan)
