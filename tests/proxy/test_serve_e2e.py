@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 
 from trajstore.reader import read_trajectories  # noqa: E402
 
-from .conftest import TRAJ, free_port, wait_http  # noqa: E402
+from .conftest import TRAJ, free_port, serve_process, wait_http  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "look a word up",
                                            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
@@ -43,19 +43,8 @@ def tokenizer():
 def serve(tokenizer, tmp_path_factory):
     """`traj serve --model tiny-llama` (seed 0) with a sample log; yields (url, log path)."""
     log = str(tmp_path_factory.mktemp("serve") / "samples.jsonl")
-    port = free_port()
-    proc = subprocess.Popen([*TRAJ, "serve", "--model", "tiny-llama", "--port", str(port), "--sample-log", log,
-                             "--threads", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(url + "/health", 300, proc)
+    with serve_process("--model", "tiny-llama", "--sample-log", log) as url:
         yield url, log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def samples(log: str) -> dict[str, dict]:
