@@ -21,6 +21,7 @@ from trajstore import audit, open_store, read_trajectories, read_trajectories_by
 from trajstore.convert import table_to_trajectories, trajectories_to_table
 from trajstore.migrate import migrate_store
 from trajstore.reader import iter_shard_batches, read_shard
+from trajstore.schema import SCHEMA_VERSION
 from trajstore.store import TMP_DIR, Store
 
 CHILD = Path(__file__).with_name("_migrate_child.py")
@@ -51,7 +52,7 @@ def test_migrate_rewrites_v1_as_v3_under_the_same_names(tmp_store: str) -> None:
     assert (len(res.migrated), res.rows, res.already_current) == (3, 6, 0)
     shards = open_store(tmp_store).list_shards(strict=True)
     assert [s.name for s in shards] == names_before
-    assert [s.schema_version for s in shards] == [3, 3, 3]
+    assert [s.schema_version for s in shards] == [SCHEMA_VERSION] * 3
     _assert_same(read_trajectories(tmp_store, strict=True), want)
     again = migrate_store(tmp_store)
     assert (again.migrated, again.already_current) == ([], 3)
@@ -88,13 +89,13 @@ def test_migrate_killed_mid_run_loses_nothing_and_reruns(tmp_store: str) -> None
         shards = open_store(tmp_store).list_shards(strict=True)
         assert len(shards) == 10
         versions = [s.schema_version for s in shards]
-        assert 3 in versions and 1 in versions, versions
+        assert SCHEMA_VERSION in versions and 1 in versions, versions
         _assert_same(read_trajectories(tmp_store, strict=True), want)
     assert killed_mid == 2
 
     res = migrate_store(tmp_store)
     assert len(res.migrated) >= 1
-    assert [s.schema_version for s in open_store(tmp_store).list_shards(strict=True)] == [3] * 10
+    assert [s.schema_version for s in open_store(tmp_store).list_shards(strict=True)] == [SCHEMA_VERSION] * 10
     _assert_same(read_trajectories(tmp_store, strict=True), want)
     tmp = Path(tmp_store) / TMP_DIR
     assert not tmp.exists() or not [p for p in tmp.iterdir() if ".rewrite-" in p.name]
@@ -120,7 +121,7 @@ def test_a_listing_from_before_a_migrate_still_reads_the_rewritten_shards(
     assert len(before) == 4  # 2 trajectories x 2 action spans
     migrate_store(tmp_store)
     (fresh,) = open_store(tmp_store).list_shards(strict=True)
-    assert (fresh.schema_version, fresh.num_row_groups) == (3, 1)
+    assert (fresh.schema_version, fresh.num_row_groups) == (SCHEMA_VERSION, 1)
 
     after = conn.sql(query).fetchall()
     assert [r[:2] for r in after] == [r[:2] for r in before]
@@ -158,9 +159,9 @@ def test_v1_and_v2_shards_migrate_to_v3_bit_for_bit(tmp_store: str, make_traject
     after = [pq.read_table(s.path) for s in open_store(tmp_store).list_shards(strict=True)]
     for old, new, trajs in zip(before, after, (v1, v2)):
         assert new.schema.equals(TRAJECTORY_SCHEMA, check_metadata=False)
-        assert new.schema.metadata[b"trajstore.schema_version"] == b"3"
+        assert new.schema.metadata[b"trajstore.schema_version"] == str(SCHEMA_VERSION).encode()
         assert new.column("tokens").to_pylist() == old.column("tokens").to_pylist()
-        assert new.column("schema_version").to_pylist() == [3, 3, 3]
+        assert new.column("schema_version").to_pylist() == [SCHEMA_VERSION] * 3
         lp = new.column("action_logprobs").combine_chunks()
         # the SDK's values at the action tokens, in token order (NaN where none): bit for bit
         want = np.concatenate([t.action_logprobs[[i for s in t.spans if s.kind == "action"
@@ -202,5 +203,5 @@ def test_migrate_holds_the_maintenance_lock(tmp_store: str, monkeypatch: pytest.
     monkeypatch.undo()
     assert refused and "maintenance" in refused[0]
     assert len(res.migrated) == 3
-    assert [s.schema_version for s in open_store(tmp_store).list_shards(strict=True)] == [3, 3, 3]
+    assert [s.schema_version for s in open_store(tmp_store).list_shards(strict=True)] == [SCHEMA_VERSION] * 3
     _assert_same(read_trajectories(tmp_store, strict=True), want)

@@ -32,6 +32,7 @@ import numpy as np
 
 from trajstore.errors import AdapterError
 from trajstore.models import SamplingParams
+from trajstore.sampling import REQUEST_FIELDS
 
 _TOKEN_ID_STR = re.compile(r"^token_id:(\d+)$")
 
@@ -177,13 +178,17 @@ def _ids_from_entries(entries: list[Any], where: str) -> np.ndarray | None:
 
 
 def _sampling_from_request(request: dict[str, Any] | None) -> SamplingParams | None:
+    """The call's sampling parameters: temperature, top-p, top-k, min-p and max tokens, and in
+    ``extra`` every other request field that shapes the distribution (penalties, logit bias,
+    allowed tokens, grammars, ...: :data:`~trajstore.sampling.REQUEST_FIELDS`) that the request
+    sets, from the OpenAI body or SGLang's ``sampling_params`` (its custom logit processor sits
+    beside it)."""
     if not request:
         return None
     src = request.get("sampling_params", request)
     known = {k: src.get(k) for k in ("temperature", "top_p", "top_k", "min_p")}
     max_tokens = src.get("max_tokens", src.get("max_new_tokens", src.get("max_completion_tokens")))
-    extra = {k: v for k, v in src.items()
-             if k in ("seed", "repetition_penalty", "presence_penalty", "frequency_penalty", "stop", "n")}
+    extra = {k: v for k in REQUEST_FIELDS if (v := src.get(k, request.get(k))) is not None}
     return SamplingParams(**{k: v for k, v in known.items() if v is not None},
                           max_tokens=max_tokens, extra=extra)
 

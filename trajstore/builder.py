@@ -91,7 +91,8 @@ class TrajectoryBuilder:
     def add_action(self, token_ids: Sequence[int] | np.ndarray, logprobs: Sequence[float | None] | np.ndarray | None,
                    *, policy_version: int | None, finish_reason: str | None = None,
                    sampling: SamplingParams | dict[str, Any] | None = None, call_id: str | None = None,
-                   tool_call_ids: list[str] | None = None, policy_version_max: int | None = None) -> Span:
+                   tool_call_ids: list[str] | None = None, policy_version_max: int | None = None,
+                   logprob_mode: str | None = None) -> Span:
         """Append one model call's generated tokens.
 
         Args:
@@ -103,6 +104,9 @@ class TrajectoryBuilder:
             sampling: the call's sampling parameters (temperature, top_p, ...), stored with the span.
             policy_version_max: for a call whose tokens came from several versions without a known
                 boundary (weights reloaded mid-generation): the newest; must be > `policy_version`.
+            logprob_mode: which distribution `logprobs` are the log-probs of: ``processed``,
+                ``tempered`` or ``raw`` (:data:`~trajstore.schema.LOGPROB_MODES`; the engine setting
+                decides it, e.g. vLLM's ``--logprobs-mode``); None = not recorded.
 
         Raises:
             ValueError: no token ids (a call cut at zero tokens), or a log-prob count that differs
@@ -123,7 +127,7 @@ class TrajectoryBuilder:
             temperature=sp.temperature if sp else None, top_p=sp.top_p if sp else None,
             top_k=sp.top_k if sp else None, min_p=sp.min_p if sp else None,
             max_tokens=sp.max_tokens if sp else None, sampling_params=sp.to_json() if sp else None,
-            policy_version_max=policy_version_max,
+            policy_version_max=policy_version_max, logprob_mode=logprob_mode,
         )
 
     def add_action_call(self, call: ActionCall, *, policy_version: int | None) -> Span:

@@ -104,6 +104,9 @@ class Span(BaseModel):
     sampling_params: str | None = None
     truncated: bool | None = None
     policy_version_max: int | None = None
+    logprob_mode: str | None = None
+    """processed | tempered | raw (:data:`~trajstore.schema.LOGPROB_MODES`): which distribution the
+    action's log-probs are the log-probs of; None = not recorded (trained as processed)."""
 
     @property
     def num_tokens(self) -> int:

@@ -6,6 +6,7 @@ request loop in these tests is bounded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -72,6 +73,25 @@ def start_proxy(tmp_path):
     yield start
     for srv in reversed(running):
         srv.__exit__()
+
+
+@contextlib.contextmanager
+def serve_process(*args: str, timeout: float = 300.0) -> Iterator[str]:
+    """`traj serve ARGS` as a child process on a free port (one torch thread); yields its base URL
+    once /health answers, and stops it."""
+    port = free_port()
+    proc = subprocess.Popen([*TRAJ, "serve", "--port", str(port), "--threads", "1", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/health", timeout, proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def proxy_process(upstream: str, store: str, *extra: str, env: dict[str, str] | None = None,

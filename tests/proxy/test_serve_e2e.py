@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 
 from trajstore.reader import read_trajectories  # noqa: E402
 
-from .conftest import TRAJ, free_port, wait_http  # noqa: E402
+from .conftest import TRAJ, free_port, serve_process, wait_http  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "look a word up",
                                            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
@@ -43,19 +43,8 @@ def tokenizer():
 def serve(tokenizer, tmp_path_factory):
     """`traj serve --model tiny-llama` (seed 0) with a sample log; yields (url, log path)."""
     log = str(tmp_path_factory.mktemp("serve") / "samples.jsonl")
-    port = free_port()
-    proc = subprocess.Popen([*TRAJ, "serve", "--model", "tiny-llama", "--port", str(port), "--sample-log", log,
-                             "--threads", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(url + "/health", 300, proc)
+    with serve_process("--model", "tiny-llama", "--sample-log", log) as url:
         yield url, log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def samples(log: str) -> dict[str, dict]:
@@ -328,5 +317,7 @@ def test_serve_stderr_is_our_lines_only_and_ctrl_c_says_it_stops(tokenizer):
             proc.kill()
     assert proc.returncode == 130, err
     assert err.splitlines() == [f"traj serve: tiny-llama on http://127.0.0.1:{port}/v1 (weight version 0)",
+                                "  log-probs: processed, of the distribution each token is drawn from "
+                                "(allowed_token_ids, temperature, min_p, top_k, top_p, renormalised; in GET /v1/models)",
                                 "traj serve: stopping (in-flight requests end first, at most 10 s)",
                                 "traj serve: stopped"], err

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trajstore.sampling import SamplingArrays
 from trajstore.trainer.data.cursor import DataCursor
 
 
@@ -25,8 +26,9 @@ class TrainSample:
         policy_version: int64 (T,); version that generated the token, -1 at non-action tokens; for a
             mixed-version action span (schema field ``policy_version_max``) the oldest version, so
             staleness is never under-counted.
-        inv_temperature: float32 (T,); 1 / sampling temperature of the token's action span
-            (1 where unknown or not an action).
+        sampling: (T,) arrays of the distribution each action token was drawn from (its span's
+            temperature, top-k, top-p, min-p as the trainer applies them:
+            :func:`trajstore.sampling.span_sampling`); temperature 1 without truncation elsewhere.
         reward: float, credited at the last action token.
         needs_behaviour: True for text-only data admitted with ``behaviour_logprobs="initial-policy"``.
         cursor: the stream's cursor right after this trajectory.
@@ -44,7 +46,7 @@ class TrainSample:
     rollout_logprobs: np.ndarray
     action_mask: np.ndarray
     policy_version: np.ndarray
-    inv_temperature: np.ndarray
+    sampling: SamplingArrays
     reward: float
     needs_behaviour: bool
     cursor: DataCursor

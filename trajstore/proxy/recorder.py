@@ -291,9 +291,10 @@ class Recorder:
         return s
 
     def record(self, s: Session, call: CallResult, slices: Sequence[VersionedSlice], *, observation_role: str,
-               observation_cause: str | None, lineage: str | None = None) -> None:
+               observation_cause: str | None, lineage: str | None = None, logprob_mode: str | None = None) -> None:
         """Append one call to the lineage of its session it extends, or open one (see the module
-        docstring and :mod:`trajstore.proxy.lineage`); `lineage`: the lineage the client named.
+        docstring and :mod:`trajstore.proxy.lineage`); `lineage`: the lineage the client named;
+        `logprob_mode`: what the upstream's log-probs are (:mod:`trajstore.proxy.logprob_mode`; None = not known).
 
         Raises:
             AdapterError: the upstream gave no prompt token ids.
@@ -329,7 +330,8 @@ class Recorder:
                 self.calls_by_version[sl.version] += 1
             b.add_action(ids[sl.start:sl.end], lps[sl.start:sl.end] if has_lp else None,
                          policy_version=sl.version, policy_version_max=newest, finish_reason=a.finish_reason,
-                         sampling=a.sampling, call_id=a.call_id, tool_call_ids=a.tool_call_ids or None)
+                         sampling=a.sampling, call_id=a.call_id, tool_call_ids=a.tool_call_ids or None,
+                         logprob_mode=logprob_mode if has_lp else None)
         if r.unmatched:
             s.context_breaks += 1
             self.stats["context_breaks"] += 1

@@ -20,6 +20,7 @@ from trajstore.errors import AdapterError, TrajstoreError
 from trajstore.models import Trajectory
 from trajstore.proxy.config import ProxyConfig
 from trajstore.proxy.inflight import InFlightCall
+from trajstore.proxy.logprob_mode import LogprobMode
 from trajstore.proxy.recorder import AFTER_FINISH, Evicted, Recorder, Session
 from trajstore.proxy.staleness import GATE_POLL_S, StalenessGate
 from trajstore.proxy.sync import ModelPathWatch, Ticket, Versioning, WeightSync
@@ -143,6 +144,8 @@ class ProxyState:
         self._evicted_tokens = 0
         self.started = time.time()
         self.errors: dict[str, int] = {}
+        self.logprobs = LogprobMode(cfg.logprob_mode, cfg.engine)
+        """What the upstream's log-probs are (recorded on every action span)."""
         self.upstream_reports_version = False
         """Whether an answer carried the upstream's own weight version (traj serve, SGLang): it labels
         the calls, before a version set by hand (POST /proxy/policy_version)."""
@@ -177,6 +180,14 @@ class ProxyState:
     # -- lifecycle: start, idle eviction, ending an episode, recording, shutdown --
 
     async def start(self) -> None:
+        """Learn what the upstream's log-probs are (and say it), load the staleness gate's
+        counts, start weight sync or the model-path watch and the idle reaper.
+
+        Raises:
+            TrajstoreError: ``--logprob-mode`` contradicts what the upstream reports.
+        """
+        await self.logprobs.ask(self.client, self.upstream_headers, timeout_s=2.0)
+        self.logprobs.announce()
         if self.gate is not None:
             await asyncio.to_thread(self.gate.load_written)
         if self.sync is not None:
@@ -391,6 +402,10 @@ class ProxyState:
         `end`; a call that cannot be recorded fails the episode (False)."""
         s = call.session
         try:
+            if not self.logprobs.asked:  # the upstream was not reachable at start-up
+                await self.logprobs.ask(self.client, self.upstream_headers)
+                if self.logprobs.asked:
+                    self.logprobs.announce()
             result = read_call(data, call.body)
             if result.reported_version is not None or result.version_spans:
                 self.upstream_reports_version = True
@@ -402,7 +417,7 @@ class ProxyState:
             role, cause = call.observation
             async with s.lock:
                 self.recorder.record(s, result, slices, observation_role=role or "tool", observation_cause=cause,
-                                     lineage=call.lineage)
+                                     lineage=call.lineage, logprob_mode=self.logprobs.mode)
             if s.late:
                 self.recorder.stats["late_calls"] += 1
         except (AdapterError, TrajstoreError, ValueError) as e:

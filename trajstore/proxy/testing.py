@@ -55,13 +55,14 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
     a stream after that many tokens, without a finish reason), ``weight_version`` (reported),
     ``reply`` (the text every call answers), ``trim`` (render contents stripped, see
     :func:`render`), ``dialect`` (``sglang``, or ``vllm``: see the module docstring),
-    ``model_root`` (``GET /v1/models``'s ``root``). A request's ``max_tokens`` cuts the reply's
+    ``model_root`` (``GET /v1/models``'s ``root``), ``logprob_mode`` (reported there, as ``traj
+    serve`` does; None = not reported, as vLLM). A request's ``max_tokens`` cuts the reply's
     ids (finish reason ``length``); its ``fake_delay_s`` and ``fake_token_delay_s`` replace
     ``delay_s`` and ``token_delay_s`` for that call."""
     app = FastAPI()
     cfg: dict[str, Any] = {"status": 200, "delay_s": 0.0, "token_delay_s": 0.0, "cut_stream_after": None,
                            "weight_version": "0", "reply": reply, "trim": False, "dialect": "sglang",
-                           "model_root": "fake", **(config or {})}
+                           "model_root": "fake", "logprob_mode": None, **(config or {})}
     seen: list[str] = []
     loads: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -132,7 +133,8 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": "fake", "object": "model", "root": cfg["model_root"]}]}
+        mode = {"logprob_mode": cfg["logprob_mode"]} if cfg["logprob_mode"] is not None else {}
+        return {"object": "list", "data": [{"id": "fake", "object": "model", "root": cfg["model_root"], **mode}]}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
