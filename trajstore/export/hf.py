@@ -60,6 +60,15 @@ def push_to_hub(folder: str, repo_id: str, *, private: bool = True, token: str |
     return str(url)
 
 
+def push_plan(repo_id: str, *, private: bool, parts: int) -> dict[str, Any]:
+    """What :func:`push_to_hub` would do for an export of `parts` data files, touching nothing:
+    the repository it creates when missing (and its visibility) and the files it uploads."""
+    return {"repository": f"datasets/{repo_id}", "create": f"a {'private' if private else 'public'} dataset "
+            "repository, if it does not exist (an existing one is kept as it is)",
+            "upload": [os.path.join(DATA_DIR, part_name(i, ".parquet")) for i in range(parts)] + [CARD_FILE],
+            "not_uploaded": os.path.dirname(MANIFEST_FILE) + "/ (the manifest names local paths)"}
+
+
 TARGET = Target(
     name="hf", description="Hugging Face dataset folder: the stored rows as Parquet and a generated dataset card",
     fields={}, required=frozenset(),

@@ -10,6 +10,7 @@ import datetime as dt
 import os
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,9 +20,10 @@ import pyarrow.compute as pc
 
 from trajstore import __version__, audit
 from trajstore.errors import CorruptShardError
+from trajstore.export.blockers import Blocker, survey_export, unreadable_refusal
 from trajstore.export.card import ids_predicate, reproduce_command
 from trajstore.export.files import MANIFEST_FILE, staged_folder, write_json
-from trajstore.export.hf import push_to_hub
+from trajstore.export.hf import push_plan, push_to_hub
 from trajstore.export.refusals import (
     ALLOW_SECRETS_OPTION,
     FIELDS,
@@ -30,14 +32,12 @@ from trajstore.export.refusals import (
     SKIP_UNREADABLE_OPTION,
     ExportError,
     refusal,
-    secrets_refusal,
 )
 from trajstore.export.samples import rows_of, sample_from_row
 from trajstore.export.select import Selection, select_trajectories
 from trajstore.export.target import MIXED_AS_OLDEST, TAIL_DROPPED, Finish, Part, Target
 from trajstore.export.targets import TARGETS
 from trajstore.reader import read_trajectories_by_id
-from trajstore.redact import find_secrets
 from trajstore.store import Store, open_existing_store
 from trajstore.store.layout import TRAJECTORIES_DIR
 from trajstore.store.shards import CorruptShardWarning, expected_schema, inspect_shard, list_view, shard_paths
@@ -75,6 +75,8 @@ class ExportOptions:
         license: the licence id on the card (``hf``; default: "other", marked to fill).
         push: upload the folder to this Hub dataset repository afterwards (``hf`` only).
         private: create the Hub repository private (default) or public.
+        dry_run: write nothing: find every blocker (:mod:`~trajstore.export.blockers`) and what
+            would be written and left out (with ``push``: what would be uploaded, see the result).
     """
 
     where: str | None = None
@@ -91,6 +93,7 @@ class ExportOptions:
     license: str | None = None
     push: str | None = None
     private: bool = True
+    dry_run: bool = False
 
 
 @dataclass
@@ -113,6 +116,10 @@ class ExportResult:
         pushed: the Hub repository URL (``--push``), else None.
         unreadable_skipped: per unreadable shard (URL) left out with ``skip_unreadable``, its rows
             (None when its footer cannot be read).
+        dry_run: nothing was written (``exported`` counts what would be).
+        blockers: with ``dry_run``, everything that would stop the export (an export with any is refused).
+        push_plan: with ``dry_run`` and ``push``, what would be created and uploaded
+            (:func:`~trajstore.export.hf.push_plan`).
     """
 
     target: str
@@ -127,6 +134,14 @@ class ExportResult:
     approximations: Counter[str] = field(default_factory=Counter)
     pushed: str | None = None
     unreadable_skipped: dict[str, int | None] = field(default_factory=dict)
+    dry_run: bool = False
+    blockers: list[Blocker] = field(default_factory=list)
+    push_plan: dict[str, Any] | None = None
+
+
+Progress = Callable[[str, int, int], None]
+"""``progress(stage, done, total)``: ``checking`` (trajectories surveyed) or ``writing`` (trajectories
+read for writing) of `total`."""
 
 
 def _check_options(target: Target, opts: ExportOptions) -> frozenset[str]:
@@ -206,15 +221,6 @@ def unreadable_shards(store: Store) -> tuple[list[CorruptShardError], dict[str, 
     return bad, {store.url_of(i.path): i.num_rows for i in infos}
 
 
-def _unreadable_refusal(store: Store, bad: list[CorruptShardError]) -> str:
-    """One line: the unreadable shards, why, and the ways out."""
-    names = "; ".join(f"{e.path} ({e.reason})" for e in bad)
-    return (f"cannot export: {len(bad)} shard(s) of {store.uri} cannot be read, their trajectories would be missing "
-            f"from the export: {names}. See them with `traj validate {store.uri}` and fix or remove them, or pass "
-            f"{SKIP_UNREADABLE_OPTION} to export without them (listed in the manifest and the card); nothing was "
-            "written")
-
-
 def _read_chunk(store: Store, ids: list[str], opts: ExportOptions, result: ExportResult,
                 rows_of_shard: dict[str, int]) -> pa.Table:
     """The stored rows of `ids`, read strictly: a shard that cannot be decoded raises ExportError
@@ -223,7 +229,7 @@ def _read_chunk(store: Store, ids: list[str], opts: ExportOptions, result: Expor
         return read_trajectories_by_id(store, ids, strict=True)
     except CorruptShardError as e:
         if not opts.skip_unreadable:
-            raise ExportError(_unreadable_refusal(store, [e])) from e
+            raise ExportError(unreadable_refusal(store, [e])) from e
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CorruptShardWarning)
         table = read_trajectories_by_id(store, ids, strict=False)
@@ -252,20 +258,24 @@ def _describe(sel: Selection, result: ExportResult) -> str:
 
 
 def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, options: ExportOptions | None = None, *,
-                 storage_options: dict[str, Any] | None = None, hub_api: Any = None) -> ExportResult:
+                 storage_options: dict[str, Any] | None = None, hub_api: Any = None,
+                 progress: Progress | None = None) -> ExportResult:
     """Export the selected trajectories of `store` to target `to` (:data:`TARGETS`) in folder `out`.
 
     The folder appears complete or not at all; it holds the target's files and
     ``.trajstore/export.json`` (what was exported from where, how it is aligned, what was left
     out or approximated, how to load it). With ``options.push`` the finished folder is then
-    uploaded (:func:`trajstore.export.hf.push_to_hub`; `hub_api` replaces its ``HfApi``).
+    uploaded (:func:`trajstore.export.hf.push_to_hub`; `hub_api` replaces its ``HfApi``). Every
+    blocker is found before anything is written (:func:`~trajstore.export.blockers.survey_export`);
+    ``options.dry_run`` returns them (and what would be written) instead. `progress` is told how far
+    the checking and the writing are (:data:`Progress`).
 
     Raises:
         ExportError: an unknown target, an option the target does not take, nothing to export
             (an empty store, a selection matching nothing, every selected trajectory left out),
-            ``traj redact --check`` failing on the selection (without ``allow_secrets``), a
-            refused trajectory (without ``skip_refused``; one line naming it and the option), `out`
-            not empty. Nothing is written.
+            ``traj redact --check`` failing on what would be exported (without ``allow_secrets``), a
+            refused trajectory (without ``skip_refused``), `out` not empty: every blocker in one
+            line, each with its count and the options that lift it. Nothing is written.
         ExportError (also): a shard of the store that cannot be read (without
             ``skip_unreadable``), naming each shard and the ways out.
         AuditError: an invalid ``where``, an unknown ``run``.
@@ -278,18 +288,25 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
     holds = _check_options(target, opts)
     s = store if isinstance(store, Store) else open_existing_store(store, storage_options=storage_options)
     bad, rows_of_shard = unreadable_shards(s)
-    if bad and not opts.skip_unreadable:  # before any work: the export would silently lack their rows
-        raise ExportError(_unreadable_refusal(s, bad))
     conn = audit.connect(s)
     sel = select_trajectories(conn, s, where=opts.where, run=opts.run, limit=opts.limit)
     if not sel.ids:
         raise ExportError(_nothing_selected(conn, s, sel))
-    if not opts.allow_secrets:  # the same scan as traj redact --check, over the selected trajectories only
-        why = secrets_refusal(find_secrets(s, trajectory_ids=sel.ids), store=s.uri, selected=len(sel.ids))
-        if why is not None:
-            raise ExportError(why)
+    # every blocker at once, before anything is written; the secret scan covers only what would be exported
+    found = survey_export(s, sel.ids, target, holds, skip_refused=opts.skip_refused,
+                          include_not_trainable=opts.include_not_trainable, allow_secrets=opts.allow_secrets,
+                          unreadable=bad, skip_unreadable=opts.skip_unreadable,
+                          on_rows=None if progress is None else lambda i, n: progress("checking", i, n))
     result = ExportResult(target=to, out=os.path.abspath(out), selected=len(sel.ids),
                           left_out=sorted(opts.without))
+    if opts.dry_run:
+        result.dry_run, result.blockers, result.exported = True, found.blockers, found.would_export
+        result.skipped, result.not_trainable_left_out = found.skipped, found.not_trainable_left_out
+        if opts.push is not None:
+            result.push_plan = push_plan(opts.push, private=opts.private, parts=-(-result.exported // opts.rows_per_file))
+        return result
+    if found.blockers:
+        raise found.refused(to)
     result.unreadable_skipped = {e.path: None for e in bad}  # a footer that cannot be read: rows unknown
     exported_ids: list[str] = []
     with staged_folder(out) as stage:
@@ -303,6 +320,8 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
             result.exported += rows.num_rows
             result.not_trainable_included += rows.num_rows - (pc.sum(rows.column("trainable")).as_py() or 0)
             exported_ids += rows.column("trajectory_id").to_pylist()
+            if progress is not None:
+                progress("writing", min(start + opts.rows_per_file, len(sel.ids)), len(sel.ids))
         if not result.exported:  # raised inside the staging folder: it is removed, nothing appears
             raise ExportError(_nothing_left(result))
         if target.finish is not None:
