@@ -4,15 +4,16 @@ as a Hugging Face dataset folder, or as ATIF (see :mod:`trajstore.export`). Pars
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 
 import typer
 
 from trajstore.cli.app import TrajTyper
-from trajstore.cli.display import OutputFormat, render_record
-from trajstore.cli.errors import InvalidOptionError, friendly_errors
+from trajstore.cli.display import OutputFormat, render_record, stderr_progress
+from trajstore.cli.errors import EXIT_ERROR, InvalidOptionError, friendly_errors
 from trajstore.cli.options import FormatOption, StorageOptions, StoreArgument, parse_storage_options
-from trajstore.export import DEFAULT_ROWS_PER_FILE, FIELDS, TARGETS, ExportOptions, export_store
+from trajstore.export import DEFAULT_ROWS_PER_FILE, FIELDS, TARGETS, ExportOptions, ExportResult, export_store
 
 commands = TrajTyper()
 
@@ -66,6 +67,9 @@ def export_cmd(
     push: str | None = typer.Option(None, "--push", metavar="REPO", help="hf: then upload the folder to this Hub "
                                     "dataset repository (needs a token: HF_TOKEN or huggingface-cli login)"),
     private: bool = typer.Option(True, "--private/--public", help="hf --push: create the repository private"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="write (and upload) nothing: list every blocker, each "
+                                 "with its count and the options that lift it, and what would be written (with "
+                                 "--push: what would be created and uploaded); exit 1 when something blocks"),
     fmt: FormatOption = OutputFormat.table,
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
@@ -85,8 +89,15 @@ def export_cmd(
                          skip_unreadable=skip_unreadable,
                          include_not_trainable=include_not_trainable, allow_secrets=allow_secrets,
                          without=frozenset(f.value for f in without), pad_token_id=pad_token_id,
-                         rows_per_file=rows_per_file, name=name, license=license, push=push, private=private)
-    r = export_store(store, to, out, opts, storage_options=parse_storage_options(storage_option, store))
+                         rows_per_file=rows_per_file, name=name, license=license, push=push, private=private,
+                         dry_run=dry_run)
+    # a bar only for a person watching: not in JSON output, not into a pipe or a log
+    with stderr_progress(f"export {to}", disable=fmt != OutputFormat.table or not sys.stderr.isatty()) as advance:
+        r = export_store(store, to, out, opts, storage_options=parse_storage_options(storage_option, store),
+                         progress=lambda stage, done, total: advance(done - 1, total, f"{stage} {done}/{total}"))
+    if r.dry_run:
+        _render_dry_run(r, fmt)
+        return
     render_record(f"export {r.target}", {
         "target": r.target, "out": r.out, "selected": r.selected, "exported": r.exported,
         "skipped": dict(sorted(r.skipped.items())),
@@ -108,3 +119,25 @@ def export_cmd(
     if r.skipped:
         typer.echo(f"note: left out {sum(r.skipped.values())} of {r.selected} trajectories (" + ", ".join(
             f"{n} {why}" for why, n in sorted(r.skipped.items())) + ")", err=True)
+
+
+def _render_dry_run(r: ExportResult, fmt: OutputFormat) -> None:
+    """What a dry run found: every blocker (kind, count, the options that lift it, the first case),
+    what would be written and left out, and with --push what would be created and uploaded; exit
+    status 1 when something blocks."""
+    render_record(f"export {r.target} (dry run: nothing written)", {
+        "target": r.target, "selected": r.selected, "would_export": r.exported,
+        "blockers": [{"kind": b.kind, "count": b.count, "lifted_by": " or ".join(b.options), "first": b.detail}
+                     for b in r.blockers] if fmt != OutputFormat.table else
+                    {b.kind: f"{b.count}, lifted by {' or '.join(b.options)}" for b in r.blockers} or "none",
+        "would_skip": dict(sorted(r.skipped.items())),
+        "not_trainable_left_out": dict(sorted(r.not_trainable_left_out.items())),
+        **({"push": r.push_plan} if r.push_plan else {}),
+    }, fmt)
+    for b in r.blockers:
+        typer.echo(f"{b.kind}: {b.detail}", err=True)
+    if r.blockers:
+        flags = sorted({b.options[0] for b in r.blockers})
+        typer.echo(f"blocked: {len(r.blockers)} blocker(s); run again with any option of each, e.g. "
+                   + " ".join(flags), err=True)
+        raise typer.Exit(EXIT_ERROR)
