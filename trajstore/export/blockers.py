@@ -161,12 +161,13 @@ def survey_export(store: Store, ids: list[str], target: Target, holds: frozenset
                 first.setdefault(r.reason, r.message)
             if not found:
                 out.would_export += 1
-            if all(r.reason in LIFTED_BY_WITHOUT for r in found):
+            if all(LIFTED_BY_WITHOUT.get(r.reason, target.required) not in target.required for r in found):
                 to_scan.append(row["trajectory_id"])
         if on_rows is not None:
             on_rows(min(start + SURVEY_ROWS, len(ids)), len(ids))
     for reason, n in count.most_common():
-        lift = (WITHOUT_OPTION[LIFTED_BY_WITHOUT[reason]],) if reason in LIFTED_BY_WITHOUT else ()
+        f = LIFTED_BY_WITHOUT.get(reason)
+        lift = (WITHOUT_OPTION[f],) if f is not None and f not in target.required else ()  # AReaL needs its fields
         out.blockers.append(Blocker(reason, n, (*lift, SKIP_OPTION), first[reason]))
     if not allow_secrets and to_scan:
         scan = find_secrets(store, trajectory_ids=to_scan)

@@ -30,7 +30,7 @@ def write_part(part: Part) -> list[str]:
 def write_card(fin: Finish) -> list[str]:
     return [write_text(fin.out_dir, CARD_FILE, card_text(fin.conn, where=fin.where, reproduce=fin.reproduce,
                                                          name=fin.name, selection=fin.selection,
-                                                         license=fin.license))]
+                                                         out_dir=fin.out_dir, license=fin.license))]
 
 
 def push_to_hub(folder: str, repo_id: str, *, private: bool = True, token: str | None = None,

@@ -71,7 +71,7 @@ class ExportOptions:
             that trajectories lacking them are taken.
         pad_token_id: the id written in padded token positions (masked out by every layout).
         rows_per_file: trajectories per output file (>= 1).
-        name: the dataset's name on its card (``hf``; default: the output folder's name).
+        name: the dataset's name on its card (``hf``; default: named after its sources).
         license: the licence id on the card (``hf``; default: "other", marked to fill).
         push: upload the folder to this Hub dataset repository afterwards (``hf`` only).
         private: create the Hub repository private (default) or public.
@@ -330,7 +330,7 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
             where = sel.where if exact else ids_predicate(conn, exported_ids)
             result.files += target.finish(Finish(
                 out_dir=stage, conn=conn, where=where, reproduce=reproduce_command(sel.where) if exact else None,
-                selection=_describe(sel, result), name=opts.name or os.path.basename(os.path.abspath(out)),
+                selection=_describe(sel, result), name=opts.name,
                 license=opts.license))
         write_json(stage, MANIFEST_FILE, _manifest(s, target, sel, result, holds, opts))
     if opts.push is not None:

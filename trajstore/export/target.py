@@ -56,7 +56,7 @@ class Finish:
         where: a predicate over the ``trajectories`` view selecting exactly the exported trajectories.
         reproduce: the ``traj stats`` command printing the same numbers, when one can (else None).
         selection: how the trajectories were chosen, in words.
-        name: the dataset's name.
+        name: the dataset's name (None: named after its sources).
         license: a licence id given by the user (None = to fill).
     """
 
@@ -65,7 +65,7 @@ class Finish:
     where: str | None
     reproduce: str | None
     selection: str
-    name: str
+    name: str | None
     license: str | None
 
 
