@@ -309,12 +309,13 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
         raise found.refused(to)
     result.unreadable_skipped = {e.path: None for e in bad}  # a footer that cannot be read: rows unknown
     exported_ids: list[str] = []
+    groups: dict[str, int] = {}  # group numbers across the parts of this export
     with staged_folder(out) as stage:
         for index, start in enumerate(range(0, len(sel.ids), opts.rows_per_file)):
             chunk = _read_chunk(s, sel.ids[start:start + opts.rows_per_file], opts, result, rows_of_shard)
             rows, samples = _cut(chunk, target, holds, opts, result)
             part = Part(out_dir=stage, index=index, offset=result.exported, rows=rows, samples=samples,
-                        holds=holds, pad_token_id=opts.pad_token_id)
+                        holds=holds, pad_token_id=opts.pad_token_id, groups=groups)
             if rows.num_rows:
                 result.files += target.write(part)
             result.exported += rows.num_rows
