@@ -21,7 +21,7 @@ FieldChoice = Enum("FieldChoice", {n: n for n in FIELDS}, type=str)  # type: ign
 """``--without`` values: :data:`trajstore.export.FIELDS`."""
 
 _TO_HELP = ("target: " + " | ".join(TARGETS) + " (trainer batch layouts; hf: a Hugging Face dataset folder with a card; "
-            "atif: ATIF trajectory.json files)")
+            "atif: ATIF trajectory.json files; otlp: OpenTelemetry traces as OTLP/JSON, --endpoint sends them)")
 
 
 @commands.command("export")
@@ -67,6 +67,8 @@ def export_cmd(
     push: str | None = typer.Option(None, "--push", metavar="REPO", help="hf: then upload the folder to this Hub "
                                     "dataset repository (needs a token: HF_TOKEN or huggingface-cli login)"),
     private: bool = typer.Option(True, "--private/--public", help="hf --push: create the repository private"),
+    endpoint: str | None = typer.Option(None, "--endpoint", metavar="URL", help="otlp: also send the traces to "
+                                        "this OTLP/HTTP traces endpoint, e.g. http://localhost:4318/v1/traces"),
     dry_run: bool = typer.Option(False, "--dry-run", help="write (and upload) nothing: list every blocker, each "
                                  "with its count and the options that lift it, and what would be written (with "
                                  "--push: what would be created and uploaded); exit 1 when something blocks"),
@@ -90,7 +92,7 @@ def export_cmd(
                          include_not_trainable=include_not_trainable, allow_secrets=allow_secrets,
                          without=frozenset(f.value for f in without), pad_token_id=pad_token_id,
                          rows_per_file=rows_per_file, name=name, license=license, push=push, private=private,
-                         dry_run=dry_run)
+                         dry_run=dry_run, endpoint=endpoint)
     # a bar only for a person watching: not in JSON output, not into a pipe or a log
     with stderr_progress(f"export {to}", disable=fmt != OutputFormat.table or not sys.stderr.isatty()) as advance:
         r = export_store(store, to, out, opts, storage_options=parse_storage_options(storage_option, store),
@@ -108,6 +110,7 @@ def export_cmd(
                                           for u, n in sorted(r.unreadable_skipped.items())}}
            if r.unreadable_skipped else {}),
         **({"pushed": r.pushed} if r.pushed else {}),
+        **({"sent_spans": r.sent_spans} if endpoint else {}),
     }, fmt)
     if r.not_trainable_left_out:
         typer.echo(f"note: left out {sum(r.not_trainable_left_out.values())} of {r.selected} trajectories stored as "

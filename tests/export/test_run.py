@@ -26,8 +26,7 @@ _SKIP = "or leave such trajectories out with --skip-refused"
 
 @pytest.mark.parametrize(("to", "lp", "versions", "rewards"), [
     ("verl", "rollout_log_probs", "min/max_global_steps", "rm_scores"),
-    ("areal", "logprobs", "versions", "rewards"),
-])
+])  # AReaL's blockers (its fields are required: only --skip-refused lifts them): test_blockers.py
 def test_every_refusal_is_named_at_once_and_nothing_is_written(mixed, tmp_path, to, lp, versions, rewards):
     # before: only the first refused trajectory was named; the next run found the next reason
     out = tmp_path / "out"
@@ -85,7 +84,7 @@ def test_without_takes_what_lacks_the_field(mixed, tmp_path, read_out):
 
 def test_bad_options_are_refused_before_any_work(store, tmp_path):
     with pytest.raises(ExportError, match=r"^unknown target 'nemo': choose one of verl, slime, skyrl, trl, areal, "
-                                          r"openrlhf, hf, atif$"):
+                                          r"openrlhf, hf, atif, otlp$"):
         export_store(store, "nemo", str(tmp_path / "x"), UNCHECKED)
     with pytest.raises(ExportError, match=r"^invalid --without 'tokens': the fields are logprobs, rewards, versions$"):
         export_store(store, "verl", str(tmp_path / "x"),

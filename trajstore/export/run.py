@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from trajstore import __version__, audit
 from trajstore.errors import CorruptShardError
+from trajstore.export import otlp
 from trajstore.export.blockers import Blocker, survey_export, unreadable_refusal
 from trajstore.export.card import ids_predicate, reproduce_command
 from trajstore.export.files import MANIFEST_FILE, staged_folder, write_json
@@ -75,6 +76,8 @@ class ExportOptions:
         license: the licence id on the card (``hf``; default: "other", marked to fill).
         push: upload the folder to this Hub dataset repository afterwards (``hf`` only).
         private: create the Hub repository private (default) or public.
+        endpoint: ``otlp``: also send the traces to this OTLP/HTTP traces endpoint
+            (e.g. ``http://localhost:4318/v1/traces``).
         dry_run: write nothing: find every blocker (:mod:`~trajstore.export.blockers`) and what
             would be written and left out (with ``push``: what would be uploaded, see the result).
     """
@@ -94,6 +97,7 @@ class ExportOptions:
     push: str | None = None
     private: bool = True
     dry_run: bool = False
+    endpoint: str | None = None
 
 
 @dataclass
@@ -118,6 +122,7 @@ class ExportResult:
             (None when its footer cannot be read).
         dry_run: nothing was written (``exported`` counts what would be).
         blockers: with ``dry_run``, everything that would stop the export (an export with any is refused).
+        sent_spans: ``otlp`` with ``endpoint``: the spans the endpoint accepted.
         push_plan: with ``dry_run`` and ``push``, what would be created and uploaded
             (:func:`~trajstore.export.hf.push_plan`).
     """
@@ -137,6 +142,7 @@ class ExportResult:
     dry_run: bool = False
     blockers: list[Blocker] = field(default_factory=list)
     push_plan: dict[str, Any] | None = None
+    sent_spans: int = 0
 
 
 Progress = Callable[[str, int, int], None]
@@ -162,6 +168,8 @@ def _check_options(target: Target, opts: ExportOptions) -> frozenset[str]:
     if opts.include_not_trainable and not target.trainer_layout:
         raise ExportError(f"invalid --include-not-trainable: --to {target.name} keeps every trajectory, those "
                           "stored as not trainable flagged by their trainable column")
+    if opts.endpoint is not None and target.name != "otlp":
+        raise ExportError(f"invalid --endpoint: only --to otlp sends to an endpoint, not --to {target.name}")
     if opts.push is not None and target.name != "hf":
         raise ExportError(f"invalid --push: only --to hf uploads to the Hub, not --to {target.name}")
     if opts.rows_per_file < 1:
@@ -334,6 +342,8 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
                 selection=_describe(sel, result), name=opts.name,
                 license=opts.license))
         write_json(stage, MANIFEST_FILE, _manifest(s, target, sel, result, holds, opts))
+    if opts.endpoint is not None:  # the folder is complete: send what it holds
+        result.sent_spans = otlp.send(result.out, result.files, opts.endpoint)
     if opts.push is not None:
         result.pushed = push_to_hub(result.out, opts.push, private=opts.private, api=hub_api)
     return result
