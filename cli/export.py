@@ -77,13 +77,15 @@ def export_cmd(
 ) -> None:
     """Export trajectories to another trainer (verl, slime, SkyRL, TRL, AReaL, OpenRLHF: each in its own
     batch layout, loss mask explicit, log-probs 0.0 only where the mask is 0), a Hugging Face dataset
-    folder with a generated card (--push uploads it) or ATIF with token ids and log-probs. A
-    trajectory lacking what the layout holds (engine log-probs, a reward, policy versions) stops the
-    export with one line naming it: leave the field out with --without, or the trajectory with
-    --skip-refused. Trainer layouts leave out (and count) trajectories stored as not trainable
-    unless --include-not-trainable. Nothing is written while traj redact --check would find a
-    secret in the selected trajectories (or could not scan them), unless --allow-secrets. The
-    folder's .trajstore/export.json says what was written and how to load it."""
+    folder with a generated card (--push uploads it), ATIF with token ids and log-probs, or
+    OpenTelemetry traces (--to otlp; --endpoint sends them). A trajectory lacking what the layout
+    holds (engine log-probs, a reward, policy versions) stops the export: leave the field out with
+    --without, or the trajectory with --skip-refused. Trainer layouts leave out (and count)
+    trajectories stored as not trainable unless --include-not-trainable. Nothing is written while
+    traj redact --check would find a secret in the trajectories that would be exported (or could
+    not scan them), unless --allow-secrets. Every blocker is named at once with its count and the
+    options that lift it; --dry-run lists them without writing. The folder's
+    .trajstore/export.json says what was written and how to load it."""
     if to not in TARGETS:  # checked here, not by click, so that every option's usage error reads the same
         raise InvalidOptionError(f"invalid option --to: {to!r} is not one of {', '.join(TARGETS)}")
 
