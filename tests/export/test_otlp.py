@@ -25,13 +25,14 @@ class _Receiver(BaseHTTPRequestHandler):
     """An OTLP/HTTP traces receiver: decodes each body as ExportTraceServiceRequest."""
 
     received: list = []
+    status = 200
 
     def do_POST(self):  # noqa: N802 - the stdlib's name
         body = self.rfile.read(int(self.headers["Content-Length"]))
         req = pb.ExportTraceServiceRequest.FromString(body)
         type(self).received.append((self.path, self.headers["Content-Type"], req))
         out = pb.ExportTraceServiceResponse().SerializeToString()
-        self.send_response(200)
+        self.send_response(type(self).status)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", str(len(out)))
         self.end_headers()
@@ -43,7 +44,7 @@ class _Receiver(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def receiver():
-    _Receiver.received = []
+    _Receiver.received, _Receiver.status = [], 200
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
@@ -114,11 +115,13 @@ def test_every_model_call_reaches_the_receiver(tmp_path, receiver):
     assert request_from_json(doc) == req
 
 
-def test_an_endpoint_that_refuses_fails_the_export_and_endpoint_is_otlp_only(tmp_path):
+def test_an_endpoint_that_refuses_fails_the_export_and_endpoint_is_otlp_only(tmp_path, receiver):
+    url, received = receiver
+    _Receiver.status = 503
     store = _store(tmp_path)
-    with pytest.raises(ExportError, match=r"^cannot send part-00000\.otlp\.json to http://127\.0\.0\.1:9/v1/traces"):
-        export_store(store, "otlp", str(tmp_path / "o"), ExportOptions(allow_secrets=True,
-                                                                      endpoint="http://127.0.0.1:9/v1/traces"))
+    with pytest.raises(ExportError, match=r"^http://127\.0\.0\.1:\d+/v1/traces answered 503 to part-00000\.otlp\.json"):
+        export_store(store, "otlp", str(tmp_path / "o"), ExportOptions(allow_secrets=True, endpoint=url))
+    assert len(received) == 1
     with pytest.raises(ExportError, match=r"^invalid --endpoint: only --to otlp sends"):
         export_store(store, "hf", str(tmp_path / "h"), ExportOptions(allow_secrets=True, endpoint="http://x"))
     export_store(store, "otlp", str(tmp_path / "plain"), UNCHECKED)  # no endpoint: the files only

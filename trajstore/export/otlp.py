@@ -182,7 +182,8 @@ def send(out_dir: str, files: list[str], endpoint: str, *, timeout: float = 30.0
     ``http://localhost:4318/v1/traces``) as protobuf; returns the spans sent.
 
     Raises:
-        ExportError: the endpoint cannot be reached or answers other than 2xx (naming the file).
+        ExportError: the endpoint cannot be reached or answers other than 2xx (naming the file,
+            and saying that the folder is complete and how many spans were sent before).
     """
     import httpx  # the HTTP client of the proxy and the otlp extras, loaded only to send
 
@@ -194,11 +195,15 @@ def send(out_dir: str, files: list[str], endpoint: str, *, timeout: float = 30.0
             r = httpx.post(endpoint, content=req.SerializeToString(), timeout=timeout,
                            headers={"Content-Type": "application/x-protobuf"})
         except httpx.HTTPError as e:
-            raise ExportError(f"cannot send {name} to {endpoint}: {e}") from e
+            raise ExportError(f"cannot send {name} to {endpoint}: {e}{_written(out_dir, sent)}") from e
         if not 200 <= r.status_code < 300:
-            raise ExportError(f"{endpoint} answered {r.status_code} to {name}: {r.text[:200]}")
+            raise ExportError(f"{endpoint} answered {r.status_code} to {name}: {r.text[:200]}{_written(out_dir, sent)}")
         sent += sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
     return sent
+
+
+def _written(out_dir: str, sent: int) -> str:
+    return f" (the export in {out_dir} is complete; {sent} spans were sent before this file)"
 
 
 def write_part(part: Part) -> list[str]:
