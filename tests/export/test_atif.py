@@ -34,19 +34,20 @@ def test_atif_documents(store, tmp_path):
     assert doc["agent"] == {"name": "sdk", "version": ts.__version__, "model_name": "m"}
     # each step's prompt is every token before its action: the observations between actions sit in
     # the next step's prompt ([31] in step 2, [51, 52] in step 3)
+    assert doc["steps"][0] == {"step_id": 1, "source": "user", "message": ""}  # the prompt's role
     assert [(s["step_id"], s["source"], s["message"], s["metrics"]["prompt_token_ids"],
              s["metrics"]["completion_token_ids"], s["metrics"]["logprobs"], s["extra"]["trajstore"])
-            for s in doc["steps"]] == [
-        (1, "agent", "", [11, 12, 13], [21, 22], _lp(-0.1, -0.2),
+            for s in doc["steps"][1:]] == [
+        (2, "agent", "", [11, 12, 13], [21, 22], _lp(-0.1, -0.2),
          {"policy_version": 3, "finish_reason": "tool_calls", "call_id": "c1"}),
-        (2, "agent", "", [11, 12, 13, 21, 22, 31], [41, 42, 43], _lp(-0.3, -0.4, -0.5),
+        (3, "agent", "", [11, 12, 13, 21, 22, 31], [41, 42, 43], _lp(-0.3, -0.4, -0.5),
          {"policy_version": 4, "call_id": "c2"}),
-        (3, "agent", "", [11, 12, 13, 21, 22, 31, 41, 42, 43, 51, 52], [61], _lp(-0.6),
+        (4, "agent", "", [11, 12, 13, 21, 22, 31, 41, 42, 43, 51, 52], [61], _lp(-0.6),
          {"policy_version": 4, "finish_reason": "stop", "call_id": "c3"}),
     ]
-    assert [(s["metrics"]["prompt_tokens"], s["metrics"]["completion_tokens"]) for s in doc["steps"]] == [
+    assert [(s["metrics"]["prompt_tokens"], s["metrics"]["completion_tokens"]) for s in doc["steps"][1:]] == [
         (3, 2), (6, 3), (11, 1)]
-    assert doc["final_metrics"] == {"total_prompt_tokens": 20, "total_completion_tokens": 6, "total_steps": 3}
+    assert doc["final_metrics"] == {"total_prompt_tokens": 20, "total_completion_tokens": 6, "total_steps": 4}
     extra = doc["extra"]["trajstore"]
     assert (extra["trajectory_id"], extra["tokenizer"], extra["status"], extra["reward"]) == ("t1", "tok",
                                                                                                 "completed", 1.0)
@@ -121,7 +122,7 @@ def test_atif_keeps_unknown_logprobs_as_null_and_refuses_no_action(tmp_path):
     out = tmp_path / "atif"
     export_store(s, "atif", str(out), UNCHECKED)  # nothing to refuse: what is unknown is written as unknown
     no_lp = json.loads((out / "no-lp/agent/trajectory.json").read_text())
-    assert "logprobs" not in no_lp["steps"][0]["metrics"] and no_lp["steps"][0]["extra"]["trajstore"] == {}
+    assert "logprobs" not in no_lp["steps"][1]["metrics"] and no_lp["steps"][1]["extra"]["trajstore"] == {}
     s2 = write_store(tmp_path / "s2", refused_trajectories()[2:])
     with pytest.raises(ExportError, match=r"^trajectory 'no-action': no action span \(no model call\), which the atif "
                                           r"export cannot hold"):

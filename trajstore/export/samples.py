@@ -103,6 +103,10 @@ class Sample:
         return int(self.loss_mask.sum())
 
     @property
+    def num_calls(self) -> int:
+        return len(self.calls)
+
+    @property
     def unknown_version_calls(self) -> int:
         """Model calls without a policy version."""
         return sum(c.policy_version is None for c in self.calls)

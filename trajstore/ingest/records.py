@@ -200,7 +200,9 @@ class EngineSegment:
     engine logged none). A prompt segment after an action starts a new context: the call's
     prompt did not extend what came before (see :class:`EngineRollout`). An action's
     ``policy_version`` (and ``policy_version_max`` for a call of several versions) is set only
-    by a log that records it (a trajstore ATIF export); None = unknown."""
+    by a log that records it (a trajstore ATIF export); None = unknown. The other sampling fields
+(``top_k``, ``min_p``, ``max_tokens``, ``sampling_params`` as JSON) and an observation's
+``truncated`` flag are those of :class:`~trajstore.models.Span`, set by a log that keeps them."""
 
     kind: Literal["prompt", "action", "observation"]
     token_ids: list[int]
@@ -214,6 +216,11 @@ class EngineSegment:
     tool_call_ids: list[str] | None = None
     policy_version: int | None = None
     policy_version_max: int | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    max_tokens: int | None = None
+    sampling_params: str | None = None
+    truncated: bool | None = None
 
 
 @dataclass
@@ -234,6 +241,7 @@ class ExportedFields:
         token_source: ``engine`` or ``retokenized`` (ids re-tokenized before the export stay so).
         logprob_source: ``engine`` or ``none``; with ``engine``, a model call whose log-probs are
             all unknown keeps NaN instead of taking every log-prob of the rollout with it.
+        source: the stored ``source`` (the harness the row came from, not the export format).
     """
 
     trajectory_id: str
@@ -246,6 +254,7 @@ class ExportedFields:
     not_trainable_reason: str | None = None
     token_source: str = "engine"
     logprob_source: str = "engine"
+    source: str | None = None
 
 
 @dataclass(kw_only=True)
