@@ -7,6 +7,7 @@ answer later is stored as a continuation part, never dropped."""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -19,6 +20,8 @@ from trajstore.proxy.httpio import openai_error, read_json_object
 from trajstore.proxy.recorder import RESERVED_METADATA_KEYS
 from trajstore.proxy.state import ProxyState
 from trajstore.schema import STATUSES  # a client may end an episode with any stored status
+
+log = logging.getLogger("trajstore.proxy")
 
 # The routes below have comments, not docstrings: FastAPI would publish a docstring in /openapi.json.
 
@@ -84,6 +87,9 @@ async def finish(request: Request, session: str) -> JSONResponse:
             return openai_error(400, f"reward must be a finite number or null, got {r!r}")
         st.recorder.set_reward(s, None if r is None else float(r), body.get("reward_raw"))
     # a call still waiting for the upstream, streaming its last bytes or being recorded comes first
+    if s.in_flight:
+        log.debug("session %s: /finish waits up to %g s (--finish-wait) for %d call(s) in flight", session,
+                  st.cfg.finish_wait_s, s.in_flight)
     idle = await s.wait_idle(st.cfg.finish_wait_s)
     if st.closing:
         return openai_error(503, SHUTTING_DOWN + "; this episode among them", "proxy_shutting_down")

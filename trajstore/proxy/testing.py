@@ -9,7 +9,14 @@ as ``traj proxy --follow-run`` sends it) makes the body's ``weight_version`` the
 and logs the request (``GET /_fake/loads``). With ``dialect: "vllm"`` it answers that request
 404, as vLLM does, and reloads through vLLM's dev endpoints instead (``POST /collective_rpc``
 ``reload_weights``, then ``POST /reset_prefix_cache``; both logged); ``weight_version: None``
-reports no version at all, as vLLM; ``model_root`` is the model path ``GET /v1/models`` reports.
+reports no version at all, as vLLM; ``model_root`` is the model path ``GET /v1/models`` reports
+(``GET /_fake/models_served`` counts the times it was asked).
+
+A call can be held at a named gate until the test opens it (``fake_hold`` in its body; see
+:func:`fake_app`): a test then waits for the event it needs ("the call is at the upstream",
+``GET /_fake/held``) and decides when the answer comes, instead of guessing with delays that a
+loaded machine outlasts. ``POST /_fake/release`` opens a gate, or with ``{}`` every gate (what a
+fixture does before it stops the server, whose shutdown waits for held calls).
 """
 
 from __future__ import annotations
@@ -51,7 +58,10 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
     :func:`render`), ``dialect`` (``sglang``, or ``vllm``: see the module docstring),
     ``model_root`` (``GET /v1/models``'s ``root``). A request's ``max_tokens`` cuts the reply's
     ids (finish reason ``length``); its ``fake_delay_s`` and ``fake_token_delay_s`` replace
-    ``delay_s`` and ``token_delay_s`` for that call."""
+    ``delay_s`` and ``token_delay_s`` for that call. Its ``fake_hold`` (a gate name) holds it
+    until ``POST /_fake/release {"name": <gate>}`` opens that gate (before it answers; a stream
+    after its ``fake_hold_after`` tokens, default 0); ``GET /_fake/held`` counts the calls
+    waiting at each gate."""
     app = FastAPI()
     cfg: dict[str, Any] = {"status": 200, "delay_s": 0.0, "token_delay_s": 0.0, "cut_stream_after": None,
                            "weight_version": "0", "reply": reply, "trim": False, "dialect": "sglang",
@@ -59,6 +69,40 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
     seen: list[str] = []
     loads: list[dict[str, Any]] = []
     lock = threading.Lock()
+    gates: dict[str, asyncio.Event] = {}
+    held: dict[str, int] = {}
+    all_open = [False]
+    models_served = [0]
+
+    def gate(name: str) -> asyncio.Event:
+        if name not in gates:
+            gates[name] = asyncio.Event()
+            if all_open[0]:
+                gates[name].set()
+        return gates[name]
+
+    async def hold(name: Any) -> None:
+        if name is None:
+            return
+        name = str(name)
+        held[name] = held.get(name, 0) + 1
+        try:
+            await gate(name).wait()
+        finally:
+            held[name] -= 1
+
+    @app.post("/_fake/release")
+    async def release(request: Request) -> dict[str, Any]:
+        name = (await request.json()).get("name")
+        if name is None:
+            all_open[0] = True
+        for g in [gate(str(name))] if name is not None else list(gates.values()):
+            g.set()
+        return {"released": name}
+
+    @app.get("/_fake/held")
+    async def get_held() -> dict[str, int]:
+        return {k: v for k, v in held.items() if v}
 
     @app.post("/_fake/config")
     async def set_config(request: Request) -> dict[str, Any]:
@@ -104,13 +148,22 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
+        models_served[0] += 1
         return {"object": "list", "data": [{"id": "fake", "object": "model", "root": cfg["model_root"]}]}
+
+    @app.get("/_fake/models_served")
+    async def get_models_served() -> int:
+        return models_served[0]
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         body = await request.json()
         with lock:
             seen.append(request.headers.get("authorization", ""))
+        streaming = bool(body.get("stream"))
+        hold_after = int(body.get("fake_hold_after") or 0) if streaming else 0
+        if not hold_after:
+            await hold(body.get("fake_hold"))
         delay = body.get("fake_delay_s", cfg["delay_s"])
         if delay:
             await asyncio.sleep(delay)
@@ -130,7 +183,7 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
         want_lp = bool(body.get("logprobs"))
         entries = [{"token": chr(t - 4) if t >= 4 else "", "logprob": lp, "bytes": [], "top_logprobs": []}
                    for t, lp in zip(ids, lps)]
-        if not body.get("stream"):
+        if not streaming:
             ch: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
                                   "logprobs": {"content": entries} if want_lp else None, "finish_reason": finish}
             if want_ids:
@@ -156,6 +209,8 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
             for i, (t, e) in enumerate(zip(ids, entries)):
                 if cfg["cut_stream_after"] is not None and i >= cfg["cut_stream_after"]:
                     return
+                if hold_after and i == hold_after:
+                    await hold(body.get("fake_hold"))
                 if token_delay:
                     await asyncio.sleep(token_delay)
                 ch = {"index": 0, "delta": {"content": e["token"]} if t != EOS else {},
