@@ -71,11 +71,13 @@ def serving(app) -> Iterator[str]:  # noqa: ANN001
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     th = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     th.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while not server.started and time.monotonic() < deadline:
+        assert th.is_alive(), "the server thread ended before it started serving"
         time.sleep(0.02)
+    assert server.started, "the server did not start within 120 s"
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
-        th.join(timeout=10)
+        th.join(timeout=120)
