@@ -115,7 +115,7 @@ def test_max_staleness_0_holds_across_proxy_restarts(tmp_path):
 
         def agent(i: int) -> None:
             n = 0
-            with httpx.Client(timeout=30) as c:
+            with httpx.Client(timeout=120) as c:
                 while not stop.is_set():
                     n += 1
                     key = f"{RUN}-a{i}-e{n}"
@@ -160,7 +160,7 @@ def test_max_staleness_0_holds_across_proxy_restarts(tmp_path):
         finally:
             stop.set()
             for t in agents:
-                t.join(timeout=30)
+                t.join(timeout=120)
             proxy.__exit__()
         loads = httpx.get(f"{upstream.url}/_fake/loads").json()
 
