@@ -322,9 +322,13 @@ def test_serve_stderr_is_our_lines_only_and_ctrl_c_says_it_stops(tokenizer, tmp_
     import signal
 
     stderr = str(tmp_path / "serve.err")
+    # Ctrl-C as in a terminal: a test run started in the background by a shell without job control
+    # (`pytest ... &` in a script, as when copies of the suite run side by side) passes SIGINT on
+    # ignored, and Python then leaves it ignored; the server here starts with Python's own handler
+    in_a_terminal = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); " + TRAJ[-1]
     with open(stderr, "wb") as fh:
-        proc = subprocess.Popen([*TRAJ, "serve", "--model", "tiny-llama", "--port", "0", "--threads", "1"],
-                                stdout=subprocess.DEVNULL, stderr=fh)
+        proc = subprocess.Popen([*TRAJ[:-1], in_a_terminal, "serve", "--model", "tiny-llama", "--port", "0",
+                                 "--threads", "1"], stdout=subprocess.DEVNULL, stderr=fh)
     try:
         url = wait_bound_url(stderr, proc)
         wait_http(url + "/health", 300, proc)
