@@ -5,7 +5,7 @@ not grow with tokens per trajectory.
     python bench/audit.py --part count --counts 20000,200000
     python bench/audit.py --part tokens                    # the column-pruning check only
 
-**count** (issue 11): stores of N short trajectories (16 tokens: prompt 6, action 4,
+**count**: stores of N short trajectories (16 tokens: prompt 6, action 4,
 observation 3, action 3; 3 sources; half of them consumed by a run over N / 64 steps), written
 in shards of the writer's default flush size (1,024 rows). Tables are built directly as Arrow
 (vectorised), and the first rows are checked against the SDK encoder, so generation does not
@@ -17,7 +17,7 @@ connect, queries). Targets: time grows at most linearly in N (per-trajectory tim
 largest N <= 1.25x the one at the smallest); each report within 3x of its bare query;
 ``traj stats --staleness`` over 1M trajectories under 10 s.
 
-**tokens** (issue 2): at a fixed number of trajectories, 10x more tokens per trajectory must
+**tokens**: at a fixed number of trajectories, 10x more tokens per trajectory must
 leave ``staleness_report`` time within 1.5x (it reads scalars and spans, never tokens or
 log-probs).
 
@@ -339,7 +339,7 @@ def count_targets(results: dict[str, Any]) -> list[tuple[str, float, str, float]
     return checks
 
 
-# -- tokens scale (issue 2) ------------------------------------------------------------------
+# -- tokens scale --------------------------------------------------------------------------
 
 
 def build_tokens_store(root: str, n: int, spans: int, span_tokens: int, seed: int = 0) -> int:

@@ -1,4 +1,4 @@
-"""Compaction benchmark (issue 25): the small-files cost of one shard per trajectory, and what
+"""Compaction benchmark: the small-files cost of one shard per trajectory, and what
 ``traj compact`` gives back.
 
     python bench/compact.py                     # 1,000 trajectories (bench/store.py's synthetic data)
@@ -32,7 +32,7 @@ from store import synth_trajectories  # noqa: E402 - bench/store.py's generator
 
 from trajstore import audit, iter_batches, open_store, read_trajectories  # noqa: E402
 from trajstore.convert import trajectories_to_table  # noqa: E402
-from trajstore.store.compact import compact_store  # noqa: E402
+from trajstore.maintenance.compact import compact_store  # noqa: E402
 
 TARGET = 1.2
 

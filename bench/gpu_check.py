@@ -1,4 +1,4 @@
-"""GPU check of `traj train` for a lent device (issue 14, Build 8), under 5 minutes on one GPU:
+"""GPU check of `traj train` for a lent device, under 5 minutes on one GPU:
 
   1. the chunked log-prob kernel in bf16 on CUDA against the full-logits reference (values,
      gradients, time and peak memory of both);
@@ -100,8 +100,8 @@ def run(args: argparse.Namespace) -> dict:
 
     from trajstore import TrajectoryBuilder, write_trajectories
     from trajstore.store.layout import checkpoint_dir, checkpoint_latest_file, version_dir
+    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
     from trajstore.trainer.loop import distributed as D
-    from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
     from trajstore.trainer.loop.setup import setup
     from trajstore.trainer.loop.train import train
 

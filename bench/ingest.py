@@ -37,7 +37,7 @@ STAGES = {
     "tokenizer (encode with offsets)": ("tokenization_utils_base.py", "__call__"),
     "parsing (json + parsers)": ("dispatch.py", "parse_unit"),
     "validation": ("validate.py", "validate_trajectory"),
-    "store commit (lock, new ids, Parquet shard)": ("commit.py", "flush"),
+    "store commit (lock, new ids, Parquet shard)": ("writer.py", "_flush_locked"),
 }
 """Stage -> (file, function) whose cumulative time is the stage's (from the cProfile of one ingest)."""
 

@@ -1,10 +1,10 @@
 """Learning benchmark: SAO and its ablations, from a supervised warm start, under simulated
-asynchrony, with paired seeds (issue 15; results in bench/LEARNING.md). Same as
+asynchrony, with paired seeds (results in bench/LEARNING.md). Same as
 ``traj bench learning``; this script only forwards its arguments. Writes to a fresh directory
 under the system temp dir (``--scratch`` to choose), never into the checkout.
 
-    python bench/learning.py                       # the default grid (<= 15 min on 2 cores)
-    python bench/learning.py --preset smoke        # <= 1 min
+    python bench/learning.py                       # the default grid (16 min on 2 idle cores)
+    python bench/learning.py --preset smoke        # every task and arm once: ~77 CPU-s (bench/LEARNING.md)
     python bench/learning.py --preset calibrate    # the one-off learning-rate calibration
 """
 

@@ -1,4 +1,4 @@
-"""Lineage benchmark (issue 23): what ``traj proxy`` stores for a parent agent and a sub-agent that
+"""Lineage benchmark: what ``traj proxy`` stores for a parent agent and a sub-agent that
 alternate in one session, and what a trainer then prefills per trained action token.
 
     python bench/lineage.py                     # 3, 6 and 12 turns per agent
@@ -11,7 +11,7 @@ own history by the reply and a tool output, then ``/finish``. Per number of turn
 
 * stored by this checkout: trajectories, all their tokens (what a trainer prefills: every
   stored token goes through the model once), action tokens (what it trains on);
-* main's rule before issue 23 (one line per session: a prompt that does not extend the previous
+* the one-line-per-session rule that lineage links replaced (a prompt that does not extend the previous
   call's prompt + reply closes the trajectory and opens a new one holding the whole prompt),
   applied to the same engine prompt ids. Checked once against main's own proxy (see
   bench/RESULTS.md): same trajectory and token counts.
@@ -30,6 +30,12 @@ from typing import Any
 
 import httpx
 
+from trajstore.http.server import ServerThread
+from trajstore.proxy.app import create_app
+from trajstore.proxy.config import ProxyConfig
+from trajstore.proxy.testing import EOS, fake_app, render
+from trajstore.reader import read_trajectories
+
 LEAD = [{"role": "system", "content": "You are the lead engineer. Fix the failing test."},
         {"role": "user", "content": "tests/test_io.py::test_roundtrip fails"}]
 HELPER = [{"role": "system", "content": "You are a helper. Read files and report."},
@@ -38,8 +44,6 @@ HELPER = [{"role": "system", "content": "You are a helper. Read files and report
 
 def play(proxy: str, session: str, turns: int) -> list[list[int]]:
     """A1 B1 A2 B2 ... through the proxy; return every call's engine prompt ids, in order."""
-    from trajstore.proxy.testing import render
-
     a, b = list(LEAD), list(HELPER)
     prompts = []
     for t in range(turns):
@@ -54,8 +58,8 @@ def play(proxy: str, session: str, turns: int) -> list[list[int]]:
     return prompts
 
 
-def one_line(prompts: list[list[int]], reply: list[int]) -> dict[str, int]:
-    """Main's rule before issue 23 on these calls: trajectories, tokens, action tokens."""
+def one_line_per_session(prompts: list[list[int]], reply: list[int]) -> dict[str, int]:
+    """The one-line-per-session rule on these calls: trajectories, tokens, action tokens."""
     parts: list[list[int]] = []
     tokens: list[int] = []
     for p in prompts:
@@ -67,8 +71,6 @@ def one_line(prompts: list[list[int]], reply: list[int]) -> dict[str, int]:
 
 
 def stored(store: str, session: str) -> dict[str, int]:
-    from trajstore.reader import read_trajectories
-
     rows = [r for r in read_trajectories(store, columns=["trajectory_id", "num_tokens", "num_action_tokens",
                                                          "episode_id"]).to_pylist()
             if r["episode_id"].startswith(session + ".")]
@@ -80,10 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, nargs="+", default=[3, 6, 12], help="turns per agent")
     args = ap.parse_args(argv)
-    from trajstore.proxy.app import create_app
-    from trajstore.proxy.config import ProxyConfig
-    from trajstore.proxy.testing import EOS, ServerThread, fake_app
-
     reply = [b + 4 for b in b"ok"] + [EOS]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, ServerThread(fake_app(reply="ok")) as up:
@@ -91,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         with ServerThread(create_app(ProxyConfig(upstream=up.url, store=store))) as px:
             for n in args.turns:
                 prompts = play(px.url, f"t{n}", n)
-                rows.append({"turns": n, "before": one_line(prompts, reply), "calls": len(prompts),
+                rows.append({"turns": n, "before": one_line_per_session(prompts, reply), "calls": len(prompts),
                              "session": f"t{n}"})
         for r in rows:  # the proxy has stopped: its store is closed
             r["after"] = stored(store, r["session"])

@@ -23,7 +23,7 @@ configuration and its session is dropped (through the proxy it is finished as ``
 instead of ending the run. Printed per mode and level: p50 and p99 direct and through the proxy, the added
 latency (proxy - direct, per percentile), calls/s both ways (the proxy's wall time includes
 the ``/finish`` calls, which write the episode to the store before returning) and their ratio.
-The target (issue 13): p50 added latency <= 5 ms on loopback.
+The target: p50 added latency <= 5 ms on loopback.
 
 Then the integrity check of everything sent through the proxy, the highest load included:
 every session whose ``/finish`` answered is in the store exactly once, ``completed``, with one
@@ -49,6 +49,8 @@ from typing import Any
 
 import httpx
 import numpy as np
+
+from trajstore.reader import read_trajectories
 
 TARGET_P50_MS = 5.0
 OBSERVATION = "tool output: " + "x" * 180  # ~190 tokens of the fake's byte-level tokenizer per turn
@@ -103,7 +105,7 @@ HOP_APP = '''
 import sys, httpx, uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
-from trajstore.proxy.server import listening_socket
+from trajstore.http.sockets import listening_socket
 up, port = sys.argv[1], int(sys.argv[2])
 app = FastAPI(docs_url=None, redoc_url=None)
 client = httpx.AsyncClient(base_url=up, timeout=120, limits=httpx.Limits(max_connections=1024,
@@ -149,7 +151,7 @@ def start_hop(upstream: str) -> tuple[subprocess.Popen[bytes], str]:
 
 
 @dataclass
-class Sample:
+class LoadResult:
     """Latencies (s) of one configuration's calls and its wall time."""
 
     total: list[float] = field(default_factory=list)
@@ -161,7 +163,7 @@ class Sample:
     failed: list[str] = field(default_factory=list)  # through the proxy: sessions finished as failed
 
 
-async def _call(client: httpx.AsyncClient, url: str, body: dict[str, Any], stream: bool, out: Sample) -> str:
+async def _call(client: httpx.AsyncClient, url: str, body: dict[str, Any], stream: bool, out: LoadResult) -> str:
     """One chat call; returns the answer's text."""
     t0 = time.perf_counter()
     if not stream:
@@ -191,9 +193,9 @@ async def _call(client: httpx.AsyncClient, url: str, body: dict[str, Any], strea
 
 
 async def run_load(base: str, *, proxy: bool, stream: bool, concurrency: int, sessions: int, turns: int,
-                   tag: str) -> Sample:
+                   tag: str) -> LoadResult:
     """`sessions` sessions of `turns` calls, `concurrency` at a time."""
-    out = Sample()
+    out = LoadResult()
     limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(sessions):
@@ -253,8 +255,6 @@ def check_store(store: str, expected: dict[str, int], failed: set[str] | None = 
     action span per call; and nothing else stored but the `failed` sessions (a call of theirs
     failed), which must not be ``completed``."""
     failed = failed or set()
-    from trajstore.reader import read_trajectories
-
     t = read_trajectories(store, columns=["trajectory_id", "status", "num_actions", "metadata"]).to_pylist()
     by_session: dict[str, list[dict[str, Any]]] = {}
     for r in t:
@@ -311,7 +311,7 @@ def main() -> None:
             stream = mode == "sse"
             for c in args.concurrency:
                 n = args.sessions or max(24, 4 * c)
-                got = {"direct": Sample(), "hop": Sample(), "proxy": Sample()}
+                got = {"direct": LoadResult(), "hop": LoadResult(), "proxy": LoadResult()}
                 paths = [("direct", up_url), *([("hop", hop_url)] if hop_url else []), ("proxy", px_url)]
                 for rnd in range(args.rounds):
                     for path, base in (paths if rnd % 2 == 0 else paths[::-1]):

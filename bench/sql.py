@@ -1,4 +1,4 @@
-"""``traj sql`` output benchmark (issue 25): 4 M span rows written as CSV by ``traj sql --format csv
+"""``traj sql`` output benchmark: 4 M span rows written as CSV by ``traj sql --format csv
 --output FILE`` against DuckDB's own ``COPY ... TO`` of the same columns from the same files.
 
     python bench/sql.py                          # builds bench/audit.py's count store of 1M trajectories

@@ -1,17 +1,16 @@
 """``traj stats --staleness`` against a hand-written DuckDB query computing the same numbers over the
-same files (issue 25 target: within 2x at 1M trajectories).
+same files (target: within 2x at 1M trajectories).
 
     python bench/staleness.py                     # builds bench/audit.py's count store of 1M trajectories
     python bench/staleness.py --store /tmp/a1m    # an existing count store
 
 Both run as a fresh process, as a user would (interpreter start and imports included), best of
-``--repeat``, alternately: **traj stats** = ``traj stats STORE --staleness --format json``;
+``--repeat`` rounds, alternately (one run of each side per round: A, B, A, B, ...): **traj stats** = ``traj stats STORE --staleness --format json``;
 **hand-written** = ``python -c "import duckdb; ..."`` running :data:`HAND` (the four staleness
 tables: per run and per (run, source) nearest-rank token and trajectory percentiles, the
 histogram, and the lag of unconsumed data) over ``read_parquet`` of the same shard files and
 consumption records. The numbers are checked equal first (the count store has no duplicate ids,
-so the hand query needs no dedupe). Also the same two in one process (connection and queries
-only). Exit status 0 even when the target is missed: this is a measurement, not a test.
+so the hand query needs no dedupe). Exit status 0 even when the target is missed: this is a measurement, not a test.
 """
 
 from __future__ import annotations
@@ -90,12 +89,15 @@ def files_sql(files: list[str]) -> str:
     return "read_parquet([" + ", ".join(f"'{f}'" for f in files) + "])"
 
 
-def best_of(fn, repeat: int) -> float:  # noqa: ANN001
-    best = float("inf")
+def best_alternately(fns: list, repeat: int) -> list[float]:  # noqa: ANN001
+    """Best wall time of each of `fns` over `repeat` rounds, run alternately (A, B, A, B, ...) so
+    that a change in the machine's load falls on both sides alike."""
+    best = [float("inf")] * len(fns)
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t0)
     return best
 
 
@@ -123,8 +125,9 @@ def main() -> None:
         h = hand["by_run"][0]
         same = ([o[k] for k in ("consumed", "token_p50", "token_p90", "token_p99", "token_max", "traj_p50", "traj_p90",
                                 "traj_p99", "traj_max")] == [h[1], *h[2:6], *h[7:11]])
-        t_ours = best_of(lambda: subprocess.run(ours_cmd, check=True, capture_output=True), args.repeat)
-        t_hand = best_of(lambda: subprocess.run(hand_cmd, check=True, capture_output=True), args.repeat)
+        t_ours, t_hand = best_alternately([lambda: subprocess.run(ours_cmd, check=True, capture_output=True),
+                                           lambda: subprocess.run(hand_cmd, check=True, capture_output=True)],
+                                          args.repeat)
         out = {"trajectories": sum(s.num_rows for s in store.list_shards(TRAJECTORIES_DIR)), "shards": len(traj),
                "same_numbers": same, "traj_stats_staleness_s": round(t_ours, 3), "hand_written_duckdb_s": round(t_hand, 3)}
         print(json.dumps(out, indent=2))

@@ -1,4 +1,4 @@
-"""Benchmarks of `traj train` (issue 14), each against a baseline measured in the same run:
+"""Benchmarks of `traj train`, each against a baseline measured in the same run:
 
   memory    peak RSS of a real one-step `traj train` (load, publish v0, one policy step with K=2
             critic updates, checkpoint, publish v1) against the analytic floor, one fresh process
@@ -18,7 +18,7 @@
             with the trainer's packing (one row per micro-batch, no padding) and, for comparison,
             with rows padded to the longest trajectory of their micro-batch. Target: < 10%.
   wait      share of step time spent waiting for data, streaming from a local store vs the same
-            steps on batches already in memory (issue 6 target: < 5%).
+            steps on batches already in memory (target: < 5%).
 
     python bench/train.py [--sections memory,overhead,padding,wait] [--models tiny-llama,smollm2-135m]
 
@@ -83,7 +83,7 @@ def write_store(root: str, n: int, *, model: str, seed: int = 0, per_shard: int 
 
 
 def config(root: str, run_id: str, *, model: str, batch_size: int, micro_batch_size: int, **run):  # noqa: ANN003, ANN201
-    from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
+    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 
     return TrainConfig(
         store=root, model=ModelConfig(name=model),

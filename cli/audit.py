@@ -5,32 +5,39 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
+import duckdb
 import typer
 
-from trajstore.cli.display import OutputFormat, render_tables
-from trajstore.cli.main import (
-    FormatOption,
-    InvalidOptionError,
-    StorageOptions,
-    StoreArgument,
-    app,
-    friendly_errors,
-    open_existing_store,
-    parse_storage_options,
+from trajstore import audit
+from trajstore.audit import AuditError
+from trajstore.audit.export import write_result
+from trajstore.audit.plots import (
+    PLOTTED_FLAGS,
+    UnsupportedPlotFormat,
+    plot_destination,
+    plot_reports,
+    require_matplotlib,
 )
-from trajstore.errors import os_reason
+from trajstore.audit.views import run_ids
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.display import OutputFormat, new_console, render_tables
+from trajstore.cli.errors import InvalidOptionError, friendly_errors
+from trajstore.cli.options import FormatOption, StorageOptions, StoreArgument, parse_storage_options
+from trajstore.errors import one_line, os_reason
+from trajstore.store import open_existing_store
+from trajstore.store.layout import RUNS_DIR
 from trajstore.tables import TableData
+from trajstore.view.links import with_view_link_columns, with_view_links
+
+commands = TrajTyper()
 
 
 def _fetch(rel: Any) -> tuple[list[str], list[tuple[Any, ...]]]:
-    import duckdb
-
-    from trajstore.audit import AuditError
-
     try:
         return list(rel.columns), rel.fetchall()
     except duckdb.Error as e:  # raised while running (casts, malformed JSON, refused file access)
@@ -58,13 +65,11 @@ REPORT_FLAGS: tuple[str, ...] = ("--coverage", "--rewards", "--lengths", "--stat
 
 def more_reports_hint(width: int = 80) -> str:
     """The lines under the short overview that point to the rest (wrapped at `width`): two at 80 columns."""
-    import textwrap
-
     return textwrap.fill(f"more: traj stats --all prints every report; one at a time: {', '.join(REPORT_FLAGS)}",
                          width, subsequent_indent="  ")
 
 
-@app.command("stats")
+@commands.command("stats")
 @friendly_errors
 def stats_cmd(
     store: StoreArgument,
@@ -94,17 +99,11 @@ def stats_cmd(
     """Audit reports over a store. Without a report flag: a short overview that fits an 80x24
     terminal (totals, the largest sources, the runs that trained last) and names the flags for the
     rest; --all prints every report (--lineage: the episode / lineage report)."""
-    from trajstore import audit
-    from trajstore.audit.views import run_ids
-    from trajstore.store.layout import RUNS_DIR
-
     chosen = {"staleness": staleness, "clip": clip, "coverage": coverage, "rewards": rewards,
               "lengths": lengths, "statuses": statuses, "duplicates": duplicates, "lineage": lineage}
     brief = not any(chosen.values()) and not all_reports and plot is None
     everything = all_reports or (not any(chosen.values()) and plot is not None)
     if plot is not None:  # before any work: a missing extra is one line, not tables then an error
-        from trajstore.audit.plots import PLOTTED_FLAGS, UnsupportedPlotFormat, plot_destination, require_matplotlib
-
         if not everything and not any(chosen[f.removeprefix("--")] for f in PLOTTED_FLAGS):
             raise InvalidOptionError(f"invalid option --plot: nothing to plot: it draws {', '.join(PLOTTED_FLAGS)} (or every report "
                                      "when no report flag is given); none of them is chosen")
@@ -113,7 +112,7 @@ def stats_cmd(
             plot_out = plot_destination(plot)  # a bad destination is refused before the reports run
         except UnsupportedPlotFormat as e:
             raise InvalidOptionError(f"invalid option --plot: {e}") from None
-    s = open_existing_store(store, parse_storage_options(storage_option, store))
+    s = open_existing_store(store, storage_options=parse_storage_options(storage_option, store))
     if run is not None and run not in run_ids(s):
         raise audit.AuditError(f"run {run!r} not found under {s.url(RUNS_DIR)} "
                                f"(runs: {', '.join(run_ids(s)) or 'none'})")
@@ -132,10 +131,6 @@ def stats_cmd(
     }
     wanted = {"overview", "brief"} if brief else {n for n in builders if (
         (everything and n != "lineage") or chosen.get(n, False))}
-    import duckdb
-
-    from trajstore.errors import one_line
-
     try:
         reports = {name: build() for name, build in builders.items() if name in wanted}
         tables = report_tables(reports)
@@ -147,18 +142,12 @@ def stats_cmd(
         message = one_line(str(e)).removeprefix("query failed: ")
         raise audit.AuditError(f"report query failed{with_where}: {message}") from e
     if view_url is not None:
-        from trajstore.view.links import with_view_links
-
         tables = [with_view_links(t, view_url) for t in tables]
-    from rich.console import Console
-
-    console = Console()
+    console = new_console()
     render_tables(tables, fmt, console=console, compact=brief)  # the overview fits an 80x24 terminal
     if brief and fmt is OutputFormat.table:  # part of the table output for people (json / csv: the tables only)
         typer.echo(more_reports_hint(console.width))
     if plot is not None:
-        from trajstore.audit.plots import plot_reports
-
         panels = plot_reports(reports, plot_out)  # the name really written (see plot_destination)
         typer.echo(f"wrote {plot_out} ({', '.join(panels)})", err=True)
 
@@ -172,11 +161,6 @@ SQL_TABLE_MAX_ROWS = 1_000
 def _sql_batches(rel: Any) -> Any:
     """Arrow record batches of `rel`, :data:`SQL_BATCH_ROWS` rows at a time, DuckDB errors
     (raised while rows are produced: failed casts, malformed JSON) as one-line AuditErrors."""
-    import duckdb
-
-    from trajstore.audit import AuditError
-    from trajstore.errors import one_line
-
     try:
         reader = rel.to_arrow_reader(SQL_BATCH_ROWS)
         while True:
@@ -206,8 +190,6 @@ class SqlFormat(str, Enum):
 def _export(rel: Any, fmt: SqlFormat, output: Path | None) -> None:
     """Stream `rel` as `fmt` to `output` (written atomically: a temp file beside it, renamed when
     complete) or to stdout, through :func:`trajstore.audit.export.write_result`."""
-    from trajstore.audit.export import write_result
-
     if output is None:
         if fmt is SqlFormat.parquet and sys.stdout.isatty():
             raise InvalidOptionError("invalid option --format parquet: Parquet is binary: give --output FILE "
@@ -230,8 +212,6 @@ def _export(rel: Any, fmt: SqlFormat, output: Path | None) -> None:
 
 
 def _show_table(rel: Any) -> None:
-    from rich.console import Console
-
     cols = _columns(rel)
     rows: list[tuple[Any, ...]] = []
     more = False
@@ -243,13 +223,13 @@ def _show_table(rel: Any) -> None:
             rows.append(tuple(row.values()))
         if more:
             break
-    render_tables([TableData("result", cols, rows)], OutputFormat.table, console=Console())
+    render_tables([TableData("result", cols, rows)], OutputFormat.table, console=new_console())
     if more:
         typer.echo(f"(showing the first {SQL_TABLE_MAX_ROWS} rows; use --limit N, or --format csv|json to "
                    "stream every row)", err=True)
 
 
-@app.command("sql")
+@commands.command("sql")
 @friendly_errors
 def sql_cmd(
     store: StoreArgument,
@@ -269,18 +249,14 @@ def sql_cmd(
 ) -> None:
     """Run one read-only SELECT against the store's DuckDB views. Rows are fetched in batches of
     10,000, so memory stays bounded however large the result; a table shows the first 1,000."""
-    from trajstore import audit
-
     if not query.strip():
         raise typer.BadParameter("the query is empty (give one SELECT)", param_hint="QUERY")
     if output is not None and fmt is SqlFormat.table:
         raise InvalidOptionError("invalid option --output: a table is for the terminal; choose --format csv, json, "
                                  "jsonl or parquet")
-    conn = audit.connect(open_existing_store(store, parse_storage_options(storage_option, store)))
+    conn = audit.connect(open_existing_store(store, storage_options=parse_storage_options(storage_option, store)))
     rel = audit.sql(conn, query, limit=limit)
     if view_url is not None:
-        from trajstore.view.links import with_view_link_columns
-
         rel = with_view_link_columns(rel, view_url)
     if fmt is SqlFormat.table:
         _show_table(rel)

@@ -3,22 +3,58 @@
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import typer
 
-from trajstore.cli.display import OutputFormat
-from trajstore.cli.main import FormatOption, InvalidOptionError, TrajTyper, app, friendly_errors
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.display import OutputFormat, new_console, print_command, render_record, render_tables
+from trajstore.cli.errors import InvalidOptionError, friendly_errors
+from trajstore.cli.options import FormatOption
+from trajstore.tables import TableData
 
 bench_app = TrajTyper(help="Benchmarks that exercise the whole pipeline.", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
+commands = TrajTyper()
+commands.add_typer(bench_app, name="bench")
 
 
-def _ints(text: str, what: str) -> list[int]:
+def _numbers(text: str, what: str, kind: type[int] | type[float] = int) -> list:
+    """``--seeds 0,1,2``: the comma-separated numbers of option `what`, each of `kind`.
+
+    Raises:
+        InvalidOptionError: a value that is not one (naming the option).
+    """
     try:
-        return [int(s) for s in text.split(",")]
+        return [kind(s) for s in text.split(",")]
     except ValueError:
-        raise InvalidOptionError(f"invalid option --{what}: must be comma-separated integers (got {text!r})") from None
+        noun = "integers" if kind is int else "numbers"
+        raise InvalidOptionError(f"invalid option --{what}: must be comma-separated {noun} (got {text!r})") from None
+
+
+def _print_report_path(out: Any, summary: dict[str, Any]) -> None:
+    """Where the run's report is, as a command-line path to copy."""
+    out.print("report:", highlight=False)
+    print_command(out, summary.get("report", f"{summary['out_dir']}/report.md"))
+
+
+def _claim_seeds(text: str) -> dict[str, int]:
+    """``KEY=N,...`` -> {claim key: seeds}, every key one of the benchmark's claims.
+
+    Raises:
+        InvalidOptionError: a part that is not ``KEY=N`` with a known claim and N >= 1.
+    """
+    # here, not at import: the learning bench's package imports torch
+    from trajstore.trainer.apps.learning_bench.claims import CLAIMS
+
+    known = {c.key for c in CLAIMS}
+    out = {}
+    for part in text.split(","):
+        key, _, n = part.strip().partition("=")
+        if key not in known or not n.strip().isdigit() or int(n) < 1:
+            raise InvalidOptionError(f"invalid option --claim-seeds: {part.strip()!r} is not KEY=N with KEY a claim "
+                                     f"({', '.join(sorted(known))}) and N >= 1")
+        out[key] = int(n)
+    return out
 
 
 @bench_app.command("learning")
@@ -26,13 +62,21 @@ def _ints(text: str, what: str) -> list[int]:
 def learning_cmd(
     preset: str = typer.Option("default", help="default (the bench/LEARNING.md grid, sized for <= 20 min on 2 idle "
                                                "cores), smoke (CI: one short run of everything the default runs), "
-                                               "calibrate (the one-off learning-rate calibration) or long (4 arms, "
-                                               "400 policy steps)"),
+                                               "calibrate (the one-off learning-rate calibration), long (4 arms, "
+                                               "400 policy steps, 10 seeds), power (the DIS and critic claims with "
+                                               "the seeds 80 % power needs) or staleness (the DIS claims' arms at "
+                                               "32, 64, 128 and 256 simulated rollout workers)"),
     scratch: str | None = typer.Option(None, help="directory for cached warm starts and a fresh run directory "
                                                      "(default: <system temp>/trajstore-bench-learning)"),
     seeds: str | None = typer.Option(None, help="comma-separated seeds (default: the preset's)"),
     arms: str | None = typer.Option(None, help="comma-separated arms of the chain task (default: the preset's)"),
     processes: int | None = typer.Option(None, min=1, help="worker processes (default: the preset's)"),
+    workers: int | None = typer.Option(None, min=1, help="simulated rollout workers in flight (more: staler "
+                                                         "batches; default: the preset's, 64)"),
+    sweep_workers: str | None = typer.Option(None, help="comma-separated worker counts: a staleness sweep, one run "
+                                                           "of the preset per count (default: the preset's)"),
+    claim_seeds: str | None = typer.Option(None, help="paired seeds per claim, KEY=N,... (e.g. dis-vs-none=64): an "
+                                                         "arm runs every seed any of its claims asks for"),
     mismatch: str | None = typer.Option(None, help="the rollout engine's mismatch model: noise (bf16 + Gaussian logit "
                                                       "noise, the default) or engine (float8 LM head + heavy-tailed "
                                                       "logit noise, shaped like a real engine)"),
@@ -41,28 +85,30 @@ def learning_cmd(
                                                        "statistics, figures, report and bench/LEARNING.md's tables "
                                                        "from the per-run results (no training); a committed "
                                                        "directory is only read, the output goes under --scratch"),
+    compare: str | None = typer.Option(None, help="with --reanalyse: a second run directory of the same preset "
+                                                     "(e.g. another machine's, bench/learning_results/default-idle); "
+                                                     "each claim's direction, Holm p and verdict in both runs, side "
+                                                     "by side, in the report and tables.md"),
     fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Train SAO and its ablations from a supervised warm start under simulated asynchrony, score
     their advantages against an oracle, and report the paper's claims with paired-seed intervals."""
-    from rich.console import Console
-
-    from trajstore.cli.display import print_command, render_record, render_tables
-    from trajstore.tables import TableData
+    # here, not at import: the learning bench imports torch (seconds of every traj command's start-up)
     from trajstore.trainer.apps.learning_bench.arms import BenchError, get_arm
-    from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
+    from trajstore.trainer.apps.learning_bench.presets import PRESETS, SuiteConfig
+    from trajstore.trainer.apps.learning_bench.report import summary_tables
     from trajstore.trainer.apps.learning_bench.suite import reanalyse as redo
     from trajstore.trainer.apps.learning_bench.suite import run_suite
 
-    if preset not in ("default", "smoke", "calibrate", "long"):
-        raise InvalidOptionError(f"invalid option --preset: must be default, smoke, calibrate or long (got {preset!r})")
+    if preset not in PRESETS:
+        raise InvalidOptionError(f"invalid option --preset: must be {', '.join(PRESETS)} (got {preset!r})")
     if mismatch is not None and mismatch not in ("noise", "engine"):
         raise InvalidOptionError(f"invalid option --mismatch: must be noise or engine (got {mismatch!r})")
     over: dict = {}
     if scratch:
         over["scratch"] = scratch
     if seeds:
-        over["seeds"] = _ints(seeds, "seeds")
+        over["seeds"] = _numbers(seeds, "seeds")
     if arms:
         try:
             over["chain_arms"] = [get_arm(a.strip()).name for a in arms.split(",")]
@@ -72,9 +118,17 @@ def learning_cmd(
         over["processes"] = processes
     if mismatch:
         over["mismatch"] = mismatch
-    err = Console(stderr=True)
+    if workers:
+        over["workers"] = workers
+    if sweep_workers:
+        over["sweep_workers"] = _numbers(sweep_workers, "sweep-workers")
+    if claim_seeds:
+        over["claim_seeds"] = _claim_seeds(claim_seeds)
+    if compare and not reanalyse:
+        raise InvalidOptionError("invalid option --compare: it needs --reanalyse DIR (the run to compare it with)")
+    err = new_console(stderr=True)
     if reanalyse:
-        summary = redo(reanalyse, scratch=scratch)
+        summary = redo(reanalyse, scratch=scratch, compare=compare)
         cfg = SuiteConfig.model_validate_json(open(f"{reanalyse}/config.json").read())
     else:
         cfg = SuiteConfig.preset_config(preset, **over)  # type: ignore[arg-type]
@@ -82,44 +136,19 @@ def learning_cmd(
     if fmt is OutputFormat.json:
         render_record("traj bench learning", summary, fmt)
         return
-    if "calibration" in summary:
-        tables = [TableData("learning-rate calibration (SAO, seed 0)",
-                            ["policy_lr", "kl_step_median", "initial_eval", "final_eval"],
-                            [(r["policy_lr"], r["kl_step_median"], r["initial_eval"], r["final_eval"])
-                             for r in summary["calibration"]], keys=["policy_lr"])]
-    else:
-        n_seeds = len(cfg.seeds)
-        # one seed (smoke) has no interval: no CI columns of nan, and the title says why
-        with_ci = n_seeds >= 2
-        minutes = summary.get("seconds", math.nan) / 60
-        cols = ["comparison", "metric", "difference", *(["ci_low", "ci_high", "p_holm"] if with_ci else []), "verdict"]
-        tables = [TableData(f"paper claims ({f'{n_seeds} paired seeds' if with_ci else f'{n_seeds} seed, CI n/a'}"
-                            + (f", {minutes:.1f} min)" if math.isfinite(minutes) else ")"), cols,
-                            [(f"{c['arm']} - {c['ref']} ({c['task']})", c["metric"], c["interval"]["mean"],
-                              *((c["interval"]["low"], c["interval"]["high"], c["interval"].get("p_holm", math.nan))
-                                if with_ci else ()), c["verdict"])
-                             for c in summary["claims"]],
-                            keys=["comparison", "metric"], wrap=["verdict"])]
-    out = Console()
+    tables = summary_tables(cfg, summary)
+    out = new_console()
     render_tables(tables, fmt, console=out)
     if fmt is OutputFormat.table:
         if "calibration" in summary:
             out.print(f"lr for 1e-3 nats/token: {summary['calibrated_lr']:.3g}", highlight=False)
-        out.print("report:", highlight=False)
-        print_command(out, f"{summary['out_dir']}/report.md")
-
-
-def _floats(text: str, what: str) -> list[float]:
-    try:
-        return [float(s) for s in text.split(",")]
-    except ValueError:
-        raise InvalidOptionError(f"invalid option --{what}: must be comma-separated numbers (got {text!r})") from None
+        _print_report_path(out, summary)
 
 
 @bench_app.command("throughput")
 @friendly_errors
 def throughput_cmd(
-    preset: str = typer.Option("default", help="default (3 sigmas x 3 seeds x 6 arms, the bench/RESULTS.md grid) "
+    preset: str = typer.Option("default", help="default (3 sigmas x 3 seeds x 7 arms, the bench/RESULTS.md grid) "
                                                "or smoke (every arm once at sigma 1, 2 short steps)"),
     scratch: str | None = typer.Option(None, help="a fresh run directory is made under it (default: <system "
                                                      "temp>/trajstore-bench-throughput)"),
@@ -127,7 +156,8 @@ def throughput_cmd(
                                                     "(default: the preset's)"),
     seeds: str | None = typer.Option(None, help="comma-separated seeds (default: the preset's)"),
     arms: str | None = typer.Option(None, help="comma-separated arms: sync, one-step, async-N (N = the proxy's "
-                                                  "--max-staleness) (default: the preset's)"),
+                                                  "--max-staleness), async-N-cC (C episodes in flight at most) "
+                                                  "(default: the preset's)"),
     steps: int | None = typer.Option(None, min=1, help="policy steps each arm runs to (default: the preset's)"),
     batch_size: int | None = typer.Option(None, min=1, help="trajectories per step (default: the preset's)"),
     workers: int | None = typer.Option(None, min=1, help="rollout slots, every arm (default: the preset's)"),
@@ -139,10 +169,7 @@ def throughput_cmd(
     --follow, a tiny random model, tool calls of lognormal latency): time to N policy steps, throughput,
     idle time and staleness of a synchronous barrier, one-step off-policy and --max-staleness arms on
     the same paired latency trace, beside a fork-join model's prediction."""
-    from rich.console import Console
-
-    from trajstore.cli.display import print_command, render_record, render_tables
-    from trajstore.tables import TableData
+    # here, not at import: the throughput bench imports the HTTP stack (FastAPI, the proxy extra)
     from trajstore.trainer.apps.throughput.config import Arm, ThroughputConfig, ThroughputError
     from trajstore.trainer.apps.throughput.suite import reanalyse as redo
     from trajstore.trainer.apps.throughput.suite import run_suite
@@ -153,18 +180,18 @@ def throughput_cmd(
     if scratch:
         over["scratch"] = scratch
     if sigmas:
-        over["sigmas"] = _floats(sigmas, "sigmas")
+        over["sigmas"] = _numbers(sigmas, "sigmas", float)
         if any(s <= 0 for s in over["sigmas"]):
             raise InvalidOptionError(f"invalid option --sigmas: must be positive (got {sigmas!r})")
     if seeds:
-        over["seeds"] = _ints(seeds, "seeds")
+        over["seeds"] = _numbers(seeds, "seeds")
     if arms:
         try:
             over["arms"] = [Arm.parse(a).name for a in arms.split(",")]
         except ThroughputError as e:
             raise InvalidOptionError(f"invalid option --arms: {e}") from None
     over.update({k: v for k, v in (("steps", steps), ("batch_size", batch_size), ("workers", workers)) if v})
-    err = Console(stderr=True)
+    err = new_console(stderr=True)
     if reanalyse:
         cfg, summary = redo(reanalyse)
     else:
@@ -178,10 +205,9 @@ def throughput_cmd(
         render_record("traj bench throughput", {k: v for k, v in summary.items() if k != "tables"} | {
             "tables": {t.name: [dict(zip(t.columns, r)) for r in t.rows] for t in summary["tables"]}}, fmt)
         return
-    out = Console()
+    out = new_console()
     render_tables(tabs, fmt, console=out)
     if fmt is OutputFormat.table:
         for f in summary["failures"]:
             err.print(f"failed: {f['run']}: {f['error']}", highlight=False, soft_wrap=True)
-        out.print("report:", highlight=False)
-        print_command(out, f"{summary['out_dir']}/report.md")
+        _print_report_path(out, summary)

@@ -54,13 +54,6 @@ def as_number(v: Any) -> float | int | None:
     return None
 
 
-def format_share(v: float | None) -> str:
-    """A share in table output: ``0.250`` (:data:`SHARE_DECIMALS` decimals); ``-`` for missing."""
-    if v is None:
-        return "-"
-    return f"{v:.{SHARE_DECIMALS}f}" if math.isfinite(v) else str(v)
-
-
 def format_value(v: Any) -> str:
     """One cell outside a column context (text, times, lists); numbers as :func:`column_formatter`
     would print a column holding only `v`."""
@@ -150,4 +143,3 @@ def jsonable(v: Any) -> Any:
     if isinstance(v, dict):
         return {str(k): jsonable(x) for k, x in v.items()}
     return v
-

@@ -1,20 +1,22 @@
-"""``traj compact``: merge a store's small trajectory shards (see :mod:`trajstore.store.compact`).
+"""``traj compact``: merge a store's small trajectory shards (see :mod:`trajstore.maintenance.compact`).
 Parses options, calls the library, renders."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import typer
 
-from trajstore.cli.display import OutputFormat
-from trajstore.cli.main import FormatOption, StorageOptions, StoreArgument, app, friendly_errors
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.display import OutputFormat, render_record, stderr_progress
+from trajstore.cli.errors import friendly_errors
+from trajstore.cli.options import FormatOption, StorageOptions, StoreArgument, parse_storage_options
+from trajstore.maintenance.compact import CompactionResult, compact_store
+from trajstore.store import open_existing_store
+from trajstore.wording import plural
 
-if TYPE_CHECKING:
-    from trajstore.store.compact import CompactionResult
+commands = TrajTyper()
 
 
-@app.command("compact")
+@commands.command("compact")
 @friendly_errors
 def compact_cmd(
     store: StoreArgument,
@@ -33,22 +35,10 @@ def compact_cmd(
     """Merge runs of small trajectory shards into shards of about --target-mb, dropping later copies
     of a trajectory id. Readers, `traj train --follow` and writers keep working meanwhile; safe to
     interrupt (even kill) and rerun."""
-    from rich.console import Console
-    from rich.progress import Progress
-
-    from trajstore.cli.display import render_record
-    from trajstore.cli.main import open_existing_store, parse_storage_options
-    from trajstore.store.compact import compact_store
-
-    s = open_existing_store(store, parse_storage_options(storage_option, store))
-    with Progress(console=Console(stderr=True), transient=True, disable=dry_run) as progress:
-        task = progress.add_task("compacting", total=None)
-
-        def step(group, i, n):  # noqa: ANN001
-            progress.update(task, total=n, completed=i + 1, description=f"merged {group['sources']} shards")
-
-        r = compact_store(s, target_mb=target_mb, min_age_s=min_age, keep_replaced_s=keep_replaced,
-                          dry_run=dry_run, on_group=step)
+    s = open_existing_store(store, storage_options=parse_storage_options(storage_option, store))
+    with stderr_progress("compacting", disable=dry_run) as advance:
+        r = compact_store(s, target_mb=target_mb, min_age_s=min_age, keep_replaced_s=keep_replaced, dry_run=dry_run,
+                          on_group=lambda group, i, n: advance(i, n, f"merged {group['sources']} shards"))
     render_record("traj compact", {
         "store": r.store, "dry_run": r.dry_run,
         ("outputs_planned" if r.dry_run else "outputs_written"): len(r.groups),
@@ -69,8 +59,6 @@ def compact_cmd(
 def left_out_note(r: CompactionResult, *, target_mb: float, min_age: float) -> str | None:
     """One line saying how many shards this run leaves as they are, why, and which option
     changes that (None when it leaves none)."""
-    from trajstore.wording import plural
-
     why = []
     if r.left_young:
         why.append(f"{plural(r.left_young, 'shard')} younger than --min-age {min_age:g} s (writers may still be "

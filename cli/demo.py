@@ -8,21 +8,30 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import typer
+from pydantic import ValidationError
 
-from trajstore.cli.display import OutputFormat
-from trajstore.cli.main import FormatOption, app, friendly_errors, invalid_options
-from trajstore.trainer.apps.demo import DEFAULT_STORE, DemoConfig
+from trajstore.audit.staleness import STALENESS_HISTOGRAM_NOTE
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.display import OutputFormat, new_console, print_command, render_tables
+from trajstore.cli.errors import friendly_errors, invalid_options
+from trajstore.cli.options import FormatOption
+from trajstore.extras import INSTALL_TRAIN_EXTRA, require
+from trajstore.store import open_store_for_writing
+from trajstore.tables import TableData
+from trajstore.trainer.apps import demo as demo_app
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from trajstore.trainer.apps.demo import DemoResult
 
+commands = TrajTyper()
 
-@app.command("demo")
+
+@commands.command("demo")
 @friendly_errors
 def demo_cmd(
-    store: str = typer.Option(DEFAULT_STORE, "--store", metavar="STORE", help="local store directory (reused; each demo is a run)"),
+    store: str = typer.Option(demo_app.DEFAULT_STORE, "--store", metavar="STORE", help="local store directory (reused; each demo is a run)"),
     model: str = typer.Option("smollm2-135m", "--model", help="policy: smollm2-135m, a HF directory or .gguf file"),
     steps: int = typer.Option(4, "--steps", min=1, help="policy updates the trainer makes"),
     episodes: int | None = typer.Option(None, "--episodes", min=1, help="episodes the agents play at most "
@@ -45,38 +54,25 @@ def demo_cmd(
     SmolLM2-135M-Instruct through `traj proxy` (in front of `traj serve`), which records every call
     into a local store, while `traj train --follow` consumes it and publishes new policy versions
     that the server reloads; then print staleness, clip audits and reward per policy version."""
-    from rich.console import Console
-
-    from trajstore.extras import INSTALL_TRAIN_EXTRA, require
-
     require(("torch", "transformers", "safetensors"), what="traj demo", install=INSTALL_TRAIN_EXTRA)
-    from pydantic import ValidationError
-
-    from trajstore.trainer.apps.demo import result_to_dict, run_demo
-
     try:
-        cfg = DemoConfig(store=store, model=model, steps=steps, episodes=episodes, max_new_tokens=max_new_tokens,
+        cfg = demo_app.DemoConfig(store=store, model=model, steps=steps, episodes=episodes, max_new_tokens=max_new_tokens,
                          batch_size=batch_size, critic_warmup_steps=warmup_steps, run_id=run_id, seed=seed,
                          keep_weights=keep_weights, time_limit_s=time_limit,
                          tokenizer=model if not model.startswith("tiny-") else "smollm2-135m")
     except ValidationError as e:
         raise invalid_options(e) from None
-    from trajstore.store import open_store_for_writing
-
     open_store_for_writing(cfg.store, command="traj demo")  # a mistyped --store: refused before a model loads
-    console = Console(stderr=fmt is not OutputFormat.table)  # progress; results go to stdout
+    console = new_console(stderr=fmt is not OutputFormat.table)  # progress; results go to stdout
     if not console.is_terminal and not os.environ.get("COLUMNS"):
         # piped or logged without a width: do not squeeze the audit tables into rich's default 80
         # columns; a width the user set (COLUMNS=80) is kept, as every other command keeps it
         console.width = max(console.width, 120)
-    result = run_demo(cfg, console=console)
+    result = demo_app.run_demo(cfg, console=console)
     if fmt is OutputFormat.json:
-        typer.echo(json.dumps(result_to_dict(result), indent=2))
+        typer.echo(json.dumps(demo_app.result_to_dict(result), indent=2))
     elif fmt is OutputFormat.csv:  # the result's tables, one CSV section each
-        from trajstore.cli.display import render_tables
-        from trajstore.tables import TableData
-
-        doc = result_to_dict(result)
+        doc = demo_app.result_to_dict(result)
         render_tables([TableData(k, list(v[0]), [tuple(r.values()) for r in v]) for k, v in doc.items()
                        if isinstance(v, list) and v and isinstance(v[0], dict)], fmt)
     else:
@@ -88,10 +84,6 @@ def demo_cmd(
 def print_summary(result: DemoResult, console: Console) -> None:
     """Render the audits and where to look next (tables through :mod:`trajstore.cli.display`, as
     every command prints them)."""
-    from trajstore.audit.staleness import STALENESS_HISTOGRAM_NOTE
-    from trajstore.cli.display import print_command, render_tables
-    from trajstore.tables import TableData
-
     def table(title: str, rows: list[dict[str, Any]], cols: list[str], keys: list[str],
               note: str | None = None, empty_note: str | None = None) -> TableData:
         return TableData(title, cols, [tuple(r.get(c) for c in cols) for r in rows], keys=keys, shares=["solved"],

@@ -9,10 +9,12 @@ user is meant to copy go through :func:`print_command`: their own line, unstyled
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import Enum
 from typing import IO, TYPE_CHECKING, Any
 
@@ -45,8 +47,6 @@ def render_tables(tables: Sequence[TableData], fmt: OutputFormat | str, *, conso
             table as one wrapped paragraph (:func:`~trajstore.cli.table_layout.print_inline`),
             every other one whole, never transposed or cut into parts.
     """
-    import sys
-
     fmt = OutputFormat(fmt)
     out = out or sys.stdout
     if fmt is OutputFormat.json:
@@ -64,7 +64,7 @@ def render_tables(tables: Sequence[TableData], fmt: OutputFormat | str, *, conso
                           json.dumps(jsonable(v)) for v in r] for r in t.rows])
         out.write(buf.getvalue())
         return
-    console = console or _stdout_console()
+    console = console or new_console()
     empty: list[TableData] = []
     for t in tables:
         if t.rows and compact and len(t.rows) == 1 and len(t.columns) > 2:
@@ -83,8 +83,6 @@ def render_record(name: str, record: Mapping[str, Any], fmt: OutputFormat | str,
                   console: Console | None = None, out: IO[str] | None = None) -> None:
     """Print one result object (a command's summary): JSON as it is; CSV as one header and one
     row with nested objects flattened to dotted names; a table with one row per field."""
-    import sys
-
     fmt = OutputFormat(fmt)
     out = out or sys.stdout
     if fmt is OutputFormat.json:
@@ -99,7 +97,7 @@ def render_record(name: str, record: Mapping[str, Any], fmt: OutputFormat | str,
                     for v in flat.values()])
         out.write(buf.getvalue())
         return
-    print_fields(console or _stdout_console(), name, {k: _cell_for(k, v) for k, v in flat.items()})
+    print_fields(console or new_console(), name, {k: _cell_for(k, v) for k, v in flat.items()})
 
 
 def flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -126,10 +124,26 @@ def print_command(console: Console, command: str) -> None:
     console.print(command, markup=False, highlight=False, soft_wrap=True, style=None, emoji=False)
 
 
-def _stdout_console() -> Console:
-    from rich.console import Console
+def new_console(*, stderr: bool = False) -> Console:
+    """A rich console on stdout (results) or stderr (progress and notes)."""
+    from rich.console import Console  # here, not at import: rich adds ~0.15 s to every command's start-up
 
-    return Console()
+    return Console(stderr=stderr)
+
+
+@contextlib.contextmanager
+def stderr_progress(description: str, *, disable: bool = False) -> Iterator[Callable[[int, int, str], None]]:
+    """A transient progress bar on stderr while the block runs; yields ``advance(i, n, text)``:
+    item ``i`` (0-based) of ``n`` is done, ``text`` says which. `disable`: no bar (a dry run)."""
+    from rich.progress import Progress  # here, not at import: see new_console
+
+    with Progress(console=new_console(stderr=True), transient=True, disable=disable) as progress:
+        task = progress.add_task(description, total=None)
+
+        def advance(i: int, n: int, text: str) -> None:
+            progress.update(task, total=n, completed=i + 1, description=text)
+
+        yield advance
 
 
 def _empty_notes(tables: Sequence[TableData], empty: Sequence[TableData]) -> list[str]:

@@ -8,17 +8,13 @@ from enum import Enum
 
 import typer
 
-from trajstore.cli.display import OutputFormat
-from trajstore.cli.main import (
-    FormatOption,
-    InvalidOptionError,
-    StorageOptions,
-    StoreArgument,
-    app,
-    friendly_errors,
-    parse_storage_options,
-)
-from trajstore.export import DEFAULT_ROWS_PER_FILE, FIELDS, TARGETS
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.display import OutputFormat, render_record
+from trajstore.cli.errors import InvalidOptionError, friendly_errors
+from trajstore.cli.options import FormatOption, StorageOptions, StoreArgument, parse_storage_options
+from trajstore.export import DEFAULT_ROWS_PER_FILE, FIELDS, TARGETS, ExportOptions, export_store
+
+commands = TrajTyper()
 
 FieldChoice = Enum("FieldChoice", {n: n for n in FIELDS}, type=str)  # type: ignore[misc]
 """``--without`` values: :data:`trajstore.export.FIELDS`."""
@@ -27,7 +23,7 @@ _TO_HELP = ("target: " + " | ".join(TARGETS) + " (trainer batch layouts; hf: a H
             "atif: ATIF trajectory.json files)")
 
 
-@app.command("export")
+@commands.command("export")
 @friendly_errors
 def export_cmd(
     store: StoreArgument,
@@ -82,9 +78,6 @@ def export_cmd(
     unless --include-not-trainable. Nothing is written while traj redact --check would find a
     secret in the selected trajectories (or could not scan them), unless --allow-secrets. The
     folder's .trajstore/export.json says what was written and how to load it."""
-    from trajstore.cli.display import render_record
-    from trajstore.export import ExportOptions, export_store
-
     if to not in TARGETS:  # checked here, not by click, so that every option's usage error reads the same
         raise InvalidOptionError(f"invalid option --to: {to!r} is not one of {', '.join(TARGETS)}")
 

@@ -1,4 +1,4 @@
-"""``traj gc``: retention by rule (see :mod:`trajstore.store.gc`). Parses options, calls the
+"""``traj gc``: retention by rule (see :mod:`trajstore.maintenance.gc`). Parses options, calls the
 library, renders what is (or would be) deleted."""
 
 from __future__ import annotations
@@ -7,8 +7,16 @@ import re
 
 import typer
 
-from trajstore.cli.display import OutputFormat
-from trajstore.cli.main import FormatOption, InvalidOptionError, StorageOptions, StoreArgument, app, friendly_errors
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.display import OutputFormat, render_tables
+from trajstore.cli.errors import InvalidOptionError, friendly_errors
+from trajstore.cli.options import FormatOption, StorageOptions, StoreArgument, parse_storage_options
+from trajstore.maintenance.gc import GcRules, gc_store
+from trajstore.schema import STATUSES
+from trajstore.store import open_existing_store
+from trajstore.tables import TableData
+
+commands = TrajTyper()
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -35,8 +43,6 @@ def parse_statuses(values: list[str]) -> tuple[str, ...] | None:
     Raises:
         InvalidOptionError: a value that is not one of the schema's statuses (named, with the allowed ones).
     """
-    from trajstore.schema import STATUSES
-
     names = _names(values)
     bad = [n for n in names if n not in STATUSES]
     if bad:
@@ -45,7 +51,7 @@ def parse_statuses(values: list[str]) -> tuple[str, ...] | None:
     return names or None
 
 
-@app.command("gc")
+@commands.command("gc")
 @friendly_errors
 def gc_cmd(
     store: StoreArgument,
@@ -74,11 +80,6 @@ def gc_cmd(
     """Delete what the retention rules allow: old policy versions, old checkpoints, trajectories
     consumed by the named runs. A dry run unless --delete; never what a running or resumable run
     still needs."""
-    from trajstore.cli.display import render_tables
-    from trajstore.cli.main import open_existing_store, parse_storage_options
-    from trajstore.store.gc import GcRules, gc_store
-    from trajstore.tables import TableData
-
     statuses = parse_statuses(status)
     if (older_than is not None or statuses) and not consumed_by:
         raise InvalidOptionError("invalid option --older-than / --status: trajectories are deleted only once "
@@ -86,7 +87,7 @@ def gc_cmd(
     rules = GcRules(keep_versions=keep_versions, keep_checkpoints=keep_checkpoints, consumed_by=_names(consumed_by),
                     older_than_s=None if older_than is None else parse_duration(older_than, "--older-than"),
                     statuses=statuses, ignore_runs=_names(ignore_run), keep_replaced_s=keep_replaced)
-    s = open_existing_store(store, parse_storage_options(storage_option, store))
+    s = open_existing_store(store, storage_options=parse_storage_options(storage_option, store))
     r = gc_store(s, rules, dry_run=not delete)
     items = TableData("gc.would_delete" if r.dry_run else "gc.deleted", ["kind", "what", "bytes"],
                       [(i["kind"], i["what"], i["bytes"]) for i in r.items],

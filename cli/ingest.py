@@ -19,17 +19,13 @@ from typing import Any
 
 import typer
 
-from trajstore.cli.audit import OutputFormat, parse_storage_options
-from trajstore.cli.main import (
-    EXIT_ERROR,
-    EXIT_INTERRUPTED,
-    EXIT_REFUSED,
-    InvalidOptionError,
-    StorageOptions,
-    app,
-    friendly_errors,
-)
-from trajstore.ingest.registry import FORMAT_HELP, FORMATS
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.display import OutputFormat
+from trajstore.cli.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REFUSED, InvalidOptionError, friendly_errors
+from trajstore.cli.options import StorageOptions, parse_storage_options
+from trajstore.ingest.formats.registry import FORMAT_HELP, FORMATS
+
+commands = TrajTyper()
 
 PROGRESS_DELAY_S = 0.5
 """The progress bar appears only once an ingest has run this long (seconds)."""
@@ -106,7 +102,7 @@ _HELP = (
 )
 
 
-@app.command("ingest", help=_HELP)
+@commands.command("ingest", help=_HELP)
 @friendly_errors
 def ingest_cmd(
     paths: list[str] = typer.Argument(..., metavar="PATH",

@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import typer
+from pydantic import ValidationError
 
-from trajstore.cli.main import app, friendly_errors, invalid_options
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.errors import friendly_errors, invalid_options
+from trajstore.extras import require
+from trajstore.http.limits import DEFAULT_MAX_REQUEST_MB
 from trajstore.proxy.config import (
     DEFAULT_CLIENT_TOKEN_ENV,
     DEFAULT_FINISH_BATCH_S,
     DEFAULT_FINISH_WAIT_S,
     DEFAULT_UPSTREAM_KEY_ENV,
     GRACEFUL_SHUTDOWN_S,
+    ProxyConfig,
 )
+from trajstore.store import open_store_for_writing
+
+commands = TrajTyper()
 
 
-@app.command("proxy")
+@commands.command("proxy")
 @friendly_errors
 def proxy_cmd(
     upstream: str = typer.Option(..., "--upstream", help="base URL of vLLM / SGLang / traj serve, "
@@ -58,7 +66,7 @@ def proxy_cmd(
     shutdown_grace: float = typer.Option(GRACEFUL_SHUTDOWN_S, "--shutdown-grace", help="after SIGTERM, once open "
                                          "episodes are written: seconds calls in flight may finish before the proxy "
                                          "cuts them"),
-    max_request_mb: float = typer.Option(32.0, "--max-request-mb", help="largest request body (MiB)"),
+    max_request_mb: float = typer.Option(DEFAULT_MAX_REQUEST_MB, "--max-request-mb", help="largest request body (MiB)"),
     upstream_key_env: str = typer.Option(DEFAULT_UPSTREAM_KEY_ENV, "--upstream-key-env",
                                          help="environment variable with the upstream's API key"),
     client_token_env: str = typer.Option(DEFAULT_CLIENT_TOKEN_ENV, "--client-token-env",
@@ -71,10 +79,6 @@ def proxy_cmd(
 ) -> None:
     """Record every model call of any OpenAI-compatible harness as trajectories: point its base
     URL at http://HOST:PORT/s/<session>/v1, end episodes with POST /s/<session>/finish."""
-    from pydantic import ValidationError
-
-    from trajstore.proxy.config import ProxyConfig
-
     try:
         cfg = ProxyConfig(upstream=upstream, store=store, host=host, port=port, engine=engine, tokenizer=tokenizer,
                           policy_version=policy_version, follow_run=follow_run, policy_store=policy_store,
@@ -87,13 +91,9 @@ def proxy_cmd(
                           require_session=require_session, redact=redact)
     except ValidationError as e:
         raise invalid_options(e) from None
-    from trajstore.store import open_store_for_writing
-
     open_store_for_writing(cfg.store, command="traj proxy")  # before the server binds or a shard is written
-    try:
-        from trajstore.proxy.app import run_proxy
-    except ModuleNotFoundError as e:
-        raise ValueError(f"traj proxy needs {e.name}: pip install 'trajstore[proxy]'") from None
+    require(("fastapi", "uvicorn", "httpx", "orjson"), what="traj proxy", install="pip install 'trajstore[proxy]'")
+    from trajstore.proxy.app import run_proxy  # the web extras, imported once they are known to be there
 
     def ready(h: str, p: int) -> None:
         typer.echo(f"traj proxy: http://{h}:{p}/v1 -> {cfg.upstream}, recording into {store}", err=True)

@@ -7,32 +7,27 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from pydantic import ValidationError
 
-from trajstore.cli.display import OutputFormat
-from trajstore.cli.main import (
-    EXIT_ERROR,
-    FormatOption,
-    InvalidOptionError,
-    StorageOptions,
-    StoreArgument,
-    app,
-    friendly_errors,
-)
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.display import OutputFormat, render_tables, stderr_progress
+from trajstore.cli.errors import EXIT_ERROR, InvalidOptionError, friendly_errors, invalid_options
+from trajstore.cli.options import FormatOption, StorageOptions, StoreArgument, parse_storage_options
+from trajstore.redact import RedactConfig, find_secrets, redact_store
+from trajstore.store import open_existing_store
+from trajstore.tables import TableData
+
+commands = TrajTyper()
 
 
 def redact_config(patterns: list[str], allow: list[str], allow_file: Path | None, default_allow: bool,
-                  entropy: bool, keep_trainable: bool, tokenizer: str | None):  # noqa: ANN201
-    """The :class:`~trajstore.redact.RedactConfig` of the command's options.
+                  entropy: bool, keep_trainable: bool, tokenizer: str | None) -> RedactConfig:
+    """The redaction config of the command's options.
 
     Raises:
         InvalidOptionError: a ``--pattern`` without ``NAME=``, a bad name or regex, an unreadable
             ``--allow-file``.
     """
-    from pydantic import ValidationError
-
-    from trajstore.cli.main import invalid_options
-    from trajstore.redact import RedactConfig
-
     named = {}
     for item in patterns:
         name, sep, rx = item.partition("=")
@@ -53,7 +48,7 @@ def redact_config(patterns: list[str], allow: list[str], allow_file: Path | None
         raise invalid_options(e, {"patterns": "--pattern", "allow": "--allow"}) from None
 
 
-@app.command("redact")
+@commands.command("redact")
 @friendly_errors
 def redact_cmd(
     store: StoreArgument,
@@ -88,24 +83,12 @@ def redact_cmd(
     spans and log-probs stay aligned, trajectories whose actions saw the change are marked not
     trainable, every change is recorded in the trajectory's metadata, and only the shards
     involved are rewritten, each atomically. --check lists what would change."""
-    from rich.console import Console
-    from rich.progress import Progress
-
-    from trajstore.cli.display import render_tables
-    from trajstore.cli.main import open_existing_store, parse_storage_options
-    from trajstore.redact import find_secrets, redact_store
-    from trajstore.tables import TableData
-
     config = redact_config(pattern, allow, allow_file, default_allow, entropy, keep_trainable, tokenizer)
-    s = open_existing_store(store, parse_storage_options(storage_option, store))
-    with Progress(console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("scanning shards" if check else "redacting shards", total=None)
-
-        def step(shard, i, n):  # noqa: ANN001
-            progress.update(task, total=n, completed=i + 1, description=f"{'scanned' if check else 'redacted'} "
-                                                                         f"{shard.name}")
-
-        result = (find_secrets if check else redact_store)(s, config=config, on_shard=step)
+    s = open_existing_store(store, storage_options=parse_storage_options(storage_option, store))
+    done = "scanned" if check else "redacted"
+    with stderr_progress("scanning shards" if check else "redacting shards") as advance:
+        result = (find_secrets if check else redact_store)(
+            s, config=config, on_shard=lambda shard, i, n: advance(i, n, f"{done} {shard.name}"))
     unscanned = TableData("redact.unscanned", ["trajectory_id", "shard", "row", "reason"],
                           [(u.trajectory_id, u.shard, u.row, u.reason) for u in result.unscanned],
                           keys=["trajectory_id", "shard", "row"], wrap=["reason"],

@@ -3,18 +3,19 @@ what it occupies; the listing comes from :func:`trajstore.trainer.loop.runs.list
 
 from __future__ import annotations
 
+import dataclasses
+
 import typer
 
-from trajstore.cli.display import OutputFormat
-from trajstore.cli.main import (
-    FormatOption,
-    StorageOptions,
-    StoreArgument,
-    app,
-    friendly_errors,
-    open_existing_store,
-    parse_storage_options,
-)
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.display import OutputFormat, render_record, render_tables
+from trajstore.cli.errors import friendly_errors
+from trajstore.cli.options import FormatOption, StorageOptions, StoreArgument, parse_storage_options
+from trajstore.store import open_existing_store
+from trajstore.tables import TableData
+from trajstore.trainer.loop.runs import list_runs
+
+commands = TrajTyper()
 
 
 def _size(n: int) -> str:
@@ -28,7 +29,7 @@ def _size(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-@app.command("runs")
+@commands.command("runs")
 @friendly_errors
 def runs_cmd(
     store: StoreArgument,
@@ -38,13 +39,7 @@ def runs_cmd(
     """Training runs in STORE: published versions, checkpoints and records, with their sizes
     (prune with `traj train --keep-versions N --keep-checkpoints N`). A damaged checkpoint or
     LATEST pointer is named on stderr, one line each."""
-    import dataclasses
-
-    from trajstore.cli.display import render_record, render_tables
-    from trajstore.tables import TableData
-    from trajstore.trainer.loop.runs import list_runs
-
-    report = list_runs(open_existing_store(store, parse_storage_options(storage_option, store)))
+    report = list_runs(open_existing_store(store, storage_options=parse_storage_options(storage_option, store)))
     for r in report.runs:
         for problem in r.problems:
             typer.echo(f"warning: run {r.run_id}: {problem}", err=True)

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import typer
+from pydantic import ValidationError
 
-from trajstore.cli.main import EXIT_INTERRUPTED, app, friendly_errors, invalid_options
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.errors import EXIT_INTERRUPTED, friendly_errors, invalid_options
+from trajstore.extras import INSTALL_TRAIN_EXTRA, require
+from trajstore.trainer.serving.config import ServeConfig
+
+commands = TrajTyper()
 
 
-@app.command("serve")
+@commands.command("serve")
 @friendly_errors
 def serve_cmd(
     model: str = typer.Option("smollm2-135m", "--model", help="smollm2-135m, a local HF directory, a .gguf "
@@ -26,13 +32,8 @@ def serve_cmd(
 ) -> None:
     """Serve a local model over an OpenAI-compatible API (chat and text completions, streaming,
     token ids and log-probs in vLLM's shape, SGLang's /update_weights_from_disk)."""
-    from trajstore.extras import INSTALL_TRAIN_EXTRA, require
-
     require(("torch", "transformers"), what="traj serve", install=INSTALL_TRAIN_EXTRA)
-    from pydantic import ValidationError
-
-    from trajstore.trainer.serving.config import ServeConfig
-    from trajstore.trainer.serving.serve import run_serve
+    from trajstore.trainer.serving.serve import run_serve  # torch: imported once it is known to be there
 
     try:
         cfg = ServeConfig(model=model, tokenizer=tokenizer, host=host, port=port, device=device, dtype=dtype,

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -49,7 +50,7 @@ def infer_keys(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> tuple[s
 
 def print_title(console: Console, title: str) -> None:
     """A table's title, bold, on its own line at full width."""
-    from rich.text import Text
+    from rich.text import Text  # rich loads when a table is drawn, not at every command's start-up
 
     console.print(Text(title, style="bold"), highlight=False)
 
@@ -81,7 +82,7 @@ def _table_width(cols: Sequence[_Col]) -> int:
 
 
 def _rich_table(cols: Sequence[_Col], max_widths: Mapping[int, int] | None = None) -> Any:
-    from rich.table import Table
+    from rich.table import Table  # when a table is drawn, not at start-up (see print_title)
     from rich.text import Text
 
     # Names and cells are data (paths, ids, SQL results), never rich markup: as plain strings a
@@ -202,9 +203,7 @@ def print_inline(console: Console, table: TableData) -> None:
     """A one-row table as one paragraph wrapped at ``console.width``: its name, then each column
     and its value as a table would show it (``overview.totals: shards 3, trajectories 15, ...``).
     Takes two or three lines where a table of one row per column takes one per column plus four."""
-    import textwrap
-
-    from rich.text import Text
+    from rich.text import Text  # when a table is drawn, not at start-up (see print_title)
 
     (row,) = table.rows
     cells = [f"{name} {column_formatter(name, [v], share=True if name in table.shares else None)(v)}"

@@ -1,4 +1,4 @@
-"""``traj train``: its options are the fields of :class:`~trajstore.trainer.loop.config.TrainConfig`
+"""``traj train``: its options are the fields of :class:`~trajstore.trainer.config.TrainConfig`
 (generated, :mod:`trajstore.cli.config_options`); run the streaming SAO trainer and print a summary
 (``--format json|csv`` for programs)."""
 
@@ -7,20 +7,20 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from pydantic import ValidationError
 
+from trajstore.cli.app import TrajTyper
 from trajstore.cli.config_options import config_data, config_options, with_config_options
-from trajstore.cli.display import OutputFormat
-from trajstore.cli.main import (
-    FormatOption,
-    StorageOptions,
-    StoreArgument,
-    app,
-    friendly_errors,
-    invalid_options,
-    open_existing_store,
-    parse_storage_options,
-)
-from trajstore.trainer.loop.config import TrainConfig
+from trajstore.cli.display import OutputFormat, new_console, print_command, render_record
+from trajstore.cli.errors import friendly_errors, invalid_options
+from trajstore.cli.options import FormatOption, StorageOptions, StoreArgument, parse_storage_options
+from trajstore.extras import INSTALL_TRAIN_EXTRA, require
+from trajstore.store import open_existing_store
+from trajstore.store.layout import policy_run_dir, run_consumed_dir, run_steps_dir
+from trajstore.trainer.config import TrainConfig
+from trajstore.wording import plural
+
+commands = TrajTyper()
 
 TRAIN_FLAGS = {"model.name": "--model", "data.idle_timeout_s": "--idle-timeout",
                "data.poll_interval_s": "--poll-interval"}
@@ -32,7 +32,7 @@ TRAIN_OPTIONS = config_options(TrainConfig, flags=TRAIN_FLAGS, skip=("store", "s
 argument) and its fsspec options (``--storage-option``, repeatable)."""
 
 
-@app.command("train")
+@commands.command("train")
 @friendly_errors
 @with_config_options(TRAIN_OPTIONS, after="store")
 def train_cmd(
@@ -45,11 +45,6 @@ def train_cmd(
     **options: Any,
 ) -> None:
     """Train a policy with SAO on the trajectories of STORE, as they arrive."""
-    from pydantic import ValidationError
-
-    from trajstore.cli.display import print_command, render_record
-    from trajstore.extras import INSTALL_TRAIN_EXTRA, require
-
     try:
         data = config_data(TRAIN_OPTIONS, options)
         data["run"]["progress"] = data["run"]["progress"] and fmt is OutputFormat.table  # never under JSON / CSV
@@ -57,12 +52,12 @@ def train_cmd(
     except ValidationError as e:
         raise invalid_options(e, {o.name: o.on_flag for o in TRAIN_OPTIONS}) from None
     require(("torch", "transformers", "safetensors"), what="traj train", install=INSTALL_TRAIN_EXTRA)
-    from trajstore.trainer.loop.stop import TrainingInterrupted
+    from trajstore.trainer.loop.stop import TrainingInterrupted  # here, once the extra is there: torch
     from trajstore.trainer.loop.train import train
 
     # Without --follow a missing store trains nothing: a mistyped path is an error. With it the
     # store may not exist yet, but a folder that is not a store is refused either way.
-    open_existing_store(store, cfg.storage_options, missing_ok=cfg.data.follow)
+    open_existing_store(store, storage_options=cfg.storage_options, missing_ok=cfg.data.follow)
     try:
         summary = train(cfg, resume=resume)
     except TrainingInterrupted as e:
@@ -80,12 +75,7 @@ def train_cmd(
     if fmt is not OutputFormat.table:
         render_record("traj train", out, fmt)
         return
-    from rich.console import Console
-
-    from trajstore.store.layout import policy_run_dir, run_consumed_dir, run_steps_dir
-    from trajstore.wording import plural
-
-    console = Console()
+    console = new_console()
     console.print(f"run {run_id}: {plural(summary.iterations, 'iteration')}, {plural(summary.steps, 'policy step')}, "
                   f"policy v{summary.version} published under {store}/{policy_run_dir(run_id)}/", highlight=False,
                   soft_wrap=True)  # never cut a path in two: the terminal wraps it, or a log keeps it whole

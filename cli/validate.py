@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import typer
 
-from trajstore.cli.display import OutputFormat
-from trajstore.cli.main import (
-    EXIT_ERROR,
-    FormatOption,
-    InvalidOptionError,
-    StorageOptions,
-    app,
-    friendly_errors,
-)
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.display import OutputFormat, render_tables, stderr_progress
+from trajstore.cli.errors import EXIT_ERROR, InvalidOptionError, friendly_errors
+from trajstore.cli.options import FormatOption, StorageOptions, parse_storage_options
+from trajstore.tables import TableData
+from trajstore.validation import NoSuchInputError, validate_files
+
+commands = TrajTyper()
 
 
-@app.command("validate")
+@commands.command("validate")
 @friendly_errors
 def validate_cmd(
     paths: list[str] = typer.Argument(..., metavar="PATH", help="Parquet files, folders of them or stores "
@@ -29,23 +28,11 @@ def validate_cmd(
     action token, counts and min/max policy versions that agree with the spans, statuses, ids
     stored more than once. Lists each problem with its file, row group, row and field, then a
     summary; exit status 1 when there is any. Reads one row group at a time."""
-    from rich.console import Console
-    from rich.progress import Progress
-
-    from trajstore.cli.display import render_tables
-    from trajstore.cli.main import parse_storage_options
-    from trajstore.tables import TableData
-    from trajstore.validation import NoSuchInputError, validate_files
-
     options = parse_storage_options(storage_option, paths[0])
-    with Progress(console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("validating", total=None)
-
-        def step(i, n, summary):  # noqa: ANN001
-            progress.update(task, total=n, completed=i + 1, description=f"checked {summary.file}")
-
+    with stderr_progress("validating") as advance:
         try:
-            report = validate_files(paths, storage_options=options, on_file=step)
+            report = validate_files(paths, storage_options=options,
+                                    on_file=lambda i, n, summary: advance(i, n, f"checked {summary.file}"))
         except NoSuchInputError as e:
             raise InvalidOptionError(f"no such input path: {e.path}") from None
     if not report.files:  # a mistyped folder must not pass a CI check; no tables saying "no problems" above it

@@ -5,20 +5,19 @@ from __future__ import annotations
 import os
 
 import typer
+from pydantic import ValidationError
 
-from trajstore.cli.main import (
-    EXIT_ERROR,
-    StorageOptions,
-    StoreArgument,
-    app,
-    friendly_errors,
-    invalid_options,
-    parse_storage_options,
-)
-from trajstore.view.config import DEFAULT_VIEW_PORT, DEFAULT_VIEW_TOKEN_ENV
+from trajstore.cli.app import TrajTyper
+from trajstore.cli.errors import EXIT_ERROR, friendly_errors, invalid_options
+from trajstore.cli.options import StorageOptions, StoreArgument, parse_storage_options
+from trajstore.extras import require
+from trajstore.http.sockets import PortInUseError
+from trajstore.view.config import DEFAULT_VIEW_PORT, DEFAULT_VIEW_TOKEN_ENV, ViewConfig
+
+commands = TrajTyper()
 
 
-@app.command("view")
+@commands.command("view")
 @friendly_errors
 def view_cmd(
     store: StoreArgument,
@@ -39,20 +38,14 @@ def view_cmd(
     """Browse a store in the browser: trajectories and episodes with filters, each trajectory's
     transcript, and its tokens coloured by log-prob, policy version, staleness and what the trainer
     did with them. Serves http://HOST:PORT until Ctrl-C."""
-    from pydantic import ValidationError
-
-    from trajstore.view.config import ViewConfig
-
     try:
         cfg = ViewConfig(store=store, storage_options=parse_storage_options(storage_option, store), host=host,
                          port=port, run=run, where=where, tokenizer=tokenizer, page_size=page_size,
                          token=os.environ.get(token_env) or None)
     except ValidationError as e:
         raise invalid_options(e) from None
-    from trajstore.extras import require
-
-    require(("starlette", "uvicorn", "jinja2"), what="traj view", install="pip install 'trajstore[view]'")
-    from trajstore.view.app import run_view
+    require(("fastapi", "uvicorn", "jinja2"), what="traj view", install="pip install 'trajstore[view]'")
+    from trajstore.view.app import run_view  # the web extras, imported once they are known to be there
     typer.echo(f"traj view: indexing {store} ...", err=True)
 
     def ready(h: str, p: int, index: object) -> None:
@@ -60,8 +53,6 @@ def view_cmd(
         shown = f"[{h}]" if ":" in h else h
         typer.echo(f"traj view: http://{shown}:{p}/ ({snap.trajectories:,} trajectories indexed in "
                    f"{snap.build_s:.1f} s{'; token required: ' + token_env if cfg.token else ''})", err=True)
-
-    from trajstore.proxy.server import PortInUseError
 
     try:
         run_view(cfg, on_ready=ready)

@@ -76,7 +76,7 @@ def test_core_never_imports_torch_or_the_trainer() -> None:
     "from trajstore import trainer",
     "from . import trainer",
     "from .trainer.loop import train",
-    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from trajstore.trainer.loop.config import TrainConfig\n",
+    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from trajstore.trainer.config import TrainConfig\n",
     "import importlib\ndef f():\n    return importlib.import_module('trajstore.trainer.loop.train')\n",
 ])
 def test_the_check_catches_each_way_of_importing(src: str) -> None:

@@ -186,7 +186,7 @@ def test_migrate_holds_the_maintenance_lock(tmp_store: str, monkeypatch: pytest.
     refused) instead of merging (and deleting) shards migrate listed; dry runs take no lock."""
     import trajstore.migrate as mig
     from trajstore.errors import StoreError
-    from trajstore.store.compact import compact_store
+    from trajstore.maintenance.compact import compact_store
 
     want = write_big_v1_store(tmp_store, 3, 500)
     assert len(migrate_store(tmp_store, dry_run=True).migrated) == 3

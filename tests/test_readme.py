@@ -11,7 +11,8 @@ import typer.main
 from typer.testing import CliRunner
 
 from tests.helpers.paths import REPO_ROOT
-from trajstore.cli.main import EXIT_ERROR, EXIT_REFUSED, EXIT_USAGE, app
+from trajstore.cli.errors import EXIT_ERROR, EXIT_REFUSED, EXIT_USAGE
+from trajstore.cli.main import app
 
 runner = CliRunner()
 

@@ -19,6 +19,7 @@ from trajstore import (
     StoreError,
     StoreWriter,
     TrajectoryBuilder,
+    TrajectoryValidationError,
     count_duplicates,
     iter_batches,
     open_store,
@@ -185,3 +186,44 @@ def test_writer_counts_metadata_when_sizing_flushes(tmp_store: str) -> None:
 def test_writer_refuses_non_finite_or_non_positive_flush_limits(tmp_path: Path, kwargs: dict, field: str) -> None:
     with pytest.raises(ValueError, match=f"^{field} must be a finite number > 0"):
         ts.StoreWriter(str(tmp_path / "s"), **kwargs)
+
+
+# -- dedupe mode (what traj ingest writes with) and caller-checked trajectories ----------------------
+
+def test_dedupe_writers_store_each_id_once_and_count_what_they_dropped(tmp_store: str) -> None:
+    # Both writers looked at the (empty) store before either flushed: the second to flush finds
+    # b and c stored under the lock and writes a only.
+    first = StoreWriter(tmp_store, flush_seconds=None, dedupe_lock="test")
+    second = StoreWriter(tmp_store, flush_seconds=None, dedupe_lock="test")
+    first.write_many([_traj("b"), _traj("c")])
+    second.write_many([_traj("a"), _traj("b"), _traj("c")])
+    first.close()
+    second.close()
+    assert sorted(read_trajectories(tmp_store, dedupe=False).column("trajectory_id").to_pylist()) == ["a", "b", "c"]
+    assert (first.dedupe.written, first.dedupe.dropped) == (["b", "c"], 0)
+    assert (second.dedupe.written, second.dedupe.dropped) == (["a"], 2)
+    assert second.dedupe.stored == {"a", "b", "c"}
+    third = StoreWriter(tmp_store, flush_seconds=None, dedupe_lock="test")  # looks at the store when made
+    assert third.dedupe.stored == {"a", "b", "c"}
+    third.write(_traj("a"))
+    assert third.flush() is None and third.dedupe.dropped == 1  # everything stored already: no shard
+    assert _rows_per_shard(tmp_store) == [2, 1]
+
+
+def test_a_dedupe_writer_that_stores_nothing_leaves_no_store(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    StoreWriter(str(store), flush_seconds=None, dedupe_lock="test").close()
+    assert not store.exists()
+    StoreWriter(str(store), flush_seconds=None).close()  # the plain writer makes the store at once
+    assert (store / "trajectories").is_dir()
+
+
+def test_without_validation_a_lineage_is_stored_as_given(tmp_store: str) -> None:
+    orphan = _traj("child")
+    orphan.parent_trajectory_id, orphan.fork_point, orphan.link_kind = "not-stored", 2, "fork"
+    with StoreWriter(tmp_store, flush_seconds=None) as w, pytest.raises(TrajectoryValidationError,
+                                                                        match="neither in the same write"):
+        w.write(orphan)
+    with StoreWriter(tmp_store, flush_seconds=None, validate=False) as w:
+        w.write(orphan)
+    assert read_trajectories(tmp_store).column("parent_trajectory_id").to_pylist() == ["not-stored"]

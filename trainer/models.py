@@ -3,7 +3,7 @@
 Policy: a transformers causal LM. Critic: a copy of the policy's backbone (initialised from
 the policy weights) with a scalar value head; only parameters whose names match a pattern train
 (MLP / MoE expert projections and the value head by default; embeddings, norms and attention
-frozen: SAO.md section 3). Both are wrapped in small
+frozen: docs/sao.md section 3). Both are wrapped in small
 modules whose ``forward`` returns exactly what the loss needs, so DDP sees every used weight.
 """
 
@@ -18,8 +18,9 @@ import torch
 from torch import nn
 
 from trajstore.errors import TrajstoreError
-from trajstore.hub import resolve_model
-from trajstore.trainer.loop.config import CRITIC_TRAINABLE_PATTERN
+from trajstore.hub import quiet_loading, resolve_model
+from trajstore.trainer.config import CRITIC_TRAINABLE_PATTERN
+from trajstore.trainer.sao.logprobs import token_logprobs_and_entropy
 
 TINY_MODELS = ("tiny-llama", "tiny-qwen3-moe")
 """Random-weight test models: 2 layers, hidden 64, vocabulary ``ModelConfig.tiny_vocab_size``."""
@@ -51,9 +52,11 @@ def _tiny_config(kind: str, vocab_size: int):  # noqa: ANN202 - a transformers c
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
                   tie_word_embeddings=False)
     if kind == "tiny-llama":
+        # transformers (the train extra) loads only when a model or tokenizer is needed
         from transformers import LlamaConfig
 
         return LlamaConfig(**common)
+    # transformers (the train extra) loads only when a model or tokenizer is needed
     from transformers import Qwen3MoeConfig
 
     return Qwen3MoeConfig(**common, head_dim=16, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
@@ -96,9 +99,8 @@ def load_policy(name: str, *, tokenizer: str | None = None, tiny_vocab_size: int
     Raises:
         ModelLoadError: unknown name, or transformers cannot load the files.
     """
+    # transformers (the train extra) loads only when a model or tokenizer is needed
     from transformers import AutoModelForCausalLM
-
-    from trajstore.hub import quiet_loading
 
     if name in TINY_MODELS:
         cfg = _tiny_config(name, tiny_vocab_size)
@@ -162,7 +164,7 @@ class Critic(nn.Module):
         super().__init__()
         self.backbone = backbone
         self.value_head = nn.Linear(hidden_size, 1)
-        # Zero weight and bias: every first value is exactly 0 (issue 14: a random head started the
+        # Zero weight and bias: every first value is exactly 0 (a random head started the
         # demo's critic at a mean of 1.8 against returns of ~0.28, so every advantage was mostly
         # critic error). The head's gradient (value error x hidden state) is non-zero, so it moves
         # on the first update and the backbone's gradient follows from the second.
@@ -179,7 +181,7 @@ class Critic(nn.Module):
 def build_critic(policy: nn.Module, *, trainable_pattern: str | None = CRITIC_TRAINABLE_PATTERN,
                  seed: int = 0) -> Critic:
     """A critic initialised from the policy's current weights, training only the parameters whose
-    names match `trainable_pattern` (SAO.md, mechanism 3: attention frozen, MLP / MoE expert
+    names match `trainable_pattern` (docs/sao.md, mechanism 3: attention frozen, MLP / MoE expert
     projections and the value head train; arXiv 2607.07508).
 
     Args:
@@ -234,8 +236,6 @@ class PolicyLogprobs(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, targets: torch.Tensor,
                 inv_temperature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        from trajstore.trainer.sao.logprobs import token_logprobs_and_entropy
-
         h = backbone_of(self.lm)(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
         # logits / T = (h W^T) / T = (h / T) W^T: scaling the hidden state applies the temperature
         h = h * inv_temperature.unsqueeze(-1).to(h.dtype)

@@ -22,6 +22,7 @@ trainer leaves it out of the policy loss and ``traj stats --coverage`` counts it
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -97,8 +98,6 @@ def token_ids_from(value: Any, where: str) -> np.ndarray:
 def _malformed(kind: str, fn: Any) -> Any:
     """Wrap an adapter so that a response of the wrong shape raises AdapterError, not a raw
     AttributeError / TypeError / KeyError from deep inside."""
-    import functools
-
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> ActionCall:
         try:

@@ -1,6 +1,6 @@
 """Chat-template token accounting: which rendered text the model was sent and which it generated.
 
-One convention for every trajectory, engine-sampled or re-tokenized (issue 12 item 7): an action
+One convention for every trajectory, engine-sampled or re-tokenized: an action
 holds only what the model generated, closed by its own end-of-turn token. The template's
 generation prompt (``<|im_start|>assistant\\n`` in ChatML) belongs to the span before the
 action, the template's separator after the end-of-turn token (ChatML's ``\\n``) to the span
@@ -10,7 +10,7 @@ strings: the generation prompt is the difference between rendering with and with
 assistant turn (:func:`turn_markers`).
 
 Used by the rollout worker (:mod:`trajstore.trainer.apps.rollout_worker`: :func:`prompt_tokens`,
-:func:`action_text`, :func:`observation_tokens`) and by ingest (:mod:`trajstore.ingest.render`:
+:func:`action_text`, :func:`observation_tokens`) and by ingest (:mod:`trajstore.ingest.builders.render`:
 :func:`render_chat`, :func:`turn_markers`, :func:`generated_text`). Torch-free.
 """
 
@@ -76,7 +76,7 @@ class ChatRenderer:
 
     ``apply_chat_template`` copies and normalizes every message of the conversation on each call
     (drops ``None`` values, rebuilds plain JSON data for the sandbox, aliases reasoning fields)
-    before the jinja render. Ingest renders each call's growing context (issue 12 item 7), so a
+    before the jinja render. Ingest renders each call's growing context, so a
     conversation of N calls is normalized O(N^2) times. Here each message is prepared once
     (:meth:`prepare`, the same steps) and the compiled template is rendered with the same
     variables (``messages``, ``tools``, ``documents``, ``add_generation_prompt`` and the
@@ -121,6 +121,7 @@ _FAST: dict[tuple[int, str, str], Any] = {}
 
 
 def _prepare(message: dict[str, Any]) -> dict[str, Any]:
+    # transformers (the train extra) loads only when a model or tokenizer is needed
     from transformers.utils.chat_template_utils import _alias_reasoning_fields, _plain_template_data
 
     (out,) = _alias_reasoning_fields([_plain_template_data({k: v for k, v in message.items() if v is not None})])
@@ -141,6 +142,7 @@ def _fast_path(tokenizer: Any) -> Any:
     """{has tools: (compiled template, plain-data function, template variables)}, or None when
     the fast path is unavailable or renders the probe differently from ``apply_chat_template``."""
     try:
+        # transformers (the train extra) loads only when a model or tokenizer is needed
         from transformers.utils.chat_template_utils import _compile_jinja_template, _plain_template_data
 
         if not getattr(tokenizer, "chat_template", None):
@@ -293,7 +295,7 @@ def observation_tokens(tokenizer: Any, messages: Sequence[Message], action_ids: 
     environment's reply as a user message, and the next generation prompt. Concatenating
     prompt, action and observation ids therefore gives exactly the rendering of the whole
     conversation, which is what the model conditions on next (the same split
-    :mod:`trajstore.ingest.render` makes for re-tokenized logs).
+    :mod:`trajstore.ingest.builders.render` makes for re-tokenized logs).
 
     Args:
         messages: the conversation before the action (system, user, assistant, user, ...).

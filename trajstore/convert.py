@@ -340,11 +340,6 @@ def read_columns(columns: Sequence[str] | None, version: int) -> list[str] | Non
     return list(dict.fromkeys(need))
 
 
-def v1_read_columns(columns: Sequence[str] | None) -> list[str] | None:
-    """:func:`read_columns` for a schema-v1 shard."""
-    return read_columns(columns, 1)
-
-
 def upgrade_table(table: pa.Table, version: int, *, columns: Sequence[str] | None = None) -> pa.Table:
     """A table read from a shard of schema `version` as schema v3 (the current one).
 

@@ -11,7 +11,9 @@ import contextlib
 import functools
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import warnings
 from collections.abc import Iterator
@@ -94,12 +96,14 @@ def quiet_loading() -> Iterator[None]:
     block runs. The warnings filter is scoped to the block in the main thread only (warning
     filters are process-wide, and ``catch_warnings`` is not thread-safe)."""
     with _TRANSFORMERS_IMPORT_LOCK:
+        # transformers (the train extra) loads only when a model or tokenizer is needed
         from transformers.utils import logging as hf_logging
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     gguf = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
     if gguf is None and importlib.util.find_spec("gguf") is not None:
         with contextlib.suppress(ImportError), _TRANSFORMERS_IMPORT_LOCK:
+            # transformers (the train extra) loads only when a model or tokenizer is needed
             import transformers.modeling_gguf_pytorch_utils as gguf
     raw_tqdm = getattr(gguf, "tqdm", None)
     if raw_tqdm is not None:
@@ -138,8 +142,6 @@ def load_tokenizer(name_or_path: str = SMOLLM2_ALIAS) -> Any:
 
 
 def _load_tokenizer(ref: ModelRef, name_or_path: str) -> Any:
-    import tempfile
-
     with _TRANSFORMERS_IMPORT_LOCK:  # its lazy module is not thread-safe: a second thread got ImportError
         from transformers import AutoTokenizer
 
@@ -154,8 +156,6 @@ def _load_tokenizer(ref: ModelRef, name_or_path: str) -> Any:
     require(("gguf", "torch"), what=f"the tokenizer {name_or_path!r} (read from {ref.gguf_file})",
             install=INSTALL_TRAIN_EXTRA)
     tok = AutoTokenizer.from_pretrained(ref.directory, **ref.from_pretrained_kwargs())
-    import shutil
-
     tmp = None
     try:
         os.makedirs(os.path.dirname(cached), exist_ok=True)

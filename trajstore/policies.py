@@ -13,7 +13,6 @@ read. Layout under ``<root>/policies/<run_id>/`` (paths from :mod:`trajstore.sto
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from trajstore.errors import TrajstoreError
@@ -107,24 +106,3 @@ def latest_policy_version(store: Store | str, run_id: str) -> int | None:
             return v
     versions = list_policy_versions(s, run_id)
     return versions[-1] if versions else None
-
-
-
-
-def wait_for_policy_version(store: Store | str, run_id: str, *, newer_than: int | None,
-                            timeout_s: float, poll_s: float = 0.5) -> int | None:
-    """Poll until a version other than `newer_than` is the latest; return it (None on timeout).
-
-    Args:
-        newer_than: the version the caller holds (None = anything published counts).
-        timeout_s: seconds to wait at most.
-        poll_s: seconds between polls.
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        v = latest_policy_version(store, run_id)
-        if v is not None and (newer_than is None or v > newer_than):
-            return v
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(poll_s)

@@ -2,7 +2,7 @@
 
 One row per trajectory. ``tokens`` holds every token id of the trajectory; ``spans`` cut it
 into prompt / action / observation pieces; ``action_logprobs`` (:data:`ACTION_LOGPROBS_COLUMN`)
-holds one rollout log-prob per *action* token, in token order (DESIGN.md, "Data model").
+holds one rollout log-prob per *action* token, in token order (docs/design.md, "Data model").
 Everything else in the package (pydantic models, validation, readers, ``schemas/*.json``)
 derives from or is tested against the Arrow schema defined here.
 

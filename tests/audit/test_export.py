@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from trajstore.audit.export import write_result
-from trajstore.cli.main import EXIT_USAGE, app
+from trajstore.cli.errors import EXIT_USAGE
+from trajstore.cli.main import app
 
 ROW = ("SELECT 1 AS i, 0.5::DOUBLE AS x, 'NaN'::DOUBLE AS n, [1.5, 'inf'::FLOAT] AS l, {'a': 2} AS s, "
        "'q\"uote, comma' AS t, NULL::INT AS z, true AS b, '\\xAB'::BLOB AS bl")

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 import trajstore as ts
 from tests.helpers.cli import WIDTH_80, WIDTH_120, nonblank_lines
-from trajstore.cli.main import EXIT_USAGE, app
+from trajstore.cli.errors import EXIT_USAGE
+from trajstore.cli.main import app
 
 runner = CliRunner()
 

@@ -10,8 +10,8 @@ import typer
 from pydantic import BaseModel, Field
 from typer.testing import CliRunner
 
+from trajstore.cli.app import TrajTyper
 from trajstore.cli.config_options import config_data, config_options, typer_parameters, with_config_options
-from trajstore.cli.main import TrajTyper
 
 
 class Inner(BaseModel):

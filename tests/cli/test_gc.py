@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from trajstore.cli.errors import EXIT_USAGE, InvalidOptionError
 from trajstore.cli.gc import parse_duration
-from trajstore.cli.main import EXIT_USAGE, InvalidOptionError, app
+from trajstore.cli.main import app
 from trajstore.policies import list_policy_versions
 from trajstore.store import open_store
 from trajstore.store.layout import VERSION_META_FILE, VERSION_WEIGHTS_FILE, policy_latest_file, version_dir

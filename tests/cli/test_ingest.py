@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from tests.helpers.cli import WIDTH_120, nonblank_lines
 from tests.helpers.ingest import nemo_row, run_with_deadline, smith_row, write_jsonl
 from tests.helpers.paths import SHARED_FIXTURES
-from trajstore.cli.main import EXIT_REFUSED, app
+from trajstore.cli.errors import EXIT_REFUSED
+from trajstore.cli.main import app
 from trajstore.ingest import ingest_paths
 
 runner = CliRunner()
@@ -82,7 +83,7 @@ def test_ctrl_c_during_ingest_says_what_was_stored(tmp_path: Path, monkeypatch: 
                                                    strict: bool) -> None:
     import trajstore as ts
     from trajstore.cli import ingest as ingest_cli
-    from trajstore.cli.main import EXIT_INTERRUPTED
+    from trajstore.cli.errors import EXIT_INTERRUPTED
 
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 import trajstore as ts
 from tests.helpers.cli import WIDTH_120, nonblank_lines
-from trajstore.cli.main import EXIT_USAGE, app
+from trajstore.cli.errors import EXIT_USAGE
+from trajstore.cli.main import app
 
 runner = CliRunner()
 
@@ -68,7 +69,7 @@ def test_storage_option_on_a_local_store_warns_once(three_trajectories: str, cmd
 
 # issue 16: a new-user walkthrough finding (a slip in what a command prints)
 def test_storage_option_is_kept_for_a_remote_store() -> None:
-    from trajstore.cli.main import parse_storage_options
+    from trajstore.cli.options import parse_storage_options
 
     assert parse_storage_options(["anon=true"], "s3://bucket/p") == {"anon": True}
     assert parse_storage_options(["anon=true"], "file:///tmp/x") == {}

@@ -36,7 +36,7 @@ from tests.helpers.training import assert_nothing_written, refusal_config, run_f
 from tests.helpers.trajectories import tiny_model_trajectory
 from trajstore import write_trajectories
 from trajstore.cli.main import app
-from trajstore.trainer.loop.config import TrainConfig
+from trajstore.trainer.config import TrainConfig
 from trajstore.trainer.loop.train import train
 
 runner = CliRunner()

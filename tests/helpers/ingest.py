@@ -5,7 +5,7 @@ The expected texts are written by hand from the input files and SmolLM2's ChatML
 (``<|im_start|>{role}\\n{content}<|im_end|>\\n``, generation prompt ``<|im_start|>assistant\\n``;
 tool calls flattened as ``<tool_call>\\n{"name": N, "arguments": <the model's JSON verbatim>}\\n
 </tool_call>``, reasoning as ``<think>\\n{reasoning}\\n</think>\\n\\n`` before the content; see
-:func:`trajstore.ingest.template.template_message`)."""
+:func:`trajstore.ingest.builders.template.template_message`)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from trajstore.ingest import IngestReport, conversation_to_trajectories, iter_trajectories
+from trajstore.ingest.builders.template import template_features, template_message, with_tools_text
 from trajstore.ingest.discover import InputUnit
 from trajstore.ingest.dispatch import parse_unit
 from trajstore.ingest.records import EngineRollout, Problem
-from trajstore.ingest.template import template_features, template_message, with_tools_text
 from trajstore.reader import read_trajectories
 
 # -- ChatML (SmolLM2's template) -------------------------------------------------------------

@@ -66,7 +66,7 @@ def write_synthetic_store(root: str | Path, n: int, *, seed: int = 0, per_shard:
 
 
 def split_episode(rng: np.random.Generator, k: int, *, reward: float | None = None) -> list[ts.Trajectory]:
-    """Episode ``ep<k>`` as the proxy stores a context rewrite and a sub-agent (issue 23):
+    """Episode ``ep<k>`` as the proxy stores a context rewrite and a sub-agent:
 
     * ``ep<k>.0`` (root): a prompt and 2 turns;
     * ``ep<k>.1``: its ``context_rewrite`` successor: a prompt of the root's first 4 tokens and 3

@@ -8,7 +8,7 @@ import hashlib
 from pathlib import Path
 
 from tests.helpers.trajectories import VOCAB
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 
 
 def disk_config(store: Path, **run) -> TrainConfig:

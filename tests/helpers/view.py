@@ -5,15 +5,14 @@ thread (for the browser tests)."""
 from __future__ import annotations
 
 import contextlib
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.trajectories import VOCAB
 from trajstore import TrajectoryBuilder, write_trajectories
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.http.server import ServerThread
+from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 
 TRAINED_RUN = "r1"
 NARROW_EPS = 0.02
@@ -63,21 +62,5 @@ def write_episode_store(root: str | Path) -> str:
 @contextlib.contextmanager
 def serving(app) -> Iterator[str]:  # noqa: ANN001
     """Serve a Starlette app on 127.0.0.1 (any free port) in a thread; yields its base URL."""
-    import uvicorn
-
-    from trajstore.proxy.server import listening_socket
-
-    sock = listening_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    th = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    th.start()
-    deadline = time.monotonic() + 120
-    while not server.started and time.monotonic() < deadline:
-        assert th.is_alive(), "the server thread ended before it started serving"
-        time.sleep(0.02)
-    assert server.started, "the server did not start within 120 s"
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        th.join(timeout=120)
+    with ServerThread(app) as srv:
+        yield srv.url

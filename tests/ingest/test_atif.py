@@ -1,4 +1,4 @@
-"""trajstore/ingest/atif.py: ATIF trajectory.json (Harbor / Terminal-Bench): engine tokens across
+"""trajstore/ingest/formats/atif.py: ATIF trajectory.json (Harbor / Terminal-Bench): engine tokens across
 steps, the chat without token ids, a rewritten context, refusals naming the step."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _agent(step_id, prompt, completion, logprobs, observation=None, **kw):
     return s
 
 
-# issue 12: fidelity of a format added beyond the reported cases
+# fidelity of a format added beyond the reported cases
 def test_atif_engine_tokens_across_steps(tmp_path):
     # Step 2 sees prompt [1, 2] and samples [3, 4]; step 3's prompt [1, 2, 3, 4, 9, 9] adds the
     # observation tokens [9, 9] and samples [5]. Steps are written out of order: read by step_id.
@@ -81,7 +81,7 @@ def test_the_trial_reward_file_is_read_not_ignored(tmp_path):
     assert rep.ignored_files == {".txt": 1}  # notes.txt only
 
 
-# issue 12: fidelity of a format added beyond the reported cases
+# fidelity of a format added beyond the reported cases
 def test_atif_without_token_ids_is_a_chat(tmp_path, tok):
     doc = _atif([{"step_id": 1, "source": "system", "message": "Be brief."},
                  {"step_id": 2, "source": "user", "message": "List files."},
@@ -105,7 +105,7 @@ def test_atif_without_token_ids_is_a_chat(tmp_path, tok):
     assert row["spans"][2]["cause_id"] == "t1"
 
 
-# issue 12: fidelity of a format added beyond the reported cases
+# fidelity of a format added beyond the reported cases
 def test_atif_rewritten_context_falls_back_to_the_chat_with_the_reason(tmp_path):
     # step 3's prompt does not start with step 2's prompt + completion: the engine ids cannot be joined
     doc = _atif([{"step_id": 1, "source": "user", "message": "go"},
@@ -118,7 +118,7 @@ def test_atif_rewritten_context_falls_back_to_the_chat_with_the_reason(tmp_path)
     assert "do not extend the previous step" in json.loads(row["metadata"])["engine_token_ids_discarded"]
 
 
-# issue 12: fidelity of a format added beyond the reported cases
+# fidelity of a format added beyond the reported cases
 def test_atif_steps_sharing_an_id_are_refused(tmp_path):
     doc = _atif([{"step_id": 1, "source": "user", "message": "a"}, {"step_id": 1, "source": "user", "message": "b"}])
     p = tmp_path / "trajectory.json"
@@ -139,7 +139,7 @@ def test_odd_tool_calls_in_an_atif_step(reported, tmp_path):
                         "(objects with tool_call_id, function_name, arguments)")
 
 
-# -- issue 24: Harbor's Terminus-2 and OpenHands-as-ATIF, each span decoded, expected texts by hand ----------
+# -- Harbor's Terminus-2 and OpenHands-as-ATIF, each span decoded, expected texts by hand ----------
 def _terminus(steps, parser="json"):
     return {"schema_version": "ATIF-v1.5", "session_id": "t2", "agent": {
         "name": "terminus-2", "version": "2.0.0", "model_name": "m", "extra": {"parser": parser}}, "steps": steps}
@@ -155,7 +155,7 @@ def _t2_step(step_id, analysis, plan, commands, observation, done=False, **kw):
             "tool_calls": calls, "observation": {"results": [{"content": observation}]}, **kw}
 
 
-# issue 24: per-format fidelity, Harbor Terminus-2 (golden file of a run that timed out)
+# per-format fidelity, Harbor Terminus-2 (golden file of a run that timed out)
 def test_terminus2_actions_are_the_rebuilt_json_response(reported, tok, tmp_path):
     """Terminus-2's model writes one JSON object per call; the ATIF file keeps "Analysis:/Plan:"
     and the commands as bash_command tool calls. Stored: that JSON object rebuilt (not the
@@ -196,7 +196,7 @@ def test_terminus2_actions_are_the_rebuilt_json_response(reported, tok, tmp_path
     assert t2.trajectory_id != t.trajectory_id
 
 
-# issue 24: per-format fidelity, OpenHands-as-ATIF (Harbor's converter of an OpenHands CodeActAgent run)
+# per-format fidelity, OpenHands-as-ATIF (Harbor's converter of an OpenHands CodeActAgent run)
 def test_openhands_as_atif(reported, tok):
     """The tool definitions the agent sent, in the system message as the documented <tools>
     block; the converter's notes (steps 3, 4) left out; each tool-call action stored as its tool
@@ -223,7 +223,7 @@ def test_openhands_as_atif(reported, tok):
     assert t.not_trainable_reason is not None
 
 
-# issue 24: reasoning is kept or dropped in later contexts as the harness sends it
+# reasoning is kept or dropped in later contexts as the harness sends it
 def test_terminus2_does_not_send_reasoning_back(tmp_path, tok):
     """Terminus-2 sends a call's reasoning_content back only with interleaved_thinking (off by
     default, not recorded): the second call saw the first response without its reasoning, so
@@ -251,7 +251,7 @@ def test_terminus2_does_not_send_reasoning_back(tmp_path, tok):
     assert all(t.status == "completed" for t in ts)  # mark_task_complete, confirmed in the next step
 
 
-# issue 24: a step whose message is the raw response (a parse error) is kept as the model wrote it
+# a step whose message is the raw response (a parse error) is kept as the model wrote it
 def test_terminus2_raw_response_and_xml_parser(tmp_path, tok):
     bad = {"step_id": 2, "source": "agent", "message": "Let me think... {broken",
            "observation": {"results": [{"content": "Previous response had parsing errors:\nERROR: no JSON"}]}}
@@ -269,7 +269,7 @@ def test_terminus2_raw_response_and_xml_parser(tmp_path, tok):
     assert t.status == "aborted"
 
 
-# issue 24: an agent of no known conventions: reasoning kept (flagged), finished by a final answer
+# an agent of no known conventions: reasoning kept (flagged), finished by a final answer
 def test_generic_atif_agent_reasoning_and_status(tmp_path):
     doc = _atif([{"step_id": 1, "source": "system", "message": "sys"}, {"step_id": 2, "source": "user", "message": "go"},
                  {"step_id": 3, "source": "agent", "message": "ls", "reasoning_content": "look first",

@@ -1,4 +1,4 @@
-"""trajstore/ingest/build.py: an unpaired UTF-16 surrogate is replaced and flagged, not a
+"""trajstore/ingest/builder.py: an unpaired UTF-16 surrogate is replaced and flagged, not a
 UnicodeEncodeError."""
 
 from __future__ import annotations

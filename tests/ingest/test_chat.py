@@ -1,4 +1,4 @@
-"""trajstore/ingest/chat.py: format-neutral helpers of the parsers: reasoning under every common
+"""trajstore/ingest/formats/chat.py: format-neutral helpers of the parsers: reasoning under every common
 field name, tool definitions in their common shapes, joining a message's text blocks, odd
 ``tool_calls`` named with what was expected."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers.ingest import CHAT, by_line, smith_row, write_jsonl
 from trajstore.ingest import ingest_paths
-from trajstore.ingest.chat import drop_sent_back_reasoning, join_blocks, reasoning_of, tool_definitions
+from trajstore.ingest.formats.chat import drop_sent_back_reasoning, join_blocks, reasoning_of, tool_definitions
 from trajstore.ingest.records import Context, Message
 
 
@@ -69,7 +69,7 @@ def test_odd_tool_calls_name_the_field_and_what_was_expected(tmp_path, calls, re
     assert by_line(rep)[("rows.jsonl", 1)].reason == reason
 
 
-# issue 23: reasoning dropped after a rewritten context extends that context, not the history before it
+# reasoning dropped after a rewritten context extends that context, not the history before it
 def test_reasoning_dropped_after_a_rewritten_context_extends_it():
     old = [Message("user", "task"), Message("assistant", "a1", reasoning="r1"), Message("user", "o1")]
     summary = Message("user", "SUMMARY")

@@ -1,10 +1,11 @@
-"""trajstore/ingest/chat_rows.py: SWE-smith rows, nebius SWE-rebench-openhands rows, and plain
-OpenAI chat records (``chat-messages``): a whole file holding one list of messages is one
-trajectory; in a JSONL file (or a JSON array of records) every line is one, as a bare list or as
-``{"messages": [...]}`` (the fine-tuning shape), detected per line or named with --input-format.
+"""trajstore/ingest/formats/swe_smith.py, swe_rebench_openhands.py and chat_messages.py: SWE-smith
+rows, nebius SWE-rebench-openhands rows, and plain OpenAI chat records (``chat-messages``): a whole
+file holding one list of messages is one trajectory; in a JSONL file (or a JSON array of records)
+every line is one, as a bare list or as ``{"messages": [...]}`` (the fine-tuning shape), detected
+per line or named with --input-format.
 
 Regression: ``--input-format chat-messages`` on a JSONL file refused every line with
-``KeyError: 'chat-messages'`` (found by a new-user walkthrough, issue 12).
+``KeyError: 'chat-messages'`` (found by a new-user walkthrough).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typer.testing import CliRunner
 from tests.helpers.ingest import GEN, by_line, smith_row, span_texts, stored, write_jsonl
 from trajstore.cli.main import app
 from trajstore.ingest import IngestReport, ingest_paths, iter_trajectories
-from trajstore.ingest.chat_rows import parse_swe_rebench_openhands_row
+from trajstore.ingest.formats.chat_messages import parse_chat_record
+from trajstore.ingest.formats.swe_rebench_openhands import parse_swe_rebench_openhands_row
 from trajstore.ingest.records import Conversation, EngineRollout, Origin
 from trajstore.reader import read_trajectories
 
@@ -130,9 +132,7 @@ def test_legacy_function_call_is_kept_as_the_assistant_tool_call(tmp_path):
     assert rep.problems == [] and len(trajs) == 2
     actions = [s for s in trajs[0].spans if s.kind == "action"]
     assert len(actions) == 2
-    from trajstore.ingest import chat_rows
-    from trajstore.ingest.records import Origin
-    conv = chat_rows.parse_chat_record(row, Origin(str(p), 1))
+    conv = parse_chat_record(row, Origin(str(p), 1))
     calls = [c for m in conv.messages for c in m.tool_calls]
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Oslo"})]
 
@@ -182,7 +182,7 @@ def test_a_chat_row_with_a_text_response_field_is_a_chat_row(tmp_path):
     assert {t.source for t in trajs} == {"chat-messages"}
 
 
-# issue 12: fidelity of a format added beyond the reported cases
+# fidelity of a format added beyond the reported cases
 def test_swe_rebench_openhands_tools_reach_the_conversation():
     tools = [{"type": "function", "function": {"name": "execute_bash", "description": "run",
                                                "parameters": {"type": "object", "properties": {}}}}]

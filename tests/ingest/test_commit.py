@@ -1,5 +1,5 @@
-"""trajstore/ingest/commit.py: two ingests of the same input into one store at once store each
-trajectory once (the store lock, local and S3)."""
+"""Ingest's commits (the store writer with the ingest's dedupe lock): two ingests of the same input
+into one store at once store each trajectory once (the store lock, local and S3)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import pytest
 
 from tests.helpers.ingest import smith_row, stored, write_jsonl
 from trajstore.ingest import ingest_paths
-from trajstore.ingest.commit import store_lock
+from trajstore.ingest.pipeline import INGEST_LOCK
 from trajstore.reader import read_trajectories
 from trajstore.store import open_store
+from trajstore.store.lock import store_lock
 
 
 def two_ingests_at_once(f: Path, store: str, storage_options: dict | None = None) -> list:
@@ -81,7 +82,7 @@ def test_two_traj_ingest_processes_at_once_store_each_trajectory_once(tmp_path):
     f = write_jsonl(tmp_path / "rows.jsonl", [smith_row(n) for n in range(4)])
     store = open_store(str(tmp_path / "s"))
     cmd = [str(Path(sys.executable).with_name("traj")), "ingest", str(f), "--store", store.uri, "--format", "json"]
-    with store_lock(store):  # both runs parse, then wait to commit: neither has stored anything yet
+    with store_lock(store, INGEST_LOCK):  # both runs parse, then wait to commit: neither has stored anything yet
         procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
         lock_file = Path(store.path("_locks", "ingest.lock"))
         deadline = time.monotonic() + 90

@@ -1,5 +1,5 @@
-"""trajstore/ingest/detect.py: each record's format is detected on its own (one folder holding
-several formats)."""
+"""trajstore/ingest/formats/registry.py: each record's format is detected on its own (one folder
+holding several formats), by structure, exactly one format per record."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import numpy as np
 
 from tests.helpers.ingest import GEN, span_texts
 from trajstore.ingest import ingest_paths
+from trajstore.ingest.discover import discover
+from trajstore.ingest.formats import registry
+from trajstore.ingest.read import is_parquet, iter_parquet_rows, load_json_or_jsonl
 from trajstore.reader import read_trajectories
 
 
@@ -51,8 +54,14 @@ def test_other_formats(reported, tmp_path, tok):
         assert json.loads(r["metadata"])["special_tokens_in_text"] is True
 
 
-# -- issue 24: detection decides by structure, exactly one format per record ------------------------
+# -- detection decides by structure, exactly one format per record ------------------------
 NO_TRAJECTORY = "no trajectory"
+EVENT_FORMATS = {f.name for f in registry.REGISTERED if f.events is not None and f.events.signature is not None}
+
+
+def _names(formats) -> list[str]:
+    return [f.name for f in formats]
+
 
 EXPECTED_FORMATS: list[tuple[str, str]] = [
     # (path prefix under ../shared/fixtures, what every record of it is), most specific first
@@ -104,17 +113,14 @@ def _records(path: str):
     """(where, value, is_whole_document) for every record of one fixture file: Parquet rows, JSONL
     lines, the items of a JSON array of records, else the whole document (an object, an event
     list, a bare list of chat messages)."""
-    from trajstore.ingest import detect
-    from trajstore.ingest.read import is_parquet, iter_parquet_rows, load_json_or_jsonl
-
     if is_parquet(path):
         return [(f"row {n}", v, False) for n, v in iter_parquet_rows(path)]
     loaded = load_json_or_jsonl(path)
     if loaded.lines is not None:
         return [(f"line {n}", v, False) for n, v in loaded.lines]
     doc = loaded.whole
-    if isinstance(doc, list) and not (detect.is_chat(doc) or detect.is_message_list(doc)) \
-            and any(detect.formats_of(v) for v in doc):
+    if isinstance(doc, list) and registry.one_record_list(doc, "auto") is None \
+            and any(registry.formats_of(v) for v in doc):
         return [(f"item {n}", v, False) for n, v in enumerate(doc)]
     return [("document", doc, True)]
 
@@ -123,9 +129,6 @@ def test_every_fixture_record_is_exactly_one_format(fixtures_dir):
     """Every record of every real and reported fixture matches the structure of exactly one
     format, the one it is (events: exactly one event format; a bare message list: only as a
     whole document; conversation state and score files: none, and named as no trajectory)."""
-    from trajstore.ingest import detect
-    from trajstore.ingest.discover import discover
-
     units, _ = discover([str(fixtures_dir / "trajectories"), str(fixtures_dir / "reported")])
     seen: set[str] = set()
     wrong = []
@@ -134,40 +137,63 @@ def test_every_fixture_record_is_exactly_one_format(fixtures_dir):
         want = _expected_format(rel)
         seen.add(want)
         if u.is_event_dir:
-            got = {tuple(detect.event_formats_of(json.loads(open(f).read()))) for f in u.files}
+            got = {tuple(_names(registry.event_formats_of(json.loads(open(f).read())))) for f in u.files}
             if got != {(want,)}:
                 wrong.append((rel, want, got))
             continue
         for where, v, whole in _records(u.path):
             if want == NO_TRAJECTORY:
-                ok = detect.formats_of(v) == [] and detect.not_a_trajectory(v) is not None
-            elif want in detect.EVENT_SIGNATURES:
+                ok = registry.formats_of(v) == [] and registry.not_a_trajectory(v, u.path) is not None
+            elif want in EVENT_FORMATS:
                 items = v if isinstance(v, list) and whole else [v]
-                ok = all(detect.event_formats_of(e) == [want] for e in items) and detect.formats_of(v) == []
+                ok = all(_names(registry.event_formats_of(e)) == [want] for e in items) and registry.formats_of(v) == []
             elif whole and isinstance(v, list):  # one conversation given as a bare list of messages
-                ok = want == "chat-messages" and detect.detect_document(v) == want \
-                    and all(detect.formats_of(m) == [] for m in v)
+                doc_format = registry.detect_document(v)
+                ok = want == "chat-messages" and doc_format is not None and doc_format.name == want \
+                    and all(registry.formats_of(m) == [] for m in v)
             elif v == {} and rel.endswith("first-line-empty-object.jsonl"):
-                ok = detect.formats_of(v) == [] and detect.event_formats_of(v) == []
+                ok = registry.formats_of(v) == [] and registry.event_formats_of(v) == []
             else:
-                ok = detect.formats_of(v) == [want]
+                ok = _names(registry.formats_of(v)) == [want]
             if not ok:
-                wrong.append((rel, where, want, detect.formats_of(v)))
+                wrong.append((rel, where, want, _names(registry.formats_of(v))))
     assert wrong == []
     assert len(seen) >= 17  # every format with a real or reported file was looked at
 
 
-# reported: issue 24 (a SWE-agent .traj that holds only `history` was read as OpenHands V0)
+# reported: a SWE-agent .traj that holds only `history` was read as OpenHands V0
 def test_swe_agent_traj_with_only_a_history_is_swe_agent(reported, tmp_path, tok):
-    from trajstore.ingest import detect
-
     doc = json.loads((reported / "swe-agent-demonstration-replayed" / "networking_1.traj").read_text())
     only_history = {"history": doc["history"]}
-    assert detect.formats_of(only_history) == ["swe-agent"]
-    assert detect.formats_of({"history": [], "info": {"exit_status": "submitted"}}) == ["swe-agent"]
-    assert detect.formats_of({"history": [], "instance_id": "x"}) == ["openhands-v0-eval"]
+    assert _names(registry.formats_of(only_history)) == ["swe-agent"]
+    assert _names(registry.formats_of({"history": [], "info": {"exit_status": "submitted"}})) == ["swe-agent"]
+    assert _names(registry.formats_of({"history": [], "instance_id": "x"})) == ["openhands-v0-eval"]
     (tmp_path / "only-history.traj").write_text(json.dumps(only_history))
     rep = ingest_paths([str(tmp_path / "only-history.traj")], str(tmp_path / "s"))
     assert rep.problems == [] and dict(rep.by_format) == {"swe-agent": 1}
     (row,) = read_trajectories(str(tmp_path / "s")).to_pylist()
     assert row["source"] == "swe-agent" and row["num_actions"] == 4  # the 4 assistant turns
+
+
+def _every_signature(d) -> list[str]:
+    """The record formats `d` matches when every format's signature is asked, whatever its keys."""
+    if not isinstance(d, dict):
+        return []
+    found = [f for f in registry.REGISTERED if f.records is not None and f.records.keys and registry._matches(f, d)]
+    main = [f.name for f in found if not f.records.fallback]
+    return main or [f.name for f in found]
+
+
+def test_a_formats_keys_only_spare_asking_signatures_that_would_say_no(fixtures_dir):
+    """Detection asks a format's signature only of objects holding one of its keys: on every
+    record (and every event, and every item of a list) of every real and reported fixture, that
+    finds what asking every signature finds."""
+    units, _ = discover([str(fixtures_dir / "trajectories"), str(fixtures_dir / "reported")])
+    checked = 0
+    for u in units:
+        values = [json.loads(open(f).read()) for f in u.files] if u.is_event_dir else \
+            [v for _, doc, _ in _records(u.path) for v in ([doc] + (doc if isinstance(doc, list) else []))]
+        for v in values:
+            assert _names(registry.formats_of(v)) == _every_signature(v), u.path
+            checked += 1
+    assert checked > 200

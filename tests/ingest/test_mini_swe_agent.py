@@ -1,4 +1,4 @@
-"""trajstore/ingest/mini_swe_agent.py: mini-swe-agent trajectories, the text (v1) and the tool-call
+"""trajstore/ingest/formats/mini_swe_agent.py: mini-swe-agent trajectories, the text (v1) and the tool-call
 format: every span decoded and compared with text written by hand, status from the exit status."""
 
 from __future__ import annotations
@@ -10,21 +10,21 @@ import pytest
 
 from tests.helpers.ingest import GEN, only_row, span_texts
 from trajstore.ingest import ingest_paths
-from trajstore.ingest.mini_swe_agent import status_from_exit
+from trajstore.ingest.formats.mini_swe_agent import mini_swe_agent_status
 from trajstore.reader import read_trajectories
 
 
-# issue 12: fidelity of a format added beyond the reported cases
+# fidelity of a format added beyond the reported cases
 @pytest.mark.parametrize(("exit_status", "status"), [
     ("Submitted", "completed"), ("LimitsExceeded", "truncated"), ("CostLimitExceeded", "truncated"),
     ("ExecutionTimeoutError", "truncated"), ("ContextWindowExceededError", "truncated"),
     ("RuntimeError", "failed"), (None, "aborted"), ("", "aborted"),
 ])
 def test_mini_swe_agent_exit_status(exit_status, status):
-    assert status_from_exit(exit_status) == status
+    assert mini_swe_agent_status(exit_status) == status
 
 
-# issue 12: fidelity of a format added beyond the reported cases
+# fidelity of a format added beyond the reported cases
 def test_mini_swe_agent_v1_text_actions_link_observations(tmp_path, tok):
     # model_stats.api_calls = 3 but the log holds 2 assistant turns: flagged, never silent
     d = {"info": {"exit_status": "LimitsExceeded", "submission": "", "model_stats": {"api_calls": 3}},

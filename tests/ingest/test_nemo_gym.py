@@ -1,4 +1,4 @@
-"""trajstore/ingest/nemo_gym.py: NeMo Gym rollouts: engine token ids kept exactly, text-only rows
+"""trajstore/ingest/formats/nemo_gym.py: NeMo Gym rollouts: engine token ids kept exactly, text-only rows
 re-tokenized, placeholder or mixed ids never trusted; every span decoded on the real fixtures."""
 
 from __future__ import annotations
@@ -13,12 +13,17 @@ from trajstore.ingest import ingest_paths, iter_trajectories
 from trajstore.reader import read_trajectories
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
-def test_nemo_gym_engine_single_turn(fix):
-    path = fix / "nemo-gym/competitive_coding_challenges_example_rollouts.jsonl"
+def _rows_and_trajectories(path, **kw):
+    """(row, trajectory) of each line of a NeMo Gym rollouts file, ingested with `kw`."""
     rows = [json.loads(x) for x in path.read_text().splitlines()]
-    ts, _ = ingest(path)
-    for row, t in zip(rows, ts):
+    ts, _ = ingest(path, **kw)
+    assert len(ts) == len(rows)
+    return zip(rows, ts)
+
+
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
+def test_nemo_gym_engine_single_turn(fix):
+    for row, t in _rows_and_trajectories(fix / "nemo-gym/competitive_coding_challenges_example_rollouts.jsonl"):
         msg = next(o for o in row["response"]["output"] if o.get("generation_token_ids"))
         assert t.tokens.tolist() == msg["prompt_token_ids"] + msg["generation_token_ids"]
         assert kinds(t) == "pa" and t.token_source == "engine" and t.logprob_source == "engine"
@@ -26,12 +31,10 @@ def test_nemo_gym_engine_single_turn(fix):
         assert t.not_trainable_reason is not None  # no tokenizer named by the log
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_nemo_gym_engine_multi_turn(fix):
     path = fix / "nemo-gym-multiturn/tictactoe_env_example_rollouts.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines()]
-    ts, _ = ingest(path, engine_tokenizer="model")
-    for row, t in zip(rows, ts):
+    for row, t in _rows_and_trajectories(path, engine_tokenizer="model"):
         out = row["response"]["output"]
         # 9 calls, each prompt = previous prompt + generation + the environment's 43 tokens
         assert kinds(t) == "pa" + "oa" * 8
@@ -42,12 +45,9 @@ def test_nemo_gym_engine_multi_turn(fix):
         assert t.status == "truncated" and t.tokenizer == "Qwen/Qwen3-4B-Instruct-2507"
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_nemo_gym_text_rows(tok, fix):
-    path = fix / "nemo-gym/hermes_agent_example_math_rollouts.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines()]
-    ts, _ = ingest(path)
-    for row, t in zip(rows, ts):
+    for row, t in _rows_and_trajectories(fix / "nemo-gym/hermes_agent_example_math_rollouts.jsonl"):
         out = row["response"]["output"]
         msgs = [o for o in out if o["type"] == "message"]
         assert sum(s.kind == "action" for s in t.spans) == len(msgs) == row["turns_used"] \
@@ -58,12 +58,9 @@ def test_nemo_gym_text_rows(tok, fix):
         assert t.reward == float(row["reward"])
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_nemo_gym_one_message_per_step(tok, fix):
-    path = fix / "nemo-gym-multiturn/osworld_example_rollouts.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines()]
-    ts, _ = ingest(path)
-    for row, t in zip(rows, ts):
+    for row, t in _rows_and_trajectories(fix / "nemo-gym-multiturn/osworld_example_rollouts.jsonl"):
         steps = row["verifier_metadata"]["osworld_steps"]
         acts = [x for k, x in decoded(tok, t) if k == "action"]
         assert acts == [s["model_text"] + END for s in steps]  # one action per agent step, in order
@@ -147,7 +144,7 @@ def test_nemo_gym_consecutive_assistant_messages_are_separate_calls(tok, reporte
     assert r.fidelity_gaps["observations"] == 2
 
 
-# issue 12 item 8: engine ids of an unnamed tokenizer are stored, not trainable
+# engine ids of an unnamed tokenizer are stored, not trainable
 def test_engine_ids_of_an_unnamed_tokenizer_are_not_trainable(fix, tmp_path):
     """Issue 12 item 8 on the real NeMo Gym multi-turn rows (Qwen3-4B ids, no tokenizer named)."""
     path = fix / "nemo-gym-multiturn/tictactoe_env_example_rollouts.jsonl"
@@ -178,7 +175,7 @@ def test_nemo_gym_mixed_engine_ids_fall_back_to_text(reported, tmp_path, ids):
         assert "engine_token_ids_discarded" not in t.metadata
 
 
-# issue 24: per-format fidelity of the reasoning-after-call layout, the expected decoding written by hand
+# per-format fidelity of the reasoning-after-call layout, the expected decoding written by hand
 def test_nemo_gym_reasoning_logged_after_its_function_call(tok, reported):
     """``conversational_tool_use_simulation`` logs each call's reasoning *after* its function call
     (output: function_call, reasoning, function_call_output, reasoning, message). Two model

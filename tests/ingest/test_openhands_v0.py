@@ -1,8 +1,8 @@
-"""trajstore/ingest/openhands_v0.py: OpenHands V0 logs (event lists and GUI exports, session event
+"""trajstore/ingest/formats/openhands_v0_*.py: OpenHands V0 logs (event lists and GUI exports, session event
 stores, eval and resolver outputs, feedback rows, SWE-Gym rows): span kinds and order, action and
 observation counts, rewards, the token oracle (stored ids == the chat template's render of the whole
 conversation) and, on the real fixtures, every span decoded against what the harness sent and the
-model generated (issue 17)."""
+model generated."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from tests.helpers.ingest import (
 from trajstore.ingest import IngestReport, ingest_paths, iter_trajectories
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_v0_eval_output(tok, fix):
     path = fix / "openhands/v0_eval_output_multi_swe_bench_v0.35/output.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines()]
@@ -66,7 +66,7 @@ def test_v0_eval_output(tok, fix):
     assert ts[2].status == "truncated"  # "Agent reached maximum iteration"
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_v0_saved_trajectory(tok, fix):
     path = fix / "openhands/v0_saved_trajectory/basic.json"
     events = json.loads(path.read_text())
@@ -86,7 +86,7 @@ def test_v0_saved_trajectory(tok, fix):
     assert set(t.metadata["fidelity_gaps"]) == {"system_prompt", "observation_format"}
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_v0_session_event_store_fidelity(tok, fix):
     d = fix / "openhands/v0_session_event_store_2025-07"
     (t,), r = ingest(d)
@@ -102,7 +102,7 @@ def test_v0_session_event_store_fidelity(tok, fix):
     assert_each_once_in_order(tok.decode(t.tokens.tolist()), user)
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_v0_resolver_output(tok, fix):
     path = fix / "openhands/v0_resolver_output_2024-11/output.jsonl"
     row = json.loads(path.read_text().splitlines()[0])
@@ -118,7 +118,7 @@ def test_v0_resolver_output(tok, fix):
     assert t.reward == 1.0
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_v0_feedback_rows_fidelity(tok, fix):
     path = fix / "openhands/v0_feedback_dataset_2024_hf_rows/sample_raw.json"
     rows = json.loads(path.read_text())
@@ -131,14 +131,14 @@ def test_v0_feedback_rows_fidelity(tok, fix):
         assert "Invalid token" not in tok.decode(t.tokens.tolist())  # websocket errors are no turns
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_swe_gym_rows_fidelity(tok, fix):
     path = fix / "openhands/swe-gym_openhands_sampled_trajectories_hf_rows/sample_raw.json"
     rows = json.loads(path.read_text())
     ts, _ = ingest(path)
     t, row = ts[0], rows[0]
     d = decoded(tok, t)
-    # the tool definitions the model was given are in the prompt (issue 17: they were dropped)
+    # the tool definitions the model was given are in the prompt (they used to be dropped)
     assert '"name": "execute_bash"' in d[0][1] and "Execute a bash command in the terminal." in d[0][1]
     assert d[1] == ("action", call("str_replace_editor",
                                    '{"command":"view","path":"/workspace/python__mypy__1.6","view_range":[0,-1]}') + END)
@@ -272,7 +272,7 @@ def test_v0_eval_pair_history_matches_the_flat_history(tok, fix, tmp_path):
     assert [s.cause_id for s in t_pairs.spans] == [s.cause_id for s in t_flat.spans]
 
 
-# issue 12: fidelity of a format added beyond the reported cases
+# fidelity of a format added beyond the reported cases
 def test_swe_gym_rows_with_messages_as_a_json_string(tmp_path):
     row = {"instance_id": "x-1", "resolved": True, "run_id": "r",
            "messages": json.dumps([{"role": "user", "content": "fix"}, {"role": "assistant", "content": "done"}])}
@@ -284,7 +284,7 @@ def test_swe_gym_rows_with_messages_as_a_json_string(tmp_path):
     assert "messages is a string that is not JSON" in rep.problems[0].reason
 
 
-# issue 24: reasoning is kept or dropped in later contexts as the harness sends it
+# reasoning is kept or dropped in later contexts as the harness sends it
 def test_v0_reasoning_is_not_sent_back(tmp_path, tok):
     """V0's ConversationMemory rebuilds an earlier response from its content and tool calls only:
     the second call's context lacks the first call's reasoning, so it starts a new trajectory
@@ -320,7 +320,7 @@ def test_v0_reasoning_is_not_sent_back(tmp_path, tok):
     assert ts[1].metadata["episode"]["change"] == "reasoning-dropped" and ts[0].metadata["reasoning_sent_back"] is False
 
 
-# issue 23: a V0 condensation (CondensationAction) starts a linked lineage with the condensed view
+# a V0 condensation (CondensationAction) starts a linked lineage with the condensed view
 def test_v0_condensation_gives_linked_lineages(tmp_path, tok):
     """V0 ``View.from_events``: the forgotten events (2, 3) leave the view, the summary goes in at
     summary_offset 2 (after system and task) as a user message (AgentCondensationObservation);

@@ -1,7 +1,7 @@
-"""trajstore/ingest/openhands_v1.py and openhands_v1_events.py: OpenHands V1 conversation folders,
+"""trajstore/ingest/formats/openhands_v1_*.py: OpenHands V1 conversation folders,
 persisted events and eval outputs: span kinds and order, action and observation counts, rewards, the
 token oracle (stored ids == the chat template's render of the whole conversation) and, on the real
-fixtures, every span decoded against what the harness sent and the model generated (issue 17)."""
+fixtures, every span decoded against what the harness sent and the model generated."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.helpers.ingest import END, GEN, SYS, TOOL_OBS, USER, build, call, dec
 from trajstore.ingest import IngestReport, iter_trajectories
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_v1_conversation_folder(tok, fix):
     d = fix / "openhands-v1-conversations/cd94562403b9487ebdd4018e3f531dfd"
     (t,), r = ingest(d)
@@ -50,7 +50,7 @@ def test_v1_conversation_folder(tok, fix):
     assert [p.kind for p in r.problems] == ["no_trajectory"]  # base_state.json alone
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_v1_conversation_folders_with_dynamic_context_and_a_tools_update(tok, fix):
     (t,), _ = ingest(fix / "openhands-v1-conversations/00000000000000000000000000000203")
     p = decoded(tok, t)[0][1]
@@ -74,7 +74,7 @@ def test_v1_conversation_folders_with_dynamic_context_and_a_tools_update(tok, fi
     assert "model_calls" in t1.metadata["fidelity_gaps"]
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_v1_persisted_events_fidelity(tok, fix):
     path = fix / "openhands/sdk_v1_persisted_events_trimmed/events.jsonl"
     events = [json.loads(x) for x in path.read_text().splitlines()]
@@ -90,7 +90,7 @@ def test_v1_persisted_events_fidelity(tok, fix):
     assert t.model == "litellm_proxy/minimax-m2.7"
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_v1_eval_task_trajectory(tok, fix):
     d = fix / "openhands/v1_sdk_eval_openagentsafety_gpt4o"
     events = json.loads((d / "traj_safety-transitions.json").read_text())
@@ -193,7 +193,7 @@ def test_openhands_v1_condensation_splits_at_the_context_change(tok, reported):
     ep1, ep2 = t1.metadata["episode"], t2.metadata["episode"]
     assert ep1["id"] == ep2["id"] and (ep1["part"], ep2["part"], ep2["parts"]) == (1, 2, 2)
     assert ep2["change"] == "condensation" and t1.reward == t2.reward
-    # issue 23: linked lineages of one episode; r3's part shares system + task with r1's (its fork point)
+    # linked lineages of one episode; r3's part shares system + task with r1's (its fork point)
     assert (t1.parent_trajectory_id, t1.link_kind, t1.fork_point) == (None, None, None)
     assert (t2.parent_trajectory_id, t2.link_kind) == (t1.trajectory_id, "context_rewrite")
     assert t1.episode_id == t2.episode_id == ep1["id"]

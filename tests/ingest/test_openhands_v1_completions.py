@@ -1,7 +1,7 @@
-"""trajstore/ingest/openhands_v1_completions.py: OpenHands V1 log_completions files (native and prompt-
+"""trajstore/ingest/formats/openhands_v1_completions.py: OpenHands V1 log_completions files (native and prompt-
 based tool calling): span kinds and order, action and observation counts, rewards, the token oracle
 (stored ids == the chat template's render of the whole conversation) and, on the real fixtures,
-every span decoded against what the harness sent and the model generated (issue 17)."""
+every span decoded against what the harness sent and the model generated."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 
 from tests.helpers.ingest import assert_linked, decoded, ingest
 from trajstore.ingest import IngestReport, iter_trajectories
-from trajstore.ingest.openhands_v1_completions import parse_completion_log
+from trajstore.ingest.formats.openhands_v1_completions import parse_completion_log
 from trajstore.ingest.records import Origin, RecordError
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_v1_completion_logs(tok, fix):
     d = fix / "openhands/sdk_v1_llm_completion_logs_2025-09"
     ts, r = ingest(d / "llm-logs", d / "nonfncall-llm-logs")

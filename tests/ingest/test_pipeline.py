@@ -20,10 +20,10 @@ from trajstore.ingest import (
     TRUNCATION_MARKER,
     IngestError,
     IngestReport,
-    detect,
     ingest_paths,
     iter_trajectories,
 )
+from trajstore.ingest.formats import nemo_gym, registry
 from trajstore.reader import read_trajectories
 
 
@@ -140,7 +140,7 @@ def test_a_too_deep_first_jsonl_line_costs_only_itself(tmp_path):
     assert rep.trajectories_written == 1
 
 
-# -- one bad record costs only itself (issue 12, item 6) -----------------------------------------
+# -- one bad record costs only itself -----------------------------------------
 
 def test_jsonl_format_is_detected_per_line(tmp_path):
     # The first line is of no known shape and the third of another format: neither decides the
@@ -160,16 +160,14 @@ def test_jsonl_format_is_detected_per_line(tmp_path):
 
 def test_a_parser_crash_is_a_problem_of_that_record_only(tmp_path, monkeypatch):
     # Any exception (not only the parsers' RecordError) stays with its record.
-    from trajstore.ingest import registry
+    real = nemo_gym.harness_call_count
 
-    real = registry.ROW_PARSERS["nemo-gym"]
-
-    def flaky(row, origin):
+    def flaky(row):
         if row["reward"] == 0.5:
             raise KeyError("surprise")
-        return real(row, origin)
+        return real(row)
 
-    monkeypatch.setitem(registry.ROW_PARSERS, "nemo-gym", flaky)
+    monkeypatch.setattr(nemo_gym, "harness_call_count", flaky)
     rows = [nemo_row("a", [5]), {**nemo_row("b", [6]), "reward": 0.5}, nemo_row("c", [7])]
     p = tmp_path / "r.jsonl"
     p.write_text("\n".join(json.dumps(r) for r in rows))
@@ -228,8 +226,6 @@ def test_every_real_fixture_is_stored_or_turned_away_with_a_reason(tmp_path, fix
     """The whole ``../shared/fixtures/trajectories`` tree (~12 CPU-seconds, hence slow): every
     log file ends up in a stored trajectory (its own or its events/ folder's), or is turned
     away with a reason, or is a completion log superseded by a later one of the same run."""
-    from pathlib import Path
-
     st = str(tmp_path / "s")
     rep = ingest_paths([str(fix)], st)
     assert rep.refused == 0 and rep.ignored_files == {".md": 1}  # SOURCES.md
@@ -526,4 +522,4 @@ def test_seeds_are_valid(fmt, tmp_path):
     report = IngestReport()
     trajs = list(iter_trajectories([str(p)], report=report))
     assert report.problems == [] and len(trajs) >= 2 and len(report.by_format) == 1
-    assert detect.formats_of(ROW_SEEDS[fmt](0)) == [fmt]  # its structure is that of exactly one format
+    assert [f.name for f in registry.formats_of(ROW_SEEDS[fmt](0))] == [fmt]  # its structure is that of exactly one format

@@ -19,7 +19,7 @@ from trajstore.ingest.read import NotARegularFile, read_text
 from trajstore.reader import read_trajectories
 
 
-# issue 12: fidelity of a format added beyond the reported cases
+# fidelity of a format added beyond the reported cases
 def test_parquet_directory_of_dataset_shards(tmp_path, tok):
     # Two shards in a dataset layout (data/train-0000x-of-00002.parquet): SWE-smith rows with
     # the chat as a JSON string, and a file that only claims to be Parquet.

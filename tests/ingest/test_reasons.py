@@ -7,6 +7,7 @@ import pytest
 from trajstore.errors import TrajectoryValidationError, Violation
 from trajstore.ingest.reasons import problem_reason
 from trajstore.ingest.records import Reward
+from trajstore.models import Trajectory
 
 
 # hostile tester: a fault found in `traj ingest` (failed before its fix)
@@ -20,8 +21,6 @@ def test_invalid_trajectory_reasons_are_one_line_naming_the_input_field():
 
 # hostile tester: a fault found in `traj ingest` (failed before its fix)
 def test_pydantic_errors_are_one_line_naming_the_input_field():
-    from trajstore.models import Trajectory
-
     with pytest.raises(Exception) as e:
         Trajectory(trajectory_id="x", model={"name": "m"}, tokens=[1], logprobs=[None], spans=[])
     why = problem_reason(e.value)

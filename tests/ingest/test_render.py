@@ -1,20 +1,32 @@
 """Span boundaries of re-tokenized conversations, checked on two templates by decoding: an action
 holds only what the model generated and ends with its own end-of-turn token; the generation
-prompt belongs to the span before, the template's separator to the span after (issue 12 item
-7). Also: tool definitions in the prompt, one trajectory per context the model saw (templates
-that drop earlier reasoning), and the same split as the rollout worker's engine-token spans.
+prompt belongs to the span before, the template's separator to the span after. Also: tool
+definitions in the prompt, one trajectory per context the model saw (templates that drop earlier
+reasoning), and the same split as the rollout worker's engine-token spans.
 
 Expected texts are written out by hand from each template's definition (ChatML: SmolLM2's
 template, quoted below; Llama-3 style: LLAMA3_STYLE below)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from trajstore.chat_template import TurnMarkers, observation_tokens, prompt_tokens, turn_markers
+import trajstore.chat_template as ct
+from trajstore.chat_template import (
+    ChatRenderer,
+    TurnMarkers,
+    observation_tokens,
+    prompt_tokens,
+    render_chat,
+    turn_markers,
+)
 from trajstore.ingest import conversation_to_trajectories
+from trajstore.ingest.builders.render import render_conversation
+from trajstore.ingest.builders.template import template_features, template_message
+from trajstore.ingest.formats.swe_gym import parse_swe_gym_row
 from trajstore.ingest.records import Context, Conversation, Message, Origin, ToolCall
-from trajstore.ingest.render import render_conversation
 
 # SmolLM2-135M-Instruct's template (ChatML): every message is
 #   <|im_start|>{role}\n{content}<|im_end|>\n
@@ -45,6 +57,7 @@ DROP_OLD_REASONING = (
 def llama3_tok(tok):
     """A fast tokenizer with Llama-3-style special tokens and template, built offline from
     SmolLM2's vocabulary (nothing is downloaded)."""
+    # transformers comes with the train extra, as the tok fixture's tokenizer does
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
@@ -243,12 +256,6 @@ def test_chat_renderer_renders_what_apply_chat_template_renders(tok, llama3_tok,
     """The ingest fast path (messages prepared once, the compiled template rendered directly)
     gives the very text of ``apply_chat_template`` for every prefix of a real conversation,
     with and without the generation prompt and tools."""
-    import json
-
-    from trajstore.chat_template import ChatRenderer, render_chat
-    from trajstore.ingest.openhands_v0 import parse_swe_gym_row
-    from trajstore.ingest.template import template_features, template_message
-
     t = {"chatml": tok, "llama3": llama3_tok, "drop_old_reasoning": None}[which] or templated(DROP_OLD_REASONING)
     row = json.loads((fix / "openhands/swe-gym_openhands_sampled_trajectories_hf_rows/sample_raw.json").read_text())
     row = row[0] if isinstance(row, list) else row
@@ -267,8 +274,6 @@ def test_chat_renderer_renders_what_apply_chat_template_renders(tok, llama3_tok,
 
 
 def test_chat_renderer_falls_back_when_the_probe_differs(tok, monkeypatch):
-    import trajstore.chat_template as ct
-
     monkeypatch.setattr(ct, "_FAST", {})
     monkeypatch.setattr(ct, "_prepare", lambda m: {**m, "content": "changed"})
     r = ct.ChatRenderer(tok)

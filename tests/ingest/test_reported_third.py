@@ -1,6 +1,6 @@
-"""The third group of reported cases (../shared/fixtures/reported/README.md, issue 24): real public
-files that ingested with exit 0 and no word, each giving what its README says should be stored.
-The ATIF summarisation and sub-agent cases of that group are issue 23's (lineages)."""
+"""The third group of reported cases (../shared/fixtures/reported/README.md): real public files
+that ingested with exit 0 and no word, each giving what its README says should be stored. The ATIF
+summarisation and sub-agent cases of that group are stored as linked lineages."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import shutil
 import pytest
 
 from tests.helpers.ingest import END, GEN, SMOL_SYSTEM, USER, decoded, ingest
+from trajstore import audit
 from trajstore.ingest import ingest_paths
 from trajstore.reader import read_trajectories
+from trajstore.store import open_store
 
 
 def _rows(store) -> list[dict]:
@@ -90,9 +92,6 @@ def test_early_v1_base_state_is_read_and_a_paused_callless_run_is_not_completed(
 
 # reported: ../shared/fixtures/reported/nemo-gym-empty-model-name
 def test_empty_model_name_is_null(reported, tmp_path):
-    from trajstore import audit
-    from trajstore.store import open_store
-
     rep = ingest_paths([str(reported / "nemo-gym-empty-model-name")], str(tmp_path / "s"))
     assert rep.problems == []
     (row,) = _rows(tmp_path / "s")
@@ -101,7 +100,7 @@ def test_empty_model_name_is_null(reported, tmp_path):
     assert conn.execute("SELECT count(*) FROM trajectories WHERE model IS NULL").fetchone() == (1,)
 
 
-# -- issue 23: Harbor's context summarisation and its sub-agents as linked lineages -----------------------------
+# -- Harbor's context summarisation and its sub-agents as linked lineages -----------------------------
 _SUB = ("summary", "questions", "answers")
 
 

@@ -1,12 +1,12 @@
-"""trajstore/ingest/rewards.py: outcome and score fields as rewards; anything else refused naming
+"""trajstore/ingest/formats/rewards.py: outcome and score fields as rewards; anything else refused naming
 the field."""
 
 from __future__ import annotations
 
 import pytest
 
+from trajstore.ingest.formats.rewards import bool_reward, float_reward
 from trajstore.ingest.records import RecordError
-from trajstore.ingest.rewards import bool_reward, float_reward
 
 
 # hostile tester: a fault found in `traj ingest` (failed before its fix)

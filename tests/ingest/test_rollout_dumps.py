@@ -1,4 +1,4 @@
-"""trajstore/ingest/rollout_dumps.py: verl / SkyRL rollout dumps (input, output, score, step)."""
+"""trajstore/ingest/formats/verl_rollouts.py: verl / SkyRL rollout dumps (input, output, score, step)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from tests.helpers.ingest import by_line, only_row, span_texts, stored, write_js
 from trajstore.ingest import ingest_paths
 
 
-# issue 12: fidelity of a format added beyond the reported cases
+# fidelity of a format added beyond the reported cases
 def test_skyrl_field_names_and_empty_output(tmp_path, tok):
     rows = [{"input_prompt": "Q: 1+1?\nA:", "output_response": " 2", "score": 0.5, "global_step": 3},
             {"input_prompt": "Q: 2+2?\nA:", "output_response": "", "score": 0.0, "global_step": 3}]

@@ -1,6 +1,6 @@
-"""trajstore/ingest/stored_fields.py: the model-call count check, on every real and reported
-fixture whose harness counts its own model calls (issue 24: a model call is one action,
-whatever order the log lists its items in)."""
+"""trajstore/ingest/builders/stored_fields.py: the model-call count check, on every real and reported
+fixture whose harness counts its own model calls (a model call is one action, whatever order
+the log lists its items in)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""trajstore/ingest/swe_agent.py: SWE-agent .traj files and nebius SWE-agent rows: span kinds and
+"""trajstore/ingest/formats/swe_agent.py: SWE-agent .traj files and nebius SWE-agent rows: span kinds and
 order, action and observation counts, rewards, the token oracle (stored ids == the chat template's
 render of the whole conversation) and, on the real fixtures, every span decoded against what the
-harness sent and the model generated (issue 17)."""
+harness sent and the model generated."""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from tests.helpers.ingest import (
     decoded,
     ingest,
 )
+from trajstore.ingest.formats.swe_agent import parse_swe_agent_traj
 from trajstore.ingest.records import Origin
-from trajstore.ingest.swe_agent import parse_traj
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_swe_agent_0x(tok, fix):
     path = fix / "swe-agent/v0.x_gpt4_pydicom__pydicom-1458.traj"
     d = json.loads(path.read_text())
@@ -42,7 +42,7 @@ def test_swe_agent_0x(tok, fix):
     assert t.status == "completed" and t.metadata["replayed"] is False
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_swe_agent_1x_history_processor_contexts(tok, fix):
     path = fix / "swe-agent/v1.x_function_calling_replay_marshmallow-code__marshmallow-1867.traj"
     d = json.loads(path.read_text())
@@ -63,7 +63,7 @@ def test_swe_agent_1x_history_processor_contexts(tok, fix):
         assert_linked(t)
 
 
-# issue 17: per-format fidelity on a real fixture, every span decoded against what the harness sent
+# per-format fidelity on a real fixture, every span decoded against what the harness sent
 def test_nebius_rows_fidelity(tok, fix):
     path = fix / "nebius-swe-agent-trajectories/sample_raw.json"
     rows = json.loads(path.read_text())
@@ -99,7 +99,7 @@ def test_swe_agent_tool_call_without_id_is_linked_by_step():
     d = {"history": [{"role": "system", "content": "s"},
                      {"role": "assistant", "content": "a", "tool_calls": [{"function": {"name": "bash"}}]},
                      {"role": "user", "content": "o"}], "info": {}}
-    conv = parse_traj(d, Origin("x.traj"))
+    conv = parse_swe_agent_traj(d, Origin("x.traj"))
     assert conv.messages[1].tool_calls[0].id is None
     assert conv.messages[2].cause_id == "step-0"
 

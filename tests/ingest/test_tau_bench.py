@@ -1,4 +1,4 @@
-"""trajstore/ingest/tau_bench.py: tau-bench results files: status, reward and every span."""
+"""trajstore/ingest/formats/tau_bench.py: tau-bench results files: status, reward and every span."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from trajstore.ingest import ingest_paths
 from trajstore.reader import read_trajectories
 
 
-# issue 12: fidelity of a format added beyond the reported cases
+# fidelity of a format added beyond the reported cases
 def test_tau_bench_crash_after_some_turns_is_failed_without_a_reward(tmp_path):
     res = [{"task_id": 7, "reward": 0.0, "trial": 1, "info": {"error": "litellm.RateLimitError"},
             "traj": [{"role": "system", "content": "p"}, {"role": "user", "content": "hi"},

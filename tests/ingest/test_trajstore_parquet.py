@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
 from tests.helpers.paths import REPO_ROOT
+from trajstore import TrajectoryBuilder
 from trajstore.cli.main import app
 from trajstore.convert import trajectories_to_table
 from trajstore.ingest import ingest_paths
@@ -122,8 +123,6 @@ def test_unstamped_file_is_recognised_by_its_columns(tmp_path: Path) -> None:
 
 
 def test_v1_shard_is_migrated_as_traj_migrate_does(tmp_path: Path) -> None:
-    from trajstore import TrajectoryBuilder
-
     b = TrajectoryBuilder(trajectory_id="old", tokenizer="t", model="m")
     b.add_prompt([1, 2, 3], role="user")
     b.add_action([4, 5], np.array([-0.5, -0.25], np.float32), policy_version=7)

@@ -1,12 +1,12 @@
-"""trajstore/ingest/trees.py: records linked across files are built parents first and linked; a
+"""trajstore/ingest/builders/trees.py: records linked across files are built parents first and linked; a
 missing parent or a cycle leaves a root, never a dangling link."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from trajstore.ingest.records import Conversation, Lineage, Message, Origin
-from trajstore.ingest.trees import build_tree, parents_of
+from trajstore.ingest.builders.trees import build_tree, parents_of
+from trajstore.ingest.records import Conversation, Message, Origin, ParsedLineage
 from trajstore.models import Span, Trajectory
 
 
@@ -20,7 +20,7 @@ def _traj(tid, tokens):
 
 def _rec(key, parent=None, kind=None, claims=()):
     return Conversation(source="x", key=key, origin=Origin(f"/d/{key}"), messages=[Message("user", key)],
-                        lineage=Lineage(f"/d/{key}", f"/d/{parent}" if parent else None, kind,
+                        lineage=ParsedLineage(f"/d/{key}", f"/d/{parent}" if parent else None, kind,
                                         [(f"/d/{c}", k) for c, k in claims]))
 
 

@@ -26,8 +26,9 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
+from trajstore.http.server import ServerThread  # noqa: E402
 from trajstore.proxy.config import ProxyConfig  # noqa: E402
-from trajstore.proxy.testing import ServerThread, fake_app  # noqa: E402
+from trajstore.proxy.testing import fake_app  # noqa: E402
 
 TRAJ = [sys.executable, "-c", "from trajstore.cli.main import app; app()"]
 """The ``traj`` command of this interpreter."""

@@ -32,10 +32,10 @@ def _wait_for(pred, what: str, timeout: float = 120) -> None:  # noqa: ANN001
 
 def test_finish_during_a_slow_call_is_aborted_and_the_late_call_is_stored(fake_upstream, start_proxy, tmp_path,
                                                                           caplog):
-    # issue 32 item 2: /finish during a call in flight for longer than its wait returned
-    # `completed` without that call; the call was then answered 200 and its recording failed with
-    # "trajectory ... is already finished" (a traceback, nothing in /proxy/stats). The upstream
-    # holds the call until /finish has answered: longer than its wait on any machine.
+    # /finish during a call in flight for longer than its wait returned `completed` without that
+    # call; the call was then answered 200 and its recording failed with "trajectory ... is
+    # already finished" (a traceback, nothing in /proxy/stats). The upstream answers the slow
+    # call only when the test releases it, after /finish has answered.
     store = str(tmp_path / "store")
     px = start_proxy(fake_upstream.url, finish_wait_s=0.5)
     url = f"{px.url}/s/late/v1/chat/completions"
@@ -50,6 +50,7 @@ def test_finish_during_a_slow_call_is_aborted_and_the_late_call_is_stored(fake_u
     wait_held(fake_upstream.url, "slow", 1)  # the slow call is at the upstream
     done = httpx.post(f"{px.url}/s/late/finish", json={"status": "completed", "reward": 1.0}).json()
     assert done["status"] == "aborted" and done["calls_in_flight"] == 1 and len(done["trajectories"]) == 1, done
+    assert httpx.get(f"{fake_upstream.url}/_fake/held").json() == {"slow": 1}  # waited --finish-wait, not for it
     httpx.post(f"{fake_upstream.url}/_fake/release", json={"name": "slow"}).raise_for_status()
     slow.join(120)
     assert answers[0].status_code == 200  # the client got its answer ...
@@ -64,7 +65,7 @@ def test_finish_during_a_slow_call_is_aborted_and_the_late_call_is_stored(fake_u
     assert (mb["episode"]["part"], mb["episode"]["parts"], mb["episode"]["change"]) == (2, 2, "after-finish")
     assert b["status"] == "aborted" and b["trajectory_id"] != a["trajectory_id"] and b["reward"] == 1.0
     assert b["tokens"] == render(msgs) + REPLY_IDS  # the earlier context is the late part's prompt
-    # issue 23: the late part continues the part /finish wrote
+    # the late part continues the part /finish wrote
     assert (b["parent_trajectory_id"], b["fork_point"], b["link_kind"]) == (a["trajectory_id"], a["num_tokens"],
                                                                            "continuation")
     assert [s["kind"] for s in b["spans"]] == ["prompt", "action"]

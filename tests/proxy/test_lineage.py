@@ -33,6 +33,16 @@ def _turn(msgs: list[dict], user: str) -> list[dict]:
     return [*msgs, {"role": "assistant", "content": "ok"}, {"role": "user", "content": user}]
 
 
+def _played(url: str, turns: int) -> list[dict]:
+    """`turns` calls of one agent through the proxy at `url`, each extending the last; returns the
+    conversation with the last reply and a next user message."""
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    for t in range(turns):
+        _chat(url, msgs)
+        msgs = _turn(msgs, f"turn {t}")
+    return msgs
+
+
 def _rows(store) -> dict[str, dict]:
     return {r["trajectory_id"]: r for r in read_trajectories(str(store)).to_pylist()}
 
@@ -48,7 +58,7 @@ def _finish(url: str, session: str) -> dict:
 
 
 def test_an_interleaved_parent_and_sub_agent_are_two_linked_lineages(fake_upstream, start_proxy, tmp_path):
-    # issue 23: A1 B1 A2 B2 A3 B3, each extending its own history, was stored as 6 one-action
+    # A1 B1 A2 B2 A3 B3, each extending its own history, was stored as 6 one-action
     # trajectories (context_breaks 5)
     px = start_proxy(fake_upstream.url)
     url = f"{px.url}/s/inter"
@@ -80,10 +90,7 @@ def test_an_interleaved_parent_and_sub_agent_are_two_linked_lineages(fake_upstre
 def test_a_retry_from_an_earlier_turn_is_a_fork_of_the_original(fake_upstream, start_proxy, tmp_path):
     px = start_proxy(fake_upstream.url)
     url = f"{px.url}/s/retry"
-    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
-    for t in range(3):
-        _chat(url, msgs)
-        msgs = _turn(msgs, f"turn {t}")
+    msgs = _played(url, 3)
     retry = [*msgs[:5], {"role": "user", "content": "other way"}]  # resends two turns, goes on differently
     _chat(url, retry)
     _chat(url, _turn(retry, "and then"))
@@ -104,10 +111,7 @@ def test_a_retry_from_an_earlier_turn_is_a_fork_of_the_original(fake_upstream, s
 def test_a_condensed_context_is_a_context_rewrite_child(fake_upstream, start_proxy, tmp_path):
     px = start_proxy(fake_upstream.url)
     url = f"{px.url}/s/cond"
-    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
-    for t in range(2):
-        _chat(url, msgs)
-        msgs = _turn(msgs, f"turn {t}")
+    msgs = _played(url, 2)
     condensed = [msgs[0], {"role": "user", "content": "summary: said ok twice"}]
     _chat(url, condensed)
     _chat(url, _turn(condensed, "go on"))

@@ -114,7 +114,7 @@ def test_a_prompt_that_does_not_extend_starts_a_new_trajectory_of_the_same_episo
     assert a["trajectory_id"] != b["trajectory_id"]
     assert len(action_ids(a)) == 2 and b["tokens"] == render(condensed) + REPLY_IDS
     assert a["reward"] == b["reward"] == 1.0
-    # linked as ingest links the parts of a split episode (trajstore/ingest/render.py); group_id
+    # linked as ingest links the parts of a split episode (trajstore/ingest/builders/render.py); group_id
     # is a GRPO group, which the client did not name: parts of one episode are not a group
     assert a["group_id"] is None and b["group_id"] is None
     meta = [json.loads(r["metadata"]) for r in (a, b)]
@@ -375,7 +375,48 @@ def test_client_token_and_request_size_limit(fake_upstream, start_proxy, monkeyp
     assert httpx.get(f"{px.url}/health").status_code == 200  # health needs no token
 
 
-def _wait_rows(store: str, n: int, timeout: float = 120) -> list[dict]:
+def test_the_client_token_is_taken_whatever_the_case_of_its_scheme(fake_upstream, start_proxy, monkeypatch):
+    # "Authorization: bearer <token>" was a 401: the scheme is case-insensitive (RFC 9110 section 11.1)
+    monkeypatch.setenv("TRAJ_PROXY_TOKEN", "let-me-in")
+    px = start_proxy(fake_upstream.url)
+    body = {"model": "fake", "messages": [{"role": "user", "content": "hi"}]}
+    for scheme in ("bearer", "BEARER", "Bearer"):
+        r = httpx.post(f"{px.url}/v1/chat/completions", json=body, headers={"Authorization": f"{scheme} let-me-in"},
+                       timeout=60)
+        assert r.status_code == 200, (scheme, r.text)
+    r = httpx.post(f"{px.url}/v1/chat/completions", json=body, headers={"Authorization": "bearer Let-Me-In"})
+    assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"  # the token itself is exact
+    assert httpx.get(f"{fake_upstream.url}/_fake/seen").json() == ["", "", ""]  # the proxy's token never goes upstream
+
+
+def test_a_body_python_cannot_carry_is_a_400_and_the_session_goes_on(fake_upstream, start_proxy, tmp_path):
+    # A lone surrogate ("\ud800") parsed, then could not be encoded for the upstream (a 500, the
+    # episode failed) or stored at /finish; 100,000 nested arrays were a RecursionError (a 500).
+    # Each is a 400 naming why, before anything reaches the upstream or the session.
+    px = start_proxy(fake_upstream.url)
+    msgs = play(client(px.url, "odd"), 1)
+    head = '{"model": "fake", "messages": [{"role": "user", "content": "x"}], '
+    for body, why in ((head + '"user": "\\ud800"}', "lone UTF-16 surrogate"),
+                      ('{"model": "fake", "messages": [{"role": "user", "content": "\\udc00 x"}]}', "lone UTF-16"),
+                      (head + '"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper than 128")):
+        r = httpx.post(f"{px.url}/s/odd/v1/chat/completions", content=body,
+                       headers={"content-type": "application/json"}, timeout=60)
+        assert r.status_code == 400 and why in r.json()["error"]["message"], r.text[:300]
+    r = httpx.post(f"{px.url}/s/odd/finish", content='{"metadata": {"note": "\\ud800"}}',
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "lone UTF-16 surrogate" in r.json()["error"]["message"], r.text
+    r = httpx.post(f"{px.url}/s/odd/v1/chat/completions", json={"model": "fake", "messages": msgs},
+                   headers=[(f"x-h{i}", "v") for i in range(101)])
+    assert r.status_code == 431 and r.json()["error"]["code"] == 431  # too many headers: never forwarded
+    assert len(httpx.get(f"{fake_upstream.url}/_fake/seen").json()) == 1  # only the good call went upstream
+    client(px.url, "odd").chat.completions.create(model="fake", messages=msgs)
+    done = httpx.post(f"{px.url}/s/odd/finish", json={"metadata": {"note": "\U0001f600"}}).json()
+    assert done["status"] == "completed", done  # the session was never failed
+    (row,) = rows(str(tmp_path / "store"))
+    assert row["num_actions"] == 2 and json.loads(row["metadata"])["note"] == "\U0001f600"
+
+
+def _wait_rows(store: str, n: int, timeout: float = 30) -> list[dict]:
     deadline = time.monotonic() + timeout
     while True:
         got = rows(store) if os.path.isdir(os.path.join(store, "trajectories")) else []
@@ -454,7 +495,7 @@ def test_servers_accept_connections_with_nagle_off():
     wait for the client's delayed ACK: ~40 ms per call on loopback (found with bench/proxy.py)."""
     import socket
 
-    from trajstore.proxy.server import PortInUseError, listening_socket
+    from trajstore.http.sockets import PortInUseError, listening_socket
 
     with listening_socket("127.0.0.1", 0) as lsock, socket.create_connection(lsock.getsockname()):
         conn, _ = lsock.accept()
@@ -523,7 +564,7 @@ def test_a_call_across_a_reload_without_a_reported_boundary_carries_both_version
 
 
 def test_sigterm_with_a_held_episode_refuses_it_and_still_writes_the_open_ones_at_once(fake_upstream, tmp_path):
-    """Issue 16 walkthrough: `traj demo` stopped its proxy while --max-staleness held new
+    """`traj demo` stopped its proxy while --max-staleness held new
     episodes; the held calls kept uvicorn's graceful shutdown waiting its whole 30 s, the demo
     killed the proxy at 30 s, and the episodes in flight (3 recorded calls) were never written,
     though the demo said they were stored as aborted."""

@@ -44,7 +44,7 @@ def _actions(row: dict) -> list[list[int]]:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_reply_cut_by_max_tokens_is_continued_by_the_next_turn(fake_upstream, start_proxy, tmp_path, stream):
-    # issue 32 item 6: a `length` reply followed by the next turn is one trajectory: the next
+    # A `length` reply followed by the next turn is one trajectory: the next
     # prompt holds the cut ids, then the template's end-of-turn token (0), which is the
     # observation's first token (the model never sampled it), never re-tokenized text
     httpx.post(f"{fake_upstream.url}/_fake/config", json={"reply": "ok then"}).raise_for_status()
@@ -63,7 +63,7 @@ def test_a_reply_cut_by_max_tokens_is_continued_by_the_next_turn(fake_upstream, 
 
 def test_a_cut_reply_the_template_re_renders_differently_is_a_new_part_counted_apart(fake_upstream, start_proxy,
                                                                                         tmp_path, caplog):
-    # issue 32 item 6: a template that trims content ("ok " -> "ok") renders the cut reply with
+    # A template that trims content ("ok " -> "ok") renders the cut reply with
     # other ids than the engine sampled: the mismatch lies inside the last action's ids, so a new
     # part is right (the stored action stays the sampled ids, never re-tokenized text), but it is
     # counted apart from other context changes (context_breaks_after_length) and its reason is

@@ -71,7 +71,7 @@ def _publish_edited(store: str, version: int, model: torch.nn.Module, edit) -> s
 
 
 def test_a_refused_version_leaves_the_served_weights_bit_identical(tmp_path):
-    # issue 32 item A: a published version with a tensor missing, one of the wrong shape or of a
+    # A published version with a tensor missing, one of the wrong shape or of a
     # non-float dtype answered success: false and kept weight version "0", but
     # load_state_dict(strict=False) had already copied every matching tensor in place: later calls
     # were recorded as version 0 with log-probs up to 0.49 nats away from version 0's.
@@ -79,13 +79,13 @@ def test_a_refused_version_leaves_the_served_weights_bit_identical(tmp_path):
 
     from trajstore.trainer.serving.config import ServeConfig
     from trajstore.trainer.serving.engine import Engine
-    from trajstore.trainer.serving.routes import build_app
+    from trajstore.trainer.serving.routes import create_app
     from trajstore.trainer.serving.state import ServeApp
 
     served, trained = _tiny(2, tied=True), _tiny(1, tied=True)  # tied, as SmolLM2
     before = {k: v.clone() for k, v in served.state_dict().items()}
     engine = Engine(served, eos_token_ids=[0], version="0")
-    app = build_app(ServeApp(ServeConfig(model="tiny-llama"), None, engine, model_name="m", vocab_size=64,
+    app = create_app(ServeApp(ServeConfig(model="tiny-llama"), None, engine, model_name="m", vocab_size=64,
                              max_model_len=128))
     store = str(tmp_path)
     down, q = "model.layers.0.mlp.down_proj.weight", "model.layers.0.self_attn.q_proj.weight"

@@ -85,12 +85,17 @@ def collect(resp, stream: bool) -> tuple[str | None, list[dict]]:
     return content or None, [calls[i] for i in sorted(calls)]
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_tool_calling_loop_is_stored_bit_for_bit(serve, start_proxy, tmp_path, stream):
+def _through_proxy(serve, start_proxy, session: str):  # noqa: ANN001, ANN202
+    """(serve's URL, its sample log, a proxy recording in front of it, an openai client of `session` through it)."""
     url, log = serve
     px = start_proxy(url, tokenizer=TOKENIZER)
+    return url, log, px, openai.OpenAI(base_url=f"{px.url}/s/{session}/v1", api_key="none", max_retries=0)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_calling_loop_is_stored_bit_for_bit(serve, start_proxy, tmp_path, stream):
     session = f"tools-{int(stream)}"
-    c = openai.OpenAI(base_url=f"{px.url}/s/{session}/v1", api_key="none", max_retries=0)
+    url, log, px, c = _through_proxy(serve, start_proxy, session)
     msgs: list[dict] = [{"role": "system", "content": "Use the tool."}, {"role": "user", "content": "Find x."}]
     tool_turns = 0
     for turn in range(4):
@@ -130,10 +135,8 @@ def test_tool_calling_loop_is_stored_bit_for_bit(serve, start_proxy, tmp_path, s
 @pytest.mark.parametrize("stream", [False, True])
 def test_text_completions_and_models_through_the_proxy(serve, start_proxy, tmp_path, stream):
     """/v1/completions (the text endpoint) is recorded bit for bit too; /v1/models is the server's."""
-    url, log = serve
-    px = start_proxy(url, tokenizer=TOKENIZER)
     session = f"text-{int(stream)}"
-    c = openai.OpenAI(base_url=f"{px.url}/s/{session}/v1", api_key="none", max_retries=0)
+    url, log, px, c = _through_proxy(serve, start_proxy, session)
     assert [m.id for m in c.models.list()] == [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]]
     r = c.completions.create(model="tiny-llama", prompt="The capital of France is", max_tokens=6, stream=stream,
                              extra_body={"seed": 3})
@@ -299,8 +302,28 @@ def test_serve_answers_a_bad_field_with_a_400_naming_it(serve):
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3, r.text
 
 
+def test_serve_answers_a_body_python_cannot_carry_with_a_400(serve):
+    # 100,000 nested arrays were a RecursionError and a lone surrogate ("\ud800") failed in the
+    # tokenizer: 500s. Bodies are strict JSON now, refused in the shared error shape; so are too
+    # many headers (431) and an unknown path (404), and the server keeps serving.
+    url, _ = serve
+    head = '{"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": '
+    for body, why in ((head + '"\\ud800"}]}', "lone UTF-16 surrogate"),
+                      (head + '"x"}], "user": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper than 128"),
+                      ('{"model_path": NaN}', "NaN is not JSON")):
+        path = "/update_weights_from_disk" if "model_path" in body else "/v1/chat/completions"
+        r = httpx.post(url + path, content=body, headers={"content-type": "application/json"}, timeout=60)
+        assert r.status_code == 400 and why in r.json()["error"]["message"], r.text[:300]
+    r = httpx.get(url + "/health", headers=[(f"x-h{i}", "v") for i in range(101)])
+    assert r.status_code == 431 and r.json()["error"]["code"] == 431
+    assert httpx.get(url + "/nowhere").json()["error"]["type"] == "not_found_error"
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "max_tokens": 2, "messages": [
+        {"role": "user", "content": "\U0001f600"}]}, timeout=120)
+    assert r.status_code == 200, r.text
+
+
 def test_a_non_streamed_call_whose_client_left_stops_generating(serve):
-    # walkthrough of issue 32 (traj serve): a non-streamed request whose client disconnected kept
+    # traj serve: a non-streamed request whose client disconnected kept
     # generating to its end (the proxy cuts calls at shutdown; static batching made every later
     # request wait behind it, 34 s for 4 tokens). The engine request is cancelled instead: it never
     # completes (nothing of it in the sample log) and the next call is answered.
@@ -316,7 +339,7 @@ def test_a_non_streamed_call_whose_client_left_stops_generating(serve):
 
 
 def test_serve_stderr_is_our_lines_only_and_ctrl_c_says_it_stops(tokenizer, tmp_path):
-    """Issue 16 walkthrough: the first request printed transformers' FutureWarning about
+    """The first request printed transformers' FutureWarning about
     ``past_key_values`` (the KV-cache argument was renamed ``cache``), and Ctrl-C stopped the
     server after seconds of silence, with a CancelledError traceback from uvicorn's lifespan."""
     import signal

@@ -1,6 +1,6 @@
 """The staleness gate (trajstore/proxy/staleness.py) counts episodes, not trajectories: an episode
 whose prompts stop extending is stored as several trajectories (parts), and still holds one slot
-while it runs and counts as one unconsumed episode once written (issue 32 item 4)."""
+while it runs and counts as one unconsumed episode once written."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _gate(url: str) -> dict:
 
 
 def test_an_episode_split_into_parts_releases_one_slot(fake_upstream, start_proxy):
-    # issue 32 item 4: end_session released one gate slot per stored trajectory; an episode
+    # end_session released one gate slot per stored trajectory; an episode
     # split into 3 parts freed 3 slots, so with capacity 2 three episodes ran at once
     px = start_proxy(fake_upstream.url, follow_run=RUN, max_staleness=0, batch_size=2, hold_timeout_s=0.5)
     _split_episode(px.url, "a", 3)
@@ -46,7 +46,7 @@ def test_an_episode_split_into_parts_releases_one_slot(fake_upstream, start_prox
 
 
 def test_a_split_episode_is_one_unconsumed_episode_also_after_a_restart(fake_upstream, start_proxy, tmp_path):
-    # issue 32 item 4: the unconsumed count is per episode: a completed episode of 3 parts
+    # The unconsumed count is per episode: a completed episode of 3 parts
     # filled the bound of 2 on its own (and did again when the proxy reloaded the store)
     store = str(tmp_path / "store")
     cfg = dict(follow_run=RUN, max_staleness=0, batch_size=2, hold_timeout_s=0.5, store=store)

@@ -20,7 +20,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from trajstore.proxy.testing import ServerThread, fake_app  # noqa: E402
+from trajstore.http.server import ServerThread  # noqa: E402
+from trajstore.proxy.testing import fake_app  # noqa: E402
 from trajstore.reader import read_trajectories  # noqa: E402
 from trajstore.store import RUN_CONSUMED_DIR, RUNS_DIR, open_store  # noqa: E402
 
@@ -44,8 +45,8 @@ class SimulatedTrainer:
     next version is published (the order of trainer/loop/train.py)."""
 
     def __init__(self, store: str):
+        from trajstore.trainer.config import DataConfig
         from trajstore.trainer.data import TrajectoryStream
-        from trajstore.trainer.loop.config import DataConfig
         from trajstore.trainer.loop.records import RunRecorder
 
         self.store = store

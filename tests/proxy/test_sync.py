@@ -1,7 +1,7 @@
 """Which policy version the proxy records when the upstream reports none (vLLM): what it learns
 from the upstream's model path, what whoever reloads the upstream by hand tells it, the one
 warning when it can learn nothing, and weight sync through vLLM's own reload endpoints
-(trajstore/proxy/sync.py; issue 32 item 5)."""
+(trajstore/proxy/sync.py)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _wait_for(pred, what: str, timeout: float = 120.0) -> None:
 
 
 def test_a_manual_reload_is_recorded_with_the_version_posted(fake_upstream, start_proxy):
-    # issue 32 item 5: an upstream reloaded by hand (the README's vLLM advice) was recorded as
+    # An upstream reloaded by hand (the README's vLLM advice) was recorded as
     # --policy-version forever; POST /proxy/policy_version tells the proxy what it now serves
     _configure(fake_upstream.url, **VLLM_LIKE)
     px = start_proxy(fake_upstream.url)
@@ -55,7 +55,7 @@ def test_a_manual_reload_is_recorded_with_the_version_posted(fake_upstream, star
 
 
 def test_a_manual_version_says_when_the_upstream_labels_its_own_calls(fake_upstream, start_proxy):
-    # walkthrough of issue 32: POST /proxy/policy_version in front of traj serve answered 200 and the
+    # POST /proxy/policy_version in front of traj serve answered 200 and the
     # stats showed v3, while every call stayed labelled with the version traj serve reports; the
     # reply now says which label wins (the upstream's own, per answer)
     _configure(fake_upstream.url, weight_version="0")
@@ -67,7 +67,7 @@ def test_a_manual_version_says_when_the_upstream_labels_its_own_calls(fake_upstr
 
 
 def test_the_model_path_the_upstream_serves_names_the_version(fake_upstream, start_proxy, tmp_path):
-    # issue 32 item 5: an upstream restarted on a published version folder reports it as its
+    # An upstream restarted on a published version folder reports it as its
     # model (vLLM's GET /v1/models root): .../policies/<run>/v<N> is version N
     _configure(fake_upstream.url, **VLLM_LIKE, model_root=str(tmp_path / "store/policies/r1/v2"))
     px = start_proxy(fake_upstream.url, poll_s=0.05)
@@ -83,7 +83,7 @@ def test_the_model_path_the_upstream_serves_names_the_version(fake_upstream, sta
 
 
 def test_an_upstream_that_reports_no_version_is_warned_about_once(fake_upstream, start_proxy, caplog):
-    # issue 32 item 5: nothing said that every call was recorded as version 0
+    # Nothing said that every call was recorded as version 0
     caplog.set_level(logging.INFO, logger="trajstore.proxy")
     _configure(fake_upstream.url, **VLLM_LIKE)
     px = start_proxy(fake_upstream.url, policy_version=4)
@@ -110,7 +110,7 @@ def _publish_marker(store: str, run: str, version: int) -> None:
 
 
 def test_follow_run_reloads_vllm_through_its_dev_endpoints(fake_upstream, start_proxy, tmp_path):
-    # issue 32 item 5: --follow-run asked vLLM for /update_weights_from_disk, which it does not
+    # --follow-run asked vLLM for /update_weights_from_disk, which it does not
     # have: every load failed and every call was recorded as the first version
     store = str(tmp_path / "store")
     _configure(fake_upstream.url, **VLLM_LIKE, dialect="vllm")

@@ -91,9 +91,9 @@ def test_tokens_and_logprobs_are_zero_copy(tmp_store: str, make_trajectory: Any)
 @pytest.mark.parametrize("readahead", [0, 2])
 def test_batches_follow_row_groups_one_at_a_time(tmp_store: str, make_trajectory: Any,
                                                  monkeypatch: pytest.MonkeyPatch, readahead: int) -> None:
-    import trajstore.reader.batches as batches
+    import trajstore.reader.row_groups as row_groups
 
-    monkeypatch.setattr(batches, "READAHEAD_ROW_GROUPS", readahead)
+    monkeypatch.setattr(row_groups, "READAHEAD_ROW_GROUPS", readahead)
     trajs = _fill(tmp_store, make_trajectory, n=80, row_group_target_mb=0.02)
     shard = open_store(tmp_store).list_shards(strict=True)[0]
     md = pq.read_metadata(shard.path)

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.helpers.small_shards import trajectory_table, write_small_shards
+from trajstore.maintenance.compact import compact_store
 from trajstore.reader import iter_batches, read_trajectories, summarize_store
 from trajstore.reader.planned import iter_planned_tables
 from trajstore.store import Store, open_store
-from trajstore.store.compact import compact_store
 
 NOW = dict(min_age_s=0, keep_replaced_s=0)
 

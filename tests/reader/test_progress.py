@@ -7,10 +7,10 @@ import numpy as np
 
 from trajstore.reader.progress import Progress, mentions, plan
 from trajstore.store import ShardInfo
-from trajstore.store.compaction_records import Part
+from trajstore.store.compaction_records import CompactionSource
 
 
-def _out(rows: int, *parts: Part, name: str = "M.parquet") -> ShardInfo:
+def _out(rows: int, *parts: CompactionSource, name: str = "M.parquet") -> ShardInfo:
     return ShardInfo(f"/s/trajectories/{name}", rows, 1, 1, 2, parts=parts)
 
 
@@ -20,7 +20,7 @@ def _units(shard: ShardInfo, progress: Progress) -> list[tuple[str, list[int], l
 
 
 # M holds a (3 rows, row 1 dropped as a later copy) then b (2 rows): a0 a2 b0 b1 at rows 0..3
-M = _out(4, Part("a", 3, (1,)), Part("b", 2))
+M = _out(4, CompactionSource("a", 3, (1,)), CompactionSource("b", 2))
 
 
 def test_a_plain_shard_is_one_unit_from_the_cursor() -> None:
@@ -51,7 +51,7 @@ def test_a_source_in_progress_continues_in_its_own_numbering() -> None:
 
 def test_nested_outputs_map_through_both_records() -> None:
     # M2 holds M (4 rows, M's row 0 dropped) then c (1 row): a2 b0 b1 c0 at rows 0..3
-    m2 = _out(4, Part("M.parquet", 4, (0,), M.parts), Part("c", 1), name="M2.parquet")
+    m2 = _out(4, CompactionSource("M.parquet", 4, (0,), M.parts), CompactionSource("c", 1), name="M2.parquet")
     units, read = plan(m2, Progress(["a"], "b", 1))
     assert [(u.name, u.rows.tolist(), u.phys.tolist()) for u in units] == [("b", [1], [2]), ("c", [0], [3])]
     assert read.tolist() == [0, 1]

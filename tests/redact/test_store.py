@@ -211,7 +211,7 @@ def test_redact_holds_the_maintenance_lock_so_a_compaction_cannot_run_under_it(t
     """A compaction started while redact runs (here: when redact reads its first shard) waits for
     it (wait_s=0: is refused) instead of copying shards that redact then rewrites in place."""
     import trajstore.redact.store as rs
-    from trajstore.store.compact import compact_store
+    from trajstore.maintenance.compact import compact_store
 
     s = _small_secret_store(tmp_path, tok)
     refused = []
@@ -240,7 +240,7 @@ def test_redact_lists_the_shards_once_it_holds_the_lock(tmp_path: Path, tok, mon
     """A compaction that held the lock while redact waited for it merged the shards: redact then
     redacts the merged shard (the one readers see), not the sources it would have listed before."""
     import trajstore.redact.store as rs
-    from trajstore.store.compact import compact_store
+    from trajstore.maintenance.compact import compact_store
 
     s = _small_secret_store(tmp_path, tok)
     real_lock = rs.maintenance_lock

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import sys
 
+from trajstore.maintenance.compact import compact_store
 from trajstore.store import open_store
-from trajstore.store.compact import compact_store
 
 
 def main() -> None:

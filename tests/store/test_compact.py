@@ -1,4 +1,4 @@
-"""trajstore/store/compact.py (``traj compact``): small shards merged in arrival order, later copies
+"""trajstore/maintenance/compact.py (``traj compact``): small shards merged in arrival order, later copies
 dropped by the readers' rule, dry run, the grace for replaced shards, young and big shards left
 alone, every state a killed run can leave, old schema versions rewritten, writers appending and
 readers reading meanwhile, and S3. The SIGKILL test is test_compact_kill.py."""
@@ -18,10 +18,10 @@ import pytest
 from tests.helpers.small_shards import trajectory_table, write_small_shards
 from tests.helpers.trajectories import tiny_model_trajectory
 from trajstore.convert import trajectories_to_table
+from trajstore.maintenance.compact import compact_store, plan_compaction
 from trajstore.reader import iter_batches, read_trajectories, read_trajectories_by_id
 from trajstore.schema import ACTION_LOGPROBS_COLUMN, SCHEMA_VERSION
 from trajstore.store import TRAJECTORIES_DIR, ShardInfo, open_store
-from trajstore.store.compact import compact_store, plan_compaction
 from trajstore.store.compaction_records import CompactionRecord, compacted_name, read_records, write_record
 
 NOW = dict(min_age_s=0, keep_replaced_s=0)

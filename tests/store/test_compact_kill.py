@@ -19,12 +19,13 @@ import pytest
 
 from tests.helpers.small_shards import trajectory_table, write_small_shards
 from tests.helpers.trajectories import VOCAB
+from trajstore.maintenance.compact import compact_store
 from trajstore.reader import iter_batches, read_trajectories
 from trajstore.store import TRAJECTORIES_DIR, open_store
-from trajstore.store.compact import MAINTENANCE_LOCK, compact_store
 from trajstore.store.layout import lock_file
+from trajstore.store.lock import MAINTENANCE_LOCK
+from trajstore.trainer.config import DataConfig
 from trajstore.trainer.data import TrajectoryStream
-from trajstore.trainer.loop.config import DataConfig
 
 CHILD = Path(__file__).with_name("_compact_child.py")
 PLANS = [("3600", "soon"), ("0", "soon"), ("3600", "after_commit"), ("0", "after_commit"), ("3600", "soon"),

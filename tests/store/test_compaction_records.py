@@ -12,8 +12,8 @@ import pytest
 
 from trajstore.store.compaction_records import (
     CompactionRecord,
+    CompactionSource,
     LineageWarning,
-    Part,
     compacted_name,
     is_compaction_output,
     resolve,
@@ -55,7 +55,7 @@ def test_committed_output_hides_its_sources() -> None:
     r = resolve([m, A, B, C], {m: _rec(m, (A, 1, ()), (B, 2, (1,)))})
     assert r.visible == [m, C]
     assert r.replaced == [A, B] and r.replaced_by == {A: m, B: m}
-    assert r.parts(m) == (Part(A, 1, ()), Part(B, 2, (1,)))
+    assert r.parts(m) == (CompactionSource(A, 1, ()), CompactionSource(B, 2, (1,)))
     assert r.orphans == [] and r.pending == []
 
 
@@ -86,7 +86,7 @@ def test_a_compaction_of_an_output_hides_the_older_output_and_its_leftover_sourc
     r = resolve([m2, m1, A, B, C, D], recs)
     assert r.visible == [m2, D]
     assert sorted(r.replaced) == sorted([m1, A, B, C])
-    assert r.parts(m2) == (Part(m1, 2, (), (Part(A, 1), Part(B, 1))), Part(C, 1))
+    assert r.parts(m2) == (CompactionSource(m1, 2, (), (CompactionSource(A, 1), CompactionSource(B, 1))), CompactionSource(C, 1))
     # m1 deleted: its record still says where A and B went
     r = resolve([m2, A, D], recs)
     assert r.visible == [m2, D] and r.replaced == [A]

@@ -93,7 +93,7 @@ def test_a_bad_token_encoding_is_refused_before_writing_or_compacting_begins(tmp
     import pytest
 
     from trajstore.errors import StoreError
-    from trajstore.store.compact import compact_store
+    from trajstore.maintenance.compact import compact_store
 
     rng = np.random.default_rng(3)
     store = open_store(str(tmp_path / "s"))

@@ -17,8 +17,8 @@ import pytest
 import trajstore as ts
 from tests.helpers.mixed_versions import FIRST_COPY_VERSION, LATER_COPY_REWARD, write_mixed_version_store
 from tests.helpers.paths import REPO_ROOT
+from trajstore.maintenance.compact import compact_store
 from trajstore.migrate import migrate_store
-from trajstore.store.compact import compact_store
 
 README = (REPO_ROOT / "README.md").read_text()
 MARK = "the store as trajstore reads it"

@@ -1,4 +1,4 @@
-"""trajstore/store/gc.py and gc_rows.py (``traj gc``): retention by rule, dry run and real run, and
+"""trajstore/maintenance/gc.py and gc_rows.py (``traj gc``): retention by rule, dry run and real run, and
 never what a resumable or running run needs. Runs, checkpoints and policies are laid out by hand
 (the layout functions name every path); a real ``traj train --follow`` is in test_gc_follow.py."""
 
@@ -13,11 +13,11 @@ import pyarrow as pa
 import pytest
 
 from tests.helpers.small_shards import trajectory_table, write_small_shards
+from trajstore.maintenance.gc import GcRules, gc_store
 from trajstore.policies import list_policy_versions
 from trajstore.reader import read_trajectories
 from trajstore.schema import CONSUMED_SCHEMA
 from trajstore.store import TRAJECTORIES_DIR, open_store
-from trajstore.store.gc import GcRules, gc_store
 from trajstore.store.layout import (
     CHECKPOINT_STATE_FILE,
     VERSION_META_FILE,
@@ -132,7 +132,7 @@ def test_age_and_status_narrow_the_rule_and_unconsumed_data_is_never_taken(tmp_p
     ids = [r["trajectory_id"] for r in rows]
     _consume(store, "a", ids[:3])  # t3 never consumed
     now = T0.timestamp()
-    from trajstore.store.gc_rows import plan_rows
+    from trajstore.maintenance.gc_rows import plan_rows
 
     assert plan_rows(store, consumed_by=("a",), older_than_s=7 * 86400, statuses=None, now=now).rows == 2
     assert plan_rows(store, consumed_by=("a",), older_than_s=7 * 86400, statuses=("failed",), now=now).rows == 1

@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.helpers.stores import write_synthetic_store
+from trajstore.maintenance.gc import GcRules, gc_store
+from trajstore.maintenance.gc_rows import consumed_ids
 from trajstore.reader import read_trajectories
 from trajstore.store import open_store
-from trajstore.store.gc import GcRules, gc_store
-from trajstore.store.gc_rows import consumed_ids
 from trajstore.store.layout import checkpoint_latest_file, run_consumed_dir
 
 

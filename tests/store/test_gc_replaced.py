@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 
 from tests.helpers.small_shards import trajectory_table, write_small_shards
 from tests.store.test_gc import _consume
+from trajstore.maintenance.compact import compact_store
+from trajstore.maintenance.gc import GcRules, gc_store
 from trajstore.store import TRAJECTORIES_DIR, open_store
-from trajstore.store.compact import compact_store
-from trajstore.store.gc import GcRules, gc_store
 
 
 def _files(root: Path) -> list[str]:

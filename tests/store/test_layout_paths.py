@@ -134,9 +134,10 @@ def test_a_store_written_by_the_sdk_the_trainer_and_the_proxy_holds_only_layout_
 
     from trajstore import StoreWriter
     from trajstore.cli.main import app
+    from trajstore.http.server import ServerThread
     from trajstore.proxy.app import create_app
     from trajstore.proxy.config import ProxyConfig
-    from trajstore.proxy.testing import ServerThread, fake_app
+    from trajstore.proxy.testing import fake_app
 
     root = tmp_path / "store"
     with StoreWriter(str(root), flush_rows=2) as w:  # the writer SDK: two shards

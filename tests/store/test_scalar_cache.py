@@ -21,10 +21,10 @@ from tests.helpers.trajectories import tiny_model_trajectory
 from trajstore import read_trajectories
 from trajstore.convert import trajectories_to_table
 from trajstore.errors import CorruptShardError, StoreError
+from trajstore.maintenance.compact import compact_store
 from trajstore.reader import scalars as scalar_reader
 from trajstore.schema import SCALAR_COLUMNS
 from trajstore.store import CorruptShardWarning, open_store, scalar_cache
-from trajstore.store.compact import compact_store
 from trajstore.store.layout import scalar_cache_dir
 
 COLS = ["reward", "status", "num_tokens", "metadata", "schema_version"]

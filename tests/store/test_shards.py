@@ -28,6 +28,7 @@ from trajstore import CorruptShardError, StoreWriter, audit, open_store
 from trajstore.cli.main import app
 from trajstore.convert import trajectories_to_table
 from trajstore.errors import NewerSchemaError
+from trajstore.maintenance.compact import compact_store
 from trajstore.migrate import migrate_store
 from trajstore.reader import (
     count_duplicates,
@@ -41,7 +42,6 @@ from trajstore.reader import (
 from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, SCHEMA_VERSION
 from trajstore.store import CorruptShardWarning, Store
 from trajstore.store import shards as shards_mod
-from trajstore.store.compact import compact_store
 
 NEWER = SCHEMA_VERSION + 1
 

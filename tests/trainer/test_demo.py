@@ -230,8 +230,8 @@ def test_the_trainer_waits_while_the_demo_plays_then_stops(tmp_path):
     from tests.helpers.trajectories import VOCAB
     from trajstore.store import open_store
     from trajstore.trainer.apps.demo.trainer_child import stop_waiting_when_closed
+    from trajstore.trainer.config import DataConfig
     from trajstore.trainer.data import TrajectoryStream
-    from trajstore.trainer.loop.config import DataConfig
 
     write_synthetic_store(tmp_path, 1)
     stream = TrajectoryStream(open_store(str(tmp_path)), DataConfig(batch_size=2, micro_batch_size=1, follow=True,

@@ -51,7 +51,7 @@ def test_bad_trainable_pattern_is_refused() -> None:
 def test_config_refuses_the_replaced_frozen_pattern_key() -> None:
     from pydantic import ValidationError
 
-    from trajstore.trainer.loop.config import ModelConfig
+    from trajstore.trainer.config import ModelConfig
 
     with pytest.raises(ValidationError, match="replaced by critic_trainable_pattern"):
         ModelConfig(name="tiny-llama", critic_frozen_pattern="self_attn")

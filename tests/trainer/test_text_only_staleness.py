@@ -12,7 +12,7 @@ import numpy as np
 
 from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 from trajstore import audit, open_store, write_trajectories
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.train import train
 
 

@@ -72,6 +72,29 @@ def test_token_works_as_the_proxys(known_store):
     assert c.get("/?token=nope").status_code == 401
 
 
+def test_token_refusals_are_401s_in_the_error_shape_and_the_scheme_takes_any_case(known_store):
+    # "bearer <token>" was a 401 (RFC 9110: the scheme is case-insensitive), and a token with a
+    # character beyond ASCII in the URL or the cookie was a 500 (hmac.compare_digest refuses such text)
+    c = TestClient(create_app(ViewConfig(store=known_store.uri, token="s3cret")))
+    assert c.get("/", headers={"Authorization": "bearer s3cret"}).status_code == 200
+    for r in (c.get("/?token=caf%C3%A9"), c.get("/", headers={"Cookie": "traj_view_token=caf\u00e9".encode()}),
+              c.get("/")):
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", r.text
+        assert "open /?token=<token> once in the browser" in r.json()["error"]["message"]
+    c = TestClient(create_app(ViewConfig(store=known_store.uri, token="caf\u00e9")))
+    assert c.get("/?token=caf%C3%A9", follow_redirects=False).status_code == 303
+
+
+def test_the_json_listing_refuses_in_the_error_shape(client):
+    for q in ("tokens_min=ten", "where=nope%20%3D%201"):
+        r = client.get(f"/api/list?{q}")
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text
+        assert r.json()["error"]["message"].startswith(q.split("=")[0].replace("tokens_min", "tokens_min:"))
+    r = client.get("/nowhere")
+    assert r.status_code == 404 and r.json()["error"]["code"] == 404
+    assert client.get("/", headers=[(f"x-h{i}", "v") for i in range(101)]).status_code == 431
+
+
 def test_episodes_mode_links_the_first_part(tmp_path):
     c = TestClient(create_app(ViewConfig(store=write_episode_store(tmp_path / "s"))))
     r = c.get("/?mode=episodes")

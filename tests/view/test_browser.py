@@ -1,6 +1,6 @@
 """traj view in a real headless browser (Debian's chromium driven by playwright; nothing is
 downloaded): open the list, filter it, open a trajectory, switch the Tokens view's colourings,
-and check that the numbers a token shows on hover are the stored ones, bit for bit (issue 27).
+and check that the numbers a token shows on hover are the stored ones, bit for bit.
 
 Skips, saying why, when playwright or chromium is missing (``.ci/run`` installs chromium).
 Set ``TRAJ_VIEW_SCREENSHOTS=DIR`` to keep a screenshot of each page (to look at them)."""

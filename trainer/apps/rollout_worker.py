@@ -115,6 +115,7 @@ def sample_actions(model: nn.Module, contexts: Sequence[Sequence[int]], *, sampl
     """
     if not contexts or any(len(c) == 0 for c in contexts):
         raise ValueError("sample_actions needs at least one context, each with at least one token")
+    # transformers (the train extra) loads only when a model or tokenizer is needed
     from transformers import DynamicCache
 
     device = next(model.parameters()).device

@@ -20,7 +20,7 @@ from trajstore.trainer.data.packing import (
     to_packed,
     to_rows,
 )
-from trajstore.trainer.data.samples import Sample, StepBatch
+from trajstore.trainer.data.samples import StepBatch, TrainSample
 from trajstore.trainer.data.stream import ListShards, TrajectoryStream
 from trajstore.trainer.data.vocabulary import shard_max_token_id
 from trajstore.trainer.data.where import WhereFilter
@@ -35,7 +35,7 @@ __all__ = [
     "GAEInputs",
     "ListShards",
     "PackedMicroBatch",
-    "Sample",
+    "TrainSample",
     "StepBatch",
     "StoreCensus",
     "StreamClosed",

@@ -11,10 +11,10 @@ from typing import Any, Final, Literal, NamedTuple
 
 from trajstore.reader import read_shard
 from trajstore.store import ShardInfo, Store
+from trajstore.trainer.config import DataConfig
 from trajstore.trainer.data.columns import read_scalar_columns
 from trajstore.trainer.data.errors import TrainDataError
 from trajstore.trainer.data.where import WhereFilter
-from trajstore.trainer.loop.config import DataConfig
 
 ADMISSION_COLUMNS: Final[tuple[str, ...]] = (
     "trajectory_id", "trainable", "tokenizer", "reward", "num_tokens", "logprob_source", "token_source",

@@ -2,7 +2,7 @@
 ``parent_trajectory_id``, ``link_kind``), as the trainer credits them: the parts of one line of
 context form a chain, trained as one trajectory would be.
 
-The rule (issue 23; SAO.md mechanism 4, the skip-observation GAE of arXiv 2607.07508, extended
+The rule (docs/sao.md mechanism 4, the skip-observation GAE of arXiv 2607.07508, extended
 across parts):
 
 * A part's **successor** is a trajectory of the same batch whose parent is that part and whose
@@ -26,7 +26,7 @@ across parts):
   trajectories over ``batch_size``, and never over ``max_batch_tokens``), and a data-parallel rank
   gets whole chains. A successor that arrives in a later batch starts a chain there, and the part
   before it, alone in its batch, was credited as terminal (its own reward, nothing after it):
-  the episode is then credited once per batch it spans, as before issue 23.
+  the episode is then credited once per batch it spans, as without the rule.
 
 A child's first ``fork_point`` tokens are its parent's (the proxy and ingest store them as the
 child's prompt): the stream never trains them in the child (:func:`shared_prefix_end`).
@@ -45,7 +45,7 @@ SUCCESSORS_OVER_BATCH: Final[int] = 64
 
 
 class Linked(Protocol):
-    """What the rule reads of a sample (:class:`~trajstore.trainer.data.samples.Sample`)."""
+    """What the rule reads of a sample (:class:`~trajstore.trainer.data.samples.TrainSample`)."""
 
     trajectory_id: str
     parent_trajectory_id: str | None
@@ -83,15 +83,6 @@ def episode_chains(samples: Sequence[Linked]) -> list[list[int]]:
         out.append(chain)
     placed = {i for c in out for i in c}
     out += [[i] for i in range(len(samples)) if i not in placed]  # a cycle's members: each alone
-    return out
-
-
-def chain_of(samples: Sequence[Linked]) -> list[int]:
-    """For each sample, the index of its chain in :func:`episode_chains`."""
-    out = [0] * len(samples)
-    for c, chain in enumerate(episode_chains(samples)):
-        for i in chain:
-            out[i] = c
     return out
 
 

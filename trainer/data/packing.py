@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from trajstore.trainer.data.samples import Sample
+from trajstore.trainer.data.samples import TrainSample
 
 
 class PackedMicroBatch(NamedTuple):
@@ -44,7 +44,7 @@ class PackedMicroBatch(NamedTuple):
     segments: torch.Tensor
 
 
-def pack(samples: Sequence[Sample], device: torch.device | str = "cpu") -> PackedMicroBatch:
+def pack(samples: Sequence[TrainSample], device: torch.device | str = "cpu") -> PackedMicroBatch:
     """Pack samples into one row in the prediction frame (see :class:`PackedMicroBatch`).
 
     An empty `samples` gives a one-token dummy row with no action slot (used so that every
@@ -115,7 +115,7 @@ class GAEInputs(NamedTuple):
     action_mask: torch.Tensor
 
 
-def gae_inputs(mb: PackedMicroBatch, samples: Sequence[Sample], values: torch.Tensor) -> GAEInputs:
+def gae_inputs(mb: PackedMicroBatch, samples: Sequence[TrainSample], values: torch.Tensor) -> GAEInputs:
     """Rewards, values and action mask of a micro-batch, one row per trajectory (see
     :class:`GAEInputs`); map results back with :func:`to_packed`.
 

@@ -1,5 +1,5 @@
 """The typed records the stream hands to the trainer: one trajectory ready for training
-(:class:`Sample`, numpy arrays per token) and the trajectories of one step (:class:`StepBatch`)."""
+(:class:`TrainSample`, numpy arrays per token) and the trajectories of one step (:class:`StepBatch`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from trajstore.trainer.data.cursor import DataCursor
 
 
 @dataclass
-class Sample:
+class TrainSample:
     """One trajectory ready for training. T = its token count.
 
     Attributes:
@@ -89,7 +89,7 @@ class StepBatch:
         wait_s: seconds spent waiting for this batch inside the stream (reading + polling).
     """
 
-    samples: list[Sample]
+    samples: list[TrainSample]
     cursor: DataCursor
     skipped: dict[str, int]
     wait_s: float = 0.0

@@ -21,31 +21,26 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trajstore.reader import TrajectoryBatch, iter_shard_batches
 from trajstore.reader.files import gone
 from trajstore.reader.progress import Progress, Unit, mentions, plan
-from trajstore.schema import SPAN_KIND_CODES
 from trajstore.store import TRAJECTORIES_DIR, ShardInfo, Store
 from trajstore.store.compaction_records import ShardGone
+from trajstore.trainer.config import DataConfig
 from trajstore.trainer.data.admission import Admission, AdmissionRule, decide_rows
 from trajstore.trainer.data.census import StoreCensus
 from trajstore.trainer.data.cursor import DataCursor
 from trajstore.trainer.data.episodes import SUCCESSORS_OVER_BATCH, is_successor_of, shared_prefix_end
 from trajstore.trainer.data.errors import TrainDataError
-from trajstore.trainer.data.samples import Sample, StepBatch
+from trajstore.trainer.data.samples import StepBatch, TrainSample
+from trajstore.trainer.data.token_arrays import LINEAGE_SAMPLE_COLUMNS, RowGroupArrays
 from trajstore.trainer.data.vocabulary import check_vocabulary
 from trajstore.trainer.data.where import WhereFilter
-from trajstore.trainer.loop.config import DataConfig
 
 ListShards = Callable[[], list[ShardInfo]]
 """Lists the store's trajectory shards in arrival order."""
-
-
-LINEAGE_SAMPLE_COLUMNS: tuple[str, ...] = ("episode_id", "parent_trajectory_id", "link_kind", "fork_point")
-"""Lineage columns each sample carries (episode crediting and the shared-prefix rule)."""
 
 
 class TrajectoryStream:
@@ -78,8 +73,8 @@ class TrajectoryStream:
         self._done = list(self._read.done_shards)
         self._done_set = set(self._done)
         self._seen: set[str] = set()
-        self._pending: Sample | None = None
-        self._iter: Iterator[Sample] | None = None
+        self._pending: TrainSample | None = None
+        self._iter: Iterator[TrainSample] | None = None
         self._iter_shard: ShardInfo | None = None
         self._skipped: dict[str, int] = {}
         self._rule = AdmissionRule(cfg, tokenizer)
@@ -98,7 +93,7 @@ class TrajectoryStream:
         None. With ``follow`` it waits for new shards (polling every ``poll_interval_s``) until
         the batch is full or ``idle_timeout_s`` passes without data."""
         t0 = time.perf_counter()
-        samples: list[Sample] = []
+        samples: list[TrainSample] = []
         tokens = 0
         idle_since = time.monotonic()
         while len(samples) < self.cfg.batch_size or self._successor_next(samples, tokens):
@@ -136,7 +131,7 @@ class TrajectoryStream:
         the next batch is not counted as read)."""
         return self._returned
 
-    def _successor_next(self, samples: list[Sample], tokens: int) -> bool:
+    def _successor_next(self, samples: list[TrainSample], tokens: int) -> bool:
         """With the batch full: whether the next row read continues (context rewrite, continuation)
         one of its parts and fits, so that the chain is trained whole (at most
         :data:`SUCCESSORS_OVER_BATCH` over ``batch_size``; never over ``max_batch_tokens``). Reads
@@ -169,7 +164,7 @@ class TrajectoryStream:
     def _progress(self) -> Progress:
         return Progress(self._done, self._read.shard, self._read.next_row)
 
-    def _next_sample(self) -> Sample | None:
+    def _next_sample(self) -> TrainSample | None:
         while True:
             if self._iter is None:
                 nxt = self._next_shard()
@@ -216,7 +211,7 @@ class TrajectoryStream:
     def _next_shard(self) -> tuple[ShardInfo, list[Unit]] | None:
         return next(self._plans(), None)
 
-    def _read_shard(self, shard: ShardInfo, units: list[Unit]) -> Iterator[Sample]:
+    def _read_shard(self, shard: ShardInfo, units: list[Unit]) -> Iterator[TrainSample]:
         phys = np.concatenate([u.phys for u in units])
         decisions = decide_rows(self.store, shard, 0, rule=self._rule, seen=self._seen, where=self._where, rows=phys)
         owner = np.repeat(np.arange(len(units)), [len(u.phys) for u in units])
@@ -236,20 +231,12 @@ class TrajectoryStream:
         walk.finish()
 
     def _samples_of(self, batch: TrajectoryBatch, shard: ShardInfo, base: int, phys: np.ndarray, owner: np.ndarray,
-                    unit_rows: np.ndarray, walk: _UnitWalk, decisions: Iterator[Admission]) -> Iterator[Sample]:
+                    unit_rows: np.ndarray, walk: _UnitWalk, decisions: Iterator[Admission]) -> Iterator[TrainSample]:
         """The admitted rows among `phys` (rows of the shard inside this row group, ascending) as
         samples; `owner` and `unit_rows` give each row's unit and its row there; `decisions`
-        yields the admission of each planned row of the shard, in order (see :func:`decide_rows`)."""
-        table = batch.table
-        act = batch.action_mask()
-        full_lps = batch.logprobs_full()  # (N,) aligned with tokens; schema v2 stores action tokens only
-        flat_spans = pc.list_flatten(table.column("spans").combine_chunks())
-        temps = flat_spans.field("temperature").fill_null(1.0).to_numpy(zero_copy_only=False).astype(np.float32)
-        mixed = flat_spans.field("policy_version_max").is_valid().to_numpy(zero_copy_only=False)
-        group_id = (table.column("group_id").to_pylist() if "group_id" in table.column_names
-                    else [None] * len(batch))  # older shards: nulls
-        lineage = {c: (table.column(c).to_pylist() if c in table.column_names else [None] * len(batch))
-                   for c in LINEAGE_SAMPLE_COLUMNS}
+        yields the admission of each planned row of the shard, in order (see :func:`decide_rows`).
+        The cursor advances past every row, admitted or skipped."""
+        group = RowGroupArrays.of(batch)
         for row, j, unit_row in zip(phys.tolist(), owner.tolist(), unit_rows.tolist()):
             i = row - base
             d = next(decisions)
@@ -261,39 +248,49 @@ class TrajectoryStream:
             if d.skip is not None:
                 self._skip(d.skip)
                 continue
-            a, b = int(batch.token_offsets[i]), int(batch.token_offsets[i + 1])
-            tokens = batch.tokens[a:b].astype(np.int64)
-            if self.vocab_size is None:
-                raise ValueError("TrajectoryStream.vocab_size must be set before reading batches")
-            if len(tokens) and int(tokens.max()) >= self.vocab_size:
-                raise TrainDataError(f"{d.place}: field tokens: id {int(tokens.max())} is outside the model's "
-                                     f"vocabulary of {self.vocab_size}")
-            mask = act[a:b].copy()
-            lps = full_lps[a:b].copy()
-            if d.text_only:
-                lps[:] = np.nan
-            else:
-                # An action token whose engine log-prob is unknown (NaN: a null or an engine's -9999
-                # stand-in, counted in num_missing_logprobs) has no behaviour log-prob for DIS: it is
-                # left out of the action mask, so it never reaches the loss or the ratio statistics.
-                mask &= ~np.isnan(lps)
-            shared = shared_prefix_end(lineage["parent_trajectory_id"][i], lineage["fork_point"][i])
-            if shared and mask[:shared].any():  # the parent's tokens: trained in the parent, never twice
-                mask[:shared] = False
-                self._skip("shared_prefix_actions")
-            so, eo = int(batch.span_offsets[i]), int(batch.span_offsets[i + 1])
-            pv = np.full(len(tokens), -1, dtype=np.int64)
-            itemp = np.ones(len(tokens), dtype=np.float32)
-            for k in range(so, eo):
-                if batch.span_kind[k] == SPAN_KIND_CODES["action"]:
-                    s0, s1 = int(batch.span_start[k]), int(batch.span_end[k])
-                    pv[s0:s1] = batch.span_policy_version[k]
-                    t = float(temps[k])
-                    itemp[s0:s1] = 1.0 / t if t > 0 else 1.0
-            yield Sample(d.trajectory_id, group_id[i], shard.name, row, tokens, lps, mask, pv, itemp,
-                         float(batch.reward[i]), d.text_only, cursor, int(mixed[so:eo].sum()),
-                         lineage["episode_id"][i], lineage["parent_trajectory_id"][i], lineage["link_kind"][i],
-                         lineage["fork_point"][i])
+            yield self._sample(group, i, d, shard, row, cursor)
+
+    def _sample(self, group: RowGroupArrays, i: int, d: Admission, shard: ShardInfo, row: int,
+                cursor: DataCursor) -> TrainSample:
+        """Row `i` of the row group (admitted as `d`) as a sample: its token ids checked against
+        the vocabulary, and its trained actions (:meth:`_trained_actions`)."""
+        a, b = group.token_range(i)
+        tokens = group.batch.tokens[a:b].astype(np.int64)
+        if self.vocab_size is None:
+            raise ValueError("TrajectoryStream.vocab_size must be set before reading batches")
+        if len(tokens) and int(tokens.max()) >= self.vocab_size:
+            raise TrainDataError(f"{d.place}: field tokens: id {int(tokens.max())} is outside the model's "
+                                 f"vocabulary of {self.vocab_size}")
+        lineage = {c: group.columns[c][i] for c in LINEAGE_SAMPLE_COLUMNS}
+        mask, lps = self._trained_actions(group, i, d.text_only, lineage["parent_trajectory_id"],
+                                          lineage["fork_point"])
+        return TrainSample(
+            trajectory_id=d.trajectory_id, group_id=group.columns["group_id"][i], shard=shard.name, row=row,
+            tokens=tokens, rollout_logprobs=lps, action_mask=mask, policy_version=group.policy_version[a:b].copy(),
+            inv_temperature=group.inv_temperature[a:b].copy(), reward=float(group.batch.reward[i]),
+            needs_behaviour=d.text_only, cursor=cursor, mixed_version_actions=group.mixed_version_actions(i),
+            **lineage)
+
+    def _trained_actions(self, group: RowGroupArrays, i: int, text_only: bool, parent: str | None,
+                         fork_point: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """Row `i`'s action mask and rollout log-probs (copies), bool and float32 (T,): every
+        log-prob NaN for `text_only` data (the trainer fills them); otherwise an action token whose
+        engine log-prob is unknown (NaN: a null or an engine's -9999 stand-in, counted in
+        num_missing_logprobs) has no behaviour log-prob for DIS and is left out of the mask, so it
+        never reaches the loss or the ratio statistics. A child's shared prefix (its parent's
+        tokens, trained in the parent) is never trained twice: counted as ``shared_prefix_actions``."""
+        a, b = group.token_range(i)
+        mask = group.action[a:b].copy()
+        lps = group.logprobs[a:b].copy()
+        if text_only:
+            lps[:] = np.nan
+        else:
+            mask &= ~np.isnan(lps)
+        shared = shared_prefix_end(parent, fork_point)
+        if shared and mask[:shared].any():
+            mask[:shared] = False
+            self._skip("shared_prefix_actions")
+        return mask, lps
 
     def precheck(self) -> StoreCensus:
         """Apply the admission rule (:class:`~trajstore.trainer.data.admission.AdmissionRule`, the

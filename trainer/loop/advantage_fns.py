@@ -11,9 +11,10 @@ from collections.abc import Callable
 import torch
 
 from trajstore.errors import TrajstoreError
+from trajstore.trainer.config import TrainConfig
 from trajstore.trainer.data import (
     PackedMicroBatch,
-    Sample,
+    TrainSample,
     episode_chains,
     gae_inputs,
     join_chains,
@@ -21,11 +22,10 @@ from trajstore.trainer.data import (
     to_packed,
 )
 from trajstore.trainer.loop.checkpoint import TrainerState
-from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.sao.advantages import sao_targets
 from trajstore.trainer.sao.baselines import RunningMeanBaseline, make_trajectory_baseline
 
-AdvantageFn = Callable[[PackedMicroBatch, list[Sample], torch.Tensor | None, dict[str, float]],
+AdvantageFn = Callable[[PackedMicroBatch, list[TrainSample], torch.Tensor | None, dict[str, float]],
                        tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]]
 """(packed, samples, values (1, L) or None, per-trajectory scalar advantages) ->
 (advantages (1, L), returns (1, L) or None, lambda_policy (n,))."""
@@ -33,14 +33,14 @@ AdvantageFn = Callable[[PackedMicroBatch, list[Sample], torch.Tensor | None, dic
 
 def sao_gae_advantages(cfg: TrainConfig) -> AdvantageFn:
     """SAO's advantages (skip-observation GAE, length-adaptive lambda_policy) and critic targets
-    (lambda_critic = 1) of a micro-batch from the critic's values (SAO.md, mechanisms 3-4).
+    (lambda_critic = 1) of a micro-batch from the critic's values (docs/sao.md, mechanisms 3-4).
 
     The parts of a chain (context rewrite, continuation; :mod:`~trajstore.trainer.data.episodes`)
     are one row of the GAE: the last action of a part bootstraps from the first action of the next
     part, only the chain's last part carries the reward, and lambda_policy counts the chain's
     action tokens (each part's entry of the returned lambdas is its chain's)."""
 
-    def fn(mb: PackedMicroBatch, samples: list[Sample], values: torch.Tensor | None,
+    def fn(mb: PackedMicroBatch, samples: list[TrainSample], values: torch.Tensor | None,
            _scalar: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         x = gae_inputs(mb, samples, values)
         chains = episode_chains(samples)
@@ -63,7 +63,7 @@ def scalar_advantages(_cfg: TrainConfig) -> AdvantageFn:
     """Baselines: each trajectory's scalar advantage (computed on the whole step batch) on all
     of its action slots; no critic targets."""
 
-    def fn(mb: PackedMicroBatch, samples: list[Sample], _values: torch.Tensor | None,
+    def fn(mb: PackedMicroBatch, samples: list[TrainSample], _values: torch.Tensor | None,
            scalar: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         adv = torch.zeros(mb.action_mask.shape, dtype=torch.float32, device=mb.action_mask.device)
         for i, s in enumerate(samples):
@@ -74,7 +74,7 @@ def scalar_advantages(_cfg: TrainConfig) -> AdvantageFn:
     return fn
 
 
-def scalar_baseline_fn(cfg: TrainConfig, state: TrainerState) -> Callable[[list[Sample], TrainerState], dict[str, float]]:
+def scalar_baseline_fn(cfg: TrainConfig, state: TrainerState) -> Callable[[list[TrainSample], TrainerState], dict[str, float]]:
     """Per-trajectory scalar advantages for the baselines (trainer.baselines), computed on the
     global step batch; the running mean's window lives in ``state.baseline`` (checkpointed).
 
@@ -85,7 +85,7 @@ def scalar_baseline_fn(cfg: TrainConfig, state: TrainerState) -> Callable[[list[
     if isinstance(baseline, RunningMeanBaseline) and state.baseline is not None:
         baseline.load_state_dict({"history": torch.tensor(state.baseline, dtype=torch.float64)})
 
-    def fn(all_samples: list[Sample], st: TrainerState) -> dict[str, float]:
+    def fn(all_samples: list[TrainSample], st: TrainerState) -> dict[str, float]:
         chains = episode_chains(all_samples)
         samples = [all_samples[c[-1]] for c in chains]  # one per chain: its last part
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)

@@ -12,6 +12,7 @@ from torch import nn
 
 from trajstore.store import Store
 from trajstore.store.layout import CHECKPOINT_CRITIC_FILE, CHECKPOINT_OPTIM_FILE, CHECKPOINT_POLICY_FILE
+from trajstore.trainer.config import TrainConfig
 from trajstore.trainer.loop import distributed as D
 from trajstore.trainer.loop.checkpoint import (
     Checkpoint,
@@ -20,7 +21,6 @@ from trajstore.trainer.loop.checkpoint import (
     load_state_dict_checked,
 )
 from trajstore.trainer.loop.checkpoint_sharded import load_checkpoint_sharded
-from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.models import Critic, LoadedPolicy, PolicyLogprobs, build_critic, decoder_layers
 
 Models = tuple[nn.Module, "nn.Module | None", "PolicyLogprobs | None", dict[str, torch.optim.Optimizer]]

@@ -42,8 +42,8 @@ from trajstore.store.layout import (
     checkpoints_dir,
     parse_checkpoint_dir_name,
 )
+from trajstore.trainer.config import TrainConfig
 from trajstore.trainer.data import DataCursor
-from trajstore.trainer.loop.config import TrainConfig
 
 
 class CheckpointError(TrajstoreError):
@@ -173,7 +173,7 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
         v = json.loads(state["python"])
         random.setstate((v[0], tuple(v[1]), v[2]))
     except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as e:
-        raise ValueError(f"not a saved RNG state: {one_line(e)}") from None
+        raise ValueError(f"not a saved RNG state: {error_line(e)}") from None
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -241,7 +241,10 @@ def _prune(store: Store, run_id: str, *, keep: int, latest: int) -> None:
         store.fs.rm(store.path(checkpoint_dir(run_id, old)), recursive=True)
 
 
-def one_line(e: Exception) -> str:
+def error_line(e: Exception) -> str:
+    """`e` in one line for a :class:`CheckpointError` message: a pydantic ``ValidationError`` as
+    ``field.path: message; ...``, any other exception as its first line (its class name when it
+    has no text)."""
     if isinstance(e, ValidationError):
         return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in e.errors())
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -261,11 +264,11 @@ def read_latest_pointer(store: Store, run_id: str) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise CheckpointError(f"checkpoint pointer {store.url(latest)} is unreadable: {one_line(e)}") from None
+        raise CheckpointError(f"checkpoint pointer {store.url(latest)} is unreadable: {error_line(e)}") from None
     try:
         pointer = _LatestFile.model_validate_json(raw)
     except ValidationError as e:
-        raise CheckpointError(f"checkpoint pointer {store.url(latest)} is invalid: {one_line(e)}") from None
+        raise CheckpointError(f"checkpoint pointer {store.url(latest)} is invalid: {error_line(e)}") from None
     return checkpoint_dir(run_id, pointer.iteration)  # its dir is this iteration's folder (_LatestFile)
 
 
@@ -300,7 +303,7 @@ def load_latest_checkpoint(store: Store, run_id: str, *, map_location: str = "cp
             raise CheckpointError(f"checkpoint {store.url(rel)} has no {fname} (incomplete or damaged; "
                                   "resume from an earlier checkpoint by pointing LATEST at it)") from None
         except OSError as e:
-            raise CheckpointError(f"checkpoint file {store.url(rel, fname)} is unreadable: {one_line(e)}") from None
+            raise CheckpointError(f"checkpoint file {store.url(rel, fname)} is unreadable: {error_line(e)}") from None
 
     def load(fname: str, check: Callable[[Any], Any]) -> Any:
         data = read(fname)
@@ -308,7 +311,7 @@ def load_latest_checkpoint(store: Store, run_id: str, *, map_location: str = "cp
             obj = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
             return check(obj)
         except Exception as e:  # noqa: BLE001 - torch.load raises many types for garbage / foreign pickles
-            raise CheckpointError(f"checkpoint file {store.url(rel, fname)} is unreadable: {one_line(e)}") from None
+            raise CheckpointError(f"checkpoint file {store.url(rel, fname)} is unreadable: {error_line(e)}") from None
 
     def optim_check(obj: Any) -> dict[str, Any]:
         if not isinstance(obj, dict) or not all(isinstance(v, dict) and {"state", "param_groups"} <= set(v)
@@ -326,7 +329,7 @@ def load_latest_checkpoint(store: Store, run_id: str, *, map_location: str = "cp
         state = TrainerState.from_json(read(CHECKPOINT_STATE_FILE).decode())
     except (ValueError, UnicodeDecodeError) as e:
         raise CheckpointError(f"checkpoint file {store.url(rel, CHECKPOINT_STATE_FILE)} is invalid: "
-                              f"{one_line(e)}") from None
+                              f"{error_line(e)}") from None
     if checkpoint_dir(run_id, state.iteration) != rel:
         raise CheckpointError(f"checkpoint file {store.url(rel, CHECKPOINT_STATE_FILE)} says iteration "
                               f"{state.iteration}, but its folder is {rel.rsplit('/', 1)[-1]}")
@@ -335,9 +338,10 @@ def load_latest_checkpoint(store: Store, run_id: str, *, map_location: str = "cp
         TrainConfig.from_json(config_json)
     except (ValueError, ValidationError) as e:
         raise CheckpointError(f"checkpoint file {store.url(rel, CHECKPOINT_CONFIG_FILE)} is invalid: "
-                              f"{one_line(e)}") from None
+                              f"{error_line(e)}") from None
     rng = load(CHECKPOINT_RNG_FILE, rng_check)
     if store.fs.exists(store.path(rel, CHECKPOINT_SHARDED_METADATA_FILE)):
+        # torch.distributed: loaded only by distributed (DDP / FSDP) runs
         import torch.distributed.checkpoint as dcp
 
         try:
@@ -347,7 +351,7 @@ def load_latest_checkpoint(store: Store, run_id: str, *, map_location: str = "cp
                 raise ValueError("empty file")
         except Exception as e:  # noqa: BLE001 - a damaged .metadata is a pickle or I/O error
             raise CheckpointError(f"checkpoint file {store.url(rel, CHECKPOINT_SHARDED_METADATA_FILE)} is "
-                                  f"unreadable: {one_line(e)}") from None
+                                  f"unreadable: {error_line(e)}") from None
         return Checkpoint(path=rel, state=state, policy=None, critic=None, optim=None, rng=rng,
                           config_json=config_json, sharded=True)
     policy = load(CHECKPOINT_POLICY_FILE, lambda o: _check_tensor_dict(o, CHECKPOINT_POLICY_FILE))
@@ -402,4 +406,4 @@ def load_optimizer_checked(opt: torch.optim.Optimizer, state: Mapping[str, Any],
     try:
         opt.load_state_dict(dict(state))
     except (ValueError, KeyError, RuntimeError) as e:
-        raise CheckpointError(f"checkpoint file {what} does not fit the optimiser: {one_line(e)}") from None
+        raise CheckpointError(f"checkpoint file {what} does not fit the optimiser: {error_line(e)}") from None

@@ -18,7 +18,7 @@ from trajstore.trainer.loop.checkpoint import (
     CheckpointError,
     TrainerState,
     commit_latest,
-    one_line,
+    error_line,
     rng_state,
     tensor_bytes,
     write_small,
@@ -34,6 +34,7 @@ def _sharded_state(modules: Mapping[str, torch.nn.Module],
     ``get_optimizer_state_dict`` runs a zero-gradient step to create it, which advances Adam's
     step counter and changes every later update (a policy optimiser checkpointed during the
     critic warm-up would then diverge from an uninterrupted run)."""
+    # torch.distributed: loaded only by distributed (DDP / FSDP) runs
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
     out: dict[str, Any] = {f"model/{k}": get_model_state_dict(m) for k, m in modules.items()}
@@ -57,6 +58,7 @@ def save_checkpoint_sharded(store: Store, run_id: str, *, state: TrainerState,
     Returns:
         The store-relative folder of the checkpoint.
     """
+    # torch.distributed: loaded only by distributed (DDP / FSDP) runs
     import torch.distributed.checkpoint as dcp
 
     rel = checkpoint_dir(run_id, state.iteration)
@@ -94,12 +96,14 @@ def load_checkpoint_sharded(store: Store, ckpt: Checkpoint, modules: Mapping[str
     Raises:
         CheckpointError: the shards are missing, unreadable or do not fit the models.
     """
+    # torch.distributed: loaded only by distributed (DDP / FSDP) runs
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
     if store.is_local:
         reader: Any = dcp.FileSystemReader(store.path(ckpt.path))
     else:
+        # torch.distributed: loaded only by distributed (DDP / FSDP) runs
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
         reader = FsspecReader(store.url(ckpt.path), **store.storage_options)
@@ -114,7 +118,7 @@ def load_checkpoint_sharded(store: Store, ckpt: Checkpoint, modules: Mapping[str
         dcp.load(sd, storage_reader=reader)
     except Exception as e:  # noqa: BLE001 - DCP wraps per-rank failures in its own exception types
         raise CheckpointError(f"checkpoint {store.url(ckpt.path)} does not fit the sharded models: "
-                              f"{one_line(e)}") from None
+                              f"{error_line(e)}") from None
     for k, m in modules.items():
         set_model_state_dict(m, sd[f"model/{k}"])
     for k, o in optimizers.items():

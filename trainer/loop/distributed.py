@@ -93,6 +93,7 @@ def mixed_precision(env: DistEnv, bf16: bool) -> Any:
     float32 gradient reduce-scatter (the sharded float32 parameters and optimiser state stay
     float32); otherwise float32 throughout (CPU: bf16 matmuls are slow there and the tests
     compare against float32 references)."""
+    # torch.distributed: loaded only by distributed (DDP / FSDP) runs
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     if env.device.type == "cuda" and bf16:
@@ -115,6 +116,7 @@ def shard(module: nn.Module, layers: list[nn.Module], env: DistEnv, *, bf16: boo
     Returns:
         `module` (now also an ``FSDPModule``).
     """
+    # torch.distributed: loaded only by distributed (DDP / FSDP) runs
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -132,6 +134,7 @@ def checkpoint_activations(layer: nn.Module, enabled: Callable[[], bool] | None 
     """Recompute `layer`'s forward in the backward pass (non-reentrant activation checkpointing):
     only the layer's input is kept between the passes. `enabled` (called at each forward; None =
     always) lets the trainer checkpoint only the micro-batches that need it."""
+    # loaded only when activations are checkpointed
     from torch.utils.checkpoint import checkpoint
 
     forward = layer.forward
@@ -149,6 +152,7 @@ def full_state_dict(module: nn.Module, env: DistEnv, *, prefix: str = "") -> dic
     ranks get an empty dict); a collective: every rank must call it. Keys starting with
     `prefix` have it removed (e.g. ``lm.`` of :class:`~trajstore.trainer.models.PolicyLogprobs`),
     others are dropped."""
+    # torch.distributed: loaded only by distributed (DDP / FSDP) runs
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     sd = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -161,6 +165,7 @@ def is_sharded(module: nn.Module | None) -> bool:
     """Whether `module` is sharded by FSDP2."""
     if module is None:
         return False
+    # torch.distributed: loaded only by distributed (DDP / FSDP) runs
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(module, FSDPModule)
@@ -177,6 +182,7 @@ def wrap(module: nn.Module, env: DistEnv) -> nn.Module:
     """DDP around `module` in a multi-process job (parameters are broadcast from rank 0)."""
     if not env.distributed:
         return module
+    # torch.distributed: loaded only by distributed (DDP / FSDP) runs
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     ids = [env.device.index] if env.device.type == "cuda" else None

@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 
 from trajstore.errors import TrajstoreError
+from trajstore.trainer.models import backbone_of
 
 GIB = 1 << 30
 RUNTIME_BYTES = int(0.44 * GIB)
@@ -67,8 +68,6 @@ def model_shape(model, critic_trainable_pattern: str | None, *, with_critic: boo
     """:class:`ModelShape` of a loaded causal LM (``model.config`` as transformers has it) and the
     critic that :func:`trajstore.trainer.models.build_critic` would build from it (the backbone
     copied, names prefixed ``backbone.``, plus a value head of H + 1 parameters)."""
-    from trajstore.trainer.models import backbone_of
-
     c = model.config
     hidden = int(c.hidden_size)
     inter = int(getattr(c, "intermediate_size", None) or 4 * hidden)

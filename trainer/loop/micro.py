@@ -11,8 +11,8 @@ import torch
 
 from trajstore.trainer.data import (
     PackedMicroBatch,
-    Sample,
     StepBatch,
+    TrainSample,
     episode_chains,
     pack,
     split_for_rank,
@@ -28,7 +28,7 @@ from trajstore.trainer.loop.trainer import Trainer
 class Micro:
     """A micro-batch and what the step computed for it. All tensors (1, L) unless said."""
 
-    samples: list[Sample]
+    samples: list[TrainSample]
     mb: PackedMicroBatch
     trajectory: torch.Tensor
     """(L,) int64 on the device: the index in `samples` of each packed position's trajectory."""
@@ -55,7 +55,7 @@ def prepare(tr: Trainer, batch: StepBatch) -> tuple[list[Micro], torch.Tensor]:
     every rank's split on the host: no collective decides the count of passes."""
     cfg, env = tr.cfg, tr.env
 
-    def parts_of(rank: int) -> list[list[Sample]]:
+    def parts_of(rank: int) -> list[list[TrainSample]]:
         local = split_for_rank(batch.samples, rank, env.world_size)
         return token_micro_batches(local, cfg.data.micro_batch_size, cfg.data.micro_batch_tokens)
 
@@ -119,7 +119,7 @@ def chain_groups(micros: list[Micro]) -> list[list[int]]:
     return sorted(groups.values())
 
 
-def merged(micros: list[Micro]) -> tuple[PackedMicroBatch, list[Sample], torch.Tensor | None]:
+def merged(micros: list[Micro]) -> tuple[PackedMicroBatch, list[TrainSample], torch.Tensor | None]:
     """Several micro-batches as one packing (their rows one after the other), their samples and
     values, for an estimator that must see a chain whole; :func:`unmerged` cuts its results back."""
     fields = [torch.cat([getattr(m.mb, f) for m in micros], dim=1) for f in PackedMicroBatch._fields[:-1]]

@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from trajstore.errors import StoreError, TrajstoreError
+from trajstore.hub import load_tokenizer, resolve_model
 from trajstore.policies import (
     PolicyNotFoundError,
     is_complete,
@@ -172,6 +173,7 @@ def _weights_writer(model: Any, state_dict: dict[str, Any] | None, dtype: Any) -
     (default ``model.state_dict()``) with tied duplicates dropped and floats cast to `dtype`."""
 
     def save(_model: Any, filename: str, metadata: dict[str, str] | None = None) -> None:
+        # safetensors: an optional extra, loaded when weights are written or read
         from safetensors.torch import save_file
 
         sd = state_dict if state_dict is not None else model.state_dict()
@@ -195,8 +197,6 @@ def _weights_writer(model: Any, state_dict: dict[str, Any] | None, dtype: Any) -
 def tokenizer_files(tokenizer: str) -> tuple[tuple[str, bytes], ...]:
     """(file name, bytes) of the tokenizer's ``save_pretrained`` files, or () when the name does
     not resolve offline (e.g. a bare identity string recorded by an older store)."""
-    from trajstore.hub import load_tokenizer, resolve_model
-
     try:
         resolve_model(tokenizer)
     except TrajstoreError:
@@ -298,6 +298,7 @@ def load_policy_into(model: torch.nn.Module, store: Store | str, run_id: str, ve
         PolicyMismatchError: keys or shapes differ from the model's, or the weights file is not
             the one meta.json describes (a publish interrupted mid-way).
     """
+    # safetensors: an optional extra, loaded when weights are written or read
     from safetensors import safe_open
     from safetensors.torch import load_model
 

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trajstore.errors import TrajstoreError
 from trajstore.schema import CONSUMED_SCHEMA, STEP_SCHEMA
@@ -33,7 +35,7 @@ from trajstore.store.layout import (
     run_tensorboard_dir,
     run_tokens_dir,
 )
-from trajstore.trainer.data import Sample
+from trajstore.trainer.data import TrainSample
 
 ITERATION_KEY = b"trajstore.train.iteration"
 """Footer key of a records shard: the iteration whose records it holds (decimal)."""
@@ -132,7 +134,7 @@ def _duration(seconds: float) -> str:
     return f"{m}m{s}s" if m else f"{s}s"
 
 
-def consumed_rows(samples: Sequence[Sample], *, step: int, trainer_version: int, rank: int,
+def consumed_rows(samples: Sequence[TrainSample], *, step: int, trainer_version: int, rank: int,
                   ratios: Sequence[tuple[float, float, float] | None] | None) -> list[dict[str, Any]]:
     """One CONSUMED_SCHEMA row (minus run_id / consumed_at) per sample of a micro-batch.
 
@@ -181,7 +183,7 @@ class RunRecorder:
             if not store.is_local:
                 raise ValueError("--tensorboard needs a local store (TensorBoard writes files in place)")
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                from torch.utils.tensorboard import SummaryWriter  # the optional tensorboard extra
             except ImportError as e:
                 raise TrajstoreError("--tensorboard needs the tensorboard package: "
                                      "pip install 'trajstore[tensorboard]'") from e
@@ -196,9 +198,6 @@ class RunRecorder:
         self._heartbeat: threading.Thread | None = None
         self._closed = threading.Event()
         if progress:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
             self._progress = Progress(TextColumn("[bold]train[/] {task.description}"), BarColumn(),
                                       MofNCompleteColumn(), TimeElapsedColumn(), transient=False,
                                       console=Console(stderr=True))

@@ -10,6 +10,7 @@ import torch
 from trajstore.errors import TrajstoreWarning
 from trajstore.store import Store
 from trajstore.store.layout import CHECKPOINT_RNG_FILE, checkpoint_latest_file, run_consumed_dir, run_dir, run_steps_dir
+from trajstore.trainer.config import TrainConfig
 from trajstore.trainer.loop.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -17,7 +18,6 @@ from trajstore.trainer.loop.checkpoint import (
     read_latest_pointer,
     set_rng_state,
 )
-from trajstore.trainer.loop.config import TrainConfig
 
 
 def run_has_records(store: Store, run_id: str) -> bool:

@@ -5,6 +5,7 @@ files only (no torch), so it works without the ``train`` extra."""
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass, field
 
 from trajstore.store import POLICIES_DIR, RUNS_DIR, TMP_DIR, Store, open_store
@@ -127,8 +128,6 @@ def _checkpoint_problems(store: Store, run_id: str, iteration: int) -> list[str]
     """What is wrong with the checkpoint folder of `iteration`, checked without torch: every file
     present and non-empty, each ``.pt`` a whole zip archive (what ``torch.save`` writes; a
     truncated one has no central directory), ``state.json`` valid JSON naming this iteration."""
-    import zipfile
-
     rel = checkpoint_dir(run_id, iteration)
     try:
         entries = {e["name"].rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import torch
 
+from trajstore.trainer.config import TrainConfig
 from trajstore.trainer.loop import distributed as D
 from trajstore.trainer.loop.checkpoint import save_checkpoint
 from trajstore.trainer.loop.checkpoint_sharded import save_checkpoint_sharded
-from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.loop.publish import prune_versions, publish_policy
 from trajstore.trainer.loop.trainer import Trainer
 

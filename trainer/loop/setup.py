@@ -13,13 +13,13 @@ import torch
 from trajstore.errors import StoreError, TrajstoreError
 from trajstore.store import TMP_DIR, Store, open_store
 from trajstore.store.layout import tmp_path
+from trajstore.trainer.config import TrainConfig
 from trajstore.trainer.data import DataCursor, TrainDataError, TrajectoryStream
 from trajstore.trainer.loop import distributed as D
 from trajstore.trainer.loop import memory
 from trajstore.trainer.loop.advantage_fns import sao_gae_advantages, scalar_advantages, scalar_baseline_fn
 from trajstore.trainer.loop.build import models_ddp, models_fsdp
 from trajstore.trainer.loop.checkpoint import CheckpointError, TrainerState
-from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.loop.records import RunRecorder
 from trajstore.trainer.loop.resume import restore_settings, resume_point
 from trajstore.trainer.loop.save import publish

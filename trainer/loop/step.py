@@ -1,4 +1,4 @@
-"""One training iteration on a step batch (../shared/docs/SAO.md): the critic's values,
+"""One training iteration on a step batch (docs/sao.md): the critic's values,
 advantages and critic targets, K critic updates, then (after the warm-up) one DIS policy update;
 its statistics stay on the device until one host read at the end (step_stats.log_metrics)."""
 

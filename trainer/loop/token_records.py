@@ -20,7 +20,7 @@ from torch import Tensor
 from trajstore.store import Store, id_hashes
 from trajstore.store.layout import run_tokens_dir
 from trajstore.token_annotations import BAND_ABOVE, BAND_BELOW, BAND_INSIDE, TOKEN_ANNOTATION_SCHEMA
-from trajstore.trainer.data import PackedMicroBatch, Sample
+from trajstore.trainer.data import PackedMicroBatch, TrainSample
 from trajstore.trainer.loop.records import ITERATION_KEY
 from trajstore.trainer.sao.losses import dis_band
 
@@ -56,7 +56,7 @@ class TokenCapture(NamedTuple):
     data: Tensor
 
 
-def capture(mb: PackedMicroBatch, samples: Sequence[Sample], recorded: Sequence[bool], logprobs: Tensor,
+def capture(mb: PackedMicroBatch, samples: Sequence[TrainSample], recorded: Sequence[bool], logprobs: Tensor,
             advantages: Tensor, values: Tensor | None, returns: Tensor | None, eps_low: float,
             eps_high: float) -> TokenCapture | None:
     """Gather the annotations of a micro-batch's recorded trajectories on the device and start
@@ -142,7 +142,7 @@ class TokenRecorder:
         self.run_id = run_id
         self.fraction = fraction
 
-    def recorded(self, samples: Sequence[Sample]) -> list[bool]:
+    def recorded(self, samples: Sequence[TrainSample]) -> list[bool]:
         return is_recorded([s.trajectory_id for s in samples], self.fraction)
 
     def write(self, captures: Sequence[TokenCapture | None], *, iteration: int, step: int,

@@ -1,4 +1,4 @@
-"""The streaming SAO training loop (../shared/docs/SAO.md), torchtune-style: :func:`train` takes
+"""The streaming SAO training loop (docs/sao.md), torchtune-style: :func:`train` takes
 a :class:`~trajstore.trainer.loop.trainer.Trainer` from :func:`~trajstore.trainer.loop.setup.setup`,
 streams step batches from the store and, for each, runs one iteration
 (:func:`~trajstore.trainer.loop.step.train_step`), records it, publishes and checkpoints.
@@ -21,9 +21,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from trajstore.trainer.config import TrainConfig
 from trajstore.trainer.data import StepBatch
 from trajstore.trainer.loop import distributed as D
-from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.loop.save import checkpoint, publish
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.step import train_step

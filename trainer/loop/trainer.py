@@ -13,11 +13,11 @@ import torch
 from torch import nn
 
 from trajstore.store import Store
-from trajstore.trainer.data import Sample, StoreCensus, TrajectoryStream
+from trajstore.trainer.config import TrainConfig
+from trajstore.trainer.data import StoreCensus, TrainSample, TrajectoryStream
 from trajstore.trainer.loop import distributed as D
 from trajstore.trainer.loop.advantage_fns import AdvantageFn
 from trajstore.trainer.loop.checkpoint import TrainerState
-from trajstore.trainer.loop.config import TrainConfig
 from trajstore.trainer.loop.records import RunRecorder
 from trajstore.trainer.loop.stop import StopRequest
 from trajstore.trainer.loop.token_records import TokenRecorder
@@ -56,7 +56,7 @@ class Trainer:
     recorder: RunRecorder | None
     state: TrainerState
     advantage_fn: AdvantageFn
-    scalar_fn: Callable[[list[Sample], TrainerState], dict[str, float]] | None
+    scalar_fn: Callable[[list[TrainSample], TrainerState], dict[str, float]] | None
     policy_loss_fn: PolicyLossFn
     value_loss_fn: Callable[..., Any] | None
     behaviour: PolicyLogprobs | None

@@ -1,4 +1,4 @@
-"""Skip-observation GAE and the length-adaptive lambda of SAO (SAO.md, mechanism 4; Hou et al.,
+"""Skip-observation GAE and the length-adaptive lambda of SAO (docs/sao.md, mechanism 4; Hou et al.,
 "Single-Rollout Asynchronous Optimization for Agentic Reinforcement Learning", arXiv 2607.07508).
 
 Pure torch: a vectorised implementation for whole batches next to a plain loop-over-tokens
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 LAMBDA_CRITIC = 1.0
-"""Lambda for the critic's targets (SAO.md, mechanism 4): Monte-Carlo returns."""
+"""Lambda for the critic's targets (docs/sao.md, mechanism 4): Monte-Carlo returns."""
 
 # In-chunk rescaling of the fast scan multiplies by c**(-n) for n up to the chunk size; this
 # bounds n * |log c| (nats) so that c**(-n) stays far inside the floating range.
@@ -53,7 +53,7 @@ _BLOCK = 32  # elements per block of the upper scan levels (explicit transfer ma
 def length_adaptive_lambda(num_action_tokens: Tensor | int, alpha: float = 1.5) -> Tensor:
     """Per-trajectory GAE lambda for the policy: ``lambda = 1 - 1 / (alpha * l)``.
 
-    Source: SAO.md, mechanism 4 (paper: length-adaptive lambda, ``alpha = 1.5``); we take
+    Source: docs/sao.md, mechanism 4 (paper: length-adaptive lambda, ``alpha = 1.5``); we take
     ``l`` = number of action tokens of the trajectory.
 
     Clamp (our choice; the paper leaves it open): ``l`` is clamped to ``>= 1`` (a row with no
@@ -116,7 +116,7 @@ def _raise_if_bad_mask_or_rewards(rewards: Tensor, mask: Tensor) -> None:
         b, t = (int(i) for i in bad.nonzero()[0])
         raise ValueError(
             f"reward {float(rewards[b, t])} credited on a non-action token (row {b}, position "
-            f"{t}); rewards must sit on model action tokens (SAO.md, mechanism 4)"
+            f"{t}); rewards must sit on model action tokens (docs/sao.md, mechanism 4)"
         )
     bad = ~torch.isfinite(rewards)
     if bool(bad.any()):
@@ -138,7 +138,7 @@ def skip_observation_gae_reference(
     ``compute_gae_advantage_return``), with observation tokens passing the running value and
     advantage through untouched.
 
-    Per action token ``t`` whose next action token is ``t'`` (SAO.md, mechanism 4)::
+    Per action token ``t`` whose next action token is ``t'`` (docs/sao.md, mechanism 4)::
 
         delta_t = r_t + gamma * V_t' - V_t        (V_t' = 0 after the last action: terminal)
         A_t     = delta_t + gamma * lambda * A_t'
@@ -177,7 +177,7 @@ def skip_observation_gae_reference(
 def skip_observation_gae(
     rewards: Tensor, values: Tensor, action_mask: Tensor, gamma: float, lam: float | Tensor
 ) -> GAEResult:
-    """Token-level GAE over model action tokens only, skipping observations (SAO.md,
+    """Token-level GAE over model action tokens only, skipping observations (docs/sao.md,
     mechanism 4; arXiv 2607.07508, skip-observation GAE).
 
     The recursion sees the action tokens of a row in order, as if the observation, prompt and
@@ -425,7 +425,7 @@ def sao_targets(
     gamma: float = 1.0,
     alpha: float = 1.5,
 ) -> SAOTargets:
-    """Policy advantages and critic targets as SAO defines them (SAO.md, mechanisms 3-4).
+    """Policy advantages and critic targets as SAO defines them (docs/sao.md, mechanisms 3-4).
 
     ``advantages`` use :func:`skip_observation_gae` with each row's
     ``lambda_policy = length_adaptive_lambda(l, alpha)`` (``l`` = the row's action tokens);

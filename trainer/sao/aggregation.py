@@ -96,7 +96,7 @@ def aggregate(
 
     Modes (``s`` runs over trajectories, ``n_s`` = action tokens of trajectory ``s``):
 
-    * ``"token-mean"`` (default; SAO.md "what the paper leaves open"):
+    * ``"token-mean"`` (default; docs/sao.md "what the paper leaves open"):
       ``sum_{b,t} loss * mask / num_tokens``. ``num_tokens`` should be the action-token count
       of the whole global batch (all micro-batches, all data-parallel ranks); then summing the
       micro-batch losses (and their gradients) gives exactly the full-batch token mean, however

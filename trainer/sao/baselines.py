@@ -1,4 +1,4 @@
-"""Trajectory-level advantage baselines SAO is compared with (SAO.md, "Results"; arXiv
+"""Trajectory-level advantage baselines SAO is compared with (docs/sao.md, "Results"; arXiv
 2607.07508): GRPO's group-normalised advantages and a running-mean reward baseline, selectable
 by name. The vanilla PPO loss baseline lives in ``losses.py`` (``POLICY_LOSSES["ppo-clip"]``).
 Pure torch.
@@ -30,7 +30,7 @@ def grpo_advantages(
     rewards: Tensor, group_id: Tensor, *, eps: float = 1e-6, scale: bool = True
 ) -> Tensor:
     """GRPO group-normalised advantages (Shao et al. 2024, DeepSeekMath, eq. 3; the baseline
-    of SAO.md's "GRPO (+DIS)" row)::
+    of docs/sao.md's "GRPO (+DIS)" row)::
 
         A_i = (R_i - mean_{j in g(i)} R_j) / (std_{j in g(i)} R_j + eps)
 
@@ -115,7 +115,7 @@ class GroupNormBaseline:
 
 class RunningMeanBaseline:
     """Running-mean reward baseline over the last ``window`` trajectories: the critic-free
-    ablation of SAO.md ("running-mean baseline instead of a critic")::
+    ablation of docs/sao.md ("running-mean baseline instead of a critic")::
 
         A_i = R_i - mean(rewards of the last `window` trajectories seen before this batch)
 

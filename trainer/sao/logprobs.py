@@ -166,7 +166,7 @@ def token_logprobs_and_entropy(
     and ``H = -sum_v p_v log p_v``. Equal to
     :func:`token_logprobs_and_entropy_reference` (values and gradients) up to float rounding.
     The rollout engine's sampling temperature must be passed for the log-probs to be
-    comparable with the engine's (SAO.md, mechanism 1: DIS ratios).
+    comparable with the engine's (docs/sao.md, mechanism 1: DIS ratios).
 
     Memory: the backward pass recomputes each chunk's logits instead of saving them, so the
     peak extra memory is O(chunk_size x V) (about 2 float32 buffers of that size) instead of

@@ -1,4 +1,4 @@
-"""SAO policy and critic losses: direct double-sided importance sampling (DIS, SAO.md mechanism 1),
+"""SAO policy and critic losses: direct double-sided importance sampling (DIS, docs/sao.md mechanism 1),
 the vanilla PPO clipped objective it is compared with, and the critic's value loss, each reduced
 to a scalar by a named aggregation (:mod:`~trajstore.trainer.sao.aggregation`). Pure torch
 (arXiv 2607.07508, "Single-Rollout Asynchronous Optimization for Agentic Reinforcement Learning").
@@ -64,7 +64,7 @@ def _check_policy_inputs(
         raise ValueError(
             f"rollout log-prob at action token (row {b}, position {t}) is "
             f"{float(rollout_logprobs[b, t])}; DIS needs the rollout engine's log-prob of every "
-            "action token (SAO.md, mechanism 1)"
+            "action token (docs/sao.md, mechanism 1)"
         )
     return mask
 
@@ -72,7 +72,7 @@ def _check_policy_inputs(
 @torch.no_grad()
 def dis_band(ratio: Tensor, eps_low: float, eps_high: float) -> DISBand:
     """Which importance ratios DIS keeps: the open band ``1 - eps_low < r < 1 + eps_high``
-    (SAO.md, mechanism 1; arXiv 2607.07508, DIS). Tokens below or above it are masked out of the
+    (docs/sao.md, mechanism 1; arXiv 2607.07508, DIS). Tokens below or above it are masked out of the
     gradient, not clipped; a ratio exactly on an edge is outside. This is the one place the rule
     is written: the DIS loss, its statistics and the trainer's per-trajectory records use it.
 
@@ -159,7 +159,7 @@ def dis_policy_loss(
     segment_ids: Tensor | None = None,
     staleness: Tensor | None = None,
 ) -> tuple[Tensor, PolicyLossStats]:
-    """Direct double-sided importance sampling policy loss (SAO.md, mechanism 1; arXiv
+    """Direct double-sided importance sampling policy loss (docs/sao.md, mechanism 1; arXiv
     2607.07508, DIS).
 
     No separate ``pi_old``: the ratio is taken against the log-prob the rollout engine saved::
@@ -230,7 +230,7 @@ def ppo_clip_policy_loss(
     staleness: Tensor | None = None,
 ) -> tuple[Tensor, PolicyLossStats]:
     """Vanilla PPO clipped objective against the rollout log-probs, no masking: the baseline
-    DIS is compared with (SAO.md, "Without DIS ..."; Schulman et al. 2017, eq. 7, with
+    DIS is compared with (docs/sao.md, "Without DIS ..."; Schulman et al. 2017, eq. 7, with
     asymmetric clip edges)::
 
         r_t = exp(logp_theta - logp_rollout)      (log-ratio clamped to +-20 nats before exp)
@@ -328,7 +328,7 @@ def value_loss(
     segment_ids: Tensor | None = None,
 ) -> tuple[Tensor, ValueLossStats]:
     """Critic loss on action tokens: ``0.5 * (V - R)^2``, optionally PPO-style clipped
-    (SAO.md, mechanism 3: the critic regresses the ``lambda_critic = 1`` returns).
+    (docs/sao.md, mechanism 3: the critic regresses the ``lambda_critic = 1`` returns).
 
     With ``old_values`` and ``clip_range``::
 

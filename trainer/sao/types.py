@@ -22,7 +22,7 @@ __all__ = [
 
 
 class GAEResult(NamedTuple):
-    """Output of skip-observation GAE (SAO.md, mechanism 4).
+    """Output of skip-observation GAE (docs/sao.md, mechanism 4).
 
     Fields:
         advantages: ``(B, T)`` float; GAE advantage at model action tokens, exactly 0 elsewhere.
@@ -35,7 +35,7 @@ class GAEResult(NamedTuple):
 
 
 class SAOTargets(NamedTuple):
-    """Policy advantages and critic targets as SAO uses them (SAO.md, mechanisms 3 and 4).
+    """Policy advantages and critic targets as SAO uses them (docs/sao.md, mechanisms 3 and 4).
 
     Fields:
         advantages: ``(B, T)`` float; skip-observation GAE with the length-adaptive
@@ -51,7 +51,7 @@ class SAOTargets(NamedTuple):
 
 
 class DISBand(NamedTuple):
-    """Where each importance ratio ``r`` sits relative to DIS's band (SAO.md, mechanism 1), the
+    """Where each importance ratio ``r`` sits relative to DIS's band (docs/sao.md, mechanism 1), the
     open interval ``(1 - eps_low, 1 + eps_high)``. Exactly one field is True for a finite or
     infinite ratio; a NaN ratio is in none of them (so it is masked out, counted as neither side).
 
@@ -90,7 +90,7 @@ class StalenessStats(NamedTuple):
 class PolicyLossStats(NamedTuple):
     """Diagnostics of a policy-gradient loss, computed on the raw ratios before any masking.
 
-    ``r_t = exp(logp_theta - logp_rollout)`` over action tokens only (SAO.md, mechanism 1).
+    ``r_t = exp(logp_theta - logp_rollout)`` over action tokens only (docs/sao.md, mechanism 1).
     When the batch has no action tokens, fractions and means are 0 and min/max are NaN.
 
     Fields:

@@ -30,11 +30,13 @@ def _text_of(content: Any) -> str:
 
 
 @dataclass
-class ChatRenderer:
-    """Renders OpenAI chat messages into prompt token ids with the tokenizer's chat template.
+class PromptRenderer:
+    """Renders a chat request's OpenAI messages into the served model's prompt token ids with the
+    tokenizer's chat template (not :class:`trajstore.chat_template.ChatRenderer`, which renders
+    stored conversations for ingest).
 
-    A template without tool support gets the Hermes convention: the tool signatures in the
-    system prompt, tool calls as ``<tool_call>{json}</tool_call>`` text. An assistant turn that
+    Tools follow the Hermes convention whatever the template: the tool signatures in the system
+    prompt, tool calls as ``<tool_call>{json}</tool_call>`` text. An assistant turn that
     this server generated is rendered with the exact text it generated (looked up by its tool-call
     ids), so the next prompt extends the previous one whenever the tokenizer round-trips.
     """
@@ -43,10 +45,6 @@ class ChatRenderer:
     raw_by_call_id: OrderedDict[str, str] = field(default_factory=OrderedDict)
     max_remembered: int = 100_000
     _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @property
-    def template_has_tools(self) -> bool:
-        return "tools" in (getattr(self.tokenizer, "chat_template", None) or "")
 
     def remember(self, call_ids: list[str], raw: str) -> None:
         with self._lock:

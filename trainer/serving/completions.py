@@ -10,7 +10,11 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from trajstore.http.errors import error_response
+from trajstore.http.limits import BodyError
+from trajstore.http.openai_fields import RequestFieldError, read_completion_request
 from trajstore.trainer.serving.chat import parse_tool_calls
+from trajstore.trainer.serving.engine import DoneEvent, GenRequest, TokenEvent
 from trajstore.trainer.serving.request import ParsedCall
 from trajstore.trainer.serving.response import (
     Detokenizer,
@@ -23,9 +27,12 @@ from trajstore.trainer.serving.response import (
 from trajstore.trainer.serving.state import ServeApp
 
 
-def error_response(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-    """An OpenAI-shaped error body with HTTP status `status`."""
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+def sample_record(call: ParsedCall, token_ids: list[int], logprobs: list[float], versions: list[str],
+                  finish_reason: str) -> dict[str, Any]:
+    """One generation as ``--sample-log`` records it (ids, log-probs, version spans, finish reason, seed)."""
+    return {"id": call.id, "endpoint": "chat" if call.chat else "completions", "prompt_token_ids": call.prompt_ids,
+            "token_ids": token_ids, "logprobs": logprobs, "weight_version_spans": version_spans(versions),
+            "finish_reason": finish_reason, "seed": call.sampling.seed}
 
 
 DISCONNECT_POLL_S = 0.5
@@ -40,8 +47,6 @@ async def engine_events(app: ServeApp, call: ParsedCall, request: Any, *, watch_
     :data:`DISCONNECT_POLL_S` seconds and the engine request is cancelled when its client is gone
     (otherwise it kept generating to the end, and with static batching every later request waited).
     """
-    from trajstore.trainer.serving.engine import DoneEvent, GenRequest
-
     loop = asyncio.get_running_loop()
     q: asyncio.Queue[Any] = asyncio.Queue()
     req = GenRequest(call.prompt_ids, call.sampling, lambda ev: loop.call_soon_threadsafe(q.put_nowait, ev))
@@ -71,14 +76,14 @@ async def engine_events(app: ServeApp, call: ParsedCall, request: Any, *, watch_
 
 async def complete(st: ServeApp, request: Request, *, chat: bool) -> Any:
     """Answer one chat or text completion request: whole, or as a stream when it asks for one."""
-    from trajstore.trainer.serving.engine import DoneEvent, TokenEvent
-
     tok = st.tokenizer
     try:
-        body = await request.json()
-        if not isinstance(body, dict):
-            raise ValueError("the request body must be a JSON object")
-        call = ParsedCall(body, chat=chat, app=st)
+        body, fields = await read_completion_request(request, st.max_request_bytes, chat=chat)
+        call = ParsedCall(body, fields, chat=chat, app=st)
+    except BodyError as e:
+        return error_response(e.status, str(e))
+    except RequestFieldError as e:  # a 400 naming the field, as vLLM answers (a 500 before: tools: "nope")
+        return error_response(400, str(e), param=e.field)
     except ValueError as e:
         return error_response(400, str(e))
     if len(call.prompt_ids) + call.sampling.max_new_tokens > st.max_model_len:
@@ -109,7 +114,7 @@ async def complete(st: ServeApp, request: Request, *, chat: bool) -> Any:
     det.ids = ids
     text, stopped = cut_at_stop(det.text(final=done.finish_reason == "stop"), call.stop_strings)
     finish = "stop" if stopped else done.finish_reason
-    st.log_sample(call, ids, lps, versions, finish)
+    st.log_sample(sample_record(call, ids, lps, versions, finish))
     choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
     if chat:
         content, calls = parse_tool_calls(text) if call.tools else (text, [])
@@ -139,8 +144,6 @@ async def complete(st: ServeApp, request: Request, *, chat: bool) -> Any:
 
 async def stream_completion(st: ServeApp, call: ParsedCall, request: Request) -> Any:
     """Server-sent events of one call: a chunk per token, the final chunk, usage if asked, [DONE]."""
-    from trajstore.trainer.serving.engine import TokenEvent
-
     tok = st.tokenizer
     chat = call.chat
     obj = "chat.completion.chunk" if chat else "text_completion"
@@ -193,7 +196,7 @@ async def stream_completion(st: ServeApp, call: ParsedCall, request: Request) ->
             return
         text, stopped = cut_at_stop(det.text(final=ev.finish_reason == "stop"), call.stop_strings)
         finish = "stop" if stopped else ev.finish_reason
-        st.log_sample(call, ids, lps, versions, finish)
+        st.log_sample(sample_record(call, ids, lps, versions, finish))
         final: dict[str, Any] = {"finish_reason": finish}
         if chat:
             delta: dict[str, Any] = {}

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trajstore.http.limits import DEFAULT_MAX_REQUEST_MB
 from trajstore.hub import SMOLLM2_ALIAS
 
 
@@ -28,5 +29,6 @@ class ServeConfig(BaseModel):
     weight_version: str = Field("0", description="weight version reported until the first reload")
     seed: int = Field(0, description="seed of the tiny random models' weights")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
+    max_request_mb: float = Field(DEFAULT_MAX_REQUEST_MB, gt=0, description="largest accepted request body (MiB)")
     sample_log: str | None = Field(None, description="append every generation (ids, log-probs, versions) "
                                                      "to this JSONL file")

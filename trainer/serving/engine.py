@@ -21,11 +21,12 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+from transformers import DynamicCache
 
 from trajstore.trainer.models import cache_kwarg
 from trajstore.trainer.serving.weights import reload_weights
 
-ReloadMode = Literal["drain", "abort", "retract"]
+WeightUpdateMode = Literal["drain", "abort", "retract"]
 """How a reload treats requests being generated: ``drain`` = finish them under the old weights
 first (new ones wait; SGLang's default), ``abort`` = end them with an error (SGLang's
 ``abort_all_requests``), ``retract`` = continue them under the new weights after recomputing
@@ -108,7 +109,7 @@ class GenRequest:
 class _Reload:
     path: str
     version: str | None
-    mode: ReloadMode
+    mode: WeightUpdateMode
     done: Future[dict[str, Any]]
 
 
@@ -185,7 +186,7 @@ class Engine:
             raise ValueError("the prompt has no tokens")
         self._requests.put(req)
 
-    def reload(self, path: str, *, version: str | None = None, mode: ReloadMode = "drain") -> Future[dict[str, Any]]:
+    def reload(self, path: str, *, version: str | None = None, mode: WeightUpdateMode = "drain") -> Future[dict[str, Any]]:
         """Load the weights of folder `path`; the future resolves to a SGLang-style result
         ``{"success", "message", "weight_version", "num_paused_requests"}`` when done."""
         fut: Future[dict[str, Any]] = Future()
@@ -270,8 +271,6 @@ class Engine:
 
     @torch.no_grad()
     def _generate(self, reqs: list[GenRequest]) -> None:
-        from transformers import DynamicCache
-
         gens: list[torch.Generator | None] = []
         for r in reqs:
             g = None

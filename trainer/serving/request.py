@@ -5,24 +5,24 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from trajstore.proxy.request import ChatFields, check_request
-
-if TYPE_CHECKING:
-    from trajstore.trainer.serving.state import ServeApp
+from trajstore.http.openai_fields import ChatFields, CompletionFields
+from trajstore.trainer.serving.engine import Sampling
+from trajstore.trainer.serving.state import ServeApp
 
 
 class ParsedCall:
     """Parsed request of either endpoint: the prompt ids and the generation settings."""
 
-    def __init__(self, body: dict[str, Any], *, chat: bool, app: ServeApp):
-        from trajstore.trainer.serving.engine import Sampling
+    def __init__(self, body: dict[str, Any], p: ChatFields | CompletionFields, *, chat: bool, app: ServeApp):
+        """`p`: the body's fields, typed as vLLM types them (:func:`~trajstore.http.openai_fields.check_request`).
 
+        Raises:
+            ValueError: a request this server cannot answer, naming the field.
+        """
         self.chat = chat
         self.body = body
-        # typed as vLLM types them; a bad field is a 400 naming it (a 500 before: tools: "nope", seed: 1e300)
-        p = check_request(body, chat=chat)
         if p.n not in (1, None):
             raise ValueError("traj serve samples one choice per request (n = 1)")
         self.stream = bool(p.stream)

@@ -9,13 +9,18 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from trajstore.trainer.serving.completions import complete, error_response
+from trajstore.http.app import http_app
+from trajstore.http.errors import error_response
+from trajstore.http.json_body import read_json_object
+from trajstore.http.limits import BodyError
+from trajstore.trainer.serving.completions import complete
 from trajstore.trainer.serving.state import ServeApp
 
 
-def build_app(app_state: ServeApp) -> FastAPI:
+def create_app(app_state: ServeApp) -> FastAPI:
     """The FastAPI application of ``traj serve`` around a ready :class:`ServeApp`."""
-    api = FastAPI(title="traj serve", docs_url=None, redoc_url=None)
+    # /openapi.json stays published, as it always was
+    api = http_app("traj serve", openapi=True)
     st = app_state
 
     @api.get("/health")
@@ -41,12 +46,12 @@ def build_app(app_state: ServeApp) -> FastAPI:
     async def update_weights(request: Request) -> JSONResponse:
         # The engine queues the reload; the loading itself is trajstore.trainer.serving.weights.
         try:
-            body = await request.json()
-            path = body["model_path"]
-            if not isinstance(path, str) or not path:
-                raise KeyError
-        except (ValueError, KeyError, TypeError):
-            return error_response(400, "body must be a JSON object with a model_path string")
+            body = await read_json_object(request, st.max_request_bytes)
+        except BodyError as e:
+            return error_response(e.status, str(e))
+        path = body.get("model_path")
+        if not isinstance(path, str) or not path:
+            return error_response(400, "body must be a JSON object with a model_path string", param="model_path")
         mode = body.get("mode") or ("abort" if body.get("abort_all_requests") else "drain")
         if mode not in ("drain", "abort", "retract"):
             return error_response(400, f"mode must be drain, abort or retract, got {mode!r}")

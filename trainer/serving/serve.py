@@ -4,12 +4,18 @@ engine, then serve it with uvicorn until SIGINT / SIGTERM."""
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Callable
+
+import torch
 
 from trajstore.errors import TrajstoreError
-from trajstore.hub import SMOLLM2_ALIAS
+from trajstore.http.server import GRACEFUL_SHUTDOWN_S, Server, serve
+from trajstore.http.sockets import listening_socket
+from trajstore.hub import SMOLLM2_ALIAS, load_tokenizer
+from trajstore.trainer.models import TINY_MODELS, load_policy
 from trajstore.trainer.serving.config import ServeConfig
-from trajstore.trainer.serving.routes import build_app
+from trajstore.trainer.serving.engine import Engine
+from trajstore.trainer.serving.routes import create_app
 from trajstore.trainer.serving.state import ServeApp
 
 
@@ -23,12 +29,6 @@ def load_serve_app(cfg: ServeConfig) -> ServeApp:
     Raises:
         ServeError: the device is not available; TrajstoreError: model or tokenizer not found.
     """
-    import torch
-
-    from trajstore.hub import load_tokenizer
-    from trajstore.trainer.models import TINY_MODELS, load_policy
-    from trajstore.trainer.serving.engine import Engine
-
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
@@ -52,37 +52,32 @@ def load_serve_app(cfg: ServeConfig) -> ServeApp:
                     vocab_size=int(model.get_output_embeddings().weight.shape[0]), max_model_len=max_len)
 
 
-def run_serve(cfg: ServeConfig, *, on_ready: Any = None) -> None:
-    """Load, then serve until SIGINT / SIGTERM (uvicorn's handlers; in-flight requests end).
+def _say_stopping(_server: Server) -> bool:
+    """One line at once on the first stop signal (the stop itself takes seconds: in-flight
+    requests, the engine); uvicorn then stops as usual."""
+    print(f"traj serve: stopping (in-flight requests end first, at most {GRACEFUL_SHUTDOWN_S:g} s)", file=sys.stderr,
+          flush=True)
+    return False
+
+
+def run_serve(cfg: ServeConfig, *, on_ready: Callable[[str, int], object] | None = None) -> None:
+    """Load, then serve until SIGINT / SIGTERM (in-flight requests end first; a SIGTERM exits 0).
 
     Args:
         on_ready: called with the bound ``(host, port)`` once the socket listens.
+
+    Raises:
+        PortInUseError: ``cfg.port`` is taken (an ``OSError``).
     """
-    import uvicorn
-
-    from trajstore.proxy.server import listening_socket
-
     state = load_serve_app(cfg)
-    api = build_app(state)
+    api = create_app(state)
     sock = listening_socket(cfg.host, cfg.port)  # connections wait in the backlog until uvicorn accepts them
     host, port = sock.getsockname()[:2]
-    class _Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            if not self.should_exit:  # one line, at once: the stop itself takes seconds (in-flight requests, the engine)
-                print("traj serve: stopping (in-flight requests end first, at most 10 s)", file=sys.stderr, flush=True)
-            super().handle_exit(sig, frame)
-
-    # lifespan off: the app has no startup/shutdown hooks, and uvicorn's lifespan task printed a
-    # CancelledError traceback on Ctrl-C
-    server = _Server(uvicorn.Config(api, log_level="warning", timeout_graceful_shutdown=10, lifespan="off"))
     if on_ready is not None:
         on_ready(host, port)
-    # uvicorn re-raises a SIGTERM after its graceful shutdown; with this handler in place that
-    # ends the process normally (exit 0) once everything is written.
-    import signal
-
-    signal.signal(signal.SIGTERM, lambda *_: None)
     try:
-        server.run(sockets=[sock])
+        # lifespan off: the app has no startup/shutdown hooks, and uvicorn's lifespan task printed a
+        # CancelledError traceback on Ctrl-C
+        serve(api, sock, lifespan="off", on_stop_signal=_say_stopping)
     finally:
         state.engine.close()

@@ -7,10 +7,8 @@ import json
 import threading
 from typing import Any
 
-from trajstore.trainer.serving.chat import ChatRenderer
+from trajstore.trainer.serving.chat import PromptRenderer
 from trajstore.trainer.serving.config import ServeConfig
-from trajstore.trainer.serving.request import ParsedCall
-from trajstore.trainer.serving.response import version_spans
 
 
 class ServeApp:
@@ -21,18 +19,16 @@ class ServeApp:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.engine = engine
-        self.renderer = ChatRenderer(tokenizer)
+        self.renderer = PromptRenderer(tokenizer)
         self.model_name = model_name
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
+        self.max_request_bytes = int(cfg.max_request_mb * 2**20)
         self._log_lock = threading.Lock()
 
-    def log_sample(self, call: ParsedCall, token_ids: list[int], logprobs: list[float], versions: list[str],
-                   finish_reason: str) -> None:
+    def log_sample(self, record: dict[str, Any]) -> None:
+        """Append one generation's record to ``--sample-log`` (one JSON line; nothing without one)."""
         if not self.cfg.sample_log:
             return
-        rec = {"id": call.id, "endpoint": "chat" if call.chat else "completions", "prompt_token_ids": call.prompt_ids,
-               "token_ids": token_ids, "logprobs": logprobs, "weight_version_spans": version_spans(versions),
-               "finish_reason": finish_reason, "seed": call.sampling.seed}
         with self._log_lock, open(self.cfg.sample_log, "a") as fh:
-            fh.write(json.dumps(rec) + "\n")
+            fh.write(json.dumps(record) + "\n")

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 from torch import nn
 
 from trajstore.errors import TrajstoreError
@@ -38,8 +39,6 @@ def read_weights_dir(path: str) -> dict[str, torch.Tensor]:
     Raises:
         WeightLoadError: no safetensors file, or one that cannot be read.
     """
-    from safetensors.torch import load_file
-
     files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
     if not files:
         raise WeightLoadError(f"no *.safetensors weights in {path}")

@@ -22,7 +22,7 @@ EXACT_STALENESS_BUCKETS: int = 4
 
 @dataclass(frozen=True)
 class ClipReport(Report):
-    """DIS masking (SAO.md, mechanism 1) from the ``consumed`` records. Fractions are of action
+    """DIS masking (docs/sao.md, mechanism 1) from the ``consumed`` records. Fractions are of action
     tokens, averaged over trajectories weighted by their action tokens.
 
     Attributes:

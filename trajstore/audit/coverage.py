@@ -16,7 +16,7 @@ NO_ENGINE_LOGPROBS = "no engine logprobs: trains only with --behaviour-logprobs 
 
 @dataclass(frozen=True)
 class CoverageReport(Report):
-    """Whether the logs carry what SAO needs (SAO.md, "Data the method depends on").
+    """Whether the logs carry what SAO needs (docs/sao.md, "Data the method depends on").
 
     Attributes:
         tokens: per (source, token_source): ``trajectories``, ``action_tokens`` and the shares

@@ -33,6 +33,7 @@ class UnsupportedPlotFormat(AuditError):
 
 def plot_suffixes() -> list[str]:
     """File suffixes matplotlib can write (``.png``, ``.pdf``, ``.svg``, ...); needs matplotlib."""
+    # matplotlib: the plot extra, loaded only when a figure is drawn
     from matplotlib.backend_bases import FigureCanvasBase
 
     return sorted(f".{ext}" for ext in FigureCanvasBase.get_supported_filetypes())
@@ -63,12 +64,14 @@ def _by(rows: _Rows, key: str) -> dict[str, _Rows]:
 
 
 def _colour(i: int) -> Any:
+    # matplotlib: the plot extra, loaded only when a figure is drawn
     import matplotlib
 
     return matplotlib.colormaps[PALETTE](i % 10)
 
 
 def _integer_axis(axis: Any) -> None:
+    # matplotlib: the plot extra, loaded only when a figure is drawn
     from matplotlib.ticker import MaxNLocator
 
     axis.set_major_locator(MaxNLocator(integer=True))
@@ -320,9 +323,11 @@ def draw_reports(reports: Mapping[str, Report]) -> Any:
     if not chosen:
         raise AuditError("nothing to plot: --plot draws --staleness, --clip, --rewards and --lengths")
     require_matplotlib()
+    # matplotlib: the plot extra, loaded only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
+    # matplotlib: the plot extra, loaded only when a figure is drawn
     from matplotlib.figure import Figure
 
     heights = []

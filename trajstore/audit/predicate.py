@@ -8,6 +8,7 @@ import json
 import duckdb
 
 from trajstore.audit.views import AuditError, sql_literal
+from trajstore.errors import one_line
 
 
 def _predicate_probe(where: str) -> str:
@@ -22,8 +23,6 @@ def predicate_error(where: str, error: duckdb.Error) -> str:
     there can name a ``)`` the user never wrote (``reward >`` -> 'syntax error at or near ")"').
     The predicate is parsed again unwrapped and that reason is returned when it fails too; the
     ``LINE 1: ...`` echo of our query is dropped either way."""
-    from trajstore.errors import one_line
-
     try:
         duckdb.extract_statements(f"SELECT count(*) FROM trajectories WHERE {where}")
     except duckdb.Error as unwrapped:

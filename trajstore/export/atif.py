@@ -52,7 +52,7 @@ def atif_document(row: dict[str, Any]) -> dict[str, Any]:
     ``extra.trajstore`` also keeps the stored row's other fields (ids, group, tokenizer, status,
     reward and raw reward, time, token and log-prob sources, ``trainable`` and its reason, the
     metadata with its ``fidelity_gaps``, the lineage columns), which ``traj ingest`` puts back
-    (:func:`trajstore.ingest.atif.parse_trajectory`).
+    (:func:`trajstore.ingest.formats.atif.parse_trajectory`).
     """
     tokens = np.asarray(row["tokens"], np.int64)
     lps = np.asarray(row[ACTION_LOGPROBS_COLUMN], np.float64)

@@ -110,6 +110,7 @@ def write_safetensors(out_dir: str, name: str, tensors: Mapping[str, np.ndarray]
         MissingExtraError: safetensors is not installed.
     """
     require(("safetensors",), what="traj export (safetensors files)", install=INSTALL_EXPORT_EXTRA)
+    # safetensors: an optional extra, loaded when weights are written or read
     from safetensors.numpy import save_file
 
     save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, os.path.join(out_dir, name),

@@ -49,6 +49,7 @@ def push_to_hub(folder: str, repo_id: str, *, private: bool = True, token: str |
     """
     if api is None:
         require(("huggingface_hub",), what="traj export --push", install=INSTALL_EXPORT_EXTRA)
+        # huggingface_hub: the export extra, loaded only for --push
         from huggingface_hub import HfApi
 
         api = HfApi(token=token)

@@ -10,6 +10,7 @@ import duckdb
 
 from trajstore.audit.predicate import run_filter, where_sql
 from trajstore.audit.views import AuditError, run_ids
+from trajstore.errors import one_line
 from trajstore.store import Store
 from trajstore.store.layout import RUNS_DIR
 
@@ -58,7 +59,5 @@ def select_trajectories(conn: duckdb.DuckDBPyConnection, store: Store, *, where:
     try:
         ids = [r[0] for r in conn.execute(query).fetchall()]
     except duckdb.Error as e:  # a value of the wrong type in a row only fails while rows are read
-        from trajstore.errors import one_line
-
         raise AuditError(f"selecting trajectories failed with --where {where!r}: {one_line(str(e))}") from e
     return Selection(ids=ids, where=where, run=run, limit=limit)

@@ -2,18 +2,24 @@
 nebius, SWE-smith, NeMo Gym, verl / SkyRL dumps; JSON, JSONL or Parquet; trajectory Parquet in
 trajstore's own schema written elsewhere, checked row by row as ``traj validate`` checks it) into a store.
 
-Parsers (one module per harness) turn records into format-neutral conversations, engine
-rollouts or text rollouts (:mod:`~trajstore.ingest.records`); :mod:`~trajstore.ingest.render`
-tokenizes conversations with a chat template; :func:`ingest_paths` writes the result. One bad
+Parsers (one module per input format, :mod:`~trajstore.ingest.formats`, all listed in its
+registry) turn records into format-neutral conversations, engine rollouts or text rollouts
+(:mod:`~trajstore.ingest.records`); :mod:`~trajstore.ingest.builders` make trajectories of them
+(conversations tokenized with a chat template); :func:`ingest_paths` writes the result. One bad
 record costs only itself: it becomes a :class:`Problem` with path, line and reason.
 """
 
-from trajstore.ingest.build_chat import DEFAULT_MAX_OBSERVATION_CHARS, TRUNCATION_MARKER, conversation_to_trajectories
-from trajstore.ingest.build_engine import rollout_to_trajectories
+from trajstore.ingest.builders.conversation import (
+    DEFAULT_MAX_OBSERVATION_CHARS,
+    TRUNCATION_MARKER,
+    conversation_to_trajectories,
+)
+from trajstore.ingest.builders.engine import rollout_to_trajectories
+from trajstore.ingest.builders.render import RenderedPart, render_conversation
+from trajstore.ingest.formats.registry import FORMATS
+from trajstore.ingest.formats.spec import InputFormat
 from trajstore.ingest.pipeline import IngestError, IngestInterrupted, ingest_paths, iter_trajectories
 from trajstore.ingest.records import Problem
-from trajstore.ingest.registry import FORMATS, InputFormat
-from trajstore.ingest.render import RenderedPart, render_conversation
 from trajstore.ingest.summary import IngestProgress, IngestReport
 
 __all__ = [

@@ -30,6 +30,36 @@ class InputUnit:
     def is_event_dir(self) -> bool:
         return bool(self.files)
 
+    @property
+    def file_count(self) -> int:
+        """Input files it reads (each event file of an event directory counts)."""
+        return len(self.files) if self.is_event_dir else 1
+
+
+class IgnoredFiles:
+    """The files a directory walk did not read, counted by suffix (:func:`suffix_of`) in `counts`,
+    less those a reader opened beside its record (:meth:`read_beside`).
+
+    Args:
+        files: the paths :func:`discover` appended to its `ignored` list.
+        counts: where they are counted (an ingest report's ``ignored_files``).
+    """
+
+    def __init__(self, files: list[str], counts: Counter[str]):
+        self.counts = counts
+        self.counts.update(suffix_of(f) for f in files)
+        self._unread = {os.path.abspath(f) for f in files}
+
+    def read_beside(self, files: tuple[str, ...]) -> None:
+        """`files` were read for a record (a Harbor trial's ``verifier/reward.txt``): not ignored."""
+        for f in map(os.path.abspath, files):
+            if f in self._unread:
+                self._unread.discard(f)
+                sfx = suffix_of(f)
+                self.counts[sfx] -= 1
+                if not self.counts[sfx]:
+                    del self.counts[sfx]
+
 
 def _event_sort_key(name: str) -> tuple[int, str]:
     stem = name.rsplit(".", 1)[0]

@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from trajstore.ingest.detect import not_a_trajectory
+import pyarrow.parquet as pq
+
 from trajstore.ingest.huge_ints import find_huge_int, huge_int_reason, is_int_limit, loads_with_huge_ints
 from trajstore.ingest.records import Origin, Problem
 
@@ -117,8 +118,6 @@ def iter_parquet_rows(path: str, batch_rows: int = PARQUET_BATCH_ROWS) -> Iterat
     Raises:
         pyarrow.ArrowException, OSError: the file is not readable Parquet.
     """
-    import pyarrow.parquet as pq
-
     n = 0
     with pq.ParquetFile(path) as f:
         for batch in f.iter_batches(batch_size=batch_rows):
@@ -152,12 +151,14 @@ def read_text(path: str) -> str:
 class Loaded:
     """A file's JSON content: `whole` (one document) or `lines` ((line number, value) per
     JSONL line), plus per-line problems. `huge_ints`: `whole` holds :class:`HugeInt` stand-ins
-    (see :func:`~trajstore.ingest.huge_ints.find_huge_int`)."""
+    (see :func:`~trajstore.ingest.huge_ints.find_huge_int`). `line`: the line `whole` stands on,
+    when it is the file's only non-empty line (a JSONL file of one record)."""
 
     whole: Any = None
     lines: list[tuple[int, Any]] | None = None
     problems: list[Problem] = field(default_factory=list)
     huge_ints: bool = False
+    line: int | None = None
 
 
 def json_loads(text: str) -> Any:
@@ -192,9 +193,7 @@ def load_json_or_jsonl(path: str) -> Loaded:
                 raise
             return Loaded(whole=loads_with_huge_ints(text), huge_ints=True)
         rows = [i + 1 for i, ln in enumerate(text.splitlines()) if ln.strip()]
-        if path.endswith(".jsonl") and isinstance(whole, dict) and len(rows) == 1 and not not_a_trajectory(whole):
-            return Loaded(lines=[(rows[0], whole)])  # a JSONL file of one line: its record keeps its line number
-        return Loaded(whole=whole)
+        return Loaded(whole=whole, line=rows[0] if len(rows) == 1 else None)
     except (json.JSONDecodeError, RecursionError) as whole_err:
         # too deep a nesting on one JSONL line costs that line only, not the file's other lines
         rows = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]

@@ -38,7 +38,7 @@ class Message:
         call_id: assistant: id of the model call (response id or event id); others: event id.
         cause_id: observation: id of the tool call / action event it answers (None = unknown).
         finish_reason: assistant: the engine finish reason, when logged.
-        truncated: set by :func:`~trajstore.ingest.build_chat.cap_text` when the content was capped at ingest.
+        truncated: set by :func:`~trajstore.ingest.builders.conversation.cap_text` when the content was capped at ingest.
         original_chars: length of the content before capping (characters).
         tool_calls_in_content: the calls are already in `content` (prompt-based tool calling):
             they are recorded for linking but not rendered again.
@@ -74,7 +74,7 @@ class Context:
     calls before it: e.g. after an OpenHands ``Condensation`` or under a SWE-agent history
     processor. A stored trajectory never claims a context the model did not see, so a call
     whose context does not extend the previous call's is rendered as the start of a new
-    trajectory (:mod:`trajstore.ingest.render`).
+    trajectory (:mod:`trajstore.ingest.builders.render`).
 
     Attributes:
         messages: the messages before the call, in the order sent.
@@ -113,10 +113,10 @@ class Origin:
 
 
 @dataclass
-class Lineage:
+class ParsedLineage:
     """Where a parsed record sits in an episode whose lineages are logged as several records
     (files, or parts of one file): linked by the ingest once the records of one directory are
-    read (:mod:`~trajstore.ingest.trees`), parents built and stored before their children.
+    read (:mod:`~trajstore.ingest.builders.trees`), parents built and stored before their children.
 
     Attributes:
         key: this record's name in the ingest (``<file path>`` for a file's first record,
@@ -168,7 +168,7 @@ class ParsedTrajectory:
     created_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     fidelity_gaps: dict[str, str] = field(default_factory=dict)
-    lineage: Lineage | None = None
+    lineage: ParsedLineage | None = None
     read_files: tuple[str, ...] = ()
 
 
@@ -217,7 +217,7 @@ class EngineSegment:
 class ExportedFields:
     """What a trajstore export kept of a stored row beside its token ids (``traj export --to
     atif``: the root ``extra.trajstore``), put back as stored so that re-ingesting the export gives
-    the same row (:func:`~trajstore.ingest.build_engine.rollout_to_trajectories`).
+    the same row (:func:`~trajstore.ingest.builders.engine.rollout_to_trajectories`).
 
     Attributes:
         trajectory_id: the stored id (kept instead of a derived one, so the lineage ids still point
@@ -312,7 +312,7 @@ class Problem:
 class StoredRow:
     """A row of a trajectory Parquet file written elsewhere (schema v1 or v2), already checked
     by ``traj validate``'s rules and converted to the current schema: stored as it is, never
-    rebuilt or re-tokenized (:mod:`~trajstore.ingest.trajstore_parquet`).
+    rebuilt or re-tokenized (:mod:`~trajstore.ingest.formats.trajstore_parquet`).
 
     Attributes:
         trajectory: the row as the SDK's trajectory (token ids, log-probs, spans, ids as given).

@@ -30,22 +30,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI
 
-from trajstore.proxy.auth import ClientAuth
+from trajstore.http.app import http_app
+from trajstore.http.server import Server, serve
+from trajstore.http.sockets import listening_socket
 from trajstore.proxy.calls import chat_completions, completions
 from trajstore.proxy.config import ProxyConfig
 from trajstore.proxy.control import set_policy_version
-from trajstore.proxy.episodes import finish, reward
+from trajstore.proxy.episodes import finish_episode, set_episode_reward
 from trajstore.proxy.info import health, models, stats
+from trajstore.proxy.shutdown import begin_shutdown, shut_down
 from trajstore.proxy.state import ProxyState
 
 
 def create_app(cfg: ProxyConfig) -> FastAPI:
-    """The proxy application for `cfg` (state is built when the server starts)."""
+    """The proxy application for `cfg` (state is built when the server starts; the client token,
+    ``cfg.client_token_env``, is read now)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -56,10 +59,10 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
         try:
             yield
         finally:
-            await st.stop()
+            await shut_down(st)
 
-    app = FastAPI(title="traj proxy", docs_url=None, redoc_url=None, lifespan=lifespan)
-    app.add_middleware(ClientAuth)
+    # /openapi.json stays published, as it always was (the routes' comments are not docstrings for it)
+    app = http_app("traj proxy", token=cfg.client_token(), lifespan=lifespan, openapi=True)
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/proxy/stats", stats, methods=["GET"])
     app.add_api_route("/proxy/policy_version", set_policy_version, methods=["POST"])
@@ -72,8 +75,8 @@ def create_app(cfg: ProxyConfig) -> FastAPI:
         app.add_route(f"/v1/{name}", call, methods=["POST"], include_in_schema=False)
         app.add_route(f"/s/{{session}}/v1/{name}", call, methods=["POST"], include_in_schema=False)
         app.add_route(f"/s/{{session}}/l/{{lineage}}/v1/{name}", call, methods=["POST"], include_in_schema=False)
-    app.add_api_route("/s/{session}/reward", reward, methods=["POST"])
-    app.add_api_route("/s/{session}/finish", finish, methods=["POST"])
+    app.add_api_route("/s/{session}/reward", set_episode_reward, methods=["POST"])
+    app.add_api_route("/s/{session}/finish", finish_episode, methods=["POST"])
     return app
 
 
@@ -84,47 +87,43 @@ every episode, so uvicorn decides about no call: this only bounds closing connec
 that never reads the end of its stream)."""
 
 
-def run_proxy(cfg: ProxyConfig, *, on_ready: Any = None) -> None:
+def _drain_first(app: FastAPI) -> Callable[[Server], bool]:
+    """The stop-signal hook: the proxy's shutdown runs first, with the server still answering (503
+    to new calls, the calls in flight finishing), and tells uvicorn to stop once it is done; a
+    second signal cuts the calls in flight at once. uvicorn's own graceful shutdown would wait for
+    the calls in flight, cancel them at its timeout and only then let the open episodes be
+    written, which a supervisor's SIGKILL often came before."""
+
+    def hook(server: Server) -> bool:
+        st: ProxyState | None = getattr(app.state, "proxy", None)
+        loop = getattr(app.state, "loop", None)
+        if st is None or loop is None:  # not started yet: nothing to write
+            return False
+        loop.call_soon_threadsafe(begin_shutdown, st, lambda: setattr(server, "should_exit", True))
+        return True
+
+    return hook
+
+
+def run_proxy(cfg: ProxyConfig, *, on_ready: Callable[[str, int], object] | None = None) -> None:
     """Serve until SIGINT / SIGTERM; then the proxy takes no new calls, writes open episodes as
     ``aborted`` at once, lets the calls in flight finish for ``cfg.shutdown_grace_s`` and cuts the
-    rest (:meth:`ProxyState.begin_shutdown`), and only then stops the server. A second signal
-    cuts the calls in flight at once.
+    rest (:func:`~trajstore.proxy.shutdown.begin_shutdown`), and only then stops the server. A second signal
+    cuts the calls in flight at once. A SIGTERM ends the process with exit 0 once everything is
+    written.
 
     Args:
         on_ready: called with the bound ``(host, port)`` once the socket listens.
+
+    Raises:
+        PortInUseError: ``cfg.port`` is taken (an ``OSError``).
     """
-    import uvicorn
-
-    from trajstore.proxy.server import listening_socket
-
     logging.basicConfig(level=logging.INFO, format="traj proxy: %(message)s")
     for noisy in ("httpx", "httpcore"):  # one INFO line per upstream request: 0.1-0.2 ms each, on the request path
         logging.getLogger(noisy).setLevel(logging.WARNING)
     app = create_app(cfg)
     sock = listening_socket(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]
-
-    class _Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            # The proxy's shutdown runs first, with the server still answering (503 to new
-            # calls, the calls in flight finishing): uvicorn's own graceful shutdown would wait
-            # for the calls in flight, cancel them at its timeout and only then let the open
-            # episodes be written, which a supervisor's SIGKILL often came before.
-            st: ProxyState | None = getattr(app.state, "proxy", None)
-            loop = getattr(app.state, "loop", None)
-            if st is None or loop is None or self.should_exit:
-                super().handle_exit(sig, frame)
-                return
-            self._captured_signals.append(sig)
-            loop.call_soon_threadsafe(st.begin_shutdown, lambda: setattr(self, "should_exit", True))
-
-    server = _Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=UVICORN_SHUTDOWN_S,
-                                    access_log=False))
     if on_ready is not None:
         on_ready(host, port)
-    # uvicorn re-raises a SIGTERM after its graceful shutdown; with this handler in place that
-    # ends the process normally (exit 0) once everything is written.
-    import signal
-
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    server.run(sockets=[sock])
+    serve(app, sock, graceful_shutdown_s=UVICORN_SHUTDOWN_S, on_stop_signal=_drain_first(app))

@@ -7,17 +7,18 @@ gate), then :func:`~trajstore.proxy.forward.forward` it to the upstream."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from fastapi import Request
 from fastapi.responses import Response
 
+from trajstore.http.errors import error_response
+from trajstore.http.limits import BodyError
+from trajstore.http.openai_fields import RequestFieldError, read_completion_request
 from trajstore.proxy.forward import forward
-from trajstore.proxy.httpio import openai_error, read_limited
-from trajstore.proxy.jsonio import strict_json_loads
 from trajstore.proxy.lineage import LINEAGE_HEADER
-from trajstore.proxy.recorder import check_session_key
-from trajstore.proxy.request import RequestFieldError, check_request
+from trajstore.proxy.shutdown import SHUTTING_DOWN
 from trajstore.proxy.staleness import StalenessOverflow
 from trajstore.proxy.state import ProxyState
 
@@ -29,8 +30,15 @@ HELD_HEADER = "X-Trajstore-Held"
 staleness gate held it before it reached the upstream (``0.000`` = admitted at once), so a client
 can tell waiting for the trainer from the model's own latency."""
 
-SHUTTING_DOWN = ("traj proxy is shutting down (SIGTERM / SIGINT): it takes no new calls; its open episodes are "
-                 "stored as aborted")
+_SAFE_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:=+-]{0,127}$")
+
+
+def check_session_key(key: str) -> str:
+    """A session key as given, or ValueError: letters, digits and ``._:=+-``, at most 128."""
+    if not _SAFE_KEY.match(key or ""):
+        raise ValueError(f"session key {key!r} must be 1-128 letters, digits or ._:=+- (starting with a "
+                         "letter or digit)")
+    return key
 
 
 async def chat_completions(request: Request) -> Response:
@@ -57,30 +65,23 @@ async def handle_call(request: Request, session: str | None, chat: bool) -> Resp
     st: ProxyState = request.app.state.proxy
     cfg = st.cfg
     if st.closing:
-        return openai_error(503, SHUTTING_DOWN, "proxy_shutting_down")
-    raw = await read_limited(request, st.max_request_bytes)
-    if raw is None:
-        return openai_error(413, f"request body larger than {cfg.max_request_mb:g} MiB (--max-request-mb)")
-    try:
-        body = strict_json_loads(raw)
-        if not isinstance(body, dict):
-            raise ValueError("not an object")
-    except ValueError as e:
-        return openai_error(400, f"request body is not a JSON object: {e}")
+        return error_response(503, SHUTTING_DOWN, "proxy_shutting_down")
     try:  # a request the upstream would refuse never reaches it (nor fails the episode)
-        fields = check_request(body, chat=chat)
+        body, fields = await read_completion_request(request, st.max_request_bytes, chat=chat)
+    except BodyError as e:
+        return error_response(e.status, f"{e} (--max-request-mb)" if e.status == 413 else str(e))
     except RequestFieldError as e:
-        return openai_error(400, str(e), param=e.field)
+        return error_response(400, str(e), param=e.field)
     if fields.n not in (None, 1):
-        return openai_error(400, "traj proxy records one choice per call: n must be 1", param="n")
+        return error_response(400, "traj proxy records one choice per call: n must be 1", param="n")
     key = session or request.headers.get("x-trajectory-id")
     try:
         key = check_session_key(key) if key else None
         lineage = _lineage_of(request)
     except ValueError as e:
-        return openai_error(400, str(e))
+        return error_response(400, str(e))
     if key is None and cfg.require_session:
-        return openai_error(400, "no session: use the base URL http://HOST:PORT/s/<session>/v1 or an "
+        return error_response(400, "no session: use the base URL http://HOST:PORT/s/<session>/v1 or an "
                                  "X-Trajectory-Id header (--require-session)")
     ephemeral = key is None
     key = key or f"call-{uuid.uuid4().hex[:16]}"
@@ -93,11 +94,11 @@ async def handle_call(request: Request, session: str | None, chat: bool) -> Resp
                 held = await st.gate.admit()
             except StalenessOverflow as e:
                 st.count_error("staleness_refused")
-                return openai_error(503, str(e), "staleness_limit")
+                return error_response(503, str(e), "staleness_limit")
         if st.closing:  # the shutdown began while the gate held it
             if st.gate is not None:
                 st.gate.release()
-            return openai_error(503, SHUTTING_DOWN, "proxy_shutting_down")
+            return error_response(503, SHUTTING_DOWN, "proxy_shutting_down")
         evicted = st.take_evicted(key)
         s = st.recorder.open(key, prompt_id=request.headers.get("x-prompt-id"),
                              group_id=request.headers.get("x-group-id"), evicted=evicted)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from trajstore.http.limits import DEFAULT_MAX_REQUEST_MB
+from trajstore.proxy.upstream import UpstreamDialect
 
 DEFAULT_UPSTREAM_KEY_ENV = "TRAJ_UPSTREAM_API_KEY"
 DEFAULT_CLIENT_TOKEN_ENV = "TRAJ_PROXY_TOKEN"
@@ -35,7 +39,7 @@ class ProxyConfig(BaseModel):
     store: str = Field(description="store URI the trajectories are written to")
     host: str = Field("127.0.0.1", description="interface to bind (loopback by default)")
     port: int = Field(8100, ge=0, le=65535, description="TCP port (0 = any free port)")
-    engine: Literal["vllm", "sglang"] = Field("vllm", description="the upstream's request/response dialect "
+    engine: UpstreamDialect = Field("vllm", description="the upstream's request/response dialect "
                                                                   "(traj serve speaks vllm)")
     tokenizer: str | None = Field(None, description="tokenizer name recorded with every trajectory (must equal "
                                                     "the trainer's; default: the response's model name)")
@@ -53,7 +57,7 @@ class ProxyConfig(BaseModel):
     shutdown_grace_s: float = Field(GRACEFUL_SHUTDOWN_S, ge=0, description="after SIGTERM / SIGINT, once open "
                                     "episodes are written, calls in flight may finish for this long before the "
                                     "proxy cuts them with an error (s)")
-    max_request_mb: float = Field(32.0, gt=0, description="largest accepted request body (MiB)")
+    max_request_mb: float = Field(DEFAULT_MAX_REQUEST_MB, gt=0, description="largest accepted request body (MiB)")
     upstream_key_env: str = Field(DEFAULT_UPSTREAM_KEY_ENV, description="environment variable holding the "
                                   "upstream's API key (sent as a bearer token; never logged or stored)")
     client_token_env: str = Field(DEFAULT_CLIENT_TOKEN_ENV, description="environment variable holding the token "
@@ -87,3 +91,7 @@ class ProxyConfig(BaseModel):
         if not v.startswith(("http://", "https://")):
             raise ValueError(f"upstream must be an http(s) URL, got {v!r}")
         return v.removesuffix("/v1")
+
+    def client_token(self) -> str | None:
+        """The token clients must send (the value of ``client_token_env``), or None: no client auth."""
+        return os.environ.get(self.client_token_env) or None

@@ -9,7 +9,9 @@ import logging
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from trajstore.proxy.httpio import openai_error, read_json_object
+from trajstore.http.errors import error_response
+from trajstore.http.json_body import read_json_object
+from trajstore.http.limits import BodyError
 from trajstore.proxy.state import ProxyState
 
 log = logging.getLogger("trajstore.proxy")
@@ -17,12 +19,16 @@ log = logging.getLogger("trajstore.proxy")
 
 async def set_policy_version(request: Request) -> JSONResponse:
     st: ProxyState = request.app.state.proxy
-    body = await read_json_object(request, st.max_request_bytes)
-    v = None if body is None else body.get("version")
+    try:
+        v = (await read_json_object(request, st.max_request_bytes)).get("version")
+    except BodyError as e:
+        if e.status != 400:
+            return error_response(e.status, str(e))
+        v = None  # answered below, with the body it must have
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        return openai_error(400, 'body must be {"version": <integer >= 0>}', param="version")
+        return error_response(400, 'body must be {"version": <integer >= 0>}', param="version")
     if st.sync is not None:
-        return openai_error(409, f"weight sync (--follow-run {st.cfg.follow_run}) sets the version: the proxy "
+        return error_response(409, f"weight sync (--follow-run {st.cfg.follow_run}) sets the version: the proxy "
                                  "loads each published one itself", "conflict")
     before = st.versioning.version
     st.versioning.loaded(v, "manual")

@@ -15,9 +15,11 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from trajstore.errors import TrajstoreError
-from trajstore.proxy.calls import SHUTTING_DOWN
-from trajstore.proxy.httpio import openai_error, read_json_object
+from trajstore.http.errors import error_response
+from trajstore.http.json_body import read_json_object
+from trajstore.http.limits import BodyError
 from trajstore.proxy.recorder import RESERVED_METADATA_KEYS
+from trajstore.proxy.shutdown import SHUTTING_DOWN
 from trajstore.proxy.state import ProxyState
 from trajstore.schema import STATUSES  # a client may end an episode with any stored status
 
@@ -26,14 +28,19 @@ log = logging.getLogger("trajstore.proxy")
 # The routes below have comments, not docstrings: FastAPI would publish a docstring in /openapi.json.
 
 
-async def reward(request: Request, session: str) -> JSONResponse:
+async def set_episode_reward(request: Request, session: str) -> JSONResponse:
     st: ProxyState = request.app.state.proxy
     if st.closing:
-        return openai_error(503, SHUTTING_DOWN + "; this reward is not applied", "proxy_shutting_down")
-    body = await read_json_object(request, st.max_request_bytes)
-    r = None if body is None else body.get("reward")
+        return error_response(503, SHUTTING_DOWN + "; this reward is not applied", "proxy_shutting_down")
+    try:
+        body = await read_json_object(request, st.max_request_bytes)
+    except BodyError as e:
+        if e.status != 400:
+            return error_response(e.status, str(e))
+        body = {}  # answered below, with the body it must have
+    r = body.get("reward")
     if not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r):
-        return openai_error(400, "body must be {\"reward\": <finite number>, \"raw\": <any, optional>}")
+        return error_response(400, "body must be {\"reward\": <finite number>, \"raw\": <any, optional>}")
     s = st.recorder.sessions.get(session)
     if s is None:
         return _no_session(st, session)
@@ -45,46 +52,46 @@ async def reward(request: Request, session: str) -> JSONResponse:
 def _no_session(st: ProxyState, session: str) -> JSONResponse:
     ev = st.evicted.get(session)
     if ev is not None:
-        return openai_error(404, f"no open session {session!r}: it was evicted after {st.cfg.session_timeout_s:g} s "
+        return error_response(404, f"no open session {session!r}: it was evicted after {st.cfg.session_timeout_s:g} s "
                                  f"without a call (--session-timeout) and its trajectories {ev.trajectory_ids} are "
                                  "stored as aborted; a call under this key would continue the episode")
-    return openai_error(404, f"no open session {session!r} (a session opens with its first call)")
+    return error_response(404, f"no open session {session!r} (a session opens with its first call)")
 
 
 # /finish: check the body, set the reward, wait (at most --finish-wait) for the session's calls
 # in flight or being recorded, then end the episode through ProxyState.end_session: aborted when
 # calls are still in flight (each one answered later is stored as a continuation part).
-async def finish(request: Request, session: str) -> JSONResponse:
+async def finish_episode(request: Request, session: str) -> JSONResponse:
     st: ProxyState = request.app.state.proxy
     if st.closing:
-        return openai_error(503, SHUTTING_DOWN + "; this episode among them", "proxy_shutting_down")
-    body = await read_json_object(request, st.max_request_bytes)
-    if body is None:
-        return openai_error(400, "body must be a JSON object (strict JSON: no NaN or Infinity, which the store "
-                                 "would refuse after the session had ended)")
+        return error_response(503, SHUTTING_DOWN + "; this episode among them", "proxy_shutting_down")
+    try:
+        body = await read_json_object(request, st.max_request_bytes, empty_is_object=True)
+    except BodyError as e:  # strict JSON: no NaN or Infinity, which the store would refuse after the session ended
+        return error_response(e.status, str(e))
     status = body.get("status", "completed")
     if status not in STATUSES:
-        return openai_error(400, f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+        return error_response(400, f"status must be one of {', '.join(STATUSES)}, got {status!r}")
     meta = body.get("metadata") or {}
     if not isinstance(meta, dict):
-        return openai_error(400, "metadata must be a JSON object")
+        return error_response(400, "metadata must be a JSON object")
     reserved = sorted(set(meta) & RESERVED_METADATA_KEYS)
     if reserved:
-        return openai_error(400, f"metadata keys {reserved} are the proxy's own (reserved: "
+        return error_response(400, f"metadata keys {reserved} are the proxy's own (reserved: "
                                  f"{', '.join(sorted(RESERVED_METADATA_KEYS))})")
     s = st.recorder.sessions.get(session)
     if s is None:
         return _no_session(st, session)
     prompt_id = body.get("prompt_id")
     if prompt_id is not None and not isinstance(prompt_id, str):
-        return openai_error(400, "prompt_id must be a string")
+        return error_response(400, "prompt_id must be a string")
     group_id = body.get("group_id")
     if group_id is not None and not isinstance(group_id, str):
-        return openai_error(400, "group_id must be a string (a GRPO group: rollouts of one prompt)")
+        return error_response(400, "group_id must be a string (a GRPO group: rollouts of one prompt)")
     if "reward" in body:
         r = body["reward"]
         if r is not None and (not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r)):
-            return openai_error(400, f"reward must be a finite number or null, got {r!r}")
+            return error_response(400, f"reward must be a finite number or null, got {r!r}")
         st.recorder.set_reward(s, None if r is None else float(r), body.get("reward_raw"))
     # a call still waiting for the upstream, streaming its last bytes or being recorded comes first
     if s.in_flight:
@@ -92,9 +99,9 @@ async def finish(request: Request, session: str) -> JSONResponse:
                   st.cfg.finish_wait_s, s.in_flight)
     idle = await s.wait_idle(st.cfg.finish_wait_s)
     if st.closing:
-        return openai_error(503, SHUTTING_DOWN + "; this episode among them", "proxy_shutting_down")
+        return error_response(503, SHUTTING_DOWN + "; this episode among them", "proxy_shutting_down")
     if st.recorder.sessions.get(session) is not s:
-        return openai_error(409, f"session {session!r} ended while /finish waited for its calls")
+        return error_response(409, f"session {session!r} ended while /finish waited for its calls")
     if group_id is not None:
         s.group_id = group_id
     in_flight = 0 if idle else s.in_flight
@@ -106,7 +113,7 @@ async def finish(request: Request, session: str) -> JSONResponse:
         else:
             trajs, final = await st.end_session(session, status, metadata=meta, prompt_id=prompt_id)
     except TrajstoreError as e:
-        return openai_error(500, f"could not write the trajectories: {e}", "store_error")
+        return error_response(500, f"could not write the trajectories: {e}", "store_error")
     return JSONResponse({"session": session, "status": final, "calls_in_flight": in_flight,
                          "evicted_parts": list(s.evicted_ids),
                          "trajectories": [t.trajectory_id for t in trajs],

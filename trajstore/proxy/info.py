@@ -11,8 +11,7 @@ import httpx
 from fastapi import Request
 from fastapi.responses import Response
 
-from trajstore.proxy.auth import upstream_auth_headers
-from trajstore.proxy.httpio import openai_error
+from trajstore.http.errors import error_response
 from trajstore.proxy.state import ProxyState
 
 
@@ -43,9 +42,9 @@ async def stats(request: Request) -> dict[str, Any]:
 
 async def models(request: Request) -> Response:
     st: ProxyState = request.app.state.proxy
-    headers = upstream_auth_headers(st, request)
+    headers = st.upstream_auth(request.headers)
     try:
         r = await st.client.get("/v1/models", headers=headers)
     except httpx.HTTPError as e:
-        return openai_error(502, f"upstream unreachable: {type(e).__name__}", "upstream_error")
+        return error_response(502, f"upstream unreachable: {type(e).__name__}", "upstream_error")
     return Response(r.content, status_code=r.status_code, media_type="application/json")

@@ -58,7 +58,7 @@ LINEAGE_HEADER = "x-lineage-id"
 
 
 @dataclass(eq=False)
-class Part:
+class PendingPart:
     """One trajectory of a lineage, recorded and not yet written.
 
     Attributes:
@@ -78,7 +78,7 @@ class Part:
     parent_id: str | None = None
     fork_point: int | None = None
     link: str | None = None
-    parent: Lineage | None = None
+    parent: SessionLineage | None = None
     parent_calls: int = 0
     covers_action: bool = False
     rerender: bool = False
@@ -97,7 +97,7 @@ class Part:
 
 
 @dataclass(eq=False)
-class Lineage:
+class SessionLineage:
     """One line of context in a session (see the module docstring).
 
     Attributes:
@@ -120,7 +120,7 @@ class Lineage:
     first_action_end: int | None = None
     calls: int = 0
     last_call: int = 0
-    part: Part | None = None
+    part: PendingPart | None = None
     written_id: str | None = None
     resume_change: str | None = None
 
@@ -130,7 +130,7 @@ class Lineage:
         return self.part.builder.trajectory_id if self.part is not None else self.written_id
 
 
-def _rerenders(prompt: np.ndarray, parent: Lineage, n: int) -> bool:
+def _rerenders(prompt: np.ndarray, parent: SessionLineage, n: int) -> bool:
     """`prompt`, sharing `n` tokens with `parent`, keeps its context up to its last action and
     goes on past where they differ: the last reply re-rendered, not a retry."""
     return parent.calls > 0 and len(prompt) > n >= parent.last_action_start
@@ -150,27 +150,27 @@ def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
 
 
 @dataclass
-class Route:
+class CallRoute:
     """Where one call goes (:meth:`LineageSet.route`).
 
     Attributes:
         lineage: the lineage it extends or opens.
         opens: a new trajectory starts with this call (its whole prompt is the prompt span).
-        change, parent, fork_point, link: that trajectory's ``episode.change`` and link (see :class:`Part`).
+        change, parent, fork_point, link: that trajectory's ``episode.change`` and link (see :class:`PendingPart`).
         unmatched: the prompt extends no lineage it could go to (a context break).
         closest: the lineage with the longest common prefix (for an unmatched prompt).
         rerender: the prompt keeps `closest`'s context up to its last action and goes on past
             where it differs (a re-rendered last reply).
     """
 
-    lineage: Lineage
+    lineage: SessionLineage
     opens: bool
     change: str | None = None
-    parent: Lineage | None = None
+    parent: SessionLineage | None = None
     fork_point: int | None = None
     link: str | None = None
     unmatched: bool = False
-    closest: Lineage | None = None
+    closest: SessionLineage | None = None
     rerender: bool = False
 
 
@@ -178,8 +178,8 @@ class Route:
 class LineageSet:
     """The lineages of one session, in creation order, and its trajectories not yet written."""
 
-    lineages: list[Lineage] = field(default_factory=list)
-    pending: list[Part] = field(default_factory=list)
+    lineages: list[SessionLineage] = field(default_factory=list)
+    pending: list[PendingPart] = field(default_factory=list)
     """Trajectories recorded since the last installment, in creation order."""
     parts: int = 0
     """Trajectories opened in the episode so far (written or not)."""
@@ -187,10 +187,10 @@ class LineageSet:
     counted: int = 0
     """Its lineage count when the episode last ended (``/proxy/stats`` ``lineages_per_episode``)."""
 
-    def named(self, name: str) -> Lineage | None:
+    def named(self, name: str) -> SessionLineage | None:
         return next((x for x in self.lineages if x.name == name), None)
 
-    def deepest(self, prompt: np.ndarray) -> Lineage | None:
+    def deepest(self, prompt: np.ndarray) -> SessionLineage | None:
         """The lineage with the most tokens that `prompt` extends (the most recent on a tie)."""
         best = None
         for x in self.lineages:
@@ -199,7 +199,7 @@ class LineageSet:
                 best = x
         return best
 
-    def closest(self, prompt: np.ndarray, *, exclude: Lineage | None = None) -> tuple[Lineage | None, int]:
+    def closest(self, prompt: np.ndarray, *, exclude: SessionLineage | None = None) -> tuple[SessionLineage | None, int]:
         """The lineage sharing the longest prefix with `prompt` (the most recent on a tie) and that length."""
         best, best_n = None, -1
         for x in self.lineages:
@@ -210,46 +210,49 @@ class LineageSet:
                 best, best_n = x, n
         return best, max(best_n, 0)
 
-    def route(self, prompt: np.ndarray, name: str | None) -> Route:
+    def route(self, prompt: np.ndarray, name: str | None) -> CallRoute:
         """Where a call with these prompt ids (and explicit lineage `name`, or None) goes; nothing
         changes until :meth:`open` / :meth:`extend`."""
         if name is not None:
             x = self.named(name)
             if x is None:
                 parent, n = self.closest(prompt)
-                return Route(Lineage(name), True, NEW_LINEAGE if parent else None, parent, n if parent else None,
-                             SUBAGENT if parent else None)
+                if parent is None:  # the session's first lineage: the root
+                    return CallRoute(SessionLineage(name), opens=True)
+                return CallRoute(SessionLineage(name), opens=True, change=NEW_LINEAGE, parent=parent, fork_point=n,
+                                 link=SUBAGENT)
             if extends(prompt, x.tokens):
                 return self._attach(x)
             # its own context was rewritten: its calls go to the new trajectory, so the old one never goes on
             n = common_prefix(prompt, x.tokens)
             covers = x.first_action_end is not None and n >= x.first_action_end
             link = FORK if covers and not _rerenders(prompt, x, n) else CONTEXT_REWRITE
-            return Route(x, True, ENGINE_PROMPT, x, n, link, unmatched=True, closest=x)
+            return CallRoute(x, opens=True, change=ENGINE_PROMPT, parent=x, fork_point=n, link=link, unmatched=True,
+                             closest=x)
         x = self.deepest(prompt)
         if x is not None:
             return self._attach(x)
         if not self.lineages:
-            return Route(Lineage(None), True)
+            return CallRoute(SessionLineage(None), opens=True)
         parent, n = self.closest(prompt)
         assert parent is not None
-        return Route(Lineage(None), True, ENGINE_PROMPT, parent, n, None, unmatched=True, closest=parent,
-                     rerender=_rerenders(prompt, parent, n))
+        return CallRoute(SessionLineage(None), opens=True, change=ENGINE_PROMPT, parent=parent, fork_point=n,
+                         unmatched=True, closest=parent, rerender=_rerenders(prompt, parent, n))
 
     @staticmethod
-    def _attach(x: Lineage) -> Route:
+    def _attach(x: SessionLineage) -> CallRoute:
         if x.part is not None:
-            return Route(x, False)
+            return CallRoute(x, opens=False)
         # its last trajectory is written (an installment): a continuation with the whole context as prompt
-        return Route(x, True, x.resume_change, x, len(x.tokens), CONTINUATION)
+        return CallRoute(x, opens=True, change=x.resume_change, parent=x, fork_point=len(x.tokens), link=CONTINUATION)
 
-    def open(self, r: Route, builder: TrajectoryBuilder) -> Part:
+    def open(self, r: CallRoute, builder: TrajectoryBuilder) -> PendingPart:
         """Start the trajectory `r` opens (`builder` holds nothing yet) and register its lineage."""
         self.parts += 1
         parent_id = r.parent.head_id if r.parent is not None else None
         fork_point = r.fork_point if parent_id is not None else None
-        part = Part(builder, self.parts, r.change, parent_id, fork_point, r.link, r.parent,
-                    r.parent.calls if r.parent is not None else 0)
+        part = PendingPart(builder, number=self.parts, change=r.change, parent_id=parent_id, fork_point=fork_point,
+                           link=r.link, parent=r.parent, parent_calls=r.parent.calls if r.parent is not None else 0)
         x = r.lineage
         if r.parent is not None and fork_point is not None:
             # the parent's actions inside the shared prefix are actions of this context too
@@ -263,7 +266,7 @@ class LineageSet:
         self.pending.append(part)
         return part
 
-    def extend(self, x: Lineage, prompt: np.ndarray, sampled: np.ndarray) -> None:
+    def extend(self, x: SessionLineage, prompt: np.ndarray, sampled: np.ndarray) -> None:
         """Record that lineage `x` got a call: its tokens become `prompt` + `sampled`."""
         self.calls += 1
         start = len(prompt)
@@ -274,7 +277,7 @@ class LineageSet:
         x.calls += 1
         x.last_call = self.calls
 
-    def written(self, resume_change: str | None) -> list[Part]:
+    def written(self, resume_change: str | None) -> list[PendingPart]:
         """The pending trajectories, now written: each lineage remembers its last one's id, and its
         next call opens a continuation (``episode.change`` = `resume_change`)."""
         out, self.pending = self.pending, []

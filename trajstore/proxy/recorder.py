@@ -12,7 +12,7 @@ episode ends (``/finish``, idle timeout, shutdown) with the episode's reward and
 with ``episode_id`` = the session's episode id and its lineage link.
 
 An episode split into several trajectories is also linked as ingest links one
-(:func:`trajstore.ingest.build_chat.conversation_to_trajectories`): every part carries metadata
+(:func:`trajstore.ingest.builders.conversation.conversation_to_trajectories`): every part carries metadata
 ``episode = {"id", "part", "parts", "change"}`` (``part`` counts from 1 in the order the parts
 opened; ``change`` is None for the first part, ``engine-prompt`` for a prompt that extended no
 lineage, ingest's name for a new engine prompt after an action: the proxy sees the ids the server
@@ -44,7 +44,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 import uuid
 from collections import Counter
@@ -55,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from trajstore.builder import TrajectoryBuilder
+from trajstore.errors import AdapterError
 from trajstore.models import Trajectory
 from trajstore.proxy.lineage import LineageSet, common_prefix
 from trajstore.proxy.upstream import CallResult
@@ -74,17 +74,6 @@ AFTER_SHUTDOWN_FLUSH = "after-shutdown-flush"
 
 DEFAULT_FINISH_BATCH_MAX = 512
 """Trajectories waiting for a flush that end a group commit's window at once."""
-
-_SAFE_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:=+-]{0,127}$")
-
-
-def check_session_key(key: str) -> str:
-    """A session key as given, or ValueError: letters, digits and ``._:=+-``, at most 128."""
-    if not _SAFE_KEY.match(key or ""):
-        raise ValueError(f"session key {key!r} must be 1-128 letters, digits or ._:=+- (starting with a "
-                         "letter or digit)")
-    return key
-
 
 @dataclass
 class VersionedSlice:
@@ -201,11 +190,6 @@ class Session:
         """``<session key>.<random>``: the trajectories' id prefix and metadata ``episode.id``."""
         return f"{self.key}.{self.episode}"
 
-    @property
-    def num_trajectories(self) -> int:
-        """Trajectories recorded since the last installment (not yet written)."""
-        return len(self.lineages.pending)
-
     def mark(self, taint: str, error: str) -> None:
         """Record an error; the episode can no longer end ``completed`` or ``truncated``
         (``failed`` for upstream errors wins over ``aborted`` for client disconnects)."""
@@ -301,8 +285,6 @@ class Recorder:
         Raises:
             AdapterError: the upstream gave no prompt token ids.
         """
-        from trajstore.errors import AdapterError
-
         a = call.action
         if a.prompt_token_ids is None:
             raise AdapterError("the upstream returned no prompt_token_ids, so the observation between calls "

@@ -1,22 +1,24 @@
 """How ``traj proxy`` stops (SIGTERM, SIGINT): it takes no new calls (503), makes every open
 episode's recorded calls durable at once (written as ``aborted``), then lets the calls in flight
 finish for up to ``--shutdown-grace`` seconds, storing those answered after the flush as
-continuation parts, and cuts the rest itself with an error the client sees (:func:`drain`).
-:class:`InFlightCall` is one call between its start and the end of its recording."""
+continuation parts, and cuts the rest itself with an error the client sees: :func:`begin_shutdown`
+runs :func:`drain`, :func:`shut_down` ends the server's state (its lifespan's end)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from trajstore.proxy.recorder import AFTER_SHUTDOWN_FLUSH, Session
-
-if TYPE_CHECKING:
-    from trajstore.proxy.state import ProxyState
+from trajstore.proxy.recorder import AFTER_SHUTDOWN_FLUSH
+from trajstore.proxy.state import ProxyState
 
 log = logging.getLogger("trajstore.proxy")
+
+SHUTTING_DOWN = ("traj proxy is shutting down (SIGTERM / SIGINT): it takes no new calls; its open episodes are "
+                 "stored as aborted")
+"""What a call, a reward or a /finish that comes after the stop signal is told (503)."""
 
 SHUTDOWN_REASON = "proxy shutting down"
 """``end_reason`` of every episode the shutdown writes."""
@@ -36,56 +38,42 @@ def cut_message(grace_s: float, *, partial: bool = False) -> str:
                                                           "abort)" if partial else "nothing of it is stored"))
 
 
-class InFlightCall:
-    """One model call from its start to the end of its recording (or failure).
+def begin_shutdown(st: ProxyState, on_drained: Callable[[], None] | None = None) -> None:
+    """SIGINT / SIGTERM arrived (call it on the event loop): new calls are refused (503) from
+    now on, episodes held by the staleness gate too, and :func:`drain` runs; `on_drained` is
+    called when it is done (the server may then stop). A second call cuts the calls in flight at
+    once instead of at the end of ``--shutdown-grace``."""
+    if st.shutdown is not None:
+        st.cut_now.set()
+        return
+    st.closing = True
+    if st.gate is not None:
+        st.gate.closing = True
 
-    Attributes:
-        session: its episode (the call counts in ``session.in_flight`` while it is registered).
-        task: the request's task, cancelled to cut a call that waits for the upstream.
-        waiting: True while it waits for the upstream's answer (or for a drain-mode reload).
-        stop_relay: while a stream is relayed: stops reading the upstream (the relay then sends
-            the client an error event).
-        answered: the upstream's answer is complete (its recording is under way: never cut).
-        cut: the shutdown cut it.
-        lineage: the lineage the client named for it (``X-Lineage-Id`` or the URL), or None.
-    """
+    async def run() -> None:
+        try:
+            for t in st.tasks:  # no eviction, no reload, no polling during the drain
+                t.cancel()
+            for t in st.tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+            await drain(st, st.cfg.shutdown_grace_s, st.cut_now)
+        finally:
+            if on_drained is not None:
+                on_drained()
 
-    __slots__ = ("session", "task", "waiting", "stop_relay", "answered", "cut", "lineage", "_registry", "_ended")
+    st.shutdown = asyncio.get_running_loop().create_task(run())
 
-    def __init__(self, session: Session, registry: set[InFlightCall]):
-        self.session = session
-        self.task = asyncio.current_task()
-        self.waiting = False
-        self.stop_relay: Callable[[], object] | None = None
-        self.answered = False
-        self.cut = False
-        self.lineage: str | None = None
-        self._registry = registry
-        self._ended = False
-        registry.add(self)
-        session.begin()
 
-    def end(self) -> None:
-        """The call is answered and recorded, or failed (idempotent)."""
-        if not self._ended:
-            self._ended = True
-            self._registry.discard(self)
-            self.session.end()
-
-    def cut_now(self) -> bool:
-        """Cut the call if it can be (it waits for the upstream, or its stream is being relayed);
-        the client then gets an error from the proxy. True when cut."""
-        if self.cut or self.answered:
-            return False
-        if self.stop_relay is not None:
-            self.cut = True
-            self.stop_relay()
-            return True
-        if self.waiting and self.task is not None:
-            self.cut = True
-            self.task.cancel(msg="cut at the shutdown deadline")
-            return True
-        return False
+async def shut_down(st: ProxyState) -> None:
+    """At the lifespan's end: the drain if no signal began it (an in-process server), then the
+    state closes (:meth:`ProxyState.close`)."""
+    if st.shutdown is None:
+        begin_shutdown(st)
+    assert st.shutdown is not None
+    with contextlib.suppress(Exception):
+        await st.shutdown
+    await st.close()
 
 
 async def drain(st: ProxyState, grace_s: float, cut_now: asyncio.Event) -> None:

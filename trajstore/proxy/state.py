@@ -6,12 +6,11 @@ sync, the upstream client, and the episode lifecycle: idle eviction (continued b
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import httpx
@@ -19,12 +18,13 @@ import httpx
 from trajstore.errors import AdapterError, TrajstoreError
 from trajstore.models import Trajectory
 from trajstore.proxy.config import ProxyConfig
+from trajstore.proxy.inflight import InFlightCall
 from trajstore.proxy.recorder import AFTER_FINISH, Evicted, Recorder, Session
-from trajstore.proxy.shutdown import InFlightCall, drain
 from trajstore.proxy.staleness import GATE_POLL_S, StalenessGate
 from trajstore.proxy.sync import ModelPathWatch, Ticket, Versioning, WeightSync
 from trajstore.proxy.upstream import parse_version, read_call
 from trajstore.proxy.version_labels import label_versions
+from trajstore.redact import Redactor
 from trajstore.run_config import RunConfigError, run_batch_size
 from trajstore.store import open_store
 from trajstore.writer import StoreWriter
@@ -48,8 +48,6 @@ def redactor_for(cfg: ProxyConfig) -> Callable[[Trajectory], Trajectory] | None:
     """
     if not cfg.redact:
         return None
-    from trajstore.redact import Redactor
-
     if cfg.tokenizer is None:
         raise TrajstoreError("--redact needs --tokenizer NAME: secrets are found in the text the recorded token ids "
                              "decode to")
@@ -86,7 +84,7 @@ class ProxyState:
         self.policy_store = open_store(cfg.policy_store) if cfg.policy_store else self.store
         key = os.environ.get(cfg.upstream_key_env)
         self.upstream_headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.client_token = os.environ.get(cfg.client_token_env) or None
+        self.client_token = cfg.client_token()
         self.client = httpx.AsyncClient(base_url=cfg.upstream, timeout=httpx.Timeout(cfg.upstream_timeout_s),
                                         limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256,
                                                             keepalive_expiry=UPSTREAM_KEEPALIVE_S))
@@ -127,8 +125,10 @@ class ProxyState:
         self.closing = False
         self.flushed = False
         """The shutdown flush is written: calls recorded from now on are counted as after it."""
-        self._shutdown: asyncio.Task[None] | None = None
-        self._cut_now = asyncio.Event()
+        self.shutdown: asyncio.Task[None] | None = None
+        """The shutdown's drain once a stop signal began it (:mod:`~trajstore.proxy.shutdown`)."""
+        self.cut_now = asyncio.Event()
+        """Set by a second stop signal: the drain cuts the calls in flight at once."""
         self._background: set[asyncio.Task[Any]] = set()
 
     def _run_batch_size(self) -> int:
@@ -137,6 +137,14 @@ class ProxyState:
         except RunConfigError as e:
             raise TrajstoreError(f"--max-staleness needs the trainer's batch size: pass --batch-size, or start "
                                  f"the trainer first ({e})") from None
+
+    def upstream_auth(self, request_headers: Mapping[str, str]) -> dict[str, str]:
+        """The Authorization header for the upstream: the configured upstream key; without one, a
+        client's own Authorization header goes upstream (unless it is the proxy's token)."""
+        if self.upstream_headers:
+            return self.upstream_headers
+        got = request_headers.get("authorization")
+        return {"Authorization": got} if got and not self.client_token else {}
 
     def count_error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
@@ -154,9 +162,15 @@ class ProxyState:
             self.tasks.append(asyncio.create_task(self.model_path.run()))
         self.tasks.append(asyncio.create_task(self._reaper()))
 
-    def start_call(self, s: Session) -> InFlightCall:
-        """A model call of session `s` starts; it is in flight until ``.end()``."""
-        return InFlightCall(s, self.calls)
+    async def release(self, call: InFlightCall) -> None:
+        """A call (:class:`InFlightCall`, registered in :attr:`calls`) that will not be recorded (it
+        failed, was cut, or its client left) ends here;
+        an answered one is ended by its recording. A call without a session ends its episode."""
+        if call.answered:
+            return
+        call.end()
+        if call.ephemeral:
+            await self.end_session(call.session.key, "completed")
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -255,13 +269,12 @@ class ProxyState:
                         ", ".join(str(t.metadata["episode"]["part"]) for t in trajs),
                         s.episode_id)
 
-    def record_later(self, call: InFlightCall, data: dict[str, Any], body: dict[str, Any], chat: bool,
-                     ticket: Ticket, obs: tuple[str | None, str | None], ephemeral: bool) -> asyncio.Task[None]:
-        """Record an answered call in a task of its own, off the client's path (parsing the ids
-        and log-probs takes about a millisecond per call); a session's calls are recorded in
-        order, and the call counts as in flight (``/finish`` waits) until it is recorded. A call
-        without a session is its own episode: the caller awaits the task, so that the
-        trajectory is durable when the answer goes out."""
+    def record_later(self, call: InFlightCall, data: dict[str, Any]) -> asyncio.Task[None]:
+        """Record answered `call` (`data`: the upstream's answer, a stream accumulated) in a task of
+        its own, off the client's path (parsing the ids and log-probs takes about a millisecond
+        per call); a session's calls are recorded in order, and the call counts as in flight
+        (``/finish`` waits) until it is recorded. A call without a session is its own episode:
+        the caller awaits the task, so that the trajectory is durable when the answer goes out."""
         s = call.session
         call.answered = True
         end = Ticket(self.versioning.version, self.versioning.epoch)
@@ -272,11 +285,11 @@ class ProxyState:
             try:
                 if prev is not None:
                     await asyncio.wait([prev])
-                if await self.record(s, data, body, chat, ticket, end, obs, call.lineage) and after_flush:
+                if await self._record(call, data, end) and after_flush:
                     self.recorder.stats["calls_after_shutdown_flush"] += 1
             finally:
                 call.end()
-                if ephemeral:
+                if call.ephemeral:
                     await self.end_session(s.key, "completed")
 
         task = asyncio.create_task(run())
@@ -285,21 +298,24 @@ class ProxyState:
         task.add_done_callback(self.recordings.discard)
         return task
 
-    async def record(self, s: Session, data: dict[str, Any], body: dict[str, Any], chat: bool, ticket: Ticket,
-                     end: Ticket, obs: tuple[str | None, str | None], lineage: str | None = None) -> bool:
-        """Append one answered call to its session (True), to the lineage the client named
-        (`lineage`) or the one its prompt extends; a call that cannot be recorded fails the
-        episode (False)."""
+    async def _record(self, call: InFlightCall, data: dict[str, Any], end: Ticket) -> bool:
+        """Append answered `call` to its session (True), to the lineage the client named or the
+        one its prompt extends, its actions labelled with the versions between its start and
+        `end`; a call that cannot be recorded fails the episode (False)."""
+        s = call.session
         try:
-            call = read_call(data, body)
-            if call.reported_version is not None or call.version_spans:
+            result = read_call(data, call.body)
+            if result.reported_version is not None or result.version_spans:
                 self.upstream_reports_version = True
-            slices = label_versions(call, ticket, end, self.cfg.policy_version)
-            if not self._version_warned and parse_version(call.reported_version) is None and not call.version_spans:
+            assert call.ticket is not None  # answered calls went through the versioning
+            slices = label_versions(result, call.ticket, end, self.cfg.policy_version)
+            if not self._version_warned and parse_version(result.reported_version) is None \
+                    and not result.version_spans:
                 self._warn_unknown_version(slices[0].version)
+            role, cause = call.observation
             async with s.lock:
-                self.recorder.record(s, call, slices, observation_role=obs[0] or "tool", observation_cause=obs[1],
-                                     lineage=lineage)
+                self.recorder.record(s, result, slices, observation_role=role or "tool", observation_cause=cause,
+                                     lineage=call.lineage)
             if s.late:
                 self.recorder.stats["late_calls"] += 1
         except (AdapterError, TrajstoreError, ValueError) as e:
@@ -319,40 +335,9 @@ class ProxyState:
                     "published version (.../policies/<run>/v<N>); after reloading it by hand, POST "
                     "/proxy/policy_version {\"version\": N}, or let the proxy reload it (--follow-run RUN)", version)
 
-    def begin_shutdown(self, on_drained: Callable[[], None] | None = None) -> None:
-        """SIGINT / SIGTERM arrived (call it on the event loop): new calls are refused (503) from
-        now on, episodes held by the staleness gate too, and :func:`~trajstore.proxy.shutdown.drain`
-        runs; `on_drained` is called when it is done (the server may then stop). A second call
-        cuts the calls in flight at once instead of at the end of ``--shutdown-grace``."""
-        if self._shutdown is not None:
-            self._cut_now.set()
-            return
-        self.closing = True
-        if self.gate is not None:
-            self.gate.closing = True
-
-        async def run() -> None:
-            try:
-                for t in self.tasks:  # no eviction, no reload, no polling during the drain
-                    t.cancel()
-                for t in self.tasks:
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await t
-                await drain(self, self.cfg.shutdown_grace_s, self._cut_now)
-            finally:
-                if on_drained is not None:
-                    on_drained()
-
-        self._shutdown = asyncio.get_running_loop().create_task(run())
-
-    async def stop(self) -> None:
-        """At the lifespan's end: the shutdown's drain if no signal began it (an in-process
-        server), then close the writer and the client."""
-        if self._shutdown is None:
-            self.begin_shutdown()
-        assert self._shutdown is not None
-        with contextlib.suppress(Exception):
-            await self._shutdown
+    async def close(self) -> None:
+        """At the lifespan's end, after the shutdown's drain: the background writes, then the
+        writer and the upstream client."""
         if self._background:
             await asyncio.wait(list(self._background), timeout=5)
         await asyncio.to_thread(self.writer.close)

@@ -223,33 +223,3 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
         return StreamingResponse(events(), media_type="text/event-stream")
 
     return app
-
-
-class ServerThread:
-    """Run an ASGI app with uvicorn on 127.0.0.1 in a daemon thread; ``with`` stops it."""
-
-    def __init__(self, app: Any, port: int = 0):
-        import uvicorn
-
-        from trajstore.proxy.server import listening_socket
-
-        self.sock = listening_socket("127.0.0.1", port, backlog=1024)
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-        self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("server did not start within 30 s")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        self.sock.close()

@@ -13,7 +13,9 @@ Two dialects (``--engine``):
   each non-streamed response in ``metadata.weight_version``.
 
 Fields the proxy added to a request are removed from what the client gets back; the client
-sees the response it would have seen without the proxy.
+sees the response it would have seen without the proxy. The upstream's JSON goes through orjson
+(:func:`fast_loads`, :func:`fast_dumps`); what clients send is read strictly first
+(:mod:`trajstore.http.json_body`).
 """
 
 from __future__ import annotations
@@ -23,10 +25,31 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
+
 from trajstore.adapters import ActionCall, action_from_openai_completion
 
-Engine = Literal["vllm", "sglang"]
-ENGINES: tuple[str, ...] = ("vllm", "sglang")
+UpstreamDialect = Literal["vllm", "sglang"]
+"""The upstream's request/response dialect (``traj proxy --engine``; ``traj serve`` speaks vLLM's)."""
+
+
+def fast_loads(raw: bytes) -> Any:
+    """Parse an upstream's JSON: orjson (about 4x faster than ``json`` on a response with ids and
+    log-probs), else the standard library, which also reads NaN, Infinity and integers beyond
+    64 bits (an upstream may send them; the recorder decides what they mean)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
+def fast_dumps(obj: Any) -> bytes:
+    """Compact JSON bytes (orjson; the standard library for what orjson cannot write, e.g. an
+    integer beyond 64 bits a client passed through)."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 @dataclass
@@ -49,7 +72,7 @@ class Augmented:
     stream_upstream: bool
 
 
-def augment(body: dict[str, Any], *, chat: bool, engine: Engine) -> Augmented:
+def augment(body: dict[str, Any], *, chat: bool, engine: UpstreamDialect) -> Augmented:
     """The upstream request for a client request: token ids and log-probs switched on."""
     out = dict(body)
     added_ids = not out.get("return_token_ids")

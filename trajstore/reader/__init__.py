@@ -9,21 +9,18 @@ with a :class:`~trajstore.store.CorruptShardWarning` naming them (``strict=True`
 ``trajectory_id`` s resolve deterministically: the first copy in arrival order (shard name,
 then row) wins; :func:`count_duplicates` says how many copies were dropped.
 
-This package re-exports the public names of its modules: ``read`` (eager ``read_*``), ``scan``
-(lazy ``scan_*``), ``batches`` (``iter_batches``), ``by_id``, ``summary`` and ``files``.
+This package re-exports the public names of its modules: ``read`` (eager ``read_*``),
+``shard_tables`` (``read_shard``), ``scan`` (lazy ``scan_*``), ``batches`` (``iter_batches``),
+``row_groups`` (``iter_shard_tables``), ``by_id``, ``summary`` and ``files``.
 """
 
-from trajstore.reader.batches import (
-    TrajectoryBatch,
-    batch_from_table,
-    iter_batches,
-    iter_shard_batches,
-    iter_shard_tables,
-)
+from trajstore.reader.batches import TrajectoryBatch, batch_from_table, iter_batches, iter_shard_batches
 from trajstore.reader.by_id import read_trajectories_by_id
 from trajstore.reader.files import StoreLike, file_version, version_runs
-from trajstore.reader.read import count_duplicates, read_shard, read_trajectories
+from trajstore.reader.read import count_duplicates, read_trajectories
+from trajstore.reader.row_groups import iter_shard_tables
 from trajstore.reader.scan import scan_trajectories
+from trajstore.reader.shard_tables import read_shard
 from trajstore.reader.summary import StoreSummary, summarize_store
 
 __all__ = [

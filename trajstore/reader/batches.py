@@ -1,36 +1,25 @@
 """Streaming for the trainer: :func:`iter_batches` yields one Parquet row group at a time as a
 :class:`TrajectoryBatch` of flat numpy arrays (tokens, log-probs, spans), so memory is bounded
-by a few row groups (the one handed out and :data:`READAHEAD_ROW_GROUPS` being decoded), not the
-store."""
+by a few row groups (the one handed out and
+:data:`~trajstore.reader.row_groups.READAHEAD_ROW_GROUPS` being decoded), not the store."""
 
 from __future__ import annotations
 
-import threading
-import warnings
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from trajstore.convert import ranges_positions, read_columns, upgrade_table
-from trajstore.errors import CorruptShardError
+from trajstore.convert import ranges_positions
 from trajstore.reader.dedupe import first_copy_mask
-from trajstore.reader.files import StoreLike, as_store, file_version, gone
-from trajstore.schema import ACTION_LOGPROBS_COLUMN, SPAN_KIND_CODES, TRAJECTORY_SCHEMA
-from trajstore.store import CorruptShardWarning, ShardInfo, Store
-from trajstore.store.encoding import VERIFY_PAGE_CHECKSUMS
-
-READAHEAD_ROW_GROUPS = 2
-"""Row groups of a local shard decoded ahead, in worker threads, while the caller handles the
-current one: a row group's decode is one thread per column and the token column dominates, so
-this is what lets a stream use more than one core. Memory holds up to this many row groups more
-(each about ``ROW_GROUP_TARGET_MB`` uncompressed). 0 decodes in order in the calling thread."""
+from trajstore.reader.files import StoreLike, as_store, skip_or_raise
+from trajstore.reader.planned import iter_planned_tables
+from trajstore.reader.row_groups import iter_shard_tables
+from trajstore.schema import ACTION_LOGPROBS_COLUMN, SPAN_KIND_CODES
+from trajstore.store import ShardInfo, Store
 
 
 @dataclass
@@ -148,66 +137,6 @@ def batch_from_table(table: pa.Table, *, shard: str = "", row_group: int = -1) -
     )
 
 
-def iter_shard_tables(store: Store, shard: ShardInfo, *, columns: Sequence[str] | None = None
-                      ) -> Iterator[tuple[int, pa.Table]]:
-    """``(row_group, table)`` for each row group of one shard, as schema v3 (`columns` or all;
-    v1 converted, missing nullable columns filled with nulls).
-
-    Raises:
-        OSError, pyarrow.ArrowException: a row group cannot be decoded.
-    """
-    # locally one memory map of the file as it was opened (a migrate may replace it under the
-    # same name meanwhile) that every decoding thread reads; elsewhere one fsspec file, in order
-    fh = store.fs.open(shard.path, "rb") if not store.is_local else pa.memory_map(shard.path)
-    try:
-        pf = pq.ParquetFile(fh, page_checksum_verification=VERIFY_PAGE_CHECKSUMS)
-        present = set(pf.schema_arrow.names)
-        version = file_version(pf, shard)  # not the listing's: a migrate may have rewritten the shard since
-        want = list(columns) if columns is not None else TRAJECTORY_SCHEMA.names
-        read = read_columns(want, version)
-        read = [c for c in read if c in present]
-        if store.is_local and READAHEAD_ROW_GROUPS and pf.num_row_groups > 1:
-            yield from _decode_ahead(fh, pf.num_row_groups, lambda f, rg: upgrade_table(
-                f.read_row_group(rg, columns=read), version, columns=want))
-            return
-        for rg in range(pf.num_row_groups):
-            yield rg, upgrade_table(pf.read_row_group(rg, columns=read), version, columns=want)
-    finally:
-        fh.close()
-
-
-def _decode_ahead(source: pa.MemoryMappedFile, n: int, decode: Callable[[pq.ParquetFile, int], pa.Table]
-                  ) -> Iterator[tuple[int, pa.Table]]:
-    """``(row_group, decode(file, row_group))`` for row groups 0..n-1 in order, while up to
-    :data:`READAHEAD_ROW_GROUPS` following ones are decoded in worker threads (each with its own
-    ``ParquetFile`` over the shared memory map; pyarrow releases the GIL while decoding). An
-    exception surfaces at its row group's turn; closing the iterator early waits for the decodes
-    in flight and starts no more."""
-    local = threading.local()
-
-    def task(rg: int) -> pa.Table:
-        f = getattr(local, "file", None)
-        if f is None:
-            f = local.file = pq.ParquetFile(source, page_checksum_verification=VERIFY_PAGE_CHECKSUMS)
-        return decode(f, rg)
-
-    with ThreadPoolExecutor(READAHEAD_ROW_GROUPS, thread_name_prefix="trajstore-decode") as ex:
-        pending: deque[tuple[int, Future[pa.Table]]] = deque()
-        try:
-            for rg in range(min(n, READAHEAD_ROW_GROUPS + 1)):
-                pending.append((rg, ex.submit(task, rg)))
-            following = len(pending)
-            while pending:
-                rg, fut = pending.popleft()
-                yield rg, fut.result()
-                if following < n:  # the caller is done with rg: one more may be decoded
-                    pending.append((following, ex.submit(task, following)))
-                    following += 1
-        finally:
-            for _, fut in pending:
-                fut.cancel()
-
-
 def iter_shard_batches(store: Store, shard: ShardInfo, *, columns: Sequence[str] | None = None,
                        skip_ids: set[str] | None = None, strict: bool = False) -> Iterator[TrajectoryBatch]:
     """Batches of one shard, one per row group, dropping ids in `skip_ids` (which it extends).
@@ -229,13 +158,7 @@ def iter_shard_batches(store: Store, shard: ShardInfo, *, columns: Sequence[str]
             if table.num_rows:
                 yield batch_from_table(table, shard=shard.path, row_group=rg)
     except (OSError, pa.ArrowException) as e:
-        replaced = gone(store, shard, e)
-        if replaced is not None:
-            raise replaced from e
-        err = CorruptShardError(store.url_of(shard.path), f"cannot decode: {str(e).splitlines()[0]}")
-        if strict:
-            raise err from e
-        warnings.warn(CorruptShardWarning(f"skipping rest of {err}", err.path), stacklevel=2)
+        skip_or_raise(store, shard, e, strict=strict, rest=True, stacklevel=2)
 
 
 def iter_batches(uri: StoreLike, *, columns: Sequence[str] | None = None,
@@ -243,14 +166,12 @@ def iter_batches(uri: StoreLike, *, columns: Sequence[str] | None = None,
                  dedupe: bool = True) -> Iterator[TrajectoryBatch]:
     """Stream the store as :class:`TrajectoryBatch` es, one Parquet row group at a time, in
     arrival order. Peak memory is bounded by a few row groups (``ROW_GROUP_TARGET_MB`` each: the
-    one handed out and :data:`READAHEAD_ROW_GROUPS` decoded ahead), not the store. With ``dedupe`` the ids seen so far are remembered (a set of strings) to drop
+    one handed out and :data:`~trajstore.reader.row_groups.READAHEAD_ROW_GROUPS` decoded ahead), not the store. With ``dedupe`` the ids seen so far are remembered (a set of strings) to drop
     later copies.
 
     A compaction running meanwhile changes nothing: the stream remembers which shards it read
     and, when a shard it listed was replaced and deleted, reads from the compaction's output only
     the rows it had not read yet (:func:`~trajstore.reader.planned.iter_planned_tables`)."""
-    from trajstore.reader.planned import iter_planned_tables
-
     store = as_store(uri, storage_options)
     cols = None if columns is None else list(dict.fromkeys(
         ["trajectory_id", "tokens", ACTION_LOGPROBS_COLUMN, "spans", "reward", *columns]))

@@ -3,7 +3,6 @@ footer id index and decodes only the row groups that hold them."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,10 +12,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trajstore.convert import read_columns, upgrade_table
-from trajstore.errors import CorruptShardError
-from trajstore.reader.files import StoreLike, as_store, file_version, gone, open_shard, relisting
+from trajstore.reader.files import StoreLike, as_store, file_version, open_shard, relisting, skip_or_raise
 from trajstore.schema import TRAJECTORY_SCHEMA
-from trajstore.store import CorruptShardWarning, ShardInfo, Store, decode_id_index, id_hashes
+from trajstore.store import ShardInfo, Store, decode_id_index, id_hashes
 from trajstore.store.layout import TRAJECTORIES_DIR
 
 
@@ -71,13 +69,7 @@ def _fetch(store: Store, ids: list[str], cols: list[str], *, strict: bool) -> pa
                 candidates = None
             got = _rows_of(store, shard, candidates, wanted, cols)
         except (OSError, pa.ArrowException) as e:
-            replaced = gone(store, shard, e)
-            if replaced is not None:
-                raise replaced from e
-            err = CorruptShardError(store.url_of(shard.path), f"cannot decode: {str(e).splitlines()[0]}")
-            if strict:
-                raise err from e
-            warnings.warn(CorruptShardWarning(f"skipping {err}", err.path), stacklevel=2)
+            skip_or_raise(store, shard, e, strict=strict, stacklevel=2)
             continue
         if got is not None:
             parts.append(got)

@@ -5,14 +5,16 @@ same-version shards (read run by run so arrival order survives mixed versions)."
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trajstore.errors import CorruptShardError
 from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, READABLE_VERSIONS, SCHEMA_VERSION, trajectory_schema
-from trajstore.store import ShardInfo, Store, open_store
+from trajstore.store import CorruptShardWarning, ShardInfo, Store, open_store
 from trajstore.store.compaction_records import ShardGone
 from trajstore.store.encoding import VERIFY_PAGE_CHECKSUMS
 from trajstore.store.fsutil import fresh_info
@@ -101,6 +103,30 @@ def gone(store: Store, shard: ShardInfo, e: BaseException) -> ShardGone | None:
         return None
     return None if exists else ShardGone(f"{store.url_of(shard.path)} was deleted after it was listed (a compaction "
                                          "replaced it); list the store again")
+
+
+def skip_or_raise(store: Store, shard: ShardInfo, e: BaseException, *, strict: bool, rest: bool = False,
+                  stacklevel: int = 2) -> None:
+    """What every reader does when reading `shard` failed with `e` (an ``OSError`` or a
+    ``pyarrow.ArrowException``): the shard was deleted after the listing, or it cannot be decoded.
+    Returns only when the shard is to be skipped, after a :class:`~trajstore.store.CorruptShardWarning`
+    naming it (``skipping ...``, or ``skipping rest of ...`` with `rest`: rows of it were already read).
+
+    Args:
+        stacklevel: the caller's ``warnings.warn`` stack level (this frame is added).
+
+    Raises:
+        ShardGone: the file no longer exists (a compaction replaced it): list again.
+        CorruptShardError: with `strict`, the shard cannot be decoded.
+    """
+    replaced = gone(store, shard, e)
+    if replaced is not None:
+        raise replaced from e
+    err = CorruptShardError(store.url_of(shard.path), f"cannot decode: {str(e).splitlines()[0]}")
+    if strict:
+        raise err from e
+    warnings.warn(CorruptShardWarning(f"skipping {'rest of ' if rest else ''}{err}", err.path),
+                  stacklevel=stacklevel + 1)
 
 
 def relisting(read, what: str):  # noqa: ANN001, ANN201 - a small retry combinator

@@ -5,18 +5,16 @@ holds that it had not read, so a long read always advances and never repeats or 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from trajstore.errors import CorruptShardError
-from trajstore.reader.batches import iter_shard_tables
 from trajstore.reader.dedupe import first_copy_mask
-from trajstore.reader.files import MAX_RELISTS, gone
+from trajstore.reader.files import MAX_RELISTS, skip_or_raise
 from trajstore.reader.progress import Progress, Unit, plan
-from trajstore.store import CorruptShardWarning, ShardInfo, Store
+from trajstore.reader.row_groups import iter_shard_tables
+from trajstore.store import ShardInfo, Store
 from trajstore.store.compaction_records import ShardGone
 from trajstore.store.layout import TRAJECTORIES_DIR
 
@@ -87,12 +85,6 @@ def _read_units(store: Store, shard: ShardInfo, units: list[Unit], progress: Pro
             else:
                 progress.shard, progress.next_row = None, 0
     except (OSError, pa.ArrowException) as e:
-        replaced = gone(store, shard, e)
-        if replaced is not None:
-            raise replaced from e
-        err = CorruptShardError(store.url_of(shard.path), f"cannot decode: {str(e).splitlines()[0]}")
-        if strict:
-            raise err from e
-        warnings.warn(CorruptShardWarning(f"skipping rest of {err}", err.path), stacklevel=3)
+        skip_or_raise(store, shard, e, strict=strict, rest=True, stacklevel=3)
     progress.done.extend(u.name for u in units[marked:])
     progress.shard, progress.next_row = None, 0

@@ -18,7 +18,7 @@ import numpy as np
 
 from trajstore.errors import CorruptShardError
 from trajstore.store import ShardInfo
-from trajstore.store.compaction_records import Part
+from trajstore.store.compaction_records import CompactionSource
 
 
 @dataclass
@@ -48,11 +48,11 @@ class Unit:
     phys: np.ndarray
 
 
-def _names_below(parts: Sequence[Part]) -> set[str]:
+def _names_below(parts: Sequence[CompactionSource]) -> set[str]:
     return {n for p in parts for n in p.names()}
 
 
-def _walk(name: str, parts: Sequence[Part], phys: np.ndarray, done: set[str], current: str | None,
+def _walk(name: str, parts: Sequence[CompactionSource], phys: np.ndarray, done: set[str], current: str | None,
           next_row: int, units: list[Unit], consumed: list[np.ndarray]) -> None:
     rows = np.arange(len(phys), dtype=np.int64)
     present = phys >= 0
@@ -106,13 +106,3 @@ def plan(shard: ShardInfo, progress: Progress, done: set[str] | None = None) -> 
 def mentions(shard: ShardInfo, name: str | None) -> bool:
     """Whether `name` is `shard` or one of the shards it replaced."""
     return name is not None and (name == shard.name or name in _names_below(shard.parts))
-
-
-def unit_done(progress: Progress, unit: Unit) -> Progress:
-    """The progress after every row of `unit` was read."""
-    return Progress([*progress.done, unit.name], None, 0)
-
-
-def after_row(progress: Progress, unit: Unit, row: int) -> Progress:
-    """The progress after `row` (in `unit`'s numbering) was read (``done`` shared, not copied)."""
-    return Progress(progress.done, unit.name, row + 1)

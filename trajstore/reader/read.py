@@ -1,66 +1,24 @@
-"""Eager reading into Arrow: :func:`read_trajectories` (the whole store as one schema-v3 table),
-:func:`read_shard` (one shard) and :func:`count_duplicates`; a shard whose data cannot be decoded
-is found shard by shard and skipped with a warning (or raised with ``strict``)."""
+"""Eager reading into Arrow: :func:`read_trajectories` (the whole store as one schema-v3 table)
+and :func:`count_duplicates`; a shard whose data cannot be decoded is found shard by shard and
+skipped with a warning (or raised with ``strict``). One shard: :func:`~trajstore.reader.shard_tables.read_shard`."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trajstore.convert import conform_table, read_columns, upgrade_table
-from trajstore.errors import CorruptShardError
 from trajstore.reader.dedupe import first_copy_mask
-from trajstore.reader.files import (
-    StoreLike,
-    arrow_dataset,
-    as_store,
-    file_version,
-    gone,
-    open_shard,
-    version_runs,
-)
+from trajstore.reader.files import StoreLike, as_store, version_runs
+from trajstore.reader.planned import iter_planned_tables
 from trajstore.reader.scalars import is_scalar_read, read_scalars
-from trajstore.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
-from trajstore.store import CorruptShardWarning, ShardInfo, Store
+from trajstore.reader.shard_tables import read_run, read_shards_one_by_one
+from trajstore.schema import TRAJECTORY_SCHEMA
+from trajstore.store import Store
 from trajstore.store.compaction_records import ShardGone
 from trajstore.store.layout import TRAJECTORIES_DIR
-
-
-def read_run(store: Store, version: int, shards: Sequence[ShardInfo], cols: list[str] | None) -> pa.Table:
-    """Same-version shards as one schema-v3 table (`cols` or every column).
-
-    Shards listed as an older version are read file by file, each converted by the version in
-    its own footer (:func:`file_version`): ``traj migrate`` may have rewritten one as v3 since
-    the listing. A current-version shard is never rewritten, so those runs are one dataset scan.
-    """
-    if version == SCHEMA_VERSION:
-        return conform_table(arrow_dataset(store, shards, version).to_table(columns=cols), cols)
-    parts = []
-    for shard in shards:
-        pf = open_shard(store, shard)
-        try:
-            v = file_version(pf, shard)
-            read = read_columns(cols, v)
-            present = set(pf.schema_arrow.names)
-            read = [c for c in (read if read is not None else pf.schema_arrow.names) if c in present]
-            parts.append(upgrade_table(pf.read(columns=read), v, columns=cols))
-        finally:
-            pf.close()
-    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
-
-
-def read_shard(store: Store, shard: ShardInfo, *, columns: Sequence[str] | None = None) -> pa.Table:
-    """One shard as a schema-v3 table (`columns` or all; rows in file order, duplicates kept;
-    v1 converted, missing nullable columns filled with nulls).
-
-    Raises:
-        OSError, pyarrow.ArrowException: the shard cannot be decoded.
-    """
-    return read_run(store, shard.schema_version, [shard], None if columns is None else list(columns))
 
 
 def read_trajectories(uri: StoreLike, *, columns: Sequence[str] | None = None,
@@ -101,8 +59,6 @@ def read_trajectories(uri: StoreLike, *, columns: Sequence[str] | None = None,
 def read_progressively(store: Store, cols: list[str] | None, *, strict: bool, dedupe: bool) -> pa.Table:
     """The whole store read row group by row group with a progress that survives compactions
     (:func:`~trajstore.reader.planned.iter_planned_tables`); same result as :func:`read_trajectories`."""
-    from trajstore.reader.planned import iter_planned_tables
-
     parts = [t for _, _, t in iter_planned_tables(store, columns=cols, strict=strict, dedupe=dedupe)]
     if not parts:
         t = TRAJECTORY_SCHEMA.empty_table()
@@ -129,31 +85,6 @@ def _read_store(store: Store, cols: list[str] | None, *, strict: bool, dedupe: b
         if keep is not None:
             table = table.filter(pa.array(keep))
     return table
-
-
-def read_shards_one_by_one(store: Store, shards: Sequence[ShardInfo], cols: list[str] | None, *,
-                            strict: bool) -> pa.Table:
-    """Read shards separately, skipping (with a warning naming it) any whose data cannot be decoded.
-
-    Raises:
-        CorruptShardError: with ``strict``, on the first shard that cannot be decoded.
-    """
-    parts = []
-    for s in shards:
-        try:
-            parts.append(read_run(store, s.schema_version, [s], cols))
-        except (OSError, pa.ArrowException) as e:
-            replaced = gone(store, s, e)
-            if replaced is not None:
-                raise replaced from e
-            err = CorruptShardError(store.url_of(s.path), f"cannot decode: {str(e).splitlines()[0]}")
-            if strict:
-                raise err from e
-            warnings.warn(CorruptShardWarning(f"skipping {err}", err.path), stacklevel=3)
-    if not parts:
-        t = TRAJECTORY_SCHEMA.empty_table()
-        return t.select(cols) if cols else t
-    return pa.concat_tables(parts)
 
 
 def count_duplicates(uri: StoreLike, *, storage_options: dict[str, Any] | None = None) -> int:

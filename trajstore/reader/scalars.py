@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from trajstore.reader.files import version_runs
+from trajstore.reader.shard_tables import read_run, read_shards_one_by_one
 from trajstore.schema import SCALAR_COLUMNS
 from trajstore.store import ShardInfo, Store, scalar_cache
 from trajstore.store.scalar_cache import CACHE_SCHEMA, Key
@@ -23,7 +24,7 @@ def is_scalar_read(cols: Sequence[str] | None) -> bool:
 
 def read_scalars(store: Store, shards: Sequence[ShardInfo], cols: list[str], *, strict: bool) -> pa.Table:
     """`cols` of the listed `shards`, rows in listing order and file order (duplicates kept, as
-    :func:`~trajstore.reader.read.read_run` returns them). Shards the cache covers are taken from
+    :func:`~trajstore.reader.shard_tables.read_run` returns them). Shards the cache covers are taken from
     it; the others are read from their files (every scalar column, converted to the current
     schema version) and then added to the cache.
 
@@ -71,8 +72,6 @@ def read_scalars(store: Store, shards: Sequence[ShardInfo], cols: list[str], *, 
 def _read_missing(store: Store, shards: list[ShardInfo], *, strict: bool) -> dict[Key, pa.Table]:
     """Every scalar column of each of `shards` (of :data:`CACHE_SCHEMA`), by (name, size); a
     shard that cannot be decoded is left out with a warning (raised with `strict`)."""
-    from trajstore.reader.read import read_run, read_shards_one_by_one
-
     out: dict[Key, pa.Table] = {}
     for version, run in version_runs(shards):
         try:

@@ -12,7 +12,8 @@ import pyarrow.compute as pc
 
 from trajstore.reader.dedupe import first_copy_mask
 from trajstore.reader.files import StoreLike, as_store, version_runs
-from trajstore.reader.read import read_progressively, read_run, read_shards_one_by_one
+from trajstore.reader.read import read_progressively
+from trajstore.reader.shard_tables import read_run, read_shards_one_by_one
 from trajstore.schema import TRAJECTORY_SCHEMA
 from trajstore.store import CorruptShardWarning, Store
 from trajstore.store.compaction_records import ShardGone

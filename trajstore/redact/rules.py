@@ -9,6 +9,25 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from detect_secrets.plugins.aws import AWSKeyDetector
+from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
+from detect_secrets.plugins.basic_auth import BasicAuthDetector
+from detect_secrets.plugins.discord import DiscordBotTokenDetector
+from detect_secrets.plugins.github_token import GitHubTokenDetector
+from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
+from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString, HexHighEntropyString
+from detect_secrets.plugins.jwt import JwtTokenDetector
+from detect_secrets.plugins.mailchimp import MailchimpDetector
+from detect_secrets.plugins.npm import NpmDetector
+from detect_secrets.plugins.openai import OpenAIDetector
+from detect_secrets.plugins.private_key import PrivateKeyDetector
+from detect_secrets.plugins.pypi_token import PypiTokenDetector
+from detect_secrets.plugins.sendgrid import SendGridDetector
+from detect_secrets.plugins.slack import SlackDetector
+from detect_secrets.plugins.square_oauth import SquareOAuthDetector
+from detect_secrets.plugins.stripe import StripeDetector
+from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
+from detect_secrets.plugins.twilio import TwilioKeyDetector
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 KIND_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,39}")
@@ -174,24 +193,6 @@ def _detect_secrets_detectors() -> list[Detector]:
     Left out: Artifactory (``AP`` + 9 letters matches plain words), public IPs (not secrets),
     keyword assignments (Cloudant, IBM Cloud, SoftLayer, KeywordDetector: slow on long texts and
     noisy on code; ``api_key`` below covers key assignments); the high-entropy plugins are opt-in."""
-    from detect_secrets.plugins.aws import AWSKeyDetector
-    from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
-    from detect_secrets.plugins.basic_auth import BasicAuthDetector
-    from detect_secrets.plugins.discord import DiscordBotTokenDetector
-    from detect_secrets.plugins.github_token import GitHubTokenDetector
-    from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
-    from detect_secrets.plugins.jwt import JwtTokenDetector
-    from detect_secrets.plugins.mailchimp import MailchimpDetector
-    from detect_secrets.plugins.npm import NpmDetector
-    from detect_secrets.plugins.openai import OpenAIDetector
-    from detect_secrets.plugins.private_key import PrivateKeyDetector
-    from detect_secrets.plugins.pypi_token import PypiTokenDetector
-    from detect_secrets.plugins.sendgrid import SendGridDetector
-    from detect_secrets.plugins.slack import SlackDetector
-    from detect_secrets.plugins.square_oauth import SquareOAuthDetector
-    from detect_secrets.plugins.stripe import StripeDetector
-    from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
-    from detect_secrets.plugins.twilio import TwilioKeyDetector
 
     out: list[Detector] = []
 
@@ -234,7 +235,6 @@ def _detect_secrets_detectors() -> list[Detector]:
 def _entropy_detectors() -> list[Detector]:
     """detect-secrets' high-entropy string plugins (quoted strings of the charset whose Shannon
     entropy is above the plugin's default limit)."""
-    from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString, HexHighEntropyString
 
     out = []
     for kind, plugin in (("base64_high_entropy", Base64HighEntropyString()), ("hex_high_entropy", HexHighEntropyString())):

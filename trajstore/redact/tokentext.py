@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from trajstore.errors import TrajstoreError
+from trajstore.hub import load_tokenizer
 
 _SELF_TEST = "Hello wörld, ünïcode 日本語 🙂 x=1\n\ttabs  and  spaces; sk_live_ [x]@y.io"
 """Text every tokenizer must give back byte for byte through :class:`TokenBytes`."""
@@ -148,6 +149,4 @@ def token_bytes_for(name: str) -> TokenBytes:
         TrajstoreError: the tokenizer cannot be loaded (not found offline, transformers missing).
         UnsupportedTokenizerError: its ids' bytes cannot be recovered.
     """
-    from trajstore.hub import load_tokenizer
-
     return TokenBytes(load_tokenizer(name), name)

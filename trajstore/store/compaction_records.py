@@ -36,7 +36,7 @@ import uuid
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trajstore.errors import StoreError, TrajstoreWarning
 from trajstore.store.fsutil import why
@@ -66,7 +66,7 @@ class LineageWarning(TrajstoreWarning):
 
 
 @dataclass(frozen=True)
-class Part:
+class CompactionSource:
     """One source of a compaction output, in output order.
 
     Attributes:
@@ -80,7 +80,7 @@ class Part:
     name: str
     rows: int
     dropped: tuple[int, ...] = ()
-    parts: tuple[Part, ...] = ()
+    parts: tuple[CompactionSource, ...] = ()
 
     @property
     def kept(self) -> int:
@@ -211,12 +211,12 @@ class Resolution:
     committed: dict[str, CompactionRecord]
     replaced_by: dict[str, str] = field(default_factory=dict)
 
-    def parts(self, name: str) -> tuple[Part, ...]:
-        """The sources of a shard as a tree of :class:`Part` (() for a shard no compaction wrote)."""
+    def parts(self, name: str) -> tuple[CompactionSource, ...]:
+        """The sources of a shard as a tree of :class:`CompactionSource` (() for a shard no compaction wrote)."""
         rec = self.committed.get(name)
         if rec is None:
             return ()
-        return tuple(Part(n, r, d, self.parts(n)) for n, r, d in rec.sources)
+        return tuple(CompactionSource(n, r, d, self.parts(n)) for n, r, d in rec.sources)
 
 
 def resolve(listed: Sequence[str], records: Mapping[str, CompactionRecord]) -> Resolution:
@@ -271,9 +271,3 @@ def delete_record(store: Store, output: str) -> None:
         store.fs.rm_file(store.path(compaction_record_file(output)))
     except FileNotFoundError:
         pass
-
-
-def record_summary(rec: CompactionRecord) -> dict[str, Any]:
-    """A record in a few fields, for messages and ``--format json``."""
-    return {"output": rec.output, "rows": rec.rows, "sources": len(rec.sources),
-            "dropped": sum(len(d) for _, _, d in rec.sources)}

@@ -26,7 +26,7 @@ from trajstore.store.id_index import METADATA_ID_INDEX_KEY, encode_id_index
 ROW_GROUP_TARGET_MB = 8
 """Uncompressed MiB per Parquet row group; bounds the memory of one streamed batch. A fetch by id
 decodes the row group holding the row: 8 MiB made one fetch 3-4x faster than 32 MiB for about
-1.3x the time of a scan of the scalar columns, the stream unchanged (bench/RESULTS.md, issue 25)."""
+1.3x the time of a scan of the scalar columns, the stream unchanged (bench/RESULTS.md)."""
 PARQUET_COMPRESSION = "zstd"
 SPAN_BYTES_ESTIMATE = 96
 """Uncompressed bytes assumed per span when sizing row groups (a dozen small fields)."""
@@ -39,7 +39,7 @@ TOKEN_ENCODINGS = ("plain", "byte_stream_split")
 """``plain``: readable by every Parquet engine. ``byte_stream_split`` (Parquet 2.11's
 BYTE_STREAM_SPLIT for INT32: the 4 bytes of each id go to 4 streams, so the high bytes, mostly 0
 below a 16.7 M vocabulary, compress to almost nothing): on the store bench's table 6% fewer bytes,
-1.6x faster encoding and 1.3-1.9x faster decoding than plain (bench/RESULTS.md, issue 25), but
+1.6x faster encoding and 1.3-1.9x faster decoding than plain (bench/RESULTS.md), but
 pyarrow < 16, DuckDB < 2.0 and Spark 3.5 cannot decode it ("BYTE_STREAM_SPLIT encoding is only
 supported for FLOAT or DOUBLE data"): opt in where every reader is newer (README, "Reading a store
 with other engines"). Log-probs are byte-stream-split either way (FLOAT: every engine reads it)."""

@@ -1,17 +1,25 @@
 """Small filesystem helpers the store's modules share: a filesystem's protocol names, why a
 call failed in one phrase, a file's details past fsspec's listing cache, fsync of a directory,
-whether a local process is alive, and listing and removing the files of an append-only cache."""
+whether a local process is alive, and listing, parsing once and removing the files of an
+append-only cache."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import fsspec
 
 from trajstore.errors import os_reason
+
+if TYPE_CHECKING:
+    from trajstore.store.handle import Store
+
+T = TypeVar("T")
 
 
 def protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
@@ -77,6 +85,44 @@ def list_cache_files(fs: fsspec.AbstractFileSystem, base: str, suffix: str, *, r
         return []
     return sorted((e["name"], int(e.get("size") or 0)) for e in entries
                   if e.get("type") == "file" and e["name"].endswith(suffix))
+
+
+class ParsedFiles(Generic[T]):
+    """The files of an append-only cache (the shard index, the scalar cache), each parsed once per
+    process and remembered by (URL, size): such a file is never changed in place (a merge writes a
+    new one), so what was parsed stays true.
+
+    Args:
+        parse: ``parse(store, path)``, the file's content as the cache uses it.
+        unreadable: the exceptions of a file that cannot be read now (deleted by a merge
+            meanwhile, damaged, another layout): :meth:`get` returns None and remembers nothing.
+    """
+
+    def __init__(self, parse: Callable[[Store, str], T], unreadable: tuple[type[BaseException], ...]) -> None:
+        self._parse = parse
+        self._unreadable = unreadable
+        self._parsed: dict[tuple[str, int], T] = {}
+        self._lock = threading.Lock()
+
+    def get(self, store: Store, path: str, size: int) -> T | None:
+        """The parsed content of the file at `path` (of `size` bytes as listed), or None when it
+        cannot be read now."""
+        key = (store.url_of(path), size)
+        with self._lock:
+            got = self._parsed.get(key)
+        if got is None:
+            try:
+                got = self._parse(store, path)
+            except self._unreadable:
+                return None
+            with self._lock:
+                self._parsed[key] = got
+        return got
+
+    def clear(self) -> None:
+        """Forget every file parsed (as a new process would know nothing)."""
+        with self._lock:
+            self._parsed.clear()
 
 
 def remove_merged(fs: fsspec.AbstractFileSystem, merged: list[str], written: str | None, what: str) -> bool:

@@ -23,14 +23,13 @@ footer reads, never a wrong listing. Delete ``trajectories/_index/`` to rebuild 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.ipc  # noqa: F401 - pa.ipc
 
-from trajstore.store.fsutil import list_cache_files, remove_merged
+from trajstore.store.fsutil import ParsedFiles, list_cache_files, remove_merged
 from trajstore.store.layout import INDEX_SUFFIX, SHARD_SUFFIX, new_shard_name, shard_index_dir, shard_index_file
 
 if TYPE_CHECKING:
@@ -58,9 +57,6 @@ COLUMN_SEP = "\n"
 Entry = tuple[int, int, int, tuple[str, ...], tuple[int, ...], bytes | None]
 """(num_rows, num_row_groups, schema_version, columns, row_group_rows, id_index) of one shard."""
 
-_FILES: dict[tuple[str, int], dict[tuple[str, int], Entry]] = {}
-"""Entries of each index file read by this process, by (URL, size) of the file."""
-_LOCK = threading.Lock()
 
 
 def _list_files(store: Store) -> list[tuple[str, int]]:
@@ -83,23 +79,19 @@ def _read_file(store: Store, path: str) -> dict[tuple[str, int], Entry]:
         c["row_group_rows"], c["id_index"])}
 
 
+_FILES = ParsedFiles(_read_file, (OSError, pa.ArrowException, ValueError))
+"""The entries of each index file this process read."""
+
+
 def load(store: Store) -> tuple[dict[tuple[str, int], Entry], list[tuple[str, int]]]:
     """Every entry of the store's index by (shard name, size), and the index files read. A file
     that cannot be read (deleted by a merge meanwhile, damaged) is left out."""
     files = _list_files(store)
     out: dict[tuple[str, int], Entry] = {}
     for path, size in files:
-        key = (store.url_of(path), size)
-        with _LOCK:
-            got = _FILES.get(key)
-        if got is None:
-            try:
-                got = _read_file(store, path)
-            except (OSError, pa.ArrowException, ValueError):
-                continue
-            with _LOCK:
-                _FILES[key] = got
-        out.update(got)
+        got = _FILES.get(store, path, size)
+        if got is not None:
+            out.update(got)
     return out, files
 
 

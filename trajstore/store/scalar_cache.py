@@ -28,7 +28,6 @@ without it. Delete ``trajectories/_index/`` to rebuild it.
 from __future__ import annotations
 
 import json
-import threading
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -37,7 +36,7 @@ import pyarrow.parquet as pq
 from trajstore.errors import StoreError
 from trajstore.schema import SCALAR_COLUMNS, TRAJECTORY_SCHEMA
 from trajstore.store.encoding import VERIFY_PAGE_CHECKSUMS
-from trajstore.store.fsutil import list_cache_files, remove_merged, why
+from trajstore.store.fsutil import ParsedFiles, list_cache_files, remove_merged, why
 from trajstore.store.layout import (
     SCALAR_CACHE_SUFFIX,
     SHARD_SUFFIX,
@@ -64,10 +63,6 @@ Key = tuple[str, int]
 Hit = tuple[str, int, int]
 """(cache file path, first row in it, rows) of one shard."""
 
-_COVERS: dict[tuple[str, int], list[tuple[str, int, int]]] = {}
-"""The covered shards of each cache file read by this process, by (URL, size) of the file (the
-rows themselves are read when needed, never kept: at a million trajectories they are ~100 MB)."""
-_LOCK = threading.Lock()
 
 
 def _list_files(store: Store) -> list[tuple[str, int]]:
@@ -91,6 +86,11 @@ def _cover_of(store: Store, path: str) -> list[tuple[str, int, int]]:
     return out
 
 
+_COVERS = ParsedFiles(_cover_of, (OSError, pa.ArrowException, ValueError, KeyError, TypeError))
+"""The covered shards of each cache file this process read (the rows themselves are read when
+needed, never kept: at a million trajectories they are ~100 MB)."""
+
+
 def load(store: Store) -> tuple[dict[Key, Hit], list[tuple[str, int]]]:
     """Where each covered shard's rows are, by (shard name, size), and the cache files found. A
     file that cannot be read (merged away meanwhile, damaged, another schema version) is left
@@ -99,16 +99,9 @@ def load(store: Store) -> tuple[dict[Key, Hit], list[tuple[str, int]]]:
     files = _list_files(store)
     out: dict[Key, Hit] = {}
     for path, size in reversed(files):  # names sort by write time: newest first
-        key = (store.url_of(path), size)
-        with _LOCK:
-            cover = _COVERS.get(key)
+        cover = _COVERS.get(store, path, size)
         if cover is None:
-            try:
-                cover = _cover_of(store, path)
-            except (OSError, pa.ArrowException, ValueError, KeyError, TypeError):
-                continue
-            with _LOCK:
-                _COVERS[key] = cover
+            continue
         offset = 0
         for name, shard_size, rows in cover:
             out.setdefault((name, shard_size), (path, offset, rows))

@@ -25,7 +25,7 @@ from trajstore.schema import (
     trajectory_schema,
 )
 from trajstore.store import index as shard_index
-from trajstore.store.compaction_records import Part, Resolution, read_records, resolve
+from trajstore.store.compaction_records import CompactionSource, Resolution, read_records, resolve
 from trajstore.store.fsutil import why
 from trajstore.store.id_index import METADATA_ID_INDEX_KEY
 from trajstore.store.layout import (
@@ -74,7 +74,7 @@ class ShardInfo:
     """Rows in each row group, in order."""
     id_index: bytes | None = None
     """The footer's id index (:data:`METADATA_ID_INDEX_KEY`), None when the shard has none."""
-    parts: tuple[Part, ...] = ()
+    parts: tuple[CompactionSource, ...] = ()
     """For a compaction output: the shards it replaced, in row order (:mod:`trajstore.store.compaction_records`)."""
 
     @property

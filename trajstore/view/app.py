@@ -4,27 +4,31 @@ templates (no build step, nothing fetched from elsewhere), plus ``/api/list`` (t
 JSON) and ``/health``. Requests share one :class:`~trajstore.view.index.StoreIndex`.
 
 An optional token guards every route but ``/health`` as ``traj proxy``'s does
-(``Authorization: Bearer <token>``, :func:`trajstore.proxy.auth.bearer_token_ok`); a browser opens
+(``Authorization: Bearer <token>``, :mod:`trajstore.http.auth`); a browser opens
 ``/?token=<token>`` once and keeps it in a cookie."""
 
 from __future__ import annotations
 
-import hmac
 import json
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from starlette.applications import Starlette
+from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import Scope
 
-from trajstore.proxy.auth import bearer_token_ok
+from trajstore.http.app import http_app
+from trajstore.http.auth import token_equal
+from trajstore.http.errors import error_response
+from trajstore.http.server import serve
+from trajstore.http.sockets import listening_socket
 from trajstore.view.config import ViewConfig
 from trajstore.view.decode import Decoder
 from trajstore.view.index import StoreIndex
@@ -34,43 +38,35 @@ from trajstore.view.trajectory import TrajectoryNotFound, load_trajectory
 
 HERE = Path(__file__).parent
 TOKEN_COOKIE = "traj_view_token"
+TOKEN_COOKIE_BYTES = TOKEN_COOKIE.encode()
 
 
-class TokenGate:
-    """ASGI middleware: with a token configured, every request but ``/health`` must carry it as a
-    bearer token or in the cookie that ``/?token=<token>`` sets; others get 401."""
-
-    def __init__(self, app: Any, token: str | None):
-        self.app = app
-        self.token = token
-
-    def _cookie_ok(self, headers: dict[bytes, bytes]) -> bool:
-        for part in headers.get(b"cookie", b"").decode("latin-1").split(";"):
-            name, _, value = part.strip().partition("=")
-            if name == TOKEN_COOKIE and self.token is not None and hmac.compare_digest(value, self.token):
-                return True
-        return False
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and self.token and scope["path"] != "/health":
-            headers = dict(scope["headers"])
-            if not (bearer_token_ok(headers, self.token) or self._cookie_ok(headers)):
-                request = Request(scope, receive)
-                given = request.query_params.get("token")
-                if given is not None and hmac.compare_digest(given, self.token):
-                    rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-                    target = scope["path"] + (f"?{urlencode(rest)}" if rest else "")
-                    response: Response = RedirectResponse(target, status_code=303)
-                    response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="strict")
-                else:
-                    response = PlainTextResponse("missing or wrong token: send Authorization: Bearer <token>, or open "
-                                                 "/?token=<token> once in the browser", status_code=401)
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+def _cookie_ok(scope: Scope, token: str) -> bool:
+    """The browser's way in: the cookie that ``/?token=<token>`` set."""
+    for name, value in scope["headers"]:
+        if name == b"cookie":
+            for part in value.split(b";"):
+                key, _, given = part.strip().partition(b"=")
+                if key == TOKEN_COOKIE_BYTES and token_equal(given, token):  # bytes as sent: UTF-8 for a browser
+                    return True
+    return False
 
 
-def create_app(cfg: ViewConfig, *, index: StoreIndex | None = None) -> Starlette:
+def _token_in_url(scope: Scope, token: str) -> Response:
+    """A request without the token: ``?token=<token>`` sets the cookie and redirects to the same
+    page without it (the token leaves the URL); anything else is refused (401)."""
+    request = Request(scope)
+    given = request.query_params.get("token")
+    if given is None or not token_equal(given, token):
+        return error_response(401, "missing or wrong token: send Authorization: Bearer <token>, or open "
+                                   "/?token=<token> once in the browser", headers={"WWW-Authenticate": "Bearer"})
+    rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+    response = RedirectResponse(scope["path"] + (f"?{urlencode(rest)}" if rest else ""), status_code=303)
+    response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
+    return response
+
+
+def create_app(cfg: ViewConfig, *, index: StoreIndex | None = None) -> FastAPI:
     """The app over ``cfg.store`` (the index is built now unless given).
 
     Raises:
@@ -109,13 +105,14 @@ def create_app(cfg: ViewConfig, *, index: StoreIndex | None = None) -> Starlette
     def api_list(request: Request) -> Response:
         q, ctx = list_context(request)
         if q is None:
-            return JSONResponse({"error": ctx["error"]}, status_code=400)
+            return error_response(400, ctx["error"])
         page = ctx["page"]
+        if page.error:
+            return error_response(400, page.error)
         rows = [{c: (v.isoformat() if isinstance(v, datetime) else v) for c, v in zip(page.columns, r)}
                 for r in page.rows]
         return JSONResponse({"total": page.total, "page": page.page, "pages": page.pages, "rows": rows,
-                             "elapsed_s": page.elapsed_s, "error": page.error},
-                            status_code=400 if page.error else 200)
+                             "elapsed_s": page.elapsed_s})
 
     def trajectory(request: Request) -> Response:
         tid = request.path_params["trajectory_id"]
@@ -140,17 +137,16 @@ def create_app(cfg: ViewConfig, *, index: StoreIndex | None = None) -> Starlette
     def health(_request: Request) -> Response:
         return JSONResponse({"ok": True, "trajectories": index.snapshot.trajectories})
 
-    app = Starlette(routes=[
-        Route("/", home), Route("/api/list", api_list), Route("/health", health),
-        Route("/t/{trajectory_id:path}", trajectory),
-        Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),
-    ])
+    app = http_app("traj view", token=cfg.token, accept=_cookie_ok, refuse=_token_in_url)
+    for path, page in (("/", home), ("/api/list", api_list), ("/health", health),
+                       ("/t/{trajectory_id:path}", trajectory)):
+        app.add_route(path, page, methods=["GET"])
+    app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.state.index = index
-    app.add_middleware(TokenGate, token=cfg.token)
     return app
 
 
-def run_view(cfg: ViewConfig, *, on_ready: Any = None) -> None:
+def run_view(cfg: ViewConfig, *, on_ready: Callable[[str, int, StoreIndex], object] | None = None) -> None:
     """Bind the port, build the index, then serve until SIGINT / SIGTERM (exit 0). Call from the
     main thread.
 
@@ -160,10 +156,6 @@ def run_view(cfg: ViewConfig, *, on_ready: Any = None) -> None:
     Raises:
         PortInUseError: ``cfg.port`` is taken (raised before the index is built; an ``OSError``).
     """
-    import uvicorn
-
-    from trajstore.proxy.server import listening_socket
-
     sock = listening_socket(cfg.host, cfg.port)  # a port in use fails at once, not after indexing
     try:
         index = StoreIndex(cfg)
@@ -172,12 +164,6 @@ def run_view(cfg: ViewConfig, *, on_ready: Any = None) -> None:
         sock.close()
         raise
     host, port = sock.getsockname()[:2]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     if on_ready is not None:
         on_ready(host, port, index)
-    # uvicorn re-raises a SIGTERM after its graceful shutdown; with this handler in place that
-    # ends the process normally (exit 0), as `traj proxy` does
-    import signal
-
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    server.run(sockets=[sock])
+    serve(app, sock)

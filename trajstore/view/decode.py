@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trajstore.errors import TrajstoreError
+from trajstore.hub import load_tokenizer
 
 
 class Decoder:
@@ -30,8 +31,6 @@ class Decoder:
             return None, "the trajectory names no tokenizer: token ids are shown"
         with self._lock:
             if name not in self._cache:
-                from trajstore.hub import load_tokenizer
-
                 try:
                     self._cache[name] = (load_tokenizer(name), None)
                 except (TrajstoreError, OSError, ValueError) as e:

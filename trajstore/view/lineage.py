@@ -35,7 +35,7 @@ class LineageNode:
 
 
 @dataclass
-class Lineage:
+class LineageTree:
     """The tree: `roots` (trajectories without a parent in the episode), `source` (``columns`` or
     ``metadata``), `total` (trajectories in the episode) and `shown` (drawn, at most MAX_NODES)."""
 
@@ -46,7 +46,7 @@ class Lineage:
     shown: int
 
 
-def tree_from_links(episode: str, rows: Sequence[dict[str, Any]]) -> Lineage:
+def tree_from_links(episode: str, rows: Sequence[dict[str, Any]]) -> LineageTree:
     """The tree of `rows` (each with ``trajectory_id``, ``parent_trajectory_id``, ``fork_point``,
     ``link_kind``, ``status``, ``reward``, ``num_tokens``; in creation order). A row whose parent is
     not among them (or is itself, or closes a cycle) is a root."""
@@ -73,10 +73,10 @@ def tree_from_links(episode: str, rows: Sequence[dict[str, Any]]) -> Lineage:
             nodes[p].children.append(nodes[tid])
         else:
             roots.append(nodes[tid])
-    return Lineage(episode, roots, "columns", len(rows), len(kept))
+    return LineageTree(episode, roots, "columns", len(rows), len(kept))
 
 
-def parts_in_order(episode: str, rows: Sequence[dict[str, Any]]) -> Lineage:
+def parts_in_order(episode: str, rows: Sequence[dict[str, Any]]) -> LineageTree:
     """The parts of a split episode (rows with ``trajectory_id``, ``episode_part``, ``change``,
     ``status``, ``reward``, ``num_tokens``) as a list in part order (each a root: the metadata says
     the order, not a parent), each linked by its ``change`` (why the context changed before it)."""
@@ -84,4 +84,4 @@ def parts_in_order(episode: str, rows: Sequence[dict[str, Any]]) -> Lineage:
                                           r["trajectory_id"]))[:MAX_NODES]
     roots = [LineageNode(r["trajectory_id"], r.get("status"), r.get("reward"), r.get("num_tokens"),
                          r.get("change") if i else None) for i, r in enumerate(ordered)]
-    return Lineage(episode, roots, "metadata", len(rows), len(ordered))
+    return LineageTree(episode, roots, "metadata", len(rows), len(ordered))

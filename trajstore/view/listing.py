@@ -13,6 +13,7 @@ from typing import Any, Literal
 import duckdb
 
 from trajstore.audit.predicate import is_plain_predicate, predicate_error
+from trajstore.errors import one_line
 from trajstore.view.index import EPISODE_AGGREGATES, INDEX_TABLE, SINGLE_EPISODE_COLUMNS, StoreIndex
 
 FLAGS: dict[str, tuple[str, str]] = {
@@ -150,45 +151,41 @@ class ListPage:
     error: str | None = None
 
 
+RANGE_FILTERS: tuple[tuple[str, str], ...] = (
+    ("source", "source = ?"), ("status", "status = ?"),
+    ("reward_min", "reward >= ?"), ("reward_max", "reward <= ?"),
+    ("tokens_min", "num_tokens >= ?"), ("tokens_max", "num_tokens <= ?"),
+    ("version_min", "min_policy_version >= ?"), ("version_max", "max_policy_version <= ?"),
+    ("staleness_min", "staleness >= ?"), ("staleness_max", "staleness <= ?"),
+)
+"""The list's value filters: (:class:`ListQuery` field, its condition on the index, the value bound to ``?``)."""
+
+
 def _conditions(index: StoreIndex, q: ListQuery) -> tuple[list[str], list[Any]]:
+    """The conditions of `q`'s filters on the index and their bound values.
+
+    Raises:
+        ListQueryError: an unknown flag, or a ``where`` that is not a predicate over the columns.
+    """
     conds: list[str] = []
     params: list[Any] = []
-
-    def add(sql: str, *values: Any) -> None:
-        conds.append(sql)
-        params.extend(values)
-
-    if q.source is not None:
-        add("source = ?", q.source)
-    if q.status is not None:
-        add("status = ?", q.status)
-    if q.reward_min is not None:
-        add("reward >= ?", q.reward_min)
-    if q.reward_max is not None:
-        add("reward <= ?", q.reward_max)
-    if q.tokens_min is not None:
-        add("num_tokens >= ?", q.tokens_min)
-    if q.tokens_max is not None:
-        add("num_tokens <= ?", q.tokens_max)
-    if q.version_min is not None:
-        add("min_policy_version >= ?", q.version_min)
-    if q.version_max is not None:
-        add("max_policy_version <= ?", q.version_max)
-    if q.staleness_min is not None:
-        add("staleness >= ?", q.staleness_min)
-    if q.staleness_max is not None:
-        add("staleness <= ?", q.staleness_max)
+    for name, sql in RANGE_FILTERS:
+        value = getattr(q, name)
+        if value is not None:
+            conds.append(sql)
+            params.append(value)
     if q.flag is not None:
         if q.flag in FLAGS:
-            add(FLAGS[q.flag][0])
+            conds.append(FLAGS[q.flag][0])
         elif q.flag.startswith("gap:"):
-            add("list_contains(gaps, ?)", q.flag.removeprefix("gap:"))
+            conds.append("list_contains(gaps, ?)")
+            params.append(q.flag.removeprefix("gap:"))
         elif q.flag == "forked" and index.snapshot.has_lineage:
-            add("parent_trajectory_id IS NOT NULL")
+            conds.append("parent_trajectory_id IS NOT NULL")
         else:
             raise ListQueryError(f"flag: {q.flag!r} is not one of {', '.join(FLAGS)}, gap:<name>")
     if q.where is not None:
-        add(_user_where(index, q.where))
+        conds.append(_user_where(index, q.where))
     return conds, params
 
 
@@ -270,6 +267,4 @@ def list_page(index: StoreIndex, q: ListQuery) -> ListPage:
     except ListQueryError as e:
         return ListPage([], [], 0, 1, 1, time.perf_counter() - t0, error=str(e))
     except duckdb.Error as e:  # a value of the wrong type in a user predicate fails while rows are read
-        from trajstore.errors import one_line
-
         return ListPage([], [], 0, 1, 1, time.perf_counter() - t0, error=f"query failed: {one_line(str(e))}")

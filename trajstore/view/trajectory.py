@@ -18,7 +18,7 @@ from trajstore.reader import read_trajectories_by_id
 from trajstore.schema import ACTION_LOGPROBS_COLUMN
 from trajstore.view.decode import Decoder
 from trajstore.view.index import INDEX_TABLE, StoreIndex
-from trajstore.view.lineage import Lineage, parts_in_order, tree_from_links
+from trajstore.view.lineage import LineageTree, parts_in_order, tree_from_links
 
 ANNOTATION_FIELDS: tuple[tuple[str, str], ...] = (
     ("rollout_logprob", "blp"), ("trainer_logprob", "tlp"), ("ratio", "ratio"), ("band", "band"),
@@ -82,7 +82,7 @@ class TrajectoryPage:
     staleness_note: str | None
     annotation_step: int | None
     consumption: list[dict[str, Any]]
-    lineage: Lineage | None
+    lineage: LineageTree | None
     tokenizer_note: str | None
 
 
@@ -248,7 +248,7 @@ def _flags(row: dict[str, Any], spans: list[dict[str, Any]], metadata: dict[str,
     return flags
 
 
-def _lineage(index: StoreIndex, trajectory_id: str) -> Lineage | None:
+def _lineage(index: StoreIndex, trajectory_id: str) -> LineageTree | None:
     snap = index.snapshot
     cols, rows = index.query(f"SELECT episode FROM {INDEX_TABLE} WHERE trajectory_id = ?", [trajectory_id])
     if not rows:

@@ -12,8 +12,8 @@ import pytest
 from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 from trajstore import open_store, read_trajectories, write_trajectories
 from trajstore.convert import trajectories_to_table
+from trajstore.trainer.config import DataConfig
 from trajstore.trainer.data import TrainDataError, TrajectoryStream, read_scalar_columns
-from trajstore.trainer.loop.config import DataConfig
 
 
 def _stream(root: Path, **cfg) -> TrajectoryStream:
@@ -157,8 +157,8 @@ def test_null_tokenizer_warning_is_about_trainable_rows_only_and_once(tmp_path: 
 
     pytest.importorskip("torch")
     from trajstore import open_store
+    from trajstore.trainer.config import DataConfig
     from trajstore.trainer.data import TrajectoryStream
-    from trajstore.trainer.loop.config import DataConfig
 
     _null_tokenizer_store(tmp_path, trainable_too=trainable_too)
     with warnings.catch_warnings(record=True) as seen:

@@ -10,6 +10,7 @@ import numpy as np
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.trajectories import VOCAB
 from trajstore import open_store
+from trajstore.trainer.config import DataConfig
 from trajstore.trainer.data import (
     DataCursor,
     TrajectoryStream,
@@ -18,7 +19,6 @@ from trajstore.trainer.data import (
     split_for_rank,
     token_micro_batches,
 )
-from trajstore.trainer.loop.config import DataConfig
 
 
 class _S:

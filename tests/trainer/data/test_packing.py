@@ -11,8 +11,8 @@ import torch
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.trajectories import VOCAB
 from trajstore import open_store
-from trajstore.trainer.data import DataCursor, Sample, TrajectoryStream, gae_inputs, pack, to_packed, to_rows
-from trajstore.trainer.loop.config import DataConfig
+from trajstore.trainer.config import DataConfig
+from trajstore.trainer.data import DataCursor, TrainSample, TrajectoryStream, gae_inputs, pack, to_packed, to_rows
 
 
 def _stream(root: str | Path, cursor: DataCursor | None = None, tokenizer: str = "tiny-llama", **cfg) -> TrajectoryStream:
@@ -20,10 +20,10 @@ def _stream(root: str | Path, cursor: DataCursor | None = None, tokenizer: str =
                             cursor=cursor)
 
 
-def _sample(tid: str, action_mask: list[bool], reward: float) -> Sample:
+def _sample(tid: str, action_mask: list[bool], reward: float) -> TrainSample:
     t = len(action_mask)
     mask = np.array(action_mask)
-    return Sample(tid, None, "s", 0, np.arange(t, dtype=np.int64), np.where(mask, -0.5, np.nan).astype(np.float32),
+    return TrainSample(tid, None, "s", 0, np.arange(t, dtype=np.int64), np.where(mask, -0.5, np.nan).astype(np.float32),
                   mask, np.where(mask, 0, -1).astype(np.int64), np.ones(t, dtype=np.float32), reward, False,
                   DataCursor())
 

@@ -21,12 +21,12 @@ from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 from trajstore import TrajectoryBuilder, action_from_openai_completion, open_store, write_trajectories
 from trajstore.convert import trajectories_to_table
 from trajstore.reader import read_trajectories
+from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import (
     DataCursor,
     TrainDataError,
     TrajectoryStream,
 )
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.train import train
 
 
@@ -244,8 +244,8 @@ def test_vllm_9999_sentinel_is_stored_missing_masked_by_the_trainer_and_counted(
     torch = pytest.importorskip("torch")
     from trajstore import StoreWriter, audit
     from trajstore.store import open_store
+    from trajstore.trainer.config import DataConfig
     from trajstore.trainer.data import TrajectoryStream
-    from trajstore.trainer.loop.config import DataConfig
     from trajstore.trainer.sao.losses import dis_policy_loss
 
     resp = {"id": "chatcmpl-1", "prompt_token_ids": [1, 2, 3],

@@ -12,9 +12,9 @@ import pytest
 from tests.helpers.small_shards import trajectory_table, write_small_shards
 from tests.helpers.trajectories import VOCAB
 from trajstore import open_store
-from trajstore.store.compact import compact_store
+from trajstore.maintenance.compact import compact_store
+from trajstore.trainer.config import DataConfig
 from trajstore.trainer.data import DataCursor, TrajectoryStream
-from trajstore.trainer.loop.config import DataConfig
 
 NOW = dict(min_age_s=0, keep_replaced_s=0)
 

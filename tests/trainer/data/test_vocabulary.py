@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.helpers.stores import write_synthetic_store
-from trajstore.trainer.loop.config import DataConfig
+from trajstore.trainer.config import DataConfig
 
 
 # issue 14: `traj train` attacked with bad input (each case lost data or gave a traceback before)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
+from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import split_for_rank
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.save import checkpoint
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.step import train_step

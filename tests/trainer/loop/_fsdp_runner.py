@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
+from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop import distributed as D
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.train import train
 

@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 import torch
 
-from trajstore.trainer.data import DataCursor, Sample, pack
+from trajstore.trainer.config import AlgoConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.data import DataCursor, TrainSample, pack
 from trajstore.trainer.loop.advantage_fns import sao_gae_advantages, scalar_baseline_fn
 from trajstore.trainer.loop.checkpoint import TrainerState
-from trajstore.trainer.loop.config import AlgoConfig, ModelConfig, RunConfig, TrainConfig
 
 
 def _sample(tid: str, mask: list[bool], reward: float, *, parent: str | None = None, link: str | None = None,
-            episode: str = "e") -> Sample:
+            episode: str = "e") -> TrainSample:
     t = len(mask)
     m = np.array(mask)
-    return Sample(tid, None, "s", 0, np.arange(t, dtype=np.int64), np.where(m, -0.5, np.nan).astype(np.float32), m,
+    return TrainSample(tid, None, "s", 0, np.arange(t, dtype=np.int64), np.where(m, -0.5, np.nan).astype(np.float32), m,
                   np.where(m, 0, -1).astype(np.int64), np.ones(t, dtype=np.float32), reward, False, DataCursor(),
                   episode_id=episode, parent_trajectory_id=parent, link_kind=link,
                   fork_point=None if parent is None else 1)

@@ -18,9 +18,9 @@ import torch
 
 from tests.helpers.stores import write_synthetic_store
 from trajstore import open_store
+from trajstore.trainer.config import ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import DataCursor
 from trajstore.trainer.loop.checkpoint import TrainerState, load_latest_checkpoint, save_checkpoint
-from trajstore.trainer.loop.config import ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.records import RunRecorder
 
 TRAJ = [sys.executable, "-c", "from trajstore.cli.main import app; app()"]

@@ -94,7 +94,7 @@ def test_fsdp_publishes_a_whole_bf16_model_that_from_pretrained_loads(ref: tuple
 
 
 def test_activation_checkpointing_gives_the_same_update(tmp_path: Path) -> None:
-    from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+    from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
     from trajstore.trainer.loop.setup import setup
     from trajstore.trainer.loop.step import train_step
 

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.trajectories import VOCAB
 from trajstore.cli.main import app
+from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop import memory as M
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.records import RunRecorder
 from trajstore.trainer.loop.train import train
 

@@ -221,7 +221,7 @@ def test_the_saved_config_holds_the_batch_size_where_the_core_reads_it(tmp_path)
     from trajstore.run_config import BATCH_SIZE_KEY, run_batch_size
     from trajstore.store import open_store
     from trajstore.store.layout import run_config_file
-    from trajstore.trainer.loop.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+    from trajstore.trainer.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 
     cfg = TrainConfig(store=str(tmp_path), model=ModelConfig(name="tiny-llama"), data=DataConfig(batch_size=7),
                       run=RunConfig(run_id="r"))

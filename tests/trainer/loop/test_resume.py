@@ -18,7 +18,7 @@ WIDTH_200 = {"COLUMNS": "200"}
 def test_resume_without_a_checkpoint_warns(tmp_path: Path) -> None:
     from trajstore.errors import TrajstoreWarning
     from trajstore.store import open_store
-    from trajstore.trainer.loop.config import ModelConfig, RunConfig, TrainConfig
+    from trajstore.trainer.config import ModelConfig, RunConfig, TrainConfig
     from trajstore.trainer.loop.resume import resume_point
 
     cfg = TrainConfig(store=str(tmp_path), model=ModelConfig(name="tiny-llama"), run=RunConfig(run_id="r1x"))

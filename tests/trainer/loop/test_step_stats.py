@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from trajstore.trainer.data import DataCursor, PackedMicroBatch, Sample, StepBatch
+from trajstore.trainer.data import DataCursor, PackedMicroBatch, StepBatch, TrainSample
 from trajstore.trainer.loop.distributed import DistEnv
 from trajstore.trainer.loop.step_stats import (
     StepStats,
@@ -30,10 +30,10 @@ CPU = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 f64 = torch.float64
 
 
-def _sample(i: int, *, versions: list[int], reward: float) -> Sample:
+def _sample(i: int, *, versions: list[int], reward: float) -> TrainSample:
     """A trajectory of a prompt token then one action token per entry of `versions`."""
     n = len(versions) + 1
-    return Sample(trajectory_id=f"t{i}", group_id=None, shard="s", row=i, tokens=np.zeros(n, np.int64),
+    return TrainSample(trajectory_id=f"t{i}", group_id=None, shard="s", row=i, tokens=np.zeros(n, np.int64),
                   rollout_logprobs=np.zeros(n, np.float32), action_mask=np.array([False] + [True] * (n - 1)),
                   policy_version=np.array([-1, *versions], np.int64), inv_temperature=np.ones(n, np.float32),
                   reward=reward, needs_behaviour=False, cursor=DataCursor())

@@ -17,7 +17,7 @@ import pytest
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.trajectories import VOCAB
 from trajstore.policies import latest_policy_version, list_policy_versions
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.stop import TrainingInterrupted
 from trajstore.trainer.loop.train import train
 

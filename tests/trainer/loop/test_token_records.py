@@ -17,7 +17,7 @@ from tests.helpers.trajectories import VOCAB
 from trajstore import audit
 from trajstore.store import open_store
 from trajstore.store.layout import run_tokens_dir
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
+from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.records import RunRecorder
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.token_records import is_recorded

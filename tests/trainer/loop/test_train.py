@@ -18,8 +18,8 @@ from tests.helpers.training import disk_config, refusal_config, run_files_digest
 from tests.helpers.trajectories import VOCAB
 from trajstore import open_store
 from trajstore.policies import latest_policy_version, list_policy_versions
+from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import TrainDataError
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.step import NonFiniteUpdateError, train_step
 from trajstore.trainer.loop.train import train

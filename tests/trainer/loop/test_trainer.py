@@ -12,9 +12,9 @@ import pytest
 
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.trajectories import VOCAB
+from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 from trajstore.trainer.loop import step_stats
 from trajstore.trainer.loop import train as loop
-from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, RunConfig, TrainConfig
 
 
 def _scripted_ev(monkeypatch: pytest.MonkeyPatch, evs: list[float]) -> None:

@@ -19,7 +19,7 @@ def play_episode(base_url: str, env: GuessNumberEnv, *, model: str, max_new_toke
     Raises:
         openai.APIError: a call failed (the proxy then records the episode as failed or aborted).
     """
-    import httpx
+    import httpx  # the proxy and train extras: loaded when an episode is played, not with the CLI
     import openai
 
     t0 = time.perf_counter()

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from trajstore import audit
+from trajstore.proxy.recorder import PROXY_SOURCE
+
 if TYPE_CHECKING:
     from trajstore.trainer.apps.demo.result import DemoResult
 
@@ -18,8 +21,6 @@ def proxy_run_filter(run_id: str) -> str:
     """DuckDB predicate selecting every trajectory the demo's proxy wrote, aborted ones included:
     the proxy tags them with its --follow-run (metadata ``run_id``), while ``demo_run`` comes with
     an agent's /finish, which an episode cut short never sent."""
-    from trajstore.proxy.recorder import PROXY_SOURCE
-
     return f"source = '{PROXY_SOURCE}' AND json_extract_string(metadata, '$.run_id') = '{run_id}'"
 
 
@@ -30,8 +31,6 @@ def _rows(rel: Any) -> list[dict[str, Any]]:
 
 def read_audits(result: DemoResult) -> None:
     """Fill `result`'s audits and ``steps_done`` from its store (the run's proxy has stopped)."""
-    from trajstore import audit
-
     conn = audit.connect(result.store)
     where = demo_filter(result.run_id)
     st = audit.staleness_report(conn, where=where, run=result.run_id)

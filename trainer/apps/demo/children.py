@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ from trajstore.proxy.config import GRACEFUL_SHUTDOWN_S
 from trajstore.trainer.apps.demo.proxy_shutdown import ProxyShutdown, parse_proxy_shutdown
 
 if TYPE_CHECKING:
-    from trajstore.trainer.loop.config import TrainConfig
+    from trajstore.trainer.config import TrainConfig
 
 
 class DemoError(TrajstoreError):
@@ -64,7 +65,7 @@ def echo_new_lines(path: Path, pos: int, say: Any) -> int:
             data = fh.read()
     except OSError:
         return pos
-    from rich.markup import escape
+    from rich.markup import escape  # rich: not at every traj command's start-up
 
     end = data.rfind(b"\n") + 1
     for line in data[:end].decode(errors="replace").split("\n"):
@@ -106,8 +107,6 @@ def start_traj_child(args: list[str], log_path: Path, threads: int | None = None
 
 def free_port() -> int:
     """A TCP port on the loopback interface that is free now."""
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -119,7 +118,7 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, what: str, de
     Raises:
         DemoError: `proc` exited first (the message names its log).
     """
-    import httpx
+    import httpx  # the proxy extra, needed once a child runs
 
     while deadline is None or time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -4,16 +4,20 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from trajstore.hub import SMOLLM2_ALIAS
+from trajstore.hub import SMOLLM2_ALIAS, load_tokenizer, resolve_model
 from trajstore.trainer.apps.demo.audits import demo_filter
-from trajstore.trainer.loop.config import check_training_run_id
-
-if TYPE_CHECKING:
-    from trajstore.trainer.loop.config import TrainConfig
+from trajstore.trainer.config import (
+    AlgoConfig,
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    TrainConfig,
+    check_training_run_id,
+)
 
 DEFAULT_STORE = "demo-store"
 TRAINER_LOG = "trainer"
@@ -27,7 +31,7 @@ DEMO_CONFIG = "demo"
 """The resolved :class:`DemoConfig`, saved at ``runs/<run_id>/demo-config.json``
 (:func:`trajstore.store.layout.run_app_config_file`)."""
 DEMO_TRAIN_CONFIG = "demo-train"
-"""The :class:`~trajstore.trainer.loop.config.TrainConfig` handed to the trainer child, at
+"""The :class:`~trajstore.trainer.config.TrainConfig` handed to the trainer child, at
 ``runs/<run_id>/demo-train-config.json`` (the trainer also saves its own resolved copy as
 ``runs/<run_id>/config.json``)."""
 
@@ -88,16 +92,12 @@ class DemoConfig(BaseModel):
 
 def model_identity(cfg: DemoConfig) -> str:
     """The policy's model identity (the name the proxy's tokenizer lookup knows)."""
-    from trajstore.hub import resolve_model
-
     return resolve_model(cfg.model).name
 
 
 def train_config(cfg: DemoConfig, run_id: str, store: str) -> TrainConfig:
     """The trainer's config for a demo: follow the store, stop after `cfg.steps` policy steps,
     publish every step, read only this demo's trajectories."""
-    from trajstore.trainer.loop.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
-
     tiny = cfg.model.startswith("tiny-")
     return TrainConfig(
         store=store,
@@ -118,12 +118,8 @@ def train_config(cfg: DemoConfig, run_id: str, store: str) -> TrainConfig:
 
 def tokenizer_identity(cfg: DemoConfig) -> str:
     """The tokenizer's model identity (for the tiny test models, which have none of their own)."""
-    from trajstore.hub import resolve_model
-
     return resolve_model(cfg.tokenizer).name
 
 
 def _vocab_size(cfg: DemoConfig) -> int:
-    from trajstore.hub import load_tokenizer
-
     return len(load_tokenizer(cfg.tokenizer))

@@ -4,7 +4,7 @@ and the audits read back from the store (:class:`DemoResult`); ``traj demo`` ren
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from trajstore.store.layout import run_log_file
@@ -102,8 +102,6 @@ class DemoResult:
 
 def result_to_dict(result: DemoResult) -> dict[str, Any]:
     """The result as plain JSON-able data (what ``traj demo --format json`` prints)."""
-    from dataclasses import asdict
-
     d = asdict(result)
     d["policy_versions_seen"] = result.policy_versions_seen
     d["shortfall"] = result.shortfall

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trajstore.store import TRAJECTORIES_DIR, open_store
 from trajstore.store.layout import run_app_config_file, run_log_file
+from trajstore.store.layout import run_dir as run_dir_of
 from trajstore.trainer.apps.demo.agent import play_episode
 from trajstore.trainer.apps.demo.audits import read_audits
 from trajstore.trainer.apps.demo.children import (
@@ -71,9 +73,6 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
     Raises:
         ValueError: the store is not local.
     """
-    from trajstore.store import TRAJECTORIES_DIR, open_store
-    from trajstore.store.layout import run_dir as run_dir_of
-
     t0 = time.monotonic()
     run_id = cfg.resolved_run_id()
     store = open_store(cfg.store)
@@ -206,7 +205,7 @@ class _DemoRun:
     def play(self) -> DemoStop | None:
         """Agents play until the trainer exits, the episodes allowed are played, or :meth:`stop_now`
         gives a reason; then the proxy is stopped (its open episodes are flushed)."""
-        import httpx
+        import httpx  # the proxy extra, needed once agents play
 
         cfg, children = self.cfg, self.children
         rng = random.Random(cfg.seed)
@@ -262,7 +261,7 @@ class _DemoRun:
             if stopping:  # expected: counted and explained once, not one alarming line each
                 self.cut_short += 1
             else:
-                from rich.markup import escape
+                from rich.markup import escape  # rich: not at every traj command's start-up
 
                 self.say(f"[yellow]episode ended early: {escape(f'{type(exc).__name__}: {exc}')}[/]")
             return

@@ -9,6 +9,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from trajstore.trainer.config import TrainConfig
+from trajstore.trainer.loop.setup import setup
+from trajstore.trainer.loop.train import train
 from trajstore.wording import plural
 
 PRODUCERS_DONE_GRACE_S = 10.0
@@ -21,7 +26,7 @@ def stop_waiting_when_closed(fd: int, data: Any, grace_s: float = PRODUCERS_DONE
 
     A daemon thread reads file descriptor `fd` (the demo's end of the pipe stays open while its
     agents play; it also closes when the demo process dies) and at end of file sets
-    ``data.idle_timeout_s`` (the live :class:`~trajstore.trainer.loop.config.DataConfig` of the
+    ``data.idle_timeout_s`` (the live :class:`~trajstore.trainer.config.DataConfig` of the
     trainer's stream, which reads it at every empty poll) to `grace_s`. It reads the raw
     descriptor: a daemon thread blocked inside ``sys.stdin.buffer.read`` holds the buffer's lock
     and aborts the interpreter at exit ("could not acquire lock for <stdin>"). Returns the thread.
@@ -39,12 +44,6 @@ def stop_waiting_when_closed(fd: int, data: Any, grace_s: float = PRODUCERS_DONE
 
 def train_child(config_path: str, threads: int) -> None:
     """The trainer process of a demo: load the saved config and train while the demo plays."""
-    import torch
-
-    from trajstore.trainer.loop.config import TrainConfig
-    from trajstore.trainer.loop.setup import setup
-    from trajstore.trainer.loop.train import train
-
     torch.set_num_threads(threads)
     cfg = TrainConfig.from_json(Path(config_path).read_text())
     tr = setup(cfg)

@@ -1,5 +1,5 @@
 """The chain task with a reward preference that shifts in stages (a learning benchmark
-environment modelled on the paper's simulated online task, SAO.md "Results").
+environment modelled on the paper's simulated online task, docs/sao.md "Results").
 
 Each action starts with a style token, one of :data:`STYLES`, then the chain task's two digits
 and the end-of-action token. A term counts fully when the action's style is the one preferred

@@ -10,7 +10,7 @@ from trajstore.errors import TrajstoreError
 from trajstore.trainer.apps.learning_bench.estimators import EstimatorName
 
 DIS_BAND = (0.3, 5.0)
-"""SAO's DIS band (eps_low, eps_high) for reasoning (SAO.md mechanism 1); the benchmark's DIS arms
+"""SAO's DIS band (eps_low, eps_high) for reasoning (docs/sao.md mechanism 1); the benchmark's DIS arms
 use it, and the per-staleness band occupancy is measured against it in every arm."""
 
 
@@ -33,7 +33,7 @@ class Arm:
 
     Attributes:
         name: short name. changes: what differs from ``sao``, in words.
-        algo: overrides of :class:`~trajstore.trainer.loop.config.AlgoConfig` fields.
+        algo: overrides of :class:`~trajstore.trainer.config.AlgoConfig` fields.
         full_critic: train every critic parameter (no frozen embeddings / norms / attention).
         group_size: rollouts per prompt (GRPO groups); 1 = single rollout per prompt.
         estimator: the policy's advantage estimator when there is a critic.
@@ -87,7 +87,7 @@ ARMS: dict[str, Arm] = {a.name: a for a in (
     Arm("gae-turn-last", "turn-level GAE, a turn's value read at its last token", estimator="turn-last"),
     Arm("gae-turn-avg", "turn-level GAE, a turn's value = mean over its tokens", estimator="turn-avg"),
     Arm("gae-no-skip", "token-level GAE through observation tokens (no skipping)", estimator="no-skip"),
-    # issue 28: comparators and controls a reviewer asks for
+    # comparators and controls a reviewer asks for
     Arm("running-mean-family", "no critic: A = R - mean of the last 32 rewards of the same difficulty family "
         "(one window per family)", algo={"advantage": "running-mean", "running_mean_window": 32},
         baseline_key="family"),

@@ -5,9 +5,9 @@ changing one thing (pure torch), and their adapters to the trainer's picked-once
 * turn-level GAE (``turn-last`` / ``turn-avg``): one GAE step per action (turn) instead of per
   action token; a turn's value is the critic's value at its last action slot, or the mean over
   its action slots; its advantage goes to every token of the turn. The paper's appendix compares
-  token-level with step-level (turn) GAE (SAO.md, mechanism 4: AIME25 89.8 vs 85.8 / 87.3).
+  token-level with step-level (turn) GAE (docs/sao.md, mechanism 4: AIME25 89.8 vs 85.8 / 87.3).
   With SAO's lambda applied once per turn, credit decays per turn as it decays per *token* at
-  token level: a shorter effective horizon (issue 28).
+  token level: a shorter effective horizon.
 * matched-horizon turn-level GAE (``turn-last-h`` / ``turn-avg-h``): the same with
   ``lambda_turn = lambda ** (l / K)`` (``l`` action tokens, ``K`` turns of the row), so that one
   turn step decays credit as much as the turn's average number of token steps does at token
@@ -30,6 +30,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from trajstore.trainer.data import gae_inputs, to_packed
 from trajstore.trainer.sao.advantages import length_adaptive_lambda, sao_targets, skip_observation_gae
 
 EstimatorName = Literal["token", "turn-last", "turn-avg", "turn-last-h", "turn-avg-h", "no-skip"]
@@ -108,7 +109,7 @@ def no_skip_gae(rewards: Tensor, values: Tensor, action_mask: Tensor, *, gamma: 
 def advantages_by(name: EstimatorName, rewards: Tensor, values: Tensor, action_mask: Tensor, *, gamma: float,
                   alpha: float) -> Tensor:
     """The named estimator's ``(n, T)`` advantages with SAO's lambda_policy (``l`` = action
-    tokens of the row; SAO.md mechanism 4)."""
+    tokens of the row; docs/sao.md mechanism 4)."""
     if name == "token":
         return sao_targets(rewards, values, action_mask, gamma=gamma, alpha=alpha).advantages.float()
     lam = length_adaptive_lambda(action_mask.float().sum(-1), alpha)
@@ -137,7 +138,6 @@ def matched_turn_lambda(lam_token: Tensor, action_mask: Tensor) -> Tensor:
 def trainer_advantage_fn(name: EstimatorName, gamma: float, alpha: float):  # noqa: ANN201 - a loop.AdvantageFn
     """An ``AdvantageFn`` for ``Trainer.advantage_fn``: the named estimator's advantages for the
     policy and SAO's critic targets (lambda = 1 returns), so only the policy's advantages change."""
-    from trajstore.trainer.data import gae_inputs, to_packed
 
     def fn(mb, samples, values, _scalar):  # noqa: ANN001, ANN202
         x = gae_inputs(mb, samples, values)

@@ -8,36 +8,28 @@ from typing import Any
 
 import torch
 
-from trajstore.trainer.apps.envs import (
-    FAMILIES,
-    TaskName,
-    draw_instance,
-    draw_instance_from,
-    held_out_starts,
-    make_episode,
-    max_action_tokens,
-)
 from trajstore.trainer.apps.learning_bench.codec import CharCodec
 from trajstore.trainer.apps.learning_bench.sampler import LlamaEngine, new_row, play
+from trajstore.trainer.apps.learning_bench.tasks import FAMILIES, draw, make_episode, max_action_tokens, split
 
 
-def eval_instances(seed: int, per_family: int, *, held_out: int = 0) -> list[tuple[str, int, int]]:
+def eval_instances(seed: int, per_family: int, *, held_out: int = 0, task: str = "chain") -> list[tuple[str, int, int]]:
     """The fixed evaluation instances of a seed: `per_family` of each family, the same for every
-    arm. With `held_out` > 0 they are drawn from the seed's held-out starts
-    (:func:`~trajstore.trainer.apps.envs.held_out_starts`), which training never sees; with 0
-    from every instance (before issue 28: the 96 evaluation episodes repeated training instances)."""
+    arm. With `held_out` > 0 they are drawn from the seed's held-out instances
+    (:func:`~trajstore.trainer.apps.learning_bench.tasks.split`), which training never draws; with 0
+    from every instance. ``chain`` and ``pref-shift`` share their instances (and these draws)."""
     rng = random.Random(f"eval-{seed}")
-    starts = held_out_starts(seed, held_out) if held_out else None
+    sp = split("chain" if task == "pref-shift" else task, seed, held_out)
     out: list[tuple[str, int, int]] = []
     for fam in FAMILIES:
         while sum(1 for f, _, _ in out if f == fam) < per_family:
-            inst = draw_instance(rng) if starts is None else draw_instance_from(rng, starts, held_out=True)
+            inst = draw(rng, sp, held_out=bool(held_out))
             if inst[0] == fam:
                 out.append(inst)
     return out
 
 
-def evaluate(model: torch.nn.Module, task: TaskName, instances: list[tuple[str, int, int]], *, seed: int,
+def evaluate(model: torch.nn.Module, task: str, instances: list[tuple[str, int, int]], *, seed: int,
              preferred: str | None) -> dict[str, Any]:
     """Mean reward of the float32 policy (no mismatch, temperature 1) on `instances`, sampled with
     a generator seeded by `seed`, overall and per family."""

@@ -25,15 +25,7 @@ from typing import Any
 
 import torch
 
-from trajstore.trainer.apps.envs import (
-    FAMILIES,
-    draw_instance,
-    draw_instance_from,
-    held_out_starts,
-    make_episode,
-    max_action_tokens,
-)
-from trajstore.trainer.apps.envs.chain import TURNS
+from trajstore.builder import TrajectoryBuilder
 from trajstore.trainer.apps.learning_bench.arms import BenchError, get_arm
 from trajstore.trainer.apps.learning_bench.codec import CharCodec
 from trajstore.trainer.apps.learning_bench.estimators import trainer_advantage_fn
@@ -41,6 +33,7 @@ from trajstore.trainer.apps.learning_bench.evaluation import eval_instances, eva
 from trajstore.trainer.apps.learning_bench.sampler import LlamaEngine, Mismatch, Row, new_row, play
 from trajstore.trainer.apps.learning_bench.schedule import AsyncConfig, Timeline, simulate
 from trajstore.trainer.apps.learning_bench.spec import RunResult, RunSpec
+from trajstore.trainer.apps.learning_bench.tasks import FAMILIES, draw, make_episode, max_action_tokens, split, turns
 from trajstore.trainer.apps.learning_bench.trainer_side import (
     LogRatioSpy,
     exact_kl,
@@ -49,6 +42,10 @@ from trajstore.trainer.apps.learning_bench.trainer_side import (
     train_config,
     use_moe_critic,
 )
+from trajstore.trainer.loop.micro import prepare
+from trajstore.trainer.loop.setup import setup
+from trajstore.trainer.loop.step import train_step
+from trajstore.writer import StoreWriter
 
 BENCH_SOURCE = "trajstore/bench-learning"
 """The ``source`` column of the benchmark's trajectories."""
@@ -77,13 +74,10 @@ def plan_timeline(spec: RunSpec) -> tuple[list[tuple[str, int, int]], Timeline]:
     task_rng = random.Random(f"tasks-{spec.seed}")
     warmup = spec.critic_warmup
     n_prompts = 4 * (warmup + spec.steps) * spec.batch_size + spec.workers
-    if spec.held_out:  # training never sees the evaluation's held-out first terms
-        starts = held_out_starts(spec.seed, spec.held_out)
-        instances = [draw_instance_from(task_rng, starts, held_out=False) for _ in range(n_prompts)]
-    else:
-        instances = [draw_instance(task_rng) for _ in range(n_prompts)]
-    timeline = simulate([TURNS[f] for f, _, _ in instances], acfg, iterations=warmup + spec.steps, warmup=warmup,
-                        seed=spec.seed)
+    sp = split(spec.task, spec.seed, spec.held_out)  # training never sees the evaluation's held-out instances
+    instances = [draw(task_rng, sp, held_out=False) for _ in range(n_prompts)]
+    timeline = simulate([turns(spec.task, f) for f, _, _ in instances], acfg, iterations=warmup + spec.steps,
+                        warmup=warmup, seed=spec.seed)
     return instances, timeline
 
 
@@ -103,11 +97,6 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
         BenchError: unknown arm, or the trainer's stream returned a batch other than the one
             just written.
     """
-    from trajstore.builder import TrajectoryBuilder
-    from trajstore.trainer.loop.micro import prepare
-    from trajstore.trainer.loop.setup import setup
-    from trajstore.trainer.loop.step import train_step
-    from trajstore.writer import StoreWriter
 
     t0 = time.monotonic()
     arm = get_arm(spec.arm)
@@ -139,7 +128,7 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
     engine = LlamaEngine(tr.loaded.model, mismatch)
     engine_version = 0
     gen = torch.Generator().manual_seed(spec.seed)
-    evals_inst = eval_instances(spec.seed, spec.eval_per_family, held_out=spec.held_out)
+    evals_inst = eval_instances(spec.seed, spec.eval_per_family, held_out=spec.held_out, task=spec.task)
     rows: dict[int, Row] = {}
     builders: dict[int, TrajectoryBuilder] = {}
     finished: dict[int, Any] = {}
@@ -245,7 +234,7 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
                 step_before = tr.state.step
                 if it.publishes is None and tr.critic is None:
                     # warm-up of a critic-free arm: its baseline sees the batch (the running mean's
-                    # window fills), no policy step (issue 28: they started at once, from a zero baseline)
+                    # window fills), no policy step (starting at once, from a zero baseline, would bias them)
                     if tr.scalar_fn is not None:
                         tr.scalar_fn(batch.samples, tr.state)
                     tr.state.cursor = batch.cursor

@@ -33,6 +33,20 @@ from trajstore.trainer.apps.envs import FAMILIES, TaskName, draw_instance, make_
 from trajstore.trainer.apps.learning_bench.codec import CharCodec
 from trajstore.trainer.apps.learning_bench.estimators import advantages_by
 from trajstore.trainer.apps.learning_bench.sampler import LlamaEngine, Row, new_row, play
+from trajstore.trainer.config import (
+    CRITIC_TRAINABLE_PATTERN,
+    AlgoConfig,
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    TrainConfig,
+)
+from trajstore.trainer.data import DataCursor, StepBatch, TrainSample, gae_inputs, pack, to_rows
+from trajstore.trainer.loop.setup import setup
+from trajstore.trainer.loop.step import train_step
+from trajstore.trainer.models import PolicyLogprobs, load_policy
+from trajstore.trainer.sao.baselines import RunningMeanBaseline, grpo_advantages
 
 CRITIC_ARMS = {"sao": ("token", False, 2), "sao-k1": ("token", False, 1), "full-critic": ("token", True, 2),
                "gae-turn-last": ("turn-last", False, 2), "gae-turn-avg": ("turn-avg", False, 2),
@@ -96,15 +110,14 @@ def _sample_batch(engine: LlamaEngine, task: TaskName, instances: list[tuple[str
 
 
 def to_samples(episodes: list[dict[str, Any]], *, group_ids: list[str | None] | None = None, prefix: str = "q"):
-    """In-memory trainer ``Sample`` s for `episodes` (version 0, temperature 1), as the store's
+    """In-memory trainer ``TrainSample`` s for `episodes` (version 0, temperature 1), as the store's
     reader would produce them."""
-    from trajstore.trainer.data import DataCursor, Sample
 
     out = []
     for i, e in enumerate(episodes):
         n = len(e["tokens"])
         pv = np.where(e["mask"], 0, -1).astype(np.int64)
-        out.append(Sample(f"{prefix}{i}", group_ids[i] if group_ids else None, "memory", i, e["tokens"],
+        out.append(TrainSample(f"{prefix}{i}", group_ids[i] if group_ids else None, "memory", i, e["tokens"],
                           e["logprobs"], e["mask"], pv, np.ones(n, dtype=np.float32), e["reward"], False, DataCursor()))
     return out
 
@@ -164,16 +177,6 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float:
 
 def _critic_trainer(warm_start: str, seed: int, full: bool, k: int, cfg: QualityConfig, root: str):
     """A trainer set up like the benchmark's critic arms (warm-up only, never a policy step)."""
-    from trajstore.trainer.loop.config import (
-        CRITIC_TRAINABLE_PATTERN,
-        AlgoConfig,
-        DataConfig,
-        ModelConfig,
-        OptimConfig,
-        RunConfig,
-        TrainConfig,
-    )
-    from trajstore.trainer.loop.setup import setup
 
     codec = CharCodec()
     tc = TrainConfig(
@@ -195,10 +198,6 @@ def advantage_quality(warm_start: str, seed: int, cfg: QualityConfig, *, task: T
         ``{"checkpoints": [{"critic_iterations": n, "reliability": r, "estimators": {name:
         {"corr": pearson with A*, "cos": gradient cosine}}}], "tokens": action tokens scored}``.
     """
-    from trajstore.trainer.data import DataCursor, StepBatch, gae_inputs, pack, to_rows
-    from trajstore.trainer.loop.step import train_step
-    from trajstore.trainer.models import PolicyLogprobs, load_policy
-    from trajstore.trainer.sao.baselines import RunningMeanBaseline, grpo_advantages
 
     codec = CharCodec()
     policy = load_policy(warm_start, tokenizer=codec.name).model

@@ -49,6 +49,7 @@ def _plt():  # noqa: ANN202
     import matplotlib
 
     matplotlib.use("Agg")
+    # matplotlib: the plot extra, loaded only when a figure is drawn
     import matplotlib.pyplot as plt
 
     return plt
@@ -106,6 +107,7 @@ def forest_plot(rows: Sequence[dict[str, Any]], path: str | Path, *, title: str)
     ax.set_yticklabels([r["label"] for r in reversed(rows)], fontsize=9)
     ax.set_xlabel(rows[0]["unit"] if rows else "")
     ax.set_title(title, fontsize=10)
+    # matplotlib: the plot extra, loaded only when a figure is drawn
     from matplotlib.lines import Line2D
 
     shown = [v for v in VERDICT_COLORS if any(r["verdict"] == v for r in rows)]  # no key for what is not drawn
@@ -233,6 +235,7 @@ def log_ratio_plot(hists: dict[str, dict[int, list[int]]], bands: dict[str, dict
     by staleness level for each arm given (pooled over seeds), the DIS band edges dashed. Right:
     fraction of action tokens outside the DIS band per staleness level."""
     plt = _plt()
+    # matplotlib: the plot extra, loaded only when a figure is drawn
     import matplotlib as mpl
 
     arms = list(hists)
@@ -288,6 +291,7 @@ def staleness_plot(stats: dict[str, tuple[float, float, float, float]], path: st
     min / max over seeds of the p95, none for one seed). The key shows the two bar kinds in
     outline (each arm's bars carry its own colour, named under them)."""
     plt = _plt()
+    # matplotlib: the plot extra, loaded only when a figure is drawn
     from matplotlib.patches import Patch
 
     arms = list(stats)

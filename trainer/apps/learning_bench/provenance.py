@@ -13,6 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+import transformers
+
 
 def _cpu_model() -> str:
     try:
@@ -50,8 +53,6 @@ def machine_info() -> dict[str, Any]:
     """The machine and software of this process: ``cpu``, ``logical_cpus``, ``affinity_cpus``
     (the CPUs this process may use), ``load_start`` (1/5/15-min load averages), ``python``,
     ``torch``, ``transformers``, ``platform``, ``commit`` and ``started_utc``."""
-    import torch
-    import transformers
 
     try:
         affinity = len(os.sched_getaffinity(0))

@@ -27,9 +27,9 @@ from trajstore.trainer.apps.learning_bench.codec import CharCodec
 class Mismatch:
     """Sampler-side deviations from the trainer's float32 policy.
 
-    Two models (``SuiteConfig.mismatch``): ``noise`` (the default since issue 15: bf16 rounding
+    Two models (``SuiteConfig.mismatch``): ``noise`` (the default: bf16 rounding
     and i.i.d. Gaussian logit noise, unbiased and light-tailed) and ``engine``
-    (:meth:`engine_like`, issue 28), shaped like a real inference engine against a trainer:
+    (:meth:`engine_like`), shaped like a real inference engine against a trainer:
 
     * systematic: the LM head is rounded to float8 (e4m3, one scale per vocabulary row) on top of
       bf16, so every logit carries a fixed error that depends on the context through the hidden

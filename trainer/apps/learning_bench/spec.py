@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trajstore.trainer.apps.envs import TaskName
+from trajstore.trainer.apps.learning_bench.tasks import BenchTask
 
 
 class RunSpec(BaseModel):
@@ -17,7 +17,7 @@ class RunSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    task: TaskName = Field(description="task name")
+    task: BenchTask = Field(description="task name")
     arm: str = Field(description="arm name (a key of ARMS)")
     seed: int = Field(0, description="seeds the warm start, task draws, latencies, sampler and evaluation")
     warm_start: str = Field(description="directory of the seed's warm-start model (HF format)")
@@ -26,7 +26,7 @@ class RunSpec(BaseModel):
                                                      "arm: critics train, critic-free baselines fill their state")
     policy_lr: float = Field(gt=0, description="policy learning rate (calibrated once, same for every arm)")
     critic_lr_factor: float = Field(5.0, gt=0, description="critic learning rate / policy learning rate "
-                                                           "(SAO.md: 5e-6 / 1e-6)")
+                                                           "(docs/sao.md: 5e-6 / 1e-6)")
     batch_size: int = Field(32, ge=1, description="trajectories per iteration")
     workers: int = Field(64, ge=1, description="simulated rollout workers")
     turn_latency_sigma: float = Field(1.0, ge=0, description="lognormal sigma of the per-turn latency")
@@ -38,7 +38,8 @@ class RunSpec(BaseModel):
     mismatch: Literal["noise", "engine"] = Field("noise", description="the engine's mismatch model: bf16 + Gaussian "
                                                  "logit noise, or engine-like (float8 LM head, Student-t noise; "
                                                  "sampler.Mismatch)")
-    held_out: int = Field(3, ge=0, le=9, description="first terms per family held out of training; the evaluation "
+    held_out: int = Field(3, ge=0, le=20, description="first terms per family held out of training (tasks.split; "
+                                                      "chain tasks 0..9); the evaluation "
                                                      "episodes use only these (0: evaluate on training instances)")
     critic_warm_start: str | None = Field(None, description="directory of the seed's warm-started MoE LM (arms with "
                                                             "critic_model tiny-qwen3-moe)")

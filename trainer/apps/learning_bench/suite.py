@@ -6,25 +6,33 @@ is read and never written: the new report goes to a fresh directory of the scrat
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
+import multiprocessing as mp
 import os
+import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from trajstore.trainer.apps.learning_bench.analysis import analyse
 from trajstore.trainer.apps.learning_bench.arms import BenchError
+from trajstore.trainer.apps.learning_bench.compare import compare_runs
 from trajstore.trainer.apps.learning_bench.harness import run_one
-from trajstore.trainer.apps.learning_bench.oracle import QualityConfig
+from trajstore.trainer.apps.learning_bench.oracle import QualityConfig, advantage_quality
 from trajstore.trainer.apps.learning_bench.presets import SuiteConfig, default_scratch
 from trajstore.trainer.apps.learning_bench.provenance import describe, finish, machine_info
 from trajstore.trainer.apps.learning_bench.report import generated_tables, render_report
 from trajstore.trainer.apps.learning_bench.spec import RunSpec
-from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig
+from trajstore.trainer.apps.learning_bench.sweep import sweep_markdown, sweep_rows
+from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig, ensure_warm_start
 
 # -- jobs (run in worker processes) --------------------------------------------------------------
 
@@ -34,10 +42,7 @@ from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig
 
 
 def _job_warm(scratch: str, seed: int, cfg_json: str) -> tuple[int, str, float]:
-    import torch
-
     torch.set_num_threads(1)
-    from trajstore.trainer.apps.learning_bench.warmstart import ensure_warm_start
 
     c0 = time.process_time()
     cfg = WarmStartConfig(**json.loads(cfg_json))
@@ -45,8 +50,6 @@ def _job_warm(scratch: str, seed: int, cfg_json: str) -> tuple[int, str, float]:
 
 
 def _job_run(spec_json: str, store: str, out: str) -> dict[str, Any]:
-    import torch
-
     torch.set_num_threads(1)
     spec = RunSpec.model_validate_json(spec_json)
     c0 = time.process_time()
@@ -59,10 +62,7 @@ def _job_run(spec_json: str, store: str, out: str) -> dict[str, Any]:
 
 
 def _job_quality(warm: str, seed: int, cfg_json: str, out: str) -> dict[str, Any]:
-    import torch
-
     torch.set_num_threads(1)
-    from trajstore.trainer.apps.learning_bench.oracle import advantage_quality
 
     d = json.loads(cfg_json)
     d["critic_iterations"] = tuple(d["critic_iterations"])
@@ -75,34 +75,41 @@ def _job_quality(warm: str, seed: int, cfg_json: str, out: str) -> dict[str, Any
 
 
 def _pool(n: int):  # noqa: ANN202
-    import multiprocessing as mp
 
     return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"))
 
 
-def run_suite(cfg: SuiteConfig, *, log: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+def _fresh(scratch: Path, stem: str) -> Path:
+    return scratch / f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{os.getpid()}"
+
+
+def run_suite(cfg: SuiteConfig, *, log: Callable[[str], None] = lambda _m: None,
+              out: Path | None = None) -> dict[str, Any]:
     """Run the preset: warm starts (cached), every run and the advantage-quality study, then the
-    analysis. Everything goes to a fresh ``<scratch>/<preset>-<UTC time>/`` directory.
+    analysis. Everything goes to a fresh ``<scratch>/<preset>-<UTC time>-<pid>/`` directory (or
+    `out`, which must not exist). With ``cfg.sweep_workers``: the staleness sweep instead
+    (:func:`run_sweep`).
 
     Returns:
         The summary (also written as ``summary.json`` there): paths, timings, per-claim verdicts.
     """
+    if cfg.sweep_workers:
+        return run_sweep(cfg, log=log)
     t0 = time.monotonic()
     scratch = Path(cfg.scratch).expanduser().resolve()
-    out = scratch / f"{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{os.getpid()}"
+    out = out or _fresh(scratch, cfg.preset)
     (out / "results").mkdir(parents=True, exist_ok=False)
     (out / "stores").mkdir()
     (out / "config.json").write_text(cfg.model_dump_json(indent=2))
     info = machine_info()
     (out / "machine.json").write_text(json.dumps(info, indent=2))
     log(f"traj bench learning --preset {cfg.preset}: writing to {out}")
-    from dataclasses import replace
 
     t_warm = time.monotonic()
     kinds = {"policy": cfg.warm_start}
     if cfg.needs_moe():  # the MoE critic arms' backbone, fitted to the same demonstrations
         kinds["moe"] = replace(cfg.warm_start, model="tiny-qwen3-moe")
-    todo = [(kind, s, json.dumps(asdict(ws))) for kind, ws in kinds.items() for s in cfg.seeds]
+    todo = [(kind, s, json.dumps(asdict(ws))) for kind, ws in kinds.items() for s in cfg.all_seeds()]
     warm: dict[str, dict[int, str]] = {kind: {} for kind in kinds}
     warm_cpu = 0.0
     if cfg.processes == 1:
@@ -116,7 +123,7 @@ def run_suite(cfg: SuiteConfig, *, log: Callable[[str], None] = lambda _m: None)
                 s, d, c = f.result()
                 warm[futs[f]][s] = d
                 warm_cpu += c
-    log(f"warm starts ready for seeds {cfg.seeds} ({', '.join(kinds)}; {time.monotonic() - t_warm:.0f}s)")
+    log(f"warm starts ready for seeds {cfg.all_seeds()} ({', '.join(kinds)}; {time.monotonic() - t_warm:.0f}s)")
     specs = cfg.specs(warm["policy"], warm.get("moe"))
     jobs: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = []
     if cfg.quality is not None:
@@ -150,10 +157,38 @@ def run_suite(cfg: SuiteConfig, *, log: Callable[[str], None] = lambda _m: None)
     return _write(cfg, summary, out, info)
 
 
+def run_sweep(cfg: SuiteConfig, *, log: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """The staleness sweep: the preset once per worker count of ``cfg.sweep_workers``, each a
+    complete run directory ``workers-<n>/`` (warm starts shared through the scratch area's cache)
+    under a fresh ``<scratch>/sweep-<preset>-<UTC time>-<pid>/``, then ``sweep.md`` there
+    (:mod:`.sweep`).
+
+    Returns:
+        ``out_dir``, ``report`` (sweep.md), ``sweep`` (:func:`~.sweep.sweep_rows`), ``seconds``,
+        ``claims`` (empty: each point has its own), also written as ``summary.json``.
+    """
+    t0 = time.monotonic()
+    parent = _fresh(Path(cfg.scratch).expanduser().resolve(), f"sweep-{cfg.preset}")
+    parent.mkdir(parents=True)
+    (parent / "config.json").write_text(cfg.model_dump_json(indent=2))
+    points = []
+    for w in cfg.sweep_workers:
+        log(f"staleness sweep: {w} simulated rollout workers")
+        sub = cfg.model_copy(update={"workers": w, "sweep_workers": []})
+        points.append((w, run_suite(sub, log=log, out=parent / f"workers-{w}")))
+    rows = sweep_rows(points)
+    (parent / "sweep.md").write_text(sweep_markdown(rows))
+    summary = {"out_dir": str(parent), "report": str(parent / "sweep.md"), "sweep": rows, "claims": [],
+               "seconds": time.monotonic() - t0}
+    (parent / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
 def _write(cfg: SuiteConfig, summary: dict[str, Any], out: Path, info: dict[str, Any] | None) -> dict[str, Any]:
     """summary.json, report.md and tables.md (bench/LEARNING.md's generated tables, with their
     markers) of a run, in `out`."""
     summary["out_dir"] = str(out)
+    summary["report"] = str(out / "report.md")
     if info:
         summary["machine"] = describe(info)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
@@ -165,9 +200,7 @@ def _write(cfg: SuiteConfig, summary: dict[str, Any], out: Path, info: dict[str,
 
 def committed_files(directory: str | os.PathLike[str]) -> list[str]:
     """Files under `directory` that git tracks (paths relative to it); [] outside a git work tree
-    or without git. The benchmark never writes over these (issue 16)."""
-    import shutil
-    import subprocess
+    or without git. The benchmark never writes over these (a committed result stays as committed)."""
 
     d = Path(directory)
     if not d.is_dir() or shutil.which("git") is None:
@@ -180,7 +213,6 @@ def committed_files(directory: str | os.PathLike[str]) -> list[str]:
 
 def load_results(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The per-run result files of a run directory (``results/<run>.json`` or ``.json.gz``), by run name."""
-    import gzip
 
     out = {}
     for p in sorted(Path(run_dir, "results").iterdir()):
@@ -191,23 +223,38 @@ def load_results(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return out
 
 
-def reanalyse(run_dir: str | os.PathLike[str], *, scratch: str | os.PathLike[str] | None = None,
-              figures: bool = True) -> dict[str, Any]:
-    """Redo the statistics, figures, report and generated tables of a finished run directory
-    from its per-run result files (no training). Written into that directory, unless it holds
-    files committed to git (bench/learning_results/...): then into a fresh
-    ``<scratch>/reanalyse-<name>-<time>-<pid>/`` and the committed files are only read.
+def _label(run_dir: Path) -> str:
+    """``<directory name> (<cpu>)``, the cpu from its ``machine.json`` when there is one."""
+    m = run_dir / "machine.json"
+    cpu = json.loads(m.read_text()).get("cpu") if m.is_file() else None
+    return f"{run_dir.resolve().name} ({cpu})" if cpu else run_dir.resolve().name
 
-    Raises:
-        BenchError: no ``config.json`` or no result file in `run_dir`.
-    """
-    src = Path(run_dir)
+
+def _read_run(src: Path) -> tuple[SuiteConfig, dict[str, Any]]:
     if not (src / "config.json").is_file() or not (src / "results").is_dir():
         raise BenchError(f"--reanalyse {src}: not a run directory (no config.json and results/ there)")
     cfg = SuiteConfig.model_validate_json((src / "config.json").read_text())
     done = load_results(src)
     if not done:
         raise BenchError(f"--reanalyse {src}: no result files in {src / 'results'}")
+    return cfg, done
+
+
+def reanalyse(run_dir: str | os.PathLike[str], *, scratch: str | os.PathLike[str] | None = None,
+              figures: bool = True, compare: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Redo the statistics, figures, report and generated tables of a finished run directory
+    from its per-run result files (no training). Written into that directory, unless it holds
+    files committed to git (bench/learning_results/...): then into a fresh
+    ``<scratch>/reanalyse-<name>-<time>-<pid>/`` and the committed files are only read. With
+    `compare`, a second run directory of the same preset (another machine): its claims are
+    decided the same way and set beside these (:mod:`.compare`; ``summary["comparison"]`` and the
+    ``compare`` table of tables.md).
+
+    Raises:
+        BenchError: no ``config.json`` or no result file in `run_dir` (or in `compare`).
+    """
+    src = Path(run_dir)
+    cfg, done = _read_run(src)
     out = src
     if committed_files(src):
         base = Path(scratch).expanduser().resolve() if scratch else default_scratch()
@@ -217,4 +264,9 @@ def reanalyse(run_dir: str | os.PathLike[str], *, scratch: str | os.PathLike[str
     old = json.loads((src / "summary.json").read_text()) if (src / "summary.json").is_file() else {}
     summary = analyse(cfg, done, out, figures=figures)
     summary["seconds"] = (info or {}).get("wall_seconds", old.get("seconds", math.nan))
+    if compare is not None:
+        other = Path(compare)
+        cfg_b, done_b = _read_run(other)
+        summary_b = analyse(cfg_b, done_b, out, figures=False)
+        summary["comparison"] = {"a": _label(src), "b": _label(other), **compare_runs(summary, summary_b)}
     return _write(cfg, summary, out, info)

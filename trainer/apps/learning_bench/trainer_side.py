@@ -13,6 +13,18 @@ import torch
 from trajstore.trainer.apps.learning_bench.arms import DIS_BAND, BenchError, get_arm
 from trajstore.trainer.apps.learning_bench.codec import CharCodec
 from trajstore.trainer.apps.learning_bench.spec import RunSpec
+from trajstore.trainer.config import (
+    CRITIC_TRAINABLE_PATTERN,
+    AlgoConfig,
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    TrainConfig,
+)
+from trajstore.trainer.loop.build import build_optimizers
+from trajstore.trainer.models import build_critic, load_policy
+from trajstore.trainer.sao.baselines import RunningMeanBaseline
 from trajstore.trainer.sao.losses import dis_band
 
 LOG_RATIO_EDGES = [round(-2.0 + 0.05 * i, 2) for i in range(81)]
@@ -29,7 +41,7 @@ takes the loop's own micro-batches (``trainer.loop.micro.prepare``), never a spl
 def no_correction_loss(loss_fn: Callable[..., Any]) -> Callable[..., Any]:
     """`loss_fn` with the behaviour log-probs replaced by the current policy's own (detached): every
     ratio is exactly 1 and nothing is masked, i.e. the plain policy gradient ``-A grad log pi``
-    that a trainer recomputing "old" log-probs with its current weights computes (SAO.md, "Data
+    that a trainer recomputing "old" log-probs with its current weights computes (docs/sao.md, "Data
     the method depends on")."""
 
     def fn(logprobs, _rollout_logprobs, advantages, action_mask, *a, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
@@ -43,8 +55,7 @@ def keyed_running_mean(window: int, key_of: Callable[[Any], str]) -> Callable[[l
     `window` rewards per difficulty family): each trajectory's advantage is its reward minus the
     mean of the last `window` rewards of its key seen before this batch (0 before any), by the
     trainer's own :class:`~trajstore.trainer.sao.baselines.RunningMeanBaseline`, one per key.
-    `key_of` maps a trainer ``Sample`` to its key."""
-    from trajstore.trainer.sao.baselines import RunningMeanBaseline
+    `key_of` maps a trainer ``TrainSample`` to its key."""
 
     baselines: dict[str, RunningMeanBaseline] = {}
 
@@ -66,9 +77,6 @@ def use_moe_critic(tr: Any, lm_dir: str, *, full: bool) -> None:
     by the trainer's own ``build_critic`` and ``build_optimizers``, from the warm-started tiny
     Qwen3-MoE LM in `lm_dir`: attention, router, embeddings and norms frozen (the default
     trainable pattern: expert projections and value head), or every parameter (`full`)."""
-    from trajstore.trainer.loop.build import build_optimizers
-    from trajstore.trainer.loop.config import CRITIC_TRAINABLE_PATTERN
-    from trajstore.trainer.models import build_critic, load_policy
 
     lm = load_policy(lm_dir, tokenizer=CharCodec().name).model
     critic = build_critic(lm, trainable_pattern=None if full else CRITIC_TRAINABLE_PATTERN,
@@ -81,19 +89,10 @@ def use_moe_critic(tr: Any, lm_dir: str, *, full: bool) -> None:
 
 def train_config(spec: RunSpec, store_uri: str) -> Any:
     """The trainer's config for a run (no follow: the harness writes a batch, then reads it)."""
-    from trajstore.trainer.loop.config import (
-        CRITIC_TRAINABLE_PATTERN,
-        AlgoConfig,
-        DataConfig,
-        ModelConfig,
-        OptimConfig,
-        RunConfig,
-        TrainConfig,
-    )
 
     arm = get_arm(spec.arm)
     codec = CharCodec()
-    # a fixed warm-up of spec.critic_warmup iterations (SAO.md: 10 steps): the simulated timeline
+    # a fixed warm-up of spec.critic_warmup iterations (docs/sao.md: 10 steps): the simulated timeline
     # publishes nothing during exactly that many iterations, so the trainer must not end it early
     algo = {"critic_warmup_steps": spec.critic_warmup, "critic_warmup_until": "budget", "eps_low": DIS_BAND[0],
             "eps_high": DIS_BAND[1], **arm.algo}

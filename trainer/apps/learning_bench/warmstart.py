@@ -23,8 +23,10 @@ from pathlib import Path
 import torch
 
 from trajstore.hub import quiet_loading
-from trajstore.trainer.apps.envs import FAMILIES, STYLES, TaskName, draw_instance, make_episode
+from trajstore.trainer.apps.envs import FAMILIES, STYLES, draw_instance
 from trajstore.trainer.apps.learning_bench.codec import CharCodec
+from trajstore.trainer.apps.learning_bench.tasks import Split, draw, make_episode, split
+from trajstore.trainer.models import load_policy
 
 DEMO_ACCURACY = {"easy": 0.9, "medium": 0.6, "hard": 0.35}
 """Probability that the demonstrator writes a term right, per family (else a uniform digit)."""
@@ -42,6 +44,9 @@ class WarmStartConfig:
         accuracy: :data:`DEMO_ACCURACY` (part of the cache key).
         model: the architecture (:data:`MODEL` for the policy; ``tiny-qwen3-moe`` for the MoE
             critic arms' backbone, fitted to the same demonstrations).
+        held_out: first terms per family kept out of the demonstrations, the seed's held-out
+            instances of each task (:func:`~trajstore.trainer.apps.learning_bench.tasks.split`, the
+            same the runs hold out); 0: demonstrations from every instance.
     """
 
     steps: int = 250
@@ -50,11 +55,16 @@ class WarmStartConfig:
     tasks: tuple[str, ...] = ("chain", "pref-shift")
     accuracy: dict[str, float] = field(default_factory=lambda: dict(DEMO_ACCURACY))
     model: str = MODEL
+    held_out: int = 0
 
     def key(self, seed: int) -> str:
         """Cache key of the warm start for `seed` (changes with any setting)."""
-        # the same key as before `model` was a field, for the policy's warm starts
-        blob = json.dumps({"seed": seed, "codec": CharCodec().name, **asdict(self)}, sort_keys=True)
+        # the same key as before `model` was a field, for the policy's warm starts; and as before
+        # `held_out` was one, for warm starts that hold nothing out
+        d = asdict(self)
+        if not d["held_out"]:
+            del d["held_out"]
+        blob = json.dumps({"seed": seed, "codec": CharCodec().name, **d}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -73,11 +83,14 @@ def demo_action(episode, rng: random.Random, accuracy: dict[str, float]) -> str:
     return "".join(out)
 
 
-def demonstration(task: TaskName, rng: random.Random, accuracy: dict[str, float],
-                  codec: CharCodec) -> tuple[list[int], list[bool]]:
+def demonstration(task: str, rng: random.Random, accuracy: dict[str, float],
+                  codec: CharCodec, *, sp: Split | None = None) -> tuple[list[int], list[bool]]:
     """One demonstrated episode: (token ids, action mask), 1 = a demonstrated action token
-    (its characters and the end-of-action token)."""
-    ep = make_episode(task, draw_instance(rng), preferred=STYLES[0])
+    (its characters and the end-of-action token). The instance comes from `sp`'s training
+    instances, or from every instance of the mod-10 chain (None: the draw of the warm starts made
+    before held-out demonstrations existed)."""
+    inst = draw_instance(rng) if sp is None else draw(rng, sp, held_out=False)
+    ep = make_episode(task, inst, preferred=STYLES[0])
     ids = [codec.bos_token_id] + codec.encode(ep.prompt())
     mask = [False] * len(ids)
     while True:
@@ -113,16 +126,18 @@ def sft_loss(model: torch.nn.Module, batch: list[tuple[list[int], list[bool]]]) 
 def train_warm_start(seed: int, cfg: WarmStartConfig) -> torch.nn.Module:
     """Fit a fresh ``cfg.model`` (``tiny-llama`` by default; initialised from `seed`) to the
     demonstrator; returns it in train mode, float32."""
-    from trajstore.trainer.models import load_policy
 
     codec = CharCodec()
     model = load_policy(cfg.model, tokenizer=codec.name, tiny_vocab_size=codec.vocab_size, seed=seed).model
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     rng = random.Random(f"warm-start-{seed}")
+    # the chain tasks without held-out instances keep the original draw (and so the cached warm starts)
+    splits = {t: None if t in ("chain", "pref-shift") and not cfg.held_out else
+              split("chain" if t == "pref-shift" else t, seed, cfg.held_out) for t in cfg.tasks}
     model.train()
     for _ in range(cfg.steps):
-        batch = [demonstration(cfg.tasks[i % len(cfg.tasks)], rng, cfg.accuracy, codec)  # type: ignore[arg-type]
-                 for i in range(cfg.batch_episodes)]
+        batch = [demonstration(t, rng, cfg.accuracy, codec, sp=splits[t])
+                 for t in (cfg.tasks[i % len(cfg.tasks)] for i in range(cfg.batch_episodes))]
         loss = sft_loss(model, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from trajstore.proxy.calls import HELD_HEADER
 from trajstore.trainer.apps.throughput.trace import EpisodeDraw
 
@@ -86,7 +88,6 @@ async def play_episode(client: Any, proxy_url: str, draw: EpisodeDraw, rec: Epis
     """Play `draw` as session `session` of the proxy at `proxy_url` with `client` (an
     ``httpx.AsyncClient``), filling `rec` as it goes (a caller that cancels the episode keeps what
     it did so far). A failed call ends the episode with ``rec.error`` set; it never raises one."""
-    import httpx
 
     rec.start = time.time()
     base = f"{proxy_url}/s/{session}"

@@ -6,7 +6,8 @@
   generated while batch k-1 trains, one version behind;
 - ``async-eta``: each of the W slots starts the trace's next episode as soon as its last one ends;
   the proxy's ``--max-staleness eta`` gate holds new episodes while running + finished but
-  unconsumed episodes reach (eta + 1) x B.
+  unconsumed episodes reach (eta + 1) x B; ``async-eta-cC`` the same with C slots (C = B: the
+  barrier arms' concurrency).
 
 Every arm plays the trace's episodes in index order, so the arms are paired: the same episodes,
 with the same latencies, in the same order."""
@@ -17,6 +18,8 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import httpx
 
 from trajstore.trainer.apps.throughput.agent import EpisodeRecord, TokenChat, play_episode
 from trajstore.trainer.apps.throughput.config import Arm, ThroughputConfig, ThroughputError
@@ -88,7 +91,6 @@ class _Player:
 
     async def wait_version(self, version: int) -> None:
         """Until the proxy reports that the server holds `version` (or a newer one)."""
-        import httpx
 
         while True:
             self.check()
@@ -117,8 +119,8 @@ async def _batches(p: _Player, arm: Arm) -> None:
         p.out.batch_ends.append(max(r.end for r in recs))
 
 
-async def _slots(p: _Player) -> None:
-    """Every slot plays episodes back to back until the trainer's N x B have finished."""
+async def _slots(p: _Player, slots: int) -> None:
+    """Each of `slots` slots plays episodes back to back until the trainer's N x B have finished."""
     need = p.cfg.steps * p.cfg.batch_size
     enough = asyncio.Event()
 
@@ -127,7 +129,7 @@ async def _slots(p: _Player) -> None:
             await p.play(s)
         enough.set()
 
-    p.tasks = [asyncio.create_task(slot(s)) for s in range(p.cfg.workers)]
+    p.tasks = [asyncio.create_task(slot(s)) for s in range(slots)]
     waiter = asyncio.create_task(enough.wait())
     try:
         finished, _ = await asyncio.wait([waiter, *p.tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -151,14 +153,13 @@ async def run_rollouts(arm: Arm, cfg: ThroughputConfig, trace: LatencyTrace, cha
     Raises:
         ThroughputError: a child exited, an episode of a batch failed, or episodes keep failing.
     """
-    import httpx
 
     limits = httpx.Limits(max_connections=cfg.workers + 8, max_keepalive_connections=cfg.workers + 8)
     async with httpx.AsyncClient(timeout=httpx.Timeout(cfg.arm_timeout_s), limits=limits) as client:
         p = _Player(client, cfg, trace, chat, proxy_url, run_id, alive)
         try:
             if arm.kind == "async":
-                await _slots(p)
+                await _slots(p, arm.slots(cfg))
             else:
                 await _batches(p, arm)
             p.out.producing_end = time.time()

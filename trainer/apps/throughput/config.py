@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trajstore.errors import TrajstoreError
 from trajstore.hub import SMOLLM2_ALIAS
@@ -17,6 +17,9 @@ from trajstore.trainer.apps.throughput.trace import EnvSpec
 
 Preset = Literal["default", "smoke"]
 DEFAULT_ARMS = ("sync", "one-step", "async-1", "async-2", "async-4", "async-8")
+EQUAL_CONCURRENCY_ETA = 2
+"""The presets also run ``async-2-cB``: eta 2 with B episodes in flight, the barrier arms' concurrency,
+so that asynchrony and concurrency can be told apart (report.decomposition)."""
 
 
 class ThroughputError(TrajstoreError):
@@ -33,18 +36,32 @@ class Arm:
             loaded: generated one version behind) or ``async`` (no barrier: every slot starts its
             next episode at once; ``traj proxy --max-staleness`` bounds how far ahead).
         max_staleness: eta of an ``async`` arm (None otherwise).
+        concurrency: an ``async`` arm's rollout slots (episodes in flight at most); None: all W.
+            The barrier arms run one batch, B episodes, at a time.
     """
 
     kind: Literal["sync", "one-step", "async"]
     max_staleness: int | None = None
+    concurrency: int | None = None
 
     @property
     def name(self) -> str:
-        return f"async-{self.max_staleness}" if self.kind == "async" else self.kind
+        if self.kind != "async":
+            return self.kind
+        return f"async-{self.max_staleness}" + (f"-c{self.concurrency}" if self.concurrency is not None else "")
+
+    def slots(self, cfg: ThroughputConfig) -> int:
+        """Episodes this arm runs at once at most: B for the barrier arms, its concurrency (or all W
+        slots) for an asynchronous one."""
+        if self.kind != "async":
+            return cfg.batch_size
+        return self.concurrency if self.concurrency is not None else cfg.workers
 
     @classmethod
     def parse(cls, name: str) -> Arm:
-        """``sync``, ``one-step`` or ``async-N`` (N >= 0, the proxy's ``--max-staleness``).
+        """``sync``, ``one-step``, ``async-N`` (N >= 0, the proxy's ``--max-staleness``; all W
+        slots) or ``async-N-cC`` (at most C >= 1 episodes in flight, e.g. C = B to match the
+        barrier arms' concurrency).
 
         Raises:
             ThroughputError: any other name.
@@ -52,10 +69,11 @@ class Arm:
         name = name.strip()
         if name in ("sync", "one-step"):
             return cls(name)  # type: ignore[arg-type]
-        m = re.fullmatch(r"async-(\d+)", name)
+        m = re.fullmatch(r"async-(\d+)(?:-c([1-9]\d*))?", name)
         if m is None:
-            raise ThroughputError(f"unknown arm {name!r}: use sync, one-step or async-N (N = --max-staleness)")
-        return cls("async", int(m.group(1)))
+            raise ThroughputError(f"unknown arm {name!r}: use sync, one-step, async-N (N = --max-staleness) or "
+                                  f"async-N-cC (C episodes in flight at most)")
+        return cls("async", int(m.group(1)), int(m.group(2)) if m.group(2) else None)
 
 
 def default_scratch() -> Path:
@@ -106,6 +124,14 @@ class ThroughputConfig(BaseModel):
             raise ValueError("at least one arm")
         return names
 
+    @model_validator(mode="after")
+    def _concurrency(self) -> ThroughputConfig:
+        for a in self.arm_specs:
+            if a.concurrency is not None and a.concurrency > self.workers:
+                raise ValueError(f"arm {a.name}: {a.concurrency} episodes in flight is more than the W = "
+                                 f"{self.workers} rollout slots (--workers)")
+        return self
+
     @field_validator("sigmas")
     @classmethod
     def _sigmas(cls, v: list[float]) -> list[float]:
@@ -128,9 +154,14 @@ class ThroughputConfig(BaseModel):
     @classmethod
     def preset_config(cls, name: Preset, **overrides: Any) -> ThroughputConfig:
         """The named preset with `overrides` applied. ``default``: the grid of bench/RESULTS.md;
-        ``smoke``: every arm once at sigma 1, 2 steps of 2 trajectories, short tool calls."""
+        ``smoke``: every arm once at sigma 1, 2 steps of 2 trajectories, short tool calls. Unless
+        the arms are given, both run :data:`DEFAULT_ARMS` and ``async-2-cB`` (B = the batch size)."""
         base: dict[str, Any] = {}
         if name == "smoke":
             base = dict(sigmas=[1.0], seeds=[0], steps=2, batch_size=2, workers=4, median_s=0.05, mean_turns=2.0,
                         max_turns=4)
-        return cls(preset=name, **{**base, **overrides})
+        merged = {**base, **overrides}
+        if "arms" not in merged:
+            b = merged.get("batch_size", cls.model_fields["batch_size"].default)
+            merged["arms"] = [*DEFAULT_ARMS, f"async-{EQUAL_CONCURRENCY_ETA}-c{b}"]
+        return cls(preset=name, **merged)

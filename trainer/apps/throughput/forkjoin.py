@@ -54,9 +54,7 @@ def lognormal_var(median: float, sigma: float) -> float:
 
 def normal_cdf(z: np.ndarray) -> np.ndarray:
     """Phi, the standard normal CDF, elementwise."""
-    from math import erf
-
-    return 0.5 * (1.0 + np.vectorize(erf)(np.asarray(z, dtype=float) / math.sqrt(2.0)))
+    return 0.5 * (1.0 + np.vectorize(math.erf)(np.asarray(z, dtype=float) / math.sqrt(2.0)))
 
 
 def turn_pmf(spec: EnvSpec) -> np.ndarray:

@@ -9,11 +9,13 @@ the trainer's consumed records (``staleness_max``)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from trajstore import audit
 from trajstore.audit.views import sql_literal
 from trajstore.trainer.apps.throughput.agent import EpisodeRecord
 
@@ -73,7 +75,6 @@ def staleness_check(conn: object, run_id: str) -> tuple[StalenessSummary, Stalen
     Raises:
         ValueError: a step's mean x tokens is not an integer (the metric is not what it says).
     """
-    from trajstore import audit
 
     rep = audit.staleness_report(conn, run=run_id)  # type: ignore[arg-type]
     hist = _rows(rep.histogram)
@@ -143,7 +144,6 @@ def _step_query(run_id: str, metrics: dict[str, str], extra: str = "") -> str:
 
 def step_times(conn: object, run_id: str) -> list[StepTime]:
     """The run's policy steps in order, from its step records."""
-    from trajstore import audit
 
     rows = _rows(audit.sql(conn, _step_query(run_id, {  # type: ignore[arg-type]
         "step_s": "perf/step_s", "wait_frac": "perf/data_wait_frac", "trajectories": "data/trajectories",
@@ -154,7 +154,6 @@ def step_times(conn: object, run_id: str) -> list[StepTime]:
 
 def dis_masked(conn: object, run_id: str) -> float | None:
     """Share of the consumed action tokens DIS masked (both sides of the band), from the clip audit."""
-    from trajstore import audit
 
     rows = _rows(audit.clip_report(conn, run=run_id).by_step)  # type: ignore[arg-type]
     rows = [r for r in rows if r["step"] >= 0 and r["masked"] is not None]
@@ -180,7 +179,6 @@ def rollout_busy(episodes: Sequence[EpisodeRecord], lo: float, hi: float) -> flo
 def process_cpu_s(pid: int) -> float | None:
     """CPU seconds (user + system) process `pid` has used so far, its threads included (Linux
     ``/proc/<pid>/stat``); None where that cannot be read."""
-    import os
 
     try:
         with open(f"/proc/{pid}/stat") as fh:

@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from trajstore import audit
+from trajstore.store import open_store
+from trajstore.store.layout import policy_run_dir
 from trajstore.trainer.apps.demo.children import cpu_count
+from trajstore.trainer.apps.demo.prune import prune_weights
 from trajstore.trainer.apps.throughput.arms import Rollouts, run_rollouts
 from trajstore.trainer.apps.throughput.config import Arm, ThroughputConfig, ThroughputError
 from trajstore.trainer.apps.throughput.forkjoin import StepInputs, predicted_step_s
@@ -43,9 +48,6 @@ def run_arm(cfg: ThroughputConfig, arm: Arm, sigma: float, seed: int, services: 
     Raises:
         ThroughputError: a process failed, the run timed out, or the trainer made fewer steps.
     """
-    from trajstore import audit
-    from trajstore.store import open_store
-    from trajstore.trainer.apps.demo.prune import prune_weights
 
     run_id = arm_run_id(arm, sigma, seed)
     store = services.root / run_id
@@ -88,9 +90,6 @@ def run_arm(cfg: ThroughputConfig, arm: Arm, sigma: float, seed: int, services: 
 
 def prune_all_versions(store: Path, run_id: str) -> None:
     """Delete the run's last published version too: nothing will load it."""
-    import shutil
-
-    from trajstore.store.layout import policy_run_dir
 
     shutil.rmtree(store / policy_run_dir(run_id), ignore_errors=True)
 
@@ -107,7 +106,7 @@ def measure_arm(cfg: ThroughputConfig, arm: Arm, sigma: float, seed: int, trace:
     calls = [c for e in eps for c in e.call_s]
     train_s = (window - waited) / len(steps)
     call_s = statistics.fmean(calls) if calls else 0.0
-    inputs = StepInputs(cfg.env(sigma), cfg.batch_size, cfg.workers, call_s, train_s)
+    inputs = StepInputs(cfg.env(sigma), cfg.batch_size, arm.slots(cfg), call_s, train_s)
     return ArmResult(
         arm=arm.name, sigma=sigma, seed=seed, wall_s=window, steps=len(steps),
         trajectories=sum(s.trajectories for s in steps), action_tokens=sum(s.action_tokens for s in steps),

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from trajstore.trainer.apps.demo.children import cpu_count
 from trajstore.trainer.apps.throughput.config import ThroughputConfig, ThroughputError
 from trajstore.trainer.apps.throughput.report import claims, render_report, tables
 from trajstore.trainer.apps.throughput.result import ArmResult
@@ -44,7 +45,6 @@ def run_suite(cfg: ThroughputConfig, *, log: Callable[[str], None] = lambda _: N
     Raises:
         ThroughputError: no arm ran at all.
     """
-    from trajstore.trainer.apps.demo.children import cpu_count
 
     t0 = time.monotonic()
     out_dir = Path(cfg.scratch) / datetime.now(timezone.utc).strftime("run-%Y%m%dT%H%M%SZ")

@@ -15,8 +15,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import httpx
+
+from trajstore.hub import load_tokenizer, resolve_model
 from trajstore.store.layout import TRAJECTORIES_DIR, run_app_config_file, run_dir, run_log_file
 from trajstore.trainer.apps.demo.children import (
     DemoError,
@@ -29,9 +31,7 @@ from trajstore.trainer.apps.demo.children import (
 )
 from trajstore.trainer.apps.throughput.agent import TokenChat
 from trajstore.trainer.apps.throughput.config import Arm, ThroughputConfig, ThroughputError
-
-if TYPE_CHECKING:
-    from trajstore.trainer.loop.config import TrainConfig
+from trajstore.trainer.config import AlgoConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, TrainConfig
 
 SERVE_LOG, TRAINER_LOG, PROXY_LOG = "serve.log", "trainer.log", "proxy"
 """serve's and the trainer's logs in the suite's folder; each proxy's at ``runs/<run_id>/proxy.log``
@@ -47,15 +47,6 @@ TRAINER_READY = "trainer host ready"
 def train_config(cfg: ThroughputConfig, run_id: str, store: str, seed: int) -> TrainConfig:
     """The trainer of an arm: follow the store, B trajectories a step, no critic warm-up (every step
     is a policy step), publish every step, stop after N steps."""
-    from trajstore.hub import load_tokenizer, resolve_model
-    from trajstore.trainer.loop.config import (
-        AlgoConfig,
-        DataConfig,
-        ModelConfig,
-        OptimConfig,
-        RunConfig,
-        TrainConfig,
-    )
 
     tiny = cfg.model.startswith("tiny-")
     return TrainConfig(
@@ -88,6 +79,20 @@ def _log_has(path: Path, text: str) -> bool:
         return False
 
 
+def _wait_health(url: str, proc: subprocess.Popen[bytes], log: Path, what: str, timeout_s: float,
+                 deadline: float) -> None:
+    """Wait until `what` (a child serving `url`) answers ``/health``.
+
+    Raises:
+        ThroughputError: it exited first, or did not answer by `deadline` (the message names its log).
+    """
+    try:
+        if not wait_ready(url + "/health", proc, log, what, deadline):
+            raise ThroughputError(f"{what} was not ready after {timeout_s:g} s (log: {log})")
+    except DemoError as e:
+        raise ThroughputError(str(e)) from None
+
+
 @dataclass
 class Services:
     """``traj serve`` and the trainer host, shared by the arms of a suite, logging into `root`."""
@@ -103,7 +108,6 @@ class Services:
     def chat(self) -> TokenChat:
         """The agents' token-id conversations (the tokenizer is loaded once)."""
         if self._chat is None:
-            from trajstore.hub import load_tokenizer
 
             self._chat = TokenChat(load_tokenizer(self.cfg.tokenizer))
         return self._chat
@@ -138,12 +142,7 @@ class Services:
                 self.trainer = subprocess.Popen(
                     [sys.executable, "-m", "trajstore.trainer.apps.throughput", "trainer-host", "1"],
                     stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env)
-        try:
-            if not wait_ready(self.serve_url + "/health", self.serve, self.serve_log, "traj serve", deadline):
-                raise ThroughputError(f"traj serve was not ready after {self.cfg.startup_timeout_s:g} s "
-                                      f"(log: {self.serve_log})")
-        except DemoError as e:
-            raise ThroughputError(str(e)) from None
+        _wait_health(self.serve_url, self.serve, self.serve_log, "traj serve", self.cfg.startup_timeout_s, deadline)
         while not _log_has(self.trainer_log, TRAINER_READY):
             if self.trainer.poll() is not None:
                 raise ThroughputError(exit_message("the trainer", self.trainer.returncode, self.trainer_log))
@@ -224,18 +223,11 @@ class ArmTopology:
             proxy_argv(cfg, self.arm, upstream=s.serve_url, store=self.store, port=port, run_id=self.run_id,
                        tokenizer=tcfg.model.tokenizer or cfg.tokenizer), self.proxy_log)
         self.proxy_url = f"http://127.0.0.1:{port}"
-        try:
-            if not wait_ready(self.proxy_url + "/health", self.proxy, self.proxy_log, "traj proxy", deadline):
-                raise ThroughputError(f"traj proxy was not ready after {cfg.startup_timeout_s:g} s "
-                                      f"(log: {self.proxy_log})")
-        except DemoError as e:
-            raise ThroughputError(str(e)) from None
+        _wait_health(self.proxy_url, self.proxy, self.proxy_log, "traj proxy", cfg.startup_timeout_s, deadline)
         self._wait_v0(deadline)
         return time.monotonic() - t0
 
     def _wait_v0(self, deadline: float) -> None:
-        import httpx
-
         while time.monotonic() < deadline:
             gone = self.alive()
             if gone is not None:

@@ -4,17 +4,23 @@ run for one arm after another in one process, so that torch and transformers are
 suite instead of once per arm (on a loaded 2-core machine that took about a minute each time).
 
 Protocol: each line on stdin is ``CONFIG_PATH<TAB>STATUS_PATH``; the host trains the saved
-:class:`~trajstore.trainer.loop.config.TrainConfig` and then writes STATUS_PATH (atomically) as
+:class:`~trajstore.trainer.config.TrainConfig` and then writes STATUS_PATH (atomically) as
 ``{"ok": true, "steps": N, "version": V}`` or ``{"ok": false, "error": "..."}``. It exits at the end
 of its stdin."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
 import traceback
 from pathlib import Path
+
+import torch
+
+from trajstore.trainer.config import TrainConfig
+from trajstore.trainer.loop.train import train
 
 
 def write_status(path: str, status: dict) -> None:
@@ -26,12 +32,6 @@ def write_status(path: str, status: dict) -> None:
 
 def trainer_host(threads: int) -> None:
     """Train each config named on stdin, in turn (see the module docstring)."""
-    import gc
-
-    import torch
-
-    from trajstore.trainer.loop.config import TrainConfig
-    from trajstore.trainer.loop.train import train
 
     torch.set_num_threads(threads)
     print(f"trainer host ready ({threads} torch thread{'s' if threads > 1 else ''})", flush=True)

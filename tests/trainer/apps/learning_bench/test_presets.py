@@ -34,3 +34,45 @@ def test_smoke_preset_runs_every_task_arm_and_measurement_of_the_default() -> No
     assert smoke.quality is not None and default.quality is not None
     assert smoke.quality.estimators == default.quality.estimators
     assert smoke.chain_steps < default.chain_steps and smoke.shift_stage_steps < default.shift_stage_steps
+
+
+def test_claim_seeds_give_each_arm_the_seeds_its_claims_need() -> None:
+    """The power preset: an arm runs every seed any of its claims asks for (sao: the most of
+    all, as it is every claim's reference but one), the paired differences use the seeds both
+    arms ran; the warm starts cover every seed used. Unknown claims and empty counts are refused."""
+    from pydantic import ValidationError
+
+    from trajstore.trainer.apps.learning_bench.presets import POWER_MIN_SEEDS, POWER_SEEDS, SuiteConfig, power_family
+
+    cfg = SuiteConfig.preset_config("power")
+    runs: dict[str, set[int]] = {}
+    for sp in cfg.specs({s: "x" for s in cfg.all_seeds()}):
+        assert sp.task == "chain"
+        runs.setdefault(sp.arm, set()).add(sp.seed)
+    dis, grpo = POWER_SEEDS["dis-vs-none"], POWER_SEEDS["grpo-dis-vs-none"]
+    assert runs["no-correction"] == set(range(dis)) and runs["grpo-no-dis"] == set(range(grpo))
+    assert runs["grpo-dis"] == set(range(grpo)) and runs["sao"] == set(range(max(dis, POWER_MIN_SEEDS)))
+    assert runs["running-mean-8"] == set(range(POWER_MIN_SEEDS))  # sized below the default's 10
+    assert cfg.all_seeds() == list(range(max(POWER_SEEDS.values())))
+    assert cfg.quality is None and power_family() == 5
+    assert SuiteConfig.preset_config("long").seeds == list(range(10))
+    with pytest.raises(ValidationError, match="unknown claim 'no-such-claim'"):
+        SuiteConfig.preset_config("default", claim_seeds={"no-such-claim": 3})
+    with pytest.raises(ValidationError, match="at least 1"):
+        SuiteConfig.preset_config("default", claim_seeds={"k2-vs-k1": 0})
+
+
+def test_the_held_out_preset_runs_chain100_from_a_warm_start_that_holds_the_same_instances_out() -> None:
+    from pydantic import ValidationError
+
+    from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
+    from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig
+
+    cfg = SuiteConfig.preset_config("held-out")
+    specs = cfg.specs({s: "x" for s in cfg.all_seeds()})
+    assert {sp.task for sp in specs} == {"chain100"} and all(sp.held_out == 3 for sp in specs)
+    assert cfg.warm_start.tasks == ("chain100",) and cfg.warm_start.held_out == cfg.held_out == 3
+    with pytest.raises(ValidationError, match="holds out the same instances"):
+        SuiteConfig.preset_config("held-out", warm_start=WarmStartConfig(tasks=("chain100",), held_out=0))
+    with pytest.raises(ValidationError, match="at most 9"):
+        SuiteConfig.preset_config("default", held_out=12)

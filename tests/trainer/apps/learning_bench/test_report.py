@@ -16,14 +16,17 @@ runner = CliRunner()
 def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from trajstore.trainer.apps.learning_bench import suite
+    from trajstore.trainer.apps.learning_bench.claims import CLAIMS
     from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
     from trajstore.trainer.apps.learning_bench.report import render_report
-    from trajstore.trainer.apps.learning_bench.stats import CLAIMS, t_interval, verdict
+    from trajstore.trainer.apps.learning_bench.stats import t_interval
+    from trajstore.trainer.apps.learning_bench.verdicts import decide
 
     iv = t_interval([0.05])
     claims = [{"paper": c.paper, "arm": c.arm, "ref": c.ref, "task": c.task, "metric": c.metric,
                "interval": {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n},
-               "verdict": verdict(c, iv)[0], "reason": verdict(c, iv)[1]} for c in CLAIMS[:2]]
+               "verdict": d.verdict, "reason": d.reason}
+              for c, d in zip(CLAIMS[:2], decide([(c, iv, True) for c in CLAIMS[:2]]))]
     fake = {"claims": claims, "seconds": 42.0, "out_dir": str(tmp_path), "runs": {}, "auc": {}, "figures": {}}
     monkeypatch.setattr(suite, "run_suite", lambda cfg, log=None: fake)
     res = runner.invoke(app, ["bench", "learning", "--preset", "smoke", "--scratch", str(tmp_path)], env=WIDTH_120)
@@ -37,33 +40,49 @@ def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, t
     assert "\n1 seed, 0.7 min." in report and "1 seeds" not in report
 
 
-RESULTS = {"": "bench/learning_results/default", "long-": "bench/learning_results/long"}
-"""bench/LEARNING.md's generated tables (marker prefix) and the committed result files they come from."""
+RESULTS = {"": ("bench/learning_results/default", "bench/learning_results/default-idle"),
+           "long-": ("bench/learning_results/long", None)}
+"""bench/LEARNING.md's generated tables (marker prefix), the committed result files they come from
+and the run they are compared with."""
 
 
 @pytest.mark.parametrize("prefix", list(RESULTS))
 def test_learning_md_tables_are_the_reanalysis_of_the_committed_result_files(tmp_path: Path, prefix: str) -> None:
-    """Issue 28: the per-run result files behind bench/LEARNING.md are committed, and
-    ``--reanalyse`` of them recomputes its tables exactly (claims with intervals, p-values and
-    verdicts; the per-arm table). The committed directory also says which machine made them."""
+    """The per-run result files behind bench/LEARNING.md are committed, and ``--reanalyse`` of them
+    (with ``--compare`` for the default run) recomputes every generated table exactly: claims with
+    intervals, p-values, minimum detectable effects and verdicts; the per-arm table; the paper's
+    effects; the seeds the DIS and critic claims need; the two machines side by side. The power
+    preset's seed counts are the recomputed ones. The committed directory also says which
+    machine made them."""
     import json
+    import re
 
     from tests.helpers.paths import REPO_ROOT
+    from trajstore.trainer.apps.learning_bench.presets import POWER_SEEDS
     from trajstore.trainer.apps.learning_bench.report import extract
     from trajstore.trainer.apps.learning_bench.suite import reanalyse
 
     md = (REPO_ROOT / "bench" / "LEARNING.md").read_text()
     if extract(md, f"{prefix}claims") is None:
         pytest.skip(f"bench/LEARNING.md has no generated:{prefix}claims table")
-    src = REPO_ROOT / RESULTS[prefix]
+    run, other = RESULTS[prefix]
+    src = REPO_ROOT / run
     assert (src / "config.json").is_file() and any((src / "results").iterdir())
     machine = json.loads((src / "machine.json").read_text())
     assert machine["cpu"] and machine["commit"] and machine["load_start"]
-    summary = reanalyse(src, scratch=tmp_path, figures=False)
+    summary = reanalyse(src, scratch=tmp_path, figures=False, compare=REPO_ROOT / other if other else None)
     assert Path(summary["out_dir"]).parent == tmp_path  # committed: only read
     tables = (Path(summary["out_dir"]) / "tables.md").read_text()
-    for name in ("claims", "runs"):
+    names = re.findall(rf"<!-- generated:{re.escape(prefix)}([a-z]+) -->", md)
+    if not prefix:  # the default run's tables; "long-..." are the other parametrisation's
+        names = [n for n in re.findall(r"<!-- generated:([a-z-]+) -->", md) if not n.startswith("long-")]
+    assert {"claims", "runs", "seeds"} <= set(names)
+    for name in names:
         assert extract(tables, name) == extract(md, f"{prefix}{name}"), name
+    if not prefix:
+        assert {"compare", "effects"} <= set(names)
+        for row in summary["seeds"]:
+            assert POWER_SEEDS[row["key"]] == row["paper_power_family"], row
 
 
 def test_splice_and_extract_generated_tables() -> None:

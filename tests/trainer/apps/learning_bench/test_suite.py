@@ -25,7 +25,8 @@ def _checkout_snapshot(root) -> dict[str, tuple[int, int]]:  # noqa: ANN001
 
 @pytest.mark.slow
 def test_smoke_preset_critic_beats_the_running_mean_and_leaves_the_checkout_alone(tmp_path, monkeypatch) -> None:
-    """``traj bench learning --preset smoke`` run from the checkout, as a user would (about 60 s):
+    """``traj bench learning --preset smoke`` run from the checkout, as a user would (77 CPU-s, 2.6
+    min at load 6 on 2 cores; bench/LEARNING.md):
     it writes only under the default scratch directory (here the test's temp dir), changes no
     file of the checkout, and shows an SAO mechanism at work: after 40 critic iterations on the
     warm-start policy's data (seed 0), token-level GAE with the critic gives a policy gradient

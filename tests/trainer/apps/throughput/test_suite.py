@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 
-@pytest.mark.slow  # 6 arms on 2 shared cores: 3-5 minutes
+@pytest.mark.slow  # 7 arms on 2 shared cores: 3-6 minutes
 def test_every_arm_runs_and_its_audit_equals_the_trainers_metric(tmp_path: Path) -> None:
     from trajstore.hub import load_tokenizer
     from trajstore.trainer.apps.throughput.config import ThroughputConfig

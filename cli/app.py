@@ -1,0 +1,198 @@
+"""The typer classes every ``traj`` command and command group is made of (:class:`TrajTyper`,
+:class:`TrajCommand`, :class:`TrajGroup`): usage lines that read ``traj stats [OPTIONS] STORE``,
+flags without a ``<bool>`` value, help texts unwrapped and laid out whole at any terminal width,
+click's usage errors as one ``error:`` line, and an option given twice with different values
+refused. Each command module makes one :class:`TrajTyper` of its commands; :mod:`trajstore.cli.main`
+adds them to the ``traj`` app."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+from trajstore.errors import one_line
+
+
+def _tidy_params(command: Any, ctx: Any) -> None:
+    """Upper-case argument metavars (``STORE``, ``PATHS...``; an argument taking several values
+    ends in ``...``); flags take no value, so no type."""
+    for p in command.get_params(ctx):
+        if p.param_type_name == "argument":
+            name = p.metavar or p.name.upper()
+            p.metavar = name + ("..." if p.nargs != 1 and not name.endswith("...") else "")
+        elif getattr(p, "is_flag", False) and not getattr(p, "count", False) and p.metavar is None:
+            p.metavar = ""
+
+
+class TrajCommand(TyperCommand):
+    """A typer command whose help reads ``Usage: traj stats [OPTIONS] STORE`` and lists flags as
+    ``--follow/--no-follow`` without a ``<bool>`` value."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        _tidy_params(self, ctx)
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for p in self.get_params(ctx):
+            if p.param_type_name == "argument":
+                pieces.append(p.metavar if p.required else f"[{p.metavar}]")
+        return pieces
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _tidy_params(self, ctx)
+        with _plain_help_when_narrow(self):
+            return super().format_help(ctx, formatter)
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _refuse_conflicting_repeats(self, ctx, args)
+        return super().parse_args(ctx, args)
+
+
+def _refuse_conflicting_repeats(command: Any, ctx: Any, args: Sequence[str]) -> None:
+    """An option that takes one value, given twice with different values (``--store a --store b``),
+    is bad usage: click silently kept the last one, so a command line pasted together from two
+    sources wrote into a store its user did not see. The same value twice is harmless and
+    accepted; repeatable options (``--storage-option``) are not concerned, and a later flag
+    overrides an earlier one as usual (``--follow ... --no-follow``: an alias's default turned off)."""
+    by_name = {}
+    for p in command.get_params(ctx):
+        if (p.param_type_name == "option" and not p.multiple and not getattr(p, "count", False)
+                and not getattr(p, "is_flag", False)):
+            for name in (*p.opts, *p.secondary_opts):
+                by_name[name] = p
+    seen: dict[str, tuple[str, str]] = {}  # param name -> (what was given, its value)
+    i = 0
+    while i < len(args) and args[i] != "--":
+        name, eq, value = args[i].partition("=")
+        p = by_name.get(name) if name.startswith("-") else None
+        if p is not None:
+            if eq:
+                given = args[i]
+            else:  # `--betas 0.9 0.95` takes two values
+                value = " ".join(args[i + 1:i + 1 + max(p.nargs, 1)])
+                given = f"{name} {value}"
+                i += max(p.nargs, 1)
+            if p.name in seen and seen[p.name][1] != value:
+                raise _click_exceptions().UsageError(
+                    f"option {max(p.opts, key=len)} given twice with different values ({seen[p.name][0]}, {given}): "
+                    "give it once", ctx=ctx)
+            seen.setdefault(p.name, (given, value))
+        i += 1
+
+
+PLAIN_HELP_BELOW_COLUMNS = 120
+"""Terminals narrower than this get click's plain help layout instead of typer's rich panels.
+
+typer's options panel is a six-column table (name, short name, ``--no-`` name, short ``--no-``,
+type, help) that rich shrinks to the terminal: at 80 columns ``traj train --help`` cut option
+names to ``--micro-batch-s…`` and wrapped help texts to 16 characters. Click's layout puts a long
+option's help on the next line instead, so every name stays whole at any width."""
+
+
+@contextlib.contextmanager
+def _plain_help_when_narrow(command: Any) -> Any:
+    narrow = shutil.get_terminal_size().columns < PLAIN_HELP_BELOW_COLUMNS
+    saved = command.rich_markup_mode
+    if narrow:
+        command.rich_markup_mode = None
+    try:
+        yield
+    finally:
+        command.rich_markup_mode = saved
+
+
+def usage_error_line(e: Any) -> str:
+    """A click usage error (unknown option, bad option value, missing argument) as one line,
+    worded as our own bad-usage errors are (``invalid option --limit: ...``)."""
+    click = _click_exceptions()
+    param = getattr(e, "param", None)
+    is_option = getattr(param, "param_type_name", "") == "option"
+    name = None
+    if param is not None:
+        name = max(param.opts, key=len) if is_option and param.opts else (
+            (param.metavar or (param.name or "").upper()).removesuffix("..."))
+    if isinstance(e, click.MissingParameter) and name:
+        return f"missing {'option' if is_option else 'argument'} {name}"
+    if isinstance(e, click.BadParameter):
+        hint = e.param_hint if e.param_hint is not None else name
+        if hint:
+            hint = " / ".join(hint) if isinstance(hint, (list, tuple)) else str(hint).replace("'", "")
+            kind = "option" if is_option or hint.startswith("-") else "argument"
+            return f"invalid {kind} {hint}: {one_line(e.message).removeprefix('Value error, ')}"
+    text = one_line(e.format_message()).removesuffix(".")
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
+
+
+class TrajGroup(TyperGroup):
+    """The group counterpart of :class:`TrajCommand` (``--help`` shows no ``<bool>``).
+
+    Click's own usage errors (``--limit -1``, an unknown option, a missing argument, a
+    ``typer.BadParameter`` raised by a command) print as one ``error: ...`` line on stderr, exit
+    status :data:`EXIT_USAGE`, as the commands' own bad-usage errors do, not as typer's boxed
+    usage panel."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _tidy_params(self, ctx)
+        with _plain_help_when_narrow(self):
+            return super().format_help(ctx, formatter)
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _one_line_click_errors():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _one_line_click_errors():
+            return super().invoke(ctx)
+
+
+def _click_exceptions() -> Any:
+    """The module of click's exception classes that typer raises (typer >= 0.20 vendors click as
+    ``typer._click``; earlier versions use click itself)."""
+    return sys.modules[typer.BadParameter.__module__]
+
+
+@contextlib.contextmanager
+def _one_line_click_errors() -> Any:
+    click = _click_exceptions()
+    try:
+        yield
+    except click.ClickException as e:
+        if type(e).__name__ == "NoArgsIsHelpError" or os.environ.get("TRAJ_TRACEBACK"):
+            raise  # `traj` alone prints its help
+        line = usage_error_line(e) if isinstance(e, click.UsageError) else one_line(e.format_message())
+        typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(e.exit_code) from None
+
+
+class TrajTyper(typer.Typer):
+    """``typer.Typer`` whose commands are :class:`TrajCommand` and groups :class:`TrajGroup`.
+    Make sub-apps (``traj bench ...``) with this class too."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("cls", TrajGroup)
+        kwargs.setdefault("pretty_exceptions_enable", False)
+        super().__init__(**kwargs)
+
+    def command(self, name: str | None = None, *, cls: type[TyperCommand] | None = None,
+                **kwargs: Any) -> Callable[[Any], Any]:
+        def decorator(f: Any) -> Any:
+            text = kwargs.get("help") or inspect.getdoc(f)
+            kw = {**kwargs, "help": unwrap_help(text)} if text else kwargs
+            return super(TrajTyper, self).command(name, cls=cls or TrajCommand, **kw)(f)
+
+        return decorator
+
+
+def unwrap_help(text: str) -> str:
+    """A help text whose source lines are joined within each paragraph (paragraphs stay apart):
+    rich keeps single newlines, so a docstring wrapped at 100 columns in the source printed as
+    hard breaks ('... (--format json: the' / 'JSON description ...') in ``traj --help``."""
+    paragraphs = [" ".join(line.strip() for line in p.splitlines()) for p in re.split(r"\n\s*\n", text.strip())]
+    return "\n\n".join(p for p in paragraphs if p)
