@@ -43,6 +43,14 @@ def test_a_long_pass_repeats_its_line_while_it_runs(tmp_path: Path, capsys: pyte
     rec.STILL_RUNNING_EVERY_S = 0.2
     message = "step 0: policy update, micro-batch 1/1 (12,725 tokens, 2 trajectories)"
     during: list[str] = []
+    ticks = [0]  # the heartbeat's looks at the pass (it prints a "still running" line from one)
+    looked = rec._still_running_tick
+
+    def counted_tick() -> None:
+        looked()
+        ticks[0] += 1
+
+    rec._still_running_tick = counted_tick  # type: ignore[method-assign]
     try:
         t0 = time.monotonic()
         rec.activity(message)
@@ -54,7 +62,12 @@ def test_a_long_pass_repeats_its_line_while_it_runs(tmp_path: Path, capsys: pyte
         rec.pass_done()
         elapsed = time.monotonic() - t0
         during += [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith(message)]
-        time.sleep(0.5)  # a chance for a heartbeat that outlives its pass (none may come: no wait)
+        # two heartbeats after the pass ended: the second comes a whole STILL_RUNNING_EVERY_S after
+        # the pass's last line, when a heartbeat that outlived its pass would repeat it
+        done_at = ticks[0]
+        while ticks[0] < done_at + 2:
+            assert time.monotonic() < deadline, "the heartbeat stopped looking"
+            time.sleep(0.02)
         after = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith(message)]
     finally:
         rec.close()
