@@ -12,7 +12,6 @@ import contextlib
 import functools
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,12 +46,6 @@ def _requests_outlast_a_loaded_machine() -> Iterator[None]:
         for name in ("get", "post", "stream"):
             mp.setattr(httpx, name, functools.partial(getattr(httpx, name), timeout=REQUEST_TIMEOUT_S))
         yield
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_http(url: str, timeout: float = 120.0, proc: subprocess.Popen[Any] | None = None) -> None:
