@@ -4,11 +4,9 @@ order unchanged; killed with SIGKILL mid-run it loses nothing and a rerun finish
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -58,47 +56,56 @@ def test_migrate_rewrites_v1_as_v3_under_the_same_names(tmp_store: str) -> None:
     assert (again.migrated, again.already_current) == ([], 3)
 
 
-def test_migrate_killed_mid_run_loses_nothing_and_reruns(tmp_store: str) -> None:
-    # ~1.6 MB per shard so that one rewrite takes long enough to be hit in the middle.
-    want = write_big_v1_store(tmp_store, 10, 200_000)
-    rng = random.Random(1234)
-    killed_mid = 0
-    for _attempt in range(2):
-        proc = subprocess.Popen([sys.executable, str(CHILD), tmp_store], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        durations: list[float] = []
-        try:
-            while True:
-                line = proc.stdout.readline()
-                assert line, f"child exited early: {proc.wait()} {proc.stderr.read() if proc.stderr else ''}"
-                word, *rest = line.split()
-                assert word == "migrated", line
-                durations.append(float(rest[1]))
-                if len(durations) >= 2:
-                    # Kill part-way through the next shard's rewrite.
-                    time.sleep(rng.uniform(0.1, 0.8) * float(np.median(durations)))
-                    os.kill(proc.pid, signal.SIGKILL)
-                    break
-        finally:
-            tail = proc.stdout.read()
-            proc.wait(timeout=30)
-        assert proc.returncode == -signal.SIGKILL
-        killed_mid += "done" not in tail
-        # Nothing lost, nothing partial: every shard reads (strict), some v1 and some v3.
-        shards = open_store(tmp_store).list_shards(strict=True)
-        assert len(shards) == 10
-        versions = [s.schema_version for s in shards]
-        assert SCHEMA_VERSION in versions and 1 in versions, versions
-        _assert_same(read_trajectories(tmp_store, strict=True), want)
-    assert killed_mid == 2
+def _migrate_until_paused(store: str, stop_at: str, k: int) -> list[str]:
+    """Run `traj migrate`'s code in a child that pauses at `stop_at` of its k-th rewrite
+    (tests/_migrate_child.py), SIGKILL it there; return the shards it reported migrated."""
+    proc = subprocess.Popen([sys.executable, str(CHILD), store, stop_at, str(k)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    migrated: list[str] = []
+    try:
+        for line in proc.stdout:  # the child waits at its pause: the loop ends at the "paused" line
+            word, *rest = line.split()
+            if word == "paused":
+                assert rest == [stop_at], line
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+            assert word == "migrated", line
+            migrated += rest
+        else:
+            raise AssertionError(f"the child never paused: {proc.wait()} {proc.stderr.read()}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    return migrated
 
-    res = migrate_store(tmp_store)
-    assert len(res.migrated) >= 1
-    assert [s.schema_version for s in open_store(tmp_store).list_shards(strict=True)] == [SCHEMA_VERSION] * 10
-    _assert_same(read_trajectories(tmp_store, strict=True), want)
+
+def test_migrate_killed_mid_run_loses_nothing_and_reruns(tmp_store: str) -> None:
+    want = write_big_v1_store(tmp_store, 6, 2000)
+    names = [s.name for s in open_store(tmp_store).list_shards(strict=True)]
     tmp = Path(tmp_store) / TMP_DIR
-    assert not tmp.exists() or not [p for p in tmp.iterdir() if ".rewrite-" in p.name]
+
+    def check(versions: list[int]) -> None:  # nothing lost, nothing partial: every shard reads (strict)
+        shards = open_store(tmp_store).list_shards(strict=True)
+        assert [s.name for s in shards] == names and [s.schema_version for s in shards] == versions
+        _assert_same(read_trajectories(tmp_store, strict=True), want)
+
+    # killed while the 3rd shard's new file is half written to its temp file
+    assert _migrate_until_paused(tmp_store, "mid-write", 3) == names[:2]
+    V = SCHEMA_VERSION
+    check([V, V, 1, 1, 1, 1])
+    (left,) = [p for p in tmp.iterdir() if ".rewrite-" in p.name]  # the kill landed inside the rewrite
+    assert left.name.startswith(names[2])
+    # rerun, killed just after the 3rd shard's new file replaced the old one (before it was counted)
+    assert _migrate_until_paused(tmp_store, "after-replace", 1) == []
+    check([V, V, V, 1, 1, 1])
+    assert not left.exists()  # the rerun removed what the killed rewrite left
+    res = migrate_store(tmp_store)
+    assert len(res.migrated) == 3
+    check([V] * 6)
+    assert not [p for p in tmp.iterdir() if ".rewrite-" in p.name]
 
 
 def test_a_listing_from_before_a_migrate_still_reads_the_rewritten_shards(

@@ -104,6 +104,9 @@ async def finish_episode(request: Request, session: str) -> JSONResponse:
         r = body["reward"]
         st.recorder.set_reward(s, None if r is None else float(r), body.get("reward_raw"))
     # a call still waiting for the upstream, streaming its last bytes or being recorded comes first
+    if s.in_flight:
+        log.debug("session %s: /finish waits up to %g s (--finish-wait) for %d call(s) in flight", session,
+                  st.cfg.finish_wait_s, s.in_flight)
     idle = await s.wait_idle(st.cfg.finish_wait_s)
     if st.closing:
         return error_response(503, SHUTTING_DOWN + "; this episode among them", "proxy_shutting_down")

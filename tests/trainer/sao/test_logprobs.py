@@ -139,9 +139,10 @@ def _saved_bytes(fn) -> int:
 
 def test_keeps_no_tokens_by_vocab_tensor_for_backward():
     n, hidden_size, vocab = 512, 32, 4096
-    hidden = torch.randn(n, hidden_size, requires_grad=True)
-    weight = torch.randn(vocab, hidden_size, requires_grad=True)
-    targets = torch.randint(0, vocab, (n,))
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(n, hidden_size, generator=gen, requires_grad=True)
+    weight = torch.randn(vocab, hidden_size, generator=gen, requires_grad=True)
+    targets = torch.randint(0, vocab, (n,), generator=gen)
     chunked = _saved_bytes(lambda: token_logprobs_and_entropy(hidden, weight, targets, chunk_size=64))
     full = _saved_bytes(lambda: token_logprobs_and_entropy_reference(hidden, weight, targets))
     inputs = (n * hidden_size + vocab * hidden_size) * 4
