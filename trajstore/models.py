@@ -107,6 +107,25 @@ class Span(BaseModel):
     logprob_mode: str | None = None
     """processed | tempered | raw (:data:`~trajstore.schema.LOGPROB_MODES`): which distribution the
     action's log-probs are the log-probs of; None = not recorded (trained as processed)."""
+    started_at: datetime | None = None
+    """When the model call's request reached the engine (or the recording proxy); None = not recorded."""
+    first_token_at: datetime | None = None
+    """When its first generated token arrived (streamed calls); None = not recorded."""
+    ended_at: datetime | None = None
+    """When its answer was complete; None = not recorded. Naive datetimes are taken as UTC."""
+    usage_prompt_tokens: int | None = None
+    """The engine's count of the call's prompt tokens (OpenAI ``usage.prompt_tokens``), when reported."""
+    usage_completion_tokens: int | None = None
+    """The engine's count of its generated tokens (``usage.completion_tokens``), when reported."""
+    usage_cached_tokens: int | None = None
+    """Prompt tokens served from the engine's prefix cache (``usage.prompt_tokens_details.cached_tokens``)."""
+
+    @field_validator("started_at", "first_token_at", "ended_at")
+    @classmethod
+    def _span_utc(cls, v: datetime | None) -> datetime | None:
+        if v is None:
+            return None
+        return v.replace(tzinfo=timezone.utc) if v.tzinfo is None else v.astimezone(timezone.utc)
 
     @property
     def num_tokens(self) -> int:
@@ -133,6 +152,9 @@ class Trajectory(BaseModel):
     """Leading tokens shared with the parent (0 <= fork_point <= the parent's length); None without a parent."""
     link_kind: str | None = None
     """subagent | context_rewrite | fork | continuation (:data:`~trajstore.schema.LINK_KINDS`); None without a parent."""
+    abandoned: bool | None = None
+    """True = a branch the harness did not continue (a retry or resample replaced it: it earns no
+    episode reward); False = known to be kept; None = not recorded (credited as kept)."""
     source: str = "sdk"
     model: str | None = None
     tokenizer: str | None = None
