@@ -29,7 +29,8 @@ trainer can reproduce it is :mod:`trajstore.sampling`'s rule. An action span may
 call (:data:`CALL_TIMING_FIELDS`: request start, first token, end, UTC) and carry the engine's usage
 counts (:data:`CALL_USAGE_FIELDS`), so a stored trajectory can be replayed in time and slow calls
 found with SQL. A trajectory's ``abandoned`` says whether it is a branch the harness threw away (a
-retry or resample replaced it): such a branch earns no episode reward (docs/design.md, "Lineage").
+retry or resample replaced it): such a branch earns no episode reward (README, "Episodes stored as
+several trajectories").
 
 Older versions (still read; :func:`trajstore.convert.upgrade_table` converts on read and
 ``traj migrate`` rewrites):

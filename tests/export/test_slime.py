@@ -34,7 +34,8 @@ def test_slime_sample_rows(store, tmp_path, read_out):
     assert rows["status"] == ["completed", "truncated"]
     assert json.loads(rows["metadata"][0]) == {"trajectory_id": "t1", "source": "sdk", "model": "m",
                                                "group_id": "g1", "prompt_id": "p1", "episode_id": "t1",
-                                               "parent_trajectory_id": None, "fork_point": None, "link_kind": None}
+                                               "parent_trajectory_id": None, "fork_point": None, "link_kind": None,
+                                               "abandoned": None}
 
 
 def test_slime_offsets_index_across_files(store, tmp_path, read_out):

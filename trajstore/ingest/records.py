@@ -226,6 +226,7 @@ class ExportedFields:
         episode_id, parent_trajectory_id, fork_point, link_kind: the stored lineage, as stored (a
             parent left out of the export is named all the same, as a trajectory Parquet file
             ingested as it is names it).
+        abandoned: the stored flag of a branch the harness threw away (None = not recorded).
         trainable: the stored flag; None = the export did not say (decided as for any engine log).
         not_trainable_reason: why it is not trainable, as stored.
         token_source: ``engine`` or ``retokenized`` (ids re-tokenized before the export stay so).
@@ -239,6 +240,7 @@ class ExportedFields:
     parent_trajectory_id: str | None = None
     fork_point: int | None = None
     link_kind: str | None = None
+    abandoned: bool | None = None
     trainable: bool | None = None
     not_trainable_reason: str | None = None
     token_source: str = "engine"

@@ -391,6 +391,7 @@ class Recorder:
         parts = s.lineages.parts
         linked = parts > 1 or provisional
         out = []
+        abandoned = s.lineages.abandoned()
         for p in pending:
             part = p.number
             p.builder.set_reward(s.reward, raw=s.reward_raw)
@@ -401,6 +402,7 @@ class Recorder:
             kind = p.link_kind()
             if kind is not None:
                 t.parent_trajectory_id, t.fork_point, t.link_kind = p.parent_id, p.fork_point, kind
+            t.abandoned = t.trajectory_id in abandoned
             t.metadata.update({
                 **self.run_metadata, **s.extra_metadata, **(metadata or {}),
                 "session": s.key,

@@ -105,7 +105,7 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
             meta["fidelity_gaps"] = gaps
         lineage = {} if kept is None else {
             "group_id": kept.group_id, "episode_id": kept.episode_id, "parent_trajectory_id": kept.parent_trajectory_id,
-            "fork_point": kept.fork_point, "link_kind": kept.link_kind}
+            "fork_point": kept.fork_point, "link_kind": kept.link_kind, "abandoned": kept.abandoned}
         traj = Trajectory(
             trajectory_id=stored_fields.part_id(base_id, n + 1, len(parts)), prompt_id=r.prompt_id,
             source=r.source, model=r.model, tokenizer=tokenizer, created_at=stored_fields.created_at(r), status=r.status,
