@@ -15,7 +15,7 @@ from trajstore.errors import (
     TrajstoreError,
     Violation,
 )
-from trajstore.models import SamplingParams, Span, Trajectory
+from trajstore.models import CallTiming, CallUsage, SamplingParams, Span, Trajectory
 from trajstore.reader import (
     TrajectoryBatch,
     count_duplicates,
@@ -31,7 +31,8 @@ from trajstore.writer import StoreWriter, write_trajectories
 __version__ = "0.1.0"
 
 __all__ = [
-    "ActionCall", "AdapterError", "CorruptShardError", "NewerSchemaError", "SCHEMA_VERSION", "SamplingParams", "Span",
+    "ActionCall", "AdapterError", "CallTiming", "CallUsage", "CorruptShardError", "NewerSchemaError", "SCHEMA_VERSION",
+    "SamplingParams", "Span",
     "Store", "StoreError", "StoreWriter", "TRAJECTORY_SCHEMA", "Trajectory", "TrajectoryBatch", "TrajectoryBuilder",
     "TrajectoryValidationError", "TrajstoreError", "Violation", "action_from_openai_completion",
     "action_from_sglang_generate", "count_duplicates", "iter_batches", "open_store", "read_trajectories",

@@ -110,6 +110,9 @@ def test_ingest_of_the_atif_export_gives_the_rows_back(tmp_path):
     assert (fork["trainable"], fork["parent_trajectory_id"], fork["fork_point"], fork["link_kind"],
             fork["episode_id"]) == (False, "t1", 3, "fork", "t1")
     assert after["t1"]["abandoned"] is True and fork["abandoned"] is None  # the thrown-away branch stays marked
+    # the steps' metrics (the export's token counts) are the calls' usage counts
+    assert [(s["usage_prompt_tokens"], s["usage_completion_tokens"]) for s in after["t1"]["spans"]
+            if s["kind"] == "action"] == [(3, 2), (6, 3), (11, 1)]
     assert fork["logprob_source"] == "engine" and fork["num_missing_logprobs"] == 2
     assert after["no-lp"]["token_source"] == "retokenized" and after["no-lp"]["logprob_source"] == "none"
     assert json.loads(fork["metadata"])["fidelity_gaps"] == {"action_text": "parsed from the log"}

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from trajstore.models import Trajectory
+from trajstore.models import CallUsage, Trajectory
 
 Role = Literal["system", "user", "assistant", "tool"]
 ProblemKind = Literal["malformed", "no_trajectory", "invalid", "unsupported"]
@@ -197,7 +197,8 @@ class EngineSegment:
     engine logged none). A prompt segment after an action starts a new context: the call's
     prompt did not extend what came before (see :class:`EngineRollout`). An action's
     ``policy_version`` (and ``policy_version_max`` for a call of several versions) is set only
-    by a log that records it (a trajstore ATIF export); None = unknown."""
+    by a log that records it (a trajstore ATIF export); None = unknown. ``usage``: the engine's
+    token counts of an action's call, when the log has them (ATIF step ``metrics``)."""
 
     kind: Literal["prompt", "action", "observation"]
     token_ids: list[int]
@@ -211,6 +212,7 @@ class EngineSegment:
     tool_call_ids: list[str] | None = None
     policy_version: int | None = None
     policy_version_max: int | None = None
+    usage: CallUsage | None = None
 
 
 @dataclass

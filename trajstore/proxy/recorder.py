@@ -306,7 +306,7 @@ class Recorder:
         ids = a.token_ids
         lps = a.logprobs
         has_lp = len(lps) == 0 or not all(v != v for v in lps.tolist())  # NaN != NaN
-        for sl in slices:
+        for k, sl in enumerate(slices):
             newest = None
             if sl.flagged is not None:
                 lo, newest = sl.flagged
@@ -316,7 +316,8 @@ class Recorder:
                 self.calls_by_version[sl.version] += 1
             b.add_action(ids[sl.start:sl.end], lps[sl.start:sl.end] if has_lp else None,
                          policy_version=sl.version, policy_version_max=newest, finish_reason=a.finish_reason,
-                         sampling=a.sampling, call_id=a.call_id, tool_call_ids=a.tool_call_ids or None)
+                         sampling=a.sampling, call_id=a.call_id, tool_call_ids=a.tool_call_ids or None,
+                         timing=a.timing, usage=a.usage if k == 0 else None)  # the call's counts once
         if r.unmatched:
             s.context_breaks += 1
             self.stats["context_breaks"] += 1

@@ -11,12 +11,13 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 import httpx
 
 from trajstore.errors import AdapterError, TrajstoreError
-from trajstore.models import Trajectory
+from trajstore.models import CallTiming, Trajectory
 from trajstore.proxy.config import ProxyConfig
 from trajstore.proxy.inflight import InFlightCall
 from trajstore.proxy.recorder import AFTER_FINISH, Evicted, Recorder, Session
@@ -277,6 +278,7 @@ class ProxyState:
         the caller awaits the task, so that the trajectory is durable when the answer goes out."""
         s = call.session
         call.answered = True
+        call.ended_at = datetime.now(timezone.utc)
         end = Ticket(self.versioning.version, self.versioning.epoch)
         prev = s.recording
         after_flush = self.flushed and not call.cut  # a call cut by the shutdown is counted as cut
@@ -305,6 +307,8 @@ class ProxyState:
         s = call.session
         try:
             result = read_call(data, call.body)
+            result.action.timing = CallTiming(started_at=call.started_at, first_token_at=call.first_token_at,
+                                              ended_at=call.ended_at)
             if result.reported_version is not None or result.version_spans:
                 self.upstream_reports_version = True
             assert call.ticket is not None  # answered calls went through the versioning

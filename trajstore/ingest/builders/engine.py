@@ -95,7 +95,10 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
                               policy_version=s.policy_version if act else None,
                               policy_version_max=s.policy_version_max if act else None,
                               finish_reason=s.finish_reason if act else None,
-                              temperature=s.temperature if act else None, top_p=s.top_p if act else None))
+                              temperature=s.temperature if act else None, top_p=s.top_p if act else None,
+                              usage_prompt_tokens=s.usage.prompt_tokens if act and s.usage else None,
+                              usage_completion_tokens=s.usage.completion_tokens if act and s.usage else None,
+                              usage_cached_tokens=s.usage.cached_tokens if act and s.usage else None))
             pos += k
         meta = dict(meta0)
         meta["ingest"] = {"format": input_format, "path": r.origin.path, "line": r.origin.line}
