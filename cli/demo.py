@@ -125,7 +125,12 @@ def print_summary(result: DemoResult, console: Console) -> None:
     if result.freed_bytes:
         console.print(f"removed {result.freed_bytes / 2**30:.1f} GiB of superseded policy versions and checkpoints "
                       "(keep them with --keep-weights)", **plain)
+    console.print(f"These {result.steps_done} policy steps show the loop running (versions served and loaded, "
+                  "staleness, ratios, DIS masking), not learning: so few steps barely move the reward, and with "
+                  "fresh data the ratios sit near 1 and DIS masks little or nothing. Learning is measured by "
+                  "`traj bench learning`.", **plain)
     console.print(f"store: {result.store} (run {result.run_id}); look closer with:", **plain)
+    print_command(console, f"traj view {result.store} --run {result.run_id}")
     print_command(console, f"traj stats {result.store} --run {result.run_id}")
     print_command(console, f"traj sql {result.store} \"SELECT * FROM step_metrics WHERE run_id = '{result.run_id}' "
                            "ORDER BY step\"")

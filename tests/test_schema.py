@@ -171,14 +171,21 @@ def test_v3_adds_the_version_and_lineage_columns() -> None:
         "schema_version", "episode_id", "parent_trajectory_id", "fork_point", "link_kind", "action_logprobs"]
 
 
-def test_v4_adds_the_logprob_mode_of_action_spans() -> None:
-    """v4 = v3 + the span field logprob_mode (a nullable string, last); the columns are v3's and
-    v3's spans are described as written (19 fields)."""
+def test_v4_adds_the_logprob_mode_call_timing_and_usage_of_action_spans_and_abandoned() -> None:
+    """v4 = v3 + the span fields logprob_mode, call timing (UTC timestamps, us) and the engine's usage
+    counts (nullable, last) + the nullable bool column ``abandoned`` after the lineage columns; v3's
+    spans are described as written (19 fields)."""
     v3, v4 = trajectory_schema(3), trajectory_schema(4)
-    assert v4.names == v3.names and v3.metadata[b"trajstore.schema_version"] == b"3"
+    assert [n for n in v4.names if n != "abandoned"] == v3.names and v3.metadata[b"trajstore.schema_version"] == b"3"
+    assert v4.names[v4.names.index("link_kind") + 1] == "abandoned"
+    assert v4.field("abandoned").type == pa.bool_() and v4.field("abandoned").nullable
     span3, span4 = v3.field("spans").type.value_type, v4.field("spans").type.value_type
+    new = ["logprob_mode", "started_at", "first_token_at", "ended_at", "usage_prompt_tokens",
+           "usage_completion_tokens", "usage_cached_tokens"]
     assert span3.num_fields == 19 and [span4.field(i).name for i in range(span4.num_fields)] == [
-        *(span3.field(i).name for i in range(span3.num_fields)), "logprob_mode"]
+        *(span3.field(i).name for i in range(span3.num_fields)), *new]
     assert span4.field("logprob_mode").type == pa.string() and span4.field("logprob_mode").nullable
+    assert all(span4.field(n).type == pa.timestamp("us", tz="UTC") for n in new[1:4])
+    assert all(span4.field(n).type == pa.int64() and span4.field(n).nullable for n in new[4:])
     assert LOGPROB_MODES == ("processed", "tempered", "raw")
     assert schema_description(4)["logprob_modes"] == list(LOGPROB_MODES) and "logprob_modes" not in schema_description(3)

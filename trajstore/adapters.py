@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from trajstore.errors import AdapterError
-from trajstore.models import SamplingParams
+from trajstore.models import CallTiming, CallUsage, SamplingParams
 from trajstore.sampling import REQUEST_FIELDS
 
 _TOKEN_ID_STR = re.compile(r"^token_id:(\d+)$")
@@ -52,6 +52,9 @@ class ActionCall:
         tool_call_ids: ids of tool calls in the response (to link observations by id).
         call_id: the response id.
         sampling: the call's sampling parameters, when known.
+        usage: the engine's token counts (the response's ``usage``), when it gave them.
+        timing: when the call started, sent its first token and ended (set by whoever timed it,
+            e.g. ``traj proxy``; a response does not say).
     """
 
     token_ids: np.ndarray
@@ -62,6 +65,8 @@ class ActionCall:
     tool_call_ids: list[str] = field(default_factory=list)
     call_id: str | None = None
     sampling: SamplingParams | None = None
+    usage: CallUsage | None = None
+    timing: CallTiming | None = None
 
     @property
     def missing_logprobs(self) -> np.ndarray:
@@ -263,6 +268,7 @@ def action_from_openai_completion(response: dict[str, Any], *, request: dict[str
         tool_call_ids=[tc.get("id") for tc in tool_calls if tc.get("id")],
         call_id=response.get("id"),
         sampling=_sampling_from_request(request),
+        usage=CallUsage.from_openai(response.get("usage")),
     )
 
 
@@ -306,6 +312,9 @@ def action_from_sglang_generate(response: dict[str, Any], *, request: dict[str, 
         text=response.get("text"),
         call_id=meta.get("id"),
         sampling=_sampling_from_request(request),
+        usage=CallUsage.from_openai({"prompt_tokens": meta.get("prompt_tokens"),
+                                     "completion_tokens": meta.get("completion_tokens"),
+                                     "prompt_tokens_details": {"cached_tokens": meta.get("cached_tokens")}}),
     )
 
 

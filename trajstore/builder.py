@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from trajstore.adapters import ActionCall
-from trajstore.models import SamplingParams, Span, Trajectory, as_token_ids
+from trajstore.models import CallTiming, CallUsage, SamplingParams, Span, Trajectory, as_token_ids
 from trajstore.validate import validate_trajectory
 
 
@@ -92,7 +92,8 @@ class TrajectoryBuilder:
                    *, policy_version: int | None, finish_reason: str | None = None,
                    sampling: SamplingParams | dict[str, Any] | None = None, call_id: str | None = None,
                    tool_call_ids: list[str] | None = None, policy_version_max: int | None = None,
-                   logprob_mode: str | None = None) -> Span:
+                   logprob_mode: str | None = None, timing: CallTiming | None = None,
+                   usage: CallUsage | None = None) -> Span:
         """Append one model call's generated tokens.
 
         Args:
@@ -107,6 +108,9 @@ class TrajectoryBuilder:
             logprob_mode: which distribution `logprobs` are the log-probs of: ``processed``,
                 ``tempered`` or ``raw`` (:data:`~trajstore.schema.LOGPROB_MODES`; the engine setting
                 decides it, e.g. vLLM's ``--logprobs-mode``); None = not recorded.
+            timing: when the call started, sent its first token and ended (UTC), stored on the span
+                (``started_at``, ``first_token_at``, ``ended_at``); None = not measured.
+            usage: the engine's token counts of the call (OpenAI ``usage``), stored on the span.
 
         Raises:
             ValueError: no token ids (a call cut at zero tokens), or a log-prob count that differs
@@ -128,6 +132,11 @@ class TrajectoryBuilder:
             top_k=sp.top_k if sp else None, min_p=sp.min_p if sp else None,
             max_tokens=sp.max_tokens if sp else None, sampling_params=sp.to_json() if sp else None,
             policy_version_max=policy_version_max, logprob_mode=logprob_mode,
+            started_at=timing.started_at if timing else None, first_token_at=timing.first_token_at if timing else None,
+            ended_at=timing.ended_at if timing else None,
+            usage_prompt_tokens=usage.prompt_tokens if usage else None,
+            usage_completion_tokens=usage.completion_tokens if usage else None,
+            usage_cached_tokens=usage.cached_tokens if usage else None,
         )
 
     def add_action_call(self, call: ActionCall, *, policy_version: int | None) -> Span:
@@ -135,7 +144,7 @@ class TrajectoryBuilder:
         has_lp = not np.isnan(call.logprobs).all() if len(call.logprobs) else True
         return self.add_action(call.token_ids, call.logprobs if has_lp else None, policy_version=policy_version,
                                finish_reason=call.finish_reason, sampling=call.sampling, call_id=call.call_id,
-                               tool_call_ids=call.tool_call_ids)
+                               tool_call_ids=call.tool_call_ids, timing=call.timing, usage=call.usage)
 
     def add_observation(self, token_ids: Sequence[int] | np.ndarray, *, role: str | None = "tool",
                         cause_id: str | None = None, call_id: str | None = None,

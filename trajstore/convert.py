@@ -284,7 +284,8 @@ def table_to_trajectories(table: pa.Table) -> list[Trajectory]:
     tok_val = tokens_col.values.to_numpy()
     lp_off = lp_col.offsets.to_numpy()
     lp_val = lp_col.values.to_numpy(zero_copy_only=False)
-    lineage = [n for n in ("episode_id", "parent_trajectory_id", "fork_point", "link_kind") if n in table.column_names]
+    lineage = [n for n in ("episode_id", "parent_trajectory_id", "fork_point", "link_kind", "abandoned")
+               if n in table.column_names]
     scalars = table.select([n for n in ("trajectory_id", "prompt_id", "group_id", *lineage, "source", "model",
                                         "tokenizer", "created_at", "status", "reward", "reward_raw",
                                         "token_source", "logprob_source", "metadata")]).to_pylist()
@@ -360,8 +361,9 @@ def upgrade_table(table: pa.Table, version: int, *, columns: Sequence[str] | Non
     ``episode_id`` is :func:`episode_id_of` (metadata ``episode.id`` of a split episode's part,
     else ``trajectory_id``); ``parent_trajectory_id``, ``fork_point`` and ``link_kind`` are null.
 
-    v3 -> v4: each span gains the fields new in v4 (:data:`~trajstore.schema.SPAN_FIELDS_NEW_IN_V4`,
-    ``logprob_mode``) as null (not recorded); ``schema_version`` is 4.
+    v3 -> v4: each span gains the fields new in v4 (:data:`~trajstore.schema.SPAN_FIELDS_NEW_IN_V4`:
+    ``logprob_mode``, call timing and usage) as null (not recorded), the row the columns new in v4
+    (``abandoned``) as null; ``schema_version`` is 4.
 
     Args:
         table: columns read with :func:`read_columns` (any subset of the `version` schema).

@@ -25,12 +25,18 @@ distribution the engine computed its log-probs over: ``processed`` (the distribu
 drawn from: temperature, min-p, top-k, top-p applied and renormalised), ``tempered`` (the logits
 divided by the temperature, over the whole vocabulary: before top-k, top-p, min-p) or ``raw`` (the
 model's own log-softmax, before temperature and truncation); null = not recorded. Whether the
-trainer can reproduce it is :mod:`trajstore.sampling`'s rule.
+trainer can reproduce it is :mod:`trajstore.sampling`'s rule. An action span may also time its model
+call (:data:`CALL_TIMING_FIELDS`: request start, first token, end, UTC) and carry the engine's usage
+counts (:data:`CALL_USAGE_FIELDS`), so a stored trajectory can be replayed in time and slow calls
+found with SQL. A trajectory's ``abandoned`` says whether it is a branch the harness threw away (a
+retry or resample replaced it): such a branch earns no episode reward (README, "Episodes stored as
+several trajectories").
 
 Older versions (still read; :func:`trajstore.convert.upgrade_table` converts on read and
 ``traj migrate`` rewrites):
 
-- v3 had no span ``logprob_mode`` (:data:`SPAN_FIELDS_NEW_IN_V4`): read as null (not recorded).
+- v3 had no span ``logprob_mode``, call timing or usage (:data:`SPAN_FIELDS_NEW_IN_V4`) and no
+  ``abandoned`` column (:data:`COLUMNS_NEW_IN_V4`): read as null (not recorded).
 
 - v2 named the action-aligned column ``logprobs`` and had no ``schema_version`` or lineage
   columns. Converted: ``logprobs`` -> ``action_logprobs``, ``episode_id`` = metadata
@@ -138,7 +144,28 @@ SPAN_FIELDS: Final[list[tuple[pa.Field, str]]] = [
      "from: temperature, min-p, top-k, top-p applied, renormalised) | tempered (logits / temperature over the "
      "whole vocabulary, before top-k / top-p / min-p) | raw (the model's log-softmax, before temperature and "
      "truncation); null = not recorded (trained as processed)"),
+    (pa.field("started_at", pa.timestamp("us", tz="UTC")),
+     "action: when the model call's request reached the engine (or the recording proxy), UTC, microseconds; "
+     "null = not recorded"),
+    (pa.field("first_token_at", pa.timestamp("us", tz="UTC")),
+     "action: when the call's first generated token arrived (streamed calls; a non-streamed call's whole answer "
+     "arrives at `ended_at`, and this is null), UTC, microseconds; null = not recorded"),
+    (pa.field("ended_at", pa.timestamp("us", tz="UTC")),
+     "action: when the call's answer was complete, UTC, microseconds; the call took ended_at - started_at; "
+     "null = not recorded"),
+    (pa.field("usage_prompt_tokens", pa.int64()),
+     "action: the engine's own count of the call's prompt tokens (OpenAI usage.prompt_tokens), when reported"),
+    (pa.field("usage_completion_tokens", pa.int64()),
+     "action: the engine's own count of the call's generated tokens (usage.completion_tokens), when reported"),
+    (pa.field("usage_cached_tokens", pa.int64()),
+     "action: prompt tokens the engine served from its prefix cache (usage.prompt_tokens_details.cached_tokens), "
+     "when reported"),
 ]
+
+CALL_TIMING_FIELDS: Final[tuple[str, ...]] = ("started_at", "first_token_at", "ended_at")
+"""Span fields timing an action's model call (UTC timestamps, microseconds; v4)."""
+CALL_USAGE_FIELDS: Final[tuple[str, ...]] = ("usage_prompt_tokens", "usage_completion_tokens", "usage_cached_tokens")
+"""Span fields holding the engine's usage counts of an action's model call (v4)."""
 
 DERIVED_SPAN_FIELDS: Final[tuple[str, ...]] = ("logprob_start", "num_missing_logprobs")
 """Span fields the writer computes (from the spans and `action_logprobs`); they are not SDK inputs."""
@@ -146,7 +173,7 @@ DERIVED_SPAN_FIELDS: Final[tuple[str, ...]] = ("logprob_start", "num_missing_log
 SPAN_FIELDS_NEW_IN_V2: Final[tuple[str, ...]] = (*DERIVED_SPAN_FIELDS, "policy_version_max")
 """Span fields schema v1 did not have (null or derived when a v1 shard is read)."""
 
-SPAN_FIELDS_NEW_IN_V4: Final[tuple[str, ...]] = ("logprob_mode",)
+SPAN_FIELDS_NEW_IN_V4: Final[tuple[str, ...]] = ("logprob_mode", *CALL_TIMING_FIELDS, *CALL_USAGE_FIELDS)
 """Span fields schema v3 did not have (null when an older shard is read)."""
 
 SPAN_TYPE: Final[pa.StructType] = pa.struct([f for f, _ in SPAN_FIELDS])
@@ -186,6 +213,10 @@ TRAJECTORY_FIELDS: Final[list[tuple[pa.Field, str]]] = [
      "0 <= fork_point <= the parent's num_tokens); null when there is no parent"),
     (pa.field("link_kind", pa.string()),
      "how it relates to its parent: subagent | context_rewrite | fork | continuation; null when there is no parent"),
+    (pa.field("abandoned", pa.bool_()),
+     "true = a branch the harness did not continue: a retry or a resample of a call replaced it (its child "
+     "with link_kind fork), so it earns no episode reward; false = a branch the recorder knows was kept; null = "
+     "not recorded (credited as kept)"),
     (pa.field("source", pa.string(), nullable=False), "harness and format, e.g. 'sdk', 'openhands/v0-eval'"),
     (pa.field("model", pa.string()), "model name of the rollout engine"),
     (pa.field("tokenizer", pa.string()), "tokenizer name or path the token ids belong to"),
@@ -227,6 +258,9 @@ LINEAGE_COLUMNS: Final[tuple[str, ...]] = ("episode_id", "parent_trajectory_id",
 COLUMNS_NEW_IN_V3: Final[tuple[str, ...]] = ("schema_version", *LINEAGE_COLUMNS)
 """Columns schema v2 did not have (derived when a v1 / v2 shard is read)."""
 
+COLUMNS_NEW_IN_V4: Final[tuple[str, ...]] = ("abandoned",)
+"""Columns schema v3 did not have (null when an older shard is read: not recorded)."""
+
 # Schema v3, frozen: what shards stamped version 3 hold (read, then converted to v4).
 TRAJECTORY_FIELDS_V3: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("spans", pa.list_(pa.field("item", SPAN_TYPE_V3, nullable=False)), nullable=False), d)
@@ -234,7 +268,7 @@ TRAJECTORY_FIELDS_V3: Final[list[tuple[pa.Field, str]]] = [
     else (f, "schema version of this row's layout (3); a row converted on read from an older shard says 3, the "
              "shard's footer says what the file holds") if f.name == "schema_version"
     else (f, d)
-    for f, d in TRAJECTORY_FIELDS
+    for f, d in TRAJECTORY_FIELDS if f.name not in COLUMNS_NEW_IN_V4
 ]
 
 # Schema v2, frozen: what shards stamped version 2 hold (read, then converted to v4).

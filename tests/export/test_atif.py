@@ -74,11 +74,12 @@ def _tree_store(path):
     fork = b.finish("failed", created_at=CREATED).model_copy(update={
         "parent_trajectory_id": "t1", "fork_point": 3, "link_kind": "fork", "episode_id": "t1",
         "not_trainable_reason": "redacted: an action's context changed"})
+    t1 = t1.model_copy(update={"abandoned": True})  # the fork replaced it: a retry the harness went on with
     return write_store(path, [t1, t2, fork, refused_trajectories()[0]])
 
 
 KEPT = ("tokens", "trainable", "not_trainable_reason", "token_source", "logprob_source", "min_policy_version",
-        "max_policy_version", "episode_id", "parent_trajectory_id", "fork_point", "link_kind", "group_id",
+        "max_policy_version", "episode_id", "parent_trajectory_id", "fork_point", "link_kind", "abandoned", "group_id",
         "prompt_id", "reward", "status", "tokenizer", "model", "created_at", "num_missing_logprobs")
 
 
@@ -109,6 +110,10 @@ def test_ingest_of_the_atif_export_gives_the_rows_back(tmp_path):
     fork = after["fork"]
     assert (fork["trainable"], fork["parent_trajectory_id"], fork["fork_point"], fork["link_kind"],
             fork["episode_id"]) == (False, "t1", 3, "fork", "t1")
+    assert after["t1"]["abandoned"] is True and fork["abandoned"] is None  # the thrown-away branch stays marked
+    # the steps' metrics (the export's token counts) are the calls' usage counts
+    assert [(s["usage_prompt_tokens"], s["usage_completion_tokens"]) for s in after["t1"]["spans"]
+            if s["kind"] == "action"] == [(3, 2), (6, 3), (11, 1)]
     assert fork["logprob_source"] == "engine" and fork["num_missing_logprobs"] == 2
     assert after["no-lp"]["token_source"] == "retokenized" and after["no-lp"]["logprob_source"] == "none"
     assert json.loads(fork["metadata"])["fidelity_gaps"] == {"action_text": "parsed from the log"}

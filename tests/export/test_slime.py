@@ -36,6 +36,7 @@ def test_slime_sample_rows(store, tmp_path, read_out):
     assert json.loads(rows["metadata"][0]) == {"trajectory_id": "t1", "source": "sdk", "model": "m",
                                                "group_id": "g1", "prompt_id": "p1", "episode_id": "t1",
                                                "parent_trajectory_id": None, "fork_point": None, "link_kind": None,
+                                               "abandoned": None,
                                                "text": "prompt and response not decoded: tokenizer 'tok' cannot be "
                                                        "loaded (model/tokenizer 'tok' is neither 'smollm2-135m', a "
                                                        ".gguf file, nor a local Hugging Face directory (nothing is "

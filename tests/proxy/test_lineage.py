@@ -80,6 +80,7 @@ def test_an_interleaved_parent_and_sub_agent_are_two_linked_lineages(fake_upstre
         lead["trajectory_id"], 16, "subagent")
     assert helper["tokens"][:16] == lead["tokens"][:16] and helper["tokens"][16] != lead["tokens"][16]
     assert lead["parent_trajectory_id"] is None and lead["link_kind"] is None and lead["fork_point"] is None
+    assert lead["abandoned"] is False and helper["abandoned"] is False  # both went on: both earn the reward
     assert lead["episode_id"] == helper["episode_id"] and lead["episode_id"].startswith("inter.")
     assert all(json.loads(r["metadata"])["episode"]["id"] == lead["episode_id"] for r in rows.values())
     assert all(s >= 16 for s, _ in _actions(helper))  # the shared prefix is the helper's prompt
@@ -106,6 +107,29 @@ def test_a_retry_from_an_earlier_turn_is_a_fork_of_the_original(fake_upstream, s
     assert fork["tokens"][:78] == orig["tokens"][:78] and fork["tokens"][78] != orig["tokens"][78]
     assert _actions(orig)[1][1] == 71 <= 78  # the original's first two actions are in the shared prefix ...
     assert all(s >= 78 for s, _ in _actions(fork))  # ... and only prompt in the fork
+    # the retry replaced the original: the original is the branch the harness threw away
+    assert orig["abandoned"] is True and fork["abandoned"] is False
+
+
+def test_a_resample_of_the_last_call_abandons_the_first_attempt(fake_upstream, start_proxy, tmp_path):
+    # the harness sends its last prompt again (it did not like the answer) and goes on with the new
+    # answer; also for the episode's very first call, whose resample shares none of the parent's actions
+    px = start_proxy(fake_upstream.url)
+    for session, turns in (("again", 2), ("first", 0)):
+        msgs = _played(f"{px.url}/s/{session}", turns)
+        last = msgs[:-2] if turns else msgs
+        _chat(f"{px.url}/s/{session}", last)
+        if not turns:
+            _chat(f"{px.url}/s/{session}", last)  # the first call, resampled
+        _chat(f"{px.url}/s/{session}", _turn(last, "next"))  # goes on with the kept answer
+        _finish(px.url, session)
+    rows = _rows(tmp_path / "store")
+    for session in ("again", "first"):
+        first, kept = (r for _, r in sorted((k, r) for k, r in rows.items()
+                                            if json.loads(r["metadata"])["session"] == session))
+        assert (kept["parent_trajectory_id"], kept["link_kind"]) == (first["trajectory_id"], "fork"), session
+        assert first["abandoned"] is True and kept["abandoned"] is False, session
+        assert len(_actions(kept)) == 2 and kept["reward"] == first["reward"] == 1.0
 
 
 def test_a_condensed_context_is_a_context_rewrite_child(fake_upstream, start_proxy, tmp_path):
@@ -122,6 +146,7 @@ def test_a_condensed_context_is_a_context_rewrite_child(fake_upstream, start_pro
                                                                                   "context_rewrite")
     assert new["tokens"] == render(_turn(condensed, "go on")) + REPLY_IDS  # the context the model saw
     assert len(_actions(old)) == len(_actions(new)) == 2
+    assert old["abandoned"] is False and new["abandoned"] is False  # one line of context, nothing thrown away
 
 
 def test_explicit_lineage_ids_by_header_and_url_are_honoured(fake_upstream, start_proxy, tmp_path):
@@ -190,6 +215,15 @@ def test_the_link_kind_is_decided_by_what_follows():
     assert r.opens and (r.parent, r.fork_point, r.link, r.change) == (ls.lineages[0], 6, "continuation",
                                                                       "after-finish")
     assert ls.pending[0].parent_id == "t0"
+
+
+def test_the_parent_of_a_fork_is_abandoned_and_nothing_else():
+    ls = LineageSet()
+    _call(ls, [1, 2], [3])  # A, one call
+    _call(ls, [1, 2], [4])  # the same prompt again: a resample of A's (first) call
+    assert ls.pending[1].link_kind() == FORK and ls.abandoned() == {"t0"}
+    _call(ls, [1, 2, 3, 9], [5])  # A goes on after all: B ran beside it, nothing was thrown away
+    assert ls.pending[1].link_kind() == SUBAGENT and ls.abandoned() == set()
 
 
 def test_a_re_rendered_last_reply_is_a_context_rewrite_a_resent_last_prompt_a_fork():

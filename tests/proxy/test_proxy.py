@@ -79,6 +79,16 @@ def test_multi_turn_session_is_one_trajectory_with_the_engines_ids(fake_upstream
         if s["kind"] == "observation":
             assert s["role"] == "user"
     assert json.loads(row["metadata"])["task"] == "t1"
+    # each call timed by the proxy (request in, first token of a stream, answer complete), in call order,
+    # and the engine's usage counts (a stream carries them only when the client asks for include_usage)
+    acts = [s for s in row["spans"] if s["kind"] == "action"]
+    for a, b in zip(acts, acts[1:]):
+        assert a["ended_at"] <= b["started_at"]
+    for a in acts:
+        assert a["started_at"] <= (a["first_token_at"] or a["ended_at"]) <= a["ended_at"]
+        assert (a["first_token_at"] is not None) == stream
+        usage = (a["usage_prompt_tokens"], a["usage_completion_tokens"], a["usage_cached_tokens"])
+        assert usage == ((None, None, None) if stream else (a["start"], 3, None))
 
 
 def test_the_client_sees_what_it_would_have_seen_without_the_proxy(fake_upstream, start_proxy):

@@ -73,6 +73,7 @@ def test_idle_eviction_is_linked_to_the_later_part_and_reported(fake_upstream, s
     assert (b["parent_trajectory_id"], b["fork_point"], b["link_kind"]) == (a["trajectory_id"], a["num_tokens"],
                                                                            "continuation")
     assert a["episode_id"] == b["episode_id"] == ma["episode"]["id"] and a["link_kind"] is None
+    assert a["abandoned"] is False and b["abandoned"] is False  # one line of context: credited through the chain
     assert b["tokens"][:a["num_tokens"]] == a["tokens"]
     said = [r.getMessage() for r in caplog.records if "evicted" in r.getMessage()]
     assert len(said) == 1 and said[0].startswith("session ev: evicted"), said

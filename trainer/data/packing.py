@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from trajstore.sampling import SamplingArrays, no_truncation
+from trajstore.trainer.data.episodes import credited_reward
 from trajstore.trainer.data.samples import TrainSample
 
 
@@ -118,7 +119,8 @@ class GAEInputs(NamedTuple):
     (:mod:`trajstore.trainer.sao.advantages`) take it. n = trajectories, Tmax = the longest one.
 
     Fields:
-        rewards: (n, Tmax) float32; the trajectory's reward at its last action slot, 0 elsewhere.
+        rewards: (n, Tmax) float32; the trajectory's reward at its last action slot (0 for an abandoned
+            branch: :func:`~trajstore.trainer.data.episodes.credited_reward`), 0 elsewhere.
         values: (n, Tmax) float; the critic's values (prediction frame), 0 in the padding.
         action_mask: (n, Tmax) bool; True = action slot.
     """
@@ -140,7 +142,7 @@ def gae_inputs(mb: PackedMicroBatch, samples: Sequence[TrainSample], values: tor
     mask = to_rows(mb.action_mask, mb.segments)
     n, width = mask.shape
     reward = torch.zeros(n, dtype=torch.float32)
-    reward[:len(samples)] = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    reward[:len(samples)] = torch.tensor([credited_reward(s) for s in samples], dtype=torch.float32)
     # last action slot per row (argmax takes the first maximum, here of the reversed row); a row
     # without one gets 0 at its end, i.e. no reward
     last = width - 1 - mask.flip(1).to(torch.uint8).argmax(1)

@@ -36,6 +36,8 @@ class TrainSample:
         episode_id, parent_trajectory_id, link_kind, fork_point: its lineage as stored (schema v3;
             rows of older shards are their own episode, without a parent), read by the chain rule of
             :mod:`~trajstore.trainer.data.episodes`.
+        abandoned: True for a branch the harness threw away (a retry or resample replaced it; schema
+            v4 ``abandoned``): it earns no episode reward (:func:`~trajstore.trainer.data.episodes.credited_reward`).
     """
 
     trajectory_id: str
@@ -55,6 +57,7 @@ class TrainSample:
     parent_trajectory_id: str | None = None
     link_kind: str | None = None
     fork_point: int | None = None
+    abandoned: bool | None = None
 
     @property
     def num_tokens(self) -> int:

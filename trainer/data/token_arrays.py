@@ -14,8 +14,8 @@ from trajstore.reader import TrajectoryBatch
 from trajstore.sampling import SamplingArrays, no_truncation, span_sampling
 from trajstore.schema import SPAN_KIND_CODES
 
-LINEAGE_SAMPLE_COLUMNS: tuple[str, ...] = ("episode_id", "parent_trajectory_id", "link_kind", "fork_point")
-"""Lineage columns each sample carries (episode crediting and the shared-prefix rule)."""
+LINEAGE_SAMPLE_COLUMNS: tuple[str, ...] = ("episode_id", "parent_trajectory_id", "link_kind", "fork_point", "abandoned")
+"""Lineage columns each sample carries (episode crediting, abandoned branches and the shared-prefix rule)."""
 
 
 @dataclass

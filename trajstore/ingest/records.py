@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from trajstore.models import Trajectory
+from trajstore.models import CallUsage, Trajectory
 
 Role = Literal["system", "user", "assistant", "tool"]
 ProblemKind = Literal["malformed", "no_trajectory", "invalid", "unsupported"]
@@ -202,7 +202,8 @@ class EngineSegment:
     ``policy_version`` (and ``policy_version_max`` for a call of several versions) is set only
     by a log that records it (a trajstore ATIF export); None = unknown. The other sampling fields
 (``top_k``, ``min_p``, ``max_tokens``, ``sampling_params`` as JSON) and an observation's
-``truncated`` flag are those of :class:`~trajstore.models.Span`, set by a log that keeps them."""
+``truncated`` flag are those of :class:`~trajstore.models.Span`, set by a log that keeps them. ``usage``: the engine's
+token counts of an action's call, when the log has them (ATIF step ``metrics``)."""
 
     kind: Literal["prompt", "action", "observation"]
     token_ids: list[int]
@@ -221,6 +222,7 @@ class EngineSegment:
     max_tokens: int | None = None
     sampling_params: str | None = None
     truncated: bool | None = None
+    usage: CallUsage | None = None
 
 
 @dataclass
@@ -236,6 +238,7 @@ class ExportedFields:
         episode_id, parent_trajectory_id, fork_point, link_kind: the stored lineage, as stored (a
             parent left out of the export is named all the same, as a trajectory Parquet file
             ingested as it is names it).
+        abandoned: the stored flag of a branch the harness threw away (None = not recorded).
         trainable: the stored flag; None = the export did not say (decided as for any engine log).
         not_trainable_reason: why it is not trainable, as stored.
         token_source: ``engine`` or ``retokenized`` (ids re-tokenized before the export stay so).
@@ -250,6 +253,7 @@ class ExportedFields:
     parent_trajectory_id: str | None = None
     fork_point: int | None = None
     link_kind: str | None = None
+    abandoned: bool | None = None
     trainable: bool | None = None
     not_trainable_reason: str | None = None
     token_source: str = "engine"

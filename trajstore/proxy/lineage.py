@@ -29,10 +29,18 @@ installment already written is immutable, so a later call cannot change it):
   (parent and sub-agent interleave);
 * an unmatched prompt whose parent lineage is never extended again: ``fork`` when the shared
   prefix covers at least one of the parent's actions (a retry that resends earlier turns and
-  continues differently, or resends the last prompt), else ``context_rewrite`` (a condenser or
-  summariser replaced the context). A prompt that keeps the parent's context up to its last
+  continues differently, or resends the last prompt) or when the prompt is only a prefix of the
+  parent's tokens (it resends what the parent had and adds nothing: a resample, even of the first
+  call), else ``context_rewrite`` (a condenser or summariser replaced the context). A prompt that keeps the parent's context up to its last
   action and goes on past where it differs from it (the chat template re-rendered the last reply:
   reasoning dropped, content trimmed) re-renders the same line: ``context_rewrite`` too.
+
+Credit (``abandoned``, decided when written, as the link kind): the parent of a ``fork`` child is
+a branch the harness threw away (the fork replaced it: a retry or resample), written with
+``abandoned = true``; every other trajectory the proxy writes says ``false``. Only the branch the
+harness went on with reaches the episode's end (``/finish``), so a trainer credits the episode's
+reward to it alone (README, "Episodes stored as several trajectories"). A parent already written in an earlier installment
+(idle eviction, shutdown flush) is immutable and keeps ``false``.
 
 Every trajectory of the session carries ``episode_id`` = the session's episode id.
 """
@@ -70,6 +78,7 @@ class PendingPart:
         parent: the parent lineage, for that decision. parent_calls: its calls when this part opened.
         covers_action: the shared prefix holds at least one of the parent's actions.
         rerender: the prompt re-renders the parent's last reply (see the module docstring).
+        resends: the prompt is only a prefix of the parent's tokens (a resample, see the module docstring).
     """
 
     builder: TrajectoryBuilder
@@ -82,6 +91,7 @@ class PendingPart:
     parent_calls: int = 0
     covers_action: bool = False
     rerender: bool = False
+    resends: bool = False
 
     def link_kind(self) -> str | None:
         """The link kind to write now (None without a parent)."""
@@ -93,7 +103,7 @@ class PendingPart:
         assert p is not None and self.fork_point is not None
         if p.calls > self.parent_calls:
             return SUBAGENT
-        return FORK if self.covers_action and not self.rerender else CONTEXT_REWRITE
+        return FORK if (self.covers_action and not self.rerender) or self.resends else CONTEXT_REWRITE
 
 
 @dataclass(eq=False)
@@ -161,6 +171,7 @@ class CallRoute:
         closest: the lineage with the longest common prefix (for an unmatched prompt).
         rerender: the prompt keeps `closest`'s context up to its last action and goes on past
             where it differs (a re-rendered last reply).
+        resends: the prompt is only a prefix of `closest`'s tokens (a resample).
     """
 
     lineage: SessionLineage
@@ -172,6 +183,7 @@ class CallRoute:
     unmatched: bool = False
     closest: SessionLineage | None = None
     rerender: bool = False
+    resends: bool = False
 
 
 @dataclass
@@ -226,7 +238,7 @@ class LineageSet:
             # its own context was rewritten: its calls go to the new trajectory, so the old one never goes on
             n = common_prefix(prompt, x.tokens)
             covers = x.first_action_end is not None and n >= x.first_action_end
-            link = FORK if covers and not _rerenders(prompt, x, n) else CONTEXT_REWRITE
+            link = FORK if (covers and not _rerenders(prompt, x, n)) or n == len(prompt) else CONTEXT_REWRITE
             return CallRoute(x, opens=True, change=ENGINE_PROMPT, parent=x, fork_point=n, link=link, unmatched=True,
                              closest=x)
         x = self.deepest(prompt)
@@ -237,7 +249,8 @@ class LineageSet:
         parent, n = self.closest(prompt)
         assert parent is not None
         return CallRoute(SessionLineage(None), opens=True, change=ENGINE_PROMPT, parent=parent, fork_point=n,
-                         unmatched=True, closest=parent, rerender=_rerenders(prompt, parent, n))
+                         unmatched=True, closest=parent, rerender=_rerenders(prompt, parent, n),
+                         resends=n == len(prompt))
 
     @staticmethod
     def _attach(x: SessionLineage) -> CallRoute:
@@ -259,6 +272,7 @@ class LineageSet:
             first = r.parent.first_action_end
             part.covers_action = first is not None and first <= fork_point
             part.rerender = r.rerender
+            part.resends = r.resends
             x.first_action_end = first if part.covers_action else None
         if x not in self.lineages:
             self.lineages.append(x)
@@ -287,6 +301,11 @@ class LineageSet:
                 x.part = None
                 x.resume_change = resume_change
         return out
+
+    def abandoned(self) -> set[str]:
+        """Ids of the pending trajectories that a pending ``fork`` child replaced (branches the
+        harness threw away: a retry or resample; see the module docstring)."""
+        return {p.parent_id for p in self.pending if p.parent_id is not None and p.link_kind() == FORK}
 
     def set_resume_change(self, change: str) -> None:
         """After an idle eviction: each lineage's next trajectory says so."""

@@ -320,7 +320,7 @@ class Recorder:
         ids = a.token_ids
         lps = a.logprobs
         has_lp = len(lps) == 0 or not all(v != v for v in lps.tolist())  # NaN != NaN
-        for sl in slices:
+        for k, sl in enumerate(slices):
             newest = None
             if sl.flagged is not None:
                 lo, newest = sl.flagged
@@ -331,7 +331,8 @@ class Recorder:
             b.add_action(ids[sl.start:sl.end], lps[sl.start:sl.end] if has_lp else None,
                          policy_version=sl.version, policy_version_max=newest, finish_reason=a.finish_reason,
                          sampling=a.sampling, call_id=a.call_id, tool_call_ids=a.tool_call_ids or None,
-                         logprob_mode=logprob_mode if has_lp else None)
+                         logprob_mode=logprob_mode if has_lp else None,
+                         timing=a.timing, usage=a.usage if k == 0 else None)  # the call's counts once
         if r.unmatched:
             s.context_breaks += 1
             self.stats["context_breaks"] += 1
@@ -406,6 +407,7 @@ class Recorder:
         parts = s.lineages.parts
         linked = parts > 1 or provisional
         out = []
+        abandoned = s.lineages.abandoned()
         for p in pending:
             part = p.number
             p.builder.set_reward(s.reward, raw=s.reward_raw)
@@ -416,6 +418,7 @@ class Recorder:
             kind = p.link_kind()
             if kind is not None:
                 t.parent_trajectory_id, t.fork_point, t.link_kind = p.parent_id, p.fork_point, kind
+            t.abandoned = t.trajectory_id in abandoned
             t.metadata.update({
                 **self.run_metadata, **s.extra_metadata, **(metadata or {}),
                 "session": s.key,

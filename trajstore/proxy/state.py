@@ -11,13 +11,14 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 import httpx
 import numpy as np
 
 from trajstore.errors import AdapterError, TrajstoreError
-from trajstore.models import Trajectory
+from trajstore.models import CallTiming, Trajectory
 from trajstore.proxy.config import ProxyConfig
 from trajstore.proxy.inflight import InFlightCall
 from trajstore.proxy.logprob_mode import LogprobMode
@@ -374,6 +375,7 @@ class ProxyState:
         the caller awaits the task, so that the trajectory is durable when the answer goes out."""
         s = call.session
         call.answered = True
+        call.ended_at = datetime.now(timezone.utc)
         end = Ticket(self.versioning.version, self.versioning.epoch)
         prev = s.recording
 
@@ -407,6 +409,8 @@ class ProxyState:
                 if self.logprobs.asked:
                     self.logprobs.announce()
             result = read_call(data, call.body)
+            result.action.timing = CallTiming(started_at=call.started_at, first_token_at=call.first_token_at,
+                                              ended_at=call.ended_at)
             if result.reported_version is not None or result.version_spans:
                 self.upstream_reports_version = True
             assert call.ticket is not None  # answered calls went through the versioning

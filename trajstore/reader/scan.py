@@ -13,6 +13,7 @@ from trajstore.lineage import episode_id_column
 from trajstore.reader.files import StoreLike, arrow_dataset, as_store, version_runs
 from trajstore.schema import (
     ACTION_LOGPROBS_COLUMN,
+    COLUMNS_NEW_IN_V4,
     LEGACY_LOGPROBS_COLUMN,
     SCHEMA_VERSION,
     TRAJECTORY_SCHEMA,
@@ -77,9 +78,10 @@ def _scan_run(store: Store, version: int, shards: Sequence[ShardInfo]) -> pl.Laz
             pl.lit(None, pl.Int64).alias("fork_point"),
             pl.lit(None, pl.String).alias("link_kind"),
         )
-    # v3 -> v4: the spans gain the fields new in v4 as nulls (the cast adds them)
+    # v3 -> v4: the spans gain the fields new in v4 as nulls (the cast adds them), the rows the new columns
     return lf.with_columns(pl.lit(SCHEMA_VERSION, pl.Int64).alias("schema_version"),
-                           pl.col("spans").cast(current["spans"])).select(TRAJECTORY_SCHEMA.names)
+                           pl.col("spans").cast(current["spans"]),
+                           *(pl.lit(None, current[c]).alias(c) for c in COLUMNS_NEW_IN_V4)).select(TRAJECTORY_SCHEMA.names)
 
 
 def _scan_v1_spans(batch: pl.Series) -> pl.Series:

@@ -280,23 +280,27 @@ def test_vllm_9999_sentinel_is_stored_missing_masked_by_the_trainer_and_counted(
     assert float(st.ratio_mean) == pytest.approx(1.0) and float(st.kl_k3) == pytest.approx(0.0, abs=1e-6)
 
 
-def test_stream_reads_v1_v2_and_missing_columns_as_one(tmp_path: Path) -> None:
+def test_stream_reads_v1_v3_and_missing_columns_as_one(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     store = open_store(str(tmp_path / "s"))
     old = [tiny_model_trajectory(rng, trajectory_id=f"old{i}", group_id="g-old", reward=1.0) for i in range(3)]
+    v3 = [tiny_model_trajectory(rng, trajectory_id="v3", group_id="g-v3", reward=1.0)]
     mid = [tiny_model_trajectory(rng, trajectory_id=f"mid{i}", group_id="g-mid", reward=0.5) for i in range(2)]
     new = [tiny_model_trajectory(rng, trajectory_id=f"new{i}", group_id="g-new", reward=0.0) for i in range(2)]
     store.write_table(trajectories_to_table(old, version=1))                       # a v1 shard
     store.write_table(trajectories_to_table(mid).drop_columns(["group_id", "metadata"]))  # no group_id column
     store.write_table(trajectories_to_table(new))
+    store.write_table(trajectories_to_table(v3, version=3))  # a v3 shard: no `abandoned` column
     s = TrajectoryStream(store, DataConfig(batch_size=100), tokenizer="tiny-llama", vocab_size=VOCAB)
     s.precheck()
     batch = s.next_batch()
     assert batch is not None and s.next_batch() is None
     by_id = {x.trajectory_id: x for x in batch.samples}
-    assert list(by_id) == [t.trajectory_id for t in old + mid + new]
-    assert [by_id[t.trajectory_id].group_id for t in old + mid + new] == ["g-old"] * 3 + [None] * 2 + ["g-new"] * 2
-    for t in old + mid + new:
+    assert list(by_id) == [t.trajectory_id for t in old + mid + new + v3]
+    assert [by_id[t.trajectory_id].group_id for t in old + mid + new + v3] == \
+        ["g-old"] * 3 + [None] * 2 + ["g-new"] * 2 + ["g-v3"]
+    assert by_id["v3"].abandoned is None and by_id["new0"].abandoned is None  # not recorded: credited as kept
+    for t in old + mid + new + v3:
         sample = by_id[t.trajectory_id]
         act = np.zeros(len(t.tokens), bool)
         for sp in t.spans:

@@ -97,7 +97,9 @@ def model_identity(cfg: DemoConfig) -> str:
 
 def train_config(cfg: DemoConfig, run_id: str, store: str) -> TrainConfig:
     """The trainer's config for a demo: follow the store, stop after `cfg.steps` policy steps,
-    publish every step, read only this demo's trajectories."""
+    publish every step, read only this demo's trajectories, and record every trained token's
+    annotations (trainer log-prob, ratio, DIS band, advantage, value, return: about 25 bytes a
+    token, a few MB for a demo) so that ``traj view`` shows them on the demo's store."""
     tiny = cfg.model.startswith("tiny-")
     return TrainConfig(
         store=store,
@@ -112,7 +114,7 @@ def train_config(cfg: DemoConfig, run_id: str, store: str) -> TrainConfig:
         optim=OptimConfig(policy_lr=cfg.policy_lr, critic_lr=cfg.critic_lr),
         algo=AlgoConfig(critic_warmup_steps=cfg.critic_warmup_steps),
         run=RunConfig(run_id=run_id, max_steps=cfg.steps, publish_every=1, checkpoint_every=10**6,
-                      progress=False),
+                      progress=False, record_tokens=1.0),
     )
 
 

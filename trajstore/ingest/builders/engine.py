@@ -101,7 +101,10 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
             if act:  # every spelling of a length stop is stored as "length"
                 sampling["finish_reason"] = stored_finish_reason(s.finish_reason)
             spans.append(Span(kind=s.kind, start=pos, end=pos + k, role=s.role, call_id=s.call_id,
-                              cause_id=s.cause_id, truncated=s.truncated, **sampling))
+                              cause_id=s.cause_id, truncated=s.truncated, **sampling,
+                              usage_prompt_tokens=s.usage.prompt_tokens if act and s.usage else None,
+                              usage_completion_tokens=s.usage.completion_tokens if act and s.usage else None,
+                              usage_cached_tokens=s.usage.cached_tokens if act and s.usage else None))
             pos += k
         meta = dict(meta0)
         meta["ingest"] = {"format": input_format, "path": r.origin.path, "line": r.origin.line}
@@ -111,7 +114,7 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
             meta["fidelity_gaps"] = gaps
         lineage = {} if kept is None else {
             "group_id": kept.group_id, "episode_id": kept.episode_id, "parent_trajectory_id": kept.parent_trajectory_id,
-            "fork_point": kept.fork_point, "link_kind": kept.link_kind}
+            "fork_point": kept.fork_point, "link_kind": kept.link_kind, "abandoned": kept.abandoned}
         traj = Trajectory(
             trajectory_id=stored_fields.part_id(base_id, n + 1, len(parts)), prompt_id=r.prompt_id,
             source=kept.source if kept is not None and kept.source else r.source,

@@ -125,7 +125,8 @@ def _stored_row(ours: dict[str, Any], rollout: EngineRollout) -> None:
         trajectory_id=ours["trajectory_id"], group_id=_text(ours.get("group_id")),
         episode_id=_text(ours.get("episode_id")), parent_trajectory_id=_text(ours.get("parent_trajectory_id")),
         fork_point=fork if isinstance(fork, int) and not isinstance(fork, bool) else None,
-        link_kind=_text(ours.get("link_kind")), trainable=trainable if isinstance(trainable, bool) else None,
+        link_kind=_text(ours.get("link_kind")), abandoned=ours["abandoned"] if isinstance(ours.get("abandoned"), bool)
+        else None, trainable=trainable if isinstance(trainable, bool) else None,
         not_trainable_reason=_text(ours.get("not_trainable_reason")),
         token_source="retokenized" if ours.get("token_source") == "retokenized" else "engine",
         logprob_source="none" if ours.get("logprob_source") == "none" else "engine",
