@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,7 @@ from trajstore import audit  # noqa: E402
 from trajstore.cli.demo import print_summary  # noqa: E402
 from trajstore.trainer.apps.demo import DemoConfig, DemoResult  # noqa: E402
 from trajstore.trainer.apps.demo.audits import demo_filter  # noqa: E402
+from trajstore.trainer.apps.demo.children import echo_new_lines  # noqa: E402
 from trajstore.trainer.apps.demo.config import train_config  # noqa: E402
 from trajstore.trainer.config import DataConfig, ModelConfig, TrainConfig  # noqa: E402
 from trajstore.trainer.loop.train import train  # noqa: E402
@@ -67,3 +69,16 @@ def test_the_summary_says_what_its_steps_show_and_where_learning_is_measured():
     text = buf.getvalue()
     assert "These 4 policy steps show the loop running" in text and "`traj bench learning`" in text
     assert "traj view /tmp/s --run demo-x" in text.splitlines()
+
+
+def test_demo_echoes_trainer_poll_lines_only_when_verbose(tmp_path: Path) -> None:
+    # 89 of a demo's 464 lines were the trainer's "waiting for new trajectories" polls
+    log = tmp_path / "trainer.log"
+    log.write_text("memory plan: ...\nwaiting for new trajectories in s: 4 seen so far\nstep 0: critic values\n"
+                   "waiting for new trajectories in s: 9 seen so far\n")
+    quiet: list[str] = []
+    assert echo_new_lines(log, 0, lambda m, **kw: quiet.append(m)) == log.stat().st_size
+    assert [m.split("[/] ", 1)[1] for m in quiet] == ["memory plan: ...", "step 0: critic values"]
+    loud: list[str] = []
+    echo_new_lines(log, 0, lambda m, **kw: loud.append(m), polls=True)
+    assert len(loud) == 4

@@ -80,6 +80,8 @@ class DemoConfig(BaseModel):
                                                   "checkpoint (about 0.5 GB per SmolLM2 version, 2 GB per "
                                                   "checkpoint); by default only the final version is kept")
     seed: int = Field(0, description="seeds tasks, sampling and (tiny models) initial weights")
+    verbose: bool = Field(False, description="also show the trainer's poll lines (waiting for new trajectories); "
+                          "by default the episode lines show the progress")
     time_limit_s: float | None = Field(None, gt=0, description="after this many seconds no new episode starts, the "
                                        "proxy stops (its open episodes stored as aborted) and the trainer "
                                        "finishes its step in progress (at most 5 more minutes); the demo then "
