@@ -13,7 +13,9 @@ from collections.abc import Sequence
 
 import httpx
 
+from trajstore.errors import TrajstoreError
 from trajstore.models import Trajectory
+from trajstore.proxy import episodes
 from trajstore.reader import read_trajectories
 
 DEADLINE_S = 60.0
@@ -148,3 +150,37 @@ def test_a_finish_after_an_eviction_sets_the_outcome_on_the_stored_parts(fake_up
     # the episode is over: a second /finish finds nothing, a later call opens a new episode
     assert httpx.post(f"{px.url}/s/slow-eval/finish", json={}).status_code == 404
     assert "x-trajstore-evicted" not in _chat(px.url, "slow-eval", [{"role": "user", "content": "hi"}]).headers
+
+
+def test_a_finish_after_an_eviction_whose_rewrite_failed_can_be_retried(fake_upstream, start_proxy, tmp_path,
+                                                                         monkeypatch):
+    # The evicted episode was forgotten before its parts were rewritten: when the rewrite failed
+    # (500), the harness's retried /finish answered 404 and the outcome was lost for good.
+    store = str(tmp_path / "store")
+    px = start_proxy(fake_upstream.url, session_timeout_s=600.0)
+    _chat(px.url, "retry", [{"role": "user", "content": "hi"}])
+    state = px.server.config.app.state.proxy
+    _timeout(px, 0.0)
+    _wait("the episode evicted and written", lambda: len(_rows(store)) == 1 and "retry" in state.evicted
+          and state.evicted["retry"].written.done())
+    _timeout(px, 600.0)
+    real = episodes.set_outcome
+    failed: list[bool] = []
+
+    def fail_once(*args, **kwargs):
+        if not failed:
+            failed.append(True)
+            raise TrajstoreError("injected: the store refused the rewrite")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(episodes, "set_outcome", fail_once)
+    first = httpx.post(f"{px.url}/s/retry/finish", json={"reward": 0.25}, timeout=60)
+    assert first.status_code == 500 and "injected" in first.text and failed
+    (row,) = _rows(store)
+    assert (row["status"], row["reward"]) == ("aborted", None)  # nothing half-done
+    again = httpx.post(f"{px.url}/s/retry/finish", json={"reward": 0.25}, timeout=60)
+    assert again.status_code == 200, again.text
+    assert again.json()["updated"] == [row["trajectory_id"]]
+    (row,) = _rows(store)
+    assert (row["status"], row["reward"]) == ("completed", 0.25)
+    assert httpx.post(f"{px.url}/s/retry/finish", json={}).status_code == 404  # now it is over

@@ -114,6 +114,8 @@ class Evicted:
     """The status its errors impose (:meth:`Session.mark`), kept for its continuation and ``/finish``."""
     written: asyncio.Future[None] | None = None
     """Done once its parts are written (the eviction registers it before it writes them)."""
+    finishing: bool = False
+    """A ``/finish`` is setting its outcome on the stored parts (another one waits its turn: 409)."""
 
 
 @dataclass

@@ -290,6 +290,12 @@ class ProxyState:
             self._forget_evicted(key)
         return ev
 
+    def forget_evicted(self, key: str, ev: Evicted) -> None:
+        """Forget idle-evicted episode `ev` of session `key` (its ``/finish`` set its outcome),
+        unless a call took it meanwhile (that call continues the episode)."""
+        if self.evicted.get(key) is ev:
+            self._forget_evicted(key)
+
     def _forget_evicted(self, key: str) -> None:
         ev = self.evicted.pop(key)
         if ev.lineages is not None:
