@@ -105,6 +105,8 @@ async def finish_episode(request: Request, session: str) -> JSONResponse:
         st.recorder.set_reward(s, None if r is None else float(r), body.get("reward_raw"))
     # a call still waiting for the upstream, streaming its last bytes or being recorded comes first
     idle = await s.wait_idle(st.cfg.finish_wait_s)
+    if st.hold_finish is not None:
+        await st.hold_finish(s)
     if st.closing:
         return error_response(503, SHUTTING_DOWN + "; this episode among them", "proxy_shutting_down")
     if st.recorder.sessions.get(session) is not s:
