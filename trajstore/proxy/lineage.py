@@ -34,6 +34,13 @@ installment already written is immutable, so a later call cannot change it):
   action and goes on past where it differs from it (the chat template re-rendered the last reply:
   reasoning dropped, content trimmed) re-renders the same line: ``context_rewrite`` too.
 
+An unnamed sub-agent whose first prompt extends its parent's whole context goes to the parent's
+lineage (its prompt extends it). When the parent then goes on from its own context as of an
+earlier call (an unmatched prompt) and the sub-agent calls again, the two trade places
+(:meth:`LineageSet._inherited`): the parent's trajectory is cut back to that call and goes on with
+its own later calls; the sub-agent's calls become a ``subagent`` child whose prompt is all before
+its first action. One that ends before its parent goes on looks like a retry (a ``fork``).
+
 Every trajectory of the session carries ``episode_id`` = the session's episode id.
 """
 
@@ -70,6 +77,8 @@ class PendingPart:
         parent: the parent lineage, for that decision. parent_calls: its calls when this part opened.
         covers_action: the shared prefix holds at least one of the parent's actions.
         rerender: the prompt re-renders the parent's last reply (see the module docstring).
+        ends: its lineage's token count after each of its calls.
+        observation: role and cause of the tokens its first prompt adds past its parent's.
     """
 
     builder: TrajectoryBuilder
@@ -82,6 +91,8 @@ class PendingPart:
     parent_calls: int = 0
     covers_action: bool = False
     rerender: bool = False
+    ends: list[int] = field(default_factory=list)
+    observation: tuple[str | None, str | None] = ("tool", None)
 
     def link_kind(self) -> str | None:
         """The link kind to write now (None without a parent)."""
@@ -231,7 +242,7 @@ class LineageSet:
                              closest=x)
         x = self.deepest(prompt)
         if x is not None:
-            return self._attach(x)
+            return self._attach(self._inherited(x))
         if not self.lineages:
             return CallRoute(SessionLineage(None), opens=True)
         parent, n = self.closest(prompt)
@@ -245,6 +256,51 @@ class LineageSet:
             return CallRoute(x, opens=False)
         # its last trajectory is written (an installment): a continuation with the whole context as prompt
         return CallRoute(x, opens=True, change=x.resume_change, parent=x, fork_point=len(x.tokens), link=CONTINUATION)
+
+    def _inherited(self, p: SessionLineage) -> SessionLineage:
+        """Lineage `p` gets a call while an unnamed child, opened from it since its last call,
+        goes on from `p`'s whole context as of an earlier call of its part: the calls `p` got
+        after that one are a sub-agent that inherited the context (its first call extended it, so
+        it was taken for `p`'s next turn), and the child is `p`'s own next turn. They trade
+        places: `p`'s part is cut back to that call and goes on with the child's calls (same id,
+        link and part number); the sub-agent's calls become the child's trajectory (its id and
+        part number), a ``subagent`` of `p` whose prompt is everything before its first action.
+        Returns the lineage this call goes to (the sub-agent's, whose tokens it extends)."""
+        part = p.part
+        if part is None:
+            return p
+        for c in self.pending:
+            if c.parent is not p or c.link is not None or c.parent_calls != p.calls or c.fork_point is None:
+                continue
+            child = next(x for x in self.lineages if x.part is c)
+            k = max((i for i, e in enumerate(part.ends[:-1]) if e <= c.fork_point), default=None)
+            if child.name is None and k is not None:
+                return self._trade(p, child, k)
+        return p
+
+    def _trade(self, p: SessionLineage, child: SessionLineage, k: int) -> SessionLineage:
+        """:meth:`_inherited`: `p`'s calls after its part's `k`-th call and `child`'s trade places."""
+        part, c = p.part, child.part
+        assert part is not None and c is not None and c.fork_point is not None
+        at, before = part.ends[k], p.calls - (len(part.ends) - k - 1)
+        sub = SessionLineage(None, tokens=p.tokens, last_action_start=p.last_action_start,
+                             last_finish=p.last_finish, first_action_end=p.first_action_end,
+                             calls=p.calls - before, last_call=p.last_call)
+        sub.part = PendingPart(part.builder.split_off(at, c.builder.trajectory_id), number=c.number,
+                               change=ENGINE_PROMPT, parent_id=part.builder.trajectory_id, fork_point=c.fork_point,
+                               link=SUBAGENT, parent=p, ends=part.ends[k + 1:])
+        part.builder.append_from(c.builder, role=c.observation[0], cause_id=c.observation[1])
+        part.ends = [*part.ends[:k + 1], *c.ends]
+        p.tokens, p.last_action_start, p.last_finish = child.tokens, child.last_action_start, child.last_finish
+        p.calls, p.last_call = before + child.calls, child.last_call
+        for q in self.pending:  # other children follow the context they branched off
+            if q.parent is child:
+                q.parent, q.parent_id, q.parent_calls = p, part.builder.trajectory_id, q.parent_calls + before
+            elif q.parent is p and q is not c and q.fork_point is not None and q.fork_point > at:
+                q.parent, q.parent_id, q.parent_calls = sub, sub.part.builder.trajectory_id, q.parent_calls - before
+        self.lineages[self.lineages.index(child)] = sub
+        self.pending[self.pending.index(c)] = sub.part
+        return sub
 
     def open(self, r: CallRoute, builder: TrajectoryBuilder) -> PendingPart:
         """Start the trajectory `r` opens (`builder` holds nothing yet) and register its lineage."""
@@ -276,6 +332,8 @@ class LineageSet:
             x.first_action_end = len(x.tokens)
         x.calls += 1
         x.last_call = self.calls
+        if x.part is not None:
+            x.part.ends.append(len(x.tokens))
 
     def written(self, resume_change: str | None) -> list[PendingPart]:
         """The pending trajectories, now written: each lineage remembers its last one's id, and its

@@ -223,6 +223,14 @@ opened, :mod:`trajstore.proxy.lineage`; ``lineages_per_episode`` beside them cou
 their number of lineages)."""
 
 
+def _mixed_calls(mixed: list[dict[str, Any]], t: Trajectory, part: int) -> list[dict[str, Any]]:
+    """The calls of `mixed` stored in `t` (part `part`): by response id (a sub-agent's calls may
+    have moved to another part, :mod:`trajstore.proxy.lineage`), else by the part recorded."""
+    ids = {sp.call_id for sp in t.spans if sp.kind == "action"}
+    return [{**m, "part": part} for m in mixed if (m["call_id"] in ids if m["call_id"] is not None
+                                                   else m["part"] == part)]
+
+
 class Recorder:
     """Open sessions and the writer; every method runs on the proxy's event loop.
 
@@ -342,7 +350,7 @@ class Recorder:
                     self._count_length_break(s, c.tokens, c.last_action_start, at, prompt)
         if r.opens:
             self.stats["lineages"] += r.lineage not in s.lineages.lineages
-            s.lineages.open(r, b)
+            s.lineages.open(r, b).observation = (observation_role, observation_cause)
         s.lineages.extend(x, prompt, np.asarray(ids))
         x.last_finish = a.finish_reason
         s.calls += 1
@@ -426,8 +434,7 @@ class Recorder:
                    if s.context_breaks_after_length else {}),
                 "requested_status": requested_status or status,
                 **({"end_reason": reason} if reason else {}), **({"errors": s.errors[:20]} if s.errors else {}),
-                **({"mixed_version_calls": [m for m in s.mixed_calls if m["part"] == part]}
-                   if s.mixed_calls else {}),
+                **({"mixed_version_calls": _mixed_calls(s.mixed_calls, t, part)} if s.mixed_calls else {}),
                 **(notes or {}),
             })
             out.append(t)
