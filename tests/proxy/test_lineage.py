@@ -13,6 +13,7 @@ import json
 
 import httpx
 import numpy as np
+import pytest
 
 from trajstore.builder import TrajectoryBuilder
 from trajstore.proxy.lineage import CONTEXT_REWRITE, FORK, SUBAGENT, LineageSet
@@ -87,31 +88,33 @@ def test_an_interleaved_parent_and_sub_agent_are_two_linked_lineages(fake_upstre
     assert stats["context_breaks"] == 1 and stats["lineages"] == 2 and stats["lineages_per_episode"] == {"2": 1}
 
 
+@pytest.mark.parametrize("sub_first", [True, False])
 def test_a_sub_agent_that_inherits_the_whole_context_without_a_name_is_the_child(fake_upstream, start_proxy,
-                                                                                 tmp_path):
-    # The sub-agent's first prompt extends the lead's whole context, so it was taken for the lead's
-    # next turn: the lead's trajectory held the sub-agent's calls, and the lead's own later turns
-    # were stored as a "subagent" child of it (parent and sub-agent labels swapped).
+                                                                                 tmp_path, sub_first):
+    # The sub-agent's first prompt extends the lead's whole context: when it called before the
+    # lead went on, it was taken for the lead's next turn: the lead's trajectory held the
+    # sub-agent's calls and the lead's own later turns were stored as a "subagent" child of it
+    # (parent and sub-agent labels swapped). Either order must store the same two trajectories.
     px = start_proxy(fake_upstream.url)
     url = f"{px.url}/s/inherit"
     lead = [{"role": "system", "content": "you are the lead"}, {"role": "user", "content": "fix the bug"}]
     _chat(url, lead)
     sub = _turn(lead, "sub-agent: read the file")
     lead = _turn(lead, "tool: started a sub-agent")
-    for t in range(2):
-        _chat(url, sub)  # the sub-agent goes first, its prompt extends the lead's tokens ...
-        _chat(url, lead)  # ... then the lead goes on from its own context: they interleave
+    for t in range(3):  # they interleave; the lead makes the episode's last call
+        for msgs in ((sub, lead) if sub_first else (lead, sub)):
+            if t < 2 or msgs is lead:
+                _chat(url, msgs)
         sub, lead = _turn(sub, f"file part {t}"), _turn(lead, f"lead tool {t}")
-    _chat(url, sub)
     done = _finish(px.url, "inherit")
     rows = _rows(tmp_path / "store")
     assert len(rows) == 2 and sorted(done["trajectories"]) == sorted(rows)
     first, second = (rows[t] for t in sorted(rows))  # in the order they opened
     # the lead: its first call, then its own turns; the root, as the first lineage of the session
-    assert first["tokens"] == render(lead[:-2]) + REPLY_IDS and len(_actions(first)) == 3
+    assert first["tokens"] == render(lead[:-2]) + REPLY_IDS and len(_actions(first)) == 4
     assert first["parent_trajectory_id"] is None and first["link_kind"] is None
     # the sub-agent: its calls only, its prompt the lead's context it inherited plus its task
-    assert second["tokens"] == render(sub) + REPLY_IDS and len(_actions(second)) == 3
+    assert second["tokens"] == render(sub[:-4]) + REPLY_IDS and len(_actions(second)) == 2
     # shared: the lead's first call and reply (render + 3), then 3, 1, "user" (4), 2: the messages
     # "sub-agent: ..." / "tool: ..." differ at their first byte
     fork = len(render(lead[:2])) + 3 + 7

@@ -35,11 +35,11 @@ installment already written is immutable, so a later call cannot change it):
   reasoning dropped, content trimmed) re-renders the same line: ``context_rewrite`` too.
 
 An unnamed sub-agent whose first prompt extends its parent's whole context goes to the parent's
-lineage (its prompt extends it). When the parent then goes on from its own context as of an
-earlier call (an unmatched prompt) and the sub-agent calls again, the two trade places
-(:meth:`LineageSet._inherited`): the parent's trajectory is cut back to that call and goes on with
-its own later calls; the sub-agent's calls become a ``subagent`` child whose prompt is all before
-its first action. One that ends before its parent goes on looks like a retry (a ``fork``).
+lineage (its prompt extends it), and the parent's next turn, going on from its own earlier
+context, opens a child. When the two interleaved and the child's line called last (a sub-agent
+ends before its parent), they trade places when written (:meth:`LineageSet.settle`): the parent's
+trajectory keeps its own calls, the sub-agent's become a ``subagent`` child whose prompt is all
+before its first action. One that ends before its parent goes on looks like a retry (``fork``).
 
 Every trajectory of the session carries ``episode_id`` = the session's episode id.
 """
@@ -242,7 +242,7 @@ class LineageSet:
                              closest=x)
         x = self.deepest(prompt)
         if x is not None:
-            return self._attach(self._inherited(x))
+            return self._attach(x)
         if not self.lineages:
             return CallRoute(SessionLineage(None), opens=True)
         parent, n = self.closest(prompt)
@@ -257,29 +257,29 @@ class LineageSet:
         # its last trajectory is written (an installment): a continuation with the whole context as prompt
         return CallRoute(x, opens=True, change=x.resume_change, parent=x, fork_point=len(x.tokens), link=CONTINUATION)
 
-    def _inherited(self, p: SessionLineage) -> SessionLineage:
-        """Lineage `p` gets a call while an unnamed child, opened from it since its last call,
-        goes on from `p`'s whole context as of an earlier call of its part: the calls `p` got
-        after that one are a sub-agent that inherited the context (its first call extended it, so
-        it was taken for `p`'s next turn), and the child is `p`'s own next turn. They trade
-        places: `p`'s part is cut back to that call and goes on with the child's calls (same id,
-        link and part number); the sub-agent's calls become the child's trajectory (its id and
-        part number), a ``subagent`` of `p` whose prompt is everything before its first action.
-        Returns the lineage this call goes to (the sub-agent's, whose tokens it extends)."""
-        part = p.part
-        if part is None:
-            return p
-        for c in self.pending:
-            if c.parent is not p or c.link is not None or c.parent_calls != p.calls or c.fork_point is None:
+    def settle(self) -> None:
+        """Before the pending trajectories are written: an unnamed child opened from lineage `p`
+        whose prompt goes on from `p`'s whole context as of an earlier call of `p`'s part, while
+        `p` was extended after it opened (they interleaved) and the child's line called last, is
+        `p`'s own line: the calls `p` got after that earlier call are a sub-agent that inherited
+        the context (its first prompt extended it, so it was taken for `p`'s next turn), and a
+        sub-agent ends before its parent. They trade places: `p`'s part is cut back to that call
+        and goes on with the child's calls (same id, link and part number); the sub-agent's calls
+        become the child's trajectory (its id and part number), a ``subagent`` of `p` whose prompt
+        is everything before its first action."""
+        for c in list(self.pending):
+            p = c.parent
+            if c.link is not None or c.fork_point is None or p is None or p.part is None or p.calls <= c.parent_calls:
                 continue
-            child = next(x for x in self.lineages if x.part is c)
-            k = max((i for i, e in enumerate(part.ends[:-1]) if e <= c.fork_point), default=None)
-            if child.name is None and k is not None:
-                return self._trade(p, child, k)
-        return p
+            child = next((x for x in self.lineages if x.part is c), None)
+            if child is None or child.name is not None or child.last_call <= p.last_call:
+                continue
+            k = max((i for i, e in enumerate(p.part.ends[:-1]) if e <= c.fork_point), default=None)
+            if k is not None:
+                self._trade(p, child, k)
 
-    def _trade(self, p: SessionLineage, child: SessionLineage, k: int) -> SessionLineage:
-        """:meth:`_inherited`: `p`'s calls after its part's `k`-th call and `child`'s trade places."""
+    def _trade(self, p: SessionLineage, child: SessionLineage, k: int) -> None:
+        """:meth:`settle`: `p`'s calls after its part's `k`-th call and `child`'s trade places."""
         part, c = p.part, child.part
         assert part is not None and c is not None and c.fork_point is not None
         at, before = part.ends[k], p.calls - (len(part.ends) - k - 1)
@@ -300,7 +300,6 @@ class LineageSet:
                 q.parent, q.parent_id, q.parent_calls = sub, sub.part.builder.trajectory_id, q.parent_calls - before
         self.lineages[self.lineages.index(child)] = sub
         self.pending[self.pending.index(c)] = sub.part
-        return sub
 
     def open(self, r: CallRoute, builder: TrajectoryBuilder) -> PendingPart:
         """Start the trajectory `r` opens (`builder` holds nothing yet) and register its lineage."""

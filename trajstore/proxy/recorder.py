@@ -410,6 +410,7 @@ class Recorder:
         final = status
         if s.taint is not None and status in ("completed", "truncated"):
             final = s.taint
+        s.lineages.settle()  # a sub-agent that inherited its parent's context trades places with it
         pending = s.lineages.pending
         parts = s.lineages.parts
         linked = parts > 1 or provisional
