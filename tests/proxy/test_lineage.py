@@ -240,3 +240,43 @@ def test_a_re_rendered_last_reply_is_a_context_rewrite_a_resent_last_prompt_a_fo
         _call(ls, [1, 2, 3, 7], [8, 9])
         r = _call(ls, prompt, [5])
         assert r.unmatched and ls.pending[1].covers_action and ls.pending[1].link_kind() == kind
+
+
+def _rec(ls: LineageSet, prompt: list[int], sampled: list[int]):  # noqa: ANN202
+    """One call as the recorder records it: the prompt (or the tokens past the lineage's) and the action."""
+    p = np.array(prompt, np.int32)
+    r = ls.route(p, None)
+    if r.opens:
+        b = TrajectoryBuilder(trajectory_id=f"t{ls.parts}")
+        b.add_prompt(p)
+    else:
+        b = r.lineage.part.builder
+        if len(p) > len(r.lineage.tokens):
+            b.add_observation(p[len(r.lineage.tokens):])
+    b.add_action(sampled, None, policy_version=0)
+    if r.opens:
+        ls.open(r, b)
+    ls.extend(r.lineage, p, np.array(sampled, np.int32))
+    return r
+
+
+def test_an_inherited_context_sub_agent_trades_places_only_when_its_parent_calls_last():
+    for parent_last in (True, False):
+        ls = LineageSet()
+        _rec(ls, [1, 2], [3])  # the lead
+        _rec(ls, [1, 2, 3, 10], [11])  # the sub-agent: extends the lead's whole context
+        _rec(ls, [1, 2, 3, 20], [21])  # the lead goes on from its own context: a child
+        _rec(ls, [1, 2, 3, 10, 11, 12], [13])  # the sub-agent again: they interleave
+        if parent_last:
+            _rec(ls, [1, 2, 3, 20, 21, 22], [23])
+        ls.settle()
+        lead, other = ls.pending
+        got = [(p.builder.trajectory_id, p.number, p.builder.finish().tokens.tolist()) for p in (lead, other)]
+        if parent_last:  # the lead's part holds its own calls; the sub-agent's moved to the child
+            assert got == [("t0", 1, [1, 2, 3, 20, 21, 22, 23]), ("t1", 2, [1, 2, 3, 10, 11, 12, 13])]
+            assert (other.parent_id, other.fork_point, other.link_kind()) == ("t0", 3, SUBAGENT)
+            assert [x.tokens.tolist() for x in ls.lineages] == [[1, 2, 3, 20, 21, 22, 23], [1, 2, 3, 10, 11, 12, 13]]
+            assert [x.calls for x in ls.lineages] == [3, 2]
+        else:  # the line that called last is the parent: nothing moves
+            assert got == [("t0", 1, [1, 2, 3, 10, 11, 12, 13]), ("t1", 2, [1, 2, 3, 20, 21])]
+            assert (other.parent_id, other.fork_point, other.link_kind()) == ("t0", 3, SUBAGENT)
