@@ -269,7 +269,8 @@ class LineageSet:
         is everything before its first action."""
         for c in list(self.pending):
             p = c.parent
-            if c.link is not None or c.fork_point is None or p is None or p.part is None or p.calls <= c.parent_calls:
+            if c.link is not None or c.fork_point is None or p is None or p.part is None or p.calls <= c.parent_calls \
+                    or c.parent_id != p.part.builder.trajectory_id:  # opened from the part recorded now
                 continue
             child = next((x for x in self.lineages if x.part is c), None)
             if child is None or child.name is not None or child.last_call <= p.last_call:
