@@ -154,6 +154,65 @@ class TrajectoryBuilder:
         return self._append("observation", token_ids, None, role=role, cause_id=cause_id, call_id=call_id,
                             truncated=truncated)
 
+    def split_off(self, at: int, trajectory_id: str) -> TrajectoryBuilder:
+        """Move the spans from token `at` on into a new builder (same fields, `trajectory_id`):
+        a line of context that went on from `at` as a trajectory of its own. Its tokens are this
+        builder's; everything before its first action is its prompt (one span, role ``user``).
+        This builder keeps its first `at` tokens.
+
+        Raises:
+            ValueError: `at` is not a span boundary of this builder, or no action follows it
+                (nothing changes).
+        """
+        cut = next((i for i, sp in enumerate(self._spans) if sp.start >= at), len(self._spans))
+        first = next((i for i in range(cut, len(self._spans)) if self._spans[i].kind == "action"), None)
+        if (cut < len(self._spans) and self._spans[cut].start != at) or (cut == len(self._spans) and at != self._len) \
+                or first is None:
+            raise ValueError(f"cannot split trajectory {self.trajectory_id!r} at token {at}: not a span boundary "
+                             f"followed by an action")
+        new = TrajectoryBuilder(trajectory_id=trajectory_id, **{k: v for k, v in self._fields.items()
+                                                               if k != "metadata"},
+                                metadata=self._fields["metadata"])
+        new.add_prompt(np.concatenate(self._tokens[:first]), role="user")
+        new._take(self._spans[first:], self._tokens[first:], self._logprobs[first:])
+        del self._spans[cut:], self._tokens[cut:], self._logprobs[cut:]
+        self._len = at
+        self._any_action_logprobs = self._has_action_logprobs()
+        return new
+
+    def append_from(self, other: TrajectoryBuilder, *, role: str | None = "tool",
+                    cause_id: str | None = None) -> None:
+        """Go on with what `other` holds past this builder's end: `other` shares this builder's
+        tokens (its first ``num_tokens``); its tokens from there to its first action become one
+        observation span (`role`, `cause_id`), then its spans from that action on are appended.
+
+        Raises:
+            ValueError: `other` does not start with this builder's tokens, or has no action
+                past them (nothing changes).
+        """
+        at = self._len
+        first = next((i for i, sp in enumerate(other._spans) if sp.kind == "action" and sp.start >= at), None)
+        mine = np.concatenate(self._tokens) if self._tokens else np.zeros(0, np.int32)
+        theirs = np.concatenate(other._tokens) if other._tokens else np.zeros(0, np.int32)
+        if first is None or not np.array_equal(theirs[:at], mine):
+            raise ValueError(f"trajectory {other.trajectory_id!r} does not go on from the {at} tokens of "
+                             f"{self.trajectory_id!r}")
+        if other._spans[first].start > at:
+            self.add_observation(theirs[at:other._spans[first].start], role=role, cause_id=cause_id)
+        self._take(other._spans[first:], other._tokens[first:], other._logprobs[first:])
+
+    def _take(self, spans: list[Span], tokens: list[np.ndarray], logprobs: list[np.ndarray]) -> None:
+        """Append copies of whole spans (with their token and log-prob chunks), re-based to this end."""
+        for sp, ids, lps in zip(spans, tokens, logprobs):
+            self._spans.append(sp.model_copy(update={"start": self._len, "end": self._len + len(ids)}))
+            self._tokens.append(ids)
+            self._logprobs.append(lps)
+            self._len += len(ids)
+        self._any_action_logprobs = self._has_action_logprobs()
+
+    def _has_action_logprobs(self) -> bool:
+        return any(sp.kind == "action" and not np.isnan(lps).all() for sp, lps in zip(self._spans, self._logprobs))
+
     def set_reward(self, reward: float | None, *, raw: Any = None) -> None:
         """Set the scalar reward (credited at the last action token) and keep the raw value."""
         self._reward = None if reward is None else float(reward)

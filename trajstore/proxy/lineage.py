@@ -42,6 +42,13 @@ harness went on with reaches the episode's end (``/finish``), so a trainer credi
 reward to it alone (README, "Episodes stored as several trajectories"). A parent already written in an earlier installment
 (idle eviction, shutdown flush) is immutable and keeps ``false``.
 
+An unnamed sub-agent whose first prompt extends its parent's whole context goes to the parent's
+lineage (its prompt extends it), and the parent's next turn, going on from its own earlier
+context, opens a child. When the two interleaved and the child's line called last (a sub-agent
+ends before its parent), they trade places when written (:meth:`LineageSet.settle`): the parent's
+trajectory keeps its own calls, the sub-agent's become a ``subagent`` child whose prompt is all
+before its first action. One that ends before its parent goes on looks like a retry (``fork``).
+
 Every trajectory of the session carries ``episode_id`` = the session's episode id.
 """
 
@@ -79,6 +86,8 @@ class PendingPart:
         covers_action: the shared prefix holds at least one of the parent's actions.
         rerender: the prompt re-renders the parent's last reply (see the module docstring).
         resends: the prompt is only a prefix of the parent's tokens (a resample, see the module docstring).
+        ends: its lineage's token count after each of its calls.
+        observation: role and cause of the tokens its first prompt adds past its parent's.
     """
 
     builder: TrajectoryBuilder
@@ -92,6 +101,8 @@ class PendingPart:
     covers_action: bool = False
     rerender: bool = False
     resends: bool = False
+    ends: list[int] = field(default_factory=list)
+    observation: tuple[str | None, str | None] = ("tool", None)
 
     def link_kind(self) -> str | None:
         """The link kind to write now (None without a parent)."""
@@ -259,6 +270,51 @@ class LineageSet:
         # its last trajectory is written (an installment): a continuation with the whole context as prompt
         return CallRoute(x, opens=True, change=x.resume_change, parent=x, fork_point=len(x.tokens), link=CONTINUATION)
 
+    def settle(self) -> None:
+        """Before the pending trajectories are written: an unnamed child opened from lineage `p`
+        whose prompt goes on from `p`'s whole context as of an earlier call of `p`'s part, while
+        `p` was extended after it opened (they interleaved) and the child's line called last, is
+        `p`'s own line: the calls `p` got after that earlier call are a sub-agent that inherited
+        the context (its first prompt extended it, so it was taken for `p`'s next turn), and a
+        sub-agent ends before its parent. They trade places: `p`'s part is cut back to that call
+        and goes on with the child's calls (same id, link and part number); the sub-agent's calls
+        become the child's trajectory (its id and part number), a ``subagent`` of `p` whose prompt
+        is everything before its first action."""
+        for c in list(self.pending):
+            p = c.parent
+            if c.link is not None or c.fork_point is None or p is None or p.part is None or p.calls <= c.parent_calls \
+                    or c.parent_id != p.part.builder.trajectory_id:  # opened from the part recorded now
+                continue
+            child = next((x for x in self.lineages if x.part is c), None)
+            if child is None or child.name is not None or child.last_call <= p.last_call:
+                continue
+            k = max((i for i, e in enumerate(p.part.ends[:-1]) if e <= c.fork_point), default=None)
+            if k is not None:
+                self._trade(p, child, k)
+
+    def _trade(self, p: SessionLineage, child: SessionLineage, k: int) -> None:
+        """:meth:`settle`: `p`'s calls after its part's `k`-th call and `child`'s trade places."""
+        part, c = p.part, child.part
+        assert part is not None and c is not None and c.fork_point is not None
+        at, before = part.ends[k], p.calls - (len(part.ends) - k - 1)
+        sub = SessionLineage(None, tokens=p.tokens, last_action_start=p.last_action_start,
+                             last_finish=p.last_finish, first_action_end=p.first_action_end,
+                             calls=p.calls - before, last_call=p.last_call)
+        sub.part = PendingPart(part.builder.split_off(at, c.builder.trajectory_id), number=c.number,
+                               change=ENGINE_PROMPT, parent_id=part.builder.trajectory_id, fork_point=c.fork_point,
+                               link=SUBAGENT, parent=p, ends=part.ends[k + 1:])
+        part.builder.append_from(c.builder, role=c.observation[0], cause_id=c.observation[1])
+        part.ends = [*part.ends[:k + 1], *c.ends]
+        p.tokens, p.last_action_start, p.last_finish = child.tokens, child.last_action_start, child.last_finish
+        p.calls, p.last_call = before + child.calls, child.last_call
+        for q in self.pending:  # other children follow the context they branched off
+            if q.parent is child:
+                q.parent, q.parent_id, q.parent_calls = p, part.builder.trajectory_id, q.parent_calls + before
+            elif q.parent is p and q is not c and q.fork_point is not None and q.fork_point > at:
+                q.parent, q.parent_id, q.parent_calls = sub, sub.part.builder.trajectory_id, q.parent_calls - before
+        self.lineages[self.lineages.index(child)] = sub
+        self.pending[self.pending.index(c)] = sub.part
+
     def open(self, r: CallRoute, builder: TrajectoryBuilder) -> PendingPart:
         """Start the trajectory `r` opens (`builder` holds nothing yet) and register its lineage."""
         self.parts += 1
@@ -290,6 +346,8 @@ class LineageSet:
             x.first_action_end = len(x.tokens)
         x.calls += 1
         x.last_call = self.calls
+        if x.part is not None:
+            x.part.ends.append(len(x.tokens))
 
     def written(self, resume_change: str | None) -> list[PendingPart]:
         """The pending trajectories, now written: each lineage remembers its last one's id, and its

@@ -114,6 +114,8 @@ class Evicted:
     """The status its errors impose (:meth:`Session.mark`), kept for its continuation and ``/finish``."""
     written: asyncio.Future[None] | None = None
     """Done once its parts are written (the eviction registers it before it writes them)."""
+    finishing: bool = False
+    """A ``/finish`` is setting its outcome on the stored parts (another one waits its turn: 409)."""
 
 
 @dataclass
@@ -219,6 +221,14 @@ STAT_COUNTERS: tuple[str, ...] = ("sessions", "calls_recorded", "trajectories_wr
 """Counters of ``/proxy/stats`` that are listed from the start, zeros included (``lineages``: lineages
 opened, :mod:`trajstore.proxy.lineage`; ``lineages_per_episode`` beside them counts ended episodes by
 their number of lineages)."""
+
+
+def _mixed_calls(mixed: list[dict[str, Any]], t: Trajectory, part: int) -> list[dict[str, Any]]:
+    """The calls of `mixed` stored in `t` (part `part`): by response id (a sub-agent's calls may
+    have moved to another part, :mod:`trajstore.proxy.lineage`), else by the part recorded."""
+    ids = {sp.call_id for sp in t.spans if sp.kind == "action"}
+    return [{**m, "part": part} for m in mixed if (m["call_id"] in ids if m["call_id"] is not None
+                                                   else m["part"] == part)]
 
 
 class Recorder:
@@ -343,7 +353,7 @@ class Recorder:
                     self._count_length_break(s, c.tokens, c.last_action_start, at, prompt)
         if r.opens:
             self.stats["lineages"] += r.lineage not in s.lineages.lineages
-            s.lineages.open(r, b)
+            s.lineages.open(r, b).observation = (observation_role, observation_cause)
         s.lineages.extend(x, prompt, np.asarray(ids))
         x.last_finish = a.finish_reason
         s.calls += 1
@@ -403,6 +413,7 @@ class Recorder:
         final = status
         if s.taint is not None and status in ("completed", "truncated"):
             final = s.taint
+        s.lineages.settle()  # a sub-agent that inherited its parent's context trades places with it
         pending = s.lineages.pending
         parts = s.lineages.parts
         linked = parts > 1 or provisional
@@ -429,8 +440,7 @@ class Recorder:
                    if s.context_breaks_after_length else {}),
                 "requested_status": requested_status or status,
                 **({"end_reason": reason} if reason else {}), **({"errors": s.errors[:20]} if s.errors else {}),
-                **({"mixed_version_calls": [m for m in s.mixed_calls if m["part"] == part]}
-                   if s.mixed_calls else {}),
+                **({"mixed_version_calls": _mixed_calls(s.mixed_calls, t, part)} if s.mixed_calls else {}),
                 **(notes or {}),
             })
             out.append(t)

@@ -10,7 +10,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -159,6 +159,12 @@ class ProxyState:
         self.cut_now = asyncio.Event()
         """Set by a second stop signal: the drain cuts the calls in flight at once."""
         self._background: set[asyncio.Task[Any]] = set()
+        self.hold_evict: Callable[[Session], Awaitable[None]] | None = None
+        """Awaited with each session an eviction pass chose, before its task looks at it again;
+        a test holds an eviction there to meet a ``/finish`` or a call landing meanwhile."""
+        self.hold_finish: Callable[[Session], Awaitable[None]] | None = None
+        """Awaited by ``/finish`` once its session's calls are done, right before it ends the
+        episode; a test holds a ``/finish`` there (it has claimed the session, not yet closed it)."""
 
     def _run_batch_size(self) -> int:
         try:
@@ -255,7 +261,9 @@ class ProxyState:
         """Write idle session `s` as aborted (False: it is not idle any more). Its continuation is
         registered before the write starts: a call under its key during the write (the group
         commit's window, the flush) joins the episode as a later part; that part's own write
-        waits for this one. No await comes before the session is closed."""
+        waits for this one. No await comes between that look and the session's close."""
+        if self.hold_evict is not None:
+            await self.hold_evict(s)
         if self.recorder.sessions.get(s.key) is not s or s.in_flight or s.finishing \
                 or time.monotonic() - s.last_active < timeout:
             return False
@@ -301,6 +309,12 @@ class ProxyState:
         if ev is not None:
             self._forget_evicted(key)
         return ev
+
+    def forget_evicted(self, key: str, ev: Evicted) -> None:
+        """Forget idle-evicted episode `ev` of session `key` (its ``/finish`` set its outcome),
+        unless a call took it meanwhile (that call continues the episode)."""
+        if self.evicted.get(key) is ev:
+            self._forget_evicted(key)
 
     def _forget_evicted(self, key: str) -> None:
         ev = self.evicted.pop(key)
