@@ -34,6 +34,15 @@ def test_readme_exit_status_table_matches_the_code(tmp_path: Path) -> None:
     assert res.exit_code == 1 and "no store at" in res.stderr
     res = runner.invoke(app, ["stats", str(tmp_path), "--no-such-flag"])
     assert res.exit_code == 2
+    # 1 for a shard the audits cannot read, named; --skip-unreadable goes on without it
+    assert "cannot be read" in rows["1"] and "--skip-unreadable" in rows["1"]
+    (tmp_path / "s" / "trajectories").mkdir(parents=True)
+    (tmp_path / "s" / "trajectories" / "damaged.parquet").write_bytes(b"not parquet")
+    for command in (["stats"], ["info"], ["sql", "SELECT count(*) FROM trajectories"]):
+        res = runner.invoke(app, [command[0], str(tmp_path / "s"), *command[1:]])
+        assert res.exit_code == 1 and "damaged.parquet" in res.stderr, (command, res.stderr)
+        res = runner.invoke(app, [command[0], str(tmp_path / "s"), *command[1:], "--skip-unreadable"])
+        assert res.exit_code == 0, (command, res.stderr)
 
 
 def _readme_commands() -> list[str]:
