@@ -1,4 +1,4 @@
-"""Peak memory and disk of one command, for the README's resource table.
+"""Peak memory and disk of one command, for the resource table of docs/benchmarks.md.
 
     python bench/resources.py --watch /tmp/s -- traj ingest ../shared/fixtures/trajectories --store /tmp/s
 

@@ -33,7 +33,7 @@ COMMANDS: dict[str, CommandEntry] = {
     "bench": CommandEntry("trajstore.cli.bench", "Benchmarks that exercise the whole pipeline (learning, throughput)."),
     "compact": CommandEntry("trajstore.cli.compact", "Merge small shards into larger ones, dropping duplicate ids."),
     "demo": CommandEntry("trajstore.cli.demo", "The asynchronous RL loop end to end on SmolLM2-135M, on this machine."),
-    "export": CommandEntry("trajstore.cli.export", "Export to verl, slime, SkyRL, TRL, AReaL, OpenRLHF, HF datasets or ATIF."),
+    "export": CommandEntry("trajstore.cli.export", "Export to verl, slime, SkyRL, TRL, AReaL, OpenRLHF, HF datasets, ATIF or OTLP."),
     "gc": CommandEntry("trajstore.cli.gc", "Delete what the retention rules allow (a dry run unless --delete)."),
     "ingest": CommandEntry("trajstore.cli.ingest", "Ingest agent logs (OpenHands, SWE-agent, ATIF, NeMo Gym, ...) into a store."),
     "proxy": CommandEntry("trajstore.cli.proxy", "Record every model call of an OpenAI-compatible harness as trajectories."),

@@ -20,7 +20,7 @@ commands = TrajTyper()
 
 def _size(n: int) -> str:
     """Bytes for people in binary units (``512 B``, ``6.4 KiB``, ``3.6 GiB``), as the memory plan,
-    the README and bench/RESULTS.md give them (``traj runs`` printed MB / GB beside them)."""
+    docs/benchmarks.md and bench/RESULTS.md give them (``traj runs`` printed MB / GB beside them)."""
     f = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if f < 1024 or unit == "TiB":

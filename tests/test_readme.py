@@ -1,5 +1,5 @@
-"""The README's promises hold: its exit-status table is the code's, and every `traj` command it
-shows parses."""
+"""The README's and the docs site's promises hold: the README's exit-status table is the code's,
+every `traj` command they show parses, and every section they point to exists."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from trajstore.cli.main import app
 runner = CliRunner()
 
 README = REPO_ROOT / "README.md"
+PAGES = [README, *sorted((REPO_ROOT / "docs").glob("*.md"))]
+"""The README and the site's pages (``docs/*.md``; the generated reference page is built from the CLI)."""
 
 
 # hostile tester: bad input answered by one clear line naming the file, row, field or flag
@@ -32,15 +34,24 @@ def test_readme_exit_status_table_matches_the_code(tmp_path: Path) -> None:
     assert res.exit_code == 1 and "no store at" in res.stderr
     res = runner.invoke(app, ["stats", str(tmp_path), "--no-such-flag"])
     assert res.exit_code == 2
+    # 1 for a shard the audits cannot read, named; --skip-unreadable goes on without it
+    assert "cannot be read" in rows["1"] and "--skip-unreadable" in rows["1"]
+    (tmp_path / "s" / "trajectories").mkdir(parents=True)
+    (tmp_path / "s" / "trajectories" / "damaged.parquet").write_bytes(b"not parquet")
+    for command in (["stats"], ["info"], ["sql", "SELECT count(*) FROM trajectories"]):
+        res = runner.invoke(app, [command[0], str(tmp_path / "s"), *command[1:]])
+        assert res.exit_code == 1 and "damaged.parquet" in res.stderr, (command, res.stderr)
+        res = runner.invoke(app, [command[0], str(tmp_path / "s"), *command[1:], "--skip-unreadable"])
+        assert res.exit_code == 0, (command, res.stderr)
 
 
 def _readme_commands() -> list[str]:
-    """Every `traj ...` command written out whole in the README: the first cell of each row of
-    its tables and each line of its bash blocks (placeholder commands such as `traj stats STORE
-    [--staleness ...]` in the Commands table are not runnable text and are left out)."""
+    """Every `traj ...` command written out whole in the README and the docs pages: the first cell
+    of each row of their tables and each line of their bash blocks (placeholder commands such as
+    `traj stats STORE [--staleness ...]` in the Commands table are not runnable text and are left out)."""
     import shlex
 
-    text = (REPO_ROOT / "README.md").read_text()
+    text = "\n".join(p.read_text() for p in PAGES)
     cells = re.findall(r"^\| `(traj [^`]+)`", text, flags=re.M)
     blocks = "\n".join(re.findall(r"```bash\n(.*?)```", text, flags=re.S)).replace("\\\n", " ")
     lines = [m for line in blocks.splitlines() for m in re.findall(r"(?:^|&& )(traj [^#&]+)", line.strip())]
@@ -65,9 +76,15 @@ def test_every_section_the_readme_points_to_is_a_heading() -> None:
     # walkthrough: the Commands table said (see "Compaction") and (see "Retention"), but those were
     # bold paragraphs inside "Store layout": a reader looking in the table of contents (GitHub's,
     # built from the headings) did not find them
-    text = README.read_text()
-    headings = [h.replace("`", "") for h in re.findall(r"^#{2,4} (.+)$", text, flags=re.M)]
+    # the same once the manual moved into docs/: a reference may name a heading on another page
+    text = "\n".join(_prose(p.read_text()) for p in PAGES)
+    headings = [h.replace("`", "") for h in re.findall(r"^#{1,4} (.+)$", text, flags=re.M)]
     refs = set(re.findall(r'see "([^"]+)"', text))
     assert {"Compaction", "Retention"} <= refs
     missing = [r for r in sorted(refs) if not any(h.startswith(r) for h in headings)]
     assert not missing, f"referenced but not a heading: {missing}"
+
+
+def _prose(text: str) -> str:
+    """``text`` without its fenced code blocks (a ``# comment`` in a bash block is no heading)."""
+    return re.sub(r"```.*?```", "", text, flags=re.S)

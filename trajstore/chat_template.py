@@ -255,7 +255,7 @@ def generated_text(prompt_text: str, turn_text: str, markers: TurnMarkers, *, st
 def tools_system_text(tools: list[dict[str, Any]]) -> str:
     """Plain-text rendering of tool definitions for templates that do not render ``tools``.
 
-    The form (documented in the README): a ``# Tools`` heading and one JSON object per tool,
+    The form (documented in docs/ingest.md): a ``# Tools`` heading and one JSON object per tool,
     each the tool's ``function`` object (name, description, parameters) with sorted keys,
     inside ``<tools>`` ... ``</tools>``; it matches the ``<tool_call>`` JSON form tool calls
     are flattened to. It is appended to the system message, after a blank line.

@@ -1,4 +1,4 @@
-"""README "Reading a store with other engines": each recipe, taken from the README's text and run
+"""docs/engines.md "Reading a store with other engines": each recipe, taken from the page's text and run
 as written, reads a store of v1, v2, v3 and v4 shards with repeated ids as trajstore's reader does
 (rows, rewards, tokens, action log-probs and their NaNs); after ``traj migrate`` and ``traj compact``
 the plain reads do. Spark starts a JVM (about a minute on a loaded 2-core machine): slow step."""
@@ -21,7 +21,7 @@ from trajstore.maintenance.compact import compact_store
 from trajstore.migrate import migrate_store
 from trajstore.schema import SCHEMA_VERSION
 
-README = (REPO_ROOT / "README.md").read_text()
+README = (REPO_ROOT / "docs" / "engines.md").read_text()  # the page the recipes are on
 MARK = "the store as trajstore reads it"
 
 

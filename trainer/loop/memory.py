@@ -22,7 +22,7 @@ The estimate (bytes, one process, float32 on CPU):
   token pair).
 
 The per-layer coefficient ``4 I + 20 H`` (H hidden size, I MLP width) was fitted to the measured
-slope of SmolLM2-135M (bench figures in README, "Running traj train for real"); it is an upper
+slope of SmolLM2-135M (bench figures in docs/train.md, "Running traj train for real"); it is an upper
 bound for Llama-like layers, which keep the MLP's four I-wide tensors and about twenty H-wide
 ones (norms, q/k/v/o, RoPE, residuals) for the backward pass. Checked end to end on SmolLM2-135M
 with the initial policy held: 4,574 tokens without checkpointing, estimated 14.0 GiB, measured
@@ -40,7 +40,7 @@ from trajstore.trainer.models import backbone_of
 
 GIB = 1 << 30
 RUNTIME_BYTES = int(0.44 * GIB)
-"""Python, torch and transformers imported (measured, README 'Memory')."""
+"""Python, torch and transformers imported (measured, docs/train.md "Memory")."""
 HEADROOM = 0.9
 """Share of the available memory the plan may use (the rest: allocator slack, other processes)."""
 LOGPROB_CHUNK = 1024

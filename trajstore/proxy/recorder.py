@@ -312,7 +312,7 @@ class Recorder:
         a = call.action
         if a.prompt_token_ids is None:
             raise AdapterError("the upstream returned no prompt_token_ids, so the observation between calls "
-                               "cannot be cut from the ids it saw (vLLM: return_token_ids; see the README)")
+                               "cannot be cut from the ids it saw (vLLM: return_token_ids; see docs/capture.md)")
         prompt = np.asarray(a.prompt_token_ids, dtype=np.int32)
         r = s.lineages.route(prompt, lineage)
         x = r.lineage

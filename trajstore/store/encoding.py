@@ -41,7 +41,7 @@ BYTE_STREAM_SPLIT for INT32: the 4 bytes of each id go to 4 streams, so the high
 below a 16.7 M vocabulary, compress to almost nothing): on the store bench's table 6% fewer bytes,
 1.6x faster encoding and 1.3-1.9x faster decoding than plain (bench/RESULTS.md), but
 pyarrow < 16, DuckDB < 2.0 and Spark 3.5 cannot decode it ("BYTE_STREAM_SPLIT encoding is only
-supported for FLOAT or DOUBLE data"): opt in where every reader is newer (README, "Reading a store
+supported for FLOAT or DOUBLE data"): opt in where every reader is newer (docs/engines.md, "Reading a store
 with other engines"). Log-probs are byte-stream-split either way (FLOAT: every engine reads it)."""
 
 
