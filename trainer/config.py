@@ -107,6 +107,22 @@ class DataConfig(_Section):
                                                                  "without new data (None = wait forever)")
     behaviour_logprobs: BehaviourLogprobs = Field("engine", description="source of behaviour log-probs; "
                                                   "'initial-policy' is the explicit opt-in for text-only data")
+    replay_fraction: float = Field(0.0, ge=0, lt=1, description="share of each step's `batch_size` filled from the "
+                                   "replay buffer (0 = off: every trajectory trained once). floor(fraction x "
+                                   "batch_size) slots are drawn as whole row groups, uniformly among the buffered "
+                                   "row groups with an eligible trajectory; the stream reads the rest. The buffer "
+                                   "holds trajectories already trained in this run and is emptied at each "
+                                   "checkpoint, so a resumed run and `--replay-step` draw what the uninterrupted run "
+                                   "drew. Reused trajectories are importance-corrected by the policy loss (DIS / "
+                                   "PPO-clip) against their stored rollout log-probs and recorded again in "
+                                   "runs/<run_id>/consumed with their `reuse` count (docs/design.md, replay buffer)")
+    replay_max_reuse: int = Field(1, ge=1, description="most times a trajectory is trained again after its first "
+                                  "use (reuses; with `replay_fraction` > 0)")
+    replay_max_staleness: int = Field(2, ge=0, description="a buffered trajectory is drawn only while trainer version "
+                                      "- its newest action policy version is at most this (policy versions); "
+                                      "trajectories without a policy version are never replayed")
+    replay_budget_tokens: int = Field(1 << 22, ge=1, description="most tokens the replay buffer holds (tokens); the "
+                                      "oldest row groups are dropped first")
 
 
 class OptimConfig(_Section):

@@ -34,6 +34,10 @@ class TrainSample:
         episode_id, parent_trajectory_id, link_kind, fork_point: its lineage as stored (schema v3;
             rows of older shards are their own episode, without a parent), read by the chain rule of
             :mod:`~trajstore.trainer.data.episodes`.
+        row_group: index of the shard's row group it was read from (the replay buffer draws
+            whole row groups).
+        reuse: 0 for the first time it is trained in a run; n for its n-th reuse, drawn from the
+            replay buffer (:mod:`~trajstore.trainer.data.replay_buffer`).
     """
 
     trajectory_id: str
@@ -53,6 +57,8 @@ class TrainSample:
     parent_trajectory_id: str | None = None
     link_kind: str | None = None
     fork_point: int | None = None
+    row_group: int = 0
+    reuse: int = 0
 
     @property
     def num_tokens(self) -> int:
