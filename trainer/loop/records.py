@@ -74,6 +74,7 @@ METRIC_DOCS: Mapping[str, str] = {
     "data/episodes": "episodes (distinct episode_id) among the step's trajectories: an episode stored as several "
                      "linked trajectories (sub-agents, context rewrites, forks, continuations) counts once",
     "data/action_tokens": "action tokens trained in the step (all ranks)",
+    "data/replayed": "trajectories of the step drawn from the replay buffer (reuses; with --replay-fraction)",
     "perf/tokens_per_s": "tokens (all kinds, all ranks) per second of step time",
     "perf/step_s": "wall seconds of the step (data wait included)",
     "perf/data_wait_frac": "share of the step's wall time spent waiting for data",
@@ -156,7 +157,7 @@ def consumed_rows(samples: Sequence[TrainSample], *, step: int, trainer_version:
             "staleness_max": None if s.min_policy_version is None else trainer_version - s.min_policy_version,
             "num_action_tokens": s.num_action_tokens,
             "masked_below": r[0] if r else None, "masked_above": r[1] if r else None,
-            "ratio_mean": r[2] if r else None,
+            "ratio_mean": r[2] if r else None, "reuse": s.reuse,
         })
     return out
 
