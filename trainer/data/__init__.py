@@ -20,7 +20,13 @@ from trajstore.trainer.data.packing import (
     to_packed,
     to_rows,
 )
-from trajstore.trainer.data.replay_buffer import ReplayBuffer, replay_buffer_for, replay_slots, stream_config, with_replay
+from trajstore.trainer.data.replay_buffer import (
+    ReplayBuffer,
+    replay_buffer_for,
+    replay_slots,
+    stream_config,
+    with_replay,
+)
 from trajstore.trainer.data.samples import StepBatch, TrainSample
 from trajstore.trainer.data.stream import ListShards, TrajectoryStream
 from trajstore.trainer.data.vocabulary import shard_max_token_id
