@@ -9,6 +9,7 @@ Every field has a one-line doc with its unit. The resolved config is saved as
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Literal
 
@@ -79,6 +80,13 @@ class ModelConfig(_Section):
         return v
 
 
+def replay_slots(batch_size: int, fraction: float) -> int:
+    """Replay slots of a step (``data.replay_fraction``): ``floor(fraction x batch_size)``, at most
+    ``batch_size - 1`` (the stream always reads at least one trajectory, so the run advances
+    through the store)."""
+    return min(int(math.floor(fraction * batch_size + 1e-9)), batch_size - 1)
+
+
 class DataConfig(_Section):
     """What is read from the store and how it is batched."""
 
@@ -123,6 +131,14 @@ class DataConfig(_Section):
                                       "trajectories without a policy version are never replayed")
     replay_budget_tokens: int = Field(1 << 22, ge=1, description="most tokens the replay buffer holds (tokens); the "
                                       "oldest row groups are dropped first")
+
+    @model_validator(mode="after")
+    def _replay_slots(self) -> DataConfig:
+        if self.replay_fraction > 0 and replay_slots(self.batch_size, self.replay_fraction) == 0:
+            raise ValueError(f"replay_fraction {self.replay_fraction:g} of batch_size {self.batch_size} gives no replay "
+                             f"slot (floor(fraction x batch_size), leaving at least one trajectory read); raise one of "
+                             f"them or set replay_fraction 0")
+        return self
 
 
 class OptimConfig(_Section):

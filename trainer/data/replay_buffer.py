@@ -28,22 +28,15 @@ Design:
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections import OrderedDict
 
 import numpy as np
 
-from trajstore.trainer.config import DataConfig
+from trajstore.trainer.config import DataConfig, replay_slots
 from trajstore.trainer.data.samples import StepBatch, TrainSample
 
 GroupKey = tuple[str, int]
 """(shard name, row group index) of buffered trajectories."""
-
-
-def replay_slots(batch_size: int, fraction: float) -> int:
-    """Replay slots of a step: ``floor(fraction x batch_size)``, at most ``batch_size - 1`` (the
-    stream always reads at least one trajectory, so the run advances through the store)."""
-    return min(int(math.floor(fraction * batch_size + 1e-9)), batch_size - 1)
 
 
 class ReplayBuffer:

@@ -40,6 +40,8 @@ def test_replay_slots_leave_the_stream_at_least_one_trajectory() -> None:
     assert replay_buffer_for(cfg, seed=0, iteration=0).slots == 2
     with pytest.raises(ValueError):
         DataConfig(replay_fraction=1.0)
+    with pytest.raises(ValueError, match="replay_fraction 0.1 of batch_size 8 gives no replay slot"):
+        DataConfig(batch_size=8, replay_fraction=0.1)  # a replay setting that would silently do nothing
 
 
 def test_draws_whole_row_groups_uniformly() -> None:
