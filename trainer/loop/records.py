@@ -225,9 +225,11 @@ class RunRecorder:
         self.store.write_table(steps, subdir=run_steps_dir(self.run_id), extra_metadata=meta)
         if consumed:
             cols = {f.name: [] for f in CONSUMED_SCHEMA}
+            optional = {f.name for f in CONSUMED_SCHEMA if f.nullable}  # e.g. reuse: null reads as 0 (a first use)
             for r in consumed:
                 for name in cols:
-                    cols[name].append(self.run_id if name == "run_id" else now if name == "consumed_at" else r[name])
+                    cols[name].append(self.run_id if name == "run_id" else now if name == "consumed_at" else
+                                      r.get(name) if name in optional else r[name])
             self.store.write_table(pa.table(cols, schema=CONSUMED_SCHEMA), subdir=run_consumed_dir(self.run_id),
                                    extra_metadata=meta)
         if self._tb is not None:
