@@ -177,7 +177,7 @@ def memory_child(model: str, out_path: str) -> None:
         mb = max(mbs, key=lambda m: m.input_ids.shape[1])
         params = {p.untyped_storage().data_ptr() for p in pol + crit}  # counted in the state already
         act_policy, lp = _saved_tensor_mb(lambda: tr.policy(mb.input_ids, mb.position_ids, mb.targets,
-                                                            mb.inv_temperature)[0], params)
+                                                            mb.sampling)[0], params)
         del lp
         act_critic, v = _saved_tensor_mb(lambda: tr.critic(mb.input_ids, mb.position_ids), params)
         del v
@@ -307,7 +307,7 @@ def bench_overhead(model: str, *, trajectories: int, batch_size: int, micro: int
                 opt_c.zero_grad(set_to_none=True)
             t.append(time.perf_counter())
             for m in micros:
-                tr.policy(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)[0].sum().backward()
+                tr.policy(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.sampling)[0].sum().backward()
             opt_p.step()
             opt_p.zero_grad(set_to_none=True)
             t.append(time.perf_counter())

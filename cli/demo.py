@@ -48,6 +48,8 @@ def demo_cmd(
     keep_weights: bool = typer.Option(False, "--keep-weights/--no-keep-weights",
                                       help="keep every published version and the "
                                       "checkpoint (about 0.5 GB per SmolLM2 version); default: only the last"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="also show the trainer's poll lines "
+                                 "(waiting for new trajectories)"),
     fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Run the asynchronous RL loop on real model output: agents play guess-the-number with
@@ -58,7 +60,7 @@ def demo_cmd(
     try:
         cfg = demo_app.DemoConfig(store=store, model=model, steps=steps, episodes=episodes, max_new_tokens=max_new_tokens,
                          batch_size=batch_size, critic_warmup_steps=warmup_steps, run_id=run_id, seed=seed,
-                         keep_weights=keep_weights, time_limit_s=time_limit,
+                         keep_weights=keep_weights, time_limit_s=time_limit, verbose=verbose,
                          tokenizer=model if not model.startswith("tiny-") else "smollm2-135m")
     except ValidationError as e:
         raise invalid_options(e) from None
@@ -125,7 +127,13 @@ def print_summary(result: DemoResult, console: Console) -> None:
     if result.freed_bytes:
         console.print(f"removed {result.freed_bytes / 2**30:.1f} GiB of superseded policy versions and checkpoints "
                       "(keep them with --keep-weights)", **plain)
+    steps = "This policy step shows" if result.steps_done == 1 else f"These {result.steps_done} policy steps show"
+    console.print(f"{steps} the loop running (versions served and loaded, "
+                  "staleness, ratios, DIS masking), not learning: so few steps barely move the reward, and with "
+                  "fresh data the ratios sit near 1 and DIS masks little or nothing. Learning is measured by "
+                  "`traj bench learning`.", **plain)
     console.print(f"store: {result.store} (run {result.run_id}); look closer with:", **plain)
+    print_command(console, f"traj view {result.store} --run {result.run_id}")
     print_command(console, f"traj stats {result.store} --run {result.run_id}")
     print_command(console, f"traj sql {result.store} \"SELECT * FROM step_metrics WHERE run_id = '{result.run_id}' "
                            "ORDER BY step\"")

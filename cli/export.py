@@ -4,15 +4,16 @@ as a Hugging Face dataset folder, or as ATIF (see :mod:`trajstore.export`). Pars
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 
 import typer
 
 from trajstore.cli.app import TrajTyper
-from trajstore.cli.display import OutputFormat, render_record
-from trajstore.cli.errors import InvalidOptionError, friendly_errors
+from trajstore.cli.display import OutputFormat, render_record, stderr_progress
+from trajstore.cli.errors import EXIT_ERROR, InvalidOptionError, friendly_errors
 from trajstore.cli.options import FormatOption, StorageOptions, StoreArgument, parse_storage_options
-from trajstore.export import DEFAULT_ROWS_PER_FILE, FIELDS, TARGETS, ExportOptions, export_store
+from trajstore.export import DEFAULT_ROWS_PER_FILE, FIELDS, TARGETS, ExportOptions, ExportResult, export_store
 
 commands = TrajTyper()
 
@@ -20,7 +21,7 @@ FieldChoice = Enum("FieldChoice", {n: n for n in FIELDS}, type=str)  # type: ign
 """``--without`` values: :data:`trajstore.export.FIELDS`."""
 
 _TO_HELP = ("target: " + " | ".join(TARGETS) + " (trainer batch layouts; hf: a Hugging Face dataset folder with a card; "
-            "atif: ATIF trajectory.json files)")
+            "atif: ATIF trajectory.json files; otlp: OpenTelemetry traces as OTLP/JSON, --endpoint sends them)")
 
 
 @commands.command("export")
@@ -66,18 +67,25 @@ def export_cmd(
     push: str | None = typer.Option(None, "--push", metavar="REPO", help="hf: then upload the folder to this Hub "
                                     "dataset repository (needs a token: HF_TOKEN or huggingface-cli login)"),
     private: bool = typer.Option(True, "--private/--public", help="hf --push: create the repository private"),
+    endpoint: str | None = typer.Option(None, "--endpoint", metavar="URL", help="otlp: also send the traces to "
+                                        "this OTLP/HTTP traces endpoint, e.g. http://localhost:4318/v1/traces"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="write (and upload) nothing: list every blocker, each "
+                                 "with its count and the options that lift it, and what would be written (with "
+                                 "--push: what would be created and uploaded); exit 1 when something blocks"),
     fmt: FormatOption = OutputFormat.table,
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
     """Export trajectories to another trainer (verl, slime, SkyRL, TRL, AReaL, OpenRLHF: each in its own
     batch layout, loss mask explicit, log-probs 0.0 only where the mask is 0), a Hugging Face dataset
-    folder with a generated card (--push uploads it) or ATIF with token ids and log-probs. A
-    trajectory lacking what the layout holds (engine log-probs, a reward, policy versions) stops the
-    export with one line naming it: leave the field out with --without, or the trajectory with
-    --skip-refused. Trainer layouts leave out (and count) trajectories stored as not trainable
-    unless --include-not-trainable. Nothing is written while traj redact --dry-run would find a
-    secret in the selected trajectories (or could not scan them), unless --allow-secrets. The
-    folder's .trajstore/export.json says what was written and how to load it."""
+    folder with a generated card (--push uploads it), ATIF with token ids and log-probs, or
+    OpenTelemetry traces (--to otlp; --endpoint sends them). A trajectory lacking what the layout
+    holds (engine log-probs, a reward, policy versions) stops the export: leave the field out with
+    --without, or the trajectory with --skip-refused. Trainer layouts leave out (and count)
+    trajectories stored as not trainable unless --include-not-trainable. Nothing is written while
+    traj redact --dry-run would find a secret in the trajectories that would be exported (or could
+    not scan them), unless --allow-secrets. Every blocker is named at once with its count and the
+    options that lift it; --dry-run lists them without writing. The folder's
+    .trajstore/export.json says what was written and how to load it."""
     if to not in TARGETS:  # checked here, not by click, so that every option's usage error reads the same
         raise InvalidOptionError(f"invalid option --to: {to!r} is not one of {', '.join(TARGETS)}")
 
@@ -85,8 +93,15 @@ def export_cmd(
                          skip_unreadable=skip_unreadable,
                          include_not_trainable=include_not_trainable, allow_secrets=allow_secrets,
                          without=frozenset(f.value for f in without), pad_token_id=pad_token_id,
-                         rows_per_file=rows_per_file, name=name, license=license, push=push, private=private)
-    r = export_store(store, to, out, opts, storage_options=parse_storage_options(storage_option, store))
+                         rows_per_file=rows_per_file, name=name, license=license, push=push, private=private,
+                         dry_run=dry_run, endpoint=endpoint)
+    # a bar only for a person watching: not in JSON output, not into a pipe or a log
+    with stderr_progress(f"export {to}", disable=fmt != OutputFormat.table or not sys.stderr.isatty()) as advance:
+        r = export_store(store, to, out, opts, storage_options=parse_storage_options(storage_option, store),
+                         progress=lambda stage, done, total: advance(done - 1, total, f"{stage} {done}/{total}"))
+    if r.dry_run:
+        _render_dry_run(r, fmt)
+        return
     render_record(f"export {r.target}", {
         "target": r.target, "out": r.out, "selected": r.selected, "exported": r.exported,
         "skipped": dict(sorted(r.skipped.items())),
@@ -97,6 +112,7 @@ def export_cmd(
                                           for u, n in sorted(r.unreadable_skipped.items())}}
            if r.unreadable_skipped else {}),
         **({"pushed": r.pushed} if r.pushed else {}),
+        **({"sent_spans": r.sent_spans} if endpoint else {}),
     }, fmt)
     if r.not_trainable_left_out:
         typer.echo(f"note: left out {sum(r.not_trainable_left_out.values())} of {r.selected} trajectories stored as "
@@ -108,3 +124,25 @@ def export_cmd(
     if r.skipped:
         typer.echo(f"note: left out {sum(r.skipped.values())} of {r.selected} trajectories (" + ", ".join(
             f"{n} {why}" for why, n in sorted(r.skipped.items())) + ")", err=True)
+
+
+def _render_dry_run(r: ExportResult, fmt: OutputFormat) -> None:
+    """What a dry run found: every blocker (kind, count, the options that lift it, the first case),
+    what would be written and left out, and with --push what would be created and uploaded; exit
+    status 1 when something blocks."""
+    render_record(f"export {r.target} (dry run: nothing written)", {
+        "target": r.target, "selected": r.selected, "would_export": r.exported,
+        "blockers": [{"kind": b.kind, "count": b.count, "lifted_by": " or ".join(b.options), "first": b.detail}
+                     for b in r.blockers] if fmt != OutputFormat.table else
+                    {b.kind: f"{b.count}, lifted by {' or '.join(b.options)}" for b in r.blockers} or "none",
+        "would_skip": dict(sorted(r.skipped.items())),
+        "not_trainable_left_out": dict(sorted(r.not_trainable_left_out.items())),
+        **({"push": r.push_plan} if r.push_plan else {}),
+    }, fmt)
+    for b in r.blockers:
+        typer.echo(f"{b.kind}: {b.detail}", err=True)
+    if r.blockers:
+        flags = sorted({b.options[0] for b in r.blockers})
+        typer.echo(f"blocked: {len(r.blockers)} blocker(s); run again with any option of each, e.g. "
+                   + " ".join(flags), err=True)
+        raise typer.Exit(EXIT_ERROR)

@@ -32,6 +32,9 @@ def proxy_cmd(
     host: str = typer.Option("127.0.0.1", "--host", help="interface to bind (loopback by default)"),
     port: int = typer.Option(8100, "--port", help="TCP port (0 = any free port; the bound one is printed)"),
     engine: str = typer.Option("vllm", "--engine", help="upstream dialect: vllm (also traj serve) | sglang"),
+    logprob_mode: str = typer.Option("auto", "--logprob-mode", help="what the upstream's log-probs are: auto "
+                                     "(traj serve reports it) | processed (vLLM --logprobs-mode processed_logprobs) "
+                                     "| raw (vLLM's default) | tempered (SGLang)"),
     tokenizer: str | None = typer.Option(None, "--tokenizer", help="tokenizer name recorded (must equal the "
                                                                     "trainer's; default: the response's model)"),
     policy_version: int = typer.Option(0, "--policy-version", min=0, help="version recorded when nothing "
@@ -82,7 +85,8 @@ def proxy_cmd(
     """Record every model call of any OpenAI-compatible harness as trajectories: point its base
     URL at http://HOST:PORT/s/<session>/v1, end episodes with POST /s/<session>/finish."""
     try:
-        cfg = ProxyConfig(upstream=upstream, store=store, host=host, port=port, engine=engine, tokenizer=tokenizer,
+        cfg = ProxyConfig(upstream=upstream, store=store, host=host, port=port, engine=engine, logprob_mode=logprob_mode,
+                          tokenizer=tokenizer,
                           policy_version=policy_version, follow_run=follow_run, policy_store=policy_store,
                           reload_mode=reload_mode, poll_s=poll, weights_cache=weights_cache,
                           max_staleness=max_staleness, batch_size=batch_size, hold_timeout_s=hold_timeout,

@@ -33,7 +33,8 @@ def serve_cmd(
     """Serve a local model over an OpenAI-compatible API (chat and text completions, streaming,
     token ids and log-probs in vLLM's shape, SGLang's /update_weights_from_disk)."""
     require(("torch", "transformers"), what="traj serve", install=INSTALL_TRAIN_EXTRA)
-    from trajstore.trainer.serving.serve import run_serve  # torch: imported once it is known to be there
+    from trajstore.trainer.serving.routes import LOGPROB_INFO  # torch: imported once it is known to be there
+    from trajstore.trainer.serving.serve import run_serve
 
     try:
         cfg = ServeConfig(model=model, tokenizer=tokenizer, host=host, port=port, device=device, dtype=dtype,
@@ -45,6 +46,8 @@ def serve_cmd(
     def ready(h: str, p: int) -> None:
         typer.echo(f"traj serve: {cfg.served_model_name or model} on http://{h}:{p}/v1 "
                    f"(weight version {weight_version})", err=True)
+        typer.echo(f"  log-probs: {LOGPROB_INFO['logprob_mode']}, of the distribution each token is drawn from "
+                   f"({', '.join(LOGPROB_INFO['logprob_processing'])}, renormalised; in GET /v1/models)", err=True)
 
     try:
         run_serve(cfg, on_ready=ready)

@@ -27,7 +27,6 @@ DuckDB reads the moto bucket through ``conn.register_filesystem(s3fs.S3FileSyste
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,12 +47,6 @@ MOTO_REGION = "us-east-1"
 # -- S3 (moto server) ------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     """URL of a moto S3 server running in this process for the whole session.
@@ -67,7 +60,9 @@ def moto_endpoint() -> Iterator[str]:
     os.environ["AWS_DEFAULT_REGION"] = MOTO_REGION
     os.environ["AWS_ACCESS_KEY_ID"] = MOTO_KEY
     os.environ["AWS_SECRET_ACCESS_KEY"] = MOTO_SECRET
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
+    # port 0: the server binds a port the OS picks and reports it (a port chosen first and bound
+    # later may be taken meanwhile by another test run on the same machine)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     try:

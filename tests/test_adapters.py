@@ -38,6 +38,30 @@ def test_vllm_chat_completion_with_token_id_strings() -> None:
     assert call.sampling.extra == {"seed": 3}
 
 
+def test_every_request_field_that_shapes_the_distribution_is_recorded_and_judged() -> None:
+    """What the request changed (penalties, logit bias, allowed ids, grammars) is stored with the
+    span, so that the trainer's admission can refuse log-probs it cannot reproduce; fields that do
+    not shape the distribution (messages, tools) are not copied."""
+    from trajstore.sampling import request_refusal
+
+    resp = _chat_response([15], [{"token": "token_id:15", "logprob": -0.25}])
+    base = {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}], "min_p": 0.05}
+    cases = {"presence_penalty": (0.5, "penalty"), "logit_bias": ({"15": 3}, "logit_bias"),
+             "allowed_token_ids": ([15], "allowed_tokens"), "min_tokens": (4, "min_tokens"),
+             "response_format": ({"type": "json_object"}, "grammar"), "tool_choice": ("required", "grammar"),
+             "guided_regex": ("a+", "grammar"), "typical_p": (0.9, "logits_processor")}
+    for key, (value, reason) in cases.items():
+        sp = action_from_openai_completion(resp, request={**base, key: value}).sampling
+        assert sp.min_p == 0.05 and sp.extra == {key: value}, key
+        assert request_refusal(sp.to_json()) == reason, key
+    sp = action_from_openai_completion(resp, request={**base, "tool_choice": "auto", "logit_bias": None}).sampling
+    assert sp.extra == {"tool_choice": "auto"} and request_refusal(sp.to_json()) is None
+    sg = action_from_sglang_generate({"text": "x", "output_ids": [15], "meta_info": {
+        "output_token_logprobs": [[-0.25, 15, None]], "finish_reason": {"type": "stop"}}},
+        request={"sampling_params": {"json_schema": "{}"}, "custom_logit_processor": "p"}).sampling
+    assert sg.extra == {"json_schema": "{}", "custom_logit_processor": "p"}
+
+
 def test_logprob_looked_up_by_sampled_id_never_by_top_k_position() -> None:
     # Position 1: the entry's own token is 8 (not the sampled 7); the sampled id 7 sits at the
     # *second* place of top_logprobs with -2.0. Taking the entry's logprob (-0.1) or the first

@@ -75,3 +75,37 @@ def test_zero_token_length_turn_is_refused_when_added_and_the_builder_stays_usab
         b2.add_observation([])
     with pytest.raises(ValueError, match="prompt span has no tokens"):
         b2.add_prompt(np.zeros(0, np.int32))
+
+
+def test_split_off_and_append_from_move_whole_spans_between_lines_of_context() -> None:
+    # a line that held two agents' calls: [prompt 1 2][action 3 (v0)][obs 4][action 5 6 (v1)]
+    b = TrajectoryBuilder(trajectory_id="lead", model="m")
+    b.add_prompt([1, 2])
+    b.add_action([3], [-0.5], policy_version=0, call_id="c0")
+    b.add_observation([4], role="user")
+    b.add_action([5, 6], [-0.1, -0.2], policy_version=1, call_id="c1")
+    with pytest.raises(ValueError, match="span boundary"):
+        b.split_off(5, "x")  # inside the second action
+    sub = b.split_off(3, "sub")  # after the first action: the second call went on from there
+    assert b.num_tokens == 3
+    t = sub.finish()
+    assert (t.trajectory_id, t.model, t.tokens.tolist()) == ("sub", "m", [1, 2, 3, 4, 5, 6])
+    assert [(s.kind, s.start, s.end, s.call_id) for s in t.spans] == [("prompt", 0, 4, None),
+                                                                     ("action", 4, 6, "c1")]
+    assert t.action_logprobs[4:].tolist() == pytest.approx([-0.1, -0.2]) and t.logprob_source == "engine"
+    other = TrajectoryBuilder(trajectory_id="other")
+    other.add_prompt([1, 2, 3, 7, 8])  # shares the lead's 3 tokens, then its own
+    other.add_action([9], None, policy_version=2, call_id="c2")
+    b.append_from(other, role="tool", cause_id="c0")
+    t = b.finish()
+    assert t.tokens.tolist() == [1, 2, 3, 7, 8, 9]
+    assert [(s.kind, s.start, s.end, s.role) for s in t.spans] == [
+        ("prompt", 0, 2, None), ("action", 2, 3, "assistant"), ("observation", 3, 5, "tool"),
+        ("action", 5, 6, "assistant")]
+    wrong = TrajectoryBuilder(trajectory_id="w")
+    wrong.add_prompt([1, 9, 9])
+    wrong.add_action([4], None, policy_version=0)
+    c = TrajectoryBuilder(trajectory_id="c")
+    c.add_prompt([1, 2])
+    with pytest.raises(ValueError, match="does not go on"):
+        c.append_from(wrong)

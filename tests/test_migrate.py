@@ -4,11 +4,9 @@ order unchanged; killed with SIGKILL mid-run it loses nothing and a rerun finish
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from trajstore import audit, open_store, read_trajectories, read_trajectories_by
 from trajstore.convert import table_to_trajectories, trajectories_to_table
 from trajstore.migrate import migrate_store
 from trajstore.reader import iter_shard_batches, read_shard
+from trajstore.schema import SCHEMA_VERSION
 from trajstore.store import TMP_DIR, Store
 
 CHILD = Path(__file__).with_name("_migrate_child.py")
@@ -51,53 +50,62 @@ def test_migrate_rewrites_v1_as_v3_under_the_same_names(tmp_store: str) -> None:
     assert (len(res.migrated), res.rows, res.already_current) == (3, 6, 0)
     shards = open_store(tmp_store).list_shards(strict=True)
     assert [s.name for s in shards] == names_before
-    assert [s.schema_version for s in shards] == [3, 3, 3]
+    assert [s.schema_version for s in shards] == [SCHEMA_VERSION] * 3
     _assert_same(read_trajectories(tmp_store, strict=True), want)
     again = migrate_store(tmp_store)
     assert (again.migrated, again.already_current) == ([], 3)
 
 
-def test_migrate_killed_mid_run_loses_nothing_and_reruns(tmp_store: str) -> None:
-    # ~1.6 MB per shard so that one rewrite takes long enough to be hit in the middle.
-    want = write_big_v1_store(tmp_store, 10, 200_000)
-    rng = random.Random(1234)
-    killed_mid = 0
-    for _attempt in range(2):
-        proc = subprocess.Popen([sys.executable, str(CHILD), tmp_store], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        durations: list[float] = []
-        try:
-            while True:
-                line = proc.stdout.readline()
-                assert line, f"child exited early: {proc.wait()} {proc.stderr.read() if proc.stderr else ''}"
-                word, *rest = line.split()
-                assert word == "migrated", line
-                durations.append(float(rest[1]))
-                if len(durations) >= 2:
-                    # Kill part-way through the next shard's rewrite.
-                    time.sleep(rng.uniform(0.1, 0.8) * float(np.median(durations)))
-                    os.kill(proc.pid, signal.SIGKILL)
-                    break
-        finally:
-            tail = proc.stdout.read()
-            proc.wait(timeout=30)
-        assert proc.returncode == -signal.SIGKILL
-        killed_mid += "done" not in tail
-        # Nothing lost, nothing partial: every shard reads (strict), some v1 and some v3.
-        shards = open_store(tmp_store).list_shards(strict=True)
-        assert len(shards) == 10
-        versions = [s.schema_version for s in shards]
-        assert 3 in versions and 1 in versions, versions
-        _assert_same(read_trajectories(tmp_store, strict=True), want)
-    assert killed_mid == 2
+def _migrate_until_paused(store: str, stop_at: str, k: int) -> list[str]:
+    """Run `traj migrate`'s code in a child that pauses at `stop_at` of its k-th rewrite
+    (tests/_migrate_child.py), SIGKILL it there; return the shards it reported migrated."""
+    proc = subprocess.Popen([sys.executable, str(CHILD), store, stop_at, str(k)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    migrated: list[str] = []
+    try:
+        for line in proc.stdout:  # the child waits at its pause: the loop ends at the "paused" line
+            word, *rest = line.split()
+            if word == "paused":
+                assert rest == [stop_at], line
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+            assert word == "migrated", line
+            migrated += rest
+        else:
+            raise AssertionError(f"the child never paused: {proc.wait()} {proc.stderr.read()}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    return migrated
 
-    res = migrate_store(tmp_store)
-    assert len(res.migrated) >= 1
-    assert [s.schema_version for s in open_store(tmp_store).list_shards(strict=True)] == [3] * 10
-    _assert_same(read_trajectories(tmp_store, strict=True), want)
+
+def test_migrate_killed_mid_run_loses_nothing_and_reruns(tmp_store: str) -> None:
+    want = write_big_v1_store(tmp_store, 6, 2000)
+    names = [s.name for s in open_store(tmp_store).list_shards(strict=True)]
     tmp = Path(tmp_store) / TMP_DIR
-    assert not tmp.exists() or not [p for p in tmp.iterdir() if ".rewrite-" in p.name]
+
+    def check(versions: list[int]) -> None:  # nothing lost, nothing partial: every shard reads (strict)
+        shards = open_store(tmp_store).list_shards(strict=True)
+        assert [s.name for s in shards] == names and [s.schema_version for s in shards] == versions
+        _assert_same(read_trajectories(tmp_store, strict=True), want)
+
+    # killed while the 3rd shard's new file is half written to its temp file
+    assert _migrate_until_paused(tmp_store, "mid-write", 3) == names[:2]
+    V = SCHEMA_VERSION
+    check([V, V, 1, 1, 1, 1])
+    (left,) = [p for p in tmp.iterdir() if ".rewrite-" in p.name]  # the kill landed inside the rewrite
+    assert left.name.startswith(names[2])
+    # rerun, killed just after the 3rd shard's new file replaced the old one (before it was counted)
+    assert _migrate_until_paused(tmp_store, "after-replace", 1) == []
+    check([V, V, V, 1, 1, 1])
+    assert not left.exists()  # the rerun removed what the killed rewrite left
+    res = migrate_store(tmp_store)
+    assert len(res.migrated) == 3
+    check([V] * 6)
+    assert not [p for p in tmp.iterdir() if ".rewrite-" in p.name]
 
 
 def test_a_listing_from_before_a_migrate_still_reads_the_rewritten_shards(
@@ -120,7 +128,7 @@ def test_a_listing_from_before_a_migrate_still_reads_the_rewritten_shards(
     assert len(before) == 4  # 2 trajectories x 2 action spans
     migrate_store(tmp_store)
     (fresh,) = open_store(tmp_store).list_shards(strict=True)
-    assert (fresh.schema_version, fresh.num_row_groups) == (3, 1)
+    assert (fresh.schema_version, fresh.num_row_groups) == (SCHEMA_VERSION, 1)
 
     after = conn.sql(query).fetchall()
     assert [r[:2] for r in after] == [r[:2] for r in before]
@@ -158,9 +166,9 @@ def test_v1_and_v2_shards_migrate_to_v3_bit_for_bit(tmp_store: str, make_traject
     after = [pq.read_table(s.path) for s in open_store(tmp_store).list_shards(strict=True)]
     for old, new, trajs in zip(before, after, (v1, v2)):
         assert new.schema.equals(TRAJECTORY_SCHEMA, check_metadata=False)
-        assert new.schema.metadata[b"trajstore.schema_version"] == b"3"
+        assert new.schema.metadata[b"trajstore.schema_version"] == str(SCHEMA_VERSION).encode()
         assert new.column("tokens").to_pylist() == old.column("tokens").to_pylist()
-        assert new.column("schema_version").to_pylist() == [3, 3, 3]
+        assert new.column("schema_version").to_pylist() == [SCHEMA_VERSION] * 3
         lp = new.column("action_logprobs").combine_chunks()
         # the SDK's values at the action tokens, in token order (NaN where none): bit for bit
         want = np.concatenate([t.action_logprobs[[i for s in t.spans if s.kind == "action"
@@ -202,5 +210,5 @@ def test_migrate_holds_the_maintenance_lock(tmp_store: str, monkeypatch: pytest.
     monkeypatch.undo()
     assert refused and "maintenance" in refused[0]
     assert len(res.migrated) == 3
-    assert [s.schema_version for s in open_store(tmp_store).list_shards(strict=True)] == [3, 3, 3]
+    assert [s.schema_version for s in open_store(tmp_store).list_shards(strict=True)] == [SCHEMA_VERSION] * 3
     _assert_same(read_trajectories(tmp_store, strict=True), want)

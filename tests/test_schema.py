@@ -18,11 +18,13 @@ from trajstore.schema import (
     ACTION_LOGPROBS_COLUMN,
     DERIVED_SPAN_FIELDS,
     LINK_KINDS,
+    LOGPROB_MODES,
     SCHEMA_VERSION,
     SPAN_FIELDS,
     SPAN_KINDS,
     TRAJECTORY_FIELDS,
     TRAJECTORY_SCHEMA,
+    schema_description,
     schema_json,
     trajectory_schema,
 )
@@ -108,19 +110,19 @@ def test_token_columns_are_large_lists_and_version_is_stamped() -> None:
     # v2: one non-null float32 per action token (no nulls inside the list)
     assert lp == pa.large_list(pa.field("item", pa.float32(), nullable=False))
     assert not TRAJECTORY_SCHEMA.field("action_logprobs").nullable
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
     assert pa.types.is_struct(TRAJECTORY_SCHEMA.field("spans").type.value_type)
     assert TRAJECTORY_SCHEMA.metadata[b"trajstore.schema_version"] == str(SCHEMA_VERSION).encode()
     assert SPAN_KINDS == ("prompt", "action", "observation")
 
 
 def test_schemas_json_has_not_drifted() -> None:
-    for version in (1, 2, 3):
+    for version in (1, 2, 3, 4):
         path = REPO_ROOT / "schemas" / f"trajectory.v{version}.json"
         assert path.read_text() == schema_json(version), (
             f"schemas/trajectory.v{version}.json differs from trajstore.schema; regenerate with "
             f"`python -m trajstore.schema {version} > schemas/trajectory.v{version}.json`")
-    described = {f["name"]: f for f in json.loads((REPO_ROOT / "schemas" / "trajectory.v3.json").read_text())["fields"]}
+    described = {f["name"]: f for f in json.loads((REPO_ROOT / "schemas" / "trajectory.v4.json").read_text())["fields"]}
     assert list(described) == TRAJECTORY_SCHEMA.names
     assert described["tokens"]["type"] == {"type": "large_list", "item": "int32", "item_nullable": False}
     assert described["action_logprobs"]["type"] == {"type": "large_list", "item": "float", "item_nullable": False}
@@ -167,3 +169,23 @@ def test_v3_adds_the_version_and_lineage_columns() -> None:
     assert LINK_KINDS == ("subagent", "context_rewrite", "fork", "continuation")
     assert [n for n in v3.names if n not in trajectory_schema(2).names] == [
         "schema_version", "episode_id", "parent_trajectory_id", "fork_point", "link_kind", "action_logprobs"]
+
+
+def test_v4_adds_the_logprob_mode_call_timing_and_usage_of_action_spans_and_abandoned() -> None:
+    """v4 = v3 + the span fields logprob_mode, call timing (UTC timestamps, us) and the engine's usage
+    counts (nullable, last) + the nullable bool column ``abandoned`` after the lineage columns; v3's
+    spans are described as written (19 fields)."""
+    v3, v4 = trajectory_schema(3), trajectory_schema(4)
+    assert [n for n in v4.names if n != "abandoned"] == v3.names and v3.metadata[b"trajstore.schema_version"] == b"3"
+    assert v4.names[v4.names.index("link_kind") + 1] == "abandoned"
+    assert v4.field("abandoned").type == pa.bool_() and v4.field("abandoned").nullable
+    span3, span4 = v3.field("spans").type.value_type, v4.field("spans").type.value_type
+    new = ["logprob_mode", "started_at", "first_token_at", "ended_at", "usage_prompt_tokens",
+           "usage_completion_tokens", "usage_cached_tokens"]
+    assert span3.num_fields == 19 and [span4.field(i).name for i in range(span4.num_fields)] == [
+        *(span3.field(i).name for i in range(span3.num_fields)), *new]
+    assert span4.field("logprob_mode").type == pa.string() and span4.field("logprob_mode").nullable
+    assert all(span4.field(n).type == pa.timestamp("us", tz="UTC") for n in new[1:4])
+    assert all(span4.field(n).type == pa.int64() and span4.field(n).nullable for n in new[4:])
+    assert LOGPROB_MODES == ("processed", "tempered", "raw")
+    assert schema_description(4)["logprob_modes"] == list(LOGPROB_MODES) and "logprob_modes" not in schema_description(3)

@@ -107,6 +107,12 @@ class DataConfig(_Section):
     overlong: Literal["skip", "error"] = Field("skip", description="trajectories longer than `max_seq_len`: skip "
                                                "them (counted in data/skipped_overlong) or stop with an error. "
                                                "Never truncated: that would drop the reward token")
+    unreproducible: Literal["error", "skip"] = Field(
+        "error", description="trajectories with an action span whose log-probs the trainer cannot reproduce "
+                             "(raw-mode log-probs of a tempered or truncated call, penalties, logit bias, "
+                             "grammars, ...: docs/sampling.md): stop before training with one line naming them "
+                             "and the engine setting to change, or skip them (counted in "
+                             "data/skipped_unreproducible_<reason>) and train the rest")
     where: str | None = Field(None, description="SQL predicate (DuckDB) over the scalar columns; rows that fail "
                                                 "it are skipped")
     follow: bool = Field(False, description="keep polling for new shards when the store is exhausted")

@@ -19,6 +19,7 @@ from torch import nn
 
 from trajstore.errors import TrajstoreError
 from trajstore.hub import quiet_loading, resolve_model
+from trajstore.sampling import SamplingArrays
 from trajstore.trainer.config import CRITIC_TRAINABLE_PATTERN
 from trajstore.trainer.sao.logprobs import token_logprobs_and_entropy
 
@@ -221,10 +222,12 @@ class PolicyLogprobs(nn.Module):
     """Per-token log-probs (and entropy) of given next tokens under the policy, without ever
     materialising (L, V) logits (chunked over the sequence, trajstore.trainer.sao.logprobs).
 
-    ``forward(input_ids, position_ids, targets, inv_temperature) -> (logprobs, entropy)``.
-    Shapes: input_ids, position_ids, targets (1, L) int64; inv_temperature (1, L) float32
-    (1 / sampling temperature of the token's action span; 1 elsewhere); outputs (1, L) float32,
-    nats. Entropy is returned detached (a diagnostic only).
+    ``forward(input_ids, position_ids, targets, sampling) -> (logprobs, entropy)``.
+    Shapes: input_ids, position_ids, targets (1, L) int64; sampling a
+    :class:`~trajstore.sampling.SamplingArrays` of (1, L) tensors (the processed distribution
+    each target was drawn from: its action span's temperature, top-k, top-p, min-p; temperature
+    1 without truncation elsewhere); outputs (1, L) float32, nats, of the processed distribution
+    (docs/sampling.md). Entropy (of the same distribution) is returned detached (a diagnostic only).
     """
 
     def __init__(self, causal_lm: nn.Module, *, chunk_size: int = 1024):
@@ -235,12 +238,10 @@ class PolicyLogprobs(nn.Module):
         self.chunk_size = chunk_size
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, targets: torch.Tensor,
-                inv_temperature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                sampling: SamplingArrays) -> tuple[torch.Tensor, torch.Tensor]:
         h = backbone_of(self.lm)(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
-        # logits / T = (h W^T) / T = (h / T) W^T: scaling the hidden state applies the temperature
-        h = h * inv_temperature.unsqueeze(-1).to(h.dtype)
         lp, ent = token_logprobs_and_entropy(h, self.lm.get_output_embeddings().weight, targets,
-                                             chunk_size=self.chunk_size)
+                                             chunk_size=self.chunk_size, sampling=sampling)
         return lp.float().clone(), ent.detach().float().clone()  # not views (FSDP2 hooks the outputs)
 
 

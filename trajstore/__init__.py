@@ -19,7 +19,7 @@ _EXPORTS = {
     "trajstore.builder": ("TrajectoryBuilder",),
     "trajstore.errors": ("AdapterError", "CorruptShardError", "NewerSchemaError", "StoreError",
                          "TrajectoryValidationError", "TrajstoreError", "Violation"),
-    "trajstore.models": ("SamplingParams", "Span", "Trajectory"),
+    "trajstore.models": ("CallTiming", "CallUsage", "SamplingParams", "Span", "Trajectory"),
     "trajstore.reader": ("TrajectoryBatch", "count_duplicates", "iter_batches", "read_trajectories",
                          "read_trajectories_by_id", "scan_trajectories"),
     "trajstore.schema": ("SCHEMA_VERSION", "TRAJECTORY_SCHEMA"),
@@ -29,7 +29,7 @@ _EXPORTS = {
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [
-    "ActionCall", "AdapterError", "CorruptShardError", "NewerSchemaError", "SCHEMA_VERSION",
+    "ActionCall", "AdapterError", "CallTiming", "CallUsage", "CorruptShardError", "NewerSchemaError", "SCHEMA_VERSION",
     "SamplingParams", "Span", "Store", "StoreError", "StoreWriter", "TRAJECTORY_SCHEMA", "Trajectory",
     "TrajectoryBatch", "TrajectoryBuilder", "TrajectoryValidationError", "TrajstoreError", "Violation",
     "action_from_openai_completion", "action_from_sglang_generate", "count_duplicates", "iter_batches",
@@ -78,7 +78,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         TrajstoreError,
         Violation,
     )
-    from trajstore.models import SamplingParams, Span, Trajectory
+    from trajstore.models import CallTiming, CallUsage, SamplingParams, Span, Trajectory
     from trajstore.reader import (
         TrajectoryBatch,
         count_duplicates,

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from trajstore.errors import AdapterError
-from trajstore.models import SamplingParams
+from trajstore.models import CallTiming, CallUsage, SamplingParams
+from trajstore.sampling import REQUEST_FIELDS
 
 _TOKEN_ID_STR = re.compile(r"^token_id:(\d+)$")
 
@@ -51,6 +52,9 @@ class ActionCall:
         tool_call_ids: ids of tool calls in the response (to link observations by id).
         call_id: the response id.
         sampling: the call's sampling parameters, when known.
+        usage: the engine's token counts (the response's ``usage``), when it gave them.
+        timing: when the call started, sent its first token and ended (set by whoever timed it,
+            e.g. ``traj proxy``; a response does not say).
     """
 
     token_ids: np.ndarray
@@ -61,6 +65,8 @@ class ActionCall:
     tool_call_ids: list[str] = field(default_factory=list)
     call_id: str | None = None
     sampling: SamplingParams | None = None
+    usage: CallUsage | None = None
+    timing: CallTiming | None = None
 
     @property
     def missing_logprobs(self) -> np.ndarray:
@@ -177,13 +183,17 @@ def _ids_from_entries(entries: list[Any], where: str) -> np.ndarray | None:
 
 
 def _sampling_from_request(request: dict[str, Any] | None) -> SamplingParams | None:
+    """The call's sampling parameters: temperature, top-p, top-k, min-p and max tokens, and in
+    ``extra`` every other request field that shapes the distribution (penalties, logit bias,
+    allowed tokens, grammars, ...: :data:`~trajstore.sampling.REQUEST_FIELDS`) that the request
+    sets, from the OpenAI body or SGLang's ``sampling_params`` (its custom logit processor sits
+    beside it)."""
     if not request:
         return None
     src = request.get("sampling_params", request)
     known = {k: src.get(k) for k in ("temperature", "top_p", "top_k", "min_p")}
     max_tokens = src.get("max_tokens", src.get("max_new_tokens", src.get("max_completion_tokens")))
-    extra = {k: v for k, v in src.items()
-             if k in ("seed", "repetition_penalty", "presence_penalty", "frequency_penalty", "stop", "n")}
+    extra = {k: v for k in REQUEST_FIELDS if (v := src.get(k, request.get(k))) is not None}
     return SamplingParams(**{k: v for k, v in known.items() if v is not None},
                           max_tokens=max_tokens, extra=extra)
 
@@ -258,6 +268,7 @@ def action_from_openai_completion(response: dict[str, Any], *, request: dict[str
         tool_call_ids=[tc.get("id") for tc in tool_calls if tc.get("id")],
         call_id=response.get("id"),
         sampling=_sampling_from_request(request),
+        usage=CallUsage.from_openai(response.get("usage")),
     )
 
 
@@ -301,6 +312,9 @@ def action_from_sglang_generate(response: dict[str, Any], *, request: dict[str, 
         text=response.get("text"),
         call_id=meta.get("id"),
         sampling=_sampling_from_request(request),
+        usage=CallUsage.from_openai({"prompt_tokens": meta.get("prompt_tokens"),
+                                     "completion_tokens": meta.get("completion_tokens"),
+                                     "prompt_tokens_details": {"cached_tokens": meta.get("cached_tokens")}}),
     )
 
 

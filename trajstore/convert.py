@@ -1,5 +1,5 @@
 """Conversion between SDK models (:class:`~trajstore.models.Trajectory`) and Arrow tables of
-schema v3, and of tables read from older shards (v1, v2) into v3. Per-token columns are built from
+schema v4, and of tables read from older shards (v1 to v3) into v4. Per-token columns are built from
 concatenated numpy arrays (no per-token Python)."""
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from trajstore.schema import (
     TRAJECTORY_SCHEMA,
     TRAJECTORY_SCHEMA_V1,
     TRAJECTORY_SCHEMA_V2,
+    TRAJECTORY_SCHEMA_V3,
 )
 
 
@@ -121,21 +122,26 @@ def _spans_array(trajectories: Sequence[Trajectory], list_type: pa.ListType,
 def trajectories_to_table(trajectories: Sequence[Trajectory], *, version: int = SCHEMA_VERSION) -> pa.Table:
     """Arrow table of schema `version` with one row per trajectory (derived columns computed here).
 
-    v3 (default): the SDK model's full-length log-probs (NaN outside actions) are cut to the
+    v4 (default): the SDK model's full-length log-probs (NaN outside actions) are cut to the
     action tokens in token order (see :mod:`trajstore.schema`); NaN inside an action stays NaN
-    and is counted in ``num_missing_logprobs``; ``schema_version`` is 3 and an unset
-    ``episode_id`` is :func:`episode_id_of`. ``version=1`` / ``version=2`` build the old
+    and is counted in ``num_missing_logprobs``; ``schema_version`` is 4 and an unset
+    ``episode_id`` is :func:`episode_id_of`. ``version=1`` to ``version=3`` build the old
     layouts (v1: full-length log-probs, NaN -> null; v2: v3 without the new columns, the
-    log-prob column named ``logprobs``), which only benchmarks and tests of the read and
-    migrate paths need. Inputs are assumed validated.
+    log-prob column named ``logprobs``; v3: v4 without the span fields new in v4), which only
+    benchmarks and tests of the read and migrate paths need. Inputs are assumed validated.
 
     Raises:
-        ValueError: `version` is not 1, 2 or 3.
+        ValueError: `version` is not 1 to 4.
     """
     if version == 1:
         return _trajectories_to_table_v1(trajectories)
+    if version == 3:
+        v4 = trajectories_to_table(trajectories)
+        cols = {f.name: v4.column(f.name).cast(f.type) for f in TRAJECTORY_SCHEMA_V3}  # spans: v4's fields dropped
+        cols["schema_version"] = pa.array(np.full(v4.num_rows, 3, np.int64))
+        return pa.Table.from_pydict(cols, schema=TRAJECTORY_SCHEMA_V3)
     if version == 2:
-        v3 = trajectories_to_table(trajectories)
+        v3 = trajectories_to_table(trajectories, version=3)
         v3 = v3.drop_columns(list(COLUMNS_NEW_IN_V3)).rename_columns(
             [LEGACY_LOGPROBS_COLUMN if n == ACTION_LOGPROBS_COLUMN else n for n in v3.column_names
              if n not in COLUMNS_NEW_IN_V3])
@@ -267,7 +273,7 @@ def action_positions(spans_kind: np.ndarray, spans_start: np.ndarray, spans_end:
 
 
 def table_to_trajectories(table: pa.Table) -> list[Trajectory]:
-    """Inverse of :func:`trajectories_to_table` for a schema-v3 table (derived columns are
+    """Inverse of :func:`trajectories_to_table` for a schema-v4 table (derived columns are
     dropped; log-probs are expanded to the SDK's full length, NaN outside action spans; lineage
     columns the table lacks are None, and an ``episode_id`` equal to the writer's default
     (:func:`episode_id_of`) is None, as in a model that named none)."""
@@ -278,7 +284,8 @@ def table_to_trajectories(table: pa.Table) -> list[Trajectory]:
     tok_val = tokens_col.values.to_numpy()
     lp_off = lp_col.offsets.to_numpy()
     lp_val = lp_col.values.to_numpy(zero_copy_only=False)
-    lineage = [n for n in ("episode_id", "parent_trajectory_id", "fork_point", "link_kind") if n in table.column_names]
+    lineage = [n for n in ("episode_id", "parent_trajectory_id", "fork_point", "link_kind", "abandoned")
+               if n in table.column_names]
     scalars = table.select([n for n in ("trajectory_id", "prompt_id", "group_id", *lineage, "source", "model",
                                         "tokenizer", "created_at", "status", "reward", "reward_raw",
                                         "token_source", "logprob_source", "metadata")]).to_pylist()
@@ -311,7 +318,8 @@ def read_columns(columns: Sequence[str] | None, version: int) -> list[str] | Non
     """Columns to read from a shard of schema `version` to produce `columns` of the current
     schema (None = all) with :func:`upgrade_table`.
 
-    v3: `columns` as they are. v2: ``action_logprobs`` is v2's ``logprobs``; ``episode_id``
+    v3: `columns` as they are (only the spans and ``schema_version`` change). v2:
+    ``action_logprobs`` is v2's ``logprobs``; ``episode_id``
     needs ``trajectory_id`` and ``metadata``; ``schema_version`` and the other lineage columns
     need only ``trajectory_id`` (for the row count). v1: as v2, and ``action_logprobs`` and
     ``spans`` are rebuilt from ``spans``, ``logprob_source`` and ``num_action_tokens`` (and v1's
@@ -323,7 +331,7 @@ def read_columns(columns: Sequence[str] | None, version: int) -> list[str] | Non
     """
     if version not in READABLE_VERSIONS:
         raise ValueError(f"cannot convert schema version {version} (this package reads {list(READABLE_VERSIONS)})")
-    if columns is None or version == SCHEMA_VERSION:
+    if columns is None or version >= 3:
         return None if columns is None else list(columns)
     wanted = [LEGACY_LOGPROBS_COLUMN if c == ACTION_LOGPROBS_COLUMN else c for c in columns]
     old_names = set((TRAJECTORY_SCHEMA_V1 if version == 1 else TRAJECTORY_SCHEMA_V2).names)
@@ -341,7 +349,7 @@ def read_columns(columns: Sequence[str] | None, version: int) -> list[str] | Non
 
 
 def upgrade_table(table: pa.Table, version: int, *, columns: Sequence[str] | None = None) -> pa.Table:
-    """A table read from a shard of schema `version` as schema v3 (the current one).
+    """A table read from a shard of schema `version` as schema v4 (the current one).
 
     v1 -> v2: ``logprobs`` keeps only the action tokens' values, in token order, nulls -> NaN;
     the spans gain ``num_missing_logprobs`` (NaN/null action tokens of the span) and the row
@@ -349,24 +357,28 @@ def upgrade_table(table: pa.Table, version: int, *, columns: Sequence[str] | Non
     write-time rule (engine: every action token has a log-prob; none: none has).
 
     v2 -> v3: ``logprobs`` is renamed ``action_logprobs`` (values unchanged, bit for bit);
-    ``schema_version`` is 3 (the layout the row now has; the shard's footer keeps the file's);
+    ``schema_version`` is the current version (the layout the row now has; the footer keeps the file's);
     ``episode_id`` is :func:`episode_id_of` (metadata ``episode.id`` of a split episode's part,
     else ``trajectory_id``); ``parent_trajectory_id``, ``fork_point`` and ``link_kind`` are null.
+
+    v3 -> v4: each span gains the fields new in v4 (:data:`~trajstore.schema.SPAN_FIELDS_NEW_IN_V4`:
+    ``logprob_mode``, call timing and usage) as null (not recorded), the row the columns new in v4
+    (``abandoned``) as null; ``schema_version`` is 4.
 
     Args:
         table: columns read with :func:`read_columns` (any subset of the `version` schema).
         version: the shard's schema version.
-        columns: v3 columns wanted, in order (None = the whole v3 schema).
+        columns: v4 columns wanted, in order (None = the whole v4 schema).
 
     Returns:
-        `columns` of schema v3 (missing nullable columns filled with nulls).
+        `columns` of schema v4 (missing nullable columns filled with nulls).
 
     Raises:
         ValueError: unknown `version`.
     """
     if version == SCHEMA_VERSION:
         return conform_table(table, columns)
-    if version not in (1, 2):
+    if version not in (1, 2, 3):
         raise ValueError(f"cannot convert schema version {version} (this package reads {list(READABLE_VERSIONS)})")
     cols = dict(zip(table.column_names, table.columns))
     if version == 1 and "spans" in cols:
@@ -420,14 +432,15 @@ def upgrade_table(table: pa.Table, version: int, *, columns: Sequence[str] | Non
     if version == 1 and LEGACY_LOGPROBS_COLUMN in cols and pa.types.is_large_list(cols[LEGACY_LOGPROBS_COLUMN].type) and \
             cols[LEGACY_LOGPROBS_COLUMN].type.value_field.nullable:
         raise ValueError("v1 logprobs cannot be converted without the spans column")
-    # v2 -> v3
-    if LEGACY_LOGPROBS_COLUMN in cols:
-        cols[ACTION_LOGPROBS_COLUMN] = cols.pop(LEGACY_LOGPROBS_COLUMN)
     want = list(columns) if columns is not None else TRAJECTORY_SCHEMA.names
+    if version < 3:  # v2 -> v3
+        if LEGACY_LOGPROBS_COLUMN in cols:
+            cols[ACTION_LOGPROBS_COLUMN] = cols.pop(LEGACY_LOGPROBS_COLUMN)
+        if "episode_id" in want and "trajectory_id" in cols:
+            cols["episode_id"] = episode_id_column(cols["trajectory_id"], cols.get("metadata"))
     if "schema_version" in want:
         cols["schema_version"] = pa.array(np.full(table.num_rows, SCHEMA_VERSION, np.int64))
-    if "episode_id" in want and "trajectory_id" in cols:
-        cols["episode_id"] = episode_id_column(cols["trajectory_id"], cols.get("metadata"))
+    # v3 -> v4: conform_table casts the spans to v4's struct, which adds the new fields as nulls
     return conform_table(pa.table(cols) if cols else table, want)
 
 
@@ -438,7 +451,7 @@ def _combined(col: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 
 def conform_table(table: pa.Table, columns: Sequence[str] | None = None) -> pa.Table:
-    """`columns` (default: every schema-v3 column) of `table` in that order, with the schema's
+    """`columns` (default: every schema-v4 column) of `table` in that order, with the schema's
     types; a column the shard lacks is filled with nulls (older shards may lack a nullable
     column such as ``group_id``). The schema's field docs and version travel along.
 

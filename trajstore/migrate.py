@@ -1,5 +1,5 @@
 """``traj migrate``: rewrite a store's shards of an older schema version as the current one
-(v1 -> v2), one shard at a time, each atomically and under its own name.
+(v1 to v3 -> v4), one shard at a time, each atomically and under its own name.
 
 Interrupting it (even SIGKILL) loses nothing: a shard is either still the old file or already
 the new one, and a rerun skips shards that are current. Readers convert old shards on read in
@@ -51,7 +51,7 @@ class MigrationResult:
 def migrate_store(uri: str | os.PathLike[str] | Store, *, storage_options: dict[str, Any] | None = None,
                   dry_run: bool = False, on_shard: Callable[[ShardInfo, int, int], None] | None = None,
                   wait_s: float | None = None) -> MigrationResult:
-    """Rewrite every trajectory shard of an older schema version as schema v3 (the current).
+    """Rewrite every trajectory shard of an older schema version as the current schema (v4).
 
     Each shard is read whole, converted (:func:`trajstore.convert.upgrade_table`: rows and
     their order unchanged, so duplicates and training cursors resolve as before) and written

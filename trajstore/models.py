@@ -76,6 +76,55 @@ class SamplingParams(BaseModel):
         return json.dumps(self.model_dump(exclude_none=True), sort_keys=True, default=str)
 
 
+def _utc_or_none(v: datetime | None) -> datetime | None:
+    if v is None:
+        return None
+    return v.replace(tzinfo=timezone.utc) if v.tzinfo is None else v.astimezone(timezone.utc)
+
+
+class CallTiming(BaseModel):
+    """When one model call happened (UTC; naive datetimes are taken as UTC), stored on its action
+    span(s) as ``started_at``, ``first_token_at``, ``ended_at``: the call took ``ended_at -
+    started_at``, its time to first token ``first_token_at - started_at``. None = not measured."""
+
+    model_config = ConfigDict(extra="forbid")
+    started_at: datetime | None = None
+    """The request reached the engine (or the recording proxy)."""
+    first_token_at: datetime | None = None
+    """The first generated token arrived (a streamed call; None for a call answered whole)."""
+    ended_at: datetime | None = None
+    """The answer was complete."""
+
+    _utc = field_validator("started_at", "first_token_at", "ended_at")(classmethod(lambda cls, v: _utc_or_none(v)))
+
+
+class CallUsage(BaseModel):
+    """The engine's own token counts of one model call (OpenAI ``usage``), stored on its action
+    span as ``usage_prompt_tokens``, ``usage_completion_tokens``, ``usage_cached_tokens``."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    """Prompt tokens served from the engine's prefix cache (``prompt_tokens_details.cached_tokens``)."""
+
+    @classmethod
+    def from_openai(cls, usage: Any) -> CallUsage | None:
+        """The counts of an OpenAI-compatible response's ``usage`` object (None when it has none;
+        a count that is not a non-negative integer is left out)."""
+        if not isinstance(usage, dict):
+            return None
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+
+        def count(v: Any) -> int | None:
+            return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+        out = cls(prompt_tokens=count(usage.get("prompt_tokens")),
+                  completion_tokens=count(usage.get("completion_tokens")), cached_tokens=count(cached))
+        return None if out == cls() else out
+
+
 class Span(BaseModel):
     """A contiguous piece of a trajectory's tokens: ``tokens[start:end]``.
 
@@ -104,6 +153,23 @@ class Span(BaseModel):
     sampling_params: str | None = None
     truncated: bool | None = None
     policy_version_max: int | None = None
+    logprob_mode: str | None = None
+    """processed | tempered | raw (:data:`~trajstore.schema.LOGPROB_MODES`): which distribution the
+    action's log-probs are the log-probs of; None = not recorded (trained as processed)."""
+    started_at: datetime | None = None
+    """When the model call's request reached the engine (or the recording proxy); None = not recorded."""
+    first_token_at: datetime | None = None
+    """When its first generated token arrived (streamed calls); None = not recorded."""
+    ended_at: datetime | None = None
+    """When its answer was complete; None = not recorded. Naive datetimes are taken as UTC."""
+    usage_prompt_tokens: int | None = None
+    """The engine's count of the call's prompt tokens (OpenAI ``usage.prompt_tokens``), when reported."""
+    usage_completion_tokens: int | None = None
+    """The engine's count of its generated tokens (``usage.completion_tokens``), when reported."""
+    usage_cached_tokens: int | None = None
+    """Prompt tokens served from the engine's prefix cache (``usage.prompt_tokens_details.cached_tokens``)."""
+
+    _utc = field_validator("started_at", "first_token_at", "ended_at")(classmethod(lambda cls, v: _utc_or_none(v)))
 
     @property
     def num_tokens(self) -> int:
@@ -130,6 +196,9 @@ class Trajectory(BaseModel):
     """Leading tokens shared with the parent (0 <= fork_point <= the parent's length); None without a parent."""
     link_kind: str | None = None
     """subagent | context_rewrite | fork | continuation (:data:`~trajstore.schema.LINK_KINDS`); None without a parent."""
+    abandoned: bool | None = None
+    """True = a branch the harness did not continue (a retry or resample replaced it: it earns no
+    episode reward); False = known to be kept; None = not recorded (credited as kept)."""
     source: str = "sdk"
     model: str | None = None
     tokenizer: str | None = None

@@ -1,4 +1,4 @@
-"""Trajectory schema v3: the single source of truth for what a stored trajectory is.
+"""Trajectory schema v4: the single source of truth for what a stored trajectory is.
 
 One row per trajectory. ``tokens`` holds every token id of the trajectory; ``spans`` cut it
 into prompt / action / observation pieces; ``action_logprobs`` (:data:`ACTION_LOGPROBS_COLUMN`)
@@ -6,7 +6,7 @@ holds one rollout log-prob per *action* token, in token order (docs/design.md, "
 Everything else in the package (pydantic models, validation, readers, ``schemas/*.json``)
 derives from or is tested against the Arrow schema defined here.
 
-Log-prob layout (v2 and v3). Action span ``k`` of a trajectory owns the contiguous slice
+Log-prob layout (v2 to v4). Action span ``k`` of a trajectory owns the contiguous slice
 ``action_logprobs[a_k : a_k + (end_k - start_k)]``, where ``a_k`` is the number of action tokens in
 the action spans before it (stored as the span's ``logprob_start``). The list never holds nulls (decoding nested lists with nulls costs
 about 3x). A token whose engine log-prob is unknown holds NaN, the IEEE "no value" that poisons
@@ -20,8 +20,23 @@ plain trajectory is its own episode) and may be linked to a parent trajectory
 ``fork_point`` tokens. A row without a parent has all three null. Every row also carries its
 ``schema_version`` (the layout of that row), so engines reading a mixed store need no footer.
 
+What a log-prob means (v4). An action span's ``logprob_mode`` (:data:`LOGPROB_MODES`) says which
+distribution the engine computed its log-probs over: ``processed`` (the distribution the token was
+drawn from: temperature, min-p, top-k, top-p applied and renormalised), ``tempered`` (the logits
+divided by the temperature, over the whole vocabulary: before top-k, top-p, min-p) or ``raw`` (the
+model's own log-softmax, before temperature and truncation); null = not recorded. Whether the
+trainer can reproduce it is :mod:`trajstore.sampling`'s rule. An action span may also time its model
+call (:data:`CALL_TIMING_FIELDS`: request start, first token, end, UTC) and carry the engine's usage
+counts (:data:`CALL_USAGE_FIELDS`), so a stored trajectory can be replayed in time and slow calls
+found with SQL. A trajectory's ``abandoned`` says whether it is a branch the harness threw away (a
+retry or resample replaced it): such a branch earns no episode reward (README, "Episodes stored as
+several trajectories").
+
 Older versions (still read; :func:`trajstore.convert.upgrade_table` converts on read and
 ``traj migrate`` rewrites):
+
+- v3 had no span ``logprob_mode``, call timing or usage (:data:`SPAN_FIELDS_NEW_IN_V4`) and no
+  ``abandoned`` column (:data:`COLUMNS_NEW_IN_V4`): read as null (not recorded).
 
 - v2 named the action-aligned column ``logprobs`` and had no ``schema_version`` or lineage
   columns. Converted: ``logprobs`` -> ``action_logprobs``, ``episode_id`` = metadata
@@ -30,7 +45,7 @@ Older versions (still read; :func:`trajstore.convert.upgrade_table` converts on 
 - v1 kept ``logprobs`` as long as ``tokens``, null outside action spans, and had no
   ``num_missing_logprobs`` columns (converted as v2, plus the log-prob re-layout).
 
-A converted row's ``schema_version`` column says 3 (the layout it now has); the shard's footer
+A converted row's ``schema_version`` column says 4 (the layout it now has); the shard's footer
 (:data:`METADATA_SCHEMA_VERSION_KEY`, ``ShardInfo.schema_version``) still says what the file holds.
 """
 
@@ -42,12 +57,12 @@ from typing import Any, Final, Literal, get_args
 
 import pyarrow as pa
 
-SCHEMA_VERSION: Final[int] = 3
+SCHEMA_VERSION: Final[int] = 4
 """Version written into every new shard. Readers accept every version <= their own and convert
 older ones on read (:data:`READABLE_VERSIONS`)."""
 
-READABLE_VERSIONS: Final[tuple[int, ...]] = (1, 2, 3)
-"""Schema versions this package reads (1 and 2 are converted to 3 on read)."""
+READABLE_VERSIONS: Final[tuple[int, ...]] = (1, 2, 3, 4)
+"""Schema versions this package reads (1 to 3 are converted to 4 on read)."""
 
 METADATA_SCHEMA_VERSION_KEY: Final[bytes] = b"trajstore.schema_version"
 METADATA_WRITER_KEY: Final[bytes] = b"trajstore.writer"
@@ -82,6 +97,15 @@ condenser or summariser; the child continues the same agent), ``fork`` (a retry 
 resends the parent's first ``fork_point`` tokens and continues differently), ``continuation``
 (the same lineage continued in another log file or after an interruption)."""
 
+LogprobMode = Literal["processed", "tempered", "raw"]
+LOGPROB_MODES: Final[tuple[str, ...]] = get_args(LogprobMode)
+"""What an action span's log-probs are the log-probs of (span field ``logprob_mode``, v4):
+``processed`` = the distribution the token was drawn from (temperature, min-p, top-k, top-p applied,
+renormalised: vLLM ``--logprobs-mode processed_logprobs``, ``traj serve``); ``tempered`` = softmax of
+the logits divided by the temperature over the whole vocabulary, before top-k / top-p / min-p
+(SGLang's default); ``raw`` = the model's own log-softmax, before temperature and truncation (vLLM's
+default ``raw_logprobs``, SGLang with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``)."""
+
 # Span struct: one entry per contiguous piece of `tokens`. Offsets are token indices into
 # the trajectory's `tokens`, `end` exclusive. Action-only fields are null on other kinds.
 SPAN_FIELDS: Final[list[tuple[pa.Field, str]]] = [
@@ -115,7 +139,33 @@ SPAN_FIELDS: Final[list[tuple[pa.Field, str]]] = [
      "engine did not report where the version changed (a mixed-version call, e.g. weights reloaded "
      "mid-generation); `policy_version` is then the oldest, and staleness is counted from it. Null = every "
      "token of the span comes from `policy_version`"),
+    (pa.field("logprob_mode", pa.string()),
+     "action: the distribution its log-probs are the log-probs of: processed (the one the token was drawn "
+     "from: temperature, min-p, top-k, top-p applied, renormalised) | tempered (logits / temperature over the "
+     "whole vocabulary, before top-k / top-p / min-p) | raw (the model's log-softmax, before temperature and "
+     "truncation); null = not recorded (trained as processed)"),
+    (pa.field("started_at", pa.timestamp("us", tz="UTC")),
+     "action: when the model call's request reached the engine (or the recording proxy), UTC, microseconds; "
+     "null = not recorded"),
+    (pa.field("first_token_at", pa.timestamp("us", tz="UTC")),
+     "action: when the call's first generated token arrived (streamed calls; a non-streamed call's whole answer "
+     "arrives at `ended_at`, and this is null), UTC, microseconds; null = not recorded"),
+    (pa.field("ended_at", pa.timestamp("us", tz="UTC")),
+     "action: when the call's answer was complete, UTC, microseconds; the call took ended_at - started_at; "
+     "null = not recorded"),
+    (pa.field("usage_prompt_tokens", pa.int64()),
+     "action: the engine's own count of the call's prompt tokens (OpenAI usage.prompt_tokens), when reported"),
+    (pa.field("usage_completion_tokens", pa.int64()),
+     "action: the engine's own count of the call's generated tokens (usage.completion_tokens), when reported"),
+    (pa.field("usage_cached_tokens", pa.int64()),
+     "action: prompt tokens the engine served from its prefix cache (usage.prompt_tokens_details.cached_tokens), "
+     "when reported"),
 ]
+
+CALL_TIMING_FIELDS: Final[tuple[str, ...]] = ("started_at", "first_token_at", "ended_at")
+"""Span fields timing an action's model call (UTC timestamps, microseconds; v4)."""
+CALL_USAGE_FIELDS: Final[tuple[str, ...]] = ("usage_prompt_tokens", "usage_completion_tokens", "usage_cached_tokens")
+"""Span fields holding the engine's usage counts of an action's model call (v4)."""
 
 DERIVED_SPAN_FIELDS: Final[tuple[str, ...]] = ("logprob_start", "num_missing_logprobs")
 """Span fields the writer computes (from the spans and `action_logprobs`); they are not SDK inputs."""
@@ -123,7 +173,15 @@ DERIVED_SPAN_FIELDS: Final[tuple[str, ...]] = ("logprob_start", "num_missing_log
 SPAN_FIELDS_NEW_IN_V2: Final[tuple[str, ...]] = (*DERIVED_SPAN_FIELDS, "policy_version_max")
 """Span fields schema v1 did not have (null or derived when a v1 shard is read)."""
 
+SPAN_FIELDS_NEW_IN_V4: Final[tuple[str, ...]] = ("logprob_mode", *CALL_TIMING_FIELDS, *CALL_USAGE_FIELDS)
+"""Span fields schema v3 did not have (null when an older shard is read)."""
+
 SPAN_TYPE: Final[pa.StructType] = pa.struct([f for f, _ in SPAN_FIELDS])
+
+# Schema v3's spans, frozen: v4's without the fields new in v4.
+SPAN_FIELDS_V3: Final[list[tuple[pa.Field, str]]] = [(f, d) for f, d in SPAN_FIELDS
+                                                     if f.name not in SPAN_FIELDS_NEW_IN_V4]
+SPAN_TYPE_V3: Final[pa.StructType] = pa.struct([f for f, _ in SPAN_FIELDS_V3])
 
 # Span docs of schema v2 (same fields and types as v3; only the log-prob column's name differs).
 _SPAN_DOCS_V2: Final[dict[str, str]] = {
@@ -134,13 +192,13 @@ _SPAN_DOCS_V2: Final[dict[str, str]] = {
         "action: tokens of this span without an engine log-prob (NaN in `logprobs`); 0 = complete; "
         "null on other kinds (derived)",
 }
-SPAN_FIELDS_V2: Final[list[tuple[pa.Field, str]]] = [(f, _SPAN_DOCS_V2.get(f.name, d)) for f, d in SPAN_FIELDS]
+SPAN_FIELDS_V2: Final[list[tuple[pa.Field, str]]] = [(f, _SPAN_DOCS_V2.get(f.name, d)) for f, d in SPAN_FIELDS_V3]
 
 # Trajectory row.
 TRAJECTORY_FIELDS: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("trajectory_id", pa.string(), nullable=False), "unique id; safe as a path component"),
     (pa.field("schema_version", pa.int64(), nullable=False),
-     "schema version of this row's layout (3); a row converted on read from an older shard says 3, the shard's "
+     "schema version of this row's layout (4); a row converted on read from an older shard says 4, the shard's "
      "footer says what the file holds"),
     (pa.field("prompt_id", pa.string()), "id of the task / prompt the rollout answers"),
     (pa.field("group_id", pa.string()), "group for group baselines (GRPO); null for single rollouts"),
@@ -155,6 +213,10 @@ TRAJECTORY_FIELDS: Final[list[tuple[pa.Field, str]]] = [
      "0 <= fork_point <= the parent's num_tokens); null when there is no parent"),
     (pa.field("link_kind", pa.string()),
      "how it relates to its parent: subagent | context_rewrite | fork | continuation; null when there is no parent"),
+    (pa.field("abandoned", pa.bool_()),
+     "true = a branch the harness did not continue: a retry or a resample of a call replaced it (its child "
+     "with link_kind fork), so it earns no episode reward; false = a branch the recorder knows was kept; null = "
+     "not recorded (credited as kept)"),
     (pa.field("source", pa.string(), nullable=False), "harness and format, e.g. 'sdk', 'openhands/v0-eval'"),
     (pa.field("model", pa.string()), "model name of the rollout engine"),
     (pa.field("tokenizer", pa.string()), "tokenizer name or path the token ids belong to"),
@@ -196,19 +258,30 @@ LINEAGE_COLUMNS: Final[tuple[str, ...]] = ("episode_id", "parent_trajectory_id",
 COLUMNS_NEW_IN_V3: Final[tuple[str, ...]] = ("schema_version", *LINEAGE_COLUMNS)
 """Columns schema v2 did not have (derived when a v1 / v2 shard is read)."""
 
-# Schema v2, frozen: what shards stamped version 2 hold (read, then converted to v3).
+COLUMNS_NEW_IN_V4: Final[tuple[str, ...]] = ("abandoned",)
+"""Columns schema v3 did not have (null when an older shard is read: not recorded)."""
+
+# Schema v3, frozen: what shards stamped version 3 hold (read, then converted to v4).
+TRAJECTORY_FIELDS_V3: Final[list[tuple[pa.Field, str]]] = [
+    (pa.field("spans", pa.list_(pa.field("item", SPAN_TYPE_V3, nullable=False)), nullable=False), d)
+    if f.name == "spans"
+    else (f, "schema version of this row's layout (3); a row converted on read from an older shard says 3, the "
+             "shard's footer says what the file holds") if f.name == "schema_version"
+    else (f, d)
+    for f, d in TRAJECTORY_FIELDS if f.name not in COLUMNS_NEW_IN_V4
+]
+
+# Schema v2, frozen: what shards stamped version 2 hold (read, then converted to v4).
 _FIELD_DOCS_V2: Final[dict[str, str]] = {
     "num_missing_logprobs": "action tokens without an engine log-prob (NaN in `logprobs`); = num_action_tokens when "
                             "logprob_source is none"}
 TRAJECTORY_FIELDS_V2: Final[list[tuple[pa.Field, str]]] = [
-    (pa.field("spans", pa.list_(pa.field("item", SPAN_TYPE, nullable=False)), nullable=False), d)
-    if f.name == "spans"
-    else (f.with_name(LEGACY_LOGPROBS_COLUMN), d) if f.name == ACTION_LOGPROBS_COLUMN
+    (f.with_name(LEGACY_LOGPROBS_COLUMN), d) if f.name == ACTION_LOGPROBS_COLUMN
     else (f, _FIELD_DOCS_V2.get(f.name, d))
-    for f, d in TRAJECTORY_FIELDS if f.name not in COLUMNS_NEW_IN_V3
+    for f, d in TRAJECTORY_FIELDS_V3 if f.name not in COLUMNS_NEW_IN_V3
 ]
 
-# Schema v1, frozen: what shards stamped version 1 hold (read, then converted to v3).
+# Schema v1, frozen: what shards stamped version 1 hold (read, then converted to v4).
 _SPAN_DOCS_V1: Final[dict[str, str]] = {
     "policy_version": "policy version that generated an action span; null elsewhere"}  # v1 had no mixed spans
 SPAN_FIELDS_V1: Final[list[tuple[pa.Field, str]]] = [
@@ -223,9 +296,9 @@ TRAJECTORY_FIELDS_V1: Final[list[tuple[pa.Field, str]]] = [
 ]
 
 _FIELDS_BY_VERSION: Final[dict[int, list[tuple[pa.Field, str]]]] = {
-    1: TRAJECTORY_FIELDS_V1, 2: TRAJECTORY_FIELDS_V2, 3: TRAJECTORY_FIELDS}
+    1: TRAJECTORY_FIELDS_V1, 2: TRAJECTORY_FIELDS_V2, 3: TRAJECTORY_FIELDS_V3, 4: TRAJECTORY_FIELDS}
 _SPAN_FIELDS_BY_VERSION: Final[dict[int, list[tuple[pa.Field, str]]]] = {
-    1: SPAN_FIELDS_V1, 2: SPAN_FIELDS_V2, 3: SPAN_FIELDS}
+    1: SPAN_FIELDS_V1, 2: SPAN_FIELDS_V2, 3: SPAN_FIELDS_V3, 4: SPAN_FIELDS}
 
 FIELD_DOCS: Final[dict[str, str]] = {f.name: doc for f, doc in TRAJECTORY_FIELDS}
 SPAN_FIELD_DOCS: Final[dict[str, str]] = {f.name: doc for f, doc in SPAN_FIELDS}
@@ -258,6 +331,7 @@ def trajectory_schema(version: int = SCHEMA_VERSION) -> pa.Schema:
 TRAJECTORY_SCHEMA: Final[pa.Schema] = trajectory_schema()
 TRAJECTORY_SCHEMA_V1: Final[pa.Schema] = trajectory_schema(1)
 TRAJECTORY_SCHEMA_V2: Final[pa.Schema] = trajectory_schema(2)
+TRAJECTORY_SCHEMA_V3: Final[pa.Schema] = trajectory_schema(3)
 
 
 # Training records, written by `traj train` under runs/<run_id>/ (RUN_STEPS_DIR, RUN_CONSUMED_DIR),
@@ -315,6 +389,12 @@ def _type_json(t: pa.DataType, span_docs: dict[str, str] | None = None) -> Any:
     return str(t)
 
 
+_ACTION_LOGPROBS_LAYOUT = (
+    "action_logprobs holds one float32 per action token, in token order (num_action_tokens long, never null); "
+    "action span k owns action_logprobs[a_k : a_k + end_k - start_k], a_k = action tokens of the spans before "
+    "it (spans[k].logprob_start); NaN = the engine gave no log-prob for that token, counted in "
+    "spans[].num_missing_logprobs and num_missing_logprobs (v2's layout; the column was named logprobs)")
+
 LOGPROB_LAYOUT: Final[dict[int, str]] = {
     1: "logprobs is as long as tokens; null outside action spans and where the engine gave none",
     2: ("logprobs holds one float32 per action token, in token order (num_action_tokens long, never null); "
@@ -322,12 +402,10 @@ LOGPROB_LAYOUT: Final[dict[int, str]] = {
         "(spans[k].logprob_start); "
         "NaN = the engine gave no log-prob for that token, counted in spans[].num_missing_logprobs and "
         "num_missing_logprobs"),
-    3: ("action_logprobs holds one float32 per action token, in token order (num_action_tokens long, never null); "
-        "action span k owns action_logprobs[a_k : a_k + end_k - start_k], a_k = action tokens of the spans before "
-        "it (spans[k].logprob_start); NaN = the engine gave no log-prob for that token, counted in "
-        "spans[].num_missing_logprobs and num_missing_logprobs (v2's layout; the column was named logprobs)"),
+    3: _ACTION_LOGPROBS_LAYOUT,
+    4: _ACTION_LOGPROBS_LAYOUT,  # v4 changed the spans, not the layout
 }
-"""How the log-prob column (``logprobs`` in v1/v2, ``action_logprobs`` in v3) lines up with
+"""How the log-prob column (``logprobs`` in v1/v2, ``action_logprobs`` in v3 and v4) lines up with
 ``tokens`` in each schema version (also in ``schemas/``)."""
 
 
@@ -342,6 +420,7 @@ def schema_description(version: int = SCHEMA_VERSION) -> dict[str, Any]:
         raise ValueError(f"unknown trajectory schema version {version} (this package reads {list(READABLE_VERSIONS)})")
     span_docs = {f.name: d for f, d in _SPAN_FIELDS_BY_VERSION[version]}
     lineage = {"link_kinds": list(LINK_KINDS)} if version >= 3 else {}
+    modes = {"logprob_modes": list(LOGPROB_MODES)} if version >= 4 else {}
     return {
         "name": "trajstore.trajectory",
         "schema_version": version,
@@ -352,6 +431,7 @@ def schema_description(version: int = SCHEMA_VERSION) -> dict[str, Any]:
         "logprob_sources": list(LOGPROB_SOURCES),
         "logprob_layout": LOGPROB_LAYOUT[version],
         **lineage,
+        **modes,
         "fields": _fields_json(fields, span_docs),
         "run_steps_fields": _fields_json(STEP_FIELDS, span_docs),
         "run_consumed_fields": _fields_json(CONSUMED_FIELDS, span_docs),

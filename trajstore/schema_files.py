@@ -18,6 +18,7 @@ from trajstore.schema import (
     LEGACY_LOGPROBS_COLUMN,
     LINK_KINDS,
     LOGPROB_LAYOUT,
+    LOGPROB_MODES,
     LOGPROB_SOURCES,
     READABLE_VERSIONS,
     SPAN_KINDS,
@@ -32,7 +33,7 @@ JSON_SCHEMA_FILE = "trajectory.v{version}.schema.json"
 """Name of a version's JSON Schema file under ``schemas/``."""
 
 _ENUMS = {"status": STATUSES, "token_source": TOKEN_SOURCES, "logprob_source": LOGPROB_SOURCES, "kind": SPAN_KINDS,
-          "link_kind": LINK_KINDS}
+          "link_kind": LINK_KINDS, "logprob_mode": LOGPROB_MODES}
 
 
 def arrow_schema_bytes(version: int) -> bytes:

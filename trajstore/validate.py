@@ -1,4 +1,4 @@
-"""Write-time rules of schema v3. Every broken rule of a trajectory is collected and reported
+"""Write-time rules of schema v4. Every broken rule of a trajectory is collected and reported
 together in one :class:`~trajstore.errors.TrajectoryValidationError`. Rules that need other
 trajectories (a child's parent exists, its fork point is within the parent) are
 :func:`lineage_violations`'."""
@@ -13,7 +13,7 @@ import numpy as np
 
 from trajstore.errors import TrajectoryValidationError, Violation
 from trajstore.models import Span, Trajectory
-from trajstore.schema import LINK_KINDS, LOGPROB_SOURCES, SPAN_KINDS, STATUSES, TOKEN_SOURCES
+from trajstore.schema import LINK_KINDS, LOGPROB_MODES, LOGPROB_SOURCES, SPAN_KINDS, STATUSES, TOKEN_SOURCES
 
 TRAJECTORY_ID_MAX_CHARS = 200
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -90,6 +90,10 @@ def _sampling_violations(where: str, s: Span, parsed: dict[str, tuple[object, st
         v.append(Violation(f"{where}.min_p", f"must be finite and in [0, 1], got {s.min_p}"))
     if s.top_k is not None and s.top_k < -1:
         v.append(Violation(f"{where}.top_k", f"must be -1 or 0 (disabled) or >= 1, got {s.top_k}"))
+    if s.logprob_mode is not None and s.logprob_mode not in LOGPROB_MODES:
+        v.append(Violation(f"{where}.logprob_mode", f"{s.logprob_mode!r} is not one of {list(LOGPROB_MODES)}"))
+    elif s.logprob_mode is not None and s.kind != "action":
+        v.append(Violation(f"{where}.logprob_mode", f"only action spans have log-probs ({s.kind})"))
     if s.max_tokens is not None and s.max_tokens < 1:
         v.append(Violation(f"{where}.max_tokens", f"must be >= 1, got {s.max_tokens}"))
     if s.sampling_params is not None:
@@ -196,7 +200,7 @@ def lineage_violations(traj: Trajectory, parent_num_tokens: int | None) -> list[
 
 
 def find_violations(traj: Trajectory) -> list[Violation]:
-    """All schema-v3 rules ``traj`` breaks, in a stable order; empty when it is valid.
+    """All schema-v4 rules ``traj`` breaks, in a stable order; empty when it is valid.
 
     The one rule set for trajectories: the SDK's :func:`validate_trajectory` calls it before a
     write, and ``traj validate`` (:mod:`trajstore.validation.rows`) on every stored row, rebuilt
@@ -314,7 +318,7 @@ a stand-in for "impossible" (vLLM's -9999.0 clamp of -inf), refused like -inf.""
 
 
 def validate_trajectory(traj: Trajectory) -> Trajectory:
-    """Return ``traj`` unchanged if it satisfies schema v3 (its own rules; the writer also checks
+    """Return ``traj`` unchanged if it satisfies schema v4 (its own rules; the writer also checks
     :func:`lineage_violations` against the same write and the store).
 
     Log-probs (the SDK model holds them full length, NaN = none): known only at action tokens,

@@ -17,7 +17,7 @@ def test_coverage(conn):
     cov = {r["source"]: r for r in rows(rep.tokens)}
     # sdk: A 4 + B 2 + E 0 + F 5 = 11 action tokens, all with log-probs and versions.
     assert pick(cov["sdk"], "token_source", "trajectories", "action_tokens", "share_with_logprob", "share_with_policy_version",
-                "share_with_both") == ("engine", 4, 11, 1.0, 1.0, 1.0)
+                "share_with_both", "share_logprob_mode_unrecorded") == ("engine", 4, 11, 1.0, 1.0, 1.0, 1.0)
     # openhands: C 6 (log-probs, v4) + D 3 (no log-probs; 2 with v3, 1 without): lp 6/9, version 8/9, both 6/9.
     oh = cov["openhands"]
     assert (oh["trajectories"], oh["action_tokens"]) == (2, 9)
@@ -60,3 +60,39 @@ def test_engine_id_discards_are_one_flag_in_the_summary_and_the_coverage(reporte
     got = [(x["source"], x["trajectories"]) for x in json.loads(r.stdout)["coverage.fidelity"]
            if x["flag"] == "engine_ids_discarded"]
     assert got == [("atif", 2)]
+
+
+def test_stats_coverage_counts_unreproducible_log_probs_by_reason(tmp_path):
+    """`traj stats --coverage` lists the engine rows `traj train` refuses for their log-probs, by
+    the reason of their first such span, with the rule traj train applies (trajstore.sampling)."""
+    from typer.testing import CliRunner
+
+    from trajstore import StoreWriter, TrajectoryBuilder
+    from trajstore.cli.main import app
+
+    calls = {"ok": ({"temperature": 0.7, "top_p": 0.8}, "processed"), "raw-1": ({"temperature": 0.7}, "raw"),
+             "raw-2": ({"top_p": 0.9}, "raw"), "old": ({"temperature": 0.7, "top_k": 20}, None),
+             "pen": ({"temperature": 1.0, "extra": {"repetition_penalty": 1.2}}, "processed")}
+    with StoreWriter(str(tmp_path)) as w:
+        for tid, (sampling, mode) in calls.items():
+            b = TrajectoryBuilder(trajectory_id=tid, tokenizer="t", source="sdk")
+            b.add_prompt([1, 2])
+            b.add_action([3], [-0.1], policy_version=0, sampling={"temperature": 1.0}, logprob_mode="processed")
+            b.add_observation([4])
+            b.add_action([5, 6], [-0.5, -0.5], policy_version=0, sampling=sampling, logprob_mode=mode)
+            b.set_reward(1.0)
+            w.write(b.finish())
+    r = CliRunner().invoke(app, ["stats", str(tmp_path), "--coverage", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    got = [(x["reason"], x["trajectories"], x["example_id"]) for x in json.loads(r.stdout)["coverage.not_trainable"]]
+    assert got == [("unreproducible logprobs: penalty", 1, "pen"), ("unreproducible logprobs: raw_logprobs", 2, "raw-1")]
+    # "old" records no mode on its second action (2 of the 15 action tokens with a log-prob): trained
+    # as processed, counted
+    (tokens,) = json.loads(r.stdout)["coverage.tokens"]
+    assert tokens["share_logprob_mode_unrecorded"] == pytest.approx(2 / 15)
+    # the same rule as a SQL function of every audit connection
+    conn = audit.connect(str(tmp_path))
+    why = conn.sql("SELECT trajectory_id, span_index, logprob_refusal(logprob_mode, temperature, top_k, top_p, "
+                   "min_p, sampling_params) AS why FROM spans WHERE kind = 'action' AND why IS NOT NULL "
+                   "ORDER BY trajectory_id").fetchall()
+    assert why == [("pen", 3, "penalty"), ("raw-1", 3, "raw_logprobs"), ("raw-2", 3, "raw_logprobs")]

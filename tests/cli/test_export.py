@@ -31,13 +31,25 @@ def test_summary_as_json(mixed, tmp_path):
         "approximations": {"trailing observation tokens dropped": 1}}
 
 
-def test_refusal_is_one_error_line_and_exit_1(mixed, tmp_path):
+def test_refusals_are_one_error_line_naming_every_blocker_and_exit_1(mixed, tmp_path):
     res = CliRunner().invoke(app, ["export", mixed, "--allow-secrets", "--to", "slime", "--out", str(tmp_path / "out")])
     assert res.exit_code == 1
-    assert res.stderr == ("error: trajectory 'no-lp': 2 of 2 action tokens have no engine log-prob, which slime's "
-                          "rollout_log_probs would need (leave the field out with --without logprobs, or leave such "
-                          "trajectories out with --skip-refused)\n")
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith(
+        "error: cannot export to slime: 3 blocker(s), all listed (traj export --dry-run shows them); nothing was "
+        "written: (1) missing logprobs: 1 trajectory (lifted by --without logprobs or --skip-refused); e.g. "
+        "trajectory 'no-lp': 2 of 2 action tokens have no engine log-prob, which slime's rollout_log_probs would need")
+    assert "(2) unknown policy version: 1 trajectory" in res.stderr and "(3) no reward: 1 trajectory" in res.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_lists_the_blockers_writes_nothing_and_exits_1(mixed, tmp_path):
+    res = CliRunner().invoke(app, ["export", mixed, "--to", "slime", "--out", str(tmp_path / "out"), "--dry-run"])
+    assert res.exit_code == 1 and not (tmp_path / "out").exists()
+    assert "dry run: nothing written" in res.stdout and "blockers.missing logprobs" in res.stdout
+    assert "missing logprobs: trajectory 'no-lp': 2 of 2 action tokens have no engine log-prob" in res.stderr
+    # the tokenizer "tok" cannot be loaded, so the spans cannot be scanned for secrets: a fourth blocker
+    assert res.stderr.splitlines()[-1] == ("blocked: 4 blocker(s); run again with any option of each, e.g. "
+                                           "--allow-secrets --without logprobs --without rewards --without versions")
 
 
 def test_skip_refused_and_without(mixed, tmp_path):

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from tests.helpers.stores import write_big_v1_store
 from trajstore import open_store
 from trajstore.cli.main import app
+from trajstore.schema import SCHEMA_VERSION
 
 
 def test_migrate_cli(tmp_store: str) -> None:
@@ -29,7 +30,7 @@ def test_migrate_cli(tmp_store: str) -> None:
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert (out["shards_migrated"], out["rows"], out["shards_already_current"]) == (2, 4, 0)
-    assert [s.schema_version for s in open_store(tmp_store).list_shards()] == [3, 3]
+    assert [s.schema_version for s in open_store(tmp_store).list_shards()] == [SCHEMA_VERSION] * 2
     r = CliRunner().invoke(app, ["migrate", str(Path(tmp_store) / "typo")])
     assert r.exit_code == 1 and "does not exist" in r.output
 

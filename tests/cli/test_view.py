@@ -41,26 +41,26 @@ def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]
 def test_serves_until_sigterm(known_store):
     proc, url = _start([known_store.uri, "--port", "0"], {})
     try:
-        with urllib.request.urlopen(url + "?source=openhands", timeout=30) as r:
+        with urllib.request.urlopen(url + "?source=openhands", timeout=120) as r:
             body = r.read().decode()
         assert r.status == 200 and 'data-id="C"' in body and 'data-id="A"' not in body
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=120) == 0
 
 
 def test_token_from_the_environment(known_store):
     proc, url = _start([known_store.uri, "--port", "0", "--token-env", "MY_VIEW_TOKEN"], {"MY_VIEW_TOKEN": "abc"})
     try:
         with pytest.raises(urllib.error.HTTPError) as e:
-            urllib.request.urlopen(url, timeout=30)
+            urllib.request.urlopen(url, timeout=120)
         assert e.value.code == 401
         req = urllib.request.Request(url, headers={"Authorization": "Bearer abc"})
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=120) as r:
             assert r.status == 200
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=120)
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -34,19 +34,20 @@ def test_atif_documents(store, tmp_path):
     assert doc["agent"] == {"name": "sdk", "version": ts.__version__, "model_name": "m"}
     # each step's prompt is every token before its action: the observations between actions sit in
     # the next step's prompt ([31] in step 2, [51, 52] in step 3)
+    assert doc["steps"][0] == {"step_id": 1, "source": "user", "message": ""}  # the prompt's role
     assert [(s["step_id"], s["source"], s["message"], s["metrics"]["prompt_token_ids"],
              s["metrics"]["completion_token_ids"], s["metrics"]["logprobs"], s["extra"]["trajstore"])
-            for s in doc["steps"]] == [
-        (1, "agent", "", [11, 12, 13], [21, 22], _lp(-0.1, -0.2),
+            for s in doc["steps"][1:]] == [
+        (2, "agent", "", [11, 12, 13], [21, 22], _lp(-0.1, -0.2),
          {"policy_version": 3, "finish_reason": "tool_calls", "call_id": "c1"}),
-        (2, "agent", "", [11, 12, 13, 21, 22, 31], [41, 42, 43], _lp(-0.3, -0.4, -0.5),
+        (3, "agent", "", [11, 12, 13, 21, 22, 31], [41, 42, 43], _lp(-0.3, -0.4, -0.5),
          {"policy_version": 4, "call_id": "c2"}),
-        (3, "agent", "", [11, 12, 13, 21, 22, 31, 41, 42, 43, 51, 52], [61], _lp(-0.6),
+        (4, "agent", "", [11, 12, 13, 21, 22, 31, 41, 42, 43, 51, 52], [61], _lp(-0.6),
          {"policy_version": 4, "finish_reason": "stop", "call_id": "c3"}),
     ]
-    assert [(s["metrics"]["prompt_tokens"], s["metrics"]["completion_tokens"]) for s in doc["steps"]] == [
+    assert [(s["metrics"]["prompt_tokens"], s["metrics"]["completion_tokens"]) for s in doc["steps"][1:]] == [
         (3, 2), (6, 3), (11, 1)]
-    assert doc["final_metrics"] == {"total_prompt_tokens": 20, "total_completion_tokens": 6, "total_steps": 3}
+    assert doc["final_metrics"] == {"total_prompt_tokens": 20, "total_completion_tokens": 6, "total_steps": 4}
     extra = doc["extra"]["trajstore"]
     assert (extra["trajectory_id"], extra["tokenizer"], extra["status"], extra["reward"]) == ("t1", "tok",
                                                                                                 "completed", 1.0)
@@ -73,11 +74,12 @@ def _tree_store(path):
     fork = b.finish("failed", created_at=CREATED).model_copy(update={
         "parent_trajectory_id": "t1", "fork_point": 3, "link_kind": "fork", "episode_id": "t1",
         "not_trainable_reason": "redacted: an action's context changed"})
+    t1 = t1.model_copy(update={"abandoned": True})  # the fork replaced it: a retry the harness went on with
     return write_store(path, [t1, t2, fork, refused_trajectories()[0]])
 
 
 KEPT = ("tokens", "trainable", "not_trainable_reason", "token_source", "logprob_source", "min_policy_version",
-        "max_policy_version", "episode_id", "parent_trajectory_id", "fork_point", "link_kind", "group_id",
+        "max_policy_version", "episode_id", "parent_trajectory_id", "fork_point", "link_kind", "abandoned", "group_id",
         "prompt_id", "reward", "status", "tokenizer", "model", "created_at", "num_missing_logprobs")
 
 
@@ -108,6 +110,10 @@ def test_ingest_of_the_atif_export_gives_the_rows_back(tmp_path):
     fork = after["fork"]
     assert (fork["trainable"], fork["parent_trajectory_id"], fork["fork_point"], fork["link_kind"],
             fork["episode_id"]) == (False, "t1", 3, "fork", "t1")
+    assert after["t1"]["abandoned"] is True and fork["abandoned"] is None  # the thrown-away branch stays marked
+    # the steps' metrics (the export's token counts) are the calls' usage counts
+    assert [(s["usage_prompt_tokens"], s["usage_completion_tokens"]) for s in after["t1"]["spans"]
+            if s["kind"] == "action"] == [(3, 2), (6, 3), (11, 1)]
     assert fork["logprob_source"] == "engine" and fork["num_missing_logprobs"] == 2
     assert after["no-lp"]["token_source"] == "retokenized" and after["no-lp"]["logprob_source"] == "none"
     assert json.loads(fork["metadata"])["fidelity_gaps"] == {"action_text": "parsed from the log"}
@@ -121,7 +127,7 @@ def test_atif_keeps_unknown_logprobs_as_null_and_refuses_no_action(tmp_path):
     out = tmp_path / "atif"
     export_store(s, "atif", str(out), UNCHECKED)  # nothing to refuse: what is unknown is written as unknown
     no_lp = json.loads((out / "no-lp/agent/trajectory.json").read_text())
-    assert "logprobs" not in no_lp["steps"][0]["metrics"] and no_lp["steps"][0]["extra"]["trajstore"] == {}
+    assert "logprobs" not in no_lp["steps"][1]["metrics"] and no_lp["steps"][1]["extra"]["trajstore"] == {}
     s2 = write_store(tmp_path / "s2", refused_trajectories()[2:])
     with pytest.raises(ExportError, match=r"^trajectory 'no-action': no action span \(no model call\), which the atif "
                                           r"export cannot hold"):

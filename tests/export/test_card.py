@@ -64,12 +64,12 @@ def test_card_of_a_narrower_export_counts_exactly_the_exported(known_store, tmp_
 def test_card_licence_to_fill_or_given(known_store, tmp_path):
     export_store(known_store, "hf", str(tmp_path / "a"), UNCHECKED)
     text = _card(tmp_path / "a")
-    assert text.startswith("---\nlicense: other  # TO FILL")
+    assert text.startswith("---\nlanguage:\n- en\nlicense: other  # TO FILL")
     assert "TO FILL: set `license` above" in text
     export_store(known_store, "hf", str(tmp_path / "b"),
                  ExportOptions(allow_secrets=True, license="cc-by-4.0", name="my trajectories"))
     text = _card(tmp_path / "b")
-    assert text.startswith("---\nlicense: cc-by-4.0\npretty_name: \"my trajectories\"\n")
+    assert "\nlicense: cc-by-4.0\n" in text and "\npretty_name: my trajectories\n" in text
     assert "TO FILL" not in text and "# my trajectories\n" in text
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from unittest import mock
 
 import pytest
@@ -52,3 +53,42 @@ def test_push_public_and_only_for_hf(store, tmp_path):
     with pytest.raises(ExportError, match=r"^invalid --push: only --to hf uploads to the Hub, not --to verl$"):
         export_store(store, "verl", str(tmp_path / "v"), ExportOptions(allow_secrets=True, push="me/traj"), hub_api=api)
     assert not (tmp_path / "v").exists()
+
+
+def _load(datasets, folder, cache):
+    return datasets.load_dataset(str(folder), cache_dir=str(cache))["train"]["trajectory_id"]
+
+
+def test_each_export_loads_its_own_rows_from_a_folder_of_the_same_name(store, tmp_path):
+    # before: the second of two exports into folders both named "hf" loaded the first one's rows
+    # (the card's configs made them one entry of the datasets cache)
+    datasets = pytest.importorskip("datasets", reason="pip install 'trajstore[export-check]'")
+    from tests.helpers.export import refused_trajectories, write_store
+
+    other = write_store(tmp_path / "other", refused_trajectories())
+    cache = tmp_path / "cache"  # one cache for all, as a user's ~/.cache/huggingface/datasets
+    export_store(store, "hf", str(tmp_path / "a" / "hf"), UNCHECKED)
+    export_store(other, "hf", str(tmp_path / "b" / "hf"), UNCHECKED)
+    assert _load(datasets, tmp_path / "a" / "hf", cache) == ["t1", "t2"]
+    assert _load(datasets, tmp_path / "b" / "hf", cache) == ["no-lp", "no-reward", "no-action"]
+    # a new export into the same folder (emptied first: an export needs a new or empty folder)
+    shutil.rmtree(tmp_path / "a" / "hf")
+    export_store(other, "hf", str(tmp_path / "a" / "hf"), ExportOptions(allow_secrets=True, limit=1))
+    assert _load(datasets, tmp_path / "a" / "hf", cache) == ["no-lp"]
+
+
+def test_the_card_is_a_hub_card_with_the_features_datasets_derives(store, tmp_path):
+    datasets = pytest.importorskip("datasets", reason="pip install 'trajstore[export-check]'")
+    from huggingface_hub import DatasetCard
+
+    from trajstore.schema import TRAJECTORY_SCHEMA
+
+    export_store(store, "hf", str(tmp_path / "hf"), UNCHECKED)
+    data = DatasetCard.load(str(tmp_path / "hf" / "README.md")).data
+    assert (data.size_categories, data.task_categories, data.language) == (
+        ["n<1K"], ["reinforcement-learning", "text-generation"], ["en"])
+    assert data.pretty_name == "Agent trajectories (sdk)"  # named after its sources, not the folder
+    info = data.dataset_info
+    assert info["features"] == datasets.Features.from_arrow_schema(TRAJECTORY_SCHEMA)._to_yaml_list()
+    assert info["splits"] == [{"name": "train", "num_examples": 2}] and info["config_name"] == data.configs[0][
+        "config_name"]

@@ -21,18 +21,26 @@ def mixed(tmp_path):
     return write_store(tmp_path / "mixed", three_turn_trajectories() + refused_trajectories())
 
 
-@pytest.mark.parametrize(("to", "message"), [
-    ("verl", "trajectory 'no-lp': 2 of 2 action tokens have no engine log-prob, which verl's rollout_log_probs "
-             "would need (leave the field out with --without logprobs, or leave such trajectories out with "
-             "--skip-refused)"),
-    ("areal", "trajectory 'no-lp': 2 of 2 action tokens have no engine log-prob, which areal's logprobs would "
-              "need (leave the field out with --without logprobs, or leave such trajectories out with --skip-refused)"),
-])
-def test_first_refusal_is_one_line_and_nothing_is_written(mixed, tmp_path, to, message):
+_SKIP = "or leave such trajectories out with --skip-refused"
+
+
+@pytest.mark.parametrize(("to", "lp", "versions", "rewards"), [
+    ("verl", "rollout_log_probs", "min/max_global_steps", "rm_scores"),
+])  # AReaL's blockers (its fields are required: only --skip-refused lifts them): test_blockers.py
+def test_every_refusal_is_named_at_once_and_nothing_is_written(mixed, tmp_path, to, lp, versions, rewards):
+    # before: only the first refused trajectory was named; the next run found the next reason
     out = tmp_path / "out"
     with pytest.raises(ExportError) as e:
         export_store(mixed, to, str(out), UNCHECKED)
-    assert str(e.value) == message
+    assert str(e.value) == (
+        f"cannot export to {to}: 3 blocker(s), all listed (traj export --dry-run shows them); nothing was written: "
+        "(1) missing logprobs: 1 trajectory (lifted by --without logprobs or --skip-refused); e.g. trajectory 'no-lp': "
+        f"2 of 2 action tokens have no engine log-prob, which {to}'s {lp} would need (leave the field out with "
+        f"--without logprobs, {_SKIP}); (2) unknown policy version: 1 trajectory (lifted by --without versions or "
+        "--skip-refused); e.g. trajectory 'no-lp': 1 of 1 model calls have no policy version, which "
+        f"{to}'s {versions} would need (leave the field out with --without versions, {_SKIP}); (3) no reward: "
+        "1 trajectory (lifted by --without rewards or --skip-refused); e.g. trajectory 'no-reward': no reward, which "
+        f"{to}'s {rewards} would need (leave the field out with --without rewards, {_SKIP})")
     assert not out.exists() and not [p for p in os.listdir(tmp_path) if ".partial-" in p]  # staging removed
 
 
@@ -76,7 +84,7 @@ def test_without_takes_what_lacks_the_field(mixed, tmp_path, read_out):
 
 def test_bad_options_are_refused_before_any_work(store, tmp_path):
     with pytest.raises(ExportError, match=r"^unknown target 'nemo': choose one of verl, slime, skyrl, trl, areal, "
-                                          r"openrlhf, hf, atif$"):
+                                          r"openrlhf, hf, atif, otlp$"):
         export_store(store, "nemo", str(tmp_path / "x"), UNCHECKED)
     with pytest.raises(ExportError, match=r"^invalid --without 'tokens': the fields are logprobs, rewards, versions$"):
         export_store(store, "verl", str(tmp_path / "x"),

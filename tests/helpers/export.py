@@ -79,7 +79,7 @@ def write_store(path, trajectories: list[ts.Trajectory]) -> str:
 
 
 ROOT_LINEAGE = {"episode_id": ["t1", "t2"], "parent_trajectory_id": [None, None], "fork_point": [None, None],
-                "link_kind": [None, None]}
+                "link_kind": [None, None], "abandoned": [None, None]}
 """The lineage columns every layout carries for the two root trajectories of the fixture (each its
 own episode, no parent)."""
 

@@ -1,4 +1,4 @@
-"""A store of schema v1, v2 and v3 shards, interleaved, with repeated trajectory ids whose later
+"""A store of schema v1, v2, v3 and v4 shards, interleaved, with repeated trajectory ids whose later
 copies have other rewards: what the README's engine recipes must read as trajstore does.
 
 Shards in arrival order (shard names sort by write time), rows in order; ``*`` marks a later
@@ -9,9 +9,9 @@ copy (reward 100 + k, so a recipe that keeps one shows a reward >= 100):
     2      v3       y0, x1*, y1, y1*            (a repeat inside one shard: row order decides)
     3      v2       z0 (a NaN log-prob), y0*, x0*
     4      v1       w0, z0*
-    5      v3       w1, w0*
+    5      v4       w1, w0*
 
-First copies: x0 x1 x2 x3 (v1), y0 y1 (v3), z0 (v2), w0 (v1), w1 (v3): 9 trajectories, 15 rows.
+First copies: x0 x1 x2 x3 (v1), y0 y1 (v3), z0 (v2), w0 (v1), w1 (v4): 9 trajectories, 15 rows.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ LAYOUT: tuple[tuple[int, tuple[str, ...]], ...] = (
     (3, ("y0", "x1*", "y1", "y1*")),
     (2, ("z0", "y0*", "x0*")),
     (1, ("w0", "z0*")),
-    (3, ("w1", "w0*")),
+    (4, ("w1", "w0*")),
 )
 """(schema version, row ids) per shard in arrival order; ``*`` marks a later copy."""
 
-FIRST_COPY_VERSION = {"x0": 1, "x1": 1, "x2": 1, "x3": 1, "y0": 3, "y1": 3, "z0": 2, "w0": 1, "w1": 3}
+FIRST_COPY_VERSION = {"x0": 1, "x1": 1, "x2": 1, "x3": 1, "y0": 3, "y1": 3, "z0": 2, "w0": 1, "w1": 4}
 """Each trajectory's first copy: the schema version of the shard holding it (from :data:`LAYOUT`)."""
 
 LATER_COPY_REWARD = 100.0

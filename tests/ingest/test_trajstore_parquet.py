@@ -25,7 +25,7 @@ from trajstore.ingest.discover import InputUnit
 from trajstore.ingest.dispatch import parse_unit
 from trajstore.ingest.records import StoredRow
 from trajstore.reader import read_trajectories
-from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, trajectory_schema
+from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, SCHEMA_VERSION, trajectory_schema
 
 ROOT = REPO_ROOT
 EXAMPLE = ROOT / "examples" / "write_plain_pyarrow.py"
@@ -94,13 +94,14 @@ def test_broken_row_is_refused_alone_naming_row_and_field(tmp_path: Path) -> Non
 
 
 def test_newer_schema_version_is_refused_as_such(tmp_path: Path) -> None:
-    schema = V2.with_metadata({**V2.metadata, METADATA_SCHEMA_VERSION_KEY: b"4"})
+    schema = V2.with_metadata({**V2.metadata, METADATA_SCHEMA_VERSION_KEY: str(SCHEMA_VERSION + 1).encode()})
     shard = write(tmp_path / "newer.parquet", [row("a")], schema=schema)
     report = ingest_paths([shard], str(tmp_path / "store"))
     assert report.trajectories_written == 0
     [p] = report.problems
     assert p.kind == "unsupported" and shard in p.reason
-    assert "schema version 4" in p.reason and "up to 3" in p.reason and "pip install -U trajstore" in p.reason
+    assert f"schema version {SCHEMA_VERSION + 1}" in p.reason and f"up to {SCHEMA_VERSION}" in p.reason
+    assert "pip install -U trajstore" in p.reason
 
 
 def test_wrong_column_type_refuses_the_file_in_one_line(tmp_path: Path) -> None:

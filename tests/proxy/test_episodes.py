@@ -5,6 +5,7 @@ not ``completed``; the call answered afterwards is stored as a continuation part
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 
@@ -13,6 +14,8 @@ import httpx
 from trajstore.proxy.testing import render
 from trajstore.reader import read_trajectories
 
+from .conftest import wait_held
+
 REPLY_IDS = [115, 111, 0]  # the fake's "ok" and its end-of-turn token
 
 
@@ -20,11 +23,10 @@ def _rows(store: str) -> list[dict]:
     return sorted(read_trajectories(store).to_pylist(), key=lambda r: r["trajectory_id"])
 
 
-def _wait_held(upstream: str, want: dict[str, int], timeout: float = 60) -> None:
-    """Wait until the fake upstream holds `want` calls under each name (``fake_hold``)."""
+def _wait_for(pred, what: str, timeout: float = 120) -> None:  # noqa: ANN001
     deadline = time.monotonic() + timeout
-    while (got := httpx.get(f"{upstream}/_fake/held").json()) != want:
-        assert time.monotonic() < deadline, got
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
 
 
@@ -45,21 +47,15 @@ def test_finish_during_a_slow_call_is_aborted_and_the_late_call_is_stored(fake_u
     slow = threading.Thread(target=lambda: answers.append(httpx.post(
         url, json={"model": "fake", "messages": msgs, "fake_hold": "slow"}, timeout=120)))
     slow.start()
-    _wait_held(fake_upstream.url, {"slow": 1})  # the slow call is at the upstream
-    done = httpx.post(f"{px.url}/s/late/finish", json={"status": "completed", "reward": 1.0}, timeout=60).json()
+    wait_held(fake_upstream.url, "slow", 1)  # the slow call is at the upstream
+    done = httpx.post(f"{px.url}/s/late/finish", json={"status": "completed", "reward": 1.0}).json()
     assert done["status"] == "aborted" and done["calls_in_flight"] == 1 and len(done["trajectories"]) == 1, done
     assert httpx.get(f"{fake_upstream.url}/_fake/held").json() == {"slow": 1}  # waited --finish-wait, not for it
     httpx.post(f"{fake_upstream.url}/_fake/release", json={"name": "slow"}).raise_for_status()
-    slow.join(60)
+    slow.join(120)
     assert answers[0].status_code == 200  # the client got its answer ...
-    deadline = time.monotonic() + 10
-    while httpx.get(f"{px.url}/proxy/stats").json()["late_calls"] < 1:  # ... and it is counted
-        assert time.monotonic() < deadline, httpx.get(f"{px.url}/proxy/stats").json()
-        time.sleep(0.05)
-    deadline = time.monotonic() + 10
-    while len(_rows(store)) < 2:  # ... and stored
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    _wait_for(lambda: httpx.get(f"{px.url}/proxy/stats").json()["late_calls"] >= 1, "the late call counted")
+    _wait_for(lambda: len(_rows(store)) >= 2, "the late call stored")
     a, b = _rows(store)
     ma, mb = json.loads(a["metadata"]), json.loads(b["metadata"])
     assert a["trajectory_id"] == done["trajectories"][0] and a["status"] == "aborted" and a["reward"] == 1.0
@@ -78,24 +74,25 @@ def test_finish_during_a_slow_call_is_aborted_and_the_late_call_is_stored(fake_u
     assert len(late) == 1, late
 
 
-def test_finish_waits_for_a_call_that_ends_within_the_wait(fake_upstream, start_proxy, tmp_path):
-    # the ordinary case keeps working: the call answered within --finish-wait is in the episode
-    # (released at the upstream once /finish is sent; whichever reaches the proxy first, the
-    # answered call is in the episode and nothing is left in flight)
+def test_finish_waits_for_a_call_that_ends_within_the_wait(fake_upstream, start_proxy, tmp_path, caplog):
+    # the ordinary case keeps working: the call answered within --finish-wait is in the episode.
+    # The upstream answers only once /finish is waiting for the call (the proxy's debug line).
+    caplog.set_level(logging.DEBUG, logger="trajstore.proxy")
     px = start_proxy(fake_upstream.url, finish_wait_s=600)
     url = f"{px.url}/s/ok/v1/chat/completions"
     slow = threading.Thread(target=lambda: httpx.post(url, json={
-        "model": "fake", "messages": [{"role": "user", "content": "x"}], "fake_hold": "ok"}, timeout=120))
+        "model": "fake", "messages": [{"role": "user", "content": "x"}], "fake_hold": "ok"}))
     slow.start()
-    _wait_held(fake_upstream.url, {"ok": 1})
-    finished: list[dict] = []
-    finish = threading.Thread(target=lambda: finished.append(httpx.post(
-        f"{px.url}/s/ok/finish", json={"status": "completed"}, timeout=120).json()))
-    finish.start()
+    wait_held(fake_upstream.url, "ok", 1)
+    out: dict = {}
+    finishing = threading.Thread(target=lambda: out.update(done=httpx.post(
+        f"{px.url}/s/ok/finish", json={"status": "completed"}).json()))
+    finishing.start()
+    _wait_for(lambda: any("/finish waits up to 600 s" in r.getMessage() for r in caplog.records), "/finish to wait")
     httpx.post(f"{fake_upstream.url}/_fake/release", json={"name": "ok"}).raise_for_status()
     slow.join(120)
-    finish.join(120)
-    (done,) = finished
+    finishing.join(120)
+    done = out["done"]
     assert done["status"] == "completed" and done["calls_in_flight"] == 0 and len(done["policy_versions"]) == 1
     (row,) = _rows(str(tmp_path / "store"))
     assert row["status"] == "completed" and "episode" not in json.loads(row["metadata"])

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 
 import httpx
 
+from trajstore.errors import TrajstoreError
 from trajstore.models import Trajectory
+from trajstore.proxy import episodes
 from trajstore.reader import read_trajectories
 
 DEADLINE_S = 60.0
@@ -40,6 +42,30 @@ class WriteHold:
 
     def release(self) -> None:
         self.state.recorder.hold_write = None
+        self._release.set()
+
+
+class SessionHold:
+    """Holds one of the proxy's session hooks (``ProxyState.hold_evict``, ``hold_finish``) for
+    session `session` until :meth:`release`; counts the holds entered and left."""
+
+    def __init__(self, session: str):
+        self.session = session
+        self.holding = threading.Event()
+        self._release = threading.Event()
+        self.entered = self.left = 0
+
+    async def __call__(self, s) -> None:
+        if s.key == self.session:
+            self.entered += 1
+            self.holding.set()
+            await asyncio.to_thread(self._release.wait, DEADLINE_S)
+            self.left += 1  # the caller goes on in this same step of the event loop, with no await
+
+    def wait_holding(self) -> None:
+        assert self.holding.wait(DEADLINE_S), f"nothing held session {self.session}"
+
+    def release(self) -> None:
         self._release.set()
 
 
@@ -148,3 +174,66 @@ def test_a_finish_after_an_eviction_sets_the_outcome_on_the_stored_parts(fake_up
     # the episode is over: a second /finish finds nothing, a later call opens a new episode
     assert httpx.post(f"{px.url}/s/slow-eval/finish", json={}).status_code == 404
     assert "x-trajstore-evicted" not in _chat(px.url, "slow-eval", [{"role": "user", "content": "hi"}]).headers
+
+
+def test_a_finish_after_an_eviction_whose_rewrite_failed_can_be_retried(fake_upstream, start_proxy, tmp_path,
+                                                                         monkeypatch):
+    # The evicted episode was forgotten before its parts were rewritten: when the rewrite failed
+    # (500), the harness's retried /finish answered 404 and the outcome was lost for good.
+    store = str(tmp_path / "store")
+    px = start_proxy(fake_upstream.url, session_timeout_s=600.0)
+    _chat(px.url, "retry", [{"role": "user", "content": "hi"}])
+    state = px.server.config.app.state.proxy
+    _timeout(px, 0.0)
+    _wait("the episode evicted and written", lambda: len(_rows(store)) == 1 and "retry" in state.evicted
+          and state.evicted["retry"].written.done())
+    _timeout(px, 600.0)
+    real = episodes.set_outcome
+    failed: list[bool] = []
+
+    def fail_once(*args, **kwargs):
+        if not failed:
+            failed.append(True)
+            raise TrajstoreError("injected: the store refused the rewrite")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(episodes, "set_outcome", fail_once)
+    first = httpx.post(f"{px.url}/s/retry/finish", json={"reward": 0.25}, timeout=60)
+    assert first.status_code == 500 and "injected" in first.text and failed
+    (row,) = _rows(store)
+    assert (row["status"], row["reward"]) == ("aborted", None)  # nothing half-done
+    again = httpx.post(f"{px.url}/s/retry/finish", json={"reward": 0.25}, timeout=60)
+    assert again.status_code == 200, again.text
+    assert again.json()["updated"] == [row["trajectory_id"]]
+    (row,) = _rows(store)
+    assert (row["status"], row["reward"]) == ("completed", 0.25)
+    assert httpx.post(f"{px.url}/s/retry/finish", json={}).status_code == 404  # now it is over
+
+
+def test_a_finish_landing_while_an_eviction_chose_its_session_keeps_it(fake_upstream, start_proxy, tmp_path):
+    # The eviction pass chose the idle session; before its task ended it, a /finish claimed the
+    # session (its calls done, not yet ended). The eviction must leave it to the /finish (the
+    # ``finishing`` flag): ending it would store the episode aborted and answer the /finish 409.
+    store = str(tmp_path / "store")
+    px = start_proxy(fake_upstream.url, session_timeout_s=600.0)
+    state = px.server.config.app.state.proxy
+    _chat(px.url, "claimed", [{"role": "user", "content": "hi"}])
+    evict, finish = SessionHold("claimed"), SessionHold("claimed")
+    state.hold_evict, state.hold_finish = evict, finish
+    _timeout(px, 0.0)
+    evict.wait_holding()  # a pass chose the session; its task waits before it looks again
+    _timeout(px, 600.0)
+    done: dict = {}
+    finishing = threading.Thread(target=lambda: done.update(httpx.post(
+        f"{px.url}/s/claimed/finish", json={"reward": 1.0}, timeout=60).json()))
+    finishing.start()
+    finish.wait_holding()  # the /finish claimed it and has not ended it yet
+    evict.release()
+    _wait("the eviction tasks looked again", lambda: evict.left == evict.entered)
+    finish.release()
+    finishing.join(DEADLINE_S)
+    assert done.get("status") == "completed", done
+    (row,) = _rows(store)
+    assert done["trajectories"] == [row["trajectory_id"]]
+    assert (row["status"], row["reward"]) == ("completed", 1.0)
+    assert httpx.get(f"{px.url}/proxy/stats").json()["sessions_evicted"] == 0

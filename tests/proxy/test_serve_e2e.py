@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 
 from trajstore.reader import read_trajectories  # noqa: E402
 
-from .conftest import TRAJ, free_port, wait_http  # noqa: E402
+from .conftest import TRAJ, serve_process, wait_bound_url, wait_http  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "look a word up",
                                            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
@@ -43,19 +43,8 @@ def tokenizer():
 def serve(tokenizer, tmp_path_factory):
     """`traj serve --model tiny-llama` (seed 0) with a sample log; yields (url, log path)."""
     log = str(tmp_path_factory.mktemp("serve") / "samples.jsonl")
-    port = free_port()
-    proc = subprocess.Popen([*TRAJ, "serve", "--model", "tiny-llama", "--port", str(port), "--sample-log", log,
-                             "--threads", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(url + "/health", 300, proc)
+    with serve_process("--model", "tiny-llama", "--sample-log", log) as url:
         yield url, log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def samples(log: str) -> dict[str, dict]:
@@ -188,7 +177,8 @@ def test_weight_reload_during_traffic_labels_every_action_with_its_version(serve
     allowed = _allowed(tokenizer)
     stop = threading.Event()
     errors: list[BaseException] = []
-    max_tokens = 6 if mode == "drain" else 40  # tag: long calls, so a reload lands inside one
+    calls = [0]  # answered so far, all agents
+    max_tokens = 6 if mode == "drain" else 40  # tag: long calls, so reloads land inside some
 
     def agent(i: int) -> None:
         try:
@@ -200,33 +190,63 @@ def test_weight_reload_during_traffic_labels_every_action_with_its_version(serve
                 r = c.chat.completions.create(model="tiny-llama", messages=msgs, max_tokens=max_tokens,
                                               extra_body={"allowed_token_ids": allowed, "seed": 100 * i + turn,
                                                           "ignore_eos": mode == "tag"})
+                calls[0] += 1
                 msgs += [{"role": "assistant", "content": r.choices[0].message.content},
                          {"role": "user", "content": "again"}]
             httpx.post(f"{px.url}/s/{run}-{i}/finish", json={"reward": 0.0}).raise_for_status()
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
+    long_started, long_done = threading.Event(), threading.Event()
+
+    def long_call() -> None:  # tag mode: one call that the first reload lands inside, for certain
+        try:
+            c = openai.OpenAI(base_url=f"{px.url}/s/{run}-long/v1", api_key="none", max_retries=0)
+            for ch in c.chat.completions.create(
+                    model="tiny-llama", messages=[{"role": "user", "content": "say yes or no, at length"}],
+                    max_tokens=1000, stream=True,  # not 1500: the cut call of a later test is that long
+                    extra_body={"allowed_token_ids": allowed, "seed": 7, "ignore_eos": True}):
+                if ch.choices and ch.choices[0].delta.content:
+                    long_started.set()
+            long_done.set()
+            httpx.post(f"{px.url}/s/{run}-long/finish", json={"reward": 0.0}).raise_for_status()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+        finally:
+            long_started.set()
+
+    def wait_calls(n: int, what: str) -> None:
+        deadline = time.monotonic() + 300
+        while calls[0] < n and not errors:
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.05)
+
     threads = [threading.Thread(target=agent, args=(i,)) for i in range(4)]
+    if mode == "tag":
+        threads.append(threading.Thread(target=long_call))
     for t in threads:
         t.start()
-    time.sleep(1.0)
-    # version k holds the weights v[k % 2]; in tag mode several reloads, so that one lands inside
-    # a call however the calls are timed on a loaded machine (one reload could fall between calls)
+    wait_calls(4, "calls under v0")
+    if mode == "tag":
+        assert long_started.wait(300), "the long call never started generating"
+    # version k holds the weights v[k % 2]; in tag mode several reloads: the long call spans the
+    # first, the agents' calls the others
     last = 1 if mode == "drain" else 4
     for k in range(1, last + 1):
         publish_policy(store, run, k, v[k % 2])
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while not any(x["version"] == k for x in httpx.get(f"{px.url}/proxy/stats").json().get("weight_loads", [])):
             assert time.monotonic() < deadline, f"the proxy never had the server load v{k}"
             time.sleep(0.1)
-        time.sleep(0.5)
-    time.sleep(0.5)
+        if k == 1 and mode == "tag":
+            assert not long_done.is_set(), "the long call ended before v1 was loaded: make it longer"
+        wait_calls(calls[0] + 4, f"calls under v{k}")
     stop.set()
     for t in threads:
-        t.join(timeout=300)
+        t.join(timeout=600)
     assert not errors, errors[:2]
     rows = [r for r in read_trajectories(store).to_pylist() if json.loads(r["metadata"])["session"].startswith(run)]
-    assert len(rows) >= 4
+    assert len(rows) >= 4 + (mode == "tag")
     seen, split_calls, distinct = set(), 0, []
     for row in rows:
         lps = np.asarray(row["action_logprobs"], dtype=np.float32)
@@ -306,27 +326,36 @@ def test_a_non_streamed_call_whose_client_left_stops_generating(serve):
     assert not [s for s in samples(log).values() if len(s["token_ids"]) == long_tokens]
 
 
-def test_serve_stderr_is_our_lines_only_and_ctrl_c_says_it_stops(tokenizer):
+def test_serve_stderr_is_our_lines_only_and_ctrl_c_says_it_stops(tokenizer, tmp_path):
     """The first request printed transformers' FutureWarning about
     ``past_key_values`` (the KV-cache argument was renamed ``cache``), and Ctrl-C stopped the
     server after seconds of silence, with a CancelledError traceback from uvicorn's lifespan."""
     import signal
 
-    port = free_port()
-    proc = subprocess.Popen([*TRAJ, "serve", "--model", "tiny-llama", "--port", str(port), "--threads", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
+    stderr = str(tmp_path / "serve.err")
+    # Ctrl-C as in a terminal: a test run started in the background by a shell without job control
+    # (`pytest ... &` in a script, as when copies of the suite run side by side) passes SIGINT on
+    # ignored, and Python then leaves it ignored; the server here starts with Python's own handler
+    in_a_terminal = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); " + TRAJ[-1]
+    with open(stderr, "wb") as fh:
+        proc = subprocess.Popen([*TRAJ[:-1], in_a_terminal, "serve", "--model", "tiny-llama", "--port", "0",
+                                 "--threads", "1"], stdout=subprocess.DEVNULL, stderr=fh)
     try:
+        url = wait_bound_url(stderr, proc)
         wait_http(url + "/health", 300, proc)
         r = httpx.post(url + "/v1/chat/completions", json={"model": "x", "max_tokens": 3,
-                                                           "messages": [{"role": "user", "content": "hi"}]}, timeout=60)
+                                                           "messages": [{"role": "user", "content": "hi"}]}, timeout=120)
         assert r.status_code == 200, r.text
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+    with open(stderr) as fh:
+        err = fh.read()
     assert proc.returncode == 130, err
-    assert err.splitlines() == [f"traj serve: tiny-llama on http://127.0.0.1:{port}/v1 (weight version 0)",
+    assert err.splitlines() == [f"traj serve: tiny-llama on {url}/v1 (weight version 0)",
+                                "  log-probs: processed, of the distribution each token is drawn from "
+                                "(allowed_token_ids, temperature, min_p, top_k, top_p, renormalised; in GET /v1/models)",
                                 "traj serve: stopping (in-flight requests end first, at most 10 s)",
                                 "traj serve: stopped"], err

@@ -74,7 +74,7 @@ class SimulatedTrainer:
         self.publish()
 
 
-def _wait(pred: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+def _wait(pred: Callable[[], bool], what: str, timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -116,7 +116,7 @@ def test_max_staleness_0_holds_across_proxy_restarts(tmp_path):
 
         def agent(i: int) -> None:
             n = 0
-            with httpx.Client(timeout=30) as c:
+            with httpx.Client(timeout=120) as c:
                 while not stop.is_set():
                     n += 1
                     key = f"{RUN}-a{i}-e{n}"
@@ -150,14 +150,18 @@ def test_max_staleness_0_holds_across_proxy_restarts(tmp_path):
                         proxy.__exit__()
                         proxy = ServerThread(create_app(cfg), port=port).__enter__()
                         restarts += 1
-                        time.sleep(1.0)  # > hold timeout and gate polls: a wrong gate would admit now
+                        # the restarted gate holds and refuses the agents (a wrong one would admit
+                        # them): 4 refusals, more than the 3 agents' calls that the old proxy may
+                        # have refused while it stopped
+                        before = refused[0]
+                        _wait(lambda n=before: refused[0] >= n + 4, "the restarted proxy to refuse held calls")
                 # exactly one batch ahead: the restarted proxies admitted nothing beyond the bound
                 assert len(_counted_ids(store)) - consumed_so_far == B
                 trainer.step(step)
         finally:
             stop.set()
             for t in agents:
-                t.join(timeout=30)
+                t.join(timeout=120)
             proxy.__exit__()
         loads = httpx.get(f"{upstream.url}/_fake/loads").json()
 

@@ -17,6 +17,8 @@ from trajstore.http.server import ServerThread
 from trajstore.proxy.testing import fake_app, render
 from trajstore.reader import read_trajectories
 
+from .conftest import release_held_calls, wait_held
+
 REPLY_IDS = [115, 111, 0]  # the fake's "ok" and its end-of-turn token
 
 
@@ -31,30 +33,26 @@ def _chat(url: str, session: str, msgs: list[dict], **extra) -> httpx.Response:
                       timeout=60)
 
 
-def _session_timeout(px, seconds: float) -> None:
-    """Set the in-thread proxy's --session-timeout while it runs (its reaper reads it on each tick):
-    an episode idles past it exactly when the test says, whatever the machine's load."""
-    px.server.config.app.state.proxy.cfg.session_timeout_s = seconds
-
-
 def test_idle_eviction_is_linked_to_the_later_part_and_reported(fake_upstream, start_proxy, tmp_path, caplog):
     # A tool that ran longer than --session-timeout got the first part written aborted, the
     # harness's next call opened a new, unlinked episode under the same key, and /finish reported
     # `completed` for the later part only
     caplog.set_level(logging.INFO, logger="trajstore.proxy")
     store = str(tmp_path / "store")
-    px = start_proxy(fake_upstream.url, session_timeout_s=600.0)  # its reaper looks every second
+    # --session-timeout is long while the harness calls (a loaded machine may take any time
+    # between two calls) and 0.5 s for the long tool call (set on the running proxy's config)
+    px = start_proxy(fake_upstream.url, session_timeout_s=600)
     msgs = [{"role": "user", "content": "hi"}]
     for turn in range(2):
         r = _chat(px.url, "ev", msgs)
         assert "x-trajstore-evicted" not in r.headers
         msgs += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": f"tool output {turn}"}]
-    _session_timeout(px, 0.0)  # the long tool call: the episode idles past the timeout
-    deadline = time.monotonic() + 60
-    while not _rows(store):
+    px.cfg.session_timeout_s = 0.5
+    deadline = time.monotonic() + 120
+    while not _rows(store):  # the long tool call: the episode idles past the timeout
         assert time.monotonic() < deadline, "never evicted"
         time.sleep(0.05)
-    _session_timeout(px, 600.0)
+    px.cfg.session_timeout_s = 600
     assert httpx.get(f"{px.url}/proxy/stats").json()["sessions_evicted"] == 1
     r = _chat(px.url, "ev", msgs)  # the harness goes on
     assert r.status_code == 200 and r.headers["x-trajstore-evicted"] == "1"  # 1 trajectory written as aborted
@@ -75,6 +73,7 @@ def test_idle_eviction_is_linked_to_the_later_part_and_reported(fake_upstream, s
     assert (b["parent_trajectory_id"], b["fork_point"], b["link_kind"]) == (a["trajectory_id"], a["num_tokens"],
                                                                            "continuation")
     assert a["episode_id"] == b["episode_id"] == ma["episode"]["id"] and a["link_kind"] is None
+    assert a["abandoned"] is False and b["abandoned"] is False  # one line of context: credited through the chain
     assert b["tokens"][:a["num_tokens"]] == a["tokens"]
     said = [r.getMessage() for r in caplog.records if "evicted" in r.getMessage()]
     assert len(said) == 1 and said[0].startswith("session ev: evicted"), said
@@ -88,20 +87,9 @@ def slow_upstream():
     them; stopped without waiting for the answers a killed proxy abandoned."""
     srv = ServerThread(fake_app(reply="ok")).__enter__()
     yield srv
+    release_held_calls(srv.url)
     srv.server.force_exit = True
     srv.__exit__()
-
-
-def _wait_held(upstream: str, want: dict[str, int], timeout: float = 60) -> None:
-    """Wait until the fake upstream holds `want` calls under each name."""
-    deadline = time.monotonic() + timeout
-    while (got := httpx.get(f"{upstream}/_fake/held").json()) != want:
-        assert time.monotonic() < deadline, got
-        time.sleep(0.02)
-
-
-def _release(upstream: str, name: str) -> None:
-    httpx.post(f"{upstream}/_fake/release", json={"name": name}).raise_for_status()
 
 
 def _wait_line(log: str, text: str, proc, timeout: float) -> str:
@@ -151,9 +139,19 @@ class _Throttle:
             pass
 
 
-def _in_flight(url: str, session: str, msgs: list[dict], out: dict, **extra) -> threading.Thread:
+def _delta_text(event: str) -> str:
+    """The answer text an SSE ``data:`` line of a chat stream carries ("" for none, or not a chunk)."""
+    try:
+        choices = json.loads(event[5:]).get("choices") or []
+    except ValueError:  # data: [DONE]
+        return ""
+    return "".join((c.get("delta") or {}).get("content") or "" for c in choices)
+
+
+def _in_flight(url: str, session: str, msgs: list[dict], out: dict, *, got_token: threading.Event | None = None,
+               **extra) -> threading.Thread:
     """A call of `session` started in a thread; its outcome (response, or exception) lands in
-    out[session]; a stream's data lines also in out[session + ":lines"] as they arrive."""
+    out[session]; a stream sets `got_token` once the client has received a token of the answer."""
 
     def run() -> None:
         try:
@@ -161,10 +159,13 @@ def _in_flight(url: str, session: str, msgs: list[dict], out: dict, **extra) -> 
                 body = {"model": "fake", "messages": msgs, **extra}
                 lines = out.setdefault(f"{session}:lines", [])
                 with httpx.stream("POST", f"{url}/s/{session}/v1/chat/completions", json=body, timeout=120) as r:
+                    lines = []
                     for ln in r.iter_lines():
                         if ln.startswith("data:"):
                             lines.append(ln)
-                    out[session] = (r.status_code, list(lines))
+                            if got_token is not None and _delta_text(ln):
+                                got_token.set()
+                    out[session] = (r.status_code, lines)
             else:
                 r = _chat(url, session, msgs, **extra)
                 out[session] = (r.status_code, r.json())
@@ -174,6 +175,21 @@ def _in_flight(url: str, session: str, msgs: list[dict], out: dict, **extra) -> 
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t
+
+
+def _wait_stats(url: str, what: str, ok, timeout: float = 120) -> dict:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not ok(stats := httpx.get(f"{url}/proxy/stats").json()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {stats}"
+        time.sleep(0.02)
+    return stats
+
+
+def _wait_in_flight(url: str, n: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while httpx.get(f"{url}/proxy/stats").json()["calls_in_flight"] < n:
+        assert time.monotonic() < deadline, httpx.get(f"{url}/proxy/stats").json()
+        time.sleep(0.05)
 
 
 def test_sigterm_makes_recorded_calls_durable_before_it_waits_for_calls_in_flight(slow_upstream, tmp_path):
@@ -199,11 +215,11 @@ def test_sigterm_makes_recorded_calls_durable_before_it_waits_for_calls_in_fligh
             quiet += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
         out: dict = {}
         for k, m in msgs.items():
-            _in_flight(url, k, m, out, fake_hold="never")
-        _wait_held(slow_upstream.url, {"never": 4})
+            _in_flight(url, k, m, out, fake_hold="never")  # the upstream never answers them
+        _wait_in_flight(url, 4)
         with _Throttle(proc.pid):
             proc.send_signal(signal.SIGTERM)
-            line = _wait_line(log, "shutdown: flushed", proc, timeout=60)
+            line = _wait_line(log, "shutdown: flushed", proc, timeout=120)
             proc.kill()  # the supervisor's SIGKILL, right after the line
         proc.wait(30)
     finally:
@@ -226,12 +242,12 @@ def test_sigterm_makes_recorded_calls_durable_before_it_waits_for_calls_in_fligh
 
 
 def test_sigterm_stores_calls_answered_within_the_grace_and_cuts_the_rest(slow_upstream, tmp_path):
-    # Calls that finish within --shutdown-grace are stored (a continuation part of their episode,
-    # whose first part the flush wrote); a call still running when the proxy cuts the calls in
-    # flight (at the end of the grace, or at once on a second signal) is cut by the proxy with an
-    # error the client sees (503, or an SSE error event), counted. The upstream answers each call
-    # when the test releases it: the two "fast" ones after the flush, the two "slow" ones never
-    # (the stream after two tokens); so the counts hold on a machine of any speed.
+    # Calls that finish within --shutdown-grace are stored (a continuation part
+    # of their episode, whose first part the flush wrote); a call still running when the grace
+    # ends is cut by the proxy with an error the client sees (503, or an SSE error event),
+    # counted. The upstream holds every call until the test lets it answer: the two fast ones
+    # right after the flush (answered after it on any machine), the others never. The grace ends
+    # at a second SIGTERM, once the fast ones are stored (its own deadline is the next test's).
     import signal
 
     from .conftest import proxy_process
@@ -239,6 +255,7 @@ def test_sigterm_stores_calls_answered_within_the_grace_and_cuts_the_rest(slow_u
     store, log = str(tmp_path / "store"), str(tmp_path / "proxy.log")
     proc, url = proxy_process(slow_upstream.url, store, "--shutdown-grace", "600", log_path=log)
     out: dict = {}
+    got_token = threading.Event()
     try:
         ctx = {}
         for k in ("fast", "fast_stream", "slow", "slow_stream"):
@@ -248,31 +265,26 @@ def test_sigterm_stores_calls_answered_within_the_grace_and_cuts_the_rest(slow_u
         threads = [_in_flight(url, "fast", ctx["fast"], out, fake_hold="fast"),
                    _in_flight(url, "fast_stream", ctx["fast_stream"], out, fake_hold="fast", stream=True),
                    _in_flight(url, "slow", ctx["slow"], out, fake_hold="never"),
-                   _in_flight(url, "slow_stream", ctx["slow_stream"], out, fake_hold="never", fake_hold_after=2,
-                              stream=True)]
-        _wait_held(slow_upstream.url, {"fast": 2, "never": 2})
-        deadline = time.monotonic() + 60
-        while len(out.get("slow_stream:lines", [])) < 3:  # the role chunk and two tokens reached the client
-            assert time.monotonic() < deadline, out
-            time.sleep(0.02)
+                   _in_flight(url, "slow_stream", ctx["slow_stream"], out, fake_hold="never", fake_hold_after=1,
+                              stream=True, got_token=got_token)]
+        wait_held(slow_upstream.url, "fast", 2)
+        wait_held(slow_upstream.url, "never", 2)
+        assert got_token.wait(120), out  # the slow stream's client has its first token
+        _wait_in_flight(url, 4)
         proc.send_signal(signal.SIGTERM)
-        _wait_line(log, "shutdown: flushed", proc, timeout=60)
+        flushed = _wait_line(log, "shutdown: flushed", proc, timeout=120)
+        assert "waiting up to 600 s for 4 call(s) in flight" in flushed, flushed
         refused = _chat(url, "fast", [{"role": "user", "content": "new"}])  # during the grace: no new calls
         assert refused.status_code == 503 and "shutting down" in refused.json()["error"]["message"]
         assert _chat(url, "newcomer", [{"role": "user", "content": "x"}]).status_code == 503
         assert httpx.post(f"{url}/s/slow/finish", json={}).status_code == 503
         assert httpx.get(f"{url}/proxy/stats").json()["shutting_down"] is True
-        _release(slow_upstream.url, "fast")  # answered within the grace, after the flush
-        for t in threads[:2]:
-            t.join(60)
-        deadline = time.monotonic() + 60
-        while httpx.get(f"{url}/proxy/stats").json()["calls_after_shutdown_flush"] < 2:  # recorded
-            assert time.monotonic() < deadline, httpx.get(f"{url}/proxy/stats").json()
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGTERM)  # a second signal: the grace ends now, the slow calls are cut
-        assert proc.wait(60) == 0
+        httpx.post(f"{slow_upstream.url}/_fake/release", json={"name": "fast"}).raise_for_status()
+        _wait_stats(url, "the fast calls stored after the flush", lambda st: st["calls_after_shutdown_flush"] == 2)
+        proc.send_signal(signal.SIGTERM)  # a second signal: the grace ends now
+        assert proc.wait(120) == 0
         for t in threads:
-            t.join(30)
+            t.join(120)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -286,8 +298,8 @@ def test_sigterm_stores_calls_answered_within_the_grace_and_cuts_the_rest(slow_u
     status, events = out["slow_stream"]
     last = json.loads(events[-1][5:])
     assert status == 200 and last["error"]["type"] == "proxy_shutting_down", events  # never a silent cut
-    received = "".join(json.loads(e[5:])["choices"][0]["delta"].get("content") or ""
-                       for e in events[:-1] if json.loads(e[5:]).get("choices"))
+    received = "".join(_delta_text(e) for e in events[:-1])
+    assert received == "o", events  # the one token the upstream sent before it stalled
     by: dict[str, list[dict]] = {}
     for r in _rows(store):
         by.setdefault(json.loads(r["metadata"])["session"], []).append(r)
@@ -308,3 +320,36 @@ def test_sigterm_stores_calls_answered_within_the_grace_and_cuts_the_rest(slow_u
             assert action == [REPLY_IDS]
     (slow,) = by["slow"]  # its call was cut before any token: nothing more to store
     assert json.loads(slow["metadata"])["calls_in_flight"] == 1 and slow["num_actions"] == 1
+
+
+def test_sigterm_cuts_a_call_still_running_at_the_end_of_the_grace(slow_upstream, tmp_path):
+    # the grace's own deadline: a call the upstream never answers is cut when --shutdown-grace
+    # (1 s) has passed after the flush, with a 503 the client sees, and the proxy exits
+    import signal
+
+    from .conftest import proxy_process
+
+    store, log = str(tmp_path / "store"), str(tmp_path / "proxy.log")
+    proc, url = proxy_process(slow_upstream.url, store, "--shutdown-grace", "1", log_path=log)
+    out: dict = {}
+    try:
+        m = [{"role": "user", "content": "stuck"}]
+        assert _chat(url, "stuck", m).status_code == 200
+        t = _in_flight(url, "stuck", m + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "go"}],
+                       out, fake_hold="never")
+        wait_held(slow_upstream.url, "never", 1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 0
+        t.join(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    flushed = _wait_line(log, "shutdown: flushed", proc, timeout=1)
+    assert "(1 recorded call(s)) as aborted; waiting up to 1 s for 1 call(s) in flight" in flushed, flushed
+    done = _wait_line(log, "shutdown complete", proc, timeout=1)
+    assert "0 call(s) answered after the flush were stored, 1 call(s) cut at the deadline" in done, done
+    status, err = out["stuck"]
+    assert status == 503 and err["error"]["type"] == "proxy_shutting_down", out["stuck"]
+    assert "at the end of its 1 s grace" in err["error"]["message"]
+    (row,) = _rows(store)
+    assert row["status"] == "aborted" and row["num_actions"] == 1

@@ -103,10 +103,10 @@ def test_batches_follow_row_groups_one_at_a_time(tmp_store: str, make_trajectory
     reads = count_row_group_reads(monkeypatch)
     it = iter_batches(tmp_store, strict=True)
     def decoded(count: int) -> list[int]:  # what has been read once `count` reads started (worker threads)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120  # bounds a hang
         while len(reads) < count and time.monotonic() < deadline:
             time.sleep(0.01)
-        time.sleep(0.05)  # and no more after a moment
+        time.sleep(0.05)  # and no more after a moment (a chance for a reader that reads too far ahead)
         return sorted(reads)
 
     first = next(it)

@@ -17,7 +17,7 @@ from trajstore import audit, iter_batches, open_store, read_trajectories, read_t
 from trajstore.convert import trajectories_to_table
 from trajstore.migrate import migrate_store
 from trajstore.reader import summarize_store
-from trajstore.schema import SCALAR_COLUMNS, TRAJECTORY_SCHEMA
+from trajstore.schema import SCALAR_COLUMNS, SCHEMA_VERSION, TRAJECTORY_SCHEMA
 
 
 def _v1_and_v2_store(uri: str, make_trajectory: Any, storage_options: dict[str, Any] | None = None
@@ -37,7 +37,7 @@ def _v1_and_v2_store(uri: str, make_trajectory: Any, storage_options: dict[str, 
     third = [make_trajectory(rng, trajectory_id=f"v3-{i}") for i in range(5)]
     store.write_table(trajectories_to_table(first, version=1))
     store.write_table(trajectories_to_table(second, version=2))
-    store.write_table(trajectories_to_table(third))
+    store.write_table(trajectories_to_table(third, version=3))  # spans without v4's logprob_mode
     dupes = [make_trajectory(rng, trajectory_id=f"v1-{i}") for i in range(3)]
     store.write_table(trajectories_to_table(dupes, version=1))
     assert [s.schema_version for s in store.list_shards(strict=True)] == [1, 2, 3, 1]
@@ -45,7 +45,7 @@ def _v1_and_v2_store(uri: str, make_trajectory: Any, storage_options: dict[str, 
 
 
 def _check_mixed(uri: str, expected: list[Any], storage_options: dict[str, Any] | None) -> None:
-    want = trajectories_to_table(expected)  # the same rows written as v3 directly
+    want = trajectories_to_table(expected)  # the same rows written as the current version directly
     episodes = want.column("episode_id").to_pylist()
     assert episodes[11:14] == ["ep-x", "ep-x", "ep-s"] and episodes[:11] == [t.trajectory_id for t in expected[:11]]
     got = read_trajectories(uri, storage_options=storage_options, strict=True)
@@ -97,6 +97,9 @@ def _check_mixed(uri: str, expected: list[Any], storage_options: dict[str, Any] 
     conn = audit.connect(open_store(uri, storage_options=storage_options))
     ((n, miss),) = conn.sql("SELECT count(*), sum(num_missing_logprobs) FROM trajectories").fetchall()
     assert (n, miss) == (25, sum(want.column("num_missing_logprobs").to_pylist()))
+    # spans of v1 to v3 shards have v4's logprob_mode, null (not recorded)
+    assert conn.sql("SELECT count(*), count(logprob_mode) FROM spans").fetchall() == [
+        (sum(len(t.spans) for t in expected), 0)]
     lineage = ["trajectory_id", "schema_version", "episode_id", "parent_trajectory_id", "fork_point", "link_kind"]
     assert conn.sql(f"SELECT {', '.join(lineage)} FROM trajectories ORDER BY trajectory_id").fetchall() == sorted(
         tuple(r.values()) for r in want.select(lineage).to_pylist())
@@ -117,13 +120,13 @@ def _check_mixed(uri: str, expected: list[Any], storage_options: dict[str, Any] 
 
 
 def _migrate_and_check(uri: str, expected: list[Any], storage_options: dict[str, Any] | None) -> None:
-    """After `traj migrate` every shard is v3, under its old name, and reads exactly as before."""
+    """After `traj migrate` every shard is of the current version, under its old name, and reads exactly as before."""
     store = open_store(uri, storage_options=storage_options)
     names = [s.name for s in store.list_shards(strict=True)]
     res = migrate_store(store)
-    assert (len(res.migrated), res.already_current, res.rows) == (3, 1, 23)  # v1, v2 shards: 10 + 10 + 3 rows
+    assert (len(res.migrated), res.already_current, res.rows) == (4, 0, 28)  # v1, v2, v3, v1: 10 + 10 + 5 + 3 rows
     shards = open_store(uri, storage_options=storage_options).list_shards(strict=True)
-    assert [s.name for s in shards] == names and [s.schema_version for s in shards] == [3, 3, 3, 3]
+    assert [s.name for s in shards] == names and [s.schema_version for s in shards] == [SCHEMA_VERSION] * 4
     _check_mixed(uri, expected, storage_options)
 
 

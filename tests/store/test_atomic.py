@@ -5,59 +5,50 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from trajstore import open_store, read_trajectories
 
 CHILD = Path(__file__).with_name("_crash_writer.py")
-TOKENS = 400_000  # ~3 MB per shard: a flush takes long enough to be hit in the middle
+TOKENS = 20_000
+STOPS = {"local": ("mid-write", "before-rename", "after-rename"), "s3": ("before-put", "after-put")}
+"""Where in a flush the child is killed (see _crash_writer.py), one round each, on each backend."""
 
 
-def _kill_mid_flush(uri: str, prefix: str, opts: dict[str, Any] | None, rng: random.Random) -> tuple[set[str], bool]:
-    """Run the child until its k-th flush starts, SIGKILL it part-way through that flush.
+def _kill_in_flush(uri: str, prefix: str, opts: dict[str, Any] | None, stop_at: str, k: int) -> tuple[set[str], str]:
+    """Run the child until it pauses at `stop_at` in its k-th flush, SIGKILL it there.
 
-    Returns (ids whose flush returned before the kill, whether the kill landed inside a flush).
+    Returns (ids whose flush returned before the kill, the id of the flush it was killed in).
     """
-    cmd = [sys.executable, str(CHILD), uri, str(TOKENS), prefix] + ([json.dumps(opts)] if opts else [])
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = [sys.executable, str(CHILD), uri, str(TOKENS), prefix, stop_at, str(k)] + ([json.dumps(opts)] if opts else [])
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     flushed: set[str] = set()
-    durations: list[float] = []
-    k = rng.randint(2, 4)
-    assert proc.stdout is not None
+    assert proc.stdout is not None and proc.stderr is not None
     try:
-        while True:
-            line = proc.stdout.readline()
-            assert line, f"child exited early: {proc.wait()} {proc.stderr.read() if proc.stderr else ''}"
-            word, tid, *rest = line.split()
-            if word == "flushed":
-                flushed.add(tid)
-                durations.append(float(rest[0]))
-            elif word == "flushing" and len(flushed) >= k:
-                time.sleep(rng.uniform(0.05, 0.7) * float(np.median(durations)))
+        for line in proc.stdout:  # the child waits at its pause: the loop ends at the "paused" line
+            word, *rest = line.split()
+            if word == "paused":
+                assert rest[0] == stop_at, line
                 os.kill(proc.pid, signal.SIGKILL)
+                killed_in = rest[1]
                 break
+            if word == "flushed":
+                flushed.add(rest[0])
+        else:
+            raise AssertionError(f"the child never paused: {proc.wait()} {proc.stderr.read()}")
     finally:
-        tail = proc.stdout.read()
-        proc.wait(timeout=30)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=120)
     assert proc.returncode == -signal.SIGKILL
-    last = None
-    for line in tail.splitlines():
-        word, tid, *_ = line.split()
-        if word == "flushed":
-            flushed.add(tid)
-        last = word
-    in_flush = last is None or last == "flushing"  # no "flushed" line after the one we killed in
-    return flushed, in_flush
+    return flushed, killed_in
 
 
 @pytest.mark.parametrize("backend", ["local", pytest.param("s3", marks=pytest.mark.s3)])
@@ -66,27 +57,28 @@ def test_sigkill_mid_flush(backend: str, tmp_store: str, request: pytest.Fixture
         uri, opts = request.getfixturevalue("s3_store_uri")
     else:
         uri, opts = tmp_store, None
-    rng = random.Random(os.getpid())
     all_flushed: set[str] = set()
-    landed = 0
-    for round_ in range(3):
-        flushed, in_flush = _kill_mid_flush(uri, f"r{round_}", opts, rng)
+    committed: set[str] = set()  # killed after their shard was in place: visible, and whole
+    temp_files = 0  # killed while writing a temp file: it stays in _tmp/ (an hour, for a writer to remove)
+    for round_, stop_at in enumerate(STOPS[backend]):
+        flushed, killed_in = _kill_in_flush(uri, f"r{round_}", opts, stop_at, k=2 + round_)
+        assert len(flushed) == 1 + round_ and killed_in not in flushed
         all_flushed |= flushed
-        landed += in_flush
+        if stop_at.startswith("after-"):
+            committed.add(killed_in)
         store = open_store(uri, storage_options=opts)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a partial shard would be skipped with a warning
             shards = store.list_shards(strict=True)
             table = read_trajectories(uri, storage_options=opts, strict=True, columns=["num_tokens"])
         ids = set(table.column("trajectory_id").to_pylist())
-        # Every flush that returned is readable; at most the one being killed may also be
-        # there (its rename/PUT may have completed before the kill), and then complete.
-        assert all_flushed <= ids
-        assert len(ids - all_flushed) <= round_ + 1
+        # every flush that returned is readable; the one killed is there whole once its shard was
+        # in place (renamed, or PUT), and absent before
+        assert ids == all_flushed | committed, (stop_at, sorted(ids ^ (all_flushed | committed)))
         assert table.num_rows == len(ids)
         assert set(table.column("num_tokens").to_pylist()) == {TOKENS + 100}
         assert sum(s.num_rows for s in shards) == len(ids)
         if store.is_local:  # leftovers of the killed write, if any, sit only in _tmp/
-            tmp = Path(store.path("_tmp"))
-            assert all(n.endswith(".tmp") for n in os.listdir(tmp))
-    assert landed >= 1, "no kill landed inside a flush; the test did not exercise what it claims"
+            temp_files += stop_at in ("mid-write", "before-rename")
+            left = os.listdir(Path(store.path("_tmp")))
+            assert len(left) == temp_files and all(n.endswith(".tmp") for n in left), left

@@ -206,7 +206,11 @@ def test_writers_keep_appending_and_readers_keep_reading(tmp_path: Path) -> None
         t.start()
     for _ in range(4):
         compact_store(store, target_mb=0.05, **NOW)
-        time.sleep(0.05)
+        stored = len(written)  # the next compaction comes once the writer has stored more (or is done)
+        deadline = time.monotonic() + 120  # bounds a hang
+        while len(written) == stored and threads[0].is_alive():
+            assert time.monotonic() < deadline, "the writer stopped storing"
+            time.sleep(0.01)
     threads[0].join()
     stop.set()
     threads[1].join()

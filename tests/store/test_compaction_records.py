@@ -3,6 +3,8 @@ listing rule every reader applies to compaction records, case by case (expected 
 
 from __future__ import annotations
 
+import itertools
+import re
 import time
 import warnings
 
@@ -27,15 +29,23 @@ def _rec(out: str, *sources: tuple[str, int, tuple[int, ...]]) -> CompactionReco
     return CompactionRecord(out, sum(r - len(d) for _, r, d in sources), tuple(sources))
 
 
-def test_output_name_takes_the_first_source_place_and_a_later_compaction_sorts_first() -> None:
+def test_output_name_takes_the_first_source_place_and_a_later_compaction_sorts_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the clock the names count down from, 1 ms later at each reading: "later" without sleeping,
+    # and never the wall clock stepping back between the two names
+    ticks = itertools.count(time.time_ns(), 1_000_000)
+    monkeypatch.setattr(time, "time_ns", lambda: next(ticks))
     m1 = compacted_name(A)
-    time.sleep(0.001)
     m2 = compacted_name(m1)  # a compaction of a compaction output
     # arrival order by name: everything before A, then the outputs (newest first), then A, B
     assert sorted([B, A, m1, m2, "00999999999999999999-h-1-zzzzzzzzzzzz.parquet"]) == [
         "00999999999999999999-h-1-zzzzzzzzzzzz.parquet", m2, m1, A, B]
-    assert m2.startswith(A.removesuffix(".parquet") + "-c")  # the mark is replaced, not stacked
-    assert m2.count("-c") == 1
+    # the mark is replaced, not stacked: the name parsed, not its "-c" substrings counted (the
+    # random hex after the countdown starts with "c" one time in 16)
+    one_mark = re.escape(A.removesuffix(".parquet")) + r"-c\d{19}-[0-9a-f]{8}\.parquet"
+    assert re.fullmatch(one_mark, m1) and re.fullmatch(one_mark, m2), (m1, m2)
+    hex_c = A.removesuffix(".parquet") + "-c8203359298375576571-c512aba1.parquet"  # such a name, seen in CI
+    assert is_compaction_output(hex_c) and re.fullmatch(one_mark, compacted_name(hex_c))
     assert is_compaction_output(m1) and is_compaction_output(m2)
     assert not is_compaction_output(A) and not is_compaction_output("my-c-file.parquet")
 

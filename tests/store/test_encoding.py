@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 from tests.helpers.trajectories import fat_trajectory
 from trajstore import StoreWriter, open_store
 from trajstore.convert import trajectories_to_table
+from trajstore.schema import SCHEMA_VERSION
 
 
 # adversarial input: a hole found attacking the store and the SDK (failed before its fix)
@@ -33,8 +34,8 @@ def test_schema_version_stamped_in_every_shard(tmp_store: str, make_trajectory: 
     assert len(paths) == 3
     for p in paths:
         md = pq.read_metadata(p).metadata
-        assert md[b"trajstore.schema_version"] == b"3"
-        assert set(pq.read_table(p, columns=["schema_version"]).column(0).to_pylist()) == {3}  # in every row too
+        assert md[b"trajstore.schema_version"] == str(SCHEMA_VERSION).encode()
+        assert set(pq.read_table(p, columns=["schema_version"]).column(0).to_pylist()) == {SCHEMA_VERSION}  # every row
         assert pq.read_metadata(p).row_group(0).column(0).compression == "ZSTD"
 
 

@@ -1,5 +1,5 @@
 """README "Reading a store with other engines": each recipe, taken from the README's text and run
-as written, reads a store of v1, v2 and v3 shards with repeated ids as trajstore's reader does
+as written, reads a store of v1, v2, v3 and v4 shards with repeated ids as trajstore's reader does
 (rows, rewards, tokens, action log-probs and their NaNs); after ``traj migrate`` and ``traj compact``
 the plain reads do. Spark starts a JVM (about a minute on a loaded 2-core machine): slow step."""
 
@@ -19,6 +19,7 @@ from tests.helpers.mixed_versions import FIRST_COPY_VERSION, LATER_COPY_REWARD, 
 from tests.helpers.paths import REPO_ROOT
 from trajstore.maintenance.compact import compact_store
 from trajstore.migrate import migrate_store
+from trajstore.schema import SCHEMA_VERSION
 
 README = (REPO_ROOT / "README.md").read_text()
 MARK = "the store as trajstore reads it"
@@ -98,11 +99,12 @@ def assert_reads_as_trajstore(rows: list[dict], reference: pa.Table) -> None:
 
 def assert_first_copies(rows: list[dict]) -> None:
     """Hand-known facts of the mixed store (tests/helpers/mixed_versions.py): 9 trajectories, no
-    later copy (reward >= 100), ``schema_version`` 3 on rows read from v3 files, NULL on the others."""
+    later copy (reward >= 100), ``schema_version`` 3 / 4 on rows read from v3 / v4 files, NULL on the others."""
     assert len(rows) == len(FIRST_COPY_VERSION) == 9
     assert all(r["reward"] < LATER_COPY_REWARD for r in rows)
     for r in rows:
-        assert r["schema_version"] == (3 if FIRST_COPY_VERSION[r["trajectory_id"]] == 3 else None), r["trajectory_id"]
+        v = FIRST_COPY_VERSION[r["trajectory_id"]]
+        assert r["schema_version"] == (v if v >= 3 else None), r["trajectory_id"]
     assert all("logprobs" not in r for r in rows)
 
 
@@ -148,13 +150,13 @@ def test_datasets_parquet_loader_refuses_a_mixed_store_which_is_why_the_recipe_g
                               cache_dir=str(tmp_path / "hf-cache"))
 
 
-def test_after_migrate_every_row_is_v3_the_short_recipe_and_plain_reads_agree(mixed: Path) -> None:
+def test_after_migrate_every_row_is_current_the_short_recipe_and_plain_reads_agree(mixed: Path) -> None:
     migrate_store(mixed)
-    assert {s.schema_version for s in ts.open_store(str(mixed)).list_shards(strict=True)} == {3}
+    assert {s.schema_version for s in ts.open_store(str(mixed)).list_shards(strict=True)} == {SCHEMA_VERSION}
     deduped = ts.read_trajectories(mixed)
-    rows = duckdb_rows(recipe(f"-- DuckDB, every shard v3 (after traj migrate): {MARK}", mixed))
+    rows = duckdb_rows(recipe(f"-- DuckDB, every shard v{SCHEMA_VERSION} (after traj migrate): {MARK}", mixed))
     assert_reads_as_trajstore(rows, deduped)
-    assert all(r["schema_version"] == 3 for r in rows) and len(rows) == 9
+    assert all(r["schema_version"] == SCHEMA_VERSION for r in rows) and len(rows) == 9
     # the mixed-store recipes still work on a store with no `logprobs` column left
     assert_reads_as_trajstore(duckdb_rows(recipe(f"-- DuckDB (1.3 or newer): {MARK}", mixed)), deduped)
     assert_reads_as_trajstore(rows_of(run_python(recipe(f"# polars: {MARK}", mixed))["trajectories"]), deduped)

@@ -56,7 +56,9 @@ def test_gc_beside_a_following_trainer(tmp_path: Path) -> None:
             deleted |= gone
             new = write_synthetic_store(tmp_path, 4, per_shard=2, prefix=f"b{k}-", seed=k + 1)
             written |= set(new)
-            time.sleep(1.0)
+            # the next gc runs once the trainer is consuming what was just written (not after a
+            # second that a loaded machine may spend before it has looked at the store again)
+            _wait(lambda new=new: consumed_ids(store, "f") & set(new), "the trainer to consume the new trajectories")
         _wait(lambda: consumed_ids(store, "f") >= written, "every trajectory consumed")
     finally:
         p.send_signal(signal.SIGTERM)

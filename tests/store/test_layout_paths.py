@@ -162,7 +162,7 @@ def test_a_store_written_by_the_sdk_the_trainer_and_the_proxy_holds_only_layout_
         assert call.status_code == 200, call.text
         done = httpx.post(f"{proxy.url}/s/ep-1/finish", json={"reward": 1.0}, timeout=30)
         assert done.status_code == 200, done.text
-        loads = httpx.get(f"{upstream.url}/_fake/loads", timeout=5).json()
+        loads = httpx.get(f"{upstream.url}/_fake/loads", timeout=120).json()
     assert [(ld["weight_version"], ld["model_path"]) for ld in loads] == [("1", str(root / version_dir(RUN, 1)))]
     files = _files(root)
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from trajstore.sampling import SamplingArrays
 from trajstore.trainer.models import TINY_MODELS, PolicyLogprobs, backbone_of, build_critic, load_policy
+from trajstore.trainer.sao.sampling import processed_logprobs
 
 VOCAB = 128
 
@@ -77,13 +79,33 @@ def test_policy_logprobs_apply_the_sampling_temperature() -> None:
     ids = torch.randint(0, VOCAB, (1, 9), generator=torch.Generator().manual_seed(1))
     pos = torch.arange(9).unsqueeze(0)
     tgt = torch.roll(ids, -1, 1)
-    inv_t = torch.full((1, 9), 1 / 0.7)
+    params = SamplingArrays(torch.full((1, 9), 0.7), torch.zeros((1, 9), dtype=torch.long), torch.ones((1, 9)),
+                            torch.zeros((1, 9)))
     with torch.no_grad():
-        lp, ent = fwd(ids, pos, tgt, inv_t)
+        lp, ent = fwd(ids, pos, tgt, params)
         logits = pol.model(input_ids=ids, position_ids=pos).logits / 0.7
     ref = logits.log_softmax(-1).gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
     torch.testing.assert_close(lp, ref, atol=1e-5, rtol=1e-5)
     assert lp.shape == ent.shape == (1, 9)
+
+
+def test_policy_logprobs_apply_top_k_top_p_min_p_per_token() -> None:
+    pol = load_policy("tiny-llama", tiny_vocab_size=VOCAB)
+    fwd = PolicyLogprobs(pol.model, chunk_size=4)
+    gen = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, VOCAB, (1, 9), generator=gen)
+    pos = torch.arange(9).unsqueeze(0)
+    with torch.no_grad():
+        logits = pol.model(input_ids=ids, position_ids=pos).logits[0]
+    tgt = logits.argmax(-1)[None]  # the most likely token: inside every kept set
+    params = SamplingArrays(torch.tensor([[0.7, 1.0, 0.7, 1.3, 1.0, 0.5, 1.0, 0.9, 1.0]]),
+                            torch.tensor([[20, 0, 5, 0, 3, 0, 0, 2, 0]]),
+                            torch.tensor([[0.8, 0.9, 1.0, 1.0, 1.0, 0.5, 1.0, 1.0, 1.0]]),
+                            torch.tensor([[0.0, 0.0, 0.0, 0.1, 0.0, 0.0, 0.2, 0.0, 0.0]]))
+    with torch.no_grad():
+        lp, _ = fwd(ids, pos, tgt, params)
+    ref = processed_logprobs(logits, SamplingArrays(*(x[0] for x in params)))
+    torch.testing.assert_close(lp[0], ref.gather(-1, tgt[0, :, None])[:, 0], atol=1e-5, rtol=1e-5)
 
 
 def test_local_hf_directory_loads_with_its_path_as_tokenizer_identity(tmp_path) -> None:  # noqa: ANN001
@@ -115,6 +137,6 @@ def test_smollm2_alias_loads_the_real_model_with_a_frozen_attention_critic() -> 
 def test_first_values_are_zero() -> None:
     """The demo's critic started at a mean value of 1.8 against returns of ~0.28."""
     critic = build_critic(load_policy("tiny-llama", tiny_vocab_size=VOCAB).model)
-    ids = torch.randint(0, VOCAB, (1, 50))
+    ids = torch.randint(0, VOCAB, (1, 50), generator=torch.Generator().manual_seed(0))
     v = critic(ids, torch.arange(50)[None])
     assert v.shape == (1, 50) and torch.equal(v, torch.zeros(1, 50))

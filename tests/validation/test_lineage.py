@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 from trajstore.builder import TrajectoryBuilder
 from trajstore.convert import trajectories_to_table
 from trajstore.models import Trajectory
+from trajstore.schema import SCHEMA_VERSION
 from trajstore.validation import validate_files
 
 
@@ -56,8 +57,8 @@ def test_row_rules_of_lineage_and_schema_version_in_a_file(tmp_path: Path) -> No
     got = sorted((p.trajectory_id, p.field, p.message) for p in validate_files([str(path)]).problems)
     assert got == [
         ("kid", "link_kind", "'sibling' is not one of ['subagent', 'context_rewrite', 'fork', 'continuation']"),
-        ("kid", "schema_version", "is 0, but the file's footer says 3"),
-        ("root", "schema_version", "is 0, but the file's footer says 3")]
+        ("kid", "schema_version", f"is 0, but the file's footer says {SCHEMA_VERSION}"),
+        ("root", "schema_version", f"is 0, but the file's footer says {SCHEMA_VERSION}")]
 
 
 def test_a_fork_point_is_checked_against_the_parents_tokens(tmp_path: Path) -> None:

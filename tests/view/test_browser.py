@@ -20,6 +20,9 @@ from trajstore.schema import ACTION_LOGPROBS_COLUMN
 from trajstore.view import ViewConfig, create_app
 
 CHROMIUM = os.environ.get("TRAJ_VIEW_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+LOADED_MACHINE_MS = 120_000
+"""How long a page may take to load or show an element before the test fails: a bound on a hang, generous
+for a loaded machine (playwright's default is 30 s)."""
 
 @pytest.fixture(scope="module")
 def browser():
@@ -55,6 +58,7 @@ def test_known_store_list_filter_open_and_hover(browser, known_store):
     log-prob -0.5; run r1 trained A at v8)."""
     with serving(create_app(ViewConfig(store=known_store.uri))) as url:
         page = browser.new_page(viewport={"width": 1300, "height": 800})
+        page.set_default_timeout(LOADED_MACHINE_MS)
         page.goto(url + "/")
         assert page.locator("#list tr.row").count() == 6
         page.select_option("select[name=source]", "sdk")
@@ -87,6 +91,7 @@ def test_list_filter_open_and_colour_tokens(browser, trained):
     conn = audit.connect(trained)
     with serving(create_app(ViewConfig(store=trained))) as url:
         page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.set_default_timeout(LOADED_MACHINE_MS)
         page.goto(url + "/")
         assert page.locator("#list tr.row").count() == 12
         shot(page, "list")
@@ -152,6 +157,7 @@ def test_fixture_transcript_in_the_browser(browser, ingested_fixtures):
         "SELECT min(trajectory_id) FROM spans WHERE kind = 'observation' AND cause_id IS NOT NULL").fetchall()
     with serving(create_app(ViewConfig(store=ingested_fixtures))) as url:
         page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.set_default_timeout(LOADED_MACHINE_MS)
         page.goto(url + "/")
         page.fill("input[name=where]", f"trajectory_id = '{tid}'")
         page.click("#apply")

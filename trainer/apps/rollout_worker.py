@@ -18,10 +18,12 @@ from trajstore.builder import TrajectoryBuilder
 from trajstore.chat_template import Message, action_text, observation_tokens, prompt_tokens
 from trajstore.models import SamplingParams, Trajectory
 from trajstore.policies import latest_policy_version
+from trajstore.sampling import SamplingArrays
 from trajstore.store import Store, open_store
 from trajstore.trainer.apps.envs.guess_chat import EnvReply, EpisodeSummary, GuessNumberEnv
 from trajstore.trainer.loop.publish import load_policy_into
 from trajstore.trainer.models import cache_kwarg
+from trajstore.trainer.sao.sampling import as_tensors, processed_logprobs
 from trajstore.writer import StoreWriter
 
 ROLLOUT_SOURCE = "trajstore/rollout-worker"
@@ -73,23 +75,17 @@ class SampledAction:
 
 
 def sampling_logprobs(logits: torch.Tensor, *, temperature: float, top_p: float) -> torch.Tensor:
-    """Log-probabilities of the sampling distribution for next-token logits.
-
-    ``log softmax(logits / temperature)``, then with top_p < 1 the smallest set of most
-    likely tokens whose mass reaches top_p is kept and renormalised (Holtzman et al. 2020,
-    "The Curious Case of Neural Text Degeneration", section 3.1); the others get -inf.
+    """Log-probabilities of the sampling distribution for next-token logits: the processed
+    distribution (:func:`trajstore.trainer.sao.sampling.processed_logprobs`, the definition
+    ``traj serve`` and the trainer share) at `temperature` with the top-p nucleus (Holtzman et al.
+    2020, "The Curious Case of Neural Text Degeneration", section 3.1); -inf outside it.
 
     Shape: logits (V,) or (B, V) -> same shape, float32.
     """
-    lp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    if top_p >= 1.0:
-        return lp
-    sorted_lp, order = lp.sort(dim=-1, descending=True)
-    mass_before = sorted_lp.exp().cumsum(dim=-1) - sorted_lp.exp()
-    drop_sorted = mass_before >= top_p  # keeps the first token always
-    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-    lp = lp.masked_fill(drop, float("-inf"))
-    return lp - torch.logsumexp(lp, dim=-1, keepdim=True)
+    rows = logits.reshape(-1, logits.shape[-1])
+    n = rows.shape[0]
+    params = as_tensors(SamplingArrays([temperature] * n, [0] * n, [top_p] * n, [0.0] * n), rows.device)
+    return processed_logprobs(rows, params).reshape(logits.shape)
 
 
 @torch.no_grad()
@@ -318,7 +314,8 @@ class _Episode:
     def step(self, act: SampledAction, turn: int, w: RolloutWorker, sp: SamplingParams) -> None:
         """Record the action, let the environment answer, and extend the context."""
         self.builder.add_action(act.token_ids, act.logprobs, policy_version=w.version,
-                                finish_reason=act.finish_reason, sampling=sp, call_id=f"turn-{turn}")
+                                finish_reason=act.finish_reason, sampling=sp, call_id=f"turn-{turn}",
+                                logprob_mode="processed")  # sampled_action's log-probs: the processed distribution
         self.versions.append(w.version)
         text = action_text(w.tokenizer, act.token_ids)
         self.reply = self.env.step(text)

@@ -10,6 +10,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, Literal, NamedTuple
 
 from trajstore.reader import read_shard
+from trajstore.reader.span_fields import read_span_fields
+from trajstore.sampling import REFUSALS, REMEDIES, SAMPLING_SPAN_FIELDS, trajectory_refusals
 from trajstore.store import ShardInfo, Store
 from trajstore.trainer.config import DataConfig
 from trajstore.trainer.data.columns import read_scalar_columns
@@ -21,7 +23,11 @@ ADMISSION_COLUMNS: Final[tuple[str, ...]] = (
     "num_action_tokens", "num_missing_logprobs")
 """The scalar columns the rule reads."""
 
-SkipReason = Literal["duplicate", "where", "not_trainable", "no_reward", "overlong", "no_logprobs"]
+SkipReason = Literal["duplicate", "where", "not_trainable", "no_reward", "overlong", "no_logprobs"] | str
+"""Why a row is not trained; ``unreproducible_<reason>`` for the reasons of :data:`trajstore.sampling.REFUSALS`."""
+
+UNREPRODUCIBLE = "unreproducible_"
+"""Prefix of the skip reasons of rows whose log-probs the trainer cannot reproduce."""
 
 SKIP_REASONS: Final[dict[str, str]] = {
     "duplicate": "duplicate ids",
@@ -30,6 +36,7 @@ SKIP_REASONS: Final[dict[str, str]] = {
     "no_reward": "without a reward",
     "overlong": "longer than --max-seq-len",
     "no_logprobs": "without an engine log-prob on any action token",
+    **{UNREPRODUCIBLE + r: f"with log-probs the trainer cannot reproduce ({words})" for r, words in REFUSALS.items()},
 }
 """Each :data:`SkipReason` in words (a skipped row is counted as ``data/skipped_<reason>``)."""
 
@@ -43,6 +50,7 @@ class Admission(NamedTuple):
         skip: why the row is not trained, or None: admitted.
         text_only: admitted without engine log-probs (``--behaviour-logprobs initial-policy``).
         place: ``trajectory 'id' (shard name, row n)``, for messages.
+        refused_spans: with an ``unreproducible_*`` skip, the indices of the spans refused.
     """
 
     row: int
@@ -50,6 +58,7 @@ class Admission(NamedTuple):
     skip: SkipReason | None
     text_only: bool
     place: str
+    refused_spans: tuple[int, ...] = ()
 
 
 def is_text_only(row: Mapping[str, Any]) -> bool:
@@ -71,6 +80,11 @@ class AdmissionRule:
     7. text-only (:func:`is_text_only`) is refused unless ``behaviour_logprobs="initial-policy"``.
     8. ``no_logprobs``: an engine row with no engine log-prob on any action token (the stream
        leaves an action token without one out of the action mask, so nothing would train).
+    9. ``unreproducible_<reason>``: an engine row with an action span whose log-probs the trainer
+       cannot reproduce (:func:`trajstore.sampling.span_refusal`: raw-mode log-probs of a tempered
+       or truncated call, penalties, grammars, ...); the reason of its first such span. With
+       ``unreproducible="error"`` the callers stop on it (:func:`unreproducible_error`), with
+       ``"skip"`` it is counted and left out.
 
     Args:
         cfg: the data section of the training config.
@@ -83,8 +97,9 @@ class AdmissionRule:
         self._warned_null_tokenizer = False
 
     def decide(self, row: Mapping[str, Any], *, seen: set[str], kept_by_where: bool, place: str) -> SkipReason | None:
-        """The decision on `row` (a mapping with :data:`ADMISSION_COLUMNS`): None = admitted, else
-        the reason it is skipped. Adds its id to `seen`.
+        """The decision on `row` (a mapping with :data:`ADMISSION_COLUMNS` and ``refusal``: None, or
+        the reason and span indices of :func:`trajstore.sampling.trajectory_refusals`): None =
+        admitted, else the reason it is skipped. Adds its id to `seen`.
 
         Raises:
             TrainDataError: tokenizer mismatch, overlong with ``overlong="error"``, text-only data
@@ -117,6 +132,8 @@ class AdmissionRule:
                     "recorded in the run config)")
         elif row["num_missing_logprobs"] >= row["num_action_tokens"]:
             return "no_logprobs"
+        elif row.get("refusal") is not None:
+            return UNREPRODUCIBLE + row["refusal"][0]
         return None
 
     def _check_tokenizer(self, tok: str | None, place: str) -> None:
@@ -156,7 +173,40 @@ def decide_rows(store: Store, shard: ShardInfo, start: int, *, rule: AdmissionRu
         table = read_scalar_columns(store, shard)
         keep = where.mask(table, shard=shard.name)
     records = table.select(list(ADMISSION_COLUMNS)).to_pylist()
+    # the sampling fields of the spans only (a few leaf columns), judged once per distinct setting
+    refusals = trajectory_refusals(read_span_fields(store, shard, SAMPLING_SPAN_FIELDS))
     for i in (range(start, len(records)) if rows is None else (int(r) for r in rows)):
         place = f"trajectory {records[i]['trajectory_id']!r} (shard {shard.name}, row {i})"
-        skip = rule.decide(records[i], seen=seen, kept_by_where=keep is None or bool(keep[i]), place=place)
-        yield Admission(i, records[i]["trajectory_id"], skip, skip is None and is_text_only(records[i]), place)
+        row = {**records[i], "refusal": refusals[i]}
+        skip = rule.decide(row, seen=seen, kept_by_where=keep is None or bool(keep[i]), place=place)
+        spans = tuple(refusals[i][1]) if skip is not None and skip.startswith(UNREPRODUCIBLE) else ()
+        yield Admission(i, records[i]["trajectory_id"], skip, skip is None and is_text_only(records[i]), place, spans)
+
+
+def unreproducible_error(refused: Sequence[Admission], *, before_training: bool) -> TrainDataError:
+    """The one-line refusal of rows whose log-probs the trainer cannot reproduce (``unreproducible``
+    skips), grouped by reason: how many, the first few trajectories with their span indices, and
+    the engine or request setting to change; ``--unreproducible skip`` trains the rest.
+
+    Args:
+        refused: the rows (Admissions with an ``unreproducible_*`` skip), in arrival order.
+        before_training: the census found them (nothing was written yet).
+    """
+    by_reason: dict[str, list[Admission]] = {}
+    for a in refused:
+        by_reason.setdefault(a.skip[len(UNREPRODUCIBLE):], []).append(a)
+    parts = []
+    for reason, rows in by_reason.items():
+        spans = sum(len(a.refused_spans) for a in rows)
+        first = "; ".join(f"trajectory {a.trajectory_id!r} span{'s' if len(a.refused_spans) > 1 else ''} "
+                          f"{', '.join(map(str, a.refused_spans))}" for a in rows[:_NAMED])
+        more = f"; and {len(rows) - _NAMED} more" if len(rows) > _NAMED else ""
+        parts.append(f"{len(rows)} trajector{'y' if len(rows) == 1 else 'ies'} ({spans} action span"
+                     f"{'' if spans == 1 else 's'}) with {REFUSALS[reason]} ({first}{more}): {REMEDIES[reason]}")
+    written = "nothing was written; " if before_training else ""
+    return TrainDataError("log-probs the trainer cannot reproduce (their importance ratios would be wrong): "
+                          + " | ".join(parts) + f" ({written}--unreproducible skip trains the rest)")
+
+
+_NAMED = 3
+"""Trajectories named per reason in :func:`unreproducible_error`."""

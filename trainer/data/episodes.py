@@ -21,6 +21,14 @@ across parts):
   credited (each is a terminal lineage); the parts before a context rewrite are credited only
   through the chain. Trajectory-level baselines (GRPO, running mean) take one reward per chain and
   give each part its chain's advantage.
+* **Abandoned branches earn nothing**: a retry or a resample stores the attempt the harness threw
+  away as its own lineage (``abandoned = true``, the parent of the ``fork`` that replaced it:
+  ``traj proxy`` marks it, :mod:`trajstore.proxy.lineage`). A chain whose last part is abandoned gets no
+  episode reward (:func:`credited_reward`): under the skip-observation GAE its return is 0 (its
+  tokens still train, against the critic's values), and the trajectory-level baselines leave it out
+  of their statistics and give it advantage 0 (a 0 in a GRPO group would raise every kept
+  rollout's advantage). So the branch the harness finished is credited once, and a retried
+  episode no more often than one without retries.
 * **Batches**: a chain is only joined within one step batch. The stream never ends a batch
   between a part and a successor that arrives right after it (up to :data:`SUCCESSORS_OVER_BATCH`
   trajectories over ``batch_size``, and never over ``max_batch_tokens``), and a data-parallel rank
@@ -50,6 +58,17 @@ class Linked(Protocol):
     trajectory_id: str
     parent_trajectory_id: str | None
     link_kind: str | None
+    abandoned: bool | None
+
+
+class Rewarded(Linked, Protocol):
+    reward: float
+
+
+def credited_reward(s: Rewarded) -> float:
+    """The episode reward `s` earns at its last action when it ends its chain: its stored
+    ``reward``, or 0.0 for an abandoned branch (see the module docstring)."""
+    return 0.0 if s.abandoned else s.reward
 
 
 def is_successor_of(s: Linked, ids: set[str] | dict[str, int]) -> bool:

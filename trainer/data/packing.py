@@ -11,6 +11,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from trajstore.sampling import SamplingArrays, no_truncation
+from trajstore.trainer.data.episodes import credited_reward
 from trajstore.trainer.data.samples import TrainSample
 
 
@@ -30,7 +32,9 @@ class PackedMicroBatch(NamedTuple):
         rollout_logprobs: (1, L) float32, nats; behaviour log-prob of the predicted token at action
             slots, 0 elsewhere.
         policy_version: (1, L) int64; version that generated the predicted token, -1 elsewhere.
-        inv_temperature: (1, L) float32; 1 / sampling temperature of the predicted token.
+        sampling: the sampling parameters of the predicted token's distribution, (1, L) tensors
+            (temperature, top_p, min_p float32; top_k int64; temperature 1 without truncation
+            where no action is predicted).
         segments: (n + 1,) int64 offsets; trajectory i occupies ``[segments[i], segments[i+1])``.
     """
 
@@ -40,7 +44,7 @@ class PackedMicroBatch(NamedTuple):
     action_mask: torch.Tensor
     rollout_logprobs: torch.Tensor
     policy_version: torch.Tensor
-    inv_temperature: torch.Tensor
+    sampling: SamplingArrays
     segments: torch.Tensor
 
 
@@ -54,8 +58,8 @@ def pack(samples: Sequence[TrainSample], device: torch.device | str = "cpu") -> 
         z = torch.zeros((1, 1), dtype=torch.int64, device=device)
         return PackedMicroBatch(z, z.clone(), z.clone(), torch.zeros((1, 1), dtype=torch.bool, device=device),
                                 torch.zeros((1, 1), device=device), torch.full((1, 1), -1, device=device),
-                                torch.ones((1, 1), device=device), torch.tensor([0, 1]))
-    ids, pos, tgt, act, lp, pv, itemp, seg = [], [], [], [], [], [], [], [0]
+                                _sampling_tensors([no_truncation(1)], device), torch.tensor([0, 1]))
+    ids, pos, tgt, act, lp, pv, smp, seg = [], [], [], [], [], [], [], [0]
     for s in samples:
         t = s.num_tokens
         ids.append(s.tokens)
@@ -64,7 +68,7 @@ def pack(samples: Sequence[TrainSample], device: torch.device | str = "cpu") -> 
         act.append(np.concatenate([s.action_mask[1:], [False]]))
         lp.append(np.concatenate([np.nan_to_num(s.rollout_logprobs[1:], nan=0.0), [0.0]]).astype(np.float32))
         pv.append(np.concatenate([s.policy_version[1:], [-1]]))
-        itemp.append(np.concatenate([s.inv_temperature[1:], [1.0]]).astype(np.float32))
+        smp.append(SamplingArrays(*(np.concatenate([x[1:], none[:1]]) for x, none in zip(s.sampling, NONE))))
         seg.append(seg[-1] + t)
 
     def cat(parts: list[np.ndarray], dtype: torch.dtype) -> torch.Tensor:
@@ -72,7 +76,17 @@ def pack(samples: Sequence[TrainSample], device: torch.device | str = "cpu") -> 
 
     return PackedMicroBatch(cat(ids, torch.int64), cat(pos, torch.int64), cat(tgt, torch.int64),
                             cat(act, torch.bool), cat(lp, torch.float32), cat(pv, torch.int64),
-                            cat(itemp, torch.float32), torch.tensor(seg, dtype=torch.int64))
+                            _sampling_tensors(smp, device), torch.tensor(seg, dtype=torch.int64))
+
+
+NONE = no_truncation(1)
+"""Sampling parameters where no action is predicted (each trajectory's last position)."""
+
+
+def _sampling_tensors(parts: Sequence[SamplingArrays], device: torch.device | str) -> SamplingArrays:
+    """Concatenated numpy parts as (1, L) tensors (temperature, top_p, min_p float32; top_k int64)."""
+    return SamplingArrays(*(torch.as_tensor(np.concatenate(xs)).to(dtype=dt).unsqueeze(0).to(device)
+                            for xs, dt in zip(zip(*parts), (torch.float32, torch.int64, torch.float32, torch.float32))))
 
 
 def to_rows(x: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
@@ -105,7 +119,8 @@ class GAEInputs(NamedTuple):
     (:mod:`trajstore.trainer.sao.advantages`) take it. n = trajectories, Tmax = the longest one.
 
     Fields:
-        rewards: (n, Tmax) float32; the trajectory's reward at its last action slot, 0 elsewhere.
+        rewards: (n, Tmax) float32; the trajectory's reward at its last action slot (0 for an abandoned
+            branch: :func:`~trajstore.trainer.data.episodes.credited_reward`), 0 elsewhere.
         values: (n, Tmax) float; the critic's values (prediction frame), 0 in the padding.
         action_mask: (n, Tmax) bool; True = action slot.
     """
@@ -127,7 +142,7 @@ def gae_inputs(mb: PackedMicroBatch, samples: Sequence[TrainSample], values: tor
     mask = to_rows(mb.action_mask, mb.segments)
     n, width = mask.shape
     reward = torch.zeros(n, dtype=torch.float32)
-    reward[:len(samples)] = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    reward[:len(samples)] = torch.tensor([credited_reward(s) for s in samples], dtype=torch.float32)
     # last action slot per row (argmax takes the first maximum, here of the reversed row); a row
     # without one gets 0 at its end, i.e. no reward
     last = width - 1 - mask.flip(1).to(torch.uint8).argmax(1)

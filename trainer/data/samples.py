@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trajstore.sampling import SamplingArrays
 from trajstore.trainer.data.cursor import DataCursor
 
 
@@ -25,8 +26,9 @@ class TrainSample:
         policy_version: int64 (T,); version that generated the token, -1 at non-action tokens; for a
             mixed-version action span (schema field ``policy_version_max``) the oldest version, so
             staleness is never under-counted.
-        inv_temperature: float32 (T,); 1 / sampling temperature of the token's action span
-            (1 where unknown or not an action).
+        sampling: (T,) arrays of the distribution each action token was drawn from (its span's
+            temperature, top-k, top-p, min-p as the trainer applies them:
+            :func:`trajstore.sampling.span_sampling`); temperature 1 without truncation elsewhere.
         reward: float, credited at the last action token.
         needs_behaviour: True for text-only data admitted with ``behaviour_logprobs="initial-policy"``.
         cursor: the stream's cursor right after this trajectory.
@@ -34,6 +36,8 @@ class TrainSample:
         episode_id, parent_trajectory_id, link_kind, fork_point: its lineage as stored (schema v3;
             rows of older shards are their own episode, without a parent), read by the chain rule of
             :mod:`~trajstore.trainer.data.episodes`.
+        abandoned: True for a branch the harness threw away (a retry or resample replaced it; schema
+            v4 ``abandoned``): it earns no episode reward (:func:`~trajstore.trainer.data.episodes.credited_reward`).
         row_group: index of the shard's row group it was read from (the replay buffer draws
             whole row groups).
         reuse: 0 for the first time it is trained in a run; n for its n-th reuse, drawn from the
@@ -48,7 +52,7 @@ class TrainSample:
     rollout_logprobs: np.ndarray
     action_mask: np.ndarray
     policy_version: np.ndarray
-    inv_temperature: np.ndarray
+    sampling: SamplingArrays
     reward: float
     needs_behaviour: bool
     cursor: DataCursor
@@ -57,6 +61,7 @@ class TrainSample:
     parent_trajectory_id: str | None = None
     link_kind: str | None = None
     fork_point: int | None = None
+    abandoned: bool | None = None
     row_group: int = 0
     reuse: int = 0
 

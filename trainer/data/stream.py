@@ -26,10 +26,17 @@ import pyarrow.parquet as pq
 from trajstore.reader import TrajectoryBatch, iter_shard_batches
 from trajstore.reader.files import gone
 from trajstore.reader.progress import Progress, Unit, mentions, plan
+from trajstore.sampling import SamplingArrays
 from trajstore.store import TRAJECTORIES_DIR, ShardInfo, Store
 from trajstore.store.compaction_records import ShardGone
 from trajstore.trainer.config import DataConfig
-from trajstore.trainer.data.admission import Admission, AdmissionRule, decide_rows
+from trajstore.trainer.data.admission import (
+    UNREPRODUCIBLE,
+    Admission,
+    AdmissionRule,
+    decide_rows,
+    unreproducible_error,
+)
 from trajstore.trainer.data.census import StoreCensus
 from trajstore.trainer.data.cursor import DataCursor
 from trajstore.trainer.data.episodes import SUCCESSORS_OVER_BATCH, is_successor_of, shared_prefix_end
@@ -56,7 +63,8 @@ class TrajectoryStream:
 
     Raises (from :meth:`next_batch`):
         TrainDataError: tokenizer mismatch, text-only data without the opt-in, token id outside
-            the vocabulary, overlong trajectory with ``overlong="error"``, or a bad ``where``.
+            the vocabulary, overlong trajectory with ``overlong="error"``, log-probs the trainer
+            cannot reproduce with ``unreproducible="error"``, or a bad ``where``.
     """
 
     def __init__(self, store: Store, cfg: DataConfig, *, tokenizer: str, vocab_size: int | None,
@@ -243,6 +251,8 @@ class TrajectoryStream:
             if d.row != row or d.trajectory_id != batch.trajectory_ids[i]:
                 raise RuntimeError(f"shard {shard.name}: row {row} was decided as {d.trajectory_id!r} (row {d.row}) "
                                    f"but read as {batch.trajectory_ids[i]!r}")
+            if d.skip is not None and d.skip.startswith(UNREPRODUCIBLE) and self.cfg.unreproducible == "error":
+                raise unreproducible_error([d], before_training=False)  # arrived after the census (--follow)
             cursor = walk.after(j, unit_row)
             self._read = cursor
             if d.skip is not None:
@@ -269,7 +279,7 @@ class TrajectoryStream:
         return TrainSample(
             trajectory_id=d.trajectory_id, group_id=group.columns["group_id"][i], shard=shard.name, row=row,
             tokens=tokens, rollout_logprobs=lps, action_mask=mask, policy_version=group.policy_version[a:b].copy(),
-            inv_temperature=group.inv_temperature[a:b].copy(), reward=float(group.batch.reward[i]),
+            sampling=SamplingArrays(*(x[a:b].copy() for x in group.sampling)), reward=float(group.batch.reward[i]),
             needs_behaviour=d.text_only, cursor=cursor, mixed_version_actions=group.mixed_version_actions(i),
             **lineage)
 
@@ -301,8 +311,10 @@ class TrajectoryStream:
         run that would be refused stops before it writes anything (config, published v0, records).
 
         Refusals: a ``--where`` that DuckDB cannot evaluate on the data, tokenizer mismatch,
-        text-only data without the opt-in, ``overlong="error"`` with a longer row. Token ids are
-        checked by :meth:`check_vocabulary` once the model (its vocabulary) is known.
+        text-only data without the opt-in, ``overlong="error"`` with a longer row, and with
+        ``unreproducible="error"`` every row whose log-probs the trainer cannot reproduce (one
+        line naming them all: :func:`~trajstore.trainer.data.admission.unreproducible_error`).
+        Token ids are checked by :meth:`check_vocabulary` once the model (its vocabulary) is known.
 
         Returns:
             What the rows would become (see :class:`StoreCensus`); ``census.trainable == 0`` is
@@ -314,18 +326,23 @@ class TrajectoryStream:
         """
         census = StoreCensus()
         seen = set(self._seen)
+        refused: list[Admission] = []
         for shard, units in self._plans():  # as the stream reads: the resumed one first
             phys = np.concatenate([u.phys for u in units])
             candidates: list[int] = []
             for d in decide_rows(self.store, shard, 0, rule=self._rule, seen=seen, where=self._where, rows=phys):
                 census.rows += 1
-                if d.skip is not None:
+                if d.skip is not None and d.skip.startswith(UNREPRODUCIBLE) and self.cfg.unreproducible == "error":
+                    refused.append(d)  # all of them named in one line, after the whole census
+                elif d.skip is not None:
                     census.skip(d.skip)
                 else:
                     candidates.append(d.row)
             census.trainable += len(candidates)
             if candidates:
                 census.candidates.append((shard, candidates))
+        if refused:
+            raise unreproducible_error(refused, before_training=True)
         return census
 
     def check_vocabulary(self, census: StoreCensus) -> None:

@@ -80,13 +80,19 @@ def scalar_baseline_fn(cfg: TrainConfig, state: TrainerState) -> Callable[[list[
 
     A chain of an episode's parts (context rewrite, continuation;
     :mod:`~trajstore.trainer.data.episodes`) counts once: its last part's reward and group enter
-    the baseline, and every part gets the chain's advantage."""
+    the baseline, and every part gets the chain's advantage. A chain whose last part is an
+    abandoned branch (a retry or resample replaced it) is left out and gets advantage 0."""
     baseline = make_trajectory_baseline(cfg.algo.advantage, window=cfg.algo.running_mean_window)
     if isinstance(baseline, RunningMeanBaseline) and state.baseline is not None:
         baseline.load_state_dict({"history": torch.tensor(state.baseline, dtype=torch.float64)})
 
     def fn(all_samples: list[TrainSample], st: TrainerState) -> dict[str, float]:
-        chains = episode_chains(all_samples)
+        every = episode_chains(all_samples)
+        # an abandoned branch earns no episode reward: left out of the baseline, advantage 0
+        chains = [c for c in every if not all_samples[c[-1]].abandoned]
+        out = {all_samples[i].trajectory_id: 0.0 for c in every for i in c}
+        if not chains:
+            return out
         samples = [all_samples[c[-1]] for c in chains]  # one per chain: its last part
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
         group_ids = None
@@ -105,6 +111,7 @@ def scalar_baseline_fn(cfg: TrainConfig, state: TrainerState) -> Callable[[list[
         adv = baseline(rewards, group_ids)
         if isinstance(baseline, RunningMeanBaseline):
             st.baseline = baseline.state_dict()["history"].tolist()
-        return {all_samples[i].trajectory_id: float(a) for c, a in zip(chains, adv) for i in c}
+        out.update({all_samples[i].trajectory_id: float(a) for c, a in zip(chains, adv) for i in c})
+        return out
 
     return fn

@@ -88,16 +88,18 @@ def init_distributed(device: str = "auto", *, strategy: Strategy = "ddp") -> Dis
     return DistEnv(rank, world, local_rank, dev)
 
 
-def mixed_precision(env: DistEnv, bf16: bool) -> Any:
+def mixed_precision(env: DistEnv, bf16: bool, *, cast_inputs: bool = True) -> Any:
     """FSDP2's mixed-precision policy: on CUDA with `bf16`, bf16 parameters and compute with
     float32 gradient reduce-scatter (the sharded float32 parameters and optimiser state stay
     float32); otherwise float32 throughout (CPU: bf16 matmuls are slow there and the tests
-    compare against float32 references)."""
+    compare against float32 references). `cast_inputs` False leaves the module's floating-point
+    inputs as they are (the root's are the per-token sampling parameters)."""
     # torch.distributed: loaded only by distributed (DDP / FSDP) runs
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     if env.device.type == "cuda" and bf16:
-        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                    cast_forward_inputs=cast_inputs)
     return MixedPrecisionPolicy()
 
 
@@ -126,7 +128,9 @@ def shard(module: nn.Module, layers: list[nn.Module], env: DistEnv, *, bf16: boo
         if activation_checkpointing:
             checkpoint_activations(layer)
         fully_shard(layer, mesh=mesh, mp_policy=mp)
-    fully_shard(module, mesh=mesh, mp_policy=mp)
+    # the root's float inputs are sampling parameters: in bf16 a temperature of 0.7 or a top_p of
+    # 0.8 would be another one (0.69921875, 0.80078125) than the engine sampled with
+    fully_shard(module, mesh=mesh, mp_policy=mixed_precision(env, bf16, cast_inputs=False))
     return module
 
 

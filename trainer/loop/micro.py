@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from trajstore.sampling import SamplingArrays
 from trajstore.trainer.data import (
     PackedMicroBatch,
     StepBatch,
@@ -72,7 +74,7 @@ def prepare(tr: Trainer, batch: StepBatch) -> tuple[list[Micro], torch.Tensor]:
         for j, m in enumerate(todo):
             start_pass(tr, "initial-policy log-probs", j, len(todo), m)
             with torch.no_grad(), tr.autocast():
-                lp, _ = tr.behaviour(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)
+                lp, _ = tr.behaviour(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.sampling)
             need = torch.tensor([s.needs_behaviour for s in m.samples], device=env.device)
             fill = need[m.trajectory].unsqueeze(0) & m.mb.action_mask
             m.mb = m.mb._replace(rollout_logprobs=torch.where(fill, lp.float(), m.mb.rollout_logprobs))
@@ -122,7 +124,12 @@ def chain_groups(micros: list[Micro]) -> list[list[int]]:
 def merged(micros: list[Micro]) -> tuple[PackedMicroBatch, list[TrainSample], torch.Tensor | None]:
     """Several micro-batches as one packing (their rows one after the other), their samples and
     values, for an estimator that must see a chain whole; :func:`unmerged` cuts its results back."""
-    fields = [torch.cat([getattr(m.mb, f) for m in micros], dim=1) for f in PackedMicroBatch._fields[:-1]]
+    def cat(parts: list) -> Any:  # a (1, L) tensor, or the sampling parameters' (1, L) tensors
+        if isinstance(parts[0], SamplingArrays):
+            return SamplingArrays(*(torch.cat(xs, dim=1) for xs in zip(*parts)))
+        return torch.cat(parts, dim=1)
+
+    fields = [cat([getattr(m.mb, f) for m in micros]) for f in PackedMicroBatch._fields[:-1]]
     offsets = [0]
     for m in micros:
         offsets += (m.mb.segments[1:] + offsets[-1]).tolist()

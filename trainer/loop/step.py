@@ -176,7 +176,7 @@ def _policy_update(tr: Trainer, micros: list[Micro], n_tokens: torch.Tensor,
     for j, m in enumerate(micros):
         start_pass(tr, "policy update", j, len(micros), m)
         with D.maybe_no_sync(tr.policy, j < len(micros) - 1), tr.autocast():
-            lp, ent = tr.policy(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.inv_temperature)
+            lp, ent = tr.policy(m.mb.input_ids, m.mb.position_ids, m.mb.targets, m.mb.sampling)
             loss, st = tr.policy_loss_fn(lp.float(), m.mb.rollout_logprobs, m.advantages, m.mb.action_mask,
                                          algo.eps_low, algo.eps_high, agg=algo.loss_agg,
                                          num_tokens=n_tokens, num_sequences=n_seqs,

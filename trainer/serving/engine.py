@@ -23,7 +23,10 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from trajstore.sampling import SamplingArrays, effective_sampling
 from trajstore.trainer.models import cache_kwarg
+from trajstore.trainer.sao.sampling import as_tensors
+from trajstore.trainer.sao.sampling import processed_logprobs as shared_processed_logprobs
 from trajstore.trainer.serving.weights import reload_weights
 
 WeightUpdateMode = Literal["drain", "abort", "retract"]
@@ -40,7 +43,8 @@ class Sampling:
     Attributes:
         max_new_tokens: tokens to generate at most (>= 1).
         temperature: softmax temperature; 0 = greedy (log-probs are then the model's own).
-        top_p: nucleus mass in (0, 1]; top_k: keep the k most likely tokens (-1 = all).
+        top_p: nucleus mass in (0, 1]; top_k: keep the k most likely tokens (-1 or 0 = all);
+        min_p: keep the tokens at least min_p times as likely as the most likely one (0 = off).
         stop_token_ids: ids that end generation (kept as the last token); the EOS id is added
             unless ``ignore_eos``.
         allowed_token_ids: sample only among these ids (vLLM's ``allowed_token_ids``).
@@ -54,6 +58,7 @@ class Sampling:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
+    min_p: float = 0.0
     stop_token_ids: tuple[int, ...] = ()
     allowed_token_ids: tuple[int, ...] | None = None
     seed: int | None = None
@@ -116,11 +121,11 @@ class _Reload:
 def processed_logprobs(logits: torch.Tensor, s: Sampling, allowed: Sequence[int] | None = None) -> torch.Tensor:
     """Log-probabilities of the distribution a token is drawn from, for one row of logits.
 
-    Order as in vLLM's sampler: restrict to `allowed` (default ``allowed_token_ids``), divide by the temperature,
-    keep the top-k, then the top-p nucleus (Holtzman et al. 2020, "The Curious Case of Neural
-    Text Degeneration", section 3.1: the smallest set of most likely tokens whose mass reaches
-    p), renormalise. Excluded tokens get -inf. Temperature 0 (greedy) reports the model's
-    own log-softmax (after the allowed-ids restriction).
+    The allowed ids (default ``allowed_token_ids``) first, as in vLLM's sampler, then the processed
+    distribution that the trainer reproduces (:func:`trajstore.trainer.sao.sampling.processed_logprobs`:
+    temperature, min-p, top-k, top-p, renormalised; :data:`trajstore.sampling.PROCESSING_ORDER`).
+    Excluded tokens get -inf. Temperature 0 (greedy) reports the model's own log-softmax (after
+    the allowed-ids restriction), as vLLM does.
 
     Shape: logits (V,) -> (V,) float32, nats.
     """
@@ -131,23 +136,8 @@ def processed_logprobs(logits: torch.Tensor, s: Sampling, allowed: Sequence[int]
         idx = torch.as_tensor(allowed, device=x.device)
         keep[idx] = 0.0
         x = x + keep
-    if s.temperature > 0:
-        x = x / s.temperature
-    lp = torch.log_softmax(x, dim=-1)
-    if s.temperature <= 0:
-        return lp
-    if 0 < s.top_k < lp.numel():
-        kth = lp.topk(s.top_k).values[-1]
-        lp = lp.masked_fill(lp < kth, float("-inf"))
-        lp = lp - torch.logsumexp(lp, dim=-1)
-    if s.top_p < 1.0:
-        sorted_lp, order = lp.sort(descending=True)
-        p = sorted_lp.exp()
-        drop_sorted = (p.cumsum(0) - p) >= s.top_p  # the most likely token is always kept
-        drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
-        lp = lp.masked_fill(drop, float("-inf"))
-        lp = lp - torch.logsumexp(lp, dim=-1)
-    return lp
+    t, k, p, m = effective_sampling("processed", s.temperature, s.top_k, s.top_p, s.min_p)
+    return shared_processed_logprobs(x[None], as_tensors(SamplingArrays([t], [k], [p], [m]), x.device))[0]
 
 
 class Engine:

@@ -71,6 +71,7 @@ class ParsedCall:
         self.sampling = Sampling(
             max_new_tokens=int(max_tokens), temperature=1.0 if p.temperature is None else p.temperature,
             top_p=1.0 if p.top_p is None else p.top_p, top_k=-1 if p.top_k is None else p.top_k,
+            min_p=0.0 if p.min_p is None else p.min_p,
             stop_token_ids=tuple(sorted(stop_ids)),
             allowed_token_ids=None if allowed is None else tuple(allowed),
             seed=p.seed, top_logprobs=top, choices=choices)

@@ -1,5 +1,6 @@
-"""The HTTP routes of ``traj serve``: health and model info, SGLang's weight-reload and cache
-endpoints, and the two generation endpoints (answered in :mod:`.completions`)."""
+"""The HTTP routes of ``traj serve``: health and model info (which says what its log-probs are:
+:data:`LOGPROB_INFO`), SGLang's weight-reload and cache endpoints, and the two generation
+endpoints (answered in :mod:`.completions`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,15 @@ from trajstore.http.app import http_app
 from trajstore.http.errors import error_response
 from trajstore.http.json_body import read_json_object
 from trajstore.http.limits import BodyError
+from trajstore.sampling import PROCESSING_ORDER
 from trajstore.trainer.serving.completions import complete
 from trajstore.trainer.serving.state import ServeApp
+
+LOGPROB_INFO: dict[str, Any] = {"logprob_mode": "processed", "logprob_processing": list(PROCESSING_ORDER)}
+"""What the log-probs ``traj serve`` reports are, in ``/v1/models`` (each model) and ``/model_info``:
+``logprob_mode`` (:data:`trajstore.schema.LOGPROB_MODES`: always ``processed``, the log-prob of the
+distribution the token was drawn from) and ``logprob_processing``, the steps that build it from the
+logits in order (:data:`trajstore.sampling.PROCESSING_ORDER`)."""
 
 
 def create_app(app_state: ServeApp) -> FastAPI:
@@ -30,12 +38,13 @@ def create_app(app_state: ServeApp) -> FastAPI:
     @api.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": st.model_name, "object": "model", "created": 0,
-                                            "owned_by": "trajstore", "max_model_len": st.max_model_len}]}
+                                            "owned_by": "trajstore", "max_model_len": st.max_model_len,
+                                            **LOGPROB_INFO}]}
 
     @api.get("/model_info")
     async def model_info() -> dict[str, Any]:
         return {"model_path": st.cfg.model, "tokenizer_path": st.cfg.tokenizer or st.cfg.model,
-                "is_generation": True, "weight_version": st.engine.version}
+                "is_generation": True, "weight_version": st.engine.version, **LOGPROB_INFO}
 
     @api.post("/flush_cache")
     async def flush_cache() -> dict[str, Any]:

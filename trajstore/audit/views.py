@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from trajstore.audit.lineage_views import LINEAGE_VIEW_NAMES, create_lineage_views
+from trajstore.audit.sampling_sql import register_sampling_functions
 from trajstore.errors import TrajstoreError, one_line
 from trajstore.schema import (
     ACTION_LOGPROBS_COLUMN,
@@ -31,8 +32,8 @@ from trajstore.schema import (
     SCALAR_COLUMNS,
     SCHEMA_VERSION,
     SPAN_FIELDS,
-    SPAN_FIELDS_NEW_IN_V2,
     SPAN_FIELDS_V1,
+    SPAN_FIELDS_V3,
     STEP_SCHEMA,
     TRAJECTORY_SCHEMA,
 )
@@ -131,11 +132,16 @@ def _old_source(src: str) -> str:
             f"FROM {src})")
 
 
-def _old_as_v3(f: pa.Field, present: set[str], version: int) -> str:
-    """SQL for a schema-v3 column computed from the columns of v1 or v2 shards (see
+def _old_as_current(f: pa.Field, present: set[str], version: int) -> str:
+    """SQL for a column of the current schema computed from the columns of v1 to v3 shards (see
     :mod:`trajstore.schema` and :func:`trajstore.convert.upgrade_table`, the same conversion)."""
-    if f.name == "schema_version":  # a converted row has v3's layout (the footer keeps the file's version)
+    if f.name == "schema_version":  # a converted row has the current layout (the footer keeps the file's version)
         return f"CAST({SCHEMA_VERSION} AS BIGINT) AS schema_version"
+    if f.name == "spans" and version >= 2:  # v2 and v3 spans are alike; later fields are null
+        kept = ", ".join(f"{_quote_ident(g.name)} := s.{_quote_ident(g.name)}" for g, _ in SPAN_FIELDS_V3)
+        return f"list_transform(spans, lambda s: struct_pack({kept}, {_new_span_fields(SPAN_FIELDS_V3)})) AS spans"
+    if version == 3:
+        return _column_or_null(f, present)
     if f.name == "episode_id":
         return _EPISODE_ID_SQL
     if f.name == ACTION_LOGPROBS_COLUMN and version == 2:
@@ -168,10 +174,16 @@ def _v1_as_v2(f: pa.Field, present: set[str]) -> str:
         missing = "CASE WHEN logprob_source = 'none' THEN s.\"end\" - s.start ELSE 0 END"
         derived = {"logprob_start": f"CASE WHEN {act} THEN {before} END",
                    "num_missing_logprobs": f"CASE WHEN {act} THEN {missing} END"}
-        added = ", ".join(f"{_quote_ident(g.name)} := {derived.get(g.name, f'NULL::{_duck_type(g.type)}')}"
-                          for g, _ in SPAN_FIELDS if g.name in SPAN_FIELDS_NEW_IN_V2)
-        return f"list_transform(spans, lambda s, i: struct_pack({kept}, {added})) AS spans"
+        return f"list_transform(spans, lambda s, i: struct_pack({kept}, {_new_span_fields(SPAN_FIELDS_V1, derived)})) AS spans"
     return _column_or_null(f, present)
+
+
+def _new_span_fields(old: Sequence[tuple[pa.Field, str]], derived: Mapping[str, str] | None = None) -> str:
+    """``name := value`` SQL of every current span field that `old` lacks: the `derived` SQL
+    where given, else a typed NULL (not recorded in the older version)."""
+    have = {g.name for g, _ in old}
+    return ", ".join(f"{_quote_ident(g.name)} := {(derived or {}).get(g.name, f'NULL::{_duck_type(g.type)}')}"
+                     for g, _ in SPAN_FIELDS if g.name not in have)
 
 
 def _maybe_duplicated(shards: Sequence[ShardInfo]) -> bool:
@@ -187,8 +199,8 @@ def _maybe_duplicated(shards: Sequence[ShardInfo]) -> bool:
 
 def _trajectory_rows_sql(conn: duckdb.DuckDBPyConnection, shards: Sequence[ShardInfo],
                          store: Store) -> tuple[str, list[str]]:
-    """SELECT of every stored trajectory row as schema v3 plus ``shard`` and ``shard_row``
-    (shards of schema v1 and v2 converted in SQL), and the shard URLs it reads."""
+    """SELECT of every stored trajectory row as the current schema plus ``shard`` and ``shard_row``
+    (shards of schema v1 to v3 converted in SQL), and the shard URLs it reads."""
     by_layout: dict[tuple[int, tuple[str, ...]], list[ShardInfo]] = {}
     for info in shards:  # shards of one version and one column list are read by one read_parquet
         by_layout.setdefault((info.schema_version, info.columns), []).append(info)
@@ -200,8 +212,8 @@ def _trajectory_rows_sql(conn: duckdb.DuckDBPyConnection, shards: Sequence[Shard
         if version == SCHEMA_VERSION:
             cols = [_column_or_null(f, present) for f in TRAJECTORY_SCHEMA]
         else:
-            cols = [_old_as_v3(f, present, version) for f in TRAJECTORY_SCHEMA]
-            src = _old_source(src)
+            cols = [_old_as_current(f, present, version) for f in TRAJECTORY_SCHEMA]
+            src = _old_source(src) if version < 3 else src
         selects.append(f"SELECT {', '.join(cols)}, filename AS shard, file_row_number AS shard_row FROM {src}")
     if not selects:
         src = _empty_source(conn, "_trajstore_empty_trajectories", TRAJECTORY_SCHEMA)
@@ -225,11 +237,11 @@ def connect(uri: str | os.PathLike[str] | Store, *,
 
     Views (a snapshot of the shards listed now; reconnect to see newer shards):
 
-    Shards of schema v1 and v2 are converted in SQL (as :func:`trajstore.convert.upgrade_table`
+    Shards of schema v1 to v3 are converted in SQL (as :func:`trajstore.convert.upgrade_table`
     does), so a store holding several versions reads as one; a nullable column that no shard has
     is NULL.
 
-    - ``trajectories``: one row per trajectory, every scalar column of schema v3 (no
+    - ``trajectories``: one row per trajectory, every scalar column of the current schema (no
       ``tokens``/``action_logprobs``/``spans``) plus ``shard`` (the file it was read from). Duplicate
       ``trajectory_id`` s keep the first copy in arrival order (shard name, then row), exactly
       as :mod:`trajstore.reader`.
@@ -254,6 +266,10 @@ def connect(uri: str | os.PathLike[str] | Store, *,
       ``wall_time`` (latest) and one column per metric name (mean if logged more than once).
     - ``lineages``, ``episodes``: one row per lineage (a trajectory and its context-rewrite /
       continuation successors) and per ``episode_id`` (:mod:`~trajstore.audit.lineage_views`).
+
+    Functions: ``logprob_refusal(logprob_mode, temperature, top_k, top_p, min_p, sampling_params)``,
+    why the trainer cannot reproduce an action span's log-probs (NULL: it can;
+    :mod:`~trajstore.audit.sampling_sql`).
 
     Read-only: DuckDB's file access is limited to exactly the listed shard files
     (``allowed_paths``, ``enable_external_access = false``, then ``lock_configuration = true`` so
@@ -288,7 +304,7 @@ def connect(uri: str | os.PathLike[str] | Store, *,
     traj_shards = store.list_shards(TRAJECTORIES_DIR, strict=strict)
     rows_sql, traj_urls = _trajectory_rows_sql(conn, traj_shards, store)
     allowed += traj_urls
-    # Every row as stored (as schema v3), with its shard and row number (duplicates included).
+    # Every row as stored (as the current schema), with its shard and row number (duplicates included).
     conn.execute(f"CREATE VIEW _trajectory_rows AS {rows_sql}")
     # First copy of each id in arrival order (shard names sort by write time). The later copies
     # are found once here from the ids alone and kept as a small table; a window over the full
@@ -328,6 +344,7 @@ def connect(uri: str | os.PathLike[str] | Store, *,
         f"unnest(range(len(spans))) AS span_index, unnest(spans) AS sp FROM _trajectories_full) "
         f"WHERE sp.kind = 'action'")
     create_lineage_views(conn)
+    register_sampling_functions(conn)
 
     runs = run_ids(store)
     for view, records_dir, schema in (("steps", run_steps_dir, STEP_SCHEMA),

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import glob
+import hashlib
 import json
 import math
+import os
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -17,7 +20,9 @@ import pyarrow as pa
 
 from trajstore import __version__, audit
 from trajstore.audit.predicate import where_sql
-from trajstore.schema import FIELD_DOCS, LOGPROB_LAYOUT, SCHEMA_VERSION
+from trajstore.export.files import INSTALL_EXPORT_EXTRA
+from trajstore.extras import require
+from trajstore.schema import FIELD_DOCS, LOGPROB_LAYOUT, SCHEMA_VERSION, TRAJECTORY_SCHEMA
 
 CARD_TABLES: Final[tuple[str, ...]] = (
     "overview.totals", "statuses.by_source", "rewards.by_source", "lengths.by_source", "coverage.tokens",
@@ -89,6 +94,94 @@ def not_trainable_count(conn: duckdb.DuckDBPyConnection, where: str | None) -> i
                         f"WHERE {where_sql(conn, where)}").fetchall()[0][0])
 
 
+SIZE_CATEGORIES: Final[tuple[tuple[int, str], ...]] = (
+    (1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+    (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"))
+"""The Hub's ``size_categories`` by row count (upper bound exclusive); more: ``1B<n<10B``."""
+
+TASK_CATEGORIES: Final[list[str]] = ["reinforcement-learning", "text-generation"]
+"""The Hub task categories of agent trajectories with token ids, log-probs and rewards."""
+
+DEFAULT_LANGUAGE: Final[list[str]] = ["en"]
+"""The card's ``language`` (the logs' language is not detected; the card says so)."""
+
+DATA_PATTERN: Final[str] = "data/*.parquet"
+
+
+def size_category(n: int) -> str:
+    """The Hub ``size_categories`` value of a dataset of `n` rows."""
+    return next((c for bound, c in SIZE_CATEGORIES if n < bound), "1B<n<10B")
+
+
+def hf_features(schema: pa.Schema = TRAJECTORY_SCHEMA) -> list[dict[str, Any]]:
+    """The ``dataset_info.features`` YAML of `schema` as ``datasets`` writes it
+    (``Features.from_arrow_schema(schema)._to_yaml_list()``, datasets 5.2; checked in the tests)."""
+    def feature(t: pa.DataType) -> dict[str, Any]:
+        if pa.types.is_struct(t):
+            return {"struct": [{"name": f.name, **feature(f.type)} for f in t]}
+        if pa.types.is_large_list(t) or pa.types.is_list(t):
+            inner = feature(t.value_type)
+            key = "large_list" if pa.types.is_large_list(t) else "list"
+            if "struct" in inner:
+                return {key: inner["struct"]}
+            return {key: inner["dtype"] if set(inner) == {"dtype"} else inner}
+        return {"dtype": {"bool": "bool", "float": "float32", "double": "float64"}.get(str(t), str(t))}
+    return [{"name": f.name, **feature(f.type)} for f in schema]
+
+
+def export_digest(out_dir: str) -> str:
+    """SHA-256 over the bytes of the export's data files (``data/*.parquet``, in name order): the
+    name of the export's ``datasets`` config, so that two different exports (in folders of the same
+    name, or one after another in the same folder) never share a ``datasets`` cache entry, which is
+    keyed by the folder's name and the card's metadata, not by the files' contents."""
+    h = hashlib.sha256()
+    for f in sorted(glob.glob(os.path.join(out_dir, DATA_PATTERN))):
+        h.update(os.path.basename(f).encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def card_metadata(*, name: str, license: str | None, rows: int, out_dir: str) -> str:
+    """The card's YAML header, built with ``huggingface_hub``'s :class:`DatasetCardData`: licence
+    (``other`` marked to fill when none is given), ``pretty_name``, ``size_categories``,
+    ``task_categories``, ``language``, tags, the one config (named by :func:`export_digest`, the
+    default, split ``train`` = ``data/*.parquet``) and its ``dataset_info`` (features, rows, and the
+    Parquet files' bytes as ``download_size``).
+
+    Raises:
+        MissingExtraError: huggingface_hub is not installed.
+    """
+    require(("huggingface_hub",), what="traj export --to hf (the dataset card)", install=INSTALL_EXPORT_EXTRA)
+    # huggingface_hub: the export extra, loaded only when a dataset card is written
+    from huggingface_hub import DatasetCardData
+
+    config = f"trajstore-{export_digest(out_dir)[:16]}"
+    size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(out_dir, DATA_PATTERN)))
+    data = DatasetCardData(
+        license=license or LICENSE_TO_FILL, pretty_name=name, size_categories=[size_category(rows)],
+        task_categories=TASK_CATEGORIES, language=DEFAULT_LANGUAGE,
+        tags=["trajstore", "agentic-rl", "trajectories", "reinforcement-learning"],
+        configs=[{"config_name": config, "default": True,
+                  "data_files": [{"split": "train", "path": DATA_PATTERN}]}],
+        dataset_info={"config_name": config, "features": hf_features(),
+                      "splits": [{"name": "train", "num_examples": rows}], "download_size": size})
+    text = data.to_yaml()
+    if not license:
+        text = text.replace(f"license: {LICENSE_TO_FILL}\n", f"license: {LICENSE_TO_FILL}  # TO FILL: the licence "
+                            "of these trajectories (the logs' and the model outputs')\n", 1)
+    return "---\n" + text + "\n---\n"
+
+
+def default_name(conn: duckdb.DuckDBPyConnection, where: str | None) -> str:
+    """A ``pretty_name`` when none is given: the sources of the exported trajectories."""
+    sources = [r["source"] for r in sources_table(conn, where)]
+    names = list(dict.fromkeys(sources))
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"Agent trajectories ({shown})" if names else "Agent trajectories"
+
+
 def _markdown(rows: list[dict[str, Any]], empty: str) -> str:
     if not rows:
         return f"_{empty}_\n"
@@ -106,30 +199,26 @@ def _markdown(rows: list[dict[str, Any]], empty: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def card_text(conn: duckdb.DuckDBPyConnection, *, where: str | None, reproduce: str | None, name: str,
-              selection: str, license: str | None = None) -> str:
+def card_text(conn: duckdb.DuckDBPyConnection, *, where: str | None, reproduce: str | None, name: str | None,
+              selection: str, out_dir: str, license: str | None = None) -> str:
     """The README.md of a Hugging Face dataset folder whose Parquet files are under ``data/``.
 
     Args:
         where: the predicate that selects exactly the exported trajectories on `conn`.
         reproduce: the ``traj stats`` command that prints the same numbers (None when the
             selection cannot be written as one, e.g. with ``--limit``).
-        name: the dataset's name (``pretty_name``).
+        name: the dataset's name (``pretty_name``; None: :func:`default_name`).
+        out_dir: the folder whose ``data/*.parquet`` the card describes (sizes, :func:`export_digest`).
         selection: how the trajectories were chosen, in words.
         license: a Hugging Face licence id; None = :data:`LICENSE_TO_FILL` with a note to replace it.
     """
     stats = card_stats(conn, where)
     versions = version_table(conn, where)
     lic = license or LICENSE_TO_FILL
-    todo = "" if license else "  # TO FILL: the licence of these trajectories (the logs' and the model outputs')"
     totals = (stats["overview.totals"] or [{}])[0]
+    name = name or default_name(conn, where)
     parts = [
-        "---\n"
-        f"license: {lic}{todo}\n"
-        f"pretty_name: {json.dumps(name)}\n"
-        "tags:\n- trajstore\n- agentic-rl\n- trajectories\n- reinforcement-learning\n"
-        "configs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/*.parquet\n"
-        "---\n",
+        card_metadata(name=name, license=license, rows=int(totals.get("trajectories") or 0), out_dir=out_dir),
         f"# {name}\n\nAgent trajectories exported from a trajstore store with `traj export --to hf` "
         f"(trajstore {__version__}, schema v{SCHEMA_VERSION}) on {dt.date.today().isoformat()}: "
         f"{totals.get('trajectories', 0)} trajectories, successful and failed alike, with the rollout engine's "

@@ -30,7 +30,7 @@ def write_part(part: Part) -> list[str]:
 def write_card(fin: Finish) -> list[str]:
     return [write_text(fin.out_dir, CARD_FILE, card_text(fin.conn, where=fin.where, reproduce=fin.reproduce,
                                                          name=fin.name, selection=fin.selection,
-                                                         license=fin.license))]
+                                                         out_dir=fin.out_dir, license=fin.license))]
 
 
 def push_to_hub(folder: str, repo_id: str, *, private: bool = True, token: str | None = None,
@@ -58,6 +58,15 @@ def push_to_hub(folder: str, repo_id: str, *, private: bool = True, token: str |
                       ignore_patterns=[os.path.dirname(MANIFEST_FILE) + "/*"],
                       commit_message="traj export --to hf")
     return str(url)
+
+
+def push_plan(repo_id: str, *, private: bool, parts: int) -> dict[str, Any]:
+    """What :func:`push_to_hub` would do for an export of `parts` data files, touching nothing:
+    the repository it creates when missing (and its visibility) and the files it uploads."""
+    return {"repository": f"datasets/{repo_id}", "create": f"a {'private' if private else 'public'} dataset "
+            "repository, if it does not exist (an existing one is kept as it is)",
+            "upload": [os.path.join(DATA_DIR, part_name(i, ".parquet")) for i in range(parts)] + [CARD_FILE],
+            "not_uploaded": os.path.dirname(MANIFEST_FILE) + "/ (the manifest names local paths)"}
 
 
 TARGET = Target(

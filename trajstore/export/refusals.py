@@ -6,10 +6,9 @@ option that changes the decision."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal, get_args
+from typing import Final, Literal, Protocol, get_args
 
 from trajstore.errors import TrajstoreError, one_line
-from trajstore.export.samples import Sample
 from trajstore.redact import ScanReport
 
 Field = Literal["logprobs", "rewards", "versions"]
@@ -57,13 +56,35 @@ class Refusal:
     message: str
 
 
-def refusal(trajectory_id: str, sample: Sample | None, *, target: str, holds: frozenset[str],
-            field_names: dict[str, str]) -> Refusal | None:
-    """Why `sample` cannot be written to `target`, or None.
+LIFTED_BY_WITHOUT: Final[dict[str, str]] = {"missing logprobs": "logprobs", "no reward": "rewards",
+                                           "unknown policy version": "versions"}
+"""The refusal reasons ``--without FIELD`` lifts, with the field."""
+
+
+class Refusable(Protocol):
+    """What a refusal is decided on: a :class:`~trajstore.export.samples.Sample`, or the same
+    counts read from a stored row's spans (:class:`~trajstore.export.blockers.RowFacts`)."""
+
+    @property
+    def num_missing_logprobs(self) -> int: ...
+    @property
+    def num_action_tokens(self) -> int: ...
+    @property
+    def reward(self) -> float | None: ...
+    @property
+    def unknown_version_calls(self) -> int: ...
+    @property
+    def num_calls(self) -> int: ...
+
+
+def refusals(trajectory_id: str, sample: Refusable | None, *, target: str, holds: frozenset[str],
+             field_names: dict[str, str]) -> list[Refusal]:
+    """Every reason `sample` cannot be written to `target` (empty: it can), in the order
+    :func:`refusal` names them.
 
     Args:
         trajectory_id: the stored id (named in the message).
-        sample: the trajectory cut for a trainer; None when it has no action span.
+        sample: the trajectory cut for a trainer (or its counts); None when it has no action span.
         holds: the :data:`FIELDS` the export writes (the target's fields less the ``--without`` ones).
         field_names: the target's own name of each field it holds (``rollout_log_probs``), for the message.
 
@@ -73,23 +94,31 @@ def refusal(trajectory_id: str, sample: Sample | None, *, target: str, holds: fr
     tid = repr(trajectory_id)
     skip = f"or leave such trajectories out with {SKIP_OPTION}"
     if sample is None:
-        return Refusal("no action token", f"trajectory {tid}: no action span (no model call), which the {target} "
-                                          f"export cannot hold (select others with --where, {skip})")
+        return [Refusal("no action token", f"trajectory {tid}: no action span (no model call), which the {target} "
+                                           f"export cannot hold (select others with --where, {skip})")]
+    out = []
     if "logprobs" in holds and sample.num_missing_logprobs:
-        return Refusal("missing logprobs", (
+        out.append(Refusal("missing logprobs", (
             f"trajectory {tid}: {sample.num_missing_logprobs} of {sample.num_action_tokens} action tokens have no "
             f"engine log-prob, which {target}'s {field_names['logprobs']} would need (leave the field out with "
-            f"{WITHOUT_OPTION['logprobs']}, {skip})"))
+            f"{WITHOUT_OPTION['logprobs']}, {skip})")))
     if "rewards" in holds and sample.reward is None:
-        return Refusal("no reward", (
+        out.append(Refusal("no reward", (
             f"trajectory {tid}: no reward, which {target}'s {field_names['rewards']} would need (leave the field out "
-            f"with {WITHOUT_OPTION['rewards']}, {skip})"))
+            f"with {WITHOUT_OPTION['rewards']}, {skip})")))
     if "versions" in holds and sample.unknown_version_calls:
-        return Refusal("unknown policy version", (
-            f"trajectory {tid}: {sample.unknown_version_calls} of {len(sample.calls)} model calls have no policy "
+        out.append(Refusal("unknown policy version", (
+            f"trajectory {tid}: {sample.unknown_version_calls} of {sample.num_calls} model calls have no policy "
             f"version, which {target}'s {field_names['versions']} would need (leave the field out with "
-            f"{WITHOUT_OPTION['versions']}, {skip})"))
-    return None
+            f"{WITHOUT_OPTION['versions']}, {skip})")))
+    return out
+
+
+def refusal(trajectory_id: str, sample: Refusable | None, *, target: str, holds: frozenset[str],
+            field_names: dict[str, str]) -> Refusal | None:
+    """The first reason `sample` cannot be written to `target` (:func:`refusals`), or None."""
+    found = refusals(trajectory_id, sample, target=target, holds=holds, field_names=field_names)
+    return found[0] if found else None
 
 
 def _ids(ids: list[str]) -> str:

@@ -10,6 +10,7 @@ import datetime as dt
 import os
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,9 +20,11 @@ import pyarrow.compute as pc
 
 from trajstore import __version__, audit
 from trajstore.errors import CorruptShardError
+from trajstore.export import otlp
+from trajstore.export.blockers import Blocker, survey_export, unreadable_refusal
 from trajstore.export.card import ids_predicate, reproduce_command
 from trajstore.export.files import MANIFEST_FILE, staged_folder, write_json
-from trajstore.export.hf import push_to_hub
+from trajstore.export.hf import push_plan, push_to_hub
 from trajstore.export.refusals import (
     ALLOW_SECRETS_OPTION,
     FIELDS,
@@ -30,14 +33,12 @@ from trajstore.export.refusals import (
     SKIP_UNREADABLE_OPTION,
     ExportError,
     refusal,
-    secrets_refusal,
 )
 from trajstore.export.samples import rows_of, sample_from_row
 from trajstore.export.select import Selection, select_trajectories
 from trajstore.export.target import MIXED_AS_OLDEST, TAIL_DROPPED, Finish, Part, Target
 from trajstore.export.targets import TARGETS
 from trajstore.reader import read_trajectories_by_id
-from trajstore.redact import find_secrets
 from trajstore.store import Store, open_existing_store
 from trajstore.store.layout import TRAJECTORIES_DIR
 from trajstore.store.shards import CorruptShardWarning, expected_schema, inspect_shard, list_view, shard_paths
@@ -71,10 +72,14 @@ class ExportOptions:
             that trajectories lacking them are taken.
         pad_token_id: the id written in padded token positions (masked out by every layout).
         rows_per_file: trajectories per output file (>= 1).
-        name: the dataset's name on its card (``hf``; default: the output folder's name).
+        name: the dataset's name on its card (``hf``; default: named after its sources).
         license: the licence id on the card (``hf``; default: "other", marked to fill).
         push: upload the folder to this Hub dataset repository afterwards (``hf`` only).
         private: create the Hub repository private (default) or public.
+        endpoint: ``otlp``: also send the traces to this OTLP/HTTP traces endpoint
+            (e.g. ``http://localhost:4318/v1/traces``).
+        dry_run: write nothing: find every blocker (:mod:`~trajstore.export.blockers`) and what
+            would be written and left out (with ``push``: what would be uploaded, see the result).
     """
 
     where: str | None = None
@@ -91,6 +96,8 @@ class ExportOptions:
     license: str | None = None
     push: str | None = None
     private: bool = True
+    dry_run: bool = False
+    endpoint: str | None = None
 
 
 @dataclass
@@ -113,6 +120,11 @@ class ExportResult:
         pushed: the Hub repository URL (``--push``), else None.
         unreadable_skipped: per unreadable shard (URL) left out with ``skip_unreadable``, its rows
             (None when its footer cannot be read).
+        dry_run: nothing was written (``exported`` counts what would be).
+        blockers: with ``dry_run``, everything that would stop the export (an export with any is refused).
+        sent_spans: ``otlp`` with ``endpoint``: the spans the endpoint accepted.
+        push_plan: with ``dry_run`` and ``push``, what would be created and uploaded
+            (:func:`~trajstore.export.hf.push_plan`).
     """
 
     target: str
@@ -127,6 +139,15 @@ class ExportResult:
     approximations: Counter[str] = field(default_factory=Counter)
     pushed: str | None = None
     unreadable_skipped: dict[str, int | None] = field(default_factory=dict)
+    dry_run: bool = False
+    blockers: list[Blocker] = field(default_factory=list)
+    push_plan: dict[str, Any] | None = None
+    sent_spans: int = 0
+
+
+Progress = Callable[[str, int, int], None]
+"""``progress(stage, done, total)``: ``checking`` (trajectories surveyed) or ``writing`` (trajectories
+read for writing) of `total`."""
 
 
 def _check_options(target: Target, opts: ExportOptions) -> frozenset[str]:
@@ -147,6 +168,8 @@ def _check_options(target: Target, opts: ExportOptions) -> frozenset[str]:
     if opts.include_not_trainable and not target.trainer_layout:
         raise ExportError(f"invalid --include-not-trainable: --to {target.name} keeps every trajectory, those "
                           "stored as not trainable flagged by their trainable column")
+    if opts.endpoint is not None and target.name != "otlp":
+        raise ExportError(f"invalid --endpoint: only --to otlp sends to an endpoint, not --to {target.name}")
     if opts.push is not None and target.name != "hf":
         raise ExportError(f"invalid --push: only --to hf uploads to the Hub, not --to {target.name}")
     if opts.rows_per_file < 1:
@@ -206,15 +229,6 @@ def unreadable_shards(store: Store) -> tuple[list[CorruptShardError], dict[str, 
     return bad, {store.url_of(i.path): i.num_rows for i in infos}
 
 
-def _unreadable_refusal(store: Store, bad: list[CorruptShardError]) -> str:
-    """One line: the unreadable shards, why, and the ways out."""
-    names = "; ".join(f"{e.path} ({e.reason})" for e in bad)
-    return (f"cannot export: {len(bad)} shard(s) of {store.uri} cannot be read, their trajectories would be missing "
-            f"from the export: {names}. See them with `traj validate {store.uri}` and fix or remove them, or pass "
-            f"{SKIP_UNREADABLE_OPTION} to export without them (listed in the manifest and the card); nothing was "
-            "written")
-
-
 def _read_chunk(store: Store, ids: list[str], opts: ExportOptions, result: ExportResult,
                 rows_of_shard: dict[str, int]) -> pa.Table:
     """The stored rows of `ids`, read strictly: a shard that cannot be decoded raises ExportError
@@ -223,7 +237,7 @@ def _read_chunk(store: Store, ids: list[str], opts: ExportOptions, result: Expor
         return read_trajectories_by_id(store, ids, strict=True)
     except CorruptShardError as e:
         if not opts.skip_unreadable:
-            raise ExportError(_unreadable_refusal(store, [e])) from e
+            raise ExportError(unreadable_refusal(store, [e])) from e
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CorruptShardWarning)
         table = read_trajectories_by_id(store, ids, strict=False)
@@ -252,20 +266,24 @@ def _describe(sel: Selection, result: ExportResult) -> str:
 
 
 def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, options: ExportOptions | None = None, *,
-                 storage_options: dict[str, Any] | None = None, hub_api: Any = None) -> ExportResult:
+                 storage_options: dict[str, Any] | None = None, hub_api: Any = None,
+                 progress: Progress | None = None) -> ExportResult:
     """Export the selected trajectories of `store` to target `to` (:data:`TARGETS`) in folder `out`.
 
     The folder appears complete or not at all; it holds the target's files and
     ``.trajstore/export.json`` (what was exported from where, how it is aligned, what was left
     out or approximated, how to load it). With ``options.push`` the finished folder is then
-    uploaded (:func:`trajstore.export.hf.push_to_hub`; `hub_api` replaces its ``HfApi``).
+    uploaded (:func:`trajstore.export.hf.push_to_hub`; `hub_api` replaces its ``HfApi``). Every
+    blocker is found before anything is written (:func:`~trajstore.export.blockers.survey_export`);
+    ``options.dry_run`` returns them (and what would be written) instead. `progress` is told how far
+    the checking and the writing are (:data:`Progress`).
 
     Raises:
         ExportError: an unknown target, an option the target does not take, nothing to export
             (an empty store, a selection matching nothing, every selected trajectory left out),
-            ``traj redact --dry-run`` failing on the selection (without ``allow_secrets``), a
-            refused trajectory (without ``skip_refused``; one line naming it and the option), `out`
-            not empty. Nothing is written.
+            ``traj redact --dry-run`` failing on what would be exported (without ``allow_secrets``), a
+            refused trajectory (without ``skip_refused``), `out` not empty: every blocker in one
+            line, each with its count and the options that lift it. Nothing is written.
         ExportError (also): a shard of the store that cannot be read (without
             ``skip_unreadable``), naming each shard and the ways out.
         AuditError: an invalid ``where``, an unknown ``run``.
@@ -278,31 +296,41 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
     holds = _check_options(target, opts)
     s = store if isinstance(store, Store) else open_existing_store(store, storage_options=storage_options)
     bad, rows_of_shard = unreadable_shards(s)
-    if bad and not opts.skip_unreadable:  # before any work: the export would silently lack their rows
-        raise ExportError(_unreadable_refusal(s, bad))
     conn = audit.connect(s)
     sel = select_trajectories(conn, s, where=opts.where, run=opts.run, limit=opts.limit)
     if not sel.ids:
         raise ExportError(_nothing_selected(conn, s, sel))
-    if not opts.allow_secrets:  # the same scan as traj redact --dry-run, over the selected trajectories only
-        why = secrets_refusal(find_secrets(s, trajectory_ids=sel.ids), store=s.uri, selected=len(sel.ids))
-        if why is not None:
-            raise ExportError(why)
+    # every blocker at once, before anything is written; the secret scan covers only what would be exported
+    found = survey_export(s, sel.ids, target, holds, skip_refused=opts.skip_refused,
+                          include_not_trainable=opts.include_not_trainable, allow_secrets=opts.allow_secrets,
+                          unreadable=bad, skip_unreadable=opts.skip_unreadable,
+                          on_rows=None if progress is None else lambda i, n: progress("checking", i, n))
     result = ExportResult(target=to, out=os.path.abspath(out), selected=len(sel.ids),
                           left_out=sorted(opts.without))
+    if opts.dry_run:
+        result.dry_run, result.blockers, result.exported = True, found.blockers, found.would_export
+        result.skipped, result.not_trainable_left_out = found.skipped, found.not_trainable_left_out
+        if opts.push is not None:
+            result.push_plan = push_plan(opts.push, private=opts.private, parts=-(-result.exported // opts.rows_per_file))
+        return result
+    if found.blockers:
+        raise found.refused(to)
     result.unreadable_skipped = {e.path: None for e in bad}  # a footer that cannot be read: rows unknown
     exported_ids: list[str] = []
+    groups: dict[str, int] = {}  # group numbers across the parts of this export
     with staged_folder(out) as stage:
         for index, start in enumerate(range(0, len(sel.ids), opts.rows_per_file)):
             chunk = _read_chunk(s, sel.ids[start:start + opts.rows_per_file], opts, result, rows_of_shard)
             rows, samples = _cut(chunk, target, holds, opts, result)
             part = Part(out_dir=stage, index=index, offset=result.exported, rows=rows, samples=samples,
-                        holds=holds, pad_token_id=opts.pad_token_id)
+                        holds=holds, pad_token_id=opts.pad_token_id, groups=groups)
             if rows.num_rows:
                 result.files += target.write(part)
             result.exported += rows.num_rows
             result.not_trainable_included += rows.num_rows - (pc.sum(rows.column("trainable")).as_py() or 0)
             exported_ids += rows.column("trajectory_id").to_pylist()
+            if progress is not None:
+                progress("writing", min(start + opts.rows_per_file, len(sel.ids)), len(sel.ids))
         if not result.exported:  # raised inside the staging folder: it is removed, nothing appears
             raise ExportError(_nothing_left(result))
         if target.finish is not None:
@@ -311,9 +339,11 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
             where = sel.where if exact else ids_predicate(conn, exported_ids)
             result.files += target.finish(Finish(
                 out_dir=stage, conn=conn, where=where, reproduce=reproduce_command(sel.where) if exact else None,
-                selection=_describe(sel, result), name=opts.name or os.path.basename(os.path.abspath(out)),
+                selection=_describe(sel, result), name=opts.name,
                 license=opts.license))
         write_json(stage, MANIFEST_FILE, _manifest(s, target, sel, result, holds, opts))
+    if opts.endpoint is not None:  # the folder is complete: send what it holds
+        result.sent_spans = otlp.send(result.out, result.files, opts.endpoint)
     if opts.push is not None:
         result.pushed = push_to_hub(result.out, opts.push, private=opts.private, api=hub_api)
     return result

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from trajstore.schema import ACTION_LOGPROBS_COLUMN, TRAJECTORY_SCHEMA
 
-LINEAGE_COLUMNS: Final[tuple[str, ...]] = ("episode_id", "parent_trajectory_id", "fork_point", "link_kind")
+LINEAGE_COLUMNS: Final[tuple[str, ...]] = ("episode_id", "parent_trajectory_id", "fork_point", "link_kind", "abandoned")
 """Trajectory-tree columns (docs/design.md, "Data model") that every export carries, per sample, as soon
 as the stored schema has them (:data:`CARRIED_LINEAGE`); each target names where they go."""
 
@@ -101,6 +101,10 @@ class Sample:
     @property
     def num_action_tokens(self) -> int:
         return int(self.loss_mask.sum())
+
+    @property
+    def num_calls(self) -> int:
+        return len(self.calls)
 
     @property
     def unknown_version_calls(self) -> int:

@@ -16,14 +16,20 @@ import pyarrow as pa
 from trajstore.export.files import part_name, write_parquet
 from trajstore.export.samples import CARRIED_LINEAGE, Sample
 from trajstore.export.target import MIXED_AS_OLDEST, TAIL_DROPPED, Part, Target
+from trajstore.view.decode import Decoder
 
 
-def slime_samples(samples: list[Sample], *, holds: frozenset[str], offset: int = 0) -> pa.Table:
+def slime_samples(samples: list[Sample], *, holds: frozenset[str], offset: int = 0,
+                  groups: dict[str, int] | None = None, decoder: Decoder | None = None) -> pa.Table:
     """The Sample dicts of `samples`, one row each (R = that sample's response length).
 
-    Columns: ``index`` (position in the whole export), ``group_index`` (null: slime numbers the
-    groups of its own rollout; the stored group and prompt ids are in ``metadata``), ``tokens``
-    (list<int32>: prompt then response), ``response_length`` (R), ``loss_mask`` (list<int32>, R
+    Columns: ``index`` (position in the whole export), ``group_index`` (the export-wide number of
+    the sample's stored ``group_id``, in order of first appearance, shared through `groups`; a
+    trajectory without a group is a group of its own; the stored group and prompt ids are in
+    ``metadata``), ``prompt`` and ``response`` (the text of ``tokens[:P]`` and of the response,
+    decoded with the trajectory's tokenizer, special tokens kept, as a reward function reads
+    ``sample.response``; "" when the tokenizer cannot be loaded, and ``metadata.text`` says why),
+    ``tokens`` (list<int32>: prompt then response), ``response_length`` (R), ``loss_mask`` (list<int32>, R
     long, 1 = action token, 0 = observation), ``status`` (completed | truncated | aborted | failed,
     slime's ``Sample.Status`` values), ``metadata`` (JSON object: trajectory_id, source, model,
     group_id, prompt_id, lineage), with ``logprobs`` held ``rollout_log_probs`` (list<float32>, R
@@ -31,14 +37,21 @@ def slime_samples(samples: list[Sample], *, holds: frozenset[str], offset: int =
     ``versions`` held ``weight_versions`` (list<string>, one per model call in order, the call's
     policy version; a call of several versions gives its oldest).
     """
+    groups = {} if groups is None else groups
+    decoder = decoder or Decoder()
+    texts = [_texts(decoder, s) for s in samples]
     cols: dict[str, pa.Array] = {
         "index": pa.array(range(offset, offset + len(samples)), pa.int64()),
-        "group_index": pa.nulls(len(samples), pa.int64()),
+        "group_index": pa.array([groups.setdefault(s.group_id if s.group_id is not None else f"\0{s.trajectory_id}",
+                                                   len(groups)) for s in samples], pa.int64()),
+        "prompt": pa.array([p for p, _, _ in texts], pa.string()),
+        "response": pa.array([r for _, r, _ in texts], pa.string()),
         "tokens": pa.array([s.tokens for s in samples], pa.list_(pa.int32())),
         "response_length": pa.array([s.response_len for s in samples], pa.int64()),
         "loss_mask": pa.array([s.loss_mask[s.prompt_len:].astype("int32") for s in samples], pa.list_(pa.int32())),
         "status": pa.array([s.status for s in samples], pa.string()),
-        "metadata": pa.array([json.dumps(_metadata(s), sort_keys=True) for s in samples], pa.string()),
+        "metadata": pa.array([json.dumps({**_metadata(s), **({"text": why} if why else {})}, sort_keys=True)
+                              for s, (_, _, why) in zip(samples, texts)], pa.string()),
     }
     if "logprobs" in holds:
         cols["rollout_log_probs"] = pa.array([s.logprobs[s.prompt_len:] for s in samples], pa.list_(pa.float32()))
@@ -50,6 +63,14 @@ def slime_samples(samples: list[Sample], *, holds: frozenset[str], offset: int =
     return pa.table(cols)
 
 
+def _texts(decoder: Decoder, s: Sample) -> tuple[str, str, str | None]:
+    """(prompt text, response text, None) of `s`, or ("", "", why) without a loadable tokenizer."""
+    tok, why = decoder.tokenizer(s.tokenizer)
+    if tok is None:
+        return "", "", f"prompt and response not decoded: {why.split(':')[0] if why else 'no tokenizer'}"
+    return Decoder.text(tok, s.tokens[:s.prompt_len]), Decoder.text(tok, s.tokens[s.prompt_len:]), None
+
+
 def _metadata(s: Sample) -> dict:
     return {"trajectory_id": s.trajectory_id, "source": s.source, "model": s.model, "group_id": s.group_id,
             "prompt_id": s.prompt_id, **{c: s.lineage.get(c) for c in CARRIED_LINEAGE}}
@@ -57,7 +78,7 @@ def _metadata(s: Sample) -> dict:
 
 def write_part(part: Part) -> list[str]:
     return [write_parquet(part.out_dir, part_name(part.index, ".parquet"),
-                          slime_samples(part.samples, holds=part.holds, offset=part.offset))]
+                          slime_samples(part.samples, holds=part.holds, offset=part.offset, groups=part.groups))]
 
 
 LOADER = """\

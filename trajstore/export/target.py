@@ -4,7 +4,7 @@ of the output (:class:`Part`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import duckdb
@@ -28,6 +28,8 @@ class Part:
             empty for targets that take rows as stored (``uses_samples = False``).
         holds: the fields (:data:`~trajstore.export.refusals.FIELDS`) this export writes.
         pad_token_id: the id written in padded token positions (their masks are 0).
+        groups: export-wide group numbers by stored ``group_id`` (shared by every part of one
+            export, filled in order of first appearance by the targets that number groups).
     """
 
     out_dir: str
@@ -37,6 +39,7 @@ class Part:
     samples: list[Sample]
     holds: frozenset[str]
     pad_token_id: int
+    groups: dict[str, int] = field(default_factory=dict)
 
 
 TAIL_DROPPED: Final[str] = "trailing observation tokens dropped"
@@ -56,7 +59,7 @@ class Finish:
         where: a predicate over the ``trajectories`` view selecting exactly the exported trajectories.
         reproduce: the ``traj stats`` command printing the same numbers, when one can (else None).
         selection: how the trajectories were chosen, in words.
-        name: the dataset's name.
+        name: the dataset's name (None: named after its sources).
         license: a licence id given by the user (None = to fill).
     """
 
@@ -65,7 +68,7 @@ class Finish:
     where: str | None
     reproduce: str | None
     selection: str
-    name: str
+    name: str | None
     license: str | None
 
 

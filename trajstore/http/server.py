@@ -19,7 +19,7 @@ from trajstore.http.sockets import listening_socket
 GRACEFUL_SHUTDOWN_S = 10.0
 """uvicorn's graceful shutdown (s): after the stop signal, requests in flight may finish this long."""
 
-STARTUP_TIMEOUT_S = 30.0
+STARTUP_TIMEOUT_S = 120.0
 """Longest wait for a :class:`ServerThread` to listen (s)."""
 
 
@@ -92,5 +92,5 @@ class ServerThread:
 
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
-        self.thread.join(timeout=30)
+        self.thread.join(timeout=STARTUP_TIMEOUT_S)
         self.sock.close()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from trajstore.models import Trajectory
+from trajstore.models import CallUsage, Trajectory
 
 Role = Literal["system", "user", "assistant", "tool"]
 ProblemKind = Literal["malformed", "no_trajectory", "invalid", "unsupported"]
@@ -200,7 +200,10 @@ class EngineSegment:
     engine logged none). A prompt segment after an action starts a new context: the call's
     prompt did not extend what came before (see :class:`EngineRollout`). An action's
     ``policy_version`` (and ``policy_version_max`` for a call of several versions) is set only
-    by a log that records it (a trajstore ATIF export); None = unknown."""
+    by a log that records it (a trajstore ATIF export); None = unknown. The other sampling fields
+(``top_k``, ``min_p``, ``max_tokens``, ``sampling_params`` as JSON) and an observation's
+``truncated`` flag are those of :class:`~trajstore.models.Span`, set by a log that keeps them. ``usage``: the engine's
+token counts of an action's call, when the log has them (ATIF step ``metrics``)."""
 
     kind: Literal["prompt", "action", "observation"]
     token_ids: list[int]
@@ -214,6 +217,12 @@ class EngineSegment:
     tool_call_ids: list[str] | None = None
     policy_version: int | None = None
     policy_version_max: int | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    max_tokens: int | None = None
+    sampling_params: str | None = None
+    truncated: bool | None = None
+    usage: CallUsage | None = None
 
 
 @dataclass
@@ -229,11 +238,13 @@ class ExportedFields:
         episode_id, parent_trajectory_id, fork_point, link_kind: the stored lineage, as stored (a
             parent left out of the export is named all the same, as a trajectory Parquet file
             ingested as it is names it).
+        abandoned: the stored flag of a branch the harness threw away (None = not recorded).
         trainable: the stored flag; None = the export did not say (decided as for any engine log).
         not_trainable_reason: why it is not trainable, as stored.
         token_source: ``engine`` or ``retokenized`` (ids re-tokenized before the export stay so).
         logprob_source: ``engine`` or ``none``; with ``engine``, a model call whose log-probs are
             all unknown keeps NaN instead of taking every log-prob of the rollout with it.
+        source: the stored ``source`` (the harness the row came from, not the export format).
     """
 
     trajectory_id: str
@@ -242,10 +253,12 @@ class ExportedFields:
     parent_trajectory_id: str | None = None
     fork_point: int | None = None
     link_kind: str | None = None
+    abandoned: bool | None = None
     trainable: bool | None = None
     not_trainable_reason: str | None = None
     token_source: str = "engine"
     logprob_source: str = "engine"
+    source: str | None = None
 
 
 @dataclass(kw_only=True)

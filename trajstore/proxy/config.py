@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trajstore.http.limits import DEFAULT_MAX_REQUEST_MB
+from trajstore.proxy.logprob_mode import LogprobModeOption
 from trajstore.proxy.upstream import UpstreamDialect
 
 DEFAULT_UPSTREAM_KEY_ENV = "TRAJ_UPSTREAM_API_KEY"
@@ -43,6 +44,10 @@ class ProxyConfig(BaseModel):
     port: int = Field(8100, ge=0, le=65535, description="TCP port (0 = any free port)")
     engine: UpstreamDialect = Field("vllm", description="the upstream's request/response dialect "
                                                                   "(traj serve speaks vllm)")
+    logprob_mode: LogprobModeOption = Field("auto", description="what the upstream's log-probs are, recorded on "
+                                            "every action span: auto = what it reports (traj serve); vLLM: raw (its "
+                                            "default) or processed (--logprobs-mode processed_logprobs); SGLang: "
+                                            "tempered (docs/sampling.md)")
     tokenizer: str | None = Field(None, description="tokenizer name recorded with every trajectory (must equal "
                                                     "the trainer's; default: the response's model name)")
     policy_version: int = Field(0, ge=0, description="version recorded when nothing says otherwise (the upstream's "

@@ -104,7 +104,12 @@ async def finish_episode(request: Request, session: str) -> JSONResponse:
         r = body["reward"]
         st.recorder.set_reward(s, None if r is None else float(r), body.get("reward_raw"))
     # a call still waiting for the upstream, streaming its last bytes or being recorded comes first
+    if s.in_flight:
+        log.debug("session %s: /finish waits up to %g s (--finish-wait) for %d call(s) in flight", session,
+                  st.cfg.finish_wait_s, s.in_flight)
     idle = await s.wait_idle(st.cfg.finish_wait_s)
+    if st.hold_finish is not None:
+        await st.hold_finish(s)
     if st.closing:
         return error_response(503, SHUTTING_DOWN + "; this episode among them", "proxy_shutting_down")
     if st.recorder.sessions.get(session) is not s:
@@ -135,9 +140,14 @@ async def _finish_evicted(st: ProxyState, session: str, status: str, body: dict[
                           meta: dict[str, Any]) -> JSONResponse:
     """``/finish`` of an episode an idle eviction wrote as aborted, with no call since: the
     harness's outcome (status, reward, metadata) is set on the parts already stored, rewritten
-    in place (:func:`~trajstore.maintenance.outcome.set_outcome`), and the episode is forgotten."""
-    ev = st.take_evicted(session)
-    assert ev is not None
+    in place (:func:`~trajstore.maintenance.outcome.set_outcome`), and the episode is forgotten
+    once that rewrite succeeded: after a failed one (500) it is still there, so the harness can
+    send its ``/finish`` again. A second ``/finish`` while one rewrites answers 409."""
+    ev = st.evicted[session]
+    if ev.finishing:
+        return error_response(409, f"a /finish of session {session!r} is already setting its outcome on the parts "
+                                   f"written at its idle eviction")
+    ev.finishing = True
     try:
         if ev.written is not None:
             await asyncio.shield(ev.written)  # the eviction may still be writing them
@@ -152,8 +162,10 @@ async def _finish_evicted(st: ProxyState, session: str, status: str, body: dict[
         ids = await asyncio.to_thread(set_outcome, st.store, ev.trajectory_ids, outcome,
                                       wait_s=st.cfg.finish_wait_s)
     except (TrajstoreError, ValueError) as e:  # ValueError: a reward_raw that is not JSON
+        ev.finishing = False  # kept: a retried /finish sets the outcome
         return error_response(500, f"the episode's parts {ev.trajectory_ids}, written as aborted at its idle "
                                    f"eviction, could not be given this outcome: {e}", "store_error")
+    st.forget_evicted(session, ev)
     log.info("session %s: /finish after an idle eviction: status %s and reward %s set on its stored part(s) %s",
              session, status, reward, ", ".join(ids))
     return JSONResponse({"session": session, "status": status, "calls_in_flight": 0,

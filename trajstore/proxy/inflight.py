@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 from trajstore.proxy.recorder import Session
@@ -45,10 +46,14 @@ class InFlightCall:
             the client an error event).
         answered: the upstream's answer is complete (its recording is under way: never cut).
         cut: the shutdown cut it.
+        started_at: when the proxy got the request (UTC). first_token_at: when a streamed answer's
+            first generated token arrived (None until then, and for an answer read whole).
+        ended_at: when the answer was complete (None until then). Stored on its action span(s).
     """
 
     __slots__ = ("session", "body", "chat", "ephemeral", "lineage", "observation", "ticket", "task", "waiting",
-                 "stop_relay", "answered", "cut", "_registry", "_ended")
+                 "stop_relay", "answered", "cut", "started_at", "first_token_at", "ended_at", "_registry",
+                 "_ended")
 
     def __init__(self, session: Session, registry: set[InFlightCall], *, body: dict[str, Any], chat: bool,
                  ephemeral: bool, lineage: str | None):
@@ -64,6 +69,9 @@ class InFlightCall:
         self.stop_relay: Callable[[], object] | None = None
         self.answered = False
         self.cut = False
+        self.started_at = datetime.now(timezone.utc)
+        self.first_token_at: datetime | None = None
+        self.ended_at: datetime | None = None
         self._registry = registry
         self._ended = False
         registry.add(self)

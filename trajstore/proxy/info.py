@@ -18,7 +18,8 @@ from trajstore.proxy.state import ProxyState
 
 async def health(request: Request) -> dict[str, Any]:
     st: ProxyState = request.app.state.proxy
-    return {"status": "shutting down" if st.closing else "ok", "policy_version": st.versioning.version}
+    return {"status": "shutting down" if st.closing else "ok", "policy_version": st.versioning.version,
+            "logprob_mode": st.logprobs.mode}
 
 
 async def stats(request: Request) -> dict[str, Any]:
@@ -30,6 +31,7 @@ async def stats(request: Request) -> dict[str, Any]:
         "lineages_per_episode": {str(k): v for k, v in sorted(r.lineages_per_episode.items()) if v},
         "policy_version": st.versioning.version, "policy_version_source": st.versioning.source,
         "reload_epoch": st.versioning.epoch,
+        "logprob_mode": st.logprobs.mode, "logprob_mode_source": st.logprobs.source,
         "uptime_s": round(time.time() - st.started, 1), "shutting_down": st.closing, "calls_in_flight": len(st.calls),
         "eviction": {"last_run_s_ago": None if st.eviction_last_run is None
                      else round(time.time() - st.eviction_last_run, 1),

@@ -29,10 +29,25 @@ installment already written is immutable, so a later call cannot change it):
   (parent and sub-agent interleave);
 * an unmatched prompt whose parent lineage is never extended again: ``fork`` when the shared
   prefix covers at least one of the parent's actions (a retry that resends earlier turns and
-  continues differently, or resends the last prompt), else ``context_rewrite`` (a condenser or
-  summariser replaced the context). A prompt that keeps the parent's context up to its last
+  continues differently, or resends the last prompt) or when the prompt is only a prefix of the
+  parent's tokens (it resends what the parent had and adds nothing: a resample, even of the first
+  call), else ``context_rewrite`` (a condenser or summariser replaced the context). A prompt that keeps the parent's context up to its last
   action and goes on past where it differs from it (the chat template re-rendered the last reply:
   reasoning dropped, content trimmed) re-renders the same line: ``context_rewrite`` too.
+
+Credit (``abandoned``, decided when written, as the link kind): the parent of a ``fork`` child is
+a branch the harness threw away (the fork replaced it: a retry or resample), written with
+``abandoned = true``; every other trajectory the proxy writes says ``false``. Only the branch the
+harness went on with reaches the episode's end (``/finish``), so a trainer credits the episode's
+reward to it alone (README, "Episodes stored as several trajectories"). A parent already written in an earlier installment
+(idle eviction, shutdown flush) is immutable and keeps ``false``.
+
+An unnamed sub-agent whose first prompt extends its parent's whole context goes to the parent's
+lineage (its prompt extends it), and the parent's next turn, going on from its own earlier
+context, opens a child. When the two interleaved and the child's line called last (a sub-agent
+ends before its parent), they trade places when written (:meth:`LineageSet.settle`): the parent's
+trajectory keeps its own calls, the sub-agent's become a ``subagent`` child whose prompt is all
+before its first action. One that ends before its parent goes on looks like a retry (``fork``).
 
 Every trajectory of the session carries ``episode_id`` = the session's episode id.
 """
@@ -70,6 +85,9 @@ class PendingPart:
         parent: the parent lineage, for that decision. parent_calls: its calls when this part opened.
         covers_action: the shared prefix holds at least one of the parent's actions.
         rerender: the prompt re-renders the parent's last reply (see the module docstring).
+        resends: the prompt is only a prefix of the parent's tokens (a resample, see the module docstring).
+        ends: its lineage's token count after each of its calls.
+        observation: role and cause of the tokens its first prompt adds past its parent's.
     """
 
     builder: TrajectoryBuilder
@@ -82,6 +100,9 @@ class PendingPart:
     parent_calls: int = 0
     covers_action: bool = False
     rerender: bool = False
+    resends: bool = False
+    ends: list[int] = field(default_factory=list)
+    observation: tuple[str | None, str | None] = ("tool", None)
 
     def link_kind(self) -> str | None:
         """The link kind to write now (None without a parent)."""
@@ -93,7 +114,7 @@ class PendingPart:
         assert p is not None and self.fork_point is not None
         if p.calls > self.parent_calls:
             return SUBAGENT
-        return FORK if self.covers_action and not self.rerender else CONTEXT_REWRITE
+        return FORK if (self.covers_action and not self.rerender) or self.resends else CONTEXT_REWRITE
 
 
 @dataclass(eq=False)
@@ -161,6 +182,7 @@ class CallRoute:
         closest: the lineage with the longest common prefix (for an unmatched prompt).
         rerender: the prompt keeps `closest`'s context up to its last action and goes on past
             where it differs (a re-rendered last reply).
+        resends: the prompt is only a prefix of `closest`'s tokens (a resample).
     """
 
     lineage: SessionLineage
@@ -172,6 +194,7 @@ class CallRoute:
     unmatched: bool = False
     closest: SessionLineage | None = None
     rerender: bool = False
+    resends: bool = False
 
 
 @dataclass
@@ -226,7 +249,7 @@ class LineageSet:
             # its own context was rewritten: its calls go to the new trajectory, so the old one never goes on
             n = common_prefix(prompt, x.tokens)
             covers = x.first_action_end is not None and n >= x.first_action_end
-            link = FORK if covers and not _rerenders(prompt, x, n) else CONTEXT_REWRITE
+            link = FORK if (covers and not _rerenders(prompt, x, n)) or n == len(prompt) else CONTEXT_REWRITE
             return CallRoute(x, opens=True, change=ENGINE_PROMPT, parent=x, fork_point=n, link=link, unmatched=True,
                              closest=x)
         x = self.deepest(prompt)
@@ -237,7 +260,8 @@ class LineageSet:
         parent, n = self.closest(prompt)
         assert parent is not None
         return CallRoute(SessionLineage(None), opens=True, change=ENGINE_PROMPT, parent=parent, fork_point=n,
-                         unmatched=True, closest=parent, rerender=_rerenders(prompt, parent, n))
+                         unmatched=True, closest=parent, rerender=_rerenders(prompt, parent, n),
+                         resends=n == len(prompt))
 
     @staticmethod
     def _attach(x: SessionLineage) -> CallRoute:
@@ -245,6 +269,51 @@ class LineageSet:
             return CallRoute(x, opens=False)
         # its last trajectory is written (an installment): a continuation with the whole context as prompt
         return CallRoute(x, opens=True, change=x.resume_change, parent=x, fork_point=len(x.tokens), link=CONTINUATION)
+
+    def settle(self) -> None:
+        """Before the pending trajectories are written: an unnamed child opened from lineage `p`
+        whose prompt goes on from `p`'s whole context as of an earlier call of `p`'s part, while
+        `p` was extended after it opened (they interleaved) and the child's line called last, is
+        `p`'s own line: the calls `p` got after that earlier call are a sub-agent that inherited
+        the context (its first prompt extended it, so it was taken for `p`'s next turn), and a
+        sub-agent ends before its parent. They trade places: `p`'s part is cut back to that call
+        and goes on with the child's calls (same id, link and part number); the sub-agent's calls
+        become the child's trajectory (its id and part number), a ``subagent`` of `p` whose prompt
+        is everything before its first action."""
+        for c in list(self.pending):
+            p = c.parent
+            if c.link is not None or c.fork_point is None or p is None or p.part is None or p.calls <= c.parent_calls \
+                    or c.parent_id != p.part.builder.trajectory_id:  # opened from the part recorded now
+                continue
+            child = next((x for x in self.lineages if x.part is c), None)
+            if child is None or child.name is not None or child.last_call <= p.last_call:
+                continue
+            k = max((i for i, e in enumerate(p.part.ends[:-1]) if e <= c.fork_point), default=None)
+            if k is not None:
+                self._trade(p, child, k)
+
+    def _trade(self, p: SessionLineage, child: SessionLineage, k: int) -> None:
+        """:meth:`settle`: `p`'s calls after its part's `k`-th call and `child`'s trade places."""
+        part, c = p.part, child.part
+        assert part is not None and c is not None and c.fork_point is not None
+        at, before = part.ends[k], p.calls - (len(part.ends) - k - 1)
+        sub = SessionLineage(None, tokens=p.tokens, last_action_start=p.last_action_start,
+                             last_finish=p.last_finish, first_action_end=p.first_action_end,
+                             calls=p.calls - before, last_call=p.last_call)
+        sub.part = PendingPart(part.builder.split_off(at, c.builder.trajectory_id), number=c.number,
+                               change=ENGINE_PROMPT, parent_id=part.builder.trajectory_id, fork_point=c.fork_point,
+                               link=SUBAGENT, parent=p, ends=part.ends[k + 1:])
+        part.builder.append_from(c.builder, role=c.observation[0], cause_id=c.observation[1])
+        part.ends = [*part.ends[:k + 1], *c.ends]
+        p.tokens, p.last_action_start, p.last_finish = child.tokens, child.last_action_start, child.last_finish
+        p.calls, p.last_call = before + child.calls, child.last_call
+        for q in self.pending:  # other children follow the context they branched off
+            if q.parent is child:
+                q.parent, q.parent_id, q.parent_calls = p, part.builder.trajectory_id, q.parent_calls + before
+            elif q.parent is p and q is not c and q.fork_point is not None and q.fork_point > at:
+                q.parent, q.parent_id, q.parent_calls = sub, sub.part.builder.trajectory_id, q.parent_calls - before
+        self.lineages[self.lineages.index(child)] = sub
+        self.pending[self.pending.index(c)] = sub.part
 
     def open(self, r: CallRoute, builder: TrajectoryBuilder) -> PendingPart:
         """Start the trajectory `r` opens (`builder` holds nothing yet) and register its lineage."""
@@ -259,6 +328,7 @@ class LineageSet:
             first = r.parent.first_action_end
             part.covers_action = first is not None and first <= fork_point
             part.rerender = r.rerender
+            part.resends = r.resends
             x.first_action_end = first if part.covers_action else None
         if x not in self.lineages:
             self.lineages.append(x)
@@ -276,6 +346,8 @@ class LineageSet:
             x.first_action_end = len(x.tokens)
         x.calls += 1
         x.last_call = self.calls
+        if x.part is not None:
+            x.part.ends.append(len(x.tokens))
 
     def written(self, resume_change: str | None) -> list[PendingPart]:
         """The pending trajectories, now written: each lineage remembers its last one's id, and its
@@ -287,6 +359,11 @@ class LineageSet:
                 x.part = None
                 x.resume_change = resume_change
         return out
+
+    def abandoned(self) -> set[str]:
+        """Ids of the pending trajectories that a pending ``fork`` child replaced (branches the
+        harness threw away: a retry or resample; see the module docstring)."""
+        return {p.parent_id for p in self.pending if p.parent_id is not None and p.link_kind() == FORK}
 
     def set_resume_change(self, change: str) -> None:
         """After an idle eviction: each lineage's next trajectory says so."""

@@ -114,6 +114,8 @@ class Evicted:
     """The status its errors impose (:meth:`Session.mark`), kept for its continuation and ``/finish``."""
     written: asyncio.Future[None] | None = None
     """Done once its parts are written (the eviction registers it before it writes them)."""
+    finishing: bool = False
+    """A ``/finish`` is setting its outcome on the stored parts (another one waits its turn: 409)."""
 
 
 @dataclass
@@ -221,6 +223,14 @@ opened, :mod:`trajstore.proxy.lineage`; ``lineages_per_episode`` beside them cou
 their number of lineages)."""
 
 
+def _mixed_calls(mixed: list[dict[str, Any]], t: Trajectory, part: int) -> list[dict[str, Any]]:
+    """The calls of `mixed` stored in `t` (part `part`): by response id (a sub-agent's calls may
+    have moved to another part, :mod:`trajstore.proxy.lineage`), else by the part recorded."""
+    ids = {sp.call_id for sp in t.spans if sp.kind == "action"}
+    return [{**m, "part": part} for m in mixed if (m["call_id"] in ids if m["call_id"] is not None
+                                                   else m["part"] == part)]
+
+
 class Recorder:
     """Open sessions and the writer; every method runs on the proxy's event loop.
 
@@ -291,9 +301,10 @@ class Recorder:
         return s
 
     def record(self, s: Session, call: CallResult, slices: Sequence[VersionedSlice], *, observation_role: str,
-               observation_cause: str | None, lineage: str | None = None) -> None:
+               observation_cause: str | None, lineage: str | None = None, logprob_mode: str | None = None) -> None:
         """Append one call to the lineage of its session it extends, or open one (see the module
-        docstring and :mod:`trajstore.proxy.lineage`); `lineage`: the lineage the client named.
+        docstring and :mod:`trajstore.proxy.lineage`); `lineage`: the lineage the client named;
+        `logprob_mode`: what the upstream's log-probs are (:mod:`trajstore.proxy.logprob_mode`; None = not known).
 
         Raises:
             AdapterError: the upstream gave no prompt token ids.
@@ -319,7 +330,7 @@ class Recorder:
         ids = a.token_ids
         lps = a.logprobs
         has_lp = len(lps) == 0 or not all(v != v for v in lps.tolist())  # NaN != NaN
-        for sl in slices:
+        for k, sl in enumerate(slices):
             newest = None
             if sl.flagged is not None:
                 lo, newest = sl.flagged
@@ -329,7 +340,9 @@ class Recorder:
                 self.calls_by_version[sl.version] += 1
             b.add_action(ids[sl.start:sl.end], lps[sl.start:sl.end] if has_lp else None,
                          policy_version=sl.version, policy_version_max=newest, finish_reason=a.finish_reason,
-                         sampling=a.sampling, call_id=a.call_id, tool_call_ids=a.tool_call_ids or None)
+                         sampling=a.sampling, call_id=a.call_id, tool_call_ids=a.tool_call_ids or None,
+                         logprob_mode=logprob_mode if has_lp else None,
+                         timing=a.timing, usage=a.usage if k == 0 else None)  # the call's counts once
         if r.unmatched:
             s.context_breaks += 1
             self.stats["context_breaks"] += 1
@@ -340,7 +353,7 @@ class Recorder:
                     self._count_length_break(s, c.tokens, c.last_action_start, at, prompt)
         if r.opens:
             self.stats["lineages"] += r.lineage not in s.lineages.lineages
-            s.lineages.open(r, b)
+            s.lineages.open(r, b).observation = (observation_role, observation_cause)
         s.lineages.extend(x, prompt, np.asarray(ids))
         x.last_finish = a.finish_reason
         s.calls += 1
@@ -400,10 +413,12 @@ class Recorder:
         final = status
         if s.taint is not None and status in ("completed", "truncated"):
             final = s.taint
+        s.lineages.settle()  # a sub-agent that inherited its parent's context trades places with it
         pending = s.lineages.pending
         parts = s.lineages.parts
         linked = parts > 1 or provisional
         out = []
+        abandoned = s.lineages.abandoned()
         for p in pending:
             part = p.number
             p.builder.set_reward(s.reward, raw=s.reward_raw)
@@ -414,6 +429,7 @@ class Recorder:
             kind = p.link_kind()
             if kind is not None:
                 t.parent_trajectory_id, t.fork_point, t.link_kind = p.parent_id, p.fork_point, kind
+            t.abandoned = t.trajectory_id in abandoned
             t.metadata.update({
                 **self.run_metadata, **s.extra_metadata, **(metadata or {}),
                 "session": s.key,
@@ -424,8 +440,7 @@ class Recorder:
                    if s.context_breaks_after_length else {}),
                 "requested_status": requested_status or status,
                 **({"end_reason": reason} if reason else {}), **({"errors": s.errors[:20]} if s.errors else {}),
-                **({"mixed_version_calls": [m for m in s.mixed_calls if m["part"] == part]}
-                   if s.mixed_calls else {}),
+                **({"mixed_version_calls": _mixed_calls(s.mixed_calls, t, part)} if s.mixed_calls else {}),
                 **(notes or {}),
             })
             out.append(t)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import datetime, timezone
 from typing import Any
 
 import httpx
@@ -20,6 +21,20 @@ from trajstore.proxy.upstream import Augmented, StreamAccumulator, fast_dumps, f
 
 QUEUED_READS = 64
 """Network reads waiting for the client at most: a slow client slows the reading of the upstream."""
+
+
+def _has_output(chunk: dict[str, Any]) -> bool:
+    """A stream chunk carries generated output (a token: content, reasoning, a tool call's text, or
+    token ids), not only the role or the usage."""
+    for ch in chunk.get("choices") or ():
+        if not isinstance(ch, dict):
+            continue
+        if ch.get("token_ids") or ch.get("text"):
+            return True
+        d = ch.get("delta")
+        if isinstance(d, dict) and (d.get("content") or d.get("reasoning_content") or d.get("tool_calls")):
+            return True
+    return False
 
 
 def _sse(event: dict[str, Any]) -> bytes:
@@ -71,6 +86,8 @@ class _StreamReader:
                 self.st.count_error("upstream_stream_error")
                 out.append(b"data: " + payload + b"\n\n")
                 continue
+            if self.call.first_token_at is None and _has_output(chunk):
+                self.call.first_token_at = datetime.now(timezone.utc)
             self.acc.feed(chunk)
             if self.strip:
                 strip_response(chunk, self.aug, chat=self.call.chat)

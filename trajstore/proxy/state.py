@@ -10,16 +10,18 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 import httpx
 import numpy as np
 
 from trajstore.errors import AdapterError, TrajstoreError
-from trajstore.models import Trajectory
+from trajstore.models import CallTiming, Trajectory
 from trajstore.proxy.config import ProxyConfig
 from trajstore.proxy.inflight import InFlightCall
+from trajstore.proxy.logprob_mode import LogprobMode
 from trajstore.proxy.recorder import AFTER_FINISH, Evicted, Recorder, Session
 from trajstore.proxy.staleness import GATE_POLL_S, StalenessGate
 from trajstore.proxy.sync import ModelPathWatch, Ticket, Versioning, WeightSync
@@ -143,6 +145,8 @@ class ProxyState:
         self._evicted_tokens = 0
         self.started = time.time()
         self.errors: dict[str, int] = {}
+        self.logprobs = LogprobMode(cfg.logprob_mode, cfg.engine)
+        """What the upstream's log-probs are (recorded on every action span)."""
         self.upstream_reports_version = False
         """Whether an answer carried the upstream's own weight version (traj serve, SGLang): it labels
         the calls, before a version set by hand (POST /proxy/policy_version)."""
@@ -155,6 +159,12 @@ class ProxyState:
         self.cut_now = asyncio.Event()
         """Set by a second stop signal: the drain cuts the calls in flight at once."""
         self._background: set[asyncio.Task[Any]] = set()
+        self.hold_evict: Callable[[Session], Awaitable[None]] | None = None
+        """Awaited with each session an eviction pass chose, before its task looks at it again;
+        a test holds an eviction there to meet a ``/finish`` or a call landing meanwhile."""
+        self.hold_finish: Callable[[Session], Awaitable[None]] | None = None
+        """Awaited by ``/finish`` once its session's calls are done, right before it ends the
+        episode; a test holds a ``/finish`` there (it has claimed the session, not yet closed it)."""
 
     def _run_batch_size(self) -> int:
         try:
@@ -177,6 +187,14 @@ class ProxyState:
     # -- lifecycle: start, idle eviction, ending an episode, recording, shutdown --
 
     async def start(self) -> None:
+        """Learn what the upstream's log-probs are (and say it), load the staleness gate's
+        counts, start weight sync or the model-path watch and the idle reaper.
+
+        Raises:
+            TrajstoreError: ``--logprob-mode`` contradicts what the upstream reports.
+        """
+        await self.logprobs.ask(self.client, self.upstream_headers, timeout_s=2.0)
+        self.logprobs.announce()
         if self.gate is not None:
             await asyncio.to_thread(self.gate.load_written)
         if self.sync is not None:
@@ -243,7 +261,9 @@ class ProxyState:
         """Write idle session `s` as aborted (False: it is not idle any more). Its continuation is
         registered before the write starts: a call under its key during the write (the group
         commit's window, the flush) joins the episode as a later part; that part's own write
-        waits for this one. No await comes before the session is closed."""
+        waits for this one. No await comes between that look and the session's close."""
+        if self.hold_evict is not None:
+            await self.hold_evict(s)
         if self.recorder.sessions.get(s.key) is not s or s.in_flight or s.finishing \
                 or time.monotonic() - s.last_active < timeout:
             return False
@@ -289,6 +309,12 @@ class ProxyState:
         if ev is not None:
             self._forget_evicted(key)
         return ev
+
+    def forget_evicted(self, key: str, ev: Evicted) -> None:
+        """Forget idle-evicted episode `ev` of session `key` (its ``/finish`` set its outcome),
+        unless a call took it meanwhile (that call continues the episode)."""
+        if self.evicted.get(key) is ev:
+            self._forget_evicted(key)
 
     def _forget_evicted(self, key: str) -> None:
         ev = self.evicted.pop(key)
@@ -363,6 +389,7 @@ class ProxyState:
         the caller awaits the task, so that the trajectory is durable when the answer goes out."""
         s = call.session
         call.answered = True
+        call.ended_at = datetime.now(timezone.utc)
         end = Ticket(self.versioning.version, self.versioning.epoch)
         prev = s.recording
 
@@ -391,7 +418,13 @@ class ProxyState:
         `end`; a call that cannot be recorded fails the episode (False)."""
         s = call.session
         try:
+            if not self.logprobs.asked:  # the upstream was not reachable at start-up
+                await self.logprobs.ask(self.client, self.upstream_headers)
+                if self.logprobs.asked:
+                    self.logprobs.announce()
             result = read_call(data, call.body)
+            result.action.timing = CallTiming(started_at=call.started_at, first_token_at=call.first_token_at,
+                                              ended_at=call.ended_at)
             if result.reported_version is not None or result.version_spans:
                 self.upstream_reports_version = True
             assert call.ticket is not None  # answered calls went through the versioning
@@ -402,7 +435,7 @@ class ProxyState:
             role, cause = call.observation
             async with s.lock:
                 self.recorder.record(s, result, slices, observation_role=role or "tool", observation_cause=cause,
-                                     lineage=call.lineage)
+                                     lineage=call.lineage, logprob_mode=self.logprobs.mode)
             if s.late:
                 self.recorder.stats["late_calls"] += 1
         except (AdapterError, TrajstoreError, ValueError) as e:

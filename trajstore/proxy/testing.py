@@ -9,12 +9,14 @@ as ``traj proxy --run`` sends it) makes the body's ``weight_version`` the report
 and logs the request (``GET /_fake/loads``). With ``dialect: "vllm"`` it answers that request
 404, as vLLM does, and reloads through vLLM's dev endpoints instead (``POST /collective_rpc``
 ``reload_weights``, then ``POST /reset_prefix_cache``; both logged); ``weight_version: None``
-reports no version at all, as vLLM; ``model_root`` is the model path ``GET /v1/models`` reports.
+reports no version at all, as vLLM; ``model_root`` is the model path ``GET /v1/models`` reports
+(``GET /_fake/models_served`` counts the times it was asked).
 
-Holds let a test decide when a call is answered, instead of guessing with delays: a call whose
-body has ``fake_hold: NAME`` waits at the upstream (a stream after ``fake_hold_after`` tokens, 0
-by default) until ``POST /_fake/release {"name": NAME}``; ``GET /_fake/held`` counts the calls
-waiting under each name (a test waits for them to be there).
+A call can be held at a named gate until the test opens it (``fake_hold`` in its body; see
+:func:`fake_app`): a test then waits for the event it needs ("the call is at the upstream",
+``GET /_fake/held``) and decides when the answer comes, instead of guessing with delays that a
+loaded machine outlasts. ``POST /_fake/release`` opens a gate, or with ``{}`` every gate (what a
+fixture does before it stops the server, whose shutdown waits for held calls).
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import json
 import threading
 import time
 import uuid
-from collections import Counter
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -55,34 +56,50 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
     a stream after that many tokens, without a finish reason), ``weight_version`` (reported),
     ``reply`` (the text every call answers), ``trim`` (render contents stripped, see
     :func:`render`), ``dialect`` (``sglang``, or ``vllm``: see the module docstring),
-    ``model_root`` (``GET /v1/models``'s ``root``). A request's ``max_tokens`` cuts the reply's
+    ``model_root`` (``GET /v1/models``'s ``root``), ``logprob_mode`` (reported there, as ``traj
+    serve`` does; None = not reported, as vLLM). A request's ``max_tokens`` cuts the reply's
     ids (finish reason ``length``); its ``fake_delay_s`` and ``fake_token_delay_s`` replace
-    ``delay_s`` and ``token_delay_s`` for that call."""
+    ``delay_s`` and ``token_delay_s`` for that call. Its ``fake_hold`` (a gate name) holds it
+    until ``POST /_fake/release {"name": <gate>}`` opens that gate (before it answers; a stream
+    after its ``fake_hold_after`` tokens, default 0); ``GET /_fake/held`` counts the calls
+    waiting at each gate."""
     app = FastAPI()
     cfg: dict[str, Any] = {"status": 200, "delay_s": 0.0, "token_delay_s": 0.0, "cut_stream_after": None,
                            "weight_version": "0", "reply": reply, "trim": False, "dialect": "sglang",
-                           "model_root": "fake", **(config or {})}
+                           "model_root": "fake", "logprob_mode": None, **(config or {})}
     seen: list[str] = []
     loads: list[dict[str, Any]] = []
     lock = threading.Lock()
-    holds: dict[str, asyncio.Event] = {}
-    held: Counter[str] = Counter()
+    gates: dict[str, asyncio.Event] = {}
+    held: dict[str, int] = {}
+    all_open = [False]
+    models_served = [0]
 
-    async def hold(name: str | None) -> None:
-        """Wait until the test releases `name` (None: no hold)."""
+    def gate(name: str) -> asyncio.Event:
+        if name not in gates:
+            gates[name] = asyncio.Event()
+            if all_open[0]:
+                gates[name].set()
+        return gates[name]
+
+    async def hold(name: Any) -> None:
         if name is None:
             return
-        held[name] += 1
+        name = str(name)
+        held[name] = held.get(name, 0) + 1
         try:
-            await holds.setdefault(name, asyncio.Event()).wait()
+            await gate(name).wait()
         finally:
             held[name] -= 1
 
     @app.post("/_fake/release")
     async def release(request: Request) -> dict[str, Any]:
-        name = (await request.json())["name"]
-        holds.setdefault(name, asyncio.Event()).set()
-        return {"released": name, "were_held": held[name]}
+        name = (await request.json()).get("name")
+        if name is None:
+            all_open[0] = True
+        for g in [gate(str(name))] if name is not None else list(gates.values()):
+            g.set()
+        return {"released": name}
 
     @app.get("/_fake/held")
     async def get_held() -> dict[str, int]:
@@ -132,19 +149,26 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": "fake", "object": "model", "root": cfg["model_root"]}]}
+        models_served[0] += 1
+        mode = {"logprob_mode": cfg["logprob_mode"]} if cfg["logprob_mode"] is not None else {}
+        return {"object": "list", "data": [{"id": "fake", "object": "model", "root": cfg["model_root"], **mode}]}
+
+    @app.get("/_fake/models_served")
+    async def get_models_served() -> int:
+        return models_served[0]
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         body = await request.json()
         with lock:
             seen.append(request.headers.get("authorization", ""))
+        streaming = bool(body.get("stream"))
+        hold_after = int(body.get("fake_hold_after") or 0) if streaming else 0
+        if not hold_after:
+            await hold(body.get("fake_hold"))
         delay = body.get("fake_delay_s", cfg["delay_s"])
         if delay:
             await asyncio.sleep(delay)
-        hold_after = body.get("fake_hold_after", 0) if body.get("stream") else 0
-        if not hold_after:
-            await hold(body.get("fake_hold"))
         if cfg["status"] != 200:
             return JSONResponse({"error": {"message": "fake upstream failure", "code": cfg["status"]}},
                                 status_code=cfg["status"])
@@ -161,7 +185,7 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
         want_lp = bool(body.get("logprobs"))
         entries = [{"token": chr(t - 4) if t >= 4 else "", "logprob": lp, "bytes": [], "top_logprobs": []}
                    for t, lp in zip(ids, lps)]
-        if not body.get("stream"):
+        if not streaming:
             ch: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
                                   "logprobs": {"content": entries} if want_lp else None, "finish_reason": finish}
             if want_ids:
@@ -187,10 +211,10 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
             for i, (t, e) in enumerate(zip(ids, entries)):
                 if cfg["cut_stream_after"] is not None and i >= cfg["cut_stream_after"]:
                     return
-                if token_delay:
-                    await asyncio.sleep(token_delay)
                 if hold_after and i == hold_after:
                     await hold(body.get("fake_hold"))
+                if token_delay:
+                    await asyncio.sleep(token_delay)
                 ch = {"index": 0, "delta": {"content": e["token"]} if t != EOS else {},
                       "logprobs": {"content": [e]} if want_lp else None, "finish_reason": None}
                 if want_ids:
@@ -201,4 +225,3 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
         return StreamingResponse(events(), media_type="text/event-stream")
 
     return app
-

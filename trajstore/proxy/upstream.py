@@ -166,6 +166,8 @@ class StreamAccumulator:
                 self.resp[k] = chunk[k]
         if isinstance(chunk.get("metadata"), dict):
             self.resp["metadata"] = chunk["metadata"]
+        if isinstance(chunk.get("usage"), dict):  # the last chunk, when the client asked for include_usage
+            self.resp["usage"] = chunk["usage"]
         if chunk.get("prompt_token_ids") is not None:
             self.prompt_token_ids = chunk["prompt_token_ids"]
         for ch in chunk.get("choices") or []:

@@ -1,6 +1,6 @@
 """Reading a store: lazy (polars), eager (Arrow) and streaming flat batches for the trainer.
 
-Every reader returns schema v3 (:mod:`trajstore.schema`): shards of an older schema version are
+Every reader returns the current schema (v4, :mod:`trajstore.schema`): shards of an older schema version are
 converted on read (:func:`trajstore.convert.upgrade_table`), so a store holding v1, v2 and
 v3 shards reads as one; a nullable column a shard lacks comes back as nulls. A shard of a newer
 schema version than this package reads raises :class:`~trajstore.errors.NewerSchemaError` from

@@ -31,7 +31,7 @@ class TrajectoryBatch:
 
     Attributes:
         shard: path of the shard the rows come from; row_group: its index there.
-        table: the rows as Arrow (schema v3, all columns read), for scalar fields.
+        table: the rows as Arrow (the current schema, all columns read), for scalar fields.
         trajectory_ids: ids, shape (n,), object.
         token_offsets: int64 (n+1,); trajectory i is ``tokens[token_offsets[i]:token_offsets[i+1]]``.
         tokens: int32 (N,). Zero-copy view of the Arrow buffer.
@@ -108,7 +108,7 @@ def _list_flat(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array]:
 
 
 def batch_from_table(table: pa.Table, *, shard: str = "", row_group: int = -1) -> TrajectoryBatch:
-    """Flat arrays for a schema-v3 table holding (at least) ``trajectory_id``, ``tokens``,
+    """Flat arrays for a table of the current schema holding (at least) ``trajectory_id``, ``tokens``,
     ``action_logprobs`` (:data:`~trajstore.schema.ACTION_LOGPROBS_COLUMN`) and ``spans``."""
     tok_off, tok_vals = _list_flat(table.column("tokens"))
     lp_off, lp_vals = _list_flat(table.column(ACTION_LOGPROBS_COLUMN))

@@ -45,7 +45,7 @@ def arrow_dataset(store: Store, shards: Sequence[ShardInfo], version: int = SCHE
 def file_version(pf: pq.ParquetFile, shard: ShardInfo) -> int:
     """The schema version stamped in an opened shard's own footer (the listing's
     :attr:`ShardInfo.schema_version` when the footer has none). ``traj migrate`` can rewrite a v1
-    shard as v3 under the same name between a listing and the read, so the file's own stamp,
+    shard as the current version under the same name between a listing and the read, so the file's own stamp,
     read with the file, decides how it is converted; the listing's could be stale.
 
     Raises:

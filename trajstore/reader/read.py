@@ -1,4 +1,4 @@
-"""Eager reading into Arrow: :func:`read_trajectories` (the whole store as one schema-v3 table)
+"""Eager reading into Arrow: :func:`read_trajectories` (the whole store as one table of the current schema)
 and :func:`count_duplicates`; a shard whose data cannot be decoded is found shard by shard and
 skipped with a warning (or raised with ``strict``). One shard: :func:`~trajstore.reader.shard_tables.read_shard`."""
 
@@ -24,7 +24,7 @@ from trajstore.store.layout import TRAJECTORIES_DIR
 def read_trajectories(uri: StoreLike, *, columns: Sequence[str] | None = None,
                       storage_options: dict[str, Any] | None = None, strict: bool = False,
                       dedupe: bool = True) -> pa.Table:
-    """Every trajectory in the store as one Arrow table of schema v3 (rows in arrival order).
+    """Every trajectory in the store as one Arrow table of the current schema (rows in arrival order).
 
     Args:
         columns: subset of schema columns to read (``trajectory_id`` is always included). When

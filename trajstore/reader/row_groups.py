@@ -28,7 +28,7 @@ this is what lets a stream use more than one core. Memory holds up to this many 
 
 def iter_shard_tables(store: Store, shard: ShardInfo, *, columns: Sequence[str] | None = None
                       ) -> Iterator[tuple[int, pa.Table]]:
-    """``(row_group, table)`` for each row group of one shard, as schema v3 (`columns` or all;
+    """``(row_group, table)`` for each row group of one shard, as the current schema (`columns` or all;
     v1 converted, missing nullable columns filled with nulls).
 
     Raises:

@@ -1,5 +1,5 @@
 """Lazy reading: :func:`scan_trajectories`, a polars LazyFrame over every trajectory shard, with
-schema-v1 and v2 shards converted to v3 column by column inside the query plan."""
+shards of schema v1 to v3 converted to the current one column by column inside the query plan."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from trajstore.lineage import episode_id_column
 from trajstore.reader.files import StoreLike, arrow_dataset, as_store, version_runs
 from trajstore.schema import (
     ACTION_LOGPROBS_COLUMN,
+    COLUMNS_NEW_IN_V4,
     LEGACY_LOGPROBS_COLUMN,
     SCHEMA_VERSION,
     TRAJECTORY_SCHEMA,
@@ -47,7 +48,7 @@ def _scan_episode_ids(batch: pl.Series) -> pl.Series:
 
 
 def _scan_run(store: Store, version: int, shards: Sequence[ShardInfo]) -> pl.LazyFrame:
-    """One run of same-version shards as a LazyFrame of every schema-v3 column."""
+    """One run of same-version shards as a LazyFrame of every column of the current schema."""
     import polars as pl  # polars loads on the first lazy scan, not with every reader (~0.2 s)
 
     schema_v = trajectory_schema(version)
@@ -58,25 +59,29 @@ def _scan_run(store: Store, version: int, shards: Sequence[ShardInfo]) -> pl.Laz
         lf = pl.scan_pyarrow_dataset(arrow_dataset(store, shards, version))
     if version == SCHEMA_VERSION:
         return lf
-    # v3 columns from v1 / v2 ones; polars only evaluates what a query selects.
-    v3 = pl.from_arrow(TRAJECTORY_SCHEMA.empty_table()).schema
+    # current columns from v1 to v3 ones; polars only evaluates what a query selects.
+    current = pl.from_arrow(TRAJECTORY_SCHEMA.empty_table()).schema
     if version == 1:
         lf = lf.with_columns(
             pl.struct(LEGACY_LOGPROBS_COLUMN, "spans").map_batches(
-                _scan_v1_logprobs, return_dtype=v3[ACTION_LOGPROBS_COLUMN]).alias(LEGACY_LOGPROBS_COLUMN),
-            pl.struct("spans", "logprob_source").map_batches(_scan_v1_spans, return_dtype=v3["spans"])
+                _scan_v1_logprobs, return_dtype=current[ACTION_LOGPROBS_COLUMN]).alias(LEGACY_LOGPROBS_COLUMN),
+            pl.struct("spans", "logprob_source").map_batches(_scan_v1_spans, return_dtype=current["spans"])
             .alias("spans"),
             pl.when(pl.col("logprob_source") == "none").then(pl.col("num_action_tokens")).otherwise(0)
             .cast(pl.Int64).alias("num_missing_logprobs"),
         )
-    return lf.rename({LEGACY_LOGPROBS_COLUMN: ACTION_LOGPROBS_COLUMN}).with_columns(
-        pl.lit(SCHEMA_VERSION, pl.Int64).alias("schema_version"),
-        pl.struct("trajectory_id", "metadata").map_batches(_scan_episode_ids, return_dtype=pl.String)
-        .alias("episode_id"),
-        pl.lit(None, pl.String).alias("parent_trajectory_id"),
-        pl.lit(None, pl.Int64).alias("fork_point"),
-        pl.lit(None, pl.String).alias("link_kind"),
-    ).select(TRAJECTORY_SCHEMA.names)
+    if version < 3:
+        lf = lf.rename({LEGACY_LOGPROBS_COLUMN: ACTION_LOGPROBS_COLUMN}).with_columns(
+            pl.struct("trajectory_id", "metadata").map_batches(_scan_episode_ids, return_dtype=pl.String)
+            .alias("episode_id"),
+            pl.lit(None, pl.String).alias("parent_trajectory_id"),
+            pl.lit(None, pl.Int64).alias("fork_point"),
+            pl.lit(None, pl.String).alias("link_kind"),
+        )
+    # v3 -> v4: the spans gain the fields new in v4 as nulls (the cast adds them), the rows the new columns
+    return lf.with_columns(pl.lit(SCHEMA_VERSION, pl.Int64).alias("schema_version"),
+                           pl.col("spans").cast(current["spans"]),
+                           *(pl.lit(None, current[c]).alias(c) for c in COLUMNS_NEW_IN_V4)).select(TRAJECTORY_SCHEMA.names)
 
 
 def _scan_v1_spans(batch: pl.Series) -> pl.Series:
@@ -93,10 +98,10 @@ def _scan_v1_spans(batch: pl.Series) -> pl.Series:
 
 def scan_trajectories(uri: StoreLike, *, storage_options: dict[str, Any] | None = None,
                       strict: bool = False, dedupe: bool = True) -> pl.LazyFrame:
-    """A polars LazyFrame over every trajectory in the store (schema v3 columns).
+    """A polars LazyFrame over every trajectory in the store (the current schema's columns).
 
     Projection and predicates are pushed down to the Parquet scan, so selecting scalar
-    columns never reads tokens. Shards of schema v1 and v2 are converted as they are read; a nullable
+    columns never reads tokens. Shards of schema v1 to v3 are converted as they are read; a nullable
     column a shard lacks is null. With ``dedupe`` (default) duplicate ids keep the first copy.
     A shard of a newer schema version raises :class:`~trajstore.errors.NewerSchemaError`.
     Shards whose footer is unreadable (truncated, not Parquet, foreign schema) are

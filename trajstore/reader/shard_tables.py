@@ -17,10 +17,10 @@ from trajstore.store import ShardInfo, Store
 
 
 def read_run(store: Store, version: int, shards: Sequence[ShardInfo], cols: list[str] | None) -> pa.Table:
-    """Same-version shards as one schema-v3 table (`cols` or every column).
+    """Same-version shards as one table of the current schema (`cols` or every column).
 
     Shards listed as an older version are read file by file, each converted by the version in
-    its own footer (:func:`file_version`): ``traj migrate`` may have rewritten one as v3 since
+    its own footer (:func:`file_version`): ``traj migrate`` may have rewritten one as the current version since
     the listing. A current-version shard is never rewritten, so those runs are one dataset scan.
     """
     if version == SCHEMA_VERSION:
@@ -40,7 +40,7 @@ def read_run(store: Store, version: int, shards: Sequence[ShardInfo], cols: list
 
 
 def read_shard(store: Store, shard: ShardInfo, *, columns: Sequence[str] | None = None) -> pa.Table:
-    """One shard as a schema-v3 table (`columns` or all; rows in file order, duplicates kept;
+    """One shard as a table of the current schema (`columns` or all; rows in file order, duplicates kept;
     v1 converted, missing nullable columns filled with nulls).
 
     Raises:

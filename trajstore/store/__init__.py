@@ -3,7 +3,7 @@ holding immutable Parquet shards that appear atomically, so any number of writer
 number of hosts can append at once. Layout (every name and path builder is in
 :mod:`trajstore.store.layout`)::
 
-    <root>/trajectories/<shard>.parquet       trajectory rows (schema v3; v1 and v2 still read)
+    <root>/trajectories/<shard>.parquet       trajectory rows (schema v4; v1 to v3 still read)
     <root>/runs/<run_id>/{steps,consumed}/    training records, also Parquet shards
     <root>/runs/<run_id>/config.json          the resolved training config
     <root>/runs/<run_id>/checkpoints/         it<iteration>/ folders and their LATEST pointer

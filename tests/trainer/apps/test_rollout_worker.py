@@ -47,6 +47,13 @@ def recompute_logprobs(model, tokens: np.ndarray) -> np.ndarray:
     return np.concatenate([[np.nan], lp.numpy()])
 
 
+def _untruncated(L: int):  # noqa: ANN202
+    """Temperature 1 without truncation for L predicted tokens, as (1, L) tensors."""
+    from trajstore.sampling import SamplingArrays, no_truncation
+
+    return SamplingArrays(*(torch.as_tensor(x)[None] for x in no_truncation(L)))
+
+
 def trainer_logprobs(model, tokens: np.ndarray) -> np.ndarray:
     """The same quantity through the trainer's PolicyLogprobs (temperature 1); [0] = nan."""
     from trajstore.trainer.models import PolicyLogprobs
@@ -54,7 +61,7 @@ def trainer_logprobs(model, tokens: np.ndarray) -> np.ndarray:
     ids = torch.tensor(tokens[None], dtype=torch.long)
     L = ids.shape[1] - 1
     with torch.no_grad():
-        lp, _ = PolicyLogprobs(model)(ids[:, :-1], torch.arange(L)[None], ids[:, 1:], torch.ones((1, L)))
+        lp, _ = PolicyLogprobs(model)(ids[:, :-1], torch.arange(L)[None], ids[:, 1:], _untruncated(L))
     return np.concatenate([[np.nan], lp[0].numpy()])
 
 
@@ -137,8 +144,8 @@ def test_worker_writes_valid_trajectories_and_follows_published_versions(tmp_sto
         for sp in r["spans"]:
             if sp["kind"] == "action":
                 action[sp["start"]:sp["end"]] = True
-                assert (sp["policy_version"], sp["temperature"], sp["top_p"], sp["top_k"], sp["max_tokens"]) == (
-                    s.policy_versions[0], 1.0, 1.0, -1, 6)
+                assert (sp["policy_version"], sp["temperature"], sp["top_p"], sp["top_k"], sp["max_tokens"],
+                        sp["logprob_mode"]) == (s.policy_versions[0], 1.0, 1.0, -1, 6, "processed")
         # schema v2 stores one log-prob per action token, in order: spread back to full length
         assert len(r["action_logprobs"]) == int(action.sum())
         stored = np.full(len(tokens), np.nan)

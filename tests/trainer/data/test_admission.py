@@ -12,6 +12,7 @@ import pytest
 from tests.helpers.trajectories import VOCAB, tiny_model_trajectory
 from trajstore import open_store, read_trajectories, write_trajectories
 from trajstore.convert import trajectories_to_table
+from trajstore.models import SamplingParams
 from trajstore.trainer.config import DataConfig
 from trajstore.trainer.data import TrainDataError, TrajectoryStream, read_scalar_columns
 
@@ -166,3 +167,58 @@ def test_null_tokenizer_warning_is_about_trainable_rows_only_and_once(tmp_path: 
         assert texts == ["trainable trajectories with no tokenizer recorded (null tokenizer column) are trained as "
                          "token ids of the model's tokenizer 'tiny-llama'"]
         assert {"sdk0", "sdk1"} <= set(trained)
+
+
+def _sampled(t, **span):  # noqa: ANN001, ANN003, ANN202
+    """`t` with every action span's sampling fields / logprob_mode set to `span`."""
+    return t.model_copy(update={"spans": [s.model_copy(update=span) if s.kind == "action" else s for s in t.spans]})
+
+
+def _unreproducible_rows(rng: np.random.Generator) -> list:
+    mk = lambda tid: tiny_model_trajectory(rng, trajectory_id=tid, reward=1.0)  # noqa: E731
+    qwen = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
+    return [
+        mk("ok"),
+        _sampled(mk("processed"), **qwen, logprob_mode="processed"),
+        _sampled(mk("raw-t1"), temperature=1.0, logprob_mode="raw"),  # raw == processed here
+        *(_sampled(mk(f"raw-{i}"), **qwen, logprob_mode="raw") for i in range(4)),
+        _sampled(mk("penalty"), sampling_params=SamplingParams(temperature=1.0, extra={"presence_penalty": 0.5})
+                 .to_json()),
+    ]
+
+
+def test_unreproducible_log_probs_are_refused_in_one_line_naming_spans_and_the_setting(tmp_path: Path) -> None:
+    open_store(str(tmp_path)).write_table(trajectories_to_table(_unreproducible_rows(np.random.default_rng(11))))
+    with pytest.raises(TrainDataError) as e:
+        _stream(tmp_path).precheck()
+    msg = str(e.value)
+    assert "\n" not in msg
+    # spans 1, 3, 5 are the three actions of each (prompt, action, observation, ...) trajectory
+    assert ("4 trajectories (12 action spans) with raw log-probs" in msg
+            and "trajectory 'raw-0' spans 1, 3, 5; trajectory 'raw-1' spans 1, 3, 5; trajectory 'raw-2' spans "
+                "1, 3, 5; and 1 more" in msg and "start vLLM with --logprobs-mode processed_logprobs" in msg)
+    assert "1 trajectory (3 action spans) with presence / frequency / repetition penalties" in msg
+    assert "nothing was written" in msg and "--unreproducible skip trains the rest" in msg
+    assert "raw-t1" not in msg and "'processed'" not in msg
+    # the stream (rows arriving after the census, with --follow) refuses the first it meets
+    with pytest.raises(TrainDataError, match=r"1 trajectory \(3 action spans\) with raw log-probs .*'raw-0'"):
+        _stream(tmp_path).next_batch()
+
+
+def test_unreproducible_log_probs_are_skipped_and_counted_alike_with_skip(tmp_path: Path) -> None:
+    open_store(str(tmp_path)).write_table(trajectories_to_table(_unreproducible_rows(np.random.default_rng(12))))
+    census_ids, census_skipped = _census_ids(_stream(tmp_path, unreproducible="skip"))
+    trained_ids, stream_skipped = _trained(_stream(tmp_path, unreproducible="skip"))
+    assert census_ids == trained_ids == ["ok", "processed", "raw-t1"]
+    assert census_skipped == stream_skipped == {"unreproducible_raw_logprobs": 4, "unreproducible_penalty": 1}
+    census = _stream(tmp_path, unreproducible="skip").precheck()
+    assert "4 with log-probs the trainer cannot reproduce (raw log-probs" in census.describe()
+
+
+def test_rows_of_a_v3_shard_train_as_before_unless_the_request_changed_the_distribution(tmp_path: Path) -> None:
+    """v3 shards record no logprob_mode: their log-probs are trained as processed (a temperature
+    alone trains as it did), while a recorded penalty is refused whatever the version."""
+    rows = _unreproducible_rows(np.random.default_rng(13))
+    open_store(str(tmp_path)).write_table(trajectories_to_table(rows, version=3))
+    census_ids, skipped = _census_ids(_stream(tmp_path, unreproducible="skip"))
+    assert census_ids == [t.trajectory_id for t in rows[:-1]] and skipped == {"unreproducible_penalty": 1}

@@ -11,6 +11,7 @@ import torch
 from tests.helpers.stores import write_synthetic_store
 from tests.helpers.trajectories import VOCAB
 from trajstore import open_store
+from trajstore.sampling import no_truncation
 from trajstore.trainer.config import DataConfig
 from trajstore.trainer.data import DataCursor, TrainSample, TrajectoryStream, gae_inputs, pack, to_packed, to_rows
 
@@ -24,7 +25,7 @@ def _sample(tid: str, action_mask: list[bool], reward: float) -> TrainSample:
     t = len(action_mask)
     mask = np.array(action_mask)
     return TrainSample(tid, None, "s", 0, np.arange(t, dtype=np.int64), np.where(mask, -0.5, np.nan).astype(np.float32),
-                  mask, np.where(mask, 0, -1).astype(np.int64), np.ones(t, dtype=np.float32), reward, False,
+                  mask, np.where(mask, 0, -1).astype(np.int64), no_truncation(t), reward, False,
                   DataCursor())
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from trajstore.sampling import no_truncation
 from trajstore.trainer.config import DataConfig
 from trajstore.trainer.data import DataCursor, ReplayBuffer, StepBatch, TrainSample, replay_slots, stream_config
 from trajstore.trainer.data.replay_buffer import replay_buffer_for, with_replay
@@ -22,7 +23,7 @@ def sample(tid: str, *, shard: str = "s0", row_group: int = 0, row: int = 0, ver
     pv[mask] = -1 if version is None else version
     return TrainSample(trajectory_id=tid, group_id=None, shard=shard, row=row, tokens=np.zeros(tokens, np.int64),
                        rollout_logprobs=np.where(mask, -1.0, np.nan).astype(np.float32), action_mask=mask,
-                       policy_version=pv, inv_temperature=np.ones(tokens, np.float32), reward=1.0,
+                       policy_version=pv, sampling=no_truncation(tokens), reward=1.0,
                        needs_behaviour=False, cursor=DataCursor(), parent_trajectory_id=parent, row_group=row_group)
 
 

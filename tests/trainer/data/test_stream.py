@@ -142,10 +142,22 @@ def test_token_budget_closes_a_batch_early(tmp_path: Path) -> None:
 
 def test_follow_waits_for_new_shards(tmp_path: Path) -> None:
     write_synthetic_store(tmp_path, 2, prefix="a")
-    s = _stream(tmp_path, batch_size=4, follow=True, poll_interval_s=0.05, idle_timeout_s=5.0)
+    store = open_store(str(tmp_path))
+    listings = [0]
+
+    def listing() -> list:  # noqa: ANN202 - the stream's listings, counted
+        listings[0] += 1
+        return store.list_shards()
+
+    # the idle timeout only bounds a hang: the new shards come once the stream is following
+    s = TrajectoryStream(store, DataConfig(batch_size=4, follow=True, poll_interval_s=0.05, idle_timeout_s=120),
+                         tokenizer="tiny-llama", vocab_size=VOCAB, list_shards=listing)
 
     def later() -> None:
-        time.sleep(0.3)
+        deadline = time.monotonic() + 120
+        while listings[0] < 2:  # a second listing: the stream has read the 2 there are and waits for more
+            assert time.monotonic() < deadline, "the stream never listed the store again"
+            time.sleep(0.01)
         write_synthetic_store(tmp_path, 2, prefix="b", seed=1)
 
     th = threading.Thread(target=later)
@@ -161,20 +173,39 @@ def test_follow_waits_for_new_shards(tmp_path: Path) -> None:
 def test_close_while_a_reader_thread_filters_waits_for_it(tmp_path: Path) -> None:
     # traj demo's trainer failed at the end of a run with DuckDB's ResourceInUseException: the
     # training thread closed the --where connection while the reader thread was filtering a shard
-    # (DuckDB 2 refuses to close a busy connection instead of waiting). The filter is slowed down
-    # here so that close() always lands while it runs.
+    # (DuckDB 2 refuses to close a busy connection instead of waiting). The first filter's query
+    # waits until close() has been called, so close() always lands while it runs.
+    import threading
+    import time
 
     import pyarrow as pa
 
     from trajstore.schema import SCALAR_COLUMNS, TRAJECTORY_SCHEMA
 
+    inside, closing, closed = threading.Event(), threading.Event(), threading.Event()
+    busy_at_close: list[bool] = []
+
     class SlowConnection:
         def __init__(self, conn) -> None:  # noqa: ANN001
             self.conn = conn
+            self.running = False
 
         def execute(self, *args):  # noqa: ANN002, ANN202
-            time.sleep(0.3)
-            return self.conn.execute(*args)
+            self.running = True
+            try:
+                if not inside.is_set():
+                    inside.set()
+                    assert closing.wait(120)
+                    # a close() that does not wait for the filter gets this long to close the
+                    # connection under it (the outcome of a correct close does not depend on it)
+                    time.sleep(0.2)
+                return self.conn.execute(*args)
+            finally:
+                self.running = False
+
+        def close(self) -> None:
+            busy_at_close.append(self.running)
+            self.conn.close()
 
         def __getattr__(self, name: str):  # noqa: ANN204
             return getattr(self.conn, name)
@@ -185,13 +216,13 @@ def test_close_while_a_reader_thread_filters_waits_for_it(tmp_path: Path) -> Non
     cols = {c: pa.nulls(n, TRAJECTORY_SCHEMA.field(c).type) for c in SCALAR_COLUMNS}
     cols["reward"] = pa.array([i / n for i in range(n)])
     table = pa.table(cols)
-    started, outcome = threading.Event(), {}
+    outcome: dict = {}
 
     def filtering() -> None:
         try:
-            for _ in range(3):
-                started.set()
-                outcome["mask"] = s._where.mask(table, shard="x.parquet")
+            outcome["mask"] = s._where.mask(table, shard="x.parquet")  # close() is called during it
+            assert closed.wait(120)
+            s._where.mask(table, shard="y.parquet")  # after close(): refused
         except StreamClosed:
             outcome["closed"] = True
         except Exception as e:  # noqa: BLE001
@@ -199,11 +230,13 @@ def test_close_while_a_reader_thread_filters_waits_for_it(tmp_path: Path) -> Non
 
     th = threading.Thread(target=filtering)
     th.start()
-    started.wait()
-    time.sleep(0.1)  # inside the first filter's query
+    assert inside.wait(120)
+    closing.set()
     s.close()
-    th.join(timeout=30)
+    closed.set()
+    th.join(timeout=120)
     assert "error" not in outcome, outcome
+    assert busy_at_close == [False]  # close() waited for the query
     assert outcome["closed"] and outcome["mask"].tolist() == [False] * 6 + [True] * 4  # the filter it waited for
     s.close()  # idempotent
 
@@ -247,23 +280,27 @@ def test_vllm_9999_sentinel_is_stored_missing_masked_by_the_trainer_and_counted(
     assert float(st.ratio_mean) == pytest.approx(1.0) and float(st.kl_k3) == pytest.approx(0.0, abs=1e-6)
 
 
-def test_stream_reads_v1_v2_and_missing_columns_as_one(tmp_path: Path) -> None:
+def test_stream_reads_v1_v3_and_missing_columns_as_one(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     store = open_store(str(tmp_path / "s"))
     old = [tiny_model_trajectory(rng, trajectory_id=f"old{i}", group_id="g-old", reward=1.0) for i in range(3)]
+    v3 = [tiny_model_trajectory(rng, trajectory_id="v3", group_id="g-v3", reward=1.0)]
     mid = [tiny_model_trajectory(rng, trajectory_id=f"mid{i}", group_id="g-mid", reward=0.5) for i in range(2)]
     new = [tiny_model_trajectory(rng, trajectory_id=f"new{i}", group_id="g-new", reward=0.0) for i in range(2)]
     store.write_table(trajectories_to_table(old, version=1))                       # a v1 shard
     store.write_table(trajectories_to_table(mid).drop_columns(["group_id", "metadata"]))  # no group_id column
     store.write_table(trajectories_to_table(new))
+    store.write_table(trajectories_to_table(v3, version=3))  # a v3 shard: no `abandoned` column
     s = TrajectoryStream(store, DataConfig(batch_size=100), tokenizer="tiny-llama", vocab_size=VOCAB)
     s.precheck()
     batch = s.next_batch()
     assert batch is not None and s.next_batch() is None
     by_id = {x.trajectory_id: x for x in batch.samples}
-    assert list(by_id) == [t.trajectory_id for t in old + mid + new]
-    assert [by_id[t.trajectory_id].group_id for t in old + mid + new] == ["g-old"] * 3 + [None] * 2 + ["g-new"] * 2
-    for t in old + mid + new:
+    assert list(by_id) == [t.trajectory_id for t in old + mid + new + v3]
+    assert [by_id[t.trajectory_id].group_id for t in old + mid + new + v3] == \
+        ["g-old"] * 3 + [None] * 2 + ["g-new"] * 2 + ["g-v3"]
+    assert by_id["v3"].abandoned is None and by_id["new0"].abandoned is None  # not recorded: credited as kept
+    for t in old + mid + new + v3:
         sample = by_id[t.trajectory_id]
         act = np.zeros(len(t.tokens), bool)
         for sp in t.spans:

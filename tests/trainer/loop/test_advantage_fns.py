@@ -10,20 +10,21 @@ import numpy as np
 import pytest
 import torch
 
+from trajstore.sampling import no_truncation
 from trajstore.trainer.config import AlgoConfig, ModelConfig, RunConfig, TrainConfig
-from trajstore.trainer.data import DataCursor, TrainSample, pack
+from trajstore.trainer.data import DataCursor, TrainSample, episode_chains, gae_inputs, join_chains, pack
 from trajstore.trainer.loop.advantage_fns import sao_gae_advantages, scalar_baseline_fn
 from trajstore.trainer.loop.checkpoint import TrainerState
 
 
 def _sample(tid: str, mask: list[bool], reward: float, *, parent: str | None = None, link: str | None = None,
-            episode: str = "e") -> TrainSample:
+            episode: str = "e", abandoned: bool | None = None) -> TrainSample:
     t = len(mask)
     m = np.array(mask)
     return TrainSample(tid, None, "s", 0, np.arange(t, dtype=np.int64), np.where(m, -0.5, np.nan).astype(np.float32), m,
-                  np.where(m, 0, -1).astype(np.int64), np.ones(t, dtype=np.float32), reward, False, DataCursor(),
+                  np.where(m, 0, -1).astype(np.int64), no_truncation(t), reward, False, DataCursor(),
                   episode_id=episode, parent_trajectory_id=parent, link_kind=link,
-                  fork_point=None if parent is None else 1)
+                  fork_point=None if parent is None else 1, abandoned=abandoned)
 
 
 def _cfg(**algo) -> TrainConfig:
@@ -89,3 +90,49 @@ def test_the_baselines_take_one_reward_per_chain(advantage):
         assert got == {"p": 1.0, "s": 1.0, "q": 0.0} and state.baseline == [1.0, 0.0]
     else:  # group of 2 chains, rewards 1 and 0: normalised to +a and -a
         assert got["p"] == got["s"] > 0 > got["q"] and got["s"] == pytest.approx(-got["q"])
+
+
+# Credit per link kind, as `traj proxy` stores each (tests/proxy/test_lineage.py checks the stored
+# rows): every row carries the episode's reward 1.0; the chain rule and `abandoned` decide who earns it.
+CREDIT_CASES = {
+    # a retry from an earlier turn: the original is abandoned, the fork is what the harness finished
+    "retry fork": ([("p", None, None, True), ("f", "p", "fork", False)], {"f": 1.0}),
+    # the last call sent again: the first attempt is abandoned (also of the episode's first call)
+    "resample": ([("p", None, None, True), ("r", "p", "fork", False)], {"r": 1.0}),
+    # a resample of a resample: both earlier attempts are abandoned
+    "two retries": ([("p", None, None, True), ("f", "p", "fork", True), ("g", "f", "fork", False)], {"g": 1.0}),
+    # a condensed context: one chain, credited at its end
+    "context rewrite": ([("p", None, None, False), ("c", "p", "context_rewrite", False)], {"c": 1.0}),
+    # a sub-agent: its own terminal lineage, credited as the parent is
+    "sub-agent": ([("p", None, None, False), ("s", "p", "subagent", False)], {"p": 1.0, "s": 1.0}),
+    # the calls after an idle eviction continue the evicted part: one chain
+    "eviction continuation": ([("p", None, None, False), ("n", "p", "continuation", False)], {"n": 1.0}),
+    # rows written before `abandoned` existed (null): credited as before
+    "unrecorded": ([("p", None, None, None), ("f", "p", "fork", None)], {"p": 1.0, "f": 1.0}),
+}
+
+
+@pytest.mark.parametrize("case", list(CREDIT_CASES))
+def test_each_link_kind_is_credited_as_designed_and_abandoned_branches_earn_nothing(case):
+    rows, expected = CREDIT_CASES[case]
+    samples = [_sample(t, P_MASK, 1.0, parent=p, link=k, abandoned=a) for t, p, k, a in rows]
+    mb = pack(samples)
+    chains = episode_chains(samples)
+    joined = join_chains(gae_inputs(mb, samples, torch.zeros(mb.action_mask.shape)), mb.segments, chains)
+    credited = {samples[c[-1]].trajectory_id: float(r.sum()) for c, r in zip(chains, joined.inputs.rewards)}
+    assert {t: r for t, r in credited.items() if r} == expected
+    # the finished branch is credited once; an abandoned one's tokens still train, against a return of 0
+    adv, ret, _ = sao_gae_advantages(_cfg())(mb, samples, torch.zeros(mb.action_mask.shape), {})
+    for i, s in enumerate(samples):
+        a, b = int(mb.segments[i]), int(mb.segments[i + 1])
+        if s.abandoned:
+            assert ret[0, a:b].abs().sum() == 0 and mb.action_mask[0, a:b].any()
+
+
+def test_the_baselines_leave_an_abandoned_branch_out():
+    p = _sample("p", P_MASK, 1.0, abandoned=True)  # the thrown-away attempt, stored with the episode's reward
+    f = _sample("f", S_MASK, 1.0, parent="p", link="fork", abandoned=False)
+    q = _sample("q", S_MASK, 0.0, episode="other")
+    state = TrainerState(0, 0, 0, None, DataCursor())
+    got = scalar_baseline_fn(_cfg(advantage="running-mean", running_mean_window=8), state)([p, f, q], state)
+    assert got == {"p": 0.0, "f": 1.0, "q": 0.0} and state.baseline == [1.0, 0.0]  # one reward per episode

@@ -27,7 +27,7 @@ def test_two_process_torchrun_keeps_parameters_identical(tmp_path: Path) -> None
     ids = write_synthetic_store(store, 13, per_shard=4)  # 3 iterations of 5, the last one short (3)
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                         "--master-port", str(_free_port()), str(RUNNER), str(store), str(out)],
-                       capture_output=True, text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                       capture_output=True, text=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert p.returncode == 0, p.stderr[-3000:]
     r0, r1 = (json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0["world"] == r1["world"] == 2
@@ -51,7 +51,7 @@ def test_traj_train_leaves_the_process_group_on_every_rank(tmp_path: Path) -> No
     write_synthetic_store(store, 10, per_shard=5)
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                         "--master-port", str(_free_port()), str(RUNNER), str(store), str(out), "train"],
-                       capture_output=True, text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                       capture_output=True, text=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert p.returncode == 0, p.stderr[-3000:]
     ranks = [json.loads((out / f"train{r}.json").read_text()) for r in (0, 1)]
     assert [r["iterations"] for r in ranks] == [2, 2]

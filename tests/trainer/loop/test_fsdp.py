@@ -38,7 +38,7 @@ def _run(nproc: int, store: Path, out: Path, run_id: str, strategy: str, steps: 
                str(_port()), *cmd[1:]]
     # PYTHONFAULTHANDLER: a rank that aborts (SIGABRT) prints every thread's Python stack to stderr
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)  # bounds a hang (~130 s at load 8)
     assert p.returncode == 0, p.stderr[-6000:]
     return torch.load(out / f"{run_id}.pt", weights_only=True)
 

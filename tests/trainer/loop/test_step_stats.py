@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from trajstore.sampling import SamplingArrays, no_truncation
 from trajstore.trainer.data import DataCursor, PackedMicroBatch, StepBatch, TrainSample
 from trajstore.trainer.loop.distributed import DistEnv
 from trajstore.trainer.loop.step_stats import (
@@ -36,7 +37,7 @@ def _sample(i: int, *, versions: list[int], reward: float) -> TrainSample:
     n = len(versions) + 1
     return TrainSample(trajectory_id=f"t{i}", group_id=None, shard="s", row=i, tokens=np.zeros(n, np.int64),
                   rollout_logprobs=np.zeros(n, np.float32), action_mask=np.array([False] + [True] * (n - 1)),
-                  policy_version=np.array([-1, *versions], np.int64), inv_temperature=np.ones(n, np.float32),
+                  policy_version=np.array([-1, *versions], np.int64), sampling=no_truncation(n),
                   reward=reward, needs_behaviour=False, cursor=DataCursor())
 
 
@@ -138,7 +139,7 @@ def test_trajectory_ratios_equal_a_loop_over_each_trajectory() -> None:
     rollout = torch.where(mask, -torch.rand(1, L, generator=gen) * 3, 0.0)
     logprobs = rollout + 0.8 * torch.randn(1, L, generator=gen)
     z = torch.zeros(1, L, dtype=torch.int64)
-    mb = PackedMicroBatch(z, z, z, mask, rollout, z, torch.ones(1, L), seg)
+    mb = PackedMicroBatch(z, z, z, mask, rollout, z, SamplingArrays(*(torch.as_tensor(x)[None] for x in no_truncation(L))), seg)
     trajectory = torch.repeat_interleave(torch.arange(3), seg.diff())
     got = trajectory_ratios(logprobs, mb, trajectory, 3, 0.3, 0.5)
     for i in range(3):

@@ -238,7 +238,8 @@ def test_empty_and_single_token_rows():
     adv, ret = skip_observation_gae(_t([[2.0]]), _t([[0.5]]), _t([[1.0]]), 0.9, 0.5)
     assert adv.item() == 1.5 and ret.item() == 2.0
     # a row without action tokens is all zeros
-    adv, ret = skip_observation_gae(torch.zeros(1, 4), torch.randn(1, 4), torch.zeros(1, 4), 0.9, 0.5)
+    values = torch.randn(1, 4, generator=torch.Generator().manual_seed(0))
+    adv, ret = skip_observation_gae(torch.zeros(1, 4), values, torch.zeros(1, 4), 0.9, 0.5)
     assert bool((adv == 0).all()) and bool((ret == 0).all())
 
 
@@ -265,7 +266,7 @@ def test_sao_targets_use_adaptive_policy_lambda_and_critic_lambda_one():
     assert LAMBDA_CRITIC == 1.0
     mc = rewards.flip(-1).cumsum(-1).flip(-1) * mask
     torch.testing.assert_close(out.returns, mc, rtol=1e-10, atol=1e-10)
-    other = sao_targets(rewards, torch.randn_like(values), mask)
+    other = sao_targets(rewards, torch.randn(values.shape, generator=gen, dtype=values.dtype), mask)
     torch.testing.assert_close(other.returns, out.returns, rtol=1e-10, atol=1e-10)
 
 

@@ -57,8 +57,14 @@ def start_trainer(config: TrainConfig, config_path: Path, log_path: Path, thread
         return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
-def echo_new_lines(path: Path, pos: int, say: Any) -> int:
-    """Print the trainer log's complete lines after byte `pos`; return the new position."""
+POLL_LINE_PREFIX = "waiting for new trajectories"
+"""How the trainer's poll lines start (:meth:`trajstore.trainer.data.stream.TrajectoryStream.waiting_message`):
+the demo shows them only with ``--verbose`` (its episode lines already show the progress)."""
+
+
+def echo_new_lines(path: Path, pos: int, say: Any, *, polls: bool = False) -> int:
+    """Print the trainer log's complete lines after byte `pos` (its poll lines only with `polls`);
+    return the new position."""
     try:
         with open(path, "rb") as fh:
             fh.seek(pos)
@@ -70,7 +76,7 @@ def echo_new_lines(path: Path, pos: int, say: Any) -> int:
     end = data.rfind(b"\n") + 1
     for line in data[:end].decode(errors="replace").split("\n"):
         line = line.rsplit("\r", 1)[-1]  # a progress bar redraws with carriage returns
-        if line.strip():
+        if line.strip() and (polls or not line.startswith(POLL_LINE_PREFIX)):
             say(f"[dim]trainer |[/] {escape(line)}", highlight=False)
     return pos + end
 

@@ -80,6 +80,8 @@ class DemoConfig(BaseModel):
                                                   "checkpoint (about 0.5 GB per SmolLM2 version, 2 GB per "
                                                   "checkpoint); by default only the final version is kept")
     seed: int = Field(0, description="seeds tasks, sampling and (tiny models) initial weights")
+    verbose: bool = Field(False, description="also show the trainer's poll lines (waiting for new trajectories); "
+                          "by default the episode lines show the progress")
     time_limit_s: float | None = Field(None, gt=0, description="after this many seconds no new episode starts, the "
                                        "proxy stops (its open episodes stored as aborted) and the trainer "
                                        "finishes its step in progress (at most 5 more minutes); the demo then "
@@ -97,7 +99,9 @@ def model_identity(cfg: DemoConfig) -> str:
 
 def train_config(cfg: DemoConfig, run_id: str, store: str) -> TrainConfig:
     """The trainer's config for a demo: follow the store, stop after `cfg.steps` policy steps,
-    publish every step, read only this demo's trajectories."""
+    publish every step, read only this demo's trajectories, and record every trained token's
+    annotations (trainer log-prob, ratio, DIS band, advantage, value, return: about 25 bytes a
+    token, a few MB for a demo) so that ``traj view`` shows them on the demo's store."""
     tiny = cfg.model.startswith("tiny-")
     return TrainConfig(
         store=store,
@@ -112,7 +116,7 @@ def train_config(cfg: DemoConfig, run_id: str, store: str) -> TrainConfig:
         optim=OptimConfig(policy_lr=cfg.policy_lr, critic_lr=cfg.critic_lr),
         algo=AlgoConfig(critic_warmup_steps=cfg.critic_warmup_steps),
         run=RunConfig(run_id=run_id, max_steps=cfg.steps, publish_every=1, checkpoint_every=10**6,
-                      progress=False),
+                      progress=False, record_tokens=1.0),
     )
 
 

@@ -90,7 +90,7 @@ class DemoResult:
                     f"(see {self.store}/{run_log_file(self.run_id, TRAINER_LOG)}); the audits cover only what was trained")
         if self.steps_done >= 2 and not any(v >= 1 for v in self.versions_loaded):
             return (f"the rollout server never loaded a policy version the trainer published (see "
-                    f"{self.store}/{run_log_file(self.run_id, PROXY_LOG)} and {run_log_file(self.run_id, SERVE_LOG)}): every episode ran on v0, so the staleness "
+                    f"{self.store}/{run_log_file(self.run_id, PROXY_LOG)} and {self.store}/{run_log_file(self.run_id, SERVE_LOG)}): every episode ran on v0, so the staleness "
                     "below comes from the trainer moving ahead alone")
         return None
 

@@ -146,7 +146,7 @@ class _DemoRun:
             self.console.print(*args, soft_wrap=True, **kw)
 
     def echo_trainer(self) -> None:
-        self.log_pos = echo_new_lines(self.trainer_log, self.log_pos, self.say)
+        self.log_pos = echo_new_lines(self.trainer_log, self.log_pos, self.say, polls=self.cfg.verbose)
 
     def time_limit_stop(self, during: str) -> DemoStop:
         return DemoStop("time_limit", f"the time limit of {self.cfg.time_limit_s:g} s (--time-limit) was reached "
@@ -246,10 +246,9 @@ class _DemoRun:
                 loads_seen = len(self.stats.get("weight_loads", []))
                 for f in finished:
                     self.collect(f, number.pop(f), stopping)
-        if self.cut_short and children.proxy_shutdown is not None:
+        if self.cut_short and children.proxy_shutdown is not None:  # what the proxy stored: in the summary, once
             self.say(f"{plural(self.cut_short, 'episode')} in flight {'was' if self.cut_short == 1 else 'were'} cut "
-                     f"short when the demo stopped the proxy; "
-                     + children.proxy_shutdown.describe(episodes_cut=self.cut_short), highlight=False)
+                     "short when the demo stopped the proxy", highlight=False)
         self.echo_trainer()  # the trainer often finishes first (it made its steps): its last lines first
         return stop
 
@@ -309,5 +308,6 @@ class _DemoRun:
                                            f"{len(self.episodes)} completed) before the trainer had "
                                            f"{cfg.batch_size} completed trajectories for each step",
                             "a larger --episodes (or none), or fewer --steps; if episodes ended early, "
-                            f"see {self.store.uri}/{run_log_file(self.run_id, PROXY_LOG)} and {run_log_file(self.run_id, SERVE_LOG)}")
+                            f"see {self.store_file(run_log_file(self.run_id, PROXY_LOG))} and "
+                            f"{self.store_file(run_log_file(self.run_id, SERVE_LOG))}")
         return stop

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trajstore.sampling import no_truncation
 from trajstore.trainer.apps.envs import FAMILIES, TaskName, draw_instance, make_episode, max_action_tokens
 from trajstore.trainer.apps.learning_bench.codec import CharCodec
 from trajstore.trainer.apps.learning_bench.estimators import advantages_by
@@ -118,7 +119,7 @@ def to_samples(episodes: list[dict[str, Any]], *, group_ids: list[str | None] | 
         n = len(e["tokens"])
         pv = np.where(e["mask"], 0, -1).astype(np.int64)
         out.append(TrainSample(f"{prefix}{i}", group_ids[i] if group_ids else None, "memory", i, e["tokens"],
-                          e["logprobs"], e["mask"], pv, np.ones(n, dtype=np.float32), e["reward"], False, DataCursor()))
+                          e["logprobs"], e["mask"], pv, no_truncation(n), e["reward"], False, DataCursor()))
     return out
 
 
@@ -216,7 +217,7 @@ def advantage_quality(warm_start: str, seed: int, cfg: QualityConfig, *, task: T
     # oracle gradient and each estimator's gradient share one forward pass
     lp_fn = PolicyLogprobs(policy)
     params = [p for p in policy.parameters() if p.requires_grad]
-    lp, _ = lp_fn(mb.input_ids, mb.position_ids, mb.targets, mb.inv_temperature)
+    lp, _ = lp_fn(mb.input_ids, mb.position_ids, mb.targets, mb.sampling)
     slots = mb.action_mask[0]
 
     def to_slots(per_episode: list[np.ndarray]) -> torch.Tensor:

@@ -23,6 +23,11 @@ ENGINE_TOKENIZER_FROM_MODEL = "model"
 like its model (true when the engine served a Hugging Face repo id under its own name)."""
 
 
+_ACTION_FIELDS = ("tool_call_ids", "policy_version", "policy_version_max", "finish_reason", "temperature", "top_p",
+                  "top_k", "min_p", "max_tokens", "sampling_params")
+"""The span fields only an action span carries."""
+
+
 def _engine_parts(segments: list[EngineSegment]) -> list[list[EngineSegment]]:
     parts: list[list[EngineSegment]] = []
     for s in segments:
@@ -62,7 +67,7 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
     with_lp = bool(acts) and (all(s.logprobs is not None for s in acts) or (
         kept is not None and kept.logprob_source == "engine" and any(s.logprobs is not None for s in acts)))
     meta0 = dict(r.metadata)
-    if with_lp and any(s.policy_version is None for s in acts):
+    if kept is None and with_lp and any(s.policy_version is None for s in acts):
         # version 0 was stored before: audits showed a made-up staleness and full version coverage
         meta0["policy_version_known"] = False
     if not with_lp and any(s.logprobs is not None for s in acts):
@@ -81,7 +86,8 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
         "cuts": [len(s.token_ids) for s in r.segments]})
     base_id = kept.trajectory_id if kept is not None else stored_fields.trajectory_id(r.source, r.key, digest)
     gaps = dict(r.fidelity_gaps)
-    stored_fields.check_call_count(r, len(acts), gaps)
+    if kept is None:  # an exported row's gaps are restored as stored
+        stored_fields.check_call_count(r, len(acts), gaps)
     out = []
     for n, segs in enumerate(parts):
         tokens = np.concatenate([np.asarray(s.token_ids, dtype=np.int64) for s in segs]).astype(np.int32)
@@ -91,12 +97,14 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
         for s in segs:
             k = len(s.token_ids)
             act = s.kind == "action"
+            sampling = {f: getattr(s, f) if act else None for f in _ACTION_FIELDS}
+            if act:  # every spelling of a length stop is stored as "length"
+                sampling["finish_reason"] = stored_finish_reason(s.finish_reason)
             spans.append(Span(kind=s.kind, start=pos, end=pos + k, role=s.role, call_id=s.call_id,
-                              cause_id=s.cause_id, tool_call_ids=s.tool_call_ids if act else None,
-                              policy_version=s.policy_version if act else None,
-                              policy_version_max=s.policy_version_max if act else None,
-                              finish_reason=stored_finish_reason(s.finish_reason) if act else None,
-                              temperature=s.temperature if act else None, top_p=s.top_p if act else None))
+                              cause_id=s.cause_id, truncated=s.truncated, **sampling,
+                              usage_prompt_tokens=s.usage.prompt_tokens if act and s.usage else None,
+                              usage_completion_tokens=s.usage.completion_tokens if act and s.usage else None,
+                              usage_cached_tokens=s.usage.cached_tokens if act and s.usage else None))
             pos += k
         meta = dict(meta0)
         meta["ingest"] = {"format": input_format, "path": r.origin.path, "line": r.origin.line}
@@ -106,10 +114,11 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
             meta["fidelity_gaps"] = gaps
         lineage = {} if kept is None else {
             "group_id": kept.group_id, "episode_id": kept.episode_id, "parent_trajectory_id": kept.parent_trajectory_id,
-            "fork_point": kept.fork_point, "link_kind": kept.link_kind}
+            "fork_point": kept.fork_point, "link_kind": kept.link_kind, "abandoned": kept.abandoned}
         traj = Trajectory(
             trajectory_id=stored_fields.part_id(base_id, n + 1, len(parts)), prompt_id=r.prompt_id,
-            source=r.source, model=r.model, tokenizer=tokenizer, created_at=stored_fields.created_at(r), status=r.status,
+            source=kept.source if kept is not None and kept.source else r.source,
+            model=r.model, tokenizer=tokenizer, created_at=stored_fields.created_at(r), status=r.status,
             reward=r.reward.value, reward_raw=stored_fields.reward_raw(r),
             token_source=kept.token_source if kept is not None else "engine",
             logprob_source="engine" if with_lp else "none", tokens=tokens, action_logprobs=lps, spans=spans, metadata=meta,

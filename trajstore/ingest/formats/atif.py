@@ -63,6 +63,7 @@ from trajstore.ingest.records import (
 )
 from trajstore.ingest.summary import ENGINE_IDS_DISCARDED_KEY, NO_MODEL_CALL
 from trajstore.ingest.values import json_type, order_by_id, parse_time, text_or_none
+from trajstore.models import CallUsage
 
 SOURCE = "atif"
 
@@ -110,7 +111,9 @@ def _engine_segments(steps: list[dict[str, Any]]) -> tuple[list[EngineSegment] |
             return None, f"agent step {s.get('step_id')} has no completion tokens"
         ids = [str(tc["tool_call_id"]) for tc in s.get("tool_calls") or []
                if isinstance(tc, dict) and tc.get("tool_call_id")]
-        chain.add(p, c, list(lp) if isinstance(lp, list) else None, call_id=cid, tool_call_ids=ids)
+        usage = CallUsage.from_openai({"prompt_tokens": m.get("prompt_tokens"), "completion_tokens": m.get("completion_tokens"),
+                                       "prompt_tokens_details": {"cached_tokens": m.get("cached_tokens")}})
+        chain.add(p, c, list(lp) if isinstance(lp, list) else None, call_id=cid, tool_call_ids=ids, usage=usage)
     return chain.segments, ""
 
 

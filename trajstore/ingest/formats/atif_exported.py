@@ -25,8 +25,8 @@ def exported_fields(d: dict[str, Any], agents: list[dict[str, Any]], rollout: En
     and the token ids of an observation after the last step (``trailing_observation_token_ids``,
     checked with the other ids when the rollout is built). When `rollout` is the `whole` document,
     also the stored row's other fields: its id, group, lineage, trainability, token and log-prob
-    sources (``rollout.exported``), prompt id, time, raw reward, and its metadata under this
-    ingest's own keys, ``fidelity_gaps`` included. Other ATIF logs have none of these: their
+    sources (``rollout.exported``), prompt id, time, raw reward, its metadata as stored (``fidelity_gaps``
+    included; only ``ingest`` names the file read now, as for any ingest) and its spans (:func:`_stored_spans`). Other ATIF logs have none of these: their
     metadata says ``policy_version_known: false``, as before."""
     root = d.get("extra") if isinstance(d.get("extra"), dict) else {}
     ours = root.get(EXPORT_EXTRA_KEY) if isinstance(root.get(EXPORT_EXTRA_KEY), dict) else {}
@@ -46,15 +46,69 @@ def exported_fields(d: dict[str, Any], agents: list[dict[str, Any]], rollout: En
                 setattr(seg, name, v)
         if isinstance(kept.get("finish_reason"), str):
             seg.finish_reason = kept["finish_reason"]
-    if any(seg.policy_version is None for seg in actions):
-        rollout.metadata["policy_version_known"] = False
+    if rollout.exported is None and any(seg.policy_version is None for seg in actions):
+        rollout.metadata["policy_version_known"] = False  # a restored row's metadata says what it said
     tail = ours.get("trailing_observation_token_ids")
     if isinstance(tail, list) and tail and actions:
         last = actions[-1]
         rollout.segments.append(EngineSegment("observation", list(tail), role="tool",
                                               cause_id=(last.tool_call_ids or [last.call_id])[0]))
         rollout.metadata.pop("last_observation", None)
+    if whole and isinstance(ours.get("spans"), list):
+        _stored_spans(ours["spans"], rollout)
     return rollout
+
+
+_SPAN_TYPES: dict[str, tuple[type, ...]] = {
+    "role": (str,), "call_id": (str,), "cause_id": (str,), "finish_reason": (str,), "sampling_params": (str,),
+    "temperature": (int, float), "top_p": (int, float), "min_p": (int, float), "top_k": (int,), "max_tokens": (int,),
+    "policy_version": (int,), "policy_version_max": (int,), "truncated": (bool,), "tool_call_ids": (list,)}
+"""The span fields the root ``extra.trajstore.spans`` may hold, with their JSON types."""
+
+
+def _stored_spans(spans: list[Any], rollout: EngineRollout) -> None:
+    """The stored spans a trajstore ATIF export kept in the root ``extra.trajstore.spans``, put
+    back on `rollout` (in place): its segments are re-cut at the stored boundaries with each span's
+    fields (role, call and tool-call ids, cause, sampling, truncation, versions), so that two
+    adjacent observations stay two spans and the prompt keeps its role. The token ids and log-probs
+    stay those the steps' metrics gave. When the list does not cover those token ids exactly, or its
+    action spans are not the steps' completions, the segments the steps gave stand and metadata
+    ``exported_spans_ignored`` says why (a document edited after the export)."""
+    tokens = [t for seg in rollout.segments for t in seg.token_ids]
+    acts = [seg for seg in rollout.segments if seg.kind == "action"]
+    why = _spans_mismatch(spans, tokens, acts)
+    if why:
+        rollout.metadata["exported_spans_ignored"] = why
+        return
+    segs, k = [], 0
+    for sp in spans:
+        kind, a, b = sp["kind"], sp["start"], sp["end"]
+        fields = {f: sp[f] for f, types in _SPAN_TYPES.items() if isinstance(sp.get(f), types)
+                  and (f == "truncated" or not isinstance(sp[f], bool))}
+        if kind == "action":
+            act, k = acts[k], k + 1
+            segs.append(EngineSegment("action", act.token_ids, act.logprobs, **fields))
+        else:
+            segs.append(EngineSegment(kind, tokens[a:b], **fields))
+    rollout.segments = segs
+
+
+def _spans_mismatch(spans: list[Any], tokens: list[int], acts: list[EngineSegment]) -> str | None:
+    """Why the exported `spans` cannot be the stored spans of these `tokens` and action segments, or None."""
+    pos, k = 0, 0
+    for n, sp in enumerate(spans):
+        ok = isinstance(sp, dict) and sp.get("kind") in ("prompt", "action", "observation") and all(
+            isinstance(sp.get(f), int) and not isinstance(sp.get(f), bool) for f in ("start", "end"))
+        if not ok or sp["start"] != pos or sp["end"] <= pos:
+            return f"span {n} is not the next contiguous span (kind, start, end) of the token ids"
+        if sp["kind"] == "action":
+            if k >= len(acts) or len(acts[k].token_ids) != sp["end"] - sp["start"]:
+                return f"span {n} is not the agent step's completion it stands for"
+            k += 1
+        pos = sp["end"]
+    if pos != len(tokens) or k != len(acts):
+        return f"the spans cover {pos} of {len(tokens)} token ids and {k} of {len(acts)} agent steps"
+    return None
 
 
 def _text(v: Any) -> str | None:
@@ -71,10 +125,12 @@ def _stored_row(ours: dict[str, Any], rollout: EngineRollout) -> None:
         trajectory_id=ours["trajectory_id"], group_id=_text(ours.get("group_id")),
         episode_id=_text(ours.get("episode_id")), parent_trajectory_id=_text(ours.get("parent_trajectory_id")),
         fork_point=fork if isinstance(fork, int) and not isinstance(fork, bool) else None,
-        link_kind=_text(ours.get("link_kind")), trainable=trainable if isinstance(trainable, bool) else None,
+        link_kind=_text(ours.get("link_kind")), abandoned=ours["abandoned"] if isinstance(ours.get("abandoned"), bool)
+        else None, trainable=trainable if isinstance(trainable, bool) else None,
         not_trainable_reason=_text(ours.get("not_trainable_reason")),
         token_source="retokenized" if ours.get("token_source") == "retokenized" else "engine",
-        logprob_source="none" if ours.get("logprob_source") == "none" else "engine")
+        logprob_source="none" if ours.get("logprob_source") == "none" else "engine",
+        source=_text(ours.get("source")))
     rollout.prompt_id = _text(ours.get("prompt_id"))
     rollout.created_at = parse_time(ours.get("created_at")) or rollout.created_at
     raw = _text(ours.get("reward_raw"))
@@ -85,5 +141,7 @@ def _stored_row(ours: dict[str, Any], rollout: EngineRollout) -> None:
             pass  # not JSON: the reward file's value stands
     stored = ours.get("metadata") if isinstance(ours.get("metadata"), dict) else {}
     gaps = stored.get("fidelity_gaps") if isinstance(stored.get("fidelity_gaps"), dict) else {}
-    rollout.fidelity_gaps = {**{k: str(v) for k, v in gaps.items()}, **rollout.fidelity_gaps}
-    rollout.metadata = {**{k: v for k, v in stored.items() if k != "fidelity_gaps"}, **rollout.metadata}
+    # the stored row's, not what this reader derives from the export file (its schema version,
+    # session id, status evidence describe the export, not the rollout)
+    rollout.fidelity_gaps = {k: str(v) for k, v in gaps.items()}
+    rollout.metadata = {k: v for k, v in stored.items() if k != "fidelity_gaps"}
