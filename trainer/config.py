@@ -9,6 +9,7 @@ Every field has a one-line doc with its unit. The resolved config is saved as
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Literal
 
@@ -79,6 +80,13 @@ class ModelConfig(_Section):
         return v
 
 
+def replay_slots(batch_size: int, fraction: float) -> int:
+    """Replay slots of a step (``data.replay_fraction``): ``floor(fraction x batch_size)``, at most
+    ``batch_size - 1`` (the stream always reads at least one trajectory, so the run advances
+    through the store)."""
+    return min(int(math.floor(fraction * batch_size + 1e-9)), batch_size - 1)
+
+
 class DataConfig(_Section):
     """What is read from the store and how it is batched."""
 
@@ -113,6 +121,30 @@ class DataConfig(_Section):
                                                                  "without new data (None = wait forever)")
     behaviour_logprobs: BehaviourLogprobs = Field("engine", description="source of behaviour log-probs; "
                                                   "'initial-policy' is the explicit opt-in for text-only data")
+    replay_fraction: float = Field(0.0, ge=0, lt=1, description="share of each step's `batch_size` filled from the "
+                                   "replay buffer (0 = off: every trajectory trained once). floor(fraction x "
+                                   "batch_size) slots are drawn as whole row groups, uniformly among the buffered "
+                                   "row groups with an eligible trajectory; the stream reads the rest. The buffer "
+                                   "holds trajectories already trained in this run and is emptied at each "
+                                   "checkpoint, so a resumed run and `--replay-step` draw what the uninterrupted run "
+                                   "drew. Reused trajectories are importance-corrected by the policy loss (DIS / "
+                                   "PPO-clip) against their stored rollout log-probs and recorded again in "
+                                   "runs/<run_id>/consumed with their `reuse` count (docs/design.md, replay buffer)")
+    replay_max_reuse: int = Field(1, ge=1, description="most times a trajectory is trained again after its first "
+                                  "use (reuses; with `replay_fraction` > 0)")
+    replay_max_staleness: int = Field(2, ge=0, description="a buffered trajectory is drawn only while trainer version "
+                                      "- its newest action policy version is at most this (policy versions); "
+                                      "trajectories without a policy version are never replayed")
+    replay_budget_tokens: int = Field(1 << 22, ge=1, description="most tokens the replay buffer holds (tokens); the "
+                                      "oldest row groups are dropped first")
+
+    @model_validator(mode="after")
+    def _replay_slots(self) -> DataConfig:
+        if self.replay_fraction > 0 and replay_slots(self.batch_size, self.replay_fraction) == 0:
+            raise ValueError(f"replay_fraction {self.replay_fraction:g} of batch_size {self.batch_size} gives no replay "
+                             f"slot (floor(fraction x batch_size), leaving at least one trajectory read); raise one of "
+                             f"them or set replay_fraction 0")
+        return self
 
 
 class OptimConfig(_Section):

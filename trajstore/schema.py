@@ -359,6 +359,8 @@ CONSUMED_FIELDS: Final[list[tuple[pa.Field, str]]] = [
     (pa.field("masked_below", pa.float64()), "fraction of action tokens with ratio <= 1 - eps_low (DIS-masked)"),
     (pa.field("masked_above", pa.float64()), "fraction of action tokens with ratio >= 1 + eps_high (DIS-masked)"),
     (pa.field("ratio_mean", pa.float64()), "mean importance ratio over action tokens (before masking)"),
+    (pa.field("reuse", pa.int64()), "0 = the trajectory's first use in the run; n = its n-th reuse, drawn from the "
+                                    "replay buffer (null in records written before the replay buffer: read as 0)"),
     (pa.field("consumed_at", pa.timestamp("us", tz="UTC"), nullable=False), "when the step finished (UTC)"),
 ]
 

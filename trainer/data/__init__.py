@@ -20,6 +20,13 @@ from trajstore.trainer.data.packing import (
     to_packed,
     to_rows,
 )
+from trajstore.trainer.data.replay_buffer import (
+    ReplayBuffer,
+    replay_buffer_for,
+    replay_slots,
+    stream_config,
+    with_replay,
+)
 from trajstore.trainer.data.samples import StepBatch, TrainSample
 from trajstore.trainer.data.stream import ListShards, TrajectoryStream
 from trajstore.trainer.data.vocabulary import shard_max_token_id
@@ -35,6 +42,7 @@ __all__ = [
     "GAEInputs",
     "ListShards",
     "PackedMicroBatch",
+    "ReplayBuffer",
     "TrainSample",
     "StepBatch",
     "StoreCensus",
@@ -49,11 +57,15 @@ __all__ = [
     "micro_batches",
     "pack",
     "read_scalar_columns",
+    "replay_buffer_for",
+    "replay_slots",
     "shard_max_token_id",
     "split_chains",
     "split_for_rank",
+    "stream_config",
     "to_packed",
     "to_rows",
     "token_micro_batches",
     "with_missing_nullable_columns",
+    "with_replay",
 ]

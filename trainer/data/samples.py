@@ -38,6 +38,10 @@ class TrainSample:
             :mod:`~trajstore.trainer.data.episodes`.
         abandoned: True for a branch the harness threw away (a retry or resample replaced it; schema
             v4 ``abandoned``): it earns no episode reward (:func:`~trajstore.trainer.data.episodes.credited_reward`).
+        row_group: index of the shard's row group it was read from (the replay buffer draws
+            whole row groups).
+        reuse: 0 for the first time it is trained in a run; n for its n-th reuse, drawn from the
+            replay buffer (:mod:`~trajstore.trainer.data.replay_buffer`).
     """
 
     trajectory_id: str
@@ -58,6 +62,8 @@ class TrainSample:
     link_kind: str | None = None
     fork_point: int | None = None
     abandoned: bool | None = None
+    row_group: int = 0
+    reuse: int = 0
 
     @property
     def num_tokens(self) -> int:

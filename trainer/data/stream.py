@@ -258,7 +258,9 @@ class TrajectoryStream:
             if d.skip is not None:
                 self._skip(d.skip)
                 continue
-            yield self._sample(group, i, d, shard, row, cursor)
+            sample = self._sample(group, i, d, shard, row, cursor)
+            sample.row_group = batch.row_group
+            yield sample
 
     def _sample(self, group: RowGroupArrays, i: int, d: Admission, shard: ShardInfo, row: int,
                 cursor: DataCursor) -> TrainSample:

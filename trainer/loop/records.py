@@ -74,6 +74,7 @@ METRIC_DOCS: Mapping[str, str] = {
     "data/episodes": "episodes (distinct episode_id) among the step's trajectories: an episode stored as several "
                      "linked trajectories (sub-agents, context rewrites, forks, continuations) counts once",
     "data/action_tokens": "action tokens trained in the step (all ranks)",
+    "data/replayed": "trajectories of the step drawn from the replay buffer (reuses; with --replay-fraction)",
     "perf/tokens_per_s": "tokens (all kinds, all ranks) per second of step time",
     "perf/step_s": "wall seconds of the step (data wait included)",
     "perf/data_wait_frac": "share of the step's wall time spent waiting for data",
@@ -156,7 +157,7 @@ def consumed_rows(samples: Sequence[TrainSample], *, step: int, trainer_version:
             "staleness_max": None if s.min_policy_version is None else trainer_version - s.min_policy_version,
             "num_action_tokens": s.num_action_tokens,
             "masked_below": r[0] if r else None, "masked_above": r[1] if r else None,
-            "ratio_mean": r[2] if r else None,
+            "ratio_mean": r[2] if r else None, "reuse": s.reuse,
         })
     return out
 
@@ -224,9 +225,11 @@ class RunRecorder:
         self.store.write_table(steps, subdir=run_steps_dir(self.run_id), extra_metadata=meta)
         if consumed:
             cols = {f.name: [] for f in CONSUMED_SCHEMA}
+            optional = {f.name for f in CONSUMED_SCHEMA if f.nullable}  # e.g. reuse: null reads as 0 (a first use)
             for r in consumed:
                 for name in cols:
-                    cols[name].append(self.run_id if name == "run_id" else now if name == "consumed_at" else r[name])
+                    cols[name].append(self.run_id if name == "run_id" else now if name == "consumed_at" else
+                                      r.get(name) if name in optional else r[name])
             self.store.write_table(pa.table(cols, schema=CONSUMED_SCHEMA), subdir=run_consumed_dir(self.run_id),
                                    extra_metadata=meta)
         if self._tb is not None:

@@ -2,7 +2,9 @@
 state, RNG state and data cursor of the newest checkpoint taken before step N are loaded, the
 run's iterations from there are executed again on the same trajectories (read from the
 checkpoint's data cursor in arrival order and checked against the run's consumption records,
-step by step, before each is trained), and step N's recorded metrics are reported beside the
+step by step, before each is trained; with a replay buffer, its draws too: the buffer is empty at
+each checkpoint and seeded from its iteration, so the replay draws what the run drew), and step
+N's recorded metrics are reported beside the
 recomputed ones: the losses, gradient norms and importance-ratio statistics.
 
 Nothing is written to the store: no record, checkpoint or published version. The run may be
@@ -32,7 +34,7 @@ from trajstore.store.layout import (
     run_steps_dir,
 )
 from trajstore.trainer.config import TrainConfig
-from trajstore.trainer.data import TrajectoryStream
+from trajstore.trainer.data import TrajectoryStream, replay_buffer_for, stream_config, with_replay
 from trajstore.trainer.loop import distributed as D
 from trajstore.trainer.loop.advantage_fns import sao_gae_advantages, scalar_advantages, scalar_baseline_fn
 from trajstore.trainer.loop.build import models_ddp
@@ -114,7 +116,7 @@ def _trainer(cfg: TrainConfig, store: Store, ckpt: Checkpoint) -> Trainer:
     env = D.init_distributed(cfg.run.device, strategy="ddp")
     state = ckpt.state
     _, tokenizer = policy_identity(cfg.model.name, tokenizer=cfg.model.tokenizer)
-    stream = TrajectoryStream(store, cfg.data, tokenizer=tokenizer, vocab_size=None, cursor=state.cursor)
+    stream = TrajectoryStream(store, stream_config(cfg.data), tokenizer=tokenizer, vocab_size=None, cursor=state.cursor)
     loaded = load_policy(cfg.model.name, tokenizer=cfg.model.tokenizer, tiny_vocab_size=cfg.model.tiny_vocab_size,
                          seed=cfg.model.seed)
     stream.vocab_size = loaded.vocab_size
@@ -129,6 +131,8 @@ def _trainer(cfg: TrainConfig, store: Store, ckpt: Checkpoint) -> Trainer:
                  POLICY_LOSSES[cfg.algo.policy_loss], value_loss if critic is not None else None, behaviour)
     tr.checkpoint_gate = gate
     tr.last_checkpoint = state.iteration
+    # empty at the checkpoint and seeded from its iteration, as the run's own buffer was
+    tr.replay = replay_buffer_for(cfg.data, seed=cfg.model.seed, iteration=state.iteration)
     return tr
 
 
@@ -170,6 +174,8 @@ def replay_step(uri: str | Store, run_id: str, step: int, *, device: str = "cpu"
             if batch is None:
                 raise ReplayError(f"the data of run {run_id!r} ended before step {step} (iteration "
                                   f"{tr.state.iteration}): trajectories it trained are no longer in {store.uri}")
+            # the replay buffer's draw, as the run drew it (its reuses are in the records too)
+            batch = with_replay(tr.replay, batch, tr.state.version, max_tokens=cfg.data.max_batch_tokens)
             ids = [s.trajectory_id for s in batch.samples]
             # as train_step numbers it: warm-up iterations are steps -budget .. -1
             this_step = tr.state.step if not tr.in_warmup() else tr.state.iteration - cfg.algo.critic_warmup_steps
@@ -182,6 +188,11 @@ def replay_step(uri: str | Store, run_id: str, step: int, *, device: str = "cpu"
                                   f"{missing}): the store changed since the run read it")
             is_target = tr.state.iteration == iteration
             metrics, _ = train_step(tr, batch)
+            if tr.replay is not None:
+                tr.replay.add(batch.samples)
+                if tr.state.iteration - tr.last_checkpoint >= cfg.run.checkpoint_every:
+                    tr.last_checkpoint = tr.state.iteration  # the run checkpointed here: its buffer was emptied
+                    tr.replay.reset(tr.state.iteration)
             if is_target:
                 break
             if tr.state.iteration > iteration:

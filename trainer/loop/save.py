@@ -44,6 +44,8 @@ def checkpoint(tr: Trainer) -> None:
     """Save policy, critic, optimisers, RNG, counters and cursor, then sync ranks: whole state
     dicts from rank 0 (ddp), or every rank's shards with torch.distributed.checkpoint (fsdp)."""
     tr.last_checkpoint = tr.state.iteration
+    if tr.replay is not None:  # a run resumed here, or a replayed step, starts with this empty buffer
+        tr.replay.reset(tr.state.iteration)
     run = tr.cfg.run
     if D.is_sharded(tr.policy):
         modules = {"policy": tr.policy, **({"critic": tr.critic} if tr.critic is not None else {})}

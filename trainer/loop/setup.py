@@ -14,7 +14,7 @@ from trajstore.errors import StoreError, TrajstoreError
 from trajstore.store import TMP_DIR, Store, open_store
 from trajstore.store.layout import tmp_path
 from trajstore.trainer.config import TrainConfig
-from trajstore.trainer.data import DataCursor, TrainDataError, TrajectoryStream
+from trajstore.trainer.data import DataCursor, TrainDataError, TrajectoryStream, replay_buffer_for, stream_config
 from trajstore.trainer.loop import distributed as D
 from trajstore.trainer.loop import memory
 from trajstore.trainer.loop.advantage_fns import sao_gae_advantages, scalar_advantages, scalar_baseline_fn
@@ -79,7 +79,7 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
     list_shards = None
     if env.distributed:
         list_shards = lambda: D.broadcast_object(store.list_shards() if env.is_main else None, env)  # noqa: E731
-    stream = TrajectoryStream(store, cfg.data, tokenizer=tokenizer, vocab_size=None, cursor=state.cursor,
+    stream = TrajectoryStream(store, stream_config(cfg.data), tokenizer=tokenizer, vocab_size=None, cursor=state.cursor,
                               list_shards=list_shards)
     census = stream.precheck()
     if census.trainable == 0 and not cfg.data.follow and ckpt is None and not allow_empty:
@@ -117,6 +117,7 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
     tr = Trainer(cfg, env, store, loaded, policy, critic, optimizers, stream, recorder, state, adv_fn, scalar_fn,
                  POLICY_LOSSES[cfg.algo.policy_loss], value_loss if critic is not None else None, behaviour)
     tr.census = census
+    tr.replay = replay_buffer_for(cfg.data, seed=cfg.model.seed, iteration=state.iteration)
     tr.checkpoint_gate = gate
     tr.last_checkpoint = state.iteration
     tr.resumed_fresh = resume and ckpt is None

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trajstore.trainer.config import TrainConfig
-from trajstore.trainer.data import StepBatch
+from trajstore.trainer.data import StepBatch, with_replay
 from trajstore.trainer.loop import distributed as D
 from trajstore.trainer.loop.save import checkpoint, publish
 from trajstore.trainer.loop.setup import setup
@@ -77,11 +77,16 @@ def _train_loop(tr: Trainer) -> None:
             break
         t0 = time.perf_counter()
         iteration = state.iteration
-        metrics, consumed = train_step(tr, batch)  # ends with its one host sync: the GPU is idle again
+        batch = with_replay(tr.replay, batch, state.version, max_tokens=tr.cfg.data.max_batch_tokens)
+        metrics, consumed = train_step(tr, batch)
+        if tr.replay is not None:
+            tr.replay.add(batch.samples)  # ends with its one host sync: the GPU is idle again
         step_s = time.perf_counter() - t0 + wait_s
         tokens = float(batch.num_tokens)  # every rank holds the whole step batch: all ranks' tokens
         metrics.update({"perf/step_s": step_s, "perf/tokens_per_s": tokens / step_s,
                         "perf/data_wait_frac": wait_s / step_s})
+        if tr.replay is not None:
+            metrics["data/replayed"] = float(sum(s.reuse > 0 for s in batch.samples))
         rows = [r for part in D.gather_objects(consumed, tr.env) for r in part]
         if tr.recorder is not None:
             tr.recorder.write_step(iteration=iteration, step=rows[0]["step"] if rows else state.step - 1,

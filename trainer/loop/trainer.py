@@ -14,7 +14,7 @@ from torch import nn
 
 from trajstore.store import Store
 from trajstore.trainer.config import TrainConfig
-from trajstore.trainer.data import StoreCensus, TrainSample, TrajectoryStream
+from trajstore.trainer.data import ReplayBuffer, StoreCensus, TrainSample, TrajectoryStream
 from trajstore.trainer.loop import distributed as D
 from trajstore.trainer.loop.advantage_fns import AdvantageFn
 from trajstore.trainer.loop.checkpoint import TrainerState
@@ -74,6 +74,8 @@ class Trainer:
     """Which micro-batches recompute their layers (auto activation checkpointing, ddp)."""
     token_recorder: TokenRecorder | None = None
     """Writes per-token annotations (``run.record_tokens`` > 0; on every rank), else None."""
+    replay: ReplayBuffer | None = None
+    """The replay buffer (``data.replay_fraction`` > 0; on every rank, drawing alike), else None."""
     last_pass: tuple[float, int] | None = None
     """(start time, tokens) of the step's previous forward/backward pass, for tokens/s."""
 

@@ -39,7 +39,9 @@ class StalenessReport(Report):
             ``--behaviour-logprobs initial-policy``, engine rollouts whose logs had none), whose
             staleness is undefined, so they are in no other column (the staleness columns count
             versioned tokens only; a bare ``action_tokens 0`` beside them read as "nothing
-            consumed").
+            consumed"); ``reused``: the consumption records of reuses (trajectories drawn again from
+            the replay buffer, ``consumed.reuse`` > 0), also counted in ``consumed``, each at the
+            staleness of its own step.
         by_source: the same per (run_id, source).
         histogram: per (run_id, staleness): ``action_tokens`` and ``trajectories`` at that value.
         unconsumed: per source, trajectories with versioned actions not consumed (by the selected
@@ -90,7 +92,7 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
                  f"WHERE kind = 'action' AND policy_version IS NOT NULL GROUP BY trajectory_id, policy_version")
     conn.execute(f"CREATE TEMP TABLE {sel_t} AS WITH {selected_cte(conn, where)} SELECT trajectory_id, source, "
                  f"episode_id, min_policy_version, max_policy_version FROM sel")
-    conn.execute(f"CREATE TEMP TABLE {c_t} AS SELECT c.run_id, c.step, c.trainer_version, c.trajectory_id, "
+    conn.execute(f"CREATE TEMP TABLE {c_t} AS SELECT c.run_id, c.step, c.trainer_version, c.trajectory_id, c.reuse, "
                  f"s.source, s.episode_id FROM consumed c JOIN {sel_t} s USING (trajectory_id) "
                  f"WHERE {run_filter(run, 'c.run_id')}")
     uv_t = f"_staleness_unversioned_{tag}"
@@ -113,6 +115,7 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
             f"tp AS ({weighted_percentiles_sql('th', groups, 'staleness', 'n', 'token_')}), "
             f"rp AS ({weighted_percentiles_sql('trh', groups, 'staleness', 'n', 'traj_')}), "
             f"cnt AS (SELECT {g}, count(*) AS consumed, count(DISTINCT episode_id) AS consumed_episodes, "
+            f"count(*) FILTER (WHERE reuse > 0) AS reused, "
             f"coalesce(sum(u.n), 0) AS unversioned_action_tokens "
             f"FROM c LEFT JOIN {uv_t} u USING (trajectory_id) GROUP BY {g}), "
             f"ntok AS (SELECT {g}, sum(n) AS action_tokens, sum(mixed) AS mixed_version_actions FROM tok "
@@ -120,7 +123,7 @@ def staleness_report(conn: duckdb.DuckDBPyConnection, *, where: str | None = Non
             f"SELECT {g}, consumed, coalesce(action_tokens, 0) AS versioned_action_tokens, "
             f"{summary_columns('token_', 'max', 'mean')}, {summary_columns('traj_', 'max')}, "
             f"coalesce(mixed_version_actions, 0) AS mixed_version_actions, unversioned_action_tokens, "
-            f"consumed_episodes "
+            f"consumed_episodes, reused "
             f"FROM cnt LEFT JOIN ntok USING ({g}) LEFT JOIN tp USING ({g}) LEFT JOIN rp USING ({g}) ORDER BY {g}")
 
     histogram = conn.sql(

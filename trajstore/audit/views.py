@@ -102,6 +102,15 @@ def _column_or_null(f: pa.Field, present: set[str]) -> str:
     return f"CAST(NULL AS {_duck_type(f.type)}) AS {_quote_ident(f.name)}"
 
 
+def _records_column(view: str, f: pa.Field, present: set[str]) -> str:
+    """A training-records column as the view shows it: ``consumed.reuse`` is 0 (a first use) in
+    records written before the replay buffer, the other columns as stored (NULL where absent)."""
+    if view == "consumed" and f.name == "reuse":
+        inner = _quote_ident(f.name) if f.name in present else "NULL"
+        return f"CAST(coalesce({inner}, 0) AS BIGINT) AS reuse"
+    return _column_or_null(f, present)
+
+
 _EPISODE_ID_SQL = (
     "coalesce(CASE WHEN metadata LIKE '%\"episode\"%' AND json_valid(metadata) THEN CASE json_type(metadata, "
     "'$.episode') WHEN 'VARCHAR' THEN nullif(metadata ->> '$.episode', '') WHEN 'OBJECT' THEN CASE WHEN "
@@ -344,7 +353,9 @@ def connect(uri: str | os.PathLike[str] | Store, *,
         urls = [u for r in runs for u in _shard_urls(store, records_dir(r), strict=strict)]
         allowed += urls
         src = _read_parquet(urls) if urls else _empty_source(conn, f"_trajstore_empty_{view}", schema)
-        cols = ", ".join(_quote_ident(f.name) for f in schema)
+        # records written before a nullable column existed (consumed.reuse) read it as NULL
+        present = {r[0] for r in conn.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+        cols = ", ".join(_records_column(view, f, present) for f in schema)
         conn.execute(f"CREATE VIEW {view} AS SELECT {cols} FROM {src}")
 
     metrics = [m for (m,) in conn.execute("SELECT DISTINCT metric FROM steps ORDER BY metric").fetchall()]

@@ -355,7 +355,7 @@ def expected_schema(subdir: str) -> Callable[[int], pa.Schema | None]:
     def of_version(version: int) -> pa.Schema | None:
         if parts == [TRAJECTORIES_DIR]:
             return trajectory_schema(version) if version in READABLE_VERSIONS else None
-        if len(parts) == 3 and parts[0] == RUNS_DIR:  # unchanged since v1
+        if len(parts) == 3 and parts[0] == RUNS_DIR:  # later columns are nullable (consumed.reuse): older shards fit
             return {RUN_STEPS_DIR: STEP_SCHEMA, RUN_CONSUMED_DIR: CONSUMED_SCHEMA,
                     RUN_TOKENS_DIR: TOKEN_ANNOTATION_SCHEMA}.get(parts[2])
         return None

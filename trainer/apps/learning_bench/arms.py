@@ -23,6 +23,13 @@ no-correction at 0.45x 3.11e-4: KL grew as lr**4 between the two, and log-log in
 sao's KL gives 0.64. Only KL was used to choose it; the arm's KL is measured in every run."""
 
 
+REPLAY_MAX_REUSE = 1
+"""The ``replay`` arm's ``data.replay_max_reuse``: a trajectory is trained at most twice."""
+REPLAY_MAX_STALENESS = 4
+"""The ``replay`` arm's ``data.replay_max_staleness`` (policy versions): a reuse is at most 4
+versions behind, inside what DIS's band (0.3 / 5.0) corrects on this task at the calibrated lr."""
+
+
 class BenchError(TrajstoreError):
     """The benchmark could not run (bad arm name, the stream returned a different batch)."""
 
@@ -48,6 +55,10 @@ class Arm:
             demonstrations as the policy; :func:`~.warmstart.ensure_warm_start`).
         reference: the arm it ablates (``sao`` but for the MoE full critic, whose reference is
             the MoE critic with frozen attention).
+        replay: replay slots per fresh trajectory: each step trains the timeline's batch plus
+            ``floor(replay x batch_size)`` trajectories drawn again from the trainer's replay
+            buffer (``data.replay_fraction``; :data:`REPLAY_MAX_REUSE`,
+            :data:`REPLAY_MAX_STALENESS`); 0 = every trajectory trained once.
     """
 
     name: str
@@ -61,6 +72,7 @@ class Arm:
     baseline_key: Literal["global", "family"] = "global"
     critic_model: Literal["policy", "tiny-qwen3-moe"] = "policy"
     reference: str = "sao"
+    replay: float = 0.0
 
     @property
     def has_critic(self) -> bool:
@@ -101,6 +113,9 @@ ARMS: dict[str, Arm] = {a.name: a for a in (
         "norms frozen (the reference of moe-full-critic)", critic_model="tiny-qwen3-moe"),
     Arm("moe-full-critic", "the MoE critic with every parameter trained (attention and router too)",
         critic_model="tiny-qwen3-moe", full_critic=True, reference="moe-critic"),
+    Arm("replay", f"replay buffer: each step also trains half a batch of trajectories drawn again (whole row groups, "
+        f"each reused at most {REPLAY_MAX_REUSE}x, at most {REPLAY_MAX_STALENESS} versions stale), DIS-corrected by "
+        "their stored rollout log-probs; the same fresh rollouts as sao", replay=0.5),
 )}
 
 

@@ -133,4 +133,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("sao-vs-grpo", "SAO beats GRPO+DIS (97.3 vs 84.2 AIME25); they track each other for ~400 steps, then SAO "
           "pulls ahead", "chain", "auc", "grpo-dis", "sao",
           scale_note="the paper's gap opens after ~400 policy steps; these runs are far shorter", effect=_GRPO),
+    # not the paper's: what async-RL teams ask of a replay buffer (trajstore's own, decided the same way)
+    Claim("replay-vs-single", "not in the paper: training each rollout once more from a replay buffer (DIS-corrected "
+          "by its stored log-probs, at most 4 versions stale) learns more from the same rollouts than single use",
+          "chain", "auc", "replay", "sao", direction="arm-better"),
 )

@@ -42,6 +42,7 @@ from trajstore.trainer.apps.learning_bench.trainer_side import (
     train_config,
     use_moe_critic,
 )
+from trajstore.trainer.data import with_replay
 from trajstore.trainer.loop.micro import prepare
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.step import train_step
@@ -223,6 +224,8 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
                     raise BenchError(f"{spec.run_id} iteration {it.index}: the trainer's stream did not return the "
                                      f"{len(trajs)} trajectories just written, in completion order")
                 version = tr.state.version
+                # the replay arm: the buffer's draw joins the batch, as in the training loop
+                batch = with_replay(tr.replay, batch, version, max_tokens=cfg.data.max_batch_tokens)
                 # the loop's own micro-batches, by the loop's own function (trajectory count and the
                 # memory plan's token bound): the spy's per-slot staleness must align with them
                 packs = [m.mb for m in prepare(tr, batch)[0]]
@@ -241,6 +244,8 @@ def run_one(spec: RunSpec, store_uri: str, *, on_iteration: Callable[[dict[str, 
                     metrics, consumed_rows = {}, []
                 else:
                     metrics, consumed_rows = train_step(tr, batch)
+                    if tr.replay is not None:
+                        tr.replay.add(batch.samples)
                 if tr.recorder is not None and (metrics or consumed_rows):
                     tr.recorder.write_step(iteration=it.index, step=consumed_rows[0]["step"] if consumed_rows else
                                            step_before, trainer_version=version, metrics=metrics,

@@ -38,10 +38,11 @@ CALIBRATION_TARGET_KL = 1e-3
 """nats per action token, exact over the vocabulary at the batch's action slots."""
 DEFAULT_CHAIN_ARMS = ("sao", "sao-k1", "full-critic", "running-mean-8", "running-mean-128", "running-mean-family",
                       "ppo-clip", "no-correction", "no-correction-small-step", "grpo-dis", "grpo-no-dis",
-                      "gae-turn-last-h", "gae-turn-avg-h", "gae-no-skip", "moe-critic", "moe-full-critic")
+                      "gae-turn-last-h", "gae-turn-avg-h", "gae-no-skip", "moe-critic", "moe-full-critic", "replay")
 """The default preset's chain arms (with the per-family running mean, the step-matched
 no-correction, the matched-horizon turn-level GAE and the MoE critic pair added; the turn-level
-arms without horizon matching, ``gae-turn-last`` / ``gae-turn-avg``, run with ``--arms``)."""
+arms without horizon matching, ``gae-turn-last`` / ``gae-turn-avg``, run with ``--arms``), and
+the replay buffer against single use on sao's timeline."""
 LONG_ARMS = ("sao", "grpo-dis", "grpo-no-dis", "no-correction")
 """The long preset's arms."""
 LONG_SEEDS = 10

@@ -10,7 +10,13 @@ from typing import Any
 
 import torch
 
-from trajstore.trainer.apps.learning_bench.arms import DIS_BAND, BenchError, get_arm
+from trajstore.trainer.apps.learning_bench.arms import (
+    DIS_BAND,
+    REPLAY_MAX_REUSE,
+    REPLAY_MAX_STALENESS,
+    BenchError,
+    get_arm,
+)
 from trajstore.trainer.apps.learning_bench.codec import CharCodec
 from trajstore.trainer.apps.learning_bench.spec import RunSpec
 from trajstore.trainer.config import (
@@ -96,12 +102,18 @@ def train_config(spec: RunSpec, store_uri: str) -> Any:
     # publishes nothing during exactly that many iterations, so the trainer must not end it early
     algo = {"critic_warmup_steps": spec.critic_warmup, "critic_warmup_until": "budget", "eps_low": DIS_BAND[0],
             "eps_high": DIS_BAND[1], **arm.algo}
+    # the replay arm's slots come on top of the timeline's batch (the stream still reads exactly it):
+    # batch_size + slots per step, of which the replay fraction is the slots
+    slots = int(arm.replay * spec.batch_size)
+    total = spec.batch_size + slots
+    replay = dict(replay_fraction=slots / total, replay_max_reuse=REPLAY_MAX_REUSE,
+                  replay_max_staleness=REPLAY_MAX_STALENESS) if slots else {}
     return TrainConfig(
         store=store_uri,
         model=ModelConfig(name=spec.warm_start, tokenizer=codec.name, seed=spec.seed,
                           critic_trainable_pattern=None if arm.full_critic else CRITIC_TRAINABLE_PATTERN),
-        data=DataConfig(batch_size=spec.batch_size, micro_batch_size=MICRO_BATCH, max_seq_len=256,
-                        max_batch_tokens=256 * spec.batch_size, follow=False),
+        data=DataConfig(batch_size=total, micro_batch_size=MICRO_BATCH, max_seq_len=256,
+                        max_batch_tokens=256 * total, follow=False, **replay),
         optim=OptimConfig(policy_lr=spec.policy_lr * arm.lr_factor,
                           critic_lr=spec.policy_lr * arm.lr_factor * spec.critic_lr_factor),
         algo=AlgoConfig(**algo),

@@ -13,7 +13,7 @@ def tiny_warm_start(tmp_path_factory) -> str:  # noqa: ANN001
     return str(ensure_warm_start(tmp_path_factory.mktemp("scratch"), 0, WarmStartConfig(steps=3, batch_episodes=8)))
 
 
-@pytest.mark.parametrize("arm", ["sao", "gae-turn-avg", "grpo-no-dis"])
+@pytest.mark.parametrize("arm", ["sao", "gae-turn-avg", "grpo-no-dis", "replay"])
 def test_a_tiny_run_mixes_versions_inside_trajectories(tmp_path, tiny_warm_start: str, arm: str) -> None:
     """Through the store: each action's version is the one current when it started (so some
     trajectories hold several), the trainer read the batches in completion order (run_one checks
@@ -46,6 +46,11 @@ def test_a_tiny_run_mixes_versions_inside_trajectories(tmp_path, tiny_warm_start
         groups = con.execute(f"SELECT count(DISTINCT group_id), count(*) FROM read_parquet('{root}/trajectories/*.parquet')"
                          ).fetchone()
         assert groups[1] == 4 * groups[0]
+    reuse = con.execute(f"SELECT count(*) FILTER (WHERE reuse > 0), count(*) FILTER (WHERE reuse = 0), "
+                        f"count(DISTINCT trajectory_id) FROM read_parquet('{root}/runs/{spec.run_id}/consumed/*.parquet')"
+                        ).fetchone()
+    # the replay arm trains sao's rollouts once each and some of them again; the others, once each
+    assert reuse[1] == reuse[2] and ((reuse[0] > 0) == (arm == "replay"))
 
 
 def test_a_pref_shift_run_packs_as_the_trainer_does(tmp_path, tiny_warm_start: str) -> None:
@@ -83,6 +88,7 @@ def test_arms_differ_from_sao_only_in_what_they_ablate() -> None:
     from trajstore.trainer.apps.learning_bench.harness import plan_timeline
     from trajstore.trainer.apps.learning_bench.spec import RunSpec
     from trajstore.trainer.apps.learning_bench.trainer_side import train_config
+    from trajstore.trainer.data import replay_slots
 
     def flat(d: dict, pre: str = "") -> dict:
         out = {}
@@ -105,6 +111,11 @@ def test_arms_differ_from_sao_only_in_what_they_ablate() -> None:
         allowed = {f"algo.{k}" for k in arm.algo}
         allowed |= {"model.critic_trainable_pattern"} if arm.full_critic else set()
         allowed |= {"optim.policy_lr", "optim.critic_lr"} if arm.lr_factor != 1 else set()
+        # the replay slots come on top of the timeline's batch: the stream still reads sao's batch
+        allowed |= {"data.batch_size", "data.max_batch_tokens", "data.replay_fraction", "data.replay_max_reuse",
+                    "data.replay_max_staleness"} if arm.replay else set()
+        if arm.replay:
+            assert cfg["data.batch_size"] - replay_slots(cfg["data.batch_size"], cfg["data.replay_fraction"]) == 8
         assert diff <= allowed, (name, diff - allowed)
         if arm.lr_factor != 1:
             lr_arms.append(name)
