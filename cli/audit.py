@@ -41,6 +41,13 @@ from trajstore.store.layout import RUNS_DIR
 from trajstore.tables import TableData
 from trajstore.view.links import with_view_link_columns, with_view_links
 
+ViewUrlOption = Annotated[str | None, typer.Option(
+    "--view-url", metavar="URL",
+    help="base URL of a running `traj view` (e.g. http://127.0.0.1:8200): each column of trajectory ids gets a "
+    "column of links to each one's page")]
+"""``--view-url`` of ``traj stats`` and ``traj sql``."""
+
+
 commands = TrajTyper()
 
 
@@ -108,9 +115,7 @@ def stats_cmd(
     fmt: FormatOption = OutputFormat.table,
     plot: str | None = typer.Option(None, "--plot", metavar="FILE.png",
                                         help="also draw the plottable reports into this PNG"),
-    view_url: str | None = typer.Option(None, "--view-url", metavar="URL",
-                                        help="base URL of a running `traj view` (e.g. http://127.0.0.1:8200): "
-                                        "tables with trajectory ids get a column of links to each one's page"),
+    view_url: ViewUrlOption = None,
     skip_unreadable: SkipUnreadableOption = False,
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:
@@ -260,9 +265,7 @@ def sql_cmd(
     output: Path | None = typer.Option(None, "--output", "-o", metavar="FILE", dir_okay=False,
                                        help="write the result to FILE (whole or not at all) instead of stdout"),
     limit: int | None = typer.Option(None, "--limit", min=1, help="at most N rows"),
-    view_url: str | None = typer.Option(None, "--view-url", metavar="URL",
-                                        help="base URL of a running `traj view` (e.g. http://127.0.0.1:8200): a "
-                                        "column of trajectory ids gets a column of links to each one's page"),
+    view_url: ViewUrlOption = None,
     skip_unreadable: SkipUnreadableOption = False,
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:

@@ -4,8 +4,6 @@ order unchanged; killed with SIGKILL mid-run it loses nothing and a rerun finish
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from tests.helpers.pause_kill import kill_at_pause
 from tests.helpers.stores import write_big_v1_store
 from trajstore import audit, open_store, read_trajectories, read_trajectories_by_id
 from trajstore.convert import table_to_trajectories, trajectories_to_table
@@ -59,26 +58,14 @@ def test_migrate_rewrites_v1_as_v3_under_the_same_names(tmp_store: str) -> None:
 def _migrate_until_paused(store: str, stop_at: str, k: int) -> list[str]:
     """Run `traj migrate`'s code in a child that pauses at `stop_at` of its k-th rewrite
     (tests/_migrate_child.py), SIGKILL it there; return the shards it reported migrated."""
-    proc = subprocess.Popen([sys.executable, str(CHILD), store, stop_at, str(k)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stderr is not None
     migrated: list[str] = []
-    try:
-        for line in proc.stdout:  # the child waits at its pause: the loop ends at the "paused" line
-            word, *rest = line.split()
-            if word == "paused":
-                assert rest == [stop_at], line
-                os.kill(proc.pid, signal.SIGKILL)
-                break
-            assert word == "migrated", line
-            migrated += rest
-        else:
-            raise AssertionError(f"the child never paused: {proc.wait()} {proc.stderr.read()}")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=120)
-    assert proc.returncode == -signal.SIGKILL
+
+    def on_line(word: str, rest: list[str]) -> None:
+        assert word == "migrated", (word, rest)
+        migrated.extend(rest)
+
+    paused = kill_at_pause([sys.executable, str(CHILD), store, stop_at, str(k)], on_line)
+    assert paused == [stop_at], paused
     return migrated
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.export import ROOT_LINEAGE, UNCHECKED
+from tests.helpers.export import ROOT_LINEAGE, UNCHECKED, assert_tensors, export_as_torch, single_rows
 from trajstore.export import ExportError, ExportOptions, export_store
 
 F = np.float32
@@ -23,15 +23,10 @@ def test_areal_tensor_dict(store, tmp_path, read_out):
     out = tmp_path / "areal"
     export_store(store, "areal", str(out), UNCHECKED)
     t = read_out(out, "part-00000.safetensors")
-    np.testing.assert_array_equal(t["input_ids"], np.array(INPUT_IDS, np.int32))
-    np.testing.assert_array_equal(t["attention_mask"], np.array(ATTENTION, bool))
-    np.testing.assert_array_equal(t["loss_mask"], np.array(LOSS_MASK, np.int32))
-    np.testing.assert_array_equal(t["logprobs"], np.array(LOGPROBS, np.float32))
-    np.testing.assert_array_equal(t["versions"], np.array(VERSIONS, np.int32))
-    np.testing.assert_array_equal(t["rewards"], np.array([1.0, 0.5], np.float32))
-    assert {k: v.dtype for k, v in t.items()} == {"input_ids": np.int32, "attention_mask": bool,
-                                                  "loss_mask": np.int32, "logprobs": np.float32,
-                                                  "versions": np.int32, "rewards": np.float32}
+    assert sorted(t) == ["attention_mask", "input_ids", "logprobs", "loss_mask", "rewards", "versions"]
+    assert_tensors(t, np.int32, input_ids=INPUT_IDS, loss_mask=LOSS_MASK, versions=VERSIONS)
+    assert_tensors(t, bool, attention_mask=ATTENTION)
+    assert_tensors(t, np.float32, logprobs=LOGPROBS, rewards=[1.0, 0.5])
     assert read_out(out, "part-00000.rows.parquet") == {**ROOT_LINEAGE, "trajectory_id": ["t1", "t2"], "group_id": ["g1", "g1"],
                                                         "prompt_id": ["p1", "p1"]}
 
@@ -47,14 +42,10 @@ def test_areal_needs_logprobs_and_rewards(store, tmp_path):
 def test_areal_batches_and_packs_the_export(store, tmp_path):
     data = pytest.importorskip("areal.utils.data", reason="areal is not installed")
     import torch
-    from safetensors.torch import load_file
 
-    out = tmp_path / "areal"
-    export_store(store, "areal", str(out), UNCHECKED)
-    batch = load_file(str(out / "part-00000.safetensors"))
+    batch = export_as_torch(store, tmp_path / "areal", "areal")
     # AReaL's own batching of the two one-row dicts an AReaL workflow would return gives the same padded batch
-    rows = [{k: v[i:i + 1, :n] if v.ndim == 2 else v[i:i + 1] for k, v in batch.items()} for i, n in ((0, 12), (1, 2))]
-    joined = data.concat_padded_tensors(rows)
+    joined = data.concat_padded_tensors(single_rows(batch))
     for k in batch:
         assert torch.equal(joined[k], batch[k]), k
     packed = data.pack_tensor_dict(dict(batch))  # what AReaL's engines feed the model: padding removed

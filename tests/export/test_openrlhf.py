@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.export import ROOT_LINEAGE, UNCHECKED
+from tests.helpers.export import ROOT_LINEAGE, UNCHECKED, assert_tensors, export_as_torch, single_rows
 from trajstore.export import export_store
 
 F = np.float32
@@ -23,13 +23,10 @@ def test_openrlhf_experience_tensors(store, tmp_path, read_out):
     out = tmp_path / "openrlhf"
     export_store(store, "openrlhf", str(out), UNCHECKED)
     t = read_out(out, "part-00000.safetensors")
-    np.testing.assert_array_equal(t["sequences"], np.array(SEQUENCES, np.int64))
-    np.testing.assert_array_equal(t["attention_mask"], np.array(ATTENTION, np.int64))
-    np.testing.assert_array_equal(t["action_mask"], np.array(ACTION_MASK, np.int64))
-    np.testing.assert_array_equal(t["rollout_log_probs"], np.array(ROLLOUT_LOGPROBS, np.float32))
-    np.testing.assert_array_equal(t["response_length"], np.array([9, 1], np.int64))  # first to last action token
-    np.testing.assert_array_equal(t["total_length"], np.array([12, 2], np.float32))
-    np.testing.assert_array_equal(t["rewards"], np.array([1.0, 0.5], np.float32))
+    # response_length: from the first to the last action token
+    assert_tensors(t, np.int64, sequences=SEQUENCES, attention_mask=ATTENTION, action_mask=ACTION_MASK,
+                   response_length=[9, 1])
+    assert_tensors(t, np.float32, rollout_log_probs=ROLLOUT_LOGPROBS, total_length=[12, 2], rewards=[1.0, 0.5])
     assert read_out(out, "part-00000.rows.parquet") == {**ROOT_LINEAGE,
         "trajectory_id": ["t1", "t2"], "action_ranges": [[[3, 5], [6, 9], [11, 12]], [[1, 2]]]}
 
@@ -38,15 +35,11 @@ def test_openrlhf_experience_tensors(store, tmp_path, read_out):
 def test_openrlhf_experience_takes_the_export(store, tmp_path):
     experience = pytest.importorskip("openrlhf.trainer.ppo_utils.experience", reason="openrlhf is not installed")
     import torch
-    from safetensors.torch import load_file
 
-    out = tmp_path / "openrlhf"
-    export_store(store, "openrlhf", str(out), UNCHECKED)
-    tensors = load_file(str(out / "part-00000.safetensors"))
+    tensors = export_as_torch(store, tmp_path / "openrlhf", "openrlhf")
     batch = experience.Experience(**tensors)
     # OpenRLHF's own concatenation of one-sample Experiences (as its generator makes them) pads them the same way
-    singles = [experience.Experience(**{k: v[i:i + 1, :n] if v.ndim == 2 else v[i:i + 1] for k, v in tensors.items()})
-               for i, n in ((0, 12), (1, 2))]
+    singles = [experience.Experience(**row) for row in single_rows(tensors)]
     singles[1].action_mask = singles[1].action_mask[:, :1]
     singles[1].rollout_log_probs = singles[1].rollout_log_probs[:, :1]
     joined = experience.Experience.concat_experiences(singles, pad_token_id=0)

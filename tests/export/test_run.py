@@ -113,7 +113,7 @@ def test_a_failure_while_writing_leaves_nothing(store, tmp_path, monkeypatch):
     def broken(*a, **kw):
         raise OSError("disk full")
 
-    monkeypatch.setattr("trajstore.export.verl.write_safetensors", broken)
+    monkeypatch.setattr("trajstore.export.target.write_safetensors", broken)
     with pytest.raises(OSError, match="disk full"):
         export_store(store, "verl", str(tmp_path / "v"), UNCHECKED)
     assert os.listdir(tmp_path) == ["store"]

@@ -6,29 +6,22 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
-from tests.helpers.export import ROOT_LINEAGE, UNCHECKED
+from tests.helpers.export import RESPONSE_LOGPROBS, ROOT_LINEAGE, UNCHECKED, response_window
 from trajstore.export import export_store
-
-F = np.float32
-
-RESPONSE_LOGPROBS = [[F(-0.1), F(-0.2), 0.0, F(-0.3), F(-0.4), F(-0.5), 0.0, 0.0, F(-0.6)], [F(-0.7)]]
 
 
 def test_skyrl_generator_output(store, tmp_path, read_out):
     out = tmp_path / "skyrl"
     export_store(store, "skyrl", str(out), UNCHECKED)
     assert read_out(out, "part-00000.parquet") == {**ROOT_LINEAGE,
-        "prompt_token_ids": [[11, 12, 13], [14]],
-        "response_ids": [[21, 22, 31, 41, 42, 43, 51, 52, 61], [23]],
-        "loss_masks": [[1, 1, 0, 1, 1, 1, 0, 0, 1], [1]],
+        **response_window(prompt="prompt_token_ids", response="response_ids", mask="loss_masks",
+                          logprobs="rollout_logprobs"),
         "stop_reasons": ["stop", "length"],
         "instance_id": ["p1", "p1"], "repetition_id": [0, 1],
         "trajectory_id": ["t1", "t2"],
         "rewards": [1.0, 0.5],
-        "rollout_logprobs": RESPONSE_LOGPROBS,
         "global_step_when_scheduled": [3, 5],  # the oldest version of each trajectory's calls
     }
 

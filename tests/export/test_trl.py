@@ -4,26 +4,18 @@ the table in tests/helpers/export.py, and served to TRL's own GRPOTrainer throug
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from tests.helpers.export import ROOT_LINEAGE, UNCHECKED
+from tests.helpers.export import RESPONSE_LOGPROBS, ROOT_LINEAGE, UNCHECKED, response_window
 from trajstore.export import ExportOptions, export_store
-
-F = np.float32
-
-COMPLETION_LOGPROBS = [[F(-0.1), F(-0.2), 0.0, F(-0.3), F(-0.4), F(-0.5), 0.0, 0.0, F(-0.6)], [F(-0.7)]]
 
 
 def test_trl_rollout_func_output(store, tmp_path, read_out):
     out = tmp_path / "trl"
     export_store(store, "trl", str(out), UNCHECKED)
     assert read_out(out, "part-00000.parquet") == {**ROOT_LINEAGE,
-        "prompt_ids": [[11, 12, 13], [14]],
-        "completion_ids": [[21, 22, 31, 41, 42, 43, 51, 52, 61], [23]],
-        "env_mask": [[1, 1, 0, 1, 1, 1, 0, 0, 1], [1]],
+        **response_window(prompt="prompt_ids", response="completion_ids", mask="env_mask", logprobs="logprobs"),
         "trajectory_id": ["t1", "t2"],
-        "logprobs": COMPLETION_LOGPROBS,
         "reward": [1.0, 0.5],
     }
 
@@ -67,6 +59,6 @@ def test_grpo_trainer_takes_the_export_from_a_rollout_func(store, tmp_path, read
     assert batch["completion_ids"].tolist() == [[21, 22, 31, 41, 42, 43, 51, 52, 61], [23] + [0] * 8]
     assert batch["completion_mask"].tolist() == [[1] * 9, [1] + [0] * 8]
     assert batch["tool_mask"][0].tolist() == [1, 1, 0, 1, 1, 1, 0, 0, 1]  # env_mask: observations masked out
-    assert batch["sampling_per_token_logps"].tolist() == [COMPLETION_LOGPROBS[0], [COMPLETION_LOGPROBS[1][0]] + [0.0] * 8]
+    assert batch["sampling_per_token_logps"].tolist() == [RESPONSE_LOGPROBS[0], [RESPONSE_LOGPROBS[1][0]] + [0.0] * 8]
     # the stored rewards reach the reward function: one group of 2, rewards 1.0 and 0.5 -> advantages +-std-normalised
     assert batch["advantages"].tolist() == pytest.approx([0.7071, -0.7071], abs=1e-3)

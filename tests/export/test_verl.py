@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.export import ROOT_LINEAGE, UNCHECKED
+from tests.helpers.export import ROOT_LINEAGE, UNCHECKED, assert_tensors
 from trajstore.export import ExportOptions, export_store
 
 F = np.float32
@@ -26,17 +26,12 @@ def test_verl_batch_layout(store, tmp_path, read_out):
     out = tmp_path / "verl"
     export_store(store, "verl", str(out), UNCHECKED)
     t = read_out(out, "part-00000.safetensors")
-    np.testing.assert_array_equal(t["prompts"], np.array(PROMPTS, np.int64))
-    np.testing.assert_array_equal(t["responses"], np.array(RESPONSES, np.int64))
-    np.testing.assert_array_equal(t["response_mask"], np.array(RESPONSE_MASK, np.int64))
-    np.testing.assert_array_equal(t["input_ids"], np.array([p + r for p, r in zip(PROMPTS, RESPONSES)], np.int64))
-    np.testing.assert_array_equal(t["attention_mask"], np.array(ATTENTION, np.int64))
-    np.testing.assert_array_equal(t["position_ids"], np.array(POSITIONS, np.int64))
-    np.testing.assert_array_equal(t["rollout_log_probs"], np.array(LOGPROBS, np.float32))
-    np.testing.assert_array_equal(t["rm_scores"], np.array(RM_SCORES, np.float32))
-    assert {k: v.dtype for k, v in t.items()} == {
-        "prompts": np.int64, "responses": np.int64, "response_mask": np.int64, "input_ids": np.int64,
-        "attention_mask": np.int64, "position_ids": np.int64, "rollout_log_probs": np.float32, "rm_scores": np.float32}
+    assert sorted(t) == ["attention_mask", "input_ids", "position_ids", "prompts", "response_mask", "responses",
+                         "rm_scores", "rollout_log_probs"]
+    assert_tensors(t, np.int64, prompts=PROMPTS, responses=RESPONSES, response_mask=RESPONSE_MASK,
+                   input_ids=[p + r for p, r in zip(PROMPTS, RESPONSES)], attention_mask=ATTENTION,
+                   position_ids=POSITIONS)
+    assert_tensors(t, np.float32, rollout_log_probs=LOGPROBS, rm_scores=RM_SCORES)
     nt = read_out(out, "part-00000.non_tensor.parquet")
     assert nt == {**ROOT_LINEAGE, "uid": ["g1", "g1"], "trajectory_id": ["t1", "t2"], "__num_turns__": [6, 2],
                   "min_global_steps": [3, 5], "max_global_steps": [4, 5]}

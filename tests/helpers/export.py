@@ -26,9 +26,11 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import numpy as np
+
 import trajstore as ts
 from trajstore import TrajectoryBuilder
-from trajstore.export import ExportOptions
+from trajstore.export import ExportOptions, export_store
 
 CREATED = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
@@ -89,3 +91,37 @@ UNCHECKED = ExportOptions(allow_secrets=True)
 of these fixtures ("tok", and tests/helpers/stores.py's) cannot be loaded, so `traj redact --dry-run`
 cannot scan their spans and `traj export` refuses them without --allow-secrets
 (tests/export/test_secrets.py tests the check)."""
+
+
+RESPONSE_LOGPROBS = [[np.float32(v) for v in (-0.1, -0.2, 0.0, -0.3, -0.4, -0.5, 0.0, 0.0, -0.6)], [np.float32(-0.7)]]
+"""The engine's log-prob of each response token of t1 and t2, unpadded, 0.0 on observations (float32 values)."""
+
+
+def response_window(*, prompt: str, response: str, mask: str, logprobs: str) -> dict[str, list]:
+    """The unpadded response window of t1 and t2 under a target's own column names: the prompt
+    tokens, the response tokens (actions and the observations between them; t2's trailing
+    observation dropped), the loss mask (1 = action token) and :data:`RESPONSE_LOGPROBS`."""
+    return {prompt: [[11, 12, 13], [14]], response: [[21, 22, 31, 41, 42, 43, 51, 52, 61], [23]],
+            mask: [[1, 1, 0, 1, 1, 1, 0, 0, 1], [1]], logprobs: RESPONSE_LOGPROBS}
+
+
+def assert_tensors(tensors, dtype, **expected) -> None:
+    """Each named array of `tensors` equals its expected values and has `dtype`."""
+    for name, values in expected.items():
+        assert tensors[name].dtype == dtype, name
+        np.testing.assert_array_equal(tensors[name], np.array(values, dtype), err_msg=name)
+
+
+def export_as_torch(store: str, out, target: str) -> dict:
+    """Export `store` to `target` in `out`; its first part's safetensors as torch tensors (the
+    framework checks: torch and safetensors are installed where these run)."""
+    from safetensors.torch import load_file
+
+    export_store(store, target, str(out), UNCHECKED)
+    return load_file(str(out / "part-00000.safetensors"))
+
+
+def single_rows(tensors: dict) -> list[dict]:
+    """The two one-row batches t1 and t2 would be on their own: each (B, L) tensor cut to the row and
+    its real length (12 and 2 tokens), each (B,) tensor to the row."""
+    return [{k: v[i:i + 1, :n] if v.ndim == 2 else v[i:i + 1] for k, v in tensors.items()} for i, n in ((0, 12), (1, 2))]

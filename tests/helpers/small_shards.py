@@ -3,12 +3,17 @@ the compaction tests: one table built once, written a slice per shard."""
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 
 from tests.helpers.trajectories import tiny_model_trajectory
 from trajstore.convert import trajectories_to_table
-from trajstore.store import Store
+from trajstore.store import Store, open_store
 
 
 def trajectory_table(n: int, *, prefix: str = "t", seed: int = 0, rewards: list[float] | None = None) -> pa.Table:
@@ -25,3 +30,21 @@ def write_small_shards(store: Store, table: pa.Table, per_shard: int = 1) -> lis
     for a in range(0, table.num_rows, per_shard):
         names.append(store.write_table(table.slice(a, per_shard)).rsplit("/", 1)[-1])
     return names
+
+
+def write_one_row_shards_refusing_deletes(root: Path, monkeypatch: Any, n: int,
+                                          after_each: Callable[[Store, int], None]) -> None:
+    """Write `n` one-row shards into a store at `root` whose filesystem refuses every delete (a
+    bucket with PutObject but no DeleteObject), its warnings silenced; ``after_each(store, i)``
+    runs after the i-th write."""
+    store = open_store(root)
+
+    def refuse(path):  # noqa: ANN001, ANN202 - fsspec's rm_file signature
+        raise PermissionError(13, "Access Denied")
+    monkeypatch.setattr(store.fs, "rm_file", refuse)
+    table = trajectory_table(n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(n):
+            store.write_table(table.slice(i, 1))
+            after_each(store, i)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -14,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.pause_kill import kill_at_pause
 from trajstore import open_store, read_trajectories
 
 CHILD = Path(__file__).with_name("_crash_writer.py")
@@ -28,27 +27,15 @@ def _kill_in_flush(uri: str, prefix: str, opts: dict[str, Any] | None, stop_at: 
     Returns (ids whose flush returned before the kill, the id of the flush it was killed in).
     """
     cmd = [sys.executable, str(CHILD), uri, str(TOKENS), prefix, stop_at, str(k)] + ([json.dumps(opts)] if opts else [])
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     flushed: set[str] = set()
-    assert proc.stdout is not None and proc.stderr is not None
-    try:
-        for line in proc.stdout:  # the child waits at its pause: the loop ends at the "paused" line
-            word, *rest = line.split()
-            if word == "paused":
-                assert rest[0] == stop_at, line
-                os.kill(proc.pid, signal.SIGKILL)
-                killed_in = rest[1]
-                break
-            if word == "flushed":
-                flushed.add(rest[0])
-        else:
-            raise AssertionError(f"the child never paused: {proc.wait()} {proc.stderr.read()}")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=120)
-    assert proc.returncode == -signal.SIGKILL
-    return flushed, killed_in
+
+    def on_line(word: str, rest: list[str]) -> None:
+        if word == "flushed":
+            flushed.add(rest[0])
+
+    paused = kill_at_pause(cmd, on_line)
+    assert paused[0] == stop_at, paused
+    return flushed, paused[1]
 
 
 @pytest.mark.parametrize("backend", ["local", pytest.param("s3", marks=pytest.mark.s3)])

@@ -4,14 +4,13 @@ read-only store still listed, newer schema versions still refused."""
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from tests.helpers.process_caches import files_in, new_process
-from tests.helpers.small_shards import trajectory_table, write_small_shards
+from tests.helpers.small_shards import trajectory_table, write_one_row_shards_refusing_deletes, write_small_shards
 from trajstore.errors import NewerSchemaError
 from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, SCHEMA_VERSION
 from trajstore.store import index as shard_index
@@ -101,16 +100,9 @@ def test_an_index_entry_of_a_newer_schema_version_is_still_refused(tmp_path: Pat
 def test_a_store_that_refuses_deletes_stops_growing_the_index(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(shard_index, "MAX_INDEX_FILES", 2)
     monkeypatch.setattr(shard_index, "MAX_FILES_UNMERGED", 4)
-    store = open_store(tmp_path)
 
-    def refuse(path):  # noqa: ANN001, ANN202 - a bucket with PutObject but no DeleteObject
-        raise PermissionError(13, "Access Denied")
-    monkeypatch.setattr(store.fs, "rm_file", refuse)
-    table = trajectory_table(10)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for i in range(10):
-            store.write_table(table.slice(i, 1))
-            new_process()
-            assert len(store.list_shards()) == i + 1
+    def listed_after(store, i):  # noqa: ANN001, ANN202
+        new_process()
+        assert len(store.list_shards()) == i + 1
+    write_one_row_shards_refusing_deletes(tmp_path, monkeypatch, 10, listed_after)
     assert len(_index_files(tmp_path)) == 4

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.helpers.process_caches import files_in, new_process
-from tests.helpers.small_shards import trajectory_table, write_small_shards
+from tests.helpers.small_shards import trajectory_table, write_one_row_shards_refusing_deletes, write_small_shards
 from tests.helpers.trajectories import tiny_model_trajectory
 from trajstore import read_trajectories
 from trajstore.convert import trajectories_to_table
@@ -158,18 +158,11 @@ def test_a_shard_rewritten_while_it_was_read_is_not_added(tmp_path: Path, monkey
 def test_a_store_that_refuses_deletes_stops_growing_the_cache(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(scalar_cache, "MAX_CACHE_FILES", 2)
     monkeypatch.setattr(scalar_cache, "MAX_FILES_UNMERGED", 4)
-    store = open_store(tmp_path)
 
-    def refuse(path):  # noqa: ANN001, ANN202 - a bucket with PutObject but no DeleteObject
-        raise PermissionError(13, "Access Denied")
-    monkeypatch.setattr(store.fs, "rm_file", refuse)
-    table = trajectory_table(12)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for i in range(12):
-            store.write_table(table.slice(i, 1))
-            for _ in range(2):
-                _same(read_trajectories(store, columns=COLS), _from_shards(tmp_path, COLS))
+    def read_twice_after(store, i):  # noqa: ANN001, ANN202
+        for _ in range(2):
+            _same(read_trajectories(store, columns=COLS), _from_shards(tmp_path, COLS))
+    write_one_row_shards_refusing_deletes(tmp_path, monkeypatch, 12, read_twice_after)
     assert len(_cache_files(tmp_path)) == 4
 
 

@@ -15,9 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 from trajstore.export.arrays import pad
-from trajstore.export.files import part_name, write_parquet, write_safetensors
 from trajstore.export.samples import Sample, lineage_arrays
-from trajstore.export.target import MIXED_AS_OLDEST, TAIL_DROPPED, Part, Target
+from trajstore.export.target import MIXED_AS_OLDEST, TAIL_DROPPED, Part, trainer_target, write_tensor_part
 
 
 def areal_batch(samples: list[Sample], *, holds: frozenset[str], pad_token_id: int = 0) -> dict[str, np.ndarray]:
@@ -57,10 +56,8 @@ def areal_rows(samples: list[Sample]) -> pa.Table:
 
 
 def write_part(part: Part) -> list[str]:
-    return [write_safetensors(part.out_dir, part_name(part.index, ".safetensors"),
-                              areal_batch(part.samples, holds=part.holds, pad_token_id=part.pad_token_id),
-                              {"trajstore.target": "areal"}),
-            write_parquet(part.out_dir, part_name(part.index, ".rows.parquet"), areal_rows(part.samples))]
+    return write_tensor_part(part, "areal", areal_batch(part.samples, holds=part.holds, pad_token_id=part.pad_token_id),
+                             ".rows.parquet", areal_rows(part.samples))
 
 
 LOADER = """\
@@ -69,7 +66,7 @@ from areal.utils.data import pack_tensor_dict
 batch = load_file("DIR/part-00000.safetensors")  # input_ids, attention_mask, loss_mask, logprobs, versions, rewards
 packed = pack_tensor_dict(batch)"""
 
-TARGET = Target(
+TARGET = trainer_target(
     name="areal", description="AReaL padded tensor dicts (safetensors + Parquet row ids)",
     fields={"logprobs": "logprobs", "rewards": "rewards", "versions": "versions"},
     required=frozenset({"logprobs", "rewards"}),
@@ -77,5 +74,4 @@ TARGET = Target(
               "actions) all L long, right-padded with 0; one reward per trajectory",
     checked_against="AReaL 1.0.4 (github inclusionAI/AReaL@4aef98d): areal/workflow/rlvr.py, "
                     "areal/experimental/openai/types.py, areal/utils/data.py",
-    uses_samples=True, trainer_layout=True, write=write_part, loader=LOADER,
-    approximates=frozenset({TAIL_DROPPED, MIXED_AS_OLDEST}))
+    write=write_part, loader=LOADER, approximates=frozenset({TAIL_DROPPED, MIXED_AS_OLDEST}))

@@ -17,9 +17,8 @@ import numpy as np
 import pyarrow as pa
 
 from trajstore.export.arrays import pad
-from trajstore.export.files import part_name, write_parquet, write_safetensors
 from trajstore.export.samples import Sample, lineage_arrays
-from trajstore.export.target import TAIL_DROPPED, Part, Target
+from trajstore.export.target import Part, trainer_target, write_tensor_part
 
 
 def openrlhf_experience(samples: list[Sample], *, holds: frozenset[str],
@@ -63,10 +62,8 @@ def openrlhf_rows(samples: list[Sample]) -> pa.Table:
 
 
 def write_part(part: Part) -> list[str]:
-    return [write_safetensors(part.out_dir, part_name(part.index, ".safetensors"),
-                              openrlhf_experience(part.samples, holds=part.holds, pad_token_id=part.pad_token_id),
-                              {"trajstore.target": "openrlhf"}),
-            write_parquet(part.out_dir, part_name(part.index, ".rows.parquet"), openrlhf_rows(part.samples))]
+    tensors = openrlhf_experience(part.samples, holds=part.holds, pad_token_id=part.pad_token_id)
+    return write_tensor_part(part, "openrlhf", tensors, ".rows.parquet", openrlhf_rows(part.samples))
 
 
 LOADER = """\
@@ -74,13 +71,11 @@ from safetensors.torch import load_file
 from openrlhf.trainer.ppo_utils.experience import Experience
 experience = Experience(**load_file("DIR/part-00000.safetensors"))"""
 
-TARGET = Target(
+TARGET = trainer_target(
     name="openrlhf", description="OpenRLHF Experience tensors (safetensors + Parquet action ranges)",
     fields={"logprobs": "rollout_log_probs", "rewards": "rewards"},
-    required=frozenset(),
     alignment="full sequence shifted by one: sequences/attention_mask T long, action_mask and rollout_log_probs "
               "T - 1 long (position i describes token i + 1; 0.0 off actions); one reward per trajectory",
     checked_against="OpenRLHF 0.11.2 (github OpenRLHF/OpenRLHF@3c3be62): openrlhf/utils/agent.py, "
                     "trainer/ppo_utils/samples_generator.py, trainer/ppo_utils/experience.py",
-    uses_samples=True, trainer_layout=True, write=write_part, loader=LOADER,
-    approximates=frozenset({TAIL_DROPPED}))
+    write=write_part, loader=LOADER)

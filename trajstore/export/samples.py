@@ -178,6 +178,22 @@ def lineage_arrays(samples: list[Sample]) -> dict[str, pa.Array]:
     return {c: pa.array([s.lineage.get(c) for s in samples], TRAJECTORY_SCHEMA.field(c).type) for c in CARRIED_LINEAGE}
 
 
+def response_window_lists(samples: list[Sample]) -> dict[str, pa.Array]:
+    """The unpadded response-window lists the Parquet trainer layouts (SkyRL, TRL, slime) share, one
+    entry per sample (P = its prompt length, R = its response length).
+
+    Returns:
+        ``prompt`` (list<int32>, ``tokens[:P]``), ``response`` (list<int32>, ``tokens[P:]``, R long:
+        the actions and the observations between them), ``mask`` (list<int32>, R long, 1 = action
+        token) and ``logprobs`` (list<float32>, R long, 0.0 on observation tokens); each layout
+        names them its own way.
+    """
+    return {"prompt": pa.array([s.tokens[:s.prompt_len] for s in samples], pa.list_(pa.int32())),
+            "response": pa.array([s.tokens[s.prompt_len:] for s in samples], pa.list_(pa.int32())),
+            "mask": pa.array([s.loss_mask[s.prompt_len:].astype("int32") for s in samples], pa.list_(pa.int32())),
+            "logprobs": pa.array([s.logprobs[s.prompt_len:] for s in samples], pa.list_(pa.float32()))}
+
+
 def rows_of(table: pa.Table) -> list[dict[str, Any]]:
     """The rows of a schema table as dicts: scalars as Python values, ``tokens`` and the
     log-prob column as Arrow arrays (no per-token Python objects), ``spans`` as dicts."""

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from trajstore.export.files import part_name, write_parquet
-from trajstore.export.samples import Sample, lineage_arrays
-from trajstore.export.target import TAIL_DROPPED, Part, Target
+from trajstore.export.samples import Sample, lineage_arrays, response_window_lists
+from trajstore.export.target import Part, trainer_target, write_table_part
 
 
 def skyrl_output(samples: list[Sample], *, holds: frozenset[str]) -> pa.Table:
@@ -37,10 +36,9 @@ def skyrl_output(samples: list[Sample], *, holds: frozenset[str]) -> pa.Table:
         key = s.prompt_id or s.trajectory_id
         reps.append(seen.get(key, 0))
         seen[key] = reps[-1] + 1
+    window = response_window_lists(samples)
     cols: dict[str, pa.Array] = {
-        "prompt_token_ids": pa.array([s.tokens[:s.prompt_len] for s in samples], pa.list_(pa.int32())),
-        "response_ids": pa.array([s.tokens[s.prompt_len:] for s in samples], pa.list_(pa.int32())),
-        "loss_masks": pa.array([s.loss_mask[s.prompt_len:].astype("int32") for s in samples], pa.list_(pa.int32())),
+        "prompt_token_ids": window["prompt"], "response_ids": window["response"], "loss_masks": window["mask"],
         "stop_reasons": pa.array([s.calls[-1].finish_reason for s in samples], pa.string()),
         "instance_id": pa.array([s.prompt_id or s.trajectory_id for s in samples], pa.string()),
         "repetition_id": pa.array(reps, pa.int64()),
@@ -49,7 +47,7 @@ def skyrl_output(samples: list[Sample], *, holds: frozenset[str]) -> pa.Table:
     if "rewards" in holds:
         cols["rewards"] = pa.array([s.reward for s in samples], pa.float64())
     if "logprobs" in holds:
-        cols["rollout_logprobs"] = pa.array([s.logprobs[s.prompt_len:] for s in samples], pa.list_(pa.float32()))
+        cols["rollout_logprobs"] = window["logprobs"]
     if "versions" in holds:
         cols["global_step_when_scheduled"] = pa.array([s.min_version for s in samples], pa.int64())
     cols.update(lineage_arrays(samples))
@@ -57,8 +55,7 @@ def skyrl_output(samples: list[Sample], *, holds: frozenset[str]) -> pa.Table:
 
 
 def write_part(part: Part) -> list[str]:
-    return [write_parquet(part.out_dir, part_name(part.index, ".parquet"), skyrl_output(part.samples,
-                                                                                        holds=part.holds))]
+    return write_table_part(part, skyrl_output(part.samples, holds=part.holds))
 
 
 LOADER = """\
@@ -69,13 +66,11 @@ rewards = [[0.0] * (len(r) - 1) + [x] for r, x in zip(out["response_ids"], out["
 tensors = convert_prompts_responses_to_batch_tensors(tokenizer, out["prompt_token_ids"], out["response_ids"], rewards,
                                                      out["loss_masks"], out["rollout_logprobs"])  # tokenizer: 0.3.0"""
 
-TARGET = Target(
+TARGET = trainer_target(
     name="skyrl", description="SkyRL GeneratorOutput lists (Parquet, one row per trajectory)",
     fields={"logprobs": "rollout_logprobs", "rewards": "rewards", "versions": "global_step_when_scheduled"},
-    required=frozenset(),
     alignment="response window, unpadded: response_ids, loss_masks and rollout_logprobs equally long "
               "(0 / 0.0 on observation tokens); one reward per trajectory",
     checked_against="SkyRL github NovaSky-AI/SkyRL@a956457 / skyrl 0.3.0: skyrl/train/generators/base.py, "
                     "skyrl_gym_generator.py, fully_async_trainer.py, dataset/preprocess.py",
-    uses_samples=True, trainer_layout=True, write=write_part, loader=LOADER,
-    approximates=frozenset({TAIL_DROPPED}))
+    write=write_part, loader=LOADER)

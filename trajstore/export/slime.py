@@ -13,9 +13,8 @@ import json
 
 import pyarrow as pa
 
-from trajstore.export.files import part_name, write_parquet
-from trajstore.export.samples import CARRIED_LINEAGE, Sample
-from trajstore.export.target import MIXED_AS_OLDEST, TAIL_DROPPED, Part, Target
+from trajstore.export.samples import CARRIED_LINEAGE, Sample, response_window_lists
+from trajstore.export.target import MIXED_AS_OLDEST, TAIL_DROPPED, Part, trainer_target, write_table_part
 from trajstore.view.decode import Decoder
 
 
@@ -40,6 +39,7 @@ def slime_samples(samples: list[Sample], *, holds: frozenset[str], offset: int =
     groups = {} if groups is None else groups
     decoder = decoder or Decoder()
     texts = [_texts(decoder, s) for s in samples]
+    window = response_window_lists(samples)
     cols: dict[str, pa.Array] = {
         "index": pa.array(range(offset, offset + len(samples)), pa.int64()),
         "group_index": pa.array([groups.setdefault(s.group_id if s.group_id is not None else f"\0{s.trajectory_id}",
@@ -48,13 +48,13 @@ def slime_samples(samples: list[Sample], *, holds: frozenset[str], offset: int =
         "response": pa.array([r for _, r, _ in texts], pa.string()),
         "tokens": pa.array([s.tokens for s in samples], pa.list_(pa.int32())),
         "response_length": pa.array([s.response_len for s in samples], pa.int64()),
-        "loss_mask": pa.array([s.loss_mask[s.prompt_len:].astype("int32") for s in samples], pa.list_(pa.int32())),
+        "loss_mask": window["mask"],
         "status": pa.array([s.status for s in samples], pa.string()),
         "metadata": pa.array([json.dumps({**_metadata(s), **({"text": why} if why else {})}, sort_keys=True)
                               for s, (_, _, why) in zip(samples, texts)], pa.string()),
     }
     if "logprobs" in holds:
-        cols["rollout_log_probs"] = pa.array([s.logprobs[s.prompt_len:] for s in samples], pa.list_(pa.float32()))
+        cols["rollout_log_probs"] = window["logprobs"]
     if "rewards" in holds:
         cols["reward"] = pa.array([s.reward for s in samples], pa.float64())
     if "versions" in holds:
@@ -77,8 +77,8 @@ def _metadata(s: Sample) -> dict:
 
 
 def write_part(part: Part) -> list[str]:
-    return [write_parquet(part.out_dir, part_name(part.index, ".parquet"),
-                          slime_samples(part.samples, holds=part.holds, offset=part.offset, groups=part.groups))]
+    return write_table_part(part, slime_samples(part.samples, holds=part.holds, offset=part.offset,
+                                                groups=part.groups))
 
 
 LOADER = """\
@@ -87,12 +87,10 @@ from slime.utils.types import Sample
 rows = pq.read_table("DIR/part-00000.parquet").to_pylist()
 samples = [Sample.from_dict({**r, "metadata": json.loads(r["metadata"])}) for r in rows]"""
 
-TARGET = Target(
+TARGET = trainer_target(
     name="slime", description="slime Sample dicts (Parquet, one row per Sample)",
     fields={"logprobs": "rollout_log_probs", "rewards": "reward", "versions": "weight_versions"},
-    required=frozenset(),
     alignment="response window: tokens = prompt + response, loss_mask and rollout_log_probs response_length long "
               "(0 / 0.0 on observation tokens); one weight_version per model call",
     checked_against="slime github THUDM/slime@624b824: slime/utils/types.py, slime/observability/rollout_data_utils.py",
-    uses_samples=True, trainer_layout=True, write=write_part, loader=LOADER,
-    approximates=frozenset({TAIL_DROPPED, MIXED_AS_OLDEST}))
+    write=write_part, loader=LOADER, approximates=frozenset({TAIL_DROPPED, MIXED_AS_OLDEST}))

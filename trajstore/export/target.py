@@ -1,5 +1,5 @@
-"""What every export target declares (:class:`Target`) and what its writer is handed for one part
-of the output (:class:`Part`)."""
+"""What every export target declares (:class:`Target`), what its writer is handed for one part
+of the output (:class:`Part`), and how the trainer layouts write a part's files."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
+from trajstore.export.files import part_name, write_parquet, write_safetensors
 from trajstore.export.samples import Sample
 
 
@@ -110,3 +112,29 @@ class Target:
     loader: str = ""
     finish: Callable[[Finish], list[str]] | None = None
     approximates: frozenset[str] = frozenset()
+
+
+def trainer_target(*, name: str, description: str, fields: Mapping[str, str], alignment: str,
+                   checked_against: str, write: Callable[[Part], list[str]], loader: str,
+                   required: frozenset[str] = frozenset(),
+                   approximates: frozenset[str] = frozenset({TAIL_DROPPED})) -> Target:
+    """A trainer's batch layout (``uses_samples`` and ``trainer_layout`` set): what verl, slime,
+    SkyRL, TRL, AReaL and OpenRLHF declare; by default nothing is required and only the trailing
+    observation tokens are approximated (:data:`TAIL_DROPPED`)."""
+    return Target(name=name, description=description, fields=fields, required=required, alignment=alignment,
+                  checked_against=checked_against, uses_samples=True, trainer_layout=True, write=write,
+                  loader=loader, approximates=approximates)
+
+
+def write_table_part(part: Part, table: pa.Table) -> list[str]:
+    """Write `table` as the part's one Parquet file (``part-NNNNN.parquet``); return its name in a list."""
+    return [write_parquet(part.out_dir, part_name(part.index, ".parquet"), table)]
+
+
+def write_tensor_part(part: Part, target: str, tensors: Mapping[str, np.ndarray], table_suffix: str,
+                      table: pa.Table) -> list[str]:
+    """Write the part's tensors (``part-NNNNN.safetensors``, metadata ``trajstore.target`` = `target`)
+    and its per-row table (``part-NNNNN<table_suffix>``, Parquet); return both names."""
+    return [write_safetensors(part.out_dir, part_name(part.index, ".safetensors"), tensors,
+                              {"trajstore.target": target}),
+            write_parquet(part.out_dir, part_name(part.index, table_suffix), table)]

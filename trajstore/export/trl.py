@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from trajstore.export.files import part_name, write_parquet
-from trajstore.export.samples import Sample, lineage_arrays
-from trajstore.export.target import TAIL_DROPPED, Part, Target
+from trajstore.export.samples import Sample, lineage_arrays, response_window_lists
+from trajstore.export.target import Part, trainer_target, write_table_part
 
 
 def trl_rollouts(samples: list[Sample], *, holds: frozenset[str]) -> pa.Table:
@@ -27,14 +26,13 @@ def trl_rollouts(samples: list[Sample], *, holds: frozenset[str]) -> pa.Table:
     held ``reward`` (float64; an extra field, which the trainer hands to every reward function as
     a keyword argument). TRL's ``rollout_func`` carries no policy version.
     """
+    window = response_window_lists(samples)
     cols: dict[str, pa.Array] = {
-        "prompt_ids": pa.array([s.tokens[:s.prompt_len] for s in samples], pa.list_(pa.int32())),
-        "completion_ids": pa.array([s.tokens[s.prompt_len:] for s in samples], pa.list_(pa.int32())),
-        "env_mask": pa.array([s.loss_mask[s.prompt_len:].astype("int32") for s in samples], pa.list_(pa.int32())),
+        "prompt_ids": window["prompt"], "completion_ids": window["response"], "env_mask": window["mask"],
         "trajectory_id": pa.array([s.trajectory_id for s in samples], pa.string()),
     }
     if "logprobs" in holds:
-        cols["logprobs"] = pa.array([s.logprobs[s.prompt_len:] for s in samples], pa.list_(pa.float32()))
+        cols["logprobs"] = window["logprobs"]
     if "rewards" in holds:
         cols["reward"] = pa.array([s.reward for s in samples], pa.float64())
     cols.update(lineage_arrays(samples))
@@ -42,8 +40,7 @@ def trl_rollouts(samples: list[Sample], *, holds: frozenset[str]) -> pa.Table:
 
 
 def write_part(part: Part) -> list[str]:
-    return [write_parquet(part.out_dir, part_name(part.index, ".parquet"), trl_rollouts(part.samples,
-                                                                                       holds=part.holds))]
+    return write_table_part(part, trl_rollouts(part.samples, holds=part.holds))
 
 
 LOADER = """\
@@ -54,12 +51,10 @@ def rollout_func(prompts, trainer):  # serve the stored rollouts in order, len(p
     return out
 trainer = GRPOTrainer(..., rollout_func=rollout_func, reward_funcs=[lambda completions, reward, **kw: reward])"""
 
-TARGET = Target(
+TARGET = trainer_target(
     name="trl", description="TRL GRPOTrainer rollout_func output (Parquet, one row per trajectory)",
     fields={"logprobs": "logprobs", "rewards": "reward"},
-    required=frozenset(),
     alignment="response window, unpadded: completion_ids, env_mask and logprobs equally long (0 / 0.0 on "
               "environment tokens); TRL pads them itself",
     checked_against="TRL 1.16.0 (github huggingface/trl@f2cd577): trl/trainer/grpo_trainer.py",
-    uses_samples=True, trainer_layout=True, write=write_part, loader=LOADER,
-    approximates=frozenset({TAIL_DROPPED}))
+    write=write_part, loader=LOADER)

@@ -13,9 +13,8 @@ import numpy as np
 import pyarrow as pa
 
 from trajstore.export.arrays import pad, position_ids
-from trajstore.export.files import part_name, write_parquet, write_safetensors
 from trajstore.export.samples import Sample, lineage_arrays
-from trajstore.export.target import TAIL_DROPPED, Part, Target
+from trajstore.export.target import Part, trainer_target, write_tensor_part
 
 
 def verl_batch(samples: list[Sample], *, holds: frozenset[str], pad_token_id: int = 0) -> dict[str, np.ndarray]:
@@ -84,10 +83,8 @@ def verl_non_tensors(samples: list[Sample], *, holds: frozenset[str]) -> pa.Tabl
 
 def write_part(part: Part) -> list[str]:
     tensors = verl_batch(part.samples, holds=part.holds, pad_token_id=part.pad_token_id)
-    return [write_safetensors(part.out_dir, part_name(part.index, ".safetensors"), tensors,
-                              {"trajstore.target": "verl"}),
-            write_parquet(part.out_dir, part_name(part.index, ".non_tensor.parquet"),
-                          verl_non_tensors(part.samples, holds=part.holds))]
+    return write_tensor_part(part, "verl", tensors, ".non_tensor.parquet",
+                             verl_non_tensors(part.samples, holds=part.holds))
 
 
 LOADER = """\
@@ -98,12 +95,10 @@ tensors = load_file("DIR/part-00000.safetensors")
 non_tensors = {k: np.array(v, dtype=object) for k, v in pq.read_table("DIR/part-00000.non_tensor.parquet").to_pydict().items()}
 batch = DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)"""
 
-TARGET = Target(
+TARGET = trainer_target(
     name="verl", description="verl DataProto batches (safetensors + Parquet non-tensor columns)",
     fields={"logprobs": "rollout_log_probs", "rewards": "rm_scores", "versions": "min/max_global_steps"},
-    required=frozenset(),
     alignment="response window: prompts left-padded, responses right-padded, response_mask 1 on action tokens; "
               "rollout_log_probs aligned with responses, 0.0 where response_mask is 0; reward on the last action token",
     checked_against="verl 0.9.1: verl/experimental/agent_loop/agent_loop.py, verl/workers/rollout/llm_server.py",
-    uses_samples=True, trainer_layout=True, write=write_part, loader=LOADER,
-    approximates=frozenset({TAIL_DROPPED}))
+    write=write_part, loader=LOADER)
