@@ -5,6 +5,7 @@ spans, log-probs, policy versions, rewards, statuses and tokenizer."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 
 import trajstore as ts
 from tests.helpers.export import CREATED, UNCHECKED, refused_trajectories, three_turn_trajectories, write_store
-from trajstore import TrajectoryBuilder
+from trajstore import CallTiming, CallUsage, TrajectoryBuilder
 from trajstore.cli.main import app
 from trajstore.export import ExportError, ExportOptions, export_store
 from trajstore.schema import ACTION_LOGPROBS_COLUMN
@@ -111,9 +112,13 @@ def test_ingest_of_the_atif_export_gives_the_rows_back(tmp_path):
     assert (fork["trainable"], fork["parent_trajectory_id"], fork["fork_point"], fork["link_kind"],
             fork["episode_id"]) == (False, "t1", 3, "fork", "t1")
     assert after["t1"]["abandoned"] is True and fork["abandoned"] is None  # the thrown-away branch stays marked
-    # the steps' metrics (the export's token counts) are the calls' usage counts
-    assert [(s["usage_prompt_tokens"], s["usage_completion_tokens"]) for s in after["t1"]["spans"]
-            if s["kind"] == "action"] == [(3, 2), (6, 3), (11, 1)]
+    # the calls' usage counts, times and log-prob modes are the stored ones (none here: the steps'
+    # metrics are the export's token counts, not an engine's usage)
+    timed = ("usage_prompt_tokens", "usage_completion_tokens", "usage_cached_tokens", "started_at",
+             "first_token_at", "ended_at", "logprob_mode")
+    for tid in after:
+        assert [[s[f] for f in timed] for s in after[tid]["spans"]] == \
+            [[s[f] for f in timed] for s in before[tid]["spans"]], tid
     assert fork["logprob_source"] == "engine" and fork["num_missing_logprobs"] == 2
     assert after["no-lp"]["token_source"] == "retokenized" and after["no-lp"]["logprob_source"] == "none"
     assert json.loads(fork["metadata"])["fidelity_gaps"] == {"action_text": "parsed from the log"}
@@ -136,3 +141,24 @@ def test_atif_keeps_unknown_logprobs_as_null_and_refuses_no_action(tmp_path):
                                           r"action token; "):  # skipped, and then nothing is left
         export_store(s2, "atif", str(tmp_path / "atif3"), ExportOptions(allow_secrets=True, skip_refused=True))
     assert not (tmp_path / "atif3").exists()
+
+
+def test_call_times_usage_and_log_prob_mode_survive_the_atif_round_trip(tmp_path):
+    b = TrajectoryBuilder(trajectory_id="timed", model="m", tokenizer="tok")
+    b.add_prompt([1, 2, 3])
+    start = CREATED.replace(microsecond=123456)
+    b.add_action([4, 5], [-0.1, -0.2], policy_version=0, logprob_mode="processed",
+                 timing=CallTiming(started_at=start, first_token_at=start + timedelta(milliseconds=40),
+                                   ended_at=start + timedelta(seconds=2)),
+                 usage=CallUsage(prompt_tokens=3, completion_tokens=2, cached_tokens=1))
+    b.add_observation([6])
+    b.add_action([7], [-0.3], policy_version=0, logprob_mode="processed")
+    b.set_reward(1.0)
+    store = write_store(tmp_path / "s", [b.finish(created_at=CREATED)])
+    export_store(store, "atif", str(tmp_path / "atif"), UNCHECKED)
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "atif"), "--store", str(tmp_path / "back")])
+    assert res.exit_code == 0, res.output
+    (before,) = ts.read_trajectories(store).to_pylist()
+    (after,) = ts.read_trajectories(str(tmp_path / "back")).to_pylist()
+    assert after["spans"] == before["spans"]
+    assert after["spans"][1]["started_at"] == start and after["spans"][1]["usage_cached_tokens"] == 1

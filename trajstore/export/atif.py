@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from datetime import datetime
 from typing import Any, Final
 
 import numpy as np
@@ -51,8 +52,10 @@ one step without the root's span list)."""
 
 
 def _span_record(s: dict[str, Any]) -> dict[str, Any]:
-    """A stored span as the root ``extra.trajstore.spans`` keeps it: its non-null kept fields."""
-    return {k: s[k] for k in KEPT_SPAN_FIELDS if s.get(k) is not None}
+    """A stored span as the root ``extra.trajstore.spans`` keeps it: its non-null kept fields (call
+    times as ISO 8601 strings)."""
+    return {k: s[k].isoformat() if isinstance(s[k], datetime) else s[k]
+            for k in KEPT_SPAN_FIELDS if s.get(k) is not None}
 
 
 def atif_document(row: dict[str, Any]) -> dict[str, Any]:

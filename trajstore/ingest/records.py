@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from trajstore.models import CallUsage, Trajectory
+from trajstore.models import CallTiming, CallUsage, Trajectory
 
 Role = Literal["system", "user", "assistant", "tool"]
 ProblemKind = Literal["malformed", "no_trajectory", "invalid", "unsupported"]
@@ -203,7 +203,8 @@ class EngineSegment:
     by a log that records it (a trajstore ATIF export); None = unknown. The other sampling fields
 (``top_k``, ``min_p``, ``max_tokens``, ``sampling_params`` as JSON) and an observation's
 ``truncated`` flag are those of :class:`~trajstore.models.Span`, set by a log that keeps them. ``usage``: the engine's
-token counts of an action's call, when the log has them (ATIF step ``metrics``)."""
+token counts of an action's call, when the log has them (ATIF step ``metrics``); ``timing`` and
+``logprob_mode``: the call's times and what its log-probs are of, kept by a trajstore export."""
 
     kind: Literal["prompt", "action", "observation"]
     token_ids: list[int]
@@ -223,6 +224,8 @@ token counts of an action's call, when the log has them (ATIF step ``metrics``).
     sampling_params: str | None = None
     truncated: bool | None = None
     usage: CallUsage | None = None
+    timing: CallTiming | None = None
+    logprob_mode: str | None = None
 
 
 @dataclass

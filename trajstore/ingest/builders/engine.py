@@ -24,7 +24,7 @@ like its model (true when the engine served a Hugging Face repo id under its own
 
 
 _ACTION_FIELDS = ("tool_call_ids", "policy_version", "policy_version_max", "finish_reason", "temperature", "top_p",
-                  "top_k", "min_p", "max_tokens", "sampling_params")
+                  "top_k", "min_p", "max_tokens", "sampling_params", "logprob_mode")
 """The span fields only an action span carries."""
 
 
@@ -104,7 +104,10 @@ def rollout_to_trajectories(r: EngineRollout, *, input_format: str,
                               cause_id=s.cause_id, truncated=s.truncated, **sampling,
                               usage_prompt_tokens=s.usage.prompt_tokens if act and s.usage else None,
                               usage_completion_tokens=s.usage.completion_tokens if act and s.usage else None,
-                              usage_cached_tokens=s.usage.cached_tokens if act and s.usage else None))
+                              usage_cached_tokens=s.usage.cached_tokens if act and s.usage else None,
+                              started_at=s.timing.started_at if act and s.timing else None,
+                              first_token_at=s.timing.first_token_at if act and s.timing else None,
+                              ended_at=s.timing.ended_at if act and s.timing else None))
             pos += k
         meta = dict(meta0)
         meta["ingest"] = {"format": input_format, "path": r.origin.path, "line": r.origin.line}

@@ -11,6 +11,8 @@ from typing import Any
 
 from trajstore.ingest.records import EngineRollout, EngineSegment, ExportedFields
 from trajstore.ingest.values import parse_time
+from trajstore.models import CallTiming, CallUsage
+from trajstore.schema import CALL_TIMING_FIELDS
 
 EXPORT_EXTRA_KEY = "trajstore"
 """Key of the values ``traj export --to atif`` keeps in ATIF ``extra`` objects (trajstore.export.atif)."""
@@ -62,7 +64,8 @@ def exported_fields(d: dict[str, Any], agents: list[dict[str, Any]], rollout: En
 _SPAN_TYPES: dict[str, tuple[type, ...]] = {
     "role": (str,), "call_id": (str,), "cause_id": (str,), "finish_reason": (str,), "sampling_params": (str,),
     "temperature": (int, float), "top_p": (int, float), "min_p": (int, float), "top_k": (int,), "max_tokens": (int,),
-    "policy_version": (int,), "policy_version_max": (int,), "truncated": (bool,), "tool_call_ids": (list,)}
+    "policy_version": (int,), "policy_version_max": (int,), "truncated": (bool,), "tool_call_ids": (list,),
+    "logprob_mode": (str,)}
 """The span fields the root ``extra.trajstore.spans`` may hold, with their JSON types."""
 
 
@@ -87,10 +90,25 @@ def _stored_spans(spans: list[Any], rollout: EngineRollout) -> None:
                   and (f == "truncated" or not isinstance(sp[f], bool))}
         if kind == "action":
             act, k = acts[k], k + 1
-            segs.append(EngineSegment("action", act.token_ids, act.logprobs, **fields))
+            segs.append(EngineSegment("action", act.token_ids, act.logprobs, **fields, usage=_usage(sp),
+                                      timing=_timing(sp)))
         else:
             segs.append(EngineSegment(kind, tokens[a:b], **fields))
     rollout.segments = segs
+
+
+def _usage(sp: dict[str, Any]) -> CallUsage | None:
+    """The engine's usage counts a stored span kept (None when it kept none: the row had none)."""
+    got = {f: sp[f"usage_{f}"] for f in ("prompt_tokens", "completion_tokens", "cached_tokens")
+           if isinstance(sp.get(f"usage_{f}"), int) and not isinstance(sp.get(f"usage_{f}"), bool)}
+    return CallUsage(**got) if got else None
+
+
+def _timing(sp: dict[str, Any]) -> CallTiming | None:
+    """The call times a stored span kept (ISO 8601 strings), None when it kept none."""
+    got = {f: parse_time(sp.get(f)) for f in CALL_TIMING_FIELDS if isinstance(sp.get(f), str)}
+    got = {f: t for f, t in got.items() if t is not None}
+    return CallTiming(**got) if got else None
 
 
 def _spans_mismatch(spans: list[Any], tokens: list[int], acts: list[EngineSegment]) -> str | None:
