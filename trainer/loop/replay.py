@@ -34,17 +34,16 @@ from trajstore.store.layout import (
     run_steps_dir,
 )
 from trajstore.trainer.config import TrainConfig
-from trajstore.trainer.data import TrajectoryStream, replay_buffer_for, stream_config, with_replay
+from trajstore.trainer.data import TrajectoryStream, stream_config, with_replay
 from trajstore.trainer.loop import distributed as D
-from trajstore.trainer.loop.advantage_fns import sao_gae_advantages, scalar_advantages, scalar_baseline_fn
 from trajstore.trainer.loop.build import models_ddp
 from trajstore.trainer.loop.checkpoint import Checkpoint, load_checkpoint
 from trajstore.trainer.loop.records import ITERATION_KEY
 from trajstore.trainer.loop.resume import restore_settings
+from trajstore.trainer.loop.setup import make_trainer
 from trajstore.trainer.loop.step import train_step
 from trajstore.trainer.loop.trainer import CheckpointGate, Trainer
 from trajstore.trainer.models import load_policy, policy_identity
-from trajstore.trainer.sao.losses import POLICY_LOSSES, value_loss
 
 COMPARED_METRICS = ("policy/loss", "policy/grad_norm", "policy/entropy", "policy/kl_k3", "value/loss",
                     "value/grad_norm", "ratio/mean", "ratio/min", "ratio/max", "ratio/masked_below",
@@ -123,17 +122,8 @@ def _trainer(cfg: TrainConfig, store: Store, ckpt: Checkpoint) -> Trainer:
     gate = CheckpointGate(0 if cfg.run.activation_checkpointing else 2**62)
     policy, critic, behaviour, optimizers = models_ddp(cfg, env, loaded, store, ckpt, gate=gate)
     restore_settings(cfg, store, ckpt, optimizers)
-    if cfg.algo.advantage == "sao-gae":
-        adv_fn, scalar_fn = sao_gae_advantages(cfg), None
-    else:
-        adv_fn, scalar_fn = scalar_advantages(cfg), scalar_baseline_fn(cfg, state)
-    tr = Trainer(cfg, env, store, loaded, policy, critic, optimizers, stream, None, state, adv_fn, scalar_fn,
-                 POLICY_LOSSES[cfg.algo.policy_loss], value_loss if critic is not None else None, behaviour)
-    tr.checkpoint_gate = gate
-    tr.last_checkpoint = state.iteration
-    # empty at the checkpoint and seeded from its iteration, as the run's own buffer was
-    tr.replay = replay_buffer_for(cfg.data, seed=cfg.model.seed, iteration=state.iteration)
-    return tr
+    # the replay buffer empty at the checkpoint and seeded from its iteration, as the run's own was
+    return make_trainer(cfg, env, store, loaded, (policy, critic, behaviour, optimizers), stream, None, state, gate)
 
 
 def replay_step(uri: str | Store, run_id: str, step: int, *, device: str = "cpu",

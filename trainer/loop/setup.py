@@ -110,16 +110,8 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
             recorder.note(f"data: {census.describe()}")
         recorder.note(plan.describe())
     D.barrier(env)
-    if cfg.algo.advantage == "sao-gae":
-        adv_fn, scalar_fn = sao_gae_advantages(cfg), None
-    else:
-        adv_fn, scalar_fn = scalar_advantages(cfg), scalar_baseline_fn(cfg, state)
-    tr = Trainer(cfg, env, store, loaded, policy, critic, optimizers, stream, recorder, state, adv_fn, scalar_fn,
-                 POLICY_LOSSES[cfg.algo.policy_loss], value_loss if critic is not None else None, behaviour)
+    tr = make_trainer(cfg, env, store, loaded, (policy, critic, behaviour, optimizers), stream, recorder, state, gate)
     tr.census = census
-    tr.replay = replay_buffer_for(cfg.data, seed=cfg.model.seed, iteration=state.iteration)
-    tr.checkpoint_gate = gate
-    tr.last_checkpoint = state.iteration
     tr.resumed_fresh = resume and ckpt is None
     if cfg.run.record_tokens > 0:
         tr.token_recorder = TokenRecorder(store, cfg.run.run_id, cfg.run.record_tokens)
@@ -130,6 +122,26 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
     # versions the killed process published after its last checkpoint (they are re-trained and
     # re-published under the same numbers)
     publish(tr, force=True)
+    return tr
+
+
+def make_trainer(cfg: TrainConfig, env: D.DistEnv, store: Store, loaded: LoadedPolicy, models: tuple[Any, ...],
+                 stream: TrajectoryStream, recorder: RunRecorder | None, state: TrainerState,
+                 gate: CheckpointGate) -> Trainer:
+    """The :class:`Trainer` of `cfg` at `state`: its advantage function (SAO's skip-observation GAE
+    or a scalar baseline), policy and value losses, and a replay buffer empty at `state`'s
+    iteration and seeded from it (a run, its resume and a replayed step draw the same). `models`
+    is (policy, critic, behaviour, optimizers); `recorder` None writes no records (a replay)."""
+    policy, critic, behaviour, optimizers = models
+    if cfg.algo.advantage == "sao-gae":
+        adv_fn, scalar_fn = sao_gae_advantages(cfg), None
+    else:
+        adv_fn, scalar_fn = scalar_advantages(cfg), scalar_baseline_fn(cfg, state)
+    tr = Trainer(cfg, env, store, loaded, policy, critic, optimizers, stream, recorder, state, adv_fn, scalar_fn,
+                 POLICY_LOSSES[cfg.algo.policy_loss], value_loss if critic is not None else None, behaviour)
+    tr.replay = replay_buffer_for(cfg.data, seed=cfg.model.seed, iteration=state.iteration)
+    tr.checkpoint_gate = gate
+    tr.last_checkpoint = state.iteration
     return tr
 
 
