@@ -137,7 +137,9 @@ def short_table(start: int, n: int, rng: np.random.Generator) -> pa.Table:
         "num_missing_logprobs": pa.array(np.zeros(n, np.int64)),
         "tokens": tokens, ACTION_LOGPROBS_COLUMN: logprobs, "spans": spans, "metadata": pa.nulls(n, pa.string()),
     }
-    return pa.Table.from_arrays([cols[f.name] for f in TRAJECTORY_SCHEMA], schema=TRAJECTORY_SCHEMA)
+    # a column this generator does not set (one a later schema version added) is null, as not recorded
+    return pa.Table.from_arrays([cols.get(f.name, pa.nulls(n, f.type)) for f in TRAJECTORY_SCHEMA],
+                                schema=TRAJECTORY_SCHEMA)
 
 
 def check_generator() -> None:
@@ -189,9 +191,9 @@ def build_count_store(root: str, n: int, seed: int = 0) -> dict[str, int]:
         "staleness_min": pa.nulls(m, pa.int64()), "staleness_max": pa.nulls(m, pa.int64()),
         "num_action_tokens": pa.array(np.full(m, 7, np.int64)),
         "masked_below": pa.array(rng.random(m) * 0.05), "masked_above": pa.array(rng.random(m) * 0.01),
-        "ratio_mean": pa.array(1.0 + rng.normal(size=m) * 0.01),
+        "ratio_mean": pa.array(1.0 + rng.normal(size=m) * 0.01), "reuse": pa.array(np.zeros(m, np.int64)),
         "consumed_at": pa.array(np.full(m, int(T0.timestamp() * 1e6), np.int64), type=pa.timestamp("us", tz="UTC")),
-    }).cast(CONSUMED_SCHEMA)
+    }).select(CONSUMED_SCHEMA.names).cast(CONSUMED_SCHEMA)
     per_shard = 64 * 1024
     for a in range(0, m, per_shard):
         store.write_table(table.slice(a, per_shard), subdir=run_consumed_dir("bench"))

@@ -69,7 +69,7 @@ def export_cmd(
     private: bool = typer.Option(True, "--private/--public", help="hf --push: create the repository private"),
     endpoint: str | None = typer.Option(None, "--endpoint", metavar="URL", help="otlp: also send the traces to "
                                         "this OTLP/HTTP traces endpoint, e.g. http://localhost:4318/v1/traces"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="write (and upload) nothing: list every blocker, each "
+    dry_run: bool = typer.Option(False, "--dry-run/--no-dry-run", help="write (and upload) nothing: list every blocker, each "
                                  "with its count and the options that lift it, and what would be written (with "
                                  "--push: what would be created and uploaded); exit 1 when something blocks"),
     fmt: FormatOption = OutputFormat.table,

@@ -133,7 +133,11 @@ def _run(uri: str, opts: dict | None, seed: int) -> None:
                 # a random kill point (seeded) among those the event allows: the outcome must be the
                 # same at every one of them, so no time here synchronises anything
                 if when == "after_commit":
-                    line = lines.get(timeout=300)
+                    # the event: an output committed (a pass may first end with nothing to merge,
+                    # e.g. while the previous child's kept sources are still listed: wait past it)
+                    line, deadline = lines.get(timeout=300), time.monotonic() + 300  # bounds a hang only
+                    while line is not None and line.startswith("pass ") and time.monotonic() < deadline:
+                        line = lines.get(timeout=300)
                     assert line is not None and line.startswith("group "), line
                     committed += 1
                     time.sleep(rnd.uniform(0.0, 0.3))

@@ -96,14 +96,15 @@ def test_sigkill_at_random_moments_then_resume_trains_each_trajectory_once(tmp_p
     for attempt in range(2):
         p = subprocess.Popen(_train_cmd(tmp_path, "k", *args), env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
-        consumed_dir = tmp_path / "runs" / "k" / "consumed"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and p.poll() is None:  # wait until it is training
-            if consumed_dir.exists() and any(consumed_dir.glob("*.parquet")):
+        latest = tmp_path / "runs" / "k" / "checkpoints" / "LATEST"
+        deadline = time.monotonic() + 300  # bounds a hang only
+        while time.monotonic() < deadline and p.poll() is None:  # wait until it has a checkpoint
+            if latest.exists():
                 break
             time.sleep(0.02)
-        # the first kill right after its first consumed record (certain to land mid-run), the second
-        # at a random (seeded) moment of the resumed run: the outcome must not depend on where
+        # the first kill right after its first checkpoint (certain to land mid-run, and resumable: a
+        # run with records but no checkpoint is refused by --resume, by design), the second at a
+        # random (seeded) moment of the resumed run: the outcome must not depend on where
         if attempt:
             time.sleep(rnd.uniform(0.0, 0.6))
         if p.poll() is None:
