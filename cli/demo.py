@@ -48,7 +48,7 @@ def demo_cmd(
     keep_weights: bool = typer.Option(False, "--keep-weights/--no-keep-weights",
                                       help="keep every published version and the "
                                       "checkpoint (about 0.5 GB per SmolLM2 version); default: only the last"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="also show the trainer's poll lines "
+    verbose: bool = typer.Option(False, "--verbose/--no-verbose", "-v", help="also show the trainer's poll lines "
                                  "(waiting for new trajectories)"),
     fmt: FormatOption = OutputFormat.table,
 ) -> None:
