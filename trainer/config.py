@@ -129,7 +129,7 @@ class DataConfig(_Section):
                                    "checkpoint, so a resumed run and `--replay-step` draw what the uninterrupted run "
                                    "drew. Reused trajectories are importance-corrected by the policy loss (DIS / "
                                    "PPO-clip) against their stored rollout log-probs and recorded again in "
-                                   "runs/<run_id>/consumed with their `reuse` count (docs/design.md, replay buffer)")
+                                   "runs/<run_id>/consumed with their reuse count (column reuse; docs/design.md, replay buffer)")
     replay_max_reuse: int = Field(1, ge=1, description="most times a trajectory is trained again after its first "
                                   "use (reuses; with `replay_fraction` > 0)")
     replay_max_staleness: int = Field(2, ge=0, description="a buffered trajectory is drawn only while trainer version "
