@@ -58,9 +58,9 @@ def _consume(store, run: str, ids: list[str]) -> None:
         "min_policy_version": pa.nulls(n, pa.int64()), "max_policy_version": pa.nulls(n, pa.int64()),
         "staleness_min": pa.nulls(n, pa.int64()), "staleness_max": pa.nulls(n, pa.int64()),
         "num_action_tokens": [1] * n, "masked_below": pa.nulls(n, pa.float64()),
-        "masked_above": pa.nulls(n, pa.float64()), "ratio_mean": pa.nulls(n, pa.float64()),
+        "masked_above": pa.nulls(n, pa.float64()), "ratio_mean": pa.nulls(n, pa.float64()), "reuse": [0] * n,
         "consumed_at": pa.array([T0] * n, pa.timestamp("us", tz="UTC")),
-    }).cast(CONSUMED_SCHEMA), subdir=run_consumed_dir(run))
+    }).select(CONSUMED_SCHEMA.names).cast(CONSUMED_SCHEMA), subdir=run_consumed_dir(run))
 
 
 def _ids(store) -> list[str]:
