@@ -11,7 +11,7 @@ from trajstore.sampling import SamplingArrays
 from trajstore.trainer.data.cursor import DataCursor
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainSample:
     """One trajectory ready for training. T = its token count.
 

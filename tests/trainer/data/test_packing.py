@@ -24,9 +24,10 @@ def _stream(root: str | Path, cursor: DataCursor | None = None, tokenizer: str =
 def _sample(tid: str, action_mask: list[bool], reward: float) -> TrainSample:
     t = len(action_mask)
     mask = np.array(action_mask)
-    return TrainSample(tid, None, "s", 0, np.arange(t, dtype=np.int64), np.where(mask, -0.5, np.nan).astype(np.float32),
-                  mask, np.where(mask, 0, -1).astype(np.int64), no_truncation(t), reward, False,
-                  DataCursor())
+    return TrainSample(trajectory_id=tid, group_id=None, shard="s", row=0, tokens=np.arange(t, dtype=np.int64),
+                       rollout_logprobs=np.where(mask, -0.5, np.nan).astype(np.float32), action_mask=mask,
+                       policy_version=np.where(mask, 0, -1).astype(np.int64), sampling=no_truncation(t),
+                       reward=reward, needs_behaviour=False, cursor=DataCursor())
 
 
 def test_pack_uses_the_prediction_frame(tmp_path: Path) -> None:

@@ -21,10 +21,12 @@ def _sample(tid: str, mask: list[bool], reward: float, *, parent: str | None = N
             episode: str = "e", abandoned: bool | None = None) -> TrainSample:
     t = len(mask)
     m = np.array(mask)
-    return TrainSample(tid, None, "s", 0, np.arange(t, dtype=np.int64), np.where(m, -0.5, np.nan).astype(np.float32), m,
-                  np.where(m, 0, -1).astype(np.int64), no_truncation(t), reward, False, DataCursor(),
-                  episode_id=episode, parent_trajectory_id=parent, link_kind=link,
-                  fork_point=None if parent is None else 1, abandoned=abandoned)
+    return TrainSample(trajectory_id=tid, group_id=None, shard="s", row=0, tokens=np.arange(t, dtype=np.int64),
+                       rollout_logprobs=np.where(m, -0.5, np.nan).astype(np.float32), action_mask=m,
+                       policy_version=np.where(m, 0, -1).astype(np.int64), sampling=no_truncation(t),
+                       reward=reward, needs_behaviour=False, cursor=DataCursor(), episode_id=episode,
+                       parent_trajectory_id=parent, link_kind=link, fork_point=None if parent is None else 1,
+                       abandoned=abandoned)
 
 
 def _cfg(**algo) -> TrainConfig:

@@ -118,8 +118,10 @@ def to_samples(episodes: list[dict[str, Any]], *, group_ids: list[str | None] | 
     for i, e in enumerate(episodes):
         n = len(e["tokens"])
         pv = np.where(e["mask"], 0, -1).astype(np.int64)
-        out.append(TrainSample(f"{prefix}{i}", group_ids[i] if group_ids else None, "memory", i, e["tokens"],
-                          e["logprobs"], e["mask"], pv, no_truncation(n), e["reward"], False, DataCursor()))
+        out.append(TrainSample(trajectory_id=f"{prefix}{i}", group_id=group_ids[i] if group_ids else None,
+                               shard="memory", row=i, tokens=e["tokens"], rollout_logprobs=e["logprobs"],
+                               action_mask=e["mask"], policy_version=pv, sampling=no_truncation(n),
+                               reward=e["reward"], needs_behaviour=False, cursor=DataCursor()))
     return out
 
 
