@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tests.helpers.process_caches import new_process
 from tests.helpers.trajectories import tiny_model_trajectory
 from trajstore.convert import trajectories_to_table
 from trajstore.store import Store, open_store
@@ -30,6 +31,19 @@ def write_small_shards(store: Store, table: pa.Table, per_shard: int = 1) -> lis
     for a in range(0, table.num_rows, per_shard):
         names.append(store.write_table(table.slice(a, per_shard)).rsplit("/", 1)[-1])
     return names
+
+
+def write_one_row_shards_in_new_processes(root: Path, n: int, after_each: Callable[[Store], Any]) -> Store:
+    """Write `n` one-row shards into a store at `root`, one at a time, each followed by a new
+    process (:func:`~tests.helpers.process_caches.new_process`) that runs ``after_each(store)``
+    (the read that adds to a store cache); return the store."""
+    store = open_store(root)
+    table = trajectory_table(n)
+    for i in range(n):
+        write_small_shards(store, table.slice(i, 1))
+        new_process()
+        after_each(store)
+    return store
 
 
 def write_one_row_shards_refusing_deletes(root: Path, monkeypatch: Any, n: int,

@@ -4,11 +4,15 @@ the calls in flight."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
+import subprocess
 import threading
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -16,8 +20,9 @@ import pytest
 from trajstore.http.server import ServerThread
 from trajstore.proxy.testing import fake_app, render
 from trajstore.reader import read_trajectories
+from trajstore.store import open_store
 
-from .conftest import release_held_calls, wait_held
+from .conftest import proxy_process, release_held_calls, wait_held
 
 REPLY_IDS = [115, 111, 0]  # the fake's "ok" and its end-of-turn token
 
@@ -192,18 +197,32 @@ def _wait_in_flight(url: str, n: int, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def _proxy_with_grace(upstream: str, tmp_path, grace: str) -> Iterator[tuple[subprocess.Popen, str, str, str]]:  # noqa: ANN001
+    """`traj proxy` with ``--shutdown-grace`` `grace` seconds, its store and log under `tmp_path`:
+    yields (process, URL, store, log path); the process is killed on the way out if still running."""
+    store, log = str(tmp_path / "store"), str(tmp_path / "proxy.log")
+    proc, url = proxy_process(upstream, store, "--shutdown-grace", grace, log_path=log)
+    try:
+        yield proc, url, store, log
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _exits_cleanly(proc: subprocess.Popen, clients: list[threading.Thread]) -> None:
+    """The proxy exits with status 0 and every client thread ends (deadlines as a safety net)."""
+    assert proc.wait(120) == 0
+    for t in clients:
+        t.join(120)
+
+
 def test_sigterm_makes_recorded_calls_durable_before_it_waits_for_calls_in_flight(slow_upstream, tmp_path):
     # On SIGTERM uvicorn waited for the calls in flight (30 s), cancelled them, and only then
     # were open episodes written; a supervisor's SIGKILL came first and episodes with recorded
     # calls were lost. Now the flush comes first: a SIGKILL right after its log line (the proxy
     # slowed by SIGSTOP / SIGCONT, 4 calls held at the upstream) loses no recorded call.
-    import signal
-
-    from .conftest import proxy_process
-
-    store, log = str(tmp_path / "store"), str(tmp_path / "proxy.log")
-    proc, url = proxy_process(slow_upstream.url, store, "--shutdown-grace", "60", log_path=log)
-    try:
+    with _proxy_with_grace(slow_upstream.url, tmp_path, "60") as (proc, url, store, log):
         msgs = {}
         for i in range(4):
             m = [{"role": "user", "content": f"task {i}"}]
@@ -222,13 +241,8 @@ def test_sigterm_makes_recorded_calls_durable_before_it_waits_for_calls_in_fligh
             line = _wait_line(log, "shutdown: flushed", proc, timeout=120)
             proc.kill()  # the supervisor's SIGKILL, right after the line
         proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert "flushed 5 open episode(s) (6 recorded call(s)) as aborted; waiting up to 60 s for 4 call(s) in flight" \
         in line, line
-    from trajstore.store import open_store
-
     assert open_store(store).list_shards(strict=True)  # every shard whole
     got = {json.loads(r["metadata"])["session"]: r for r in _rows(store)}
     assert sorted(got) == ["busy0", "busy1", "busy2", "busy3", "quiet"]
@@ -248,15 +262,9 @@ def test_sigterm_stores_calls_answered_within_the_grace_and_cuts_the_rest(slow_u
     # counted. The upstream holds every call until the test lets it answer: the two fast ones
     # right after the flush (answered after it on any machine), the others never. The grace ends
     # at a second SIGTERM, once the fast ones are stored (its own deadline is the next test's).
-    import signal
-
-    from .conftest import proxy_process
-
-    store, log = str(tmp_path / "store"), str(tmp_path / "proxy.log")
-    proc, url = proxy_process(slow_upstream.url, store, "--shutdown-grace", "600", log_path=log)
     out: dict = {}
     got_token = threading.Event()
-    try:
+    with _proxy_with_grace(slow_upstream.url, tmp_path, "600") as (proc, url, store, log):
         ctx = {}
         for k in ("fast", "fast_stream", "slow", "slow_stream"):
             m = [{"role": "user", "content": k}]
@@ -282,12 +290,7 @@ def test_sigterm_stores_calls_answered_within_the_grace_and_cuts_the_rest(slow_u
         httpx.post(f"{slow_upstream.url}/_fake/release", json={"name": "fast"}).raise_for_status()
         _wait_stats(url, "the fast calls stored after the flush", lambda st: st["calls_after_shutdown_flush"] == 2)
         proc.send_signal(signal.SIGTERM)  # a second signal: the grace ends now
-        assert proc.wait(120) == 0
-        for t in threads:
-            t.join(120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        _exits_cleanly(proc, threads)
     done = _wait_line(log, "shutdown complete", proc, timeout=1)
     assert "2 call(s) answered after the flush were stored, 2 call(s) cut at the deadline" in done, done
     assert out["fast"][0] == 200 and out["fast"][1]["choices"][0]["message"]["content"] == "ok"
@@ -325,25 +328,15 @@ def test_sigterm_stores_calls_answered_within_the_grace_and_cuts_the_rest(slow_u
 def test_sigterm_cuts_a_call_still_running_at_the_end_of_the_grace(slow_upstream, tmp_path):
     # the grace's own deadline: a call the upstream never answers is cut when --shutdown-grace
     # (1 s) has passed after the flush, with a 503 the client sees, and the proxy exits
-    import signal
-
-    from .conftest import proxy_process
-
-    store, log = str(tmp_path / "store"), str(tmp_path / "proxy.log")
-    proc, url = proxy_process(slow_upstream.url, store, "--shutdown-grace", "1", log_path=log)
     out: dict = {}
-    try:
+    with _proxy_with_grace(slow_upstream.url, tmp_path, "1") as (proc, url, store, log):
         m = [{"role": "user", "content": "stuck"}]
         assert _chat(url, "stuck", m).status_code == 200
         t = _in_flight(url, "stuck", m + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "go"}],
                        out, fake_hold="never")
         wait_held(slow_upstream.url, "never", 1)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(120) == 0
-        t.join(120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        _exits_cleanly(proc, [t])
     flushed = _wait_line(log, "shutdown: flushed", proc, timeout=1)
     assert "(1 recorded call(s)) as aborted; waiting up to 1 s for 1 call(s) in flight" in flushed, flushed
     done = _wait_line(log, "shutdown complete", proc, timeout=1)

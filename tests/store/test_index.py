@@ -9,12 +9,17 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers.process_caches import files_in, new_process
-from tests.helpers.small_shards import trajectory_table, write_one_row_shards_refusing_deletes, write_small_shards
+from tests.helpers.process_caches import files_in, names_loaded_by_a_new_process, new_process
+from tests.helpers.small_shards import (
+    trajectory_table,
+    write_one_row_shards_in_new_processes,
+    write_one_row_shards_refusing_deletes,
+    write_small_shards,
+)
 from trajstore.errors import NewerSchemaError
 from trajstore.schema import METADATA_SCHEMA_VERSION_KEY, SCHEMA_VERSION
+from trajstore.store import Store, open_store, shards
 from trajstore.store import index as shard_index
-from trajstore.store import open_store, shards
 from trajstore.store.layout import shard_index_dir
 
 
@@ -35,17 +40,10 @@ def test_a_new_process_lists_from_the_index_without_reading_footers(tmp_path: Pa
 
 def test_new_shards_are_appended_and_files_merged_past_the_limit(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(shard_index, "MAX_INDEX_FILES", 3)
-    store = open_store(tmp_path)
-    table = trajectory_table(5)
-    for i in range(5):
-        write_small_shards(store, table.slice(i, 1))
-        new_process()
-        store.list_shards()
+    store = write_one_row_shards_in_new_processes(tmp_path, 5, Store.list_shards)
     # 1, 2, 3 files, then a 4th would pass the limit: merged into one, then one more
     assert len(_index_files(tmp_path)) == 2
-    new_process()
-    entries, _ = shard_index.load(store)
-    assert sorted(n for n, _ in entries) == sorted(s.name for s in store.list_shards())
+    assert names_loaded_by_a_new_process(store, shard_index.load) == sorted(s.name for s in store.list_shards())
 
 
 def test_a_rewritten_shard_is_read_again_not_taken_from_its_old_entry(tmp_path: Path) -> None:

@@ -15,8 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers.process_caches import files_in, new_process
-from tests.helpers.small_shards import trajectory_table, write_one_row_shards_refusing_deletes, write_small_shards
+from tests.helpers.process_caches import files_in, names_loaded_by_a_new_process, new_process
+from tests.helpers.small_shards import (
+    trajectory_table,
+    write_one_row_shards_in_new_processes,
+    write_one_row_shards_refusing_deletes,
+    write_small_shards,
+)
 from tests.helpers.trajectories import tiny_model_trajectory
 from trajstore import read_trajectories
 from trajstore.convert import trajectories_to_table
@@ -87,17 +92,11 @@ def test_mixed_schema_versions_and_duplicates_read_as_from_the_shards(tmp_path: 
 
 def test_new_shards_are_read_from_their_files_and_files_merge_past_the_limit(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(scalar_cache, "MAX_CACHE_FILES", 3)
-    store = open_store(tmp_path)
-    table = trajectory_table(6)
-    for i in range(6):
-        write_small_shards(store, table.slice(i, 1))
-        new_process()
-        _same(read_trajectories(tmp_path, columns=COLS), _from_shards(tmp_path, COLS))
+    store = write_one_row_shards_in_new_processes(
+        tmp_path, 6, lambda _: _same(read_trajectories(tmp_path, columns=COLS), _from_shards(tmp_path, COLS)))
     # 1, 2, 3 files, then a 4th would pass the limit: merged into one, then 2, 3
     assert len(_cache_files(tmp_path)) == 3
-    new_process()
-    hits, _ = scalar_cache.load(store)
-    assert sorted(n for n, _ in hits) == sorted(s.name for s in store.list_shards())
+    assert names_loaded_by_a_new_process(store, scalar_cache.load) == sorted(s.name for s in store.list_shards())
 
 
 def test_a_shard_rewritten_in_place_is_read_again(tmp_path: Path) -> None:

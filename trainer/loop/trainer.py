@@ -22,7 +22,7 @@ from trajstore.trainer.loop.records import RunRecorder
 from trajstore.trainer.loop.stop import StopRequest
 from trajstore.trainer.loop.token_records import TokenRecorder
 from trajstore.trainer.models import LoadedPolicy, PolicyLogprobs
-from trajstore.trainer.sao.losses import PolicyLossFn
+from trajstore.trainer.sao.types import PolicyLossStats
 
 
 class CheckpointGate:
@@ -57,7 +57,7 @@ class Trainer:
     state: TrainerState
     advantage_fn: AdvantageFn
     scalar_fn: Callable[[list[TrainSample], TrainerState], dict[str, float]] | None
-    policy_loss_fn: PolicyLossFn
+    policy_loss_fn: Callable[..., tuple[torch.Tensor, PolicyLossStats]]  # a sao.losses.PolicyLoss, or a wrapper
     value_loss_fn: Callable[..., Any] | None
     behaviour: PolicyLogprobs | None
     published: int | None = None

@@ -12,8 +12,9 @@ Notation used in every docstring here:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Literal, Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -23,7 +24,7 @@ from trajstore.trainer.sao.types import DISBand, PolicyLossStats, StalenessStats
 
 __all__ = [
     "POLICY_LOSSES",
-    "PolicyLossFn",
+    "PolicyLoss",
     "PolicyLossName",
     "dis_band",
     "dis_policy_loss",
@@ -37,36 +38,6 @@ PolicyLossName = Literal["dis", "ppo-clip"]
 # exp() argument bound for the vanilla PPO ratio (as public trainers do); DIS needs none because
 # out-of-band tokens are cut out before exp() sees their log-ratio.
 _PPO_LOG_RATIO_BOUND_NATS = 20.0
-
-
-def _check_policy_inputs(
-    logprobs: Tensor,
-    rollout_logprobs: Tensor,
-    advantages: Tensor,
-    action_mask: Tensor,
-    eps_low: float,
-    eps_high: float,
-) -> Tensor:
-    shapes = {tuple(x.shape) for x in (logprobs, rollout_logprobs, advantages, action_mask)}
-    if len(shapes) != 1 or logprobs.dim() != 2:
-        raise ValueError(
-            "logprobs, rollout_logprobs, advantages and action_mask must share one (B, T) "
-            f"shape, got {[tuple(x.shape) for x in (logprobs, rollout_logprobs, advantages, action_mask)]}"
-        )
-    if not 0.0 < eps_low <= 1.0:
-        raise ValueError(f"eps_low must be in (0, 1], got {eps_low}")
-    if not eps_high > 0.0:
-        raise ValueError(f"eps_high must be > 0, got {eps_high}")
-    mask = action_mask != 0
-    finite = torch.isfinite(torch.where(mask, rollout_logprobs, 0.0))
-    if not bool(finite.all()):
-        b, t = (int(i) for i in (~finite).nonzero()[0])
-        raise ValueError(
-            f"rollout log-prob at action token (row {b}, position {t}) is "
-            f"{float(rollout_logprobs[b, t])}; DIS needs the rollout engine's log-prob of every "
-            "action token (docs/sao.md, mechanism 1)"
-        )
-    return mask
 
 
 @torch.no_grad()
@@ -145,126 +116,47 @@ def _ratio_stats(
     )
 
 
-def dis_policy_loss(
-    logprobs: Tensor,
-    rollout_logprobs: Tensor,
-    advantages: Tensor,
-    action_mask: Tensor,
-    eps_low: float,
-    eps_high: float,
-    *,
-    agg: Aggregation = "token-mean",
-    num_tokens: Tensor | int | None = None,
-    num_sequences: Tensor | int | None = None,
-    segment_ids: Tensor | None = None,
-    staleness: Tensor | None = None,
-) -> tuple[Tensor, PolicyLossStats]:
-    """Direct double-sided importance sampling policy loss (docs/sao.md eqs. (1)-(3); arXiv
-    2607.07508, DIS).
-
-    No separate ``pi_old``: the ratio is taken against the log-prob the rollout engine saved::
-
-        r_t = exp(logp_theta(a_t | s_t) - logp_rollout(a_t | s_t))
-        L   = agg_t( -f(r_t) * A_t ),   f(r) = r  if 1 - eps_low < r < 1 + eps_high  else 0
-
-    Tokens outside the open band (``r == 1 - eps_low`` included) are masked out: they add
-    exactly zero to the loss and exactly zero gradient (not clipped). Inside the band the
-    gradient is that of the surrogate ``-r_t A_t``, i.e. ``-r_t A_t grad logp_theta``, which
-    is the paper's ``-f(r) A log pi_theta`` with ``f(r)`` held as a constant weight. The loss
-    value reported is the surrogate's.
-
-    Paper settings: ``eps_low = 0.3, eps_high = 5.0`` (reasoning), ``0.8 / 3.0`` (coding).
-
-    Args:
-        logprobs: ``(B, T)`` float, nats; log-prob of each token under the current parameters
-            (differentiable).
-        rollout_logprobs: ``(B, T)`` float, nats; log-prob saved by the rollout engine; must be
-            finite at action tokens (anything, NaN included, elsewhere).
-        advantages: ``(B, T)`` float; treated as a constant (no gradient flows into it).
-        action_mask: ``(B, T)``, 1 = model action token.
-        eps_low: in ``(0, 1]``, dimensionless; lower band edge is ``1 - eps_low``.
-        eps_high: > 0, dimensionless; upper band edge is ``1 + eps_high``.
-        agg, num_tokens, num_sequences, segment_ids: the aggregation, see
-            :func:`~trajstore.trainer.sao.aggregation.aggregate` (``segment_ids`` for packed rows).
-        staleness: optional ``(B, T)`` integer tensor, policy versions between the trainer and
-            the version that generated each token; adds a per-staleness breakdown to the stats.
-
-    Returns:
-        ``(loss, stats)``: ``()`` float loss, and :class:`PolicyLossStats` computed on the raw
-        ratios before masking (``frac_zero_grad`` = masked fraction).
-
-    Raises:
-        ValueError: shape mismatch, eps out of range, unknown ``agg``, or a non-finite rollout
-            log-prob at an action token (the message names row and position).
-    """
-    mask = _check_policy_inputs(
-        logprobs, rollout_logprobs, advantages, action_mask, eps_low, eps_high
-    )
-    log_ratio = torch.where(mask, logprobs - rollout_logprobs, 0.0)
+def _dis_surrogate(log_ratio: Tensor, advantages: Tensor, mask: Tensor, eps_low: float,
+                   eps_high: float) -> tuple[Tensor, Tensor]:
+    """DIS per-token loss ``-f(r) A`` and the tokens it cuts out (see :data:`dis_policy_loss`)."""
     in_band = mask & dis_band(log_ratio.detach().exp(), eps_low, eps_high).inside
     # exp() only ever sees in-band log-ratios, so the cut-out tokens' gradient is an exact 0
     # (no inf * 0 from a huge ratio).
     ratio = torch.where(in_band, log_ratio, 0.0).exp()
     advantage = torch.where(in_band, advantages.detach(), 0.0)
-    per_token = -ratio * advantage
-    loss = aggregate(
-        per_token, mask, agg=agg, num_tokens=num_tokens, num_sequences=num_sequences,
-        segment_ids=segment_ids,
-    )
-    stats = _ratio_stats(log_ratio.detach(), mask, ~in_band, eps_low, eps_high, staleness)
-    return loss, stats
+    return -ratio * advantage, ~in_band
 
 
-def ppo_clip_policy_loss(
-    logprobs: Tensor,
-    rollout_logprobs: Tensor,
-    advantages: Tensor,
-    action_mask: Tensor,
-    eps_low: float,
-    eps_high: float,
-    *,
-    agg: Aggregation = "token-mean",
-    num_tokens: Tensor | int | None = None,
-    num_sequences: Tensor | int | None = None,
-    segment_ids: Tensor | None = None,
-    staleness: Tensor | None = None,
-) -> tuple[Tensor, PolicyLossStats]:
-    """Vanilla PPO clipped objective against the rollout log-probs, no masking: the baseline
-    DIS is compared with (docs/sao.md eq. (4); Schulman et al. 2017, eq. 7, with
-    asymmetric clip edges)::
-
-        r_t = exp(logp_theta - logp_rollout)      (log-ratio clamped to +-20 nats before exp)
-        L   = agg_t( max(-r_t A_t, -clip(r_t, 1 - eps_low, 1 + eps_high) A_t) )
-
-    Args, returns and raises as :func:`dis_policy_loss`; here ``stats.frac_zero_grad`` is the
-    fraction of action tokens on the active clipped branch (``A > 0, r > 1 + eps_high`` or
-    ``A < 0, r < 1 - eps_low``).
-    """
-    mask = _check_policy_inputs(
-        logprobs, rollout_logprobs, advantages, action_mask, eps_low, eps_high
-    )
-    log_ratio = torch.where(mask, logprobs - rollout_logprobs, 0.0)
+def _ppo_clip_surrogate(log_ratio: Tensor, advantages: Tensor, mask: Tensor, eps_low: float,
+                        eps_high: float) -> tuple[Tensor, Tensor]:
+    """PPO's clipped per-token loss and the tokens on its active clipped branch (see
+    :data:`ppo_clip_policy_loss`)."""
     bounded = log_ratio.clamp(-_PPO_LOG_RATIO_BOUND_NATS, _PPO_LOG_RATIO_BOUND_NATS)
     ratio = bounded.exp()
     advantage = torch.where(mask, advantages.detach(), 0.0)
     unclipped = -ratio * advantage
     clipped = -ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantage
-    per_token = torch.maximum(unclipped, clipped)
-    loss = aggregate(
-        per_token, mask, agg=agg, num_tokens=num_tokens, num_sequences=num_sequences,
-        segment_ids=segment_ids,
-    )
     with torch.no_grad():
         raw = ratio.detach()
         zero_grad = ((advantage > 0) & (raw > 1.0 + eps_high)) | (
             (advantage < 0) & (raw < 1.0 - eps_low)
         )
-    stats = _ratio_stats(log_ratio.detach(), mask, zero_grad, eps_low, eps_high, staleness)
-    return loss, stats
+    return torch.maximum(unclipped, clipped), zero_grad
 
 
-class PolicyLossFn(Protocol):
-    """Signature shared by the named policy losses (see :data:`POLICY_LOSSES`)."""
+Surrogate = Callable[[Tensor, Tensor, Tensor, float, float], tuple[Tensor, Tensor]]
+"""``(log_ratio, advantages, mask, eps_low, eps_high) -> (per_token, zero_grad)``: a policy loss's
+per-token surrogate (``(B, T)`` float, differentiable through ``log_ratio``) and the action tokens
+it gives no gradient (``(B, T)`` bool), from the masked log-ratio ``logp_theta - logp_rollout``."""
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A named policy loss (see :data:`POLICY_LOSSES`): its per-token `surrogate` of the importance
+    ratio against the rollout log-probs, reduced over action tokens by a named aggregation, with
+    the ratio statistics every policy loss reports."""
+
+    surrogate: Surrogate
 
     def __call__(
         self,
@@ -275,15 +167,98 @@ class PolicyLossFn(Protocol):
         eps_low: float,
         eps_high: float,
         *,
-        agg: Aggregation = ...,
-        num_tokens: Tensor | int | None = ...,
-        num_sequences: Tensor | int | None = ...,
-        segment_ids: Tensor | None = ...,
-        staleness: Tensor | None = ...,
-    ) -> tuple[Tensor, PolicyLossStats]: ...
+        agg: Aggregation = "token-mean",
+        num_tokens: Tensor | int | None = None,
+        num_sequences: Tensor | int | None = None,
+        segment_ids: Tensor | None = None,
+        staleness: Tensor | None = None,
+    ) -> tuple[Tensor, PolicyLossStats]:
+        """The loss of one micro-batch and its ratio statistics.
+
+        Args:
+            logprobs: ``(B, T)`` float, nats; log-prob of each token under the current parameters
+                (differentiable).
+            rollout_logprobs: ``(B, T)`` float, nats; log-prob saved by the rollout engine; must be
+                finite at action tokens (anything, NaN included, elsewhere).
+            advantages: ``(B, T)`` float; treated as a constant (no gradient flows into it).
+            action_mask: ``(B, T)``, 1 = model action token.
+            eps_low: in ``(0, 1]``, dimensionless; lower band edge is ``1 - eps_low``.
+            eps_high: > 0, dimensionless; upper band edge is ``1 + eps_high``.
+            agg, num_tokens, num_sequences, segment_ids: the aggregation, see
+                :func:`~trajstore.trainer.sao.aggregation.aggregate` (``segment_ids`` for packed rows).
+            staleness: optional ``(B, T)`` integer tensor, policy versions between the trainer and
+                the version that generated each token; adds a per-staleness breakdown to the stats.
+
+        Returns:
+            ``(loss, stats)``: ``()`` float loss, and :class:`PolicyLossStats` computed on the raw
+            ratios before masking (``frac_zero_grad`` = the fraction of action tokens the
+            surrogate gives no gradient).
+
+        Raises:
+            ValueError: shape mismatch, eps out of range, unknown ``agg``, or a non-finite rollout
+                log-prob at an action token (the message names row and position).
+        """
+        shapes = {tuple(x.shape) for x in (logprobs, rollout_logprobs, advantages, action_mask)}
+        if len(shapes) != 1 or logprobs.dim() != 2:
+            raise ValueError(
+                "logprobs, rollout_logprobs, advantages and action_mask must share one (B, T) "
+                f"shape, got {[tuple(x.shape) for x in (logprobs, rollout_logprobs, advantages, action_mask)]}"
+            )
+        if not 0.0 < eps_low <= 1.0:
+            raise ValueError(f"eps_low must be in (0, 1], got {eps_low}")
+        if not eps_high > 0.0:
+            raise ValueError(f"eps_high must be > 0, got {eps_high}")
+        mask = action_mask != 0
+        finite = torch.isfinite(torch.where(mask, rollout_logprobs, 0.0))
+        if not bool(finite.all()):
+            b, t = (int(i) for i in (~finite).nonzero()[0])
+            raise ValueError(
+                f"rollout log-prob at action token (row {b}, position {t}) is "
+                f"{float(rollout_logprobs[b, t])}; DIS needs the rollout engine's log-prob of every "
+                "action token (docs/sao.md, mechanism 1)"
+            )
+        log_ratio = torch.where(mask, logprobs - rollout_logprobs, 0.0)
+        per_token, zero_grad = self.surrogate(log_ratio, advantages, mask, eps_low, eps_high)
+        loss = aggregate(
+            per_token, mask, agg=agg, num_tokens=num_tokens, num_sequences=num_sequences,
+            segment_ids=segment_ids,
+        )
+        stats = _ratio_stats(log_ratio.detach(), mask, zero_grad, eps_low, eps_high, staleness)
+        return loss, stats
 
 
-POLICY_LOSSES: Mapping[PolicyLossName, PolicyLossFn] = {
+dis_policy_loss = PolicyLoss(_dis_surrogate)
+"""Direct double-sided importance sampling policy loss (docs/sao.md eqs. (1)-(3); arXiv
+2607.07508, DIS).
+
+No separate ``pi_old``: the ratio is taken against the log-prob the rollout engine saved::
+
+    r_t = exp(logp_theta(a_t | s_t) - logp_rollout(a_t | s_t))
+    L   = agg_t( -f(r_t) * A_t ),   f(r) = r  if 1 - eps_low < r < 1 + eps_high  else 0
+
+Tokens outside the open band (``r == 1 - eps_low`` included) are masked out: they add
+exactly zero to the loss and exactly zero gradient (not clipped). Inside the band the
+gradient is that of the surrogate ``-r_t A_t``, i.e. ``-r_t A_t grad logp_theta``, which
+is the paper's ``-f(r) A log pi_theta`` with ``f(r)`` held as a constant weight. The loss
+value reported is the surrogate's; ``stats.frac_zero_grad`` is the masked fraction.
+
+Paper settings: ``eps_low = 0.3, eps_high = 5.0`` (reasoning), ``0.8 / 3.0`` (coding).
+Arguments, returns and errors: :meth:`PolicyLoss.__call__`."""
+
+ppo_clip_policy_loss = PolicyLoss(_ppo_clip_surrogate)
+"""Vanilla PPO clipped objective against the rollout log-probs, no masking: the baseline
+DIS is compared with (docs/sao.md eq. (4); Schulman et al. 2017, eq. 7, with
+asymmetric clip edges)::
+
+    r_t = exp(logp_theta - logp_rollout)      (log-ratio clamped to +-20 nats before exp)
+    L   = agg_t( max(-r_t A_t, -clip(r_t, 1 - eps_low, 1 + eps_high) A_t) )
+
+Arguments, returns and errors: :meth:`PolicyLoss.__call__`; here ``stats.frac_zero_grad`` is the
+fraction of action tokens on the active clipped branch (``A > 0, r > 1 + eps_high`` or
+``A < 0, r < 1 - eps_low``)."""
+
+
+POLICY_LOSSES: Mapping[PolicyLossName, PolicyLoss] = {
     "dis": dis_policy_loss,
     "ppo-clip": ppo_clip_policy_loss,
 }

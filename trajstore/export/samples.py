@@ -194,6 +194,18 @@ def response_window_lists(samples: list[Sample]) -> dict[str, pa.Array]:
             "logprobs": pa.array([s.logprobs[s.prompt_len:] for s in samples], pa.list_(pa.float32()))}
 
 
+def held_window_columns(samples: list[Sample], window: Mapping[str, pa.Array], *, holds: frozenset[str],
+                        names: Mapping[str, str]) -> dict[str, pa.Array]:
+    """The optional columns the Parquet trainer layouts (SkyRL, TRL, slime) share, for the fields
+    in `holds`, each under the target's own name in `names` (its ``Target.fields``), in the order of
+    `names`: ``logprobs`` (list<float32>, `window`'s response-window log-probs, see
+    :func:`response_window_lists`) and ``rewards`` (float64, the stored reward, one per sample).
+    Other fields of `names` (``versions``) each layout writes itself."""
+    values = {"logprobs": lambda: window["logprobs"],
+              "rewards": lambda: pa.array([s.reward for s in samples], pa.float64())}
+    return {names[f]: values[f]() for f in names if f in holds and f in values}
+
+
 def rows_of(table: pa.Table) -> list[dict[str, Any]]:
     """The rows of a schema table as dicts: scalars as Python values, ``tokens`` and the
     log-prob column as Arrow arrays (no per-token Python objects), ``spans`` as dicts."""

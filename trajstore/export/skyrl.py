@@ -11,10 +11,15 @@ mask 0 and log-prob 0.0), ``skyrl/train/fully_async_trainer.py``
 
 from __future__ import annotations
 
+from typing import Final
+
 import pyarrow as pa
 
-from trajstore.export.samples import Sample, lineage_arrays, response_window_lists
+from trajstore.export.samples import Sample, held_window_columns, lineage_arrays, response_window_lists
 from trajstore.export.target import Part, trainer_target, write_table_part
+
+FIELDS: Final[dict[str, str]] = {"rewards": "rewards", "logprobs": "rollout_logprobs", "versions": "global_step_when_scheduled"}
+"""SkyRL's name of each field it holds (its optional columns, in this order)."""
 
 
 def skyrl_output(samples: list[Sample], *, holds: frozenset[str]) -> pa.Table:
@@ -44,12 +49,9 @@ def skyrl_output(samples: list[Sample], *, holds: frozenset[str]) -> pa.Table:
         "repetition_id": pa.array(reps, pa.int64()),
         "trajectory_id": pa.array([s.trajectory_id for s in samples], pa.string()),
     }
-    if "rewards" in holds:
-        cols["rewards"] = pa.array([s.reward for s in samples], pa.float64())
-    if "logprobs" in holds:
-        cols["rollout_logprobs"] = window["logprobs"]
+    cols.update(held_window_columns(samples, window, holds=holds, names=FIELDS))
     if "versions" in holds:
-        cols["global_step_when_scheduled"] = pa.array([s.min_version for s in samples], pa.int64())
+        cols[FIELDS["versions"]] = pa.array([s.min_version for s in samples], pa.int64())
     cols.update(lineage_arrays(samples))
     return pa.table(cols)
 
@@ -68,7 +70,7 @@ tensors = convert_prompts_responses_to_batch_tensors(tokenizer, out["prompt_toke
 
 TARGET = trainer_target(
     name="skyrl", description="SkyRL GeneratorOutput lists (Parquet, one row per trajectory)",
-    fields={"logprobs": "rollout_logprobs", "rewards": "rewards", "versions": "global_step_when_scheduled"},
+    fields=FIELDS,
     alignment="response window, unpadded: response_ids, loss_masks and rollout_logprobs equally long "
               "(0 / 0.0 on observation tokens); one reward per trajectory",
     checked_against="SkyRL github NovaSky-AI/SkyRL@a956457 / skyrl 0.3.0: skyrl/train/generators/base.py, "

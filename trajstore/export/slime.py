@@ -10,12 +10,16 @@ one ``weight_version`` appended per engine call) and ``slime/observability/rollo
 from __future__ import annotations
 
 import json
+from typing import Final
 
 import pyarrow as pa
 
-from trajstore.export.samples import CARRIED_LINEAGE, Sample, response_window_lists
+from trajstore.export.samples import CARRIED_LINEAGE, Sample, held_window_columns, response_window_lists
 from trajstore.export.target import MIXED_AS_OLDEST, TAIL_DROPPED, Part, trainer_target, write_table_part
 from trajstore.view.decode import Decoder
+
+FIELDS: Final[dict[str, str]] = {"logprobs": "rollout_log_probs", "rewards": "reward", "versions": "weight_versions"}
+"""slime's name of each field it holds (its optional columns, in this order)."""
 
 
 def slime_samples(samples: list[Sample], *, holds: frozenset[str], offset: int = 0,
@@ -53,12 +57,9 @@ def slime_samples(samples: list[Sample], *, holds: frozenset[str], offset: int =
         "metadata": pa.array([json.dumps({**_metadata(s), **({"text": why} if why else {})}, sort_keys=True)
                               for s, (_, _, why) in zip(samples, texts)], pa.string()),
     }
-    if "logprobs" in holds:
-        cols["rollout_log_probs"] = window["logprobs"]
-    if "rewards" in holds:
-        cols["reward"] = pa.array([s.reward for s in samples], pa.float64())
+    cols.update(held_window_columns(samples, window, holds=holds, names=FIELDS))
     if "versions" in holds:
-        cols["weight_versions"] = pa.array([[str(c.policy_version) for c in s.calls] for s in samples],
+        cols[FIELDS["versions"]] = pa.array([[str(c.policy_version) for c in s.calls] for s in samples],
                                            pa.list_(pa.string()))
     return pa.table(cols)
 
@@ -89,7 +90,7 @@ samples = [Sample.from_dict({**r, "metadata": json.loads(r["metadata"])}) for r 
 
 TARGET = trainer_target(
     name="slime", description="slime Sample dicts (Parquet, one row per Sample)",
-    fields={"logprobs": "rollout_log_probs", "rewards": "reward", "versions": "weight_versions"},
+    fields=FIELDS,
     alignment="response window: tokens = prompt + response, loss_mask and rollout_log_probs response_length long "
               "(0 / 0.0 on observation tokens); one weight_version per model call",
     checked_against="slime github THUDM/slime@624b824: slime/utils/types.py, slime/observability/rollout_data_utils.py",

@@ -10,10 +10,15 @@ completions and log-probs right-padded with 0.0 by the trainer itself).
 
 from __future__ import annotations
 
+from typing import Final
+
 import pyarrow as pa
 
-from trajstore.export.samples import Sample, lineage_arrays, response_window_lists
+from trajstore.export.samples import Sample, held_window_columns, lineage_arrays, response_window_lists
 from trajstore.export.target import Part, trainer_target, write_table_part
+
+FIELDS: Final[dict[str, str]] = {"logprobs": "logprobs", "rewards": "reward"}
+"""TRL's name of each field it holds (its optional columns, in this order)."""
 
 
 def trl_rollouts(samples: list[Sample], *, holds: frozenset[str]) -> pa.Table:
@@ -31,10 +36,7 @@ def trl_rollouts(samples: list[Sample], *, holds: frozenset[str]) -> pa.Table:
         "prompt_ids": window["prompt"], "completion_ids": window["response"], "env_mask": window["mask"],
         "trajectory_id": pa.array([s.trajectory_id for s in samples], pa.string()),
     }
-    if "logprobs" in holds:
-        cols["logprobs"] = window["logprobs"]
-    if "rewards" in holds:
-        cols["reward"] = pa.array([s.reward for s in samples], pa.float64())
+    cols.update(held_window_columns(samples, window, holds=holds, names=FIELDS))
     cols.update(lineage_arrays(samples))
     return pa.table(cols)
 
@@ -53,7 +55,7 @@ trainer = GRPOTrainer(..., rollout_func=rollout_func, reward_funcs=[lambda compl
 
 TARGET = trainer_target(
     name="trl", description="TRL GRPOTrainer rollout_func output (Parquet, one row per trajectory)",
-    fields={"logprobs": "logprobs", "rewards": "reward"},
+    fields=FIELDS,
     alignment="response window, unpadded: completion_ids, env_mask and logprobs equally long (0 / 0.0 on "
               "environment tokens); TRL pads them itself",
     checked_against="TRL 1.16.0 (github huggingface/trl@f2cd577): trl/trainer/grpo_trainer.py",

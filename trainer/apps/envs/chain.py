@@ -19,7 +19,9 @@ hard      ``c``  ``x[n+1] = x[n] + 7``       4
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from trajstore.trainer.apps.envs.base import Reply
 
@@ -28,18 +30,13 @@ FAMILIES = ("easy", "medium", "hard")
 TAGS = {"easy": "a", "medium": "b", "hard": "c"}
 """Prompt tag of each family."""
 TURNS = {"easy": 2, "medium": 3, "hard": 4}
+"""Actions (turns) per episode of each family."""
 STEP = {"easy": 1, "medium": 3, "hard": 7}
 """Common difference of each family's sequence (mod 10)."""
-"""Actions (turns) per episode of each family."""
 TERMS_PER_ACTION = 2
 """Digits an action must contain (then the end-of-action token)."""
 MAX_ACTION_TOKENS = TERMS_PER_ACTION + 1
 """Token budget of one action: the digits and the end-of-action token."""
-
-
-def next_term(family: str, terms: list[int]) -> int:
-    """The term after `terms` under the family's rule, mod 10."""
-    return (terms[-1] + STEP[family]) % 10
 
 
 @dataclass
@@ -64,16 +61,35 @@ class ChainTask:
     turn: int = 0
     prompt_id: str = field(init=False)
 
+    # The rule's numbers; a variant of the task (wide_chain's mod-100 one) sets its own.
+    name: ClassVar[str] = "chain"
+    """Prefix of the prompt id."""
+    tags: ClassVar[Mapping[str, str]] = TAGS
+    steps: ClassVar[Mapping[str, int]] = STEP
+    modulus: ClassVar[int] = 10
+    digits: ClassVar[int] = 1
+    """Digits per term in the prompt, the actions and the feedback."""
+    terms_per_action: ClassVar[int] = TERMS_PER_ACTION
+
     def __post_init__(self) -> None:
+        who, top = type(self).__name__, self.modulus - 1
         if self.family not in FAMILIES:
-            raise ValueError(f"ChainTask: unknown family {self.family!r}; expected one of {FAMILIES}")
-        if not (0 <= self.x0 <= 9 and 0 <= self.x1 <= 9):
-            raise ValueError(f"ChainTask: x0, x1 must be digits, got {self.x0}, {self.x1}")
-        if self.x1 != (self.x0 + STEP[self.family]) % 10:
-            raise ValueError(f"ChainTask: a {self.family} instance needs x1 = x0 + {STEP[self.family]} mod 10, "
+            raise ValueError(f"{who}: unknown family {self.family!r}; expected one of {FAMILIES}")
+        if not (0 <= self.x0 <= top and 0 <= self.x1 <= top):
+            raise ValueError(f"{who}: x0, x1 must be 0..{top}, got {self.x0}, {self.x1}")
+        step = self.steps[self.family]
+        if self.x1 != (self.x0 + step) % self.modulus:
+            raise ValueError(f"{who}: a {self.family} instance needs x1 = x0 + {step} mod {self.modulus}, "
                              f"got {self.x0}, {self.x1}")
         self.terms = [self.x0, self.x1]
-        self.prompt_id = f"chain-{self.family}-{self.x0}{self.x1}"
+        self.prompt_id = f"{self.name}-{self.family}-{self._text(self.x0)}{self._text(self.x1)}"
+
+    def _text(self, term: int) -> str:
+        return f"{term:0{self.digits}d}"
+
+    def _split(self, digits: str) -> list[str]:
+        """`digits` cut into terms (``digits`` characters each)."""
+        return [digits[i:i + self.digits] for i in range(0, len(digits), self.digits)]
 
     @property
     def turns(self) -> int:
@@ -82,33 +98,34 @@ class ChainTask:
 
     @property
     def total_terms(self) -> int:
-        return self.turns * TERMS_PER_ACTION
+        return self.turns * self.terms_per_action
 
     def prompt(self) -> str:
-        return f"S{TAGS[self.family]}{self.x0}{self.x1}|"
+        return f"S{self.tags[self.family]}{self._text(self.x0)}{self._text(self.x1)}|"
 
     def expected(self) -> str:
         """The correct next action's digits (what a perfect policy writes before the end token)."""
         t = list(self.terms)
         out = ""
-        for _ in range(TERMS_PER_ACTION):
-            t.append(next_term(self.family, t))
-            out += str(t[-1])
+        for _ in range(self.terms_per_action):
+            t.append((t[-1] + self.steps[self.family]) % self.modulus)
+            out += self._text(t[-1])
         return out
 
     def grade(self, action: str) -> list[bool]:
-        """Per-term correctness of `action` (its digits, end token stripped) without stepping."""
+        """Per-term correctness of `action` (its digits, end token stripped) without stepping; an
+        action that is not exactly the expected number of digits gets every term wrong."""
         want = self.expected()
-        if len(action) != TERMS_PER_ACTION or not action.isdigit():
-            return [False] * TERMS_PER_ACTION
-        return [a == w for a, w in zip(action, want)]
+        if len(action) != len(want) or not action.isdigit():
+            return [False] * self.terms_per_action
+        return [a == w for a, w in zip(self._split(action), self._split(want))]
 
     def step(self, action: str) -> Reply:
         """Grade `action` (the digits, without the end-of-action token) and move on one turn."""
         marks = self.grade(action)
         want = self.expected()
         self.right += sum(marks)
-        self.terms += [int(c) for c in want]
+        self.terms += [int(w) for w in self._split(want)]
         self.turn += 1
         if self.turn >= self.turns:
             return Reply("", True, self.right / self.total_terms, all(marks))

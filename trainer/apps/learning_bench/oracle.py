@@ -34,15 +34,8 @@ from trajstore.trainer.apps.envs import FAMILIES, TaskName, draw_instance, make_
 from trajstore.trainer.apps.learning_bench.codec import CharCodec
 from trajstore.trainer.apps.learning_bench.estimators import advantages_by
 from trajstore.trainer.apps.learning_bench.sampler import LlamaEngine, Row, new_row, play
-from trajstore.trainer.config import (
-    CRITIC_TRAINABLE_PATTERN,
-    AlgoConfig,
-    DataConfig,
-    ModelConfig,
-    OptimConfig,
-    RunConfig,
-    TrainConfig,
-)
+from trajstore.trainer.apps.learning_bench.trainer_side import bench_model_config
+from trajstore.trainer.config import AlgoConfig, DataConfig, OptimConfig, RunConfig, TrainConfig
 from trajstore.trainer.data import DataCursor, StepBatch, TrainSample, gae_inputs, pack, to_rows
 from trajstore.trainer.loop.setup import setup
 from trajstore.trainer.loop.step import train_step
@@ -181,10 +174,8 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float:
 def _critic_trainer(warm_start: str, seed: int, full: bool, k: int, cfg: QualityConfig, root: str):
     """A trainer set up like the benchmark's critic arms (warm-up only, never a policy step)."""
 
-    codec = CharCodec()
     tc = TrainConfig(
-        store=root, model=ModelConfig(name=warm_start, tokenizer=codec.name, seed=seed,
-                                      critic_trainable_pattern=None if full else CRITIC_TRAINABLE_PATTERN),
+        store=root, model=bench_model_config(warm_start, seed, full_critic=full),
         data=DataConfig(batch_size=cfg.batch_size, micro_batch_size=8, max_seq_len=256),
         optim=OptimConfig(policy_lr=cfg.policy_lr, critic_lr=cfg.policy_lr * cfg.critic_lr_factor),
         algo=AlgoConfig(critic_updates=k, critic_warmup_steps=10**6, critic_warmup_until="budget"),  # critic only

@@ -93,11 +93,18 @@ def use_moe_critic(tr: Any, lm_dir: str, *, full: bool) -> None:
     tr.critic, tr.optimizers["critic"] = critic, opt["critic"]
 
 
+def bench_model_config(warm_start: str, seed: int, *, full_critic: bool) -> ModelConfig:
+    """The model section every benchmark trainer shares: the warm-start policy on the character
+    codec, the critic training every weight (`full_critic`) or only the MLPs
+    (:data:`~trajstore.trainer.config.CRITIC_TRAINABLE_PATTERN`)."""
+    return ModelConfig(name=warm_start, tokenizer=CharCodec().name, seed=seed,
+                       critic_trainable_pattern=None if full_critic else CRITIC_TRAINABLE_PATTERN)
+
+
 def train_config(spec: RunSpec, store_uri: str) -> Any:
     """The trainer's config for a run (no follow: the harness writes a batch, then reads it)."""
 
     arm = get_arm(spec.arm)
-    codec = CharCodec()
     # a fixed warm-up of spec.critic_warmup iterations (docs/sao.md: 10 steps): the simulated timeline
     # publishes nothing during exactly that many iterations, so the trainer must not end it early
     algo = {"critic_warmup_steps": spec.critic_warmup, "critic_warmup_until": "budget", "eps_low": DIS_BAND[0],
@@ -110,8 +117,7 @@ def train_config(spec: RunSpec, store_uri: str) -> Any:
                   replay_max_staleness=REPLAY_MAX_STALENESS) if slots else {}
     return TrainConfig(
         store=store_uri,
-        model=ModelConfig(name=spec.warm_start, tokenizer=codec.name, seed=spec.seed,
-                          critic_trainable_pattern=None if arm.full_critic else CRITIC_TRAINABLE_PATTERN),
+        model=bench_model_config(spec.warm_start, spec.seed, full_critic=arm.full_critic),
         data=DataConfig(batch_size=total, micro_batch_size=MICRO_BATCH, max_seq_len=256,
                         max_batch_tokens=256 * total, follow=False, **replay),
         optim=OptimConfig(policy_lr=spec.policy_lr * arm.lr_factor,
