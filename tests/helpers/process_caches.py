@@ -1,4 +1,5 @@
-"""What a process remembers about stores (footers, shard index files, scalar cache covers), and
+"""What a process remembers about stores (footers, shard index files, scalar cache covers, id
+lookups), and
 forgetting it, so a test can act as a new process would."""
 
 from __future__ import annotations
@@ -6,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from trajstore.reader import id_lookup
 from trajstore.store import index as shard_index
 from trajstore.store import scalar_cache, shards
 
@@ -16,6 +18,7 @@ def new_process() -> None:
     shards._SCHEMA_NAMES.clear()
     shard_index._FILES.clear()
     scalar_cache._COVERS.clear()
+    id_lookup._LOOKUPS.clear()
 
 
 def files_in(root: Path, rel: str, suffix: str) -> list[str]:
