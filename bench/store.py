@@ -34,7 +34,9 @@ has absolute targets at scale instead:
 
 Part 3 (``--fetch-scale``): stores of many 16-token trajectories in shards of 1,024 rows; the
 warm fetch of one (target < 20 ms at 1M), 100 at once, and the first fetch in a new process end
-to end, through the library and ``traj show`` (target < 1 s at 1M).
+to end, through the library and ``traj show`` (target < 1 s at 1M). "lookup build" is the first
+fetch of this process with the store's id lookup file deleted (every shard's id index decoded,
+then the file written); the new processes after it read that file.
 
 Exit status 0 even when a target is missed: this is a measurement, not a test.
 """
@@ -70,7 +72,7 @@ from trajstore.models import Span, Trajectory
 from trajstore.schema import ACTION_LOGPROBS_COLUMN, SCALAR_COLUMNS, TRAJECTORY_SCHEMA_V1
 from trajstore.store import TRAJECTORIES_DIR
 from trajstore.store.encoding import TOKEN_ENCODING_ENV
-from trajstore.store.layout import scalar_cache_dir
+from trajstore.store.layout import id_lookup_dir, scalar_cache_dir
 from trajstore.validate import validate_trajectory
 
 VOCAB_SIZE = 49_152
@@ -762,7 +764,7 @@ def scale_store(root: Path, n: int, seed: int) -> list[str]:
         toks = rng.integers(0, VOCAB_SIZE, 16).astype(np.int32)
         lp = np.full(16, np.nan, np.float32)
         lp[4:10] = -rng.exponential(0.3, 6)
-        proto.append(Trajectory(trajectory_id=f"p{i}", source="bench", model="bench", tokenizer="bench",
+        proto.append(Trajectory(trajectory_id=f"p{i}", source="bench", model="bench", tokenizer="synthetic-no-tokenizer",
                                 created_at=datetime(2026, 1, 1, tzinfo=timezone.utc), status="completed",
                                 reward=float(rng.random()), tokens=toks, action_logprobs=lp,
                                 spans=[Span(kind="prompt", start=0, end=4, role="user"),
@@ -795,7 +797,8 @@ def fetch_at_scale(work: Path, sizes: list[int], args: argparse.Namespace) -> No
     picks = {n: [ids[i] for i in rng.choice(len(ids), size=min(100, len(ids)), replace=False)]
              for n, (_, ids) in stores.items()}
     build_s = {}
-    for n, (root, _) in stores.items():
+    for n, (root, _) in stores.items():  # the lookup built from the shards' id indexes; it writes the store's file
+        shutil.rmtree(Path(root) / id_lookup_dir(), ignore_errors=True)
         build_s[n], _ = timed(lambda root=root, n=n: read_trajectories_by_id(root, picks[n][:1]))
     warm = {n: [] for n in stores}
     many = {n: float("inf") for n in stores}

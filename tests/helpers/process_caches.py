@@ -1,5 +1,5 @@
-"""What a process remembers about stores (footers, shard index files, scalar cache covers), and
-forgetting it, so a test can act as a new process would."""
+"""What a process remembers about stores (footers, shard index files, scalar cache covers, id
+lookups), and forgetting it, so a test can act as a new process would."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trajstore.reader import id_lookup
 from trajstore.store import Store, scalar_cache, shards
 from trajstore.store import index as shard_index
 
@@ -18,6 +19,7 @@ def new_process() -> None:
     shards._SCHEMA_NAMES.clear()
     shard_index._FILES.clear()
     scalar_cache._COVERS.clear()
+    id_lookup._LOOKUPS.clear()
 
 
 def files_in(root: Path, rel: str, suffix: str) -> list[str]:

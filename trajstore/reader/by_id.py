@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from trajstore.convert import read_columns, upgrade_table
 from trajstore.reader.files import StoreLike, as_store, file_version, open_shard, relisting, skip_or_raise
-from trajstore.reader.id_lookup import IdLookup, lookup_for
+from trajstore.reader.id_lookup import IdLookup, lookup_for, sorted_unique
 from trajstore.schema import TRAJECTORY_SCHEMA
 from trajstore.store import ShardInfo, Store
 from trajstore.store.compaction_records import ShardGone
@@ -53,7 +53,7 @@ def _fetch(store: Store, ids: list[str], cols: list[str], *, strict: bool) -> pa
     lookup, built = lookup_for(store, strict=strict)
     try:
         table, complete = _fetch_with(store, lookup, ids, cols, strict=strict)
-        if complete or built:
+        if complete or (built and lookup.verified):
             return table
         # an id missed: a shard added since the lookup was built may hold it (or a rewrite moved it)
         lookup, _ = lookup_for(store, strict=strict, rebuild=True)
@@ -86,6 +86,14 @@ def _fetch_with(store: Store, lookup: IdLookup, ids: list[str], cols: list[str],
     return table, not wanted
 
 
+def _positions(rows: np.ndarray | list[int]) -> pa.Array:
+    """int64 Arrow array of row positions for ``take``, built from its buffer: ``pa.array`` (and
+    ``take`` of a numpy array) imports pandas on first use, about 0.7 s of a new process's
+    first fetch (``traj show``)."""
+    values = np.ascontiguousarray(rows, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
 FETCH_BATCH_ROWS = 64
 """Rows decoded at a time while fetching from a row group: decoding stops after the last wanted row."""
 
@@ -97,13 +105,13 @@ def _rows_of_group(pf: pq.ParquetFile, rg: int, columns: list[str], local: np.nd
     of the row group); otherwise the row group is decoded at once (threads, no batch overhead)."""
     last = int(local[-1])
     if last >= pf.metadata.row_group(rg).num_rows // 2:
-        return pf.read_row_group(rg, columns=columns).take(pa.array(local))
+        return pf.read_row_group(rg, columns=columns).take(_positions(local))
     parts, seen = [], 0
     for batch in pf.iter_batches(batch_size=FETCH_BATCH_ROWS, row_groups=[rg], columns=columns, use_threads=False):
         lo, hi = seen, seen + batch.num_rows
         mine = local[(local >= lo) & (local < hi)] - lo
         if len(mine):
-            parts.append(batch.take(pa.array(mine)))
+            parts.append(batch.take(_positions(mine)))
         seen = hi
         if seen > last:
             break
@@ -127,7 +135,7 @@ def _rows_of(store: Store, shard: ShardInfo, candidates: np.ndarray | None, want
     present = set(pf.schema_arrow.names)
     read = [c for c in read if c in present]
     out = []
-    for rg in np.unique(np.searchsorted(bounds, candidates, side="right") - 1).tolist():
+    for rg in sorted_unique(np.sort(np.searchsorted(bounds, candidates, side="right") - 1)).tolist():
         local = candidates[(candidates >= bounds[rg]) & (candidates < bounds[rg + 1])] - bounds[rg]
         out.append(_rows_of_group(pf, rg, read, local))
     table = upgrade_table(pa.concat_tables(out), version, columns=cols)
@@ -135,4 +143,4 @@ def _rows_of(store: Store, shard: ShardInfo, candidates: np.ndarray | None, want
     tids = table.column("trajectory_id").to_pylist()
     seen: set[str] = set()
     keep = [i for i, t in enumerate(tids) if t in wanted and not (t in seen or seen.add(t))]
-    return table.take(pa.array(keep, pa.int64())) if keep else None
+    return table.take(_positions(keep)) if keep else None

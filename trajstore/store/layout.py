@@ -29,6 +29,9 @@ INDEX_DIR = "_index"
 SCALAR_CACHE_DIR = "scalars"
 """Inside ``trajectories/_index/``: the scalar cache, append-only files of the shards' scalar
 columns by shard name (:mod:`trajstore.store.scalar_cache`)."""
+ID_LOOKUP_DIR = "ids"
+"""Inside ``trajectories/_index/``: the merged id lookup, every shard's id index in one sorted
+file (:mod:`trajstore.store.id_lookup_file`)."""
 STORE_FIRST_ENTRIES = frozenset({TRAJECTORIES_DIR, TMP_DIR, LOCKS_DIR})
 """What a writer creates before its first shard: a folder holding only these (``trajectories/``
 empty) is a store being created. ``runs/`` and ``policies/`` count only with their own marks."""
@@ -90,6 +93,7 @@ LOCK_SUFFIX = ".lock"
 RECORD_SUFFIX = ".json"
 INDEX_SUFFIX = ".arrow"
 SCALAR_CACHE_SUFFIX = ".scalars"
+ID_LOOKUP_SUFFIX = ".ids"
 
 HOST_TAG = "".join(c for c in socket.gethostname() if c.isalnum())[:16] or "host"
 """This host in shard and ``_tmp/`` names (alphanumerics of the host name, at most 16)."""
@@ -128,6 +132,16 @@ def shard_index_file(name: str) -> str:
 def scalar_cache_dir() -> str:
     """``trajectories/_index/scalars``: the scalar cache's files."""
     return f"{shard_index_dir()}/{SCALAR_CACHE_DIR}"
+
+
+def id_lookup_dir() -> str:
+    """``trajectories/_index/ids``: the merged id lookup's files."""
+    return f"{shard_index_dir()}/{ID_LOOKUP_DIR}"
+
+
+def id_lookup_file(name: str) -> str:
+    """``trajectories/_index/ids/<name>``: one file of the merged id lookup (``<utc ns>-<host>-<pid>-<random>.ids``)."""
+    return f"{id_lookup_dir()}/{name}"
 
 
 def scalar_cache_file(name: str) -> str:
@@ -293,6 +307,9 @@ def classify(relpath: str) -> str | None:
     if top == TRAJECTORIES_DIR and n == 3 and rest[:2] == [INDEX_DIR, SCALAR_CACHE_DIR] \
             and rest[2].endswith(SCALAR_CACHE_SUFFIX) and not rest[2].startswith((".", "_")):
         return f"{TRAJECTORIES_DIR}/{INDEX_DIR}/{SCALAR_CACHE_DIR}/<scalar cache file>{SCALAR_CACHE_SUFFIX}"
+    if top == TRAJECTORIES_DIR and n == 3 and rest[:2] == [INDEX_DIR, ID_LOOKUP_DIR] \
+            and rest[2].endswith(ID_LOOKUP_SUFFIX) and not rest[2].startswith((".", "_")):
+        return f"{TRAJECTORIES_DIR}/{INDEX_DIR}/{ID_LOOKUP_DIR}/<id lookup file>{ID_LOOKUP_SUFFIX}"
     if top == TMP_DIR and n >= 1 and all(rest):
         return f"{TMP_DIR}/<entry being written>"
     if top == LOCKS_DIR and n == 1 and rest[0].endswith(LOCK_SUFFIX):
