@@ -81,9 +81,10 @@ def _read_parquet(urls: Sequence[str], *, same_columns: bool = False) -> str:
 
 def _empty_source(conn: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema) -> str:
     """Register an empty Arrow table with `schema` plus the read_parquet extra columns."""
-    empty = schema.empty_table().append_column("filename", pa.array([], pa.string()))
-    empty = empty.append_column("file_row_number", pa.array([], pa.int64()))
-    conn.register(name, empty)
+    # Built from no batches: Schema.empty_table() and pa.array([]) make pyarrow import pandas
+    # (to ask whether the input is a pandas object), 0.3-0.5 s of every `traj stats` / `traj sql`.
+    full = schema.append(pa.field("filename", pa.string())).append(pa.field("file_row_number", pa.int64()))
+    conn.register(name, pa.Table.from_batches([], schema=full))
     return name
 
 
