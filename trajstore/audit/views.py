@@ -312,8 +312,11 @@ def connect(uri: str | os.PathLike[str] | Store, *,
     # rows in every query would re-sort whole rows (spans included) each time.
     # The footers' id indexes usually prove there is no duplicate without reading any id.
     maybe = _maybe_duplicated(traj_shards)
-    conn.execute("CREATE TEMP TABLE _duplicated_ids AS SELECT trajectory_id FROM _trajectory_rows "
-                 f"{'' if maybe else 'WHERE false '}GROUP BY trajectory_id HAVING count(*) > 1")
+    if maybe:
+        conn.execute("CREATE TEMP TABLE _duplicated_ids AS SELECT trajectory_id FROM _trajectory_rows "
+                     "GROUP BY trajectory_id HAVING count(*) > 1")
+    else:  # declared, not selected: binding the rows' view to select nothing costs a start-up
+        conn.execute("CREATE TEMP TABLE _duplicated_ids (trajectory_id VARCHAR)")
     if maybe and conn.execute("SELECT count(*) FROM _duplicated_ids").fetchall()[0][0]:
         conn.execute(
             "CREATE TEMP TABLE _dropped_rows AS SELECT shard, shard_row FROM (SELECT shard, shard_row, row_number() "
