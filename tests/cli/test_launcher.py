@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import typer
 from typer.testing import CliRunner
 
 import trajstore
+from trajstore import TrajectoryBuilder, write_trajectories
 from trajstore.cli.commands import COMMANDS
 from trajstore.cli.launcher import launcher_app
 from trajstore.cli.main import COMMAND_MODULES, app
@@ -18,14 +20,20 @@ from trajstore.cli.main import COMMAND_MODULES, app
 runner = CliRunner()
 
 
-def _modules_after(argv: list[str]) -> set[str]:
-    """The modules imported by a fresh interpreter that ran ``traj ARGV`` through the launcher."""
+def _run_launcher(argv: list[str]) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run ``traj ARGV`` through the launcher in a fresh interpreter: the finished process (its
+    stdout, stderr and exit status) and the modules it had imported when the command ended."""
     code = ("import json, sys\nfrom trajstore.cli.launcher import main\nsys.argv = ['traj', *json.loads(sys.argv[1])]\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "sys.stderr.write('MODULES ' + json.dumps(sorted(sys.modules)) + '\\n')")
+            "status = 0\ntry:\n    main()\nexcept SystemExit as e:\n    status = e.code or 0\n"
+            "sys.stderr.write('MODULES ' + json.dumps(sorted(sys.modules)) + '\\n')\nsys.exit(status)")
     done = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, timeout=600)
     line = next(x for x in done.stderr.splitlines() if x.startswith("MODULES "))
-    return set(json.loads(line.removeprefix("MODULES ")))
+    return done, set(json.loads(line.removeprefix("MODULES ")))
+
+
+def _modules_after(argv: list[str]) -> set[str]:
+    """The modules imported by a fresh interpreter that ran ``traj ARGV`` through the launcher."""
+    return _run_launcher(argv)[1]
 
 
 def test_every_listed_command_is_registered_by_its_module_and_nothing_else() -> None:
@@ -51,6 +59,32 @@ def test_a_command_imports_only_its_own_module() -> None:
     mods = _modules_after(["sql", "--help"])
     assert "trajstore.cli.audit" in mods
     assert not {"trajstore.cli.train", "trajstore.cli.proxy", "trajstore.cli.view", "torch", "polars"} & mods
+
+
+NOT_ON_THE_AUDIT_PATH = frozenset({"pandas", "polars", "torch", "transformers", "trajstore.trainer", "matplotlib",
+                                   "fastapi", "uvicorn", "httpx"})
+"""Packages ``traj stats`` / ``traj sql`` do not use: importing one costs start-up time for nothing
+(pyarrow imports pandas, 0.4 s, whenever it is handed a Python list or builds an empty table)."""
+
+
+def test_audits_of_a_small_store_import_only_what_they_use(tmp_path: Path) -> None:
+    store = str(tmp_path / "store")  # no training runs: the empty training-record views are built too
+    b = TrajectoryBuilder(trajectory_id="t0", source="sdk")
+    b.add_prompt([1, 2, 3])
+    b.add_action([4, 5], [-0.1, -0.2], policy_version=0)
+    b.set_reward(1.0)
+    write_trajectories(store, [b.finish()])
+    # The first listing after a write adds the shard index, Arrow built from Python values, for
+    # which pyarrow imports pandas (once per new shard set, not per audit): list it here first.
+    trajstore.open_store(store).list_shards()
+    for argv, expected in ((["stats", store], "trajectories 1"),
+                           (["sql", store, "SELECT count(*) AS n FROM trajectories", "--format", "csv"], "n\n1"),
+                           (["sql", store, "SELECT * FROM steps", "--format", "json"], "[]")):
+        done, mods = _run_launcher(argv)
+        assert done.returncode == 0, (argv, done.stderr[-2000:])
+        assert expected in done.stdout, (argv, done.stdout)
+        imported = {m for m in mods if m.split(".")[0] in NOT_ON_THE_AUDIT_PATH or m.startswith("trajstore.trainer")}
+        assert not imported, (argv, sorted(imported))
 
 
 def test_commands_behave_as_the_eager_app() -> None:

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trajstore.errors import StoreError
@@ -81,6 +80,8 @@ def row_bytes(table: pa.Table) -> np.ndarray:
     """Approximate uncompressed bytes of each row, int64 (n,): list columns by their element
     count times the element width (``spans`` at :data:`SPAN_BYTES_ESTIMATE` each), strings by
     their length (``metadata`` can be megabytes), fixed-width columns by their width."""
+    import pyarrow.compute as pc  # 0.1-0.2 s to import (a wrapper per kernel): only writers size rows
+
     n = table.num_rows
     out = np.zeros(n, dtype=np.int64)
     for col in table.columns:
