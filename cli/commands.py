@@ -49,14 +49,18 @@ COMMANDS: dict[str, CommandEntry] = {
 
 OLD_SPELLINGS: dict[str, dict[str, str]] = {
     "train": {"--run-id": "--run"},
-    "demo": {"--run-id": "--run"},
-    "proxy": {"--follow-run": "--run"},
+    "demo": {"--run-id": "--run", "--store": "STORE"},
+    "proxy": {"--follow-run": "--run", "--store": "STORE"},
     "gc": {"--consumed-by": "--run"},
     "redact": {"--check": "--dry-run", "--no-check": "--no-dry-run"},
+    "ingest": {"--store": "STORE", "--output": "--format"},
 }
 """Options renamed so that one concept has one spelling on every command (a training run is
-``--run``, a preview ``--dry-run``): the old spelling still works, hidden from ``--help``, with one
-``warning:`` line naming the new one (:meth:`trajstore.cli.app.TrajCommand.parse_args`)."""
+``--run``, a preview ``--dry-run``, the output format ``--format``, the store the first argument
+``STORE``): the old spelling still works, hidden from ``--help``, with one ``warning:`` line naming
+the new one (:meth:`trajstore.cli.app.TrajCommand.parse_args`). A new spelling without dashes is
+the command's first argument: the old option's value moves in front of the other arguments
+(``traj ingest LOGS --store S`` runs as ``traj ingest S LOGS``)."""
 
 
 def summary_of(name: str | None) -> str | None:
