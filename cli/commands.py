@@ -54,9 +54,10 @@ OLD_SPELLINGS: dict[str, dict[str, str]] = {
     "gc": {"--consumed-by": "--run"},
     "redact": {"--check": "--dry-run", "--no-check": "--no-dry-run"},
     "ingest": {"--store": "STORE", "--output": "--format"},
+    "export": {"--out": "--output"},
 }
 """Options renamed so that one concept has one spelling on every command (a training run is
-``--run``, a preview ``--dry-run``, the output format ``--format``, the store the first argument
+``--run``, a preview ``--dry-run``, the output format ``--format``, where the result is written ``--output``, the store the first argument
 ``STORE``): the old spelling still works, hidden from ``--help``, with one ``warning:`` line naming
 the new one (:meth:`trajstore.cli.app.TrajCommand.parse_args`). A new spelling without dashes is
 the command's first argument: the old option's value moves in front of the other arguments

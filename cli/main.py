@@ -31,7 +31,7 @@ them on every registered command, so new commands inherit them by using the piec
   :func:`~trajstore.cli.options.parse_storage_options`); read-only commands open them with
   :func:`trajstore.store.open_existing_store` (nothing there, or not a store: an error).
 - **One spelling per concept**: the store ``STORE``, a training run ``--run``, a preview
-  ``--dry-run``, the output format ``--format``. A renamed option's old spelling goes in
+  ``--dry-run``, the output format ``--format``, where the result is written ``--output``. A renamed option's old spelling goes in
   :data:`trajstore.cli.commands.OLD_SPELLINGS`: it keeps working, hidden, with a ``warning:`` line.
 - **Errors**: :func:`~trajstore.cli.errors.friendly_errors` turns known errors into one line on stderr
   (``TRAJ_TRACEBACK=1`` shows the traceback). A missing optional dependency is a

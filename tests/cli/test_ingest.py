@@ -140,7 +140,7 @@ def test_ingest_format_is_case_insensitive_like_every_other_commands(tmp_path):
 
 def test_cli_json_summary_and_strict_exit(tmp_path, fix, mixed):
     r = CliRunner().invoke(app, ["ingest", str(tmp_path / "s"), str(fix / "swe-agent"),
-                                 "--output", "json"])
+                                 "--format", "json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["trajectories_written"] == 7 and out["by_format"] == {"swe-agent": 7}  # 0.x: 1, 1.x: 6 parts
