@@ -48,7 +48,7 @@ def proxy_cmd(
                                                                          "(default: STORE)"),
     reload_mode: str = typer.Option("drain", "--reload-mode", help="drain (hold new calls, finish in-flight "
                                                                    "ones, then reload) | tag"),
-    poll: float = typer.Option(1.0, "--poll", help="seconds between checks for a new version (with "
+    poll: float = typer.Option(1.0, "--poll-interval", help="seconds between checks for a new version (with "
                                "--max-staleness also between re-reads of the consumed records while an episode "
                                "is held, at most 0.5)"),
     weights_cache: str | None = typer.Option(None, "--weights-cache", help="local folder for versions of a "

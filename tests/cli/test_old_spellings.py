@@ -218,6 +218,38 @@ def test_export_out_is_now_output(tmp_path: Path) -> None:
     assert _warnings(old.stderr) == ["warning: --out is now --output (the old spelling will be removed)"]
 
 
+# --- seconds between checks for something new: --poll-interval (train, proxy), was --poll (proxy) ---
+
+def test_proxy_poll_is_now_poll_interval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("fastapi")
+    calls = _capture(monkeypatch, "trajstore.proxy.app.run_proxy")
+    rest = [str(tmp_path / "s"), "--upstream", "http://127.0.0.1:9", "--port", "0"]
+    new = runner.invoke(app, ["proxy", *rest, "--poll-interval", "0.25"])
+    old = runner.invoke(app, ["proxy", *rest, "--poll", "0.25"])
+    assert len(calls) == 2, (new.output, old.output)
+    assert calls[0][0][0] == calls[1][0][0] and calls[0][0][0].poll_s == 0.25
+    assert _warnings(new.stderr) == []
+    assert _warnings(old.stderr) == ["warning: --poll is now --poll-interval (the old spelling will be removed)"]
+
+
+# --- the variable holding the token clients must send: --client-token-env (proxy, view), was
+# --token-env (view) ---
+
+def test_view_token_env_is_now_client_token_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("fastapi")
+    pytest.importorskip("jinja2")
+    write_synthetic_store(tmp_path / "s", 2)
+    monkeypatch.setenv("MY_VIEW_TOKEN", "abc")
+    calls = _capture(monkeypatch, "trajstore.view.app.run_view")
+    new = runner.invoke(app, ["view", str(tmp_path / "s"), "--client-token-env", "MY_VIEW_TOKEN"])
+    old = runner.invoke(app, ["view", str(tmp_path / "s"), "--token-env", "MY_VIEW_TOKEN"])
+    assert len(calls) == 2, (new.output, old.output)
+    assert calls[0][0][0] == calls[1][0][0] and calls[0][0][0].token == "abc"
+    assert _warnings(new.stderr) == []
+    assert _warnings(old.stderr) == ["warning: --token-env is now --client-token-env (the old spelling will be "
+                                     "removed)"]
+
+
 def test_every_old_spelling_is_tested_here_and_hidden_from_help() -> None:
     source = Path(__file__).read_text()
     for command, renamed in OLD_SPELLINGS.items():

@@ -180,7 +180,7 @@ class _DemoRun:
         c.start("proxy", start_traj_child(
             ["proxy", self.store.uri, "--upstream", serve_url, "--port", str(proxy_port),
              "--run", self.run_id,
-             "--tokenizer", tokenizer_identity(cfg) if cfg.model.startswith("tiny-") else model_identity(cfg), "--poll", "0.5",
+             "--tokenizer", tokenizer_identity(cfg) if cfg.model.startswith("tiny-") else model_identity(cfg), "--poll-interval", "0.5",
              "--max-staleness", str(cfg.max_ahead_batches - 1), "--batch-size", str(cfg.batch_size),
              "--hold-timeout", str(PROXY_HOLD_S), "--session-timeout", str(PROXY_HOLD_S)],
             self.store_file(run_log_file(self.run_id, PROXY_LOG))), self.store_file(run_log_file(self.run_id, PROXY_LOG)))
