@@ -41,6 +41,17 @@ def _warnings(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("warning:")]
 
 
+def _both_ways(calls: list[Any], new_args: list[str], old_args: list[str]) -> tuple[Any, list[str]]:
+    """Run the command with the new spelling, then the old: the captured library function (`calls`)
+    got the same config both times (returned), and only the old spelling warned (its lines returned)."""
+    new = runner.invoke(app, new_args)
+    old = runner.invoke(app, old_args)
+    assert len(calls) == 2, (new.output, old.output)
+    assert calls[0][0][0] == calls[1][0][0]
+    assert _warnings(new.stderr) == []
+    return calls[0][0][0], _warnings(old.stderr)
+
+
 # --- the store: the first argument STORE, was --store on ingest, proxy and demo ---
 
 def test_ingest_store_first_argument_and_old_store_option(tmp_path: Path, fix: Path) -> None:
@@ -87,12 +98,10 @@ def test_proxy_store_first_argument_and_old_store_option(tmp_path: Path, monkeyp
     pytest.importorskip("fastapi")
     calls = _capture(monkeypatch, "trajstore.proxy.app.run_proxy")
     rest = ["--upstream", "http://127.0.0.1:9", "--port", "0", "--run", "r1"]
-    new = runner.invoke(app, ["proxy", str(tmp_path / "s"), *rest])
-    old = runner.invoke(app, ["proxy", *rest[:2], "--store", str(tmp_path / "s"), *rest[2:]])
-    assert len(calls) == 2, (new.output, old.output)
-    assert calls[0][0][0] == calls[1][0][0] and calls[0][0][0].store == str(tmp_path / "s")
-    assert _warnings(new.stderr) == []
-    assert _warnings(old.stderr) == [
+    cfg, warned = _both_ways(calls, ["proxy", str(tmp_path / "s"), *rest],
+                             ["proxy", *rest[:2], "--store", str(tmp_path / "s"), *rest[2:]])
+    assert cfg.store == str(tmp_path / "s")
+    assert warned == [
         f"warning: --store is now the first argument STORE: traj proxy {tmp_path / 's'} ... "
         "(the old spelling will be removed)"]
 
@@ -104,13 +113,11 @@ def _fake_demo(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
 def test_demo_store_first_argument_and_old_store_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _fake_demo(monkeypatch)
-    new = runner.invoke(app, ["demo", str(tmp_path / "d"), "--model", "tiny-llama", "--run", "r1"])
-    old = runner.invoke(app, ["demo", "--model", "tiny-llama", "--store", str(tmp_path / "d"), "--run", "r1"])
-    assert len(calls) == 2, (new.output, old.output)
-    assert calls[0][0][0] == calls[1][0][0] and calls[0][0][0].store == str(tmp_path / "d")
-    assert _warnings(new.stderr) == []
-    assert _warnings(old.stderr) == [f"warning: --store is now the first argument STORE: traj demo {tmp_path / 'd'} "
-                                     "... (the old spelling will be removed)"]
+    cfg, warned = _both_ways(calls, ["demo", str(tmp_path / "d"), "--model", "tiny-llama", "--run", "r1"],
+                             ["demo", "--model", "tiny-llama", "--store", str(tmp_path / "d"), "--run", "r1"])
+    assert cfg.store == str(tmp_path / "d")
+    assert warned == [f"warning: --store is now the first argument STORE: traj demo {tmp_path / 'd'} "
+                      "... (the old spelling will be removed)"]
 
 
 def test_demo_store_keeps_its_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,34 +135,32 @@ def test_train_run_id_is_now_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     pytest.importorskip("torch")
     write_synthetic_store(tmp_path / "s", 2)
     calls = _capture(monkeypatch, "trajstore.trainer.loop.train.train")
-    new = runner.invoke(app, ["train", str(tmp_path / "s"), "--model", "tiny-llama", "--run", "r1"])
-    old = runner.invoke(app, ["train", str(tmp_path / "s"), "--model", "tiny-llama", "--run-id", "r1"])
-    assert len(calls) == 2, (new.output, old.output)
-    assert calls[0] == calls[1] and calls[0][0][0].run.run_id == "r1"
-    assert _warnings(new.stderr) == []
-    assert _warnings(old.stderr) == ["warning: --run-id is now --run (the old spelling will be removed)"]
+    cfg, warned = _both_ways(calls, ["train", str(tmp_path / "s"), "--model", "tiny-llama", "--run", "r1"],
+                             ["train", str(tmp_path / "s"), "--model", "tiny-llama", "--run-id", "r1"])
+    assert cfg.run.run_id == "r1"
+    assert warned == ["warning: --run-id is now --run (the old spelling will be removed)"]
 
 
 def test_demo_run_id_is_now_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _fake_demo(monkeypatch)
-    new = runner.invoke(app, ["demo", str(tmp_path / "d"), "--model", "tiny-llama", "--run", "r1"])
-    old = runner.invoke(app, ["demo", str(tmp_path / "d"), "--model", "tiny-llama", "--run-id=r1"])
-    assert len(calls) == 2, (new.output, old.output)
-    assert calls[0][0][0] == calls[1][0][0] and calls[0][0][0].run_id == "r1"
-    assert _warnings(new.stderr) == []
-    assert _warnings(old.stderr) == ["warning: --run-id is now --run (the old spelling will be removed)"]
+    cfg, warned = _both_ways(calls, ["demo", str(tmp_path / "d"), "--model", "tiny-llama", "--run", "r1"],
+                             ["demo", str(tmp_path / "d"), "--model", "tiny-llama", "--run-id=r1"])
+    assert cfg.run_id == "r1"
+    assert warned == ["warning: --run-id is now --run (the old spelling will be removed)"]
 
 
-def test_proxy_follow_run_is_now_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+# (and on traj proxy: seconds between checks for something new, --poll-interval as on traj train,
+# was --poll)
+@pytest.mark.parametrize(("old", "new", "value", "field"), [("--follow-run", "--run", "r1", "follow_run"),
+                                                            ("--poll", "--poll-interval", "0.25", "poll_s")])
+def test_proxy_renamed_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old: str, new: str, value: str,
+                               field: str) -> None:
     pytest.importorskip("fastapi")
     calls = _capture(monkeypatch, "trajstore.proxy.app.run_proxy")
     rest = [str(tmp_path / "s"), "--upstream", "http://127.0.0.1:9", "--port", "0"]
-    new = runner.invoke(app, ["proxy", *rest, "--run", "r1"])
-    old = runner.invoke(app, ["proxy", *rest, "--follow-run", "r1"])
-    assert len(calls) == 2, (new.output, old.output)
-    assert calls[0][0][0] == calls[1][0][0] and calls[0][0][0].follow_run == "r1"
-    assert _warnings(new.stderr) == []
-    assert _warnings(old.stderr) == ["warning: --follow-run is now --run (the old spelling will be removed)"]
+    cfg, warned = _both_ways(calls, ["proxy", *rest, new, value], ["proxy", *rest, old, value])
+    assert str(getattr(cfg, field)) == value
+    assert warned == [f"warning: {old} is now {new} (the old spelling will be removed)"]
 
 
 def test_gc_consumed_by_is_now_run(tmp_path: Path) -> None:
@@ -218,20 +223,6 @@ def test_export_out_is_now_output(tmp_path: Path) -> None:
     assert _warnings(old.stderr) == ["warning: --out is now --output (the old spelling will be removed)"]
 
 
-# --- seconds between checks for something new: --poll-interval (train, proxy), was --poll (proxy) ---
-
-def test_proxy_poll_is_now_poll_interval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("fastapi")
-    calls = _capture(monkeypatch, "trajstore.proxy.app.run_proxy")
-    rest = [str(tmp_path / "s"), "--upstream", "http://127.0.0.1:9", "--port", "0"]
-    new = runner.invoke(app, ["proxy", *rest, "--poll-interval", "0.25"])
-    old = runner.invoke(app, ["proxy", *rest, "--poll", "0.25"])
-    assert len(calls) == 2, (new.output, old.output)
-    assert calls[0][0][0] == calls[1][0][0] and calls[0][0][0].poll_s == 0.25
-    assert _warnings(new.stderr) == []
-    assert _warnings(old.stderr) == ["warning: --poll is now --poll-interval (the old spelling will be removed)"]
-
-
 # --- the variable holding the token clients must send: --client-token-env (proxy, view), was
 # --token-env (view) ---
 
@@ -241,13 +232,11 @@ def test_view_token_env_is_now_client_token_env(tmp_path: Path, monkeypatch: pyt
     write_synthetic_store(tmp_path / "s", 2)
     monkeypatch.setenv("MY_VIEW_TOKEN", "abc")
     calls = _capture(monkeypatch, "trajstore.view.app.run_view")
-    new = runner.invoke(app, ["view", str(tmp_path / "s"), "--client-token-env", "MY_VIEW_TOKEN"])
-    old = runner.invoke(app, ["view", str(tmp_path / "s"), "--token-env", "MY_VIEW_TOKEN"])
-    assert len(calls) == 2, (new.output, old.output)
-    assert calls[0][0][0] == calls[1][0][0] and calls[0][0][0].token == "abc"
-    assert _warnings(new.stderr) == []
-    assert _warnings(old.stderr) == ["warning: --token-env is now --client-token-env (the old spelling will be "
-                                     "removed)"]
+    cfg, warned = _both_ways(calls, ["view", str(tmp_path / "s"), "--client-token-env", "MY_VIEW_TOKEN"],
+                             ["view", str(tmp_path / "s"), "--token-env", "MY_VIEW_TOKEN"])
+    assert cfg.token == "abc"
+    assert warned == ["warning: --token-env is now --client-token-env (the old spelling will be "
+                      "removed)"]
 
 
 def test_every_old_spelling_is_tested_here_and_hidden_from_help() -> None:
@@ -256,6 +245,6 @@ def test_every_old_spelling_is_tested_here_and_hidden_from_help() -> None:
         res = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
         assert res.exit_code == 0, res.output
         for old, new in renamed.items():
-            assert f'"{old}' in source, (command, old)  # each has a test above
+            assert f'"{old}"' in source, (command, old)  # each has a test above
             assert not re.search(rf"(?<![\w-]){old}(?![\w-])", res.output), (command, old)
             assert new in res.output, (command, new)
