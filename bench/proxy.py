@@ -92,8 +92,8 @@ def start_upstream(reply_tokens: int) -> tuple[subprocess.Popen[bytes], str]:
 def start_proxy(upstream: str, store: str, log: str) -> tuple[subprocess.Popen[bytes], str]:
     """``traj proxy`` as users start it."""
     port = _free_port()
-    cmd = [sys.executable, "-c", "from trajstore.cli.main import app; app()", "proxy", "--upstream", upstream,
-           "--store", store, "--port", str(port), "--tokenizer", "fake-bytes", "--session-timeout", "3600"]
+    cmd = [sys.executable, "-c", "from trajstore.cli.main import app; app()", "proxy", store, "--upstream", upstream,
+           "--port", str(port), "--tokenizer", "fake-bytes", "--session-timeout", "3600"]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -1,6 +1,6 @@
 """Peak memory and disk of one command, for the resource table of docs/benchmarks.md.
 
-    python bench/resources.py --watch /tmp/s -- traj ingest ../shared/fixtures/trajectories --store /tmp/s
+    python bench/resources.py --watch /tmp/s -- traj ingest /tmp/s ../shared/fixtures/trajectories
 
 Runs the command in its own process group and samples, every --interval seconds, the summed
 resident set size (RSS) of the command and every process it started (``/proc``; the demo and

@@ -60,25 +60,52 @@ class TrajCommand(TyperCommand):
 def respell(command: str | None, args: list[str]) -> list[str]:
     """`args` with each old spelling of an option of `command` (:data:`OLD_SPELLINGS`) replaced by
     the current one (``--run-id r`` and ``--run-id=r`` both), one ``warning:`` line per old
-    spelling used. Arguments after ``--`` are left alone."""
+    spelling used. An option that is now the first argument (``--store S``: ``STORE``) is
+    removed and its value put in front of the other arguments, so that every positional argument
+    given stays in its place after it (``traj ingest LOGS --store S`` is ``traj ingest S LOGS``).
+    Arguments after ``--`` are left alone.
+
+    Raises:
+        click.UsageError: such an option without a value, or given twice with different values.
+    """
     renamed = OLD_SPELLINGS.get(command or "", {})
     if not renamed:
         return args
     out: list[str] = []
+    front: list[str] = []  # the value of an option that is now the first argument
     warned: set[str] = set()
-    for i, arg in enumerate(args):
+    i = 0
+    while i < len(args):
+        arg = args[i]
         if arg == "--":
-            return out + args[i:]
+            out += args[i:]
+            break
         old, eq, value = arg.partition("=")
         new = renamed.get(old)
+        i += 1
         if new is None:
             out.append(arg)
             continue
+        if new.startswith("-"):
+            if old not in warned:
+                warned.add(old)
+                typer.echo(f"warning: {old} is now {new} (the old spelling will be removed)", err=True)
+            out.append(new + eq + value)
+            continue
+        if not eq:  # `--store S`
+            if i >= len(args):
+                raise click_exceptions().UsageError(f"option {old} requires an argument")
+            value = args[i]
+            i += 1
+        if front and front[0] != value:
+            raise click_exceptions().UsageError(
+                f"option {old} given twice with different values ({old} {front[0]}, {old} {value}): give it once")
         if old not in warned:
             warned.add(old)
-            typer.echo(f"warning: {old} is now {new} (the old spelling will be removed)", err=True)
-        out.append(new + eq + value)
-    return out
+            typer.echo(f"warning: {old} is now the first argument {new}: traj {command} {value} ... "
+                       "(the old spelling will be removed)", err=True)
+        front[:1] = [value]
+    return front + out
 
 
 def _refuse_conflicting_repeats(command: Any, ctx: Any, args: Sequence[str]) -> None:

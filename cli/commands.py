@@ -49,14 +49,22 @@ COMMANDS: dict[str, CommandEntry] = {
 
 OLD_SPELLINGS: dict[str, dict[str, str]] = {
     "train": {"--run-id": "--run"},
-    "demo": {"--run-id": "--run"},
-    "proxy": {"--follow-run": "--run"},
+    "demo": {"--run-id": "--run", "--store": "STORE"},
+    "proxy": {"--follow-run": "--run", "--store": "STORE", "--poll": "--poll-interval"},
     "gc": {"--consumed-by": "--run"},
     "redact": {"--check": "--dry-run", "--no-check": "--no-dry-run"},
+    "ingest": {"--store": "STORE", "--output": "--format"},
+    "export": {"--out": "--output"},
+    "view": {"--token-env": "--client-token-env"},
 }
-"""Options renamed so that one concept has one spelling on every command (a training run is
-``--run``, a preview ``--dry-run``): the old spelling still works, hidden from ``--help``, with one
-``warning:`` line naming the new one (:meth:`trajstore.cli.app.TrajCommand.parse_args`)."""
+"""Options renamed so that one concept has one spelling on every command: a training run is
+``--run``, a preview ``--dry-run``, the output format ``--format``, where the result is written
+``--output``, the seconds between checks for something new ``--poll-interval``, the variable
+holding the token clients must send ``--client-token-env``, the store the first argument
+``STORE``. The old spelling still works, hidden from ``--help``, with one ``warning:`` line naming
+the new one (:meth:`trajstore.cli.app.TrajCommand.parse_args`). A new spelling without dashes is
+the command's first argument: the old option's value moves in front of the other arguments
+(``traj ingest LOGS --store S`` runs as ``traj ingest S LOGS``)."""
 
 
 def summary_of(name: str | None) -> str | None:

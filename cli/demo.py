@@ -31,7 +31,7 @@ commands = TrajTyper()
 @commands.command("demo")
 @friendly_errors
 def demo_cmd(
-    store: str = typer.Option(demo_app.DEFAULT_STORE, "--store", metavar="STORE", help="local store directory (reused; each demo is a run)"),
+    store: str = typer.Argument(demo_app.DEFAULT_STORE, help="local store directory (reused; each demo is a run)"),
     model: str = typer.Option("smollm2-135m", "--model", help="policy: smollm2-135m, a HF directory or .gguf file"),
     steps: int = typer.Option(4, "--steps", min=1, help="policy updates the trainer makes"),
     episodes: int | None = typer.Option(None, "--episodes", min=1, help="episodes the agents play at most "
@@ -64,7 +64,7 @@ def demo_cmd(
                          tokenizer=model if not model.startswith("tiny-") else "smollm2-135m")
     except ValidationError as e:
         raise invalid_options(e) from None
-    open_store_for_writing(cfg.store, command="traj demo")  # a mistyped --store: refused before a model loads
+    open_store_for_writing(cfg.store, command="traj demo")  # a mistyped STORE: refused before a model loads
     console = new_console(stderr=fmt is not OutputFormat.table)  # progress; results go to stdout
     if not console.is_terminal and not os.environ.get("COLUMNS"):
         # piped or logged without a width: do not squeeze the audit tables into rich's default 80

@@ -29,7 +29,7 @@ _TO_HELP = ("target: " + " | ".join(TARGETS) + " (trainer batch layouts; hf: a H
 def export_cmd(
     store: StoreArgument,
     to: str = typer.Option(..., "--to", metavar="TARGET", help=_TO_HELP),
-    out: str = typer.Option(..., "--out", metavar="DIR", help="output folder (new or empty; appears complete "
+    out: str = typer.Option(..., "--output", "-o", metavar="DIR", help="output folder (new or empty; appears complete "
                             "or not at all)"),
     where: str | None = typer.Option(None, "--where", help="SQL predicate over trajectories columns, as traj stats "
                                      "takes it, e.g. \"status = 'completed' AND reward IS NOT NULL\""),

@@ -22,7 +22,7 @@ import typer
 from trajstore.cli.app import TrajTyper
 from trajstore.cli.display import OutputFormat, render_record
 from trajstore.cli.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REFUSED, InvalidOptionError, friendly_errors
-from trajstore.cli.options import StorageOptions, parse_storage_options
+from trajstore.cli.options import StorageOptions, StoreArgument, parse_storage_options
 from trajstore.ingest import IngestError, IngestInterrupted, ingest_paths
 from trajstore.ingest.formats.registry import FORMAT_HELP, FORMATS
 from trajstore.ingest.summary import REFUSING_KINDS
@@ -97,7 +97,7 @@ def _summary_rows(report: Any) -> list[tuple[str, int]]:
 _HELP = (
     "Ingest agent logs (OpenHands V0/V1, SWE-agent, mini-swe-agent, tau-bench, ATIF, NeMo Gym, verl dumps, "
     "published datasets as JSON, JSONL or Parquet; trajectory Parquet in trajstore's schema written elsewhere, "
-    "each row checked as traj validate checks it) into a store.\n\n"
+    "each row checked as traj validate checks it) into STORE.\n\n"
     "Each malformed file, line, row or event is reported with path, line and reason, and the rest is still "
     "ingested (--strict makes any problem fatal). Re-ingesting the same logs adds nothing.\n\n"
     "Exit status: 0 = every record stored or deliberately skipped; 1 = some record refused (all others "
@@ -109,9 +109,9 @@ _HELP = (
 @commands.command("ingest", help=_HELP)
 @friendly_errors
 def ingest_cmd(
+    store: StoreArgument,
     paths: list[str] = typer.Argument(..., metavar="PATH",
                                       help="log files or directories (searched for .json, .jsonl, .traj, .parquet)"),
-    store: str = typer.Option(..., "--store", metavar="STORE", help="store URI: local directory or s3://bucket/prefix"),
     input_format: InputFormatChoice = typer.Option("auto", "--input-format", metavar="NAME", show_choices=False,
                                                    help=_INPUT_FORMAT_HELP),
     tokenizer: str = typer.Option("smollm2-135m", "--tokenizer",
@@ -121,7 +121,6 @@ def ingest_cmd(
     max_observation_chars: int = typer.Option(200_000, "--max-observation-chars",
                                               help="cap each observation at this many characters (0 = no cap)"),
     fmt: str = typer.Option("table", "--format", help="summary output: table | json | csv"),
-    output: str | None = typer.Option(None, "--output", hidden=True, help="deprecated spelling of --format"),
     engine_tokenizer: str | None = typer.Option(None, "--engine-tokenizer",
                                                    help="tokenizer that engine token ids in the logs belong to when "
                                                    "the log does not name it ('model' = each rollout's model name); "
@@ -139,12 +138,6 @@ def ingest_cmd(
     from rich.markup import escape
 
     fmt = fmt.lower()  # case-insensitive, as --format is on every other command (`traj stats --format JSON`)
-    if output is not None:
-        output = output.lower()
-        if fmt != "table" and fmt != output:
-            raise InvalidOptionError(f"invalid option --output: {output!r} contradicts --format {fmt!r}; "
-                                     "use --format only")
-        fmt = output
     if fmt not in {f.value for f in OutputFormat}:
         hint = (f" ({fmt!r} is an input format: use --input-format {fmt})" if fmt in FORMATS else "")
         raise InvalidOptionError(f"invalid option --format: {fmt!r} is not an output format: table | json | csv{hint}")

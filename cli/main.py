@@ -8,7 +8,7 @@ them on every registered command, so new commands inherit them by using the piec
 - **Register** each command on its module's ``commands``, a :class:`~trajstore.cli.app.TrajTyper`
   (a group of subcommands: a named sub-app added to it, as ``traj bench``), and add the module
   to :data:`trajstore.cli.commands.COMMANDS` (its module and one-line summary): usage lines then read ``traj stats [OPTIONS] STORE`` and
-  ``traj ingest [OPTIONS] PATHS...`` (argument metavars are the upper-cased parameter names) and
+  ``traj ingest [OPTIONS] STORE PATH...`` (argument metavars are the upper-cased parameter names) and
   flags show no ``<bool>`` value. Help texts (docstrings) may wrap in the source:
   :func:`~trajstore.cli.app.unwrap_help` joins each paragraph's lines.
 - **Boolean switches** are declared as pairs, ``typer.Option(False, "--follow/--no-follow")``:
@@ -30,6 +30,9 @@ them on every registered command, so new commands inherit them by using the piec
   take ``--storage-option key=value`` (:data:`~trajstore.cli.options.StorageOptions`,
   :func:`~trajstore.cli.options.parse_storage_options`); read-only commands open them with
   :func:`trajstore.store.open_existing_store` (nothing there, or not a store: an error).
+- **One spelling per concept**: the store ``STORE``, a training run ``--run``, a preview
+  ``--dry-run``, the output format ``--format``, where the result is written ``--output``. A renamed option's old spelling goes in
+  :data:`trajstore.cli.commands.OLD_SPELLINGS`: it keeps working, hidden, with a ``warning:`` line.
 - **Errors**: :func:`~trajstore.cli.errors.friendly_errors` turns known errors into one line on stderr
   (``TRAJ_TRACEBACK=1`` shows the traceback). A missing optional dependency is a
   :class:`~trajstore.errors.MissingExtraError` naming the ``pip install``.

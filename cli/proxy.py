@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 from pydantic import ValidationError
 
@@ -26,9 +28,10 @@ commands = TrajTyper()
 @commands.command("proxy")
 @friendly_errors
 def proxy_cmd(
+    store: Annotated[str, typer.Argument(help="store URI the trajectories are written to: local directory or "
+                                         "s3://bucket/prefix", show_default=False)],
     upstream: str = typer.Option(..., "--upstream", help="base URL of vLLM / SGLang / traj serve, "
                                                          "e.g. http://127.0.0.1:8000"),
-    store: str = typer.Option(..., "--store", metavar="STORE", help="store URI the trajectories are written to"),
     host: str = typer.Option("127.0.0.1", "--host", help="interface to bind (loopback by default)"),
     port: int = typer.Option(8100, "--port", help="TCP port (0 = any free port; the bound one is printed)"),
     engine: str = typer.Option("vllm", "--engine", help="upstream dialect: vllm (also traj serve) | sglang"),
@@ -42,10 +45,10 @@ def proxy_cmd(
     follow_run: str | None = typer.Option(None, "--run", help="training run whose published versions "
                                                                      "the upstream loads (weight sync)"),
     policy_store: str | None = typer.Option(None, "--policy-store", metavar="STORE", help="store the run publishes into "
-                                                                         "(default: --store)"),
+                                                                         "(default: STORE)"),
     reload_mode: str = typer.Option("drain", "--reload-mode", help="drain (hold new calls, finish in-flight "
                                                                    "ones, then reload) | tag"),
-    poll: float = typer.Option(1.0, "--poll", help="seconds between checks for a new version (with "
+    poll: float = typer.Option(1.0, "--poll-interval", help="seconds between checks for a new version (with "
                                "--max-staleness also between re-reads of the consumed records while an episode "
                                "is held, at most 0.5)"),
     weights_cache: str | None = typer.Option(None, "--weights-cache", help="local folder for versions of a "

@@ -31,7 +31,7 @@ def view_cmd(
     tokenizer: str | None = typer.Option(None, "--tokenizer", help="decode with this tokenizer instead of each "
                                          "trajectory's own (alias, .gguf file or local Hugging Face folder)"),
     page_size: int = typer.Option(50, "--page-size", help="rows per list page"),
-    token_env: str = typer.Option(DEFAULT_VIEW_TOKEN_ENV, "--token-env", help="environment variable with the "
+    token_env: str = typer.Option(DEFAULT_VIEW_TOKEN_ENV, "--client-token-env", help="environment variable with the "
                                   "token clients must present (unset: no token asked)"),
     storage_option: StorageOptions = [],  # noqa: B006 - typer reads the default
 ) -> None:

@@ -51,7 +51,8 @@ def test_help_shows_metavars_and_flags_without_values(path):
     for p in cmd.params:
         if p.param_type_name == "argument":  # STORE, QUERY, PATH...: upper case, "..." when it takes several
             shown = (p.metavar or p.name.upper()).removesuffix("...") + ("..." if p.nargs != 1 else "")
-            assert shown.isupper() and shown in usage.split(), (shown, usage)
+            shown = shown if p.required else f"[{shown}]"  # an argument with a default (`traj demo [STORE]`)
+            assert shown.strip("[]").isupper() and shown in usage.split(), (shown, usage)
 
 
 @pytest.mark.parametrize("columns", [80, 100, 200])
@@ -207,28 +208,36 @@ def test_demo_formats(monkeypatch, tmp_path):
                              reward_by_version=[{"policy_version": 0, "trajectories": 4, "mean_reward": 0.5,
                                                  "solved": 0.25, "consumed": 4}])
     monkeypatch.setattr(demo, "run_demo", lambda cfg, console=None: result)
-    res = runner.invoke(app, ["demo", "--format", "json", "--store", str(tmp_path)])
+    res = runner.invoke(app, ["demo", str(tmp_path), "--format", "json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["run_id"] == "d1"
-    res = runner.invoke(app, ["demo", "--format", "csv", "--store", str(tmp_path)])
+    res = runner.invoke(app, ["demo", str(tmp_path), "--format", "csv"])
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith("policy_version,trajectories,mean_reward,solved,consumed\n0,4,0.5,0.25,4")
 
 
 @pytest.mark.parametrize("path", [p for p, _ in ALL], ids=[" ".join(p) for p, _ in ALL])
-def test_store_options_read_store_and_storage_options_read_key_value(path):
-    # `traj demo --store STORE`, `traj proxy --store STORE --policy-store STORE`, like the
-    # STORE argument of the other commands; --storage-option always takes KEY=VALUE (StorageOptions)
+def test_the_store_is_the_first_argument_and_storage_options_read_key_value(path):
+    # one spelling of the store on every command: the first argument STORE (`traj ingest STORE
+    # PATH...`, `traj proxy STORE`, `traj demo [STORE]`; `--store` was an option on those three);
+    # a second store is an option reading STORE (`traj proxy --policy-store STORE`); every command
+    # that opens a store that may be remote takes --storage-option KEY=VALUE (StorageOptions)
     res = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
     cmd = dict(ALL)[path]
-    for p in cmd.params:
-        if p.param_type_name != "option":
-            continue
-        if p.opts[0] in ("--store", "--policy-store"):
-            assert p.metavar == "STORE", (path, p.opts)
-            assert f"{p.opts[0]}" in res.output and "STORE" in res.output
-        if p.opts[0] == "--storage-option":
-            assert p.metavar == "KEY=VALUE" and p.multiple, (path, p.opts)
+    args = [p for p in cmd.params if p.param_type_name == "argument"]
+    options = {p.opts[0]: p for p in cmd.params if p.param_type_name == "option"}
+    assert "--store" not in options, path
+    takes_store = any(p.name == "store" for p in args)
+    if takes_store:
+        assert args[0].name == "store", (path, [p.name for p in args])
+        assert "STORE" in next(line for line in res.output.splitlines() if "Usage:" in line)
+        if path != ("demo",):  # the demo's store is a local folder (its children are local processes)
+            assert "--storage-option" in options, path
+    if "--storage-option" in options:
+        p = options["--storage-option"]
+        assert p.metavar == "KEY=VALUE" and p.multiple, path
+    if "--policy-store" in options:
+        assert options["--policy-store"].metavar == "STORE" and "STORE" in res.output, path
 
 
 def test_commands_render_tables_through_the_shared_renderer():

@@ -22,7 +22,7 @@ def mixed(tmp_path):
 
 def test_summary_as_json(mixed, tmp_path):
     out = tmp_path / "out"
-    res = CliRunner().invoke(app, ["export", mixed, "--allow-secrets", "--to", "verl", "--out", str(out), "--where",
+    res = CliRunner().invoke(app, ["export", mixed, "--allow-secrets", "--to", "verl", "--output", str(out), "--where",
                                    "trajectory_id IN ('t1', 't2')", "--format", "json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == {
@@ -32,7 +32,7 @@ def test_summary_as_json(mixed, tmp_path):
 
 
 def test_refusals_are_one_error_line_naming_every_blocker_and_exit_1(mixed, tmp_path):
-    res = CliRunner().invoke(app, ["export", mixed, "--allow-secrets", "--to", "slime", "--out", str(tmp_path / "out")])
+    res = CliRunner().invoke(app, ["export", mixed, "--allow-secrets", "--to", "slime", "--output", str(tmp_path / "out")])
     assert res.exit_code == 1
     assert res.stderr.count("\n") == 1 and res.stderr.startswith(
         "error: cannot export to slime: 3 blocker(s), all listed (traj export --dry-run shows them); nothing was "
@@ -43,7 +43,7 @@ def test_refusals_are_one_error_line_naming_every_blocker_and_exit_1(mixed, tmp_
 
 
 def test_dry_run_lists_the_blockers_writes_nothing_and_exits_1(mixed, tmp_path):
-    res = CliRunner().invoke(app, ["export", mixed, "--to", "slime", "--out", str(tmp_path / "out"), "--dry-run"])
+    res = CliRunner().invoke(app, ["export", mixed, "--to", "slime", "--output", str(tmp_path / "out"), "--dry-run"])
     assert res.exit_code == 1 and not (tmp_path / "out").exists()
     assert "dry run: nothing written" in res.stdout and "blockers.missing logprobs" in res.stdout
     assert "missing logprobs: trajectory 'no-lp': 2 of 2 action tokens have no engine log-prob" in res.stderr
@@ -53,7 +53,7 @@ def test_dry_run_lists_the_blockers_writes_nothing_and_exits_1(mixed, tmp_path):
 
 
 def test_skip_refused_and_without(mixed, tmp_path):
-    res = CliRunner().invoke(app, ["export", mixed, "--to", "trl", "--out", str(tmp_path / "out"), "--skip-refused",
+    res = CliRunner().invoke(app, ["export", mixed, "--to", "trl", "--output", str(tmp_path / "out"), "--skip-refused",
                                    "--without", "rewards", "--format", "json", "--allow-secrets"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
@@ -67,14 +67,14 @@ def test_skip_refused_and_without(mixed, tmp_path):
 @pytest.mark.parametrize("args", [["--to", "nemo"], ["--to", "verl", "--without", "tokens"],
                                   ["--to", "verl", "--limit", "0"]])
 def test_bad_usage_exits_2(mixed, tmp_path, args):
-    res = CliRunner().invoke(app, ["export", mixed, "--allow-secrets", "--out", str(tmp_path / "out"), *args])
+    res = CliRunner().invoke(app, ["export", mixed, "--allow-secrets", "--output", str(tmp_path / "out"), *args])
     assert res.exit_code == 2, res.output
     assert res.stderr.startswith("error: ") and not (tmp_path / "out").exists()
 
 
 def test_export_as_a_subprocess(tmp_path):
     store = write_store(tmp_path / "s", three_turn_trajectories())
-    p = subprocess.run([str(Path(sys.executable).parent / "traj"), "export", store, "--to", "atif", "--out",
+    p = subprocess.run([str(Path(sys.executable).parent / "traj"), "export", store, "--to", "atif", "--output",
                         str(tmp_path / "atif"), "--allow-secrets"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "exported" in p.stdout and (tmp_path / "atif" / "t1" / "agent" / "trajectory.json").is_file()
@@ -84,11 +84,11 @@ def test_unreadable_shard_is_exit_1_naming_it_and_skip_unreadable_records_it(tmp
     """Walkthrough: a junk ``*.parquet`` in trajectories/ was silently left out (exit 0, "skipped": {})."""
     store = write_store(tmp_path / "s", three_turn_trajectories())
     (tmp_path / "s" / "trajectories" / "zzz-junk.parquet").write_text("not parquet")
-    res = CliRunner().invoke(app, ["export", store, "--to", "hf", "--out", str(tmp_path / "o"), "--allow-secrets"])
+    res = CliRunner().invoke(app, ["export", store, "--to", "hf", "--output", str(tmp_path / "o"), "--allow-secrets"])
     assert res.exit_code == 1, res.output
     assert "zzz-junk.parquet" in res.stderr and "traj validate" in res.stderr and "--skip-unreadable" in res.stderr
     assert not (tmp_path / "o").exists()
-    res = CliRunner().invoke(app, ["export", store, "--to", "hf", "--out", str(tmp_path / "o"), "--allow-secrets",
+    res = CliRunner().invoke(app, ["export", store, "--to", "hf", "--output", str(tmp_path / "o"), "--allow-secrets",
                                    "--skip-unreadable", "--format", "json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)

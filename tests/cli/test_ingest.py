@@ -42,7 +42,7 @@ def mixed_logs(tmp_path: Path) -> Path:
 
 # new-user walkthrough: a finding (a slip in what a command prints)
 def test_ingest_summary_keeps_refused_apart_from_skipped(tmp_path: Path, mixed_logs: Path) -> None:
-    res = runner.invoke(app, ["ingest", str(mixed_logs), "--store", str(tmp_path / "s")], env=WIDTH_120)
+    res = runner.invoke(app, ["ingest", str(tmp_path / "s"), str(mixed_logs)], env=WIDTH_120)
     assert res.exit_code == EXIT_REFUSED, res.output
     assert "problems" not in res.stdout  # the word that lumped skips in with refusals
     rows = [ln.strip("│ ").split("│") for ln in res.stdout.splitlines() if "│" in ln]
@@ -55,7 +55,7 @@ def test_ingest_summary_keeps_refused_apart_from_skipped(tmp_path: Path, mixed_l
 
 # new-user walkthrough: a finding (a slip in what a command prints)
 def test_ingest_json_summary_counts_refused_and_skipped_inputs(tmp_path: Path, mixed_logs: Path) -> None:
-    res = runner.invoke(app, ["ingest", str(mixed_logs), "--store", str(tmp_path / "s"), "--format", "json"],
+    res = runner.invoke(app, ["ingest", str(tmp_path / "s"), str(mixed_logs), "--format", "json"],
                         env=WIDTH_120)
     doc = json.loads(res.stdout)
     assert doc["refused"] == 1 and doc["refused_by_kind"] == {"malformed": 1} and doc["skipped_inputs"] == 1
@@ -67,7 +67,7 @@ def test_strict_ingest_lists_one_problem_per_line(tmp_path: Path) -> None:
     logs.mkdir()
     for name in ("a", "b", "c"):
         (logs / f"{name}.jsonl").write_text('{"x": \n')
-    res = runner.invoke(app, ["ingest", str(logs), "--store", str(tmp_path / "s"), "--strict"], env=WIDTH_120)
+    res = runner.invoke(app, ["ingest", str(tmp_path / "s"), str(logs), "--strict"], env=WIDTH_120)
     assert res.exit_code == 1, res.output
     lines = nonblank_lines(res.stderr)
     assert lines[0] == "error: strict ingest: 3 problem(s) in the input, nothing written:"
@@ -94,7 +94,7 @@ def test_ctrl_c_during_ingest_says_what_was_stored(tmp_path: Path, monkeypatch: 
 
     monkeypatch.setattr(ingest_cli._LazyProgress, "__call__", interrupt_after_two)
     store = tmp_path / "s"
-    res = runner.invoke(app, ["ingest", str(logs), "--store", str(store), *(["--strict"] if strict else [])],
+    res = runner.invoke(app, ["ingest", str(store), str(logs), *(["--strict"] if strict else [])],
                         env=WIDTH_120)
     assert res.exit_code == EXIT_INTERRUPTED == 130, res.output
     [line] = nonblank_lines(res.stderr)
@@ -121,7 +121,7 @@ def test_an_unwritable_store_is_one_line_naming_the_path_and_reason(tmp_path: Pa
     logs.mkdir()
     (logs / "c.json").write_text('[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]')
     store = where.replace("{file}", str(blocker))
-    res = runner.invoke(app, ["ingest", str(logs), "--store", store], env=WIDTH_120)
+    res = runner.invoke(app, ["ingest", store, str(logs)], env=WIDTH_120)
     assert res.exit_code == 1, res.output
     [line] = nonblank_lines(res.stderr)
     assert line.startswith("error: " + says.replace("{file}", str(blocker))), line
@@ -133,32 +133,32 @@ def test_ingest_format_is_case_insensitive_like_every_other_commands(tmp_path):
     # `traj stats --format JSON` worked, `traj ingest --format JSON` was refused as no output format.
     p = tmp_path / "c.jsonl"
     p.write_text(json.dumps([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]) + "\n")
-    res = CliRunner().invoke(app, ["ingest", str(p), "--store", str(tmp_path / "s"), "--format", "JSON"])
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "s"), str(p), "--format", "JSON"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["trajectories_written"] == 1
 
 
 def test_cli_json_summary_and_strict_exit(tmp_path, fix, mixed):
-    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), "--store", str(tmp_path / "s"),
-                                 "--output", "json"])
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "s"), str(fix / "swe-agent"),
+                                 "--format", "json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["trajectories_written"] == 7 and out["by_format"] == {"swe-agent": 7}  # 0.x: 1, 1.x: 6 parts
     assert out["fidelity_gaps"]["tools"] == 6  # 1.x function calling: tool definitions not in the .traj
-    r = CliRunner().invoke(app, ["ingest", str(mixed), "--store", str(tmp_path / "s2"), "--strict"])
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "s2"), str(mixed), "--strict"])
     assert r.exit_code == 1 and "nothing written" in r.stderr
 
 
 def test_cli_missing_input_path_is_an_error_and_writes_nothing(tmp_path, fix):
-    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), str(tmp_path / "typo"), "--store",
-                                 str(tmp_path / "s")])
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "s"), str(fix / "swe-agent"),
+                                 str(tmp_path / "typo")])
     assert r.exit_code == 2 and "no such input path" in r.stderr and str(tmp_path / "typo") in r.stderr
     assert not (tmp_path / "s").exists()
 
 
 def test_cli_subprocess(tmp_path, fix):
-    r = subprocess.run([str(Path(sys.executable).with_name("traj")), "ingest", str(fix / "openhands/v0_saved_trajectory/basic.json"), "--store",
-                        str(tmp_path / "s"), "--output", "json"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([str(Path(sys.executable).with_name("traj")), "ingest", str(tmp_path / "s"),
+                        str(fix / "openhands/v0_saved_trajectory/basic.json"), "--format", "json"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["trajectories_written"] == 1
 
@@ -169,7 +169,7 @@ def test_negative_observation_cap_is_refused(tmp_path):
     p.write_text('[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]')
     with pytest.raises(ValueError, match="max_observation_chars must be >= 0"):
         ingest_paths([str(p)], str(tmp_path / "s"), max_observation_chars=-5)
-    r = CliRunner().invoke(app, ["ingest", str(p), "--store", str(tmp_path / "s"), "--max-observation-chars", "-5"])
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "s"), str(p), "--max-observation-chars", "-5"])
     assert r.exit_code == 2 and "error: invalid option --max-observation-chars: must be >= 0" in r.output
     assert not (tmp_path / "s").exists()
 
@@ -179,23 +179,23 @@ def test_cli_exit_status(tmp_path, fix):
     # 1: an error, nothing stored (a store that cannot be written); 2: usage errors. A refusal and an
     # error used to share 1, so a script could not tell "the others are stored" from "nothing is".
     good = str(fix / "swe-agent")
-    r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), "--format", "json"])
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "s"), good, "--format", "json"])
     assert r.exit_code == 0, r.output
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(nemo_row("a", [5])) + "\n" + json.dumps({"response": 3}) + "\n")
-    r = CliRunner().invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s"), "--format", "json"])
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "s"), str(bad), "--format", "json"])
     out = json.loads(r.stdout)
     assert r.exit_code == 1 and out["trajectories_written"] == 1 and out["refused"] == 1
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
-    r = CliRunner().invoke(app, ["ingest", good, "--store", str(a_file)])
+    r = CliRunner().invoke(app, ["ingest", str(a_file), good])
     assert r.exit_code == 1 and "is a file, not a directory" in r.output, r.output
-    r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), "--format", "csv"])
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "s"), good, "--format", "csv"])
     assert r.exit_code == 0 and r.stdout.splitlines()[:2] == ["metric,value", "files seen,2"]
     for args, fragment in [(["--input-format", "nope"], "nope"),
                            (["--format", "swe-agent"], "is an input format: use --input-format swe-agent"),
                            (["--format", "yaml"], "not an output format")]:
-        r = CliRunner().invoke(app, ["ingest", good, "--store", str(tmp_path / "s"), *args])
+        r = CliRunner().invoke(app, ["ingest", str(tmp_path / "s"), good, *args])
         assert r.exit_code == 2 and fragment in r.output, (args, r.output)
 
 
@@ -205,10 +205,10 @@ def test_cli_progress_bar_on_a_terminal(tmp_path, fix, monkeypatch):
 
     monkeypatch.setattr(cli_ingest, "PROGRESS_DELAY_S", 0.0)
     tty = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "FORCE_COLOR": "1", "COLUMNS": "160"}
-    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), "--store", str(tmp_path / "s")], env=tty)
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "s"), str(fix / "swe-agent")], env=tty)
     assert r.exit_code == 0 and "ingesting" in r.stderr
     assert "files" in r.stderr and "records" in r.stderr and "tokens" in r.stderr
-    r = CliRunner().invoke(app, ["ingest", str(fix / "swe-agent"), "--store", str(tmp_path / "s2")])
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "s2"), str(fix / "swe-agent")])
     assert r.exit_code == 0 and "ingesting" not in r.stderr
 
 
@@ -218,7 +218,7 @@ def test_cli_problem_lines_print_brackets_as_they_are(tmp_path):
     bad = tmp_path / "run[red]" / "bad[bold].jsonl"
     bad.parent.mkdir()
     bad.write_text(json.dumps({"response": 3}) + "\n")
-    r = CliRunner().invoke(app, ["ingest", str(bad), "--store", str(tmp_path / "s")])
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "s"), str(bad)])
     assert r.exit_code == 1, r.output  # refused
     assert "run[red]/bad[bold].jsonl" in r.stderr and "Traceback" not in r.output
 
@@ -230,7 +230,7 @@ def test_cli_names_the_skipped_pipe_and_exits_0(tmp_path):
     d.mkdir()
     write_jsonl(d / "a.jsonl", [smith_row(1)])
     os.mkfifo(d / "pipe.json")
-    r = run_with_deadline(lambda: CliRunner().invoke(app, ["ingest", str(d), "--store", str(tmp_path / "s")]))
+    r = run_with_deadline(lambda: CliRunner().invoke(app, ["ingest", str(tmp_path / "s"), str(d)]))
     assert r.exit_code == 0, r.output
     assert f"skipped {d / 'pipe.json'}: no_trajectory: a named pipe (FIFO), not a regular file: skipped, never " \
            "opened" in " ".join(r.output.split())
@@ -243,7 +243,7 @@ def test_train_reconstructed_actions_option(reported, tmp_path):
     src = str(reported / "atif-timeout-status")
     for flag, trainable in (([], False), (["--train-reconstructed-actions"], True)):
         store = str(tmp_path / f"s{len(flag)}")
-        res = runner.invoke(app, ["ingest", src, "--store", store, *flag])
+        res = runner.invoke(app, ["ingest", store, src, *flag])
         assert res.exit_code == 0, res.output
         (row,) = read_trajectories(store, columns=["trainable", "not_trainable_reason"]).to_pylist()
         assert row["trainable"] is trainable

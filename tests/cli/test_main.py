@@ -40,8 +40,8 @@ def test_info_refuses_a_damaged_store_and_counts_the_rest_with_skip_unreadable(k
 @pytest.mark.parametrize("args, line", [
     (["sql", "{store}", "SELECT 1", "--limit", "-1"], "error: invalid option --limit: "),
     (["sql", "{store}", "  "], "error: invalid argument QUERY: the query is empty"),  # was exit 1
-    (["ingest", "{store}/nonexistent", "--store", "{store}/s"], "error: no such input path: {store}/nonexistent"),
-    (["ingest", "{store}/nonexistent"], "error: missing option --store"),
+    (["ingest", "{store}/s", "{store}/nonexistent"], "error: no such input path: {store}/nonexistent"),
+    (["ingest", "{store}/nonexistent"], "error: missing argument PATH"),
     (["stats", "{store}", "--no-such-flag"], "error: no such option: --no-such-flag"),
     (["stats"], "error: missing argument STORE"),
     (["stats", "{store}", "--format", "xml"], "error: invalid option --format: 'xml' is not one of"),
@@ -90,9 +90,9 @@ WIDTH_200 = {"COLUMNS": "200"}
     ["train", "{store}", "--model", "tiny-llama", "--run", "../evil"],
     ["train", "{store}", "--model", "tiny-llama", "--run", "t", "--device", "tpu"],  # was exit 1 at run time
     ["info", "{store}", "--storage-option", "badformat"],
-    ["proxy", "--store", "{store}", "--upstream", "notaurl"],
-    ["proxy", "--upstream", "http://127.0.0.1:9", "--store", "{store}", "--hold-timeout", "-1"],
-    ["demo", "--store", "{store}/d", "--run", "../evil"],
+    ["proxy", "{store}", "--upstream", "notaurl"],
+    ["proxy", "{store}", "--upstream", "http://127.0.0.1:9", "--hold-timeout", "-1"],
+    ["demo", "{store}/d", "--run", "../evil"],
     ["bench", "learning", "--scratch", "{store}", "--preset", "full"],
 ], ids=lambda a: " ".join(a[:1] + a[-2:]))
 def test_a_bad_option_value_is_bad_usage_one_line_naming_the_option(tmp_path: Path, args: list[str]) -> None:

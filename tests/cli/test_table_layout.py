@@ -76,7 +76,7 @@ def test_export_summary_with_a_long_not_trainable_reason_shows_its_values(tmp_pa
     store = write_store(tmp_path / "s", [t1, nt, t2])
     for width in (80, 200):
         out = tmp_path / f"o{width}"
-        res = CliRunner().invoke(app, ["export", store, "--to", "trl", "--out", str(out), "--allow-secrets",
+        res = CliRunner().invoke(app, ["export", store, "--to", "trl", "--output", str(out), "--allow-secrets",
                                        "--without", "logprobs", "--without", "rewards"], env={"COLUMNS": str(width)})
         assert res.exit_code == 0, res.output
         rows = {ln.split("│")[1].strip(): ln.split("│")[2].strip() for ln in res.stdout.splitlines()

@@ -553,8 +553,8 @@ def test_missing_train_extra_is_one_line_naming_the_install_command(tmp_path: Pa
     # torch unimportable as if never installed (sys.modules[name] = None: import fails, find_spec is None)
     hide = "import sys; sys.modules['torch'] = None; from trajstore.cli.main import app; app()"
     p = subprocess.run([sys.executable, "-c", hide, *args,
-                        "--store" if command == ["demo"] else "--seed", str(tmp_path / "d") if command == ["demo"]
-                        else "0"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+                        *([str(tmp_path / "d")] if command == ["demo"] else ["--seed", "0"])],
+                       capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert p.returncode == 1, p.stderr[-2000:]
     assert "Traceback" not in p.stderr
     lines = p.stderr.strip().splitlines()

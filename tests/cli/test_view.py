@@ -50,7 +50,7 @@ def test_serves_until_sigterm(known_store):
 
 
 def test_token_from_the_environment(known_store):
-    proc, url = _start([known_store.uri, "--port", "0", "--token-env", "MY_VIEW_TOKEN"], {"MY_VIEW_TOKEN": "abc"})
+    proc, url = _start([known_store.uri, "--port", "0", "--client-token-env", "MY_VIEW_TOKEN"], {"MY_VIEW_TOKEN": "abc"})
     try:
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(url, timeout=120)

@@ -90,7 +90,7 @@ def test_ingest_of_the_atif_export_gives_the_rows_back(tmp_path):
     store = _tree_store(tmp_path / "s")
     out = tmp_path / "atif"
     export_store(store, "atif", str(out), UNCHECKED)
-    res = CliRunner().invoke(app, ["ingest", str(out), "--store", str(tmp_path / "back"), "--format", "json"])
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "back"), str(out), "--format", "json"])
     assert res.exit_code == 0, res.output
     before = {r["trajectory_id"]: r for r in ts.read_trajectories(store).to_pylist()}
     after = {r["trajectory_id"]: r for r in ts.read_trajectories(str(tmp_path / "back")).to_pylist()}
@@ -123,7 +123,7 @@ def test_ingest_of_the_atif_export_gives_the_rows_back(tmp_path):
     assert after["no-lp"]["token_source"] == "retokenized" and after["no-lp"]["logprob_source"] == "none"
     assert json.loads(fork["metadata"])["fidelity_gaps"] == {"action_text": "parsed from the log"}
     # ingesting the same export again writes nothing new: the ids are the stored ones
-    res = CliRunner().invoke(app, ["ingest", str(out), "--store", str(tmp_path / "back"), "--format", "json"])
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "back"), str(out), "--format", "json"])
     assert res.exit_code == 0 and len(ts.read_trajectories(str(tmp_path / "back"))) == 4
 
 
@@ -156,7 +156,7 @@ def test_call_times_usage_and_log_prob_mode_survive_the_atif_round_trip(tmp_path
     b.set_reward(1.0)
     store = write_store(tmp_path / "s", [b.finish(created_at=CREATED)])
     export_store(store, "atif", str(tmp_path / "atif"), UNCHECKED)
-    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "atif"), "--store", str(tmp_path / "back")])
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "back"), str(tmp_path / "atif")])
     assert res.exit_code == 0, res.output
     (before,) = ts.read_trajectories(store).to_pylist()
     (after,) = ts.read_trajectories(str(tmp_path / "back")).to_pylist()

@@ -70,7 +70,7 @@ def test_hf_push_dry_run_says_what_would_be_created_and_uploaded(tmp_path):
 
 def test_on_the_fixtures_one_dry_run_names_every_blocker_and_the_next_run_succeeds(ingested_fixtures, tmp_path):
     # before: a TRL export of the shared fixtures took five runs, one blocker named per run
-    dry = CliRunner().invoke(app, ["export", ingested_fixtures, "--to", "trl", "--out", str(tmp_path / "trl"),
+    dry = CliRunner().invoke(app, ["export", ingested_fixtures, "--to", "trl", "--output", str(tmp_path / "trl"),
                                    "--dry-run", "--format", "json"])
     assert dry.exit_code == 1 and not (tmp_path / "trl").exists()
     found = json.loads(dry.stdout)
@@ -78,7 +78,7 @@ def test_on_the_fixtures_one_dry_run_names_every_blocker_and_the_next_run_succee
     assert {"missing logprobs", "no reward", "secrets"} <= set(kinds), kinds
     assert all(b["count"] > 0 and b["lifted_by"] for b in kinds.values())
     flags = re.search(r"e\.g\. (.+)$", dry.stderr.strip().splitlines()[-1]).group(1).split()
-    res = CliRunner().invoke(app, ["export", ingested_fixtures, "--to", "trl", "--out", str(tmp_path / "trl"),
+    res = CliRunner().invoke(app, ["export", ingested_fixtures, "--to", "trl", "--output", str(tmp_path / "trl"),
                                    *flags, "--format", "json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["exported"] > 0

@@ -179,7 +179,7 @@ def test_an_empty_store_is_nothing_to_export(tmp_path):
 
     StoreWriter(str(tmp_path / "empty")).close()  # a store with no trajectory shard yet
     out = tmp_path / "out"
-    res = CliRunner().invoke(app, ["export", str(tmp_path / "empty"), "--to", "hf", "--out", str(out)])
+    res = CliRunner().invoke(app, ["export", str(tmp_path / "empty"), "--to", "hf", "--output", str(out)])
     assert res.exit_code == 1, res.output
     assert res.stderr.startswith("error: nothing to export: the store ") and "has no trajectories" in res.stderr
     assert not out.exists()

@@ -86,14 +86,14 @@ def test_trajectories_that_cannot_be_scanned_refuse_it_too(tmp_path):
 
 def test_cli_refusal_and_allow_secrets(leaky, tmp_path):
     out = tmp_path / "out"
-    res = CliRunner().invoke(app, ["export", leaky, "--to", "atif", "--out", str(out)])
+    res = CliRunner().invoke(app, ["export", leaky, "--to", "atif", "--output", str(out)])
     assert res.exit_code == 1
     assert res.stderr.startswith(f"error: refusing to export: traj redact --dry-run finds {FINDINGS} secret(s) (")
     assert f"`traj redact {leaky} --dry-run`" in res.stderr and "--allow-secrets" in res.stderr
     _no_output(tmp_path, out)
     check = CliRunner().invoke(app, ["redact", leaky, "--dry-run", "--format", "json"])  # what the error points to
     assert check.exit_code == 1 and len(json.loads(check.stdout)["redact.findings"]) == FINDINGS
-    res = CliRunner().invoke(app, ["export", leaky, "--to", "atif", "--out", str(out), "--allow-secrets",
+    res = CliRunner().invoke(app, ["export", leaky, "--to", "atif", "--output", str(out), "--allow-secrets",
                                    "--format", "json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["exported"] == 3

@@ -26,7 +26,7 @@ def test_a_streamed_atif_file_is_read_as_the_document_it_streams(tmp_path):
     d.mkdir()
     for name in (STREAM.name, STREAM.name.replace(".atif.jsonl", ".index.json")):
         shutil.copy(DIR / name, d / name)
-    res = CliRunner().invoke(app, ["ingest", str(d), "--store", str(tmp_path / "s")])
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "s"), str(d)])
     assert res.exit_code == 0, res.output
     (row,) = stored(tmp_path / "s")
     meta = json.loads(row["metadata"])

@@ -86,7 +86,7 @@ def test_cli_input_format_chat_messages_on_jsonl_stores_every_line(tmp_path):
     p = tmp_path / "chats.jsonl"
     p.write_text("".join(json.dumps({"messages": _chat(i)}) + "\n" for i in range(3)))
     store = tmp_path / "store"
-    res = CliRunner().invoke(app, ["ingest", str(p), "--store", str(store), "--input-format", "chat-messages"])
+    res = CliRunner().invoke(app, ["ingest", str(store), str(p), "--input-format", "chat-messages"])
     assert res.exit_code == 0, res.output
     assert len(read_trajectories(str(store))) == 3
     again = ingest_paths([str(p)], str(store), input_format="chat-messages")

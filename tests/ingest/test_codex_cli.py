@@ -48,7 +48,7 @@ def _turns(lines: list[dict]) -> tuple[list, str]:
 
 
 def test_real_rollouts_ingest_with_exit_0(tmp_path):
-    res = CliRunner().invoke(app, ["ingest", str(DIR), "--store", str(tmp_path / "s")])
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "s"), str(DIR)])
     assert res.exit_code == 0, res.output
     assert len(stored(tmp_path / "s")) == len(ROLLOUTS) == 2
 

@@ -81,7 +81,7 @@ def test_two_ingests_at_once_on_one_host_into_s3_store_each_trajectory_once(tmp_
 def test_two_traj_ingest_processes_at_once_store_each_trajectory_once(tmp_path):
     f = write_jsonl(tmp_path / "rows.jsonl", [smith_row(n) for n in range(4)])
     store = open_store(str(tmp_path / "s"))
-    cmd = [str(Path(sys.executable).with_name("traj")), "ingest", str(f), "--store", store.uri, "--format", "json"]
+    cmd = [str(Path(sys.executable).with_name("traj")), "ingest", store.uri, str(f), "--format", "json"]
     with store_lock(store, INGEST_LOCK):  # both runs parse, then wait to commit: neither has stored anything yet
         procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
         lock_file = Path(store.path("_locks", "ingest.lock"))

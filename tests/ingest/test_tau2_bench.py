@@ -47,7 +47,7 @@ def _turns(sim: dict) -> tuple[list, str]:
 
 
 def test_tau2_results_ingest_with_exit_0(tmp_path):
-    res = CliRunner().invoke(app, ["ingest", str(DIR), "--store", str(tmp_path / "s")])
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "s"), str(DIR)])
     assert res.exit_code == 0, res.output
     assert len(stored(tmp_path / "s")) == 5
 

@@ -146,7 +146,7 @@ def test_cli_summary_lists_the_refused_row(tmp_path: Path) -> None:
     folder = tmp_path / "in"
     folder.mkdir()
     shard = write(folder / "bad.parquet", _gap_rows())
-    result = CliRunner().invoke(app, ["ingest", str(folder), "--store", str(tmp_path / "store")])
+    result = CliRunner().invoke(app, ["ingest", str(tmp_path / "store"), str(folder)])
     assert result.exit_code == 1, result.output
     assert "refused: invalid" in result.stdout
     lines = [ln for ln in result.stderr.splitlines() if ln.startswith("refused")]

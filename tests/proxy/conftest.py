@@ -153,7 +153,7 @@ def proxy_process(upstream: str, store: str, *extra: str, env: dict[str, str] | 
     if log_path is None:
         fd, log_path = tempfile.mkstemp(prefix="proxy-", suffix=".log", dir=os.path.dirname(os.path.abspath(store)))
         os.close(fd)
-    cmd = [*TRAJ, "proxy", "--upstream", upstream, "--store", store, "--port", "0", *extra]
+    cmd = [*TRAJ, "proxy", store, "--upstream", upstream, "--port", "0", *extra]
     with open(log_path, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     try:

@@ -1,7 +1,7 @@
-"""``traj proxy --poll`` paces the proxy's version poll (weight sync) and, with ``--max-staleness``,
+"""``traj proxy --poll-interval`` paces the proxy's version poll (weight sync) and, with ``--max-staleness``,
 the gate's re-reads of the trainer's consumed records while an episode is held (at most
 ``GATE_POLL_S``). The polls are counted on a fake clock that only the proxy's sleeps advance: no
-wall-clock timing, so a count is exact, and a proxy that ignored ``--poll`` (the 1.0 s default
+wall-clock timing, so a count is exact, and a proxy that ignored ``--poll-interval`` (the 1.0 s default
 version poll, the old fixed 0.5 s gate re-read, or a busy loop) gives another count."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def clock(monkeypatch) -> FakeClock:
 
 
 def _state(tmp_path, poll_s: float, **kw) -> ProxyState:
-    """The proxy's state as ``traj proxy --poll poll_s`` builds it (nothing is started or bound)."""
+    """The proxy's state as ``traj proxy --poll-interval poll_s`` builds it (nothing is started or bound)."""
     cfg = ProxyConfig(upstream="http://127.0.0.1:9", store=str(tmp_path / "store"), follow_run=RUN, poll_s=poll_s,
                       **kw)
     return ProxyState(cfg)
@@ -80,9 +80,9 @@ def _held_reads(state: ProxyState, clock: FakeClock, monkeypatch) -> list[float]
 
 @pytest.mark.parametrize(("poll_s", "paced_s"), [(0.1, 0.1), (0.05, 0.05), (2.0, GATE_POLL_S)])
 def test_a_held_episode_rereads_the_consumed_records_every_poll(tmp_path, clock, monkeypatch, poll_s, paced_s):
-    # the gate re-reads every min(--poll, GATE_POLL_S) s: --poll 0.1 (traj bench throughput's)
+    # the gate re-reads every min(--poll-interval, GATE_POLL_S) s: --poll-interval 0.1 (traj bench throughput's)
     # gives 3.0 / 0.1 = 30 reads in a 3 s hold; the old fixed 0.5 s gave 6 (a held episode then
-    # started up to 0.5 s after the step that made room); a --poll above the cap stays at 0.5
+    # started up to 0.5 s after the step that made room); a --poll-interval above the cap stays at 0.5
     state = _state(tmp_path, poll_s, max_staleness=1, batch_size=2, hold_timeout_s=HOLD_S)
     reads = _held_reads(state, clock, monkeypatch)
     # the waits are slices of paced_s / 4, so a read comes at most one slice after it is due
@@ -117,8 +117,8 @@ def _counted_version_polls(poller, clock: FakeClock, monkeypatch, duration_s: fl
 
 @pytest.mark.parametrize("poll_s", [0.1, 0.25])
 def test_weight_sync_polls_for_a_new_version_every_poll(tmp_path, clock, monkeypatch, poll_s):
-    # --run: one look for a newly published version per --poll seconds (3 s at 0.1 s: 30,
-    # where the 1.0 s default would make 3), so the next batch's barrier opens within --poll of
+    # --run: one look for a newly published version per --poll-interval seconds (3 s at 0.1 s: 30,
+    # where the 1.0 s default would make 3), so the next batch's barrier opens within --poll-interval of
     # the trainer's publish
     state = _state(tmp_path, poll_s)
     assert state.sync is not None

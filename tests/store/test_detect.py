@@ -134,9 +134,9 @@ def test_s3_prefix_of_other_data_is_not_a_store(s3_store_uri: tuple[str, dict[st
 # -- write side: commands that create or write a store refuse a folder of something else ----------
 
 WRITE_COMMANDS = {
-    "ingest": ["ingest", "{logs}", "--store", "{s}"],
-    "demo": ["demo", "--store", "{s}", "--model", "tiny-llama", "--steps", "1"],
-    "proxy": ["proxy", "--upstream", "http://127.0.0.1:9", "--store", "{s}", "--port", "0"],
+    "ingest": ["ingest", "{s}", "{logs}"],
+    "demo": ["demo", "{s}", "--model", "tiny-llama", "--steps", "1"],
+    "proxy": ["proxy", "{s}", "--upstream", "http://127.0.0.1:9", "--port", "0"],
 }
 
 
@@ -151,7 +151,7 @@ def _write_args(name: str, store: Path, logs: Path) -> list[str]:
 
 
 def _project_folder(root: Path) -> Path:
-    """A mistyped --store: a source tree (hidden entries do not count)."""
+    """A mistyped STORE: a source tree (hidden entries do not count)."""
     (root / "src").mkdir(parents=True)
     (root / "src" / "main.py").write_text("print('hi')\n")
     (root / "notes.txt").write_text("notes\n")
@@ -233,7 +233,7 @@ def test_open_store_for_writing_checks_local_folders_only(tmp_path: Path) -> Non
     s3 = open_store_for_writing("s3://bucket/else", command="traj ingest",
                                 storage_options={"endpoint_url": "http://127.0.0.1:9", "anon": True})
     assert s3.uri == "s3://bucket/else"
-    # a memory:// store is gone when the command's process exits: `traj ingest --store memory://x`
+    # a memory:// store is gone when the command's process exits: `traj ingest memory://x LOGS`
     # said it wrote 1 trajectory that nothing could ever read
     with pytest.raises(StoreError, match=r"traj ingest cannot write into memory://somewhere/else: a memory:// store "
                                          r"lives only inside one Python process"):

@@ -40,7 +40,7 @@ def test_missing_remote_prefix_is_an_error(s3_store_uri: tuple[str, dict[str, An
 
 # adversarial input: a hole found attacking the store and the SDK (failed before its fix)
 def test_an_empty_store_uri_is_refused_not_the_current_directory(tmp_path, monkeypatch):
-    # `traj ingest x.json --store "$STORE"` with STORE unset wrote trajectories/ and _tmp/ into
+    # `traj ingest "$STORE" x.json` with STORE unset wrote trajectories/ and _tmp/ into
     # the working directory (a checkout) and exited 0.
     from typer.testing import CliRunner
 
@@ -53,7 +53,7 @@ def test_an_empty_store_uri_is_refused_not_the_current_directory(tmp_path, monke
         with pytest.raises(StoreError, match="the store URI is empty"):
             open_store(uri)
     (tmp_path / "x.json").write_text("{}")
-    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "x.json"), "--store", ""])
+    res = CliRunner().invoke(app, ["ingest", "", str(tmp_path / "x.json")])
     assert res.exit_code != 0 and "the store URI is empty" in res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json"]
 

@@ -299,10 +299,10 @@ def test_a_trainer_that_made_fewer_steps_than_asked_is_reported_plainly(monkeypa
     runner = CliRunner()
     for steps_done, code in ((2, 1), (4, 0)):
         monkeypatch.setattr(demo_mod, "run_demo", lambda cfg, console=None, n=steps_done: _result(n))
-        out = runner.invoke(app, ["demo", "--store", str(tmp_path / "unused"), "--model", "tiny-llama"])
+        out = runner.invoke(app, ["demo", str(tmp_path / "unused"), "--model", "tiny-llama"])
         assert out.exit_code == code, out.output
         assert ("WARNING: the trainer made 2 of the 4 policy steps" in out.output) == (code == 1)
-        out = runner.invoke(app, ["demo", "--store", str(tmp_path / "unused"), "--model", "tiny-llama", "--format", "json"])
+        out = runner.invoke(app, ["demo", str(tmp_path / "unused"), "--model", "tiny-llama", "--format", "json"])
         assert out.exit_code == code
         body = out.stdout if hasattr(out, "stdout") else out.output
         assert (json.loads(body[body.index("{"):])["shortfall"] is not None) == (code == 1)
@@ -312,7 +312,7 @@ def test_a_trainer_that_made_fewer_steps_than_asked_is_reported_plainly(monkeypa
 def test_cli_demo_json_subprocess(tmp_path):
     store = tmp_path / "store"
     out = subprocess.run(
-        [sys.executable, "-c", "from trajstore.cli.main import app; app()", "demo", "--store", str(store),
+        [sys.executable, "-c", "from trajstore.cli.main import app; app()", "demo", str(store),
          "--model", "tiny-llama", "--steps", "2", "--batch-size", "2", "--max-new-tokens", "3", "--format", "json"],
         check=False, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -362,7 +362,7 @@ def test_a_width_the_user_set_is_kept_when_piped(monkeypatch, tmp_path):
 
     monkeypatch.setattr(demo_mod, "run_demo", fake)
     for env in ({"COLUMNS": "80"}, {"COLUMNS": ""}):
-        out = CliRunner().invoke(app, ["demo", "--store", str(tmp_path / "unused"), "--model", "tiny-llama"], env=env)
+        out = CliRunner().invoke(app, ["demo", str(tmp_path / "unused"), "--model", "tiny-llama"], env=env)
         assert out.exit_code == 0, out.output
     assert widths[0] == 80 and widths[1] >= 120, widths
 
@@ -384,7 +384,7 @@ def test_a_time_limit_stops_the_demo_early_with_its_summary(tmp_path):
     t0 = time.monotonic()
     # 5000 steps: an idle machine makes about one tiny-model step a second (50 steps fitted in 60 s)
     out = subprocess.run(
-        [sys.executable, "-c", "from trajstore.cli.main import app; app()", "demo", "--store", str(store),
+        [sys.executable, "-c", "from trajstore.cli.main import app; app()", "demo", str(store),
          "--model", "tiny-llama", "--steps", "5000", "--batch-size", "2", "--max-new-tokens", "3",
          "--run", "demo-limit", "--time-limit", "60"],
         check=False, capture_output=True, text=True, timeout=900, env=dict(os.environ, COLUMNS="200"))
@@ -430,14 +430,14 @@ def test_an_early_stop_prints_the_summary_why_and_what_to_try(monkeypatch, tmp_p
         return r
 
     monkeypatch.setattr(demo_mod, "run_demo", stopped)
-    out = CliRunner().invoke(app, ["demo", "--store", str(tmp_path / "unused"), "--model", "tiny-llama"],
+    out = CliRunner().invoke(app, ["demo", str(tmp_path / "unused"), "--model", "tiny-llama"],
                              env={"COLUMNS": "200"})
     assert out.exit_code == 1, out.output
     lines = out.output.splitlines()
     assert any("reward per policy version" in ln for ln in lines)
     assert "stopped early: the trainer exited with code 1 (log: /s/runs/demo-x/trainer.log)" in lines
     assert "try: read the trainer's log" in lines
-    out = CliRunner().invoke(app, ["demo", "--store", str(tmp_path / "unused"), "--model", "tiny-llama",
+    out = CliRunner().invoke(app, ["demo", str(tmp_path / "unused"), "--model", "tiny-llama",
                                    "--format", "json"])
     assert out.exit_code == 1
     body = out.stdout if hasattr(out, "stdout") else out.output

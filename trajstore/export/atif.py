@@ -141,4 +141,4 @@ TARGET = Target(
               "completion_token_ids = its tokens, logprobs aligned with them (null = unknown)",
     checked_against="ATIF RFC v1.4 (harbor docs/rfcs/0001-trajectory-format.md)",
     uses_samples=True,  # a trajectory without an action span has no agent step to hold its tokens: refused
-    write=write_part, loader="traj ingest DIR --store STORE")
+    write=write_part, loader="traj ingest STORE DIR")

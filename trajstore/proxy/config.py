@@ -74,7 +74,7 @@ class ProxyConfig(BaseModel):
     require_session: bool = Field(False, description="refuse calls without a session key (otherwise each is "
                                                      "recorded as a one-call trajectory)")
     follow_run: str | None = Field(None, description="training run whose published versions the upstream loads")
-    policy_store: str | None = Field(None, description="store the run publishes into (default: --store)")
+    policy_store: str | None = Field(None, description="store the run publishes into (default: the store recorded into)")
     reload_mode: Literal["drain", "tag"] = Field("drain", description="drain: hold new calls and let in-flight "
                                                  "ones finish before a reload; tag: no waiting, label each call "
                                                  "from what the upstream reports")

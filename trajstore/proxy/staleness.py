@@ -40,7 +40,7 @@ def episode_key(trajectory_id: str, metadata: dict[str, Any] | None) -> str:
 
 GATE_POLL_S = 0.5
 """Seconds between re-reads of the consumed records while an episode is held, at most: ``traj proxy
---poll`` lowers it (a held episode starts up to this long after the trainer's step is recorded)."""
+--poll-interval`` lowers it (a held episode starts up to this long after the trainer's step is recorded)."""
 
 
 class StalenessOverflow(TrajstoreError):

@@ -49,7 +49,7 @@ def layout_problem(store: Store) -> str | None:
         return None
     return (f"{store.uri} is not a trajstore store: it holds {_entries(top)} but no trajectories/*.parquet, "
             f"runs/<id>/ or policies/<id>/{_parquet_hint(top)} (create a store with "
-            "`traj ingest LOGS --store DIR`, the writer SDK `StoreWriter(DIR)` or `traj proxy --store DIR`; "
+            "`traj ingest DIR LOGS`, the writer SDK `StoreWriter(DIR)` or `traj proxy DIR`; "
             "an empty directory is an empty store)")
 
 

@@ -66,7 +66,7 @@ def open_existing_store(uri: str | os.PathLike[str] | Store, *, storage_options:
         if missing_ok:
             return s
         what = "the directory does not exist" if s.is_local else "nothing is stored under that prefix"
-        raise StoreError(f"no store at {s.uri}: {what} (create one with `traj ingest LOGS --store {s.uri}` or the "
+        raise StoreError(f"no store at {s.uri}: {what} (create one with `traj ingest {s.uri} LOGS` or the "
                          "writer SDK)")
     problem = s.layout_problem()
     if problem:
@@ -76,8 +76,8 @@ def open_existing_store(uri: str | os.PathLike[str] | Store, *, storage_options:
 
 def open_store_for_writing(uri: str | os.PathLike[str] | Store, *, command: str,
                            storage_options: Mapping[str, Any] | None = None) -> Store:
-    """Open a store that a command creates or writes (``traj ingest --store``, ``traj demo
-    --store``, ``traj proxy --store``), refusing before anything is written a local folder that
+    """Open a store that a command creates or writes (``traj ingest STORE``, ``traj demo
+    STORE``, ``traj proxy STORE``), refusing before anything is written a local folder that
     exists, is not empty and is not a store (:meth:`Store.write_problem`): a mistyped path to a
     source tree would otherwise get ``trajectories/``, ``runs/``, ``policies/`` and ``_tmp/``
     written into it. A missing folder (created on first write), an empty folder and an existing

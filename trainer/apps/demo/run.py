@@ -82,7 +82,7 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
     run_dir = Path(store.path(run_dir_of(run_id)))
     run_dir.mkdir(parents=True, exist_ok=True)
     # an empty trajectories/ (what StoreWriter makes) marks the folder as a store before the demo's
-    # `traj proxy --store` child checks it: runs/<id>/ holds only logs until the trainer writes config.json
+    # `traj proxy STORE` child checks it: runs/<id>/ holds only logs until the trainer writes config.json
     Path(store.path(TRAJECTORIES_DIR)).mkdir(exist_ok=True)
     Path(store.path(run_app_config_file(run_id, DEMO_CONFIG))).write_text(cfg.model_copy(update={"run_id": run_id}).model_dump_json(indent=2))
     run = _DemoRun(cfg, run_id, store, run_dir, console, t0)
@@ -178,9 +178,9 @@ class _DemoRun:
         self.say(f"traj serve is up at {serve_url}; starting traj proxy (weight sync on, at most "
                  f"{plural(cfg.max_ahead_batches, 'batch', 'batches')} running or waiting for the trainer) ...")
         c.start("proxy", start_traj_child(
-            ["proxy", "--upstream", serve_url, "--store", self.store.uri, "--port", str(proxy_port),
+            ["proxy", self.store.uri, "--upstream", serve_url, "--port", str(proxy_port),
              "--run", self.run_id,
-             "--tokenizer", tokenizer_identity(cfg) if cfg.model.startswith("tiny-") else model_identity(cfg), "--poll", "0.5",
+             "--tokenizer", tokenizer_identity(cfg) if cfg.model.startswith("tiny-") else model_identity(cfg), "--poll-interval", "0.5",
              "--max-staleness", str(cfg.max_ahead_batches - 1), "--batch-size", str(cfg.batch_size),
              "--hold-timeout", str(PROXY_HOLD_S), "--session-timeout", str(PROXY_HOLD_S)],
             self.store_file(run_log_file(self.run_id, PROXY_LOG))), self.store_file(run_log_file(self.run_id, PROXY_LOG)))

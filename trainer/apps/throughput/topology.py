@@ -67,8 +67,8 @@ def proxy_argv(cfg: ThroughputConfig, arm: Arm, *, upstream: str, store: Path, p
     versions `run_id` publishes, polls for them (and, for an ``async`` arm, re-reads the consumed
     records while its ``--max-staleness`` gate holds an episode) every ``cfg.poll_s`` seconds."""
     gate = ["--max-staleness", str(arm.max_staleness)] if arm.kind == "async" else []
-    return ["proxy", "--upstream", upstream, "--store", str(store), "--port", str(port), "--run", run_id,
-            "--tokenizer", tokenizer, "--poll", str(cfg.poll_s), "--batch-size", str(cfg.batch_size), *gate,
+    return ["proxy", str(store), "--upstream", upstream, "--port", str(port), "--run", run_id,
+            "--tokenizer", tokenizer, "--poll-interval", str(cfg.poll_s), "--batch-size", str(cfg.batch_size), *gate,
             "--hold-timeout", str(HOLD_S), "--session-timeout", str(HOLD_S)]
 
 
