@@ -53,8 +53,28 @@ class TrajCommand(TyperCommand):
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         args = respell(self.name, args)
+        _refuse_store_option(self, args)
         _refuse_conflicting_repeats(self, ctx, args)
         return super().parse_args(ctx, args)
+
+
+def _refuse_store_option(command: Any, args: list[str]) -> None:
+    """A ``--store`` given to a command whose first argument is the store (``traj stats --store S``)
+    is refused with the spelling that works, rather than click's "no such option" with a guess at a
+    similar name (``--storage-option``).
+
+    Raises:
+        UsageError: ``--store`` or ``--store=S`` before any ``--``.
+    """
+    first = next((p for p in command.params if p.param_type_name == "argument"), None)
+    if first is None or first.name != "store":
+        return
+    for arg in args:
+        if arg == "--":
+            return
+        if arg == "--store" or arg.startswith("--store="):
+            raise click_exceptions().UsageError(f"no option --store: the store is the first argument "
+                                   f"(traj {command.name} STORE ...)")
 
 
 def respell(command: str | None, args: list[str]) -> list[str]:

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 import trajstore as ts
 from tests.helpers.paths import REPO_ROOT
+from trajstore.cli.commands import OLD_SPELLINGS
 from trajstore.cli.display import OutputFormat
 from trajstore.cli.main import app
 
@@ -233,6 +234,10 @@ def test_the_store_is_the_first_argument_and_storage_options_read_key_value(path
         assert "STORE" in next(line for line in res.output.splitlines() if "Usage:" in line)
         if path != ("demo",):  # the demo's store is a local folder (its children are local processes)
             assert "--storage-option" in options, path
+        if "--store" not in OLD_SPELLINGS.get(path[0], {}):  # a user who reaches for `--store` is told the form
+            res = runner.invoke(app, [*path, "--store", "s"])
+            assert res.exit_code == 2, (path, res.output)
+            assert f"no option --store: the store is the first argument (traj {cmd.name} STORE ...)" in res.output
     if "--storage-option" in options:
         p = options["--storage-option"]
         assert p.metavar == "KEY=VALUE" and p.multiple, path
