@@ -35,7 +35,6 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from trajstore.schema import LOGPROB_MODES
 
@@ -245,6 +244,8 @@ def span_sampling(spans: pa.StructArray | pa.ChunkedArray) -> tuple[np.ndarray, 
         an action span) and the effective :class:`SamplingArrays` of each span (S,) (temperature 1,
         no truncation on other kinds).
     """
+    import pyarrow.compute as pc  # 0.1-0.2 s to import (a wrapper per kernel): not on every command's start-up path
+
     spans = _flat(spans)
     n = len(spans)
     codes = np.full(n, -1, np.int8)

@@ -15,6 +15,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from trajstore.sampling import REFUSALS, span_sampling
+
 FUNCTION = "logprob_refusal"
 """The SQL function's name."""
 
@@ -27,9 +29,6 @@ _TYPES = (pa.string(), pa.float64(), pa.int64(), pa.float64(), pa.float64(), pa.
 def _refusal(logprob_mode: pa.ChunkedArray, temperature: pa.ChunkedArray, top_k: pa.ChunkedArray,
              top_p: pa.ChunkedArray, min_p: pa.ChunkedArray, sampling_params: pa.ChunkedArray) -> pa.Array:
     """Arrow UDF: the reason of each span (NULL = reproducible), by the one rule."""
-    # the rule needs pyarrow.compute (0.1-0.2 s to import): loaded when a query calls the function
-    from trajstore.sampling import REFUSALS, span_sampling
-
     columns = (logprob_mode, temperature, top_k, top_p, min_p, sampling_params)
     cols = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
     cols = [c.cast(t) for c, t in zip(cols, _TYPES)]
