@@ -3,7 +3,7 @@ the shared fixtures: CI has no network) and its bash block, run as a script in a
 ingest, look, audit and write a TRL export that loads.
 
 The block's last line, the `traj train` step on SmolLM2-135M, is not run here: on 2 CPU cores it
-takes minutes (the README's figures: 13.5 min measured on a busy machine), and the smallest stand-in,
+takes minutes (the README's figures: 9.2 min measured on a busy machine), and the smallest stand-in,
 a tiny random model over SmolLM2's 49,152-token vocabulary, took 7 min for one step on these logs.
 Its options are checked by tests/test_readme.py (every `traj` command of the README parses) and by
 the tests below (what text-only logs need; the RAM figure the README quotes is the memory plan's),
