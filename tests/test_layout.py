@@ -346,21 +346,6 @@ def test_no_module_over_the_line_limit_without_a_reason() -> None:
     assert not stale, f"LONG_MODULE_REASONS names modules that are no longer long: {stale}"
 
 
-def test_every_package_folder_is_installed() -> None:
-    """A package folder missing from pyproject's explicit list works in an editable install and
-    is left out of a wheel (the import then fails for users only)."""
-    import tomllib
-
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    names = {"trajstore": "trajstore", "trainer": "trajstore.trainer", "cli": "trajstore.cli"}
-    found = set()
-    for folder, name in names.items():
-        for init in (ROOT / folder).rglob("__init__.py"):
-            rel = init.parent.relative_to(ROOT / folder).parts
-            found.add(".".join((name, *rel)))
-    assert found == listed, f"missing from pyproject: {sorted(found - listed)}; listed without a folder: {sorted(listed - found)}"
-
-
 def test_the_trainer_never_imports_the_cli() -> None:
     """cli/ sits on top: the trainer returns data and the CLI renders it."""
     bad = []

@@ -66,6 +66,9 @@ def test_every_command_written_in_the_readme_parses(command):
 
     args = shlex.split(command)[1:]
     group = typer.main.get_command(app)
+    if args and args[0].startswith("-"):  # options of `traj` itself: `traj --help`, `traj --version`
+        group.make_context("traj", list(args), resilient_parsing=True)
+        return
     name, cmd, rest = group.resolve_command(group.make_context("traj", list(args), resilient_parsing=True), args)
     if hasattr(cmd, "commands"):  # traj bench learning
         name, cmd, rest = cmd.resolve_command(cmd.make_context(name, list(rest), resilient_parsing=True), rest)
@@ -81,10 +84,25 @@ def test_every_section_the_readme_points_to_is_a_heading() -> None:
     headings = [h.replace("`", "") for h in re.findall(r"^#{1,4} (.+)$", text, flags=re.M)]
     refs = set(re.findall(r'see "([^"]+)"', text))
     assert {"Compaction", "Retention"} <= refs
-    missing = [r for r in sorted(refs) if not any(h.startswith(r) for h in headings)]
+    missing = [r for r in sorted(refs) if not any(h.startswith(r.replace("`", "")) for h in headings)]
     assert not missing, f"referenced but not a heading: {missing}"
 
 
 def _prose(text: str) -> str:
     """``text`` without its fenced code blocks (a ``# comment`` in a bash block is no heading)."""
     return re.sub(r"```.*?```", "", text, flags=re.S)
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    # the README's "The tests" is what CI runs: .ci/run holds the same line between its markers, and
+    # it installs from PyPI alone (CI machines cannot reach PyTorch's wheel index; the README's
+    # CPU-build line comes before it, in the reader's set-up block)
+    text = README.read_text()
+    section = text.split("**The tests**", 1)[1]
+    readme_line = re.search(r"```bash\n(.*?)\n```", section, flags=re.S).group(1).strip()
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    between = ci.split("# --- the README's test command", 1)[1].split("# --- end of the README's test command", 1)[0]
+    ci_lines = [line for line in between.splitlines()[1:] if line.strip()]
+    assert ci_lines == [readme_line]
+    assert "--index-url" not in readme_line and "download.pytorch.org" not in readme_line
+    assert "python3 -m venv .venv" in ci and "python3 -m venv .venv && source .venv/bin/activate" in text
