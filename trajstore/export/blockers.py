@@ -171,6 +171,9 @@ def survey_export(store: Store, ids: list[str], target: Target, holds: frozenset
         out.blockers.append(Blocker(reason, n, (*lift, SKIP_OPTION), first[reason]))
     if not allow_secrets and to_scan:
         scan = find_secrets(store, trajectory_ids=to_scan)
+        if skip_unreadable:  # an unreadable shard's rows are left out of the export, not exported unscanned
+            left_out = {e.path for e in unreadable}
+            scan.unscanned = [u for u in scan.unscanned if u.trajectory_id is not None or u.shard not in left_out]
         why = secrets_refusal(scan, store=store.uri, selected=len(to_scan))
         if why is not None:
             hit = {f.trajectory_id for f in scan.findings} | {u.trajectory_id or u.shard for u in scan.unscanned}
