@@ -354,3 +354,5 @@ def test_skip_unreadable_leaves_the_shards_out_of_the_secret_scan_and_names_them
     assert all(b.count <= r.selected for b in secrets)
     without = export_store(uri, "trl", str(tmp_path / "o"), ExportOptions(dry_run=True))
     assert "unreadable shards" in [b.kind for b in without.blockers]
+    # the shards are named by their own blocker, lifted by --skip-unreadable, not as unscanned for secrets
+    assert all(truncated not in b.detail for b in without.blockers if b.kind == "secrets")
