@@ -137,6 +137,9 @@ def _render_dry_run(r: ExportResult, fmt: OutputFormat) -> None:
                     {b.kind: f"{b.count}, lifted by {' or '.join(b.options)}" for b in r.blockers} or "none",
         "would_skip": dict(sorted(r.skipped.items())),
         "not_trainable_left_out": dict(sorted(r.not_trainable_left_out.items())),
+        **({"unreadable_shards_skipped": {u: "rows unknown" if n is None else n
+                                          for u, n in sorted(r.unreadable_skipped.items())}}
+           if r.unreadable_skipped else {}),
         **({"push": r.push_plan} if r.push_plan else {}),
     }, fmt)
     for b in r.blockers:

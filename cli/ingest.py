@@ -25,7 +25,7 @@ from trajstore.cli.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REFUSED, Inv
 from trajstore.cli.options import StorageOptions, StoreArgument, parse_storage_options
 from trajstore.ingest import IngestError, IngestInterrupted, ingest_paths
 from trajstore.ingest.formats.registry import FORMAT_HELP, FORMATS
-from trajstore.ingest.summary import REFUSING_KINDS
+from trajstore.ingest.summary import REFUSING_KINDS, summary_notes
 from trajstore.store import open_store_for_writing
 
 commands = TrajTyper()
@@ -191,5 +191,8 @@ def ingest_cmd(
         for p in report.problems:
             tag = "refused" if p.kind in REFUSING_KINDS else "skipped"
             err.print(f"[yellow]{tag}[/yellow] {escape(str(p))}", markup=True, highlight=False, soft_wrap=True)
+    if fmt == "table":  # what the summary's lines mean, after the inputs they name
+        for line in summary_notes(report):
+            err.print(line, markup=False, highlight=False, soft_wrap=True)
     if report.refused:
         raise typer.Exit(EXIT_REFUSED)

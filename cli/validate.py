@@ -55,10 +55,17 @@ def validate_cmd(
     ], fmt)
     if listed < report.num_problems:
         typer.echo(f"note: {report.num_problems} problems, the first {listed} listed", err=True)
+    unreadable = [p for p in report.problems if p.rule == "read"]
+    if fmt == OutputFormat.table:  # whole lines: a table cell may shorten the file or split the reason
+        for p in unreadable:
+            where = "" if p.row_group is None else f" (row group {p.row_group})"
+            typer.echo(f"unreadable: {p.file}{where}: {p.message}", err=True)
     if not report.ok:
         unchecked = report.rows - report.rows_checked
+        n_files = len(report.files)
         typer.echo(f"error: {report.num_problems} problem{'s' if report.num_problems != 1 else ''} in "
-                   f"{report.rows_with_problems} of {report.rows} rows ({len(report.files)} files"
+                   f"{report.rows_with_problems} of {report.rows} rows ({n_files} file{'s' if n_files != 1 else ''}"
+                   + (f"; {len({p.file for p in unreadable})} not readable, named above" if unreadable else "")
                    + (f"; {unchecked} rows not checked: unreadable or not of the schema" if unchecked else "")
                    + ")", err=True)
         raise typer.Exit(EXIT_ERROR)

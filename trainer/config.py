@@ -116,6 +116,9 @@ class DataConfig(_Section):
     where: str | None = Field(None, description="SQL predicate (DuckDB) over the scalar columns; rows that fail "
                                                 "it are skipped")
     follow: bool = Field(False, description="keep polling for new shards when the store is exhausted")
+    skip_unreadable: bool = Field(False, description="train on a store some of whose shards cannot be read "
+                                  "(truncated, not Parquet), without their rows; by default the run is refused "
+                                  "before anything is written, naming them")
     poll_interval_s: float = Field(2.0, gt=0, description="seconds between listings with `follow`")
     idle_timeout_s: float | None = Field(None, gt=0, description="with `follow`: stop after this many seconds "
                                                                  "without new data (None = wait forever)")

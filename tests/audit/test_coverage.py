@@ -22,11 +22,17 @@ def test_coverage(conn):
     oh = cov["openhands"]
     assert (oh["trajectories"], oh["action_tokens"]) == (2, 9)
     assert (oh["share_with_logprob"], oh["share_with_policy_version"], oh["share_with_both"]) == pytest.approx((6 / 9, 8 / 9, 6 / 9))
-    nt = [pick(r, "source", "reason", "trajectories", "example_id") for r in rows(rep.not_trainable)]
+    nt = [pick(r, "source", "reason", "trajectories", "example_id") for r in rows(rep.not_trained)]
     # an action without a policy version is no reason: it trains, its staleness undefined (new-user walkthrough
-    # walkthrough: every ingested trajectory was listed as not trainable, traj train trained them)
-    assert nt == [("openhands", "no engine logprobs: trains only with --behaviour-logprobs initial-policy", 1, "D"),
-                  ("openhands", "no reward", 1, "D"), ("sdk", "no action tokens", 1, "E")]
+    # walkthrough: every ingested trajectory was listed as not trainable, traj train trained them). The reasons
+    # are traj train's words; a text-only row is stored trainable, so its bucket says what it needs instead
+    # of calling it not trainable
+    assert nt == [("openhands", "text only: needs --behaviour-logprobs initial-policy", 1, "D"),
+                  ("openhands", "without a reward", 1, "D"), ("sdk", "marked not trainable: no action tokens", 1, "E")]
+    # each trajectory once, under its first reason in traj train's order: the totals reconcile with its data line
+    train = [pick(r, "category", "trajectories", "trains") for r in rows(rep.train)]
+    assert train == [("marked not trainable", 1, "no"), ("without a reward", 1, "no"), ("trainable", 4, "yes")]
+    assert sum(n for _, n, _ in train) == conn.execute("SELECT count(*) FROM trajectories").fetchall()[0][0]
 
 
 # fidelity flags of the reported cases counted by ingest and `traj stats --coverage`
@@ -84,8 +90,10 @@ def test_stats_coverage_counts_unreproducible_log_probs_by_reason(tmp_path):
             w.write(b.finish())
     r = CliRunner().invoke(app, ["stats", str(tmp_path), "--coverage", "--format", "json"])
     assert r.exit_code == 0, r.output
-    got = [(x["reason"], x["trajectories"], x["example_id"]) for x in json.loads(r.stdout)["coverage.not_trainable"]]
+    got = [(x["reason"], x["trajectories"], x["example_id"]) for x in json.loads(r.stdout)["coverage.not_trained"]]
     assert got == [("unreproducible logprobs: penalty", 1, "pen"), ("unreproducible logprobs: raw_logprobs", 2, "raw-1")]
+    got = [(x["category"], x["trajectories"]) for x in json.loads(r.stdout)["coverage.train"]]
+    assert got == [("with log-probs the trainer cannot reproduce", 3), ("trainable", 2)]
     # "old" records no mode on its second action (2 of the 15 action tokens with a log-prob): trained
     # as processed, counted
     (tokens,) = json.loads(r.stdout)["coverage.tokens"]

@@ -208,7 +208,7 @@ def test_coverage_reasons_wrap_instead_of_being_cut_alike(tmp_store, make_trajec
         update={"trainable": False, "not_trainable_reason": r}) for i, r in enumerate(reasons)])
     res = runner.invoke(app, ["stats", tmp_store, "--coverage"], env={"COLUMNS": "80"})
     assert res.exit_code == 0, res.output
-    table = res.stdout.split("coverage.not_trainable")[1].split("└")[0]
+    table = res.stdout.split("coverage.not_trained")[1].split("└")[0]
     text = " ".join(" ".join(c.strip() for c in line.strip("│").split("│")[:1]) for line in table.splitlines()
                     if line.startswith("│"))
     assert reasons[0] in text and reasons[1] in text and "…" not in table, table
@@ -444,9 +444,9 @@ def test_stats_without_a_flag_fits_one_screen_on_the_ingested_fixtures(ingested_
         assert flag in res.stdout, flag
     for table in ("overview.totals", "overview.by_source"):
         assert table in res.stdout
-    assert "coverage.not_trainable" not in res.stdout  # the reports come with their flags
+    assert "coverage.not_trained" not in res.stdout  # the reports come with their flags
     everything = runner.invoke(app, ["stats", ingested_fixtures, "--all"], env=WIDTH_120)
-    assert everything.exit_code == 0 and "coverage.not_trainable" in everything.stdout
+    assert everything.exit_code == 0 and "coverage.not_trained" in everything.stdout
     assert len(everything.output.splitlines()) > 100
 
 

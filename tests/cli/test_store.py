@@ -56,3 +56,18 @@ def test_show_prints_one_trajectory_by_id(tmp_store: str, make_trajectory) -> No
     assert "trajectory s4" in r.stdout and all(f"] {s.kind}" in r.stdout for s in want.spans)
     r = CliRunner().invoke(app, ["show", tmp_store, "nope"])
     assert r.exit_code == 1 and r.output.strip() == f"error: no trajectory 'nope' in {open_store(tmp_store).url()}"
+
+
+def test_show_names_the_unreadable_shard_that_may_hold_the_trajectory(tmp_store: str, make_trajectory) -> None:  # noqa: ANN001 - fixture
+    """Walkthrough: the shard holding the id truncated, `traj show` said only "no trajectory"."""
+    import numpy as np
+
+    from trajstore.convert import trajectories_to_table
+
+    rng = np.random.default_rng(5)
+    open_store(tmp_store).write_table(trajectories_to_table([make_trajectory(rng, trajectory_id="s0")]))
+    (shard,) = (Path(tmp_store) / "trajectories").glob("*.parquet")
+    shard.write_bytes(shard.read_bytes()[:200])
+    r = CliRunner().invoke(app, ["show", tmp_store, "s0"])
+    assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
+    assert "could not be read and may hold it" in r.output and shard.name in r.output and "traj validate" in r.output

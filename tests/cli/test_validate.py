@@ -68,4 +68,16 @@ def test_a_damaged_page_names_the_file_and_says_its_rows_were_not_checked(tmp_pa
     assert result.exit_code == 1, result.output
     [problem] = json.loads(result.stdout)["validate.problems"]
     assert problem["file"].endswith("d.parquet") and problem["problem"].startswith("row group not readable")
-    assert "error: 1 problem in 0 of 2 rows (1 files; 2 rows not checked" in result.stderr
+    assert "error: 1 problem in 0 of 2 rows (1 file; 1 not readable, named above; 2 rows not checked" in result.stderr
+
+
+def test_the_table_gives_an_unreadable_files_reason_whole(tmp_path: Path) -> None:
+    """Walkthrough: on a truncated shard the table shortened the file and split the reason over
+    cells; only --format csv showed "not readable Parquet: ..." in full."""
+    path = Path(write(tmp_path / "a-long-shard-name-of-a-store-0123456789.parquet", [row("a")]))
+    path.write_bytes(path.read_bytes()[:100])
+    result = CliRunner().invoke(app, ["validate", str(path)], env={"COLUMNS": "60"})
+    assert result.exit_code == 1, result.output
+    [line] = [ln for ln in result.stderr.splitlines() if ln.startswith("unreadable: ")]
+    assert line.startswith(f"unreadable: {path}: not readable Parquet: ") and line.endswith("parquet file."), line
+    assert "error: 1 problem in 0 of 0 rows (1 file; 1 not readable, named above)" in result.stderr

@@ -325,3 +325,34 @@ def test_without_on_a_full_fidelity_target_says_it_keeps_every_field(store, tmp_
                             "every field as stored (null where a trajectory lacks it)")
     assert "writes no" not in str(e.value)
     assert not (tmp_path / "o").exists()
+
+
+def test_a_store_whose_only_shard_is_unreadable_names_it_instead_of_saying_empty(tmp_path):
+    """Walkthrough: the only shard truncated, export said "the store has no trajectories"."""
+    uri = write_store(tmp_path / "s", three_turn_trajectories())
+    (shard,) = (tmp_path / "s" / "trajectories").glob("*.parquet")
+    shard.write_bytes(shard.read_bytes()[:200])
+    for dry_run in (False, True):
+        with pytest.raises(ExportError) as e:
+            export_store(uri, "trl", str(tmp_path / "o"), ExportOptions(allow_secrets=True, dry_run=dry_run))
+        assert shard.name in str(e.value) and "--skip-unreadable" in str(e.value)
+        assert "has no trajectories" not in str(e.value)
+    with pytest.raises(ExportError, match="no readable trajectories.*--skip-unreadable.*" + shard.name):
+        export_store(uri, "trl", str(tmp_path / "o"), ExportOptions(allow_secrets=True, skip_unreadable=True))
+    assert not (tmp_path / "o").exists()
+
+
+def test_skip_unreadable_leaves_the_shards_out_of_the_secret_scan_and_names_them(damaged, tmp_path):
+    """Walkthrough: with --skip-unreadable the export still refused with "could not be scanned for
+    secrets: ... skipping corrupt shard", the only way out being --allow-secrets."""
+    uri, truncated = damaged
+    r = export_store(uri, "trl", str(tmp_path / "o"), ExportOptions(skip_unreadable=True, dry_run=True))
+    assert sorted(u.rsplit("/", 1)[-1] for u in r.unreadable_skipped) == [truncated, "zzz-junk.parquet"]
+    for b in r.blockers:  # what blocks is about the readable trajectories only
+        assert truncated not in b.detail and "zzz-junk" not in b.detail and "corrupt shard" not in b.detail, b
+    secrets = [b for b in r.blockers if b.kind == "secrets"]
+    assert all(b.count <= r.selected for b in secrets)
+    without = export_store(uri, "trl", str(tmp_path / "o"), ExportOptions(dry_run=True))
+    assert "unreadable shards" in [b.kind for b in without.blockers]
+    # the shards are named by their own blocker, lifted by --skip-unreadable, not as unscanned for secrets
+    assert all(truncated not in b.detail for b in without.blockers if b.kind == "secrets")

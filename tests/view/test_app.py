@@ -153,3 +153,14 @@ def test_links_printed_by_stats_and_sql_open_the_page(tmp_path, make_trajectory)
     r = TestClient(create_app(ViewConfig(store=uri))).get(by_python.removeprefix("http://v"))
     assert by_python == "http://v/t/odd:id%3D1%2Bx"
     assert r.status_code == 200 and re.search(r'<h1 id="tid">(.*?)</h1>', r.text).group(1) == tid
+
+
+def test_a_trajectory_in_an_unreadable_shard_names_the_shard(tmp_path):
+    """The page of an id whose shard became unreadable names that shard, not just "no trajectory"."""
+    uri = write_episode_store(tmp_path / "s")
+    client = TestClient(create_app(ViewConfig(store=uri)))
+    for shard in (tmp_path / "s" / "trajectories").glob("*.parquet"):
+        shard.write_bytes(shard.read_bytes()[:200])
+    r = client.get("/t/solo")
+    assert r.status_code == 404 and "could not be read and may hold it" in r.text
+    assert any(s.name in r.text for s in (tmp_path / "s" / "trajectories").glob("*.parquet"))

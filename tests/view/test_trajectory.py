@@ -33,7 +33,10 @@ def test_numbers_of_the_action_tokens(known):
     d = load_trajectory(known, Decoder(), "D", run="r1")  # not trained by r1: lag behind its newest v9
     assert d.numbers["lp"] == [None, None, None] and d.numbers["pv"] == [3, 3, None]
     assert d.numbers["st"] == [6, 6, None] and "has not trained it" in d.staleness_note
-    assert {name for name, _ in d.flags} >= {"no engine log-probs", "no reward"}
+    assert {name for name, _ in d.flags} >= {"no engine log-probs", "no reward", "text only"}
+    # walkthrough: traj show said `trainable true` of a text-only row that stats --coverage listed as not
+    # trainable; both now say what it needs in the same words
+    assert "needs --behaviour-logprobs initial-policy" in dict(d.flags)["text only"]
     e = load_trajectory(known, Decoder(), "E")
     assert ("not trainable" in {name for name, _ in e.flags}) and e.numbers["lp"] == []
     assert load_trajectory(known, Decoder(), "B").run == "r1"  # default: the newest run that trained it

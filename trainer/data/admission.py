@@ -17,6 +17,7 @@ from trajstore.trainer.config import DataConfig
 from trajstore.trainer.data.columns import read_scalar_columns
 from trajstore.trainer.data.errors import TrainDataError
 from trajstore.trainer.data.where import WhereFilter
+from trajstore.wording import MARKED_NOT_TRAINABLE, UNREPRODUCIBLE_LOGPROBS, WITHOUT_ENGINE_LOGPROB, WITHOUT_REWARD
 
 ADMISSION_COLUMNS: Final[tuple[str, ...]] = (
     "trajectory_id", "trainable", "tokenizer", "reward", "num_tokens", "logprob_source", "token_source",
@@ -32,11 +33,11 @@ UNREPRODUCIBLE = "unreproducible_"
 SKIP_REASONS: Final[dict[str, str]] = {
     "duplicate": "duplicate ids",
     "where": "filtered by --where",
-    "not_trainable": "marked not trainable",
-    "no_reward": "without a reward",
+    "not_trainable": MARKED_NOT_TRAINABLE,
+    "no_reward": WITHOUT_REWARD,
     "overlong": "longer than --max-seq-len",
-    "no_logprobs": "without an engine log-prob on any action token",
-    **{UNREPRODUCIBLE + r: f"with log-probs the trainer cannot reproduce ({words})" for r, words in REFUSALS.items()},
+    "no_logprobs": WITHOUT_ENGINE_LOGPROB,
+    **{UNREPRODUCIBLE + r: f"{UNREPRODUCIBLE_LOGPROBS} ({words})" for r, words in REFUSALS.items()},
 }
 """Each :data:`SkipReason` in words (a skipped row is counted as ``data/skipped_<reason>``)."""
 

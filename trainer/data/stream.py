@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trajstore.errors import CorruptShardError
 from trajstore.reader import TrajectoryBatch, iter_shard_batches
 from trajstore.reader.files import gone
 from trajstore.reader.progress import Progress, Unit, mentions, plan
@@ -304,13 +305,28 @@ class TrajectoryStream:
             self._skip("shared_prefix_actions")
         return mask, lps
 
+    def _check_readable(self) -> None:
+        """Refuse a store with a shard that cannot be read, naming it (unless ``skip_unreadable``):
+        its rows would silently be left out of the run, as a damaged store must not audit as healthy.
+
+        Raises:
+            TrainDataError: the first unreadable shard (``traj validate`` lists them all).
+        """
+        if self.cfg.skip_unreadable:
+            return
+        try:
+            self.store.list_shards(TRAJECTORIES_DIR, strict=True)
+        except CorruptShardError as e:
+            raise TrainDataError(f"{e}; nothing was written (`traj validate {self.store.uri}` lists every damaged "
+                                 "shard; --skip-unreadable trains on the rest without it)") from None
+
     def precheck(self) -> StoreCensus:
         """Apply the admission rule (:class:`~trajstore.trainer.data.admission.AdmissionRule`, the
         one the stream applies) to the rows already in the store, from the cursor on and in the
         order the stream reads them, reading scalar columns and Parquet statistics only, so that a
         run that would be refused stops before it writes anything (config, published v0, records).
 
-        Refusals: a ``--where`` that DuckDB cannot evaluate on the data, tokenizer mismatch,
+        Refusals: a shard that cannot be read (unless ``skip_unreadable``), a ``--where`` that DuckDB cannot evaluate on the data, tokenizer mismatch,
         text-only data without the opt-in, ``overlong="error"`` with a longer row, and with
         ``unreproducible="error"`` every row whose log-probs the trainer cannot reproduce (one
         line naming them all: :func:`~trajstore.trainer.data.admission.unreproducible_error`).
@@ -324,6 +340,7 @@ class TrajectoryStream:
             TrainDataError: as :meth:`next_batch` would on the first refused row, naming the
                 shard, row and field.
         """
+        self._check_readable()
         census = StoreCensus()
         seen = set(self._seen)
         refused: list[Admission] = []

@@ -288,6 +288,12 @@ class RunRecorder:
                 self._last_activity = now
                 print(f"{message} ... still running ({_duration(now - since)})", file=sys.stderr, flush=True)
 
+    def current_activity(self) -> str | None:
+        """The message of the pass in progress (:meth:`activity`), None between passes. Reads one
+        attribute without the lock: a signal handler calls it while the main thread may hold it."""
+        activity = self._activity
+        return None if activity is None else activity[0]
+
     def pass_done(self) -> None:
         """The pass announced by :meth:`activity` ended (no "still running" lines for it)."""
         with self._activity_lock:

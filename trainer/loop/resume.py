@@ -9,7 +9,14 @@ import torch
 
 from trajstore.errors import TrajstoreWarning
 from trajstore.store import Store
-from trajstore.store.layout import CHECKPOINT_RNG_FILE, checkpoint_latest_file, run_consumed_dir, run_dir, run_steps_dir
+from trajstore.store.layout import (
+    CHECKPOINT_RNG_FILE,
+    checkpoint_latest_file,
+    policy_run_dir,
+    run_consumed_dir,
+    run_dir,
+    run_steps_dir,
+)
 from trajstore.trainer.config import TrainConfig
 from trajstore.trainer.loop.checkpoint import (
     Checkpoint,
@@ -29,6 +36,22 @@ def resume_fresh_message(store: Store, run_id: str) -> str:
     return (f"--resume: run {run_id!r} has no checkpoint in {store.uri} (no "
             f"{checkpoint_latest_file(run_id)}), so it starts fresh at iteration 0; check --run if "
             "you meant to continue a run (`traj runs STORE` lists them)")
+
+
+def interrupted_rerun_hint(store: Store, run_id: str, *, iterations: int) -> str:
+    """What a run interrupted before its first checkpoint, after `iterations` recorded
+    iterations, can do next: the same command again when nothing was recorded (its v0 is
+    published again), else a new ``--run`` (records without a checkpoint cannot be resumed). Either
+    way the weights it published stay: ``traj gc`` keeps a run's LATEST version (a rollout server
+    may load it), so an abandoned run's folder is deleted by hand once nothing loads it."""
+    policies = store.url(policy_run_dir(run_id))
+    if iterations == 0:
+        return (f"rerun the same command to start it again (it publishes v0 again over {policies}/v0); to abandon "
+                f"the run instead, delete {policies} once no rollout server loads it (traj gc keeps a run's "
+                "latest version)")
+    return (f"its {iterations} recorded iteration(s) cannot be resumed without one: start a new --run; the weights "
+            f"it published stay in {policies} (delete the folder once no rollout server loads it: traj gc keeps a "
+            "run's latest version)")
 
 
 def resume_point(store: Store, cfg: TrainConfig, *, resume: bool) -> Checkpoint | None:

@@ -53,9 +53,10 @@ def checkpoint(tr: Trainer) -> None:
                                 config_json=tr.cfg.to_json(), keep=run.keep_checkpoints, is_main=tr.env.is_main,
                                 broadcast=lambda obj: D.broadcast_object(obj, tr.env),
                                 barrier=lambda: D.barrier(tr.env))
-        return
-    if tr.env.is_main:
-        save_checkpoint(tr.store, run.run_id, state=tr.state, policy=tr.loaded.model,
-                        critic=D.unwrap(tr.critic) if tr.critic is not None else None,
-                        optimizers=tr.optimizers, config_json=tr.cfg.to_json(), keep=run.keep_checkpoints)
-    D.barrier(tr.env)
+    else:
+        if tr.env.is_main:
+            save_checkpoint(tr.store, run.run_id, state=tr.state, policy=tr.loaded.model,
+                            critic=D.unwrap(tr.critic) if tr.critic is not None else None,
+                            optimizers=tr.optimizers, config_json=tr.cfg.to_json(), keep=run.keep_checkpoints)
+        D.barrier(tr.env)
+    tr.stop.checkpoint_iteration = tr.state.iteration  # committed: a second SIGTERM can offer --resume

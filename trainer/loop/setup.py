@@ -21,7 +21,7 @@ from trajstore.trainer.loop.advantage_fns import sao_gae_advantages, scalar_adva
 from trajstore.trainer.loop.build import models_ddp, models_fsdp
 from trajstore.trainer.loop.checkpoint import CheckpointError, TrainerState
 from trajstore.trainer.loop.records import RunRecorder
-from trajstore.trainer.loop.resume import restore_settings, resume_point
+from trajstore.trainer.loop.resume import interrupted_rerun_hint, restore_settings, resume_point
 from trajstore.trainer.loop.save import publish
 from trajstore.trainer.loop.token_records import TokenRecorder
 from trajstore.trainer.loop.trainer import CheckpointGate, Trainer
@@ -113,6 +113,8 @@ def setup(cfg: TrainConfig, *, resume: bool = False, allow_empty: bool = False) 
     tr = make_trainer(cfg, env, store, loaded, (policy, critic, behaviour, optimizers), stream, recorder, state, gate)
     tr.census = census
     tr.resumed_fresh = resume and ckpt is None
+    tr.stop.checkpoint_iteration = None if ckpt is None else state.iteration
+    tr.stop.rerun_hint = lambda: interrupted_rerun_hint(store, cfg.run.run_id, iterations=tr.state.iteration)
     if cfg.run.record_tokens > 0:
         tr.token_recorder = TokenRecorder(store, cfg.run.run_id, cfg.run.record_tokens)
     if recorder is not None:

@@ -3,8 +3,10 @@ ends the run as at the end of the data; a second one interrupts it at once."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,18 +28,34 @@ class StopRequest:
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self) -> None:
+    def __init__(self, say: Callable[[str], None] | None = None) -> None:
+        """`say` prints the line the first signal answers with (default: straight to stderr's
+        file descriptor, which a signal handler may write to while the main thread is printing)."""
         self.requested = threading.Event()
         self.signal_name: str | None = None
+        self.say = say or (lambda line: os.write(2, (line + "\n").encode()))
+        self.checkpoint_iteration: int | None = None
+        """The iteration of the run's newest committed checkpoint (None: none yet)."""
+        self.in_progress: Callable[[], str] = lambda: ""
+        """What the run is doing when the first signal comes, in words (e.g. ``step 0: critic
+        values, micro-batch 1/2 (...)``; empty when unknown)."""
+        self.rerun_hint: Callable[[], str] = lambda: "rerun it from the start"
+        """What the second signal's message offers when there is no checkpoint."""
         self._old: dict[int, Any] = {}
 
     def _handle(self, signum: int, _frame: Any) -> None:
         name = signal.Signals(signum).name
         if self.requested.is_set():
+            after = (f"--resume continues from the last checkpoint (iteration {self.checkpoint_iteration})"
+                     if self.checkpoint_iteration is not None else f"no checkpoint yet: {self.rerun_hint()}")
             raise TrainingInterrupted(f"interrupted by a second {name}: the publish or checkpoint in progress was "
-                                      "rolled back; --resume continues from the last checkpoint")
+                                      f"rolled back; {after}")
         self.signal_name = name
         self.requested.set()
+        doing = self.in_progress()
+        self.say(f"{name} received: stopping after the current iteration{f' (now: {doing})' if doing else ''}, "
+                 f"then a final checkpoint and publish (a long pass may take minutes); a second {name} interrupts "
+                 "at once")
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():

@@ -44,6 +44,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, trainer: Trainer | None = N
     tr = trainer or setup(cfg, resume=resume)
     state = tr.state
     tr.stream.stop_event = tr.stop.requested
+    tr.stop.in_progress = lambda: (tr.recorder.current_activity() if tr.recorder is not None else None) or (
+        f"{state.iteration} iteration(s) done")
     try:
         with tr.stop:
             _train_loop(tr)

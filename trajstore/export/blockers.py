@@ -8,7 +8,9 @@ The pass reads only the columns a refusal is decided on (spans, reward, trainabi
 counts), never the token ids. The secret scan covers only the trajectories that would be exported:
 not those a trainer layout leaves out as not trainable, nor those left out by ``--skip-refused``,
 nor those no option but ``--skip-refused`` could let in (no action span); it does cover those that
-``--without FIELD`` would let in, so that an export run with the listed options succeeds.
+``--without FIELD`` would let in, so that an export run with the listed options succeeds. A shard
+whose footer cannot be read is a blocker of its own (lifted by ``--skip-unreadable``, which leaves
+its rows out), never counted as trajectories the scan could not read.
 """
 
 from __future__ import annotations
@@ -171,6 +173,10 @@ def survey_export(store: Store, ids: list[str], target: Target, holds: frozenset
         out.blockers.append(Blocker(reason, n, (*lift, SKIP_OPTION), first[reason]))
     if not allow_secrets and to_scan:
         scan = find_secrets(store, trajectory_ids=to_scan)
+        # an unreadable shard is a blocker of its own (below); with skip_unreadable its rows are out of the
+        # export: either way they are never "exported unscanned", and --allow-secrets never the way out
+        left_out = {e.path for e in unreadable}
+        scan.unscanned = [u for u in scan.unscanned if u.trajectory_id is not None or u.shard not in left_out]
         why = secrets_refusal(scan, store=store.uri, selected=len(to_scan))
         if why is not None:
             hit = {f.trajectory_id for f in scan.findings} | {u.trajectory_id or u.shard for u in scan.unscanned}

@@ -26,7 +26,7 @@ from trajstore.schema import FIELD_DOCS, LOGPROB_LAYOUT, SCHEMA_VERSION, TRAJECT
 
 CARD_TABLES: Final[tuple[str, ...]] = (
     "overview.totals", "statuses.by_source", "rewards.by_source", "lengths.by_source", "coverage.tokens",
-    "coverage.not_trainable", "coverage.fidelity", "staleness.by_run", "staleness.unconsumed")
+    "coverage.not_trained", "coverage.fidelity", "staleness.by_run", "staleness.unconsumed")
 """The ``traj stats`` tables a card holds, named as ``traj stats --format json`` names them."""
 
 LICENSE_TO_FILL: Final[str] = "other"
@@ -253,7 +253,7 @@ def card_text(conn: duckdb.DuckDBPyConnection, *, where: str | None, reproduce: 
         "trajectory; `traj export` to a trainer's layout (verl, slime, SkyRL, TRL, AReaL, OpenRLHF) leaves them out "
         "unless `--include-not-trainable`.\n"
         + "\nTrajectories a trainer would not take as they are:\n\n"
-        + _markdown(stats["coverage.not_trainable"], "every trajectory is trainable"),
+        + _markdown(stats["coverage.not_trained"], "every trajectory is trainable"),
         "## Columns\n\nOne row per trajectory, the columns of the trajstore schema:\n\n"
         + "".join(f"- `{c}`: {d}\n" for c, d in FIELD_DOCS.items())
         + f"\nLog-prob layout: {LOGPROB_LAYOUT[SCHEMA_VERSION]}.\n",

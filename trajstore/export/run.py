@@ -177,17 +177,23 @@ def _check_options(target: Target, opts: ExportOptions) -> frozenset[str]:
     return frozenset(target.fields) - frozenset(opts.without)
 
 
-def _nothing_selected(conn: duckdb.DuckDBPyConnection, store: Store, sel: Selection) -> str:
-    """Why the selection is empty, in one line: an empty store, or what it filtered on."""
+def _nothing_selected(conn: duckdb.DuckDBPyConnection, store: Store, sel: Selection,
+                      skipped: list[CorruptShardError]) -> str:
+    """Why the selection is empty, in one line: an empty store (or one whose every readable shard
+    is empty: the `skipped` unreadable shards named), or what it filtered on."""
     total = conn.execute("SELECT count(*) FROM trajectories").fetchone()[0]
+    left_out = (f" (left out with {SKIP_UNREADABLE_OPTION}: {len(skipped)} unreadable shard(s): "
+                + ", ".join(e.path for e in skipped) + ")") if skipped else ""
     if not total:
-        return f"nothing to export: the store {store.uri} has no trajectories"
+        return f"nothing to export: the store {store.uri} has no readable trajectories{left_out}" if skipped else (
+            f"nothing to export: the store {store.uri} has no trajectories")
     what = []
     if sel.where:
         what.append(f"match --where {sel.where!r}")
     if sel.run:
         what.append(f"were consumed by training run {sel.run!r} (--run)")
-    return f"nothing to export: no trajectories {' and '.join(what) or 'selected'} (of {total} in the store)"
+    return (f"nothing to export: no trajectories {' and '.join(what) or 'selected'} (of {total} in the store)"
+            + left_out)
 
 
 def _nothing_left(result: ExportResult) -> str:
@@ -299,7 +305,9 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
     conn = audit.connect(s)
     sel = select_trajectories(conn, s, where=opts.where, run=opts.run, limit=opts.limit)
     if not sel.ids:
-        raise ExportError(_nothing_selected(conn, s, sel))
+        if bad and not opts.skip_unreadable:  # the rows may be in the shards that cannot be read
+            raise ExportError(unreadable_refusal(s, bad))
+        raise ExportError(_nothing_selected(conn, s, sel, bad))
     # every blocker at once, before anything is written; the secret scan covers only what would be exported
     found = survey_export(s, sel.ids, target, holds, skip_refused=opts.skip_refused,
                           include_not_trainable=opts.include_not_trainable, allow_secrets=opts.allow_secrets,
@@ -307,6 +315,8 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
                           on_rows=None if progress is None else lambda i, n: progress("checking", i, n))
     result = ExportResult(target=to, out=os.path.abspath(out), selected=len(sel.ids),
                           left_out=sorted(opts.without))
+    if opts.skip_unreadable:
+        result.unreadable_skipped = {e.path: None for e in bad}  # a footer that cannot be read: rows unknown
     if opts.dry_run:
         result.dry_run, result.blockers, result.exported = True, found.blockers, found.would_export
         result.skipped, result.not_trainable_left_out = found.skipped, found.not_trainable_left_out
@@ -315,7 +325,6 @@ def export_store(store: str | os.PathLike[str] | Store, to: str, out: str, optio
         return result
     if found.blockers:
         raise found.refused(to)
-    result.unreadable_skipped = {e.path: None for e in bad}  # a footer that cannot be read: rows unknown
     exported_ids: list[str] = []
     groups: dict[str, int] = {}  # group numbers across the parts of this export
     with staged_folder(out) as stage:

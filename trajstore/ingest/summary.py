@@ -92,6 +92,40 @@ class IngestReport:
                 "fidelity_gaps": dict(self.fidelity_gaps), "engine_ids_discarded": self.engine_ids_discarded}
 
 
+SUMMARY_DOCS = "docs/ingest.md#the-ingest-summary"
+"""The page (and anchor) that explains every line of the ingest summary."""
+
+SKIP_MEANINGS: dict[str, str] = {
+    "already_in_store": "a trajectory with that id is already stored (ingesting the same logs again adds nothing)",
+    "duplicate_in_input": "the input holds the same trajectory twice: the first copy is stored",
+    "superseded_completion_log": "an OpenHands V1 completion log whose whole conversation a later completion log of "
+                                 "the same directory repeats: that later log's trajectory holds its calls, nothing "
+                                 "is lost",
+    "invalid": "the trajectory built from the log breaks a schema rule (listed on stderr as refused)",
+    "no_trajectory": "a file holding no trajectory (a score, conversation state, metadata), read with the file "
+                     "it belongs to or named on stderr",
+}
+"""One line per skip reason of the ingest summary: why it is not stored and whether it matters."""
+
+NOT_FAITHFUL_MEANING = (
+    "trajectories stored with an approximation of what the model was sent or generated, per part (e.g. tools: "
+    "the log has no tool definitions; system_prompt: it has no system prompt); they are stored and train, the "
+    "reason is in metadata fidelity_gaps, and traj stats --coverage (coverage.fidelity) counts them")
+"""What the summary's ``not faithful: FLAG`` lines mean."""
+
+
+def summary_notes(report: IngestReport) -> list[str]:
+    """What the kinds of lines of `report`'s human summary mean, one line each (only for the kinds
+    it shows), ending with the page that explains them all (:data:`SUMMARY_DOCS`)."""
+    notes = [f"note: skipped: {reason}: {SKIP_MEANINGS[reason]}" for reason in sorted(report.skipped)
+             if report.skipped[reason] and reason in SKIP_MEANINGS]
+    if report.skipped_inputs and "no_trajectory" not in report.skipped:
+        notes.append(f"note: skipped: no_trajectory: {SKIP_MEANINGS['no_trajectory']}")
+    if any(flag != ENGINE_IDS_DISCARDED for flag in report.fidelity_gaps):
+        notes.append(f"note: not faithful: {NOT_FAITHFUL_MEANING}")
+    return [*notes, f"note: every line of this summary is explained in {SUMMARY_DOCS}"] if notes else []
+
+
 @dataclass(frozen=True)
 class IngestProgress:
     """Where an ingest stands, passed to the ``progress`` callback after every input unit and

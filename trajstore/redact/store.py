@@ -48,7 +48,7 @@ def _list_shards(store: Store, unscanned: list[Unscanned]) -> list[ShardInfo]:
         shards = store.list_shards(TRAJECTORIES_DIR)
     for w in caught:
         if issubclass(w.category, CorruptShardWarning):
-            unscanned.append(Unscanned(None, str(w.message)))
+            unscanned.append(Unscanned(None, str(w.message), getattr(w.message, "shard", None)))
         else:  # not ours to swallow
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return shards

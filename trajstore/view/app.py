@@ -124,9 +124,9 @@ def create_app(cfg: ViewConfig, *, index: StoreIndex | None = None) -> FastAPI:
             return PlainTextResponse(f"run {run!r} is not a run of {cfg.store}", status_code=404)
         try:
             page = load_trajectory(index, decoder, tid, run=run, with_tokens=view == "tokens")
-        except TrajectoryNotFound:
-            return HTMLResponse(templates.get_template("missing.html").render(trajectory_id=tid, store=cfg.store),
-                                status_code=404)
+        except TrajectoryNotFound as e:
+            return HTMLResponse(templates.get_template("missing.html").render(
+                trajectory_id=tid, store=cfg.store, unreadable=e.unreadable), status_code=404)
         numbers = json.dumps(page.numbers, separators=(",", ":"), allow_nan=False) if view == "tokens" else "{}"
         ids = json.dumps(page.token_ids, separators=(",", ":")) if view == "tokens" else "[]"
         return templates.TemplateResponse(request, "trajectory.html", {

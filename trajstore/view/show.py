@@ -6,6 +6,8 @@ Imports no web or SQL dependency, so a new process shows a trajectory in well un
 from __future__ import annotations
 
 import json
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,15 +19,49 @@ from trajstore.errors import TrajstoreError
 from trajstore.reader import read_trajectories_by_id
 from trajstore.reader.files import StoreLike, as_store
 from trajstore.schema import ACTION_LOGPROBS_COLUMN
+from trajstore.store import CorruptShardWarning, Store
 from trajstore.view.decode import Decoder
 from trajstore.view.transcript import SpanView, span_views, trajectory_flags
 
 
 class TrajectoryNotInStore(TrajstoreError):
-    """No trajectory with that id in the store."""
+    """No trajectory with that id in the store's readable shards.
 
-    def __init__(self, trajectory_id: str, store: str):
-        super().__init__(f"no trajectory {trajectory_id!r} in {store}")
+    Attributes:
+        unreadable: the shards (URLs) that could not be read: any of them may hold it.
+    """
+
+    def __init__(self, trajectory_id: str, store: str, unreadable: Sequence[str] = ()):
+        self.unreadable = list(unreadable)
+        if self.unreadable:
+            super().__init__(
+                f"no trajectory {trajectory_id!r} in the readable shards of {store}; {len(self.unreadable)} shard(s) "
+                f"could not be read and may hold it: {', '.join(self.unreadable)} (`traj validate {store}` says "
+                "why; restore or remove them)")
+        else:
+            super().__init__(f"no trajectory {trajectory_id!r} in {store}")
+
+
+def read_one(store: Store, trajectory_id: str) -> pa.Table:
+    """The stored row of `trajectory_id` (no row when absent), read like
+    :func:`~trajstore.reader.read_trajectories_by_id`.
+
+    Raises:
+        TrajectoryNotInStore: no such row, naming the shards that could not be read (a damaged
+            shard may hold it: "no such trajectory" alone would be wrong).
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CorruptShardWarning)
+        table = read_trajectories_by_id(store, [trajectory_id])
+    unreadable = []
+    for w in caught:
+        if issubclass(w.category, CorruptShardWarning) and table.num_rows == 0:
+            unreadable.append(getattr(w.message, "shard", None) or str(w.message))
+        else:  # the row was found, or not ours to swallow: warn as usual
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if table.num_rows == 0:
+        raise TrajectoryNotInStore(trajectory_id, store.url(), list(dict.fromkeys(unreadable)))
+    return table
 
 
 @dataclass
@@ -90,14 +126,11 @@ def show_trajectory(uri: StoreLike, trajectory_id: str, *, tokenizer: str | None
             folder) instead of the trajectory's own ``tokenizer`` column.
 
     Raises:
-        TrajectoryNotInStore: no trajectory with that id.
+        TrajectoryNotInStore: no trajectory with that id (naming the shards that could not be read).
         StoreError: `uri` is not a store.
     """
     store = as_store(uri, storage_options)
-    table = read_trajectories_by_id(store, [trajectory_id])
-    if table.num_rows == 0:
-        raise TrajectoryNotInStore(trajectory_id, store.url())
-    row = first_row(table)
+    row = first_row(read_one(store, trajectory_id))
     tokens: list[int] = row.pop("tokens")
     row.pop(ACTION_LOGPROBS_COLUMN)
     raw_spans: list[dict[str, Any]] = row.pop("spans")

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from trajstore.reader import read_trajectories_by_id
 from trajstore.schema import ACTION_LOGPROBS_COLUMN
 from trajstore.view.decode import Decoder
 from trajstore.view.index import INDEX_TABLE, StoreIndex
 from trajstore.view.lineage import LineageTree, parts_in_order, tree_from_links
+from trajstore.view.show import TrajectoryNotInStore, read_one
 from trajstore.view.transcript import SpanView, span_views, trajectory_flags
 
 ANNOTATION_FIELDS: tuple[tuple[str, str], ...] = (
@@ -67,7 +67,15 @@ class TrajectoryPage:
 
 
 class TrajectoryNotFound(KeyError):
-    """No trajectory with that id in the store (as listed in the index's snapshot)."""
+    """No trajectory with that id in the store (as listed in the index's snapshot).
+
+    Attributes:
+        unreadable: the shards (URLs) that could not be read: any of them may hold it.
+    """
+
+    def __init__(self, trajectory_id: str, unreadable: Sequence[str] = ()):
+        super().__init__(trajectory_id)
+        self.unreadable = list(unreadable)
 
 
 def f32_values(values: Sequence[float] | np.ndarray) -> list[float | None]:
@@ -87,11 +95,12 @@ def load_trajectory(index: StoreIndex, decoder: Decoder, trajectory_id: str, *, 
         with_tokens: also every token's text (the Tokens view); the transcript needs only spans.
 
     Raises:
-        TrajectoryNotFound: no such id in the store.
+        TrajectoryNotFound: no such id in the store's readable shards (naming those that could not be read).
     """
-    table = read_trajectories_by_id(index.store, [trajectory_id])
-    if table.num_rows == 0:
-        raise TrajectoryNotFound(trajectory_id)
+    try:
+        table = read_one(index.store, trajectory_id)
+    except TrajectoryNotInStore as e:
+        raise TrajectoryNotFound(trajectory_id, e.unreadable) from None
     row = table.slice(0, 1).to_pylist()[0]
     tokens: list[int] = row.pop("tokens")
     logprobs = np.asarray(row.pop(ACTION_LOGPROBS_COLUMN), dtype=np.float32)

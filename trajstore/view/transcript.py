@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajstore.view.decode import Decoder
+from trajstore.wording import MARKED_NOT_TRAINABLE, TEXT_ONLY, WITHOUT_REWARD
 
 
 @dataclass
@@ -70,14 +71,17 @@ def trajectory_flags(row: dict[str, Any], spans: list[dict[str, Any]], metadata:
         flags.append(("retokenized", f"token ids re-tokenized from the logged text with the chat template of "
                                      f"{row.get('tokenizer')}: not the ids the engine sampled"))
     if row.get("logprob_source") == "none":
-        flags.append(("no engine log-probs", "the log has no rollout log-prob: training needs --behaviour-logprobs "
-                                             "initial-policy"))
+        flags.append(("no engine log-probs", "the log has no rollout log-prob"))
     elif row.get("num_missing_logprobs"):
         flags.append(("missing log-probs", f"{row['num_missing_logprobs']} action tokens without an engine log-prob"))
     if not row.get("trainable", True):
-        flags.append(("not trainable", str(row.get("not_trainable_reason") or "")))
+        flags.append(("not trainable", f"{MARKED_NOT_TRAINABLE}: {row.get('not_trainable_reason') or 'no reason stored'}"))
+    elif "logprob_source" in row and (row["logprob_source"] != "engine" or row.get("token_source") != "engine"):
+        # stored trainable, but traj train refuses it without the option (stats --coverage: the same words)
+        flags.append(("text only", f"trainable = true, but {TEXT_ONLY} (traj train computes its behaviour "
+                                   "log-probs with the initial weights)"))
     if row.get("reward") is None:
-        flags.append(("no reward", "no reward was logged"))
+        flags.append(("no reward", f"no reward was logged: traj train skips it ({WITHOUT_REWARD})"))
     if row.get("num_actions") and row.get("min_policy_version") is None:
         flags.append(("no policy version", "the actions carry no policy version: their staleness is undefined"))
     mixed = sum(1 for s in spans if s.get("policy_version_max") is not None)

@@ -392,3 +392,16 @@ def test_mixed_span_trains_at_its_oldest_version_and_is_counted(tmp_path):
     np.testing.assert_array_equal(s.policy_version, [-1, -1, 2, 2, -1, 3, 3, 3])
     assert s.mixed_version_actions == 1
     assert (s.min_policy_version, s.max_policy_version) == (2, 3)
+
+
+def test_an_unreadable_shard_refuses_the_run_unless_skip_unreadable(tmp_path: Path) -> None:
+    """As the audits and export: a truncated shard's rows silently left out of a run is refused,
+    naming the shard, before anything is written; --skip-unreadable trains on the rest."""
+    write_synthetic_store(tmp_path, 8, per_shard=4)
+    shard = sorted((tmp_path / "trajectories").glob("*.parquet"))[-1]
+    shard.write_bytes(shard.read_bytes()[:200])
+    with pytest.raises(TrainDataError, match=f"{shard.name}.*nothing was written.*--skip-unreadable"):
+        _stream(tmp_path, batch_size=4).precheck()
+    with pytest.warns(UserWarning, match="skipping corrupt shard"):
+        census = _stream(tmp_path, batch_size=4, skip_unreadable=True).precheck()
+    assert census.rows == 4

@@ -65,11 +65,21 @@ def test_sigterm_during_a_publish_finishes_it_and_stops_cleanly(tmp_path: Path,
 
 
 # what `traj train` tells its user while it runs and how it stops
-def test_a_second_sigterm_rolls_the_publish_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_second_sigterm_rolls_the_publish_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capfd: pytest.CaptureFixture[str]) -> None:
     write_synthetic_store(tmp_path, 8)
     _patch_save(monkeypatch, signals=2, at_version=1)
-    with pytest.raises(TrainingInterrupted, match="second SIGTERM"):
+    with pytest.raises(TrainingInterrupted, match="second SIGTERM") as e:
         train(_cfg(tmp_path))
+    # walkthrough: the first SIGTERM printed nothing, the second offered --resume of a run without
+    # any checkpoint
+    first = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("SIGTERM received")]
+    assert first == ["SIGTERM received: stopping after the current iteration (now: 1 iteration(s) done), then a final "
+                     "checkpoint and publish (a long pass may take minutes); a second SIGTERM interrupts at once"]
+    assert "--resume continues" not in str(e.value)
+    assert "no checkpoint yet: its 1 recorded iteration(s) cannot be resumed without one: start a new --run" in str(
+        e.value)  # iteration 1's records were written before its publish was interrupted
+    assert str(tmp_path / "policies" / "r") in str(e.value) and "traj gc keeps" in str(e.value)
     assert latest_policy_version(tmp_path, "r") == 0 and list_policy_versions(tmp_path, "r") == [0]
     assert not (tmp_path / "policies/r/v1").exists()
     assert _tmp_entries(tmp_path) == []  # the half-written v1 is gone
@@ -111,3 +121,21 @@ def test_sigterm_to_a_following_traj_train_exits_0_with_a_checkpoint(tmp_path: P
     assert json.loads(out)["iterations"] == 2
     assert json.loads((tmp_path / "runs/f/checkpoints/LATEST").read_text())["iteration"] == 2
     assert _tmp_entries(tmp_path) == []
+
+
+def test_a_second_sigterm_after_a_checkpoint_offers_resume_from_it(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    write_synthetic_store(tmp_path, 8)
+    _patch_save(monkeypatch, signals=2, at_version=2)
+    cfg = _cfg(tmp_path)
+    cfg.run.checkpoint_every = 1
+    with pytest.raises(TrainingInterrupted, match=r"--resume continues from the last checkpoint \(iteration 1\)"):
+        train(cfg)
+
+
+def test_no_checkpoint_and_nothing_recorded_says_rerun_the_same_command(tmp_path: Path) -> None:
+    from trajstore import open_store
+    from trajstore.trainer.loop.resume import interrupted_rerun_hint
+
+    hint = interrupted_rerun_hint(open_store(str(tmp_path)), "r", iterations=0)
+    assert hint.startswith("rerun the same command to start it again") and str(tmp_path / "policies" / "r") in hint
