@@ -4,7 +4,7 @@ A benchmark's jobs run in a spawn :class:`~concurrent.futures.ProcessPoolExecuto
 parent goes away without its workers noticing, both closed here:
 
 * **SIGTERM / SIGINT** (``pkill``, Ctrl-C): :func:`run_jobs` turns the signal into
-  :class:`Stopped` in the parent's main thread, cancels the pending jobs, terminates the workers
+  :class:`~trajstore.lifeline.Stopped` in the parent's main thread, cancels the pending jobs, terminates the workers
   and waits for them before the exception goes on (the CLI prints one line and exits 128 + the
   signal's number). Without this, the executor's exit waits for the running jobs, or the default
   SIGTERM action ends the parent alone and the workers train on, reparented to pid 1.
@@ -24,31 +24,15 @@ import multiprocessing as mp
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
 from typing import Any
 
-PARENT_GONE_EXIT = 75
-"""Exit status of a worker whose parent died (EX_TEMPFAIL: nobody will collect its result)."""
+from trajstore.lifeline import PARENT_GONE_EXIT, Stopped, signals_stop
+
 POLL_PARENT_S = 1.0
 """Without a multiprocessing parent sentinel (a worker not started by multiprocessing): seconds
 between checks of ``os.getppid()``."""
-
-
-class Stopped(BaseException):
-    """The parent got SIGTERM or SIGINT while jobs ran (a BaseException, like KeyboardInterrupt,
-    so that no ``except Exception`` on the way swallows it)."""
-
-    def __init__(self, signum: int, message: str = "") -> None:
-        super().__init__(message or signal.Signals(signum).name)
-        self.signum = signum
-        self.message = message
-
-    @property
-    def exit_code(self) -> int:
-        """128 + the signal's number, the shell's convention for a process ended by a signal."""
-        return 128 + self.signum
 
 
 def _exit_when_parent_dies() -> None:
@@ -86,25 +70,6 @@ def terminate(pool: ProcessPoolExecutor) -> int:
             p.kill()
             p.join()
     return len(alive)
-
-
-@contextmanager
-def signals_stop() -> Iterator[None]:
-    """While inside: SIGTERM and SIGINT raise :class:`Stopped` in the main thread (elsewhere, or
-    outside the main thread, nothing changes)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, _frame: Any) -> None:
-        raise Stopped(signum)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def run_jobs(jobs: list[tuple[str, Callable[..., Any], tuple[Any, ...]]], processes: int,

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from trajstore.lifeline import Stopped
 from trajstore.trainer.apps.learning_bench.analysis import analyse
 from trajstore.trainer.apps.learning_bench.arms import BenchError
 from trajstore.trainer.apps.learning_bench.compare import compare_runs
@@ -37,7 +38,7 @@ from trajstore.trainer.apps.learning_bench.spec import RunSpec
 from trajstore.trainer.apps.learning_bench.sweep import sweep_markdown, sweep_rows
 from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig, ensure_warm_start
 from trajstore.trainer.apps.scratch import bench_scratch
-from trajstore.trainer.apps.worker_pool import Stopped, run_jobs
+from trajstore.trainer.apps.worker_pool import run_jobs
 
 # -- jobs (run in worker processes) --------------------------------------------------------------
 
