@@ -107,7 +107,6 @@ def learning_cmd(
     from trajstore.trainer.apps.learning_bench.resume import plan, resume_suite, stored_config
     from trajstore.trainer.apps.learning_bench.suite import reanalyse as redo
     from trajstore.trainer.apps.learning_bench.suite import run_suite
-    from trajstore.trainer.apps.worker_pool import Stopped
 
     if preset is not None and preset not in PRESETS:
         raise InvalidOptionError(f"invalid option --preset: must be {', '.join(PRESETS)} (got {preset!r})")
@@ -141,23 +140,19 @@ def learning_cmd(
         raise InvalidOptionError("invalid option --dry-run: it needs --resume DIR")
     err = new_console(stderr=True)
     say = lambda m: err.print(m, highlight=False)  # noqa: E731
-    try:
-        if reanalyse:
-            summary = redo(reanalyse, scratch=scratch, compare=compare)
-            cfg = SuiteConfig.model_validate_json(open(f"{reanalyse}/config.json").read())
-        elif resume:
-            if dry_run:
-                render_record("traj bench learning --resume --dry-run", plan(resume, preset, over), fmt)
-                return
-            summary = resume_suite(resume, preset=preset, options=over, scratch=scratch, processes=processes,
-                                   log=say)
-            cfg = stored_config(Path(resume))
-        else:
-            cfg = SuiteConfig.preset_config(preset or "default", **over)  # type: ignore[arg-type]
-            summary = run_suite(cfg, log=say)
-    except Stopped as e:  # SIGTERM / SIGINT: the workers are stopped and reaped; one line, exit 128 + signal
-        err.print(f"traj bench learning: {e.message or e}", highlight=False, soft_wrap=True)
-        raise typer.Exit(e.exit_code) from None
+    if reanalyse:
+        summary = redo(reanalyse, scratch=scratch, compare=compare)
+        cfg = SuiteConfig.model_validate_json(open(f"{reanalyse}/config.json").read())
+    elif resume:
+        if dry_run:
+            render_record("traj bench learning --resume --dry-run", plan(resume, preset, over), fmt)
+            return
+        summary = resume_suite(resume, preset=preset, options=over, scratch=scratch, processes=processes,
+                               log=say)
+        cfg = stored_config(Path(resume))
+    else:
+        cfg = SuiteConfig.preset_config(preset or "default", **over)  # type: ignore[arg-type]
+        summary = run_suite(cfg, log=say)
     if fmt is OutputFormat.json:
         render_record("traj bench learning", summary, fmt)
         return
