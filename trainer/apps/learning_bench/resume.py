@@ -18,7 +18,7 @@ from typing import Any
 from trajstore.trainer.apps.learning_bench.arms import BenchError
 from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
 from trajstore.trainer.apps.learning_bench.provenance import machine_info
-from trajstore.trainer.apps.learning_bench.suite import execute, plan_jobs
+from trajstore.trainer.apps.learning_bench.suite import RUN_CONFIG, execute, plan_jobs
 
 MACHINE_LOCAL = ("scratch", "processes")
 """Settings a resumed session may change: where warm starts are cached and how many worker
@@ -34,9 +34,9 @@ def stored_config(run_dir: Path) -> SuiteConfig:
         BenchError: no ``config.json`` and ``results/`` there, or a staleness sweep's parent
             directory (each ``workers-<n>/`` below it resumes on its own).
     """
-    if not (run_dir / "config.json").is_file() or not (run_dir / "results").is_dir():
+    if not (run_dir / RUN_CONFIG).is_file() or not (run_dir / "results").is_dir():
         raise BenchError(f"--resume {run_dir}: not a run directory (no config.json and results/ there)")
-    cfg = SuiteConfig.model_validate_json((run_dir / "config.json").read_text())
+    cfg = SuiteConfig.model_validate_json((run_dir / RUN_CONFIG).read_text())
     if cfg.sweep_workers:
         raise BenchError(f"--resume {run_dir}: a staleness sweep; resume each of its workers-<n>/ directories")
     return cfg

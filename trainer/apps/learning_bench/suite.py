@@ -40,6 +40,9 @@ from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig, ens
 from trajstore.trainer.apps.scratch import bench_scratch
 from trajstore.trainer.apps.worker_pool import run_jobs
 
+RUN_CONFIG = "config.json"
+"""A run directory's settings (:class:`SuiteConfig` as JSON), written before any job runs."""
+
 # -- jobs (run in worker processes) --------------------------------------------------------------
 
 
@@ -112,7 +115,7 @@ def run_suite(cfg: SuiteConfig, *, log: Callable[[str], None] = lambda _m: None,
     out = out or _fresh(scratch, cfg.preset)
     (out / "results").mkdir(parents=True, exist_ok=False)
     (out / "stores").mkdir()
-    (out / "config.json").write_text(cfg.model_dump_json(indent=2))
+    (out / RUN_CONFIG).write_text(cfg.model_dump_json(indent=2))
     info = machine_info()
     (out / "machine.json").write_text(json.dumps(info, indent=2))
     log(f"traj bench learning --preset {cfg.preset}: writing to {out}")
