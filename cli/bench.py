@@ -94,7 +94,7 @@ def learning_cmd(
                                                     "config.json (every result file there is kept, the rest runs, "
                                                     "then the report); --scratch and --processes may change, any "
                                                     "other option must agree with config.json"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="with --resume: list the results it keeps and the jobs "
+    dry_run: bool = typer.Option(False, "--dry-run/--no-dry-run", help="with --resume: list the results it keeps and the jobs "
                                                           "it would run, and run nothing"),
     fmt: FormatOption = OutputFormat.table,
 ) -> None:
