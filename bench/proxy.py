@@ -50,6 +50,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from trajstore.lifeline import Stopped, child_lifeline, signals_stop
 from trajstore.reader import read_trajectories
 
 TARGET_P50_MS = 5.0
@@ -60,6 +61,16 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+WATCH = "from trajstore.lifeline import watch_lifeline; watch_lifeline()\n"
+"""First line of every child's code: it ends when this benchmark dies (trajstore.lifeline)."""
+
+
+def _popen(cmd: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+    """A server child (``python -c WATCH + code``) handed the lifeline's read end."""
+    env, fds = child_lifeline()
+    return subprocess.Popen(cmd, env={**os.environ, **env}, pass_fds=fds, **kw)
 
 
 def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
@@ -83,7 +94,7 @@ def start_upstream(reply_tokens: int) -> tuple[subprocess.Popen[bytes], str]:
     code = ("import uvicorn; from trajstore.proxy.testing import fake_app; "
             f"uvicorn.run(fake_app(reply={reply!r}), host='127.0.0.1', port={port}, log_level='warning', "
             "access_log=False)")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = _popen([sys.executable, "-c", WATCH + code], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     _wait_http(url + "/v1/models", proc)
     return proc, url
@@ -92,10 +103,10 @@ def start_upstream(reply_tokens: int) -> tuple[subprocess.Popen[bytes], str]:
 def start_proxy(upstream: str, store: str, log: str) -> tuple[subprocess.Popen[bytes], str]:
     """``traj proxy`` as users start it."""
     port = _free_port()
-    cmd = [sys.executable, "-c", "from trajstore.cli.main import app; app()", "proxy", store, "--upstream", upstream,
+    cmd = [sys.executable, "-c", WATCH + "from trajstore.cli.main import app; app()", "proxy", store, "--upstream", upstream,
            "--port", str(port), "--tokenizer", "fake-bytes", "--session-timeout", "3600"]
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
+        proc = _popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     _wait_http(url + "/health", proc)
     return proc, url
@@ -143,8 +154,8 @@ uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False)).run(
 def start_hop(upstream: str) -> tuple[subprocess.Popen[bytes], str]:
     """The pass-through forwarder (see the module docstring) in its own process."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-c", HOP_APP, upstream, str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT)
+    proc = _popen([sys.executable, "-c", WATCH + HOP_APP, upstream, str(port)], stdout=subprocess.DEVNULL,
+                  stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     _wait_http(url + "/docs-not-here", proc)
     return proc, url
@@ -391,4 +402,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        with signals_stop():  # SIGTERM too runs main's finally, which stops the servers
+            main()
+    except Stopped as e:
+        print(f"stopped: {e.message}", file=sys.stderr)
+        sys.exit(e.exit_code)

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+from trajstore.lifeline import Stopped, signals_stop
+
 
 def _children() -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
@@ -88,7 +90,7 @@ def main() -> None:
                 for w in args.watch:
                     peak_disk[w] = max(peak_disk[w], disk_bytes(w))
             time.sleep(args.interval)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Stopped):  # the measured command (its own session) stops with this one
         os.killpg(proc.pid, signal.SIGTERM)
         raise
     wall = time.monotonic() - t0
@@ -104,4 +106,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        with signals_stop():
+            main()
+    except Stopped as e:
+        print(f"stopped: {e.message}", file=sys.stderr)
+        sys.exit(e.exit_code)

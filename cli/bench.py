@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -60,7 +61,7 @@ def _claim_seeds(text: str) -> dict[str, int]:
 @bench_app.command("learning")
 @friendly_errors
 def learning_cmd(
-    preset: str = typer.Option("default", help="default (the bench/LEARNING.md grid, sized for <= 20 min on 2 idle "
+    preset: str | None = typer.Option(None, help="default (the preset when none is given; the bench/LEARNING.md grid, sized for <= 20 min on 2 idle "
                                                "cores), smoke (CI: one short run of everything the default runs), "
                                                "calibrate (the one-off learning-rate calibration), long (4 arms, "
                                                "400 policy steps, 10 seeds), power (the DIS and critic claims with "
@@ -89,6 +90,12 @@ def learning_cmd(
                                                      "(e.g. another machine's, bench/learning_results/default-idle); "
                                                      "each claim's direction, Holm p and verdict in both runs, side "
                                                      "by side, in the report and tables.md"),
+    resume: str | None = typer.Option(None, help="a stopped run directory: continue it there with its own "
+                                                    "config.json (every result file there is kept, the rest runs, "
+                                                    "then the report); --scratch and --processes may change, any "
+                                                    "other option must agree with config.json"),
+    dry_run: bool = typer.Option(False, "--dry-run/--no-dry-run", help="with --resume: list the results it keeps and the jobs "
+                                                          "it would run, and run nothing"),
     fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """Train SAO and its ablations from a supervised warm start under simulated asynchrony, score
@@ -97,10 +104,11 @@ def learning_cmd(
     from trajstore.trainer.apps.learning_bench.arms import BenchError, get_arm
     from trajstore.trainer.apps.learning_bench.presets import PRESETS, SuiteConfig
     from trajstore.trainer.apps.learning_bench.report import summary_tables
+    from trajstore.trainer.apps.learning_bench.resume import plan, resume_suite, stored_config
     from trajstore.trainer.apps.learning_bench.suite import reanalyse as redo
     from trajstore.trainer.apps.learning_bench.suite import run_suite
 
-    if preset not in PRESETS:
+    if preset is not None and preset not in PRESETS:
         raise InvalidOptionError(f"invalid option --preset: must be {', '.join(PRESETS)} (got {preset!r})")
     if mismatch is not None and mismatch not in ("noise", "engine"):
         raise InvalidOptionError(f"invalid option --mismatch: must be noise or engine (got {mismatch!r})")
@@ -126,13 +134,25 @@ def learning_cmd(
         over["claim_seeds"] = _claim_seeds(claim_seeds)
     if compare and not reanalyse:
         raise InvalidOptionError("invalid option --compare: it needs --reanalyse DIR (the run to compare it with)")
+    if resume and reanalyse:
+        raise InvalidOptionError("invalid option --resume: not with --reanalyse (a resumed run is analysed when it ends)")
+    if dry_run and not resume:
+        raise InvalidOptionError("invalid option --dry-run: it needs --resume DIR")
     err = new_console(stderr=True)
+    say = lambda m: err.print(m, highlight=False)  # noqa: E731
     if reanalyse:
         summary = redo(reanalyse, scratch=scratch, compare=compare)
         cfg = SuiteConfig.model_validate_json(open(f"{reanalyse}/config.json").read())
+    elif resume:
+        if dry_run:
+            render_record("traj bench learning --resume --dry-run", plan(resume, preset, over), fmt)
+            return
+        summary = resume_suite(resume, preset=preset, options=over, scratch=scratch, processes=processes,
+                               log=say)
+        cfg = stored_config(Path(resume))
     else:
-        cfg = SuiteConfig.preset_config(preset, **over)  # type: ignore[arg-type]
-        summary = run_suite(cfg, log=lambda m: err.print(m, highlight=False))
+        cfg = SuiteConfig.preset_config(preset or "default", **over)  # type: ignore[arg-type]
+        summary = run_suite(cfg, log=say)
     if fmt is OutputFormat.json:
         render_record("traj bench learning", summary, fmt)
         return

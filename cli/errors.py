@@ -18,6 +18,7 @@ import typer
 import trajstore
 import trajstore.cli
 from trajstore.errors import TrajstoreError, TrajstoreWarning, one_line, os_error_line
+from trajstore.lifeline import Stopped
 
 EXIT_ERROR = 1
 """Exit status of a command that failed with an error (one line on stderr)."""
@@ -106,7 +107,8 @@ def invalid_options(error: Any, renamed: dict[str, str] | None = None) -> Invali
 
 def friendly_errors(fn: F) -> F:
     """Turn known errors into one clear line on stderr and exit status :data:`EXIT_ERROR`
-    (click exits :data:`EXIT_USAGE` for bad usage), and the library's warnings into one line
+    (click exits :data:`EXIT_USAGE` for bad usage), a SIGTERM/SIGINT that stopped the command
+    (:class:`~trajstore.lifeline.Stopped`) into ``stopped: ...`` and exit status 128 + the signal, and the library's warnings into one line
     each (:func:`one_line_warnings`)."""
 
     @functools.wraps(fn)
@@ -114,6 +116,9 @@ def friendly_errors(fn: F) -> F:
         try:
             with one_line_warnings():
                 return fn(*args, **kwargs)
+        except Stopped as e:  # SIGTERM / SIGINT inside signals_stop: the children are stopped already
+            typer.echo(f"stopped: {one_line(e.message)}", err=True)
+            raise typer.Exit(e.exit_code) from None
         except InvalidOptionError as e:
             if os.environ.get("TRAJ_TRACEBACK"):
                 raise

@@ -3,9 +3,11 @@
 
 import sys
 
+from trajstore.lifeline import watch_lifeline
 from trajstore.trainer.apps.demo.trainer_child import train_child
 
 if __name__ == "__main__":
+    watch_lifeline()  # ends with the process that started it
     if len(sys.argv) != 4 or sys.argv[1] != "train-child":
         sys.exit("usage: python -m trajstore.trainer.apps.demo train-child CONFIG.json THREADS (use `traj demo`)")
     train_child(sys.argv[2], int(sys.argv[3]))

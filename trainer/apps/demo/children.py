@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trajstore.errors import TrajstoreError
+from trajstore.lifeline import child_lifeline
 from trajstore.proxy.config import GRACEFUL_SHUTDOWN_S
 from trajstore.trainer.apps.demo.proxy_shutdown import ProxyShutdown, parse_proxy_shutdown
 
@@ -50,11 +51,13 @@ def start_trainer(config: TrainConfig, config_path: Path, log_path: Path, thread
     data while its stdin (a pipe from this process) is open; close it when no more episodes
     will come."""
     config_path.write_text(config.to_json())
+    lifeline, fds = child_lifeline()  # it ends when this process dies, however that happens
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               HF_HUB_DISABLE_PROGRESS_BARS="1", TQDM_DISABLE="1")
+               HF_HUB_DISABLE_PROGRESS_BARS="1", TQDM_DISABLE="1", **lifeline)
     cmd = [sys.executable, "-m", "trajstore.trainer.apps.demo", "train-child", str(config_path), str(threads)]
     with open(log_path, "wb") as log:
-        return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                pass_fds=fds)
 
 
 POLL_LINE_PREFIX = "waiting for new trajectories"
@@ -101,14 +104,21 @@ def exit_message(what: str, code: int | None, log: Path) -> str:
     return f"{what} exited with code {code} (log: {log}" + (f"; last line: {tail})" if tail else ")")
 
 
+TRAJ_CHILD_CODE = ("from trajstore.lifeline import watch_lifeline; watch_lifeline(); "
+                   "from trajstore.cli.main import app; app()")
+"""What a ``traj`` child runs: the lifeline's watcher, then the command line."""
+
+
 def start_traj_child(args: list[str], log_path: Path, threads: int | None = None) -> subprocess.Popen[bytes]:
-    """A ``traj`` command of this interpreter as a child process, its output going to `log_path`."""
-    env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", TQDM_DISABLE="1")
+    """A ``traj`` command of this interpreter as a child process, its output going to `log_path`;
+    it stops (SIGTERM, as a user's) when this process dies (:mod:`trajstore.lifeline`)."""
+    lifeline, fds = child_lifeline()
+    env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", TQDM_DISABLE="1", **lifeline)
     if threads is not None:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    cmd = [sys.executable, "-c", "from trajstore.cli.main import app; app()", *args]
+    cmd = [sys.executable, "-c", TRAJ_CHILD_CODE, *args]
     with open(log_path, "wb") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=fds)
 
 
 def free_port() -> int:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trajstore.lifeline import signals_stop
 from trajstore.store import TRAJECTORIES_DIR, open_store
 from trajstore.store.layout import run_app_config_file, run_log_file
 from trajstore.store.layout import run_dir as run_dir_of
@@ -87,14 +88,16 @@ def run_demo(cfg: DemoConfig, *, console: Console | None = None) -> DemoResult:
     Path(store.path(run_app_config_file(run_id, DEMO_CONFIG))).write_text(cfg.model_copy(update={"run_id": run_id}).model_dump_json(indent=2))
     run = _DemoRun(cfg, run_id, store, run_dir, console, t0)
     run.say(f"[bold]traj demo[/] run [cyan]{run_id}[/], store [cyan]{store.uri}[/] ({cpu_count()} cores)")
-    try:
+    # SIGTERM too unwinds through the finally that stops the children (trajstore.lifeline.Stopped)
+    with signals_stop():
         try:
-            stop = run.start_children() or run.play()
-        except DemoError as e:  # a child exited before it was ready
-            stop = DemoStop("child_failed", str(e), "read its log for the cause")
-        stop = run.end_trainer(stop)
-    finally:
-        run.children.stop_all()
+            try:
+                stop = run.start_children() or run.play()
+            except DemoError as e:  # a child exited before it was ready
+                stop = DemoStop("child_failed", str(e), "read its log for the cause")
+            stop = run.end_trainer(stop)
+        finally:
+            run.children.stop_all()
     result = DemoResult(store=store.uri, run_id=run_id, episodes=run.episodes,
                         versions_loaded=[w["version"] for w in run.stats.get("weight_loads", [])],
                         steps_asked=cfg.steps, proxy_shutdown=run.children.proxy_shutdown,

@@ -78,7 +78,8 @@ def was_loaded(info: dict[str, Any]) -> bool:
 
 
 def describe(info: dict[str, Any]) -> str:
-    """One line: ``Intel Xeon ..., 2 CPUs usable, load 5.1 -> 7.9 (1-min), torch 2.13.0, commit abc1234``."""
+    """One line: ``Intel Xeon ..., 2 CPUs usable, load 5.1 -> 7.9 (1-min), torch 2.13.0, commit abc1234``,
+    then ``; resumed <UTC> at commit <c> (<n> results kept)`` for each ``--resume`` session."""
     load = ""
     if info.get("load_start") and info.get("load_end"):
         load = f", load {info['load_start'][0]:g} -> {info['load_end'][0]:g} (1-min average)"
@@ -89,5 +90,8 @@ def describe(info: dict[str, Any]) -> str:
                "cores")
         if was_loaded(info):  # CPU time measured under contention (shared caches, SMT) exceeds the idle one
             cpu += " (an estimate, not an idle measurement: CPU time on a loaded machine runs higher)"
+    resumed = "".join(f"; resumed {r.get('utc')} at commit {r.get('commit')} ({r.get('kept')} results kept)"
+                      for r in info.get("resumed", []))
     return (f"{info.get('cpu', '?')}, {info.get('affinity_cpus', '?')} CPUs usable{load}, Python {info.get('python')}, "
-            f"torch {info.get('torch')}, transformers {info.get('transformers')}, commit {info.get('commit')}{cpu}")
+            f"torch {info.get('torch')}, transformers {info.get('transformers')}, commit {info.get('commit')}{cpu}"
+            f"{resumed}")

@@ -2,26 +2,30 @@
 worker processes, then its analysis and report, all under a fresh directory of the scratch area
 (never into the checkout); or redo the analysis of a finished run directory from its per-run
 result files (``--reanalyse``; a directory committed to git, such as bench/learning_results/,
-is read and never written: the new report goes to a fresh directory of the scratch area)."""
+is read and never written: the new report goes to a fresh directory of the scratch area), or
+continue a stopped run in its own directory (``--resume``: :mod:`.resume`).
+
+Each per-run result file appears atomically (written under a temporary name, then renamed), so a
+run killed mid-write leaves no half-written result that a resume would trust. The workers exit
+with a stopped or killed parent (:mod:`trajstore.trainer.apps.worker_pool`)."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import math
-import multiprocessing as mp
 import os
 import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from trajstore.lifeline import Stopped
 from trajstore.trainer.apps.learning_bench.analysis import analyse
 from trajstore.trainer.apps.learning_bench.arms import BenchError
 from trajstore.trainer.apps.learning_bench.compare import compare_runs
@@ -34,6 +38,10 @@ from trajstore.trainer.apps.learning_bench.spec import RunSpec
 from trajstore.trainer.apps.learning_bench.sweep import sweep_markdown, sweep_rows
 from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig, ensure_warm_start
 from trajstore.trainer.apps.scratch import bench_scratch
+from trajstore.trainer.apps.worker_pool import run_jobs
+
+RUN_CONFIG = "config.json"
+"""A run directory's settings (:class:`SuiteConfig` as JSON), written before any job runs."""
 
 # -- jobs (run in worker processes) --------------------------------------------------------------
 
@@ -58,7 +66,7 @@ def _job_run(spec_json: str, store: str, out: str) -> dict[str, Any]:
     d = {"spec": json.loads(spec.model_dump_json()), "store": res.store, "history": res.history, "evals": res.evals,
          "log_ratio_hist": res.log_ratio_hist, "band": res.band, "staleness_tokens": res.staleness_tokens,
          "seconds": res.seconds, "cpu_seconds": time.process_time() - c0}
-    Path(out).write_text(json.dumps(d))
+    write_result(Path(out), d)
     return d
 
 
@@ -71,13 +79,19 @@ def _job_quality(warm: str, seed: int, cfg_json: str, out: str) -> dict[str, Any
     res = advantage_quality(warm, seed, QualityConfig(**d))
     res["seconds"] = time.monotonic() - t0
     res["cpu_seconds"] = time.process_time() - c0
-    Path(out).write_text(json.dumps(res))
+    write_result(Path(out), res)
     return res
 
 
-def _pool(n: int):  # noqa: ANN202
-
-    return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"))
+def write_result(path: Path, result: dict[str, Any]) -> None:
+    """`result` as JSON at `path`, atomically: written to a temporary file of the same directory
+    (a name :func:`load_results` skips), flushed to disk, then renamed over `path`."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as fh:
+        fh.write(json.dumps(result))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
 
 
 def _fresh(scratch: Path, stem: str) -> Path:
@@ -101,59 +115,91 @@ def run_suite(cfg: SuiteConfig, *, log: Callable[[str], None] = lambda _m: None,
     out = out or _fresh(scratch, cfg.preset)
     (out / "results").mkdir(parents=True, exist_ok=False)
     (out / "stores").mkdir()
-    (out / "config.json").write_text(cfg.model_dump_json(indent=2))
+    (out / RUN_CONFIG).write_text(cfg.model_dump_json(indent=2))
     info = machine_info()
     (out / "machine.json").write_text(json.dumps(info, indent=2))
     log(f"traj bench learning --preset {cfg.preset}: writing to {out}")
+    return execute(cfg, out, info, {}, log=log, t0=t0)
 
-    t_warm = time.monotonic()
-    kinds = {"policy": cfg.warm_start}
-    if cfg.needs_moe():  # the MoE critic arms' backbone, fitted to the same demonstrations
-        kinds["moe"] = replace(cfg.warm_start, model="tiny-qwen3-moe")
-    todo = [(kind, s, json.dumps(asdict(ws))) for kind, ws in kinds.items() for s in cfg.all_seeds()]
-    warm: dict[str, dict[int, str]] = {kind: {} for kind in kinds}
-    warm_cpu = 0.0
-    if cfg.processes == 1:
-        for kind, s, ws_json in todo:
-            _, warm[kind][s], c = _job_warm(str(scratch), s, ws_json)
-            warm_cpu += c
-    else:
-        with _pool(cfg.processes) as pool:
-            futs = {pool.submit(_job_warm, str(scratch), s, ws_json): kind for kind, s, ws_json in todo}
-            for f in as_completed(futs):
-                s, d, c = f.result()
-                warm[futs[f]][s] = d
-                warm_cpu += c
-    log(f"warm starts ready for seeds {cfg.all_seeds()} ({', '.join(kinds)}; {time.monotonic() - t_warm:.0f}s)")
-    specs = cfg.specs(warm["policy"], warm.get("moe"))
-    jobs: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = []
+
+Job = tuple[str, Callable[..., Any], tuple[Any, ...]]
+
+
+def plan_jobs(cfg: SuiteConfig, out: Path, warm: dict[str, dict[int, str]]) -> list[Job]:
+    """``(result name, job function, arguments)`` of every job of `cfg` (the advantage-quality
+    study, then every run, in :meth:`SuiteConfig.specs` order) writing into run directory `out`
+    (`warm`: kind -> seed -> warm-start directory, :func:`warm_starts`)."""
+    jobs: list[Job] = []
     if cfg.quality is not None:
         qjson = json.dumps(asdict(replace(cfg.quality, policy_lr=cfg.policy_lr)))
         for s in cfg.seeds:
             jobs.append((f"quality-s{s}", _job_quality,
                          (warm["policy"][s], s, qjson, str(out / "results" / f"quality-s{s}.json"))))
-    for sp in specs:
+    for sp in cfg.specs(warm["policy"], warm.get("moe")):
         name = f"{sp.run_id}-lr{sp.policy_lr:g}" if cfg.calibrate_lrs else sp.run_id
         jobs.append((name, _job_run, (sp.model_dump_json(), str(out / "stores" / name),
                                       str(out / "results" / f"{name}.json"))))
-    done: dict[str, Any] = {}
-    if cfg.processes == 1:
-        for i, (name, fn, args) in enumerate(jobs):
-            done[name] = fn(*args)
-            log(f"[{i + 1}/{len(jobs)}] {name} ({time.monotonic() - t0:.0f}s)")
-    else:
-        with _pool(cfg.processes) as pool:
-            futs = {pool.submit(fn, *args): name for name, fn, args in jobs}
-            for i, f in enumerate(as_completed(futs)):
-                done[futs[f]] = f.result()
-                log(f"[{i + 1}/{len(jobs)}] {futs[f]} ({time.monotonic() - t0:.0f}s)")
+    return jobs
+
+
+def warm_starts(cfg: SuiteConfig, processes: int, log: Callable[[str], None]) -> tuple[dict[str, dict[int, str]], float]:
+    """The warm starts `cfg` needs (kind -> seed -> directory; cached under ``cfg.scratch``,
+    trained there when missing) and the CPU seconds spent training them."""
+    t_warm = time.monotonic()
+    scratch = Path(cfg.scratch).expanduser().resolve()
+    kinds = {"policy": cfg.warm_start}
+    if cfg.needs_moe():  # the MoE critic arms' backbone, fitted to the same demonstrations
+        kinds["moe"] = replace(cfg.warm_start, model="tiny-qwen3-moe")
+    todo = [(kind, s, json.dumps(asdict(ws))) for kind, ws in kinds.items() for s in cfg.all_seeds()]
+    warm: dict[str, dict[int, str]] = {kind: {} for kind in kinds}
+    cpu = [0.0]
+
+    def got(kind: str, r: tuple[int, str, float]) -> None:
+        warm[kind][r[0]] = r[1]
+        cpu[0] += r[2]
+
+    # the job names are the kinds: several jobs share one, and each result names its seed
+    run_jobs([(kind, _job_warm, (str(scratch), s, ws_json)) for kind, s, ws_json in todo], processes, got)
+    log(f"warm starts ready for seeds {cfg.all_seeds()} ({', '.join(kinds)}; {time.monotonic() - t_warm:.0f}s)")
+    return warm, cpu[0]
+
+
+def execute(cfg: SuiteConfig, out: Path, info: dict[str, Any], kept: dict[str, Any], *,
+            log: Callable[[str], None], t0: float, processes: int | None = None) -> dict[str, Any]:
+    """Run every job of `cfg` whose result is not in `kept` (name -> result, from an earlier
+    session of the run directory `out`), then the analysis and report (:func:`_write`), with
+    `processes` workers (default ``cfg.processes``).
+
+    Raises:
+        Stopped: SIGTERM/SIGINT (the workers are gone; the finished results stay in `out`).
+    """
+    processes = processes or cfg.processes
+    done: dict[str, Any] = dict(kept)
+    try:
+        warm, warm_cpu = warm_starts(cfg, processes, log)
+        jobs = [j for j in plan_jobs(cfg, out, warm) if j[0] not in kept]
+        for name, _fn, _args in jobs:  # a stopped session's store of a run without a result: start it afresh
+            if (out / "stores" / name).exists():
+                shutil.rmtree(out / "stores" / name)
+        total = len(kept) + len(jobs)
+        if kept:
+            log(f"{len(kept)} results kept, {len(jobs)} jobs to run")
+
+        def finished(name: str, result: Any) -> None:
+            done[name] = result
+            log(f"[{len(done)}/{total}] {name} ({time.monotonic() - t0:.0f}s)")
+
+        run_jobs(jobs, processes, finished)
+    except Stopped as e:
+        raise Stopped(e.signum, f"{e.message or e}; {len(done)} results in {out} (continue with: "
+                                f"traj bench learning --resume {out})") from None
     summary = analyse(cfg, done, out)
     summary["seconds"] = time.monotonic() - t0
     cpu = warm_cpu + sum(d.get("cpu_seconds", 0.0) for d in done.values())
     info = finish(info, summary["seconds"])
     info["cpu_seconds_jobs"] = round(cpu, 1)  # warm starts (trained here, not cached), runs, quality study
     info["warm_start_cpu_seconds"] = round(warm_cpu, 1)
-    info["processes"] = cfg.processes
+    info["processes"] = processes
     (out / "machine.json").write_text(json.dumps(info, indent=2))
     return _write(cfg, summary, out, info)
 

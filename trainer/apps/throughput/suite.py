@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from trajstore.lifeline import signals_stop
 from trajstore.trainer.apps.demo.children import cpu_count
 from trajstore.trainer.apps.throughput.config import ThroughputConfig, ThroughputError
 from trajstore.trainer.apps.throughput.report import claims, render_report, tables
@@ -56,26 +57,28 @@ def run_suite(cfg: ThroughputConfig, *, log: Callable[[str], None] = lambda _: N
     services = Services(cfg, out_dir)
     results: list[ArmResult] = []
     failures: list[dict[str, str]] = []
-    try:
-        started = services.ensure()
-        log(f"traj serve and the trainer are up ({started:.0f} s)")
-        for sigma in cfg.sigmas:
-            for seed in cfg.seeds:
-                for name in arm_order(cfg.arms, seed):
-                    arm = next(a for a in cfg.arm_specs if a.name == name)
-                    try:
-                        r = run_arm(cfg, arm, sigma, seed, services, log=log)
-                    except ThroughputError as e:
-                        failures.append({"run": arm_run_id(arm, sigma, seed), "error": str(e)})
-                        log(f"[red]{arm_run_id(arm, sigma, seed)} failed[/]: {e}")
-                        continue
-                    results.append(r)
-                    with open(out_dir / RESULTS_LINES, "a") as fh:
-                        fh.write(r.model_dump_json() + "\n")
-                    log(f"{r.run_id}: {cfg.steps} steps in {r.wall_s:.1f} s, staleness mean {r.staleness.token_mean} "
-                        f"max {r.staleness.token_max}, audit = trainer: {r.check.equal} (load {_load()})")
-    finally:
-        services.close()
+    # SIGTERM too unwinds through the finally that stops serve and the trainer (trajstore.lifeline.Stopped)
+    with signals_stop():
+        try:
+            started = services.ensure()
+            log(f"traj serve and the trainer are up ({started:.0f} s)")
+            for sigma in cfg.sigmas:
+                for seed in cfg.seeds:
+                    for name in arm_order(cfg.arms, seed):
+                        arm = next(a for a in cfg.arm_specs if a.name == name)
+                        try:
+                            r = run_arm(cfg, arm, sigma, seed, services, log=log)
+                        except ThroughputError as e:
+                            failures.append({"run": arm_run_id(arm, sigma, seed), "error": str(e)})
+                            log(f"[red]{arm_run_id(arm, sigma, seed)} failed[/]: {e}")
+                            continue
+                        results.append(r)
+                        with open(out_dir / RESULTS_LINES, "a") as fh:
+                            fh.write(r.model_dump_json() + "\n")
+                        log(f"{r.run_id}: {cfg.steps} steps in {r.wall_s:.1f} s, staleness mean {r.staleness.token_mean} "
+                            f"max {r.staleness.token_max}, audit = trainer: {r.check.equal} (load {_load()})")
+        finally:
+            services.close()
     if not results:
         raise ThroughputError("no arm ran: " + "; ".join(f"{f['run']}: {f['error']}" for f in failures[:3]))
     return write_report(cfg, results, failures, out_dir=out_dir, seconds=time.monotonic() - t0,

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 
 from trajstore.hub import load_tokenizer, resolve_model
+from trajstore.lifeline import child_lifeline
 from trajstore.store.layout import TRAJECTORIES_DIR, run_app_config_file, run_dir, run_log_file
 from trajstore.trainer.apps.demo.children import (
     DemoError,
@@ -136,12 +137,13 @@ class Services:
                 ["serve", "--model", self.cfg.model, "--tokenizer", self.cfg.tokenizer, "--port", str(port),
                  "--threads", "1", "--max-batch-size", str(self.cfg.workers)], self.serve_log)
         if self.trainer is None or self.trainer.poll() is not None:
+            lifeline, fds = child_lifeline()  # it ends when this process dies, however that happens
             env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
-                       TQDM_DISABLE="1")
+                       TQDM_DISABLE="1", **lifeline)
             with open(self.trainer_log, "ab") as log:
                 self.trainer = subprocess.Popen(
                     [sys.executable, "-m", "trajstore.trainer.apps.throughput", "trainer-host", "1"],
-                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env)
+                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=fds)
         _wait_health(self.serve_url, self.serve, self.serve_log, "traj serve", self.cfg.startup_timeout_s, deadline)
         while not _log_has(self.trainer_log, TRAINER_READY):
             if self.trainer.poll() is not None:

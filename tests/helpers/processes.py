@@ -1,0 +1,47 @@
+"""Waiting for processes to appear and to go, by event (a file, a process state), with a generous
+deadline only as a safety net."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+DEADLINE_S = 120.0
+"""Safety net only: every wait ends at its event."""
+HAS_PROC = Path("/proc/self/stat").exists()
+"""Whether process states can be read from /proc (Linux)."""
+
+
+def gone(pid: int) -> bool:
+    """No such process, or a zombie (it exited; only its parent's reaping is left)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def wait_for(cond: Callable[[], bool], what: str, deadline_s: float = DEADLINE_S) -> None:
+    """Return as soon as `cond()` holds; AssertionError naming `what` after `deadline_s`."""
+    end = time.monotonic() + deadline_s
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"gave up waiting for {what} after {deadline_s:.0f} s")
+        time.sleep(0.05)  # a poll interval, not synchronisation: the condition decides
+
+
+def pid_files(directory: Path) -> list[int]:
+    """The pids announced as ``<pid>.pid`` files in `directory`."""
+    return [int(p.stem) for p in directory.glob("*.pid")]
+
+
+ANNOUNCE = '''
+def announce(pid_dir):
+    """Write <pid>.pid into pid_dir atomically: the event a test waits for."""
+    import os
+    from pathlib import Path
+    tmp = Path(pid_dir, f".{os.getpid()}")
+    tmp.write_text(str(os.getpid()))
+    os.replace(tmp, Path(pid_dir, f"{os.getpid()}.pid"))
+'''
+"""Source of ``announce(pid_dir)`` for the scripts the tests start."""
