@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.processes import ANNOUNCE, DEADLINE_S, HAS_PROC, gone, pid_files, wait_for
+from tests.helpers.processes import ANNOUNCE, DEADLINE_S, HAS_PROC, gone, sigkill_and_wait_gone, start_announcing
 
 CHILD = ANNOUNCE + '''
 import sys, threading
@@ -48,24 +48,15 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
     (tmp_path / "child.py").write_text(CHILD)
     (tmp_path / "parent.py").write_text(PARENT)
     pids = tmp_path / "pids"
-    pids.mkdir()
-    parent = subprocess.Popen([sys.executable, str(tmp_path / "parent.py"), str(pids), str(tmp_path / "child.py")],
-                              stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: len(pid_files(pids)) == 1 or parent.poll() is not None, "the child to start")
-    assert parent.poll() is None, parent.stderr.read() if parent.stderr else ""
-    return parent, pid_files(pids)[0]
+    parent, started = start_announcing([sys.executable, str(tmp_path / "parent.py"), str(pids),
+                                        str(tmp_path / "child.py")], pids, 1, "the child to start")
+    return parent, started[0]
 
 
 @pytest.mark.skipif(not HAS_PROC, reason="reads process states from /proc")
 def test_a_child_ends_when_its_parent_is_killed(tmp_path) -> None:
     parent, child = _start(tmp_path)
-    try:
-        os.kill(parent.pid, signal.SIGKILL)
-        parent.wait()
-        wait_for(lambda: gone(child), f"child {child} to end after its parent's SIGKILL")
-    finally:
-        if not gone(child):
-            os.kill(child, signal.SIGKILL)
+    sigkill_and_wait_gone(parent, [child], f"child {child} to end after its parent's SIGKILL")
 
 
 @pytest.mark.skipif(not HAS_PROC, reason="reads process states from /proc")

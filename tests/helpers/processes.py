@@ -3,8 +3,11 @@ deadline only as a safety net."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 DEADLINE_S = 120.0
@@ -33,6 +36,30 @@ def wait_for(cond: Callable[[], bool], what: str, deadline_s: float = DEADLINE_S
 def pid_files(directory: Path) -> list[int]:
     """The pids announced as ``<pid>.pid`` files in `directory`."""
     return [int(p.stem) for p in directory.glob("*.pid")]
+
+
+def start_announcing(cmd: Sequence[str], pid_dir: Path, count: int, what: str) -> tuple[subprocess.Popen[str], list[int]]:
+    """Start `cmd` (whose processes write ``<pid>.pid`` files into `pid_dir`, see :data:`ANNOUNCE`)
+    and return it with the announced pids once `count` have appeared; AssertionError with its
+    stderr if it exits first."""
+    pid_dir.mkdir(exist_ok=True)
+    parent = subprocess.Popen(list(cmd), stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(pid_files(pid_dir)) == count or parent.poll() is not None, what)
+    assert parent.poll() is None, parent.stderr.read() if parent.stderr else ""
+    return parent, pid_files(pid_dir)
+
+
+def sigkill_and_wait_gone(parent: subprocess.Popen[str], pids: Sequence[int], what: str) -> None:
+    """SIGKILL `parent` (no clean-up runs in it) and wait until every one of `pids` has ended on
+    its own; whatever is left when the wait fails is killed, so a failing test leaves nothing."""
+    try:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        wait_for(lambda: all(gone(p) for p in pids), what)
+    finally:
+        for p in pids:
+            if not gone(p):
+                os.kill(p, signal.SIGKILL)
 
 
 ANNOUNCE = '''

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.processes import ANNOUNCE, DEADLINE_S, HAS_PROC, gone, pid_files, wait_for
+from tests.helpers.processes import ANNOUNCE, DEADLINE_S, HAS_PROC, gone, sigkill_and_wait_gone, start_announcing
 
 SCRIPT = ANNOUNCE + '''
 import sys, threading
@@ -36,25 +36,14 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], list[int]]:
     script = tmp_path / "pool_job.py"
     script.write_text(SCRIPT)
     pids = tmp_path / "pids"
-    pids.mkdir()
-    parent = subprocess.Popen([sys.executable, str(script), str(pids)], stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: len(pid_files(pids)) == 2 or parent.poll() is not None, "two running workers")
-    assert parent.poll() is None, parent.stderr.read() if parent.stderr else ""
-    return parent, pid_files(pids)
+    return start_announcing([sys.executable, str(script), str(pids)], pids, 2, "two running workers")
 
 
 @pytest.mark.skipif(not HAS_PROC, reason="reads process states from /proc")
 def test_workers_exit_when_the_parent_is_killed(tmp_path) -> None:
     """SIGKILL runs no clean-up in the parent: the workers must notice on their own."""
     parent, workers = _start(tmp_path)
-    try:
-        os.kill(parent.pid, signal.SIGKILL)
-        parent.wait()
-        wait_for(lambda: all(gone(p) for p in workers), f"workers {workers} to exit after their parent's SIGKILL")
-    finally:
-        for p in workers:  # only if the test failed: leave nothing behind
-            if not gone(p):
-                os.kill(p, signal.SIGKILL)
+    sigkill_and_wait_gone(parent, workers, f"workers {workers} to exit after their parent's SIGKILL")
 
 
 @pytest.mark.skipif(not HAS_PROC, reason="reads process states from /proc")
