@@ -127,5 +127,22 @@ def test_follow_run_reloads_vllm_through_its_dev_endpoints(fake_upstream, start_
         ("/collective_rpc", os.path.join(store, "policies/r/v0")), ("/reset_prefix_cache", None),
         ("/collective_rpc", os.path.join(store, "policies/r/v1")), ("/reset_prefix_cache", None)]
     assert stats()["weight_load_failures"] == 0
+    assert [x["in_flight"] for x in stats()["weight_loads"]] == [None, None]  # vLLM does not say
     rows = read_trajectories(store).to_pylist()
     assert sorted(s["policy_version"] for r in rows for s in r["spans"] if s["kind"] == "action") == [0, 1]
+
+
+def test_each_weight_load_says_how_many_requests_were_in_flight(fake_upstream, start_proxy, tmp_path):
+    # /proxy/stats listed a load's version and seconds only; the upstream's num_paused_requests
+    # (the requests it was generating when it loaded) tells an operator whether a reload landed
+    # inside calls, and a test whether the race it needs happened
+    store = str(tmp_path / "store")
+    _configure(fake_upstream.url, num_paused_requests=2)
+    _publish_marker(store, "r", 0)
+    px = start_proxy(fake_upstream.url, store=store, follow_run="r", poll_s=0.05)
+    stats = lambda: httpx.get(f"{px.url}/proxy/stats").json()  # noqa: E731
+    _wait_for(lambda: stats()["policy_version"] == 0, "v0 loaded")
+    _configure(fake_upstream.url, num_paused_requests=None)  # an upstream that does not say
+    _publish_marker(store, "r", 1)
+    _wait_for(lambda: stats()["policy_version"] == 1, "v1 loaded")
+    assert [(x["version"], x["in_flight"]) for x in stats()["weight_loads"]] == [(0, 2), (1, None)]

@@ -1,5 +1,7 @@
 """The routes that describe ``traj proxy`` and its upstream: ``GET /health``, ``GET /proxy/stats``
-(counters, per-version call counts, open sessions, weight sync and staleness gate state, when
+(counters, per-version call counts, open sessions, weight sync and staleness gate state (each
+weight load: ``version``, ``seconds``, ``in_flight``: the requests the upstream was generating
+when it loaded, None where it does not say), when
 the idle-eviction task last ended a pass: ``eviction.last_run_s_ago``, None before its first) and
 ``GET /v1/models`` (passed through to the upstream)."""
 
@@ -38,7 +40,7 @@ async def stats(request: Request) -> dict[str, Any]:
                      "errors": st.errors.get("eviction", 0) + st.errors.get("eviction_write", 0),
                      "remembered": len(st.evicted)}}
     if st.sync is not None:
-        out["weight_loads"] = [{"version": v, "seconds": round(s, 3)} for v, s in st.sync.loads]
+        out["weight_loads"] = [{"version": v, "seconds": round(s, 3), "in_flight": n} for v, s, n in st.sync.loads]
         out["weight_load_failures"] = st.sync.failures
     if st.gate is not None:
         out["staleness_gate"] = {"capacity": st.gate.capacity, "running": st.gate.running,

@@ -216,32 +216,38 @@ class WeightSync:
         self.engine = engine
         self.vllm_dev = False
         """Reload through vLLM's ``/collective_rpc`` (found when ``/update_weights_from_disk`` was 404)."""
-        self.loads: list[tuple[int, float]] = []
+        self.loads: list[tuple[int, float, int | None]] = []
+        """Each successful load: (version, seconds, requests the upstream was generating when it
+        loaded, its ``num_paused_requests``; None where it does not say, as vLLM)."""
         self.failures = 0
 
     async def _post(self, path: str, body: dict[str, Any] | None) -> httpx.Response:
         return await self.client.post(path, json=body, headers=self.headers, timeout=self.reload_timeout_s)
 
-    async def _reload(self, path: str, version: int) -> tuple[bool, str]:
-        """One reload request (or vLLM's two); (success, the upstream's message)."""
+    async def _reload(self, path: str, version: int) -> tuple[bool, str, int | None]:
+        """One reload request (or vLLM's two); (success, the upstream's message, the requests it
+        was generating when it loaded: ``num_paused_requests``, None where it does not say)."""
         if not self.vllm_dev:
             r = await self._post("/update_weights_from_disk",
                                  {"model_path": path, "weight_version": str(version), **self.extra_body})
             if not (r.status_code == 404 and self.engine == "vllm"):
-                return r.status_code == 200 and bool(r.json().get("success", True)), r.text[:300]
+                body = r.json() if r.status_code == 200 else {}
+                paused = body.get("num_paused_requests")
+                in_flight = paused if isinstance(paused, int) and not isinstance(paused, bool) else None
+                return r.status_code == 200 and bool(body.get("success", True)), r.text[:300], in_flight
             self.vllm_dev = True
             log.info("the upstream has no /update_weights_from_disk (vLLM): reloading with POST /collective_rpc "
                      "reload_weights, then POST /reset_prefix_cache")
         r = await self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": path}})
         if r.status_code == 404:
-            return False, "vLLM answers /collective_rpc with 404: start it with VLLM_SERVER_DEV_MODE=1"
+            return False, "vLLM answers /collective_rpc with 404: start it with VLLM_SERVER_DEV_MODE=1", None
         if r.status_code != 200:
-            return False, f"/collective_rpc reload_weights: HTTP {r.status_code} {r.text[:300]}"
+            return False, f"/collective_rpc reload_weights: HTTP {r.status_code} {r.text[:300]}", None
         c = await self._post("/reset_prefix_cache", None)
         if c.status_code != 200:  # the weights are the new ones; cached prefixes of the old may be reused
             log.warning("upstream loaded policy v%d but did not reset its prefix cache (HTTP %d): prefixes "
                         "computed under the old weights may be reused", version, c.status_code)
-        return True, ""
+        return True, "", None
 
     async def load(self, version: int) -> bool:
         """Ask the upstream to load `version`; True on success (failures are logged, retried later)."""
@@ -249,13 +255,13 @@ class WeightSync:
         t0 = time.perf_counter()
         async with self.versioning.reloading(self.drain_timeout_s):
             try:
-                ok, msg = await self._reload(path, version)
+                ok, msg, in_flight = await self._reload(path, version)
             except (httpx.HTTPError, ValueError) as e:
-                ok, msg = False, f"{type(e).__name__}: {e}"
+                ok, msg, in_flight = False, f"{type(e).__name__}: {e}", None
             if ok:
                 self.versioning.loaded(version)
         if ok:
-            self.loads.append((version, time.perf_counter() - t0))
+            self.loads.append((version, time.perf_counter() - t0, in_flight))
             log.info("upstream loaded policy v%d (%.1fs)", version, time.perf_counter() - t0)
         else:
             self.failures += 1

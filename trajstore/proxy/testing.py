@@ -6,7 +6,8 @@ log-probs are -0.5 - 0.001 * position. ``POST /_fake/config`` changes its behavi
 status to answer with, delays, a stream that stops half way); ``GET /_fake/seen`` returns the
 Authorization headers it received. ``POST /update_weights_from_disk`` (SGLang's reload request,
 as ``traj proxy --run`` sends it) makes the body's ``weight_version`` the reported one
-and logs the request (``GET /_fake/loads``). With ``dialect: "vllm"`` it answers that request
+and logs the request (``GET /_fake/loads``); config ``num_paused_requests`` is what its answer
+reports as in flight (absent by default). With ``dialect: "vllm"`` it answers that request
 404, as vLLM does, and reloads through vLLM's dev endpoints instead (``POST /collective_rpc``
 ``reload_weights``, then ``POST /reset_prefix_cache``; both logged); ``weight_version: None``
 reports no version at all, as vLLM; ``model_root`` is the model path ``GET /v1/models`` reports
@@ -66,7 +67,7 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
     app = FastAPI()
     cfg: dict[str, Any] = {"status": 200, "delay_s": 0.0, "token_delay_s": 0.0, "cut_stream_after": None,
                            "weight_version": "0", "reply": reply, "trim": False, "dialect": "sglang",
-                           "model_root": "fake", "logprob_mode": None, **(config or {})}
+                           "model_root": "fake", "logprob_mode": None, "num_paused_requests": None, **(config or {})}
     seen: list[str] = []
     loads: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -123,7 +124,9 @@ def fake_app(*, reply: str = "ok", config: dict[str, Any] | None = None) -> Fast
             return JSONResponse({"success": False, "message": "model_path is required"}, status_code=400)
         loads.append(body)
         cfg["weight_version"] = str(body.get("weight_version", len(loads)))
-        return {"success": True, "message": f"loaded {body['model_path']}", "weight_version": cfg["weight_version"]}
+        paused = {"num_paused_requests": cfg["num_paused_requests"]} if cfg["num_paused_requests"] is not None else {}
+        return {"success": True, "message": f"loaded {body['model_path']}", "weight_version": cfg["weight_version"],
+                **paused}
 
     @app.post("/collective_rpc")
     async def collective_rpc(request: Request) -> Any:
