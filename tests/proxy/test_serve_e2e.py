@@ -19,6 +19,7 @@ openai = pytest.importorskip("openai")
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tests.helpers.processes import wait_for  # noqa: E402
 from trajstore.reader import read_trajectories  # noqa: E402
 
 from .conftest import TRAJ, serve_process, wait_bound_url, wait_http  # noqa: E402
@@ -221,13 +222,15 @@ def test_weight_reload_during_traffic_labels_every_action_with_its_version(serve
     def publish_and_wait_loaded(k: int) -> dict:
         """Publish version k (the weights v[k % 2]) and wait for the proxy's record of the server loading it."""
         publish_policy(store, run, k, v[k % 2])
-        deadline = time.monotonic() + 300
-        while True:
-            loaded = [x for x in httpx.get(f"{px.url}/proxy/stats").json().get("weight_loads", []) if x["version"] == k]
-            if loaded:
-                return loaded[0]
-            assert time.monotonic() < deadline, f"the proxy never had the server load v{k}"
-            time.sleep(0.1)
+        loaded: list[dict] = []
+
+        def recorded() -> bool:
+            loaded[:] = [x for x in httpx.get(f"{px.url}/proxy/stats").json().get("weight_loads", [])
+                         if x["version"] == k]
+            return bool(loaded)
+
+        wait_for(recorded, f"the proxy's record of the server loading v{k}", deadline_s=300)
+        return loaded[0]
 
     threads = [threading.Thread(target=agent, args=(i,)) for i in range(4)]
     for t in threads:
