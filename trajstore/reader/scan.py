@@ -78,9 +78,11 @@ def _scan_run(store: Store, version: int, shards: Sequence[ShardInfo]) -> pl.Laz
             pl.lit(None, pl.Int64).alias("fork_point"),
             pl.lit(None, pl.String).alias("link_kind"),
         )
-    # v3 -> v4: the spans gain the fields new in v4 as nulls (the cast adds them), the rows the new columns
+    # v3 -> v4: the spans gain the fields new in v4 as nulls (the cast adds them), the rows the new columns.
+    # strict=False: polars >= 2.2 casts structs by position when strict; non-strict matches fields by name
+    # (the fields old and new share have the same types, so no value can fail the cast and become null).
     return lf.with_columns(pl.lit(SCHEMA_VERSION, pl.Int64).alias("schema_version"),
-                           pl.col("spans").cast(current["spans"]),
+                           pl.col("spans").cast(current["spans"], strict=False),
                            *(pl.lit(None, current[c]).alias(c) for c in COLUMNS_NEW_IN_V4)).select(TRAJECTORY_SCHEMA.names)
 
 
