@@ -41,7 +41,8 @@ def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, t
 
 
 RESULTS = {"": ("bench/learning_results/default", "bench/learning_results/default-idle"),
-           "long-": ("bench/learning_results/long", None)}
+           "long-": ("bench/learning_results/long", None),
+           "replay-": ("bench/learning_results/default-replay", "bench/learning_results/default")}
 """bench/LEARNING.md's generated tables (marker prefix), the committed result files they come from
 and the run they are compared with."""
 
@@ -74,8 +75,9 @@ def test_learning_md_tables_are_the_reanalysis_of_the_committed_result_files(tmp
     assert Path(summary["out_dir"]).parent == tmp_path  # committed: only read
     tables = (Path(summary["out_dir"]) / "tables.md").read_text()
     names = re.findall(rf"<!-- generated:{re.escape(prefix)}([a-z]+) -->", md)
-    if not prefix:  # the default run's tables; "long-..." are the other parametrisation's
-        names = [n for n in re.findall(r"<!-- generated:([a-z-]+) -->", md) if not n.startswith("long-")]
+    if not prefix:  # the default run's tables; "long-...", "replay-..." are the other parametrisations'
+        others = [p for p in RESULTS if p]
+        names = [n for n in re.findall(r"<!-- generated:([a-z-]+) -->", md) if not n.startswith(tuple(others))]
     assert {"claims", "runs", "seeds"} <= set(names)
     for name in names:
         assert extract(tables, name) == extract(md, f"{prefix}{name}"), name
