@@ -43,7 +43,8 @@ def test_bench_table_with_one_seed_has_no_nan(monkeypatch: pytest.MonkeyPatch, t
 RESULTS = {"": ("bench/learning_results/default", "bench/learning_results/default-idle"),
            "long-": ("bench/learning_results/long", None),
            "replay-": ("bench/learning_results/default-replay", "bench/learning_results/default"),
-           "power-": ("bench/learning_results/power", None)}
+           "power-": ("bench/learning_results/power", None),
+           "held-out-": ("bench/learning_results/held-out", None)}
 """bench/LEARNING.md's generated tables (marker prefix), the committed result files they come from
 and the run they are compared with."""
 
