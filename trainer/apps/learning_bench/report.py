@@ -139,17 +139,23 @@ def seeds_table(summary: dict[str, Any]) -> str:
     """The DIS and critic claims' power (markdown): paired seeds run, sd of the paired differences,
     the paper's effect on the AUC, the minimum detectable effect at this run's Holm level, and the
     seeds 80 % power needs at the paper's effect (Holm's first level of this run's family and of
-    the power preset's) and at the observed mean difference."""
+    the power preset's: one column when the two families are the same size) and at the observed
+    mean difference."""
     rows = summary.get("seeds", [])
     if not rows:
         return ""
     m, k = rows[0]["family"], rows[0]["power_family"]
-    lines = [f"| comparison | seeds run | sd of the paired differences | paper's effect (AUC) | MDE at this run's level "
-             f"| seeds for the paper's effect, level 0.05/{m} | seeds for the paper's effect, level 0.05/{k} | seeds "
-             f"for the observed mean, level 0.05/{k} |", "|---|---|---|---|---|---|---|---|"]
+    # A run whose family is as large as the power preset's (the power and held-out presets) has
+    # one level for both: one column, not two identical ones.
+    paper = ([f"seeds for the paper's effect, level 0.05/{m}", f"seeds for the paper's effect, level 0.05/{k}"]
+             if m != k else [f"seeds for the paper's effect, level 0.05/{k}"])
+    head = ["comparison", "seeds run", "sd of the paired differences", "paper's effect (AUC)",
+            "MDE at this run's level", *paper, f"seeds for the observed mean, level 0.05/{k}"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         need = [("more than 2000" if x is None else str(x)) for x in
-                (r["paper_run_family"], r["paper_power_family"], r["observed_power_family"])]
+                ((r["paper_run_family"], r["paper_power_family"]) if m != k else (r["paper_power_family"],))
+                + (r["observed_power_family"],)]
         lines.append(f"| {r['comparison']} | {r['n']} | {r['sd']:.4f} | {r['effect']:.4f} | {_num(r['mde'])} | "
                      f"{' | '.join(need)} |")
     return "\n".join(lines)

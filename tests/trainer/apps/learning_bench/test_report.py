@@ -98,3 +98,21 @@ def test_splice_and_extract_generated_tables() -> None:
     assert extract(splice(new, {"claims": "y"}), "claims") == "y"
     with pytest.raises(ValueError, match="no <!-- generated:long-claims"):
         splice(md, {"claims": "y"}, prefix="long-")
+
+
+@pytest.mark.parametrize(("family", "power_family", "paper_columns"), [(21, 5, 2), (5, 5, 1)])
+def test_seeds_table_has_one_paper_column_per_distinct_level(family: int, power_family: int,
+                                                             paper_columns: int) -> None:
+    """The seeds table names the paper's-effect seed count once per distinct Holm level: a run whose
+    family is as large as the power preset's (power, held-out) gets one column, not two identical."""
+    from trajstore.trainer.apps.learning_bench.report import seeds_table
+
+    row = {"comparison": "no-correction - sao (chain)", "n": 64, "sd": 0.0671, "effect": 0.03, "mde": 0.029,
+           "family": family, "power_family": power_family, "paper_run_family": 70, "paper_power_family": 62,
+           "observed_power_family": None}
+    head, rule, line = seeds_table({"seeds": [row]}).splitlines()
+    cells = [c.strip() for c in head.strip("|").split("|")]
+    assert len(cells) == len(set(cells)) == rule.count("---") == line.count("|") - 1
+    assert sum(c.startswith("seeds for the paper's effect") for c in cells) == paper_columns
+    assert line.endswith("| 62 | more than 2000 |")
+    assert ("| 70 | 62 |" in line) == (paper_columns == 2)
