@@ -19,17 +19,28 @@ commands = TrajTyper()
 commands.add_typer(bench_app, name="bench")
 
 
-def _numbers(text: str, what: str, kind: type[int] | type[float] = int) -> list:
-    """``--seeds 0,1,2``: the comma-separated numbers of option `what`, each of `kind`.
+def _numbers(text: str, what: str, kind: type[int] | type[float] = int, *, minimum: int | None = None,
+             maximum: int | None = None, unique: bool = False) -> list:
+    """``--seeds 0,1,2``: the comma-separated numbers of option `what`, each of `kind`, within
+    [`minimum`, `maximum`] where given, each once when `unique`.
 
     Raises:
-        InvalidOptionError: a value that is not one (naming the option).
+        InvalidOptionError: a value that is not one, out of range or repeated (naming the option).
     """
     try:
-        return [kind(s) for s in text.split(",")]
+        values = [kind(s) for s in text.split(",")]
     except ValueError:
         noun = "integers" if kind is int else "numbers"
         raise InvalidOptionError(f"invalid option --{what}: must be comma-separated {noun} (got {text!r})") from None
+    for v in values:
+        if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
+            bounds = (f"from {minimum} to {maximum}" if minimum is not None and maximum is not None
+                      else f"at least {minimum}" if minimum is not None else f"at most {maximum}")
+            raise InvalidOptionError(f"invalid option --{what}: each value must be {bounds} (got {v})")
+    if unique and len(set(values)) < len(values):
+        twice = next(v for v in values if values.count(v) > 1)
+        raise InvalidOptionError(f"invalid option --{what}: {twice} is given twice")
+    return values
 
 
 def _print_report_path(out: Any, summary: dict[str, Any]) -> None:
@@ -38,35 +49,51 @@ def _print_report_path(out: Any, summary: dict[str, Any]) -> None:
     print_command(out, summary.get("report", f"{summary['out_dir']}/report.md"))
 
 
+MAX_SEEDS = 10_000
+"""The most paired seeds a claim may ask for (``--claim-seeds``); the power preset's largest is 64."""
+MAX_SEED = 2**31 - 1
+"""The largest seed (``--seeds``): torch and numpy take any seed up to it."""
+
+
 def _claim_seeds(text: str) -> dict[str, int]:
-    """``KEY=N,...`` -> {claim key: seeds}, every key one of the benchmark's claims.
+    """``KEY=N,...`` -> {claim key: seeds}, every key one of the benchmark's claims, once.
 
     Raises:
-        InvalidOptionError: a part that is not ``KEY=N`` with a known claim and N >= 1.
+        InvalidOptionError: a part that is not ``KEY=N`` with a known claim and 1 <= N <=
+            :data:`MAX_SEEDS`, or a key given twice.
     """
     # here, not at import: the learning bench's package imports torch
     from trajstore.trainer.apps.learning_bench.claims import CLAIMS
 
     known = {c.key for c in CLAIMS}
-    out = {}
+    out: dict[str, int] = {}
     for part in text.split(","):
         key, _, n = part.strip().partition("=")
-        if key not in known or not n.strip().isdigit() or int(n) < 1:
+        n = n.strip()
+        if key not in known or not (n.isascii() and n.isdigit()) or not 1 <= int(n) <= MAX_SEEDS:
             raise InvalidOptionError(f"invalid option --claim-seeds: {part.strip()!r} is not KEY=N with KEY a claim "
-                                     f"({', '.join(sorted(known))}) and N >= 1")
+                                     f"({', '.join(sorted(known))}) and N from 1 to {MAX_SEEDS}")
+        if key in out:
+            raise InvalidOptionError(f"invalid option --claim-seeds: {key} is given twice")
         out[key] = int(n)
     return out
+
+
+TRAINING_OPTIONS = ("preset", "seeds", "arms", "processes", "workers", "sweep_workers", "claim_seeds", "mismatch")
+"""Options that say what to train: with ``--reanalyse`` the run's own config.json says that."""
 
 
 @bench_app.command("learning")
 @friendly_errors
 def learning_cmd(
-    preset: str | None = typer.Option(None, help="default (the preset when none is given; the bench/LEARNING.md grid, sized for <= 20 min on 2 idle "
-                                               "cores), smoke (CI: one short run of everything the default runs), "
+    preset: str | None = typer.Option(None, help="default (the preset when none is given; the bench/LEARNING.md grid: "
+                                               "16 min on 2 idle Intel Xeon cores before the replay arm, 45 min on "
+                                               "2 AMD EPYC cores with it), smoke (CI: one short run of everything the default runs), "
                                                "calibrate (the one-off learning-rate calibration), long (4 arms, "
                                                "400 policy steps, 10 seeds), power (the DIS and critic claims with "
-                                               "the seeds 80 % power needs) or staleness (the DIS claims' arms at "
-                                               "32, 64, 128 and 256 simulated rollout workers)"),
+                                               "the seeds 80 % power needs), held-out (the power preset's arms on "
+                                               "chain100, evaluated on held-out instances) or staleness (the DIS "
+                                               "claims' arms at 32, 64, 128 and 256 simulated rollout workers)"),
     scratch: str | None = typer.Option(None, help="directory for cached warm starts and a fresh run directory "
                                                      "(default: <system temp>/trajstore-bench-learning)"),
     seeds: str | None = typer.Option(None, help="comma-separated seeds (default: the preset's)"),
@@ -105,45 +132,64 @@ def learning_cmd(
     from trajstore.trainer.apps.learning_bench.presets import PRESETS, SuiteConfig
     from trajstore.trainer.apps.learning_bench.report import summary_tables
     from trajstore.trainer.apps.learning_bench.resume import plan, resume_suite, stored_config
+    from trajstore.trainer.apps.learning_bench.run_files import read_config
+    from trajstore.trainer.apps.learning_bench.suite import RUN_CONFIG, run_suite
     from trajstore.trainer.apps.learning_bench.suite import reanalyse as redo
-    from trajstore.trainer.apps.learning_bench.suite import run_suite
 
     if preset is not None and preset not in PRESETS:
         raise InvalidOptionError(f"invalid option --preset: must be {', '.join(PRESETS)} (got {preset!r})")
     if mismatch is not None and mismatch not in ("noise", "engine"):
         raise InvalidOptionError(f"invalid option --mismatch: must be noise or engine (got {mismatch!r})")
+    given = {"reanalyse": reanalyse, "compare": compare, "resume": resume, "scratch": scratch, "seeds": seeds,
+             "arms": arms, "sweep-workers": sweep_workers, "claim-seeds": claim_seeds}
+    for name, value in given.items():
+        if value is not None and not value.strip():
+            raise InvalidOptionError(f"invalid option --{name}: empty (leave the option out for its default)")
+    for name, value in (("reanalyse", reanalyse), ("compare", compare), ("resume", resume)):
+        if value is not None and not Path(value).expanduser().is_dir():
+            raise InvalidOptionError(f"invalid option --{name}: no such directory: {value}")
+    if reanalyse is not None:
+        values = {"preset": preset, "seeds": seeds, "arms": arms, "processes": processes, "workers": workers,
+                  "sweep_workers": sweep_workers, "claim_seeds": claim_seeds, "mismatch": mismatch}
+        for name in TRAINING_OPTIONS:
+            if values[name] is not None:
+                raise InvalidOptionError(f"invalid option --{name.replace('_', '-')}: not with --reanalyse (the run's "
+                                         "config.json says what it ran)")
     over: dict = {}
-    if scratch:
+    if scratch is not None:
         over["scratch"] = scratch
-    if seeds:
-        over["seeds"] = _numbers(seeds, "seeds")
-    if arms:
+    if seeds is not None:
+        over["seeds"] = _numbers(seeds, "seeds", minimum=0, maximum=MAX_SEED, unique=True)
+    if arms is not None:
         try:
             over["chain_arms"] = [get_arm(a.strip()).name for a in arms.split(",")]
         except BenchError as e:
             raise InvalidOptionError(f"invalid option --arms: {e}") from None
+        twice = [a for a in over["chain_arms"] if over["chain_arms"].count(a) > 1]
+        if twice:
+            raise InvalidOptionError(f"invalid option --arms: {twice[0]} is given twice")
     if processes:
         over["processes"] = processes
     if mismatch:
         over["mismatch"] = mismatch
     if workers:
         over["workers"] = workers
-    if sweep_workers:
-        over["sweep_workers"] = _numbers(sweep_workers, "sweep-workers")
-    if claim_seeds:
+    if sweep_workers is not None:
+        over["sweep_workers"] = _numbers(sweep_workers, "sweep-workers", minimum=1, unique=True)
+    if claim_seeds is not None:
         over["claim_seeds"] = _claim_seeds(claim_seeds)
-    if compare and not reanalyse:
+    if compare is not None and reanalyse is None:
         raise InvalidOptionError("invalid option --compare: it needs --reanalyse DIR (the run to compare it with)")
-    if resume and reanalyse:
+    if resume is not None and reanalyse is not None:
         raise InvalidOptionError("invalid option --resume: not with --reanalyse (a resumed run is analysed when it ends)")
-    if dry_run and not resume:
+    if dry_run and resume is None:
         raise InvalidOptionError("invalid option --dry-run: it needs --resume DIR")
     err = new_console(stderr=True)
     say = lambda m: err.print(m, highlight=False)  # noqa: E731
-    if reanalyse:
+    if reanalyse is not None:
         summary = redo(reanalyse, scratch=scratch, compare=compare)
-        cfg = SuiteConfig.model_validate_json(open(f"{reanalyse}/config.json").read())
-    elif resume:
+        cfg = read_config(Path(reanalyse) / RUN_CONFIG)
+    elif resume is not None:
         if dry_run:
             render_record("traj bench learning --resume --dry-run", plan(resume, preset, over), fmt)
             return
@@ -196,23 +242,29 @@ def throughput_cmd(
 
     if preset not in ("default", "smoke"):
         raise InvalidOptionError(f"invalid option --preset: must be default or smoke (got {preset!r})")
+    for name, value in (("reanalyse", reanalyse), ("scratch", scratch), ("sigmas", sigmas), ("seeds", seeds),
+                        ("arms", arms)):
+        if value is not None and not value.strip():
+            raise InvalidOptionError(f"invalid option --{name}: empty (leave the option out for its default)")
+    if reanalyse is not None and not Path(reanalyse).expanduser().is_dir():
+        raise InvalidOptionError(f"invalid option --reanalyse: no such directory: {reanalyse}")
     over: dict = {}
-    if scratch:
+    if scratch is not None:
         over["scratch"] = scratch
-    if sigmas:
-        over["sigmas"] = _numbers(sigmas, "sigmas", float)
+    if sigmas is not None:
+        over["sigmas"] = _numbers(sigmas, "sigmas", float, unique=True)
         if any(s <= 0 for s in over["sigmas"]):
             raise InvalidOptionError(f"invalid option --sigmas: must be positive (got {sigmas!r})")
-    if seeds:
-        over["seeds"] = _numbers(seeds, "seeds")
-    if arms:
+    if seeds is not None:
+        over["seeds"] = _numbers(seeds, "seeds", minimum=0, maximum=MAX_SEED, unique=True)
+    if arms is not None:
         try:
             over["arms"] = [Arm.parse(a).name for a in arms.split(",")]
         except ThroughputError as e:
             raise InvalidOptionError(f"invalid option --arms: {e}") from None
     over.update({k: v for k, v in (("steps", steps), ("batch_size", batch_size), ("workers", workers)) if v})
     err = new_console(stderr=True)
-    if reanalyse:
+    if reanalyse is not None:
         cfg, summary = redo(reanalyse)
     else:
         cfg = ThroughputConfig.preset_config(preset, **over)  # type: ignore[arg-type]

@@ -1,7 +1,8 @@
 """The presets of ``traj bench learning`` and what each runs (:class:`SuiteConfig`: the grid of
 arms x tasks x paired seeds as run specs), with the calibrated learning rate.
 
-Presets: ``default`` (the grid behind bench/LEARNING.md, sized for <= 20 min on 2 idle cores),
+Presets: ``default`` (the grid behind bench/LEARNING.md, measured at 16 min on 2 idle
+Intel Xeon cores before the replay arm and 45 min on 2 AMD EPYC cores with it: bench/LEARNING.md),
 ``smoke`` (CI: one seed, the advantage-quality study at small size and one short run of every task
 and arm the default runs, with the same measurements), ``calibrate`` (the one-off learning-rate
 calibration that fixed :data:`POLICY_LR`), ``long`` (sao, GRPO with and without DIS and

@@ -7,7 +7,6 @@ commit, results kept and run), which the report's provenance line repeats."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import time
@@ -18,6 +17,7 @@ from typing import Any
 from trajstore.trainer.apps.learning_bench.arms import BenchError
 from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
 from trajstore.trainer.apps.learning_bench.provenance import machine_info
+from trajstore.trainer.apps.learning_bench.run_files import committed_files, read_config, read_json, read_result
 from trajstore.trainer.apps.learning_bench.suite import RUN_CONFIG, execute, plan_jobs
 
 MACHINE_LOCAL = ("scratch", "processes")
@@ -36,7 +36,7 @@ def stored_config(run_dir: Path) -> SuiteConfig:
     """
     if not (run_dir / RUN_CONFIG).is_file() or not (run_dir / "results").is_dir():
         raise BenchError(f"--resume {run_dir}: not a run directory (no config.json and results/ there)")
-    cfg = SuiteConfig.model_validate_json((run_dir / RUN_CONFIG).read_text())
+    cfg = read_config(run_dir / RUN_CONFIG)
     if cfg.sweep_workers:
         raise BenchError(f"--resume {run_dir}: a staleness sweep; resume each of its workers-<n>/ directories")
     return cfg
@@ -57,15 +57,11 @@ def check_options(cfg: SuiteConfig, preset: str | None, options: dict[str, Any])
                              "resume without it (every setting comes from config.json)")
 
 
-def _read(path: Path) -> Any:
-    data = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
-    return json.loads(data)
-
-
 def kept_results(cfg: SuiteConfig, run_dir: Path, log: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
     """The results of `run_dir` that a resume keeps: job name -> result, for every job `cfg`
-    plans whose ``results/<name>.json`` (or ``.json.gz``) parses; one that does not is logged
-    and run again.
+    plans whose ``results/<name>.json`` (or ``.json.gz``) reads as a result
+    (:func:`~.run_files.read_result`: complete, with a result's fields); one that does not is
+    logged and run again.
 
     Raises:
         BenchError: a kept run's spec differs from the one `cfg` plans (naming the run and field).
@@ -78,9 +74,9 @@ def kept_results(cfg: SuiteConfig, run_dir: Path, log: Callable[[str], None] = l
         if path is None:
             continue
         try:
-            result = _read(path)
-        except (ValueError, OSError) as e:
-            log(f"{path}: not a complete result ({e}); running {name} again")
+            result = read_result(path)
+        except BenchError as e:
+            log(f"not a complete result: {e}; running {name} again")
             continue
         if "spec" in result:
             planned = json.loads(args[0])
@@ -117,16 +113,20 @@ def resume_suite(run_dir: str | os.PathLike[str], *, preset: str | None = None, 
         The summary, as :func:`~.suite.run_suite`'s.
 
     Raises:
-        BenchError: see :func:`stored_config`, :func:`check_options` and :func:`kept_results`.
+        BenchError: see :func:`stored_config`, :func:`check_options` and :func:`kept_results`;
+            `run_dir` holds files committed to git (a committed result is only read).
         Stopped: SIGTERM/SIGINT again (resume again).
     """
     t0 = time.monotonic()
     d = Path(run_dir).resolve()
     cfg = stored_config(d)
+    if committed_files(d):
+        raise BenchError(f"--resume {run_dir}: holds files committed to git, which the benchmark never writes over; "
+                         "copy the directory elsewhere and resume the copy")
     check_options(cfg, preset, options or {})
     run_cfg = cfg.model_copy(update={"scratch": scratch}) if scratch else cfg
     kept = kept_results(cfg, d, log)
-    info = json.loads((d / "machine.json").read_text()) if (d / "machine.json").is_file() else machine_info()
+    info = read_json(d / "machine.json") if (d / "machine.json").is_file() else machine_info()
     now = machine_info()
     session = {"utc": now["started_utc"], "commit": now["commit"], "kept": len(kept), "cpu": now["cpu"]}
     info["resumed"] = [*info.get("resumed", []), session]

@@ -11,12 +11,10 @@ with a stopped or killed parent (:mod:`trajstore.trainer.apps.worker_pool`)."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -34,6 +32,7 @@ from trajstore.trainer.apps.learning_bench.oracle import QualityConfig, advantag
 from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
 from trajstore.trainer.apps.learning_bench.provenance import describe, finish, machine_info
 from trajstore.trainer.apps.learning_bench.report import generated_tables, render_report
+from trajstore.trainer.apps.learning_bench.run_files import committed_files, load_results, read_config, read_json
 from trajstore.trainer.apps.learning_bench.spec import RunSpec
 from trajstore.trainer.apps.learning_bench.sweep import sweep_markdown, sweep_rows
 from trajstore.trainer.apps.learning_bench.warmstart import WarmStartConfig, ensure_warm_start
@@ -245,45 +244,45 @@ def _write(cfg: SuiteConfig, summary: dict[str, Any], out: Path, info: dict[str,
     return summary
 
 
-def committed_files(directory: str | os.PathLike[str]) -> list[str]:
-    """Files under `directory` that git tracks (paths relative to it); [] outside a git work tree
-    or without git. The benchmark never writes over these (a committed result stays as committed)."""
-
-    d = Path(directory)
-    if not d.is_dir() or shutil.which("git") is None:
-        return []
-    proc = subprocess.run(["git", "-C", str(d), "ls-files", "-z", "--", "."], capture_output=True)
-    if proc.returncode != 0:  # not a work tree
-        return []
-    return [n for n in proc.stdout.decode().split("\0") if n]
-
-
-def load_results(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The per-run result files of a run directory (``results/<run>.json`` or ``.json.gz``), by run name."""
-
-    out = {}
-    for p in sorted(Path(run_dir, "results").iterdir()):
-        if p.name.endswith(".json.gz"):
-            out[p.name[:-len(".json.gz")]] = json.loads(gzip.decompress(p.read_bytes()))
-        elif p.suffix == ".json":
-            out[p.stem] = json.loads(p.read_text())
-    return out
-
-
 def _label(run_dir: Path) -> str:
     """``<directory name> (<cpu>)``, the cpu from its ``machine.json`` when there is one."""
     m = run_dir / "machine.json"
-    cpu = json.loads(m.read_text()).get("cpu") if m.is_file() else None
+    cpu = read_json(m).get("cpu") if m.is_file() else None
     return f"{run_dir.resolve().name} ({cpu})" if cpu else run_dir.resolve().name
 
 
-def _read_run(src: Path) -> tuple[SuiteConfig, dict[str, Any]]:
-    if not (src / "config.json").is_file() or not (src / "results").is_dir():
-        raise BenchError(f"--reanalyse {src}: not a run directory (no config.json and results/ there)")
-    cfg = SuiteConfig.model_validate_json((src / "config.json").read_text())
+def planned_names(cfg: SuiteConfig, run_dir: Path) -> list[str]:
+    """The result names `cfg` plans (the quality study, then every run), in plan order."""
+    placeholder = {s: "" for s in cfg.all_seeds()}
+    return [j[0] for j in plan_jobs(cfg, run_dir, {"policy": placeholder, "moe": placeholder})]
+
+
+def read_run(src: Path, option: str = "--reanalyse") -> tuple[SuiteConfig, dict[str, Any]]:
+    """A finished run directory's config and results, checked against each other: every result
+    its config plans is there and nothing else (`option`: how the messages name the directory).
+
+    Raises:
+        BenchError: not a run directory, a staleness sweep's parent, an unreadable file (named),
+            results missing (a stopped run: resume it) or of runs the config does not plan.
+    """
+    if not (src / RUN_CONFIG).is_file() or not (src / "results").is_dir():
+        raise BenchError(f"{option} {src}: not a run directory (no config.json and results/ there)")
+    cfg = read_config(src / RUN_CONFIG)
+    if cfg.sweep_workers:
+        raise BenchError(f"{option} {src}: a staleness sweep; give one of its workers-<n>/ directories")
     done = load_results(src)
     if not done:
-        raise BenchError(f"--reanalyse {src}: no result files in {src / 'results'}")
+        raise BenchError(f"{option} {src}: no result files in {src / 'results'}")
+    names = planned_names(cfg, src)
+    missing = [n for n in names if n not in done]
+    if missing:
+        raise BenchError(f"{option} {src}: {len(missing)} of the {len(names)} results its config.json plans are "
+                         f"missing ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); a stopped run "
+                         f"finishes with --resume {src}")
+    extra = sorted(set(done) - set(names))
+    if extra:
+        raise BenchError(f"{option} {src}: {len(extra)} result files are of runs its config.json does not plan "
+                         f"({', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''}): another run's files?")
     return cfg, done
 
 
@@ -298,22 +297,32 @@ def reanalyse(run_dir: str | os.PathLike[str], *, scratch: str | os.PathLike[str
     ``compare`` table of tables.md).
 
     Raises:
-        BenchError: no ``config.json`` or no result file in `run_dir` (or in `compare`).
+        BenchError: see :func:`read_run` (for `run_dir` and `compare`); `compare` is `run_dir`
+            itself or a run of another preset or task set.
     """
     src = Path(run_dir)
-    cfg, done = _read_run(src)
+    cfg, done = read_run(src)
+    info = read_json(src / "machine.json") if (src / "machine.json").is_file() else None
+    old = read_json(src / "summary.json") if (src / "summary.json").is_file() else {}
+    other = Path(compare) if compare is not None else None
+    if other is not None:  # every file of both runs read and checked before anything is written
+        if other.resolve() == src.resolve():
+            raise BenchError(f"--compare {other}: the run given to --reanalyse itself; compare it with another run")
+        cfg_b, done_b = read_run(other, "--compare")
+        if (cfg_b.preset, cfg_b.chain_task) != (cfg.preset, cfg.chain_task):
+            raise BenchError(f"--compare {other}: a run of preset {cfg_b.preset} on task {cfg_b.chain_task}, not of "
+                             f"{cfg.preset} on {cfg.chain_task} as {src}: its claims are not the same claims")
     out = src
     if committed_files(src):
         base = Path(scratch).expanduser().resolve() if scratch else bench_scratch("learning")
+        if base.is_relative_to(src.resolve()):
+            raise BenchError(f"--scratch {scratch}: inside the committed run directory {src}, which is only read; "
+                             "give a directory outside it")
         out = base / f"reanalyse-{src.resolve().name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{os.getpid()}"
         out.mkdir(parents=True)
-    info = json.loads((src / "machine.json").read_text()) if (src / "machine.json").is_file() else None
-    old = json.loads((src / "summary.json").read_text()) if (src / "summary.json").is_file() else {}
     summary = analyse(cfg, done, out, figures=figures)
     summary["seconds"] = (info or {}).get("wall_seconds", old.get("seconds", math.nan))
-    if compare is not None:
-        other = Path(compare)
-        cfg_b, done_b = _read_run(other)
+    if other is not None:
         summary_b = analyse(cfg_b, done_b, out, figures=False)
         summary["comparison"] = {"a": _label(src), "b": _label(other), **compare_runs(summary, summary_b)}
     return _write(cfg, summary, out, info)
