@@ -87,8 +87,8 @@ TRAINING_OPTIONS = ("preset", "seeds", "arms", "processes", "workers", "sweep_wo
 @friendly_errors
 def learning_cmd(
     preset: str | None = typer.Option(None, help="default (the preset when none is given; the bench/LEARNING.md grid: "
-                                               "16 min on 2 idle Intel Xeon cores before the replay arm, 45 min on "
-                                               "2 AMD EPYC cores with it), smoke (CI: one short run of everything the default runs), "
+                                               "16 min on 2 idle Intel Xeon cores before the replay arm; with it 45 "
+                                               "min on 2 busy AMD EPYC cores, 55 CPU-min), smoke (CI: one short run of everything the default runs), "
                                                "calibrate (the one-off learning-rate calibration), long (4 arms, "
                                                "400 policy steps, 10 seeds), power (the DIS and critic claims with "
                                                "the seeds 80 % power needs), held-out (the power preset's arms on "

@@ -2,7 +2,8 @@
 arms x tasks x paired seeds as run specs), with the calibrated learning rate.
 
 Presets: ``default`` (the grid behind bench/LEARNING.md, measured at 16 min on 2 idle
-Intel Xeon cores before the replay arm and 45 min on 2 AMD EPYC cores with it: bench/LEARNING.md),
+Intel Xeon cores before the replay arm; with it 45 min on 2 busy AMD EPYC cores, 55 CPU-min:
+bench/LEARNING.md),
 ``smoke`` (CI: one seed, the advantage-quality study at small size and one short run of every task
 and arm the default runs, with the same measurements), ``calibrate`` (the one-off learning-rate
 calibration that fixed :data:`POLICY_LR`), ``long`` (sao, GRPO with and without DIS and
