@@ -296,11 +296,19 @@ def reanalyse(run_dir: str | os.PathLike[str], *, scratch: str | os.PathLike[str
     decided the same way and set beside these (:mod:`.compare`; ``summary["comparison"]`` and the
     ``compare`` table of tables.md).
 
+    A staleness sweep's directory (its ``config.json`` has ``sweep_workers``) is reanalysed point
+    by point (:func:`reanalyse_sweep`; no `compare`).
+
     Raises:
         BenchError: see :func:`read_run` (for `run_dir` and `compare`); `compare` is `run_dir`
-            itself or a run of another preset or task set.
+            itself or a run of another preset or task set, or is given with a sweep.
     """
     src = Path(run_dir)
+    if (src / RUN_CONFIG).is_file() and read_config(src / RUN_CONFIG).sweep_workers:
+        if compare is not None:
+            raise BenchError(f"--compare: not with a staleness sweep ({src}); compare two of its workers-<n>/ "
+                             "directories, or one with another run's")
+        return reanalyse_sweep(src, scratch=scratch, figures=figures)
     cfg, done = read_run(src)
     info = read_json(src / "machine.json") if (src / "machine.json").is_file() else None
     old = read_json(src / "summary.json") if (src / "summary.json").is_file() else {}
@@ -326,3 +334,36 @@ def reanalyse(run_dir: str | os.PathLike[str], *, scratch: str | os.PathLike[str
         summary_b = analyse(cfg_b, done_b, out, figures=False)
         summary["comparison"] = {"a": _label(src), "b": _label(other), **compare_runs(summary, summary_b)}
     return _write(cfg, summary, out, info)
+
+
+def reanalyse_sweep(sweep_dir: str | os.PathLike[str], *, scratch: str | os.PathLike[str] | None = None,
+                    figures: bool = True) -> dict[str, Any]:
+    """Redo a staleness sweep's table from its points' result files: :func:`reanalyse` of each
+    ``workers-<n>/`` directory its ``config.json`` names (each checked as a run directory), then
+    ``sweep.md`` and ``tables.md`` (the generated ``sweep`` table, each point's directory as given
+    here, e.g. ``bench/learning_results/staleness/workers-32``) in the sweep's directory, or under
+    `scratch` when it holds committed files, as :func:`reanalyse`.
+
+    Returns:
+        ``out_dir``, ``report`` (sweep.md), ``sweep`` (:func:`~.sweep.sweep_rows`), ``claims`` (empty).
+
+    Raises:
+        BenchError: a point's directory is missing or not a finished run (:func:`read_run`).
+    """
+    src = Path(sweep_dir)
+    cfg = read_config(src / RUN_CONFIG)
+    for w in cfg.sweep_workers:  # every point checked before anything is written
+        read_run(src / f"workers-{w}")
+    out = src
+    if committed_files(src):
+        base = Path(scratch).expanduser().resolve() if scratch else bench_scratch("learning")
+        out = _fresh(base, f"reanalyse-{src.resolve().name}")
+    points = []
+    for w in cfg.sweep_workers:
+        summary = reanalyse(src / f"workers-{w}", scratch=out, figures=figures)
+        points.append((w, {**summary, "out_dir": str(src / f"workers-{w}")}))
+    rows = sweep_rows(points)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.md").write_text(sweep_markdown(rows))
+    (out / "tables.md").write_text(f"<!-- generated:sweep -->\n{sweep_markdown(rows).rstrip()}\n<!-- /generated:sweep -->\n\n")
+    return {"out_dir": str(out), "report": str(out / "sweep.md"), "sweep": rows, "claims": []}

@@ -117,3 +117,44 @@ def test_seeds_table_has_one_paper_column_per_distinct_level(family: int, power_
     assert sum(c.startswith("seeds for the paper's effect") for c in cells) == paper_columns
     assert line.endswith("| 62 | more than 2000 |")
     assert ("| 70 | 62 |" in line) == (paper_columns == 2)
+
+
+SWEEP = "bench/learning_results/staleness"
+"""The committed staleness sweep (one run directory per worker count under it)."""
+
+
+def test_learning_md_sweep_table_is_the_reanalysis_of_the_committed_sweep(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--reanalyse`` of the committed staleness sweep recomputes bench/LEARNING.md's
+    ``staleness-sweep`` table: every point's staleness, DIS-masked share and DIS claims."""
+    from tests.helpers.paths import REPO_ROOT
+    from trajstore.trainer.apps.learning_bench.report import extract
+    from trajstore.trainer.apps.learning_bench.suite import reanalyse
+
+    md = (REPO_ROOT / "bench" / "LEARNING.md").read_text()
+    if extract(md, "staleness-sweep") is None:
+        pytest.skip("bench/LEARNING.md has no generated:staleness-sweep table")
+    monkeypatch.chdir(REPO_ROOT)  # the table names each point's directory as given
+    summary = reanalyse(SWEEP, scratch=tmp_path, figures=False)
+    assert Path(summary["out_dir"]).parent == tmp_path  # committed: only read
+    tables = (Path(summary["out_dir"]) / "tables.md").read_text()
+    assert extract(tables, "sweep") == extract(md, "staleness-sweep")
+    assert len({r["workers"] for r in summary["sweep"]}) >= 2
+
+
+def test_a_sweep_with_a_point_missing_is_refused(tmp_path: Path) -> None:
+    import shutil
+
+    from tests.helpers.paths import REPO_ROOT
+    from trajstore.trainer.apps.learning_bench.arms import BenchError
+    from trajstore.trainer.apps.learning_bench.suite import reanalyse
+
+    if not (REPO_ROOT / SWEEP).is_dir():
+        pytest.skip(f"no committed sweep at {SWEEP}")
+    copy = tmp_path / "sweep"
+    shutil.copytree(REPO_ROOT / SWEEP, copy)
+    point = sorted(copy.glob("workers-*"))[-1]
+    shutil.rmtree(point)
+    with pytest.raises(BenchError, match=f"{point}: not a run directory"):
+        reanalyse(copy, scratch=tmp_path / "scratch", figures=False)
+    assert not (copy / "sweep.md").exists() and not (tmp_path / "scratch").exists()
