@@ -109,7 +109,8 @@ def learning_cmd(
                                                       "noise, the default) or engine (float8 LM head + heavy-tailed "
                                                       "logit noise, shaped like a real engine)"),
     reanalyse: str | None = typer.Option(None, help="a finished run directory (or a committed copy of its result "
-                                                       "files, e.g. bench/learning_results/default): redo its "
+                                                       "files, e.g. bench/learning_results/default; or a staleness "
+                                                       "sweep's, e.g. bench/learning_results/staleness): redo its "
                                                        "statistics, figures, report and bench/LEARNING.md's tables "
                                                        "from the per-run results (no training); a committed "
                                                        "directory is only read, the output goes under --scratch"),
