@@ -48,6 +48,8 @@ RESULTS = {"": ("bench/learning_results/default", "bench/learning_results/defaul
            "engine-": ("bench/learning_results/default-engine", "bench/learning_results/default-replay")}
 """bench/LEARNING.md's generated tables (marker prefix), the committed result files they come from
 and the run they are compared with."""
+SWEEP_PREFIX = "staleness-"
+"""The marker prefix of the staleness sweep's table (its own test, below)."""
 
 
 @pytest.mark.parametrize("prefix", list(RESULTS))
@@ -79,7 +81,7 @@ def test_learning_md_tables_are_the_reanalysis_of_the_committed_result_files(tmp
     tables = (Path(summary["out_dir"]) / "tables.md").read_text()
     names = re.findall(rf"<!-- generated:{re.escape(prefix)}([a-z]+) -->", md)
     if not prefix:  # the default run's tables: every unprefixed one (each other prefix is its own parametrisation)
-        others = tuple(p for p in RESULTS if p)
+        others = (*(p for p in RESULTS if p), SWEEP_PREFIX)
         names = [n for n in re.findall(r"<!-- generated:([a-z-]+) -->", md) if not n.startswith(others)]
     assert {"claims", "runs", "seeds"} <= set(names)
     for name in names:
@@ -132,13 +134,13 @@ def test_learning_md_sweep_table_is_the_reanalysis_of_the_committed_sweep(tmp_pa
     from trajstore.trainer.apps.learning_bench.suite import reanalyse
 
     md = (REPO_ROOT / "bench" / "LEARNING.md").read_text()
-    if extract(md, "staleness-sweep") is None:
+    if extract(md, f"{SWEEP_PREFIX}sweep") is None:
         pytest.skip("bench/LEARNING.md has no generated:staleness-sweep table")
     monkeypatch.chdir(REPO_ROOT)  # the table names each point's directory as given
     summary = reanalyse(SWEEP, scratch=tmp_path, figures=False)
     assert Path(summary["out_dir"]).parent == tmp_path  # committed: only read
     tables = (Path(summary["out_dir"]) / "tables.md").read_text()
-    assert extract(tables, "sweep") == extract(md, "staleness-sweep")
+    assert extract(tables, "sweep") == extract(md, f"{SWEEP_PREFIX}sweep")
     assert len({r["workers"] for r in summary["sweep"]}) >= 2
 
 
