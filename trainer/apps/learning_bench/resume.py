@@ -18,7 +18,7 @@ from trajstore.trainer.apps.learning_bench.arms import BenchError
 from trajstore.trainer.apps.learning_bench.presets import SuiteConfig
 from trajstore.trainer.apps.learning_bench.provenance import machine_info
 from trajstore.trainer.apps.learning_bench.run_files import committed_files, read_config, read_json, read_result
-from trajstore.trainer.apps.learning_bench.suite import RUN_CONFIG, execute, plan_jobs
+from trajstore.trainer.apps.learning_bench.suite import RUN_CONFIG, execute, plan_jobs, planned_names
 
 MACHINE_LOCAL = ("scratch", "processes")
 """Settings a resumed session may change: where warm starts are cached and how many worker
@@ -96,8 +96,7 @@ def plan(run_dir: str | os.PathLike[str], preset: str | None = None,
     cfg = stored_config(d)
     check_options(cfg, preset, options or {})
     kept = kept_results(cfg, d)
-    names = [j[0] for j in plan_jobs(cfg, d, {"policy": {s: "" for s in cfg.all_seeds()},
-                                              "moe": {s: "" for s in cfg.all_seeds()}})]
+    names = planned_names(cfg, d)
     return {"kept": [n for n in names if n in kept], "to_run": [n for n in names if n not in kept]}
 
 

@@ -326,7 +326,7 @@ def reanalyse(run_dir: str | os.PathLike[str], *, scratch: str | os.PathLike[str
         if base.is_relative_to(src.resolve()):
             raise BenchError(f"--scratch {scratch}: inside the committed run directory {src}, which is only read; "
                              "give a directory outside it")
-        out = base / f"reanalyse-{src.resolve().name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{os.getpid()}"
+        out = _fresh(base, f"reanalyse-{src.resolve().name}")
         out.mkdir(parents=True)
     summary = analyse(cfg, done, out, figures=figures)
     summary["seconds"] = (info or {}).get("wall_seconds", old.get("seconds", math.nan))
