@@ -45,7 +45,8 @@ RESULTS = {"": ("bench/learning_results/default", "bench/learning_results/defaul
            "replay-": ("bench/learning_results/default-replay", "bench/learning_results/default"),
            "power-": ("bench/learning_results/power", None),
            "held-out-": ("bench/learning_results/held-out", None),
-           "engine-": ("bench/learning_results/default-engine", "bench/learning_results/default-replay")}
+           "engine-": ("bench/learning_results/default-engine", "bench/learning_results/default-replay"),
+           "long10-": ("bench/learning_results/long-10", "bench/learning_results/long")}
 """bench/LEARNING.md's generated tables (marker prefix), the committed result files they come from
 and the run they are compared with."""
 SWEEP_PREFIX = "staleness-"
